@@ -1,0 +1,106 @@
+#pragma once
+// The engine's narrow interface to the protocol adapters (server/, cli generate). A request is token ids
+// plus sampling and stop rules; the engine answers with a stream of events on its own thread.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tf {
+
+class Tokenizer;
+class ChatTemplate;
+
+struct SamplingParams {
+  float temperature = 1.f;  // 0 = greedy (lowest id on ties)
+  float top_p = 1.f;
+  int top_k = 0;  // 0 = off
+  float min_p = 0.f;
+  float presence_penalty = 0.f, frequency_penalty = 0.f;  // OpenAI semantics, over generated tokens
+  float repetition_penalty = 1.f;                          // HF semantics, over prompt + generated
+  std::optional<uint64_t> seed;                            // none: derived from the prompt tokens
+};
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  int max_tokens = 4096;
+  std::vector<std::string> stop;        // stop strings, matched across token boundaries
+  std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS ids
+  bool ignore_eos = false;
+  int logprobs = -1;  // -1: none; N >= 0: chosen token's logprob plus top-N alternatives
+  bool draft = true;  // allow speculative drafts (never changes the output)
+  bool skip_special_tokens = true;
+  bool include_stop_str_in_output = false;
+};
+
+enum class FinishReason { None, Stop, Length, Cancelled, Error };
+const char* finish_reason_name(FinishReason r);  // "stop", "length", "cancelled", "error"
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.f;
+};
+
+struct GeneratedToken {
+  int32_t token = 0;
+  std::string text;  // this token's share of the streamed text (may be empty while text is held back)
+  float logprob = 0.f;
+  std::vector<TokenLogprob> top;  // when logprobs >= 1
+};
+
+struct Usage {
+  int prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+  int drafted_tokens = 0, accepted_tokens = 0;
+};
+
+struct StreamEvent {
+  enum class Kind { Tokens, Finished, Error } kind = Kind::Tokens;
+  std::vector<GeneratedToken> tokens;  // Tokens: one or more new tokens (a verified draft gives several)
+  std::string text;                    // concatenated text of `tokens`
+  FinishReason finish = FinishReason::None;  // Finished
+  std::string matched_stop;                   // the stop string that ended the stream, if any
+  Usage usage;                                // Finished
+  std::string error;                          // Error
+};
+
+class RequestHandle {
+ public:
+  virtual ~RequestHandle() = default;
+  virtual uint64_t id() const = 0;
+  // Blocks until the next event (returns true) or the timeout passes (returns false). After a Finished
+  // or Error event no more events come.
+  virtual bool next(StreamEvent& ev, std::chrono::milliseconds timeout) = 0;
+  // Stops generation at the next step and frees the stream's memory. Idempotent.
+  virtual void cancel() = 0;
+};
+
+struct ModelInfo {
+  std::string id;          // advertised name
+  std::string family;      // model_type
+  std::string path;        // local checkpoint directory
+  int64_t parameters = 0;  // count
+  std::string dtype;       // "bf16", ...
+  int native_context = 0;  // max_position_embeddings
+  int context = 0;         // allocated per-stream capacity (prompt + reply)
+  std::string backend;     // "cpu", "cuda:0 (NVIDIA H200)"
+  int64_t weight_bytes = 0, kv_bytes = 0;
+  std::string fingerprint;  // engine build + weights identity, for system_fingerprint
+  SamplingParams default_sampling;  // from generation_config.json and CLI defaults
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  // Throws InvalidRequest (core/error.h) for requests that can never run, e.g. prompt + max_tokens over
+  // the context (code "context_length_exceeded"). Otherwise the request queues and runs.
+  virtual std::shared_ptr<RequestHandle> submit(GenerationRequest req) = 0;
+  virtual const ModelInfo& info() const = 0;
+  virtual const Tokenizer& tokenizer() const = 0;
+  virtual const ChatTemplate* chat_template() const = 0;  // null when the checkpoint has none
+  virtual void shutdown() = 0;  // cancels everything, joins the engine thread
+};
+
+}  // namespace tf

@@ -1,0 +1,128 @@
+#pragma once
+// The op interface every model family is written against. Two backends implement it:
+//   ops/cpu  — plain, obviously-correct reference (fp32 activations and accumulation), runs in CI;
+//   ops/cuda — fast, row-invariant kernels for NVIDIA GPUs.
+// Contract (exactness): every op computes each row with arithmetic that does not depend on the other
+// rows in the call nor on how many rows there are. Reductions run in a fixed order within the row.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace tf {
+
+// A linear layer's weight as the checkpoint stores it. Dense: `weight` [out, in] in F32/BF16/F16.
+// Quantized formats (MLX affine, FP8 block) add scales/biases; `format` says which.
+struct LinearWeight {
+  enum class Format : uint8_t { Dense, MlxAffine, Fp8Block };
+  Format format = Format::Dense;
+  Tensor weight;
+  Tensor scales, biases;  // quantized formats only
+  int bits = 0, group_size = 0;
+  Tensor bias;  // optional [out]
+  int64_t in_features = 0, out_features = 0;
+};
+
+// Rotary embedding parameters, derived from config.json's rope_theta / rope_scaling by make_rope().
+struct RopeParams {
+  int head_dim = 0;
+  int rotary_dim = 0;           // first rotary_dim dims rotate (partial rotary), rest pass through
+  std::vector<float> inv_freq;  // [rotary_dim / 2]
+  float attention_factor = 1.f; // yarn/longrope: multiplies cos and sin
+  bool interleaved = false;     // GPT-J style pairs (0,1),(2,3)…; false = NeoX/HF rotate_half
+};
+
+// Host-side description of one forward call's rows. Rows of one sequence are contiguous and in
+// increasing position. Row r writes its K/V to pool slot `slots[r]` and attends to positions
+// [max(0, pos - window + 1), pos] of sequence `row_seq[r]` through that sequence's block table.
+struct BatchMeta {
+  std::vector<int32_t> tokens;                     // [R]
+  std::vector<int32_t> positions;                  // [R] absolute positions
+  std::vector<int32_t> row_seq;                    // [R] index into block_tables
+  std::vector<int32_t> slots;                      // [R] block * block_size + pos % block_size
+  std::vector<std::vector<int32_t>> block_tables;  // per sequence in this call
+  int block_size = 0;
+  int rows() const { return int(tokens.size()); }
+};
+
+// One layer's paged KV storage: [num_blocks, block_size, kv_heads, head_dim] each.
+struct KvLayer {
+  Tensor k, v;
+};
+
+struct AttentionParams {
+  int num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  float scale = 1.f;
+  int sliding_window = 0;  // 0 = full causal
+  float softcap = 0.f;     // 0 = none (Gemma 2 style tanh cap)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;  // "cpu", "cuda:0 (NVIDIA H200)"
+  virtual Device device() const = 0;
+  virtual DType act_dtype() const = 0;  // dtype of activations and of the KV pool
+
+  // Storage. upload_* take CPU tensors (possibly mmap'd) and return this backend's copy or view.
+  virtual Tensor alloc(std::vector<int64_t> shape, DType dtype) = 0;
+  virtual Tensor upload(const Tensor& host) = 0;  // norms, embeddings: kept in the host dtype
+  virtual LinearWeight upload_linear(const LinearWeight& host) = 0;
+  virtual void to_host(const Tensor& src, Tensor& host_dst) = 0;  // same shape; F32 host_dst converts
+
+  // Called once per forward with the rows' metadata; the ops below that need it read it from here.
+  virtual void begin_forward(const BatchMeta& meta) = 0;
+
+  // out[R, H] = table[tokens[r]] (the batch's tokens), converted to act dtype, times `scale`.
+  virtual void embedding(const Tensor& table, float scale, Tensor& out) = 0;
+  // y[M, N] = x[M, K] · W[N, K]ᵀ (+ bias). Accumulates in fp32 in a fixed K order.
+  virtual void linear(const Tensor& x, const LinearWeight& w, Tensor& y) = 0;
+  // y = x / rms(x) * (weight + offset) over the last dim; rows = numel / last dim. offset: 1 for
+  // Gemma-style (1 + w) norms, 0 otherwise. y may alias x.
+  virtual void rms_norm(const Tensor& x, const Tensor& weight, float eps, float offset, Tensor& y) = 0;
+  // residual += x; y = rms_norm(residual). Fused because decode reads each byte once.
+  virtual void add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& weight, float eps,
+                            float offset, Tensor& y) = 0;
+  // In place on q [R, Hq, D] and k [R, Hk, D] at the batch's positions.
+  virtual void rope(Tensor& q, Tensor& k, const RopeParams& p) = 0;
+  // gate_up [M, 2I] (gate first) -> out [M, I] = silu(gate) * up.
+  virtual void silu_mul(const Tensor& gate_up, Tensor& out) = 0;
+  // Writes k, v [R, Hk, D] into the pool at the batch's slots.
+  virtual void kv_write(KvLayer& layer, const Tensor& k, const Tensor& v) = 0;
+  // out [R, Hq, D] = softmax(q·Kᵀ·scale) V over each row's visible positions (GQA: head h reads
+  // kv head h / (Hq / Hk)).
+  virtual void attention(const Tensor& q, const KvLayer& layer, const AttentionParams& p, Tensor& out) = 0;
+  // a += b, elementwise.
+  virtual void add(Tensor& a, const Tensor& b) = 0;
+  // out[i] = x[rows[i]] for the given row indices.
+  virtual void gather_rows(const Tensor& x, const std::vector<int32_t>& rows, Tensor& out) = 0;
+  // Waits for queued work (no-op on CPU).
+  virtual void synchronize() {}
+};
+
+std::unique_ptr<Backend> make_cpu_backend();
+// Returns null with `why` set when no usable GPU exists (no device, below sm_80, built without CUDA).
+std::unique_ptr<Backend> make_cuda_backend(int device_index, std::string* why);
+
+// Rope parameters from config: rope_theta, rope_scaling {type|rope_type: linear, dynamic, llama3, yarn,
+// longrope?}, partial_rotary_factor, max_position_embeddings. `context` is the allocated context (used by
+// dynamic NTK scaling, which we fix at the allocated length so that a token's arithmetic never changes).
+struct RopeConfig {
+  int head_dim = 0;
+  float theta = 10000.f;
+  float partial_rotary_factor = 1.f;
+  std::string scaling_type;  // "", "default", "linear", "dynamic", "llama3", "yarn"
+  float factor = 1.f;
+  float low_freq_factor = 1.f, high_freq_factor = 4.f;
+  int original_max_position = 0;
+  float beta_fast = 32.f, beta_slow = 1.f;
+  float mscale = 0.f, mscale_all_dim = 0.f;
+  float attention_factor = 0.f;  // explicit override, 0 = derive
+  bool truncate = true;          // yarn
+  int max_position = 0;          // config max_position_embeddings
+};
+RopeParams make_rope(const RopeConfig& c, int context);
+
+}  // namespace tf

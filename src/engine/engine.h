@@ -1,0 +1,31 @@
+#pragma once
+// Creating the engine: load a checkpoint, pick a backend, size the KV pool, start the engine thread.
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "engine/api.h"
+
+namespace tf {
+
+struct EngineOptions {
+  std::string model_path;   // local checkpoint directory (already resolved)
+  std::string name;         // advertised id (default: directory name or org/name)
+  int context = 0;          // per-stream prompt + reply capacity; 0 = min(native context, 32768)
+  std::string backend = "auto";  // auto | cuda | cpu
+  int parallel = 4;         // streams decoded together in one round
+  int max_tokens = 4096;    // default reply limit when a request gives none
+  // Sampling defaults; unset = generation_config.json, else neutral (temperature 1, no truncation).
+  std::optional<float> temperature, top_p, min_p;
+  std::optional<int> top_k;
+  bool drafts = true;       // speculative drafting allowed (issue 7)
+  size_t kv_budget_bytes = 0;  // 0 = enough for `parallel` full contexts
+};
+
+// Throws tf::Error with a one-line reason (unsupported family, context that cannot fit, ...).
+std::unique_ptr<Engine> create_engine(const EngineOptions& opt);
+
+// The embedded default model shipped with the binary (models/demo), or "" when not installed.
+std::string default_model_dir();
+
+}  // namespace tf

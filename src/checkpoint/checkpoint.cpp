@@ -21,6 +21,12 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 std::string join(const std::string& label, const std::string& rel) { return label + "/" + rel; }
 
+// "dir/" and "dir" name the same checkpoint; messages should not say "dir//config.json".
+std::string strip_trailing_slashes(std::string dir) {
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  return dir;
+}
+
 json parse_json_file(const std::string& label, const std::string& rel, const std::string& text) {
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw Error(join(label, rel) + ": not valid JSON");
@@ -91,7 +97,8 @@ std::optional<std::string> read_local_text(const std::string& path) {
   return ss.str();
 }
 
-CheckpointSource local_source(const std::string& dir) {
+CheckpointSource local_source(const std::string& given) {
+  std::string dir = strip_trailing_slashes(given);
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw Error(dir + ": not a directory");
   CheckpointSource src;
@@ -152,10 +159,10 @@ CheckpointSummary inspect_checkpoint(const std::string& dir) { return summarize_
 
 Checkpoint Checkpoint::open(const std::string& dir) {
   Checkpoint c;
-  c.dir_ = dir;
-  CheckpointSource src = local_source(dir);
+  c.dir_ = strip_trailing_slashes(dir);
+  CheckpointSource src = local_source(c.dir_);
   // Map each file once; the summary reads headers from the mapping, not from a second read.
-  src.read_header = [&c, dir](const std::string& rel) {
+  src.read_header = [&c, dir = c.dir_](const std::string& rel) {
     auto it = c.files_.emplace(rel, SafetensorsFile::open(join(dir, rel))).first;
     return it->second.header();
   };

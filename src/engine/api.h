@@ -26,7 +26,7 @@ struct SamplingParams {
 struct GenerationRequest {
   std::vector<int32_t> prompt;
   SamplingParams sampling;
-  int max_tokens = 4096;
+  int max_tokens = 0;  // <= 0: as many as fit in the context, capped by the engine's default limit
   std::vector<std::string> stop;        // stop strings, matched across token boundaries
   std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS ids
   bool ignore_eos = false;
@@ -91,8 +91,17 @@ struct ModelInfo {
   SamplingParams default_sampling;  // from generation_config.json and CLI defaults
 };
 
+struct EngineStats {
+  int running = 0, waiting = 0;
+  int kv_blocks_used = 0, kv_blocks_total = 0;
+  int64_t requests_finished = 0, requests_cancelled = 0;
+  int64_t prompt_tokens = 0, generated_tokens = 0;
+  int64_t forward_passes = 0;
+};
+
 class Engine {
  public:
+  virtual EngineStats stats() const = 0;
   virtual ~Engine() = default;
   // Throws InvalidRequest (core/error.h) for requests that can never run, e.g. prompt + max_tokens over
   // the context (code "context_length_exceeded"). Otherwise the request queues and runs.

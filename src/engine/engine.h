@@ -20,6 +20,7 @@ struct EngineOptions {
   std::optional<int> top_k;
   bool drafts = true;       // speculative drafting allowed (issue 7)
   size_t kv_budget_bytes = 0;  // 0 = enough for `parallel` full contexts
+  int prefill_chunk = 512;     // prompt tokens per round (decode rows of running streams always go first)
 };
 
 // Throws tf::Error with a one-line reason (unsupported family, context that cannot fit, ...).

@@ -1,0 +1,128 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+namespace tf {
+
+namespace {
+
+inline uint64_t mix64(uint64_t z) {  // splitmix64 finaliser
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// Candidates sorted by value descending, ties by lower id (the order every mask uses).
+std::vector<int32_t> sorted_ids(const std::vector<float>& v, const std::vector<int32_t>& ids) {
+  std::vector<int32_t> order = ids;
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); });
+  return order;
+}
+
+}  // namespace
+
+void PenaltyState::add_prompt(const std::vector<int32_t>& prompt) {
+  for (int32_t t : prompt) ++seen[t];
+}
+void PenaltyState::add_generated(int32_t token) {
+  ++generated[token];
+  ++seen[token];
+}
+
+uint64_t derive_seed(const std::vector<int32_t>& prompt) {
+  uint64_t h = 0x9e3779b97f4a7c15ULL ^ prompt.size();
+  for (int32_t t : prompt) h = mix64(h ^ (uint64_t(uint32_t(t)) + 0x632be59bd9b4e019ULL));
+  return h;
+}
+
+double keyed_uniform(uint64_t seed, int64_t position, int32_t token) {
+  uint64_t h = mix64(seed ^ 0xd1b54a32d192ed03ULL);
+  h = mix64(h ^ uint64_t(position) * 0x9e3779b97f4a7c15ULL);
+  h = mix64(h ^ uint64_t(uint32_t(token)) * 0xc2b2ae3d27d4eb4fULL);
+  return (double(h >> 11) + 0.5) * (1.0 / 9007199254740992.0);  // (0, 1), never 0 or 1
+}
+
+SampleResult sample_token(const float* logits, int vocab, const SamplingParams& p, uint64_t seed,
+                          int64_t position, const PenaltyState& pen, int want_top) {
+  SampleResult res;
+  // Log-softmax of the raw row for reported logprobs (double accumulation: reporting only).
+  float raw_max = *std::max_element(logits, logits + vocab);
+  double raw_sum = 0;
+  for (int i = 0; i < vocab; ++i) raw_sum += std::exp(double(logits[i] - raw_max));
+  const double raw_lse = double(raw_max) + std::log(raw_sum);
+
+  std::vector<float> v(logits, logits + vocab);
+  if (p.repetition_penalty != 1.f)
+    for (const auto& [t, n] : pen.seen)
+      if (t >= 0 && t < vocab) v[t] = v[t] > 0 ? v[t] / p.repetition_penalty : v[t] * p.repetition_penalty;
+  if (p.presence_penalty != 0.f || p.frequency_penalty != 0.f)
+    for (const auto& [t, n] : pen.generated)
+      if (t >= 0 && t < vocab) v[t] -= p.presence_penalty + p.frequency_penalty * float(n);
+
+  if (p.temperature <= 0.f) {
+    int32_t best = 0;
+    for (int i = 1; i < vocab; ++i)
+      if (v[i] > v[best]) best = i;
+    res.token = best;
+  } else {
+    for (auto& x : v) x /= p.temperature;
+    std::vector<int32_t> allowed(vocab);
+    std::iota(allowed.begin(), allowed.end(), 0);
+    const bool truncate = (p.top_k > 0 && p.top_k < vocab) || p.top_p < 1.f || p.min_p > 0.f;
+    if (truncate) {
+      std::vector<int32_t> order = sorted_ids(v, allowed);
+      size_t keep = order.size();
+      if (p.top_k > 0) keep = std::min<size_t>(keep, size_t(p.top_k));
+      const float mx = v[order[0]];
+      double z = 0;
+      for (size_t i = 0; i < keep; ++i) z += std::exp(double(v[order[i]] - mx));
+      if (p.min_p > 0.f) {  // keep p_i >= min_p * p_max, i.e. v_i >= mx + log(min_p)
+        const double cut = double(mx) + std::log(double(p.min_p));
+        size_t n = 0;
+        while (n < keep && double(v[order[n]]) >= cut) ++n;
+        keep = std::max<size_t>(n, 1);
+        z = 0;
+        for (size_t i = 0; i < keep; ++i) z += std::exp(double(v[order[i]] - mx));
+      }
+      if (p.top_p < 1.f) {  // smallest prefix whose mass reaches top_p
+        double cum = 0;
+        size_t n = 0;
+        while (n < keep) {
+          cum += std::exp(double(v[order[n]] - mx)) / z;
+          ++n;
+          if (cum >= double(p.top_p)) break;
+        }
+        keep = std::max<size_t>(n, 1);
+      }
+      allowed.assign(order.begin(), order.begin() + keep);
+      std::sort(allowed.begin(), allowed.end());
+    }
+    double best = -std::numeric_limits<double>::infinity();
+    int32_t pick = allowed[0];
+    for (int32_t id : allowed) {
+      const double g = -std::log(-std::log(keyed_uniform(seed, position, id)));
+      const double score = double(v[id]) + g;
+      if (score > best) {  // strict: lowest id wins exact ties
+        best = score;
+        pick = id;
+      }
+    }
+    res.token = pick;
+  }
+  res.logprob = float(double(logits[res.token]) - raw_lse);
+  if (want_top > 0) {
+    std::vector<int32_t> ids(vocab);
+    std::iota(ids.begin(), ids.end(), 0);
+    const size_t n = std::min<size_t>(size_t(want_top), size_t(vocab));
+    std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [&](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+    for (size_t i = 0; i < n; ++i) res.top.push_back({ids[i], float(double(logits[ids[i]]) - raw_lse)});
+  }
+  return res;
+}
+
+}  // namespace tf

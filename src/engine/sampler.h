@@ -1,0 +1,39 @@
+#pragma once
+// Exact, keyed sampling: a token is a pure function of (logits row, seed, absolute position, request
+// parameters, the stream's own history for penalties). No global RNG, nothing depends on batch order,
+// so a drafted token can be verified by plain equality with what serial decoding would have sampled.
+//   token = argmax over allowed ids of (logit / T + Gumbel(hash(seed, position, id)))
+// which samples exactly softmax(logit / T) restricted to the allowed set (top-k, top-p, min-p masks
+// computed from the row alone, ties broken by lower id). T = 0 is greedy: argmax, lowest id on ties.
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/api.h"
+
+namespace tf {
+
+// Token counts the penalties look at.
+struct PenaltyState {
+  std::unordered_map<int32_t, int> generated;  // presence / frequency (OpenAI): generated tokens only
+  std::unordered_map<int32_t, int> seen;       // repetition (HF): prompt + generated
+  void add_prompt(const std::vector<int32_t>& prompt);
+  void add_generated(int32_t token);
+};
+
+struct SampleResult {
+  int32_t token = 0;
+  float logprob = 0.f;             // log softmax of the raw logits (before penalties and temperature)
+  std::vector<TokenLogprob> top;   // the `want_top` most likely ids under the same distribution
+};
+
+// `logits` is not modified.
+SampleResult sample_token(const float* logits, int vocab, const SamplingParams& params, uint64_t seed,
+                          int64_t position, const PenaltyState& penalties, int want_top = -1);
+
+// Seed for requests without one: a hash of the prompt tokens.
+uint64_t derive_seed(const std::vector<int32_t>& prompt);
+// Uniform in (0, 1) from (seed, position, token): counter-based, stateless.
+double keyed_uniform(uint64_t seed, int64_t position, int32_t token);
+
+}  // namespace tf

@@ -1,0 +1,53 @@
+#pragma once
+// One stream: its tokens, KV block table, sampling key, stop rules, detokenizer and the queue its
+// client reads events from.
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+
+#include "engine/api.h"
+#include "engine/sampler.h"
+#include "engine/stop_matcher.h"
+#include "text/tokenizer.h"
+
+namespace tf {
+
+// The client's end of a stream: the engine pushes events, the client pops them.
+class EventQueue final : public RequestHandle {
+ public:
+  explicit EventQueue(uint64_t id) : id_(id) {}
+  uint64_t id() const override { return id_; }
+  bool next(StreamEvent& ev, std::chrono::milliseconds timeout) override;
+  void cancel() override;
+  void push(StreamEvent ev);
+  bool cancelled() const { return cancelled_.load(); }
+  void set_waker(std::function<void()> w) { waker_ = std::move(w); }
+
+ private:
+  uint64_t id_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<StreamEvent> events_;
+  std::atomic<bool> cancelled_{false};
+  std::function<void()> waker_;  // wakes the engine thread so a cancel takes effect at once
+};
+
+struct Sequence {
+  Sequence(GenerationRequest r, const Tokenizer& tok, std::shared_ptr<EventQueue> q);
+
+  GenerationRequest req;
+  std::shared_ptr<EventQueue> queue;
+  std::vector<int32_t> tokens;  // prompt + generated
+  int prompt_len = 0;
+  int computed = 0;              // tokens whose K/V are in the cache
+  std::vector<int32_t> blocks;   // KV block table
+  uint64_t seed = 0;
+  PenaltyState penalties;
+  IncrementalDetokenizer detok;
+  StopMatcher stop;
+  int generated() const { return int(tokens.size()) - prompt_len; }
+};
+
+}  // namespace tf

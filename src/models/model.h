@@ -1,0 +1,72 @@
+#pragma once
+// A model family turns a checkpoint into a forward pass written with the ops of ops/backend.h.
+// One file per family (qwen3.cpp, llama.cpp, ...), registered by config.json's model_type.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ops/backend.h"
+
+namespace tf {
+
+class Checkpoint;
+struct CheckpointSummary;
+
+// Everything the engine needs to know about a model, from config.json alone.
+struct ModelSpec {
+  std::string family;  // model_type
+  int hidden = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0, intermediate = 0, vocab = 0;
+  int native_context = 0;  // max_position_embeddings
+  float norm_eps = 1e-6f;
+  float norm_offset = 0.f;  // 1 for (1 + w) norms
+  float embed_scale = 1.f;
+  bool qk_norm = false, attention_bias = false, mlp_bias = false, tie_embeddings = false;
+  RopeConfig rope;
+  int sliding_window = 0;
+  std::vector<int32_t> eos_ids;  // from config.json (generation_config adds more in the engine)
+  std::optional<int32_t> bos_id;
+  int mtp_layers = 0;  // MTP head layers shipped in the checkpoint (mtp.*)
+
+  int64_t kv_bytes_per_token(size_t elem_bytes) const {
+    return int64_t(layers) * 2 * kv_heads * head_dim * int64_t(elem_bytes);
+  }
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelSpec& spec() const = 0;
+  // Runs the batch's rows: writes each row's K/V into `kv` (one KvLayer per layer) and returns, in
+  // `logits` (host f32, row-major [logit_rows.size(), vocab]), the logits of the rows listed.
+  virtual void forward(const BatchMeta& meta, std::vector<KvLayer>& kv, const std::vector<int32_t>& logit_rows,
+                       std::vector<float>& logits) = 0;
+};
+
+struct Family {
+  std::string model_type;
+  std::string description;
+  // Parses and validates config.json; throws tf::Error with the precise reason when unsupported.
+  std::function<ModelSpec(const nlohmann::json& config)> parse;
+  std::function<std::unique_ptr<Model>(const Checkpoint&, Backend&, const ModelSpec&, int context)> load;
+};
+
+const std::vector<Family>& families();
+// Throws "model_type 'x' is not supported (supported: ...)".
+const Family& find_family(const nlohmann::json& config);
+ModelSpec parse_spec(const nlohmann::json& config);
+std::unique_ptr<Model> load_model(const Checkpoint& ckpt, Backend& backend, int context);
+
+// Shared config helpers for families.
+namespace config_util {
+int get_int(const nlohmann::json& c, const char* key, std::optional<int> fallback = std::nullopt);
+float get_float(const nlohmann::json& c, const char* key, float fallback);
+bool get_bool(const nlohmann::json& c, const char* key, bool fallback);
+std::vector<int32_t> get_ids(const nlohmann::json& c, const char* key);  // int or list of ints
+RopeConfig rope_config(const nlohmann::json& c, int head_dim);
+}  // namespace config_util
+
+}  // namespace tf

@@ -1,0 +1,140 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "engine/sampler.h"
+#include "engine/stop_matcher.h"
+
+using namespace tf;
+
+namespace {
+
+SamplingParams temp(float t) {
+  SamplingParams p;
+  p.temperature = t;
+  return p;
+}
+
+TEST(Sampler, GreedyTakesLowestIdOnTies) {
+  std::vector<float> l = {0.f, 3.f, 1.f, 3.f};
+  PenaltyState pen;
+  EXPECT_EQ(sample_token(l.data(), 4, temp(0), 1, 0, pen).token, 1);
+}
+
+TEST(Sampler, KeyedSamplingIsAPureFunctionOfSeedAndPosition) {
+  std::vector<float> l(50);
+  for (int i = 0; i < 50; ++i) l[i] = std::sin(float(i)) * 2;
+  PenaltyState pen;
+  for (int pos = 0; pos < 20; ++pos) {
+    int a = sample_token(l.data(), 50, temp(1), 42, pos, pen).token;
+    int b = sample_token(l.data(), 50, temp(1), 42, pos, pen).token;
+    EXPECT_EQ(a, b);
+  }
+  // Different positions and seeds give different draws (not all equal).
+  std::map<int, int> seen;
+  for (int pos = 0; pos < 200; ++pos) seen[sample_token(l.data(), 50, temp(1), 42, pos, pen).token]++;
+  EXPECT_GT(seen.size(), 5u);
+}
+
+TEST(Sampler, GumbelMaxFollowsTheSoftmax) {
+  // Over many (seed, position) keys the empirical frequencies approach softmax(logits / T).
+  std::vector<float> l = {1.0f, 0.0f, -1.0f, 2.0f};
+  const float T = 0.7f;
+  double z = 0;
+  for (float x : l) z += std::exp(x / T);
+  std::vector<int> count(4, 0);
+  PenaltyState pen;
+  const int N = 40000;
+  for (int i = 0; i < N; ++i) count[sample_token(l.data(), 4, temp(T), 7, i, pen).token]++;
+  for (int i = 0; i < 4; ++i) {
+    const double p = std::exp(l[i] / T) / z;
+    EXPECT_NEAR(double(count[i]) / N, p, 4 * std::sqrt(p * (1 - p) / N) + 1e-3) << "token " << i;
+  }
+}
+
+TEST(Sampler, TruncationMasks) {
+  std::vector<float> l = {5.f, 4.9f, 1.f, 0.f, -3.f};
+  PenaltyState pen;
+  SamplingParams p = temp(1);
+  p.top_k = 1;
+  for (int pos = 0; pos < 50; ++pos) EXPECT_EQ(sample_token(l.data(), 5, p, 3, pos, pen).token, 0);
+  p = temp(1);
+  p.top_k = 2;
+  for (int pos = 0; pos < 200; ++pos) EXPECT_LE(sample_token(l.data(), 5, p, 3, pos, pen).token, 1);
+  p = temp(1);
+  p.top_p = 0.5f;  // token 0 alone has ~51% of the mass
+  for (int pos = 0; pos < 200; ++pos) EXPECT_EQ(sample_token(l.data(), 5, p, 3, pos, pen).token, 0);
+  p = temp(1);
+  p.min_p = 0.5f;  // e^-0.1 > 0.5 keeps token 1; e^-4 drops token 2
+  std::set<int> got;
+  for (int pos = 0; pos < 300; ++pos) got.insert(sample_token(l.data(), 5, p, 3, pos, pen).token);
+  EXPECT_EQ(got, (std::set<int>{0, 1}));
+}
+
+TEST(Sampler, PenaltiesFollowOpenAIAndHF) {
+  std::vector<float> l = {2.f, 1.9f, -1.f};
+  PenaltyState pen;
+  pen.add_generated(0);
+  SamplingParams p = temp(0);
+  p.presence_penalty = 0.2f;  // 2 - 0.2 = 1.8 < 1.9
+  EXPECT_EQ(sample_token(l.data(), 3, p, 0, 0, pen).token, 1);
+  p = temp(0);
+  p.repetition_penalty = 1.1f;  // 2 / 1.1 = 1.82 < 1.9
+  EXPECT_EQ(sample_token(l.data(), 3, p, 0, 0, pen).token, 1);
+  p = temp(0);
+  EXPECT_EQ(sample_token(l.data(), 3, p, 0, 0, pen).token, 0);
+}
+
+TEST(Sampler, LogprobsAreLogSoftmaxOfTheRawRow) {
+  std::vector<float> l = {1.f, 2.f, 3.f};
+  PenaltyState pen;
+  auto r = sample_token(l.data(), 3, temp(0), 0, 0, pen, 2);
+  const double lse = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0));
+  EXPECT_EQ(r.token, 2);
+  EXPECT_NEAR(r.logprob, 3 - lse, 1e-6);
+  ASSERT_EQ(r.top.size(), 2u);
+  EXPECT_EQ(r.top[0].token, 2);
+  EXPECT_EQ(r.top[1].token, 1);
+  EXPECT_NEAR(r.top[1].logprob, 2 - lse, 1e-6);
+}
+
+TEST(Sampler, DerivedSeedDependsOnThePrompt) {
+  EXPECT_EQ(derive_seed({1, 2, 3}), derive_seed({1, 2, 3}));
+  EXPECT_NE(derive_seed({1, 2, 3}), derive_seed({1, 2, 4}));
+  EXPECT_NE(derive_seed({1, 2}), derive_seed({1, 2, 0}));
+}
+
+TEST(StopMatcher, MatchesAcrossPiecesAndHoldsBackPrefixes) {
+  StopMatcher m({"</end>", "STOP"});
+  std::string matched, out;
+  out += m.push("Hello </", &matched);
+  EXPECT_EQ(out, "Hello ");  // "</" could start a stop string
+  out += m.push("e", &matched);
+  EXPECT_EQ(out, "Hello ");
+  out += m.push("nd> tail", &matched);
+  EXPECT_EQ(out, "Hello ");
+  EXPECT_EQ(matched, "</end>");
+  EXPECT_TRUE(m.stopped());
+  EXPECT_EQ(m.push("more", &matched), "");
+}
+
+TEST(StopMatcher, ReleasesTextThatCannotStopAnyMore) {
+  StopMatcher m({"abc"});
+  std::string matched;
+  EXPECT_EQ(m.push("xxab", &matched), "xx");
+  EXPECT_EQ(m.push("d", &matched), "abd");
+  EXPECT_EQ(m.push("a", &matched), "");
+  EXPECT_EQ(m.flush(), "a");
+  EXPECT_TRUE(matched.empty());
+}
+
+TEST(StopMatcher, EarliestMatchWins) {
+  StopMatcher m({"world", "lo w"});
+  std::string matched;
+  EXPECT_EQ(m.push("hello world", &matched), "hel");
+  EXPECT_EQ(matched, "lo w");
+}
+
+}  // namespace

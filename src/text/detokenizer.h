@@ -1,0 +1,34 @@
+#pragma once
+// Streaming decode for token-by-token generation.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "text/tokenizer.h"
+
+namespace tf {
+
+namespace tok {
+class DecoderStreamHolder;
+}
+
+// Push ids one at a time; each push returns the newly completed text. Never splits a UTF-8 character,
+// never drops or doubles one; byte-fallback groups, byte-level bytes and leading-space rules behave as
+// in the full decode, so the concatenation of all push() results + flush() == tokenizer.decode(ids).
+class IncrementalDetokenizer {
+ public:
+  explicit IncrementalDetokenizer(const Tokenizer& tok, bool skip_special_tokens = true);
+  ~IncrementalDetokenizer();
+  IncrementalDetokenizer(IncrementalDetokenizer&&) noexcept;
+  IncrementalDetokenizer& operator=(IncrementalDetokenizer&&) noexcept;
+
+  std::string push(int32_t id);
+  std::string flush();  // text still held back (e.g. a trailing incomplete character as U+FFFD)
+
+ private:
+  Tokenizer tok_;
+  bool skip_special_;
+  std::unique_ptr<tok::DecoderStreamHolder> stream_;
+};
+
+}  // namespace tf

@@ -1,0 +1,202 @@
+// BPE model. The merge loop mirrors Hugging Face's Word::merge_all: a min-heap of (rank, position)
+// with lazy invalidation, so results match bit for bit, in O(n log n) per word.
+#include <array>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <queue>
+
+#include "core/error.h"
+#include "text/tok_model.h"
+#include "text/tok_text.h"
+
+namespace tf::tok {
+namespace {
+
+class Bpe : public Model {
+ public:
+  explicit Bpe(const nlohmann::json& cfg);
+  void tokenize(std::string_view word, std::vector<int32_t>& out, WordCache* cache) const override;
+
+ private:
+  struct MergeInfo {
+    int32_t rank;
+    int32_t new_id;
+  };
+  static uint64_t key(int32_t a, int32_t b) { return (static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b); }
+  const MergeInfo* find_merge(int32_t a, int32_t b) const {
+    auto it = merges_.find(key(a, b));
+    return it == merges_.end() ? nullptr : &it->second;
+  }
+  int32_t char_id(std::string_view ch, char32_t cp) const {
+    if (cp < kSmall) return small_ids_[cp];
+    auto it = vocab_.find(ch);
+    return it == vocab_.end() ? -1 : it->second;
+  }
+  void merge_word(std::string_view word, std::vector<int32_t>& out) const;
+
+  static constexpr char32_t kSmall = 0x800;
+  std::unordered_map<uint64_t, MergeInfo> merges_;
+  std::vector<int32_t> small_ids_;  // vocab id of each single code point below kSmall, -1 if absent
+  std::array<int32_t, 256> byte_ids_{};
+  std::optional<int32_t> unk_id_;
+  bool fuse_unk_ = false;
+  bool ignore_merges_ = false;
+};
+
+Bpe::Bpe(const nlohmann::json& cfg) {
+  for (const auto& [tok, id] : cfg.at("vocab").items()) {
+    int32_t i = id.get<int32_t>();
+    vocab_.emplace(tok, i);
+    if (static_cast<size_t>(i) >= pieces_.size()) pieces_.resize(i + 1);
+    pieces_[i] = tok;
+  }
+  const auto& prefix = cfg.value("continuing_subword_prefix", nlohmann::json());
+  const auto& suffix = cfg.value("end_of_word_suffix", nlohmann::json());
+  if ((prefix.is_string() && !prefix.get<std::string>().empty()) ||
+      (suffix.is_string() && !suffix.get<std::string>().empty()))
+    throw Error("tokenizer.json: BPE continuing_subword_prefix / end_of_word_suffix are not supported");
+  const auto& merges = cfg.at("merges");
+  merges_.reserve(merges.size() * 2);
+  int32_t rank = 0;
+  for (const auto& m : merges) {
+    std::string a, b;
+    if (m.is_array()) {
+      a = m.at(0).get<std::string>();
+      b = m.at(1).get<std::string>();
+    } else {
+      const auto& s = m.get_ref<const std::string&>();
+      size_t sp = s.find(' ');
+      // Hugging Face rejects lines that are not exactly two space-separated parts; we skip them.
+      if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos) {
+        ++rank;
+        continue;
+      }
+      a = s.substr(0, sp);
+      b = s.substr(sp + 1);
+    }
+    auto ia = vocab_.find(a), ib = vocab_.find(b), inew = vocab_.find(a + b);
+    if (ia != vocab_.end() && ib != vocab_.end() && inew != vocab_.end())
+      merges_[key(ia->second, ib->second)] = {rank, inew->second};  // later duplicates win, as in HF
+    ++rank;
+  }
+  if (cfg.contains("unk_token") && cfg["unk_token"].is_string()) {
+    auto it = vocab_.find(cfg["unk_token"].get<std::string>());
+    if (it != vocab_.end()) unk_id_ = it->second;
+  }
+  fuse_unk_ = cfg.value("fuse_unk", false);
+  byte_fallback_ = cfg.value("byte_fallback", false);
+  ignore_merges_ = cfg.value("ignore_merges", false);
+  small_ids_.assign(kSmall, -1);
+  for (char32_t c = 0; c < kSmall; ++c) {
+    std::string s;
+    append_utf8(s, c);
+    auto it = vocab_.find(s);
+    if (it != vocab_.end()) small_ids_[c] = it->second;
+  }
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    auto it = vocab_.find(std::string_view(name));
+    byte_ids_[b] = it == vocab_.end() ? -1 : it->second;
+  }
+}
+
+void Bpe::tokenize(std::string_view word, std::vector<int32_t>& out, WordCache* cache) const {
+  if (word.empty()) return;
+  if (ignore_merges_) {
+    auto it = vocab_.find(word);
+    if (it != vocab_.end()) {
+      out.push_back(it->second);
+      return;
+    }
+  }
+  if (cache) {
+    auto it = cache->find(word);
+    if (it != cache->end()) {
+      out.insert(out.end(), it->second.begin(), it->second.end());
+      return;
+    }
+    std::vector<int32_t> ids;
+    merge_word(word, ids);
+    out.insert(out.end(), ids.begin(), ids.end());
+    cache->emplace(std::string(word), std::move(ids));
+    return;
+  }
+  merge_word(word, out);
+}
+
+void Bpe::merge_word(std::string_view word, std::vector<int32_t>& out) const {
+  struct Sym {
+    int32_t id;
+    int32_t prev, next;
+    bool alive;
+  };
+  std::vector<Sym> syms;
+  syms.reserve(word.size());
+  auto add = [&](int32_t id) {
+    int32_t n = static_cast<int32_t>(syms.size());
+    syms.push_back({id, n - 1, -1, true});
+    if (n > 0) syms[n - 1].next = n;
+  };
+  int32_t pending_unk = -1;  // a run of unknown characters, fused when fuse_unk is set
+  for (size_t i = 0; i < word.size();) {
+    int len;
+    char32_t cp = decode_utf8(word, i, &len);
+    std::string_view ch = word.substr(i, len);
+    i += len;
+    int32_t id = char_id(ch, cp);
+    if (id >= 0) {
+      if (pending_unk >= 0) add(pending_unk), pending_unk = -1;
+      add(id);
+      continue;
+    }
+    if (byte_fallback_) {
+      bool all = true;
+      for (unsigned char b : ch) all &= byte_ids_[b] >= 0;
+      if (all) {
+        for (unsigned char b : ch) add(byte_ids_[b]);
+        continue;
+      }
+    }
+    if (unk_id_) {
+      if (pending_unk >= 0 && !fuse_unk_) add(pending_unk);
+      pending_unk = *unk_id_;
+    }
+  }
+  if (pending_unk >= 0) add(pending_unk);
+
+  struct Cand {
+    int32_t rank, pos, new_id;
+    bool operator<(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  std::vector<Cand> heap_storage;
+  heap_storage.reserve(syms.size());
+  std::priority_queue<Cand> heap(std::less<Cand>(), std::move(heap_storage));
+  for (size_t i = 0; i + 1 < syms.size(); ++i)
+    if (auto m = find_merge(syms[i].id, syms[i + 1].id)) heap.push({m->rank, static_cast<int32_t>(i), m->new_id});
+  while (!heap.empty()) {
+    Cand top = heap.top();
+    heap.pop();
+    Sym& cur = syms[top.pos];
+    if (!cur.alive || cur.next < 0) continue;
+    Sym& right = syms[cur.next];
+    auto m = find_merge(cur.id, right.id);
+    if (!m || m->new_id != top.new_id) continue;  // stale entry
+    cur.id = top.new_id;
+    right.alive = false;
+    cur.next = right.next;
+    if (cur.next >= 0) syms[cur.next].prev = top.pos;
+    if (cur.prev >= 0)
+      if (auto pm = find_merge(syms[cur.prev].id, cur.id)) heap.push({pm->rank, cur.prev, pm->new_id});
+    if (cur.next >= 0)
+      if (auto nm = find_merge(cur.id, syms[cur.next].id)) heap.push({nm->rank, top.pos, nm->new_id});
+  }
+  for (const auto& s : syms)
+    if (s.alive) out.push_back(s.id);
+}
+
+}  // namespace
+
+std::unique_ptr<Model> make_bpe(const nlohmann::json& cfg) { return std::make_unique<Bpe>(cfg); }
+
+}  // namespace tf::tok

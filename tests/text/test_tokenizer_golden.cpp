@@ -1,0 +1,62 @@
+// Compares tf::Tokenizer with Hugging Face `tokenizers` on every family in text-fixtures: ids (with
+// and without special tokens), decode (skipping and keeping specials) and the incremental detokenizer,
+// on a corpus regenerated live by tools/tokenizer_goldens.py (ctest fixture tokenizer_goldens).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "text/detokenizer.h"
+#include "text/tokenizer.h"
+
+namespace {
+
+const char* const kFamilies[] = {"qwen3",  "qwen2.5", "llama3",      "llama2",  "mistral-7b", "mistral-nemo",
+                                 "gemma2", "gemma3",  "deepseek-v3", "gpt-oss", "phi-3",      "t5-small"};
+
+std::string show(const std::vector<int32_t>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size() && i < 40; ++i) s += std::to_string(v[i]) + " ";
+  return v.size() > 40 ? s + "..." : s;
+}
+
+class TokenizerGolden : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(TokenizerGolden, MatchesHuggingFace) {
+  const std::string fam = GetParam();
+  std::ifstream f(std::string(TF_GOLDEN_DIR) + "/" + fam + ".json");
+  ASSERT_TRUE(f) << "goldens missing: run the ctest fixture tokenizer_goldens_generate";
+  nlohmann::json g = nlohmann::json::parse(f);
+  if (g.contains("error")) GTEST_SKIP() << fam << ": " << g["error"].get<std::string>();
+  tf::Tokenizer tok = tf::Tokenizer::load(std::string(TF_SHARED_DIR) + "/text-fixtures/" + fam);
+  int bad = 0;
+  for (const auto& c : g["cases"]) {
+    const std::string text = c["text"];
+    const auto ids = c["ids"].get<std::vector<int32_t>>();
+    auto got = tok.encode(text);
+    auto got_plain = tok.encode(text, false);
+    EXPECT_EQ(got, ids) << fam << " text: " << text << "\n ours: " << show(got) << "\n  ref: " << show(ids);
+    EXPECT_EQ(got_plain, c["ids_plain"].get<std::vector<int32_t>>()) << fam << " text: " << text;
+    EXPECT_EQ(tok.decode(ids, true), c["decode_skip"].get<std::string>()) << fam << " ids: " << show(ids);
+    EXPECT_EQ(tok.decode(ids, false), c["decode_keep"].get<std::string>()) << fam << " ids: " << show(ids);
+    for (bool skip : {true, false}) {
+      tf::IncrementalDetokenizer detok(tok, skip);
+      std::string streamed;
+      for (int32_t id : ids) streamed += detok.push(id);
+      streamed += detok.flush();
+      EXPECT_EQ(streamed, c[skip ? "decode_skip" : "decode_keep"].get<std::string>()) << fam << " streaming";
+    }
+    if (::testing::Test::HasFailure() && ++bad > 8) FAIL() << "too many mismatches";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, TokenizerGolden, ::testing::ValuesIn(kFamilies),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (auto& ch : n)
+                             if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
+                         });
+
+}  // namespace

@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""Computes tokenizer goldens with Hugging Face tokenizers (CPU, no torch) for the C++ tokenizer tests.
+
+For every family in text-fixtures that ships a tokenizer.json, tokenizes a corpus (code, emoji, CJK,
+combining marks, whitespace runs, special tokens inside text, the swift-transformers multilingual inputs
+and a slice of War and Peace) with AutoTokenizer and writes, per family, a JSON file
+
+  {"family": ..., "cases": [{"text", "ids", "ids_plain", "decode_skip", "decode_keep"}, ...]}
+
+ids = Tokenizer.encode(text).ids, ids_plain = the same with add_special_tokens=False,
+decode_skip / decode_keep = Tokenizer.decode(ids, skip_special_tokens=True / False), followed by
+transformers' clean_up_tokenization when tokenizer_config.json asks for it and the model is not BPE (what
+transformers' decode does). The reference is the `tokenizers` pipeline read from tokenizer.json: that is
+what transformers runs for these files (transformers 5 rebuilds some classes, e.g. LlamaTokenizer, from
+vocab+merges, and fails on some of these files, so it is not used to load them).
+
+Usage: tokenizer_goldens.py SHARED_DIR OUT_DIR [family ...]
+"""
+import gzip
+import json
+import os
+import shutil
+import sys
+import warnings
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+warnings.filterwarnings("ignore")
+
+FAMILIES = ["qwen3", "qwen2.5", "llama3", "llama2", "mistral-7b", "mistral-nemo", "gemma2", "gemma3",
+            "deepseek-v3", "gpt-oss", "phi-3", "t5-small"]
+
+BASE_CORPUS = [
+    "",
+    " ",
+    "Hello world",
+    " Hello world",
+    "Hello  world   with    runs\t\tof\nwhitespace\n\n\n  end  ",
+    "   leading and trailing spaces   ",
+    "\n\nnewlines\r\nand\rcarriage returns\n",
+    "def fib(n):\n    if n < 2:\n        return n\n    return fib(n - 1) + fib(n - 2)\n",
+    "for (int i = 0; i < 10; ++i) { std::cout << i << \"\\n\"; }  // comment",
+    "x = {'a': [1, 2, 3], \"b\": None}  # dict\n\tprint(x['a'][0]**2)",
+    "I'm sure they'll say it's fine, we've done what you'd want. DON'T SHOUT, I'VE SEEN IT.",
+    "Numbers: 1 12 123 1234 12345 3.14159 -42 1,000,000 2024-01-31 0x1F",
+    "Emoji: 😀 👍🏽 👨‍👩‍👧‍👦 🇫🇷 ❤️ 🧑🏻‍💻 done",
+    "日本語のテキストと漢字。中文测试：你好，世界！한국어 문장입니다.",
+    "Combining: e\u0301 a\u0308 n\u0303 o\u0302\u0323 \u1e9b\u0323 Å Å ﬁ ① ｆｕｌｌｗｉｄｔｈ",
+    "Zero width: a\u200bb\u200cc\u200dd \ufeffbom",
+    "Arabic: مرحبا بالعالم. Hebrew: שלום עולם. Thai: สวัสดีชาวโลก Hindi: नमस्ते दुनिया",
+    "Ελληνικά και Русский текст с ёжиком",
+    "Tabs\tand\u00a0non-breaking\u2003em\u3000ideographic spaces",
+    "<s>Hello</s> <unk> <pad> <|endoftext|> <|im_start|>user\nhi<|im_end|>",
+    "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are helpful.<|eot_id|>",
+    "<bos><start_of_turn>user\nHi there<end_of_turn>\n<start_of_turn>model\n",
+    "[INST] Hello [/INST] <s>[INST]x[/INST]",
+    "<｜begin▁of▁sentence｜><｜User｜>hello<｜Assistant｜><think>\nhmm\n</think>",
+    "<|start|>user<|message|>hi<|end|><|start|>assistant<|channel|>final<|message|>",
+    "<|user|>\nWhat is 2+2?<|end|>\n<|assistant|>",
+    "text<|endoftext|>more text <|im_end|>trailing",
+    "....!!!???,,, --- ___ *** ### @@@ $$$ %%%",
+    "https://example.com/path?query=1&b=2#frag user@example.org",
+    "a" * 300,
+    "ab " * 100,
+    "\u2581leading metaspace\u2581char and ▁▁ double",
+    "Mixed CASE Words and camelCase snake_case kebab-case PascalCase",
+    "Rare bytes: \u0000\u0001\u007f\u0080 \ud7ff\ue000 \U0001f9ff\U0010fffd end",
+    "  ",
+    "\n",
+    "a\n\n b \n\n\n  c",
+]
+
+
+def war_and_peace(shared, limit=24000):
+    with gzip.open(os.path.join(shared, "text-fixtures/corpus/war-and-peace.txt.gz"), "rt",
+                   encoding="utf-8") as f:
+        text = f.read()
+    start = text.find("CHAPTER I")
+    chunk = text[start:start + limit]
+    # Paragraphs, plus one long multi-paragraph piece.
+    paras = [p for p in chunk.split("\n\n") if p.strip()]
+    return paras + [chunk[:8000]]
+
+
+def corpus(shared):
+    texts = list(BASE_CORPUS)
+    with open(os.path.join(shared, "text-fixtures/vocab-vectors/swift-transformers/multilingual/inputs.json"),
+              encoding="utf-8") as f:
+        texts += [e["text"] for e in json.load(f)]
+    texts += war_and_peace(shared)
+    return texts
+
+
+def stage_family(shared, fam, stage_root):
+    """AutoTokenizer needs a plain tokenizer.json: copy/decompress the family's files into stage_root."""
+    src = os.path.join(shared, "text-fixtures", fam)
+    dst = os.path.join(stage_root, fam)
+    os.makedirs(dst, exist_ok=True)
+    for name in os.listdir(src):
+        path = os.path.join(src, name)
+        if not os.path.isfile(path):
+            continue
+        if name == "tokenizer.json.gz":
+            with gzip.open(path, "rb") as fi, open(os.path.join(dst, "tokenizer.json"), "wb") as fo:
+                shutil.copyfileobj(fi, fo)
+        elif name.endswith(".json"):
+            shutil.copyfile(path, os.path.join(dst, name))
+    return dst
+
+
+def golden(fam, path, texts):
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerBase
+    tok = Tokenizer.from_file(os.path.join(path, "tokenizer.json"))
+    config = {}
+    if os.path.exists(os.path.join(path, "tokenizer_config.json")):
+        with open(os.path.join(path, "tokenizer_config.json"), encoding="utf-8") as f:
+            config = json.load(f)
+    model_type = json.loads(tok.to_str())["model"].get("type", "Unigram")
+    cleanup = bool(config.get("clean_up_tokenization_spaces", False)) and model_type != "BPE"
+
+    def decode(ids, skip):
+        text = tok.decode(ids, skip_special_tokens=skip)
+        return PreTrainedTokenizerBase.clean_up_tokenization(None, text) if cleanup else text
+
+    cases = []
+    for text in texts:
+        ids = tok.encode(text).ids
+        cases.append({
+            "text": text,
+            "ids": ids,
+            "ids_plain": tok.encode(text, add_special_tokens=False).ids,
+            "decode_skip": decode(ids, True),
+            "decode_keep": decode(ids, False),
+        })
+    return {"family": fam, "model": model_type, "cleanup": cleanup, "cases": cases}
+
+
+def main():
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    shared, out = sys.argv[1], sys.argv[2]
+    fams = sys.argv[3:] or FAMILIES
+    os.makedirs(out, exist_ok=True)
+    texts = corpus(shared)
+    stage = os.path.join(out, "stage")
+    for fam in fams:
+        path = stage_family(shared, fam, stage)
+        try:
+            data = golden(fam, path, texts)
+        except Exception as e:  # e.g. llama2's merges contain pieces with spaces: tokenizers rejects it
+            data = {"family": fam, "error": f"tokenizers cannot load this file: {e}"}
+            print(f"{fam}: {data['error']}")
+            with open(os.path.join(out, fam + ".json"), "w", encoding="utf-8") as f:
+                json.dump(data, f, ensure_ascii=False)
+            continue
+        with open(os.path.join(out, fam + ".json"), "w", encoding="utf-8") as f:
+            json.dump(data, f, ensure_ascii=False)
+        print(f"{fam}: {len(data['cases'])} cases ({data['model']})")
+    shutil.rmtree(stage, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

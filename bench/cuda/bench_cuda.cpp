@@ -1,0 +1,402 @@
+// tf_bench_cuda: the CUDA backend at real model shapes with random weights generated on the GPU.
+// Measures the two ceilings in the same run (device copy bandwidth, cuBLAS bf16 GEMM rate), then a
+// decode step composed from the backend ops at batch 1/8/32 and 512/8k context (tokens/s and fraction
+// of the bandwidth roofline: weights + KV bytes a step must read), the same forward with cuBLAS GEMMs as
+// the baseline, per-shape linear timings, and prefill tokens/s against the GEMM rate.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ops/backend.h"
+#include "ops/cuda/cuda_backend.h"
+#include "ops/cuda/cuda_check.h"
+
+namespace tf {
+namespace {
+
+#define CUBLAS_CHECK(x)                                                              \
+  do {                                                                               \
+    cublasStatus_t st_ = (x);                                                        \
+    if (st_ != CUBLAS_STATUS_SUCCESS) throw Error("cuBLAS error " + std::to_string(int(st_)) + " in " #x); \
+  } while (0)
+
+struct Shape {
+  const char* name;
+  int layers, hidden, inter, heads, kv_heads, head_dim, vocab;
+  bool tied;
+};
+constexpr Shape kQwen3_8B{"Qwen3-8B", 36, 4096, 12288, 32, 8, 128, 151936, false};
+constexpr Shape kQwen3_06B{"Qwen3-0.6B", 28, 1024, 3072, 16, 8, 128, 151936, true};
+constexpr int kBlock = 16;
+
+// Median of `reps` timings (ms) of fn(), after `warm` untimed calls.
+double time_ms(cudaStream_t s, const std::function<void()>& fn, int warm = 2, int reps = 7) {
+  for (int i = 0; i < warm; ++i) fn();
+  cudaEvent_t a, b;
+  TF_CUDA_CHECK(cudaEventCreate(&a));
+  TF_CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<float> t;
+  for (int i = 0; i < reps; ++i) {
+    TF_CUDA_CHECK(cudaEventRecord(a, s));
+    fn();
+    TF_CUDA_CHECK(cudaEventRecord(b, s));
+    TF_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms;
+    TF_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// Time fn() replayed from a CUDA graph (falls back to eager timing if capture fails).
+double time_graph_ms(cudaStream_t s, const std::function<void()>& fn, bool* captured) {
+  fn();  // warm: workspaces grow outside the capture
+  TF_CUDA_CHECK(cudaStreamSynchronize(s));
+  cudaGraph_t g = nullptr;
+  cudaGraphExec_t ge = nullptr;
+  *captured = false;
+  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+    try {
+      fn();
+    } catch (const std::exception&) {
+    }
+    if (cudaStreamEndCapture(s, &g) == cudaSuccess && g && cudaGraphInstantiate(&ge, g, 0) == cudaSuccess)
+      *captured = true;
+  }
+  cudaGetLastError();
+  if (!*captured) return time_ms(s, fn);
+  double ms = time_ms(s, [&] { TF_CUDA_CHECK(cudaGraphLaunch(ge, s)); }, 3, 11);
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  return ms;
+}
+
+struct Ceilings {
+  double copy_gbs = 0, gemm_tflops = 0;
+};
+
+Ceilings measure_ceilings(Backend& be, cublasHandle_t h) {
+  cudaStream_t s = cuda::stream_of(be);
+  Ceilings c;
+  const int64_t n = int64_t(1) << 30;  // 2 GiB of bf16 each side
+  Tensor a = be.alloc({n}, DType::BF16), b = be.alloc({n}, DType::BF16);
+  cuda::fill_uniform(be, a, 1, -1, 1);
+  double ms = time_ms(s, [&] { TF_CUDA_CHECK(cudaMemcpyAsync(b.raw(), a.raw(), n * 2, cudaMemcpyDeviceToDevice, s)); }, 3, 11);
+  c.copy_gbs = 2.0 * n * 2 / (ms * 1e-3) / 1e9;
+  const int m = 8192;
+  Tensor x = be.alloc({m, m}, DType::BF16), w = be.alloc({m, m}, DType::BF16), y = be.alloc({m, m}, DType::BF16);
+  cuda::fill_uniform(be, x, 2, -1, 1);
+  cuda::fill_uniform(be, w, 3, -1, 1);
+  const float one = 1, zero = 0;
+  ms = time_ms(s, [&] {
+    CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, m, m, &one, w.raw(), CUDA_R_16BF, m, x.raw(),
+                              CUDA_R_16BF, m, &zero, y.raw(), CUDA_R_16BF, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }, 3, 11);
+  c.gemm_tflops = 2.0 * m * m * m / (ms * 1e-3) / 1e12;
+  return c;
+}
+
+struct Layer {
+  LinearWeight q, k, v, o, gate_up, down;
+  Tensor ln1, ln2, q_norm, k_norm;
+  KvLayer kv;
+};
+
+struct Model {
+  Shape sh;
+  std::vector<Layer> layers;
+  Tensor embed, final_norm;
+  LinearWeight lm_head;
+  int64_t linear_bytes = 0;  // bytes of every linear weight a decode step reads
+  int64_t kv_blocks = 0;
+};
+
+LinearWeight rand_linear(Backend& be, int64_t n, int64_t k, uint64_t seed, Model* m) {
+  LinearWeight w;
+  w.weight = be.alloc({n, k}, DType::BF16);
+  w.in_features = k, w.out_features = n;
+  const float a = std::sqrt(3.f / float(k));  // unit-variance outputs for unit-variance inputs
+  cuda::fill_uniform(be, w.weight, seed, -a, a);
+  m->linear_bytes += n * k * 2;
+  return w;
+}
+
+Tensor rand_norm(Backend& be, int64_t n, uint64_t seed) {
+  Tensor t = be.alloc({n}, DType::BF16);
+  cuda::fill_uniform(be, t, seed, 0.8f, 1.2f);
+  return t;
+}
+
+Model make_model(Backend& be, const Shape& sh, int64_t kv_tokens) {
+  Model m{sh, {}, {}, {}, {}, 0, 0};
+  uint64_t seed = 100;
+  const int64_t qd = int64_t(sh.heads) * sh.head_dim, kd = int64_t(sh.kv_heads) * sh.head_dim;
+  m.kv_blocks = kv_tokens / kBlock + 64;
+  for (int l = 0; l < sh.layers; ++l) {
+    Layer L;
+    L.q = rand_linear(be, qd, sh.hidden, seed++, &m);
+    L.k = rand_linear(be, kd, sh.hidden, seed++, &m);
+    L.v = rand_linear(be, kd, sh.hidden, seed++, &m);
+    L.o = rand_linear(be, sh.hidden, qd, seed++, &m);
+    L.gate_up = rand_linear(be, 2 * int64_t(sh.inter), sh.hidden, seed++, &m);
+    L.down = rand_linear(be, sh.hidden, sh.inter, seed++, &m);
+    L.ln1 = rand_norm(be, sh.hidden, seed++);
+    L.ln2 = rand_norm(be, sh.hidden, seed++);
+    L.q_norm = rand_norm(be, sh.head_dim, seed++);
+    L.k_norm = rand_norm(be, sh.head_dim, seed++);
+    L.kv.k = be.alloc({m.kv_blocks, kBlock, sh.kv_heads, sh.head_dim}, DType::BF16);
+    L.kv.v = be.alloc({m.kv_blocks, kBlock, sh.kv_heads, sh.head_dim}, DType::BF16);
+    cuda::fill_uniform(be, L.kv.k, seed++, -2, 2);
+    cuda::fill_uniform(be, L.kv.v, seed++, -1, 1);
+    m.layers.push_back(std::move(L));
+  }
+  m.embed = be.alloc({sh.vocab, sh.hidden}, DType::BF16);
+  cuda::fill_uniform(be, m.embed, seed++, -1, 1);
+  m.final_norm = rand_norm(be, sh.hidden, seed++);
+  if (sh.tied) {
+    m.lm_head.weight = m.embed, m.lm_head.in_features = sh.hidden, m.lm_head.out_features = sh.vocab;
+    m.linear_bytes += int64_t(sh.vocab) * sh.hidden * 2;
+  } else {
+    m.lm_head = rand_linear(be, sh.vocab, sh.hidden, seed++, &m);
+  }
+  be.synchronize();
+  return m;
+}
+
+using LinearFn = std::function<void(const Tensor&, const LinearWeight&, Tensor&)>;
+
+// Activation buffers for up to `rows` rows.
+struct Acts {
+  Tensor res, x, q, k, v, attn, o, gu, act, mlp, last, logits;
+};
+Acts make_acts(Backend& be, const Shape& sh, int rows, int out_rows) {
+  const int64_t qd = int64_t(sh.heads) * sh.head_dim, kd = int64_t(sh.kv_heads) * sh.head_dim;
+  auto a = [&](int64_t r, int64_t c) { return be.alloc({r, c}, DType::BF16); };
+  return Acts{a(rows, sh.hidden), a(rows, sh.hidden), a(rows, qd), a(rows, kd), a(rows, kd), a(rows, qd),
+              a(rows, sh.hidden), a(rows, 2 * int64_t(sh.inter)), a(rows, sh.inter), a(rows, sh.hidden),
+              a(out_rows, sh.hidden), a(out_rows, sh.vocab)};
+}
+
+// One forward over the rows of begin_forward(); logits for the last `out_rows` rows.
+void forward(Backend& be, Model& m, Acts& A, int rows, int out_rows, const RopeParams& rope, const LinearFn& lin) {
+  const Shape& sh = m.sh;
+  auto v2 = [](const Tensor& t, int64_t r, int64_t c) { return t.slice_rows(0, r).view({r, c}); };
+  const int64_t qd = int64_t(sh.heads) * sh.head_dim, kd = int64_t(sh.kv_heads) * sh.head_dim;
+  Tensor res = v2(A.res, rows, sh.hidden), x = v2(A.x, rows, sh.hidden), q = v2(A.q, rows, qd),
+         k = v2(A.k, rows, kd), v = v2(A.v, rows, kd), attn = v2(A.attn, rows, qd), o = v2(A.o, rows, sh.hidden),
+         gu = v2(A.gu, rows, 2 * int64_t(sh.inter)), act = v2(A.act, rows, sh.inter),
+         mlp = v2(A.mlp, rows, sh.hidden);
+  Tensor qh = q.view({rows * int64_t(sh.heads), sh.head_dim}), kh = k.view({rows * int64_t(sh.kv_heads), sh.head_dim});
+  AttentionParams ap{sh.heads, sh.kv_heads, sh.head_dim, 1.f / std::sqrt(float(sh.head_dim)), 0, 0.f};
+  be.embedding(m.embed, 1.f, res);
+  for (int l = 0; l < sh.layers; ++l) {
+    Layer& L = m.layers[l];
+    if (l == 0)
+      be.rms_norm(res, L.ln1, 1e-6f, 0.f, x);
+    else
+      be.add_rms_norm(res, mlp, L.ln1, 1e-6f, 0.f, x);
+    lin(x, L.q, q);
+    lin(x, L.k, k);
+    lin(x, L.v, v);
+    be.rms_norm(qh, L.q_norm, 1e-6f, 0.f, qh);
+    be.rms_norm(kh, L.k_norm, 1e-6f, 0.f, kh);
+    be.rope(q, k, rope);
+    be.kv_write(L.kv, k, v);
+    be.attention(q, L.kv, ap, attn);
+    lin(attn, L.o, o);
+    be.add_rms_norm(res, o, L.ln2, 1e-6f, 0.f, x);
+    lin(x, L.gate_up, gu);
+    be.silu_mul(gu, act);
+    lin(act, L.down, mlp);
+  }
+  be.add_rms_norm(res, mlp, m.final_norm, 1e-6f, 0.f, x);
+  Tensor last = v2(A.last, out_rows, sh.hidden), logits = v2(A.logits, out_rows, sh.vocab);
+  if (out_rows == rows) {
+    lin(x, m.lm_head, logits);
+  } else {
+    std::vector<int32_t> idx;
+    for (int i = rows - out_rows; i < rows; ++i) idx.push_back(i);
+    be.gather_rows(x, idx, last);
+    lin(last, m.lm_head, logits);
+  }
+}
+
+RopeParams qwen_rope(int d) {
+  RopeParams p;
+  p.head_dim = p.rotary_dim = d;
+  for (int i = 0; i < d / 2; ++i) p.inv_freq.push_back(std::pow(1e6f, -2.f * i / d));
+  return p;
+}
+
+// `batch` sequences, each decoding its token at position ctx-1; distinct blocks per sequence.
+BatchMeta decode_meta(int batch, int ctx) {
+  BatchMeta m;
+  m.block_size = kBlock;
+  const int per = ctx / kBlock + 1;
+  for (int b = 0; b < batch; ++b) {
+    std::vector<int32_t> t(per);
+    for (int i = 0; i < per; ++i) t[i] = b * per + i;
+    const int pos = ctx - 1;
+    m.tokens.push_back((b * 7919 + 13) % 151936), m.positions.push_back(pos), m.row_seq.push_back(b);
+    m.slots.push_back(t[pos / kBlock] * kBlock + pos % kBlock);
+    m.block_tables.push_back(std::move(t));
+  }
+  return m;
+}
+
+BatchMeta prefill_meta(int n) {
+  BatchMeta m;
+  m.block_size = kBlock;
+  std::vector<int32_t> t(n / kBlock + 1);
+  for (size_t i = 0; i < t.size(); ++i) t[i] = int32_t(i);
+  for (int p = 0; p < n; ++p) {
+    m.tokens.push_back((p * 31 + 7) % 151936), m.positions.push_back(p), m.row_seq.push_back(0);
+    m.slots.push_back(t[p / kBlock] * kBlock + p % kBlock);
+  }
+  m.block_tables.push_back(t);
+  return m;
+}
+
+struct Row {
+  std::string what;
+  double ours_ms, cublas_ms, floor_ms;  // floor: roofline time
+  double tokens;
+};
+
+void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c, bool quick, std::vector<Row>* out) {
+  cudaStream_t s = cuda::stream_of(be);
+  const int max_ctx = quick ? 512 : 8192;
+  Model m = make_model(be, sh, int64_t(32) * (max_ctx + kBlock));
+  const float one = 1, zero = 0;
+  LinearFn ours = [&](const Tensor& x, const LinearWeight& w, Tensor& y) { be.linear(x, w, y); };
+  LinearFn cublas = [&](const Tensor& x, const LinearWeight& w, Tensor& y) {
+    const int n = int(w.weight.dim(0)), k = int(w.weight.dim(1)), mm = int(x.numel() / k);
+    CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, mm, k, &one, w.weight.raw(), CUDA_R_16BF, k, x.raw(),
+                              CUDA_R_16BF, k, &zero, y.raw(), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  };
+  const RopeParams rope = qwen_rope(sh.head_dim);
+  const double kv_bytes_per_token = 2.0 * sh.layers * sh.kv_heads * sh.head_dim * 2;
+  std::printf("\n== %s: %.2f GB of linear weights, KV %.0f KB/token ==\n", sh.name, m.linear_bytes / 1e9,
+              kv_bytes_per_token / 1e3);
+
+  // Per-shape linear timings (the decode building block).
+  {
+    Layer& L = m.layers[0];
+    struct W { const char* n; LinearWeight* w; } ws[] = {{"q", &L.q}, {"o", &L.o}, {"gate_up", &L.gate_up},
+                                                        {"down", &L.down}, {"lm_head", &m.lm_head}};
+    for (int rows : {1, 8, 32, 256}) {
+      for (auto& w : ws) {
+        const int64_t n = w.w->weight.dim(0), k = w.w->weight.dim(1);
+        Tensor x = be.alloc({rows, k}, DType::BF16), y = be.alloc({rows, n}, DType::BF16);
+        cuda::fill_uniform(be, x, 7, -1, 1);
+        const double t1 = time_ms(s, [&] { ours(x, *w.w, y); }, 3, 15);
+        const double t2 = time_ms(s, [&] { cublas(x, *w.w, y); }, 3, 15);
+        std::printf("linear %-8s M=%-4d N=%-6ld K=%-6ld ours %8.1f us %6.0f GB/s | cuBLAS %8.1f us %6.0f GB/s\n", w.n,
+                    rows, long(n), long(k), t1 * 1e3, n * k * 2 / (t1 * 1e-3) / 1e9, t2 * 1e3,
+                    n * k * 2 / (t2 * 1e-3) / 1e9);
+      }
+    }
+  }
+
+  // Decode steps.
+  Acts acts = make_acts(be, sh, quick ? 512 : 4096, 32);
+  for (int ctx : {512, 8192}) {
+    if (ctx > max_ctx) continue;
+    for (int batch : {1, 8, 32}) {
+      BatchMeta meta = decode_meta(batch, ctx);
+      be.begin_forward(meta);
+      bool g1 = false, g2 = false;
+      const double t_eager = time_ms(s, [&] { forward(be, m, acts, batch, batch, rope, ours); });
+      const double t1 = time_graph_ms(s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g1);
+      const double t2 = time_graph_ms(s, [&] { forward(be, m, acts, batch, batch, rope, cublas); }, &g2);
+      const double bytes = double(m.linear_bytes) + kv_bytes_per_token * batch * ctx;
+      const double floor_ms = bytes / (c.copy_gbs * 1e9) * 1e3;
+      char what[96];
+      std::snprintf(what, sizeof what, "decode b=%d ctx=%d%s", batch, ctx, g1 && g2 ? " (graph)" : " (eager)");
+      out->push_back({std::string(sh.name) + " " + what, t1, t2, floor_ms, double(batch)});
+      std::printf("%s: ours %.3f ms (eager %.3f) cuBLAS %.3f ms floor %.3f ms\n", what, t1, t_eager, t2, floor_ms);
+    }
+  }
+  // Attention alone at the largest decode batch (KV-bound).
+  {
+    const int ctx = max_ctx, batch = 32;
+    BatchMeta meta = decode_meta(batch, ctx);
+    be.begin_forward(meta);
+    Tensor q = be.alloc({batch, sh.heads, sh.head_dim}, DType::BF16), o = be.alloc({batch, sh.heads, sh.head_dim}, DType::BF16);
+    cuda::fill_uniform(be, q, 9, -1, 1);
+    AttentionParams ap{sh.heads, sh.kv_heads, sh.head_dim, 1.f / std::sqrt(float(sh.head_dim)), 0, 0.f};
+    const double t = time_ms(s, [&] { be.attention(q, m.layers[0].kv, ap, o); }, 3, 11);
+    const double bytes = 2.0 * batch * ctx * sh.kv_heads * sh.head_dim * 2;
+    std::printf("attention one layer b=%d ctx=%d: %.1f us, %.0f GB/s of KV\n", batch, ctx, t * 1e3, bytes / (t * 1e-3) / 1e9);
+  }
+  // Prefill of one prompt in one forward; logits for the last token only.
+  for (int n : {512, 4096}) {
+    if (quick && n > 512) continue;
+    BatchMeta meta = prefill_meta(n);
+    be.begin_forward(meta);
+    const double t1 = time_ms(s, [&] { forward(be, m, acts, n, 1, rope, ours); }, 1, 3);
+    const double t2 = time_ms(s, [&] { forward(be, m, acts, n, 1, rope, cublas); }, 1, 3);
+    const double lin_flops = 2.0 * n * (m.linear_bytes / 2 - double(sh.vocab) * sh.hidden) + 2.0 * sh.vocab * sh.hidden;
+    const double attn_flops = 2.0 * double(n) * n * sh.heads * sh.head_dim * sh.layers;  // causal QK and PV
+    const double floor_ms = (lin_flops + attn_flops) / (c.gemm_tflops * 1e12) * 1e3;
+    char what[64];
+    std::snprintf(what, sizeof what, "prefill %d", n);
+    out->push_back({std::string(sh.name) + " " + what, t1, t2, floor_ms, double(n)});
+    std::printf("%s: ours %.2f ms cuBLAS-linear %.2f ms floor %.2f ms\n", what, t1, t2, floor_ms);
+  }
+}
+
+int run(int argc, char** argv) {
+  bool quick = false, small_only = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--quick")) quick = true;
+    if (!std::strcmp(argv[i], "--small")) small_only = true;
+  }
+  std::string why;
+  auto be = make_cuda_backend(0, &why);
+  if (!be) {
+    std::fprintf(stderr, "tf_bench_cuda: %s\n", why.c_str());
+    return 2;
+  }
+  cublasHandle_t h;
+  CUBLAS_CHECK(cublasCreate(&h));
+  CUBLAS_CHECK(cublasSetStream(h, cuda::stream_of(*be)));
+  std::printf("device: %s\n", be->name().c_str());
+  const Ceilings c = measure_ceilings(*be, h);
+  std::printf("ceilings: device copy %.0f GB/s (read+write), cuBLAS bf16 GEMM 8192^3 %.0f TFLOP/s\n", c.copy_gbs,
+              c.gemm_tflops);
+  std::vector<Row> rows;
+  if (!small_only) run_shape(*be, h, kQwen3_8B, c, quick, &rows);
+  run_shape(*be, h, kQwen3_06B, c, quick, &rows);
+  std::printf("\n| run | ours tok/s | of roofline | cuBLAS-linear tok/s | of roofline | ours/cuBLAS |\n|---|---|---|---|---|---|\n");
+  for (auto& r : rows)
+    std::printf("| %s | %.0f | %.1f%% | %.0f | %.1f%% | %.2f |\n", r.what.c_str(), r.tokens / (r.ours_ms * 1e-3),
+                100 * r.floor_ms / r.ours_ms, r.tokens / (r.cublas_ms * 1e-3), 100 * r.floor_ms / r.cublas_ms,
+                r.cublas_ms / r.ours_ms);
+  std::printf("(roofline: decode = (linear weights + KV bytes) / measured copy bandwidth %.0f GB/s; prefill = "
+              "FLOPs / measured GEMM rate %.0f TFLOP/s)\n", c.copy_gbs, c.gemm_tflops);
+  cublasDestroy(h);
+  return 0;
+}
+
+}  // namespace
+}  // namespace tf
+
+int main(int argc, char** argv) {
+  try {
+    return tf::run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tf_bench_cuda: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,360 @@
+// The CUDA backend: owns the device, one stream, the per-forward metadata upload and the attention
+// workspace; the arithmetic lives in the kernels (kernels.h). Activations and the KV pool are bf16;
+// the residual stream may be bf16 or f32 (add_rms_norm and add accept either).
+#include "ops/cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/kernels.h"
+
+namespace tf {
+namespace cuda {
+namespace {
+
+// A pinned host buffer and a device buffer: host data is copied through pinned memory with one async
+// copy on the stream. The event keeps the host from overwriting the pinned buffer while a copy that
+// reads it is still queued.
+class Staging {
+ public:
+  ~Staging() {
+    if (host_) cudaFreeHost(host_);
+    if (dev_) cudaFree(dev_);
+    if (done_) cudaEventDestroy(done_);
+  }
+  void* put(const void* data, size_t bytes, cudaStream_t s) {
+    if (!done_) TF_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+    TF_CUDA_CHECK(cudaEventSynchronize(done_));
+    if (bytes > cap_) {
+      TF_CUDA_CHECK(cudaStreamSynchronize(s));  // kernels may still read the old device buffer
+      if (host_) TF_CUDA_CHECK(cudaFreeHost(host_));
+      if (dev_) TF_CUDA_CHECK(cudaFree(dev_));
+      cap_ = std::max<size_t>(bytes * 2, 4096);
+      TF_CUDA_CHECK(cudaMallocHost(&host_, cap_));
+      TF_CUDA_CHECK(cudaMalloc(&dev_, cap_));
+    }
+    std::memcpy(host_, data, bytes);
+    TF_CUDA_CHECK(cudaMemcpyAsync(dev_, host_, bytes, cudaMemcpyHostToDevice, s));
+    TF_CUDA_CHECK(cudaEventRecord(done_, s));
+    return dev_;
+  }
+
+ private:
+  void* host_ = nullptr;
+  void* dev_ = nullptr;
+  size_t cap_ = 0;
+  cudaEvent_t done_ = nullptr;
+};
+
+// A device buffer that only grows (attention partials).
+class Workspace {
+ public:
+  ~Workspace() {
+    if (p_) cudaFree(p_);
+  }
+  void* get(size_t bytes) {
+    if (bytes > cap_) {
+      if (p_) TF_CUDA_CHECK(cudaFree(p_));  // cudaFree waits for the work that may use it
+      cap_ = bytes + bytes / 4;
+      TF_CUDA_CHECK(cudaMalloc(&p_, cap_));
+    }
+    return p_;
+  }
+
+ private:
+  void* p_ = nullptr;
+  size_t cap_ = 0;
+};
+
+const void* ptr(const Tensor& t) { return t.raw(); }
+
+void expect(const Tensor& t, DType d, const char* op, const char* what) {
+  TF_CHECK(t.device() == Device::CUDA, std::string(op) + ": " + what + " is not on the GPU");
+  TF_CHECK(t.dtype() == d, std::string(op) + ": " + what + " must be " + dtype_name(d) + ", got " +
+                               t.describe());
+  TF_CHECK(t.is_contiguous(), std::string(op) + ": " + what + " must be contiguous");
+}
+
+void expect_float(const Tensor& t, const char* op, const char* what) {
+  TF_CHECK(t.device() == Device::CUDA, std::string(op) + ": " + what + " is not on the GPU");
+  TF_CHECK(t.dtype() == DType::BF16 || t.dtype() == DType::F32 || t.dtype() == DType::F16,
+           std::string(op) + ": " + what + " must be bf16, f16 or f32, got " + t.describe());
+}
+
+std::vector<uint16_t> to_bf16(const Tensor& host) {
+  std::vector<float> f = host.to_f32_vector();
+  std::vector<uint16_t> out(f.size());
+  for (size_t i = 0; i < f.size(); ++i) out[i] = f32_to_bf16(f[i]);
+  return out;
+}
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int device, const cudaDeviceProp& prop) : device_(device) {
+    name_ = "cuda:" + std::to_string(device) + " (" + prop.name + ")";
+    TF_CUDA_CHECK(cudaSetDevice(device));
+    TF_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    set_device_allocator(Device::CUDA, DeviceAllocator{
+                                           [device](size_t n) {
+                                             void* p = nullptr;
+                                             TF_CUDA_CHECK(cudaSetDevice(device));
+                                             TF_CUDA_CHECK(cudaMalloc(&p, n));
+                                             return p;
+                                           },
+                                           [](void* p) { cudaFree(p); }});
+  }
+  ~CudaBackend() override {
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+
+  cudaStream_t stream() const { return stream_; }
+  std::string name() const override { return name_; }
+  Device device() const override { return Device::CUDA; }
+  DType act_dtype() const override { return DType::BF16; }
+
+  Tensor alloc(std::vector<int64_t> shape, DType dtype) override {
+    return Tensor::empty(std::move(shape), dtype, Device::CUDA);
+  }
+
+  Tensor upload(const Tensor& host) override {
+    TF_CHECK(host.device() == Device::CPU && host.is_contiguous(), "upload: expects a contiguous CPU tensor");
+    Tensor t = alloc(host.shape(), host.dtype());
+    TF_CUDA_CHECK(cudaMemcpyAsync(t.raw(), host.raw(), host.nbytes(), cudaMemcpyHostToDevice, stream_));
+    TF_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host tensor may be freed after we return
+    return t;
+  }
+
+  LinearWeight upload_linear(const LinearWeight& host) override {
+    TF_CHECK(host.format == LinearWeight::Format::Dense,
+             "the CUDA backend runs dense (bf16/f16/f32) linear weights only so far; quantized checkpoints "
+             "(MLX affine, FP8 block) need the CPU backend for now");
+    LinearWeight w = host;
+    w.weight = upload_bf16(host.weight);
+    if (host.bias.defined() && host.bias.numel() > 0)
+      w.bias = host.bias.dtype() == DType::F16 ? upload_f32(host.bias) : upload(host.bias);
+    return w;
+  }
+
+  void to_host(const Tensor& src, Tensor& dst) override {
+    TF_CHECK(src.numel() == dst.numel(), "to_host: " + src.describe() + " vs " + dst.describe());
+    TF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (src.dtype() == dst.dtype()) {
+      TF_CUDA_CHECK(cudaMemcpy(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToHost));
+      return;
+    }
+    TF_CHECK(dst.dtype() == DType::F32 && (src.dtype() == DType::BF16 || src.dtype() == DType::F16),
+             "to_host: can convert only bf16/f16 to f32");
+    std::vector<uint16_t> tmp(src.numel());
+    TF_CUDA_CHECK(cudaMemcpy(tmp.data(), src.raw(), src.nbytes(), cudaMemcpyDeviceToHost));
+    float* d = dst.data<float>();
+    for (size_t i = 0; i < tmp.size(); ++i)
+      d[i] = src.dtype() == DType::BF16 ? bf16_to_f32(tmp[i]) : f16_to_f32(tmp[i]);
+  }
+
+  void begin_forward(const BatchMeta& meta) override {
+    const int r = meta.rows(), s = int(meta.block_tables.size());
+    TF_CHECK(int(meta.positions.size()) == r && int(meta.row_seq.size()) == r && int(meta.slots.size()) == r,
+             "begin_forward: tokens, positions, row_seq and slots must have one entry per row");
+    std::vector<int32_t> buf;
+    buf.reserve(4 * r + s + 64);
+    for (auto* v : {&meta.tokens, &meta.positions, &meta.row_seq, &meta.slots}) buf.insert(buf.end(), v->begin(), v->end());
+    int32_t off = 0;
+    for (auto& t : meta.block_tables) buf.push_back(off), off += int32_t(t.size());
+    for (auto& t : meta.block_tables) buf.insert(buf.end(), t.begin(), t.end());
+    buf.push_back(0);  // never empty
+    auto* d = static_cast<const int32_t*>(meta_stage_.put(buf.data(), buf.size() * 4, stream_));
+    dm_ = DeviceMeta{d, d + r, d + 2 * r, d + 3 * r, d + 4 * r, d + 4 * r + s, r, meta.block_size};
+    max_pos_ = 0;
+    for (int i = 0; i < r; ++i) {
+      TF_CHECK(meta.row_seq[i] >= 0 && meta.row_seq[i] < s, "begin_forward: row_seq out of range");
+      max_pos_ = std::max(max_pos_, meta.positions[i]);
+    }
+    have_meta_ = true;
+  }
+
+  void embedding(const Tensor& table, float scale, Tensor& out) override {
+    need_meta("embedding");
+    expect_float(table, "embedding", "table");
+    const int hidden = int(table.dim(-1));
+    TF_CHECK(out.numel() == int64_t(dm_.rows) * hidden, "embedding: out must be [rows, hidden]");
+    cuda::embedding(ptr(table), table.dtype(), dm_.tokens, out.raw(), out.dtype(), dm_.rows, hidden, scale, stream_);
+  }
+
+  void linear(const Tensor& x, const LinearWeight& w, Tensor& y) override {
+    expect(x, DType::BF16, "linear", "x");
+    expect(y, DType::BF16, "linear", "y");
+    expect(w.weight, DType::BF16, "linear", "weight (use upload_linear)");
+    const int64_t n = w.weight.dim(0), k = w.weight.dim(1);
+    TF_CHECK(x.dim(-1) == k, "linear: x " + x.describe() + " does not match weight " + w.weight.describe());
+    const int64_t m = x.numel() / k;
+    TF_CHECK(y.numel() == m * n, "linear: y " + y.describe() + " must hold [" + std::to_string(m) + ", " +
+                                     std::to_string(n) + "]");
+    const bool has_bias = w.bias.defined() && w.bias.numel() > 0;
+    cuda::linear_bf16(ptr(x), ptr(w.weight), has_bias ? ptr(w.bias) : nullptr,
+                      has_bias ? w.bias.dtype() : DType::F32, y.raw(), int(m), int(n), int(k), stream_);
+  }
+
+  void rms_norm(const Tensor& x, const Tensor& w, float eps, float offset, Tensor& y) override {
+    expect(x, DType::BF16, "rms_norm", "x");
+    expect(y, DType::BF16, "rms_norm", "y");
+    expect_float(w, "rms_norm", "weight");
+    const int cols = int(x.dim(-1));
+    TF_CHECK(w.numel() == cols && y.numel() == x.numel(), "rms_norm: shapes differ");
+    cuda::rms_norm(ptr(x), ptr(w), w.dtype(), y.raw(), x.numel() / cols, cols, eps, offset, stream_);
+  }
+
+  void add_rms_norm(Tensor& res, const Tensor& x, const Tensor& w, float eps, float offset, Tensor& y) override {
+    TF_CHECK(res.dtype() == DType::BF16 || res.dtype() == DType::F32, "add_rms_norm: residual must be bf16 or f32");
+    expect(x, DType::BF16, "add_rms_norm", "x");
+    expect(y, DType::BF16, "add_rms_norm", "y");
+    expect_float(w, "add_rms_norm", "weight");
+    const int cols = int(x.dim(-1));
+    TF_CHECK(w.numel() == cols && res.numel() == x.numel() && y.numel() == x.numel(), "add_rms_norm: shapes differ");
+    cuda::add_rms_norm(res.raw(), res.dtype(), ptr(x), ptr(w), w.dtype(), y.raw(), x.numel() / cols, cols, eps,
+                       offset, stream_);
+  }
+
+  void rope(Tensor& q, Tensor& k, const RopeParams& p) override {
+    need_meta("rope");
+    expect(q, DType::BF16, "rope", "q");
+    expect(k, DType::BF16, "rope", "k");
+    const int d = p.head_dim;
+    TF_CHECK(d > 0 && p.rotary_dim <= d && p.rotary_dim % 2 == 0 && int(p.inv_freq.size()) == p.rotary_dim / 2,
+             "rope: inconsistent RopeParams");
+    const int hq = int(q.numel() / (int64_t(dm_.rows) * d)), hk = int(k.numel() / (int64_t(dm_.rows) * d));
+    TF_CHECK(int64_t(hq) * dm_.rows * d == q.numel() && int64_t(hk) * dm_.rows * d == k.numel(),
+             "rope: q/k must be [rows, heads, head_dim] for this batch");
+    if (p.inv_freq != inv_freq_host_) {  // rarely changes: one model, one rope
+      inv_freq_host_ = p.inv_freq;
+      inv_freq_ = upload(Tensor::borrow(inv_freq_host_.data(), {int64_t(inv_freq_host_.size())}, DType::F32, Device::CPU));
+    }
+    cuda::rope(q.raw(), k.raw(), dm_.rows, hq, hk, d, p.rotary_dim, inv_freq_.data<float>(), p.attention_factor,
+               p.interleaved, dm_.positions, stream_);
+  }
+
+  void silu_mul(const Tensor& gu, Tensor& out) override {
+    expect(gu, DType::BF16, "silu_mul", "gate_up");
+    expect(out, DType::BF16, "silu_mul", "out");
+    const int inter = int(gu.dim(-1) / 2);
+    const int64_t rows = gu.numel() / gu.dim(-1);
+    TF_CHECK(out.numel() == rows * inter, "silu_mul: out must be [rows, inter]");
+    cuda::silu_mul(ptr(gu), out.raw(), rows, inter, stream_);
+  }
+
+  void kv_write(KvLayer& layer, const Tensor& k, const Tensor& v) override {
+    need_meta("kv_write");
+    expect(k, DType::BF16, "kv_write", "k");
+    expect(v, DType::BF16, "kv_write", "v");
+    expect(layer.k, DType::BF16, "kv_write", "K pool");
+    expect(layer.v, DType::BF16, "kv_write", "V pool");
+    const int64_t row = layer.k.dim(2) * layer.k.dim(3);
+    TF_CHECK(k.numel() == row * dm_.rows && v.numel() == k.numel(), "kv_write: k/v must be [rows, kv_heads, head_dim]");
+    TF_CHECK(layer.k.dim(1) == dm_.block_size, "kv_write: pool block size differs from the batch's");
+    cuda::kv_write(layer.k.raw(), layer.v.raw(), ptr(k), ptr(v), dm_.rows, int(row), dm_.slots, stream_);
+  }
+
+  void attention(const Tensor& q, const KvLayer& layer, const AttentionParams& p, Tensor& out) override {
+    need_meta("attention");
+    expect(q, DType::BF16, "attention", "q");
+    expect(out, DType::BF16, "attention", "out");
+    expect(layer.k, DType::BF16, "attention", "K pool");
+    TF_CHECK(layer.k.dim(2) == p.num_kv_heads && layer.k.dim(3) == p.head_dim && layer.k.dim(1) == dm_.block_size,
+             "attention: KV pool shape does not match the attention parameters");
+    TF_CHECK(q.numel() == int64_t(dm_.rows) * p.num_heads * p.head_dim && out.numel() == q.numel(),
+             "attention: q/out must be [rows, heads, head_dim]");
+    const int chunks = max_pos_ / kAttnChunk + 1;
+    const size_t n = size_t(dm_.rows) * p.num_heads * chunks;
+    auto* ws = static_cast<float*>(attn_ws_.get(n * (p.head_dim + 2) * sizeof(float)));
+    cuda::attention(ptr(q), ptr(layer.k), ptr(layer.v), out.raw(), dm_, p.num_heads, p.num_kv_heads, p.head_dim,
+                    p.scale, p.sliding_window, p.softcap, chunks, ws, ws + n * p.head_dim, stream_);
+  }
+
+  void add(Tensor& a, const Tensor& b) override {
+    expect_float(a, "add", "a");
+    expect_float(b, "add", "b");
+    TF_CHECK(a.numel() == b.numel() && a.dtype() != DType::F16 && b.dtype() != DType::F16,
+             "add: a and b must have the same size, bf16 or f32");
+    cuda::add(a.raw(), a.dtype(), ptr(b), b.dtype(), a.numel(), stream_);
+  }
+
+  void gather_rows(const Tensor& x, const std::vector<int32_t>& rows, Tensor& out) override {
+    TF_CHECK(x.device() == Device::CUDA && out.device() == Device::CUDA && x.dtype() == out.dtype(),
+             "gather_rows: x and out must be GPU tensors of one dtype");
+    const int64_t row_bytes = int64_t(x.nbytes() / x.dim(0));
+    TF_CHECK(out.nbytes() == size_t(row_bytes) * rows.size(), "gather_rows: out must be [rows, ...] of x's row size");
+    for (int32_t r : rows) TF_CHECK(r >= 0 && r < x.dim(0), "gather_rows: row index out of range");
+    if (rows.empty()) return;
+    auto* d = static_cast<const int32_t*>(gather_stage_.put(rows.data(), rows.size() * 4, stream_));
+    cuda::gather_rows(ptr(x), d, out.raw(), int(rows.size()), row_bytes, stream_);
+  }
+
+  void synchronize() override { TF_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+ private:
+  void need_meta(const char* op) { TF_CHECK(have_meta_, std::string(op) + ": begin_forward() was not called"); }
+  Tensor upload_bf16(const Tensor& host) {
+    if (host.dtype() == DType::BF16) return upload(host);
+    std::vector<uint16_t> b = to_bf16(host);
+    return upload(Tensor::borrow(b.data(), host.shape(), DType::BF16, Device::CPU));
+  }
+  Tensor upload_f32(const Tensor& host) {
+    std::vector<float> f = host.to_f32_vector();
+    return upload(Tensor::borrow(f.data(), host.shape(), DType::F32, Device::CPU));
+  }
+
+  int device_;
+  std::string name_;
+  cudaStream_t stream_ = nullptr;
+  Staging meta_stage_, gather_stage_;
+  Workspace attn_ws_;
+  DeviceMeta dm_;
+  int max_pos_ = 0;
+  bool have_meta_ = false;
+  std::vector<float> inv_freq_host_;
+  Tensor inv_freq_;
+};
+
+CudaBackend& as_cuda(Backend& b) {
+  auto* c = dynamic_cast<CudaBackend*>(&b);
+  TF_CHECK(c, "expected the CUDA backend, got " + b.name());
+  return *c;
+}
+
+}  // namespace
+
+cudaStream_t stream_of(Backend& b) { return as_cuda(b).stream(); }
+
+void fill_uniform(Backend& b, Tensor& t, uint64_t seed, float lo, float hi) {
+  TF_CHECK(t.device() == Device::CUDA && (t.dtype() == DType::BF16 || t.dtype() == DType::F32),
+           "fill_uniform: expects a bf16 or f32 GPU tensor");
+  fill_uniform(t.raw(), t.dtype(), t.numel(), seed, lo, hi, stream_of(b));
+}
+
+}  // namespace cuda
+
+std::unique_ptr<Backend> make_cuda_backend(int device_index, std::string* why) {
+  auto say = [&](std::string s) {
+    if (why) *why = std::move(s);
+    return nullptr;
+  };
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) return say(std::string("no usable CUDA device: ") + cudaGetErrorString(e));
+  if (device_index < 0 || device_index >= count)
+    return say("CUDA device " + std::to_string(device_index) + " does not exist (" + std::to_string(count) +
+               " found)");
+  cudaDeviceProp prop{};
+  e = cudaGetDeviceProperties(&prop, device_index);
+  if (e != cudaSuccess) return say(std::string("cannot query the CUDA device: ") + cudaGetErrorString(e));
+  if (prop.major < 8)
+    return say(std::string(prop.name) + " is compute capability " + std::to_string(prop.major) + "." +
+               std::to_string(prop.minor) + "; the CUDA backend needs sm_80 (Ampere) or newer");
+  return std::make_unique<cuda::CudaBackend>(device_index, prop);
+}
+
+}  // namespace tf

@@ -1,0 +1,18 @@
+#pragma once
+// CUDA-only extras of the CUDA backend (the backend itself is reached through make_cuda_backend() in
+// ops/backend.h). Benches and tests use these to share the backend's stream and to fill tensors on the
+// device without a host round trip.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "ops/backend.h"
+
+namespace tf::cuda {
+
+// The one stream every op of `b` runs on. Throws when `b` is not the CUDA backend.
+cudaStream_t stream_of(Backend& b);
+// Fills a CUDA tensor (F32 or BF16) with uniform values in [lo, hi) from a counter-based hash of `seed`.
+void fill_uniform(Backend& b, Tensor& t, uint64_t seed, float lo, float hi);
+
+}  // namespace tf::cuda

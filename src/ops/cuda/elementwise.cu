@@ -1,0 +1,249 @@
+// Norms, rotary embedding, activation, KV writes, embedding gather and small utilities. Each row is
+// reduced by a fixed number of threads chosen from the row length alone, in a fixed order.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/kernels.h"
+
+namespace tf::cuda {
+namespace {
+
+// Loads/stores as float for the dtypes activations and norm weights come in.
+__device__ __forceinline__ float ld(const void* p, int64_t i, DType t) {
+  switch (t) {
+    case DType::F32: return static_cast<const float*>(p)[i];
+    case DType::F16: return __half2float(static_cast<const __half*>(p)[i]);
+    default: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+  }
+}
+__device__ __forceinline__ void st(void* p, int64_t i, DType t, float v) {
+  if (t == DType::F32)
+    static_cast<float*>(p)[i] = v;
+  else
+    static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(v);
+}
+__device__ __forceinline__ float bf(const __nv_bfloat16* p, int64_t i) { return __bfloat162float(p[i]); }
+
+// Sum over the TPR threads of a row: warp butterfly, then (TPR = 256) the 8 warp sums in order.
+template <int TPR>
+__device__ __forceinline__ float row_sum(float v, float* smem) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if constexpr (TPR == 32) {
+    return v;
+  } else {
+    const int warp = threadIdx.x / 32;
+    if (threadIdx.x % 32 == 0) smem[warp] = v;
+    __syncthreads();
+    float s = smem[0];
+#pragma unroll
+    for (int w = 1; w < TPR / 32; ++w) s += smem[w];
+    return s;
+  }
+}
+
+constexpr int kNormThreads = 256;
+
+template <int TPR>
+__global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const __nv_bfloat16* __restrict__ x,
+                                                                const void* w, DType wt,
+                                                                __nv_bfloat16* y, int64_t rows, int cols,
+                                                                float eps, float offset) {
+  __shared__ float smem[kNormThreads / 32];
+  const int64_t row = blockIdx.x * int64_t(kNormThreads / TPR) + threadIdx.x / TPR;
+  const int tid = threadIdx.x % TPR;
+  if (TPR == 32 && row >= rows) return;  // whole warps exit together
+  const __nv_bfloat16* xr = x + row * cols;
+  float ss = 0.f;
+  for (int i = tid; i < cols; i += TPR) {
+    const float v = bf(xr, i);
+    ss += v * v;
+  }
+  const float inv = rsqrtf(row_sum<TPR>(ss, smem) / cols + eps);
+  __nv_bfloat16* yr = y + row * cols;
+  for (int i = tid; i < cols; i += TPR) yr[i] = __float2bfloat16(bf(xr, i) * inv * (ld(w, i, wt) + offset));
+}
+
+template <int TPR>
+__global__ void __launch_bounds__(kNormThreads) add_rms_norm_kernel(void* res, DType rt,
+                                                                    const __nv_bfloat16* x, const void* w,
+                                                                    DType wt, __nv_bfloat16* y, int cols,
+                                                                    float eps, float offset) {
+  __shared__ float smem[kNormThreads / 32];
+  const int64_t row = blockIdx.x;
+  const int tid = threadIdx.x;
+  float ss = 0.f;
+  for (int i = tid; i < cols; i += TPR) {
+    const int64_t e = row * cols + i;
+    st(res, e, rt, ld(res, e, rt) + bf(x, e));
+    const float v = ld(res, e, rt);  // the stored (rounded) value is what the norm sees
+    ss += v * v;
+  }
+  const float inv = rsqrtf(row_sum<TPR>(ss, smem) / cols + eps);
+  for (int i = tid; i < cols; i += TPR) {
+    const int64_t e = row * cols + i;
+    y[e] = __float2bfloat16(ld(res, e, rt) * inv * (ld(w, i, wt) + offset));
+  }
+}
+
+__global__ void rope_kernel(__nv_bfloat16* q, __nv_bfloat16* k, int rows, int hq, int hk, int d, int rot,
+                            const float* __restrict__ inv_freq, float factor, bool interleaved,
+                            const int32_t* __restrict__ positions) {
+  const int half = rot / 2;
+  const int64_t n = int64_t(rows) * (hq + hk) * half;
+  const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (idx >= n) return;
+  const int i = int(idx % half);
+  const int64_t rh = idx / half;
+  const int r = int(rh / (hq + hk)), h = int(rh % (hq + hk));
+  __nv_bfloat16* base = h < hq ? q + (int64_t(r) * hq + h) * d : k + (int64_t(r) * hk + (h - hq)) * d;
+  float sn, cs;
+  sincosf(float(positions[r]) * inv_freq[i], &sn, &cs);
+  cs *= factor;
+  sn *= factor;
+  const int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
+  const float x1 = __bfloat162float(base[a]), x2 = __bfloat162float(base[b]);
+  base[a] = __float2bfloat16(x1 * cs - x2 * sn);
+  base[b] = __float2bfloat16(x2 * cs + x1 * sn);
+}
+
+__global__ void silu_mul_kernel(const __nv_bfloat16* __restrict__ gu, __nv_bfloat16* __restrict__ out,
+                                int64_t rows, int inter) {
+  const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (idx >= rows * inter) return;
+  const int64_t r = idx / inter, i = idx % inter;
+  const float g = bf(gu, r * 2 * inter + i), u = bf(gu, r * 2 * inter + inter + i);
+  out[idx] = __float2bfloat16(g / (1.f + __expf(-g)) * u);
+}
+
+// 16-byte copies of one row's K and V into the pool slot.
+__global__ void kv_write_kernel(uint4* kp, uint4* vp, const uint4* __restrict__ k, const uint4* __restrict__ v,
+                                int rows, int vecs, const int32_t* __restrict__ slots) {
+  const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (idx >= int64_t(rows) * vecs) return;
+  const int r = int(idx / vecs), j = int(idx % vecs);
+  const int slot = slots[r];
+  if (slot < 0) return;  // padding row
+  kp[int64_t(slot) * vecs + j] = k[idx];
+  vp[int64_t(slot) * vecs + j] = v[idx];
+}
+
+__global__ void embedding_kernel(const void* table, DType tt, const int32_t* __restrict__ tokens, void* out,
+                                 DType ot, int rows, int hidden, float scale) {
+  const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (idx >= int64_t(rows) * hidden) return;
+  const int r = int(idx / hidden), j = int(idx % hidden);
+  st(out, idx, ot, ld(table, int64_t(tokens[r]) * hidden + j, tt) * scale);
+}
+
+__global__ void add_kernel(void* a, DType at, const void* b, DType bt, int64_t n) {
+  const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (idx < n) st(a, idx, at, ld(a, idx, at) + ld(b, idx, bt));
+}
+
+__global__ void gather_kernel(const uint8_t* __restrict__ x, const int32_t* __restrict__ rows,
+                              uint8_t* __restrict__ out, int nrows, int64_t row_bytes, bool vec16) {
+  const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  const int64_t units = vec16 ? row_bytes / 16 : row_bytes;
+  if (idx >= int64_t(nrows) * units) return;
+  const int64_t i = idx / units, j = idx % units;
+  if (vec16)
+    reinterpret_cast<uint4*>(out + i * row_bytes)[j] =
+        reinterpret_cast<const uint4*>(x + int64_t(rows[i]) * row_bytes)[j];
+  else
+    out[i * row_bytes + j] = x[int64_t(rows[i]) * row_bytes + j];
+}
+
+__global__ void fill_uniform_kernel(void* p, DType t, int64_t n, uint64_t seed, float lo, float hi) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    uint64_t z = seed + 0x9E3779B97F4A7C15ull * uint64_t(i + 1);  // splitmix64
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    const float u = float(z >> 40) * (1.f / 16777216.f);
+    st(p, i, t, lo + (hi - lo) * u);
+  }
+}
+
+unsigned blocks_for(int64_t n, int threads = 256) { return unsigned((n + threads - 1) / threads); }
+
+}  // namespace
+
+void rms_norm(const void* x, const void* w, DType wt, void* y, int64_t rows, int cols, float eps, float offset,
+              cudaStream_t s) {
+  if (rows == 0) return;
+  auto xp = static_cast<const __nv_bfloat16*>(x);
+  auto yp = static_cast<__nv_bfloat16*>(y);
+  if (cols <= 512)  // per-head q/k norms: one warp a row
+    rms_norm_kernel<32><<<blocks_for(rows, kNormThreads / 32), kNormThreads, 0, s>>>(xp, w, wt, yp, rows, cols, eps, offset);
+  else
+    rms_norm_kernel<256><<<unsigned(rows), kNormThreads, 0, s>>>(xp, w, wt, yp, rows, cols, eps, offset);
+  TF_CUDA_LAUNCH_CHECK();
+}
+
+void add_rms_norm(void* res, DType rt, const void* x, const void* w, DType wt, void* y, int64_t rows, int cols,
+                  float eps, float offset, cudaStream_t s) {
+  if (rows == 0) return;
+  add_rms_norm_kernel<256><<<unsigned(rows), kNormThreads, 0, s>>>(
+      res, rt, static_cast<const __nv_bfloat16*>(x), w, wt, static_cast<__nv_bfloat16*>(y), cols, eps, offset);
+  TF_CUDA_LAUNCH_CHECK();
+}
+
+void rope(void* q, void* k, int rows, int hq, int hk, int d, int rot, const float* inv_freq, float factor,
+          bool interleaved, const int32_t* positions, cudaStream_t s) {
+  const int64_t n = int64_t(rows) * (hq + hk) * (rot / 2);
+  if (n == 0) return;
+  rope_kernel<<<blocks_for(n), 256, 0, s>>>(static_cast<__nv_bfloat16*>(q), static_cast<__nv_bfloat16*>(k), rows,
+                                            hq, hk, d, rot, inv_freq, factor, interleaved, positions);
+  TF_CUDA_LAUNCH_CHECK();
+}
+
+void silu_mul(const void* gu, void* out, int64_t rows, int inter, cudaStream_t s) {
+  if (rows * inter == 0) return;
+  silu_mul_kernel<<<blocks_for(rows * inter), 256, 0, s>>>(static_cast<const __nv_bfloat16*>(gu),
+                                                           static_cast<__nv_bfloat16*>(out), rows, inter);
+  TF_CUDA_LAUNCH_CHECK();
+}
+
+void kv_write(void* kp, void* vp, const void* k, const void* v, int rows, int row_elems, const int32_t* slots,
+              cudaStream_t s) {
+  TF_CHECK(row_elems % 8 == 0, "kv_write: kv_heads * head_dim must be a multiple of 8");
+  const int vecs = row_elems / 8;
+  if (rows == 0) return;
+  kv_write_kernel<<<blocks_for(int64_t(rows) * vecs), 256, 0, s>>>(
+      static_cast<uint4*>(kp), static_cast<uint4*>(vp), static_cast<const uint4*>(k),
+      static_cast<const uint4*>(v), rows, vecs, slots);
+  TF_CUDA_LAUNCH_CHECK();
+}
+
+void embedding(const void* table, DType tt, const int32_t* tokens, void* out, DType ot, int rows, int hidden,
+               float scale, cudaStream_t s) {
+  if (rows == 0) return;
+  embedding_kernel<<<blocks_for(int64_t(rows) * hidden), 256, 0, s>>>(table, tt, tokens, out, ot, rows, hidden,
+                                                                      scale);
+  TF_CUDA_LAUNCH_CHECK();
+}
+
+void add(void* a, DType at, const void* b, DType bt, int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  add_kernel<<<blocks_for(n), 256, 0, s>>>(a, at, b, bt, n);
+  TF_CUDA_LAUNCH_CHECK();
+}
+
+void gather_rows(const void* x, const int32_t* rows, void* out, int nrows, int64_t row_bytes, cudaStream_t s) {
+  if (nrows == 0) return;
+  const bool vec16 = row_bytes % 16 == 0 && uintptr_t(x) % 16 == 0 && uintptr_t(out) % 16 == 0;
+  const int64_t units = vec16 ? row_bytes / 16 : row_bytes;
+  gather_kernel<<<blocks_for(nrows * units), 256, 0, s>>>(static_cast<const uint8_t*>(x), rows,
+                                                          static_cast<uint8_t*>(out), nrows, row_bytes, vec16);
+  TF_CUDA_LAUNCH_CHECK();
+}
+
+void fill_uniform(void* p, DType t, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t s) {
+  if (n == 0) return;
+  fill_uniform_kernel<<<4096, 256, 0, s>>>(p, t, n, seed, lo, hi);
+  TF_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace tf::cuda

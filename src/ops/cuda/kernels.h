@@ -1,0 +1,52 @@
+#pragma once
+// Host-side launchers for the CUDA backend's kernels. Plain pointers and sizes so that the backend
+// (compiled as C++) stays free of device code. Every kernel computes a row with the same instruction
+// sequence whatever the number of rows (see DESIGN.md "Row invariance"); the comments say how.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace tf::cuda {
+
+// Batch metadata as the kernels see it (device pointers into one uploaded buffer).
+struct DeviceMeta {
+  const int32_t* tokens = nullptr;         // [R]
+  const int32_t* positions = nullptr;      // [R]
+  const int32_t* row_seq = nullptr;        // [R]
+  const int32_t* slots = nullptr;          // [R]
+  const int32_t* table_offsets = nullptr;  // [S] start of each sequence's block table in `tables`
+  const int32_t* tables = nullptr;         // concatenated block tables
+  int rows = 0, block_size = 0;
+};
+
+// Attention splits each row's KV at multiples of this absolute position; one partial per split,
+// combined in increasing order. Fixed, so a row's arithmetic depends only on its own position.
+constexpr int kAttnChunk = 256;
+
+// y[M,N] (bf16) = x[M,K] (bf16) · W[N,K]ᵀ (bf16) + bias. K % 32 == 0.
+void linear_bf16(const void* x, const void* w, const void* bias, DType bias_dtype, void* y, int m,
+                 int n, int k, cudaStream_t s);
+void rms_norm(const void* x, const void* w, DType w_dtype, void* y, int64_t rows, int cols, float eps,
+              float offset, cudaStream_t s);
+void add_rms_norm(void* residual, DType res_dtype, const void* x, const void* w, DType w_dtype, void* y,
+                  int64_t rows, int cols, float eps, float offset, cudaStream_t s);
+void rope(void* q, void* k, int rows, int hq, int hk, int head_dim, int rotary_dim,
+          const float* inv_freq, float attention_factor, bool interleaved, const int32_t* positions,
+          cudaStream_t s);
+void silu_mul(const void* gate_up, void* out, int64_t rows, int inter, cudaStream_t s);
+void kv_write(void* k_pool, void* v_pool, const void* k, const void* v, int rows, int row_elems,
+              const int32_t* slots, cudaStream_t s);
+// Partials: acc [R, Hq, max_chunks, D] and ml [R, Hq, max_chunks, 2] floats.
+void attention(const void* q, const void* k_pool, const void* v_pool, void* out, const DeviceMeta& meta,
+               int hq, int hk, int head_dim, float scale, int window, float softcap, int max_chunks,
+               float* part_acc, float* part_ml, cudaStream_t s);
+void embedding(const void* table, DType table_dtype, const int32_t* tokens, void* out, DType out_dtype,
+               int rows, int hidden, float scale, cudaStream_t s);
+void add(void* a, DType a_dtype, const void* b, DType b_dtype, int64_t n, cudaStream_t s);
+void gather_rows(const void* x, const int32_t* rows, void* out, int nrows, int64_t row_bytes,
+                 cudaStream_t s);
+void fill_uniform(void* p, DType dtype, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t s);
+
+}  // namespace tf::cuda

@@ -1,0 +1,141 @@
+// Row-invariant bf16 linear layer on tensor cores (mma.sync m16n8k16, fp32 accumulation).
+//
+// Roles are swapped: the weight tile is the MMA's A operand (16 output features) and the activations
+// are its B operand (8 tokens per MMA), so decode pads the token count to 8, not 16. A block owns 16
+// output features and 8*NT tokens; its 8 warps split K into 8 fixed slices (a function of K alone),
+// each slice accumulates 32-wide K chunks in increasing order, and the 8 partials are summed in warp
+// order. NT (tokens per block) only changes how many MMAs a warp issues, never the arithmetic of one
+// output element, so a row's bits do not depend on M. No split-K that depends on M, no atomics.
+//
+// K is permuted inside each 32-wide chunk so that every lane loads 16 contiguous bytes of W and x: lane
+// (g, t) loads W[n0+g][k0+8t .. +8], W[n0+g+8][...] and x[m][k0+8t .. +8]; A and B use the same
+// permutation, so the dot product is unchanged up to summation order (which is fixed).
+#include <cuda_bf16.h>
+
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/kernels.h"
+
+namespace tf::cuda {
+namespace {
+
+constexpr int kWarps = 8;
+
+__device__ __forceinline__ uint4 load_stream(const void* p) {
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+
+__device__ __forceinline__ void mma_bf16(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// U: K chunks loaded ahead per step (memory parallelism); does not change the arithmetic.
+template <int NT, int U>
+__global__ void __launch_bounds__(kWarps * 32) linear_kernel(const __nv_bfloat16* __restrict__ x,
+                                                             const __nv_bfloat16* __restrict__ w,
+                                                             const void* __restrict__ bias, int bias_kind,
+                                                             __nv_bfloat16* __restrict__ y, int m, int n,
+                                                             int k, int m_tiles) {
+  __shared__ float red[kWarps][NT * 8][16];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int m_tile = blockIdx.x % m_tiles, n_tile = blockIdx.x / m_tiles;
+  const int n0 = n_tile * 16, m0 = m_tile * NT * 8;
+  const int chunks = k / 32;
+  const int c_begin = warp * chunks / kWarps, c_end = (warp + 1) * chunks / kWarps;
+
+  const int na = min(n0 + g, n - 1), nb = min(n0 + g + 8, n - 1);  // clamped; masked at the store
+  const __nv_bfloat16* wa = w + int64_t(na) * k + 8 * t;
+  const __nv_bfloat16* wb = w + int64_t(nb) * k + 8 * t;
+  const __nv_bfloat16* xr[NT];
+  bool xok[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    int row = m0 + 8 * j + g;
+    xok[j] = row < m;
+    xr[j] = x + int64_t(xok[j] ? row : 0) * k + 8 * t;
+  }
+  float acc[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+
+  auto step = [&](const uint4& a, const uint4& b, int c) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      uint4 xv = xok[j] ? __ldg(reinterpret_cast<const uint4*>(xr[j] + c * 32)) : make_uint4(0, 0, 0, 0);
+      mma_bf16(acc[j], a.x, b.x, a.y, b.y, xv.x, xv.y);
+      mma_bf16(acc[j], a.z, b.z, a.w, b.w, xv.z, xv.w);
+    }
+  };
+  int c = c_begin;
+  for (; c + U <= c_end; c += U) {
+    uint4 a[U], b[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      a[u] = load_stream(wa + (c + u) * 32);
+      b[u] = load_stream(wb + (c + u) * 32);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) step(a[u], b[u], c + u);
+  }
+  for (; c < c_end; ++c) step(load_stream(wa + c * 32), load_stream(wb + c * 32), c);
+
+  // acc[j]: c0 = (n0+g, token 8j+2t), c1 = (n0+g, 8j+2t+1), c2/c3 the same for n0+g+8.
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    red[warp][8 * j + 2 * t][g] = acc[j][0];
+    red[warp][8 * j + 2 * t + 1][g] = acc[j][1];
+    red[warp][8 * j + 2 * t][g + 8] = acc[j][2];
+    red[warp][8 * j + 2 * t + 1][g + 8] = acc[j][3];
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < NT * 8 * 16; i += kWarps * 32) {
+    const int tok = i / 16, f = i % 16;
+    const int row = m0 + tok, col = n0 + f;
+    if (row >= m || col >= n) continue;
+    float s = red[0][tok][f];
+#pragma unroll
+    for (int q = 1; q < kWarps; ++q) s += red[q][tok][f];
+    if (bias_kind == 1) s += static_cast<const float*>(bias)[col];
+    if (bias_kind == 2) s += __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[col]);
+    y[int64_t(row) * n + col] = __float2bfloat16(s);
+  }
+}
+
+template <int NT, int U>
+void launch(const void* x, const void* w, const void* bias, int bias_kind, void* y, int m, int n, int k,
+            cudaStream_t s) {
+  const int m_tiles = (m + NT * 8 - 1) / (NT * 8);
+  const int n_tiles = (n + 15) / 16;
+  // Token tiles vary fastest so that the blocks sharing a weight tile run together (L2 reuse).
+  linear_kernel<NT, U><<<n_tiles * m_tiles, kWarps * 32, 0, s>>>(
+      static_cast<const __nv_bfloat16*>(x), static_cast<const __nv_bfloat16*>(w), bias, bias_kind,
+      static_cast<__nv_bfloat16*>(y), m, n, k, m_tiles);
+  TF_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+void linear_bf16(const void* x, const void* w, const void* bias, DType bias_dtype, void* y, int m, int n,
+                 int k, cudaStream_t s) {
+  TF_CHECK(k % 32 == 0, "CUDA linear needs in_features divisible by 32, got " + std::to_string(k));
+  const int bias_kind = !bias ? 0 : bias_dtype == DType::F32 ? 1 : 2;
+  if (m <= 8)
+    launch<1, 4>(x, w, bias, bias_kind, y, m, n, k, s);
+  else if (m <= 16)
+    launch<2, 4>(x, w, bias, bias_kind, y, m, n, k, s);
+  else if (m <= 32)
+    launch<4, 2>(x, w, bias, bias_kind, y, m, n, k, s);
+  else
+    launch<8, 2>(x, w, bias, bias_kind, y, m, n, k, s);
+}
+
+}  // namespace tf::cuda

@@ -1,0 +1,377 @@
+// The CUDA backend against the CPU reference backend (fresh random inputs, poisoned outputs, bf16
+// error bounds) and row invariance bit for bit: a row computed alone, inside bigger calls with other
+// random rows, as one of k+1 verify rows and inside prefill chunks of several sizes gives the same bits.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "core/error.h"
+#include "ops/backend.h"
+
+namespace tf {
+namespace {
+
+std::mt19937& rng() {
+  static std::mt19937 r(std::random_device{}());
+  return r;
+}
+
+// A random host tensor whose values are exactly representable in bf16, in f32 and bf16 twins.
+struct Host {
+  Tensor f32, bf16;
+};
+Host random_host(std::vector<int64_t> shape, float scale = 1.f) {
+  Host h{Tensor::empty(shape, DType::F32), Tensor::empty(shape, DType::BF16)};
+  std::normal_distribution<float> nd(0.f, scale);
+  for (int64_t i = 0; i < h.f32.numel(); ++i) {
+    uint16_t b = f32_to_bf16(nd(rng()));
+    h.bf16.data<uint16_t>()[i] = b;
+    h.f32.data<float>()[i] = bf16_to_f32(b);
+  }
+  return h;
+}
+
+class CudaOps : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    std::string why;
+    gpu_ = make_cuda_backend(0, &why).release();
+    why_ = new std::string(why);
+    cpu_ = make_cpu_backend().release();
+  }
+  void SetUp() override {
+    if (!gpu_) GTEST_SKIP() << "no CUDA backend: " << *why_;
+  }
+  // A GPU tensor filled with 0xFF bytes (NaN in bf16/f32): any element an op fails to write shows.
+  Tensor poisoned(std::vector<int64_t> shape, DType dt = DType::BF16) {
+    Tensor t = gpu_->alloc(std::move(shape), dt);
+    EXPECT_EQ(cudaMemset(t.raw(), 0xFF, t.nbytes()), cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the backend's stream does not wait for the default one
+    return t;
+  }
+  std::vector<float> get(const Tensor& t) {
+    Tensor h = Tensor::empty(t.shape(), DType::F32);
+    gpu_->to_host(t, h);
+    return h.to_f32_vector();
+  }
+  std::vector<uint16_t> bits(const Tensor& t) {
+    Tensor h = Tensor::empty(t.shape(), t.dtype());
+    gpu_->to_host(t, h);
+    std::vector<uint16_t> v(t.nbytes() / 2);
+    std::memcpy(v.data(), h.raw(), t.nbytes());
+    return v;
+  }
+  // ‖gpu − cpu‖ / ‖cpu‖, failing on any non-finite GPU value (an unwritten or poisoned element).
+  static double rel_err(const std::vector<float>& g, const std::vector<float>& c) {
+    EXPECT_EQ(g.size(), c.size());
+    double num = 0, den = 0;
+    for (size_t i = 0; i < g.size(); ++i) {
+      if (!std::isfinite(g[i])) {
+        ADD_FAILURE() << "non-finite GPU output at " << i;
+        return 1e9;
+      }
+      num += double(g[i] - c[i]) * (g[i] - c[i]);
+      den += double(c[i]) * c[i];
+    }
+    return std::sqrt(num / std::max(den, 1e-30));
+  }
+  static Backend* gpu_;
+  static Backend* cpu_;
+  static std::string* why_;
+};
+Backend* CudaOps::gpu_ = nullptr;
+Backend* CudaOps::cpu_ = nullptr;
+std::string* CudaOps::why_ = nullptr;
+
+constexpr double kBf16Tol = 1e-2;  // one bf16 rounding of the output is ~3e-3 relative
+
+LinearWeight host_linear(int64_t n, int64_t k, bool bias, Host* w_out, Host* b_out) {
+  *w_out = random_host({n, k}, 1.f / std::sqrt(float(k)));
+  LinearWeight w;
+  w.weight = w_out->bf16;
+  w.in_features = k, w.out_features = n;
+  if (bias) *b_out = random_host({n}), w.bias = b_out->bf16;
+  return w;
+}
+
+BatchMeta plain_meta(int rows) {
+  BatchMeta m;
+  m.block_size = 16;
+  for (int r = 0; r < rows; ++r) {
+    m.tokens.push_back(r), m.positions.push_back(r), m.row_seq.push_back(0), m.slots.push_back(r);
+  }
+  m.block_tables = {{0}};
+  return m;
+}
+
+TEST_F(CudaOps, LinearMatchesCpu) {
+  for (int64_t n : {320, 200}) {
+    Host w, b;
+    LinearWeight hw = host_linear(n, 1024, n == 200, &w, &b);
+    LinearWeight gw = gpu_->upload_linear(hw), cw = cpu_->upload_linear(hw);
+    for (int m : {1, 5, 16, 33, 64, 256}) {
+      Host x = random_host({m, 1024});
+      Tensor gx = gpu_->upload(x.bf16), gy = poisoned({m, n});
+      Tensor cy = Tensor::empty({m, n}, DType::F32);
+      gpu_->linear(gx, gw, gy);
+      cpu_->linear(x.f32, cw, cy);
+      EXPECT_LT(rel_err(get(gy), cy.to_f32_vector()), kBf16Tol) << "M=" << m << " N=" << n;
+    }
+  }
+}
+
+TEST_F(CudaOps, LinearRowInvariantAcrossM) {
+  const int64_t n = 1000, k = 2048;
+  Host w, b;
+  LinearWeight gw = gpu_->upload_linear(host_linear(n, k, true, &w, &b));
+  Host x0 = random_host({1, k});
+  Tensor y1 = poisoned({1, n});
+  gpu_->linear(gpu_->upload(x0.bf16), gw, y1);
+  const std::vector<uint16_t> alone = bits(y1);
+  for (int m : {2, 5, 9, 16, 17, 64, 100, 256}) {
+    for (int at : {0, m / 2, m - 1}) {
+      Host x = random_host({m, k});
+      std::memcpy(x.bf16.data<uint16_t>() + int64_t(at) * k, x0.bf16.raw(), k * 2);
+      Tensor y = poisoned({m, n});
+      gpu_->linear(gpu_->upload(x.bf16), gw, y);
+      std::vector<uint16_t> all = bits(y);
+      std::vector<uint16_t> row(all.begin() + at * n, all.begin() + (at + 1) * n);
+      EXPECT_EQ(row, alone) << "row " << at << " of M=" << m;
+    }
+  }
+}
+
+TEST_F(CudaOps, NormsMatchCpu) {
+  for (int cols : {4096, 128, 1000}) {
+    const int rows = 7;
+    Host x = random_host({rows, cols}, 2.f), w = random_host({cols}), d = random_host({rows, cols});
+    for (float offset : {0.f, 1.f}) {
+      Tensor gy = poisoned({rows, cols}), cy = Tensor::empty({rows, cols}, DType::F32);
+      Tensor gw = gpu_->upload(w.f32), cw = cpu_->upload(w.f32);  // f32 norm weight on the GPU
+      gpu_->rms_norm(gpu_->upload(x.bf16), gw, 1e-6f, offset, gy);
+      cpu_->rms_norm(x.f32, cw, 1e-6f, offset, cy);
+      EXPECT_LT(rel_err(get(gy), cy.to_f32_vector()), kBf16Tol) << "rms_norm cols=" << cols;
+      // add_rms_norm with an f32 residual stream and a bf16 norm weight.
+      Tensor gres = gpu_->upload(x.f32), cres = cpu_->upload(x.f32);
+      Tensor gy2 = poisoned({rows, cols}), cy2 = Tensor::empty({rows, cols}, DType::F32);
+      gpu_->add_rms_norm(gres, gpu_->upload(d.bf16), gpu_->upload(w.bf16), 1e-6f, offset, gy2);
+      cpu_->add_rms_norm(cres, d.f32, cw, 1e-6f, offset, cy2);
+      EXPECT_LT(rel_err(get(gy2), cy2.to_f32_vector()), kBf16Tol) << "add_rms_norm cols=" << cols;
+      EXPECT_LT(rel_err(get(gres), cres.to_f32_vector()), 1e-6) << "residual cols=" << cols;
+    }
+  }
+}
+
+TEST_F(CudaOps, AddRmsNormBf16ResidualRowInvariant) {
+  const int cols = 4096;
+  Host r0 = random_host({1, cols}), x0 = random_host({1, cols}), w = random_host({cols});
+  Tensor gw = gpu_->upload(w.bf16);
+  Tensor res1 = gpu_->upload(r0.bf16), y1 = poisoned({1, cols});
+  gpu_->add_rms_norm(res1, gpu_->upload(x0.bf16), gw, 1e-6f, 0.f, y1);
+  for (int m : {5, 64}) {
+    Host r = random_host({m, cols}), x = random_host({m, cols});
+    std::memcpy(r.bf16.data<uint16_t>() + 3 * cols, r0.bf16.raw(), cols * 2);
+    std::memcpy(x.bf16.data<uint16_t>() + 3 * cols, x0.bf16.raw(), cols * 2);
+    Tensor res = gpu_->upload(r.bf16), y = poisoned({m, cols});
+    gpu_->add_rms_norm(res, gpu_->upload(x.bf16), gw, 1e-6f, 0.f, y);
+    auto yb = bits(y), rb = bits(res);
+    EXPECT_EQ(std::vector<uint16_t>(yb.begin() + 3 * cols, yb.begin() + 4 * cols), bits(y1));
+    EXPECT_EQ(std::vector<uint16_t>(rb.begin() + 3 * cols, rb.begin() + 4 * cols), bits(res1));
+  }
+}
+
+TEST_F(CudaOps, RopeMatchesCpu) {
+  const int rows = 9, hq = 4, hk = 2, d = 128;
+  BatchMeta meta = plain_meta(rows);
+  for (int r = 0; r < rows; ++r) meta.positions[r] = r * 977;  // large positions too
+  for (int variant = 0; variant < 3; ++variant) {
+    RopeParams p;
+    p.head_dim = d;
+    p.rotary_dim = variant == 2 ? 64 : 128;
+    p.interleaved = variant == 1;
+    p.attention_factor = variant == 2 ? 1.2f : 1.f;
+    for (int i = 0; i < p.rotary_dim / 2; ++i) p.inv_freq.push_back(std::pow(1e6f, -2.f * i / p.rotary_dim));
+    Host q = random_host({rows, hq, d}), k = random_host({rows, hk, d});
+    Tensor gq = gpu_->upload(q.bf16), gk = gpu_->upload(k.bf16);
+    Tensor cq = cpu_->upload(q.f32), ck = cpu_->upload(k.f32);
+    gpu_->begin_forward(meta);
+    cpu_->begin_forward(meta);
+    gpu_->rope(gq, gk, p);
+    cpu_->rope(cq, ck, p);
+    EXPECT_LT(rel_err(get(gq), cq.to_f32_vector()), kBf16Tol) << "variant " << variant;
+    EXPECT_LT(rel_err(get(gk), ck.to_f32_vector()), kBf16Tol) << "variant " << variant;
+  }
+}
+
+TEST_F(CudaOps, ElementwiseMatchCpu) {
+  const int rows = 6, inter = 3000, hidden = 256, vocab = 50;
+  // silu_mul
+  Host gu = random_host({rows, 2 * inter}, 2.f);
+  Tensor go = poisoned({rows, inter}), co = Tensor::empty({rows, inter}, DType::F32);
+  gpu_->silu_mul(gpu_->upload(gu.bf16), go);
+  cpu_->silu_mul(gu.f32, co);
+  EXPECT_LT(rel_err(get(go), co.to_f32_vector()), kBf16Tol);
+  // embedding (f32 table) with scale
+  BatchMeta meta = plain_meta(rows);
+  for (int r = 0; r < rows; ++r) meta.tokens[r] = int(rng()() % vocab);
+  Host table = random_host({vocab, hidden});
+  Tensor ge = poisoned({rows, hidden}), ce = Tensor::empty({rows, hidden}, DType::F32);
+  gpu_->begin_forward(meta);
+  cpu_->begin_forward(meta);
+  gpu_->embedding(gpu_->upload(table.bf16), 2.5f, ge);
+  cpu_->embedding(cpu_->upload(table.f32), 2.5f, ce);
+  EXPECT_LT(rel_err(get(ge), ce.to_f32_vector()), kBf16Tol);
+  // add, bf16 += bf16 and f32 += bf16
+  Host a = random_host({rows, hidden}), b = random_host({rows, hidden});
+  Tensor ga = gpu_->upload(a.bf16), gaf = gpu_->upload(a.f32), ca = cpu_->upload(a.f32);
+  gpu_->add(ga, gpu_->upload(b.bf16));
+  gpu_->add(gaf, gpu_->upload(b.bf16));
+  cpu_->add(ca, b.f32);
+  EXPECT_LT(rel_err(get(ga), ca.to_f32_vector()), kBf16Tol);
+  EXPECT_LT(rel_err(get(gaf), ca.to_f32_vector()), 1e-6);
+  // gather_rows, exact
+  std::vector<int32_t> pick = {5, 0, 3, 3};
+  Tensor gg = poisoned({4, hidden}), cg = Tensor::empty({4, hidden}, DType::F32);
+  gpu_->gather_rows(gpu_->upload(a.bf16), pick, gg);
+  cpu_->gather_rows(a.f32, pick, cg);
+  EXPECT_EQ(get(gg), cg.to_f32_vector());
+}
+
+// A paged KV pool on both backends filled with the same random K/V for `len` positions of each
+// sequence, blocks scattered in the pool.
+struct Pools {
+  KvLayer g, c;
+  std::vector<std::vector<int32_t>> tables;
+  std::vector<int32_t> written;  // slots kv_write filled
+  int block_size = 16;
+};
+
+Pools make_pools(Backend& gpu, Backend& cpu, const std::vector<int>& lens, int hk, int d) {
+  Pools p;
+  int total_blocks = 0;
+  for (int l : lens) total_blocks += (l + p.block_size - 1) / p.block_size;
+  const int nb = total_blocks + 3;
+  std::vector<int32_t> perm(nb);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng());
+  int next = 0;
+  BatchMeta m;
+  m.block_size = p.block_size;
+  for (size_t s = 0; s < lens.size(); ++s) {
+    std::vector<int32_t> t;
+    for (int i = 0; i < (lens[s] + p.block_size - 1) / p.block_size; ++i) t.push_back(perm[next++]);
+    for (int pos = 0; pos < lens[s]; ++pos) {
+      m.tokens.push_back(0), m.positions.push_back(pos), m.row_seq.push_back(int(s));
+      m.slots.push_back(t[pos / p.block_size] * p.block_size + pos % p.block_size);
+    }
+    p.tables.push_back(t);
+  }
+  m.block_tables = p.tables;
+  p.written = m.slots;
+  p.g = {gpu.alloc({nb, p.block_size, hk, d}, DType::BF16), gpu.alloc({nb, p.block_size, hk, d}, DType::BF16)};
+  cudaMemset(p.g.k.raw(), 0xFF, p.g.k.nbytes());  // unwritten slots are NaN: reading one shows
+  cudaMemset(p.g.v.raw(), 0xFF, p.g.v.nbytes());
+  cudaDeviceSynchronize();
+  p.c = {Tensor::zeros({nb, p.block_size, hk, d}, DType::F32), Tensor::zeros({nb, p.block_size, hk, d}, DType::F32)};
+  Host k = random_host({m.rows(), hk, d}), v = random_host({m.rows(), hk, d});
+  gpu.begin_forward(m);
+  cpu.begin_forward(m);
+  gpu.kv_write(p.g, gpu.upload(k.bf16), gpu.upload(v.bf16));
+  cpu.kv_write(p.c, k.f32, v.f32);
+  gpu.synchronize();
+  return p;
+}
+
+// Rows (seq, position) of one call, positions increasing within a sequence.
+BatchMeta rows_meta(const Pools& p, const std::vector<std::pair<int, int>>& rows) {
+  BatchMeta m;
+  m.block_size = p.block_size;
+  m.block_tables = p.tables;
+  for (auto [s, pos] : rows) {
+    m.tokens.push_back(0), m.positions.push_back(pos), m.row_seq.push_back(s);
+    m.slots.push_back(p.tables[s][pos / p.block_size] * p.block_size + pos % p.block_size);
+  }
+  return m;
+}
+
+TEST_F(CudaOps, KvWriteAndAttentionMatchCpu) {
+  const int hq = 8, hk = 2, d = 128;
+  Pools pools = make_pools(*gpu_, *cpu_, {1100, 45, 300}, hk, d);
+  // K/V pools must hold exactly what was written.
+  for (auto [g, c] : {std::pair{&pools.g.k, &pools.c.k}, std::pair{&pools.g.v, &pools.c.v}}) {
+    const std::vector<float> gv = get(*g), cv = c->to_f32_vector();
+    const int64_t row = int64_t(hk) * d;
+    for (int32_t slot : pools.written)
+      ASSERT_TRUE(std::equal(gv.begin() + slot * row, gv.begin() + (slot + 1) * row, cv.begin() + slot * row))
+          << "slot " << slot;
+  }
+  std::vector<std::pair<int, int>> rows = {{0, 1099}};      // decode
+  for (int pos = 0; pos < 45; ++pos) rows.push_back({1, pos});  // prefill
+  for (int pos = 295; pos < 300; ++pos) rows.push_back({2, pos});  // verify
+  const int r = int(rows.size());
+  BatchMeta meta = rows_meta(pools, rows);
+  for (int variant = 0; variant < 3; ++variant) {
+    AttentionParams ap{hq, hk, d, 1.f / std::sqrt(float(d)), variant == 1 ? 200 : 0, variant == 2 ? 30.f : 0.f};
+    Host q = random_host({r, hq, d}, 2.f);
+    Tensor go = poisoned({r, hq, d}), co = Tensor::empty({r, hq, d}, DType::F32);
+    gpu_->begin_forward(meta);
+    cpu_->begin_forward(meta);
+    gpu_->attention(gpu_->upload(q.bf16), pools.g, ap, go);
+    cpu_->attention(q.f32, pools.c, ap, co);
+    EXPECT_LT(rel_err(get(go), co.to_f32_vector()), kBf16Tol) << "variant " << variant;
+  }
+}
+
+TEST_F(CudaOps, AttentionRowInvariantAcrossDecodeVerifyPrefill) {
+  const int hq = 32, hk = 8, d = 128, len = 600, other = 700;
+  Pools pools = make_pools(*gpu_, *cpu_, {len, other}, hk, d);
+  const int last = len - 1;
+  Host q_last = random_host({1, hq, d}, 2.f);
+  AttentionParams ap{hq, hk, d, 1.f / std::sqrt(float(d)), 0, 0.f};
+  // Output bits of the row for position `last` of sequence 0 in a call made of `rows`.
+  auto run = [&](const std::vector<std::pair<int, int>>& rows) {
+    const int r = int(rows.size());
+    Host q = random_host({r, hq, d}, 2.f);
+    int at = -1;
+    for (int i = 0; i < r; ++i)
+      if (rows[i] == std::pair<int, int>{0, last}) at = i;
+    std::memcpy(q.bf16.data<uint16_t>() + int64_t(at) * hq * d, q_last.bf16.raw(), hq * d * 2);
+    BatchMeta meta = rows_meta(pools, rows);
+    gpu_->begin_forward(meta);
+    Tensor out = poisoned({r, hq, d});
+    gpu_->attention(gpu_->upload(q.bf16), pools.g, ap, out);
+    auto b = bits(out);
+    return std::vector<uint16_t>(b.begin() + int64_t(at) * hq * d, b.begin() + int64_t(at + 1) * hq * d);
+  };
+  const auto alone = run({{0, last}});
+  std::vector<std::pair<int, int>> verify;
+  for (int p = last - 4; p <= last; ++p) verify.push_back({0, p});
+  EXPECT_EQ(run(verify), alone) << "as one of k+1 verify rows";
+  for (int chunk : {1, 7, 64, 512}) {
+    std::vector<std::pair<int, int>> rows;
+    for (int p = len - chunk; p < len; ++p) rows.push_back({0, p});
+    EXPECT_EQ(run(rows), alone) << "inside a prefill chunk of " << chunk;
+  }
+  // Inside a batch with another sequence's rows before and after it.
+  std::vector<std::pair<int, int>> mixed;
+  for (int p = 10; p < 27; ++p) mixed.push_back({1, p});
+  mixed.push_back({0, last});
+  EXPECT_EQ(run(mixed), alone) << "inside a batch with another sequence";
+}
+
+TEST_F(CudaOps, RejectsWhatItCannotRun) {
+  LinearWeight q;
+  q.format = LinearWeight::Format::MlxAffine;
+  EXPECT_THROW(gpu_->upload_linear(q), Error);
+  Host w, b;
+  LinearWeight odd = gpu_->upload_linear(host_linear(16, 40, false, &w, &b));  // K not a multiple of 32
+  Tensor x = gpu_->upload(random_host({1, 40}).bf16), y = poisoned({1, 16});
+  EXPECT_THROW(gpu_->linear(x, odd, y), Error);
+}
+
+}  // namespace
+}  // namespace tf

@@ -13,30 +13,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::error_of;
+using testing::ScopedEnv;
 using testing::TempDir;
 using testing::write_file;
-
-// Sets environment variables for one test and restores them after.
-class ScopedEnv {
- public:
-  void set(const char* name, const char* value) {
-    if (!saved_.count(name)) {
-      const char* old = getenv(name);
-      saved_[name] = old ? std::optional<std::string>(old) : std::nullopt;
-    }
-    if (value) setenv(name, value, 1);
-    else unsetenv(name);
-  }
-  ~ScopedEnv() {
-    for (const auto& [name, value] : saved_) {
-      if (value) setenv(name.c_str(), value->c_str(), 1);
-      else unsetenv(name.c_str());
-    }
-  }
-
- private:
-  std::map<std::string, std::optional<std::string>> saved_;
-};
 
 const std::string kCommit = "0123456789abcdef0123456789abcdef01234567";
 const std::string kOther = "fedcba9876543210fedcba9876543210fedcba98";

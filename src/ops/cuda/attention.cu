@@ -1,9 +1,8 @@
 // Paged attention for any number of query rows per sequence (decode 1, verify k+1, prefill chunk n).
 //
 // Row invariance: a row's visible positions [lo, pos] are cut at fixed absolute multiples of
-// kAttnChunk. One warp computes one (row, head, chunk) partial with an online softmax over the chunk's
-// visible positions in increasing order (groups of 4 positions, starting at the first visible one),
-// then a second kernel combines the row's partials in increasing chunk order. Nothing depends on the
+// kAttnChunk. One block computes the (row, KV head, chunk) partials with an online softmax over the
+// chunk's tiles in increasing order, then a second kernel combines the row's partials in increasing chunk order. Nothing depends on the
 // other rows in the call or on how they were batched, so a token's output is the same bits whether it
 // is decoded alone, verified among k+1 rows or prefilled in a chunk of any size.
 #include <cuda_bf16.h>
@@ -16,8 +15,6 @@
 namespace tf::cuda {
 namespace {
 
-constexpr int kHeadsPerBlock = 4;
-constexpr int kGroup = 4;  // positions whose loads are in flight together
 
 template <int DPL>
 struct Vec {
@@ -49,79 +46,116 @@ __device__ __forceinline__ void row_range(const DeviceMeta& meta, int r, int win
   *lo = window > 0 ? max(0, *pos - window + 1) : 0;
 }
 
+// One block per (row, KV head, chunk): the chunk's K/V are staged through shared memory in tiles of
+// T positions at fixed absolute offsets, read once for all the query heads that share the KV head
+// (warp w owns heads w, w+4, ...). Scores: lane j scores positions j, j+32, ... of the tile, each a
+// sequential dot over D. Softmax per tile: max and sum reduced by the same warp butterfly every time;
+// masked positions score -inf and their V rows are zero, so they add exact zeros.
+constexpr int kWarpsPerBlock = 4;
+constexpr int kMaxHeadsPerWarp = 4;  // GQA groups up to 16
+constexpr int kQFloats = 2048;       // group * head_dim
+
 template <int DPL>
-__global__ void __launch_bounds__(kHeadsPerBlock * 32) attention_partial(
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) attention_partial(
     const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kp,
     const __nv_bfloat16* __restrict__ vp, DeviceMeta meta, int hq, int hk, float scale, int window,
     float softcap, int max_chunks, float* __restrict__ part_acc, float* __restrict__ part_ml) {
   constexpr int D = DPL * 32;
-  const int head_blocks = (hq + kHeadsPerBlock - 1) / kHeadsPerBlock;
-  const int r = blockIdx.x / head_blocks;
-  const int h = (blockIdx.x % head_blocks) * kHeadsPerBlock + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (h >= hq) return;
+  constexpr int T = D <= 128 ? 64 : 32;  // tile positions
+  constexpr int PPL = T / 32;             // positions scored per lane
+  constexpr int RS = D + 8;               // smem row stride (+16 bytes: conflict-free 16-byte reads)
+  __shared__ __align__(16) __nv_bfloat16 ks[T * RS];
+  __shared__ __align__(16) __nv_bfloat16 vs[T * RS];
+  __shared__ __align__(16) float qs[kQFloats];
+  const int r = blockIdx.x / hk, kvh = blockIdx.x % hk, group = hq / hk, c = blockIdx.y;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   int lo, pos;
   row_range(meta, r, window, &lo, &pos);
-  const int c = blockIdx.y;
-  const int begin = max(c * kAttnChunk, lo), end = min((c + 1) * kAttnChunk - 1, pos);
-  if (begin > end) return;
-  const int kvh = h / (hq / hk);
+  const int c0 = c * kAttnChunk;
+  const int begin = max(c0, lo), end = min(c0 + kAttnChunk - 1, pos);
+  if (begin > end) return;  // uniform over the block
   const int bs = meta.block_size;
   const int32_t* table = meta.tables + meta.table_offsets[meta.row_seq[r]];
-  const Vec<DPL> qv = load_bf16<DPL>(q + (int64_t(r) * hq + h) * D + lane * DPL);
-  auto at = [&](int p) {
-    return (int64_t(table[p / bs]) * bs + p % bs) * hk * D + int64_t(kvh) * D + lane * DPL;
-  };
-  auto score = [&](const Vec<DPL>& kv) {
-    float d = 0.f;
+  for (int i = tid; i < group * D; i += blockDim.x)
+    qs[i] = __bfloat162float(q[(int64_t(r) * hq + int64_t(kvh) * group) * D + i]);
+  const int nh = (group - warp + kWarpsPerBlock - 1) / kWarpsPerBlock;  // heads of this warp
+
+  float m[kMaxHeadsPerWarp], l[kMaxHeadsPerWarp], acc[kMaxHeadsPerWarp][DPL];
 #pragma unroll
-    for (int i = 0; i < DPL; ++i) d += qv.v[i] * kv.v[i];
-    float s = warp_sum(d) * scale;
-    if (softcap > 0.f) s = softcap * tanhf(s / softcap);
-    return s;
-  };
-  float m = -FLT_MAX, l = 0.f, acc[DPL];
+  for (int hh = 0; hh < kMaxHeadsPerWarp; ++hh) {
+    m[hh] = -FLT_MAX, l[hh] = 0.f;
 #pragma unroll
-  for (int i = 0; i < DPL; ++i) acc[i] = 0.f;
-  int p = begin;
-  for (; p + kGroup - 1 <= end; p += kGroup) {
-    Vec<DPL> kv[kGroup], vv[kGroup];
-#pragma unroll
-    for (int j = 0; j < kGroup; ++j) {
-      const int64_t o = at(p + j);
-      kv[j] = load_bf16<DPL>(kp + o);
-      vv[j] = load_bf16<DPL>(vp + o);
-    }
-    float s[kGroup], mx = m;
-#pragma unroll
-    for (int j = 0; j < kGroup; ++j) s[j] = score(kv[j]), mx = fmaxf(mx, s[j]);
-    const float corr = __expf(m - mx);
-    l *= corr;
-#pragma unroll
-    for (int i = 0; i < DPL; ++i) acc[i] *= corr;
-#pragma unroll
-    for (int j = 0; j < kGroup; ++j) {
-      const float e = __expf(s[j] - mx);
-      l += e;
-#pragma unroll
-      for (int i = 0; i < DPL; ++i) acc[i] += e * vv[j].v[i];
-    }
-    m = mx;
+    for (int i = 0; i < DPL; ++i) acc[hh][i] = 0.f;
   }
-  for (; p <= end; ++p) {
-    const int64_t o = at(p);
-    const float s = score(load_bf16<DPL>(kp + o));
-    const Vec<DPL> v = load_bf16<DPL>(vp + o);
-    const float mx = fmaxf(m, s), corr = __expf(m - mx), e = __expf(s - mx);
-    l = l * corr + e;
+  for (int t0 = c0 + (begin - c0) / T * T; t0 <= end; t0 += T) {
+    __syncthreads();  // the previous tile is consumed (and qs is written, first time)
+    for (int i = tid; i < T * D / 8; i += blockDim.x) {
+      const int row = i / (D / 8), col = (i % (D / 8)) * 8, p = t0 + row;
+      uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
+      if (p >= begin && p <= end) {
+        const int64_t o = (int64_t(table[p / bs]) * bs + p % bs) * hk * D + int64_t(kvh) * D + col;
+        kv = *reinterpret_cast<const uint4*>(kp + o);
+        vv = *reinterpret_cast<const uint4*>(vp + o);
+      }
+      *reinterpret_cast<uint4*>(ks + row * RS + col) = kv;
+      *reinterpret_cast<uint4*>(vs + row * RS + col) = vv;
+    }
+    __syncthreads();
 #pragma unroll
-    for (int i = 0; i < DPL; ++i) acc[i] = acc[i] * corr + e * v.v[i];
-    m = mx;
+    for (int hh = 0; hh < kMaxHeadsPerWarp; ++hh) {
+      if (hh >= nh) break;
+      const float* qh = qs + (warp + kWarpsPerBlock * hh) * D;
+      float s[PPL], mx = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < PPL; ++j) {
+        const int row = lane + 32 * j, p = t0 + row;
+        float d = 0.f;
+#pragma unroll 4
+        for (int e = 0; e < D; e += 8) {
+          const uint4 k8 = *reinterpret_cast<const uint4*>(ks + row * RS + e);
+          const float4 qa = *reinterpret_cast<const float4*>(qh + e), qb = *reinterpret_cast<const float4*>(qh + e + 4);
+          const __nv_bfloat162* kb = reinterpret_cast<const __nv_bfloat162*>(&k8);
+          float2 f0 = __bfloat1622float2(kb[0]), f1 = __bfloat1622float2(kb[1]), f2 = __bfloat1622float2(kb[2]),
+                 f3 = __bfloat1622float2(kb[3]);
+          d += qa.x * f0.x; d += qa.y * f0.y; d += qa.z * f1.x; d += qa.w * f1.y;
+          d += qb.x * f2.x; d += qb.y * f2.y; d += qb.z * f3.x; d += qb.w * f3.y;
+        }
+        float sc = d * scale;
+        if (softcap > 0.f) sc = softcap * tanhf(sc / softcap);
+        s[j] = (p >= begin && p <= end) ? sc : -INFINITY;
+        mx = fmaxf(mx, s[j]);
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      const float m_new = fmaxf(m[hh], mx), corr = __expf(m[hh] - m_new);
+      float e[PPL], sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < PPL; ++j) e[j] = __expf(s[j] - m_new), sum += e[j];
+      l[hh] = l[hh] * corr + warp_sum(sum);
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) acc[hh][i] *= corr;
+#pragma unroll
+      for (int j = 0; j < PPL; ++j) {
+#pragma unroll 8
+        for (int src = 0; src < 32; ++src) {
+          const float pj = __shfl_sync(0xffffffffu, e[j], src);
+          const Vec<DPL> v = load_bf16<DPL>(vs + (src + 32 * j) * RS + lane * DPL);
+#pragma unroll
+          for (int i = 0; i < DPL; ++i) acc[hh][i] += pj * v.v[i];
+        }
+      }
+      m[hh] = m_new;
+    }
   }
-  const int64_t slot = (int64_t(r) * hq + h) * max_chunks + c;
 #pragma unroll
-  for (int i = 0; i < DPL; ++i) part_acc[slot * D + lane * DPL + i] = acc[i];
-  if (lane == 0) part_ml[slot * 2] = m, part_ml[slot * 2 + 1] = l;
+  for (int hh = 0; hh < kMaxHeadsPerWarp; ++hh) {
+    if (hh >= nh) break;
+    const int h = kvh * group + warp + kWarpsPerBlock * hh;
+    const int64_t slot = (int64_t(r) * hq + h) * max_chunks + c;
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) part_acc[slot * D + lane * DPL + i] = acc[hh][i];
+    if (lane == 0) part_ml[slot * 2] = m[hh], part_ml[slot * 2 + 1] = l[hh];
+  }
 }
 
 // One warp per (row, head): merges the row's chunk partials in increasing chunk order.
@@ -158,9 +192,10 @@ template <int DPL>
 void launch(const void* q, const void* k_pool, const void* v_pool, void* out, const DeviceMeta& meta,
             int hq, int hk, float scale, int window, float softcap, int max_chunks, float* part_acc,
             float* part_ml, cudaStream_t s) {
-  const int head_blocks = (hq + kHeadsPerBlock - 1) / kHeadsPerBlock;
-  dim3 grid(meta.rows * head_blocks, max_chunks);
-  attention_partial<DPL><<<grid, kHeadsPerBlock * 32, 0, s>>>(
+  TF_CHECK(hq / hk <= kWarpsPerBlock * kMaxHeadsPerWarp && (hq / hk) * DPL * 32 <= kQFloats,
+           "CUDA attention supports up to 16 query heads per KV head (8 at head_dim 256)");
+  dim3 grid(meta.rows * hk, max_chunks);
+  attention_partial<DPL><<<grid, kWarpsPerBlock * 32, 0, s>>>(
       static_cast<const __nv_bfloat16*>(q), static_cast<const __nv_bfloat16*>(k_pool),
       static_cast<const __nv_bfloat16*>(v_pool), meta, hq, hk, scale, window, softcap, max_chunks,
       part_acc, part_ml);

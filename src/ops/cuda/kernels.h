@@ -23,7 +23,7 @@ struct DeviceMeta {
 
 // Attention splits each row's KV at multiples of this absolute position; one partial per split,
 // combined in increasing order. Fixed, so a row's arithmetic depends only on its own position.
-constexpr int kAttnChunk = 256;
+constexpr int kAttnChunk = 128;
 
 // y[M,N] (bf16) = x[M,K] (bf16) · W[N,K]ᵀ (bf16) + bias. K % 32 == 0.
 void linear_bf16(const void* x, const void* w, const void* bias, DType bias_dtype, void* y, int m,

@@ -129,9 +129,9 @@ void linear_bf16(const void* x, const void* w, const void* bias, DType bias_dtyp
   TF_CHECK(k % 32 == 0, "CUDA linear needs in_features divisible by 32, got " + std::to_string(k));
   const int bias_kind = !bias ? 0 : bias_dtype == DType::F32 ? 1 : 2;
   if (m <= 8)
-    launch<1, 4>(x, w, bias, bias_kind, y, m, n, k, s);
+    launch<1, 8>(x, w, bias, bias_kind, y, m, n, k, s);
   else if (m <= 16)
-    launch<2, 4>(x, w, bias, bias_kind, y, m, n, k, s);
+    launch<2, 8>(x, w, bias, bias_kind, y, m, n, k, s);
   else if (m <= 32)
     launch<4, 2>(x, w, bias, bias_kind, y, m, n, k, s);
   else

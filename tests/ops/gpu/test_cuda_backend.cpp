@@ -35,6 +35,14 @@ Host random_host(std::vector<int64_t> shape, float scale = 1.f) {
   return h;
 }
 
+// A deep copy: the CPU backend's upload() of an f32 tensor shares its buffer, and in-place ops (add,
+// add_rms_norm) must not modify the inputs the GPU side is compared with.
+Tensor copy_of(const Tensor& t) {
+  Tensor c = Tensor::empty(t.shape(), t.dtype());
+  std::memcpy(c.raw(), t.raw(), t.nbytes());
+  return c;
+}
+
 class CudaOps : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -79,6 +87,7 @@ class CudaOps : public ::testing::Test {
     }
     return std::sqrt(num / std::max(den, 1e-30));
   }
+  void attention_vs_cpu(int hq, int hk, int d);
   static Backend* gpu_;
   static Backend* cpu_;
   static std::string* why_;
@@ -156,7 +165,7 @@ TEST_F(CudaOps, NormsMatchCpu) {
       cpu_->rms_norm(x.f32, cw, 1e-6f, offset, cy);
       EXPECT_LT(rel_err(get(gy), cy.to_f32_vector()), kBf16Tol) << "rms_norm cols=" << cols;
       // add_rms_norm with an f32 residual stream and a bf16 norm weight.
-      Tensor gres = gpu_->upload(x.f32), cres = cpu_->upload(x.f32);
+      Tensor gres = gpu_->upload(x.f32), cres = copy_of(x.f32);
       Tensor gy2 = poisoned({rows, cols}), cy2 = Tensor::empty({rows, cols}, DType::F32);
       gpu_->add_rms_norm(gres, gpu_->upload(d.bf16), gpu_->upload(w.bf16), 1e-6f, offset, gy2);
       cpu_->add_rms_norm(cres, d.f32, cw, 1e-6f, offset, cy2);
@@ -197,7 +206,7 @@ TEST_F(CudaOps, RopeMatchesCpu) {
     for (int i = 0; i < p.rotary_dim / 2; ++i) p.inv_freq.push_back(std::pow(1e6f, -2.f * i / p.rotary_dim));
     Host q = random_host({rows, hq, d}), k = random_host({rows, hk, d});
     Tensor gq = gpu_->upload(q.bf16), gk = gpu_->upload(k.bf16);
-    Tensor cq = cpu_->upload(q.f32), ck = cpu_->upload(k.f32);
+    Tensor cq = copy_of(q.f32), ck = copy_of(k.f32);
     gpu_->begin_forward(meta);
     cpu_->begin_forward(meta);
     gpu_->rope(gq, gk, p);
@@ -227,7 +236,7 @@ TEST_F(CudaOps, ElementwiseMatchCpu) {
   EXPECT_LT(rel_err(get(ge), ce.to_f32_vector()), kBf16Tol);
   // add, bf16 += bf16 and f32 += bf16
   Host a = random_host({rows, hidden}), b = random_host({rows, hidden});
-  Tensor ga = gpu_->upload(a.bf16), gaf = gpu_->upload(a.f32), ca = cpu_->upload(a.f32);
+  Tensor ga = gpu_->upload(a.bf16), gaf = gpu_->upload(a.f32), ca = copy_of(a.f32);
   gpu_->add(ga, gpu_->upload(b.bf16));
   gpu_->add(gaf, gpu_->upload(b.bf16));
   cpu_->add(ca, b.f32);
@@ -299,7 +308,13 @@ BatchMeta rows_meta(const Pools& p, const std::vector<std::pair<int, int>>& rows
 }
 
 TEST_F(CudaOps, KvWriteAndAttentionMatchCpu) {
-  const int hq = 8, hk = 2, d = 128;
+  struct Heads { int hq, hk, d; };
+  for (Heads hs : {Heads{8, 2, 128}, Heads{4, 2, 64}, Heads{16, 2, 256}, Heads{6, 6, 128}})
+    attention_vs_cpu(hs.hq, hs.hk, hs.d);
+}
+
+void CudaOps::attention_vs_cpu(int hq, int hk, int d) {
+  SCOPED_TRACE("hq " + std::to_string(hq) + " hk " + std::to_string(hk) + " d " + std::to_string(d));
   Pools pools = make_pools(*gpu_, *cpu_, {1100, 45, 300}, hk, d);
   // K/V pools must hold exactly what was written.
   for (auto [g, c] : {std::pair{&pools.g.k, &pools.c.k}, std::pair{&pools.g.v, &pools.c.v}}) {
@@ -330,37 +345,39 @@ TEST_F(CudaOps, AttentionRowInvariantAcrossDecodeVerifyPrefill) {
   const int hq = 32, hk = 8, d = 128, len = 600, other = 700;
   Pools pools = make_pools(*gpu_, *cpu_, {len, other}, hk, d);
   const int last = len - 1;
-  Host q_last = random_host({1, hq, d}, 2.f);
-  AttentionParams ap{hq, hk, d, 1.f / std::sqrt(float(d)), 0, 0.f};
-  // Output bits of the row for position `last` of sequence 0 in a call made of `rows`.
-  auto run = [&](const std::vector<std::pair<int, int>>& rows) {
-    const int r = int(rows.size());
-    Host q = random_host({r, hq, d}, 2.f);
-    int at = -1;
-    for (int i = 0; i < r; ++i)
-      if (rows[i] == std::pair<int, int>{0, last}) at = i;
-    std::memcpy(q.bf16.data<uint16_t>() + int64_t(at) * hq * d, q_last.bf16.raw(), hq * d * 2);
-    BatchMeta meta = rows_meta(pools, rows);
-    gpu_->begin_forward(meta);
-    Tensor out = poisoned({r, hq, d});
-    gpu_->attention(gpu_->upload(q.bf16), pools.g, ap, out);
-    auto b = bits(out);
-    return std::vector<uint16_t>(b.begin() + int64_t(at) * hq * d, b.begin() + int64_t(at + 1) * hq * d);
-  };
-  const auto alone = run({{0, last}});
-  std::vector<std::pair<int, int>> verify;
-  for (int p = last - 4; p <= last; ++p) verify.push_back({0, p});
-  EXPECT_EQ(run(verify), alone) << "as one of k+1 verify rows";
-  for (int chunk : {1, 7, 64, 512}) {
-    std::vector<std::pair<int, int>> rows;
-    for (int p = len - chunk; p < len; ++p) rows.push_back({0, p});
-    EXPECT_EQ(run(rows), alone) << "inside a prefill chunk of " << chunk;
+  for (int window : {0, 300}) {
+    Host q_last = random_host({1, hq, d}, 2.f);
+    AttentionParams ap{hq, hk, d, 1.f / std::sqrt(float(d)), window, 0.f};
+    // Output bits of the row for position `last` of sequence 0 in a call made of `rows`.
+    auto run = [&](const std::vector<std::pair<int, int>>& rows) {
+      const int r = int(rows.size());
+      Host q = random_host({r, hq, d}, 2.f);
+      int at = -1;
+      for (int i = 0; i < r; ++i)
+        if (rows[i] == std::pair<int, int>{0, last}) at = i;
+      std::memcpy(q.bf16.data<uint16_t>() + int64_t(at) * hq * d, q_last.bf16.raw(), hq * d * 2);
+      BatchMeta meta = rows_meta(pools, rows);
+      gpu_->begin_forward(meta);
+      Tensor out = poisoned({r, hq, d});
+      gpu_->attention(gpu_->upload(q.bf16), pools.g, ap, out);
+      auto b = bits(out);
+      return std::vector<uint16_t>(b.begin() + int64_t(at) * hq * d, b.begin() + int64_t(at + 1) * hq * d);
+    };
+    const auto alone = run({{0, last}});
+    std::vector<std::pair<int, int>> verify;
+    for (int p = last - 4; p <= last; ++p) verify.push_back({0, p});
+    EXPECT_EQ(run(verify), alone) << "as one of k+1 verify rows, window " << window;
+    for (int chunk : {1, 7, 64, 512}) {
+      std::vector<std::pair<int, int>> rows;
+      for (int p = len - chunk; p < len; ++p) rows.push_back({0, p});
+      EXPECT_EQ(run(rows), alone) << "inside a prefill chunk of " << chunk << ", window " << window;
+    }
+    // Inside a batch with another sequence's rows (at a longer context) before it.
+    std::vector<std::pair<int, int>> mixed;
+    for (int p = other - 17; p < other; ++p) mixed.push_back({1, p});
+    mixed.push_back({0, last});
+    EXPECT_EQ(run(mixed), alone) << "inside a batch with another sequence, window " << window;
   }
-  // Inside a batch with another sequence's rows before and after it.
-  std::vector<std::pair<int, int>> mixed;
-  for (int p = 10; p < 27; ++p) mixed.push_back({1, p});
-  mixed.push_back({0, last});
-  EXPECT_EQ(run(mixed), alone) << "inside a batch with another sequence";
 }
 
 TEST_F(CudaOps, RejectsWhatItCannotRun) {

@@ -310,6 +310,32 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
 
   // Decode steps.
   Acts acts = make_acts(be, sh, quick ? 512 : 4096, 32);
+  // The small ops of one decode layer, each timed alone (launch + run), to see where a step goes.
+  for (int batch : {1, 32}) {
+    BatchMeta meta = decode_meta(batch, 512);
+    be.begin_forward(meta);
+    Layer& L = m.layers[0];
+    const int64_t qd = int64_t(sh.heads) * sh.head_dim, kd = int64_t(sh.kv_heads) * sh.head_dim;
+    auto v2 = [](const Tensor& t, int64_t r, int64_t c) { return t.slice_rows(0, r).view({r, c}); };
+    Tensor res = v2(acts.res, batch, sh.hidden), x = v2(acts.x, batch, sh.hidden), q = v2(acts.q, batch, qd),
+           k = v2(acts.k, batch, kd), v = v2(acts.v, batch, kd), attn = v2(acts.attn, batch, qd),
+           gu = v2(acts.gu, batch, 2 * int64_t(sh.inter)), act = v2(acts.act, batch, sh.inter);
+    for (Tensor* t : {&res, &x, &q, &k, &v, &gu}) cuda::fill_uniform(be, *t, 5, -1, 1);
+    Tensor qh = q.view({batch * int64_t(sh.heads), sh.head_dim});
+    AttentionParams ap{sh.heads, sh.kv_heads, sh.head_dim, 1.f / std::sqrt(float(sh.head_dim)), 0, 0.f};
+    struct Op { const char* n; std::function<void()> f; } ops[] = {
+        {"add_rms_norm", [&] { be.add_rms_norm(res, x, L.ln1, 1e-6f, 0.f, x); }},
+        {"q_norm", [&] { be.rms_norm(qh, L.q_norm, 1e-6f, 0.f, qh); }},
+        {"rope", [&] { be.rope(q, k, rope); }},
+        {"kv_write", [&] { be.kv_write(L.kv, k, v); }},
+        {"attention ctx512", [&] { be.attention(q, L.kv, ap, attn); }},
+        {"silu_mul", [&] { be.silu_mul(gu, act); }},
+        {"linear k", [&] { be.linear(x, L.k, k); }},
+    };
+    std::printf("ops b=%d:", batch);
+    for (auto& op : ops) std::printf(" %s %.1f us |", op.n, time_ms(s, op.f, 3, 21) * 1e3);
+    std::printf("\n");
+  }
   for (int ctx : {512, 8192}) {
     if (ctx > max_ctx) continue;
     for (int batch : {1, 8, 32}) {

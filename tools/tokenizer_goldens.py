@@ -19,6 +19,7 @@ Usage: tokenizer_goldens.py SHARED_DIR OUT_DIR [family ...]
 import gzip
 import json
 import os
+import random
 import shutil
 import sys
 import warnings
@@ -91,6 +92,54 @@ def corpus(shared):
     return texts
 
 
+# Character classes for the random texts: the places where regex engines, Unicode tables and
+# whitespace rules tend to differ.
+FUZZ_ALPHABET = (
+    list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789") * 3
+    + list(" " * 12 + "\t\n\r" * 2 + ".,;:!?'\"()[]{}<>/\\|@#$%^&*-_=+~`")
+    + ["'s", "'LL", "'ve", "n't", "'D", "1234567", "  ", "\n\n", " \n ", "\r\n", "▁", "▁▁"]
+    + list("éèêëàâäôöûüçñßøåæœÉÀÇŒ") + ["e\u0301", "a\u0308", "o\u0302\u0323", "\u0345", "\u0301"]
+    + list("日本語中文漢字テストひらがなカタカナ한국어") + list("Привет мир Ελληνικά") + list("مرحبا שלום नमस्ते ไทย")
+    + ["😀", "👍🏽", "👨‍👩‍👧", "🇫🇷", "❤️", "\U0001f9ff", "\U0010fffd", "\ue000"]
+    + ["\u00a0", "\u0085", "\u2028", "\u2029", "\u200b", "\u200d", "\u180e", "\u3000", "\u2003", "\ufeff",
+       "\u000b", "\u000c", "\u001f", "\u007f", "\u0000"]
+    + list("ﬁﬂ①②ｆｕｌｌ＠℃™½²³ℌİıſ")
+)
+
+
+def fuzz_texts(fam, specials, n=120):
+    rng = random.Random("tokenizer-goldens-" + fam)
+    texts = []
+    for _ in range(n):
+        parts = []
+        for _ in range(rng.randint(1, 40)):
+            if specials and rng.random() < 0.05:
+                sp = rng.choice(specials)
+                parts.append(rng.choice(["", " ", "  ", "\n"]) + sp + rng.choice(["", " ", "  ", "\n"]))
+            else:
+                parts.append(rng.choice(FUZZ_ALPHABET))
+        texts.append("".join(parts))
+    return texts
+
+
+def random_id_lists(fam, vocab_size, special_ids, byte_ids, n=60):
+    """Random id sequences for decode: byte tokens (invalid UTF-8 on purpose), specials, anything."""
+    rng = random.Random("tokenizer-decode-" + fam)
+    out = []
+    for _ in range(n):
+        ids = []
+        for _ in range(rng.randint(1, 30)):
+            r = rng.random()
+            if byte_ids and r < 0.35:
+                ids.append(rng.choice(byte_ids))
+            elif special_ids and r < 0.45:
+                ids.append(rng.choice(special_ids))
+            else:
+                ids.append(rng.randrange(vocab_size))
+        out.append(ids)
+    return out
+
+
 def stage_family(shared, fam, stage_root):
     """AutoTokenizer needs a plain tokenizer.json: copy/decompress the family's files into stage_root."""
     src = os.path.join(shared, "text-fixtures", fam)
@@ -123,8 +172,14 @@ def golden(fam, path, texts):
         text = tok.decode(ids, skip_special_tokens=skip)
         return PreTrainedTokenizerBase.clean_up_tokenization(None, text) if cleanup else text
 
+    added = json.loads(tok.to_str())["added_tokens"]
+    specials = [a["content"] for a in added]
+    vocab = tok.get_vocab(with_added_tokens=True)
+    byte_ids = [vocab[f"<0x{b:02X}>"] for b in range(256) if f"<0x{b:02X}>" in vocab]
+    if not byte_ids:  # byte-level vocabularies: single-byte symbols (Ġ, Ċ, and raw 0x80.. bytes)
+        byte_ids = [i for t, i in vocab.items() if len(t) == 1][:400]
     cases = []
-    for text in texts:
+    for text in texts + fuzz_texts(fam, specials):
         ids = tok.encode(text).ids
         cases.append({
             "text": text,
@@ -133,7 +188,10 @@ def golden(fam, path, texts):
             "decode_skip": decode(ids, True),
             "decode_keep": decode(ids, False),
         })
-    return {"family": fam, "model": model_type, "cleanup": cleanup, "cases": cases}
+    decodes = []
+    for ids in random_id_lists(fam, max(vocab.values()) + 1, [a["id"] for a in added], byte_ids):
+        decodes.append({"ids": ids, "decode_skip": decode(ids, True), "decode_keep": decode(ids, False)})
+    return {"family": fam, "model": model_type, "cleanup": cleanup, "cases": cases, "decodes": decodes}
 
 
 def main():

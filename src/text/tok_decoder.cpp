@@ -205,15 +205,14 @@ class JoinStep : public DecodeStep {
   bool first_ = true;
 };
 
-// transformers' clean_up_tokenization: " ." -> "." etc. Every pattern starts with a space and is at
-// most 4 bytes, so text is released up to a trailing space-started tail that could still match.
+// transformers' clean_up_tokenization: " ." -> "." etc., applied rule by rule to the whole text.
+// Streaming releases text up to the last cut that no rule occurrence can straddle: every rule starts
+// with a space and is at most 4 bytes, so only the last few bytes need checking.
 class CleanupStep : public DecodeStep {
  public:
   void push(std::string piece, std::vector<std::string>& out) override {
     pending_ += piece;
-    size_t sp = pending_.rfind(' ');
-    size_t cut = pending_.size();
-    if (sp != std::string::npos && pending_.size() - sp < 5) cut = sp;
+    size_t cut = safe_cut(pending_);
     if (cut == 0) return;
     out.push_back(clean(pending_.substr(0, cut)));
     pending_.erase(0, cut);
@@ -224,10 +223,31 @@ class CleanupStep : public DecodeStep {
   }
 
  private:
+  static constexpr std::pair<const char*, const char*> kRules[] = {
+      {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"},
+      {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
+
+  // True if some rule occurrence starting before `c` could extend past it.
+  static bool straddled(const std::string& s, size_t c) {
+    for (size_t p = c >= 3 ? c - 3 : 0; p < c; ++p) {
+      if (s[p] != ' ') continue;
+      std::string_view t(s.data() + p, c - p);
+      for (auto [from, to] : kRules) {
+        std::string_view f(from);
+        if (f.size() > t.size() && f.substr(0, t.size()) == t) return true;
+      }
+    }
+    return false;
+  }
+  static size_t safe_cut(const std::string& s) {
+    size_t lo = s.size() >= 8 ? s.size() - 8 : 0;
+    for (size_t c = s.size(); c > lo; --c) {
+      if (c < s.size() && (static_cast<unsigned char>(s[c]) & 0xC0) == 0x80) continue;
+      if (!straddled(s, c)) return c;
+    }
+    return 0;
+  }
   static std::string clean(std::string s) {
-    static const std::pair<const char*, const char*> kRules[] = {
-        {" .", "."},     {" ?", "?"},     {" !", "!"},     {" ,", ","},       {" ' ", "'"},
-        {" n't", "n't"}, {" 'm", "'m"},   {" 's", "'s"},   {" 've", "'ve"},   {" 're", "'re"}};
     for (auto [from, to] : kRules) {
       std::string_view f(from);
       std::string r;

@@ -49,6 +49,20 @@ TEST_P(TokenizerGolden, MatchesHuggingFace) {
     }
     if (::testing::Test::HasFailure() && ++bad > 8) FAIL() << "too many mismatches";
   }
+  // Random id sequences (byte tokens forming invalid UTF-8, specials anywhere): full and streaming.
+  for (const auto& c : g["decodes"]) {
+    const auto ids = c["ids"].get<std::vector<int32_t>>();
+    for (bool skip : {true, false}) {
+      const std::string want = c[skip ? "decode_skip" : "decode_keep"];
+      EXPECT_EQ(tok.decode(ids, skip), want) << fam << " skip=" << skip << " ids: " << show(ids);
+      tf::IncrementalDetokenizer detok(tok, skip);
+      std::string streamed;
+      for (int32_t id : ids) streamed += detok.push(id);
+      streamed += detok.flush();
+      EXPECT_EQ(streamed, want) << fam << " streaming skip=" << skip << " ids: " << show(ids);
+    }
+    if (::testing::Test::HasFailure() && ++bad > 8) FAIL() << "too many mismatches";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, TokenizerGolden, ::testing::ValuesIn(kFamilies),

@@ -59,9 +59,11 @@ std::unique_ptr<Backend> pick_backend(const std::string& want) {
 
 class EngineImpl final : public Engine {
  public:
-  explicit EngineImpl(const EngineOptions& opt) : opt_(opt), ckpt_(Checkpoint::open(opt.model_path)) {
-    spec_ = parse_spec(ckpt_.config());
-    tokenizer_ = Tokenizer::load(opt.model_path);
+  explicit EngineImpl(const EngineOptions& opt)
+      : opt_(opt),
+        ckpt_(Checkpoint::open(opt.model_path)),
+        spec_(parse_spec(ckpt_.config())),
+        tokenizer_(Tokenizer::load(opt.model_path)) {
     try {
       chat_template_ = std::make_unique<ChatTemplate>(ChatTemplate::from_dir(opt.model_path));
     } catch (const Error&) {

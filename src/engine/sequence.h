@@ -10,6 +10,7 @@
 #include "engine/api.h"
 #include "engine/sampler.h"
 #include "engine/stop_matcher.h"
+#include "text/detokenizer.h"
 #include "text/tokenizer.h"
 
 namespace tf {

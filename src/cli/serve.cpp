@@ -1,0 +1,147 @@
+// `tensorfold serve [MODEL]`: loads the model, prints the startup report, serves until SIGINT/SIGTERM,
+// then stops accepting, ends in-flight requests and exits 0.
+#include "cli/serve.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <memory>
+#include <optional>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "engine/engine.h"
+#include "server/http_server.h"
+#include "server/model_text.h"
+#include "server/options.h"
+#include "server/request_log.h"
+#include "server/shutdown.h"
+
+namespace tf::cli {
+
+namespace {
+
+struct ServeArgs {
+  std::string model, host = "127.0.0.1", name, backend = "auto", log_format = "text";
+  int port = 8080, context = 0, max_tokens = 4096, parallel = 4, read_timeout = 10;
+  std::vector<std::string> aliases, api_keys;
+  std::string api_key_file, drafter, reasoning_effort;
+  std::optional<float> temperature, top_p, min_p;
+  std::optional<int> top_k;
+  bool thinking = false, no_thinking = false, no_drafts = false, mtp_drafts = false;
+  size_t max_body_bytes = 8u << 20;
+};
+
+// Options whose feature lands later are accepted and validated, and say so once at startup.
+void note_inactive(const ServeArgs& a) {
+  auto note = [](const std::string& what) { server::write_log_line("note: " + what); };
+  if (!a.drafter.empty()) note("--drafter " + a.drafter + ": draft models are not active yet; serving without one");
+  if (a.mtp_drafts) note("--mtp-drafts: MTP-head drafting is not active yet; serving without it");
+  if (a.no_drafts) note("--no-drafts: speculative drafting is not active yet, so replies are not drafted anyway");
+}
+
+server::ServerOptions server_options(const ServeArgs& a) {
+  server::ServerOptions o;
+  o.host = a.host;
+  o.port = a.port;
+  o.name = a.name;
+  o.aliases = a.aliases;
+  o.api_keys = a.api_keys;
+  if (!a.api_key_file.empty()) {
+    for (auto& k : server::read_api_key_file(a.api_key_file)) o.api_keys.push_back(k);
+  }
+  if (const char* env = std::getenv("TENSORFOLD_API_KEY"); env && *env && o.api_keys.empty()) o.api_keys.push_back(env);
+  o.log_format = server::parse_log_format(a.log_format);
+  o.default_max_tokens = a.max_tokens;
+  o.max_body_bytes = a.max_body_bytes;
+  o.read_timeout_s = a.read_timeout;
+  o.worker_threads = std::max(32, 4 * a.parallel);
+  if (a.thinking) o.default_template_kwargs["enable_thinking"] = true;
+  if (a.no_thinking) o.default_template_kwargs["enable_thinking"] = false;
+  if (!a.reasoning_effort.empty()) o.default_template_kwargs["reasoning_effort"] = a.reasoning_effort;
+  const char* no_live = std::getenv("TENSORFOLD_NO_LIVE");
+  o.live_line = isatty(STDERR_FILENO) && !(no_live && *no_live && std::string(no_live) != "0");
+  return o;
+}
+
+EngineOptions engine_options(const ServeArgs& a) {
+  EngineOptions e;
+  e.model_path = resolve_model_arg(a.model);
+  e.name = a.name;
+  e.context = a.context;
+  e.backend = a.backend;
+  e.parallel = a.parallel;
+  e.max_tokens = a.max_tokens;
+  e.temperature = a.temperature;
+  e.top_p = a.top_p;
+  e.top_k = a.top_k;
+  e.min_p = a.min_p;
+  e.drafts = !a.no_drafts;
+  return e;
+}
+
+void run_serve(const ServeArgs& a) {
+  // Before any thread starts: SIGINT/SIGTERM are then only ever taken by the waiter in serve_until_signal.
+  server::block_shutdown_signals();
+  server::ServerOptions sopt = server_options(a);  // validates before the (slow) model load
+  auto engine = create_engine(engine_options(a));
+  auto text = server::make_engine_text(*engine);
+  server::HttpServer http(*engine, *text, sopt);
+  http.bind();
+  server::write_log_line(server::startup_report(engine->info(), sopt, http.url()));
+  note_inactive(a);
+  server::serve_until_signal(http);
+  engine->shutdown();
+  server::write_log_line("tensorfold serve: stopped");
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto a = std::make_shared<ServeArgs>();
+  CLI::App* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API (docs/api.md)");
+  cmd->add_option("MODEL", a->model,
+                  "Local checkpoint directory or org/name[@revision] in the Hugging Face cache; default: the "
+                  "embedded demo model");
+  cmd->add_option("--host", a->host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", a->port, "Port to listen on")->check(CLI::Range(1, 65535))->capture_default_str();
+  cmd->add_option("--name", a->name, "Model id advertised by /v1/models (default: the checkpoint's name)");
+  cmd->add_option("--alias", a->aliases, "Another model id accepted in requests (repeatable)");
+  cmd->add_option("--context", a->context,
+                  "Prompt + reply capacity per stream (default: min(native context, 32768))")
+      ->check(CLI::Range(16, 1 << 24));
+  cmd->add_option("--max-tokens", a->max_tokens, "Default reply limit when a request gives none")
+      ->check(CLI::Range(1, 1 << 24))
+      ->capture_default_str();
+  cmd->add_option("--temperature", a->temperature, "Default temperature (else generation_config.json)")
+      ->check(CLI::Range(0.0, 2.0));
+  cmd->add_option("--top-p", a->top_p, "Default top-p")->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--top-k", a->top_k, "Default top-k (0 = off)")->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--min-p", a->min_p, "Default min-p")->check(CLI::Range(0.0, 1.0));
+  auto* think = cmd->add_flag("--thinking", a->thinking, "Chat template: enable_thinking=true by default");
+  auto* no_think = cmd->add_flag("--no-thinking", a->no_thinking, "Chat template: enable_thinking=false by default");
+  think->excludes(no_think);
+  cmd->add_option("--reasoning-effort", a->reasoning_effort, "Chat template reasoning_effort default")
+      ->check(CLI::IsMember({"low", "medium", "high"}));
+  cmd->add_option("--backend", a->backend, "Compute backend")
+      ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
+      ->capture_default_str();
+  cmd->add_option("--parallel", a->parallel, "Streams decoded together")->check(CLI::Range(1, 1024))->capture_default_str();
+  cmd->add_flag("--no-drafts", a->no_drafts, "Never draft speculatively (output is identical either way)");
+  cmd->add_option("--drafter", a->drafter, "Draft model checkpoint (not active yet)")->check(CLI::ExistingPath);
+  cmd->add_flag("--mtp-drafts", a->mtp_drafts, "Draft with the model's MTP head (not active yet)");
+  cmd->add_option("--api-key", a->api_keys, "Require 'Authorization: Bearer KEY' (repeatable)");
+  cmd->add_option("--api-key-file", a->api_key_file, "File with accepted keys, one per line")->check(CLI::ExistingFile);
+  cmd->add_option("--log-format", a->log_format, "Request log format")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  cmd->add_option("--max-body-bytes", a->max_body_bytes, "Largest request body accepted (larger: 413)")
+      ->check(CLI::Range(size_t(1024), size_t(1) << 32))
+      ->capture_default_str();
+  cmd->add_option("--read-timeout", a->read_timeout, "Seconds a client may take to send its request")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
+  cmd->callback([a] { run_serve(*a); });
+}
+
+}  // namespace tf::cli

@@ -1,0 +1,291 @@
+#include "server/generation.h"
+
+#include <climits>
+#include <thread>
+
+#include "core/error.h"
+#include "server/errors.h"
+#include "server/sse.h"
+
+namespace tf::server {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+
+static void read_stop(const JsonFields& f, GenerationRequest& r) {
+  const json* stop = f.get("stop");
+  if (!stop) return;
+  auto bad = [&](const std::string& why) { return invalid_field(f.name("stop"), why, "invalid_value"); };
+  if (stop->is_string()) {
+    if (stop->get<std::string>().empty()) throw bad("'stop' must not be an empty string.");
+    r.stop.push_back(stop->get<std::string>());
+    return;
+  }
+  if (!stop->is_array()) {
+    throw invalid_field(f.name("stop"),
+                        "Invalid type for 'stop': expected a string or an array of strings, but got " +
+                            json_type_name(*stop) + ".",
+                        "invalid_type");
+  }
+  if (stop->size() > 16) throw bad("'stop' holds more than 16 sequences.");
+  for (size_t i = 0; i < stop->size(); ++i) {
+    const json& s = (*stop)[i];
+    std::string name = f.name("stop") + "[" + std::to_string(i) + "]";
+    if (!s.is_string()) {
+      throw invalid_field(name, "Invalid type for '" + name + "': expected a string, but got " + json_type_name(s) + ".",
+                          "invalid_type");
+    }
+    if (s.get<std::string>().empty()) throw invalid_field(name, "'" + name + "' must not be empty.", "invalid_value");
+    r.stop.push_back(s.get<std::string>());
+  }
+}
+
+static void read_sampling(const JsonFields& f, SamplingParams& s) {
+  if (auto v = f.number("temperature", 0, 2)) s.temperature = float(*v);
+  if (auto v = f.number("top_p", 0, 1)) {
+    if (*v <= 0) throw invalid_field(f.name("top_p"), "'top_p' must be greater than 0.", "invalid_value");
+    s.top_p = float(*v);
+  }
+  if (auto v = f.integer("top_k", -1, INT_MAX)) s.top_k = *v < 0 ? 0 : int(*v);  // -1 = off (vLLM)
+  if (auto v = f.number("min_p", 0, 1)) s.min_p = float(*v);
+  if (auto v = f.number("presence_penalty", -2, 2)) s.presence_penalty = float(*v);
+  if (auto v = f.number("frequency_penalty", -2, 2)) s.frequency_penalty = float(*v);
+  if (auto v = f.number("repetition_penalty", 0, 10)) {
+    if (*v <= 0) throw invalid_field(f.name("repetition_penalty"), "'repetition_penalty' must be greater than 0.");
+    s.repetition_penalty = float(*v);
+  }
+  if (auto v = f.integer("seed", INT64_MIN, INT64_MAX)) s.seed = uint64_t(*v);
+}
+
+CommonFields read_common_fields(const JsonFields& f, const ApiContext& ctx) {
+  CommonFields c;
+  GenerationRequest& r = c.request;
+  r.sampling = ctx.info().default_sampling;
+  read_sampling(f, r.sampling);
+  read_stop(f, r);
+  if (const json* ids = f.array("stop_token_ids")) {
+    for (size_t i = 0; i < ids->size(); ++i) {
+      std::string name = f.name("stop_token_ids") + "[" + std::to_string(i) + "]";
+      if (!(*ids)[i].is_number_integer() || (*ids)[i].get<int64_t>() < 0 ||
+          (*ids)[i].get<int64_t>() >= ctx.text.vocab_size()) {
+        throw invalid_field(name, "'" + name + "' must be a token id in [0, " +
+                                      std::to_string(ctx.text.vocab_size()) + ").");
+      }
+      r.stop_token_ids.push_back(int32_t((*ids)[i].get<int64_t>()));
+    }
+  }
+  if (auto v = f.integer("max_tokens", 1, INT_MAX)) c.max_tokens = *v, c.max_tokens_param = f.name("max_tokens");
+  if (auto v = f.integer("max_completion_tokens", 1, INT_MAX)) {
+    c.max_tokens = *v, c.max_tokens_param = f.name("max_completion_tokens");
+  }
+  if (auto v = f.integer("n", 1, ctx.options.max_n)) c.n = int(*v);
+  if (auto v = f.boolean("stream")) c.stream = *v;
+  if (const json* so = f.object("stream_options")) {
+    JsonFields sf(*so, f.name("stream_options"));
+    if (auto v = sf.boolean("include_usage")) c.include_usage = *v;
+  }
+  if (auto v = f.boolean("ignore_eos")) r.ignore_eos = *v;
+  if (auto v = f.boolean("draft")) r.draft = *v;
+  if (auto v = f.boolean("skip_special_tokens")) r.skip_special_tokens = *v;
+  if (auto v = f.boolean("include_stop_str_in_output")) r.include_stop_str_in_output = *v;
+  (void)f.string("user");  // accepted for compatibility; type-checked, otherwise unused
+  return c;
+}
+
+int resolve_max_tokens(const CommonFields& c, int prompt_tokens, const ApiContext& ctx) {
+  int context = ctx.info().context;
+  if (context <= 0) return c.max_tokens ? int(*c.max_tokens) : ctx.options.default_max_tokens;
+  std::string param = c.max_tokens ? c.max_tokens_param : std::string("messages");
+  if (prompt_tokens >= context) throw context_length_exceeded(prompt_tokens, 0, context, param);
+  if (c.max_tokens) {
+    if (prompt_tokens + *c.max_tokens > context) {
+      throw context_length_exceeded(prompt_tokens, int(*c.max_tokens), context, param);
+    }
+    return int(*c.max_tokens);
+  }
+  return std::min(ctx.options.default_max_tokens, context - prompt_tokens);
+}
+
+std::optional<uint64_t> choice_seed(const GenerationRequest& r, int n, int i) {
+  if (r.sampling.seed) return *r.sampling.seed + uint64_t(i);
+  if (n == 1) return std::nullopt;
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the prompt ids
+  for (int32_t t : r.prompt) {
+    h ^= uint32_t(t);
+    h *= 1099511628211ull;
+  }
+  return h + uint64_t(i);
+}
+
+const char* finish_reason_text(FinishReason r) {
+  switch (r) {
+    case FinishReason::Length: return "length";
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Cancelled: return "cancelled";
+    case FinishReason::Error: return "error";
+    default: return "stop";
+  }
+}
+
+Generation::Generation(const ApiContext& ctx, std::vector<GenerationRequest> requests) : ctx_(ctx) {
+  try {
+    for (auto& r : requests) {
+      handles_.push_back(ctx_.engine.submit(std::move(r)));
+      finished_.push_back(false);
+      ++active_;
+      ctx_.stats.generations_active++;
+      ctx_.stats.generations_total++;
+    }
+  } catch (...) {
+    cancel(false);
+    throw;
+  }
+}
+
+Generation::~Generation() { cancel(false); }
+
+void Generation::mark_finished(size_t i) {
+  if (finished_[i]) return;
+  finished_[i] = true;
+  --active_;
+  ctx_.stats.generations_active--;
+}
+
+void Generation::cancel(bool by_client) {
+  for (size_t i = 0; i < handles_.size(); ++i) {
+    if (finished_[i]) continue;
+    handles_[i]->cancel();
+    if (by_client) ctx_.stats.cancelled_by_client++;
+    mark_finished(i);
+  }
+}
+
+bool Generation::next(size_t& index, StreamEvent& ev, milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    if (active_ == 0) return false;
+    // Poll every unfinished stream without waiting, starting after the last one served (fairness).
+    for (size_t k = 0; k < handles_.size(); ++k) {
+      size_t i = (cursor_ + k) % handles_.size();
+      if (finished_[i]) continue;
+      bool single = active_ == 1;
+      milliseconds wait = single ? std::max(milliseconds(0), std::chrono::duration_cast<milliseconds>(
+                                                                 deadline - std::chrono::steady_clock::now()))
+                                 : milliseconds(0);
+      if (handles_[i]->next(ev, wait)) {
+        index = i;
+        cursor_ = i + 1;
+        if (ev.kind != StreamEvent::Kind::Tokens) mark_finished(i);
+        ctx_.stats.tokens_generated += int64_t(ev.tokens.size());
+        if (!ev.tokens.empty() && first_token_at_ == std::chrono::steady_clock::time_point{}) {
+          first_token_at_ = std::chrono::steady_clock::now();
+        }
+        return true;
+      }
+      if (single) return false;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+}
+
+std::vector<ChoiceResult> Generation::collect(const std::function<bool()>& abort) {
+  std::vector<ChoiceResult> out(handles_.size());
+  StreamEvent ev;
+  size_t i = 0;
+  while (!done()) {
+    if (!next(i, ev, milliseconds(50))) {
+      if (abort()) {
+        cancel(false);
+        throw shutting_down();
+      }
+      continue;
+    }
+    ChoiceResult& c = out[i];
+    if (ev.kind == StreamEvent::Kind::Tokens) {
+      c.text += ev.text;
+      for (auto& t : ev.tokens) c.tokens.push_back(std::move(t));
+    } else if (ev.kind == StreamEvent::Kind::Finished) {
+      c.text += ev.text;  // a final event may flush held-back text
+      c.finish = ev.finish;
+      c.usage = ev.usage;
+    } else {
+      cancel(false);
+      throw internal_error(ev.error);
+    }
+    ev = StreamEvent();
+  }
+  return out;
+}
+
+json usage_json(const std::vector<Usage>& per_choice, int n) {
+  int64_t prompt = 0, completion = 0, cached = 0, drafted = 0, accepted = 0;
+  for (size_t i = 0; i < per_choice.size(); ++i) {
+    const Usage& u = per_choice[i];
+    if (i % size_t(n) == 0) prompt += u.prompt_tokens, cached += u.cached_tokens;  // once per prompt
+    completion += u.completion_tokens;
+    drafted += u.drafted_tokens;
+    accepted += u.accepted_tokens;
+  }
+  json usage = {{"prompt_tokens", prompt},
+                {"completion_tokens", completion},
+                {"total_tokens", prompt + completion},
+                {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+  if (drafted > 0) {
+    usage["completion_tokens_details"] = {{"accepted_prediction_tokens", accepted},
+                                          {"rejected_prediction_tokens", drafted - accepted}};
+  }
+  return usage;
+}
+
+bool stream_generation(Generation& gen, StreamFormatter& fmt, bool include_usage, int n,
+                       const std::function<bool(const std::string&)>& write, const std::atomic<bool>& stop,
+                       std::vector<Usage>* usage_out) {
+  auto send = [&](const json& chunk) { return write(sse_event(chunk)); };
+  std::vector<Usage> usage(gen.size());
+  for (size_t i = 0; i < gen.size(); ++i) {
+    for (const json& chunk : fmt.begin(i)) {
+      if (!send(chunk)) return gen.cancel(true), false;
+    }
+  }
+  auto idle_since = std::chrono::steady_clock::now();
+  StreamEvent ev;
+  size_t i = 0;
+  while (!gen.done()) {
+    if (!gen.next(i, ev, milliseconds(50))) {
+      if (stop) {
+        gen.cancel(false);
+        write(sse_event(shutting_down().to_json()));
+        write(sse_done());
+        return false;
+      }
+      // A comment line now and then while queued: clients ignore it, and a write to a closed connection
+      // is how we learn the client left.
+      if (std::chrono::steady_clock::now() - idle_since > std::chrono::seconds(2)) {
+        if (!write(sse_comment("waiting"))) return gen.cancel(true), false;
+        idle_since = std::chrono::steady_clock::now();
+      }
+      continue;
+    }
+    idle_since = std::chrono::steady_clock::now();
+    bool ok = true;
+    if (ev.kind == StreamEvent::Kind::Tokens) {
+      for (const json& chunk : fmt.tokens(i, ev)) ok = ok && send(chunk);
+    } else if (ev.kind == StreamEvent::Kind::Finished) {
+      if (!ev.text.empty() || !ev.tokens.empty()) {
+        for (const json& chunk : fmt.tokens(i, ev)) ok = ok && send(chunk);
+      }
+      usage[i] = ev.usage;
+      ok = ok && send(fmt.finish(i, ev));
+    } else {
+      ok = send(internal_error(ev.error).to_json());
+    }
+    if (!ok) return gen.cancel(true), false;
+    ev = StreamEvent();
+  }
+  if (usage_out) *usage_out = usage;
+  if (include_usage && !send(fmt.usage(usage_json(usage, n)))) return false;
+  return write(sse_done());
+}
+
+}  // namespace tf::server

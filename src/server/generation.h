@@ -1,0 +1,104 @@
+#pragma once
+// What chat and completions share: the sampling fields of a request, submitting n streams, collecting a
+// whole reply, and driving a stream of Server-Sent Events until [DONE].
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/api.h"
+#include "server/api_context.h"
+#include "server/json_fields.h"
+
+namespace tf::server {
+
+// The request fields common to both endpoints, read and validated.
+struct CommonFields {
+  GenerationRequest request;          // sampling, stop, ignore_eos, draft; prompt/max_tokens filled later
+  std::optional<int64_t> max_tokens;  // as requested (max_completion_tokens wins over max_tokens)
+  std::string max_tokens_param;       // the field it came from, for errors
+  int n = 1;
+  bool stream = false;
+  bool include_usage = false;
+};
+
+// Reads model-independent fields; sampling defaults come from the model (generation_config + CLI).
+CommonFields read_common_fields(const JsonFields& f, const ApiContext& ctx);
+
+// The reply limit for a prompt: the requested one (400 context_length_exceeded when prompt + it does not
+// fit), else min(server default, what is left of the context).
+int resolve_max_tokens(const CommonFields& c, int prompt_tokens, const ApiContext& ctx);
+
+// Seeds for n choices of one prompt: seed + i; without a seed and n > 1, a seed derived from the prompt
+// (so choices differ but the request stays reproducible).
+std::optional<uint64_t> choice_seed(const GenerationRequest& r, int n, int i);
+
+const char* finish_reason_text(FinishReason r);  // "stop" / "length" (cancel and error never reach clients)
+
+// One finished choice.
+struct ChoiceResult {
+  std::string text;
+  std::vector<GeneratedToken> tokens;
+  FinishReason finish = FinishReason::None;
+  Usage usage;
+  std::string error;
+};
+
+// n submitted streams; unfinished ones are cancelled when this is destroyed.
+class Generation {
+ public:
+  // Submits each request; an engine refusal (InvalidRequest) cancels those already submitted and throws.
+  Generation(const ApiContext& ctx, std::vector<GenerationRequest> requests);
+  ~Generation();
+  Generation(const Generation&) = delete;
+  Generation& operator=(const Generation&) = delete;
+
+  size_t size() const { return handles_.size(); }
+  bool done() const { return active_ == 0; }
+  // The next event of any unfinished stream; false when none came within `timeout`.
+  bool next(size_t& index, StreamEvent& ev, std::chrono::milliseconds timeout);
+  // Cancels every unfinished stream (client gone or server stopping).
+  void cancel(bool by_client);
+  // When the first token of any stream arrived (time to first token); epoch when none yet.
+  std::chrono::steady_clock::time_point first_token_at() const { return first_token_at_; }
+
+  // Waits for every stream to finish; aborts (cancelling) when `abort` turns true.
+  std::vector<ChoiceResult> collect(const std::function<bool()>& abort);
+
+ private:
+  void mark_finished(size_t i);
+
+  const ApiContext& ctx_;
+  std::vector<std::shared_ptr<RequestHandle>> handles_;
+  std::vector<bool> finished_;
+  size_t active_ = 0;
+  size_t cursor_ = 0;
+  std::chrono::steady_clock::time_point first_token_at_{};
+};
+
+// Formats one protocol's stream chunks (chat.completion.chunk or text_completion).
+class StreamFormatter {
+ public:
+  virtual ~StreamFormatter() = default;
+  virtual std::vector<nlohmann::json> begin(size_t index) = 0;  // e.g. the role delta
+  virtual std::vector<nlohmann::json> tokens(size_t index, const StreamEvent& ev) = 0;
+  virtual nlohmann::json finish(size_t index, const StreamEvent& ev) = 0;
+  virtual nlohmann::json usage(const nlohmann::json& usage) = 0;  // the include_usage chunk
+};
+
+// Builds the "usage" object from the finished choices (prompt counted once per prompt, n choices each).
+nlohmann::json usage_json(const std::vector<Usage>& per_choice, int n);
+
+// Streams events as SSE through `write` (returns false once the client is gone) until every choice has
+// finished, then the optional usage chunk and "data: [DONE]". Returns false when the stream was cut
+// short (client gone: generation cancelled; or server stopping). `on_first_token` marks time to first token.
+bool stream_generation(Generation& gen, StreamFormatter& fmt, bool include_usage, int n,
+                       const std::function<bool(const std::string&)>& write, const std::atomic<bool>& stop,
+                       std::vector<Usage>* usage_out = nullptr);
+
+}  // namespace tf::server

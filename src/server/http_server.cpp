@@ -1,0 +1,280 @@
+#include "server/http_server.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+#include "server/errors.h"
+#include "server/json_fields.h"
+#include "server/model_endpoints.h"
+#include "server/openai_chat.h"
+#include "server/openai_completions.h"
+#include "server/request_log.h"
+#include "server/sse.h"
+
+namespace tf::server {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// One request's log record lives in the worker thread that serves it: httplib runs the handler, the
+// stream provider and the logger on that thread, one request at a time.
+thread_local RequestRecord t_record;
+thread_local Clock::time_point t_start;
+thread_local bool t_started = false;
+
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+void send_json(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(dump_json(body), "application/json");
+}
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  t_record.error = e.message();
+  send_json(res, e.status(), e.to_json());
+}
+
+// Constant-time comparison, so response timing does not reveal how much of a key matched.
+bool same_key(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) diff |= uint8_t(a[i] ^ b[i % std::max<size_t>(b.size(), 1)]);
+  return diff == 0;
+}
+
+void record_usage(const json& usage) {
+  t_record.prompt_tokens = usage.value("prompt_tokens", int64_t(-1));
+  t_record.completion_tokens = usage.value("completion_tokens", int64_t(-1));
+  t_record.cached_tokens = usage["prompt_tokens_details"].value("cached_tokens", int64_t(-1));
+}
+
+void check_auth(const httplib::Request& req, const ServerOptions& opt) {
+  std::string h = req.get_header_value("Authorization");
+  const std::string bearer = "Bearer ";
+  if (h.empty()) throw invalid_api_key(true);
+  if (h.compare(0, bearer.size(), bearer) != 0) throw invalid_api_key(false);
+  std::string key = h.substr(bearer.size());
+  bool ok = false;
+  for (const auto& k : opt.api_keys) ok |= same_key(key, k);
+  if (!ok) throw invalid_api_key(false);
+}
+
+// A whole (non-streamed) reply: wait for every choice, then one JSON body.
+void respond_whole(const ApiContext& ctx, httplib::Response& res, Generation& gen,
+                   const std::function<json(const std::vector<ChoiceResult>&)>& to_json) {
+  auto results = gen.collect([&] { return ctx.shutting_down.load(); });
+  json body = to_json(results);
+  record_usage(body["usage"]);
+  if (gen.first_token_at() != Clock::time_point{}) t_record.ttft_ms = ms_since(t_start) - ms_since(gen.first_token_at());
+  t_record.finish = body["choices"].empty() ? "" : body["choices"][0].value("finish_reason", "");
+  send_json(res, 200, body);
+}
+
+// What a streamed reply keeps alive until the connection is done with it.
+struct StreamJob {
+  std::shared_ptr<const void> request;  // the parsed request the formatter refers to
+  std::unique_ptr<Generation> gen;
+  std::unique_ptr<StreamFormatter> fmt;
+  bool include_usage = false;
+  int n = 1;
+};
+
+void respond_stream(const ApiContext& ctx, httplib::Response& res, std::shared_ptr<StreamJob> job) {
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [&ctx, job](size_t, httplib::DataSink& sink) {
+        std::vector<Usage> usage;
+        auto write = [&sink](const std::string& s) { return sink.is_writable() && sink.write(s.data(), s.size()); };
+        bool ok = stream_generation(*job->gen, *job->fmt, job->include_usage, job->n, write, ctx.shutting_down, &usage);
+        record_usage(usage_json(usage, job->n));
+        if (job->gen->first_token_at() != Clock::time_point{}) {
+          t_record.ttft_ms = ms_since(t_start) - ms_since(job->gen->first_token_at());
+        }
+        if (!ok) t_record.finish = ctx.shutting_down ? "shutdown" : "client_gone";
+        if (ok || ctx.shutting_down) {
+          sink.done();  // a stream ended by shutdown still closes properly (error event, [DONE])
+          return true;
+        }
+        return false;  // the client is gone: drop the connection
+      },
+      [job](bool) { job->gen->cancel(false); });  // no-op when finished; frees the streams otherwise
+}
+
+void handle_chat(const ApiContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  auto parsed = std::make_shared<ChatRequest>(parse_chat_request(parse_body(req.body), ctx));
+  ResponseMeta meta{make_response_id("chatcmpl"), unix_now(), parsed->model, ctx.info().fingerprint};
+  t_record.id = meta.id;
+  t_record.model = meta.model;
+  t_record.stream = parsed->common.stream;
+  auto gen = std::make_unique<Generation>(ctx, chat_submissions(*parsed));
+  if (!parsed->common.stream) {
+    respond_whole(ctx, res, *gen, [&](const std::vector<ChoiceResult>& r) {
+      return chat_completion_json(*parsed, meta, r, ctx.text);
+    });
+    return;
+  }
+  auto job = std::make_shared<StreamJob>();
+  job->fmt = std::make_unique<ChatStreamFormatter>(*parsed, meta, ctx.text);
+  job->request = parsed;
+  job->gen = std::move(gen);
+  job->include_usage = parsed->common.include_usage;
+  job->n = parsed->common.n;
+  respond_stream(ctx, res, job);
+}
+
+void handle_completions(const ApiContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  auto parsed = std::make_shared<CompletionRequest>(parse_completion_request(parse_body(req.body), ctx));
+  ResponseMeta meta{make_response_id("cmpl"), unix_now(), parsed->model, ctx.info().fingerprint};
+  t_record.id = meta.id;
+  t_record.model = meta.model;
+  t_record.stream = parsed->common.stream;
+  auto gen = std::make_unique<Generation>(ctx, completion_submissions(*parsed));
+  if (!parsed->common.stream) {
+    respond_whole(ctx, res, *gen, [&](const std::vector<ChoiceResult>& r) {
+      return completion_json(*parsed, meta, r, ctx.text);
+    });
+    return;
+  }
+  auto job = std::make_shared<StreamJob>();
+  job->fmt = std::make_unique<CompletionStreamFormatter>(*parsed, meta, ctx.text);
+  job->request = parsed;
+  job->gen = std::move(gen);
+  job->include_usage = parsed->common.include_usage;
+  job->n = parsed->common.n;
+  respond_stream(ctx, res, job);
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+  httplib::Server http;
+};
+
+HttpServer::HttpServer(Engine& engine, const ModelText& text, ServerOptions options)
+    : options_(std::move(options)),
+      ctx_{engine, text, options_, stats_, stopping_},
+      impl_(std::make_unique<Impl>()) {
+  auto& http = impl_->http;
+  int threads = std::max(4, options_.worker_threads);
+  http.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+  http.set_payload_max_length(options_.max_body_bytes);
+  http.set_read_timeout(options_.read_timeout_s, 0);
+  http.set_write_timeout(options_.write_timeout_s, 0);
+  http.set_keep_alive_timeout(5);
+  http.set_tcp_nodelay(true);  // SSE chunks go out as they are written
+
+  http.set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
+    t_start = Clock::now();
+    t_started = true;
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+
+  // Statuses httplib sets itself (413 body too large, 404 unknown route, 400 unparsable request) get the
+  // OpenAI error object too.
+  http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
+                                                                    httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    if (res.status == 413) {
+      send_error(res, payload_too_large(options_.max_body_bytes));
+    } else if (res.status == 404) {
+      send_error(res, route_not_found(req.method, req.path));
+    } else {
+      send_error(res, ApiError(res.status, res.status >= 500 ? "server_error" : "invalid_request_error",
+                               "The server could not process this HTTP request (status " + std::to_string(res.status) + ")."));
+    }
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+
+  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      send_error(res, to_api_error(e));
+    } catch (...) {
+      send_error(res, internal_error("unknown exception"));
+    }
+  });
+
+  http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    RequestRecord r = std::move(t_record);
+    t_record = RequestRecord();
+    r.method = req.method;
+    r.path = req.path;
+    r.remote = req.remote_addr;
+    r.status = res.status;
+    r.duration_ms = t_started ? ms_since(t_start) : 0;
+    t_started = false;
+    stats_.requests_total++;
+    if (res.status >= 400) stats_.requests_failed++;
+    write_log_line(format_request_line(r, options_.log_format));
+  });
+
+  // Every route: auth first, then the handler; any exception becomes an OpenAI error object.
+  auto route = [this](auto handler, bool needs_auth = true) {
+    return [this, handler, needs_auth](const httplib::Request& req, httplib::Response& res) {
+      try {
+        if (stopping_) throw shutting_down();
+        if (needs_auth && !options_.api_keys.empty()) check_auth(req, options_);
+        handler(req, res);
+      } catch (const std::exception& e) {
+        send_error(res, to_api_error(e));
+      }
+    };
+  };
+  http.Get("/health", route([this](const httplib::Request&, httplib::Response& res) {
+             send_json(res, 200, health_json(ctx_));
+           }, false));
+  http.Get("/v1/models", route([this](const httplib::Request&, httplib::Response& res) {
+             send_json(res, 200, models_json(ctx_));
+           }));
+  http.Get(R"(/v1/models/(.+))", route([this](const httplib::Request& req, httplib::Response& res) {
+             send_json(res, 200, model_json(ctx_, req.matches[1]));
+           }));
+  http.Post("/tokenize", route([this](const httplib::Request& req, httplib::Response& res) {
+              send_json(res, 200, tokenize_json(parse_body(req.body), ctx_));
+            }));
+  http.Post("/detokenize", route([this](const httplib::Request& req, httplib::Response& res) {
+              send_json(res, 200, detokenize_json(parse_body(req.body), ctx_));
+            }));
+  http.Post("/v1/chat/completions", route([this](const httplib::Request& req, httplib::Response& res) {
+              handle_chat(ctx_, req, res);
+            }));
+  http.Post("/v1/completions", route([this](const httplib::Request& req, httplib::Response& res) {
+              handle_completions(ctx_, req, res);
+            }));
+}
+
+HttpServer::~HttpServer() { stop(); }
+
+std::string HttpServer::url() const { return "http://" + options_.host + ":" + std::to_string(port_); }
+
+void HttpServer::bind() {
+  auto& http = impl_->http;
+  if (options_.port == 0) {
+    port_ = http.bind_to_any_port(options_.host);
+    if (port_ < 0) throw Error("cannot listen on " + options_.host + ": no free port");
+  } else {
+    if (!http.bind_to_port(options_.host, options_.port)) {
+      throw Error("cannot listen on " + options_.host + ":" + std::to_string(options_.port) +
+                  " (in use, or not an address of this machine); choose another with --host / --port");
+    }
+    port_ = options_.port;
+  }
+}
+
+void HttpServer::run() { impl_->http.listen_after_bind(); }
+
+void HttpServer::stop() {
+  stopping_ = true;
+  impl_->http.stop();
+}
+
+}  // namespace tf::server

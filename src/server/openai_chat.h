@@ -1,0 +1,58 @@
+#pragma once
+// POST /v1/chat/completions: messages -> chat template -> prompt ids; results -> chat.completion JSON or
+// chat.completion.chunk SSE.
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "server/api_context.h"
+#include "server/generation.h"
+#include "server/openai_common.h"
+
+namespace tf::server {
+
+struct ChatRequest {
+  std::string model;
+  CommonFields common;
+  bool logprobs = false;
+  int top_logprobs = 0;
+  nlohmann::json messages;  // normalised (see normalize_messages)
+  nlohmann::json tools;     // array or null
+  nlohmann::json template_kwargs = nlohmann::json::object();
+  bool add_generation_prompt = true;
+  std::vector<int32_t> prompt;
+  int max_tokens = 0;  // resolved against the context
+};
+
+// Validates the message list and brings it into the shape chat templates expect (as transformers'
+// apply_chat_template receives it): text parts joined into one string, "developer" as "system",
+// tool_calls[].function.arguments parsed from a JSON string into an object.
+nlohmann::json normalize_messages(const nlohmann::json& messages);
+
+// Reads and validates a request, renders and tokenizes the prompt; throws ApiError.
+ChatRequest parse_chat_request(const nlohmann::json& body, const ApiContext& ctx);
+
+// The n engine requests (seed + i each).
+std::vector<GenerationRequest> chat_submissions(const ChatRequest& req);
+
+nlohmann::json chat_completion_json(const ChatRequest& req, const ResponseMeta& meta,
+                                    const std::vector<ChoiceResult>& choices, const ModelText& text);
+
+class ChatStreamFormatter : public StreamFormatter {
+ public:
+  ChatStreamFormatter(const ChatRequest& req, ResponseMeta meta, const ModelText& text)
+      : req_(req), meta_(std::move(meta)), text_(text) {}
+  std::vector<nlohmann::json> begin(size_t index) override;
+  std::vector<nlohmann::json> tokens(size_t index, const StreamEvent& ev) override;
+  nlohmann::json finish(size_t index, const StreamEvent& ev) override;
+  nlohmann::json usage(const nlohmann::json& usage) override;
+
+ private:
+  nlohmann::json chunk(size_t index, nlohmann::json delta, nlohmann::json logprobs, nlohmann::json finish) const;
+  const ChatRequest& req_;
+  ResponseMeta meta_;
+  const ModelText& text_;
+};
+
+}  // namespace tf::server

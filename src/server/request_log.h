@@ -1,0 +1,30 @@
+#pragma once
+// The startup report and one log line per request, as text or JSON (--log-format), on stderr.
+#include <cstdint>
+#include <string>
+
+#include "engine/api.h"
+#include "server/options.h"
+
+namespace tf::server {
+
+// What one request did; filled by the handler, written when the response is done.
+struct RequestRecord {
+  std::string method, path, remote;
+  int status = 0;
+  double duration_ms = 0;
+  std::string id, model, finish;
+  int64_t prompt_tokens = -1, completion_tokens = -1, cached_tokens = -1;
+  double ttft_ms = -1;
+  bool stream = false;
+  std::string error;  // the error message for status >= 400
+};
+
+std::string format_request_line(const RequestRecord& r, LogFormat fmt);
+void write_log_line(const std::string& line);  // whole lines, never interleaved
+
+// The block printed once the server listens: model, family, parameters, dtype, backend, contexts,
+// memory, the URL, the ids served and whether auth is on.
+std::string startup_report(const ModelInfo& info, const ServerOptions& opt, const std::string& url);
+
+}  // namespace tf::server

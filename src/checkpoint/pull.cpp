@@ -372,6 +372,7 @@ std::string hf_endpoint() {
 
 std::string hf_token() {
   if (std::string t = trim(env("HF_TOKEN")); !t.empty()) return t;
+  if (std::string t = trim(env("HUGGING_FACE_HUB_TOKEN")); !t.empty()) return t;  // the legacy name
   std::string path = env("HF_TOKEN_PATH");
   if (path.empty()) path = hf_home_dir() + "/token";
   std::ifstream f(path);
@@ -385,6 +386,9 @@ namespace {
 ModelId parse_id_or_throw(const std::string& arg, const PullOptions& o) {
   std::optional<ModelId> id = parse_model_id(arg);
   if (!id) throw Error(arg + ": not a model id of the form org/name[@revision]");
+  std::string offline = env("HF_HUB_OFFLINE");
+  if (!offline.empty() && offline != "0" && offline != "false" && offline != "FALSE")
+    throw Error(arg + ": HF_HUB_OFFLINE is set, so nothing is downloaded; unset it to pull");
   if (!o.revision.empty()) id->revision = o.revision;
   return *id;
 }
@@ -428,6 +432,23 @@ PullPlan make_plan(const Hub& hub, const ModelId& id, const fs::path& snapshot) 
   return plan;
 }
 
+// Refuses up front when the weights still to download cannot fit, rather than failing at 90%.
+void check_disk_space(const fs::path& repo_dir, const PullPlan& plan, const Hub& hub) {
+  uint64_t needed = 0;
+  for (const std::string& w : plan.weight_files) {
+    const RemoteFile& f = *hub.find(w);
+    fs::path blob = repo_dir / "blobs" / f.blob_id;
+    if (f.blob_id.empty() || fs::exists(blob)) continue;
+    uint64_t partial = file_size_or_zero(blob.string() + ".incomplete");
+    needed += f.size > partial ? f.size - partial : 0;
+  }
+  std::error_code ec;
+  fs::space_info space = fs::space(repo_dir / "blobs", ec);
+  if (!ec && needed > space.available)
+    throw Error(hub.shown + ": needs " + format_bytes(needed) + " more disk space in " + repo_dir.string() +
+                " but only " + format_bytes(space.available) + " is free");
+}
+
 }  // namespace
 
 PullResult pull_model(const std::string& arg, const PullOptions& o) {
@@ -444,6 +465,7 @@ PullResult pull_model(const std::string& arg, const PullOptions& o) {
   if (log)
     *log << hub.shown << " @ " << hub.commit.substr(0, 12) << ": " << plan.weight_files.size()
          << " weight file(s), " << format_bytes(plan.weight_bytes) << "\n";
+  check_disk_space(repo_dir, plan, hub);
   for (const std::string& w : plan.weight_files) puller.fetch(*hub.find(w));
   if (id.revision != hub.commit) write_text_atomic(repo_dir / "refs" / id.revision, hub.commit);
   if (log)

@@ -43,7 +43,8 @@ class PullTest : public ::testing::Test {
   void SetUp() override {
     env_.set("HF_HUB_CACHE", cache_.path().c_str());
     env_.set("HF_HOME", (cache_ / "home").c_str());
-    for (const char* v : {"HF_TOKEN", "HF_TOKEN_PATH", "HF_ENDPOINT", "HUGGINGFACE_HUB_CACHE"}) env_.set(v, nullptr);
+    for (const char* v : {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH", "HF_ENDPOINT",
+                        "HUGGINGFACE_HUB_CACHE", "HF_HUB_OFFLINE"}) env_.set(v, nullptr);
     env_.set("NO_PROXY", "*");  // loopback only, even where a proxy is configured
     env_.set("no_proxy", "*");
     weights_ = encode_safetensors({{"model.embed", ramp({64, 512}, 0)}, {"model.norm", ramp({512}, 7)}});
@@ -228,6 +229,12 @@ TEST_F(PullTest, OfflineGivesOneClearLine) {
   std::string m = error_of([&] { pull_model("org/tiny", opts_); });
   EXPECT_ONE_LINE_ERROR(m, "cannot reach " + endpoint, "offline?");
   EXPECT_ONE_LINE_ERROR(error_of([&] { inspect_remote("org/tiny", opts_); }), "cannot reach", "offline?");
+}
+
+TEST_F(PullTest, HubOfflineModeRefusesBeforeAnyRequest) {
+  env_.set("HF_HUB_OFFLINE", "1");
+  EXPECT_ONE_LINE_ERROR(error_of([&] { pull_model("org/tiny", opts_); }), "org/tiny", "HF_HUB_OFFLINE is set");
+  EXPECT_TRUE(hub_.requests().empty());
 }
 
 TEST_F(PullTest, MirrorWithoutBlobIdsUsesEtags) {

@@ -17,6 +17,7 @@
 #include "ops/backend.h"
 #include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/kernels.h"
 
 namespace tf {
 namespace {
@@ -299,11 +300,15 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
         const int64_t n = w.w->weight.dim(0), k = w.w->weight.dim(1);
         Tensor x = be.alloc({rows, k}, DType::BF16), y = be.alloc({rows, n}, DType::BF16);
         cuda::fill_uniform(be, x, 7, -1, 1);
+        cuda::set_linear_prefetch(false);
+        const double t0 = time_ms(s, [&] { ours(x, *w.w, y); }, 3, 15);
+        cuda::set_linear_prefetch(true);
         const double t1 = time_ms(s, [&] { ours(x, *w.w, y); }, 3, 15);
         const double t2 = time_ms(s, [&] { cublas(x, *w.w, y); }, 3, 15);
-        std::printf("linear %-8s M=%-4d N=%-6ld K=%-6ld ours %8.1f us %6.0f GB/s | cuBLAS %8.1f us %6.0f GB/s\n", w.n,
-                    rows, long(n), long(k), t1 * 1e3, n * k * 2 / (t1 * 1e-3) / 1e9, t2 * 1e3,
-                    n * k * 2 / (t2 * 1e-3) / 1e9);
+        auto gbs = [&](double t) { return n * k * 2 / (t * 1e-3) / 1e9; };
+        std::printf("linear %-8s M=%-4d N=%-6ld K=%-6ld plain %7.1f us %5.0f GB/s | prefetch %7.1f us %5.0f GB/s | "
+                    "cuBLAS %7.1f us %5.0f GB/s\n", w.n, rows, long(n), long(k), t0 * 1e3, gbs(t0), t1 * 1e3, gbs(t1),
+                    t2 * 1e3, gbs(t2));
       }
     }
   }
@@ -343,6 +348,10 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
       be.begin_forward(meta);
       bool g1 = false, g2 = false;
       const double t_eager = time_ms(s, [&] { forward(be, m, acts, batch, batch, rope, ours); });
+      cuda::set_linear_prefetch(false);
+      bool g0 = false;
+      const double t_plain = time_graph_ms(s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g0);
+      cuda::set_linear_prefetch(true);
       const double t1 = time_graph_ms(s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g1);
       const double t2 = time_graph_ms(s, [&] { forward(be, m, acts, batch, batch, rope, cublas); }, &g2);
       const double bytes = double(m.linear_bytes) + kv_bytes_per_token * batch * ctx;
@@ -350,7 +359,8 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
       char what[96];
       std::snprintf(what, sizeof what, "decode b=%d ctx=%d%s", batch, ctx, g1 && g2 ? " (graph)" : " (eager)");
       out->push_back({std::string(sh.name) + " " + what, t1, t2, floor_ms, double(batch)});
-      std::printf("%s: ours %.3f ms (eager %.3f) cuBLAS %.3f ms floor %.3f ms\n", what, t1, t_eager, t2, floor_ms);
+      std::printf("%s: ours %.3f ms (eager %.3f, plain linear %.3f) cuBLAS %.3f ms floor %.3f ms\n", what, t1, t_eager,
+                  t_plain, t2, floor_ms);
     }
   }
   // Attention alone at the largest decode batch (KV-bound).
@@ -361,9 +371,13 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
     Tensor q = be.alloc({batch, sh.heads, sh.head_dim}, DType::BF16), o = be.alloc({batch, sh.heads, sh.head_dim}, DType::BF16);
     cuda::fill_uniform(be, q, 9, -1, 1);
     AttentionParams ap{sh.heads, sh.kv_heads, sh.head_dim, 1.f / std::sqrt(float(sh.head_dim)), 0, 0.f};
+    cuda::set_attention_prefetch(false);
+    const double t0 = time_ms(s, [&] { be.attention(q, m.layers[0].kv, ap, o); }, 3, 11);
+    cuda::set_attention_prefetch(true);
     const double t = time_ms(s, [&] { be.attention(q, m.layers[0].kv, ap, o); }, 3, 11);
     const double bytes = 2.0 * batch * ctx * sh.kv_heads * sh.head_dim * 2;
-    std::printf("attention one layer b=%d ctx=%d: %.1f us, %.0f GB/s of KV\n", batch, ctx, t * 1e3, bytes / (t * 1e-3) / 1e9);
+    std::printf("attention one layer b=%d ctx=%d: prefetch %.1f us, %.0f GB/s of KV | plain %.1f us, %.0f GB/s\n", batch,
+                ctx, t * 1e3, bytes / (t * 1e-3) / 1e9, t0 * 1e3, bytes / (t0 * 1e-3) / 1e9);
   }
   // Prefill of one prompt in one forward; logits for the last token only.
   for (int n : {512, 4096}) {

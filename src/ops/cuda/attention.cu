@@ -55,7 +55,9 @@ constexpr int kWarpsPerBlock = 4;
 constexpr int kMaxHeadsPerWarp = 4;  // GQA groups up to 16
 constexpr int kQFloats = 2048;       // group * head_dim
 
-template <int DPL>
+// PF: the next tile's K/V are loaded into registers while the current tile is computed (register
+// double buffer). Same arithmetic either way.
+template <int DPL, bool PF>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) attention_partial(
     const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kp,
     const __nv_bfloat16* __restrict__ vp, DeviceMeta meta, int hq, int hk, float scale, int window,
@@ -87,20 +89,39 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) attention_partial(
 #pragma unroll
     for (int i = 0; i < DPL; ++i) acc[hh][i] = 0.f;
   }
-  for (int t0 = c0 + (begin - c0) / T * T; t0 <= end; t0 += T) {
-    __syncthreads();  // the previous tile is consumed (and qs is written, first time)
-    for (int i = tid; i < T * D / 8; i += blockDim.x) {
+  constexpr int LPT = T * D / 8 / (kWarpsPerBlock * 32);  // 16-byte K (and V) loads per thread per tile
+  static_assert(LPT * kWarpsPerBlock * 32 * 8 == T * D, "tile must split evenly over the block");
+  uint4 kr[LPT], vr[LPT];
+  auto fetch = [&](int t0) {
+#pragma unroll
+    for (int u = 0; u < LPT; ++u) {
+      const int i = tid + u * kWarpsPerBlock * 32;
       const int row = i / (D / 8), col = (i % (D / 8)) * 8, p = t0 + row;
-      uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
+      kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
       if (p >= begin && p <= end) {
         const int64_t o = (int64_t(table[p / bs]) * bs + p % bs) * hk * D + int64_t(kvh) * D + col;
-        kv = *reinterpret_cast<const uint4*>(kp + o);
-        vv = *reinterpret_cast<const uint4*>(vp + o);
+        kr[u] = *reinterpret_cast<const uint4*>(kp + o);
+        vr[u] = *reinterpret_cast<const uint4*>(vp + o);
       }
-      *reinterpret_cast<uint4*>(ks + row * RS + col) = kv;
-      *reinterpret_cast<uint4*>(vs + row * RS + col) = vv;
     }
+  };
+  auto stash = [&]() {
+#pragma unroll
+    for (int u = 0; u < LPT; ++u) {
+      const int i = tid + u * kWarpsPerBlock * 32;
+      const int row = i / (D / 8), col = (i % (D / 8)) * 8;
+      *reinterpret_cast<uint4*>(ks + row * RS + col) = kr[u];
+      *reinterpret_cast<uint4*>(vs + row * RS + col) = vr[u];
+    }
+  };
+  const int first = c0 + (begin - c0) / T * T;
+  if (PF) fetch(first);
+  for (int t0 = first; t0 <= end; t0 += T) {
+    __syncthreads();  // the previous tile is consumed (and qs is written, first time)
+    if (!PF) fetch(t0);
+    stash();
     __syncthreads();
+    if (PF && t0 + T <= end) fetch(t0 + T);  // in flight while this tile is computed
 #pragma unroll
     for (int hh = 0; hh < kMaxHeadsPerWarp; ++hh) {
       if (hh >= nh) break;
@@ -188,6 +209,8 @@ __global__ void attention_combine(DeviceMeta meta, int hq, int window, int max_c
   for (int i = 0; i < DPL; ++i) out[int64_t(idx) * D + lane * DPL + i] = __float2bfloat16(acc[i] * inv);
 }
 
+bool g_attention_prefetch = true;
+
 template <int DPL>
 void launch(const void* q, const void* k_pool, const void* v_pool, void* out, const DeviceMeta& meta,
             int hq, int hk, float scale, int window, float softcap, int max_chunks, float* part_acc,
@@ -195,7 +218,8 @@ void launch(const void* q, const void* k_pool, const void* v_pool, void* out, co
   TF_CHECK(hq / hk <= kWarpsPerBlock * kMaxHeadsPerWarp && (hq / hk) * DPL * 32 <= kQFloats,
            "CUDA attention supports up to 16 query heads per KV head (8 at head_dim 256)");
   dim3 grid(meta.rows * hk, max_chunks);
-  attention_partial<DPL><<<grid, kWarpsPerBlock * 32, 0, s>>>(
+  auto kernel = g_attention_prefetch ? attention_partial<DPL, true> : attention_partial<DPL, false>;
+  kernel<<<grid, kWarpsPerBlock * 32, 0, s>>>(
       static_cast<const __nv_bfloat16*>(q), static_cast<const __nv_bfloat16*>(k_pool),
       static_cast<const __nv_bfloat16*>(v_pool), meta, hq, hk, scale, window, softcap, max_chunks,
       part_acc, part_ml);
@@ -207,6 +231,8 @@ void launch(const void* q, const void* k_pool, const void* v_pool, void* out, co
 }
 
 }  // namespace
+
+void set_attention_prefetch(bool on) { g_attention_prefetch = on; }
 
 void attention(const void* q, const void* k_pool, const void* v_pool, void* out, const DeviceMeta& meta,
                int hq, int hk, int head_dim, float scale, int window, float softcap, int max_chunks,

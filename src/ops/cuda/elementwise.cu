@@ -45,7 +45,9 @@ __device__ __forceinline__ float row_sum(float v, float* smem) {
 
 constexpr int kNormThreads = 256;
 
-template <int TPR>
+// Each thread holds its V elements of the row (i = tid + TPR * j) in registers between the two passes,
+// so no store can force a reload. V = 0: rows too long for registers, re-read instead.
+template <int TPR, int V>
 __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const __nv_bfloat16* __restrict__ x,
                                                                 const void* w, DType wt,
                                                                 __nv_bfloat16* y, int64_t rows, int cols,
@@ -55,35 +57,75 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const __nv_bfloa
   const int tid = threadIdx.x % TPR;
   if (TPR == 32 && row >= rows) return;  // whole warps exit together
   const __nv_bfloat16* xr = x + row * cols;
-  float ss = 0.f;
-  for (int i = tid; i < cols; i += TPR) {
-    const float v = bf(xr, i);
-    ss += v * v;
-  }
-  const float inv = rsqrtf(row_sum<TPR>(ss, smem) / cols + eps);
   __nv_bfloat16* yr = y + row * cols;
-  for (int i = tid; i < cols; i += TPR) yr[i] = __float2bfloat16(bf(xr, i) * inv * (ld(w, i, wt) + offset));
+  float ss = 0.f;
+  if constexpr (V > 0) {
+    float v[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const int i = tid + TPR * j;
+      v[j] = i < cols ? bf(xr, i) : 0.f;
+    }
+#pragma unroll
+    for (int j = 0; j < V; ++j) ss += v[j] * v[j];
+    const float inv = rsqrtf(row_sum<TPR>(ss, smem) / cols + eps);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const int i = tid + TPR * j;
+      if (i < cols) yr[i] = __float2bfloat16(v[j] * inv * (ld(w, i, wt) + offset));
+    }
+  } else {
+    for (int i = tid; i < cols; i += TPR) {
+      const float v = bf(xr, i);
+      ss += v * v;
+    }
+    const float inv = rsqrtf(row_sum<TPR>(ss, smem) / cols + eps);
+    for (int i = tid; i < cols; i += TPR) yr[i] = __float2bfloat16(bf(xr, i) * inv * (ld(w, i, wt) + offset));
+  }
 }
 
-template <int TPR>
+// The residual's new value is rounded to its dtype first; the norm sees exactly what is stored.
+__device__ __forceinline__ float round_to(float v, DType t) {
+  return t == DType::F32 ? v : __bfloat162float(__float2bfloat16(v));
+}
+
+template <int V>
 __global__ void __launch_bounds__(kNormThreads) add_rms_norm_kernel(void* res, DType rt,
                                                                     const __nv_bfloat16* x, const void* w,
                                                                     DType wt, __nv_bfloat16* y, int cols,
                                                                     float eps, float offset) {
+  constexpr int TPR = kNormThreads;
   __shared__ float smem[kNormThreads / 32];
-  const int64_t row = blockIdx.x;
+  const int64_t base = int64_t(blockIdx.x) * cols;
   const int tid = threadIdx.x;
   float ss = 0.f;
-  for (int i = tid; i < cols; i += TPR) {
-    const int64_t e = row * cols + i;
-    st(res, e, rt, ld(res, e, rt) + bf(x, e));
-    const float v = ld(res, e, rt);  // the stored (rounded) value is what the norm sees
-    ss += v * v;
-  }
-  const float inv = rsqrtf(row_sum<TPR>(ss, smem) / cols + eps);
-  for (int i = tid; i < cols; i += TPR) {
-    const int64_t e = row * cols + i;
-    y[e] = __float2bfloat16(ld(res, e, rt) * inv * (ld(w, i, wt) + offset));
+  if constexpr (V > 0) {
+    float v[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const int i = tid + TPR * j;
+      v[j] = i < cols ? round_to(ld(res, base + i, rt) + bf(x, base + i), rt) : 0.f;
+    }
+#pragma unroll
+    for (int j = 0; j < V; ++j) ss += v[j] * v[j];
+    const float inv = rsqrtf(row_sum<TPR>(ss, smem) / cols + eps);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const int i = tid + TPR * j;
+      if (i < cols) {
+        st(res, base + i, rt, v[j]);
+        y[base + i] = __float2bfloat16(v[j] * inv * (ld(w, i, wt) + offset));
+      }
+    }
+  } else {
+    for (int i = tid; i < cols; i += TPR) {
+      const float v = round_to(ld(res, base + i, rt) + bf(x, base + i), rt);
+      st(res, base + i, rt, v);
+      ss += v * v;
+    }
+    const float inv = rsqrtf(row_sum<TPR>(ss, smem) / cols + eps);
+    for (int i = tid; i < cols; i += TPR)
+      y[base + i] = __float2bfloat16(ld(res, base + i, rt) * inv * (ld(w, i, wt) + offset));
   }
 }
 
@@ -175,18 +217,25 @@ void rms_norm(const void* x, const void* w, DType wt, void* y, int64_t rows, int
   if (rows == 0) return;
   auto xp = static_cast<const __nv_bfloat16*>(x);
   auto yp = static_cast<__nv_bfloat16*>(y);
+  // The variant depends on the row length alone, never on the number of rows.
   if (cols <= 512)  // per-head q/k norms: one warp a row
-    rms_norm_kernel<32><<<blocks_for(rows, kNormThreads / 32), kNormThreads, 0, s>>>(xp, w, wt, yp, rows, cols, eps, offset);
+    rms_norm_kernel<32, 16><<<blocks_for(rows, kNormThreads / 32), kNormThreads, 0, s>>>(xp, w, wt, yp, rows, cols, eps, offset);
+  else if (cols <= 8192)
+    rms_norm_kernel<256, 32><<<unsigned(rows), kNormThreads, 0, s>>>(xp, w, wt, yp, rows, cols, eps, offset);
   else
-    rms_norm_kernel<256><<<unsigned(rows), kNormThreads, 0, s>>>(xp, w, wt, yp, rows, cols, eps, offset);
+    rms_norm_kernel<256, 0><<<unsigned(rows), kNormThreads, 0, s>>>(xp, w, wt, yp, rows, cols, eps, offset);
   TF_CUDA_LAUNCH_CHECK();
 }
 
 void add_rms_norm(void* res, DType rt, const void* x, const void* w, DType wt, void* y, int64_t rows, int cols,
                   float eps, float offset, cudaStream_t s) {
   if (rows == 0) return;
-  add_rms_norm_kernel<256><<<unsigned(rows), kNormThreads, 0, s>>>(
-      res, rt, static_cast<const __nv_bfloat16*>(x), w, wt, static_cast<__nv_bfloat16*>(y), cols, eps, offset);
+  auto xp = static_cast<const __nv_bfloat16*>(x);
+  auto yp = static_cast<__nv_bfloat16*>(y);
+  if (cols <= 8192)
+    add_rms_norm_kernel<32><<<unsigned(rows), kNormThreads, 0, s>>>(res, rt, xp, w, wt, yp, cols, eps, offset);
+  else
+    add_rms_norm_kernel<0><<<unsigned(rows), kNormThreads, 0, s>>>(res, rt, xp, w, wt, yp, cols, eps, offset);
   TF_CUDA_LAUNCH_CHECK();
 }
 

@@ -12,6 +12,8 @@
 // permutation, so the dot product is unchanged up to summation order (which is fixed).
 #include <cuda_bf16.h>
 
+#include <type_traits>
+
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
 
@@ -19,10 +21,11 @@ namespace tf::cuda {
 namespace {
 
 constexpr int kWarps = 8;
+bool g_linear_prefetch = true;
 
 __device__ __forceinline__ uint4 load_stream(const void* p) {
   uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
                : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                : "l"(p));
   return r;
@@ -30,15 +33,16 @@ __device__ __forceinline__ uint4 load_stream(const void* p) {
 
 __device__ __forceinline__ void mma_bf16(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint32_t b0, uint32_t b1) {
-  asm volatile(
+  asm(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// U: K chunks loaded ahead per step (memory parallelism); does not change the arithmetic.
-template <int NT, int U>
+// U: K chunks loaded per step; PREFETCH: the next step's weight loads are issued before this step's
+// MMAs (register double buffer) so that loads stay in flight. Neither changes the arithmetic.
+template <int NT, int U, bool PREFETCH>
 __global__ void __launch_bounds__(kWarps * 32) linear_kernel(const __nv_bfloat16* __restrict__ x,
                                                              const __nv_bfloat16* __restrict__ w,
                                                              const void* __restrict__ bias, int bias_kind,
@@ -76,15 +80,35 @@ __global__ void __launch_bounds__(kWarps * 32) linear_kernel(const __nv_bfloat16
     }
   };
   int c = c_begin;
-  for (; c + U <= c_end; c += U) {
+  if constexpr (PREFETCH) {
     uint4 a[U], b[U];
+    auto load = [&](int at) {
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      a[u] = load_stream(wa + (c + u) * 32);
-      b[u] = load_stream(wb + (c + u) * 32);
+      for (int u = 0; u < U; ++u) {
+        a[u] = load_stream(wa + (at + u) * 32);
+        b[u] = load_stream(wb + (at + u) * 32);
+      }
+    };
+    if (c + U <= c_end) load(c);
+    for (; c + U <= c_end; c += U) {
+      uint4 ca[U], cb[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) ca[u] = a[u], cb[u] = b[u];
+      if (c + 2 * U <= c_end) load(c + U);
+#pragma unroll
+      for (int u = 0; u < U; ++u) step(ca[u], cb[u], c + u);
     }
+  } else {
+    for (; c + U <= c_end; c += U) {
+      uint4 a[U], b[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u) step(a[u], b[u], c + u);
+      for (int u = 0; u < U; ++u) {
+        a[u] = load_stream(wa + (c + u) * 32);
+        b[u] = load_stream(wb + (c + u) * 32);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) step(a[u], b[u], c + u);
+    }
   }
   for (; c < c_end; ++c) step(load_stream(wa + c * 32), load_stream(wb + c * 32), c);
 
@@ -110,13 +134,13 @@ __global__ void __launch_bounds__(kWarps * 32) linear_kernel(const __nv_bfloat16
   }
 }
 
-template <int NT, int U>
+template <int NT, int U, bool PREFETCH>
 void launch(const void* x, const void* w, const void* bias, int bias_kind, void* y, int m, int n, int k,
             cudaStream_t s) {
   const int m_tiles = (m + NT * 8 - 1) / (NT * 8);
   const int n_tiles = (n + 15) / 16;
   // Token tiles vary fastest so that the blocks sharing a weight tile run together (L2 reuse).
-  linear_kernel<NT, U><<<n_tiles * m_tiles, kWarps * 32, 0, s>>>(
+  linear_kernel<NT, U, PREFETCH><<<n_tiles * m_tiles, kWarps * 32, 0, s>>>(
       static_cast<const __nv_bfloat16*>(x), static_cast<const __nv_bfloat16*>(w), bias, bias_kind,
       static_cast<__nv_bfloat16*>(y), m, n, k, m_tiles);
   TF_CUDA_LAUNCH_CHECK();
@@ -128,14 +152,23 @@ void linear_bf16(const void* x, const void* w, const void* bias, DType bias_dtyp
                  int k, cudaStream_t s) {
   TF_CHECK(k % 32 == 0, "CUDA linear needs in_features divisible by 32, got " + std::to_string(k));
   const int bias_kind = !bias ? 0 : bias_dtype == DType::F32 ? 1 : 2;
-  if (m <= 8)
-    launch<1, 8>(x, w, bias, bias_kind, y, m, n, k, s);
-  else if (m <= 16)
-    launch<2, 8>(x, w, bias, bias_kind, y, m, n, k, s);
-  else if (m <= 32)
-    launch<4, 2>(x, w, bias, bias_kind, y, m, n, k, s);
+  auto go = [&](auto pf) {
+    constexpr bool P = decltype(pf)::value;
+    if (m <= 8)
+      launch<1, 4, P>(x, w, bias, bias_kind, y, m, n, k, s);
+    else if (m <= 16)
+      launch<2, 4, P>(x, w, bias, bias_kind, y, m, n, k, s);
+    else if (m <= 32)
+      launch<4, 2, P>(x, w, bias, bias_kind, y, m, n, k, s);
+    else
+      launch<8, 2, P>(x, w, bias, bias_kind, y, m, n, k, s);
+  };
+  if (g_linear_prefetch)
+    go(std::true_type{});
   else
-    launch<8, 2>(x, w, bias, bias_kind, y, m, n, k, s);
+    go(std::false_type{});
 }
+
+void set_linear_prefetch(bool on) { g_linear_prefetch = on; }
 
 }  // namespace tf::cuda

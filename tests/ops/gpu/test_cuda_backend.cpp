@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "ops/backend.h"
+#include "ops/cuda/kernels.h"
 
 namespace tf {
 namespace {
@@ -154,8 +155,22 @@ TEST_F(CudaOps, LinearRowInvariantAcrossM) {
   }
 }
 
+// The weight-prefetching and plain loops of the linear kernel issue the same MMAs in the same order.
+TEST_F(CudaOps, LinearVariantsGiveIdenticalBits) {
+  Host w, b;
+  LinearWeight gw = gpu_->upload_linear(host_linear(4096, 4096, false, &w, &b));
+  for (int m : {1, 13, 40}) {
+    Tensor x = gpu_->upload(random_host({m, 4096}).bf16), y1 = poisoned({m, 4096}), y2 = poisoned({m, 4096});
+    cuda::set_linear_prefetch(false);
+    gpu_->linear(x, gw, y1);
+    cuda::set_linear_prefetch(true);
+    gpu_->linear(x, gw, y2);
+    EXPECT_EQ(bits(y1), bits(y2)) << "M=" << m;
+  }
+}
+
 TEST_F(CudaOps, NormsMatchCpu) {
-  for (int cols : {4096, 128, 1000}) {
+  for (int cols : {4096, 128, 1000, 10000}) {
     const int rows = 7;
     Host x = random_host({rows, cols}, 2.f), w = random_host({cols}), d = random_host({rows, cols});
     for (float offset : {0.f, 1.f}) {
@@ -364,6 +379,12 @@ TEST_F(CudaOps, AttentionRowInvariantAcrossDecodeVerifyPrefill) {
       return std::vector<uint16_t>(b.begin() + int64_t(at) * hq * d, b.begin() + int64_t(at + 1) * hq * d);
     };
     const auto alone = run({{0, last}});
+    cuda::set_attention_prefetch(false);  // the plain tile loop gives the same bits
+    EXPECT_EQ(run({{0, last}}), alone) << "plain tile loop, window " << window;
+    std::vector<std::pair<int, int>> chunk7;
+    for (int p = len - 7; p < len; ++p) chunk7.push_back({0, p});
+    EXPECT_EQ(run(chunk7), alone) << "plain tile loop in a chunk of 7, window " << window;
+    cuda::set_attention_prefetch(true);
     std::vector<std::pair<int, int>> verify;
     for (int p = last - 4; p <= last; ++p) verify.push_back({0, p});
     EXPECT_EQ(run(verify), alone) << "as one of k+1 verify rows, window " << window;

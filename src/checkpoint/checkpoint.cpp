@@ -151,7 +151,10 @@ CheckpointSummary summarize_checkpoint(const CheckpointSource& src) {
   const json* weight_map = index ? &(*index)["weight_map"] : nullptr;
   for (const std::string& rel : s.weight_files) add_tensors(src.label, src.read_header(rel), rel, weight_map, &s);
   if (weight_map) check_index_entries(src.label, *weight_map, s);
-  for (const auto& [name, t] : s.tensors) s.total_bytes += t.nbytes();
+  for (const auto& [name, t] : s.tensors) {
+    s.total_bytes += t.nbytes();
+    s.bytes_by_dtype[dtype_name(t.dtype)] += t.nbytes();
+  }
   return s;
 }
 
@@ -182,6 +185,13 @@ std::optional<TensorInfo> Checkpoint::info(const std::string& name) const {
   TensorInfo t = it->second;
   t.file = join(dir_, t.file);
   return t;
+}
+
+std::optional<std::string> Checkpoint::find_file(const std::string& rel) const {
+  std::error_code ec;
+  std::string path = join(dir_, rel);
+  if (fs::is_regular_file(path, ec)) return path;  // follows the cache's symlinks
+  return std::nullopt;
 }
 
 std::vector<std::string> Checkpoint::names() const {

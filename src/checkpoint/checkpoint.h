@@ -27,6 +27,7 @@ struct CheckpointSummary {
   std::vector<std::string> weight_files;       // relative to the checkpoint root, in load order
   std::map<std::string, TensorInfo> tensors;  // TensorInfo::file is relative to the root
   uint64_t total_bytes = 0;                   // sum of tensor bytes
+  std::map<std::string, uint64_t> bytes_by_dtype;  // "BF16" -> bytes, for `tensorfold info`
 };
 
 // How a summary reads a checkpoint, local or remote.
@@ -59,6 +60,9 @@ class Checkpoint {
   const nlohmann::json& config() const { return summary_.config; }
   const nlohmann::json& generation_config() const { return summary_.generation_config; }  // {} if none
   const std::vector<std::string>& weight_files() const { return summary_.weight_files; }
+  const CheckpointSummary& summary() const { return summary_; }
+  // The path of another file of the checkpoint (tokenizer.json, chat_template.jinja, ...) if it exists.
+  std::optional<std::string> find_file(const std::string& rel) const;
 
   bool has(const std::string& name) const { return summary_.tensors.count(name) != 0; }
   // A read-only CPU tensor borrowing the mapping; throws naming the tensor and the checkpoint.

@@ -449,9 +449,7 @@ void check_disk_space(const fs::path& repo_dir, const PullPlan& plan, const Hub&
                 " but only " + format_bytes(space.available) + " is free");
 }
 
-}  // namespace
-
-PullResult pull_model(const std::string& arg, const PullOptions& o) {
+PullResult pull_into_cache(const std::string& arg, const PullOptions& o) {
   ModelId id = parse_id_or_throw(arg, o);
   Hub hub(o, id);
   hub.list(id.revision);
@@ -474,10 +472,21 @@ PullResult pull_model(const std::string& arg, const PullOptions& o) {
   return {puller.snapshot().string(), hub.commit, puller.downloaded()};
 }
 
+}  // namespace
+
+PullResult pull_model(const std::string& arg, const PullOptions& o) {
+  try {
+    return pull_into_cache(arg, o);
+  } catch (const fs::filesystem_error& e) {  // an unwritable cache or a full disk: still one line
+    throw Error(arg + ": " + e.what());
+  }
+}
+
 namespace {
 
 // The bytes [begin, begin + n) of a remote file, by HTTP Range.
 std::string fetch_range(Hub& hub, const std::string& name, uint64_t begin, uint64_t n) {
+  if (n == 0) return "";
   HttpRequest req = hub.request(hub.file_url(name));
   req.headers.push_back("Range: bytes=" + std::to_string(begin) + "-" + std::to_string(begin + n - 1));
   HttpResponse r;

@@ -63,6 +63,9 @@ TEST(Checkpoint, SingleFileWithConfigAndGenerationConfig) {
   EXPECT_EQ(info->file, d / "model.safetensors");
   EXPECT_FALSE(c.info("x"));
   EXPECT_EQ(c.total_bytes(), 4 * (6 + 3));
+  EXPECT_EQ(c.summary().bytes_by_dtype, (std::map<std::string, uint64_t>{{"F32", 36}}));
+  EXPECT_EQ(c.find_file("generation_config.json"), d / "generation_config.json");
+  EXPECT_EQ(c.find_file("tokenizer.json"), std::nullopt);
   EXPECT_ONE_LINE_ERROR(error_of([&] { c.get("lm_head.weight"); }), d.path(), "no tensor 'lm_head.weight'");
 }
 

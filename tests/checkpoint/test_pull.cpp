@@ -231,6 +231,13 @@ TEST_F(PullTest, OfflineGivesOneClearLine) {
   EXPECT_ONE_LINE_ERROR(error_of([&] { inspect_remote("org/tiny", opts_); }), "cannot reach", "offline?");
 }
 
+TEST_F(PullTest, UnwritableCacheIsOneLine) {
+  testing::write_file(cache_ / "not-a-dir", "x");
+  opts_.cache_dir = cache_ / "not-a-dir";
+  std::string m = error_of([&] { pull_model("org/tiny", opts_); });
+  EXPECT_ONE_LINE_ERROR(m, "org/tiny: ", "not-a-dir");
+}
+
 TEST_F(PullTest, HubOfflineModeRefusesBeforeAnyRequest) {
   env_.set("HF_HUB_OFFLINE", "1");
   EXPECT_ONE_LINE_ERROR(error_of([&] { pull_model("org/tiny", opts_); }), "org/tiny", "HF_HUB_OFFLINE is set");

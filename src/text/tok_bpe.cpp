@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <queue>
+#include <unordered_set>
 
 #include "core/error.h"
 #include "text/tok_model.h"
@@ -33,6 +34,15 @@ class Bpe : public Model {
     return it == vocab_.end() ? -1 : it->second;
   }
   void merge_word(std::string_view word, std::vector<int32_t>& out) const;
+  void merge_cached(std::string_view word, std::vector<int32_t>& out, WordCache* cache) const;
+  void find_metaspace_joiners();
+
+  // SentencePiece-style BPE has no pre-tokenizer: the whole text is one "word". If no vocabulary
+  // token contains character c followed by U+2581, no merge can cross the boundary between them,
+  // so the word is cut there into independent pieces (same result, and cacheable). joiners_ holds
+  // the characters that do precede U+2581 inside some token.
+  bool split_before_metaspace_ = false;
+  std::unordered_set<char32_t> joiners_;
 
   static constexpr char32_t kSmall = 0x800;
   std::unordered_map<uint64_t, MergeInfo> merges_;
@@ -99,6 +109,38 @@ Bpe::Bpe(const nlohmann::json& cfg) {
     auto it = vocab_.find(std::string_view(name));
     byte_ids_[b] = it == vocab_.end() ? -1 : it->second;
   }
+  find_metaspace_joiners();
+}
+
+constexpr std::string_view kMeta = "\u2581";
+
+void Bpe::find_metaspace_joiners() {
+  if (vocab_.find(kMeta) == vocab_.end()) return;
+  for (const auto& [tok, id] : vocab_) {
+    for (size_t p = tok.find(kMeta, 1); p != std::string::npos; p = tok.find(kMeta, p + 1)) {
+      size_t q = p - 1;
+      while (q > 0 && (static_cast<unsigned char>(tok[q]) & 0xC0) == 0x80) --q;
+      int len;
+      joiners_.insert(decode_utf8(tok, q, &len));
+    }
+  }
+  split_before_metaspace_ = true;
+}
+
+void Bpe::merge_cached(std::string_view word, std::vector<int32_t>& out, WordCache* cache) const {
+  if (!cache) {
+    merge_word(word, out);
+    return;
+  }
+  auto it = cache->find(word);
+  if (it != cache->end()) {
+    out.insert(out.end(), it->second.begin(), it->second.end());
+    return;
+  }
+  std::vector<int32_t> ids;
+  merge_word(word, ids);
+  out.insert(out.end(), ids.begin(), ids.end());
+  cache->emplace(std::string(word), std::move(ids));
 }
 
 void Bpe::tokenize(std::string_view word, std::vector<int32_t>& out, WordCache* cache) const {
@@ -110,19 +152,20 @@ void Bpe::tokenize(std::string_view word, std::vector<int32_t>& out, WordCache* 
       return;
     }
   }
-  if (cache) {
-    auto it = cache->find(word);
-    if (it != cache->end()) {
-      out.insert(out.end(), it->second.begin(), it->second.end());
-      return;
+  if (split_before_metaspace_ && word.size() > 64) {
+    size_t start = 0;
+    for (size_t p = word.find(kMeta, 1); p != std::string::npos; p = word.find(kMeta, p + kMeta.size())) {
+      size_t q = p - 1;
+      while (q > 0 && (static_cast<unsigned char>(word[q]) & 0xC0) == 0x80) --q;
+      int len;
+      if (joiners_.count(decode_utf8(word, q, &len))) continue;  // a token may span this boundary
+      merge_cached(word.substr(start, p - start), out, cache);
+      start = p;
     }
-    std::vector<int32_t> ids;
-    merge_word(word, ids);
-    out.insert(out.end(), ids.begin(), ids.end());
-    cache->emplace(std::string(word), std::move(ids));
+    merge_cached(word.substr(start), out, cache);
     return;
   }
-  merge_word(word, out);
+  merge_cached(word, out, cache);
 }
 
 void Bpe::merge_word(std::string_view word, std::vector<int32_t>& out) const {

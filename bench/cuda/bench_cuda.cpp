@@ -300,10 +300,11 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
         const int64_t n = w.w->weight.dim(0), k = w.w->weight.dim(1);
         Tensor x = be.alloc({rows, k}, DType::BF16), y = be.alloc({rows, n}, DType::BF16);
         cuda::fill_uniform(be, x, 7, -1, 1);
-        cuda::set_linear_prefetch(false);
+        cuda::set_linear_variant(cuda::LoopVariant::Plain);
         const double t0 = time_ms(s, [&] { ours(x, *w.w, y); }, 3, 15);
-        cuda::set_linear_prefetch(true);
+        cuda::set_linear_variant(cuda::LoopVariant::Prefetch);
         const double t1 = time_ms(s, [&] { ours(x, *w.w, y); }, 3, 15);
+        cuda::set_linear_variant(cuda::LoopVariant::Auto);
         const double t2 = time_ms(s, [&] { cublas(x, *w.w, y); }, 3, 15);
         auto gbs = [&](double t) { return n * k * 2 / (t * 1e-3) / 1e9; };
         std::printf("linear %-8s M=%-4d N=%-6ld K=%-6ld plain %7.1f us %5.0f GB/s | prefetch %7.1f us %5.0f GB/s | "
@@ -348,10 +349,10 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
       be.begin_forward(meta);
       bool g1 = false, g2 = false;
       const double t_eager = time_ms(s, [&] { forward(be, m, acts, batch, batch, rope, ours); });
-      cuda::set_linear_prefetch(false);
+      cuda::set_linear_variant(cuda::LoopVariant::Plain);
       bool g0 = false;
       const double t_plain = time_graph_ms(s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g0);
-      cuda::set_linear_prefetch(true);
+      cuda::set_linear_variant(cuda::LoopVariant::Auto);
       const double t1 = time_graph_ms(s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g1);
       const double t2 = time_graph_ms(s, [&] { forward(be, m, acts, batch, batch, rope, cublas); }, &g2);
       const double bytes = double(m.linear_bytes) + kv_bytes_per_token * batch * ctx;
@@ -359,7 +360,7 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
       char what[96];
       std::snprintf(what, sizeof what, "decode b=%d ctx=%d%s", batch, ctx, g1 && g2 ? " (graph)" : " (eager)");
       out->push_back({std::string(sh.name) + " " + what, t1, t2, floor_ms, double(batch)});
-      std::printf("%s: ours %.3f ms (eager %.3f, plain linear %.3f) cuBLAS %.3f ms floor %.3f ms\n", what, t1, t_eager,
+      std::printf("%s: ours %.3f ms (eager %.3f, all-plain linear %.3f) cuBLAS %.3f ms floor %.3f ms\n", what, t1, t_eager,
                   t_plain, t2, floor_ms);
     }
   }
@@ -371,10 +372,11 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
     Tensor q = be.alloc({batch, sh.heads, sh.head_dim}, DType::BF16), o = be.alloc({batch, sh.heads, sh.head_dim}, DType::BF16);
     cuda::fill_uniform(be, q, 9, -1, 1);
     AttentionParams ap{sh.heads, sh.kv_heads, sh.head_dim, 1.f / std::sqrt(float(sh.head_dim)), 0, 0.f};
-    cuda::set_attention_prefetch(false);
+    cuda::set_attention_variant(cuda::LoopVariant::Plain);
     const double t0 = time_ms(s, [&] { be.attention(q, m.layers[0].kv, ap, o); }, 3, 11);
-    cuda::set_attention_prefetch(true);
+    cuda::set_attention_variant(cuda::LoopVariant::Prefetch);
     const double t = time_ms(s, [&] { be.attention(q, m.layers[0].kv, ap, o); }, 3, 11);
+    cuda::set_attention_variant(cuda::LoopVariant::Auto);
     const double bytes = 2.0 * batch * ctx * sh.kv_heads * sh.head_dim * 2;
     std::printf("attention one layer b=%d ctx=%d: prefetch %.1f us, %.0f GB/s of KV | plain %.1f us, %.0f GB/s\n", batch,
                 ctx, t * 1e3, bytes / (t * 1e-3) / 1e9, t0 * 1e3, bytes / (t0 * 1e-3) / 1e9);

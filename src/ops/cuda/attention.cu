@@ -209,7 +209,7 @@ __global__ void attention_combine(DeviceMeta meta, int hq, int window, int max_c
   for (int i = 0; i < DPL; ++i) out[int64_t(idx) * D + lane * DPL + i] = __float2bfloat16(acc[i] * inv);
 }
 
-bool g_attention_prefetch = true;
+LoopVariant g_attention_variant = LoopVariant::Auto;
 
 template <int DPL>
 void launch(const void* q, const void* k_pool, const void* v_pool, void* out, const DeviceMeta& meta,
@@ -218,7 +218,7 @@ void launch(const void* q, const void* k_pool, const void* v_pool, void* out, co
   TF_CHECK(hq / hk <= kWarpsPerBlock * kMaxHeadsPerWarp && (hq / hk) * DPL * 32 <= kQFloats,
            "CUDA attention supports up to 16 query heads per KV head (8 at head_dim 256)");
   dim3 grid(meta.rows * hk, max_chunks);
-  auto kernel = g_attention_prefetch ? attention_partial<DPL, true> : attention_partial<DPL, false>;
+  auto kernel = g_attention_variant == LoopVariant::Prefetch ? attention_partial<DPL, true> : attention_partial<DPL, false>;
   kernel<<<grid, kWarpsPerBlock * 32, 0, s>>>(
       static_cast<const __nv_bfloat16*>(q), static_cast<const __nv_bfloat16*>(k_pool),
       static_cast<const __nv_bfloat16*>(v_pool), meta, hq, hk, scale, window, softcap, max_chunks,
@@ -232,7 +232,7 @@ void launch(const void* q, const void* k_pool, const void* v_pool, void* out, co
 
 }  // namespace
 
-void set_attention_prefetch(bool on) { g_attention_prefetch = on; }
+void set_attention_variant(LoopVariant v) { g_attention_variant = v; }
 
 void attention(const void* q, const void* k_pool, const void* v_pool, void* out, const DeviceMeta& meta,
                int hq, int hk, int head_dim, float scale, int window, float softcap, int max_chunks,

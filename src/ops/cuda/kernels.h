@@ -28,9 +28,13 @@ constexpr int kAttnChunk = 128;
 // y[M,N] (bf16) = x[M,K] (bf16) · W[N,K]ᵀ (bf16) + bias. K % 32 == 0.
 void linear_bf16(const void* x, const void* w, const void* bias, DType bias_dtype, void* y, int m,
                  int n, int k, cudaStream_t s);
-// Tuning knob for benches and tests: issue the next K step's weight loads before the current MMAs
-// (default on). Both variants compute identical bits.
-void set_linear_prefetch(bool on);
+// Loop variants of the linear and attention kernels, for benches and tests. Every variant issues the
+// same arithmetic in the same order (identical bits, tested); they differ only in when loads are issued.
+// Auto is what measured fastest on an H200 (docs/cuda-notes.md): linear prefetches the next K step's
+// weights into registers for M <= 16 and uses the plain loop above; attention uses the plain tile loop.
+enum class LoopVariant { Auto, Plain, Prefetch };
+void set_linear_variant(LoopVariant v);
+void set_attention_variant(LoopVariant v);
 void rms_norm(const void* x, const void* w, DType w_dtype, void* y, int64_t rows, int cols, float eps,
               float offset, cudaStream_t s);
 void add_rms_norm(void* residual, DType res_dtype, const void* x, const void* w, DType w_dtype, void* y,
@@ -41,8 +45,6 @@ void rope(void* q, void* k, int rows, int hq, int hk, int head_dim, int rotary_d
 void silu_mul(const void* gate_up, void* out, int64_t rows, int inter, cudaStream_t s);
 void kv_write(void* k_pool, void* v_pool, const void* k, const void* v, int rows, int row_elems,
               const int32_t* slots, cudaStream_t s);
-// Tuning knob: load the next K/V tile while computing the current one (default on); identical bits.
-void set_attention_prefetch(bool on);
 // Partials: acc [R, Hq, max_chunks, D] and ml [R, Hq, max_chunks, 2] floats.
 void attention(const void* q, const void* k_pool, const void* v_pool, void* out, const DeviceMeta& meta,
                int hq, int hk, int head_dim, float scale, int window, float softcap, int max_chunks,

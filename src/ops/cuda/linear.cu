@@ -21,7 +21,7 @@ namespace tf::cuda {
 namespace {
 
 constexpr int kWarps = 8;
-bool g_linear_prefetch = true;
+LoopVariant g_linear_variant = LoopVariant::Auto;
 
 __device__ __forceinline__ uint4 load_stream(const void* p) {
   uint4 r;
@@ -163,12 +163,13 @@ void linear_bf16(const void* x, const void* w, const void* bias, DType bias_dtyp
     else
       launch<8, 2, P>(x, w, bias, bias_kind, y, m, n, k, s);
   };
-  if (g_linear_prefetch)
+  const bool prefetch = g_linear_variant == LoopVariant::Prefetch || (g_linear_variant == LoopVariant::Auto && m <= 16);
+  if (prefetch)
     go(std::true_type{});
   else
     go(std::false_type{});
 }
 
-void set_linear_prefetch(bool on) { g_linear_prefetch = on; }
+void set_linear_variant(LoopVariant v) { g_linear_variant = v; }
 
 }  // namespace tf::cuda

@@ -159,12 +159,13 @@ TEST_F(CudaOps, LinearRowInvariantAcrossM) {
 TEST_F(CudaOps, LinearVariantsGiveIdenticalBits) {
   Host w, b;
   LinearWeight gw = gpu_->upload_linear(host_linear(4096, 4096, false, &w, &b));
-  for (int m : {1, 13, 40}) {
+  for (int m : {1, 13, 20, 40}) {
     Tensor x = gpu_->upload(random_host({m, 4096}).bf16), y1 = poisoned({m, 4096}), y2 = poisoned({m, 4096});
-    cuda::set_linear_prefetch(false);
+    cuda::set_linear_variant(cuda::LoopVariant::Plain);
     gpu_->linear(x, gw, y1);
-    cuda::set_linear_prefetch(true);
+    cuda::set_linear_variant(cuda::LoopVariant::Prefetch);
     gpu_->linear(x, gw, y2);
+    cuda::set_linear_variant(cuda::LoopVariant::Auto);
     EXPECT_EQ(bits(y1), bits(y2)) << "M=" << m;
   }
 }
@@ -379,12 +380,14 @@ TEST_F(CudaOps, AttentionRowInvariantAcrossDecodeVerifyPrefill) {
       return std::vector<uint16_t>(b.begin() + int64_t(at) * hq * d, b.begin() + int64_t(at + 1) * hq * d);
     };
     const auto alone = run({{0, last}});
-    cuda::set_attention_prefetch(false);  // the plain tile loop gives the same bits
-    EXPECT_EQ(run({{0, last}}), alone) << "plain tile loop, window " << window;
-    std::vector<std::pair<int, int>> chunk7;
-    for (int p = len - 7; p < len; ++p) chunk7.push_back({0, p});
-    EXPECT_EQ(run(chunk7), alone) << "plain tile loop in a chunk of 7, window " << window;
-    cuda::set_attention_prefetch(true);
+    for (auto variant : {cuda::LoopVariant::Plain, cuda::LoopVariant::Prefetch}) {  // same bits either way
+      cuda::set_attention_variant(variant);
+      EXPECT_EQ(run({{0, last}}), alone) << "variant " << int(variant) << ", window " << window;
+      std::vector<std::pair<int, int>> chunk7;
+      for (int p = len - 7; p < len; ++p) chunk7.push_back({0, p});
+      EXPECT_EQ(run(chunk7), alone) << "variant " << int(variant) << " in a chunk of 7, window " << window;
+    }
+    cuda::set_attention_variant(cuda::LoopVariant::Auto);
     std::vector<std::pair<int, int>> verify;
     for (int p = last - 4; p <= last; ++p) verify.push_back({0, p});
     EXPECT_EQ(run(verify), alone) << "as one of k+1 verify rows, window " << window;

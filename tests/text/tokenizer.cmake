@@ -19,3 +19,7 @@ gtest_discover_tests(test_tokenizer_golden PROPERTIES LABELS "cpu" FIXTURES_REQU
 
 add_executable(tokenizer_bench ${PROJECT_SOURCE_DIR}/bench/tokenizer_bench.cpp)
 target_link_libraries(tokenizer_bench PRIVATE tf_text)
+
+# Reference encodings stored in text-fixtures (made upstream by HF tokenizers/transformers).
+tf_add_test(test_tokenizer_vectors SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tokenizer_vectors.cpp
+            LIBS tf_text LABELS "cpu")

@@ -22,9 +22,9 @@
 namespace tf {
 namespace {
 
-#define CUBLAS_CHECK(x)                                                              \
-  do {                                                                               \
-    cublasStatus_t st_ = (x);                                                        \
+#define CUBLAS_CHECK(x)                                                                                    \
+  do {                                                                                                     \
+    cublasStatus_t st_ = (x);                                                                              \
     if (st_ != CUBLAS_STATUS_SUCCESS) throw Error("cuBLAS error " + std::to_string(int(st_)) + " in " #x); \
   } while (0)
 
@@ -76,7 +76,8 @@ double time_graph_ms(cudaStream_t s, const std::function<void()>& fn, bool* capt
   }
   cudaGetLastError();
   if (!*captured) return time_ms(s, fn);
-  double ms = time_ms(s, [&] { TF_CUDA_CHECK(cudaGraphLaunch(ge, s)); }, 3, 11);
+  double ms = time_ms(
+      s, [&] { TF_CUDA_CHECK(cudaGraphLaunch(ge, s)); }, 3, 11);
   cudaGraphExecDestroy(ge);
   cudaGraphDestroy(g);
   return ms;
@@ -92,17 +93,24 @@ Ceilings measure_ceilings(Backend& be, cublasHandle_t h) {
   const int64_t n = int64_t(1) << 30;  // 2 GiB of bf16 each side
   Tensor a = be.alloc({n}, DType::BF16), b = be.alloc({n}, DType::BF16);
   cuda::fill_uniform(be, a, 1, -1, 1);
-  double ms = time_ms(s, [&] { TF_CUDA_CHECK(cudaMemcpyAsync(b.raw(), a.raw(), n * 2, cudaMemcpyDeviceToDevice, s)); }, 3, 11);
+  double ms = time_ms(
+      s, [&] { TF_CUDA_CHECK(cudaMemcpyAsync(b.raw(), a.raw(), n * 2, cudaMemcpyDeviceToDevice, s)); }, 3,
+      11);
   c.copy_gbs = 2.0 * n * 2 / (ms * 1e-3) / 1e9;
   const int m = 8192;
-  Tensor x = be.alloc({m, m}, DType::BF16), w = be.alloc({m, m}, DType::BF16), y = be.alloc({m, m}, DType::BF16);
+  Tensor x = be.alloc({m, m}, DType::BF16), w = be.alloc({m, m}, DType::BF16),
+         y = be.alloc({m, m}, DType::BF16);
   cuda::fill_uniform(be, x, 2, -1, 1);
   cuda::fill_uniform(be, w, 3, -1, 1);
   const float one = 1, zero = 0;
-  ms = time_ms(s, [&] {
-    CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, m, m, &one, w.raw(), CUDA_R_16BF, m, x.raw(),
-                              CUDA_R_16BF, m, &zero, y.raw(), CUDA_R_16BF, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  }, 3, 11);
+  ms = time_ms(
+      s,
+      [&] {
+        CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, m, m, &one, w.raw(), CUDA_R_16BF, m,
+                                  x.raw(), CUDA_R_16BF, m, &zero, y.raw(), CUDA_R_16BF, m, CUBLAS_COMPUTE_32F,
+                                  CUBLAS_GEMM_DEFAULT));
+      },
+      3, 11);
   c.gemm_tflops = 2.0 * m * m * m / (ms * 1e-3) / 1e12;
   return c;
 }
@@ -183,21 +191,32 @@ struct Acts {
 Acts make_acts(Backend& be, const Shape& sh, int rows, int out_rows) {
   const int64_t qd = int64_t(sh.heads) * sh.head_dim, kd = int64_t(sh.kv_heads) * sh.head_dim;
   auto a = [&](int64_t r, int64_t c) { return be.alloc({r, c}, DType::BF16); };
-  return Acts{a(rows, sh.hidden), a(rows, sh.hidden), a(rows, qd), a(rows, kd), a(rows, kd), a(rows, qd),
-              a(rows, sh.hidden), a(rows, 2 * int64_t(sh.inter)), a(rows, sh.inter), a(rows, sh.hidden),
-              a(out_rows, sh.hidden), a(out_rows, sh.vocab)};
+  return Acts{a(rows, sh.hidden),
+              a(rows, sh.hidden),
+              a(rows, qd),
+              a(rows, kd),
+              a(rows, kd),
+              a(rows, qd),
+              a(rows, sh.hidden),
+              a(rows, 2 * int64_t(sh.inter)),
+              a(rows, sh.inter),
+              a(rows, sh.hidden),
+              a(out_rows, sh.hidden),
+              a(out_rows, sh.vocab)};
 }
 
 // One forward over the rows of begin_forward(); logits for the last `out_rows` rows.
-void forward(Backend& be, Model& m, Acts& A, int rows, int out_rows, const RopeParams& rope, const LinearFn& lin) {
+void forward(Backend& be, Model& m, Acts& A, int rows, int out_rows, const RopeParams& rope,
+             const LinearFn& lin) {
   const Shape& sh = m.sh;
   auto v2 = [](const Tensor& t, int64_t r, int64_t c) { return t.slice_rows(0, r).view({r, c}); };
   const int64_t qd = int64_t(sh.heads) * sh.head_dim, kd = int64_t(sh.kv_heads) * sh.head_dim;
   Tensor res = v2(A.res, rows, sh.hidden), x = v2(A.x, rows, sh.hidden), q = v2(A.q, rows, qd),
-         k = v2(A.k, rows, kd), v = v2(A.v, rows, kd), attn = v2(A.attn, rows, qd), o = v2(A.o, rows, sh.hidden),
-         gu = v2(A.gu, rows, 2 * int64_t(sh.inter)), act = v2(A.act, rows, sh.inter),
-         mlp = v2(A.mlp, rows, sh.hidden);
-  Tensor qh = q.view({rows * int64_t(sh.heads), sh.head_dim}), kh = k.view({rows * int64_t(sh.kv_heads), sh.head_dim});
+         k = v2(A.k, rows, kd), v = v2(A.v, rows, kd), attn = v2(A.attn, rows, qd),
+         o = v2(A.o, rows, sh.hidden), gu = v2(A.gu, rows, 2 * int64_t(sh.inter)),
+         act = v2(A.act, rows, sh.inter), mlp = v2(A.mlp, rows, sh.hidden);
+  Tensor qh = q.view({rows * int64_t(sh.heads), sh.head_dim}),
+         kh = k.view({rows * int64_t(sh.kv_heads), sh.head_dim});
   AttentionParams ap{sh.heads, sh.kv_heads, sh.head_dim, 1.f / std::sqrt(float(sh.head_dim)), 0, 0.f};
   be.embedding(m.embed, 1.f, res);
   for (int l = 0; l < sh.layers; ++l) {
@@ -274,7 +293,8 @@ struct Row {
   double tokens;
 };
 
-void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c, bool quick, std::vector<Row>* out) {
+void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c, bool quick,
+               std::vector<Row>* out) {
   cudaStream_t s = cuda::stream_of(be);
   const int max_ctx = quick ? 512 : 8192;
   Model m = make_model(be, sh, int64_t(32) * (max_ctx + kBlock));
@@ -282,8 +302,9 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
   LinearFn ours = [&](const Tensor& x, const LinearWeight& w, Tensor& y) { be.linear(x, w, y); };
   LinearFn cublas = [&](const Tensor& x, const LinearWeight& w, Tensor& y) {
     const int n = int(w.weight.dim(0)), k = int(w.weight.dim(1)), mm = int(x.numel() / k);
-    CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, mm, k, &one, w.weight.raw(), CUDA_R_16BF, k, x.raw(),
-                              CUDA_R_16BF, k, &zero, y.raw(), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, mm, k, &one, w.weight.raw(), CUDA_R_16BF, k,
+                              x.raw(), CUDA_R_16BF, k, &zero, y.raw(), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT));
   };
   const RopeParams rope = qwen_rope(sh.head_dim);
   const double kv_bytes_per_token = 2.0 * sh.layers * sh.kv_heads * sh.head_dim * 2;
@@ -293,23 +314,29 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
   // Per-shape linear timings (the decode building block).
   {
     Layer& L = m.layers[0];
-    struct W { const char* n; LinearWeight* w; } ws[] = {{"q", &L.q}, {"o", &L.o}, {"gate_up", &L.gate_up},
-                                                        {"down", &L.down}, {"lm_head", &m.lm_head}};
+    struct W {
+      const char* n;
+      LinearWeight* w;
+    } ws[] = {{"q", &L.q}, {"o", &L.o}, {"gate_up", &L.gate_up}, {"down", &L.down}, {"lm_head", &m.lm_head}};
     for (int rows : {1, 8, 32, 256}) {
       for (auto& w : ws) {
         const int64_t n = w.w->weight.dim(0), k = w.w->weight.dim(1);
         Tensor x = be.alloc({rows, k}, DType::BF16), y = be.alloc({rows, n}, DType::BF16);
         cuda::fill_uniform(be, x, 7, -1, 1);
         cuda::set_linear_variant(cuda::LoopVariant::Plain);
-        const double t0 = time_ms(s, [&] { ours(x, *w.w, y); }, 3, 15);
+        const double t0 = time_ms(
+            s, [&] { ours(x, *w.w, y); }, 3, 15);
         cuda::set_linear_variant(cuda::LoopVariant::Prefetch);
-        const double t1 = time_ms(s, [&] { ours(x, *w.w, y); }, 3, 15);
+        const double t1 = time_ms(
+            s, [&] { ours(x, *w.w, y); }, 3, 15);
         cuda::set_linear_variant(cuda::LoopVariant::Auto);
-        const double t2 = time_ms(s, [&] { cublas(x, *w.w, y); }, 3, 15);
+        const double t2 = time_ms(
+            s, [&] { cublas(x, *w.w, y); }, 3, 15);
         auto gbs = [&](double t) { return n * k * 2 / (t * 1e-3) / 1e9; };
-        std::printf("linear %-8s M=%-4d N=%-6ld K=%-6ld plain %7.1f us %5.0f GB/s | prefetch %7.1f us %5.0f GB/s | "
-                    "cuBLAS %7.1f us %5.0f GB/s\n", w.n, rows, long(n), long(k), t0 * 1e3, gbs(t0), t1 * 1e3, gbs(t1),
-                    t2 * 1e3, gbs(t2));
+        std::printf(
+            "linear %-8s M=%-4d N=%-6ld K=%-6ld plain %7.1f us %5.0f GB/s | prefetch %7.1f us %5.0f GB/s | "
+            "cuBLAS %7.1f us %5.0f GB/s\n",
+            w.n, rows, long(n), long(k), t0 * 1e3, gbs(t0), t1 * 1e3, gbs(t1), t2 * 1e3, gbs(t2));
       }
     }
   }
@@ -329,7 +356,10 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
     for (Tensor* t : {&res, &x, &q, &k, &v, &gu}) cuda::fill_uniform(be, *t, 5, -1, 1);
     Tensor qh = q.view({batch * int64_t(sh.heads), sh.head_dim});
     AttentionParams ap{sh.heads, sh.kv_heads, sh.head_dim, 1.f / std::sqrt(float(sh.head_dim)), 0, 0.f};
-    struct Op { const char* n; std::function<void()> f; } ops[] = {
+    struct Op {
+      const char* n;
+      std::function<void()> f;
+    } ops[] = {
         {"add_rms_norm", [&] { be.add_rms_norm(res, x, L.ln1, 1e-6f, 0.f, x); }},
         {"q_norm", [&] { be.rms_norm(qh, L.q_norm, 1e-6f, 0.f, qh); }},
         {"rope", [&] { be.rope(q, k, rope); }},
@@ -351,17 +381,21 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
       const double t_eager = time_ms(s, [&] { forward(be, m, acts, batch, batch, rope, ours); });
       cuda::set_linear_variant(cuda::LoopVariant::Plain);
       bool g0 = false;
-      const double t_plain = time_graph_ms(s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g0);
+      const double t_plain = time_graph_ms(
+          s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g0);
       cuda::set_linear_variant(cuda::LoopVariant::Auto);
-      const double t1 = time_graph_ms(s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g1);
-      const double t2 = time_graph_ms(s, [&] { forward(be, m, acts, batch, batch, rope, cublas); }, &g2);
+      const double t1 = time_graph_ms(
+          s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g1);
+      const double t2 = time_graph_ms(
+          s, [&] { forward(be, m, acts, batch, batch, rope, cublas); }, &g2);
       const double bytes = double(m.linear_bytes) + kv_bytes_per_token * batch * ctx;
       const double floor_ms = bytes / (c.copy_gbs * 1e9) * 1e3;
       char what[96];
-      std::snprintf(what, sizeof what, "decode b=%d ctx=%d%s", batch, ctx, g1 && g2 ? " (graph)" : " (eager)");
+      std::snprintf(what, sizeof what, "decode b=%d ctx=%d%s", batch, ctx,
+                    g1 && g2 ? " (graph)" : " (eager)");
       out->push_back({std::string(sh.name) + " " + what, t1, t2, floor_ms, double(batch)});
-      std::printf("%s: ours %.3f ms (eager %.3f, all-plain linear %.3f) cuBLAS %.3f ms floor %.3f ms\n", what, t1, t_eager,
-                  t_plain, t2, floor_ms);
+      std::printf("%s: ours %.3f ms (eager %.3f, all-plain linear %.3f) cuBLAS %.3f ms floor %.3f ms\n", what,
+                  t1, t_eager, t_plain, t2, floor_ms);
     }
   }
   // Attention alone at the largest decode batch (KV-bound).
@@ -369,26 +403,33 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
     const int ctx = max_ctx, batch = 32;
     BatchMeta meta = decode_meta(batch, ctx);
     be.begin_forward(meta);
-    Tensor q = be.alloc({batch, sh.heads, sh.head_dim}, DType::BF16), o = be.alloc({batch, sh.heads, sh.head_dim}, DType::BF16);
+    Tensor q = be.alloc({batch, sh.heads, sh.head_dim}, DType::BF16),
+           o = be.alloc({batch, sh.heads, sh.head_dim}, DType::BF16);
     cuda::fill_uniform(be, q, 9, -1, 1);
     AttentionParams ap{sh.heads, sh.kv_heads, sh.head_dim, 1.f / std::sqrt(float(sh.head_dim)), 0, 0.f};
     cuda::set_attention_variant(cuda::LoopVariant::Plain);
-    const double t0 = time_ms(s, [&] { be.attention(q, m.layers[0].kv, ap, o); }, 3, 11);
+    const double t0 = time_ms(
+        s, [&] { be.attention(q, m.layers[0].kv, ap, o); }, 3, 11);
     cuda::set_attention_variant(cuda::LoopVariant::Prefetch);
-    const double t = time_ms(s, [&] { be.attention(q, m.layers[0].kv, ap, o); }, 3, 11);
+    const double t = time_ms(
+        s, [&] { be.attention(q, m.layers[0].kv, ap, o); }, 3, 11);
     cuda::set_attention_variant(cuda::LoopVariant::Auto);
     const double bytes = 2.0 * batch * ctx * sh.kv_heads * sh.head_dim * 2;
-    std::printf("attention one layer b=%d ctx=%d: prefetch %.1f us, %.0f GB/s of KV | plain %.1f us, %.0f GB/s\n", batch,
-                ctx, t * 1e3, bytes / (t * 1e-3) / 1e9, t0 * 1e3, bytes / (t0 * 1e-3) / 1e9);
+    std::printf(
+        "attention one layer b=%d ctx=%d: prefetch %.1f us, %.0f GB/s of KV | plain %.1f us, %.0f GB/s\n",
+        batch, ctx, t * 1e3, bytes / (t * 1e-3) / 1e9, t0 * 1e3, bytes / (t0 * 1e-3) / 1e9);
   }
   // Prefill of one prompt in one forward; logits for the last token only.
   for (int n : {512, 4096}) {
     if (quick && n > 512) continue;
     BatchMeta meta = prefill_meta(n);
     be.begin_forward(meta);
-    const double t1 = time_ms(s, [&] { forward(be, m, acts, n, 1, rope, ours); }, 1, 3);
-    const double t2 = time_ms(s, [&] { forward(be, m, acts, n, 1, rope, cublas); }, 1, 3);
-    const double lin_flops = 2.0 * n * (m.linear_bytes / 2 - double(sh.vocab) * sh.hidden) + 2.0 * sh.vocab * sh.hidden;
+    const double t1 = time_ms(
+        s, [&] { forward(be, m, acts, n, 1, rope, ours); }, 1, 3);
+    const double t2 = time_ms(
+        s, [&] { forward(be, m, acts, n, 1, rope, cublas); }, 1, 3);
+    const double lin_flops =
+        2.0 * n * (m.linear_bytes / 2 - double(sh.vocab) * sh.hidden) + 2.0 * sh.vocab * sh.hidden;
     const double attn_flops = 2.0 * double(n) * n * sh.heads * sh.head_dim * sh.layers;  // causal QK and PV
     const double floor_ms = (lin_flops + attn_flops) / (c.gemm_tflops * 1e12) * 1e3;
     char what[64];
@@ -415,18 +456,22 @@ int run(int argc, char** argv) {
   CUBLAS_CHECK(cublasSetStream(h, cuda::stream_of(*be)));
   std::printf("device: %s\n", be->name().c_str());
   const Ceilings c = measure_ceilings(*be, h);
-  std::printf("ceilings: device copy %.0f GB/s (read+write), cuBLAS bf16 GEMM 8192^3 %.0f TFLOP/s\n", c.copy_gbs,
-              c.gemm_tflops);
+  std::printf("ceilings: device copy %.0f GB/s (read+write), cuBLAS bf16 GEMM 8192^3 %.0f TFLOP/s\n",
+              c.copy_gbs, c.gemm_tflops);
   std::vector<Row> rows;
   if (!small_only) run_shape(*be, h, kQwen3_8B, c, quick, &rows);
   run_shape(*be, h, kQwen3_06B, c, quick, &rows);
-  std::printf("\n| run | ours tok/s | of roofline | cuBLAS-linear tok/s | of roofline | ours/cuBLAS |\n|---|---|---|---|---|---|\n");
+  std::printf(
+      "\n| run | ours tok/s | of roofline | cuBLAS-linear tok/s | of roofline | ours/cuBLAS "
+      "|\n|---|---|---|---|---|---|\n");
   for (auto& r : rows)
-    std::printf("| %s | %.0f | %.1f%% | %.0f | %.1f%% | %.2f |\n", r.what.c_str(), r.tokens / (r.ours_ms * 1e-3),
-                100 * r.floor_ms / r.ours_ms, r.tokens / (r.cublas_ms * 1e-3), 100 * r.floor_ms / r.cublas_ms,
-                r.cublas_ms / r.ours_ms);
-  std::printf("(roofline: decode = (linear weights + KV bytes) / measured copy bandwidth %.0f GB/s; prefill = "
-              "FLOPs / measured GEMM rate %.0f TFLOP/s)\n", c.copy_gbs, c.gemm_tflops);
+    std::printf("| %s | %.0f | %.1f%% | %.0f | %.1f%% | %.2f |\n", r.what.c_str(),
+                r.tokens / (r.ours_ms * 1e-3), 100 * r.floor_ms / r.ours_ms, r.tokens / (r.cublas_ms * 1e-3),
+                100 * r.floor_ms / r.cublas_ms, r.cublas_ms / r.ours_ms);
+  std::printf(
+      "(roofline: decode = (linear weights + KV bytes) / measured copy bandwidth %.0f GB/s; prefill = "
+      "FLOPs / measured GEMM rate %.0f TFLOP/s)\n",
+      c.copy_gbs, c.gemm_tflops);
   cublasDestroy(h);
   return 0;
 }

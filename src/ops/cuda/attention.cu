@@ -2,9 +2,9 @@
 //
 // Row invariance: a row's visible positions [lo, pos] are cut at fixed absolute multiples of
 // kAttnChunk. One block computes the (row, KV head, chunk) partials with an online softmax over the
-// chunk's tiles in increasing order, then a second kernel combines the row's partials in increasing chunk order. Nothing depends on the
-// other rows in the call or on how they were batched, so a token's output is the same bits whether it
-// is decoded alone, verified among k+1 rows or prefilled in a chunk of any size.
+// chunk's tiles in increasing order, then a second kernel combines the row's partials in increasing chunk
+// order. Nothing depends on the other rows in the call or on how they were batched, so a token's output is
+// the same bits whether it is decoded alone, verified among k+1 rows or prefilled in a chunk of any size.
 #include <cuda_bf16.h>
 
 #include <cfloat>
@@ -14,7 +14,6 @@
 
 namespace tf::cuda {
 namespace {
-
 
 template <int DPL>
 struct Vec {
@@ -58,14 +57,15 @@ constexpr int kQFloats = 2048;       // group * head_dim
 // PF: the next tile's K/V are loaded into registers while the current tile is computed (register
 // double buffer). Same arithmetic either way.
 template <int DPL, bool PF>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32) attention_partial(
-    const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kp,
-    const __nv_bfloat16* __restrict__ vp, DeviceMeta meta, int hq, int hk, float scale, int window,
-    float softcap, int max_chunks, float* __restrict__ part_acc, float* __restrict__ part_ml) {
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    attention_partial(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kp,
+                      const __nv_bfloat16* __restrict__ vp, DeviceMeta meta, int hq, int hk, float scale,
+                      int window, float softcap, int max_chunks, float* __restrict__ part_acc,
+                      float* __restrict__ part_ml) {
   constexpr int D = DPL * 32;
   constexpr int T = D <= 128 ? 64 : 32;  // tile positions
-  constexpr int PPL = T / 32;             // positions scored per lane
-  constexpr int RS = D + 8;               // smem row stride (+16 bytes: conflict-free 16-byte reads)
+  constexpr int PPL = T / 32;            // positions scored per lane
+  constexpr int RS = D + 8;              // smem row stride (+16 bytes: conflict-free 16-byte reads)
   __shared__ __align__(16) __nv_bfloat16 ks[T * RS];
   __shared__ __align__(16) __nv_bfloat16 vs[T * RS];
   __shared__ __align__(16) float qs[kQFloats];
@@ -134,12 +134,19 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) attention_partial(
 #pragma unroll 4
         for (int e = 0; e < D; e += 8) {
           const uint4 k8 = *reinterpret_cast<const uint4*>(ks + row * RS + e);
-          const float4 qa = *reinterpret_cast<const float4*>(qh + e), qb = *reinterpret_cast<const float4*>(qh + e + 4);
+          const float4 qa = *reinterpret_cast<const float4*>(qh + e),
+                       qb = *reinterpret_cast<const float4*>(qh + e + 4);
           const __nv_bfloat162* kb = reinterpret_cast<const __nv_bfloat162*>(&k8);
-          float2 f0 = __bfloat1622float2(kb[0]), f1 = __bfloat1622float2(kb[1]), f2 = __bfloat1622float2(kb[2]),
-                 f3 = __bfloat1622float2(kb[3]);
-          d += qa.x * f0.x; d += qa.y * f0.y; d += qa.z * f1.x; d += qa.w * f1.y;
-          d += qb.x * f2.x; d += qb.y * f2.y; d += qb.z * f3.x; d += qb.w * f3.y;
+          float2 f0 = __bfloat1622float2(kb[0]), f1 = __bfloat1622float2(kb[1]),
+                 f2 = __bfloat1622float2(kb[2]), f3 = __bfloat1622float2(kb[3]);
+          d += qa.x * f0.x;
+          d += qa.y * f0.y;
+          d += qa.z * f1.x;
+          d += qa.w * f1.y;
+          d += qb.x * f2.x;
+          d += qb.y * f2.y;
+          d += qb.z * f3.x;
+          d += qb.w * f3.y;
         }
         float sc = d * scale;
         if (softcap > 0.f) sc = softcap * tanhf(sc / softcap);
@@ -212,17 +219,18 @@ __global__ void attention_combine(DeviceMeta meta, int hq, int window, int max_c
 LoopVariant g_attention_variant = LoopVariant::Auto;
 
 template <int DPL>
-void launch(const void* q, const void* k_pool, const void* v_pool, void* out, const DeviceMeta& meta,
-            int hq, int hk, float scale, int window, float softcap, int max_chunks, float* part_acc,
-            float* part_ml, cudaStream_t s) {
+void launch(const void* q, const void* k_pool, const void* v_pool, void* out, const DeviceMeta& meta, int hq,
+            int hk, float scale, int window, float softcap, int max_chunks, float* part_acc, float* part_ml,
+            cudaStream_t s) {
   TF_CHECK(hq / hk <= kWarpsPerBlock * kMaxHeadsPerWarp && (hq / hk) * DPL * 32 <= kQFloats,
            "CUDA attention supports up to 16 query heads per KV head (8 at head_dim 256)");
   dim3 grid(meta.rows * hk, max_chunks);
-  auto kernel = g_attention_variant == LoopVariant::Prefetch ? attention_partial<DPL, true> : attention_partial<DPL, false>;
-  kernel<<<grid, kWarpsPerBlock * 32, 0, s>>>(
-      static_cast<const __nv_bfloat16*>(q), static_cast<const __nv_bfloat16*>(k_pool),
-      static_cast<const __nv_bfloat16*>(v_pool), meta, hq, hk, scale, window, softcap, max_chunks,
-      part_acc, part_ml);
+  auto kernel = g_attention_variant == LoopVariant::Prefetch ? attention_partial<DPL, true>
+                                                             : attention_partial<DPL, false>;
+  kernel<<<grid, kWarpsPerBlock * 32, 0, s>>>(static_cast<const __nv_bfloat16*>(q),
+                                              static_cast<const __nv_bfloat16*>(k_pool),
+                                              static_cast<const __nv_bfloat16*>(v_pool), meta, hq, hk, scale,
+                                              window, softcap, max_chunks, part_acc, part_ml);
   TF_CUDA_LAUNCH_CHECK();
   const int warps = meta.rows * hq;
   attention_combine<DPL><<<(warps + 3) / 4, 128, 0, s>>>(meta, hq, window, max_chunks, part_acc, part_ml,
@@ -232,7 +240,9 @@ void launch(const void* q, const void* k_pool, const void* v_pool, void* out, co
 
 }  // namespace
 
-void set_attention_variant(LoopVariant v) { g_attention_variant = v; }
+void set_attention_variant(LoopVariant v) {
+  g_attention_variant = v;
+}
 
 void attention(const void* q, const void* k_pool, const void* v_pool, void* out, const DeviceMeta& meta,
                int hq, int hk, int head_dim, float scale, int window, float softcap, int max_chunks,
@@ -240,9 +250,15 @@ void attention(const void* q, const void* k_pool, const void* v_pool, void* out,
   TF_CHECK(hk > 0 && hq % hk == 0, "attention: query heads must be a multiple of KV heads");
   if (meta.rows == 0) return;
   switch (head_dim) {
-    case 64: return launch<2>(q, k_pool, v_pool, out, meta, hq, hk, scale, window, softcap, max_chunks, part_acc, part_ml, s);
-    case 128: return launch<4>(q, k_pool, v_pool, out, meta, hq, hk, scale, window, softcap, max_chunks, part_acc, part_ml, s);
-    case 256: return launch<8>(q, k_pool, v_pool, out, meta, hq, hk, scale, window, softcap, max_chunks, part_acc, part_ml, s);
+    case 64:
+      return launch<2>(q, k_pool, v_pool, out, meta, hq, hk, scale, window, softcap, max_chunks, part_acc,
+                       part_ml, s);
+    case 128:
+      return launch<4>(q, k_pool, v_pool, out, meta, hq, hk, scale, window, softcap, max_chunks, part_acc,
+                       part_ml, s);
+    case 256:
+      return launch<8>(q, k_pool, v_pool, out, meta, hq, hk, scale, window, softcap, max_chunks, part_acc,
+                       part_ml, s);
     default:
       throw Error("CUDA attention supports head_dim 64, 128 and 256, got " + std::to_string(head_dim));
   }

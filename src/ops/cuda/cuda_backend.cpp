@@ -70,12 +70,14 @@ class Workspace {
   size_t cap_ = 0;
 };
 
-const void* ptr(const Tensor& t) { return t.raw(); }
+const void* ptr(const Tensor& t) {
+  return t.raw();
+}
 
 void expect(const Tensor& t, DType d, const char* op, const char* what) {
   TF_CHECK(t.device() == Device::CUDA, std::string(op) + ": " + what + " is not on the GPU");
-  TF_CHECK(t.dtype() == d, std::string(op) + ": " + what + " must be " + dtype_name(d) + ", got " +
-                               t.describe());
+  TF_CHECK(t.dtype() == d,
+           std::string(op) + ": " + what + " must be " + dtype_name(d) + ", got " + t.describe());
   TF_CHECK(t.is_contiguous(), std::string(op) + ": " + what + " must be contiguous");
 }
 
@@ -98,14 +100,13 @@ class CudaBackend final : public Backend {
     name_ = "cuda:" + std::to_string(device) + " (" + prop.name + ")";
     TF_CUDA_CHECK(cudaSetDevice(device));
     TF_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    set_device_allocator(Device::CUDA, DeviceAllocator{
-                                           [device](size_t n) {
-                                             void* p = nullptr;
-                                             TF_CUDA_CHECK(cudaSetDevice(device));
-                                             TF_CUDA_CHECK(cudaMalloc(&p, n));
-                                             return p;
-                                           },
-                                           [](void* p) { cudaFree(p); }});
+    set_device_allocator(Device::CUDA, DeviceAllocator{[device](size_t n) {
+                                                         void* p = nullptr;
+                                                         TF_CUDA_CHECK(cudaSetDevice(device));
+                                                         TF_CUDA_CHECK(cudaMalloc(&p, n));
+                                                         return p;
+                                                       },
+                                                       [](void* p) { cudaFree(p); }});
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
@@ -162,7 +163,8 @@ class CudaBackend final : public Backend {
              "begin_forward: tokens, positions, row_seq and slots must have one entry per row");
     std::vector<int32_t> buf;
     buf.reserve(4 * r + s + 64);
-    for (auto* v : {&meta.tokens, &meta.positions, &meta.row_seq, &meta.slots}) buf.insert(buf.end(), v->begin(), v->end());
+    for (auto* v : {&meta.tokens, &meta.positions, &meta.row_seq, &meta.slots})
+      buf.insert(buf.end(), v->begin(), v->end());
     int32_t off = 0;
     for (auto& t : meta.block_tables) buf.push_back(off), off += int32_t(t.size());
     for (auto& t : meta.block_tables) buf.insert(buf.end(), t.begin(), t.end());
@@ -182,7 +184,8 @@ class CudaBackend final : public Backend {
     expect_float(table, "embedding", "table");
     const int hidden = int(table.dim(-1));
     TF_CHECK(out.numel() == int64_t(dm_.rows) * hidden, "embedding: out must be [rows, hidden]");
-    cuda::embedding(ptr(table), table.dtype(), dm_.tokens, out.raw(), out.dtype(), dm_.rows, hidden, scale, stream_);
+    cuda::embedding(ptr(table), table.dtype(), dm_.tokens, out.raw(), out.dtype(), dm_.rows, hidden, scale,
+                    stream_);
   }
 
   void linear(const Tensor& x, const LinearWeight& w, Tensor& y) override {
@@ -208,15 +211,18 @@ class CudaBackend final : public Backend {
     cuda::rms_norm(ptr(x), ptr(w), w.dtype(), y.raw(), x.numel() / cols, cols, eps, offset, stream_);
   }
 
-  void add_rms_norm(Tensor& res, const Tensor& x, const Tensor& w, float eps, float offset, Tensor& y) override {
-    TF_CHECK(res.dtype() == DType::BF16 || res.dtype() == DType::F32, "add_rms_norm: residual must be bf16 or f32");
+  void add_rms_norm(Tensor& res, const Tensor& x, const Tensor& w, float eps, float offset,
+                    Tensor& y) override {
+    TF_CHECK(res.dtype() == DType::BF16 || res.dtype() == DType::F32,
+             "add_rms_norm: residual must be bf16 or f32");
     expect(x, DType::BF16, "add_rms_norm", "x");
     expect(y, DType::BF16, "add_rms_norm", "y");
     expect_float(w, "add_rms_norm", "weight");
     const int cols = int(x.dim(-1));
-    TF_CHECK(w.numel() == cols && res.numel() == x.numel() && y.numel() == x.numel(), "add_rms_norm: shapes differ");
-    cuda::add_rms_norm(res.raw(), res.dtype(), ptr(x), ptr(w), w.dtype(), y.raw(), x.numel() / cols, cols, eps,
-                       offset, stream_);
+    TF_CHECK(w.numel() == cols && res.numel() == x.numel() && y.numel() == x.numel(),
+             "add_rms_norm: shapes differ");
+    cuda::add_rms_norm(res.raw(), res.dtype(), ptr(x), ptr(w), w.dtype(), y.raw(), x.numel() / cols, cols,
+                       eps, offset, stream_);
   }
 
   void rope(Tensor& q, Tensor& k, const RopeParams& p) override {
@@ -224,17 +230,19 @@ class CudaBackend final : public Backend {
     expect(q, DType::BF16, "rope", "q");
     expect(k, DType::BF16, "rope", "k");
     const int d = p.head_dim;
-    TF_CHECK(d > 0 && p.rotary_dim <= d && p.rotary_dim % 2 == 0 && int(p.inv_freq.size()) == p.rotary_dim / 2,
-             "rope: inconsistent RopeParams");
+    TF_CHECK(
+        d > 0 && p.rotary_dim <= d && p.rotary_dim % 2 == 0 && int(p.inv_freq.size()) == p.rotary_dim / 2,
+        "rope: inconsistent RopeParams");
     const int hq = int(q.numel() / (int64_t(dm_.rows) * d)), hk = int(k.numel() / (int64_t(dm_.rows) * d));
     TF_CHECK(int64_t(hq) * dm_.rows * d == q.numel() && int64_t(hk) * dm_.rows * d == k.numel(),
              "rope: q/k must be [rows, heads, head_dim] for this batch");
     if (p.inv_freq != inv_freq_host_) {  // rarely changes: one model, one rope
       inv_freq_host_ = p.inv_freq;
-      inv_freq_ = upload(Tensor::borrow(inv_freq_host_.data(), {int64_t(inv_freq_host_.size())}, DType::F32, Device::CPU));
+      inv_freq_ = upload(
+          Tensor::borrow(inv_freq_host_.data(), {int64_t(inv_freq_host_.size())}, DType::F32, Device::CPU));
     }
-    cuda::rope(q.raw(), k.raw(), dm_.rows, hq, hk, d, p.rotary_dim, inv_freq_.data<float>(), p.attention_factor,
-               p.interleaved, dm_.positions, stream_);
+    cuda::rope(q.raw(), k.raw(), dm_.rows, hq, hk, d, p.rotary_dim, inv_freq_.data<float>(),
+               p.attention_factor, p.interleaved, dm_.positions, stream_);
   }
 
   void silu_mul(const Tensor& gu, Tensor& out) override {
@@ -253,7 +261,8 @@ class CudaBackend final : public Backend {
     expect(layer.k, DType::BF16, "kv_write", "K pool");
     expect(layer.v, DType::BF16, "kv_write", "V pool");
     const int64_t row = layer.k.dim(2) * layer.k.dim(3);
-    TF_CHECK(k.numel() == row * dm_.rows && v.numel() == k.numel(), "kv_write: k/v must be [rows, kv_heads, head_dim]");
+    TF_CHECK(k.numel() == row * dm_.rows && v.numel() == k.numel(),
+             "kv_write: k/v must be [rows, kv_heads, head_dim]");
     TF_CHECK(layer.k.dim(1) == dm_.block_size, "kv_write: pool block size differs from the batch's");
     cuda::kv_write(layer.k.raw(), layer.v.raw(), ptr(k), ptr(v), dm_.rows, int(row), dm_.slots, stream_);
   }
@@ -263,15 +272,17 @@ class CudaBackend final : public Backend {
     expect(q, DType::BF16, "attention", "q");
     expect(out, DType::BF16, "attention", "out");
     expect(layer.k, DType::BF16, "attention", "K pool");
-    TF_CHECK(layer.k.dim(2) == p.num_kv_heads && layer.k.dim(3) == p.head_dim && layer.k.dim(1) == dm_.block_size,
-             "attention: KV pool shape does not match the attention parameters");
+    TF_CHECK(
+        layer.k.dim(2) == p.num_kv_heads && layer.k.dim(3) == p.head_dim && layer.k.dim(1) == dm_.block_size,
+        "attention: KV pool shape does not match the attention parameters");
     TF_CHECK(q.numel() == int64_t(dm_.rows) * p.num_heads * p.head_dim && out.numel() == q.numel(),
              "attention: q/out must be [rows, heads, head_dim]");
     const int chunks = max_pos_ / kAttnChunk + 1;
     const size_t n = size_t(dm_.rows) * p.num_heads * chunks;
     auto* ws = static_cast<float*>(attn_ws_.get(n * (p.head_dim + 2) * sizeof(float)));
-    cuda::attention(ptr(q), ptr(layer.k), ptr(layer.v), out.raw(), dm_, p.num_heads, p.num_kv_heads, p.head_dim,
-                    p.scale, p.sliding_window, p.softcap, chunks, ws, ws + n * p.head_dim, stream_);
+    cuda::attention(ptr(q), ptr(layer.k), ptr(layer.v), out.raw(), dm_, p.num_heads, p.num_kv_heads,
+                    p.head_dim, p.scale, p.sliding_window, p.softcap, chunks, ws, ws + n * p.head_dim,
+                    stream_);
   }
 
   void add(Tensor& a, const Tensor& b) override {
@@ -286,7 +297,8 @@ class CudaBackend final : public Backend {
     TF_CHECK(x.device() == Device::CUDA && out.device() == Device::CUDA && x.dtype() == out.dtype(),
              "gather_rows: x and out must be GPU tensors of one dtype");
     const int64_t row_bytes = int64_t(x.nbytes() / x.dim(0));
-    TF_CHECK(out.nbytes() == size_t(row_bytes) * rows.size(), "gather_rows: out must be [rows, ...] of x's row size");
+    TF_CHECK(out.nbytes() == size_t(row_bytes) * rows.size(),
+             "gather_rows: out must be [rows, ...] of x's row size");
     for (int32_t r : rows) TF_CHECK(r >= 0 && r < x.dim(0), "gather_rows: row index out of range");
     if (rows.empty()) return;
     auto* d = static_cast<const int32_t*>(gather_stage_.put(rows.data(), rows.size() * 4, stream_));
@@ -296,7 +308,9 @@ class CudaBackend final : public Backend {
   void synchronize() override { TF_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
  private:
-  void need_meta(const char* op) { TF_CHECK(have_meta_, std::string(op) + ": begin_forward() was not called"); }
+  void need_meta(const char* op) {
+    TF_CHECK(have_meta_, std::string(op) + ": begin_forward() was not called");
+  }
   Tensor upload_bf16(const Tensor& host) {
     if (host.dtype() == DType::BF16) return upload(host);
     std::vector<uint16_t> b = to_bf16(host);
@@ -327,7 +341,9 @@ CudaBackend& as_cuda(Backend& b) {
 
 }  // namespace
 
-cudaStream_t stream_of(Backend& b) { return as_cuda(b).stream(); }
+cudaStream_t stream_of(Backend& b) {
+  return as_cuda(b).stream();
+}
 
 void fill_uniform(Backend& b, Tensor& t, uint64_t seed, float lo, float hi) {
   TF_CHECK(t.device() == Device::CUDA && (t.dtype() == DType::BF16 || t.dtype() == DType::F32),

@@ -16,11 +16,10 @@ namespace tf::cuda {
 
 }  // namespace tf::cuda
 
-#define TF_CUDA_CHECK(expr)                                                           \
-  do {                                                                                \
-    cudaError_t tf_err_ = (expr);                                                     \
-    if (tf_err_ != cudaSuccess)                                                       \
-      ::tf::cuda::fail(cudaGetErrorString(tf_err_), #expr, __FILE__, __LINE__);       \
+#define TF_CUDA_CHECK(expr)                                                                               \
+  do {                                                                                                    \
+    cudaError_t tf_err_ = (expr);                                                                         \
+    if (tf_err_ != cudaSuccess) ::tf::cuda::fail(cudaGetErrorString(tf_err_), #expr, __FILE__, __LINE__); \
   } while (0)
 
 // After a kernel launch: catches bad launch configurations immediately (not asynchronous faults).

@@ -12,9 +12,12 @@ namespace {
 // Loads/stores as float for the dtypes activations and norm weights come in.
 __device__ __forceinline__ float ld(const void* p, int64_t i, DType t) {
   switch (t) {
-    case DType::F32: return static_cast<const float*>(p)[i];
-    case DType::F16: return __half2float(static_cast<const __half*>(p)[i]);
-    default: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    case DType::F32:
+      return static_cast<const float*>(p)[i];
+    case DType::F16:
+      return __half2float(static_cast<const __half*>(p)[i]);
+    default:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
   }
 }
 __device__ __forceinline__ void st(void* p, int64_t i, DType t, float v) {
@@ -23,7 +26,9 @@ __device__ __forceinline__ void st(void* p, int64_t i, DType t, float v) {
   else
     static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(v);
 }
-__device__ __forceinline__ float bf(const __nv_bfloat16* p, int64_t i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ float bf(const __nv_bfloat16* p, int64_t i) {
+  return __bfloat162float(p[i]);
+}
 
 // Sum over the TPR threads of a row: warp butterfly, then (TPR = 256) the 8 warp sums in order.
 template <int TPR>
@@ -48,10 +53,9 @@ constexpr int kNormThreads = 256;
 // Each thread holds its V elements of the row (i = tid + TPR * j) in registers between the two passes,
 // so no store can force a reload. V = 0: rows too long for registers, re-read instead.
 template <int TPR, int V>
-__global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const __nv_bfloat16* __restrict__ x,
-                                                                const void* w, DType wt,
-                                                                __nv_bfloat16* y, int64_t rows, int cols,
-                                                                float eps, float offset) {
+__global__ void __launch_bounds__(kNormThreads)
+    rms_norm_kernel(const __nv_bfloat16* __restrict__ x, const void* w, DType wt, __nv_bfloat16* y,
+                    int64_t rows, int cols, float eps, float offset) {
   __shared__ float smem[kNormThreads / 32];
   const int64_t row = blockIdx.x * int64_t(kNormThreads / TPR) + threadIdx.x / TPR;
   const int tid = threadIdx.x % TPR;
@@ -90,10 +94,9 @@ __device__ __forceinline__ float round_to(float v, DType t) {
 }
 
 template <int V>
-__global__ void __launch_bounds__(kNormThreads) add_rms_norm_kernel(void* res, DType rt,
-                                                                    const __nv_bfloat16* x, const void* w,
-                                                                    DType wt, __nv_bfloat16* y, int cols,
-                                                                    float eps, float offset) {
+__global__ void __launch_bounds__(kNormThreads)
+    add_rms_norm_kernel(void* res, DType rt, const __nv_bfloat16* x, const void* w, DType wt,
+                        __nv_bfloat16* y, int cols, float eps, float offset) {
   constexpr int TPR = kNormThreads;
   __shared__ float smem[kNormThreads / 32];
   const int64_t base = int64_t(blockIdx.x) * cols;
@@ -160,8 +163,9 @@ __global__ void silu_mul_kernel(const __nv_bfloat16* __restrict__ gu, __nv_bfloa
 }
 
 // 16-byte copies of one row's K and V into the pool slot.
-__global__ void kv_write_kernel(uint4* kp, uint4* vp, const uint4* __restrict__ k, const uint4* __restrict__ v,
-                                int rows, int vecs, const int32_t* __restrict__ slots) {
+__global__ void kv_write_kernel(uint4* kp, uint4* vp, const uint4* __restrict__ k,
+                                const uint4* __restrict__ v, int rows, int vecs,
+                                const int32_t* __restrict__ slots) {
   const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (idx >= int64_t(rows) * vecs) return;
   const int r = int(idx / vecs), j = int(idx % vecs);
@@ -198,7 +202,8 @@ __global__ void gather_kernel(const uint8_t* __restrict__ x, const int32_t* __re
 }
 
 __global__ void fill_uniform_kernel(void* p, DType t, int64_t n, uint64_t seed, float lo, float hi) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
     uint64_t z = seed + 0x9E3779B97F4A7C15ull * uint64_t(i + 1);  // splitmix64
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -208,18 +213,21 @@ __global__ void fill_uniform_kernel(void* p, DType t, int64_t n, uint64_t seed, 
   }
 }
 
-unsigned blocks_for(int64_t n, int threads = 256) { return unsigned((n + threads - 1) / threads); }
+unsigned blocks_for(int64_t n, int threads = 256) {
+  return unsigned((n + threads - 1) / threads);
+}
 
 }  // namespace
 
-void rms_norm(const void* x, const void* w, DType wt, void* y, int64_t rows, int cols, float eps, float offset,
-              cudaStream_t s) {
+void rms_norm(const void* x, const void* w, DType wt, void* y, int64_t rows, int cols, float eps,
+              float offset, cudaStream_t s) {
   if (rows == 0) return;
   auto xp = static_cast<const __nv_bfloat16*>(x);
   auto yp = static_cast<__nv_bfloat16*>(y);
   // The variant depends on the row length alone, never on the number of rows.
   if (cols <= 512)  // per-head q/k norms: one warp a row
-    rms_norm_kernel<32, 16><<<blocks_for(rows, kNormThreads / 32), kNormThreads, 0, s>>>(xp, w, wt, yp, rows, cols, eps, offset);
+    rms_norm_kernel<32, 16>
+        <<<blocks_for(rows, kNormThreads / 32), kNormThreads, 0, s>>>(xp, w, wt, yp, rows, cols, eps, offset);
   else if (cols <= 8192)
     rms_norm_kernel<256, 32><<<unsigned(rows), kNormThreads, 0, s>>>(xp, w, wt, yp, rows, cols, eps, offset);
   else
@@ -227,13 +235,14 @@ void rms_norm(const void* x, const void* w, DType wt, void* y, int64_t rows, int
   TF_CUDA_LAUNCH_CHECK();
 }
 
-void add_rms_norm(void* res, DType rt, const void* x, const void* w, DType wt, void* y, int64_t rows, int cols,
-                  float eps, float offset, cudaStream_t s) {
+void add_rms_norm(void* res, DType rt, const void* x, const void* w, DType wt, void* y, int64_t rows,
+                  int cols, float eps, float offset, cudaStream_t s) {
   if (rows == 0) return;
   auto xp = static_cast<const __nv_bfloat16*>(x);
   auto yp = static_cast<__nv_bfloat16*>(y);
   if (cols <= 8192)
-    add_rms_norm_kernel<32><<<unsigned(rows), kNormThreads, 0, s>>>(res, rt, xp, w, wt, yp, cols, eps, offset);
+    add_rms_norm_kernel<32>
+        <<<unsigned(rows), kNormThreads, 0, s>>>(res, rt, xp, w, wt, yp, cols, eps, offset);
   else
     add_rms_norm_kernel<0><<<unsigned(rows), kNormThreads, 0, s>>>(res, rt, xp, w, wt, yp, cols, eps, offset);
   TF_CUDA_LAUNCH_CHECK();
@@ -243,8 +252,8 @@ void rope(void* q, void* k, int rows, int hq, int hk, int d, int rot, const floa
           bool interleaved, const int32_t* positions, cudaStream_t s) {
   const int64_t n = int64_t(rows) * (hq + hk) * (rot / 2);
   if (n == 0) return;
-  rope_kernel<<<blocks_for(n), 256, 0, s>>>(static_cast<__nv_bfloat16*>(q), static_cast<__nv_bfloat16*>(k), rows,
-                                            hq, hk, d, rot, inv_freq, factor, interleaved, positions);
+  rope_kernel<<<blocks_for(n), 256, 0, s>>>(static_cast<__nv_bfloat16*>(q), static_cast<__nv_bfloat16*>(k),
+                                            rows, hq, hk, d, rot, inv_freq, factor, interleaved, positions);
   TF_CUDA_LAUNCH_CHECK();
 }
 
@@ -269,8 +278,8 @@ void kv_write(void* kp, void* vp, const void* k, const void* v, int rows, int ro
 void embedding(const void* table, DType tt, const int32_t* tokens, void* out, DType ot, int rows, int hidden,
                float scale, cudaStream_t s) {
   if (rows == 0) return;
-  embedding_kernel<<<blocks_for(int64_t(rows) * hidden), 256, 0, s>>>(table, tt, tokens, out, ot, rows, hidden,
-                                                                      scale);
+  embedding_kernel<<<blocks_for(int64_t(rows) * hidden), 256, 0, s>>>(table, tt, tokens, out, ot, rows,
+                                                                      hidden, scale);
   TF_CUDA_LAUNCH_CHECK();
 }
 
@@ -280,12 +289,13 @@ void add(void* a, DType at, const void* b, DType bt, int64_t n, cudaStream_t s) 
   TF_CUDA_LAUNCH_CHECK();
 }
 
-void gather_rows(const void* x, const int32_t* rows, void* out, int nrows, int64_t row_bytes, cudaStream_t s) {
+void gather_rows(const void* x, const int32_t* rows, void* out, int nrows, int64_t row_bytes,
+                 cudaStream_t s) {
   if (nrows == 0) return;
   const bool vec16 = row_bytes % 16 == 0 && uintptr_t(x) % 16 == 0 && uintptr_t(out) % 16 == 0;
   const int64_t units = vec16 ? row_bytes / 16 : row_bytes;
-  gather_kernel<<<blocks_for(nrows * units), 256, 0, s>>>(static_cast<const uint8_t*>(x), rows,
-                                                          static_cast<uint8_t*>(out), nrows, row_bytes, vec16);
+  gather_kernel<<<blocks_for(nrows * units), 256, 0, s>>>(
+      static_cast<const uint8_t*>(x), rows, static_cast<uint8_t*>(out), nrows, row_bytes, vec16);
   TF_CUDA_LAUNCH_CHECK();
 }
 

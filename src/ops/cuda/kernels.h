@@ -26,8 +26,8 @@ struct DeviceMeta {
 constexpr int kAttnChunk = 128;
 
 // y[M,N] (bf16) = x[M,K] (bf16) · W[N,K]ᵀ (bf16) + bias. K % 32 == 0.
-void linear_bf16(const void* x, const void* w, const void* bias, DType bias_dtype, void* y, int m,
-                 int n, int k, cudaStream_t s);
+void linear_bf16(const void* x, const void* w, const void* bias, DType bias_dtype, void* y, int m, int n,
+                 int k, cudaStream_t s);
 // Loop variants of the linear and attention kernels, for benches and tests. Every variant issues the
 // same arithmetic in the same order (identical bits, tested); they differ only in when loads are issued.
 // Auto is what measured fastest on an H200 (docs/cuda-notes.md): linear prefetches the next K step's
@@ -39,9 +39,8 @@ void rms_norm(const void* x, const void* w, DType w_dtype, void* y, int64_t rows
               float offset, cudaStream_t s);
 void add_rms_norm(void* residual, DType res_dtype, const void* x, const void* w, DType w_dtype, void* y,
                   int64_t rows, int cols, float eps, float offset, cudaStream_t s);
-void rope(void* q, void* k, int rows, int hq, int hk, int head_dim, int rotary_dim,
-          const float* inv_freq, float attention_factor, bool interleaved, const int32_t* positions,
-          cudaStream_t s);
+void rope(void* q, void* k, int rows, int hq, int hk, int head_dim, int rotary_dim, const float* inv_freq,
+          float attention_factor, bool interleaved, const int32_t* positions, cudaStream_t s);
 void silu_mul(const void* gate_up, void* out, int64_t rows, int inter, cudaStream_t s);
 void kv_write(void* k_pool, void* v_pool, const void* k, const void* v, int rows, int row_elems,
               const int32_t* slots, cudaStream_t s);
@@ -52,8 +51,7 @@ void attention(const void* q, const void* k_pool, const void* v_pool, void* out,
 void embedding(const void* table, DType table_dtype, const int32_t* tokens, void* out, DType out_dtype,
                int rows, int hidden, float scale, cudaStream_t s);
 void add(void* a, DType a_dtype, const void* b, DType b_dtype, int64_t n, cudaStream_t s);
-void gather_rows(const void* x, const int32_t* rows, void* out, int nrows, int64_t row_bytes,
-                 cudaStream_t s);
+void gather_rows(const void* x, const int32_t* rows, void* out, int nrows, int64_t row_bytes, cudaStream_t s);
 void fill_uniform(void* p, DType dtype, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t s);
 
 }  // namespace tf::cuda

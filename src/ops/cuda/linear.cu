@@ -26,15 +26,14 @@ LoopVariant g_linear_variant = LoopVariant::Auto;
 __device__ __forceinline__ uint4 load_stream(const void* p) {
   uint4 r;
   asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p));
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(p));
   return r;
 }
 
 __device__ __forceinline__ void mma_bf16(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint32_t b0, uint32_t b1) {
-  asm(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
@@ -43,11 +42,10 @@ __device__ __forceinline__ void mma_bf16(float* c, uint32_t a0, uint32_t a1, uin
 // U: K chunks loaded per step; PREFETCH: the next step's weight loads are issued before this step's
 // MMAs (register double buffer) so that loads stay in flight. Neither changes the arithmetic.
 template <int NT, int U, bool PREFETCH>
-__global__ void __launch_bounds__(kWarps * 32) linear_kernel(const __nv_bfloat16* __restrict__ x,
-                                                             const __nv_bfloat16* __restrict__ w,
-                                                             const void* __restrict__ bias, int bias_kind,
-                                                             __nv_bfloat16* __restrict__ y, int m, int n,
-                                                             int k, int m_tiles) {
+__global__ void __launch_bounds__(kWarps * 32)
+    linear_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
+                  const void* __restrict__ bias, int bias_kind, __nv_bfloat16* __restrict__ y, int m, int n,
+                  int k, int m_tiles) {
   __shared__ float red[kWarps][NT * 8][16];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
@@ -112,7 +110,7 @@ __global__ void __launch_bounds__(kWarps * 32) linear_kernel(const __nv_bfloat16
   }
   for (; c < c_end; ++c) step(load_stream(wa + c * 32), load_stream(wb + c * 32), c);
 
-  // acc[j]: c0 = (n0+g, token 8j+2t), c1 = (n0+g, 8j+2t+1), c2/c3 the same for n0+g+8.
+    // acc[j]: c0 = (n0+g, token 8j+2t), c1 = (n0+g, 8j+2t+1), c2/c3 the same for n0+g+8.
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
     red[warp][8 * j + 2 * t][g] = acc[j][0];
@@ -163,13 +161,16 @@ void linear_bf16(const void* x, const void* w, const void* bias, DType bias_dtyp
     else
       launch<8, 2, P>(x, w, bias, bias_kind, y, m, n, k, s);
   };
-  const bool prefetch = g_linear_variant == LoopVariant::Prefetch || (g_linear_variant == LoopVariant::Auto && m <= 16);
+  const bool prefetch =
+      g_linear_variant == LoopVariant::Prefetch || (g_linear_variant == LoopVariant::Auto && m <= 16);
   if (prefetch)
     go(std::true_type{});
   else
     go(std::false_type{});
 }
 
-void set_linear_variant(LoopVariant v) { g_linear_variant = v; }
+void set_linear_variant(LoopVariant v) {
+  g_linear_variant = v;
+}
 
 }  // namespace tf::cuda

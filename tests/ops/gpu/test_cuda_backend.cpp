@@ -59,7 +59,8 @@ class CudaOps : public ::testing::Test {
   Tensor poisoned(std::vector<int64_t> shape, DType dt = DType::BF16) {
     Tensor t = gpu_->alloc(std::move(shape), dt);
     EXPECT_EQ(cudaMemset(t.raw(), 0xFF, t.nbytes()), cudaSuccess);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the backend's stream does not wait for the default one
+    EXPECT_EQ(cudaDeviceSynchronize(),
+              cudaSuccess);  // the backend's stream does not wait for the default one
     return t;
   }
   std::vector<float> get(const Tensor& t) {
@@ -297,11 +298,13 @@ Pools make_pools(Backend& gpu, Backend& cpu, const std::vector<int>& lens, int h
   }
   m.block_tables = p.tables;
   p.written = m.slots;
-  p.g = {gpu.alloc({nb, p.block_size, hk, d}, DType::BF16), gpu.alloc({nb, p.block_size, hk, d}, DType::BF16)};
+  p.g = {gpu.alloc({nb, p.block_size, hk, d}, DType::BF16),
+         gpu.alloc({nb, p.block_size, hk, d}, DType::BF16)};
   cudaMemset(p.g.k.raw(), 0xFF, p.g.k.nbytes());  // unwritten slots are NaN: reading one shows
   cudaMemset(p.g.v.raw(), 0xFF, p.g.v.nbytes());
   cudaDeviceSynchronize();
-  p.c = {Tensor::zeros({nb, p.block_size, hk, d}, DType::F32), Tensor::zeros({nb, p.block_size, hk, d}, DType::F32)};
+  p.c = {Tensor::zeros({nb, p.block_size, hk, d}, DType::F32),
+         Tensor::zeros({nb, p.block_size, hk, d}, DType::F32)};
   Host k = random_host({m.rows(), hk, d}), v = random_host({m.rows(), hk, d});
   gpu.begin_forward(m);
   cpu.begin_forward(m);
@@ -324,7 +327,9 @@ BatchMeta rows_meta(const Pools& p, const std::vector<std::pair<int, int>>& rows
 }
 
 TEST_F(CudaOps, KvWriteAndAttentionMatchCpu) {
-  struct Heads { int hq, hk, d; };
+  struct Heads {
+    int hq, hk, d;
+  };
   for (Heads hs : {Heads{8, 2, 128}, Heads{4, 2, 64}, Heads{16, 2, 256}, Heads{6, 6, 128}})
     attention_vs_cpu(hs.hq, hs.hk, hs.d);
 }
@@ -340,13 +345,14 @@ void CudaOps::attention_vs_cpu(int hq, int hk, int d) {
       ASSERT_TRUE(std::equal(gv.begin() + slot * row, gv.begin() + (slot + 1) * row, cv.begin() + slot * row))
           << "slot " << slot;
   }
-  std::vector<std::pair<int, int>> rows = {{0, 1099}};      // decode
-  for (int pos = 0; pos < 45; ++pos) rows.push_back({1, pos});  // prefill
+  std::vector<std::pair<int, int>> rows = {{0, 1099}};             // decode
+  for (int pos = 0; pos < 45; ++pos) rows.push_back({1, pos});     // prefill
   for (int pos = 295; pos < 300; ++pos) rows.push_back({2, pos});  // verify
   const int r = int(rows.size());
   BatchMeta meta = rows_meta(pools, rows);
   for (int variant = 0; variant < 3; ++variant) {
-    AttentionParams ap{hq, hk, d, 1.f / std::sqrt(float(d)), variant == 1 ? 200 : 0, variant == 2 ? 30.f : 0.f};
+    AttentionParams ap{
+        hq, hk, d, 1.f / std::sqrt(float(d)), variant == 1 ? 200 : 0, variant == 2 ? 30.f : 0.f};
     Host q = random_host({r, hq, d}, 2.f);
     Tensor go = poisoned({r, hq, d}), co = Tensor::empty({r, hq, d}, DType::F32);
     gpu_->begin_forward(meta);

@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # The one script a device call runs for the CUDA backend: checks the carried build, runs the GPU tests
 # (ctest label "gpu" binary), then the bench; logs to $OUT, short table last.
-# Build here first (nvcc, -j2):  tools/device_cuda.sh --pack   (copies binaries into build-cuda-carry/)
-# Then on the device:            run(command="tools/device_cuda.sh", carry=["build-cuda-carry"])
+# The device has nvcc but not the project's Debian -dev packages, so build HERE and carry the binaries:
+#   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release
+#   cmake --build build-cuda --target test_cuda_backend tf_bench_cuda -j2
+#   tools/device_cuda.sh --pack      # copies the two binaries into build-cuda-carry/ (ignored, ~3 MB)
+# Then one device call:  run(command="tools/device_cuda.sh", carry=["build-cuda-carry"])
+# BENCH_ARGS=--quick (512 context only) or --small (0.6B shape only) shorten the bench.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 CARRY=build-cuda-carry
 if [[ "${1:-}" == "--pack" ]]; then
-  mkdir -p $CARRY && cp build-cuda/tests/ops/gpu/test_cuda_backend build-cuda/tf_bench_cuda $CARRY/ && ls -la $CARRY
+  bench=build-cuda/bench/cuda/tf_bench_cuda
+  [[ -x $bench ]] || bench=build-cuda/tf_bench_cuda  # a local build that adds the bench target itself
+  mkdir -p $CARRY && cp build-cuda/tests/ops/gpu/test_cuda_backend $bench $CARRY/ && ls -la $CARRY
   exit 0
 fi
 OUT=${OUT:-/tmp/out}

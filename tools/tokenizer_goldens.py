@@ -140,6 +140,38 @@ def random_id_lists(fam, vocab_size, special_ids, byte_ids, n=60):
     return out
 
 
+# Unicode classes the tokenizer.json split patterns use. Hugging Face runs them with Oniguruma; the
+# C++ side uses PCRE2 with patched classes, and the golden test compares both over these code points
+# (everything assigned in Unicode 16 outside the private-use planes).
+REGEX_CLASSES = [r"\s", r"\p{L}", r"\p{N}", r"\p{M}", r"\p{Lu}", r"\p{Ll}", r"\p{Lt}", r"\p{Lm}", r"\p{Lo}",
+                 r"\p{P}", r"\p{S}"]
+CLASS_SPANS = [(0, 0x32400), (0xE0000, 0xE0200)]
+
+
+def regex_classes():
+    from tokenizers import Regex, pre_tokenizers
+    sep = "\u0378"  # unassigned: in none of the classes
+    chars = [c for a, b in CLASS_SPANS for c in range(a, b) if not (0xD800 <= c < 0xE000) and c != 0x378]
+    out = {"spans": CLASS_SPANS, "classes": {}}
+    for cl in REGEX_CLASSES:
+        split = pre_tokenizers.Split(Regex(cl), behavior="removed", invert=False)
+        kept = set()
+        for i in range(0, len(chars), 50000):
+            text = sep.join(chr(c) for c in chars[i:i + 50000])
+            for piece, _ in split.pre_tokenize_str(text):
+                kept.update(ord(ch) for ch in piece)
+        ranges = []
+        for c in chars:
+            if c in kept:
+                continue
+            if ranges and ranges[-1][1] == c - 1:
+                ranges[-1][1] = c
+            else:
+                ranges.append([c, c])
+        out["classes"][cl] = ranges
+    return out
+
+
 def stage_family(shared, fam, stage_root):
     """AutoTokenizer needs a plain tokenizer.json: copy/decompress the family's files into stage_root."""
     src = os.path.join(shared, "text-fixtures", fam)
@@ -201,6 +233,8 @@ def main():
     fams = sys.argv[3:] or FAMILIES
     os.makedirs(out, exist_ok=True)
     texts = corpus(shared)
+    with open(os.path.join(out, "regex_classes.json"), "w", encoding="utf-8") as f:
+        json.dump(regex_classes(), f)
     stage = os.path.join(out, "stage")
     for fam in fams:
         path = stage_family(shared, fam, stage)

@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "text/detokenizer.h"
+#include "text/tok_regex.h"
+#include "text/tok_text.h"
 #include "text/tokenizer.h"
 
 namespace {
@@ -62,6 +64,34 @@ TEST_P(TokenizerGolden, MatchesHuggingFace) {
       EXPECT_EQ(streamed, want) << fam << " streaming skip=" << skip << " ids: " << show(ids);
     }
     if (::testing::Test::HasFailure() && ++bad > 8) FAIL() << "too many mismatches";
+  }
+}
+
+// The split patterns run on PCRE2 here and on Oniguruma in Hugging Face: every Unicode class they use
+// must hold exactly the same code points.
+TEST(TokenizerRegex, UnicodeClassesMatchOniguruma) {
+  std::ifstream f(std::string(TF_GOLDEN_DIR) + "/regex_classes.json");
+  ASSERT_TRUE(f) << "goldens missing: run the ctest fixture tokenizer_goldens_generate";
+  nlohmann::json g = nlohmann::json::parse(f);
+  ASSERT_GE(g["classes"].size(), 11u);
+  for (const auto& [cls, ranges] : g["classes"].items()) {
+    tf::tok::Regex re(cls);
+    std::vector<std::pair<char32_t, char32_t>> want;
+    for (const auto& r : ranges) want.push_back({r[0].get<char32_t>(), r[1].get<char32_t>()});
+    size_t k = 0, mismatches = 0;
+    for (const auto& span : g["spans"]) {
+      for (char32_t c = span[0].get<char32_t>(); c < span[1].get<char32_t>(); ++c) {
+        if ((c >= 0xD800 && c < 0xE000) || c == 0x378) continue;
+        while (k < want.size() && want[k].second < c) ++k;
+        bool expected = k < want.size() && want[k].first <= c;
+        std::string s;
+        tf::tok::append_utf8(s, c);
+        bool got = !re.find_all(s).empty();
+        if (got != expected && ++mismatches <= 5)
+          ADD_FAILURE() << cls << " U+" << std::hex << static_cast<uint32_t>(c) << " ours=" << got;
+      }
+    }
+    EXPECT_EQ(mismatches, 0u) << cls;
   }
 }
 

@@ -19,7 +19,9 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-std::string join(const std::string& label, const std::string& rel) { return label + "/" + rel; }
+std::string join(const std::string& label, const std::string& rel) {
+  return label + "/" + rel;
+}
 
 // "dir/" and "dir" name the same checkpoint; messages should not say "dir//config.json".
 std::string strip_trailing_slashes(std::string dir) {
@@ -77,7 +79,8 @@ void add_tensors(const std::string& label, const SafetensorsHeader& h, const std
     if (weight_map && weight_map->contains(name) && (*weight_map)[name] != rel) continue;
     auto [it, fresh] = out->tensors.emplace(name, info);
     if (!fresh)
-      throw Error(join(label, rel) + ": tensor '" + name + "' is also defined in " + join(label, it->second.file));
+      throw Error(join(label, rel) + ": tensor '" + name + "' is also defined in " +
+                  join(label, it->second.file));
     it->second.file = rel;
   }
 }
@@ -149,7 +152,8 @@ CheckpointSummary summarize_checkpoint(const CheckpointSource& src) {
     index = parse_json_file(src.label, kSafetensorsIndexFile, *text);
   s.weight_files = select_weight_files(src.label, src.files, index ? &*index : nullptr);
   const json* weight_map = index ? &(*index)["weight_map"] : nullptr;
-  for (const std::string& rel : s.weight_files) add_tensors(src.label, src.read_header(rel), rel, weight_map, &s);
+  for (const std::string& rel : s.weight_files)
+    add_tensors(src.label, src.read_header(rel), rel, weight_map, &s);
   if (weight_map) check_index_entries(src.label, *weight_map, s);
   for (const auto& [name, t] : s.tensors) {
     s.total_bytes += t.nbytes();
@@ -158,7 +162,9 @@ CheckpointSummary summarize_checkpoint(const CheckpointSource& src) {
   return s;
 }
 
-CheckpointSummary inspect_checkpoint(const std::string& dir) { return summarize_checkpoint(local_source(dir)); }
+CheckpointSummary inspect_checkpoint(const std::string& dir) {
+  return summarize_checkpoint(local_source(dir));
+}
 
 Checkpoint Checkpoint::open(const std::string& dir) {
   Checkpoint c;

@@ -24,9 +24,9 @@ struct CheckpointSummary {
   std::string source;  // the directory (or, for a remote summary, the repo id)
   nlohmann::json config;
   nlohmann::json generation_config = nlohmann::json::object();
-  std::vector<std::string> weight_files;       // relative to the checkpoint root, in load order
-  std::map<std::string, TensorInfo> tensors;  // TensorInfo::file is relative to the root
-  uint64_t total_bytes = 0;                   // sum of tensor bytes
+  std::vector<std::string> weight_files;           // relative to the checkpoint root, in load order
+  std::map<std::string, TensorInfo> tensors;       // TensorInfo::file is relative to the root
+  uint64_t total_bytes = 0;                        // sum of tensor bytes
   std::map<std::string, uint64_t> bytes_by_dtype;  // "BF16" -> bytes, for `tensorfold info`
 };
 
@@ -68,7 +68,7 @@ class Checkpoint {
   // A read-only CPU tensor borrowing the mapping; throws naming the tensor and the checkpoint.
   Tensor get(const std::string& name) const;
   std::optional<TensorInfo> info(const std::string& name) const;  // TensorInfo::file is absolute
-  std::vector<std::string> names() const;                          // sorted
+  std::vector<std::string> names() const;                         // sorted
   int64_t total_bytes() const { return int64_t(summary_.total_bytes); }
 
  private:

@@ -74,7 +74,9 @@ HttpClient::HttpClient(long connect_timeout_s, long stall_timeout_s)
   if (!curl_) throw Error("libcurl: cannot create a transfer handle");
 }
 
-HttpClient::~HttpClient() { curl_easy_cleanup(static_cast<CURL*>(curl_)); }
+HttpClient::~HttpClient() {
+  curl_easy_cleanup(static_cast<CURL*>(curl_));
+}
 
 HttpResponse HttpClient::fetch(const HttpRequest& req, size_t max_body) {
   return perform(req, max_body, nullptr, nullptr);

@@ -105,7 +105,8 @@ std::string resolve_model(const std::string& arg) {
   if (fs::is_directory(arg, ec)) return arg;
   std::optional<ModelId> id = parse_model_id(arg);
   if (!id) {
-    if (fs::exists(arg, ec)) throw Error(arg + ": not a directory (expected a checkpoint directory or org/name)");
+    if (fs::exists(arg, ec))
+      throw Error(arg + ": not a directory (expected a checkpoint directory or org/name)");
     throw Error(arg + ": no such directory, and not a model id of the form org/name[@revision]");
   }
   std::string cache = hf_hub_cache_dir();

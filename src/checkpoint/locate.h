@@ -29,13 +29,14 @@ std::string repo_cache_dir(const std::string& cache, const std::string& repo);  
 std::optional<std::string> find_cached_snapshot(const std::string& cache, const ModelId& id);
 
 // A local directory is returned as is; an id resolves to its cached snapshot. Throws tf::Error, e.g.
-// "Qwen/Qwen3-8B not found locally (cache: /root/.cache/huggingface/hub); run `tensorfold pull Qwen/Qwen3-8B`".
+// "Qwen/Qwen3-8B not found locally (cache: /root/.cache/huggingface/hub); run `tensorfold pull
+// Qwen/Qwen3-8B`".
 std::string resolve_model(const std::string& arg);
 
 struct CachedModel {
-  std::string id;        // "org/name"
-  std::string revision;  // the ref shown ("main" when present, else the newest snapshot's commit)
-  std::string path;      // snapshot directory
+  std::string id;           // "org/name"
+  std::string revision;     // the ref shown ("main" when present, else the newest snapshot's commit)
+  std::string path;         // snapshot directory
   uint64_t size_bytes = 0;  // blobs on disk for this repo (all revisions)
 };
 // Every model repo in the cache with at least one snapshot, sorted by id.

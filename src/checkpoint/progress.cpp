@@ -17,15 +17,22 @@ std::string format_bytes(uint64_t n) {
 std::string format_duration(double sec) {
   long s = sec < 0 ? 0 : long(sec + 0.5);
   char buf[32];
-  if (s >= 3600) std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
-  else std::snprintf(buf, sizeof buf, "%ld:%02ld", s / 60, s % 60);
+  if (s >= 3600)
+    std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%ld:%02ld", s / 60, s % 60);
   return buf;
 }
 
 DownloadProgress::DownloadProgress(std::ostream* out, bool tty, std::string label, uint64_t total,
                                    uint64_t resumed)
-    : out_(out), tty_(tty), label_(std::move(label)), total_(total), resumed_(resumed),
-      start_(Clock::now()), last_draw_(start_) {
+    : out_(out),
+      tty_(tty),
+      label_(std::move(label)),
+      total_(total),
+      resumed_(resumed),
+      start_(Clock::now()),
+      last_draw_(start_) {
   if (out_ && !tty_)
     *out_ << label_ << ": " << (resumed_ ? "resuming at " + format_bytes(resumed_) + " of " : "downloading ")
           << (total_ ? format_bytes(total_) : std::string("unknown size")) << "\n";

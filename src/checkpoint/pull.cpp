@@ -54,7 +54,7 @@ std::string url_escape(const std::string& s, bool keep_slash) {
 
 // The small files a checkpoint needs besides its weights (tokenizer.model only without tokenizer.json).
 const std::set<std::string> kSmallFiles = {
-    "config.json",           "generation_config.json", kSafetensorsIndexFile, "tokenizer.json",
+    "config.json",           "generation_config.json",  kSafetensorsIndexFile, "tokenizer.json",
     "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "chat_template.json"};
 
 // One repo on one endpoint, with the listing of one revision.
@@ -116,7 +116,8 @@ struct Hub {
   }
 
   void list(const std::string& revision) {
-    std::string url = endpoint + "/api/models/" + repo + "/revision/" + url_escape(revision, false) + "?blobs=true";
+    std::string url =
+        endpoint + "/api/models/" + repo + "/revision/" + url_escape(revision, false) + "?blobs=true";
     HttpResponse r;
     try {
       r = http.fetch(request(url));
@@ -277,7 +278,8 @@ class Puller {
           *log_ << (tty_ ? "\n" : "") << f.name << ": transfer interrupted (" << e.what() << "); resuming at "
                 << format_bytes(file_size_or_zero(part)) << "\n";
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(std::min(30000, o_.retry_delay_ms << std::min(attempt, 5))));
+      std::this_thread::sleep_for(
+          std::chrono::milliseconds(std::min(30000, o_.retry_delay_ms << std::min(attempt, 5))));
     }
     verify(f, part);
     fs::rename(part, blob);
@@ -412,7 +414,8 @@ void require_safetensors(const Hub& hub) {
     other |= top && (f.name.ends_with(".bin") || f.name.ends_with(".gguf") || f.name.ends_with(".pth"));
   }
   if (!safetensors && other)
-    throw Error(hub.shown + ": has no .safetensors weights (only .bin/.gguf/.pth, which tensorfold does not "
+    throw Error(hub.shown +
+                ": has no .safetensors weights (only .bin/.gguf/.pth, which tensorfold does not "
                 "load); look for a safetensors version of the model");
 }
 
@@ -424,7 +427,8 @@ PullPlan make_plan(const Hub& hub, const ModelId& id, const fs::path& snapshot) 
   plan.files = small_files(hub);
   plan.config = parse_cached_json(snapshot / "config.json");
   if (hub.find(kSafetensorsIndexFile)) plan.index = parse_cached_json(snapshot / kSafetensorsIndexFile);
-  plan.weight_files = select_weight_files(hub.shown, hub.names(), plan.index.is_null() ? nullptr : &plan.index);
+  plan.weight_files =
+      select_weight_files(hub.shown, hub.names(), plan.index.is_null() ? nullptr : &plan.index);
   for (const std::string& w : plan.weight_files) {
     plan.files.push_back(*hub.find(w));
     plan.weight_bytes += hub.find(w)->size;
@@ -468,7 +472,8 @@ PullResult pull_into_cache(const std::string& arg, const PullOptions& o) {
   if (id.revision != hub.commit) write_text_atomic(repo_dir / "refs" / id.revision, hub.commit);
   if (log)
     *log << hub.shown << ": ready in " << puller.snapshot().string() << " ("
-         << (puller.downloaded() ? format_bytes(puller.downloaded()) + " downloaded" : "already up to date") << ")\n";
+         << (puller.downloaded() ? format_bytes(puller.downloaded()) + " downloaded" : "already up to date")
+         << ")\n";
   return {puller.snapshot().string(), hub.commit, puller.downloaded()};
 }
 

@@ -40,13 +40,13 @@ struct PullOptions {
   std::function<void(const PullPlan&)> check;
   std::ostream* log = nullptr;  // progress and messages; null: std::cerr
   ProgressStyle progress = ProgressStyle::Auto;
-  int max_retries = 5;          // resumes per file after a broken transfer
-  int retry_delay_ms = 1000;    // doubled after each failed attempt, at most 30 s
-  std::string endpoint;         // empty: hf_endpoint()
-  std::string token;            // empty: hf_token()
-  std::string cache_dir;        // empty: hf_hub_cache_dir()
+  int max_retries = 5;        // resumes per file after a broken transfer
+  int retry_delay_ms = 1000;  // doubled after each failed attempt, at most 30 s
+  std::string endpoint;       // empty: hf_endpoint()
+  std::string token;          // empty: hf_token()
+  std::string cache_dir;      // empty: hf_hub_cache_dir()
   long connect_timeout_s = 10;
-  long stall_timeout_s = 30;    // a transfer that moves nothing for this long is retried
+  long stall_timeout_s = 30;  // a transfer that moves nothing for this long is retried
 };
 
 struct PullResult {

@@ -35,8 +35,8 @@ uint64_t safetensors_header_length(const uint8_t* prefix, uint64_t file_size, co
                    " bytes, too short for a safetensors header (truncated or not safetensors)");
   uint64_t n = read_le64(prefix);
   if (n > kMaxSafetensorsHeaderBytes)
-    fail(path, "header length " + std::to_string(n) +
-                   " is implausibly large (corrupt file or not safetensors)");
+    fail(path,
+         "header length " + std::to_string(n) + " is implausibly large (corrupt file or not safetensors)");
   if (n > file_size - 8)
     fail(path, "header length " + std::to_string(n) + " exceeds the file size of " +
                    std::to_string(file_size) + " bytes (corrupt or truncated file)");
@@ -45,7 +45,9 @@ uint64_t safetensors_header_length(const uint8_t* prefix, uint64_t file_size, co
 
 namespace {
 
-std::string quoted(const std::string& name) { return "tensor '" + name + "'"; }
+std::string quoted(const std::string& name) {
+  return "tensor '" + name + "'";
+}
 
 std::string offsets_str(uint64_t b, uint64_t e) {
   return "[" + std::to_string(b) + ", " + std::to_string(e) + "]";
@@ -111,8 +113,8 @@ void check_no_overlap(const std::map<std::string, TensorInfo>& tensors, const st
   for (size_t i = 1; i < byoff.size(); ++i) {
     const TensorInfo &a = *byoff[i - 1].second, &b = *byoff[i].second;
     if (b.data_begin < a.data_end)
-      fail(path, "tensors '" + *byoff[i - 1].first + "' " + offsets_str(a.data_begin, a.data_end) +
-                     " and '" + *byoff[i].first + "' " + offsets_str(b.data_begin, b.data_end) + " overlap");
+      fail(path, "tensors '" + *byoff[i - 1].first + "' " + offsets_str(a.data_begin, a.data_end) + " and '" +
+                     *byoff[i].first + "' " + offsets_str(b.data_begin, b.data_end) + " overlap");
   }
 }
 
@@ -136,7 +138,8 @@ SafetensorsHeader parse_safetensors_header(std::string_view text, uint64_t data_
   for (const auto& [key, value] : j.items()) {
     if (key == "__metadata__") {
       if (!value.is_object()) fail(path, "\"__metadata__\" is not a JSON object");
-      for (const auto& [mk, mv] : value.items()) h.metadata[mk] = mv.is_string() ? mv.get<std::string>() : mv.dump();
+      for (const auto& [mk, mv] : value.items())
+        h.metadata[mk] = mv.is_string() ? mv.get<std::string>() : mv.dump();
       continue;
     }
     h.tensors.emplace(key, parse_entry(key, value, data_size, path));

@@ -30,8 +30,8 @@ struct TensorInfo {
 
 struct SafetensorsHeader {
   std::string path;
-  uint64_t header_bytes = 0;  // N, the JSON length
-  uint64_t data_size = 0;     // bytes after the header
+  uint64_t header_bytes = 0;                    // N, the JSON length
+  uint64_t data_size = 0;                       // bytes after the header
   std::map<std::string, std::string> metadata;  // "__metadata__" (non-string values as JSON text)
   std::map<std::string, TensorInfo> tensors;    // sorted by name
 };

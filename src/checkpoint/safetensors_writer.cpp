@@ -31,7 +31,8 @@ void append_contiguous(const Tensor& t, std::string* out) {
 
 }  // namespace
 
-std::string encode_safetensors(const NamedTensors& tensors, const std::map<std::string, std::string>& metadata) {
+std::string encode_safetensors(const NamedTensors& tensors,
+                               const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::string data;

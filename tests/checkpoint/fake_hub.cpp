@@ -35,8 +35,9 @@ void send_all(int fd, const std::string& s) {
 
 void send_status(int fd, int code, const std::string& reason, const std::string& headers = "",
                  const std::string& body = "") {
-  send_all(fd, "HTTP/1.1 " + std::to_string(code) + " " + reason + "\r\nConnection: close\r\nContent-Length: " +
-                   std::to_string(body.size()) + "\r\n" + headers + "\r\n" + body);
+  send_all(fd, "HTTP/1.1 " + std::to_string(code) + " " + reason +
+                   "\r\nConnection: close\r\nContent-Length: " + std::to_string(body.size()) + "\r\n" +
+                   headers + "\r\n" + body);
 }
 
 std::string header_value(const std::string& head, const std::string& name) {
@@ -53,7 +54,9 @@ std::string header_value(const std::string& head, const std::string& name) {
 
 }  // namespace
 
-std::string sha256_hex(const std::string& bytes) { return digest_hex(EVP_sha256(), bytes); }
+std::string sha256_hex(const std::string& bytes) {
+  return digest_hex(EVP_sha256(), bytes);
+}
 std::string git_blob_id(const std::string& bytes) {
   return digest_hex(EVP_sha1(), "blob " + std::to_string(bytes.size()) + std::string(1, '\0') + bytes);
 }
@@ -65,7 +68,8 @@ FakeHub::FakeHub() {
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);  // never anything but loopback
   socklen_t len = sizeof addr;
   if (listen_fd_ < 0 || ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      ::listen(listen_fd_, 16) != 0 || ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+      ::listen(listen_fd_, 16) != 0 ||
+      ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
     throw std::runtime_error("fake hub: cannot listen on 127.0.0.1");
   port_ = ntohs(addr.sin_port);
   thread_ = std::thread([this] { serve(); });
@@ -95,7 +99,8 @@ std::vector<FakeHub::Request> FakeHub::requests() const {
 std::vector<FakeHub::Request> FakeHub::requests_for(const std::string& file) const {
   std::vector<Request> out;
   for (const Request& r : requests())
-    if (r.method == "GET" && (r.path == "/cdn/" + file || r.path == "/" + repo + "/resolve/" + commit + "/" + file))
+    if (r.method == "GET" &&
+        (r.path == "/cdn/" + file || r.path == "/" + repo + "/resolve/" + commit + "/" + file))
       out.push_back(r);
   return out;
 }
@@ -155,12 +160,14 @@ std::string FakeHub::listing() const {
 
 void FakeHub::respond(int fd, const Request& req) {
   std::lock_guard<std::mutex> lock(mu_);
-  const std::string api = "/api/models/" + repo + "/revision/", resolve = "/" + repo + "/resolve/" + commit + "/";
+  const std::string api = "/api/models/" + repo + "/revision/",
+                    resolve = "/" + repo + "/resolve/" + commit + "/";
   bool authorised = required_token.empty() || req.authorization == "Bearer " + required_token;
   bool hub_path = req.path.rfind(api, 0) == 0 || req.path.rfind(resolve, 0) == 0;
   if (hub_path && !authorised)
-    return send_status(fd, 401, "Unauthorized", "X-Error-Code: GatedRepo\r\nX-Error-Message: Access to model " +
-                                                    repo + " is restricted.\r\n");
+    return send_status(
+        fd, 401, "Unauthorized",
+        "X-Error-Code: GatedRepo\r\nX-Error-Message: Access to model " + repo + " is restricted.\r\n");
   if (req.path.rfind(api, 0) == 0) {
     std::string rev = req.path.substr(api.size(), req.path.find('?') - api.size());
     if (rev != "main" && rev != commit)
@@ -168,8 +175,10 @@ void FakeHub::respond(int fd, const Request& req) {
     return send_status(fd, 200, "OK", "Content-Type: application/json\r\n", listing());
   }
   std::string file;
-  if (req.path.rfind(resolve, 0) == 0) file = req.path.substr(resolve.size());
-  else if (req.path.rfind("/cdn/", 0) == 0) file = req.path.substr(5);
+  if (req.path.rfind(resolve, 0) == 0)
+    file = req.path.substr(resolve.size());
+  else if (req.path.rfind("/cdn/", 0) == 0)
+    file = req.path.substr(5);
   auto it = files_.find(file);
   if (it == files_.end())
     return send_status(fd, 404, "Not Found", "X-Error-Message: Repository not found\r\n");
@@ -190,15 +199,16 @@ void FakeHub::send_content(int fd, const Request& req, const std::string& name, 
     begin = std::stoul(req.range.substr(6, dash - 6));  // "bytes=B-" or "bytes=B-E"
     if (dash + 1 < req.range.size()) end = std::min(size, std::stoul(req.range.substr(dash + 1)) + 1);
     if (begin >= size)
-      return send_status(fd, 416, "Range Not Satisfiable", "Content-Range: bytes */" + std::to_string(size) + "\r\n");
+      return send_status(fd, 416, "Range Not Satisfiable",
+                         "Content-Range: bytes */" + std::to_string(size) + "\r\n");
     code = 206;
     extra += "Content-Range: bytes " + std::to_string(begin) + "-" + std::to_string(end - 1) + "/" +
              std::to_string(size) + "\r\n";
   }
   std::string body = f.content.substr(begin, end - begin);
   std::string head = "HTTP/1.1 " + std::to_string(code) + (code == 200 ? " OK" : " Partial Content") +
-                     "\r\nConnection: close\r\nContent-Length: " + std::to_string(body.size()) + "\r\n" + extra +
-                     "\r\n";
+                     "\r\nConnection: close\r\nContent-Length: " + std::to_string(body.size()) + "\r\n" +
+                     extra + "\r\n";
   if (req.method == "HEAD") return send_all(fd, head);
   if (auto cut = cut_after.find(name); cut != cut_after.end()) {  // drop the connection part way, once
     body.resize(std::min(body.size(), cut->second));

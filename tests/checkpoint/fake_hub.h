@@ -39,9 +39,9 @@ class FakeHub {
   std::string commit = "a1b2c3d4e5f60718293a4b5c6d7e8f9012345678";
   std::map<std::string, size_t> cut_after;  // file -> body bytes sent before dropping the connection (once)
   bool ignore_range = false;
-  bool list_blob_ids = true;        // false: a mirror whose listing has no blob ids (HEAD finds them)
-  std::string required_token;       // non-empty: 401 unless "Authorization: Bearer <token>"
-  std::set<std::string> bad_sha;   // files whose listed sha256 is wrong
+  bool list_blob_ids = true;      // false: a mirror whose listing has no blob ids (HEAD finds them)
+  std::string required_token;     // non-empty: 401 unless "Authorization: Bearer <token>"
+  std::set<std::string> bad_sha;  // files whose listed sha256 is wrong
 
  private:
   struct File {

@@ -1,11 +1,10 @@
 // Checkpoint directories: single file, sharded through the index, fallback *.safetensors, and one-line
 // errors for a missing config, missing shard, missing tensor, duplicate tensors and damaged shards.
-#include "checkpoint/checkpoint.h"
-
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
+#include "checkpoint/checkpoint.h"
 #include "checkpoint/safetensors_writer.h"
 #include "test_util.h"
 
@@ -25,7 +24,9 @@ Tensor filled(std::vector<int64_t> shape, float start) {
 
 const json kConfig = {{"model_type", "llama"}, {"hidden_size", 4}, {"num_hidden_layers", 2}};
 
-void write_config(const TempDir& d) { write_file(d / "config.json", kConfig.dump()); }
+void write_config(const TempDir& d) {
+  write_file(d / "config.json", kConfig.dump());
+}
 
 // Two numbered shards and their index: embed + layer 0 in shard 1, layer 1 + norm in shard 2.
 void write_sharded(const TempDir& d) {
@@ -162,7 +163,8 @@ TEST(Checkpoint, MalformedIndex) {
   EXPECT_ONE_LINE_ERROR(error_of([&] { Checkpoint::open(d.path()); }), d / kSafetensorsIndexFile,
                         "has no \"weight_map\" object");
   write_file(d / kSafetensorsIndexFile, "{not json");
-  EXPECT_ONE_LINE_ERROR(error_of([&] { Checkpoint::open(d.path()); }), d / kSafetensorsIndexFile, "not valid JSON");
+  EXPECT_ONE_LINE_ERROR(error_of([&] { Checkpoint::open(d.path()); }), d / kSafetensorsIndexFile,
+                        "not valid JSON");
 }
 
 TEST(Checkpoint, DamagedShardNamesTheShard) {
@@ -180,7 +182,8 @@ TEST(Checkpoint, ConfigProblems) {
   write_file(d / "config.json", "{\"model_type\": ");
   EXPECT_ONE_LINE_ERROR(error_of([&] { Checkpoint::open(d.path()); }), d / "config.json", "not valid JSON");
   write_file(d / "config.json", "[]");
-  EXPECT_ONE_LINE_ERROR(error_of([&] { Checkpoint::open(d.path()); }), d / "config.json", "not a JSON object");
+  EXPECT_ONE_LINE_ERROR(error_of([&] { Checkpoint::open(d.path()); }), d / "config.json",
+                        "not a JSON object");
   write_config(d);
   write_file(d / "generation_config.json", "nope");
   EXPECT_ONE_LINE_ERROR(error_of([&] { Checkpoint::open(d.path()); }), d / "generation_config.json",

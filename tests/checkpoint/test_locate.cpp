@@ -1,11 +1,10 @@
 // Model ids and the Hugging Face cache layout, against a fake cache in a temporary directory.
-#include "checkpoint/locate.h"
-
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <filesystem>
 
+#include "checkpoint/locate.h"
 #include "test_util.h"
 
 namespace tf {
@@ -39,7 +38,8 @@ TEST(Locate, ParsesModelIds) {
   ASSERT_TRUE(id);
   EXPECT_EQ(id->repo, "meta-llama/Llama-3.2-1B");
   EXPECT_EQ(id->revision, "v1.0");
-  for (const char* bad : {"", "name-only", "/abs/path", "./rel/dir", "a/b/c", "org/..", "../x", "org/", "org/name@"})
+  for (const char* bad :
+       {"", "name-only", "/abs/path", "./rel/dir", "a/b/c", "org/..", "../x", "org/", "org/name@"})
     EXPECT_FALSE(parse_model_id(bad)) << bad;
 }
 
@@ -100,7 +100,7 @@ TEST(Locate, ListsCachedModelsWithSizes) {
   add_repo(cache.path(), "models--alpha--a", kOther, "", std::string(7, 'y'));  // no refs/main
   write_file(cache / "models--alpha--a/blobs/partial.incomplete", std::string(50, 'z'));
   fs::create_directories(cache / "datasets--org--data/snapshots/x");  // not a model
-  fs::create_directories(cache / "models--org--empty/blobs");          // no snapshot yet
+  fs::create_directories(cache / "models--org--empty/blobs");         // no snapshot yet
   std::vector<CachedModel> models = list_cached_models();
   ASSERT_EQ(models.size(), 2u);
   EXPECT_EQ(models[0].id, "alpha/a");

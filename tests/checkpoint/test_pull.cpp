@@ -2,11 +2,9 @@
 // after a dropped connection, the check hook refusing before weights move, gated/not-found/offline
 // messages, mirrors without blob ids, checksum failures and the header-only remote inspection.
 // Nothing here contacts anything but the loopback interface.
-#include "checkpoint/pull.h"
-
 #include <gtest/gtest.h>
-#include <sys/socket.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -15,6 +13,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/locate.h"
 #include "checkpoint/progress.h"
+#include "checkpoint/pull.h"
 #include "checkpoint/safetensors_writer.h"
 #include "fake_hub.h"
 #include "test_util.h"
@@ -44,7 +43,8 @@ class PullTest : public ::testing::Test {
     env_.set("HF_HUB_CACHE", cache_.path().c_str());
     env_.set("HF_HOME", (cache_ / "home").c_str());
     for (const char* v : {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH", "HF_ENDPOINT",
-                        "HUGGINGFACE_HUB_CACHE", "HF_HUB_OFFLINE"}) env_.set(v, nullptr);
+                          "HUGGINGFACE_HUB_CACHE", "HF_HUB_OFFLINE"})
+      env_.set(v, nullptr);
     env_.set("NO_PROXY", "*");  // loopback only, even where a proxy is configured
     env_.set("no_proxy", "*");
     weights_ = encode_safetensors({{"model.embed", ramp({64, 512}, 0)}, {"model.norm", ramp({512}, 7)}});
@@ -90,7 +90,8 @@ TEST_F(PullTest, WritesTheHubCacheLayoutAndTheCheckpointOpens) {
     SCOPED_TRACE(f);
     fs::path link = fs::path(snapshot()) / f;
     ASSERT_TRUE(fs::is_symlink(link));
-    EXPECT_EQ(fs::read_symlink(link).string(), "../../blobs/" + hub_.blob_id(f));  // relative, as huggingface_hub
+    EXPECT_EQ(fs::read_symlink(link).string(),
+              "../../blobs/" + hub_.blob_id(f));  // relative, as huggingface_hub
   }
   EXPECT_EQ(hub_.blob_id("model.safetensors"), testing::sha256_hex(weights_));  // LFS blobs named by sha256
   EXPECT_EQ(read_file(blob("model.safetensors")), weights_);
@@ -169,7 +170,8 @@ TEST_F(PullTest, ShardedRepoPullsOnlyTheIndexedShards) {
   hub_.add_file("model-00001-of-00002.safetensors", s1, true);
   hub_.add_file("model-00002-of-00002.safetensors", s2, true);
   hub_.add_file("consolidated.safetensors", weights_, true);
-  json index = {{"weight_map", {{"a", "model-00001-of-00002.safetensors"}, {"b", "model-00002-of-00002.safetensors"}}}};
+  json index = {
+      {"weight_map", {{"a", "model-00001-of-00002.safetensors"}, {"b", "model-00002-of-00002.safetensors"}}}};
   hub_.add_file(kSafetensorsIndexFile, index.dump(), false);
   PullResult r = pull_model("org/tiny", opts_);
   EXPECT_TRUE(content_gets("model.safetensors").empty());
@@ -205,8 +207,8 @@ TEST_F(PullTest, TokenFileIsRead) {
 }
 
 TEST_F(PullTest, NotFoundRepoAndRevision) {
-  EXPECT_ONE_LINE_ERROR(error_of([&] { pull_model("org/absent", opts_); }), "org/absent: not found on " +
-                        hub_.endpoint(), "Repository not found");
+  EXPECT_ONE_LINE_ERROR(error_of([&] { pull_model("org/absent", opts_); }),
+                        "org/absent: not found on " + hub_.endpoint(), "Repository not found");
   EXPECT_ONE_LINE_ERROR(error_of([&] { pull_model("org/tiny@v9", opts_); }), "org/tiny@v9: not found",
                         "Revision Not Found");
   EXPECT_ONE_LINE_ERROR(error_of([&] { pull_model("not an id", opts_); }), "not an id",
@@ -240,7 +242,8 @@ TEST_F(PullTest, UnwritableCacheIsOneLine) {
 
 TEST_F(PullTest, HubOfflineModeRefusesBeforeAnyRequest) {
   env_.set("HF_HUB_OFFLINE", "1");
-  EXPECT_ONE_LINE_ERROR(error_of([&] { pull_model("org/tiny", opts_); }), "org/tiny", "HF_HUB_OFFLINE is set");
+  EXPECT_ONE_LINE_ERROR(error_of([&] { pull_model("org/tiny", opts_); }), "org/tiny",
+                        "HF_HUB_OFFLINE is set");
   EXPECT_TRUE(hub_.requests().empty());
 }
 

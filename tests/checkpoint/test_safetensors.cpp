@@ -1,12 +1,11 @@
 // Safetensors: writer/reader round trip, and one-line errors naming the file for each kind of damage,
 // through both the mmap path (SafetensorsFile::open) and the header-only path (read_safetensors_header).
-#include "checkpoint/safetensors.h"
-
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <filesystem>
 
+#include "checkpoint/safetensors.h"
 #include "checkpoint/safetensors_writer.h"
 #include "test_util.h"
 
@@ -124,7 +123,8 @@ std::vector<Damage> damages() {
       {"not_json", raw_safetensors("{\"x\": [1, 2", 0), "header is not valid JSON"},
       {"not_object", raw_safetensors("[1, 2, 3]", 0), "header is not a JSON object"},
       {"entry_not_object", raw_safetensors(R"({"x": 3})", 0), "tensor 'x' is not a JSON object"},
-      {"no_dtype", raw_safetensors(R"({"x":{"shape":[1],"data_offsets":[0,4]}})", 4), "tensor 'x' has no \"dtype\""},
+      {"no_dtype", raw_safetensors(R"({"x":{"shape":[1],"data_offsets":[0,4]}})", 4),
+       "tensor 'x' has no \"dtype\""},
       {"unknown_dtype", raw_safetensors(R"({"x":{"dtype":"F4","shape":[1],"data_offsets":[0,4]}})", 4),
        "tensor 'x' has unknown dtype \"F4\""},
       {"negative_shape", raw_safetensors(R"({"x":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4),
@@ -146,7 +146,8 @@ std::vector<Damage> damages() {
       {"overlap",
        raw_safetensors("{" + ok_entry + R"(,"y":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})", 16),
        "tensors 'x' [0, 16] and 'y' [8, 16] overlap"},
-      {"bad_metadata", raw_safetensors(R"({"__metadata__": [1]})", 0), "\"__metadata__\" is not a JSON object"},
+      {"bad_metadata", raw_safetensors(R"({"__metadata__": [1]})", 0),
+       "\"__metadata__\" is not a JSON object"},
   };
 }
 
@@ -166,9 +167,11 @@ TEST(Safetensors, TruncatedFileIsRefusedAtOpen) {
   std::string path = dir / "model.safetensors";
   write_safetensors(path, {{"a", iota_f32({8})}, {"b", iota_f32({8})}});
   std::filesystem::resize_file(path, std::filesystem::file_size(path) - 5);  // an interrupted copy
-  EXPECT_ONE_LINE_ERROR(error_of([&] { SafetensorsFile::open(path); }), path, "exceed the data area of 59 bytes");
+  EXPECT_ONE_LINE_ERROR(error_of([&] { SafetensorsFile::open(path); }), path,
+                        "exceed the data area of 59 bytes");
   std::filesystem::resize_file(path, 20);  // cut inside the header
-  EXPECT_ONE_LINE_ERROR(error_of([&] { SafetensorsFile::open(path); }), path, "exceeds the file size of 20 bytes");
+  EXPECT_ONE_LINE_ERROR(error_of([&] { SafetensorsFile::open(path); }), path,
+                        "exceeds the file size of 20 bytes");
 }
 
 TEST(Safetensors, MissingFileAndMissingTensor) {

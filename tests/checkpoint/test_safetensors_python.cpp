@@ -17,8 +17,8 @@ using nlohmann::json;
 using testing::TempDir;
 
 json run_reference(const std::string& mode, const std::string& path) {
-  std::string cmd = std::string(TF_PYTHON) + " " + TF_SOURCE_DIR + "/tests/checkpoint/safetensors_reference.py " +
-                    mode + " " + path;
+  std::string cmd = std::string(TF_PYTHON) + " " + TF_SOURCE_DIR +
+                    "/tests/checkpoint/safetensors_reference.py " + mode + " " + path;
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
   std::string out;
   char buf[4096];
@@ -63,7 +63,8 @@ TEST(SafetensorsReference, FilesWrittenHereLoadInTheReference) {
   Tensor i8 = Tensor::zeros({5}, DType::I8);  // odd sizes before wider types test the packing order
   i8.data<int8_t>()[4] = -7;
   std::string path = dir / "ours.safetensors";
-  write_safetensors(path, {{"i8", i8}, {"f16", f16}, {"f32", f32}, {"i64", i64}, {"mask", b}}, {{"format", "pt"}});
+  write_safetensors(path, {{"i8", i8}, {"f16", f16}, {"f32", f32}, {"i64", i64}, {"mask", b}},
+                    {{"format", "pt"}});
   EXPECT_EQ(run_reference("read", path), describe(SafetensorsFile::open(path)));
 }
 

@@ -77,13 +77,17 @@ class ScopedEnv {
       const char* old = getenv(name);
       saved_[name] = old ? std::optional<std::string>(old) : std::nullopt;
     }
-    if (value) setenv(name, value, 1);
-    else unsetenv(name);
+    if (value)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);
   }
   ~ScopedEnv() {
     for (const auto& [name, value] : saved_) {
-      if (value) setenv(name.c_str(), value->c_str(), 1);
-      else unsetenv(name.c_str());
+      if (value)
+        setenv(name.c_str(), value->c_str(), 1);
+      else
+        unsetenv(name.c_str());
     }
   }
 
@@ -92,13 +96,13 @@ class ScopedEnv {
 };
 
 // One line naming `file` and containing `problem`.
-#define EXPECT_ONE_LINE_ERROR(msg, file, problem)                  \
-  do {                                                             \
-    std::string m_ = (msg);                                        \
-    EXPECT_NE(m_, "") << "no tf::Error thrown";                    \
-    EXPECT_EQ(m_.find('\n'), std::string::npos) << m_;             \
-    EXPECT_NE(m_.find(file), std::string::npos) << m_;             \
-    EXPECT_NE(m_.find(problem), std::string::npos) << m_;          \
+#define EXPECT_ONE_LINE_ERROR(msg, file, problem)         \
+  do {                                                    \
+    std::string m_ = (msg);                               \
+    EXPECT_NE(m_, "") << "no tf::Error thrown";           \
+    EXPECT_EQ(m_.find('\n'), std::string::npos) << m_;    \
+    EXPECT_NE(m_.find(file), std::string::npos) << m_;    \
+    EXPECT_NE(m_.find(problem), std::string::npos) << m_; \
   } while (0)
 
 }  // namespace tf::testing

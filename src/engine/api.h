@@ -97,6 +97,7 @@ struct EngineStats {
   int64_t requests_finished = 0, requests_cancelled = 0;
   int64_t prompt_tokens = 0, generated_tokens = 0;
   int64_t forward_passes = 0;
+  int64_t drafted_tokens = 0, accepted_tokens = 0;
 };
 
 class Engine {

@@ -14,6 +14,9 @@
 
 #include "checkpoint/checkpoint.h"
 #include "core/error.h"
+#include "engine/draft_policy.h"
+#include "engine/drafters/draft_model.h"
+#include "engine/drafters/ngram.h"
 #include "engine/kv_cache.h"
 #include "engine/sequence.h"
 #include "models/model.h"
@@ -83,6 +86,7 @@ class EngineImpl final : public Engine {
                   "stream's --context " + std::to_string(context) + "; lower --context or raise the budget");
     pool_ = std::make_unique<KvBlockPool>(*backend_, spec_.layers, spec_.kv_heads, spec_.head_dim, kBlockSize, blocks);
     collect_eos();
+    setup_drafters(context);
     fill_info(context);
     worker_ = std::thread([this] { loop(); });
   }
@@ -127,6 +131,21 @@ class EngineImpl final : public Engine {
   }
 
  private:
+  void setup_drafters(int context) {
+    if (!opt_.drafts) return;
+    if (opt_.ngram_drafts) ngram_ = std::make_unique<NgramDrafter>(NgramOptions{opt_.ngram_min, opt_.ngram_max});
+    std::string dir = opt_.drafter;
+    if (dir == "auto") {
+      const auto cand = std::filesystem::path(opt_.model_path) / "draft";
+      dir = std::filesystem::exists(cand / "config.json") ? cand.string() : "none";
+    }
+    if (dir != "none" && !dir.empty())
+      drafter_ = std::make_unique<DraftModelDrafter>(dir, *backend_, context, parallel_, spec_.vocab);
+    drafting_ = ngram_ || drafter_;
+    // Until rounds are measured: an extra verify row costs about a row on the CPU, far less on a GPU.
+    cost_ = CostModel(backend_->device() == Device::CPU ? 0.5 : 0.05);
+  }
+
   void collect_eos() {
     auto add = [&](const std::vector<int32_t>& ids) {
       for (int32_t id : ids)
@@ -218,110 +237,161 @@ class EngineImpl final : public Engine {
     }
   }
 
+  // One part of a round: a stream's rows (a prefill chunk, or the last token plus its drafts).
+  struct Part {
+    Sequence* seq;
+    int first;  // index of the part's first row in the batch
+    int rows;
+    bool logits;                  // prefill: only the last row, when the prompt is complete
+    std::vector<int32_t> drafts;  // decode: rows 1..k verify these
+  };
+
   void round() {
-    // Drop cancelled streams first.
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (auto it = running_.begin(); it != running_.end();) {
-        if ((*it)->queue->cancelled()) {
-          finish(**it, FinishReason::Cancelled, {});
-          it = running_.erase(it);
-        } else {
-          ++it;
-        }
-      }
-    }
+    drop_cancelled();
     if (running_.empty()) return;
     BatchMeta meta;
     meta.block_size = kBlockSize;
-    struct Part { Sequence* seq; int rows; bool logits; };
     std::vector<Part> parts;
+    plan_decode(meta, parts);
     int budget = std::max(1, opt_.prefill_chunk);
-    auto add = [&](Sequence& s, int n) {
-      const int seq_index = int(meta.block_tables.size());
-      meta.block_tables.push_back(s.blocks);
-      for (int i = 0; i < n; ++i) {
-        const int pos = s.computed + i;
-        meta.tokens.push_back(s.tokens[pos]);
-        meta.positions.push_back(pos);
-        meta.row_seq.push_back(seq_index);
-        meta.slots.push_back(s.blocks[pos / kBlockSize] * kBlockSize + pos % kBlockSize);
-      }
-      parts.push_back({&s, n, s.computed + n == int(s.tokens.size())});
-    };
-    for (auto& s : running_)  // decode rows first: running replies keep moving
-      if (int(s->tokens.size()) - s->computed == 1) add(*s, 1);
     for (auto& s : running_) {
       const int pending = int(s->tokens.size()) - s->computed;
       if (pending > 1 && budget > 0) {
         const int n = std::min(pending, budget);
         budget -= n;
-        add(*s, n);
+        add_rows(meta, parts, *s, n, {});
       }
     }
     std::vector<int32_t> logit_rows;
-    int row = 0;
     for (const auto& p : parts) {
-      row += p.rows;
-      if (p.logits) logit_rows.push_back(row - 1);
+      if (!p.drafts.empty() || p.seq->computed + p.rows == int(p.seq->tokens.size()))
+        for (int i = p.drafts.empty() ? p.rows - 1 : 0; i < p.rows; ++i) logit_rows.push_back(p.first + i);
     }
     std::vector<float> logits;
+    const auto t0 = std::chrono::steady_clock::now();
     model_->forward(meta, pool_->layers(), logit_rows, logits);
-    int li = 0;
+    cost_.observe(meta.rows(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    const float* next = logits.data();
     std::vector<Sequence*> done;
+    int64_t prompt_rows = 0;
     for (const auto& p : parts) {
-      p.seq->computed += p.rows;
-      if (!p.logits) continue;
-      if (step(*p.seq, logits.data() + size_t(li++) * spec_.vocab)) done.push_back(p.seq);
+      const bool sampled = !p.drafts.empty() || p.seq->computed + p.rows == int(p.seq->tokens.size());
+      if (p.seq->generated() == 0) prompt_rows += p.rows;
+      if (!sampled) {
+        p.seq->computed += p.rows;
+        continue;
+      }
+      const int nlogits = p.drafts.empty() ? 1 : p.rows;
+      if (verify(*p.seq, next, p.rows, p.drafts)) done.push_back(p.seq);
+      next += size_t(nlogits) * spec_.vocab;
     }
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.forward_passes;
-    for (const auto& p : parts)
-      if (p.seq->generated() == 0) stats_.prompt_tokens += p.rows;
-    if (!done.empty()) {
-      running_.remove_if([&](const std::unique_ptr<Sequence>& s) {
-        return std::find(done.begin(), done.end(), s.get()) != done.end();
-      });
+    stats_.prompt_tokens += prompt_rows;
+    for (Sequence* s : done) {
+      if (drafter_) drafter_->release(*s);
+      running_.remove_if([&](const std::unique_ptr<Sequence>& q) { return q.get() == s; });
     }
   }
 
-  // Samples one token for `s`; emits its event. Returns true when the stream finished (and was released).
-  bool step(Sequence& s, const float* row) {
-    const int64_t position = int64_t(s.tokens.size());
-    SampleResult r = sample_token(row, spec_.vocab, s.req.sampling, s.seed, position, s.penalties, s.req.logprobs);
-    s.tokens.push_back(r.token);
-    s.penalties.add_generated(r.token);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++stats_.generated_tokens;
-    }
-    GeneratedToken g;
-    g.token = r.token;
-    g.logprob = r.logprob;
-    g.top = std::move(r.top);
-    const bool is_eos = (!s.req.ignore_eos && std::find(eos_.begin(), eos_.end(), r.token) != eos_.end()) ||
-                        std::find(s.req.stop_token_ids.begin(), s.req.stop_token_ids.end(), r.token) !=
-                            s.req.stop_token_ids.end();
-    FinishReason reason = FinishReason::None;
-    std::string matched;
-    if (is_eos) {
-      g.text = s.stop.push(s.detok.flush(), &matched) + s.stop.flush();
-      reason = FinishReason::Stop;
-    } else {
-      g.text = s.stop.push(s.detok.push(r.token), &matched);
-      if (!matched.empty()) {
-        reason = FinishReason::Stop;
-        if (s.req.include_stop_str_in_output) g.text += matched;
-      } else if (s.generated() >= s.req.max_tokens) {
-        g.text += s.stop.push(s.detok.flush(), &matched);
-        if (matched.empty()) g.text += s.stop.flush();
-        reason = FinishReason::Length;
+  void drop_cancelled() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = running_.begin(); it != running_.end();) {
+      if ((*it)->queue->cancelled()) {
+        if (drafter_) drafter_->release(**it);
+        finish(**it, FinishReason::Cancelled, {});
+        it = running_.erase(it);
+      } else {
+        ++it;
       }
     }
+  }
+
+  void add_rows(BatchMeta& meta, std::vector<Part>& parts, Sequence& s, int n, std::vector<int32_t> drafts) {
+    const int seq_index = int(meta.block_tables.size());
+    meta.block_tables.push_back(s.blocks);
+    const int first = meta.rows();
+    for (int i = 0; i < n; ++i) {
+      const int pos = s.computed + i;
+      meta.tokens.push_back(i == 0 || drafts.empty() ? s.tokens[pos] : drafts[i - 1]);
+      meta.positions.push_back(pos);
+      meta.row_seq.push_back(seq_index);
+      meta.slots.push_back(s.blocks[pos / kBlockSize] * kBlockSize + pos % kBlockSize);
+    }
+    parts.push_back({&s, first, n, !drafts.empty(), std::move(drafts)});
+  }
+
+  // Decode rows for every stream whose prompt is done: its last token, plus drafts where they pay.
+  void plan_decode(BatchMeta& meta, std::vector<Part>& parts) {
+    std::vector<Sequence*> decoding;
+    for (auto& s : running_)
+      if (int(s->tokens.size()) - s->computed == 1) decoding.push_back(s.get());
+    std::vector<DraftSlot> ngram_slots, model_slots;
+    std::vector<std::vector<int32_t>> drafts(decoding.size());
+    if (drafting_) {
+      const double c = cost_.row_cost();
+      for (size_t i = 0; i < decoding.size(); ++i) {
+        Sequence& s = *decoding[i];
+        if (!s.req.draft) continue;
+        // Room left: the proposal's rows must stay within the stream's reserved capacity.
+        const int room = std::min(s.req.max_tokens - s.generated() - 1, opt_.max_draft);
+        const int k = opt_.adaptive_draft ? choose_draft_length(s.draft_stats, c, room) : room;
+        if (k <= 0) continue;
+        if (ngram_) {
+          int match = 0;
+          drafts[i] = ngram_->lookup(s.tokens, k, &match);
+          if (!drafts[i].empty() && (match >= 3 || !drafter_)) continue;
+          drafts[i].clear();
+        }
+        if (drafter_) model_slots.push_back({&s, k, {}});
+      }
+      if (!model_slots.empty()) drafter_->propose(model_slots);
+      for (auto& slot : model_slots) {
+        size_t i = size_t(std::find(decoding.begin(), decoding.end(), slot.seq) - decoding.begin());
+        drafts[i] = std::move(slot.tokens);
+      }
+    }
+    for (size_t i = 0; i < decoding.size(); ++i) {
+      const int rows = 1 + int(drafts[i].size());
+      add_rows(meta, parts, *decoding[i], rows, std::move(drafts[i]));
+    }
+  }
+
+  // Samples the stream's next token(s) from its logit rows: row i's token is what serial decoding would
+  // sample at that position; drafts are kept while they equal it. Emits one event. True when finished.
+  bool verify(Sequence& s, const float* logits, int rows, const std::vector<int32_t>& drafts) {
+    const int base = s.computed;  // position of the part's first row
     StreamEvent ev;
     ev.kind = StreamEvent::Kind::Tokens;
-    ev.text = g.text;
-    ev.tokens.push_back(std::move(g));
+    FinishReason reason = FinishReason::None;
+    std::string matched;
+    int accepted = 0;
+    const int nrows = drafts.empty() ? 1 : rows;
+    for (int i = 0; i < nrows; ++i) {
+      const int64_t position = int64_t(s.tokens.size());
+      SampleResult r = sample_token(logits + size_t(i) * spec_.vocab, spec_.vocab, s.req.sampling, s.seed, position,
+                                    s.penalties, s.req.logprobs);
+      const bool hit = i < int(drafts.size()) && r.token == drafts[i];
+      GeneratedToken g = s.append(r, eos_, &reason, &matched);
+      ev.text += g.text;
+      ev.tokens.push_back(std::move(g));
+      if (reason != FinishReason::None || !hit) break;
+      ++accepted;
+    }
+    // K/V is valid for the rows whose inputs are now the stream's tokens.
+    s.computed = drafts.empty() ? base + rows : base + 1 + accepted;
+    if (!drafts.empty()) {
+      s.draft_stats.record(int(drafts.size()), accepted);
+      s.usage.drafted_tokens += int(drafts.size());
+      s.usage.accepted_tokens += accepted;
+    }
+    if (drafter_) drafter_->sync(s);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.generated_tokens += int64_t(ev.tokens.size());
+      stats_.drafted_tokens += int64_t(drafts.size());
+      stats_.accepted_tokens += accepted;
+    }
     s.queue->push(std::move(ev));
     if (reason == FinishReason::None) return false;
     std::lock_guard<std::mutex> lock(mu_);
@@ -335,6 +405,7 @@ class EngineImpl final : public Engine {
     ev.kind = StreamEvent::Kind::Finished;
     ev.finish = reason;
     ev.matched_stop = matched;
+    ev.usage = s.usage;
     ev.usage.prompt_tokens = s.prompt_len;
     ev.usage.completion_tokens = s.generated();
     pool_->release(s.blocks);
@@ -346,6 +417,7 @@ class EngineImpl final : public Engine {
   void fail_all(const std::string& what) {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& s : running_) {
+      if (drafter_) drafter_->release(*s);
       StreamEvent ev;
       ev.kind = StreamEvent::Kind::Error;
       ev.error = "internal error during generation: " + what;
@@ -365,6 +437,10 @@ class EngineImpl final : public Engine {
   std::unique_ptr<KvBlockPool> pool_;
   std::vector<int32_t> eos_;
   ModelInfo info_;
+  std::unique_ptr<NgramDrafter> ngram_;
+  std::unique_ptr<Drafter> drafter_;  // a model drafter (draft model), or null
+  bool drafting_ = false;
+  CostModel cost_{0.5};
   int parallel_ = 1;
 
   mutable std::mutex mu_;

@@ -18,7 +18,14 @@ struct EngineOptions {
   // Sampling defaults; unset = generation_config.json, else neutral (temperature 1, no truncation).
   std::optional<float> temperature, top_p, min_p;
   std::optional<int> top_k;
-  bool drafts = true;       // speculative drafting allowed (issue 7)
+  // Speculative drafting (never changes output; see drafters/drafter.h).
+  bool drafts = true;            // --no-drafts turns every drafter off
+  std::string drafter = "auto";  // auto | none | DIR (a draft model sharing the tokenizer); auto = the
+                                 // checkpoint's draft/ subfolder when present
+  bool ngram_drafts = true;      // context copies
+  int ngram_min = 2, ngram_max = 8;
+  int max_draft = 8;             // longest proposal verified in one forward
+  bool adaptive_draft = true;    // draft length from measured acceptance and verify cost; false = always max_draft
   size_t kv_budget_bytes = 0;  // 0 = enough for `parallel` full contexts
   int prefill_chunk = 512;     // prompt tokens per round (decode rows of running streams always go first)
 };

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "engine/api.h"
+#include "engine/draft_policy.h"
 #include "engine/sampler.h"
 #include "engine/stop_matcher.h"
 #include "text/detokenizer.h"
@@ -48,7 +49,14 @@ struct Sequence {
   PenaltyState penalties;
   IncrementalDetokenizer detok;
   StopMatcher stop;
+  DraftStats draft_stats;
+  Usage usage;  // drafted / accepted counts accumulate here
   int generated() const { return int(tokens.size()) - prompt_len; }
+
+  // Appends a sampled token: penalties, streamed text and stop rules. Returns the token's event entry;
+  // `*reason` becomes Stop or Length when this token ends the stream (`*matched` names a stop string).
+  GeneratedToken append(const SampleResult& r, const std::vector<int32_t>& eos, FinishReason* reason,
+                        std::string* matched);
 };
 
 }  // namespace tf

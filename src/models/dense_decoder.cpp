@@ -95,6 +95,8 @@ class DenseDecoder final : public Model {
     const int64_t R = meta.rows(), H = spec_.hidden, D = spec_.head_dim;
     const int64_t Hq = spec_.heads, Hk = spec_.kv_heads, I = spec_.intermediate;
     const DType dt = be_.act_dtype();
+    logits.clear();
+    if (R == 0) return;
     be_.begin_forward(meta);
     Tensor residual = be_.alloc({R, H}, dt), h = be_.alloc({R, H}, dt), mlp_out = be_.alloc({R, H}, dt);
     Tensor q = be_.alloc({R, Hq, D}, dt), k = be_.alloc({R, Hk, D}, dt), v = be_.alloc({R, Hk, D}, dt);

@@ -90,10 +90,12 @@ class CpuBackend final : public Backend {
                                                        w.weight.describe() + " -> " + y.describe());
     const float* W = w.weight.data<float>();
     const float* B = w.bias.defined() ? w.bias.data<float>() : nullptr;
-    for (int64_t m = 0; m < M; ++m) {
-      const float* xr = x.data<float>() + m * K;
-      float* yr = y.data<float>() + m * N;
-      for (int64_t n = 0; n < N; ++n) yr[n] = dot(xr, W + n * K, K) + (B ? B[n] : 0.f);
+    // Weight rows outer, activation rows inner: each weight row is read once per call whatever M is,
+    // and every output is the same dot() in the same order, so rows stay bitwise independent of M.
+    for (int64_t n = 0; n < N; ++n) {
+      const float* wr = W + n * K;
+      const float b = B ? B[n] : 0.f;
+      for (int64_t m = 0; m < M; ++m) y.data<float>()[m * N + n] = dot(x.data<float>() + m * K, wr, K) + b;
     }
   }
 

@@ -1,0 +1,63 @@
+#include "engine/draft_policy.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tf {
+
+void CostModel::observe(int rows, double seconds) {
+  const double decay = 0.98;
+  n_ = n_ * decay + 1;
+  sx_ = sx_ * decay + rows;
+  sy_ = sy_ * decay + seconds;
+  sxx_ = sxx_ * decay + double(rows) * rows;
+  sxy_ = sxy_ * decay + double(rows) * seconds;
+}
+
+double CostModel::row_cost() const {
+  const double var = sxx_ * n_ - sx_ * sx_;
+  if (n_ < 8 || var <= 1e-9 * n_ * n_) return prior_;
+  const double slope = (sxy_ * n_ - sx_ * sy_) / var;
+  const double intercept = (sy_ - slope * sx_) / n_;
+  if (slope <= 0) return 0.01;
+  if (intercept + slope <= 0) return prior_;
+  return std::clamp(slope / (intercept + slope), 0.01, 1.0);
+}
+
+void DraftStats::record(int k, int accepted_now) {
+  if (k <= 0) return;
+  drafted += k;
+  accepted += accepted_now;
+  // Per-token acceptance estimate: a run of `accepted_now` then a miss (or all k accepted).
+  const double observed = double(accepted_now) / double(k);
+  acceptance = 0.7 * acceptance + 0.3 * observed;
+}
+
+int choose_draft_length(DraftStats& s, double c, int max_k) {
+  if (max_k <= 0) return 0;
+  const double a = std::clamp(s.acceptance, 0.0, 0.99);
+  int best_k = 0;
+  double best = 1.0;  // serial: one token per unit cost
+  double expected = 1.0, ak = 1.0;
+  for (int k = 1; k <= max_k; ++k) {
+    ak *= a;
+    expected += ak;  // 1 + a + ... + a^k
+    const double rate = expected / (1.0 + c * k);
+    if (rate > best * 1.02) {
+      best = rate;
+      best_k = k;
+    }
+  }
+  if (best_k == 0) {
+    // Probe with one draft every 16 serial steps so a stream whose text turns repetitive is noticed.
+    if (++s.serial_steps >= 16) {
+      s.serial_steps = 0;
+      return 1;
+    }
+    return 0;
+  }
+  s.serial_steps = 0;
+  return best_k;
+}
+
+}  // namespace tf

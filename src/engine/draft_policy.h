@@ -1,0 +1,33 @@
+#pragma once
+// How many tokens to draft for a stream: the k that maximises expected tokens per unit of forward time,
+// from the stream's measured acceptance and the measured cost of an extra verify row. With acceptance a
+// per drafted token, k drafts yield (1 - a^(k+1)) / (1 - a) tokens for a forward costing 1 + c·k, where
+// c = (time of one more row) / (time of a 1-row step). When no k > 0 pays, the stream decodes serially
+// and probes now and then, so drafting never makes it slower than serial by more than noise.
+#include <cstdint>
+
+namespace tf {
+
+// Online least squares of round time vs rows, with exponential forgetting.
+class CostModel {
+ public:
+  explicit CostModel(double prior_row_cost) : prior_(prior_row_cost) {}
+  void observe(int rows, double seconds);
+  double row_cost() const;  // c above
+
+ private:
+  double prior_;
+  double n_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;
+};
+
+struct DraftStats {
+  double acceptance = 0.5;  // EMA of accepted / drafted
+  int serial_steps = 0;     // steps since the last probe while drafting does not pay
+  int64_t drafted = 0, accepted = 0;
+  void record(int k, int accepted_now);
+};
+
+// The draft length for a stream, at most `max_k`.
+int choose_draft_length(DraftStats& s, double row_cost, int max_k);
+
+}  // namespace tf

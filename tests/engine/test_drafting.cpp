@@ -1,0 +1,139 @@
+// Exact drafting: with any drafter, any temperature and any seed, the drafted stream equals the
+// `draft: false` stream token for token (logprobs too), and stop strings / max_tokens land on the same
+// token. Drafts are forced (adaptive length off) so that verification really runs.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "engine/drafters/ngram.h"
+#include "engine/engine.h"
+#include "text/tokenizer.h"
+
+using namespace tf;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string tiny(const std::string& name) { return std::string(TF_SOURCE_DIR) + "/tests/data/tiny/" + name; }
+
+struct Out {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  std::string text;
+  FinishReason finish = FinishReason::None;
+  Usage usage;
+};
+
+Out run(Engine& e, GenerationRequest r) {
+  Out o;
+  auto h = e.submit(std::move(r));
+  StreamEvent ev;
+  while (h->next(ev, 60s)) {
+    if (ev.kind == StreamEvent::Kind::Tokens) {
+      for (auto& t : ev.tokens) {
+        o.tokens.push_back(t.token);
+        o.logprobs.push_back(t.logprob);
+      }
+      o.text += ev.text;
+      continue;
+    }
+    EXPECT_EQ(ev.kind, StreamEvent::Kind::Finished) << ev.error;
+    o.finish = ev.finish;
+    o.usage = ev.usage;
+    break;
+  }
+  return o;
+}
+
+std::unique_ptr<Engine> make(const std::string& model, const std::string& drafter, bool ngram, int k = 4) {
+  EngineOptions o;
+  o.model_path = tiny(model);
+  o.backend = "cpu";
+  o.parallel = 3;
+  o.drafter = drafter;
+  o.ngram_drafts = ngram;
+  o.max_draft = k;
+  o.adaptive_draft = false;
+  return create_engine(o);
+}
+
+TEST(NgramDrafter, ProposesWhatFollowedTheMostRecentLongestMatch) {
+  NgramDrafter d({2, 4});
+  int match = 0;
+  // ... 1 2 3 [7 8] ... 1 2 3 [9] ... 2 3 -> the most recent "1 2 3"? suffix is "2 3": longest n first.
+  std::vector<int32_t> t = {5, 1, 2, 3, 7, 8, 6, 1, 2, 3, 9, 4, 1, 2, 3};
+  auto p = d.lookup(t, 3, &match);
+  EXPECT_EQ(match, 3);  // "1 2 3" (n=4 "4 1 2 3" has no earlier occurrence)
+  EXPECT_EQ(p, (std::vector<int32_t>{9, 4, 1}));
+  EXPECT_TRUE(d.lookup({1, 2, 3, 4}, 3).empty());
+  EXPECT_EQ(d.lookup({1, 2, 1, 2}, 5), (std::vector<int32_t>{1, 2}));
+}
+
+class ExactDrafting : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
+
+TEST_P(ExactDrafting, DraftedEqualsSerial) {
+  const auto& [drafter, ngram] = GetParam();
+  auto e = make("llama", drafter, ngram);
+  const auto& tok = e->tokenizer();
+  const char* prompts[] = {"Well, Prince, so Genoa and Lucca are now just family estates. Well, Prince, so Genoa",
+                           "def main(argv):\n    for i in range(10):\n        print(i)\n    for i in range(10):\n",
+                           "the the the the the the the", "Anna Pavlovna"};
+  int64_t drafted = 0, accepted = 0;
+  for (const char* text : prompts) {
+    for (float temperature : {0.f, 0.7f, 1.2f}) {
+      GenerationRequest r;
+      r.prompt = tok.encode(text, false);
+      r.sampling.temperature = temperature;
+      r.sampling.seed = 1234;
+      r.max_tokens = 40;
+      r.ignore_eos = true;
+      r.logprobs = 0;
+      GenerationRequest serial = r;
+      serial.draft = false;
+      Out a = run(*e, serial), b = run(*e, r);
+      EXPECT_EQ(a.tokens, b.tokens) << text << " T=" << temperature;
+      ASSERT_EQ(a.logprobs.size(), b.logprobs.size());
+      EXPECT_EQ(0, std::memcmp(a.logprobs.data(), b.logprobs.data(), a.logprobs.size() * 4));
+      EXPECT_EQ(a.text, b.text);
+      EXPECT_EQ(a.usage.drafted_tokens, 0);
+      drafted += b.usage.drafted_tokens;
+      accepted += b.usage.accepted_tokens;
+    }
+  }
+  EXPECT_GT(drafted, 0) << "no drafts were verified: the test proves nothing";
+  if (ngram) EXPECT_GT(accepted, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Drafters, ExactDrafting,
+                         ::testing::Values(std::make_tuple(std::string("none"), true),
+                                           std::make_tuple(tiny("qwen3"), false),
+                                           std::make_tuple(tiny("qwen3"), true)));
+
+TEST(ExactDrafting, StopsAndLimitsLandOnTheSameToken) {
+  auto e = make("qwen3", "none", true, 6);
+  const auto& tok = e->tokenizer();
+  GenerationRequest r;
+  r.prompt = tok.encode("the the the the the the the the", false);
+  r.sampling.temperature = 0;
+  r.max_tokens = 30;
+  r.ignore_eos = true;
+  GenerationRequest serial = r;
+  serial.draft = false;
+  Out full = run(*e, serial);
+  ASSERT_GE(full.text.size(), 12u);
+  for (int limit : {1, 2, 5, 13}) {
+    r.max_tokens = serial.max_tokens = limit;
+    Out a = run(*e, serial), b = run(*e, r);
+    EXPECT_EQ(a.tokens, b.tokens) << limit;
+    EXPECT_EQ(int(b.tokens.size()), limit);
+    EXPECT_EQ(b.finish, FinishReason::Length);
+  }
+  r.max_tokens = serial.max_tokens = 30;
+  r.stop = serial.stop = {full.text.substr(7, 3)};
+  Out a = run(*e, serial), b = run(*e, r);
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(a.text, b.text);
+  EXPECT_EQ(b.finish, FinishReason::Stop);
+}
+
+}  // namespace

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "ops/cuda/block_cache.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
 
@@ -100,13 +101,34 @@ class CudaBackend final : public Backend {
     name_ = "cuda:" + std::to_string(device) + " (" + prop.name + ")";
     TF_CUDA_CHECK(cudaSetDevice(device));
     TF_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    set_device_allocator(Device::CUDA, DeviceAllocator{[device](size_t n) {
-                                                         void* p = nullptr;
-                                                         TF_CUDA_CHECK(cudaSetDevice(device));
-                                                         TF_CUDA_CHECK(cudaMalloc(&p, n));
-                                                         return p;
-                                                       },
-                                                       [](void* p) { cudaFree(p); }});
+    // Tensors come from a block cache (block_cache.h) so that per-forward activations cost no cudaMalloc
+    // or cudaFree. The cache outlives the backend (tensors may too).
+    auto cache = std::make_shared<BlockCache>(
+        [device](size_t n) -> void* {
+          void* p = nullptr;
+          TF_CUDA_CHECK(cudaSetDevice(device));
+          if (cudaMalloc(&p, n) != cudaSuccess) {
+            cudaGetLastError();  // clear the allocation error; the cache retries after trimming
+            return nullptr;
+          }
+          return p;
+        },
+        [](void* p) { cudaFree(p); });
+    set_device_allocator(Device::CUDA,
+                         DeviceAllocator{[cache](size_t n) {
+                                           void* p = cache->alloc(n);
+                                           if (!p) {
+                                             size_t free_b = 0, total_b = 0;
+                                             cudaMemGetInfo(&free_b, &total_b);
+                                             throw Error("out of GPU memory allocating " +
+                                                         std::to_string(n >> 20) + " MiB (" +
+                                                         std::to_string(free_b >> 20) + " of " +
+                                                         std::to_string(total_b >> 20) +
+                                                         " MiB free): lower the context or batch");
+                                           }
+                                           return p;
+                                         },
+                                         [cache](void* p) { cache->free(p); }});
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
@@ -190,7 +212,9 @@ class CudaBackend final : public Backend {
 
   void linear(const Tensor& x, const LinearWeight& w, Tensor& y) override {
     expect(x, DType::BF16, "linear", "x");
-    expect(y, DType::BF16, "linear", "y");
+    TF_CHECK(y.device() == Device::CUDA && y.is_contiguous() &&
+                 (y.dtype() == DType::BF16 || y.dtype() == DType::F32),
+             "linear: y must be a contiguous bf16 or f32 GPU tensor, got " + y.describe());
     expect(w.weight, DType::BF16, "linear", "weight (use upload_linear)");
     const int64_t n = w.weight.dim(0), k = w.weight.dim(1);
     TF_CHECK(x.dim(-1) == k, "linear: x " + x.describe() + " does not match weight " + w.weight.describe());
@@ -199,7 +223,8 @@ class CudaBackend final : public Backend {
                                      std::to_string(n) + "]");
     const bool has_bias = w.bias.defined() && w.bias.numel() > 0;
     cuda::linear_bf16(ptr(x), ptr(w.weight), has_bias ? ptr(w.bias) : nullptr,
-                      has_bias ? w.bias.dtype() : DType::F32, y.raw(), int(m), int(n), int(k), stream_);
+                      has_bias ? w.bias.dtype() : DType::F32, y.raw(), y.dtype(), int(m), int(n), int(k),
+                      stream_);
   }
 
   void rms_norm(const Tensor& x, const Tensor& w, float eps, float offset, Tensor& y) override {

@@ -25,9 +25,9 @@ struct DeviceMeta {
 // combined in increasing order. Fixed, so a row's arithmetic depends only on its own position.
 constexpr int kAttnChunk = 128;
 
-// y[M,N] (bf16) = x[M,K] (bf16) · W[N,K]ᵀ (bf16) + bias. K % 32 == 0.
-void linear_bf16(const void* x, const void* w, const void* bias, DType bias_dtype, void* y, int m, int n,
-                 int k, cudaStream_t s);
+// y[M,N] (bf16 or f32) = x[M,K] (bf16) · W[N,K]ᵀ (bf16) + bias. K % 32 == 0.
+void linear_bf16(const void* x, const void* w, const void* bias, DType bias_dtype, void* y, DType y_dtype,
+                 int m, int n, int k, cudaStream_t s);
 // Loop variants of the linear and attention kernels, for benches and tests. Every variant issues the
 // same arithmetic in the same order (identical bits, tested); they differ only in when loads are issued.
 // Auto is what measured fastest on an H200 (docs/cuda-notes.md): linear prefetches the next K step's

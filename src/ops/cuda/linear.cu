@@ -44,8 +44,8 @@ __device__ __forceinline__ void mma_bf16(float* c, uint32_t a0, uint32_t a1, uin
 template <int NT, int U, bool PREFETCH>
 __global__ void __launch_bounds__(kWarps * 32)
     linear_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
-                  const void* __restrict__ bias, int bias_kind, __nv_bfloat16* __restrict__ y, int m, int n,
-                  int k, int m_tiles) {
+                  const void* __restrict__ bias, int bias_kind, void* __restrict__ y, bool y_f32, int m,
+                  int n, int k, int m_tiles) {
   __shared__ float red[kWarps][NT * 8][16];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
@@ -128,38 +128,42 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int q = 1; q < kWarps; ++q) s += red[q][tok][f];
     if (bias_kind == 1) s += static_cast<const float*>(bias)[col];
     if (bias_kind == 2) s += __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[col]);
-    y[int64_t(row) * n + col] = __float2bfloat16(s);
+    if (y_f32)  // logits: kept in fp32 for sampling
+      static_cast<float*>(y)[int64_t(row) * n + col] = s;
+    else
+      static_cast<__nv_bfloat16*>(y)[int64_t(row) * n + col] = __float2bfloat16(s);
   }
 }
 
 template <int NT, int U, bool PREFETCH>
-void launch(const void* x, const void* w, const void* bias, int bias_kind, void* y, int m, int n, int k,
-            cudaStream_t s) {
+void launch(const void* x, const void* w, const void* bias, int bias_kind, void* y, bool y_f32, int m, int n,
+            int k, cudaStream_t s) {
   const int m_tiles = (m + NT * 8 - 1) / (NT * 8);
   const int n_tiles = (n + 15) / 16;
   // Token tiles vary fastest so that the blocks sharing a weight tile run together (L2 reuse).
   linear_kernel<NT, U, PREFETCH><<<n_tiles * m_tiles, kWarps * 32, 0, s>>>(
-      static_cast<const __nv_bfloat16*>(x), static_cast<const __nv_bfloat16*>(w), bias, bias_kind,
-      static_cast<__nv_bfloat16*>(y), m, n, k, m_tiles);
+      static_cast<const __nv_bfloat16*>(x), static_cast<const __nv_bfloat16*>(w), bias, bias_kind, y, y_f32,
+      m, n, k, m_tiles);
   TF_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace
 
-void linear_bf16(const void* x, const void* w, const void* bias, DType bias_dtype, void* y, int m, int n,
-                 int k, cudaStream_t s) {
+void linear_bf16(const void* x, const void* w, const void* bias, DType bias_dtype, void* y, DType y_dtype,
+                 int m, int n, int k, cudaStream_t s) {
   TF_CHECK(k % 32 == 0, "CUDA linear needs in_features divisible by 32, got " + std::to_string(k));
   const int bias_kind = !bias ? 0 : bias_dtype == DType::F32 ? 1 : 2;
+  const bool y_f32 = y_dtype == DType::F32;
   auto go = [&](auto pf) {
     constexpr bool P = decltype(pf)::value;
     if (m <= 8)
-      launch<1, 4, P>(x, w, bias, bias_kind, y, m, n, k, s);
+      launch<1, 4, P>(x, w, bias, bias_kind, y, y_f32, m, n, k, s);
     else if (m <= 16)
-      launch<2, 4, P>(x, w, bias, bias_kind, y, m, n, k, s);
+      launch<2, 4, P>(x, w, bias, bias_kind, y, y_f32, m, n, k, s);
     else if (m <= 32)
-      launch<4, 2, P>(x, w, bias, bias_kind, y, m, n, k, s);
+      launch<4, 2, P>(x, w, bias, bias_kind, y, y_f32, m, n, k, s);
     else
-      launch<8, 2, P>(x, w, bias, bias_kind, y, m, n, k, s);
+      launch<8, 2, P>(x, w, bias, bias_kind, y, y_f32, m, n, k, s);
   };
   const bool prefetch =
       g_linear_variant == LoopVariant::Prefetch || (g_linear_variant == LoopVariant::Auto && m <= 16);

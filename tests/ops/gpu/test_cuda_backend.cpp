@@ -11,6 +11,8 @@
 
 #include "core/error.h"
 #include "ops/backend.h"
+#include "ops/cuda/block_cache.h"
+#include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/kernels.h"
 
 namespace tf {
@@ -58,9 +60,8 @@ class CudaOps : public ::testing::Test {
   // A GPU tensor filled with 0xFF bytes (NaN in bf16/f32): any element an op fails to write shows.
   Tensor poisoned(std::vector<int64_t> shape, DType dt = DType::BF16) {
     Tensor t = gpu_->alloc(std::move(shape), dt);
-    EXPECT_EQ(cudaMemset(t.raw(), 0xFF, t.nbytes()), cudaSuccess);
-    EXPECT_EQ(cudaDeviceSynchronize(),
-              cudaSuccess);  // the backend's stream does not wait for the default one
+    // On the backend's stream: device memory is recycled in that stream's order (block_cache.h).
+    EXPECT_EQ(cudaMemsetAsync(t.raw(), 0xFF, t.nbytes(), cuda::stream_of(*gpu_)), cudaSuccess);
     return t;
   }
   std::vector<float> get(const Tensor& t) {
@@ -68,7 +69,7 @@ class CudaOps : public ::testing::Test {
     gpu_->to_host(t, h);
     return h.to_f32_vector();
   }
-  std::vector<uint16_t> bits(const Tensor& t) {
+  std::vector<uint16_t> bits(const Tensor& t) {  // raw bytes as 16-bit words (f32: two words each)
     Tensor h = Tensor::empty(t.shape(), t.dtype());
     gpu_->to_host(t, h);
     std::vector<uint16_t> v(t.nbytes() / 2);
@@ -97,6 +98,45 @@ class CudaOps : public ::testing::Test {
 Backend* CudaOps::gpu_ = nullptr;
 Backend* CudaOps::cpu_ = nullptr;
 std::string* CudaOps::why_ = nullptr;
+
+// The block cache's bookkeeping with a host allocator: reuse by rounded size, trim, the large-block
+// bypass and the retry after trimming when the raw allocator fails. Runs without a GPU.
+TEST(BlockCache, ReusesTrimsAndRetries) {
+  int live = 0;
+  bool fail_next = false;
+  cuda::BlockCache cache(
+      [&](size_t n) -> void* {
+        if (fail_next) return fail_next = false, nullptr;
+        ++live;
+        return std::malloc(n);
+      },
+      [&](void* p) { --live, std::free(p); }, size_t(64) << 20);
+  EXPECT_EQ(cuda::BlockCache::rounded(1), 512u);
+  EXPECT_EQ(cuda::BlockCache::rounded(1000), 1024u);
+  EXPECT_EQ(cuda::BlockCache::rounded((1 << 20) + 1), size_t(2) << 20);
+  void* a = cache.alloc(1000);
+  cache.free(a);
+  EXPECT_EQ(cache.cached_bytes(), 1024u);
+  EXPECT_EQ(cache.alloc(900), a) << "same rounded size must reuse the block";
+  void* b = cache.alloc(5000);
+  EXPECT_NE(b, a);
+  EXPECT_EQ(live, 2);
+  void* big = cache.alloc(size_t(100) << 20);  // over max_cached: freed at once
+  cache.free(big);
+  EXPECT_EQ(live, 2);
+  cache.free(a);
+  cache.free(b);
+  EXPECT_EQ(live, 2);
+  fail_next = true;  // first raw attempt fails: the cache trims and retries
+  void* c = cache.alloc(1 << 16);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(live, 1) << "trim must have returned the two cached blocks";
+  EXPECT_EQ(cache.cached_bytes(), 0u);
+  cache.free(c);
+  cache.free(reinterpret_cast<void*>(0x10));  // not ours: ignored
+  cache.trim();
+  EXPECT_EQ(live, 0);
+}
 
 constexpr double kBf16Tol = 1e-2;  // one bf16 rounding of the output is ~3e-3 relative
 
@@ -131,6 +171,9 @@ TEST_F(CudaOps, LinearMatchesCpu) {
       gpu_->linear(gx, gw, gy);
       cpu_->linear(x.f32, cw, cy);
       EXPECT_LT(rel_err(get(gy), cy.to_f32_vector()), kBf16Tol) << "M=" << m << " N=" << n;
+      Tensor gyf = poisoned({m, n}, DType::F32);  // f32 output (logits)
+      gpu_->linear(gx, gw, gyf);
+      EXPECT_LT(rel_err(get(gyf), cy.to_f32_vector()), 2e-3) << "f32 output, M=" << m << " N=" << n;
     }
   }
 }
@@ -154,6 +197,15 @@ TEST_F(CudaOps, LinearRowInvariantAcrossM) {
       EXPECT_EQ(row, alone) << "row " << at << " of M=" << m;
     }
   }
+  // f32 logits: the same row's bits alone and inside a batch.
+  Tensor lf1 = poisoned({1, n}, DType::F32);
+  gpu_->linear(gpu_->upload(x0.bf16), gw, lf1);
+  Host x = random_host({40, k});
+  std::memcpy(x.bf16.data<uint16_t>() + 7 * k, x0.bf16.raw(), k * 2);
+  Tensor lf = poisoned({40, n}, DType::F32);
+  gpu_->linear(gpu_->upload(x.bf16), gw, lf);
+  const auto all = bits(lf), one = bits(lf1);
+  EXPECT_EQ(std::vector<uint16_t>(all.begin() + 7 * 2 * n, all.begin() + 8 * 2 * n), one) << "f32 output";
 }
 
 // The weight-prefetching and plain loops of the linear kernel issue the same MMAs in the same order.
@@ -300,9 +352,9 @@ Pools make_pools(Backend& gpu, Backend& cpu, const std::vector<int>& lens, int h
   p.written = m.slots;
   p.g = {gpu.alloc({nb, p.block_size, hk, d}, DType::BF16),
          gpu.alloc({nb, p.block_size, hk, d}, DType::BF16)};
-  cudaMemset(p.g.k.raw(), 0xFF, p.g.k.nbytes());  // unwritten slots are NaN: reading one shows
-  cudaMemset(p.g.v.raw(), 0xFF, p.g.v.nbytes());
-  cudaDeviceSynchronize();
+  // Unwritten slots are NaN: reading one shows.
+  cudaMemsetAsync(p.g.k.raw(), 0xFF, p.g.k.nbytes(), cuda::stream_of(gpu));
+  cudaMemsetAsync(p.g.v.raw(), 0xFF, p.g.v.nbytes(), cuda::stream_of(gpu));
   p.c = {Tensor::zeros({nb, p.block_size, hk, d}, DType::F32),
          Tensor::zeros({nb, p.block_size, hk, d}, DType::F32)};
   Host k = random_host({m.rows(), hk, d}), v = random_host({m.rows(), hk, d});

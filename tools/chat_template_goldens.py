@@ -48,6 +48,29 @@ SEARCH_TOOL = {
         },
     },
 }
+RICH_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "book",
+        "description": "Book a table — any restaurant, any city.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "guests": {"type": "integer", "minimum": 1, "maximum": 20},
+                "ratio": {"type": "number", "default": 0.5, "maximum": 1e10},
+                "vip": {"type": "boolean", "default": False},
+                "note": {"type": ["string", "null"], "description": "Free text, e.g. \"no nuts\""},
+                "tags": {"type": "array", "items": {"type": "string", "enum": ["window", "quiet", "bar"]}},
+                "when": {
+                    "type": "object",
+                    "properties": {"day": {"type": "string"}, "hour": {"type": "integer"}},
+                    "required": ["day"],
+                },
+            },
+            "required": ["guests", "when"],
+        },
+    },
+}
 TOOL_CALL = {
     "id": "call_1",
     "type": "function",
@@ -123,6 +146,64 @@ CASES = [
             {"role": "user", "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": "there"}]},
         ],
     ),
+    case(
+        "tool_call_string_args",
+        [
+            U2,
+            {"role": "assistant", "content": "Let me check.", "tool_calls": [
+                {"id": "call_9", "type": "function",
+                 "function": {"name": "get_weather", "arguments": '{"city": "Zürich", "unit": "celsius"}'}}]},
+            {"role": "tool", "tool_call_id": "call_9", "content": "12°C"},
+        ],
+        tools=[WEATHER_TOOL],
+        agp=False,
+    ),
+    case(
+        "rich_tool_schema",
+        [SYS, {"role": "user", "content": "Book it."}],
+        tools=[RICH_TOOL, WEATHER_TOOL],
+    ),
+    case(
+        "nested_tool_args",
+        [
+            {"role": "user", "content": "Book a table."},
+            {"role": "assistant", "tool_calls": [{"id": "c3", "type": "function", "function": {
+                "name": "book", "arguments": {"guests": 4, "ratio": 0.5, "vip": True, "note": None,
+                                              "tags": ["window", "quiet"], "when": {"day": "Fri", "hour": 20}}}}]},
+            {"role": "tool", "tool_call_id": "c3", "content": "ok"},
+            {"role": "assistant", "content": "Booked ✓"},
+        ],
+        tools=[RICH_TOOL],
+        agp=False,
+    ),
+    case("thinking_field", [U1, {"role": "assistant", "content": "Hi.", "thinking": "Short."}, U2]),
+    case("reasoning_field", [U1, {"role": "assistant", "content": "Hi.", "reasoning": "Quick."}, U2]),
+    case("jinja_like_content", [{"role": "user", "content": "{{ 1 + 1 }} {% if %} {# x #} </s> <|im_end|>"}]),
+    case("empty_content", [SYS, {"role": "user", "content": ""}]),
+    case("system_only", [SYS]),
+    case(
+        "long_reasoning_chat",
+        [
+            SYS,
+            U1,
+            {"role": "assistant", "content": "A1", "reasoning_content": "R1"},
+            U2,
+            {"role": "assistant", "content": "A2", "reasoning_content": "R2\n\nmore"},
+            {"role": "user", "content": "And tomorrow?"},
+        ],
+        enable_thinking=True,
+    ),
+    case("effort_low_tools", [U2], tools=[WEATHER_TOOL], reasoning_effort="low", enable_thinking=False),
+    case("gpt_oss_kwargs", [SYS, U1], builtin_tools=["browser", "python"], model_identity="You are Tester.",
+         reasoning_effort="medium"),
+    case("date_string", [U1], date_string="26 Jul 2024"),
+    case(
+        "documents",
+        [U2],
+        documents=[{"title": "Paris", "text": "Paris is the capital of France."},
+                   {"title": "Weather", "text": "Sunny, 21°C."}],
+    ),
+    case("named_user", [{"role": "user", "content": "Hey", "name": "alice"}]),
     case("bad_roles", [U1, U1]),
     case("assistant_first", [A1, U1]),
 ]

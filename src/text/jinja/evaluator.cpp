@@ -41,6 +41,26 @@ ScopePtr child(const ScopePtr& parent) {
 enum class Flow { kNormal, kBreak, kContinue };
 
 constexpr int64_t kMaxRange = 100000;  // jinja2.sandbox.MAX_RANGE
+// Python stops runaway recursion (a macro calling itself forever) with RecursionError; so do we, long
+// before the C++ stack runs out. Real templates nest macros a few levels deep.
+constexpr int kMaxCallDepth = 128;
+
+// Counts nested macro calls / recursive loops for the lifetime of one call.
+class DepthGuard {
+ public:
+  explicit DepthGuard(int& depth) : depth_(depth) {
+    if (++depth_ > kMaxCallDepth) {
+      --depth_;
+      throw TemplateError("maximum recursion depth exceeded");
+    }
+  }
+  ~DepthGuard() { --depth_; }
+  DepthGuard(const DepthGuard&) = delete;
+  DepthGuard& operator=(const DepthGuard&) = delete;
+
+ private:
+  int& depth_;
+};
 
 class Interp {
  public:
@@ -200,6 +220,7 @@ class Interp {
       d->call->name = "loop";
       d->call->fn = [this, &s, weak, depth](CallArgs& a) {
         if (a.pos.empty()) throw TemplateError("loop() takes one argument");
+        DepthGuard guard(call_depth_);
         std::string inner;
         run_loop(s, iterate(a.pos[0]), weak.lock(), inner, depth + 1);
         return Value(inner);
@@ -216,6 +237,7 @@ class Interp {
 
   Value call_macro(const Stmt& def, const ScopePtr& closure, CallArgs& a) {
     if (!closure) throw TemplateError("macro called outside of its scope");
+    DepthGuard guard(call_depth_);
     auto ms = child(closure);
     std::vector<bool> given(def.params.size(), false);
     std::vector<Value> varargs;
@@ -363,6 +385,9 @@ class Interp {
     }
     return Value();
   }
+
+ private:
+  int call_depth_ = 0;
 };
 
 Value build_dict(CallArgs& a, DictKind kind) {

@@ -144,7 +144,7 @@ def random_id_lists(fam, vocab_size, special_ids, byte_ids, n=60):
 # C++ side uses PCRE2 with patched classes, and the golden test compares both over these code points
 # (everything assigned in Unicode 16 outside the private-use planes).
 REGEX_CLASSES = [r"\s", r"\p{L}", r"\p{N}", r"\p{M}", r"\p{Lu}", r"\p{Ll}", r"\p{Lt}", r"\p{Lm}", r"\p{Lo}",
-                 r"\p{P}", r"\p{S}"]
+                 r"\p{P}", r"\p{S}", r"\p{Mn}", r"\p{Nd}", r"\p{Zs}"]
 CLASS_SPANS = [(0, 0x32400), (0xE0000, 0xE0200)]
 
 
@@ -170,6 +170,60 @@ def regex_classes():
                 ranges.append([c, c])
         out["classes"][cl] = ranges
     return out
+
+
+# Variants: a real tokenizer.json with its pipeline swapped for components that none of the stored
+# files uses (or uses differently), so that those components are also compared live with HF.
+def _variant_metaspace(j):  # Llama-2/Mistral "legacy=false" layout (e.g. Mistral v0.3)
+    j["normalizer"] = None
+    j["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False}
+
+
+def _variant_gpt2(j):  # GPT-2/RoBERTa layout: ByteLevel with prefix space and its own regex
+    ids = {a["content"]: a["id"] for a in j["added_tokens"]}
+    j["normalizer"] = None
+    j["pre_tokenizer"] = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}
+    j["post_processor"] = {"type": "RobertaProcessing", "sep": ["<|im_end|>", ids["<|im_end|>"]],
+                           "cls": ["<|im_start|>", ids["<|im_start|>"]], "trim_offsets": True,
+                           "add_prefix_space": True}
+
+
+def _variant_digits(j):
+    j["normalizer"] = {"type": "Sequence", "normalizers": [
+        {"type": "NFKD"}, {"type": "Replace", "pattern": {"Regex": "\\p{Mn}+"}, "content": ""},
+        {"type": "Lowercase"}, {"type": "Strip", "strip_left": True, "strip_right": False}]}
+    j["pre_tokenizer"]["pretokenizers"].insert(0, {"type": "Digits", "individual_digits": True})
+
+
+def _variant_whitespace(j):
+    j["normalizer"] = {"type": "NFC"}
+    j["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": "[,.;]"}, "behavior": "Contiguous", "invert": False},
+        {"type": "Split", "pattern": {"String": "-"}, "behavior": "MergedWithNext", "invert": False},
+        {"type": "Split", "pattern": {"Regex": "\\p{N}+"}, "behavior": "Removed", "invert": True},
+        {"type": "WhitespaceSplit"},
+        {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True}]}
+    j["decoder"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True}
+
+
+VARIANTS = {
+    "mistral-7b+metaspace": ("mistral-7b", _variant_metaspace),
+    "qwen2.5+gpt2": ("qwen2.5", _variant_gpt2),
+    "llama3+digits": ("llama3", _variant_digits),
+    "gemma2+whitespace": ("gemma2", _variant_whitespace),
+}
+
+
+def stage_variant(name, stage_root, out):
+    base, mutate = VARIANTS[name]
+    with open(os.path.join(stage_root, base, "tokenizer.json"), encoding="utf-8") as f:
+        j = json.load(f)
+    mutate(j)
+    dst = os.path.join(out, "variants", name)
+    os.makedirs(dst, exist_ok=True)
+    with open(os.path.join(dst, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(j, f, ensure_ascii=False)
+    return dst
 
 
 def stage_family(shared, fam, stage_root):
@@ -230,14 +284,20 @@ def main():
     if len(sys.argv) < 3:
         sys.exit(__doc__)
     shared, out = sys.argv[1], sys.argv[2]
-    fams = sys.argv[3:] or FAMILIES
+    fams = sys.argv[3:] or FAMILIES + list(VARIANTS)
     os.makedirs(out, exist_ok=True)
     texts = corpus(shared)
     with open(os.path.join(out, "regex_classes.json"), "w", encoding="utf-8") as f:
         json.dump(regex_classes(), f)
     stage = os.path.join(out, "stage")
     for fam in fams:
-        path = stage_family(shared, fam, stage)
+        if fam in VARIANTS:
+            base = VARIANTS[fam][0]
+            if not os.path.exists(os.path.join(stage, base, "tokenizer.json")):
+                stage_family(shared, base, stage)
+            path = stage_variant(fam, stage, out)
+        else:
+            path = stage_family(shared, fam, stage)
         try:
             data = golden(fam, path, texts)
         except Exception as e:  # e.g. llama2's merges contain pieces with spaces: tokenizers rejects it

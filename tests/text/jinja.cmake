@@ -1,5 +1,15 @@
 # Jinja renderer and chat templates: unit tests (no Python) and the live comparison with transformers.
-tf_add_test(test_jinja SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_jinja.cpp LIBS tf_text LABELS "cpu;sanitize")
+# Tests are registered with gtest_add_tests (a scan of the sources) rather than tf_add_test, so that the
+# two-element label list "cpu;sanitize" reaches set_tests_properties intact.
+function(tf_jinja_test name)
+  add_executable(${name} ${CMAKE_CURRENT_LIST_DIR}/${name}.cpp)
+  target_link_libraries(${name} PRIVATE tf_text GTest::gtest GTest::gtest_main)
+  target_compile_definitions(${name} PRIVATE TF_BINARY_DIR="${PROJECT_BINARY_DIR}")
+  gtest_add_tests(TARGET ${name} SOURCES ${CMAKE_CURRENT_LIST_DIR}/${name}.cpp TEST_LIST tests)
+  set_tests_properties(${tests} PROPERTIES LABELS "cpu;sanitize" ${ARGN})
+endfunction()
+
+tf_jinja_test(test_jinja)
 
 # Goldens regenerated live from transformers for every template x conversation, then compared byte for byte.
 add_test(NAME chat_template_goldens
@@ -8,8 +18,4 @@ add_test(NAME chat_template_goldens
                  --out ${PROJECT_BINARY_DIR}/chat_template_goldens.json)
 set_tests_properties(chat_template_goldens PROPERTIES FIXTURES_SETUP chat_template_goldens LABELS "cpu;sanitize"
                      TIMEOUT 120)
-add_executable(test_jinja_goldens ${CMAKE_CURRENT_LIST_DIR}/test_jinja_goldens.cpp)
-target_link_libraries(test_jinja_goldens PRIVATE tf_text GTest::gtest GTest::gtest_main)
-target_compile_definitions(test_jinja_goldens PRIVATE TF_BINARY_DIR="${PROJECT_BINARY_DIR}")
-gtest_discover_tests(test_jinja_goldens DISCOVERY_TIMEOUT 60
-                     PROPERTIES LABELS "cpu;sanitize" FIXTURES_REQUIRED chat_template_goldens)
+tf_jinja_test(test_jinja_goldens FIXTURES_REQUIRED chat_template_goldens)

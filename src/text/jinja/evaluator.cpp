@@ -270,7 +270,7 @@ class Interp {
       const auto& [pname, pdef] = def.params[p];
       ms->vars[pname] = pdef ? eval(*pdef, ms) : Value::undefined("parameter '" + pname + "' was not provided");
     }
-    ms->vars["varargs"] = make_list(std::move(varargs));
+    ms->vars["varargs"] = make_list(std::move(varargs), true);
     ms->vars["kwargs"] = kwargs;
     std::string out;
     exec(def.body, ms, out);

@@ -13,7 +13,8 @@ CARRY=build-cuda-carry
 if [[ "${1:-}" == "--pack" ]]; then
   bench=build-cuda/bench/cuda/tf_bench_cuda
   [[ -x $bench ]] || bench=build-cuda/tf_bench_cuda  # a local build that adds the bench target itself
-  mkdir -p $CARRY && cp build-cuda/tests/ops/gpu/test_cuda_backend $bench $CARRY/ && ls -la $CARRY
+  mkdir -p $CARRY && cp build-cuda/tests/ops/gpu/test_cuda_backend build-cuda/tests/ops/gpu/test_cuda_model $bench $CARRY/
+  ls -la $CARRY
   exit 0
 fi
 OUT=${OUT:-/tmp/out}
@@ -22,10 +23,14 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PA
 {
   date -u; git log -1 --format='commit %H %s' 2>/dev/null || true
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv
-  ldd $CARRY/test_cuda_backend | grep -E "not found|cudart" ; ldd $CARRY/tf_bench_cuda | grep -E "not found|cublas"
+  for b in $CARRY/*; do ldd $b | grep -E "not found" | sed "s|^|$b: |"; done
 } 2>&1 | tee "$OUT/env.log"
 timeout 240 $CARRY/test_cuda_backend --gtest_brief=1 2>&1 | tee "$OUT/test.log"
 test_rc=${PIPESTATUS[0]}
+if [[ -x $CARRY/test_cuda_model ]]; then  # the tiny checkpoint end to end (tests/data/tiny travels)
+  timeout 120 $CARRY/test_cuda_model --gtest_brief=1 2>&1 | tee -a "$OUT/test.log"
+  [[ ${PIPESTATUS[0]} == 0 ]] || test_rc=1
+fi
 timeout ${BENCH_TIMEOUT:-300} $CARRY/tf_bench_cuda ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
 bench_rc=${PIPESTATUS[0]}
 echo "== summary: tests rc=$test_rc bench rc=$bench_rc"

@@ -250,6 +250,9 @@ void attention(const void* q, const void* k_pool, const void* v_pool, void* out,
   TF_CHECK(hk > 0 && hq % hk == 0, "attention: query heads must be a multiple of KV heads");
   if (meta.rows == 0) return;
   switch (head_dim) {
+    case 32:
+      return launch<1>(q, k_pool, v_pool, out, meta, hq, hk, scale, window, softcap, max_chunks, part_acc,
+                       part_ml, s);
     case 64:
       return launch<2>(q, k_pool, v_pool, out, meta, hq, hk, scale, window, softcap, max_chunks, part_acc,
                        part_ml, s);
@@ -260,7 +263,7 @@ void attention(const void* q, const void* k_pool, const void* v_pool, void* out,
       return launch<8>(q, k_pool, v_pool, out, meta, hq, hk, scale, window, softcap, max_chunks, part_acc,
                        part_ml, s);
     default:
-      throw Error("CUDA attention supports head_dim 64, 128 and 256, got " + std::to_string(head_dim));
+      throw Error("CUDA attention supports head_dim 32, 64, 128 and 256, got " + std::to_string(head_dim));
   }
 }
 

@@ -330,6 +330,22 @@ class CudaBackend final : public Backend {
     cuda::gather_rows(ptr(x), d, out.raw(), int(rows.size()), row_bytes, stream_);
   }
 
+  void read_raw(const Tensor& src, size_t offset, size_t bytes, void* dst) override {
+    TF_CHECK(src.device() == Device::CUDA && offset + bytes <= src.nbytes(),
+             "read_raw: out of range of " + src.describe());
+    TF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    TF_CUDA_CHECK(
+        cudaMemcpy(dst, static_cast<const char*>(src.raw()) + offset, bytes, cudaMemcpyDeviceToHost));
+  }
+
+  void write_raw(Tensor& dst, size_t offset, const void* src, size_t bytes) override {
+    TF_CHECK(dst.device() == Device::CUDA && offset + bytes <= dst.nbytes(),
+             "write_raw: out of range of " + dst.describe());
+    TF_CUDA_CHECK(
+        cudaMemcpyAsync(static_cast<char*>(dst.raw()) + offset, src, bytes, cudaMemcpyHostToDevice, stream_));
+    TF_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the caller may reuse `src` at once
+  }
+
   void synchronize() override { TF_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
  private:

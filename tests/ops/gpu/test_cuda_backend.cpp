@@ -382,7 +382,7 @@ TEST_F(CudaOps, KvWriteAndAttentionMatchCpu) {
   struct Heads {
     int hq, hk, d;
   };
-  for (Heads hs : {Heads{8, 2, 128}, Heads{4, 2, 64}, Heads{16, 2, 256}, Heads{6, 6, 128}})
+  for (Heads hs : {Heads{8, 2, 128}, Heads{4, 2, 64}, Heads{16, 2, 256}, Heads{6, 6, 128}, Heads{4, 2, 32}})
     attention_vs_cpu(hs.hq, hs.hk, hs.d);
 }
 
@@ -460,6 +460,16 @@ TEST_F(CudaOps, AttentionRowInvariantAcrossDecodeVerifyPrefill) {
     mixed.push_back({0, last});
     EXPECT_EQ(run(mixed), alone) << "inside a batch with another sequence, window " << window;
   }
+}
+
+TEST_F(CudaOps, RawBytesRoundTrip) {
+  Tensor t = poisoned({4, 1000}, DType::BF16);
+  std::vector<uint8_t> in(8000), out(3000);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = uint8_t(rng()());
+  gpu_->write_raw(t, 0, in.data(), in.size());
+  gpu_->read_raw(t, 2500, out.size(), out.data());
+  EXPECT_TRUE(std::equal(out.begin(), out.end(), in.begin() + 2500));
+  EXPECT_THROW(gpu_->read_raw(t, 7000, 2000, out.data()), Error);
 }
 
 TEST_F(CudaOps, RejectsWhatItCannotRun) {

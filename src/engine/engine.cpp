@@ -14,10 +14,13 @@
 
 #include "checkpoint/checkpoint.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "engine/draft_policy.h"
 #include "engine/drafters/draft_model.h"
 #include "engine/drafters/ngram.h"
 #include "engine/kv_cache.h"
+#include "engine/kv_store.h"
+#include "engine/prefix_cache.h"
 #include "engine/sequence.h"
 #include "models/model.h"
 #include "text/chat_template.h"
@@ -84,7 +87,10 @@ class EngineImpl final : public Engine {
     if (blocks < per_stream)
       throw Error("the KV budget holds " + std::to_string(int64_t(blocks) * kBlockSize) + " tokens, less than one " +
                   "stream's --context " + std::to_string(context) + "; lower --context or raise the budget");
-    pool_ = std::make_unique<KvBlockPool>(*backend_, spec_.layers, spec_.kv_heads, spec_.head_dim, kBlockSize, blocks);
+    const int cache_blocks = int(opt.prompt_cache_gib * double(1ull << 30) / double(per_block));
+    pool_ = std::make_unique<KvBlockPool>(*backend_, spec_.layers, spec_.kv_heads, spec_.head_dim, kBlockSize,
+                                          blocks + cache_blocks);
+    setup_prompt_cache(cache_blocks);
     collect_eos();
     setup_drafters(context);
     fill_info(context);
@@ -102,8 +108,11 @@ class EngineImpl final : public Engine {
     EngineStats s = stats_;
     s.running = int(running_.size());
     s.waiting = int(waiting_.size());
-    s.kv_blocks_used = pool_->used_blocks();
+    s.kv_blocks_used = pool_->used_blocks() - prefix_cache_->idle_blocks();
     s.kv_blocks_total = pool_->num_blocks();
+    s.kv_blocks_cached = prefix_cache_->retained_blocks();
+    s.prompt_cache_hits = prefix_cache_->hits();
+    s.prompt_cache_disk_hits = prefix_cache_->disk_hits();
     return s;
   }
 
@@ -131,6 +140,30 @@ class EngineImpl final : public Engine {
   }
 
  private:
+  uint64_t identity() const {
+    // What makes cached K/V reusable: model config, weights, dtype and kernels (backend), block size.
+    std::string id = ckpt_.config().dump() + "|" + std::to_string(ckpt_.total_bytes()) + "|" + backend_->name() +
+                     "|" + dtype_name(backend_->act_dtype()) + "|kernels-" TF_VERSION "|block-" + std::to_string(kBlockSize);
+    return std::hash<std::string>{}(id);
+  }
+
+  void setup_prompt_cache(int cache_blocks) {
+    PrefixCacheOptions o;
+    o.max_blocks = cache_blocks;
+    o.max_prefixes = opt_.checkpoint_slots;
+    const bool snapshots = !opt_.snapshot_dir.empty() && opt_.snapshot_dir != "none";
+    if (cache_blocks > 0 && (snapshots || opt_.spill_gib > 0)) {
+      const double gib = opt_.spill_gib > 0 ? opt_.spill_gib : 4.0;
+      std::string dir = snapshots ? opt_.snapshot_dir : opt_.spill_dir;
+      if (dir.empty())
+        dir = (std::filesystem::temp_directory_path() / ("tensorfold-spill-" + std::to_string(getpid()))).string();
+      const size_t max_files = snapshots && opt_.max_snapshots > 0 ? size_t(opt_.max_snapshots) : 0;
+      store_ = std::make_unique<KvDiskStore>(dir, identity(), uint64_t(gib * double(1ull << 30)), snapshots, max_files);
+      o.store = store_.get();
+    }
+    prefix_cache_ = std::make_unique<PrefixCache>(*pool_, o);
+  }
+
   void setup_drafters(int context) {
     if (!opt_.drafts) return;
     if (opt_.ngram_drafts) ngram_ = std::make_unique<NgramDrafter>(NgramOptions{opt_.ngram_min, opt_.ngram_max});
@@ -220,6 +253,10 @@ class EngineImpl final : public Engine {
       for (auto& s : *list) finish(*s, FinishReason::Cancelled, {});
     running_.clear();
     waiting_.clear();
+    if (store_ && !opt_.snapshot_dir.empty() && opt_.snapshot_dir != "none") {
+      prefix_cache_->save_all();
+      log_info("prompt cache: " + std::to_string(store_->files()) + " block(s) saved to " + store_->dir());
+    }
   }
 
   // Streams start when their whole prompt + reply fits in the pool, oldest first: no stream is ever cut.
@@ -231,7 +268,7 @@ class EngineImpl final : public Engine {
         it = waiting_.erase(it);
         continue;
       }
-      if (!pool_->reserve(s.blocks, s.prompt_len + s.req.max_tokens)) break;
+      if (!admit_one(s)) break;
       running_.push_back(std::move(*it));
       it = waiting_.erase(it);
     }
@@ -245,6 +282,23 @@ class EngineImpl final : public Engine {
     bool logits;                  // prefill: only the last row, when the prompt is complete
     std::vector<int32_t> drafts;  // decode: rows 1..k verify these
   };
+
+  // Shares the longest cached prefix, then reserves the rest of the stream's capacity, evicting retained
+  // prefixes if the pool is short. False (nothing held) when it cannot start yet.
+  bool admit_one(Sequence& s) {
+    const int capacity = s.prompt_len + s.req.max_tokens;
+    // At least the last prompt token is computed, so its logits exist; the block it lands in stays private.
+    const int covered = prefix_cache_->acquire(s.tokens, s.prompt_len - 1, s.blocks);
+    const int need = KvBlockPool::blocks_for(capacity, kBlockSize) - int(s.blocks.size());
+    if (pool_->free_blocks() < need) prefix_cache_->make_room(need);
+    if (!pool_->reserve(s.blocks, capacity)) {
+      pool_->release(s.blocks);
+      return false;
+    }
+    s.computed = covered;
+    s.usage.cached_tokens = covered;
+    return true;
+  }
 
   void round() {
     drop_cancelled();
@@ -408,7 +462,12 @@ class EngineImpl final : public Engine {
     ev.usage = s.usage;
     ev.usage.prompt_tokens = s.prompt_len;
     ev.usage.completion_tokens = s.generated();
-    pool_->release(s.blocks);
+    if (s.blocks.empty()) {
+    } else if (reason == FinishReason::Error) {
+      pool_->release(s.blocks);
+    } else {
+      prefix_cache_->retain(s.tokens, s.computed, s.blocks);
+    }
     ++stats_.requests_finished;
     if (reason == FinishReason::Cancelled) ++stats_.requests_cancelled;
     s.queue->push(std::move(ev));
@@ -435,6 +494,8 @@ class EngineImpl final : public Engine {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<KvBlockPool> pool_;
+  std::unique_ptr<KvDiskStore> store_;
+  std::unique_ptr<PrefixCache> prefix_cache_;
   std::vector<int32_t> eos_;
   ModelInfo info_;
   std::unique_ptr<NgramDrafter> ngram_;

@@ -27,6 +27,13 @@ struct EngineOptions {
   int max_draft = 8;             // longest proposal verified in one forward
   bool adaptive_draft = true;    // draft length from measured acceptance and verify cost; false = always max_draft
   size_t kv_budget_bytes = 0;  // 0 = enough for `parallel` full contexts
+  // Prompt cache (retained prefixes), spill to disk and persistent snapshots.
+  double prompt_cache_gib = 0.25;  // memory for retained prefixes beyond the streams' own; 0 disables
+  int checkpoint_slots = 0;        // retained prefixes at most (0 = bounded by memory only)
+  double spill_gib = 0;            // write evicted prefixes to disk up to this size, read them back on a hit
+  std::string spill_dir;           // default: a private directory under $TMPDIR
+  std::string snapshot_dir;        // persistent prefix snapshots (survive restarts); "" or "none" = off
+  int max_snapshots = 0;           // snapshot blocks kept on disk (0 = bounded by spill_gib, else 4 GiB)
   int prefill_chunk = 512;     // prompt tokens per round (decode rows of running streams always go first)
 };
 

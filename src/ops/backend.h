@@ -98,6 +98,10 @@ class Backend {
   virtual void add(Tensor& a, const Tensor& b) = 0;
   // out[i] = x[rows[i]] for the given row indices.
   virtual void gather_rows(const Tensor& x, const std::vector<int32_t>& rows, Tensor& out) = 0;
+  // Raw byte copies between host memory and a tensor of this backend (KV blocks for the prompt cache's
+  // spill and snapshots). The CPU backend copies directly; device backends override.
+  virtual void read_raw(const Tensor& src, size_t offset, size_t bytes, void* dst);
+  virtual void write_raw(Tensor& dst, size_t offset, const void* src, size_t bytes);
   // Waits for queued work (no-op on CPU).
   virtual void synchronize() {}
 };

@@ -158,16 +158,31 @@ std::string FakeHub::listing() const {
   return nlohmann::json{{"id", repo}, {"sha", commit}, {"siblings", siblings}}.dump();
 }
 
+// The recursive tree listing huggingface_hub's snapshot_download asks for.
+std::string FakeHub::tree_listing() const {
+  nlohmann::json entries = nlohmann::json::array();
+  for (const auto& [name, f] : files_) {
+    nlohmann::json e = {
+        {"type", "file"}, {"path", name}, {"size", f.content.size()}, {"oid", git_blob_id(f.content)}};
+    if (f.lfs) e["lfs"] = {{"oid", f.blob_id}, {"size", f.content.size()}, {"pointerSize", 134}};
+    entries.push_back(e);
+  }
+  return entries.dump();
+}
+
 void FakeHub::respond(int fd, const Request& req) {
   std::lock_guard<std::mutex> lock(mu_);
   const std::string api = "/api/models/" + repo + "/revision/",
                     resolve = "/" + repo + "/resolve/" + commit + "/";
   bool authorised = required_token.empty() || req.authorization == "Bearer " + required_token;
-  bool hub_path = req.path.rfind(api, 0) == 0 || req.path.rfind(resolve, 0) == 0;
+  bool hub_path = req.path.rfind("/api/", 0) == 0 || req.path.rfind(resolve, 0) == 0;
   if (hub_path && !authorised)
     return send_status(
         fd, 401, "Unauthorized",
         "X-Error-Code: GatedRepo\r\nX-Error-Message: Access to model " + repo + " is restricted.\r\n");
+  const std::string tree = "/api/models/" + repo + "/tree/";
+  if (req.path.rfind(tree, 0) == 0)
+    return send_status(fd, 200, "OK", "Content-Type: application/json\r\n", tree_listing());
   if (req.path.rfind(api, 0) == 0) {
     std::string rev = req.path.substr(api.size(), req.path.find('?') - api.size());
     if (rev != "main" && rev != commit)
@@ -183,17 +198,21 @@ void FakeHub::respond(int fd, const Request& req) {
   if (it == files_.end())
     return send_status(fd, 404, "Not Found", "X-Error-Message: Repository not found\r\n");
   const File& f = it->second;
-  if (f.lfs && req.path.rfind(resolve, 0) == 0)  // the Hub redirects LFS content to its CDN
+  // The Hub redirects LFS content to its CDN, another host: here "localhost", the same loopback listener
+  // under another name, so clients treat it as a foreign host (no token sent, metadata taken from the
+  // redirect itself) as they do with the real CDN.
+  if (f.lfs && req.path.rfind(resolve, 0) == 0)
     return send_status(fd, 302, "Found",
-                       "Location: /cdn/" + file + "\r\nX-Repo-Commit: " + commit + "\r\nX-Linked-Etag: \"" +
-                           f.blob_id + "\"\r\nX-Linked-Size: " + std::to_string(f.content.size()) + "\r\n");
+                       "Location: http://localhost:" + std::to_string(port_) + "/cdn/" + file +
+                           "\r\nX-Repo-Commit: " + commit + "\r\nX-Linked-Etag: \"" + f.blob_id +
+                           "\"\r\nX-Linked-Size: " + std::to_string(f.content.size()) + "\r\n");
   send_content(fd, req, file, f);
 }
 
 void FakeHub::send_content(int fd, const Request& req, const std::string& name, const File& f) {
   size_t size = f.content.size(), begin = 0, end = size;  // [begin, end)
   int code = 200;
-  std::string extra = f.lfs ? "" : "ETag: \"" + f.blob_id + "\"\r\n";
+  std::string extra = f.lfs ? "" : "ETag: \"" + f.blob_id + "\"\r\nX-Repo-Commit: " + commit + "\r\n";
   if (!req.range.empty() && !ignore_range) {
     size_t dash = req.range.find('-');
     begin = std::stoul(req.range.substr(6, dash - 6));  // "bytes=B-" or "bytes=B-E"

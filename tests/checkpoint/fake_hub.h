@@ -52,6 +52,7 @@ class FakeHub {
   void handle(int fd);
   void respond(int fd, const Request& req);
   std::string listing() const;
+  std::string tree_listing() const;
   void send_content(int fd, const Request& req, const std::string& name, const File& f);
 
   int listen_fd_ = -1;

@@ -175,7 +175,7 @@ void FakeHub::respond(int fd, const Request& req) {
   const std::string api = "/api/models/" + repo + "/revision/",
                     resolve = "/" + repo + "/resolve/" + commit + "/";
   bool authorised = required_token.empty() || req.authorization == "Bearer " + required_token;
-  bool hub_path = req.path.rfind("/api/", 0) == 0 || req.path.rfind(resolve, 0) == 0;
+  bool hub_path = (gate_listing && req.path.rfind("/api/", 0) == 0) || req.path.rfind(resolve, 0) == 0;
   if (hub_path && !authorised)
     return send_status(
         fd, 401, "Unauthorized",

@@ -41,6 +41,7 @@ class FakeHub {
   bool ignore_range = false;
   bool list_blob_ids = true;      // false: a mirror whose listing has no blob ids (HEAD finds them)
   std::string required_token;     // non-empty: 401 unless "Authorization: Bearer <token>"
+  bool gate_listing = true;       // false: the listing is public and only files need the token
   std::set<std::string> bad_sha;  // files whose listed sha256 is wrong
 
  private:

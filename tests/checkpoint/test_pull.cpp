@@ -199,6 +199,16 @@ TEST_F(PullTest, GatedModelSaysToSetHfToken) {
   }
 }
 
+TEST_F(PullTest, GatedFilesBehindAPublicListing) {
+  // The Hub shows a gated model's listing to anyone and refuses its files.
+  hub_.required_token = "hf_secret";
+  hub_.gate_listing = false;
+  std::string m = error_of([&] { pull_model("org/tiny", opts_); });
+  EXPECT_ONE_LINE_ERROR(m, "org/tiny: config.json: access denied", "set HF_TOKEN");
+  opts_.token = "hf_secret";
+  EXPECT_EQ(read_file(pull_model("org/tiny", opts_).snapshot_dir + "/model.safetensors"), weights_);
+}
+
 TEST_F(PullTest, TokenFileIsRead) {
   testing::write_file(cache_ / "home/token", "hf_fromfile\n");
   EXPECT_EQ(hf_token(), "hf_fromfile");

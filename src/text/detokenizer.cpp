@@ -29,6 +29,8 @@ std::string IncrementalDetokenizer::push(int32_t id) {
   return s ? stream_->stream.push(*s) : std::string();
 }
 
-std::string IncrementalDetokenizer::flush() { return stream_->stream.flush(); }
+std::string IncrementalDetokenizer::flush() {
+  return stream_->stream.flush();
+}
 
 }  // namespace tf

@@ -1,5 +1,6 @@
 // BPE model. The merge loop mirrors Hugging Face's Word::merge_all: a min-heap of (rank, position)
 // with lazy invalidation, so results match bit for bit, in O(n log n) per word.
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -13,21 +14,65 @@
 namespace tf::tok {
 namespace {
 
+// Open-addressing hash map from a packed id pair to its merge (rank, result): the merge loop's hot
+// lookup; std::unordered_map's node chasing costs about twice as much.
+class MergeMap {
+ public:
+  struct Value {
+    int32_t rank;
+    int32_t new_id;
+  };
+  void reserve(size_t n) {
+    size_t cap = 16;
+    while (cap < n * 2) cap <<= 1;
+    keys_.assign(cap, kEmpty);
+    values_.assign(cap, {});
+  }
+  void insert_or_assign(uint64_t key, Value v) {
+    if ((size_ + 1) * 2 > keys_.size()) grow();
+    size_t i = slot(key);
+    if (keys_[i] == kEmpty) ++size_;
+    keys_[i] = key;
+    values_[i] = v;
+  }
+  const Value* find(uint64_t key) const {
+    if (keys_.empty()) return nullptr;
+    size_t i = slot(key);
+    return keys_[i] == key ? &values_[i] : nullptr;
+  }
+
+ private:
+  static constexpr uint64_t kEmpty = ~uint64_t{0};
+  size_t slot(uint64_t key) const {
+    size_t mask = keys_.size() - 1;
+    size_t i = static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> 20) & mask;
+    while (keys_[i] != kEmpty && keys_[i] != key) i = (i + 1) & mask;
+    return i;
+  }
+  void grow() {
+    std::vector<uint64_t> keys = std::move(keys_);
+    std::vector<Value> values = std::move(values_);
+    reserve(std::max<size_t>(keys.size(), 8));
+    size_ = 0;
+    for (size_t i = 0; i < keys.size(); ++i)
+      if (keys[i] != kEmpty) insert_or_assign(keys[i], values[i]);
+  }
+  std::vector<uint64_t> keys_;
+  std::vector<Value> values_;
+  size_t size_ = 0;
+};
+
 class Bpe : public Model {
  public:
   explicit Bpe(const nlohmann::json& cfg);
   void tokenize(std::string_view word, std::vector<int32_t>& out, WordCache* cache) const override;
 
  private:
-  struct MergeInfo {
-    int32_t rank;
-    int32_t new_id;
-  };
-  static uint64_t key(int32_t a, int32_t b) { return (static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b); }
-  const MergeInfo* find_merge(int32_t a, int32_t b) const {
-    auto it = merges_.find(key(a, b));
-    return it == merges_.end() ? nullptr : &it->second;
+  using MergeInfo = MergeMap::Value;
+  static uint64_t key(int32_t a, int32_t b) {
+    return (static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b);
   }
+  const MergeInfo* find_merge(int32_t a, int32_t b) const { return merges_.find(key(a, b)); }
   int32_t char_id(std::string_view ch, char32_t cp) const {
     if (cp < kSmall) return small_ids_[cp];
     auto it = vocab_.find(ch);
@@ -45,7 +90,7 @@ class Bpe : public Model {
   std::unordered_set<char32_t> joiners_;
 
   static constexpr char32_t kSmall = 0x800;
-  std::unordered_map<uint64_t, MergeInfo> merges_;
+  MergeMap merges_;
   std::vector<int32_t> small_ids_;  // vocab id of each single code point below kSmall, -1 if absent
   std::array<int32_t, 256> byte_ids_{};
   std::optional<int32_t> unk_id_;
@@ -54,6 +99,7 @@ class Bpe : public Model {
 };
 
 Bpe::Bpe(const nlohmann::json& cfg) {
+  vocab_.reserve(cfg.at("vocab").size());
   for (const auto& [tok, id] : cfg.at("vocab").items()) {
     int32_t i = id.get<int32_t>();
     vocab_.emplace(tok, i);
@@ -66,7 +112,7 @@ Bpe::Bpe(const nlohmann::json& cfg) {
       (suffix.is_string() && !suffix.get<std::string>().empty()))
     throw Error("tokenizer.json: BPE continuing_subword_prefix / end_of_word_suffix are not supported");
   const auto& merges = cfg.at("merges");
-  merges_.reserve(merges.size() * 2);
+  merges_.reserve(merges.size());
   int32_t rank = 0;
   for (const auto& m : merges) {
     std::string a, b;
@@ -84,9 +130,16 @@ Bpe::Bpe(const nlohmann::json& cfg) {
       a = s.substr(0, sp);
       b = s.substr(sp + 1);
     }
-    auto ia = vocab_.find(a), ib = vocab_.find(b), inew = vocab_.find(a + b);
-    if (ia != vocab_.end() && ib != vocab_.end() && inew != vocab_.end())
-      merges_[key(ia->second, ib->second)] = {rank, inew->second};  // later duplicates win, as in HF
+    auto ia = vocab_.find(a), ib = vocab_.find(b);
+    if (ia == vocab_.end() || ib == vocab_.end()) {
+      ++rank;
+      continue;
+    }
+    a += b;
+    auto inew = vocab_.find(a);
+    if (inew != vocab_.end())
+      merges_.insert_or_assign(key(ia->second, ib->second),
+                               {rank, inew->second});  // later duplicates win, as in HF
     ++rank;
   }
   if (cfg.contains("unk_token") && cfg["unk_token"].is_string()) {
@@ -216,7 +269,8 @@ void Bpe::merge_word(std::string_view word, std::vector<int32_t>& out) const {
   heap_storage.reserve(syms.size());
   std::priority_queue<Cand> heap(std::less<Cand>(), std::move(heap_storage));
   for (size_t i = 0; i + 1 < syms.size(); ++i)
-    if (auto m = find_merge(syms[i].id, syms[i + 1].id)) heap.push({m->rank, static_cast<int32_t>(i), m->new_id});
+    if (auto m = find_merge(syms[i].id, syms[i + 1].id))
+      heap.push({m->rank, static_cast<int32_t>(i), m->new_id});
   while (!heap.empty()) {
     Cand top = heap.top();
     heap.pop();
@@ -240,6 +294,8 @@ void Bpe::merge_word(std::string_view word, std::vector<int32_t>& out) const {
 
 }  // namespace
 
-std::unique_ptr<Model> make_bpe(const nlohmann::json& cfg) { return std::make_unique<Bpe>(cfg); }
+std::unique_ptr<Model> make_bpe(const nlohmann::json& cfg) {
+  return std::make_unique<Bpe>(cfg);
+}
 
 }  // namespace tf::tok

@@ -148,13 +148,15 @@ class StripStep : public DecodeStep {
  private:
   size_t trailing_run(const std::string& s) const {
     size_t n = 0;
-    while (n + content_.size() <= s.size() && s.compare(s.size() - n - content_.size(), content_.size(), content_) == 0)
+    while (n + content_.size() <= s.size() &&
+           s.compare(s.size() - n - content_.size(), content_.size(), content_) == 0)
       n += content_.size();
     return n;
   }
   std::string strip(const std::string& s, size_t start, size_t stop) const {
     size_t b = 0, e = s.size();
-    for (size_t k = 0; k < start && b + content_.size() <= e && s.compare(b, content_.size(), content_) == 0; ++k)
+    for (size_t k = 0; k < start && b + content_.size() <= e && s.compare(b, content_.size(), content_) == 0;
+         ++k)
       b += content_.size();
     for (size_t k = 0; k < stop && e >= b + content_.size() &&
                        s.compare(e - content_.size(), content_.size(), content_) == 0;
@@ -224,8 +226,8 @@ class CleanupStep : public DecodeStep {
 
  private:
   static constexpr std::pair<const char*, const char*> kRules[] = {
-      {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"},
-      {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
+      {" .", "."},     {" ?", "?"},   {" !", "!"},   {" ,", ","},     {" ' ", "'"},
+      {" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
 
   // True if some rule occurrence starting before `c` could extend past it.
   static bool straddled(const std::string& s, size_t c) {

@@ -135,9 +135,11 @@ std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& cfg) {
   if (type == "NFKC") return std::make_unique<UnicodeNorm>(NormForm::NFKC);
   if (type == "NFKD") return std::make_unique<UnicodeNorm>(NormForm::NFKD);
   if (type == "Lowercase") return std::make_unique<Lowercase>();
-  if (type == "Strip") return std::make_unique<Strip>(cfg.value("strip_left", true), cfg.value("strip_right", true));
+  if (type == "Strip")
+    return std::make_unique<Strip>(cfg.value("strip_left", true), cfg.value("strip_right", true));
   if (type == "Prepend") return std::make_unique<Prepend>(cfg.at("prepend").get<std::string>());
-  if (type == "Replace") return std::make_unique<Replace>(cfg.at("pattern"), cfg.at("content").get<std::string>());
+  if (type == "Replace")
+    return std::make_unique<Replace>(cfg.at("pattern"), cfg.at("content").get<std::string>());
   if (type == "Precompiled") {
     const auto& map = cfg.at("precompiled_charsmap");
     if (map.is_null()) return nullptr;

@@ -81,8 +81,8 @@ std::string PrecompiledCharsMap::normalize(std::string_view s) const {
     size_t e = i + len;
     while (e < s.size()) {
       char32_t c = decode_utf8(s, e, &len);
-      if (utf8proc_grapheme_break_stateful(static_cast<utf8proc_int32_t>(prev), static_cast<utf8proc_int32_t>(c),
-                                           &state))
+      if (utf8proc_grapheme_break_stateful(static_cast<utf8proc_int32_t>(prev),
+                                           static_cast<utf8proc_int32_t>(c), &state))
         break;
       prev = c;
       e += len;

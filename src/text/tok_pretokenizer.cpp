@@ -1,7 +1,7 @@
 #include "text/tok_pretokenizer.h"
 
-#include <nlohmann/json.hpp>
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "core/error.h"
@@ -91,7 +91,8 @@ void split_piece(const Piece& p, const std::vector<Range>& matches, Behavior beh
 
 class SplitPre : public PreTokenizer {
  public:
-  SplitPre(const nlohmann::json& pattern, Behavior behavior, bool invert) : behavior_(behavior), invert_(invert) {
+  SplitPre(const nlohmann::json& pattern, Behavior behavior, bool invert)
+      : behavior_(behavior), invert_(invert) {
     if (pattern.contains("String")) {
       literal_ = pattern["String"].get<std::string>();
     } else {
@@ -220,7 +221,8 @@ class WhitespaceSplitPre : public PreTokenizer {
  public:
   void split(std::vector<Piece>& pieces) const override {
     std::vector<Piece> out;
-    for (const auto& p : pieces) split_piece(p, char_matches(p.text, is_whitespace), Behavior::Removed, false, out);
+    for (const auto& p : pieces)
+      split_piece(p, char_matches(p.text, is_whitespace), Behavior::Removed, false, out);
     pieces = std::move(out);
   }
 };
@@ -260,8 +262,8 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& cfg) {
   if (cfg.is_null()) return nullptr;
   const std::string type = cfg.value("type", "");
   if (type == "Split")
-    return std::make_unique<SplitPre>(cfg.at("pattern"), parse_behavior(cfg.at("behavior").get<std::string>()),
-                                      cfg.value("invert", false));
+    return std::make_unique<SplitPre>(
+        cfg.at("pattern"), parse_behavior(cfg.at("behavior").get<std::string>()), cfg.value("invert", false));
   if (type == "ByteLevel")
     return std::make_unique<ByteLevelPre>(cfg.value("add_prefix_space", true), cfg.value("use_regex", true));
   if (type == "Metaspace")

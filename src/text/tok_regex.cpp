@@ -30,12 +30,8 @@ const ExtraRanges kExtra[] = {
      "\\x{1e4d0}-\\x{1e4eb}\\x{1e5d0}-\\x{1e5ed}\\x{1e5f0}\\x{2b739}\\x{2ebf0}-\\x{2ee5d}"
      "\\x{31350}-\\x{323af}",
      ""},
-    {"Lu",
-     "\\x{1c89}\\x{a7cb}-\\x{a7cc}\\x{a7da}\\x{a7dc}\\x{10d50}-\\x{10d65}",
-     ""},
-    {"Ll",
-     "\\x{1c8a}\\x{a7cd}\\x{a7db}\\x{10d70}-\\x{10d85}\\x{1df25}-\\x{1df2a}",
-     ""},
+    {"Lu", "\\x{1c89}\\x{a7cb}-\\x{a7cc}\\x{a7da}\\x{a7dc}\\x{10d50}-\\x{10d65}", ""},
+    {"Ll", "\\x{1c8a}\\x{a7cd}\\x{a7db}\\x{10d70}-\\x{10d85}\\x{1df25}-\\x{1df2a}", ""},
     {"Lm",
      "\\x{10d4e}\\x{10d6f}\\x{16d40}-\\x{16d42}\\x{16d6b}-\\x{16d6c}\\x{1e030}-\\x{1e06d}"
      "\\x{1e4eb}",
@@ -78,16 +74,12 @@ const ExtraRanges kExtra[] = {
      "\\x{16130}-\\x{16139}\\x{16d70}-\\x{16d79}\\x{1ccf0}-\\x{1ccf9}\\x{1e4f0}-\\x{1e4f9}"
      "\\x{1e5f1}-\\x{1e5fa}",
      ""},
-    {"No",
-     "\\x{1d2c0}-\\x{1d2d3}",
-     ""},
+    {"No", "\\x{1d2c0}-\\x{1d2d3}", ""},
     {"P",
      "\\x{1b4e}-\\x{1b4f}\\x{1b7f}\\x{10d6e}\\x{113d4}-\\x{113d5}\\x{113d7}-\\x{113d8}"
      "\\x{11b00}-\\x{11b09}\\x{11be1}\\x{11f43}-\\x{11f4f}\\x{16d6d}-\\x{16d6f}\\x{1e5ff}",
      ""},
-    {"Pd",
-     "\\x{10d6e}",
-     ""},
+    {"Pd", "\\x{10d6e}", ""},
     {"Po",
      "\\x{1b4e}-\\x{1b4f}\\x{1b7f}\\x{113d4}-\\x{113d5}\\x{113d7}-\\x{113d8}\\x{11b00}-\\x{11b09}"
      "\\x{11be1}\\x{11f43}-\\x{11f4f}\\x{16d6d}-\\x{16d6f}\\x{1e5ff}",
@@ -100,9 +92,7 @@ const ExtraRanges kExtra[] = {
      "\\x{1fabb}-\\x{1fabf}\\x{1fac6}\\x{1face}-\\x{1facf}\\x{1fada}-\\x{1fadc}\\x{1fadf}"
      "\\x{1fae8}-\\x{1fae9}\\x{1faf7}-\\x{1faf8}\\x{1fbcb}-\\x{1fbef}",
      ""},
-    {"Sm",
-     "\\x{10d8e}-\\x{10d8f}",
-     ""},
+    {"Sm", "\\x{10d8e}-\\x{10d8f}", ""},
     {"So",
      "\\x{2427}-\\x{2429}\\x{2ffc}-\\x{2fff}\\x{31e4}-\\x{31e5}\\x{31ef}\\x{1cc00}-\\x{1ccef}"
      "\\x{1cd00}-\\x{1ceb3}\\x{1f6dc}\\x{1f774}-\\x{1f776}\\x{1f77b}-\\x{1f77f}\\x{1f7d9}"
@@ -111,9 +101,7 @@ const ExtraRanges kExtra[] = {
      "\\x{1fada}-\\x{1fadc}\\x{1fadf}\\x{1fae8}-\\x{1fae9}\\x{1faf7}-\\x{1faf8}"
      "\\x{1fbcb}-\\x{1fbef}",
      ""},
-    {"Cf",
-     "\\x{13439}-\\x{1343f}",
-     ""},
+    {"Cf", "\\x{13439}-\\x{1343f}", ""},
 };
 
 // Oniguruma's \s: Unicode White_Space (PCRE2 also matches U+180E).
@@ -193,8 +181,8 @@ Regex::Regex(const std::string& pattern) : pattern_(pattern), code_(std::make_sh
   if (!code_->code) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(err, msg, sizeof msg);
-    throw Error("tokenizer.json: cannot compile regex '" + pattern + "' at offset " + std::to_string(err_off) +
-                ": " + reinterpret_cast<char*>(msg));
+    throw Error("tokenizer.json: cannot compile regex '" + pattern + "' at offset " +
+                std::to_string(err_off) + ": " + reinterpret_cast<char*>(msg));
   }
   pcre2_jit_compile(code_->code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter if JIT is absent
 }

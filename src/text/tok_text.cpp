@@ -16,10 +16,14 @@ char32_t decode_utf8(std::string_view s, size_t i, int* len) {
   if (i + n > s.size()) n = 1;
   *len = n;
   switch (n) {
-    case 1: return p[0];
-    case 2: return ((p[0] & 0x1F) << 6) | (p[1] & 0x3F);
-    case 3: return ((p[0] & 0x0F) << 12) | ((p[1] & 0x3F) << 6) | (p[2] & 0x3F);
-    default: return ((p[0] & 0x07) << 18) | ((p[1] & 0x3F) << 12) | ((p[2] & 0x3F) << 6) | (p[3] & 0x3F);
+    case 1:
+      return p[0];
+    case 2:
+      return ((p[0] & 0x1F) << 6) | (p[1] & 0x3F);
+    case 3:
+      return ((p[0] & 0x0F) << 12) | ((p[1] & 0x3F) << 6) | (p[2] & 0x3F);
+    default:
+      return ((p[0] & 0x07) << 18) | ((p[1] & 0x3F) << 12) | ((p[2] & 0x3F) << 6) | (p[3] & 0x3F);
   }
 }
 
@@ -43,8 +47,20 @@ void append_utf8(std::string& out, char32_t cp) {
 
 bool is_whitespace(char32_t c) {
   switch (c) {
-    case 0x09: case 0x0A: case 0x0B: case 0x0C: case 0x0D: case 0x20: case 0x85: case 0xA0:
-    case 0x1680: case 0x2028: case 0x2029: case 0x202F: case 0x205F: case 0x3000:
+    case 0x09:
+    case 0x0A:
+    case 0x0B:
+    case 0x0C:
+    case 0x0D:
+    case 0x20:
+    case 0x85:
+    case 0xA0:
+    case 0x1680:
+    case 0x2028:
+    case 0x2029:
+    case 0x202F:
+    case 0x205F:
+    case 0x3000:
       return true;
     default:
       return c >= 0x2000 && c <= 0x200A;
@@ -55,9 +71,14 @@ bool is_word_char(char32_t c) {
   if (c < 0x80) return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z');
   auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
   switch (cat) {
-    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
-    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_ND:
-    case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_NO:
+    case UTF8PROC_CATEGORY_LU:
+    case UTF8PROC_CATEGORY_LL:
+    case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO:
+    case UTF8PROC_CATEGORY_ND:
+    case UTF8PROC_CATEGORY_NL:
+    case UTF8PROC_CATEGORY_NO:
       return true;
     default:
       return false;
@@ -165,15 +186,19 @@ const ByteMap& byte_map() {
 }
 }  // namespace
 
-char32_t byte_to_char(uint8_t b) { return byte_map().to_char[b]; }
-int char_to_byte(char32_t c) { return c < 324 ? byte_map().to_byte[c] : -1; }
+char32_t byte_to_char(uint8_t b) {
+  return byte_map().to_char[b];
+}
+int char_to_byte(char32_t c) {
+  return c < 324 ? byte_map().to_byte[c] : -1;
+}
 
 static std::string utf8proc_apply(std::string_view s, int options) {
   if (s.empty()) return {};
   utf8proc_uint8_t* out = nullptr;
-  utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
-                                    static_cast<utf8proc_ssize_t>(s.size()), &out,
-                                    static_cast<utf8proc_option_t>(options));
+  utf8proc_ssize_t n =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
+                   static_cast<utf8proc_ssize_t>(s.size()), &out, static_cast<utf8proc_option_t>(options));
   if (n < 0) throw Error(std::string("unicode normalization failed: ") + utf8proc_errmsg(n));
   std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> guard(out, &std::free);
   return std::string(reinterpret_cast<char*>(out), static_cast<size_t>(n));
@@ -185,10 +210,18 @@ std::string unicode_normalize(std::string_view s, NormForm form) {
   if (ascii) return std::string(s);
   int opts = UTF8PROC_STABLE;
   switch (form) {
-    case NormForm::NFC: opts |= UTF8PROC_COMPOSE; break;
-    case NormForm::NFD: opts |= UTF8PROC_DECOMPOSE; break;
-    case NormForm::NFKC: opts |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
-    case NormForm::NFKD: opts |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
+    case NormForm::NFC:
+      opts |= UTF8PROC_COMPOSE;
+      break;
+    case NormForm::NFD:
+      opts |= UTF8PROC_DECOMPOSE;
+      break;
+    case NormForm::NFKC:
+      opts |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
+      break;
+    case NormForm::NFKD:
+      opts |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
+      break;
   }
   return utf8proc_apply(s, opts);
 }

@@ -135,8 +135,10 @@ std::unique_ptr<Model> make_bpe(const nlohmann::json& cfg);
 std::unique_ptr<Model> make_model(const nlohmann::json& cfg) {
   std::string type = cfg.value("type", "");
   if (type.empty()) {  // old serialisation without "type": infer as Hugging Face does
-    if (cfg.contains("unk_id") || (cfg.contains("vocab") && cfg["vocab"].is_array())) type = "Unigram";
-    else if (cfg.contains("merges")) type = "BPE";
+    if (cfg.contains("unk_id") || (cfg.contains("vocab") && cfg["vocab"].is_array()))
+      type = "Unigram";
+    else if (cfg.contains("merges"))
+      type = "BPE";
   }
   if (type == "BPE") return make_bpe(cfg);
   if (type == "Unigram") return std::make_unique<Unigram>(cfg);

@@ -75,12 +75,14 @@ std::string config_token(const nlohmann::json& cfg, const char* key) {
   if (!cfg.contains(key)) return {};
   const auto& v = cfg[key];
   if (v.is_string()) return v.get<std::string>();
-  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string())
+    return v["content"].get<std::string>();
   return {};
 }
 
 std::vector<int32_t> special_ids(const nlohmann::json& specials, const std::string& name) {
-  if (!specials.contains(name)) throw Error("tokenizer.json: post_processor refers to unknown special '" + name + "'");
+  if (!specials.contains(name))
+    throw Error("tokenizer.json: post_processor refers to unknown special '" + name + "'");
   return specials[name].at("ids").get<std::vector<int32_t>>();
 }
 
@@ -155,16 +157,18 @@ Tokenizer Tokenizer::from_json(const std::string& tokenizer_json, const std::str
   }
   try {
     if (!j.contains("model")) throw Error("tokenizer.json has no \"model\"");
-    t->normalizer = tok::make_normalizer(j.value("normalizer", nlohmann::json()));
-    t->pre_tokenizer = tok::make_pre_tokenizer(j.value("pre_tokenizer", nlohmann::json()));
+    static const nlohmann::json kNull;
+    auto field = [&](const char* k) -> const nlohmann::json& { return j.contains(k) ? j[k] : kNull; };
+    t->normalizer = tok::make_normalizer(field("normalizer"));
+    t->pre_tokenizer = tok::make_pre_tokenizer(field("pre_tokenizer"));
     t->model = tok::make_model(j["model"]);
     t->vocab_size = t->model->size();
-    tok::add_post_processor(*t, j.value("post_processor", nlohmann::json()));
+    tok::add_post_processor(*t, field("post_processor"));
     // transformers skips clean_up_tokenization for BPE models (it would corrupt their output).
     bool cleanup = t->config.value("clean_up_tokenization_spaces", false) &&
                    j["model"].value("type", "Unigram") != "BPE";
-    t->decoder = std::make_unique<tok::Decoder>(j.value("decoder", nlohmann::json()), cleanup);
-    tok::load_added_tokens(*t, j.value("added_tokens", nlohmann::json::array()));
+    t->decoder = std::make_unique<tok::Decoder>(field("decoder"), cleanup);
+    if (j.contains("added_tokens")) tok::load_added_tokens(*t, j["added_tokens"]);
   } catch (const nlohmann::json::exception& e) {
     throw Error(std::string("tokenizer.json: unexpected structure: ") + e.what());
   }
@@ -246,7 +250,9 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
   return t.decoder->decode(tokens);
 }
 
-int32_t Tokenizer::vocab_size() const { return impl_->vocab_size; }
+int32_t Tokenizer::vocab_size() const {
+  return impl_->vocab_size;
+}
 
 std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
   if (auto it = impl_->added_by_content.find(token); it != impl_->added_by_content.end()) return it->second;
@@ -258,23 +264,37 @@ std::string Tokenizer::id_to_token(int32_t id) const {
   return s ? *s : std::string();
 }
 
-bool Tokenizer::is_special(int32_t id) const { return impl_->is_special(id); }
-const std::string& Tokenizer::bos_token() const { return impl_->bos; }
-const std::string& Tokenizer::eos_token() const { return impl_->eos; }
-const std::string& Tokenizer::pad_token() const { return impl_->pad; }
-const std::string& Tokenizer::unk_token() const { return impl_->unk; }
+bool Tokenizer::is_special(int32_t id) const {
+  return impl_->is_special(id);
+}
+const std::string& Tokenizer::bos_token() const {
+  return impl_->bos;
+}
+const std::string& Tokenizer::eos_token() const {
+  return impl_->eos;
+}
+const std::string& Tokenizer::pad_token() const {
+  return impl_->pad;
+}
+const std::string& Tokenizer::unk_token() const {
+  return impl_->unk;
+}
 std::optional<int32_t> Tokenizer::bos_id() const {
   return impl_->bos.empty() ? std::nullopt : token_to_id(impl_->bos);
 }
 std::optional<int32_t> Tokenizer::eos_id() const {
   return impl_->eos.empty() ? std::nullopt : token_to_id(impl_->eos);
 }
-const nlohmann::json& Tokenizer::config() const { return impl_->config; }
+const nlohmann::json& Tokenizer::config() const {
+  return impl_->config;
+}
 
 }  // namespace tf
 
 namespace tf::tok {
-const Decoder& decoder_of(const TokenizerImpl& t) { return *t.decoder; }
+const Decoder& decoder_of(const TokenizerImpl& t) {
+  return *t.decoder;
+}
 const std::string* token_text_of(const TokenizerImpl& t, int32_t id, bool skip_special) {
   if (skip_special && t.is_special(id)) return nullptr;
   return t.token_text(id);

@@ -15,10 +15,22 @@
 namespace {
 
 // Real files, then variants (a real file with other components swapped in, written by the script).
-const char* const kFamilies[] = {"qwen3",         "qwen2.5",        "llama3",        "llama2",
-                                 "mistral-7b",    "mistral-nemo",   "gemma2",        "gemma3",
-                                 "deepseek-v3",   "gpt-oss",        "phi-3",         "t5-small",
-                                 "mistral-7b+metaspace", "qwen2.5+gpt2", "llama3+digits", "gemma2+whitespace"};
+const char* const kFamilies[] = {"qwen3",
+                                 "qwen2.5",
+                                 "llama3",
+                                 "llama2",
+                                 "mistral-7b",
+                                 "mistral-nemo",
+                                 "gemma2",
+                                 "gemma3",
+                                 "deepseek-v3",
+                                 "gpt-oss",
+                                 "phi-3",
+                                 "t5-small",
+                                 "mistral-7b+metaspace",
+                                 "qwen2.5+gpt2",
+                                 "llama3+digits",
+                                 "gemma2+whitespace"};
 
 std::string show(const std::vector<int32_t>& v) {
   std::string s;
@@ -100,12 +112,11 @@ TEST(TokenizerRegex, UnicodeClassesMatchOniguruma) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, TokenizerGolden, ::testing::ValuesIn(kFamilies),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (auto& ch : n)
-                             if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(Families, TokenizerGolden, ::testing::ValuesIn(kFamilies), [](const auto& info) {
+  std::string n = info.param;
+  for (auto& ch : n)
+    if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return n;
+});
 
 }  // namespace

@@ -80,13 +80,17 @@ TEST(TokenizerUnit, ByteLevelMergesFollowRankOrder) {
 
 TEST(TokenizerUnit, ByteLevelRoundTripsAnyText) {
   auto t = make(byte_level({{"h", "e"}, {"l", "l"}}));
-  for (std::string s : {"", " ", "hello  world\n\n\t", "Привет, мир! 日本語 😀👍🏽 e\u0301 \u00a0x", "a\r\nb  \n c"}) {
+  for (std::string s : {"", " ", "hello  world\n\n\t",
+                        "Привет, мир! 日本語 😀👍🏽 e\u0301 \u00a0x", "a\r\nb  \n c"}) {
     auto ids = t.encode(s);
     EXPECT_EQ(t.decode(ids), s);
     EXPECT_EQ(stream_all(t, ids, true), s);
   }
   // Invalid UTF-8 input is read as U+FFFD, never crashes.
-  EXPECT_EQ(t.decode(t.encode("a\xff" "b")), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(t.decode(t.encode("a\xff"
+                              "b")),
+            "a\xEF\xBF\xBD"
+            "b");
 }
 
 TEST(TokenizerUnit, StreamingHoldsIncompleteCharacters) {
@@ -115,7 +119,10 @@ json piece_vocab(const std::vector<std::string>& pieces, const json& pre, const 
   return {{"normalizer", normalizer},
           {"pre_tokenizer", pre},
           {"model",
-           {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array()}, {"ignore_merges", true},
+           {{"type", "BPE"},
+            {"vocab", vocab},
+            {"merges", json::array()},
+            {"ignore_merges", true},
             {"unk_token", "<unk>"}}},
           {"added_tokens", json::array()}};
 }
@@ -139,11 +146,13 @@ TEST(TokenizerUnit, SplitBehaviors) {
 }
 
 TEST(TokenizerUnit, NormalizersAndMetaspace) {
-  json norm = {{"type", "Sequence"},
-               {"normalizers",
-                json::array({{{"type", "NFKC"}}, {{"type", "Lowercase"}}, {{"type", "Strip"}, {"strip_left", true},
-                                                                             {"strip_right", true}}})}};
-  json meta = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "always"}, {"split", true}};
+  json norm = {
+      {"type", "Sequence"},
+      {"normalizers", json::array({{{"type", "NFKC"}},
+                                   {{"type", "Lowercase"}},
+                                   {{"type", "Strip"}, {"strip_left", true}, {"strip_right", true}}})}};
+  json meta = {
+      {"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "always"}, {"split", true}};
   auto t = make(piece_vocab({"\u2581full", "\u2581word"}, meta, norm));
   // Fullwidth letters fold to ASCII (NFKC), then lowercase, then the outer spaces go.
   EXPECT_EQ(t.encode("  ＦＵＬＬ WORD "), ids_of(t, {"\u2581full", "\u2581word"}));
@@ -151,11 +160,20 @@ TEST(TokenizerUnit, NormalizersAndMetaspace) {
 
 TEST(TokenizerUnit, AddedTokensStripAndSingleWord) {
   json j = byte_level({});
-  j["added_tokens"] = json::array(
-      {{{"id", 300}, {"content", "<x>"}, {"lstrip", true}, {"rstrip", true}, {"normalized", false},
-        {"single_word", false}, {"special", true}},
-       {{"id", 301}, {"content", "cat"}, {"lstrip", false}, {"rstrip", false}, {"normalized", false},
-        {"single_word", true}, {"special", false}}});
+  j["added_tokens"] = json::array({{{"id", 300},
+                                    {"content", "<x>"},
+                                    {"lstrip", true},
+                                    {"rstrip", true},
+                                    {"normalized", false},
+                                    {"single_word", false},
+                                    {"special", true}},
+                                   {{"id", 301},
+                                    {"content", "cat"},
+                                    {"lstrip", false},
+                                    {"rstrip", false},
+                                    {"normalized", false},
+                                    {"single_word", true},
+                                    {"special", false}}});
   auto t = make(j);
   // lstrip/rstrip: the spaces around <x> belong to the token.
   EXPECT_EQ(t.encode("a  <x>  b"), (std::vector<int32_t>{'a', 300, 'b'}));
@@ -180,11 +198,16 @@ json spm_bpe() {
   }
   return {{"normalizer",
            {{"type", "Sequence"},
-            {"normalizers", json::array({{{"type", "Prepend"}, {"prepend", "\u2581"}},
-                                         {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}}})}}},
+            {"normalizers",
+             json::array({{{"type", "Prepend"}, {"prepend", "\u2581"}},
+                          {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}}})}}},
           {"model",
-           {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array({"\u2581 h", "\u2581h i"})},
-            {"byte_fallback", true}, {"fuse_unk", true}, {"unk_token", "<unk>"}}},
+           {{"type", "BPE"},
+            {"vocab", vocab},
+            {"merges", json::array({"\u2581 h", "\u2581h i"})},
+            {"byte_fallback", true},
+            {"fuse_unk", true},
+            {"unk_token", "<unk>"}}},
           {"post_processor",
            {{"type", "TemplateProcessing"},
             {"single", json::array({{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
@@ -192,12 +215,18 @@ json spm_bpe() {
             {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}}},
           {"decoder",
            {{"type", "Sequence"},
-            {"decoders", json::array({{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
-                                      {{"type", "ByteFallback"}},
-                                      {{"type", "Fuse"}},
-                                      {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}}},
-          {"added_tokens", json::array({{{"id", 1}, {"content", "<s>"}, {"lstrip", false}, {"rstrip", false},
-                                         {"normalized", false}, {"single_word", false}, {"special", true}}})}};
+            {"decoders",
+             json::array({{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
+                          {{"type", "ByteFallback"}},
+                          {{"type", "Fuse"}},
+                          {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}}},
+          {"added_tokens", json::array({{{"id", 1},
+                                         {"content", "<s>"},
+                                         {"lstrip", false},
+                                         {"rstrip", false},
+                                         {"normalized", false},
+                                         {"single_word", false},
+                                         {"special", true}}})}};
 }
 
 TEST(TokenizerUnit, SentencePieceBpeWithByteFallback) {
@@ -210,8 +239,9 @@ TEST(TokenizerUnit, SentencePieceBpeWithByteFallback) {
   EXPECT_EQ(t.decode({1, 6}, false), "<s> hi");
   // A broken byte group decodes as one U+FFFD per byte.
   EXPECT_EQ(t.decode({6, 10 + 0xC3, 10 + 0x41}), "hi\xEF\xBF\xBD\xEF\xBF\xBD");
-  for (std::vector<int32_t> ids : {std::vector<int32_t>{6, 10 + 0xC3, 10 + 0xA9, 6},
-                                   std::vector<int32_t>{6, 10 + 0xC3, 10 + 0x41}, std::vector<int32_t>{1, 2, 2, 6}}) {
+  for (std::vector<int32_t> ids :
+       {std::vector<int32_t>{6, 10 + 0xC3, 10 + 0xA9, 6}, std::vector<int32_t>{6, 10 + 0xC3, 10 + 0x41},
+        std::vector<int32_t>{1, 2, 2, 6}}) {
     EXPECT_EQ(stream_all(t, ids, true), t.decode(ids, true));
     EXPECT_EQ(stream_all(t, ids, false), t.decode(ids, false));
   }
@@ -224,12 +254,14 @@ TEST(TokenizerUnit, SentencePieceBpeWithByteFallback) {
 
 TEST(TokenizerUnit, UnigramViterbiAndCleanup) {
   auto unigram = [](double ab_score) {
-    json vocab = json::array({json::array({"<unk>", 0.0}), json::array({"\u2581", -1.0}), json::array({"a", -2.0}),
-                              json::array({"b", -2.0}), json::array({"ab", ab_score}), json::array({".", -1.0})});
-    return json{{"pre_tokenizer", {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"add_prefix_space", true}}},
-                {"model", {{"unk_id", 0}, {"vocab", vocab}}},  // old format without "type"
-                {"decoder", {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"add_prefix_space", true}}},
-                {"added_tokens", json::array()}};
+    json vocab =
+        json::array({json::array({"<unk>", 0.0}), json::array({"\u2581", -1.0}), json::array({"a", -2.0}),
+                     json::array({"b", -2.0}), json::array({"ab", ab_score}), json::array({".", -1.0})});
+    return json{
+        {"pre_tokenizer", {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"add_prefix_space", true}}},
+        {"model", {{"unk_id", 0}, {"vocab", vocab}}},  // old format without "type"
+        {"decoder", {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"add_prefix_space", true}}},
+        {"added_tokens", json::array()}};
   };
   auto best_ab = make(unigram(-1.0));
   EXPECT_EQ(best_ab.encode("ab"), (std::vector<int32_t>{1, 4}));  // -1 + -1 beats -1 -2 -2

@@ -58,7 +58,8 @@ TEST_P(LlamaCppVectors, EncodeMatches) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Vocabs, LlamaCppVectors,
-                         ::testing::Values(LlamaCppCase{"llama-spm", "llama2"}, LlamaCppCase{"llama-bpe", "llama3"},
+                         ::testing::Values(LlamaCppCase{"llama-spm", "llama2"},
+                                           LlamaCppCase{"llama-bpe", "llama3"},
                                            LlamaCppCase{"qwen2", "qwen2.5"}, LlamaCppCase{"qwen2", "qwen3"},
                                            LlamaCppCase{"phi-3", "phi-3"}),
                          [](const auto& info) {
@@ -77,9 +78,11 @@ class SwiftBaselines : public ::testing::TestWithParam<BaselineCase> {};
 
 TEST_P(SwiftBaselines, EncodeDecodeMatch) {
   const auto& p = GetParam();
-  auto inputs = nlohmann::json::parse(slurp(kFixtures + "vocab-vectors/swift-transformers/multilingual/inputs.json"));
-  auto base = nlohmann::json::parse(
-      slurp(kFixtures + "vocab-vectors/swift-transformers/multilingual/baselines/" + p.baseline + "_multilingual.json"));
+  auto inputs =
+      nlohmann::json::parse(slurp(kFixtures + "vocab-vectors/swift-transformers/multilingual/inputs.json"));
+  auto base =
+      nlohmann::json::parse(slurp(kFixtures + "vocab-vectors/swift-transformers/multilingual/baselines/" +
+                                  p.baseline + "_multilingual.json"));
   std::map<std::string, std::string> text_by_id;
   for (const auto& e : inputs) text_by_id[e["id"]] = e["text"];
   tf::Tokenizer tok = tf::Tokenizer::load(kFixtures + p.family);
@@ -88,17 +91,21 @@ TEST_P(SwiftBaselines, EncodeDecodeMatch) {
     const std::string& text = text_by_id.at(e["id"]);
     auto ids = e["input_ids"].get<std::vector<int32_t>>();
     EXPECT_EQ(tok.encode(text), ids) << p.baseline << " " << e["id"];
-    EXPECT_EQ(tok.decode(ids, false), e["decoded_with_special"].get<std::string>()) << p.baseline << " " << e["id"];
-    EXPECT_EQ(tok.decode(ids, true), e["decoded_skip_special"].get<std::string>()) << p.baseline << " " << e["id"];
+    EXPECT_EQ(tok.decode(ids, false), e["decoded_with_special"].get<std::string>())
+        << p.baseline << " " << e["id"];
+    EXPECT_EQ(tok.decode(ids, true), e["decoded_skip_special"].get<std::string>())
+        << p.baseline << " " << e["id"];
     tf::IncrementalDetokenizer detok(tok, true);
     std::string streamed;
     for (int32_t id : ids) streamed += detok.push(id);
-    EXPECT_EQ(streamed + detok.flush(), e["decoded_skip_special"].get<std::string>()) << p.baseline << " " << e["id"];
+    EXPECT_EQ(streamed + detok.flush(), e["decoded_skip_special"].get<std::string>())
+        << p.baseline << " " << e["id"];
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Vocabs, SwiftBaselines,
-                         ::testing::Values(BaselineCase{"qwen2_5", "qwen2.5"}, BaselineCase{"tinyllama", "llama2"},
+                         ::testing::Values(BaselineCase{"qwen2_5", "qwen2.5"},
+                                           BaselineCase{"tinyllama", "llama2"},
                                            BaselineCase{"t5_small", "t5-small"}),
                          [](const auto& info) { return std::string(info.param.baseline); });
 

@@ -23,18 +23,18 @@ def main():
         data = data[:-1]
     text = data.decode("utf-8")
     path = os.path.join(d, "tokenizer.json")
-    t0 = time.perf_counter()
+    t0 = time.thread_time()  # CPU time of this thread: the machine is often shared
     if os.path.exists(path):
         tok = Tokenizer.from_file(path)
     else:
         tok = Tokenizer.from_str(gzip.open(path + ".gz").read().decode("utf-8"))
-    load = time.perf_counter() - t0
+    load = time.thread_time() - t0
     best, n = 1e30, 0
     for _ in range(repeats):
-        a = time.perf_counter()
+        a = time.process_time()  # process: counts any worker thread tokenizers might use
         n = len(tok.encode(text, add_special_tokens=False).ids)
-        best = min(best, time.perf_counter() - a)
-    print(f"{d}: {len(data)} bytes -> {n} tokens, best of {repeats}: {best:.3f} s, {n / best:.0f} tokens/s, "
+        best = min(best, time.process_time() - a)
+    print(f"{d}: {len(data)} bytes -> {n} tokens, best of {repeats}: {best:.3f} s CPU, {n / best:.0f} tokens/s, "
           f"{len(data) / best / 1e6:.2f} MB/s (load {load:.2f} s)")
 
 

@@ -206,7 +206,20 @@ def _variant_whitespace(j):
     j["decoder"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True}
 
 
+def _variant_strip(j):  # Strip after Fuse (stop > 0 makes HF panic on empty output), regex Replace
+    j["decoder"] = {"type": "Sequence", "decoders": [
+        {"type": "Replace", "pattern": {"Regex": "\u2581+"}, "content": " "}, {"type": "ByteFallback"},
+        {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 2, "stop": 0}]}
+
+
+def _variant_plain(j):  # no decoder (tokens joined by spaces), NFKC instead of the precompiled charsmap
+    j["normalizer"] = {"type": "NFKC"}
+    j["decoder"] = None
+
+
 VARIANTS = {
+    "phi-3+strip": ("phi-3", _variant_strip),
+    "t5-small+plain": ("t5-small", _variant_plain),
     "mistral-7b+metaspace": ("mistral-7b", _variant_metaspace),
     "qwen2.5+gpt2": ("qwen2.5", _variant_gpt2),
     "llama3+digits": ("llama3", _variant_digits),

@@ -15,22 +15,12 @@
 namespace {
 
 // Real files, then variants (a real file with other components swapped in, written by the script).
-const char* const kFamilies[] = {"qwen3",
-                                 "qwen2.5",
-                                 "llama3",
-                                 "llama2",
-                                 "mistral-7b",
-                                 "mistral-nemo",
-                                 "gemma2",
-                                 "gemma3",
-                                 "deepseek-v3",
-                                 "gpt-oss",
-                                 "phi-3",
-                                 "t5-small",
-                                 "mistral-7b+metaspace",
-                                 "qwen2.5+gpt2",
-                                 "llama3+digits",
-                                 "gemma2+whitespace"};
+// clang-format off
+const char* const kFamilies[] = {
+    "qwen3", "qwen2.5", "llama3", "llama2", "mistral-7b", "mistral-nemo", "gemma2", "gemma3", "deepseek-v3",
+    "gpt-oss", "phi-3", "t5-small",
+    "mistral-7b+metaspace", "qwen2.5+gpt2", "llama3+digits", "gemma2+whitespace", "phi-3+strip", "t5-small+plain"};
+// clang-format on
 
 std::string show(const std::vector<int32_t>& v) {
   std::string s;

@@ -204,6 +204,13 @@ CASES = [
                    {"title": "Weather", "text": "Sunny, 21°C."}],
     ),
     case("named_user", [{"role": "user", "content": "Hey", "name": "alice"}]),
+    case(
+        "image_part",
+        [{"role": "user", "content": [{"type": "image", "url": "https://example.com/cat.png"},
+                                      {"type": "text", "text": "What is this?"}]}],
+    ),
+    case("developer_role", [{"role": "developer", "content": "Answer in French."}, U1]),
+    case("system_mid_conversation", [U1, A1, {"role": "system", "content": "Be brief."}, U2]),
     case("bad_roles", [U1, U1]),
     case("assistant_first", [A1, U1]),
 ]

@@ -295,7 +295,7 @@ Value do_sum(const Value& v, const CallArgs& a) {
 Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
   if (name == "tojson") return do_tojson(v, a);
   if (name == "length" || name == "count") return do_length(v);
-  if (name == "string") return Value(v.to_str());
+  if (name == "string") return v.is_string() ? v : Value(v.to_str());
   if (name == "safe") return v.is_safe() ? v : Value::markup(v.to_str());
   if (name == "forceescape") return Value::markup(html_escape(v.to_str()));
   if (name == "e" || name == "escape") return v.is_safe() ? v : Value::markup(html_escape(v.to_str()));

@@ -28,7 +28,7 @@ bool apply_test(const std::string& name, const Value& v, CallArgs& a) {
   if (name == "false") return v.is_bool() && !v.as_bool();
   if (name == "mapping") return v.is_mapping();
   if (name == "iterable") return v.is_string() || v.is_list() || v.is_mapping() || v.is_undefined();
-  if (name == "sequence") return v.is_string() || v.is_list() || v.is_mapping();
+  if (name == "sequence") return v.is_string() || v.is_seq() || v.is_mapping();
   if (name == "callable") return v.is_function();
   if (name == "escaped") return false;
   if (name == "odd" || name == "even") {

@@ -31,6 +31,7 @@ DownloadProgress::DownloadProgress(std::ostream* out, bool tty, std::string labe
       label_(std::move(label)),
       total_(total),
       resumed_(resumed),
+      done_(resumed),
       start_(Clock::now()),
       last_draw_(start_) {
   if (out_ && !tty_)
@@ -38,44 +39,66 @@ DownloadProgress::DownloadProgress(std::ostream* out, bool tty, std::string labe
           << (total_ ? format_bytes(total_) : std::string("unknown size")) << "\n";
 }
 
-std::string DownloadProgress::status_line(uint64_t done) const {
+std::string DownloadProgress::status_line() const {
   double secs = std::chrono::duration<double>(Clock::now() - start_).count();
-  double rate = secs > 0 ? double(done - resumed_) / secs : 0;  // this session's bytes only
-  std::string s = label_ + "  " + format_bytes(done);
+  uint64_t fresh = done_ > resumed_ ? done_ - resumed_ : 0;  // this run's bytes only
+  double rate = secs > 0 ? double(fresh) / secs : 0;
+  std::string s = label_ + "  " + format_bytes(done_);
   if (total_) {
     char pct[16];
-    std::snprintf(pct, sizeof pct, " (%.0f%%)", 100.0 * double(done) / double(total_));
+    std::snprintf(pct, sizeof pct, " (%.0f%%)", 100.0 * double(done_) / double(total_));
     s += " / " + format_bytes(total_) + pct;
   }
   s += "  " + format_bytes(uint64_t(rate)) + "/s";
-  if (total_ && rate > 0 && done < total_) s += "  ETA " + format_duration(double(total_ - done) / rate);
+  if (total_ && rate > 0 && done_ < total_) s += "  ETA " + format_duration(double(total_ - done_) / rate);
   return s;
 }
 
-void DownloadProgress::update(uint64_t done) {
+void DownloadProgress::draw() {
+  std::string line = status_line();
+  if (!tty_) {
+    *out_ << line << "\n" << std::flush;
+    return;
+  }
+  if (total_) {  // a 24-cell bar in front of the numbers
+    int filled = int(24.0 * double(std::min(done_, total_)) / double(total_));
+    line = "[" + std::string(filled, '#') + std::string(24 - filled, '.') + "] " + line;
+  }
+  *out_ << "\r" << line << "\x1b[K" << std::flush;
+}
+
+void DownloadProgress::advance(uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  done_ += bytes;
   if (!out_) return;
   auto now = Clock::now();
   auto period = tty_ ? std::chrono::milliseconds(100) : std::chrono::milliseconds(10000);
   if (now - last_draw_ < period) return;
   last_draw_ = now;
-  if (tty_) {
-    std::string line = status_line(done);
-    if (total_) {  // a 24-cell bar in front of the numbers
-      int filled = int(24.0 * double(done) / double(total_));
-      line = "[" + std::string(filled, '#') + std::string(24 - filled, '.') + "] " + line;
-    }
-    *out_ << "\r" << line << "\x1b[K" << std::flush;
-  } else {
-    *out_ << status_line(done) << "\n" << std::flush;
-  }
+  draw();
 }
 
-void DownloadProgress::finish(uint64_t done) {
+void DownloadProgress::rewind(uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  done_ -= std::min(done_, bytes);
+  resumed_ -= std::min(resumed_, bytes);
+}
+
+void DownloadProgress::note(const std::string& line) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!out_) return;
+  *out_ << (tty_ ? "\r\x1b[K" : "") << line << "\n" << std::flush;
+  if (tty_) draw();
+}
+
+void DownloadProgress::finish() {
+  std::lock_guard<std::mutex> lock(mu_);
   if (!out_) return;
   double secs = std::chrono::duration<double>(Clock::now() - start_).count();
-  std::string rate = secs > 0 ? format_bytes(uint64_t(double(done - resumed_) / secs)) + "/s" : "";
+  uint64_t fresh = done_ > resumed_ ? done_ - resumed_ : 0;
+  std::string rate = secs > 0 ? format_bytes(uint64_t(double(fresh) / secs)) + "/s" : "";
   if (tty_) *out_ << "\r\x1b[K";
-  *out_ << label_ << ": " << format_bytes(done) << " in " << format_duration(secs) << " (" << rate << ")\n"
+  *out_ << label_ << ": " << format_bytes(fresh) << " in " << format_duration(secs) << " (" << rate << ")\n"
         << std::flush;
 }
 

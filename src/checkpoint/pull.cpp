@@ -5,11 +5,15 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -213,7 +217,8 @@ json parse_cached_json(const fs::path& path) {
 
 namespace {
 
-// Downloads files of one listed revision into the cache layout.
+// Downloads files of one listed revision into the cache layout. fetch() may run on several threads at
+// once, each with its own HttpClient; `progress` (set for the weights) sums their bytes.
 class Puller {
  public:
   Puller(Hub& hub, const PullOptions& o, const fs::path& repo_dir)
@@ -224,16 +229,21 @@ class Puller {
   }
 
   fs::path snapshot() const { return repo_dir_ / "snapshots" / hub_.commit; }
+  fs::path blob_path(const RemoteFile& f) const { return repo_dir_ / "blobs" / f.blob_id; }
   uint64_t downloaded() const { return downloaded_; }
+  std::ostream* log() const { return log_; }
+  bool tty() const { return tty_; }
+  void set_progress(DownloadProgress* p) { progress_ = p; }
+  void cancel() { cancelled_ = true; }  // other workers stop at their next chunk
 
   // Blob in place (downloaded now or before) and the snapshot's symlink pointing at it.
-  void fetch(RemoteFile f) {
-    if (f.blob_id.empty()) resolve_blob_id(&f);
-    fs::path blob = repo_dir_ / "blobs" / f.blob_id;
+  void fetch(RemoteFile f, HttpClient& http) {
+    if (f.blob_id.empty()) resolve_blob_id(&f, http);
+    fs::path blob = blob_path(f);
     if (!have_blob(blob, f)) {
       fs::create_directories(blob.parent_path());
       BlobLock lock(repo_dir_.parent_path() / ".locks" / repo_dir_.filename() / (f.blob_id + ".lock"));
-      if (!have_blob(blob, f)) download(f, blob);
+      if (!have_blob(blob, f)) download(f, blob, http);
     }
     link(f.name, f.blob_id);
   }
@@ -244,13 +254,19 @@ class Puller {
     return fs::is_regular_file(blob, ec) && (f.size == 0 || file_size_or_zero(blob) == f.size);
   }
 
+  void say(const std::string& line) {
+    if (progress_) return progress_->note(line);
+    std::lock_guard<std::mutex> lock(log_mu_);
+    if (log_) *log_ << line << "\n";
+  }
+
   // Listings without blob ids (some mirrors): the ETag of a HEAD request names the blob.
-  void resolve_blob_id(RemoteFile* f) {
+  void resolve_blob_id(RemoteFile* f, HttpClient& http) {
     HttpRequest req = hub_.request(hub_.file_url(f->name));
     req.head = true;
     HttpResponse r;
     try {
-      r = hub_.http.fetch(req);
+      r = http.fetch(req);
     } catch (const NetworkError& e) {
       hub_.unreachable(e);
     }
@@ -265,18 +281,17 @@ class Puller {
     f->lfs = etag.size() == 64;  // a sha256 names LFS content
   }
 
-  void download(const RemoteFile& f, const fs::path& blob) {
+  void download(const RemoteFile& f, const fs::path& blob, HttpClient& http) {
     fs::path part = blob.string() + ".incomplete";
     for (int attempt = 0;; ++attempt) {
       try {
-        if (transfer(f, part)) break;
+        if (transfer(f, part, http)) break;
       } catch (const NetworkError& e) {
         if (attempt >= o_.max_retries)
           throw Error(hub_.shown + ": " + f.name + ": download failed after " + std::to_string(attempt + 1) +
                       " attempts (" + e.what() + "); run the pull again to resume");
-        if (log_)
-          *log_ << (tty_ ? "\n" : "") << f.name << ": transfer interrupted (" << e.what() << "); resuming at "
-                << format_bytes(file_size_or_zero(part)) << "\n";
+        say(f.name + ": transfer interrupted (" + e.what() + "); resuming at " +
+            format_bytes(file_size_or_zero(part)));
       }
       std::this_thread::sleep_for(
           std::chrono::milliseconds(std::min(30000, o_.retry_delay_ms << std::min(attempt, 5))));
@@ -286,45 +301,47 @@ class Puller {
   }
 
   // One HTTP request continuing `part`; true when the file is complete.
-  bool transfer(const RemoteFile& f, const fs::path& part) {
+  bool transfer(const RemoteFile& f, const fs::path& part, HttpClient& http) {
     uint64_t offset = file_size_or_zero(part);
-    if (f.size && offset > f.size) offset = 0;  // not a prefix of this blob: start over
+    if (f.size && offset > f.size) {  // not a prefix of this blob: start over
+      if (progress_) progress_->rewind(offset);
+      offset = 0;
+    }
     if (f.size && offset == f.size) return true;
     std::FILE* out = std::fopen(part.c_str(), offset ? "ab" : "wb");
     if (!out) throw Error(part.string() + ": cannot write");
     std::unique_ptr<std::FILE, int (*)(std::FILE*)> closer(out, std::fclose);
     HttpRequest req = hub_.request(hub_.file_url(f.name));
     if (offset) req.headers.push_back("Range: bytes=" + std::to_string(offset) + "-");
-    bool big = f.size >= (8u << 20);
-    DownloadProgress progress(big ? log_ : nullptr, tty_, f.name, f.size, offset);
     uint64_t done = offset;
     auto on_status = [&](long status) {
       if (status == 200 && offset) {  // the server ignored the Range: rewrite from the start
         if (::ftruncate(::fileno(out), 0) != 0) return false;
         std::fseek(out, 0, SEEK_SET);
+        if (progress_) progress_->rewind(offset);
         done = 0;
       }
       return status == 200 || status == 206;
     };
     auto on_data = [&](const char* p, size_t n) {
-      if (std::fwrite(p, 1, n, out) != n) return false;
+      if (cancelled_ || std::fwrite(p, 1, n, out) != n) return false;
       done += n;
       downloaded_ += n;
-      progress.update(done);
+      if (progress_) progress_->advance(n);
       return true;
     };
-    HttpResponse r = hub_.http.stream(req, on_status, on_data);
+    HttpResponse r = http.stream(req, on_status, on_data);
     if (std::fflush(out) != 0) throw Error(part.string() + ": write failed (disk full?)");
     if (r.status == 416 && offset) {  // nothing past our offset: complete if the size agrees, else restart
       closer.reset();
       if (f.size == 0 || offset == f.size) return true;
       fs::remove(part);
+      if (progress_) progress_->rewind(offset);
       throw NetworkError("the server refused to resume", false);
     }
     if (r.status >= 500) throw NetworkError("HTTP " + std::to_string(r.status), false);
     if (r.status != 200 && r.status != 206) hub_.http_error(r, hub_.shown + ": " + f.name);
     if (f.size && done < f.size) throw NetworkError("connection closed early", false);
-    progress.finish(done);
     return true;
   }
 
@@ -362,7 +379,10 @@ class Puller {
   fs::path repo_dir_;
   std::ostream* log_;
   bool tty_ = false;
-  uint64_t downloaded_ = 0;
+  std::atomic<uint64_t> downloaded_{0};
+  std::atomic<bool> cancelled_{false};
+  DownloadProgress* progress_ = nullptr;
+  std::mutex log_mu_;
 };
 
 }  // namespace
@@ -453,6 +473,52 @@ void check_disk_space(const fs::path& repo_dir, const PullPlan& plan, const Hub&
                 " but only " + format_bytes(space.available) + " is free");
 }
 
+// Bytes of the weights already on disk (finished blobs and partial downloads), where the progress starts.
+uint64_t weight_bytes_on_disk(const Puller& puller, const Hub& hub, const PullPlan& plan) {
+  uint64_t total = 0;
+  for (const std::string& w : plan.weight_files) {
+    const RemoteFile& f = *hub.find(w);
+    if (f.blob_id.empty()) continue;
+    fs::path blob = puller.blob_path(f);
+    uint64_t have =
+        fs::exists(blob) ? file_size_or_zero(blob) : file_size_or_zero(blob.string() + ".incomplete");
+    total += std::min(have, f.size);
+  }
+  return total;
+}
+
+// The weight files, `parallel_files` at a time, each worker with its own connection. The first error
+// stops the others and is the one reported.
+void fetch_weights(Puller& puller, const Hub& hub, const PullPlan& plan, const PullOptions& o) {
+  uint64_t on_disk = weight_bytes_on_disk(puller, hub, plan);
+  bool moving = on_disk < plan.weight_bytes || plan.weight_bytes == 0;
+  DownloadProgress progress(moving ? puller.log() : nullptr, puller.tty(), hub.shown, plan.weight_bytes,
+                            on_disk);
+  puller.set_progress(&progress);
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  std::exception_ptr error;
+  auto worker = [&] {
+    try {
+      HttpClient http(o.connect_timeout_s, o.stall_timeout_s);
+      for (size_t i; (i = next++) < plan.weight_files.size();)
+        puller.fetch(*hub.find(plan.weight_files[i]), http);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!error) error = std::current_exception();
+      puller.cancel();
+    }
+  };
+  size_t n = std::clamp<size_t>(size_t(std::max(1, o.parallel_files)), 1, plan.weight_files.size());
+  std::vector<std::thread> helpers;
+  for (size_t i = 1; i < n; ++i) helpers.emplace_back(worker);
+  worker();
+  for (std::thread& t : helpers) t.join();
+  puller.set_progress(nullptr);
+  if (error) std::rethrow_exception(error);
+  if (moving) progress.finish();
+}
+
 PullResult pull_into_cache(const std::string& arg, const PullOptions& o) {
   ModelId id = parse_id_or_throw(arg, o);
   Hub hub(o, id);
@@ -460,15 +526,15 @@ PullResult pull_into_cache(const std::string& arg, const PullOptions& o) {
   require_safetensors(hub);
   fs::path repo_dir = repo_cache_dir(o.cache_dir.empty() ? hf_hub_cache_dir() : o.cache_dir, id.repo);
   Puller puller(hub, o, repo_dir);
-  for (const RemoteFile& f : small_files(hub)) puller.fetch(f);
+  for (const RemoteFile& f : small_files(hub)) puller.fetch(f, hub.http);
   PullPlan plan = make_plan(hub, id, puller.snapshot());
   if (o.check) o.check(plan);
-  std::ostream* log = o.progress == ProgressStyle::None ? nullptr : o.log ? o.log : &std::cerr;
+  std::ostream* log = puller.log();
   if (log)
     *log << hub.shown << " @ " << hub.commit.substr(0, 12) << ": " << plan.weight_files.size()
          << " weight file(s), " << format_bytes(plan.weight_bytes) << "\n";
   check_disk_space(repo_dir, plan, hub);
-  for (const std::string& w : plan.weight_files) puller.fetch(*hub.find(w));
+  fetch_weights(puller, hub, plan, o);
   if (id.revision != hub.commit) write_text_atomic(repo_dir / "refs" / id.revision, hub.commit);
   if (log)
     *log << hub.shown << ": ready in " << puller.snapshot().string() << " ("

@@ -40,6 +40,7 @@ struct PullOptions {
   std::function<void(const PullPlan&)> check;
   std::ostream* log = nullptr;  // progress and messages; null: std::cerr
   ProgressStyle progress = ProgressStyle::Auto;
+  int parallel_files = 4;     // weight files downloaded at once, each over its own connection
   int max_retries = 5;        // resumes per file after a broken transfer
   int retry_delay_ms = 1000;  // doubled after each failed attempt, at most 30 s
   std::string endpoint;       // empty: hf_endpoint()

@@ -181,6 +181,51 @@ TEST_F(PullTest, ShardedRepoPullsOnlyTheIndexedShards) {
   EXPECT_EQ(c.get("b").to_f32_vector(), ramp({4}, 1).to_f32_vector());
 }
 
+TEST_F(PullTest, ParallelShardsResumeIndependently) {
+  std::vector<std::string> shards;
+  json index = {{"weight_map", json::object()}};
+  for (int i = 1; i <= 5; ++i) {
+    char name[64];
+    std::snprintf(name, sizeof name, "model-%05d-of-00005.safetensors", i);
+    std::string t = "t" + std::to_string(i);
+    shards.push_back(encode_safetensors({{t, ramp({1000 + i}, float(i))}}));
+    hub_.add_file(name, shards.back(), true);
+    index["weight_map"][t] = name;
+  }
+  hub_.add_file(kSafetensorsIndexFile, index.dump(), false);
+  hub_.cut_after["model-00002-of-00005.safetensors"] = 1000;
+  hub_.cut_after["model-00004-of-00005.safetensors"] = 3000;
+  opts_.parallel_files = 3;
+  opts_.max_retries = 1;
+  opts_.progress = ProgressStyle::Lines;
+  PullResult r = pull_model("org/tiny", opts_);
+  Checkpoint c = Checkpoint::open(r.snapshot_dir);
+  for (int i = 1; i <= 5; ++i)
+    EXPECT_EQ(c.get("t" + std::to_string(i)).to_f32_vector(), ramp({1000 + i}, float(i)).to_f32_vector());
+  EXPECT_EQ(content_gets("model-00004-of-00005.safetensors").back().range, "bytes=3000-");
+  EXPECT_TRUE(content_gets("model.safetensors").empty());  // the index decides
+  EXPECT_NE(log_.str().find("org/tiny: downloading"), std::string::npos) << log_.str();
+}
+
+TEST_F(PullTest, OneFailingShardFailsThePullWithItsOwnMessage) {
+  for (int i = 1; i <= 3; ++i) {
+    char name[64];
+    std::snprintf(name, sizeof name, "model-%05d-of-00003.safetensors", i);
+    hub_.add_file(name, encode_safetensors({{"t" + std::to_string(i), ramp({4000}, 0)}}), true);
+  }
+  hub_.add_file(kSafetensorsIndexFile,
+                json{{"weight_map",
+                      {{"t1", "model-00001-of-00003.safetensors"},
+                       {"t2", "model-00002-of-00003.safetensors"},
+                       {"t3", "model-00003-of-00003.safetensors"}}}}
+                    .dump(),
+                false);
+  hub_.bad_sha.insert("model-00002-of-00003.safetensors");
+  std::string m = error_of([&] { pull_model("org/tiny", opts_); });
+  EXPECT_ONE_LINE_ERROR(m, "model-00002-of-00003.safetensors", "downloaded file is corrupt");
+  EXPECT_FALSE(fs::exists(repo_dir() + "/refs/main"));
+}
+
 TEST_F(PullTest, GatedModelSaysToSetHfToken) {
   hub_.required_token = "hf_secret";
   std::string m = error_of([&] { pull_model("org/tiny", opts_); });
@@ -305,13 +350,22 @@ TEST(Progress, FormatsBytesDurationsAndPlainLines) {
   EXPECT_EQ(format_duration(42), "0:42");
   EXPECT_EQ(format_duration(3723), "1:02:03");
   std::ostringstream out;
-  DownloadProgress p(&out, /*tty=*/false, "model.safetensors", 4000000, 1000000);
-  p.update(2000000);  // plain mode prints at most every 10 s, so nothing here
-  p.finish(4000000);
-  std::string s = out.str();
-  EXPECT_NE(s.find("model.safetensors: resuming at 1.0 MB of 4.0 MB\n"), std::string::npos) << s;
-  EXPECT_NE(s.find("model.safetensors: 4.0 MB in 0:00"), std::string::npos) << s;
-  EXPECT_EQ(s.find('\r'), std::string::npos);  // no terminal control in logs
+  DownloadProgress p(&out, /*tty=*/false, "org/tiny", 4000000, 1000000);
+  p.advance(1000000);  // plain mode prints at most every 10 s, so nothing here
+  p.note("shard-2: transfer interrupted");
+  p.advance(2000000);
+  p.finish();
+  EXPECT_EQ(
+      out.str(),
+      "org/tiny: resuming at 1.0 MB of 4.0 MB\nshard-2: transfer interrupted\norg/tiny: 3.0 MB in 0:00 (" +
+          out.str().substr(out.str().rfind('(') + 1));
+  EXPECT_EQ(out.str().find('\r'), std::string::npos);  // no terminal control in logs
+
+  std::ostringstream tty;
+  DownloadProgress bar(&tty, /*tty=*/true, "org/tiny", 1000, 0);
+  bar.note("hello");
+  EXPECT_EQ(tty.str().rfind("\r\x1b[Khello\n\r[", 0), 0u) << tty.str();  // the note, then the bar redrawn
+  EXPECT_NE(tty.str().find("] org/tiny  0 B / 1.0 KB (0%)"), std::string::npos) << tty.str();
 }
 
 }  // namespace

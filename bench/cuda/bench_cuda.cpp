@@ -318,11 +318,26 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
       const char* n;
       LinearWeight* w;
     } ws[] = {{"q", &L.q}, {"o", &L.o}, {"gate_up", &L.gate_up}, {"down", &L.down}, {"lm_head", &m.lm_head}};
-    for (int rows : {1, 8, 32, 256}) {
+    for (int rows : {1, 8, 32, 256, 4096}) {
       for (auto& w : ws) {
         const int64_t n = w.w->weight.dim(0), k = w.w->weight.dim(1);
+        if (rows > 256 && n > 100000) continue;  // lm_head runs for one row per prompt
         Tensor x = be.alloc({rows, k}, DType::BF16), y = be.alloc({rows, n}, DType::BF16);
         cuda::fill_uniform(be, x, 7, -1, 1);
+        auto gbs = [&](double t) { return n * k * 2 / (t * 1e-3) / 1e9; };
+        auto tflops = [&](double t) { return 2.0 * rows * n * k / (t * 1e-3) / 1e12; };
+        if (rows >= 65) {  // the tiled kernel (no loop variants)
+          const int reps = rows > 256 ? 5 : 15;
+          const double t1 = time_ms(
+              s, [&] { ours(x, *w.w, y); }, 2, reps);
+          const double t2 = time_ms(
+              s, [&] { cublas(x, *w.w, y); }, 2, reps);
+          std::printf(
+              "linear %-8s M=%-4d N=%-6ld K=%-6ld tiled %8.1f us %5.0f TFLOP/s | cuBLAS %8.1f us %5.0f TFLOP/s "
+              "| ours/cuBLAS time %.2f\n",
+              w.n, rows, long(n), long(k), t1 * 1e3, tflops(t1), t2 * 1e3, tflops(t2), t1 / t2);
+          continue;
+        }
         cuda::set_linear_variant(cuda::LoopVariant::Plain);
         const double t0 = time_ms(
             s, [&] { ours(x, *w.w, y); }, 3, 15);
@@ -332,7 +347,6 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
         cuda::set_linear_variant(cuda::LoopVariant::Auto);
         const double t2 = time_ms(
             s, [&] { cublas(x, *w.w, y); }, 3, 15);
-        auto gbs = [&](double t) { return n * k * 2 / (t * 1e-3) / 1e9; };
         std::printf(
             "linear %-8s M=%-4d N=%-6ld K=%-6ld plain %7.1f us %5.0f GB/s | prefetch %7.1f us %5.0f GB/s | "
             "cuBLAS %7.1f us %5.0f GB/s\n",
@@ -384,6 +398,10 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
       const double t_plain = time_graph_ms(
           s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g0);
       cuda::set_linear_variant(cuda::LoopVariant::Auto);
+      cuda::set_linear_pdl(false);
+      const double t_nopdl = time_graph_ms(
+          s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g0);
+      cuda::set_linear_pdl(true);
       const double t1 = time_graph_ms(
           s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g1);
       const double t2 = time_graph_ms(
@@ -394,8 +412,10 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
       std::snprintf(what, sizeof what, "decode b=%d ctx=%d%s", batch, ctx,
                     g1 && g2 ? " (graph)" : " (eager)");
       out->push_back({std::string(sh.name) + " " + what, t1, t2, floor_ms, double(batch)});
-      std::printf("%s: ours %.3f ms (eager %.3f, all-plain linear %.3f) cuBLAS %.3f ms floor %.3f ms\n", what,
-                  t1, t_eager, t_plain, t2, floor_ms);
+      std::printf(
+          "%s: ours %.3f ms (eager %.3f, all-plain linear %.3f, no dependent launch %.3f) cuBLAS %.3f ms floor "
+          "%.3f ms\n",
+          what, t1, t_eager, t_plain, t_nopdl, t2, floor_ms);
     }
   }
   // Attention alone at the largest decode batch (KV-bound).
@@ -436,6 +456,17 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
     std::snprintf(what, sizeof what, "prefill %d", n);
     out->push_back({std::string(sh.name) + " " + what, t1, t2, floor_ms, double(n)});
     std::printf("%s: ours %.2f ms cuBLAS-linear %.2f ms floor %.2f ms\n", what, t1, t2, floor_ms);
+    {  // where the time goes: one layer's attention over the whole prompt
+      Tensor q = be.alloc({n, sh.heads, sh.head_dim}, DType::BF16), o = be.alloc({n, sh.heads, sh.head_dim},
+                                                                                 DType::BF16);
+      cuda::fill_uniform(be, q, 9, -1, 1);
+      AttentionParams ap{sh.heads, sh.kv_heads, sh.head_dim, 1.f / std::sqrt(float(sh.head_dim)), 0, 0.f};
+      const double ta = time_ms(
+          s, [&] { be.attention(q, m.layers[0].kv, ap, o); }, 1, 3);
+      const double fl = 2.0 * double(n) * n * sh.heads * sh.head_dim;
+      std::printf("  prefill %d attention one layer %.2f ms (%.1f TFLOP/s), x%d layers = %.1f ms\n", n, ta,
+                  fl / (ta * 1e-3) / 1e12, sh.layers, ta * sh.layers);
+    }
   }
 }
 

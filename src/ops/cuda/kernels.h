@@ -35,6 +35,8 @@ void linear_bf16(const void* x, const void* w, const void* bias, DType bias_dtyp
 enum class LoopVariant { Auto, Plain, Prefetch };
 void set_linear_variant(LoopVariant v);
 void set_attention_variant(LoopVariant v);
+// Programmatic dependent launch of the linear kernels (on by default; off for benches). Same bits.
+void set_linear_pdl(bool on);
 void rms_norm(const void* x, const void* w, DType w_dtype, void* y, int64_t rows, int cols, float eps,
               float offset, cudaStream_t s);
 void add_rms_norm(void* residual, DType res_dtype, const void* x, const void* w, DType w_dtype, void* y,

@@ -10,18 +10,25 @@
 // K is permuted inside each 32-wide chunk so that every lane loads 16 contiguous bytes of W and x: lane
 // (g, t) loads W[n0+g][k0+8t .. +8], W[n0+g+8][...] and x[m][k0+8t .. +8]; A and B use the same
 // permutation, so the dot product is unchanged up to summation order (which is fixed).
+//
+// M >= kTiledMinM goes to linear_tiled.cu, which computes every element with this same MMA chain per
+// slice and the same slice sum, in 128x128 shared-memory tiles (tested bit-equal across M).
 #include <cuda_bf16.h>
 
 #include <type_traits>
 
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/launch.h"
 
 namespace tf::cuda {
 namespace {
 
-constexpr int kWarps = 8;
+constexpr int kWarps = 8;           // = the K slices; linear_tiled.cu's kSlices must match
+constexpr int kTiledMinM = 65;      // from here on the 128x128-tile kernel (linear_tiled.cu)
+constexpr int kFewBlocks = 256;     // grids smaller than this keep 8 K chunks a warp in flight
 LoopVariant g_linear_variant = LoopVariant::Auto;
+bool g_pdl = true;
 
 __device__ __forceinline__ uint4 load_stream(const void* p) {
   uint4 r;
@@ -47,6 +54,7 @@ __global__ void __launch_bounds__(kWarps * 32)
                   const void* __restrict__ bias, int bias_kind, void* __restrict__ y, bool y_f32, int m,
                   int n, int k, int m_tiles) {
   __shared__ float red[kWarps][NT * 8][16];
+  asm volatile("griddepcontrol.launch_dependents;");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const int m_tile = blockIdx.x % m_tiles, n_tile = blockIdx.x / m_tiles;
@@ -88,6 +96,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     };
     if (c + U <= c_end) load(c);
+    asm volatile("griddepcontrol.wait;" ::: "memory");  // weights are constant; x is not
     for (; c + U <= c_end; c += U) {
       uint4 ca[U], cb[U];
 #pragma unroll
@@ -97,6 +106,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int u = 0; u < U; ++u) step(ca[u], cb[u], c + u);
     }
   } else {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
     for (; c + U <= c_end; c += U) {
       uint4 a[U], b[U];
 #pragma unroll
@@ -141,10 +151,9 @@ void launch(const void* x, const void* w, const void* bias, int bias_kind, void*
   const int m_tiles = (m + NT * 8 - 1) / (NT * 8);
   const int n_tiles = (n + 15) / 16;
   // Token tiles vary fastest so that the blocks sharing a weight tile run together (L2 reuse).
-  linear_kernel<NT, U, PREFETCH><<<n_tiles * m_tiles, kWarps * 32, 0, s>>>(
-      static_cast<const __nv_bfloat16*>(x), static_cast<const __nv_bfloat16*>(w), bias, bias_kind, y, y_f32,
-      m, n, k, m_tiles);
-  TF_CUDA_LAUNCH_CHECK();
+  launch_pdl(linear_kernel<NT, U, PREFETCH>, dim3(n_tiles * m_tiles), dim3(kWarps * 32), 0, s,
+             static_cast<const __nv_bfloat16*>(x), static_cast<const __nv_bfloat16*>(w), bias, bias_kind, y,
+             y_f32, m, n, k, m_tiles);
 }
 
 }  // namespace
@@ -154,9 +163,13 @@ void linear_bf16(const void* x, const void* w, const void* bias, DType bias_dtyp
   TF_CHECK(k % 32 == 0, "CUDA linear needs in_features divisible by 32, got " + std::to_string(k));
   const int bias_kind = !bias ? 0 : bias_dtype == DType::F32 ? 1 : 2;
   const bool y_f32 = y_dtype == DType::F32;
+  if (m >= kTiledMinM) return linear_tiled_bf16(x, w, bias, bias_kind, y, y_f32, m, n, k, s);
+  const bool few_blocks = (n + 15) / 16 * ((m + 7) / 8) < kFewBlocks;
   auto go = [&](auto pf) {
     constexpr bool P = decltype(pf)::value;
-    if (m <= 8)
+    if (m <= 8 && P && few_blocks)  // k/v-sized weights: more bytes in flight per warp
+      launch<1, 8, P>(x, w, bias, bias_kind, y, y_f32, m, n, k, s);
+    else if (m <= 8)
       launch<1, 4, P>(x, w, bias, bias_kind, y, y_f32, m, n, k, s);
     else if (m <= 16)
       launch<2, 4, P>(x, w, bias, bias_kind, y, y_f32, m, n, k, s);
@@ -175,6 +188,14 @@ void linear_bf16(const void* x, const void* w, const void* bias, DType bias_dtyp
 
 void set_linear_variant(LoopVariant v) {
   g_linear_variant = v;
+}
+
+void set_linear_pdl(bool on) {
+  g_pdl = on;
+}
+
+bool pdl_enabled() {
+  return g_pdl;
 }
 
 }  // namespace tf::cuda

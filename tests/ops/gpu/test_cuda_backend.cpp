@@ -179,24 +179,32 @@ TEST_F(CudaOps, LinearMatchesCpu) {
 }
 
 TEST_F(CudaOps, LinearRowInvariantAcrossM) {
+  // M >= 65 runs the tiled prefill kernel: its rows must equal the decode kernel's bits. K = 1120 has 35
+  // chunks (uneven slices), K = 96 has 3 (five empty slices).
+  for (int64_t k : {2048, 1120, 96}) {
+    const int64_t n = 1000;
+    Host w, b;
+    LinearWeight gw = gpu_->upload_linear(host_linear(n, k, true, &w, &b));
+    Host x0 = random_host({1, k});
+    Tensor y1 = poisoned({1, n});
+    gpu_->linear(gpu_->upload(x0.bf16), gw, y1);
+    const std::vector<uint16_t> alone = bits(y1);
+    for (int m : {2, 5, 9, 16, 17, 64, 65, 100, 256, 300}) {
+      for (int at : {0, m / 2, m - 1}) {
+        Host x = random_host({m, k});
+        std::memcpy(x.bf16.data<uint16_t>() + int64_t(at) * k, x0.bf16.raw(), k * 2);
+        Tensor y = poisoned({m, n});
+        gpu_->linear(gpu_->upload(x.bf16), gw, y);
+        std::vector<uint16_t> all = bits(y);
+        std::vector<uint16_t> row(all.begin() + at * n, all.begin() + (at + 1) * n);
+        EXPECT_EQ(row, alone) << "row " << at << " of M=" << m << " K=" << k;
+      }
+    }
+  }
   const int64_t n = 1000, k = 2048;
   Host w, b;
   LinearWeight gw = gpu_->upload_linear(host_linear(n, k, true, &w, &b));
   Host x0 = random_host({1, k});
-  Tensor y1 = poisoned({1, n});
-  gpu_->linear(gpu_->upload(x0.bf16), gw, y1);
-  const std::vector<uint16_t> alone = bits(y1);
-  for (int m : {2, 5, 9, 16, 17, 64, 100, 256}) {
-    for (int at : {0, m / 2, m - 1}) {
-      Host x = random_host({m, k});
-      std::memcpy(x.bf16.data<uint16_t>() + int64_t(at) * k, x0.bf16.raw(), k * 2);
-      Tensor y = poisoned({m, n});
-      gpu_->linear(gpu_->upload(x.bf16), gw, y);
-      std::vector<uint16_t> all = bits(y);
-      std::vector<uint16_t> row(all.begin() + at * n, all.begin() + (at + 1) * n);
-      EXPECT_EQ(row, alone) << "row " << at << " of M=" << m;
-    }
-  }
   // f32 logits: the same row's bits alone and inside a batch.
   Tensor lf1 = poisoned({1, n}, DType::F32);
   gpu_->linear(gpu_->upload(x0.bf16), gw, lf1);
@@ -206,20 +214,49 @@ TEST_F(CudaOps, LinearRowInvariantAcrossM) {
   gpu_->linear(gpu_->upload(x.bf16), gw, lf);
   const auto all = bits(lf), one = bits(lf1);
   EXPECT_EQ(std::vector<uint16_t>(all.begin() + 7 * 2 * n, all.begin() + 8 * 2 * n), one) << "f32 output";
+  Tensor lf3 = poisoned({300, n}, DType::F32);  // and in the tiled kernel
+  Host x3 = random_host({300, k});
+  std::memcpy(x3.bf16.data<uint16_t>() + 299 * k, x0.bf16.raw(), k * 2);
+  gpu_->linear(gpu_->upload(x3.bf16), gw, lf3);
+  const auto all3 = bits(lf3);
+  EXPECT_EQ(std::vector<uint16_t>(all3.begin() + 299 * 2 * n, all3.begin() + 300 * 2 * n), one) << "f32, M=300";
+}
+
+// Dependent launches: each linear reads the previous one's output. With programmatic dependent launch
+// a kernel starts early and must wait before reading x; a missing wait would read stale data here.
+TEST_F(CudaOps, LinearChainSameWithAndWithoutDependentLaunch) {
+  const int64_t d = 2048;
+  Host w, b;
+  LinearWeight gw = gpu_->upload_linear(host_linear(d, d, false, &w, &b));
+  for (int m : {1, 300}) {
+    Tensor x = gpu_->upload(random_host({m, d}).bf16);
+    std::vector<uint16_t> out[2];
+    for (int pdl : {0, 1}) {
+      cuda::set_linear_pdl(pdl == 1);
+      Tensor a = poisoned({m, d}), c = poisoned({m, d});
+      gpu_->linear(x, gw, a);
+      for (int i = 0; i < 4; ++i) gpu_->linear(i % 2 ? c : a, gw, i % 2 ? a : c);
+      out[pdl] = bits(a);
+    }
+    cuda::set_linear_pdl(true);
+    EXPECT_EQ(out[0], out[1]) << "M=" << m;
+  }
 }
 
 // The weight-prefetching and plain loops of the linear kernel issue the same MMAs in the same order.
 TEST_F(CudaOps, LinearVariantsGiveIdenticalBits) {
   Host w, b;
-  LinearWeight gw = gpu_->upload_linear(host_linear(4096, 4096, false, &w, &b));
+  for (int64_t n : {4096, 1024}) {  // 1024: a small grid, 8 chunks in flight per warp
+  LinearWeight gw = gpu_->upload_linear(host_linear(n, 4096, false, &w, &b));
   for (int m : {1, 13, 20, 40}) {
-    Tensor x = gpu_->upload(random_host({m, 4096}).bf16), y1 = poisoned({m, 4096}), y2 = poisoned({m, 4096});
+    Tensor x = gpu_->upload(random_host({m, 4096}).bf16), y1 = poisoned({m, n}), y2 = poisoned({m, n});
     cuda::set_linear_variant(cuda::LoopVariant::Plain);
     gpu_->linear(x, gw, y1);
     cuda::set_linear_variant(cuda::LoopVariant::Prefetch);
     gpu_->linear(x, gw, y2);
     cuda::set_linear_variant(cuda::LoopVariant::Auto);
-    EXPECT_EQ(bits(y1), bits(y2)) << "M=" << m;
+    EXPECT_EQ(bits(y1), bits(y2)) << "M=" << m << " N=" << n;
+  }
   }
 }
 

@@ -107,6 +107,32 @@ def build(name, config, tok, out_root, seed, dtype, shard=None):
           f"{[round(c['min_greedy_margin'], 4) for c in cases]}")
 
 
+def add_mtp_head(src_dir, out_dir, seed):
+    """A copy of a checkpoint with a random Qwen3-Next-layout MTP head (mtp.*) added, as the demo model ships
+    one; transformers ignores the extra tensors, so the goldens of `src_dir` hold for it too."""
+    from safetensors.torch import load_file, save_file
+    shutil.rmtree(out_dir, ignore_errors=True)
+    shutil.copytree(src_dir, out_dir)
+    with open(os.path.join(out_dir, "config.json")) as f:
+        cfg = json.load(f)
+    tensors = load_file(os.path.join(out_dir, "model.safetensors"))
+    g = torch.Generator().manual_seed(seed)
+    H = cfg["hidden_size"]
+    dtype = next(iter(tensors.values())).dtype
+    new = {"mtp.fc.weight": torch.randn(H, 2 * H, generator=g) / (2 * H) ** 0.5,
+           "mtp.pre_fc_norm_embedding.weight": 1 + 0.2 * torch.randn(H, generator=g),
+           "mtp.pre_fc_norm_hidden.weight": 1 + 0.2 * torch.randn(H, generator=g),
+           "mtp.norm.weight": 1 + 0.2 * torch.randn(H, generator=g)}
+    for name, t in tensors.items():
+        if name.startswith("model.layers.0."):
+            new["mtp.layers.0." + name[len("model.layers.0."):]] = t.float() + 0.05 * torch.randn(t.shape, generator=g)
+    tensors.update({k: v.to(dtype).contiguous() for k, v in new.items()})
+    save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    cfg.update({"mtp_num_hidden_layers": 1, "num_nextn_predict_layers": 1})
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+
+
 def rope_goldens(out_root):
     """inv_freq and attention factor for each rope type, from transformers' own init functions."""
     cases = []
@@ -162,6 +188,7 @@ def main():
                              rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128,
                                            "rope_theta": 1000000.0}, **common)
     build("qwen3-yarn", qwen3_yarn, tok, args.out, seed=4, dtype=torch.float32)
+    add_mtp_head(os.path.join(args.out, "qwen3"), os.path.join(args.out, "qwen3-mtp"), seed=5)
     shutil.rmtree(tok_dir)
     rope_goldens(args.out)
 

@@ -86,6 +86,7 @@ struct ModelInfo {
   int native_context = 0;  // max_position_embeddings
   int context = 0;         // allocated per-stream capacity (prompt + reply)
   std::string backend;     // "cpu", "cuda:0 (NVIDIA H200)"
+  std::string drafter;     // model drafter in use: "mtp", "draft-model" or "none" (context copies aside)
   int64_t weight_bytes = 0, kv_bytes = 0;
   std::string fingerprint;  // engine build + weights identity, for system_fingerprint
   SamplingParams default_sampling;  // from generation_config.json and CLI defaults

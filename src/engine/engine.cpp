@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "engine/draft_policy.h"
 #include "engine/drafters/draft_model.h"
+#include "engine/drafters/mtp.h"
 #include "engine/drafters/ngram.h"
 #include "engine/kv_cache.h"
 #include "engine/kv_store.h"
@@ -170,10 +171,18 @@ class EngineImpl final : public Engine {
     std::string dir = opt_.drafter;
     if (dir == "auto") {
       const auto cand = std::filesystem::path(opt_.model_path) / "draft";
-      dir = std::filesystem::exists(cand / "config.json") ? cand.string() : "none";
+      dir = model_->has_mtp() && opt_.mtp_drafts > 0 ? "mtp"
+            : std::filesystem::exists(cand / "config.json") ? cand.string()
+                                                              : "none";
     }
-    if (dir != "none" && !dir.empty())
+    if (dir == "mtp") {
+      if (!model_->has_mtp()) throw Error("--drafter mtp: " + opt_.model_path + " has no MTP head (mtp.* tensors)");
+      drafter_ = std::make_unique<MtpDrafter>(*model_, *backend_, context, parallel_,
+                                              MtpOptions{std::max(1, opt_.mtp_drafts), opt_.mtp_confidence});
+    } else if (dir != "none" && !dir.empty()) {
       drafter_ = std::make_unique<DraftModelDrafter>(dir, *backend_, context, parallel_, spec_.vocab);
+    }
+    info_drafter_ = drafter_ ? drafter_->name() : "none";
     drafting_ = ngram_ || drafter_;
     // Until rounds are measured: an extra verify row costs about a row on the CPU, far less on a GPU.
     cost_ = CostModel(backend_->device() == Device::CPU ? 0.5 : 0.05);
@@ -200,6 +209,7 @@ class EngineImpl final : public Engine {
     info_.native_context = spec_.native_context;
     info_.context = context;
     info_.backend = backend_->name();
+    info_.drafter = info_drafter_;
     info_.weight_bytes = ckpt_.total_bytes();
     info_.kv_bytes = pool_->bytes();
     uint64_t h = std::hash<std::string>{}(ckpt_.config().dump()) ^ (uint64_t(ckpt_.total_bytes()) * 0x9e3779b97f4a7c15ULL);
@@ -323,7 +333,9 @@ class EngineImpl final : public Engine {
     }
     std::vector<float> logits;
     const auto t0 = std::chrono::steady_clock::now();
-    model_->forward(meta, pool_->layers(), logit_rows, logits);
+    const bool want_hidden = drafter_ && drafter_->wants_hidden();
+    Tensor hidden;
+    model_->forward(meta, pool_->layers(), logit_rows, logits, want_hidden ? &hidden : nullptr);
     cost_.observe(meta.rows(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     const float* next = logits.data();
     std::vector<Sequence*> done;
@@ -331,13 +343,16 @@ class EngineImpl final : public Engine {
     for (const auto& p : parts) {
       const bool sampled = !p.drafts.empty() || p.seq->computed + p.rows == int(p.seq->tokens.size());
       if (p.seq->generated() == 0) prompt_rows += p.rows;
+      const int base = p.seq->computed;
+      bool finished = false;
       if (!sampled) {
         p.seq->computed += p.rows;
-        continue;
+      } else {
+        finished = verify(*p.seq, next, p.rows, p.drafts);
+        next += size_t(p.drafts.empty() ? 1 : p.rows) * spec_.vocab;
       }
-      const int nlogits = p.drafts.empty() ? 1 : p.rows;
-      if (verify(*p.seq, next, p.rows, p.drafts)) done.push_back(p.seq);
-      next += size_t(nlogits) * spec_.vocab;
+      if (finished) done.push_back(p.seq);
+      else if (want_hidden) drafter_->observe_hidden(*p.seq, base, hidden, p.first, p.seq->computed - base);
     }
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.forward_passes;
@@ -501,6 +516,7 @@ class EngineImpl final : public Engine {
   std::unique_ptr<NgramDrafter> ngram_;
   std::unique_ptr<Drafter> drafter_;  // a model drafter (draft model), or null
   bool drafting_ = false;
+  std::string info_drafter_ = "none";
   CostModel cost_{0.5};
   int parallel_ = 1;
 

@@ -20,8 +20,10 @@ struct EngineOptions {
   std::optional<int> top_k;
   // Speculative drafting (never changes output; see drafters/drafter.h).
   bool drafts = true;            // --no-drafts turns every drafter off
-  std::string drafter = "auto";  // auto | none | DIR (a draft model sharing the tokenizer); auto = the
-                                 // checkpoint's draft/ subfolder when present
+  std::string drafter = "auto";  // auto | none | mtp | DIR (a draft model sharing the tokenizer); auto =
+                                 // the checkpoint's MTP head, else its draft/ subfolder, when present
+  int mtp_drafts = 3;            // MTP chain length (--mtp-drafts)
+  float mtp_confidence = 0;      // stop an MTP chain below this probability (--mtp-confidence)
   bool ngram_drafts = true;      // context copies
   int ngram_min = 2, ngram_max = 8;
   int max_draft = 8;             // longest proposal verified in one forward

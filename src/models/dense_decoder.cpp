@@ -1,148 +1,146 @@
 #include "models/dense_decoder.h"
 
-#include <cmath>
 #include <cstring>
 
 #include "checkpoint/checkpoint.h"
 #include "core/error.h"
+#include "models/decoder_layer.h"
 
 namespace tf {
 
+void Model::forward_mtp(const BatchMeta&, KvLayer&, const Tensor&, const std::vector<int32_t>&, std::vector<float>&,
+                        Tensor*) {
+  throw Error(spec().family + ": this checkpoint has no MTP head");
+}
+
 namespace {
 
-// Reads a tensor and checks its shape against what the config implies.
-Tensor fetch(const Checkpoint& ckpt, const std::string& name, const std::vector<int64_t>& shape) {
-  Tensor t = ckpt.get(name);
-  if (t.shape() != shape)
-    throw Error(ckpt.dir() + ": tensor '" + name + "' has shape " + shape_str(t.shape()) + ", config implies " +
-                shape_str(shape));
-  return t;
+// Column halves of fc.weight [H, 2H]: the embedding half and the hidden half, so the head needs no concat.
+std::pair<Tensor, Tensor> split_columns(const Tensor& w) {
+  const int64_t rows = w.dim(0), half = w.dim(1) / 2;
+  const size_t es = dtype_size(w.dtype()), row_bytes = size_t(half) * es;
+  Tensor a = Tensor::empty({rows, half}, w.dtype()), b = Tensor::empty({rows, half}, w.dtype());
+  for (int64_t r = 0; r < rows; ++r) {
+    const char* src = static_cast<const char*>(w.raw()) + size_t(r) * 2 * row_bytes;
+    std::memcpy(static_cast<char*>(a.raw()) + size_t(r) * row_bytes, src, row_bytes);
+    std::memcpy(static_cast<char*>(b.raw()) + size_t(r) * row_bytes, src + row_bytes, row_bytes);
+  }
+  return {a, b};
 }
 
-// Host concatenation along dim 0 (same dtype), used to fuse gate and up into one weight.
-Tensor concat_rows(const Tensor& a, const Tensor& b) {
-  TF_CHECK(a.dtype() == b.dtype() && a.dim(1) == b.dim(1), "concat_rows: incompatible " + a.describe() +
-                                                                  " and " + b.describe());
-  Tensor out = Tensor::empty({a.dim(0) + b.dim(0), a.dim(1)}, a.dtype());
-  std::memcpy(out.raw(), a.raw(), a.nbytes());
-  std::memcpy(static_cast<char*>(out.raw()) + a.nbytes(), b.raw(), b.nbytes());
-  return out;
-}
-
-struct Layer {
-  Tensor input_norm, post_norm, q_norm, k_norm;
-  LinearWeight q, k, v, o, gate_up, down;
+// Qwen3-Next / DeepSeek-style MTP head: fc(concat(norm_e(embed(token[p+1])), norm_h(h[p]))) -> one decoder
+// layer -> norm -> the model's lm_head.
+struct MtpWeights {
+  Tensor norm_embedding, norm_hidden, norm;
+  LinearWeight fc_embedding, fc_hidden;
+  DecoderLayer layer;
 };
 
 class DenseDecoder final : public Model {
  public:
-  DenseDecoder(const Checkpoint& ckpt, Backend& be, const ModelSpec& spec, int context,
-               const DenseWeightNames& names)
+  DenseDecoder(const Checkpoint& ckpt, Backend& be, const ModelSpec& spec, int context, const DenseWeightNames& names)
       : be_(be), spec_(spec) {
-    const int64_t H = spec.hidden, D = spec.head_dim, I = spec.intermediate, V = spec.vocab;
-    const int64_t Q = int64_t(spec.heads) * D, KV = int64_t(spec.kv_heads) * D;
+    const int64_t H = spec.hidden, V = spec.vocab;
     const std::string& p = names.prefix;
-    embed_ = be.upload(fetch(ckpt, p + "embed_tokens.weight", {V, H}));
-    final_norm_ = be.upload(fetch(ckpt, p + "norm.weight", {H}));
-    auto linear = [&](const std::string& base, int64_t out, int64_t in, bool bias) {
-      LinearWeight w;
-      w.weight = fetch(ckpt, base + ".weight", {out, in});
-      if (bias) w.bias = fetch(ckpt, base + ".bias", {out});
-      w.in_features = in;
-      w.out_features = out;
-      return be.upload_linear(w);
-    };
-    for (int l = 0; l < spec.layers; ++l) {
-      const std::string lp = p + "layers." + std::to_string(l) + ".";
-      Layer L;
-      L.input_norm = be.upload(fetch(ckpt, lp + "input_layernorm.weight", {H}));
-      L.post_norm = be.upload(fetch(ckpt, lp + "post_attention_layernorm.weight", {H}));
-      L.q = linear(lp + "self_attn.q_proj", Q, H, spec.attention_bias);
-      L.k = linear(lp + "self_attn.k_proj", KV, H, spec.attention_bias);
-      L.v = linear(lp + "self_attn.v_proj", KV, H, spec.attention_bias);
-      L.o = linear(lp + "self_attn.o_proj", H, Q, spec.attention_bias);
-      if (spec.qk_norm) {
-        L.q_norm = be.upload(fetch(ckpt, lp + "self_attn.q_norm.weight", {D}));
-        L.k_norm = be.upload(fetch(ckpt, lp + "self_attn.k_norm.weight", {D}));
-      }
-      TF_CHECK(!spec.mlp_bias, "mlp_bias is not supported yet");
-      LinearWeight gu;
-      gu.weight = concat_rows(fetch(ckpt, lp + "mlp.gate_proj.weight", {I, H}),
-                              fetch(ckpt, lp + "mlp.up_proj.weight", {I, H}));
-      gu.in_features = H;
-      gu.out_features = 2 * I;
-      L.gate_up = be.upload_linear(gu);
-      L.down = linear(lp + "mlp.down_proj", H, I, false);
-      layers_.push_back(std::move(L));
-    }
+    embed_ = be.upload(fetch_tensor(ckpt, p + "embed_tokens.weight", {V, H}));
+    final_norm_ = be.upload(fetch_tensor(ckpt, p + "norm.weight", {H}));
+    for (int l = 0; l < spec.layers; ++l)
+      layers_.push_back(load_decoder_layer(ckpt, be, spec, p + "layers." + std::to_string(l) + "."));
     LinearWeight head;
-    head.weight = spec.tie_embeddings ? ckpt.get(p + "embed_tokens.weight") : fetch(ckpt, "lm_head.weight", {V, H});
+    head.weight = spec.tie_embeddings ? ckpt.get(p + "embed_tokens.weight") : fetch_tensor(ckpt, "lm_head.weight", {V, H});
     head.in_features = H;
     head.out_features = V;
     lm_head_ = be.upload_linear(head);
     rope_ = make_rope(spec.rope, context);
-    attn_.num_heads = spec.heads;
-    attn_.num_kv_heads = spec.kv_heads;
-    attn_.head_dim = spec.head_dim;
-    attn_.scale = 1.f / std::sqrt(float(spec.head_dim));
-    attn_.sliding_window = spec.sliding_window;
+    attn_ = attention_params(spec);
+    if (spec.mtp_layers > 0 && ckpt.has("mtp.fc.weight")) load_mtp(ckpt);
   }
 
   const ModelSpec& spec() const override { return spec_; }
+  bool has_mtp() const override { return mtp_ != nullptr; }
 
   void forward(const BatchMeta& meta, std::vector<KvLayer>& kv, const std::vector<int32_t>& logit_rows,
-               std::vector<float>& logits) override {
-    const int64_t R = meta.rows(), H = spec_.hidden, D = spec_.head_dim;
-    const int64_t Hq = spec_.heads, Hk = spec_.kv_heads, I = spec_.intermediate;
-    const DType dt = be_.act_dtype();
+               std::vector<float>& logits, Tensor* hidden) override {
+    const int64_t R = meta.rows();
     logits.clear();
     if (R == 0) return;
     be_.begin_forward(meta);
-    Tensor residual = be_.alloc({R, H}, dt), h = be_.alloc({R, H}, dt), mlp_out = be_.alloc({R, H}, dt);
-    Tensor q = be_.alloc({R, Hq, D}, dt), k = be_.alloc({R, Hk, D}, dt), v = be_.alloc({R, Hk, D}, dt);
-    Tensor attn = be_.alloc({R, Hq * D}, dt), gate_up = be_.alloc({R, 2 * I}, dt), act = be_.alloc({R, I}, dt);
-    be_.embedding(embed_, spec_.embed_scale, residual);
+    LayerWorkspace ws(be_, spec_, R);
+    be_.embedding(embed_, spec_.embed_scale, ws.residual);
+    for (int l = 0; l < spec_.layers; ++l) decoder_layer_forward(be_, spec_, layers_[l], rope_, attn_, kv[l], ws, l > 0);
+    be_.add(ws.residual, ws.mlp_out);
+    be_.rms_norm(ws.residual, final_norm_, spec_.norm_eps, spec_.norm_offset, ws.h);
+    finish(ws.h, logit_rows, logits, hidden);
+  }
+
+  void forward_mtp(const BatchMeta& meta, KvLayer& kv, const Tensor& hidden_in, const std::vector<int32_t>& logit_rows,
+                   std::vector<float>& logits, Tensor* hidden_out) override {
+    TF_CHECK(mtp_, spec_.family + ": this checkpoint has no MTP head");
+    const int64_t R = meta.rows();
+    logits.clear();
+    if (R == 0) return;
+    TF_CHECK(hidden_in.dim(0) == R && hidden_in.dim(1) == spec_.hidden, "forward_mtp: hidden_in must be [rows, hidden]");
+    be_.begin_forward(meta);
+    LayerWorkspace ws(be_, spec_, R);
     const float eps = spec_.norm_eps, off = spec_.norm_offset;
-    for (int l = 0; l < spec_.layers; ++l) {
-      Layer& L = layers_[l];
-      if (l == 0) be_.rms_norm(residual, L.input_norm, eps, off, h);
-      else be_.add_rms_norm(residual, mlp_out, L.input_norm, eps, off, h);
-      be_.linear(h, L.q, q);
-      be_.linear(h, L.k, k);
-      be_.linear(h, L.v, v);
-      if (spec_.qk_norm) {
-        be_.rms_norm(q, L.q_norm, eps, off, q);
-        be_.rms_norm(k, L.k_norm, eps, off, k);
-      }
-      be_.rope(q, k, rope_);
-      be_.kv_write(kv[l], k, v);
-      be_.attention(q, kv[l], attn_, attn);
-      be_.linear(attn, L.o, mlp_out);
-      be_.add_rms_norm(residual, mlp_out, L.post_norm, eps, off, h);
-      be_.linear(h, L.gate_up, gate_up);
-      be_.silu_mul(gate_up, act);
-      be_.linear(act, L.down, mlp_out);
+    Tensor hin = be_.upload(hidden_in);
+    be_.embedding(embed_, spec_.embed_scale, ws.h);
+    be_.rms_norm(ws.h, mtp_->norm_embedding, eps, off, ws.h);
+    be_.rms_norm(hin, mtp_->norm_hidden, eps, off, hin);
+    be_.linear(ws.h, mtp_->fc_embedding, ws.residual);
+    be_.linear(hin, mtp_->fc_hidden, ws.mlp_out);
+    be_.add(ws.residual, ws.mlp_out);
+    decoder_layer_forward(be_, spec_, mtp_->layer, rope_, attn_, kv, ws, false);
+    be_.add(ws.residual, ws.mlp_out);
+    be_.rms_norm(ws.residual, mtp_->norm, eps, off, ws.h);
+    finish(ws.h, logit_rows, logits, hidden_out);
+  }
+
+ private:
+  void load_mtp(const Checkpoint& ckpt) {
+    const int64_t H = spec_.hidden;
+    auto m = std::make_unique<MtpWeights>();
+    m->norm_embedding = be_.upload(fetch_tensor(ckpt, "mtp.pre_fc_norm_embedding.weight", {H}));
+    m->norm_hidden = be_.upload(fetch_tensor(ckpt, "mtp.pre_fc_norm_hidden.weight", {H}));
+    m->norm = be_.upload(fetch_tensor(ckpt, "mtp.norm.weight", {H}));
+    auto [we, wh] = split_columns(fetch_tensor(ckpt, "mtp.fc.weight", {H, 2 * H}));
+    for (auto* lw : {&m->fc_embedding, &m->fc_hidden}) {
+      lw->in_features = H;
+      lw->out_features = H;
     }
-    be_.add(residual, mlp_out);
-    be_.rms_norm(residual, final_norm_, eps, off, h);
+    m->fc_embedding.weight = we;
+    m->fc_hidden.weight = wh;
+    m->fc_embedding = be_.upload_linear(m->fc_embedding);
+    m->fc_hidden = be_.upload_linear(m->fc_hidden);
+    m->layer = load_decoder_layer(ckpt, be_, spec_, "mtp.layers.0.");
+    mtp_ = std::move(m);
+  }
+
+  // Final states -> logits of the requested rows (host f32) and, optionally, all states to the host.
+  void finish(const Tensor& h, const std::vector<int32_t>& logit_rows, std::vector<float>& logits, Tensor* hidden) {
+    if (hidden) {
+      *hidden = Tensor::empty(h.shape(), be_.act_dtype());
+      be_.to_host(h, *hidden);
+    }
     const int64_t n = int64_t(logit_rows.size());
     logits.resize(size_t(n * spec_.vocab));
     if (n == 0) return;
-    Tensor picked = be_.alloc({n, H}, dt), out = be_.alloc({n, int64_t(spec_.vocab)}, DType::F32);
+    Tensor picked = be_.alloc({n, int64_t(spec_.hidden)}, be_.act_dtype());
+    Tensor out = be_.alloc({n, int64_t(spec_.vocab)}, DType::F32);
     be_.gather_rows(h, logit_rows, picked);
     be_.linear(picked, lm_head_, out);
     Tensor host = Tensor::borrow(logits.data(), {n, int64_t(spec_.vocab)}, DType::F32, Device::CPU);
     be_.to_host(out, host);
   }
 
- private:
   Backend& be_;
   ModelSpec spec_;
   Tensor embed_, final_norm_;
-  std::vector<Layer> layers_;
+  std::vector<DecoderLayer> layers_;
   LinearWeight lm_head_;
   RopeParams rope_;
   AttentionParams attn_;
+  std::unique_ptr<MtpWeights> mtp_;
 };
 
 }  // namespace

@@ -42,8 +42,18 @@ class Model {
   virtual const ModelSpec& spec() const = 0;
   // Runs the batch's rows: writes each row's K/V into `kv` (one KvLayer per layer) and returns, in
   // `logits` (host f32, row-major [logit_rows.size(), vocab]), the logits of the rows listed.
+  // When `hidden` is given it receives every row's final hidden state (after the last norm, what the
+  // lm_head reads) as a host tensor [rows, hidden] in the backend's activation dtype.
   virtual void forward(const BatchMeta& meta, std::vector<KvLayer>& kv, const std::vector<int32_t>& logit_rows,
-                       std::vector<float>& logits) = 0;
+                       std::vector<float>& logits, Tensor* hidden = nullptr) = 0;
+
+  // Multi-token-prediction head, for checkpoints that ship one (mtp.*). Row r at position p reads token
+  // p+1 (meta.tokens) and `hidden_in` row r (the model's hidden state at p, or the head's own output when
+  // chaining) and predicts token p+2. Its single layer keeps its own KV (`kv`). `hidden_out` (optional)
+  // receives the head's output states for chaining.
+  virtual bool has_mtp() const { return false; }
+  virtual void forward_mtp(const BatchMeta& meta, KvLayer& kv, const Tensor& hidden_in,
+                           const std::vector<int32_t>& logit_rows, std::vector<float>& logits, Tensor* hidden_out);
 };
 
 struct Family {

@@ -109,6 +109,29 @@ INSTANTIATE_TEST_SUITE_P(Drafters, ExactDrafting,
                                            std::make_tuple(tiny("qwen3"), false),
                                            std::make_tuple(tiny("qwen3"), true)));
 
+TEST(ExactDrafting, MtpHeadDraftsAreVerifiedExactly) {
+  auto e = make("qwen3-mtp", "mtp", false, 3);
+  EXPECT_EQ(e->info().drafter, "mtp");
+  const auto& tok = e->tokenizer();
+  int64_t drafted = 0;
+  for (const char* text : {"Well, Prince, so Genoa", "def main(argv):", "the the the"}) {
+    for (float temperature : {0.f, 0.9f}) {
+      GenerationRequest r;
+      r.prompt = tok.encode(text, false);
+      r.sampling.temperature = temperature;
+      r.sampling.seed = 5;
+      r.max_tokens = 30;
+      r.ignore_eos = true;
+      GenerationRequest serial = r;
+      serial.draft = false;
+      Out a = run(*e, serial), b = run(*e, r);
+      EXPECT_EQ(a.tokens, b.tokens) << text << " T=" << temperature;
+      drafted += b.usage.drafted_tokens;
+    }
+  }
+  EXPECT_GT(drafted, 0);
+}
+
 TEST(ExactDrafting, StopsAndLimitsLandOnTheSameToken) {
   auto e = make("qwen3", "none", true, 6);
   const auto& tok = e->tokenizer();

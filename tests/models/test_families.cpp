@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -144,6 +145,16 @@ TEST_P(FamilyGoldens, PrefillChunkingIsBitwiseInvariant) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, FamilyGoldens, ::testing::Values("qwen3", "llama", "qwen3-yarn"));
+
+// A checkpoint that ships an MTP head (mtp.*): the head loads, the main model ignores it.
+TEST(Families, MtpTensorsDoNotChangeTheModel) {
+  Runner with(tiny("qwen3-mtp")), without(tiny("qwen3"));
+  EXPECT_TRUE(with.model->has_mtp());
+  EXPECT_FALSE(without.model->has_mtp());
+  std::vector<int32_t> ids = {5, 17, 200, 33, 2, 91};
+  auto a = with.run(ids, {0, 5}, 4), b = without.run(ids, {0, 5}, 4);
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(0, std::memcmp(a[i].data(), b[i].data(), a[i].size() * 4));
+}
 
 TEST(Families, UnsupportedModelTypeIsRefusedWithTheReason) {
   json c = {{"model_type", "mamba"}};

@@ -10,6 +10,7 @@
 namespace tf {
 
 struct Sequence;
+class Tensor;
 
 struct DraftSlot {
   Sequence* seq = nullptr;
@@ -28,6 +29,12 @@ class Drafter {
   virtual void sync(Sequence&) {}
   // The stream ended: free what the drafter holds for it.
   virtual void release(Sequence&) {}
+  // Drafters that read the target model's final hidden states (MTP heads) get, after each forward, the
+  // states of the rows whose inputs are now the stream's tokens: `count` rows of `rows` from `first_row`,
+  // at positions first_position...
+  virtual bool wants_hidden() const { return false; }
+  virtual void observe_hidden(Sequence&, int /*first_position*/, const Tensor& /*rows*/, int /*first_row*/,
+                              int /*count*/) {}
 };
 
 }  // namespace tf

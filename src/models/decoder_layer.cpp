@@ -1,0 +1,112 @@
+#include "models/decoder_layer.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "checkpoint/checkpoint.h"
+#include "core/error.h"
+
+namespace tf {
+
+namespace {
+
+// Host concatenation along dim 0 (same dtype), used to fuse gate and up into one weight.
+Tensor concat_rows(const Tensor& a, const Tensor& b) {
+  TF_CHECK(a.dtype() == b.dtype() && a.dim(1) == b.dim(1),
+           "concat_rows: incompatible " + a.describe() + " and " + b.describe());
+  Tensor out = Tensor::empty({a.dim(0) + b.dim(0), a.dim(1)}, a.dtype());
+  std::memcpy(out.raw(), a.raw(), a.nbytes());
+  std::memcpy(static_cast<char*>(out.raw()) + a.nbytes(), b.raw(), b.nbytes());
+  return out;
+}
+
+}  // namespace
+
+Tensor fetch_tensor(const Checkpoint& ckpt, const std::string& name, const std::vector<int64_t>& shape) {
+  Tensor t = ckpt.get(name);
+  if (t.shape() != shape)
+    throw Error(ckpt.dir() + ": tensor '" + name + "' has shape " + shape_str(t.shape()) + ", config implies " +
+                shape_str(shape));
+  return t;
+}
+
+DecoderLayer load_decoder_layer(const Checkpoint& ckpt, Backend& be, const ModelSpec& spec, const std::string& lp) {
+  const int64_t H = spec.hidden, D = spec.head_dim, I = spec.intermediate;
+  const int64_t Q = int64_t(spec.heads) * D, KV = int64_t(spec.kv_heads) * D;
+  auto linear = [&](const std::string& base, int64_t out, int64_t in, bool bias) {
+    LinearWeight w;
+    w.weight = fetch_tensor(ckpt, base + ".weight", {out, in});
+    if (bias) w.bias = fetch_tensor(ckpt, base + ".bias", {out});
+    w.in_features = in;
+    w.out_features = out;
+    return be.upload_linear(w);
+  };
+  DecoderLayer L;
+  L.input_norm = be.upload(fetch_tensor(ckpt, lp + "input_layernorm.weight", {H}));
+  L.post_norm = be.upload(fetch_tensor(ckpt, lp + "post_attention_layernorm.weight", {H}));
+  L.q = linear(lp + "self_attn.q_proj", Q, H, spec.attention_bias);
+  L.k = linear(lp + "self_attn.k_proj", KV, H, spec.attention_bias);
+  L.v = linear(lp + "self_attn.v_proj", KV, H, spec.attention_bias);
+  L.o = linear(lp + "self_attn.o_proj", H, Q, spec.attention_bias);
+  if (spec.qk_norm) {
+    L.q_norm = be.upload(fetch_tensor(ckpt, lp + "self_attn.q_norm.weight", {D}));
+    L.k_norm = be.upload(fetch_tensor(ckpt, lp + "self_attn.k_norm.weight", {D}));
+  }
+  TF_CHECK(!spec.mlp_bias, "mlp_bias is not supported yet");
+  LinearWeight gu;
+  gu.weight = concat_rows(fetch_tensor(ckpt, lp + "mlp.gate_proj.weight", {I, H}),
+                          fetch_tensor(ckpt, lp + "mlp.up_proj.weight", {I, H}));
+  gu.in_features = H;
+  gu.out_features = 2 * I;
+  L.gate_up = be.upload_linear(gu);
+  L.down = linear(lp + "mlp.down_proj", H, I, false);
+  return L;
+}
+
+LayerWorkspace::LayerWorkspace(Backend& be, const ModelSpec& s, int64_t R) {
+  const DType dt = be.act_dtype();
+  const int64_t H = s.hidden, D = s.head_dim, I = s.intermediate;
+  residual = be.alloc({R, H}, dt);
+  h = be.alloc({R, H}, dt);
+  mlp_out = be.alloc({R, H}, dt);
+  q = be.alloc({R, int64_t(s.heads), D}, dt);
+  k = be.alloc({R, int64_t(s.kv_heads), D}, dt);
+  v = be.alloc({R, int64_t(s.kv_heads), D}, dt);
+  attn = be.alloc({R, int64_t(s.heads) * D}, dt);
+  gate_up = be.alloc({R, 2 * I}, dt);
+  act = be.alloc({R, I}, dt);
+}
+
+AttentionParams attention_params(const ModelSpec& spec) {
+  AttentionParams a;
+  a.num_heads = spec.heads;
+  a.num_kv_heads = spec.kv_heads;
+  a.head_dim = spec.head_dim;
+  a.scale = 1.f / std::sqrt(float(spec.head_dim));
+  a.sliding_window = spec.sliding_window;
+  return a;
+}
+
+void decoder_layer_forward(Backend& be, const ModelSpec& spec, DecoderLayer& L, const RopeParams& rope,
+                           const AttentionParams& attn, KvLayer& kv, LayerWorkspace& ws, bool pending) {
+  const float eps = spec.norm_eps, off = spec.norm_offset;
+  if (pending) be.add_rms_norm(ws.residual, ws.mlp_out, L.input_norm, eps, off, ws.h);
+  else be.rms_norm(ws.residual, L.input_norm, eps, off, ws.h);
+  be.linear(ws.h, L.q, ws.q);
+  be.linear(ws.h, L.k, ws.k);
+  be.linear(ws.h, L.v, ws.v);
+  if (spec.qk_norm) {
+    be.rms_norm(ws.q, L.q_norm, eps, off, ws.q);
+    be.rms_norm(ws.k, L.k_norm, eps, off, ws.k);
+  }
+  be.rope(ws.q, ws.k, rope);
+  be.kv_write(kv, ws.k, ws.v);
+  be.attention(ws.q, kv, attn, ws.attn);
+  be.linear(ws.attn, L.o, ws.mlp_out);
+  be.add_rms_norm(ws.residual, ws.mlp_out, L.post_norm, eps, off, ws.h);
+  be.linear(ws.h, L.gate_up, ws.gate_up);
+  be.silu_mul(ws.gate_up, ws.act);
+  be.linear(ws.act, L.down, ws.mlp_out);
+}
+
+}  // namespace tf

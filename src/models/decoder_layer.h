@@ -1,0 +1,33 @@
+#pragma once
+// One pre-norm decoder layer (attention with GQA, RoPE and optional q/k norm; SwiGLU MLP), shared by the
+// dense decoder and MTP heads, which use the same layer layout.
+#include <string>
+
+#include "models/model.h"
+
+namespace tf {
+
+struct DecoderLayer {
+  Tensor input_norm, post_norm, q_norm, k_norm;
+  LinearWeight q, k, v, o, gate_up, down;
+};
+
+// Reads `prefix` + input_layernorm / self_attn.{q,k,v,o}_proj (+ q_norm, k_norm) /
+// post_attention_layernorm / mlp.{gate,up,down}_proj, checking every shape against `spec`.
+DecoderLayer load_decoder_layer(const Checkpoint& ckpt, Backend& be, const ModelSpec& spec, const std::string& prefix);
+Tensor fetch_tensor(const Checkpoint& ckpt, const std::string& name, const std::vector<int64_t>& shape);
+
+struct LayerWorkspace {
+  Tensor residual, h, mlp_out, q, k, v, attn, gate_up, act;
+  LayerWorkspace(Backend& be, const ModelSpec& spec, int64_t rows);
+};
+
+// Runs one layer over the batch's rows. On entry ws.residual holds the stream; when `pending` is true,
+// ws.mlp_out holds the previous layer's MLP output, not yet added (the add is fused into this layer's
+// first norm). On exit ws.mlp_out holds this layer's MLP output, not yet added to ws.residual.
+void decoder_layer_forward(Backend& be, const ModelSpec& spec, DecoderLayer& L, const RopeParams& rope,
+                           const AttentionParams& attn, KvLayer& kv, LayerWorkspace& ws, bool pending);
+
+AttentionParams attention_params(const ModelSpec& spec);
+
+}  // namespace tf

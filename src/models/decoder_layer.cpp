@@ -5,6 +5,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "core/error.h"
+#include "models/weights.h"
 
 namespace tf {
 
@@ -34,12 +35,7 @@ DecoderLayer load_decoder_layer(const Checkpoint& ckpt, Backend& be, const Model
   const int64_t H = spec.hidden, D = spec.head_dim, I = spec.intermediate;
   const int64_t Q = int64_t(spec.heads) * D, KV = int64_t(spec.kv_heads) * D;
   auto linear = [&](const std::string& base, int64_t out, int64_t in, bool bias) {
-    LinearWeight w;
-    w.weight = fetch_tensor(ckpt, base + ".weight", {out, in});
-    if (bias) w.bias = fetch_tensor(ckpt, base + ".bias", {out});
-    w.in_features = in;
-    w.out_features = out;
-    return be.upload_linear(w);
+    return load_linear(ckpt, be, base, out, in, bias);
   };
   DecoderLayer L;
   L.input_norm = be.upload(fetch_tensor(ckpt, lp + "input_layernorm.weight", {H}));

@@ -99,8 +99,10 @@ ChatTemplate ChatTemplate::from_dir(const std::string& dir) {
 
 std::string ChatTemplate::render(const nlohmann::json& messages, const nlohmann::json& tools,
                                  bool add_generation_prompt, const nlohmann::json& extra_kwargs) const {
-  return render_ordered(nlohmann::ordered_json::parse(messages.dump()), nlohmann::ordered_json::parse(tools.dump()),
-                        add_generation_prompt, nlohmann::ordered_json::parse(extra_kwargs.dump()));
+  auto ordered = [](const nlohmann::json& j) {
+    return nlohmann::ordered_json::parse(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  };
+  return render_ordered(ordered(messages), ordered(tools), add_generation_prompt, ordered(extra_kwargs));
 }
 
 std::string ChatTemplate::render_ordered(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
@@ -112,6 +114,15 @@ std::string ChatTemplate::render_ordered(const nlohmann::ordered_json& messages,
   if (!extra_kwargs.is_null() && !extra_kwargs.is_object())
     throw InvalidRequest("chat template kwargs must be an object", "chat_template_kwargs");
 
+  try {
+    return render_values(messages, tools, add_generation_prompt, extra_kwargs);
+  } catch (const jinja::TemplateError& e) {
+    throw InvalidRequest(std::string("chat template error: ") + e.what());
+  }
+}
+
+std::string ChatTemplate::render_values(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                                        bool add_generation_prompt, const nlohmann::ordered_json& extra_kwargs) const {
   std::vector<jinja::Value> msgs;
   for (const auto& m : messages) msgs.push_back(normalize_message(m));
   jinja::Vars vars;
@@ -130,11 +141,7 @@ std::string ChatTemplate::render_ordered(const nlohmann::ordered_json& messages,
   vars.emplace_back("documents", documents);
   vars.emplace_back("add_generation_prompt", jinja::Value(add_generation_prompt));
   const auto& tmpl = !tools.is_null() && tool_use_tmpl_ ? tool_use_tmpl_ : tmpl_;
-  try {
-    return tmpl->render(vars);
-  } catch (const jinja::TemplateError& e) {
-    throw InvalidRequest(std::string("chat template error: ") + e.what());
-  }
+  return tmpl->render(vars);
 }
 
 }  // namespace tf

@@ -39,6 +39,8 @@ class ChatTemplate {
 
  private:
   ChatTemplate() = default;
+  std::string render_values(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                            bool add_generation_prompt, const nlohmann::ordered_json& extra_kwargs) const;
   std::string source_;
   std::shared_ptr<const jinja::Template> tmpl_, tool_use_tmpl_;
   std::map<std::string, std::string> special_tokens_;

@@ -394,6 +394,10 @@ TEST(ChatTemplate, ErrorsAreUserFacing) {
   EXPECT_THROW(t.render_ordered(ojson::parse(R"([{"role": "user", "content": "x"}])"), nullptr, true),
                InvalidRequest);
   EXPECT_THROW(t.render_ordered(ojson::array(), nullptr, true), InvalidRequest);
+  ojson deep = "x";
+  for (int k = 0; k < 1000; ++k) deep = ojson::array({deep});
+  ChatTemplate ok("{{ messages | length }}", "", "");
+  EXPECT_THROW(ok.render_ordered(ojson::array({{{"role", "user"}, {"content", deep}}}), nullptr, true), InvalidRequest);
 }
 
 TEST(ChatTemplate, FromDirReadsNamedTemplatesAndAddedTokens) {
@@ -434,3 +438,20 @@ TEST(ChatTemplate, ConcurrentRendersAgree) {
 
 }  // namespace
 }  // namespace tf
+
+namespace tf::jinja {
+namespace {
+
+TEST(JinjaLimits, DeepNestingIsAnErrorNotACrash) {
+  std::string deep_expr = "{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}";
+  EXPECT_THROW(Template{deep_expr}, TemplateError);
+  std::string deep_ifs;
+  for (int k = 0; k < 5000; ++k) deep_ifs += "{% if true %}";
+  EXPECT_THROW(Template{deep_ifs}, TemplateError);
+  nlohmann::ordered_json deep = 1;
+  for (int k = 0; k < 5000; ++k) deep = nlohmann::ordered_json::array({deep});
+  EXPECT_THROW(from_json(deep), TemplateError);
+}
+
+}  // namespace
+}  // namespace tf::jinja

@@ -106,6 +106,11 @@ class Parser {
 
   StmtPtr parse_statement() {
     int line = cur().line;
+    if (++nesting_ > kMaxNesting) fail("blocks nested too deeply");
+    struct Leave {
+      int& n;
+      ~Leave() { --n; }
+    } leave{nesting_};
     std::string kw = expect_name();
     auto s = std::make_unique<Stmt>();
     s->line = line;
@@ -402,6 +407,12 @@ class Parser {
   }
 
   ExprPtr parse_unary(bool with_filter) {
+    // Every nested sub-expression passes here; bound the recursion so hostile input cannot blow the stack.
+    if (++nesting_ > kMaxNesting) fail("expression nested too deeply");
+    struct Leave {
+      int& n;
+      ~Leave() { --n; }
+    } leave{nesting_};
     ExprPtr e;
     if (is_op("-") || is_op("+")) {
       e = make_expr(ExprType::kUnary, cur().line);
@@ -638,8 +649,10 @@ class Parser {
     return t;
   }
 
+  static constexpr int kMaxNesting = 200;
   std::vector<Token> t_;
   size_t p_ = 0;
+  int nesting_ = 0;
 };
 
 }  // namespace

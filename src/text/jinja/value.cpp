@@ -369,8 +369,12 @@ Value make_function(std::string name, std::function<Value(CallArgs&)> fn) {
   return Value(f);
 }
 
+// Request JSON can nest arbitrarily; the interpreter recurses over values, so refuse absurd depths.
+constexpr int kMaxJsonDepth = 256;
+
 template <typename J>
-static Value from_json_impl(const J& j) {
+static Value from_json_impl(const J& j, int depth = 0) {
+  if (depth > kMaxJsonDepth) throw TemplateError("JSON input nested too deeply");
   switch (j.type()) {
     case nlohmann::json::value_t::null:
       return Value::none();
@@ -386,12 +390,12 @@ static Value from_json_impl(const J& j) {
       return Value(j.template get<std::string>());
     case nlohmann::json::value_t::array: {
       std::vector<Value> items;
-      for (const auto& e : j) items.push_back(from_json_impl(e));
+      for (const auto& e : j) items.push_back(from_json_impl(e, depth + 1));
       return make_list(std::move(items));
     }
     case nlohmann::json::value_t::object: {
       auto d = std::make_shared<Dict>();
-      for (auto it = j.begin(); it != j.end(); ++it) d->items.emplace_back(Value(it.key()), from_json_impl(it.value()));
+      for (auto it = j.begin(); it != j.end(); ++it) d->items.emplace_back(Value(it.key()), from_json_impl(it.value(), depth + 1));
       return Value(d);
     }
     default:

@@ -240,8 +240,11 @@ TEST_F(PullTest, GatedModelSaysToSetHfToken) {
   for (const auto& r : hub_.requests()) {
     if (r.path.rfind("/api/", 0) == 0 || r.path.find("/resolve/") != std::string::npos) {
       EXPECT_EQ(r.authorization, "Bearer hf_secret") << r.path;
+    } else {
+      EXPECT_EQ(r.authorization, "") << r.path;  // the token never leaves the Hub for its CDN
     }
   }
+  EXPECT_FALSE(content_gets("model.safetensors").empty());
 }
 
 TEST_F(PullTest, GatedFilesBehindAPublicListing) {

@@ -7,7 +7,8 @@ and a slice of War and Peace) with AutoTokenizer and writes, per family, a JSON 
 
   {"family": ..., "cases": [{"text", "ids", "ids_plain", "decode_skip", "decode_keep"}, ...]}
 
-ids = Tokenizer.encode(text).ids, ids_plain = the same with add_special_tokens=False,
+ids = Tokenizer.encode(text).ids, ids_plain = the same with add_special_tokens=False, ids_split_special =
+ids_plain with encode_special_tokens=True (special tokens in the text tokenized as text),
 decode_skip / decode_keep = Tokenizer.decode(ids, skip_special_tokens=True / False), followed by
 transformers' clean_up_tokenization when tokenizer_config.json asks for it and the model is not BPE (what
 transformers' decode does). The reference is the `tokenizers` pipeline read from tokenizer.json: that is
@@ -277,6 +278,8 @@ def golden(fam, path, texts):
     byte_ids = [vocab[f"<0x{b:02X}>"] for b in range(256) if f"<0x{b:02X}>" in vocab]
     if not byte_ids:  # byte-level vocabularies: single-byte symbols (Ġ, Ċ, and raw 0x80.. bytes)
         byte_ids = [i for t, i in vocab.items() if len(t) == 1][:400]
+    plain = Tokenizer.from_str(tok.to_str())
+    plain.encode_special_tokens = True
     cases = []
     for text in texts + fuzz_texts(fam, specials):
         ids = tok.encode(text).ids
@@ -284,6 +287,7 @@ def golden(fam, path, texts):
             "text": text,
             "ids": ids,
             "ids_plain": tok.encode(text, add_special_tokens=False).ids,
+            "ids_split_special": plain.encode(text, add_special_tokens=False).ids,
             "decode_skip": decode(ids, True),
             "decode_keep": decode(ids, False),
         })

@@ -31,7 +31,7 @@ char32_t char_before(std::string_view s, size_t end) {
 }
 }  // namespace
 
-void AddedTokenMatcher::split(Segment seg, std::vector<Segment>& out) const {
+void AddedTokenMatcher::split(Segment seg, std::vector<Segment>& out, bool skip_special) const {
   const std::string& s = seg.text;
   if (tokens_.empty() || s.empty()) {
     if (!s.empty()) out.push_back(std::move(seg));
@@ -60,6 +60,7 @@ void AddedTokenMatcher::split(Segment seg, std::vector<Segment>& out) const {
     }
     size_t start = i, stop = best_end;
     i = best_end;  // matches never overlap, as with Aho-Corasick find_iter
+    if (skip_special && best->special) continue;
     if (best->single_word) {
       bool start_ok = start == 0 || !is_word_char(char_before(s, start));
       int len;

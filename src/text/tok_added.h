@@ -28,8 +28,9 @@ class AddedTokenMatcher {
   // `patterns[i]` is what to look for (the content, normalized for normalized tokens).
   void add(const std::string& pattern, const AddedToken* token);
   bool empty() const { return tokens_.empty(); }
-  // Splits seg (id == -1) into text segments and token segments, appending to out.
-  void split(Segment seg, std::vector<Segment>& out) const;
+  // Splits seg (id == -1) into text segments and token segments, appending to out. With
+  // skip_special, special tokens are left in the text (HF's encode_special_tokens).
+  void split(Segment seg, std::vector<Segment>& out, bool skip_special = false) const;
 
  private:
   int32_t child(int32_t node, unsigned char b) const {

@@ -196,19 +196,24 @@ Tokenizer Tokenizer::load(const std::string& dir) {
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view input, bool add_special_tokens) const {
+  return encode(input, add_special_tokens, false);
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view input, bool add_special_tokens,
+                                       bool split_special_tokens) const {
   const tok::TokenizerImpl& t = *impl_;
   std::string text = tok::is_valid_utf8(input) ? std::string(input) : tok::utf8_lossy(input);
 
   // Added tokens on the raw text, then normalization, then normalized added tokens.
   std::vector<tok::Segment> raw, segs;
-  t.raw_matcher.split({std::move(text), -1, true}, raw);
+  t.raw_matcher.split({std::move(text), -1, true}, raw, split_special_tokens);
   for (auto& s : raw) {
     if (s.id >= 0) {
       segs.push_back(std::move(s));
       continue;
     }
     if (t.normalizer) t.normalizer->normalize(s.text);
-    t.normalized_matcher.split(std::move(s), segs);
+    t.normalized_matcher.split(std::move(s), segs, split_special_tokens);
   }
 
   std::vector<int32_t> ids;

@@ -25,6 +25,10 @@ class Tokenizer {  // cheap to copy (shared immutable impl); thread-safe
 
   // = tokenizer(text, add_special_tokens=...)["input_ids"]. Invalid UTF-8 bytes are replaced by U+FFFD.
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = true) const;
+  // split_special_tokens = true: special tokens written in the text are tokenized as plain text
+  // (transformers' split_special_tokens / tokenizers' encode_special_tokens), e.g. for user content.
+  std::vector<int32_t> encode(std::string_view text, bool add_special_tokens,
+                              bool split_special_tokens) const;
   // = tokenizer.decode(ids, skip_special_tokens=...). Unknown ids are skipped.
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = true) const;
 

@@ -47,6 +47,8 @@ TEST_P(TokenizerGolden, MatchesHuggingFace) {
     auto got_plain = tok.encode(text, false);
     EXPECT_EQ(got, ids) << fam << " text: " << text << "\n ours: " << show(got) << "\n  ref: " << show(ids);
     EXPECT_EQ(got_plain, c["ids_plain"].get<std::vector<int32_t>>()) << fam << " text: " << text;
+    EXPECT_EQ(tok.encode(text, false, true), c["ids_split_special"].get<std::vector<int32_t>>())
+        << fam << " split_special_tokens, text: " << text;
     EXPECT_EQ(tok.decode(ids, true), c["decode_skip"].get<std::string>()) << fam << " ids: " << show(ids);
     EXPECT_EQ(tok.decode(ids, false), c["decode_keep"].get<std::string>()) << fam << " ids: " << show(ids);
     for (bool skip : {true, false}) {

@@ -342,6 +342,15 @@ TEST(JinjaSyntax, UnclosedVar) { expect_syntax_error("{{ x ", 1); }
 // Python: TemplateSyntaxError: Encountered unknown tag 'endfor'. (line 2)
 TEST(JinjaSyntax, StrayEnd) { expect_syntax_error("x\n{% endfor %}", 2); }
 
+TEST(JinjaSyntax, UnknownFilterOrTestFailsAtParseUnlessConditional) {
+  // jinja2: TemplateAssertionError at compile time, except inside if statements / conditional expressions.
+  expect_syntax_error("x\n{{ 1 | nosuch }}", 2);
+  expect_syntax_error("{% for x in [1] %}{% if true %}{% endif %}\n{{ x is nosuch }}{% endfor %}", 2);
+  EXPECT_EQ(Template("x{% if false %}{{ 1 | nosuch }}{% endif %}").render({}), "x");
+  EXPECT_EQ(Template("x{{ (1 | nosuch) if false else 'y' }}").render({}), "xy");
+  EXPECT_THROW(Template("{% if true %}{{ 1 | nosuch }}{% endif %}").render({}), TemplateError);
+}
+
 TEST(JinjaSyntax, UnsupportedTagNamesLine) { expect_syntax_error("a\n\n{% include 'x' %}", 3); }
 
 TEST(JinjaErrors, RuntimeErrorNamesLine) {

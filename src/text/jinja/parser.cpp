@@ -2,11 +2,69 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <unordered_set>
 
 #include "text/jinja/lexer.h"
 
 namespace tf::jinja {
 namespace {
+
+// jinja2's builtin filter and test names. Like jinja2, a name outside this list is a compile-time error,
+// unless it sits inside an if statement or conditional expression (then it fails when reached).
+const std::unordered_set<std::string> kJinjaFilters = {
+    "abs",     "attr",     "batch",      "capitalize", "center",    "count",     "d",         "default",
+    "dictsort", "e",       "escape",     "filesizeformat", "first", "float",     "forceescape", "format",
+    "groupby", "indent",   "int",        "items",      "join",      "last",      "length",    "list",
+    "lower",   "map",      "max",        "min",        "pprint",    "random",    "reject",    "rejectattr",
+    "replace", "reverse",  "round",      "safe",       "select",    "selectattr", "slice",    "sort",
+    "string",  "striptags", "sum",       "title",      "tojson",    "trim",      "truncate",  "unique",
+    "upper",   "urlencode", "urlize",    "wordcount",  "wordwrap",  "xmlattr"};
+const std::unordered_set<std::string> kJinjaTests = {
+    "!=",      "<",        "<=",         "==",         ">",         ">=",        "boolean",   "callable",
+    "defined", "divisibleby", "eq",      "equalto",    "escaped",   "even",      "false",     "filter",
+    "float",   "ge",       "greaterthan", "gt",        "in",        "integer",   "iterable",  "le",
+    "lessthan", "lower",   "lt",         "mapping",    "ne",        "none",      "number",    "odd",
+    "sameas",  "sequence", "string",     "test",       "true",      "undefined", "upper"};
+
+[[noreturn]] void name_error(int line, const std::string& what, const std::string& name) {
+  throw TemplateError("line " + std::to_string(line) + ": no " + what + " named '" + name + "'");
+}
+
+void check_expr(const Expr* e, bool soft);
+
+void check_exprs(const std::vector<ExprPtr>& es, bool soft) {
+  for (const auto& e : es) check_expr(e.get(), soft);
+}
+
+void check_expr(const Expr* e, bool soft) {
+  if (!e) return;
+  if (e->type == ExprType::kCond) soft = true;
+  if (!soft && e->type == ExprType::kFilter && !kJinjaFilters.count(e->name)) name_error(e->line, "filter", e->name);
+  if (!soft && e->type == ExprType::kTest && !kJinjaTests.count(e->name)) name_error(e->line, "test", e->name);
+  check_expr(e->a.get(), soft);
+  check_expr(e->b.get(), soft);
+  check_expr(e->c.get(), soft);
+  check_exprs(e->args, soft);
+  for (const auto& kv : e->kwargs) check_expr(kv.second.get(), soft);
+  check_expr(e->star_args.get(), soft);
+  check_expr(e->star_kwargs.get(), soft);
+}
+
+// `soft` mirrors jinja2's soft frames: set inside if statements; loop, macro and block bodies reset it.
+void check_body(const Body& body, bool soft) {
+  for (const auto& s : body) {
+    bool inner = s->type == StmtType::kIf ? true : soft;
+    check_expr(s->expr.get(), inner);
+    check_exprs(s->conds, inner);
+    for (const auto& b : s->bodies) check_body(b, inner);
+    bool frame = s->type == StmtType::kFor || s->type == StmtType::kMacro || s->type == StmtType::kCallBlock ||
+                 s->type == StmtType::kSetBlock || s->type == StmtType::kFilterBlock;
+    check_expr(s->cond.get(), frame ? false : inner);
+    for (const auto& p : s->params) check_expr(p.second.get(), false);
+    check_body(s->body, frame ? false : inner);
+    check_body(s->else_body, frame ? false : inner);
+  }
+}
 
 ExprPtr make_expr(ExprType t, int line) {
   auto e = std::make_unique<Expr>();
@@ -657,6 +715,10 @@ class Parser {
 
 }  // namespace
 
-Body parse_template(const std::string& source) { return Parser(tokenize(source)).parse_all(); }
+Body parse_template(const std::string& source) {
+  Body body = Parser(tokenize(source)).parse_all();
+  check_body(body, false);
+  return body;
+}
 
 }  // namespace tf::jinja

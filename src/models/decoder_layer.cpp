@@ -9,20 +9,6 @@
 
 namespace tf {
 
-namespace {
-
-// Host concatenation along dim 0 (same dtype), used to fuse gate and up into one weight.
-Tensor concat_rows(const Tensor& a, const Tensor& b) {
-  TF_CHECK(a.dtype() == b.dtype() && a.dim(1) == b.dim(1),
-           "concat_rows: incompatible " + a.describe() + " and " + b.describe());
-  Tensor out = Tensor::empty({a.dim(0) + b.dim(0), a.dim(1)}, a.dtype());
-  std::memcpy(out.raw(), a.raw(), a.nbytes());
-  std::memcpy(static_cast<char*>(out.raw()) + a.nbytes(), b.raw(), b.nbytes());
-  return out;
-}
-
-}  // namespace
-
 Tensor fetch_tensor(const Checkpoint& ckpt, const std::string& name, const std::vector<int64_t>& shape) {
   Tensor t = ckpt.get(name);
   if (t.shape() != shape)
@@ -49,12 +35,7 @@ DecoderLayer load_decoder_layer(const Checkpoint& ckpt, Backend& be, const Model
     L.k_norm = be.upload(fetch_tensor(ckpt, lp + "self_attn.k_norm.weight", {D}));
   }
   TF_CHECK(!spec.mlp_bias, "mlp_bias is not supported yet");
-  LinearWeight gu;
-  gu.weight = concat_rows(fetch_tensor(ckpt, lp + "mlp.gate_proj.weight", {I, H}),
-                          fetch_tensor(ckpt, lp + "mlp.up_proj.weight", {I, H}));
-  gu.in_features = H;
-  gu.out_features = 2 * I;
-  L.gate_up = be.upload_linear(gu);
+  L.gate_up = load_fused_linear(ckpt, be, {lp + "mlp.gate_proj", lp + "mlp.up_proj"}, {I, I}, H);  // gate rows first
   L.down = linear(lp + "mlp.down_proj", H, I, false);
   return L;
 }

@@ -5,6 +5,7 @@
 #include "checkpoint/checkpoint.h"
 #include "core/error.h"
 #include "models/decoder_layer.h"
+#include "models/weights.h"
 
 namespace tf {
 
@@ -42,15 +43,11 @@ class DenseDecoder final : public Model {
       : be_(be), spec_(spec) {
     const int64_t H = spec.hidden, V = spec.vocab;
     const std::string& p = names.prefix;
-    embed_ = be.upload(fetch_tensor(ckpt, p + "embed_tokens.weight", {V, H}));
+    embed_ = load_embedding(ckpt, be, p + "embed_tokens", V, H);
     final_norm_ = be.upload(fetch_tensor(ckpt, p + "norm.weight", {H}));
     for (int l = 0; l < spec.layers; ++l)
       layers_.push_back(load_decoder_layer(ckpt, be, spec, p + "layers." + std::to_string(l) + "."));
-    LinearWeight head;
-    head.weight = spec.tie_embeddings ? ckpt.get(p + "embed_tokens.weight") : fetch_tensor(ckpt, "lm_head.weight", {V, H});
-    head.in_features = H;
-    head.out_features = V;
-    lm_head_ = be.upload_linear(head);
+    lm_head_ = load_linear(ckpt, be, spec.tie_embeddings ? p + "embed_tokens" : "lm_head", V, H, false);
     rope_ = make_rope(spec.rope, context);
     attn_ = attention_params(spec);
     if (spec.mtp_layers > 0 && ckpt.has("mtp.fc.weight")) load_mtp(ckpt);

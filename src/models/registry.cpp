@@ -4,6 +4,7 @@
 #include "checkpoint/checkpoint.h"
 #include "core/error.h"
 #include "models/model.h"
+#include "models/quant_config.h"
 
 namespace tf {
 
@@ -27,10 +28,17 @@ const Family& find_family(const nlohmann::json& config) {
   throw Error("model_type '" + t + "' is not supported (supported: " + names + ")");
 }
 
-ModelSpec parse_spec(const nlohmann::json& config) { return find_family(config).parse(config); }
+// The quantization block is validated here too, so `pull` and `info` refuse unsupported variants (AWQ,
+// GPTQ, 7-bit, NVFP4, ...) from config.json alone, before any weight is downloaded.
+ModelSpec parse_spec(const nlohmann::json& config) {
+  ModelSpec spec = find_family(config).parse(config);
+  parse_quant_config(config);
+  return spec;
+}
 
 std::unique_ptr<Model> load_model(const Checkpoint& ckpt, Backend& backend, int context) {
   const Family& f = find_family(ckpt.config());
+  parse_quant_config(ckpt.config());
   return f.load(ckpt, backend, f.parse(ckpt.config()), context);
 }
 

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "core/error.h"
 #include "ops/backend.h"
+#include "ops/cpu/quant.h"
 
 namespace tf {
 
@@ -47,11 +49,13 @@ class CpuBackend final : public Backend {
   Tensor alloc(std::vector<int64_t> shape, DType dtype) override { return Tensor::empty(std::move(shape), dtype); }
   Tensor upload(const Tensor& host) override { return to_f32(host); }
   LinearWeight upload_linear(const LinearWeight& host) override {
-    TF_CHECK(host.format == LinearWeight::Format::Dense,
-             "cpu backend: quantized linear weights are not supported yet");
     LinearWeight w = host;
-    w.weight = to_f32(host.weight);
     if (host.bias.defined()) w.bias = to_f32(host.bias);
+    if (host.format != LinearWeight::Format::Dense) {  // kept packed; linear() dequantizes row by row
+      check_quantized_linear(host);
+      return w;
+    }
+    w.weight = to_f32(host.weight);
     w.out_features = w.weight.dim(0);
     w.in_features = w.weight.dim(1);
     return w;
@@ -88,8 +92,9 @@ class CpuBackend final : public Backend {
     const int64_t M = x.numel() / w.in_features, K = w.in_features, N = w.out_features;
     TF_CHECK(x.dim(-1) == K && y.numel() == M * N, "linear: shapes " + x.describe() + " x " +
                                                        w.weight.describe() + " -> " + y.describe());
-    const float* W = w.weight.data<float>();
     const float* B = w.bias.defined() ? w.bias.data<float>() : nullptr;
+    if (w.format != LinearWeight::Format::Dense) return linear_quantized(x, w, y, B);
+    const float* W = w.weight.data<float>();
     // Weight rows outer, activation rows inner: each weight row is read once per call whatever M is,
     // and every output is the same dot() in the same order, so rows stay bitwise independent of M.
     for (int64_t n = 0; n < N; ++n) {
@@ -198,6 +203,17 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // Weight-only quantized linear: each weight row is dequantized once (exact format values) and then used
+  // exactly like a dense row, so results equal the dense path on the dequantized weight, whatever M is.
+  static void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, const float* B) {
+    const int64_t K = w.in_features, N = w.out_features, M = x.numel() / K;
+    std::vector<float> wr(static_cast<size_t>(K));
+    for (int64_t n = 0; n < N; ++n) {
+      dequantize_row(w, n, wr.data());
+      const float b = B ? B[n] : 0.f;
+      for (int64_t m = 0; m < M; ++m) y.data<float>()[m * N + n] = dot(x.data<float>() + m * K, wr.data(), K) + b;
+    }
+  }
   static void norm_row(const float* x, const float* w, int64_t d, float eps, float offset, float* y) {
     const float inv = 1.f / std::sqrt(sum_squares(x, d) / float(d) + eps);
     for (int64_t i = 0; i < d; ++i) y[i] = (w[i] + offset) * (x[i] * inv);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "core/error.h"
 #include "text/detokenizer.h"
@@ -273,6 +274,41 @@ TEST(TokenizerUnit, UnigramViterbiAndCleanup) {
   std::vector<int32_t> ids = {1, 4, 1, 5, 1, 2};  // "▁ab▁.▁a"
   EXPECT_EQ(clean.decode(ids), "ab. a");
   EXPECT_EQ(stream_all(clean, ids, true), "ab. a");
+}
+
+TEST(TokenizerUnit, CopiesShareOneImmutableTokenizerAcrossThreads) {
+  const std::string G = byte_char(' ');
+  auto t = make(byte_level({{"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"}, {G, "w"}}));
+  std::vector<std::string> texts;
+  for (int i = 0; i < 16; ++i)
+    texts.push_back(std::string(300 + i * 37, 'a' + i % 7) + " hello world " + std::to_string(i));
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& s : texts) want.push_back(t.encode(s));
+  std::vector<int> ok(4, 0);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 4; ++k) {
+    threads.emplace_back([&, k, copy = t] {
+      for (int round = 0; round < 20; ++round)
+        for (size_t i = 0; i < texts.size(); ++i)
+          ok[k] += copy.encode(texts[i]) == want[i] && copy.decode(want[i]) == texts[i];
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(ok[k], 20 * 16);
+}
+
+TEST(TokenizerUnit, SplitSpecialTokensTreatsThemAsText) {
+  json j = byte_level({});
+  j["added_tokens"] = json::array({{{"id", 300},
+                                    {"content", "<x>"},
+                                    {"lstrip", false},
+                                    {"rstrip", false},
+                                    {"normalized", false},
+                                    {"single_word", false},
+                                    {"special", true}}});
+  auto t = make(j);
+  EXPECT_EQ(t.encode("a<x>", false), (std::vector<int32_t>{'a', 300}));
+  EXPECT_EQ(t.encode("a<x>", false, true), (std::vector<int32_t>{'a', '<', 'x', '>'}));
 }
 
 TEST(TokenizerUnit, ErrorsNameTheProblem) {

@@ -83,7 +83,8 @@ ChatTemplate ChatTemplate::from_dir(const std::string& dir) {
       if (name == "tool_use") ct.tool_use_tmpl_ = compile(text, "tool_use in " + config_path.string());
     }
   }
-  if (ct.source_.empty()) throw Error("no chat template in " + dir + " (chat_template.jinja or tokenizer_config.json)");
+  if (ct.source_.empty())
+    throw Error("no chat template in " + dir + " (chat_template.jinja or tokenizer_config.json)");
   ct.tmpl_ = compile(ct.source_, "in " + dir);
   for (const char* name :
        {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}) {
@@ -105,11 +106,12 @@ std::string ChatTemplate::render(const nlohmann::json& messages, const nlohmann:
   return render_ordered(ordered(messages), ordered(tools), add_generation_prompt, ordered(extra_kwargs));
 }
 
-std::string ChatTemplate::render_ordered(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
-                                         bool add_generation_prompt,
+std::string ChatTemplate::render_ordered(const nlohmann::ordered_json& messages,
+                                         const nlohmann::ordered_json& tools, bool add_generation_prompt,
                                          const nlohmann::ordered_json& extra_kwargs) const {
   if (!messages.is_array()) throw InvalidRequest("messages must be an array", "messages");
-  if (messages.empty()) throw InvalidRequest("cannot apply the chat template to an empty conversation", "messages");
+  if (messages.empty())
+    throw InvalidRequest("cannot apply the chat template to an empty conversation", "messages");
   if (!tools.is_null() && !tools.is_array()) throw InvalidRequest("tools must be an array", "tools");
   if (!extra_kwargs.is_null() && !extra_kwargs.is_object())
     throw InvalidRequest("chat template kwargs must be an object", "chat_template_kwargs");
@@ -121,8 +123,9 @@ std::string ChatTemplate::render_ordered(const nlohmann::ordered_json& messages,
   }
 }
 
-std::string ChatTemplate::render_values(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
-                                        bool add_generation_prompt, const nlohmann::ordered_json& extra_kwargs) const {
+std::string ChatTemplate::render_values(const nlohmann::ordered_json& messages,
+                                        const nlohmann::ordered_json& tools, bool add_generation_prompt,
+                                        const nlohmann::ordered_json& extra_kwargs) const {
   std::vector<jinja::Value> msgs;
   for (const auto& m : messages) msgs.push_back(normalize_message(m));
   jinja::Vars vars;

@@ -2,9 +2,8 @@
 // Chat templates rendered exactly as transformers' tokenizer.apply_chat_template(..., tokenize=False).
 #include <map>
 #include <memory>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace tf {
 namespace jinja {
@@ -29,9 +28,9 @@ class ChatTemplate {
   // Callers that have the request's key order should use render_ordered.
   std::string render(const nlohmann::json& messages, const nlohmann::json& tools, bool add_generation_prompt,
                      const nlohmann::json& extra_kwargs = nlohmann::json::object()) const;
-  std::string render_ordered(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
-                             bool add_generation_prompt,
-                             const nlohmann::ordered_json& extra_kwargs = nlohmann::ordered_json::object()) const;
+  std::string render_ordered(
+      const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools, bool add_generation_prompt,
+      const nlohmann::ordered_json& extra_kwargs = nlohmann::ordered_json::object()) const;
 
   const std::string& source() const { return source_; }
   // Sets another special token variable (unk_token, pad_token, ...) passed to the template.

@@ -40,14 +40,18 @@ std::unique_ptr<ChatTemplate> load(const ojson& t, std::string* error) {
 }
 
 // Where the two renderings part, with some context, as JSON strings.
-std::string describe_difference(const ojson& want, bool raised, const std::string& err, const std::string& got) {
-  if (want.contains("error")) return "  python raises " + want["error"].get<std::string>() + "\n  ours renders " + ojson(got.substr(0, 300)).dump();
+std::string describe_difference(const ojson& want, bool raised, const std::string& err,
+                                const std::string& got) {
+  if (want.contains("error"))
+    return "  python raises " + want["error"].get<std::string>() + "\n  ours renders " +
+           ojson(got.substr(0, 300)).dump();
   if (raised) return "  ours raises " + err;
   std::string exp = want["expected"];
   size_t i = 0;
   while (i < exp.size() && i < got.size() && exp[i] == got[i]) ++i;
   size_t from = i > 60 ? i - 60 : 0;
-  return "  at byte " + std::to_string(i) + "\n  python: " + ojson(exp.substr(from, 160)).dump(-1, ' ', false, ojson::error_handler_t::replace) +
+  return "  at byte " + std::to_string(i) +
+         "\n  python: " + ojson(exp.substr(from, 160)).dump(-1, ' ', false, ojson::error_handler_t::replace) +
          "\n  ours:   " + ojson(got.substr(from, 160)).dump(-1, ' ', false, ojson::error_handler_t::replace);
 }
 

@@ -16,24 +16,24 @@ using StmtPtr = std::unique_ptr<Stmt>;
 using Body = std::vector<StmtPtr>;
 
 enum class ExprType {
-  kLiteral,   // literal
-  kName,      // name
-  kGetAttr,   // a.name
-  kGetItem,   // a[b]
-  kSlice,     // a[b:c:d] (a, b, c, args[0] may be null)
-  kCall,      // a(args, kwargs)
-  kFilter,    // a | name(args, kwargs)
-  kTest,      // a is [not] name(args)
-  kBinary,    // a name b  (+ - * / // % ** ~)
-  kUnary,     // name a    (- +)
-  kCompare,   // a ops[i] args[i] ...
+  kLiteral,  // literal
+  kName,     // name
+  kGetAttr,  // a.name
+  kGetItem,  // a[b]
+  kSlice,    // a[b:c:d] (a, b, c, args[0] may be null)
+  kCall,     // a(args, kwargs)
+  kFilter,   // a | name(args, kwargs)
+  kTest,     // a is [not] name(args)
+  kBinary,   // a name b  (+ - * / // % ** ~)
+  kUnary,    // name a    (- +)
+  kCompare,  // a ops[i] args[i] ...
   kAnd,
   kOr,
   kNot,
-  kCond,      // b if a else c
+  kCond,  // b if a else c
   kList,
   kTuple,
-  kDict,      // args = key, value, key, value, ...
+  kDict,  // args = key, value, key, value, ...
 };
 
 struct Expr {
@@ -52,16 +52,16 @@ struct Expr {
 enum class StmtType {
   kText,
   kOutput,
-  kIf,          // conds[i] -> bodies[i]; a trailing else has a null cond
+  kIf,  // conds[i] -> bodies[i]; a trailing else has a null cond
   kFor,
-  kSet,         // targets = expr, or ns.attr = expr
-  kSetBlock,    // targets = rendered body (optionally through filter)
+  kSet,       // targets = expr, or ns.attr = expr
+  kSetBlock,  // targets = rendered body (optionally through filter)
   kMacro,
-  kCallBlock,   // {% call(params) expr %}body{% endcall %}
+  kCallBlock,  // {% call(params) expr %}body{% endcall %}
   kFilterBlock,
   kBreak,
   kContinue,
-  kScope,       // a plain body ({% generation %})
+  kScope,  // a plain body ({% generation %})
 };
 
 // Name under which a filter block's / block set's rendered body enters its filter chain.
@@ -71,8 +71,8 @@ struct Stmt {
   StmtType type;
   int line = 0;
   std::string text;
-  ExprPtr expr;     // output / for iterable / set value / call expression / filter chain
-  ExprPtr cond;     // for-loop filter
+  ExprPtr expr;  // output / for iterable / set value / call expression / filter chain
+  ExprPtr cond;  // for-loop filter
   std::vector<ExprPtr> conds;
   std::vector<Body> bodies;
   std::vector<std::string> targets;  // loop / set targets (several: tuple unpacking)

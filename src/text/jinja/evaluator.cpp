@@ -146,7 +146,8 @@ class Interp {
     if (items.size() != targets.size())
       throw TemplateError(items.size() > targets.size()
                               ? "too many values to unpack (expected " + std::to_string(targets.size()) + ")"
-                              : "not enough values to unpack (expected " + std::to_string(targets.size()) + ")");
+                              : "not enough values to unpack (expected " + std::to_string(targets.size()) +
+                                    ")");
     for (size_t k = 0; k < targets.size(); ++k) sc.vars[targets[k]] = items[k];
   }
 
@@ -254,7 +255,8 @@ class Interp {
       bool matched = false;
       for (size_t p = 0; p < def.params.size(); ++p) {
         if (def.params[p].first != k) continue;
-        if (given[p]) throw TemplateError("macro '" + def.name + "' got multiple values for argument '" + k + "'");
+        if (given[p])
+          throw TemplateError("macro '" + def.name + "' got multiple values for argument '" + k + "'");
         ms->vars[k] = v;
         given[p] = matched = true;
       }
@@ -268,7 +270,8 @@ class Interp {
     for (size_t p = 0; p < def.params.size(); ++p) {
       if (given[p]) continue;
       const auto& [pname, pdef] = def.params[p];
-      ms->vars[pname] = pdef ? eval(*pdef, ms) : Value::undefined("parameter '" + pname + "' was not provided");
+      ms->vars[pname] =
+          pdef ? eval(*pdef, ms) : Value::undefined("parameter '" + pname + "' was not provided");
     }
     ms->vars["varargs"] = make_list(std::move(varargs), true);
     ms->vars["kwargs"] = kwargs;
@@ -307,10 +310,14 @@ class Interp {
       Value right = eval(*e.args[k], sc);
       const std::string& op = e.ops[k];
       bool ok;
-      if (op == "==") ok = left.equals(right);
-      else if (op == "!=") ok = !left.equals(right);
-      else if (op == "in") ok = contains(right, left);
-      else if (op == "notin") ok = !contains(right, left);
+      if (op == "==")
+        ok = left.equals(right);
+      else if (op == "!=")
+        ok = !left.equals(right);
+      else if (op == "in")
+        ok = contains(right, left);
+      else if (op == "notin")
+        ok = !contains(right, left);
       else {
         int c = compare_values(left, right);
         ok = op == "<" ? c < 0 : op == ">" ? c > 0 : op == "<=" ? c <= 0 : c >= 0;
@@ -369,8 +376,10 @@ class Interp {
         return Value(!eval(*e.a, sc).truthy());
       case ExprType::kCond:
         if (eval(*e.a, sc).truthy()) return eval(*e.b, sc);
-        return e.c ? eval(*e.c, sc) : Value::undefined("the inline if-expression evaluated to false and no else "
-                                                        "section was defined");
+        return e.c ? eval(*e.c, sc)
+                   : Value::undefined(
+                         "the inline if-expression evaluated to false and no else "
+                         "section was defined");
       case ExprType::kList:
       case ExprType::kTuple: {
         std::vector<Value> items;
@@ -379,7 +388,8 @@ class Interp {
       }
       case ExprType::kDict: {
         auto d = std::make_shared<Dict>();
-        for (size_t k = 0; k + 1 < e.args.size(); k += 2) d->set(eval(*e.args[k], sc), eval(*e.args[k + 1], sc));
+        for (size_t k = 0; k + 1 < e.args.size(); k += 2)
+          d->set(eval(*e.args[k], sc), eval(*e.args[k + 1], sc));
         return Value(d);
       }
     }
@@ -415,13 +425,17 @@ Value build_dict(CallArgs& a, DictKind kind) {
 Value global_range(CallArgs& a) {
   std::vector<int64_t> n;
   for (const auto& v : a.pos) {
-    if (!v.is_int() && !v.is_bool()) throw TemplateError("'" + v.type_name() + "' object cannot be interpreted as an integer");
+    if (!v.is_int() && !v.is_bool())
+      throw TemplateError("'" + v.type_name() + "' object cannot be interpreted as an integer");
     n.push_back(v.as_int());
   }
   int64_t start = 0, stop = 0, step = 1;
-  if (n.size() == 1) stop = n[0];
-  else if (n.size() == 2 || n.size() == 3) start = n[0], stop = n[1], step = n.size() == 3 ? n[2] : 1;
-  else throw TemplateError("range expected 1 to 3 arguments");
+  if (n.size() == 1)
+    stop = n[0];
+  else if (n.size() == 2 || n.size() == 3)
+    start = n[0], stop = n[1], step = n.size() == 3 ? n[2] : 1;
+  else
+    throw TemplateError("range expected 1 to 3 arguments");
   if (step == 0) throw TemplateError("range() arg 3 must not be zero");
   std::vector<Value> out;
   for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
@@ -446,7 +460,8 @@ ScopePtr make_globals() {
   auto g = std::make_shared<Scope>();
   g->vars["range"] = make_function("range", global_range);
   g->vars["dict"] = make_function("dict", [](CallArgs& a) { return build_dict(a, DictKind::kDict); });
-  g->vars["namespace"] = make_function("namespace", [](CallArgs& a) { return build_dict(a, DictKind::kNamespace); });
+  g->vars["namespace"] =
+      make_function("namespace", [](CallArgs& a) { return build_dict(a, DictKind::kNamespace); });
   g->vars["raise_exception"] = make_function("raise_exception", [](CallArgs& a) -> Value {
     throw TemplateError(a.pos.empty() ? std::string("raise_exception called") : a.pos[0].to_str());
   });

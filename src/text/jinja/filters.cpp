@@ -88,7 +88,8 @@ Value do_int(const Value& v, const CallArgs& a) {
   const Value* def = arg(a, 0, "default");
   Value fallback = def ? *def : Value(int64_t{0});
   if (v.is_int() || v.is_bool()) return Value(v.as_int());
-  if (v.is_float()) return std::isfinite(v.as_double()) ? Value(static_cast<int64_t>(v.as_double())) : fallback;
+  if (v.is_float())
+    return std::isfinite(v.as_double()) ? Value(static_cast<int64_t>(v.as_double())) : fallback;
   if (v.is_string()) {
     std::string s = py_strip(v.str(), Value::none(), true, true);
     try {
@@ -191,7 +192,9 @@ Value do_minmax(const Value& v, const CallArgs& a, bool is_max) {
 
 Value do_indent(const Value& v, const CallArgs& a) {
   const Value* w = arg(a, 0, "width");
-  std::string ind = !w ? "    " : w->is_string() ? w->str() : std::string(static_cast<size_t>(w->as_int()), ' ');
+  std::string ind = !w               ? "    "
+                    : w->is_string() ? w->str()
+                                     : std::string(static_cast<size_t>(w->as_int()), ' ');
   bool first = bool_arg(a, 1, "first", false), blank = bool_arg(a, 2, "blank", false);
   std::string s = v.to_str() + "\n";
   std::vector<std::string> lines;
@@ -204,7 +207,8 @@ Value do_indent(const Value& v, const CallArgs& a) {
     }
   }
   std::string rv = lines.empty() ? "" : lines[0];
-  for (size_t k = 1; k < lines.size(); ++k) rv += "\n" + (blank || !lines[k].empty() ? ind + lines[k] : lines[k]);
+  for (size_t k = 1; k < lines.size(); ++k)
+    rv += "\n" + (blank || !lines[k].empty() ? ind + lines[k] : lines[k]);
   return Value(first ? ind + rv : rv);
 }
 
@@ -299,7 +303,8 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
   if (name == "safe") return v.is_safe() ? v : Value::markup(v.to_str());
   if (name == "forceescape") return Value::markup(html_escape(v.to_str()));
   if (name == "e" || name == "escape") return v.is_safe() ? v : Value::markup(html_escape(v.to_str()));
-  if (name == "trim") return Value(py_strip(v.to_str(), arg(a, 0, "chars") ? *arg(a, 0, "chars") : Value::none(), true, true));
+  if (name == "trim")
+    return Value(py_strip(v.to_str(), arg(a, 0, "chars") ? *arg(a, 0, "chars") : Value::none(), true, true));
   if (name == "upper") return Value(py_upper(v.to_str()));
   if (name == "lower") return Value(py_lower(v.to_str()));
   if (name == "capitalize") return Value(py_capitalize(v.to_str()));
@@ -309,7 +314,8 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
     const Value* repl = arg(a, 1, "new");
     const Value* cnt = arg(a, 2, "count");
     if (!old || !repl) throw TemplateError("replace filter needs old and new");
-    return Value(py_replace(v.to_str(), old->to_str(), repl->to_str(), cnt && !cnt->is_none() ? cnt->as_int() : -1));
+    return Value(
+        py_replace(v.to_str(), old->to_str(), repl->to_str(), cnt && !cnt->is_none() ? cnt->as_int() : -1));
   }
   if (name == "default" || name == "d") {
     const Value* def = arg(a, 0, "default_value");
@@ -335,7 +341,8 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
   if (name == "float") return do_float(v, a);
   if (name == "abs") {
     if (!v.is_number()) throw TemplateError("bad operand type for abs(): '" + v.type_name() + "'");
-    return v.is_float() ? Value(std::fabs(v.as_double())) : Value(static_cast<int64_t>(std::llabs(v.as_int())));
+    return v.is_float() ? Value(std::fabs(v.as_double()))
+                        : Value(static_cast<int64_t>(std::llabs(v.as_int())));
   }
   if (name == "round") return do_round(v, a);
   if (name == "sort") return do_sort(v, a);

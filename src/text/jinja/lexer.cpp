@@ -7,7 +7,9 @@
 namespace tf::jinja {
 namespace {
 
-bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool is_ws(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 
 [[noreturn]] void fail(int line, const std::string& msg) {
   throw TemplateError("line " + std::to_string(line) + ": " + msg);
@@ -36,20 +38,47 @@ std::string unescape(const std::string& s, size_t b, size_t e, int line) {
       utf8_append(out, cp);
     };
     switch (n) {
-      case 'n': out += '\n'; break;
-      case 't': out += '\t'; break;
-      case 'r': out += '\r'; break;
-      case 'b': out += '\b'; break;
-      case 'f': out += '\f'; break;
-      case 'v': out += '\v'; break;
-      case 'a': out += '\a'; break;
-      case '\\': out += '\\'; break;
-      case '\'': out += '\''; break;
-      case '"': out += '"'; break;
-      case '\n': break;
-      case 'x': hex(2); break;
-      case 'u': hex(4); break;
-      case 'U': hex(8); break;
+      case 'n':
+        out += '\n';
+        break;
+      case 't':
+        out += '\t';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case 'b':
+        out += '\b';
+        break;
+      case 'f':
+        out += '\f';
+        break;
+      case 'v':
+        out += '\v';
+        break;
+      case 'a':
+        out += '\a';
+        break;
+      case '\\':
+        out += '\\';
+        break;
+      case '\'':
+        out += '\'';
+        break;
+      case '"':
+        out += '"';
+        break;
+      case '\n':
+        break;
+      case 'x':
+        hex(2);
+        break;
+      case 'u':
+        hex(4);
+        break;
+      case 'U':
+        hex(8);
+        break;
       default:
         if (n >= '0' && n <= '7') {
           int v = 0, d = 0;
@@ -113,7 +142,8 @@ class Lexer {
     size_t wl = std::strlen(word);
     if (s_.compare(k, wl, word) != 0) return std::string::npos;
     k += wl;
-    if (k < s_.size() && (isalnum(static_cast<unsigned char>(s_[k])) || s_[k] == '_')) return std::string::npos;
+    if (k < s_.size() && (isalnum(static_cast<unsigned char>(s_[k])) || s_[k] == '_'))
+      return std::string::npos;
     while (k < s_.size() && is_ws(s_[k])) ++k;
     if (k < s_.size() && (s_[k] == '-' || s_[k] == '+')) ++k;
     if (s_.compare(k, 2, "%}") != 0) return std::string::npos;
@@ -233,7 +263,8 @@ class Lexer {
           return;
         }
       }
-      if (!std::strchr("+-*/%~<>=.,:|()[]{}", c)) fail(line_, std::string("unexpected character '") + c + "'");
+      if (!std::strchr("+-*/%~<>=.,:|()[]{}", c))
+        fail(line_, std::string("unexpected character '") + c + "'");
       if (c == '(' || c == '[' || c == '{') ++depth;
       if (c == ')' || c == ']' || c == '}') --depth;
       toks_.push_back({TokType::kOp, std::string(1, c), 0, 0, line_});

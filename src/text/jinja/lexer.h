@@ -7,7 +7,19 @@
 
 namespace tf::jinja {
 
-enum class TokType { kText, kVarBegin, kVarEnd, kBlockBegin, kBlockEnd, kName, kString, kInt, kFloat, kOp, kEof };
+enum class TokType {
+  kText,
+  kVarBegin,
+  kVarEnd,
+  kBlockBegin,
+  kBlockEnd,
+  kName,
+  kString,
+  kInt,
+  kFloat,
+  kOp,
+  kEof
+};
 
 struct Token {
   TokType type;

@@ -1,9 +1,9 @@
 #include "text/jinja/methods.h"
 
+#include <utf8proc.h>
+
 #include <algorithm>
 #include <unordered_set>
-
-#include <utf8proc.h>
 
 #include "text/jinja/operators.h"
 
@@ -19,7 +19,8 @@ const Value* arg(const CallArgs& a, size_t idx, const char* name) {
 
 std::string str_arg(const CallArgs& a, size_t idx, const char* name, const char* method) {
   const Value* v = arg(a, idx, name);
-  if (!v || !v->is_string()) throw TemplateError(std::string(method) + "() argument '" + name + "' must be str");
+  if (!v || !v->is_string())
+    throw TemplateError(std::string(method) + "() argument '" + name + "' must be str");
   return v->str();
 }
 
@@ -43,9 +44,15 @@ std::string map_cps(const std::string& s, F f) {
   return out;
 }
 
-char32_t to_upper(char32_t c) { return static_cast<char32_t>(utf8proc_toupper(static_cast<utf8proc_int32_t>(c))); }
-char32_t to_lower(char32_t c) { return static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c))); }
-char32_t to_title(char32_t c) { return static_cast<char32_t>(utf8proc_totitle(static_cast<utf8proc_int32_t>(c))); }
+char32_t to_upper(char32_t c) {
+  return static_cast<char32_t>(utf8proc_toupper(static_cast<utf8proc_int32_t>(c)));
+}
+char32_t to_lower(char32_t c) {
+  return static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c)));
+}
+char32_t to_title(char32_t c) {
+  return static_cast<char32_t>(utf8proc_totitle(static_cast<utf8proc_int32_t>(c)));
+}
 
 bool all_cps(const std::string& s, bool (*pred)(char32_t)) {
   auto cps = utf8_decode(s);
@@ -117,7 +124,8 @@ std::string str_format(const std::string& fmt, const CallArgs& a) {
         if (n == key) v = &val;
     }
     if (!v) throw TemplateError("format(): missing argument for field '" + field + "'");
-    out += field.size() > colon && colon != std::string::npos && field[colon] == '!' && field.substr(colon) == "!r"
+    out += field.size() > colon && colon != std::string::npos && field[colon] == '!' &&
+                   field.substr(colon) == "!r"
                ? v->repr()
                : v->to_str();
     k = end;
@@ -126,7 +134,8 @@ std::string str_format(const std::string& fmt, const CallArgs& a) {
 }
 
 Value unsafe(const Value& self, const std::string& name) {
-  return Value::undefined("access to attribute '" + name + "' of '" + self.type_name() + "' object is unsafe.");
+  return Value::undefined("access to attribute '" + name + "' of '" + self.type_name() +
+                          "' object is unsafe.");
 }
 
 Value string_method(const std::string& s, const std::string& name, CallArgs& a) {
@@ -178,7 +187,8 @@ Value string_method(const std::string& s, const std::string& name, CallArgs& a) 
   if (name == "title") return Value(py_title(s));
   if (name == "capitalize") return Value(py_capitalize(s));
   if (name == "swapcase")
-    return Value(map_cps(s, [](char32_t c) { return is_cased(c) && to_upper(c) == c ? to_lower(c) : to_upper(c); }));
+    return Value(
+        map_cps(s, [](char32_t c) { return is_cased(c) && to_upper(c) == c ? to_lower(c) : to_upper(c); }));
   if (name == "replace")
     return Value(py_replace(s, str_arg(a, 0, "old", "replace"), str_arg(a, 1, "new", "replace"),
                             int_arg(a, 2, "count", -1)));
@@ -198,7 +208,8 @@ Value string_method(const std::string& s, const std::string& name, CallArgs& a) 
     std::string out;
     bool first = true;
     for (const auto& v : iterate(*it)) {
-      if (!v.is_string()) throw TemplateError("sequence item: expected str instance, " + v.type_name() + " found");
+      if (!v.is_string())
+        throw TemplateError("sequence item: expected str instance, " + v.type_name() + " found");
       if (!first) out += s;
       first = false;
       out += v.str();
@@ -226,7 +237,8 @@ Value string_method(const std::string& s, const std::string& name, CallArgs& a) 
     for (char32_t c : utf8_decode(s)) {
       if (!is_cased(c)) continue;
       any_cased = true;
-      ok = ok && (name == "islower" ? to_upper(c) != c || to_lower(c) == c : to_lower(c) != c || to_upper(c) == c);
+      ok = ok &&
+           (name == "islower" ? to_upper(c) != c || to_lower(c) == c : to_lower(c) != c || to_upper(c) == c);
     }
     return Value(any_cased && ok);
   }
@@ -262,14 +274,14 @@ Value string_method(const std::string& s, const std::string& name, CallArgs& a) 
 }
 
 const std::unordered_set<std::string> kStringMethods = {
-    "strip",   "lstrip",  "rstrip",    "split",     "rsplit",      "splitlines",   "startswith", "endswith",
-    "upper",   "lower",   "casefold",  "title",     "capitalize",  "swapcase",     "replace",    "find",
-    "rfind",   "index",   "rindex",    "count",     "join",        "format",       "isdigit",    "isnumeric",
-    "isdecimal", "isalpha", "isalnum", "isspace",   "islower",     "isupper",      "removeprefix",
-    "removesuffix", "zfill", "center", "ljust",     "rjust"};
+    "strip",     "lstrip",  "rstrip",   "split",   "rsplit",     "splitlines", "startswith",   "endswith",
+    "upper",     "lower",   "casefold", "title",   "capitalize", "swapcase",   "replace",      "find",
+    "rfind",     "index",   "rindex",   "count",   "join",       "format",     "isdigit",      "isnumeric",
+    "isdecimal", "isalpha", "isalnum",  "isspace", "islower",    "isupper",    "removeprefix", "removesuffix",
+    "zfill",     "center",  "ljust",    "rjust"};
 const std::unordered_set<std::string> kUnsafeDict = {"pop", "popitem", "setdefault", "update", "clear"};
-const std::unordered_set<std::string> kUnsafeList = {"append", "extend", "insert", "pop",  "remove",
-                                                     "reverse", "sort",  "clear"};
+const std::unordered_set<std::string> kUnsafeList = {"append", "extend",  "insert", "pop",
+                                                     "remove", "reverse", "sort",   "clear"};
 
 Value dict_method(const Value& self, const std::string& name, CallArgs& a) {
   const auto& items = self.dict()->items;
@@ -324,7 +336,7 @@ Value find_method(const Value& self, const std::string& name, bool* found) {
       return make_function(name, [self, name](CallArgs& a) { return dict_method(self, name, a); });
     if (kUnsafeDict.count(name)) return unsafe(self, name);
   }
- if (self.is_seq()) {
+  if (self.is_seq()) {
     if (name == "index" || name == "count" || (name == "copy" && !self.list()->tuple))
       return make_function(name, [self, name](CallArgs& a) { return list_method(self, name, a); });
     if (!self.list()->tuple && kUnsafeList.count(name)) return unsafe(self, name);
@@ -341,7 +353,9 @@ std::string py_strip(const std::string& s, const Value& chars, bool left, bool r
     if (!chars.is_string()) throw TemplateError("strip arg must be None or str");
     set = utf8_decode(chars.str());
   }
-  auto strip_it = [&](char32_t c) { return ws ? is_py_space(c) : std::find(set.begin(), set.end(), c) != set.end(); };
+  auto strip_it = [&](char32_t c) {
+    return ws ? is_py_space(c) : std::find(set.begin(), set.end(), c) != set.end();
+  };
   size_t b = 0, e = cps.size();
   if (left)
     while (b < e && strip_it(cps[b])) ++b;
@@ -350,8 +364,12 @@ std::string py_strip(const std::string& s, const Value& chars, bool left, bool r
   return utf8_encode(cps, b, e);
 }
 
-std::string py_upper(const std::string& s) { return map_cps(s, to_upper); }
-std::string py_lower(const std::string& s) { return map_cps(s, to_lower); }
+std::string py_upper(const std::string& s) {
+  return map_cps(s, to_upper);
+}
+std::string py_lower(const std::string& s) {
+  return map_cps(s, to_lower);
+}
 
 std::string py_title(const std::string& s) {
   std::string out;

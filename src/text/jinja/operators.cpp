@@ -17,8 +17,8 @@ static void check_defined(const Value& v) {
 }
 
 [[noreturn]] static void type_error(const std::string& op, const Value& a, const Value& b) {
-  throw TemplateError("unsupported operand type(s) for " + op + ": '" + a.type_name() + "' and '" + b.type_name() +
-                      "'");
+  throw TemplateError("unsupported operand type(s) for " + op + ": '" + a.type_name() + "' and '" +
+                      b.type_name() + "'");
 }
 
 static int64_t floor_div(int64_t a, int64_t b) {
@@ -33,7 +33,8 @@ static Value repeat(const Value& seq, int64_t n) {
     for (int64_t k = 0; k < n; ++k) out += seq.str();
     return seq.is_safe() ? Value::markup(out) : Value(out);
   }
-  if (!seq.is_seq()) throw TemplateError("unsupported operand type(s) for *: '" + seq.type_name() + "' and 'int'");
+  if (!seq.is_seq())
+    throw TemplateError("unsupported operand type(s) for *: '" + seq.type_name() + "' and 'int'");
   std::vector<Value> items;
   for (int64_t k = 0; k < n; ++k)
     for (const auto& v : seq.list()->items) items.push_back(v);
@@ -50,7 +51,8 @@ static Value arith(const std::string& op, const Value& a, const Value& b) {
     return Value(a.as_double() / b.as_double());
   }
   if (op == "//" || op == "%") {
-    if (b.as_double() == 0) throw TemplateError(op == "%" ? "modulo by zero" : "integer division or modulo by zero");
+    if (b.as_double() == 0)
+      throw TemplateError(op == "%" ? "modulo by zero" : "integer division or modulo by zero");
     if (ints) {
       int64_t q = floor_div(a.as_int(), b.as_int());
       return op == "//" ? Value(q) : Value(a.as_int() - q * b.as_int());
@@ -125,7 +127,8 @@ int compare_values(const Value& a, const Value& b) {
   }
   check_defined(a);
   check_defined(b);
-  throw TemplateError("'<' not supported between instances of '" + a.type_name() + "' and '" + b.type_name() + "'");
+  throw TemplateError("'<' not supported between instances of '" + a.type_name() + "' and '" + b.type_name() +
+                      "'");
 }
 
 bool contains(const Value& container, const Value& item) {
@@ -163,7 +166,9 @@ Value get_attr(const Value& obj, const std::string& name) {
   return Value::undefined("'" + obj.type_name() + " object' has no attribute '" + name + "'");
 }
 
-static int64_t norm_index(int64_t i, size_t n) { return i < 0 ? i + static_cast<int64_t>(n) : i; }
+static int64_t norm_index(int64_t i, size_t n) {
+  return i < 0 ? i + static_cast<int64_t>(n) : i;
+}
 
 Value get_item(const Value& obj, const Value& key) {
   check_defined(obj);
@@ -194,7 +199,8 @@ Value get_item(const Value& obj, const Value& key) {
 static std::vector<size_t> slice_indices(size_t n, const Value& start, const Value& stop, const Value& step) {
   auto as_opt = [](const Value& v, const char* what) -> std::optional<int64_t> {
     if (v.is_none() || v.is_undefined()) return std::nullopt;
-    if (!v.is_int() && !v.is_bool()) throw TemplateError(std::string("slice ") + what + " must be an integer");
+    if (!v.is_int() && !v.is_bool())
+      throw TemplateError(std::string("slice ") + what + " must be an integer");
     return v.as_int();
   };
   int64_t st = as_opt(step, "step").value_or(1);
@@ -228,7 +234,8 @@ Value slice_value(const Value& obj, const Value& start, const Value& stop, const
   }
   if (obj.is_seq()) {
     std::vector<Value> items;
-    for (size_t i : slice_indices(obj.list()->items.size(), start, stop, step)) items.push_back(obj.list()->items[i]);
+    for (size_t i : slice_indices(obj.list()->items.size(), start, stop, step))
+      items.push_back(obj.list()->items[i]);
     return make_list(std::move(items), obj.list()->tuple);
   }
   throw TemplateError("'" + obj.type_name() + "' object is not subscriptable");
@@ -262,7 +269,8 @@ std::vector<Value> iterate(const Value& v) {
 }
 
 std::string percent_format(const std::string& fmt, const Value& args) {
-  std::vector<Value> list = args.is_list() && args.list()->tuple ? args.list()->items : std::vector<Value>{args};
+  std::vector<Value> list =
+      args.is_list() && args.list()->tuple ? args.list()->items : std::vector<Value>{args};
   std::string out;
   size_t next = 0;
   for (size_t k = 0; k < fmt.size(); ++k) {
@@ -272,7 +280,8 @@ std::string percent_format(const std::string& fmt, const Value& args) {
     }
     if (++k >= fmt.size()) throw TemplateError("incomplete format");
     std::string spec = "%";
-    while (k < fmt.size() && std::string("-+ #0123456789.").find(fmt[k]) != std::string::npos) spec += fmt[k++];
+    while (k < fmt.size() && std::string("-+ #0123456789.").find(fmt[k]) != std::string::npos)
+      spec += fmt[k++];
     if (k >= fmt.size()) throw TemplateError("incomplete format");
     char conv = fmt[k];
     if (conv == '%') {

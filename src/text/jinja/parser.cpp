@@ -12,19 +12,21 @@ namespace {
 // jinja2's builtin filter and test names. Like jinja2, a name outside this list is a compile-time error,
 // unless it sits inside an if statement or conditional expression (then it fails when reached).
 const std::unordered_set<std::string> kJinjaFilters = {
-    "abs",     "attr",     "batch",      "capitalize", "center",    "count",     "d",         "default",
-    "dictsort", "e",       "escape",     "filesizeformat", "first", "float",     "forceescape", "format",
-    "groupby", "indent",   "int",        "items",      "join",      "last",      "length",    "list",
-    "lower",   "map",      "max",        "min",        "pprint",    "random",    "reject",    "rejectattr",
-    "replace", "reverse",  "round",      "safe",       "select",    "selectattr", "slice",    "sort",
-    "string",  "striptags", "sum",       "title",      "tojson",    "trim",      "truncate",  "unique",
-    "upper",   "urlencode", "urlize",    "wordcount",  "wordwrap",  "xmlattr"};
+    "abs",    "attr",       "batch",       "capitalize", "center",   "count",
+    "d",      "default",    "dictsort",    "e",          "escape",   "filesizeformat",
+    "first",  "float",      "forceescape", "format",     "groupby",  "indent",
+    "int",    "items",      "join",        "last",       "length",   "list",
+    "lower",  "map",        "max",         "min",        "pprint",   "random",
+    "reject", "rejectattr", "replace",     "reverse",    "round",    "safe",
+    "select", "selectattr", "slice",       "sort",       "string",   "striptags",
+    "sum",    "title",      "tojson",      "trim",       "truncate", "unique",
+    "upper",  "urlencode",  "urlize",      "wordcount",  "wordwrap", "xmlattr"};
 const std::unordered_set<std::string> kJinjaTests = {
-    "!=",      "<",        "<=",         "==",         ">",         ">=",        "boolean",   "callable",
-    "defined", "divisibleby", "eq",      "equalto",    "escaped",   "even",      "false",     "filter",
-    "float",   "ge",       "greaterthan", "gt",        "in",        "integer",   "iterable",  "le",
-    "lessthan", "lower",   "lt",         "mapping",    "ne",        "none",      "number",    "odd",
-    "sameas",  "sequence", "string",     "test",       "true",      "undefined", "upper"};
+    "!=",       "<",           "<=",          "==",      ">",       ">=",        "boolean",  "callable",
+    "defined",  "divisibleby", "eq",          "equalto", "escaped", "even",      "false",    "filter",
+    "float",    "ge",          "greaterthan", "gt",      "in",      "integer",   "iterable", "le",
+    "lessthan", "lower",       "lt",          "mapping", "ne",      "none",      "number",   "odd",
+    "sameas",   "sequence",    "string",      "test",    "true",    "undefined", "upper"};
 
 [[noreturn]] void name_error(int line, const std::string& what, const std::string& name) {
   throw TemplateError("line " + std::to_string(line) + ": no " + what + " named '" + name + "'");
@@ -39,8 +41,10 @@ void check_exprs(const std::vector<ExprPtr>& es, bool soft) {
 void check_expr(const Expr* e, bool soft) {
   if (!e) return;
   if (e->type == ExprType::kCond) soft = true;
-  if (!soft && e->type == ExprType::kFilter && !kJinjaFilters.count(e->name)) name_error(e->line, "filter", e->name);
-  if (!soft && e->type == ExprType::kTest && !kJinjaTests.count(e->name)) name_error(e->line, "test", e->name);
+  if (!soft && e->type == ExprType::kFilter && !kJinjaFilters.count(e->name))
+    name_error(e->line, "filter", e->name);
+  if (!soft && e->type == ExprType::kTest && !kJinjaTests.count(e->name))
+    name_error(e->line, "test", e->name);
   check_expr(e->a.get(), soft);
   check_expr(e->b.get(), soft);
   check_expr(e->c.get(), soft);
@@ -57,8 +61,9 @@ void check_body(const Body& body, bool soft) {
     check_expr(s->expr.get(), inner);
     check_exprs(s->conds, inner);
     for (const auto& b : s->bodies) check_body(b, inner);
-    bool frame = s->type == StmtType::kFor || s->type == StmtType::kMacro || s->type == StmtType::kCallBlock ||
-                 s->type == StmtType::kSetBlock || s->type == StmtType::kFilterBlock;
+    bool frame = s->type == StmtType::kFor || s->type == StmtType::kMacro ||
+                 s->type == StmtType::kCallBlock || s->type == StmtType::kSetBlock ||
+                 s->type == StmtType::kFilterBlock;
     check_expr(s->cond.get(), frame ? false : inner);
     for (const auto& p : s->params) check_expr(p.second.get(), false);
     check_body(s->body, frame ? false : inner);
@@ -698,8 +703,9 @@ class Parser {
     t->a = std::move(e);
     if (is_op("(")) {
       parse_args(*t);
-    } else if ((cur().type == TokType::kName || cur().type == TokType::kString || cur().type == TokType::kInt ||
-                cur().type == TokType::kFloat || is_op("(") || is_op("[") || is_op("{")) &&
+    } else if ((cur().type == TokType::kName || cur().type == TokType::kString ||
+                cur().type == TokType::kInt || cur().type == TokType::kFloat || is_op("(") || is_op("[") ||
+                is_op("{")) &&
                !is_name("else") && !is_name("or") && !is_name("and")) {
       if (is_name("is")) fail("you cannot chain multiple tests with is");
       t->args.push_back(parse_postfix(parse_primary()));

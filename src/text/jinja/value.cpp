@@ -1,11 +1,11 @@
 #include "text/jinja/value.h"
 
+#include <utf8proc.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
-
-#include <utf8proc.h>
 
 namespace tf::jinja {
 
@@ -33,26 +33,43 @@ Value Value::markup(std::string s) {
   return v;
 }
 
-bool Value::is_seq() const { return kind_ == Kind::kList && list_->iter.empty(); }
+bool Value::is_seq() const {
+  return kind_ == Kind::kList && list_->iter.empty();
+}
 
 std::string html_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
 }
 
-bool Value::is_mapping() const { return kind_ == Kind::kDict && dict_->kind == DictKind::kDict; }
+bool Value::is_mapping() const {
+  return kind_ == Kind::kDict && dict_->kind == DictKind::kDict;
+}
 
-double Value::as_double() const { return kind_ == Kind::kFloat ? f_ : static_cast<double>(i_); }
+double Value::as_double() const {
+  return kind_ == Kind::kFloat ? f_ : static_cast<double>(i_);
+}
 
 bool Value::truthy() const {
   switch (kind_) {
@@ -94,7 +111,9 @@ std::string Value::type_name() const {
     case Kind::kList:
       return !list_->iter.empty() ? list_->iter : list_->tuple ? "tuple" : "list";
     case Kind::kDict:
-      return dict_->kind == DictKind::kDict ? "dict" : dict_->kind == DictKind::kNamespace ? "Namespace" : "LoopContext";
+      return dict_->kind == DictKind::kDict        ? "dict"
+             : dict_->kind == DictKind::kNamespace ? "Namespace"
+                                                   : "LoopContext";
     case Kind::kFunction:
       return "function";
   }
@@ -242,7 +261,8 @@ std::string Value::repr() const {
     case Kind::kUndefined:
       return "Undefined";
     case Kind::kList: {
-      if (list_->iter == "generator" || list_->iter == "list_reverseiterator") return "<" + list_->iter + " object>";
+      if (list_->iter == "generator" || list_->iter == "list_reverseiterator")
+        return "<" + list_->iter + " object>";
       if (!list_->iter.empty()) {
         auto plain = std::make_shared<List>(*list_);
         plain->iter.clear();
@@ -361,7 +381,9 @@ Value make_iter(std::vector<Value> items, std::string kind) {
   l->iter = std::move(kind);
   return Value(l);
 }
-Value make_dict() { return Value(std::make_shared<Dict>()); }
+Value make_dict() {
+  return Value(std::make_shared<Dict>());
+}
 Value make_function(std::string name, std::function<Value(CallArgs&)> fn) {
   auto f = std::make_shared<Function>();
   f->name = std::move(name);
@@ -395,15 +417,20 @@ static Value from_json_impl(const J& j, int depth = 0) {
     }
     case nlohmann::json::value_t::object: {
       auto d = std::make_shared<Dict>();
-      for (auto it = j.begin(); it != j.end(); ++it) d->items.emplace_back(Value(it.key()), from_json_impl(it.value(), depth + 1));
+      for (auto it = j.begin(); it != j.end(); ++it)
+        d->items.emplace_back(Value(it.key()), from_json_impl(it.value(), depth + 1));
       return Value(d);
     }
     default:
       return Value::none();
   }
 }
-Value from_json(const nlohmann::ordered_json& j) { return from_json_impl(j); }
-Value from_json(const nlohmann::json& j) { return from_json_impl(j); }
+Value from_json(const nlohmann::ordered_json& j) {
+  return from_json_impl(j);
+}
+Value from_json(const nlohmann::json& j) {
+  return from_json_impl(j);
+}
 
 static void json_string(std::string& out, const std::string& s, bool ensure_ascii) {
   out += '"';
@@ -516,7 +543,8 @@ static void json_dump(std::string& out, const Value& v, const JsonDumpOptions& o
       std::vector<std::pair<std::string, const Value*>> items;
       for (const auto& [k, val] : v.dict()->items) items.emplace_back(json_key(k), &val);
       if (opt.sort_keys)
-        std::stable_sort(items.begin(), items.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+        std::stable_sort(items.begin(), items.end(),
+                         [](const auto& a, const auto& b) { return a.first < b.first; });
       if (items.empty()) {
         out += "{}";
         return;

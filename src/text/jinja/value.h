@@ -6,11 +6,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace tf::jinja {
 
@@ -61,9 +60,9 @@ class Value {
   bool is_number() const { return kind_ == Kind::kInt || kind_ == Kind::kFloat || kind_ == Kind::kBool; }
   bool is_string() const { return kind_ == Kind::kString; }
   bool is_list() const { return kind_ == Kind::kList; }  // list, tuple, generator or dict view
-  bool is_seq() const;                                     // a real list or tuple (len, index, tojson)
+  bool is_seq() const;                                   // a real list or tuple (len, index, tojson)
   bool is_dict() const { return kind_ == Kind::kDict; }  // dict, namespace or loop object
-  bool is_mapping() const;                                // a real dict
+  bool is_mapping() const;                               // a real dict
   bool is_function() const { return kind_ == Kind::kFunction; }
 
   bool as_bool() const { return b_; }
@@ -80,9 +79,9 @@ class Value {
   static Value markup(std::string s);
 
   bool truthy() const;
-  std::string to_str() const;   // Python str(); Undefined prints ''
-  std::string repr() const;     // Python repr()
-  std::string type_name() const;  // Python type name, for error messages
+  std::string to_str() const;         // Python str(); Undefined prints ''
+  std::string repr() const;           // Python repr()
+  std::string type_name() const;      // Python type name, for error messages
   bool equals(const Value& o) const;  // Python ==
 
  private:
@@ -139,7 +138,7 @@ Value from_json(const nlohmann::ordered_json& j);
 Value from_json(const nlohmann::json& j);
 // Python json.dumps(x, ensure_ascii=False, indent=..., separators=..., sort_keys=...).
 struct JsonDumpOptions {
-  int indent = -1;  // -1: None
+  int indent = -1;         // -1: None
   std::string indent_str;  // used when indent was given as a string
   bool has_indent = false;
   std::string item_sep, key_sep;

@@ -581,6 +581,16 @@ TEST(ChatTemplate, ConcurrentRendersAgree) {
 namespace tf::jinja {
 namespace {
 
+TEST(JinjaLimits, IntegerOverflowIsAnError) {
+  EXPECT_EQ(Template("{{ 2 ** 62 }} {{ (-1) ** 7 }} {{ 1 ** 100000000000 }} {{ 0 ** 0 }}").render({}),
+            "4611686018427387904 -1 1 1");
+  EXPECT_THROW(Template("{{ 2 ** 64 }}").render({}), TemplateError);
+  EXPECT_THROW(Template("{{ 9223372036854775807 + 1 }}").render({}), TemplateError);
+  EXPECT_THROW(Template("{{ 99999999999999999999 }}"), TemplateError);
+  EXPECT_THROW(Template("{{ 'x' * 100000000000 }}").render({}), TemplateError);
+  EXPECT_EQ(Template("[{{ 'a\nb' | indent(-3) }}]").render({}), "[a\nb]");
+}
+
 TEST(JinjaLimits, DeepNestingIsAnErrorNotACrash) {
   std::string deep_expr = "{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}";
   EXPECT_THROW(Template{deep_expr}, TemplateError);

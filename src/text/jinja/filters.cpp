@@ -192,9 +192,10 @@ Value do_minmax(const Value& v, const CallArgs& a, bool is_max) {
 
 Value do_indent(const Value& v, const CallArgs& a) {
   const Value* w = arg(a, 0, "width");
-  std::string ind = !w               ? "    "
-                    : w->is_string() ? w->str()
-                                     : std::string(static_cast<size_t>(w->as_int()), ' ');
+  std::string ind = !w ? "    "
+                    : w->is_string()
+                        ? w->str()
+                        : std::string(static_cast<size_t>(std::clamp<int64_t>(w->as_int(), 0, 1024)), ' ');
   bool first = bool_arg(a, 1, "first", false), blank = bool_arg(a, 2, "blank", false);
   std::string s = v.to_str() + "\n";
   std::vector<std::string> lines;

@@ -1,6 +1,7 @@
 #include "text/jinja/operators.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <optional>
 
@@ -28,6 +29,9 @@ static int64_t floor_div(int64_t a, int64_t b) {
 }
 
 static Value repeat(const Value& seq, int64_t n) {
+  size_t unit = seq.is_string() ? seq.str().size() : seq.is_list() ? seq.list()->items.size() : 0;
+  if (n > 0 && unit > 0 && static_cast<uint64_t>(n) > (size_t{1} << 28) / unit)
+    throw TemplateError("repetition result too large");
   if (seq.is_string()) {
     std::string out;
     for (int64_t k = 0; k < n; ++k) out += seq.str();
@@ -41,11 +45,24 @@ static Value repeat(const Value& seq, int64_t n) {
   return make_list(std::move(items), seq.list()->tuple);
 }
 
+// Python ints never overflow; ours are 64-bit, so overflow is reported instead of wrapping.
+static Value checked(bool overflow, int64_t r) {
+  if (overflow) throw TemplateError("integer overflow (values beyond 64 bits are not supported)");
+  return Value(r);
+}
+
 static Value arith(const std::string& op, const Value& a, const Value& b) {
   bool ints = !a.is_float() && !b.is_float();
-  if (op == "+") return ints ? Value(a.as_int() + b.as_int()) : Value(a.as_double() + b.as_double());
-  if (op == "-") return ints ? Value(a.as_int() - b.as_int()) : Value(a.as_double() - b.as_double());
-  if (op == "*") return ints ? Value(a.as_int() * b.as_int()) : Value(a.as_double() * b.as_double());
+  if (ints && (op == "+" || op == "-" || op == "*")) {
+    int64_t r = 0;
+    bool overflow = op == "+"   ? __builtin_add_overflow(a.as_int(), b.as_int(), &r)
+                    : op == "-" ? __builtin_sub_overflow(a.as_int(), b.as_int(), &r)
+                                : __builtin_mul_overflow(a.as_int(), b.as_int(), &r);
+    return checked(overflow, r);
+  }
+  if (op == "+") return Value(a.as_double() + b.as_double());
+  if (op == "-") return Value(a.as_double() - b.as_double());
+  if (op == "*") return Value(a.as_double() * b.as_double());
   if (op == "/") {
     if (b.as_double() == 0) throw TemplateError("division by zero");
     return Value(a.as_double() / b.as_double());
@@ -54,6 +71,7 @@ static Value arith(const std::string& op, const Value& a, const Value& b) {
     if (b.as_double() == 0)
       throw TemplateError(op == "%" ? "modulo by zero" : "integer division or modulo by zero");
     if (ints) {
+      if (a.as_int() == INT64_MIN && b.as_int() == -1) checked(true, 0);
       int64_t q = floor_div(a.as_int(), b.as_int());
       return op == "//" ? Value(q) : Value(a.as_int() - q * b.as_int());
     }
@@ -64,9 +82,12 @@ static Value arith(const std::string& op, const Value& a, const Value& b) {
   }
   if (op == "**") {
     if (ints && b.as_int() >= 0) {
-      int64_t r = 1;
-      for (int64_t k = 0; k < b.as_int(); ++k) r *= a.as_int();
-      return Value(r);
+      int64_t base = a.as_int(), e = b.as_int(), p = 1;
+      if (base == 0 || base == 1) return Value(e == 0 ? int64_t{1} : base);
+      if (base == -1) return Value(e % 2 == 0 ? int64_t{1} : int64_t{-1});
+      for (int64_t k = 0; k < e; ++k)  // |base| >= 2 overflows within 64 steps
+        if (__builtin_mul_overflow(p, base, &p)) checked(true, 0);
+      return Value(p);
     }
     return Value(std::pow(a.as_double(), b.as_double()));
   }
@@ -102,6 +123,7 @@ Value unary_op(const std::string& op, const Value& a) {
   check_defined(a);
   if (!a.is_number()) throw TemplateError("bad operand type for unary " + op + ": '" + a.type_name() + "'");
   if (op == "+") return a.is_float() ? Value(a.as_double()) : Value(a.as_int());
+  if (!a.is_float() && a.as_int() == INT64_MIN) checked(true, 0);
   return a.is_float() ? Value(-a.as_double()) : Value(-a.as_int());
 }
 

@@ -405,6 +405,8 @@ static Value from_json_impl(const J& j, int depth = 0) {
     case nlohmann::json::value_t::number_integer:
       return Value(j.template get<int64_t>());
     case nlohmann::json::value_t::number_unsigned:
+      if (j.template get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+        throw TemplateError("integer beyond 64 bits in JSON input");
       return Value(static_cast<int64_t>(j.template get<uint64_t>()));
     case nlohmann::json::value_t::number_float:
       return Value(j.template get<double>());

@@ -224,7 +224,7 @@ VARIANTS = {
     "mistral-7b+metaspace": ("mistral-7b", _variant_metaspace),
     "qwen2.5+gpt2": ("qwen2.5", _variant_gpt2),
     "llama3+digits": ("llama3", _variant_digits),
-    "gemma2+whitespace": ("gemma2", _variant_whitespace),
+    "mistral-7b+whitespace": ("mistral-7b", _variant_whitespace),
 }
 
 

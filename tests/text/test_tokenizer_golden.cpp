@@ -19,7 +19,8 @@ namespace {
 const char* const kFamilies[] = {
     "qwen3", "qwen2.5", "llama3", "llama2", "mistral-7b", "mistral-nemo", "gemma2", "gemma3", "deepseek-v3",
     "gpt-oss", "phi-3", "t5-small",
-    "mistral-7b+metaspace", "qwen2.5+gpt2", "llama3+digits", "gemma2+whitespace", "phi-3+strip", "t5-small+plain"};
+    "mistral-7b+metaspace", "qwen2.5+gpt2", "llama3+digits", "mistral-7b+whitespace", "phi-3+strip",
+    "t5-small+plain"};
 // clang-format on
 
 std::string show(const std::vector<int32_t>& v) {

@@ -463,9 +463,15 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
       AttentionParams ap{sh.heads, sh.kv_heads, sh.head_dim, 1.f / std::sqrt(float(sh.head_dim)), 0, 0.f};
       const double ta = time_ms(
           s, [&] { be.attention(q, m.layers[0].kv, ap, o); }, 1, 3);
+      cuda::set_attention_rows_per_block(cuda::LoopVariant::Plain);
+      const double t1 = time_ms(
+          s, [&] { be.attention(q, m.layers[0].kv, ap, o); }, 1, 3);
+      cuda::set_attention_rows_per_block(cuda::LoopVariant::Auto);
       const double fl = 2.0 * double(n) * n * sh.heads * sh.head_dim;
-      std::printf("  prefill %d attention one layer %.2f ms (%.1f TFLOP/s), x%d layers = %.1f ms\n", n, ta,
-                  fl / (ta * 1e-3) / 1e12, sh.layers, ta * sh.layers);
+      std::printf(
+          "  prefill %d attention one layer %.2f ms (%.1f TFLOP/s; one row per block %.2f ms), x%d layers = %.1f "
+          "ms\n",
+          n, ta, fl / (ta * 1e-3) / 1e12, t1, sh.layers, ta * sh.layers);
     }
   }
 }

@@ -7,7 +7,9 @@
 // the same bits whether it is decoded alone, verified among k+1 rows or prefilled in a chunk of any size.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cfloat>
+#include <climits>
 
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
@@ -45,22 +47,27 @@ __device__ __forceinline__ void row_range(const DeviceMeta& meta, int r, int win
   *lo = window > 0 ? max(0, *pos - window + 1) : 0;
 }
 
-// One block per (row, KV head, chunk): the chunk's K/V are staged through shared memory in tiles of
-// T positions at fixed absolute offsets, read once for all the query heads that share the KV head
-// (warp w owns heads w, w+4, ...). Scores: lane j scores positions j, j+32, ... of the tile, each a
-// sequential dot over D. Softmax per tile: max and sum reduced by the same warp butterfly every time;
-// masked positions score -inf and their V rows are zero, so they add exact zeros.
+// One block per (group of up to `rpb` consecutive rows, KV head, chunk): the chunk's K/V are staged
+// through shared memory in tiles of T positions at fixed absolute offsets, read once for every (row,
+// query head) pair of the block that shares the KV head (warp w owns pairs w, w+4, ...; pair p is row
+// p / group, head p % group). Decode uses rpb = 1 (one row, the GQA group's heads); prefill uses rpb > 1
+// so that a tile read from L2 serves several rows. Rows of different sequences inside one group are
+// processed one sequence run at a time. A pair's arithmetic does not depend on rpb: it visits its own
+// tiles (from its first tile to its last position) in increasing order; lane j scores positions j, j+32,
+// ... of the tile, each a sequential dot over D; max and sum use the same warp butterfly every time;
+// positions outside its range score -inf and contribute exact zeros (their V is taken as 0, as the
+// zero-filled tile rows of a single-row block are).
 constexpr int kWarpsPerBlock = 4;
-constexpr int kMaxHeadsPerWarp = 4;  // GQA groups up to 16
-constexpr int kQFloats = 2048;       // group * head_dim
+constexpr int kMaxHeadsPerWarp = 4;  // pairs per warp: GQA groups up to 16 at rpb = 1
+constexpr int kQFloats = 2048;       // pairs * head_dim
 
 // PF: the next tile's K/V are loaded into registers while the current tile is computed (register
 // double buffer). Same arithmetic either way.
 template <int DPL, bool PF>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, DPL <= 4 ? 4 : 2)
     attention_partial(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kp,
                       const __nv_bfloat16* __restrict__ vp, DeviceMeta meta, int hq, int hk, float scale,
-                      int window, float softcap, int max_chunks, float* __restrict__ part_acc,
+                      int window, float softcap, int max_chunks, int rpb, float* __restrict__ part_acc,
                       float* __restrict__ part_ml) {
   constexpr int D = DPL * 32;
   constexpr int T = D <= 128 ? 64 : 32;  // tile positions
@@ -69,120 +76,181 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   __shared__ __align__(16) __nv_bfloat16 ks[T * RS];
   __shared__ __align__(16) __nv_bfloat16 vs[T * RS];
   __shared__ __align__(16) float qs[kQFloats];
-  const int r = blockIdx.x / hk, kvh = blockIdx.x % hk, group = hq / hk, c = blockIdx.y;
+  const int kvh = blockIdx.x % hk, group = hq / hk, c = blockIdx.y;
+  const int r_first = blockIdx.x / hk * rpb, r_last = min(r_first + rpb, meta.rows);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  int lo, pos;
-  row_range(meta, r, window, &lo, &pos);
   const int c0 = c * kAttnChunk;
-  const int begin = max(c0, lo), end = min(c0 + kAttnChunk - 1, pos);
-  if (begin > end) return;  // uniform over the block
   const int bs = meta.block_size;
-  const int32_t* table = meta.tables + meta.table_offsets[meta.row_seq[r]];
-  for (int i = tid; i < group * D; i += blockDim.x)
-    qs[i] = __bfloat162float(q[(int64_t(r) * hq + int64_t(kvh) * group) * D + i]);
-  const int nh = (group - warp + kWarpsPerBlock - 1) / kWarpsPerBlock;  // heads of this warp
-
-  float m[kMaxHeadsPerWarp], l[kMaxHeadsPerWarp], acc[kMaxHeadsPerWarp][DPL];
-#pragma unroll
-  for (int hh = 0; hh < kMaxHeadsPerWarp; ++hh) {
-    m[hh] = -FLT_MAX, l[hh] = 0.f;
-#pragma unroll
-    for (int i = 0; i < DPL; ++i) acc[hh][i] = 0.f;
-  }
   constexpr int LPT = T * D / 8 / (kWarpsPerBlock * 32);  // 16-byte K (and V) loads per thread per tile
   static_assert(LPT * kWarpsPerBlock * 32 * 8 == T * D, "tile must split evenly over the block");
-  uint4 kr[LPT], vr[LPT];
-  auto fetch = [&](int t0) {
+
+  for (int r0 = r_first; r0 < r_last;) {  // one run of rows of the same sequence at a time
+    const int seq = meta.row_seq[r0];
+    int r1 = r0 + 1;
+    while (r1 < r_last && meta.row_seq[r1] == seq) ++r1;
+    const int pairs = (r1 - r0) * group;
+    // Per pair: its row's range in this chunk; the union decides which tiles the block stages.
+    int pbeg[kMaxHeadsPerWarp], pend[kMaxHeadsPerWarp];
+    int ubeg = INT_MAX, uend = -1;
+    for (int r = r0; r < r1; ++r) {
+      int lo, pos;
+      row_range(meta, r, window, &lo, &pos);
+      const int b = max(c0, lo), e = min(c0 + kAttnChunk - 1, pos);
+      if (b <= e) ubeg = min(ubeg, b), uend = max(uend, e);
+    }
+    const int nh = (pairs - warp + kWarpsPerBlock - 1) / kWarpsPerBlock;  // pairs of this warp
 #pragma unroll
-    for (int u = 0; u < LPT; ++u) {
-      const int i = tid + u * kWarpsPerBlock * 32;
-      const int row = i / (D / 8), col = (i % (D / 8)) * 8, p = t0 + row;
-      kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
-      if (p >= begin && p <= end) {
-        const int64_t o = (int64_t(table[p / bs]) * bs + p % bs) * hk * D + int64_t(kvh) * D + col;
-        kr[u] = *reinterpret_cast<const uint4*>(kp + o);
-        vr[u] = *reinterpret_cast<const uint4*>(vp + o);
+    for (int hh = 0; hh < kMaxHeadsPerWarp; ++hh) {
+      pbeg[hh] = 0, pend[hh] = -1;
+      if (hh < nh) {
+        int lo, pos;
+        row_range(meta, r0 + (warp + kWarpsPerBlock * hh) / group, window, &lo, &pos);
+        pbeg[hh] = max(c0, lo), pend[hh] = min(c0 + kAttnChunk - 1, pos);
       }
     }
-  };
-  auto stash = [&]() {
-#pragma unroll
-    for (int u = 0; u < LPT; ++u) {
-      const int i = tid + u * kWarpsPerBlock * 32;
-      const int row = i / (D / 8), col = (i % (D / 8)) * 8;
-      *reinterpret_cast<uint4*>(ks + row * RS + col) = kr[u];
-      *reinterpret_cast<uint4*>(vs + row * RS + col) = vr[u];
+    const int32_t* table = meta.tables + meta.table_offsets[seq];
+    __syncthreads();  // the previous run's tiles and queries are consumed
+    if (ubeg <= uend) {
+      for (int i = tid; i < pairs * D; i += blockDim.x) {
+        const int p = i / D, row = r0 + p / group, h = kvh * group + p % group;
+        qs[i] = __bfloat162float(q[(int64_t(row) * hq + h) * D + i % D]);
+      }
     }
-  };
-  const int first = c0 + (begin - c0) / T * T;
-  if (PF) fetch(first);
-  for (int t0 = first; t0 <= end; t0 += T) {
-    __syncthreads();  // the previous tile is consumed (and qs is written, first time)
-    if (!PF) fetch(t0);
-    stash();
-    __syncthreads();
-    if (PF && t0 + T <= end) fetch(t0 + T);  // in flight while this tile is computed
+
+    float m[kMaxHeadsPerWarp], l[kMaxHeadsPerWarp], acc[kMaxHeadsPerWarp][DPL];
+#pragma unroll
+    for (int hh = 0; hh < kMaxHeadsPerWarp; ++hh) {
+      m[hh] = -FLT_MAX, l[hh] = 0.f;
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) acc[hh][i] = 0.f;
+    }
+    uint4 kr[LPT], vr[LPT];
+    auto fetch = [&](int t0) {
+#pragma unroll
+      for (int u = 0; u < LPT; ++u) {
+        const int i = tid + u * kWarpsPerBlock * 32;
+        const int row = i / (D / 8), col = (i % (D / 8)) * 8, p = t0 + row;
+        kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
+        if (p >= ubeg && p <= uend) {
+          const int64_t o = (int64_t(table[p / bs]) * bs + p % bs) * hk * D + int64_t(kvh) * D + col;
+          kr[u] = *reinterpret_cast<const uint4*>(kp + o);
+          vr[u] = *reinterpret_cast<const uint4*>(vp + o);
+        }
+      }
+    };
+    auto stash = [&]() {
+#pragma unroll
+      for (int u = 0; u < LPT; ++u) {
+        const int i = tid + u * kWarpsPerBlock * 32;
+        const int row = i / (D / 8), col = (i % (D / 8)) * 8;
+        *reinterpret_cast<uint4*>(ks + row * RS + col) = kr[u];
+        *reinterpret_cast<uint4*>(vs + row * RS + col) = vr[u];
+      }
+    };
+    const int first = ubeg <= uend ? c0 + (ubeg - c0) / T * T : INT_MAX;
+    if (PF && first <= uend) fetch(first);
+    for (int t0 = first; t0 <= uend; t0 += T) {
+      __syncthreads();  // the previous tile is consumed (and qs is written, first time)
+      if (!PF) fetch(t0);
+      stash();
+      __syncthreads();
+      if (PF && t0 + T <= uend) fetch(t0 + T);  // in flight while this tile is computed
+      // Two pairs at a time: each K row and V row read from shared memory serves both (the loads, not
+      // the FMAs, bound this loop). Each pair's chains are unchanged.
+#pragma unroll
+      for (int hp = 0; hp < kMaxHeadsPerWarp; hp += 2) {
+        if (hp >= nh) break;
+        bool act[2];
+#pragma unroll
+        for (int u = 0; u < 2; ++u)  // one of this pair's tiles (uniform per warp)
+          act[u] = hp + u < nh && !(t0 + T <= pbeg[hp + u] || t0 > pend[hp + u]);
+        if (!act[0] && !act[1]) continue;
+        const float* qh[2];
+        qh[0] = qs + (warp + kWarpsPerBlock * hp) * D;
+        qh[1] = act[1] ? qs + (warp + kWarpsPerBlock * (hp + 1)) * D : qh[0];
+        float s[2][PPL], mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int j = 0; j < PPL; ++j) {
+          const int row = lane + 32 * j, p = t0 + row;
+          float d[2] = {0.f, 0.f};
+#pragma unroll 4
+          for (int e = 0; e < D; e += 8) {
+            const uint4 k8 = *reinterpret_cast<const uint4*>(ks + row * RS + e);
+            const __nv_bfloat162* kb = reinterpret_cast<const __nv_bfloat162*>(&k8);
+            float2 f0 = __bfloat1622float2(kb[0]), f1 = __bfloat1622float2(kb[1]),
+                   f2 = __bfloat1622float2(kb[2]), f3 = __bfloat1622float2(kb[3]);
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+              const float4 qa = *reinterpret_cast<const float4*>(qh[u] + e),
+                           qb = *reinterpret_cast<const float4*>(qh[u] + e + 4);
+              d[u] += qa.x * f0.x;
+              d[u] += qa.y * f0.y;
+              d[u] += qa.z * f1.x;
+              d[u] += qa.w * f1.y;
+              d[u] += qb.x * f2.x;
+              d[u] += qb.y * f2.y;
+              d[u] += qb.z * f3.x;
+              d[u] += qb.w * f3.y;
+            }
+          }
+#pragma unroll
+          for (int u = 0; u < 2; ++u) {
+            float sc = d[u] * scale;
+            if (softcap > 0.f) sc = softcap * tanhf(sc / softcap);
+            s[u][j] = act[u] && p >= pbeg[hp + u] && p <= pend[hp + u] ? sc : -INFINITY;
+            mx[u] = fmaxf(mx[u], s[u][j]);
+          }
+        }
+        float e[2][PPL], m_new[2];
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          if (!act[u]) continue;
+          const int hh = hp + u;
+#pragma unroll
+          for (int o = 16; o > 0; o >>= 1) mx[u] = fmaxf(mx[u], __shfl_xor_sync(0xffffffffu, mx[u], o));
+          m_new[u] = fmaxf(m[hh], mx[u]);
+          const float corr = __expf(m[hh] - m_new[u]);
+          float sum = 0.f;
+#pragma unroll
+          for (int j = 0; j < PPL; ++j) e[u][j] = __expf(s[u][j] - m_new[u]), sum += e[u][j];
+          l[hh] = l[hh] * corr + warp_sum(sum);
+#pragma unroll
+          for (int i = 0; i < DPL; ++i) acc[hh][i] *= corr;
+        }
+#pragma unroll
+        for (int j = 0; j < PPL; ++j) {
+#pragma unroll 8
+          for (int src = 0; src < 32; ++src) {
+            const int p = t0 + src + 32 * j;
+            const Vec<DPL> v = load_bf16<DPL>(vs + (src + 32 * j) * RS + lane * DPL);
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+              if (!act[u]) continue;
+              const int hh = hp + u;
+              const float pj = __shfl_sync(0xffffffffu, e[u][j], src);
+              const bool in = p >= pbeg[hh] && p <= pend[hh];  // a single-row block's tile row is 0 otherwise
+#pragma unroll
+              for (int i = 0; i < DPL; ++i) acc[hh][i] += pj * (in ? v.v[i] : 0.f);
+            }
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < 2; ++u)
+          if (act[u]) m[hp + u] = m_new[u];
+      }
+    }
 #pragma unroll
     for (int hh = 0; hh < kMaxHeadsPerWarp; ++hh) {
       if (hh >= nh) break;
-      const float* qh = qs + (warp + kWarpsPerBlock * hh) * D;
-      float s[PPL], mx = -INFINITY;
+      if (pbeg[hh] > pend[hh]) continue;  // no positions of this row in the chunk: never combined
+      const int pr = warp + kWarpsPerBlock * hh;
+      const int h = kvh * group + pr % group;
+      const int64_t slot = (int64_t(r0 + pr / group) * hq + h) * max_chunks + c;
 #pragma unroll
-      for (int j = 0; j < PPL; ++j) {
-        const int row = lane + 32 * j, p = t0 + row;
-        float d = 0.f;
-#pragma unroll 4
-        for (int e = 0; e < D; e += 8) {
-          const uint4 k8 = *reinterpret_cast<const uint4*>(ks + row * RS + e);
-          const float4 qa = *reinterpret_cast<const float4*>(qh + e),
-                       qb = *reinterpret_cast<const float4*>(qh + e + 4);
-          const __nv_bfloat162* kb = reinterpret_cast<const __nv_bfloat162*>(&k8);
-          float2 f0 = __bfloat1622float2(kb[0]), f1 = __bfloat1622float2(kb[1]),
-                 f2 = __bfloat1622float2(kb[2]), f3 = __bfloat1622float2(kb[3]);
-          d += qa.x * f0.x;
-          d += qa.y * f0.y;
-          d += qa.z * f1.x;
-          d += qa.w * f1.y;
-          d += qb.x * f2.x;
-          d += qb.y * f2.y;
-          d += qb.z * f3.x;
-          d += qb.w * f3.y;
-        }
-        float sc = d * scale;
-        if (softcap > 0.f) sc = softcap * tanhf(sc / softcap);
-        s[j] = (p >= begin && p <= end) ? sc : -INFINITY;
-        mx = fmaxf(mx, s[j]);
-      }
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-      const float m_new = fmaxf(m[hh], mx), corr = __expf(m[hh] - m_new);
-      float e[PPL], sum = 0.f;
-#pragma unroll
-      for (int j = 0; j < PPL; ++j) e[j] = __expf(s[j] - m_new), sum += e[j];
-      l[hh] = l[hh] * corr + warp_sum(sum);
-#pragma unroll
-      for (int i = 0; i < DPL; ++i) acc[hh][i] *= corr;
-#pragma unroll
-      for (int j = 0; j < PPL; ++j) {
-#pragma unroll 8
-        for (int src = 0; src < 32; ++src) {
-          const float pj = __shfl_sync(0xffffffffu, e[j], src);
-          const Vec<DPL> v = load_bf16<DPL>(vs + (src + 32 * j) * RS + lane * DPL);
-#pragma unroll
-          for (int i = 0; i < DPL; ++i) acc[hh][i] += pj * v.v[i];
-        }
-      }
-      m[hh] = m_new;
+      for (int i = 0; i < DPL; ++i) part_acc[slot * D + lane * DPL + i] = acc[hh][i];
+      if (lane == 0) part_ml[slot * 2] = m[hh], part_ml[slot * 2 + 1] = l[hh];
     }
-  }
-#pragma unroll
-  for (int hh = 0; hh < kMaxHeadsPerWarp; ++hh) {
-    if (hh >= nh) break;
-    const int h = kvh * group + warp + kWarpsPerBlock * hh;
-    const int64_t slot = (int64_t(r) * hq + h) * max_chunks + c;
-#pragma unroll
-    for (int i = 0; i < DPL; ++i) part_acc[slot * D + lane * DPL + i] = acc[hh][i];
-    if (lane == 0) part_ml[slot * 2] = m[hh], part_ml[slot * 2 + 1] = l[hh];
+    r0 = r1;
   }
 }
 
@@ -217,20 +285,28 @@ __global__ void attention_combine(DeviceMeta meta, int hq, int window, int max_c
 }
 
 LoopVariant g_attention_variant = LoopVariant::Auto;
+LoopVariant g_attention_rows = LoopVariant::Auto;  // Plain: one row per block at any size (tests, bench)
+constexpr int kMultiRowMin = 64;                   // rows from which a block serves several rows
 
 template <int DPL>
 void launch(const void* q, const void* k_pool, const void* v_pool, void* out, const DeviceMeta& meta, int hq,
             int hk, float scale, int window, float softcap, int max_chunks, float* part_acc, float* part_ml,
             cudaStream_t s) {
-  TF_CHECK(hq / hk <= kWarpsPerBlock * kMaxHeadsPerWarp && (hq / hk) * DPL * 32 <= kQFloats,
+  const int group = hq / hk;
+  TF_CHECK(group <= kWarpsPerBlock * kMaxHeadsPerWarp && group * DPL * 32 <= kQFloats,
            "CUDA attention supports up to 16 query heads per KV head (8 at head_dim 256)");
-  dim3 grid(meta.rows * hk, max_chunks);
+  // Rows per block: 1 for decode-sized calls; for prefill as many rows as the pair slots and the
+  // query buffer hold. Timing only: a pair's arithmetic is the same for any rpb.
+  int rpb = 1;
+  if (meta.rows >= kMultiRowMin && g_attention_rows != LoopVariant::Plain)
+    rpb = std::max(1, std::min(kWarpsPerBlock * kMaxHeadsPerWarp, kQFloats / (DPL * 32)) / group);
+  dim3 grid((meta.rows + rpb - 1) / rpb * hk, max_chunks);
   auto kernel = g_attention_variant == LoopVariant::Prefetch ? attention_partial<DPL, true>
                                                              : attention_partial<DPL, false>;
   kernel<<<grid, kWarpsPerBlock * 32, 0, s>>>(static_cast<const __nv_bfloat16*>(q),
                                               static_cast<const __nv_bfloat16*>(k_pool),
                                               static_cast<const __nv_bfloat16*>(v_pool), meta, hq, hk, scale,
-                                              window, softcap, max_chunks, part_acc, part_ml);
+                                              window, softcap, max_chunks, rpb, part_acc, part_ml);
   TF_CUDA_LAUNCH_CHECK();
   const int warps = meta.rows * hq;
   attention_combine<DPL><<<(warps + 3) / 4, 128, 0, s>>>(meta, hq, window, max_chunks, part_acc, part_ml,
@@ -242,6 +318,10 @@ void launch(const void* q, const void* k_pool, const void* v_pool, void* out, co
 
 void set_attention_variant(LoopVariant v) {
   g_attention_variant = v;
+}
+
+void set_attention_rows_per_block(LoopVariant v) {
+  g_attention_rows = v;
 }
 
 void attention(const void* q, const void* k_pool, const void* v_pool, void* out, const DeviceMeta& meta,

@@ -37,6 +37,9 @@ void set_linear_variant(LoopVariant v);
 void set_attention_variant(LoopVariant v);
 // Programmatic dependent launch of the linear kernels (on by default; off for benches). Same bits.
 void set_linear_pdl(bool on);
+// Attention blocks serve several rows of a sequence for calls of >= 64 rows (Auto) or one row always
+// (Plain). Same bits (tested); for benches and tests.
+void set_attention_rows_per_block(LoopVariant v);
 void rms_norm(const void* x, const void* w, DType w_dtype, void* y, int64_t rows, int cols, float eps,
               float offset, cudaStream_t s);
 void add_rms_norm(void* residual, DType res_dtype, const void* x, const void* w, DType w_dtype, void* y,

@@ -434,9 +434,12 @@ void CudaOps::attention_vs_cpu(int hq, int hk, int d) {
       ASSERT_TRUE(std::equal(gv.begin() + slot * row, gv.begin() + (slot + 1) * row, cv.begin() + slot * row))
           << "slot " << slot;
   }
-  std::vector<std::pair<int, int>> rows = {{0, 1099}};             // decode
-  for (int pos = 0; pos < 45; ++pos) rows.push_back({1, pos});     // prefill
-  for (int pos = 295; pos < 300; ++pos) rows.push_back({2, pos});  // verify
+  // 51 rows: one row per block; 70 rows: blocks of several rows, runs of two sequences inside them.
+  for (int decode_rows : {1, 20}) {
+  std::vector<std::pair<int, int>> rows;
+  for (int pos = 1100 - decode_rows; pos < 1100; ++pos) rows.push_back({0, pos});  // decode (or a chunk)
+  for (int pos = 0; pos < 45; ++pos) rows.push_back({1, pos});                      // prefill
+  for (int pos = 295; pos < 300; ++pos) rows.push_back({2, pos});                   // verify
   const int r = int(rows.size());
   BatchMeta meta = rows_meta(pools, rows);
   for (int variant = 0; variant < 3; ++variant) {
@@ -448,7 +451,8 @@ void CudaOps::attention_vs_cpu(int hq, int hk, int d) {
     cpu_->begin_forward(meta);
     gpu_->attention(gpu_->upload(q.bf16), pools.g, ap, go);
     cpu_->attention(q.f32, pools.c, ap, co);
-    EXPECT_LT(rel_err(get(go), co.to_f32_vector()), kBf16Tol) << "variant " << variant;
+    EXPECT_LT(rel_err(get(go), co.to_f32_vector()), kBf16Tol) << "variant " << variant << ", rows " << r;
+  }
   }
 }
 
@@ -496,6 +500,14 @@ TEST_F(CudaOps, AttentionRowInvariantAcrossDecodeVerifyPrefill) {
     for (int p = other - 17; p < other; ++p) mixed.push_back({1, p});
     mixed.push_back({0, last});
     EXPECT_EQ(run(mixed), alone) << "inside a batch with another sequence, window " << window;
+    // A prefill-sized call (several rows per attention block) whose second sequence starts mid-block.
+    std::vector<std::pair<int, int>> big;
+    for (int p = other - 61; p < other; ++p) big.push_back({1, p});
+    for (int p = last - 9; p <= last; ++p) big.push_back({0, p});
+    EXPECT_EQ(run(big), alone) << "in a 71-row batch of two sequences, window " << window;
+    cuda::set_attention_rows_per_block(cuda::LoopVariant::Plain);
+    EXPECT_EQ(run(big), alone) << "one row per block, window " << window;
+    cuda::set_attention_rows_per_block(cuda::LoopVariant::Auto);
   }
 }
 

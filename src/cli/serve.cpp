@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "server/http_server.h"
+#include "server/live_line.h"
 #include "server/model_text.h"
 #include "server/options.h"
 #include "server/request_log.h"
@@ -25,20 +26,13 @@ struct ServeArgs {
   std::string model, host = "127.0.0.1", name, backend = "auto", log_format = "text";
   int port = 8080, context = 0, max_tokens = 4096, parallel = 4, read_timeout = 10;
   std::vector<std::string> aliases, api_keys;
-  std::string api_key_file, drafter, reasoning_effort;
+  std::string api_key_file, drafter = "auto", reasoning_effort;
   std::optional<float> temperature, top_p, min_p;
   std::optional<int> top_k;
-  bool thinking = false, no_thinking = false, no_drafts = false, mtp_drafts = false;
+  int mtp_drafts = 3;
+  bool thinking = false, no_thinking = false, no_drafts = false;
   size_t max_body_bytes = 8u << 20;
 };
-
-// Options whose feature lands later are accepted and validated, and say so once at startup.
-void note_inactive(const ServeArgs& a) {
-  auto note = [](const std::string& what) { server::write_log_line("note: " + what); };
-  if (!a.drafter.empty()) note("--drafter " + a.drafter + ": draft models are not active yet; serving without one");
-  if (a.mtp_drafts) note("--mtp-drafts: MTP-head drafting is not active yet; serving without it");
-  if (a.no_drafts) note("--no-drafts: speculative drafting is not active yet, so replies are not drafted anyway");
-}
 
 server::ServerOptions server_options(const ServeArgs& a) {
   server::ServerOptions o;
@@ -77,6 +71,8 @@ EngineOptions engine_options(const ServeArgs& a) {
   e.top_k = a.top_k;
   e.min_p = a.min_p;
   e.drafts = !a.no_drafts;
+  e.drafter = a.drafter;
+  e.mtp_drafts = a.mtp_drafts;
   return e;
 }
 
@@ -89,8 +85,11 @@ void run_serve(const ServeArgs& a) {
   server::HttpServer http(*engine, *text, sopt);
   http.bind();
   server::write_log_line(server::startup_report(engine->info(), sopt, http.url()));
-  note_inactive(a);
-  server::serve_until_signal(http);
+  {
+    std::unique_ptr<server::LiveLine> live;
+    if (sopt.live_line) live = std::make_unique<server::LiveLine>(*engine, http.stats());
+    server::serve_until_signal(http);
+  }
   engine->shutdown();
   server::write_log_line("tensorfold serve: stopped");
 }
@@ -128,8 +127,12 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--parallel", a->parallel, "Streams decoded together")->check(CLI::Range(1, 1024))->capture_default_str();
   cmd->add_flag("--no-drafts", a->no_drafts, "Never draft speculatively (output is identical either way)");
-  cmd->add_option("--drafter", a->drafter, "Draft model checkpoint (not active yet)")->check(CLI::ExistingPath);
-  cmd->add_flag("--mtp-drafts", a->mtp_drafts, "Draft with the model's MTP head (not active yet)");
+  cmd->add_option("--drafter", a->drafter,
+                  "auto | none | mtp | DIR (a draft model sharing the tokenizer); auto = the checkpoint's MTP "
+                  "head, else its draft/ subfolder")
+      ->check(CLI::IsMember({"auto", "none", "mtp"}) | CLI::ExistingDirectory)
+      ->capture_default_str();
+  cmd->add_option("--mtp-drafts", a->mtp_drafts, "MTP draft chain length")->check(CLI::Range(1, 16))->capture_default_str();
   cmd->add_option("--api-key", a->api_keys, "Require 'Authorization: Bearer KEY' (repeatable)");
   cmd->add_option("--api-key-file", a->api_key_file, "File with accepted keys, one per line")->check(CLI::ExistingFile);
   cmd->add_option("--log-format", a->log_format, "Request log format")

@@ -21,10 +21,10 @@ class EngineText : public ModelText {
   }
   int vocab_size() const override { return int(tok_.vocab_size()); }
   bool has_chat_template() const override { return tpl_ != nullptr; }
-  std::string render_chat(const nlohmann::json& messages, const nlohmann::json& tools, bool add_generation_prompt,
-                          const nlohmann::json& kwargs) const override {
+  std::string render_chat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                          bool add_generation_prompt, const nlohmann::ordered_json& kwargs) const override {
     if (!tpl_) throw std::logic_error("no chat template");
-    return tpl_->render(messages, tools, add_generation_prompt, kwargs);
+    return tpl_->render_ordered(messages, tools, add_generation_prompt, kwargs);
   }
 
  private:

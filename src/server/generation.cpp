@@ -13,7 +13,7 @@ using nlohmann::json;
 using std::chrono::milliseconds;
 
 static void read_stop(const JsonFields& f, GenerationRequest& r) {
-  const json* stop = f.get("stop");
+  const RequestJson* stop = f.get("stop");
   if (!stop) return;
   auto bad = [&](const std::string& why) { return invalid_field(f.name("stop"), why, "invalid_value"); };
   if (stop->is_string()) {
@@ -29,7 +29,7 @@ static void read_stop(const JsonFields& f, GenerationRequest& r) {
   }
   if (stop->size() > 16) throw bad("'stop' holds more than 16 sequences.");
   for (size_t i = 0; i < stop->size(); ++i) {
-    const json& s = (*stop)[i];
+    const RequestJson& s = (*stop)[i];
     std::string name = f.name("stop") + "[" + std::to_string(i) + "]";
     if (!s.is_string()) {
       throw invalid_field(name, "Invalid type for '" + name + "': expected a string, but got " + json_type_name(s) + ".",
@@ -63,7 +63,7 @@ CommonFields read_common_fields(const JsonFields& f, const ApiContext& ctx) {
   r.sampling = ctx.info().default_sampling;
   read_sampling(f, r.sampling);
   read_stop(f, r);
-  if (const json* ids = f.array("stop_token_ids")) {
+  if (const RequestJson* ids = f.array("stop_token_ids")) {
     for (size_t i = 0; i < ids->size(); ++i) {
       std::string name = f.name("stop_token_ids") + "[" + std::to_string(i) + "]";
       if (!(*ids)[i].is_number_integer() || (*ids)[i].get<int64_t>() < 0 ||
@@ -80,7 +80,7 @@ CommonFields read_common_fields(const JsonFields& f, const ApiContext& ctx) {
   }
   if (auto v = f.integer("n", 1, ctx.options.max_n)) c.n = int(*v);
   if (auto v = f.boolean("stream")) c.stream = *v;
-  if (const json* so = f.object("stream_options")) {
+  if (const RequestJson* so = f.object("stream_options")) {
     JsonFields sf(*so, f.name("stream_options"));
     if (auto v = sf.boolean("include_usage")) c.include_usage = *v;
   }

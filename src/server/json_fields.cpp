@@ -6,7 +6,7 @@
 
 namespace tf::server {
 
-using nlohmann::json;
+using json = RequestJson;
 
 JsonFields::JsonFields(const json& obj, std::string path) : obj_(obj), path_(std::move(path)) {}
 

@@ -1,5 +1,6 @@
 #pragma once
-// Typed access to the fields of a request object. A field that is absent or null reads as "not given";
+// Typed access to the fields of a request object. Requests are parsed as ordered_json: chat templates
+// dump tools and arguments with tojson, and Python (transformers, vLLM) keeps the request's key order. A field that is absent or null reads as "not given";
 // a field of the wrong type or out of range is a 400 that names it (with its path, e.g. "messages[2].role").
 #include <cstdint>
 #include <optional>
@@ -9,10 +10,12 @@
 
 namespace tf::server {
 
+using RequestJson = nlohmann::ordered_json;
+
 class JsonFields {
  public:
   // `obj` must outlive this; `path` prefixes the field names in errors ("" at the top level).
-  JsonFields(const nlohmann::json& obj, std::string path = {});
+  JsonFields(const RequestJson& obj, std::string path = {});
 
   bool has(const std::string& key) const;  // present and not null
   std::string name(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
@@ -21,19 +24,19 @@ class JsonFields {
   std::optional<int64_t> integer(const std::string& key, int64_t lo, int64_t hi) const;
   std::optional<bool> boolean(const std::string& key) const;
   std::optional<std::string> string(const std::string& key) const;
-  const nlohmann::json* object(const std::string& key) const;  // null when not given
-  const nlohmann::json* array(const std::string& key) const;
-  const nlohmann::json* get(const std::string& key) const;  // any type; null when not given
+  const RequestJson* object(const std::string& key) const;  // null when not given
+  const RequestJson* array(const std::string& key) const;
+  const RequestJson* get(const std::string& key) const;  // any type; null when not given
 
  private:
-  const nlohmann::json& obj_;
+  const RequestJson& obj_;
   std::string path_;
 };
 
 // "a JSON object", "a string", ... for messages like "expected a string, got an array".
-std::string json_type_name(const nlohmann::json& v);
+std::string json_type_name(const RequestJson& v);
 
 // Parses a request body; throws a 400 (malformed JSON / not an object).
-nlohmann::json parse_body(const std::string& body);
+RequestJson parse_body(const std::string& body);
 
 }  // namespace tf::server

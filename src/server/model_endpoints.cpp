@@ -57,15 +57,15 @@ json health_json(const ApiContext& ctx) {
           {"engine", engine}};
 }
 
-json tokenize_json(const json& body, const ApiContext& ctx) {
+json tokenize_json(const RequestJson& body, const ApiContext& ctx) {
   JsonFields f(body);
   if (auto model = f.string("model")) ctx.check_model(&*model);
   std::vector<int32_t> ids;
-  if (const json* messages = f.get("messages")) {
-    json norm = normalize_messages(*messages);
+  if (const RequestJson* messages = f.get("messages")) {
+    RequestJson norm = normalize_messages(*messages);
     bool gen = f.boolean("add_generation_prompt").value_or(true);
-    json kwargs = ctx.options.default_template_kwargs;
-    if (const json* extra = f.object("chat_template_kwargs")) kwargs.update(*extra);
+    RequestJson kwargs = ctx.options.default_template_kwargs;
+    if (const RequestJson* extra = f.object("chat_template_kwargs")) kwargs.update(*extra);
     if (!ctx.text.has_chat_template()) throw invalid_field("messages", "This model has no chat template.");
     ids = ctx.text.encode(ctx.text.render_chat(norm, nullptr, gen, kwargs), false);
   } else {
@@ -84,14 +84,14 @@ json tokenize_json(const json& body, const ApiContext& ctx) {
   return {{"tokens", tokens}, {"count", ids.size()}, {"max_model_len", ctx.info().context}};
 }
 
-json detokenize_json(const json& body, const ApiContext& ctx) {
+json detokenize_json(const RequestJson& body, const ApiContext& ctx) {
   JsonFields f(body);
   if (auto model = f.string("model")) ctx.check_model(&*model);
-  const json* tokens = f.array("tokens");
+  const RequestJson* tokens = f.array("tokens");
   if (!tokens) throw invalid_field("tokens", "Missing required parameter: 'tokens'.");
   std::vector<int32_t> ids;
   for (size_t i = 0; i < tokens->size(); ++i) {
-    const json& t = (*tokens)[i];
+    const RequestJson& t = (*tokens)[i];
     std::string name = "tokens[" + std::to_string(i) + "]";
     if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= ctx.text.vocab_size()) {
       throw invalid_field(name, "'" + name + "' must be a token id in [0, " + std::to_string(ctx.text.vocab_size()) + ").",

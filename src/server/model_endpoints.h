@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/api_context.h"
+#include "server/json_fields.h"
 
 namespace tf::server {
 
@@ -12,8 +13,8 @@ nlohmann::json model_json(const ApiContext& ctx, const std::string& id);
 nlohmann::json health_json(const ApiContext& ctx);
 // Body: {"prompt" | "content": str, "add_special_tokens" | "add_special": bool, "with_pieces": bool}
 //    or {"messages": [...], "add_generation_prompt": bool, "chat_template_kwargs": {...}}.
-nlohmann::json tokenize_json(const nlohmann::json& body, const ApiContext& ctx);
+nlohmann::json tokenize_json(const RequestJson& body, const ApiContext& ctx);
 // Body: {"tokens": [ids]}; answers {"prompt": text, "content": text}.
-nlohmann::json detokenize_json(const nlohmann::json& body, const ApiContext& ctx);
+nlohmann::json detokenize_json(const RequestJson& body, const ApiContext& ctx);
 
 }  // namespace tf::server

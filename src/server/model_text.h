@@ -24,10 +24,8 @@ class ModelText {
   virtual bool has_chat_template() const = 0;
   // messages: OpenAI-shaped list already normalised (see openai_chat); tools: array or null;
   // kwargs: extra template variables (enable_thinking, reasoning_effort, ...).
-  virtual std::string render_chat(const nlohmann::json& messages, const nlohmann::json& tools,
-                                  bool add_generation_prompt, const nlohmann::json& kwargs) const = 0;
-  // Whether the rendered chat text already starts with the BOS token, so encode must not add it again.
-  virtual bool chat_adds_special_tokens() const { return false; }
+  virtual std::string render_chat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                                  bool add_generation_prompt, const nlohmann::ordered_json& kwargs) const = 0;
 };
 
 // Wraps engine.tokenizer() and engine.chat_template(); the engine must outlive the result.

@@ -10,7 +10,7 @@ using nlohmann::json;
 static std::string idx(const std::string& base, size_t i) { return base + "[" + std::to_string(i) + "]"; }
 
 // String content, or the text parts of a list joined with newlines (as vLLM does for string templates).
-static json normalize_content(const json& content, const std::string& name) {
+static RequestJson normalize_content(const RequestJson& content, const std::string& name) {
   if (content.is_string()) return content;
   if (!content.is_array()) {
     throw invalid_field(name, "Invalid type for '" + name + "': expected a string or an array of content parts, but got " +
@@ -19,7 +19,7 @@ static json normalize_content(const json& content, const std::string& name) {
   }
   std::string text;
   for (size_t i = 0; i < content.size(); ++i) {
-    const json& part = content[i];
+    const RequestJson& part = content[i];
     std::string pname = idx(name, i);
     if (!part.is_object()) throw invalid_field(pname, "'" + pname + "' must be an object.", "invalid_type");
     JsonFields pf(part, pname);
@@ -38,25 +38,25 @@ static json normalize_content(const json& content, const std::string& name) {
   return text;
 }
 
-static json normalize_tool_calls(const json& calls, const std::string& name) {
+static RequestJson normalize_tool_calls(const RequestJson& calls, const std::string& name) {
   if (!calls.is_array()) {
     throw invalid_field(name, "Invalid type for '" + name + "': expected an array, but got " + json_type_name(calls) + ".",
                         "invalid_type");
   }
-  json out = json::array();
+  RequestJson out = RequestJson::array();
   for (size_t i = 0; i < calls.size(); ++i) {
     std::string cname = idx(name, i);
     if (!calls[i].is_object()) throw invalid_field(cname, "'" + cname + "' must be an object.", "invalid_type");
-    json call = calls[i];
+    RequestJson call = calls[i];
     JsonFields cf(call, cname);
-    const json* fn = cf.object("function");
+    const RequestJson* fn = cf.object("function");
     if (!fn) throw invalid_field(cf.name("function"), "Missing required parameter: '" + cf.name("function") + "'.");
     JsonFields ff(*fn, cf.name("function"));
     if (!ff.string("name")) throw invalid_field(ff.name("name"), "Missing required parameter: '" + ff.name("name") + "'.");
-    const json* args = ff.get("arguments");
+    const RequestJson* args = ff.get("arguments");
     if (args && args->is_string()) {
       // Templates index arguments as a mapping (transformers passes them that way).
-      json parsed = json::parse(args->get<std::string>(), nullptr, false);
+      RequestJson parsed = RequestJson::parse(args->get<std::string>(), nullptr, false);
       if (parsed.is_discarded()) {
         throw invalid_field(ff.name("arguments"), "'" + ff.name("arguments") + "' is not valid JSON.", "invalid_value");
       }
@@ -72,7 +72,7 @@ static json normalize_tool_calls(const json& calls, const std::string& name) {
   return out;
 }
 
-static json normalize_message(const json& m, const std::string& name) {
+static RequestJson normalize_message(const RequestJson& m, const std::string& name) {
   if (!m.is_object()) {
     throw invalid_field(name, "Invalid type for '" + name + "': expected an object, but got " + json_type_name(m) + ".",
                         "invalid_type");
@@ -87,7 +87,7 @@ static json normalize_message(const json& m, const std::string& name) {
                                             "and 'tool'.",
                         "invalid_value");
   }
-  json out = m;
+  RequestJson out = m;
   out["role"] = *role == "developer" ? "system" : *role;
   bool has_calls = f.has("tool_calls");
   if (has_calls) out["tool_calls"] = normalize_tool_calls(m["tool_calls"], f.name("tool_calls"));
@@ -103,31 +103,31 @@ static json normalize_message(const json& m, const std::string& name) {
   return out;
 }
 
-json normalize_messages(const json& messages) {
+RequestJson normalize_messages(const RequestJson& messages) {
   if (!messages.is_array()) {
     throw invalid_field("messages", "Invalid type for 'messages': expected an array, but got " +
                                         json_type_name(messages) + ".",
                         "invalid_type");
   }
   if (messages.empty()) throw invalid_field("messages", "'messages' must contain at least one message.");
-  json out = json::array();
+  RequestJson out = RequestJson::array();
   for (size_t i = 0; i < messages.size(); ++i) out.push_back(normalize_message(messages[i], idx("messages", i)));
   return out;
 }
 
-static json template_kwargs(const JsonFields& f, const ApiContext& ctx) {
-  json kwargs = ctx.options.default_template_kwargs;
+static RequestJson template_kwargs(const JsonFields& f, const ApiContext& ctx) {
+  RequestJson kwargs = ctx.options.default_template_kwargs;
   if (auto effort = f.string("reasoning_effort")) kwargs["reasoning_effort"] = *effort;
-  if (const json* extra = f.object("chat_template_kwargs")) kwargs.update(*extra);
+  if (const RequestJson* extra = f.object("chat_template_kwargs")) kwargs.update(*extra);
   return kwargs;
 }
 
-ChatRequest parse_chat_request(const json& body, const ApiContext& ctx) {
+ChatRequest parse_chat_request(const RequestJson& body, const ApiContext& ctx) {
   JsonFields f(body);
   ChatRequest r;
   auto model = f.string("model");
   r.model = ctx.check_model(model ? &*model : nullptr);
-  const json* messages = f.get("messages");
+  const RequestJson* messages = f.get("messages");
   if (!messages) throw invalid_field("messages", "Missing required parameter: 'messages'.");
   r.messages = normalize_messages(*messages);
   r.common = read_common_fields(f, ctx);
@@ -137,7 +137,7 @@ ChatRequest parse_chat_request(const json& body, const ApiContext& ctx) {
     r.top_logprobs = int(*v);
   }
   if (r.logprobs) r.common.request.logprobs = r.top_logprobs;
-  if (const json* tools = f.array("tools")) r.tools = *tools;
+  if (const RequestJson* tools = f.array("tools")) r.tools = *tools;
   if (auto v = f.boolean("add_generation_prompt")) r.add_generation_prompt = *v;
   r.template_kwargs = template_kwargs(f, ctx);
   if (!ctx.text.has_chat_template()) {

@@ -8,6 +8,7 @@
 
 #include "server/api_context.h"
 #include "server/generation.h"
+#include "server/json_fields.h"
 #include "server/openai_common.h"
 
 namespace tf::server {
@@ -17,9 +18,9 @@ struct ChatRequest {
   CommonFields common;
   bool logprobs = false;
   int top_logprobs = 0;
-  nlohmann::json messages;  // normalised (see normalize_messages)
-  nlohmann::json tools;     // array or null
-  nlohmann::json template_kwargs = nlohmann::json::object();
+  RequestJson messages;  // normalised (see normalize_messages)
+  RequestJson tools;     // array or null
+  RequestJson template_kwargs = RequestJson::object();
   bool add_generation_prompt = true;
   std::vector<int32_t> prompt;
   int max_tokens = 0;  // resolved against the context
@@ -28,10 +29,10 @@ struct ChatRequest {
 // Validates the message list and brings it into the shape chat templates expect (as transformers'
 // apply_chat_template receives it): text parts joined into one string, "developer" as "system",
 // tool_calls[].function.arguments parsed from a JSON string into an object.
-nlohmann::json normalize_messages(const nlohmann::json& messages);
+RequestJson normalize_messages(const RequestJson& messages);
 
 // Reads and validates a request, renders and tokenizes the prompt; throws ApiError.
-ChatRequest parse_chat_request(const nlohmann::json& body, const ApiContext& ctx);
+ChatRequest parse_chat_request(const RequestJson& body, const ApiContext& ctx);
 
 // The n engine requests (seed + i each).
 std::vector<GenerationRequest> chat_submissions(const ChatRequest& req);

@@ -7,7 +7,7 @@ namespace tf::server {
 
 using nlohmann::json;
 
-static bool is_token_list(const json& v) {
+static bool is_token_list(const RequestJson& v) {
   if (!v.is_array() || v.empty()) return false;
   for (const auto& x : v) {
     if (!x.is_number_integer()) return false;
@@ -15,7 +15,7 @@ static bool is_token_list(const json& v) {
   return true;
 }
 
-static std::vector<int32_t> token_ids(const json& v, const std::string& name, const ApiContext& ctx) {
+static std::vector<int32_t> token_ids(const RequestJson& v, const std::string& name, const ApiContext& ctx) {
   std::vector<int32_t> ids;
   for (size_t i = 0; i < v.size(); ++i) {
     int64_t id = v[i].get<int64_t>();
@@ -30,12 +30,12 @@ static std::vector<int32_t> token_ids(const json& v, const std::string& name, co
   return ids;
 }
 
-static void read_prompts(const json& p, CompletionRequest& r, const ApiContext& ctx) {
+static void read_prompts(const RequestJson& p, CompletionRequest& r, const ApiContext& ctx) {
   auto add_text = [&](const std::string& s) {
     r.prompts.push_back(ctx.text.encode(s, true));
     r.prompt_texts.push_back(s);
   };
-  auto add_ids = [&](const json& v, const std::string& name) {
+  auto add_ids = [&](const RequestJson& v, const std::string& name) {
     r.prompts.push_back(token_ids(v, name, ctx));
     r.prompt_texts.push_back(ctx.text.decode(r.prompts.back(), false));
   };
@@ -67,7 +67,7 @@ static void read_prompts(const json& p, CompletionRequest& r, const ApiContext& 
   }
 }
 
-CompletionRequest parse_completion_request(const json& body, const ApiContext& ctx) {
+CompletionRequest parse_completion_request(const RequestJson& body, const ApiContext& ctx) {
   JsonFields f(body);
   CompletionRequest r;
   auto model = f.string("model");
@@ -83,7 +83,7 @@ CompletionRequest parse_completion_request(const json& body, const ApiContext& c
     throw invalid_field("suffix", "'suffix' (fill in the middle) is not supported.", "unsupported_value");
   }
   r.common.request.logprobs = r.logprobs;
-  const json* prompt = f.get("prompt");
+  const RequestJson* prompt = f.get("prompt");
   if (!prompt) throw invalid_field("prompt", "Missing required parameter: 'prompt'.");
   read_prompts(*prompt, r, ctx);
   if (r.prompts.size() * size_t(r.common.n) > size_t(ctx.options.max_n) * 4) {

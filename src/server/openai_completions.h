@@ -8,6 +8,7 @@
 
 #include "server/api_context.h"
 #include "server/generation.h"
+#include "server/json_fields.h"
 #include "server/openai_common.h"
 
 namespace tf::server {
@@ -23,7 +24,7 @@ struct CompletionRequest {
 };
 
 // Reads and validates a request and tokenizes its prompts; throws ApiError.
-CompletionRequest parse_completion_request(const nlohmann::json& body, const ApiContext& ctx);
+CompletionRequest parse_completion_request(const RequestJson& body, const ApiContext& ctx);
 
 std::vector<GenerationRequest> completion_submissions(const CompletionRequest& req);
 

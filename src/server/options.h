@@ -26,7 +26,7 @@ struct ServerOptions {
   int max_n = 16;                     // largest "n" (choices per request)
   // Chat template kwargs applied to every request before the request's own chat_template_kwargs
   // (--thinking / --no-thinking, --reasoning-effort).
-  nlohmann::json default_template_kwargs = nlohmann::json::object();
+  nlohmann::ordered_json default_template_kwargs = nlohmann::ordered_json::object();
   bool live_line = false;  // one live throughput line on a terminal
 };
 

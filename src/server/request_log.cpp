@@ -57,10 +57,35 @@ std::string format_request_line(const RequestRecord& r, LogFormat fmt) {
   return s.str();
 }
 
+namespace {
+std::mutex g_log_mu;
+bool g_live = false;
+std::string g_live_text;
+}  // namespace
+
 void write_log_line(const std::string& line) {
-  static std::mutex mu;
-  std::lock_guard<std::mutex> lock(mu);
-  std::fprintf(stderr, "%s\n", line.c_str());
+  std::lock_guard<std::mutex> lock(g_log_mu);
+  if (g_live) {
+    std::fprintf(stderr, "\r\x1b[2K%s\n%s", line.c_str(), g_live_text.c_str());  // clear, log, redraw
+  } else {
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+  std::fflush(stderr);
+}
+
+void set_live_line(bool on) {
+  std::lock_guard<std::mutex> lock(g_log_mu);
+  if (g_live && !on) std::fprintf(stderr, "\r\x1b[2K");
+  g_live = on;
+  g_live_text.clear();
+  std::fflush(stderr);
+}
+
+void draw_live_line(const std::string& text) {
+  std::lock_guard<std::mutex> lock(g_log_mu);
+  if (!g_live) return;
+  g_live_text = text;
+  std::fprintf(stderr, "\r\x1b[2K%s", text.c_str());
   std::fflush(stderr);
 }
 
@@ -93,6 +118,7 @@ std::string startup_report(const ModelInfo& info, const ServerOptions& opt, cons
   s << "  model       " << id << "  (" << info.path << ")\n";
   s << "  family      " << info.family << ", " << count_text(info.parameters) << " parameters, " << info.dtype << "\n";
   s << "  backend     " << info.backend << "\n";
+  s << "  drafter     " << (info.drafter.empty() ? "none" : info.drafter) << " (plus context copies)\n";
   s << "  context     " << info.context << " tokens per stream (native " << info.native_context << ")\n";
   s << "  memory      weights " << bytes_text(info.weight_bytes) << ", KV cache " << bytes_text(info.kv_bytes) << "\n";
   if (!opt.aliases.empty()) {

@@ -23,6 +23,10 @@ struct RequestRecord {
 std::string format_request_line(const RequestRecord& r, LogFormat fmt);
 void write_log_line(const std::string& line);  // whole lines, never interleaved
 
+// The live line (live_line.h): while on, log lines are written above it and it is redrawn after them.
+void set_live_line(bool on);
+void draw_live_line(const std::string& text);
+
 // The block printed once the server listens: model, family, parameters, dtype, backend, contexts,
 // memory, the URL, the ids served and whether auth is on.
 std::string startup_report(const ModelInfo& info, const ServerOptions& opt, const std::string& url);

@@ -30,8 +30,8 @@ std::string FakeText::decode(const std::vector<int32_t>& ids, bool skip_special_
   return s;
 }
 
-std::string FakeText::render_chat(const json& messages, const json& tools, bool add_generation_prompt,
-                                  const json& kwargs) const {
+std::string FakeText::render_chat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                                  bool add_generation_prompt, const nlohmann::ordered_json& kwargs) const {
   std::string out;
   if (tools.is_array()) out += "<|tools|>" + std::to_string(tools.size()) + "\n";
   for (const auto& m : messages) {

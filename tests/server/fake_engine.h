@@ -24,8 +24,8 @@ class FakeText : public server::ModelText {
   bool has_chat_template() const override { return has_template; }
   // "<|role|>content\n" per message (tool calls as "call name(args)" with args dumped as JSON), then
   // "<|assistant|>" with add_generation_prompt, and "/no_think" when kwargs.enable_thinking is false.
-  std::string render_chat(const nlohmann::json& messages, const nlohmann::json& tools, bool add_generation_prompt,
-                          const nlohmann::json& kwargs) const override;
+  std::string render_chat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                          bool add_generation_prompt, const nlohmann::ordered_json& kwargs) const override;
   bool has_template = true;
 };
 

@@ -475,6 +475,18 @@ TEST(JinjaSyntax, UnknownFilterOrTestFailsAtParseUnlessConditional) {
   EXPECT_THROW(Template("{% if true %}{{ 1 | nosuch }}{% endif %}").render({}), TemplateError);
 }
 
+TEST(JinjaRender, JoinerCyclerPartition) {
+  EXPECT_EQ(Template("{% set j = joiner('|') %}{% for x in 'abc' %}{{ j() }}{{ x }}{% endfor %}").render({}),
+            "a|b|c");
+  EXPECT_EQ(
+      Template("{% set c = cycler('o', 'e') %}{{ c.next() }}{{ c.next() }}{{ c.current }}{{ c.next() }}")
+          .render({}),
+      "oeoo");
+  EXPECT_EQ(Template("{{ 'k=v=w'.partition('=') }}{{ 'k=v=w'.rpartition('=') }}{{ 'x'.partition('=') }}")
+                .render({}),
+            "('k', '=', 'v=w')('k=v', '=', 'w')('x', '', '')");
+}
+
 TEST(JinjaSyntax, UnsupportedTagNamesLine) {
   expect_syntax_error("a\n\n{% include 'x' %}", 3);
 }

@@ -466,6 +466,40 @@ ScopePtr make_globals() {
     throw TemplateError(a.pos.empty() ? std::string("raise_exception called") : a.pos[0].to_str());
   });
   g->vars["strftime_now"] = make_function("strftime_now", global_strftime_now);
+  g->vars["joiner"] = make_function("joiner", [](CallArgs& a) {
+    std::string sep = a.pos.empty() ? ", " : a.pos[0].to_str();
+    auto used = std::make_shared<bool>(false);
+    return make_function("joiner", [sep, used](CallArgs&) {
+      bool first = !*used;
+      *used = true;
+      return Value(first ? std::string() : sep);
+    });
+  });
+  g->vars["cycler"] = make_function("cycler", [](CallArgs& a) {
+    // A cycler object: next() returns the items in turn; current is the item next() will return.
+    auto d = std::make_shared<Dict>();
+    d->kind = DictKind::kNamespace;
+    auto items = std::make_shared<std::vector<Value>>(a.pos);
+    auto pos = std::make_shared<size_t>(0);
+    std::weak_ptr<Dict> self = d;  // the methods may outlive the object (`{% set n = cycler(1).next %}`)
+    auto set_current = [self, items, pos] {
+      if (auto obj = self.lock())
+        obj->set(Value("current"), items->empty() ? Value::none() : (*items)[*pos % items->size()]);
+    };
+    set_current();
+    d->set(Value("next"), make_function("next", [items, pos, set_current](CallArgs&) {
+             if (items->empty()) throw TemplateError("cycler has no items");
+             Value v = (*items)[(*pos)++ % items->size()];
+             set_current();
+             return v;
+           }));
+    d->set(Value("reset"), make_function("reset", [pos, set_current](CallArgs&) {
+             *pos = 0;
+             set_current();
+             return Value::none();
+           }));
+    return Value(d);
+  });
   return g;
 }
 

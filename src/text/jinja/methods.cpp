@@ -217,6 +217,15 @@ Value string_method(const std::string& s, const std::string& name, CallArgs& a) 
     return Value(out);
   }
   if (name == "format") return Value(str_format(s, a));
+  if (name == "partition" || name == "rpartition") {
+    std::string sep = str_arg(a, 0, "sep", name.c_str());
+    if (sep.empty()) throw TemplateError("empty separator");
+    size_t p = name == "partition" ? s.find(sep) : s.rfind(sep);
+    if (p == std::string::npos)
+      return name == "partition" ? make_list({Value(s), Value(""), Value("")}, true)
+                                 : make_list({Value(""), Value(""), Value(s)}, true);
+    return make_list({Value(s.substr(0, p)), Value(sep), Value(s.substr(p + sep.size()))}, true);
+  }
   if (name == "isdigit" || name == "isnumeric" || name == "isdecimal")
     return Value(all_cps(s, [](char32_t c) {
       return utf8proc_category(static_cast<utf8proc_int32_t>(c)) == UTF8PROC_CATEGORY_ND;
@@ -278,7 +287,7 @@ const std::unordered_set<std::string> kStringMethods = {
     "upper",     "lower",   "casefold", "title",   "capitalize", "swapcase",   "replace",      "find",
     "rfind",     "index",   "rindex",   "count",   "join",       "format",     "isdigit",      "isnumeric",
     "isdecimal", "isalpha", "isalnum",  "isspace", "islower",    "isupper",    "removeprefix", "removesuffix",
-    "zfill",     "center",  "ljust",    "rjust"};
+    "zfill",     "center",  "ljust",    "rjust",   "partition",  "rpartition"};
 const std::unordered_set<std::string> kUnsafeDict = {"pop", "popitem", "setdefault", "update", "clear"};
 const std::unordered_set<std::string> kUnsafeList = {"append", "extend",  "insert", "pop",
                                                      "remove", "reverse", "sort",   "clear"};

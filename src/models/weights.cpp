@@ -138,7 +138,7 @@ LinearWeight load_fused_linear(const Checkpoint& ckpt, Backend& be, const std::v
   for (auto& p : parts) {
     f.out_features += p.out_features;
     if (!uniform && p.format != LinearWeight::Format::Dense) {  // e.g. gate 4-bit, up 6-bit
-      p.weight = dequantize(p, DType::F32);
+      p.weight = dequantize_linear(p);
       p.format = LinearWeight::Format::Dense;
     } else if (!uniform) {
       p.weight = dense_f32(p.weight);

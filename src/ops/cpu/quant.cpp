@@ -67,18 +67,27 @@ void check_quantized_linear(const LinearWeight& w) {
     if (t->device() != Device::CPU || !t->is_contiguous()) fail("tensors must be contiguous host tensors");
 }
 
+namespace {
+
+// One MLX row with the product and sum rounded in dtype `t`.
+void mlx_row(const LinearWeight& w, int64_t row, DType t, float* out) {
+  const int64_t in = w.in_features, g = w.group_size, groups = in / g;
+  const uint32_t* q = w.weight.data<uint32_t>() + row * (in * w.bits / 32);
+  const DType st = w.scales.dtype();
+  for (int64_t gi = 0; gi < groups; ++gi) {
+    const float s = load_float(w.scales.raw(), st, row * groups + gi);
+    const float b = load_float(w.biases.raw(), st, row * groups + gi);
+    for (int64_t i = gi * g; i < (gi + 1) * g; ++i)
+      out[i] = round_to(round_to(s * float(mlx_unpack(q, w.bits, i)), t) + b, t);
+  }
+}
+
+}  // namespace
+
 void dequantize_row(const LinearWeight& w, int64_t row, float* out) {
   const int64_t in = w.in_features, g = w.group_size, groups = ceil_div(in, g);
   if (w.format == LinearWeight::Format::MlxAffine) {
-    const int64_t words = in * w.bits / 32;
-    const uint32_t* q = w.weight.data<uint32_t>() + row * words;
-    const DType t = w.scales.dtype();
-    for (int64_t gi = 0; gi < groups; ++gi) {
-      const float s = load_float(w.scales.raw(), t, row * groups + gi);
-      const float b = load_float(w.biases.raw(), t, row * groups + gi);
-      for (int64_t i = gi * g; i < (gi + 1) * g; ++i)
-        out[i] = round_to(round_to(s * float(mlx_unpack(q, w.bits, i)), t) + b, t);
-    }
+    mlx_row(w, row, DType::F32, out);
     return;
   }
   const uint8_t* q = w.weight.data<uint8_t>() + row * in;
@@ -94,8 +103,10 @@ Tensor dequantize(const LinearWeight& w, DType dtype) {
   const int64_t out = w.out_features, in = w.in_features;
   Tensor t = Tensor::empty({out, in}, dtype);
   std::vector<float> row(static_cast<size_t>(in));
+  const bool mlx = w.format == LinearWeight::Format::MlxAffine;
   for (int64_t r = 0; r < out; ++r) {
-    dequantize_row(w, r, row.data());
+    if (mlx) mlx_row(w, r, w.scales.dtype(), row.data());
+    else dequantize_row(w, r, row.data());
     if (dtype == DType::F32) {
       std::copy(row.begin(), row.end(), t.data<float>() + r * in);
       continue;
@@ -103,6 +114,13 @@ Tensor dequantize(const LinearWeight& w, DType dtype) {
     uint16_t* d = t.data<uint16_t>() + r * in;
     for (int64_t i = 0; i < in; ++i) d[i] = dtype == DType::BF16 ? f32_to_bf16(row[i]) : f32_to_f16(row[i]);
   }
+  return t;
+}
+
+Tensor dequantize_linear(const LinearWeight& w) {
+  check_quantized_linear(w);
+  Tensor t = Tensor::empty({w.out_features, w.in_features}, DType::F32);
+  for (int64_t r = 0; r < w.out_features; ++r) dequantize_row(w, r, t.data<float>() + r * w.in_features);
   return t;
 }
 

@@ -5,8 +5,11 @@
 //
 // MLX affine: `weight` U32 [out, in*bits/32], values packed little-end-first along the input dimension as
 //   one bit stream per row (3/5/6-bit values straddle word boundaries); `scales`, `biases` [out, in/group]
-//   in F32/BF16/F16. Value = scale*q + bias evaluated in the scales' dtype with a rounding after the
-//   product and after the sum, which is what mx.dequantize computes (bit for bit, tested).
+//   in F32/BF16/F16. mx.dequantize evaluates scale*q + bias in the scales' dtype, rounding after the
+//   product and after the sum: dequantize() does exactly that (bit for bit, tested; used for embeddings,
+//   as mlx's QuantizedEmbedding). mx.quantized_matmul with f32 inputs instead uses the weight unrounded in
+//   f32 (measured: within 2e-5 of the f32 dequantization, 0.25 away from the bf16 one): dequantize_row(),
+//   which the linears use, rounds in f32 (equal to mx.dequantize of f32-cast scales and biases, tested).
 // FP8 (Format::Fp8Block, bits 8): `weight` F8_E4M3 [out, in], `scales` F32 [out, ceil(in/group)] — block,
 //   per-channel and per-tensor scales are all normalised to this shape at load. Value = f32(e4m3) * scale
 //   with one f32 rounding (the exact product rounded: equals a float64 reference rounded to f32).
@@ -28,10 +31,12 @@ inline uint32_t mlx_unpack(const uint32_t* row, int bits, int64_t i) {
 
 // Throws tf::Error when the tensors of a quantized weight do not fit together.
 void check_quantized_linear(const LinearWeight& w);
-// Row `row` of the dequantized weight as f32 (exact values of the format's dequantization).
+// Row `row` of the dequantized weight as f32, as the linears use it (MLX: arithmetic in f32).
 void dequantize_row(const LinearWeight& w, int64_t row, float* out);
-// The whole weight, dequantized, as a host tensor [out, in]. dtype F32, BF16 or F16; MLX values are exact
-// in the scales' dtype, so asking for that dtype (or F32) loses nothing.
+// The whole weight, dequantized as the format's tool does (MLX: mx.dequantize, in the scales' dtype), as a
+// host tensor [out, in] of dtype F32, BF16 or F16 (asking for the scales' dtype or F32 loses nothing).
 Tensor dequantize(const LinearWeight& w, DType dtype);
+// The whole weight as the linears use it (dequantize_row for every row), F32 [out, in].
+Tensor dequantize_linear(const LinearWeight& w);
 
 }  // namespace tf

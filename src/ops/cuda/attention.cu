@@ -64,7 +64,7 @@ constexpr int kQFloats = 2048;       // pairs * head_dim
 // PF: the next tile's K/V are loaded into registers while the current tile is computed (register
 // double buffer). Same arithmetic either way.
 template <int DPL, bool PF>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32, DPL <= 4 ? 4 : 2)
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
     attention_partial(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kp,
                       const __nv_bfloat16* __restrict__ vp, DeviceMeta meta, int hq, int hk, float scale,
                       int window, float softcap, int max_chunks, int rpb, float* __restrict__ part_acc,
@@ -155,88 +155,61 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, DPL <= 4 ? 4 : 2)
       stash();
       __syncthreads();
       if (PF && t0 + T <= uend) fetch(t0 + T);  // in flight while this tile is computed
-      // Two pairs at a time: each K row and V row read from shared memory serves both (the loads, not
-      // the FMAs, bound this loop). Each pair's chains are unchanged.
 #pragma unroll
-      for (int hp = 0; hp < kMaxHeadsPerWarp; hp += 2) {
-        if (hp >= nh) break;
-        bool act[2];
-#pragma unroll
-        for (int u = 0; u < 2; ++u)  // one of this pair's tiles (uniform per warp)
-          act[u] = hp + u < nh && !(t0 + T <= pbeg[hp + u] || t0 > pend[hp + u]);
-        if (!act[0] && !act[1]) continue;
-        const float* qh[2];
-        qh[0] = qs + (warp + kWarpsPerBlock * hp) * D;
-        qh[1] = act[1] ? qs + (warp + kWarpsPerBlock * (hp + 1)) * D : qh[0];
-        float s[2][PPL], mx[2] = {-INFINITY, -INFINITY};
+      for (int hh = 0; hh < kMaxHeadsPerWarp; ++hh) {
+        if (hh >= nh) break;
+        const int begin = pbeg[hh], end = pend[hh];
+        if (t0 + T <= begin || t0 > end) continue;  // not one of this pair's tiles (uniform per warp)
+        const float* qh = qs + (warp + kWarpsPerBlock * hh) * D;
+        float s[PPL], mx = -INFINITY;
 #pragma unroll
         for (int j = 0; j < PPL; ++j) {
           const int row = lane + 32 * j, p = t0 + row;
-          float d[2] = {0.f, 0.f};
+          float d = 0.f;
 #pragma unroll 4
           for (int e = 0; e < D; e += 8) {
             const uint4 k8 = *reinterpret_cast<const uint4*>(ks + row * RS + e);
+            const float4 qa = *reinterpret_cast<const float4*>(qh + e),
+                         qb = *reinterpret_cast<const float4*>(qh + e + 4);
             const __nv_bfloat162* kb = reinterpret_cast<const __nv_bfloat162*>(&k8);
             float2 f0 = __bfloat1622float2(kb[0]), f1 = __bfloat1622float2(kb[1]),
                    f2 = __bfloat1622float2(kb[2]), f3 = __bfloat1622float2(kb[3]);
-#pragma unroll
-            for (int u = 0; u < 2; ++u) {
-              const float4 qa = *reinterpret_cast<const float4*>(qh[u] + e),
-                           qb = *reinterpret_cast<const float4*>(qh[u] + e + 4);
-              d[u] += qa.x * f0.x;
-              d[u] += qa.y * f0.y;
-              d[u] += qa.z * f1.x;
-              d[u] += qa.w * f1.y;
-              d[u] += qb.x * f2.x;
-              d[u] += qb.y * f2.y;
-              d[u] += qb.z * f3.x;
-              d[u] += qb.w * f3.y;
-            }
+            d += qa.x * f0.x;
+            d += qa.y * f0.y;
+            d += qa.z * f1.x;
+            d += qa.w * f1.y;
+            d += qb.x * f2.x;
+            d += qb.y * f2.y;
+            d += qb.z * f3.x;
+            d += qb.w * f3.y;
           }
-#pragma unroll
-          for (int u = 0; u < 2; ++u) {
-            float sc = d[u] * scale;
-            if (softcap > 0.f) sc = softcap * tanhf(sc / softcap);
-            s[u][j] = act[u] && p >= pbeg[hp + u] && p <= pend[hp + u] ? sc : -INFINITY;
-            mx[u] = fmaxf(mx[u], s[u][j]);
-          }
+          float sc = d * scale;
+          if (softcap > 0.f) sc = softcap * tanhf(sc / softcap);
+          s[j] = (p >= begin && p <= end) ? sc : -INFINITY;
+          mx = fmaxf(mx, s[j]);
         }
-        float e[2][PPL], m_new[2];
 #pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          if (!act[u]) continue;
-          const int hh = hp + u;
+        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        const float m_new = fmaxf(m[hh], mx), corr = __expf(m[hh] - m_new);
+        float e[PPL], sum = 0.f;
 #pragma unroll
-          for (int o = 16; o > 0; o >>= 1) mx[u] = fmaxf(mx[u], __shfl_xor_sync(0xffffffffu, mx[u], o));
-          m_new[u] = fmaxf(m[hh], mx[u]);
-          const float corr = __expf(m[hh] - m_new[u]);
-          float sum = 0.f;
+        for (int j = 0; j < PPL; ++j) e[j] = __expf(s[j] - m_new), sum += e[j];
+        l[hh] = l[hh] * corr + warp_sum(sum);
 #pragma unroll
-          for (int j = 0; j < PPL; ++j) e[u][j] = __expf(s[u][j] - m_new[u]), sum += e[u][j];
-          l[hh] = l[hh] * corr + warp_sum(sum);
-#pragma unroll
-          for (int i = 0; i < DPL; ++i) acc[hh][i] *= corr;
-        }
+        for (int i = 0; i < DPL; ++i) acc[hh][i] *= corr;
 #pragma unroll
         for (int j = 0; j < PPL; ++j) {
 #pragma unroll 8
           for (int src = 0; src < 32; ++src) {
+            const float pj = __shfl_sync(0xffffffffu, e[j], src);
             const int p = t0 + src + 32 * j;
+            const bool in = p >= begin && p <= end;  // a single-row block's tile row is zero otherwise
             const Vec<DPL> v = load_bf16<DPL>(vs + (src + 32 * j) * RS + lane * DPL);
 #pragma unroll
-            for (int u = 0; u < 2; ++u) {
-              if (!act[u]) continue;
-              const int hh = hp + u;
-              const float pj = __shfl_sync(0xffffffffu, e[u][j], src);
-              const bool in = p >= pbeg[hh] && p <= pend[hh];  // a single-row block's tile row is 0 otherwise
-#pragma unroll
-              for (int i = 0; i < DPL; ++i) acc[hh][i] += pj * (in ? v.v[i] : 0.f);
-            }
+            for (int i = 0; i < DPL; ++i) acc[hh][i] += pj * (in ? v.v[i] : 0.f);
           }
         }
-#pragma unroll
-        for (int u = 0; u < 2; ++u)
-          if (act[u]) m[hp + u] = m_new[u];
+        m[hh] = m_new;
       }
     }
 #pragma unroll

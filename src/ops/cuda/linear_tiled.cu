@@ -25,9 +25,7 @@ constexpr int kStages = 4;
 constexpr int kThreads = 256;  // 8 warps: 2 along features (64 each) x 4 along tokens (32 each)
 constexpr int kSlices = 8;     // must equal linear.cu's kWarps: the K slices are part of the arithmetic
 constexpr int kOperandBytes = kTileF * kStageK * 2;  // 16 KB; kTileT == kTileF
-constexpr int kPipeBytes = kStages * 2 * kOperandBytes;
-constexpr int kTotBytes = kThreads * 64 * 4;  // each thread's 64 running totals (frees 64 registers)
-constexpr int kSmemBytes = kPipeBytes + kTotBytes;
+constexpr int kSmemBytes = kStages * 2 * kOperandBytes;
 static_assert(kTileF == kTileT, "both operands use one stage layout");
 
 // A row of a stage is 128 bytes = 8 units of 16 bytes. Unit u of row r is stored at u ^ swz(r): the
@@ -87,16 +85,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     load_operand(x_stage(b), x, m0, m, k, kt * kStageK);
   };
 
-  float acc[4][4][4];
+  float acc[4][4][4], tot[4][4][4];
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
-  // Running totals in shared memory, [element][thread]: private to the thread, conflict-free.
-  float* tot = reinterpret_cast<float*>(smem + kPipeBytes) + threadIdx.x;
-  auto tot_at = [&](int i, int j, int e) -> float& { return tot[((i * 4 + j) * 4 + e) * kThreads]; };
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f, tot[i][j][e] = 0.f;
 
   // Slice bookkeeping: `si` slices are folded; fold every slice that ends at `done` chunks.
   int si = 0;
@@ -108,28 +103,23 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int j = 0; j < 4; ++j)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            tot_at(i, j, e) = si == 0 ? acc[i][j][e] : tot_at(i, j, e) + acc[i][j][e];
+            tot[i][j][e] = si == 0 ? acc[i][j][e] : tot[i][j][e] + acc[i][j][e];
             acc[i][j][e] = 0.f;
           }
       ++si;
     }
   };
 
-  struct Frags {
+  auto compute_chunk = [&](int b, int h) {
     uint4 fa[4], fb[4], xb[4];
-  };
-  auto load_frags = [&](int b, int h, Frags& f) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int row = wf * 64 + i * 16 + g;
-      f.fa[i] = lds128(w_stage(b) + smem_off(row, 4 * h + t));
-      f.fb[i] = lds128(w_stage(b) + smem_off(row + 8, 4 * h + t));
+      fa[i] = lds128(w_stage(b) + smem_off(row, 4 * h + t));
+      fb[i] = lds128(w_stage(b) + smem_off(row + 8, 4 * h + t));
     }
 #pragma unroll
-    for (int j = 0; j < 4; ++j) f.xb[j] = lds128(x_stage(b) + smem_off(wt * 32 + j * 8 + g, 4 * h + t));
-  };
-  auto compute_chunk = [&](const Frags& f) {
-    const uint4 *fa = f.fa, *fb = f.fb, *xb = f.xb;
+    for (int j = 0; j < 4; ++j) xb[j] = lds128(x_stage(b) + smem_off(wt * 32 + j * 8 + g, 4 * h + t));
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -151,14 +141,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (kt + kStages - 1 < ktiles) load_stage((kt + kStages - 1) % kStages, kt + kStages - 1);
     asm volatile("cp.async.commit_group;");
     const int b = kt % kStages;
-    const bool second = 2 * kt + 1 < chunks;
-    Frags f0, f1;  // both chunks' fragments are loaded before the first MMA (hides the load latency)
-    load_frags(b, 0, f0);
-    if (second) load_frags(b, 1, f1);
-    compute_chunk(f0);
+    compute_chunk(b, 0);
     fold_ended(2 * kt + 1);
-    if (second) {
-      compute_chunk(f1);
+    if (2 * kt + 1 < chunks) {
+      compute_chunk(b, 1);
       fold_ended(2 * kt + 2);
     }
   }
@@ -174,7 +160,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int col = n0 + wf * 64 + i * 16 + g + (e >= 2 ? 8 : 0);
         const int row = m0 + wt * 32 + j * 8 + 2 * t + (e & 1);
         if (row >= m || col >= n) continue;
-        float s = tot_at(i, j, e);
+        float s = tot[i][j][e];
         if (bias_kind == 1) s += static_cast<const float*>(bias)[col];
         if (bias_kind == 2) s += __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[col]);
         if (y_f32)

@@ -333,7 +333,8 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
           const double t2 = time_ms(
               s, [&] { cublas(x, *w.w, y); }, 2, reps);
           std::printf(
-              "linear %-8s M=%-4d N=%-6ld K=%-6ld tiled %8.1f us %5.0f TFLOP/s | cuBLAS %8.1f us %5.0f TFLOP/s "
+              "linear %-8s M=%-4d N=%-6ld K=%-6ld tiled %8.1f us %5.0f TFLOP/s | cuBLAS %8.1f us %5.0f "
+              "TFLOP/s "
               "| ours/cuBLAS time %.2f\n",
               w.n, rows, long(n), long(k), t1 * 1e3, tflops(t1), t2 * 1e3, tflops(t2), t1 / t2);
           continue;
@@ -413,7 +414,8 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
                     g1 && g2 ? " (graph)" : " (eager)");
       out->push_back({std::string(sh.name) + " " + what, t1, t2, floor_ms, double(batch)});
       std::printf(
-          "%s: ours %.3f ms (eager %.3f, all-plain linear %.3f, no dependent launch %.3f) cuBLAS %.3f ms floor "
+          "%s: ours %.3f ms (eager %.3f, all-plain linear %.3f, no dependent launch %.3f) cuBLAS %.3f ms "
+          "floor "
           "%.3f ms\n",
           what, t1, t_eager, t_plain, t_nopdl, t2, floor_ms);
     }
@@ -457,8 +459,8 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
     out->push_back({std::string(sh.name) + " " + what, t1, t2, floor_ms, double(n)});
     std::printf("%s: ours %.2f ms cuBLAS-linear %.2f ms floor %.2f ms\n", what, t1, t2, floor_ms);
     {  // where the time goes: one layer's attention over the whole prompt
-      Tensor q = be.alloc({n, sh.heads, sh.head_dim}, DType::BF16), o = be.alloc({n, sh.heads, sh.head_dim},
-                                                                                 DType::BF16);
+      Tensor q = be.alloc({n, sh.heads, sh.head_dim}, DType::BF16),
+             o = be.alloc({n, sh.heads, sh.head_dim}, DType::BF16);
       cuda::fill_uniform(be, q, 9, -1, 1);
       AttentionParams ap{sh.heads, sh.kv_heads, sh.head_dim, 1.f / std::sqrt(float(sh.head_dim)), 0, 0.f};
       const double ta = time_ms(
@@ -469,7 +471,8 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
       cuda::set_attention_rows_per_block(cuda::LoopVariant::Auto);
       const double fl = 2.0 * double(n) * n * sh.heads * sh.head_dim;
       std::printf(
-          "  prefill %d attention one layer %.2f ms (%.1f TFLOP/s; one row per block %.2f ms), x%d layers = %.1f "
+          "  prefill %d attention one layer %.2f ms (%.1f TFLOP/s; one row per block %.2f ms), x%d layers = "
+          "%.1f "
           "ms\n",
           n, ta, fl / (ta * 1e-3) / 1e12, t1, sh.layers, ta * sh.layers);
     }

@@ -24,9 +24,9 @@
 namespace tf::cuda {
 namespace {
 
-constexpr int kWarps = 8;           // = the K slices; linear_tiled.cu's kSlices must match
-constexpr int kTiledMinM = 65;      // from here on the 128x128-tile kernel (linear_tiled.cu)
-constexpr int kFewBlocks = 256;     // grids smaller than this keep 8 K chunks a warp in flight
+constexpr int kWarps = 8;        // = the K slices; linear_tiled.cu's kSlices must match
+constexpr int kTiledMinM = 65;   // from here on the 128x128-tile kernel (linear_tiled.cu)
+constexpr int kFewBlocks = 256;  // grids smaller than this keep 8 K chunks a warp in flight
 LoopVariant g_linear_variant = LoopVariant::Auto;
 bool g_pdl = true;
 

@@ -219,7 +219,8 @@ TEST_F(CudaOps, LinearRowInvariantAcrossM) {
   std::memcpy(x3.bf16.data<uint16_t>() + 299 * k, x0.bf16.raw(), k * 2);
   gpu_->linear(gpu_->upload(x3.bf16), gw, lf3);
   const auto all3 = bits(lf3);
-  EXPECT_EQ(std::vector<uint16_t>(all3.begin() + 299 * 2 * n, all3.begin() + 300 * 2 * n), one) << "f32, M=300";
+  EXPECT_EQ(std::vector<uint16_t>(all3.begin() + 299 * 2 * n, all3.begin() + 300 * 2 * n), one)
+      << "f32, M=300";
 }
 
 // Dependent launches: each linear reads the previous one's output. With programmatic dependent launch
@@ -247,16 +248,16 @@ TEST_F(CudaOps, LinearChainSameWithAndWithoutDependentLaunch) {
 TEST_F(CudaOps, LinearVariantsGiveIdenticalBits) {
   Host w, b;
   for (int64_t n : {4096, 1024}) {  // 1024: a small grid, 8 chunks in flight per warp
-  LinearWeight gw = gpu_->upload_linear(host_linear(n, 4096, false, &w, &b));
-  for (int m : {1, 13, 20, 40}) {
-    Tensor x = gpu_->upload(random_host({m, 4096}).bf16), y1 = poisoned({m, n}), y2 = poisoned({m, n});
-    cuda::set_linear_variant(cuda::LoopVariant::Plain);
-    gpu_->linear(x, gw, y1);
-    cuda::set_linear_variant(cuda::LoopVariant::Prefetch);
-    gpu_->linear(x, gw, y2);
-    cuda::set_linear_variant(cuda::LoopVariant::Auto);
-    EXPECT_EQ(bits(y1), bits(y2)) << "M=" << m << " N=" << n;
-  }
+    LinearWeight gw = gpu_->upload_linear(host_linear(n, 4096, false, &w, &b));
+    for (int m : {1, 13, 20, 40}) {
+      Tensor x = gpu_->upload(random_host({m, 4096}).bf16), y1 = poisoned({m, n}), y2 = poisoned({m, n});
+      cuda::set_linear_variant(cuda::LoopVariant::Plain);
+      gpu_->linear(x, gw, y1);
+      cuda::set_linear_variant(cuda::LoopVariant::Prefetch);
+      gpu_->linear(x, gw, y2);
+      cuda::set_linear_variant(cuda::LoopVariant::Auto);
+      EXPECT_EQ(bits(y1), bits(y2)) << "M=" << m << " N=" << n;
+    }
   }
 }
 
@@ -436,23 +437,23 @@ void CudaOps::attention_vs_cpu(int hq, int hk, int d) {
   }
   // 51 rows: one row per block; 70 rows: blocks of several rows, runs of two sequences inside them.
   for (int decode_rows : {1, 20}) {
-  std::vector<std::pair<int, int>> rows;
-  for (int pos = 1100 - decode_rows; pos < 1100; ++pos) rows.push_back({0, pos});  // decode (or a chunk)
-  for (int pos = 0; pos < 45; ++pos) rows.push_back({1, pos});                      // prefill
-  for (int pos = 295; pos < 300; ++pos) rows.push_back({2, pos});                   // verify
-  const int r = int(rows.size());
-  BatchMeta meta = rows_meta(pools, rows);
-  for (int variant = 0; variant < 3; ++variant) {
-    AttentionParams ap{
-        hq, hk, d, 1.f / std::sqrt(float(d)), variant == 1 ? 200 : 0, variant == 2 ? 30.f : 0.f};
-    Host q = random_host({r, hq, d}, 2.f);
-    Tensor go = poisoned({r, hq, d}), co = Tensor::empty({r, hq, d}, DType::F32);
-    gpu_->begin_forward(meta);
-    cpu_->begin_forward(meta);
-    gpu_->attention(gpu_->upload(q.bf16), pools.g, ap, go);
-    cpu_->attention(q.f32, pools.c, ap, co);
-    EXPECT_LT(rel_err(get(go), co.to_f32_vector()), kBf16Tol) << "variant " << variant << ", rows " << r;
-  }
+    std::vector<std::pair<int, int>> rows;
+    for (int pos = 1100 - decode_rows; pos < 1100; ++pos) rows.push_back({0, pos});  // decode (or a chunk)
+    for (int pos = 0; pos < 45; ++pos) rows.push_back({1, pos});                     // prefill
+    for (int pos = 295; pos < 300; ++pos) rows.push_back({2, pos});                  // verify
+    const int r = int(rows.size());
+    BatchMeta meta = rows_meta(pools, rows);
+    for (int variant = 0; variant < 3; ++variant) {
+      AttentionParams ap{
+          hq, hk, d, 1.f / std::sqrt(float(d)), variant == 1 ? 200 : 0, variant == 2 ? 30.f : 0.f};
+      Host q = random_host({r, hq, d}, 2.f);
+      Tensor go = poisoned({r, hq, d}), co = Tensor::empty({r, hq, d}, DType::F32);
+      gpu_->begin_forward(meta);
+      cpu_->begin_forward(meta);
+      gpu_->attention(gpu_->upload(q.bf16), pools.g, ap, go);
+      cpu_->attention(q.f32, pools.c, ap, co);
+      EXPECT_LT(rel_err(get(go), co.to_f32_vector()), kBf16Tol) << "variant " << variant << ", rows " << r;
+    }
   }
 }
 

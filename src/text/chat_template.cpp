@@ -71,9 +71,15 @@ ChatTemplate ChatTemplate::from_dir(const std::string& dir) {
       throw Error(config_path.string() + ": " + e.what());
     }
   }
+  // As transformers: chat_template.jinja and additional_chat_templates/<name>.jinja take priority over the
+  // template entries of tokenizer_config.json.
   fs::path jinja_path = fs::path(dir) / "chat_template.jinja";
-  if (fs::exists(jinja_path)) {
-    ct.source_ = read_file(jinja_path);
+  fs::path tool_use_path = fs::path(dir) / "additional_chat_templates" / "tool_use.jinja";
+  bool have_files = fs::exists(jinja_path) || fs::exists(fs::path(dir) / "additional_chat_templates");
+  if (have_files) {
+    if (fs::exists(jinja_path)) ct.source_ = read_file(jinja_path);
+    if (fs::exists(tool_use_path))
+      ct.tool_use_tmpl_ = compile(read_file(tool_use_path), tool_use_path.string());
   } else if (config.contains("chat_template") && config["chat_template"].is_string()) {
     ct.source_ = config["chat_template"].get<std::string>();
   } else if (config.contains("chat_template") && config["chat_template"].is_array()) {

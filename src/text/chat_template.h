@@ -12,10 +12,11 @@ class Template;
 
 class ChatTemplate {
  public:
-  // From a checkpoint/tokenizer dir: chat_template.jinja if present, else tokenizer_config.json's
-  // "chat_template" (a string, or a list of {name, template}: "default", plus "tool_use" used when tools are
-  // given, as transformers does). Special tokens (bos/eos/unk/sep/pad/cls/mask) from tokenizer_config.json
-  // (string or AddedToken dict). Throws tf::Error if there is no template or it does not parse.
+  // From a checkpoint/tokenizer dir, as transformers loads it: chat_template.jinja (and
+  // additional_chat_templates/tool_use.jinja) if present, else tokenizer_config.json's "chat_template" (a
+  // string, or a list of {name, template}: "default", and "tool_use" which is used when tools are given).
+  // Special tokens (bos/eos/unk/sep/pad/cls/mask) from tokenizer_config.json (string or AddedToken dict).
+  // Throws tf::Error if there is no template or it does not parse.
   static ChatTemplate from_dir(const std::string& dir);
   // Throws tf::Error naming the template line on a syntax error.
   ChatTemplate(std::string source, std::string bos_token, std::string eos_token);

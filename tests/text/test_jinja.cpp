@@ -564,6 +564,11 @@ TEST(ChatTemplate, FromDirReadsNamedTemplatesAndAddedTokens) {
   EXPECT_EQ(t.render_ordered(msgs, ojson::parse(R"([{"type": "function"}])"), true), "T1");
   std::ofstream(dir / "chat_template.jinja") << "J{{ messages | length }}\n";
   EXPECT_EQ(ChatTemplate::from_dir(dir.string()).render_ordered(msgs, nullptr, true), "J1");
+  std::filesystem::create_directories(dir / "additional_chat_templates");
+  std::ofstream(dir / "additional_chat_templates" / "tool_use.jinja") << "U{{ tools | length }}";
+  ChatTemplate files = ChatTemplate::from_dir(dir.string());
+  EXPECT_EQ(files.render_ordered(msgs, nullptr, true), "J1");
+  EXPECT_EQ(files.render_ordered(msgs, ojson::parse(R"([{"type": "function"}])"), true), "U1");
   std::filesystem::remove_all(dir);
   EXPECT_THROW(ChatTemplate::from_dir(dir.string()), Error);
 }

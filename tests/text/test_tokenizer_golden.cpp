@@ -36,7 +36,12 @@ TEST_P(TokenizerGolden, MatchesHuggingFace) {
   std::ifstream f(std::string(TF_GOLDEN_DIR) + "/" + fam + ".json");
   ASSERT_TRUE(f) << "goldens missing: run the ctest fixture tokenizer_goldens_generate";
   nlohmann::json g = nlohmann::json::parse(f);
-  if (g.contains("error")) GTEST_SKIP() << fam << ": " << g["error"].get<std::string>();
+  if (g.contains("error")) {
+    // Only Llama 2's file is known to be rejected by `tokenizers` (merges with spaces); it is covered by
+    // test_tokenizer_vectors instead. Any other family failing to load in Python is a real failure.
+    if (fam == "llama2") GTEST_SKIP() << fam << ": " << g["error"].get<std::string>();
+    FAIL() << fam << ": " << g["error"].get<std::string>();
+  }
   const bool variant = fam.find('+') != std::string::npos;
   tf::Tokenizer tok = tf::Tokenizer::load(variant ? std::string(TF_GOLDEN_DIR) + "/variants/" + fam
                                                   : std::string(TF_SHARED_DIR) + "/text-fixtures/" + fam);

@@ -11,7 +11,8 @@ Writes under --out (default tests/data/quant):
   qwen3-mlx-mixed/          tests/data/tiny/qwen3 through mlx_lm.convert: 4-bit group 64 with per-layer
                             overrides (6-bit, 8-bit, 3-bit group 32, one layer left unquantized); down_proj
                             (160 inputs) is left unquantized by mlx-lm itself. logits_mlx.safetensors holds
-                            mlx-lm's logits (f32 activations) for `tokens`.
+                            mlx-lm's logits (f32 activations) for `tokens`
+                            and its greedy continuation (`greedy`) of their first 4.
   qwen3-mlx-5bit-g32/       the same, 5-bit group 32 everywhere (down_proj quantized too).
   qwen3-fp8-block/          e4m3 with 32x32 weight_scale_inv blocks (quant_method fp8).
   qwen3-fp8-channel/        compressed-tensors per-channel e4m3.
@@ -32,6 +33,7 @@ from safetensors.numpy import save_file
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "tests", "data", "tiny", "qwen3")
 TOKENS = [1, 17, 42, 99, 5, 250, 7, 300, 64, 2, 128, 33]
+GREEDY = 24
 
 
 def mlx_dequant_goldens(out):
@@ -154,7 +156,11 @@ def mlx_models(out):
                                      if v.dtype == mx.bfloat16 and not ("embed_tokens" in k and
                                                                         k.endswith((".scales", ".biases")))]))
         logits = model(mx.array([TOKENS]))[0].astype(mx.float32)
-        save_file({"tokens": np.array(TOKENS, dtype=np.int32), "logits": np.array(logits)},
+        seq = list(TOKENS[:4])
+        for _ in range(GREEDY):  # greedy continuation of the first 4 tokens, full recompute each step
+            seq.append(int(mx.argmax(model(mx.array([seq]))[0, -1]).item()))
+        save_file({"tokens": np.array(TOKENS, dtype=np.int32), "logits": np.array(logits),
+                   "greedy": np.array(seq[4:], dtype=np.int32)},
                   os.path.join(dst, "logits_mlx.safetensors"))
         # Dense twin: linears dequantized in f32 (as quantized_matmul on f32 inputs uses them), the embedding
         # through mx.dequantize in its scales' dtype (as QuantizedEmbedding); a tied head becomes lm_head.

@@ -139,10 +139,16 @@ std::string ChatTemplate::render_values(const nlohmann::ordered_json& messages,
   jinja::Value documents = jinja::Value::none();
   if (extra_kwargs.is_object()) {
     for (auto it = extra_kwargs.begin(); it != extra_kwargs.end(); ++it) {
-      if (it.key() == "documents")
+      if (it.key() == "documents") {
         documents = jinja::from_json(it.value());
-      else
+      } else if (it.key() == "messages" || it.key() == "tools" || it.key() == "add_generation_prompt" ||
+                 it.key() == "conversations" || it.key() == "chat_template" ||
+                 it.key() == "continue_final_message" || it.key() == "return_assistant_tokens_mask") {
+        // transformers passes these itself: a second value is a TypeError there.
+        throw InvalidRequest("chat template kwargs cannot set '" + it.key() + "'", "chat_template_kwargs");
+      } else {
         vars.emplace_back(it.key(), jinja::from_json(it.value()));
+      }
     }
   }
   vars.emplace_back("messages", jinja::make_list(std::move(msgs)));

@@ -544,6 +544,9 @@ TEST(ChatTemplate, ErrorsAreUserFacing) {
   EXPECT_THROW(t.render_ordered(ojson::parse(R"([{"role": "user", "content": "x"}])"), nullptr, true),
                InvalidRequest);
   EXPECT_THROW(t.render_ordered(ojson::array(), nullptr, true), InvalidRequest);
+  EXPECT_THROW(t.render_ordered(ojson::parse(R"([{"role": "user", "content": "x"}])"), nullptr, true,
+                                ojson{{"tools", ojson::array()}}),
+               InvalidRequest);
   ojson deep = "x";
   for (int k = 0; k < 1000; ++k) deep = ojson::array({deep});
   ChatTemplate ok("{{ messages | length }}", "", "");

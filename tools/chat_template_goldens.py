@@ -211,6 +211,19 @@ CASES = [
     ),
     case("developer_role", [{"role": "developer", "content": "Answer in French."}, U1]),
     case("system_mid_conversation", [U1, A1, {"role": "system", "content": "Be brief."}, U2]),
+    case("empty_tools", [U1], tools=[]),
+    case(
+        "tool_result_parts",
+        [
+            U2,
+            {"role": "assistant", "content": "Checking.", "reasoning_content": "Need the weather tool.",
+             "tool_calls": [TOOL_CALL]},
+            {"role": "tool", "tool_call_id": "call_1", "name": "get_weather",
+             "content": [{"type": "text", "text": "18C"}]},
+        ],
+        tools=[WEATHER_TOOL],
+        enable_thinking=True,
+    ),
     case("bad_roles", [U1, U1]),
     case("assistant_first", [A1, U1]),
 ]

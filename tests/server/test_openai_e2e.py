@@ -243,8 +243,12 @@ def test_n2_and_seed_reproducibility(client, model_info):
 def test_stop_sequences(client, model_info):
     kw = dict(model=model_info["id"], messages=CHAT, max_tokens=40, temperature=0, extra_body={"ignore_eos": True})
     text = client.chat.completions.create(**kw).choices[0].message.content
-    assert len(text) >= 12, text
-    stop = text[len(text) // 2: len(text) // 2 + 3]
+    # A stop string of plain characters from the second half of the greedy reply (a random tiny model may
+    # also write bytes that are not UTF-8, which a client cannot send back as a stop string).
+    windows = [text[i:i + 3] for i in range(len(text) // 3, len(text) - 3)]
+    plain = [w for w in windows if all(c.isascii() and c.isprintable() for c in w)]
+    assert plain, f"no plain 3-character window in the reply {text!r}"
+    stop = plain[0]
     want = text[: text.find(stop)]
     r = client.chat.completions.create(stop=[stop, "\x00never"], **kw)
     assert r.choices[0].finish_reason == "stop"
@@ -420,7 +424,7 @@ def test_dropped_stream_stops_generation(server, client, model_info):
     before = health(server)
     ctx = model_info["context_length"]
     body = {"messages": [{"role": "user", "content": "Go"}], "max_tokens": ctx - 64, "stream": True,
-            "ignore_eos": True, "n": 4, "seed": 5}
+            "ignore_eos": True, "n": 16, "seed": 5}
     data = json.dumps(body).encode()
     head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {API_KEY}\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n").encode()
@@ -436,7 +440,7 @@ def test_dropped_stream_stops_generation(server, client, model_info):
     deadline = time.time() + 20
     while time.time() < deadline:
         h = health(server)
-        if h["generations_active"] == 0:
+        if h["generations_active"] == 0 and h["engine"]["running"] == 0 and h["engine"]["waiting"] == 0:
             break
         time.sleep(0.05)
     assert h["generations_active"] == 0
@@ -446,7 +450,7 @@ def test_dropped_stream_stops_generation(server, client, model_info):
     a = health(server)["engine"]["generated_tokens"]
     time.sleep(0.3)
     assert health(server)["engine"]["generated_tokens"] == a
-    assert a - before["engine"]["generated_tokens"] < 4 * (ctx - 64), "generation ran to the end"
+    assert a - before["engine"]["generated_tokens"] < 16 * (ctx - 64), "generation ran to the end"
     assert_good_request(client, model_info)
 
 

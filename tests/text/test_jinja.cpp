@@ -487,6 +487,17 @@ TEST(JinjaRender, JoinerCyclerPartition) {
             "('k', '=', 'v=w')('k=v', '=', 'w')('x', '', '')");
 }
 
+TEST(JinjaRender, TruncateStriptagsSlice) {  // expectations from jinja2 3.1.6
+  EXPECT_EQ(
+      Template("{{ 'hello world foo bar' | truncate(9) }}|{{ 'hello world foo bar' | truncate(9, true) }}|"
+               "{{ 'hello world foo bar' | truncate(11, false, '..', 0) }}|{{ 'short'|truncate(255) }}")
+          .render({}),
+      "hello...|hello ...|hello..|short");
+  EXPECT_EQ(Template("{{ '<p>a  <b>b</b>\n c</p> &amp; d' | striptags }}").render({}), "a b c & d");
+  EXPECT_EQ(Template("{{ [1,2,3,4,5] | slice(2) | list }}|{{ [1,2,3,4,5] | slice(3, 0) | list }}").render({}),
+            "[[1, 2, 3], [4, 5]]|[[1, 2], [3, 4], [5, 0]]");
+}
+
 TEST(JinjaSyntax, UnsupportedTagNamesLine) {
   expect_syntax_error("a\n\n{% include 'x' %}", 3);
 }

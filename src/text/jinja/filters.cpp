@@ -287,6 +287,74 @@ Value do_batch(const Value& v, const CallArgs& a) {
   return make_iter(std::move(out));
 }
 
+Value do_truncate(const Value& v, const CallArgs& a) {
+  auto cps = utf8_decode(v.to_str());
+  const Value* len = arg(a, 0, "length");
+  const Value* end_v = arg(a, 2, "end");
+  const Value* leeway_v = arg(a, 3, "leeway");
+  int64_t length = len ? len->as_int() : 255,
+          leeway = leeway_v && !leeway_v->is_none() ? leeway_v->as_int() : 5;
+  std::string end = end_v ? end_v->to_str() : "...";
+  int64_t end_len = static_cast<int64_t>(utf8_decode(end).size());
+  if (length < end_len) throw TemplateError("expected length >= " + std::to_string(end_len));
+  if (static_cast<int64_t>(cps.size()) <= length + leeway) return Value(utf8_encode(cps));
+  std::string head = utf8_encode(cps, 0, static_cast<size_t>(length - end_len));
+  if (bool_arg(a, 1, "killwords", false)) return Value(head + end);
+  size_t space = head.rfind(' ');
+  return Value((space == std::string::npos ? head : head.substr(0, space)) + end);
+}
+
+Value do_striptags(const Value& v) {
+  std::string s = v.to_str(), text;
+  for (size_t k = 0; k < s.size();) {  // drop <!-- comments --> and <tags>
+    if (s.compare(k, 4, "<!--") == 0) {
+      size_t e = s.find("-->", k + 4);
+      if (e != std::string::npos) {
+        k = e + 3;
+        continue;
+      }
+    }
+    if (s[k] == '<') {
+      size_t e = s.find('>', k + 1);
+      if (e != std::string::npos) {
+        k = e + 1;
+        continue;
+      }
+    }
+    text += s[k++];
+  }
+  std::string joined;
+  for (const auto& w : py_split(text, Value::none(), -1)) joined += (joined.empty() ? "" : " ") + w;
+  for (auto [from, to] : {std::pair{"&lt;", "<"},
+                          {"&gt;", ">"},
+                          {"&quot;", "\""},
+                          {"&#34;", "\""},
+                          {"&#39;", "'"},
+                          {"&amp;", "&"}})
+    joined = py_replace(joined, from, to, -1);
+  return Value(joined);
+}
+
+Value do_slice(const Value& v, const CallArgs& a) {
+  std::vector<Value> seq = iterate(v);
+  const Value* n = arg(a, 0, "slices");
+  const Value* fill = arg(a, 1, "fill_with");
+  int64_t slices = n ? n->as_int() : 1;
+  if (slices <= 0) throw TemplateError("slice count must be positive");
+  int64_t length = static_cast<int64_t>(seq.size()), per = length / slices, extra = length % slices,
+          offset = 0;
+  std::vector<Value> out;
+  for (int64_t k = 0; k < slices; ++k) {
+    int64_t start = offset + k * per;
+    if (k < extra) ++offset;
+    int64_t end = offset + (k + 1) * per;
+    std::vector<Value> part(seq.begin() + start, seq.begin() + end);
+    if (fill && !fill->is_none() && k >= extra) part.push_back(*fill);
+    out.push_back(make_list(std::move(part)));
+  }
+  return make_iter(std::move(out));
+}
+
 Value do_sum(const Value& v, const CallArgs& a) {
   const Value* attr = arg(a, 0, "attribute");
   const Value* start = arg(a, 1, "start");
@@ -376,6 +444,9 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
     std::vector<Value> items = a.pos;
     return Value(percent_format(v.to_str(), make_list(std::move(items), true)));
   }
+  if (name == "truncate") return do_truncate(v, a);
+  if (name == "striptags") return do_striptags(v);
+  if (name == "slice") return do_slice(v, a);
   if (name == "wordcount") {
     int64_t n = 0;
     bool in_word = false;
@@ -386,6 +457,9 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
     }
     return Value(n);
   }
+  if (name == "filesizeformat" || name == "groupby" || name == "random" || name == "urlencode" ||
+      name == "urlize" || name == "wordwrap" || name == "xmlattr")
+    throw TemplateError("the jinja2 filter '" + name + "' is not supported by this renderer");
   throw TemplateError("no filter named '" + name + "'");
 }
 

@@ -1,6 +1,9 @@
-// `tensorfold bench [MODEL]`: decode and prefill throughput of a checkpoint through the engine on the
-// chosen backend. (The GPU roofline benchmark at real shapes with random weights lives in bench/cuda.)
+// `tensorfold bench [MODEL]`: prefill and decode throughput of a checkpoint through the engine, and what
+// drafting buys: each workload runs with drafts and with `draft: false`, the two outputs are compared token
+// for token (they must be identical), and the speedup and mean accepted length are printed. (The GPU
+// roofline benchmark at real shapes with random weights is bench/cuda.)
 #include <chrono>
+#include <iomanip>
 #include <iostream>
 
 #include "cli/commands.h"
@@ -13,48 +16,119 @@ namespace tf::cli {
 namespace {
 
 struct BenchArgs {
-  std::string model, backend = "auto";
-  int prompt = 128, tokens = 64, parallel = 1;
+  std::string model, backend = "auto", workload = "all", drafter = "auto";
+  int tokens = 256, parallel = 1;
+  float temperature = 0.f;
 };
+
+// A file the model is asked to quote (repetitive work), and an open prompt (free continuation).
+const char* kSource = R"(def parse_config(path, defaults=None):
+    """Read a JSON configuration file and merge it over the defaults.
+
+    Parameters
+    ----------
+    path : str
+        The file to read.
+    defaults : dict, optional
+        Values used when the file does not set them.
+
+    Returns
+    -------
+    dict
+        The merged configuration.
+    """
+    import json
+    config = dict(defaults or {})
+    with open(path, "r", encoding="utf-8") as f:
+        config.update(json.load(f))
+    for key, value in list(config.items()):
+        if value is None:
+            del config[key]
+    return config
+)";
+
+std::vector<int32_t> workload_prompt(const Tokenizer& tok, const std::string& w, int stream) {
+  if (w == "repetitive")
+    return tok.encode(std::string(kSource) + "\n\n# The same function again, unchanged:\n" + std::string(kSource).substr(0, 60 + stream), true);
+  if (w == "free") return tok.encode("import numpy as np\n\n\ndef moving_average(values, window", true);
+  std::vector<int32_t> p;
+  for (int t = 0; t < 128; ++t) p.push_back((t * 7919 + stream * 104729) % 1000 + 10);
+  return p;
+}
+
+struct RunResult {
+  double prefill_s = 0, total_s = 0;
+  int64_t prompt = 0, generated = 0, drafted = 0, accepted = 0, forwards = 0;
+  std::vector<std::vector<int32_t>> outputs;
+};
+
+RunResult run_once(Engine& e, const BenchArgs& a, const std::string& w, bool draft) {
+  RunResult r;
+  const int64_t f0 = e.stats().forward_passes;
+  std::vector<std::shared_ptr<RequestHandle>> hs;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < a.parallel; ++i) {
+    GenerationRequest q;
+    q.prompt = workload_prompt(e.tokenizer(), w, i);
+    q.max_tokens = a.tokens;
+    q.ignore_eos = true;
+    q.draft = draft;
+    q.sampling.temperature = a.temperature;
+    q.sampling.seed = 1000 + i;
+    r.prompt += int64_t(q.prompt.size());
+    hs.push_back(e.submit(q));
+  }
+  double first = 0;
+  for (auto& h : hs) {
+    std::vector<int32_t> out;
+    StreamEvent ev;
+    while (h->next(ev, std::chrono::seconds(600))) {
+      if (ev.kind == StreamEvent::Kind::Error) throw Error(ev.error);
+      if (ev.kind == StreamEvent::Kind::Tokens) {
+        if (out.empty()) first = std::max(first, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        for (auto& t : ev.tokens) out.push_back(t.token);
+      } else {
+        r.generated += ev.usage.completion_tokens;
+        r.drafted += ev.usage.drafted_tokens;
+        r.accepted += ev.usage.accepted_tokens;
+        break;
+      }
+    }
+    r.outputs.push_back(std::move(out));
+  }
+  r.total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.prefill_s = first;
+  r.forwards = e.stats().forward_passes - f0;
+  return r;
+}
 
 void run_bench(const BenchArgs& a) {
   EngineOptions opt;
   opt.model_path = resolve_model_arg(a.model);
   opt.backend = a.backend;
   opt.parallel = a.parallel;
+  opt.drafter = a.drafter;
+  opt.prompt_cache_gib = 0;  // measure compute, not cache hits
   auto engine = create_engine(opt);
-  std::cout << "model " << engine->info().id << " on " << engine->info().backend << "\n";
-  std::vector<std::shared_ptr<RequestHandle>> hs;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < a.parallel; ++i) {
-    GenerationRequest r;
-    for (int t = 0; t < a.prompt; ++t) r.prompt.push_back((t * 7919 + i * 104729) % 100 + 10);
-    r.max_tokens = a.tokens;
-    r.ignore_eos = true;
-    r.sampling.temperature = 0;
-    hs.push_back(engine->submit(r));
+  const auto& info = engine->info();
+  std::cout << "model " << info.id << " (" << info.parameters << " parameters) on " << info.backend << ", drafter "
+            << info.drafter << " + context copies, " << a.parallel << " stream(s), " << a.tokens
+            << " tokens each, temperature " << a.temperature << "\n";
+  std::vector<std::string> workloads = a.workload == "all" ? std::vector<std::string>{"repetitive", "free"}
+                                                           : std::vector<std::string>{a.workload};
+  run_once(*engine, a, workloads[0], false);  // warm-up
+  std::cout << "| workload | serial tok/s | drafted tok/s | speedup | accepted/drafted | tokens per forward | identical |\n"
+               "|---|---|---|---|---|---|---|\n";
+  for (const auto& w : workloads) {
+    RunResult s = run_once(*engine, a, w, false), d = run_once(*engine, a, w, true);
+    const double ts = (s.generated - a.parallel) / (s.total_s - s.prefill_s);
+    const double td = (d.generated - a.parallel) / (d.total_s - d.prefill_s);
+    std::cout << std::fixed << std::setprecision(1) << "| " << w << " | " << ts << " | " << td << " | "
+              << std::setprecision(2) << td / ts << "x | " << d.accepted << "/" << d.drafted << " | "
+              << double(d.generated) / std::max<int64_t>(1, d.forwards) << " | "
+              << (s.outputs == d.outputs ? "yes" : "NO") << " |\n";
+    if (s.outputs != d.outputs) throw Error("drafted output differs from serial output on workload " + w);
   }
-  int64_t generated = 0;
-  double ttft = 0;
-  for (auto& h : hs) {
-    StreamEvent ev;
-    bool first = true;
-    while (h->next(ev, std::chrono::seconds(600))) {
-      if (ev.kind == StreamEvent::Kind::Tokens && first) {
-        ttft = std::max(ttft, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-        first = false;
-      }
-      if (ev.kind == StreamEvent::Kind::Error) throw Error(ev.error);
-      if (ev.kind == StreamEvent::Kind::Finished) {
-        generated += ev.usage.completion_tokens;
-        break;
-      }
-    }
-  }
-  const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::cout << "streams " << a.parallel << ", prompt " << a.prompt << ", generated " << generated << "\n";
-  std::cout << "prefill (all streams) " << a.prompt * a.parallel / ttft << " tok/s, decode " << (generated - a.parallel) / (total - ttft)
-            << " tok/s aggregate\n";
   engine->shutdown();
 }
 
@@ -62,12 +136,15 @@ void run_bench(const BenchArgs& a) {
 
 void add_bench_command(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
-  auto* c = app.add_subcommand("bench", "Measure prefill and decode throughput of a checkpoint");
+  auto* c = app.add_subcommand("bench", "Measure decode throughput with and without drafts (outputs must match)");
   c->add_option("model", a->model, "Checkpoint (default: the demo model)");
   c->add_option("--backend", a->backend, "auto | cuda | cpu")->check(CLI::IsMember({"auto", "cuda", "cpu"}));
-  c->add_option("--prompt", a->prompt, "Prompt tokens per stream")->check(CLI::PositiveNumber);
+  c->add_option("--workload", a->workload, "repetitive | free | random | all")
+      ->check(CLI::IsMember({"repetitive", "free", "random", "all"}));
+  c->add_option("--drafter", a->drafter, "auto | none | mtp | DIR (a draft model)");
   c->add_option("--tokens", a->tokens, "Tokens generated per stream")->check(CLI::Range(2, 1 << 20));
   c->add_option("--parallel", a->parallel, "Concurrent streams")->check(CLI::PositiveNumber);
+  c->add_option("--temperature", a->temperature, "Sampling temperature (seeded)")->check(CLI::NonNegativeNumber);
   c->callback([a] { run_bench(*a); });
 }
 

@@ -97,7 +97,7 @@ struct EngineStats {
   int kv_blocks_used = 0, kv_blocks_total = 0;
   int kv_blocks_cached = 0;  // retained by the prompt cache; those no stream uses are not in `used`
   int64_t prompt_cache_hits = 0, prompt_cache_disk_hits = 0;
-  int64_t requests_finished = 0, requests_cancelled = 0;
+  int64_t requests_finished = 0, requests_cancelled = 0, preemptions = 0;
   int64_t prompt_tokens = 0, generated_tokens = 0;
   int64_t forward_passes = 0;
   int64_t drafted_tokens = 0, accepted_tokens = 0;

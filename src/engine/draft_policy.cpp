@@ -14,6 +14,25 @@ void CostModel::observe(int rows, double seconds) {
   sxy_ = sxy_ * decay + double(rows) * seconds;
 }
 
+void CostModel::observe_draft(int tokens, double seconds) {
+  if (tokens <= 0) return;
+  draft_s_ = draft_s_ * 0.95 + seconds;
+  draft_n_ = draft_n_ * 0.95 + tokens;
+}
+
+double CostModel::step_time() const {
+  const double var = sxx_ * n_ - sx_ * sx_;
+  if (n_ < 8 || var <= 1e-9 * n_ * n_) return n_ > 0 ? sy_ / sx_ : 0;  // time per row as a fallback
+  const double slope = (sxy_ * n_ - sx_ * sy_) / var;
+  return std::max(1e-9, (sy_ - slope * sx_) / n_ + slope);
+}
+
+double CostModel::draft_cost() const {
+  if (draft_n_ <= 0) return 0;
+  const double step = step_time();
+  return step > 0 ? std::clamp(draft_s_ / draft_n_ / step, 0.0, 10.0) : 0;
+}
+
 double CostModel::row_cost() const {
   const double var = sxx_ * n_ - sx_ * sx_;
   if (n_ < 8 || var <= 1e-9 * n_ * n_) return prior_;
@@ -33,7 +52,8 @@ void DraftStats::record(int k, int accepted_now) {
   acceptance = 0.7 * acceptance + 0.3 * observed;
 }
 
-int choose_draft_length(DraftStats& s, double c, int max_k) {
+int choose_draft_length(DraftStats& s, double c, int max_k, double d) {
+  c += d;
   if (max_k <= 0) return 0;
   const double a = std::clamp(s.acceptance, 0.0, 0.99);
   int best_k = 0;

@@ -2,7 +2,7 @@
 // How many tokens to draft for a stream: the k that maximises expected tokens per unit of forward time,
 // from the stream's measured acceptance and the measured cost of an extra verify row. With acceptance a
 // per drafted token, k drafts yield (1 - a^(k+1)) / (1 - a) tokens for a forward costing 1 + c·k, where
-// c = (time of one more row) / (time of a 1-row step). When no k > 0 pays, the stream decodes serially
+// c = (time of one more row + time to draft it) / (time of a 1-row step). When no k > 0 pays, the stream decodes serially
 // and probes now and then, so drafting never makes it slower than serial by more than noise.
 #include <cstdint>
 
@@ -13,11 +13,16 @@ class CostModel {
  public:
   explicit CostModel(double prior_row_cost) : prior_(prior_row_cost) {}
   void observe(int rows, double seconds);
-  double row_cost() const;  // c above
+  // Time a model drafter spent proposing `tokens` tokens (zero for context copies).
+  void observe_draft(int tokens, double seconds);
+  double row_cost() const;    // c above
+  double draft_cost() const;  // a drafted token's own cost, in units of a 1-row step
 
  private:
+  double step_time() const;  // fitted time of a 1-row forward
   double prior_;
   double n_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;
+  double draft_s_ = 0, draft_n_ = 0;
 };
 
 struct DraftStats {
@@ -27,7 +32,8 @@ struct DraftStats {
   void record(int k, int accepted_now);
 };
 
-// The draft length for a stream, at most `max_k`.
-int choose_draft_length(DraftStats& s, double row_cost, int max_k);
+// The draft length for a stream, at most `max_k`: each drafted token costs `row_cost` (one more verify
+// row) plus `draft_cost` (producing it).
+int choose_draft_length(DraftStats& s, double row_cost, int max_k, double draft_cost = 0);
 
 }  // namespace tf

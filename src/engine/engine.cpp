@@ -124,6 +124,8 @@ class EngineImpl final : public Engine {
     {
       std::lock_guard<std::mutex> lock(mu_);
       TF_CHECK(!stopping_, "the engine is shutting down");
+      if (int(waiting_.size()) >= opt_.max_queue)
+        throw Overloaded("the server is at capacity: " + std::to_string(waiting_.size()) + " requests are waiting; retry shortly");
       waiting_.push_back(std::make_unique<Sequence>(std::move(req), tokenizer_, q));
     }
     cv_.notify_all();
@@ -296,36 +298,81 @@ class EngineImpl final : public Engine {
   // Shares the longest cached prefix, then reserves the rest of the stream's capacity, evicting retained
   // prefixes if the pool is short. False (nothing held) when it cannot start yet.
   bool admit_one(Sequence& s) {
-    const int capacity = s.prompt_len + s.req.max_tokens;
-    // At least the last prompt token is computed, so its logits exist; the block it lands in stays private.
-    const int covered = prefix_cache_->acquire(s.tokens, s.prompt_len - 1, s.blocks);
-    const int need = KvBlockPool::blocks_for(capacity, kBlockSize) - int(s.blocks.size());
+    const int len = int(s.tokens.size());  // a preempted stream comes back with its reply so far
+    const int want = std::min(s.prompt_len + s.req.max_tokens, len + std::max(1, opt_.growth_reserve));
+    // At least the last token is computed, so its logits exist; the block it lands in stays private.
+    const int covered = prefix_cache_->acquire(s.tokens, len - 1, s.blocks);
+    const int need = KvBlockPool::blocks_for(want, kBlockSize) - int(s.blocks.size());
     if (pool_->free_blocks() < need) prefix_cache_->make_room(need);
-    if (!pool_->reserve(s.blocks, capacity)) {
+    if (!pool_->reserve(s.blocks, want)) {
       pool_->release(s.blocks);
       return false;
     }
     s.computed = covered;
-    s.usage.cached_tokens = covered;
+    if (s.generated() == 0) s.usage.cached_tokens = covered;
     return true;
+  }
+
+  // Blocks for what each stream may write this round (its next chunk, or its token plus drafts), oldest
+  // stream first. A stream the pool cannot serve sits the round out; when none can run, the newest is
+  // preempted: its blocks go back (its prefix stays in the prompt cache) and it re-queues first, to be
+  // recomputed later bitwise as it was. No stream is lost or cut short.
+  std::vector<Sequence*> grow_running() {
+    for (;;) {
+      std::vector<Sequence*> ready;
+      for (auto& s : running_) {
+        const int capacity = s->prompt_len + s->req.max_tokens;
+        const int pending = int(s->tokens.size()) - s->computed;
+        const int want = std::min(capacity, pending > 1 ? s->computed + std::min(pending, opt_.prefill_chunk)
+                                                        : int(s->tokens.size()) + opt_.max_draft);
+        const int need = KvBlockPool::blocks_for(want, kBlockSize) - int(s->blocks.size());
+        if (need > 0 && pool_->free_blocks() < need) prefix_cache_->make_room(need);
+        pool_->reserve(s->blocks, want);  // may fall short: then the stream runs as far as its blocks reach
+        if (int(s->blocks.size()) * kBlockSize > s->computed) ready.push_back(s.get());
+      }
+      if (!ready.empty() || running_.empty()) return ready;
+      preempt_newest();
+    }
+  }
+
+  void preempt_newest() {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = std::prev(running_.end());
+    Sequence& s = **it;
+    if (drafter_) drafter_->release(s);
+    prefix_cache_->retain(s.tokens, s.computed, s.blocks);
+    s.computed = 0;
+    waiting_.push_front(std::move(*it));
+    running_.erase(it);
+    ++stats_.preemptions;
   }
 
   void round() {
     drop_cancelled();
     if (running_.empty()) return;
+    const std::vector<Sequence*> ready = grow_running();
+    if (ready.empty()) return;
     BatchMeta meta;
     meta.block_size = kBlockSize;
     std::vector<Part> parts;
-    plan_decode(meta, parts);
+    plan_decode(meta, parts, ready);
+    // Prefill chunks after the decode rows, the prompts with the fewest tokens left first.
+    std::vector<Sequence*> prefilling;
+    for (Sequence* s : ready)
+      if (int(s->tokens.size()) - s->computed > 1) prefilling.push_back(s);
+    std::stable_sort(prefilling.begin(), prefilling.end(), [](Sequence* a, Sequence* b) {
+      return int(a->tokens.size()) - a->computed < int(b->tokens.size()) - b->computed;
+    });
     int budget = std::max(1, opt_.prefill_chunk);
-    for (auto& s : running_) {
+    for (Sequence* s : prefilling) {
       const int pending = int(s->tokens.size()) - s->computed;
-      if (pending > 1 && budget > 0) {
-        const int n = std::min(pending, budget);
-        budget -= n;
-        add_rows(meta, parts, *s, n, {});
-      }
+      const int room = int(s->blocks.size()) * kBlockSize - s->computed;
+      const int n = std::min({pending, budget, room});
+      if (n <= 0) continue;
+      budget -= n;
+      add_rows(meta, parts, *s, n, {});
     }
+    if (meta.rows() == 0) return;
     std::vector<int32_t> logit_rows;
     for (const auto& p : parts) {
       if (!p.drafts.empty() || p.seq->computed + p.rows == int(p.seq->tokens.size()))
@@ -391,10 +438,10 @@ class EngineImpl final : public Engine {
   }
 
   // Decode rows for every stream whose prompt is done: its last token, plus drafts where they pay.
-  void plan_decode(BatchMeta& meta, std::vector<Part>& parts) {
+  void plan_decode(BatchMeta& meta, std::vector<Part>& parts, const std::vector<Sequence*>& ready) {
     std::vector<Sequence*> decoding;
-    for (auto& s : running_)
-      if (int(s->tokens.size()) - s->computed == 1) decoding.push_back(s.get());
+    for (Sequence* s : ready)
+      if (int(s->tokens.size()) - s->computed == 1) decoding.push_back(s);
     std::vector<DraftSlot> ngram_slots, model_slots;
     std::vector<std::vector<int32_t>> drafts(decoding.size());
     if (drafting_) {
@@ -403,8 +450,9 @@ class EngineImpl final : public Engine {
         Sequence& s = *decoding[i];
         if (!s.req.draft) continue;
         // Room left: the proposal's rows must stay within the stream's reserved capacity.
-        const int room = std::min(s.req.max_tokens - s.generated() - 1, opt_.max_draft);
-        const int k = opt_.adaptive_draft ? choose_draft_length(s.draft_stats, c, room) : room;
+        const int room = std::min({s.req.max_tokens - s.generated() - 1, opt_.max_draft,
+                                   int(s.blocks.size()) * kBlockSize - int(s.tokens.size())});
+        const int k = opt_.adaptive_draft ? choose_draft_length(s.draft_stats, c, room, drafter_ ? cost_.draft_cost() : 0) : room;
         if (k <= 0) continue;
         if (ngram_) {
           int match = 0;
@@ -414,7 +462,13 @@ class EngineImpl final : public Engine {
         }
         if (drafter_) model_slots.push_back({&s, k, {}});
       }
-      if (!model_slots.empty()) drafter_->propose(model_slots);
+      if (!model_slots.empty()) {
+        const auto t0 = std::chrono::steady_clock::now();
+        drafter_->propose(model_slots);
+        int proposed = 0;
+        for (const auto& slot : model_slots) proposed += int(slot.tokens.size());
+        cost_.observe_draft(proposed, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
       for (auto& slot : model_slots) {
         size_t i = size_t(std::find(decoding.begin(), decoding.end(), slot.seq) - decoding.begin());
         drafts[i] = std::move(slot.tokens);

@@ -36,7 +36,9 @@ struct EngineOptions {
   std::string spill_dir;           // default: a private directory under $TMPDIR
   std::string snapshot_dir;        // persistent prefix snapshots (survive restarts); "" or "none" = off
   int max_snapshots = 0;           // snapshot blocks kept on disk (0 = bounded by spill_gib, else 4 GiB)
-  int prefill_chunk = 512;     // prompt tokens per round (decode rows of running streams always go first)
+  int prefill_chunk = 512;
+  int growth_reserve = 2048;   // KV reserved ahead of each stream (prompt + this many reply tokens)
+  int max_queue = 256;         // waiting requests beyond `parallel`; more are refused (Overloaded)     // prompt tokens per round (decode rows of running streams always go first)
 };
 
 // Throws tf::Error with a one-line reason (unsupported family, context that cannot fit, ...).

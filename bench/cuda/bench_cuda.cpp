@@ -287,6 +287,24 @@ BatchMeta prefill_meta(int n) {
   return m;
 }
 
+// `batch` sequences, each verifying k drafts: k+1 rows at positions ctx-1-k .. ctx-1 (DESIGN: the number
+// that turns acceptance into speed).
+BatchMeta verify_meta(int batch, int k, int ctx) {
+  BatchMeta m;
+  m.block_size = kBlock;
+  const int per = ctx / kBlock + 1;
+  for (int b = 0; b < batch; ++b) {
+    std::vector<int32_t> t(per);
+    for (int i = 0; i < per; ++i) t[i] = b * per + i;
+    for (int pos = ctx - 1 - k; pos < ctx; ++pos) {
+      m.tokens.push_back((b * 7919 + pos) % 151936), m.positions.push_back(pos), m.row_seq.push_back(b);
+      m.slots.push_back(t[pos / kBlock] * kBlock + pos % kBlock);
+    }
+    m.block_tables.push_back(std::move(t));
+  }
+  return m;
+}
+
 struct Row {
   std::string what;
   double ours_ms, cublas_ms, floor_ms;  // floor: roofline time
@@ -479,11 +497,42 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
   }
 }
 
+// Verify cost: a forward of b*(k+1) rows (k drafts per sequence) over a 1-row-per-sequence step, k=1..8.
+void verify_sweep(Backend& be, const Shape& sh, int ctx) {
+  cudaStream_t s = cuda::stream_of(be);
+  Model m = make_model(be, sh, int64_t(8) * (ctx + kBlock));
+  Acts acts = make_acts(be, sh, 8 * 9, 8 * 9);
+  LinearFn ours = [&](const Tensor& x, const LinearWeight& w, Tensor& y) { be.linear(x, w, y); };
+  const RopeParams rope = qwen_rope(sh.head_dim);
+  std::printf("\n== verify cost, %s, ctx %d (graph replays; logits for every row) ==\n| batch | k=0 ms |", sh.name, ctx);
+  for (int k = 1; k <= 8; ++k) std::printf(" k=%d |", k);
+  std::printf("\n|---|---|---|---|---|---|---|---|---|---|\n");
+  for (int batch : {1, 8}) {
+    double base = 0;
+    std::printf("| %d |", batch);
+    for (int k = 0; k <= 8; ++k) {
+      BatchMeta meta = verify_meta(batch, k, ctx);
+      be.begin_forward(meta);
+      const int rows = batch * (k + 1);
+      bool g = false;
+      const double t = time_graph_ms(s, [&] { forward(be, m, acts, rows, rows, rope, ours); }, &g);
+      if (k == 0) {
+        base = t;
+        std::printf(" %.3f |", t);
+      } else {
+        std::printf(" %.2fx |", t / base);
+      }
+    }
+    std::printf("\n");
+  }
+}
+
 int run(int argc, char** argv) {
-  bool quick = false, small_only = false;
+  bool quick = false, small_only = false, verify_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     if (!std::strcmp(argv[i], "--small")) small_only = true;
+    if (!std::strcmp(argv[i], "--verify")) verify_only = true;
   }
   std::string why;
   auto be = make_cuda_backend(0, &why);
@@ -498,6 +547,12 @@ int run(int argc, char** argv) {
   const Ceilings c = measure_ceilings(*be, h);
   std::printf("ceilings: device copy %.0f GB/s (read+write), cuBLAS bf16 GEMM 8192^3 %.0f TFLOP/s\n",
               c.copy_gbs, c.gemm_tflops);
+  if (verify_only) {
+    verify_sweep(*be, kQwen3_8B, 512);
+    verify_sweep(*be, kQwen3_8B, 8192);
+    cublasDestroy(h);
+    return 0;
+  }
   std::vector<Row> rows;
   if (!small_only) run_shape(*be, h, kQwen3_8B, c, quick, &rows);
   run_shape(*be, h, kQwen3_06B, c, quick, &rows);

@@ -452,15 +452,27 @@ class EngineImpl final : public Engine {
         // Room left: the proposal's rows must stay within the stream's reserved capacity.
         const int room = std::min({s.req.max_tokens - s.generated() - 1, opt_.max_draft,
                                    int(s.blocks.size()) * kBlockSize - int(s.tokens.size())});
-        const int k = opt_.adaptive_draft ? choose_draft_length(s.draft_stats, c, room, drafter_ ? cost_.draft_cost() : 0) : room;
-        if (k <= 0) continue;
+        // Context copies cost nothing to propose; a model drafter costs its own forward. Each source keeps
+        // its own acceptance; a stream drafts from the one whose expected rate is higher.
+        auto length = [&](DraftStats& st, double draft_cost) {
+          return opt_.adaptive_draft ? choose_draft_length(st, c, room, draft_cost) : room;
+        };
         if (ngram_) {
           int match = 0;
-          drafts[i] = ngram_->lookup(s.tokens, k, &match);
-          if (!drafts[i].empty() && (match >= 3 || !drafter_)) continue;
+          const int kn = length(s.ngram_stats, 0);
+          if (kn > 0) drafts[i] = ngram_->lookup(s.tokens, kn, &match);
+          const bool prefer = !drafter_ || match >= 3 || s.ngram_stats.acceptance >= s.model_stats.acceptance;
+          if (!drafts[i].empty() && prefer) {
+            s.last_draft_ngram = true;
+            continue;
+          }
           drafts[i].clear();
         }
-        if (drafter_) model_slots.push_back({&s, k, {}});
+        if (!drafter_) continue;
+        const int km = length(s.model_stats, cost_.draft_cost());
+        if (km <= 0) continue;
+        s.last_draft_ngram = false;
+        model_slots.push_back({&s, km, {}});
       }
       if (!model_slots.empty()) {
         const auto t0 = std::chrono::steady_clock::now();
@@ -504,7 +516,7 @@ class EngineImpl final : public Engine {
     // K/V is valid for the rows whose inputs are now the stream's tokens.
     s.computed = drafts.empty() ? base + rows : base + 1 + accepted;
     if (!drafts.empty()) {
-      s.draft_stats.record(int(drafts.size()), accepted);
+      (s.last_draft_ngram ? s.ngram_stats : s.model_stats).record(int(drafts.size()), accepted);
       s.usage.drafted_tokens += int(drafts.size());
       s.usage.accepted_tokens += accepted;
     }

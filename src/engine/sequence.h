@@ -49,7 +49,8 @@ struct Sequence {
   PenaltyState penalties;
   IncrementalDetokenizer detok;
   StopMatcher stop;
-  DraftStats draft_stats;
+  DraftStats ngram_stats, model_stats;  // acceptance per drafter source
+  bool last_draft_ngram = false;         // which source the pending verification came from
   Usage usage;  // drafted / accepted counts accumulate here
   int generated() const { return int(tokens.size()) - prompt_len; }
 

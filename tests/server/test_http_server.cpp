@@ -12,7 +12,7 @@ namespace {
 
 using nlohmann::json;
 
-class Http : public ::testing::Test {
+class ServerHttp : public ::testing::Test {
  protected:
   void SetUp() override {
     ServerOptions o;
@@ -49,7 +49,7 @@ class Http : public ::testing::Test {
   std::unique_ptr<httplib::Client> client_;
 };
 
-TEST_F(Http, AuthIsRequiredExceptForHealth) {
+TEST_F(ServerHttp, AuthIsRequiredExceptForHealth) {
   httplib::Client anon("127.0.0.1", server_->port());
   auto r = anon.Get("/v1/models");
   ASSERT_TRUE(r);
@@ -65,7 +65,7 @@ TEST_F(Http, AuthIsRequiredExceptForHealth) {
   expect_good_request_works();
 }
 
-TEST_F(Http, ErrorsUseTheOpenAIShape) {
+TEST_F(ServerHttp, ErrorsUseTheOpenAIShape) {
   auto r = post("/v1/chat/completions", "{not json");
   EXPECT_EQ(r->status, 400);
   EXPECT_EQ(error_of(r)["type"], "invalid_request_error");
@@ -90,7 +90,7 @@ TEST_F(Http, ErrorsUseTheOpenAIShape) {
   EXPECT_GE(health["requests_failed"].get<int>(), 6);
 }
 
-TEST_F(Http, StreamsServerSentEvents) {
+TEST_F(ServerHttp, StreamsServerSentEvents) {
   std::string body;
   httplib::Headers headers;
   auto r = client_->Post("/v1/completions", R"({"prompt": "ab", "max_tokens": 4, "stream": true})", "application/json");

@@ -16,7 +16,7 @@ namespace {
 
 using nlohmann::json;
 
-struct Fixture : ::testing::Test {
+struct ServerRequests : ::testing::Test {
   testing::FakeEngine engine{testing::FakeEngineConfig{.context = 256, .step = std::chrono::microseconds(200)}};
   testing::FakeText text;
   ServerOptions options = [] {
@@ -50,7 +50,7 @@ struct Fixture : ::testing::Test {
   }
 };
 
-TEST_F(Fixture, WrongTypesName400TheField) {
+TEST_F(ServerRequests, WrongTypesName400TheField) {
   // Written as JSON text: brace-initialised json is ambiguous between arrays and objects.
   std::vector<std::pair<const char*, std::string>> cases = {
       {R"({"temperature": "hot"})", "temperature"},
@@ -96,7 +96,7 @@ TEST_F(Fixture, WrongTypesName400TheField) {
   }
 }
 
-TEST_F(Fixture, UnknownModelIs404AndAliasesWork) {
+TEST_F(ServerRequests, UnknownModelIs404AndAliasesWork) {
   ApiError e = chat_error({{"model", "gpt-4o"}});
   EXPECT_EQ(e.status(), 404);
   EXPECT_EQ(e.code(), "model_not_found");
@@ -107,12 +107,12 @@ TEST_F(Fixture, UnknownModelIs404AndAliasesWork) {
   EXPECT_EQ(parse_chat_request(no_model, ctx).model, "fake-model");
 }
 
-TEST_F(Fixture, UnknownFieldsAreIgnored) {
+TEST_F(ServerRequests, UnknownFieldsAreIgnored) {
   ChatRequest r = parse_chat_request(chat({{"frobnicate", {1, 2}}, {"response_format", {{"type", "text"}}}}), ctx);
   EXPECT_EQ(r.common.n, 1);
 }
 
-TEST_F(Fixture, ContextLengthExceededCarriesTheNumbers) {
+TEST_F(ServerRequests, ContextLengthExceededCarriesTheNumbers) {
   // The fake prompt is the rendered text in bytes: "<|user|>hi\n<|assistant|>" = 24 tokens.
   ApiError e = chat_error({{"max_tokens", 240}});
   EXPECT_EQ(e.status(), 400);
@@ -128,7 +128,7 @@ TEST_F(Fixture, ContextLengthExceededCarriesTheNumbers) {
   EXPECT_EQ(big.max_tokens, 256 - int(big.prompt.size()));
 }
 
-TEST_F(Fixture, SamplingFieldsReachTheRequest) {
+TEST_F(ServerRequests, SamplingFieldsReachTheRequest) {
   ChatRequest r = parse_chat_request(chat({{"temperature", 0.5},
                                            {"top_p", 0.9},
                                            {"top_k", 40},
@@ -174,7 +174,7 @@ TEST_F(Fixture, SamplingFieldsReachTheRequest) {
   EXPECT_FALSE(chat_submissions(parse_chat_request(chat(), ctx))[0].sampling.seed.has_value());
 }
 
-TEST_F(Fixture, MessagesReachTheTemplateAsTransformersExpects) {
+TEST_F(ServerRequests, MessagesReachTheTemplateAsTransformersExpects) {
   json messages = json::parse(R"([
       {"role": "developer", "content": "be brief"},
       {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
@@ -198,7 +198,7 @@ TEST_F(Fixture, MessagesReachTheTemplateAsTransformersExpects) {
   EXPECT_EQ(bad_args.param(), "messages[2].tool_calls[0].function.arguments");
 }
 
-TEST_F(Fixture, ServerTemplateDefaultsAndRequestOverrides) {
+TEST_F(ServerRequests, ServerTemplateDefaultsAndRequestOverrides) {
   options.default_template_kwargs = {{"enable_thinking", false}};
   EXPECT_EQ(text.decode(parse_chat_request(chat(), ctx).prompt, false).find("/no_think") != std::string::npos, true);
   ChatRequest r = parse_chat_request(chat({{"chat_template_kwargs", {{"enable_thinking", true}}}}), ctx);
@@ -207,7 +207,7 @@ TEST_F(Fixture, ServerTemplateDefaultsAndRequestOverrides) {
   EXPECT_EQ(chat_error(json::object()).code(), "no_chat_template");
 }
 
-TEST_F(Fixture, CompletionPromptShapes) {
+TEST_F(ServerRequests, CompletionPromptShapes) {
   auto parse = [&](json prompt, json extra = json::object()) {
     json body = {{"model", "fake-model"}, {"prompt", prompt}};
     body.update(extra);
@@ -237,7 +237,7 @@ TEST_F(Fixture, CompletionPromptShapes) {
   EXPECT_EQ(error_of([&] { parse_completion_request({{"model", "fake-model"}}, ctx); }).param(), "prompt");
 }
 
-TEST_F(Fixture, ErrorObjectShape) {
+TEST_F(ServerRequests, ErrorObjectShape) {
   json j = invalid_field("temperature", "bad").to_json();
   EXPECT_EQ(j, json::parse(R"({"error":{"message":"bad","type":"invalid_request_error","param":"temperature","code":null}})"));
   ApiError mapped = to_api_error(InvalidRequest("too long", "max_tokens", "context_length_exceeded"));
@@ -249,7 +249,7 @@ TEST_F(Fixture, ErrorObjectShape) {
   EXPECT_EQ(model_not_found("x").to_json()["error"]["code"], "model_not_found");
 }
 
-TEST_F(Fixture, MalformedBodies) {
+TEST_F(ServerRequests, MalformedBodies) {
   EXPECT_EQ(error_of([] { parse_body("{\"model\": "); }).code(), "invalid_json");
   EXPECT_EQ(error_of([] { parse_body("[1,2]"); }).status(), 400);
   EXPECT_EQ(error_of([] { parse_body(""); }).status(), 400);
@@ -257,7 +257,7 @@ TEST_F(Fixture, MalformedBodies) {
   EXPECT_EQ(parse_body("{\"a\": 1}")["a"], 1);
 }
 
-TEST_F(Fixture, TokenizeAndDetokenize) {
+TEST_F(ServerRequests, TokenizeAndDetokenize) {
   json t = tokenize_json({{"prompt", "hi"}}, ctx);
   EXPECT_EQ(t["tokens"], json({257, 'h', 'i'}));
   EXPECT_EQ(t["count"], 3);
@@ -273,7 +273,7 @@ TEST_F(Fixture, TokenizeAndDetokenize) {
   EXPECT_EQ(error_of([&] { tokenize_json({{"prompt", "x"}, {"model", "nope"}}, ctx); }).status(), 404);
 }
 
-TEST_F(Fixture, ModelsList) {
+TEST_F(ServerRequests, ModelsList) {
   json m = models_json(ctx);
   ASSERT_EQ(m["data"].size(), 2u);
   EXPECT_EQ(m["object"], "list");

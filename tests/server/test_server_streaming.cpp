@@ -16,7 +16,7 @@ namespace {
 
 using nlohmann::json;
 
-struct Streaming : ::testing::Test {
+struct ServerStreaming : ::testing::Test {
   testing::FakeEngine engine{testing::FakeEngineConfig{.context = 512, .step = std::chrono::microseconds(100)}};
   testing::FakeText text;
   ServerOptions options;
@@ -54,7 +54,7 @@ struct Streaming : ::testing::Test {
   }
 };
 
-TEST_F(Streaming, WholeChatReply) {
+TEST_F(ServerStreaming, WholeChatReply) {
   ChatRequest r = chat(R"({"temperature": 0, "max_tokens": 9, "n": 2, "logprobs": true, "top_logprobs": 2})");
   Generation gen(ctx, chat_submissions(r));
   auto results = gen.collect([] { return false; });
@@ -85,7 +85,7 @@ TEST_F(Streaming, WholeChatReply) {
   EXPECT_EQ(stats.generations_total, 2);
 }
 
-TEST_F(Streaming, SseChunksFollowOpenAI) {
+TEST_F(ServerStreaming, SseChunksFollowOpenAI) {
   ChatRequest r = chat(R"({"temperature": 0, "max_tokens": 6, "stream": true,
                             "stream_options": {"include_usage": true}})");
   auto events = stream(r);
@@ -115,7 +115,7 @@ TEST_F(Streaming, SseChunksFollowOpenAI) {
   EXPECT_EQ(usage["usage"]["prompt_tokens"], int(r.prompt.size()));
 }
 
-TEST_F(Streaming, NoUsageChunkUnlessAsked) {
+TEST_F(ServerStreaming, NoUsageChunkUnlessAsked) {
   auto events = stream(chat(R"({"max_tokens": 3, "stream": true})"));
   for (size_t i = 0; i + 1 < events.size(); ++i) {
     json c = payload(events[i]);
@@ -124,7 +124,7 @@ TEST_F(Streaming, NoUsageChunkUnlessAsked) {
   }
 }
 
-TEST_F(Streaming, SeveralChoicesInterleave) {
+TEST_F(ServerStreaming, SeveralChoicesInterleave) {
   auto events = stream(chat(R"({"max_tokens": 5, "stream": true, "n": 3, "seed": 11})"));
   std::vector<std::string> text(3);
   std::vector<int> roles(3), finishes(3);
@@ -144,7 +144,7 @@ TEST_F(Streaming, SeveralChoicesInterleave) {
   }
 }
 
-TEST_F(Streaming, StopStringEndsWithStop) {
+TEST_F(ServerStreaming, StopStringEndsWithStop) {
   std::string g = greedy_text(20);
   std::string stop = g.substr(7, 3);
   ChatRequest r = chat(json({{"temperature", 0}, {"max_tokens", 20}, {"stop", {stop}}}).dump());
@@ -154,7 +154,7 @@ TEST_F(Streaming, StopStringEndsWithStop) {
   EXPECT_EQ(out["choices"][0]["message"]["content"], g.substr(0, g.find(stop)));
 }
 
-TEST_F(Streaming, ClientGoneCancelsGeneration) {
+TEST_F(ServerStreaming, ClientGoneCancelsGeneration) {
   testing::FakeEngine slow(testing::FakeEngineConfig{.context = 100000, .step = std::chrono::microseconds(2000)});
   ApiContext slow_ctx{slow, text, options, stats, stopping};
   ChatRequest r = chat(R"({"max_tokens": 50000, "stream": true})", &slow_ctx);
@@ -175,7 +175,7 @@ TEST_F(Streaming, ClientGoneCancelsGeneration) {
   EXPECT_LT(steps, 100);
 }
 
-TEST_F(Streaming, ShutdownEndsStreamWithErrorAndDone) {
+TEST_F(ServerStreaming, ShutdownEndsStreamWithErrorAndDone) {
   ChatRequest r = chat(R"({"max_tokens": 200, "stream": true})");
   Generation gen(ctx, chat_submissions(r));
   ChatStreamFormatter fmt(r, meta, text);
@@ -198,7 +198,7 @@ TEST_F(Streaming, ShutdownEndsStreamWithErrorAndDone) {
   }
 }
 
-TEST_F(Streaming, CompletionsEchoLogprobsAndIndexes) {
+TEST_F(ServerStreaming, CompletionsEchoLogprobsAndIndexes) {
   json body = json::parse(R"({"prompt": ["ab", "cd"], "n": 2, "max_tokens": 4, "temperature": 0, "echo": true})");
   CompletionRequest r = parse_completion_request(body, ctx);
   Generation gen(ctx, completion_submissions(r));
@@ -222,7 +222,7 @@ TEST_F(Streaming, CompletionsEchoLogprobsAndIndexes) {
   EXPECT_EQ(lp["top_logprobs"][0].size(), 2u);
 }
 
-TEST_F(Streaming, CompletionStreamChunks) {
+TEST_F(ServerStreaming, CompletionStreamChunks) {
   json body = json::parse(R"({"prompt": "ab", "max_tokens": 5, "temperature": 0, "stream": true, "echo": true})");
   CompletionRequest r = parse_completion_request(body, ctx);
   Generation gen(ctx, completion_submissions(r));
@@ -242,7 +242,7 @@ TEST_F(Streaming, CompletionStreamChunks) {
   EXPECT_EQ(payload(events[events.size() - 2])["choices"][0]["finish_reason"], "length");
 }
 
-TEST_F(Streaming, EngineRefusalBecomes400) {
+TEST_F(ServerStreaming, EngineRefusalBecomes400) {
   // The fake engine refuses prompt + max_tokens over its context; the server maps it.
   try {
     GenerationRequest g;
@@ -258,7 +258,7 @@ TEST_F(Streaming, EngineRefusalBecomes400) {
   EXPECT_EQ(stats.generations_active, 0);
 }
 
-TEST(Sse, Framing) {
+TEST(ServerSse, Framing) {
   EXPECT_EQ(sse_event(json{{"a", 1}}), "data: {\"a\":1}\n\n");
   EXPECT_EQ(sse_done(), "data: [DONE]\n\n");
   EXPECT_EQ(sse_comment("x"), ": x\n\n");

@@ -105,7 +105,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--host", a->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", a->port, "Port to listen on")->check(CLI::Range(1, 65535))->capture_default_str();
   cmd->add_option("--name", a->name, "Model id advertised by /v1/models (default: the checkpoint's name)");
-  cmd->add_option("--alias", a->aliases, "Another model id accepted in requests (repeatable)");
+  // Repeatable options take one value each, so a MODEL after them stays the positional.
+  cmd->add_option("--alias", a->aliases, "Another model id accepted in requests (repeatable)")
+      ->allow_extra_args(false);
   cmd->add_option("--context", a->context,
                   "Prompt + reply capacity per stream (default: min(native context, 32768))")
       ->check(CLI::Range(16, 1 << 24));
@@ -133,7 +135,8 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "none", "mtp"}) | CLI::ExistingDirectory)
       ->capture_default_str();
   cmd->add_option("--mtp-drafts", a->mtp_drafts, "MTP draft chain length")->check(CLI::Range(1, 16))->capture_default_str();
-  cmd->add_option("--api-key", a->api_keys, "Require 'Authorization: Bearer KEY' (repeatable)");
+  cmd->add_option("--api-key", a->api_keys, "Require 'Authorization: Bearer KEY' (repeatable)")
+      ->allow_extra_args(false);
   cmd->add_option("--api-key-file", a->api_key_file, "File with accepted keys, one per line")->check(CLI::ExistingFile);
   cmd->add_option("--log-format", a->log_format, "Request log format")
       ->check(CLI::IsMember({"text", "json"}))

@@ -1,0 +1,200 @@
+// Output parsers on replies written in real models' syntaxes, fed whole, one byte at a time and split at
+// every position: the result must not depend on how the text was cut, and no piece of a marker may
+// reach content.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "server/chat_output.h"
+#include "server/output_parser.h"
+
+namespace tf::server {
+namespace {
+
+struct Result {
+  std::string reasoning, content;
+  std::vector<std::pair<std::string, std::string>> calls;  // name, arguments
+  std::vector<std::string> content_pieces;
+};
+
+Result run(const OutputParsing& cfg, const std::vector<std::string>& pieces) {
+  OutputParser p(cfg);
+  Result r;
+  auto take = [&](ParsedDelta d) {
+    r.reasoning += d.reasoning;
+    r.content += d.content;
+    if (!d.content.empty()) r.content_pieces.push_back(d.content);
+    for (auto& c : d.tool_calls) {
+      EXPECT_EQ(c.index, r.calls.size());
+      EXPECT_EQ(c.id.rfind("call_", 0), 0u);
+      r.calls.push_back({c.name, c.arguments});
+    }
+  };
+  for (const auto& s : pieces) take(p.feed(s));
+  take(p.finish());
+  return r;
+}
+
+std::vector<std::string> bytes(const std::string& s) {
+  std::vector<std::string> v;
+  for (char c : s) v.push_back(std::string(1, c));
+  return v;
+}
+
+// Whole, byte by byte and every two-piece split give the same result as `want`.
+void expect_every_split(const OutputParsing& cfg, const std::string& text, const Result& want) {
+  auto check = [&](const Result& got, const std::string& how) {
+    EXPECT_EQ(got.reasoning, want.reasoning) << how;
+    EXPECT_EQ(got.content, want.content) << how;
+    EXPECT_EQ(got.calls, want.calls) << how;
+    for (const auto& piece : got.content_pieces) {
+      for (const char* m : {"<think", "</think", "<tool_call", "</tool_call", "[TOOL_CALLS"}) {
+        // A piece may only hold a marker's beginning if the model really wrote it as content.
+        if (want.content.find(m) == std::string::npos) EXPECT_EQ(piece.find(m), std::string::npos) << how;
+      }
+    }
+  };
+  check(run(cfg, {text}), "whole");
+  check(run(cfg, bytes(text)), "bytes");
+  for (size_t i = 1; i < text.size(); ++i) check(run(cfg, {text.substr(0, i), text.substr(i)}), "split " + std::to_string(i));
+}
+
+OutputParsing hermes() {
+  OutputParsing c;
+  c.tools = ToolFormat::Hermes;
+  return c;
+}
+
+// Qwen3-8B with enable_thinking and a weather tool (recorded reply).
+TEST(OutputParser, QwenThinkingThenToolCall) {
+  std::string text =
+      "<think>\nThe user wants the weather in Paris. I should call get_weather.\n</think>\n\n"
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}\n"
+      "</tool_call>";
+  Result want;
+  want.reasoning = "The user wants the weather in Paris. I should call get_weather.";
+  want.calls = {{"get_weather", R"({"city":"Paris","unit":"celsius"})"}};
+  expect_every_split(hermes(), text, want);
+}
+
+TEST(OutputParser, QwenParallelCallsWithContentBefore) {
+  std::string text =
+      "Let me check both.\n<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": 1}}\n</tool_call>\n"
+      "<tool_call>\n{\"name\": \"b\", \"arguments\": {}}\n</tool_call>";
+  Result want;
+  want.content = "Let me check both.";
+  want.calls = {{"a", R"({"x":1})"}, {"b", "{}"}};
+  expect_every_split(hermes(), text, want);
+  OutputParsing one = hermes();
+  one.parallel_tool_calls = false;
+  want.calls.pop_back();
+  expect_every_split(one, text, want);
+}
+
+TEST(OutputParser, ThinkingOpenedByThePrompt) {
+  // DeepSeek-R1 / Qwen3 thinking-2507 templates end the prompt with "<think>\n".
+  OutputParsing cfg;
+  cfg.reasoning_starts_open = true;
+  Result want;
+  want.reasoning = "2 + 2 is 4.";
+  want.content = "The answer is 4.";
+  expect_every_split(cfg, "2 + 2 is 4.\n</think>\n\nThe answer is 4.", want);
+}
+
+TEST(OutputParser, ReplyWithoutMarkersIsUntouched) {
+  Result want;
+  want.content = "Hello! <b>bold</b> and a < sign; x <tool and <thin.";
+  expect_every_split(hermes(), want.content, want);
+  OutputParsing none;
+  expect_every_split(none, want.content, want);
+}
+
+TEST(OutputParser, DisabledThinkingEmptyBlock) {
+  // Qwen3 with enable_thinking=false: the template writes "<think>\n\n</think>\n\n" in the prompt; a model
+  // may still echo an empty block.
+  Result want;
+  want.content = "Hi there.";
+  expect_every_split(OutputParsing{}, "<think>\n\n</think>\n\nHi there.", want);
+}
+
+TEST(OutputParser, UnfinishedReasoningStaysReasoning) {
+  Result want;
+  want.reasoning = "I am still thinking about";
+  expect_every_split(OutputParsing{}, "<think>\nI am still thinking about", want);
+}
+
+TEST(OutputParser, InvalidCallJsonIsKeptAsContent) {
+  std::string text = "<tool_call>\n{\"name\": \"f\", \"arguments\": {oops}\n</tool_call>";
+  Result want;
+  want.content = text;
+  expect_every_split(hermes(), text, want);
+}
+
+TEST(OutputParser, CallCutByLengthStillParsesWhenComplete) {
+  // The reply ended (max_tokens or a stop string) before </tool_call>.
+  Result want;
+  want.calls = {{"f", R"({"q":"x"})"}};
+  expect_every_split(hermes(), "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"q\": \"x\"}}\n", want);
+}
+
+TEST(OutputParser, MistralToolCalls) {
+  OutputParsing cfg;
+  cfg.tools = ToolFormat::Mistral;
+  Result want;
+  want.calls = {{"get_weather", R"({"city":"Paris"})"}, {"get_time", R"({"tz":"CET"})"}};
+  expect_every_split(cfg,
+                     "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, "
+                     "{\"name\": \"get_time\", \"arguments\": {\"tz\": \"CET\"}}]",
+                     want);
+  want.calls.pop_back();
+  expect_every_split(cfg, "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}", want);  // v11 tokenizer
+  Result plain;
+  plain.content = "[TOOL] is not a call.";
+  expect_every_split(cfg, plain.content, plain);
+}
+
+TEST(OutputParser, Llama3JsonToolCall) {
+  OutputParsing cfg;
+  cfg.tools = ToolFormat::Llama3Json;
+  Result want;
+  want.calls = {{"get_weather", R"({"city":"Paris"})"}};
+  expect_every_split(cfg, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", want);
+  expect_every_split(cfg, "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", want);
+  Result plain;
+  plain.content = "{not json at all}";
+  expect_every_split(cfg, plain.content, plain);
+}
+
+TEST(OutputParser, PartialMarkerStart) {
+  EXPECT_EQ(partial_marker_start("abc</thi", "</think>"), 3u);
+  EXPECT_EQ(partial_marker_start("abc", "</think>"), 3u);
+  EXPECT_EQ(partial_marker_start("a<", "<tool_call>"), 1u);
+}
+
+TEST(ChatOutput, ParsingFromPromptAndToolChoice) {
+  RequestJson tools = RequestJson::array({{{"type", "function"}, {"function", {{"name", "f"}}}}});
+  RequestJson body = {{"tool_choice", "auto"}};
+  JsonFields f(body);
+  OutputParsing cfg = chat_output_parsing(f, tools, "...<tool_call>...<|im_start|>assistant\n<think>\n");
+  EXPECT_EQ(cfg.tools, ToolFormat::Hermes);
+  EXPECT_TRUE(cfg.reasoning_starts_open);
+  EXPECT_EQ(detect_tool_format("[AVAILABLE_TOOLS][...][/AVAILABLE_TOOLS]"), ToolFormat::Mistral);
+  RequestJson none = {{"tool_choice", "none"}};
+  EXPECT_EQ(chat_output_parsing(JsonFields(none), tools, "<tool_call>").tools, ToolFormat::None);
+  RequestJson required = {{"tool_choice", "required"}};
+  EXPECT_THROW(chat_output_parsing(JsonFields(required), tools, ""), std::exception);
+}
+
+TEST(ChatOutput, MessageJson) {
+  bool calls = false;
+  auto m = chat_message_json(hermes(), "<think>hm</think>\n<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>",
+                             &calls);
+  EXPECT_TRUE(calls);
+  EXPECT_EQ(m["reasoning_content"], "hm");
+  EXPECT_TRUE(m["content"].is_null());
+  EXPECT_EQ(m["tool_calls"][0]["function"]["name"], "f");
+  EXPECT_EQ(m["tool_calls"][0]["type"], "function");
+}
+
+}  // namespace
+}  // namespace tf::server

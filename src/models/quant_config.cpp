@@ -76,13 +76,14 @@ QuantConfig parse_compressed_tensors(const nlohmann::json& q) {
     throw Error("config.json: compressed-tensors quantization_config has no config_groups");
   for (const auto& [name, g] : q["config_groups"].items()) {
     const std::string where = "compressed-tensors group '" + name + "'";
-    if (!g.contains("weights") || !g["weights"].is_object()) throw Error("config.json: " + where + " has no weights scheme");
+    if (!g.contains("weights") || !g["weights"].is_object())
+      throw Error("config.json: " + where + " has no weights scheme");
     const auto& w = g["weights"];
     const std::string type = w.value("type", std::string("int"));
     const int nbits = w.value("num_bits", 0);
     if (type != "float" || nbits != 8)
-      throw Error("config.json: " + where + " quantizes weights to " + std::to_string(nbits) + "-bit " + type +
-                  "; only 8-bit float (FP8) compressed-tensors checkpoints are supported");
+      throw Error("config.json: " + where + " quantizes weights to " + std::to_string(nbits) + "-bit " +
+                  type + "; only 8-bit float (FP8) compressed-tensors checkpoints are supported");
     const std::string strategy = w.value("strategy", std::string("tensor"));
     if (strategy != "tensor" && strategy != "channel" && strategy != "block")
       throw Error("config.json: " + where + " uses FP8 strategy '" + strategy +
@@ -92,7 +93,8 @@ QuantConfig parse_compressed_tensors(const nlohmann::json& q) {
     c.fp8_strategy = strategy;
     if (strategy == "block") {
       const auto& b = w.value("block_structure", nlohmann::json());
-      if (!b.is_array() || b.size() != 2) throw Error("config.json: " + where + " needs block_structure [out, in]");
+      if (!b.is_array() || b.size() != 2)
+        throw Error("config.json: " + where + " needs block_structure [out, in]");
       c.block_out = b[0].get<int>();
       c.block_in = b[1].get<int>();
     }
@@ -104,7 +106,8 @@ QuantConfig parse_compressed_tensors(const nlohmann::json& q) {
 
 QuantConfig parse_quant_config(const nlohmann::json& config) {
   if (!config.is_object()) return {};
-  if (config.contains("quantization") && config["quantization"].is_object()) return parse_mlx(config["quantization"]);
+  if (config.contains("quantization") && config["quantization"].is_object())
+    return parse_mlx(config["quantization"]);
   if (!config.contains("quantization_config") || !config["quantization_config"].is_object()) return {};
   const auto& q = config["quantization_config"];
   const std::string method = q.value("quant_method", std::string());
@@ -127,15 +130,18 @@ std::string QuantConfig::describe() const {
   if (method == Method::None) return "";
   if (method == Method::Fp8) {
     std::string s = "fp8 e4m3, ";
-    if (fp8_strategy == "block") return s + std::to_string(block_out) + "x" + std::to_string(block_in) + " block scales";
+    if (fp8_strategy == "block")
+      return s + std::to_string(block_out) + "x" + std::to_string(block_in) + " block scales";
     return s + "per-" + fp8_strategy + " scales";
   }
   std::string s = "mlx affine " + std::to_string(bits) + "-bit, group " + std::to_string(group_size);
   std::map<std::string, int> other;  // "6-bit" / "unquantized" -> count of layers
   for (const auto& [k, l] : overrides) {
-    if (!l.quantized) ++other["unquantized"];
+    if (!l.quantized)
+      ++other["unquantized"];
     else if (l.bits != bits || l.group_size != group_size)
-      ++other[std::to_string(l.bits) + "-bit" + (l.group_size != group_size ? " g" + std::to_string(l.group_size) : "")];
+      ++other[std::to_string(l.bits) + "-bit" +
+              (l.group_size != group_size ? " g" + std::to_string(l.group_size) : "")];
   }
   if (other.empty()) return s;
   s += " (mixed:";

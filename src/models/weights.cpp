@@ -12,7 +12,9 @@ namespace tf {
 
 namespace {
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 std::string where(const Checkpoint& ckpt, const std::string& name) {
   return ckpt.dir() + ": tensor '" + name + "'";
@@ -25,7 +27,8 @@ void read_mlx(const Checkpoint& ckpt, const std::string& base, LinearWeight& w) 
   w.weight = ckpt.get(base + ".weight");
   w.scales = ckpt.get(base + ".scales");
   w.biases = fetch_tensor(ckpt, base + ".biases", w.scales.shape());
-  if (w.weight.ndim() != 2 || w.weight.dim(0) != out || w.weight.dtype() != DType::U32 || (w.weight.dim(1) * 32) % in)
+  if (w.weight.ndim() != 2 || w.weight.dim(0) != out || w.weight.dtype() != DType::U32 ||
+      (w.weight.dim(1) * 32) % in)
     throw Error(where(ckpt, base + ".weight") + " is " + w.weight.describe() + ", not MLX-packed U32 [" +
                 std::to_string(out) + ", " + std::to_string(in) + " * bits / 32]");
   w.bits = int(w.weight.dim(1) * 32 / in);
@@ -35,16 +38,19 @@ void read_mlx(const Checkpoint& ckpt, const std::string& base, LinearWeight& w) 
   w.group_size = int(in / w.scales.dim(1));
   const QuantConfig qc = parse_quant_config(ckpt.config());
   const LayerQuant lq = qc.layer(base);
-  if (qc.method == QuantConfig::Method::MlxAffine && (!lq.quantized || lq.bits != w.bits || lq.group_size != w.group_size))
+  if (qc.method == QuantConfig::Method::MlxAffine &&
+      (!lq.quantized || lq.bits != w.bits || lq.group_size != w.group_size))
     throw Error(where(ckpt, base + ".weight") + " is " + std::to_string(w.bits) + "-bit, group " +
                 std::to_string(w.group_size) + ", but config.json's quantization block says " +
-                (lq.quantized ? std::to_string(lq.bits) + "-bit, group " + std::to_string(lq.group_size) : "unquantized"));
+                (lq.quantized ? std::to_string(lq.bits) + "-bit, group " + std::to_string(lq.group_size)
+                              : "unquantized"));
   check_quantized_linear(w);
 }
 
 // FP8 e4m3 with `scale` (weight_scale_inv or compressed-tensors weight_scale): per-tensor [] / [1],
 // per-channel [out] / [out, 1], or blocks [ceil(out/bo), ceil(in/bi)] — normalised to F32 [out, groups].
-void read_fp8(const Checkpoint& ckpt, const std::string& base, const std::string& scale_name, LinearWeight& w) {
+void read_fp8(const Checkpoint& ckpt, const std::string& base, const std::string& scale_name,
+              LinearWeight& w) {
   const int64_t out = w.out_features, in = w.in_features;
   w.format = LinearWeight::Format::Fp8Block;
   w.bits = 8;
@@ -56,23 +62,28 @@ void read_fp8(const Checkpoint& ckpt, const std::string& base, const std::string
   const std::vector<float> sv = s.to_f32_vector();
   const QuantConfig qc = parse_quant_config(ckpt.config());
   int64_t bo = 0, bi = 0;  // block sizes
-  if (s.numel() == 1) bo = out, bi = in;
-  else if (s.numel() == out && (s.ndim() == 1 || (s.ndim() == 2 && s.dim(1) == 1))) bo = 1, bi = in;
+  if (s.numel() == 1)
+    bo = out, bi = in;
+  else if (s.numel() == out && (s.ndim() == 1 || (s.ndim() == 2 && s.dim(1) == 1)))
+    bo = 1, bi = in;
   else if (s.ndim() == 2) {
     bo = qc.block_out > 0 ? qc.block_out : 128;
     bi = qc.block_in > 0 ? qc.block_in : 128;
     if (s.dim(0) != ceil_div(out, bo) || s.dim(1) != ceil_div(in, bi))
-      throw Error(where(ckpt, scale_name) + " has shape " + shape_str(s.shape()) + ", but " + std::to_string(bo) +
-                  "x" + std::to_string(bi) + " blocks of [" + std::to_string(out) + ", " + std::to_string(in) +
-                  "] need [" + std::to_string(ceil_div(out, bo)) + ", " + std::to_string(ceil_div(in, bi)) + "]");
+      throw Error(where(ckpt, scale_name) + " has shape " + shape_str(s.shape()) + ", but " +
+                  std::to_string(bo) + "x" + std::to_string(bi) + " blocks of [" + std::to_string(out) +
+                  ", " + std::to_string(in) + "] need [" + std::to_string(ceil_div(out, bo)) + ", " +
+                  std::to_string(ceil_div(in, bi)) + "]");
   } else {
-    throw Error(where(ckpt, scale_name) + " has shape " + shape_str(s.shape()) + ", which is no FP8 scale layout");
+    throw Error(where(ckpt, scale_name) + " has shape " + shape_str(s.shape()) +
+                ", which is no FP8 scale layout");
   }
   w.group_size = int(bi);
   const int64_t groups = ceil_div(in, bi), src_cols = s.numel() == 1 ? 1 : ceil_div(in, bi);
   w.scales = Tensor::empty({out, groups}, DType::F32);
   for (int64_t r = 0; r < out; ++r)
-    for (int64_t g = 0; g < groups; ++g) w.scales.data<float>()[r * groups + g] = sv[size_t((r / bo) * src_cols + g)];
+    for (int64_t g = 0; g < groups; ++g)
+      w.scales.data<float>()[r * groups + g] = sv[size_t((r / bo) * src_cols + g)];
   check_quantized_linear(w);
 }
 
@@ -107,20 +118,25 @@ bool same_layout(const LinearWeight& a, const LinearWeight& b) {
 
 }  // namespace
 
-LinearWeight read_linear(const Checkpoint& ckpt, const std::string& base, int64_t out, int64_t in, bool bias) {
+LinearWeight read_linear(const Checkpoint& ckpt, const std::string& base, int64_t out, int64_t in,
+                         bool bias) {
   LinearWeight w;
   w.in_features = in;
   w.out_features = out;
-  if (ckpt.has(base + ".scales")) read_mlx(ckpt, base, w);
-  else if (ckpt.has(base + ".weight_scale_inv")) read_fp8(ckpt, base, base + ".weight_scale_inv", w);
-  else if (ckpt.has(base + ".weight_scale")) read_fp8(ckpt, base, base + ".weight_scale", w);
-  else w.weight = fetch_tensor(ckpt, base + ".weight", {out, in});
+  if (ckpt.has(base + ".scales"))
+    read_mlx(ckpt, base, w);
+  else if (ckpt.has(base + ".weight_scale_inv"))
+    read_fp8(ckpt, base, base + ".weight_scale_inv", w);
+  else if (ckpt.has(base + ".weight_scale"))
+    read_fp8(ckpt, base, base + ".weight_scale", w);
+  else
+    w.weight = fetch_tensor(ckpt, base + ".weight", {out, in});
   if (bias) w.bias = fetch_tensor(ckpt, base + ".bias", {out});
   return w;
 }
 
-LinearWeight load_linear(const Checkpoint& ckpt, Backend& be, const std::string& base, int64_t out, int64_t in,
-                         bool bias) {
+LinearWeight load_linear(const Checkpoint& ckpt, Backend& be, const std::string& base, int64_t out,
+                         int64_t in, bool bias) {
   return be.upload_linear(read_linear(ckpt, base, out, in, bias));
 }
 
@@ -156,7 +172,8 @@ LinearWeight load_fused_linear(const Checkpoint& ckpt, Backend& be, const std::v
   return be.upload_linear(f);
 }
 
-Tensor load_embedding(const Checkpoint& ckpt, Backend& be, const std::string& base, int64_t vocab, int64_t hidden) {
+Tensor load_embedding(const Checkpoint& ckpt, Backend& be, const std::string& base, int64_t vocab,
+                      int64_t hidden) {
   if (!ckpt.has(base + ".scales")) return be.upload(fetch_tensor(ckpt, base + ".weight", {vocab, hidden}));
   LinearWeight w = read_linear(ckpt, base, vocab, hidden, false);
   return be.upload(dequantize(w, w.scales.dtype()));

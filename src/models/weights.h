@@ -18,8 +18,8 @@ class Checkpoint;
 
 // The weight as stored, on the host, not uploaded. `base` is the layer's name without ".weight"
 // (e.g. "model.layers.0.self_attn.q_proj"). Checks every shape against out_features x in_features.
-LinearWeight read_linear(const Checkpoint& ckpt, const std::string& base, int64_t out_features, int64_t in_features,
-                         bool bias);
+LinearWeight read_linear(const Checkpoint& ckpt, const std::string& base, int64_t out_features,
+                         int64_t in_features, bool bias);
 // read_linear + upload to the backend.
 LinearWeight load_linear(const Checkpoint& ckpt, Backend& be, const std::string& base, int64_t out_features,
                          int64_t in_features, bool bias);
@@ -30,6 +30,7 @@ LinearWeight load_fused_linear(const Checkpoint& ckpt, Backend& be, const std::v
                                const std::vector<int64_t>& out_features, int64_t in_features);
 // An embedding table [vocab, hidden] uploaded with Backend::upload: dense as stored; MLX-quantized tables
 // are dequantized on the host into the scales' dtype (exactly mx.dequantize's values).
-Tensor load_embedding(const Checkpoint& ckpt, Backend& be, const std::string& base, int64_t vocab, int64_t hidden);
+Tensor load_embedding(const Checkpoint& ckpt, Backend& be, const std::string& base, int64_t vocab,
+                      int64_t hidden);
 
 }  // namespace tf

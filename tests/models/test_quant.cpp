@@ -3,13 +3,13 @@
 // weight-only linear's row invariance, and tiny Qwen3 conversions end to end (vs mlx-lm and vs the same
 // model with dequantized dense weights, which must give identical logits).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/safetensors.h"
@@ -27,7 +27,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string data(const std::string& rel) { return std::string(TF_SOURCE_DIR) + "/tests/data/quant/" + rel; }
+std::string data(const std::string& rel) {
+  return std::string(TF_SOURCE_DIR) + "/tests/data/quant/" + rel;
+}
 
 // Goldens made live by mlx when the test python has it (CI installs mlx-cpu), else the committed ones.
 std::string dequant_dir() {
@@ -40,7 +42,8 @@ std::string dequant_dir() {
     // One directory per process: ctest runs each test of this binary as its own process, maybe in parallel.
     const std::string out = std::string(TF_BINARY_DIR) + "/quant_goldens_live/" + std::to_string(getpid());
     fs::create_directories(out);
-    const std::string cmd = py + " " + TF_SOURCE_DIR + "/tools/make_quant_models.py --dequant-only --out " + out;
+    const std::string cmd =
+        py + " " + TF_SOURCE_DIR + "/tools/make_quant_models.py --dequant-only --out " + out;
     EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
     std::cerr << "[test_quant] goldens regenerated live with mlx in " << out << "\n";
     return out + "/";
@@ -95,7 +98,8 @@ TEST(MlxDequant, EqualsMxDequantizeBitForBit) {
     for (int64_t r = 0; r < w.out_features; ++r) {
       dequantize_row(w, r, row.data());
       for (int64_t i = 0; i < w.in_features; ++i)
-        ASSERT_EQ(bits_of(row[i]), bits_of(ref[size_t(r * w.in_features + i)])) << "row " << r << " col " << i;
+        ASSERT_EQ(bits_of(row[i]), bits_of(ref[size_t(r * w.in_features + i)]))
+            << "row " << r << " col " << i;
     }
     ++checked;
   }
@@ -122,7 +126,8 @@ TEST(Fp8Dequant, EqualsFloat64ProductRoundedToF32) {
     EXPECT_EQ(w.format, LinearWeight::Format::Fp8Block);
     const std::vector<float> expect = ckpt.get(std::string(k) + ".expect").to_f32_vector();
     const Tensor got = dequantize(w, DType::F32);
-    for (size_t i = 0; i < expect.size(); ++i) ASSERT_EQ(bits_of(got.data<float>()[i]), bits_of(expect[i])) << i;
+    for (size_t i = 0; i < expect.size(); ++i)
+      ASSERT_EQ(bits_of(got.data<float>()[i]), bits_of(expect[i])) << i;
   }
 }
 
@@ -173,7 +178,8 @@ TEST(QuantConfig, RefusesUnsupportedVariantsWithTheReason) {
   refuses(R"({"quantization_config": {"quant_method": "gptq", "bits": 4}})", "'gptq'");
   refuses(R"({"quantization_config": {"quant_method": "fp8", "fmt": "e5m2"}})", "e5m2");
   refuses(R"({"quantization_config": {"quant_method": "compressed-tensors", "config_groups": {"g":
-      {"weights": {"num_bits": 4, "type": "int", "strategy": "group"}}}}})", "4-bit int");
+      {"weights": {"num_bits": 4, "type": "int", "strategy": "group"}}}}})",
+          "4-bit int");
   // parse_spec (what `pull` and `info` call before downloading) refuses too.
   json cfg = json::parse(std::ifstream(std::string(TF_SOURCE_DIR) + "/tests/data/tiny/qwen3/config.json"));
   EXPECT_NO_THROW(parse_spec(cfg));
@@ -260,7 +266,8 @@ TEST_P(QuantModel, SameLogitsAsDequantizedDenseTwinAtAnyChunking) {
   const auto dense = run_logits(data(GetParam() + "-dequant"), 5);
   ASSERT_EQ(whole.size(), kTokens.size() * 384);
   EXPECT_EQ(std::memcmp(whole.data(), single.data(), whole.size() * 4), 0) << "not row invariant";
-  EXPECT_EQ(std::memcmp(whole.data(), dense.data(), whole.size() * 4), 0) << "differs from its dequantized twin";
+  EXPECT_EQ(std::memcmp(whole.data(), dense.data(), whole.size() * 4), 0)
+      << "differs from its dequantized twin";
   float spread = 0;
   for (float v : whole) spread = std::max(spread, std::fabs(v));
   EXPECT_GT(spread, 0.1f);  // a live model, not zeros

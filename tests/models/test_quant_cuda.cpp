@@ -77,7 +77,7 @@ TEST_F(Gpu, Mlx4LinearMatchesCpuTwinAndIsRowInvariant) {
     for (int64_t i = 0; i < M * N; ++i)
       max_err = std::max(max_err, double(std::fabs(all.data<float>()[i] - yc.data<float>()[i])));
     EXPECT_LT(max_err, 1e-4) << "GPU vs CPU twin";  // same weights, different (fixed) summation order
-    for (int64_t rows : {1, 3, 8, 9}) {              // any prefix of rows gives the same bits per row
+    for (int64_t rows : {1, 3, 8, 9}) {             // any prefix of rows gives the same bits per row
       Tensor part = gpu->alloc({rows, N}, DType::F32), host_part = Tensor::empty({rows, N}, DType::F32);
       Tensor xs = xg.slice_rows(0, rows);
       gpu->linear(xs, wg, part);

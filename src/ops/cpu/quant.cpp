@@ -10,10 +10,14 @@ namespace {
 
 float load_float(const void* p, DType t, int64_t i) {
   switch (t) {
-    case DType::F32: return static_cast<const float*>(p)[i];
-    case DType::BF16: return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
-    case DType::F16: return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
-    default: throw Error(std::string("quantized weight: scales must be F32, BF16 or F16, got ") + dtype_name(t));
+    case DType::F32:
+      return static_cast<const float*>(p)[i];
+    case DType::BF16:
+      return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::F16:
+      return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    default:
+      throw Error(std::string("quantized weight: scales must be F32, BF16 or F16, got ") + dtype_name(t));
   }
 }
 
@@ -26,7 +30,9 @@ inline float round_to(float x, DType t) {
   return v;
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 struct Fp8Table {
   float v[256];
@@ -48,12 +54,14 @@ void check_quantized_linear(const LinearWeight& w) {
   };
   if (g <= 0) fail("group size must be positive");
   if (w.format == LinearWeight::Format::MlxAffine) {
-    if (w.bits < 2 || w.bits > 8 || w.bits == 7) fail(std::to_string(w.bits) + "-bit is not an MLX affine width");
+    if (w.bits < 2 || w.bits > 8 || w.bits == 7)
+      fail(std::to_string(w.bits) + "-bit is not an MLX affine width");
     if (in % g != 0) fail("input size is not a multiple of the group size " + std::to_string(g));
     if (w.weight.dtype() != DType::U32 || w.weight.shape() != std::vector<int64_t>{out, in * w.bits / 32})
       fail("packed weight must be U32 [out, in*bits/32], got " + w.weight.describe());
     for (const Tensor* t : {&w.scales, &w.biases})
-      if (t->shape() != std::vector<int64_t>{out, in / g}) fail("scales/biases must be [out, in/group], got " + t->describe());
+      if (t->shape() != std::vector<int64_t>{out, in / g})
+        fail("scales/biases must be [out, in/group], got " + t->describe());
     if (w.scales.dtype() != w.biases.dtype()) fail("scales and biases differ in dtype");
   } else if (w.format == LinearWeight::Format::Fp8Block) {
     if (w.weight.dtype() != DType::F8_E4M3 || w.weight.shape() != std::vector<int64_t>{out, in})
@@ -105,8 +113,10 @@ Tensor dequantize(const LinearWeight& w, DType dtype) {
   std::vector<float> row(static_cast<size_t>(in));
   const bool mlx = w.format == LinearWeight::Format::MlxAffine;
   for (int64_t r = 0; r < out; ++r) {
-    if (mlx) mlx_row(w, r, w.scales.dtype(), row.data());
-    else dequantize_row(w, r, row.data());
+    if (mlx)
+      mlx_row(w, r, w.scales.dtype(), row.data());
+    else
+      dequantize_row(w, r, row.data());
     if (dtype == DType::F32) {
       std::copy(row.begin(), row.end(), t.data<float>() + r * in);
       continue;

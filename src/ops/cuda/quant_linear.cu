@@ -14,7 +14,7 @@
 namespace tf::cuda {
 namespace {
 
-constexpr int kRows = 8;         // activation rows per tile
+constexpr int kRows = 8;  // activation rows per tile
 constexpr int kWarpsPerBlock = 4;
 
 __device__ __forceinline__ float bias_at(const void* bias, int kind, int n) {
@@ -65,8 +65,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     if (lane == 0 && m0 + r < m) {
       v += bias_at(bias, bias_kind, row);
       const size_t o = size_t(m0 + r) * n + row;
-      if (y_f32) static_cast<float*>(y)[o] = v;
-      else static_cast<__nv_bfloat16*>(y)[o] = __float2bfloat16_rn(v);
+      if (y_f32)
+        static_cast<float*>(y)[o] = v;
+      else
+        static_cast<__nv_bfloat16*>(y)[o] = __float2bfloat16_rn(v);
     }
   }
 }
@@ -74,12 +76,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 }  // namespace
 
 void linear_mlx4(const void* x, const uint32_t* packed, const float* scales, const float* biases, int group,
-                 const void* bias, DType bias_dtype, void* y, DType y_dtype, int m, int n, int k, cudaStream_t s) {
+                 const void* bias, DType bias_dtype, void* y, DType y_dtype, int m, int n, int k,
+                 cudaStream_t s) {
   const int bias_kind = bias == nullptr ? 0 : bias_dtype == DType::F32 ? 1 : 2;
   const dim3 grid((n + kWarpsPerBlock - 1) / kWarpsPerBlock), block(kWarpsPerBlock * 32);
   for (int m0 = 0; m0 < m; m0 += kRows) {
-    mlx4_kernel<kRows><<<grid, block, 0, s>>>(static_cast<const __nv_bfloat16*>(x), packed, scales, biases, group,
-                                              bias, bias_kind, y, y_dtype == DType::F32, m, n, k, m0);
+    mlx4_kernel<kRows><<<grid, block, 0, s>>>(static_cast<const __nv_bfloat16*>(x), packed, scales, biases,
+                                              group, bias, bias_kind, y, y_dtype == DType::F32, m, n, k, m0);
     TF_CUDA_CHECK(cudaGetLastError());
   }
 }

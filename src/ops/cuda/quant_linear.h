@@ -13,6 +13,7 @@ namespace tf::cuda {
 // the product and after the sum — the CPU reference's values exactly (ops/cpu/quant.h). K % group == 0,
 // group % 8 == 0.
 void linear_mlx4(const void* x, const uint32_t* packed, const float* scales, const float* biases, int group,
-                 const void* bias, DType bias_dtype, void* y, DType y_dtype, int m, int n, int k, cudaStream_t s);
+                 const void* bias, DType bias_dtype, void* y, DType y_dtype, int m, int n, int k,
+                 cudaStream_t s);
 
 }  // namespace tf::cuda

@@ -6,8 +6,10 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "server/anthropic_messages.h"
 #include "server/errors.h"
 #include "server/json_fields.h"
+#include "server/metrics.h"
 #include "server/model_endpoints.h"
 #include "server/openai_chat.h"
 #include "server/openai_completions.h"
@@ -214,6 +216,7 @@ HttpServer::HttpServer(Engine& engine, const ModelText& text, ServerOptions opti
     t_started = false;
     stats_.requests_total++;
     if (res.status >= 400) stats_.requests_failed++;
+    server_metrics().observe_request(r);
     write_log_line(format_request_line(r, options_.log_format));
   });
 
@@ -232,6 +235,9 @@ HttpServer::HttpServer(Engine& engine, const ModelText& text, ServerOptions opti
   http.Get("/health", route([this](const httplib::Request&, httplib::Response& res) {
              send_json(res, 200, health_json(ctx_));
            }, false));
+  http.Get("/metrics", route([this](const httplib::Request&, httplib::Response& res) {
+             res.set_content(server_metrics().render(ctx_), "text/plain; version=0.0.4; charset=utf-8");
+           }, false));
   http.Get("/v1/models", route([this](const httplib::Request&, httplib::Response& res) {
              send_json(res, 200, models_json(ctx_));
            }));
@@ -247,6 +253,7 @@ HttpServer::HttpServer(Engine& engine, const ModelText& text, ServerOptions opti
   http.Post("/v1/chat/completions", route([this](const httplib::Request& req, httplib::Response& res) {
               handle_chat(ctx_, req, res);
             }));
+  register_anthropic_routes(http, ctx_);  // Anthropic auth (x-api-key) and error shape
   http.Post("/v1/completions", route([this](const httplib::Request& req, httplib::Response& res) {
               handle_completions(ctx_, req, res);
             }));

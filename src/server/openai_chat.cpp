@@ -154,6 +154,7 @@ ChatRequest parse_chat_request(const RequestJson& body, const ApiContext& ctx) {
     throw invalid_field("messages", std::string("The chat template rejected these messages: ") + e.what(),
                         "template_error");
   }
+  r.parsing = chat_output_parsing(f, r.tools, rendered);
   r.prompt = ctx.text.encode(rendered, false);  // the template writes the special tokens itself
   r.max_tokens = resolve_max_tokens(r.common, int(r.prompt.size()), ctx);
   return r;
@@ -185,10 +186,10 @@ json chat_completion_json(const ChatRequest& req, const ResponseMeta& meta, cons
     const ChoiceResult& c = choices[i];
     json logprobs = nullptr;
     if (req.logprobs) logprobs = {{"content", chat_logprob_entries(text, c.tokens, req.top_logprobs)}, {"refusal", nullptr}};
-    arr.push_back({{"index", i},
-                   {"message", {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}}},
-                   {"logprobs", logprobs},
-                   {"finish_reason", finish_reason_text(c.finish)}});
+    bool calls = false;
+    json message = chat_message_json(req.parsing, c.text, &calls);
+    const char* finish = calls && c.finish == FinishReason::Stop ? "tool_calls" : finish_reason_text(c.finish);
+    arr.push_back({{"index", i}, {"message", message}, {"logprobs", logprobs}, {"finish_reason", finish}});
     usage.push_back(c.usage);
   }
   out["choices"] = arr;
@@ -211,12 +212,16 @@ std::vector<json> ChatStreamFormatter::begin(size_t index) {
 std::vector<json> ChatStreamFormatter::tokens(size_t index, const StreamEvent& ev) {
   json logprobs = nullptr;
   if (req_.logprobs) logprobs = {{"content", chat_logprob_entries(text_, ev.tokens, req_.top_logprobs)}, {"refusal", nullptr}};
-  if (ev.text.empty() && logprobs.is_null()) return {};  // text held back (e.g. a possible stop string)
-  return {chunk(index, {{"content", ev.text}}, logprobs, nullptr)};
+  json delta = chat_delta_json(parsers_.at(index).feed(ev.text));  // reasoning / tool calls split off
+  if (delta.empty() && logprobs.is_null()) return {};  // text held back (a possible stop string or marker)
+  return {chunk(index, delta, logprobs, nullptr)};
 }
 
 json ChatStreamFormatter::finish(size_t index, const StreamEvent& ev) {
-  return chunk(index, json::object(), nullptr, finish_reason_text(ev.finish));
+  OutputParser& p = parsers_.at(index);
+  json delta = chat_delta_json(p.finish());  // whatever the parser still held
+  bool calls = p.tool_calls_emitted() > 0 && ev.finish == FinishReason::Stop;
+  return chunk(index, delta, nullptr, calls ? "tool_calls" : finish_reason_text(ev.finish));
 }
 
 json ChatStreamFormatter::usage(const json& usage) {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/api_context.h"
+#include "server/chat_output.h"
 #include "server/generation.h"
 #include "server/json_fields.h"
 #include "server/openai_common.h"
@@ -24,6 +25,7 @@ struct ChatRequest {
   bool add_generation_prompt = true;
   std::vector<int32_t> prompt;
   int max_tokens = 0;  // resolved against the context
+  OutputParsing parsing;  // reasoning / tool-call parsing of the reply (chat_output.h)
 };
 
 // Validates the message list and brings it into the shape chat templates expect (as transformers'
@@ -54,6 +56,7 @@ class ChatStreamFormatter : public StreamFormatter {
   const ChatRequest& req_;
   ResponseMeta meta_;
   const ModelText& text_;
+  ChoiceParsers parsers_{req_.parsing};
 };
 
 }  // namespace tf::server

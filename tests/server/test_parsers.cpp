@@ -50,7 +50,9 @@ void expect_every_split(const OutputParsing& cfg, const std::string& text, const
     for (const auto& piece : got.content_pieces) {
       for (const char* m : {"<think", "</think", "<tool_call", "</tool_call", "[TOOL_CALLS"}) {
         // A piece may only hold a marker's beginning if the model really wrote it as content.
-        if (want.content.find(m) == std::string::npos) EXPECT_EQ(piece.find(m), std::string::npos) << how;
+        if (want.content.find(m) == std::string::npos) {
+          EXPECT_EQ(piece.find(m), std::string::npos) << how;
+        }
       }
     }
   };

@@ -1,0 +1,41 @@
+#pragma once
+// The chat completions side of output parsing: which parser a request gets (from its tools, tool_choice and
+// the rendered prompt), the assistant message of a whole reply, and the delta of one stream chunk.
+#include <map>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "server/json_fields.h"
+#include "server/output_parser.h"
+
+namespace tf::server {
+
+// Reads tool_choice ("auto" | "none"; "required" and a named function are refused: the server cannot
+// constrain decoding to force a call) and parallel_tool_calls. The tool-call family comes from the
+// rendered prompt (what the chat template told the model to write); reasoning starts open when the
+// prompt ends inside "<think>".
+OutputParsing chat_output_parsing(const JsonFields& f, const RequestJson& tools, const std::string& rendered_prompt);
+
+// The family whose syntax the rendered prompt teaches ("<tool_call>", "[AVAILABLE_TOOLS]", ...); Hermes
+// when none is recognised.
+ToolFormat detect_tool_format(const std::string& rendered_prompt);
+
+// {"role": "assistant", "content", "reasoning_content"?, "tool_calls"?, "refusal": null} of a whole reply.
+nlohmann::json chat_message_json(const OutputParsing& cfg, const std::string& text, bool* has_tool_calls);
+
+// One chunk's delta: content, reasoning_content and tool_calls as OpenAI streams them.
+nlohmann::json chat_delta_json(const ParsedDelta& d);
+
+// The stream's parser per choice index.
+class ChoiceParsers {
+ public:
+  explicit ChoiceParsers(const OutputParsing& cfg) : cfg_(cfg) {}
+  OutputParser& at(size_t index);
+
+ private:
+  const OutputParsing& cfg_;
+  std::map<size_t, OutputParser> parsers_;
+};
+
+}  // namespace tf::server

@@ -55,8 +55,8 @@ namespace {
 // The generator of one request runs on its own thread and queues events for next().
 class FakeHandle : public RequestHandle {
  public:
-  FakeHandle(uint64_t id, GenerationRequest req, FakeEngine& engine, const FakeEngineConfig& cfg)
-      : id_(id), req_(std::move(req)), engine_(engine), cfg_(cfg) {
+  FakeHandle(uint64_t id, GenerationRequest req, int cached, FakeEngine& engine, const FakeEngineConfig& cfg)
+      : id_(id), req_(std::move(req)), cached_(cached), engine_(engine), cfg_(cfg) {
     engine_.running++;
     thread_ = std::thread([this] { run(); });
   }
@@ -104,6 +104,7 @@ class FakeHandle : public RequestHandle {
 
   uint64_t id_;
   GenerationRequest req_;
+  int cached_;
   FakeEngine& engine_;
   FakeEngineConfig cfg_;
   std::atomic<bool> cancel_{false};
@@ -121,6 +122,7 @@ void FakeHandle::run() {
   bool eos_soon = prompt.find(cfg_.eos_trigger) != std::string::npos;
   Usage usage;
   usage.prompt_tokens = int(req_.prompt.size());
+  usage.cached_tokens = cached_;
   FinishReason finish = FinishReason::Length;
   std::string matched;
   for (int pos = 0; pos < req_.max_tokens; ++pos) {
@@ -195,7 +197,15 @@ std::shared_ptr<RequestHandle> FakeEngine::submit(GenerationRequest req) {
   }
   std::lock_guard<std::mutex> lock(mu);
   last_request = req;
-  auto h = std::make_shared<FakeHandle>(handles_.size() + 1, std::move(req), *this, cfg_);
+  size_t common = 0;
+  for (const auto& p : seen_prompts) {
+    size_t k = 0;
+    while (k < p.size() && k < req.prompt.size() && p[k] == req.prompt[k]) ++k;
+    common = std::max(common, k);
+  }
+  common = std::min(common, req.prompt.size() - 1);
+  seen_prompts.push_back(req.prompt);
+  auto h = std::make_shared<FakeHandle>(handles_.size() + 1, std::move(req), int(common / 16 * 16), *this, cfg_);
   handles_.push_back(h);  // kept so the thread is joined at shutdown even if the server drops the handle
   return h;
 }

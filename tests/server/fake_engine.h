@@ -1,7 +1,8 @@
 #pragma once
 // A stand-in engine and model text for the server tests: byte-level "tokens", a deterministic generator
 // on its own thread per request (so it keeps running while nobody reads, like the real engine), stop
-// strings with hold-back, logprobs and usage. Lets the HTTP layer be tested without a model.
+// strings with hold-back, logprobs, usage, and a prompt-cache stand-in (cached_tokens: the longest prefix
+// shared with an earlier prompt, in whole blocks of 16, always leaving one token to compute). Lets the HTTP layer be tested without a model.
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -54,6 +55,7 @@ class FakeEngine : public Engine {
   std::atomic<int64_t> running{0};    // generator threads still running
   std::atomic<int64_t> cancelled{0};  // requests cancelled before they finished
   GenerationRequest last_request;     // the most recent submission (guarded by mu)
+  std::vector<std::vector<int32_t>> seen_prompts;  // for a prompt cache stand-in (guarded by mu)
   std::mutex mu;
 
  private:

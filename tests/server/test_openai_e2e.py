@@ -177,6 +177,16 @@ def test_usage_matches_tokenize(server, client, model_info):
     assert "Once upon a time" in d["content"]
 
 
+def test_cached_tokens(client, model_info):
+    messages = [{"role": "user", "content": "Repeat after me, slowly and with care: " + "the quick brown fox " * 8}]
+    kw = dict(model=model_info["id"], messages=messages, max_tokens=2, temperature=0)
+    first = client.chat.completions.create(**kw)
+    second = client.chat.completions.create(**kw)
+    assert second.usage.prompt_tokens == first.usage.prompt_tokens > 32
+    assert 0 < second.usage.prompt_tokens_details.cached_tokens < second.usage.prompt_tokens
+    assert second.choices[0].message.content == first.choices[0].message.content
+
+
 def test_max_tokens_and_ignore_eos_give_length(client, model_info):
     r = client.chat.completions.create(model=model_info["id"], messages=CHAT, max_completion_tokens=12,
                                        temperature=0, extra_body={"ignore_eos": True})

@@ -1,0 +1,146 @@
+"""POST /v1/messages and /v1/messages/count_tokens of the real `tensorfold serve` (demo model by default),
+driven with the official anthropic SDK; bad input checked for Anthropic's error shape. Run by ctest with
+TF_SERVER_CMD (and optionally TF_SERVER_MODEL) as for test_openai_e2e.py, whose server fixture is reused."""
+import json
+
+import anthropic
+import pytest
+import requests
+
+from test_openai_e2e import API_KEY, Server
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = Server()
+    yield s
+    assert s.stop() == 0, s.log_text()[-4000:]
+
+
+@pytest.fixture(scope="module")
+def model(server):
+    r = requests.get(server.url + "/v1/models", headers={"Authorization": f"Bearer {API_KEY}"})
+    return r.json()["data"][0]["id"]
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return anthropic.Anthropic(base_url=server.url, api_key=API_KEY, max_retries=0, timeout=120)
+
+
+HELLO = [{"role": "user", "content": "Write a Python function that adds two numbers."}]
+
+
+def text_of(msg):
+    return "".join(b.text for b in msg.content if b.type == "text")
+
+
+def test_create_and_count_tokens(client, model):
+    msg = client.messages.create(model=model, max_tokens=24, messages=HELLO, temperature=0)
+    assert msg.type == "message" and msg.role == "assistant" and msg.id.startswith("msg_")
+    assert msg.stop_reason in ("end_turn", "max_tokens")
+    assert text_of(msg)
+    assert 1 <= msg.usage.output_tokens <= 24
+    count = client.messages.count_tokens(model=model, messages=HELLO)
+    # Anthropic counts cached prompt tokens apart from input_tokens.
+    assert msg.usage.input_tokens + msg.usage.cache_read_input_tokens == count.input_tokens
+    again = client.messages.create(model=model, max_tokens=24, messages=HELLO, temperature=0)
+    assert text_of(again) == text_of(msg)  # greedy is reproducible
+    assert again.usage.cache_read_input_tokens > 0  # the prompt cache served the repeat
+
+
+def test_stream_matches_whole_reply(client, model):
+    whole = client.messages.create(model=model, max_tokens=32, messages=HELLO, temperature=0)
+    events = []
+    with client.messages.stream(model=model, max_tokens=32, messages=HELLO, temperature=0) as stream:
+        pieces = []
+        for ev in stream:
+            events.append(ev.type)
+            if ev.type == "content_block_delta" and ev.delta.type == "text_delta":
+                pieces.append(ev.delta.text)
+        final = stream.get_final_message()
+    assert "".join(pieces) == text_of(whole) == text_of(final)
+    assert final.stop_reason == whole.stop_reason
+    assert final.usage.output_tokens == whole.usage.output_tokens
+    assert events[0] == "message_start" and events[-1] == "message_stop"
+    assert "content_block_start" in events and "content_block_stop" in events and "message_delta" in events
+
+
+def test_max_tokens_and_stop_sequences(client, model):
+    msg = client.messages.create(model=model, max_tokens=3, messages=HELLO, temperature=0)
+    assert msg.stop_reason == "max_tokens" and msg.usage.output_tokens == 3
+    full = text_of(client.messages.create(model=model, max_tokens=40, messages=HELLO, temperature=0))
+    stop = full[len(full) // 2:len(full) // 2 + 3]
+    assert stop.strip(), full
+    cut = client.messages.create(model=model, max_tokens=40, messages=HELLO, temperature=0, stop_sequences=[stop])
+    assert cut.stop_reason == "stop_sequence" and cut.stop_sequence == stop
+    assert full.startswith(text_of(cut)) and stop not in text_of(cut)
+
+
+def test_system_blocks_and_tool_turns(client, model):
+    a = client.messages.count_tokens(model=model, system="You are terse.", messages=HELLO)
+    b = client.messages.count_tokens(model=model, system=[{"type": "text", "text": "You are terse."}], messages=HELLO)
+    assert a.input_tokens == b.input_tokens > client.messages.count_tokens(model=model, messages=HELLO).input_tokens
+    tools = [{"name": "add", "description": "Add two numbers",
+              "input_schema": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}}}]
+    turns = HELLO + [
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "add", "input": {"a": 1, "b": 2}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "3"}]},
+    ]
+    with_tools = client.messages.count_tokens(model=model, tools=tools, messages=turns)
+    assert with_tools.input_tokens > a.input_tokens
+    msg = client.messages.create(model=model, max_tokens=8, tools=tools, messages=turns, temperature=0)
+    assert msg.stop_reason in ("end_turn", "max_tokens", "tool_use")
+    for block in msg.content:  # no markup leaks into text
+        if block.type == "text":
+            assert "<tool_call>" not in block.text and "<think>" not in block.text
+
+
+def test_thinking_blocks(client, model):
+    msg = client.messages.create(model=model, max_tokens=1100, messages=HELLO, temperature=0,
+                                 thinking={"type": "enabled", "budget_tokens": 1024})
+    types = [b.type for b in msg.content]
+    assert types and set(types) <= {"thinking", "text", "tool_use"}
+    if "thinking" in types:
+        assert types[0] == "thinking"
+    for block in msg.content:
+        if block.type == "text":
+            assert "<think>" not in block.text and "</think>" not in block.text
+
+
+def anthropic_error(r, status, etype):
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert body["type"] == "error" and body["error"]["type"] == etype and body["error"]["message"], body
+    return body["error"]["message"]
+
+
+def post(server, body, headers=None, path="/v1/messages"):
+    h = {"Content-Type": "application/json", "x-api-key": API_KEY} if headers is None else headers
+    return requests.post(server.url + path, data=json.dumps(body), headers=h, timeout=60)
+
+
+def test_errors_in_anthropic_shape(server, client, model):
+    assert "max_tokens" in anthropic_error(post(server, {"model": model, "messages": HELLO}), 400, "invalid_request_error")
+    anthropic_error(post(server, {"model": model, "max_tokens": 4, "messages": HELLO},
+                         {"Content-Type": "application/json", "x-api-key": "wrong"}), 401, "authentication_error")
+    anthropic_error(post(server, {"model": model, "max_tokens": 4, "messages": HELLO}, {"Content-Type": "application/json"}),
+                    401, "authentication_error")
+    anthropic_error(post(server, {"model": "no-such-model", "max_tokens": 4, "messages": HELLO}), 404, "not_found_error")
+    image = [{"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": ""}}]}]
+    assert "image" in anthropic_error(post(server, {"model": model, "max_tokens": 4, "messages": image}), 400,
+                                      "invalid_request_error")
+    anthropic_error(post(server, {"model": model, "max_tokens": 4, "messages": HELLO, "tool_choice": {"type": "any"}}),
+                    400, "invalid_request_error")
+    anthropic_error(post(server, {"model": model, "max_tokens": 4, "messages": "hi"}), 400, "invalid_request_error")
+    anthropic_error(post(server, {"model": model, "max_tokens": 2000, "messages": HELLO,
+                                  "thinking": {"type": "enabled", "budget_tokens": 2000}}), 400, "invalid_request_error")
+    with pytest.raises(anthropic.BadRequestError):
+        client.messages.create(model=model, max_tokens=4, messages=HELLO, temperature=3)
+    with pytest.raises(anthropic.AuthenticationError):
+        anthropic.Anthropic(base_url=server.url, api_key="nope", max_retries=0).messages.create(
+            model=model, max_tokens=4, messages=HELLO)
+    # A bearer token works as well as x-api-key.
+    r = post(server, {"model": model, "max_tokens": 2, "messages": HELLO},
+             {"Content-Type": "application/json", "Authorization": f"Bearer {API_KEY}"})
+    assert r.status_code == 200 and r.json()["type"] == "message"

@@ -1,0 +1,119 @@
+"""GET /metrics of the real `tensorfold serve`: Prometheus text that prometheus_client's parser reads, with
+vLLM's metric names as aliases, whose counters move by what the requests report; plus reasoning and tool-call
+parsing in chat completions seen through the openai SDK. Run by ctest like test_openai_e2e.py."""
+import openai
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from test_openai_e2e import API_KEY, Server
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = Server()
+    yield s
+    assert s.stop() == 0, s.log_text()[-4000:]
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key=API_KEY, max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def model(client):
+    return client.models.list().data[0].id
+
+
+def scrape(server):
+    r = requests.get(server.url + "/metrics", timeout=10)  # no key needed, as /health
+    assert r.status_code == 200, r.text
+    assert r.headers["Content-Type"].startswith("text/plain")
+    samples = {}
+    for family in text_string_to_metric_families(r.text):
+        for s in family.samples:
+            key = s.name + ("" if "le" not in s.labels else "{le=" + s.labels["le"] + "}")
+            samples[key] = s.value
+    return samples
+
+
+MESSAGES = [{"role": "user", "content": "Write a Python function that adds two numbers."}]
+
+
+def test_metrics_parse_and_alias(server):
+    m = scrape(server)
+    for ours, vllm in [("tensorfold_requests_running", "vllm:num_requests_running"),
+                       ("tensorfold_requests_waiting", "vllm:num_requests_waiting"),
+                       ("tensorfold_prompt_tokens_total", "vllm:prompt_tokens_total"),
+                       ("tensorfold_generation_tokens_total", "vllm:generation_tokens_total"),
+                       ("tensorfold_kv_cache_usage_ratio", "vllm:gpu_cache_usage_perc"),
+                       ("tensorfold_spec_decode_draft_tokens_total", "vllm:spec_decode_num_draft_tokens_total"),
+                       ("tensorfold_time_to_first_token_seconds_count", "vllm:time_to_first_token_seconds_count"),
+                       ("tensorfold_inter_token_latency_seconds_count", "vllm:inter_token_latency_seconds_count")]:
+        assert ours in m and vllm in m and m[ours] == m[vllm], (ours, vllm)
+    assert 0 <= m["vllm:gpu_cache_usage_perc"] <= 1
+    assert m["tensorfold_kv_blocks_total"] > 0
+
+
+def test_counters_move_with_requests(server, client, model):
+    before = scrape(server)
+    usage = [0, 0]
+    for stream in (False, True):
+        if stream:
+            chunks = list(client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=12, temperature=0,
+                                                         stream=True, stream_options={"include_usage": True}))
+            u = chunks[-1].usage
+        else:
+            u = client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=12, temperature=0).usage
+        usage[0] += u.prompt_tokens
+        usage[1] += u.completion_tokens
+    after = scrape(server)
+    assert after["vllm:prompt_tokens_total"] - before["vllm:prompt_tokens_total"] == usage[0]
+    assert after["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"] == usage[1]
+    assert after["vllm:time_to_first_token_seconds_count"] - before["vllm:time_to_first_token_seconds_count"] == 2
+    assert after["vllm:e2e_request_latency_seconds_count"] - before["vllm:e2e_request_latency_seconds_count"] == 2
+    assert (after["vllm:inter_token_latency_seconds_count"] - before["vllm:inter_token_latency_seconds_count"]
+            == usage[1] - 2)
+    assert after["vllm:time_to_first_token_seconds_sum"] > before["vllm:time_to_first_token_seconds_sum"]
+    assert after["tensorfold_time_to_first_token_seconds_bucket{le=+Inf}"] == after[
+        "tensorfold_time_to_first_token_seconds_count"]
+    assert after["vllm:num_requests_running"] == 0 and after["vllm:num_requests_waiting"] == 0
+
+
+TOOLS = [{"type": "function", "function": {"name": "add", "description": "Add two numbers",
+                                           "parameters": {"type": "object", "properties": {"a": {"type": "number"}}}}}]
+
+
+def test_chat_reasoning_and_tools_never_leak_markup(client, model):
+    for kwargs in ({"tools": TOOLS}, {"extra_body": {"chat_template_kwargs": {"enable_thinking": True}}}):
+        whole = client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=200, temperature=0, **kwargs)
+        msg = whole.choices[0].message
+        for text in (msg.content or "",):
+            assert "<tool_call>" not in text and "<think>" not in text and "</think>" not in text
+        if msg.tool_calls:
+            assert whole.choices[0].finish_reason == "tool_calls"
+            assert all(c.id.startswith("call_") and c.type == "function" for c in msg.tool_calls)
+        content, reasoning, calls = "", "", {}
+        finish = None
+        for chunk in client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=200, temperature=0,
+                                                    stream=True, **kwargs):
+            d = chunk.choices[0].delta
+            content += d.content or ""
+            reasoning += getattr(d, "reasoning_content", None) or ""
+            for c in d.tool_calls or []:
+                calls.setdefault(c.index, [c.function.name, ""])[1] += c.function.arguments or ""
+            finish = chunk.choices[0].finish_reason or finish
+        assert content == (msg.content or "")
+        assert reasoning == (getattr(msg, "reasoning_content", None) or "")
+        assert [v for _, v in sorted(calls.items())] == [[c.function.name, c.function.arguments]
+                                                         for c in msg.tool_calls or []]
+        assert finish == whole.choices[0].finish_reason
+
+
+def test_forcing_tool_choice_is_refused(client, model):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=4, tools=TOOLS, tool_choice="required")
+    assert "tool_choice" in str(e.value)
+    r = client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=4, tools=TOOLS, tool_choice="none")
+    assert r.choices[0].message.tool_calls is None

@@ -17,7 +17,8 @@ Tensor fetch_tensor(const Checkpoint& ckpt, const std::string& name, const std::
   return t;
 }
 
-DecoderLayer load_decoder_layer(const Checkpoint& ckpt, Backend& be, const ModelSpec& spec, const std::string& lp) {
+DecoderLayer load_decoder_layer(const Checkpoint& ckpt, Backend& be, const ModelSpec& spec, const std::string& lp,
+                                bool sparse) {
   const int64_t H = spec.hidden, D = spec.head_dim, I = spec.intermediate;
   const int64_t Q = int64_t(spec.heads) * D, KV = int64_t(spec.kv_heads) * D;
   auto linear = [&](const std::string& base, int64_t out, int64_t in, bool bias) {
@@ -35,6 +36,10 @@ DecoderLayer load_decoder_layer(const Checkpoint& ckpt, Backend& be, const Model
     L.k_norm = be.upload(fetch_tensor(ckpt, lp + "self_attn.k_norm.weight", {D}));
   }
   TF_CHECK(!spec.mlp_bias, "mlp_bias is not supported yet");
+  if (sparse) {
+    L.moe = std::make_unique<MoeWeights>(load_moe(ckpt, be, spec, lp + "mlp."));
+    return L;
+  }
   L.gate_up = load_fused_linear(ckpt, be, {lp + "mlp.gate_proj", lp + "mlp.up_proj"}, {I, I}, H);  // gate rows first
   L.down = linear(lp + "mlp.down_proj", H, I, false);
   return L;
@@ -81,6 +86,10 @@ void decoder_layer_forward(Backend& be, const ModelSpec& spec, DecoderLayer& L, 
   be.attention(ws.q, kv, attn, ws.attn);
   be.linear(ws.attn, L.o, ws.mlp_out);
   be.add_rms_norm(ws.residual, ws.mlp_out, L.post_norm, eps, off, ws.h);
+  if (L.moe) {
+    moe_forward(be, spec, *L.moe, ws.h, ws.mlp_out);
+    return;
+  }
   be.linear(ws.h, L.gate_up, ws.gate_up);
   be.silu_mul(ws.gate_up, ws.act);
   be.linear(ws.act, L.down, ws.mlp_out);

@@ -3,18 +3,24 @@
 // dense decoder and MTP heads, which use the same layer layout.
 #include <string>
 
+#include <memory>
+
 #include "models/model.h"
+#include "models/moe.h"
 
 namespace tf {
 
 struct DecoderLayer {
   Tensor input_norm, post_norm, q_norm, k_norm;
-  LinearWeight q, k, v, o, gate_up, down;
+  LinearWeight q, k, v, o, gate_up, down;  // gate_up/down: the dense MLP
+  std::unique_ptr<MoeWeights> moe;          // set when the layer's MLP is sparse
 };
 
 // Reads `prefix` + input_layernorm / self_attn.{q,k,v,o}_proj (+ q_norm, k_norm) /
 // post_attention_layernorm / mlp.{gate,up,down}_proj, checking every shape against `spec`.
-DecoderLayer load_decoder_layer(const Checkpoint& ckpt, Backend& be, const ModelSpec& spec, const std::string& prefix);
+// `sparse`: the MLP is a mixture of experts (prefix + "mlp.gate", "mlp.experts.N.*").
+DecoderLayer load_decoder_layer(const Checkpoint& ckpt, Backend& be, const ModelSpec& spec, const std::string& prefix,
+                                bool sparse = false);
 Tensor fetch_tensor(const Checkpoint& ckpt, const std::string& name, const std::vector<int64_t>& shape);
 
 struct LayerWorkspace {

@@ -46,7 +46,7 @@ class DenseDecoder final : public Model {
     embed_ = load_embedding(ckpt, be, p + "embed_tokens", V, H);
     final_norm_ = be.upload(fetch_tensor(ckpt, p + "norm.weight", {H}));
     for (int l = 0; l < spec.layers; ++l)
-      layers_.push_back(load_decoder_layer(ckpt, be, spec, p + "layers." + std::to_string(l) + "."));
+      layers_.push_back(load_decoder_layer(ckpt, be, spec, p + "layers." + std::to_string(l) + ".", spec.is_sparse(l)));
     lm_head_ = load_linear(ckpt, be, spec.tie_embeddings ? p + "embed_tokens" : "lm_head", V, H, false);
     rope_ = make_rope(spec.rope, context);
     attn_ = attention_params(spec);

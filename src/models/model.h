@@ -30,6 +30,11 @@ struct ModelSpec {
   std::vector<int32_t> eos_ids;  // from config.json (generation_config adds more in the engine)
   std::optional<int32_t> bos_id;
   int mtp_layers = 0;  // MTP head layers shipped in the checkpoint (mtp.*)
+  // Mixture of experts (qwen3_moe): layers whose MLP is sparse, and its shape.
+  int num_experts = 0, experts_per_tok = 0, moe_intermediate = 0;
+  bool norm_topk_prob = false;
+  std::vector<bool> sparse_layers;
+  bool is_sparse(int layer) const { return layer < int(sparse_layers.size()) && sparse_layers[layer]; }
 
   int64_t kv_bytes_per_token(size_t elem_bytes) const {
     return int64_t(layers) * 2 * kv_heads * head_dim * int64_t(elem_bytes);

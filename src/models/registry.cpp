@@ -10,9 +10,10 @@ namespace tf {
 
 Family qwen3_family();
 Family llama_family();
+Family qwen3_moe_family();
 
 const std::vector<Family>& families() {
-  static const std::vector<Family> all = {qwen3_family(), llama_family()};
+  static const std::vector<Family> all = {qwen3_family(), llama_family(), qwen3_moe_family()};
   return all;
 }
 

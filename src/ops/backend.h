@@ -98,6 +98,13 @@ class Backend {
   virtual void add(Tensor& a, const Tensor& b) = 0;
   // out[i] = x[rows[i]] for the given row indices.
   virtual void gather_rows(const Tensor& x, const std::vector<int32_t>& rows, Tensor& out) = 0;
+  // t = 0.
+  virtual void zero(Tensor& t) = 0;
+  // out[rows[i]] += weights[i] * y[i] (fp32 arithmetic, rounded to out's dtype): one expert's outputs
+  // combined into the tokens that chose it. Rows are distinct within a call; callers add experts in a
+  // fixed order (by expert id) so a token's sum never depends on other tokens.
+  virtual void scatter_add_rows(Tensor& out, const Tensor& y, const std::vector<int32_t>& rows,
+                                const std::vector<float>& weights) = 0;
   // Raw byte copies between host memory and a tensor of this backend (KV blocks for the prompt cache's
   // spill and snapshots). The CPU backend copies directly; device backends override.
   virtual void read_raw(const Tensor& src, size_t offset, size_t bytes, void* dst);

@@ -144,7 +144,36 @@ TEST_P(FamilyGoldens, PrefillChunkingIsBitwiseInvariant) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Tiny, FamilyGoldens, ::testing::Values("qwen3", "llama", "qwen3-yarn"));
+INSTANTIATE_TEST_SUITE_P(Tiny, FamilyGoldens, ::testing::Values("qwen3", "llama", "qwen3-yarn", "qwen3-moe"));
+
+// MoE: a token's logits do not depend on which other tokens share the call (and so which experts run
+// with how many rows), bit for bit.
+TEST(Families, MoeRowsAreIndependentOfTheBatch) {
+  Runner r(tiny("qwen3-moe"));
+  EXPECT_TRUE(r.model->spec().is_sparse(0));
+  EXPECT_FALSE(r.model->spec().is_sparse(1));
+  std::vector<int32_t> a = {5, 17, 200, 33, 2, 91, 40, 41}, b = {300, 7, 7, 7, 150, 8};
+  auto alone = r.run(a, {7}, 1 << 20);
+  // The same sequence, decoded with another sequence in every forward.
+  std::vector<int32_t> ta, tb;
+  ASSERT_TRUE(r.pool->reserve(ta, 16));
+  ASSERT_TRUE(r.pool->reserve(tb, 16));
+  BatchMeta m;
+  m.block_size = 16;
+  m.block_tables = {tb, ta};
+  for (int p = 0; p < int(b.size()); ++p) {
+    m.tokens.push_back(b[p]), m.positions.push_back(p), m.row_seq.push_back(0), m.slots.push_back(tb[0] * 16 + p);
+  }
+  for (int p = 0; p < int(a.size()); ++p) {
+    m.tokens.push_back(a[p]), m.positions.push_back(p), m.row_seq.push_back(1), m.slots.push_back(ta[0] * 16 + p);
+  }
+  std::vector<float> logits;
+  r.model->forward(m, r.pool->layers(), {m.rows() - 1}, logits);
+  ASSERT_EQ(logits.size(), alone[0].size());
+  EXPECT_EQ(0, std::memcmp(logits.data(), alone[0].data(), logits.size() * 4));
+  r.pool->release(ta);
+  r.pool->release(tb);
+}
 
 // A checkpoint that ships an MTP head (mtp.*): the head loads, the main model ignores it.
 TEST(Families, MtpTensorsDoNotChangeTheModel) {

@@ -196,6 +196,20 @@ class CpuBackend final : public Backend {
     for (int64_t i = 0; i < a.numel(); ++i) x[i] += y[i];
   }
 
+  void zero(Tensor& t) override { std::memset(t.raw(), 0, t.nbytes()); }
+
+  void scatter_add_rows(Tensor& out, const Tensor& y, const std::vector<int32_t>& rows,
+                        const std::vector<float>& weights) override {
+    check_cpu_f32(out, "scatter_add_rows output");
+    check_cpu_f32(y, "scatter_add_rows input");
+    const int64_t w = out.numel() / out.dim(0);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      float* o = out.data<float>() + rows[i] * w;
+      const float* src = y.data<float>() + int64_t(i) * w;
+      for (int64_t j = 0; j < w; ++j) o[j] += weights[i] * src[j];
+    }
+  }
+
   void gather_rows(const Tensor& x, const std::vector<int32_t>& rows, Tensor& out) override {
     const int64_t w = x.numel() / x.dim(0);
     for (size_t i = 0; i < rows.size(); ++i)

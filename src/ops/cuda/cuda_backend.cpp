@@ -342,6 +342,27 @@ class CudaBackend final : public Backend {
     cuda::gather_rows(ptr(x), d, out.raw(), int(rows.size()), row_bytes, stream_);
   }
 
+  void zero(Tensor& t) override {
+    TF_CHECK(t.device() == Device::CUDA, "zero: a GPU tensor is required");
+    TF_CUDA_CHECK(cudaMemsetAsync(t.raw(), 0, t.nbytes(), stream_));
+  }
+
+  void scatter_add_rows(Tensor& out, const Tensor& y, const std::vector<int32_t>& rows,
+                        const std::vector<float>& weights) override {
+    TF_CHECK(out.device() == Device::CUDA && y.device() == Device::CUDA && out.dtype() == y.dtype() &&
+                 (out.dtype() == DType::BF16 || out.dtype() == DType::F32) && rows.size() == weights.size(),
+             "scatter_add_rows: out and y must be GPU tensors of one dtype (bf16 or f32)");
+    if (rows.empty()) return;
+    const int64_t width = out.numel() / out.dim(0);
+    for (int32_t r : rows) TF_CHECK(r >= 0 && r < out.dim(0), "scatter_add_rows: row index out of range");
+    std::vector<uint8_t> packed(rows.size() * 8);
+    std::memcpy(packed.data(), rows.data(), rows.size() * 4);
+    std::memcpy(packed.data() + rows.size() * 4, weights.data(), rows.size() * 4);
+    auto* d = static_cast<const uint8_t*>(scatter_stage_.put(packed.data(), packed.size(), stream_));
+    cuda::scatter_add_rows(out.raw(), ptr(y), out.dtype(), reinterpret_cast<const int32_t*>(d),
+                           reinterpret_cast<const float*>(d + rows.size() * 4), int(rows.size()), width, stream_);
+  }
+
   void read_raw(const Tensor& src, size_t offset, size_t bytes, void* dst) override {
     TF_CHECK(src.device() == Device::CUDA && offset + bytes <= src.nbytes(),
              "read_raw: out of range of " + src.describe());
@@ -386,7 +407,7 @@ class CudaBackend final : public Backend {
   int device_;
   std::string name_;
   cudaStream_t stream_ = nullptr;
-  Staging meta_stage_, gather_stage_;
+  Staging meta_stage_, gather_stage_, scatter_stage_;
   Workspace attn_ws_;
   DeviceMeta dm_;
   int max_pos_ = 0;

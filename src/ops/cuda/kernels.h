@@ -56,6 +56,9 @@ void attention(const void* q, const void* k_pool, const void* v_pool, void* out,
 void embedding(const void* table, DType table_dtype, const int32_t* tokens, void* out, DType out_dtype,
                int rows, int hidden, float scale, cudaStream_t s);
 void add(void* a, DType a_dtype, const void* b, DType b_dtype, int64_t n, cudaStream_t s);
+// out[rows[i]] += weights[i] * y[i] over rows of `width` elements (bf16 or f32, fp32 arithmetic).
+void scatter_add_rows(void* out, const void* y, DType dtype, const int32_t* rows, const float* weights, int nrows,
+                      int64_t width, cudaStream_t s);
 void gather_rows(const void* x, const int32_t* rows, void* out, int nrows, int64_t row_bytes, cudaStream_t s);
 void fill_uniform(void* p, DType dtype, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t s);
 

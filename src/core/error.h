@@ -23,6 +23,12 @@ class InvalidRequest : public Error {
   std::string param_, code_;
 };
 
+// The server is at capacity (the wait queue is full): HTTP 429 with Retry-After in the server.
+class Overloaded : public Error {
+ public:
+  using Error::Error;
+};
+
 #define TF_CHECK(cond, msg)                        \
   do {                                             \
     if (!(cond)) throw ::tf::Error(std::string(msg)); \

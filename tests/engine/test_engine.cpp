@@ -187,3 +187,58 @@ TEST(Engine, OverlongRequestIsRefusedWithNumbers) {
 }
 
 }  // namespace
+
+namespace {
+
+// A KV pool too small for every stream's growth: streams wait or are preempted and recomputed, and each
+// still equals its solo run; nothing is lost.
+TEST(Engine, PreemptionUnderMemoryPressureKeepsStreamsExact) {
+  EngineOptions o;
+  o.model_path = tiny("qwen3");
+  o.backend = "cpu";
+  o.parallel = 4;
+  o.context = 160;
+  o.growth_reserve = 16;
+  o.prompt_cache_gib = 0;
+  o.drafts = false;
+  // 10 blocks of 16 tokens = one full context: four growing streams cannot all fit.
+  o.kv_budget_bytes = 10 * 16 * 2 * 2 * 2 * 32 * 4;
+  auto tight = create_engine(o);
+  auto solo = engine("qwen3", 1);
+  const auto& tok = solo->tokenizer();
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 4; ++i) reqs.push_back(request(tok.encode(i % 2 ? "Well, Prince" : "def main(argv):", false),
+                                                     0.9f, 50 + 10 * i, 40 + i));
+  std::vector<std::shared_ptr<RequestHandle>> hs;
+  for (auto& r : reqs) hs.push_back(tight->submit(r));
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    Result r = collect(*hs[i]);
+    Result want = collect(*solo->submit(reqs[i]));
+    EXPECT_EQ(r.tokens, want.tokens) << i;
+    EXPECT_EQ(r.finish, FinishReason::Length);
+  }
+  EXPECT_GT(tight->stats().preemptions, 0);
+  EXPECT_EQ(tight->stats().kv_blocks_used, 0);
+}
+
+TEST(Engine, FullQueueIsRefusedAsOverloaded) {
+  EngineOptions o;
+  o.model_path = tiny("qwen3");
+  o.backend = "cpu";
+  o.parallel = 1;
+  o.max_queue = 2;
+  auto e = create_engine(o);
+  std::vector<std::shared_ptr<RequestHandle>> hs;
+  int refused = 0;
+  for (int i = 0; i < 6; ++i) {
+    try {
+      hs.push_back(e->submit(request({5, 6, 7}, 0.5f, 300)));
+    } catch (const Overloaded&) {
+      ++refused;
+    }
+  }
+  EXPECT_GE(refused, 3);
+  for (auto& h : hs) h->cancel();
+}
+
+}  // namespace

@@ -25,16 +25,16 @@ struct Result {
 
 // The checkpoint in the source tree, or relative to the working directory when the binary was carried
 // to another machine (tools/device_cuda.sh runs from the repository root).
-std::string tiny_dir() {
-  const std::string built_in = std::string(TF_SOURCE_DIR) + "/tests/data/tiny/qwen3";
-  return std::filesystem::exists(built_in) ? built_in : "tests/data/tiny/qwen3";
+std::string tiny_dir(const std::string& name = "qwen3") {
+  const std::string built_in = std::string(TF_SOURCE_DIR) + "/tests/data/tiny/" + name;
+  return std::filesystem::exists(built_in) ? built_in : "tests/data/tiny/" + name;
 }
 
 class TinyModel {
  public:
-  TinyModel(Backend& be, int max_seqs)
+  TinyModel(Backend& be, int max_seqs, const std::string& name = "qwen3")
       : be_(be),
-        ckpt_(Checkpoint::open(tiny_dir())),
+        ckpt_(Checkpoint::open(tiny_dir(name))),
         model_(load_model(ckpt_, be, kContext)) {
     const auto& s = model_->spec();
     for (int l = 0; l < s.layers; ++l) {
@@ -154,5 +154,33 @@ TEST_F(CudaTinyModel, LogitsAndKvBitwiseInvariantToChunkingAndBatching) {
   }
 }
 
+// The MoE family on the GPU: close to the CPU reference, and a token's logits and K/V identical whatever
+// other sequences (and so expert row counts) share the forward and however the prompt is chunked.
+TEST_F(CudaTinyModel, MoeCloseToCpuAndBitwiseInvariant) {
+  TinyModel g(*gpu_, 3, "qwen3-moe");
+  auto cpu = make_cpu_backend();
+  TinyModel c(*cpu, 1, "qwen3-moe");
+  const int vocab = g.spec().vocab;
+  const auto a = random_tokens(40, vocab, rng_), b = random_tokens(23, vocab, rng_), d = random_tokens(57, vocab, rng_);
+  const Result rg = g.run({a}, 40)[0], rc = c.run({a}, 40)[0];
+  for (size_t p = 0; p < a.size(); ++p) {
+    double num = 0, den = 0;
+    for (size_t j = 0; j < rc.logits[p].size(); ++j) {
+      num += std::pow(double(rg.logits[p][j]) - rc.logits[p][j], 2);
+      den += std::pow(double(rc.logits[p][j]), 2);
+    }
+    EXPECT_LT(std::sqrt(num / den), 5e-2) << "position " << p;
+  }
+  for (int chunk : {1, 7}) {
+    const Result mixed = g.run({b, a, d}, chunk)[1];
+    for (size_t p = 0; p < a.size(); ++p) {
+      ASSERT_EQ(0, std::memcmp(mixed.logits[p].data(), rg.logits[p].data(), rg.logits[p].size() * 4))
+          << "chunk " << chunk << " position " << p;
+      ASSERT_EQ(mixed.kv[p], rg.kv[p]) << "chunk " << chunk << " position " << p;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tf
+

@@ -13,6 +13,7 @@
 #include "server/model_endpoints.h"
 #include "server/openai_chat.h"
 #include "server/openai_completions.h"
+#include "server/openai_responses.h"
 #include "server/request_log.h"
 #include "server/sse.h"
 
@@ -73,7 +74,8 @@ void respond_whole(const ApiContext& ctx, httplib::Response& res, Generation& ge
   auto results = gen.collect([&] { return ctx.shutting_down.load(); });
   json body = to_json(results);
   record_usage(body["usage"]);
-  if (gen.first_token_at() != Clock::time_point{}) t_record.ttft_ms = ms_since(t_start) - ms_since(gen.first_token_at());
+  if (gen.first_token_at() != Clock::time_point{})
+    t_record.ttft_ms = ms_since(t_start) - ms_since(gen.first_token_at());
   t_record.finish = body["choices"].empty() ? "" : body["choices"][0].value("finish_reason", "");
   send_json(res, 200, body);
 }
@@ -94,8 +96,11 @@ void respond_stream(const ApiContext& ctx, httplib::Response& res, std::shared_p
       "text/event-stream",
       [&ctx, job](size_t, httplib::DataSink& sink) {
         std::vector<Usage> usage;
-        auto write = [&sink](const std::string& s) { return sink.is_writable() && sink.write(s.data(), s.size()); };
-        bool ok = stream_generation(*job->gen, *job->fmt, job->include_usage, job->n, write, ctx.shutting_down, &usage);
+        auto write = [&sink](const std::string& s) {
+          return sink.is_writable() && sink.write(s.data(), s.size());
+        };
+        bool ok = stream_generation(*job->gen, *job->fmt, job->include_usage, job->n, write,
+                                    ctx.shutting_down, &usage);
         record_usage(usage_json(usage, job->n));
         if (job->gen->first_token_at() != Clock::time_point{}) {
           t_record.ttft_ms = ms_since(t_start) - ms_since(job->gen->first_token_at());
@@ -181,19 +186,20 @@ HttpServer::HttpServer(Engine& engine, const ModelText& text, ServerOptions opti
 
   // Statuses httplib sets itself (413 body too large, 404 unknown route, 400 unparsable request) get the
   // OpenAI error object too.
-  http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
-                                                                    httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    if (res.status == 413) {
-      send_error(res, payload_too_large(options_.max_body_bytes));
-    } else if (res.status == 404) {
-      send_error(res, route_not_found(req.method, req.path));
-    } else {
-      send_error(res, ApiError(res.status, res.status >= 500 ? "server_error" : "invalid_request_error",
-                               "The server could not process this HTTP request (status " + std::to_string(res.status) + ")."));
-    }
-    return httplib::Server::HandlerResponse::Handled;
-  }));
+  http.set_error_handler(
+      httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        if (res.status == 413) {
+          send_error(res, payload_too_large(options_.max_body_bytes));
+        } else if (res.status == 404) {
+          send_error(res, route_not_found(req.method, req.path));
+        } else {
+          send_error(res, ApiError(res.status, res.status >= 500 ? "server_error" : "invalid_request_error",
+                                   "The server could not process this HTTP request (status " +
+                                       std::to_string(res.status) + ")."));
+        }
+        return httplib::Server::HandlerResponse::Handled;
+      }));
 
   http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
     try {
@@ -232,12 +238,15 @@ HttpServer::HttpServer(Engine& engine, const ModelText& text, ServerOptions opti
       }
     };
   };
-  http.Get("/health", route([this](const httplib::Request&, httplib::Response& res) {
-             send_json(res, 200, health_json(ctx_));
-           }, false));
-  http.Get("/metrics", route([this](const httplib::Request&, httplib::Response& res) {
-             res.set_content(server_metrics().render(ctx_), "text/plain; version=0.0.4; charset=utf-8");
-           }, false));
+  http.Get("/health", route([this](const httplib::Request&,
+                                   httplib::Response& res) { send_json(res, 200, health_json(ctx_)); },
+                            false));
+  http.Get("/metrics", route(
+                           [this](const httplib::Request&, httplib::Response& res) {
+                             res.set_content(server_metrics().render(ctx_),
+                                             "text/plain; version=0.0.4; charset=utf-8");
+                           },
+                           false));
   http.Get("/v1/models", route([this](const httplib::Request&, httplib::Response& res) {
              send_json(res, 200, models_json(ctx_));
            }));
@@ -254,14 +263,19 @@ HttpServer::HttpServer(Engine& engine, const ModelText& text, ServerOptions opti
               handle_chat(ctx_, req, res);
             }));
   register_anthropic_routes(http, ctx_);  // Anthropic auth (x-api-key) and error shape
+  register_responses_routes(http, ctx_);  // POST /v1/responses, GET/DELETE /v1/responses/{id}
   http.Post("/v1/completions", route([this](const httplib::Request& req, httplib::Response& res) {
               handle_completions(ctx_, req, res);
             }));
 }
 
-HttpServer::~HttpServer() { stop(); }
+HttpServer::~HttpServer() {
+  stop();
+}
 
-std::string HttpServer::url() const { return "http://" + options_.host + ":" + std::to_string(port_); }
+std::string HttpServer::url() const {
+  return "http://" + options_.host + ":" + std::to_string(port_);
+}
 
 void HttpServer::bind() {
   auto& http = impl_->http;
@@ -277,7 +291,9 @@ void HttpServer::bind() {
   }
 }
 
-void HttpServer::run() { impl_->http.listen_after_bind(); }
+void HttpServer::run() {
+  impl_->http.listen_after_bind();
+}
 
 void HttpServer::stop() {
   stopping_ = true;

@@ -283,6 +283,8 @@ void observe(Clock::time_point start, Clock::time_point first, const Usage& u) {
   rec.status = 200;
   rec.duration_ms = ms_since(start);
   rec.completion_tokens = u.completion_tokens;
+  rec.prompt_tokens = u.prompt_tokens;
+  rec.cached_tokens = u.cached_tokens;
   if (first != Clock::time_point{}) rec.ttft_ms = rec.duration_ms - ms_since(first);
   server_metrics().observe_request(rec);
 }

@@ -84,6 +84,8 @@ Metrics::Metrics()
 void Metrics::observe_request(const RequestRecord& r) {
   if (r.status != 200 || r.completion_tokens < 0) return;  // not a generation, or it failed
   e2e_.observe(r.duration_ms / 1000.0);
+  if (r.prompt_tokens > 0) prompt_tokens_ += r.prompt_tokens;
+  if (r.cached_tokens > 0) cached_tokens_ += r.cached_tokens;
   if (r.ttft_ms < 0) return;
   ttft_.observe(r.ttft_ms / 1000.0);
   // Per-token arrival times are not kept per request; the mean gap stands for each of its gaps.
@@ -104,7 +106,11 @@ std::string Metrics::render(const ApiContext& ctx) const {
   series(o, {"tensorfold_requests_waiting", "vllm:num_requests_waiting"}, "gauge",
          "Requests queued for admission.", l, s.waiting);
   series(o, {"tensorfold_prompt_tokens_total", "vllm:prompt_tokens_total"}, "counter",
-         "Prompt tokens processed (prefilled or taken from the prompt cache).", l, double(s.prompt_tokens));
+         "Prompt tokens of finished requests (prompt-cache hits included).", l, double(prompt_tokens_.load()));
+  series(o, {"tensorfold_prompt_tokens_cached_total"}, "counter",
+         "Prompt tokens of finished requests served from the prompt cache.", l, double(cached_tokens_.load()));
+  series(o, {"tensorfold_prompt_tokens_prefilled_total"}, "counter", "Prompt tokens the engine computed.", l,
+         double(s.prompt_tokens));
   series(o, {"tensorfold_generation_tokens_total", "vllm:generation_tokens_total"}, "counter",
          "Tokens generated.", l, double(s.generated_tokens));
   series(o, {"tensorfold_kv_cache_usage_ratio", "vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc"}, "gauge",

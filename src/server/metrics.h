@@ -4,6 +4,7 @@
 // has a tensorfold_* name and, where vLLM has the same quantity, vLLM's name as an alias (same value),
 // so existing vLLM dashboards work unchanged.
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -41,6 +42,7 @@ class Metrics {
 
  private:
   Histogram ttft_, itl_, e2e_;
+  std::atomic<int64_t> prompt_tokens_{0}, cached_tokens_{0};  // of finished requests (vLLM counts these)
 };
 
 // The server's one registry (handlers and the request logger feed it).

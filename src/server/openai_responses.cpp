@@ -479,6 +479,8 @@ void observe(Clock::time_point t0, Clock::time_point first, const Usage& u) {
   rec.status = 200;
   rec.duration_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   rec.completion_tokens = u.completion_tokens;
+  rec.prompt_tokens = u.prompt_tokens;
+  rec.cached_tokens = u.cached_tokens;
   if (first != Clock::time_point{}) {
     rec.ttft_ms = rec.duration_ms - std::chrono::duration<double, std::milli>(Clock::now() - first).count();
   }

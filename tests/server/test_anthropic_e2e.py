@@ -28,6 +28,8 @@ def client(server):
     return anthropic.Anthropic(base_url=server.url, api_key=API_KEY, max_retries=0, timeout=120)
 
 
+# Sampling fields go in extra_body: recent anthropic SDKs no longer take temperature as an argument.
+GREEDY = {"temperature": 0}
 HELLO = [{"role": "user", "content": "Write a Python function that adds two numbers."}]
 
 
@@ -36,7 +38,7 @@ def text_of(msg):
 
 
 def test_create_and_count_tokens(client, model):
-    msg = client.messages.create(model=model, max_tokens=24, messages=HELLO, temperature=0)
+    msg = client.messages.create(model=model, max_tokens=24, messages=HELLO, extra_body=GREEDY)
     assert msg.type == "message" and msg.role == "assistant" and msg.id.startswith("msg_")
     assert msg.stop_reason in ("end_turn", "max_tokens")
     assert text_of(msg)
@@ -44,15 +46,15 @@ def test_create_and_count_tokens(client, model):
     count = client.messages.count_tokens(model=model, messages=HELLO)
     # Anthropic counts cached prompt tokens apart from input_tokens.
     assert msg.usage.input_tokens + msg.usage.cache_read_input_tokens == count.input_tokens
-    again = client.messages.create(model=model, max_tokens=24, messages=HELLO, temperature=0)
+    again = client.messages.create(model=model, max_tokens=24, messages=HELLO, extra_body=GREEDY)
     assert text_of(again) == text_of(msg)  # greedy is reproducible
     assert again.usage.cache_read_input_tokens > 0  # the prompt cache served the repeat
 
 
 def test_stream_matches_whole_reply(client, model):
-    whole = client.messages.create(model=model, max_tokens=32, messages=HELLO, temperature=0)
+    whole = client.messages.create(model=model, max_tokens=32, messages=HELLO, extra_body=GREEDY)
     events = []
-    with client.messages.stream(model=model, max_tokens=32, messages=HELLO, temperature=0) as stream:
+    with client.messages.stream(model=model, max_tokens=32, messages=HELLO, extra_body=GREEDY) as stream:
         pieces = []
         for ev in stream:
             events.append(ev.type)
@@ -67,12 +69,12 @@ def test_stream_matches_whole_reply(client, model):
 
 
 def test_max_tokens_and_stop_sequences(client, model):
-    msg = client.messages.create(model=model, max_tokens=3, messages=HELLO, temperature=0)
+    msg = client.messages.create(model=model, max_tokens=3, messages=HELLO, extra_body=GREEDY)
     assert msg.stop_reason == "max_tokens" and msg.usage.output_tokens == 3
-    full = text_of(client.messages.create(model=model, max_tokens=40, messages=HELLO, temperature=0))
+    full = text_of(client.messages.create(model=model, max_tokens=40, messages=HELLO, extra_body=GREEDY))
     stop = full[len(full) // 2:len(full) // 2 + 3]
     assert stop.strip(), full
-    cut = client.messages.create(model=model, max_tokens=40, messages=HELLO, temperature=0, stop_sequences=[stop])
+    cut = client.messages.create(model=model, max_tokens=40, messages=HELLO, extra_body=GREEDY, stop_sequences=[stop])
     assert cut.stop_reason == "stop_sequence" and cut.stop_sequence == stop
     assert full.startswith(text_of(cut)) and stop not in text_of(cut)
 
@@ -89,7 +91,7 @@ def test_system_blocks_and_tool_turns(client, model):
     ]
     with_tools = client.messages.count_tokens(model=model, tools=tools, messages=turns)
     assert with_tools.input_tokens > a.input_tokens
-    msg = client.messages.create(model=model, max_tokens=8, tools=tools, messages=turns, temperature=0)
+    msg = client.messages.create(model=model, max_tokens=8, tools=tools, messages=turns, extra_body=GREEDY)
     assert msg.stop_reason in ("end_turn", "max_tokens", "tool_use")
     for block in msg.content:  # no markup leaks into text
         if block.type == "text":
@@ -97,7 +99,7 @@ def test_system_blocks_and_tool_turns(client, model):
 
 
 def test_thinking_blocks(client, model):
-    msg = client.messages.create(model=model, max_tokens=1100, messages=HELLO, temperature=0,
+    msg = client.messages.create(model=model, max_tokens=1100, messages=HELLO, extra_body=GREEDY,
                                  thinking={"type": "enabled", "budget_tokens": 1024})
     types = [b.type for b in msg.content]
     assert types and set(types) <= {"thinking", "text", "tool_use"}
@@ -136,7 +138,7 @@ def test_errors_in_anthropic_shape(server, client, model):
     anthropic_error(post(server, {"model": model, "max_tokens": 2000, "messages": HELLO,
                                   "thinking": {"type": "enabled", "budget_tokens": 2000}}), 400, "invalid_request_error")
     with pytest.raises(anthropic.BadRequestError):
-        client.messages.create(model=model, max_tokens=4, messages=HELLO, temperature=3)
+        client.messages.create(model=model, max_tokens=4, messages=HELLO, extra_body={"temperature": 3})
     with pytest.raises(anthropic.AuthenticationError):
         anthropic.Anthropic(base_url=server.url, api_key="nope", max_retries=0).messages.create(
             model=model, max_tokens=4, messages=HELLO)

@@ -70,6 +70,8 @@ def test_counters_move_with_requests(server, client, model):
         usage[1] += u.completion_tokens
     after = scrape(server)
     assert after["vllm:prompt_tokens_total"] - before["vllm:prompt_tokens_total"] == usage[0]
+    assert (after["tensorfold_prompt_tokens_prefilled_total"] - before["tensorfold_prompt_tokens_prefilled_total"]
+            + after["tensorfold_prompt_tokens_cached_total"] - before["tensorfold_prompt_tokens_cached_total"] == usage[0])
     assert after["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"] == usage[1]
     assert after["vllm:time_to_first_token_seconds_count"] - before["vllm:time_to_first_token_seconds_count"] == 2
     assert after["vllm:e2e_request_latency_seconds_count"] - before["vllm:e2e_request_latency_seconds_count"] == 2

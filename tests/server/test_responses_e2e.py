@@ -74,9 +74,14 @@ def test_stream_event_sequence(client, model):
     text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert text == whole.output_text == events[-1].response.output_text
     assert events[-1].response.usage.output_tokens == whole.usage.output_tokens
-    with client.responses.stream(model=model, input=PROMPT, max_output_tokens=24, temperature=0) as stream:
+    # The SDK's stream helper needs response.completed: a prompt the demo model answers in full.
+    short = "What is the weather in Paris?"
+    whole = client.responses.create(model=model, input=short, max_output_tokens=400, temperature=0)
+    assert whole.status == "completed"
+    with client.responses.stream(model=model, input=short, max_output_tokens=400, temperature=0) as stream:
         final = stream.get_final_response()
-    assert final.output_text == whole.output_text
+    assert final.output_text == whole.output_text and final.status == "completed"
+    assert [i.type for i in final.output] == [i.type for i in whole.output]
 
 
 def test_stored_responses_and_previous_response_id(server, client, model):

@@ -46,6 +46,63 @@ std::string call_id() {
   return id;
 }
 
+// A parameter value as the model wrote it: JSON when it parses (numbers, booleans, objects), else text.
+nlohmann::ordered_json tagged_value(std::string v) {
+  if (!v.empty() && v.front() == '\n') v.erase(0, 1);
+  if (!v.empty() && v.back() == '\n') v.pop_back();
+  auto j = nlohmann::ordered_json::parse(v, nullptr, false);
+  if (!j.is_discarded() && !j.is_string()) return j;
+  return v;
+}
+
+// The text between `open` and `close` starting at `pos`; advances pos past `close`.
+bool take_between(const std::string& s, size_t& pos, const std::string& open, const std::string& close,
+                  std::string& out) {
+  size_t a = s.find(open, pos);
+  if (a == std::string::npos) return false;
+  size_t b = s.find(close, a + open.size());
+  if (b == std::string::npos) return false;
+  out = s.substr(a + open.size(), b - a - open.size());
+  pos = b + close.size();
+  return true;
+}
+
+// Calls written as tags inside <tool_call>: Qwen3-Coder
+//   <function=NAME><parameter=KEY>VALUE</parameter>...</function>
+// and GLM-4.5
+//   NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value>...
+// Returns {name, arguments JSON} or an empty name when the body is neither.
+std::pair<std::string, std::string> tagged_call(const std::string& body) {
+  nlohmann::ordered_json args = nlohmann::ordered_json::object();
+  if (starts_with(body, "<function=")) {
+    size_t gt = body.find('>');
+    if (gt == std::string::npos || body.find("</function>") == std::string::npos) return {};
+    std::string name = body.substr(10, gt - 10);
+    size_t pos = gt + 1;
+    for (std::string key;;) {
+      size_t p = body.find("<parameter=", pos);
+      if (p == std::string::npos) break;
+      size_t kend = body.find('>', p);
+      size_t vend = body.find("</parameter>", kend);
+      if (kend == std::string::npos || vend == std::string::npos) return {};
+      key = body.substr(p + 11, kend - p - 11);
+      args[key] = tagged_value(body.substr(kend + 1, vend - kend - 1));
+      pos = vend + 12;
+    }
+    return {strip(name), args.dump()};
+  }
+  size_t first = body.find("<arg_key>");
+  std::string name = strip(body.substr(0, first));
+  if (name.empty() || name.find_first_of("{}<>\n\" ") != std::string::npos) return {};
+  size_t pos = first == std::string::npos ? body.size() : first;
+  std::string key, value;
+  while (take_between(body, pos, "<arg_key>", "</arg_key>", key)) {
+    if (!take_between(body, pos, "<arg_value>", "</arg_value>", value)) return {};
+    args[strip(key)] = tagged_value(value);
+  }
+  return {name, args.dump()};
+}
+
 }  // namespace
 
 void ParsedDelta::append(ParsedDelta d) {
@@ -237,6 +294,10 @@ void OutputParser::whole_reply_step(ParsedDelta& out, bool final) {
 void OutputParser::emit_calls(const std::string& json_text, const std::string& raw, ParsedDelta& out) {
   using Json = nlohmann::ordered_json;
   Json parsed = Json::parse(json_text, nullptr, false);
+  if (parsed.is_discarded() && cfg_.tools == ToolFormat::Hermes) {
+    auto [name, arguments] = tagged_call(json_text);  // Qwen3-Coder / GLM inside <tool_call>
+    if (!name.empty()) parsed = {{"name", name}, {"arguments", Json::parse(arguments)}};
+  }
   if (parsed.is_discarded() && cfg_.tools == ToolFormat::Llama3Json) {
     // Llama 3 separates several calls with ";".
     Json arr = Json::array();

@@ -139,6 +139,27 @@ TEST(OutputParser, CallCutByLengthStillParsesWhenComplete) {
   expect_every_split(hermes(), "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"q\": \"x\"}}\n", want);
 }
 
+TEST(OutputParser, QwenCoderXmlToolCall) {
+  // Qwen3-Coder writes parameters as tags; values that read as JSON become JSON.
+  std::string text =
+      "I'll look it up.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nSan Francisco, CA\n</parameter>\n"
+      "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>";
+  Result want;
+  want.content = "I'll look it up.";
+  want.calls = {{"get_weather", R"({"city":"San Francisco, CA","days":3})"}};
+  expect_every_split(hermes(), text, want);
+}
+
+TEST(OutputParser, Glm45ToolCall) {
+  std::string text =
+      "<think>Need weather.</think>\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Beijing</arg_value>\n"
+      "<arg_key>unit</arg_key>\n<arg_value>celsius</arg_value>\n</tool_call>";
+  Result want;
+  want.reasoning = "Need weather.";
+  want.calls = {{"get_weather", R"({"city":"Beijing","unit":"celsius"})"}};
+  expect_every_split(hermes(), text, want);
+}
+
 TEST(OutputParser, MistralToolCalls) {
   OutputParsing cfg;
   cfg.tools = ToolFormat::Mistral;

@@ -141,6 +141,24 @@ def assert_error(r, status, param=None, code=None):
 CHAT = [{"role": "user", "content": "Tell me a story about a cat."}]
 
 
+def reply(msg):
+    """A chat reply as (reasoning, content): thinking models' <think> part is parsed into reasoning_content."""
+    return (getattr(msg, "reasoning_content", None) or "", msg.content or "")
+
+
+def full(msg):
+    return "".join(reply(msg))
+
+
+def streamed_replies(chunks, n=1):
+    out = [["", ""] for _ in range(n)]
+    for ch in chunks:
+        for c in ch.choices:
+            out[c.index][0] += getattr(c.delta, "reasoning_content", None) or ""
+            out[c.index][1] += c.delta.content or ""
+    return [tuple(x) for x in out]
+
+
 # ---------------------------------------------------------------------------------------------- SDK
 
 
@@ -184,7 +202,7 @@ def test_cached_tokens(client, model_info):
     second = client.chat.completions.create(**kw)
     assert second.usage.prompt_tokens == first.usage.prompt_tokens > 32
     assert 0 < second.usage.prompt_tokens_details.cached_tokens < second.usage.prompt_tokens
-    assert second.choices[0].message.content == first.choices[0].message.content
+    assert reply(second.choices[0].message) == reply(first.choices[0].message)
 
 
 def test_max_tokens_and_ignore_eos_give_length(client, model_info):
@@ -200,8 +218,7 @@ def test_chat_stream_matches_whole_reply(client, model_info):
     chunks = list(client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **kw))
     assert chunks[0].choices[0].delta.role == "assistant"
     assert all(ch.id == chunks[0].id for ch in chunks)
-    text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
-    assert text == whole.choices[0].message.content
+    assert streamed_replies(chunks) == [reply(whole.choices[0].message)]
     finals = [ch for ch in chunks if ch.choices and ch.choices[0].finish_reason]
     assert len(finals) == 1 and finals[0].choices[0].finish_reason == "length"
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 16
@@ -237,35 +254,46 @@ def test_n2_and_seed_reproducibility(client, model_info):
     a = client.chat.completions.create(n=2, **kw)
     b = client.chat.completions.create(n=2, **kw)
     assert [c.index for c in a.choices] == [0, 1]
-    assert [c.message.content for c in a.choices] == [c.message.content for c in b.choices]
-    assert a.choices[0].message.content != a.choices[1].message.content, "choices use different seeds"
+    assert [reply(c.message) for c in a.choices] == [reply(c.message) for c in b.choices]
+    assert full(a.choices[0].message) != full(a.choices[1].message), "choices use different seeds"
     assert a.usage.completion_tokens == 32
     one = client.chat.completions.create(**{**kw, "seed": 1235})
-    assert one.choices[0].message.content == a.choices[1].message.content, "choice i uses seed + i"
+    assert reply(one.choices[0].message) == reply(a.choices[1].message), "choice i uses seed + i"
     streamed = client.chat.completions.create(n=2, stream=True, **kw)
-    texts = ["", ""]
-    for ch in streamed:
-        for c in ch.choices:
-            texts[c.index] += c.delta.content or ""
-    assert texts == [c.message.content for c in a.choices]
+    assert streamed_replies(streamed, 2) == [reply(c.message) for c in a.choices]
 
 
-def test_stop_sequences(client, model_info):
-    kw = dict(model=model_info["id"], messages=CHAT, max_tokens=40, temperature=0, extra_body={"ignore_eos": True})
-    text = client.chat.completions.create(**kw).choices[0].message.content
-    # A stop string of plain characters from the second half of the greedy reply (a random tiny model may
-    # also write bytes that are not UTF-8, which a client cannot send back as a stop string).
+def plain_window(text):
+    # A stop string of plain characters from the second half of a greedy reply (a random tiny model may also
+    # write bytes that are not UTF-8, which a client cannot send back as a stop string).
     windows = [text[i:i + 3] for i in range(len(text) // 3, len(text) - 3)]
     plain = [w for w in windows if all(c.isascii() and c.isprintable() for c in w)]
     assert plain, f"no plain 3-character window in the reply {text!r}"
-    stop = plain[0]
+    return plain[0]
+
+
+def test_stop_sequences(client, model_info):
+    # Completions: the raw text, so the cut point is exact.
+    kw = dict(model=model_info["id"], prompt="Once upon a time", max_tokens=40, temperature=0,
+              extra_body={"ignore_eos": True})
+    text = client.completions.create(**kw).choices[0].text
+    stop = plain_window(text)
     want = text[: text.find(stop)]
-    r = client.chat.completions.create(stop=[stop, "\x00never"], **kw)
+    r = client.completions.create(stop=[stop, "\x00never"], **kw)
     assert r.choices[0].finish_reason == "stop"
-    assert r.choices[0].message.content == want
-    streamed = "".join(ch.choices[0].delta.content or "" for ch in client.chat.completions.create(
-        stop=stop, stream=True, **kw) if ch.choices)
+    assert r.choices[0].text == want
+    streamed = "".join(c.choices[0].text for c in client.completions.create(stop=stop, stream=True, **kw) if c.choices)
     assert streamed == want
+    # Chat: the reply ends at the stop string, which appears in neither reasoning nor content.
+    kw = dict(model=model_info["id"], messages=CHAT, max_tokens=40, temperature=0, extra_body={"ignore_eos": True})
+    whole = client.chat.completions.create(**kw).choices[0].message
+    stop = plain_window(full(whole))
+    r = client.chat.completions.create(stop=stop, **kw)
+    assert r.choices[0].finish_reason == "stop"
+    assert all(stop not in part for part in reply(r.choices[0].message))
+    assert r.usage.completion_tokens < 40
+    chunks = list(client.chat.completions.create(stop=stop, stream=True, **kw))
+    assert streamed_replies(chunks) == [reply(r.choices[0].message)]
 
 
 def test_logprobs(client, model_info):

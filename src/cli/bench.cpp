@@ -18,8 +18,9 @@ namespace {
 
 struct BenchArgs {
   std::string model, backend = "auto", workload = "all", drafter = "auto";
-  int tokens = 256, parallel = 1;
+  int tokens = 256, parallel = 1, prompt_tokens = 128, context = 0;
   float temperature = 0.f;
+  bool cache_check = false;
 };
 
 // A file the model is asked to quote (repetitive work), and an open prompt (free continuation).
@@ -48,18 +49,18 @@ const char* kSource = R"(def parse_config(path, defaults=None):
     return config
 )";
 
-std::vector<int32_t> workload_prompt(const Tokenizer& tok, const std::string& w, int stream) {
+std::vector<int32_t> workload_prompt(const Tokenizer& tok, const std::string& w, int stream, int random_len) {
   if (w == "repetitive")
     return tok.encode(std::string(kSource) + "\n\n# The same function again, unchanged:\n" + std::string(kSource).substr(0, 60 + stream), true);
   if (w == "free") return tok.encode("import numpy as np\n\n\ndef moving_average(values, window", true);
   std::vector<int32_t> p;
-  for (int t = 0; t < 128; ++t) p.push_back((t * 7919 + stream * 104729) % 1000 + 10);
+  for (int t = 0; t < random_len; ++t) p.push_back((t * 7919 + stream * 104729) % 1000 + 10);
   return p;
 }
 
 struct RunResult {
   double prefill_s = 0, total_s = 0;
-  int64_t prompt = 0, generated = 0, drafted = 0, accepted = 0, forwards = 0;
+  int64_t prompt = 0, generated = 0, drafted = 0, accepted = 0, forwards = 0, cached = 0;
   std::vector<std::vector<int32_t>> outputs;
 };
 
@@ -70,7 +71,7 @@ RunResult run_once(Engine& e, const BenchArgs& a, const std::string& w, bool dra
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < a.parallel; ++i) {
     GenerationRequest q;
-    q.prompt = workload_prompt(e.tokenizer(), w, i);
+    q.prompt = workload_prompt(e.tokenizer(), w, i, a.prompt_tokens);
     q.max_tokens = a.tokens;
     q.ignore_eos = true;
     q.draft = draft;
@@ -81,6 +82,7 @@ RunResult run_once(Engine& e, const BenchArgs& a, const std::string& w, bool dra
   }
   // Poll every stream so that each event is timed when it arrives.
   double first = 0;
+  r.cached = 0;
   r.outputs.resize(hs.size());
   std::vector<bool> done(hs.size(), false);
   for (size_t left = hs.size(); left > 0;) {
@@ -96,6 +98,7 @@ RunResult run_once(Engine& e, const BenchArgs& a, const std::string& w, bool dra
           r.generated += ev.usage.completion_tokens;
           r.drafted += ev.usage.drafted_tokens;
           r.accepted += ev.usage.accepted_tokens;
+          r.cached += ev.usage.cached_tokens;
           done[i] = true;
           --left;
         }
@@ -109,14 +112,33 @@ RunResult run_once(Engine& e, const BenchArgs& a, const std::string& w, bool dra
   return r;
 }
 
+// Time to first token of the same long prompt without and with a prompt-cache hit (outputs must match).
+void run_cache_check(Engine& e, const BenchArgs& a) {
+  BenchArgs one = a;
+  one.parallel = 1;
+  RunResult miss = run_once(e, one, "random", true), hit = run_once(e, one, "random", true);
+  std::cout << std::fixed << std::setprecision(1) << "prompt " << miss.prompt << " tokens: time to first token "
+            << miss.prefill_s * 1e3 << " ms uncached, " << hit.prefill_s * 1e3 << " ms with " << hit.cached
+            << " cached tokens (" << std::setprecision(2) << miss.prefill_s / hit.prefill_s << "x); outputs "
+            << (miss.outputs == hit.outputs ? "identical" : "DIFFERENT") << "\n";
+  if (miss.outputs != hit.outputs) throw Error("a prompt-cache hit changed the output");
+}
+
 void run_bench(const BenchArgs& a) {
   EngineOptions opt;
   opt.model_path = resolve_model_arg(a.model);
   opt.backend = a.backend;
   opt.parallel = a.parallel;
   opt.drafter = a.drafter;
-  opt.prompt_cache_gib = 0;  // measure compute, not cache hits
+  opt.context = a.context;
+  opt.prefill_chunk = 2048;
+  opt.prompt_cache_gib = a.cache_check ? 4 : 0;  // otherwise measure compute, not cache hits
   auto engine = create_engine(opt);
+  if (a.cache_check) {
+    run_cache_check(*engine, a);
+    engine->shutdown();
+    return;
+  }
   const auto& info = engine->info();
   std::cout << "model " << info.id << " (" << info.parameters << " parameters) on " << info.backend << ", drafter "
             << info.drafter << " + context copies, " << a.parallel << " stream(s), " << a.tokens
@@ -152,6 +174,9 @@ void add_bench_command(CLI::App& app) {
   c->add_option("--tokens", a->tokens, "Tokens generated per stream")->check(CLI::Range(2, 1 << 20));
   c->add_option("--parallel", a->parallel, "Concurrent streams")->check(CLI::PositiveNumber);
   c->add_option("--temperature", a->temperature, "Sampling temperature (seeded)")->check(CLI::NonNegativeNumber);
+  c->add_option("--prompt-tokens", a->prompt_tokens, "Prompt length of the random workload")->check(CLI::PositiveNumber);
+  c->add_option("--context", a->context, "Context capacity per stream (default: the model's, at most 32768)");
+  c->add_flag("--cache-check", a->cache_check, "Time to first token of a long prompt uncached vs a prompt-cache hit");
   c->callback([a] { run_bench(*a); });
 }
 

@@ -1,6 +1,8 @@
 """GET /metrics of the real `tensorfold serve`: Prometheus text that prometheus_client's parser reads, with
 vLLM's metric names as aliases, whose counters move by what the requests report; plus reasoning and tool-call
 parsing in chat completions seen through the openai SDK. Run by ctest like test_openai_e2e.py."""
+import time
+
 import openai
 import pytest
 import requests
@@ -68,7 +70,16 @@ def test_counters_move_with_requests(server, client, model):
             u = client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=12, temperature=0).usage
         usage[0] += u.prompt_tokens
         usage[1] += u.completion_tokens
-    after = scrape(server)
+    # Latencies are recorded when the server logs the request, just after the client has its last byte,
+    # and the engine's gauges follow its rounds: give both a moment.
+    deadline = time.time() + 10
+    while True:
+        after = scrape(server)
+        settled = (after["vllm:e2e_request_latency_seconds_count"] - before["vllm:e2e_request_latency_seconds_count"] == 2
+                   and after["vllm:num_requests_running"] == 0)
+        if settled or time.time() > deadline:
+            break
+        time.sleep(0.05)
     assert after["vllm:prompt_tokens_total"] - before["vllm:prompt_tokens_total"] == usage[0]
     assert (after["tensorfold_prompt_tokens_prefilled_total"] - before["tensorfold_prompt_tokens_prefilled_total"]
             + after["tensorfold_prompt_tokens_cached_total"] - before["tensorfold_prompt_tokens_cached_total"] == usage[0])

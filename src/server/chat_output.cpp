@@ -11,6 +11,7 @@ ToolFormat detect_tool_format(const std::string& p) {
   if (p.find("[AVAILABLE_TOOLS]") != std::string::npos || p.find("[TOOL_CALLS]") != std::string::npos) {
     return ToolFormat::Mistral;
   }
+  if (p.find("<｜tool▁calls▁begin｜>") != std::string::npos) return ToolFormat::DeepSeek;
   if (p.find("<|start_header_id|>") != std::string::npos) return ToolFormat::Llama3Json;
   return ToolFormat::Hermes;
 }

@@ -14,6 +14,10 @@ const std::string kCallOpen = "<tool_call>";
 const std::string kCallClose = "</tool_call>";
 const std::string kMistral = "[TOOL_CALLS]";
 const std::string kPythonTag = "<|python_tag|>";
+const std::string kDsCallsBegin = "<｜tool▁calls▁begin｜>";
+const std::string kDsCallBegin = "<｜tool▁call▁begin｜>";
+const std::string kDsCallEnd = "<｜tool▁call▁end｜>";
+const std::string kDsSep = "<｜tool▁sep｜>";
 
 bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
@@ -205,6 +209,10 @@ void OutputParser::content_step(const std::string& text, ParsedDelta& out, bool 
       tbuf_ += t;
       hermes_step(out, final);
       return;
+    case ToolFormat::DeepSeek:
+      tbuf_ += t;
+      deepseek_step(out, final);
+      return;
     default:
       tbuf_ += t;
       whole_reply_step(out, final);
@@ -289,6 +297,54 @@ void OutputParser::whole_reply_step(ParsedDelta& out, bool final) {
     s = strip(s.substr(kPythonTag.size()));
   }
   emit_calls(s, raw, out);
+}
+
+void OutputParser::deepseek_step(ParsedDelta& out, bool final) {
+  if (!in_call_) {
+    size_t begin = tbuf_.find(kDsCallsBegin);
+    if (begin == std::string::npos) {
+      size_t keep = final ? tbuf_.size() : partial_marker_start(tbuf_, kDsCallsBegin);
+      while (!final && keep > 0 && is_space(tbuf_[keep - 1])) --keep;
+      emit_content(tbuf_.substr(0, keep), out);
+      tbuf_.erase(0, keep);
+      return;
+    }
+    std::string before = tbuf_.substr(0, begin);
+    while (!before.empty() && is_space(before.back())) before.pop_back();
+    emit_content(before, out);
+    tbuf_.erase(0, begin);
+    in_call_ = true;
+  }
+  if (!final) return;  // the calls run to the end of the reply
+  std::string raw = std::move(tbuf_);
+  tbuf_.clear();
+  in_call_ = false;
+  // Rewritten as a JSON array for emit_calls; anything malformed makes it give the raw text back.
+  std::string arr = "[";
+  size_t pos = 0;
+  for (size_t b; (b = raw.find(kDsCallBegin, pos)) != std::string::npos;) {
+    size_t e = raw.find(kDsCallEnd, b);
+    std::string body = raw.substr(b + kDsCallBegin.size(), e == std::string::npos ? std::string::npos
+                                                                                  : e - b - kDsCallBegin.size());
+    pos = e == std::string::npos ? raw.size() : e + kDsCallEnd.size();
+    size_t sep = body.find(kDsSep);
+    if (sep == std::string::npos) {
+      arr = "<malformed>";
+      break;
+    }
+    std::string name = body.substr(0, sep), args = body.substr(sep + kDsSep.size());
+    if (strip(name) == "function") {  // V3/R1: NAME\n```json\nARGS\n```
+      size_t nl = args.find('\n');
+      name = args.substr(0, nl);
+      args = nl == std::string::npos ? "" : args.substr(nl + 1);
+      args = strip(args);
+      if (starts_with(args, "```json")) args = args.substr(7);
+      if (args.size() >= 3 && args.compare(args.size() - 3, 3, "```") == 0) args.resize(args.size() - 3);
+    }
+    if (arr.size() > 1) arr += ",";
+    arr += "{\"name\": " + nlohmann::json(strip(name)).dump() + ", \"arguments\": " + strip(args) + "}";
+  }
+  emit_calls(arr == "[" ? "<none>" : arr + "]", raw, out);
 }
 
 void OutputParser::emit_calls(const std::string& json_text, const std::string& raw, ParsedDelta& out) {

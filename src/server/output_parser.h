@@ -10,6 +10,9 @@
 //   Mistral         [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...] (to the end of the reply)
 //   Llama 3 JSON    a reply that is one {"name": ..., "parameters"|"arguments": {...}} object, optionally
 //                   after <|python_tag|>, or several separated by ";"
+//   DeepSeek        <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```
+//                   <｜tool▁call▁end｜>...<｜tool▁calls▁end｜> (V3/R1) or ...begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>
+//                   (V3.1), after any content, to the end of the reply
 // A call that does not parse as JSON is given back as content, never dropped.
 #include <cstddef>
 #include <string>
@@ -17,7 +20,7 @@
 
 namespace tf::server {
 
-enum class ToolFormat { None, Hermes, Mistral, Llama3Json };
+enum class ToolFormat { None, Hermes, Mistral, Llama3Json, DeepSeek };
 
 struct OutputParsing {
   bool reasoning = true;               // split <think>...</think>
@@ -59,6 +62,7 @@ class OutputParser {
   void content_step(const std::string& text, ParsedDelta& out, bool final);
   void hermes_step(ParsedDelta& out, bool final);
   void whole_reply_step(ParsedDelta& out, bool final);  // Mistral / Llama 3: decided at the start
+  void deepseek_step(ParsedDelta& out, bool final);
   void emit_calls(const std::string& json_text, const std::string& raw, ParsedDelta& out);
   void emit_content(const std::string& s, ParsedDelta& out);
 

@@ -48,7 +48,7 @@ void expect_every_split(const OutputParsing& cfg, const std::string& text, const
     EXPECT_EQ(got.content, want.content) << how;
     EXPECT_EQ(got.calls, want.calls) << how;
     for (const auto& piece : got.content_pieces) {
-      for (const char* m : {"<think", "</think", "<tool_call", "</tool_call", "[TOOL_CALLS"}) {
+      for (const char* m : {"<think", "</think", "<tool_call", "</tool_call", "[TOOL_CALLS", "<｜tool"}) {
         // A piece may only hold a marker's beginning if the model really wrote it as content.
         if (want.content.find(m) == std::string::npos) {
           EXPECT_EQ(piece.find(m), std::string::npos) << how;
@@ -158,6 +158,26 @@ TEST(OutputParser, Glm45ToolCall) {
   want.reasoning = "Need weather.";
   want.calls = {{"get_weather", R"({"city":"Beijing","unit":"celsius"})"}};
   expect_every_split(hermes(), text, want);
+}
+
+TEST(OutputParser, DeepSeekToolCalls) {
+  OutputParsing cfg;
+  cfg.tools = ToolFormat::DeepSeek;
+  Result want;
+  want.content = "Let me check.";
+  want.calls = {{"get_weather", R"({"city":"Paris"})"}, {"get_time", "{}"}};
+  // DeepSeek-V3 / R1
+  expect_every_split(cfg,
+                     "Let me check.\n<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+                     "```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>"
+                     "get_time\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+                     want);
+  // DeepSeek-V3.1
+  expect_every_split(cfg,
+                     "Let me check.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Paris\"}"
+                     "<｜tool▁call▁end｜><｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+                     want);
+  EXPECT_EQ(detect_tool_format("## Tools ... <｜tool▁calls▁begin｜> ..."), ToolFormat::DeepSeek);
 }
 
 TEST(OutputParser, MistralToolCalls) {

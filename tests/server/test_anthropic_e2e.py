@@ -103,11 +103,19 @@ def test_thinking_blocks(client, model):
                                  thinking={"type": "enabled", "budget_tokens": 1024})
     types = [b.type for b in msg.content]
     assert types and set(types) <= {"thinking", "text", "tool_use"}
+    if model == "demo":
+        assert "thinking" in types  # the demo model was trained to think first
     if "thinking" in types:
         assert types[0] == "thinking"
     for block in msg.content:
         if block.type == "text":
             assert "<think>" not in block.text and "</think>" not in block.text
+    with client.messages.stream(model=model, max_tokens=1100, messages=HELLO, extra_body=GREEDY,
+                                thinking={"type": "enabled", "budget_tokens": 1024}) as stream:
+        final = stream.get_final_message()
+    assert [b.type for b in final.content] == types
+    for a, b in zip(final.content, msg.content):
+        assert (a.thinking if a.type == "thinking" else a.text) == (b.thinking if b.type == "thinking" else b.text)
 
 
 def anthropic_error(r, status, etype):

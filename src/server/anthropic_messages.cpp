@@ -18,9 +18,13 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-std::string idx(const std::string& base, size_t i) { return base + "[" + std::to_string(i) + "]"; }
+std::string idx(const std::string& base, size_t i) {
+  return base + "[" + std::to_string(i) + "]";
+}
 
-ApiError missing(const std::string& name) { return invalid_field(name, name + ": Field required"); }
+ApiError missing(const std::string& name) {
+  return invalid_field(name, name + ": Field required");
+}
 
 // A block list's text (tool_result content, system blocks): text blocks joined with newlines.
 std::string blocks_text(const RequestJson& v, const std::string& name) {
@@ -53,7 +57,8 @@ void convert_message(const RequestJson& m, const std::string& name, RequestJson&
     out.push_back({{"role", *role}, {"content", *content}});
     return;
   }
-  if (!content->is_array()) throw invalid_field(f.name("content"), f.name("content") + ": Input should be a valid list");
+  if (!content->is_array())
+    throw invalid_field(f.name("content"), f.name("content") + ": Input should be a valid list");
   std::string text, reasoning;
   RequestJson calls = RequestJson::array();
   for (size_t i = 0; i < content->size(); ++i) {
@@ -71,8 +76,10 @@ void convert_message(const RequestJson& m, const std::string& name, RequestJson&
       auto id = bf.string("id"), tool = bf.string("name");
       if (!id || !tool) throw missing(bf.name(id ? "name" : "id"));
       const RequestJson* input = bf.object("input");
-      calls.push_back({{"id", *id}, {"type", "function"},
-                       {"function", {{"name", *tool}, {"arguments", input ? *input : RequestJson::object()}}}});
+      calls.push_back(
+          {{"id", *id},
+           {"type", "function"},
+           {"function", {{"name", *tool}, {"arguments", input ? *input : RequestJson::object()}}}});
     } else if (type == "tool_result" && *role == "user") {
       auto id = bf.string("tool_use_id");
       if (!id) throw missing(bf.name("tool_use_id"));
@@ -81,8 +88,9 @@ void convert_message(const RequestJson& m, const std::string& name, RequestJson&
       if (bf.boolean("is_error").value_or(false)) result = "Error: " + result;
       out.push_back({{"role", "tool"}, {"tool_call_id", *id}, {"content", result}});
     } else {
-      throw invalid_field(bname + ".type", bname + ".type: blocks of type '" + type + "' are not supported in " +
-                                               *role + " messages by this server");
+      throw invalid_field(bname + ".type", bname + ".type: blocks of type '" + type +
+                                               "' are not supported in " + *role +
+                                               " messages by this server");
     }
   }
   if (text.empty() && calls.empty() && reasoning.empty()) return;  // only tool results
@@ -94,14 +102,22 @@ void convert_message(const RequestJson& m, const std::string& name, RequestJson&
 
 std::string anthropic_error_type(int status) {
   switch (status) {
-    case 400: return "invalid_request_error";
-    case 401: return "authentication_error";
-    case 403: return "permission_error";
-    case 404: return "not_found_error";
-    case 413: return "request_too_large";
-    case 429: return "rate_limit_error";
-    case 503: return "overloaded_error";
-    default: return status >= 500 ? "api_error" : "invalid_request_error";
+    case 400:
+      return "invalid_request_error";
+    case 401:
+      return "authentication_error";
+    case 403:
+      return "permission_error";
+    case 404:
+      return "not_found_error";
+    case 413:
+      return "request_too_large";
+    case 429:
+      return "rate_limit_error";
+    case 503:
+      return "overloaded_error";
+    default:
+      return status >= 500 ? "api_error" : "invalid_request_error";
   }
 }
 
@@ -118,7 +134,8 @@ RequestJson anthropic_chat_messages(const RequestJson& body) {
   if (!messages) throw missing("messages");
   if (!messages->is_array()) throw invalid_field("messages", "messages: Input should be a valid list");
   for (size_t i = 0; i < messages->size(); ++i) convert_message((*messages)[i], idx("messages", i), out);
-  if (out.empty() || out.back()["role"] == "system") throw invalid_field("messages", "messages: at least one message is required");
+  if (out.empty() || out.back()["role"] == "system")
+    throw invalid_field("messages", "messages: at least one message is required");
   return out;
 }
 
@@ -142,11 +159,13 @@ RequestJson anthropic_tools(const RequestJson& body) {
   return out;
 }
 
-static RequestJson thinking_kwargs(const JsonFields& f, const ApiContext& ctx, std::optional<int64_t> max_tokens) {
+static RequestJson thinking_kwargs(const JsonFields& f, const ApiContext& ctx,
+                                   std::optional<int64_t> max_tokens) {
   RequestJson kwargs = ctx.options.default_template_kwargs;
   const RequestJson* thinking = f.object("thinking");
   if (!thinking) {
-    if (!kwargs.contains("enable_thinking")) kwargs["enable_thinking"] = false;  // Anthropic: off unless asked
+    if (!kwargs.contains("enable_thinking"))
+      kwargs["enable_thinking"] = false;  // Anthropic: off unless asked
     return kwargs;
   }
   JsonFields tf(*thinking, "thinking");
@@ -157,7 +176,8 @@ static RequestJson thinking_kwargs(const JsonFields& f, const ApiContext& ctx, s
     auto budget = tf.integer("budget_tokens", 1024, INT_MAX);
     if (!budget) throw missing("thinking.budget_tokens");
     if (max_tokens && *budget >= *max_tokens) {
-      throw invalid_field("thinking.budget_tokens", "`max_tokens` must be greater than `thinking.budget_tokens`");
+      throw invalid_field("thinking.budget_tokens",
+                          "`max_tokens` must be greater than `thinking.budget_tokens`");
     }
     kwargs["enable_thinking"] = true;
   } else {
@@ -173,13 +193,16 @@ static void read_tool_choice(const JsonFields& f, OutputParsing& p) {
   if (type == "none") {
     p.tools = ToolFormat::None;
   } else if (type == "any" || type == "tool") {
-    throw invalid_field("tool_choice.type", "tool_choice.type '" + type +
-                                                "' is not supported by this server (it cannot force a tool call); use "
-                                                "'auto'");
+    throw invalid_field("tool_choice.type",
+                        "tool_choice.type '" + type +
+                            "' is not supported by this server (it cannot force a tool call); use "
+                            "'auto'");
   } else if (type != "auto") {
-    throw invalid_field("tool_choice.type", "tool_choice.type: Input should be 'auto', 'any', 'tool' or 'none'");
+    throw invalid_field("tool_choice.type",
+                        "tool_choice.type: Input should be 'auto', 'any', 'tool' or 'none'");
   }
-  if (auto v = JsonFields(*tc, "tool_choice").boolean("disable_parallel_tool_use")) p.parallel_tool_calls = !*v;
+  if (auto v = JsonFields(*tc, "tool_choice").boolean("disable_parallel_tool_use"))
+    p.parallel_tool_calls = !*v;
 }
 
 static void read_sampling(const JsonFields& f, MessagesRequest& r, const ApiContext& ctx) {
@@ -191,7 +214,8 @@ static void read_sampling(const JsonFields& f, MessagesRequest& r, const ApiCont
   if (const RequestJson* stops = f.array("stop_sequences")) {
     for (size_t i = 0; i < stops->size(); ++i) {
       if (!(*stops)[i].is_string() || (*stops)[i].get<std::string>().empty()) {
-        throw invalid_field(idx("stop_sequences", i), idx("stop_sequences", i) + ": must be a non-empty string");
+        throw invalid_field(idx("stop_sequences", i),
+                            idx("stop_sequences", i) + ": must be a non-empty string");
       }
       r.request.stop.push_back((*stops)[i].get<std::string>());
     }
@@ -259,24 +283,30 @@ json anthropic_message_json(const MessagesRequest& req, const ResponseMeta& meta
   ParsedDelta d = p.feed(text);
   d.append(p.finish());
   json content = json::array();
-  if (!d.reasoning.empty()) content.push_back({{"type", "thinking"}, {"thinking", d.reasoning}, {"signature", ""}});
+  if (!d.reasoning.empty())
+    content.push_back({{"type", "thinking"}, {"thinking", d.reasoning}, {"signature", ""}});
   std::string body = d.content;
-  while (!body.empty() && (body.back() == '\n' || body.back() == ' ') && !d.tool_calls.empty()) body.pop_back();
+  while (!body.empty() && (body.back() == '\n' || body.back() == ' ') && !d.tool_calls.empty())
+    body.pop_back();
   if (!body.empty() || d.tool_calls.empty()) content.push_back({{"type", "text"}, {"text", body}});
   for (const auto& c : d.tool_calls) content.push_back(tool_use_block(c));
   auto [reason, seq] = stop_fields(finish, matched_stop, !d.tool_calls.empty());
-  return {{"id", meta.id},           {"type", "message"},     {"role", "assistant"},
-          {"model", meta.model},     {"content", content},    {"stop_reason", reason},
-          {"stop_sequence", seq},    {"usage", usage_json_anthropic(usage, int(req.request.prompt.size()))}};
+  return {{"id", meta.id},        {"type", "message"},
+          {"role", "assistant"},  {"model", meta.model},
+          {"content", content},   {"stop_reason", reason},
+          {"stop_sequence", seq}, {"usage", usage_json_anthropic(usage, int(req.request.prompt.size()))}};
 }
 
 json anthropic_error_json(const ApiError& e) {
-  return {{"type", "error"}, {"error", {{"type", anthropic_error_type(e.status())}, {"message", e.message()}}}};
+  return {{"type", "error"},
+          {"error", {{"type", anthropic_error_type(e.status())}, {"message", e.message()}}}};
 }
 
 namespace {
 
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
 
 void observe(Clock::time_point start, Clock::time_point first, const Usage& u) {
   RequestRecord rec;
@@ -319,14 +349,22 @@ class MessagesStream {
       : req_(std::move(req)), gen_(std::move(gen)), meta_(std::move(meta)), parser_(req_->parsing) {}
 
   // Writes every event until message_stop; false when the client left or the server stopped.
-  bool run(const std::function<bool(const std::string&)>& write, const std::atomic<bool>& stop, Clock::time_point t0) {
+  bool run(const std::function<bool(const std::string&)>& write, const std::atomic<bool>& stop,
+           Clock::time_point t0) {
     write_ = &write;
     int prompt = int(req_->request.prompt.size());
-    json start = {{"id", meta_.id},      {"type", "message"},    {"role", "assistant"},
-                  {"model", meta_.model}, {"content", json::array()}, {"stop_reason", nullptr},
+    json start = {{"id", meta_.id},
+                  {"type", "message"},
+                  {"role", "assistant"},
+                  {"model", meta_.model},
+                  {"content", json::array()},
+                  {"stop_reason", nullptr},
                   {"stop_sequence", nullptr},
-                  {"usage", {{"input_tokens", prompt}, {"output_tokens", 0}, {"cache_creation_input_tokens", 0},
-                             {"cache_read_input_tokens", 0}}}};
+                  {"usage",
+                   {{"input_tokens", prompt},
+                    {"output_tokens", 0},
+                    {"cache_creation_input_tokens", 0},
+                    {"cache_read_input_tokens", 0}}}};
     if (!send("message_start", {{"type", "message_start"}, {"message", start}})) return false;
     if (!send("ping", {{"type", "ping"}})) return false;
     auto idle = Clock::now();
@@ -373,7 +411,8 @@ class MessagesStream {
     if (type_ == type && type != "tool_use") return true;
     if (!close_block()) return false;
     type_ = type;
-    return send("content_block_start", {{"type", "content_block_start"}, {"index", ++index_}, {"content_block", block}});
+    return send("content_block_start",
+                {{"type", "content_block_start"}, {"index", ++index_}, {"content_block", block}});
   }
 
   bool close_block() {
@@ -382,7 +421,9 @@ class MessagesStream {
     return send("content_block_stop", {{"type", "content_block_stop"}, {"index", index_}});
   }
 
-  bool delta(const json& d) { return send("content_block_delta", {{"type", "content_block_delta"}, {"index", index_}, {"delta", d}}); }
+  bool delta(const json& d) {
+    return send("content_block_delta", {{"type", "content_block_delta"}, {"index", index_}, {"delta", d}});
+  }
 
   bool emit(const ParsedDelta& d) {
     if (!d.reasoning.empty()) {

@@ -6,10 +6,9 @@
 // Errors use Anthropic's shape {"type": "error", "error": {"type", "message"}}; auth accepts x-api-key as
 // well as a bearer token. Not supported (refused with 400): image/document blocks, tool_choice "any" or
 // a named tool (no constrained decoding). thinking.budget_tokens is validated but not enforced.
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "server/api_context.h"
 #include "server/errors.h"
@@ -39,8 +38,9 @@ RequestJson anthropic_tools(const RequestJson& body);
 MessagesRequest parse_messages_request(const RequestJson& body, const ApiContext& ctx, bool count_only);
 
 // The message object of a finished reply.
-nlohmann::json anthropic_message_json(const MessagesRequest& req, const ResponseMeta& meta, const std::string& text,
-                                      FinishReason finish, const std::string& matched_stop, const Usage& usage);
+nlohmann::json anthropic_message_json(const MessagesRequest& req, const ResponseMeta& meta,
+                                      const std::string& text, FinishReason finish,
+                                      const std::string& matched_stop, const Usage& usage);
 
 // {"type": "error", "error": {"type": "invalid_request_error" | "authentication_error" | ..., "message"}}.
 nlohmann::json anthropic_error_json(const ApiError& e);

@@ -32,22 +32,26 @@ static void read_tool_choice(const JsonFields& f, OutputParsing& cfg) {
     return;
   }
   if (choice->is_string() && *choice != "required") {
-    throw invalid_field("tool_choice", "Invalid value for 'tool_choice': '" + choice->get<std::string>() +
-                                           "'. Supported values are: 'auto' and 'none'.",
+    throw invalid_field("tool_choice",
+                        "Invalid value for 'tool_choice': '" + choice->get<std::string>() +
+                            "'. Supported values are: 'auto' and 'none'.",
                         "invalid_value");
   }
   if (!choice->is_string() && !choice->is_object()) {
-    throw invalid_field("tool_choice", "Invalid type for 'tool_choice': expected a string or an object, but got " +
-                                           json_type_name(*choice) + ".",
+    throw invalid_field("tool_choice",
+                        "Invalid type for 'tool_choice': expected a string or an object, but got " +
+                            json_type_name(*choice) + ".",
                         "invalid_type");
   }
-  throw invalid_field("tool_choice",
-                      "'tool_choice' values that force a call ('required' or a named function) are not supported by "
-                      "this server (it has no constrained decoding); use 'auto' and describe the call in the prompt.",
-                      "unsupported_value");
+  throw invalid_field(
+      "tool_choice",
+      "'tool_choice' values that force a call ('required' or a named function) are not supported by "
+      "this server (it has no constrained decoding); use 'auto' and describe the call in the prompt.",
+      "unsupported_value");
 }
 
-OutputParsing chat_output_parsing(const JsonFields& f, const RequestJson& tools, const std::string& rendered) {
+OutputParsing chat_output_parsing(const JsonFields& f, const RequestJson& tools,
+                                  const std::string& rendered) {
   OutputParsing cfg;
   cfg.reasoning_starts_open = prompt_opens_think(rendered);
   bool have_tools = tools.is_array() && !tools.empty();

@@ -2,9 +2,8 @@
 // The chat completions side of output parsing: which parser a request gets (from its tools, tool_choice and
 // the rendered prompt), the assistant message of a whole reply, and the delta of one stream chunk.
 #include <map>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "server/json_fields.h"
 #include "server/output_parser.h"
@@ -15,7 +14,8 @@ namespace tf::server {
 // constrain decoding to force a call) and parallel_tool_calls. The tool-call family comes from the
 // rendered prompt (what the chat template told the model to write); reasoning starts open when the
 // prompt ends inside "<think>".
-OutputParsing chat_output_parsing(const JsonFields& f, const RequestJson& tools, const std::string& rendered_prompt);
+OutputParsing chat_output_parsing(const JsonFields& f, const RequestJson& tools,
+                                  const std::string& rendered_prompt);
 
 // The family whose syntax the rendered prompt teaches ("<tool_call>", "[AVAILABLE_TOOLS]", ...); Hermes
 // when none is recognised.

@@ -46,7 +46,8 @@ void histogram(std::ostringstream& o, const std::vector<std::string>& names, con
 
 }  // namespace
 
-Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+Histogram::Histogram(std::vector<double> bounds)
+    : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
 
 void Histogram::observe(double v, int64_t times) {
   if (times <= 0 || !std::isfinite(v)) return;
@@ -75,11 +76,12 @@ std::string Histogram::render(const std::string& name, const std::string& labels
 
 // vLLM's bucket bounds, so dashboards' quantiles read the same.
 Metrics::Metrics()
-    : ttft_({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
-             80.0, 160.0, 640.0, 2560.0}),
-      itl_({0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0}),
-      e2e_({0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
-            960.0, 1920.0, 7680.0}) {}
+    : ttft_({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,   0.75,
+             1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0}),
+      itl_({0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+            40.0, 80.0}),
+      e2e_({0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
+            30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0}) {}
 
 void Metrics::observe_request(const RequestRecord& r) {
   if (r.status != 200 || r.completion_tokens < 0) return;  // not a generation, or it failed
@@ -106,21 +108,24 @@ std::string Metrics::render(const ApiContext& ctx) const {
   series(o, {"tensorfold_requests_waiting", "vllm:num_requests_waiting"}, "gauge",
          "Requests queued for admission.", l, s.waiting);
   series(o, {"tensorfold_prompt_tokens_total", "vllm:prompt_tokens_total"}, "counter",
-         "Prompt tokens of finished requests (prompt-cache hits included).", l, double(prompt_tokens_.load()));
+         "Prompt tokens of finished requests (prompt-cache hits included).", l,
+         double(prompt_tokens_.load()));
   series(o, {"tensorfold_prompt_tokens_cached_total"}, "counter",
-         "Prompt tokens of finished requests served from the prompt cache.", l, double(cached_tokens_.load()));
+         "Prompt tokens of finished requests served from the prompt cache.", l,
+         double(cached_tokens_.load()));
   series(o, {"tensorfold_prompt_tokens_prefilled_total"}, "counter", "Prompt tokens the engine computed.", l,
          double(s.prompt_tokens));
   series(o, {"tensorfold_generation_tokens_total", "vllm:generation_tokens_total"}, "counter",
          "Tokens generated.", l, double(s.generated_tokens));
-  series(o, {"tensorfold_kv_cache_usage_ratio", "vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc"}, "gauge",
-         "Fraction of KV-cache blocks in use by running streams (0..1).", l, kv_usage);
-  series(o, {"tensorfold_kv_blocks_used"}, "gauge", "KV-cache blocks in use by streams.", l, s.kv_blocks_used);
+  series(o, {"tensorfold_kv_cache_usage_ratio", "vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc"},
+         "gauge", "Fraction of KV-cache blocks in use by running streams (0..1).", l, kv_usage);
+  series(o, {"tensorfold_kv_blocks_used"}, "gauge", "KV-cache blocks in use by streams.", l,
+         s.kv_blocks_used);
   series(o, {"tensorfold_kv_blocks_total"}, "gauge", "KV-cache blocks in the pool.", l, s.kv_blocks_total);
   series(o, {"tensorfold_kv_blocks_cached"}, "gauge", "KV-cache blocks retained by the prompt cache.", l,
          s.kv_blocks_cached);
-  series(o, {"tensorfold_spec_decode_draft_tokens_total", "vllm:spec_decode_num_draft_tokens_total"}, "counter",
-         "Draft tokens proposed for verification.", l, double(s.drafted_tokens));
+  series(o, {"tensorfold_spec_decode_draft_tokens_total", "vllm:spec_decode_num_draft_tokens_total"},
+         "counter", "Draft tokens proposed for verification.", l, double(s.drafted_tokens));
   series(o, {"tensorfold_spec_decode_accepted_tokens_total", "vllm:spec_decode_num_accepted_tokens_total"},
          "counter", "Draft tokens accepted by verification.", l, double(s.accepted_tokens));
   series(o, {"tensorfold_preemptions_total", "vllm:num_preemptions_total"}, "counter",
@@ -135,12 +140,13 @@ std::string Metrics::render(const ApiContext& ctx) const {
          double(s.forward_passes));
   series(o, {"tensorfold_http_requests_total"}, "counter", "HTTP requests answered.", l,
          double(ctx.stats.requests_total.load()));
-  series(o, {"tensorfold_http_requests_failed_total"}, "counter", "HTTP requests answered with an error status.",
-         l, double(ctx.stats.requests_failed.load()));
+  series(o, {"tensorfold_http_requests_failed_total"}, "counter",
+         "HTTP requests answered with an error status.", l, double(ctx.stats.requests_failed.load()));
   histogram(o, {"tensorfold_time_to_first_token_seconds", "vllm:time_to_first_token_seconds"},
             "Time from request arrival to its first generated token.", l, ttft_);
-  histogram(o, {"tensorfold_inter_token_latency_seconds", "vllm:inter_token_latency_seconds",
-                "vllm:time_per_output_token_seconds"},
+  histogram(o,
+            {"tensorfold_inter_token_latency_seconds", "vllm:inter_token_latency_seconds",
+             "vllm:time_per_output_token_seconds"},
             "Time between a request's generated tokens (each request's mean gap).", l, itl_);
   histogram(o, {"tensorfold_e2e_request_latency_seconds", "vllm:e2e_request_latency_seconds"},
             "Time from request arrival to its last byte.", l, e2e_);

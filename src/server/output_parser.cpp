@@ -1,8 +1,7 @@
 #include "server/output_parser.h"
 
-#include <random>
-
 #include <nlohmann/json.hpp>
+#include <random>
 
 namespace tf::server {
 
@@ -19,7 +18,9 @@ const std::string kDsCallBegin = "<｜tool▁call▁begin｜>";
 const std::string kDsCallEnd = "<｜tool▁call▁end｜>";
 const std::string kDsSep = "<｜tool▁sep｜>";
 
-bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+bool is_space(char c) {
+  return c == ' ' || c == '\n' || c == '\t' || c == '\r';
+}
 
 std::string lstrip(const std::string& s) {
   size_t i = 0;
@@ -33,7 +34,9 @@ std::string strip(const std::string& s) {
   return t;
 }
 
-bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
+bool starts_with(const std::string& s, const std::string& p) {
+  return s.compare(0, p.size(), p) == 0;
+}
 
 // `s` could still grow into `marker` (it is a prefix of it).
 bool could_become(const std::string& s, const std::string& marker) {
@@ -204,7 +207,9 @@ void OutputParser::content_step(const std::string& text, ParsedDelta& out, bool 
     content_started_ = true;
   }
   switch (cfg_.tools) {
-    case ToolFormat::None: emit_content(t, out); return;
+    case ToolFormat::None:
+      emit_content(t, out);
+      return;
     case ToolFormat::Hermes:
       tbuf_ += t;
       hermes_step(out, final);
@@ -220,7 +225,9 @@ void OutputParser::content_step(const std::string& text, ParsedDelta& out, bool 
   }
 }
 
-void OutputParser::emit_content(const std::string& s, ParsedDelta& out) { out.content += s; }
+void OutputParser::emit_content(const std::string& s, ParsedDelta& out) {
+  out.content += s;
+}
 
 void OutputParser::hermes_step(ParsedDelta& out, bool final) {
   for (;;) {
@@ -290,8 +297,8 @@ void OutputParser::whole_reply_step(ParsedDelta& out, bool final) {
     s = strip(s.substr(kMistral.size()));
     size_t args = s.find("[ARGS]");
     if (!starts_with(s, "[") && args != std::string::npos) {  // v11+: [TOOL_CALLS]name[ARGS]{...}
-      s = "{\"name\": " + nlohmann::json(strip(s.substr(0, args))).dump() + ", \"arguments\": " +
-          s.substr(args + 6) + "}";
+      s = "{\"name\": " + nlohmann::json(strip(s.substr(0, args))).dump() +
+          ", \"arguments\": " + s.substr(args + 6) + "}";
     }
   } else if (starts_with(s, kPythonTag)) {
     s = strip(s.substr(kPythonTag.size()));
@@ -324,8 +331,8 @@ void OutputParser::deepseek_step(ParsedDelta& out, bool final) {
   size_t pos = 0;
   for (size_t b; (b = raw.find(kDsCallBegin, pos)) != std::string::npos;) {
     size_t e = raw.find(kDsCallEnd, b);
-    std::string body = raw.substr(b + kDsCallBegin.size(), e == std::string::npos ? std::string::npos
-                                                                                  : e - b - kDsCallBegin.size());
+    std::string body = raw.substr(b + kDsCallBegin.size(),
+                                  e == std::string::npos ? std::string::npos : e - b - kDsCallBegin.size());
     pos = e == std::string::npos ? raw.size() : e + kDsCallEnd.size();
     size_t sep = body.find(kDsSep);
     if (sep == std::string::npos) {
@@ -371,7 +378,9 @@ void OutputParser::emit_calls(const std::string& json_text, const std::string& r
       emit_content(raw, out);  // not a call after all: the model's text is kept
       return;
     }
-    const Json* args = c.contains("arguments") ? &c["arguments"] : c.contains("parameters") ? &c["parameters"] : nullptr;
+    const Json* args = c.contains("arguments")    ? &c["arguments"]
+                       : c.contains("parameters") ? &c["parameters"]
+                                                  : nullptr;
     std::string arguments = "{}";
     if (args && args->is_string()) {
       arguments = args->get<std::string>();

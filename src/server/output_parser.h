@@ -10,9 +10,10 @@
 //   Mistral         [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...] (to the end of the reply)
 //   Llama 3 JSON    a reply that is one {"name": ..., "parameters"|"arguments": {...}} object, optionally
 //                   after <|python_tag|>, or several separated by ";"
-//   DeepSeek        <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```
-//                   <｜tool▁call▁end｜>...<｜tool▁calls▁end｜> (V3/R1) or ...begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>
-//                   (V3.1), after any content, to the end of the reply
+//   DeepSeek <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```
+//                   <｜tool▁call▁end｜>...<｜tool▁calls▁end｜> (V3/R1) or
+//                   ...begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜> (V3.1), after any content, to the
+//                   end of the reply
 // A call that does not parse as JSON is given back as content, never dropped.
 #include <cstddef>
 #include <string>
@@ -30,10 +31,10 @@ struct OutputParsing {
 };
 
 struct ParsedToolCall {
-  size_t index = 0;        // position among this reply's calls
-  std::string id;          // "call_<hex>"
+  size_t index = 0;  // position among this reply's calls
+  std::string id;    // "call_<hex>"
   std::string name;
-  std::string arguments;   // a JSON object as text
+  std::string arguments;  // a JSON object as text
 };
 
 struct ParsedDelta {

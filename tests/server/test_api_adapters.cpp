@@ -51,7 +51,8 @@ TEST(AnthropicMessages, ReplyBlocksStopReasonsUsage) {
   u.prompt_tokens = 10, u.completion_tokens = 5, u.cached_tokens = 4;
   ResponseMeta meta{"msg_1", 0, "demo", ""};
   json m = anthropic_message_json(
-      r, meta, "<think>plan</think>\n\nSure.\n<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1}}</tool_call>",
+      r, meta,
+      "<think>plan</think>\n\nSure.\n<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1}}</tool_call>",
       FinishReason::Stop, "", u);
   ASSERT_EQ(m["content"].size(), 3u);
   EXPECT_EQ(m["content"][0]["type"], "thinking");
@@ -63,7 +64,8 @@ TEST(AnthropicMessages, ReplyBlocksStopReasonsUsage) {
   EXPECT_EQ(m["stop_reason"], "tool_use");
   EXPECT_EQ(m["usage"]["input_tokens"], 6);
   EXPECT_EQ(m["usage"]["cache_read_input_tokens"], 4);
-  EXPECT_EQ(anthropic_message_json(r, meta, "Hi", FinishReason::Stop, "END", u)["stop_reason"], "stop_sequence");
+  EXPECT_EQ(anthropic_message_json(r, meta, "Hi", FinishReason::Stop, "END", u)["stop_reason"],
+            "stop_sequence");
   EXPECT_EQ(anthropic_message_json(r, meta, "Hi", FinishReason::Stop, "END", u)["stop_sequence"], "END");
   EXPECT_EQ(anthropic_message_json(r, meta, "Hi", FinishReason::Length, "", u)["stop_reason"], "max_tokens");
   EXPECT_EQ(anthropic_message_json(r, meta, "Hi", FinishReason::Stop, "", u)["stop_reason"], "end_turn");
@@ -86,7 +88,8 @@ TEST(Responses, InputItemsBecomeMessages) {
   EXPECT_EQ(m[1]["tool_calls"][1]["function"]["name"], "g");
   EXPECT_EQ(m[2]["role"], "tool");
   EXPECT_EQ(responses_input_messages("hi")[0]["role"], "user");
-  EXPECT_THROW(responses_input_messages(RequestJson::parse(R"([{"type": "item_reference", "id": "x"}])")), ApiError);
+  EXPECT_THROW(responses_input_messages(RequestJson::parse(R"([{"type": "item_reference", "id": "x"}])")),
+               ApiError);
 }
 
 TEST(Responses, StoreIsBoundedLru) {

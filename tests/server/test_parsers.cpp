@@ -58,7 +58,8 @@ void expect_every_split(const OutputParsing& cfg, const std::string& text, const
   };
   check(run(cfg, {text}), "whole");
   check(run(cfg, bytes(text)), "bytes");
-  for (size_t i = 1; i < text.size(); ++i) check(run(cfg, {text.substr(0, i), text.substr(i)}), "split " + std::to_string(i));
+  for (size_t i = 1; i < text.size(); ++i)
+    check(run(cfg, {text.substr(0, i), text.substr(i)}), "split " + std::to_string(i));
 }
 
 OutputParsing hermes() {
@@ -71,7 +72,8 @@ OutputParsing hermes() {
 TEST(OutputParser, QwenThinkingThenToolCall) {
   std::string text =
       "<think>\nThe user wants the weather in Paris. I should call get_weather.\n</think>\n\n"
-      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}\n"
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": "
+      "\"celsius\"}}\n"
       "</tool_call>";
   Result want;
   want.reasoning = "The user wants the weather in Paris. I should call get_weather.";
@@ -142,7 +144,8 @@ TEST(OutputParser, CallCutByLengthStillParsesWhenComplete) {
 TEST(OutputParser, QwenCoderXmlToolCall) {
   // Qwen3-Coder writes parameters as tags; values that read as JSON become JSON.
   std::string text =
-      "I'll look it up.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nSan Francisco, CA\n</parameter>\n"
+      "I'll look it up.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nSan Francisco, "
+      "CA\n</parameter>\n"
       "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>";
   Result want;
   want.content = "I'll look it up.";
@@ -152,7 +155,8 @@ TEST(OutputParser, QwenCoderXmlToolCall) {
 
 TEST(OutputParser, Glm45ToolCall) {
   std::string text =
-      "<think>Need weather.</think>\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Beijing</arg_value>\n"
+      "<think>Need "
+      "weather.</think>\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Beijing</arg_value>\n"
       "<arg_key>unit</arg_key>\n<arg_value>celsius</arg_value>\n</tool_call>";
   Result want;
   want.reasoning = "Need weather.";
@@ -167,16 +171,19 @@ TEST(OutputParser, DeepSeekToolCalls) {
   want.content = "Let me check.";
   want.calls = {{"get_weather", R"({"city":"Paris"})"}, {"get_time", "{}"}};
   // DeepSeek-V3 / R1
-  expect_every_split(cfg,
-                     "Let me check.\n<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
-                     "```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>"
-                     "get_time\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
-                     want);
+  expect_every_split(
+      cfg,
+      "Let me check.\n<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+      "```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>"
+      "get_time\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+      want);
   // DeepSeek-V3.1
-  expect_every_split(cfg,
-                     "Let me check.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Paris\"}"
-                     "<｜tool▁call▁end｜><｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
-                     want);
+  expect_every_split(
+      cfg,
+      "Let me check.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Paris\"}"
+      "<｜tool▁call▁end｜><｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{}<｜tool▁call▁end｜><"
+      "｜tool▁calls▁end｜>",
+      want);
   EXPECT_EQ(detect_tool_format("## Tools ... <｜tool▁calls▁begin｜> ..."), ToolFormat::DeepSeek);
 }
 
@@ -202,7 +209,8 @@ TEST(OutputParser, Llama3JsonToolCall) {
   Result want;
   want.calls = {{"get_weather", R"({"city":"Paris"})"}};
   expect_every_split(cfg, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", want);
-  expect_every_split(cfg, "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", want);
+  expect_every_split(cfg, "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}",
+                     want);
   Result plain;
   plain.content = "{not json at all}";
   expect_every_split(cfg, plain.content, plain);
@@ -230,8 +238,8 @@ TEST(ChatOutput, ParsingFromPromptAndToolChoice) {
 
 TEST(ChatOutput, MessageJson) {
   bool calls = false;
-  auto m = chat_message_json(hermes(), "<think>hm</think>\n<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>",
-                             &calls);
+  auto m = chat_message_json(
+      hermes(), "<think>hm</think>\n<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>", &calls);
   EXPECT_TRUE(calls);
   EXPECT_EQ(m["reasoning_content"], "hm");
   EXPECT_TRUE(m["content"].is_null());

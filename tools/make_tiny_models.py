@@ -190,10 +190,10 @@ def main():
     build("qwen3-yarn", qwen3_yarn, tok, args.out, seed=4, dtype=torch.float32)
     add_mtp_head(os.path.join(args.out, "qwen3"), os.path.join(args.out, "qwen3-mtp"), seed=5)
     qwen3_moe = Qwen3MoeConfig(hidden_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
-                               head_dim=16, intermediate_size=96, moe_intermediate_size=32, num_experts=8,
+                               head_dim=32, intermediate_size=96, moe_intermediate_size=32, num_experts=8,
                                num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[1],
                                tie_word_embeddings=False, rope_theta=10000.0, **common)
-    build("qwen3-moe", qwen3_moe, tok, args.out, seed=6, dtype=torch.float32)
+    build("qwen3-moe", qwen3_moe, tok, args.out, seed=7, dtype=torch.float32)
     shutil.rmtree(tok_dir)
     rope_goldens(args.out)
 

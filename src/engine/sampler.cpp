@@ -22,6 +22,17 @@ std::vector<int32_t> sorted_ids(const std::vector<float>& v, const std::vector<i
   return order;
 }
 
+// The `want` most likely ids of the raw row with their log-probabilities.
+void fill_top(const float* logits, int vocab, int want, double lse, SampleResult& res) {
+  std::vector<int32_t> ids(static_cast<size_t>(vocab));
+  std::iota(ids.begin(), ids.end(), 0);
+  const size_t n = std::min<size_t>(size_t(want), size_t(vocab));
+  std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  for (size_t i = 0; i < n; ++i) res.top.push_back({ids[i], float(double(logits[ids[i]]) - lse)});
+}
+
 }  // namespace
 
 void PenaltyState::add_prompt(const std::vector<int32_t>& prompt) {
@@ -48,11 +59,21 @@ double keyed_uniform(uint64_t seed, int64_t position, int32_t token) {
 SampleResult sample_token(const float* logits, int vocab, const SamplingParams& p, uint64_t seed,
                           int64_t position, const PenaltyState& pen, int want_top) {
   SampleResult res;
-  // Log-softmax of the raw row for reported logprobs (double accumulation: reporting only).
-  float raw_max = *std::max_element(logits, logits + vocab);
-  double raw_sum = 0;
-  for (int i = 0; i < vocab; ++i) raw_sum += std::exp(double(logits[i] - raw_max));
-  const double raw_lse = double(raw_max) + std::log(raw_sum);
+  // Log-softmax of the raw row, only when logprobs are reported (double accumulation: reporting only).
+  double raw_lse = 0;
+  if (want_top >= 0) {
+    const float raw_max = *std::max_element(logits, logits + vocab);
+    double raw_sum = 0;
+    for (int i = 0; i < vocab; ++i) raw_sum += std::exp(double(logits[i] - raw_max));
+    raw_lse = double(raw_max) + std::log(raw_sum);
+  }
+  const bool penalised = p.repetition_penalty != 1.f || p.presence_penalty != 0.f || p.frequency_penalty != 0.f;
+  if (p.temperature <= 0.f && !penalised) {  // plain greedy: no copy of the row
+    res.token = int32_t(std::max_element(logits, logits + vocab) - logits);  // first maximum = lowest id
+    if (want_top >= 0) res.logprob = float(double(logits[res.token]) - raw_lse);
+    if (want_top > 0) fill_top(logits, vocab, want_top, raw_lse, res);
+    return res;
+  }
 
   std::vector<float> v(logits, logits + vocab);
   if (p.repetition_penalty != 1.f)
@@ -112,16 +133,8 @@ SampleResult sample_token(const float* logits, int vocab, const SamplingParams& 
     }
     res.token = pick;
   }
-  res.logprob = float(double(logits[res.token]) - raw_lse);
-  if (want_top > 0) {
-    std::vector<int32_t> ids(vocab);
-    std::iota(ids.begin(), ids.end(), 0);
-    const size_t n = std::min<size_t>(size_t(want_top), size_t(vocab));
-    std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [&](int32_t a, int32_t b) {
-      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-    });
-    for (size_t i = 0; i < n; ++i) res.top.push_back({ids[i], float(double(logits[ids[i]]) - raw_lse)});
-  }
+  if (want_top >= 0) res.logprob = float(double(logits[res.token]) - raw_lse);
+  if (want_top > 0) fill_top(logits, vocab, want_top, raw_lse, res);
   return res;
 }
 

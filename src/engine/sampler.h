@@ -23,7 +23,8 @@ struct PenaltyState {
 
 struct SampleResult {
   int32_t token = 0;
-  float logprob = 0.f;             // log softmax of the raw logits (before penalties and temperature)
+  float logprob = 0.f;             // log softmax of the raw logits (before penalties and temperature); only
+                                   // computed when logprobs are requested (want_top >= 0)
   std::vector<TokenLogprob> top;   // the `want_top` most likely ids under the same distribution
 };
 

@@ -10,6 +10,7 @@
 #include "server/metrics.h"
 #include "server/openai_chat.h"
 #include "server/sse.h"
+#include "server/thinking_budget.h"
 
 namespace tf::server {
 
@@ -160,7 +161,7 @@ RequestJson anthropic_tools(const RequestJson& body) {
 }
 
 static RequestJson thinking_kwargs(const JsonFields& f, const ApiContext& ctx,
-                                   std::optional<int64_t> max_tokens) {
+                                   std::optional<int64_t> max_tokens, int& budget_out) {
   RequestJson kwargs = ctx.options.default_template_kwargs;
   const RequestJson* thinking = f.object("thinking");
   if (!thinking) {
@@ -173,13 +174,14 @@ static RequestJson thinking_kwargs(const JsonFields& f, const ApiContext& ctx,
   if (type == "disabled") {
     kwargs["enable_thinking"] = false;
   } else if (type == "enabled") {
-    auto budget = tf.integer("budget_tokens", 1024, INT_MAX);
+    auto budget = tf.integer("budget_tokens", 1, INT_MAX);  // Anthropic asks >= 1024; small models need less
     if (!budget) throw missing("thinking.budget_tokens");
     if (max_tokens && *budget >= *max_tokens) {
       throw invalid_field("thinking.budget_tokens",
                           "`max_tokens` must be greater than `thinking.budget_tokens`");
     }
     kwargs["enable_thinking"] = true;
+    budget_out = int(*budget);
   } else {
     throw invalid_field("thinking.type", "thinking.type: Input should be 'enabled' or 'disabled'");
   }
@@ -233,7 +235,7 @@ MessagesRequest parse_messages_request(const RequestJson& body, const ApiContext
   if (!max_tokens && !count_only) throw missing("max_tokens");
   RequestJson messages = normalize_messages(anthropic_chat_messages(body));
   RequestJson tools = anthropic_tools(body);
-  RequestJson kwargs = thinking_kwargs(f, ctx, max_tokens);
+  RequestJson kwargs = thinking_kwargs(f, ctx, max_tokens, r.thinking_budget);
   if (!count_only) read_sampling(f, r, ctx);
   if (!ctx.text.has_chat_template()) throw invalid_field("messages", "This model has no chat template.");
   std::string rendered;
@@ -345,7 +347,8 @@ void check_key(const httplib::Request& req, const ServerOptions& opt) {
 // text and tool calls apart.
 class MessagesStream {
  public:
-  MessagesStream(std::shared_ptr<MessagesRequest> req, std::unique_ptr<Generation> gen, ResponseMeta meta)
+  MessagesStream(std::shared_ptr<MessagesRequest> req, std::unique_ptr<BudgetedGeneration> gen,
+                 ResponseMeta meta)
       : req_(std::move(req)), gen_(std::move(gen)), meta_(std::move(meta)), parser_(req_->parsing) {}
 
   // Writes every event until message_stop; false when the client left or the server stopped.
@@ -402,7 +405,7 @@ class MessagesStream {
     return true;
   }
 
-  Generation& generation() { return *gen_; }
+  BudgetedGeneration& generation() { return *gen_; }
 
  private:
   bool send(const char* type, const json& data) { return (*write_)(sse(type, data)); }
@@ -454,7 +457,7 @@ class MessagesStream {
   }
 
   std::shared_ptr<MessagesRequest> req_;
-  std::unique_ptr<Generation> gen_;
+  std::unique_ptr<BudgetedGeneration> gen_;
   ResponseMeta meta_;
   OutputParser parser_;
   const std::function<bool(const std::string&)>* write_ = nullptr;
@@ -472,7 +475,8 @@ void handle_messages(const ApiContext& ctx, const httplib::Request& http_req, ht
   auto t0 = Clock::now();
   auto req = std::make_shared<MessagesRequest>(parse_messages_request(parse_body(http_req.body), ctx, false));
   ResponseMeta meta{"msg_" + make_response_id("x").substr(2), unix_now(), req->model, ctx.info().fingerprint};
-  auto gen = std::make_unique<Generation>(ctx, std::vector<GenerationRequest>{req->request});
+  auto gen = std::make_unique<BudgetedGeneration>(ctx, req->request, req->thinking_budget,
+                                                  req->parsing.reasoning_starts_open);
   if (!req->stream) {
     std::string text;
     StreamEvent ev, last;

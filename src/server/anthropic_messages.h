@@ -5,7 +5,8 @@
 // and the reply is parsed back into thinking, text and tool_use blocks (output_parser.h).
 // Errors use Anthropic's shape {"type": "error", "error": {"type", "message"}}; auth accepts x-api-key as
 // well as a bearer token. Not supported (refused with 400): image/document blocks, tool_choice "any" or
-// a named tool (no constrained decoding). thinking.budget_tokens is validated but not enforced.
+// a named tool (no constrained decoding). thinking.budget_tokens ends the thinking block
+// after that many tokens (thinking_budget.h).
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -27,6 +28,7 @@ struct MessagesRequest {
   GenerationRequest request;  // prompt, sampling, stop, max_tokens
   bool stream = false;
   OutputParsing parsing;
+  int thinking_budget = 0;  // thinking.budget_tokens (0: none), enforced by thinking_budget.h
 };
 
 // Anthropic system + messages -> the chat template's message list (as openai_chat normalises it).

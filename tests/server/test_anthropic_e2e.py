@@ -118,6 +118,25 @@ def test_thinking_blocks(client, model):
         assert (a.thinking if a.type == "thinking" else a.text) == (b.thinking if b.type == "thinking" else b.text)
 
 
+def test_thinking_budget_ends_the_block(client, model):
+    free = client.messages.create(model=model, max_tokens=300, messages=HELLO, extra_body=GREEDY,
+                                  thinking={"type": "enabled", "budget_tokens": 200})
+    cut = client.messages.create(model=model, max_tokens=300, messages=HELLO, extra_body=GREEDY,
+                                 thinking={"type": "enabled", "budget_tokens": 4})
+    thoughts = [b.thinking for b in free.content if b.type == "thinking"]
+    assert thoughts and len(thoughts[0]) > 30, free.content  # the demo model thinks for more than 4 tokens
+    cut_thoughts = [b.thinking for b in cut.content if b.type == "thinking"]
+    assert cut_thoughts and thoughts[0].startswith(cut_thoughts[0]) and len(cut_thoughts[0]) < len(thoughts[0])
+    assert any(b.type == "text" and b.text for b in cut.content), cut.content  # it went on to answer
+    with client.messages.stream(model=model, max_tokens=300, messages=HELLO, extra_body=GREEDY,
+                                thinking={"type": "enabled", "budget_tokens": 4}) as s:
+        final = s.get_final_message()
+    assert [b.type for b in final.content] == [b.type for b in cut.content]
+    assert text_of(final) == text_of(cut) and final.usage.output_tokens == cut.usage.output_tokens
+    # Usage covers both parts: the cut thinking, the close and the answer.
+    assert 4 < cut.usage.output_tokens <= 300
+
+
 def anthropic_error(r, status, etype):
     assert r.status_code == status, r.text
     body = r.json()

@@ -188,23 +188,28 @@ static RequestJson thinking_kwargs(const JsonFields& f, const ApiContext& ctx,
   return kwargs;
 }
 
-static void read_tool_choice(const JsonFields& f, OutputParsing& p) {
+// Anthropic's tool_choice in the chat shape chat_output_parsing reads: auto, none, any -> "required",
+// {"type": "tool", "name"} -> a named function.
+static RequestJson chat_tool_choice(const JsonFields& f) {
+  RequestJson body = RequestJson::object();
   const RequestJson* tc = f.object("tool_choice");
-  if (!tc) return;
-  std::string type = JsonFields(*tc, "tool_choice").string("type").value_or("");
-  if (type == "none") {
-    p.tools = ToolFormat::None;
-  } else if (type == "any" || type == "tool") {
-    throw invalid_field("tool_choice.type",
-                        "tool_choice.type '" + type +
-                            "' is not supported by this server (it cannot force a tool call); use "
-                            "'auto'");
-  } else if (type != "auto") {
+  if (!tc) return body;
+  JsonFields cf(*tc, "tool_choice");
+  std::string type = cf.string("type").value_or("");
+  if (type == "auto" || type == "none") {
+    body["tool_choice"] = type;
+  } else if (type == "any") {
+    body["tool_choice"] = "required";
+  } else if (type == "tool") {
+    auto name = cf.string("name");
+    if (!name) throw missing("tool_choice.name");
+    body["tool_choice"] = {{"type", "function"}, {"function", {{"name", *name}}}};
+  } else {
     throw invalid_field("tool_choice.type",
                         "tool_choice.type: Input should be 'auto', 'any', 'tool' or 'none'");
   }
-  if (auto v = JsonFields(*tc, "tool_choice").boolean("disable_parallel_tool_use"))
-    p.parallel_tool_calls = !*v;
+  if (auto v = cf.boolean("disable_parallel_tool_use")) body["parallel_tool_calls"] = !*v;
+  return body;
 }
 
 static void read_sampling(const JsonFields& f, MessagesRequest& r, const ApiContext& ctx) {
@@ -246,10 +251,9 @@ MessagesRequest parse_messages_request(const RequestJson& body, const ApiContext
   } catch (const std::exception& e) {
     throw invalid_field("messages", std::string("The chat template rejected these messages: ") + e.what());
   }
-  r.request.prompt = ctx.text.encode(rendered, false);
-  RequestJson no_choice = RequestJson::object();
-  r.parsing = chat_output_parsing(JsonFields(no_choice), tools, rendered);
-  read_tool_choice(f, r.parsing);
+  RequestJson choice = chat_tool_choice(f);
+  r.parsing = chat_output_parsing(JsonFields(choice), tools, rendered);
+  r.request.prompt = ctx.text.encode(rendered + r.parsing.prefill, false);
   if (count_only) return r;
   CommonFields c;
   c.max_tokens = max_tokens;

@@ -4,9 +4,8 @@
 // templates receive (tool_use -> tool_calls, tool_result -> a "tool" message, thinking -> reasoning_content),
 // and the reply is parsed back into thinking, text and tool_use blocks (output_parser.h).
 // Errors use Anthropic's shape {"type": "error", "error": {"type", "message"}}; auth accepts x-api-key as
-// well as a bearer token. Not supported (refused with 400): image/document blocks, tool_choice "any" or
-// a named tool (no constrained decoding). thinking.budget_tokens ends the thinking block
-// after that many tokens (thinking_budget.h).
+// well as a bearer token. Not supported (refused with 400): image/document blocks. thinking.budget_tokens
+// ends the thinking block after that many tokens (thinking_budget.h).
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>

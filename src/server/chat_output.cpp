@@ -23,31 +23,73 @@ static bool prompt_opens_think(const std::string& p) {
   return end >= open.size() && p.compare(end - open.size(), open.size(), open) == 0;
 }
 
-static void read_tool_choice(const JsonFields& f, OutputParsing& cfg) {
+// The start of a call in the family's syntax, written for the model: any call, or the named function.
+static std::string call_prefill(ToolFormat fmt, const std::string& name) {
+  std::string quoted = nlohmann::json(name).dump();
+  switch (fmt) {
+    case ToolFormat::Hermes:
+      return name.empty() ? "<tool_call>\n" : "<tool_call>\n{\"name\": " + quoted + ", \"arguments\": ";
+    case ToolFormat::Mistral:
+      return name.empty() ? "[TOOL_CALLS][" : "[TOOL_CALLS][{\"name\": " + quoted + ", \"arguments\": ";
+    case ToolFormat::Llama3Json:
+      return name.empty() ? "{\"name\": \"" : "{\"name\": " + quoted + ", \"parameters\": ";
+    default:
+      return {};
+  }
+}
+
+static bool has_tool(const RequestJson& tools, const std::string& name) {
+  for (const auto& t : tools) {
+    const RequestJson& fn = t.contains("function") ? t["function"] : t;
+    if (fn.is_object() && fn.value("name", "") == name) return true;
+  }
+  return false;
+}
+
+// "auto", "none", "required" or a named function ({"type": "function", "function": {"name"}} in chat,
+// {"type": "function", "name"} in Responses). Forcing a call writes its start for the model (prefill).
+static void read_tool_choice(const JsonFields& f, const RequestJson& tools, OutputParsing& cfg) {
   const RequestJson* choice = f.get("tool_choice");
-  if (!choice) return;
-  if (choice->is_string() && *choice == "auto") return;
+  if (!choice || (choice->is_string() && *choice == "auto")) return;
   if (choice->is_string() && *choice == "none") {
     cfg.tools = ToolFormat::None;
     return;
   }
-  if (choice->is_string() && *choice != "required") {
+  std::string name;
+  if (choice->is_object()) {
+    JsonFields cf(*choice, "tool_choice");
+    const RequestJson* fn = cf.object("function");
+    auto n = fn ? JsonFields(*fn, "tool_choice.function").string("name") : cf.string("name");
+    if (!n)
+      throw invalid_field("tool_choice",
+                          "'tool_choice' must name a function: {\"type\": \"function\", "
+                          "\"function\": {\"name\": ...}}.",
+                          "invalid_value");
+    name = *n;
+  } else if (!choice->is_string() || *choice != "required") {
     throw invalid_field("tool_choice",
-                        "Invalid value for 'tool_choice': '" + choice->get<std::string>() +
-                            "'. Supported values are: 'auto' and 'none'.",
+                        "Invalid value for 'tool_choice'. Supported values are: 'auto', 'none', "
+                        "'required' and a named function.",
                         "invalid_value");
   }
-  if (!choice->is_string() && !choice->is_object()) {
-    throw invalid_field("tool_choice",
-                        "Invalid type for 'tool_choice': expected a string or an object, but got " +
-                            json_type_name(*choice) + ".",
-                        "invalid_type");
+  if (!tools.is_array() || tools.empty()) {
+    throw invalid_field("tool_choice", "'tool_choice' forces a tool call but no 'tools' were given.",
+                        "invalid_value");
   }
-  throw invalid_field(
-      "tool_choice",
-      "'tool_choice' values that force a call ('required' or a named function) are not supported by "
-      "this server (it has no constrained decoding); use 'auto' and describe the call in the prompt.",
-      "unsupported_value");
+  if (!name.empty() && !has_tool(tools, name)) {
+    throw invalid_field("tool_choice",
+                        "'tool_choice' names the function '" + name + "', which is not in 'tools'.",
+                        "invalid_value");
+  }
+  cfg.prefill = cfg.reasoning_starts_open ? std::string() : call_prefill(cfg.tools, name);
+  if (cfg.prefill.empty()) {
+    throw invalid_field(
+        "tool_choice",
+        "Forcing a tool call is not supported for this model's chat template (its tool-call syntax "
+        "or an opened thinking block); use 'auto'.",
+        "unsupported_value");
+  }
+  if (!name.empty()) cfg.parallel_tool_calls = false;  // a named choice is one call
 }
 
 OutputParsing chat_output_parsing(const JsonFields& f, const RequestJson& tools,
@@ -56,7 +98,7 @@ OutputParsing chat_output_parsing(const JsonFields& f, const RequestJson& tools,
   cfg.reasoning_starts_open = prompt_opens_think(rendered);
   bool have_tools = tools.is_array() && !tools.empty();
   if (have_tools) cfg.tools = detect_tool_format(rendered);
-  read_tool_choice(f, cfg);
+  read_tool_choice(f, tools, cfg);
   if (!have_tools) cfg.tools = ToolFormat::None;
   if (auto v = f.boolean("parallel_tool_calls")) cfg.parallel_tool_calls = *v;
   return cfg;

@@ -10,8 +10,9 @@
 
 namespace tf::server {
 
-// Reads tool_choice ("auto" | "none"; "required" and a named function are refused: the server cannot
-// constrain decoding to force a call) and parallel_tool_calls. The tool-call family comes from the
+// Reads tool_choice ("auto" | "none" | "required" | a named function; forcing a call sets `prefill`, the
+// call's start that the caller appends to the prompt, as there is no constrained decoding) and
+// parallel_tool_calls. The tool-call family comes from the
 // rendered prompt (what the chat template told the model to write); reasoning starts open when the
 // prompt ends inside "<think>".
 OutputParsing chat_output_parsing(const JsonFields& f, const RequestJson& tools,

@@ -241,8 +241,8 @@ ResponsesRequest parse_request(const RequestJson& body, const ApiContext& ctx) {
     throw invalid_field("input", std::string("The chat template rejected this conversation: ") + e.what(),
                         "template_error");
   }
-  r.request.prompt = ctx.text.encode(rendered, false);
   r.parsing = chat_output_parsing(f, tools, rendered);  // tool_choice, parallel_tool_calls
+  r.request.prompt = ctx.text.encode(rendered + r.parsing.prefill, false);
 
   SamplingParams& s = r.request.sampling;
   s = ctx.info().default_sampling;

@@ -1,12 +1,12 @@
 #pragma once
 // POST /v1/responses (OpenAI Responses API) over the chat template and engine, GET/DELETE
 // /v1/responses/{id}. Input as a string or items (messages, function_call, function_call_output; reasoning
-// items are accepted and skipped), instructions, function tools, tool_choice auto/none, max_output_tokens,
+// items are accepted and skipped), instructions, function tools, tool_choice (as chat), max_output_tokens,
 // temperature/top_p, reasoning.effort (-> the template's reasoning_effort), text.format "text".
 // Replies are parsed into reasoning, message and function_call items (output_parser.h); streaming sends
 // the Responses event sequence. Stored responses (store, default true) live in a bounded LRU store in
 // memory and continue with previous_response_id. Refused with a 400 naming the field: other tool types,
-// tool_choice that forces a call, text.format json_schema/json_object, image/file inputs, background,
+// text.format json_schema/json_object, image/file inputs, background,
 // include, truncation "auto", conversation.
 #include <cstddef>
 #include <list>

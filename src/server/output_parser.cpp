@@ -133,6 +133,7 @@ OutputParser::OutputParser(OutputParsing cfg) : cfg_(cfg) {
   } else {
     phase_ = cfg_.reasoning_starts_open ? Phase::Reasoning : Phase::Start;
   }
+  if (!cfg_.prefill.empty()) (void)feed(cfg_.prefill);  // an opened call: nothing to tell yet
 }
 
 ParsedDelta OutputParser::feed(const std::string& text) {

@@ -28,6 +28,9 @@ struct OutputParsing {
   bool reasoning_starts_open = false;  // the prompt ends inside <think>
   ToolFormat tools = ToolFormat::None;
   bool parallel_tool_calls = true;  // false: only the first call is kept
+  // Text the server wrote at the start of the reply to force a tool call (tool_choice "required" or a
+  // named function): it ends the prompt, and the parser reads it before the model's first token.
+  std::string prefill;
 };
 
 struct ParsedToolCall {

@@ -160,6 +160,8 @@ def test_errors_in_anthropic_shape(server, client, model):
     assert "image" in anthropic_error(post(server, {"model": model, "max_tokens": 4, "messages": image}), 400,
                                       "invalid_request_error")
     anthropic_error(post(server, {"model": model, "max_tokens": 4, "messages": HELLO, "tool_choice": {"type": "any"}}),
+                    400, "invalid_request_error")  # forcing a call needs tools
+    anthropic_error(post(server, {"model": model, "max_tokens": 4, "messages": HELLO, "tool_choice": {"type": "maybe"}}),
                     400, "invalid_request_error")
     anthropic_error(post(server, {"model": model, "max_tokens": 4, "messages": "hi"}), 400, "invalid_request_error")
     anthropic_error(post(server, {"model": model, "max_tokens": 2000, "messages": HELLO,

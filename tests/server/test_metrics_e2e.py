@@ -124,9 +124,26 @@ def test_chat_reasoning_and_tools_never_leak_markup(client, model):
         assert finish == whole.choices[0].finish_reason
 
 
-def test_forcing_tool_choice_is_refused(client, model):
+def test_forced_tool_choice(client, model):
+    """tool_choice "required" / a named function writes the call's start for the model (there is no
+    constrained decoding): the prompt grows by it, and the reply is a call or, when the model does not
+    finish one, the raw text starting with the forced marker."""
+    auto = client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=4, tools=TOOLS, temperature=0)
+    for choice in ("required", {"type": "function", "function": {"name": "add"}}):
+        r = client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=40, tools=TOOLS,
+                                           tool_choice=choice, temperature=0)
+        assert r.usage.prompt_tokens > auto.usage.prompt_tokens
+        msg = r.choices[0].message
+        if msg.tool_calls:
+            assert r.choices[0].finish_reason == "tool_calls"
+            assert choice == "required" or msg.tool_calls[0].function.name == "add"
+        else:
+            assert msg.content.startswith("<tool_call>")
     with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=4, tools=TOOLS, tool_choice="required")
-    assert "tool_choice" in str(e.value)
+        client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=4, tools=TOOLS,
+                                       tool_choice={"type": "function", "function": {"name": "nope"}})
+    assert "nope" in str(e.value)
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=4, tool_choice="required")
     r = client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=4, tools=TOOLS, tool_choice="none")
     assert r.choices[0].message.tool_calls is None

@@ -233,7 +233,24 @@ TEST(ChatOutput, ParsingFromPromptAndToolChoice) {
   RequestJson none = {{"tool_choice", "none"}};
   EXPECT_EQ(chat_output_parsing(JsonFields(none), tools, "<tool_call>").tools, ToolFormat::None);
   RequestJson required = {{"tool_choice", "required"}};
-  EXPECT_THROW(chat_output_parsing(JsonFields(required), tools, ""), std::exception);
+  EXPECT_EQ(chat_output_parsing(JsonFields(required), tools, "<tool_call>").prefill, "<tool_call>\n");
+  EXPECT_THROW(chat_output_parsing(JsonFields(required), RequestJson(), ""), std::exception);  // no tools
+  // Forcing a call inside an opened thinking block would put the call in the reasoning: refused.
+  EXPECT_THROW(chat_output_parsing(JsonFields(required), tools, "<tool_call>..<think>\n"), std::exception);
+  RequestJson named = {{"tool_choice", {{"type", "function"}, {"function", {{"name", "f"}}}}}};
+  OutputParsing n = chat_output_parsing(JsonFields(named), tools, "<tool_call>");
+  EXPECT_EQ(n.prefill, "<tool_call>\n{\"name\": \"f\", \"arguments\": ");
+  EXPECT_FALSE(n.parallel_tool_calls);
+  RequestJson unknown = {{"tool_choice", {{"type", "function"}, {"function", {{"name", "g"}}}}}};
+  EXPECT_THROW(chat_output_parsing(JsonFields(unknown), tools, "<tool_call>"), std::exception);
+  // The parser reads the prefill first: the model's continuation completes the call.
+  OutputParser p(n);
+  ParsedDelta d = p.feed("{\"x\": 1}}\n</tool_call>");
+  d.append(p.finish());
+  ASSERT_EQ(d.tool_calls.size(), 1u);
+  EXPECT_EQ(d.tool_calls[0].name, "f");
+  EXPECT_EQ(d.tool_calls[0].arguments, R"({"x":1})");
+  EXPECT_EQ(d.content, "");
 }
 
 TEST(ChatOutput, MessageJson) {

@@ -108,7 +108,8 @@ def test_stored_responses_and_previous_response_id(server, client, model):
 
 @pytest.mark.parametrize("extra, param", [
     ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
-    ({"tool_choice": "required", "tools": [{"type": "function", "name": "f"}]}, "tool_choice"),
+    ({"tool_choice": {"type": "function", "name": "g"}, "tools": [{"type": "function", "name": "f"}]}, "tool_choice"),
+    ({"tool_choice": "required"}, "tool_choice"),
     ({"text": {"format": {"type": "json_object"}}}, "text.format.type"),
     ({"background": True}, "background"),
     ({"truncation": "auto"}, "truncation"),

@@ -29,7 +29,10 @@ struct ServeArgs {
   std::string api_key_file, drafter = "auto", reasoning_effort;
   std::optional<float> temperature, top_p, min_p;
   std::optional<int> top_k;
-  int mtp_drafts = 3;
+  int mtp_drafts = 3, checkpoint_slots = 0, max_snapshots = 0, max_queue = 256, prefill_chunk = 512;
+  float mtp_confidence = 0.f;
+  double prompt_cache_gib = 0.25, spill_gib = 0;
+  std::string spill_dir, snapshot_dir = "none";
   bool thinking = false, no_thinking = false, no_drafts = false;
   size_t max_body_bytes = 8u << 20;
 };
@@ -73,6 +76,15 @@ EngineOptions engine_options(const ServeArgs& a) {
   e.drafts = !a.no_drafts;
   e.drafter = a.drafter;
   e.mtp_drafts = a.mtp_drafts;
+  e.mtp_confidence = a.mtp_confidence;
+  e.prompt_cache_gib = a.prompt_cache_gib;
+  e.checkpoint_slots = a.checkpoint_slots;
+  e.spill_gib = a.spill_gib;
+  e.spill_dir = a.spill_dir;
+  e.snapshot_dir = a.snapshot_dir == "none" ? "" : a.snapshot_dir;
+  e.max_snapshots = a.max_snapshots;
+  e.max_queue = a.max_queue;
+  e.prefill_chunk = a.prefill_chunk;
   return e;
 }
 
@@ -135,6 +147,23 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "none", "mtp"}) | CLI::ExistingDirectory)
       ->capture_default_str();
   cmd->add_option("--mtp-drafts", a->mtp_drafts, "MTP draft chain length")->check(CLI::Range(1, 16))->capture_default_str();
+  cmd->add_option("--mtp-confidence", a->mtp_confidence, "Stop an MTP draft chain below this probability")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--prompt-cache-gib", a->prompt_cache_gib, "Memory for retained conversation prefixes (0 disables)")
+      ->check(CLI::Range(0.0, 1024.0))->capture_default_str();
+  cmd->add_option("--checkpoint-slots", a->checkpoint_slots, "Retained prefixes at most (0 = bounded by memory)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--spill-gib", a->spill_gib, "Write evicted prefixes to disk up to this size and read them back")
+      ->check(CLI::Range(0.0, 1e6));
+  cmd->add_option("--spill-dir", a->spill_dir, "Directory for spilled prefixes (default: a private one under $TMPDIR)");
+  cmd->add_option("--snapshot-dir", a->snapshot_dir, "Persistent prefix snapshots that survive restarts, or none")
+      ->capture_default_str();
+  cmd->add_option("--max-snapshots", a->max_snapshots, "Snapshot blocks kept on disk (0 = bounded by size)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-queue", a->max_queue, "Requests waiting beyond --parallel; more get 429")
+      ->check(CLI::Range(0, 1 << 20))->capture_default_str();
+  cmd->add_option("--prefill-chunk", a->prefill_chunk, "Prompt tokens per round (running replies go first)")
+      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
   cmd->add_option("--api-key", a->api_keys, "Require 'Authorization: Bearer KEY' (repeatable)")
       ->allow_extra_args(false);
   cmd->add_option("--api-key-file", a->api_key_file, "File with accepted keys, one per line")->check(CLI::ExistingFile);

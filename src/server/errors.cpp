@@ -75,6 +75,7 @@ ApiError to_api_error(const std::exception& e) {
   if (auto* bad = dynamic_cast<const InvalidRequest*>(&e)) {
     return ApiError(400, "invalid_request_error", bad->what(), bad->param(), bad->code());
   }
+  if (dynamic_cast<const Overloaded*>(&e)) return ApiError(429, "rate_limit_error", e.what(), {}, "server_busy");
   return internal_error(e.what());
 }
 

@@ -41,6 +41,7 @@ void send_json(httplib::Response& res, int status, const json& body) {
 
 void send_error(httplib::Response& res, const ApiError& e) {
   t_record.error = e.message();
+  if (e.status() == 429) res.set_header("Retry-After", "1");  // the wait queue is full: retry shortly
   send_json(res, e.status(), e.to_json());
 }
 

@@ -520,6 +520,15 @@ void handle_messages(const ApiContext& ctx, const httplib::Request& http_req, ht
 
 }  // namespace
 
+void rewrite_as_anthropic_error(httplib::Response& res) {
+  json body = json::parse(res.body, nullptr, false);
+  std::string message = "HTTP status " + std::to_string(res.status);
+  if (body.is_object() && body.contains("error") && body["error"].contains("message")) {
+    message = body["error"]["message"].get<std::string>();
+  }
+  res.set_content(dump_json(anthropic_error_json(ApiError(res.status, "", message))), "application/json");
+}
+
 void register_anthropic_routes(httplib::Server& http, const ApiContext& context) {
   const ApiContext* ctx = &context;  // outlives the server's routes
   auto route = [ctx](auto handler) {

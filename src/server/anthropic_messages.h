@@ -18,6 +18,7 @@
 
 namespace httplib {
 class Server;
+struct Response;
 }
 
 namespace tf::server {
@@ -45,6 +46,9 @@ nlohmann::json anthropic_message_json(const MessagesRequest& req, const Response
 
 // {"type": "error", "error": {"type": "invalid_request_error" | "authentication_error" | ..., "message"}}.
 nlohmann::json anthropic_error_json(const ApiError& e);
+
+// Rewrites an OpenAI error body that the HTTP layer produced itself (404, 405, 413) into Anthropic's shape.
+void rewrite_as_anthropic_error(httplib::Response& res);
 
 // Registers /v1/messages and /v1/messages/count_tokens on `http`.
 void register_anthropic_routes(httplib::Server& http, const ApiContext& ctx);

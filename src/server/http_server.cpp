@@ -199,6 +199,7 @@ HttpServer::HttpServer(Engine& engine, const ModelText& text, ServerOptions opti
                                    "The server could not process this HTTP request (status " +
                                        std::to_string(res.status) + ")."));
         }
+        if (req.path.rfind("/v1/messages", 0) == 0) rewrite_as_anthropic_error(res);  // Anthropic's shape
         return httplib::Server::HandlerResponse::Handled;
       }));
 

@@ -171,6 +171,11 @@ def test_errors_in_anthropic_shape(server, client, model):
     with pytest.raises(anthropic.AuthenticationError):
         anthropic.Anthropic(base_url=server.url, api_key="nope", max_retries=0).messages.create(
             model=model, max_tokens=4, messages=HELLO)
+    # Statuses the HTTP layer sets itself come in Anthropic's shape on these paths too.
+    r = requests.get(server.url + "/v1/messages", headers={"x-api-key": API_KEY}, timeout=10)
+    assert r.json()["type"] == "error" and r.status_code in (404, 405), r.text
+    r = post(server, {"model": model, "max_tokens": 4, "messages": [{"role": "user", "content": "x" * (2 << 20)}]})
+    anthropic_error(r, 413, "request_too_large")
     # A bearer token works as well as x-api-key.
     r = post(server, {"model": model, "max_tokens": 2, "messages": HELLO},
              {"Content-Type": "application/json", "Authorization": f"Bearer {API_KEY}"})

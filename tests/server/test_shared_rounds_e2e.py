@@ -1,0 +1,145 @@
+"""Shared rounds through the real server (issue 8): many concurrent streams with mixed lengths, seeds,
+temperatures and drafting flags, started at staggered times, each equal to its solo output; a full wait
+queue answers 429 with Retry-After; a cancelled client frees its KV blocks.
+
+    TF_SERVER_CMD="build/tensorfold serve --backend cpu" TF_SERVER_MODEL=tests/data/tiny/qwen3 pytest ...
+"""
+import concurrent.futures
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import openai
+import pytest
+import requests
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, *extra):
+        cmd = os.environ.get("TF_SERVER_CMD")
+        model = os.environ.get("TF_SERVER_MODEL")
+        if not cmd or not model:
+            pytest.fail("TF_SERVER_CMD and TF_SERVER_MODEL must be set (see the module docstring)")
+        argv = shlex.split(cmd)
+        if not os.path.exists(argv[0]):
+            pytest.fail(f"server binary {argv[0]} does not exist: build it first")
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = tempfile.NamedTemporaryFile(prefix="tf-rounds-", suffix=".log", delete=False)
+        self.proc = subprocess.Popen(argv + [model, "--port", str(self.port), *extra], stdout=self.log,
+                                     stderr=subprocess.STDOUT)
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"server exited with {self.proc.returncode} during startup")
+            try:
+                if requests.get(self.url + "/health", timeout=1).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.1)
+        pytest.fail("server did not start")
+
+    def client(self):
+        return openai.OpenAI(base_url=self.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = Server("--parallel", "4", "--prompt-cache-gib", "0")
+    yield s
+    s.stop()
+
+
+REQUESTS = [
+    dict(prompt="Well, Prince, so Genoa", max_tokens=12, temperature=0.0, seed=None, draft=True),
+    dict(prompt="def main(argv):", max_tokens=40, temperature=0.8, seed=1, draft=True),
+    dict(prompt="the the the the the", max_tokens=25, temperature=0.0, seed=None, draft=False),
+    dict(prompt="Anna Pavlovna", max_tokens=33, temperature=1.2, seed=7, draft=True),
+    dict(prompt="for i in range(10):", max_tokens=18, temperature=0.7, seed=3, draft=False),
+    dict(prompt="He spoke", max_tokens=50, temperature=0.5, seed=11, draft=True),
+    dict(prompt="family estates", max_tokens=8, temperature=0.0, seed=None, draft=True),
+    dict(prompt="Lucca are now just", max_tokens=29, temperature=1.0, seed=5, draft=False),
+    dict(prompt="so Genoa and Lucca", max_tokens=21, temperature=0.9, seed=2, draft=True),
+]
+
+
+def complete(client, r, delay=0.0):
+    time.sleep(delay)
+    extra = {"draft": r["draft"], "ignore_eos": True}
+    model = client.models.list().data[0].id
+    out = client.completions.create(model=model, prompt=r["prompt"], max_tokens=r["max_tokens"],
+                                    temperature=r["temperature"], seed=r["seed"], logprobs=1, extra_body=extra)
+    c = out.choices[0]
+    return c.text, c.logprobs.tokens, c.finish_reason
+
+
+def test_concurrent_streams_equal_their_solo_runs(server):
+    client = server.client()
+    solo = [complete(client, r) for r in REQUESTS]
+    with concurrent.futures.ThreadPoolExecutor(len(REQUESTS)) as pool:
+        futures = [pool.submit(complete, client, r, 0.02 * (i % 3)) for i, r in enumerate(REQUESTS)]
+        shared = [f.result() for f in futures]
+    for i, (a, b) in enumerate(zip(solo, shared)):
+        assert a == b, f"stream {i} differs when sharing rounds"
+    assert all(s[2] == "length" for s in shared)
+    health = requests.get(server.url + "/health").json()["engine"]
+    assert health["kv_blocks_used"] == 0 and health["running"] == 0
+
+
+def test_full_queue_answers_429_and_others_finish():
+    s = Server("--parallel", "1", "--max-queue", "1", "--prompt-cache-gib", "0")
+    try:
+        def stream(i):
+            r = requests.post(s.url + "/v1/completions", json={"prompt": "Well", "max_tokens": 300, "ignore_eos": True,
+                                                             "temperature": 0.5, "seed": i, "stream": True},
+                              stream=True, timeout=120)
+            if r.status_code != 200:
+                return r.status_code, r.headers.get("Retry-After"), r.json()
+            lines = [line for line in r.iter_lines() if line.startswith(b"data: ")]
+            return 200, None, lines[-1]
+        with concurrent.futures.ThreadPoolExecutor(5) as pool:
+            results = list(pool.map(stream, range(5)))
+        refused = [r for r in results if r[0] == 429]
+        served = [r for r in results if r[0] == 200]
+        assert refused, f"no request was refused: {results}"
+        for status, retry_after, body in refused:
+            assert retry_after is not None
+            assert body["error"]["type"] == "rate_limit_error"
+        assert len(served) >= 2 and all(r[2] == b"data: [DONE]" for r in served)
+        # The server keeps serving.
+        ok = requests.post(s.url + "/v1/completions", json={"prompt": "Well", "max_tokens": 3}, timeout=60)
+        assert ok.status_code == 200
+    finally:
+        s.stop()
+
+
+def test_cancelled_stream_frees_its_blocks(server):
+    r = requests.post(server.url + "/v1/completions", json={"prompt": "Well", "max_tokens": 400, "ignore_eos": True,
+                                                           "stream": True}, stream=True, timeout=60)
+    lines = r.iter_lines()
+    for _ in range(3):
+        next(lines)
+    r.close()
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        e = requests.get(server.url + "/health").json()["engine"]
+        if e["running"] == 0 and e["kv_blocks_used"] == 0:
+            break
+        time.sleep(0.1)
+    assert e["running"] == 0 and e["kv_blocks_used"] == 0 and e["requests_cancelled"] >= 1

@@ -3,7 +3,6 @@
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
-#include <map>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/locate.h"
@@ -11,7 +10,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "models/model.h"
-#include "models/quant_config.h"
+#include "models/weight_stats.h"
 
 namespace tf::cli {
 
@@ -38,47 +37,15 @@ CheckpointSummary summarize(const std::string& arg) {
   throw Error("'" + arg + "' is neither a directory nor an org/name model id");
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-// Parameters a tensor stands for: MLX-packed weights count their unpacked values; their scales and biases,
-// and FP8 scales, count none.
-int64_t logical_params(const CheckpointSummary& s, const QuantConfig& q, const std::string& name, const TensorInfo& t) {
-  if (ends_with(name, ".scales") || ends_with(name, ".biases") || ends_with(name, ".weight_scale_inv") ||
-      ends_with(name, ".weight_scale") || ends_with(name, ".input_scale"))
-    return 0;
-  if (ends_with(name, ".weight") && t.dtype == DType::U32 && t.shape.size() == 2) {
-    const std::string base = name.substr(0, name.size() - 7);
-    auto sc = s.tensors.find(base + ".scales");
-    const int group = q.layer(base).group_size;
-    if (sc != s.tensors.end() && sc->second.shape.size() == 2 && group > 0) return t.shape[0] * sc->second.shape[1] * group;
-  }
-  return t.numel();
-}
-
 void run_info(const std::string& arg) {
   CheckpointSummary s = summarize(arg);
-  QuantConfig quant;
-  try {
-    quant = parse_quant_config(s.config);
-  } catch (const Error&) {  // reported below as the reason the checkpoint is unsupported
-  }
-  int64_t params = 0, mtp = 0;
-  std::map<std::string, int64_t> dtypes;
-  for (const auto& [name, t] : s.tensors) {
-    (name.rfind("mtp.", 0) == 0 ? mtp : params) += logical_params(s, quant, name, t);
-    dtypes[dtype_name(t.dtype)] += t.numel();
-  }
-  std::string dtype;
-  int64_t best = -1;
-  for (const auto& [d, n] : dtypes)
-    if (n > best) best = n, dtype = d;
-  if (quant.method != QuantConfig::Method::None) dtype = quant.describe(), dtypes.clear();
+  const WeightStats w = weight_stats(s);
+  const int64_t params = w.parameters, mtp = w.mtp_parameters;
+  const std::string dtype = w.format;
   std::cout << "checkpoint   " << s.source << "\n";
   std::cout << "model_type   " << s.config.value("model_type", std::string("?")) << "\n";
   std::cout << "parameters   " << params << (mtp ? " (+" + std::to_string(mtp) + " in the MTP head)" : "") << "\n";
-  std::cout << "dtype        " << dtype << (dtypes.size() > 1 ? " (mixed)" : "") << "\n";
+  std::cout << "dtype        " << dtype << (w.mixed_dtypes ? " (mixed)" : "") << "\n";
   std::cout << "weights      " << human_bytes(double(s.total_bytes)) << " in " << s.weight_files.size() << " file(s)\n";
   try {
     ModelSpec spec = parse_spec(s.config);

@@ -24,6 +24,7 @@
 #include "engine/prefix_cache.h"
 #include "engine/sequence.h"
 #include "models/model.h"
+#include "models/weight_stats.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 
@@ -204,10 +205,11 @@ class EngineImpl final : public Engine {
     info_.path = opt_.model_path;
     info_.id = opt_.name.empty() ? std::filesystem::path(opt_.model_path).filename().string() : opt_.name;
     info_.family = spec_.family;
-    for (const auto& n : ckpt_.names())
-      if (n.rfind("mtp.", 0) != 0) info_.parameters += ckpt_.info(n)->numel();
-    info_.dtype = ckpt_.names().empty() ? "?" : dtype_name(ckpt_.info(ckpt_.names()[0])->dtype);
-    for (auto& c : info_.dtype) c = char(std::tolower(c));
+    const WeightStats w = weight_stats(ckpt_.summary());
+    info_.parameters = w.parameters;
+    info_.dtype = w.format;
+    if (info_.dtype.find(' ') == std::string::npos)
+      for (auto& c : info_.dtype) c = char(std::tolower(c));  // "bf16"; quantized formats stay as described
     info_.native_context = spec_.native_context;
     info_.context = context;
     info_.backend = backend_->name();

@@ -24,7 +24,8 @@ namespace {
 
 struct ServeArgs {
   std::string model, host = "127.0.0.1", name, backend = "auto", log_format = "text";
-  int port = 8080, context = 0, max_tokens = 4096, parallel = 4, read_timeout = 10;
+  int port = 8080, context = 0, max_tokens = 4096, read_timeout = 10;
+  std::string parallel = "4";
   std::vector<std::string> aliases, api_keys;
   std::string api_key_file, drafter = "auto", reasoning_effort;
   std::optional<float> temperature, top_p, min_p;
@@ -34,6 +35,7 @@ struct ServeArgs {
   double prompt_cache_gib = 0.25, spill_gib = 0;
   std::string spill_dir, snapshot_dir = "none";
   bool thinking = false, no_thinking = false, no_drafts = false;
+  std::optional<bool> metrics;
   size_t max_body_bytes = 8u << 20;
 };
 
@@ -49,10 +51,11 @@ server::ServerOptions server_options(const ServeArgs& a) {
   }
   if (const char* env = std::getenv("TENSORFOLD_API_KEY"); env && *env && o.api_keys.empty()) o.api_keys.push_back(env);
   o.log_format = server::parse_log_format(a.log_format);
+  o.metrics = a.metrics;
   o.default_max_tokens = a.max_tokens;
   o.max_body_bytes = a.max_body_bytes;
   o.read_timeout_s = a.read_timeout;
-  o.worker_threads = std::max(32, 4 * a.parallel);
+  o.worker_threads = std::max(32, 4 * (a.parallel == "auto" ? 64 : std::stoi(a.parallel)));
   if (a.thinking) o.default_template_kwargs["enable_thinking"] = true;
   if (a.no_thinking) o.default_template_kwargs["enable_thinking"] = false;
   if (!a.reasoning_effort.empty()) o.default_template_kwargs["reasoning_effort"] = a.reasoning_effort;
@@ -67,7 +70,7 @@ EngineOptions engine_options(const ServeArgs& a) {
   e.name = a.name;
   e.context = a.context;
   e.backend = a.backend;
-  e.parallel = a.parallel;
+  e.parallel = a.parallel == "auto" ? 0 : std::stoi(a.parallel);
   e.max_tokens = a.max_tokens;
   e.temperature = a.temperature;
   e.top_p = a.top_p;
@@ -139,7 +142,8 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--backend", a->backend, "Compute backend")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
       ->capture_default_str();
-  cmd->add_option("--parallel", a->parallel, "Streams decoded together")->check(CLI::Range(1, 1024))->capture_default_str();
+  cmd->add_option("--parallel", a->parallel, "Streams decoded together: N or auto (from free GPU memory)")
+      ->check(CLI::IsMember({"auto"}) | CLI::Range(1, 1024))->capture_default_str();
   cmd->add_flag("--no-drafts", a->no_drafts, "Never draft speculatively (output is identical either way)");
   cmd->add_option("--drafter", a->drafter,
                   "auto | none | mtp | DIR (a draft model sharing the tokenizer); auto = the checkpoint's MTP "
@@ -147,6 +151,9 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "none", "mtp"}) | CLI::ExistingDirectory)
       ->capture_default_str();
   cmd->add_option("--mtp-drafts", a->mtp_drafts, "MTP draft chain length")->check(CLI::Range(1, 16))->capture_default_str();
+  cmd->add_flag_function(
+      "--metrics,!--no-metrics", [a](int64_t n) { a->metrics = n > 0; },
+      "Serve GET /metrics (default: on when listening on loopback)");
   cmd->add_option("--mtp-confidence", a->mtp_confidence, "Stop an MTP draft chain below this probability")
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--prompt-cache-gib", a->prompt_cache_gib, "Memory for retained conversation prefixes (0 disables)")

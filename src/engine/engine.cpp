@@ -81,7 +81,7 @@ class EngineImpl final : public Engine {
     int context = opt.context > 0 ? opt.context : std::min(spec_.native_context, 32768);
     TF_CHECK(context >= 2, "--context must be at least 2");
     model_ = load_model(ckpt_, *backend_, context);
-    parallel_ = std::max(1, opt.parallel);
+    parallel_ = opt.parallel > 0 ? opt.parallel : auto_parallel(context);
     const int per_stream = KvBlockPool::blocks_for(context, kBlockSize);
     int blocks = per_stream * parallel_;
     const int64_t per_block = spec_.kv_bytes_per_token(dtype_size(backend_->act_dtype())) * kBlockSize;
@@ -144,6 +144,19 @@ class EngineImpl final : public Engine {
   }
 
  private:
+  // --parallel auto: as many full-context streams as 85% of the free device memory holds (leaving
+  // room for the prompt cache and workspace), between 1 and 64; 4 where free memory is unknown (CPU).
+  int auto_parallel(int context) const {
+    const size_t free = backend_->free_memory();
+    if (free == 0) return 4;
+    const double per_stream = double(spec_.kv_bytes_per_token(dtype_size(backend_->act_dtype()))) * context;
+    const double budget = 0.85 * double(free) - opt_.prompt_cache_gib * double(1ull << 30) - double(2ull << 30);
+    const int n = std::clamp(int(budget / per_stream), 1, 64);
+    log_info("--parallel auto: " + std::to_string(n) + " streams of " + std::to_string(context) + " tokens (" +
+             std::to_string(free >> 20) + " MiB free)");
+    return n;
+  }
+
   uint64_t identity() const {
     // What makes cached K/V reusable: model config, weights, dtype and kernels (backend), block size.
     std::string id = ckpt_.config().dump() + "|" + std::to_string(ckpt_.total_bytes()) + "|" + backend_->name() +

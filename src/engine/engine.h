@@ -13,7 +13,7 @@ struct EngineOptions {
   std::string name;         // advertised id (default: directory name or org/name)
   int context = 0;          // per-stream prompt + reply capacity; 0 = min(native context, 32768)
   std::string backend = "auto";  // auto | cuda | cpu
-  int parallel = 4;         // streams decoded together in one round
+  int parallel = 4;         // streams decoded together in one round; 0 = auto (from free GPU memory)
   int max_tokens = 4096;    // default reply limit when a request gives none
   // Sampling defaults; unset = generation_config.json, else neutral (temperature 1, no truncation).
   std::optional<float> temperature, top_p, min_p;

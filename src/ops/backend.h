@@ -109,6 +109,8 @@ class Backend {
   // spill and snapshots). The CPU backend copies directly; device backends override.
   virtual void read_raw(const Tensor& src, size_t offset, size_t bytes, void* dst);
   virtual void write_raw(Tensor& dst, size_t offset, const void* src, size_t bytes);
+  // Device memory still free for the KV pool, in bytes; 0 when unknown (the CPU backend).
+  virtual size_t free_memory() const { return 0; }
   // Waits for queued work (no-op on CPU).
   virtual void synchronize() {}
 };

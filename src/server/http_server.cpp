@@ -243,12 +243,13 @@ HttpServer::HttpServer(Engine& engine, const ModelText& text, ServerOptions opti
   http.Get("/health", route([this](const httplib::Request&,
                                    httplib::Response& res) { send_json(res, 200, health_json(ctx_)); },
                             false));
-  http.Get("/metrics", route(
-                           [this](const httplib::Request&, httplib::Response& res) {
-                             res.set_content(server_metrics().render(ctx_),
-                                             "text/plain; version=0.0.4; charset=utf-8");
-                           },
-                           false));
+  if (options_.metrics_enabled())
+    http.Get("/metrics", route(
+                             [this](const httplib::Request&, httplib::Response& res) {
+                               res.set_content(server_metrics().render(ctx_),
+                                               "text/plain; version=0.0.4; charset=utf-8");
+                             },
+                             false));
   http.Get("/v1/models", route([this](const httplib::Request&, httplib::Response& res) {
              send_json(res, 200, models_json(ctx_));
            }));

@@ -28,6 +28,11 @@ struct ServerOptions {
   // (--thinking / --no-thinking, --reasoning-effort).
   nlohmann::ordered_json default_template_kwargs = nlohmann::ordered_json::object();
   bool live_line = false;  // one live throughput line on a terminal
+  // GET /metrics: on, off, or (unset) on exactly when listening on a loopback address.
+  std::optional<bool> metrics;
+  bool metrics_enabled() const {
+    return metrics.value_or(host == "127.0.0.1" || host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0);
+  }
 };
 
 // Parses "text" / "json"; throws tf::Error otherwise.

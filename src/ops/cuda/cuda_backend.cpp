@@ -380,6 +380,11 @@ class CudaBackend final : public Backend {
   }
 
   void synchronize() override { TF_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  size_t free_memory() const override {
+    size_t free = 0, total = 0;
+    TF_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    return free;
+  }
 
  private:
   void need_meta(const char* op) {

@@ -198,7 +198,6 @@ class EngineImpl final : public Engine {
     } else if (dir != "none" && !dir.empty()) {
       drafter_ = std::make_unique<DraftModelDrafter>(dir, *backend_, context, parallel_, spec_.vocab);
     }
-    info_drafter_ = drafter_ ? drafter_->name() : "none";
     drafting_ = ngram_ || drafter_;
     // Until rounds are measured: an extra verify row costs about a row on the CPU, far less on a GPU.
     cost_ = CostModel(backend_->device() == Device::CPU ? 0.5 : 0.05);
@@ -226,7 +225,7 @@ class EngineImpl final : public Engine {
     info_.native_context = spec_.native_context;
     info_.context = context;
     info_.backend = backend_->name();
-    info_.drafter = info_drafter_;
+    info_.drafter = drafter_ ? drafter_->name() : "none";
     info_.weight_bytes = ckpt_.total_bytes();
     info_.kv_bytes = pool_->bytes();
     uint64_t h = std::hash<std::string>{}(ckpt_.config().dump()) ^ (uint64_t(ckpt_.total_bytes()) * 0x9e3779b97f4a7c15ULL);
@@ -597,7 +596,6 @@ class EngineImpl final : public Engine {
   std::unique_ptr<NgramDrafter> ngram_;
   std::unique_ptr<Drafter> drafter_;  // a model drafter (draft model), or null
   bool drafting_ = false;
-  std::string info_drafter_ = "none";
   CostModel cost_{0.5};
   int parallel_ = 1;
 

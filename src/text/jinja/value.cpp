@@ -1,5 +1,7 @@
 #include "text/jinja/value.h"
 
+#include "text/tok_text.h"
+
 #include <utf8proc.h>
 
 #include <algorithm>
@@ -154,23 +156,7 @@ std::string float_repr(double f) {
   return neg ? "-" + out : out;
 }
 
-void utf8_append(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
+void utf8_append(std::string& out, char32_t cp) { tok::append_utf8(out, cp); }
 
 std::vector<char32_t> utf8_decode(const std::string& s) {
   std::vector<char32_t> out;

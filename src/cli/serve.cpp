@@ -31,6 +31,7 @@ struct ServeArgs {
   std::optional<float> temperature, top_p, min_p;
   std::optional<int> top_k;
   int mtp_drafts = 3, checkpoint_slots = 0, max_snapshots = 0, max_queue = 256, prefill_chunk = 512;
+  double decode_share = 0, gpu_memory = 0.9;
   float mtp_confidence = 0.f;
   double prompt_cache_gib = 0.25, spill_gib = 0;
   std::string spill_dir, snapshot_dir = "none";
@@ -88,6 +89,8 @@ EngineOptions engine_options(const ServeArgs& a) {
   e.max_snapshots = a.max_snapshots;
   e.max_queue = a.max_queue;
   e.prefill_chunk = a.prefill_chunk;
+  e.decode_share = a.decode_share;
+  e.gpu_memory_utilization = a.gpu_memory;
   return e;
 }
 
@@ -171,6 +174,13 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 20))->capture_default_str();
   cmd->add_option("--prefill-chunk", a->prefill_chunk, "Prompt tokens per round (running replies go first)")
       ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  cmd->add_option("--decode-share", a->decode_share,
+                  "While replies are decoding, prefill rows are capped so decode rows are at least this fraction "
+                  "of a round (0: full --prefill-chunk)")
+      ->check(CLI::Range(0.0, 0.95))->capture_default_str();
+  cmd->add_option("--gpu-memory-utilization", a->gpu_memory,
+                  "Fraction of the GPU's memory for weights + workspace + KV pool (the pool gets the rest)")
+      ->check(CLI::Range(0.05, 0.99))->capture_default_str();
   cmd->add_option("--api-key", a->api_keys, "Require 'Authorization: Bearer KEY' (repeatable)")
       ->allow_extra_args(false);
   cmd->add_option("--api-key-file", a->api_key_file, "File with accepted keys, one per line")->check(CLI::ExistingFile);

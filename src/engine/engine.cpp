@@ -185,6 +185,10 @@ class EngineImpl final : public Engine {
     if (!opt_.drafts) return;
     if (opt_.ngram_drafts) ngram_ = std::make_unique<NgramDrafter>(NgramOptions{opt_.ngram_min, opt_.ngram_max});
     std::string dir = opt_.drafter;
+    if (opt_.drafter_factory) {
+      drafter_ = opt_.drafter_factory();
+      dir = "none";
+    }
     if (dir == "auto") {
       const auto cand = std::filesystem::path(opt_.model_path) / "draft";
       dir = model_->has_mtp() && opt_.mtp_drafts > 0 ? "mtp"

@@ -1,10 +1,12 @@
 #pragma once
 // Creating the engine: load a checkpoint, pick a backend, size the KV pool, start the engine thread.
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "engine/api.h"
+#include "engine/drafters/drafter.h"
 
 namespace tf {
 
@@ -36,9 +38,16 @@ struct EngineOptions {
   std::string spill_dir;           // default: a private directory under $TMPDIR
   std::string snapshot_dir;        // persistent prefix snapshots (survive restarts); "" or "none" = off
   int max_snapshots = 0;           // snapshot blocks kept on disk (0 = bounded by spill_gib, else 4 GiB)
-  int prefill_chunk = 512;
+  int prefill_chunk = 512;       // prompt tokens per round (decode rows of running streams always go first)
+  double decode_share = 0;       // while streams decode, prefill rows <= rows * (1 - F) / F (at least 16)
+  // GPU: weights + workspace + KV pool within this fraction of the device's memory; the pool (and, with
+  // --parallel auto, the stream count) takes what the weights leave. Ignored on the CPU.
+  double gpu_memory_utilization = 0.9;
   int growth_reserve = 2048;   // KV reserved ahead of each stream (prompt + this many reply tokens)
-  int max_queue = 256;         // waiting requests beyond `parallel`; more are refused (Overloaded)     // prompt tokens per round (decode rows of running streams always go first)
+  int max_queue = 256;         // waiting requests beyond `parallel`; more are refused (Overloaded)
+  // Benchmarks and tests: a drafter of their own (e.g. a replay of a recorded run) instead of --drafter;
+  // context copies still follow ngram_drafts. Called once, after the model is loaded.
+  std::function<std::unique_ptr<Drafter>()> drafter_factory;
 };
 
 // Throws tf::Error with a one-line reason (unsupported family, context that cannot fit, ...).

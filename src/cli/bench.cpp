@@ -2,6 +2,10 @@
 // drafting buys: each workload runs with drafts and with `draft: false`, the two outputs are compared token
 // for token (they must be identical), and the speedup and mean accepted length are printed. (The GPU
 // roofline benchmark at real shapes with random weights is bench/cuda.)
+// Other modes: --drafter replay (the ceiling of drafting: a replay of the serial run, every draft
+// accepted), --cache-check (time to first token uncached / prompt-cache hit / spill read-back) and
+// --chat-turns N (turn N of a growing conversation, cached vs uncached). Every mode checks that its
+// outputs are token-identical and fails otherwise.
 #include <chrono>
 #include <iomanip>
 #include <iostream>
@@ -9,6 +13,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "engine/drafters/replay.h"
 #include "engine/engine.h"
 #include "text/tokenizer.h"
 
@@ -21,6 +26,10 @@ struct BenchArgs {
   int tokens = 256, parallel = 1, prompt_tokens = 128, context = 0;
   float temperature = 0.f;
   bool cache_check = false;
+  int chat_turns = 0;                          // --chat-turns: the conversation mode
+  double cache_gib = 4, spill_gib = 8;         // prompt cache and spill budgets of the cache modes
+  int max_draft = 4;                           // --drafter replay: the longest proposal
+  bool sweep = false;                          // --drafter replay: every k from 1 to max_draft
 };
 
 // A file the model is asked to quote (repetitive work), and an open prompt (free continuation).
@@ -49,13 +58,18 @@ const char* kSource = R"(def parse_config(path, defaults=None):
     return config
 )";
 
+// Token ids 10..1009 (inside every vocabulary the benches load), a different sequence per salt.
+std::vector<int32_t> random_prompt(int len, int salt) {
+  std::vector<int32_t> p;
+  for (int t = 0; t < len; ++t) p.push_back(int32_t((int64_t(t) * 7919 + int64_t(salt) * 104729) % 1000 + 10));
+  return p;
+}
+
 std::vector<int32_t> workload_prompt(const Tokenizer& tok, const std::string& w, int stream, int random_len) {
   if (w == "repetitive")
     return tok.encode(std::string(kSource) + "\n\n# The same function again, unchanged:\n" + std::string(kSource).substr(0, 60 + stream), true);
   if (w == "free") return tok.encode("import numpy as np\n\n\ndef moving_average(values, window", true);
-  std::vector<int32_t> p;
-  for (int t = 0; t < random_len; ++t) p.push_back((t * 7919 + stream * 104729) % 1000 + 10);
-  return p;
+  return random_prompt(random_len, stream);
 }
 
 struct RunResult {
@@ -64,19 +78,22 @@ struct RunResult {
   std::vector<std::vector<int32_t>> outputs;
 };
 
-RunResult run_once(Engine& e, const BenchArgs& a, const std::string& w, bool draft) {
+uint64_t stream_seed(int stream) { return 1000 + uint64_t(stream); }
+
+// Runs one request per prompt at once (stream i seeded stream_seed(i)) and times them.
+RunResult run_prompts(Engine& e, const BenchArgs& a, const std::vector<std::vector<int32_t>>& prompts, bool draft) {
   RunResult r;
   const int64_t f0 = e.stats().forward_passes;
   std::vector<std::shared_ptr<RequestHandle>> hs;
   const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < a.parallel; ++i) {
+  for (size_t i = 0; i < prompts.size(); ++i) {
     GenerationRequest q;
-    q.prompt = workload_prompt(e.tokenizer(), w, i, a.prompt_tokens);
+    q.prompt = prompts[i];
     q.max_tokens = a.tokens;
     q.ignore_eos = true;
     q.draft = draft;
     q.sampling.temperature = a.temperature;
-    q.sampling.seed = 1000 + i;
+    q.sampling.seed = stream_seed(int(i));
     r.prompt += int64_t(q.prompt.size());
     hs.push_back(e.submit(q));
   }
@@ -112,16 +129,119 @@ RunResult run_once(Engine& e, const BenchArgs& a, const std::string& w, bool dra
   return r;
 }
 
-// Time to first token of the same long prompt without and with a prompt-cache hit (outputs must match).
+RunResult run_once(Engine& e, const BenchArgs& a, const std::string& w, bool draft) {
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < a.parallel; ++i) prompts.push_back(workload_prompt(e.tokenizer(), w, i, a.prompt_tokens));
+  return run_prompts(e, a, prompts, draft);
+}
+
+RunResult run_one(Engine& e, const BenchArgs& a, const std::vector<int32_t>& prompt) {
+  return run_prompts(e, a, {prompt}, true);
+}
+
+const char* match(bool same) { return same ? "MATCH" : "MISMATCH"; }
+
+void print_ttft(const char* what, const RunResult& r, const RunResult& base) {
+  std::cout << std::fixed << std::setprecision(1) << "  " << std::left << std::setw(15) << what << std::right
+            << std::setw(10) << r.prefill_s * 1e3 << " ms  " << std::setw(7) << r.cached << " cached tokens  "
+            << std::setprecision(2) << base.prefill_s / r.prefill_s << "x\n";
+}
+
+// Time to first token of the same long prompt uncached, as a prompt-cache hit in memory, and read back
+// from the spill after it was evicted (the engine retains one prefix, so a second prompt evicts the
+// first to disk). The three outputs must be token-identical.
 void run_cache_check(Engine& e, const BenchArgs& a) {
-  BenchArgs one = a;
-  one.parallel = 1;
-  RunResult miss = run_once(e, one, "random", true), hit = run_once(e, one, "random", true);
-  std::cout << std::fixed << std::setprecision(1) << "prompt " << miss.prompt << " tokens: time to first token "
-            << miss.prefill_s * 1e3 << " ms uncached, " << hit.prefill_s * 1e3 << " ms with " << hit.cached
-            << " cached tokens (" << std::setprecision(2) << miss.prefill_s / hit.prefill_s << "x); outputs "
-            << (miss.outputs == hit.outputs ? "identical" : "DIFFERENT") << "\n";
-  if (miss.outputs != hit.outputs) throw Error("a prompt-cache hit changed the output");
+  run_one(e, a, random_prompt(a.prompt_tokens, 3));  // warm-up at the same shapes
+  const auto p = random_prompt(a.prompt_tokens, 1);
+  RunResult miss = run_one(e, a, p), hit = run_one(e, a, p);
+  run_one(e, a, random_prompt(a.prompt_tokens, 2));  // evicts (spills) the first prompt's blocks
+  const int64_t disk0 = e.stats().prompt_cache_disk_hits;
+  RunResult disk = run_one(e, a, p);
+  const int64_t read_back = e.stats().prompt_cache_disk_hits - disk0;
+  const bool same = miss.outputs == hit.outputs && miss.outputs == disk.outputs;
+  std::cout << "prompt " << p.size() << " tokens, " << a.tokens << " generated: time to first token\n";
+  print_ttft("uncached", miss, miss);
+  print_ttft("memory hit", hit, miss);
+  print_ttft("disk read-back", disk, miss);
+  std::cout << "  " << read_back << " block(s) read back from the spill; outputs " << match(same) << "\n";
+  if (!same) throw Error("a prompt-cache hit or spill read-back changed the output");
+  if (hit.cached == 0) throw Error("the second run of the prompt was not a prompt-cache hit; raise --prompt-cache-gib");
+  if (read_back == 0 || disk.cached == 0)
+    throw Error("the evicted prompt was not read back from the spill; raise --spill-gib");
+}
+
+// Turn N of a conversation whose history grows to --prompt-tokens: every turn resends the history (user
+// messages and the model's replies) plus a new message. Turn N's time to first token with the history
+// cached, then uncached (the engine retains one prefix: a short other prompt evicts the conversation).
+void run_chat_check(Engine& e, const BenchArgs& a) {
+  const int turns = a.chat_turns;
+  const int user = (a.prompt_tokens - (turns - 1) * a.tokens) / turns;
+  if (user < 1) throw Error("--prompt-tokens " + std::to_string(a.prompt_tokens) + " leaves no room for " +
+                            std::to_string(turns) + " user messages besides the replies; raise it or lower --tokens");
+  run_one(e, a, random_prompt(64, 99));  // warm-up
+  std::vector<int32_t> history;
+  RunResult cached;
+  for (int t = 1; t <= turns; ++t) {
+    const auto msg = random_prompt(user, 100 + t);
+    history.insert(history.end(), msg.begin(), msg.end());
+    cached = run_one(e, a, history);
+    if (t < turns) history.insert(history.end(), cached.outputs[0].begin(), cached.outputs[0].end());
+  }
+  run_one(e, a, random_prompt(64, 98));  // evicts the conversation
+  RunResult uncached = run_one(e, a, history);
+  const bool same = cached.outputs == uncached.outputs;
+  std::cout << "turn " << turns << " of a chat: " << history.size() << " tokens of history (" << user
+            << " new), " << a.tokens << " generated: time to first token\n";
+  print_ttft("uncached", uncached, uncached);
+  print_ttft("cached", cached, uncached);
+  std::cout << "  outputs " << match(same) << "\n";
+  if (!same) throw Error("the cached turn's output differs from the uncached one");
+  if (uncached.cached != 0) throw Error("the uncached turn still hit the prompt cache");
+  if (cached.cached == 0) throw Error("turn " + std::to_string(turns) + " did not reuse the history; raise --prompt-cache-gib");
+}
+
+// The ceiling of drafting: record a serial run, then rerun with a drafter that replays the recording (every
+// draft accepted) at k = max_draft, or every k from 1 with --sweep. Outputs must be identical.
+void run_replay(EngineOptions opt, const BenchArgs& a) {
+  auto recording = std::make_shared<ReplayDrafter::Recording>();
+  ReplayDrafter* replay = nullptr;
+  opt.drafter = "none";
+  opt.ngram_drafts = false;     // only the replay proposes
+  opt.adaptive_draft = false;   // always propose k: the ceiling, not the policy
+  opt.max_draft = a.max_draft;
+  opt.drafter_factory = [&] {
+    auto d = std::make_unique<ReplayDrafter>(recording);
+    replay = d.get();
+    return d;
+  };
+  auto engine = create_engine(opt);
+  const auto& info = engine->info();
+  std::cout << "model " << info.id << " on " << info.backend << ", replay drafter (the ceiling: every draft accepted), "
+            << a.parallel << " stream(s), " << a.tokens << " tokens each, temperature " << a.temperature << "\n";
+  std::vector<std::string> workloads = a.workload == "all" ? std::vector<std::string>{"repetitive", "free"}
+                                                           : std::vector<std::string>{a.workload};
+  run_once(*engine, a, workloads[0], false);  // warm-up
+  std::cout << "| workload | k | serial tok/s | replay tok/s | speedup | accepted/drafted | mean accepted per verify | outputs |\n"
+               "|---|---|---|---|---|---|---|---|\n";
+  for (const auto& w : workloads) {
+    RunResult s = run_once(*engine, a, w, false);
+    for (int i = 0; i < a.parallel; ++i)
+      (*recording)[{stream_seed(i), workload_prompt(engine->tokenizer(), w, i, a.prompt_tokens)}] = s.outputs[size_t(i)];
+    const double ts = (s.generated - a.parallel) / (s.total_s - s.prefill_s);
+    for (int k = a.sweep ? 1 : a.max_draft; k <= a.max_draft; ++k) {
+      replay->set_max_k(k);
+      RunResult d = run_once(*engine, a, w, true);
+      const double td = (d.generated - a.parallel) / (d.total_s - d.prefill_s);
+      // Each verify step yields its accepted drafts plus one sampled token; the prefill yields the first.
+      const int64_t verifies = d.generated - a.parallel - d.accepted;
+      std::cout << std::fixed << std::setprecision(1) << "| " << w << " | " << k << " | " << ts << " | " << td
+                << " | " << std::setprecision(2) << td / ts << "x | " << d.accepted << "/" << d.drafted << " | "
+                << double(d.accepted) / double(std::max<int64_t>(1, verifies)) << " | "
+                << match(s.outputs == d.outputs) << " |\n";
+      if (s.outputs != d.outputs) throw Error("replayed output differs from serial output on workload " + w);
+    }
+  }
+  engine->shutdown();
 }
 
 void run_bench(const BenchArgs& a) {
@@ -132,13 +252,23 @@ void run_bench(const BenchArgs& a) {
   opt.drafter = a.drafter;
   opt.context = a.context;
   opt.prefill_chunk = 2048;
-  opt.prompt_cache_gib = a.cache_check ? 4 : 0;  // otherwise measure compute, not cache hits
-  auto engine = create_engine(opt);
-  if (a.cache_check) {
-    run_cache_check(*engine, a);
+  opt.prompt_cache_gib = 0;  // throughput modes measure compute, not cache hits
+  if (a.drafter == "replay") return run_replay(opt, a);
+  if (a.cache_check || a.chat_turns > 0) {
+    opt.parallel = 1;
+    opt.prompt_cache_gib = a.cache_gib;
+    opt.checkpoint_slots = 1;  // one retained prefix: the next other prompt evicts it
+    if (a.cache_check) opt.spill_gib = a.spill_gib;
+    BenchArgs one = a;
+    one.parallel = 1;
+    auto engine = create_engine(opt);
+    std::cout << "model " << engine->info().id << " on " << engine->info().backend << "\n";
+    if (a.cache_check) run_cache_check(*engine, one);
+    if (a.chat_turns > 0) run_chat_check(*engine, one);
     engine->shutdown();
     return;
   }
+  auto engine = create_engine(opt);
   const auto& info = engine->info();
   std::cout << "model " << info.id << " (" << info.parameters << " parameters) on " << info.backend << ", drafter "
             << info.drafter << " + context copies, " << a.parallel << " stream(s), " << a.tokens
@@ -170,13 +300,22 @@ void add_bench_command(CLI::App& app) {
   c->add_option("--backend", a->backend, "auto | cuda | cpu")->check(CLI::IsMember({"auto", "cuda", "cpu"}));
   c->add_option("--workload", a->workload, "repetitive | free | random | all")
       ->check(CLI::IsMember({"repetitive", "free", "random", "all"}));
-  c->add_option("--drafter", a->drafter, "auto | none | mtp | DIR (a draft model)");
+  c->add_option("--drafter", a->drafter,
+                 "auto | none | mtp | DIR (a draft model) | replay (the ceiling: replays the serial run)");
+  c->add_option("--max-draft", a->max_draft, "--drafter replay: longest proposal k")->check(CLI::Range(1, 64));
+  c->add_flag("--sweep", a->sweep, "--drafter replay: every k from 1 to --max-draft");
   c->add_option("--tokens", a->tokens, "Tokens generated per stream")->check(CLI::Range(2, 1 << 20));
   c->add_option("--parallel", a->parallel, "Concurrent streams")->check(CLI::PositiveNumber);
   c->add_option("--temperature", a->temperature, "Sampling temperature (seeded)")->check(CLI::NonNegativeNumber);
   c->add_option("--prompt-tokens", a->prompt_tokens, "Prompt length of the random workload")->check(CLI::PositiveNumber);
   c->add_option("--context", a->context, "Context capacity per stream (default: the model's, at most 32768)");
-  c->add_flag("--cache-check", a->cache_check, "Time to first token of a long prompt uncached vs a prompt-cache hit");
+  c->add_flag("--cache-check", a->cache_check,
+              "Time to first token of a long prompt uncached, as a prompt-cache hit, and read back from the spill");
+  c->add_option("--chat-turns", a->chat_turns,
+                "Time to first token of turn N of a chat whose history grows to --prompt-tokens, cached vs uncached")
+      ->check(CLI::Range(1, 1000));
+  c->add_option("--prompt-cache-gib", a->cache_gib, "Prompt cache of the cache modes (GiB)")->check(CLI::PositiveNumber);
+  c->add_option("--spill-gib", a->spill_gib, "Spill of --cache-check (GiB)")->check(CLI::PositiveNumber);
   c->callback([a] { run_bench(*a); });
 }
 

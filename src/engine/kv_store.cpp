@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <cerrno>
 #include <cstring>
 #include <algorithm>
 #include <filesystem>
@@ -115,6 +116,7 @@ bool KvDiskStore::put(uint64_t hash, uint64_t parent, const std::vector<int32_t>
   c = crc(c, data.data(), data.size());
   const std::string path = path_for(hash), tmp = path + ".tmp." + std::to_string(getpid());
   bool ok;
+  errno = 0;
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
     f.write(reinterpret_cast<const char*>(&h), sizeof h);
@@ -124,12 +126,16 @@ bool KvDiskStore::put(uint64_t hash, uint64_t parent, const std::vector<int32_t>
     f.flush();
     ok = bool(f);
   }
+  // A failed write (ENOSPC, EFBIG, EIO, ...) turns the spill off for good: one warning, no retries that
+  // would slow every eviction down, and the half-written temporary file is removed.
+  const int err = errno;
   std::error_code ec;
   if (ok) fs::rename(tmp, path, ec);
   if (!ok || ec) {
+    const std::string why = ec ? ec.message() : err ? std::strerror(err) : "write error";
     fs::remove(tmp, ec);
     usable_ = false;
-    log_warning("prompt cache: writing to " + dir_ + " failed (disk full?); KV spill is off from now on");
+    log_warning("prompt cache: writing to " + dir_ + " failed (" + why + "); KV spill is off from now on");
     return false;
   }
   const uint64_t size = sizeof h + tokens.size() * 4 + data.size() + 4;

@@ -1,12 +1,21 @@
 // Prompt cache: hits, spill read-backs and snapshots after a restart give bitwise the same reply as no
 // cache at all; corrupt or truncated cache files are detected, deleted and recomputed.
 #include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
 #include "engine/engine.h"
+#include "engine/kv_store.h"
 #include "text/tokenizer.h"
+
+extern char** environ;
 
 using namespace tf;
 using namespace std::chrono_literals;
@@ -179,6 +188,155 @@ TEST(PromptCache, SnapshotsOfAnotherModelAreIgnored) {
   Out o = run(*e, text_tokens(*e, 60, 2));
   EXPECT_EQ(o.usage.cached_tokens, 0);
   e->shutdown();
+  fs::remove_all(dir);
+}
+
+fs::path block_file(const fs::path& dir, uint64_t hash) {
+  char name[32];
+  std::snprintf(name, sizeof name, "%016llx.tfkv", static_cast<unsigned long long>(hash));
+  return dir / name;
+}
+
+TEST(KvDiskStore, CorruptTruncatedAndPaddedFilesAreDeletedNeverServed) {
+  const fs::path dir = temp_dir("store");
+  std::vector<int32_t> toks(16);
+  std::vector<uint8_t> data(512);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = uint8_t(i * 31 + 7);
+  {
+    KvDiskStore s(dir.string(), 42, 1 << 20, true);
+    for (uint64_t h = 1; h <= 4; ++h) {
+      toks.assign(16, int32_t(h));
+      ASSERT_TRUE(s.put(h, 0, toks, data));
+    }
+    EXPECT_EQ(s.files(), 4u);
+    std::vector<uint8_t> back(data.size());
+    toks.assign(16, 1);
+    EXPECT_TRUE(s.get(1, toks, back));
+    EXPECT_EQ(back, data);
+    // One flipped bit in the K/V bytes (the checksum catches it), a file one byte short, one byte too long.
+    {
+      std::fstream f(block_file(dir, 2), std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(std::streamoff(fs::file_size(block_file(dir, 2)) - 4 - 10));
+      f.put(char(data[data.size() - 10] ^ 1));
+    }
+    fs::resize_file(block_file(dir, 3), fs::file_size(block_file(dir, 3)) - 1);
+    std::ofstream(block_file(dir, 4), std::ios::binary | std::ios::app).put('x');
+    for (uint64_t h = 2; h <= 4; ++h) {
+      toks.assign(16, int32_t(h));
+      EXPECT_FALSE(s.get(h, toks, back)) << h;
+      EXPECT_FALSE(s.contains(h)) << h;
+      EXPECT_FALSE(fs::exists(block_file(dir, h))) << h;
+    }
+    // Asked for other tokens under the same hash (a collision): refused too, and dropped.
+    toks.assign(16, 9);
+    EXPECT_FALSE(s.get(1, toks, back));
+    EXPECT_FALSE(fs::exists(block_file(dir, 1)));
+    toks.assign(16, 5);
+    ASSERT_TRUE(s.put(5, 0, toks, data));
+  }
+  // A crash's temporary file is removed when the store opens; another identity's files are not indexed.
+  std::ofstream(dir / "0000000000000006.tfkv.tmp.123") << "half";
+  {
+    KvDiskStore foreign(dir.string(), 43, 1 << 20, true);
+    EXPECT_EQ(foreign.files(), 0u);
+  }
+  EXPECT_FALSE(fs::exists(dir / "0000000000000006.tfkv.tmp.123"));
+  KvDiskStore again(dir.string(), 42, 1 << 20, true);
+  EXPECT_EQ(again.files(), 1u);
+  EXPECT_TRUE(again.contains(5));
+  fs::remove_all(dir);
+}
+
+// A full disk during a spill, for real: the child process below may not write files past 2 KiB
+// (RLIMIT_FSIZE; a KV block file of the tiny model is larger) and ignores SIGXFSZ, so the spill's write
+// fails with EFBIG as it would with ENOSPC. The store must warn once, turn the spill off, leave no file
+// behind, and serving must go on with outputs equal to an uncached engine.
+constexpr const char* kDiskFullEnv = "TF_TEST_DISK_FULL_DIR";
+
+void disk_full_child(const fs::path& dir) {
+  std::signal(SIGXFSZ, SIG_IGN);
+  rlimit lim{};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &lim), 0);
+  lim.rlim_cur = 2048;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &lim), 0);
+  {
+    KvDiskStore store((dir / "store").string(), 1, 1 << 20, true);
+    std::vector<int32_t> toks(16, 3);
+    EXPECT_FALSE(store.put(1, 0, toks, std::vector<uint8_t>(8192, 7)));
+    EXPECT_FALSE(store.usable());
+    EXPECT_FALSE(store.put(2, 0, toks, std::vector<uint8_t>(64, 7)));  // would fit: the spill stays off
+    EXPECT_EQ(store.files(), 0u);
+    EXPECT_TRUE(fs::is_empty(dir / "store"));
+  }
+  EngineOptions o;
+  o.model_path = tiny("qwen3");
+  o.backend = "cpu";
+  o.parallel = 2;
+  o.drafts = false;
+  o.prompt_cache_gib = 4e-5;  // ~2 blocks retained: every new prompt evicts (spills) older blocks
+  o.spill_gib = 0.01;
+  o.spill_dir = (dir / "spill").string();
+  auto cached = create_engine(o);
+  auto plain = make(0);
+  for (int round = 0; round < 2; ++round)
+    for (int salt = 3; salt < 8; ++salt) {
+      auto p = text_tokens(*cached, 50, salt);
+      Out a = run(*cached, p), b = run(*plain, p);
+      EXPECT_EQ(a.tokens, b.tokens) << round << " " << salt;
+      if (round == 1) EXPECT_EQ(a.usage.cached_tokens, 0) << salt;  // evicted, and nothing on disk
+    }
+  EXPECT_EQ(cached->stats().prompt_cache_disk_hits, 0);
+  EXPECT_TRUE(fs::is_empty(dir / "spill"));
+  cached->shutdown();
+  plain->shutdown();
+}
+
+TEST(PromptCache, FullDiskDegradesToNoSpillWithOneWarning) {
+  if (const char* child = std::getenv(kDiskFullEnv)) return disk_full_child(child);
+  const fs::path dir = temp_dir("diskfull");
+  fs::create_directories(dir);
+  // Rerun this test alone in a child process, its stdout and stderr into a pipe.
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
+  posix_spawn_file_actions_addclose(&actions, fds[0]);
+  std::string filter = "--gtest_filter=PromptCache.FullDiskDegradesToNoSpillWithOneWarning";
+  std::string env = std::string(kDiskFullEnv) + "=" + dir.string();
+  std::vector<char*> argv{const_cast<char*>("test_prompt_cache"), filter.data(), nullptr};
+  std::vector<char*> envp{env.data()};
+  for (char** e = environ; *e; ++e)
+    if (std::string(*e).rfind(std::string(kDiskFullEnv) + "=", 0) != 0) envp.push_back(*e);
+  envp.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  close(fds[1]);
+  ASSERT_EQ(rc, 0);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) != 0;)
+    if (n > 0) out.append(buf, size_t(n));
+    else if (errno != EINTR) break;
+  close(fds[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "child killed by signal " << WTERMSIG(status) << "\n" << out;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << out;
+  auto count = [&](const std::string& what) {
+    int n = 0;
+    for (size_t p = out.find(what); p != std::string::npos; p = out.find(what, p + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("writing to " + (dir / "spill").string() + " failed"), 1) << out;
+  EXPECT_EQ(count("writing to " + (dir / "store").string() + " failed"), 1) << out;
+  EXPECT_EQ(count("KV spill is off"), 2) << out;
+  EXPECT_EQ(count("failed (File too large)"), 2) << out;  // the OS's reason is in the warning
+  EXPECT_EQ(count("[  PASSED  ] 1 test"), 1) << out;  // the child ran the test (and did not skip it)
+  for (const auto& f : fs::recursive_directory_iterator(dir))
+    EXPECT_FALSE(f.is_regular_file()) << "left behind: " << f.path();
   fs::remove_all(dir);
 }
 

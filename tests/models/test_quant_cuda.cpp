@@ -1,5 +1,6 @@
-// GPU: the CUDA MLX 4-bit linear against the CPU reference twin and bit-for-bit row invariance, and the
-// quantized tiny Qwen3 conversions end to end on the GPU against the CPU backend. Label "gpu".
+// GPU: the CUDA quantized linears (MLX 2-8-bit, FP8) against the CPU reference twin and bit-for-bit row
+// invariance, and the quantized tiny Qwen3 conversions end to end on the GPU against the CPU backend.
+// Label "gpu".
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +11,9 @@
 #include "engine/kv_cache.h"
 #include "models/model.h"
 #include "ops/backend.h"
+#include "ops/cpu/quant.h"
+#include "ops/cuda/cuda_backend.h"
+#include "ops/cuda/quant_linear.h"
 
 using namespace tf;
 
@@ -25,24 +29,56 @@ struct Gpu : ::testing::Test {
   std::unique_ptr<Backend> gpu, cpu;
 };
 
-// A random MLX 4-bit weight [n, k] with bf16 scales and biases.
-LinearWeight random_mlx4(int64_t n, int64_t k, int group, uint32_t seed) {
+// Host tensor of dtype `d` (F32, BF16 or F16) holding `v` rounded to it.
+Tensor host_tensor(const std::vector<float>& v, std::vector<int64_t> shape, DType d) {
+  Tensor t = Tensor::empty(std::move(shape), d);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (d == DType::F32)
+      t.data<float>()[i] = v[i];
+    else
+      t.data<uint16_t>()[i] = d == DType::BF16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
+  }
+  return t;
+}
+
+// A random MLX affine weight [n, k] with scales and biases of dtype `sd` (bf16, f16 or f32).
+LinearWeight random_mlx(int64_t n, int64_t k, int bits, int group, DType sd, uint32_t seed) {
   std::mt19937 rng(seed);
   LinearWeight w;
   w.format = LinearWeight::Format::MlxAffine;
-  w.bits = 4;
+  w.bits = bits;
   w.group_size = group;
   w.out_features = n;
   w.in_features = k;
-  w.weight = Tensor::empty({n, k / 8}, DType::U32);
+  w.weight = Tensor::empty({n, k * bits / 32}, DType::U32);
   for (int64_t i = 0; i < w.weight.numel(); ++i) w.weight.data<uint32_t>()[i] = rng();
-  std::uniform_real_distribution<float> sd(0.001f, 0.02f), bd(-0.1f, 0.1f);
-  w.scales = Tensor::empty({n, k / group}, DType::BF16);
-  w.biases = Tensor::empty({n, k / group}, DType::BF16);
-  for (int64_t i = 0; i < w.scales.numel(); ++i) {
-    w.scales.data<uint16_t>()[i] = f32_to_bf16(sd(rng));
-    w.biases.data<uint16_t>()[i] = f32_to_bf16(bd(rng));
+  std::uniform_real_distribution<float> scale(0.001f, 0.02f), bias(-0.1f, 0.1f);
+  std::vector<float> s(size_t(n * (k / group))), b(s.size());
+  for (size_t i = 0; i < s.size(); ++i) s[i] = scale(rng) * 8.f / float(1 << bits), b[i] = bias(rng);
+  w.scales = host_tensor(s, {n, k / group}, sd);
+  w.biases = host_tensor(b, {n, k / group}, sd);
+  return w;
+}
+
+// A random FP8 e4m3 weight [n, k] with f32 scales per row and `group` inputs (no NaN bytes).
+LinearWeight random_fp8(int64_t n, int64_t k, int group, uint32_t seed) {
+  std::mt19937 rng(seed);
+  LinearWeight w;
+  w.format = LinearWeight::Format::Fp8Block;
+  w.bits = 8;
+  w.group_size = group;
+  w.out_features = n;
+  w.in_features = k;
+  w.weight = Tensor::empty({n, k}, DType::F8_E4M3);
+  for (int64_t i = 0; i < n * k; ++i) {
+    uint8_t v = uint8_t(rng());
+    if ((v & 0x7F) == 0x7F) v ^= 1;  // 0x7F/0xFF are NaN in e4m3
+    w.weight.data<uint8_t>()[i] = v;
   }
+  const int64_t groups = (k + group - 1) / group;
+  w.scales = Tensor::empty({n, groups}, DType::F32);
+  std::uniform_real_distribution<float> scale(1e-4f, 1e-3f);
+  for (int64_t i = 0; i < n * groups; ++i) w.scales.data<float>()[i] = scale(rng);
   return w;
 }
 
@@ -60,29 +96,105 @@ std::pair<Tensor, Tensor> random_x(int64_t m, int64_t k, uint32_t seed) {
 
 }  // namespace
 
-TEST_F(Gpu, Mlx4LinearMatchesCpuTwinAndIsRowInvariant) {
-  for (int group : {32, 64, 128}) {
-    SCOPED_TRACE(group);
-    const int64_t N = 301, K = 1024, M = 37;
-    LinearWeight host = random_mlx4(N, K, group, 7 + group);
-    LinearWeight wg = gpu->upload_linear(host), wc = cpu->upload_linear(host);
-    auto [xb, xf] = random_x(M, K, 3);
-    Tensor yc = Tensor::empty({M, N}, DType::F32);
-    cpu->linear(xf, wc, yc);
-    Tensor xg = gpu->upload(xb), yg = gpu->alloc({M, N}, DType::F32);
-    gpu->linear(xg, wg, yg);
-    Tensor all = Tensor::empty({M, N}, DType::F32);
-    gpu->to_host(yg, all);
-    double max_err = 0;
-    for (int64_t i = 0; i < M * N; ++i)
-      max_err = std::max(max_err, double(std::fabs(all.data<float>()[i] - yc.data<float>()[i])));
-    EXPECT_LT(max_err, 1e-4) << "GPU vs CPU twin";  // same weights, different (fixed) summation order
-    for (int64_t rows : {1, 3, 8, 9}) {             // any prefix of rows gives the same bits per row
-      Tensor part = gpu->alloc({rows, N}, DType::F32), host_part = Tensor::empty({rows, N}, DType::F32);
+namespace {
+
+struct QuantCase {
+  std::string name;
+  LinearWeight w;
+};
+
+std::vector<QuantCase> quant_cases(int64_t n, int64_t k) {
+  std::vector<QuantCase> cases;
+  uint32_t seed = 11;
+  for (int bits : {2, 3, 4, 5, 6, 8})
+    for (int group : {32, 64, 128})
+      cases.push_back({"mlx" + std::to_string(bits) + "-g" + std::to_string(group),
+                       random_mlx(n, k, bits, group, DType::BF16, ++seed)});
+  for (int bits : {3, 4, 8})
+    cases.push_back({"mlx" + std::to_string(bits) + "-g64-f16", random_mlx(n, k, bits, 64, DType::F16, ++seed)});
+  cases.push_back({"mlx4-g32-f32", random_mlx(n, k, 4, 32, DType::F32, ++seed)});
+  cases.push_back({"fp8-block128", random_fp8(n, k, 128, ++seed)});
+  cases.push_back({"fp8-channel", random_fp8(n, k, int(k), ++seed)});
+  return cases;
+}
+
+// Rounds to bf16 and back.
+float bf16_round(float v) {
+  return bf16_to_f32(f32_to_bf16(v));
+}
+
+}  // namespace
+
+// The bf16 weight the kernels multiply by is the CPU twin's weight rounded to bf16 (a last-bit difference
+// allowed where the 2-6-bit MLX path rounds scale*q + bias once instead of through f32).
+TEST_F(Gpu, QuantDequantizeMatchesCpuTwin) {
+  const int64_t N = 67, K = 1152;
+  for (auto& c : quant_cases(N, K)) {
+    SCOPED_TRACE(c.name);
+    LinearWeight wg = gpu->upload_linear(c.w);
+    ASSERT_EQ(wg.format, c.w.format) << "not uploaded packed";
+    Tensor dev = cuda::dequantize_bf16(wg, cuda::stream_of(*gpu));
+    Tensor got = Tensor::empty({N, K}, DType::F32);
+    gpu->to_host(dev, got);
+    Tensor want = dequantize_linear(c.w);
+    int64_t off_by_ulp = 0;
+    for (int64_t i = 0; i < N * K; ++i) {
+      const float g = got.data<float>()[i], w = want.data<float>()[i];
+      if (g == bf16_round(w)) continue;
+      ++off_by_ulp;
+      ASSERT_LE(std::fabs(g - w), std::ldexp(std::fabs(w), -7)) << "element " << i;
+    }
+    EXPECT_LE(off_by_ulp, N * K / 1000) << "values not equal to the CPU twin's rounded to bf16";
+  }
+}
+
+// Every format: the GPU linear within the bf16-rounding bound of the CPU twin; bit-equal to the bf16
+// linear on the dequantized weight for every M; a row's bits the same for M = 1, 2, 7, 16, 64, 100, 256.
+TEST_F(Gpu, QuantLinearMatchesCpuTwinAndIsRowInvariant) {
+  const int64_t N = 301, K = 1152, M = 256, Mc = 37;
+  auto [xb, xf] = random_x(M, K, 3);
+  Tensor xg = gpu->upload(xb);
+  Tensor bias = Tensor::empty({N}, DType::BF16);
+  for (int64_t i = 0; i < N; ++i) bias.data<uint16_t>()[i] = f32_to_bf16(0.01f * float(i % 17) - 0.08f);
+  for (auto& c : quant_cases(N, K)) {
+    SCOPED_TRACE(c.name);
+    const bool with_bias = c.w.bits == 4 || c.name == "fp8-block128";
+    if (with_bias) c.w.bias = bias;
+    const DType yd = c.w.bits == 5 ? DType::BF16 : DType::F32;  // one width checks bf16 outputs
+    LinearWeight wg = gpu->upload_linear(c.w), wc = cpu->upload_linear(c.w);
+    ASSERT_EQ(wg.format, c.w.format);
+    auto run = [&](const LinearWeight& w, int64_t rows) {
+      Tensor y = gpu->alloc({rows, N}, yd), h = Tensor::empty({rows, N}, DType::F32);
       Tensor xs = xg.slice_rows(0, rows);
-      gpu->linear(xs, wg, part);
-      gpu->to_host(part, host_part);
-      EXPECT_EQ(std::memcmp(host_part.raw(), all.raw(), host_part.nbytes()), 0) << rows << " rows";
+      gpu->linear(xs, w, y);
+      gpu->to_host(y, h);
+      return h;
+    };
+    const Tensor full = run(wg, M);
+
+    // Against the CPU twin (f32 weights): |err| <= 2^-8 * sum |x w| covers the bf16 weights.
+    Tensor xc = xf.slice_rows(0, Mc), yc = Tensor::empty({Mc, N}, DType::F32);
+    cpu->linear(xc, wc, yc);
+    Tensor wf = dequantize_linear(c.w);
+    for (int64_t r = 0; r < Mc; ++r)
+      for (int64_t n = 0; n < N; ++n) {
+        double mag = 0;
+        for (int64_t k = 0; k < K; ++k)
+          mag += std::fabs(double(xf.data<float>()[r * K + k]) * wf.data<float>()[n * K + k]);
+        const double tol = std::ldexp(mag, -8) + (yd == DType::BF16 ? std::ldexp(mag, -7) : 1e-6);
+        ASSERT_NEAR(full.data<float>()[r * N + n], yc.data<float>()[r * N + n], tol) << r << ", " << n;
+      }
+
+    // Bit for bit: the dense bf16 linear on the dequantized weight, and any prefix of rows.
+    LinearWeight dense;
+    dense.weight = cuda::dequantize_bf16(wg, cuda::stream_of(*gpu));
+    dense.bias = wg.bias;
+    dense.in_features = K, dense.out_features = N;
+    for (int64_t rows : {1, 2, 7, 16, 64, 100, 256}) {
+      SCOPED_TRACE(rows);
+      const Tensor part = run(wg, rows), ref = run(dense, rows);
+      EXPECT_EQ(std::memcmp(part.raw(), full.raw(), part.nbytes()), 0) << "row bits depend on M";
+      EXPECT_EQ(std::memcmp(part.raw(), ref.raw(), part.nbytes()), 0) << "differs from the bf16 linear";
     }
   }
 }

@@ -156,13 +156,10 @@ class CudaBackend final : public Backend {
 
   LinearWeight upload_linear(const LinearWeight& host) override {
     LinearWeight w = host;
-    if (host.format == LinearWeight::Format::MlxAffine && host.bits == 4 && host.group_size % 8 == 0) {
-      check_quantized_linear(host);  // MLX 4-bit: packed as shipped, scales/biases as f32 (quant_linear.cu)
-      w.weight = upload(host.weight);
-      w.scales = upload_f32(host.scales);
-      w.biases = upload_f32(host.biases);
+    if (host.format != LinearWeight::Format::Dense && upload_quantized_linear(host, w, stream_)) {
+      // MLX affine and FP8: packed as shipped, dequantized in registers (quant_linear.h)
     } else if (host.format != LinearWeight::Format::Dense) {
-      // Other widths and FP8: no kernel of their own yet; the CPU twin's f32 weights, rounded to bf16.
+      // Shapes without a kernel (see quant_linear.h): the CPU twin's weights, rounded to bf16.
       w.format = LinearWeight::Format::Dense;
       w.weight = upload_bf16(dequantize_linear(host));
       w.scales = w.biases = Tensor();
@@ -226,7 +223,7 @@ class CudaBackend final : public Backend {
     TF_CHECK(y.device() == Device::CUDA && y.is_contiguous() &&
                  (y.dtype() == DType::BF16 || y.dtype() == DType::F32),
              "linear: y must be a contiguous bf16 or f32 GPU tensor, got " + y.describe());
-    if (w.format == LinearWeight::Format::MlxAffine) return linear_mlx4(x, w, y);
+    if (w.format != LinearWeight::Format::Dense) return linear_quantized(x, w, y, stream_);
     expect(w.weight, DType::BF16, "linear", "weight (use upload_linear)");
     const int64_t n = w.weight.dim(0), k = w.weight.dim(1);
     TF_CHECK(x.dim(-1) == k, "linear: x " + x.describe() + " does not match weight " + w.weight.describe());
@@ -389,15 +386,6 @@ class CudaBackend final : public Backend {
  private:
   void need_meta(const char* op) {
     TF_CHECK(have_meta_, std::string(op) + ": begin_forward() was not called");
-  }
-  void linear_mlx4(const Tensor& x, const LinearWeight& w, Tensor& y) {
-    const int64_t n = w.out_features, k = w.in_features, m = x.numel() / k;
-    TF_CHECK(x.dim(-1) == k && y.numel() == m * n, "linear: x " + x.describe() + " / y " + y.describe() +
-                                                         " do not match the 4-bit weight");
-    const bool has_bias = w.bias.defined() && w.bias.numel() > 0;
-    cuda::linear_mlx4(ptr(x), static_cast<const uint32_t*>(ptr(w.weight)), static_cast<const float*>(ptr(w.scales)),
-                      static_cast<const float*>(ptr(w.biases)), w.group_size, has_bias ? ptr(w.bias) : nullptr,
-                      has_bias ? w.bias.dtype() : DType::F32, y.raw(), y.dtype(), int(m), int(n), int(k), stream_);
   }
   Tensor upload_bf16(const Tensor& host) {
     if (host.dtype() == DType::BF16) return upload(host);

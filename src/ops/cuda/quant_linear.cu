@@ -1,90 +1,398 @@
-// MLX 4-bit weight-only linear. One warp owns one output feature n; its 32 lanes take the row's packed
-// words round-robin (lane l: words l, l+32, ...), so a warp reads the row's bytes once, coalesced, for a
-// tile of up to kRows activation rows held in registers. Each packed word (8 values) is dequantized in
-// registers — scale*q rounded, + bias rounded, in f32, as the CPU twin — and multiplied into every row of
-// the tile in increasing k. The 32 lane partials are summed by a fixed xor butterfly. The arithmetic of an
-// output element depends only on K and the lane mapping, never on M or on the other rows: row invariant.
-// M > kRows loops over row tiles (weights are re-read per tile; a dequantize-to-bf16 + tensor-core path
-// for large-M prefill is future work).
+// Weight-only quantized linears: linear.cu's row-invariant tensor-core kernel with its weight loads
+// replaced by packed loads that are dequantized to bf16 in registers.
+//
+// Layout and arithmetic follow linear.cu exactly: a block owns 16 output features and 8*NT tokens, its
+// 8 warps take 8 fixed K slices (a function of K alone), lane (g, t) takes values k0+8t .. k0+8t+7 of
+// features n0+g and n0+g+8 for each 32-wide K chunk, and each chunk is two m16n8k16 MMAs into an fp32
+// accumulator, slices summed in warp order. The only change is where the 8 bf16 weights of a lane come
+// from: the packed bytes of those 8 values (B bytes for B-bit MLX, 8 for FP8, read once each) and their
+// group's scale and bias. A 32-wide chunk never straddles a group (group % 32 == 0). So for any M the
+// output bits equal linear_bf16() on the dequantized weight (dequantize_bf16), which is what calls of
+// kDequantMinM rows or more do (the tiled tensor-core kernel, tested bit-equal to the decode kernel).
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
+#include <type_traits>
+
+#include "core/error.h"
+#include "ops/cpu/quant.h"
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/kernels.h"
+#include "ops/cuda/launch.h"
 #include "ops/cuda/quant_linear.h"
 
 namespace tf::cuda {
 namespace {
 
-constexpr int kRows = 8;  // activation rows per tile
-constexpr int kWarpsPerBlock = 4;
+constexpr int kWarps = 8;          // K slices: must equal linear.cu's (same arithmetic)
+constexpr int kU = 4;              // K chunks whose packed bytes a warp loads per step
+constexpr int kDequantMinM = 128;  // from here on: dequantize to bf16 + the tiled bf16 linear
+constexpr size_t kDequantMaxBytes = size_t(1) << 30;  // ... unless the bf16 copy would exceed this
 
-__device__ __forceinline__ float bias_at(const void* bias, int kind, int n) {
-  if (kind == 1) return static_cast<const float*>(bias)[n];
-  if (kind == 2) return __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[n]);
-  return 0.f;
+enum Kind { kMlxBf16 = 0, kMlxF32 = 1, kFp8 = 2 };  // MLX with bf16 scales, MLX with f32 scales, FP8
+
+struct QArgs {
+  const uint8_t* w;    // packed rows, row_bytes apart
+  const void* scales;  // [N, groups]: bf16 (kMlxBf16) or f32
+  const void* biases;  // [N, groups], MLX only
+  int64_t row_bytes;
+  int groups;
+  int chunk_shift;  // group of chunk c (32 values) = c >> chunk_shift (groups are 32 * 2^shift wide)
+};
+
+// The packed bits of 8 consecutive values of one row (little-endian bit stream: value i at bit B*i)
+// and the raw bits of their group's scale and bias.
+struct Raw {
+  uint32_t v0, v1, s, b;
+};
+
+// Values 32c + 8t .. 32c + 8t + 7 of row `row`.
+template <int KIND, int B>
+__device__ __forceinline__ Raw load_raw(const QArgs& q, int row, int c, int t) {
+  Raw r{0, 0, 0, 0};
+  const uint8_t* p = q.w + int64_t(row) * q.row_bytes + int64_t(4 * c + t) * B;
+  if constexpr (B == 8) {
+    const uint2 u = __ldg(reinterpret_cast<const uint2*>(p));
+    r.v0 = u.x, r.v1 = u.y;
+  } else if constexpr (B == 4) {
+    r.v0 = __ldg(reinterpret_cast<const unsigned int*>(p));
+  } else if constexpr (B == 2) {
+    r.v0 = __ldg(reinterpret_cast<const unsigned short*>(p));
+  } else if constexpr (B == 6) {  // 6 bytes at an even offset
+    const auto* h = reinterpret_cast<const unsigned short*>(p);
+    r.v0 = uint32_t(__ldg(h)) | (uint32_t(__ldg(h + 1)) << 16);
+    r.v1 = __ldg(h + 2);
+  } else {  // 3 or 5 bytes at any offset
+    uint64_t v = 0;
+#pragma unroll
+    for (int i = 0; i < B; ++i) v |= uint64_t(__ldg(p + i)) << (8 * i);
+    r.v0 = uint32_t(v), r.v1 = uint32_t(v >> 32);
+  }
+  const int64_t si = int64_t(row) * q.groups + (c >> q.chunk_shift);
+  if constexpr (KIND == kMlxBf16) {
+    r.s = __ldg(static_cast<const unsigned short*>(q.scales) + si);
+    r.b = __ldg(static_cast<const unsigned short*>(q.biases) + si);
+  } else {
+    r.s = __ldg(static_cast<const unsigned int*>(q.scales) + si);
+    if constexpr (KIND == kMlxF32) r.b = __ldg(static_cast<const unsigned int*>(q.biases) + si);
+  }
+  return r;
 }
 
-template <int ROWS>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    mlx4_kernel(const __nv_bfloat16* __restrict__ x, const uint32_t* __restrict__ packed,
-                const float* __restrict__ scales, const float* __restrict__ biases, int group,
-                const void* __restrict__ bias, int bias_kind, void* __restrict__ y, bool y_f32, int m, int n,
-                int k, int m0) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int row = blockIdx.x * kWarpsPerBlock + warp;
-  if (row >= n) return;
-  const int words = k / 8, groups = k / group;
-  const uint32_t* wr = packed + size_t(row) * words;
-  float acc[ROWS];
+__device__ __forceinline__ uint32_t bits_of(__nv_bfloat162 v) {
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+__device__ __forceinline__ __nv_bfloat162 bf2_of(uint32_t v) {
+  return *reinterpret_cast<__nv_bfloat162*>(&v);
+}
+
+// The 8 values as bf16 pairs (value 2j in the low half of word j), as linear.cu loads 8 bf16 weights.
+template <int KIND, int B>
+__device__ __forceinline__ uint4 dequant(const Raw& r) {
+  uint32_t o[4];
+  if constexpr (KIND == kFp8) {
+    const float s = __uint_as_float(r.s);
 #pragma unroll
-  for (int r = 0; r < ROWS; ++r) acc[r] = 0.f;
-  for (int wi = lane; wi < words; wi += 32) {
-    const uint32_t q = __ldg(wr + wi);
-    const int gi = (wi * 8) / group;
-    const float s = __ldg(scales + size_t(row) * groups + gi), b = __ldg(biases + size_t(row) * groups + gi);
-    float wv[8];
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t word = j < 2 ? r.v0 : r.v1;
+      const __half2_raw h =
+          __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t((word >> (16 * (j & 1))) & 0xFFFFu), __NV_E4M3);
+      const float lo = __half2float(__ushort_as_half(h.x)), hi = __half2float(__ushort_as_half(h.y));
+      o[j] = bits_of(__floats2bfloat162_rn(__fmul_rn(lo, s), __fmul_rn(hi, s)));
+    }
+  } else if constexpr (KIND == kMlxBf16 && B <= 6) {
+    // q < 128 written into the mantissa of bf16 128.0 (0x4300) is exactly 128 + q; minus 128 is q; one
+    // bf16 fma then gives scale*q + bias rounded once.
+    if constexpr (B == 4) {
+      uint32_t p[4];  // p[j] = (q_j, q_{j+4})
 #pragma unroll
-    for (int j = 0; j < 8; ++j) wv[j] = __fadd_rn(__fmul_rn(s, float((q >> (4 * j)) & 15u)), b);
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-      if (m0 + r >= m) break;
-      const uint4 raw = *reinterpret_cast<const uint4*>(x + size_t(m0 + r) * k + size_t(wi) * 8);
-      const __nv_bfloat162* xv = reinterpret_cast<const __nv_bfloat162*>(&raw);
+      for (int j = 0; j < 4; ++j) p[j] = ((r.v0 >> (4 * j)) & 0x000F000Fu) | 0x43004300u;
+      o[0] = __byte_perm(p[0], p[1], 0x5410), o[1] = __byte_perm(p[2], p[3], 0x5410);
+      o[2] = __byte_perm(p[0], p[1], 0x7632), o[3] = __byte_perm(p[2], p[3], 0x7632);
+    } else {
+      const uint64_t v = uint64_t(r.v0) | (uint64_t(r.v1) << 32);
+      constexpr uint32_t mask = (1u << B) - 1u;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const float2 f = __bfloat1622float2(xv[j]);
-        acc[r] = __fmaf_rn(f.x, wv[2 * j], acc[r]);
-        acc[r] = __fmaf_rn(f.y, wv[2 * j + 1], acc[r]);
+        const uint32_t lo = uint32_t(v >> (2 * j * B)) & mask, hi = uint32_t(v >> ((2 * j + 1) * B)) & mask;
+        o[j] = lo | (hi << 16) | 0x43004300u;
       }
     }
+    const __nv_bfloat162 s2 = bf2_of(r.s | (r.s << 16)), b2 = bf2_of(r.b | (r.b << 16));
+    const __nv_bfloat162 magic = bf2_of(0x43004300u);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) o[j] = bits_of(__hfma2(__hsub2(bf2_of(o[j]), magic), s2, b2));
+  } else {  // MLX 8-bit, or f32 scales: scale*q + bias in f32 (one fma), rounded to bf16
+    const float s = KIND == kMlxBf16 ? __uint_as_float(r.s << 16) : __uint_as_float(r.s);
+    const float b = KIND == kMlxBf16 ? __uint_as_float(r.b << 16) : __uint_as_float(r.b);
+    const uint64_t v = uint64_t(r.v0) | (uint64_t(r.v1) << 32);
+    constexpr uint32_t mask = (1u << B) - 1u;
+    auto val = [&](int i) {  // 2^23 + q, minus 2^23: q as a float without an int conversion
+      const float f = __uint_as_float(0x4B000000u | (uint32_t(v >> (i * B)) & mask));
+      return __fmaf_rn(s, __fsub_rn(f, 8388608.f), b);
+    };
+#pragma unroll
+    for (int j = 0; j < 4; ++j) o[j] = bits_of(__floats2bfloat162_rn(val(2 * j), val(2 * j + 1)));
   }
+  return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
+__device__ __forceinline__ void mma_bf16(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// linear.cu's linear_kernel (PREFETCH variant) with packed weight loads. The next step's packed bytes
+// are loaded before this step's dequantization and MMAs; neither changes the arithmetic.
+template <int KIND, int B, int NT>
+__global__ void __launch_bounds__(kWarps * 32)
+    qlinear_kernel(const __nv_bfloat16* __restrict__ x, QArgs q, const void* __restrict__ bias, int bias_kind,
+                   void* __restrict__ y, bool y_f32, int m, int n, int k, int m_tiles) {
+  __shared__ float red[kWarps][NT * 8][16];
+  asm volatile("griddepcontrol.launch_dependents;");
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int m_tile = blockIdx.x % m_tiles, n_tile = blockIdx.x / m_tiles;
+  const int n0 = n_tile * 16, m0 = m_tile * NT * 8;
+  const int chunks = k / 32;
+  const int c_begin = warp * chunks / kWarps, c_end = (warp + 1) * chunks / kWarps;
+  const int na = min(n0 + g, n - 1), nb = min(n0 + g + 8, n - 1);  // clamped; masked at the store
+
+  const __nv_bfloat16* xr[NT];
+  bool xok[NT];
 #pragma unroll
-  for (int r = 0; r < ROWS; ++r) {
-    float v = acc[r];
+  for (int j = 0; j < NT; ++j) {
+    int row = m0 + 8 * j + g;
+    xok[j] = row < m;
+    xr[j] = x + int64_t(xok[j] ? row : 0) * k + 8 * t;
+  }
+  float acc[NT][4];
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-    if (lane == 0 && m0 + r < m) {
-      v += bias_at(bias, bias_kind, row);
-      const size_t o = size_t(m0 + r) * n + row;
-      if (y_f32)
-        static_cast<float*>(y)[o] = v;
-      else
-        static_cast<__nv_bfloat16*>(y)[o] = __float2bfloat16_rn(v);
+  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+
+  auto step = [&](const uint4& a, const uint4& b, int c) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      uint4 xv = xok[j] ? __ldg(reinterpret_cast<const uint4*>(xr[j] + c * 32)) : make_uint4(0, 0, 0, 0);
+      mma_bf16(acc[j], a.x, b.x, a.y, b.y, xv.x, xv.y);
+      mma_bf16(acc[j], a.z, b.z, a.w, b.w, xv.z, xv.w);
     }
+  };
+  Raw ra[kU], rb[kU];
+  auto load = [&](int at) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      ra[u] = load_raw<KIND, B>(q, na, at + u, t);
+      rb[u] = load_raw<KIND, B>(q, nb, at + u, t);
+    }
+  };
+  int c = c_begin;
+  if (c + kU <= c_end) load(c);
+  asm volatile("griddepcontrol.wait;" ::: "memory");  // weights are constant; x is not
+  for (; c + kU <= c_end; c += kU) {
+    Raw ca[kU], cb[kU];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) ca[u] = ra[u], cb[u] = rb[u];
+    if (c + 2 * kU <= c_end) load(c + kU);
+#pragma unroll
+    for (int u = 0; u < kU; ++u) step(dequant<KIND, B>(ca[u]), dequant<KIND, B>(cb[u]), c + u);
   }
+  for (; c < c_end; ++c)
+    step(dequant<KIND, B>(load_raw<KIND, B>(q, na, c, t)), dequant<KIND, B>(load_raw<KIND, B>(q, nb, c, t)),
+         c);
+
+  // acc[j]: c0 = (n0+g, token 8j+2t), c1 = (n0+g, 8j+2t+1), c2/c3 the same for n0+g+8.
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    red[warp][8 * j + 2 * t][g] = acc[j][0];
+    red[warp][8 * j + 2 * t + 1][g] = acc[j][1];
+    red[warp][8 * j + 2 * t][g + 8] = acc[j][2];
+    red[warp][8 * j + 2 * t + 1][g + 8] = acc[j][3];
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < NT * 8 * 16; i += kWarps * 32) {
+    const int tok = i / 16, f = i % 16;
+    const int row = m0 + tok, col = n0 + f;
+    if (row >= m || col >= n) continue;
+    float s = red[0][tok][f];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) s += red[w][tok][f];
+    if (bias_kind == 1) s += static_cast<const float*>(bias)[col];
+    if (bias_kind == 2) s += __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[col]);
+    if (y_f32)
+      static_cast<float*>(y)[int64_t(row) * n + col] = s;
+    else
+      static_cast<__nv_bfloat16*>(y)[int64_t(row) * n + col] = __float2bfloat16(s);
+  }
+}
+
+// One thread per 8 values: the same loads and dequantization as the linear kernel.
+template <int KIND, int B>
+__global__ void dequant_kernel(QArgs q, __nv_bfloat16* __restrict__ out, int n, int k) {
+  const int64_t per_row = k / 8, i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= int64_t(n) * per_row) return;
+  const int row = int(i / per_row), k8 = int(i % per_row) * 8;
+  *reinterpret_cast<uint4*>(out + int64_t(row) * k + k8) =
+      dequant<KIND, B>(load_raw<KIND, B>(q, row, k8 / 32, (k8 % 32) / 8));
+}
+
+__global__ void random_bytes_kernel(uint8_t* p, size_t bytes, uint64_t seed, uint8_t mask) {
+  const size_t i = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) * 8;
+  if (i >= bytes) return;
+  uint64_t z = seed + i * 0x9E3779B97F4A7C15ull;  // splitmix64
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  for (size_t j = 0; j < 8 && i + j < bytes; ++j) p[i + j] = uint8_t(z >> (8 * j)) & mask;
+}
+
+// log2(group / 32); 30 when there is one group per row (any group size); -1 when unsupported.
+int chunk_shift(const LinearWeight& w) {
+  if (w.scales.dim(1) == 1) return 30;
+  for (int sh = 0; sh < 16; ++sh)
+    if (w.group_size == 32 << sh) return sh;
+  return -1;
+}
+
+int kind_of(const LinearWeight& w) {
+  if (w.format == LinearWeight::Format::Fp8Block) return kFp8;
+  return w.scales.dtype() == DType::BF16 ? kMlxBf16 : kMlxF32;
+}
+
+QArgs args_of(const LinearWeight& w) {
+  TF_CHECK(w.weight.device() == Device::CUDA && w.scales.device() == Device::CUDA,
+           "quantized linear: the weight is not on the GPU (use upload_linear)");
+  QArgs q;
+  q.w = static_cast<const uint8_t*>(w.weight.raw());
+  q.scales = w.scales.raw();
+  q.biases = w.biases.defined() ? w.biases.raw() : nullptr;
+  q.row_bytes = w.format == LinearWeight::Format::Fp8Block ? w.in_features : w.in_features * w.bits / 8;
+  q.groups = int(w.scales.dim(1));
+  q.chunk_shift = chunk_shift(w);
+  return q;
+}
+
+// Calls f(kind, bits) with both as compile-time constants.
+template <typename F>
+void dispatch(const LinearWeight& w, F&& f) {
+  using std::integral_constant;
+  const int kind = kind_of(w);
+  auto widths = [&](auto kd) {
+    switch (w.bits) {
+      case 2: return f(kd, integral_constant<int, 2>{});
+      case 3: return f(kd, integral_constant<int, 3>{});
+      case 4: return f(kd, integral_constant<int, 4>{});
+      case 5: return f(kd, integral_constant<int, 5>{});
+      case 6: return f(kd, integral_constant<int, 6>{});
+      case 8: return f(kd, integral_constant<int, 8>{});
+      default: throw Error("quantized linear: no CUDA kernel for " + std::to_string(w.bits) + "-bit MLX");
+    }
+  };
+  if (kind == kFp8) return f(integral_constant<int, kFp8>{}, integral_constant<int, 8>{});
+  if (kind == kMlxBf16) return widths(integral_constant<int, kMlxBf16>{});
+  return widths(integral_constant<int, kMlxF32>{});
+}
+
+Tensor to_device(const Tensor& host, cudaStream_t s) {
+  TF_CHECK(host.device() == Device::CPU && host.is_contiguous(), "upload: expects a contiguous CPU tensor");
+  Tensor t = Tensor::empty(host.shape(), host.dtype(), Device::CUDA);
+  TF_CUDA_CHECK(cudaMemcpyAsync(t.raw(), host.raw(), host.nbytes(), cudaMemcpyHostToDevice, s));
+  TF_CUDA_CHECK(cudaStreamSynchronize(s));  // the host tensor may be freed after we return
+  return t;
+}
+
+Tensor to_device_f32(const Tensor& host, cudaStream_t s) {
+  if (host.dtype() == DType::F32) return to_device(host, s);
+  std::vector<float> f = host.to_f32_vector();
+  return to_device(Tensor::borrow(f.data(), host.shape(), DType::F32, Device::CPU), s);
 }
 
 }  // namespace
 
-void linear_mlx4(const void* x, const uint32_t* packed, const float* scales, const float* biases, int group,
-                 const void* bias, DType bias_dtype, void* y, DType y_dtype, int m, int n, int k,
-                 cudaStream_t s) {
-  const int bias_kind = bias == nullptr ? 0 : bias_dtype == DType::F32 ? 1 : 2;
-  const dim3 grid((n + kWarpsPerBlock - 1) / kWarpsPerBlock), block(kWarpsPerBlock * 32);
-  for (int m0 = 0; m0 < m; m0 += kRows) {
-    mlx4_kernel<kRows><<<grid, block, 0, s>>>(static_cast<const __nv_bfloat16*>(x), packed, scales, biases,
-                                              group, bias, bias_kind, y, y_dtype == DType::F32, m, n, k, m0);
-    TF_CUDA_CHECK(cudaGetLastError());
+bool upload_quantized_linear(const LinearWeight& host, LinearWeight& dev, cudaStream_t s) {
+  const bool mlx = host.format == LinearWeight::Format::MlxAffine;
+  if (!mlx && host.format != LinearWeight::Format::Fp8Block) return false;
+  check_quantized_linear(host);
+  if (host.in_features % 32 != 0 || chunk_shift(host) < 0 || host.in_features > (int64_t(1) << 30) ||
+      host.out_features > (int64_t(1) << 30))
+    return false;
+  dev.format = host.format;
+  dev.bits = host.bits, dev.group_size = host.group_size;
+  dev.in_features = host.in_features, dev.out_features = host.out_features;
+  dev.weight = to_device(host.weight, s);
+  if (mlx && host.scales.dtype() == DType::BF16) {
+    dev.scales = to_device(host.scales, s);
+    dev.biases = to_device(host.biases, s);
+  } else {
+    dev.scales = to_device_f32(host.scales, s);
+    dev.biases = mlx ? to_device_f32(host.biases, s) : Tensor();
   }
+  return true;
+}
+
+Tensor dequantize_bf16(const LinearWeight& w, cudaStream_t s) {
+  const QArgs q = args_of(w);
+  const int n = int(w.out_features), k = int(w.in_features);
+  Tensor out = Tensor::empty({n, k}, DType::BF16, Device::CUDA);
+  const int64_t threads = int64_t(n) * (k / 8);
+  dispatch(w, [&](auto kd, auto bd) {
+    constexpr int KIND = decltype(kd)::value, B = decltype(bd)::value;
+    dequant_kernel<KIND, B><<<unsigned((threads + 255) / 256), 256, 0, s>>>(
+        q, static_cast<__nv_bfloat16*>(out.raw()), n, k);
+    TF_CUDA_CHECK(cudaGetLastError());
+  });
+  return out;
+}
+
+void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStream_t s) {
+  const int64_t n = w.out_features, k = w.in_features;
+  TF_CHECK(x.dim(-1) == k && y.numel() == x.numel() / k * n,
+           "linear: x " + x.describe() + " / y " + y.describe() + " do not match the quantized weight [" +
+               std::to_string(n) + ", " + std::to_string(k) + "]");
+  const int m = int(x.numel() / k);
+  const bool has_bias = w.bias.defined() && w.bias.numel() > 0;
+  const void* bias = has_bias ? w.bias.raw() : nullptr;
+  const int bias_kind = !has_bias ? 0 : w.bias.dtype() == DType::F32 ? 1 : 2;
+  const bool y_f32 = y.dtype() == DType::F32;
+  if (m == 0) return;
+  if (m >= kDequantMinM && size_t(n) * size_t(k) * 2 <= kDequantMaxBytes) {
+    // Prefill: the tiled bf16 kernel on the dequantized weight (same bits as the fused kernel). The copy
+    // goes back to the block cache at once; later users of that memory are ordered after us on the stream.
+    Tensor wd = dequantize_bf16(w, s);
+    return linear_bf16(x.raw(), wd.raw(), bias, has_bias ? w.bias.dtype() : DType::F32, y.raw(), y.dtype(), m,
+                       int(n), int(k), s);
+  }
+  const QArgs q = args_of(w);
+  const auto* xp = static_cast<const __nv_bfloat16*>(x.raw());
+  dispatch(w, [&](auto kd, auto bd) {
+    constexpr int KIND = decltype(kd)::value, B = decltype(bd)::value;
+    auto go = [&](auto nt) {
+      constexpr int NT = decltype(nt)::value;
+      const int m_tiles = (m + NT * 8 - 1) / (NT * 8), n_tiles = int((n + 15) / 16);
+      // Token tiles vary fastest so that blocks sharing a weight tile run together (L2 reuse).
+      launch_pdl(qlinear_kernel<KIND, B, NT>, dim3(n_tiles * m_tiles), dim3(kWarps * 32), 0, s, xp, q, bias,
+                 bias_kind, y.raw(), y_f32, m, int(n), int(k), m_tiles);
+    };
+    if (m <= 8)
+      go(std::integral_constant<int, 1>{});
+    else if (m <= 16)
+      go(std::integral_constant<int, 2>{});
+    else if (m <= 32)
+      go(std::integral_constant<int, 4>{});
+    else
+      go(std::integral_constant<int, 8>{});
+  });
+}
+
+void fill_random_bytes(void* p, size_t bytes, uint64_t seed, uint8_t mask, cudaStream_t s) {
+  const size_t threads = (bytes + 7) / 8;
+  random_bytes_kernel<<<unsigned((threads + 255) / 256), 256, 0, s>>>(static_cast<uint8_t*>(p), bytes, seed,
+                                                                      mask);
+  TF_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace tf::cuda

@@ -1,19 +1,33 @@
 #pragma once
-// Weight-only MLX affine 4-bit linear on the GPU (quant_linear.cu).
+// Weight-only quantized linears on the GPU (quant_linear.cu): MLX affine 2/3/4/5/6/8-bit and FP8 e4m3 with
+// per-row-group f32 scales (block 128x128, per-channel and per-tensor scales all normalised to that shape
+// at load, ops/cpu/quant.h). Needs in_features % 32 == 0 and groups of 32 * 2^i inputs (or one per row). Weights stay packed on the
+// device; each kernel reads every packed byte once per token tile and dequantizes in registers.
+//
+// Arithmetic (the same for every M, so a row's bits never depend on the batch): every weight value is
+// dequantized to bf16 (MLX 2-6-bit with bf16 scales: bf16(scale*q + bias) with one rounding; other MLX
+// widths/scale types: bf16(fmaf(scale, q, bias)); FP8: bf16(f32(e4m3) * scale)), then multiplied on the
+// tensor cores exactly as linear.cu's bf16 kernel would multiply that bf16 weight: same K permutation,
+// same 8 fixed K slices, same slice sum. Hence the fused kernel, and dequantize_bf16() followed by the
+// bf16 linear (what large-M calls use), give identical bits (tested).
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
-#include "core/dtype.h"
+#include "ops/backend.h"
 
 namespace tf::cuda {
 
-// y[M,N] (bf16 or f32) = x[M,K] (bf16) · Wᵀ + bias, W dequantized in registers from MLX 4-bit packing:
-// packed [N, K/8] uint32, scales and biases f32 [N, K/group]. Value = (scale*q) + bias rounded in f32 after
-// the product and after the sum — the CPU reference's values exactly (ops/cpu/quant.h). K % group == 0,
-// group % 8 == 0.
-void linear_mlx4(const void* x, const uint32_t* packed, const float* scales, const float* biases, int group,
-                 const void* bias, DType bias_dtype, void* y, DType y_dtype, int m, int n, int k,
-                 cudaStream_t s);
+// Uploads a quantized host weight packed as shipped (MLX scales/biases kept as bf16 when they are bf16,
+// otherwise as f32; FP8 scales f32). Returns false, uploading nothing, when the format or its shape has
+// no kernel here (the caller then falls back to dense bf16).
+bool upload_quantized_linear(const LinearWeight& host, LinearWeight& dev, cudaStream_t s);
+// y[M,N] (bf16 or f32) = x[M,K] (bf16) · Wᵀ + bias for a weight from upload_quantized_linear.
+void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStream_t s);
+// The bf16 weight [N, K] the kernels multiply by (for tests and for the large-M path).
+Tensor dequantize_bf16(const LinearWeight& w, cudaStream_t s);
+// Fills `bytes` bytes of device memory with pseudo-random bytes ANDed with `mask` (benches: random
+// packed weights; mask 0xBF keeps e4m3 bytes finite).
+void fill_random_bytes(void* p, size_t bytes, uint64_t seed, uint8_t mask, cudaStream_t s);
 
 }  // namespace tf::cuda

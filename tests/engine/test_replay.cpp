@@ -71,7 +71,7 @@ TEST(ReplayDrafter, EveryDraftIsAcceptedAndOutputIsUnchanged) {
     reqs[size_t(i)].prompt = {5, 17, 29, 41, 53, 65, 77};
     reqs[size_t(i)].sampling.temperature = i == 2 ? 0.f : 1.1f;
     reqs[size_t(i)].sampling.seed = 40 + uint64_t(i);
-    reqs[size_t(i)].max_tokens = 33;
+    reqs[size_t(i)].max_tokens = 41;
     reqs[size_t(i)].ignore_eos = true;
     reqs[size_t(i)].draft = false;
   }
@@ -85,7 +85,7 @@ TEST(ReplayDrafter, EveryDraftIsAcceptedAndOutputIsUnchanged) {
   for (size_t i = 0; i < 3; ++i) {
     EXPECT_EQ(replayed[i].tokens, serial[i].tokens) << i;
     EXPECT_EQ(replayed[i].usage.accepted_tokens, replayed[i].usage.drafted_tokens) << i;
-    // 33 tokens: 1 from the prefill, then 8 verify steps of 4 drafts + 1.
+    // 41 tokens: 1 from the prefill, then 8 verify steps of 4 drafts + 1.
     EXPECT_EQ(replayed[i].usage.drafted_tokens, 32) << i;
   }
   EXPECT_LE(forwards, 10);

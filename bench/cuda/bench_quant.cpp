@@ -101,11 +101,10 @@ LinearWeight make_weight(Backend& be, Fmt f, int64_t n, int64_t k, uint64_t seed
     w.bits = bits, w.group_size = 64;
     w.weight = be.alloc({n, k * bits / 32}, DType::U32);
     cuda::fill_random_bytes(w.weight.raw(), w.weight.nbytes(), seed, 0xFF, s);
-    w.scales = be.alloc({n, k / 64}, DType::BF16);
-    w.biases = be.alloc({n, k / 64}, DType::BF16);
-    const float step = 2 * a / float((1 << bits) - 1);
-    cuda::fill_uniform(be, w.scales, seed + 1, 0.5f * step, step);
-    cuda::fill_uniform(be, w.biases, seed + 2, -a, -0.5f * a);
+    // The device layout of bf16 scales and biases (quant_linear.h): one U32 per group, bf16 scale | bf16
+    // bias << 16. Random bytes masked with 0x3F are finite bf16 values in [0, 2): fine for timing.
+    w.scales = be.alloc({n, k / 64}, DType::U32);
+    cuda::fill_random_bytes(w.scales.raw(), w.scales.nbytes(), seed + 1, 0x3F, s);
   }
   for (const Tensor* t : {&w.weight, &w.scales, &w.biases})
     if (t->defined()) *bytes += int64_t(t->nbytes());

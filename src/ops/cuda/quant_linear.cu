@@ -34,15 +34,15 @@ enum Kind { kMlxBf16 = 0, kMlxF32 = 1, kFp8 = 2 };  // MLX with bf16 scales, MLX
 
 struct QArgs {
   const uint8_t* w;    // packed rows, row_bytes apart
-  const void* scales;  // [N, groups]: bf16 (kMlxBf16) or f32
-  const void* biases;  // [N, groups], MLX only
+  const void* scales;  // [N, groups]: u32 bf16 scale | bf16 bias << 16 (kMlxBf16), or f32
+  const void* biases;  // [N, groups] f32, kMlxF32 only
   int64_t row_bytes;
   int groups;
   int chunk_shift;  // group of chunk c (32 values) = c >> chunk_shift (groups are 32 * 2^shift wide)
 };
 
-// The packed bits of 8 consecutive values of one row (little-endian bit stream: value i at bit B*i)
-// and the raw bits of their group's scale and bias.
+// The packed bits of 8 consecutive values of one row (little-endian bit stream: value i at bit B*i, but
+// for 4-bit see nibble_of) and the raw bits of their group's scale and bias (kMlxBf16: both in s).
 struct Raw {
   uint32_t v0, v1, s, b;
 };
@@ -71,13 +71,18 @@ __device__ __forceinline__ Raw load_raw(const QArgs& q, int row, int c, int t) {
   }
   const int64_t si = int64_t(row) * q.groups + (c >> q.chunk_shift);
   if constexpr (KIND == kMlxBf16) {
-    r.s = __ldg(static_cast<const unsigned short*>(q.scales) + si);
-    r.b = __ldg(static_cast<const unsigned short*>(q.biases) + si);
+    r.s = __ldg(static_cast<const unsigned int*>(q.scales) + si);
   } else {
     r.s = __ldg(static_cast<const unsigned int*>(q.scales) + si);
     if constexpr (KIND == kMlxF32) r.b = __ldg(static_cast<const unsigned int*>(q.biases) + si);
   }
   return r;
+}
+
+// On the device, each 32-bit word of a 4-bit weight holds value i of its 8 at nibble nibble_of(i), so that
+// one shift and one mask give a bf16 pair of consecutive values (reordered at upload; same bytes).
+__host__ __device__ constexpr int nibble_of(int i) {
+  return i / 2 + 4 * (i % 2);
 }
 
 __device__ __forceinline__ uint32_t bits_of(__nv_bfloat162 v) {
@@ -104,12 +109,9 @@ __device__ __forceinline__ uint4 dequant(const Raw& r) {
   } else if constexpr (KIND == kMlxBf16 && B <= 6) {
     // q < 128 written into the mantissa of bf16 128.0 (0x4300) is exactly 128 + q; minus 128 is q; one
     // bf16 fma then gives scale*q + bias rounded once.
-    if constexpr (B == 4) {
-      uint32_t p[4];  // p[j] = (q_j, q_{j+4})
+    if constexpr (B == 4) {  // nibbles j and j+4 hold values 2j and 2j+1 (nibble_of)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) p[j] = ((r.v0 >> (4 * j)) & 0x000F000Fu) | 0x43004300u;
-      o[0] = __byte_perm(p[0], p[1], 0x5410), o[1] = __byte_perm(p[2], p[3], 0x5410);
-      o[2] = __byte_perm(p[0], p[1], 0x7632), o[3] = __byte_perm(p[2], p[3], 0x7632);
+      for (int j = 0; j < 4; ++j) o[j] = ((r.v0 >> (4 * j)) & 0x000F000Fu) | 0x43004300u;
     } else {
       const uint64_t v = uint64_t(r.v0) | (uint64_t(r.v1) << 32);
       constexpr uint32_t mask = (1u << B) - 1u;
@@ -119,17 +121,17 @@ __device__ __forceinline__ uint4 dequant(const Raw& r) {
         o[j] = lo | (hi << 16) | 0x43004300u;
       }
     }
-    const __nv_bfloat162 s2 = bf2_of(r.s | (r.s << 16)), b2 = bf2_of(r.b | (r.b << 16));
+    const __nv_bfloat162 s2 = bf2_of(__byte_perm(r.s, 0, 0x1010)), b2 = bf2_of(__byte_perm(r.s, 0, 0x3232));
     const __nv_bfloat162 magic = bf2_of(0x43004300u);
 #pragma unroll
     for (int j = 0; j < 4; ++j) o[j] = bits_of(__hfma2(__hsub2(bf2_of(o[j]), magic), s2, b2));
   } else {  // MLX 8-bit, or f32 scales: scale*q + bias in f32 (one fma), rounded to bf16
     const float s = KIND == kMlxBf16 ? __uint_as_float(r.s << 16) : __uint_as_float(r.s);
-    const float b = KIND == kMlxBf16 ? __uint_as_float(r.b << 16) : __uint_as_float(r.b);
+    const float b = KIND == kMlxBf16 ? __uint_as_float(r.s & 0xFFFF0000u) : __uint_as_float(r.b);
     const uint64_t v = uint64_t(r.v0) | (uint64_t(r.v1) << 32);
     constexpr uint32_t mask = (1u << B) - 1u;
     auto val = [&](int i) {  // 2^23 + q, minus 2^23: q as a float without an int conversion
-      const float f = __uint_as_float(0x4B000000u | (uint32_t(v >> (i * B)) & mask));
+      const float f = __uint_as_float(0x4B000000u | (uint32_t(v >> (B == 4 ? 4 * nibble_of(i) : i * B)) & mask));
       return __fmaf_rn(s, __fsub_rn(f, 8388608.f), b);
     };
 #pragma unroll
@@ -260,7 +262,7 @@ int chunk_shift(const LinearWeight& w) {
 
 int kind_of(const LinearWeight& w) {
   if (w.format == LinearWeight::Format::Fp8Block) return kFp8;
-  return w.scales.dtype() == DType::BF16 ? kMlxBf16 : kMlxF32;
+  return w.scales.dtype() == DType::U32 ? kMlxBf16 : kMlxF32;
 }
 
 QArgs args_of(const LinearWeight& w) {
@@ -311,6 +313,28 @@ Tensor to_device_f32(const Tensor& host, cudaStream_t s) {
   return to_device(Tensor::borrow(f.data(), host.shape(), DType::F32, Device::CPU), s);
 }
 
+// 4-bit words with value i of 8 moved to nibble nibble_of(i).
+Tensor reorder_nibbles(const Tensor& packed) {
+  Tensor out = Tensor::empty(packed.shape(), DType::U32);
+  const uint32_t* in = packed.data<uint32_t>();
+  uint32_t* o = out.data<uint32_t>();
+  for (int64_t i = 0; i < packed.numel(); ++i) {
+    uint32_t v = 0;
+    for (int j = 0; j < 8; ++j) v |= ((in[i] >> (4 * j)) & 15u) << (4 * nibble_of(j));
+    o[i] = v;
+  }
+  return out;
+}
+
+// bf16 scales and biases as one U32 per group: scale in the low half, bias in the high half.
+Tensor interleave_bf16(const Tensor& scales, const Tensor& biases) {
+  TF_CHECK(scales.is_contiguous() && biases.is_contiguous(), "upload: scales/biases must be contiguous");
+  Tensor out = Tensor::empty(scales.shape(), DType::U32);
+  const uint16_t *sc = scales.data<uint16_t>(), *bi = biases.data<uint16_t>();
+  for (int64_t i = 0; i < scales.numel(); ++i) out.data<uint32_t>()[i] = sc[i] | (uint32_t(bi[i]) << 16);
+  return out;
+}
+
 }  // namespace
 
 bool upload_quantized_linear(const LinearWeight& host, LinearWeight& dev, cudaStream_t s) {
@@ -323,10 +347,10 @@ bool upload_quantized_linear(const LinearWeight& host, LinearWeight& dev, cudaSt
   dev.format = host.format;
   dev.bits = host.bits, dev.group_size = host.group_size;
   dev.in_features = host.in_features, dev.out_features = host.out_features;
-  dev.weight = to_device(host.weight, s);
+  dev.weight = mlx && host.bits == 4 ? to_device(reorder_nibbles(host.weight), s) : to_device(host.weight, s);
   if (mlx && host.scales.dtype() == DType::BF16) {
-    dev.scales = to_device(host.scales, s);
-    dev.biases = to_device(host.biases, s);
+    dev.scales = to_device(interleave_bf16(host.scales, host.biases), s);
+    dev.biases = Tensor();
   } else {
     dev.scales = to_device_f32(host.scales, s);
     dev.biases = mlx ? to_device_f32(host.biases, s) : Tensor();

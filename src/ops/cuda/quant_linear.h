@@ -18,9 +18,12 @@
 
 namespace tf::cuda {
 
-// Uploads a quantized host weight packed as shipped (MLX scales/biases kept as bf16 when they are bf16,
-// otherwise as f32; FP8 scales f32). Returns false, uploading nothing, when the format or its shape has
-// no kernel here (the caller then falls back to dense bf16).
+// Uploads a quantized host weight, packed, at its shipped size. Device layout (what a LinearWeight of
+// these formats holds on the GPU): `weight` as shipped, except that each 32-bit word of a 4-bit weight has
+// its 8 values reordered (value i at nibble i/2 + 4*(i%2)); MLX bf16 scales and biases interleaved as one
+// U32 per group in `scales` (bf16 scale in the low half, bias in the high half; `biases` empty); f16/f32
+// MLX scales and biases as f32; FP8 scales f32. Returns false, uploading nothing, when the format or its
+// shape has no kernel here (the caller then falls back to dense bf16).
 bool upload_quantized_linear(const LinearWeight& host, LinearWeight& dev, cudaStream_t s);
 // y[M,N] (bf16 or f32) = x[M,K] (bf16) · Wᵀ + bias for a weight from upload_quantized_linear.
 void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStream_t s);

@@ -17,7 +17,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 std::unique_ptr<httplib::Client> make_client(const LoadOptions& opt) {
   const Endpoint e = parse_url(opt.url);
@@ -35,7 +37,8 @@ json get_json(httplib::Client& c, const std::string& path, const json* body) {
   auto res = body ? c.Post(path, body->dump(), "application/json") : c.Get(path);
   if (!res) throw std::runtime_error(path + ": " + httplib::to_string(res.error()));
   if (res->status != 200)
-    throw std::runtime_error(path + ": HTTP " + std::to_string(res->status) + ": " + res->body.substr(0, 500));
+    throw std::runtime_error(path + ": HTTP " + std::to_string(res->status) + ": " +
+                             res->body.substr(0, 500));
   return json::parse(res->body);
 }
 
@@ -76,10 +79,12 @@ class SseTimer {
     json c = json::parse(payload, nullptr, false);
     if (c.is_discarded()) return fail("unparsable SSE data: " + payload.substr(0, 200));
     if (c.contains("error")) return fail("error event: " + c["error"].dump().substr(0, 300));
-    if (c.contains("usage") && c["usage"].is_object()) usage_tokens_ = c["usage"].value("completion_tokens", -1);
+    if (c.contains("usage") && c["usage"].is_object())
+      usage_tokens_ = c["usage"].value("completion_tokens", -1);
     if (!c.contains("choices") || c["choices"].empty()) return;
     const json& ch = c["choices"][0];
-    if (ch.contains("finish_reason") && ch["finish_reason"].is_string()) r_.finish_reason = ch["finish_reason"];
+    if (ch.contains("finish_reason") && ch["finish_reason"].is_string())
+      r_.finish_reason = ch["finish_reason"];
     int k = 0;
     if (count_logprobs_) {
       if (ch.contains("logprobs") && ch["logprobs"].is_object()) k = int(ch["logprobs"]["tokens"].size());
@@ -208,16 +213,13 @@ PromptSource::PromptSource(const LoadOptions& opt) : opt_(opt), model_(opt.model
   auto cli = make_client(opt);
   if (model_.empty()) {
     json models = get_json(*cli, "/v1/models", nullptr);
-    if (!models.contains("data") || models["data"].empty()) throw std::runtime_error("/v1/models lists no model");
+    if (!models.contains("data") || models["data"].empty())
+      throw std::runtime_error("/v1/models lists no model");
     model_ = models["data"][0]["id"];
   }
-  const std::string text = opt.repeat_prompt
-                               ? [] {
-                                   std::string s;
-                                   for (int i = 0; i < 64; ++i) s += "The quick brown fox jumps over the lazy dog. ";
-                                   return s;
-                                 }()
-                               : random_words(512, opt.seed);
+  // Repeat mode cycles through the sentence's tokens, so any --prompt-tokens works.
+  const std::string text =
+      opt.repeat_prompt ? "The quick brown fox jumps over the lazy dog. " : random_words(512, opt.seed);
   json body = {{"model", model_}, {"prompt", text}, {"add_special_tokens", false}};
   json tok = get_json(*cli, "/tokenize", &body);
   pool_ = tok.at("tokens").get<std::vector<int32_t>>();
@@ -245,7 +247,8 @@ std::vector<RequestResult> run_level(const LoadOptions& opt, const PromptSource&
   for (int c = 0; c < clients; ++c) {
     threads.emplace_back([&, c] {
       auto cli = make_client(opt);
-      if (opt.ramp_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(opt.ramp_s * c / clients));
+      if (opt.ramp_s > 0)
+        std::this_thread::sleep_for(std::chrono::duration<double>(opt.ramp_s * c / clients));
       for (int i = 0; i < opt.requests_per_client; ++i) {
         if (i > 0 && opt.duration_s > 0 && seconds_since(t0) >= opt.duration_s) break;
         const uint64_t index = next_index++;

@@ -30,22 +30,35 @@ void add_options(CLI::App& app, Args& a) {
   app.add_option("--url", o.url, "Server root")->capture_default_str();
   app.add_option("--api-key", o.api_key, "Bearer key, when the server requires one");
   app.add_option("--model", o.model, "Model id (default: the first of /v1/models)");
-  app.add_option("--clients", a.clients, "Concurrency levels, e.g. 1,8,32,64")->delimiter(',')->check(CLI::PositiveNumber);
-  app.add_option("--prompt-tokens", o.prompt_tokens, "Prompt length in tokens")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--prompt", a.prompt_kind, "random (random words, new for every request) or repeat (one sentence)")
+  app.add_option("--clients", a.clients, "Concurrency levels, e.g. 1,8,32,64")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  app.add_option("--prompt-tokens", o.prompt_tokens, "Prompt length in tokens")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--prompt", a.prompt_kind,
+                 "random (random words, new for every request) or repeat (one sentence)")
       ->check(CLI::IsMember({"random", "repeat"}))
       ->capture_default_str();
-  app.add_option("--max-tokens", o.max_tokens, "Output tokens per request")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--requests", o.requests_per_client, "Requests per client and level")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--duration", o.duration_s, "Seconds per level after which clients start no new request (0: off)");
+  app.add_option("--max-tokens", o.max_tokens, "Output tokens per request")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--requests", o.requests_per_client, "Requests per client and level")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--duration", o.duration_s,
+                 "Seconds per level after which clients start no new request (0: off)");
   app.add_option("--ramp", o.ramp_s, "Seconds over which a level's clients start (0: all at once)");
   app.add_option("--temperature", o.temperature, "Sampling temperature")->capture_default_str();
   app.add_flag("--draft", o.draft, "Let the server draft (sends \"draft\": true; use with --count logprobs)");
-  app.add_option("--count", a.count, "How tokens are counted: usage (final usage chunk) or logprobs (per chunk)")
+  app.add_option("--count", a.count,
+                 "How tokens are counted: usage (final usage chunk) or logprobs (per chunk)")
       ->check(CLI::IsMember({"usage", "logprobs"}))
       ->capture_default_str();
-  app.add_option("--seed", o.seed, "Seed of the prompts and of the requests' sampling")->capture_default_str();
-  app.add_option("--warmup", a.warmup, "Untimed single-client requests before the sweep")->capture_default_str();
+  app.add_option("--seed", o.seed, "Seed of the prompts and of the requests' sampling")
+      ->capture_default_str();
+  app.add_option("--warmup", a.warmup, "Untimed single-client requests before the sweep")
+      ->capture_default_str();
   app.add_option("--timeout", o.timeout_s, "Read timeout per request, seconds")->capture_default_str();
   app.add_option("--json", a.json_path, "Also write the report (with per-request records) to this file");
 }
@@ -72,16 +85,18 @@ int run(Args& a) {
     index += raw.back().size();
     levels.push_back(summarize(c, raw.back(), wall, a.opt.max_tokens));
     const auto& l = levels.back();
-    std::fprintf(stderr, "clients %d: %d requests, %d errors, %.1f tok/s, ITL p99 %.2f ms\n", c, l.requests, l.errors,
-                 l.tokens_per_s, l.itl_p99_ms);
+    std::fprintf(stderr, "clients %d: %d requests, %d errors, %.1f tok/s, ITL p99 %.2f ms\n", c, l.requests,
+                 l.errors, l.tokens_per_s, l.itl_p99_ms);
     for (const auto& e : l.error_samples) std::fprintf(stderr, "  error: %s\n", e.c_str());
   }
   const LevelReport* base = nullptr;
   for (const auto& l : levels)
     if (l.clients == 1) base = &l;
-  std::printf("model %s, prompt %d tokens (%s), %d output tokens, %d requests per client, temperature %g, draft %s\n\n",
-              prompts.model().c_str(), a.opt.prompt_tokens, a.prompt_kind.c_str(), a.opt.max_tokens,
-              a.opt.requests_per_client, a.opt.temperature, a.opt.draft ? "on" : "off");
+  std::printf(
+      "model %s, prompt %d tokens (%s), %d output tokens, %d requests per client, temperature %g, draft "
+      "%s\n\n",
+      prompts.model().c_str(), a.opt.prompt_tokens, a.prompt_kind.c_str(), a.opt.max_tokens,
+      a.opt.requests_per_client, a.opt.temperature, a.opt.draft ? "on" : "off");
   std::printf("%s\n", markdown_header().c_str());
   for (const auto& l : levels) std::printf("%s\n", markdown_row(l, base).c_str());
   for (const auto& l : levels)

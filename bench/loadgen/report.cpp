@@ -51,12 +51,15 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
-std::string ratio(double num, double den) { return den > 0 ? fmt("%.2fx", num / den) : "-"; }
+std::string ratio(double num, double den) {
+  return den > 0 ? fmt("%.2fx", num / den) : "-";
+}
 
 }  // namespace
 
 std::string markdown_header() {
-  return "| clients | requests | errors | output tokens | tok/chunk | tok/s | vs 1 client | TTFT p50 ms | TTFT p99 ms "
+  return "| clients | requests | errors | output tokens | tok/chunk | tok/s | vs 1 client | TTFT p50 ms | "
+         "TTFT p99 ms "
          "| ITL p50 ms | ITL p99 ms | ITL p99 vs 1 client |\n"
          "|---|---|---|---|---|---|---|---|---|---|---|---|";
 }
@@ -66,9 +69,10 @@ std::string markdown_row(const LevelReport& r, const LevelReport* base) {
   std::string s = "| " + std::to_string(r.clients) + " | " + std::to_string(r.requests) + " | " +
                   std::to_string(r.errors) + " | " + std::to_string(r.output_tokens) + " | " +
                   fmt("%.2f", per_chunk) + " | " + fmt("%.1f", r.tokens_per_s) + " | " +
-                  (base ? ratio(r.tokens_per_s, base->tokens_per_s) : "-") + " | " + fmt("%.1f", r.ttft_p50_ms) +
-                  " | " + fmt("%.1f", r.ttft_p99_ms) + " | " + fmt("%.2f", r.itl_p50_ms) + " | " +
-                  fmt("%.2f", r.itl_p99_ms) + " | " + (base ? ratio(r.itl_p99_ms, base->itl_p99_ms) : "-") + " |";
+                  (base ? ratio(r.tokens_per_s, base->tokens_per_s) : "-") + " | " +
+                  fmt("%.1f", r.ttft_p50_ms) + " | " + fmt("%.1f", r.ttft_p99_ms) + " | " +
+                  fmt("%.2f", r.itl_p50_ms) + " | " + fmt("%.2f", r.itl_p99_ms) + " | " +
+                  (base ? ratio(r.itl_p99_ms, base->itl_p99_ms) : "-") + " |";
   return s;
 }
 
@@ -76,8 +80,9 @@ std::string target_line(const LevelReport& r, const LevelReport& base) {
   const double tput = base.tokens_per_s > 0 ? r.tokens_per_s / base.tokens_per_s : 0;
   const double itl = base.itl_p99_ms > 0 ? r.itl_p99_ms / base.itl_p99_ms : 0;
   const bool met = tput >= 12.0 && itl <= 2.0 && r.errors == 0;
-  return std::to_string(r.clients) + " clients: " + fmt("%.2fx", tput) + " single-stream throughput (target >= 12x), " +
-         "p99 ITL " + fmt("%.2fx", itl) + " single-stream (target <= 2x): " + (met ? "MET" : "NOT MET");
+  return std::to_string(r.clients) + " clients: " + fmt("%.2fx", tput) +
+         " single-stream throughput (target >= 12x), " + "p99 ITL " + fmt("%.2fx", itl) +
+         " single-stream (target <= 2x): " + (met ? "MET" : "NOT MET");
 }
 
 json to_json(const LevelReport& r, const LevelReport* base, const std::vector<RequestResult>& results) {

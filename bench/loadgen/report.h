@@ -31,6 +31,7 @@ std::string markdown_row(const LevelReport& r, const LevelReport* base);
 // The target at 32 streams: >= 12x single-stream throughput, p99 ITL <= 2x single-stream.
 std::string target_line(const LevelReport& r, const LevelReport& base);
 
-nlohmann::json to_json(const LevelReport& r, const LevelReport* base, const std::vector<RequestResult>& results);
+nlohmann::json to_json(const LevelReport& r, const LevelReport* base,
+                       const std::vector<RequestResult>& results);
 
 }  // namespace tf::loadgen

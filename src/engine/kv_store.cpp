@@ -101,9 +101,10 @@ void KvDiskStore::enforce_budget() {
   while (!lru_.empty() && (bytes_ > max_bytes_ || (max_files_ && index_.size() > max_files_))) drop(lru_.back());
 }
 
-bool KvDiskStore::put(uint64_t hash, uint64_t parent, const std::vector<int32_t>& tokens, const std::vector<uint8_t>& data) {
+bool KvDiskStore::put(uint64_t hash, uint64_t parent, const std::vector<int32_t>& tokens, const std::vector<uint8_t>& data,
+                      bool replace) {
   if (!usable_) return false;
-  if (index_.count(hash)) return true;
+  if (index_.count(hash) && !replace) return true;
   Header h{};
   std::memcpy(h.magic, kMagic, 8);
   h.identity = identity_;
@@ -139,6 +140,11 @@ bool KvDiskStore::put(uint64_t hash, uint64_t parent, const std::vector<int32_t>
     return false;
   }
   const uint64_t size = sizeof h + tokens.size() * 4 + data.size() + 4;
+  if (auto old = index_.find(hash); old != index_.end()) {  // replaced: the rename overwrote its file
+    bytes_ -= old->second.bytes;
+    lru_.erase(old->second.lru);
+    index_.erase(old);
+  }
   lru_.push_front(hash);
   index_[hash] = {size, lru_.begin()};
   bytes_ += size;

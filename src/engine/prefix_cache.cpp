@@ -37,7 +37,7 @@ int PrefixCache::acquire(const std::vector<int32_t>& tokens, int limit, std::vec
       if (pool_.free_blocks() == 0) make_room(1);
       if (!o_.store->get(next, want, data) || !pool_.reserve(fresh, bs)) break;
       pool_.write_block(fresh[0], data);
-      add_entry(next, h, fresh[0], std::move(want));
+      add_entry(next, h, fresh[0], std::move(want), true);
       table.push_back(fresh[0]);  // the reserve's reference is the caller's; add_entry took the cache's
       ++disk_hits_;
     } else {
@@ -50,13 +50,22 @@ int PrefixCache::acquire(const std::vector<int32_t>& tokens, int limit, std::vec
   return covered;
 }
 
-void PrefixCache::add_entry(uint64_t hash, uint64_t parent, int32_t block, std::vector<int32_t> tokens) {
+void PrefixCache::add_entry(uint64_t hash, uint64_t parent, int32_t block, std::vector<int32_t> tokens,
+                            bool from_disk) {
   pool_.ref(block);
   if (parent != kRoot) {
     auto p = entries_.find(parent);
     if (p != entries_.end()) ++p->second.children;
   }
-  entries_[hash] = Entry{block, parent, std::move(tokens), 0, ++clock_};
+  entries_[hash] = Entry{block, parent, std::move(tokens), 0, ++clock_, from_disk};
+}
+
+// Writes a block to the store. A stored copy of a block computed here was never read back (the lookup
+// stopped before it, e.g. at a corrupt parent), so it is rewritten rather than trusted.
+void PrefixCache::store_block(uint64_t hash, const Entry& e, std::vector<uint8_t>& scratch) {
+  if (!o_.store->usable() || (e.from_disk && o_.store->contains(hash))) return;
+  pool_.read_block(e.block, scratch);
+  o_.store->put(hash, e.parent, e.tokens, scratch, !e.from_disk);
 }
 
 void PrefixCache::retain(const std::vector<int32_t>& tokens, int valid, std::vector<int32_t>& table) {
@@ -104,10 +113,9 @@ bool PrefixCache::evict_one() {
       victim = it;
   if (victim == entries_.end()) return false;
   Entry& e = victim->second;
-  if (o_.store && o_.store->usable() && !o_.store->contains(victim->first)) {
+  if (o_.store) {
     std::vector<uint8_t> data;
-    pool_.read_block(e.block, data);
-    o_.store->put(victim->first, e.parent, e.tokens, data);
+    store_block(victim->first, e, data);
   }
   if (e.parent != kRoot) {
     auto p = entries_.find(e.parent);
@@ -128,9 +136,8 @@ void PrefixCache::save_all() {
   if (!o_.store) return;
   std::vector<uint8_t> data;
   for (const auto& [h, e] : entries_) {
-    if (o_.store->contains(h)) continue;
-    pool_.read_block(e.block, data);
-    if (!o_.store->put(h, e.parent, e.tokens, data)) return;
+    store_block(h, e, data);
+    if (!o_.store->usable()) return;
   }
 }
 

@@ -48,10 +48,12 @@ class PrefixCache {
     std::vector<int32_t> tokens;
     int children = 0;
     uint64_t tick = 0;
+    bool from_disk = false;  // read back (and verified); else computed here, its stored copy unverified
   };
   static uint64_t chain(uint64_t parent, const int32_t* tokens, int n);
   bool evict_one();
-  void add_entry(uint64_t hash, uint64_t parent, int32_t block, std::vector<int32_t> tokens);
+  void add_entry(uint64_t hash, uint64_t parent, int32_t block, std::vector<int32_t> tokens, bool from_disk = false);
+  void store_block(uint64_t hash, const Entry& e, std::vector<uint8_t>& scratch);
   void enforce_limits();
   int leaves() const;
 

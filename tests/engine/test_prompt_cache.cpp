@@ -166,6 +166,15 @@ TEST(PromptCache, SnapshotSurvivesRestartAndCorruptFilesAreRecomputed) {
     Out again = run(*e, prompt);
     EXPECT_EQ(again.tokens, first.tokens);
     EXPECT_EQ(again.usage.cached_tokens, 0);
+    EXPECT_EQ(e->stats().prompt_cache_disk_hits, 0);
+    e->shutdown();
+  }
+  // The bad files were deleted and the recomputed blocks saved in their place: the next start reuses them.
+  {
+    auto e = make(0.01, 0, dir.string());
+    Out again = run(*e, prompt);
+    EXPECT_EQ(again.tokens, first.tokens);
+    EXPECT_EQ(again.usage.cached_tokens, 48);
     e->shutdown();
   }
   fs::remove_all(dir);
@@ -233,6 +242,13 @@ TEST(KvDiskStore, CorruptTruncatedAndPaddedFilesAreDeletedNeverServed) {
     EXPECT_FALSE(fs::exists(block_file(dir, 1)));
     toks.assign(16, 5);
     ASSERT_TRUE(s.put(5, 0, toks, data));
+    // A block recomputed over an unverified (here: damaged) copy is rewritten only when asked to.
+    fs::resize_file(block_file(dir, 5), 100);
+    EXPECT_TRUE(s.put(5, 0, toks, data));
+    EXPECT_EQ(fs::file_size(block_file(dir, 5)), 100u);
+    EXPECT_TRUE(s.put(5, 0, toks, data, /*replace=*/true));
+    EXPECT_EQ(s.files(), 1u);
+    EXPECT_EQ(s.bytes(), fs::file_size(block_file(dir, 5)));
   }
   // A crash's temporary file is removed when the store opens; another identity's files are not indexed.
   std::ofstream(dir / "0000000000000006.tfkv.tmp.123") << "half";
@@ -283,7 +299,9 @@ void disk_full_child(const fs::path& dir) {
       auto p = text_tokens(*cached, 50, salt);
       Out a = run(*cached, p), b = run(*plain, p);
       EXPECT_EQ(a.tokens, b.tokens) << round << " " << salt;
-      if (round == 1) EXPECT_EQ(a.usage.cached_tokens, 0) << salt;  // evicted, and nothing on disk
+      if (round == 1) {
+        EXPECT_EQ(a.usage.cached_tokens, 0) << salt;  // evicted, and nothing on disk
+      }
     }
   EXPECT_EQ(cached->stats().prompt_cache_disk_hits, 0);
   EXPECT_TRUE(fs::is_empty(dir / "spill"));

@@ -261,3 +261,32 @@ def test_full_queue_refuses_with_429_and_the_waiting_requests_finish():
         assert e["kv_blocks_used"] == 0 and e["requests_cancelled"] == 1, e
     finally:
         s.stop()
+
+
+class StillWaiting(AssertionError):
+    pass
+
+
+@pytest.mark.xfail(strict=True, raises=StillWaiting, reason="known gap: a waiting request whose client hung up keeps its queue place "
+                                       "until it reaches a slot (the hang-up is only seen at the first write)")
+def test_client_hanging_up_while_waiting_frees_its_queue_place():
+    s = Server("--parallel", "1", "--max-queue", "1", context=2048)
+    try:
+        busy = Stream(s.url, HANG_UP | {"max_tokens": 2000}, hang_up_after=10**9)
+        t = threading.Thread(target=busy.run)
+        t.start()
+        assert busy.started.wait(60) and busy.error is None
+        r = requests.post(s.url + "/v1/completions", json={"prompt": "Well", "max_tokens": 8, "stream": True},
+                          stream=True, timeout=30)
+        assert r.status_code == 200 and s.engine()["waiting"] == 1
+        r.close()
+        deadline = time.time() + 3
+        while s.engine()["waiting"] == 1 and time.time() < deadline:
+            time.sleep(0.05)
+        waiting = s.engine()["waiting"]
+        busy.hang_up_after = 1
+        t.join(timeout=60)
+        if waiting != 0:
+            raise StillWaiting("the hung-up waiting request still holds the only queue place")
+    finally:
+        s.stop()

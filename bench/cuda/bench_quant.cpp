@@ -56,7 +56,8 @@ double time_graph_ms(cudaStream_t s, const std::function<void()>& fn) {
       fn();
     } catch (const std::exception&) {
     }
-    captured = cudaStreamEndCapture(s, &g) == cudaSuccess && g && cudaGraphInstantiate(&ge, g, 0) == cudaSuccess;
+    captured =
+        cudaStreamEndCapture(s, &g) == cudaSuccess && g && cudaGraphInstantiate(&ge, g, 0) == cudaSuccess;
   }
   cudaGetLastError();
   if (!captured) {
@@ -72,10 +73,14 @@ double time_graph_ms(cudaStream_t s, const std::function<void()>& fn) {
 enum class Fmt { Bf16, Mlx4, Mlx8, Fp8 };
 const char* fmt_name(Fmt f) {
   switch (f) {
-    case Fmt::Bf16: return "bf16";
-    case Fmt::Mlx4: return "mlx 4-bit g64";
-    case Fmt::Mlx8: return "mlx 8-bit g64";
-    default: return "fp8 block 128";
+    case Fmt::Bf16:
+      return "bf16";
+    case Fmt::Mlx4:
+      return "mlx 4-bit g64";
+    case Fmt::Mlx8:
+      return "mlx 8-bit g64";
+    default:
+      return "fp8 block 128";
   }
 }
 

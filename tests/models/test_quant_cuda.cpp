@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <random>
 
 #include "checkpoint/checkpoint.h"
@@ -111,7 +112,8 @@ std::vector<QuantCase> quant_cases(int64_t n, int64_t k) {
       cases.push_back({"mlx" + std::to_string(bits) + "-g" + std::to_string(group),
                        random_mlx(n, k, bits, group, DType::BF16, ++seed)});
   for (int bits : {3, 4, 8})
-    cases.push_back({"mlx" + std::to_string(bits) + "-g64-f16", random_mlx(n, k, bits, 64, DType::F16, ++seed)});
+    cases.push_back(
+        {"mlx" + std::to_string(bits) + "-g64-f16", random_mlx(n, k, bits, 64, DType::F16, ++seed)});
   cases.push_back({"mlx4-g32-f32", random_mlx(n, k, 4, 32, DType::F32, ++seed)});
   cases.push_back({"fp8-block128", random_fp8(n, k, 128, ++seed)});
   cases.push_back({"fp8-channel", random_fp8(n, k, int(k), ++seed)});
@@ -231,7 +233,10 @@ std::vector<float> run_logits(Backend& be, const std::string& dir) {
 TEST_F(Gpu, QuantizedTinyModelsMatchCpu) {
   for (const char* name : {"qwen3-mlx-mixed", "qwen3-mlx-5bit-g32", "qwen3-fp8-block", "qwen3-fp8-channel"}) {
     SCOPED_TRACE(name);
-    const std::string dir = std::string(TF_SOURCE_DIR) + "/tests/data/quant/" + name;
+    // The built-in source path, or the repository root as the working directory (device runs).
+    const std::string built_in = std::string(TF_SOURCE_DIR) + "/tests/data/quant/" + name;
+    const std::string dir =
+        std::filesystem::exists(built_in) ? built_in : std::string("tests/data/quant/") + name;
     const auto c = run_logits(*cpu, dir), g = run_logits(*gpu, dir);
     ASSERT_EQ(c.size(), g.size());
     double max_err = 0;

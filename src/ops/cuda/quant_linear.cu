@@ -28,7 +28,7 @@ namespace {
 constexpr int kWarps = 8;          // K slices: must equal linear.cu's (same arithmetic)
 constexpr int kU = 4;              // K chunks whose packed bytes a warp loads per step
 constexpr int kDequantMinM = 128;  // from here on: dequantize to bf16 + the tiled bf16 linear
-constexpr size_t kDequantMaxBytes = size_t(1) << 30;  // ... unless the bf16 copy would exceed this
+constexpr size_t kDequantMaxBytes = size_t(256) << 20;  // ... unless the transient bf16 copy exceeds this
 
 enum Kind { kMlxBf16 = 0, kMlxF32 = 1, kFp8 = 2 };  // MLX with bf16 scales, MLX with f32 scales, FP8
 
@@ -70,12 +70,8 @@ __device__ __forceinline__ Raw load_raw(const QArgs& q, int row, int c, int t) {
     r.v0 = uint32_t(v), r.v1 = uint32_t(v >> 32);
   }
   const int64_t si = int64_t(row) * q.groups + (c >> q.chunk_shift);
-  if constexpr (KIND == kMlxBf16) {
-    r.s = __ldg(static_cast<const unsigned int*>(q.scales) + si);
-  } else {
-    r.s = __ldg(static_cast<const unsigned int*>(q.scales) + si);
-    if constexpr (KIND == kMlxF32) r.b = __ldg(static_cast<const unsigned int*>(q.biases) + si);
-  }
+  r.s = __ldg(static_cast<const unsigned int*>(q.scales) + si);  // kMlxBf16: scale and bias
+  if constexpr (KIND == kMlxF32) r.b = __ldg(static_cast<const unsigned int*>(q.biases) + si);
   return r;
 }
 
@@ -131,7 +127,8 @@ __device__ __forceinline__ uint4 dequant(const Raw& r) {
     const uint64_t v = uint64_t(r.v0) | (uint64_t(r.v1) << 32);
     constexpr uint32_t mask = (1u << B) - 1u;
     auto val = [&](int i) {  // 2^23 + q, minus 2^23: q as a float without an int conversion
-      const float f = __uint_as_float(0x4B000000u | (uint32_t(v >> (B == 4 ? 4 * nibble_of(i) : i * B)) & mask));
+      const float f =
+          __uint_as_float(0x4B000000u | (uint32_t(v >> (B == 4 ? 4 * nibble_of(i) : i * B)) & mask));
       return __fmaf_rn(s, __fsub_rn(f, 8388608.f), b);
     };
 #pragma unroll
@@ -207,7 +204,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     step(dequant<KIND, B>(load_raw<KIND, B>(q, na, c, t)), dequant<KIND, B>(load_raw<KIND, B>(q, nb, c, t)),
          c);
 
-  // acc[j]: c0 = (n0+g, token 8j+2t), c1 = (n0+g, 8j+2t+1), c2/c3 the same for n0+g+8.
+    // acc[j]: c0 = (n0+g, token 8j+2t), c1 = (n0+g, 8j+2t+1), c2/c3 the same for n0+g+8.
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
     red[warp][8 * j + 2 * t][g] = acc[j][0];
@@ -285,13 +282,20 @@ void dispatch(const LinearWeight& w, F&& f) {
   const int kind = kind_of(w);
   auto widths = [&](auto kd) {
     switch (w.bits) {
-      case 2: return f(kd, integral_constant<int, 2>{});
-      case 3: return f(kd, integral_constant<int, 3>{});
-      case 4: return f(kd, integral_constant<int, 4>{});
-      case 5: return f(kd, integral_constant<int, 5>{});
-      case 6: return f(kd, integral_constant<int, 6>{});
-      case 8: return f(kd, integral_constant<int, 8>{});
-      default: throw Error("quantized linear: no CUDA kernel for " + std::to_string(w.bits) + "-bit MLX");
+      case 2:
+        return f(kd, integral_constant<int, 2>{});
+      case 3:
+        return f(kd, integral_constant<int, 3>{});
+      case 4:
+        return f(kd, integral_constant<int, 4>{});
+      case 5:
+        return f(kd, integral_constant<int, 5>{});
+      case 6:
+        return f(kd, integral_constant<int, 6>{});
+      case 8:
+        return f(kd, integral_constant<int, 8>{});
+      default:
+        throw Error("quantized linear: no CUDA kernel for " + std::to_string(w.bits) + "-bit MLX");
     }
   };
   if (kind == kFp8) return f(integral_constant<int, kFp8>{}, integral_constant<int, 8>{});
@@ -365,8 +369,8 @@ Tensor dequantize_bf16(const LinearWeight& w, cudaStream_t s) {
   const int64_t threads = int64_t(n) * (k / 8);
   dispatch(w, [&](auto kd, auto bd) {
     constexpr int KIND = decltype(kd)::value, B = decltype(bd)::value;
-    dequant_kernel<KIND, B><<<unsigned((threads + 255) / 256), 256, 0, s>>>(
-        q, static_cast<__nv_bfloat16*>(out.raw()), n, k);
+    dequant_kernel<KIND, B>
+        <<<unsigned((threads + 255) / 256), 256, 0, s>>>(q, static_cast<__nv_bfloat16*>(out.raw()), n, k);
     TF_CUDA_CHECK(cudaGetLastError());
   });
   return out;

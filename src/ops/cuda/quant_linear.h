@@ -1,8 +1,9 @@
 #pragma once
 // Weight-only quantized linears on the GPU (quant_linear.cu): MLX affine 2/3/4/5/6/8-bit and FP8 e4m3 with
 // per-row-group f32 scales (block 128x128, per-channel and per-tensor scales all normalised to that shape
-// at load, ops/cpu/quant.h). Needs in_features % 32 == 0 and groups of 32 * 2^i inputs (or one per row). Weights stay packed on the
-// device; each kernel reads every packed byte once per token tile and dequantizes in registers.
+// at load, ops/cpu/quant.h). Needs in_features % 32 == 0 and groups of 32 * 2^i inputs (or one per row).
+// Weights stay packed on the device; each kernel reads every packed byte once per token tile and dequantizes
+// in registers.
 //
 // Arithmetic (the same for every M, so a row's bits never depend on the batch): every weight value is
 // dequantized to bf16 (MLX 2-6-bit with bf16 scales: bf16(scale*q + bias) with one rounding; other MLX

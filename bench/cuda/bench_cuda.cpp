@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ops/backend.h"
+#include "ops/cuda/attention_mma.h"
 #include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
@@ -447,6 +448,7 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
            o = be.alloc({batch, sh.heads, sh.head_dim}, DType::BF16);
     cuda::fill_uniform(be, q, 9, -1, 1);
     AttentionParams ap{sh.heads, sh.kv_heads, sh.head_dim, 1.f / std::sqrt(float(sh.head_dim)), 0, 0.f};
+    cuda::set_attention_mma(false);
     cuda::set_attention_variant(cuda::LoopVariant::Plain);
     const double t0 = time_ms(
         s, [&] { be.attention(q, m.layers[0].kv, ap, o); }, 3, 11);
@@ -456,8 +458,13 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
     cuda::set_attention_variant(cuda::LoopVariant::Auto);
     const double bytes = 2.0 * batch * ctx * sh.kv_heads * sh.head_dim * 2;
     std::printf(
-        "attention one layer b=%d ctx=%d: prefetch %.1f us, %.0f GB/s of KV | plain %.1f us, %.0f GB/s\n",
+        "attention one layer b=%d ctx=%d: CUDA-core prefetch %.1f us, %.0f GB/s of KV | plain %.1f us, %.0f GB/s\n",
         batch, ctx, t * 1e3, bytes / (t * 1e-3) / 1e9, t0 * 1e3, bytes / (t0 * 1e-3) / 1e9);
+    cuda::set_attention_mma(true);
+    const double tm = time_ms(
+        s, [&] { be.attention(q, m.layers[0].kv, ap, o); }, 3, 11);
+    std::printf("attention one layer b=%d ctx=%d: tensor-core %.1f us, %.0f GB/s of KV\n", batch, ctx, tm * 1e3,
+                bytes / (tm * 1e-3) / 1e9);
   }
   // Prefill of one prompt in one forward; logits for the last token only.
   for (int n : {512, 4096}) {
@@ -483,15 +490,14 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
       AttentionParams ap{sh.heads, sh.kv_heads, sh.head_dim, 1.f / std::sqrt(float(sh.head_dim)), 0, 0.f};
       const double ta = time_ms(
           s, [&] { be.attention(q, m.layers[0].kv, ap, o); }, 1, 3);
-      cuda::set_attention_rows_per_block(cuda::LoopVariant::Plain);
+      cuda::set_attention_mma(false);
       const double t1 = time_ms(
           s, [&] { be.attention(q, m.layers[0].kv, ap, o); }, 1, 3);
-      cuda::set_attention_rows_per_block(cuda::LoopVariant::Auto);
+      cuda::set_attention_mma(true);
       const double fl = 2.0 * double(n) * n * sh.heads * sh.head_dim;
       std::printf(
-          "  prefill %d attention one layer %.2f ms (%.1f TFLOP/s; one row per block %.2f ms), x%d layers = "
-          "%.1f "
-          "ms\n",
+          "  prefill %d attention one layer %.2f ms (%.1f TFLOP/s; CUDA-core kernel %.2f ms), x%d layers = "
+          "%.1f ms\n",
           n, ta, fl / (ta * 1e-3) / 1e12, t1, sh.layers, ta * sh.layers);
     }
   }

@@ -88,6 +88,8 @@ struct ModelInfo {
   std::string backend;     // "cpu", "cuda:0 (NVIDIA H200)"
   std::string drafter;     // model drafter in use: "mtp", "draft-model" or "none" (context copies aside)
   int64_t weight_bytes = 0, kv_bytes = 0;
+  int64_t kv_tokens = 0;  // the KV pool's capacity, all streams and the prompt cache together
+  int parallel = 0;       // streams decoded together
   std::string fingerprint;  // engine build + weights identity, for system_fingerprint
   SamplingParams default_sampling;  // from generation_config.json and CLI defaults
 };

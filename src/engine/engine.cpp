@@ -81,15 +81,26 @@ class EngineImpl final : public Engine {
     int context = opt.context > 0 ? opt.context : std::min(spec_.native_context, 32768);
     TF_CHECK(context >= 2, "--context must be at least 2");
     model_ = load_model(ckpt_, *backend_, context);
-    parallel_ = opt.parallel > 0 ? opt.parallel : auto_parallel(context);
     const int per_stream = KvBlockPool::blocks_for(context, kBlockSize);
-    int blocks = per_stream * parallel_;
     const int64_t per_block = spec_.kv_bytes_per_token(dtype_size(backend_->act_dtype())) * kBlockSize;
-    if (opt.kv_budget_bytes > 0) blocks = int(int64_t(opt.kv_budget_bytes) / per_block);
+    const int64_t cache_bytes = int64_t(opt.prompt_cache_gib * double(1ull << 30));
+    int blocks = 0;
+    if (opt.kv_budget_bytes > 0) {
+      blocks = int(int64_t(opt.kv_budget_bytes) / per_block);
+    } else if (const int64_t budget = gpu_pool_budget(cache_bytes); budget >= 0) {
+      blocks = int(std::min<int64_t>(budget / per_block, int64_t(1) << 30));
+    } else {
+      blocks = per_stream * std::max(1, opt.parallel > 0 ? opt.parallel : 4);
+    }
     if (blocks < per_stream)
       throw Error("the KV budget holds " + std::to_string(int64_t(blocks) * kBlockSize) + " tokens, less than one " +
-                  "stream's --context " + std::to_string(context) + "; lower --context or raise the budget");
-    const int cache_blocks = int(opt.prompt_cache_gib * double(1ull << 30) / double(per_block));
+                  "stream's --context " + std::to_string(context) + "; lower --context or raise the budget" +
+                  (opt.kv_budget_bytes == 0 && backend_->total_memory() > 0 ? " (--gpu-memory-utilization)" : ""));
+    parallel_ = opt.parallel > 0 ? opt.parallel : std::clamp(blocks / per_stream, 1, 64);
+    log_info("KV pool: " + std::to_string(int64_t(blocks) * kBlockSize) + " tokens (" +
+             std::to_string(blocks / per_stream) + " full contexts of " + std::to_string(context) + "), " +
+             std::to_string(parallel_) + " streams");
+    const int cache_blocks = int(cache_bytes / per_block);
     pool_ = std::make_unique<KvBlockPool>(*backend_, spec_.layers, spec_.kv_heads, spec_.head_dim, kBlockSize,
                                           blocks + cache_blocks);
     setup_prompt_cache(cache_blocks);
@@ -144,17 +155,20 @@ class EngineImpl final : public Engine {
   }
 
  private:
-  // --parallel auto: as many full-context streams as 85% of the free device memory holds (leaving
-  // room for the prompt cache and workspace), between 1 and 64; 4 where free memory is unknown (CPU).
-  int auto_parallel(int context) const {
-    const size_t free = backend_->free_memory();
-    if (free == 0) return 4;
-    const double per_stream = double(spec_.kv_bytes_per_token(dtype_size(backend_->act_dtype()))) * context;
-    const double budget = 0.85 * double(free) - opt_.prompt_cache_gib * double(1ull << 30) - double(2ull << 30);
-    const int n = std::clamp(int(budget / per_stream), 1, 64);
-    log_info("--parallel auto: " + std::to_string(n) + " streams of " + std::to_string(context) + " tokens (" +
-             std::to_string(free >> 20) + " MiB free)");
-    return n;
+  // One GPU memory budget: weights (already resident) + workspace + prompt cache + KV pool within
+  // --gpu-memory-utilization of the device's memory; the pool gets what is left. -1 when the device's
+  // memory is unknown (the CPU backend).
+  int64_t gpu_pool_budget(int64_t cache_bytes) const {
+    const size_t total = backend_->total_memory();
+    if (total == 0) return -1;
+    const double used = double(total - backend_->free_memory());  // weights, context, other processes
+    const double workspace = double(2ull << 30);                  // activations, logits, attention partials
+    const double budget = opt_.gpu_memory_utilization * double(total) - used - workspace - double(cache_bytes);
+    if (budget <= 0)
+      throw Error("--gpu-memory-utilization " + std::to_string(opt_.gpu_memory_utilization) + " leaves no room for " +
+                  "the KV cache: " + std::to_string(int64_t(used) >> 20) + " MiB of " + std::to_string(total >> 20) +
+                  " MiB are in use after loading the weights");
+    return int64_t(budget);
   }
 
   uint64_t identity() const {
@@ -232,6 +246,8 @@ class EngineImpl final : public Engine {
     info_.drafter = drafter_ ? drafter_->name() : "none";
     info_.weight_bytes = ckpt_.total_bytes();
     info_.kv_bytes = pool_->bytes();
+    info_.kv_tokens = int64_t(pool_->num_blocks()) * kBlockSize;
+    info_.parallel = parallel_;
     uint64_t h = std::hash<std::string>{}(ckpt_.config().dump()) ^ (uint64_t(ckpt_.total_bytes()) * 0x9e3779b97f4a7c15ULL);
     info_.fingerprint = "tf-" TF_VERSION "-" + backend_->name().substr(0, backend_->name().find(' ')) + "-" + hex64(h);
     const auto& g = ckpt_.generation_config();
@@ -382,6 +398,12 @@ class EngineImpl final : public Engine {
       return int(a->tokens.size()) - a->computed < int(b->tokens.size()) - b->computed;
     });
     int budget = std::max(1, opt_.prefill_chunk);
+    // --decode-share F: while replies decode, prompt rows are capped so the decode rows stay at least F of
+    // the round (never below 16 prompt rows, so prompts still progress).
+    if (opt_.decode_share > 0 && meta.rows() > 0) {
+      const double f = std::min(opt_.decode_share, 0.95);
+      budget = std::min(budget, std::max(16, int(double(meta.rows()) * (1 - f) / f)));
+    }
     for (Sequence* s : prefilling) {
       const int pending = int(s->tokens.size()) - s->computed;
       const int room = int(s->blocks.size()) * kBlockSize - s->computed;
@@ -396,25 +418,42 @@ class EngineImpl final : public Engine {
       if (!p.drafts.empty() || p.seq->computed + p.rows == int(p.seq->tokens.size()))
         for (int i = p.drafts.empty() ? p.rows - 1 : 0; i < p.rows; ++i) logit_rows.push_back(p.first + i);
     }
+    // Rows whose request needs only the logits row, seed and position are sampled on the device (the
+    // same token sample_token gives); host logits travel only when some row needs more.
+    std::vector<RowSampling> sampling;
+    bool need_host = false;
+    for (const auto& p : parts) {
+      if (p.drafts.empty() && p.seq->computed + p.rows != int(p.seq->tokens.size())) continue;
+      const SamplingParams& sp = p.seq->req.sampling;
+      const bool device = device_sampleable(sp, spec_.vocab, p.seq->req.logprobs);
+      need_host |= !device;
+      const int n = p.drafts.empty() ? 1 : p.rows;
+      for (int i = 0; i < n; ++i)
+        sampling.push_back({device && sp.temperature > 0.f ? sp.temperature : 0.f, p.seq->seed,
+                            int64_t(p.seq->tokens.size()) + i});
+    }
     std::vector<float> logits;
+    std::vector<int32_t> sampled;
     const auto t0 = std::chrono::steady_clock::now();
     const bool want_hidden = drafter_ && drafter_->wants_hidden();
     Tensor hidden;
-    model_->forward(meta, pool_->layers(), logit_rows, logits, want_hidden ? &hidden : nullptr);
+    model_->forward(meta, pool_->layers(), logit_rows,
+                    Model::Outputs{need_host ? &logits : nullptr, &sampling, &sampled, want_hidden ? &hidden : nullptr});
     cost_.observe(meta.rows(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    const float* next = logits.data();
+    size_t next = 0;  // index of the part's first logit row
     std::vector<Sequence*> done;
     int64_t prompt_rows = 0;
     for (const auto& p : parts) {
-      const bool sampled = !p.drafts.empty() || p.seq->computed + p.rows == int(p.seq->tokens.size());
+      const bool sampled_part = !p.drafts.empty() || p.seq->computed + p.rows == int(p.seq->tokens.size());
       if (p.seq->generated() == 0) prompt_rows += p.rows;
       const int base = p.seq->computed;
       bool finished = false;
-      if (!sampled) {
+      if (!sampled_part) {
         p.seq->computed += p.rows;
       } else {
-        finished = verify(*p.seq, next, p.rows, p.drafts);
-        next += size_t(p.drafts.empty() ? 1 : p.rows) * spec_.vocab;
+        const float* row_logits = need_host ? logits.data() + next * size_t(spec_.vocab) : nullptr;
+        finished = verify(*p.seq, row_logits, sampled.data() + next, p.rows, p.drafts);
+        next += size_t(p.drafts.empty() ? 1 : p.rows);
       }
       if (finished) done.push_back(p.seq);
       else if (want_hidden) drafter_->observe_hidden(*p.seq, base, hidden, p.first, p.seq->computed - base);
@@ -512,7 +551,10 @@ class EngineImpl final : public Engine {
 
   // Samples the stream's next token(s) from its logit rows: row i's token is what serial decoding would
   // sample at that position; drafts are kept while they equal it. Emits one event. True when finished.
-  bool verify(Sequence& s, const float* logits, int rows, const std::vector<int32_t>& drafts) {
+  // `device` holds each row's token sampled on the device; `logits` (host rows) is null when no row of the
+  // round needed them, and is read only when the stream's sampling needs more than the device does.
+  bool verify(Sequence& s, const float* logits, const int32_t* device, int rows, const std::vector<int32_t>& drafts) {
+    const bool on_device = device_sampleable(s.req.sampling, spec_.vocab, s.req.logprobs);
     const int base = s.computed;  // position of the part's first row
     StreamEvent ev;
     ev.kind = StreamEvent::Kind::Tokens;
@@ -522,8 +564,10 @@ class EngineImpl final : public Engine {
     const int nrows = drafts.empty() ? 1 : rows;
     for (int i = 0; i < nrows; ++i) {
       const int64_t position = int64_t(s.tokens.size());
-      SampleResult r = sample_token(logits + size_t(i) * spec_.vocab, spec_.vocab, s.req.sampling, s.seed, position,
-                                    s.penalties, s.req.logprobs);
+      SampleResult r;
+      if (on_device) r.token = device[i];
+      else r = sample_token(logits + size_t(i) * spec_.vocab, spec_.vocab, s.req.sampling, s.seed, position,
+                            s.penalties, s.req.logprobs);
       const bool hit = i < int(drafts.size()) && r.token == drafts[i];
       GeneratedToken g = s.append(r, eos_, &reason, &matched);
       ev.text += g.text;

@@ -1,5 +1,7 @@
 #include "engine/sampler.h"
 
+#include "core/keyed_random.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -8,12 +10,6 @@
 namespace tf {
 
 namespace {
-
-inline uint64_t mix64(uint64_t z) {  // splitmix64 finaliser
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
 
 // Candidates sorted by value descending, ties by lower id (the order every mask uses).
 std::vector<int32_t> sorted_ids(const std::vector<float>& v, const std::vector<int32_t>& ids) {
@@ -49,11 +45,10 @@ uint64_t derive_seed(const std::vector<int32_t>& prompt) {
   return h;
 }
 
-double keyed_uniform(uint64_t seed, int64_t position, int32_t token) {
-  uint64_t h = mix64(seed ^ 0xd1b54a32d192ed03ULL);
-  h = mix64(h ^ uint64_t(position) * 0x9e3779b97f4a7c15ULL);
-  h = mix64(h ^ uint64_t(uint32_t(token)) * 0xc2b2ae3d27d4eb4fULL);
-  return (double(h >> 11) + 0.5) * (1.0 / 9007199254740992.0);  // (0, 1), never 0 or 1
+bool device_sampleable(const SamplingParams& p, int vocab, int want_top) {
+  const bool penalised = p.repetition_penalty != 1.f || p.presence_penalty != 0.f || p.frequency_penalty != 0.f;
+  const bool truncate = (p.top_k > 0 && p.top_k < vocab) || p.top_p < 1.f || p.min_p > 0.f;
+  return want_top < 0 && !penalised && !truncate;
 }
 
 SampleResult sample_token(const float* logits, int vocab, const SamplingParams& p, uint64_t seed,
@@ -124,8 +119,7 @@ SampleResult sample_token(const float* logits, int vocab, const SamplingParams& 
     double best = -std::numeric_limits<double>::infinity();
     int32_t pick = allowed[0];
     for (int32_t id : allowed) {
-      const double g = -std::log(-std::log(keyed_uniform(seed, position, id)));
-      const double score = double(v[id]) + g;
+      const double score = double(v[id]) + gumbel_noise(seed, position, id);
       if (score > best) {  // strict: lowest id wins exact ties
         best = score;
         pick = id;

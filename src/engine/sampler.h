@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/keyed_random.h"  // keyed_uniform, gumbel_noise
 #include "engine/api.h"
 
 namespace tf {
@@ -34,7 +35,8 @@ SampleResult sample_token(const float* logits, int vocab, const SamplingParams& 
 
 // Seed for requests without one: a hash of the prompt tokens.
 uint64_t derive_seed(const std::vector<int32_t>& prompt);
-// Uniform in (0, 1) from (seed, position, token): counter-based, stateless.
-double keyed_uniform(uint64_t seed, int64_t position, int32_t token);
+// True when sample_token(params, want_top) needs nothing beyond the logits row, seed and position
+// (no penalties, no truncation, no logprobs): then Backend::sample_rows gives the same token on the device.
+bool device_sampleable(const SamplingParams& params, int vocab, int want_top);
 
 }  // namespace tf

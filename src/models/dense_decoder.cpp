@@ -56,10 +56,12 @@ class DenseDecoder final : public Model {
   const ModelSpec& spec() const override { return spec_; }
   bool has_mtp() const override { return mtp_ != nullptr; }
 
+  using Model::forward;
   void forward(const BatchMeta& meta, std::vector<KvLayer>& kv, const std::vector<int32_t>& logit_rows,
-               std::vector<float>& logits, Tensor* hidden) override {
+               const Outputs& out) override {
     const int64_t R = meta.rows();
-    logits.clear();
+    if (out.logits) out.logits->clear();
+    if (out.tokens) out.tokens->clear();
     if (R == 0) return;
     be_.begin_forward(meta);
     LayerWorkspace ws(be_, spec_, R);
@@ -67,7 +69,7 @@ class DenseDecoder final : public Model {
     for (int l = 0; l < spec_.layers; ++l) decoder_layer_forward(be_, spec_, layers_[l], rope_, attn_, kv[l], ws, l > 0);
     be_.add(ws.residual, ws.mlp_out);
     be_.rms_norm(ws.residual, final_norm_, spec_.norm_eps, spec_.norm_offset, ws.h);
-    finish(ws.h, logit_rows, logits, hidden);
+    finish(ws.h, logit_rows, out);
   }
 
   void forward_mtp(const BatchMeta& meta, KvLayer& kv, const Tensor& hidden_in, const std::vector<int32_t>& logit_rows,
@@ -90,7 +92,7 @@ class DenseDecoder final : public Model {
     decoder_layer_forward(be_, spec_, mtp_->layer, rope_, attn_, kv, ws, false);
     be_.add(ws.residual, ws.mlp_out);
     be_.rms_norm(ws.residual, mtp_->norm, eps, off, ws.h);
-    finish(ws.h, logit_rows, logits, hidden_out);
+    finish(ws.h, logit_rows, Outputs{&logits, nullptr, nullptr, hidden_out});
   }
 
  private:
@@ -113,21 +115,28 @@ class DenseDecoder final : public Model {
     mtp_ = std::move(m);
   }
 
-  // Final states -> logits of the requested rows (host f32) and, optionally, all states to the host.
-  void finish(const Tensor& h, const std::vector<int32_t>& logit_rows, std::vector<float>& logits, Tensor* hidden) {
-    if (hidden) {
-      *hidden = Tensor::empty(h.shape(), be_.act_dtype());
-      be_.to_host(h, *hidden);
+  // Final states -> the requested rows' logits (host f32) and/or device-sampled tokens and, optionally,
+  // all states to the host.
+  void finish(const Tensor& h, const std::vector<int32_t>& logit_rows, const Outputs& o) {
+    if (o.hidden) {
+      *o.hidden = Tensor::empty(h.shape(), be_.act_dtype());
+      be_.to_host(h, *o.hidden);
     }
     const int64_t n = int64_t(logit_rows.size());
-    logits.resize(size_t(n * spec_.vocab));
-    if (n == 0) return;
+    if (o.logits) o.logits->resize(size_t(n * spec_.vocab));
+    if (n == 0 || (!o.logits && !o.tokens)) return;
     Tensor picked = be_.alloc({n, int64_t(spec_.hidden)}, be_.act_dtype());
     Tensor out = be_.alloc({n, int64_t(spec_.vocab)}, DType::F32);
     be_.gather_rows(h, logit_rows, picked);
     be_.linear(picked, lm_head_, out);
-    Tensor host = Tensor::borrow(logits.data(), {n, int64_t(spec_.vocab)}, DType::F32, Device::CPU);
-    be_.to_host(out, host);
+    if (o.tokens) {
+      TF_CHECK(o.sampling && o.sampling->size() == logit_rows.size(), "forward: one RowSampling per logit row");
+      be_.sample_rows(out, *o.sampling, *o.tokens);
+    }
+    if (o.logits) {
+      Tensor host = Tensor::borrow(o.logits->data(), {n, int64_t(spec_.vocab)}, DType::F32, Device::CPU);
+      be_.to_host(out, host);
+    }
   }
 
   Backend& be_;

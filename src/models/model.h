@@ -45,12 +45,23 @@ class Model {
  public:
   virtual ~Model() = default;
   virtual const ModelSpec& spec() const = 0;
-  // Runs the batch's rows: writes each row's K/V into `kv` (one KvLayer per layer) and returns, in
-  // `logits` (host f32, row-major [logit_rows.size(), vocab]), the logits of the rows listed.
-  // When `hidden` is given it receives every row's final hidden state (after the last norm, what the
-  // lm_head reads) as a host tensor [rows, hidden] in the backend's activation dtype.
+  // What a forward hands back for its logit rows (any combination).
+  struct Outputs {
+    std::vector<float>* logits = nullptr;                // host f32 [logit_rows.size(), vocab]
+    const std::vector<RowSampling>* sampling = nullptr;  // one per logit row: sampled on the device ...
+    std::vector<int32_t>* tokens = nullptr;              // ... into this (Backend::sample_rows)
+    Tensor* hidden = nullptr;  // every row's final hidden state (after the last norm, what the lm_head
+                               // reads), host [rows, hidden] in the backend's activation dtype
+  };
+  // Runs the batch's rows: writes each row's K/V into `kv` (one KvLayer per layer) and produces `out`
+  // for the rows listed in `logit_rows`.
   virtual void forward(const BatchMeta& meta, std::vector<KvLayer>& kv, const std::vector<int32_t>& logit_rows,
-                       std::vector<float>& logits, Tensor* hidden = nullptr) = 0;
+                       const Outputs& out) = 0;
+  // The host logits of the rows listed (and optionally every row's hidden state).
+  void forward(const BatchMeta& meta, std::vector<KvLayer>& kv, const std::vector<int32_t>& logit_rows,
+               std::vector<float>& logits, Tensor* hidden = nullptr) {
+    forward(meta, kv, logit_rows, Outputs{&logits, nullptr, nullptr, hidden});
+  }
 
   // Multi-token-prediction head, for checkpoints that ship one (mtp.*). Row r at position p reads token
   // p+1 (meta.tokens) and `hidden_in` row r (the model's hidden state at p, or the head's own output when

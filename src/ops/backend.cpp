@@ -1,8 +1,10 @@
 #include "ops/backend.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
+#include "core/keyed_random.h"
 
 namespace tf {
 
@@ -16,6 +18,42 @@ void Backend::write_raw(Tensor& dst, size_t offset, const void* src, size_t byte
   TF_CHECK(dst.device() == Device::CPU, name() + ": write_raw is not implemented for device tensors");
   TF_CHECK(offset + bytes <= dst.nbytes(), "write_raw out of range");
   std::memcpy(static_cast<char*>(dst.raw()) + offset, src, bytes);
+}
+
+// The reference for every backend's sampling kernel (sample_token() in engine/sampler.cpp computes the
+// same scores for its unrestricted case).
+void sample_rows_reference(const float* logits, int64_t vocab, const std::vector<RowSampling>& rows,
+                           std::vector<int32_t>& tokens) {
+  tokens.assign(rows.size(), 0);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const float* row = logits + int64_t(r) * vocab;
+    const RowSampling& p = rows[r];
+    int32_t best = 0;
+    if (p.temperature <= 0.f) {
+      for (int64_t i = 1; i < vocab; ++i)
+        if (row[i] > row[best]) best = int32_t(i);
+    } else {
+      double top = double(row[0] / p.temperature) + gumbel_noise(p.seed, p.position, 0);
+      for (int64_t i = 1; i < vocab; ++i) {
+        const double s = double(row[i] / p.temperature) + gumbel_noise(p.seed, p.position, int32_t(i));
+        if (s > top) {
+          top = s;
+          best = int32_t(i);
+        }
+      }
+    }
+    tokens[r] = best;
+  }
+}
+
+void Backend::sample_rows(const Tensor& logits, const std::vector<RowSampling>& rows, std::vector<int32_t>& tokens) {
+  TF_CHECK(logits.dtype() == DType::F32 && logits.dim(0) == int64_t(rows.size()),
+           "sample_rows: logits must be F32 [rows, vocab]");
+  const int64_t vocab = logits.numel() / std::max<int64_t>(1, logits.dim(0));
+  if (logits.device() == Device::CPU) return sample_rows_reference(logits.data<float>(), vocab, rows, tokens);
+  std::vector<float> host(size_t(logits.numel()));
+  read_raw(logits, 0, logits.nbytes(), host.data());
+  sample_rows_reference(host.data(), vocab, rows, tokens);
 }
 
 }  // namespace tf

@@ -59,6 +59,13 @@ struct AttentionParams {
   float softcap = 0.f;     // 0 = none (Gemma 2 style tanh cap)
 };
 
+// One logit row's keyed sampling (engine/sampler.h): temperature 0 = greedy.
+struct RowSampling {
+  float temperature = 0.f;
+  uint64_t seed = 0;
+  int64_t position = 0;  // absolute position of the token being sampled
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -109,13 +116,24 @@ class Backend {
   // spill and snapshots). The CPU backend copies directly; device backends override.
   virtual void read_raw(const Tensor& src, size_t offset, size_t bytes, void* dst);
   virtual void write_raw(Tensor& dst, size_t offset, const void* src, size_t bytes);
+  // tokens[i] = the id maximising double(logits[i][id] / T) + gumbel_noise(seed, position, id) for
+  // rows[i] (T = 0: the first maximum of the raw logits), lowest id on exact ties: the token
+  // sample_token() gives without penalties, truncation or logprobs. `logits` is F32 [rows, vocab] on
+  // this backend. The default reads the logits to the host; device backends sample in place and copy
+  // back only the ids.
+  virtual void sample_rows(const Tensor& logits, const std::vector<RowSampling>& rows, std::vector<int32_t>& tokens);
   // Device memory still free for the KV pool, in bytes; 0 when unknown (the CPU backend).
   virtual size_t free_memory() const { return 0; }
+  // The device's whole memory in bytes; 0 when unknown (the CPU backend).
+  virtual size_t total_memory() const { return 0; }
   // Waits for queued work (no-op on CPU).
   virtual void synchronize() {}
 };
 
 std::unique_ptr<Backend> make_cpu_backend();
+// Host keyed sampling of F32 rows [rows.size(), vocab]: the reference twin of Backend::sample_rows.
+void sample_rows_reference(const float* logits, int64_t vocab, const std::vector<RowSampling>& rows,
+                           std::vector<int32_t>& tokens);
 // Returns null with `why` set when no usable GPU exists (no device, below sm_80, built without CUDA).
 std::unique_ptr<Backend> make_cuda_backend(int device_index, std::string* why);
 

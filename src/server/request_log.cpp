@@ -119,8 +119,10 @@ std::string startup_report(const ModelInfo& info, const ServerOptions& opt, cons
   s << "  family      " << info.family << ", " << count_text(info.parameters) << " parameters, " << info.dtype << "\n";
   s << "  backend     " << info.backend << "\n";
   s << "  drafter     " << (info.drafter.empty() ? "none" : info.drafter) << " (plus context copies)\n";
-  s << "  context     " << info.context << " tokens per stream (native " << info.native_context << ")\n";
-  s << "  memory      weights " << bytes_text(info.weight_bytes) << ", KV cache " << bytes_text(info.kv_bytes) << "\n";
+  s << "  context     " << info.context << " tokens per stream (native " << info.native_context << "), "
+    << info.parallel << " streams\n";
+  s << "  memory      weights " << bytes_text(info.weight_bytes) << ", KV cache " << bytes_text(info.kv_bytes) << " ("
+    << info.kv_tokens << " tokens)\n";
   if (!opt.aliases.empty()) {
     s << "  aliases    ";
     for (const auto& a : opt.aliases) s << " " << a;

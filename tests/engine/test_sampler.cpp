@@ -5,6 +5,7 @@
 #include <set>
 
 #include "engine/sampler.h"
+#include "ops/backend.h"
 #include "engine/stop_matcher.h"
 
 using namespace tf;
@@ -52,6 +53,53 @@ TEST(Sampler, GumbelMaxFollowsTheSoftmax) {
     const double p = std::exp(l[i] / T) / z;
     EXPECT_NEAR(double(count[i]) / N, p, 4 * std::sqrt(p * (1 - p) / N) + 1e-3) << "token " << i;
   }
+}
+
+// The backends' sampling op (what the engine uses for unrestricted requests) must give exactly the
+// token sample_token gives, greedy and tempered, including ties and -inf entries.
+TEST(Sampler, RowSamplingReferenceEqualsSampleToken) {
+  const int vocab = 3001;
+  std::vector<float> rows;
+  std::vector<RowSampling> params;
+  std::vector<int32_t> expect;
+  PenaltyState pen;
+  uint32_t state = 12345;
+  for (int r = 0; r < 60; ++r) {
+    std::vector<float> l(vocab);
+    for (auto& x : l) {
+      state = state * 1664525u + 1013904223u;
+      x = float(int(state >> 20) % 4000) / 500.f - 4.f;  // coarse grid: ties are common
+    }
+    if (r % 7 == 3) l[5] = -INFINITY;
+    const float T = r % 3 == 0 ? 0.f : (r % 3 == 1 ? 0.7f : 1.3f);
+    params.push_back({T, uint64_t(1000 + r), int64_t(r * 17)});
+    expect.push_back(sample_token(l.data(), vocab, temp(T), 1000 + r, r * 17, pen).token);
+    rows.insert(rows.end(), l.begin(), l.end());
+  }
+  std::vector<int32_t> got;
+  sample_rows_reference(rows.data(), vocab, params, got);
+  EXPECT_EQ(got, expect);
+  auto cpu = make_cpu_backend();
+  Tensor t = Tensor::borrow(rows.data(), {int64_t(params.size()), vocab}, DType::F32, Device::CPU);
+  std::vector<int32_t> via_backend;
+  cpu->sample_rows(t, params, via_backend);
+  EXPECT_EQ(via_backend, expect);
+}
+
+TEST(Sampler, DeviceSampleableOnlyWithoutPenaltiesTruncationOrLogprobs) {
+  SamplingParams p = temp(0.8f);
+  EXPECT_TRUE(device_sampleable(p, 100, -1));
+  EXPECT_FALSE(device_sampleable(p, 100, 0)) << "logprobs need the host row";
+  p.top_k = 100;
+  EXPECT_TRUE(device_sampleable(p, 100, -1)) << "top_k >= vocab masks nothing";
+  p.top_k = 10;
+  EXPECT_FALSE(device_sampleable(p, 100, -1));
+  p = temp(0.8f);
+  p.top_p = 0.9f;
+  EXPECT_FALSE(device_sampleable(p, 100, -1));
+  p = temp(0.8f);
+  p.repetition_penalty = 1.1f;
+  EXPECT_FALSE(device_sampleable(p, 100, -1));
 }
 
 TEST(Sampler, TruncationMasks) {

@@ -9,10 +9,12 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "ops/cuda/attention_mma.h"
 #include "ops/cuda/block_cache.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/quant_linear.h"
+#include "ops/cuda/sampling.h"
 #include "ops/cpu/quant.h"
 
 namespace tf {
@@ -202,6 +204,8 @@ class CudaBackend final : public Backend {
     auto* d = static_cast<const int32_t*>(meta_stage_.put(buf.data(), buf.size() * 4, stream_));
     dm_ = DeviceMeta{d, d + r, d + 2 * r, d + 3 * r, d + 4 * r, d + 4 * r + s, r, meta.block_size};
     max_pos_ = 0;
+    row_seq_ = meta.row_seq;
+    tiles_rpt_ = 0;
     for (int i = 0; i < r; ++i) {
       TF_CHECK(meta.row_seq[i] >= 0 && meta.row_seq[i] < s, "begin_forward: row_seq out of range");
       max_pos_ = std::max(max_pos_, meta.positions[i]);
@@ -313,6 +317,29 @@ class CudaBackend final : public Backend {
              "attention: q/out must be [rows, heads, head_dim]");
     const int chunks = max_pos_ / kAttnChunk + 1;
     const size_t n = size_t(dm_.rows) * p.num_heads * chunks;
+    if (cuda::attention_mma_enabled() && cuda::attention_mma_supported(p.head_dim, p.num_heads, p.num_kv_heads)) {
+      const int rpt = cuda::attention_mma_rows_per_tile(p.num_heads, p.num_kv_heads);
+      if (rpt != tiles_rpt_ || cuda::attention_tile_schedule() != tiles_schedule_) {  // once per forward
+        std::vector<int32_t> loop, split;
+        cuda::plan_attention_tiles(row_seq_, rpt, cuda::attention_tile_schedule(), loop, split);
+        num_loop_tiles_ = int(loop.size() / 2), num_split_tiles_ = int(split.size() / 2);
+        loop.insert(loop.end(), split.begin(), split.end());
+        loop.push_back(0), loop.push_back(0);  // never empty
+        tiles_ = static_cast<const int2*>(tile_stage_.put(loop.data(), loop.size() * 4, stream_));
+        tiles_rpt_ = rpt, tiles_schedule_ = cuda::attention_tile_schedule();
+      }
+      cuda::AttentionMmaArgs a;
+      a.q = ptr(q), a.k_pool = ptr(layer.k), a.v_pool = ptr(layer.v), a.out = out.raw(), a.meta = dm_;
+      a.hq = p.num_heads, a.hk = p.num_kv_heads, a.head_dim = p.head_dim, a.scale = p.scale;
+      a.window = p.sliding_window, a.softcap = p.softcap, a.max_chunks = chunks;
+      a.loop_tiles = tiles_, a.num_loop_tiles = num_loop_tiles_;
+      a.split_tiles = tiles_ + num_loop_tiles_, a.num_split_tiles = num_split_tiles_;
+      if (num_split_tiles_ > 0) {  // partials only for the split schedule
+        a.part_acc = static_cast<float*>(attn_ws_.get(n * (p.head_dim + 2) * sizeof(float)));
+        a.part_ml = a.part_acc + n * p.head_dim;
+      }
+      return cuda::attention_mma(a, stream_);
+    }
     auto* ws = static_cast<float*>(attn_ws_.get(n * (p.head_dim + 2) * sizeof(float)));
     cuda::attention(ptr(q), ptr(layer.k), ptr(layer.v), out.raw(), dm_, p.num_heads, p.num_kv_heads,
                     p.head_dim, p.scale, p.sliding_window, p.softcap, chunks, ws, ws + n * p.head_dim,
@@ -376,11 +403,32 @@ class CudaBackend final : public Backend {
     TF_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the caller may reuse `src` at once
   }
 
+  void sample_rows(const Tensor& logits, const std::vector<RowSampling>& rows, std::vector<int32_t>& tokens) override {
+    TF_CHECK(logits.device() == Device::CUDA && logits.dtype() == DType::F32 && logits.dim(0) == int64_t(rows.size()),
+             "sample_rows: logits must be an F32 GPU tensor [rows, vocab]");
+    const int n = int(rows.size());
+    tokens.assign(rows.size(), 0);
+    if (n == 0) return;
+    std::vector<DeviceRowSampling> d(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) d[i] = {rows[i].temperature, rows[i].seed, rows[i].position};
+    auto* dev = static_cast<uint8_t*>(sample_stage_.put(d.data(), d.size() * sizeof(DeviceRowSampling), stream_));
+    auto* out = static_cast<int32_t*>(sample_out_.get(rows.size() * sizeof(int32_t)));
+    cuda::sample_rows(static_cast<const float*>(ptr(logits)), logits.numel() / n,
+                      reinterpret_cast<const DeviceRowSampling*>(dev), n, out, stream_);
+    TF_CUDA_CHECK(cudaMemcpyAsync(tokens.data(), out, rows.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+    TF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
   void synchronize() override { TF_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
   size_t free_memory() const override {
     size_t free = 0, total = 0;
     TF_CUDA_CHECK(cudaMemGetInfo(&free, &total));
     return free;
+  }
+  size_t total_memory() const override {
+    size_t free = 0, total = 0;
+    TF_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    return total;
   }
 
  private:
@@ -400,8 +448,12 @@ class CudaBackend final : public Backend {
   int device_;
   std::string name_;
   cudaStream_t stream_ = nullptr;
-  Staging meta_stage_, gather_stage_, scatter_stage_;
-  Workspace attn_ws_;
+  Staging meta_stage_, gather_stage_, scatter_stage_, sample_stage_, tile_stage_;
+  std::vector<int32_t> row_seq_;  // host copy of this forward's rows' sequences (attention tiles)
+  const int2* tiles_ = nullptr;   // device: loop tiles, then split tiles, as (first row, rows)
+  int tiles_rpt_ = 0, num_loop_tiles_ = 0, num_split_tiles_ = 0;
+  cuda::TileSchedule tiles_schedule_ = cuda::TileSchedule::Auto;
+  Workspace attn_ws_, sample_out_;
   DeviceMeta dm_;
   int max_pos_ = 0;
   bool have_meta_ = false;

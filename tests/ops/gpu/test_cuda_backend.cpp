@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "ops/backend.h"
+#include "ops/cuda/attention_mma.h"
 #include "ops/cuda/block_cache.h"
 #include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/kernels.h"
@@ -420,8 +421,20 @@ TEST_F(CudaOps, KvWriteAndAttentionMatchCpu) {
   struct Heads {
     int hq, hk, d;
   };
-  for (Heads hs : {Heads{8, 2, 128}, Heads{4, 2, 64}, Heads{16, 2, 256}, Heads{6, 6, 128}, Heads{4, 2, 32}})
-    attention_vs_cpu(hs.hq, hs.hk, hs.d);
+  // Tensor-core kernel where supported (head_dim 64/128, groups dividing 16), and the CUDA-core kernel.
+  for (bool mma : {true, false}) {
+    SCOPED_TRACE(mma ? "tensor-core attention" : "CUDA-core attention");
+    cuda::set_attention_mma(mma);
+    for (Heads hs : {Heads{8, 2, 128}, Heads{4, 2, 64}, Heads{16, 2, 256}, Heads{6, 6, 128}, Heads{4, 2, 32},
+                     Heads{16, 1, 128}})
+      attention_vs_cpu(hs.hq, hs.hk, hs.d);
+    for (auto sched : {cuda::TileSchedule::Loop, cuda::TileSchedule::Split}) {  // each schedule alone
+      cuda::set_attention_tile_schedule(sched);
+      attention_vs_cpu(8, 2, 128);
+    }
+    cuda::set_attention_tile_schedule(cuda::TileSchedule::Auto);
+  }
+  cuda::set_attention_mma(true);
 }
 
 void CudaOps::attention_vs_cpu(int hq, int hk, int d) {
@@ -480,6 +493,9 @@ TEST_F(CudaOps, AttentionRowInvariantAcrossDecodeVerifyPrefill) {
       return std::vector<uint16_t>(b.begin() + int64_t(at) * hq * d, b.begin() + int64_t(at + 1) * hq * d);
     };
     const auto alone = run({{0, last}});
+    for (auto sched : {cuda::TileSchedule::Auto, cuda::TileSchedule::Loop, cuda::TileSchedule::Split}) {
+    SCOPED_TRACE("tile schedule " + std::to_string(int(sched)));
+    cuda::set_attention_tile_schedule(sched);
     for (auto variant : {cuda::LoopVariant::Plain, cuda::LoopVariant::Prefetch}) {  // same bits either way
       cuda::set_attention_variant(variant);
       EXPECT_EQ(run({{0, last}}), alone) << "variant " << int(variant) << ", window " << window;
@@ -509,6 +525,64 @@ TEST_F(CudaOps, AttentionRowInvariantAcrossDecodeVerifyPrefill) {
     cuda::set_attention_rows_per_block(cuda::LoopVariant::Plain);
     EXPECT_EQ(run(big), alone) << "one row per block, window " << window;
     cuda::set_attention_rows_per_block(cuda::LoopVariant::Auto);
+    }
+    cuda::set_attention_tile_schedule(cuda::TileSchedule::Auto);
+  }
+}
+
+// The CPU reference twin of the tile planner's contract: tiles cover every row once, never mix
+// sequences, never exceed the tile size; the schedule only moves tiles between the two lists.
+TEST(AttentionTiles, PlanCoversRowsBySequence) {
+  std::vector<int32_t> row_seq;
+  for (int s = 0; s < 5; ++s)
+    for (int i = 0; i < (s * 23) % 41 + 1; ++i) row_seq.push_back(s);
+  for (int rpt : {4, 16, 64})
+    for (auto sched : {cuda::TileSchedule::Auto, cuda::TileSchedule::Loop, cuda::TileSchedule::Split}) {
+      std::vector<int32_t> loop, split;
+      cuda::plan_attention_tiles(row_seq, rpt, sched, loop, split);
+      std::vector<int> covered(row_seq.size(), 0);
+      for (const auto* list : {&loop, &split})
+        for (size_t t = 0; t < list->size(); t += 2) {
+          const int first = (*list)[t], n = (*list)[t + 1];
+          ASSERT_GE(n, 1);
+          ASSERT_LE(n, rpt);
+          for (int r = first; r < first + n; ++r) {
+            ++covered[r];
+            EXPECT_EQ(row_seq[r], row_seq[first]);
+          }
+        }
+      for (int c : covered) EXPECT_EQ(c, 1);
+      if (sched == cuda::TileSchedule::Loop) {
+        EXPECT_TRUE(split.empty());
+      }
+      if (sched == cuda::TileSchedule::Split) {
+        EXPECT_TRUE(loop.empty());
+      }
+    }
+}
+
+// Keyed sampling on the device gives the host reference's token for every row, whatever the number of
+// rows in the call (each row alone, then all together).
+TEST_F(CudaOps, SampleRowsMatchesHostReference) {
+  const int vocab = 151936, n = 24;
+  std::vector<float> host(size_t(n) * vocab);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.f, 3.f);
+  for (auto& x : host) x = std::round(nd(rng) * 64.f) / 64.f;  // coarse: ties happen
+  std::vector<RowSampling> rows;
+  for (int r = 0; r < n; ++r) rows.push_back({r % 4 == 0 ? 0.f : 0.25f * float(r % 4 + 1), uint64_t(99 + r), int64_t(1000 * r)});
+  std::vector<int32_t> expect;
+  sample_rows_reference(host.data(), vocab, rows, expect);
+  Tensor dev = gpu_->upload(Tensor::borrow(host.data(), {n, vocab}, DType::F32, Device::CPU));
+  std::vector<int32_t> got;
+  gpu_->sample_rows(dev, rows, got);
+  EXPECT_EQ(got, expect);
+  for (int r = 0; r < n; r += 5) {
+    std::vector<int32_t> one;
+    Tensor row = gpu_->upload(Tensor::borrow(host.data() + size_t(r) * vocab, {1, vocab}, DType::F32, Device::CPU));
+    gpu_->sample_rows(row, {rows[r]}, one);
+    ASSERT_EQ(one.size(), 1u);
+    EXPECT_EQ(one[0], expect[r]) << "row " << r;
   }
 }
 

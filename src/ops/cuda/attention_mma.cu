@@ -1,0 +1,375 @@
+// Tensor-core paged attention (head_dim 64 / 128, GQA groups dividing 16), row-invariant like
+// attention.cu: a row's visible positions are cut at absolute multiples of kAttnChunk, each chunk's
+// partial (max, sum, unnormalised output) is computed with one fixed sequence of MMAs, and the
+// partials are merged in increasing chunk order by one merge function (merge_chunk) with explicit
+// round-to-nearest operations, so the compiler cannot contract them differently in different kernels.
+//
+// A block serves one "tile": up to 64 / group consecutive rows of one sequence, for one KV head. Its
+// 4 warps each own 16 (row, query head) pairs, the M dimension of m16n8k16 MMAs:
+//   S[16 x 128] = Q[16 x D] K[128 x D]^T  (D / 16 chained k-steps per element, fp32)
+//   scale, softcap, mask to the pair's own range (-inf elsewhere); chunk max m_c and sum l_c of
+//   P = bf16(exp(S - m_c)) (per-thread fixed order, then a fixed quad butterfly);
+//   O_c[16 x D] = P V  (8 chained k-steps of 16 positions per element).
+// An MMA's output element depends only on its own A row and B column, so a pair's bits do not depend
+// on the other pairs in the warp (padding rows, rows of a longer prefill, other heads).
+// Two schedules, chosen per tile for speed only (identical bits, tested):
+//   split: one block per (tile, KV head, chunk) writes the chunk partial; a combine kernel merges a
+//          pair's partials (decode, verify: parallel over the context);
+//   loop:  one block per (tile, KV head) walks the chunks in increasing order and merges in registers
+//          (prefill: the K/V chunk staged once serves up to 64 pairs).
+// Positions outside the tile's union range are staged as zeros; inside it, a position outside a pair's
+// own range has P = 0 exactly, so it adds exact zeros either way.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <climits>
+#include <vector>
+
+#include "ops/cuda/attention_mma.h"
+#include "ops/cuda/cuda_check.h"
+
+namespace tf::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kPairs = 16 * kWarps;  // (row, head) pairs a block serves
+constexpr int kC = kAttnChunk;       // positions per chunk (128)
+static_assert(kC == 128, "the fragment loops assume 128-position chunks");
+
+__device__ __forceinline__ void ldsm_x4(uint32_t* r, const void* p) {
+  const uint32_t a = uint32_t(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t* r, const void* p) {
+  const uint32_t a = uint32_t(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
+__device__ __forceinline__ void mma(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// Running (m, l) of a pair merged with one chunk's (mc, lc); returns the factors for the outputs:
+// o = o * a + oc * b. Starts from m = -inf, l = 0, o = 0 (the first merge yields the chunk itself).
+struct MergeFactors {
+  float a, b;
+};
+__device__ __forceinline__ MergeFactors merge_chunk(float& m, float& l, float mc, float lc) {
+  const float mn = fmaxf(m, mc);
+  const float a = __expf(__fsub_rn(m, mn)), b = __expf(__fsub_rn(mc, mn));
+  l = __fadd_rn(__fmul_rn(l, a), __fmul_rn(lc, b));
+  m = mn;
+  return {a, b};
+}
+__device__ __forceinline__ float merge_out(float o, float oc, MergeFactors f) {
+  return __fadd_rn(__fmul_rn(o, f.a), __fmul_rn(oc, f.b));
+}
+__device__ __forceinline__ float finish_out(float o, float l) { return __fdiv_rn(o, l); }
+
+struct Range {
+  int lo, pos;  // visible positions [lo, pos]; lo > pos: none (padding pair)
+};
+__device__ __forceinline__ Range row_range(const DeviceMeta& meta, int r, int window) {
+  const int pos = meta.positions[r];
+  return {window > 0 ? max(0, pos - window + 1) : 0, pos};
+}
+
+// One chunk of one warp's 16 pairs: S, mask, softmax statistics, P V. `rg[0]`, `rg[1]`: the ranges
+// of the thread's two pair rows (g and g + 8). Writes mc, lc per row and oc[D/8][4].
+template <int D>
+__device__ __forceinline__ void chunk_partial(const __nv_bfloat16* Qs, const __nv_bfloat16* Ks,
+                                              const __nv_bfloat16* Vs, int warp, int lane, int c0,
+                                              const Range* rg, float scale, float softcap, float* mc,
+                                              float* lc, float (*oc)[4]) {
+  constexpr int RS = D + 8;
+  const int qd = lane % 4, mi = lane / 8, li = lane % 8;
+  float s[16][4];
+#pragma unroll
+  for (int j = 0; j < 16; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+  for (int t = 0; t < D / 16; ++t) {
+    uint32_t a[4];
+    ldsm_x4(a, Qs + (warp * 16 + (mi % 2) * 8 + li) * RS + t * 16 + (mi / 2) * 8);
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj) {
+      uint32_t b[4];
+      ldsm_x4(b, Ks + (jj * 16 + (mi / 2) * 8 + li) * RS + t * 16 + (mi % 2) * 8);
+      mma(s[2 * jj], a, b[0], b[1]);
+      mma(s[2 * jj + 1], a, b[2], b[3]);
+    }
+  }
+  // Scale, cap, mask; then per row: max, P, sum.
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int p = c0 + j * 8 + qd * 2 + e;
+        float v = __fmul_rn(s[j][2 * h + e], scale);
+        if (softcap > 0.f) v = __fmul_rn(softcap, tanhf(__fdiv_rn(v, softcap)));
+        v = (p >= rg[h].lo && p <= rg[h].pos) ? v : -INFINITY;
+        s[j][2 * h + e] = v;
+        mx = fmaxf(mx, v);
+      }
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    mc[h] = mx;
+    const float base = mx == -INFINITY ? 0.f : mx;  // a pair with no positions here: P = 0, never merged
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float pv = __bfloat162float(__float2bfloat16_rn(__expf(__fsub_rn(s[j][2 * h + e], base))));
+        s[j][2 * h + e] = pv;
+        sum = __fadd_rn(sum, pv);
+      }
+    }
+    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
+    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+    lc[h] = sum;
+  }
+  // O_c = P V: the S accumulator layout of n-tiles 2t, 2t+1 is the A fragment of k-step t.
+#pragma unroll
+  for (int j = 0; j < D / 8; ++j) oc[j][0] = oc[j][1] = oc[j][2] = oc[j][3] = 0.f;
+#pragma unroll
+  for (int t = 0; t < 8; ++t) {
+    uint32_t a[4];
+    a[0] = pack_bf16(s[2 * t][0], s[2 * t][1]);
+    a[1] = pack_bf16(s[2 * t][2], s[2 * t][3]);
+    a[2] = pack_bf16(s[2 * t + 1][0], s[2 * t + 1][1]);
+    a[3] = pack_bf16(s[2 * t + 1][2], s[2 * t + 1][3]);
+#pragma unroll
+    for (int jj = 0; jj < D / 16; ++jj) {
+      uint32_t b[4];
+      ldsm_x4_trans(b, Vs + (t * 16 + (mi % 2) * 8 + li) * RS + jj * 16 + (mi / 2) * 8);
+      mma(oc[2 * jj], a, b[0], b[1]);
+      mma(oc[2 * jj + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(kWarps * 32)
+    attention_mma_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kp,
+                         const __nv_bfloat16* __restrict__ vp, DeviceMeta meta, int hq, int hk, float scale,
+                         int window, float softcap, const int2* __restrict__ tiles, int max_chunks, int split,
+                         float* __restrict__ part_acc, float* __restrict__ part_ml,
+                         __nv_bfloat16* __restrict__ out) {
+  constexpr int RS = D + 8;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __nv_bfloat16* Ks = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  __nv_bfloat16* Vs = Ks + kC * RS;
+  __nv_bfloat16* Qs = Vs + kC * RS;
+  const int group = hq / hk;
+  const int2 tile = tiles[blockIdx.x / hk];
+  const int kvh = blockIdx.x % hk, r_first = tile.x, nrows = tile.y;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, qd = lane % 4;
+  const int seq = meta.row_seq[r_first];
+  const int32_t* table = meta.tables + meta.table_offsets[seq];
+  const int bs = meta.block_size;
+
+  // The tile's union range (its rows are consecutive positions of one sequence).
+  const Range first = row_range(meta, r_first, window), last = row_range(meta, r_first + nrows - 1, window);
+  const int ulo = first.lo, uhi = last.pos;
+  int cb = ulo / kC, ce = uhi / kC;
+  if (split) {
+    if (int(blockIdx.y) < cb || int(blockIdx.y) > ce) return;  // uniform: no positions of the tile here
+    cb = ce = blockIdx.y;
+  }
+  // This thread's two pairs: warp-local rows g and g + 8.
+  Range rg[2];
+  int prow[2], phead[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int i = warp * 16 + g + 8 * h, rr = i / group;
+    prow[h] = r_first + rr, phead[h] = kvh * group + i % group;
+    rg[h] = rr < nrows ? row_range(meta, prow[h], window) : Range{1, 0};
+  }
+  const bool warp_live = warp * 16 / group < nrows;
+
+  for (int i = tid; i < kPairs * (D / 8); i += blockDim.x) {  // Q of the block's pairs (zeros: padding)
+    const int pr = i / (D / 8), col = (i % (D / 8)) * 8, rr = pr / group;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (rr < nrows)
+      v = *reinterpret_cast<const uint4*>(q + (int64_t(r_first + rr) * hq + kvh * group + pr % group) * D + col);
+    *reinterpret_cast<uint4*>(Qs + pr * RS + col) = v;
+  }
+
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  float o[D / 8][4];
+#pragma unroll
+  for (int j = 0; j < D / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+
+  for (int c = cb; c <= ce; ++c) {
+    const int c0 = c * kC;
+    __syncthreads();  // the previous chunk is consumed
+    for (int i = tid; i < kC * (D / 8); i += blockDim.x) {
+      const int row = i / (D / 8), col = (i % (D / 8)) * 8, p = c0 + row;
+      uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
+      if (p >= ulo && p <= uhi) {
+        const int64_t off = (int64_t(table[p / bs]) * bs + p % bs) * hk * D + int64_t(kvh) * D + col;
+        kv = *reinterpret_cast<const uint4*>(kp + off);
+        vv = *reinterpret_cast<const uint4*>(vp + off);
+      }
+      *reinterpret_cast<uint4*>(Ks + row * RS + col) = kv;
+      *reinterpret_cast<uint4*>(Vs + row * RS + col) = vv;
+    }
+    __syncthreads();
+    if (!warp_live) continue;
+    float mc[2], lc[2], oc[D / 8][4];
+    chunk_partial<D>(Qs, Ks, Vs, warp, lane, c0, rg, scale, softcap, mc, lc, oc);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const bool in = rg[h].lo <= rg[h].pos && c >= rg[h].lo / kC && c <= rg[h].pos / kC;
+      if (split) {
+        if (!in) continue;
+        const int64_t slot = (int64_t(prow[h]) * hq + phead[h]) * max_chunks + c;
+#pragma unroll
+        for (int j = 0; j < D / 8; ++j) {
+          const int d = j * 8 + qd * 2;
+          *reinterpret_cast<float2*>(part_acc + slot * D + d) = make_float2(oc[j][2 * h], oc[j][2 * h + 1]);
+        }
+        if (qd == 0) part_ml[slot * 2] = mc[h], part_ml[slot * 2 + 1] = lc[h];
+      } else if (in) {
+        const MergeFactors f = merge_chunk(m[h], l[h], mc[h], lc[h]);
+#pragma unroll
+        for (int j = 0; j < D / 8; ++j) {
+          o[j][2 * h] = merge_out(o[j][2 * h], oc[j][2 * h], f);
+          o[j][2 * h + 1] = merge_out(o[j][2 * h + 1], oc[j][2 * h + 1], f);
+        }
+      }
+    }
+  }
+  if (split || !warp_live) return;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (rg[h].lo > rg[h].pos) continue;
+    __nv_bfloat16* dst = out + (int64_t(prow[h]) * hq + phead[h]) * D;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      const int d = j * 8 + qd * 2;
+      *reinterpret_cast<__nv_bfloat162*>(dst + d) =
+          __floats2bfloat162_rn(finish_out(o[j][2 * h], l[h]), finish_out(o[j][2 * h + 1], l[h]));
+    }
+  }
+}
+
+// Split schedule: one warp per (row, head) of the split tiles merges the row's chunk partials in
+// increasing order with the loop schedule's merge.
+template <int D>
+__global__ void attention_mma_combine(DeviceMeta meta, int hq, int window, int max_chunks,
+                                      const int2* __restrict__ tiles, const float* __restrict__ part_acc,
+                                      const float* __restrict__ part_ml, __nv_bfloat16* __restrict__ out) {
+  constexpr int DPL = D / 32;
+  const int2 tile = tiles[blockIdx.x];
+  const int lane = threadIdx.x % 32;
+  for (int pair = threadIdx.x / 32; pair < tile.y * hq; pair += blockDim.x / 32) {
+    const int r = tile.x + pair / hq, h = pair % hq;
+    const Range rg = row_range(meta, r, window);
+    const int64_t idx = int64_t(r) * hq + h;
+    float m = -INFINITY, l = 0.f, o[DPL];
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) o[i] = 0.f;
+    for (int c = rg.lo / kC; c <= rg.pos / kC; ++c) {
+      const int64_t slot = idx * max_chunks + c;
+      const MergeFactors f = merge_chunk(m, l, part_ml[slot * 2], part_ml[slot * 2 + 1]);
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) o[i] = merge_out(o[i], part_acc[slot * D + lane * DPL + i], f);
+    }
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) out[idx * D + lane * DPL + i] = __float2bfloat16_rn(finish_out(o[i], l));
+  }
+}
+
+template <int D>
+void launch(const AttentionMmaArgs& a, cudaStream_t s) {
+  const size_t smem = size_t(2 * kC + kPairs) * (D + 8) * sizeof(__nv_bfloat16);
+  static bool configured = false;  // per D instantiation; the attribute is per-device-function
+  if (!configured) {
+    TF_CUDA_CHECK(cudaFuncSetAttribute(attention_mma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       int(smem)));
+    configured = true;
+  }
+  auto* q = static_cast<const __nv_bfloat16*>(a.q);
+  auto* k = static_cast<const __nv_bfloat16*>(a.k_pool);
+  auto* v = static_cast<const __nv_bfloat16*>(a.v_pool);
+  auto* out = static_cast<__nv_bfloat16*>(a.out);
+  if (a.num_loop_tiles > 0) {
+    attention_mma_kernel<D><<<dim3(a.num_loop_tiles * a.hk, 1), kWarps * 32, smem, s>>>(
+        q, k, v, a.meta, a.hq, a.hk, a.scale, a.window, a.softcap, a.loop_tiles, a.max_chunks, 0, nullptr,
+        nullptr, out);
+    TF_CUDA_LAUNCH_CHECK();
+  }
+  if (a.num_split_tiles > 0) {
+    attention_mma_kernel<D><<<dim3(a.num_split_tiles * a.hk, a.max_chunks), kWarps * 32, smem, s>>>(
+        q, k, v, a.meta, a.hq, a.hk, a.scale, a.window, a.softcap, a.split_tiles, a.max_chunks, 1, a.part_acc,
+        a.part_ml, out);
+    TF_CUDA_LAUNCH_CHECK();
+    attention_mma_combine<D><<<a.num_split_tiles, 128, 0, s>>>(a.meta, a.hq, a.window, a.max_chunks, a.split_tiles,
+                                                               a.part_acc, a.part_ml, out);
+    TF_CUDA_LAUNCH_CHECK();
+  }
+}
+
+TileSchedule g_schedule = TileSchedule::Auto;
+bool g_mma = true;
+
+}  // namespace
+
+void set_attention_tile_schedule(TileSchedule s) { g_schedule = s; }
+TileSchedule attention_tile_schedule() { return g_schedule; }
+void set_attention_mma(bool on) { g_mma = on; }
+bool attention_mma_enabled() { return g_mma; }
+
+bool attention_mma_supported(int head_dim, int hq, int hk) {
+  if (hk <= 0 || hq % hk != 0) return false;
+  const int group = hq / hk;
+  return (head_dim == 64 || head_dim == 128) && group <= 16 && 16 % group == 0;
+}
+
+int attention_mma_rows_per_tile(int hq, int hk) { return kPairs / (hq / hk); }
+
+void plan_attention_tiles(const std::vector<int32_t>& row_seq, int rows_per_tile, TileSchedule schedule,
+                          std::vector<int32_t>& loop_tiles, std::vector<int32_t>& split_tiles) {
+  loop_tiles.clear(), split_tiles.clear();
+  const int rows = int(row_seq.size());
+  for (int r = 0; r < rows;) {
+    int e = r + 1;
+    while (e < rows && row_seq[e] == row_seq[r] && e - r < rows_per_tile) ++e;
+    const int n = e - r;
+    // Speed only: a tile with many rows stages each chunk once for all of them; a short one (decode,
+    // verify) spreads its chunks over blocks.
+    const bool loop = schedule == TileSchedule::Loop || (schedule == TileSchedule::Auto && n * 2 >= rows_per_tile);
+    auto& dst = loop ? loop_tiles : split_tiles;
+    dst.push_back(r), dst.push_back(n);
+    r = e;
+  }
+}
+
+void attention_mma(const AttentionMmaArgs& a, cudaStream_t s) {
+  if (a.num_loop_tiles + a.num_split_tiles == 0) return;
+  if (a.head_dim == 64) return launch<64>(a, s);
+  if (a.head_dim == 128) return launch<128>(a, s);
+  throw Error("attention_mma: head_dim " + std::to_string(a.head_dim) + " is not supported");
+}
+
+}  // namespace tf::cuda

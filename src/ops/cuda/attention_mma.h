@@ -1,0 +1,52 @@
+#pragma once
+// Tensor-core paged attention (attention_mma.cu): the CUDA backend's attention for head_dim 64 and 128
+// with GQA groups that divide 16; other shapes use attention() in kernels.h. Same contract: a row's
+// output bits depend only on its own query, position and sequence.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "ops/cuda/kernels.h"
+
+namespace tf::cuda {
+
+bool attention_mma_supported(int head_dim, int hq, int hk);
+// Rows of one sequence a block serves (64 (row, head) pairs).
+int attention_mma_rows_per_tile(int hq, int hk);
+
+// How tiles are scheduled; identical bits either way (tests force each).
+enum class TileSchedule { Auto, Loop, Split };
+// Cuts the batch's rows into tiles of at most `rows_per_tile` consecutive rows of one sequence, as
+// (first row, rows) pairs: loop tiles walk their chunks in one block, split tiles spread them.
+void plan_attention_tiles(const std::vector<int32_t>& row_seq, int rows_per_tile, TileSchedule schedule,
+                          std::vector<int32_t>& loop_tiles, std::vector<int32_t>& split_tiles);
+
+// Process-wide switches for tests and benches: the schedule (default Auto) and whether the backend
+// uses this kernel at all where supported (default on; off = attention() of kernels.h everywhere).
+void set_attention_tile_schedule(TileSchedule s);
+TileSchedule attention_tile_schedule();
+void set_attention_mma(bool on);
+bool attention_mma_enabled();
+
+struct AttentionMmaArgs {
+  const void* q = nullptr;  // [rows, hq, D] bf16
+  const void* k_pool = nullptr;
+  const void* v_pool = nullptr;
+  void* out = nullptr;  // [rows, hq, D] bf16
+  DeviceMeta meta;
+  int hq = 0, hk = 0, head_dim = 0;
+  float scale = 1.f;
+  int window = 0;
+  float softcap = 0.f;
+  int max_chunks = 0;  // chunks of the longest row (split schedule's partial layout)
+  const int2* loop_tiles = nullptr;  // device
+  int num_loop_tiles = 0;
+  const int2* split_tiles = nullptr;  // device
+  int num_split_tiles = 0;
+  float* part_acc = nullptr;  // split only: [rows * hq * max_chunks, D]
+  float* part_ml = nullptr;   //             [rows * hq * max_chunks, 2]
+};
+void attention_mma(const AttentionMmaArgs& args, cudaStream_t s);
+
+}  // namespace tf::cuda

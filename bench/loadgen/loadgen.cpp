@@ -242,18 +242,26 @@ std::vector<RequestResult> run_level(const LoadOptions& opt, const PromptSource&
                                      uint64_t first_request_index, double* wall_s) {
   std::vector<std::vector<RequestResult>> per_client(static_cast<size_t>(clients));
   std::atomic<uint64_t> next_index{first_request_index};
+  // Connections are opened one after another before the level starts (a keep-alive GET /health), so the
+  // level measures concurrent requests, not a burst of connects: httplib 0.11 servers listen with a
+  // backlog of 5, and a burst of simultaneous connects there loses some (seen as "transport: Read").
+  std::vector<std::unique_ptr<httplib::Client>> conns;
+  for (int c = 0; c < clients; ++c) {
+    conns.push_back(make_client(opt));
+    if (!opt.cold_connections) conns.back()->Get("/health");  // a failure here shows up in the request
+  }
   const Clock::time_point t0 = Clock::now();
   std::vector<std::thread> threads;
   for (int c = 0; c < clients; ++c) {
     threads.emplace_back([&, c] {
-      auto cli = make_client(opt);
+      httplib::Client& cli = *conns[size_t(c)];
       if (opt.ramp_s > 0)
         std::this_thread::sleep_for(std::chrono::duration<double>(opt.ramp_s * c / clients));
       for (int i = 0; i < opt.requests_per_client; ++i) {
         if (i > 0 && opt.duration_s > 0 && seconds_since(t0) >= opt.duration_s) break;
         const uint64_t index = next_index++;
         per_client[size_t(c)].push_back(
-            send_request(*cli, opt, prompts.model(), prompts.prompt(index), opt.seed + index, t0));
+            send_request(cli, opt, prompts.model(), prompts.prompt(index), opt.seed + index, t0));
       }
     });
   }

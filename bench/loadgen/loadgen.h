@@ -24,6 +24,7 @@ struct LoadOptions {
   bool count_logprobs = false;  // count tokens per chunk from "logprobs" (exact, but samples on the host)
   uint64_t seed = 1;
   double timeout_s = 600;
+  bool cold_connections = false;  // connect inside the timed level, all clients at once
 };
 
 // One request as a client saw it. Times are seconds since the level started.

@@ -60,6 +60,8 @@ void add_options(CLI::App& app, Args& a) {
   app.add_option("--warmup", a.warmup, "Untimed single-client requests before the sweep")
       ->capture_default_str();
   app.add_option("--timeout", o.timeout_s, "Read timeout per request, seconds")->capture_default_str();
+  app.add_flag("--cold-connections", o.cold_connections,
+               "Connect inside the timed level, all clients at once (default: connect one by one before it)");
   app.add_option("--json", a.json_path, "Also write the report (with per-request records) to this file");
 }
 

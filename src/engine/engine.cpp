@@ -88,7 +88,9 @@ class EngineImpl final : public Engine {
     if (opt.kv_budget_bytes > 0) {
       blocks = int(int64_t(opt.kv_budget_bytes) / per_block);
     } else if (const int64_t budget = gpu_pool_budget(cache_bytes); budget >= 0) {
-      blocks = int(std::min<int64_t>(budget / per_block, int64_t(1) << 30));
+      // Small models would get millions of blocks: at most 256 full contexts (or --parallel's).
+      const int64_t cap = int64_t(per_stream) * std::max(256, opt.parallel);
+      blocks = int(std::min<int64_t>(budget / per_block, cap));
     } else {
       blocks = per_stream * std::max(1, opt.parallel > 0 ? opt.parallel : 4);
     }

@@ -26,10 +26,10 @@ struct BenchArgs {
   int tokens = 256, parallel = 1, prompt_tokens = 128, context = 0;
   float temperature = 0.f;
   bool cache_check = false;
-  int chat_turns = 0;                          // --chat-turns: the conversation mode
-  double cache_gib = 4, spill_gib = 8;         // prompt cache and spill budgets of the cache modes
-  int max_draft = 4;                           // --drafter replay: the longest proposal
-  bool sweep = false;                          // --drafter replay: every k from 1 to max_draft
+  int chat_turns = 0;                   // --chat-turns: the conversation mode
+  double cache_gib = 4, spill_gib = 8;  // prompt cache and spill budgets of the cache modes
+  int max_draft = 4;                    // --drafter replay: the longest proposal
+  bool sweep = false;                   // --drafter replay: every k from 1 to max_draft
 };
 
 // A file the model is asked to quote (repetitive work), and an open prompt (free continuation).
@@ -61,13 +61,16 @@ const char* kSource = R"(def parse_config(path, defaults=None):
 // Token ids 10..1009 (inside every vocabulary the benches load), a different sequence per salt.
 std::vector<int32_t> random_prompt(int len, int salt) {
   std::vector<int32_t> p;
-  for (int t = 0; t < len; ++t) p.push_back(int32_t((int64_t(t) * 7919 + int64_t(salt) * 104729) % 1000 + 10));
+  for (int t = 0; t < len; ++t)
+    p.push_back(int32_t((int64_t(t) * 7919 + int64_t(salt) * 104729) % 1000 + 10));
   return p;
 }
 
 std::vector<int32_t> workload_prompt(const Tokenizer& tok, const std::string& w, int stream, int random_len) {
   if (w == "repetitive")
-    return tok.encode(std::string(kSource) + "\n\n# The same function again, unchanged:\n" + std::string(kSource).substr(0, 60 + stream), true);
+    return tok.encode(std::string(kSource) + "\n\n# The same function again, unchanged:\n" +
+                          std::string(kSource).substr(0, 60 + stream),
+                      true);
   if (w == "free") return tok.encode("import numpy as np\n\n\ndef moving_average(values, window", true);
   return random_prompt(random_len, stream);
 }
@@ -78,10 +81,13 @@ struct RunResult {
   std::vector<std::vector<int32_t>> outputs;
 };
 
-uint64_t stream_seed(int stream) { return 1000 + uint64_t(stream); }
+uint64_t stream_seed(int stream) {
+  return 1000 + uint64_t(stream);
+}
 
 // Runs one request per prompt at once (stream i seeded stream_seed(i)) and times them.
-RunResult run_prompts(Engine& e, const BenchArgs& a, const std::vector<std::vector<int32_t>>& prompts, bool draft) {
+RunResult run_prompts(Engine& e, const BenchArgs& a, const std::vector<std::vector<int32_t>>& prompts,
+                      bool draft) {
   RunResult r;
   const int64_t f0 = e.stats().forward_passes;
   std::vector<std::shared_ptr<RequestHandle>> hs;
@@ -109,7 +115,8 @@ RunResult run_prompts(Engine& e, const BenchArgs& a, const std::vector<std::vect
         if (ev.kind == StreamEvent::Kind::Error) throw Error(ev.error);
         if (ev.kind == StreamEvent::Kind::Tokens) {
           if (r.outputs[i].empty())
-            first = std::max(first, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+            first =
+                std::max(first, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
           for (auto& t : ev.tokens) r.outputs[i].push_back(t.token);
         } else {
           r.generated += ev.usage.completion_tokens;
@@ -131,7 +138,8 @@ RunResult run_prompts(Engine& e, const BenchArgs& a, const std::vector<std::vect
 
 RunResult run_once(Engine& e, const BenchArgs& a, const std::string& w, bool draft) {
   std::vector<std::vector<int32_t>> prompts;
-  for (int i = 0; i < a.parallel; ++i) prompts.push_back(workload_prompt(e.tokenizer(), w, i, a.prompt_tokens));
+  for (int i = 0; i < a.parallel; ++i)
+    prompts.push_back(workload_prompt(e.tokenizer(), w, i, a.prompt_tokens));
   return run_prompts(e, a, prompts, draft);
 }
 
@@ -139,7 +147,9 @@ RunResult run_one(Engine& e, const BenchArgs& a, const std::vector<int32_t>& pro
   return run_prompts(e, a, {prompt}, true);
 }
 
-const char* match(bool same) { return same ? "MATCH" : "MISMATCH"; }
+const char* match(bool same) {
+  return same ? "MATCH" : "MISMATCH";
+}
 
 void print_ttft(const char* what, const RunResult& r, const RunResult& base) {
   std::cout << std::fixed << std::setprecision(1) << "  " << std::left << std::setw(15) << what << std::right
@@ -165,7 +175,8 @@ void run_cache_check(Engine& e, const BenchArgs& a) {
   print_ttft("disk read-back", disk, miss);
   std::cout << "  " << read_back << " block(s) read back from the spill; outputs " << match(same) << "\n";
   if (!same) throw Error("a prompt-cache hit or spill read-back changed the output");
-  if (hit.cached == 0) throw Error("the second run of the prompt was not a prompt-cache hit; raise --prompt-cache-gib");
+  if (hit.cached == 0)
+    throw Error("the second run of the prompt was not a prompt-cache hit; raise --prompt-cache-gib");
   if (read_back == 0 || disk.cached == 0)
     throw Error("the evicted prompt was not read back from the spill; raise --spill-gib");
 }
@@ -176,8 +187,9 @@ void run_cache_check(Engine& e, const BenchArgs& a) {
 void run_chat_check(Engine& e, const BenchArgs& a) {
   const int turns = a.chat_turns;
   const int user = (a.prompt_tokens - (turns - 1) * a.tokens) / turns;
-  if (user < 1) throw Error("--prompt-tokens " + std::to_string(a.prompt_tokens) + " leaves no room for " +
-                            std::to_string(turns) + " user messages besides the replies; raise it or lower --tokens");
+  if (user < 1)
+    throw Error("--prompt-tokens " + std::to_string(a.prompt_tokens) + " leaves no room for " +
+                std::to_string(turns) + " user messages besides the replies; raise it or lower --tokens");
   run_one(e, a, random_prompt(64, 99));  // warm-up
   std::vector<int32_t> history;
   RunResult cached;
@@ -197,7 +209,8 @@ void run_chat_check(Engine& e, const BenchArgs& a) {
   std::cout << "  outputs " << match(same) << "\n";
   if (!same) throw Error("the cached turn's output differs from the uncached one");
   if (uncached.cached != 0) throw Error("the uncached turn still hit the prompt cache");
-  if (cached.cached == 0) throw Error("turn " + std::to_string(turns) + " did not reuse the history; raise --prompt-cache-gib");
+  if (cached.cached == 0)
+    throw Error("turn " + std::to_string(turns) + " did not reuse the history; raise --prompt-cache-gib");
 }
 
 // The ceiling of drafting: record a serial run, then rerun with a drafter that replays the recording (every
@@ -206,8 +219,8 @@ void run_replay(EngineOptions opt, const BenchArgs& a) {
   auto recording = std::make_shared<ReplayDrafter::Recording>();
   ReplayDrafter* replay = nullptr;
   opt.drafter = "none";
-  opt.ngram_drafts = false;     // only the replay proposes
-  opt.adaptive_draft = false;   // always propose k: the ceiling, not the policy
+  opt.ngram_drafts = false;    // only the replay proposes
+  opt.adaptive_draft = false;  // always propose k: the ceiling, not the policy
   opt.max_draft = a.max_draft;
   opt.drafter_factory = [&] {
     auto d = std::make_unique<ReplayDrafter>(recording);
@@ -216,17 +229,20 @@ void run_replay(EngineOptions opt, const BenchArgs& a) {
   };
   auto engine = create_engine(opt);
   const auto& info = engine->info();
-  std::cout << "model " << info.id << " on " << info.backend << ", replay drafter (the ceiling: every draft accepted), "
-            << a.parallel << " stream(s), " << a.tokens << " tokens each, temperature " << a.temperature << "\n";
+  std::cout << "model " << info.id << " on " << info.backend
+            << ", replay drafter (the ceiling: every draft accepted), " << a.parallel << " stream(s), "
+            << a.tokens << " tokens each, temperature " << a.temperature << "\n";
   std::vector<std::string> workloads = a.workload == "all" ? std::vector<std::string>{"repetitive", "free"}
                                                            : std::vector<std::string>{a.workload};
   run_once(*engine, a, workloads[0], false);  // warm-up
-  std::cout << "| workload | k | serial tok/s | replay tok/s | speedup | accepted/drafted | mean accepted per verify | outputs |\n"
+  std::cout << "| workload | k | serial tok/s | replay tok/s | speedup | accepted/drafted | mean accepted "
+               "per verify | outputs |\n"
                "|---|---|---|---|---|---|---|---|\n";
   for (const auto& w : workloads) {
     RunResult s = run_once(*engine, a, w, false);
     for (int i = 0; i < a.parallel; ++i)
-      (*recording)[{stream_seed(i), workload_prompt(engine->tokenizer(), w, i, a.prompt_tokens)}] = s.outputs[size_t(i)];
+      (*recording)[{stream_seed(i), workload_prompt(engine->tokenizer(), w, i, a.prompt_tokens)}] =
+          s.outputs[size_t(i)];
     const double ts = (s.generated - a.parallel) / (s.total_s - s.prefill_s);
     for (int k = a.sweep ? 1 : a.max_draft; k <= a.max_draft; ++k) {
       replay->set_max_k(k);
@@ -235,8 +251,8 @@ void run_replay(EngineOptions opt, const BenchArgs& a) {
       // Each verify step yields its accepted drafts plus one sampled token; the prefill yields the first.
       const int64_t verifies = d.generated - a.parallel - d.accepted;
       std::cout << std::fixed << std::setprecision(1) << "| " << w << " | " << k << " | " << ts << " | " << td
-                << " | " << std::setprecision(2) << td / ts << "x | " << d.accepted << "/" << d.drafted << " | "
-                << double(d.accepted) / double(std::max<int64_t>(1, verifies)) << " | "
+                << " | " << std::setprecision(2) << td / ts << "x | " << d.accepted << "/" << d.drafted
+                << " | " << double(d.accepted) / double(std::max<int64_t>(1, verifies)) << " | "
                 << match(s.outputs == d.outputs) << " |\n";
       if (s.outputs != d.outputs) throw Error("replayed output differs from serial output on workload " + w);
     }
@@ -270,13 +286,14 @@ void run_bench(const BenchArgs& a) {
   }
   auto engine = create_engine(opt);
   const auto& info = engine->info();
-  std::cout << "model " << info.id << " (" << info.parameters << " parameters) on " << info.backend << ", drafter "
-            << info.drafter << " + context copies, " << a.parallel << " stream(s), " << a.tokens
-            << " tokens each, temperature " << a.temperature << "\n";
+  std::cout << "model " << info.id << " (" << info.parameters << " parameters) on " << info.backend
+            << ", drafter " << info.drafter << " + context copies, " << a.parallel << " stream(s), "
+            << a.tokens << " tokens each, temperature " << a.temperature << "\n";
   std::vector<std::string> workloads = a.workload == "all" ? std::vector<std::string>{"repetitive", "free"}
                                                            : std::vector<std::string>{a.workload};
   run_once(*engine, a, workloads[0], false);  // warm-up
-  std::cout << "| workload | serial tok/s | drafted tok/s | speedup | accepted/drafted | tokens per step per stream | identical |\n"
+  std::cout << "| workload | serial tok/s | drafted tok/s | speedup | accepted/drafted | tokens per step per "
+               "stream | identical |\n"
                "|---|---|---|---|---|---|---|\n";
   for (const auto& w : workloads) {
     RunResult s = run_once(*engine, a, w, false), d = run_once(*engine, a, w, true);
@@ -295,26 +312,33 @@ void run_bench(const BenchArgs& a) {
 
 void add_bench_command(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
-  auto* c = app.add_subcommand("bench", "Measure decode throughput with and without drafts (outputs must match)");
+  auto* c =
+      app.add_subcommand("bench", "Measure decode throughput with and without drafts (outputs must match)");
   c->add_option("model", a->model, "Checkpoint (default: the demo model)");
   c->add_option("--backend", a->backend, "auto | cuda | cpu")->check(CLI::IsMember({"auto", "cuda", "cpu"}));
   c->add_option("--workload", a->workload, "repetitive | free | random | all")
       ->check(CLI::IsMember({"repetitive", "free", "random", "all"}));
   c->add_option("--drafter", a->drafter,
-                 "auto | none | mtp | DIR (a draft model) | replay (the ceiling: replays the serial run)");
-  c->add_option("--max-draft", a->max_draft, "--drafter replay: longest proposal k")->check(CLI::Range(1, 64));
+                "auto | none | mtp | DIR (a draft model) | replay (the ceiling: replays the serial run)");
+  c->add_option("--max-draft", a->max_draft, "--drafter replay: longest proposal k")
+      ->check(CLI::Range(1, 64));
   c->add_flag("--sweep", a->sweep, "--drafter replay: every k from 1 to --max-draft");
   c->add_option("--tokens", a->tokens, "Tokens generated per stream")->check(CLI::Range(2, 1 << 20));
   c->add_option("--parallel", a->parallel, "Concurrent streams")->check(CLI::PositiveNumber);
-  c->add_option("--temperature", a->temperature, "Sampling temperature (seeded)")->check(CLI::NonNegativeNumber);
-  c->add_option("--prompt-tokens", a->prompt_tokens, "Prompt length of the random workload")->check(CLI::PositiveNumber);
+  c->add_option("--temperature", a->temperature, "Sampling temperature (seeded)")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option("--prompt-tokens", a->prompt_tokens, "Prompt length of the random workload")
+      ->check(CLI::PositiveNumber);
   c->add_option("--context", a->context, "Context capacity per stream (default: the model's, at most 32768)");
-  c->add_flag("--cache-check", a->cache_check,
-              "Time to first token of a long prompt uncached, as a prompt-cache hit, and read back from the spill");
-  c->add_option("--chat-turns", a->chat_turns,
-                "Time to first token of turn N of a chat whose history grows to --prompt-tokens, cached vs uncached")
+  c->add_flag(
+      "--cache-check", a->cache_check,
+      "Time to first token of a long prompt uncached, as a prompt-cache hit, and read back from the spill");
+  c->add_option(
+       "--chat-turns", a->chat_turns,
+       "Time to first token of turn N of a chat whose history grows to --prompt-tokens, cached vs uncached")
       ->check(CLI::Range(1, 1000));
-  c->add_option("--prompt-cache-gib", a->cache_gib, "Prompt cache of the cache modes (GiB)")->check(CLI::PositiveNumber);
+  c->add_option("--prompt-cache-gib", a->cache_gib, "Prompt cache of the cache modes (GiB)")
+      ->check(CLI::PositiveNumber);
   c->add_option("--spill-gib", a->spill_gib, "Spill of --cache-check (GiB)")->check(CLI::PositiveNumber);
   c->callback([a] { run_bench(*a); });
 }

@@ -117,8 +117,8 @@ int count(const std::string& s, const std::string& what) {
 }
 
 TEST(BenchModes, ReplaySweepOnTheDemoModelAcceptsEverything) {
-  const std::string out = bench({"--drafter", "replay", "--workload", "free", "--tokens", "40", "--max-draft", "3",
-                                 "--sweep", "--backend", "cpu"});
+  const std::string out = bench({"--drafter", "replay", "--workload", "free", "--tokens", "40", "--max-draft",
+                                 "3", "--sweep", "--backend", "cpu"});
   EXPECT_EQ(count(out, "| MATCH |"), 3);
   EXPECT_EQ(count(out, "MISMATCH"), 0);
   // Every row: accepted == drafted, and drafts were made.
@@ -132,7 +132,8 @@ TEST(BenchModes, ReplaySweepOnTheDemoModelAcceptsEverything) {
 }
 
 TEST(BenchModes, CacheCheckReadsTheSpillBackAndMatches) {
-  const std::string out = bench({"--cache-check", "--prompt-tokens", "100", "--tokens", "6", "--backend", "cpu"});
+  const std::string out =
+      bench({"--cache-check", "--prompt-tokens", "100", "--tokens", "6", "--backend", "cpu"});
   EXPECT_NE(out.find("disk read-back"), std::string::npos);
   EXPECT_NE(out.find("outputs MATCH"), std::string::npos);
   std::smatch m;
@@ -141,7 +142,8 @@ TEST(BenchModes, CacheCheckReadsTheSpillBackAndMatches) {
 }
 
 TEST(BenchModes, ChatTurnTenReusesTheHistoryAndMatches) {
-  const std::string out = bench({"--chat-turns", "10", "--prompt-tokens", "392", "--tokens", "8", "--backend", "cpu"});
+  const std::string out =
+      bench({"--chat-turns", "10", "--prompt-tokens", "392", "--tokens", "8", "--backend", "cpu"});
   EXPECT_NE(out.find("turn 10 of a chat: 392 tokens of history (32 new)"), std::string::npos);
   EXPECT_NE(out.find("outputs MATCH"), std::string::npos);
 }

@@ -13,7 +13,8 @@ std::vector<int32_t> ReplayDrafter::lookup(uint64_t seed, const std::vector<int3
   const std::vector<int32_t>& reply = it->second;
   const size_t done = tokens.size() - prompt.size();
   // Only while the stream still follows the recording (it always does when outputs are exact).
-  if (done > reply.size() || !std::equal(tokens.begin() + std::ptrdiff_t(prompt.size()), tokens.end(), reply.begin()))
+  if (done > reply.size() ||
+      !std::equal(tokens.begin() + std::ptrdiff_t(prompt.size()), tokens.end(), reply.begin()))
     return {};
   const size_t k = std::min(reply.size() - done, size_t(std::max(0, std::min(max_k, max_k_.load()))));
   return std::vector<int32_t>(reply.begin() + std::ptrdiff_t(done), reply.begin() + std::ptrdiff_t(done + k));

@@ -30,8 +30,8 @@ class ReplayDrafter final : public Drafter {
   void set_max_k(int k) { max_k_.store(k); }
   // The proposal for one stream (exposed for tests): the recorded continuation of `tokens`, empty when
   // the prompt was not recorded or the stream has left the recording.
-  std::vector<int32_t> lookup(uint64_t seed, const std::vector<int32_t>& prompt, const std::vector<int32_t>& tokens,
-                              int max_k) const;
+  std::vector<int32_t> lookup(uint64_t seed, const std::vector<int32_t>& prompt,
+                              const std::vector<int32_t>& tokens, int max_k) const;
 
  private:
   std::shared_ptr<const Recording> rec_;

@@ -186,7 +186,7 @@ double copy_bandwidth_gbs(Backend& be) {
 
 struct Result {
   Fmt f;
-  int m;
+  int m, ahead;  // ahead: K chunks loaded per step (set_quant_loads_per_step)
   double ms, gb;
 };
 
@@ -205,8 +205,13 @@ int run() {
     Weights w = make_weights(*be, f);
     for (int m : {1, 16}) {
       Buffers b = make_buffers(*be, m);
-      const double ms = time_graph_ms(s, [&] { step(*be, w, b); });
-      res.push_back({f, m, ms, double(w.bytes) / 1e9});
+      for (int ahead : {4, 8}) {
+        if (f == Fmt::Bf16 && ahead == 8) continue;
+        cuda::set_quant_loads_per_step(ahead);
+        const double ms = time_graph_ms(s, [&] { step(*be, w, b); });
+        res.push_back({f, m, ahead, ms, double(w.bytes) / 1e9});
+      }
+      cuda::set_quant_loads_per_step(4);
     }
     // Per-shape times at M = 1 (eager, 20 calls a timing) for tuning.
     Buffers b = make_buffers(*be, 1);
@@ -228,8 +233,10 @@ int run() {
     each("lm_head", w.lm_head, b.xh, b.logits);
     be->synchronize();
   }
-  std::printf("\n| format | M | step ms | tokens/s | vs bf16 | weight GB | GB/s | of copy roofline |\n");
-  std::printf("|---|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "\n| format | M | chunks ahead | step ms | tokens/s | vs bf16 | weight GB | GB/s | of copy roofline "
+      "|\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
   auto bf16_ms = [&](int m) {
     for (auto& r : res)
       if (r.f == Fmt::Bf16 && r.m == m) return r.ms;
@@ -237,11 +244,12 @@ int run() {
   };
   for (auto& r : res) {
     const double gbs = r.gb / (r.ms * 1e-3);
-    std::printf("| %s | %d | %.3f | %.1f | %.2fx | %.2f | %.0f | %.1f%% |\n", fmt_name(r.f), r.m, r.ms,
-                r.m / (r.ms * 1e-3), bf16_ms(r.m) / r.ms, r.gb, gbs, 100 * gbs / copy);
+    std::printf("| %s | %d | %s | %.3f | %.1f | %.2fx | %.2f | %.0f | %.1f%% |\n", fmt_name(r.f), r.m,
+                r.f == Fmt::Bf16 ? "-" : std::to_string(r.ahead).c_str(), r.ms, r.m / (r.ms * 1e-3),
+                bf16_ms(r.m) / r.ms, r.gb, gbs, 100 * gbs / copy);
   }
-  for (auto& r : res) {
-    if (r.f != Fmt::Mlx4) continue;
+  for (auto& r : res) {  // the default schedule (4 chunks ahead)
+    if (r.f != Fmt::Mlx4 || r.ahead != 4) continue;
     const double ratio = bf16_ms(r.m) / r.ms, frac = r.gb / (r.ms * 1e-3) / copy;
     if (r.m == 1)
       std::printf("target 4-bit/g64 M=1: >= 3x bf16 (%.2fx) %s, >= 75%% of roofline (%.1f%%) %s\n", ratio,

@@ -26,7 +26,7 @@ namespace tf::cuda {
 namespace {
 
 constexpr int kWarps = 8;          // K slices: must equal linear.cu's (same arithmetic)
-constexpr int kU = 4;              // K chunks whose packed bytes a warp loads per step
+int g_loads_per_step = 4;          // K chunks whose packed bytes a warp loads per step (M <= 16)
 constexpr int kDequantMinM = 128;  // from here on: dequantize to bf16 + the tiled bf16 linear
 constexpr size_t kDequantMaxBytes = size_t(256) << 20;  // ... unless the transient bf16 copy exceeds this
 
@@ -147,7 +147,7 @@ __device__ __forceinline__ void mma_bf16(float* c, uint32_t a0, uint32_t a1, uin
 
 // linear.cu's linear_kernel (PREFETCH variant) with packed weight loads. The next step's packed bytes
 // are loaded before this step's dequantization and MMAs; neither changes the arithmetic.
-template <int KIND, int B, int NT>
+template <int KIND, int B, int NT, int U>
 __global__ void __launch_bounds__(kWarps * 32)
     qlinear_kernel(const __nv_bfloat16* __restrict__ x, QArgs q, const void* __restrict__ bias, int bias_kind,
                    void* __restrict__ y, bool y_f32, int m, int n, int k, int m_tiles) {
@@ -181,24 +181,24 @@ __global__ void __launch_bounds__(kWarps * 32)
       mma_bf16(acc[j], a.z, b.z, a.w, b.w, xv.z, xv.w);
     }
   };
-  Raw ra[kU], rb[kU];
+  Raw ra[U], rb[U];
   auto load = [&](int at) {
 #pragma unroll
-    for (int u = 0; u < kU; ++u) {
+    for (int u = 0; u < U; ++u) {
       ra[u] = load_raw<KIND, B>(q, na, at + u, t);
       rb[u] = load_raw<KIND, B>(q, nb, at + u, t);
     }
   };
   int c = c_begin;
-  if (c + kU <= c_end) load(c);
+  if (c + U <= c_end) load(c);
   asm volatile("griddepcontrol.wait;" ::: "memory");  // weights are constant; x is not
-  for (; c + kU <= c_end; c += kU) {
-    Raw ca[kU], cb[kU];
+  for (; c + U <= c_end; c += U) {
+    Raw ca[U], cb[U];
 #pragma unroll
-    for (int u = 0; u < kU; ++u) ca[u] = ra[u], cb[u] = rb[u];
-    if (c + 2 * kU <= c_end) load(c + kU);
+    for (int u = 0; u < U; ++u) ca[u] = ra[u], cb[u] = rb[u];
+    if (c + 2 * U <= c_end) load(c + U);
 #pragma unroll
-    for (int u = 0; u < kU; ++u) step(dequant<KIND, B>(ca[u]), dequant<KIND, B>(cb[u]), c + u);
+    for (int u = 0; u < U; ++u) step(dequant<KIND, B>(ca[u]), dequant<KIND, B>(cb[u]), c + u);
   }
   for (; c < c_end; ++c)
     step(dequant<KIND, B>(load_raw<KIND, B>(q, na, c, t)), dequant<KIND, B>(load_raw<KIND, B>(q, nb, c, t)),
@@ -402,8 +402,11 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
       constexpr int NT = decltype(nt)::value;
       const int m_tiles = (m + NT * 8 - 1) / (NT * 8), n_tiles = int((n + 15) / 16);
       // Token tiles vary fastest so that blocks sharing a weight tile run together (L2 reuse).
-      launch_pdl(qlinear_kernel<KIND, B, NT>, dim3(n_tiles * m_tiles), dim3(kWarps * 32), 0, s, xp, q, bias,
-                 bias_kind, y.raw(), y_f32, m, int(n), int(k), m_tiles);
+      auto kernel = qlinear_kernel<KIND, B, NT, 4>;
+      if constexpr (NT <= 2)
+        if (g_loads_per_step == 8) kernel = qlinear_kernel<KIND, B, NT, 8>;
+      launch_pdl(kernel, dim3(n_tiles * m_tiles), dim3(kWarps * 32), 0, s, xp, q, bias, bias_kind, y.raw(),
+                 y_f32, m, int(n), int(k), m_tiles);
     };
     if (m <= 8)
       go(std::integral_constant<int, 1>{});
@@ -414,6 +417,11 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
     else
       go(std::integral_constant<int, 8>{});
   });
+}
+
+void set_quant_loads_per_step(int chunks) {
+  TF_CHECK(chunks == 4 || chunks == 8, "set_quant_loads_per_step: 4 or 8");
+  g_loads_per_step = chunks;
 }
 
 void fill_random_bytes(void* p, size_t bytes, uint64_t seed, uint8_t mask, cudaStream_t s) {

@@ -136,7 +136,6 @@ RequestResult send_request(httplib::Client& cli, const LoadOptions& opt, const s
   req.path = "/v1/completions";
   req.body = body.dump();
   req.set_header("Content-Type", "application/json");
-  if (!opt.api_key.empty()) req.set_header("Authorization", "Bearer " + opt.api_key);
   req.response_handler = [&](const httplib::Response& res) {
     status = res.status;
     return true;

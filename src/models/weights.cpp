@@ -20,13 +20,11 @@ std::string where(const Checkpoint& ckpt, const std::string& name) {
   return ckpt.dir() + ": tensor '" + name + "'";
 }
 
-// MLX affine: bits and group size follow from the packed and scales shapes; config must agree.
-void read_mlx(const Checkpoint& ckpt, const std::string& base, LinearWeight& w) {
+// Validates an MLX affine weight whose packed weight, scales and biases are set: bits and group size
+// follow from the shapes; config.json's quantization block (for `base`) must agree.
+void check_mlx(const Checkpoint& ckpt, const std::string& base, LinearWeight& w) {
   const int64_t out = w.out_features, in = w.in_features;
   w.format = LinearWeight::Format::MlxAffine;
-  w.weight = ckpt.get(base + ".weight");
-  w.scales = ckpt.get(base + ".scales");
-  w.biases = fetch_tensor(ckpt, base + ".biases", w.scales.shape());
   if (w.weight.ndim() != 2 || w.weight.dim(0) != out || w.weight.dtype() != DType::U32 ||
       (w.weight.dim(1) * 32) % in)
     throw Error(where(ckpt, base + ".weight") + " is " + w.weight.describe() + ", not MLX-packed U32 [" +
@@ -45,6 +43,14 @@ void read_mlx(const Checkpoint& ckpt, const std::string& base, LinearWeight& w) 
                 (lq.quantized ? std::to_string(lq.bits) + "-bit, group " + std::to_string(lq.group_size)
                               : "unquantized"));
   check_quantized_linear(w);
+}
+
+// MLX affine as stored next to `<base>.weight`.
+void read_mlx(const Checkpoint& ckpt, const std::string& base, LinearWeight& w) {
+  w.weight = ckpt.get(base + ".weight");
+  w.scales = ckpt.get(base + ".scales");
+  w.biases = fetch_tensor(ckpt, base + ".biases", w.scales.shape());
+  check_mlx(ckpt, base, w);
 }
 
 // FP8 e4m3 with `scale` (weight_scale_inv or compressed-tensors weight_scale): per-tensor [] / [1],
@@ -144,11 +150,14 @@ LinearWeight load_fused_linear(const Checkpoint& ckpt, Backend& be, const std::v
                                const std::vector<int64_t>& outs, int64_t in) {
   TF_CHECK(!bases.empty() && bases.size() == outs.size(), "load_fused_linear: one output size per part");
   std::vector<LinearWeight> parts;
+  for (size_t i = 0; i < bases.size(); ++i) parts.push_back(read_linear(ckpt, bases[i], outs[i], in, false));
+  return be.upload_linear(fuse_linears(std::move(parts)));
+}
+
+LinearWeight fuse_linears(std::vector<LinearWeight> parts) {
+  TF_CHECK(!parts.empty(), "fuse_linears: no parts");
   bool uniform = true;
-  for (size_t i = 0; i < bases.size(); ++i) {
-    parts.push_back(read_linear(ckpt, bases[i], outs[i], in, false));
-    uniform = uniform && same_layout(parts[0], parts.back());
-  }
+  for (const auto& p : parts) uniform = uniform && same_layout(parts[0], p);
   LinearWeight f = parts[0];
   f.out_features = 0;
   for (auto& p : parts) {
@@ -169,7 +178,32 @@ LinearWeight load_fused_linear(const Checkpoint& ckpt, Backend& be, const std::v
   f.weight = gather(&LinearWeight::weight);
   if (f.format != LinearWeight::Format::Dense) f.scales = gather(&LinearWeight::scales);
   if (f.format == LinearWeight::Format::MlxAffine) f.biases = gather(&LinearWeight::biases);
-  return be.upload_linear(f);
+  return f;
+}
+
+LinearWeight read_expert_linear(const Checkpoint& ckpt, const std::string& base, int expert, int64_t experts,
+                                int64_t out, int64_t in) {
+  auto stacked = [&](const std::string& name) {
+    Tensor t = ckpt.get(name);
+    if (t.ndim() != 3 || t.dim(0) != experts || t.dim(1) != out)
+      throw Error(where(ckpt, name) + " is " + t.describe() + ", not stacked experts [" + std::to_string(experts) +
+                  ", " + std::to_string(out) + ", ...]");
+    return t.row(expert);
+  };
+  LinearWeight w;
+  w.in_features = in;
+  w.out_features = out;
+  w.weight = stacked(base + ".weight");
+  if (ckpt.has(base + ".scales")) {
+    w.scales = stacked(base + ".scales");
+    w.biases = stacked(base + ".biases");
+    check_mlx(ckpt, base, w);
+  } else if (w.weight.dim(1) != in || (w.weight.dtype() != DType::F32 && w.weight.dtype() != DType::BF16 &&
+                                        w.weight.dtype() != DType::F16)) {
+    throw Error(where(ckpt, base + ".weight") + " is " + w.weight.describe() + ", not dense [" +
+                std::to_string(experts) + ", " + std::to_string(out) + ", " + std::to_string(in) + "]");
+  }
+  return w;
 }
 
 Tensor load_embedding(const Checkpoint& ckpt, Backend& be, const std::string& base, int64_t vocab,

@@ -28,6 +28,13 @@ LinearWeight load_linear(const Checkpoint& ckpt, Backend& be, const std::string&
 // row); parts of different formats or bit widths are dequantized to F32 first.
 LinearWeight load_fused_linear(const Checkpoint& ckpt, Backend& be, const std::vector<std::string>& bases,
                                const std::vector<int64_t>& out_features, int64_t in_features);
+// The parts fused along the output dimension on the host (what load_fused_linear uploads).
+LinearWeight fuse_linears(std::vector<LinearWeight> parts);
+// Expert `expert` of mlx-lm's stacked expert tensors (`<base>.weight` [experts, out, in] dense, or
+// MLX-packed with `.scales`/`.biases` [experts, out, groups]): the LinearWeight read_linear gives for the
+// same expert stored alone (a view of the checkpoint's tensors, not a copy).
+LinearWeight read_expert_linear(const Checkpoint& ckpt, const std::string& base, int expert, int64_t experts,
+                                int64_t out, int64_t in);
 // An embedding table [vocab, hidden] uploaded with Backend::upload: dense as stored; MLX-quantized tables
 // are dequantized on the host into the scales' dtype (exactly mx.dequantize's values).
 Tensor load_embedding(const Checkpoint& ckpt, Backend& be, const std::string& base, int64_t vocab,

@@ -66,6 +66,16 @@ struct RowSampling {
   int64_t position = 0;  // absolute position of the token being sampled
 };
 
+// A sparse mixture-of-experts MLP (Backend::moe): a softmax router choosing top_k experts a token,
+// SwiGLU experts.
+struct MoeWeights {
+  LinearWeight router;                      // [experts, hidden]
+  std::vector<LinearWeight> gate_up, down;  // per expert: [2I, H] (gate rows first), [H, I]
+  int top_k = 0;
+  bool norm_topk_prob = false;  // renormalise the k chosen probabilities to sum 1
+  std::shared_ptr<void> prepared;  // backend-private state made on first use (device pointer tables)
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -112,6 +122,12 @@ class Backend {
   // fixed order (by expert id) so a token's sum never depends on other tokens.
   virtual void scatter_add_rows(Tensor& out, const Tensor& y, const std::vector<int32_t>& rows,
                                 const std::vector<float>& weights) = 0;
+  // out[R, H] = the MoE MLP of h[R, H]: f32 router logits, softmax, each row's top_k experts (ties to the
+  // lower id), their probabilities renormalised when norm_topk_prob, and the k SwiGLU outputs added in
+  // rank order (highest probability first) with fp32 arithmetic. A row's bits never depend on the other
+  // rows. The default (ops/moe.cpp, the CPU reference) routes on the host (one sync) and runs
+  // the ops above per expert.
+  virtual void moe(const Tensor& h, MoeWeights& w, Tensor& out);
   // Raw byte copies between host memory and a tensor of this backend (KV blocks for the prompt cache's
   // spill and snapshots). The CPU backend copies directly; device backends override.
   virtual void read_raw(const Tensor& src, size_t offset, size_t bytes, void* dst);

@@ -13,6 +13,7 @@
 #include "ops/cuda/block_cache.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/moe_fused.h"
 #include "ops/cuda/quant_linear.h"
 #include "ops/cuda/sampling.h"
 #include "ops/cpu/quant.h"
@@ -385,6 +386,11 @@ class CudaBackend final : public Backend {
     auto* d = static_cast<const uint8_t*>(scatter_stage_.put(packed.data(), packed.size(), stream_));
     cuda::scatter_add_rows(out.raw(), ptr(y), out.dtype(), reinterpret_cast<const int32_t*>(d),
                            reinterpret_cast<const float*>(d + rows.size() * 4), int(rows.size()), width, stream_);
+  }
+
+  void moe(const Tensor& h, MoeWeights& w, Tensor& out) override {
+    if (!cuda::moe_fusable(h, w)) return Backend::moe(h, w, out);  // e.g. MLX 4-bit experts
+    cuda::moe_fused(*this, stream_, h, w, out);
   }
 
   void read_raw(const Tensor& src, size_t offset, size_t bytes, void* dst) override {

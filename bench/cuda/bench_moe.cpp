@@ -1,0 +1,313 @@
+// tf_bench_moe: a random-weight Qwen3-30B-A3B shape (48 layers, hidden 2048, 128 experts, top-8, expert
+// intermediate 768, 32/4 heads of 128, vocab 151936) in bf16 on the CUDA backend, forward composed from the
+// backend ops with Backend::moe for the sparse MLPs. Measures the device copy bandwidth in the same run,
+// then decode at batch 1/8/32 (context 512; tokens/s and the fraction of the roofline on the bytes the
+// step actually reads: the active experts, router, attention weights, KV, embedding rows and lm_head),
+// the host-routed per-expert path at batch 1 for comparison, and prefill 4k.
+// Flags: --quick (batch 1 and 8 only, no prefill).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ops/backend.h"
+#include "ops/cuda/cuda_backend.h"
+#include "ops/cuda/cuda_check.h"
+#include "ops/moe.h"
+
+namespace tf {
+namespace {
+
+constexpr int kLayers = 48, kHidden = 2048, kExperts = 128, kTopK = 8, kInter = 768, kHeads = 32,
+              kKvHeads = 4, kHeadDim = 128, kVocab = 151936, kBlock = 16;
+
+double time_ms(cudaStream_t s, const std::function<void()>& fn, int warm = 2, int reps = 7) {
+  for (int i = 0; i < warm; ++i) fn();
+  cudaEvent_t a, b;
+  TF_CUDA_CHECK(cudaEventCreate(&a));
+  TF_CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<float> t;
+  for (int i = 0; i < reps; ++i) {
+    TF_CUDA_CHECK(cudaEventRecord(a, s));
+    fn();
+    TF_CUDA_CHECK(cudaEventRecord(b, s));
+    TF_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms;
+    TF_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// fn() replayed from a CUDA graph (the fused MoE path has no host sync); eager if capture fails.
+double time_graph_ms(cudaStream_t s, const std::function<void()>& fn, bool* captured) {
+  fn();
+  TF_CUDA_CHECK(cudaStreamSynchronize(s));
+  cudaGraph_t g = nullptr;
+  cudaGraphExec_t ge = nullptr;
+  *captured = false;
+  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+    try {
+      fn();
+    } catch (const std::exception&) {
+    }
+    if (cudaStreamEndCapture(s, &g) == cudaSuccess && g && cudaGraphInstantiate(&ge, g, 0) == cudaSuccess)
+      *captured = true;
+  }
+  cudaGetLastError();
+  if (!*captured) return time_ms(s, fn);
+  const double ms = time_ms(
+      s, [&] { TF_CUDA_CHECK(cudaGraphLaunch(ge, s)); }, 3, 11);
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  return ms;
+}
+
+struct Layer {
+  LinearWeight q, k, v, o;
+  MoeWeights moe;
+  Tensor ln1, ln2, q_norm, k_norm;
+  KvLayer kv;
+};
+
+struct Model {
+  std::vector<Layer> layers;
+  Tensor embed, final_norm;
+  LinearWeight lm_head;
+};
+
+LinearWeight rand_linear(Backend& be, int64_t n, int64_t k, uint64_t seed) {
+  LinearWeight w;
+  w.weight = be.alloc({n, k}, DType::BF16);
+  w.in_features = k, w.out_features = n;
+  const float a = std::sqrt(3.f / float(k));
+  cuda::fill_uniform(be, w.weight, seed, -a, a);
+  return w;
+}
+
+Tensor rand_norm(Backend& be, int64_t n, uint64_t seed) {
+  Tensor t = be.alloc({n}, DType::BF16);
+  cuda::fill_uniform(be, t, seed, 0.8f, 1.2f);
+  return t;
+}
+
+Model make_model(Backend& be, int64_t kv_blocks) {
+  Model m;
+  uint64_t seed = 100;
+  const int64_t qd = int64_t(kHeads) * kHeadDim, kd = int64_t(kKvHeads) * kHeadDim;
+  for (int l = 0; l < kLayers; ++l) {
+    Layer L;
+    L.q = rand_linear(be, qd, kHidden, seed++);
+    L.k = rand_linear(be, kd, kHidden, seed++);
+    L.v = rand_linear(be, kd, kHidden, seed++);
+    L.o = rand_linear(be, kHidden, qd, seed++);
+    L.moe.top_k = kTopK, L.moe.norm_topk_prob = true;
+    L.moe.router = rand_linear(be, kExperts, kHidden, seed++);
+    for (int e = 0; e < kExperts; ++e) {
+      L.moe.gate_up.push_back(rand_linear(be, 2 * kInter, kHidden, seed++));
+      L.moe.down.push_back(rand_linear(be, kHidden, kInter, seed++));
+    }
+    L.ln1 = rand_norm(be, kHidden, seed++);
+    L.ln2 = rand_norm(be, kHidden, seed++);
+    L.q_norm = rand_norm(be, kHeadDim, seed++);
+    L.k_norm = rand_norm(be, kHeadDim, seed++);
+    L.kv.k = be.alloc({kv_blocks, kBlock, kKvHeads, kHeadDim}, DType::BF16);
+    L.kv.v = be.alloc({kv_blocks, kBlock, kKvHeads, kHeadDim}, DType::BF16);
+    cuda::fill_uniform(be, L.kv.k, seed++, -2, 2);
+    cuda::fill_uniform(be, L.kv.v, seed++, -1, 1);
+    m.layers.push_back(std::move(L));
+  }
+  m.embed = be.alloc({kVocab, kHidden}, DType::BF16);
+  cuda::fill_uniform(be, m.embed, seed++, -1, 1);
+  m.final_norm = rand_norm(be, kHidden, seed++);
+  m.lm_head = rand_linear(be, kVocab, kHidden, seed++);
+  be.synchronize();
+  return m;
+}
+
+// Called with each layer's MoE input (the bench's byte count routes it on the host).
+using MoeHook = std::function<void(int layer, const Tensor& x)>;
+
+// One forward; logits of the last row of each sequence (`outs` rows). `host_moe`: Backend::moe's default.
+void forward(Backend& be, Model& m, int rows, const std::vector<int32_t>& outs, bool host_moe,
+             const MoeHook& hook = nullptr) {
+  const int64_t qd = int64_t(kHeads) * kHeadDim, kd = int64_t(kKvHeads) * kHeadDim;
+  auto a = [&](int64_t r, int64_t c) { return be.alloc({r, c}, DType::BF16); };
+  Tensor res = a(rows, kHidden), x = a(rows, kHidden), q = a(rows, qd), k = a(rows, kd), v = a(rows, kd),
+         attn = a(rows, qd), o = a(rows, kHidden), mlp = a(rows, kHidden);
+  Tensor qh = q.view({rows * int64_t(kHeads), kHeadDim}), kh = k.view({rows * int64_t(kKvHeads), kHeadDim});
+  AttentionParams ap{kHeads, kKvHeads, kHeadDim, 1.f / std::sqrt(float(kHeadDim)), 0, 0.f};
+  RopeParams rope;
+  rope.head_dim = rope.rotary_dim = kHeadDim;
+  for (int i = 0; i < kHeadDim / 2; ++i) rope.inv_freq.push_back(std::pow(1e6f, -2.f * i / kHeadDim));
+  be.embedding(m.embed, 1.f, res);
+  for (int l = 0; l < kLayers; ++l) {
+    Layer& L = m.layers[l];
+    if (l == 0)
+      be.rms_norm(res, L.ln1, 1e-6f, 0.f, x);
+    else
+      be.add_rms_norm(res, mlp, L.ln1, 1e-6f, 0.f, x);
+    be.linear(x, L.q, q);
+    be.linear(x, L.k, k);
+    be.linear(x, L.v, v);
+    be.rms_norm(qh, L.q_norm, 1e-6f, 0.f, qh);
+    be.rms_norm(kh, L.k_norm, 1e-6f, 0.f, kh);
+    be.rope(q, k, rope);
+    be.kv_write(L.kv, k, v);
+    be.attention(q, L.kv, ap, attn);
+    be.linear(attn, L.o, o);
+    be.add_rms_norm(res, o, L.ln2, 1e-6f, 0.f, x);
+    if (hook) hook(l, x);
+    if (host_moe)
+      be.Backend::moe(x, L.moe, mlp);
+    else
+      be.moe(x, L.moe, mlp);
+  }
+  be.add_rms_norm(res, mlp, m.final_norm, 1e-6f, 0.f, x);
+  Tensor logits = be.alloc({int64_t(outs.size()), kVocab}, DType::F32);
+  if (int(outs.size()) == rows) return be.linear(x, m.lm_head, logits);  // decode: no host staging (graphs)
+  Tensor last = a(int64_t(outs.size()), kHidden);
+  be.gather_rows(x, outs, last);
+  be.linear(last, m.lm_head, logits);
+}
+
+// `batch` sequences decoding at position ctx-1, distinct blocks each.
+BatchMeta decode_meta(int batch, int ctx) {
+  BatchMeta m;
+  m.block_size = kBlock;
+  const int per = ctx / kBlock + 1;
+  for (int b = 0; b < batch; ++b) {
+    std::vector<int32_t> t(per);
+    for (int i = 0; i < per; ++i) t[i] = b * per + i;
+    const int pos = ctx - 1;
+    m.tokens.push_back((b * 7919 + 13) % kVocab), m.positions.push_back(pos), m.row_seq.push_back(b);
+    m.slots.push_back(t[pos / kBlock] * kBlock + pos % kBlock);
+    m.block_tables.push_back(std::move(t));
+  }
+  return m;
+}
+
+BatchMeta prefill_meta(int n) {
+  BatchMeta m;
+  m.block_size = kBlock;
+  std::vector<int32_t> t(n / kBlock + 1);
+  for (size_t i = 0; i < t.size(); ++i) t[i] = int32_t(i);
+  for (int p = 0; p < n; ++p) {
+    m.tokens.push_back((p * 31 + 7) % kVocab), m.positions.push_back(p), m.row_seq.push_back(0);
+    m.slots.push_back(t[p / kBlock] * kBlock + p % kBlock);
+  }
+  m.block_tables.push_back(t);
+  return m;
+}
+
+// Bytes a decode step reads: per layer the distinct experts the batch routes to (host routing of the
+// real router logits), the router, attention weights and each sequence's KV; plus embedding rows and
+// lm_head. Returns {bytes, mean active experts a layer}.
+std::pair<double, double> step_bytes(Backend& be, Model& m, const BatchMeta& meta, int ctx) {
+  std::vector<int> active(kLayers, 0);
+  MoeHook hook = [&](int l, const Tensor& x) {
+    Tensor lg = be.alloc({x.dim(0), kExperts}, DType::F32);
+    be.linear(x, m.layers[l].moe.router, lg);
+    Tensor host = Tensor::empty({x.dim(0), kExperts}, DType::F32);
+    be.to_host(lg, host);
+    const MoeRoute r = route_topk(host.data<float>(), int(x.dim(0)), kExperts, kTopK, true);
+    active[l] = int(std::set<int32_t>(r.experts.begin(), r.experts.end()).size());
+  };
+  std::vector<int32_t> outs(static_cast<size_t>(meta.rows()));
+  for (int i = 0; i < meta.rows(); ++i) outs[i] = i;
+  be.begin_forward(meta);
+  forward(be, m, meta.rows(), outs, false, hook);
+  be.synchronize();
+  const double expert = (2.0 * kInter * kHidden + double(kHidden) * kInter) * 2;
+  const double attn_w = (2.0 * kHeads * kHeadDim * kHidden + 2.0 * kKvHeads * kHeadDim * kHidden) * 2;
+  const double kv = 2.0 * kKvHeads * kHeadDim * 2 * ctx * meta.rows();
+  double bytes = double(kVocab) * kHidden * 2 + double(meta.rows()) * kHidden * 2, mean = 0;
+  for (int l = 0; l < kLayers; ++l) {
+    bytes += active[l] * expert + attn_w + kv + double(kExperts) * kHidden * 2;
+    mean += active[l] / double(kLayers);
+  }
+  return {bytes, mean};
+}
+
+int run(bool quick) {
+  std::string why;
+  auto be = make_cuda_backend(0, &why);
+  if (!be) {
+    std::fprintf(stderr, "no CUDA backend: %s\n", why.c_str());
+    return 1;
+  }
+  cudaStream_t s = cuda::stream_of(*be);
+  double copy_gbs = 0;
+  {
+    const int64_t n = int64_t(1) << 30;
+    Tensor a = be->alloc({n}, DType::BF16), b = be->alloc({n}, DType::BF16);
+    cuda::fill_uniform(*be, a, 1, -1, 1);
+    const double ms = time_ms(
+        s, [&] { TF_CUDA_CHECK(cudaMemcpyAsync(b.raw(), a.raw(), n * 2, cudaMemcpyDeviceToDevice, s)); }, 3,
+        11);
+    copy_gbs = 2.0 * n * 2 / (ms * 1e-3) / 1e9;
+  }
+  const int ctx = 512, prefill = 4096;
+  Model m = make_model(*be, int64_t(32) * (ctx / kBlock + 1) + prefill / kBlock + 64);
+  std::printf("%s\ncopy bandwidth %.0f GB/s\n", be->name().c_str(), copy_gbs);
+  std::printf("| case | ms/step | tokens/s | GB read | roofline ms | of roofline | experts/layer |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  std::vector<int> batches = quick ? std::vector<int>{1, 8} : std::vector<int>{1, 8, 32};
+  double b1 = 0;
+  for (int batch : batches) {
+    const BatchMeta meta = decode_meta(batch, ctx);
+    const auto [bytes, experts] = step_bytes(*be, m, meta, ctx);
+    std::vector<int32_t> outs(static_cast<size_t>(batch));
+    for (int i = 0; i < batch; ++i) outs[i] = i;
+    bool captured = false;
+    be->begin_forward(meta);  // outside the graph: it stages the metadata through pinned memory
+    const double ms = time_graph_ms(
+        s, [&] { forward(*be, m, batch, outs, false); }, &captured);
+    const double floor_ms = bytes / (copy_gbs * 1e9) * 1e3;
+    if (batch == 1) b1 = ms;
+    std::printf("| decode b=%d ctx %d%s | %.3f | %.0f | %.2f | %.3f | %.1f%% | %.1f |\n", batch, ctx,
+                captured ? "" : " (eager)", ms, batch * 1e3 / ms, bytes / 1e9, floor_ms, 100 * floor_ms / ms,
+                experts);
+  }
+  {
+    const BatchMeta meta = decode_meta(1, ctx);
+    const double ms = time_ms(
+        s, [&] { be->begin_forward(meta), forward(*be, m, 1, {0}, true); }, 1, 3);
+    std::printf("| decode b=1, host-routed per-expert MoE (eager) | %.3f | %.0f | | | | |\n", ms, 1e3 / ms);
+    std::printf("fused vs host-routed at b=1: %.2fx\n", ms / b1);
+  }
+  if (!quick) {
+    const BatchMeta meta = prefill_meta(prefill);
+    const double ms = time_ms(
+        s, [&] { be->begin_forward(meta), forward(*be, m, prefill, {prefill - 1}, false); }, 1, 3);
+    const double flops = 2.0 * prefill * kLayers *
+                         (kTopK * 3.0 * kInter * kHidden + 2.0 * kHeads * kHeadDim * kHidden +
+                          2.0 * kKvHeads * kHeadDim * kHidden + double(kExperts) * kHidden);
+    std::printf("| prefill %d (eager) | %.1f | %.0f | | | linear FLOPs %.1f TFLOP/s | |\n", prefill, ms,
+                prefill * 1e3 / ms, flops / (ms * 1e-3) / 1e12);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace tf
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) quick = quick || std::strcmp(argv[i], "--quick") == 0;
+  try {
+    return tf::run(quick);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,96 @@
+// The CUDA backend's Backend::moe: router linear, routing, grouping, grouped gate_up GEMM, silu_mul,
+// grouped down GEMM and combine, all queued on the backend's stream with no host sync. Pair and slot
+// counts (rows * top_k) are known on the host; only the per-expert tiles live on the device, so the
+// GEMM grids are launched at their upper bound and idle blocks exit.
+#include "ops/cuda/moe_fused.h"
+
+#include <cuda_runtime.h>
+
+#include <vector>
+
+#include "core/error.h"
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/kernels.h"
+#include "ops/cuda/moe_kernels.h"
+
+namespace tf::cuda {
+namespace {
+
+// Device tables of the experts' weight pointers: [gate_up 0..E-1, down 0..E-1].
+struct Prepared {
+  void* table = nullptr;
+  ~Prepared() {
+    if (table) cudaFree(table);
+  }
+};
+
+bool dense_bf16(const LinearWeight& w) {
+  return w.format == LinearWeight::Format::Dense && w.weight.device() == Device::CUDA &&
+         w.weight.dtype() == DType::BF16 && !(w.bias.defined() && w.bias.numel() > 0);
+}
+
+const void* const* tables(MoeWeights& w, cudaStream_t s) {
+  if (!w.prepared) {
+    std::vector<const void*> ptrs;
+    for (const auto& e : w.gate_up) ptrs.push_back(e.weight.raw());
+    for (const auto& e : w.down) ptrs.push_back(e.weight.raw());
+    auto p = std::make_shared<Prepared>();
+    TF_CUDA_CHECK(cudaMalloc(&p->table, ptrs.size() * sizeof(void*)));
+    TF_CUDA_CHECK(
+        cudaMemcpyAsync(p->table, ptrs.data(), ptrs.size() * sizeof(void*), cudaMemcpyHostToDevice, s));
+    TF_CUDA_CHECK(cudaStreamSynchronize(s));  // once per layer, at the first forward
+    w.prepared = p;
+  }
+  return static_cast<const void* const*>(static_cast<Prepared*>(w.prepared.get())->table);
+}
+
+}  // namespace
+
+bool moe_fusable(const Tensor& h, const MoeWeights& w) {
+  const size_t E = w.gate_up.size();
+  if (E == 0 || E > size_t(kMoeMaxExperts) || w.down.size() != E || w.top_k <= 0 || w.top_k > kMoeMaxTopK ||
+      size_t(w.top_k) > E || h.dtype() != DType::BF16)
+    return false;
+  const int64_t H = h.dim(-1), I = w.down[0].in_features;
+  if (H % 32 || I % 32) return false;
+  for (size_t e = 0; e < E; ++e)
+    if (!dense_bf16(w.gate_up[e]) || !dense_bf16(w.down[e]) || w.gate_up[e].weight.dim(0) != 2 * I ||
+        w.gate_up[e].weight.dim(1) != H || w.down[e].weight.dim(0) != H || w.down[e].weight.dim(1) != I)
+      return false;
+  return true;
+}
+
+int moe_tile_for(int pairs, int experts) {
+  const int active = pairs < experts ? pairs : experts;
+  const int avg = (pairs + active - 1) / (active > 0 ? active : 1);
+  return avg <= 8 ? 8 : avg <= 16 ? 16 : avg <= 32 ? 32 : 64;
+}
+
+void moe_fused(Backend& be, cudaStream_t s, const Tensor& h, MoeWeights& w, Tensor& out) {
+  const int R = int(h.dim(0)), H = int(h.dim(-1)), E = int(w.gate_up.size()), K = w.top_k;
+  const int I = int(w.down[0].in_features), P = R * K;
+  TF_CHECK(out.numel() == int64_t(R) * H && (out.dtype() == DType::BF16 || out.dtype() == DType::F32),
+           "moe: out must be bf16 or f32 [rows, hidden], got " + out.describe());
+  if (R == 0) return;
+  const void* const* tab = tables(w, s);
+  Tensor logits = be.alloc({R, E}, DType::F32);
+  be.linear(h, w.router, logits);
+  const int tile = moe_tile_for(P, E), max_tiles = moe_max_tiles(P, E, tile);
+  Tensor pair_e = be.alloc({P}, DType::I32), pair_w = be.alloc({P}, DType::F32);
+  Tensor slot_of_pair = be.alloc({P}, DType::I32), slot_row = be.alloc({P}, DType::I32);
+  Tensor tiles = be.alloc({max_tiles + 1, 4}, DType::I32);
+  Tensor gu = be.alloc({P, 2 * I}, DType::BF16), act = be.alloc({P, I}, DType::BF16),
+         y = be.alloc({P, H}, DType::BF16);
+  auto i32 = [](Tensor& t) { return static_cast<int32_t*>(t.raw()); };
+  auto* tl = static_cast<int4*>(tiles.raw());
+  moe_route(static_cast<const float*>(logits.raw()), R, E, K, w.norm_topk_prob, i32(pair_e),
+            static_cast<float*>(pair_w.raw()), s);
+  moe_group(i32(pair_e), P, K, E, tile, tl, i32(slot_of_pair), i32(slot_row), s);
+  moe_grouped_gemm(h.raw(), i32(slot_row), tab, tl, max_tiles, tile, gu.raw(), 2 * I, H, s);
+  silu_mul(gu.raw(), act.raw(), P, I, s);
+  moe_grouped_gemm(act.raw(), nullptr, tab + E, tl, max_tiles, tile, y.raw(), H, I, s);
+  moe_combine(y.raw(), i32(slot_of_pair), static_cast<const float*>(pair_w.raw()), out.raw(), out.dtype(), R,
+              K, H, s);
+}
+
+}  // namespace tf::cuda

@@ -1,0 +1,279 @@
+// Fused mixture-of-experts kernels (moe_kernels.h): routing, grouping, a grouped bf16 GEMM that reads each
+// active expert's weight tile once per tile of up to 8 * NT of its tokens, and the combine.
+//
+// The grouped GEMM is linear.cu's decode kernel with the token tile taken from the grouping: weights are
+// the MMA's A operand (16 output features), tokens its B operand (8 per MMA); the block's 8 warps split K
+// into 8 slices that depend on K alone, each slice is an in-order chain of m16n8k16 MMAs over 32-wide K
+// chunks (same in-chunk permutation), and the 8 partials are summed in warp order. NT and the loop variant
+// change how many MMAs a warp issues and when loads are issued, never one element's arithmetic.
+#include <cuda_bf16.h>
+
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/moe_kernels.h"
+
+namespace tf::cuda {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kRouteWarps = 4;
+
+__device__ __forceinline__ uint4 load_stream(const void* p) {
+  uint4 r;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(p));
+  return r;
+}
+
+__device__ __forceinline__ void mma_bf16(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// One warp a row: softmax, then top_k rounds of a (probability, lower id) arg-max over the warp.
+__global__ void route_kernel(const float* __restrict__ logits, int rows, int experts, int top_k, bool norm,
+                             int32_t* __restrict__ out_e, float* __restrict__ out_w) {
+  __shared__ float prob[kRouteWarps][kMoeMaxExperts];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row = blockIdx.x * kRouteWarps + warp;
+  if (row >= rows) return;
+  const float* l = logits + size_t(row) * experts;
+  float* p = prob[warp];
+  float mx = -INFINITY;
+  for (int e = lane; e < experts; e += 32) mx = fmaxf(mx, l[e]);
+  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  float sum = 0.f;
+  for (int e = lane; e < experts; e += 32) sum += (p[e] = expf(l[e] - mx));
+  for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  for (int e = lane; e < experts; e += 32) p[e] = p[e] / sum;
+  __syncwarp();
+  float chosen[kMoeMaxTopK];
+  int ids[kMoeMaxTopK];
+  for (int j = 0; j < top_k; ++j) {
+    float bv = -1.f;
+    int bi = experts;
+    for (int e = lane; e < experts; e += 32)
+      if (p[e] > bv) bv = p[e], bi = e;  // increasing e: the lane's first maximum
+    for (int off = 16; off > 0; off >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
+      if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+    }
+    if (bi >= experts) bi = 0, bv = 0.f;  // NaN logits: keep the expert index in range
+    chosen[j] = bv, ids[j] = bi;
+    __syncwarp();
+    if (lane == 0) p[bi] = -1.f;  // taken
+    __syncwarp();
+  }
+  if (lane == 0) {
+    float top = 0.f;
+    for (int j = 0; j < top_k; ++j) top += chosen[j];
+    for (int j = 0; j < top_k; ++j) {
+      out_e[size_t(row) * top_k + j] = ids[j];
+      out_w[size_t(row) * top_k + j] = norm ? chosen[j] / top : chosen[j];
+    }
+  }
+}
+
+__global__ void group_kernel(const int32_t* __restrict__ pair_expert, int pairs, int top_k, int experts,
+                             int tile, int4* __restrict__ tiles, int32_t* __restrict__ slot_of_pair,
+                             int32_t* __restrict__ slot_row) {
+  __shared__ int count[kMoeMaxExperts], first[kMoeMaxExperts], fill[kMoeMaxExperts];
+  for (int e = threadIdx.x; e < experts; e += blockDim.x) count[e] = 0, fill[e] = 0;
+  __syncthreads();
+  for (int p = threadIdx.x; p < pairs; p += blockDim.x) atomicAdd(&count[pair_expert[p]], 1);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int slot = 0, n = 0;
+    for (int e = 0; e < experts; ++e) {
+      first[e] = slot;
+      for (int b = 0; b < count[e]; b += tile)
+        tiles[1 + n++] = make_int4(e, slot + b, min(tile, count[e] - b), 0);
+      slot += count[e];
+    }
+    tiles[0] = make_int4(n, 0, 0, 0);
+  }
+  __syncthreads();
+  for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+    const int e = pair_expert[p];
+    const int slot = first[e] + atomicAdd(&fill[e], 1);
+    slot_of_pair[p] = slot;
+    slot_row[slot] = p / top_k;
+  }
+}
+
+template <int NT, int U, bool PREFETCH>
+__global__ void __launch_bounds__(kWarps * 32)
+    grouped_kernel(const __nv_bfloat16* __restrict__ x, const int32_t* __restrict__ x_rows,
+                   const __nv_bfloat16* const* __restrict__ weights, const int4* __restrict__ tiles,
+                   int max_tiles, __nv_bfloat16* __restrict__ y, int n, int k) {
+  __shared__ float red[kWarps][NT * 8][16];
+  const int tile_id = blockIdx.x % max_tiles, n_tile = blockIdx.x / max_tiles;
+  if (tile_id >= tiles[0].x) return;
+  const int4 tl = tiles[1 + tile_id];
+  const __nv_bfloat16* w = weights[tl.x];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int n0 = n_tile * 16;
+  const int chunks = k / 32;
+  const int c_begin = warp * chunks / kWarps, c_end = (warp + 1) * chunks / kWarps;
+
+  const int na = min(n0 + g, n - 1), nb = min(n0 + g + 8, n - 1);  // clamped; masked at the store
+  const __nv_bfloat16* wa = w + int64_t(na) * k + 8 * t;
+  const __nv_bfloat16* wb = w + int64_t(nb) * k + 8 * t;
+  const __nv_bfloat16* xr[NT];
+  bool xok[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    const int r = 8 * j + g;
+    xok[j] = r < tl.z;
+    const int slot = tl.y + (xok[j] ? r : 0);
+    xr[j] = x + int64_t(x_rows ? x_rows[slot] : slot) * k + 8 * t;
+  }
+  float acc[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+
+  auto step = [&](const uint4& a, const uint4& b, int c) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      uint4 xv = xok[j] ? __ldg(reinterpret_cast<const uint4*>(xr[j] + c * 32)) : make_uint4(0, 0, 0, 0);
+      mma_bf16(acc[j], a.x, b.x, a.y, b.y, xv.x, xv.y);
+      mma_bf16(acc[j], a.z, b.z, a.w, b.w, xv.z, xv.w);
+    }
+  };
+  int c = c_begin;
+  if constexpr (PREFETCH) {
+    uint4 a[U], b[U];
+    auto load = [&](int at) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        a[u] = load_stream(wa + (at + u) * 32);
+        b[u] = load_stream(wb + (at + u) * 32);
+      }
+    };
+    if (c + U <= c_end) load(c);
+    for (; c + U <= c_end; c += U) {
+      uint4 ca[U], cb[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) ca[u] = a[u], cb[u] = b[u];
+      if (c + 2 * U <= c_end) load(c + U);
+#pragma unroll
+      for (int u = 0; u < U; ++u) step(ca[u], cb[u], c + u);
+    }
+  } else {
+    for (; c + U <= c_end; c += U) {
+      uint4 a[U], b[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        a[u] = load_stream(wa + (c + u) * 32);
+        b[u] = load_stream(wb + (c + u) * 32);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) step(a[u], b[u], c + u);
+    }
+  }
+  for (; c < c_end; ++c) step(load_stream(wa + c * 32), load_stream(wb + c * 32), c);
+
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    red[warp][8 * j + 2 * t][g] = acc[j][0];
+    red[warp][8 * j + 2 * t + 1][g] = acc[j][1];
+    red[warp][8 * j + 2 * t][g + 8] = acc[j][2];
+    red[warp][8 * j + 2 * t + 1][g + 8] = acc[j][3];
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < NT * 8 * 16; i += kWarps * 32) {
+    const int tok = i / 16, f = i % 16;
+    const int col = n0 + f;
+    if (tok >= tl.z || col >= n) continue;
+    float s = red[0][tok][f];
+#pragma unroll
+    for (int q = 1; q < kWarps; ++q) s += red[q][tok][f];
+    y[int64_t(tl.y + tok) * n + col] = __float2bfloat16(s);
+  }
+}
+
+template <class T>
+__global__ void combine_kernel(const __nv_bfloat16* __restrict__ y, const int32_t* __restrict__ slot_of_pair,
+                               const float* __restrict__ weights, T* __restrict__ out, int top_k, int width) {
+  const int row = blockIdx.y;
+  for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < width; c += gridDim.x * blockDim.x) {
+    float s = 0.f;
+    for (int j = 0; j < top_k; ++j) {
+      const int p = row * top_k + j;
+      s = __fmaf_rn(weights[p], __bfloat162float(y[int64_t(slot_of_pair[p]) * width + c]), s);
+    }
+    if constexpr (sizeof(T) == 4)
+      out[int64_t(row) * width + c] = s;
+    else
+      out[int64_t(row) * width + c] = __float2bfloat16(s);
+  }
+}
+
+template <int NT, bool P>
+void launch_grouped(const void* x, const int32_t* x_rows, const void* const* weights, const int4* tiles,
+                    int max_tiles, void* y, int n, int k, cudaStream_t s) {
+  const int n_tiles = (n + 15) / 16;
+  // Token tiles vary fastest: the blocks of one expert's weight tile run together (L2 reuse).
+  grouped_kernel<NT, 4, P><<<n_tiles * max_tiles, kWarps * 32, 0, s>>>(
+      static_cast<const __nv_bfloat16*>(x), x_rows, reinterpret_cast<const __nv_bfloat16* const*>(weights),
+      tiles, max_tiles, static_cast<__nv_bfloat16*>(y), n, k);
+  TF_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+void moe_route(const float* logits, int rows, int experts, int top_k, bool norm, int32_t* experts_out,
+               float* weights_out, cudaStream_t s) {
+  TF_CHECK(experts <= kMoeMaxExperts && top_k <= kMoeMaxTopK && top_k <= experts,
+           "moe_route: too many experts");
+  if (rows == 0) return;
+  route_kernel<<<(rows + kRouteWarps - 1) / kRouteWarps, kRouteWarps * 32, 0, s>>>(
+      logits, rows, experts, top_k, norm, experts_out, weights_out);
+  TF_CUDA_LAUNCH_CHECK();
+}
+
+void moe_group(const int32_t* pair_expert, int pairs, int top_k, int experts, int tile, int4* tiles,
+               int32_t* slot_of_pair, int32_t* slot_row, cudaStream_t s) {
+  TF_CHECK(experts <= kMoeMaxExperts, "moe_group: too many experts");
+  group_kernel<<<1, 1024, 0, s>>>(pair_expert, pairs, top_k, experts, tile, tiles, slot_of_pair, slot_row);
+  TF_CUDA_LAUNCH_CHECK();
+}
+
+void moe_grouped_gemm(const void* x, const int32_t* x_rows, const void* const* weights, const int4* tiles,
+                      int max_tiles, int tile, void* y, int n, int k, cudaStream_t s) {
+  TF_CHECK(k % 32 == 0, "moe_grouped_gemm: in_features must be divisible by 32, got " + std::to_string(k));
+  if (max_tiles == 0) return;
+  // The decode kernel's choice: prefetch of the next K step's weights for small token tiles.
+  switch (tile) {
+    case 8:
+      return launch_grouped<1, true>(x, x_rows, weights, tiles, max_tiles, y, n, k, s);
+    case 16:
+      return launch_grouped<2, true>(x, x_rows, weights, tiles, max_tiles, y, n, k, s);
+    case 32:
+      return launch_grouped<4, false>(x, x_rows, weights, tiles, max_tiles, y, n, k, s);
+    case 64:
+      return launch_grouped<8, false>(x, x_rows, weights, tiles, max_tiles, y, n, k, s);
+    default:
+      TF_CHECK(false, "moe_grouped_gemm: tile must be 8, 16, 32 or 64");
+  }
+}
+
+void moe_combine(const void* y, const int32_t* slot_of_pair, const float* weights, void* out, DType out_dtype,
+                 int rows, int top_k, int width, cudaStream_t s) {
+  if (rows == 0) return;
+  const dim3 grid(unsigned((width + 255) / 256), unsigned(rows));
+  if (out_dtype == DType::F32)
+    combine_kernel<<<grid, 256, 0, s>>>(static_cast<const __nv_bfloat16*>(y), slot_of_pair, weights,
+                                        static_cast<float*>(out), top_k, width);
+  else
+    combine_kernel<<<grid, 256, 0, s>>>(static_cast<const __nv_bfloat16*>(y), slot_of_pair, weights,
+                                        static_cast<__nv_bfloat16*>(out), top_k, width);
+  TF_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace tf::cuda

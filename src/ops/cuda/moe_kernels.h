@@ -1,0 +1,45 @@
+#pragma once
+// The fused mixture-of-experts path of the CUDA backend (moe_grouped.cu, driven by moe_fused.cpp):
+// routing, token-to-expert grouping, a grouped bf16 GEMM and the combine, all on the device (no host sync).
+//
+// A "pair" is (row t, rank j), p = t * top_k + j. Grouping gives every pair a slot: the pairs of one
+// expert occupy consecutive slots, cut into tiles of at most 8 * NT slots; the order of pairs inside an
+// expert's range is whatever the atomics gave, which changes no bits: a slot's GEMM arithmetic is the
+// same whatever its neighbours (fixed K slices, per-column MMA chains) and the combine reads slots
+// through slot_of_pair in rank order.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace tf::cuda {
+
+constexpr int kMoeMaxExperts = 1024;
+constexpr int kMoeMaxTopK = 32;
+
+// Tiles an upper bound can hold: sum over experts of ceil(count / tile) <= pairs / tile + min(E, pairs).
+inline int moe_max_tiles(int pairs, int experts, int tile) {
+  return pairs / tile + (experts < pairs ? experts : pairs);
+}
+
+// logits [rows, experts] f32 -> experts_out/weights_out [rows * top_k] in rank order (the highest
+// probability first, ties to the lower expert id); softmax in f32, weights renormalised when `norm`.
+void moe_route(const float* logits, int rows, int experts, int top_k, bool norm, int32_t* experts_out,
+               float* weights_out, cudaStream_t s);
+// Groups the pairs by expert. tiles: int4 {expert, first slot, slots, 0} per tile after a header int4
+// {tiles, 0, 0, 0}; slot_of_pair [pairs]; slot_row [pairs] (the row a slot reads). One block.
+void moe_group(const int32_t* pair_expert, int pairs, int top_k, int experts, int tile, int4* tiles,
+               int32_t* slot_of_pair, int32_t* slot_row, cudaStream_t s);
+// y[slot, N] (bf16) = x[row(slot), K] (bf16) · W_e[N, K]ᵀ for every slot of every tile, e the tile's
+// expert; row(slot) = x_rows[slot], or the slot itself when x_rows is null. weights: [experts] device
+// pointers to bf16 [N, K]. Each element's arithmetic is linear_bf16's (8 fixed K slices of in-order
+// m16n8k16 chains, summed in slice order): the same bits as linear_bf16 on that row alone.
+void moe_grouped_gemm(const void* x, const int32_t* x_rows, const void* const* weights, const int4* tiles,
+                      int max_tiles, int tile, void* y, int n, int k, cudaStream_t s);
+// out[t, :] = sum over j < top_k, in increasing j, of weights[t*top_k+j] * y[slot_of_pair[t*top_k+j], :]
+// in fp32, rounded once to out's dtype (bf16 or f32).
+void moe_combine(const void* y, const int32_t* slot_of_pair, const float* weights, void* out, DType out_dtype,
+                 int rows, int top_k, int width, cudaStream_t s);
+
+}  // namespace tf::cuda

@@ -71,6 +71,7 @@ class SseTimer {
   bool done() const { return done_; }
   int usage_tokens() const { return usage_tokens_; }
   int counted_tokens() const { return counted_tokens_; }
+  int prompt_tokens() const { return prompt_tokens_; }
 
  private:
   void on_data(const std::string& payload, double now) {
@@ -81,18 +82,15 @@ class SseTimer {
     json c = json::parse(payload, nullptr, false);
     if (c.is_discarded()) return fail("unparsable SSE data: " + payload.substr(0, 200));
     if (c.contains("error")) return fail("error event: " + c["error"].dump().substr(0, 300));
-    if (c.contains("usage") && c["usage"].is_object())
+    if (c.contains("usage") && c["usage"].is_object()) {
       usage_tokens_ = c["usage"].value("completion_tokens", -1);
+      prompt_tokens_ = c["usage"].value("prompt_tokens", -1);
+    }
     if (!c.contains("choices") || c["choices"].empty()) return;
     const json& ch = c["choices"][0];
     if (ch.contains("finish_reason") && ch["finish_reason"].is_string())
       r_.finish_reason = ch["finish_reason"];
-    int k = 0;
-    if (count_logprobs_) {
-      if (ch.contains("logprobs") && ch["logprobs"].is_object()) k = int(ch["logprobs"]["tokens"].size());
-    } else if (ch.contains("text") && ch["text"].is_string() && !ch["text"].get<std::string>().empty()) {
-      k = 1;  // with drafting off the server sends one token per chunk (fewer when text is held back)
-    }
+    const int k = chunk_tokens(ch);
     if (k == 0) return;
     if (r_.first_token_s < 0) {
       r_.first_token_s = now;
@@ -105,6 +103,26 @@ class SseTimer {
     counted_tokens_ += k;
   }
 
+  // Tokens a choice chunk carries. Logprobs count them exactly; otherwise a chunk with text counts as one
+  // (with drafting off the server sends one token per chunk, merging only where text was held back).
+  int chunk_tokens(const json& ch) const {
+    if (count_logprobs_) {
+      const json* lp = ch.contains("logprobs") && ch["logprobs"].is_object() ? &ch["logprobs"] : nullptr;
+      if (!lp) return 0;
+      const char* list = lp->contains("content") ? "content" : "tokens";  // chat : completions
+      return lp->contains(list) && (*lp)[list].is_array() ? int((*lp)[list].size()) : 0;
+    }
+    if (ch.contains("text")) return ch["text"].is_string() && !ch["text"].get<std::string>().empty() ? 1 : 0;
+    if (!ch.contains("delta") || !ch["delta"].is_object()) return 0;
+    for (const auto& [key, v] : ch["delta"].items()) {
+      if ((key == "content" || key == "reasoning_content" || key == "reasoning") && v.is_string() &&
+          !v.get<std::string>().empty())
+        return 1;
+      if (key == "tool_calls" && v.is_array() && !v.empty()) return 1;
+    }
+    return 0;
+  }
+
   void fail(const std::string& msg) {
     if (r_.error.empty()) r_.error = msg;
   }
@@ -114,13 +132,11 @@ class SseTimer {
   std::string buf_;
   double last_ = 0;
   bool done_ = false;
-  int usage_tokens_ = -1, counted_tokens_ = 0;
+  int usage_tokens_ = -1, counted_tokens_ = 0, prompt_tokens_ = -1;
 };
 
-RequestResult send_request(httplib::Client& cli, const LoadOptions& opt, const std::string& model,
-                           const std::vector<int32_t>& prompt, uint64_t seed, Clock::time_point t0) {
+json request_body(const LoadOptions& opt, const std::string& model, const json& prompt, uint64_t seed) {
   json body = {{"model", model},
-               {"prompt", prompt},
                {"max_tokens", opt.max_tokens},
                {"temperature", opt.temperature},
                {"seed", seed},
@@ -128,14 +144,25 @@ RequestResult send_request(httplib::Client& cli, const LoadOptions& opt, const s
                {"stream_options", {{"include_usage", true}}},
                {"ignore_eos", true},  // tensorfold extension: every request generates exactly max_tokens
                {"draft", opt.draft}};
-  if (opt.count_logprobs) body["logprobs"] = 0;
+  if (opt.chat) {
+    body["messages"] = json::array({{{"role", "user"}, {"content", prompt}}});
+    if (opt.count_logprobs) body["logprobs"] = true;
+  } else {
+    body["prompt"] = prompt;
+    if (opt.count_logprobs) body["logprobs"] = 0;
+  }
+  return body;
+}
+
+RequestResult send_request(httplib::Client& cli, const LoadOptions& opt, const json& body,
+                           Clock::time_point t0) {
   RequestResult r;
   SseTimer timer(r, opt.count_logprobs);
   int status = 0;
   std::string error_body;
   httplib::Request req;
   req.method = "POST";
-  req.path = "/v1/completions";
+  req.path = opt.chat ? "/v1/chat/completions" : "/v1/completions";
   req.body = body.dump();
   req.set_header("Content-Type", "application/json");
   req.response_handler = [&](const httplib::Response& res) {
@@ -161,6 +188,7 @@ RequestResult send_request(httplib::Client& cli, const LoadOptions& opt, const s
     r.error = "the stream ended without [DONE]";
   }
   r.tokens = opt.count_logprobs ? timer.counted_tokens() : timer.usage_tokens();
+  r.prompt_tokens = timer.prompt_tokens();
   if (r.error.empty() && r.tokens < 0) r.error = "no usage chunk (stream_options.include_usage ignored?)";
   r.ok = r.error.empty();
   return r;
@@ -239,6 +267,11 @@ std::vector<int32_t> PromptSource::prompt(uint64_t request_index) const {
   return ids;
 }
 
+std::string PromptSource::text(httplib::Client& cli, uint64_t request_index) const {
+  json body = {{"model", model_}, {"tokens", prompt(request_index)}};
+  return get_json(cli, "/detokenize", &body).at("prompt").get<std::string>();
+}
+
 std::vector<RequestResult> run_level(const LoadOptions& opt, const PromptSource& prompts, int clients,
                                      uint64_t first_request_index, double* wall_s) {
   std::vector<std::vector<RequestResult>> per_client(static_cast<size_t>(clients));
@@ -261,8 +294,9 @@ std::vector<RequestResult> run_level(const LoadOptions& opt, const PromptSource&
       for (int i = 0; i < opt.requests_per_client; ++i) {
         if (i > 0 && opt.duration_s > 0 && seconds_since(t0) >= opt.duration_s) break;
         const uint64_t index = next_index++;
+        const json prompt = opt.chat ? json(prompts.text(cli, index)) : json(prompts.prompt(index));
         per_client[size_t(c)].push_back(
-            send_request(cli, opt, prompts.model(), prompts.prompt(index), opt.seed + index, t0));
+            send_request(cli, opt, request_body(opt, prompts.model(), prompt, opt.seed + index), t0));
       }
     });
   }

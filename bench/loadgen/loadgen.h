@@ -1,11 +1,15 @@
 // tf-loadgen: concurrent streaming clients over the OpenAI-compatible HTTP API of `tensorfold serve`.
-// Each client sends /v1/completions requests with "stream": true and times the SSE chunks as they
+// Each client sends /v1/completions (or chat) requests with "stream": true and times the SSE chunks as they
 // arrive: time to first token, inter-token latency, tokens received.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+namespace httplib {
+class Client;
+}
 
 namespace tf::loadgen {
 
@@ -25,14 +29,16 @@ struct LoadOptions {
   uint64_t seed = 1;
   double timeout_s = 600;
   bool cold_connections = false;  // connect inside the timed level, all clients at once
+  bool chat = false;              // /v1/chat/completions with the prompt's text as one user message
 };
 
 // One request as a client saw it. Times are seconds since the level started.
 struct RequestResult {
   bool ok = false;
   std::string error;
-  int tokens = 0;  // completion tokens (usage.completion_tokens, or the logprobs count)
-  int chunks = 0;  // SSE chunks that carried text or tokens
+  int tokens = 0;          // completion tokens (usage.completion_tokens, or the logprobs count)
+  int chunks = 0;          // SSE chunks that carried text or tokens
+  int prompt_tokens = -1;  // as the server counted them (usage.prompt_tokens; chat adds the template)
   std::string finish_reason;
   double start_s = 0, first_token_s = -1, end_s = 0;
   std::vector<double> itl_s;  // inter-token latencies (see LevelReport for how chunks map to tokens)
@@ -51,6 +57,8 @@ class PromptSource {
  public:
   explicit PromptSource(const LoadOptions& opt);
   std::vector<int32_t> prompt(uint64_t request_index) const;
+  // The same prompt as text (the server's /detokenize), for chat requests.
+  std::string text(httplib::Client& cli, uint64_t request_index) const;
   const std::string& model() const { return model_; }
 
  private:

@@ -7,7 +7,8 @@
 // Requests send "ignore_eos": true (every request generates exactly --max-tokens) and "draft": false by
 // default, so each SSE chunk carries one token; --count logprobs counts tokens per chunk exactly instead
 // (needed with --draft), at the price of host-side sampling on the server. Exit status 1 when a request
-// failed or came back with a token count other than --max-tokens.
+// failed or came back with a token count other than --max-tokens. --endpoint chat sends the prompts as
+// text to /v1/chat/completions instead of token ids to /v1/completions.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
@@ -21,7 +22,7 @@ namespace {
 struct Args {
   tf::loadgen::LoadOptions opt;
   std::vector<int> clients = {1};
-  std::string prompt_kind = "random", count = "usage", json_path;
+  std::string prompt_kind = "random", count = "usage", endpoint = "completions", json_path;
   int warmup = 1;
 };
 
@@ -33,6 +34,10 @@ void add_options(CLI::App& app, Args& a) {
   app.add_option("--clients", a.clients, "Concurrency levels, e.g. 1,8,32,64")
       ->delimiter(',')
       ->check(CLI::PositiveNumber);
+  app.add_option("--endpoint", a.endpoint,
+                 "completions (token-id prompts of exact length) or chat (their text as one user message)")
+      ->check(CLI::IsMember({"completions", "chat"}))
+      ->capture_default_str();
   app.add_option("--prompt-tokens", o.prompt_tokens, "Prompt length in tokens")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -69,6 +74,7 @@ int run(Args& a) {
   using namespace tf::loadgen;
   a.opt.repeat_prompt = a.prompt_kind == "repeat";
   a.opt.count_logprobs = a.count == "logprobs";
+  a.opt.chat = a.endpoint == "chat";
   PromptSource prompts(a.opt);
   uint64_t index = 0;
   if (a.warmup > 0) {
@@ -95,10 +101,11 @@ int run(Args& a) {
   for (const auto& l : levels)
     if (l.clients == 1) base = &l;
   std::printf(
-      "model %s, prompt %d tokens (%s), %d output tokens, %d requests per client, temperature %g, draft "
-      "%s\n\n",
-      prompts.model().c_str(), a.opt.prompt_tokens, a.prompt_kind.c_str(), a.opt.max_tokens,
-      a.opt.requests_per_client, a.opt.temperature, a.opt.draft ? "on" : "off");
+      "model %s, /v1/%s, prompt %d tokens (%s), %d output tokens, %d requests per client, "
+      "temperature %g, draft %s\n\n",
+      prompts.model().c_str(), a.opt.chat ? "chat/completions" : "completions", a.opt.prompt_tokens,
+      a.prompt_kind.c_str(), a.opt.max_tokens, a.opt.requests_per_client, a.opt.temperature,
+      a.opt.draft ? "on" : "off");
   std::printf("%s\n", markdown_header().c_str());
   for (const auto& l : levels) std::printf("%s\n", markdown_row(l, base).c_str());
   for (const auto& l : levels)
@@ -108,6 +115,7 @@ int run(Args& a) {
   if (!a.json_path.empty()) {
     nlohmann::json j = {{"model", prompts.model()},
                         {"url", a.opt.url},
+                        {"endpoint", a.endpoint},
                         {"prompt_tokens", a.opt.prompt_tokens},
                         {"prompt", a.prompt_kind},
                         {"max_tokens", a.opt.max_tokens},

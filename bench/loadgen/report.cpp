@@ -108,6 +108,7 @@ json to_json(const LevelReport& r, const LevelReport* base, const std::vector<Re
     reqs.push_back({{"ok", q.ok},
                     {"error", q.error},
                     {"tokens", q.tokens},
+                    {"prompt_tokens", q.prompt_tokens},
                     {"chunks", q.chunks},
                     {"finish_reason", q.finish_reason},
                     {"start_s", q.start_s},

@@ -87,6 +87,7 @@ def test_counts_match_requests_and_server(server):
         assert len(lv["per_request"]) == n
         for r in lv["per_request"]:
             assert r["ok"] and r["tokens"] == 12 and r["finish_reason"] == "length", r
+            assert r["prompt_tokens"] == 24  # token-id prompts have exactly --prompt-tokens
             assert 1 <= r["chunks"] <= 12 and 0 < r["ttft_ms"] <= 1e3 * (r["end_s"] - r["start_s"])
         assert lv["output_tokens_per_s"] == pytest.approx(lv["output_tokens"] / lv["wall_s"], rel=1e-6)
         assert 0 < lv["ttft_p50_ms"] <= lv["ttft_p99_ms"] and 0 < lv["itl_p50_ms"] <= lv["itl_p99_ms"]
@@ -121,3 +122,17 @@ def test_refused_requests_are_reported(server):
     lv = rep["levels"][0]
     assert lv["requests"] == 2 and lv["errors"] == 2 and lv["output_tokens"] == 0
     assert "HTTP 400" in lv["error_samples"][0] and "context_length_exceeded" in lv["error_samples"][0]
+
+
+def test_chat_endpoint(server):
+    before = generated(server)
+    p, rep = loadgen(server, "--endpoint", "chat", "--clients", "2", "--requests", "1", "--prompt-tokens", "30",
+                     "--max-tokens", "10", "--warmup", "0")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert rep["endpoint"] == "chat" and "/v1/chat/completions" in p.stdout
+    lv = rep["levels"][0]
+    assert lv["errors"] == 0 and lv["output_tokens"] == 20
+    # The prompt's text plus the chat template: more tokens than the ids it was decoded from, give or take
+    # the re-encoding of word pieces.
+    assert all(r["tokens"] == 10 and r["prompt_tokens"] > 20 for r in lv["per_request"])
+    assert generated(server) - before == 20

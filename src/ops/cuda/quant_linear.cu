@@ -47,11 +47,26 @@ struct Raw {
   uint32_t v0, v1, s, b;
 };
 
-// Values 32c + 8t .. 32c + 8t + 7 of row `row`.
+// Where lane t's bytes of one row start, and that row's scales and biases.
+struct RowPtr {
+  const uint8_t* w;
+  const unsigned int *s, *b;
+};
+
 template <int KIND, int B>
-__device__ __forceinline__ Raw load_raw(const QArgs& q, int row, int c, int t) {
+__device__ __forceinline__ RowPtr row_ptr(const QArgs& q, int row, int t) {
+  RowPtr r;
+  r.w = q.w + int64_t(row) * q.row_bytes + t * B;
+  r.s = static_cast<const unsigned int*>(q.scales) + int64_t(row) * q.groups;
+  r.b = KIND == kMlxF32 ? static_cast<const unsigned int*>(q.biases) + int64_t(row) * q.groups : nullptr;
+  return r;
+}
+
+// Values 32c + 8t .. 32c + 8t + 7 of the row of `rp` (lane t's).
+template <int KIND, int B>
+__device__ __forceinline__ Raw load_raw(const RowPtr& rp, int c, int chunk_shift) {
   Raw r{0, 0, 0, 0};
-  const uint8_t* p = q.w + int64_t(row) * q.row_bytes + int64_t(4 * c + t) * B;
+  const uint8_t* p = rp.w + c * (4 * B);  // < row_bytes <= 2^30
   if constexpr (B == 8) {
     const uint2 u = __ldg(reinterpret_cast<const uint2*>(p));
     r.v0 = u.x, r.v1 = u.y;
@@ -69,9 +84,9 @@ __device__ __forceinline__ Raw load_raw(const QArgs& q, int row, int c, int t) {
     for (int i = 0; i < B; ++i) v |= uint64_t(__ldg(p + i)) << (8 * i);
     r.v0 = uint32_t(v), r.v1 = uint32_t(v >> 32);
   }
-  const int64_t si = int64_t(row) * q.groups + (c >> q.chunk_shift);
-  r.s = __ldg(static_cast<const unsigned int*>(q.scales) + si);  // kMlxBf16: scale and bias
-  if constexpr (KIND == kMlxF32) r.b = __ldg(static_cast<const unsigned int*>(q.biases) + si);
+  const int gi = c >> chunk_shift;
+  r.s = __ldg(rp.s + gi);  // kMlxBf16: scale and bias
+  if constexpr (KIND == kMlxF32) r.b = __ldg(rp.b + gi);
   return r;
 }
 
@@ -181,12 +196,14 @@ __global__ void __launch_bounds__(kWarps * 32)
       mma_bf16(acc[j], a.z, b.z, a.w, b.w, xv.z, xv.w);
     }
   };
+  const RowPtr pa = row_ptr<KIND, B>(q, na, t), pb = row_ptr<KIND, B>(q, nb, t);
+  const int sh = q.chunk_shift;
   Raw ra[U], rb[U];
   auto load = [&](int at) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      ra[u] = load_raw<KIND, B>(q, na, at + u, t);
-      rb[u] = load_raw<KIND, B>(q, nb, at + u, t);
+      ra[u] = load_raw<KIND, B>(pa, at + u, sh);
+      rb[u] = load_raw<KIND, B>(pb, at + u, sh);
     }
   };
   int c = c_begin;
@@ -201,8 +218,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int u = 0; u < U; ++u) step(dequant<KIND, B>(ca[u]), dequant<KIND, B>(cb[u]), c + u);
   }
   for (; c < c_end; ++c)
-    step(dequant<KIND, B>(load_raw<KIND, B>(q, na, c, t)), dequant<KIND, B>(load_raw<KIND, B>(q, nb, c, t)),
-         c);
+    step(dequant<KIND, B>(load_raw<KIND, B>(pa, c, sh)), dequant<KIND, B>(load_raw<KIND, B>(pb, c, sh)), c);
 
     // acc[j]: c0 = (n0+g, token 8j+2t), c1 = (n0+g, 8j+2t+1), c2/c3 the same for n0+g+8.
 #pragma unroll
@@ -236,7 +252,7 @@ __global__ void dequant_kernel(QArgs q, __nv_bfloat16* __restrict__ out, int n, 
   if (i >= int64_t(n) * per_row) return;
   const int row = int(i / per_row), k8 = int(i % per_row) * 8;
   *reinterpret_cast<uint4*>(out + int64_t(row) * k + k8) =
-      dequant<KIND, B>(load_raw<KIND, B>(q, row, k8 / 32, (k8 % 32) / 8));
+      dequant<KIND, B>(load_raw<KIND, B>(row_ptr<KIND, B>(q, row, (k8 % 32) / 8), k8 / 32, q.chunk_shift));
 }
 
 __global__ void random_bytes_kernel(uint8_t* p, size_t bytes, uint64_t seed, uint8_t mask) {

@@ -283,7 +283,7 @@ double copy_bandwidth_gbs(Backend& be) {
 
 struct Result {
   Fmt f;
-  int m, ahead;  // ahead: K chunks loaded per step (set_quant_loads_per_step)
+  int m, ahead;  // ahead: K chunks loaded per step (set_quant_loads_per_step; 0 = auto)
   double ms, gb;
   bool full;  // the whole decode forward (else the linears alone)
 };
@@ -304,19 +304,19 @@ int run() {
     Weights w = make_weights(*be, f);
     for (int m : {1, 16}) {
       Buffers b = make_buffers(*be, m);
-      for (int ahead : {4, 8}) {
-        if (f == Fmt::Bf16 && ahead == 8) continue;
+      for (int ahead : {0, 4, 8}) {
+        if (f == Fmt::Bf16 && ahead != 0) continue;
         cuda::set_quant_loads_per_step(ahead);
         const double ms = time_graph_ms(s, [&] { step(*be, w, b); });
         res.push_back({f, m, ahead, ms, double(w.bytes) / 1e9, false});
       }
-      cuda::set_quant_loads_per_step(4);
+      cuda::set_quant_loads_per_step(0);
       // The whole forward: M sequences at context 512; KV bytes read count towards the roofline.
       Acts acts = make_acts(*be, m);
       be->begin_forward(decode_meta(m));
       const double ms = time_graph_ms(s, [&] { forward(*be, w, acts, rope); });
       const double kv_gb = 2.0 * kLayers * kKvHeads * kHeadDim * 2 * kCtx * m / 1e9;
-      res.push_back({f, m, 4, ms, double(w.bytes) / 1e9 + kv_gb, true});
+      res.push_back({f, m, 0, ms, double(w.bytes) / 1e9 + kv_gb, true});
     }
     // Per-shape times at M = 1 (eager, 20 calls a timing) for tuning.
     Buffers b = make_buffers(*be, 1);
@@ -353,13 +353,15 @@ int run() {
       if (r.full != full) continue;
       const double gbs = r.gb / (r.ms * 1e-3);
       std::printf("| %s | %d | %s | %.3f | %.1f | %.2fx | %.2f | %.0f | %.1f%% |\n", fmt_name(r.f), r.m,
-                  r.f == Fmt::Bf16 ? "-" : std::to_string(r.ahead).c_str(), r.ms, r.m / (r.ms * 1e-3),
-                  bf16_ms(r.m, full) / r.ms, r.gb, gbs, 100 * gbs / copy);
+                  r.f == Fmt::Bf16 ? "-"
+                  : r.ahead == 0   ? "auto"
+                                   : std::to_string(r.ahead).c_str(),
+                  r.ms, r.m / (r.ms * 1e-3), bf16_ms(r.m, full) / r.ms, r.gb, gbs, 100 * gbs / copy);
     }
   }
   std::printf("\n");
-  for (auto& r : res) {  // issue 11's targets, default schedule (4 chunks ahead)
-    if (r.f != Fmt::Mlx4 || r.ahead != 4) continue;
+  for (auto& r : res) {  // issue 11's targets, default schedule
+    if (r.f != Fmt::Mlx4 || r.ahead != 0) continue;
     const char* what = r.full ? "forward" : "linears";
     const double ratio = bf16_ms(r.m, r.full) / r.ms, frac = r.gb / (r.ms * 1e-3) / copy;
     if (r.m == 1)

@@ -26,7 +26,7 @@ namespace tf::cuda {
 namespace {
 
 constexpr int kWarps = 8;          // K slices: must equal linear.cu's (same arithmetic)
-int g_loads_per_step = 4;          // K chunks whose packed bytes a warp loads per step (M <= 16)
+int g_loads_per_step = 0;          // K chunks a warp loads per step for M <= 16; 0: by width (auto)
 constexpr int kDequantMinM = 128;  // from here on: dequantize to bf16 + the tiled bf16 linear
 constexpr size_t kDequantMaxBytes = size_t(256) << 20;  // ... unless the transient bf16 copy exceeds this
 
@@ -418,9 +418,11 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
       constexpr int NT = decltype(nt)::value;
       const int m_tiles = (m + NT * 8 - 1) / (NT * 8), n_tiles = int((n + 15) / 16);
       // Token tiles vary fastest so that blocks sharing a weight tile run together (L2 reuse).
+      // Decode: 8 chunks ahead for <= 4-bit (their chunks are small: keep >= 1 KB a warp in flight).
+      const int ahead = g_loads_per_step ? g_loads_per_step : B <= 4 ? 8 : 4;
       auto kernel = qlinear_kernel<KIND, B, NT, 4>;
       if constexpr (NT <= 2)
-        if (g_loads_per_step == 8) kernel = qlinear_kernel<KIND, B, NT, 8>;
+        if (ahead == 8) kernel = qlinear_kernel<KIND, B, NT, 8>;
       launch_pdl(kernel, dim3(n_tiles * m_tiles), dim3(kWarps * 32), 0, s, xp, q, bias, bias_kind, y.raw(),
                  y_f32, m, int(n), int(k), m_tiles);
     };
@@ -436,7 +438,7 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
 }
 
 void set_quant_loads_per_step(int chunks) {
-  TF_CHECK(chunks == 4 || chunks == 8, "set_quant_loads_per_step: 4 or 8");
+  TF_CHECK(chunks == 0 || chunks == 4 || chunks == 8, "set_quant_loads_per_step: 0 (auto), 4 or 8");
   g_loads_per_step = chunks;
 }
 

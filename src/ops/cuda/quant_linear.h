@@ -30,8 +30,8 @@ bool upload_quantized_linear(const LinearWeight& host, LinearWeight& dev, cudaSt
 void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStream_t s);
 // The bf16 weight [N, K] the kernels multiply by (for tests and for the large-M path).
 Tensor dequantize_bf16(const LinearWeight& w, cudaStream_t s);
-// K chunks (32 values) whose packed bytes a warp loads ahead per step for M <= 16: 4 (default) or 8.
-// For benches; the arithmetic, hence every output bit, is the same (tested).
+// K chunks (32 values) whose packed bytes a warp loads ahead per step for M <= 16: 4 or 8, or 0 (the
+// default: 8 for widths <= 4 bits, else 4). For benches; every output bit is the same (tested).
 void set_quant_loads_per_step(int chunks);
 // Fills `bytes` bytes of device memory with pseudo-random bytes ANDed with `mask` (benches: random
 // packed weights; mask 0xBF keeps e4m3 bytes finite).

@@ -9,12 +9,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <numeric>
+#include <random>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/safetensors.h"
 #include "engine/engine.h"
 #include "engine/kv_cache.h"
 #include "models/model.h"
+#include "ops/backend.h"
 #include "ops/moe.h"
 
 using namespace tf;
@@ -167,6 +170,71 @@ TEST(MoeRouting, RankOrderTiesToLowerIdAndRenormalisation) {
   EXPECT_NEAR(raw.weights[3], std::exp(3.0) / z, 1e-6);
   EXPECT_NEAR(raw.weights[4], std::exp(1.0) / z, 1e-6);
   EXPECT_THROW(route_topk(logits, 2, 4, 5, true), std::exception);
+}
+
+// Backend::moe's reference (the CPU backend) against the MoE MLP written out per token in double.
+TEST(MoeOp, CpuReferenceMatchesAPerTokenDoubleComputation) {
+  constexpr int R = 13, H = 64, I = 32, E = 8;
+  std::mt19937 rng(9);
+  std::normal_distribution<float> d(0.f, 1.f);
+  auto rand_w = [&](int out, int in, float s) {
+    LinearWeight w;
+    w.out_features = out, w.in_features = in;
+    w.weight = Tensor::empty({out, in}, DType::F32);
+    for (int64_t i = 0; i < w.weight.numel(); ++i) w.weight.data<float>()[i] = s * d(rng);
+    return w;
+  };
+  auto be = make_cpu_backend();
+  for (bool norm : {true, false}) {
+    SCOPED_TRACE(norm ? "norm_topk_prob" : "raw probabilities");
+    MoeWeights w;
+    w.top_k = 3, w.norm_topk_prob = norm;
+    w.router = be->upload_linear(rand_w(E, H, 0.3f));
+    for (int e = 0; e < E; ++e) {
+      w.gate_up.push_back(be->upload_linear(rand_w(2 * I, H, 0.2f)));
+      w.down.push_back(be->upload_linear(rand_w(H, I, 0.2f)));
+    }
+    Tensor x = Tensor::empty({R, H}, DType::F32), out = Tensor::empty({R, H}, DType::F32);
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = d(rng);
+    be->moe(x, w, out);
+    auto dot = [](const float* a, const float* b, int n) {
+      double s = 0;
+      for (int i = 0; i < n; ++i) s += double(a[i]) * b[i];
+      return s;
+    };
+    for (int t = 0; t < R; ++t) {
+      const float* xt = x.data<float>() + t * H;
+      std::vector<double> p(E);
+      for (int e = 0; e < E; ++e) p[e] = dot(w.router.weight.data<float>() + e * H, xt, H);
+      const double mx = *std::max_element(p.begin(), p.end());
+      double z = 0;
+      for (auto& v : p) z += (v = std::exp(v - mx));
+      std::vector<int> order(E);
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p[a] > p[b]; });
+      double top = 0;
+      for (int j = 0; j < 3; ++j) top += p[order[j]] / z;
+      std::vector<double> y(H, 0.0);
+      for (int j = 0; j < 3; ++j) {
+        const int e = order[j];
+        const double wt = norm ? p[e] / z / top : p[e] / z;
+        const float* gu = w.gate_up[e].weight.data<float>();
+        std::vector<float> act(I);
+        for (int i = 0; i < I; ++i) {
+          const double g = dot(gu + i * H, xt, H), u = dot(gu + (I + i) * H, xt, H);
+          act[i] = float(g / (1 + std::exp(-g)) * u);
+        }
+        for (int h = 0; h < H; ++h) y[h] += wt * dot(w.down[e].weight.data<float>() + h * I, act.data(), I);
+      }
+      double num = 0, den = 0;
+      for (int h = 0; h < H; ++h) {
+        num += std::pow(out.data<float>()[t * H + h] - y[h], 2);
+        den += y[h] * y[h];
+      }
+      EXPECT_GT(den, 0.0);
+      EXPECT_LT(std::sqrt(num / den), 1e-5) << "token " << t;
+    }
+  }
 }
 
 }  // namespace

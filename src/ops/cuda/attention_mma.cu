@@ -89,16 +89,25 @@ __device__ __forceinline__ Range row_range(const DeviceMeta& meta, int r, int wi
   return {window > 0 ? max(0, pos - window + 1) : 0, pos};
 }
 
-// One chunk of one warp's 16 pairs: S, mask, softmax statistics, P V. `rg[0]`, `rg[1]`: the ranges
-// of the thread's two pair rows (g and g + 8). Writes mc, lc per row and oc[D/8][4].
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  const uint32_t a = uint32_t(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(a), "l"(gmem), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N));
+}
+
+// One chunk of one warp's 16 pairs, first half: S = Q K^T, scale, cap, mask, softmax statistics.
+// `rg[0]`, `rg[1]`: the ranges of the thread's two pair rows (g and g + 8). Leaves P (bf16 values held
+// as floats) in s, and mc, lc per row.
 template <int D>
-__device__ __forceinline__ void chunk_partial(const __nv_bfloat16* Qs, const __nv_bfloat16* Ks,
-                                              const __nv_bfloat16* Vs, int warp, int lane, int c0,
-                                              const Range* rg, float scale, float softcap, float* mc,
-                                              float* lc, float (*oc)[4]) {
+__device__ __forceinline__ void chunk_scores(const __nv_bfloat16* Qs, const __nv_bfloat16* Ks, int warp, int lane,
+                                             int c0, const Range* rg, float scale, float softcap, float (*s)[4],
+                                             float* mc, float* lc) {
   constexpr int RS = D + 8;
   const int qd = lane % 4, mi = lane / 8, li = lane % 8;
-  float s[16][4];
 #pragma unroll
   for (int j = 0; j < 16; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
 #pragma unroll
@@ -113,7 +122,6 @@ __device__ __forceinline__ void chunk_partial(const __nv_bfloat16* Qs, const __n
       mma(s[2 * jj + 1], a, b[2], b[3]);
     }
   }
-  // Scale, cap, mask; then per row: max, P, sum.
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float mx = -INFINITY;
@@ -147,7 +155,13 @@ __device__ __forceinline__ void chunk_partial(const __nv_bfloat16* Qs, const __n
     sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
     lc[h] = sum;
   }
-  // O_c = P V: the S accumulator layout of n-tiles 2t, 2t+1 is the A fragment of k-step t.
+}
+
+// Second half: O_c = P V. The S accumulator layout of n-tiles 2t, 2t+1 is the A fragment of k-step t.
+template <int D>
+__device__ __forceinline__ void chunk_pv(const __nv_bfloat16* Vs, int lane, const float (*s)[4], float (*oc)[4]) {
+  constexpr int RS = D + 8;
+  const int mi = lane / 8, li = lane % 8;
 #pragma unroll
   for (int j = 0; j < D / 8; ++j) oc[j][0] = oc[j][1] = oc[j][2] = oc[j][3] = 0.f;
 #pragma unroll
@@ -206,57 +220,77 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   const bool warp_live = warp * 16 / group < nrows;
 
-  for (int i = tid; i < kPairs * (D / 8); i += blockDim.x) {  // Q of the block's pairs (zeros: padding)
+  // K (or V) of chunk c into shared memory with asynchronous copies; positions outside the tile's
+  // union range are zero-filled.
+  auto stage = [&](__nv_bfloat16* dst, const __nv_bfloat16* pool, int c) {
+    const int c0 = c * kC;
+    for (int i = tid; i < kC * (D / 8); i += kWarps * 32) {
+      const int row = i / (D / 8), col = (i % (D / 8)) * 8, p = c0 + row;
+      const bool in = p >= ulo && p <= uhi;
+      const int64_t off = in ? (int64_t(table[p / bs]) * bs + p % bs) * hk * D + int64_t(kvh) * D + col : 0;
+      cp_async16(dst + row * RS + col, pool + off, in);
+    }
+  };
+  for (int i = tid; i < kPairs * (D / 8); i += kWarps * 32) {  // Q of the block's pairs (zeros: padding)
     const int pr = i / (D / 8), col = (i % (D / 8)) * 8, rr = pr / group;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (rr < nrows)
-      v = *reinterpret_cast<const uint4*>(q + (int64_t(r_first + rr) * hq + kvh * group + pr % group) * D + col);
-    *reinterpret_cast<uint4*>(Qs + pr * RS + col) = v;
+    const int64_t off = rr < nrows ? (int64_t(r_first + rr) * hq + kvh * group + pr % group) * D + col : 0;
+    cp_async16(Qs + pr * RS + col, q + off, rr < nrows);
   }
+  stage(Ks, kp, cb);
+  cp_async_commit();  // group: Q, K(cb)
+  stage(Vs, vp, cb);
+  cp_async_commit();  // group: V(cb)
 
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   float o[D / 8][4];
 #pragma unroll
   for (int j = 0; j < D / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
 
+  // Pipeline: K(c + 1) loads while P V(c) computes, V(c + 1) while S(c + 1) computes.
   for (int c = cb; c <= ce; ++c) {
     const int c0 = c * kC;
-    __syncthreads();  // the previous chunk is consumed
-    for (int i = tid; i < kC * (D / 8); i += blockDim.x) {
-      const int row = i / (D / 8), col = (i % (D / 8)) * 8, p = c0 + row;
-      uint4 kv = make_uint4(0, 0, 0, 0), vv = kv;
-      if (p >= ulo && p <= uhi) {
-        const int64_t off = (int64_t(table[p / bs]) * bs + p % bs) * hk * D + int64_t(kvh) * D + col;
-        kv = *reinterpret_cast<const uint4*>(kp + off);
-        vv = *reinterpret_cast<const uint4*>(vp + off);
-      }
-      *reinterpret_cast<uint4*>(Ks + row * RS + col) = kv;
-      *reinterpret_cast<uint4*>(Vs + row * RS + col) = vv;
+    cp_async_wait<1>();  // K(c) (and Q) landed; V(c) may still be in flight
+    __syncthreads();
+    float s[16][4], mc[2], lc[2];
+    if (warp_live) chunk_scores<D>(Qs, Ks, warp, lane, c0, rg, scale, softcap, s, mc, lc);
+    __syncthreads();  // every warp is done with K(c)
+    if (c < ce) {
+      stage(Ks, kp, c + 1);
+      cp_async_commit();
+      cp_async_wait<1>();  // V(c) landed; K(c + 1) may still be in flight
+    } else {
+      cp_async_wait<0>();
     }
     __syncthreads();
-    if (!warp_live) continue;
-    float mc[2], lc[2], oc[D / 8][4];
-    chunk_partial<D>(Qs, Ks, Vs, warp, lane, c0, rg, scale, softcap, mc, lc, oc);
+    if (warp_live) {
+      float oc[D / 8][4];
+      chunk_pv<D>(Vs, lane, s, oc);
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const bool in = rg[h].lo <= rg[h].pos && c >= rg[h].lo / kC && c <= rg[h].pos / kC;
-      if (split) {
-        if (!in) continue;
-        const int64_t slot = (int64_t(prow[h]) * hq + phead[h]) * max_chunks + c;
+      for (int h = 0; h < 2; ++h) {
+        const bool in = rg[h].lo <= rg[h].pos && c >= rg[h].lo / kC && c <= rg[h].pos / kC;
+        if (split) {
+          if (!in) continue;
+          const int64_t slot = (int64_t(prow[h]) * hq + phead[h]) * max_chunks + c;
 #pragma unroll
-        for (int j = 0; j < D / 8; ++j) {
-          const int d = j * 8 + qd * 2;
-          *reinterpret_cast<float2*>(part_acc + slot * D + d) = make_float2(oc[j][2 * h], oc[j][2 * h + 1]);
-        }
-        if (qd == 0) part_ml[slot * 2] = mc[h], part_ml[slot * 2 + 1] = lc[h];
-      } else if (in) {
-        const MergeFactors f = merge_chunk(m[h], l[h], mc[h], lc[h]);
+          for (int j = 0; j < D / 8; ++j) {
+            const int d = j * 8 + qd * 2;
+            *reinterpret_cast<float2*>(part_acc + slot * D + d) = make_float2(oc[j][2 * h], oc[j][2 * h + 1]);
+          }
+          if (qd == 0) part_ml[slot * 2] = mc[h], part_ml[slot * 2 + 1] = lc[h];
+        } else if (in) {
+          const MergeFactors f = merge_chunk(m[h], l[h], mc[h], lc[h]);
 #pragma unroll
-        for (int j = 0; j < D / 8; ++j) {
-          o[j][2 * h] = merge_out(o[j][2 * h], oc[j][2 * h], f);
-          o[j][2 * h + 1] = merge_out(o[j][2 * h + 1], oc[j][2 * h + 1], f);
+          for (int j = 0; j < D / 8; ++j) {
+            o[j][2 * h] = merge_out(o[j][2 * h], oc[j][2 * h], f);
+            o[j][2 * h + 1] = merge_out(o[j][2 * h + 1], oc[j][2 * h + 1], f);
+          }
         }
       }
+    }
+    __syncthreads();  // every warp is done with V(c)
+    if (c < ce) {
+      stage(Vs, vp, c + 1);
+      cp_async_commit();
     }
   }
   if (split || !warp_live) return;

@@ -36,6 +36,7 @@ struct ServeArgs {
   double prompt_cache_gib = 0.25, spill_gib = 0;
   std::string spill_dir, snapshot_dir = "none";
   bool thinking = false, no_thinking = false, no_drafts = false;
+  int thinking_budget = 0;
   std::optional<bool> metrics;
   size_t max_body_bytes = 8u << 20;
 };
@@ -60,6 +61,7 @@ server::ServerOptions server_options(const ServeArgs& a) {
   if (a.thinking) o.default_template_kwargs["enable_thinking"] = true;
   if (a.no_thinking) o.default_template_kwargs["enable_thinking"] = false;
   if (!a.reasoning_effort.empty()) o.default_template_kwargs["reasoning_effort"] = a.reasoning_effort;
+  o.thinking_budget = a.thinking_budget;
   const char* no_live = std::getenv("TENSORFOLD_NO_LIVE");
   o.live_line = isatty(STDERR_FILENO) && !(no_live && *no_live && std::string(no_live) != "0");
   return o;
@@ -142,6 +144,9 @@ void add_serve_command(CLI::App& app) {
   think->excludes(no_think);
   cmd->add_option("--reasoning-effort", a->reasoning_effort, "Chat template reasoning_effort default")
       ->check(CLI::IsMember({"low", "medium", "high"}));
+  cmd->add_option("--thinking-budget", a->thinking_budget,
+                  "Reasoning tokens before the server closes the thinking block (0 = no limit; requests may override)")
+      ->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--backend", a->backend, "Compute backend")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
       ->capture_default_str();

@@ -240,6 +240,7 @@ MessagesRequest parse_messages_request(const RequestJson& body, const ApiContext
   if (!max_tokens && !count_only) throw missing("max_tokens");
   RequestJson messages = normalize_messages(anthropic_chat_messages(body));
   RequestJson tools = anthropic_tools(body);
+  r.thinking_budget = ctx.options.thinking_budget;  // thinking.budget_tokens overrides it
   RequestJson kwargs = thinking_kwargs(f, ctx, max_tokens, r.thinking_budget);
   if (!count_only) read_sampling(f, r, ctx);
   if (!ctx.text.has_chat_template()) throw invalid_field("messages", "This model has no chat template.");
@@ -252,7 +253,7 @@ MessagesRequest parse_messages_request(const RequestJson& body, const ApiContext
     throw invalid_field("messages", std::string("The chat template rejected these messages: ") + e.what());
   }
   RequestJson choice = chat_tool_choice(f);
-  r.parsing = chat_output_parsing(JsonFields(choice), tools, rendered);
+  r.parsing = chat_output_parsing(JsonFields(choice), tools, rendered, ctx.text.chat_template_source());
   r.request.prompt = ctx.text.encode(rendered + r.parsing.prefill, false);
   if (count_only) return r;
   CommonFields c;
@@ -441,12 +442,13 @@ class MessagesStream {
       if (!open_block("text", {{"type", "text"}, {"text", ""}})) return false;
       if (!delta({{"type", "text_delta"}, {"text", d.content}})) return false;
     }
-    for (const auto& c : d.tool_calls) {
-      json block = tool_use_block(c);
-      block["input"] = json::object();
-      if (!open_block("tool_use", block)) return false;
-      if (!delta({{"type", "input_json_delta"}, {"partial_json", c.arguments}})) return false;
-      calls_ = true;
+    for (const auto& c : d.tool_calls) {  // a call's first piece opens its block; the rest add input JSON
+      if (!c.id.empty()) {
+        json block = {{"type", "tool_use"}, {"id", "toolu_" + c.id.substr(5)}, {"name", c.name}, {"input", json::object()}};
+        if (!open_block("tool_use", block)) return false;
+        calls_ = true;
+      }
+      if (!c.arguments.empty() && !delta({{"type", "input_json_delta"}, {"partial_json", c.arguments}})) return false;
     }
     return true;
   }
@@ -539,6 +541,7 @@ void register_anthropic_routes(httplib::Server& http, const ApiContext& context)
         handler(req, res);
       } catch (const std::exception& e) {
         ApiError err = to_api_error(e);
+        if (err.status() == 429) res.set_header("Retry-After", "1");  // the wait queue is full
         send_json(res, err.status(), anthropic_error_json(err));
       }
     };

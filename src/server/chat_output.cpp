@@ -6,14 +6,25 @@ namespace tf::server {
 
 using nlohmann::json;
 
-ToolFormat detect_tool_format(const std::string& p) {
+static ToolFormat recognise_tool_format(const std::string& p) {
+  // The tag families teach their syntax inside <tool_call> too, so they are told apart first.
+  if (p.find("<function=") != std::string::npos && p.find("<parameter=") != std::string::npos) {
+    return ToolFormat::Qwen3Coder;
+  }
+  if (p.find("<arg_key>") != std::string::npos) return ToolFormat::Glm45;
   if (p.find("<tool_call>") != std::string::npos) return ToolFormat::Hermes;
   if (p.find("[AVAILABLE_TOOLS]") != std::string::npos || p.find("[TOOL_CALLS]") != std::string::npos) {
     return ToolFormat::Mistral;
   }
   if (p.find("<｜tool▁calls▁begin｜>") != std::string::npos) return ToolFormat::DeepSeek;
   if (p.find("<|start_header_id|>") != std::string::npos) return ToolFormat::Llama3Json;
-  return ToolFormat::Hermes;
+  return ToolFormat::None;
+}
+
+ToolFormat detect_tool_format(const std::string& rendered, const std::string& source) {
+  ToolFormat f = recognise_tool_format(rendered);
+  if (f == ToolFormat::None) f = recognise_tool_format(source);
+  return f == ToolFormat::None ? ToolFormat::Hermes : f;
 }
 
 static bool prompt_opens_think(const std::string& p) {
@@ -33,6 +44,10 @@ static std::string call_prefill(ToolFormat fmt, const std::string& name) {
       return name.empty() ? "[TOOL_CALLS][" : "[TOOL_CALLS][{\"name\": " + quoted + ", \"arguments\": ";
     case ToolFormat::Llama3Json:
       return name.empty() ? "{\"name\": \"" : "{\"name\": " + quoted + ", \"parameters\": ";
+    case ToolFormat::Qwen3Coder:
+      return name.empty() ? "<tool_call>\n<function=" : "<tool_call>\n<function=" + name + ">\n";
+    case ToolFormat::Glm45:
+      return name.empty() ? "<tool_call>" : "<tool_call>" + name + "\n";
     default:
       return {};
   }
@@ -92,21 +107,37 @@ static void read_tool_choice(const JsonFields& f, const RequestJson& tools, Outp
   if (!name.empty()) cfg.parallel_tool_calls = false;  // a named choice is one call
 }
 
-OutputParsing chat_output_parsing(const JsonFields& f, const RequestJson& tools,
-                                  const std::string& rendered) {
+OutputParsing chat_output_parsing(const JsonFields& f, const RequestJson& tools, const std::string& rendered,
+                                  const std::string& template_source) {
   OutputParsing cfg;
   cfg.reasoning_starts_open = prompt_opens_think(rendered);
   bool have_tools = tools.is_array() && !tools.empty();
-  if (have_tools) cfg.tools = detect_tool_format(rendered);
+  if (have_tools) {
+    cfg.tools = detect_tool_format(rendered, template_source);
+    for (const auto& t : tools) {
+      const RequestJson& fn = t.is_object() && t.contains("function") ? t["function"] : t;
+      if (fn.is_object() && fn.contains("name") && fn["name"].is_string() && fn.contains("parameters")) {
+        cfg.tool_schemas[fn["name"].get<std::string>()] = fn["parameters"];
+      }
+    }
+  }
   read_tool_choice(f, tools, cfg);
   if (!have_tools) cfg.tools = ToolFormat::None;
   if (auto v = f.boolean("parallel_tool_calls")) cfg.parallel_tool_calls = *v;
   return cfg;
 }
 
+// A whole call, or a stream piece: the first piece of a call names it, later ones add arguments text.
 static json tool_call_json(const ParsedToolCall& c, bool with_index) {
-  json j = {{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}};
+  json j = json::object();
   if (with_index) j["index"] = c.index;
+  if (c.id.empty()) {
+    j["function"] = {{"arguments", c.arguments}};
+    return j;
+  }
+  j["id"] = c.id;
+  j["type"] = "function";
+  j["function"] = {{"name", c.name}, {"arguments", c.arguments}};
   return j;
 }
 

@@ -16,11 +16,11 @@ namespace tf::server {
 // rendered prompt (what the chat template told the model to write); reasoning starts open when the
 // prompt ends inside "<think>".
 OutputParsing chat_output_parsing(const JsonFields& f, const RequestJson& tools,
-                                  const std::string& rendered_prompt);
+                                  const std::string& rendered_prompt, const std::string& template_source = {});
 
-// The family whose syntax the rendered prompt teaches ("<tool_call>", "[AVAILABLE_TOOLS]", ...); Hermes
-// when none is recognised.
-ToolFormat detect_tool_format(const std::string& rendered_prompt);
+// The family whose syntax the rendered prompt teaches ("<tool_call>", "<function=", "[AVAILABLE_TOOLS]",
+// ...), else the one the template's own text writes; Hermes when neither is recognised.
+ToolFormat detect_tool_format(const std::string& rendered_prompt, const std::string& template_source = {});
 
 // {"role": "assistant", "content", "reasoning_content"?, "tool_calls"?, "refusal": null} of a whole reply.
 nlohmann::json chat_message_json(const OutputParsing& cfg, const std::string& text, bool* has_tool_calls);

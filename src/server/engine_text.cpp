@@ -26,6 +26,7 @@ class EngineText : public ModelText {
     if (!tpl_) throw std::logic_error("no chat template");
     return tpl_->render_ordered(messages, tools, add_generation_prompt, kwargs);
   }
+  std::string chat_template_source() const override { return tpl_ ? tpl_->source() : std::string(); }
 
  private:
   const Tokenizer& tok_;

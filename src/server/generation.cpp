@@ -189,8 +189,8 @@ bool Generation::next(size_t& index, StreamEvent& ev, milliseconds timeout) {
   }
 }
 
-std::vector<ChoiceResult> Generation::collect(const std::function<bool()>& abort) {
-  std::vector<ChoiceResult> out(handles_.size());
+std::vector<ChoiceResult> EventSource::collect(const std::function<bool()>& abort) {
+  std::vector<ChoiceResult> out(size());
   StreamEvent ev;
   size_t i = 0;
   while (!done()) {
@@ -238,7 +238,7 @@ json usage_json(const std::vector<Usage>& per_choice, int n) {
   return usage;
 }
 
-bool stream_generation(Generation& gen, StreamFormatter& fmt, bool include_usage, int n,
+bool stream_generation(EventSource& gen, StreamFormatter& fmt, bool include_usage, int n,
                        const std::function<bool(const std::string&)>& write, const std::atomic<bool>& stop,
                        std::vector<Usage>* usage_out) {
   auto send = [&](const json& chunk) { return write(sse_event(chunk)); };

@@ -49,26 +49,37 @@ struct ChoiceResult {
   std::string error;
 };
 
+// Events of n choices (a Generation, or choices whose reasoning is cut by a budget: thinking_budget.h).
+class EventSource {
+ public:
+  virtual ~EventSource() = default;
+  virtual size_t size() const = 0;
+  virtual bool done() const = 0;
+  // The next event of any unfinished choice; false when none came within `timeout`.
+  virtual bool next(size_t& index, StreamEvent& ev, std::chrono::milliseconds timeout) = 0;
+  // Cancels every unfinished choice (client gone or server stopping).
+  virtual void cancel(bool by_client) = 0;
+  // When the first token of any choice arrived (time to first token); epoch when none yet.
+  virtual std::chrono::steady_clock::time_point first_token_at() const = 0;
+
+  // Waits for every choice to finish; aborts (cancelling) when `abort` turns true.
+  std::vector<ChoiceResult> collect(const std::function<bool()>& abort);
+};
+
 // n submitted streams; unfinished ones are cancelled when this is destroyed.
-class Generation {
+class Generation : public EventSource {
  public:
   // Submits each request; an engine refusal (InvalidRequest) cancels those already submitted and throws.
   Generation(const ApiContext& ctx, std::vector<GenerationRequest> requests);
-  ~Generation();
+  ~Generation() override;
   Generation(const Generation&) = delete;
   Generation& operator=(const Generation&) = delete;
 
-  size_t size() const { return handles_.size(); }
-  bool done() const { return active_ == 0; }
-  // The next event of any unfinished stream; false when none came within `timeout`.
-  bool next(size_t& index, StreamEvent& ev, std::chrono::milliseconds timeout);
-  // Cancels every unfinished stream (client gone or server stopping).
-  void cancel(bool by_client);
-  // When the first token of any stream arrived (time to first token); epoch when none yet.
-  std::chrono::steady_clock::time_point first_token_at() const { return first_token_at_; }
-
-  // Waits for every stream to finish; aborts (cancelling) when `abort` turns true.
-  std::vector<ChoiceResult> collect(const std::function<bool()>& abort);
+  size_t size() const override { return handles_.size(); }
+  bool done() const override { return active_ == 0; }
+  bool next(size_t& index, StreamEvent& ev, std::chrono::milliseconds timeout) override;
+  void cancel(bool by_client) override;
+  std::chrono::steady_clock::time_point first_token_at() const override { return first_token_at_; }
 
  private:
   void mark_finished(size_t i);
@@ -97,7 +108,7 @@ nlohmann::json usage_json(const std::vector<Usage>& per_choice, int n);
 // Streams events as SSE through `write` (returns false once the client is gone) until every choice has
 // finished, then the optional usage chunk and "data: [DONE]". Returns false when the stream was cut
 // short (client gone: generation cancelled; or server stopping). `on_first_token` marks time to first token.
-bool stream_generation(Generation& gen, StreamFormatter& fmt, bool include_usage, int n,
+bool stream_generation(EventSource& gen, StreamFormatter& fmt, bool include_usage, int n,
                        const std::function<bool(const std::string&)>& write, const std::atomic<bool>& stop,
                        std::vector<Usage>* usage_out = nullptr);
 

@@ -16,6 +16,7 @@
 #include "server/openai_responses.h"
 #include "server/request_log.h"
 #include "server/sse.h"
+#include "server/thinking_budget.h"
 
 namespace tf::server {
 
@@ -70,7 +71,7 @@ void check_auth(const httplib::Request& req, const ServerOptions& opt) {
 }
 
 // A whole (non-streamed) reply: wait for every choice, then one JSON body.
-void respond_whole(const ApiContext& ctx, httplib::Response& res, Generation& gen,
+void respond_whole(const ApiContext& ctx, httplib::Response& res, EventSource& gen,
                    const std::function<json(const std::vector<ChoiceResult>&)>& to_json) {
   auto results = gen.collect([&] { return ctx.shutting_down.load(); });
   json body = to_json(results);
@@ -84,7 +85,7 @@ void respond_whole(const ApiContext& ctx, httplib::Response& res, Generation& ge
 // What a streamed reply keeps alive until the connection is done with it.
 struct StreamJob {
   std::shared_ptr<const void> request;  // the parsed request the formatter refers to
-  std::unique_ptr<Generation> gen;
+  std::unique_ptr<EventSource> gen;
   std::unique_ptr<StreamFormatter> fmt;
   bool include_usage = false;
   int n = 1;
@@ -122,7 +123,8 @@ void handle_chat(const ApiContext& ctx, const httplib::Request& req, httplib::Re
   t_record.id = meta.id;
   t_record.model = meta.model;
   t_record.stream = parsed->common.stream;
-  auto gen = std::make_unique<Generation>(ctx, chat_submissions(*parsed));
+  std::unique_ptr<EventSource> gen = budgeted_choices(ctx, chat_submissions(*parsed), parsed->thinking_budget,
+                                                      parsed->parsing.reasoning_starts_open);
   if (!parsed->common.stream) {
     respond_whole(ctx, res, *gen, [&](const std::vector<ChoiceResult>& r) {
       return chat_completion_json(*parsed, meta, r, ctx.text);

@@ -26,6 +26,9 @@ class ModelText {
   // kwargs: extra template variables (enable_thinking, reasoning_effort, ...).
   virtual std::string render_chat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
                                   bool add_generation_prompt, const nlohmann::ordered_json& kwargs) const = 0;
+  // The chat template's text ("" when none): tells the tool-call family when the rendered prompt does not
+  // (templates that describe tools only through the system prompt, as DeepSeek-V3.1's).
+  virtual std::string chat_template_source() const { return {}; }
 };
 
 // Wraps engine.tokenizer() and engine.chat_template(); the engine must outlive the result.

@@ -1,5 +1,7 @@
 #include "server/openai_chat.h"
 
+#include <climits>
+
 #include "server/errors.h"
 #include "server/json_fields.h"
 
@@ -122,6 +124,14 @@ static RequestJson template_kwargs(const JsonFields& f, const ApiContext& ctx) {
   return kwargs;
 }
 
+int read_thinking_budget(const JsonFields& f, const ApiContext& ctx) {
+  if (auto v = f.integer("thinking_budget", 0, INT_MAX)) return int(*v);
+  if (const RequestJson* kw = f.object("chat_template_kwargs")) {
+    if (auto v = JsonFields(*kw, "chat_template_kwargs").integer("thinking_budget", 0, INT_MAX)) return int(*v);
+  }
+  return ctx.options.thinking_budget;
+}
+
 ChatRequest parse_chat_request(const RequestJson& body, const ApiContext& ctx) {
   JsonFields f(body);
   ChatRequest r;
@@ -140,6 +150,7 @@ ChatRequest parse_chat_request(const RequestJson& body, const ApiContext& ctx) {
   if (const RequestJson* tools = f.array("tools")) r.tools = *tools;
   if (auto v = f.boolean("add_generation_prompt")) r.add_generation_prompt = *v;
   r.template_kwargs = template_kwargs(f, ctx);
+  r.thinking_budget = read_thinking_budget(f, ctx);
   if (!ctx.text.has_chat_template()) {
     throw invalid_field("messages", "This model has no chat template; use POST /v1/completions with a prompt.",
                         "no_chat_template");
@@ -154,7 +165,7 @@ ChatRequest parse_chat_request(const RequestJson& body, const ApiContext& ctx) {
     throw invalid_field("messages", std::string("The chat template rejected these messages: ") + e.what(),
                         "template_error");
   }
-  r.parsing = chat_output_parsing(f, r.tools, rendered);
+  r.parsing = chat_output_parsing(f, r.tools, rendered, ctx.text.chat_template_source());
   // The template writes the special tokens itself; prefill is a forced tool call's start (chat_output.h).
   r.prompt = ctx.text.encode(rendered + r.parsing.prefill, false);
   r.max_tokens = resolve_max_tokens(r.common, int(r.prompt.size()), ctx);

@@ -26,7 +26,12 @@ struct ChatRequest {
   std::vector<int32_t> prompt;
   int max_tokens = 0;  // resolved against the context
   OutputParsing parsing;  // reasoning / tool-call parsing of the reply (chat_output.h)
+  int thinking_budget = 0;  // reasoning tokens before the block is closed (thinking_budget.h); 0: none
 };
+
+// The request's thinking budget: "thinking_budget", else chat_template_kwargs.thinking_budget, else the
+// server's --thinking-budget (0: no limit).
+int read_thinking_budget(const JsonFields& f, const ApiContext& ctx);
 
 // Validates the message list and brings it into the shape chat templates expect (as transformers'
 // apply_chat_template receives it): text parts joined into one string, "developer" as "system",

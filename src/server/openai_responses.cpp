@@ -12,6 +12,7 @@
 #include "server/openai_chat.h"
 #include "server/openai_common.h"
 #include "server/sse.h"
+#include "server/thinking_budget.h"
 
 namespace tf::server {
 
@@ -161,6 +162,7 @@ struct ResponsesRequest {
   GenerationRequest request;
   bool stream = false, store = true;
   OutputParsing parsing;
+  int thinking_budget = 0;   // thinking_budget.h
   RequestJson conversation;  // history + this input, without instructions
   json echo;                 // request fields the response object repeats
 };
@@ -241,7 +243,8 @@ ResponsesRequest parse_request(const RequestJson& body, const ApiContext& ctx) {
     throw invalid_field("input", std::string("The chat template rejected this conversation: ") + e.what(),
                         "template_error");
   }
-  r.parsing = chat_output_parsing(f, tools, rendered);  // tool_choice, parallel_tool_calls
+  r.parsing = chat_output_parsing(f, tools, rendered, ctx.text.chat_template_source());  // tool_choice, parallel_tool_calls
+  r.thinking_budget = read_thinking_budget(f, ctx);
   r.request.prompt = ctx.text.encode(rendered + r.parsing.prefill, false);
 
   SamplingParams& s = r.request.sampling;
@@ -299,25 +302,22 @@ class OutputItems {
                     {"delta", d.content},
                     {"logprobs", json::array()}});
     }
-    for (const auto& c : d.tool_calls) {
-      close(ev);
-      has_calls = true;
-      json item = {{"type", "function_call"}, {"id", hex_id("fc")}, {"call_id", c.id},
-                   {"name", c.name},          {"arguments", ""},    {"status", "in_progress"}};
-      ev.push_back({{"type", "response.output_item.added"}, {"output_index", items.size()}, {"item", item}});
+    for (const auto& c : d.tool_calls) {  // a call's first piece opens its item; the rest stream arguments
+      if (!c.id.empty()) {
+        close(ev);
+        has_calls = true;
+        type_ = "function_call";
+        id_ = hex_id("fc");
+        call_id_ = c.id;
+        name_ = c.name;
+        ev.push_back({{"type", "response.output_item.added"}, {"output_index", index()}, {"item", call_item("in_progress")}});
+      }
+      if (c.arguments.empty()) continue;
+      text_ += c.arguments;
       ev.push_back({{"type", "response.function_call_arguments.delta"},
-                    {"item_id", item["id"]},
-                    {"output_index", items.size()},
+                    {"item_id", id_},
+                    {"output_index", index()},
                     {"delta", c.arguments}});
-      ev.push_back({{"type", "response.function_call_arguments.done"},
-                    {"item_id", item["id"]},
-                    {"output_index", items.size()},
-                    {"name", c.name},
-                    {"arguments", c.arguments}});
-      item["arguments"] = c.arguments;
-      item["status"] = "completed";
-      ev.push_back({{"type", "response.output_item.done"}, {"output_index", items.size()}, {"item", item}});
-      items.push_back(item);
     }
     return ev;
   }
@@ -344,6 +344,13 @@ class OutputItems {
               {"status", "completed"},
               {"role", "assistant"},
               {"content", json::array({part})}};
+    } else if (type_ == "function_call") {
+      ev.push_back({{"type", "response.function_call_arguments.done"},
+                    {"item_id", id_},
+                    {"output_index", index()},
+                    {"name", name_},
+                    {"arguments", text_}});
+      item = call_item("completed");
     } else {
       ev.push_back({{"type", "response.reasoning_text.done"},
                     {"item_id", id_},
@@ -387,7 +394,13 @@ class OutputItems {
     }
   }
 
+  json call_item(const char* status) const {
+    return {{"type", "function_call"}, {"id", id_},   {"call_id", call_id_},
+            {"name", name_},           {"arguments", type_ == "function_call" ? text_ : ""}, {"status", status}};
+  }
+
   std::string type_, id_, text_;
+  std::string call_id_, name_;  // the open function call's
 };
 
 json response_json(const ResponsesRequest& r, const std::string& id, int64_t created,
@@ -430,7 +443,7 @@ RequestJson assistant_turn(const json& output) {
 }
 
 // Drives one generation to its end, calling `on_delta` with parsed pieces; returns the Finished event.
-StreamEvent run_generation(Generation& gen, OutputParser& parser, const std::atomic<bool>& stop,
+StreamEvent run_generation(EventSource& gen, OutputParser& parser, const std::atomic<bool>& stop,
                            const std::function<bool(const ParsedDelta&)>& on_delta) {
   StreamEvent ev, last;
   size_t i = 0;
@@ -492,7 +505,8 @@ void handle_create(const ApiContext& ctx, const httplib::Request& http_req, http
   auto r = std::make_shared<ResponsesRequest>(parse_request(parse_body(http_req.body), ctx));
   std::string id = hex_id("resp");
   int64_t created = unix_now();
-  auto gen = std::make_shared<Generation>(ctx, std::vector<GenerationRequest>{r->request});
+  std::shared_ptr<EventSource> gen =
+      budgeted_choices(ctx, {r->request}, r->thinking_budget, r->parsing.reasoning_starts_open);
   if (!r->stream) {
     OutputParser parser(r->parsing);
     OutputItems items;
@@ -583,6 +597,7 @@ void register_responses_routes(httplib::Server& http, const ApiContext& context)
         handler(req, res);
       } catch (const std::exception& e) {
         ApiError err = to_api_error(e);
+        if (err.status() == 429) res.set_header("Retry-After", "1");  // the wait queue is full
         send_json(res, err.status(), err.to_json());
       }
     };

@@ -27,6 +27,9 @@ struct ServerOptions {
   // Chat template kwargs applied to every request before the request's own chat_template_kwargs
   // (--thinking / --no-thinking, --reasoning-effort).
   nlohmann::ordered_json default_template_kwargs = nlohmann::ordered_json::object();
+  // Reasoning tokens after which the server closes the thinking block (thinking_budget.h); 0: no limit.
+  // Requests override it (chat/Responses "thinking_budget", Messages thinking.budget_tokens).
+  int thinking_budget = 0;
   bool live_line = false;  // one live throughput line on a terminal
   // GET /metrics: on, off, or (unset) on exactly when listening on a loopback address.
   std::optional<bool> metrics;

@@ -2,6 +2,9 @@
 
 #include <nlohmann/json.hpp>
 #include <random>
+#include <utility>
+
+#include "server/tool_call_scan.h"
 
 namespace tf::server {
 
@@ -53,69 +56,23 @@ std::string call_id() {
   return id;
 }
 
-// A parameter value as the model wrote it: JSON when it parses (numbers, booleans, objects), else text.
-nlohmann::ordered_json tagged_value(std::string v) {
-  if (!v.empty() && v.front() == '\n') v.erase(0, 1);
-  if (!v.empty() && v.back() == '\n') v.pop_back();
-  auto j = nlohmann::ordered_json::parse(v, nullptr, false);
-  if (!j.is_discarded() && !j.is_string()) return j;
-  return v;
-}
-
-// The text between `open` and `close` starting at `pos`; advances pos past `close`.
-bool take_between(const std::string& s, size_t& pos, const std::string& open, const std::string& close,
-                  std::string& out) {
-  size_t a = s.find(open, pos);
-  if (a == std::string::npos) return false;
-  size_t b = s.find(close, a + open.size());
-  if (b == std::string::npos) return false;
-  out = s.substr(a + open.size(), b - a - open.size());
-  pos = b + close.size();
-  return true;
-}
-
-// Calls written as tags inside <tool_call>: Qwen3-Coder
-//   <function=NAME><parameter=KEY>VALUE</parameter>...</function>
-// and GLM-4.5
-//   NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value>...
-// Returns {name, arguments JSON} or an empty name when the body is neither.
-std::pair<std::string, std::string> tagged_call(const std::string& body) {
-  nlohmann::ordered_json args = nlohmann::ordered_json::object();
-  if (starts_with(body, "<function=")) {
-    size_t gt = body.find('>');
-    if (gt == std::string::npos || body.find("</function>") == std::string::npos) return {};
-    std::string name = body.substr(10, gt - 10);
-    size_t pos = gt + 1;
-    for (std::string key;;) {
-      size_t p = body.find("<parameter=", pos);
-      if (p == std::string::npos) break;
-      size_t kend = body.find('>', p);
-      size_t vend = body.find("</parameter>", kend);
-      if (kend == std::string::npos || vend == std::string::npos) return {};
-      key = body.substr(p + 11, kend - p - 11);
-      args[key] = tagged_value(body.substr(kend + 1, vend - kend - 1));
-      pos = vend + 12;
-    }
-    return {strip(name), args.dump()};
-  }
-  size_t first = body.find("<arg_key>");
-  std::string name = strip(body.substr(0, first));
-  if (name.empty() || name.find_first_of("{}<>\n\" ") != std::string::npos) return {};
-  size_t pos = first == std::string::npos ? body.size() : first;
-  std::string key, value;
-  while (take_between(body, pos, "<arg_key>", "</arg_key>", key)) {
-    if (!take_between(body, pos, "<arg_value>", "</arg_value>", value)) return {};
-    args[strip(key)] = tagged_value(value);
-  }
-  return {name, args.dump()};
-}
-
 }  // namespace
 
 void ParsedDelta::append(ParsedDelta d) {
   reasoning += d.reasoning;
   content += d.content;
-  for (auto& c : d.tool_calls) tool_calls.push_back(std::move(c));
+  for (auto& c : d.tool_calls) add_call_piece(std::move(c));
+}
+
+void ParsedDelta::add_call_piece(ParsedToolCall c) {
+  if (!tool_calls.empty() && tool_calls.back().index == c.index) {
+    ParsedToolCall& last = tool_calls.back();
+    if (last.id.empty()) last.id = c.id;
+    if (last.name.empty()) last.name = c.name;
+    last.arguments += c.arguments;
+    return;
+  }
+  tool_calls.push_back(std::move(c));
 }
 
 size_t partial_marker_start(const std::string& text, const std::string& marker) {
@@ -133,11 +90,11 @@ OutputParser::OutputParser(OutputParsing cfg) : cfg_(cfg) {
   } else {
     phase_ = cfg_.reasoning_starts_open ? Phase::Reasoning : Phase::Start;
   }
-  if (!cfg_.prefill.empty()) (void)feed(cfg_.prefill);  // an opened call: nothing to tell yet
+  if (!cfg_.prefill.empty()) prefill_out_ = feed(cfg_.prefill);  // an opened call, perhaps its name
 }
 
 ParsedDelta OutputParser::feed(const std::string& text) {
-  ParsedDelta out;
+  ParsedDelta out = std::exchange(prefill_out_, {});
   if (phase_ == Phase::Content) {
     content_step(text, out, false);
   } else {
@@ -148,7 +105,7 @@ ParsedDelta OutputParser::feed(const std::string& text) {
 }
 
 ParsedDelta OutputParser::finish() {
-  ParsedDelta out;
+  ParsedDelta out = std::exchange(prefill_out_, {});
   if (phase_ == Phase::Content) {
     content_step("", out, true);
   } else {
@@ -212,6 +169,8 @@ void OutputParser::content_step(const std::string& text, ParsedDelta& out, bool 
       emit_content(t, out);
       return;
     case ToolFormat::Hermes:
+    case ToolFormat::Qwen3Coder:
+    case ToolFormat::Glm45:
       tbuf_ += t;
       hermes_step(out, final);
       return;
@@ -234,12 +193,15 @@ void OutputParser::hermes_step(ParsedDelta& out, bool final) {
   for (;;) {
     if (in_call_) {
       size_t end = tbuf_.find(kCallClose);
-      if (end == std::string::npos && !final) return;  // the call is still arriving
+      bool closed = end != std::string::npos || final;
       std::string body = tbuf_.substr(0, end);
+      stream_calls(scan_tagged_body(body, closed, cfg_.tool_schemas), out);
+      if (!closed) return;  // the call is still arriving
       std::string raw = kCallOpen + body + (end == std::string::npos ? "" : kCallClose);
       tbuf_.erase(0, end == std::string::npos ? tbuf_.size() : end + kCallClose.size());
       in_call_ = false;
-      emit_calls(strip(body), raw, out);
+      if (streams_.empty()) emit_calls(strip(body), raw, out);  // not in a streamable shape: read whole
+      streams_.clear();
       continue;
     }
     size_t open = tbuf_.find(kCallOpen);
@@ -290,21 +252,7 @@ void OutputParser::whole_reply_step(ParsedDelta& out, bool final) {
     tbuf_.clear();
     return;
   }
-  if (!final) return;  // the calls run to the end of the reply
-  std::string raw = std::move(tbuf_);
-  tbuf_.clear();
-  std::string s = strip(raw);
-  if (cfg_.tools == ToolFormat::Mistral) {
-    s = strip(s.substr(kMistral.size()));
-    size_t args = s.find("[ARGS]");
-    if (!starts_with(s, "[") && args != std::string::npos) {  // v11+: [TOOL_CALLS]name[ARGS]{...}
-      s = "{\"name\": " + nlohmann::json(strip(s.substr(0, args))).dump() +
-          ", \"arguments\": " + s.substr(args + 6) + "}";
-    }
-  } else if (starts_with(s, kPythonTag)) {
-    s = strip(s.substr(kPythonTag.size()));
-  }
-  emit_calls(s, raw, out);
+  calls_region_step(out, final);
 }
 
 void OutputParser::deepseek_step(ParsedDelta& out, bool final) {
@@ -323,45 +271,57 @@ void OutputParser::deepseek_step(ParsedDelta& out, bool final) {
     tbuf_.erase(0, begin);
     in_call_ = true;
   }
-  if (!final) return;  // the calls run to the end of the reply
+  calls_region_step(out, final);
+}
+
+// The calls run to the end of the reply: each feed rescans them and streams what grew. A region that
+// never became a call in the family's syntax is given back as content.
+void OutputParser::calls_region_step(ParsedDelta& out, bool final) {
+  std::string region = cfg_.tools == ToolFormat::DeepSeek ? tbuf_ : lstrip(tbuf_);
+  ScanResult r = cfg_.tools == ToolFormat::Mistral    ? scan_mistral(region, final)
+                 : cfg_.tools == ToolFormat::DeepSeek ? scan_deepseek(region, final)
+                                                      : scan_llama3(region, final);
+  stream_calls(r, out);
+  if (!final) return;
   std::string raw = std::move(tbuf_);
   tbuf_.clear();
   in_call_ = false;
-  // Rewritten as a JSON array for emit_calls; anything malformed makes it give the raw text back.
-  std::string arr = "[";
-  size_t pos = 0;
-  for (size_t b; (b = raw.find(kDsCallBegin, pos)) != std::string::npos;) {
-    size_t e = raw.find(kDsCallEnd, b);
-    std::string body = raw.substr(b + kDsCallBegin.size(),
-                                  e == std::string::npos ? std::string::npos : e - b - kDsCallBegin.size());
-    pos = e == std::string::npos ? raw.size() : e + kDsCallEnd.size();
-    size_t sep = body.find(kDsSep);
-    if (sep == std::string::npos) {
-      arr = "<malformed>";
-      break;
+  if (streams_.empty()) {  // not streamable: read whole (other key orders, string arguments), else content
+    std::string s = strip(raw);
+    for (const std::string& m : {kPythonTag, kMistral}) {
+      if (starts_with(s, m)) s = strip(s.substr(m.size()));
     }
-    std::string name = body.substr(0, sep), args = body.substr(sep + kDsSep.size());
-    if (strip(name) == "function") {  // V3/R1: NAME\n```json\nARGS\n```
-      size_t nl = args.find('\n');
-      name = args.substr(0, nl);
-      args = nl == std::string::npos ? "" : args.substr(nl + 1);
-      args = strip(args);
-      if (starts_with(args, "```json")) args = args.substr(7);
-      if (args.size() >= 3 && args.compare(args.size() - 3, 3, "```") == 0) args.resize(args.size() - 3);
+    if (cfg_.tools == ToolFormat::DeepSeek) {
+      emit_content(raw, out);
+    } else {
+      emit_calls(s, raw, out);
     }
-    if (arr.size() > 1) arr += ",";
-    arr += "{\"name\": " + nlohmann::json(strip(name)).dump() + ", \"arguments\": " + strip(args) + "}";
   }
-  emit_calls(arr == "[" ? "<none>" : arr + "]", raw, out);
+  streams_.clear();
+}
+
+void OutputParser::stream_calls(const ScanResult& r, ParsedDelta& out) {
+  for (size_t k = 0; k < r.calls.size(); ++k) {
+    const CallView& v = r.calls[k];
+    if (k == streams_.size()) {
+      CallStream st;
+      st.dropped = !cfg_.parallel_tool_calls && calls_ > 0;
+      if (!st.dropped) {
+        st.index = calls_++;
+        out.add_call_piece({st.index, call_id(), v.name, ""});
+      }
+      streams_.push_back(st);
+    }
+    CallStream& st = streams_[k];
+    // A later scan extends the arguments text (tool_call_scan.h); anything else is not told twice.
+    if (v.args.size() > st.sent && !st.dropped) out.add_call_piece({st.index, "", "", v.args.substr(st.sent)});
+    st.sent = std::max(st.sent, v.args.size());
+  }
 }
 
 void OutputParser::emit_calls(const std::string& json_text, const std::string& raw, ParsedDelta& out) {
   using Json = nlohmann::ordered_json;
   Json parsed = Json::parse(json_text, nullptr, false);
-  if (parsed.is_discarded() && cfg_.tools == ToolFormat::Hermes) {
-    auto [name, arguments] = tagged_call(json_text);  // Qwen3-Coder / GLM inside <tool_call>
-    if (!name.empty()) parsed = {{"name", name}, {"arguments", Json::parse(arguments)}};
-  }
   if (parsed.is_discarded() && cfg_.tools == ToolFormat::Llama3Json) {
     // Llama 3 separates several calls with ";".
     Json arr = Json::array();

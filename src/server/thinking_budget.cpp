@@ -1,5 +1,7 @@
 #include "server/thinking_budget.h"
 
+#include <thread>
+
 namespace tf::server {
 
 static const char* kClose = "\n</think>\n\n";
@@ -78,6 +80,64 @@ bool BudgetedGeneration::next(size_t& index, StreamEvent& ev, std::chrono::milli
     for (auto& t : close.tokens) ev.tokens.push_back(t);
   }
   return true;
+}
+
+namespace {
+
+// n budgeted choices polled in turn, as Generation polls its streams.
+class BudgetedChoices : public EventSource {
+ public:
+  explicit BudgetedChoices(std::vector<std::unique_ptr<BudgetedGeneration>> parts) : parts_(std::move(parts)) {}
+
+  size_t size() const override { return parts_.size(); }
+  bool done() const override {
+    for (const auto& p : parts_) {
+      if (!p->done()) return false;
+    }
+    return true;
+  }
+  bool next(size_t& index, StreamEvent& ev, std::chrono::milliseconds timeout) override {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      for (size_t k = 0; k < parts_.size(); ++k) {
+        size_t i = (cursor_ + k) % parts_.size();
+        size_t ignored = 0;
+        if (!parts_[i]->done() && parts_[i]->next(ignored, ev, std::chrono::milliseconds(0))) {
+          index = i;
+          cursor_ = i + 1;
+          return true;
+        }
+      }
+      if (done() || std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  void cancel(bool by_client) override {
+    for (auto& p : parts_) p->cancel(by_client);
+  }
+  std::chrono::steady_clock::time_point first_token_at() const override {
+    std::chrono::steady_clock::time_point first{};
+    for (const auto& p : parts_) {
+      auto t = p->first_token_at();
+      if (t != std::chrono::steady_clock::time_point{} && (first == decltype(first){} || t < first)) first = t;
+    }
+    return first;
+  }
+
+ private:
+  std::vector<std::unique_ptr<BudgetedGeneration>> parts_;
+  size_t cursor_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<EventSource> budgeted_choices(const ApiContext& ctx, std::vector<GenerationRequest> requests,
+                                              int budget, bool starts_open) {
+  if (budget <= 0) return std::make_unique<Generation>(ctx, std::move(requests));
+  std::vector<std::unique_ptr<BudgetedGeneration>> parts;
+  for (auto& r : requests) parts.push_back(std::make_unique<BudgetedGeneration>(ctx, std::move(r), budget, starts_open));
+  if (parts.size() == 1) return std::move(parts[0]);
+  return std::make_unique<BudgetedChoices>(std::move(parts));
 }
 
 }  // namespace tf::server

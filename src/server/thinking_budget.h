@@ -3,6 +3,9 @@
 // <think> after `budget` tokens, the stream is cancelled and resumed from prompt + reply so far +
 // "\n</think>\n\n" (closing the block as the chat template writes it), so the model moves on to its
 // answer. The caller sees one stream (events of index 0) whose usage covers both parts.
+// The budget: --thinking-budget (ServerOptions::thinking_budget), overridden per request by chat
+// completions' and Responses' "thinking_budget" (or chat_template_kwargs.thinking_budget) and by
+// Messages' thinking.budget_tokens.
 #include <chrono>
 #include <memory>
 #include <string>
@@ -13,15 +16,16 @@
 
 namespace tf::server {
 
-class BudgetedGeneration {
+class BudgetedGeneration : public EventSource {
  public:
   // budget <= 0: no limit (a plain Generation). `starts_open`: the prompt already opened <think>.
   BudgetedGeneration(const ApiContext& ctx, GenerationRequest req, int budget, bool starts_open);
 
-  bool done() const { return gen_->done() && !resumed_pending_; }
-  bool next(size_t& index, StreamEvent& ev, std::chrono::milliseconds timeout);
-  void cancel(bool by_client) { gen_->cancel(by_client); }
-  std::chrono::steady_clock::time_point first_token_at() const { return first_token_at_; }
+  size_t size() const override { return 1; }
+  bool done() const override { return gen_->done() && !resumed_pending_; }
+  bool next(size_t& index, StreamEvent& ev, std::chrono::milliseconds timeout) override;
+  void cancel(bool by_client) override { gen_->cancel(by_client); }
+  std::chrono::steady_clock::time_point first_token_at() const override { return first_token_at_; }
   bool budget_hit() const { return resumed_; }
 
  private:
@@ -41,5 +45,9 @@ class BudgetedGeneration {
   Usage first_usage_;
   std::chrono::steady_clock::time_point first_token_at_{};
 };
+
+// The choices of `requests` with the budget applied to each (a plain Generation when budget <= 0).
+std::unique_ptr<EventSource> budgeted_choices(const ApiContext& ctx, std::vector<GenerationRequest> requests,
+                                              int budget, bool starts_open);
 
 }  // namespace tf::server

@@ -134,6 +134,9 @@ void FakeHandle::run() {
     }
     engine_.steps++;
     int32_t tok = eos_soon && pos == 12 && !req_.ignore_eos ? FakeText::kEos : FakeEngine::token_at(seed, pos);
+    if (!cfg_.reply.empty()) {
+      tok = size_t(pos) < cfg_.reply.size() ? int32_t(uint8_t(cfg_.reply[size_t(pos)])) : FakeText::kEos;
+    }
     GeneratedToken g;
     g.token = tok;
     g.logprob = -0.25f;

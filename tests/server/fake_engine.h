@@ -35,6 +35,9 @@ struct FakeEngineConfig {
   std::chrono::microseconds step{1000};  // time per generated token
   // A prompt containing this text ends with EOS after 12 tokens.
   std::string eos_trigger = "EOS";
+  // When set, every reply is this text, one byte per token, then EOS (parsers see markers split at
+  // every byte).
+  std::string reply = "";
 };
 
 class FakeEngine : public Engine {

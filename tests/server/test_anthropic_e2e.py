@@ -1,26 +1,23 @@
 """POST /v1/messages and /v1/messages/count_tokens of the real `tensorfold serve` (demo model by default),
 driven with the official anthropic SDK; bad input checked for Anthropic's error shape. Run by ctest with
-TF_SERVER_CMD (and optionally TF_SERVER_MODEL) as for test_openai_e2e.py, whose server fixture is reused."""
+TF_SERVER_CMD (and optionally TF_SERVER_MODEL); the server starts through serverutil.py."""
 import json
 
 import anthropic
 import pytest
 import requests
 
-from test_openai_e2e import API_KEY, Server
+from serverutil import API_KEY, first_model, serve
 
 
 @pytest.fixture(scope="module")
 def server():
-    s = Server()
-    yield s
-    assert s.stop() == 0, s.log_text()[-4000:]
+    yield from serve()
 
 
 @pytest.fixture(scope="module")
 def model(server):
-    r = requests.get(server.url + "/v1/models", headers={"Authorization": f"Bearer {API_KEY}"})
-    return r.json()["data"][0]["id"]
+    return first_model(server)["id"]
 
 
 @pytest.fixture(scope="module")

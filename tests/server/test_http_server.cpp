@@ -102,5 +102,159 @@ TEST_F(ServerHttp, StreamsServerSentEvents) {
   expect_good_request_works();
 }
 
+// A fake model that always writes one reply (byte by byte), served over HTTP: a tool call streams its
+// arguments in pieces through every API, and the pieces add up to the whole reply's arguments.
+class ToolCallStreams : public ::testing::TestWithParam<std::pair<std::string, std::string>> {
+ protected:
+  void SetUp() override {
+    engine_ = std::make_unique<testing::FakeEngine>(testing::FakeEngineConfig{
+        .context = 512, .step = std::chrono::microseconds(50), .reply = GetParam().first});
+    ServerOptions o;
+    o.port = 0;
+    o.default_max_tokens = 300;
+    server_ = std::make_unique<HttpServer>(*engine_, text_, o);
+    server_->bind();
+    thread_ = std::thread([this] { server_->run(); });
+    client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
+  }
+  void TearDown() override {
+    server_->stop();
+    thread_.join();
+  }
+  json post(const std::string& path, json body) {
+    auto r = client_->Post(path.c_str(), body.dump(), "application/json");
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no reply");
+    return r ? json::parse(r->body) : json();
+  }
+  // The data of each SSE event.
+  std::vector<json> events(const std::string& path, json body) {
+    body["stream"] = true;
+    auto r = client_->Post(path.c_str(), body.dump(), "application/json");
+    EXPECT_TRUE(r && r->status == 200);
+    std::vector<json> out;
+    for (size_t pos = 0; r && pos < r->body.size();) {
+      size_t end = r->body.find("\n\n", pos);
+      std::string ev = r->body.substr(pos, end - pos);
+      pos = end == std::string::npos ? r->body.size() : end + 2;
+      size_t data = ev.find("data: ");
+      if (data != std::string::npos && ev.compare(data, 12, "data: [DONE]") != 0)
+        out.push_back(json::parse(ev.substr(data + 6)));
+    }
+    return out;
+  }
+
+  static json tools() {
+    return json::parse(R"([{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}}}}])");
+  }
+  static json user() { return json::parse(R"([{"role": "user", "content": "weather?"}])"); }
+
+  std::unique_ptr<testing::FakeEngine> engine_;
+  testing::FakeText text_;
+  std::unique_ptr<HttpServer> server_;
+  std::thread thread_;
+  std::unique_ptr<httplib::Client> client_;
+};
+
+TEST_P(ToolCallStreams, ChatCompletions) {
+  const std::string& args = GetParam().second;
+  json body = {{"messages", user()}, {"tools", tools()}};
+  json whole = post("/v1/chat/completions", body)["choices"][0];
+  EXPECT_EQ(whole["finish_reason"], "tool_calls");
+  EXPECT_EQ(whole["message"]["tool_calls"][0]["function"]["arguments"], args);
+  std::string told, finish;
+  int pieces = 0;
+  for (const json& c : events("/v1/chat/completions", body)) {
+    const json& choice = c["choices"][0];
+    if (!choice["finish_reason"].is_null()) finish = choice["finish_reason"];
+    if (!choice["delta"].contains("tool_calls")) continue;
+    for (const json& t : choice["delta"]["tool_calls"]) {
+      EXPECT_EQ(t["index"], 0);
+      if (pieces++ == 0) {  // the first delta names the call
+        EXPECT_EQ(t["function"]["name"], "get_weather");
+        EXPECT_EQ(t["id"].get<std::string>().rfind("call_", 0), 0u);
+        EXPECT_EQ(t["type"], "function");
+      } else {
+        EXPECT_FALSE(t.contains("id"));
+        EXPECT_FALSE(t["function"].contains("name"));
+      }
+      told += t["function"]["arguments"].get<std::string>();
+    }
+  }
+  EXPECT_EQ(told, args);
+  EXPECT_GT(pieces, 3);  // streamed in pieces, not at the end
+  EXPECT_EQ(finish, "tool_calls");
+}
+
+TEST_P(ToolCallStreams, Responses) {
+  const std::string& args = GetParam().second;
+  json body = {{"input", "weather?"},
+               {"tools", json::array({{{"type", "function"}, {"name", "get_weather"},
+                                       {"parameters", tools()[0]["function"]["parameters"]}}})}};
+  json whole = post("/v1/responses", body);
+  json call = whole["output"].back();
+  EXPECT_EQ(call["type"], "function_call");
+  EXPECT_EQ(call["arguments"], args);
+  std::string told, done, item_args;
+  int deltas = 0;
+  for (const json& ev : events("/v1/responses", body)) {
+    if (ev["type"] == "response.function_call_arguments.delta") {
+      told += ev["delta"].get<std::string>();
+      ++deltas;
+    } else if (ev["type"] == "response.function_call_arguments.done") {
+      done = ev["arguments"];
+    } else if (ev["type"] == "response.output_item.done" && ev["item"]["type"] == "function_call") {
+      item_args = ev["item"]["arguments"];
+    } else if (ev["type"] == "response.output_item.added" && ev["item"]["type"] == "function_call") {
+      EXPECT_EQ(ev["item"]["name"], "get_weather");
+      EXPECT_EQ(told, "");
+    }
+  }
+  EXPECT_GT(deltas, 3);
+  EXPECT_EQ(told, args);
+  EXPECT_EQ(done, args);
+  EXPECT_EQ(item_args, args);
+}
+
+TEST_P(ToolCallStreams, AnthropicMessages) {
+  const std::string& args = GetParam().second;
+  json body = {{"model", "fake-model"},
+               {"max_tokens", 300},
+               {"messages", user()},
+               {"tools", json::array({{{"name", "get_weather"},
+                                       {"input_schema", tools()[0]["function"]["parameters"]}}})}};
+  json whole = post("/v1/messages", body);
+  EXPECT_EQ(whole["stop_reason"], "tool_use");
+  EXPECT_EQ(whole["content"].back()["input"], json::parse(args));
+  std::string told;
+  int deltas = 0;
+  bool started = false;
+  for (const json& ev : events("/v1/messages", body)) {
+    if (ev["type"] == "content_block_start" && ev["content_block"]["type"] == "tool_use") {
+      EXPECT_EQ(ev["content_block"]["name"], "get_weather");
+      started = true;
+    }
+    if (ev["type"] == "content_block_delta" && ev["delta"]["type"] == "input_json_delta") {
+      EXPECT_TRUE(started);
+      told += ev["delta"]["partial_json"].get<std::string>();
+      ++deltas;
+    }
+  }
+  EXPECT_GT(deltas, 3);
+  EXPECT_EQ(told, args);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Formats, ToolCallStreams,
+    ::testing::Values(
+        std::make_pair(std::string("<think>\nplan\n</think>\n\nSure.\n<tool_call>\n{\"name\": \"get_weather\", "
+                                   "\"arguments\": {\"city\": \"Paris\", \"days\": 3}}\n</tool_call>"),
+                       std::string(R"({"city": "Paris", "days": 3})")),
+        // Qwen3-Coder's body: typed by the schema ("07" stays a string, "3" becomes 3).
+        std::make_pair(std::string("<tool_call>\n<function=get_weather>\n<parameter=city>\n07\n</parameter>\n"
+                                   "<parameter=days>\n3\n</parameter>\n<parameter=note>\nwarm coat\n</parameter>\n"
+                                   "</function>\n</tool_call>"),
+                       std::string(R"({"city":"07","days":3,"note":"warm coat"})"))));
+
 }  // namespace
 }  // namespace tf::server

@@ -8,19 +8,17 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from test_openai_e2e import API_KEY, Server
+from serverutil import serve
 
 
 @pytest.fixture(scope="module")
 def server():
-    s = Server()
-    yield s
-    assert s.stop() == 0, s.log_text()[-4000:]
+    yield from serve()
 
 
 @pytest.fixture(scope="module")
 def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key=API_KEY, max_retries=0, timeout=120)
+    return server.client()
 
 
 @pytest.fixture(scope="module")

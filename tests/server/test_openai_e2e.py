@@ -8,101 +8,30 @@ Nothing is skipped: a missing binary or model fails with a message saying what t
 """
 import concurrent.futures
 import json
-import os
-import shlex
 import signal
 import socket
-import subprocess
-import tempfile
 import time
 
 import openai
 import pytest
 import requests
 
-API_KEY = "tf-test-key"
-READ_TIMEOUT_S = 2
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def server_command(port):
-    cmd = os.environ.get("TF_SERVER_CMD")
-    if not cmd:
-        pytest.fail("TF_SERVER_CMD is not set: point it at `build/tensorfold serve --backend cpu` or tf_fake_server")
-    argv = shlex.split(cmd)
-    if not os.path.exists(argv[0]):
-        pytest.fail(f"server binary {argv[0]} does not exist: build it first (cmake --build build)")
-    model = os.environ.get("TF_SERVER_MODEL")
-    if model:
-        if not os.path.isdir(model):
-            pytest.fail(f"model directory {model} does not exist (tiny checkpoints: tests/data/tiny, made by "
-                        "tools/make_tiny_models.py)")
-        argv.append(model)
-    return argv + ["--port", str(port), "--api-key", API_KEY, "--read-timeout", str(READ_TIMEOUT_S),
-                   "--max-body-bytes", str(1 << 20), "--log-format", "json"]
-
-
-class Server:
-    def __init__(self):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = tempfile.NamedTemporaryFile(prefix="tf-serve-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen(server_command(self.port), stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                pytest.fail(f"server exited with {self.proc.returncode} during startup:\n{self.log_text()}")
-            try:
-                if requests.get(self.url + "/health", timeout=1).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        pytest.fail("server did not answer /health within 120 s:\n" + self.log_text())
-
-    def log_text(self):
-        with open(self.log.name, encoding="utf-8", errors="replace") as f:
-            return f.read()
-
-    def stop(self, sig=signal.SIGTERM):
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
+from serverutil import API_KEY, READ_TIMEOUT_S, Server, auth, first_model, serve
 
 
 @pytest.fixture(scope="module")
 def server():
-    s = Server()
-    yield s
-    code = s.stop()
-    assert code == 0, f"server exited with {code} on SIGTERM:\n{s.log_text()[-4000:]}"
+    yield from serve()
 
 
 @pytest.fixture(scope="module")
 def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key=API_KEY, max_retries=0, timeout=120)
+    return server.client()
 
 
 @pytest.fixture(scope="module")
 def model_info(server):
-    r = requests.get(server.url + "/v1/models", headers=auth())
-    assert r.status_code == 200, r.text
-    return r.json()["data"][0]
-
-
-def auth(key=API_KEY):
-    return {"Authorization": f"Bearer {key}"}
+    return first_model(server)
 
 
 def health(server):

@@ -7,6 +7,11 @@
 
 #include "server/chat_output.h"
 #include "server/output_parser.h"
+#include "server/tool_call_scan.h"
+#include "text/chat_template.h"
+
+#include <fstream>
+#include <sstream>
 
 namespace tf::server {
 namespace {
@@ -17,7 +22,8 @@ struct Result {
   std::vector<std::string> content_pieces;
 };
 
-Result run(const OutputParsing& cfg, const std::vector<std::string>& pieces) {
+// `ended`: the reply ends after the pieces (else it is still arriving: what was told so far).
+Result run(const OutputParsing& cfg, const std::vector<std::string>& pieces, bool ended = true) {
   OutputParser p(cfg);
   Result r;
   auto take = [&](ParsedDelta d) {
@@ -25,13 +31,22 @@ Result run(const OutputParsing& cfg, const std::vector<std::string>& pieces) {
     r.content += d.content;
     if (!d.content.empty()) r.content_pieces.push_back(d.content);
     for (auto& c : d.tool_calls) {
-      EXPECT_EQ(c.index, r.calls.size());
-      EXPECT_EQ(c.id.rfind("call_", 0), 0u);
-      r.calls.push_back({c.name, c.arguments});
+      if (!c.id.empty()) {  // a call's first piece: id and name
+        EXPECT_EQ(c.index, r.calls.size());
+        EXPECT_EQ(c.id.rfind("call_", 0), 0u);
+        EXPECT_FALSE(c.name.empty());
+        r.calls.push_back({c.name, ""});
+      } else {  // later pieces: more arguments of the latest call
+        EXPECT_TRUE(c.name.empty());
+        ASSERT_FALSE(r.calls.empty());
+        EXPECT_FALSE(c.arguments.empty());
+      }
+      EXPECT_EQ(c.index + 1, r.calls.size());
+      r.calls.back().second += c.arguments;
     }
   };
   for (const auto& s : pieces) take(p.feed(s));
-  take(p.finish());
+  if (ended) take(p.finish());
   return r;
 }
 
@@ -47,8 +62,14 @@ void expect_every_split(const OutputParsing& cfg, const std::string& text, const
     EXPECT_EQ(got.reasoning, want.reasoning) << how;
     EXPECT_EQ(got.content, want.content) << how;
     EXPECT_EQ(got.calls, want.calls) << how;
+    for (const auto& [name, args] : got.calls) {
+      for (const char* m : {"</tool_call", "</function", "<｜tool", "[TOOL_CALLS", "</arg_value", "</parameter"}) {
+        EXPECT_EQ(args.find(m), std::string::npos) << how << ": " << args;
+      }
+    }
     for (const auto& piece : got.content_pieces) {
-      for (const char* m : {"<think", "</think", "<tool_call", "</tool_call", "[TOOL_CALLS", "<｜tool"}) {
+      for (const char* m : {"<think", "</think", "<tool_call", "</tool_call", "[TOOL_CALLS", "<｜tool",
+                            "<function", "<arg_key"}) {
         // A piece may only hold a marker's beginning if the model really wrote it as content.
         if (want.content.find(m) == std::string::npos) {
           EXPECT_EQ(piece.find(m), std::string::npos) << how;
@@ -77,7 +98,7 @@ TEST(OutputParser, QwenThinkingThenToolCall) {
       "</tool_call>";
   Result want;
   want.reasoning = "The user wants the weather in Paris. I should call get_weather.";
-  want.calls = {{"get_weather", R"({"city":"Paris","unit":"celsius"})"}};
+  want.calls = {{"get_weather", R"({"city": "Paris", "unit": "celsius"})"}};  // as written
   expect_every_split(hermes(), text, want);
 }
 
@@ -87,7 +108,7 @@ TEST(OutputParser, QwenParallelCallsWithContentBefore) {
       "<tool_call>\n{\"name\": \"b\", \"arguments\": {}}\n</tool_call>";
   Result want;
   want.content = "Let me check both.";
-  want.calls = {{"a", R"({"x":1})"}, {"b", "{}"}};
+  want.calls = {{"a", R"({"x": 1})"}, {"b", "{}"}};
   expect_every_split(hermes(), text, want);
   OutputParsing one = hermes();
   one.parallel_tool_calls = false;
@@ -128,16 +149,26 @@ TEST(OutputParser, UnfinishedReasoningStaysReasoning) {
 }
 
 TEST(OutputParser, InvalidCallJsonIsKeptAsContent) {
-  std::string text = "<tool_call>\n{\"name\": \"f\", \"arguments\": {oops}\n</tool_call>";
+  // Not in the streamable {"name", "arguments"} shape, and not JSON either: the model's text comes back.
+  std::string text = "<tool_call>\n{\"arguments\": {oops}, \"name\": \"f\"}\n</tool_call>";
   Result want;
   want.content = text;
   expect_every_split(hermes(), text, want);
 }
 
+TEST(OutputParser, OtherKeyOrderIsReadWhole) {
+  // Arguments before the name cannot stream; the call is read whole when it closes.
+  Result want;
+  want.calls = {{"f", R"({"a":1})"}};
+  expect_every_split(hermes(), "<tool_call>\n{\"arguments\": {\"a\": 1}, \"name\": \"f\"}\n</tool_call>", want);
+  want.calls = {{"f", R"({"a": 1})"}};  // string-encoded arguments are given as the model wrote them
+  expect_every_split(hermes(), "<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"a\\\": 1}\"}</tool_call>", want);
+}
+
 TEST(OutputParser, CallCutByLengthStillParsesWhenComplete) {
   // The reply ended (max_tokens or a stop string) before </tool_call>.
   Result want;
-  want.calls = {{"f", R"({"q":"x"})"}};
+  want.calls = {{"f", R"({"q": "x"})"}};
   expect_every_split(hermes(), "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"q\": \"x\"}}\n", want);
 }
 
@@ -169,7 +200,7 @@ TEST(OutputParser, DeepSeekToolCalls) {
   cfg.tools = ToolFormat::DeepSeek;
   Result want;
   want.content = "Let me check.";
-  want.calls = {{"get_weather", R"({"city":"Paris"})"}, {"get_time", "{}"}};
+  want.calls = {{"get_weather", R"({"city": "Paris"})"}, {"get_time", "{}"}};
   // DeepSeek-V3 / R1
   expect_every_split(
       cfg,
@@ -191,7 +222,7 @@ TEST(OutputParser, MistralToolCalls) {
   OutputParsing cfg;
   cfg.tools = ToolFormat::Mistral;
   Result want;
-  want.calls = {{"get_weather", R"({"city":"Paris"})"}, {"get_time", R"({"tz":"CET"})"}};
+  want.calls = {{"get_weather", R"({"city": "Paris"})"}, {"get_time", R"({"tz": "CET"})"}};
   expect_every_split(cfg,
                      "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, "
                      "{\"name\": \"get_time\", \"arguments\": {\"tz\": \"CET\"}}]",
@@ -207,13 +238,148 @@ TEST(OutputParser, Llama3JsonToolCall) {
   OutputParsing cfg;
   cfg.tools = ToolFormat::Llama3Json;
   Result want;
-  want.calls = {{"get_weather", R"({"city":"Paris"})"}};
+  want.calls = {{"get_weather", R"({"city": "Paris"})"}};
   expect_every_split(cfg, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", want);
   expect_every_split(cfg, "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}",
                      want);
   Result plain;
   plain.content = "{not json at all}";
   expect_every_split(cfg, plain.content, plain);
+}
+
+OutputParsing with_format(ToolFormat f, nlohmann::ordered_json schemas = nlohmann::ordered_json::object()) {
+  OutputParsing c;
+  c.tools = f;
+  c.tool_schemas = std::move(schemas);
+  return c;
+}
+
+// Qwen3-Coder (recorded reply shape of Qwen3-Coder-30B-A3B-Instruct): values typed by the tool's schema
+// as its reference parser does; a string-typed "zip" keeps its leading zero, "True" is a boolean, a
+// multi-line value keeps its inner newlines.
+TEST(OutputParser, Qwen3CoderValuesTypedBySchema) {
+  auto schemas = nlohmann::ordered_json::parse(R"({"plan_trip": {"type": "object", "properties": {
+      "city": {"type": "string"}, "days": {"type": "integer"}, "metric": {"type": "boolean"},
+      "zip": {"type": "string"}, "opts": {"type": "object"}, "ratio": {"type": "number"},
+      "note": {"type": ["string", "null"]}, "maybe": {"type": "integer"}}}})");
+  std::string text =
+      "Planning now.\n<tool_call>\n<function=plan_trip>\n<parameter=city>\nSan Francisco, CA\n</parameter>\n"
+      "<parameter=days>\n3\n</parameter>\n<parameter=metric>\nTrue\n</parameter>\n<parameter=zip>\n01234\n"
+      "</parameter>\n<parameter=opts>\n{\"a\": [1, 2]}\n</parameter>\n<parameter=ratio>\n2.0\n</parameter>\n"
+      "<parameter=note>\nline one\nline two\n</parameter>\n<parameter=maybe>\nnull\n</parameter>\n"
+      "<parameter=extra>\n42\n</parameter>\n</function>\n</tool_call>";
+  Result want;
+  want.content = "Planning now.";
+  want.calls = {{"plan_trip",
+                 R"({"city":"San Francisco, CA","days":3,"metric":true,"zip":"01234","opts":{"a":[1,2]},)"
+                 R"("ratio":2,"note":"line one\nline two","maybe":null,"extra":42})"}};
+  expect_every_split(with_format(ToolFormat::Qwen3Coder, schemas), text, want);
+  auto parsed = nlohmann::json::parse(want.calls[0].second);  // valid JSON
+  EXPECT_EQ(parsed["days"], 3);
+}
+
+// GLM-4.6 (recorded reply shape): string-typed parameters keep their text, others parse as JSON.
+TEST(OutputParser, Glm46ValuesTypedBySchema) {
+  auto schemas = nlohmann::ordered_json::parse(
+      R"({"search": {"properties": {"query": {"type": "string"}, "limit": {"type": "integer"}}}})");
+  std::string text =
+      "<think>The user wants results.</think>\nLet me search.\n<tool_call>search\n<arg_key>query</arg_key>\n"
+      "<arg_value>007</arg_value>\n<arg_key>limit</arg_key>\n<arg_value>5</arg_value>\n<arg_key>tags</arg_key>\n"
+      "<arg_value>[\"a\", \"b\"]</arg_value>\n</tool_call>\n<tool_call>search\n<arg_key>query</arg_key>\n"
+      "<arg_value>more</arg_value>\n</tool_call>";
+  Result want;
+  want.reasoning = "The user wants results.";
+  want.content = "Let me search.";
+  want.calls = {{"search", R"({"query":"007","limit":5,"tags":["a","b"]})"}, {"search", R"({"query":"more"})"}};
+  expect_every_split(with_format(ToolFormat::Glm45, schemas), text, want);
+}
+
+// Arguments stream while the model writes them: before the closing marker arrives, all of the arguments
+// JSON (the JSON families) or every finished parameter (the tag families) has been told.
+TEST(OutputParser, ArgumentsStreamBeforeTheCallCloses) {
+  struct Case {
+    OutputParsing cfg;
+    std::string head, tail;  // the reply is head + tail; tail holds the closing markers
+    std::string told, all;   // arguments told after head, and in the end
+  };
+  std::vector<Case> cases = {
+      {hermes(), "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"q\": \"a long query\", \"n\": [1, 2]}",
+       "}\n</tool_call>", R"({"q": "a long query", "n": [1, 2]})", R"({"q": "a long query", "n": [1, 2]})"},
+      {hermes(), "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"q\": \"a lo", "ng\"}}</tool_call>",
+       R"({"q": "a lo)", R"({"q": "a long"})"},
+      {with_format(ToolFormat::Qwen3Coder),
+       "<tool_call>\n<function=f>\n<parameter=city>\nParis\n</parameter>\n<parameter=n>\n1",
+       "\n</parameter>\n</function>\n</tool_call>", R"({"city":"Paris")", R"({"city":"Paris","n":1})"},
+      {with_format(ToolFormat::Glm45), "<tool_call>f\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n",
+       "</tool_call>", R"({"city":"Paris")", R"({"city":"Paris"})"},
+      {with_format(ToolFormat::Mistral), "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"x\": 1}", "}]",
+       R"({"x": 1})", R"({"x": 1})"},
+      {with_format(ToolFormat::Mistral), "[TOOL_CALLS]f[ARGS]{\"x\": ", "1}", R"({"x": )", R"({"x": 1})"},
+      {with_format(ToolFormat::Llama3Json), "{\"name\": \"f\", \"parameters\": {\"x\": 1}", "}", R"({"x": 1})",
+       R"({"x": 1})"},
+      {with_format(ToolFormat::DeepSeek),
+       "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{\"x\": 1}",
+       "\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>", R"({"x": 1})", R"({"x": 1})"},
+  };
+  for (const auto& c : cases) {
+    Result head = run(c.cfg, bytes(c.head), false);
+    ASSERT_EQ(head.calls.size(), 1u) << c.head;
+    EXPECT_EQ(head.calls[0].first, "f");
+    EXPECT_EQ(head.calls[0].second, c.told) << c.head;
+    EXPECT_EQ(head.content, "");
+    Result all = run(c.cfg, {c.head, c.tail});
+    ASSERT_EQ(all.calls.size(), 1u) << c.head;
+    EXPECT_EQ(all.calls[0].second, c.all);
+    EXPECT_FALSE(nlohmann::json::parse(all.calls[0].second, nullptr, false).is_discarded());
+    EXPECT_EQ(all.content, "");
+  }
+}
+
+TEST(OutputParser, ForcedQwen3CoderAndGlmCalls) {
+  RequestJson tools = RequestJson::parse(R"([{"type": "function", "function": {"name": "f",
+      "parameters": {"type": "object", "properties": {"x": {"type": "string"}}}}}])");
+  RequestJson named = {{"tool_choice", {{"type", "function"}, {"function", {{"name", "f"}}}}}};
+  OutputParsing q = chat_output_parsing(JsonFields(named), tools, "<tool_call>\n<function=NAME>\n<parameter=P>");
+  EXPECT_EQ(q.tools, ToolFormat::Qwen3Coder);
+  EXPECT_EQ(q.prefill, "<tool_call>\n<function=f>\n");
+  Result r = run(q, {"<parameter=x>\n12\n</parameter>\n</function>\n</tool_call>"});
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0], std::make_pair(std::string("f"), std::string(R"({"x":"12"})")));  // typed: string
+  OutputParsing g = chat_output_parsing(JsonFields(named), tools, "<tool_call>{name}\n<arg_key>k</arg_key>");
+  EXPECT_EQ(g.tools, ToolFormat::Glm45);
+  EXPECT_EQ(g.prefill, "<tool_call>f\n");
+  r = run(g, {"<arg_key>x</arg_key>\n<arg_value>12</arg_value>\n</tool_call>"});
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].second, R"({"x":"12"})");
+}
+
+std::string read_template(const std::string& name) {
+  std::ifstream in(std::string(TF_SHARED_DIR) + "/text-fixtures/templates/" + name);
+  EXPECT_TRUE(in.good()) << name;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The family is told from the prompt the real chat template renders with tools.
+TEST(ChatOutput, DetectsFormatsFromRealTemplates) {
+  nlohmann::ordered_json tools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {
+      "name": "get_weather", "description": "Weather", "parameters": {"type": "object",
+      "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])");
+  nlohmann::ordered_json messages = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "Hi"}])");
+  struct Case {
+    const char* file;
+    ToolFormat want;
+  };
+  for (const Case& c : {Case{"Qwen3-Coder.jinja", ToolFormat::Qwen3Coder}, Case{"GLM-4.6.jinja", ToolFormat::Glm45},
+                        Case{"Qwen3.5-4B.jinja", ToolFormat::Qwen3Coder},
+                        Case{"Qwen-Qwen3-0.6B.jinja", ToolFormat::Hermes},
+                        Case{"deepseek-ai-DeepSeek-V3.1.jinja", ToolFormat::DeepSeek},  // tools not rendered
+                        Case{"Mistral-Small-3.2-24B-Instruct-2506.jinja", ToolFormat::Mistral}}) {
+    ChatTemplate t(read_template(c.file), "<s>", "</s>");
+    std::string prompt = t.render_ordered(messages, tools, true);
+    EXPECT_EQ(detect_tool_format(prompt, t.source()), c.want) << c.file;
+  }
 }
 
 TEST(OutputParser, PartialMarkerStart) {
@@ -249,7 +415,7 @@ TEST(ChatOutput, ParsingFromPromptAndToolChoice) {
   d.append(p.finish());
   ASSERT_EQ(d.tool_calls.size(), 1u);
   EXPECT_EQ(d.tool_calls[0].name, "f");
-  EXPECT_EQ(d.tool_calls[0].arguments, R"({"x":1})");
+  EXPECT_EQ(d.tool_calls[0].arguments, R"({"x": 1})");
   EXPECT_EQ(d.content, "");
 }
 

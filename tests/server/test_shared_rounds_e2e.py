@@ -5,58 +5,17 @@ queue answers 429 with Retry-After; a cancelled client frees its KV blocks.
     TF_SERVER_CMD="build/tensorfold serve --backend cpu" TF_SERVER_MODEL=tests/data/tiny/qwen3 pytest ...
 """
 import concurrent.futures
-import os
-import shlex
-import signal
-import socket
-import subprocess
-import tempfile
 import time
 
-import openai
 import pytest
 import requests
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+import serverutil
 
 
-class Server:
-    def __init__(self, *extra):
-        cmd = os.environ.get("TF_SERVER_CMD")
-        model = os.environ.get("TF_SERVER_MODEL")
-        if not cmd or not model:
-            pytest.fail("TF_SERVER_CMD and TF_SERVER_MODEL must be set (see the module docstring)")
-        argv = shlex.split(cmd)
-        if not os.path.exists(argv[0]):
-            pytest.fail(f"server binary {argv[0]} does not exist: build it first")
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = tempfile.NamedTemporaryFile(prefix="tf-rounds-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen(argv + [model, "--port", str(self.port), *extra], stdout=self.log,
-                                     stderr=subprocess.STDOUT)
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                pytest.fail(f"server exited with {self.proc.returncode} during startup")
-            try:
-                if requests.get(self.url + "/health", timeout=1).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.1)
-        pytest.fail("server did not start")
-
-    def client(self):
-        return openai.OpenAI(base_url=self.url + "/v1", api_key="unused", max_retries=0, timeout=120)
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(timeout=30)
+def Server(*extra):
+    """The tiny model's server without API keys (these tests talk to it with plain requests)."""
+    return serverutil.Server(*extra, api_key=None, need_model=True, test_limits=False)
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +84,52 @@ def test_full_queue_answers_429_and_others_finish():
         # The server keeps serving.
         ok = requests.post(s.url + "/v1/completions", json={"prompt": "Well", "max_tokens": 3}, timeout=60)
         assert ok.status_code == 200
+    finally:
+        s.stop()
+
+
+def long_request(path, model):
+    """A streamed request to `path` that runs long enough to hold the only running slot or queue place."""
+    user = [{"role": "user", "content": "Well"}]
+    return {
+        "/v1/completions": {"prompt": "Well", "max_tokens": 300, "ignore_eos": True, "stream": True},
+        "/v1/chat/completions": {"messages": user, "max_tokens": 300, "ignore_eos": True, "stream": True},
+        "/v1/responses": {"input": "Well", "max_output_tokens": 300, "stream": True},
+        "/v1/messages": {"model": model, "messages": user, "max_tokens": 300, "stream": True},
+    }[path]
+
+
+def test_every_endpoint_answers_429_with_retry_after():
+    """A full queue refuses every generating endpoint with 429, Retry-After and its own API's error shape."""
+    s = Server("--parallel", "1", "--max-queue", "1", "--prompt-cache-gib", "0")
+    try:
+        model = requests.get(s.url + "/v1/models", timeout=10).json()["data"][0]["id"]
+        paths = ["/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/messages"]
+
+        def call(path):
+            r = requests.post(s.url + path, json=long_request(path, model), stream=True, timeout=120)
+            if r.status_code != 200:
+                return path, r.status_code, r.headers.get("Retry-After"), r.json()
+            for _ in r.iter_lines():
+                pass
+            return path, 200, None, None
+        refused = set()
+        for _ in range(8):  # which requests find the queue full depends on timing: rounds until each did
+            with concurrent.futures.ThreadPoolExecutor(8) as pool:
+                results = list(pool.map(call, ["/v1/completions"] * 2 + paths * 2))
+            for path, status, retry_after, body in results:
+                assert status in (200, 429), (path, status, body)
+                if status != 429:
+                    continue
+                assert retry_after is not None and int(retry_after) >= 1, path
+                if path == "/v1/messages":
+                    assert body["type"] == "error" and body["error"]["type"] == "rate_limit_error", body
+                else:
+                    assert body["error"]["type"] == "rate_limit_error", body
+                refused.add(path)
+            if refused == set(paths):
+                break
+        assert refused == set(paths)
     finally:
         s.stop()
 

@@ -1,6 +1,6 @@
 // `tf_fake_server --port N [--api-key K] [--max-body-bytes B] [--read-timeout S] [--step-us U]
-//  [--context C] [--log-format text|json]`: the real HTTP layer over the fake engine, so the Python
-// end-to-end tests can exercise the protocol without a model.
+//  [--context C] [--log-format text|json] [--reply TEXT]`: the real HTTP layer over the fake engine, so
+// the Python end-to-end tests can exercise the protocol without a model (--reply: every reply is TEXT).
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
     else if (k == "--context") cfg.context = std::stoi(v);
     else if (k == "--log-format") opt.log_format = tf::server::parse_log_format(v);
     else if (k == "--name") opt.name = v;
+    else if (k == "--reply") cfg.reply = v;
     else {
       std::fprintf(stderr, "tf_fake_server: unknown option %s\n", k.c_str());
       return 2;

@@ -109,6 +109,65 @@ TEST(Engine, SharedRoundsAndChunkingAreBitwiseInvariant) {
   EXPECT_EQ(shared->stats().kv_blocks_used, 0);
 }
 
+// --decode-share: while a reply decodes, a long prompt is prefilled in small pieces (its first token
+// comes many rounds later, each round also carrying the decoding stream), and no stream's tokens change.
+TEST(Engine, DecodeShareSplitsPrefillWithoutChangingTokens) {
+  auto make = [](double share) {
+    EngineOptions o;
+    o.model_path = tiny("qwen3");
+    o.backend = "cpu";
+    o.parallel = 2;
+    o.prefill_chunk = 256;
+    o.decode_share = share;
+    o.drafts = false;
+    return create_engine(o);
+  };
+  auto solo = engine("qwen3", 1);
+  const auto& tok = solo->tokenizer();
+  const GenerationRequest running = request(tok.encode("Well, Prince, so Genoa and Lucca", false), 0.f, 120);
+  std::vector<int32_t> long_prompt;
+  while (long_prompt.size() < 200) {
+    auto piece = tok.encode(" Anna Pavlovna said that the family estates were", false);
+    long_prompt.insert(long_prompt.end(), piece.begin(), piece.end());
+  }
+  const GenerationRequest joining = request(long_prompt, 0.8f, 8, 5);
+  const Result want_running = collect(*solo->submit(running)), want_joining = collect(*solo->submit(joining));
+  int rounds_before_first[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    auto e = make(i == 0 ? 0.0 : 0.75);
+    auto h1 = e->submit(running);
+    // One Tokens event per round for the decoding stream (no drafts): their arrival times count rounds.
+    std::vector<std::chrono::steady_clock::time_point> ticks;
+    std::vector<int32_t> tokens1;
+    StreamEvent ev;
+    ASSERT_TRUE(h1->next(ev, 60s));  // the first stream is decoding when the long prompt arrives
+    for (auto& t : ev.tokens) tokens1.push_back(t.token);
+    std::thread reader([&] {
+      StreamEvent e1;
+      while (h1->next(e1, 60s) && e1.kind == StreamEvent::Kind::Tokens) {
+        ticks.push_back(std::chrono::steady_clock::now());
+        for (auto& t : e1.tokens) tokens1.push_back(t.token);
+      }
+    });
+    auto h2 = e->submit(joining);
+    std::vector<int32_t> tokens2;
+    std::chrono::steady_clock::time_point first2{};
+    StreamEvent e2;
+    while (h2->next(e2, 60s) && e2.kind == StreamEvent::Kind::Tokens) {
+      if (tokens2.empty()) first2 = std::chrono::steady_clock::now();
+      for (auto& t : e2.tokens) tokens2.push_back(t.token);
+    }
+    reader.join();
+    EXPECT_EQ(tokens1, want_running.tokens) << "decode_share " << i;
+    EXPECT_EQ(tokens2, want_joining.tokens) << "decode_share " << i;
+    for (auto t : ticks) rounds_before_first[i] += t < first2;
+  }
+  // 0.75: at most max(16, 1 * 0.25 / 0.75) = 16 prompt rows a round beside the decoding stream, so
+  // ~13 rounds before the joining stream's first token instead of ~1.
+  EXPECT_GE(rounds_before_first[1], rounds_before_first[0] + 6)
+      << rounds_before_first[0] << " vs " << rounds_before_first[1] << " rounds";
+}
+
 TEST(Engine, SeededSamplingIsReproducible) {
   auto e = engine("llama", 2);
   auto p = e->tokenizer().encode("Well, Prince", false);

@@ -266,6 +266,7 @@ void moe_grouped_gemm(const void* x, const int32_t* x_rows, const void* const* w
 void moe_combine(const void* y, const int32_t* slot_of_pair, const float* weights, void* out, DType out_dtype,
                  int rows, int top_k, int width, cudaStream_t s) {
   if (rows == 0) return;
+  TF_CHECK(rows <= 65535, "moe_combine: at most 65535 rows a call (grid y), got " + std::to_string(rows));
   const dim3 grid(unsigned((width + 255) / 256), unsigned(rows));
   if (out_dtype == DType::F32)
     combine_kernel<<<grid, 256, 0, s>>>(static_cast<const __nv_bfloat16*>(y), slot_of_pair, weights,

@@ -185,7 +185,7 @@ template <int D>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_mma_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kp,
                          const __nv_bfloat16* __restrict__ vp, DeviceMeta meta, int hq, int hk, float scale,
-                         int window, float softcap, const int2* __restrict__ tiles, int max_chunks, int split,
+                         int window, float softcap, const int2* __restrict__ tiles, int max_chunks, int split_cpb,
                          float* __restrict__ part_acc, float* __restrict__ part_ml,
                          __nv_bfloat16* __restrict__ out) {
   constexpr int RS = D + 8;
@@ -205,9 +205,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   const Range first = row_range(meta, r_first, window), last = row_range(meta, r_first + nrows - 1, window);
   const int ulo = first.lo, uhi = last.pos;
   int cb = ulo / kC, ce = uhi / kC;
-  if (split) {
-    if (int(blockIdx.y) < cb || int(blockIdx.y) > ce) return;  // uniform: no positions of the tile here
-    cb = ce = blockIdx.y;
+  const bool split = split_cpb > 0;
+  if (split) {  // this block's run of chunks; each chunk's partial is written on its own
+    cb = max(cb, int(blockIdx.y) * split_cpb), ce = min(ce, int(blockIdx.y) * split_cpb + split_cpb - 1);
+    if (cb > ce) return;  // uniform: no positions of the tile here
   }
   // This thread's two pairs: warp-local rows g and g + 8.
   Range rg[2];
@@ -307,32 +308,49 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// Split schedule: one warp per (row, head) of the split tiles merges the row's chunk partials in
-// increasing order with the loop schedule's merge.
+// Split schedule: one warp per (row, head) of a split tile merges the row's chunk partials in
+// increasing order with the loop schedule's merge. Four chunks' partials are loaded before they are
+// merged (the merge order is unchanged), so the loads of a long context overlap.
 template <int D>
-__global__ void attention_mma_combine(DeviceMeta meta, int hq, int window, int max_chunks,
-                                      const int2* __restrict__ tiles, const float* __restrict__ part_acc,
-                                      const float* __restrict__ part_ml, __nv_bfloat16* __restrict__ out) {
-  constexpr int DPL = D / 32;
+__global__ void __launch_bounds__(128)
+    attention_mma_combine(DeviceMeta meta, int hq, int window, int max_chunks, const int2* __restrict__ tiles,
+                          const float* __restrict__ part_acc, const float* __restrict__ part_ml,
+                          __nv_bfloat16* __restrict__ out) {
+  constexpr int DPL = D / 32, U = 4;
   const int2 tile = tiles[blockIdx.x];
-  const int lane = threadIdx.x % 32;
-  for (int pair = threadIdx.x / 32; pair < tile.y * hq; pair += blockDim.x / 32) {
-    const int r = tile.x + pair / hq, h = pair % hq;
-    const Range rg = row_range(meta, r, window);
-    const int64_t idx = int64_t(r) * hq + h;
-    float m = -INFINITY, l = 0.f, o[DPL];
+  const int lane = threadIdx.x % 32, pair = blockIdx.y * 4 + threadIdx.x / 32;
+  if (pair >= tile.y * hq) return;
+  const int r = tile.x + pair / hq, h = pair % hq;
+  const Range rg = row_range(meta, r, window);
+  const int64_t idx = int64_t(r) * hq + h;
+  float m = -INFINITY, l = 0.f, o[DPL];
 #pragma unroll
-    for (int i = 0; i < DPL; ++i) o[i] = 0.f;
-    for (int c = rg.lo / kC; c <= rg.pos / kC; ++c) {
-      const int64_t slot = idx * max_chunks + c;
-      const MergeFactors f = merge_chunk(m, l, part_ml[slot * 2], part_ml[slot * 2 + 1]);
+  for (int i = 0; i < DPL; ++i) o[i] = 0.f;
+  const int c_end = rg.pos / kC;
+  for (int c0 = rg.lo / kC; c0 <= c_end; c0 += U) {
+    float2 ml[U];
+    float pa[U][DPL];
 #pragma unroll
-      for (int i = 0; i < DPL; ++i) o[i] = merge_out(o[i], part_acc[slot * D + lane * DPL + i], f);
+    for (int u = 0; u < U; ++u) {
+      if (c0 + u > c_end) break;
+      const int64_t slot = idx * max_chunks + c0 + u;
+      ml[u] = *reinterpret_cast<const float2*>(part_ml + slot * 2);
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) pa[u][i] = part_acc[slot * D + lane * DPL + i];
     }
 #pragma unroll
-    for (int i = 0; i < DPL; ++i) out[idx * D + lane * DPL + i] = __float2bfloat16_rn(finish_out(o[i], l));
+    for (int u = 0; u < U; ++u) {
+      if (c0 + u > c_end) break;
+      const MergeFactors f = merge_chunk(m, l, ml[u].x, ml[u].y);
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) o[i] = merge_out(o[i], pa[u][i], f);
+    }
   }
+#pragma unroll
+  for (int i = 0; i < DPL; ++i) out[idx * D + lane * DPL + i] = __float2bfloat16_rn(finish_out(o[i], l));
 }
+
+int g_split_cpb = 0;  // 0: from the call's size
 
 template <int D>
 void launch(const AttentionMmaArgs& a, cudaStream_t s) {
@@ -354,12 +372,17 @@ void launch(const AttentionMmaArgs& a, cudaStream_t s) {
     TF_CUDA_LAUNCH_CHECK();
   }
   if (a.num_split_tiles > 0) {
-    attention_mma_kernel<D><<<dim3(a.num_split_tiles * a.hk, a.max_chunks), kWarps * 32, smem, s>>>(
-        q, k, v, a.meta, a.hq, a.hk, a.scale, a.window, a.softcap, a.split_tiles, a.max_chunks, 1, a.part_acc,
-        a.part_ml, out);
+    // Chunks a block walks (speed only: each chunk's partial is the same): enough blocks to fill the
+    // card twice over, then longer runs so that the next chunk's loads overlap this chunk's MMAs.
+    const int64_t chunk_blocks = int64_t(a.num_split_tiles) * a.hk * a.max_chunks;
+    const int cpb = g_split_cpb > 0 ? g_split_cpb : int(std::clamp<int64_t>(chunk_blocks / 1024, 1, 8));
+    attention_mma_kernel<D><<<dim3(a.num_split_tiles * a.hk, (a.max_chunks + cpb - 1) / cpb), kWarps * 32, smem,
+                              s>>>(q, k, v, a.meta, a.hq, a.hk, a.scale, a.window, a.softcap, a.split_tiles,
+                                   a.max_chunks, cpb, a.part_acc, a.part_ml, out);
     TF_CUDA_LAUNCH_CHECK();
-    attention_mma_combine<D><<<a.num_split_tiles, 128, 0, s>>>(a.meta, a.hq, a.window, a.max_chunks, a.split_tiles,
-                                                               a.part_acc, a.part_ml, out);
+    const int pair_blocks = (kPairs / (a.hq / a.hk) * a.hq + 3) / 4;  // rows per tile x heads, 4 a block
+    attention_mma_combine<D><<<dim3(a.num_split_tiles, pair_blocks), 128, 0, s>>>(
+        a.meta, a.hq, a.window, a.max_chunks, a.split_tiles, a.part_acc, a.part_ml, out);
     TF_CUDA_LAUNCH_CHECK();
   }
 }
@@ -372,6 +395,7 @@ bool g_mma = true;
 void set_attention_tile_schedule(TileSchedule s) { g_schedule = s; }
 TileSchedule attention_tile_schedule() { return g_schedule; }
 void set_attention_mma(bool on) { g_mma = on; }
+void set_attention_split_chunks(int n) { g_split_cpb = n; }
 bool attention_mma_enabled() { return g_mma; }
 
 bool attention_mma_supported(int head_dim, int hq, int hk) {

@@ -27,6 +27,8 @@ void plan_attention_tiles(const std::vector<int32_t>& row_seq, int rows_per_tile
 void set_attention_tile_schedule(TileSchedule s);
 TileSchedule attention_tile_schedule();
 void set_attention_mma(bool on);
+// Chunks one split-schedule block walks (0 = from the call's size; speed only, same bits).
+void set_attention_split_chunks(int n);
 bool attention_mma_enabled();
 
 struct AttentionMmaArgs {

@@ -432,6 +432,9 @@ TEST_F(CudaOps, KvWriteAndAttentionMatchCpu) {
       cuda::set_attention_tile_schedule(sched);
       attention_vs_cpu(8, 2, 128);
     }
+    cuda::set_attention_split_chunks(3);  // split blocks walking 3 chunks each
+    attention_vs_cpu(8, 2, 128);
+    cuda::set_attention_split_chunks(0);
     cuda::set_attention_tile_schedule(cuda::TileSchedule::Auto);
   }
   cuda::set_attention_mma(true);
@@ -525,6 +528,13 @@ TEST_F(CudaOps, AttentionRowInvariantAcrossDecodeVerifyPrefill) {
     cuda::set_attention_rows_per_block(cuda::LoopVariant::Plain);
     EXPECT_EQ(run(big), alone) << "one row per block, window " << window;
     cuda::set_attention_rows_per_block(cuda::LoopVariant::Auto);
+    for (int cpb : {2, 3, 8}) {  // split blocks walking several chunks (a no-op for loop tiles)
+      cuda::set_attention_split_chunks(cpb);
+      EXPECT_EQ(run(big), alone) << "split blocks of " << cpb << " chunks, window " << window;
+      EXPECT_EQ(run(verify), alone) << "verify, split blocks of " << cpb << " chunks, window " << window;
+      EXPECT_EQ(run(mixed), alone) << "mixed, split blocks of " << cpb << " chunks, window " << window;
+    }
+    cuda::set_attention_split_chunks(0);
     }
     cuda::set_attention_tile_schedule(cuda::TileSchedule::Auto);
   }

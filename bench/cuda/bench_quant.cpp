@@ -304,7 +304,7 @@ int run() {
     Weights w = make_weights(*be, f);
     for (int m : {1, 16}) {
       Buffers b = make_buffers(*be, m);
-      for (int ahead : {0, 4, 8}) {
+      for (int ahead : {0, 4, 8, 16}) {
         if (f == Fmt::Bf16 && ahead != 0) continue;
         cuda::set_quant_loads_per_step(ahead);
         const double ms = time_graph_ms(s, [&] { step(*be, w, b); });

@@ -198,7 +198,7 @@ TEST_F(Gpu, QuantLinearMatchesCpuTwinAndIsRowInvariant) {
       EXPECT_EQ(std::memcmp(part.raw(), full.raw(), part.nbytes()), 0) << "row bits depend on M";
       EXPECT_EQ(std::memcmp(part.raw(), ref.raw(), part.nbytes()), 0) << "differs from the bf16 linear";
     }
-    for (int ahead : {4, 8}) {  // the forced load schedules: same arithmetic
+    for (int ahead : {4, 8, 16}) {  // the forced load schedules: same arithmetic
       cuda::set_quant_loads_per_step(ahead);
       for (int64_t rows : {1, 16}) {
         const Tensor part = run(wg, rows);
@@ -207,6 +207,48 @@ TEST_F(Gpu, QuantLinearMatchesCpuTwinAndIsRowInvariant) {
     }
     cuda::set_quant_loads_per_step(0);
   }
+}
+
+// The 4-bit decode kernel's quad layout (16-byte loads of 4 chunks) where K slices start and end off a
+// multiple of 4 chunks and K % 128 != 0 (the last chunks keep the shipped order): the dequantized weight
+// equals the CPU twin's, and every load schedule gives the bits of the bf16 linear on it, for any M.
+TEST_F(Gpu, Quant4BitQuadLayoutAtOddSlices) {
+  const int64_t N = 40, K = 4160;  // 130 chunks: slices 16-17 chunks long, 2 chunks past the last quad
+  LinearWeight w = random_mlx(N, K, 4, 64, DType::BF16, 77);
+  w.bias = Tensor::empty({N}, DType::BF16);
+  for (int64_t i = 0; i < N; ++i) w.bias.data<uint16_t>()[i] = f32_to_bf16(0.01f * float(i % 7) - 0.03f);
+  LinearWeight wg = gpu->upload_linear(w);
+  ASSERT_EQ(wg.format, w.format) << "not uploaded packed";
+  LinearWeight dense;
+  dense.weight = cuda::dequantize_bf16(wg, cuda::stream_of(*gpu));
+  dense.bias = wg.bias;
+  dense.in_features = K, dense.out_features = N;
+
+  Tensor got = Tensor::empty({N, K}, DType::F32), want = dequantize_linear(w);
+  gpu->to_host(dense.weight, got);
+  for (int64_t i = 0; i < N * K; ++i) {
+    const float g = got.data<float>()[i], v = want.data<float>()[i];
+    if (g != bf16_round(v)) ASSERT_LE(std::fabs(g - v), std::ldexp(std::fabs(v), -7)) << "element " << i;
+  }
+
+  const int64_t M = 48;
+  Tensor xg = gpu->upload(random_x(M, K, 5).first);
+  auto run = [&](const LinearWeight& lw, int64_t rows) {
+    Tensor y = gpu->alloc({rows, N}, DType::F32), h = Tensor::empty({rows, N}, DType::F32);
+    gpu->linear(xg.slice_rows(0, rows), lw, y);
+    gpu->to_host(y, h);
+    return h;
+  };
+  const Tensor full = run(wg, M), ref = run(dense, M);
+  ASSERT_EQ(std::memcmp(full.raw(), ref.raw(), full.nbytes()), 0) << "differs from the bf16 linear";
+  for (int ahead : {0, 4, 8, 16}) {
+    cuda::set_quant_loads_per_step(ahead);
+    for (int64_t rows : {1, 3, 16}) {
+      const Tensor part = run(wg, rows);
+      EXPECT_EQ(std::memcmp(part.raw(), full.raw(), part.nbytes()), 0) << rows << " rows, " << ahead;
+    }
+  }
+  cuda::set_quant_loads_per_step(0);
 }
 
 namespace {

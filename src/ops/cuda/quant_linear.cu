@@ -39,6 +39,7 @@ struct QArgs {
   int64_t row_bytes;
   int groups;
   int chunk_shift;  // group of chunk c (32 values) = c >> chunk_shift (groups are 32 * 2^shift wide)
+  int quad_chunks;  // 4-bit: chunks below this (a multiple of 4) are stored in quads (word_of)
 };
 
 // The packed bits of 8 consecutive values of one row (little-endian bit stream: value i at bit B*i, but
@@ -47,16 +48,25 @@ struct Raw {
   uint32_t v0, v1, s, b;
 };
 
-// Where lane t's bytes of one row start, and that row's scales and biases.
+// Where lane t's bytes of one row start (4-bit: the row's start), and that row's scales and biases.
 struct RowPtr {
   const uint8_t* w;
   const unsigned int *s, *b;
+  int t, quad_chunks;  // 4-bit only
 };
+
+// 4-bit device layout, per row: the 32-bit word holding values 32c + 8t .. +7 (chunk c, lane t). Chunks
+// below quad_chunks go in quads of 4 whose 16 words are ordered by lane, so that lane t's words of 4
+// consecutive chunks are 16 contiguous bytes (one 16-byte load feeds 8 MMAs); the rest stay as shipped.
+__host__ __device__ constexpr int64_t word_of(int64_t c, int t, int64_t quad_chunks) {
+  return c < quad_chunks ? (c >> 2) * 16 + t * 4 + (c & 3) : c * 4 + t;
+}
 
 template <int KIND, int B>
 __device__ __forceinline__ RowPtr row_ptr(const QArgs& q, int row, int t) {
   RowPtr r;
-  r.w = q.w + int64_t(row) * q.row_bytes + t * B;
+  r.w = q.w + int64_t(row) * q.row_bytes + (B == 4 ? 0 : t * B);
+  r.t = t, r.quad_chunks = q.quad_chunks;
   r.s = static_cast<const unsigned int*>(q.scales) + int64_t(row) * q.groups;
   r.b = KIND == kMlxF32 ? static_cast<const unsigned int*>(q.biases) + int64_t(row) * q.groups : nullptr;
   return r;
@@ -66,12 +76,12 @@ __device__ __forceinline__ RowPtr row_ptr(const QArgs& q, int row, int t) {
 template <int KIND, int B>
 __device__ __forceinline__ Raw load_raw(const RowPtr& rp, int c, int chunk_shift) {
   Raw r{0, 0, 0, 0};
-  const uint8_t* p = rp.w + c * (4 * B);  // < row_bytes <= 2^30
+  const uint8_t* p = rp.w + (B == 4 ? 0 : c * (4 * B));  // < row_bytes <= 2^30
   if constexpr (B == 8) {
     const uint2 u = __ldg(reinterpret_cast<const uint2*>(p));
     r.v0 = u.x, r.v1 = u.y;
   } else if constexpr (B == 4) {
-    r.v0 = __ldg(reinterpret_cast<const unsigned int*>(p));
+    r.v0 = __ldg(reinterpret_cast<const unsigned int*>(rp.w) + word_of(c, rp.t, rp.quad_chunks));
   } else if constexpr (B == 2) {
     r.v0 = __ldg(reinterpret_cast<const unsigned short*>(p));
   } else if constexpr (B == 6) {  // 6 bytes at an even offset
@@ -245,6 +255,123 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+__device__ __forceinline__ uint4 load_stream(const void* p) {  // weights: read once, keep L1 for x/scales
+  uint4 r;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(p));
+  return r;
+}
+
+// Decode kernel for MLX 4-bit with bf16 scales, groups of 64 or more (M <= 16): qlinear_kernel's
+// arithmetic (same slices, same chunk order, same dequant<> and MMAs), but a lane loads its 4 words of a
+// quad of chunks with one 16-byte load per row (word_of) and the two scale|bias words of the quad with
+// it, D quads ahead (D * 32 bytes of weights a lane in flight). Chunks of a slice outside whole quads
+// (slice ends off a multiple of 4, or at and past quad_chunks) are done one at a time, in order.
+template <int NT, int D>
+__global__ void __launch_bounds__(kWarps * 32, 2)
+    q4_decode_kernel(const __nv_bfloat16* __restrict__ x, QArgs q, const void* __restrict__ bias, int bias_kind,
+                     void* __restrict__ y, bool y_f32, int m, int n, int k, int m_tiles) {
+  __shared__ float red[kWarps][NT * 8][16];
+  asm volatile("griddepcontrol.launch_dependents;");
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int m_tile = blockIdx.x % m_tiles, n_tile = blockIdx.x / m_tiles;
+  const int n0 = n_tile * 16, m0 = m_tile * NT * 8;
+  const int chunks = k / 32;
+  const int c_begin = warp * chunks / kWarps, c_end = (warp + 1) * chunks / kWarps;
+  const int na = min(n0 + g, n - 1), nb = min(n0 + g + 8, n - 1);  // clamped; masked at the store
+
+  const __nv_bfloat16* xr[NT];
+  bool xok[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    int row = m0 + 8 * j + g;
+    xok[j] = row < m;
+    xr[j] = x + int64_t(xok[j] ? row : 0) * k + 8 * t;
+  }
+  float acc[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+
+  auto step = [&](const uint4& a, const uint4& b, int c) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      uint4 xv = xok[j] ? __ldg(reinterpret_cast<const uint4*>(xr[j] + c * 32)) : make_uint4(0, 0, 0, 0);
+      mma_bf16(acc[j], a.x, b.x, a.y, b.y, xv.x, xv.y);
+      mma_bf16(acc[j], a.z, b.z, a.w, b.w, xv.z, xv.w);
+    }
+  };
+  const RowPtr pa = row_ptr<kMlxBf16, 4>(q, na, t), pb = row_ptr<kMlxBf16, 4>(q, nb, t);
+  const int sh = q.chunk_shift;  // >= 1: chunks 4i, 4i+1 share a group, and so do 4i+2, 4i+3
+  auto single = [&](int c) {
+    step(dequant<kMlxBf16, 4>(load_raw<kMlxBf16, 4>(pa, c, sh)),
+         dequant<kMlxBf16, 4>(load_raw<kMlxBf16, 4>(pb, c, sh)), c);
+  };
+  // Whole quads inside the slice and below quad_chunks; none if there are none.
+  int qb = (c_begin + 3) >> 2, qe = min(c_end, q.quad_chunks) >> 2;
+  int head_end = 4 * qb, tail_begin = 4 * qe;
+  if (qb >= qe) {
+    qb = qe = 0;
+    head_end = tail_begin = c_end;
+  }
+
+  uint4 wa[D], wb[D];
+  uint32_t sa[D][2], sb[D][2];
+  auto load = [&](int i, int qd) {
+    const int c = 4 * qd;
+    wa[i] = load_stream(reinterpret_cast<const uint32_t*>(pa.w) + 16 * int64_t(qd) + 4 * t);
+    wb[i] = load_stream(reinterpret_cast<const uint32_t*>(pb.w) + 16 * int64_t(qd) + 4 * t);
+    sa[i][0] = __ldg(pa.s + (c >> sh)), sa[i][1] = __ldg(pa.s + ((c + 2) >> sh));
+    sb[i][0] = __ldg(pb.s + (c >> sh)), sb[i][1] = __ldg(pb.s + ((c + 2) >> sh));
+  };
+#pragma unroll
+  for (int i = 0; i < D; ++i)
+    if (qb + i < qe) load(i, qb + i);
+  asm volatile("griddepcontrol.wait;" ::: "memory");  // weights are constant; x is not
+
+  for (int c = c_begin; c < head_end; ++c) single(c);
+  for (int qd = qb; qd < qe; qd += D) {
+#pragma unroll
+    for (int i = 0; i < D; ++i) {
+      if (qd + i >= qe) break;
+      const uint4 a = wa[i], b = wb[i];
+      const uint32_t a0 = sa[i][0], a1 = sa[i][1], b0 = sb[i][0], b1 = sb[i][1];
+      if (qd + i + D < qe) load(i, qd + i + D);
+      const int c = 4 * (qd + i);
+      step(dequant<kMlxBf16, 4>(Raw{a.x, 0, a0, 0}), dequant<kMlxBf16, 4>(Raw{b.x, 0, b0, 0}), c);
+      step(dequant<kMlxBf16, 4>(Raw{a.y, 0, a0, 0}), dequant<kMlxBf16, 4>(Raw{b.y, 0, b0, 0}), c + 1);
+      step(dequant<kMlxBf16, 4>(Raw{a.z, 0, a1, 0}), dequant<kMlxBf16, 4>(Raw{b.z, 0, b1, 0}), c + 2);
+      step(dequant<kMlxBf16, 4>(Raw{a.w, 0, a1, 0}), dequant<kMlxBf16, 4>(Raw{b.w, 0, b1, 0}), c + 3);
+    }
+  }
+  for (int c = tail_begin; c < c_end; ++c) single(c);
+
+  // acc[j]: c0 = (n0+g, token 8j+2t), c1 = (n0+g, 8j+2t+1), c2/c3 the same for n0+g+8.
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    red[warp][8 * j + 2 * t][g] = acc[j][0];
+    red[warp][8 * j + 2 * t + 1][g] = acc[j][1];
+    red[warp][8 * j + 2 * t][g + 8] = acc[j][2];
+    red[warp][8 * j + 2 * t + 1][g + 8] = acc[j][3];
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < NT * 8 * 16; i += kWarps * 32) {
+    const int tok = i / 16, f = i % 16;
+    const int row = m0 + tok, col = n0 + f;
+    if (row >= m || col >= n) continue;
+    float s = red[0][tok][f];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) s += red[w][tok][f];
+    if (bias_kind == 1) s += static_cast<const float*>(bias)[col];
+    if (bias_kind == 2) s += __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[col]);
+    if (y_f32)
+      static_cast<float*>(y)[int64_t(row) * n + col] = s;
+    else
+      static_cast<__nv_bfloat16*>(y)[int64_t(row) * n + col] = __float2bfloat16(s);
+  }
+}
+
 // One thread per 8 values: the same loads and dequantization as the linear kernel.
 template <int KIND, int B>
 __global__ void dequant_kernel(QArgs q, __nv_bfloat16* __restrict__ out, int n, int k) {
@@ -288,6 +415,7 @@ QArgs args_of(const LinearWeight& w) {
   q.row_bytes = w.format == LinearWeight::Format::Fp8Block ? w.in_features : w.in_features * w.bits / 8;
   q.groups = int(w.scales.dim(1));
   q.chunk_shift = chunk_shift(w);
+  q.quad_chunks = int(w.in_features / 128 * 4);
   return q;
 }
 
@@ -333,16 +461,21 @@ Tensor to_device_f32(const Tensor& host, cudaStream_t s) {
   return to_device(Tensor::borrow(f.data(), host.shape(), DType::F32, Device::CPU), s);
 }
 
-// 4-bit words with value i of 8 moved to nibble nibble_of(i).
-Tensor reorder_nibbles(const Tensor& packed) {
+// 4-bit rows [N, K/8] in the device layout: word 4c + t (chunk c, lane t) moved to word_of(c, t), and in
+// each word value i of 8 moved to nibble nibble_of(i).
+Tensor reorder_4bit(const Tensor& packed, int64_t in_features) {
   Tensor out = Tensor::empty(packed.shape(), DType::U32);
+  const int64_t words = in_features / 8, chunks = in_features / 32, quad_chunks = in_features / 128 * 4;
   const uint32_t* in = packed.data<uint32_t>();
   uint32_t* o = out.data<uint32_t>();
-  for (int64_t i = 0; i < packed.numel(); ++i) {
-    uint32_t v = 0;
-    for (int j = 0; j < 8; ++j) v |= ((in[i] >> (4 * j)) & 15u) << (4 * nibble_of(j));
-    o[i] = v;
-  }
+  for (int64_t r = 0; r < packed.numel() / words; ++r)
+    for (int64_t c = 0; c < chunks; ++c)
+      for (int t = 0; t < 4; ++t) {
+        const uint32_t w = in[r * words + 4 * c + t];
+        uint32_t v = 0;
+        for (int j = 0; j < 8; ++j) v |= ((w >> (4 * j)) & 15u) << (4 * nibble_of(j));
+        o[r * words + word_of(c, t, quad_chunks)] = v;
+      }
   return out;
 }
 
@@ -367,7 +500,7 @@ bool upload_quantized_linear(const LinearWeight& host, LinearWeight& dev, cudaSt
   dev.format = host.format;
   dev.bits = host.bits, dev.group_size = host.group_size;
   dev.in_features = host.in_features, dev.out_features = host.out_features;
-  dev.weight = mlx && host.bits == 4 ? to_device(reorder_nibbles(host.weight), s) : to_device(host.weight, s);
+  dev.weight = mlx && host.bits == 4 ? to_device(reorder_4bit(host.weight, host.in_features), s) : to_device(host.weight, s);
   if (mlx && host.scales.dtype() == DType::BF16) {
     dev.scales = to_device(interleave_bf16(host.scales, host.biases), s);
     dev.biases = Tensor();
@@ -422,7 +555,13 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
       const int ahead = g_loads_per_step ? g_loads_per_step : B <= 4 ? 8 : 4;
       auto kernel = qlinear_kernel<KIND, B, NT, 4>;
       if constexpr (NT <= 2)
-        if (ahead == 8) kernel = qlinear_kernel<KIND, B, NT, 8>;
+        if (ahead >= 8) kernel = qlinear_kernel<KIND, B, NT, 8>;
+      if constexpr (KIND == kMlxBf16 && B == 4 && NT <= 2)
+        if (q.chunk_shift >= 1) {  // 16-byte quad loads, 16 chunks ahead by default
+          const int quads = g_loads_per_step ? g_loads_per_step / 4 : 4;
+          kernel = quads == 1 ? q4_decode_kernel<NT, 1> : quads == 2 ? q4_decode_kernel<NT, 2>
+                                                                     : q4_decode_kernel<NT, 4>;
+        }
       launch_pdl(kernel, dim3(n_tiles * m_tiles), dim3(kWarps * 32), 0, s, xp, q, bias, bias_kind, y.raw(),
                  y_f32, m, int(n), int(k), m_tiles);
     };
@@ -438,7 +577,8 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
 }
 
 void set_quant_loads_per_step(int chunks) {
-  TF_CHECK(chunks == 0 || chunks == 4 || chunks == 8, "set_quant_loads_per_step: 0 (auto), 4 or 8");
+  TF_CHECK(chunks == 0 || chunks == 4 || chunks == 8 || chunks == 16,
+           "set_quant_loads_per_step: 0 (auto), 4, 8 or 16");
   g_loads_per_step = chunks;
 }
 

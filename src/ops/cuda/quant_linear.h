@@ -20,8 +20,11 @@
 namespace tf::cuda {
 
 // Uploads a quantized host weight, packed, at its shipped size. Device layout (what a LinearWeight of
-// these formats holds on the GPU): `weight` as shipped, except that each 32-bit word of a 4-bit weight has
-// its 8 values reordered (value i at nibble i/2 + 4*(i%2)); MLX bf16 scales and biases interleaved as one
+// these formats holds on the GPU): `weight` as shipped, except 4-bit weights: each 32-bit word has its 8
+// values reordered (value i at nibble i/2 + 4*(i%2)), and within a row the words of each 128 inputs (4
+// chunks of 32 x 4 lanes' 8 values) are ordered lane-major, so that a lane reads its 8 values of 4
+// consecutive chunks as 16 contiguous bytes (the trailing in % 128 inputs keep their order; word_of() in
+// quant_linear.cu); MLX bf16 scales and biases interleaved as one
 // U32 per group in `scales` (bf16 scale in the low half, bias in the high half; `biases` empty); f16/f32
 // MLX scales and biases as f32; FP8 scales f32. Returns false, uploading nothing, when the format or its
 // shape has no kernel here (the caller then falls back to dense bf16).
@@ -30,8 +33,9 @@ bool upload_quantized_linear(const LinearWeight& host, LinearWeight& dev, cudaSt
 void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStream_t s);
 // The bf16 weight [N, K] the kernels multiply by (for tests and for the large-M path).
 Tensor dequantize_bf16(const LinearWeight& w, cudaStream_t s);
-// K chunks (32 values) whose packed bytes a warp loads ahead per step for M <= 16: 4 or 8, or 0 (the
-// default: 8 for widths <= 4 bits, else 4). For benches; every output bit is the same (tested).
+// K chunks (32 values) whose packed bytes a warp loads ahead per step for M <= 16: 4, 8 or 16, or 0 (the
+// default: 16 for 4-bit with bf16 scales and groups >= 64, 8 for other widths <= 4 bits, else 4). For
+// benches; every output bit is the same (tested).
 void set_quant_loads_per_step(int chunks);
 // Fills `bytes` bytes of device memory with pseudo-random bytes ANDed with `mask` (benches: random
 // packed weights; mask 0xBF keeps e4m3 bytes finite).

@@ -280,6 +280,7 @@ class OutputItems {
  public:
   json items = json::array();
   bool has_calls = false;
+  int reasoning_tokens = 0;  // usage.output_tokens_details
 
   std::vector<json> add(const ParsedDelta& d) {
     std::vector<json> ev;
@@ -404,7 +405,8 @@ class OutputItems {
 };
 
 json response_json(const ResponsesRequest& r, const std::string& id, int64_t created,
-                   const std::string& status, const json& output, const Usage* usage, FinishReason finish) {
+                   const std::string& status, const json& output, const Usage* usage, FinishReason finish,
+                   int reasoning_tokens = 0) {
   json out = {{"id", id},         {"object", "response"}, {"created_at", created},
               {"status", status}, {"error", nullptr},     {"incomplete_details", nullptr},
               {"model", r.model}, {"output", output},     {"usage", nullptr}};
@@ -416,7 +418,7 @@ json response_json(const ResponsesRequest& r, const std::string& id, int64_t cre
     out["usage"] = {{"input_tokens", usage->prompt_tokens},
                     {"input_tokens_details", {{"cached_tokens", usage->cached_tokens}}},
                     {"output_tokens", usage->completion_tokens},
-                    {"output_tokens_details", {{"reasoning_tokens", 0}}},
+                    {"output_tokens_details", {{"reasoning_tokens", reasoning_tokens}}},
                     {"total_tokens", usage->prompt_tokens + usage->completion_tokens}};
   }
   return out;
@@ -443,8 +445,9 @@ RequestJson assistant_turn(const json& output) {
 }
 
 // Drives one generation to its end, calling `on_delta` with parsed pieces; returns the Finished event.
+// `reasoning_tokens` counts the tokens of events that told reasoning or left the parser inside it.
 StreamEvent run_generation(EventSource& gen, OutputParser& parser, const std::atomic<bool>& stop,
-                           const std::function<bool(const ParsedDelta&)>& on_delta) {
+                           const std::function<bool(const ParsedDelta&)>& on_delta, int& reasoning_tokens) {
   StreamEvent ev, last;
   size_t i = 0;
   auto idle = Clock::now();
@@ -460,6 +463,7 @@ StreamEvent run_generation(EventSource& gen, OutputParser& parser, const std::at
     idle = Clock::now();
     if (ev.kind == StreamEvent::Kind::Error) throw internal_error(ev.error);
     ParsedDelta d = parser.feed(ev.text);
+    if (!d.reasoning.empty() || parser.in_reasoning()) reasoning_tokens += int(ev.tokens.size());
     if (ev.kind == StreamEvent::Kind::Finished) {
       d.append(parser.finish());
       last = ev;
@@ -474,7 +478,7 @@ void finish_response(const ResponsesRequest& r, const std::string& id, int64_t c
                      const StreamEvent& last, OutputItems& items, json& response, std::vector<json>& events) {
   items.close(events);
   std::string status = last.finish == FinishReason::Length ? "incomplete" : "completed";
-  response = response_json(r, id, created, status, items.items, &last.usage, last.finish);
+  response = response_json(r, id, created, status, items.items, &last.usage, last.finish, items.reasoning_tokens);
   if (r.store) {
     RequestJson conv = r.conversation;
     conv.push_back(assistant_turn(items.items));
@@ -511,10 +515,13 @@ void handle_create(const ApiContext& ctx, const httplib::Request& http_req, http
     OutputParser parser(r->parsing);
     OutputItems items;
     std::vector<json> ignored;
-    StreamEvent last = run_generation(*gen, parser, ctx.shutting_down, [&](const ParsedDelta& d) {
-      items.add(d);
-      return true;
-    });
+    StreamEvent last = run_generation(
+        *gen, parser, ctx.shutting_down,
+        [&](const ParsedDelta& d) {
+          items.add(d);
+          return true;
+        },
+        items.reasoning_tokens);
     json response;
     finish_response(*r, id, created, last, items, response, ignored);
     observe(t0, gen->first_token_at(), last.usage);
@@ -538,13 +545,14 @@ void handle_create(const ApiContext& ctx, const httplib::Request& http_req, http
         OutputParser parser(r->parsing);
         OutputItems items;
         try {
-          StreamEvent last = run_generation(*gen, parser, ctx.shutting_down, [&](const ParsedDelta& d) {
+          auto on_delta = [&](const ParsedDelta& d) {
             if (d.empty()) return sink.is_writable() && sink.write(": keep-alive\n\n", 14);
             for (auto& ev : items.add(d)) {
               if (!send(ev)) return false;
             }
             return true;
-          });
+          };
+          StreamEvent last = run_generation(*gen, parser, ctx.shutting_down, on_delta, items.reasoning_tokens);
           std::vector<json> tail;
           json response;
           finish_response(*r, id, created, last, items, response, tail);

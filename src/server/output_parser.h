@@ -74,6 +74,7 @@ class OutputParser {
   // The reply ended: flushes everything held back.
   ParsedDelta finish();
   size_t tool_calls_emitted() const { return calls_; }
+  bool in_reasoning() const { return phase_ == Phase::Reasoning; }  // inside <think> (for token counts)
 
  private:
   enum class Phase { Start, Reasoning, Content };

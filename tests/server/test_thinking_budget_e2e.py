@@ -82,6 +82,8 @@ def test_responses_reasoning_is_cut(client, model):
     (cut_r, cut_t), (free_r, free_t) = reasoning_and_text(cut), reasoning_and_text(free)
     assert cut_r and free_r.startswith(cut_r) and len(cut_r) < len(free_r)
     assert cut_t and "</think>" not in cut_t
+    reasoning_tokens = [x.usage.output_tokens_details.reasoning_tokens for x in (cut, free)]
+    assert BUDGET <= reasoning_tokens[0] < reasoning_tokens[1] < free.usage.output_tokens, reasoning_tokens
     events, final = [], None
     for ev in client.responses.create(model=model, input=MESSAGES[0]["content"], max_output_tokens=300,
                                       temperature=0, stream=True):

@@ -258,8 +258,8 @@ OJson tag_value(const std::string& raw, const OJson* prop, bool qwen) {
   }
   std::string type = schema_type(prop);
   OJson parsed = OJson::parse(v, nullptr, false);
-  if (type.empty()) return !parsed.is_discarded() && !parsed.is_string() ? parsed : OJson(v);
   if (qwen && lower(v) == "null") return nullptr;
+  if (type.empty()) return qwen || parsed.is_discarded() ? OJson(v) : parsed;  // no schema for it
   if (type == "string" || type == "str" || type == "text" || type == "varchar" || type == "char" ||
       type == "enum") {
     return v;

@@ -48,7 +48,7 @@ ScanResult scan_deepseek(const std::string& region, bool ended);
 // is null; the schema's type decides (string types keep the text, integer/number/boolean convert,
 // object/array parse as JSON), text that does not convert stays a string. GLM: trimmed; a string-typed
 // parameter keeps the text, any other is parsed as JSON when it parses. Without a schema for the
-// parameter, text that parses as a JSON non-string becomes that value.
+// parameter Qwen3-Coder keeps the text and GLM parses it as JSON when it parses.
 nlohmann::ordered_json tag_value(const std::string& raw, const nlohmann::ordered_json* property_schema, bool qwen);
 
 }  // namespace tf::server

@@ -173,14 +173,15 @@ TEST(OutputParser, CallCutByLengthStillParsesWhenComplete) {
 }
 
 TEST(OutputParser, QwenCoderXmlToolCall) {
-  // Qwen3-Coder writes parameters as tags; values that read as JSON become JSON.
+  // Qwen3-Coder writes parameters as tags; without a schema values stay text, as its reference parser
+  // keeps them.
   std::string text =
       "I'll look it up.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nSan Francisco, "
       "CA\n</parameter>\n"
       "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>";
   Result want;
   want.content = "I'll look it up.";
-  want.calls = {{"get_weather", R"({"city":"San Francisco, CA","days":3})"}};
+  want.calls = {{"get_weather", R"({"city":"San Francisco, CA","days":"3"})"}};
   expect_every_split(hermes(), text, want);
 }
 
@@ -254,9 +255,9 @@ OutputParsing with_format(ToolFormat f, nlohmann::ordered_json schemas = nlohman
   return c;
 }
 
-// Qwen3-Coder (recorded reply shape of Qwen3-Coder-30B-A3B-Instruct): values typed by the tool's schema
+// Qwen3-Coder (a reply written in the syntax its chat template teaches): values typed by the tool's schema
 // as its reference parser does; a string-typed "zip" keeps its leading zero, "True" is a boolean, a
-// multi-line value keeps its inner newlines.
+// multi-line value keeps its inner newlines, a parameter the schema does not name stays text.
 TEST(OutputParser, Qwen3CoderValuesTypedBySchema) {
   auto schemas = nlohmann::ordered_json::parse(R"({"plan_trip": {"type": "object", "properties": {
       "city": {"type": "string"}, "days": {"type": "integer"}, "metric": {"type": "boolean"},
@@ -272,13 +273,14 @@ TEST(OutputParser, Qwen3CoderValuesTypedBySchema) {
   want.content = "Planning now.";
   want.calls = {{"plan_trip",
                  R"({"city":"San Francisco, CA","days":3,"metric":true,"zip":"01234","opts":{"a":[1,2]},)"
-                 R"("ratio":2,"note":"line one\nline two","maybe":null,"extra":42})"}};
+                 R"("ratio":2,"note":"line one\nline two","maybe":null,"extra":"42"})"}};
   expect_every_split(with_format(ToolFormat::Qwen3Coder, schemas), text, want);
   auto parsed = nlohmann::json::parse(want.calls[0].second);  // valid JSON
   EXPECT_EQ(parsed["days"], 3);
 }
 
-// GLM-4.6 (recorded reply shape): string-typed parameters keep their text, others parse as JSON.
+// GLM-4.6 (a reply in the syntax its chat template teaches): string-typed parameters keep their text, others
+// parse as JSON.
 TEST(OutputParser, Glm46ValuesTypedBySchema) {
   auto schemas = nlohmann::ordered_json::parse(
       R"({"search": {"properties": {"query": {"type": "string"}, "limit": {"type": "integer"}}}})");
@@ -309,7 +311,7 @@ TEST(OutputParser, ArgumentsStreamBeforeTheCallCloses) {
        R"({"q": "a lo)", R"({"q": "a long"})"},
       {with_format(ToolFormat::Qwen3Coder),
        "<tool_call>\n<function=f>\n<parameter=city>\nParis\n</parameter>\n<parameter=n>\n1",
-       "\n</parameter>\n</function>\n</tool_call>", R"({"city":"Paris")", R"({"city":"Paris","n":1})"},
+       "\n</parameter>\n</function>\n</tool_call>", R"({"city":"Paris")", R"({"city":"Paris","n":"1"})"},
       {with_format(ToolFormat::Glm45), "<tool_call>f\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n",
        "</tool_call>", R"({"city":"Paris")", R"({"city":"Paris"})"},
       {with_format(ToolFormat::Mistral), "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"x\": 1}", "}]",

@@ -13,7 +13,10 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <algorithm>
+#include <mutex>
 #include <type_traits>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "ops/cpu/quant.h"
@@ -264,10 +267,13 @@ __device__ __forceinline__ uint4 load_stream(const void* p) {  // weights: read 
 }
 
 // Decode kernel for MLX 4-bit with bf16 scales, groups of 64 or more (M <= 16): qlinear_kernel's
-// arithmetic (same slices, same chunk order, same dequant<> and MMAs), but a lane loads its 4 words of a
-// quad of chunks with one 16-byte load per row (word_of) and the two scale|bias words of the quad with
-// it, D quads ahead (D * 32 bytes of weights a lane in flight). Chunks of a slice outside whole quads
-// (slice ends off a multiple of 4, or at and past quad_chunks) are done one at a time, in order.
+// arithmetic for every tile (same slices, same chunk order, same dequant<> and MMAs, same slice sum), but
+// a lane loads its 4 words of a quad of chunks with one 16-byte load per row (word_of) and the two
+// scale|bias words of the quad with it, D quads ahead (D * 32 bytes of weights a lane in flight).
+// Persistent: a block takes tiles blockIdx.x, + gridDim.x, ... and, when its quads per slice are a
+// multiple of D, loads the next tile's first D quads while it computes this tile's last D, so the loads
+// stay in flight through the slice sum and store. Chunks of a slice outside whole quads (slice ends off
+// a multiple of 4, or at and past quad_chunks) are done one at a time, in order.
 template <int NT, int D>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     q4_decode_kernel(const __nv_bfloat16* __restrict__ x, QArgs q, const void* __restrict__ bias, int bias_kind,
@@ -276,38 +282,10 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   asm volatile("griddepcontrol.launch_dependents;");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
-  const int m_tile = blockIdx.x % m_tiles, n_tile = blockIdx.x / m_tiles;
-  const int n0 = n_tile * 16, m0 = m_tile * NT * 8;
+  const int tiles = m_tiles * ((n + 15) / 16);
   const int chunks = k / 32;
   const int c_begin = warp * chunks / kWarps, c_end = (warp + 1) * chunks / kWarps;
-  const int na = min(n0 + g, n - 1), nb = min(n0 + g + 8, n - 1);  // clamped; masked at the store
-
-  const __nv_bfloat16* xr[NT];
-  bool xok[NT];
-#pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    int row = m0 + 8 * j + g;
-    xok[j] = row < m;
-    xr[j] = x + int64_t(xok[j] ? row : 0) * k + 8 * t;
-  }
-  float acc[NT][4];
-#pragma unroll
-  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-
-  auto step = [&](const uint4& a, const uint4& b, int c) {
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      uint4 xv = xok[j] ? __ldg(reinterpret_cast<const uint4*>(xr[j] + c * 32)) : make_uint4(0, 0, 0, 0);
-      mma_bf16(acc[j], a.x, b.x, a.y, b.y, xv.x, xv.y);
-      mma_bf16(acc[j], a.z, b.z, a.w, b.w, xv.z, xv.w);
-    }
-  };
-  const RowPtr pa = row_ptr<kMlxBf16, 4>(q, na, t), pb = row_ptr<kMlxBf16, 4>(q, nb, t);
   const int sh = q.chunk_shift;  // >= 1: chunks 4i, 4i+1 share a group, and so do 4i+2, 4i+3
-  auto single = [&](int c) {
-    step(dequant<kMlxBf16, 4>(load_raw<kMlxBf16, 4>(pa, c, sh)),
-         dequant<kMlxBf16, 4>(load_raw<kMlxBf16, 4>(pb, c, sh)), c);
-  };
   // Whole quads inside the slice and below quad_chunks; none if there are none.
   int qb = (c_begin + 3) >> 2, qe = min(c_end, q.quad_chunks) >> 2;
   int head_end = 4 * qb, tail_begin = 4 * qe;
@@ -315,60 +293,111 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     qb = qe = 0;
     head_end = tail_begin = c_end;
   }
+  const bool chain = (qe - qb) % D == 0;  // the ring of D quads lines up with the next tile's
 
   uint4 wa[D], wb[D];
   uint32_t sa[D][2], sb[D][2];
-  auto load = [&](int i, int qd) {
+  // Rows as indices (pointers are formed per load: fewer registers live across the loop).
+  auto load = [&](int i, int ra, int rb, int qd) {
     const int c = 4 * qd;
-    wa[i] = load_stream(reinterpret_cast<const uint32_t*>(pa.w) + 16 * int64_t(qd) + 4 * t);
-    wb[i] = load_stream(reinterpret_cast<const uint32_t*>(pb.w) + 16 * int64_t(qd) + 4 * t);
-    sa[i][0] = __ldg(pa.s + (c >> sh)), sa[i][1] = __ldg(pa.s + ((c + 2) >> sh));
-    sb[i][0] = __ldg(pb.s + (c >> sh)), sb[i][1] = __ldg(pb.s + ((c + 2) >> sh));
+    const auto* w = reinterpret_cast<const uint32_t*>(q.w) + 16 * int64_t(qd) + 4 * t;
+    const auto* sc = static_cast<const uint32_t*>(q.scales);
+    wa[i] = load_stream(w + int64_t(ra) * (q.row_bytes / 4));
+    wb[i] = load_stream(w + int64_t(rb) * (q.row_bytes / 4));
+    sa[i][0] = __ldg(sc + int64_t(ra) * q.groups + (c >> sh));
+    sa[i][1] = __ldg(sc + int64_t(ra) * q.groups + ((c + 2) >> sh));
+    sb[i][0] = __ldg(sc + int64_t(rb) * q.groups + (c >> sh));
+    sb[i][1] = __ldg(sc + int64_t(rb) * q.groups + ((c + 2) >> sh));
   };
+  auto first_quads = [&](int ra, int rb) {
 #pragma unroll
-  for (int i = 0; i < D; ++i)
-    if (qb + i < qe) load(i, qb + i);
+    for (int i = 0; i < D; ++i)
+      if (qb + i < qe) load(i, ra, rb, qb + i);
+  };
+  auto row_a = [&](int tile) { return min(tile / m_tiles * 16 + g, n - 1); };  // clamped; masked at the store
+  auto row_b = [&](int tile) { return min(tile / m_tiles * 16 + g + 8, n - 1); };
+
+  int pa = row_a(blockIdx.x), pb = row_b(blockIdx.x);
+  first_quads(pa, pb);
   asm volatile("griddepcontrol.wait;" ::: "memory");  // weights are constant; x is not
 
-  for (int c = c_begin; c < head_end; ++c) single(c);
-  for (int qd = qb; qd < qe; qd += D) {
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int m_tile = tile % m_tiles, n0 = tile / m_tiles * 16, m0 = m_tile * NT * 8;
+    const __nv_bfloat16* xr[NT];
+    bool xok[NT];
 #pragma unroll
-    for (int i = 0; i < D; ++i) {
-      if (qd + i >= qe) break;
-      const uint4 a = wa[i], b = wb[i];
-      const uint32_t a0 = sa[i][0], a1 = sa[i][1], b0 = sb[i][0], b1 = sb[i][1];
-      if (qd + i + D < qe) load(i, qd + i + D);
-      const int c = 4 * (qd + i);
-      step(dequant<kMlxBf16, 4>(Raw{a.x, 0, a0, 0}), dequant<kMlxBf16, 4>(Raw{b.x, 0, b0, 0}), c);
-      step(dequant<kMlxBf16, 4>(Raw{a.y, 0, a0, 0}), dequant<kMlxBf16, 4>(Raw{b.y, 0, b0, 0}), c + 1);
-      step(dequant<kMlxBf16, 4>(Raw{a.z, 0, a1, 0}), dequant<kMlxBf16, 4>(Raw{b.z, 0, b1, 0}), c + 2);
-      step(dequant<kMlxBf16, 4>(Raw{a.w, 0, a1, 0}), dequant<kMlxBf16, 4>(Raw{b.w, 0, b1, 0}), c + 3);
+    for (int j = 0; j < NT; ++j) {
+      int row = m0 + 8 * j + g;
+      xok[j] = row < m;
+      xr[j] = x + int64_t(xok[j] ? row : 0) * k + 8 * t;
     }
-  }
-  for (int c = tail_begin; c < c_end; ++c) single(c);
+    float acc[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+    auto step = [&](const uint4& a, const uint4& b, int c) {
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        uint4 xv = xok[j] ? __ldg(reinterpret_cast<const uint4*>(xr[j] + c * 32)) : make_uint4(0, 0, 0, 0);
+        mma_bf16(acc[j], a.x, b.x, a.y, b.y, xv.x, xv.y);
+        mma_bf16(acc[j], a.z, b.z, a.w, b.w, xv.z, xv.w);
+      }
+    };
+    auto single = [&](int c) {
+      step(dequant<kMlxBf16, 4>(load_raw<kMlxBf16, 4>(row_ptr<kMlxBf16, 4>(q, pa, t), c, sh)),
+           dequant<kMlxBf16, 4>(load_raw<kMlxBf16, 4>(row_ptr<kMlxBf16, 4>(q, pb, t), c, sh)), c);
+    };
+    const int next = tile + gridDim.x;
+    const int na = next < tiles ? row_a(next) : pa, nb = next < tiles ? row_b(next) : pb;
+    const bool chained = chain && next < tiles;
 
-  // acc[j]: c0 = (n0+g, token 8j+2t), c1 = (n0+g, 8j+2t+1), c2/c3 the same for n0+g+8.
+    for (int c = c_begin; c < head_end; ++c) single(c);
+    for (int qd = qb; qd < qe; qd += D) {
 #pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    red[warp][8 * j + 2 * t][g] = acc[j][0];
-    red[warp][8 * j + 2 * t + 1][g] = acc[j][1];
-    red[warp][8 * j + 2 * t][g + 8] = acc[j][2];
-    red[warp][8 * j + 2 * t + 1][g + 8] = acc[j][3];
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < NT * 8 * 16; i += kWarps * 32) {
-    const int tok = i / 16, f = i % 16;
-    const int row = m0 + tok, col = n0 + f;
-    if (row >= m || col >= n) continue;
-    float s = red[0][tok][f];
+      for (int i = 0; i < D; ++i) {
+        if (qd + i >= qe) break;
+        const uint4 a = wa[i], b = wb[i];
+        const uint32_t a0 = sa[i][0], a1 = sa[i][1], b0 = sb[i][0], b1 = sb[i][1];
+        const int r = qd + i + D;  // the quad this slot holds next: this tile's, or the next tile's
+        if (r < qe)
+          load(i, pa, pb, r);
+        else if (chained)
+          load(i, na, nb, r - qe + qb);
+        const int c = 4 * (qd + i);
+        step(dequant<kMlxBf16, 4>(Raw{a.x, 0, a0, 0}), dequant<kMlxBf16, 4>(Raw{b.x, 0, b0, 0}), c);
+        step(dequant<kMlxBf16, 4>(Raw{a.y, 0, a0, 0}), dequant<kMlxBf16, 4>(Raw{b.y, 0, b0, 0}), c + 1);
+        step(dequant<kMlxBf16, 4>(Raw{a.z, 0, a1, 0}), dequant<kMlxBf16, 4>(Raw{b.z, 0, b1, 0}), c + 2);
+        step(dequant<kMlxBf16, 4>(Raw{a.w, 0, a1, 0}), dequant<kMlxBf16, 4>(Raw{b.w, 0, b1, 0}), c + 3);
+      }
+    }
+    for (int c = tail_begin; c < c_end; ++c) single(c);
+
+    // acc[j]: c0 = (n0+g, token 8j+2t), c1 = (n0+g, 8j+2t+1), c2/c3 the same for n0+g+8.
 #pragma unroll
-    for (int w = 1; w < kWarps; ++w) s += red[w][tok][f];
-    if (bias_kind == 1) s += static_cast<const float*>(bias)[col];
-    if (bias_kind == 2) s += __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[col]);
-    if (y_f32)
-      static_cast<float*>(y)[int64_t(row) * n + col] = s;
-    else
-      static_cast<__nv_bfloat16*>(y)[int64_t(row) * n + col] = __float2bfloat16(s);
+    for (int j = 0; j < NT; ++j) {
+      red[warp][8 * j + 2 * t][g] = acc[j][0];
+      red[warp][8 * j + 2 * t + 1][g] = acc[j][1];
+      red[warp][8 * j + 2 * t][g + 8] = acc[j][2];
+      red[warp][8 * j + 2 * t + 1][g + 8] = acc[j][3];
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < NT * 8 * 16; i += kWarps * 32) {
+      const int tok = i / 16, f = i % 16;
+      const int row = m0 + tok, col = n0 + f;
+      if (row >= m || col >= n) continue;
+      float s = red[0][tok][f];
+#pragma unroll
+      for (int w = 1; w < kWarps; ++w) s += red[w][tok][f];
+      if (bias_kind == 1) s += static_cast<const float*>(bias)[col];
+      if (bias_kind == 2) s += __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[col]);
+      if (y_f32)
+        static_cast<float*>(y)[int64_t(row) * n + col] = s;
+      else
+        static_cast<__nv_bfloat16*>(y)[int64_t(row) * n + col] = __float2bfloat16(s);
+    }
+    if (next >= tiles) break;
+    __syncthreads();  // red is rewritten by the next tile
+    pa = na, pb = nb;
+    if (!chained) first_quads(pa, pb);
   }
 }
 
@@ -390,6 +419,20 @@ __global__ void random_bytes_kernel(uint8_t* p, size_t bytes, uint64_t seed, uin
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   z ^= z >> 31;
   for (size_t j = 0; j < 8 && i + j < bytes; ++j) p[i + j] = uint8_t(z >> (8 * j)) & mask;
+}
+
+// Blocks of a kWarps-warp kernel resident on the whole device at once (the persistent decode grid),
+// cached per kernel: one GPU model per process assumed.
+int resident_blocks(const void* kernel) {
+  static std::mutex mu;
+  static std::unordered_map<const void*, int> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache.find(kernel); it != cache.end()) return it->second;
+  int dev = 0, sms = 0, per_sm = 0;
+  TF_CUDA_CHECK(cudaGetDevice(&dev));
+  TF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  TF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, 0));
+  return cache[kernel] = std::max(1, sms * per_sm);
 }
 
 // log2(group / 32); 30 when there is one group per row (any group size); -1 when unsupported.
@@ -556,13 +599,16 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
       auto kernel = qlinear_kernel<KIND, B, NT, 4>;
       if constexpr (NT <= 2)
         if (ahead >= 8) kernel = qlinear_kernel<KIND, B, NT, 8>;
+      int grid = n_tiles * m_tiles;
       if constexpr (KIND == kMlxBf16 && B == 4 && NT <= 2)
-        if (q.chunk_shift >= 1) {  // 16-byte quad loads, 16 chunks ahead by default
-          const int quads = g_loads_per_step ? g_loads_per_step / 4 : 4;
+        if (q.chunk_shift >= 1) {  // 16-byte quad loads; persistent grid
+          // Auto: 16 chunks ahead at M <= 8, 8 at M <= 16 (16 would spill there: 128 registers for 2 blocks/SM)
+          const int quads = g_loads_per_step ? g_loads_per_step / 4 : NT == 1 ? 4 : 2;
           kernel = quads == 1 ? q4_decode_kernel<NT, 1> : quads == 2 ? q4_decode_kernel<NT, 2>
                                                                      : q4_decode_kernel<NT, 4>;
+          grid = std::min(grid, resident_blocks(reinterpret_cast<const void*>(kernel)));
         }
-      launch_pdl(kernel, dim3(n_tiles * m_tiles), dim3(kWarps * 32), 0, s, xp, q, bias, bias_kind, y.raw(),
+      launch_pdl(kernel, dim3(grid), dim3(kWarps * 32), 0, s, xp, q, bias, bias_kind, y.raw(),
                  y_f32, m, int(n), int(k), m_tiles);
     };
     if (m <= 8)

@@ -34,8 +34,8 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
 // The bf16 weight [N, K] the kernels multiply by (for tests and for the large-M path).
 Tensor dequantize_bf16(const LinearWeight& w, cudaStream_t s);
 // K chunks (32 values) whose packed bytes a warp loads ahead per step for M <= 16: 4, 8 or 16, or 0 (the
-// default: 16 for 4-bit with bf16 scales and groups >= 64, 8 for other widths <= 4 bits, else 4). For
-// benches; every output bit is the same (tested).
+// default: 4-bit with bf16 scales and groups >= 64, 16 at M <= 8 and 8 at M <= 16; other widths <= 4 bits
+// 8; else 4). For benches; every output bit is the same (tested).
 void set_quant_loads_per_step(int chunks);
 // Fills `bytes` bytes of device memory with pseudo-random bytes ANDed with `mask` (benches: random
 // packed weights; mask 0xBF keeps e4m3 bytes finite).

@@ -77,12 +77,8 @@ void decoder_layer_forward(Backend& be, const ModelSpec& spec, DecoderLayer& L, 
   be.linear(ws.h, L.q, ws.q);
   be.linear(ws.h, L.k, ws.k);
   be.linear(ws.h, L.v, ws.v);
-  if (spec.qk_norm) {
-    be.rms_norm(ws.q, L.q_norm, eps, off, ws.q);
-    be.rms_norm(ws.k, L.k_norm, eps, off, ws.k);
-  }
-  be.rope(ws.q, ws.k, rope);
-  be.kv_write(kv, ws.k, ws.v);
+  be.attention_inputs(ws.q, ws.k, ws.v, spec.qk_norm ? &L.q_norm : nullptr, spec.qk_norm ? &L.k_norm : nullptr, eps,
+                      off, rope, kv);
   be.attention(ws.q, kv, attn, ws.attn);
   be.linear(ws.attn, L.o, ws.mlp_out);
   be.add_rms_norm(ws.residual, ws.mlp_out, L.post_norm, eps, off, ws.h);

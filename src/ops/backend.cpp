@@ -20,6 +20,14 @@ void Backend::write_raw(Tensor& dst, size_t offset, const void* src, size_t byte
   std::memcpy(static_cast<char*>(dst.raw()) + offset, src, bytes);
 }
 
+void Backend::attention_inputs(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm, const Tensor* k_norm,
+                               float eps, float offset, const RopeParams& rope_params, KvLayer& layer) {
+  if (q_norm) rms_norm(q, *q_norm, eps, offset, q);
+  if (k_norm) rms_norm(k, *k_norm, eps, offset, k);
+  rope(q, k, rope_params);
+  kv_write(layer, k, v);
+}
+
 // The reference for every backend's sampling kernel (sample_token() in engine/sampler.cpp computes the
 // same scores for its unrestricted case).
 void sample_rows_reference(const float* logits, int64_t vocab, const std::vector<RowSampling>& rows,

@@ -132,6 +132,12 @@ class Backend {
   // spill and snapshots). The CPU backend copies directly; device backends override.
   virtual void read_raw(const Tensor& src, size_t offset, size_t bytes, void* dst);
   virtual void write_raw(Tensor& dst, size_t offset, const void* src, size_t bytes);
+  // One layer's attention inputs, in place: q and k RMS-normed per head when `q_norm` / `k_norm` are
+  // given (qk-norm families), both rotated by `rope`, then k and v written to the rows' pool slots. The
+  // same as rms_norm(q), rms_norm(k), rope(q, k), kv_write(layer, k, v) in that order (the default);
+  // backends may fuse them with the same arithmetic.
+  virtual void attention_inputs(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm, const Tensor* k_norm,
+                                float eps, float offset, const RopeParams& rope, KvLayer& layer);
   // tokens[i] = the id maximising double(logits[i][id] / T) + gumbel_noise(seed, position, id) for
   // rows[i] (T = 0: the first maximum of the raw logits), lowest id on exact ties: the token
   // sample_token() gives without penalties, truncation or logprobs. `logits` is F32 [rows, vocab] on

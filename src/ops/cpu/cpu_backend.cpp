@@ -149,7 +149,8 @@ class CpuBackend final : public Backend {
   void kv_write(KvLayer& layer, const Tensor& k, const Tensor& v) override {
     const int64_t row = layer.k.numel() / (layer.k.dim(0) * layer.k.dim(1));  // kv_heads * head_dim
     for (int r = 0; r < meta_->rows(); ++r) {
-      int64_t slot = meta_->slots[r];
+      const int64_t slot = meta_->slots[r];
+      if (slot < 0) continue;  // a padding row writes nothing (as on the GPU)
       std::memcpy(layer.k.data<float>() + slot * row, k.data<float>() + r * row, row * 4);
       std::memcpy(layer.v.data<float>() + slot * row, v.data<float>() + r * row, row * 4);
     }

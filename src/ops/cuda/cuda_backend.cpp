@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/error.h"
@@ -145,8 +146,13 @@ class CudaBackend final : public Backend {
   Device device() const override { return Device::CUDA; }
   DType act_dtype() const override { return DType::BF16; }
 
+  // TF_CUDA_POISON=1 (read when the backend is made) fills every tensor handed out with 0xFF bytes (NaN
+  // in bf16/f16/f32, -1 in int32): a kernel that reads memory nothing wrote then shows NaN or faults
+  // every time, instead of reading whatever a cached block last held.
   Tensor alloc(std::vector<int64_t> shape, DType dtype) override {
-    return Tensor::empty(std::move(shape), dtype, Device::CUDA);
+    Tensor t = Tensor::empty(std::move(shape), dtype, Device::CUDA);
+    if (poison_ && t.nbytes() > 0) TF_CUDA_CHECK(cudaMemsetAsync(t.raw(), 0xFF, t.nbytes(), stream_));
+    return t;
   }
 
   Tensor upload(const Tensor& host) override {
@@ -282,6 +288,34 @@ class CudaBackend final : public Backend {
     }
     cuda::rope(q.raw(), k.raw(), dm_.rows, hq, hk, d, p.rotary_dim, inv_freq_.data<float>(),
                p.attention_factor, p.interleaved, dm_.positions, stream_);
+  }
+
+  void attention_inputs(Tensor& q, Tensor& k, const Tensor& v, const Tensor* qn, const Tensor* kn, float eps,
+                        float offset, const RopeParams& p, KvLayer& layer) override {
+    need_meta("attention_inputs");
+    const int d = p.head_dim;
+    const bool fusable = q.dtype() == DType::BF16 && k.dtype() == DType::BF16 && v.dtype() == DType::BF16 &&
+                         layer.k.dtype() == DType::BF16 && layer.v.dtype() == DType::BF16 && d > 0 &&
+                         layer.k.dim(3) == d && layer.k.dim(1) == dm_.block_size && (qn == nullptr) == (kn == nullptr) &&
+                         (!qn || (qn->dtype() == kn->dtype() && qn->numel() == d && kn->numel() == d &&
+                                  qn->device() == Device::CUDA && kn->device() == Device::CUDA)) &&
+                         int(p.inv_freq.size()) == p.rotary_dim / 2;
+    const int hq = fusable ? int(q.numel() / (int64_t(dm_.rows) * d)) : 0;
+    const int hk = fusable ? int(k.numel() / (int64_t(dm_.rows) * d)) : 0;
+    if (fusable && int64_t(hq) * dm_.rows * d == q.numel() && int64_t(hk) * dm_.rows * d == k.numel() &&
+        v.numel() == k.numel() && layer.k.dim(2) == hk) {
+      if (p.inv_freq != inv_freq_host_) {
+        inv_freq_host_ = p.inv_freq;
+        inv_freq_ = upload(
+            Tensor::borrow(inv_freq_host_.data(), {int64_t(inv_freq_host_.size())}, DType::F32, Device::CPU));
+      }
+      if (cuda::qk_norm_rope_kv(q.raw(), k.raw(), ptr(v), qn ? ptr(*qn) : nullptr, kn ? ptr(*kn) : nullptr,
+                                qn ? qn->dtype() : DType::F32, eps, offset, dm_.rows, hq, hk, d, p.rotary_dim,
+                                inv_freq_.data<float>(), p.attention_factor, p.interleaved, dm_.positions,
+                                layer.k.raw(), layer.v.raw(), dm_.slots, stream_))
+        return;
+    }
+    Backend::attention_inputs(q, k, v, qn, kn, eps, offset, p, layer);  // shapes the fused kernel lacks
   }
 
   void silu_mul(const Tensor& gu, Tensor& out) override {
@@ -453,6 +487,10 @@ class CudaBackend final : public Backend {
 
   int device_;
   std::string name_;
+  const bool poison_ = [] {
+    const char* v = std::getenv("TF_CUDA_POISON");
+    return v && std::strcmp(v, "1") == 0;
+  }();
   cudaStream_t stream_ = nullptr;
   Staging meta_stage_, gather_stage_, scatter_stage_, sample_stage_, tile_stage_;
   std::vector<int32_t> row_seq_;  // host copy of this forward's rows' sequences (attention tiles)

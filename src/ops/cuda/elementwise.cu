@@ -50,6 +50,19 @@ __device__ __forceinline__ float row_sum(float v, float* smem) {
 
 constexpr int kNormThreads = 256;
 
+// Arithmetic shared by the separate and the fused kernels, with explicit roundings so that no FMA
+// contraction can differ between them.
+__device__ __forceinline__ float norm_out(float v, float inv, float w_plus_offset) {
+  return __fmul_rn(__fmul_rn(v, inv), w_plus_offset);
+}
+__device__ __forceinline__ float norm_inv(float sum_sq, int cols, float eps) {
+  return rsqrtf(__fadd_rn(__fdiv_rn(sum_sq, float(cols)), eps));
+}
+__device__ __forceinline__ void rope_rotate(float x1, float x2, float cs, float sn, float& a, float& b) {
+  a = __fsub_rn(__fmul_rn(x1, cs), __fmul_rn(x2, sn));
+  b = __fadd_rn(__fmul_rn(x2, cs), __fmul_rn(x1, sn));
+}
+
 // Each thread holds its V elements of the row (i = tid + TPR * j) in registers between the two passes,
 // so no store can force a reload. V = 0: rows too long for registers, re-read instead.
 template <int TPR, int V>
@@ -71,20 +84,21 @@ __global__ void __launch_bounds__(kNormThreads)
       v[j] = i < cols ? bf(xr, i) : 0.f;
     }
 #pragma unroll
-    for (int j = 0; j < V; ++j) ss += v[j] * v[j];
-    const float inv = rsqrtf(row_sum<TPR>(ss, smem) / cols + eps);
+    for (int j = 0; j < V; ++j) ss = __fmaf_rn(v[j], v[j], ss);
+    const float inv = norm_inv(row_sum<TPR>(ss, smem), cols, eps);
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       const int i = tid + TPR * j;
-      if (i < cols) yr[i] = __float2bfloat16(v[j] * inv * (ld(w, i, wt) + offset));
+      if (i < cols) yr[i] = __float2bfloat16_rn(norm_out(v[j], inv, __fadd_rn(ld(w, i, wt), offset)));
     }
   } else {
     for (int i = tid; i < cols; i += TPR) {
       const float v = bf(xr, i);
-      ss += v * v;
+      ss = __fmaf_rn(v, v, ss);
     }
-    const float inv = rsqrtf(row_sum<TPR>(ss, smem) / cols + eps);
-    for (int i = tid; i < cols; i += TPR) yr[i] = __float2bfloat16(bf(xr, i) * inv * (ld(w, i, wt) + offset));
+    const float inv = norm_inv(row_sum<TPR>(ss, smem), cols, eps);
+    for (int i = tid; i < cols; i += TPR)
+      yr[i] = __float2bfloat16_rn(norm_out(bf(xr, i), inv, __fadd_rn(ld(w, i, wt), offset)));
   }
 }
 
@@ -149,8 +163,66 @@ __global__ void rope_kernel(__nv_bfloat16* q, __nv_bfloat16* k, int rows, int hq
   sn *= factor;
   const int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + half;
   const float x1 = __bfloat162float(base[a]), x2 = __bfloat162float(base[b]);
-  base[a] = __float2bfloat16(x1 * cs - x2 * sn);
-  base[b] = __float2bfloat16(x2 * cs + x1 * sn);
+  float ya, yb;
+  rope_rotate(x1, x2, cs, sn, ya, yb);
+  base[a] = __float2bfloat16_rn(ya);
+  base[b] = __float2bfloat16_rn(yb);
+}
+
+// rms_norm (warp path) + rope + kv_write for one (row, head) a warp; V = head_dim / 32 elements a lane
+// (element lane + 32 j). Rope pairs (i, i + half) sit in the same lane when half % 32 == 0.
+template <int V>
+__global__ void __launch_bounds__(256)
+    qk_norm_rope_kv_kernel(__nv_bfloat16* q, __nv_bfloat16* k, const __nv_bfloat16* __restrict__ vin,
+                           const void* qw, const void* kw, DType wt, float eps, float offset, int rows, int hq,
+                           int hk, int rot, const float* __restrict__ inv_freq, float factor,
+                           const int32_t* __restrict__ positions, __nv_bfloat16* kp, __nv_bfloat16* vp,
+                           const int32_t* __restrict__ slots) {
+  constexpr int D = 32 * V;
+  const int64_t idx = blockIdx.x * int64_t(8) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (idx >= int64_t(rows) * (hq + hk)) return;  // whole warps
+  const int r = int(idx / (hq + hk)), h = int(idx % (hq + hk));
+  const bool is_q = h < hq;
+  __nv_bfloat16* x = is_q ? q + (int64_t(r) * hq + h) * D : k + (int64_t(r) * hk + (h - hq)) * D;
+  float v[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) v[j] = bf(x, lane + 32 * j);
+  const void* w = is_q ? qw : kw;
+  if (w) {
+    float ss = 0.f;
+#pragma unroll
+    for (int j = 0; j < V; ++j) ss = __fmaf_rn(v[j], v[j], ss);
+    const float inv = norm_inv(row_sum<32>(ss, nullptr), D, eps);
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      v[j] = __bfloat162float(__float2bfloat16_rn(norm_out(v[j], inv, __fadd_rn(ld(w, lane + 32 * j, wt), offset))));
+  }
+  const int h32 = rot / 64;  // half / 32
+  const float pos = float(positions[r]);
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    if (j >= h32) break;
+    float sn, cs;
+    sincosf(pos * inv_freq[lane + 32 * j], &sn, &cs);
+    cs *= factor;
+    sn *= factor;
+    float a, b;
+    rope_rotate(v[j], v[j + h32], cs, sn, a, b);
+    v[j] = __bfloat162float(__float2bfloat16_rn(a));
+    v[j + h32] = __bfloat162float(__float2bfloat16_rn(b));
+  }
+#pragma unroll
+  for (int j = 0; j < V; ++j) x[lane + 32 * j] = __float2bfloat16_rn(v[j]);
+  if (is_q) return;
+  const int slot = slots[r];
+  if (slot < 0) return;  // padding row
+  const int64_t dst = (int64_t(slot) * hk + (h - hq)) * D, src = (int64_t(r) * hk + (h - hq)) * D;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    kp[dst + lane + 32 * j] = __float2bfloat16_rn(v[j]);
+    vp[dst + lane + 32 * j] = vin[src + lane + 32 * j];
+  }
 }
 
 __global__ void silu_mul_kernel(const __nv_bfloat16* __restrict__ gu, __nv_bfloat16* __restrict__ out,
@@ -255,6 +327,32 @@ void rope(void* q, void* k, int rows, int hq, int hk, int d, int rot, const floa
   rope_kernel<<<blocks_for(n), 256, 0, s>>>(static_cast<__nv_bfloat16*>(q), static_cast<__nv_bfloat16*>(k),
                                             rows, hq, hk, d, rot, inv_freq, factor, interleaved, positions);
   TF_CUDA_LAUNCH_CHECK();
+}
+
+bool qk_norm_rope_kv(void* q, void* k, const void* v, const void* q_w, const void* k_w, DType wt, float eps,
+                     float offset, int rows, int hq, int hk, int d, int rot, const float* inv_freq, float factor,
+                     bool interleaved, const int32_t* positions, void* kp, void* vp, const int32_t* slots,
+                     cudaStream_t s) {
+  if (interleaved || rot % 64 != 0 || rot > d || (d != 64 && d != 128 && d != 256)) return false;
+  const int64_t warps = int64_t(rows) * (hq + hk);
+  if (warps == 0) return true;
+  auto* qp = static_cast<__nv_bfloat16*>(q);
+  auto* kk = static_cast<__nv_bfloat16*>(k);
+  auto* vv = static_cast<const __nv_bfloat16*>(v);
+  auto* kpp = static_cast<__nv_bfloat16*>(kp);
+  auto* vpp = static_cast<__nv_bfloat16*>(vp);
+  const unsigned blocks = unsigned((warps + 7) / 8);
+  if (d == 64)
+    qk_norm_rope_kv_kernel<2><<<blocks, 256, 0, s>>>(qp, kk, vv, q_w, k_w, wt, eps, offset, rows, hq, hk, rot,
+                                                     inv_freq, factor, positions, kpp, vpp, slots);
+  else if (d == 128)
+    qk_norm_rope_kv_kernel<4><<<blocks, 256, 0, s>>>(qp, kk, vv, q_w, k_w, wt, eps, offset, rows, hq, hk, rot,
+                                                     inv_freq, factor, positions, kpp, vpp, slots);
+  else
+    qk_norm_rope_kv_kernel<8><<<blocks, 256, 0, s>>>(qp, kk, vv, q_w, k_w, wt, eps, offset, rows, hq, hk, rot,
+                                                     inv_freq, factor, positions, kpp, vpp, slots);
+  TF_CUDA_LAUNCH_CHECK();
+  return true;
 }
 
 void silu_mul(const void* gu, void* out, int64_t rows, int inter, cudaStream_t s) {

@@ -47,6 +47,13 @@ void add_rms_norm(void* residual, DType res_dtype, const void* x, const void* w,
 void rope(void* q, void* k, int rows, int hq, int hk, int head_dim, int rotary_dim, const float* inv_freq,
           float attention_factor, bool interleaved, const int32_t* positions, cudaStream_t s);
 void silu_mul(const void* gate_up, void* out, int64_t rows, int inter, cudaStream_t s);
+// Fused per-head q/k RMS norm (when q_w/k_w are given) + NeoX rope + K/V pool write, one warp per (row,
+// head): the same arithmetic as rms_norm, rope and kv_write in sequence (bitwise, tested). Supports
+// head_dim 64/128/256 with (rotary_dim / 2) % 32 == 0, not interleaved; returns false otherwise.
+bool qk_norm_rope_kv(void* q, void* k, const void* v, const void* q_w, const void* k_w, DType w_dtype, float eps,
+                     float offset, int rows, int hq, int hk, int head_dim, int rotary_dim, const float* inv_freq,
+                     float factor, bool interleaved, const int32_t* positions, void* k_pool, void* v_pool,
+                     const int32_t* slots, cudaStream_t s);
 void kv_write(void* k_pool, void* v_pool, const void* k, const void* v, int rows, int row_elems,
               const int32_t* slots, cudaStream_t s);
 // Partials: acc [R, Hq, max_chunks, D] and ml [R, Hq, max_chunks, 2] floats.

@@ -324,6 +324,71 @@ TEST_F(CudaOps, RopeMatchesCpu) {
   }
 }
 
+// The fused attention-input kernel (q/k norm + rope + K/V write) gives the bits of the separate ops,
+// and matches the CPU reference; shapes it does not cover fall back to the separate ops.
+TEST_F(CudaOps, AttentionInputsFusedEqualsSeparateOps) {
+  struct Case {
+    int hq, hk, d, rot;
+    bool norm, interleaved;
+  };
+  for (Case c : {Case{32, 8, 128, 128, true, false}, Case{4, 2, 64, 64, true, false}, Case{4, 2, 128, 64, false, false},
+                 Case{8, 2, 256, 256, true, false}, Case{4, 2, 128, 128, true, true}, Case{4, 2, 32, 32, true, false}}) {
+    SCOPED_TRACE("hq " + std::to_string(c.hq) + " hk " + std::to_string(c.hk) + " d " + std::to_string(c.d) +
+                 " rot " + std::to_string(c.rot) + (c.norm ? " norm" : "") + (c.interleaved ? " interleaved" : ""));
+    const int rows = 11, nb = 4, bs = 16;
+    BatchMeta meta;
+    meta.block_size = bs;
+    meta.block_tables = {{2, 0, 3}};
+    for (int r = 0; r < rows; ++r) {
+      const int pos = 3 + r * 3;
+      meta.tokens.push_back(0), meta.positions.push_back(pos), meta.row_seq.push_back(0);
+      meta.slots.push_back(meta.block_tables[0][pos / bs] * bs + pos % bs);
+    }
+    meta.slots[4] = -1;  // a padding row writes nothing
+    RopeParams p;
+    p.head_dim = c.d;
+    p.rotary_dim = c.rot;
+    p.interleaved = c.interleaved;
+    p.attention_factor = c.rot < c.d ? 1.1f : 1.f;
+    for (int i = 0; i < c.rot / 2; ++i) p.inv_freq.push_back(std::pow(1e6f, -2.f * i / c.rot));
+    Host q = random_host({rows, c.hq, c.d}, 3.f), k = random_host({rows, c.hk, c.d}, 3.f), v = random_host({rows, c.hk, c.d});
+    Host qn = random_host({c.d}), kn = random_host({c.d});
+    auto pool = [&](Backend& be) {
+      KvLayer l;
+      l.k = be.alloc({nb, bs, c.hk, c.d}, be.act_dtype());
+      l.v = be.alloc({nb, bs, c.hk, c.d}, be.act_dtype());
+      be.zero(l.k), be.zero(l.v);
+      return l;
+    };
+    gpu_->begin_forward(meta);
+    // Fused.
+    Tensor fq = gpu_->upload(q.bf16), fk = gpu_->upload(k.bf16), fv = gpu_->upload(v.bf16);
+    Tensor gqn = gpu_->upload(qn.bf16), gkn = gpu_->upload(kn.bf16);
+    KvLayer fl = pool(*gpu_);
+    gpu_->attention_inputs(fq, fk, fv, c.norm ? &gqn : nullptr, c.norm ? &gkn : nullptr, 1e-6f, 0.f, p, fl);
+    // Separate ops.
+    Tensor sq = gpu_->upload(q.bf16), sk = gpu_->upload(k.bf16), sv = gpu_->upload(v.bf16);
+    KvLayer sl = pool(*gpu_);
+    if (c.norm) {
+      gpu_->rms_norm(sq, gqn, 1e-6f, 0.f, sq);
+      gpu_->rms_norm(sk, gkn, 1e-6f, 0.f, sk);
+    }
+    gpu_->rope(sq, sk, p);
+    gpu_->kv_write(sl, sk, sv);
+    EXPECT_EQ(bits(fq), bits(sq));
+    EXPECT_EQ(bits(fk), bits(sk));
+    EXPECT_EQ(bits(fl.k), bits(sl.k));
+    EXPECT_EQ(bits(fl.v), bits(sl.v));
+    // The CPU reference (the default: the same four ops in f32).
+    cpu_->begin_forward(meta);
+    Tensor cq = copy_of(q.f32), ck = copy_of(k.f32), cv = copy_of(v.f32);
+    KvLayer cl = pool(*cpu_);
+    cpu_->attention_inputs(cq, ck, cv, c.norm ? &qn.f32 : nullptr, c.norm ? &kn.f32 : nullptr, 1e-6f, 0.f, p, cl);
+    EXPECT_LT(rel_err(get(fq), cq.to_f32_vector()), kBf16Tol);
+    EXPECT_LT(rel_err(get(fl.k), cl.k.to_f32_vector()), kBf16Tol);
+  }
+}
+
 TEST_F(CudaOps, ElementwiseMatchCpu) {
   const int rows = 6, inter = 3000, hidden = 256, vocab = 50;
   // silu_mul

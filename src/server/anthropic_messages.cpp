@@ -444,11 +444,15 @@ class MessagesStream {
     }
     for (const auto& c : d.tool_calls) {  // a call's first piece opens its block; the rest add input JSON
       if (!c.id.empty()) {
-        json block = {{"type", "tool_use"}, {"id", "toolu_" + c.id.substr(5)}, {"name", c.name}, {"input", json::object()}};
+        json block = {{"type", "tool_use"},
+                      {"id", "toolu_" + c.id.substr(5)},
+                      {"name", c.name},
+                      {"input", json::object()}};
         if (!open_block("tool_use", block)) return false;
         calls_ = true;
       }
-      if (!c.arguments.empty() && !delta({{"type", "input_json_delta"}, {"partial_json", c.arguments}})) return false;
+      if (!c.arguments.empty() && !delta({{"type", "input_json_delta"}, {"partial_json", c.arguments}}))
+        return false;
     }
     return true;
   }

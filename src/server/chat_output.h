@@ -16,7 +16,8 @@ namespace tf::server {
 // rendered prompt (what the chat template told the model to write); reasoning starts open when the
 // prompt ends inside "<think>".
 OutputParsing chat_output_parsing(const JsonFields& f, const RequestJson& tools,
-                                  const std::string& rendered_prompt, const std::string& template_source = {});
+                                  const std::string& rendered_prompt,
+                                  const std::string& template_source = {});
 
 // The family whose syntax the rendered prompt teaches ("<tool_call>", "<function=", "[AVAILABLE_TOOLS]",
 // ...), else the one the template's own text writes; Hermes when neither is recognised.

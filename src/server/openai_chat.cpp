@@ -127,7 +127,8 @@ static RequestJson template_kwargs(const JsonFields& f, const ApiContext& ctx) {
 int read_thinking_budget(const JsonFields& f, const ApiContext& ctx) {
   if (auto v = f.integer("thinking_budget", 0, INT_MAX)) return int(*v);
   if (const RequestJson* kw = f.object("chat_template_kwargs")) {
-    if (auto v = JsonFields(*kw, "chat_template_kwargs").integer("thinking_budget", 0, INT_MAX)) return int(*v);
+    if (auto v = JsonFields(*kw, "chat_template_kwargs").integer("thinking_budget", 0, INT_MAX))
+      return int(*v);
   }
   return ctx.options.thinking_budget;
 }

@@ -243,7 +243,8 @@ ResponsesRequest parse_request(const RequestJson& body, const ApiContext& ctx) {
     throw invalid_field("input", std::string("The chat template rejected this conversation: ") + e.what(),
                         "template_error");
   }
-  r.parsing = chat_output_parsing(f, tools, rendered, ctx.text.chat_template_source());  // tool_choice, parallel_tool_calls
+  r.parsing = chat_output_parsing(f, tools, rendered,
+                                  ctx.text.chat_template_source());  // tool_choice, parallel_tool_calls
   r.thinking_budget = read_thinking_budget(f, ctx);
   r.request.prompt = ctx.text.encode(rendered + r.parsing.prefill, false);
 
@@ -311,7 +312,9 @@ class OutputItems {
         id_ = hex_id("fc");
         call_id_ = c.id;
         name_ = c.name;
-        ev.push_back({{"type", "response.output_item.added"}, {"output_index", index()}, {"item", call_item("in_progress")}});
+        ev.push_back({{"type", "response.output_item.added"},
+                      {"output_index", index()},
+                      {"item", call_item("in_progress")}});
       }
       if (c.arguments.empty()) continue;
       text_ += c.arguments;
@@ -396,8 +399,12 @@ class OutputItems {
   }
 
   json call_item(const char* status) const {
-    return {{"type", "function_call"}, {"id", id_},   {"call_id", call_id_},
-            {"name", name_},           {"arguments", type_ == "function_call" ? text_ : ""}, {"status", status}};
+    return {{"type", "function_call"},
+            {"id", id_},
+            {"call_id", call_id_},
+            {"name", name_},
+            {"arguments", type_ == "function_call" ? text_ : ""},
+            {"status", status}};
   }
 
   std::string type_, id_, text_;
@@ -478,7 +485,8 @@ void finish_response(const ResponsesRequest& r, const std::string& id, int64_t c
                      const StreamEvent& last, OutputItems& items, json& response, std::vector<json>& events) {
   items.close(events);
   std::string status = last.finish == FinishReason::Length ? "incomplete" : "completed";
-  response = response_json(r, id, created, status, items.items, &last.usage, last.finish, items.reasoning_tokens);
+  response =
+      response_json(r, id, created, status, items.items, &last.usage, last.finish, items.reasoning_tokens);
   if (r.store) {
     RequestJson conv = r.conversation;
     conv.push_back(assistant_turn(items.items));
@@ -552,7 +560,8 @@ void handle_create(const ApiContext& ctx, const httplib::Request& http_req, http
             }
             return true;
           };
-          StreamEvent last = run_generation(*gen, parser, ctx.shutting_down, on_delta, items.reasoning_tokens);
+          StreamEvent last =
+              run_generation(*gen, parser, ctx.shutting_down, on_delta, items.reasoning_tokens);
           std::vector<json> tail;
           json response;
           finish_response(*r, id, created, last, items, response, tail);

@@ -314,7 +314,8 @@ void OutputParser::stream_calls(const ScanResult& r, ParsedDelta& out) {
     }
     CallStream& st = streams_[k];
     // A later scan extends the arguments text (tool_call_scan.h); anything else is not told twice.
-    if (v.args.size() > st.sent && !st.dropped) out.add_call_piece({st.index, "", "", v.args.substr(st.sent)});
+    if (v.args.size() > st.sent && !st.dropped)
+      out.add_call_piece({st.index, "", "", v.args.substr(st.sent)});
     st.sent = std::max(st.sent, v.args.size());
   }
 }

@@ -14,7 +14,8 @@
 //                   <｜tool▁call▁end｜>...<｜tool▁calls▁end｜> (V3/R1) or
 //                   ...begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜> (V3.1), after any content, to the
 //                   end of the reply
-//   Qwen3-Coder     <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>...</function>\n</tool_call>
+//   Qwen3-Coder
+//   <tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>...</function>\n</tool_call>
 //   GLM-4.5/4.6     <tool_call>NAME\n<arg_key>KEY</arg_key>\n<arg_value>VALUE</arg_value>...</tool_call>
 // (the Hermes parser reads all three bodies inside <tool_call>; the formats differ in the forced-call
 // prefill.) A call streams as it is written (tool_call_scan.h): its first piece carries id and name, the
@@ -97,7 +98,8 @@ class OutputParser {
   bool reasoning_started_ = false;  // leading newlines after <think> are dropped
   enum class Decision { Undecided, Calls, Plain } decision_ = Decision::Undecided;
   size_t calls_ = 0;
-  ParsedDelta prefill_out_;  // what reading the prefill told (a named call's start), given with the first feed
+  ParsedDelta
+      prefill_out_;  // what reading the prefill told (a named call's start), given with the first feed
   // The calls of the region being scanned (one <tool_call>, or everything after [TOOL_CALLS] ...).
   struct CallStream {
     bool dropped = false;  // parallel_tool_calls is false and a call came before

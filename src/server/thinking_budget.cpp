@@ -87,7 +87,8 @@ namespace {
 // n budgeted choices polled in turn, as Generation polls its streams.
 class BudgetedChoices : public EventSource {
  public:
-  explicit BudgetedChoices(std::vector<std::unique_ptr<BudgetedGeneration>> parts) : parts_(std::move(parts)) {}
+  explicit BudgetedChoices(std::vector<std::unique_ptr<BudgetedGeneration>> parts)
+      : parts_(std::move(parts)) {}
 
   size_t size() const override { return parts_.size(); }
   bool done() const override {
@@ -119,7 +120,8 @@ class BudgetedChoices : public EventSource {
     std::chrono::steady_clock::time_point first{};
     for (const auto& p : parts_) {
       auto t = p->first_token_at();
-      if (t != std::chrono::steady_clock::time_point{} && (first == decltype(first){} || t < first)) first = t;
+      if (t != std::chrono::steady_clock::time_point{} && (first == decltype(first){} || t < first))
+        first = t;
     }
     return first;
   }
@@ -135,7 +137,8 @@ std::unique_ptr<EventSource> budgeted_choices(const ApiContext& ctx, std::vector
                                               int budget, bool starts_open) {
   if (budget <= 0) return std::make_unique<Generation>(ctx, std::move(requests));
   std::vector<std::unique_ptr<BudgetedGeneration>> parts;
-  for (auto& r : requests) parts.push_back(std::make_unique<BudgetedGeneration>(ctx, std::move(r), budget, starts_open));
+  for (auto& r : requests)
+    parts.push_back(std::make_unique<BudgetedGeneration>(ctx, std::move(r), budget, starts_open));
   if (parts.size() == 1) return std::move(parts[0]);
   return std::make_unique<BudgetedChoices>(std::move(parts));
 }

@@ -144,8 +144,7 @@ M json_call(Cursor& c, ScanResult& r) {
   return M::Ok;
 }
 
-const OJson* property_schema(const ToolSchemas& schemas, const std::string& tool,
-                                      const std::string& key) {
+const OJson* property_schema(const ToolSchemas& schemas, const std::string& tool, const std::string& key) {
   if (!schemas.is_object() || !schemas.contains(tool)) return nullptr;
   const auto& s = schemas[tool];
   if (!s.is_object() || !s.contains("properties") || !s["properties"].is_object()) return nullptr;
@@ -210,7 +209,8 @@ M glm_tags(Cursor& c, ScanResult& r, bool ended, const ToolSchemas& schemas) {
     if (c.lit("<arg_value>") != M::Ok) break;
     size_t vend = c.s.find("</arg_value>", c.pos);
     if (vend == npos) break;
-    add_param(v, n, key, tag_value(c.s.substr(c.pos, vend - c.pos), property_schema(schemas, v.name, key), false));
+    add_param(v, n, key,
+              tag_value(c.s.substr(c.pos, vend - c.pos), property_schema(schemas, v.name, key), false));
     c.pos = vend + 12;
   }
   v.complete = ended;

@@ -49,6 +49,7 @@ ScanResult scan_deepseek(const std::string& region, bool ended);
 // object/array parse as JSON), text that does not convert stays a string. GLM: trimmed; a string-typed
 // parameter keeps the text, any other is parsed as JSON when it parses. Without a schema for the
 // parameter Qwen3-Coder keeps the text and GLM parses it as JSON when it parses.
-nlohmann::ordered_json tag_value(const std::string& raw, const nlohmann::ordered_json* property_schema, bool qwen);
+nlohmann::ordered_json tag_value(const std::string& raw, const nlohmann::ordered_json* property_schema,
+                                 bool qwen);
 
 }  // namespace tf::server

@@ -25,7 +25,8 @@ int main(int argc, char** argv) {
     else if (k == "--context") cfg.context = std::stoi(v);
     else if (k == "--log-format") opt.log_format = tf::server::parse_log_format(v);
     else if (k == "--name") opt.name = v;
-    else if (k == "--reply") cfg.reply = v;
+    else if (k == "--reply")
+      cfg.reply = v;
     else {
       std::fprintf(stderr, "tf_fake_server: unknown option %s\n", k.c_str());
       return 2;

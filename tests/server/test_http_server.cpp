@@ -189,7 +189,8 @@ TEST_P(ToolCallStreams, ChatCompletions) {
 TEST_P(ToolCallStreams, Responses) {
   const std::string& args = GetParam().second;
   json body = {{"input", "weather?"},
-               {"tools", json::array({{{"type", "function"}, {"name", "get_weather"},
+               {"tools", json::array({{{"type", "function"},
+                                       {"name", "get_weather"},
                                        {"parameters", tools()[0]["function"]["parameters"]}}})}};
   json whole = post("/v1/responses", body);
   json call = whole["output"].back();
@@ -218,11 +219,12 @@ TEST_P(ToolCallStreams, Responses) {
 
 TEST_P(ToolCallStreams, AnthropicMessages) {
   const std::string& args = GetParam().second;
-  json body = {{"model", "fake-model"},
-               {"max_tokens", 300},
-               {"messages", user()},
-               {"tools", json::array({{{"name", "get_weather"},
-                                       {"input_schema", tools()[0]["function"]["parameters"]}}})}};
+  json body = {
+      {"model", "fake-model"},
+      {"max_tokens", 300},
+      {"messages", user()},
+      {"tools",
+       json::array({{{"name", "get_weather"}, {"input_schema", tools()[0]["function"]["parameters"]}}})}};
   json whole = post("/v1/messages", body);
   EXPECT_EQ(whole["stop_reason"], "tool_use");
   EXPECT_EQ(whole["content"].back()["input"], json::parse(args));
@@ -247,14 +249,16 @@ TEST_P(ToolCallStreams, AnthropicMessages) {
 INSTANTIATE_TEST_SUITE_P(
     Formats, ToolCallStreams,
     ::testing::Values(
-        std::make_pair(std::string("<think>\nplan\n</think>\n\nSure.\n<tool_call>\n{\"name\": \"get_weather\", "
-                                   "\"arguments\": {\"city\": \"Paris\", \"days\": 3}}\n</tool_call>"),
-                       std::string(R"({"city": "Paris", "days": 3})")),
+        std::make_pair(
+            std::string("<think>\nplan\n</think>\n\nSure.\n<tool_call>\n{\"name\": \"get_weather\", "
+                        "\"arguments\": {\"city\": \"Paris\", \"days\": 3}}\n</tool_call>"),
+            std::string(R"({"city": "Paris", "days": 3})")),
         // Qwen3-Coder's body: typed by the schema ("07" stays a string, "3" becomes 3).
-        std::make_pair(std::string("<tool_call>\n<function=get_weather>\n<parameter=city>\n07\n</parameter>\n"
-                                   "<parameter=days>\n3\n</parameter>\n<parameter=note>\nwarm coat\n</parameter>\n"
-                                   "</function>\n</tool_call>"),
-                       std::string(R"({"city":"07","days":3,"note":"warm coat"})"))));
+        std::make_pair(
+            std::string("<tool_call>\n<function=get_weather>\n<parameter=city>\n07\n</parameter>\n"
+                        "<parameter=days>\n3\n</parameter>\n<parameter=note>\nwarm coat\n</parameter>\n"
+                        "</function>\n</tool_call>"),
+            std::string(R"({"city":"07","days":3,"note":"warm coat"})"))));
 
 }  // namespace
 }  // namespace tf::server

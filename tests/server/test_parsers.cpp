@@ -3,15 +3,14 @@
 // reach content.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "server/chat_output.h"
 #include "server/output_parser.h"
 #include "server/tool_call_scan.h"
 #include "text/chat_template.h"
-
-#include <fstream>
-#include <sstream>
 
 namespace tf::server {
 namespace {
@@ -63,7 +62,8 @@ void expect_every_split(const OutputParsing& cfg, const std::string& text, const
     EXPECT_EQ(got.content, want.content) << how;
     EXPECT_EQ(got.calls, want.calls) << how;
     for (const auto& [name, args] : got.calls) {
-      for (const char* m : {"</tool_call", "</function", "<｜tool", "[TOOL_CALLS", "</arg_value", "</parameter"}) {
+      for (const char* m :
+           {"</tool_call", "</function", "<｜tool", "[TOOL_CALLS", "</arg_value", "</parameter"}) {
         EXPECT_EQ(args.find(m), std::string::npos) << how << ": " << args;
       }
     }
@@ -160,9 +160,11 @@ TEST(OutputParser, OtherKeyOrderIsReadWhole) {
   // Arguments before the name cannot stream; the call is read whole when it closes.
   Result want;
   want.calls = {{"f", R"({"a":1})"}};
-  expect_every_split(hermes(), "<tool_call>\n{\"arguments\": {\"a\": 1}, \"name\": \"f\"}\n</tool_call>", want);
+  expect_every_split(hermes(), "<tool_call>\n{\"arguments\": {\"a\": 1}, \"name\": \"f\"}\n</tool_call>",
+                     want);
   want.calls = {{"f", R"({"a": 1})"}};  // string-encoded arguments are given as the model wrote them
-  expect_every_split(hermes(), "<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"a\\\": 1}\"}</tool_call>", want);
+  expect_every_split(hermes(), "<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"a\\\": 1}\"}</tool_call>",
+                     want);
 }
 
 TEST(OutputParser, CallCutByLengthStillParsesWhenComplete) {
@@ -286,13 +288,15 @@ TEST(OutputParser, Glm46ValuesTypedBySchema) {
       R"({"search": {"properties": {"query": {"type": "string"}, "limit": {"type": "integer"}}}})");
   std::string text =
       "<think>The user wants results.</think>\nLet me search.\n<tool_call>search\n<arg_key>query</arg_key>\n"
-      "<arg_value>007</arg_value>\n<arg_key>limit</arg_key>\n<arg_value>5</arg_value>\n<arg_key>tags</arg_key>\n"
+      "<arg_value>007</arg_value>\n<arg_key>limit</arg_key>\n<arg_value>5</arg_value>\n<arg_key>tags</"
+      "arg_key>\n"
       "<arg_value>[\"a\", \"b\"]</arg_value>\n</tool_call>\n<tool_call>search\n<arg_key>query</arg_key>\n"
       "<arg_value>more</arg_value>\n</tool_call>";
   Result want;
   want.reasoning = "The user wants results.";
   want.content = "Let me search.";
-  want.calls = {{"search", R"({"query":"007","limit":5,"tags":["a","b"]})"}, {"search", R"({"query":"more"})"}};
+  want.calls = {{"search", R"({"query":"007","limit":5,"tags":["a","b"]})"},
+                {"search", R"({"query":"more"})"}};
   expect_every_split(with_format(ToolFormat::Glm45, schemas), text, want);
 }
 
@@ -312,13 +316,14 @@ TEST(OutputParser, ArgumentsStreamBeforeTheCallCloses) {
       {with_format(ToolFormat::Qwen3Coder),
        "<tool_call>\n<function=f>\n<parameter=city>\nParis\n</parameter>\n<parameter=n>\n1",
        "\n</parameter>\n</function>\n</tool_call>", R"({"city":"Paris")", R"({"city":"Paris","n":"1"})"},
-      {with_format(ToolFormat::Glm45), "<tool_call>f\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n",
-       "</tool_call>", R"({"city":"Paris")", R"({"city":"Paris"})"},
+      {with_format(ToolFormat::Glm45),
+       "<tool_call>f\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n", "</tool_call>",
+       R"({"city":"Paris")", R"({"city":"Paris"})"},
       {with_format(ToolFormat::Mistral), "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"x\": 1}", "}]",
        R"({"x": 1})", R"({"x": 1})"},
       {with_format(ToolFormat::Mistral), "[TOOL_CALLS]f[ARGS]{\"x\": ", "1}", R"({"x": )", R"({"x": 1})"},
-      {with_format(ToolFormat::Llama3Json), "{\"name\": \"f\", \"parameters\": {\"x\": 1}", "}", R"({"x": 1})",
-       R"({"x": 1})"},
+      {with_format(ToolFormat::Llama3Json), "{\"name\": \"f\", \"parameters\": {\"x\": 1}", "}",
+       R"({"x": 1})", R"({"x": 1})"},
       {with_format(ToolFormat::DeepSeek),
        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{\"x\": 1}",
        "\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>", R"({"x": 1})", R"({"x": 1})"},
@@ -341,7 +346,8 @@ TEST(OutputParser, ForcedQwen3CoderAndGlmCalls) {
   RequestJson tools = RequestJson::parse(R"([{"type": "function", "function": {"name": "f",
       "parameters": {"type": "object", "properties": {"x": {"type": "string"}}}}}])");
   RequestJson named = {{"tool_choice", {{"type", "function"}, {"function", {{"name", "f"}}}}}};
-  OutputParsing q = chat_output_parsing(JsonFields(named), tools, "<tool_call>\n<function=NAME>\n<parameter=P>");
+  OutputParsing q =
+      chat_output_parsing(JsonFields(named), tools, "<tool_call>\n<function=NAME>\n<parameter=P>");
   EXPECT_EQ(q.tools, ToolFormat::Qwen3Coder);
   EXPECT_EQ(q.prefill, "<tool_call>\n<function=f>\n");
   Result r = run(q, {"<parameter=x>\n12\n</parameter>\n</function>\n</tool_call>"});
@@ -373,11 +379,11 @@ TEST(ChatOutput, DetectsFormatsFromRealTemplates) {
     const char* file;
     ToolFormat want;
   };
-  for (const Case& c : {Case{"Qwen3-Coder.jinja", ToolFormat::Qwen3Coder}, Case{"GLM-4.6.jinja", ToolFormat::Glm45},
-                        Case{"Qwen3.5-4B.jinja", ToolFormat::Qwen3Coder},
-                        Case{"Qwen-Qwen3-0.6B.jinja", ToolFormat::Hermes},
-                        Case{"deepseek-ai-DeepSeek-V3.1.jinja", ToolFormat::DeepSeek},  // tools not rendered
-                        Case{"Mistral-Small-3.2-24B-Instruct-2506.jinja", ToolFormat::Mistral}}) {
+  for (const Case& c :
+       {Case{"Qwen3-Coder.jinja", ToolFormat::Qwen3Coder}, Case{"GLM-4.6.jinja", ToolFormat::Glm45},
+        Case{"Qwen3.5-4B.jinja", ToolFormat::Qwen3Coder}, Case{"Qwen-Qwen3-0.6B.jinja", ToolFormat::Hermes},
+        Case{"deepseek-ai-DeepSeek-V3.1.jinja", ToolFormat::DeepSeek},  // tools not rendered
+        Case{"Mistral-Small-3.2-24B-Instruct-2506.jinja", ToolFormat::Mistral}}) {
     ChatTemplate t(read_template(c.file), "<s>", "</s>");
     std::string prompt = t.render_ordered(messages, tools, true);
     EXPECT_EQ(detect_tool_format(prompt, t.source()), c.want) << c.file;

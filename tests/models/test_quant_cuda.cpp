@@ -228,7 +228,9 @@ TEST_F(Gpu, Quant4BitQuadLayoutAtOddSlices) {
   gpu->to_host(dense.weight, got);
   for (int64_t i = 0; i < N * K; ++i) {
     const float g = got.data<float>()[i], v = want.data<float>()[i];
-    if (g != bf16_round(v)) ASSERT_LE(std::fabs(g - v), std::ldexp(std::fabs(v), -7)) << "element " << i;
+    if (g != bf16_round(v)) {
+      ASSERT_LE(std::fabs(g - v), std::ldexp(std::fabs(v), -7)) << "element " << i;
+    }
   }
 
   const int64_t M = 48;

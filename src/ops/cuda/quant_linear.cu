@@ -116,6 +116,13 @@ __device__ __forceinline__ __nv_bfloat162 bf2_of(uint32_t v) {
   return *reinterpret_cast<__nv_bfloat162*>(&v);
 }
 
+// (a & b) | c as one LOP3 (the compiler emits two when b and c are both immediates).
+__device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
 // The 8 values as bf16 pairs (value 2j in the low half of word j), as linear.cu loads 8 bf16 weights.
 template <int KIND, int B>
 __device__ __forceinline__ uint4 dequant(const Raw& r) {
@@ -135,7 +142,7 @@ __device__ __forceinline__ uint4 dequant(const Raw& r) {
     // bf16 fma then gives scale*q + bias rounded once.
     if constexpr (B == 4) {  // nibbles j and j+4 hold values 2j and 2j+1 (nibble_of)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) o[j] = ((r.v0 >> (4 * j)) & 0x000F000Fu) | 0x43004300u;
+      for (int j = 0; j < 4; ++j) o[j] = and_or(r.v0 >> (4 * j), 0x000F000Fu, 0x43004300u);
     } else {
       const uint64_t v = uint64_t(r.v0) | (uint64_t(r.v1) << 32);
       constexpr uint32_t mask = (1u << B) - 1u;
@@ -297,22 +304,30 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 
   uint4 wa[D], wb[D];
   uint32_t sa[D][2], sb[D][2];
-  // Rows as indices (pointers are formed per load: fewer registers live across the loop).
-  auto load = [&](int i, int ra, int rb, int qd) {
-    const int c = 4 * qd;
-    const auto* w = reinterpret_cast<const uint32_t*>(q.w) + 16 * int64_t(qd) + 4 * t;
-    const auto* sc = static_cast<const uint32_t*>(q.scales);
-    wa[i] = load_stream(w + int64_t(ra) * (q.row_bytes / 4));
-    wb[i] = load_stream(w + int64_t(rb) * (q.row_bytes / 4));
-    sa[i][0] = __ldg(sc + int64_t(ra) * q.groups + (c >> sh));
-    sa[i][1] = __ldg(sc + int64_t(ra) * q.groups + ((c + 2) >> sh));
-    sb[i][0] = __ldg(sc + int64_t(rb) * q.groups + (c >> sh));
-    sb[i][1] = __ldg(sc + int64_t(rb) * q.groups + ((c + 2) >> sh));
+  // Word offsets of two rows' lane-t words and of their scales (32-bit: the weight has < 2^32 words,
+  // checked at launch; formed per tile, the next tile's only when needed).
+  struct Rows {
+    uint32_t wa, wb, sa, sb;
+  };
+  auto rows = [&](int ra, int rb) {
+    const uint32_t words = uint32_t(q.row_bytes / 4), groups = uint32_t(q.groups);
+    return Rows{uint32_t(ra) * words + 4 * t, uint32_t(rb) * words + 4 * t, uint32_t(ra) * groups,
+                uint32_t(rb) * groups};
+  };
+  const auto* w32 = reinterpret_cast<const uint32_t*>(q.w);
+  const auto* s32 = static_cast<const uint32_t*>(q.scales);
+  auto load = [&](int i, const Rows& p, int qd) {
+    const uint32_t c = 4 * qd, g0 = c >> sh, g1 = (c + 2) >> sh;
+    wa[i] = load_stream(w32 + (p.wa + 16 * uint32_t(qd)));
+    wb[i] = load_stream(w32 + (p.wb + 16 * uint32_t(qd)));
+    sa[i][0] = __ldg(s32 + (p.sa + g0)), sa[i][1] = __ldg(s32 + (p.sa + g1));
+    sb[i][0] = __ldg(s32 + (p.sb + g0)), sb[i][1] = __ldg(s32 + (p.sb + g1));
   };
   auto first_quads = [&](int ra, int rb) {
+    const Rows p = rows(ra, rb);
 #pragma unroll
     for (int i = 0; i < D; ++i)
-      if (qb + i < qe) load(i, ra, rb, qb + i);
+      if (qb + i < qe) load(i, p, qb + i);
   };
   auto row_a = [&](int tile) { return min(tile / m_tiles * 16 + g, n - 1); };  // clamped; masked at the store
   auto row_b = [&](int tile) { return min(tile / m_tiles * 16 + g + 8, n - 1); };
@@ -323,13 +338,12 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const int m_tile = tile % m_tiles, n0 = tile / m_tiles * 16, m0 = m_tile * NT * 8;
+    // Token rows past m read row 0's x: lane g's x only feeds MMA column g (token 8j+g), never stored.
     const __nv_bfloat16* xr[NT];
-    bool xok[NT];
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
-      int row = m0 + 8 * j + g;
-      xok[j] = row < m;
-      xr[j] = x + int64_t(xok[j] ? row : 0) * k + 8 * t;
+      const int row = m0 + 8 * j + g;
+      xr[j] = x + int64_t(row < m ? row : 0) * k + 8 * t;
     }
     float acc[NT][4];
 #pragma unroll
@@ -337,7 +351,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     auto step = [&](const uint4& a, const uint4& b, int c) {
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
-        uint4 xv = xok[j] ? __ldg(reinterpret_cast<const uint4*>(xr[j] + c * 32)) : make_uint4(0, 0, 0, 0);
+        const uint4 xv = __ldg(reinterpret_cast<const uint4*>(xr[j] + c * 32));
         mma_bf16(acc[j], a.x, b.x, a.y, b.y, xv.x, xv.y);
         mma_bf16(acc[j], a.z, b.z, a.w, b.w, xv.z, xv.w);
       }
@@ -349,24 +363,32 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     const int next = tile + gridDim.x;
     const int na = next < tiles ? row_a(next) : pa, nb = next < tiles ? row_b(next) : pb;
     const bool chained = chain && next < tiles;
+    const Rows here = rows(pa, pb);
 
     for (int c = c_begin; c < head_end; ++c) single(c);
     for (int qd = qb; qd < qe; qd += D) {
 #pragma unroll
       for (int i = 0; i < D; ++i) {
         if (qd + i >= qe) break;
-        const uint4 a = wa[i], b = wb[i];
-        const uint32_t a0 = sa[i][0], a1 = sa[i][1], b0 = sb[i][0], b1 = sb[i][1];
+        // Dequantize the slot first, then reload it (no register copies of the raw words).
+        const uint4 a0 = dequant<kMlxBf16, 4>(Raw{wa[i].x, 0, sa[i][0], 0});
+        const uint4 b0 = dequant<kMlxBf16, 4>(Raw{wb[i].x, 0, sb[i][0], 0});
+        const uint4 a1 = dequant<kMlxBf16, 4>(Raw{wa[i].y, 0, sa[i][0], 0});
+        const uint4 b1 = dequant<kMlxBf16, 4>(Raw{wb[i].y, 0, sb[i][0], 0});
+        const uint4 a2 = dequant<kMlxBf16, 4>(Raw{wa[i].z, 0, sa[i][1], 0});
+        const uint4 b2 = dequant<kMlxBf16, 4>(Raw{wb[i].z, 0, sb[i][1], 0});
+        const uint4 a3 = dequant<kMlxBf16, 4>(Raw{wa[i].w, 0, sa[i][1], 0});
+        const uint4 b3 = dequant<kMlxBf16, 4>(Raw{wb[i].w, 0, sb[i][1], 0});
         const int r = qd + i + D;  // the quad this slot holds next: this tile's, or the next tile's
         if (r < qe)
-          load(i, pa, pb, r);
+          load(i, here, r);
         else if (chained)
-          load(i, na, nb, r - qe + qb);
+          load(i, rows(na, nb), r - qe + qb);
         const int c = 4 * (qd + i);
-        step(dequant<kMlxBf16, 4>(Raw{a.x, 0, a0, 0}), dequant<kMlxBf16, 4>(Raw{b.x, 0, b0, 0}), c);
-        step(dequant<kMlxBf16, 4>(Raw{a.y, 0, a0, 0}), dequant<kMlxBf16, 4>(Raw{b.y, 0, b0, 0}), c + 1);
-        step(dequant<kMlxBf16, 4>(Raw{a.z, 0, a1, 0}), dequant<kMlxBf16, 4>(Raw{b.z, 0, b1, 0}), c + 2);
-        step(dequant<kMlxBf16, 4>(Raw{a.w, 0, a1, 0}), dequant<kMlxBf16, 4>(Raw{b.w, 0, b1, 0}), c + 3);
+        step(a0, b0, c);
+        step(a1, b1, c + 1);
+        step(a2, b2, c + 2);
+        step(a3, b3, c + 3);
       }
     }
     for (int c = tail_begin; c < c_end; ++c) single(c);
@@ -601,7 +623,7 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
         if (ahead >= 8) kernel = qlinear_kernel<KIND, B, NT, 8>;
       int grid = n_tiles * m_tiles;
       if constexpr (KIND == kMlxBf16 && B == 4 && NT <= 2)
-        if (q.chunk_shift >= 1) {  // 16-byte quad loads; persistent grid
+        if (q.chunk_shift >= 1 && n * q.row_bytes / 4 < (int64_t(1) << 32)) {  // quad loads; persistent grid
           // Auto: 16 chunks ahead at M <= 8, 8 at M <= 16 (16 would spill there: 128 registers for 2 blocks/SM)
           const int quads = g_loads_per_step ? g_loads_per_step / 4 : NT == 1 ? 4 : 2;
           kernel = quads == 1 ? q4_decode_kernel<NT, 1> : quads == 2 ? q4_decode_kernel<NT, 2>

@@ -12,6 +12,14 @@
 
 namespace tf {
 
+namespace {
+thread_local std::vector<float>* g_margin_sink = nullptr;
+}  // namespace
+
+void set_route_margin_sink(std::vector<float>* sink) {
+  g_margin_sink = sink;
+}
+
 MoeRoute route_topk(const float* logits, int rows, int experts, int top_k, bool norm) {
   TF_CHECK(top_k > 0 && top_k <= experts, "moe: top_k must be between 1 and the number of experts");
   MoeRoute r;
@@ -26,9 +34,12 @@ MoeRoute route_topk(const float* logits, int rows, int experts, int top_k, bool 
     for (int e = 0; e < experts; ++e) sum += (prob[e] = std::exp(l[e] - mx));
     for (auto& v : prob) v /= sum;
     std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + top_k, order.end(), [&](int32_t a, int32_t b) {
+    const int sorted = std::min(top_k + 1, experts);  // one more than chosen: the margin's runner-up
+    std::partial_sort(order.begin(), order.begin() + sorted, order.end(), [&](int32_t a, int32_t b) {
       return prob[a] > prob[b] || (prob[a] == prob[b] && a < b);
     });
+    if (g_margin_sink)
+      g_margin_sink->push_back(top_k < experts ? prob[order[top_k - 1]] - prob[order[top_k]] : 1.f);
     float topsum = 0;
     for (int j = 0; j < top_k; ++j) topsum += prob[order[j]];
     for (int j = 0; j < top_k; ++j) {

@@ -15,4 +15,11 @@ struct MoeRoute {
 };
 MoeRoute route_topk(const float* logits, int rows, int experts, int top_k, bool norm_topk_prob);
 
+// Diagnostics (tests): while a sink is set on this thread, route_topk appends, for every row it routes,
+// the gap between the probability of the row's top_k-th expert and the next one (1 when top_k ==
+// experts). A row with a small gap is a near-tie: bf16 activations on a GPU can route it to another
+// expert set than the f32 reference, which changes that token and, through attention, every later one.
+// Pass null to stop recording.
+void set_route_margin_sink(std::vector<float>* sink);
+
 }  // namespace tf

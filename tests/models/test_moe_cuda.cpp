@@ -1,10 +1,11 @@
 // GPU: the fused Backend::moe of the CUDA backend (device routing, grouping, grouped GEMM, combine)
 // against the CPU reference, bit-for-bit against the host-routed per-expert path where both round the same,
 // and a token's output bits independent of how many other tokens share the call and which experts they
-// chose (1..64 tokens). Label "gpu".
+// chose (1..64 tokens), and the same bits when every fresh device allocation is NaN-poisoned. Label "gpu".
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -79,6 +80,8 @@ Tensor rows_of(const Tensor& x, const std::vector<int>& rows) {
 }
 
 TEST_F(Moe, FusedPathIsTakenAndMatchesTheCpuReference) {
+  if (const char* v = std::getenv("TF_MOE_FUSED"); v && std::string(v) == "0")
+    GTEST_SKIP() << "TF_MOE_FUSED=0 turns the fused path off";
   MoeWeights g = make_moe(*gpu, 4, true, 1), c = make_moe(*cpu, 4, true, 1);
   std::mt19937 rng(2);
   const Tensor x = random_bf16({40, kH}, 1.f, rng);
@@ -136,6 +139,43 @@ TEST_F(Moe, TokenBitsIndependentOfTheBatch) {
       for (int i = 0; i < copies; i += 37)
         ASSERT_EQ(0, std::memcmp(out.data() + i * kH, alone[17].data(), kH * 4)) << copies << " copies";
     }
+  }
+}
+
+// TF_CUDA_POISON=1 fills every tensor the backend hands out with 0xFF bytes (NaN): the fused path
+// (and the host-routed one) must read only what it wrote, so the bits stay those of a plain backend.
+TEST_F(Moe, BitsUnchangedByPoisonedAllocations) {
+  std::mt19937 rng(8);
+  const Tensor x = random_bf16({300, kH}, 1.f, rng);
+  const std::vector<int> sizes = {1, 9, 64, 300};
+  std::vector<std::vector<float>> fused[2], routed[2];
+  for (int poisoned = 0; poisoned < 2; ++poisoned) {
+    gpu.reset();  // one backend at a time: it owns the process's device allocator
+    if (poisoned) setenv("TF_CUDA_POISON", "1", 1);
+    std::string why;
+    gpu = make_cuda_backend(0, &why);
+    unsetenv("TF_CUDA_POISON");
+    ASSERT_TRUE(gpu) << why;
+    MoeWeights g = make_moe(*gpu, 4, true, 9);
+    for (int n : sizes) {
+      std::vector<int> rows(static_cast<size_t>(n));
+      for (int i = 0; i < n; ++i) rows[i] = i;
+      const Tensor xs = rows_of(x, rows);
+      fused[poisoned].push_back(run(*gpu, g, xs));
+      Tensor dx = gpu->upload(xs), out = gpu->alloc({n, kH}, DType::BF16);
+      gpu->Backend::moe(dx, g, out);
+      Tensor host = Tensor::empty({n, kH}, DType::F32);
+      gpu->to_host(out, host);
+      routed[poisoned].push_back(host.to_f32_vector());
+    }
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    for (float v : fused[1][i]) ASSERT_TRUE(std::isfinite(v)) << sizes[i] << " tokens, fused";
+    for (float v : routed[1][i]) ASSERT_TRUE(std::isfinite(v)) << sizes[i] << " tokens, host-routed";
+    EXPECT_EQ(0, std::memcmp(fused[1][i].data(), fused[0][i].data(), fused[0][i].size() * 4))
+        << sizes[i] << " tokens: the fused path reads unwritten device memory";
+    EXPECT_EQ(0, std::memcmp(routed[1][i].data(), routed[0][i].data(), routed[0][i].size() * 4))
+        << sizes[i] << " tokens: the host-routed path reads unwritten device memory";
   }
 }
 

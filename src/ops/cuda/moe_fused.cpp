@@ -6,6 +6,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "core/error.h"
@@ -44,9 +46,20 @@ const void* const* tables(MoeWeights& w, cudaStream_t s) {
   return static_cast<const void* const*>(static_cast<Prepared*>(w.prepared.get())->table);
 }
 
+// TF_MOE_FUSED=0 (read once) sends every MoE layer down the host-routed default path: a diagnosis
+// switch that isolates the fused kernels from the rest of the model.
+bool fused_disabled() {
+  static const bool off = [] {
+    const char* v = std::getenv("TF_MOE_FUSED");
+    return v && std::strcmp(v, "0") == 0;
+  }();
+  return off;
+}
+
 }  // namespace
 
 bool moe_fusable(const Tensor& h, const MoeWeights& w) {
+  if (fused_disabled()) return false;
   const size_t E = w.gate_up.size();
   if (E == 0 || E > size_t(kMoeMaxExperts) || w.down.size() != E || w.top_k <= 0 || w.top_k > kMoeMaxTopK ||
       size_t(w.top_k) > E || h.dtype() != DType::BF16)

@@ -8,7 +8,8 @@
 namespace tf::cuda {
 
 // True when h and the experts fit the fused path: bf16 activations and dense bf16 experts without
-// biases, hidden and expert intermediate divisible by 32, at most 1024 experts, top_k at most 32.
+// biases, hidden and expert intermediate divisible by 32, at most 1024 experts, top_k at most 32; never
+// when the environment sets TF_MOE_FUSED=0 (read once per process).
 bool moe_fusable(const Tensor& h, const MoeWeights& w);
 // Tokens a grouped-GEMM tile holds for `pairs` (rows * top_k) over `experts`: 8 while experts get ~1 row.
 int moe_tile_for(int pairs, int experts);

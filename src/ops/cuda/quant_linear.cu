@@ -283,8 +283,8 @@ __device__ __forceinline__ uint4 load_stream(const void* p) {  // weights: read 
 // a multiple of 4, or at and past quad_chunks) are done one at a time, in order.
 template <int NT, int D>
 __global__ void __launch_bounds__(kWarps * 32, 2)
-    q4_decode_kernel(const __nv_bfloat16* __restrict__ x, QArgs q, const void* __restrict__ bias, int bias_kind,
-                     void* __restrict__ y, bool y_f32, int m, int n, int k, int m_tiles) {
+    q4_decode_kernel(const __nv_bfloat16* __restrict__ x, QArgs q, const void* __restrict__ bias,
+                     int bias_kind, void* __restrict__ y, bool y_f32, int m, int n, int k, int m_tiles) {
   __shared__ float red[kWarps][NT * 8][16];
   asm volatile("griddepcontrol.launch_dependents;");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -393,7 +393,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     }
     for (int c = tail_begin; c < c_end; ++c) single(c);
 
-    // acc[j]: c0 = (n0+g, token 8j+2t), c1 = (n0+g, 8j+2t+1), c2/c3 the same for n0+g+8.
+      // acc[j]: c0 = (n0+g, token 8j+2t), c1 = (n0+g, 8j+2t+1), c2/c3 the same for n0+g+8.
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
       red[warp][8 * j + 2 * t][g] = acc[j][0];
@@ -455,6 +455,17 @@ int resident_blocks(const void* kernel) {
   TF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   TF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, 0));
   return cache[kernel] = std::max(1, sms * per_sm);
+}
+
+// Fills resident_blocks' cache for the 4-bit decode kernels at upload (not during a graph capture).
+void prime_q4_grids() {
+  for (const void* k : {reinterpret_cast<const void*>(q4_decode_kernel<1, 1>),
+                        reinterpret_cast<const void*>(q4_decode_kernel<1, 2>),
+                        reinterpret_cast<const void*>(q4_decode_kernel<1, 4>),
+                        reinterpret_cast<const void*>(q4_decode_kernel<2, 1>),
+                        reinterpret_cast<const void*>(q4_decode_kernel<2, 2>),
+                        reinterpret_cast<const void*>(q4_decode_kernel<2, 4>)})
+    resident_blocks(k);
 }
 
 // log2(group / 32); 30 when there is one group per row (any group size); -1 when unsupported.
@@ -565,7 +576,12 @@ bool upload_quantized_linear(const LinearWeight& host, LinearWeight& dev, cudaSt
   dev.format = host.format;
   dev.bits = host.bits, dev.group_size = host.group_size;
   dev.in_features = host.in_features, dev.out_features = host.out_features;
-  dev.weight = mlx && host.bits == 4 ? to_device(reorder_4bit(host.weight, host.in_features), s) : to_device(host.weight, s);
+  if (mlx && host.bits == 4) {
+    dev.weight = to_device(reorder_4bit(host.weight, host.in_features), s);
+    if (host.scales.dtype() == DType::BF16) prime_q4_grids();  // outside any graph capture
+  } else {
+    dev.weight = to_device(host.weight, s);
+  }
   if (mlx && host.scales.dtype() == DType::BF16) {
     dev.scales = to_device(interleave_bf16(host.scales, host.biases), s);
     dev.biases = Tensor();
@@ -624,14 +640,15 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
       int grid = n_tiles * m_tiles;
       if constexpr (KIND == kMlxBf16 && B == 4 && NT <= 2)
         if (q.chunk_shift >= 1 && n * q.row_bytes / 4 < (int64_t(1) << 32)) {  // quad loads; persistent grid
-          // Auto: 16 chunks ahead at M <= 8, 8 at M <= 16 (16 would spill there: 128 registers for 2 blocks/SM)
+          // Auto: 16 chunks ahead at M <= 8, 8 at M <= 16 (16 spills there: 128 registers, 2 blocks/SM)
           const int quads = g_loads_per_step ? g_loads_per_step / 4 : NT == 1 ? 4 : 2;
-          kernel = quads == 1 ? q4_decode_kernel<NT, 1> : quads == 2 ? q4_decode_kernel<NT, 2>
-                                                                     : q4_decode_kernel<NT, 4>;
+          kernel = quads == 1   ? q4_decode_kernel<NT, 1>
+                   : quads == 2 ? q4_decode_kernel<NT, 2>
+                                : q4_decode_kernel<NT, 4>;
           grid = std::min(grid, resident_blocks(reinterpret_cast<const void*>(kernel)));
         }
-      launch_pdl(kernel, dim3(grid), dim3(kWarps * 32), 0, s, xp, q, bias, bias_kind, y.raw(),
-                 y_f32, m, int(n), int(k), m_tiles);
+      launch_pdl(kernel, dim3(grid), dim3(kWarps * 32), 0, s, xp, q, bias, bias_kind, y.raw(), y_f32, m,
+                 int(n), int(k), m_tiles);
     };
     if (m <= 8)
       go(std::integral_constant<int, 1>{});

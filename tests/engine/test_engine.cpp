@@ -136,31 +136,43 @@ TEST(Engine, DecodeShareSplitsPrefillWithoutChangingTokens) {
   for (int i = 0; i < 2; ++i) {
     auto e = make(i == 0 ? 0.0 : 0.75);
     auto h1 = e->submit(running);
-    // One Tokens event per round for the decoding stream (no drafts): their arrival times count rounds.
-    std::vector<std::chrono::steady_clock::time_point> ticks;
-    std::vector<int32_t> tokens1;
+    std::vector<int32_t> tokens1, tokens2;
     StreamEvent ev;
     ASSERT_TRUE(h1->next(ev, 60s));  // the first stream is decoding when the long prompt arrives
     for (auto& t : ev.tokens) tokens1.push_back(t.token);
-    std::thread reader([&] {
-      StreamEvent e1;
-      while (h1->next(e1, 60s) && e1.kind == StreamEvent::Kind::Tokens) {
-        ticks.push_back(std::chrono::steady_clock::now());
-        for (auto& t : e1.tokens) tokens1.push_back(t.token);
-      }
-    });
     auto h2 = e->submit(joining);
-    std::vector<int32_t> tokens2;
-    std::chrono::steady_clock::time_point first2{};
-    StreamEvent e2;
-    while (h2->next(e2, 60s) && e2.kind == StreamEvent::Kind::Tokens) {
-      if (tokens2.empty()) first2 = std::chrono::steady_clock::now();
-      for (auto& t : e2.tokens) tokens2.push_back(t.token);
+    // One Tokens event per round for the decoding stream (no drafts), pushed before the joining stream's
+    // event of the same round. Polling the joining stream first, then one event of the first stream,
+    // counts the rounds the first stream ran before the joining stream's first token, whatever the
+    // threads' timing.
+    bool done1 = false, done2 = false;
+    int rounds1 = 0;
+    while (!done1 || !done2) {
+      if (!done2 && h2->next(ev, 0ms)) {
+        if (ev.kind != StreamEvent::Kind::Tokens) {
+          done2 = true;
+        } else {
+          if (tokens2.empty() && !ev.tokens.empty()) rounds_before_first[i] = rounds1;
+          for (auto& t : ev.tokens) tokens2.push_back(t.token);
+        }
+        continue;
+      }
+      if (!done1 && h1->next(ev, 1ms)) {
+        if (ev.kind != StreamEvent::Kind::Tokens) done1 = true;
+        else ++rounds1;
+        for (auto& t : ev.tokens) tokens1.push_back(t.token);
+      } else if (done1) {
+        ASSERT_TRUE(h2->next(ev, 60s));
+        if (ev.kind != StreamEvent::Kind::Tokens) {
+          done2 = true;
+        } else {
+          if (tokens2.empty() && !ev.tokens.empty()) rounds_before_first[i] = rounds1;
+          for (auto& t : ev.tokens) tokens2.push_back(t.token);
+        }
+      }
     }
-    reader.join();
     EXPECT_EQ(tokens1, want_running.tokens) << "decode_share " << i;
     EXPECT_EQ(tokens2, want_joining.tokens) << "decode_share " << i;
-    for (auto t : ticks) rounds_before_first[i] += t < first2;
   }
   // 0.75: at most max(16, 1 * 0.25 / 0.75) = 16 prompt rows a round beside the decoding stream, so
   // ~13 rounds before the joining stream's first token instead of ~1.

@@ -143,8 +143,8 @@ TEST(BenchModes, CacheCheckReadsTheSpillBackAndMatches) {
 
 TEST(BenchModes, ChatTurnTenReusesTheHistoryAndMatches) {
   const std::string out =
-      bench({"--chat-turns", "10", "--prompt-tokens", "392", "--tokens", "8", "--backend", "cpu"});
-  EXPECT_NE(out.find("turn 10 of a chat: 392 tokens of history (32 new)"), std::string::npos);
+      bench({"--chat-turns", "10", "--prompt-tokens", "236", "--tokens", "4", "--backend", "cpu"});
+  EXPECT_NE(out.find("turn 10 of a chat: 236 tokens of history (20 new)"), std::string::npos);
   EXPECT_NE(out.find("outputs MATCH"), std::string::npos);
 }
 

@@ -47,6 +47,7 @@ std::string FakeText::render_chat(const nlohmann::ordered_json& messages, const 
   }
   if (add_generation_prompt) out += "<|assistant|>";
   if (kwargs.contains("enable_thinking") && kwargs["enable_thinking"] == false) out += "/no_think";
+  if (kwargs.value("open_think", false)) out += "<think>\n";  // as thinking templates end the prompt
   return out;
 }
 
@@ -125,6 +126,13 @@ void FakeHandle::run() {
   usage.cached_tokens = cached_;
   FinishReason finish = FinishReason::Length;
   std::string matched;
+  // A prompt that already closed the reply's thinking block (a thinking budget resumed it) gets the
+  // answer after the reply's own "</think>\n\n".
+  size_t reply_start = 0, closed = prompt.rfind("</think>"), turn = prompt.rfind("<|assistant|>");
+  if (closed != std::string::npos && turn != std::string::npos && closed > turn) {
+    size_t answer = cfg_.reply.find("</think>\n\n");
+    if (answer != std::string::npos) reply_start = answer + 10;
+  }
   for (int pos = 0; pos < req_.max_tokens; ++pos) {
     std::this_thread::sleep_for(cfg_.step);
     if (cancel_) {
@@ -135,7 +143,8 @@ void FakeHandle::run() {
     engine_.steps++;
     int32_t tok = eos_soon && pos == 12 && !req_.ignore_eos ? FakeText::kEos : FakeEngine::token_at(seed, pos);
     if (!cfg_.reply.empty()) {
-      tok = size_t(pos) < cfg_.reply.size() ? int32_t(uint8_t(cfg_.reply[size_t(pos)])) : FakeText::kEos;
+      size_t at = reply_start + size_t(pos);
+      tok = at < cfg_.reply.size() ? int32_t(uint8_t(cfg_.reply[at])) : FakeText::kEos;
     }
     GeneratedToken g;
     g.token = tok;

@@ -24,7 +24,8 @@ class FakeText : public server::ModelText {
   int vocab_size() const override { return 258; }
   bool has_chat_template() const override { return has_template; }
   // "<|role|>content\n" per message (tool calls as "call name(args)" with args dumped as JSON), then
-  // "<|assistant|>" with add_generation_prompt, and "/no_think" when kwargs.enable_thinking is false.
+  // "<|assistant|>" with add_generation_prompt, "/no_think" when kwargs.enable_thinking is false and
+  // "<think>\n" when kwargs.open_think is true.
   std::string render_chat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
                           bool add_generation_prompt, const nlohmann::ordered_json& kwargs) const override;
   bool has_template = true;
@@ -36,7 +37,7 @@ struct FakeEngineConfig {
   // A prompt containing this text ends with EOS after 12 tokens.
   std::string eos_trigger = "EOS";
   // When set, every reply is this text, one byte per token, then EOS (parsers see markers split at
-  // every byte).
+  // every byte); after a prompt that closed the thinking block, the part after the reply's "</think>\n\n".
   std::string reply = "";
 };
 

@@ -246,6 +246,43 @@ TEST_P(ToolCallStreams, AnthropicMessages) {
   EXPECT_EQ(told, args);
 }
 
+// A thinking budget when the prompt opened <think> (the fake answers after its own "</think>\n\n" once
+// the prompt closed the block): the reasoning is cut after the budget, the model answers, and usage
+// counts both parts and the injected close.
+TEST(ThinkingBudget, CutsReasoningOpenedByThePrompt) {
+  testing::FakeEngine engine(testing::FakeEngineConfig{
+      .context = 512, .step = std::chrono::microseconds(50), .reply = "abcdefghijklmnop\n</think>\n\nDone."});
+  testing::FakeText text;
+  ServerOptions o;
+  o.port = 0;
+  o.default_max_tokens = 100;
+  o.thinking_budget = 4;
+  HttpServer server(engine, text, o);
+  server.bind();
+  std::thread thread([&] { server.run(); });
+  httplib::Client client("127.0.0.1", server.port());
+  auto chat = [&](json extra) {
+    json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                 {"chat_template_kwargs", {{"open_think", true}}}};
+    body.update(extra);
+    auto r = client.Post("/v1/chat/completions", body.dump(), "application/json");
+    EXPECT_TRUE(r && r->status == 200);
+    return r ? json::parse(r->body) : json();
+  };
+  json cut = chat(json::object());
+  EXPECT_EQ(cut["choices"][0]["message"]["reasoning_content"], "abcd");
+  EXPECT_EQ(cut["choices"][0]["message"]["content"], "Done.");
+  // 4 reasoning tokens + "\n</think>\n\n" (11 bytes) + "Done." and its EOS.
+  EXPECT_EQ(cut["usage"]["completion_tokens"], 4 + 11 + 6);
+  json free = chat({{"thinking_budget", 0}});  // the request lifts the server's budget
+  EXPECT_EQ(free["choices"][0]["message"]["reasoning_content"], "abcdefghijklmnop");
+  EXPECT_EQ(free["choices"][0]["message"]["content"], "Done.");
+  json two = chat({{"n", 2}, {"chat_template_kwargs", {{"open_think", true}, {"thinking_budget", 6}}}});
+  for (const json& c : two["choices"]) EXPECT_EQ(c["message"]["reasoning_content"], "abcdef");
+  server.stop();
+  thread.join();
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Formats, ToolCallStreams,
     ::testing::Values(

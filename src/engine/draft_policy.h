@@ -36,4 +36,8 @@ struct DraftStats {
 // row) plus `draft_cost` (producing it).
 int choose_draft_length(DraftStats& s, double row_cost, int max_k, double draft_cost = 0);
 
+// --decode-share F: the prompt rows a round may carry beside `decode_rows` decode/verify rows, so that
+// the decode rows stay at least F of the round (never below 16 prompt rows, never above prefill_chunk).
+int prefill_row_budget(int prefill_chunk, int decode_rows, double decode_share);
+
 }  // namespace tf

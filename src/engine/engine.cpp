@@ -399,13 +399,7 @@ class EngineImpl final : public Engine {
     std::stable_sort(prefilling.begin(), prefilling.end(), [](Sequence* a, Sequence* b) {
       return int(a->tokens.size()) - a->computed < int(b->tokens.size()) - b->computed;
     });
-    int budget = std::max(1, opt_.prefill_chunk);
-    // --decode-share F: while replies decode, prompt rows are capped so the decode rows stay at least F of
-    // the round (never below 16 prompt rows, so prompts still progress).
-    if (opt_.decode_share > 0 && meta.rows() > 0) {
-      const double f = std::min(opt_.decode_share, 0.95);
-      budget = std::min(budget, std::max(16, int(double(meta.rows()) * (1 - f) / f)));
-    }
+    int budget = prefill_row_budget(opt_.prefill_chunk, meta.rows(), opt_.decode_share);
     for (Sequence* s : prefilling) {
       const int pending = int(s->tokens.size()) - s->computed;
       const int room = int(s->blocks.size()) * kBlockSize - s->computed;

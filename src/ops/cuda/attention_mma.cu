@@ -407,19 +407,28 @@ bool attention_mma_supported(int head_dim, int hq, int hk) {
 int attention_mma_rows_per_tile(int hq, int hk) { return kPairs / (hq / hk); }
 
 void plan_attention_tiles(const std::vector<int32_t>& row_seq, int rows_per_tile, TileSchedule schedule,
-                          std::vector<int32_t>& loop_tiles, std::vector<int32_t>& split_tiles) {
+                          std::vector<int32_t>& loop_tiles, std::vector<int32_t>& split_tiles, int min_loop_tiles) {
   loop_tiles.clear(), split_tiles.clear();
   const int rows = int(row_seq.size());
+  std::vector<int32_t> tiles;  // (first row, rows)
+  int full = 0;
   for (int r = 0; r < rows;) {
     int e = r + 1;
     while (e < rows && row_seq[e] == row_seq[r] && e - r < rows_per_tile) ++e;
-    const int n = e - r;
-    // Speed only: a tile with many rows stages each chunk once for all of them; a short one (decode,
-    // verify) spreads its chunks over blocks.
-    const bool loop = schedule == TileSchedule::Loop || (schedule == TileSchedule::Auto && n * 2 >= rows_per_tile);
-    auto& dst = loop ? loop_tiles : split_tiles;
-    dst.push_back(r), dst.push_back(n);
+    tiles.push_back(r), tiles.push_back(e - r);
+    full += (e - r) * 2 >= rows_per_tile;
     r = e;
+  }
+  // Speed only: a tile with many rows stages each chunk once for all of them (loop) — worth it when
+  // there are enough such tiles to fill the GPU (prefill); short tiles (decode, verify) and calls with
+  // few tiles spread their chunks over blocks (split).
+  const bool many = full >= min_loop_tiles;
+  for (size_t t = 0; t < tiles.size(); t += 2) {
+    const int n = tiles[t + 1];
+    const bool loop = schedule == TileSchedule::Loop ||
+                      (schedule == TileSchedule::Auto && many && n * 2 >= rows_per_tile);
+    auto& dst = loop ? loop_tiles : split_tiles;
+    dst.push_back(tiles[t]), dst.push_back(n);
   }
 }
 

@@ -19,8 +19,10 @@ int attention_mma_rows_per_tile(int hq, int hk);
 enum class TileSchedule { Auto, Loop, Split };
 // Cuts the batch's rows into tiles of at most `rows_per_tile` consecutive rows of one sequence, as
 // (first row, rows) pairs: loop tiles walk their chunks in one block, split tiles spread them.
+// Auto makes half-full tiles loop tiles only when there are at least `min_loop_tiles` of them.
 void plan_attention_tiles(const std::vector<int32_t>& row_seq, int rows_per_tile, TileSchedule schedule,
-                          std::vector<int32_t>& loop_tiles, std::vector<int32_t>& split_tiles);
+                          std::vector<int32_t>& loop_tiles, std::vector<int32_t>& split_tiles,
+                          int min_loop_tiles = 0);
 
 // Process-wide switches for tests and benches: the schedule (default Auto) and whether the backend
 // uses this kernel at all where supported (default on; off = attention() of kernels.h everywhere).

@@ -627,6 +627,12 @@ TEST(AttentionTiles, PlanCoversRowsBySequence) {
           }
         }
       for (int c : covered) EXPECT_EQ(c, 1);
+      if (sched == cuda::TileSchedule::Auto) {  // too few half-full tiles to fill the card: all split
+        std::vector<int32_t> l2, s2;
+        cuda::plan_attention_tiles(row_seq, rpt, sched, l2, s2, 1000);
+        EXPECT_TRUE(l2.empty());
+        EXPECT_EQ(s2.size(), loop.size() + split.size());
+      }
       if (sched == cuda::TileSchedule::Loop) {
         EXPECT_TRUE(split.empty());
       }

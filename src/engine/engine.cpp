@@ -465,6 +465,16 @@ class EngineImpl final : public Engine {
 
   void drop_cancelled() {
     std::lock_guard<std::mutex> lock(mu_);
+    // Waiting requests whose client left give their queue place back at once, even while every stream
+    // slot is busy (admission only looks at the queue when a slot is free).
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      if ((*it)->queue->cancelled()) {
+        finish(**it, FinishReason::Cancelled, {});
+        it = waiting_.erase(it);
+      } else {
+        ++it;
+      }
+    }
     for (auto it = running_.begin(); it != running_.end();) {
       if ((*it)->queue->cancelled()) {
         if (drafter_) drafter_->release(**it);

@@ -260,8 +260,9 @@ bool stream_generation(EventSource& gen, StreamFormatter& fmt, bool include_usag
         return false;
       }
       // A comment line now and then while queued: clients ignore it, and a write to a closed connection
-      // is how we learn the client left.
-      if (std::chrono::steady_clock::now() - idle_since > std::chrono::seconds(2)) {
+      // is how we learn the client left (the second write after a hang-up fails), so a waiting request
+      // gives its queue place back within about a second.
+      if (std::chrono::steady_clock::now() - idle_since > milliseconds(500)) {
         if (!write(sse_comment("waiting"))) return gen.cancel(true), false;
         idle_since = std::chrono::steady_clock::now();
       }

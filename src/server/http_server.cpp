@@ -2,8 +2,14 @@
 
 #include <httplib.h>
 
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 
 #include "core/error.h"
 #include "server/anthropic_messages.h"
@@ -282,6 +288,34 @@ std::string HttpServer::url() const {
   return "http://" + options_.host + ":" + std::to_string(port_);
 }
 
+namespace {
+
+// Debian's cpp-httplib 0.11 is a shared library built with a listen backlog of 5: 64 clients connecting
+// at once see some connections reset. Linux re-reads the backlog on a second listen(), so raise it on
+// the socket httplib bound (found among our descriptors by its port; httplib does not expose it).
+void widen_listen_backlog(int port) {
+  DIR* dir = opendir("/proc/self/fd");
+  if (!dir) return;
+  while (dirent* e = readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0') continue;
+    int accepting = 0;
+    socklen_t len = sizeof accepting;
+    if (getsockopt(int(fd), SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) != 0 || !accepting) continue;
+    sockaddr_storage addr{};
+    socklen_t alen = sizeof addr;
+    if (getsockname(int(fd), reinterpret_cast<sockaddr*>(&addr), &alen) != 0) continue;
+    int p = -1;
+    if (addr.ss_family == AF_INET) p = ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    if (addr.ss_family == AF_INET6) p = ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+    if (p == port) ::listen(int(fd), SOMAXCONN);
+  }
+  closedir(dir);
+}
+
+}  // namespace
+
 void HttpServer::bind() {
   auto& http = impl_->http;
   if (options_.port == 0) {
@@ -294,6 +328,7 @@ void HttpServer::bind() {
     }
     port_ = options_.port;
   }
+  widen_listen_backlog(port_);
 }
 
 void HttpServer::run() {

@@ -16,6 +16,10 @@ class CostModel {
   // Time a model drafter spent proposing `tokens` tokens (zero for context copies).
   void observe_draft(int tokens, double seconds);
   double row_cost() const;    // c above
+  // c for a round of `rows` decode rows: an extra verify row slows every stream of the round, so its
+  // cost relative to one stream's share of the round is rows * slope / (intercept + slope * rows)
+  // (= row_cost() for one row). Drafting pays iff the expected extra tokens beat that.
+  double row_cost_in_round(int rows) const;
   double draft_cost() const;  // a drafted token's own cost, in units of a 1-row step
 
  private:

@@ -508,7 +508,7 @@ class EngineImpl final : public Engine {
     std::vector<DraftSlot> ngram_slots, model_slots;
     std::vector<std::vector<int32_t>> drafts(decoding.size());
     if (drafting_) {
-      const double c = cost_.row_cost();
+      const double c = cost_.row_cost_in_round(int(decoding.size()));
       for (size_t i = 0; i < decoding.size(); ++i) {
         Sequence& s = *decoding[i];
         if (!s.req.draft) continue;

@@ -469,13 +469,14 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
     cuda::set_attention_variant(cuda::LoopVariant::Auto);
     const double bytes = 2.0 * batch * ctx * sh.kv_heads * sh.head_dim * 2;
     std::printf(
-        "attention one layer b=%d ctx=%d: CUDA-core prefetch %.1f us, %.0f GB/s of KV | plain %.1f us, %.0f GB/s\n",
+        "attention one layer b=%d ctx=%d: CUDA-core prefetch %.1f us, %.0f GB/s of KV | plain %.1f us, %.0f "
+        "GB/s\n",
         batch, ctx, t * 1e3, bytes / (t * 1e-3) / 1e9, t0 * 1e3, bytes / (t0 * 1e-3) / 1e9);
     cuda::set_attention_mma(true);
     const double tm = time_ms(
         s, [&] { be.attention(q, m.layers[0].kv, ap, o); }, 3, 11);
-    std::printf("attention one layer b=%d ctx=%d: tensor-core %.1f us, %.0f GB/s of KV\n", batch, ctx, tm * 1e3,
-                bytes / (tm * 1e-3) / 1e9);
+    std::printf("attention one layer b=%d ctx=%d: tensor-core %.1f us, %.0f GB/s of KV\n", batch, ctx,
+                tm * 1e3, bytes / (tm * 1e-3) / 1e9);
   }
   // Prefill of one prompt in one forward; logits for the last token only.
   for (int n : {512, 4096}) {
@@ -521,7 +522,8 @@ void verify_sweep(Backend& be, const Shape& sh, int ctx) {
   Acts acts = make_acts(be, sh, 8 * 9, 8 * 9);
   LinearFn ours = [&](const Tensor& x, const LinearWeight& w, Tensor& y) { be.linear(x, w, y); };
   const RopeParams rope = qwen_rope(sh.head_dim);
-  std::printf("\n== verify cost, %s, ctx %d (graph replays; logits for every row) ==\n| batch | k=0 ms |", sh.name, ctx);
+  std::printf("\n== verify cost, %s, ctx %d (graph replays; logits for every row) ==\n| batch | k=0 ms |",
+              sh.name, ctx);
   for (int k = 1; k <= 8; ++k) std::printf(" k=%d |", k);
   std::printf("\n|---|---|---|---|---|---|---|---|---|---|\n");
   for (int batch : {1, 8}) {
@@ -532,7 +534,8 @@ void verify_sweep(Backend& be, const Shape& sh, int ctx) {
       be.begin_forward(meta);
       const int rows = batch * (k + 1);
       bool g = false;
-      const double t = time_graph_ms(s, [&] { forward(be, m, acts, rows, rows, rope, ours); }, &g);
+      const double t = time_graph_ms(
+          s, [&] { forward(be, m, acts, rows, rows, rope, ours); }, &g);
       if (k == 0) {
         base = t;
         std::printf(" %.3f |", t);

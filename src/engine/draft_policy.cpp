@@ -45,7 +45,8 @@ double CostModel::row_cost() const {
 
 double CostModel::row_cost_in_round(int rows) const {
   const double var = sxx_ * n_ - sx_ * sx_;
-  if (rows <= 1 || n_ < 8 || var <= 1e-9 * n_ * n_) return std::clamp(row_cost() * std::max(1, rows), 0.01, 1.0);
+  if (rows <= 1 || n_ < 8 || var <= 1e-9 * n_ * n_)
+    return std::clamp(row_cost() * std::max(1, rows), 0.01, 1.0);
   const double slope = (sxy_ * n_ - sx_ * sy_) / var;
   const double intercept = (sy_ - slope * sx_) / n_;
   if (slope <= 0) return 0.01;

@@ -2,8 +2,8 @@
 // How many tokens to draft for a stream: the k that maximises expected tokens per unit of forward time,
 // from the stream's measured acceptance and the measured cost of an extra verify row. With acceptance a
 // per drafted token, k drafts yield (1 - a^(k+1)) / (1 - a) tokens for a forward costing 1 + c·k, where
-// c = (time of one more row + time to draft it) / (time of a 1-row step). When no k > 0 pays, the stream decodes serially
-// and probes now and then, so drafting never makes it slower than serial by more than noise.
+// c = (time of one more row + time to draft it) / (time of a 1-row step). When no k > 0 pays, the stream
+// decodes serially and probes now and then, so drafting never makes it slower than serial by more than noise.
 #include <cstdint>
 
 namespace tf {
@@ -15,7 +15,7 @@ class CostModel {
   void observe(int rows, double seconds);
   // Time a model drafter spent proposing `tokens` tokens (zero for context copies).
   void observe_draft(int tokens, double seconds);
-  double row_cost() const;    // c above
+  double row_cost() const;  // c above
   // c for a round of `rows` decode rows: an extra verify row slows every stream of the round, so its
   // cost relative to one stream's share of the round is rows * slope / (intercept + slope * rows)
   // (= row_cost() for one row). Drafting pays iff the expected extra tokens beat that.

@@ -2,6 +2,8 @@
 // round puts decode rows of running streams and prefill chunks of new prompts into one forward.
 #include "engine/engine.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <condition_variable>
 #include <filesystem>
@@ -10,7 +12,6 @@
 #include <mutex>
 #include <sstream>
 #include <thread>
-#include <unistd.h>
 
 #include "checkpoint/checkpoint.h"
 #include "core/error.h"
@@ -36,11 +37,16 @@ namespace tf {
 
 const char* finish_reason_name(FinishReason r) {
   switch (r) {
-    case FinishReason::Stop: return "stop";
-    case FinishReason::Length: return "length";
-    case FinishReason::Cancelled: return "cancelled";
-    case FinishReason::Error: return "error";
-    case FinishReason::None: break;
+    case FinishReason::Stop:
+      return "stop";
+    case FinishReason::Length:
+      return "length";
+    case FinishReason::Cancelled:
+      return "cancelled";
+    case FinishReason::Error:
+      return "error";
+    case FinishReason::None:
+      break;
   }
   return "none";
 }
@@ -57,7 +63,8 @@ std::string hex64(uint64_t v) {
 
 std::unique_ptr<Backend> pick_backend(const std::string& want) {
   if (want == "cpu") return make_cpu_backend();
-  if (want != "auto" && want != "cuda") throw Error("--backend must be auto, cuda or cpu (got '" + want + "')");
+  if (want != "auto" && want != "cuda")
+    throw Error("--backend must be auto, cuda or cpu (got '" + want + "')");
   std::string why;
   auto cuda = make_cuda_backend(0, &why);
   if (cuda) return cuda;
@@ -95,9 +102,10 @@ class EngineImpl final : public Engine {
       blocks = per_stream * std::max(1, opt.parallel > 0 ? opt.parallel : 4);
     }
     if (blocks < per_stream)
-      throw Error("the KV budget holds " + std::to_string(int64_t(blocks) * kBlockSize) + " tokens, less than one " +
-                  "stream's --context " + std::to_string(context) + "; lower --context or raise the budget" +
-                  (opt.kv_budget_bytes == 0 && backend_->total_memory() > 0 ? " (--gpu-memory-utilization)" : ""));
+      throw Error(
+          "the KV budget holds " + std::to_string(int64_t(blocks) * kBlockSize) + " tokens, less than one " +
+          "stream's --context " + std::to_string(context) + "; lower --context or raise the budget" +
+          (opt.kv_budget_bytes == 0 && backend_->total_memory() > 0 ? " (--gpu-memory-utilization)" : ""));
     parallel_ = opt.parallel > 0 ? opt.parallel : std::clamp(blocks / per_stream, 1, 64);
     log_info("KV pool: " + std::to_string(int64_t(blocks) * kBlockSize) + " tokens (" +
              std::to_string(blocks / per_stream) + " full contexts of " + std::to_string(context) + "), " +
@@ -139,7 +147,8 @@ class EngineImpl final : public Engine {
       std::lock_guard<std::mutex> lock(mu_);
       TF_CHECK(!stopping_, "the engine is shutting down");
       if (int(waiting_.size()) >= opt_.max_queue)
-        throw Overloaded("the server is at capacity: " + std::to_string(waiting_.size()) + " requests are waiting; retry shortly");
+        throw Overloaded("the server is at capacity: " + std::to_string(waiting_.size()) +
+                         " requests are waiting; retry shortly");
       waiting_.push_back(std::make_unique<Sequence>(std::move(req), tokenizer_, q));
     }
     cv_.notify_all();
@@ -165,18 +174,20 @@ class EngineImpl final : public Engine {
     if (total == 0) return -1;
     const double used = double(total - backend_->free_memory());  // weights, context, other processes
     const double workspace = double(2ull << 30);                  // activations, logits, attention partials
-    const double budget = opt_.gpu_memory_utilization * double(total) - used - workspace - double(cache_bytes);
+    const double budget =
+        opt_.gpu_memory_utilization * double(total) - used - workspace - double(cache_bytes);
     if (budget <= 0)
-      throw Error("--gpu-memory-utilization " + std::to_string(opt_.gpu_memory_utilization) + " leaves no room for " +
-                  "the KV cache: " + std::to_string(int64_t(used) >> 20) + " MiB of " + std::to_string(total >> 20) +
-                  " MiB are in use after loading the weights");
+      throw Error("--gpu-memory-utilization " + std::to_string(opt_.gpu_memory_utilization) +
+                  " leaves no room for " + "the KV cache: " + std::to_string(int64_t(used) >> 20) +
+                  " MiB of " + std::to_string(total >> 20) + " MiB are in use after loading the weights");
     return int64_t(budget);
   }
 
   uint64_t identity() const {
     // What makes cached K/V reusable: model config, weights, dtype and kernels (backend), block size.
-    std::string id = ckpt_.config().dump() + "|" + std::to_string(ckpt_.total_bytes()) + "|" + backend_->name() +
-                     "|" + dtype_name(backend_->act_dtype()) + "|kernels-" TF_VERSION "|block-" + std::to_string(kBlockSize);
+    std::string id = ckpt_.config().dump() + "|" + std::to_string(ckpt_.total_bytes()) + "|" +
+                     backend_->name() + "|" + dtype_name(backend_->act_dtype()) +
+                     "|kernels-" TF_VERSION "|block-" + std::to_string(kBlockSize);
     return std::hash<std::string>{}(id);
   }
 
@@ -189,9 +200,11 @@ class EngineImpl final : public Engine {
       const double gib = opt_.spill_gib > 0 ? opt_.spill_gib : 4.0;
       std::string dir = snapshots ? opt_.snapshot_dir : opt_.spill_dir;
       if (dir.empty())
-        dir = (std::filesystem::temp_directory_path() / ("tensorfold-spill-" + std::to_string(getpid()))).string();
+        dir = (std::filesystem::temp_directory_path() / ("tensorfold-spill-" + std::to_string(getpid())))
+                  .string();
       const size_t max_files = snapshots && opt_.max_snapshots > 0 ? size_t(opt_.max_snapshots) : 0;
-      store_ = std::make_unique<KvDiskStore>(dir, identity(), uint64_t(gib * double(1ull << 30)), snapshots, max_files);
+      store_ = std::make_unique<KvDiskStore>(dir, identity(), uint64_t(gib * double(1ull << 30)), snapshots,
+                                             max_files);
       o.store = store_.get();
     }
     prefix_cache_ = std::make_unique<PrefixCache>(*pool_, o);
@@ -199,7 +212,8 @@ class EngineImpl final : public Engine {
 
   void setup_drafters(int context) {
     if (!opt_.drafts) return;
-    if (opt_.ngram_drafts) ngram_ = std::make_unique<NgramDrafter>(NgramOptions{opt_.ngram_min, opt_.ngram_max});
+    if (opt_.ngram_drafts)
+      ngram_ = std::make_unique<NgramDrafter>(NgramOptions{opt_.ngram_min, opt_.ngram_max});
     std::string dir = opt_.drafter;
     if (opt_.drafter_factory) {
       drafter_ = opt_.drafter_factory();
@@ -207,12 +221,13 @@ class EngineImpl final : public Engine {
     }
     if (dir == "auto") {
       const auto cand = std::filesystem::path(opt_.model_path) / "draft";
-      dir = model_->has_mtp() && opt_.mtp_drafts > 0 ? "mtp"
+      dir = model_->has_mtp() && opt_.mtp_drafts > 0        ? "mtp"
             : std::filesystem::exists(cand / "config.json") ? cand.string()
-                                                              : "none";
+                                                            : "none";
     }
     if (dir == "mtp") {
-      if (!model_->has_mtp()) throw Error("--drafter mtp: " + opt_.model_path + " has no MTP head (mtp.* tensors)");
+      if (!model_->has_mtp())
+        throw Error("--drafter mtp: " + opt_.model_path + " has no MTP head (mtp.* tensors)");
       drafter_ = std::make_unique<MtpDrafter>(*model_, *backend_, context, parallel_,
                                               MtpOptions{std::max(1, opt_.mtp_drafts), opt_.mtp_confidence});
     } else if (dir != "none" && !dir.empty()) {
@@ -250,8 +265,10 @@ class EngineImpl final : public Engine {
     info_.kv_bytes = pool_->bytes();
     info_.kv_tokens = int64_t(pool_->num_blocks()) * kBlockSize;
     info_.parallel = parallel_;
-    uint64_t h = std::hash<std::string>{}(ckpt_.config().dump()) ^ (uint64_t(ckpt_.total_bytes()) * 0x9e3779b97f4a7c15ULL);
-    info_.fingerprint = "tf-" TF_VERSION "-" + backend_->name().substr(0, backend_->name().find(' ')) + "-" + hex64(h);
+    uint64_t h = std::hash<std::string>{}(ckpt_.config().dump()) ^
+                 (uint64_t(ckpt_.total_bytes()) * 0x9e3779b97f4a7c15ULL);
+    info_.fingerprint =
+        "tf-" TF_VERSION "-" + backend_->name().substr(0, backend_->name().find(' ')) + "-" + hex64(h);
     const auto& g = ckpt_.generation_config();
     SamplingParams d;
     d.temperature = opt_.temperature.value_or(config_util::get_float(g, "temperature", 1.f));
@@ -267,19 +284,25 @@ class EngineImpl final : public Engine {
     for (int32_t t : req.prompt)
       if (t < 0 || t >= spec_.vocab)
         throw InvalidRequest("token id " + std::to_string(t) + " is outside the vocabulary (0.." +
-                                 std::to_string(spec_.vocab - 1) + ")", "prompt");
+                                 std::to_string(spec_.vocab - 1) + ")",
+                             "prompt");
     const int P = int(req.prompt.size()), C = info_.context;
     if (req.max_tokens <= 0) req.max_tokens = std::max(1, std::min(opt_.max_tokens, C - P));
     if (P + req.max_tokens > C)
-      throw InvalidRequest("This model's maximum context length is " + std::to_string(C) + " tokens. However, you requested " +
-                               std::to_string(P + req.max_tokens) + " tokens (" + std::to_string(P) + " in the prompt, " +
-                               std::to_string(req.max_tokens) + " for the completion). Please reduce the prompt or max_tokens.",
+      throw InvalidRequest("This model's maximum context length is " + std::to_string(C) +
+                               " tokens. However, you requested " + std::to_string(P + req.max_tokens) +
+                               " tokens (" + std::to_string(P) + " in the prompt, " +
+                               std::to_string(req.max_tokens) +
+                               " for the completion). Please reduce the prompt or max_tokens.",
                            "messages", "context_length_exceeded");
     if (req.sampling.temperature < 0) throw InvalidRequest("temperature must be >= 0", "temperature");
-    if (req.sampling.top_p <= 0 || req.sampling.top_p > 1) throw InvalidRequest("top_p must be in (0, 1]", "top_p");
+    if (req.sampling.top_p <= 0 || req.sampling.top_p > 1)
+      throw InvalidRequest("top_p must be in (0, 1]", "top_p");
     if (req.sampling.top_k < 0) throw InvalidRequest("top_k must be >= 0", "top_k");
-    if (req.sampling.min_p < 0 || req.sampling.min_p > 1) throw InvalidRequest("min_p must be in [0, 1]", "min_p");
-    if (req.sampling.repetition_penalty <= 0) throw InvalidRequest("repetition_penalty must be > 0", "repetition_penalty");
+    if (req.sampling.min_p < 0 || req.sampling.min_p > 1)
+      throw InvalidRequest("min_p must be in [0, 1]", "min_p");
+    if (req.sampling.repetition_penalty <= 0)
+      throw InvalidRequest("repetition_penalty must be > 0", "repetition_penalty");
   }
 
   void loop() {
@@ -433,8 +456,9 @@ class EngineImpl final : public Engine {
     const auto t0 = std::chrono::steady_clock::now();
     const bool want_hidden = drafter_ && drafter_->wants_hidden();
     Tensor hidden;
-    model_->forward(meta, pool_->layers(), logit_rows,
-                    Model::Outputs{need_host ? &logits : nullptr, &sampling, &sampled, want_hidden ? &hidden : nullptr});
+    model_->forward(
+        meta, pool_->layers(), logit_rows,
+        Model::Outputs{need_host ? &logits : nullptr, &sampling, &sampled, want_hidden ? &hidden : nullptr});
     cost_.observe(meta.rows(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     size_t next = 0;  // index of the part's first logit row
     std::vector<Sequence*> done;
@@ -451,8 +475,10 @@ class EngineImpl final : public Engine {
         finished = verify(*p.seq, row_logits, sampled.data() + next, p.rows, p.drafts);
         next += size_t(p.drafts.empty() ? 1 : p.rows);
       }
-      if (finished) done.push_back(p.seq);
-      else if (want_hidden) drafter_->observe_hidden(*p.seq, base, hidden, p.first, p.seq->computed - base);
+      if (finished)
+        done.push_back(p.seq);
+      else if (want_hidden)
+        drafter_->observe_hidden(*p.seq, base, hidden, p.first, p.seq->computed - base);
     }
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.forward_passes;
@@ -542,7 +568,8 @@ class EngineImpl final : public Engine {
         drafter_->propose(model_slots);
         int proposed = 0;
         for (const auto& slot : model_slots) proposed += int(slot.tokens.size());
-        cost_.observe_draft(proposed, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        cost_.observe_draft(proposed,
+                            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       }
       for (auto& slot : model_slots) {
         size_t i = size_t(std::find(decoding.begin(), decoding.end(), slot.seq) - decoding.begin());
@@ -559,7 +586,8 @@ class EngineImpl final : public Engine {
   // sample at that position; drafts are kept while they equal it. Emits one event. True when finished.
   // `device` holds each row's token sampled on the device; `logits` (host rows) is null when no row of the
   // round needed them, and is read only when the stream's sampling needs more than the device does.
-  bool verify(Sequence& s, const float* logits, const int32_t* device, int rows, const std::vector<int32_t>& drafts) {
+  bool verify(Sequence& s, const float* logits, const int32_t* device, int rows,
+              const std::vector<int32_t>& drafts) {
     const bool on_device = device_sampleable(s.req.sampling, spec_.vocab, s.req.logprobs);
     const int base = s.computed;  // position of the part's first row
     StreamEvent ev;
@@ -571,9 +599,11 @@ class EngineImpl final : public Engine {
     for (int i = 0; i < nrows; ++i) {
       const int64_t position = int64_t(s.tokens.size());
       SampleResult r;
-      if (on_device) r.token = device[i];
-      else r = sample_token(logits + size_t(i) * spec_.vocab, spec_.vocab, s.req.sampling, s.seed, position,
-                            s.penalties, s.req.logprobs);
+      if (on_device)
+        r.token = device[i];
+      else
+        r = sample_token(logits + size_t(i) * spec_.vocab, spec_.vocab, s.req.sampling, s.seed, position,
+                         s.penalties, s.req.logprobs);
       const bool hit = i < int(drafts.size()) && r.token == drafts[i];
       GeneratedToken g = s.append(r, eos_, &reason, &matched);
       ev.text += g.text;
@@ -664,7 +694,9 @@ class EngineImpl final : public Engine {
 
 }  // namespace
 
-std::unique_ptr<Engine> create_engine(const EngineOptions& opt) { return std::make_unique<EngineImpl>(opt); }
+std::unique_ptr<Engine> create_engine(const EngineOptions& opt) {
+  return std::make_unique<EngineImpl>(opt);
+}
 
 std::string default_model_dir() {
   namespace fs = std::filesystem;
@@ -672,7 +704,8 @@ std::string default_model_dir() {
   std::error_code ec;
   fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) {
-    for (fs::path cand : {exe.parent_path() / "../share/tensorfold/models/demo", exe.parent_path() / "../models/demo"})
+    for (fs::path cand :
+         {exe.parent_path() / "../share/tensorfold/models/demo", exe.parent_path() / "../models/demo"})
       if (fs::exists(cand / "config.json")) return fs::weakly_canonical(cand).string();
   }
 #ifdef TF_SOURCE_DEMO_DIR

@@ -1,11 +1,11 @@
 #include "engine/sampler.h"
 
-#include "core/keyed_random.h"
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
+
+#include "core/keyed_random.h"
 
 namespace tf {
 
@@ -14,7 +14,8 @@ namespace {
 // Candidates sorted by value descending, ties by lower id (the order every mask uses).
 std::vector<int32_t> sorted_ids(const std::vector<float>& v, const std::vector<int32_t>& ids) {
   std::vector<int32_t> order = ids;
-  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); });
+  std::sort(order.begin(), order.end(),
+            [&](int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); });
   return order;
 }
 
@@ -46,7 +47,8 @@ uint64_t derive_seed(const std::vector<int32_t>& prompt) {
 }
 
 bool device_sampleable(const SamplingParams& p, int vocab, int want_top) {
-  const bool penalised = p.repetition_penalty != 1.f || p.presence_penalty != 0.f || p.frequency_penalty != 0.f;
+  const bool penalised =
+      p.repetition_penalty != 1.f || p.presence_penalty != 0.f || p.frequency_penalty != 0.f;
   const bool truncate = (p.top_k > 0 && p.top_k < vocab) || p.top_p < 1.f || p.min_p > 0.f;
   return want_top < 0 && !penalised && !truncate;
 }
@@ -62,7 +64,8 @@ SampleResult sample_token(const float* logits, int vocab, const SamplingParams& 
     for (int i = 0; i < vocab; ++i) raw_sum += std::exp(double(logits[i] - raw_max));
     raw_lse = double(raw_max) + std::log(raw_sum);
   }
-  const bool penalised = p.repetition_penalty != 1.f || p.presence_penalty != 0.f || p.frequency_penalty != 0.f;
+  const bool penalised =
+      p.repetition_penalty != 1.f || p.presence_penalty != 0.f || p.frequency_penalty != 0.f;
   if (p.temperature <= 0.f && !penalised) {  // plain greedy: no copy of the row
     res.token = int32_t(std::max_element(logits, logits + vocab) - logits);  // first maximum = lowest id
     if (want_top >= 0) res.logprob = float(double(logits[res.token]) - raw_lse);

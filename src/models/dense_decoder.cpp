@@ -9,8 +9,8 @@
 
 namespace tf {
 
-void Model::forward_mtp(const BatchMeta&, KvLayer&, const Tensor&, const std::vector<int32_t>&, std::vector<float>&,
-                        Tensor*) {
+void Model::forward_mtp(const BatchMeta&, KvLayer&, const Tensor&, const std::vector<int32_t>&,
+                        std::vector<float>&, Tensor*) {
   throw Error(spec().family + ": this checkpoint has no MTP head");
 }
 
@@ -39,14 +39,16 @@ struct MtpWeights {
 
 class DenseDecoder final : public Model {
  public:
-  DenseDecoder(const Checkpoint& ckpt, Backend& be, const ModelSpec& spec, int context, const DenseWeightNames& names)
+  DenseDecoder(const Checkpoint& ckpt, Backend& be, const ModelSpec& spec, int context,
+               const DenseWeightNames& names)
       : be_(be), spec_(spec) {
     const int64_t H = spec.hidden, V = spec.vocab;
     const std::string& p = names.prefix;
     embed_ = load_embedding(ckpt, be, p + "embed_tokens", V, H);
     final_norm_ = be.upload(fetch_tensor(ckpt, p + "norm.weight", {H}));
     for (int l = 0; l < spec.layers; ++l)
-      layers_.push_back(load_decoder_layer(ckpt, be, spec, p + "layers." + std::to_string(l) + ".", spec.is_sparse(l)));
+      layers_.push_back(
+          load_decoder_layer(ckpt, be, spec, p + "layers." + std::to_string(l) + ".", spec.is_sparse(l)));
     lm_head_ = load_linear(ckpt, be, spec.tie_embeddings ? p + "embed_tokens" : "lm_head", V, H, false);
     rope_ = make_rope(spec.rope, context);
     attn_ = attention_params(spec);
@@ -66,19 +68,22 @@ class DenseDecoder final : public Model {
     be_.begin_forward(meta);
     LayerWorkspace ws(be_, spec_, R);
     be_.embedding(embed_, spec_.embed_scale, ws.residual);
-    for (int l = 0; l < spec_.layers; ++l) decoder_layer_forward(be_, spec_, layers_[l], rope_, attn_, kv[l], ws, l > 0);
+    for (int l = 0; l < spec_.layers; ++l)
+      decoder_layer_forward(be_, spec_, layers_[l], rope_, attn_, kv[l], ws, l > 0);
     be_.add(ws.residual, ws.mlp_out);
     be_.rms_norm(ws.residual, final_norm_, spec_.norm_eps, spec_.norm_offset, ws.h);
     finish(ws.h, logit_rows, out);
   }
 
-  void forward_mtp(const BatchMeta& meta, KvLayer& kv, const Tensor& hidden_in, const std::vector<int32_t>& logit_rows,
-                   std::vector<float>& logits, Tensor* hidden_out) override {
+  void forward_mtp(const BatchMeta& meta, KvLayer& kv, const Tensor& hidden_in,
+                   const std::vector<int32_t>& logit_rows, std::vector<float>& logits,
+                   Tensor* hidden_out) override {
     TF_CHECK(mtp_, spec_.family + ": this checkpoint has no MTP head");
     const int64_t R = meta.rows();
     logits.clear();
     if (R == 0) return;
-    TF_CHECK(hidden_in.dim(0) == R && hidden_in.dim(1) == spec_.hidden, "forward_mtp: hidden_in must be [rows, hidden]");
+    TF_CHECK(hidden_in.dim(0) == R && hidden_in.dim(1) == spec_.hidden,
+             "forward_mtp: hidden_in must be [rows, hidden]");
     be_.begin_forward(meta);
     LayerWorkspace ws(be_, spec_, R);
     const float eps = spec_.norm_eps, off = spec_.norm_offset;
@@ -130,7 +135,8 @@ class DenseDecoder final : public Model {
     be_.gather_rows(h, logit_rows, picked);
     be_.linear(picked, lm_head_, out);
     if (o.tokens) {
-      TF_CHECK(o.sampling && o.sampling->size() == logit_rows.size(), "forward: one RowSampling per logit row");
+      TF_CHECK(o.sampling && o.sampling->size() == logit_rows.size(),
+               "forward: one RowSampling per logit row");
       be_.sample_rows(out, *o.sampling, *o.tokens);
     }
     if (o.logits) {
@@ -165,8 +171,10 @@ ModelSpec parse_dense_spec(const nlohmann::json& c) {
   s.heads = get_int(c, "num_attention_heads");
   s.kv_heads = get_int(c, "num_key_value_heads", s.heads);
   TF_CHECK(s.hidden > 0 && s.layers > 0 && s.heads > 0 && s.kv_heads > 0 && s.heads % s.kv_heads == 0,
-           "config.json: inconsistent sizes (hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads)");
-  s.head_dim = c.contains("head_dim") && !c["head_dim"].is_null() ? get_int(c, "head_dim") : s.hidden / s.heads;
+           "config.json: inconsistent sizes (hidden_size, num_hidden_layers, num_attention_heads, "
+           "num_key_value_heads)");
+  s.head_dim =
+      c.contains("head_dim") && !c["head_dim"].is_null() ? get_int(c, "head_dim") : s.hidden / s.heads;
   s.intermediate = get_int(c, "intermediate_size");
   s.vocab = get_int(c, "vocab_size");
   s.native_context = get_int(c, "max_position_embeddings", 2048);

@@ -55,8 +55,8 @@ class Model {
   };
   // Runs the batch's rows: writes each row's K/V into `kv` (one KvLayer per layer) and produces `out`
   // for the rows listed in `logit_rows`.
-  virtual void forward(const BatchMeta& meta, std::vector<KvLayer>& kv, const std::vector<int32_t>& logit_rows,
-                       const Outputs& out) = 0;
+  virtual void forward(const BatchMeta& meta, std::vector<KvLayer>& kv,
+                       const std::vector<int32_t>& logit_rows, const Outputs& out) = 0;
   // The host logits of the rows listed (and optionally every row's hidden state).
   void forward(const BatchMeta& meta, std::vector<KvLayer>& kv, const std::vector<int32_t>& logit_rows,
                std::vector<float>& logits, Tensor* hidden = nullptr) {
@@ -69,7 +69,8 @@ class Model {
   // receives the head's output states for chaining.
   virtual bool has_mtp() const { return false; }
   virtual void forward_mtp(const BatchMeta& meta, KvLayer& kv, const Tensor& hidden_in,
-                           const std::vector<int32_t>& logit_rows, std::vector<float>& logits, Tensor* hidden_out);
+                           const std::vector<int32_t>& logit_rows, std::vector<float>& logits,
+                           Tensor* hidden_out);
 };
 
 struct Family {

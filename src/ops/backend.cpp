@@ -20,8 +20,9 @@ void Backend::write_raw(Tensor& dst, size_t offset, const void* src, size_t byte
   std::memcpy(static_cast<char*>(dst.raw()) + offset, src, bytes);
 }
 
-void Backend::attention_inputs(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm, const Tensor* k_norm,
-                               float eps, float offset, const RopeParams& rope_params, KvLayer& layer) {
+void Backend::attention_inputs(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm,
+                               const Tensor* k_norm, float eps, float offset, const RopeParams& rope_params,
+                               KvLayer& layer) {
   if (q_norm) rms_norm(q, *q_norm, eps, offset, q);
   if (k_norm) rms_norm(k, *k_norm, eps, offset, k);
   rope(q, k, rope_params);
@@ -54,7 +55,8 @@ void sample_rows_reference(const float* logits, int64_t vocab, const std::vector
   }
 }
 
-void Backend::sample_rows(const Tensor& logits, const std::vector<RowSampling>& rows, std::vector<int32_t>& tokens) {
+void Backend::sample_rows(const Tensor& logits, const std::vector<RowSampling>& rows,
+                          std::vector<int32_t>& tokens) {
   TF_CHECK(logits.dtype() == DType::F32 && logits.dim(0) == int64_t(rows.size()),
            "sample_rows: logits must be F32 [rows, vocab]");
   const int64_t vocab = logits.numel() / std::max<int64_t>(1, logits.dim(0));

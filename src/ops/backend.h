@@ -28,10 +28,10 @@ struct LinearWeight {
 // Rotary embedding parameters, derived from config.json's rope_theta / rope_scaling by make_rope().
 struct RopeParams {
   int head_dim = 0;
-  int rotary_dim = 0;           // first rotary_dim dims rotate (partial rotary), rest pass through
-  std::vector<float> inv_freq;  // [rotary_dim / 2]
-  float attention_factor = 1.f; // yarn/longrope: multiplies cos and sin
-  bool interleaved = false;     // GPT-J style pairs (0,1),(2,3)…; false = NeoX/HF rotate_half
+  int rotary_dim = 0;            // first rotary_dim dims rotate (partial rotary), rest pass through
+  std::vector<float> inv_freq;   // [rotary_dim / 2]
+  float attention_factor = 1.f;  // yarn/longrope: multiplies cos and sin
+  bool interleaved = false;      // GPT-J style pairs (0,1),(2,3)…; false = NeoX/HF rotate_half
 };
 
 // Host-side description of one forward call's rows. Rows of one sequence are contiguous and in
@@ -72,7 +72,7 @@ struct MoeWeights {
   LinearWeight router;                      // [experts, hidden]
   std::vector<LinearWeight> gate_up, down;  // per expert: [2I, H] (gate rows first), [H, I]
   int top_k = 0;
-  bool norm_topk_prob = false;  // renormalise the k chosen probabilities to sum 1
+  bool norm_topk_prob = false;     // renormalise the k chosen probabilities to sum 1
   std::shared_ptr<void> prepared;  // backend-private state made on first use (device pointer tables)
 };
 
@@ -100,8 +100,8 @@ class Backend {
   // Gemma-style (1 + w) norms, 0 otherwise. y may alias x.
   virtual void rms_norm(const Tensor& x, const Tensor& weight, float eps, float offset, Tensor& y) = 0;
   // residual += x; y = rms_norm(residual). Fused because decode reads each byte once.
-  virtual void add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& weight, float eps,
-                            float offset, Tensor& y) = 0;
+  virtual void add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& weight, float eps, float offset,
+                            Tensor& y) = 0;
   // In place on q [R, Hq, D] and k [R, Hk, D] at the batch's positions.
   virtual void rope(Tensor& q, Tensor& k, const RopeParams& p) = 0;
   // gate_up [M, 2I] (gate first) -> out [M, I] = silu(gate) * up.
@@ -136,14 +136,16 @@ class Backend {
   // given (qk-norm families), both rotated by `rope`, then k and v written to the rows' pool slots. The
   // same as rms_norm(q), rms_norm(k), rope(q, k), kv_write(layer, k, v) in that order (the default);
   // backends may fuse them with the same arithmetic.
-  virtual void attention_inputs(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm, const Tensor* k_norm,
-                                float eps, float offset, const RopeParams& rope, KvLayer& layer);
+  virtual void attention_inputs(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm,
+                                const Tensor* k_norm, float eps, float offset, const RopeParams& rope,
+                                KvLayer& layer);
   // tokens[i] = the id maximising double(logits[i][id] / T) + gumbel_noise(seed, position, id) for
   // rows[i] (T = 0: the first maximum of the raw logits), lowest id on exact ties: the token
   // sample_token() gives without penalties, truncation or logprobs. `logits` is F32 [rows, vocab] on
   // this backend. The default reads the logits to the host; device backends sample in place and copy
   // back only the ids.
-  virtual void sample_rows(const Tensor& logits, const std::vector<RowSampling>& rows, std::vector<int32_t>& tokens);
+  virtual void sample_rows(const Tensor& logits, const std::vector<RowSampling>& rows,
+                           std::vector<int32_t>& tokens);
   // Device memory still free for the KV pool, in bytes; 0 when unknown (the CPU backend).
   virtual size_t free_memory() const { return 0; }
   // The device's whole memory in bytes; 0 when unknown (the CPU backend).

@@ -1,9 +1,8 @@
 #include "server/http_server.h"
 
-#include <httplib.h>
-
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <httplib.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 

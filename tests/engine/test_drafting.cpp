@@ -15,7 +15,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::string tiny(const std::string& name) { return std::string(TF_SOURCE_DIR) + "/tests/data/tiny/" + name; }
+std::string tiny(const std::string& name) {
+  return std::string(TF_SOURCE_DIR) + "/tests/data/tiny/" + name;
+}
 
 struct Out {
   std::vector<int32_t> tokens;
@@ -93,9 +95,10 @@ TEST_P(ExactDrafting, DraftedEqualsSerial) {
   const auto& [drafter, ngram] = GetParam();
   auto e = make("llama", drafter, ngram);
   const auto& tok = e->tokenizer();
-  const char* prompts[] = {"Well, Prince, so Genoa and Lucca are now just family estates. Well, Prince, so Genoa",
-                           "def main(argv):\n    for i in range(10):\n        print(i)\n    for i in range(10):\n",
-                           "the the the the the the the", "Anna Pavlovna"};
+  const char* prompts[] = {
+      "Well, Prince, so Genoa and Lucca are now just family estates. Well, Prince, so Genoa",
+      "def main(argv):\n    for i in range(10):\n        print(i)\n    for i in range(10):\n",
+      "the the the the the the the", "Anna Pavlovna"};
   int64_t drafted = 0, accepted = 0;
   for (const char* text : prompts) {
     for (float temperature : {0.f, 0.7f, 1.2f}) {

@@ -16,7 +16,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::string tiny(const std::string& name) { return std::string(TF_SOURCE_DIR) + "/tests/data/tiny/" + name; }
+std::string tiny(const std::string& name) {
+  return std::string(TF_SOURCE_DIR) + "/tests/data/tiny/" + name;
+}
 
 struct Result {
   std::vector<int32_t> tokens;
@@ -87,8 +89,8 @@ TEST(Engine, SharedRoundsAndChunkingAreBitwiseInvariant) {
   auto shared = engine("qwen3", 4, 5);  // 8 streams, 4 at a time, 5-token prefill chunks
   const auto& tok = solo->tokenizer();
   std::vector<GenerationRequest> reqs;
-  const char* texts[] = {"Well, Prince", "so Genoa and Lucca", "def main(argv):", "The", "Anna Pavlovna said",
-                         "for i in range(10):", "He spoke", "family estates"};
+  const char* texts[] = {"Well, Prince",       "so Genoa and Lucca",  "def main(argv):", "The",
+                         "Anna Pavlovna said", "for i in range(10):", "He spoke",        "family estates"};
   for (int i = 0; i < 8; ++i) {
     auto r = request(tok.encode(texts[i], false), i % 3 == 0 ? 0.f : 0.7f + 0.25f * float(i % 3), 6 + 5 * i);
     if (i % 2) r.sampling.seed = 1000 + i;
@@ -166,8 +168,10 @@ TEST(Engine, DecodeShareSplitsPrefillWithoutChangingTokens) {
           for (auto& t : ev.tokens) tokens2.push_back(t.token);
         }
       } else if (!done1 && h1->next(ev, 1ms)) {
-        if (ev.kind != StreamEvent::Kind::Tokens) done1 = true;
-        else ++rounds1;
+        if (ev.kind != StreamEvent::Kind::Tokens)
+          done1 = true;
+        else
+          ++rounds1;
         for (auto& t : ev.tokens) tokens1.push_back(t.token);
       }
     }
@@ -222,7 +226,8 @@ TEST(Engine, StopTokenIdsAndEos) {
   r.stop_token_ids = {full.tokens[3]};
   Result s = collect(*e->submit(r));
   EXPECT_EQ(s.finish, FinishReason::Stop);
-  EXPECT_EQ(s.tokens.size(), size_t(std::find(full.tokens.begin(), full.tokens.end(), full.tokens[3]) - full.tokens.begin() + 1));
+  EXPECT_EQ(s.tokens.size(), size_t(std::find(full.tokens.begin(), full.tokens.end(), full.tokens[3]) -
+                                    full.tokens.begin() + 1));
 }
 
 TEST(Engine, CancelFreesTheStreamsBlocks) {
@@ -278,8 +283,9 @@ TEST(Engine, PreemptionUnderMemoryPressureKeepsStreamsExact) {
   auto solo = engine("qwen3", 1);
   const auto& tok = solo->tokenizer();
   std::vector<GenerationRequest> reqs;
-  for (int i = 0; i < 4; ++i) reqs.push_back(request(tok.encode(i % 2 ? "Well, Prince" : "def main(argv):", false),
-                                                     0.9f, 50 + 10 * i, 40 + i));
+  for (int i = 0; i < 4; ++i)
+    reqs.push_back(
+        request(tok.encode(i % 2 ? "Well, Prince" : "def main(argv):", false), 0.9f, 50 + 10 * i, 40 + i));
   std::vector<std::shared_ptr<RequestHandle>> hs;
   for (auto& r : reqs) hs.push_back(tight->submit(r));
   for (size_t i = 0; i < reqs.size(); ++i) {

@@ -5,8 +5,8 @@
 #include <set>
 
 #include "engine/sampler.h"
-#include "ops/backend.h"
 #include "engine/stop_matcher.h"
+#include "ops/backend.h"
 
 using namespace tf;
 

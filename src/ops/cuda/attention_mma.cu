@@ -79,7 +79,9 @@ __device__ __forceinline__ MergeFactors merge_chunk(float& m, float& l, float mc
 __device__ __forceinline__ float merge_out(float o, float oc, MergeFactors f) {
   return __fadd_rn(__fmul_rn(o, f.a), __fmul_rn(oc, f.b));
 }
-__device__ __forceinline__ float finish_out(float o, float l) { return __fdiv_rn(o, l); }
+__device__ __forceinline__ float finish_out(float o, float l) {
+  return __fdiv_rn(o, l);
+}
 
 struct Range {
   int lo, pos;  // visible positions [lo, pos]; lo > pos: none (padding pair)
@@ -93,7 +95,9 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool va
   const uint32_t a = uint32_t(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(a), "l"(gmem), "r"(valid ? 16 : 0));
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;");
+}
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N));
@@ -103,9 +107,9 @@ __device__ __forceinline__ void cp_async_wait() {
 // `rg[0]`, `rg[1]`: the ranges of the thread's two pair rows (g and g + 8). Leaves P (bf16 values held
 // as floats) in s, and mc, lc per row.
 template <int D>
-__device__ __forceinline__ void chunk_scores(const __nv_bfloat16* Qs, const __nv_bfloat16* Ks, int warp, int lane,
-                                             int c0, const Range* rg, float scale, float softcap, float (*s)[4],
-                                             float* mc, float* lc) {
+__device__ __forceinline__ void chunk_scores(const __nv_bfloat16* Qs, const __nv_bfloat16* Ks, int warp,
+                                             int lane, int c0, const Range* rg, float scale, float softcap,
+                                             float (*s)[4], float* mc, float* lc) {
   constexpr int RS = D + 8;
   const int qd = lane % 4, mi = lane / 8, li = lane % 8;
 #pragma unroll
@@ -159,7 +163,8 @@ __device__ __forceinline__ void chunk_scores(const __nv_bfloat16* Qs, const __nv
 
 // Second half: O_c = P V. The S accumulator layout of n-tiles 2t, 2t+1 is the A fragment of k-step t.
 template <int D>
-__device__ __forceinline__ void chunk_pv(const __nv_bfloat16* Vs, int lane, const float (*s)[4], float (*oc)[4]) {
+__device__ __forceinline__ void chunk_pv(const __nv_bfloat16* Vs, int lane, const float (*s)[4],
+                                         float (*oc)[4]) {
   constexpr int RS = D + 8;
   const int mi = lane / 8, li = lane % 8;
 #pragma unroll
@@ -185,8 +190,8 @@ template <int D>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_mma_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kp,
                          const __nv_bfloat16* __restrict__ vp, DeviceMeta meta, int hq, int hk, float scale,
-                         int window, float softcap, const int2* __restrict__ tiles, int max_chunks, int split_cpb,
-                         float* __restrict__ part_acc, float* __restrict__ part_ml,
+                         int window, float softcap, const int2* __restrict__ tiles, int max_chunks,
+                         int split_cpb, float* __restrict__ part_acc, float* __restrict__ part_ml,
                          __nv_bfloat16* __restrict__ out) {
   constexpr int RS = D + 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -376,9 +381,10 @@ void launch(const AttentionMmaArgs& a, cudaStream_t s) {
     // card twice over, then longer runs so that the next chunk's loads overlap this chunk's MMAs.
     const int64_t chunk_blocks = int64_t(a.num_split_tiles) * a.hk * a.max_chunks;
     const int cpb = g_split_cpb > 0 ? g_split_cpb : int(std::clamp<int64_t>(chunk_blocks / 1024, 1, 8));
-    attention_mma_kernel<D><<<dim3(a.num_split_tiles * a.hk, (a.max_chunks + cpb - 1) / cpb), kWarps * 32, smem,
-                              s>>>(q, k, v, a.meta, a.hq, a.hk, a.scale, a.window, a.softcap, a.split_tiles,
-                                   a.max_chunks, cpb, a.part_acc, a.part_ml, out);
+    attention_mma_kernel<D>
+        <<<dim3(a.num_split_tiles * a.hk, (a.max_chunks + cpb - 1) / cpb), kWarps * 32, smem, s>>>(
+            q, k, v, a.meta, a.hq, a.hk, a.scale, a.window, a.softcap, a.split_tiles, a.max_chunks, cpb,
+            a.part_acc, a.part_ml, out);
     TF_CUDA_LAUNCH_CHECK();
     const int pair_blocks = (kPairs / (a.hq / a.hk) * a.hq + 3) / 4;  // rows per tile x heads, 4 a block
     attention_mma_combine<D><<<dim3(a.num_split_tiles, pair_blocks), 128, 0, s>>>(
@@ -392,11 +398,21 @@ bool g_mma = true;
 
 }  // namespace
 
-void set_attention_tile_schedule(TileSchedule s) { g_schedule = s; }
-TileSchedule attention_tile_schedule() { return g_schedule; }
-void set_attention_mma(bool on) { g_mma = on; }
-void set_attention_split_chunks(int n) { g_split_cpb = n; }
-bool attention_mma_enabled() { return g_mma; }
+void set_attention_tile_schedule(TileSchedule s) {
+  g_schedule = s;
+}
+TileSchedule attention_tile_schedule() {
+  return g_schedule;
+}
+void set_attention_mma(bool on) {
+  g_mma = on;
+}
+void set_attention_split_chunks(int n) {
+  g_split_cpb = n;
+}
+bool attention_mma_enabled() {
+  return g_mma;
+}
 
 bool attention_mma_supported(int head_dim, int hq, int hk) {
   if (hk <= 0 || hq % hk != 0) return false;
@@ -404,10 +420,13 @@ bool attention_mma_supported(int head_dim, int hq, int hk) {
   return (head_dim == 64 || head_dim == 128) && group <= 16 && 16 % group == 0;
 }
 
-int attention_mma_rows_per_tile(int hq, int hk) { return kPairs / (hq / hk); }
+int attention_mma_rows_per_tile(int hq, int hk) {
+  return kPairs / (hq / hk);
+}
 
 void plan_attention_tiles(const std::vector<int32_t>& row_seq, int rows_per_tile, TileSchedule schedule,
-                          std::vector<int32_t>& loop_tiles, std::vector<int32_t>& split_tiles, int min_loop_tiles) {
+                          std::vector<int32_t>& loop_tiles, std::vector<int32_t>& split_tiles,
+                          int min_loop_tiles) {
   loop_tiles.clear(), split_tiles.clear();
   const int rows = int(row_seq.size());
   std::vector<int32_t> tiles;  // (first row, rows)
@@ -425,8 +444,8 @@ void plan_attention_tiles(const std::vector<int32_t>& row_seq, int rows_per_tile
   const bool many = full >= min_loop_tiles;
   for (size_t t = 0; t < tiles.size(); t += 2) {
     const int n = tiles[t + 1];
-    const bool loop = schedule == TileSchedule::Loop ||
-                      (schedule == TileSchedule::Auto && many && n * 2 >= rows_per_tile);
+    const bool loop =
+        schedule == TileSchedule::Loop || (schedule == TileSchedule::Auto && many && n * 2 >= rows_per_tile);
     auto& dst = loop ? loop_tiles : split_tiles;
     dst.push_back(tiles[t]), dst.push_back(n);
   }

@@ -43,7 +43,7 @@ struct AttentionMmaArgs {
   float scale = 1.f;
   int window = 0;
   float softcap = 0.f;
-  int max_chunks = 0;  // chunks of the longest row (split schedule's partial layout)
+  int max_chunks = 0;                // chunks of the longest row (split schedule's partial layout)
   const int2* loop_tiles = nullptr;  // device
   int num_loop_tiles = 0;
   const int2* split_tiles = nullptr;  // device

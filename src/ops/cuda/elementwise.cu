@@ -174,8 +174,8 @@ __global__ void rope_kernel(__nv_bfloat16* q, __nv_bfloat16* k, int rows, int hq
 template <int V>
 __global__ void __launch_bounds__(256)
     qk_norm_rope_kv_kernel(__nv_bfloat16* q, __nv_bfloat16* k, const __nv_bfloat16* __restrict__ vin,
-                           const void* qw, const void* kw, DType wt, float eps, float offset, int rows, int hq,
-                           int hk, int rot, const float* __restrict__ inv_freq, float factor,
+                           const void* qw, const void* kw, DType wt, float eps, float offset, int rows,
+                           int hq, int hk, int rot, const float* __restrict__ inv_freq, float factor,
                            const int32_t* __restrict__ positions, __nv_bfloat16* kp, __nv_bfloat16* vp,
                            const int32_t* __restrict__ slots) {
   constexpr int D = 32 * V;
@@ -196,7 +196,8 @@ __global__ void __launch_bounds__(256)
     const float inv = norm_inv(row_sum<32>(ss, nullptr), D, eps);
 #pragma unroll
     for (int j = 0; j < V; ++j)
-      v[j] = __bfloat162float(__float2bfloat16_rn(norm_out(v[j], inv, __fadd_rn(ld(w, lane + 32 * j, wt), offset))));
+      v[j] = __bfloat162float(
+          __float2bfloat16_rn(norm_out(v[j], inv, __fadd_rn(ld(w, lane + 32 * j, wt), offset))));
   }
   const int h32 = rot / 64;  // half / 32
   const float pos = float(positions[r]);
@@ -330,9 +331,9 @@ void rope(void* q, void* k, int rows, int hq, int hk, int d, int rot, const floa
 }
 
 bool qk_norm_rope_kv(void* q, void* k, const void* v, const void* q_w, const void* k_w, DType wt, float eps,
-                     float offset, int rows, int hq, int hk, int d, int rot, const float* inv_freq, float factor,
-                     bool interleaved, const int32_t* positions, void* kp, void* vp, const int32_t* slots,
-                     cudaStream_t s) {
+                     float offset, int rows, int hq, int hk, int d, int rot, const float* inv_freq,
+                     float factor, bool interleaved, const int32_t* positions, void* kp, void* vp,
+                     const int32_t* slots, cudaStream_t s) {
   if (interleaved || rot % 64 != 0 || rot > d || (d != 64 && d != 128 && d != 256)) return false;
   const int64_t warps = int64_t(rows) * (hq + hk);
   if (warps == 0) return true;

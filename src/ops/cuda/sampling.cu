@@ -25,17 +25,18 @@ __device__ inline bool better(const Best& a, const Best& b) {
   return a.score > b.score || (a.score == b.score && a.id < b.id);
 }
 
-__global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restrict__ logits, int64_t vocab,
-                                                          const DeviceRowSampling* __restrict__ rows,
-                                                          int32_t* __restrict__ out) {
+__global__ void __launch_bounds__(kThreads)
+    sample_kernel(const float* __restrict__ logits, int64_t vocab, const DeviceRowSampling* __restrict__ rows,
+                  int32_t* __restrict__ out) {
   const int r = blockIdx.x;
   const float* row = logits + int64_t(r) * vocab;
   const DeviceRowSampling p = rows[r];
   Best best{-DBL_MAX, INT32_MAX};
   bool any = false;
   for (int64_t i = threadIdx.x; i < vocab; i += kThreads) {
-    const double s = p.temperature <= 0.f ? double(row[i])
-                                          : double(row[i] / p.temperature) + gumbel_noise(p.seed, p.position, int32_t(i));
+    const double s = p.temperature <= 0.f
+                         ? double(row[i])
+                         : double(row[i] / p.temperature) + gumbel_noise(p.seed, p.position, int32_t(i));
     if (!any || s > best.score) {  // ids rise along the thread's walk: strict keeps the lowest on ties
       best = {s, int32_t(i)};
       any = true;
@@ -45,7 +46,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
   part[threadIdx.x] = best;
   __syncthreads();
   for (int w = kThreads / 2; w > 0; w >>= 1) {
-    if (threadIdx.x < w && better(part[threadIdx.x + w], part[threadIdx.x])) part[threadIdx.x] = part[threadIdx.x + w];
+    if (threadIdx.x < w && better(part[threadIdx.x + w], part[threadIdx.x]))
+      part[threadIdx.x] = part[threadIdx.x + w];
     __syncthreads();
   }
   if (threadIdx.x == 0) out[r] = part[0].id == INT32_MAX ? 0 : part[0].id;

@@ -331,10 +331,12 @@ TEST_F(CudaOps, AttentionInputsFusedEqualsSeparateOps) {
     int hq, hk, d, rot;
     bool norm, interleaved;
   };
-  for (Case c : {Case{32, 8, 128, 128, true, false}, Case{4, 2, 64, 64, true, false}, Case{4, 2, 128, 64, false, false},
-                 Case{8, 2, 256, 256, true, false}, Case{4, 2, 128, 128, true, true}, Case{4, 2, 32, 32, true, false}}) {
+  for (Case c : {Case{32, 8, 128, 128, true, false}, Case{4, 2, 64, 64, true, false},
+                 Case{4, 2, 128, 64, false, false}, Case{8, 2, 256, 256, true, false},
+                 Case{4, 2, 128, 128, true, true}, Case{4, 2, 32, 32, true, false}}) {
     SCOPED_TRACE("hq " + std::to_string(c.hq) + " hk " + std::to_string(c.hk) + " d " + std::to_string(c.d) +
-                 " rot " + std::to_string(c.rot) + (c.norm ? " norm" : "") + (c.interleaved ? " interleaved" : ""));
+                 " rot " + std::to_string(c.rot) + (c.norm ? " norm" : "") +
+                 (c.interleaved ? " interleaved" : ""));
     const int rows = 11, nb = 4, bs = 16;
     BatchMeta meta;
     meta.block_size = bs;
@@ -351,7 +353,8 @@ TEST_F(CudaOps, AttentionInputsFusedEqualsSeparateOps) {
     p.interleaved = c.interleaved;
     p.attention_factor = c.rot < c.d ? 1.1f : 1.f;
     for (int i = 0; i < c.rot / 2; ++i) p.inv_freq.push_back(std::pow(1e6f, -2.f * i / c.rot));
-    Host q = random_host({rows, c.hq, c.d}, 3.f), k = random_host({rows, c.hk, c.d}, 3.f), v = random_host({rows, c.hk, c.d});
+    Host q = random_host({rows, c.hq, c.d}, 3.f), k = random_host({rows, c.hk, c.d}, 3.f),
+         v = random_host({rows, c.hk, c.d});
     Host qn = random_host({c.d}), kn = random_host({c.d});
     auto pool = [&](Backend& be) {
       KvLayer l;
@@ -383,7 +386,8 @@ TEST_F(CudaOps, AttentionInputsFusedEqualsSeparateOps) {
     cpu_->begin_forward(meta);
     Tensor cq = copy_of(q.f32), ck = copy_of(k.f32), cv = copy_of(v.f32);
     KvLayer cl = pool(*cpu_);
-    cpu_->attention_inputs(cq, ck, cv, c.norm ? &qn.f32 : nullptr, c.norm ? &kn.f32 : nullptr, 1e-6f, 0.f, p, cl);
+    cpu_->attention_inputs(cq, ck, cv, c.norm ? &qn.f32 : nullptr, c.norm ? &kn.f32 : nullptr, 1e-6f, 0.f, p,
+                           cl);
     EXPECT_LT(rel_err(get(fq), cq.to_f32_vector()), kBf16Tol);
     EXPECT_LT(rel_err(get(fl.k), cl.k.to_f32_vector()), kBf16Tol);
   }
@@ -562,44 +566,44 @@ TEST_F(CudaOps, AttentionRowInvariantAcrossDecodeVerifyPrefill) {
     };
     const auto alone = run({{0, last}});
     for (auto sched : {cuda::TileSchedule::Auto, cuda::TileSchedule::Loop, cuda::TileSchedule::Split}) {
-    SCOPED_TRACE("tile schedule " + std::to_string(int(sched)));
-    cuda::set_attention_tile_schedule(sched);
-    for (auto variant : {cuda::LoopVariant::Plain, cuda::LoopVariant::Prefetch}) {  // same bits either way
-      cuda::set_attention_variant(variant);
-      EXPECT_EQ(run({{0, last}}), alone) << "variant " << int(variant) << ", window " << window;
-      std::vector<std::pair<int, int>> chunk7;
-      for (int p = len - 7; p < len; ++p) chunk7.push_back({0, p});
-      EXPECT_EQ(run(chunk7), alone) << "variant " << int(variant) << " in a chunk of 7, window " << window;
-    }
-    cuda::set_attention_variant(cuda::LoopVariant::Auto);
-    std::vector<std::pair<int, int>> verify;
-    for (int p = last - 4; p <= last; ++p) verify.push_back({0, p});
-    EXPECT_EQ(run(verify), alone) << "as one of k+1 verify rows, window " << window;
-    for (int chunk : {1, 7, 64, 512}) {
-      std::vector<std::pair<int, int>> rows;
-      for (int p = len - chunk; p < len; ++p) rows.push_back({0, p});
-      EXPECT_EQ(run(rows), alone) << "inside a prefill chunk of " << chunk << ", window " << window;
-    }
-    // Inside a batch with another sequence's rows (at a longer context) before it.
-    std::vector<std::pair<int, int>> mixed;
-    for (int p = other - 17; p < other; ++p) mixed.push_back({1, p});
-    mixed.push_back({0, last});
-    EXPECT_EQ(run(mixed), alone) << "inside a batch with another sequence, window " << window;
-    // A prefill-sized call (several rows per attention block) whose second sequence starts mid-block.
-    std::vector<std::pair<int, int>> big;
-    for (int p = other - 61; p < other; ++p) big.push_back({1, p});
-    for (int p = last - 9; p <= last; ++p) big.push_back({0, p});
-    EXPECT_EQ(run(big), alone) << "in a 71-row batch of two sequences, window " << window;
-    cuda::set_attention_rows_per_block(cuda::LoopVariant::Plain);
-    EXPECT_EQ(run(big), alone) << "one row per block, window " << window;
-    cuda::set_attention_rows_per_block(cuda::LoopVariant::Auto);
-    for (int cpb : {2, 3, 8}) {  // split blocks walking several chunks (a no-op for loop tiles)
-      cuda::set_attention_split_chunks(cpb);
-      EXPECT_EQ(run(big), alone) << "split blocks of " << cpb << " chunks, window " << window;
-      EXPECT_EQ(run(verify), alone) << "verify, split blocks of " << cpb << " chunks, window " << window;
-      EXPECT_EQ(run(mixed), alone) << "mixed, split blocks of " << cpb << " chunks, window " << window;
-    }
-    cuda::set_attention_split_chunks(0);
+      SCOPED_TRACE("tile schedule " + std::to_string(int(sched)));
+      cuda::set_attention_tile_schedule(sched);
+      for (auto variant : {cuda::LoopVariant::Plain, cuda::LoopVariant::Prefetch}) {  // same bits either way
+        cuda::set_attention_variant(variant);
+        EXPECT_EQ(run({{0, last}}), alone) << "variant " << int(variant) << ", window " << window;
+        std::vector<std::pair<int, int>> chunk7;
+        for (int p = len - 7; p < len; ++p) chunk7.push_back({0, p});
+        EXPECT_EQ(run(chunk7), alone) << "variant " << int(variant) << " in a chunk of 7, window " << window;
+      }
+      cuda::set_attention_variant(cuda::LoopVariant::Auto);
+      std::vector<std::pair<int, int>> verify;
+      for (int p = last - 4; p <= last; ++p) verify.push_back({0, p});
+      EXPECT_EQ(run(verify), alone) << "as one of k+1 verify rows, window " << window;
+      for (int chunk : {1, 7, 64, 512}) {
+        std::vector<std::pair<int, int>> rows;
+        for (int p = len - chunk; p < len; ++p) rows.push_back({0, p});
+        EXPECT_EQ(run(rows), alone) << "inside a prefill chunk of " << chunk << ", window " << window;
+      }
+      // Inside a batch with another sequence's rows (at a longer context) before it.
+      std::vector<std::pair<int, int>> mixed;
+      for (int p = other - 17; p < other; ++p) mixed.push_back({1, p});
+      mixed.push_back({0, last});
+      EXPECT_EQ(run(mixed), alone) << "inside a batch with another sequence, window " << window;
+      // A prefill-sized call (several rows per attention block) whose second sequence starts mid-block.
+      std::vector<std::pair<int, int>> big;
+      for (int p = other - 61; p < other; ++p) big.push_back({1, p});
+      for (int p = last - 9; p <= last; ++p) big.push_back({0, p});
+      EXPECT_EQ(run(big), alone) << "in a 71-row batch of two sequences, window " << window;
+      cuda::set_attention_rows_per_block(cuda::LoopVariant::Plain);
+      EXPECT_EQ(run(big), alone) << "one row per block, window " << window;
+      cuda::set_attention_rows_per_block(cuda::LoopVariant::Auto);
+      for (int cpb : {2, 3, 8}) {  // split blocks walking several chunks (a no-op for loop tiles)
+        cuda::set_attention_split_chunks(cpb);
+        EXPECT_EQ(run(big), alone) << "split blocks of " << cpb << " chunks, window " << window;
+        EXPECT_EQ(run(verify), alone) << "verify, split blocks of " << cpb << " chunks, window " << window;
+        EXPECT_EQ(run(mixed), alone) << "mixed, split blocks of " << cpb << " chunks, window " << window;
+      }
+      cuda::set_attention_split_chunks(0);
     }
     cuda::set_attention_tile_schedule(cuda::TileSchedule::Auto);
   }
@@ -651,7 +655,8 @@ TEST_F(CudaOps, SampleRowsMatchesHostReference) {
   std::normal_distribution<float> nd(0.f, 3.f);
   for (auto& x : host) x = std::round(nd(rng) * 64.f) / 64.f;  // coarse: ties happen
   std::vector<RowSampling> rows;
-  for (int r = 0; r < n; ++r) rows.push_back({r % 4 == 0 ? 0.f : 0.25f * float(r % 4 + 1), uint64_t(99 + r), int64_t(1000 * r)});
+  for (int r = 0; r < n; ++r)
+    rows.push_back({r % 4 == 0 ? 0.f : 0.25f * float(r % 4 + 1), uint64_t(99 + r), int64_t(1000 * r)});
   std::vector<int32_t> expect;
   sample_rows_reference(host.data(), vocab, rows, expect);
   Tensor dev = gpu_->upload(Tensor::borrow(host.data(), {n, vocab}, DType::F32, Device::CPU));
@@ -660,7 +665,8 @@ TEST_F(CudaOps, SampleRowsMatchesHostReference) {
   EXPECT_EQ(got, expect);
   for (int r = 0; r < n; r += 5) {
     std::vector<int32_t> one;
-    Tensor row = gpu_->upload(Tensor::borrow(host.data() + size_t(r) * vocab, {1, vocab}, DType::F32, Device::CPU));
+    Tensor row =
+        gpu_->upload(Tensor::borrow(host.data() + size_t(r) * vocab, {1, vocab}, DType::F32, Device::CPU));
     gpu_->sample_rows(row, {rows[r]}, one);
     ASSERT_EQ(one.size(), 1u);
     EXPECT_EQ(one[0], expect[r]) << "row " << r;

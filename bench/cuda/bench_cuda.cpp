@@ -19,6 +19,7 @@
 #include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
+#include "timing.h"
 
 namespace tf {
 namespace {
@@ -38,51 +39,8 @@ constexpr Shape kQwen3_8B{"Qwen3-8B", 36, 4096, 12288, 32, 8, 128, 151936, false
 constexpr Shape kQwen3_06B{"Qwen3-0.6B", 28, 1024, 3072, 16, 8, 128, 151936, true};
 constexpr int kBlock = 16;
 
-// Median of `reps` timings (ms) of fn(), after `warm` untimed calls.
-double time_ms(cudaStream_t s, const std::function<void()>& fn, int warm = 2, int reps = 7) {
-  for (int i = 0; i < warm; ++i) fn();
-  cudaEvent_t a, b;
-  TF_CUDA_CHECK(cudaEventCreate(&a));
-  TF_CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<float> t;
-  for (int i = 0; i < reps; ++i) {
-    TF_CUDA_CHECK(cudaEventRecord(a, s));
-    fn();
-    TF_CUDA_CHECK(cudaEventRecord(b, s));
-    TF_CUDA_CHECK(cudaEventSynchronize(b));
-    float ms;
-    TF_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
-// Time fn() replayed from a CUDA graph (falls back to eager timing if capture fails).
-double time_graph_ms(cudaStream_t s, const std::function<void()>& fn, bool* captured) {
-  fn();  // warm: workspaces grow outside the capture
-  TF_CUDA_CHECK(cudaStreamSynchronize(s));
-  cudaGraph_t g = nullptr;
-  cudaGraphExec_t ge = nullptr;
-  *captured = false;
-  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
-    try {
-      fn();
-    } catch (const std::exception&) {
-    }
-    if (cudaStreamEndCapture(s, &g) == cudaSuccess && g && cudaGraphInstantiate(&ge, g, 0) == cudaSuccess)
-      *captured = true;
-  }
-  cudaGetLastError();
-  if (!*captured) return time_ms(s, fn);
-  double ms = time_ms(
-      s, [&] { TF_CUDA_CHECK(cudaGraphLaunch(ge, s)); }, 3, 11);
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
-  return ms;
-}
+using bench::time_graph_ms;
+using bench::time_ms;
 
 struct Ceilings {
   double copy_gbs = 0, gemm_tflops = 0;

@@ -20,6 +20,7 @@
 #include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/moe.h"
+#include "timing.h"
 
 namespace tf {
 namespace {
@@ -27,50 +28,8 @@ namespace {
 constexpr int kLayers = 48, kHidden = 2048, kExperts = 128, kTopK = 8, kInter = 768, kHeads = 32,
               kKvHeads = 4, kHeadDim = 128, kVocab = 151936, kBlock = 16;
 
-double time_ms(cudaStream_t s, const std::function<void()>& fn, int warm = 2, int reps = 7) {
-  for (int i = 0; i < warm; ++i) fn();
-  cudaEvent_t a, b;
-  TF_CUDA_CHECK(cudaEventCreate(&a));
-  TF_CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<float> t;
-  for (int i = 0; i < reps; ++i) {
-    TF_CUDA_CHECK(cudaEventRecord(a, s));
-    fn();
-    TF_CUDA_CHECK(cudaEventRecord(b, s));
-    TF_CUDA_CHECK(cudaEventSynchronize(b));
-    float ms;
-    TF_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
-// fn() replayed from a CUDA graph (the fused MoE path has no host sync); eager if capture fails.
-double time_graph_ms(cudaStream_t s, const std::function<void()>& fn, bool* captured) {
-  fn();
-  TF_CUDA_CHECK(cudaStreamSynchronize(s));
-  cudaGraph_t g = nullptr;
-  cudaGraphExec_t ge = nullptr;
-  *captured = false;
-  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
-    try {
-      fn();
-    } catch (const std::exception&) {
-    }
-    if (cudaStreamEndCapture(s, &g) == cudaSuccess && g && cudaGraphInstantiate(&ge, g, 0) == cudaSuccess)
-      *captured = true;
-  }
-  cudaGetLastError();
-  if (!*captured) return time_ms(s, fn);
-  const double ms = time_ms(
-      s, [&] { TF_CUDA_CHECK(cudaGraphLaunch(ge, s)); }, 3, 11);
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
-  return ms;
-}
+using bench::time_graph_ms;
+using bench::time_ms;
 
 struct Layer {
   LinearWeight q, k, v, o;

@@ -17,6 +17,7 @@
 #include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/quant_linear.h"
+#include "timing.h"
 
 namespace tf {
 namespace {
@@ -24,53 +25,9 @@ namespace {
 constexpr int kLayers = 36, kHidden = 4096, kInter = 12288, kKv = 1024, kVocab = 151936;
 constexpr int kHeads = 32, kKvHeads = 8, kHeadDim = 128, kBlock = 16, kCtx = 512, kMaxBatch = 16;
 
-// Median of `reps` timings (ms) of fn(), after `warm` untimed calls.
-double time_ms(cudaStream_t s, const std::function<void()>& fn, int warm = 3, int reps = 11) {
-  for (int i = 0; i < warm; ++i) fn();
-  cudaEvent_t a, b;
-  TF_CUDA_CHECK(cudaEventCreate(&a));
-  TF_CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<float> t;
-  for (int i = 0; i < reps; ++i) {
-    TF_CUDA_CHECK(cudaEventRecord(a, s));
-    fn();
-    TF_CUDA_CHECK(cudaEventRecord(b, s));
-    TF_CUDA_CHECK(cudaEventSynchronize(b));
-    float ms;
-    TF_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
-// fn() captured once into a CUDA graph and timed by replays (eager timing if capture fails).
-double time_graph_ms(cudaStream_t s, const std::function<void()>& fn) {
-  fn();  // warm: workspaces grow outside the capture
-  TF_CUDA_CHECK(cudaStreamSynchronize(s));
-  cudaGraph_t g = nullptr;
-  cudaGraphExec_t ge = nullptr;
-  bool captured = false;
-  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
-    try {
-      fn();
-    } catch (const std::exception&) {
-    }
-    captured =
-        cudaStreamEndCapture(s, &g) == cudaSuccess && g && cudaGraphInstantiate(&ge, g, 0) == cudaSuccess;
-  }
-  cudaGetLastError();
-  if (!captured) {
-    std::printf("  (graph capture failed: eager timing)\n");
-    return time_ms(s, fn);
-  }
-  const double ms = time_ms(s, [&] { TF_CUDA_CHECK(cudaGraphLaunch(ge, s)); });
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
-  return ms;
-}
+// This bench's default: median of 11 after 3 warm-ups.
+double time_ms(cudaStream_t s, const std::function<void()>& fn) { return bench::time_ms(s, fn, 3, 11); }
+using bench::time_graph_ms;
 
 enum class Fmt { Bf16, Mlx4, Mlx8, Fp8 };
 const char* fmt_name(Fmt f) {

@@ -1,0 +1,54 @@
+#include "timing.h"
+
+#include <algorithm>
+#include <exception>
+#include <vector>
+
+#include "ops/cuda/cuda_check.h"
+
+namespace tf::bench {
+
+double time_ms(cudaStream_t s, const std::function<void()>& fn, int warm, int reps) {
+  for (int i = 0; i < warm; ++i) fn();
+  cudaEvent_t a, b;
+  TF_CUDA_CHECK(cudaEventCreate(&a));
+  TF_CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<float> t;
+  for (int i = 0; i < reps; ++i) {
+    TF_CUDA_CHECK(cudaEventRecord(a, s));
+    fn();
+    TF_CUDA_CHECK(cudaEventRecord(b, s));
+    TF_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms;
+    TF_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+double time_graph_ms(cudaStream_t s, const std::function<void()>& fn, bool* captured) {
+  fn();  // warm: workspaces grow outside the capture
+  TF_CUDA_CHECK(cudaStreamSynchronize(s));
+  cudaGraph_t g = nullptr;
+  cudaGraphExec_t ge = nullptr;
+  bool ok = false;
+  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+    try {
+      fn();
+    } catch (const std::exception&) {
+    }
+    ok = cudaStreamEndCapture(s, &g) == cudaSuccess && g && cudaGraphInstantiate(&ge, g, 0) == cudaSuccess;
+  }
+  cudaGetLastError();
+  if (captured) *captured = ok;
+  if (!ok) return time_ms(s, fn);
+  const double ms = time_ms(s, [&] { TF_CUDA_CHECK(cudaGraphLaunch(ge, s)); }, 3, 11);
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  return ms;
+}
+
+}  // namespace tf::bench

@@ -13,53 +13,25 @@ test_shared_rounds_e2e.py (tiny Qwen3, overlapping starts):
     TF_SERVER_CMD="build/tensorfold serve --backend cpu" pytest tests/server/test_admission_e2e.py
 """
 import json
-import os
-import shlex
 import signal
 import socket
-import subprocess
-import tempfile
 import threading
 import time
 
 import pytest
 import requests
 
+import serverutil
+
 CONTEXT = 512  # --context of the servers below: small, so "never fits" is cheap to ask for
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """`tensorfold serve` on the demo model (no MODEL argument) with extra flags; kept in this file on purpose."""
+class Server(serverutil.Server):
+    """`tensorfold serve` on the demo model (no MODEL argument) with extra flags, no API key."""
 
     def __init__(self, *extra, context=CONTEXT):
-        cmd = os.environ.get("TF_SERVER_CMD")
-        if not cmd:
-            pytest.fail("TF_SERVER_CMD must be set (see the module docstring)")
-        argv = shlex.split(cmd)
-        if not os.path.exists(argv[0]):
-            pytest.fail(f"server binary {argv[0]} does not exist: build it first")
-        self.url = f"http://127.0.0.1:{free_port()}"
-        self.log = tempfile.NamedTemporaryFile(prefix="tf-admission-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen(argv + ["--port", self.url.rsplit(":", 1)[1], "--context", str(context),
-                                             "--prompt-cache-gib", "0", *extra],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                pytest.fail(f"server exited with {self.proc.returncode} during startup; log {self.log.name}")
-            try:
-                if requests.get(self.url + "/health", timeout=1).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.1)
-        pytest.fail("server did not start")
+        super().__init__("--context", str(context), "--prompt-cache-gib", "0", *extra, api_key=None,
+                         test_limits=False)
 
     def engine(self):
         return requests.get(self.url + "/health", timeout=10).json()["engine"]
@@ -81,9 +53,7 @@ class Server:
             time.sleep(0.05)
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            assert self.proc.wait(timeout=30) == 0
+        assert super().stop() == 0
 
 
 class Stream:
@@ -296,7 +266,6 @@ def test_listen_backlog_holds_a_burst_of_64_connections():
     # While the server is stopped nothing is accepted: every connection the kernel completes waits in
     # the listen backlog. httplib 0.11 listens with a backlog of 5; serve raises it (http_server.cpp),
     # so a burst of 64 clients all connect.
-    import socket
     s = Server("--parallel", "1")
     socks = []
     try:

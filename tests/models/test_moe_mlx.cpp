@@ -13,6 +13,7 @@
 #include <random>
 
 #include "checkpoint/checkpoint.h"
+#include "run_logits.h"
 #include "checkpoint/safetensors.h"
 #include "engine/engine.h"
 #include "engine/kv_cache.h"
@@ -55,36 +56,7 @@ std::vector<int32_t> golden_ints(const std::string& name, const char* key) {
   return std::vector<int32_t>(t.data<int32_t>(), t.data<int32_t>() + t.numel());
 }
 
-// Logits of every position of `tokens`, fed in chunks of `chunk` rows (CPU backend).
-std::vector<float> run_logits(const std::string& dir, const std::vector<int32_t>& tokens, int chunk) {
-  Checkpoint ckpt = Checkpoint::open(dir);
-  auto be = make_cpu_backend();
-  auto model = load_model(ckpt, *be, 64);
-  const auto& s = model->spec();
-  KvBlockPool pool(*be, s.layers, s.kv_heads, s.head_dim, 16, 8);
-  std::vector<int32_t> table;
-  EXPECT_TRUE(pool.reserve(table, int(tokens.size())));
-  std::vector<float> all;
-  for (int start = 0; start < int(tokens.size()); start += chunk) {
-    const int end = std::min<int>(int(tokens.size()), start + chunk);
-    BatchMeta m;
-    m.block_size = 16;
-    m.block_tables = {table};
-    std::vector<int32_t> rows;
-    for (int p = start; p < end; ++p) {
-      m.tokens.push_back(tokens[size_t(p)]);
-      m.positions.push_back(p);
-      m.row_seq.push_back(0);
-      m.slots.push_back(table[size_t(p / 16)] * 16 + p % 16);
-      rows.push_back(p - start);
-    }
-    std::vector<float> logits;
-    model->forward(m, pool.layers(), rows, logits);
-    all.insert(all.end(), logits.begin(), logits.end());
-  }
-  pool.release(table);
-  return all;
-}
+using test::run_logits;
 
 TEST(MoeMlx, StackedExpertsLoad) {
   for (const char* name : kModels) {

@@ -20,6 +20,7 @@
 #include "models/quant_config.h"
 #include "models/weights.h"
 #include "ops/cpu/quant.h"
+#include "run_logits.h"
 
 using namespace tf;
 using nlohmann::json;
@@ -226,35 +227,7 @@ namespace {
 const std::vector<int32_t> kTokens = {1, 17, 42, 99, 5, 250, 7, 300, 64, 2, 128, 33};  // as the script
 
 // All positions' logits of kTokens run as one sequence in forwards of `chunk` rows (CPU backend).
-std::vector<float> run_logits(const std::string& dir, int chunk) {
-  Checkpoint ckpt = Checkpoint::open(dir);
-  auto be = make_cpu_backend();
-  auto model = load_model(ckpt, *be, 64);
-  const auto& s = model->spec();
-  KvBlockPool pool(*be, s.layers, s.kv_heads, s.head_dim, 16, 8);
-  std::vector<int32_t> table;
-  EXPECT_TRUE(pool.reserve(table, int(kTokens.size())));
-  std::vector<float> all;
-  for (int start = 0; start < int(kTokens.size()); start += chunk) {
-    const int end = std::min<int>(int(kTokens.size()), start + chunk);
-    BatchMeta m;
-    m.block_size = 16;
-    m.block_tables = {table};
-    std::vector<int32_t> rows;
-    for (int p = start; p < end; ++p) {
-      m.tokens.push_back(kTokens[size_t(p)]);
-      m.positions.push_back(p);
-      m.row_seq.push_back(0);
-      m.slots.push_back(table[size_t(p / 16)] * 16 + p % 16);
-      rows.push_back(p - start);
-    }
-    std::vector<float> logits;
-    model->forward(m, pool.layers(), rows, logits);
-    all.insert(all.end(), logits.begin(), logits.end());
-  }
-  pool.release(table);
-  return all;
-}
+std::vector<float> run_logits(const std::string& dir, int chunk) { return test::run_logits(dir, kTokens, chunk); }
 
 class QuantModel : public ::testing::TestWithParam<std::string> {};
 

@@ -13,13 +13,13 @@
 #include <random>
 
 #include "checkpoint/checkpoint.h"
-#include "run_logits.h"
 #include "checkpoint/safetensors.h"
 #include "engine/engine.h"
 #include "engine/kv_cache.h"
 #include "models/model.h"
 #include "ops/backend.h"
 #include "ops/moe.h"
+#include "run_logits.h"
 
 using namespace tf;
 namespace fs = std::filesystem;

@@ -43,6 +43,19 @@ double CostModel::row_cost() const {
   return std::clamp(slope / (intercept + slope), 0.01, 1.0);
 }
 
+double CostModel::draft_cost_in_round(int rows) const {
+  if (draft_n_ <= 0) return 0;
+  if (rows <= 1) return draft_cost();
+  const double var = sxx_ * n_ - sx_ * sx_;
+  double round = 0;
+  if (n_ >= 8 && var > 1e-9 * n_ * n_) {
+    const double slope = (sxy_ * n_ - sx_ * sy_) / var;
+    round = (sy_ - slope * sx_) / n_ + slope * rows;
+  }
+  if (round <= 0) round = step_time();  // few observations: the round is about one step
+  return round > 0 ? std::clamp(draft_s_ / draft_n_ * rows / round, 0.0, 10.0) : 0;
+}
+
 double CostModel::row_cost_in_round(int rows) const {
   const double var = sxx_ * n_ - sx_ * sx_;
   if (rows <= 1 || n_ < 8 || var <= 1e-9 * n_ * n_)

@@ -21,6 +21,9 @@ class CostModel {
   // (= row_cost() for one row). Drafting pays iff the expected extra tokens beat that.
   double row_cost_in_round(int rows) const;
   double draft_cost() const;  // a drafted token's own cost, in units of a 1-row step
+  // The same for a round of `rows` decode rows: the drafter's forward delays every stream of the round,
+  // so a proposed token costs (its seconds) * rows / (the round's time) of one stream's share.
+  double draft_cost_in_round(int rows) const;
 
  private:
   double step_time() const;  // fitted time of a 1-row forward

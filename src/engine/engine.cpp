@@ -558,7 +558,7 @@ class EngineImpl final : public Engine {
           drafts[i].clear();
         }
         if (!drafter_) continue;
-        const int km = length(s.model_stats, cost_.draft_cost());
+        const int km = length(s.model_stats, cost_.draft_cost_in_round(int(decoding.size())));
         if (km <= 0) continue;
         s.last_draft_ngram = false;
         model_slots.push_back({&s, km, {}});

@@ -75,6 +75,13 @@ TEST(CostModel, RowCostGrowsWithTheStreamsSharingTheRound) {
   DraftStats t;
   t.acceptance = 0.6;
   EXPECT_EQ(choose_draft_length(t, m.row_cost_in_round(32), 8), 0);
+  // A model drafter's forward, 0.05 s a proposed token: one stream's share of an 8-row round pays it 8
+  // times over (every stream waits for it).
+  m.observe_draft(10, 0.5);
+  const double one = m.draft_cost_in_round(1), eight = m.draft_cost_in_round(8);
+  EXPECT_NEAR(one, m.draft_cost(), 1e-9);
+  EXPECT_NEAR(eight, 0.05 * 8 / 1.8, 1e-6);
+  EXPECT_GT(eight, one);
 }
 
 TEST(NgramDrafter, ProposesWhatFollowedTheMostRecentLongestMatch) {

@@ -7,6 +7,7 @@
 
 #include "server/chat_output.h"
 #include "server/generation.h"
+#include "server/http_reply.h"
 #include "server/metrics.h"
 #include "server/openai_chat.h"
 #include "server/sse.h"
@@ -476,11 +477,6 @@ class MessagesStream {
   bool calls_ = false;
 };
 
-void send_json(httplib::Response& res, int status, const json& body) {
-  res.status = status;
-  res.set_content(dump_json(body), "application/json");
-}
-
 void handle_messages(const ApiContext& ctx, const httplib::Request& http_req, httplib::Response& res) {
   auto t0 = Clock::now();
   auto req = std::make_shared<MessagesRequest>(parse_messages_request(parse_body(http_req.body), ctx, false));
@@ -544,9 +540,8 @@ void register_anthropic_routes(httplib::Server& http, const ApiContext& context)
         check_key(req, ctx->options);
         handler(req, res);
       } catch (const std::exception& e) {
-        ApiError err = to_api_error(e);
-        if (err.status() == 429) res.set_header("Retry-After", "1");  // the wait queue is full
-        send_json(res, err.status(), anthropic_error_json(err));
+        const ApiError err = to_api_error(e);
+        send_api_error(res, err, anthropic_error_json(err));
       }
     };
   };

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "server/anthropic_messages.h"
 #include "server/errors.h"
+#include "server/http_reply.h"
 #include "server/json_fields.h"
 #include "server/metrics.h"
 #include "server/model_endpoints.h"
@@ -40,15 +41,9 @@ double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
 
-void send_json(httplib::Response& res, int status, const json& body) {
-  res.status = status;
-  res.set_content(dump_json(body), "application/json");
-}
-
 void send_error(httplib::Response& res, const ApiError& e) {
   t_record.error = e.message();
-  if (e.status() == 429) res.set_header("Retry-After", "1");  // the wait queue is full: retry shortly
-  send_json(res, e.status(), e.to_json());
+  send_api_error(res, e, e.to_json());
 }
 
 // Constant-time comparison, so response timing does not reveal how much of a key matched.

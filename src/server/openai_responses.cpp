@@ -8,6 +8,7 @@
 #include "server/chat_output.h"
 #include "server/errors.h"
 #include "server/generation.h"
+#include "server/http_reply.h"
 #include "server/metrics.h"
 #include "server/openai_chat.h"
 #include "server/openai_common.h"
@@ -494,11 +495,6 @@ void finish_response(const ResponsesRequest& r, const std::string& id, int64_t c
   }
 }
 
-void send_json(httplib::Response& res, int status, const json& body) {
-  res.status = status;
-  res.set_content(dump_json(body), "application/json");
-}
-
 void observe(Clock::time_point t0, Clock::time_point first, const Usage& u) {
   RequestRecord rec;
   rec.status = 200;
@@ -613,9 +609,8 @@ void register_responses_routes(httplib::Server& http, const ApiContext& context)
         check_bearer(req, ctx->options);
         handler(req, res);
       } catch (const std::exception& e) {
-        ApiError err = to_api_error(e);
-        if (err.status() == 429) res.set_header("Retry-After", "1");  // the wait queue is full
-        send_json(res, err.status(), err.to_json());
+        const ApiError err = to_api_error(e);
+        send_api_error(res, err, err.to_json());
       }
     };
   };

@@ -350,7 +350,7 @@ class EngineImpl final : public Engine {
     Sequence* seq;
     int first;  // index of the part's first row in the batch
     int rows;
-    bool logits;                  // prefill: only the last row, when the prompt is complete
+    bool sampled;                 // ends in sampled rows: drafts to verify, or the prompt's last row
     std::vector<int32_t> drafts;  // decode: rows 1..k verify these
   };
 
@@ -432,21 +432,19 @@ class EngineImpl final : public Engine {
       add_rows(meta, parts, *s, n, {});
     }
     if (meta.rows() == 0) return;
+    // Logit rows: a prefill part's last row, every row of a verify part. Rows whose request needs only
+    // the logits row, seed and position are sampled on the device (the same token sample_token gives);
+    // host logits travel only when some row needs more.
     std::vector<int32_t> logit_rows;
-    for (const auto& p : parts) {
-      if (!p.drafts.empty() || p.seq->computed + p.rows == int(p.seq->tokens.size()))
-        for (int i = p.drafts.empty() ? p.rows - 1 : 0; i < p.rows; ++i) logit_rows.push_back(p.first + i);
-    }
-    // Rows whose request needs only the logits row, seed and position are sampled on the device (the
-    // same token sample_token gives); host logits travel only when some row needs more.
     std::vector<RowSampling> sampling;
     bool need_host = false;
     for (const auto& p : parts) {
-      if (p.drafts.empty() && p.seq->computed + p.rows != int(p.seq->tokens.size())) continue;
+      if (!p.sampled) continue;
       const SamplingParams& sp = p.seq->req.sampling;
       const bool device = device_sampleable(sp, spec_.vocab, p.seq->req.logprobs);
       need_host |= !device;
       const int n = p.drafts.empty() ? 1 : p.rows;
+      for (int i = 0; i < n; ++i) logit_rows.push_back(p.first + p.rows - n + i);
       for (int i = 0; i < n; ++i)
         sampling.push_back({device && sp.temperature > 0.f ? sp.temperature : 0.f, p.seq->seed,
                             int64_t(p.seq->tokens.size()) + i});
@@ -464,11 +462,10 @@ class EngineImpl final : public Engine {
     std::vector<Sequence*> done;
     int64_t prompt_rows = 0;
     for (const auto& p : parts) {
-      const bool sampled_part = !p.drafts.empty() || p.seq->computed + p.rows == int(p.seq->tokens.size());
       if (p.seq->generated() == 0) prompt_rows += p.rows;
       const int base = p.seq->computed;
       bool finished = false;
-      if (!sampled_part) {
+      if (!p.sampled) {
         p.seq->computed += p.rows;
       } else {
         const float* row_logits = need_host ? logits.data() + next * size_t(spec_.vocab) : nullptr;
@@ -523,7 +520,8 @@ class EngineImpl final : public Engine {
       meta.row_seq.push_back(seq_index);
       meta.slots.push_back(s.blocks[pos / kBlockSize] * kBlockSize + pos % kBlockSize);
     }
-    parts.push_back({&s, first, n, !drafts.empty(), std::move(drafts)});
+    const bool sampled = !drafts.empty() || s.computed + n == int(s.tokens.size());
+    parts.push_back({&s, first, n, sampled, std::move(drafts)});
   }
 
   // Decode rows for every stream whose prompt is done: its last token, plus drafts where they pay.

@@ -20,11 +20,19 @@ void CostModel::observe_draft(int tokens, double seconds) {
   draft_n_ = draft_n_ * 0.95 + tokens;
 }
 
-double CostModel::step_time() const {
+// Least-squares line through the observed (rows, seconds) of recent forwards; false until it is usable.
+bool CostModel::fit(double& slope, double& intercept) const {
   const double var = sxx_ * n_ - sx_ * sx_;
-  if (n_ < 8 || var <= 1e-9 * n_ * n_) return n_ > 0 ? sy_ / sx_ : 0;  // time per row as a fallback
-  const double slope = (sxy_ * n_ - sx_ * sy_) / var;
-  return std::max(1e-9, (sy_ - slope * sx_) / n_ + slope);
+  if (n_ < 8 || var <= 1e-9 * n_ * n_) return false;
+  slope = (sxy_ * n_ - sx_ * sy_) / var;
+  intercept = (sy_ - slope * sx_) / n_;
+  return true;
+}
+
+double CostModel::step_time() const {
+  double slope, intercept;
+  if (!fit(slope, intercept)) return n_ > 0 ? sy_ / sx_ : 0;  // time per row as a fallback
+  return std::max(1e-9, intercept + slope);
 }
 
 double CostModel::draft_cost() const {
@@ -34,10 +42,8 @@ double CostModel::draft_cost() const {
 }
 
 double CostModel::row_cost() const {
-  const double var = sxx_ * n_ - sx_ * sx_;
-  if (n_ < 8 || var <= 1e-9 * n_ * n_) return prior_;
-  const double slope = (sxy_ * n_ - sx_ * sy_) / var;
-  const double intercept = (sy_ - slope * sx_) / n_;
+  double slope, intercept;
+  if (!fit(slope, intercept)) return prior_;
   if (slope <= 0) return 0.01;
   if (intercept + slope <= 0) return prior_;
   return std::clamp(slope / (intercept + slope), 0.01, 1.0);
@@ -46,22 +52,15 @@ double CostModel::row_cost() const {
 double CostModel::draft_cost_in_round(int rows) const {
   if (draft_n_ <= 0) return 0;
   if (rows <= 1) return draft_cost();
-  const double var = sxx_ * n_ - sx_ * sx_;
-  double round = 0;
-  if (n_ >= 8 && var > 1e-9 * n_ * n_) {
-    const double slope = (sxy_ * n_ - sx_ * sy_) / var;
-    round = (sy_ - slope * sx_) / n_ + slope * rows;
-  }
+  double slope, intercept, round = 0;
+  if (fit(slope, intercept)) round = intercept + slope * rows;
   if (round <= 0) round = step_time();  // few observations: the round is about one step
   return round > 0 ? std::clamp(draft_s_ / draft_n_ * rows / round, 0.0, 10.0) : 0;
 }
 
 double CostModel::row_cost_in_round(int rows) const {
-  const double var = sxx_ * n_ - sx_ * sx_;
-  if (rows <= 1 || n_ < 8 || var <= 1e-9 * n_ * n_)
-    return std::clamp(row_cost() * std::max(1, rows), 0.01, 1.0);
-  const double slope = (sxy_ * n_ - sx_ * sy_) / var;
-  const double intercept = (sy_ - slope * sx_) / n_;
+  double slope, intercept;
+  if (rows <= 1 || !fit(slope, intercept)) return std::clamp(row_cost() * std::max(1, rows), 0.01, 1.0);
   if (slope <= 0) return 0.01;
   const double round = intercept + slope * rows;
   if (round <= 0) return row_cost();

@@ -27,6 +27,7 @@ class CostModel {
 
  private:
   double step_time() const;  // fitted time of a 1-row forward
+  bool fit(double& slope, double& intercept) const;
   double prior_;
   double n_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;
   double draft_s_ = 0, draft_n_ = 0;

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/keyed_random.h"
+#include "ops/backend.h"
 
 namespace tf {
 
@@ -66,8 +67,13 @@ SampleResult sample_token(const float* logits, int vocab, const SamplingParams& 
   }
   const bool penalised =
       p.repetition_penalty != 1.f || p.presence_penalty != 0.f || p.frequency_penalty != 0.f;
-  if (p.temperature <= 0.f && !penalised) {  // plain greedy: no copy of the row
-    res.token = int32_t(std::max_element(logits, logits + vocab) - logits);  // first maximum = lowest id
+  const bool truncate = (p.top_k > 0 && p.top_k < vocab) || p.top_p < 1.f || p.min_p > 0.f;
+  if (!penalised && (p.temperature <= 0.f || !truncate)) {
+    // Greedy, or tempered over every id: the backends' sampling op's reference, so host and device agree
+    // by construction. No copy of the row.
+    std::vector<int32_t> token;
+    sample_rows_reference(logits, vocab, {{p.temperature > 0.f ? p.temperature : 0.f, seed, position}}, token);
+    res.token = token[0];
     if (want_top >= 0) res.logprob = float(double(logits[res.token]) - raw_lse);
     if (want_top > 0) fill_top(logits, vocab, want_top, raw_lse, res);
     return res;
@@ -90,7 +96,6 @@ SampleResult sample_token(const float* logits, int vocab, const SamplingParams& 
     for (auto& x : v) x /= p.temperature;
     std::vector<int32_t> allowed(vocab);
     std::iota(allowed.begin(), allowed.end(), 0);
-    const bool truncate = (p.top_k > 0 && p.top_k < vocab) || p.top_p < 1.f || p.min_p > 0.f;
     if (truncate) {
       std::vector<int32_t> order = sorted_ids(v, allowed);
       size_t keep = order.size();

@@ -281,12 +281,7 @@ class CudaBackend final : public Backend {
     const int hq = int(q.numel() / (int64_t(dm_.rows) * d)), hk = int(k.numel() / (int64_t(dm_.rows) * d));
     TF_CHECK(int64_t(hq) * dm_.rows * d == q.numel() && int64_t(hk) * dm_.rows * d == k.numel(),
              "rope: q/k must be [rows, heads, head_dim] for this batch");
-    if (p.inv_freq != inv_freq_host_) {  // rarely changes: one model, one rope
-      inv_freq_host_ = p.inv_freq;
-      inv_freq_ = upload(
-          Tensor::borrow(inv_freq_host_.data(), {int64_t(inv_freq_host_.size())}, DType::F32, Device::CPU));
-    }
-    cuda::rope(q.raw(), k.raw(), dm_.rows, hq, hk, d, p.rotary_dim, inv_freq_.data<float>(),
+    cuda::rope(q.raw(), k.raw(), dm_.rows, hq, hk, d, p.rotary_dim, device_inv_freq(p),
                p.attention_factor, p.interleaved, dm_.positions, stream_);
   }
 
@@ -304,14 +299,9 @@ class CudaBackend final : public Backend {
     const int hk = fusable ? int(k.numel() / (int64_t(dm_.rows) * d)) : 0;
     if (fusable && int64_t(hq) * dm_.rows * d == q.numel() && int64_t(hk) * dm_.rows * d == k.numel() &&
         v.numel() == k.numel() && layer.k.dim(2) == hk) {
-      if (p.inv_freq != inv_freq_host_) {
-        inv_freq_host_ = p.inv_freq;
-        inv_freq_ = upload(
-            Tensor::borrow(inv_freq_host_.data(), {int64_t(inv_freq_host_.size())}, DType::F32, Device::CPU));
-      }
       if (cuda::qk_norm_rope_kv(q.raw(), k.raw(), ptr(v), qn ? ptr(*qn) : nullptr, kn ? ptr(*kn) : nullptr,
                                 qn ? qn->dtype() : DType::F32, eps, offset, dm_.rows, hq, hk, d, p.rotary_dim,
-                                inv_freq_.data<float>(), p.attention_factor, p.interleaved, dm_.positions,
+                                device_inv_freq(p), p.attention_factor, p.interleaved, dm_.positions,
                                 layer.k.raw(), layer.v.raw(), dm_.slots, stream_))
         return;
     }
@@ -475,6 +465,15 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // The rope frequencies on the device, uploaded when they change (one model, one rope: rarely).
+  const float* device_inv_freq(const RopeParams& p) {
+    if (p.inv_freq != inv_freq_host_) {
+      inv_freq_host_ = p.inv_freq;
+      inv_freq_ = upload(
+          Tensor::borrow(inv_freq_host_.data(), {int64_t(inv_freq_host_.size())}, DType::F32, Device::CPU));
+    }
+    return inv_freq_.data<float>();
+  }
   void need_meta(const char* op) {
     TF_CHECK(have_meta_, std::string(op) + ": begin_forward() was not called");
   }

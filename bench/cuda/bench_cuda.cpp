@@ -19,7 +19,7 @@
 #include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
-#include "timing.h"
+#include "bench_common.h"
 
 namespace tf {
 namespace {
@@ -39,6 +39,8 @@ constexpr Shape kQwen3_8B{"Qwen3-8B", 36, 4096, 12288, 32, 8, 128, 151936, false
 constexpr Shape kQwen3_06B{"Qwen3-0.6B", 28, 1024, 3072, 16, 8, 128, 151936, true};
 constexpr int kBlock = 16;
 
+using bench::decode_meta;
+using bench::prefill_meta;
 using bench::time_graph_ms;
 using bench::time_ms;
 
@@ -223,35 +225,6 @@ RopeParams qwen_rope(int d) {
   p.head_dim = p.rotary_dim = d;
   for (int i = 0; i < d / 2; ++i) p.inv_freq.push_back(std::pow(1e6f, -2.f * i / d));
   return p;
-}
-
-// `batch` sequences, each decoding its token at position ctx-1; distinct blocks per sequence.
-BatchMeta decode_meta(int batch, int ctx) {
-  BatchMeta m;
-  m.block_size = kBlock;
-  const int per = ctx / kBlock + 1;
-  for (int b = 0; b < batch; ++b) {
-    std::vector<int32_t> t(per);
-    for (int i = 0; i < per; ++i) t[i] = b * per + i;
-    const int pos = ctx - 1;
-    m.tokens.push_back((b * 7919 + 13) % 151936), m.positions.push_back(pos), m.row_seq.push_back(b);
-    m.slots.push_back(t[pos / kBlock] * kBlock + pos % kBlock);
-    m.block_tables.push_back(std::move(t));
-  }
-  return m;
-}
-
-BatchMeta prefill_meta(int n) {
-  BatchMeta m;
-  m.block_size = kBlock;
-  std::vector<int32_t> t(n / kBlock + 1);
-  for (size_t i = 0; i < t.size(); ++i) t[i] = int32_t(i);
-  for (int p = 0; p < n; ++p) {
-    m.tokens.push_back((p * 31 + 7) % 151936), m.positions.push_back(p), m.row_seq.push_back(0);
-    m.slots.push_back(t[p / kBlock] * kBlock + p % kBlock);
-  }
-  m.block_tables.push_back(t);
-  return m;
 }
 
 // `batch` sequences, each verifying k drafts: k+1 rows at positions ctx-1-k .. ctx-1 (DESIGN: the number

@@ -20,7 +20,7 @@
 #include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/moe.h"
-#include "timing.h"
+#include "bench_common.h"
 
 namespace tf {
 namespace {
@@ -28,6 +28,8 @@ namespace {
 constexpr int kLayers = 48, kHidden = 2048, kExperts = 128, kTopK = 8, kInter = 768, kHeads = 32,
               kKvHeads = 4, kHeadDim = 128, kVocab = 151936, kBlock = 16;
 
+using bench::decode_meta;
+using bench::prefill_meta;
 using bench::time_graph_ms;
 using bench::time_ms;
 
@@ -137,35 +139,6 @@ void forward(Backend& be, Model& m, int rows, const std::vector<int32_t>& outs, 
   Tensor last = a(int64_t(outs.size()), kHidden);
   be.gather_rows(x, outs, last);
   be.linear(last, m.lm_head, logits);
-}
-
-// `batch` sequences decoding at position ctx-1, distinct blocks each.
-BatchMeta decode_meta(int batch, int ctx) {
-  BatchMeta m;
-  m.block_size = kBlock;
-  const int per = ctx / kBlock + 1;
-  for (int b = 0; b < batch; ++b) {
-    std::vector<int32_t> t(per);
-    for (int i = 0; i < per; ++i) t[i] = b * per + i;
-    const int pos = ctx - 1;
-    m.tokens.push_back((b * 7919 + 13) % kVocab), m.positions.push_back(pos), m.row_seq.push_back(b);
-    m.slots.push_back(t[pos / kBlock] * kBlock + pos % kBlock);
-    m.block_tables.push_back(std::move(t));
-  }
-  return m;
-}
-
-BatchMeta prefill_meta(int n) {
-  BatchMeta m;
-  m.block_size = kBlock;
-  std::vector<int32_t> t(n / kBlock + 1);
-  for (size_t i = 0; i < t.size(); ++i) t[i] = int32_t(i);
-  for (int p = 0; p < n; ++p) {
-    m.tokens.push_back((p * 31 + 7) % kVocab), m.positions.push_back(p), m.row_seq.push_back(0);
-    m.slots.push_back(t[p / kBlock] * kBlock + p % kBlock);
-  }
-  m.block_tables.push_back(t);
-  return m;
 }
 
 // Bytes a decode step reads: per layer the distinct experts the batch routes to (host routing of the

@@ -17,7 +17,7 @@
 #include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/quant_linear.h"
-#include "timing.h"
+#include "bench_common.h"
 
 namespace tf {
 namespace {
@@ -155,22 +155,6 @@ void step(Backend& be, const Weights& w, Buffers& b) {
   be.linear(b.xh, w.lm_head, b.logits);
 }
 
-// `batch` sequences, each decoding its token at position kCtx - 1; distinct blocks per sequence.
-BatchMeta decode_meta(int batch) {
-  BatchMeta m;
-  m.block_size = kBlock;
-  const int per = kCtx / kBlock + 1;
-  for (int b = 0; b < batch; ++b) {
-    std::vector<int32_t> t(per);
-    for (int i = 0; i < per; ++i) t[i] = b * per + i;
-    const int pos = kCtx - 1;
-    m.tokens.push_back((b * 7919 + 13) % kVocab), m.positions.push_back(pos), m.row_seq.push_back(b);
-    m.slots.push_back(t[pos / kBlock] * kBlock + pos % kBlock);
-    m.block_tables.push_back(std::move(t));
-  }
-  return m;
-}
-
 struct Acts {
   Tensor res, x, q, k, v, attn, o, gu, act, mlp, logits;
 };
@@ -270,7 +254,7 @@ int run() {
       cuda::set_quant_loads_per_step(0);
       // The whole forward: M sequences at context 512; KV bytes read count towards the roofline.
       Acts acts = make_acts(*be, m);
-      be->begin_forward(decode_meta(m));
+      be->begin_forward(bench::decode_meta(m, kCtx));
       const double ms = time_graph_ms(s, [&] { forward(*be, w, acts, rope); });
       const double kv_gb = 2.0 * kLayers * kKvHeads * kHeadDim * 2 * kCtx * m / 1e9;
       res.push_back({f, m, 0, ms, double(w.bytes) / 1e9 + kv_gb, true});

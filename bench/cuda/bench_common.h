@@ -1,8 +1,11 @@
 #pragma once
-// Timing helpers shared by the GPU benchmarks (tf_bench_cuda, tf_bench_quant, tf_bench_moe).
+// Helpers shared by the GPU benchmarks (tf_bench_cuda, tf_bench_quant, tf_bench_moe): timing and the
+// batch metadata of decode and prefill steps.
 #include <cuda_runtime.h>
 
 #include <functional>
+
+#include "ops/backend.h"
 
 namespace tf::bench {
 
@@ -12,5 +15,12 @@ double time_ms(cudaStream_t s, const std::function<void()>& fn, int warm = 2, in
 // fn() captured once into a CUDA graph and timed by replays (median of 11 after 3 warm-ups); eager
 // timing when the capture fails. `captured` (optional) tells which.
 double time_graph_ms(cudaStream_t s, const std::function<void()>& fn, bool* captured = nullptr);
+
+// Blocks of 16 positions; tokens are arbitrary ids below 151,936 (the Qwen3 vocabulary every bench uses).
+constexpr int kBenchBlock = 16;
+// `batch` sequences, each decoding its token at position ctx - 1; distinct blocks per sequence.
+BatchMeta decode_meta(int batch, int ctx);
+// One prompt of n tokens in one forward.
+BatchMeta prefill_meta(int n);
 
 }  // namespace tf::bench

@@ -1,4 +1,4 @@
-#include "timing.h"
+#include "bench_common.h"
 
 #include <algorithm>
 #include <exception>
@@ -49,6 +49,36 @@ double time_graph_ms(cudaStream_t s, const std::function<void()>& fn, bool* capt
   cudaGraphExecDestroy(ge);
   cudaGraphDestroy(g);
   return ms;
+}
+
+BatchMeta decode_meta(int batch, int ctx) {
+  constexpr int kBlock = kBenchBlock;
+  BatchMeta m;
+  m.block_size = kBlock;
+  const int per = ctx / kBlock + 1;
+  for (int b = 0; b < batch; ++b) {
+    std::vector<int32_t> t(per);
+    for (int i = 0; i < per; ++i) t[i] = b * per + i;
+    const int pos = ctx - 1;
+    m.tokens.push_back((b * 7919 + 13) % 151936), m.positions.push_back(pos), m.row_seq.push_back(b);
+    m.slots.push_back(t[pos / kBlock] * kBlock + pos % kBlock);
+    m.block_tables.push_back(std::move(t));
+  }
+  return m;
+}
+
+BatchMeta prefill_meta(int n) {
+  constexpr int kBlock = kBenchBlock;
+  BatchMeta m;
+  m.block_size = kBlock;
+  std::vector<int32_t> t(n / kBlock + 1);
+  for (size_t i = 0; i < t.size(); ++i) t[i] = int32_t(i);
+  for (int p = 0; p < n; ++p) {
+    m.tokens.push_back((p * 31 + 7) % 151936), m.positions.push_back(p), m.row_seq.push_back(0);
+    m.slots.push_back(t[p / kBlock] * kBlock + p % kBlock);
+  }
+  m.block_tables.push_back(t);
+  return m;
 }
 
 }  // namespace tf::bench

@@ -331,12 +331,6 @@ std::string sse(const char* type, const json& data) {
   return std::string("event: ") + type + "\ndata: " + dump_json(data) + "\n\n";
 }
 
-bool same_key(const std::string& a, const std::string& b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i) diff |= uint8_t(a[i] ^ b[i % std::max<size_t>(b.size(), 1)]);
-  return diff == 0;
-}
-
 // Anthropic clients send x-api-key; a bearer token is accepted too.
 void check_key(const httplib::Request& req, const ServerOptions& opt) {
   if (opt.api_keys.empty()) return;
@@ -533,18 +527,7 @@ void rewrite_as_anthropic_error(httplib::Response& res) {
 
 void register_anthropic_routes(httplib::Server& http, const ApiContext& context) {
   const ApiContext* ctx = &context;  // outlives the server's routes
-  auto route = [ctx](auto handler) {
-    return [ctx, handler](const httplib::Request& req, httplib::Response& res) {
-      try {
-        if (ctx->shutting_down) throw shutting_down();
-        check_key(req, ctx->options);
-        handler(req, res);
-      } catch (const std::exception& e) {
-        const ApiError err = to_api_error(e);
-        send_api_error(res, err, anthropic_error_json(err));
-      }
-    };
-  };
+  auto route = [ctx](auto handler) { return guarded_route(ctx, check_key, anthropic_error_json, handler); };
   http.Post("/v1/messages", route([ctx](const httplib::Request& req, httplib::Response& res) {
               handle_messages(*ctx, req, res);
             }));

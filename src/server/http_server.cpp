@@ -46,28 +46,10 @@ void send_error(httplib::Response& res, const ApiError& e) {
   send_api_error(res, e, e.to_json());
 }
 
-// Constant-time comparison, so response timing does not reveal how much of a key matched.
-bool same_key(const std::string& a, const std::string& b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i) diff |= uint8_t(a[i] ^ b[i % std::max<size_t>(b.size(), 1)]);
-  return diff == 0;
-}
-
 void record_usage(const json& usage) {
   t_record.prompt_tokens = usage.value("prompt_tokens", int64_t(-1));
   t_record.completion_tokens = usage.value("completion_tokens", int64_t(-1));
   t_record.cached_tokens = usage["prompt_tokens_details"].value("cached_tokens", int64_t(-1));
-}
-
-void check_auth(const httplib::Request& req, const ServerOptions& opt) {
-  std::string h = req.get_header_value("Authorization");
-  const std::string bearer = "Bearer ";
-  if (h.empty()) throw invalid_api_key(true);
-  if (h.compare(0, bearer.size(), bearer) != 0) throw invalid_api_key(false);
-  std::string key = h.substr(bearer.size());
-  bool ok = false;
-  for (const auto& k : opt.api_keys) ok |= same_key(key, k);
-  if (!ok) throw invalid_api_key(false);
 }
 
 // A whole (non-streamed) reply: wait for every choice, then one JSON body.
@@ -235,7 +217,7 @@ HttpServer::HttpServer(Engine& engine, const ModelText& text, ServerOptions opti
     return [this, handler, needs_auth](const httplib::Request& req, httplib::Response& res) {
       try {
         if (stopping_) throw shutting_down();
-        if (needs_auth && !options_.api_keys.empty()) check_auth(req, options_);
+        if (needs_auth) check_bearer(req, options_);
         handler(req, res);
       } catch (const std::exception& e) {
         send_error(res, to_api_error(e));

@@ -578,21 +578,6 @@ void handle_create(const ApiContext& ctx, const httplib::Request& http_req, http
       [gen](bool) { gen->cancel(false); });
 }
 
-void check_bearer(const httplib::Request& req, const ServerOptions& opt) {
-  if (opt.api_keys.empty()) return;
-  std::string h = req.get_header_value("Authorization");
-  if (h.empty()) throw invalid_api_key(true);
-  if (h.rfind("Bearer ", 0) != 0) throw invalid_api_key(false);
-  std::string key = h.substr(7);
-  bool ok = false;
-  for (const auto& k : opt.api_keys) {
-    unsigned char diff = k.size() == key.size() ? 0 : 1;
-    for (size_t i = 0; i < key.size(); ++i) diff |= uint8_t(key[i] ^ k[i % std::max<size_t>(k.size(), 1)]);
-    ok |= diff == 0;
-  }
-  if (!ok) throw invalid_api_key(false);
-}
-
 ApiError response_not_found(const std::string& id) {
   return ApiError(404, "invalid_request_error", "Response with id '" + id + "' not found.", "response_id",
                   "response_not_found");
@@ -603,16 +588,7 @@ ApiError response_not_found(const std::string& id) {
 void register_responses_routes(httplib::Server& http, const ApiContext& context) {
   const ApiContext* ctx = &context;
   auto route = [ctx](auto handler) {
-    return [ctx, handler](const httplib::Request& req, httplib::Response& res) {
-      try {
-        if (ctx->shutting_down) throw shutting_down();
-        check_bearer(req, ctx->options);
-        handler(req, res);
-      } catch (const std::exception& e) {
-        const ApiError err = to_api_error(e);
-        send_api_error(res, err, err.to_json());
-      }
-    };
+    return guarded_route(ctx, check_bearer, [](const ApiError& e) { return e.to_json(); }, handler);
   };
   http.Post("/v1/responses", route([ctx](const httplib::Request& req, httplib::Response& res) {
               handle_create(*ctx, req, res);

@@ -8,22 +8,6 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from serverutil import serve
-
-
-@pytest.fixture(scope="module")
-def server():
-    yield from serve()
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return server.client()
-
-
-@pytest.fixture(scope="module")
-def model(client):
-    return client.models.list().data[0].id
 
 
 def scrape(server):

@@ -16,17 +16,7 @@ import openai
 import pytest
 import requests
 
-from serverutil import API_KEY, READ_TIMEOUT_S, Server, auth, first_model, serve
-
-
-@pytest.fixture(scope="module")
-def server():
-    yield from serve()
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return server.client()
+from serverutil import API_KEY, READ_TIMEOUT_S, Server, auth, first_model
 
 
 @pytest.fixture(scope="module")

@@ -5,22 +5,7 @@ import openai
 import pytest
 import requests
 
-from serverutil import API_KEY, serve
-
-
-@pytest.fixture(scope="module")
-def server():
-    yield from serve()
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return server.client()
-
-
-@pytest.fixture(scope="module")
-def model(client):
-    return client.models.list().data[0].id
+from serverutil import API_KEY
 
 
 PROMPT = "Write a Python function that adds two numbers."

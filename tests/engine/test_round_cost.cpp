@@ -1,0 +1,86 @@
+#include "engine/round_cost.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+namespace tf {
+namespace {
+
+// A GPU-like cost: flat while the weights' read dominates, then linear in rows.
+double gpu_cost(int rows) {
+  return 0.006 * std::max(1.0, rows / 48.0);
+}
+
+TEST(RoundCost, EmptyTableGivesWholeChunk) {
+  RoundCostTable t;
+  EXPECT_TRUE(t.empty());
+  EXPECT_EQ(t.predict(10), 0);
+  EXPECT_EQ(prefill_rows_for_share(t, 32, 0.5, 512), 512);
+}
+
+TEST(RoundCost, NoShareOrNoDecodeRowsGivesWholeChunk) {
+  RoundCostTable t;
+  for (int r : {1, 8, 32, 512}) t.observe(r, gpu_cost(r));
+  EXPECT_EQ(prefill_rows_for_share(t, 32, 0, 512), 512);
+  EXPECT_EQ(prefill_rows_for_share(t, 0, 0.5, 512), 512);
+}
+
+TEST(RoundCost, PredictsMeasuredPointsAndStaysAboveAConvexCurve) {
+  RoundCostTable t;
+  for (int r : {1, 2, 4, 8, 16, 32, 64, 128, 256, 512}) t.observe(r, gpu_cost(r));
+  for (int r : {1, 8, 64, 512}) EXPECT_DOUBLE_EQ(t.predict(r), gpu_cost(r)) << r;
+  for (int r = 1; r <= 1024; r += 7) {
+    EXPECT_GE(t.predict(r), gpu_cost(r) * (1 - 1e-12)) << r;  // chords over a convex curve
+    EXPECT_LE(t.predict(r), t.predict(r + 7)) << r;             // non-decreasing
+  }
+}
+
+TEST(RoundCost, NoisyBucketNeverMakesBiggerRoundsCheaper) {
+  RoundCostTable t;
+  t.observe(16, 0.010);
+  t.observe(32, 0.004);  // noise: a bigger round measured faster
+  t.observe(64, 0.012);
+  EXPECT_GE(t.predict(32), t.predict(16));
+  EXPECT_LE(t.predict(40), t.predict(64));
+}
+
+TEST(RoundCost, ShareKeepsPredictedRoundWithinLimit) {
+  RoundCostTable t;
+  for (int r : {1, 2, 4, 8, 16, 32, 64, 128, 256, 512}) t.observe(r, gpu_cost(r));
+  for (int decode : {1, 8, 32, 64}) {
+    for (double f : {0.25, 0.5, 0.75}) {
+      const int p = prefill_rows_for_share(t, decode, f, 512);
+      ASSERT_GE(p, 16);
+      ASSERT_LE(p, 512);
+      if (p > 16) {
+        EXPECT_LE(t.predict(decode + p), t.predict(decode) / f * (1 + 1e-12));
+      }
+      if (p < 512) {
+        EXPECT_GT(t.predict(decode + p + 1), t.predict(decode) / f);  // the largest such P
+      }
+    }
+  }
+  // Flat region: 8 decode rows at F = 0.5 may double the round, i.e. ~88 rows in all here.
+  EXPECT_GE(prefill_rows_for_share(t, 8, 0.5, 512), 80);
+  // A larger share leaves fewer prompt rows.
+  EXPECT_GE(prefill_rows_for_share(t, 32, 0.25, 512), prefill_rows_for_share(t, 32, 0.75, 512));
+}
+
+TEST(RoundCost, RecentRoundsOutweighOldOnes) {
+  RoundCostTable t;
+  for (int i = 0; i < 50; ++i) t.observe(32, 0.010);
+  for (int i = 0; i < 100; ++i) t.observe(32, 0.020);  // context grew: rounds got slower
+  EXPECT_NEAR(t.predict(32), 0.020, 0.001);
+}
+
+TEST(RoundCost, MinimumProgressForPrompts) {
+  RoundCostTable t;
+  t.observe(32, 0.010);
+  t.observe(48, 0.030);  // steep: even 16 prompt rows exceed the share
+  EXPECT_EQ(prefill_rows_for_share(t, 32, 0.9, 512), 16);
+  EXPECT_EQ(prefill_rows_for_share(t, 32, 0.9, 8), 8);  // never above the chunk
+}
+
+}  // namespace
+}  // namespace tf

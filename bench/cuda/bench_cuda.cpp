@@ -251,6 +251,80 @@ struct Row {
   double tokens;
 };
 
+// Per-shape linear timings (the decode building block). M <= 16: the decode kernel's two loop variants;
+// M = 17..512: the decode, mid-M (linear_mid.cu) and tiled kernels forced in turn (same bits, tested),
+// M > 512: the tiled kernel; cuBLAS alongside. Auto = what linear_bf16 picks (docs/cuda-notes.md).
+void linear_table(Backend& be, cublasHandle_t h, const Shape& sh, Layer& L, LinearWeight& lm_head) {
+  cudaStream_t s = cuda::stream_of(be);
+  const float one = 1, zero = 0;
+  auto ours = [&](const Tensor& x, const LinearWeight& w, Tensor& y) { be.linear(x, w, y); };
+  auto cublas = [&](const Tensor& x, const LinearWeight& w, Tensor& y) {
+    const int n = int(w.weight.dim(0)), k = int(w.weight.dim(1)), mm = int(x.numel() / k);
+    CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, mm, k, &one, w.weight.raw(), CUDA_R_16BF, k,
+                              x.raw(), CUDA_R_16BF, k, &zero, y.raw(), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT));
+  };
+  struct W {
+    const char* n;
+    LinearWeight* w;
+  } ws[] = {{"q", &L.q}, {"o", &L.o}, {"gate_up", &L.gate_up}, {"down", &L.down}, {"lm_head", &lm_head}};
+  std::printf("-- linears, %s --\n", sh.name);
+  for (int rows : {1, 8, 32, 64, 96, 128, 256, 4096}) {
+    for (auto& w : ws) {
+      const int64_t n = w.w->weight.dim(0), k = w.w->weight.dim(1);
+      if (rows > 256 && n > 100000) continue;  // lm_head runs for one row per prompt
+      Tensor x = be.alloc({rows, k}, DType::BF16), y = be.alloc({rows, n}, DType::BF16);
+      cuda::fill_uniform(be, x, 7, -1, 1);
+      auto gbs = [&](double t) { return n * k * 2 / (t * 1e-3) / 1e9; };
+      auto tflops = [&](double t) { return 2.0 * rows * n * k / (t * 1e-3) / 1e12; };
+      const int reps = rows > 256 ? 5 : 15;
+      auto timed = [&](auto&& fn) { return time_ms(s, fn, 2, reps); };
+      if (rows > 16) {
+        auto forced = [&](cuda::LinearKernel kern) {
+          cuda::set_linear_kernel(kern);
+          const double t = timed([&] { ours(x, *w.w, y); });
+          cuda::set_linear_kernel(cuda::LinearKernel::Auto);
+          return t;
+        };
+        const double tm = rows <= 512 ? forced(cuda::LinearKernel::Mid) : 0;
+        const double tt = forced(cuda::LinearKernel::Tiled);
+        const double td = rows <= 64 ? forced(cuda::LinearKernel::Decode) : 0;
+        const double tc = timed([&] { cublas(x, *w.w, y); });
+        const double best = tm > 0 ? std::min(tm, tt) : tt;
+        std::printf(
+            "linear %-8s M=%-4d N=%-6ld K=%-6ld mid %7.1f us %4.0f TFLOP/s %5.0f GB/s | tiled %7.1f us %4.0f "
+            "TFLOP/s | decode %7.1f us | cuBLAS %7.1f us %4.0f TFLOP/s %5.0f GB/s | best/cuBLAS time %.2f\n",
+            w.n, rows, long(n), long(k), tm * 1e3, tm > 0 ? tflops(tm) : 0, tm > 0 ? gbs(tm) : 0, tt * 1e3,
+            tflops(tt), td * 1e3, tc * 1e3, tflops(tc), gbs(tc), best / tc);
+        continue;
+      }
+      cuda::set_linear_variant(cuda::LoopVariant::Plain);
+      const double t0 = timed([&] { ours(x, *w.w, y); });
+      cuda::set_linear_variant(cuda::LoopVariant::Prefetch);
+      const double t1 = timed([&] { ours(x, *w.w, y); });
+      cuda::set_linear_variant(cuda::LoopVariant::Auto);
+      const double t2 = timed([&] { cublas(x, *w.w, y); });
+      std::printf(
+          "linear %-8s M=%-4d N=%-6ld K=%-6ld plain %7.1f us %5.0f GB/s | prefetch %7.1f us %5.0f GB/s | "
+          "cuBLAS %7.1f us %5.0f GB/s\n",
+          w.n, rows, long(n), long(k), t0 * 1e3, gbs(t0), t1 * 1e3, gbs(t1), t2 * 1e3, gbs(t2));
+    }
+  }
+}
+
+// Only the linear table (--linears): one layer's weights and the lm_head, no KV pool.
+void linears_only(Backend& be, cublasHandle_t h, const Shape& sh) {
+  Model m{sh, {}, {}, {}, {}, 0, 0};
+  Layer L;
+  const int64_t qd = int64_t(sh.heads) * sh.head_dim;
+  L.q = rand_linear(be, qd, sh.hidden, 1, &m);
+  L.o = rand_linear(be, sh.hidden, qd, 2, &m);
+  L.gate_up = rand_linear(be, 2 * int64_t(sh.inter), sh.hidden, 3, &m);
+  L.down = rand_linear(be, sh.hidden, sh.inter, 4, &m);
+  LinearWeight lm_head = rand_linear(be, sh.vocab, sh.hidden, 5, &m);
+  linear_table(be, h, sh, L, lm_head);
+}
+
 void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c, bool quick,
                std::vector<Row>* out) {
   cudaStream_t s = cuda::stream_of(be);
@@ -269,50 +343,7 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
   std::printf("\n== %s: %.2f GB of linear weights, KV %.0f KB/token ==\n", sh.name, m.linear_bytes / 1e9,
               kv_bytes_per_token / 1e3);
 
-  // Per-shape linear timings (the decode building block).
-  {
-    Layer& L = m.layers[0];
-    struct W {
-      const char* n;
-      LinearWeight* w;
-    } ws[] = {{"q", &L.q}, {"o", &L.o}, {"gate_up", &L.gate_up}, {"down", &L.down}, {"lm_head", &m.lm_head}};
-    for (int rows : {1, 8, 32, 256, 4096}) {
-      for (auto& w : ws) {
-        const int64_t n = w.w->weight.dim(0), k = w.w->weight.dim(1);
-        if (rows > 256 && n > 100000) continue;  // lm_head runs for one row per prompt
-        Tensor x = be.alloc({rows, k}, DType::BF16), y = be.alloc({rows, n}, DType::BF16);
-        cuda::fill_uniform(be, x, 7, -1, 1);
-        auto gbs = [&](double t) { return n * k * 2 / (t * 1e-3) / 1e9; };
-        auto tflops = [&](double t) { return 2.0 * rows * n * k / (t * 1e-3) / 1e12; };
-        if (rows >= 65) {  // the tiled kernel (no loop variants)
-          const int reps = rows > 256 ? 5 : 15;
-          const double t1 = time_ms(
-              s, [&] { ours(x, *w.w, y); }, 2, reps);
-          const double t2 = time_ms(
-              s, [&] { cublas(x, *w.w, y); }, 2, reps);
-          std::printf(
-              "linear %-8s M=%-4d N=%-6ld K=%-6ld tiled %8.1f us %5.0f TFLOP/s | cuBLAS %8.1f us %5.0f "
-              "TFLOP/s "
-              "| ours/cuBLAS time %.2f\n",
-              w.n, rows, long(n), long(k), t1 * 1e3, tflops(t1), t2 * 1e3, tflops(t2), t1 / t2);
-          continue;
-        }
-        cuda::set_linear_variant(cuda::LoopVariant::Plain);
-        const double t0 = time_ms(
-            s, [&] { ours(x, *w.w, y); }, 3, 15);
-        cuda::set_linear_variant(cuda::LoopVariant::Prefetch);
-        const double t1 = time_ms(
-            s, [&] { ours(x, *w.w, y); }, 3, 15);
-        cuda::set_linear_variant(cuda::LoopVariant::Auto);
-        const double t2 = time_ms(
-            s, [&] { cublas(x, *w.w, y); }, 3, 15);
-        std::printf(
-            "linear %-8s M=%-4d N=%-6ld K=%-6ld plain %7.1f us %5.0f GB/s | prefetch %7.1f us %5.0f GB/s | "
-            "cuBLAS %7.1f us %5.0f GB/s\n",
-            w.n, rows, long(n), long(k), t0 * 1e3, gbs(t0), t1 * 1e3, gbs(t1), t2 * 1e3, gbs(t2));
-      }
-    }
-  }
+  linear_table(be, h, sh, m.layers[0], m.lm_head);
 
   // Decode steps.
   Acts acts = make_acts(be, sh, quick ? 512 : 4096, 32);
@@ -479,11 +510,12 @@ void verify_sweep(Backend& be, const Shape& sh, int ctx) {
 }
 
 int run(int argc, char** argv) {
-  bool quick = false, small_only = false, verify_only = false;
+  bool quick = false, small_only = false, verify_only = false, linears = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     if (!std::strcmp(argv[i], "--small")) small_only = true;
     if (!std::strcmp(argv[i], "--verify")) verify_only = true;
+    if (!std::strcmp(argv[i], "--linears")) linears = true;
   }
   std::string why;
   auto be = make_cuda_backend(0, &why);
@@ -498,6 +530,12 @@ int run(int argc, char** argv) {
   const Ceilings c = measure_ceilings(*be, h);
   std::printf("ceilings: device copy %.0f GB/s (read+write), cuBLAS bf16 GEMM 8192^3 %.0f TFLOP/s\n",
               c.copy_gbs, c.gemm_tflops);
+  if (linears) {  // --linears: the per-shape linear table alone
+    if (!small_only) linears_only(*be, h, kQwen3_8B);
+    linears_only(*be, h, kQwen3_06B);
+    cublasDestroy(h);
+    return 0;
+  }
   if (verify_only) {
     verify_sweep(*be, kQwen3_8B, 512);
     verify_sweep(*be, kQwen3_8B, 8192);

@@ -34,6 +34,12 @@ void linear_bf16(const void* x, const void* w, const void* bias, DType bias_dtyp
 // weights into registers for M <= 16 and uses the plain loop above; attention uses the plain tile loop.
 enum class LoopVariant { Auto, Plain, Prefetch };
 void set_linear_variant(LoopVariant v);
+// Which linear kernel serves a call. Auto: the decode kernel (linear.cu) for M <= 16, linear_mid.cu up to
+// set_linear_mid_max_m (512 by default), linear_tiled.cu above. The others force one kernel for every M,
+// for tests and benches: all compute every element with the same arithmetic (identical bits, tested).
+enum class LinearKernel { Auto, Decode, Mid, Tiled };
+void set_linear_kernel(LinearKernel kernel);
+void set_linear_mid_max_m(int m);
 void set_attention_variant(LoopVariant v);
 // Programmatic dependent launch of the linear kernels (on by default; off for benches). Same bits.
 void set_linear_pdl(bool on);

@@ -11,8 +11,9 @@
 // (g, t) loads W[n0+g][k0+8t .. +8], W[n0+g+8][...] and x[m][k0+8t .. +8]; A and B use the same
 // permutation, so the dot product is unchanged up to summation order (which is fixed).
 //
-// M >= kTiledMinM goes to linear_tiled.cu, which computes every element with this same MMA chain per
-// slice and the same slice sum, in 128x128 shared-memory tiles (tested bit-equal across M).
+// M = 17..512 goes to linear_mid.cu (64x64 tiles, a cp.async ring per warp) and larger M to
+// linear_tiled.cu (128x128 tiles); both compute every element with this same MMA chain per slice and
+// the same slice sum (tested bit-equal across M, tests/ops/gpu/test_cuda_linear.cpp).
 #include <cuda_bf16.h>
 
 #include <type_traits>
@@ -25,7 +26,6 @@ namespace tf::cuda {
 namespace {
 
 constexpr int kWarps = 8;        // = the K slices; linear_tiled.cu's kSlices must match
-constexpr int kTiledMinM = 65;   // from here on the 128x128-tile kernel (linear_tiled.cu)
 constexpr int kFewBlocks = 256;  // grids smaller than this keep 8 K chunks a warp in flight
 LoopVariant g_linear_variant = LoopVariant::Auto;
 bool g_pdl = true;
@@ -163,7 +163,9 @@ void linear_bf16(const void* x, const void* w, const void* bias, DType bias_dtyp
   TF_CHECK(k % 32 == 0, "CUDA linear needs in_features divisible by 32, got " + std::to_string(k));
   const int bias_kind = !bias ? 0 : bias_dtype == DType::F32 ? 1 : 2;
   const bool y_f32 = y_dtype == DType::F32;
-  if (m >= kTiledMinM) return linear_tiled_bf16(x, w, bias, bias_kind, y, y_f32, m, n, k, s);
+  const LinearKernel kernel = linear_kernel_for(m);  // linear_mid.cu: by M, or forced for tests
+  if (kernel == LinearKernel::Tiled) return linear_tiled_bf16(x, w, bias, bias_kind, y, y_f32, m, n, k, s);
+  if (kernel == LinearKernel::Mid) return linear_mid_bf16(x, w, bias, bias_kind, y, y_f32, m, n, k, s);
   const bool few_blocks = (n + 15) / 16 * ((m + 7) / 8) < kFewBlocks;
   auto go = [&](auto pf) {
     constexpr bool P = decltype(pf)::value;

@@ -1,10 +1,12 @@
 // tf_bench_moe: a random-weight Qwen3-30B-A3B shape (48 layers, hidden 2048, 128 experts, top-8, expert
-// intermediate 768, 32/4 heads of 128, vocab 151936) in bf16 on the CUDA backend, forward composed from the
-// backend ops with Backend::moe for the sparse MLPs. Measures the device copy bandwidth in the same run,
-// then decode at batch 1/8/32 (context 512; tokens/s and the fraction of the roofline on the bytes the
-// step actually reads: the active experts, router, attention weights, KV, embedding rows and lm_head),
-// the host-routed per-expert path at batch 1 for comparison, and prefill 4k.
-// Flags: --quick (batch 1 and 8 only, no prefill).
+// intermediate 768, 32/4 heads of 128, vocab 151936) on the CUDA backend, forward composed from the
+// backend ops with Backend::moe for the sparse MLPs, in bf16 and as an mlx-lm 4-bit conversion (MLX affine
+// 4-bit group 64 experts, attention and lm_head, the router 8-bit group 64, bf16 embeddings; random codes,
+// finite random scales). Measures the device copy bandwidth in the same run, then per format decode at
+// batch 1/8/32 (context 512; tokens/s and the fraction of the roofline on the bytes the step actually
+// reads: the active experts' weights (packed bytes plus scales and biases), router, attention weights, KV,
+// embedding rows and lm_head), the host-routed per-expert path at batch 1 for comparison, and prefill 4k.
+// Flags: --quick (batch 1 and 8 only, no prefill), --format bf16|mlx4 (one format only).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -16,11 +18,12 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.h"
 #include "ops/backend.h"
 #include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/quant_linear.h"
 #include "ops/moe.h"
-#include "bench_common.h"
 
 namespace tf {
 namespace {
@@ -44,6 +47,7 @@ struct Model {
   std::vector<Layer> layers;
   Tensor embed, final_norm;
   LinearWeight lm_head;
+  bool mlx = false;  // the mlx-lm 4-bit conversion's formats (make_model)
 };
 
 LinearWeight rand_linear(Backend& be, int64_t n, int64_t k, uint64_t seed) {
@@ -55,27 +59,63 @@ LinearWeight rand_linear(Backend& be, int64_t n, int64_t k, uint64_t seed) {
   return w;
 }
 
+// An MLX affine weight [n, k] in the device layout upload_linear gives (quant_linear.h): random packed codes
+// and one (scale, bias) pair a group, bf16, scale ~ 0.2/sqrt(k) / 2^bits and bias -2^(bits-1) * scale
+// (centred weights of about uniform(-a, a), as rand_linear), so activations stay finite through 48 layers.
+LinearWeight rand_mlx(Backend& be, int64_t n, int64_t k, int bits, uint64_t seed) {
+  constexpr int kGroup = 64;
+  LinearWeight w;
+  w.format = LinearWeight::Format::MlxAffine;
+  w.bits = bits, w.group_size = kGroup;
+  w.in_features = k, w.out_features = n;
+  w.weight = be.alloc({n, k * bits / 32}, DType::U32);
+  w.scales = be.alloc({n, k / kGroup}, DType::U32);
+  cudaStream_t s = cuda::stream_of(be);
+  cuda::fill_random_bytes(w.weight.raw(), size_t(w.weight.nbytes()), seed, 0xFF, s);
+  std::vector<uint32_t> sb(size_t(w.scales.numel()));
+  uint64_t z = seed * 0x9E3779B97F4A7C15ull + 1;
+  const float s0 = 2.f * std::sqrt(3.f / float(k)) / float(1 << bits);
+  for (auto& v : sb) {
+    z ^= z << 13, z ^= z >> 7, z ^= z << 17;  // xorshift64
+    const float sc = s0 * (0.75f + 0.5f * float(z >> 40) / float(1 << 24));
+    v = uint32_t(f32_to_bf16(sc)) | uint32_t(f32_to_bf16(-sc * float(1 << (bits - 1)))) << 16;
+  }
+  TF_CUDA_CHECK(cudaMemcpyAsync(w.scales.raw(), sb.data(), sb.size() * 4, cudaMemcpyHostToDevice, s));
+  TF_CUDA_CHECK(cudaStreamSynchronize(s));  // sb is freed on return
+  return w;
+}
+
+// Bytes of one linear's weight [n, k] as the model stores it: bf16, or MLX packed codes plus one 4-byte
+// (scale, bias) pair per 64 inputs.
+double linear_bytes(const Model& m, double n, double k, int mlx_bits = 4) {
+  return m.mlx ? n * k * mlx_bits / 8 + n * k / 64 * 4 : n * k * 2;
+}
+
 Tensor rand_norm(Backend& be, int64_t n, uint64_t seed) {
   Tensor t = be.alloc({n}, DType::BF16);
   cuda::fill_uniform(be, t, seed, 0.8f, 1.2f);
   return t;
 }
 
-Model make_model(Backend& be, int64_t kv_blocks) {
+Model make_model(Backend& be, int64_t kv_blocks, bool mlx) {
   Model m;
+  m.mlx = mlx;
   uint64_t seed = 100;
+  auto lin = [&](int64_t n, int64_t k, int bits = 4) {
+    return mlx ? rand_mlx(be, n, k, bits, seed++) : rand_linear(be, n, k, seed++);
+  };
   const int64_t qd = int64_t(kHeads) * kHeadDim, kd = int64_t(kKvHeads) * kHeadDim;
   for (int l = 0; l < kLayers; ++l) {
     Layer L;
-    L.q = rand_linear(be, qd, kHidden, seed++);
-    L.k = rand_linear(be, kd, kHidden, seed++);
-    L.v = rand_linear(be, kd, kHidden, seed++);
-    L.o = rand_linear(be, kHidden, qd, seed++);
+    L.q = lin(qd, kHidden);
+    L.k = lin(kd, kHidden);
+    L.v = lin(kd, kHidden);
+    L.o = lin(kHidden, qd);
     L.moe.top_k = kTopK, L.moe.norm_topk_prob = true;
-    L.moe.router = rand_linear(be, kExperts, kHidden, seed++);
+    L.moe.router = lin(kExperts, kHidden, 8);  // mlx-lm keeps the router at 8 bits
     for (int e = 0; e < kExperts; ++e) {
-      L.moe.gate_up.push_back(rand_linear(be, 2 * kInter, kHidden, seed++));
-      L.moe.down.push_back(rand_linear(be, kHidden, kInter, seed++));
+      L.moe.gate_up.push_back(lin(2 * kInter, kHidden));
+      L.moe.down.push_back(lin(kHidden, kInter));
     }
     L.ln1 = rand_norm(be, kHidden, seed++);
     L.ln2 = rand_norm(be, kHidden, seed++);
@@ -90,7 +130,7 @@ Model make_model(Backend& be, int64_t kv_blocks) {
   m.embed = be.alloc({kVocab, kHidden}, DType::BF16);
   cuda::fill_uniform(be, m.embed, seed++, -1, 1);
   m.final_norm = rand_norm(be, kHidden, seed++);
-  m.lm_head = rand_linear(be, kVocab, kHidden, seed++);
+  m.lm_head = lin(kVocab, kHidden);
   be.synchronize();
   return m;
 }
@@ -159,18 +199,22 @@ std::pair<double, double> step_bytes(Backend& be, Model& m, const BatchMeta& met
   be.begin_forward(meta);
   forward(be, m, meta.rows(), outs, false, hook);
   be.synchronize();
-  const double expert = (2.0 * kInter * kHidden + double(kHidden) * kInter) * 2;
-  const double attn_w = (2.0 * kHeads * kHeadDim * kHidden + 2.0 * kKvHeads * kHeadDim * kHidden) * 2;
+  const double expert = linear_bytes(m, 2.0 * kInter, kHidden) + linear_bytes(m, kHidden, kInter);
+  const double attn_w = 2 * linear_bytes(m, double(kHeads) * kHeadDim, kHidden) +
+                        2 * linear_bytes(m, double(kKvHeads) * kHeadDim, kHidden);
   const double kv = 2.0 * kKvHeads * kHeadDim * 2 * ctx * meta.rows();
-  double bytes = double(kVocab) * kHidden * 2 + double(meta.rows()) * kHidden * 2, mean = 0;
+  const double router = linear_bytes(m, kExperts, kHidden, 8);
+  double bytes = linear_bytes(m, kVocab, kHidden) + double(meta.rows()) * kHidden * 2, mean = 0;
   for (int l = 0; l < kLayers; ++l) {
-    bytes += active[l] * expert + attn_w + kv + double(kExperts) * kHidden * 2;
+    bytes += active[l] * expert + attn_w + kv + router;
     mean += active[l] / double(kLayers);
   }
   return {bytes, mean};
 }
 
-int run(bool quick) {
+void bench_format(Backend& be, bool mlx, bool quick, double copy_gbs);
+
+int run(bool quick, const std::string& format) {
   std::string why;
   auto be = make_cuda_backend(0, &why);
   if (!be) {
@@ -188,10 +232,29 @@ int run(bool quick) {
         11);
     copy_gbs = 2.0 * n * 2 / (ms * 1e-3) / 1e9;
   }
-  const int ctx = 512, prefill = 4096;
-  Model m = make_model(*be, int64_t(32) * (ctx / kBlock + 1) + prefill / kBlock + 64);
   std::printf("%s\ncopy bandwidth %.0f GB/s\n", be->name().c_str(), copy_gbs);
-  std::printf("| case | ms/step | tokens/s | GB read | roofline ms | of roofline | experts/layer |\n");
+  for (const char* f : {"bf16", "mlx4"})
+    if (format.empty() || format == f) bench_format(*be, std::strcmp(f, "mlx4") == 0, quick, copy_gbs);
+  return 0;
+}
+
+// One format's rows: decode at batch 1/8/32 (fused), host-routed decode at batch 1, prefill.
+void bench_format(Backend& be_ref, bool mlx, bool quick, double copy_gbs) {
+  Backend* be = &be_ref;
+  cudaStream_t s = cuda::stream_of(*be);
+  const int ctx = 512, prefill = 4096;
+  Model m = make_model(*be, int64_t(32) * (ctx / kBlock + 1) + prefill / kBlock + 64, mlx);
+  const char* fmt = mlx ? "MLX 4-bit g64" : "bf16";
+  std::printf("\n%s: %.1f GB of weights\n", fmt,
+              (kLayers * (double(kExperts) *
+                              (linear_bytes(m, 2.0 * kInter, kHidden) + linear_bytes(m, kHidden, kInter)) +
+                          2 * linear_bytes(m, double(kHeads) * kHeadDim, kHidden) +
+                          2 * linear_bytes(m, double(kKvHeads) * kHeadDim, kHidden) +
+                          linear_bytes(m, kExperts, kHidden, 8)) +
+               linear_bytes(m, kVocab, kHidden) + double(kVocab) * kHidden * 2) /
+                  1e9);
+  std::printf("| case (%s) | ms/step | tokens/s | GB read | roofline ms | of roofline | experts/layer |\n",
+              fmt);
   std::printf("|---|---|---|---|---|---|---|\n");
   std::vector<int> batches = quick ? std::vector<int>{1, 8} : std::vector<int>{1, 8, 32};
   double b1 = 0;
@@ -227,7 +290,6 @@ int run(bool quick) {
     std::printf("| prefill %d (eager) | %.1f | %.0f | | | linear FLOPs %.1f TFLOP/s | |\n", prefill, ms,
                 prefill * 1e3 / ms, flops / (ms * 1e-3) / 1e12);
   }
-  return 0;
 }
 
 }  // namespace
@@ -235,9 +297,17 @@ int run(bool quick) {
 
 int main(int argc, char** argv) {
   bool quick = false;
-  for (int i = 1; i < argc; ++i) quick = quick || std::strcmp(argv[i], "--quick") == 0;
+  std::string format;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    if (std::strcmp(argv[i], "--format") == 0 && i + 1 < argc) format = argv[++i];
+  }
+  if (!format.empty() && format != "bf16" && format != "mlx4") {
+    std::fprintf(stderr, "--format: bf16 or mlx4\n");
+    return 2;
+  }
   try {
-    return tf::run(quick);
+    return tf::run(quick, format);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

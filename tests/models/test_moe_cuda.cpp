@@ -1,14 +1,25 @@
 // GPU: the fused Backend::moe of the CUDA backend (device routing, grouping, grouped GEMM, combine)
 // against the CPU reference, bit-for-bit against the host-routed per-expert path where both round the same,
 // and a token's output bits independent of how many other tokens share the call and which experts they
-// chose (1..64 tokens), and the same bits when every fresh device allocation is NaN-poisoned. Label "gpu".
+// chose (1..64 tokens), and the same bits when every fresh device allocation is NaN-poisoned. The same for
+// MLX affine 4- and 8-bit experts kept packed (the grouped GEMM dequantizes in registers): bit-equal to the
+// host-routed per-expert linear_quantized, per token independent of the batch, and on the tiny mlx-lm
+// conversion (tests/data/quant/qwen3-moe-mlx-4bit) the model's logits equal the host-routed path's. Label
+// "gpu".
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <random>
+#include <sstream>
 
+#include "checkpoint/checkpoint.h"
+#include "engine/kv_cache.h"
+#include "models/model.h"
+#include "models/moe.h"
 #include "ops/backend.h"
 #include "ops/cuda/moe_fused.h"
 
@@ -176,6 +187,201 @@ TEST_F(Moe, BitsUnchangedByPoisonedAllocations) {
         << sizes[i] << " tokens: the fused path reads unwritten device memory";
     EXPECT_EQ(0, std::memcmp(routed[1][i].data(), routed[0][i].data(), routed[0][i].size() * 4))
         << sizes[i] << " tokens: the host-routed path reads unwritten device memory";
+  }
+}
+
+// ---- MLX affine experts kept packed ----
+
+// A random MLX affine weight [out, in] of `bits` bits, groups of `group`: random codes, bf16 scales around
+// 0.6/sqrt(in)/2^bits and biases about -scale * 2^(bits-1), so the dequantized weights are centred.
+LinearWeight host_mlx(int64_t out, int64_t in, int bits, int group, std::mt19937& rng) {
+  LinearWeight w;
+  w.format = LinearWeight::Format::MlxAffine;
+  w.bits = bits, w.group_size = group;
+  w.out_features = out, w.in_features = in;
+  w.weight = Tensor::empty({out, in * bits / 32}, DType::U32);
+  for (int64_t i = 0; i < w.weight.numel(); ++i) w.weight.data<uint32_t>()[i] = uint32_t(rng());
+  w.scales = Tensor::empty({out, in / group}, DType::BF16);
+  w.biases = Tensor::empty({out, in / group}, DType::BF16);
+  std::uniform_real_distribution<float> d(0.5f, 1.5f);
+  const float s0 = 1.2f / std::sqrt(float(in)) / float(1 << bits);
+  for (int64_t i = 0; i < w.scales.numel(); ++i) {
+    const float sc = s0 * d(rng);
+    w.scales.data<uint16_t>()[i] = f32_to_bf16(sc);
+    w.biases.data<uint16_t>()[i] = f32_to_bf16(-sc * float(1 << (bits - 1)) * d(rng));
+  }
+  return w;
+}
+
+// Random MLX experts (the router stays bf16) uploaded to the GPU, kept packed by upload_linear.
+MoeWeights make_mlx_moe(Backend& be, int top_k, bool norm, uint32_t seed, int bits, int group) {
+  std::mt19937 rng(seed);
+  MoeWeights w;
+  w.top_k = top_k, w.norm_topk_prob = norm;
+  w.router = be.upload_linear(host_linear(kE, kH, 0.5f, rng));
+  for (int e = 0; e < kE; ++e) {
+    w.gate_up.push_back(be.upload_linear(host_mlx(2 * kI, kH, bits, group, rng)));
+    w.down.push_back(be.upload_linear(host_mlx(kH, kI, bits, group, rng)));
+  }
+  return w;
+}
+
+std::vector<float> host_routed(Backend& gpu, MoeWeights& w, const Tensor& x) {
+  const int64_t n = x.dim(0);
+  Tensor dx = gpu.upload(x), out = gpu.alloc({n, kH}, DType::BF16);
+  gpu.Backend::moe(dx, w, out);
+  Tensor host = Tensor::empty({n, kH}, DType::F32);
+  gpu.to_host(out, host);
+  return host.to_f32_vector();
+}
+
+struct MlxCase {
+  int bits, group;
+};
+const MlxCase kMlxCases[] = {{4, 32}, {4, 64}, {4, 128}, {8, 64}};
+
+// top_k 1 renormalised (every combine weight exactly 1): the fused path's grouped MLX GEMM against the
+// host-routed path's per-expert linear_quantized, bit for bit; 300 tokens put 128+ rows on some experts
+// (linear_quantized's dequantize + tiled bf16 branch, the same bits by its own tests).
+TEST_F(Moe, GroupedMlxGemmHasQuantizedLinearBits) {
+  if (const char* v = std::getenv("TF_MOE_FUSED"); v && std::string(v) == "0")
+    GTEST_SKIP() << "TF_MOE_FUSED=0 turns the fused path off";
+  for (const MlxCase c : kMlxCases) {
+    SCOPED_TRACE(std::to_string(c.bits) + "-bit, group " + std::to_string(c.group));
+    MoeWeights g = make_mlx_moe(*gpu, 1, true, 11, c.bits, c.group);
+    ASSERT_EQ(g.gate_up[0].format, LinearWeight::Format::MlxAffine) << "upload_linear did not keep it packed";
+    std::mt19937 rng(12);
+    for (int n : {1, 3, 16, 40, 300}) {
+      const Tensor x = random_bf16({n, kH}, 1.f, rng);
+      ASSERT_TRUE(cuda::moe_fusable(gpu->upload(x), g));
+      const auto fused = run(*gpu, g, x), routed = host_routed(*gpu, g, x);
+      EXPECT_TRUE(g.prepared) << "the fused path did not run";
+      double norm = 0;
+      for (float v : fused) norm += double(v) * v;
+      EXPECT_GT(norm, 0.0);
+      EXPECT_EQ(0, std::memcmp(fused.data(), routed.data(), fused.size() * 4)) << n << " tokens";
+    }
+  }
+}
+
+// A token's bits alone and in calls of M in {1, 3, 16, 40} tokens (top_k 8: the others route elsewhere
+// and change every tile), and 128 copies of one token (tiles of 64).
+TEST_F(Moe, MlxTokenBitsIndependentOfTheBatch) {
+  for (const MlxCase c : kMlxCases) {
+    SCOPED_TRACE(std::to_string(c.bits) + "-bit, group " + std::to_string(c.group));
+    MoeWeights g = make_mlx_moe(*gpu, 8, true, 13, c.bits, c.group);
+    std::mt19937 rng(14);
+    const Tensor pool = random_bf16({64, kH}, 1.f, rng);
+    std::vector<std::vector<float>> alone(64);
+    for (int t = 0; t < 64; ++t) alone[t] = run(*gpu, g, rows_of(pool, {t}));
+    std::uniform_int_distribution<int> pick(0, 63);
+    for (int n : {1, 3, 16, 40}) {
+      std::vector<int> rows(static_cast<size_t>(n));
+      for (auto& r : rows) r = pick(rng);
+      const auto out = run(*gpu, g, rows_of(pool, rows));
+      for (int i = 0; i < n; ++i)
+        ASSERT_EQ(0, std::memcmp(out.data() + i * kH, alone[rows[i]].data(), kH * 4))
+            << "token " << rows[i] << " at " << i << " of " << n;
+    }
+    const auto out = run(*gpu, g, rows_of(pool, std::vector<int>(128, 5)));
+    for (int i = 0; i < 128; i += 17)
+      ASSERT_EQ(0, std::memcmp(out.data() + i * kH, alone[5].data(), kH * 4)) << "128 copies";
+  }
+}
+
+// The tiny checkpoint's directory: the source tree, or the repository root as the working directory
+// (device runs).
+std::string tiny_mlx_dir() {
+  const std::string built_in = std::string(TF_SOURCE_DIR) + "/tests/data/quant/qwen3-moe-mlx-4bit";
+  return std::filesystem::exists(built_in) ? built_in : "tests/data/quant/qwen3-moe-mlx-4bit";
+}
+
+// A copy of the tiny checkpoint (files linked) whose config routes each token to `top_k` experts.
+std::string with_top_k(const std::string& dir, int top_k) {
+  namespace fs = std::filesystem;
+  const fs::path out =
+      fs::temp_directory_path() / ("tf_moe_mlx_top" + std::to_string(top_k) + "_" +
+                                   std::to_string(::testing::UnitTest::GetInstance()->random_seed()));
+  fs::create_directories(out);
+  for (const auto& f : fs::directory_iterator(dir)) {
+    const fs::path to = out / f.path().filename();
+    if (f.path().filename() == "config.json") continue;
+    if (!fs::exists(to)) fs::create_symlink(fs::absolute(f.path()), to);
+  }
+  std::ifstream in(fs::path(dir) / "config.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string cfg = ss.str();
+  const std::string key = "\"num_experts_per_tok\": 2";
+  const size_t at = cfg.find(key);
+  EXPECT_NE(at, std::string::npos) << "config.json has no " << key;
+  if (at != std::string::npos)
+    cfg.replace(at, key.size(), "\"num_experts_per_tok\": " + std::to_string(top_k));
+  std::ofstream(out / "config.json") << cfg;
+  return out.string();
+}
+
+// Every position's logits of one 24-token prompt in one forward (prefill rows share tiles) on the GPU.
+std::vector<float> tiny_logits(Backend& be, const std::string& dir) {
+  std::vector<int32_t> toks;
+  for (int i = 0; i < 24; ++i) toks.push_back((i * 37 + 11) % 200 + 1);
+  Checkpoint ckpt = Checkpoint::open(dir);
+  auto model = load_model(ckpt, be, 64);
+  const auto& s = model->spec();
+  KvBlockPool pool(be, s.layers, s.kv_heads, s.head_dim, 16, 8);
+  std::vector<int32_t> table;
+  EXPECT_TRUE(pool.reserve(table, int(toks.size())));
+  BatchMeta m;
+  m.block_size = 16;
+  m.block_tables = {table};
+  std::vector<int32_t> rows;
+  for (int p = 0; p < int(toks.size()); ++p) {
+    m.tokens.push_back(toks[size_t(p)]);
+    m.positions.push_back(p);
+    m.row_seq.push_back(0);
+    m.slots.push_back(table[size_t(p / 16)] * 16 + p % 16);
+    rows.push_back(p);
+  }
+  std::vector<float> logits;
+  model->forward(m, pool.layers(), rows, logits);
+  pool.release(table);
+  return logits;
+}
+
+// The mlx-lm conversion (4-bit group 32 experts, stacked switch_mlp) takes the fused path, and with top_k
+// 1 (combine weights exactly 1) its logits equal the host-routed path's bit for bit; with the shipped
+// top_k 2 the two differ only by the combine's rounding (fp32 sum rounded once vs per rank).
+TEST_F(Moe, TinyMlxCheckpointFusedEqualsHostRouted) {
+  if (const char* v = std::getenv("TF_MOE_FUSED"); v && std::string(v) == "0")
+    GTEST_SKIP() << "TF_MOE_FUSED=0 turns the fused path off";
+  const std::string dir = tiny_mlx_dir();
+  {
+    Checkpoint ckpt = Checkpoint::open(dir);
+    auto model = load_model(ckpt, *gpu, 64);
+    MoeWeights w = load_moe(ckpt, *gpu, model->spec(), "model.layers.0.mlp.");
+    ASSERT_EQ(w.gate_up[0].format, LinearWeight::Format::MlxAffine);
+    EXPECT_EQ(w.gate_up[0].bits, 4);
+    EXPECT_TRUE(cuda::moe_fusable(gpu->alloc({1, model->spec().hidden}, DType::BF16), w));
+  }
+  for (int top_k : {1, 2}) {
+    SCOPED_TRACE("top_k " + std::to_string(top_k));
+    const std::string d = top_k == 2 ? dir : with_top_k(dir, top_k);
+    const auto fused = tiny_logits(*gpu, d);
+    cuda::set_moe_fused(false);
+    const auto routed = tiny_logits(*gpu, d);
+    cuda::set_moe_fused(true);
+    ASSERT_EQ(fused.size(), routed.size());
+    if (top_k == 1) {
+      EXPECT_EQ(0, std::memcmp(fused.data(), routed.data(), fused.size() * 4));
+    } else {
+      double max_err = 0, max_abs = 0;
+      for (size_t i = 0; i < fused.size(); ++i) {
+        max_err = std::max(max_err, double(std::fabs(fused[i] - routed[i])));
+        max_abs = std::max(max_abs, double(std::fabs(routed[i])));
+      }
+      EXPECT_GT(max_abs, 0.0);
+      EXPECT_LT(max_err, 0.05 * max_abs);
+    }
   }
 }
 

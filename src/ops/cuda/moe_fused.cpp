@@ -1,11 +1,12 @@
-// The CUDA backend's Backend::moe: router linear, routing, grouping, grouped gate_up GEMM, silu_mul,
-// grouped down GEMM and combine, all queued on the backend's stream with no host sync. Pair and slot
-// counts (rows * top_k) are known on the host; only the per-expert tiles live on the device, so the
-// GEMM grids are launched at their upper bound and idle blocks exit.
+// The CUDA backend's Backend::moe: router linear, routing, grouping, grouped gate_up GEMM (bf16 or MLX
+// 4/8-bit experts), silu_mul, grouped down GEMM and combine, all queued on the backend's stream with no
+// host sync. Pair and slot counts (rows * top_k) are known on the host; only the per-expert tiles live on
+// the device, so the GEMM grids are launched at their upper bound and idle blocks exit.
 #include "ops/cuda/moe_fused.h"
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -18,7 +19,7 @@
 namespace tf::cuda {
 namespace {
 
-// Device tables of the experts' weight pointers: [gate_up 0..E-1, down 0..E-1].
+// Device tables of the experts' weight and scale pointers: [gate_up 0..E-1, down 0..E-1] each.
 struct Prepared {
   void* table = nullptr;
   ~Prepared() {
@@ -28,7 +29,40 @@ struct Prepared {
 
 bool dense_bf16(const LinearWeight& w) {
   return w.format == LinearWeight::Format::Dense && w.weight.device() == Device::CUDA &&
-         w.weight.dtype() == DType::BF16 && !(w.bias.defined() && w.bias.numel() > 0);
+         w.weight.dtype() == DType::BF16;
+}
+
+// log2(group / 32) as quant_linear.cu derives it (30: one group a row), -1 when no kernel fits.
+int chunk_shift(const LinearWeight& w) {
+  if (w.scales.dim(1) == 1) return 30;
+  for (int sh = 0; sh < 16; ++sh)
+    if (w.group_size == 32 << sh) return sh;
+  return -1;
+}
+
+// MLX affine 4- or 8-bit kept packed by upload_quantized_linear with bf16 scales (one U32 scale|bias a
+// group): the layout the grouped GEMM's MlxRows reads. Other widths and f16/f32 scales are not fused.
+bool packed_mlx(const LinearWeight& w) {
+  return w.format == LinearWeight::Format::MlxAffine && (w.bits == 4 || w.bits == 8) &&
+         w.weight.device() == Device::CUDA && w.scales.defined() && w.scales.dtype() == DType::U32 &&
+         w.scales.ndim() == 2 && w.scales.dim(0) == w.out_features && chunk_shift(w) >= 0 &&
+         w.out_features * w.in_features * w.bits / 8 < (int64_t(1) << 31);
+}
+
+// Every expert of one projection in the same fusable format and shape [n, k].
+bool fusable_projection(const std::vector<LinearWeight>& ws, int64_t n, int64_t k) {
+  const LinearWeight& w0 = ws[0];
+  const bool dense = dense_bf16(w0);
+  if (!dense && !packed_mlx(w0)) return false;
+  for (const auto& w : ws) {
+    if (w.bias.defined() && w.bias.numel() > 0) return false;
+    if (w.out_features != n || w.in_features != k) return false;
+    if (dense ? !dense_bf16(w) || w.weight.dim(0) != n || w.weight.dim(1) != k
+              : !packed_mlx(w) || w.bits != w0.bits || w.group_size != w0.group_size ||
+                    w.scales.dim(1) != w0.scales.dim(1))
+      return false;
+  }
+  return true;
 }
 
 const void* const* tables(MoeWeights& w, cudaStream_t s) {
@@ -36,6 +70,8 @@ const void* const* tables(MoeWeights& w, cudaStream_t s) {
     std::vector<const void*> ptrs;
     for (const auto& e : w.gate_up) ptrs.push_back(e.weight.raw());
     for (const auto& e : w.down) ptrs.push_back(e.weight.raw());
+    for (const auto& e : w.gate_up) ptrs.push_back(e.scales.defined() ? e.scales.raw() : nullptr);
+    for (const auto& e : w.down) ptrs.push_back(e.scales.defined() ? e.scales.raw() : nullptr);
     auto p = std::make_shared<Prepared>();
     TF_CUDA_CHECK(cudaMalloc(&p->table, ptrs.size() * sizeof(void*)));
     TF_CUDA_CHECK(
@@ -46,6 +82,22 @@ const void* const* tables(MoeWeights& w, cudaStream_t s) {
   return static_cast<const void* const*>(static_cast<Prepared*>(w.prepared.get())->table);
 }
 
+// The grouped GEMM's view of one projection (all experts alike, checked by moe_fusable).
+MoeExperts experts_of(const LinearWeight& w0, const void* const* weights, const void* const* scales) {
+  MoeExperts x;
+  x.weights = weights;
+  if (w0.format == LinearWeight::Format::Dense) return x;
+  x.scales = scales;
+  x.bits = w0.bits;
+  x.row_bytes = w0.in_features * w0.bits / 8;
+  x.groups = int(w0.scales.dim(1));
+  x.chunk_shift = chunk_shift(w0);
+  x.quad_chunks = int(w0.in_features / 128 * 4);
+  return x;
+}
+
+std::atomic<bool> g_enabled{true};  // set_moe_fused
+
 // TF_MOE_FUSED=0 (read once) sends every MoE layer down the host-routed default path: a diagnosis
 // switch that isolates the fused kernels from the rest of the model.
 bool fused_disabled() {
@@ -53,7 +105,7 @@ bool fused_disabled() {
     const char* v = std::getenv("TF_MOE_FUSED");
     return v && std::strcmp(v, "0") == 0;
   }();
-  return off;
+  return off || !g_enabled.load(std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -66,11 +118,11 @@ bool moe_fusable(const Tensor& h, const MoeWeights& w) {
     return false;
   const int64_t H = h.dim(-1), I = w.down[0].in_features;
   if (H % 32 || I % 32) return false;
-  for (size_t e = 0; e < E; ++e)
-    if (!dense_bf16(w.gate_up[e]) || !dense_bf16(w.down[e]) || w.gate_up[e].weight.dim(0) != 2 * I ||
-        w.gate_up[e].weight.dim(1) != H || w.down[e].weight.dim(0) != H || w.down[e].weight.dim(1) != I)
-      return false;
-  return true;
+  return fusable_projection(w.gate_up, 2 * I, H) && fusable_projection(w.down, H, I);
+}
+
+void set_moe_fused(bool enabled) {
+  g_enabled.store(enabled, std::memory_order_relaxed);
 }
 
 int moe_tile_for(int pairs, int experts) {
@@ -99,9 +151,11 @@ void moe_fused(Backend& be, cudaStream_t s, const Tensor& h, MoeWeights& w, Tens
   moe_route(static_cast<const float*>(logits.raw()), R, E, K, w.norm_topk_prob, i32(pair_e),
             static_cast<float*>(pair_w.raw()), s);
   moe_group(i32(pair_e), P, K, E, tile, tl, i32(slot_of_pair), i32(slot_row), s);
-  moe_grouped_gemm(h.raw(), i32(slot_row), tab, tl, max_tiles, tile, gu.raw(), 2 * I, H, s);
+  const MoeExperts gate_up = experts_of(w.gate_up[0], tab, tab + 2 * E),
+                   down = experts_of(w.down[0], tab + E, tab + 3 * E);
+  moe_grouped_gemm(h.raw(), i32(slot_row), gate_up, tl, max_tiles, tile, gu.raw(), 2 * I, H, s);
   silu_mul(gu.raw(), act.raw(), P, I, s);
-  moe_grouped_gemm(act.raw(), nullptr, tab + E, tl, max_tiles, tile, y.raw(), H, I, s);
+  moe_grouped_gemm(act.raw(), nullptr, down, tl, max_tiles, tile, y.raw(), H, I, s);
   moe_combine(y.raw(), i32(slot_of_pair), static_cast<const float*>(pair_w.raw()), out.raw(), out.dtype(), R,
               K, H, s);
 }

@@ -1,16 +1,22 @@
 #pragma once
 // The CUDA backend's fused Backend::moe (moe_fused.cpp): dense bf16 experts (including formats that
-// upload_linear turns into bf16); experts kept packed (MLX 4-bit) take the default host-routed path.
+// upload_linear turns into bf16) and MLX affine 4- and 8-bit experts kept packed with bf16 scales (the
+// mlx-lm conversions); other packed experts (MLX 2/3/5/6-bit, f16/f32 scales, FP8) take the default
+// host-routed path.
 #include <cuda_runtime.h>
 
 #include "ops/backend.h"
 
 namespace tf::cuda {
 
-// True when h and the experts fit the fused path: bf16 activations and dense bf16 experts without
-// biases, hidden and expert intermediate divisible by 32, at most 1024 experts, top_k at most 32; never
-// when the environment sets TF_MOE_FUSED=0 (read once per process).
+// True when h and the experts fit the fused path: bf16 activations; each projection's experts (gate_up,
+// down) all dense bf16, or all MLX 4-bit or all 8-bit with the same group size and bf16 scales, none
+// with a bias; hidden and expert intermediate divisible by 32, at most 1024 experts, top_k at most 32.
+// Never when the environment sets TF_MOE_FUSED=0 (read once per process) or after set_moe_fused(false).
 bool moe_fusable(const Tensor& h, const MoeWeights& w);
+// Tests and benches: false sends every later MoE call of the process down the host-routed path (as
+// TF_MOE_FUSED=0 does), true lets the fused path back in. Not to be flipped while a forward runs.
+void set_moe_fused(bool enabled);
 // Tokens a grouped-GEMM tile holds for `pairs` (rows * top_k) over `experts`: 8 while experts get ~1 row.
 int moe_tile_for(int pairs, int experts);
 // out = Backend::moe(h) on the device, no host sync (after the first call per weight set).

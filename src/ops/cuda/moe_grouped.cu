@@ -1,37 +1,26 @@
-// Fused mixture-of-experts kernels (moe_kernels.h): routing, grouping, a grouped bf16 GEMM that reads each
-// active expert's weight tile once per tile of up to 8 * NT of its tokens, and the combine.
+// Fused mixture-of-experts kernels (moe_kernels.h): routing, grouping, a grouped GEMM (bf16 or MLX 4/8-bit
+// experts) that reads each active expert's (packed) weight tile once per tile of up to 8 * NT of its tokens,
+// and the combine.
 //
 // The grouped GEMM is linear.cu's decode kernel with the token tile taken from the grouping: weights are
 // the MMA's A operand (16 output features), tokens its B operand (8 per MMA); the block's 8 warps split K
 // into 8 slices that depend on K alone, each slice is an in-order chain of m16n8k16 MMAs over 32-wide K
 // chunks (same in-chunk permutation), and the 8 partials are summed in warp order. NT and the loop variant
-// change how many MMAs a warp issues and when loads are issued, never one element's arithmetic.
+// change how many MMAs a warp issues and when loads are issued, never one element's arithmetic. MLX
+// affine experts (4/8-bit, kept packed) change only where a lane's 8 bf16 weights come from: the packed
+// bytes and the group's scale|bias, dequantized by quant_common.cuh's code (linear_quantized's), so a
+// slot's bits are those of linear_quantized on its row alone.
 #include <cuda_bf16.h>
 
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/moe_kernels.h"
+#include "ops/cuda/quant_common.cuh"
 
 namespace tf::cuda {
 namespace {
 
 constexpr int kWarps = 8;
 constexpr int kRouteWarps = 4;
-
-__device__ __forceinline__ uint4 load_stream(const void* p) {
-  uint4 r;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-      : "l"(p));
-  return r;
-}
-
-__device__ __forceinline__ void mma_bf16(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 // One warp a row: softmax, then top_k rounds of a (probability, lower id) arg-max over the warp.
 __global__ void route_kernel(const float* __restrict__ logits, int rows, int experts, int top_k, bool norm,
@@ -105,16 +94,53 @@ __global__ void group_kernel(const int32_t* __restrict__ pair_expert, int pairs,
   }
 }
 
-template <int NT, int U, bool PREFETCH>
+// A block's two weight rows (features na and nb of its tile's expert), lane t's part of each 32-wide K
+// chunk: Frag is what one chunk's load gives, bf16() turns it into the 8 bf16 weights the MMAs take.
+struct Bf16Rows {
+  using Frag = uint4;
+  static constexpr int kBits = 16;
+  const __nv_bfloat16 *a, *b;
+  __device__ __forceinline__ Bf16Rows(const MoeExperts& w, int e, int na, int nb, int k, int t) {
+    const auto* base = static_cast<const __nv_bfloat16*>(w.weights[e]);
+    a = base + int64_t(na) * k + 8 * t, b = base + int64_t(nb) * k + 8 * t;
+  }
+  __device__ __forceinline__ Frag load_a(int c) const { return load_stream(a + c * 32); }
+  __device__ __forceinline__ Frag load_b(int c) const { return load_stream(b + c * 32); }
+  static __device__ __forceinline__ uint4 bf16(const Frag& f) { return f; }
+};
+
+// MLX affine B-bit rows with bf16 scales in quant_linear's device layout: quant_common.cuh's load_raw and
+// dequant, the very code linear_quantized runs, so a weight value becomes the same bf16.
+template <int B>
+struct MlxRows {
+  using Frag = Raw;
+  static constexpr int kBits = B;
+  RowPtr a, b;
+  int sh;
+  __device__ __forceinline__ MlxRows(const MoeExperts& w, int e, int na, int nb, int, int t) {
+    const QArgs q{static_cast<const uint8_t*>(w.weights[e]),
+                  w.scales[e],
+                  nullptr,
+                  w.row_bytes,
+                  w.groups,
+                  w.chunk_shift,
+                  w.quad_chunks};
+    a = row_ptr<kMlxBf16, B>(q, na, t), b = row_ptr<kMlxBf16, B>(q, nb, t), sh = w.chunk_shift;
+  }
+  __device__ __forceinline__ Frag load_a(int c) const { return load_raw<kMlxBf16, B>(a, c, sh); }
+  __device__ __forceinline__ Frag load_b(int c) const { return load_raw<kMlxBf16, B>(b, c, sh); }
+  static __device__ __forceinline__ uint4 bf16(const Frag& f) { return dequant<kMlxBf16, B>(f); }
+};
+
+template <class Rows, int NT, int U, bool PREFETCH>
 __global__ void __launch_bounds__(kWarps * 32)
     grouped_kernel(const __nv_bfloat16* __restrict__ x, const int32_t* __restrict__ x_rows,
-                   const __nv_bfloat16* const* __restrict__ weights, const int4* __restrict__ tiles,
-                   int max_tiles, __nv_bfloat16* __restrict__ y, int n, int k) {
+                   const MoeExperts w, const int4* __restrict__ tiles, int max_tiles,
+                   __nv_bfloat16* __restrict__ y, int n, int k) {
   __shared__ float red[kWarps][NT * 8][16];
   const int tile_id = blockIdx.x % max_tiles, n_tile = blockIdx.x / max_tiles;
   if (tile_id >= tiles[0].x) return;
   const int4 tl = tiles[1 + tile_id];
-  const __nv_bfloat16* w = weights[tl.x];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const int n0 = n_tile * 16;
@@ -122,8 +148,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int c_begin = warp * chunks / kWarps, c_end = (warp + 1) * chunks / kWarps;
 
   const int na = min(n0 + g, n - 1), nb = min(n0 + g + 8, n - 1);  // clamped; masked at the store
-  const __nv_bfloat16* wa = w + int64_t(na) * k + 8 * t;
-  const __nv_bfloat16* wb = w + int64_t(nb) * k + 8 * t;
+  const Rows wr(w, tl.x, na, nb, k, t);
   const __nv_bfloat16* xr[NT];
   bool xok[NT];
 #pragma unroll
@@ -137,7 +162,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
 
-  auto step = [&](const uint4& a, const uint4& b, int c) {
+  auto step = [&](const typename Rows::Frag& fa, const typename Rows::Frag& fb, int c) {
+    const uint4 a = Rows::bf16(fa), b = Rows::bf16(fb);
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
       uint4 xv = xok[j] ? __ldg(reinterpret_cast<const uint4*>(xr[j] + c * 32)) : make_uint4(0, 0, 0, 0);
@@ -147,17 +173,17 @@ __global__ void __launch_bounds__(kWarps * 32)
   };
   int c = c_begin;
   if constexpr (PREFETCH) {
-    uint4 a[U], b[U];
+    typename Rows::Frag a[U], b[U];
     auto load = [&](int at) {
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        a[u] = load_stream(wa + (at + u) * 32);
-        b[u] = load_stream(wb + (at + u) * 32);
+        a[u] = wr.load_a(at + u);
+        b[u] = wr.load_b(at + u);
       }
     };
     if (c + U <= c_end) load(c);
     for (; c + U <= c_end; c += U) {
-      uint4 ca[U], cb[U];
+      typename Rows::Frag ca[U], cb[U];
 #pragma unroll
       for (int u = 0; u < U; ++u) ca[u] = a[u], cb[u] = b[u];
       if (c + 2 * U <= c_end) load(c + U);
@@ -166,17 +192,17 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   } else {
     for (; c + U <= c_end; c += U) {
-      uint4 a[U], b[U];
+      typename Rows::Frag a[U], b[U];
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        a[u] = load_stream(wa + (c + u) * 32);
-        b[u] = load_stream(wb + (c + u) * 32);
+        a[u] = wr.load_a(c + u);
+        b[u] = wr.load_b(c + u);
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) step(a[u], b[u], c + u);
     }
   }
-  for (; c < c_end; ++c) step(load_stream(wa + c * 32), load_stream(wb + c * 32), c);
+  for (; c < c_end; ++c) step(wr.load_a(c), wr.load_b(c), c);
 
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
@@ -214,15 +240,38 @@ __global__ void combine_kernel(const __nv_bfloat16* __restrict__ y, const int32_
   }
 }
 
-template <int NT, bool P>
-void launch_grouped(const void* x, const int32_t* x_rows, const void* const* weights, const int4* tiles,
+template <class Rows, int NT, int U, bool P>
+void launch_grouped(const void* x, const int32_t* x_rows, const MoeExperts& w, const int4* tiles,
                     int max_tiles, void* y, int n, int k, cudaStream_t s) {
   const int n_tiles = (n + 15) / 16;
   // Token tiles vary fastest: the blocks of one expert's weight tile run together (L2 reuse).
-  grouped_kernel<NT, 4, P><<<n_tiles * max_tiles, kWarps * 32, 0, s>>>(
-      static_cast<const __nv_bfloat16*>(x), x_rows, reinterpret_cast<const __nv_bfloat16* const*>(weights),
-      tiles, max_tiles, static_cast<__nv_bfloat16*>(y), n, k);
+  grouped_kernel<Rows, NT, U, P>
+      <<<n_tiles * max_tiles, kWarps * 32, 0, s>>>(static_cast<const __nv_bfloat16*>(x), x_rows, w, tiles,
+                                                   max_tiles, static_cast<__nv_bfloat16*>(y), n, k);
   TF_CUDA_LAUNCH_CHECK();
+}
+
+// The decode kernel's choice for bf16: prefetch of the next K step's weights for small token tiles.
+// Packed weights always prefetch (their loads are small): 8 chunks ahead for 4-bit at tiles of <= 16
+// tokens, as linear_quantized's decode kernel, else 4.
+template <class Rows, bool PACKED>
+void dispatch_tile(const void* x, const int32_t* x_rows, const MoeExperts& w, const int4* tiles,
+                   int max_tiles, int tile, void* y, int n, int k, cudaStream_t s) {
+  constexpr int U_SMALL = Rows::kBits <= 4 ? 8 : 4;
+  switch (tile) {
+    case 8:
+      return launch_grouped < Rows, 1, PACKED ? U_SMALL : 4,
+             true > (x, x_rows, w, tiles, max_tiles, y, n, k, s);
+    case 16:
+      return launch_grouped < Rows, 2, PACKED ? U_SMALL : 4,
+             true > (x, x_rows, w, tiles, max_tiles, y, n, k, s);
+    case 32:
+      return launch_grouped<Rows, 4, 4, PACKED>(x, x_rows, w, tiles, max_tiles, y, n, k, s);
+    case 64:
+      return launch_grouped<Rows, 8, 4, PACKED>(x, x_rows, w, tiles, max_tiles, y, n, k, s);
+    default:
+      TF_CHECK(false, "moe_grouped_gemm: tile must be 8, 16, 32 or 64");
+  }
 }
 
 }  // namespace
@@ -244,22 +293,20 @@ void moe_group(const int32_t* pair_expert, int pairs, int top_k, int experts, in
   TF_CUDA_LAUNCH_CHECK();
 }
 
-void moe_grouped_gemm(const void* x, const int32_t* x_rows, const void* const* weights, const int4* tiles,
+void moe_grouped_gemm(const void* x, const int32_t* x_rows, const MoeExperts& w, const int4* tiles,
                       int max_tiles, int tile, void* y, int n, int k, cudaStream_t s) {
   TF_CHECK(k % 32 == 0, "moe_grouped_gemm: in_features must be divisible by 32, got " + std::to_string(k));
   if (max_tiles == 0) return;
-  // The decode kernel's choice: prefetch of the next K step's weights for small token tiles.
-  switch (tile) {
-    case 8:
-      return launch_grouped<1, true>(x, x_rows, weights, tiles, max_tiles, y, n, k, s);
+  switch (w.bits) {
     case 16:
-      return launch_grouped<2, true>(x, x_rows, weights, tiles, max_tiles, y, n, k, s);
-    case 32:
-      return launch_grouped<4, false>(x, x_rows, weights, tiles, max_tiles, y, n, k, s);
-    case 64:
-      return launch_grouped<8, false>(x, x_rows, weights, tiles, max_tiles, y, n, k, s);
+      return dispatch_tile<Bf16Rows, false>(x, x_rows, w, tiles, max_tiles, tile, y, n, k, s);
+    case 4:
+      return dispatch_tile<MlxRows<4>, true>(x, x_rows, w, tiles, max_tiles, tile, y, n, k, s);
+    case 8:
+      return dispatch_tile<MlxRows<8>, true>(x, x_rows, w, tiles, max_tiles, tile, y, n, k, s);
     default:
-      TF_CHECK(false, "moe_grouped_gemm: tile must be 8, 16, 32 or 64");
+      TF_CHECK(false,
+               "moe_grouped_gemm: experts must be bf16 (16) or MLX 4/8-bit, got " + std::to_string(w.bits));
   }
 }
 

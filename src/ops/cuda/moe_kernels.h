@@ -1,6 +1,7 @@
 #pragma once
 // The fused mixture-of-experts path of the CUDA backend (moe_grouped.cu, driven by moe_fused.cpp):
-// routing, token-to-expert grouping, a grouped bf16 GEMM and the combine, all on the device (no host sync).
+// routing, token-to-expert grouping, a grouped GEMM (bf16 or MLX 4/8-bit experts) and the combine, all
+// on the device (no host sync).
 //
 // A "pair" is (row t, rank j), p = t * top_k + j. Grouping gives every pair a slot: the pairs of one
 // expert occupy consecutive slots, cut into tiles of at most 8 * NT slots; the order of pairs inside an
@@ -31,11 +32,25 @@ void moe_route(const float* logits, int rows, int experts, int top_k, bool norm,
 // {tiles, 0, 0, 0}; slot_of_pair [pairs]; slot_row [pairs] (the row a slot reads). One block.
 void moe_group(const int32_t* pair_expert, int pairs, int top_k, int experts, int tile, int4* tiles,
                int32_t* slot_of_pair, int32_t* slot_row, cudaStream_t s);
+// One projection's experts on the device. weights / scales: device tables of [experts] device pointers.
+// bits 16: dense bf16 weights [N, K] (scales unused); 4 or 8: MLX affine weights in quant_linear.h's
+// device layout with bf16 scale|bias words (scales [N, groups] U32), row_bytes = K * bits / 8,
+// chunk_shift = log2(group / 32) (30: one group a row), quad_chunks = K / 128 * 4 (4-bit word order).
+struct MoeExperts {
+  const void* const* weights = nullptr;
+  const void* const* scales = nullptr;
+  int64_t row_bytes = 0;
+  int groups = 0, chunk_shift = 0, quad_chunks = 0;
+  int bits = 16;
+};
+
 // y[slot, N] (bf16) = x[row(slot), K] (bf16) · W_e[N, K]ᵀ for every slot of every tile, e the tile's
-// expert; row(slot) = x_rows[slot], or the slot itself when x_rows is null. weights: [experts] device
-// pointers to bf16 [N, K]. Each element's arithmetic is linear_bf16's (8 fixed K slices of in-order
-// m16n8k16 chains, summed in slice order): the same bits as linear_bf16 on that row alone.
-void moe_grouped_gemm(const void* x, const int32_t* x_rows, const void* const* weights, const int4* tiles,
+// expert; row(slot) = x_rows[slot], or the slot itself when x_rows is null. Each element's arithmetic is
+// linear_bf16's on the bf16 weight (8 fixed K slices of in-order m16n8k16 chains, summed in slice order),
+// for MLX experts the weight as quant_linear.cu dequantizes it (the same device code): the same bits as
+// linear_bf16 / linear_quantized on that row alone. Each active expert's (packed) weights are read once
+// per tile of its tokens.
+void moe_grouped_gemm(const void* x, const int32_t* x_rows, const MoeExperts& w, const int4* tiles,
                       int max_tiles, int tile, void* y, int n, int k, cudaStream_t s);
 // out[t, :] = sum over j < top_k, in increasing j, of weights[t*top_k+j] * y[slot_of_pair[t*top_k+j], :]
 // in fp32, rounded once to out's dtype (bf16 or f32).

@@ -23,6 +23,7 @@
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/launch.h"
+#include "ops/cuda/quant_common.cuh"
 #include "ops/cuda/quant_linear.h"
 
 namespace tf::cuda {
@@ -32,153 +33,6 @@ constexpr int kWarps = 8;          // K slices: must equal linear.cu's (same ari
 int g_loads_per_step = 0;          // K chunks a warp loads per step for M <= 16; 0: by width (auto)
 constexpr int kDequantMinM = 128;  // from here on: dequantize to bf16 + the tiled bf16 linear
 constexpr size_t kDequantMaxBytes = size_t(256) << 20;  // ... unless the transient bf16 copy exceeds this
-
-enum Kind { kMlxBf16 = 0, kMlxF32 = 1, kFp8 = 2 };  // MLX with bf16 scales, MLX with f32 scales, FP8
-
-struct QArgs {
-  const uint8_t* w;    // packed rows, row_bytes apart
-  const void* scales;  // [N, groups]: u32 bf16 scale | bf16 bias << 16 (kMlxBf16), or f32
-  const void* biases;  // [N, groups] f32, kMlxF32 only
-  int64_t row_bytes;
-  int groups;
-  int chunk_shift;  // group of chunk c (32 values) = c >> chunk_shift (groups are 32 * 2^shift wide)
-  int quad_chunks;  // 4-bit: chunks below this (a multiple of 4) are stored in quads (word_of)
-};
-
-// The packed bits of 8 consecutive values of one row (little-endian bit stream: value i at bit B*i, but
-// for 4-bit see nibble_of) and the raw bits of their group's scale and bias (kMlxBf16: both in s).
-struct Raw {
-  uint32_t v0, v1, s, b;
-};
-
-// Where lane t's bytes of one row start (4-bit: the row's start), and that row's scales and biases.
-struct RowPtr {
-  const uint8_t* w;
-  const unsigned int *s, *b;
-  int t, quad_chunks;  // 4-bit only
-};
-
-// 4-bit device layout, per row: the 32-bit word holding values 32c + 8t .. +7 (chunk c, lane t). Chunks
-// below quad_chunks go in quads of 4 whose 16 words are ordered by lane, so that lane t's words of 4
-// consecutive chunks are 16 contiguous bytes (one 16-byte load feeds 8 MMAs); the rest stay as shipped.
-__host__ __device__ constexpr int64_t word_of(int64_t c, int t, int64_t quad_chunks) {
-  return c < quad_chunks ? (c >> 2) * 16 + t * 4 + (c & 3) : c * 4 + t;
-}
-
-template <int KIND, int B>
-__device__ __forceinline__ RowPtr row_ptr(const QArgs& q, int row, int t) {
-  RowPtr r;
-  r.w = q.w + int64_t(row) * q.row_bytes + (B == 4 ? 0 : t * B);
-  r.t = t, r.quad_chunks = q.quad_chunks;
-  r.s = static_cast<const unsigned int*>(q.scales) + int64_t(row) * q.groups;
-  r.b = KIND == kMlxF32 ? static_cast<const unsigned int*>(q.biases) + int64_t(row) * q.groups : nullptr;
-  return r;
-}
-
-// Values 32c + 8t .. 32c + 8t + 7 of the row of `rp` (lane t's).
-template <int KIND, int B>
-__device__ __forceinline__ Raw load_raw(const RowPtr& rp, int c, int chunk_shift) {
-  Raw r{0, 0, 0, 0};
-  const uint8_t* p = rp.w + (B == 4 ? 0 : c * (4 * B));  // < row_bytes <= 2^30
-  if constexpr (B == 8) {
-    const uint2 u = __ldg(reinterpret_cast<const uint2*>(p));
-    r.v0 = u.x, r.v1 = u.y;
-  } else if constexpr (B == 4) {
-    r.v0 = __ldg(reinterpret_cast<const unsigned int*>(rp.w) + word_of(c, rp.t, rp.quad_chunks));
-  } else if constexpr (B == 2) {
-    r.v0 = __ldg(reinterpret_cast<const unsigned short*>(p));
-  } else if constexpr (B == 6) {  // 6 bytes at an even offset
-    const auto* h = reinterpret_cast<const unsigned short*>(p);
-    r.v0 = uint32_t(__ldg(h)) | (uint32_t(__ldg(h + 1)) << 16);
-    r.v1 = __ldg(h + 2);
-  } else {  // 3 or 5 bytes at any offset
-    uint64_t v = 0;
-#pragma unroll
-    for (int i = 0; i < B; ++i) v |= uint64_t(__ldg(p + i)) << (8 * i);
-    r.v0 = uint32_t(v), r.v1 = uint32_t(v >> 32);
-  }
-  const int gi = c >> chunk_shift;
-  r.s = __ldg(rp.s + gi);  // kMlxBf16: scale and bias
-  if constexpr (KIND == kMlxF32) r.b = __ldg(rp.b + gi);
-  return r;
-}
-
-// On the device, each 32-bit word of a 4-bit weight holds value i of its 8 at nibble nibble_of(i), so that
-// one shift and one mask give a bf16 pair of consecutive values (reordered at upload; same bytes).
-__host__ __device__ constexpr int nibble_of(int i) {
-  return i / 2 + 4 * (i % 2);
-}
-
-__device__ __forceinline__ uint32_t bits_of(__nv_bfloat162 v) {
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-__device__ __forceinline__ __nv_bfloat162 bf2_of(uint32_t v) {
-  return *reinterpret_cast<__nv_bfloat162*>(&v);
-}
-
-// (a & b) | c as one LOP3 (the compiler emits two when b and c are both immediates).
-__device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t b, uint32_t c) {
-  uint32_t d;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-}
-
-// The 8 values as bf16 pairs (value 2j in the low half of word j), as linear.cu loads 8 bf16 weights.
-template <int KIND, int B>
-__device__ __forceinline__ uint4 dequant(const Raw& r) {
-  uint32_t o[4];
-  if constexpr (KIND == kFp8) {
-    const float s = __uint_as_float(r.s);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const uint32_t word = j < 2 ? r.v0 : r.v1;
-      const __half2_raw h =
-          __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t((word >> (16 * (j & 1))) & 0xFFFFu), __NV_E4M3);
-      const float lo = __half2float(__ushort_as_half(h.x)), hi = __half2float(__ushort_as_half(h.y));
-      o[j] = bits_of(__floats2bfloat162_rn(__fmul_rn(lo, s), __fmul_rn(hi, s)));
-    }
-  } else if constexpr (KIND == kMlxBf16 && B <= 6) {
-    // q < 128 written into the mantissa of bf16 128.0 (0x4300) is exactly 128 + q; minus 128 is q; one
-    // bf16 fma then gives scale*q + bias rounded once.
-    if constexpr (B == 4) {  // nibbles j and j+4 hold values 2j and 2j+1 (nibble_of)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) o[j] = and_or(r.v0 >> (4 * j), 0x000F000Fu, 0x43004300u);
-    } else {
-      const uint64_t v = uint64_t(r.v0) | (uint64_t(r.v1) << 32);
-      constexpr uint32_t mask = (1u << B) - 1u;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const uint32_t lo = uint32_t(v >> (2 * j * B)) & mask, hi = uint32_t(v >> ((2 * j + 1) * B)) & mask;
-        o[j] = lo | (hi << 16) | 0x43004300u;
-      }
-    }
-    const __nv_bfloat162 s2 = bf2_of(__byte_perm(r.s, 0, 0x1010)), b2 = bf2_of(__byte_perm(r.s, 0, 0x3232));
-    const __nv_bfloat162 magic = bf2_of(0x43004300u);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) o[j] = bits_of(__hfma2(__hsub2(bf2_of(o[j]), magic), s2, b2));
-  } else {  // MLX 8-bit, or f32 scales: scale*q + bias in f32 (one fma), rounded to bf16
-    const float s = KIND == kMlxBf16 ? __uint_as_float(r.s << 16) : __uint_as_float(r.s);
-    const float b = KIND == kMlxBf16 ? __uint_as_float(r.s & 0xFFFF0000u) : __uint_as_float(r.b);
-    const uint64_t v = uint64_t(r.v0) | (uint64_t(r.v1) << 32);
-    constexpr uint32_t mask = (1u << B) - 1u;
-    auto val = [&](int i) {  // 2^23 + q, minus 2^23: q as a float without an int conversion
-      const float f =
-          __uint_as_float(0x4B000000u | (uint32_t(v >> (B == 4 ? 4 * nibble_of(i) : i * B)) & mask));
-      return __fmaf_rn(s, __fsub_rn(f, 8388608.f), b);
-    };
-#pragma unroll
-    for (int j = 0; j < 4; ++j) o[j] = bits_of(__floats2bfloat162_rn(val(2 * j), val(2 * j + 1)));
-  }
-  return make_uint4(o[0], o[1], o[2], o[3]);
-}
-
-__device__ __forceinline__ void mma_bf16(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 // linear.cu's linear_kernel (PREFETCH variant) with packed weight loads. The next step's packed bytes
 // are loaded before this step's dequantization and MMAs; neither changes the arithmetic.
@@ -263,14 +117,6 @@ __global__ void __launch_bounds__(kWarps * 32)
     else
       static_cast<__nv_bfloat16*>(y)[int64_t(row) * n + col] = __float2bfloat16(s);
   }
-}
-
-__device__ __forceinline__ uint4 load_stream(const void* p) {  // weights: read once, keep L1 for x/scales
-  uint4 r;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-      : "l"(p));
-  return r;
 }
 
 // Decode kernel for MLX 4-bit with bf16 scales, groups of 64 or more (M <= 16): qlinear_kernel's

@@ -104,6 +104,116 @@ int choose_draft_length(DraftStats& s, double c, int max_k, double d) {
   return best_k;
 }
 
+int DraftGuard::bucket_of(int streams) {
+  if (streams <= 8) return std::max(1, streams);
+  int k = 3;  // 2^k <= streams < 2^(k+1)
+  while ((streams >> (k + 1)) > 0) ++k;
+  const bool upper = streams >= (1 << k) + (1 << (k - 1));
+  return 9 + 2 * (k - 3) + (upper ? 1 : 0);
+}
+
+DraftGuard::Bucket& DraftGuard::bucket(int streams) {
+  auto [it, fresh] = buckets_.try_emplace(bucket_of(streams));
+  if (fresh) {
+    it->second.backoff = o_.backoff;
+    it->second.probe_every = o_.probe_every;
+  }
+  return it->second;
+}
+
+bool DraftGuard::allow(int streams) {
+  Bucket& b = bucket(streams);
+  if (b.probe_left > 0) return !b.drafting;  // probing the other state
+  if (!b.drafting) {
+    if (b.rounds < b.next_probe) return false;
+    b.probe_left = o_.probe_rounds;  // a drafted probe, measured afresh
+    b.on = {};
+    b.on_fresh = 0;
+    return true;
+  }
+  // Drafting: a serial probe when the serial rate is unknown or old. The more drafting wins, the rarer
+  // (a serial round then costs the most and a reversal is the least likely).
+  const double ratio = b.on.weight > 0 && b.off.rate() > 0 ? b.on.rate() / b.off.rate() : 1.0;
+  const double every = double(b.probe_every) * std::clamp(ratio * ratio, 1.0, 16.0);
+  const bool due = b.off.last < 0 ? b.rounds >= o_.min_rounds : double(b.rounds - b.off.last) >= every;
+  if (!due) return true;
+  b.probe_left = o_.probe_rounds;
+  b.off = {};
+  return false;
+}
+
+std::optional<DraftGuard::Change> DraftGuard::observe(int streams, int tokens, double seconds, bool drafted) {
+  if (streams <= 0 || seconds <= 0) return std::nullopt;
+  Bucket& b = bucket(streams);
+  for (Side* s : {&b.on, &b.off}) {
+    s->tokens *= o_.decay;
+    s->seconds *= o_.decay;
+    s->weight *= o_.decay;
+  }
+  Side& s = drafted ? b.on : b.off;
+  s.tokens += double(tokens) / streams;
+  s.seconds += seconds;
+  s.weight += 1;
+  s.last = b.rounds++;
+  if (drafted) ++b.on_fresh;
+  if (b.probe_left > 0) {
+    ++probe_rounds_;
+    return --b.probe_left == 0 ? end_probe(b, streams) : std::nullopt;
+  }
+  // Drafting, with a recent serial rate to compare against: judged every drafted round once there are
+  // enough of them that one slow round (noise) cannot decide.
+  if (b.drafting && drafted && b.on_fresh >= o_.min_rounds && b.off.weight > 0.5 &&
+      b.on.rate() < b.off.rate() * (1 - o_.margin))
+    return turn(b, false, streams);
+  return std::nullopt;
+}
+
+std::optional<DraftGuard::Change> DraftGuard::end_probe(Bucket& b, int streams) {
+  if (b.drafting) {  // a serial probe
+    if (b.on.weight > 0 && b.off.weight > 0 && b.on.rate() < b.off.rate() * (1 - o_.margin))
+      return turn(b, false, streams);
+    b.probe_every = std::min(2 * b.probe_every, o_.max_probe_every);  // drafting holds: check less often
+    b.backoff = o_.backoff;
+    return std::nullopt;
+  }
+  // A drafted probe: on only when it clearly wins (rounds where the drafter proposed nothing do not count).
+  if (b.on_fresh > 0 && b.on.rate() > b.off.rate() * (1 + o_.margin)) return turn(b, true, streams);
+  b.off_since = b.rounds;
+  b.next_probe = b.rounds + b.backoff;
+  b.backoff = std::min(2 * b.backoff, o_.max_backoff);
+  return std::nullopt;
+}
+
+std::optional<DraftGuard::Change> DraftGuard::turn(Bucket& b, bool on, int streams) {
+  b.drafting = on;
+  b.on_fresh = 0;
+  b.probe_left = 0;
+  ++switches_;
+  if (on) {
+    b.probe_every = o_.probe_every;
+  } else {
+    b.off_since = b.rounds;
+    b.next_probe = b.rounds + b.backoff;
+    b.backoff = std::min(2 * b.backoff, o_.max_backoff);
+  }
+  return Change{on, streams, b.on.rate(), b.off.rate()};
+}
+
+void DraftGuard::workload_changed() {
+  for (auto& [key, b] : buckets_) {
+    if (b.drafting || b.probe_left > 0) continue;
+    // The current off period ends no later than one base backoff after it began.
+    b.next_probe = std::min(b.next_probe, b.off_since + o_.backoff);
+    b.backoff = o_.backoff;
+  }
+}
+
+int DraftGuard::buckets_off() const {
+  int n = 0;
+  for (const auto& [key, b] : buckets_) n += b.drafting ? 0 : 1;
+  return n;
+}
+
 int prefill_row_budget(int prefill_chunk, int decode_rows, double decode_share) {
   const int chunk = std::max(1, prefill_chunk);
   if (decode_share <= 0 || decode_rows <= 0) return chunk;

@@ -5,6 +5,8 @@
 // c = (time of one more row + time to draft it) / (time of a 1-row step). When no k > 0 pays, the stream
 // decodes serially and probes now and then, so drafting never makes it slower than serial by more than noise.
 #include <cstdint>
+#include <map>
+#include <optional>
 
 namespace tf {
 
@@ -43,6 +45,73 @@ struct DraftStats {
 // The draft length for a stream, at most `max_k`: each drafted token costs `row_cost` (one more verify
 // row) plus `draft_cost` (producing it).
 int choose_draft_length(DraftStats& s, double row_cost, int max_k, double draft_cost = 0);
+
+// The engine-wide check that model drafting (an MTP head, a draft model) pays in wall-clock terms. The
+// per-stream policy above models the forward's cost, but not the host work around it (the drafter's own
+// forwards and sampling, hidden-state copies, verification and bookkeeping), which dominates when the
+// forward is fast. So the guard measures what the user sees: tokens emitted per second of whole-round wall
+// time, per decoding stream, separately for rounds where the model drafter proposed and rounds where it
+// did not (both with context copies, which are free to propose and keep their per-stream rule), keyed by
+// the number of decoding streams (a round's time depends on it), with exponential forgetting. When drafted
+// rounds deliver fewer tokens/s than serial ones by more than `margin`, the model drafter is switched off
+// for that stream count for a backoff period that doubles while it keeps losing; short drafted probe
+// windows then check whether it pays again (as do serial probes, rarer and rarer, while it is on). New
+// streams reset the backoff, so a change of workload (e.g. greedy streams arriving) is noticed soon.
+struct DraftGuardOptions {
+  double decay = 0.95;      // forgetting per measured round of the same stream count
+  double margin = 0.04;     // relative difference taken as noise (hysteresis both ways)
+  int min_rounds = 6;       // drafted rounds before drafting may be judged
+  int probe_rounds = 6;     // rounds in a probe window
+  int backoff = 64;         // rounds off after drafting first loses; doubles while it keeps losing
+  int max_backoff = 1024;
+  int probe_every = 64;     // while drafting: rounds between serial probes; doubles while drafting wins
+  int max_probe_every = 1024;
+};
+
+class DraftGuard {
+ public:
+  explicit DraftGuard(DraftGuardOptions o = {}) : o_(o) {}
+  // Whether the model drafter may propose in a round that decodes `streams` streams (may start a probe).
+  bool allow(int streams);
+  // A state change, for the log: drafting turned on/off for rounds of `streams` decoding streams.
+  struct Change {
+    bool on;
+    int streams;
+    double drafted_rate, serial_rate;  // tokens/s per stream, whole-round wall time
+  };
+  // A round of `streams` decoding streams (and nothing else) emitted `tokens` in `seconds` of wall time;
+  // `drafted` = the model drafter proposed in it.
+  std::optional<Change> observe(int streams, int tokens, double seconds, bool drafted);
+  // New streams began decoding: what was learned may no longer hold; probe again soon.
+  void workload_changed();
+  int buckets_off() const;  // stream counts for which drafting is off now
+  int64_t switches() const { return switches_; }
+  int64_t probe_rounds() const { return probe_rounds_; }
+  static int bucket_of(int streams);  // 1..8 exactly, then two buckets per doubling
+
+ private:
+  struct Side {
+    double tokens = 0, seconds = 0, weight = 0;
+    int64_t last = -1;  // round of the latest sample
+    double rate() const { return seconds > 0 ? tokens / seconds : 0; }
+  };
+  struct Bucket {
+    Side on, off;
+    bool drafting = true;
+    int64_t rounds = 0;      // measured rounds of this stream count
+    int64_t next_probe = 0;  // while off: round at which the next drafted probe starts
+    int64_t off_since = 0;   // while off: round at which the current off period began
+    int probe_left = 0;      // rounds left in the current probe window (of the other state)
+    int on_fresh = 0;        // drafted samples since drafting was last (re)judged
+    int backoff = 0, probe_every = 0;
+  };
+  Bucket& bucket(int streams);
+  std::optional<Change> end_probe(Bucket& b, int streams);
+  std::optional<Change> turn(Bucket& b, bool on, int streams);
+  DraftGuardOptions o_;
+  std::map<int, Bucket> buckets_;
+  int64_t switches_ = 0, probe_rounds_ = 0;
+};
 
 // --decode-share F: the prompt rows a round may carry beside `decode_rows` decode/verify rows, so that
 // the decode rows stay at least F of the round (never below 16 prompt rows, never above prefill_chunk).

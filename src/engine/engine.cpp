@@ -234,6 +234,9 @@ class EngineImpl final : public Engine {
       drafter_ = std::make_unique<DraftModelDrafter>(dir, *backend_, context, parallel_, spec_.vocab);
     }
     drafting_ = ngram_ || drafter_;
+    // The wall-clock guard judges the model drafter; with a fixed draft length (benchmarks of the ceiling,
+    // tests that force drafts) nothing is judged.
+    if (drafter_ && opt_.draft_guard && opt_.adaptive_draft) guard_ = std::make_unique<DraftGuard>();
     // Until rounds are measured: an extra verify row costs about a row on the CPU, far less on a GPU.
     cost_ = CostModel(backend_->device() == Device::CPU ? 0.5 : 0.05);
   }
@@ -407,6 +410,7 @@ class EngineImpl final : public Engine {
   }
 
   void round() {
+    const auto round_t0 = std::chrono::steady_clock::now();
     drop_cancelled();
     if (running_.empty()) return;
     const std::vector<Sequence*> ready = grow_running();
@@ -414,7 +418,11 @@ class EngineImpl final : public Engine {
     BatchMeta meta;
     meta.block_size = kBlockSize;
     std::vector<Part> parts;
-    plan_decode(meta, parts, ready);
+    int decoding = 0;
+    for (Sequence* s : ready) decoding += int(s->tokens.size()) - s->computed == 1 ? 1 : 0;
+    // The model drafter may propose this round (the guard's verdict for this many decoding streams).
+    const bool model_ok = drafter_ && (!guard_ || decoding == 0 || guard_->allow(decoding));
+    const bool model_used = plan_decode(meta, parts, ready, model_ok);
     // Prefill chunks after the decode rows, the prompts with the fewest tokens left first.
     std::vector<Sequence*> prefilling;
     for (Sequence* s : ready)
@@ -452,7 +460,11 @@ class EngineImpl final : public Engine {
     std::vector<float> logits;
     std::vector<int32_t> sampled;
     const auto t0 = std::chrono::steady_clock::now();
-    const bool want_hidden = drafter_ && drafter_->wants_hidden();
+    // Hidden states travel only when a stream may draft from them next round; a drafter the guard switched
+    // off costs nothing (the MTP head skips the positions it never saw).
+    bool want_hidden = model_ok && drafter_->wants_hidden();
+    if (want_hidden)
+      want_hidden = std::any_of(parts.begin(), parts.end(), [](const Part& p) { return p.seq->req.draft; });
     Tensor hidden;
     model_->forward(
         meta, pool_->layers(), logit_rows,
@@ -461,29 +473,58 @@ class EngineImpl final : public Engine {
     size_t next = 0;  // index of the part's first logit row
     std::vector<Sequence*> done;
     int64_t prompt_rows = 0;
+    int emitted = 0;  // tokens of the decoding streams
+    bool started = false;
     for (const auto& p : parts) {
-      if (p.seq->generated() == 0) prompt_rows += p.rows;
+      const bool prompt = p.seq->generated() == 0;
+      if (prompt) prompt_rows += p.rows;
       const int base = p.seq->computed;
       bool finished = false;
       if (!p.sampled) {
         p.seq->computed += p.rows;
       } else {
         const float* row_logits = need_host ? logits.data() + next * size_t(spec_.vocab) : nullptr;
+        const size_t before = p.seq->tokens.size();
         finished = verify(*p.seq, row_logits, sampled.data() + next, p.rows, p.drafts);
         next += size_t(p.drafts.empty() ? 1 : p.rows);
+        if (prompt) started = true;
+        else emitted += int(p.seq->tokens.size() - before);
       }
       if (finished)
         done.push_back(p.seq);
       else if (want_hidden)
         drafter_->observe_hidden(*p.seq, base, hidden, p.first, p.seq->computed - base);
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    ++stats_.forward_passes;
-    stats_.prompt_tokens += prompt_rows;
-    for (Sequence* s : done) {
-      if (drafter_) drafter_->release(*s);
-      running_.remove_if([&](const std::unique_ptr<Sequence>& q) { return q.get() == s; });
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.forward_passes;
+      stats_.prompt_tokens += prompt_rows;
+      for (Sequence* s : done) {
+        if (drafter_) drafter_->release(*s);
+        running_.remove_if([&](const std::unique_ptr<Sequence>& q) { return q.get() == s; });
+      }
     }
+    if (guard_) judge_round(round_t0, decoding, int(parts.size()), emitted, model_used, started);
+  }
+
+  // Feeds the guard a round that decoded streams and did nothing else (a prefill chunk's time would
+  // count against whichever side it fell on). New streams tell it the workload changed.
+  void judge_round(std::chrono::steady_clock::time_point t0, int decoding, int parts, int emitted,
+                   bool model_used, bool started) {
+    if (started) guard_->workload_changed();
+    if (decoding == 0 || parts != decoding) return;
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const auto change = guard_->observe(decoding, emitted, seconds, model_used);
+    if (!change) return;
+    std::ostringstream m;
+    m.precision(1);
+    m << std::fixed << "draft guard: " << drafter_->name() << " drafting " << (change->on ? "on" : "off")
+      << " for rounds of " << change->streams << " stream(s): drafted rounds " << change->drafted_rate
+      << " tok/s per stream, serial " << change->serial_rate << " tok/s per stream (wall time)";
+    log_info(m.str());
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.draft_guard_switches = guard_->switches();
+    stats_.draft_guard_off = guard_->buckets_off();
   }
 
   void drop_cancelled() {
@@ -525,12 +566,15 @@ class EngineImpl final : public Engine {
   }
 
   // Decode rows for every stream whose prompt is done: its last token, plus drafts where they pay.
-  void plan_decode(BatchMeta& meta, std::vector<Part>& parts, const std::vector<Sequence*>& ready) {
+  // `model_ok`: the model drafter may propose. True when it did propose.
+  bool plan_decode(BatchMeta& meta, std::vector<Part>& parts, const std::vector<Sequence*>& ready,
+                   bool model_ok) {
     std::vector<Sequence*> decoding;
     for (Sequence* s : ready)
       if (int(s->tokens.size()) - s->computed == 1) decoding.push_back(s);
     std::vector<DraftSlot> ngram_slots, model_slots;
     std::vector<std::vector<int32_t>> drafts(decoding.size());
+    bool model_used = false;
     if (drafting_) {
       const double c = cost_.row_cost_in_round(int(decoding.size()));
       for (size_t i = 0; i < decoding.size(); ++i) {
@@ -548,14 +592,14 @@ class EngineImpl final : public Engine {
           int match = 0;
           const int kn = length(s.ngram_stats, 0);
           if (kn > 0) drafts[i] = ngram_->lookup(s.tokens, kn, &match);
-          const bool prefer = !drafter_ || match >= 3 || s.ngram_stats.acceptance >= s.model_stats.acceptance;
+          const bool prefer = !model_ok || match >= 3 || s.ngram_stats.acceptance >= s.model_stats.acceptance;
           if (!drafts[i].empty() && prefer) {
             s.last_draft_ngram = true;
             continue;
           }
           drafts[i].clear();
         }
-        if (!drafter_) continue;
+        if (!model_ok) continue;
         const int km = length(s.model_stats, cost_.draft_cost_in_round(int(decoding.size())));
         if (km <= 0) continue;
         s.last_draft_ngram = false;
@@ -566,6 +610,7 @@ class EngineImpl final : public Engine {
         drafter_->propose(model_slots);
         int proposed = 0;
         for (const auto& slot : model_slots) proposed += int(slot.tokens.size());
+        model_used = proposed > 0;
         cost_.observe_draft(proposed,
                             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       }
@@ -578,6 +623,7 @@ class EngineImpl final : public Engine {
       const int rows = 1 + int(drafts[i].size());
       add_rows(meta, parts, *decoding[i], rows, std::move(drafts[i]));
     }
+    return model_used;
   }
 
   // Samples the stream's next token(s) from its logit rows: row i's token is what serial decoding would
@@ -678,6 +724,7 @@ class EngineImpl final : public Engine {
   std::unique_ptr<NgramDrafter> ngram_;
   std::unique_ptr<Drafter> drafter_;  // a model drafter (draft model), or null
   bool drafting_ = false;
+  std::unique_ptr<DraftGuard> guard_;  // wall-clock check on the model drafter (null: off or no drafter)
   CostModel cost_{0.5};
   int parallel_ = 1;
 

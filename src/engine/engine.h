@@ -30,6 +30,10 @@ struct EngineOptions {
   int ngram_min = 2, ngram_max = 8;
   int max_draft = 8;             // longest proposal verified in one forward
   bool adaptive_draft = true;    // draft length from measured acceptance and verify cost; false = always max_draft
+  // Switch the model drafter (MTP head, draft model) off while rounds with it emit fewer tokens per second
+  // of wall time than rounds without it (--draft-guard; see DraftGuard in draft_policy.h). Only with
+  // adaptive_draft.
+  bool draft_guard = true;
   size_t kv_budget_bytes = 0;  // 0 = enough for `parallel` full contexts
   // Prompt cache (retained prefixes), spill to disk and persistent snapshots.
   double prompt_cache_gib = 0.25;  // memory for retained prefixes beyond the streams' own; 0 disables

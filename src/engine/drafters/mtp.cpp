@@ -1,5 +1,6 @@
 #include "engine/drafters/mtp.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -10,6 +11,8 @@ namespace tf {
 
 namespace {
 constexpr int kBlock = 16;
+constexpr int kMaxCatchup = 64;          // hidden rows kept for the head's next catch-up
+constexpr int kMaxPromptCatchup = 8192;  // ... before its first one (the prompt)
 }
 
 MtpDrafter::MtpDrafter(Model& model, Backend& be, int context, int streams, MtpOptions o)
@@ -19,19 +22,33 @@ MtpDrafter::MtpDrafter(Model& model, Backend& be, int context, int streams, MtpO
   pool_ = std::make_unique<KvBlockPool>(be, 1, s.kv_heads, s.head_dim, kBlock, KvBlockPool::blocks_for(context, kBlock) * streams);
 }
 
-void MtpDrafter::observe_hidden(Sequence& s, int first_position, const Tensor& rows, int first_row, int count) {
+void MtpDrafter::observe_hidden(Sequence& s, int first_position, const Tensor& rows, int first_row,
+                                int count) {
   State& st = states_[&s];
   // Keep the states the head has not consumed yet: positions [st.computed, first_position + count).
   const int end = first_position + count;
-  if (st.hidden.empty()) st.hidden_base = first_position;
-  const int have_end = st.hidden_base + int(st.hidden.size() / row_bytes_);
-  TF_CHECK(first_position <= have_end, "mtp: hidden states arrived out of order");
+  // A gap (rounds ran without hidden states: the drafter was switched off, or the stream did not draft):
+  // what came before it can never be consumed, so only the states from here on are kept, and the head's
+  // catch-up restarts here rather than replaying the stretch.
+  if (st.hidden.empty() || first_position > st.hidden_base + int(st.hidden.size() / row_bytes_)) {
+    st.hidden.clear();
+    st.hidden_base = first_position;
+  }
+  if (first_position < st.hidden_base) {  // rows the head skipped already
+    const int skip = std::min(count, st.hidden_base - first_position);
+    first_position += skip, first_row += skip, count -= skip;
+  }
   st.hidden.resize(size_t(first_position - st.hidden_base) * row_bytes_);
   const auto* src = static_cast<const uint8_t*>(rows.raw()) + size_t(first_row) * row_bytes_;
   st.hidden.insert(st.hidden.end(), src, src + size_t(count) * row_bytes_);
-  // Drop rows the head already consumed.
-  if (st.computed > st.hidden_base) {
-    const int drop = std::min(st.computed, end) - st.hidden_base;
+  // Drop rows the head already consumed, and rows beyond what one catch-up replays: a stream that drafts
+  // from context copies for a long stretch would otherwise make the head replay all of it (and hold it).
+  // Skipped positions cost draft quality only. The prompt (before the head's first catch-up) is kept up
+  // to a larger cap, so that the head reads it.
+  int drop = st.computed > st.hidden_base ? std::min(st.computed, end) - st.hidden_base : 0;
+  const int keep = st.computed > 0 ? kMaxCatchup : kMaxPromptCatchup;
+  drop = std::max(drop, int(st.hidden.size() / row_bytes_) - keep);
+  if (drop > 0) {
     st.hidden.erase(st.hidden.begin(), st.hidden.begin() + size_t(drop) * row_bytes_);
     st.hidden_base += drop;
   }

@@ -1,0 +1,153 @@
+// DraftGuard with injected round timings: it switches model drafting off when drafted rounds deliver fewer
+// tokens per second than serial ones, back on when they deliver more, and its probes stay cheap.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/draft_policy.h"
+
+namespace tf {
+namespace {
+
+// A workload: a serial round of `streams` streams takes `serial_s` and emits one token per stream; a
+// drafted round takes `drafted_s` and emits `gain` tokens per stream. Times carry +-`noise` jitter.
+struct Workload {
+  int streams = 8;
+  double serial_s = 1e-3, drafted_s = 1e-3, gain = 1.0, noise = 0.1;
+};
+
+class Sim {
+ public:
+  DraftGuard guard;
+  int64_t rounds = 0, drafted_rounds = 0;
+  double tokens = 0, seconds = 0;
+  std::vector<DraftGuard::Change> changes;
+
+  void run(const Workload& w, int count) {
+    for (int i = 0; i < count; ++i) {
+      const bool d = guard.allow(w.streams);
+      const int t = d ? int(w.streams * w.gain + 0.5) : w.streams;
+      const double s = (d ? w.drafted_s : w.serial_s) * (1 + w.noise * (2 * uniform() - 1));
+      if (auto c = guard.observe(w.streams, t, s, d)) changes.push_back(*c);
+      ++rounds;
+      drafted_rounds += d;
+      tokens += t;
+      seconds += s;
+    }
+  }
+  void reset_totals() { rounds = drafted_rounds = 0, tokens = seconds = 0; }
+  double rate() const { return tokens / seconds; }
+
+ private:
+  double uniform() {  // deterministic xorshift
+    state_ ^= state_ << 13;
+    state_ ^= state_ >> 7;
+    state_ ^= state_ << 17;
+    return double(state_ >> 11) / double(1ull << 53);
+  }
+  uint64_t state_ = 0x9e3779b97f4a7c15ull;
+};
+
+// The case: 8 streams at temperature 0.7, 1.25 tokens per step for 1.42x the round time (0.88x).
+const Workload kSlower{8, 1e-3, 1.42e-3, 1.25, 0.1};
+const Workload kFaster{8, 1e-3, 1.1e-3, 2.0, 0.1};  // 1.8x
+
+TEST(DraftGuard, SwitchesOffWhenDraftedRoundsAreSlower) {
+  Sim sim;
+  sim.run(kSlower, 3000);
+  ASSERT_FALSE(sim.changes.empty());
+  EXPECT_FALSE(sim.changes.front().on);
+  EXPECT_LT(sim.changes.front().drafted_rate, sim.changes.front().serial_rate);
+  EXPECT_EQ(sim.guard.buckets_off(), 1);
+  EXPECT_LT(double(sim.drafted_rounds), 0.05 * double(sim.rounds));
+  // What matters: within noise of serial (8 tokens per ms).
+  EXPECT_GT(sim.rate(), 0.98 * 8 / 1e-3);
+}
+
+TEST(DraftGuard, StaysOnWhenDraftedRoundsAreFaster) {
+  Sim sim;
+  sim.run(kFaster, 3000);
+  for (const auto& c : sim.changes) EXPECT_TRUE(c.on) << "switched off at " << c.drafted_rate << " vs " << c.serial_rate;
+  EXPECT_EQ(sim.guard.buckets_off(), 0);
+  // Serial probes are bounded: well under 10% of rounds, and the throughput close to drafting's.
+  EXPECT_LT(double(sim.rounds - sim.drafted_rounds), 0.03 * double(sim.rounds));
+  EXPECT_GT(sim.rate(), 0.97 * 8 * 2.0 / 1.1e-3);
+}
+
+TEST(DraftGuard, SerialRoundsOfOtherStreamsCountAsTheBaseline) {
+  // A serial run first (requests with draft off) gives the baseline: drafting is judged after a few rounds.
+  Sim sim;
+  Workload serial = kSlower;
+  serial.drafted_s = serial.serial_s, serial.gain = 1;
+  for (int i = 0; i < 200; ++i) sim.guard.observe(8, 8, 1e-3, false);
+  sim.run(kSlower, 20);
+  ASSERT_EQ(sim.changes.size(), 1u);
+  EXPECT_FALSE(sim.changes[0].on);
+  EXPECT_LE(sim.drafted_rounds, 8);
+}
+
+TEST(DraftGuard, TurnsBackOnWhenDraftingPaysAgain) {
+  Sim sim;
+  sim.run(kSlower, 3000);
+  ASSERT_EQ(sim.guard.buckets_off(), 1);
+  // New streams (say greedy ones) arrive: a probe comes within one base backoff and finds drafting pays.
+  sim.guard.workload_changed();
+  sim.reset_totals();
+  sim.run(kFaster, 80);
+  EXPECT_EQ(sim.guard.buckets_off(), 0);
+  ASSERT_FALSE(sim.changes.empty());
+  EXPECT_TRUE(sim.changes.back().on);
+  EXPECT_GT(sim.changes.back().drafted_rate, sim.changes.back().serial_rate);
+}
+
+TEST(DraftGuard, ProbesFindAChangeWithoutBeingTold) {
+  Sim sim;
+  sim.run(kSlower, 3000);
+  ASSERT_EQ(sim.guard.buckets_off(), 1);
+  sim.reset_totals();
+  sim.run(kFaster, 1100);  // at most the longest backoff (1024) plus a probe
+  EXPECT_EQ(sim.guard.buckets_off(), 0);
+  EXPECT_TRUE(sim.changes.back().on);
+}
+
+TEST(DraftGuard, LongOffPeriodsProbeRarely) {
+  Sim sim;
+  sim.run(kSlower, 20000);
+  // Backoff doubles to 1024 rounds: probes cost a handful of rounds per thousand.
+  EXPECT_LT(double(sim.guard.probe_rounds()), 0.02 * double(sim.rounds));
+  EXPECT_LE(sim.guard.switches(), 1);
+}
+
+TEST(DraftGuard, NoiseDoesNotFlipItEveryRound) {
+  Sim sim;
+  Workload even{8, 1e-3, 1.5e-3, 1.5, 0.25};  // the same rate either way, +-25% jitter
+  sim.run(even, 5000);
+  EXPECT_LT(sim.guard.switches() * 100, sim.rounds);
+  EXPECT_GT(sim.rate(), 0.97 * 8 / 1e-3);
+}
+
+TEST(DraftGuard, StreamCountsAreJudgedSeparately) {
+  Sim sim;
+  Workload one{1, 0.3e-3, 0.36e-3, 1.5, 0.1};  // one stream: drafting pays 1.25x
+  for (int i = 0; i < 300; ++i) {
+    sim.run(kSlower, 5);
+    sim.run(one, 5);
+  }
+  EXPECT_EQ(sim.guard.buckets_off(), 1);
+  EXPECT_TRUE(sim.guard.allow(1));
+  for (const auto& c : sim.changes) EXPECT_EQ(c.streams, 8);
+}
+
+TEST(DraftGuard, BucketsKeyTheStreamCount) {
+  for (int n = 1; n <= 8; ++n) EXPECT_EQ(DraftGuard::bucket_of(n), n);
+  EXPECT_EQ(DraftGuard::bucket_of(9), DraftGuard::bucket_of(11));
+  EXPECT_NE(DraftGuard::bucket_of(11), DraftGuard::bucket_of(12));
+  EXPECT_EQ(DraftGuard::bucket_of(12), DraftGuard::bucket_of(15));
+  EXPECT_NE(DraftGuard::bucket_of(15), DraftGuard::bucket_of(16));
+  for (int n = 1; n < 5000; ++n) EXPECT_LE(DraftGuard::bucket_of(n), DraftGuard::bucket_of(n + 1));
+  EXPECT_LT(DraftGuard::bucket_of(4096), 40);
+}
+
+}  // namespace
+}  // namespace tf

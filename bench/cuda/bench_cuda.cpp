@@ -252,7 +252,8 @@ struct Row {
 };
 
 // Per-shape linear timings (the decode building block). M <= 16: the decode kernel's two loop variants;
-// M = 17..512: the decode, mid-M (linear_mid.cu) and tiled kernels forced in turn (same bits, tested),
+// M = 17..512: the mid-M kernel (linear_mid.cu, 32- and 64-feature CTA tiles; the TFLOP/s and GB/s
+// columns are the faster one's), tiled and (M <= 64) decode kernels forced in turn (same bits, tested),
 // M > 512: the tiled kernel; cuBLAS alongside. Auto = what linear_bf16 picks (docs/cuda-notes.md).
 void linear_table(Backend& be, cublasHandle_t h, const Shape& sh, Layer& L, LinearWeight& lm_head) {
   cudaStream_t s = cuda::stream_of(be);
@@ -286,16 +287,25 @@ void linear_table(Backend& be, cublasHandle_t h, const Shape& sh, Layer& L, Line
           cuda::set_linear_kernel(cuda::LinearKernel::Auto);
           return t;
         };
-        const double tm = rows <= 512 ? forced(cuda::LinearKernel::Mid) : 0;
+        double tm32 = 0, tm64 = 0;  // linear_mid with 32 / 64 features a CTA
+        if (rows <= 512) {
+          cuda::set_linear_mid_features(32);
+          tm32 = forced(cuda::LinearKernel::Mid);
+          cuda::set_linear_mid_features(64);
+          tm64 = forced(cuda::LinearKernel::Mid);
+          cuda::set_linear_mid_features(0);
+        }
+        const double tm = tm32 > 0 ? std::min(tm32, tm64) : 0;
         const double tt = forced(cuda::LinearKernel::Tiled);
         const double td = rows <= 64 ? forced(cuda::LinearKernel::Decode) : 0;
         const double tc = timed([&] { cublas(x, *w.w, y); });
         const double best = tm > 0 ? std::min(tm, tt) : tt;
         std::printf(
-            "linear %-8s M=%-4d N=%-6ld K=%-6ld mid %7.1f us %4.0f TFLOP/s %5.0f GB/s | tiled %7.1f us %4.0f "
-            "TFLOP/s | decode %7.1f us | cuBLAS %7.1f us %4.0f TFLOP/s %5.0f GB/s | best/cuBLAS time %.2f\n",
-            w.n, rows, long(n), long(k), tm * 1e3, tm > 0 ? tflops(tm) : 0, tm > 0 ? gbs(tm) : 0, tt * 1e3,
-            tflops(tt), td * 1e3, tc * 1e3, tflops(tc), gbs(tc), best / tc);
+            "linear %-8s M=%-4d N=%-6ld K=%-6ld mid F32 %7.1f F64 %7.1f us %4.0f TFLOP/s %5.0f GB/s | tiled "
+            "%7.1f us %4.0f TFLOP/s | decode %7.1f us | cuBLAS %7.1f us %4.0f TFLOP/s %5.0f GB/s | best/cuBLAS "
+            "time %.2f\n",
+            w.n, rows, long(n), long(k), tm32 * 1e3, tm64 * 1e3, tm > 0 ? tflops(tm) : 0, tm > 0 ? gbs(tm) : 0,
+            tt * 1e3, tflops(tt), td * 1e3, tc * 1e3, tflops(tc), gbs(tc), best / tc);
         continue;
       }
       cuda::set_linear_variant(cuda::LoopVariant::Plain);

@@ -40,6 +40,8 @@ void set_linear_variant(LoopVariant v);
 enum class LinearKernel { Auto, Decode, Mid, Tiled };
 void set_linear_kernel(LinearKernel kernel);
 void set_linear_mid_max_m(int m);
+// linear_mid.cu's features a CTA: 0 = by the grid size (default), 32 or 64 forced (benches; same bits).
+void set_linear_mid_features(int features);
 void set_attention_variant(LoopVariant v);
 // Programmatic dependent launch of the linear kernels (on by default; off for benches). Same bits.
 void set_linear_pdl(bool on);

@@ -13,7 +13,7 @@
 // barrier in the main loop, only __syncwarp).
 #include <cuda_bf16.h>
 
-#include <algorithm>
+#include <string>
 
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
@@ -27,6 +27,7 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kRowBytes = 64;  // one 32-wide bf16 chunk of one row
 LinearKernel g_kernel = LinearKernel::Auto;
 int g_mid_max_m = 512;
+int g_mid_features = 0;  // 0: by the grid size (below), else 32 or 64
 
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
@@ -51,7 +52,7 @@ __device__ __forceinline__ void mma_bf16(float* c, uint32_t a0, uint32_t a1, uin
 template <int NF, int NT>
 struct Tile {
   static constexpr int kF = 16 * NF, kT = 8 * NT;
-  static constexpr int kRows = kF + kT;                   // W rows then x rows in a stage
+  static constexpr int kRows = kF + kT;                  // W rows then x rows in a stage
   static constexpr int kStageBytes = kRows * kRowBytes;  // per warp
   static constexpr int kRedStride = kF + 4;              // floats; +4 spreads the 4 t-lanes over banks
   static constexpr int kRedBytes = kWarps * kT * kRedStride * 4;
@@ -65,8 +66,9 @@ struct Tile {
 // Copies rows [r_begin, r_end) of chunk c of one stage: W rows (features n0 + r) then x rows (tokens
 // m0 + r - kF). Rows past N or M are zero-filled; their outputs are never stored.
 template <class T>
-__device__ __forceinline__ void load_rows(uint32_t dst, const __nv_bfloat16* w, const __nv_bfloat16* x, int n0,
-                                          int m0, int n, int m, int k, int c, int r_begin, int r_end, int lane) {
+__device__ __forceinline__ void load_rows(uint32_t dst, const __nv_bfloat16* w, const __nv_bfloat16* x,
+                                          int n0, int m0, int n, int m, int k, int c, int r_begin, int r_end,
+                                          int lane) {
   const int unit = lane % 4;
 #pragma unroll 4
   for (int r = r_begin + lane / 4; r < r_end; r += 8) {
@@ -185,13 +187,13 @@ void launch_mid(const void* x, const void* w, const void* bias, int bias_kind, v
 
 }  // namespace
 
-void linear_mid_bf16(const void* x, const void* w, const void* bias, int bias_kind, void* y, bool y_f32, int m,
-                     int n, int k, cudaStream_t s) {
+void linear_mid_bf16(const void* x, const void* w, const void* bias, int bias_kind, void* y, bool y_f32,
+                     int m, int n, int k, cudaStream_t s) {
   // 32 tokens a CTA up to M = 32, else 64; 64 features a CTA when that still gives about one CTA per SM
   // of an H200 (132), else 32. The tile never changes an element's arithmetic.
   const bool t64 = m > 32;
   const int m_tiles = (m + (t64 ? 63 : 31)) / (t64 ? 64 : 32);
-  const bool f64 = (n + 63) / 64 * m_tiles >= 128;
+  const bool f64 = g_mid_features ? g_mid_features == 64 : (n + 63) / 64 * m_tiles >= 128;
   if (t64 && f64) return launch_mid<4, 8>(x, w, bias, bias_kind, y, y_f32, m, n, k, s);
   if (t64) return launch_mid<2, 8>(x, w, bias, bias_kind, y, y_f32, m, n, k, s);
   if (f64) return launch_mid<4, 4>(x, w, bias, bias_kind, y, y_f32, m, n, k, s);
@@ -204,6 +206,12 @@ void set_linear_kernel(LinearKernel kernel) {
 
 void set_linear_mid_max_m(int m) {
   g_mid_max_m = m;
+}
+
+void set_linear_mid_features(int features) {
+  TF_CHECK(features == 0 || features == 32 || features == 64,
+           "linear_mid features a CTA: 0 (auto), 32 or 64, got " + std::to_string(features));
+  g_mid_features = features;
 }
 
 LinearKernel linear_kernel_for(int m) {

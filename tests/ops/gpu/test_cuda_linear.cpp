@@ -10,6 +10,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -65,6 +66,7 @@ class CudaLinear : public ::testing::TestWithParam<int> {
   }
   void TearDown() override {
     cuda::set_linear_kernel(cuda::LinearKernel::Auto);
+    cuda::set_linear_mid_features(0);
     if (s_) cudaStreamDestroy(s_);
   }
   cudaStream_t s_ = nullptr;
@@ -134,9 +136,14 @@ TEST_P(CudaLinear, EveryKernelGivesEachRowItsDecodeBits) {
           ASSERT_NEAR(got, dot, tol) << "row " << r << " feature " << j;
         }
 
-      for (auto kern : {cuda::LinearKernel::Decode, cuda::LinearKernel::Mid, cuda::LinearKernel::Tiled,
-                        cuda::LinearKernel::Auto}) {
+      // The mid kernel three times: its tile by the grid size, and 32 / 64 features a CTA forced (with the
+      // 32 / 64-token choice by M, all four tile shapes run).
+      const std::pair<cuda::LinearKernel, int> kernels[] = {
+          {cuda::LinearKernel::Decode, 0}, {cuda::LinearKernel::Mid, 0},   {cuda::LinearKernel::Mid, 32},
+          {cuda::LinearKernel::Mid, 64},   {cuda::LinearKernel::Tiled, 0}, {cuda::LinearKernel::Auto, 0}};
+      for (auto [kern, features] : kernels) {
         cuda::set_linear_kernel(kern);
+        cuda::set_linear_mid_features(features);
         for (int m : kMs) {
           ASSERT_EQ(cudaMemsetAsync(y.p, 0xFF, m * row_bytes, s_), cudaSuccess);  // unwritten = NaN
           run(x.p, y.p, m);
@@ -144,8 +151,8 @@ TEST_P(CudaLinear, EveryKernelGivesEachRowItsDecodeBits) {
           ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
           for (int r = 0; r < m; ++r)
             if (std::memcmp(&hy[r * row_bytes], &href[r * row_bytes], row_bytes) != 0) {
-              ADD_FAILURE() << kernel_name(kern) << " kernel, M=" << m << ": row " << r
-                            << " differs from the row computed alone";
+              ADD_FAILURE() << kernel_name(kern) << " kernel (mid features " << features << "), M=" << m
+                            << ": row " << r << " differs from the row computed alone";
               break;
             }
         }

@@ -95,6 +95,9 @@ TEST_P(CudaLinear, EveryKernelGivesEachRowItsDecodeBits) {
     const auto hb16 = random_bf16(n, -1.f, 1.f, rng);
     std::vector<float> hb32(n);
     for (int i = 0; i < n; ++i) hb32[i] = bf16_to_f32(hb16[i]) * 0.75f;  // not a bf16 twin of hb16
+    std::vector<float> fx(2 * size_t(k)), fw(hw.size());  // rows 0, 1 of x and W as floats (CPU check)
+    for (size_t i = 0; i < fx.size(); ++i) fx[i] = bf16_to_f32(hx[i]);
+    for (size_t i = 0; i < fw.size(); ++i) fw[i] = bf16_to_f32(hw[i]);
     Dev x(hx.size() * 2), w(hw.size() * 2), b16(n * 2), b32(n * 4), y(size_t(kMaxM) * n * 4),
         ref(size_t(kMaxM) * n * 4);
     upload(x, hx.data(), hx.size() * 2);
@@ -122,7 +125,7 @@ TEST_P(CudaLinear, EveryKernelGivesEachRowItsDecodeBits) {
         for (int j = 0; j < n; ++j) {
           double dot = 0, mag = 0;
           for (int i = 0; i < k; ++i) {
-            const double p = double(bf16_to_f32(hx[size_t(r) * k + i])) * bf16_to_f32(hw[size_t(j) * k + i]);
+            const double p = double(fx[size_t(r) * k + i]) * fw[size_t(j) * k + i];
             dot += p, mag += std::fabs(p);
           }
           if (v.bias_kind == 1) dot += hb32[j];

@@ -76,17 +76,18 @@ std::vector<float> run(Backend& be, MoeWeights& w, const Tensor& host_x) {
     std::memcpy(h.raw(), f.data(), f.size() * 4);
     x = be.upload(h);
   }
-  Tensor out = be.alloc({x.dim(0), kH}, be.act_dtype());
+  Tensor out = be.alloc({x.dim(0), x.dim(1)}, be.act_dtype());
   be.moe(x, w, out);
-  Tensor host = Tensor::empty({x.dim(0), kH}, DType::F32);
+  Tensor host = Tensor::empty({x.dim(0), x.dim(1)}, DType::F32);
   be.to_host(out, host);
   return host.to_f32_vector();
 }
 
 Tensor rows_of(const Tensor& x, const std::vector<int>& rows) {
-  Tensor out = Tensor::empty({int64_t(rows.size()), kH}, DType::BF16);
+  const int64_t h = x.dim(1);
+  Tensor out = Tensor::empty({int64_t(rows.size()), h}, DType::BF16);
   for (size_t i = 0; i < rows.size(); ++i)
-    std::memcpy(out.data<uint16_t>() + i * kH, x.data<uint16_t>() + rows[i] * kH, kH * 2);
+    std::memcpy(out.data<uint16_t>() + i * h, x.data<uint16_t>() + rows[i] * h, h * 2);
   return out;
 }
 
@@ -213,24 +214,30 @@ LinearWeight host_mlx(int64_t out, int64_t in, int bits, int group, std::mt19937
   return w;
 }
 
+// Qwen3-30B-A3B's hidden and expert intermediate (fewer experts): gate_up's K = 2048 gives each warp
+// 8 chunks (whole 4-bit quads, the main prefetch loop), down's K = 768 three (slices off quad
+// boundaries: single chunks and the batched tail).
+constexpr int64_t kMlxH = 2048, kMlxI = 768;
+constexpr int kMlxE = 16;
+
 // Random MLX experts (the router stays bf16) uploaded to the GPU, kept packed by upload_linear.
 MoeWeights make_mlx_moe(Backend& be, int top_k, bool norm, uint32_t seed, int bits, int group) {
   std::mt19937 rng(seed);
   MoeWeights w;
   w.top_k = top_k, w.norm_topk_prob = norm;
-  w.router = be.upload_linear(host_linear(kE, kH, 0.5f, rng));
-  for (int e = 0; e < kE; ++e) {
-    w.gate_up.push_back(be.upload_linear(host_mlx(2 * kI, kH, bits, group, rng)));
-    w.down.push_back(be.upload_linear(host_mlx(kH, kI, bits, group, rng)));
+  w.router = be.upload_linear(host_linear(kMlxE, kMlxH, 0.5f / 3, rng));
+  for (int e = 0; e < kMlxE; ++e) {
+    w.gate_up.push_back(be.upload_linear(host_mlx(2 * kMlxI, kMlxH, bits, group, rng)));
+    w.down.push_back(be.upload_linear(host_mlx(kMlxH, kMlxI, bits, group, rng)));
   }
   return w;
 }
 
 std::vector<float> host_routed(Backend& gpu, MoeWeights& w, const Tensor& x) {
-  const int64_t n = x.dim(0);
-  Tensor dx = gpu.upload(x), out = gpu.alloc({n, kH}, DType::BF16);
+  const int64_t n = x.dim(0), h = x.dim(1);
+  Tensor dx = gpu.upload(x), out = gpu.alloc({n, h}, DType::BF16);
   gpu.Backend::moe(dx, w, out);
-  Tensor host = Tensor::empty({n, kH}, DType::F32);
+  Tensor host = Tensor::empty({n, h}, DType::F32);
   gpu.to_host(out, host);
   return host.to_f32_vector();
 }
@@ -241,8 +248,8 @@ struct MlxCase {
 const MlxCase kMlxCases[] = {{4, 32}, {4, 64}, {4, 128}, {8, 64}};
 
 // top_k 1 renormalised (every combine weight exactly 1): the fused path's grouped MLX GEMM against the
-// host-routed path's per-expert linear_quantized, bit for bit; 300 tokens put 128+ rows on some experts
-// (linear_quantized's dequantize + tiled bf16 branch, the same bits by its own tests).
+// host-routed path's per-expert linear_quantized, bit for bit, at tiles of 8 (1..40 tokens over 16
+// experts), 32 (300) and 64 (600) tokens.
 TEST_F(Moe, GroupedMlxGemmHasQuantizedLinearBits) {
   if (const char* v = std::getenv("TF_MOE_FUSED"); v && std::string(v) == "0")
     GTEST_SKIP() << "TF_MOE_FUSED=0 turns the fused path off";
@@ -251,8 +258,8 @@ TEST_F(Moe, GroupedMlxGemmHasQuantizedLinearBits) {
     MoeWeights g = make_mlx_moe(*gpu, 1, true, 11, c.bits, c.group);
     ASSERT_EQ(g.gate_up[0].format, LinearWeight::Format::MlxAffine) << "upload_linear did not keep it packed";
     std::mt19937 rng(12);
-    for (int n : {1, 3, 16, 40, 300}) {
-      const Tensor x = random_bf16({n, kH}, 1.f, rng);
+    for (int n : {1, 3, 16, 40, 300, 600}) {
+      const Tensor x = random_bf16({n, kMlxH}, 1.f, rng);
       ASSERT_TRUE(cuda::moe_fusable(gpu->upload(x), g));
       const auto fused = run(*gpu, g, x), routed = host_routed(*gpu, g, x);
       EXPECT_TRUE(g.prepared) << "the fused path did not run";
@@ -271,7 +278,7 @@ TEST_F(Moe, MlxTokenBitsIndependentOfTheBatch) {
     SCOPED_TRACE(std::to_string(c.bits) + "-bit, group " + std::to_string(c.group));
     MoeWeights g = make_mlx_moe(*gpu, 8, true, 13, c.bits, c.group);
     std::mt19937 rng(14);
-    const Tensor pool = random_bf16({64, kH}, 1.f, rng);
+    const Tensor pool = random_bf16({64, kMlxH}, 1.f, rng);
     std::vector<std::vector<float>> alone(64);
     for (int t = 0; t < 64; ++t) alone[t] = run(*gpu, g, rows_of(pool, {t}));
     std::uniform_int_distribution<int> pick(0, 63);
@@ -280,12 +287,12 @@ TEST_F(Moe, MlxTokenBitsIndependentOfTheBatch) {
       for (auto& r : rows) r = pick(rng);
       const auto out = run(*gpu, g, rows_of(pool, rows));
       for (int i = 0; i < n; ++i)
-        ASSERT_EQ(0, std::memcmp(out.data() + i * kH, alone[rows[i]].data(), kH * 4))
+        ASSERT_EQ(0, std::memcmp(out.data() + i * kMlxH, alone[rows[i]].data(), kMlxH * 4))
             << "token " << rows[i] << " at " << i << " of " << n;
     }
     const auto out = run(*gpu, g, rows_of(pool, std::vector<int>(128, 5)));
     for (int i = 0; i < 128; i += 17)
-      ASSERT_EQ(0, std::memcmp(out.data() + i * kH, alone[5].data(), kH * 4)) << "128 copies";
+      ASSERT_EQ(0, std::memcmp(out.data() + i * kMlxH, alone[5].data(), kMlxH * 4)) << "128 copies";
   }
 }
 

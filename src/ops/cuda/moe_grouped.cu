@@ -104,9 +104,16 @@ struct Bf16Rows {
     const auto* base = static_cast<const __nv_bfloat16*>(w.weights[e]);
     a = base + int64_t(na) * k + 8 * t, b = base + int64_t(nb) * k + 8 * t;
   }
-  __device__ __forceinline__ Frag load_a(int c) const { return load_stream(a + c * 32); }
-  __device__ __forceinline__ Frag load_b(int c) const { return load_stream(b + c * 32); }
-  static __device__ __forceinline__ uint4 bf16(const Frag& f) { return f; }
+  // Chunks at .. at + count - 1 (count <= U) of both rows, all loads issued before any is used.
+  template <int U>
+  __device__ __forceinline__ void load(int at, int count, Frag (&fa)[U], Frag (&fb)[U]) const {
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (u < count) fa[u] = load_stream(a + (at + u) * 32), fb[u] = load_stream(b + (at + u) * 32);
+  }
+  static __device__ __forceinline__ uint4 bf16(const Frag& f) {
+    return f;
+  }
 };
 
 // MLX affine B-bit rows with bf16 scales in quant_linear's device layout: quant_common.cuh's load_raw and
@@ -127,9 +134,33 @@ struct MlxRows {
                   w.quad_chunks};
     a = row_ptr<kMlxBf16, B>(q, na, t), b = row_ptr<kMlxBf16, B>(q, nb, t), sh = w.chunk_shift;
   }
-  __device__ __forceinline__ Frag load_a(int c) const { return load_raw<kMlxBf16, B>(a, c, sh); }
-  __device__ __forceinline__ Frag load_b(int c) const { return load_raw<kMlxBf16, B>(b, c, sh); }
-  static __device__ __forceinline__ uint4 bf16(const Frag& f) { return dequant<kMlxBf16, B>(f); }
+  // As Bf16Rows::load. 4-bit: a lane's words of a whole quad of chunks (4c .. 4c + 3, below quad_chunks)
+  // are 16 contiguous bytes (quant_linear.h's layout): one 16-byte load instead of four; the same words
+  // and scales as load_raw's.
+  template <int U>
+  __device__ __forceinline__ void load(int at, int count, Frag (&fa)[U], Frag (&fb)[U]) const {
+#pragma unroll
+    for (int u = 0; u < U; u += 4) {
+      const int c = at + u;
+      if (B == 4 && U % 4 == 0 && u + 4 <= count && (c & 3) == 0 && c + 4 <= a.quad_chunks) {
+        quad(a, c, fa + u), quad(b, c, fb + u);
+        continue;
+      }
+#pragma unroll
+      for (int i = 0; i < 4 && u + i < U; ++i)
+        if (u + i < count)
+          fa[u + i] = load_raw<kMlxBf16, B>(a, c + i, sh), fb[u + i] = load_raw<kMlxBf16, B>(b, c + i, sh);
+    }
+  }
+  __device__ __forceinline__ void quad(const RowPtr& r, int c, Frag* f) const {
+    const uint4 v = load_stream(reinterpret_cast<const uint32_t*>(r.w) + word_of(c, r.t, r.quad_chunks));
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) f[i] = Raw{w[i], 0, __ldg(r.s + ((c + i) >> sh)), 0};
+  }
+  static __device__ __forceinline__ uint4 bf16(const Frag& f) {
+    return dequant<kMlxBf16, B>(f);
+  }
 };
 
 template <class Rows, int NT, int U, bool PREFETCH>
@@ -174,13 +205,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   int c = c_begin;
   if constexpr (PREFETCH) {
     typename Rows::Frag a[U], b[U];
-    auto load = [&](int at) {
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        a[u] = wr.load_a(at + u);
-        b[u] = wr.load_b(at + u);
-      }
-    };
+    auto load = [&](int at) { wr.load(at, U, a, b); };
     if (c + U <= c_end) load(c);
     for (; c + U <= c_end; c += U) {
       typename Rows::Frag ca[U], cb[U];
@@ -193,16 +218,18 @@ __global__ void __launch_bounds__(kWarps * 32)
   } else {
     for (; c + U <= c_end; c += U) {
       typename Rows::Frag a[U], b[U];
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        a[u] = wr.load_a(c + u);
-        b[u] = wr.load_b(c + u);
-      }
+      wr.load(c, U, a, b);
 #pragma unroll
       for (int u = 0; u < U; ++u) step(a[u], b[u], c + u);
     }
   }
-  for (; c < c_end; ++c) step(wr.load_a(c), wr.load_b(c), c);
+  if (c < c_end) {  // the last < U chunks: all loads first (one round trip), then the steps in order
+    typename Rows::Frag a[U], b[U];
+    wr.load(c, c_end - c, a, b);
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (c + u < c_end) step(a[u], b[u], c + u);
+  }
 
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
@@ -252,19 +279,17 @@ void launch_grouped(const void* x, const int32_t* x_rows, const MoeExperts& w, c
 }
 
 // The decode kernel's choice for bf16: prefetch of the next K step's weights for small token tiles.
-// Packed weights always prefetch (their loads are small): 8 chunks ahead for 4-bit at tiles of <= 16
-// tokens, as linear_quantized's decode kernel, else 4.
+// Packed weights always prefetch (their loads are small): 8 chunks ahead for 4-bit at tiles of 8 tokens
+// (decode), else 4 (8 at 16 tokens spills).
 template <class Rows, bool PACKED>
 void dispatch_tile(const void* x, const int32_t* x_rows, const MoeExperts& w, const int4* tiles,
                    int max_tiles, int tile, void* y, int n, int k, cudaStream_t s) {
-  constexpr int U_SMALL = Rows::kBits <= 4 ? 8 : 4;
+  constexpr int kAhead8 = PACKED && Rows::kBits <= 4 ? 8 : 4;  // chunks a step at tiles of 8 tokens
   switch (tile) {
     case 8:
-      return launch_grouped < Rows, 1, PACKED ? U_SMALL : 4,
-             true > (x, x_rows, w, tiles, max_tiles, y, n, k, s);
+      return launch_grouped<Rows, 1, kAhead8, true>(x, x_rows, w, tiles, max_tiles, y, n, k, s);
     case 16:
-      return launch_grouped < Rows, 2, PACKED ? U_SMALL : 4,
-             true > (x, x_rows, w, tiles, max_tiles, y, n, k, s);
+      return launch_grouped<Rows, 2, 4, true>(x, x_rows, w, tiles, max_tiles, y, n, k, s);
     case 32:
       return launch_grouped<Rows, 4, 4, PACKED>(x, x_rows, w, tiles, max_tiles, y, n, k, s);
     case 64:

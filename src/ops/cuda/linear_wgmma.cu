@@ -5,8 +5,8 @@
 //
 // CTA: 128 weight rows (the M = 64 operand A, one 64-row half per warpgroup) x 128 tokens (operand B,
 // N = 128, shared by both warpgroups), 2 warpgroups = 256 threads. K is staged 64 wide (two 32-chunks) in
-// two shared-memory buffers; every thread loads the next stage into registers with 16-byte loads while
-// the current stage's wgmmas run, then stores it in the layout wgmma reads.
+// three shared-memory buffers; every thread loads a stage into registers with 16-byte loads two stages
+// ahead and stores it (permuted, below) in the layout wgmma reads while the current stage's wgmmas run.
 //
 // The in-chunk permutation: mma.sync's step h (0/1) of chunk c gives fragment position (logical k) L the
 // physical k c*32 + 8*(L%8/2) + 4h + 2*(L/8) + L%2 (lane (g, t) holds W[f][c*32 + 8t .. +8]; words 0/1
@@ -36,7 +36,8 @@ constexpr int kSlices = 8;                   // linear.cu's kWarps: part of the 
 constexpr int kStepBytes = kTile * 16 * 2;   // one k16 step of one operand: 128 rows x 16 bf16
 constexpr int kOperandBytes = 4 * kStepBytes;  // a stage: 2 chunks x 2 steps
 constexpr int kBufBytes = 2 * kOperandBytes;   // W then x
-constexpr int kSmemBytes = 2 * kBufBytes;      // double buffer, 64 KB
+constexpr int kBuffers = 3;                    // stage kt computes, kt+1 is stored, kt-1 drains
+constexpr int kSmemBytes = kBuffers * kBufBytes;  // 96 KB
 constexpr int kLoads = 2 * kTile * 2 * 4 / kThreads;  // 16-byte loads a thread issues per stage (8)
 
 // Byte offset of (row, logical k L) inside one k16 step's block: 8x8 core matrices of 128 bytes, the
@@ -94,32 +95,23 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   float acc[64], tot[64];
 #pragma unroll
-  for (int i = 0; i < 64; ++i) acc[i] = 0.f, tot[i] = 0.f;
-  int si = 0;  // slices folded so far
-  auto fold_ended = [&](int done) {
-    while (si < kSlices && (si + 1) * chunks / kSlices == done) {
-#pragma unroll
-      for (int i = 0; i < 64; ++i) {
-        tot[i] = si == 0 ? acc[i] : tot[i] + acc[i];
-        acc[i] = 0.f;
-      }
-      ++si;
-    }
-  };
-  auto slice_ends_at = [&](int done) { return si < kSlices && (si + 1) * chunks / kSlices == done; };
+  for (int i = 0; i < 64; ++i) tot[i] = 0.f;
 
   load_stage(0);
   store_stage(0);
+  if (ktiles > 1) load_stage(1);
   __syncthreads();
-  fold_ended(0);  // slices that own no chunk (K < 256)
-  for (int kt = 0; kt < ktiles; ++kt) {
-    const int b = kt % 2;
-    if (kt + 1 < ktiles) load_stage(kt + 1);  // in flight during this stage's MMAs
-    const uint32_t wbuf = sbase + b * kBufBytes + wg * (64 / 8) * 256, xbuf = sbase + b * kBufBytes + kOperandBytes;
+  // Slices are the outer loop so that the accumulators are only zeroed before a chain and read after
+  // it (no branch in the chain's loop touches them, which would make the compiler copy registers that
+  // wgmmas in flight still write). An empty slice (K < 256) folds +0 like an idle warp in linear.cu.
+  int c = 0;
+  for (int si = 0; si < kSlices; ++si) {
 #pragma unroll
-    for (int cc = 0; cc < 2; ++cc) {
-      const int c = 2 * kt + cc;
-      if (c >= chunks) break;
+    for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+    for (const int c_end = (si + 1) * chunks / kSlices; c < c_end; ++c) {
+      const int kt = c / 2, cc = c % 2;
+      const uint32_t buf = sbase + (kt % kBuffers) * kBufBytes;
+      const uint32_t wbuf = buf + wg * (64 / 8) * 256, xbuf = buf + kOperandBytes;
       wgmma_fence_operands<64>(acc);
       wgmma_fence();
 #pragma unroll
@@ -127,18 +119,22 @@ __global__ void __launch_bounds__(kThreads, 1)
         const uint32_t q = (2 * cc + h) * kStepBytes;
         wgmma_m64n128(acc, wgmma_desc(wbuf + q, 128, 256), wgmma_desc(xbuf + q, 128, 256), 1);
       }
-      wgmma_commit();
       wgmma_fence_operands<64>(acc);
-      if (slice_ends_at(c + 1)) {
-        wgmma_wait<0>();
-        wgmma_fence_operands<64>(acc);
-        fold_ended(c + 1);
+      if (cc == 1 || c + 1 == chunks) {  // stage kt is issued
+        wgmma_commit();
+        // While its MMAs run: stage kt+1 (in registers since the last stage) goes to its buffer, last
+        // read by stage kt-2's MMAs, and stage kt+2's loads are issued.
+        if (kt + 1 < ktiles) store_stage((kt + 1) % kBuffers);
+        if (kt + 2 < ktiles) load_stage(kt + 2);
+        wgmma_wait<1>();  // stage kt-1's MMAs are done: its buffer is the next stage's store target
+        __syncthreads();
       }
     }
-    wgmma_wait<0>();  // buffer b is read; the accumulators are ours again
+    wgmma_commit();  // the slice's chain is complete (an empty group if the stage end committed it)
+    wgmma_wait<0>();
     wgmma_fence_operands<64>(acc);
-    if (kt + 1 < ktiles) store_stage(1 - b);
-    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < 64; ++i) tot[i] = si == 0 ? acc[i] : tot[i] + acc[i];
   }
 
   // acc element i: feature row 16*warp + g + 8*(e/2) of this warpgroup's 64, token 8*j + 2t + e%2.

@@ -41,9 +41,11 @@ constexpr int kSmemBytes = kBuffers * kBufBytes;  // 96 KB
 constexpr int kLoads = 2 * kTile * 2 * 4 / kThreads;  // 16-byte loads a thread issues per stage (8)
 
 // Byte offset of (row, logical k L) inside one k16 step's block: 8x8 core matrices of 128 bytes, the
-// two K halves 128 bytes apart (descriptor LBO), 8-row groups 256 bytes apart (SBO).
+// two K halves kKHalfBytes apart (descriptor LBO), 8-row groups kRowGroupBytes apart (SBO). The probe's
+// layout check prints which descriptor order addresses this layout right (it expects this one).
+constexpr uint32_t kKHalfBytes = 128, kRowGroupBytes = 256;
 __device__ __forceinline__ uint32_t core_off(int row, int l) {
-  return (row / 8) * 256 + (l / 8) * 128 + (row % 8) * 16 + (l % 8) * 2;
+  return (row / 8) * kRowGroupBytes + (l / 8) * kKHalfBytes + (row % 8) * 16 + (l % 8) * 2;
 }
 
 // Load i of this thread: operand (0 = W, 1 = x), row in the tile, chunk in the stage, 16-byte unit t.
@@ -86,7 +88,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const uint32_t words[4] = {pre[i].x, pre[i].y, pre[i].z, pre[i].w};
 #pragma unroll
       for (int j = 0; j < 4; ++j) {  // step h = j/2 of chunk cc, K half j%2
-        const uint32_t addr = base + (2 * s.cc + j / 2) * kStepBytes + (j % 2) * 128;
+        const uint32_t addr = base + (2 * s.cc + j / 2) * kStepBytes + (j % 2) * kKHalfBytes;
         asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(words[j]) : "memory");
       }
     }
@@ -111,13 +113,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (const int c_end = (si + 1) * chunks / kSlices; c < c_end; ++c) {
       const int kt = c / 2, cc = c % 2;
       const uint32_t buf = sbase + (kt % kBuffers) * kBufBytes;
-      const uint32_t wbuf = buf + wg * (64 / 8) * 256, xbuf = buf + kOperandBytes;
+      const uint32_t wbuf = buf + wg * (64 / 8) * kRowGroupBytes, xbuf = buf + kOperandBytes;
       wgmma_fence_operands<64>(acc);
       wgmma_fence();
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const uint32_t q = (2 * cc + h) * kStepBytes;
-        wgmma_m64n128(acc, wgmma_desc(wbuf + q, 128, 256), wgmma_desc(xbuf + q, 128, 256), 1);
+        wgmma_m64n128(acc, wgmma_desc(wbuf + q, kKHalfBytes, kRowGroupBytes),
+                      wgmma_desc(xbuf + q, kKHalfBytes, kRowGroupBytes), 1);
       }
       wgmma_fence_operands<64>(acc);
       if (cc == 1 || c + 1 == chunks) {  // stage kt is issued

@@ -296,6 +296,19 @@ TEST_F(Moe, MlxTokenBitsIndependentOfTheBatch) {
   }
 }
 
+// Widths without a grouped kernel (here 6-bit) are refused by moe_fusable and run the host-routed path.
+TEST_F(Moe, OtherMlxWidthsTakeTheHostRoutedPath) {
+  MoeWeights g = make_mlx_moe(*gpu, 2, true, 15, 6, 64);
+  ASSERT_EQ(g.gate_up[0].format, LinearWeight::Format::MlxAffine);
+  std::mt19937 rng(16);
+  const Tensor x = random_bf16({5, kMlxH}, 1.f, rng);
+  EXPECT_FALSE(cuda::moe_fusable(gpu->upload(x), g));
+  const auto out = run(*gpu, g, x);
+  EXPECT_FALSE(g.prepared) << "the fused path ran";
+  EXPECT_EQ(0, std::memcmp(out.data(), host_routed(*gpu, g, x).data(), out.size() * 4));
+  for (float v : out) ASSERT_TRUE(std::isfinite(v));
+}
+
 // The tiny checkpoint's directory: the source tree, or the repository root as the working directory
 // (device runs).
 std::string tiny_mlx_dir() {

@@ -47,8 +47,8 @@ __device__ __forceinline__ void mma_bf16(float* c, uint32_t a0, uint32_t a1, uin
 
 // Reference: D = chain of mma.sync m16n8k16 over `steps` k16 steps from C. Step s, logical k index L
 // (the MMA's fragment position) reads column s*16 + perm[L] of A [64][K] and B [N][K].
-__global__ void mma_chain_kernel(const uint16_t* a, const uint16_t* b, const float* c, float* d, int n,
-                                 int k, const int* perm) {
+__global__ void mma_chain_kernel(const uint16_t* a, const uint16_t* b, const float* c, float* d, int n, int k,
+                                 const int* perm) {
   const int p = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const uint16_t* ap = a + int64_t(p) * 64 * k;
   const uint16_t* bp = b + int64_t(p) * n * k;
@@ -83,9 +83,9 @@ __device__ __forceinline__ int core_off(int r, int l) {
 // swap_desc: LBO and SBO exchanged in the descriptors (the layout check: only one order is right).
 // zero_first: the first step uses scale-d = 0 (D = A*B, C ignored).
 template <int N>
-__global__ void __launch_bounds__(128) wgmma_chain_kernel(const uint16_t* a, const uint16_t* b, const float* c,
-                                                          float* d, int k, const int* perm, bool swap_desc,
-                                                          bool zero_first) {
+__global__ void __launch_bounds__(128)
+    wgmma_chain_kernel(const uint16_t* a, const uint16_t* b, const float* c, float* d, int k, const int* perm,
+                       bool swap_desc, bool zero_first) {
   __shared__ __align__(128) uint16_t sa[64 * 16];
   __shared__ __align__(128) uint16_t sb[N * 16];
   const int p = blockIdx.x, tid = threadIdx.x, warp = tid / 32, g = (tid % 32) / 4, t = tid % 4;
@@ -174,22 +174,33 @@ const char* dist_name(Dist d) {
 void fill_block(Rng& r, Dist d, bool is_a, uint16_t* v) {
   for (int l = 0; l < 16; ++l) {
     switch (d) {
-      case Dist::Uniform: v[l] = bf16_bits(float(2 * r.uniform() - 1)); break;
-      case Dist::Wide: v[l] = pow2_bf16(r, r.range(-40, 40)); break;
+      case Dist::Uniform:
+        v[l] = bf16_bits(float(2 * r.uniform() - 1));
+        break;
+      case Dist::Wide:
+        v[l] = pow2_bf16(r, r.range(-40, 40));
+        break;
       case Dist::Subnormal: {
         const int kind = r.range(0, 3);
-        if (kind == 0) v[l] = uint16_t(((r.next() & 1) << 15) | r.range(1, 127));  // bf16 subnormal
-        else if (kind == 1) v[l] = pow2_bf16(r, r.range(-126, -110));
-        else v[l] = pow2_bf16(r, r.range(-12, 12));
+        if (kind == 0)
+          v[l] = uint16_t(((r.next() & 1) << 15) | r.range(1, 127));  // bf16 subnormal
+        else if (kind == 1)
+          v[l] = pow2_bf16(r, r.range(-126, -110));
+        else
+          v[l] = pow2_bf16(r, r.range(-12, 12));
         break;
       }
-      case Dist::Cancel: v[l] = pow2_bf16(r, (l % 8) < 4 ? r.range(8, 20) : r.range(-24, -4)); break;
+      case Dist::Cancel:
+        v[l] = pow2_bf16(r, (l % 8) < 4 ? r.range(8, 20) : r.range(-24, -4));
+        break;
       case Dist::Zeros: {
         const int kind = r.range(0, 3);
         v[l] = kind == 0 ? 0x0000 : kind == 1 ? 0x8000 : pow2_bf16(r, r.range(-8, 8));
         break;
       }
-      case Dist::Huge: v[l] = pow2_bf16(r, r.range(40, 70)); break;
+      case Dist::Huge:
+        v[l] = pow2_bf16(r, r.range(40, 70));
+        break;
     }
   }
   if (d == Dist::Cancel) {
@@ -200,12 +211,18 @@ void fill_block(Rng& r, Dist d, bool is_a, uint16_t* v) {
 
 float c_value(Rng& r, Dist d) {
   switch (d) {
-    case Dist::Uniform: return float(2 * r.uniform() - 1);
-    case Dist::Wide: return bf16_float(pow2_bf16(r, r.range(-40, 40))) * float(1 + r.uniform());
-    case Dist::Subnormal: return r.range(0, 1) ? std::ldexp(float(r.range(-1000, 1000)), -140) : 0.f;
-    case Dist::Cancel: return r.range(0, 1) ? std::ldexp(float(2 * r.uniform() - 1), -20) : 0.f;
-    case Dist::Zeros: return r.range(0, 1) ? 0.f : -0.f;
-    case Dist::Huge: return std::ldexp(float(2 * r.uniform() - 1), r.range(80, 127));
+    case Dist::Uniform:
+      return float(2 * r.uniform() - 1);
+    case Dist::Wide:
+      return bf16_float(pow2_bf16(r, r.range(-40, 40))) * float(1 + r.uniform());
+    case Dist::Subnormal:
+      return r.range(0, 1) ? std::ldexp(float(r.range(-1000, 1000)), -140) : 0.f;
+    case Dist::Cancel:
+      return r.range(0, 1) ? std::ldexp(float(2 * r.uniform() - 1), -20) : 0.f;
+    case Dist::Zeros:
+      return r.range(0, 1) ? 0.f : -0.f;
+    case Dist::Huge:
+      return std::ldexp(float(2 * r.uniform() - 1), r.range(80, 127));
   }
   return 0.f;
 }
@@ -219,7 +236,8 @@ struct Problem {
 Problem make_problem(Dist d, int n, int k, bool c_zero, uint64_t seed) {
   Problem p{n, k, {}, {}, {}};
   Rng r{seed * 0x9E3779B97F4A7C15ULL + 12345};
-  p.a.resize(size_t(kBatch) * 64 * k), p.b.resize(size_t(kBatch) * n * k), p.c.resize(size_t(kBatch) * 64 * n);
+  p.a.resize(size_t(kBatch) * 64 * k), p.b.resize(size_t(kBatch) * n * k),
+      p.c.resize(size_t(kBatch) * 64 * n);
   for (size_t i = 0; i < p.a.size(); i += 16) fill_block(r, d, true, &p.a[i]);
   for (size_t i = 0; i < p.b.size(); i += 16) fill_block(r, d, false, &p.b[i]);
   for (auto& v : p.c) v = c_zero ? 0.f : c_value(r, d);
@@ -291,7 +309,8 @@ double max_rel_err(const Problem& p, const std::vector<float>& got, const std::v
           exact += prod, mag += std::fabs(prod);
         }
         const double v = got[(size_t(q) * 64 + r) * p.n + j];
-        if (std::isfinite(v) && std::isfinite(exact) && mag > 0) worst = std::max(worst, std::fabs(v - exact) / mag);
+        if (std::isfinite(v) && std::isfinite(exact) && mag > 0)
+          worst = std::max(worst, std::fabs(v - exact) / mag);
       }
   return worst;
 }
@@ -363,9 +382,10 @@ void layout_check() {
   const double e0 = max_rel_err(p, run_wgmma(dp, id, false, false), id);
   const double e1 = max_rel_err(p, run_wgmma(dp, id, true, false), id);
   const double em = max_rel_err(p, run_mma(dp, id), id);
-  std::printf("layout check (max rel err vs exact, uniform, 1 step): mma.sync %.3g, wgmma LBO=K-step %.3g, "
-              "wgmma LBO/SBO swapped %.3g\n",
-              em, e0, e1);
+  std::printf(
+      "layout check (max rel err vs exact, uniform, 1 step): mma.sync %.3g, wgmma LBO=K-step %.3g, "
+      "wgmma LBO/SBO swapped %.3g\n",
+      em, e0, e1);
   g_swap_desc = e1 < e0;
   if (std::min(e0, e1) > 1e-3) {
     std::printf("NEITHER descriptor order addresses the operands right: the wgmma rows below are invalid\n");
@@ -393,7 +413,8 @@ void part_b() {
       const auto ref = run_mma(dp, id);
       const std::string tag = std::string(dist_name(d)) + " k-order " + np.name;
       report("b", "mma.sync(perm) vs mma.sync(id) " + tag, p, ref, run_mma(dp, np.perm), false);
-      report("b", "wgmma(perm) vs mma.sync(id) " + tag, p, ref, run_wgmma(dp, np.perm, g_swap_desc, false), false);
+      report("b", "wgmma(perm) vs mma.sync(id) " + tag, p, ref, run_wgmma(dp, np.perm, g_swap_desc, false),
+             false);
       report("b", "wgmma(perm) vs mma.sync(perm) " + tag, p, run_mma(dp, np.perm),
              run_wgmma(dp, np.perm, g_swap_desc, false));
     }
@@ -408,8 +429,8 @@ void part_c() {
       report("c", std::string("256-step chain (K=4096) m64n") + std::to_string(n) + " " + dist_name(d), p,
              run_mma(dp, id), run_wgmma(dp, id, g_swap_desc, false));
       if (n == 128)
-        report("c", std::string("256-step chain, pair-interleave k-order ") + dist_name(d), p, run_mma(dp, inter),
-               run_wgmma(dp, inter, g_swap_desc, false));
+        report("c", std::string("256-step chain, pair-interleave k-order ") + dist_name(d), p,
+               run_mma(dp, inter), run_wgmma(dp, inter, g_swap_desc, false));
     }
 }
 
@@ -418,15 +439,16 @@ void part_d() {
   for (Dist d : {Dist::Zeros, Dist::Cancel, Dist::Subnormal}) {
     const Problem p = make_problem(d, 64, 64, true, 900 + int(d));
     const DevProblem dp(p);
-    report("d", std::string("scale-d=0 first step vs mma.sync from C=+0, ") + dist_name(d), p, run_mma(dp, id),
-           run_wgmma(dp, id, g_swap_desc, true), false);
+    report("d", std::string("scale-d=0 first step vs mma.sync from C=+0, ") + dist_name(d), p,
+           run_mma(dp, id), run_wgmma(dp, id, g_swap_desc, true), false);
   }
 }
 
 // ---------------------------------------------------------------- timing
 
 __global__ void fill_random_bf16(__nv_bfloat16* p, size_t count, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count;
+       i += size_t(gridDim.x) * blockDim.x) {
     uint32_t h = uint32_t(i) * 2654435761u ^ seed;
     h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
     p[i] = __float2bfloat16(float(int(h % 2001) - 1000) / 1000.f);
@@ -458,21 +480,26 @@ float time_ms(F&& fn) {
 void run_timing() {
   cublasHandle_t h;
   if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) std::exit(3);
-  std::printf("| timing: m tokens, n features, k | linear_bf16 ms (TFLOP/s) | linear_wgmma ms (TFLOP/s) | "
-              "cuBLAS ms (TFLOP/s) | wgmma == linear_bf16 bits\n");
+  std::printf(
+      "| timing: m tokens, n features, k | linear_bf16 ms (TFLOP/s) | linear_wgmma ms (TFLOP/s) | "
+      "cuBLAS ms (TFLOP/s) | wgmma == linear_bf16 bits\n");
   for (int m : {512, 4096}) {
     const int n = 4096, k = 4096;
     __nv_bfloat16 *x, *w, *y0, *y1, *y2;
     CK(cudaMalloc(&x, size_t(m) * k * 2)), CK(cudaMalloc(&w, size_t(n) * k * 2));
-    CK(cudaMalloc(&y0, size_t(m) * n * 2)), CK(cudaMalloc(&y1, size_t(m) * n * 2)), CK(cudaMalloc(&y2, size_t(m) * n * 2));
+    CK(cudaMalloc(&y0, size_t(m) * n * 2)), CK(cudaMalloc(&y1, size_t(m) * n * 2)),
+        CK(cudaMalloc(&y2, size_t(m) * n * 2));
     fill_random_bf16<<<1024, 256>>>(x, size_t(m) * k, 1);
     fill_random_bf16<<<1024, 256>>>(w, size_t(n) * k, 2);
     const float alpha = 1.f, beta = 0.f;
-    const float t0 = time_ms([&] { tf::cuda::linear_bf16(x, w, nullptr, tf::DType::BF16, y0, tf::DType::BF16, m, n, k, 0); });
-    const float t1 = time_ms([&] { tf::cuda::linear_wgmma_bf16(x, w, nullptr, tf::DType::BF16, y1, tf::DType::BF16, m, n, k, 0); });
+    const float t0 = time_ms(
+        [&] { tf::cuda::linear_bf16(x, w, nullptr, tf::DType::BF16, y0, tf::DType::BF16, m, n, k, 0); });
+    const float t1 = time_ms([&] {
+      tf::cuda::linear_wgmma_bf16(x, w, nullptr, tf::DType::BF16, y1, tf::DType::BF16, m, n, k, 0);
+    });
     const float t2 = time_ms([&] {
-      cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, CUDA_R_16BF, k, x, CUDA_R_16BF, k, &beta, y2,
-                   CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, CUDA_R_16BF, k, x, CUDA_R_16BF, k, &beta,
+                   y2, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     });
     CK(cudaDeviceSynchronize());
     std::vector<uint16_t> a(size_t(m) * n), b(a.size());
@@ -485,13 +512,13 @@ void run_timing() {
     auto tflops = [&](float ms) { return flop / (ms * 1e-3) / 1e12; };
     char bits[128];
     if (mism)
-      std::snprintf(bits, sizeof bits, "NO: %zu differ, first y[%zu][%zu] %04x vs %04x", mism, first / n, first % n,
-                    a[first], b[first]);
+      std::snprintf(bits, sizeof bits, "NO: %zu differ, first y[%zu][%zu] %04x vs %04x", mism, first / n,
+                    first % n, a[first], b[first]);
     else
       std::snprintf(bits, sizeof bits, "yes (all %zu)", a.size());
     if (mism) ++g_failures;
-    std::printf("| %d %d %d | %.3f (%.0f) | %.3f (%.0f) | %.3f (%.0f) | %s\n", m, n, k, t0, tflops(t0), t1, tflops(t1),
-                t2, tflops(t2), bits);
+    std::printf("| %d %d %d | %.3f (%.0f) | %.3f (%.0f) | %.3f (%.0f) | %s\n", m, n, k, t0, tflops(t0), t1,
+                tflops(t1), t2, tflops(t2), bits);
     CK(cudaFree(x)), CK(cudaFree(w)), CK(cudaFree(y0)), CK(cudaFree(y1)), CK(cudaFree(y2));
   }
   cublasDestroy(h);
@@ -505,17 +532,18 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--no-timing") == 0) timing = false;
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("wgmma probe on %s (sm_%d%d), %d problems of 64 x N per case\n", prop.name, prop.major, prop.minor,
-              kBatch);
+  std::printf("wgmma probe on %s (sm_%d%d), %d problems of 64 x N per case\n", prop.name, prop.major,
+              prop.minor, kBatch);
   layout_check();
   std::printf("| part | case | elements | mismatch | first mismatch [problem][row][col] ref/got bits\n");
   part_a();
   part_b();
   part_c();
   part_d();
-  std::printf("bit-equality rows that must match and did not: %d (b: only 'wgmma(perm) vs mma.sync(perm)' "
-              "must match; d is informative)\n",
-              g_failures);
+  std::printf(
+      "bit-equality rows that must match and did not: %d (b: only 'wgmma(perm) vs mma.sync(perm)' "
+      "must match; d is informative)\n",
+      g_failures);
   if (timing) run_timing();
   std::printf("failures in all: %d\n", g_failures);
   return g_failures ? 1 : 0;

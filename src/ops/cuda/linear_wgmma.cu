@@ -18,26 +18,25 @@
 // Per element, as in linear_tiled.cu: the accumulator is the current slice's chain (started from +0
 // with scale-d = 1, like mma.sync from a zeroed accumulator), folded into `tot` at each slice end
 // (assigned for slice 0, added after), then the bias.
-#include "ops/cuda/linear_wgmma.h"
-
 #include <cuda_bf16.h>
 
 #include <string>
 
 #include "core/error.h"
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/linear_wgmma.h"
 
 namespace tf::cuda {
 namespace {
 
-constexpr int kTile = 128;                   // weight rows and tokens per CTA
-constexpr int kThreads = 256;                // 2 warpgroups
-constexpr int kSlices = 8;                   // linear.cu's kWarps: part of the arithmetic
-constexpr int kStepBytes = kTile * 16 * 2;   // one k16 step of one operand: 128 rows x 16 bf16
-constexpr int kOperandBytes = 4 * kStepBytes;  // a stage: 2 chunks x 2 steps
-constexpr int kBufBytes = 2 * kOperandBytes;   // W then x
-constexpr int kBuffers = 3;                    // stage kt computes, kt+1 is stored, kt-1 drains
-constexpr int kSmemBytes = kBuffers * kBufBytes;  // 96 KB
+constexpr int kTile = 128;                            // weight rows and tokens per CTA
+constexpr int kThreads = 256;                         // 2 warpgroups
+constexpr int kSlices = 8;                            // linear.cu's kWarps: part of the arithmetic
+constexpr int kStepBytes = kTile * 16 * 2;            // one k16 step of one operand: 128 rows x 16 bf16
+constexpr int kOperandBytes = 4 * kStepBytes;         // a stage: 2 chunks x 2 steps
+constexpr int kBufBytes = 2 * kOperandBytes;          // W then x
+constexpr int kBuffers = 3;                           // stage kt computes, kt+1 is stored, kt-1 drains
+constexpr int kSmemBytes = kBuffers * kBufBytes;      // 96 KB
 constexpr int kLoads = 2 * kTile * 2 * 4 / kThreads;  // 16-byte loads a thread issues per stage (8)
 
 // Byte offset of (row, logical k L) inside one k16 step's block: 8x8 core matrices of 128 bytes, the
@@ -158,8 +157,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 }  // namespace
 
-void linear_wgmma_bf16(const void* x, const void* w, const void* bias, DType bias_dtype, void* y, DType y_dtype,
-                       int m, int n, int k, cudaStream_t s) {
+void linear_wgmma_bf16(const void* x, const void* w, const void* bias, DType bias_dtype, void* y,
+                       DType y_dtype, int m, int n, int k, cudaStream_t s) {
   TF_CHECK(k % 32 == 0, "CUDA linear needs in_features divisible by 32, got " + std::to_string(k));
   static const bool configured = [] {
     TF_CUDA_CHECK(

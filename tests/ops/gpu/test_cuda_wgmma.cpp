@@ -63,8 +63,8 @@ void check_shape(const Shape& sh) {
   const void* b = sh.f32_out_and_bias ? bias.p : nullptr;
   // Reference: each row alone through linear_bf16 (the decode kernel, M = 1).
   for (int r = 0; r < max_m; ++r)
-    cuda::linear_bf16(x.p + size_t(r) * k, w.p, b, DType::F32, ref.p + size_t(r) * n * out_bytes, y_dtype, 1, n, k,
-                      0);
+    cuda::linear_bf16(x.p + size_t(r) * k, w.p, b, DType::F32, ref.p + size_t(r) * n * out_bytes, y_dtype, 1,
+                      n, k, 0);
   ASSERT_CUDA(cudaDeviceSynchronize());
   std::vector<unsigned char> href(size_t(max_m) * n * out_bytes), hgot(href.size());
   ASSERT_CUDA(cudaMemcpy(href.data(), ref.p, href.size(), cudaMemcpyDeviceToHost));
@@ -86,13 +86,15 @@ void check_shape(const Shape& sh) {
           std::memcpy(&ga, g + size_t(c) * out_bytes, out_bytes);
           if (ra == ga) continue;
           char buf[160];
-          std::snprintf(buf, sizeof buf, "first at y[%d][%d]: linear_bf16(M=1) %08x, wgmma %08x", r, c, ra, ga);
+          std::snprintf(buf, sizeof buf, "first at y[%d][%d]: linear_bf16(M=1) %08x, wgmma %08x", r, c, ra,
+                        ga);
           first = buf;
           break;
         }
     }
-    EXPECT_EQ(bad_rows, 0) << "M=" << m << " N=" << n << " K=" << k << (sh.f32_out_and_bias ? " f32+bias" : "")
-                           << ": " << bad_rows << " rows differ; " << first;
+    EXPECT_EQ(bad_rows, 0) << "M=" << m << " N=" << n << " K=" << k
+                           << (sh.f32_out_and_bias ? " f32+bias" : "") << ": " << bad_rows << " rows differ; "
+                           << first;
   }
 }
 

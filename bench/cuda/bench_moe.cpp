@@ -91,6 +91,15 @@ double linear_bytes(const Model& m, double n, double k, int mlx_bits = 4) {
   return m.mlx ? n * k * mlx_bits / 8 + n * k / 64 * 4 : n * k * 2;
 }
 
+// All weights of the model as stored (experts of every layer, attention, router, lm_head, embeddings).
+double weight_bytes(const Model& m) {
+  const double expert = linear_bytes(m, 2.0 * kInter, kHidden) + linear_bytes(m, kHidden, kInter);
+  const double attn = 2 * linear_bytes(m, double(kHeads) * kHeadDim, kHidden) +
+                      2 * linear_bytes(m, double(kKvHeads) * kHeadDim, kHidden);
+  return kLayers * (kExperts * expert + attn + linear_bytes(m, kExperts, kHidden, 8)) +
+         linear_bytes(m, kVocab, kHidden) + double(kVocab) * kHidden * 2;
+}
+
 Tensor rand_norm(Backend& be, int64_t n, uint64_t seed) {
   Tensor t = be.alloc({n}, DType::BF16);
   cuda::fill_uniform(be, t, seed, 0.8f, 1.2f);
@@ -239,20 +248,12 @@ int run(bool quick, const std::string& format) {
 }
 
 // One format's rows: decode at batch 1/8/32 (fused), host-routed decode at batch 1, prefill.
-void bench_format(Backend& be_ref, bool mlx, bool quick, double copy_gbs) {
-  Backend* be = &be_ref;
-  cudaStream_t s = cuda::stream_of(*be);
+void bench_format(Backend& be, bool mlx, bool quick, double copy_gbs) {
+  cudaStream_t s = cuda::stream_of(be);
   const int ctx = 512, prefill = 4096;
-  Model m = make_model(*be, int64_t(32) * (ctx / kBlock + 1) + prefill / kBlock + 64, mlx);
+  Model m = make_model(be, int64_t(32) * (ctx / kBlock + 1) + prefill / kBlock + 64, mlx);
   const char* fmt = mlx ? "MLX 4-bit g64" : "bf16";
-  std::printf("\n%s: %.1f GB of weights\n", fmt,
-              (kLayers * (double(kExperts) *
-                              (linear_bytes(m, 2.0 * kInter, kHidden) + linear_bytes(m, kHidden, kInter)) +
-                          2 * linear_bytes(m, double(kHeads) * kHeadDim, kHidden) +
-                          2 * linear_bytes(m, double(kKvHeads) * kHeadDim, kHidden) +
-                          linear_bytes(m, kExperts, kHidden, 8)) +
-               linear_bytes(m, kVocab, kHidden) + double(kVocab) * kHidden * 2) /
-                  1e9);
+  std::printf("\n%s: %.1f GB of weights\n", fmt, weight_bytes(m) / 1e9);
   std::printf("| case (%s) | ms/step | tokens/s | GB read | roofline ms | of roofline | experts/layer |\n",
               fmt);
   std::printf("|---|---|---|---|---|---|---|\n");
@@ -260,13 +261,13 @@ void bench_format(Backend& be_ref, bool mlx, bool quick, double copy_gbs) {
   double b1 = 0;
   for (int batch : batches) {
     const BatchMeta meta = decode_meta(batch, ctx);
-    const auto [bytes, experts] = step_bytes(*be, m, meta, ctx);
+    const auto [bytes, experts] = step_bytes(be, m, meta, ctx);
     std::vector<int32_t> outs(static_cast<size_t>(batch));
     for (int i = 0; i < batch; ++i) outs[i] = i;
     bool captured = false;
-    be->begin_forward(meta);  // outside the graph: it stages the metadata through pinned memory
+    be.begin_forward(meta);  // outside the graph: it stages the metadata through pinned memory
     const double ms = time_graph_ms(
-        s, [&] { forward(*be, m, batch, outs, false); }, &captured);
+        s, [&] { forward(be, m, batch, outs, false); }, &captured);
     const double floor_ms = bytes / (copy_gbs * 1e9) * 1e3;
     if (batch == 1) b1 = ms;
     std::printf("| decode b=%d ctx %d%s | %.3f | %.0f | %.2f | %.3f | %.1f%% | %.1f |\n", batch, ctx,
@@ -276,14 +277,14 @@ void bench_format(Backend& be_ref, bool mlx, bool quick, double copy_gbs) {
   {
     const BatchMeta meta = decode_meta(1, ctx);
     const double ms = time_ms(
-        s, [&] { be->begin_forward(meta), forward(*be, m, 1, {0}, true); }, 1, 3);
+        s, [&] { be.begin_forward(meta), forward(be, m, 1, {0}, true); }, 1, 3);
     std::printf("| decode b=1, host-routed per-expert MoE (eager) | %.3f | %.0f | | | | |\n", ms, 1e3 / ms);
     std::printf("fused vs host-routed at b=1: %.2fx\n", ms / b1);
   }
   if (!quick) {
     const BatchMeta meta = prefill_meta(prefill);
     const double ms = time_ms(
-        s, [&] { be->begin_forward(meta), forward(*be, m, prefill, {prefill - 1}, false); }, 1, 3);
+        s, [&] { be.begin_forward(meta), forward(be, m, prefill, {prefill - 1}, false); }, 1, 3);
     const double flops = 2.0 * prefill * kLayers *
                          (kTopK * 3.0 * kInter * kHidden + 2.0 * kHeads * kHeadDim * kHidden +
                           2.0 * kKvHeads * kHeadDim * kHidden + double(kExperts) * kHidden);

@@ -11,7 +11,7 @@
 
 namespace tf::cuda {
 
-enum Kind { kMlxBf16 = 0, kMlxF32 = 1, kFp8 = 2 };  // MLX with bf16 scales, MLX with f32 scales, FP8
+enum QuantKind { kMlxBf16 = 0, kMlxF32 = 1, kFp8 = 2 };  // MLX with bf16 scales, MLX with f32 scales, FP8
 
 struct QArgs {
   const uint8_t* w;    // packed rows, row_bytes apart

@@ -30,6 +30,7 @@ struct BenchArgs {
   double cache_gib = 4, spill_gib = 8;  // prompt cache and spill budgets of the cache modes
   int max_draft = 4;                    // --drafter replay: the longest proposal
   bool sweep = false;                   // --drafter replay: every k from 1 to max_draft
+  std::string draft_guard = "on";       // EngineOptions::draft_guard
 };
 
 // A file the model is asked to quote (repetitive work), and an open prompt (free continuation).
@@ -266,6 +267,7 @@ void run_bench(const BenchArgs& a) {
   opt.backend = a.backend;
   opt.parallel = a.parallel;
   opt.drafter = a.drafter;
+  opt.draft_guard = a.draft_guard == "on";
   opt.context = a.context;
   opt.prefill_chunk = 2048;
   opt.prompt_cache_gib = 0;  // throughput modes measure compute, not cache hits
@@ -323,6 +325,9 @@ void add_bench_command(CLI::App& app) {
   c->add_option("--max-draft", a->max_draft, "--drafter replay: longest proposal k")
       ->check(CLI::Range(1, 64));
   c->add_flag("--sweep", a->sweep, "--drafter replay: every k from 1 to --max-draft");
+  c->add_option("--draft-guard", a->draft_guard,
+                "on | off: switch the model drafter off while it makes rounds slower in wall time")
+      ->check(CLI::IsMember({"on", "off"}));
   c->add_option("--tokens", a->tokens, "Tokens generated per stream")->check(CLI::Range(2, 1 << 20));
   c->add_option("--parallel", a->parallel, "Concurrent streams")->check(CLI::PositiveNumber);
   c->add_option("--temperature", a->temperature, "Sampling temperature (seeded)")

@@ -33,6 +33,7 @@ struct ServeArgs {
   int mtp_drafts = 3, checkpoint_slots = 0, max_snapshots = 0, max_queue = 256, prefill_chunk = 512;
   double decode_share = 0, gpu_memory = 0.9;
   float mtp_confidence = 0.f;
+  std::string draft_guard = "on";
   double prompt_cache_gib = 0.25, spill_gib = 0;
   std::string spill_dir, snapshot_dir = "none";
   bool thinking = false, no_thinking = false, no_drafts = false;
@@ -83,6 +84,7 @@ EngineOptions engine_options(const ServeArgs& a) {
   e.drafter = a.drafter;
   e.mtp_drafts = a.mtp_drafts;
   e.mtp_confidence = a.mtp_confidence;
+  e.draft_guard = a.draft_guard == "on";
   e.prompt_cache_gib = a.prompt_cache_gib;
   e.checkpoint_slots = a.checkpoint_slots;
   e.spill_gib = a.spill_gib;
@@ -164,6 +166,9 @@ void add_serve_command(CLI::App& app) {
       "Serve GET /metrics (default: on when listening on loopback)");
   cmd->add_option("--mtp-confidence", a->mtp_confidence, "Stop an MTP draft chain below this probability")
       ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--draft-guard", a->draft_guard,
+                  "Switch the MTP/draft-model drafter off while it makes rounds slower in wall time")
+      ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
   cmd->add_option("--prompt-cache-gib", a->prompt_cache_gib, "Memory for retained conversation prefixes (0 disables)")
       ->check(CLI::Range(0.0, 1024.0))->capture_default_str();
   cmd->add_option("--checkpoint-slots", a->checkpoint_slots, "Retained prefixes at most (0 = bounded by memory)")

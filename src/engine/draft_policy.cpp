@@ -142,6 +142,14 @@ bool DraftGuard::allow(int streams) {
   return false;
 }
 
+bool DraftGuard::allows_next(int streams) const {
+  auto it = buckets_.find(bucket_of(streams));
+  if (it == buckets_.end()) return true;
+  const Bucket& b = it->second;
+  if (b.drafting) return b.probe_left == 0 || b.probe_left == 1;  // a serial probe reads none but its last
+  return b.probe_left > 0 || b.rounds + 1 >= b.next_probe;
+}
+
 std::optional<DraftGuard::Change> DraftGuard::observe(int streams, int tokens, double seconds, bool drafted) {
   if (streams <= 0 || seconds <= 0) return std::nullopt;
   Bucket& b = bucket(streams);

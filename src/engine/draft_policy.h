@@ -58,13 +58,13 @@ int choose_draft_length(DraftStats& s, double row_cost, int max_k, double draft_
 // windows then check whether it pays again (as do serial probes, rarer and rarer, while it is on). New
 // streams reset the backoff, so a change of workload (e.g. greedy streams arriving) is noticed soon.
 struct DraftGuardOptions {
-  double decay = 0.95;      // forgetting per measured round of the same stream count
-  double margin = 0.04;     // relative difference taken as noise (hysteresis both ways)
-  int min_rounds = 6;       // drafted rounds before drafting may be judged
-  int probe_rounds = 6;     // rounds in a probe window
-  int backoff = 64;         // rounds off after drafting first loses; doubles while it keeps losing
+  double decay = 0.95;   // forgetting per measured round of the same stream count
+  double margin = 0.04;  // relative difference taken as noise (hysteresis both ways)
+  int min_rounds = 6;    // drafted rounds before drafting may be judged
+  int probe_rounds = 6;  // rounds in a probe window
+  int backoff = 64;      // rounds off after drafting first loses; doubles while it keeps losing
   int max_backoff = 1024;
-  int probe_every = 64;     // while drafting: rounds between serial probes; doubles while drafting wins
+  int probe_every = 64;  // while drafting: rounds between serial probes; doubles while drafting wins
   int max_probe_every = 1024;
 };
 
@@ -73,6 +73,8 @@ class DraftGuard {
   explicit DraftGuard(DraftGuardOptions o = {}) : o_(o) {}
   // Whether the model drafter may propose in a round that decodes `streams` streams (may start a probe).
   bool allow(int streams);
+  // Whether allow() will say yes for the next round of `streams` streams (if this one is measured).
+  bool allows_next(int streams) const;
   // A state change, for the log: drafting turned on/off for rounds of `streams` decoding streams.
   struct Change {
     bool on;

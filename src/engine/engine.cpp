@@ -236,7 +236,8 @@ class EngineImpl final : public Engine {
     drafting_ = ngram_ || drafter_;
     // The wall-clock guard judges the model drafter; with a fixed draft length (benchmarks of the ceiling,
     // tests that force drafts) nothing is judged.
-    if (drafter_ && opt_.draft_guard && opt_.adaptive_draft) guard_ = std::make_unique<DraftGuard>();
+    if (drafter_ && opt_.draft_guard && opt_.adaptive_draft)
+      guard_ = std::make_unique<DraftGuard>(opt_.draft_guard_options);
     // Until rounds are measured: an extra verify row costs about a row on the CPU, far less on a GPU.
     cost_ = CostModel(backend_->device() == Device::CPU ? 0.5 : 0.05);
   }
@@ -460,9 +461,11 @@ class EngineImpl final : public Engine {
     std::vector<float> logits;
     std::vector<int32_t> sampled;
     const auto t0 = std::chrono::steady_clock::now();
-    // Hidden states travel only when a stream may draft from them next round; a drafter the guard switched
-    // off costs nothing (the MTP head skips the positions it never saw).
-    bool want_hidden = model_ok && drafter_->wants_hidden();
+    // Hidden states travel only when a stream may draft from them next round (also the round before the
+    // guard's drafted probe, so that the probe's first round drafts); a drafter the guard switched off
+    // costs nothing (the MTP head skips the positions it never saw).
+    bool want_hidden = drafter_ && drafter_->wants_hidden() &&
+                       (model_ok || (guard_ && decoding > 0 && guard_->allows_next(decoding)));
     if (want_hidden)
       want_hidden = std::any_of(parts.begin(), parts.end(), [](const Part& p) { return p.seq->req.draft; });
     Tensor hidden;
@@ -487,8 +490,10 @@ class EngineImpl final : public Engine {
         const size_t before = p.seq->tokens.size();
         finished = verify(*p.seq, row_logits, sampled.data() + next, p.rows, p.drafts);
         next += size_t(p.drafts.empty() ? 1 : p.rows);
-        if (prompt) started = true;
-        else emitted += int(p.seq->tokens.size() - before);
+        if (prompt)
+          started = true;
+        else
+          emitted += int(p.seq->tokens.size() - before);
       }
       if (finished)
         done.push_back(p.seq);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/api.h"
+#include "engine/draft_policy.h"
 #include "engine/drafters/drafter.h"
 
 namespace tf {
@@ -34,6 +35,7 @@ struct EngineOptions {
   // of wall time than rounds without it (--draft-guard; see DraftGuard in draft_policy.h). Only with
   // adaptive_draft.
   bool draft_guard = true;
+  DraftGuardOptions draft_guard_options;  // tests: short probes and backoffs to exercise switching
   size_t kv_budget_bytes = 0;  // 0 = enough for `parallel` full contexts
   // Prompt cache (retained prefixes), spill to disk and persistent snapshots.
   double prompt_cache_gib = 0.25;  // memory for retained prefixes beyond the streams' own; 0 disables

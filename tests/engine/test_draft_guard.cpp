@@ -68,7 +68,8 @@ TEST(DraftGuard, SwitchesOffWhenDraftedRoundsAreSlower) {
 TEST(DraftGuard, StaysOnWhenDraftedRoundsAreFaster) {
   Sim sim;
   sim.run(kFaster, 3000);
-  for (const auto& c : sim.changes) EXPECT_TRUE(c.on) << "switched off at " << c.drafted_rate << " vs " << c.serial_rate;
+  for (const auto& c : sim.changes)
+    EXPECT_TRUE(c.on) << "switched off at " << c.drafted_rate << " vs " << c.serial_rate;
   EXPECT_EQ(sim.guard.buckets_off(), 0);
   // Serial probes are bounded: well under 10% of rounds, and the throughput close to drafting's.
   EXPECT_LT(double(sim.rounds - sim.drafted_rounds), 0.03 * double(sim.rounds));

@@ -13,13 +13,14 @@ namespace {
 constexpr int kBlock = 16;
 constexpr int kMaxCatchup = 64;          // hidden rows kept for the head's next catch-up
 constexpr int kMaxPromptCatchup = 8192;  // ... before its first one (the prompt)
-}
+}  // namespace
 
 MtpDrafter::MtpDrafter(Model& model, Backend& be, int context, int streams, MtpOptions o)
     : model_(model), be_(be), o_(o) {
   const ModelSpec& s = model.spec();
   row_bytes_ = size_t(s.hidden) * dtype_size(be.act_dtype());
-  pool_ = std::make_unique<KvBlockPool>(be, 1, s.kv_heads, s.head_dim, kBlock, KvBlockPool::blocks_for(context, kBlock) * streams);
+  pool_ = std::make_unique<KvBlockPool>(be, 1, s.kv_heads, s.head_dim, kBlock,
+                                        KvBlockPool::blocks_for(context, kBlock) * streams);
 }
 
 void MtpDrafter::observe_hidden(Sequence& s, int first_position, const Tensor& rows, int first_row,

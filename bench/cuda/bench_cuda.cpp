@@ -77,7 +77,7 @@ Ceilings measure_ceilings(Backend& be, cublasHandle_t h) {
 }
 
 struct Layer {
-  LinearWeight q, k, v, o, gate_up, down;
+  LinearWeight qkv, q, k, v, o, gate_up, down;  // q, k, v: row views of qkv (the fused projection)
   Tensor ln1, ln2, q_norm, k_norm;
   KvLayer kv;
 };
@@ -114,9 +114,13 @@ Model make_model(Backend& be, const Shape& sh, int64_t kv_tokens) {
   m.kv_blocks = kv_tokens / kBlock + 64;
   for (int l = 0; l < sh.layers; ++l) {
     Layer L;
-    L.q = rand_linear(be, qd, sh.hidden, seed++, &m);
-    L.k = rand_linear(be, kd, sh.hidden, seed++, &m);
-    L.v = rand_linear(be, kd, sh.hidden, seed++, &m);
+    L.qkv = rand_linear(be, qd + 2 * kd, sh.hidden, seed++, &m);
+    auto part = [&](int64_t first, int64_t n) {
+      LinearWeight w = L.qkv;
+      w.weight = L.qkv.weight.slice_rows(first, first + n), w.out_features = n;
+      return w;
+    };
+    L.q = part(0, qd), L.k = part(qd, kd), L.v = part(qd + kd, kd);
     L.o = rand_linear(be, sh.hidden, qd, seed++, &m);
     L.gate_up = rand_linear(be, 2 * int64_t(sh.inter), sh.hidden, seed++, &m);
     L.down = rand_linear(be, sh.hidden, sh.inter, seed++, &m);
@@ -147,7 +151,7 @@ using LinearFn = std::function<void(const Tensor&, const LinearWeight&, Tensor&)
 
 // Activation buffers for up to `rows` rows.
 struct Acts {
-  Tensor res, x, q, k, v, attn, o, gu, act, mlp, last, logits;
+  Tensor res, x, q, k, v, attn, o, gu, act, mlp, last, logits, qkv;
 };
 Acts make_acts(Backend& be, const Shape& sh, int rows, int out_rows) {
   const int64_t qd = int64_t(sh.heads) * sh.head_dim, kd = int64_t(sh.kv_heads) * sh.head_dim;
@@ -163,23 +167,35 @@ Acts make_acts(Backend& be, const Shape& sh, int rows, int out_rows) {
               a(rows, sh.inter),
               a(rows, sh.hidden),
               a(out_rows, sh.hidden),
-              a(out_rows, sh.vocab)};
+              a(out_rows, sh.vocab),
+              a(rows, qd + 2 * kd)};
 }
 
 // Attention inputs through Backend::attention_inputs (the engine's path: one fused kernel on CUDA) or
 // the four separate ops.
 bool g_fused_inputs = true;
+// The decoder's fusions (docs/cuda-notes.md v9): one q/k/v linear + attention_inputs_qkv, silu_mul inside
+// the down projection (silu_mul_linear, ours only), short-context attention without the split/combine.
+// Off: three linears, silu_mul + linear, the split schedule at every context. Same bits either way.
+bool g_fusions = true;
 
-// One forward over the rows of begin_forward(); logits for the last `out_rows` rows.
+void set_fusions(bool on) {
+  g_fusions = on;
+  cuda::set_attention_loop_max_chunks(on ? -1 : 0);
+}
+
+// One forward over the rows of begin_forward(); logits for the last `out_rows` rows. `ours`: the linears
+// are the backend's (so the MLP may use silu_mul_linear); false for the cuBLAS baseline.
 void forward(Backend& be, Model& m, Acts& A, int rows, int out_rows, const RopeParams& rope,
-             const LinearFn& lin) {
+             const LinearFn& lin, bool ours = true) {
   const Shape& sh = m.sh;
   auto v2 = [](const Tensor& t, int64_t r, int64_t c) { return t.slice_rows(0, r).view({r, c}); };
   const int64_t qd = int64_t(sh.heads) * sh.head_dim, kd = int64_t(sh.kv_heads) * sh.head_dim;
   Tensor res = v2(A.res, rows, sh.hidden), x = v2(A.x, rows, sh.hidden), q = v2(A.q, rows, qd),
          k = v2(A.k, rows, kd), v = v2(A.v, rows, kd), attn = v2(A.attn, rows, qd),
          o = v2(A.o, rows, sh.hidden), gu = v2(A.gu, rows, 2 * int64_t(sh.inter)),
-         act = v2(A.act, rows, sh.inter), mlp = v2(A.mlp, rows, sh.hidden);
+         act = v2(A.act, rows, sh.inter), mlp = v2(A.mlp, rows, sh.hidden),
+         qkv = v2(A.qkv, rows, qd + 2 * kd);
   Tensor qh = q.view({rows * int64_t(sh.heads), sh.head_dim}),
          kh = k.view({rows * int64_t(sh.kv_heads), sh.head_dim});
   AttentionParams ap{sh.heads, sh.kv_heads, sh.head_dim, 1.f / std::sqrt(float(sh.head_dim)), 0, 0.f};
@@ -190,12 +206,18 @@ void forward(Backend& be, Model& m, Acts& A, int rows, int out_rows, const RopeP
       be.rms_norm(res, L.ln1, 1e-6f, 0.f, x);
     else
       be.add_rms_norm(res, mlp, L.ln1, 1e-6f, 0.f, x);
-    lin(x, L.q, q);
-    lin(x, L.k, k);
-    lin(x, L.v, v);
-    if (g_fused_inputs) {
+    if (g_fusions && g_fused_inputs) {
+      lin(x, L.qkv, qkv);
+      be.attention_inputs_qkv(qkv, q, &L.q_norm, &L.k_norm, 1e-6f, 0.f, rope, L.kv);
+    } else if (g_fused_inputs) {
+      lin(x, L.q, q);
+      lin(x, L.k, k);
+      lin(x, L.v, v);
       be.attention_inputs(q, k, v, &L.q_norm, &L.k_norm, 1e-6f, 0.f, rope, L.kv);
     } else {
+      lin(x, L.q, q);
+      lin(x, L.k, k);
+      lin(x, L.v, v);
       be.rms_norm(qh, L.q_norm, 1e-6f, 0.f, qh);
       be.rms_norm(kh, L.k_norm, 1e-6f, 0.f, kh);
       be.rope(q, k, rope);
@@ -205,8 +227,12 @@ void forward(Backend& be, Model& m, Acts& A, int rows, int out_rows, const RopeP
     lin(attn, L.o, o);
     be.add_rms_norm(res, o, L.ln2, 1e-6f, 0.f, x);
     lin(x, L.gate_up, gu);
-    be.silu_mul(gu, act);
-    lin(act, L.down, mlp);
+    if (g_fusions && ours) {
+      be.silu_mul_linear(gu, L.down, act, mlp);
+    } else {
+      be.silu_mul(gu, act);
+      lin(act, L.down, mlp);
+    }
   }
   be.add_rms_norm(res, mlp, m.final_norm, 1e-6f, 0.f, x);
   Tensor last = v2(A.last, out_rows, sh.hidden), logits = v2(A.logits, out_rows, sh.vocab);
@@ -366,8 +392,9 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
     auto v2 = [](const Tensor& t, int64_t r, int64_t c) { return t.slice_rows(0, r).view({r, c}); };
     Tensor res = v2(acts.res, batch, sh.hidden), x = v2(acts.x, batch, sh.hidden), q = v2(acts.q, batch, qd),
            k = v2(acts.k, batch, kd), v = v2(acts.v, batch, kd), attn = v2(acts.attn, batch, qd),
-           gu = v2(acts.gu, batch, 2 * int64_t(sh.inter)), act = v2(acts.act, batch, sh.inter);
-    for (Tensor* t : {&res, &x, &q, &k, &v, &gu}) cuda::fill_uniform(be, *t, 5, -1, 1);
+           gu = v2(acts.gu, batch, 2 * int64_t(sh.inter)), act = v2(acts.act, batch, sh.inter),
+           qkv = v2(acts.qkv, batch, qd + 2 * kd), mlp = v2(acts.mlp, batch, sh.hidden);
+    for (Tensor* t : {&res, &x, &q, &k, &v, &gu, &qkv}) cuda::fill_uniform(be, *t, 5, -1, 1);
     Tensor qh = q.view({batch * int64_t(sh.heads), sh.head_dim});
     AttentionParams ap{sh.heads, sh.kv_heads, sh.head_dim, 1.f / std::sqrt(float(sh.head_dim)), 0, 0.f};
     struct Op {
@@ -381,9 +408,20 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
         {"attention ctx512", [&] { be.attention(q, L.kv, ap, attn); }},
         {"silu_mul", [&] { be.silu_mul(gu, act); }},
         {"linear k", [&] { be.linear(x, L.k, k); }},
+        // v9's fusions against what they replace (each pair: same bits).
+        {"linear q+k+v", [&] { be.linear(x, L.q, q), be.linear(x, L.k, k), be.linear(x, L.v, v); }},
+        {"linear qkv", [&] { be.linear(x, L.qkv, qkv); }},
+        {"attention_inputs_qkv", [&] { be.attention_inputs_qkv(qkv, q, &L.q_norm, &L.k_norm, 1e-6f, 0.f, rope, L.kv); }},
+        {"silu_mul+down", [&] { be.silu_mul(gu, act), be.linear(act, L.down, mlp); }},
+        {"silu_mul_linear", [&] { be.silu_mul_linear(gu, L.down, act, mlp); }},
     };
     std::printf("ops b=%d:", batch);
     for (auto& op : ops) std::printf(" %s %.1f us |", op.n, time_ms(s, op.f, 3, 21) * 1e3);
+    cuda::set_attention_loop_max_chunks(0);  // the split schedule + combine, as before v9
+    be.begin_forward(meta);                  // tiles are planned once a forward
+    std::printf(" attention ctx512 split %.1f us |",
+                time_ms(s, [&] { be.attention(q, L.kv, ap, attn); }, 3, 21) * 1e3);
+    cuda::set_attention_loop_max_chunks(-1);
     std::printf("\n");
   }
   for (int ctx : {512, 8192}) {
@@ -406,10 +444,14 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
       const double t_sep = time_graph_ms(
           s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g0);
       g_fused_inputs = true;
+      set_fusions(false);
+      const double t_unfused = time_graph_ms(
+          s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g0);
+      set_fusions(true);
       const double t1 = time_graph_ms(
           s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g1);
       const double t2 = time_graph_ms(
-          s, [&] { forward(be, m, acts, batch, batch, rope, cublas); }, &g2);
+          s, [&] { forward(be, m, acts, batch, batch, rope, cublas, false); }, &g2);
       const double bytes = double(m.linear_bytes) + kv_bytes_per_token * batch * ctx;
       const double floor_ms = bytes / (c.copy_gbs * 1e9) * 1e3;
       char what[96];
@@ -418,8 +460,8 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
       out->push_back({std::string(sh.name) + " " + what, t1, t2, floor_ms, double(batch)});
       std::printf(
           "%s: ours %.3f ms (eager %.3f, all-plain linear %.3f, no dependent launch %.3f, separate "
-          "norm/rope/kv-write %.3f) cuBLAS %.3f ms floor %.3f ms\n",
-          what, t1, t_eager, t_plain, t_nopdl, t_sep, t2, floor_ms);
+          "norm/rope/kv-write %.3f, no qkv/silu/short-attention fusions %.3f) cuBLAS %.3f ms floor %.3f ms\n",
+          what, t1, t_eager, t_plain, t_nopdl, t_sep, t_unfused, t2, floor_ms);
     }
   }
   // Attention alone at the largest decode batch (KV-bound).
@@ -458,7 +500,7 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
     const double t1 = time_ms(
         s, [&] { forward(be, m, acts, n, 1, rope, ours); }, 1, 3);
     const double t2 = time_ms(
-        s, [&] { forward(be, m, acts, n, 1, rope, cublas); }, 1, 3);
+        s, [&] { forward(be, m, acts, n, 1, rope, cublas, false); }, 1, 3);
     const double lin_flops =
         2.0 * n * (m.linear_bytes / 2 - double(sh.vocab) * sh.hidden) + 2.0 * sh.vocab * sh.hidden;
     const double attn_flops = 2.0 * double(n) * n * sh.heads * sh.head_dim * sh.layers;  // causal QK and PV

@@ -27,9 +27,21 @@ DecoderLayer load_decoder_layer(const Checkpoint& ckpt, Backend& be, const Model
   DecoderLayer L;
   L.input_norm = be.upload(fetch_tensor(ckpt, lp + "input_layernorm.weight", {H}));
   L.post_norm = be.upload(fetch_tensor(ckpt, lp + "post_attention_layernorm.weight", {H}));
-  L.q = linear(lp + "self_attn.q_proj", Q, H, spec.attention_bias);
-  L.k = linear(lp + "self_attn.k_proj", KV, H, spec.attention_bias);
-  L.v = linear(lp + "self_attn.v_proj", KV, H, spec.attention_bias);
+  {
+    std::vector<LinearWeight> qkv = {read_linear(ckpt, lp + "self_attn.q_proj", Q, H, spec.attention_bias),
+                                     read_linear(ckpt, lp + "self_attn.k_proj", KV, H, spec.attention_bias),
+                                     read_linear(ckpt, lp + "self_attn.v_proj", KV, H, spec.attention_bias)};
+    // One linear instead of three (decode reads the same bytes in one launch); each output feature is
+    // computed on its own, so the bits are the separate linears'. Mixed layouts stay separate: fusing them
+    // would dequantize, which changes the arithmetic.
+    if (same_layout(qkv)) {
+      L.qkv = be.upload_linear(fuse_linears(std::move(qkv)));
+    } else {
+      L.q = be.upload_linear(qkv[0]);
+      L.k = be.upload_linear(qkv[1]);
+      L.v = be.upload_linear(qkv[2]);
+    }
+  }
   L.o = linear(lp + "self_attn.o_proj", H, Q, spec.attention_bias);
   if (spec.qk_norm) {
     L.q_norm = be.upload(fetch_tensor(ckpt, lp + "self_attn.q_norm.weight", {D}));
@@ -51,9 +63,12 @@ LayerWorkspace::LayerWorkspace(Backend& be, const ModelSpec& s, int64_t R) {
   residual = be.alloc({R, H}, dt);
   h = be.alloc({R, H}, dt);
   mlp_out = be.alloc({R, H}, dt);
-  q = be.alloc({R, int64_t(s.heads), D}, dt);
-  k = be.alloc({R, int64_t(s.kv_heads), D}, dt);
-  v = be.alloc({R, int64_t(s.kv_heads), D}, dt);
+  const int64_t hq = s.heads, hk = s.kv_heads;
+  q = be.alloc({R, hq, D}, dt);
+  qkv = be.alloc({R, (hq + 2 * hk) * D}, dt);
+  const Tensor flat = qkv.view({-1});
+  k = flat.slice_rows(0, R * hk * D).view({R, hk, D});
+  v = flat.slice_rows(R * hk * D, 2 * R * hk * D).view({R, hk, D});
   attn = be.alloc({R, int64_t(s.heads) * D}, dt);
   gate_up = be.alloc({R, 2 * I}, dt);
   act = be.alloc({R, I}, dt);
@@ -74,11 +89,17 @@ void decoder_layer_forward(Backend& be, const ModelSpec& spec, DecoderLayer& L, 
   const float eps = spec.norm_eps, off = spec.norm_offset;
   if (pending) be.add_rms_norm(ws.residual, ws.mlp_out, L.input_norm, eps, off, ws.h);
   else be.rms_norm(ws.residual, L.input_norm, eps, off, ws.h);
-  be.linear(ws.h, L.q, ws.q);
-  be.linear(ws.h, L.k, ws.k);
-  be.linear(ws.h, L.v, ws.v);
-  be.attention_inputs(ws.q, ws.k, ws.v, spec.qk_norm ? &L.q_norm : nullptr, spec.qk_norm ? &L.k_norm : nullptr, eps,
-                      off, rope, kv);
+  const Tensor* qn = spec.qk_norm ? &L.q_norm : nullptr;
+  const Tensor* kn = spec.qk_norm ? &L.k_norm : nullptr;
+  if (L.qkv.out_features > 0) {
+    be.linear(ws.h, L.qkv, ws.qkv);
+    be.attention_inputs_qkv(ws.qkv, ws.q, qn, kn, eps, off, rope, kv);
+  } else {
+    be.linear(ws.h, L.q, ws.q);
+    be.linear(ws.h, L.k, ws.k);
+    be.linear(ws.h, L.v, ws.v);
+    be.attention_inputs(ws.q, ws.k, ws.v, qn, kn, eps, off, rope, kv);
+  }
   be.attention(ws.q, kv, attn, ws.attn);
   be.linear(ws.attn, L.o, ws.mlp_out);
   be.add_rms_norm(ws.residual, ws.mlp_out, L.post_norm, eps, off, ws.h);
@@ -87,8 +108,7 @@ void decoder_layer_forward(Backend& be, const ModelSpec& spec, DecoderLayer& L, 
     return;
   }
   be.linear(ws.h, L.gate_up, ws.gate_up);
-  be.silu_mul(ws.gate_up, ws.act);
-  be.linear(ws.act, L.down, ws.mlp_out);
+  be.silu_mul_linear(ws.gate_up, L.down, ws.act, ws.mlp_out);
 }
 
 }  // namespace tf

@@ -12,7 +12,9 @@ namespace tf {
 
 struct DecoderLayer {
   Tensor input_norm, post_norm, q_norm, k_norm;
-  LinearWeight q, k, v, o, gate_up, down;  // gate_up/down: the dense MLP
+  // qkv: q, k and v fused along the output dimension (q rows, then k, then v; one linear a layer) when the
+  // three share one storage layout; then q, k and v are empty. Otherwise qkv is empty.
+  LinearWeight qkv, q, k, v, o, gate_up, down;  // gate_up/down: the dense MLP
   std::unique_ptr<MoeWeights> moe;          // set when the layer's MLP is sparse
 };
 
@@ -23,8 +25,9 @@ DecoderLayer load_decoder_layer(const Checkpoint& ckpt, Backend& be, const Model
                                 bool sparse = false);
 Tensor fetch_tensor(const Checkpoint& ckpt, const std::string& name, const std::vector<int64_t>& shape);
 
+// k and v share qkv's memory (a layer uses either the fused projection or the three).
 struct LayerWorkspace {
-  Tensor residual, h, mlp_out, q, k, v, attn, gate_up, act;
+  Tensor residual, h, mlp_out, q, k, v, qkv, attn, gate_up, act;
   LayerWorkspace(Backend& be, const ModelSpec& spec, int64_t rows);
 };
 

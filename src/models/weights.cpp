@@ -119,10 +119,21 @@ Tensor dense_f32(const Tensor& t) {
 bool same_layout(const LinearWeight& a, const LinearWeight& b) {
   if (a.format != b.format || a.weight.dtype() != b.weight.dtype()) return false;
   if (a.format == LinearWeight::Format::Dense) return true;
-  return a.bits == b.bits && a.group_size == b.group_size && a.scales.dtype() == b.scales.dtype();
+  return a.bits == b.bits && a.group_size == b.group_size && a.scales.dtype() == b.scales.dtype() &&
+         a.biases.dtype() == b.biases.dtype();
+}
+
+bool has_bias(const LinearWeight& w) {
+  return w.bias.defined() && w.bias.numel() > 0;
 }
 
 }  // namespace
+
+bool same_layout(const std::vector<LinearWeight>& parts) {
+  for (const auto& p : parts)
+    if (!same_layout(parts[0], p)) return false;
+  return true;
+}
 
 LinearWeight read_linear(const Checkpoint& ckpt, const std::string& base, int64_t out, int64_t in,
                          bool bias) {
@@ -178,6 +189,22 @@ LinearWeight fuse_linears(std::vector<LinearWeight> parts) {
   f.weight = gather(&LinearWeight::weight);
   if (f.format != LinearWeight::Format::Dense) f.scales = gather(&LinearWeight::scales);
   if (f.format == LinearWeight::Format::MlxAffine) f.biases = gather(&LinearWeight::biases);
+  f.bias = Tensor();
+  if (has_bias(parts[0])) {
+    bool same_dtype = true;
+    for (const auto& p : parts) {
+      TF_CHECK(has_bias(p) && p.bias.numel() == p.out_features, "fuse_linears: every part needs an [out] bias");
+      same_dtype = same_dtype && p.bias.dtype() == parts[0].bias.dtype();
+    }
+    std::vector<Tensor> bs;
+    for (const auto& p : parts) {
+      const Tensor b = same_dtype ? p.bias : dense_f32(p.bias);
+      bs.push_back(b.view({p.out_features, 1}));
+    }
+    f.bias = concat_rows(bs).view({f.out_features});
+  } else {
+    for (const auto& p : parts) TF_CHECK(!has_bias(p), "fuse_linears: some parts have a bias, some not");
+  }
   return f;
 }
 

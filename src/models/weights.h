@@ -28,8 +28,12 @@ LinearWeight load_linear(const Checkpoint& ckpt, Backend& be, const std::string&
 // row); parts of different formats or bit widths are dequantized to F32 first.
 LinearWeight load_fused_linear(const Checkpoint& ckpt, Backend& be, const std::vector<std::string>& bases,
                                const std::vector<int64_t>& out_features, int64_t in_features);
-// The parts fused along the output dimension on the host (what load_fused_linear uploads).
+// The parts fused along the output dimension on the host (what load_fused_linear uploads). Biases, when
+// the parts have them, are concatenated too (as f32 when their dtypes differ: the same values).
 LinearWeight fuse_linears(std::vector<LinearWeight> parts);
+// Whether the parts share one storage layout (format, dtypes, bits, group size), so that fuse_linears
+// concatenates them as stored and the fused linear's outputs are bitwise the separate linears'.
+bool same_layout(const std::vector<LinearWeight>& parts);
 // Expert `expert` of mlx-lm's stacked expert tensors (`<base>.weight` [experts, out, in] dense, or
 // MLX-packed with `.scales`/`.biases` [experts, out, groups]): the LinearWeight read_linear gives for the
 // same expert stored alone (a view of the checkpoint's tensors, not a copy).

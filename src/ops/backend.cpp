@@ -29,6 +29,34 @@ void Backend::attention_inputs(Tensor& q, Tensor& k, const Tensor& v, const Tens
   kv_write(layer, k, v);
 }
 
+void Backend::attention_inputs_qkv(const Tensor& qkv, Tensor& q, const Tensor* q_norm, const Tensor* k_norm,
+                                   float eps, float offset, const RopeParams& rope_params, KvLayer& layer) {
+  TF_CHECK(qkv.ndim() == 2 && layer.k.ndim() == 4, "attention_inputs_qkv: qkv must be [rows, (Hq + 2 Hk) * D]");
+  const int64_t rows = qkv.dim(0), hk = layer.k.dim(2), d = layer.k.dim(3);
+  const int64_t heads = qkv.dim(1) / d, hq = heads - 2 * hk;
+  TF_CHECK(heads * d == qkv.dim(1) && hq > 0 && q.numel() == rows * hq * d,
+           "attention_inputs_qkv: qkv " + qkv.describe() + " does not split into q " + q.describe() + " and " +
+               std::to_string(hk) + " k and v heads of " + std::to_string(d));
+  Tensor k = alloc({rows, hk, d}, qkv.dtype()), v = alloc({rows, hk, d}, qkv.dtype());
+  const Tensor per_head = qkv.view({rows * heads, d});
+  auto part = [&](int64_t first, int64_t n, Tensor& out) {
+    std::vector<int32_t> idx;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t h = 0; h < n; ++h) idx.push_back(int32_t(r * heads + first + h));
+    Tensor dst = out.view({rows * n, d});
+    gather_rows(per_head, idx, dst);
+  };
+  part(0, hq, q);
+  part(hq, hk, k);
+  part(hq + hk, hk, v);
+  attention_inputs(q, k, v, q_norm, k_norm, eps, offset, rope_params, layer);
+}
+
+void Backend::silu_mul_linear(const Tensor& gate_up, const LinearWeight& w, Tensor& act, Tensor& y) {
+  silu_mul(gate_up, act);
+  linear(act, w, y);
+}
+
 // The reference for every backend's sampling kernel (sample_token() in engine/sampler.cpp computes the
 // same scores for its unrestricted case).
 void sample_rows_reference(const float* logits, int64_t vocab, const std::vector<RowSampling>& rows,

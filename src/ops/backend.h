@@ -139,6 +139,17 @@ class Backend {
   virtual void attention_inputs(Tensor& q, Tensor& k, const Tensor& v, const Tensor* q_norm,
                                 const Tensor* k_norm, float eps, float offset, const RopeParams& rope,
                                 KvLayer& layer);
+  // attention_inputs for q, k and v made by one linear over the q, k, v weights' rows concatenated (each
+  // output feature of a linear is computed on its own, so the parts' bits equal three linears'): qkv
+  // [R, (Hq + 2 Hk) * D] holds a row's q heads, then its k heads, then its v heads. q [R, Hq, D] receives q
+  // normed and rotated; k and v go to the pool only; qkv is not modified. The default copies the three
+  // parts out (gather_rows) and runs attention_inputs; backends may read them in place.
+  virtual void attention_inputs_qkv(const Tensor& qkv, Tensor& q, const Tensor* q_norm, const Tensor* k_norm,
+                                    float eps, float offset, const RopeParams& rope, KvLayer& layer);
+  // y = linear(silu_mul(gate_up), w): the MLP's down projection with its activation. `act` [M, I] is
+  // scratch for backends that run the two ops (the default); its contents afterwards are unspecified.
+  // Bitwise the same as silu_mul(gate_up, act) then linear(act, w, y).
+  virtual void silu_mul_linear(const Tensor& gate_up, const LinearWeight& w, Tensor& act, Tensor& y);
   // tokens[i] = the id maximising double(logits[i][id] / T) + gumbel_noise(seed, position, id) for
   // rows[i] (T = 0: the first maximum of the raw logits), lowest id on exact ties: the token
   // sample_token() gives without penalties, truncation or logprobs. `logits` is F32 [rows, vocab] on

@@ -395,6 +395,10 @@ void launch(const AttentionMmaArgs& a, cudaStream_t s) {
 
 TileSchedule g_schedule = TileSchedule::Auto;
 bool g_mma = true;
+// Auto: calls whose longest row has at most this many chunks run every tile as a loop tile. A block then
+// walks at most this many chunks (ctx <= 512 at 4), and the call needs no combine launch and no partials.
+constexpr int kLoopMaxChunks = 4;
+int g_loop_max_chunks = kLoopMaxChunks;
 
 }  // namespace
 
@@ -406,6 +410,9 @@ TileSchedule attention_tile_schedule() {
 }
 void set_attention_mma(bool on) {
   g_mma = on;
+}
+void set_attention_loop_max_chunks(int n) {
+  g_loop_max_chunks = n < 0 ? kLoopMaxChunks : n;
 }
 void set_attention_split_chunks(int n) {
   g_split_cpb = n;
@@ -426,7 +433,7 @@ int attention_mma_rows_per_tile(int hq, int hk) {
 
 void plan_attention_tiles(const std::vector<int32_t>& row_seq, int rows_per_tile, TileSchedule schedule,
                           std::vector<int32_t>& loop_tiles, std::vector<int32_t>& split_tiles,
-                          int min_loop_tiles) {
+                          int min_loop_tiles, int call_chunks) {
   loop_tiles.clear(), split_tiles.clear();
   const int rows = int(row_seq.size());
   std::vector<int32_t> tiles;  // (first row, rows)
@@ -442,10 +449,12 @@ void plan_attention_tiles(const std::vector<int32_t>& row_seq, int rows_per_tile
   // there are enough such tiles to fill the GPU (prefill); short tiles (decode, verify) and calls with
   // few tiles spread their chunks over blocks (split).
   const bool many = full >= min_loop_tiles;
+  const bool short_call = call_chunks > 0 && call_chunks <= g_loop_max_chunks;
   for (size_t t = 0; t < tiles.size(); t += 2) {
     const int n = tiles[t + 1];
     const bool loop =
-        schedule == TileSchedule::Loop || (schedule == TileSchedule::Auto && many && n * 2 >= rows_per_tile);
+        schedule == TileSchedule::Loop ||
+        (schedule == TileSchedule::Auto && (short_call || (many && n * 2 >= rows_per_tile)));
     auto& dst = loop ? loop_tiles : split_tiles;
     dst.push_back(tiles[t]), dst.push_back(n);
   }

@@ -19,10 +19,12 @@ int attention_mma_rows_per_tile(int hq, int hk);
 enum class TileSchedule { Auto, Loop, Split };
 // Cuts the batch's rows into tiles of at most `rows_per_tile` consecutive rows of one sequence, as
 // (first row, rows) pairs: loop tiles walk their chunks in one block, split tiles spread them.
-// Auto makes half-full tiles loop tiles only when there are at least `min_loop_tiles` of them.
+// Auto makes half-full tiles loop tiles only when there are at least `min_loop_tiles` of them, and every
+// tile a loop tile when `call_chunks` (kAttnChunk chunks of the call's longest row; 0 = unknown) is at most
+// the short-call limit (set_attention_loop_max_chunks; 4 by default): no combine launch at short context.
 void plan_attention_tiles(const std::vector<int32_t>& row_seq, int rows_per_tile, TileSchedule schedule,
                           std::vector<int32_t>& loop_tiles, std::vector<int32_t>& split_tiles,
-                          int min_loop_tiles = 0);
+                          int min_loop_tiles = 0, int call_chunks = 0);
 
 // Process-wide switches for tests and benches: the schedule (default Auto) and whether the backend
 // uses this kernel at all where supported (default on; off = attention() of kernels.h everywhere).
@@ -31,6 +33,8 @@ TileSchedule attention_tile_schedule();
 void set_attention_mma(bool on);
 // Chunks one split-schedule block walks (0 = from the call's size; speed only, same bits).
 void set_attention_split_chunks(int n);
+// Auto's short-call limit in chunks (0 = never all-loop; negative = the default, 4). Same bits; benches.
+void set_attention_loop_max_chunks(int n);
 bool attention_mma_enabled();
 
 struct AttentionMmaArgs {

@@ -289,23 +289,46 @@ class CudaBackend final : public Backend {
                         float offset, const RopeParams& p, KvLayer& layer) override {
     need_meta("attention_inputs");
     const int d = p.head_dim;
-    const bool fusable = q.dtype() == DType::BF16 && k.dtype() == DType::BF16 && v.dtype() == DType::BF16 &&
-                         layer.k.dtype() == DType::BF16 && layer.v.dtype() == DType::BF16 && d > 0 &&
-                         layer.k.dim(3) == d && layer.k.dim(1) == dm_.block_size && (qn == nullptr) == (kn == nullptr) &&
-                         (!qn || (qn->dtype() == kn->dtype() && qn->numel() == d && kn->numel() == d &&
-                                  qn->device() == Device::CUDA && kn->device() == Device::CUDA)) &&
-                         int(p.inv_freq.size()) == p.rotary_dim / 2;
-    const int hq = fusable ? int(q.numel() / (int64_t(dm_.rows) * d)) : 0;
-    const int hk = fusable ? int(k.numel() / (int64_t(dm_.rows) * d)) : 0;
-    if (fusable && int64_t(hq) * dm_.rows * d == q.numel() && int64_t(hk) * dm_.rows * d == k.numel() &&
-        v.numel() == k.numel() && layer.k.dim(2) == hk) {
-      if (cuda::qk_norm_rope_kv(q.raw(), k.raw(), ptr(v), qn ? ptr(*qn) : nullptr, kn ? ptr(*kn) : nullptr,
-                                qn ? qn->dtype() : DType::F32, eps, offset, dm_.rows, hq, hk, d, p.rotary_dim,
-                                device_inv_freq(p), p.attention_factor, p.interleaved, dm_.positions,
-                                layer.k.raw(), layer.v.raw(), dm_.slots, stream_))
-        return;
-    }
+    const int hq = d > 0 ? int(q.numel() / (int64_t(dm_.rows) * d)) : 0;
+    const int hk = d > 0 ? int(k.numel() / (int64_t(dm_.rows) * d)) : 0;
+    if (k.dtype() == DType::BF16 && v.dtype() == DType::BF16 && v.numel() == k.numel() &&
+        int64_t(hk) * dm_.rows * d == k.numel() && inputs_fusable(q, qn, kn, p, layer, hq, hk) &&
+        cuda::qk_norm_rope_kv(q.raw(), k.raw(), ptr(v), qn ? ptr(*qn) : nullptr, kn ? ptr(*kn) : nullptr,
+                              qn ? qn->dtype() : DType::F32, eps, offset, dm_.rows, hq, hk, d, p.rotary_dim,
+                              device_inv_freq(p), p.attention_factor, p.interleaved, dm_.positions,
+                              layer.k.raw(), layer.v.raw(), dm_.slots, stream_))
+      return;
     Backend::attention_inputs(q, k, v, qn, kn, eps, offset, p, layer);  // shapes the fused kernel lacks
+  }
+
+  void attention_inputs_qkv(const Tensor& qkv, Tensor& q, const Tensor* qn, const Tensor* kn, float eps,
+                            float offset, const RopeParams& p, KvLayer& layer) override {
+    need_meta("attention_inputs_qkv");
+    const int d = p.head_dim;
+    const int hk = layer.k.ndim() == 4 ? int(layer.k.dim(2)) : 0;
+    const int hq = d > 0 ? int(q.numel() / (int64_t(dm_.rows) * d)) : 0;
+    if (qkv.dtype() == DType::BF16 && qkv.device() == Device::CUDA && qkv.is_contiguous() &&
+        qkv.numel() == int64_t(dm_.rows) * (hq + 2 * hk) * d && inputs_fusable(q, qn, kn, p, layer, hq, hk) &&
+        cuda::qkv_norm_rope_kv(ptr(qkv), q.raw(), qn ? ptr(*qn) : nullptr, kn ? ptr(*kn) : nullptr,
+                               qn ? qn->dtype() : DType::F32, eps, offset, dm_.rows, hq, hk, d, p.rotary_dim,
+                               device_inv_freq(p), p.attention_factor, p.interleaved, dm_.positions,
+                               layer.k.raw(), layer.v.raw(), dm_.slots, stream_))
+      return;
+    Backend::attention_inputs_qkv(qkv, q, qn, kn, eps, offset, p, layer);  // copies the parts out
+  }
+
+  void silu_mul_linear(const Tensor& gu, const LinearWeight& w, Tensor& act, Tensor& y) override {
+    const int64_t k = w.in_features, m = gu.dim(-1) == 2 * k ? gu.numel() / (2 * k) : -1;
+    const bool has_bias = w.bias.defined() && w.bias.numel() > 0;
+    if (w.format == LinearWeight::Format::Dense && w.weight.dtype() == DType::BF16 && w.weight.dim(1) == k &&
+        gu.dtype() == DType::BF16 && gu.device() == Device::CUDA && gu.is_contiguous() && m >= 0 &&
+        y.device() == Device::CUDA && y.is_contiguous() && (y.dtype() == DType::BF16 || y.dtype() == DType::F32) &&
+        y.numel() == m * w.weight.dim(0) &&
+        cuda::linear_silu_bf16(ptr(gu), ptr(w.weight), has_bias ? ptr(w.bias) : nullptr,
+                               has_bias ? w.bias.dtype() : DType::F32, y.raw(), y.dtype(), int(m),
+                               int(w.weight.dim(0)), int(k), stream_))
+      return;
+    Backend::silu_mul_linear(gu, w, act, y);  // M > 16, quantized weights: the two ops
   }
 
   void silu_mul(const Tensor& gu, Tensor& out) override {
@@ -349,7 +372,7 @@ class CudaBackend final : public Backend {
         // Loop tiles pay once they fill the card (~2 blocks an SM over the KV heads); fewer walk their
         // chunks too serially (run 10: a verify of 8 rows at 8k context, 8 blocks walking 64 chunks).
         cuda::plan_attention_tiles(row_seq_, rpt, cuda::attention_tile_schedule(), loop, split,
-                                   (2 * sm_count_ + p.num_kv_heads - 1) / p.num_kv_heads);
+                                   (2 * sm_count_ + p.num_kv_heads - 1) / p.num_kv_heads, chunks);
         num_loop_tiles_ = int(loop.size() / 2), num_split_tiles_ = int(split.size() / 2);
         loop.insert(loop.end(), split.begin(), split.end());
         loop.push_back(0), loop.push_back(0);  // never empty
@@ -473,6 +496,19 @@ class CudaBackend final : public Backend {
           Tensor::borrow(inv_freq_host_.data(), {int64_t(inv_freq_host_.size())}, DType::F32, Device::CPU));
     }
     return inv_freq_.data<float>();
+  }
+  // Whether qk_norm_rope_kv / qkv_norm_rope_kv may run for q [rows, hq, D] and this pool and norms (the
+  // kernels themselves also refuse rope layouts they lack).
+  bool inputs_fusable(const Tensor& q, const Tensor* qn, const Tensor* kn, const RopeParams& p,
+                      const KvLayer& layer, int hq, int hk) const {
+    const int d = p.head_dim;
+    return d > 0 && hq > 0 && hk > 0 && q.dtype() == DType::BF16 && q.is_contiguous() &&
+           int64_t(hq) * dm_.rows * d == q.numel() && layer.k.dtype() == DType::BF16 &&
+           layer.v.dtype() == DType::BF16 && layer.k.ndim() == 4 && layer.k.dim(3) == d &&
+           layer.k.dim(2) == hk && layer.k.dim(1) == dm_.block_size && (qn == nullptr) == (kn == nullptr) &&
+           (!qn || (qn->dtype() == kn->dtype() && qn->numel() == d && kn->numel() == d &&
+                    qn->device() == Device::CUDA && kn->device() == Device::CUDA)) &&
+           int(p.inv_freq.size()) == p.rotary_dim / 2;
   }
   void need_meta(const char* op) {
     TF_CHECK(have_meta_, std::string(op) + ": begin_forward() was not called");

@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "ops/cuda/activation.cuh"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
 
@@ -171,11 +172,16 @@ __global__ void rope_kernel(__nv_bfloat16* q, __nv_bfloat16* k, int rows, int hq
 
 // rms_norm (warp path) + rope + kv_write for one (row, head) a warp; V = head_dim / 32 elements a lane
 // (element lane + 32 j). Rope pairs (i, i + half) sit in the same lane when half % 32 == 0.
+// Reads q/k/v rows at `in_stride` elements (hq*D, hk*D, hk*D separately, or (hq + 2hk)*D all three from
+// one fused qkv projection); writes q to qo [R, hq, D] and k to ko [R, hk, D] when ko is given. The
+// in-place call passes qo == qi and ko == ki (each lane reads its elements before it writes them).
 template <int V>
 __global__ void __launch_bounds__(256)
-    qk_norm_rope_kv_kernel(__nv_bfloat16* q, __nv_bfloat16* k, const __nv_bfloat16* __restrict__ vin,
-                           const void* qw, const void* kw, DType wt, float eps, float offset, int rows,
-                           int hq, int hk, int rot, const float* __restrict__ inv_freq, float factor,
+    qk_norm_rope_kv_kernel(const __nv_bfloat16* qi, int64_t q_stride, __nv_bfloat16* qo,
+                           const __nv_bfloat16* ki, int64_t k_stride, __nv_bfloat16* ko,
+                           const __nv_bfloat16* __restrict__ vin, int64_t v_stride, const void* qw,
+                           const void* kw, DType wt, float eps, float offset, int rows, int hq, int hk, int rot,
+                           const float* __restrict__ inv_freq, float factor,
                            const int32_t* __restrict__ positions, __nv_bfloat16* kp, __nv_bfloat16* vp,
                            const int32_t* __restrict__ slots) {
   constexpr int D = 32 * V;
@@ -184,7 +190,9 @@ __global__ void __launch_bounds__(256)
   if (idx >= int64_t(rows) * (hq + hk)) return;  // whole warps
   const int r = int(idx / (hq + hk)), h = int(idx % (hq + hk));
   const bool is_q = h < hq;
-  __nv_bfloat16* x = is_q ? q + (int64_t(r) * hq + h) * D : k + (int64_t(r) * hk + (h - hq)) * D;
+  const __nv_bfloat16* x = is_q ? qi + int64_t(r) * q_stride + int64_t(h) * D
+                                : ki + int64_t(r) * k_stride + int64_t(h - hq) * D;
+  __nv_bfloat16* xo = is_q ? qo + (int64_t(r) * hq + h) * D : ko ? ko + (int64_t(r) * hk + (h - hq)) * D : nullptr;
   float v[V];
 #pragma unroll
   for (int j = 0; j < V; ++j) v[j] = bf(x, lane + 32 * j);
@@ -213,16 +221,19 @@ __global__ void __launch_bounds__(256)
     v[j] = __bfloat162float(__float2bfloat16_rn(a));
     v[j + h32] = __bfloat162float(__float2bfloat16_rn(b));
   }
+  if (xo) {
 #pragma unroll
-  for (int j = 0; j < V; ++j) x[lane + 32 * j] = __float2bfloat16_rn(v[j]);
+    for (int j = 0; j < V; ++j) xo[lane + 32 * j] = __float2bfloat16_rn(v[j]);
+  }
   if (is_q) return;
   const int slot = slots[r];
   if (slot < 0) return;  // padding row
-  const int64_t dst = (int64_t(slot) * hk + (h - hq)) * D, src = (int64_t(r) * hk + (h - hq)) * D;
+  const int64_t dst = (int64_t(slot) * hk + (h - hq)) * D;
+  const __nv_bfloat16* vr = vin + int64_t(r) * v_stride + int64_t(h - hq) * D;
 #pragma unroll
   for (int j = 0; j < V; ++j) {
     kp[dst + lane + 32 * j] = __float2bfloat16_rn(v[j]);
-    vp[dst + lane + 32 * j] = vin[src + lane + 32 * j];
+    vp[dst + lane + 32 * j] = vr[lane + 32 * j];
   }
 }
 
@@ -232,7 +243,7 @@ __global__ void silu_mul_kernel(const __nv_bfloat16* __restrict__ gu, __nv_bfloa
   if (idx >= rows * inter) return;
   const int64_t r = idx / inter, i = idx % inter;
   const float g = bf(gu, r * 2 * inter + i), u = bf(gu, r * 2 * inter + inter + i);
-  out[idx] = __float2bfloat16(g / (1.f + __expf(-g)) * u);
+  out[idx] = silu_mul_bf16(g, u);
 }
 
 // 16-byte copies of one row's K and V into the pool slot.
@@ -330,30 +341,58 @@ void rope(void* q, void* k, int rows, int hq, int hk, int d, int rot, const floa
   TF_CUDA_LAUNCH_CHECK();
 }
 
-bool qk_norm_rope_kv(void* q, void* k, const void* v, const void* q_w, const void* k_w, DType wt, float eps,
-                     float offset, int rows, int hq, int hk, int d, int rot, const float* inv_freq,
-                     float factor, bool interleaved, const int32_t* positions, void* kp, void* vp,
-                     const int32_t* slots, cudaStream_t s) {
+namespace {
+
+bool qk_norm_rope_kv_strided(const void* qi, int64_t q_stride, void* qo, const void* ki, int64_t k_stride, void* ko,
+                             const void* v, int64_t v_stride, const void* q_w, const void* k_w, DType wt,
+                             float eps, float offset, int rows, int hq, int hk, int d, int rot,
+                             const float* inv_freq, float factor, bool interleaved, const int32_t* positions,
+                             void* kp, void* vp, const int32_t* slots, cudaStream_t s) {
   if (interleaved || rot % 64 != 0 || rot > d || (d != 64 && d != 128 && d != 256)) return false;
   const int64_t warps = int64_t(rows) * (hq + hk);
   if (warps == 0) return true;
-  auto* qp = static_cast<__nv_bfloat16*>(q);
-  auto* kk = static_cast<__nv_bfloat16*>(k);
+  auto* qip = static_cast<const __nv_bfloat16*>(qi);
+  auto* qop = static_cast<__nv_bfloat16*>(qo);
+  auto* kip = static_cast<const __nv_bfloat16*>(ki);
+  auto* kop = static_cast<__nv_bfloat16*>(ko);
   auto* vv = static_cast<const __nv_bfloat16*>(v);
   auto* kpp = static_cast<__nv_bfloat16*>(kp);
   auto* vpp = static_cast<__nv_bfloat16*>(vp);
   const unsigned blocks = unsigned((warps + 7) / 8);
+  auto go = [&](auto kernel) {
+    kernel<<<blocks, 256, 0, s>>>(qip, q_stride, qop, kip, k_stride, kop, vv, v_stride, q_w, k_w, wt, eps, offset,
+                                  rows, hq, hk, rot, inv_freq, factor, positions, kpp, vpp, slots);
+  };
   if (d == 64)
-    qk_norm_rope_kv_kernel<2><<<blocks, 256, 0, s>>>(qp, kk, vv, q_w, k_w, wt, eps, offset, rows, hq, hk, rot,
-                                                     inv_freq, factor, positions, kpp, vpp, slots);
+    go(qk_norm_rope_kv_kernel<2>);
   else if (d == 128)
-    qk_norm_rope_kv_kernel<4><<<blocks, 256, 0, s>>>(qp, kk, vv, q_w, k_w, wt, eps, offset, rows, hq, hk, rot,
-                                                     inv_freq, factor, positions, kpp, vpp, slots);
+    go(qk_norm_rope_kv_kernel<4>);
   else
-    qk_norm_rope_kv_kernel<8><<<blocks, 256, 0, s>>>(qp, kk, vv, q_w, k_w, wt, eps, offset, rows, hq, hk, rot,
-                                                     inv_freq, factor, positions, kpp, vpp, slots);
+    go(qk_norm_rope_kv_kernel<8>);
   TF_CUDA_LAUNCH_CHECK();
   return true;
+}
+
+}  // namespace
+
+bool qk_norm_rope_kv(void* q, void* k, const void* v, const void* q_w, const void* k_w, DType wt, float eps,
+                     float offset, int rows, int hq, int hk, int d, int rot, const float* inv_freq,
+                     float factor, bool interleaved, const int32_t* positions, void* kp, void* vp,
+                     const int32_t* slots, cudaStream_t s) {
+  return qk_norm_rope_kv_strided(q, int64_t(hq) * d, q, k, int64_t(hk) * d, k, v, int64_t(hk) * d, q_w, k_w, wt,
+                                 eps, offset, rows, hq, hk, d, rot, inv_freq, factor, interleaved, positions, kp,
+                                 vp, slots, s);
+}
+
+bool qkv_norm_rope_kv(const void* qkv, void* q_out, const void* q_w, const void* k_w, DType wt, float eps,
+                      float offset, int rows, int hq, int hk, int d, int rot, const float* inv_freq, float factor,
+                      bool interleaved, const int32_t* positions, void* kp, void* vp, const int32_t* slots,
+                      cudaStream_t s) {
+  const int64_t stride = int64_t(hq + 2 * hk) * d;
+  auto* base = static_cast<const __nv_bfloat16*>(qkv);
+  return qk_norm_rope_kv_strided(base, stride, q_out, base + int64_t(hq) * d, stride, nullptr,
+                                 base + int64_t(hq + hk) * d, stride, q_w, k_w, wt, eps, offset, rows, hq, hk, d,
+                                 rot, inv_freq, factor, interleaved, positions, kp, vp, slots, s);
 }
 
 void silu_mul(const void* gu, void* out, int64_t rows, int inter, cudaStream_t s) {

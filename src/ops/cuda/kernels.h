@@ -28,6 +28,12 @@ constexpr int kAttnChunk = 128;
 // y[M,N] (bf16 or f32) = x[M,K] (bf16) · W[N,K]ᵀ (bf16) + bias. K % 32 == 0.
 void linear_bf16(const void* x, const void* w, const void* bias, DType bias_dtype, void* y, DType y_dtype,
                  int m, int n, int k, cudaStream_t s);
+// y[M,N] = silu_mul(gate_up)[M,K] · W[N,K]ᵀ + bias, gate_up [M, 2K] (gate first), for M <= 16: the decode
+// kernel computes bf16(silu(g) * u) in registers where it would load x (activation.cuh, the silu_mul
+// kernel's arithmetic), so the bits equal silu_mul followed by linear_bf16. Returns false, launching
+// nothing, for M > 16 (the caller runs the two ops).
+bool linear_silu_bf16(const void* gate_up, const void* w, const void* bias, DType bias_dtype, void* y,
+                      DType y_dtype, int m, int n, int k, cudaStream_t s);
 // Loop variants of the linear and attention kernels, for benches and tests. Every variant issues the
 // same arithmetic in the same order (identical bits, tested); they differ only in when loads are issued.
 // Auto is what measured fastest on an H200 (docs/cuda-notes.md): linear prefetches the next K step's
@@ -62,6 +68,13 @@ bool qk_norm_rope_kv(void* q, void* k, const void* v, const void* q_w, const voi
                      float offset, int rows, int hq, int hk, int head_dim, int rotary_dim, const float* inv_freq,
                      float factor, bool interleaved, const int32_t* positions, void* k_pool, void* v_pool,
                      const int32_t* slots, cudaStream_t s);
+// The same, reading q, k and v from one fused projection's output qkv [R, (hq + 2 hk) * D] (q heads, then
+// k heads, then v heads of a row): q_out [R, hq, D] receives q normed and rotated, k and v go only to the
+// pool. Bitwise what qk_norm_rope_kv gives on the three parts.
+bool qkv_norm_rope_kv(const void* qkv, void* q_out, const void* q_w, const void* k_w, DType w_dtype, float eps,
+                      float offset, int rows, int hq, int hk, int head_dim, int rotary_dim, const float* inv_freq,
+                      float factor, bool interleaved, const int32_t* positions, void* k_pool, void* v_pool,
+                      const int32_t* slots, cudaStream_t s);
 void kv_write(void* k_pool, void* v_pool, const void* k, const void* v, int rows, int row_elems,
               const int32_t* slots, cudaStream_t s);
 // Partials: acc [R, Hq, max_chunks, D] and ml [R, Hq, max_chunks, 2] floats.

@@ -18,6 +18,7 @@
 
 #include <type_traits>
 
+#include "ops/cuda/activation.cuh"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/launch.h"
@@ -46,9 +47,33 @@ __device__ __forceinline__ void mma_bf16(float* c, uint32_t a0, uint32_t a1, uin
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// x's 8 values at p when ACT is false; with ACT, x = silu_mul(gate_up) and p points into the gate half of
+// a gate_up row ([2k]: gate, then up k values later): the 8 values silu_mul would store, made in registers.
+template <bool ACT>
+__device__ __forceinline__ uint4 load_x(const __nv_bfloat16* p, int k) {
+  if constexpr (!ACT) {
+    return __ldg(reinterpret_cast<const uint4*>(p));
+  } else {
+    const uint4 g = __ldg(reinterpret_cast<const uint4*>(p)), u = __ldg(reinterpret_cast<const uint4*>(p + k));
+    const uint32_t gw[4] = {g.x, g.y, g.z, g.w}, uw[4] = {u.x, u.y, u.z, u.w};
+    uint32_t o[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 gf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&gw[i]));
+      const float2 uf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&uw[i]));
+      __nv_bfloat162 r;
+      r.x = silu_mul_bf16(gf.x, uf.x);
+      r.y = silu_mul_bf16(gf.y, uf.y);
+      o[i] = *reinterpret_cast<const uint32_t*>(&r);
+    }
+    return make_uint4(o[0], o[1], o[2], o[3]);
+  }
+}
+
 // U: K chunks loaded per step; PREFETCH: the next step's weight loads are issued before this step's
-// MMAs (register double buffer) so that loads stay in flight. Neither changes the arithmetic.
-template <int NT, int U, bool PREFETCH>
+// MMAs (register double buffer) so that loads stay in flight. Neither changes the arithmetic. ACT: x is
+// silu_mul(x) of a gate_up input [m, 2k] (load_x).
+template <int NT, int U, bool PREFETCH, bool ACT = false>
 __global__ void __launch_bounds__(kWarps * 32)
     linear_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
                   const void* __restrict__ bias, int bias_kind, void* __restrict__ y, bool y_f32, int m,
@@ -71,7 +96,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int j = 0; j < NT; ++j) {
     int row = m0 + 8 * j + g;
     xok[j] = row < m;
-    xr[j] = x + int64_t(xok[j] ? row : 0) * k + 8 * t;
+    xr[j] = x + int64_t(xok[j] ? row : 0) * (ACT ? 2 * k : k) + 8 * t;
   }
   float acc[NT][4];
 #pragma unroll
@@ -80,7 +105,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   auto step = [&](const uint4& a, const uint4& b, int c) {
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
-      uint4 xv = xok[j] ? __ldg(reinterpret_cast<const uint4*>(xr[j] + c * 32)) : make_uint4(0, 0, 0, 0);
+      uint4 xv = xok[j] ? load_x<ACT>(xr[j] + c * 32, k) : make_uint4(0, 0, 0, 0);
       mma_bf16(acc[j], a.x, b.x, a.y, b.y, xv.x, xv.y);
       mma_bf16(acc[j], a.z, b.z, a.w, b.w, xv.z, xv.w);
     }
@@ -145,13 +170,13 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-template <int NT, int U, bool PREFETCH>
+template <int NT, int U, bool PREFETCH, bool ACT = false>
 void launch(const void* x, const void* w, const void* bias, int bias_kind, void* y, bool y_f32, int m, int n,
             int k, cudaStream_t s) {
   const int m_tiles = (m + NT * 8 - 1) / (NT * 8);
   const int n_tiles = (n + 15) / 16;
   // Token tiles vary fastest so that the blocks sharing a weight tile run together (L2 reuse).
-  launch_pdl(linear_kernel<NT, U, PREFETCH>, dim3(n_tiles * m_tiles), dim3(kWarps * 32), 0, s,
+  launch_pdl(linear_kernel<NT, U, PREFETCH, ACT>, dim3(n_tiles * m_tiles), dim3(kWarps * 32), 0, s,
              static_cast<const __nv_bfloat16*>(x), static_cast<const __nv_bfloat16*>(w), bias, bias_kind, y,
              y_f32, m, n, k, m_tiles);
 }
@@ -186,6 +211,31 @@ void linear_bf16(const void* x, const void* w, const void* bias, DType bias_dtyp
     go(std::true_type{});
   else
     go(std::false_type{});
+}
+
+bool linear_silu_bf16(const void* gate_up, const void* w, const void* bias, DType bias_dtype, void* y,
+                      DType y_dtype, int m, int n, int k, cudaStream_t s) {
+  if (m > 16) return false;
+  if (m <= 0) return true;
+  TF_CHECK(k % 32 == 0, "CUDA linear needs in_features divisible by 32, got " + std::to_string(k));
+  const int bias_kind = !bias ? 0 : bias_dtype == DType::F32 ? 1 : 2;
+  const bool y_f32 = y_dtype == DType::F32;
+  const bool few_blocks = (n + 15) / 16 * ((m + 7) / 8) < kFewBlocks;
+  // linear_bf16's M <= 16 choices (speed only; every choice has the same arithmetic).
+  auto go = [&](auto pf) {
+    constexpr bool P = decltype(pf)::value;
+    if (m <= 8 && P && few_blocks)
+      launch<1, 8, P, true>(gate_up, w, bias, bias_kind, y, y_f32, m, n, k, s);
+    else if (m <= 8)
+      launch<1, 4, P, true>(gate_up, w, bias, bias_kind, y, y_f32, m, n, k, s);
+    else
+      launch<2, 4, P, true>(gate_up, w, bias, bias_kind, y, y_f32, m, n, k, s);
+  };
+  if (g_linear_variant == LoopVariant::Plain)
+    go(std::false_type{});
+  else
+    go(std::true_type{});
+  return true;
 }
 
 void set_linear_variant(LoopVariant v) {

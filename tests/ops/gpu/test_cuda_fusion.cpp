@@ -1,0 +1,264 @@
+// The decoder's fusions (docs/cuda-notes.md v9) give exactly the bits of the separate ops they replace:
+//   - one q/k/v linear over the concatenated weight (fuse_linears, as the model loader builds it) +
+//     attention_inputs_qkv == three linears + attention_inputs (q, K/V pool bytes, attention output);
+//   - silu_mul_linear (silu_mul inside the down projection's loads, M <= 16) == silu_mul + linear;
+//   - the short-call attention rule (all loop tiles, no combine) == the split schedule.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "models/weights.h"
+#include "ops/backend.h"
+#include "ops/cuda/attention_mma.h"
+#include "ops/cuda/cuda_backend.h"
+#include "ops/cuda/kernels.h"
+
+namespace tf {
+namespace {
+
+std::mt19937& rng() {
+  static std::mt19937 r(12345);
+  return r;
+}
+
+// A host bf16 tensor of normal values.
+Tensor random_bf16(std::vector<int64_t> shape, float scale) {
+  Tensor t = Tensor::empty(std::move(shape), DType::BF16);
+  std::normal_distribution<float> nd(0.f, scale);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<uint16_t>()[i] = f32_to_bf16(nd(rng()));
+  return t;
+}
+
+LinearWeight host_linear(int64_t n, int64_t k, bool bias) {
+  LinearWeight w;
+  w.weight = random_bf16({n, k}, 1.f / std::sqrt(float(k)));
+  w.in_features = k, w.out_features = n;
+  if (bias) w.bias = random_bf16({n}, 0.5f);
+  return w;
+}
+
+class CudaFusion : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    std::string why;
+    gpu_ = make_cuda_backend(0, &why).release();
+    why_ = new std::string(why);
+  }
+  void SetUp() override {
+    if (!gpu_) GTEST_SKIP() << "no CUDA backend: " << *why_;
+  }
+  // A GPU tensor of NaN bytes: an element an op fails to write shows.
+  Tensor poisoned(std::vector<int64_t> shape, DType dt = DType::BF16) {
+    Tensor t = gpu_->alloc(std::move(shape), dt);
+    EXPECT_EQ(cudaMemsetAsync(t.raw(), 0xFF, t.nbytes(), cuda::stream_of(*gpu_)), cudaSuccess);
+    return t;
+  }
+  std::vector<uint8_t> bytes(const Tensor& t, int64_t begin = 0, int64_t n = -1) {
+    if (n < 0) n = int64_t(t.nbytes()) - begin;
+    std::vector<uint8_t> v(size_t(n), 0);
+    gpu_->read_raw(t, size_t(begin), size_t(n), v.data());
+    return v;
+  }
+  static Backend* gpu_;
+  static std::string* why_;
+};
+Backend* CudaFusion::gpu_ = nullptr;
+std::string* CudaFusion::why_ = nullptr;
+
+// M rows of one sequence ending at position `last`, in a pool of shuffled blocks.
+BatchMeta seq_meta(int m, int last, int block_size, const std::vector<int32_t>& table) {
+  BatchMeta meta;
+  meta.block_size = block_size;
+  meta.block_tables = {table};
+  for (int pos = last - m + 1; pos <= last; ++pos) {
+    meta.tokens.push_back(0), meta.positions.push_back(pos), meta.row_seq.push_back(0);
+    meta.slots.push_back(table[pos / block_size] * block_size + pos % block_size);
+  }
+  return meta;
+}
+
+TEST_F(CudaFusion, FusedQkvEqualsSeparateLinearsAndAttentionInputs) {
+  struct Case {
+    int hq, hk, d;
+    bool bias, norm;
+  };
+  const int hidden = 512, bs = 16, ctx = 200;
+  for (Case c : {Case{8, 2, 128, false, true}, Case{4, 2, 64, true, false}, Case{4, 1, 128, true, true}}) {
+    const LinearWeight hq_w = host_linear(int64_t(c.hq) * c.d, hidden, c.bias),
+                       hk_w = host_linear(int64_t(c.hk) * c.d, hidden, c.bias),
+                       hv_w = host_linear(int64_t(c.hk) * c.d, hidden, c.bias);
+    ASSERT_TRUE(same_layout({hq_w, hk_w, hv_w}));
+    const LinearWeight wq = gpu_->upload_linear(hq_w), wk = gpu_->upload_linear(hk_w),
+                       wv = gpu_->upload_linear(hv_w), wqkv = gpu_->upload_linear(fuse_linears({hq_w, hk_w, hv_w}));
+    const Tensor qn = gpu_->upload(random_bf16({c.d}, 0.3f)), kn = gpu_->upload(random_bf16({c.d}, 0.3f));
+    RopeParams rope;
+    rope.head_dim = rope.rotary_dim = c.d;
+    for (int i = 0; i < c.d / 2; ++i) rope.inv_freq.push_back(std::pow(1e6f, -2.f * i / c.d));
+    AttentionParams ap{c.hq, c.hk, c.d, 1.f / std::sqrt(float(c.d)), 0, 0.f};
+    const int nb = ctx / bs + 8;
+    std::vector<int32_t> table;
+    for (int i = 0; i < nb; ++i) table.push_back(nb - 1 - i);  // logical block i in physical block nb-1-i
+    for (int m : {1, 5, 16, 17, 64, 100}) {
+      SCOPED_TRACE("hq " + std::to_string(c.hq) + " hk " + std::to_string(c.hk) + " d " + std::to_string(c.d) +
+                   (c.bias ? " bias" : "") + (c.norm ? " qk-norm" : "") + ", M " + std::to_string(m));
+      const BatchMeta meta = seq_meta(m, ctx - 1, bs, table);
+      gpu_->begin_forward(meta);
+      const Tensor h = gpu_->upload(random_bf16({m, hidden}, 1.f));
+      // Three pools holding the same earlier K/V; each path writes this call's rows into its own.
+      auto pool = [&] {
+        KvLayer l{gpu_->alloc({nb, bs, c.hk, c.d}, DType::BF16), gpu_->alloc({nb, bs, c.hk, c.d}, DType::BF16)};
+        cuda::fill_uniform(*gpu_, l.k, 7, -2, 2);
+        cuda::fill_uniform(*gpu_, l.v, 8, -1, 1);
+        return l;
+      };
+      const Tensor* pqn = c.norm ? &qn : nullptr;
+      const Tensor* pkn = c.norm ? &kn : nullptr;
+      // Separate: three linears, attention_inputs, attention.
+      Tensor q = poisoned({m, c.hq, c.d}), k = poisoned({m, c.hk, c.d}), v = poisoned({m, c.hk, c.d});
+      gpu_->linear(h, wq, q);
+      gpu_->linear(h, wk, k);
+      gpu_->linear(h, wv, v);
+      const auto q_lin = bytes(q), k_lin = bytes(k), v_lin = bytes(v);
+      KvLayer sep = pool();
+      gpu_->attention_inputs(q, k, v, pqn, pkn, 1e-6f, 0.f, rope, sep);
+      Tensor out_sep = poisoned({m, c.hq, c.d});
+      gpu_->attention(q, sep, ap, out_sep);
+      // Fused: one linear, attention_inputs_qkv reading the parts in place.
+      const int64_t width = int64_t(c.hq + 2 * c.hk) * c.d;
+      Tensor qkv = poisoned({m, width});
+      gpu_->linear(h, wqkv, qkv);
+      const auto qkv_lin = bytes(qkv);
+      for (int r = 0; r < m; ++r) {  // each row's parts are the separate linears' rows, bit for bit
+        const int64_t qb = int64_t(c.hq) * c.d * 2, kb = int64_t(c.hk) * c.d * 2;
+        const uint8_t* row = qkv_lin.data() + r * width * 2;
+        ASSERT_EQ(std::memcmp(row, q_lin.data() + r * qb, qb), 0) << "q part of row " << r;
+        ASSERT_EQ(std::memcmp(row + qb, k_lin.data() + r * kb, kb), 0) << "k part of row " << r;
+        ASSERT_EQ(std::memcmp(row + qb + kb, v_lin.data() + r * kb, kb), 0) << "v part of row " << r;
+      }
+      KvLayer fused = pool();
+      Tensor fq = poisoned({m, c.hq, c.d});
+      gpu_->attention_inputs_qkv(qkv, fq, pqn, pkn, 1e-6f, 0.f, rope, fused);
+      Tensor out_fused = poisoned({m, c.hq, c.d});
+      gpu_->attention(fq, fused, ap, out_fused);
+      EXPECT_EQ(bytes(qkv), qkv_lin) << "attention_inputs_qkv must not modify qkv";
+      EXPECT_EQ(bytes(fq), bytes(q));
+      EXPECT_EQ(bytes(fused.k), bytes(sep.k));
+      EXPECT_EQ(bytes(fused.v), bytes(sep.v));
+      EXPECT_EQ(bytes(out_fused), bytes(out_sep));
+      // The Backend default (copies the parts out, then attention_inputs) agrees too.
+      KvLayer dflt = pool();
+      Tensor dq = poisoned({m, c.hq, c.d});
+      gpu_->Backend::attention_inputs_qkv(qkv, dq, pqn, pkn, 1e-6f, 0.f, rope, dflt);
+      EXPECT_EQ(bytes(dq), bytes(q));
+      EXPECT_EQ(bytes(dflt.k), bytes(sep.k));
+      EXPECT_EQ(bytes(dflt.v), bytes(sep.v));
+    }
+  }
+}
+
+TEST_F(CudaFusion, SiluMulLinearEqualsSiluMulThenLinear) {
+  struct Case {
+    int n, inter;
+    bool bias;
+    DType y;
+  };
+  // n 64: a grid small enough for the 8-chunk loop (few blocks); 4096: the usual decode shape's rows.
+  for (Case c : {Case{320, 1024, false, DType::BF16}, Case{64, 512, true, DType::BF16},
+                 Case{200, 768, true, DType::F32}, Case{4096, 256, false, DType::BF16}}) {
+    const LinearWeight w = gpu_->upload_linear(host_linear(c.n, c.inter, c.bias));
+    for (auto variant : {cuda::LoopVariant::Auto, cuda::LoopVariant::Plain}) {
+      cuda::set_linear_variant(variant);
+      for (int m : {1, 2, 3, 5, 7, 8, 9, 12, 15, 16, 17, 40}) {
+        SCOPED_TRACE("n " + std::to_string(c.n) + " inter " + std::to_string(c.inter) + (c.bias ? " bias" : "") +
+                     (c.y == DType::F32 ? " f32 out" : "") + " variant " + std::to_string(int(variant)) + ", M " +
+                     std::to_string(m));
+        const Tensor gu = gpu_->upload(random_bf16({m, 2 * int64_t(c.inter)}, 2.f));
+        Tensor act = poisoned({m, c.inter}), y_sep = poisoned({m, c.n}, c.y);
+        gpu_->silu_mul(gu, act);
+        gpu_->linear(act, w, y_sep);
+        Tensor act2 = poisoned({m, c.inter}), y_fused = poisoned({m, c.n}, c.y);
+        gpu_->silu_mul_linear(gu, w, act2, y_fused);
+        EXPECT_EQ(bytes(y_fused), bytes(y_sep));
+        if (m <= 16) {  // the fused kernel itself (the backend may choose either path)
+          Tensor y_k = poisoned({m, c.n}, c.y);
+          const bool has_bias = w.bias.defined() && w.bias.numel() > 0;
+          ASSERT_TRUE(cuda::linear_silu_bf16(gu.raw(), w.weight.raw(), has_bias ? w.bias.raw() : nullptr,
+                                             has_bias ? w.bias.dtype() : DType::F32, y_k.raw(), c.y, m, c.n,
+                                             c.inter, cuda::stream_of(*gpu_)));
+          EXPECT_EQ(bytes(y_k), bytes(y_sep));
+        }
+      }
+    }
+    cuda::set_linear_variant(cuda::LoopVariant::Auto);
+  }
+}
+
+// Short calls (every row within kLoopMaxChunks chunks) run all tiles as loop tiles; the bits are the
+// split schedule's, for decode, verify and a batch of sequences.
+TEST_F(CudaFusion, ShortContextLoopScheduleEqualsSplit) {
+  const int hq = 32, hk = 8, d = 128, bs = 16;
+  AttentionParams ap{hq, hk, d, 1.f / std::sqrt(float(d)), 0, 0.f};
+  const int per_seq = 512 / bs, seqs = 3, nb = per_seq * seqs + 2;
+  KvLayer pool{gpu_->alloc({nb, bs, hk, d}, DType::BF16), gpu_->alloc({nb, bs, hk, d}, DType::BF16)};
+  cuda::fill_uniform(*gpu_, pool.k, 11, -2, 2);
+  cuda::fill_uniform(*gpu_, pool.v, 12, -1, 1);
+  std::vector<std::vector<int32_t>> tables(seqs);
+  for (int s = 0; s < seqs; ++s)
+    for (int i = 0; i < per_seq; ++i) tables[s].push_back(nb - 1 - (s * per_seq + i));
+  struct Call {
+    const char* what;
+    std::vector<std::pair<int, int>> rows;  // (sequence, position)
+  };
+  std::vector<Call> calls = {{"decode ctx 512", {{0, 511}}},
+                             {"decode ctx 100", {{1, 99}}},
+                             {"verify ctx 300", {{0, 295}, {0, 296}, {0, 297}, {0, 298}, {0, 299}}},
+                             {"batch of 3", {{0, 400}, {1, 17}, {2, 511}}}};
+  for (const Call& call : calls) {
+    SCOPED_TRACE(call.what);
+    BatchMeta meta;
+    meta.block_size = bs, meta.block_tables = tables;
+    for (auto [s, pos] : call.rows)
+      meta.tokens.push_back(0), meta.positions.push_back(pos), meta.row_seq.push_back(s),
+          meta.slots.push_back(-1);
+    const int r = int(call.rows.size());
+    const Tensor q = gpu_->upload(random_bf16({r, hq, d}, 2.f));
+    auto run = [&](cuda::TileSchedule sched) {
+      cuda::set_attention_tile_schedule(sched);
+      gpu_->begin_forward(meta);
+      Tensor out = poisoned({r, hq, d});
+      gpu_->attention(q, pool, ap, out);
+      cuda::set_attention_tile_schedule(cuda::TileSchedule::Auto);
+      return bytes(out);
+    };
+    const auto split = run(cuda::TileSchedule::Split);
+    EXPECT_EQ(run(cuda::TileSchedule::Auto), split);
+    EXPECT_EQ(run(cuda::TileSchedule::Loop), split);
+    cuda::set_attention_loop_max_chunks(0);  // the rule off: Auto splits these calls
+    EXPECT_EQ(run(cuda::TileSchedule::Auto), split);
+    cuda::set_attention_loop_max_chunks(-1);
+  }
+}
+
+TEST(AttentionTilesShortCall, AllLoopTilesWithinTheChunkLimit) {
+  const std::vector<int32_t> row_seq = {0, 1, 1, 1, 2};
+  std::vector<int32_t> loop, split;
+  // Too few half-full tiles to fill the card (min 1000): long calls split, short calls loop.
+  cuda::plan_attention_tiles(row_seq, 16, cuda::TileSchedule::Auto, loop, split, 1000, 64);
+  EXPECT_TRUE(loop.empty());
+  EXPECT_EQ(split.size(), 6u);
+  cuda::plan_attention_tiles(row_seq, 16, cuda::TileSchedule::Auto, loop, split, 1000, 4);
+  EXPECT_TRUE(split.empty());
+  EXPECT_EQ(loop.size(), 6u);
+  cuda::plan_attention_tiles(row_seq, 16, cuda::TileSchedule::Split, loop, split, 1000, 4);
+  EXPECT_TRUE(loop.empty()) << "a forced schedule wins";
+  cuda::set_attention_loop_max_chunks(0);
+  cuda::plan_attention_tiles(row_seq, 16, cuda::TileSchedule::Auto, loop, split, 1000, 1);
+  EXPECT_TRUE(loop.empty()) << "limit 0: the rule is off";
+  cuda::set_attention_loop_max_chunks(-1);
+}
+
+}  // namespace
+}  // namespace tf

@@ -47,11 +47,17 @@ __device__ __forceinline__ void mma_bf16(float* c, uint32_t a0, uint32_t a1, uin
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// x's 8 values at p when ACT is false; with ACT, x = silu_mul(gate_up) and p points into the gate half of
-// a gate_up row ([2k]: gate, then up k values later): the 8 values silu_mul would store, made in registers.
-template <bool ACT>
+// How the kernel gets its x: kX loads it; kSilu and kSilu1 compute x = silu_mul(gate_up) from a gate_up
+// input [m, 2k] (gate, then up k values later), the values silu_mul would store, in registers. kSilu: each
+// lane makes its own 8 values of a chunk. kSilu1 (M = 1, one token row): the 4 lanes holding that row would
+// make 8 values each while 28 lanes idle, so every lane makes one of the chunk's 32 and the 4 collect
+// theirs by shuffles (8x fewer issued silu instructions; the same values).
+enum XMode { kX = 0, kSilu = 1, kSilu1 = 2 };
+
+// x's 8 values at p (kX), or silu_mul's 8 values with p in the gate half of a gate_up row (kSilu).
+template <int ACT>
 __device__ __forceinline__ uint4 load_x(const __nv_bfloat16* p, int k) {
-  if constexpr (!ACT) {
+  if constexpr (ACT == kX) {
     return __ldg(reinterpret_cast<const uint4*>(p));
   } else {
     const uint4 g = __ldg(reinterpret_cast<const uint4*>(p)), u = __ldg(reinterpret_cast<const uint4*>(p + k));
@@ -71,9 +77,9 @@ __device__ __forceinline__ uint4 load_x(const __nv_bfloat16* p, int k) {
 }
 
 // U: K chunks loaded per step; PREFETCH: the next step's weight loads are issued before this step's
-// MMAs (register double buffer) so that loads stay in flight. Neither changes the arithmetic. ACT: x is
-// silu_mul(x) of a gate_up input [m, 2k] (load_x).
-template <int NT, int U, bool PREFETCH, bool ACT = false>
+// MMAs (register double buffer) so that loads stay in flight. Neither changes the arithmetic. ACT: where
+// x comes from (XMode); kSilu1 needs NT = 1 and m = 1.
+template <int NT, int U, bool PREFETCH, int ACT = kX>
 __global__ void __launch_bounds__(kWarps * 32)
     linear_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
                   const void* __restrict__ bias, int bias_kind, void* __restrict__ y, bool y_f32, int m,
@@ -96,7 +102,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int j = 0; j < NT; ++j) {
     int row = m0 + 8 * j + g;
     xok[j] = row < m;
-    xr[j] = x + int64_t(xok[j] ? row : 0) * (ACT ? 2 * k : k) + 8 * t;
+    xr[j] = x + int64_t(xok[j] ? row : 0) * (ACT != kX ? 2 * k : k) + 8 * t;
   }
   float acc[NT][4];
 #pragma unroll
@@ -105,7 +111,19 @@ __global__ void __launch_bounds__(kWarps * 32)
   auto step = [&](const uint4& a, const uint4& b, int c) {
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
-      uint4 xv = xok[j] ? load_x<ACT>(xr[j] + c * 32, k) : make_uint4(0, 0, 0, 0);
+      uint4 xv;
+      if constexpr (ACT == kSilu1) {  // row 0 only: lane L makes value L of the chunk, lane (0, t) takes 8t..
+        const float gv = __bfloat162float(x[c * 32 + lane]), uv = __bfloat162float(x[k + c * 32 + lane]);
+        const __nv_bfloat16 a = silu_mul_bf16(gv, uv);
+        const uint32_t mine = *reinterpret_cast<const uint16_t*>(&a);
+        uint32_t o[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          o[i] = __shfl_sync(0xffffffffu, mine, 8 * t + 2 * i) | (__shfl_sync(0xffffffffu, mine, 8 * t + 2 * i + 1) << 16);
+        xv = xok[j] ? make_uint4(o[0], o[1], o[2], o[3]) : make_uint4(0, 0, 0, 0);
+      } else {
+        xv = xok[j] ? load_x<ACT>(xr[j] + c * 32, k) : make_uint4(0, 0, 0, 0);
+      }
       mma_bf16(acc[j], a.x, b.x, a.y, b.y, xv.x, xv.y);
       mma_bf16(acc[j], a.z, b.z, a.w, b.w, xv.z, xv.w);
     }
@@ -170,7 +188,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-template <int NT, int U, bool PREFETCH, bool ACT = false>
+template <int NT, int U, bool PREFETCH, int ACT = kX>
 void launch(const void* x, const void* w, const void* bias, int bias_kind, void* y, bool y_f32, int m, int n,
             int k, cudaStream_t s) {
   const int m_tiles = (m + NT * 8 - 1) / (NT * 8);
@@ -224,12 +242,16 @@ bool linear_silu_bf16(const void* gate_up, const void* w, const void* bias, DTyp
   // linear_bf16's M <= 16 choices (speed only; every choice has the same arithmetic).
   auto go = [&](auto pf) {
     constexpr bool P = decltype(pf)::value;
-    if (m <= 8 && P && few_blocks)
-      launch<1, 8, P, true>(gate_up, w, bias, bias_kind, y, y_f32, m, n, k, s);
+    if (m == 1 && P && few_blocks)
+      launch<1, 8, P, kSilu1>(gate_up, w, bias, bias_kind, y, y_f32, m, n, k, s);
+    else if (m == 1)
+      launch<1, 4, P, kSilu1>(gate_up, w, bias, bias_kind, y, y_f32, m, n, k, s);
+    else if (m <= 8 && P && few_blocks)
+      launch<1, 8, P, kSilu>(gate_up, w, bias, bias_kind, y, y_f32, m, n, k, s);
     else if (m <= 8)
-      launch<1, 4, P, true>(gate_up, w, bias, bias_kind, y, y_f32, m, n, k, s);
+      launch<1, 4, P, kSilu>(gate_up, w, bias, bias_kind, y, y_f32, m, n, k, s);
     else
-      launch<2, 4, P, true>(gate_up, w, bias, bias_kind, y, y_f32, m, n, k, s);
+      launch<2, 4, P, kSilu>(gate_up, w, bias, bias_kind, y, y_f32, m, n, k, s);
   };
   if (g_linear_variant == LoopVariant::Plain)
     go(std::false_type{});

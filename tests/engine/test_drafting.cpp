@@ -6,8 +6,10 @@
 #include <cstring>
 
 #include "engine/draft_policy.h"
+#include "engine/drafters/mtp.h"
 #include "engine/drafters/ngram.h"
 #include "engine/engine.h"
+#include "engine/sampler.h"
 #include "text/tokenizer.h"
 
 using namespace tf;
@@ -209,6 +211,33 @@ TEST(ExactDrafting, GuardSwitchingTheMtpHeadStaysExact) {
     }
   }
   EXPECT_GT(e->stats().drafted_tokens, 0) << "the head never drafted: the test proves nothing";
+}
+
+// The MTP head's cheap draft sampling is the target's keyed sampling (but with odds below V * e^-20).
+TEST(MtpDraftToken, AgreesWithTheTargetsKeyedSampling) {
+  const int V = 8192;
+  uint64_t state = 12345;
+  auto normal = [&] {  // Box-Muller on a deterministic xorshift
+    auto u = [&] {
+      state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+      return (double(state >> 11) + 0.5) / double(1ull << 53);
+    };
+    return std::sqrt(-2 * std::log(u())) * std::cos(6.283185307179586 * u());
+  };
+  std::vector<float> row(V);
+  PenaltyState none;
+  for (float scale : {1.f, 3.f, 8.f}) {  // flat to peaked rows
+    for (int r = 0; r < 40; ++r) {
+      for (auto& x : row) x = float(scale * normal());
+      SamplingParams p;
+      p.temperature = 0;
+      EXPECT_EQ(mtp_draft_token(row.data(), V, p, 7, r), sample_token(row.data(), V, p, 7, r, none).token);
+      p.temperature = 0.7f;
+      EXPECT_EQ(mtp_draft_token(row.data(), V, p, 7, r), sample_token(row.data(), V, p, 7, r, none).token);
+      p.top_p = 0.9f;
+      EXPECT_EQ(mtp_draft_token(row.data(), V, p, 7, r), sample_token(row.data(), V, p, 7, r, none).token);
+    }
+  }
 }
 
 TEST(ExactDrafting, StopsAndLimitsLandOnTheSameToken) {

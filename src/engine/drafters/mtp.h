@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 
+#include "engine/api.h"  // SamplingParams
 #include "engine/drafters/drafter.h"
 #include "engine/kv_cache.h"
 #include "models/model.h"
@@ -17,6 +18,14 @@ struct MtpOptions {
   int max_drafts = 3;        // chain length (--mtp-drafts)
   float min_confidence = 0;  // stop the chain when the head's own probability falls below this
 };
+
+// A draft token from the head's logits row, sampled as the target samples (the same keyed noise, so the
+// two agree when their distributions do), cheaply: greedy is the argmax; tempered without truncation is
+// sample_rows_reference's Gumbel-max over the ids that could win (within 20 of the argmax's score in
+// logit / T: the same token but with odds below V * e^-20), not keyed noise for the whole vocabulary.
+// With top-k/top-p/min-p: sample_token without penalties.
+int32_t mtp_draft_token(const float* logits, int vocab, const SamplingParams& p, uint64_t seed,
+                        int64_t position);
 
 class MtpDrafter final : public Drafter {
  public:
@@ -31,9 +40,9 @@ class MtpDrafter final : public Drafter {
  private:
   struct State {
     std::vector<int32_t> blocks;
-    int computed = 0;            // head K/V valid for positions < computed (true hidden states)
-    int hidden_base = 0;         // position of hidden row 0
-    std::vector<uint8_t> hidden; // model hidden states for positions hidden_base.. (act dtype rows)
+    int computed = 0;             // head K/V valid for positions < computed (true hidden states)
+    int hidden_base = 0;          // position of hidden row 0
+    std::vector<uint8_t> hidden;  // model hidden states for positions hidden_base.. (act dtype rows)
   };
   Model& model_;
   Backend& be_;

@@ -185,8 +185,8 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--prefill-chunk", a->prefill_chunk, "Prompt tokens per round (running replies go first)")
       ->check(CLI::Range(1, 1 << 20))->capture_default_str();
   cmd->add_option("--decode-share", a->decode_share,
-                  "While replies are decoding, prefill rows are capped so decode rows are at least this fraction "
-                  "of a round (0: full --prefill-chunk)")
+                  "While replies are decoding, prompt rows per round are capped so that the round takes at most "
+                  "1/F of a decode-only round (measured; 0: full --prefill-chunk)")
       ->check(CLI::Range(0.0, 0.95))->capture_default_str();
   cmd->add_option("--gpu-memory-utilization", a->gpu_memory,
                   "Fraction of the GPU's memory for weights + workspace + KV pool (the pool gets the rest)")

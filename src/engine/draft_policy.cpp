@@ -222,11 +222,4 @@ int DraftGuard::buckets_off() const {
   return n;
 }
 
-int prefill_row_budget(int prefill_chunk, int decode_rows, double decode_share) {
-  const int chunk = std::max(1, prefill_chunk);
-  if (decode_share <= 0 || decode_rows <= 0) return chunk;
-  const double f = std::min(decode_share, 0.95);
-  return std::min(chunk, std::max(16, int(double(decode_rows) * (1 - f) / f)));
-}
-
 }  // namespace tf

@@ -115,8 +115,4 @@ class DraftGuard {
   int64_t switches_ = 0, probe_rounds_ = 0;
 };
 
-// --decode-share F: the prompt rows a round may carry beside `decode_rows` decode/verify rows, so that
-// the decode rows stay at least F of the round (never below 16 prompt rows, never above prefill_chunk).
-int prefill_row_budget(int prefill_chunk, int decode_rows, double decode_share);
-
 }  // namespace tf

@@ -23,6 +23,7 @@
 #include "engine/kv_cache.h"
 #include "engine/kv_store.h"
 #include "engine/prefix_cache.h"
+#include "engine/round_cost.h"
 #include "engine/sequence.h"
 #include "models/model.h"
 #include "models/weight_stats.h"
@@ -431,7 +432,7 @@ class EngineImpl final : public Engine {
     std::stable_sort(prefilling.begin(), prefilling.end(), [](Sequence* a, Sequence* b) {
       return int(a->tokens.size()) - a->computed < int(b->tokens.size()) - b->computed;
     });
-    int budget = prefill_row_budget(opt_.prefill_chunk, meta.rows(), opt_.decode_share);
+    int budget = prefill_rows_for_share(round_cost_, meta.rows(), opt_.decode_share, opt_.prefill_chunk);
     for (Sequence* s : prefilling) {
       const int pending = int(s->tokens.size()) - s->computed;
       const int room = int(s->blocks.size()) * kBlockSize - s->computed;
@@ -472,7 +473,9 @@ class EngineImpl final : public Engine {
     model_->forward(
         meta, pool_->layers(), logit_rows,
         Model::Outputs{need_host ? &logits : nullptr, &sampling, &sampled, want_hidden ? &hidden : nullptr});
-    cost_.observe(meta.rows(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    const double forward_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    cost_.observe(meta.rows(), forward_s);
+    round_cost_.observe(meta.rows(), forward_s);
     size_t next = 0;  // index of the part's first logit row
     std::vector<Sequence*> done;
     int64_t prompt_rows = 0;
@@ -731,6 +734,7 @@ class EngineImpl final : public Engine {
   bool drafting_ = false;
   std::unique_ptr<DraftGuard> guard_;  // wall-clock check on the model drafter (null: off or no drafter)
   CostModel cost_{0.5};
+  RoundCostTable round_cost_;  // measured forward time per row count: the --decode-share budget
   int parallel_ = 1;
 
   mutable std::mutex mu_;

@@ -45,7 +45,7 @@ struct EngineOptions {
   std::string snapshot_dir;        // persistent prefix snapshots (survive restarts); "" or "none" = off
   int max_snapshots = 0;           // snapshot blocks kept on disk (0 = bounded by spill_gib, else 4 GiB)
   int prefill_chunk = 512;       // prompt tokens per round (decode rows of running streams always go first)
-  double decode_share = 0;       // while streams decode, prefill rows <= rows * (1 - F) / F (at least 16)
+  double decode_share = 0;       // while streams decode, prompt rows keep decode >= F of the round's time (round_cost.h)
   // GPU: weights + workspace + KV pool within this fraction of the device's memory; the pool (and, with
   // --parallel auto, the stream count) takes what the weights leave. Ignored on the CPU.
   double gpu_memory_utilization = 0.9;

@@ -112,25 +112,16 @@ TEST(Engine, SharedRoundsAndChunkingAreBitwiseInvariant) {
   EXPECT_EQ(shared->stats().kv_blocks_used, 0);
 }
 
-TEST(Engine, DecodeSharePrefillBudget) {
-  EXPECT_EQ(prefill_row_budget(512, 0, 0.5), 512) << "no decode rows: the whole chunk";
-  EXPECT_EQ(prefill_row_budget(512, 32, 0.0), 512) << "share 0: the whole chunk";
-  EXPECT_EQ(prefill_row_budget(512, 32, 0.5), 32);
-  EXPECT_EQ(prefill_row_budget(512, 32, 0.25), 96);
-  EXPECT_EQ(prefill_row_budget(512, 1, 0.75), 16) << "never below 16 prompt rows";
-  EXPECT_EQ(prefill_row_budget(64, 400, 0.1), 64) << "never above the chunk";
-  EXPECT_EQ(prefill_row_budget(512, 64, 0.99), 16) << "share capped at 0.95";
-}
-
-// --decode-share: while a reply decodes, a long prompt is prefilled in small pieces (its first token
-// comes many rounds later, each round also carrying the decoding stream), and no stream's tokens change.
+// --decode-share: while a reply decodes, a long prompt is prefilled in pieces (at most --prefill-chunk rows,
+// fewer when the measured round cost says so: tests/engine/test_round_cost.cpp), each round also carrying
+// the decoding stream, and no stream's tokens change.
 TEST(Engine, DecodeShareSplitsPrefillWithoutChangingTokens) {
   auto make = [](double share) {
     EngineOptions o;
     o.model_path = tiny("qwen3");
     o.backend = "cpu";
     o.parallel = 2;
-    o.prefill_chunk = 256;
+    o.prefill_chunk = 64;
     o.decode_share = share;
     o.drafts = false;
     return create_engine(o);
@@ -145,7 +136,7 @@ TEST(Engine, DecodeShareSplitsPrefillWithoutChangingTokens) {
   }
   const GenerationRequest joining = request(long_prompt, 0.8f, 8, 5);
   const Result want_running = collect(*solo->submit(running)), want_joining = collect(*solo->submit(joining));
-  for (double share : {0.0, 0.75}) {
+  for (double share : {0.0, 0.5, 0.95}) {
     auto e = make(share);
     auto h1 = e->submit(running);
     std::vector<int32_t> tokens1, tokens2;
@@ -177,10 +168,8 @@ TEST(Engine, DecodeShareSplitsPrefillWithoutChangingTokens) {
     }
     EXPECT_EQ(tokens1, want_running.tokens) << "decode_share " << share;
     EXPECT_EQ(tokens2, want_joining.tokens) << "decode_share " << share;
-    // 0.75: at most 16 prompt rows a round beside the decoding stream: >= 13 rounds for 200 tokens.
-    if (share > 0) {
-      EXPECT_GE(rounds_before_first, 12) << "the long prompt should take ~13 rounds";
-    }
+    // At most 64 prompt rows a round: the ~200-token prompt is split over 4 or more rounds.
+    EXPECT_GE(rounds_before_first, 3) << "decode_share " << share;
   }
 }
 

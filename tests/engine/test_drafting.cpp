@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "engine/draft_policy.h"
-#include "engine/drafters/mtp.h"
+#include "engine/drafters/draft_token.h"
 #include "engine/drafters/ngram.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
@@ -213,8 +213,8 @@ TEST(ExactDrafting, GuardSwitchingTheMtpHeadStaysExact) {
   EXPECT_GT(e->stats().drafted_tokens, 0) << "the head never drafted: the test proves nothing";
 }
 
-// The MTP head's cheap draft sampling is the target's keyed sampling (but with odds below V * e^-20).
-TEST(MtpDraftToken, AgreesWithTheTargetsKeyedSampling) {
+// Drafters' cheap draft sampling is the target's keyed sampling (but with odds below V * e^-20).
+TEST(DraftToken, AgreesWithTheTargetsKeyedSampling) {
   const int V = 8192;
   uint64_t state = 12345;
   auto normal = [&] {  // Box-Muller on a deterministic xorshift
@@ -231,11 +231,11 @@ TEST(MtpDraftToken, AgreesWithTheTargetsKeyedSampling) {
       for (auto& x : row) x = float(scale * normal());
       SamplingParams p;
       p.temperature = 0;
-      EXPECT_EQ(mtp_draft_token(row.data(), V, p, 7, r), sample_token(row.data(), V, p, 7, r, none).token);
+      EXPECT_EQ(draft_token(row.data(), V, p, 7, r), sample_token(row.data(), V, p, 7, r, none).token);
       p.temperature = 0.7f;
-      EXPECT_EQ(mtp_draft_token(row.data(), V, p, 7, r), sample_token(row.data(), V, p, 7, r, none).token);
+      EXPECT_EQ(draft_token(row.data(), V, p, 7, r), sample_token(row.data(), V, p, 7, r, none).token);
       p.top_p = 0.9f;
-      EXPECT_EQ(mtp_draft_token(row.data(), V, p, 7, r), sample_token(row.data(), V, p, 7, r, none).token);
+      EXPECT_EQ(draft_token(row.data(), V, p, 7, r), sample_token(row.data(), V, p, 7, r, none).token);
     }
   }
 }

@@ -1,6 +1,7 @@
 #include "engine/drafters/draft_model.h"
 
 #include "core/error.h"
+#include "engine/drafters/draft_token.h"
 #include "engine/sequence.h"
 
 namespace tf {
@@ -15,8 +16,9 @@ DraftModelDrafter::DraftModelDrafter(const std::string& dir, Backend& backend, i
   model_ = load_model(ckpt_, be_, context);
   const ModelSpec& s = model_->spec();
   if (s.vocab > target_vocab)
-    throw Error("draft model " + dir + " has a vocabulary of " + std::to_string(s.vocab) + ", larger than the target's " +
-                std::to_string(target_vocab) + ": it must share the target's tokenizer");
+    throw Error("draft model " + dir + " has a vocabulary of " + std::to_string(s.vocab) +
+                ", larger than the target's " + std::to_string(target_vocab) +
+                ": it must share the target's tokenizer");
   pool_ = std::make_unique<KvBlockPool>(be_, s.layers, s.kv_heads, s.head_dim, kBlock,
                                         KvBlockPool::blocks_for(context, kBlock) * streams);
 }
@@ -66,9 +68,8 @@ void DraftModelDrafter::propose(std::vector<DraftSlot>& slots) {
     for (size_t i = 0; i < in.size(); ++i) {
       Sequence& s = *in[i]->seq;
       const int64_t position = int64_t(s.tokens.size()) + step;
-      PenaltyState none;
-      SampleResult r = sample_token(logits.data() + i * size_t(V), V, s.req.sampling, s.seed, position, none);
-      in[i]->tokens.push_back(r.token);
+      in[i]->tokens.push_back(
+          draft_token(logits.data() + i * size_t(V), V, s.req.sampling, s.seed, position));
     }
   }
 }

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "engine/sampler.h"
+#include "engine/drafters/draft_token.h"
 #include "engine/sequence.h"
 
 namespace tf {
@@ -15,39 +15,6 @@ constexpr int kBlock = 16;
 constexpr int kMaxCatchup = 64;          // hidden rows kept for the head's next catch-up
 constexpr int kMaxPromptCatchup = 8192;  // ... before its first one (the prompt)
 }  // namespace
-
-int32_t mtp_draft_token(const float* row, int V, const SamplingParams& p, uint64_t seed, int64_t position) {
-  const bool truncate = (p.top_k > 0 && p.top_k < V) || p.top_p < 1.f || p.min_p > 0.f;
-  if (truncate) {
-    PenaltyState none;
-    return sample_token(row, V, p, seed, position, none).token;
-  }
-  float mx = row[0];
-  for (int i = 1; i < V; ++i) mx = row[i] > mx ? row[i] : mx;
-  int32_t best = 0;
-  while (best + 1 < V && !(row[best] == mx)) ++best;  // the first maximum (any id for NaN rows)
-  if (p.temperature <= 0.f) return best;
-  const float t = p.temperature;
-  // The argmax's score bounds the winner's from below; a token whose logit / T lies more than 20 below it
-  // would need a Gumbel noise above 20 to win (odds below e^-20 each): only the others get keyed noise.
-  const double floor = double(row[best] / t) + gumbel_noise(seed, position, best) - 20.0;
-  const float cut = float(floor * t) - 1e-3f * std::fabs(float(floor * t)) - 1e-3f;  // a superset, in logits
-  std::vector<int32_t> ids;
-  ids.reserve(256);
-  for (int i = 0; i < V; ++i)
-    if (row[i] >= cut) ids.push_back(i);
-  if (ids.empty()) return best;  // NaN rows: any token will do as a draft
-  int32_t win = ids[0];
-  double top = double(row[win] / t) + gumbel_noise(seed, position, win);
-  for (size_t j = 1; j < ids.size(); ++j) {
-    const double s = double(row[ids[j]] / t) + gumbel_noise(seed, position, ids[j]);
-    if (s > top) {  // ids ascend: ties go to the lowest id, as in the reference
-      top = s;
-      win = ids[j];
-    }
-  }
-  return win;
-}
 
 MtpDrafter::MtpDrafter(Model& model, Backend& be, int context, int streams, MtpOptions o)
     : model_(model), be_(be), o_(o) {
@@ -160,7 +127,7 @@ void MtpDrafter::propose(std::vector<DraftSlot>& slots) {
       const float* row = logits.data() + i * size_t(V);
       const int64_t position = int64_t(s.tokens.size()) + step;
       SampleResult r;
-      r.token = mtp_draft_token(row, V, s.req.sampling, s.seed, position);
+      r.token = draft_token(row, V, s.req.sampling, s.seed, position);
       if (o_.min_confidence > 0) {
         float mx = row[0];
         for (int t = 1; t < V; ++t) mx = std::max(mx, row[t]);

@@ -7,7 +7,6 @@
 #include <map>
 #include <memory>
 
-#include "engine/api.h"  // SamplingParams
 #include "engine/drafters/drafter.h"
 #include "engine/kv_cache.h"
 #include "models/model.h"
@@ -18,14 +17,6 @@ struct MtpOptions {
   int max_drafts = 3;        // chain length (--mtp-drafts)
   float min_confidence = 0;  // stop the chain when the head's own probability falls below this
 };
-
-// A draft token from the head's logits row, sampled as the target samples (the same keyed noise, so the
-// two agree when their distributions do), cheaply: greedy is the argmax; tempered without truncation is
-// sample_rows_reference's Gumbel-max over the ids that could win (within 20 of the argmax's score in
-// logit / T: the same token but with odds below V * e^-20), not keyed noise for the whole vocabulary.
-// With top-k/top-p/min-p: sample_token without penalties.
-int32_t mtp_draft_token(const float* logits, int vocab, const SamplingParams& p, uint64_t seed,
-                        int64_t position);
 
 class MtpDrafter final : public Drafter {
  public:

@@ -307,6 +307,10 @@ void run_bench(const BenchArgs& a) {
               << (s.outputs == d.outputs ? "yes" : "NO") << " |\n";
     if (s.outputs != d.outputs) throw Error("drafted output differs from serial output on workload " + w);
   }
+  if (const EngineStats st = engine->stats(); st.draft_guard_switches > 0)
+    std::cout << "draft guard (docs/drafting.md): " << st.draft_guard_switches
+              << " switch(es); model drafter off "
+              << "for " << st.draft_guard_off << " stream count(s) at the end\n";
   engine->shutdown();
 }
 

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ops/backend.h"
@@ -151,7 +152,7 @@ using LinearFn = std::function<void(const Tensor&, const LinearWeight&, Tensor&)
 
 // Activation buffers for up to `rows` rows.
 struct Acts {
-  Tensor res, x, q, k, v, attn, o, gu, act, mlp, last, logits, qkv;
+  Tensor res, x, q, k, v, attn, o, gu, act, mlp, last, logits, qkv, res2;
 };
 Acts make_acts(Backend& be, const Shape& sh, int rows, int out_rows) {
   const int64_t qd = int64_t(sh.heads) * sh.head_dim, kd = int64_t(sh.kv_heads) * sh.head_dim;
@@ -168,15 +169,17 @@ Acts make_acts(Backend& be, const Shape& sh, int rows, int out_rows) {
               a(rows, sh.hidden),
               a(out_rows, sh.hidden),
               a(out_rows, sh.vocab),
-              a(rows, qd + 2 * kd)};
+              a(rows, qd + 2 * kd),
+              a(rows, sh.hidden)};
 }
 
 // Attention inputs through Backend::attention_inputs (the engine's path: one fused kernel on CUDA) or
 // the four separate ops.
 bool g_fused_inputs = true;
 // The decoder's fusions (docs/cuda-notes.md v9): one q/k/v linear + attention_inputs_qkv, silu_mul inside
-// the down projection (silu_mul_linear, ours only), short-context attention without the split/combine.
-// Off: three linears, silu_mul + linear, the split schedule at every context. Same bits either way.
+// the down projection (silu_mul_linear, ours only), add_rms_norm inside the qkv and gate_up projections
+// (add_rms_norm_linear, ours only), short-context attention without the split/combine. Off: three
+// linears, add_rms_norm + linear, silu_mul + linear, the split schedule at every context. Same bits.
 bool g_fusions = true;
 
 void set_fusions(bool on) {
@@ -195,19 +198,33 @@ void forward(Backend& be, Model& m, Acts& A, int rows, int out_rows, const RopeP
          k = v2(A.k, rows, kd), v = v2(A.v, rows, kd), attn = v2(A.attn, rows, qd),
          o = v2(A.o, rows, sh.hidden), gu = v2(A.gu, rows, 2 * int64_t(sh.inter)),
          act = v2(A.act, rows, sh.inter), mlp = v2(A.mlp, rows, sh.hidden),
-         qkv = v2(A.qkv, rows, qd + 2 * kd);
+         qkv = v2(A.qkv, rows, qd + 2 * kd), res2 = v2(A.res2, rows, sh.hidden);
+  Tensor* cur = &res;  // the residual stream: add_rms_norm_linear writes the new one to the other buffer
+  Tensor* alt = &res2;
+  auto norm_linear = [&](const Tensor& in, const Tensor& norm, const LinearWeight& w, Tensor& y) {
+    if (!(g_fusions && ours)) {
+      be.add_rms_norm(*cur, in, norm, 1e-6f, 0.f, x);
+      lin(x, w, y);
+    } else if (be.add_rms_norm_linear(*cur, in, norm, 1e-6f, 0.f, x, w, y, *alt)) {
+      std::swap(cur, alt);
+    }
+  };
   Tensor qh = q.view({rows * int64_t(sh.heads), sh.head_dim}),
          kh = k.view({rows * int64_t(sh.kv_heads), sh.head_dim});
   AttentionParams ap{sh.heads, sh.kv_heads, sh.head_dim, 1.f / std::sqrt(float(sh.head_dim)), 0, 0.f};
   be.embedding(m.embed, 1.f, res);
   for (int l = 0; l < sh.layers; ++l) {
     Layer& L = m.layers[l];
-    if (l == 0)
-      be.rms_norm(res, L.ln1, 1e-6f, 0.f, x);
-    else
-      be.add_rms_norm(res, mlp, L.ln1, 1e-6f, 0.f, x);
-    if (g_fusions && g_fused_inputs) {
-      lin(x, L.qkv, qkv);
+    const bool fused_qkv = g_fusions && g_fused_inputs;
+    if (l == 0) {
+      be.rms_norm(*cur, L.ln1, 1e-6f, 0.f, x);
+      if (fused_qkv) lin(x, L.qkv, qkv);
+    } else if (fused_qkv) {
+      norm_linear(mlp, L.ln1, L.qkv, qkv);
+    } else {
+      be.add_rms_norm(*cur, mlp, L.ln1, 1e-6f, 0.f, x);
+    }
+    if (fused_qkv) {
       be.attention_inputs_qkv(qkv, q, &L.q_norm, &L.k_norm, 1e-6f, 0.f, rope, L.kv);
     } else if (g_fused_inputs) {
       lin(x, L.q, q);
@@ -225,8 +242,7 @@ void forward(Backend& be, Model& m, Acts& A, int rows, int out_rows, const RopeP
     }
     be.attention(q, L.kv, ap, attn);
     lin(attn, L.o, o);
-    be.add_rms_norm(res, o, L.ln2, 1e-6f, 0.f, x);
-    lin(x, L.gate_up, gu);
+    norm_linear(o, L.ln2, L.gate_up, gu);
     if (g_fusions && ours) {
       be.silu_mul_linear(gu, L.down, act, mlp);
     } else {
@@ -234,7 +250,7 @@ void forward(Backend& be, Model& m, Acts& A, int rows, int out_rows, const RopeP
       lin(act, L.down, mlp);
     }
   }
-  be.add_rms_norm(res, mlp, m.final_norm, 1e-6f, 0.f, x);
+  be.add_rms_norm(*cur, mlp, m.final_norm, 1e-6f, 0.f, x);
   Tensor last = v2(A.last, out_rows, sh.hidden), logits = v2(A.logits, out_rows, sh.vocab);
   if (out_rows == rows) {
     lin(x, m.lm_head, logits);
@@ -393,8 +409,9 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
     Tensor res = v2(acts.res, batch, sh.hidden), x = v2(acts.x, batch, sh.hidden), q = v2(acts.q, batch, qd),
            k = v2(acts.k, batch, kd), v = v2(acts.v, batch, kd), attn = v2(acts.attn, batch, qd),
            gu = v2(acts.gu, batch, 2 * int64_t(sh.inter)), act = v2(acts.act, batch, sh.inter),
-           qkv = v2(acts.qkv, batch, qd + 2 * kd), mlp = v2(acts.mlp, batch, sh.hidden);
-    for (Tensor* t : {&res, &x, &q, &k, &v, &gu, &qkv}) cuda::fill_uniform(be, *t, 5, -1, 1);
+           qkv = v2(acts.qkv, batch, qd + 2 * kd), mlp = v2(acts.mlp, batch, sh.hidden),
+           res2 = v2(acts.res2, batch, sh.hidden);
+    for (Tensor* t : {&res, &x, &q, &k, &v, &gu, &qkv, &mlp}) cuda::fill_uniform(be, *t, 5, -1, 1);
     Tensor qh = q.view({batch * int64_t(sh.heads), sh.head_dim});
     AttentionParams ap{sh.heads, sh.kv_heads, sh.head_dim, 1.f / std::sqrt(float(sh.head_dim)), 0, 0.f};
     struct Op {
@@ -414,6 +431,9 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
         {"attention_inputs_qkv", [&] { be.attention_inputs_qkv(qkv, q, &L.q_norm, &L.k_norm, 1e-6f, 0.f, rope, L.kv); }},
         {"silu_mul+down", [&] { be.silu_mul(gu, act), be.linear(act, L.down, mlp); }},
         {"silu_mul_linear", [&] { be.silu_mul_linear(gu, L.down, act, mlp); }},
+        {"add_rms_norm+gate_up", [&] { be.add_rms_norm(res, mlp, L.ln2, 1e-6f, 0.f, x), be.linear(x, L.gate_up, gu); }},
+        {"add_rms_norm_linear gate_up",
+         [&] { be.add_rms_norm_linear(res, mlp, L.ln2, 1e-6f, 0.f, x, L.gate_up, gu, res2); }},
     };
     std::printf("ops b=%d:", batch);
     for (auto& op : ops) std::printf(" %s %.1f us |", op.n, time_ms(s, op.f, 3, 21) * 1e3);
@@ -460,7 +480,7 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
       out->push_back({std::string(sh.name) + " " + what, t1, t2, floor_ms, double(batch)});
       std::printf(
           "%s: ours %.3f ms (eager %.3f, all-plain linear %.3f, no dependent launch %.3f, separate "
-          "norm/rope/kv-write %.3f, no qkv/silu/short-attention fusions %.3f) cuBLAS %.3f ms floor %.3f ms\n",
+          "norm/rope/kv-write %.3f, no qkv/silu/norm/short-attention fusions %.3f) cuBLAS %.3f ms floor %.3f ms\n",
           what, t1, t_eager, t_plain, t_nopdl, t_sep, t_unfused, t2, floor_ms);
     }
   }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "checkpoint/checkpoint.h"
 #include "core/error.h"
@@ -61,6 +62,7 @@ LayerWorkspace::LayerWorkspace(Backend& be, const ModelSpec& s, int64_t R) {
   const DType dt = be.act_dtype();
   const int64_t H = s.hidden, D = s.head_dim, I = s.intermediate;
   residual = be.alloc({R, H}, dt);
+  residual_alt = be.alloc({R, H}, dt);
   h = be.alloc({R, H}, dt);
   mlp_out = be.alloc({R, H}, dt);
   const int64_t hq = s.heads, hk = s.kv_heads;
@@ -87,12 +89,20 @@ AttentionParams attention_params(const ModelSpec& spec) {
 void decoder_layer_forward(Backend& be, const ModelSpec& spec, DecoderLayer& L, const RopeParams& rope,
                            const AttentionParams& attn, KvLayer& kv, LayerWorkspace& ws, bool pending) {
   const float eps = spec.norm_eps, off = spec.norm_offset;
-  if (pending) be.add_rms_norm(ws.residual, ws.mlp_out, L.input_norm, eps, off, ws.h);
+  // residual += mlp_out; h = norm(residual); y = linear(h): a backend may do it in one kernel writing the
+  // new residual to residual_alt, which then becomes the stream.
+  auto add_norm_linear = [&](const Tensor& norm, const LinearWeight& w, Tensor& y) {
+    if (be.add_rms_norm_linear(ws.residual, ws.mlp_out, norm, eps, off, ws.h, w, y, ws.residual_alt))
+      std::swap(ws.residual, ws.residual_alt);
+  };
+  const bool fused_qkv = L.qkv.out_features > 0;
+  if (pending && fused_qkv) add_norm_linear(L.input_norm, L.qkv, ws.qkv);
+  else if (pending) be.add_rms_norm(ws.residual, ws.mlp_out, L.input_norm, eps, off, ws.h);
   else be.rms_norm(ws.residual, L.input_norm, eps, off, ws.h);
   const Tensor* qn = spec.qk_norm ? &L.q_norm : nullptr;
   const Tensor* kn = spec.qk_norm ? &L.k_norm : nullptr;
-  if (L.qkv.out_features > 0) {
-    be.linear(ws.h, L.qkv, ws.qkv);
+  if (fused_qkv) {
+    if (!pending) be.linear(ws.h, L.qkv, ws.qkv);
     be.attention_inputs_qkv(ws.qkv, ws.q, qn, kn, eps, off, rope, kv);
   } else {
     be.linear(ws.h, L.q, ws.q);
@@ -102,12 +112,12 @@ void decoder_layer_forward(Backend& be, const ModelSpec& spec, DecoderLayer& L, 
   }
   be.attention(ws.q, kv, attn, ws.attn);
   be.linear(ws.attn, L.o, ws.mlp_out);
-  be.add_rms_norm(ws.residual, ws.mlp_out, L.post_norm, eps, off, ws.h);
   if (L.moe) {
+    be.add_rms_norm(ws.residual, ws.mlp_out, L.post_norm, eps, off, ws.h);
     moe_forward(be, spec, *L.moe, ws.h, ws.mlp_out);
     return;
   }
-  be.linear(ws.h, L.gate_up, ws.gate_up);
+  add_norm_linear(L.post_norm, L.gate_up, ws.gate_up);
   be.silu_mul_linear(ws.gate_up, L.down, ws.act, ws.mlp_out);
 }
 

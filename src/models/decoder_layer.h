@@ -25,9 +25,11 @@ DecoderLayer load_decoder_layer(const Checkpoint& ckpt, Backend& be, const Model
                                 bool sparse = false);
 Tensor fetch_tensor(const Checkpoint& ckpt, const std::string& name, const std::vector<int64_t>& shape);
 
-// k and v share qkv's memory (a layer uses either the fused projection or the three).
+// k and v share qkv's memory (a layer uses either the fused projection or the three). residual_alt: where
+// Backend::add_rms_norm_linear may write the new residual; decoder_layer_forward swaps the two so that
+// `residual` always holds the stream.
 struct LayerWorkspace {
-  Tensor residual, h, mlp_out, q, k, v, qkv, attn, gate_up, act;
+  Tensor residual, residual_alt, h, mlp_out, q, k, v, qkv, attn, gate_up, act;
   LayerWorkspace(Backend& be, const ModelSpec& spec, int64_t rows);
 };
 

@@ -57,6 +57,13 @@ void Backend::silu_mul_linear(const Tensor& gate_up, const LinearWeight& w, Tens
   linear(act, w, y);
 }
 
+bool Backend::add_rms_norm_linear(Tensor& residual, const Tensor& x, const Tensor& norm_weight, float eps,
+                                  float offset, Tensor& h, const LinearWeight& w, Tensor& y, Tensor&) {
+  add_rms_norm(residual, x, norm_weight, eps, offset, h);
+  linear(h, w, y);
+  return false;
+}
+
 // The reference for every backend's sampling kernel (sample_token() in engine/sampler.cpp computes the
 // same scores for its unrestricted case).
 void sample_rows_reference(const float* logits, int64_t vocab, const std::vector<RowSampling>& rows,

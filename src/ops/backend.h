@@ -150,6 +150,14 @@ class Backend {
   // scratch for backends that run the two ops (the default); its contents afterwards are unspecified.
   // Bitwise the same as silu_mul(gate_up, act) then linear(act, w, y).
   virtual void silu_mul_linear(const Tensor& gate_up, const LinearWeight& w, Tensor& act, Tensor& y);
+  // residual_out = residual + x, h = rms_norm(residual_out) (add_rms_norm's arithmetic), y = linear(h, w):
+  // a layer's norm and the projection after it. Returns true when the backend wrote the new residual to
+  // residual_out (out of place; `residual` unchanged, h unspecified: the norm was made inside the linear),
+  // false when it ran add_rms_norm in place on `residual` (h written) and then linear (the default). The
+  // caller keeps whichever holds the stream. Bitwise add_rms_norm followed by linear either way.
+  virtual bool add_rms_norm_linear(Tensor& residual, const Tensor& x, const Tensor& norm_weight, float eps,
+                                   float offset, Tensor& h, const LinearWeight& w, Tensor& y,
+                                   Tensor& residual_out);
   // tokens[i] = the id maximising double(logits[i][id] / T) + gumbel_noise(seed, position, id) for
   // rows[i] (T = 0: the first maximum of the raw logits), lowest id on exact ties: the token
   // sample_token() gives without penalties, truncation or logprobs. `logits` is F32 [rows, vocab] on

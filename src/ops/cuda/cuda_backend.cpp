@@ -81,6 +81,8 @@ const void* ptr(const Tensor& t) {
   return t.raw();
 }
 
+bool g_fused_norm_linear = true;  // set_fused_norm_linear (benches)
+
 void expect(const Tensor& t, DType d, const char* op, const char* what) {
   TF_CHECK(t.device() == Device::CUDA, std::string(op) + ": " + what + " is not on the GPU");
   TF_CHECK(t.dtype() == d,
@@ -331,6 +333,25 @@ class CudaBackend final : public Backend {
     Backend::silu_mul_linear(gu, w, act, y);  // M > 16, quantized weights: the two ops
   }
 
+  bool add_rms_norm_linear(Tensor& res, const Tensor& x, const Tensor& nw, float eps, float offset, Tensor& h,
+                           const LinearWeight& w, Tensor& y, Tensor& res_out) override {
+    const int64_t k = w.in_features, m = k > 0 ? x.numel() / k : -1;
+    const bool has_bias = w.bias.defined() && w.bias.numel() > 0;
+    auto on_gpu = [](const Tensor& t) { return t.device() == Device::CUDA && t.is_contiguous(); };
+    if (g_fused_norm_linear && w.format == LinearWeight::Format::Dense && w.weight.dtype() == DType::BF16 &&
+        w.weight.dim(1) == k && x.dim(-1) == k && x.dtype() == DType::BF16 && on_gpu(x) && on_gpu(res) &&
+        on_gpu(res_out) && res_out.dtype() == res.dtype() && res.numel() == x.numel() &&
+        res_out.numel() == x.numel() && res.raw() != res_out.raw() && nw.numel() == k &&
+        nw.device() == Device::CUDA && (nw.dtype() == DType::BF16 || nw.dtype() == DType::F32 || nw.dtype() == DType::F16) &&
+        on_gpu(y) && (y.dtype() == DType::BF16 || y.dtype() == DType::F32) && y.numel() == m * w.weight.dim(0) &&
+        cuda::linear_add_rms_norm_bf16(ptr(res), res.dtype(), ptr(x), ptr(nw), nw.dtype(), eps, offset,
+                                       res_out.raw(), ptr(w.weight), has_bias ? ptr(w.bias) : nullptr,
+                                       has_bias ? w.bias.dtype() : DType::F32, y.raw(), y.dtype(), int(m),
+                                       int(w.weight.dim(0)), int(k), stream_))
+      return true;
+    return Backend::add_rms_norm_linear(res, x, nw, eps, offset, h, w, y, res_out);  // M > 8, quantized
+  }
+
   void silu_mul(const Tensor& gu, Tensor& out) override {
     expect(gu, DType::BF16, "silu_mul", "gate_up");
     expect(out, DType::BF16, "silu_mul", "out");
@@ -551,6 +572,10 @@ CudaBackend& as_cuda(Backend& b) {
 }
 
 }  // namespace
+
+void set_fused_norm_linear(bool on) {
+  g_fused_norm_linear = on;
+}
 
 cudaStream_t stream_of(Backend& b) {
   return as_cuda(b).stream();

@@ -12,6 +12,9 @@ namespace tf::cuda {
 
 // The one stream every op of `b` runs on. Throws when `b` is not the CUDA backend.
 cudaStream_t stream_of(Backend& b);
+// Whether add_rms_norm_linear normalises inside the linear at M <= 8 (default on; off = add_rms_norm +
+// linear, the same bits). For benches.
+void set_fused_norm_linear(bool on);
 // Fills a CUDA tensor (F32 or BF16) with uniform values in [lo, hi) from a counter-based hash of `seed`.
 void fill_uniform(Backend& b, Tensor& t, uint64_t seed, float lo, float hi);
 

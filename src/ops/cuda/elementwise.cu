@@ -6,59 +6,18 @@
 #include "ops/cuda/activation.cuh"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/norm.cuh"
 
 namespace tf::cuda {
 namespace {
 
-// Loads/stores as float for the dtypes activations and norm weights come in.
-__device__ __forceinline__ float ld(const void* p, int64_t i, DType t) {
-  switch (t) {
-    case DType::F32:
-      return static_cast<const float*>(p)[i];
-    case DType::F16:
-      return __half2float(static_cast<const __half*>(p)[i]);
-    default:
-      return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-  }
-}
 __device__ __forceinline__ void st(void* p, int64_t i, DType t, float v) {
   if (t == DType::F32)
     static_cast<float*>(p)[i] = v;
   else
     static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(v);
 }
-__device__ __forceinline__ float bf(const __nv_bfloat16* p, int64_t i) {
-  return __bfloat162float(p[i]);
-}
 
-// Sum over the TPR threads of a row: warp butterfly, then (TPR = 256) the 8 warp sums in order.
-template <int TPR>
-__device__ __forceinline__ float row_sum(float v, float* smem) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  if constexpr (TPR == 32) {
-    return v;
-  } else {
-    const int warp = threadIdx.x / 32;
-    if (threadIdx.x % 32 == 0) smem[warp] = v;
-    __syncthreads();
-    float s = smem[0];
-#pragma unroll
-    for (int w = 1; w < TPR / 32; ++w) s += smem[w];
-    return s;
-  }
-}
-
-constexpr int kNormThreads = 256;
-
-// Arithmetic shared by the separate and the fused kernels, with explicit roundings so that no FMA
-// contraction can differ between them.
-__device__ __forceinline__ float norm_out(float v, float inv, float w_plus_offset) {
-  return __fmul_rn(__fmul_rn(v, inv), w_plus_offset);
-}
-__device__ __forceinline__ float norm_inv(float sum_sq, int cols, float eps) {
-  return rsqrtf(__fadd_rn(__fdiv_rn(sum_sq, float(cols)), eps));
-}
 __device__ __forceinline__ void rope_rotate(float x1, float x2, float cs, float sn, float& a, float& b) {
   a = __fsub_rn(__fmul_rn(x1, cs), __fmul_rn(x2, sn));
   b = __fadd_rn(__fmul_rn(x2, cs), __fmul_rn(x1, sn));
@@ -103,11 +62,6 @@ __global__ void __launch_bounds__(kNormThreads)
   }
 }
 
-// The residual's new value is rounded to its dtype first; the norm sees exactly what is stored.
-__device__ __forceinline__ float round_to(float v, DType t) {
-  return t == DType::F32 ? v : __bfloat162float(__float2bfloat16(v));
-}
-
 template <int V>
 __global__ void __launch_bounds__(kNormThreads)
     add_rms_norm_kernel(void* res, DType rt, const __nv_bfloat16* x, const void* w, DType wt,
@@ -122,17 +76,19 @@ __global__ void __launch_bounds__(kNormThreads)
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       const int i = tid + TPR * j;
-      v[j] = i < cols ? round_to(ld(res, base + i, rt) + bf(x, base + i), rt) : 0.f;
+      v[j] = i < cols ? add_residual(res, rt, x, base + i) : 0.f;
     }
+    // Explicit roundings (the same instructions nvcc made of `ss += v * v`, `sum / cols + eps` and
+    // `v * inv * (w + offset)`): linear_add_rms_norm_bf16 repeats this arithmetic (norm.cuh).
 #pragma unroll
-    for (int j = 0; j < V; ++j) ss += v[j] * v[j];
-    const float inv = rsqrtf(row_sum<TPR>(ss, smem) / cols + eps);
+    for (int j = 0; j < V; ++j) ss = __fmaf_rn(v[j], v[j], ss);
+    const float inv = norm_inv(row_sum<TPR>(ss, smem), cols, eps);
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       const int i = tid + TPR * j;
       if (i < cols) {
         st(res, base + i, rt, v[j]);
-        y[base + i] = __float2bfloat16(v[j] * inv * (ld(w, i, wt) + offset));
+        y[base + i] = __float2bfloat16(norm_out(v[j], inv, __fadd_rn(ld(w, i, wt), offset)));
       }
     }
   } else {

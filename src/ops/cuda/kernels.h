@@ -34,6 +34,15 @@ void linear_bf16(const void* x, const void* w, const void* bias, DType bias_dtyp
 // nothing, for M > 16 (the caller runs the two ops).
 bool linear_silu_bf16(const void* gate_up, const void* w, const void* bias, DType bias_dtype, void* y,
                       DType y_dtype, int m, int n, int k, cudaStream_t s);
+// residual_out = residual + x and y[M,N] = rms_norm(residual_out)[M,K] · W[N,K]ᵀ + bias for M <= 8 and
+// K <= 8192: the decode kernel reduces each of its rows exactly as add_rms_norm does (norm.cuh) and makes the
+// normalised values where it would load x, so y and residual_out equal add_rms_norm (into a copy of the
+// residual) followed by linear_bf16, bit for bit. Out of place: every block reads the old residual.
+// Returns false, launching nothing, for shapes it does not take (the caller runs the two ops).
+bool linear_add_rms_norm_bf16(const void* residual, DType res_dtype, const void* x, const void* norm_w,
+                              DType norm_w_dtype, float eps, float offset, void* residual_out, const void* w,
+                              const void* bias, DType bias_dtype, void* y, DType y_dtype, int m, int n, int k,
+                              cudaStream_t s);
 // Loop variants of the linear and attention kernels, for benches and tests. Every variant issues the
 // same arithmetic in the same order (identical bits, tested); they differ only in when loads are issued.
 // Auto is what measured fastest on an H200 (docs/cuda-notes.md): linear prefetches the next K step's

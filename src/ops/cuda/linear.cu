@@ -22,6 +22,7 @@
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/launch.h"
+#include "ops/cuda/norm.cuh"
 
 namespace tf::cuda {
 namespace {
@@ -52,7 +53,23 @@ __device__ __forceinline__ void mma_bf16(float* c, uint32_t a0, uint32_t a1, uin
 // lane makes its own 8 values of a chunk. kSilu1 (M = 1, one token row): the 4 lanes holding that row would
 // make 8 values each while 28 lanes idle, so every lane makes one of the chunk's 32 and the 4 collect
 // theirs by shuffles (8x fewer issued silu instructions; the same values).
-enum XMode { kX = 0, kSilu = 1, kSilu1 = 2 };
+// kAddNorm: x = add_rms_norm's output for residual + the x given (NormIn), M <= 16: the block first reduces
+// each of its rows exactly as add_rms_norm_kernel<32> does (256 threads, element i at thread i % 256, the
+// same fma chain, butterfly and warp order) and writes the new residual out of place (blocks of the first
+// feature tile only), then makes the normalised values of each chunk where it would load x.
+enum XMode { kX = 0, kSilu = 1, kSilu1 = 2, kAddNorm = 3 };
+
+constexpr int kAddNormMaxM = 8;
+static_assert(kWarps * 32 == kNormThreads, "kAddNorm reduces a row over the block's threads as add_rms_norm does");
+
+struct NormIn {
+  const void* res = nullptr;  // [m, k] residual, `rt`
+  DType rt = DType::BF16;
+  const void* w = nullptr;  // [k] norm weight, `wt`
+  DType wt = DType::BF16;
+  void* res_out = nullptr;  // [m, k] residual + x, `rt`
+  float eps = 0.f, offset = 0.f;
+};
 
 // x's 8 values at p (kX), or silu_mul's 8 values with p in the gate half of a gate_up row (kSilu).
 template <int ACT>
@@ -83,8 +100,9 @@ template <int NT, int U, bool PREFETCH, int ACT = kX>
 __global__ void __launch_bounds__(kWarps * 32)
     linear_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
                   const void* __restrict__ bias, int bias_kind, void* __restrict__ y, bool y_f32, int m,
-                  int n, int k, int m_tiles) {
+                  int n, int k, int m_tiles, NormIn nrm) {
   __shared__ float red[kWarps][NT * 8][16];
+  __shared__ float norm_smem[kWarps], norm_inv_s[NT * 8];
   asm volatile("griddepcontrol.launch_dependents;");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
@@ -121,11 +139,55 @@ __global__ void __launch_bounds__(kWarps * 32)
         for (int i = 0; i < 4; ++i)
           o[i] = __shfl_sync(0xffffffffu, mine, 8 * t + 2 * i) | (__shfl_sync(0xffffffffu, mine, 8 * t + 2 * i + 1) << 16);
         xv = xok[j] ? make_uint4(o[0], o[1], o[2], o[3]) : make_uint4(0, 0, 0, 0);
+      } else if constexpr (ACT == kAddNorm) {
+        xv = make_uint4(0, 0, 0, 0);
+        if (xok[j]) {
+          const int col = c * 32 + 8 * t;
+          const int64_t at = int64_t(m0 + 8 * j + g) * k + col;
+          const float inv = norm_inv_s[8 * j + g];
+          uint32_t o[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            __nv_bfloat162 r;
+            r.x = __float2bfloat16(norm_out(add_residual(nrm.res, nrm.rt, x, at + 2 * i), inv,
+                                            __fadd_rn(ld(nrm.w, col + 2 * i, nrm.wt), nrm.offset)));
+            r.y = __float2bfloat16(norm_out(add_residual(nrm.res, nrm.rt, x, at + 2 * i + 1), inv,
+                                            __fadd_rn(ld(nrm.w, col + 2 * i + 1, nrm.wt), nrm.offset)));
+            o[i] = *reinterpret_cast<const uint32_t*>(&r);
+          }
+          xv = make_uint4(o[0], o[1], o[2], o[3]);
+        }
       } else {
         xv = xok[j] ? load_x<ACT>(xr[j] + c * 32, k) : make_uint4(0, 0, 0, 0);
       }
       mma_bf16(acc[j], a.x, b.x, a.y, b.y, xv.x, xv.y);
       mma_bf16(acc[j], a.z, b.z, a.w, b.w, xv.z, xv.w);
+    }
+  };
+  // kAddNorm, after griddepcontrol.wait (the residual and x come from earlier kernels): each row's 1/rms
+  // as add_rms_norm_kernel<32> computes it (V = 32 elements a thread, zeros past k included).
+  auto prologue = [&] {
+    if constexpr (ACT == kAddNorm) {
+      const int rows = min(NT * 8, m - m0);
+      for (int r = 0; r < rows; ++r) {
+        const int64_t base = int64_t(m0 + r) * k;
+        float ss = 0.f;
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+          const int i = threadIdx.x + kNormThreads * j;
+          const float v = i < k ? add_residual(nrm.res, nrm.rt, x, base + i) : 0.f;
+          ss = __fmaf_rn(v, v, ss);
+          if (n_tile == 0 && i < k) {
+            if (nrm.rt == DType::F32)
+              static_cast<float*>(nrm.res_out)[base + i] = v;
+            else
+              static_cast<__nv_bfloat16*>(nrm.res_out)[base + i] = __float2bfloat16(v);
+          }
+        }
+        const float inv = norm_inv(row_sum<kNormThreads>(ss, norm_smem), k, nrm.eps);
+        if (threadIdx.x == 0) norm_inv_s[r] = inv;
+        __syncthreads();  // norm_smem is reused by the next row; norm_inv_s is read by every warp
+      }
     }
   };
   int c = c_begin;
@@ -140,6 +202,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     };
     if (c + U <= c_end) load(c);
     asm volatile("griddepcontrol.wait;" ::: "memory");  // weights are constant; x is not
+    prologue();
     for (; c + U <= c_end; c += U) {
       uint4 ca[U], cb[U];
 #pragma unroll
@@ -150,6 +213,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   } else {
     asm volatile("griddepcontrol.wait;" ::: "memory");
+    prologue();
     for (; c + U <= c_end; c += U) {
       uint4 a[U], b[U];
 #pragma unroll
@@ -190,13 +254,13 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 template <int NT, int U, bool PREFETCH, int ACT = kX>
 void launch(const void* x, const void* w, const void* bias, int bias_kind, void* y, bool y_f32, int m, int n,
-            int k, cudaStream_t s) {
+            int k, cudaStream_t s, const NormIn& nrm = NormIn{}) {
   const int m_tiles = (m + NT * 8 - 1) / (NT * 8);
   const int n_tiles = (n + 15) / 16;
   // Token tiles vary fastest so that the blocks sharing a weight tile run together (L2 reuse).
   launch_pdl(linear_kernel<NT, U, PREFETCH, ACT>, dim3(n_tiles * m_tiles), dim3(kWarps * 32), 0, s,
              static_cast<const __nv_bfloat16*>(x), static_cast<const __nv_bfloat16*>(w), bias, bias_kind, y,
-             y_f32, m, n, k, m_tiles);
+             y_f32, m, n, k, m_tiles, nrm);
 }
 
 }  // namespace
@@ -252,6 +316,36 @@ bool linear_silu_bf16(const void* gate_up, const void* w, const void* bias, DTyp
       launch<1, 4, P, kSilu>(gate_up, w, bias, bias_kind, y, y_f32, m, n, k, s);
     else
       launch<2, 4, P, kSilu>(gate_up, w, bias, bias_kind, y, y_f32, m, n, k, s);
+  };
+  if (g_linear_variant == LoopVariant::Plain)
+    go(std::false_type{});
+  else
+    go(std::true_type{});
+  return true;
+}
+
+bool linear_add_rms_norm_bf16(const void* residual, DType res_dtype, const void* x, const void* norm_w,
+                              DType norm_w_dtype, float eps, float offset, void* residual_out, const void* w,
+                              const void* bias, DType bias_dtype, void* y, DType y_dtype, int m, int n, int k,
+                              cudaStream_t s) {
+  // add_rms_norm runs add_rms_norm_kernel<32> for rows up to 8192: the reduction repeated here.
+  // M <= 8 only: at NT = 2 the prologue's registers (169) would halve the blocks an SM holds.
+  if (m > kAddNormMaxM || k > 32 * kNormThreads || (res_dtype != DType::BF16 && res_dtype != DType::F32))
+    return false;
+  if (m <= 0) return true;
+  TF_CHECK(k % 32 == 0, "CUDA linear needs in_features divisible by 32, got " + std::to_string(k));
+  const int bias_kind = !bias ? 0 : bias_dtype == DType::F32 ? 1 : 2;
+  const bool y_f32 = y_dtype == DType::F32;
+  const bool few_blocks = (n + 15) / 16 * ((m + 7) / 8) < kFewBlocks;
+  NormIn nrm;
+  nrm.res = residual, nrm.rt = res_dtype, nrm.w = norm_w, nrm.wt = norm_w_dtype, nrm.res_out = residual_out;
+  nrm.eps = eps, nrm.offset = offset;
+  auto go = [&](auto pf) {  // linear_bf16's M <= 8 choices (speed only)
+    constexpr bool P = decltype(pf)::value;
+    if (P && few_blocks)
+      launch<1, 8, P, kAddNorm>(x, w, bias, bias_kind, y, y_f32, m, n, k, s, nrm);
+    else
+      launch<1, 4, P, kAddNorm>(x, w, bias, bias_kind, y, y_f32, m, n, k, s, nrm);
   };
   if (g_linear_variant == LoopVariant::Plain)
     go(std::false_type{});

@@ -2,6 +2,7 @@
 //   - one q/k/v linear over the concatenated weight (fuse_linears, as the model loader builds it) +
 //     attention_inputs_qkv == three linears + attention_inputs (q, K/V pool bytes, attention output);
 //   - silu_mul_linear (silu_mul inside the down projection's loads, M <= 16) == silu_mul + linear;
+//   - add_rms_norm_linear (the norm made inside the next projection, M <= 8) == add_rms_norm + linear;
 //   - the short-call attention rule (all loop tiles, no combine) == the split schedule.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -189,6 +190,61 @@ TEST_F(CudaFusion, SiluMulLinearEqualsSiluMulThenLinear) {
                                              has_bias ? w.bias.dtype() : DType::F32, y_k.raw(), c.y, m, c.n,
                                              c.inter, cuda::stream_of(*gpu_)));
           EXPECT_EQ(bytes(y_k), bytes(y_sep));
+        }
+      }
+    }
+    cuda::set_linear_variant(cuda::LoopVariant::Auto);
+  }
+}
+
+Tensor random_f32(std::vector<int64_t> shape, float scale) {
+  Tensor t = Tensor::empty(std::move(shape), DType::F32);
+  std::normal_distribution<float> nd(0.f, scale);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = nd(rng());
+  return t;
+}
+
+TEST_F(CudaFusion, AddRmsNormLinearEqualsAddRmsNormThenLinear) {
+  struct Case {
+    int k, n;
+    DType res, norm_w, y;
+    float offset;
+    bool bias;
+  };
+  // k 4096: the 8B hidden; 800: rows shorter than 32 elements a thread (zeros in the reduction); 8192: the
+  // longest row add_rms_norm reduces this way.
+  for (Case c : {Case{4096, 320, DType::BF16, DType::BF16, DType::BF16, 0.f, false},
+                 Case{800, 64, DType::F32, DType::BF16, DType::BF16, 1.f, true},
+                 Case{8192, 96, DType::BF16, DType::F32, DType::F32, 0.f, true},
+                 Case{4096, 1040, DType::F32, DType::F32, DType::BF16, 0.f, false}}) {
+    const LinearWeight w = gpu_->upload_linear(host_linear(c.n, c.k, c.bias));
+    const Tensor nw = gpu_->upload(c.norm_w == DType::F32 ? random_f32({c.k}, 0.3f) : random_bf16({c.k}, 0.3f));
+    for (auto variant : {cuda::LoopVariant::Auto, cuda::LoopVariant::Plain}) {
+      cuda::set_linear_variant(variant);
+      for (int m : {1, 2, 3, 5, 8, 9, 13, 16, 17, 40}) {
+        SCOPED_TRACE("k " + std::to_string(c.k) + " n " + std::to_string(c.n) + " residual " +
+                     dtype_name(c.res) + " norm " + dtype_name(c.norm_w) + " out " + dtype_name(c.y) + " offset " +
+                     std::to_string(c.offset) + (c.bias ? " bias" : "") + " variant " +
+                     std::to_string(int(variant)) + ", M " + std::to_string(m));
+        const Tensor res_host = c.res == DType::F32 ? random_f32({m, c.k}, 2.f) : random_bf16({m, c.k}, 2.f);
+        const Tensor x = gpu_->upload(random_bf16({m, c.k}, 1.f));
+        // Separate: add_rms_norm in place, then linear.
+        Tensor res_a = gpu_->upload(res_host), h = poisoned({m, c.k}), y_sep = poisoned({m, c.n}, c.y);
+        gpu_->add_rms_norm(res_a, x, nw, 1e-6f, c.offset, h);
+        gpu_->linear(h, w, y_sep);
+        // Fused.
+        Tensor res_b = gpu_->upload(res_host), res_out = poisoned({m, c.k}, c.res), h2 = poisoned({m, c.k}),
+               y_fused = poisoned({m, c.n}, c.y);
+        const auto before = bytes(res_b);
+        const bool out_of_place = gpu_->add_rms_norm_linear(res_b, x, nw, 1e-6f, c.offset, h2, w, y_fused, res_out);
+        EXPECT_EQ(out_of_place, m <= 8) << "the fused kernel takes M <= 8";
+        EXPECT_EQ(bytes(y_fused), bytes(y_sep));
+        if (out_of_place) {
+          EXPECT_EQ(bytes(res_out), bytes(res_a));
+          EXPECT_EQ(bytes(res_b), before) << "the old residual must stay as it was";
+        } else {
+          EXPECT_EQ(bytes(res_b), bytes(res_a));
+          EXPECT_EQ(bytes(h2), bytes(h));
         }
       }
     }

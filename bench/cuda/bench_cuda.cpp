@@ -20,6 +20,7 @@
 #include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/linear_wgmma.h"
 #include "bench_common.h"
 
 namespace tf {
@@ -296,7 +297,8 @@ struct Row {
 // Per-shape linear timings (the decode building block). M <= 16: the decode kernel's two loop variants;
 // M = 17..512: the mid-M kernel (linear_mid.cu, 32- and 64-feature CTA tiles; the TFLOP/s and GB/s
 // columns are the faster one's), tiled and (M <= 64) decode kernels forced in turn (same bits, tested),
-// M > 512: the tiled kernel; cuBLAS alongside. Auto = what linear_bf16 picks (docs/cuda-notes.md).
+// M > 512: the tiled kernel; the wgmma kernel (linear_wgmma.cu, its tile by the grid size) on sm_90;
+// cuBLAS alongside. Auto = what linear_bf16 picks (docs/cuda-notes.md).
 void linear_table(Backend& be, cublasHandle_t h, const Shape& sh, Layer& L, LinearWeight& lm_head) {
   cudaStream_t s = cuda::stream_of(be);
   const float one = 1, zero = 0;
@@ -312,7 +314,7 @@ void linear_table(Backend& be, cublasHandle_t h, const Shape& sh, Layer& L, Line
     LinearWeight* w;
   } ws[] = {{"q", &L.q}, {"o", &L.o}, {"gate_up", &L.gate_up}, {"down", &L.down}, {"lm_head", &lm_head}};
   std::printf("-- linears, %s --\n", sh.name);
-  for (int rows : {1, 8, 32, 64, 96, 128, 256, 4096}) {
+  for (int rows : {1, 8, 32, 64, 96, 128, 256, 512, 4096}) {
     for (auto& w : ws) {
       const int64_t n = w.w->weight.dim(0), k = w.w->weight.dim(1);
       if (rows > 256 && n > 100000) continue;  // lm_head runs for one row per prompt
@@ -340,14 +342,18 @@ void linear_table(Backend& be, cublasHandle_t h, const Shape& sh, Layer& L, Line
         const double tm = tm32 > 0 ? std::min(tm32, tm64) : 0;
         const double tt = forced(cuda::LinearKernel::Tiled);
         const double td = rows <= 64 ? forced(cuda::LinearKernel::Decode) : 0;
+        const double tw = cuda::linear_wgmma_supported() ? forced(cuda::LinearKernel::Wgmma) : 0;
         const double tc = timed([&] { cublas(x, *w.w, y); });
-        const double best = tm > 0 ? std::min(tm, tt) : tt;
+        double best = tm > 0 ? std::min(tm, tt) : tt;
+        if (tw > 0) best = std::min(best, tw);
         std::printf(
             "linear %-8s M=%-4d N=%-6ld K=%-6ld mid F32 %7.1f F64 %7.1f us %4.0f TFLOP/s %5.0f GB/s | tiled "
-            "%7.1f us %4.0f TFLOP/s | decode %7.1f us | cuBLAS %7.1f us %4.0f TFLOP/s %5.0f GB/s | best/cuBLAS "
-            "time %.2f\n",
+            "%7.1f us %4.0f TFLOP/s | wgmma %7.1f us %4.0f TFLOP/s %5.0f GB/s (%s) | decode %7.1f us | cuBLAS "
+            "%7.1f us %4.0f TFLOP/s %5.0f GB/s | best/cuBLAS time %.2f\n",
             w.n, rows, long(n), long(k), tm32 * 1e3, tm64 * 1e3, tm > 0 ? tflops(tm) : 0, tm > 0 ? gbs(tm) : 0,
-            tt * 1e3, tflops(tt), td * 1e3, tc * 1e3, tflops(tc), gbs(tc), best / tc);
+            tt * 1e3, tflops(tt), tw * 1e3, tw > 0 ? tflops(tw) : 0, tw > 0 ? gbs(tw) : 0,
+            cuda::wgmma_tile_name(cuda::linear_wgmma_auto_tile(rows, int(n))), td * 1e3, tc * 1e3, tflops(tc),
+            gbs(tc), best / tc);
         continue;
       }
       cuda::set_linear_variant(cuda::LoopVariant::Plain);

@@ -6,7 +6,8 @@
 // exact cancellations, signed zeros, huge values, nonzero C; (b) the same 16 k-values in another order
 // inside the instruction (both operands permuted alike), against the unpermuted mma.sync; (c) chains of
 // K/16 steps; (d) wgmma's scale-d = 0 (D = A*B) against mma.sync from C = +0. Exact bit comparisons.
-// Then timing of the prototype linear_wgmma_bf16 against linear_bf16 and cuBLAS (--no-timing skips it).
+// Then timing of linear_wgmma_bf16 (every tile) against the mma.sync kernels and cuBLAS at the Qwen3-8B
+// linear shapes, M = 64..4096, with a bit check (--no-timing skips it).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
@@ -476,51 +477,78 @@ float time_ms(F&& fn) {
   return ms[ms.size() / 2];
 }
 
-// The prototype against linear_bf16 (bits: every element of y) and cuBLAS (time) at prefill shapes.
+// Per-linear times at the Qwen3-8B shapes: the mma.sync kernel linear_bf16 used before wgmma (linear_mid.cu
+// up to M = 512, linear_tiled.cu above, forced), linear_wgmma per CTA tile and by its Auto pick, cuBLAS;
+// and whether the Auto wgmma output equals the mma.sync kernel's in every element.
 void run_timing() {
   cublasHandle_t h;
   if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) std::exit(3);
+  struct Lin {
+    const char* name;
+    int n, k;
+  };
+  const Lin lins[] = {{"q/o", 4096, 4096}, {"gate_up", 24576, 4096}, {"down", 4096, 12288}, {"lm_head", 151936, 4096}};
+  const int ms[] = {64, 128, 256, 512, 1024, 4096};
+  const tf::cuda::WgmmaTile tiles[] = {tf::cuda::WgmmaTile::W64T64, tf::cuda::WgmmaTile::W64T128,
+                                       tf::cuda::WgmmaTile::W128T64, tf::cuda::WgmmaTile::W128T128,
+                                       tf::cuda::WgmmaTile::W128T256};
+  const size_t max_x = size_t(4096) * 12288, max_w = size_t(151936) * 4096, max_y = size_t(4096) * 151936;
+  __nv_bfloat16 *x, *w, *y0, *y1, *y2;
+  CK(cudaMalloc(&x, max_x * 2)), CK(cudaMalloc(&w, max_w * 2));
+  CK(cudaMalloc(&y0, max_y * 2)), CK(cudaMalloc(&y1, max_y * 2)), CK(cudaMalloc(&y2, max_y * 2));
+  fill_random_bf16<<<1024, 256>>>(x, max_x, 1);
+  fill_random_bf16<<<1024, 256>>>(w, max_w, 2);
   std::printf(
-      "| timing: m tokens, n features, k | linear_bf16 ms (TFLOP/s) | linear_wgmma ms (TFLOP/s) | "
-      "cuBLAS ms (TFLOP/s) | wgmma == linear_bf16 bits\n");
-  for (int m : {512, 4096}) {
-    const int n = 4096, k = 4096;
-    __nv_bfloat16 *x, *w, *y0, *y1, *y2;
-    CK(cudaMalloc(&x, size_t(m) * k * 2)), CK(cudaMalloc(&w, size_t(n) * k * 2));
-    CK(cudaMalloc(&y0, size_t(m) * n * 2)), CK(cudaMalloc(&y1, size_t(m) * n * 2)),
-        CK(cudaMalloc(&y2, size_t(m) * n * 2));
-    fill_random_bf16<<<1024, 256>>>(x, size_t(m) * k, 1);
-    fill_random_bf16<<<1024, 256>>>(w, size_t(n) * k, 2);
-    const float alpha = 1.f, beta = 0.f;
-    const float t0 = time_ms(
-        [&] { tf::cuda::linear_bf16(x, w, nullptr, tf::DType::BF16, y0, tf::DType::BF16, m, n, k, 0); });
-    const float t1 = time_ms([&] {
-      tf::cuda::linear_wgmma_bf16(x, w, nullptr, tf::DType::BF16, y1, tf::DType::BF16, m, n, k, 0);
-    });
-    const float t2 = time_ms([&] {
-      cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, CUDA_R_16BF, k, x, CUDA_R_16BF, k, &beta,
-                   y2, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    });
-    CK(cudaDeviceSynchronize());
-    std::vector<uint16_t> a(size_t(m) * n), b(a.size());
-    CK(cudaMemcpy(a.data(), y0, a.size() * 2, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(b.data(), y1, b.size() * 2, cudaMemcpyDeviceToHost));
-    size_t mism = 0, first = a.size();
-    for (size_t i = 0; i < a.size(); ++i)
-      if (a[i] != b[i]) mism += 1, first = std::min(first, i);
-    const double flop = 2.0 * m * n * k;
-    auto tflops = [&](float ms) { return flop / (ms * 1e-3) / 1e12; };
-    char bits[128];
-    if (mism)
-      std::snprintf(bits, sizeof bits, "NO: %zu differ, first y[%zu][%zu] %04x vs %04x", mism, first / n,
-                    first % n, a[first], b[first]);
-    else
-      std::snprintf(bits, sizeof bits, "yes (all %zu)", a.size());
-    if (mism) ++g_failures;
-    std::printf("| %d %d %d | %.3f (%.0f) | %.3f (%.0f) | %.3f (%.0f) | %s\n", m, n, k, t0, tflops(t0), t1,
-                tflops(t1), t2, tflops(t2), bits);
-    CK(cudaFree(x)), CK(cudaFree(w)), CK(cudaFree(y0)), CK(cudaFree(y1)), CK(cudaFree(y2));
-  }
+      "| timing (us, TFLOP/s of the best): linear M N K | mma.sync (mid<=512, tiled) | wgmma 64x64 | 64x128 | "
+      "128x64 | 128x128 | 128x256 | wgmma auto (tile) | cuBLAS | auto == mma.sync bits\n");
+  for (const Lin& l : lins)
+    for (int m : ms) {
+      const int n = l.n, k = l.k;
+      const float alpha = 1.f, beta = 0.f;
+      tf::cuda::set_linear_kernel(m <= 512 ? tf::cuda::LinearKernel::Mid : tf::cuda::LinearKernel::Tiled);
+      const float t0 = time_ms(
+          [&] { tf::cuda::linear_bf16(x, w, nullptr, tf::DType::BF16, y0, tf::DType::BF16, m, n, k, 0); });
+      tf::cuda::set_linear_kernel(tf::cuda::LinearKernel::Auto);
+      float tt[5];
+      for (int i = 0; i < 5; ++i) {
+        tf::cuda::set_linear_wgmma_tile(tiles[i]);
+        tt[i] = time_ms([&] {
+          tf::cuda::linear_wgmma_bf16(x, w, nullptr, tf::DType::BF16, y1, tf::DType::BF16, m, n, k, 0);
+        });
+      }
+      tf::cuda::set_linear_wgmma_tile(tf::cuda::WgmmaTile::Auto);
+      const float t1 = time_ms([&] {
+        tf::cuda::linear_wgmma_bf16(x, w, nullptr, tf::DType::BF16, y1, tf::DType::BF16, m, n, k, 0);
+      });
+      const float t2 = time_ms([&] {
+        cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, CUDA_R_16BF, k, x, CUDA_R_16BF, k, &beta,
+                     y2, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      });
+      CK(cudaDeviceSynchronize());
+      std::vector<uint16_t> a(size_t(m) * n), b(a.size());
+      CK(cudaMemcpy(a.data(), y0, a.size() * 2, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(b.data(), y1, b.size() * 2, cudaMemcpyDeviceToHost));
+      size_t mism = 0, first = a.size();
+      for (size_t i = 0; i < a.size(); ++i)
+        if (a[i] != b[i]) mism += 1, first = std::min(first, i);
+      const double flop = 2.0 * m * n * k;
+      auto tflops = [&](float ms) { return flop / (ms * 1e-3) / 1e12; };
+      char bits[128];
+      if (mism)
+        std::snprintf(bits, sizeof bits, "NO: %zu differ, first y[%zu][%zu] %04x vs %04x", mism, first / n,
+                      first % n, a[first], b[first]);
+      else
+        std::snprintf(bits, sizeof bits, "yes");
+      if (mism) ++g_failures;
+      const float best = *std::min_element(tt, tt + 5);
+      std::printf("| %-7s %4d %6d %5d | %8.1f (%3.0f) | %8.1f | %8.1f | %8.1f | %8.1f | %8.1f (best %3.0f) | %8.1f (%3.0f) %s "
+                  "| %8.1f (%3.0f) | %s\n",
+                  l.name, m, n, k, t0 * 1e3, tflops(t0), tt[0] * 1e3, tt[1] * 1e3, tt[2] * 1e3, tt[3] * 1e3,
+                  tt[4] * 1e3, tflops(best), t1 * 1e3, tflops(t1),
+                  tf::cuda::wgmma_tile_name(tf::cuda::linear_wgmma_auto_tile(m, n)), t2 * 1e3, tflops(t2), bits);
+      std::fflush(stdout);
+    }
+  CK(cudaFree(x)), CK(cudaFree(w)), CK(cudaFree(y0)), CK(cudaFree(y1)), CK(cudaFree(y2));
   cublasDestroy(h);
 }
 

@@ -50,9 +50,11 @@ bool linear_add_rms_norm_bf16(const void* residual, DType res_dtype, const void*
 enum class LoopVariant { Auto, Plain, Prefetch };
 void set_linear_variant(LoopVariant v);
 // Which linear kernel serves a call. Auto: the decode kernel (linear.cu) for M <= 16, linear_mid.cu up to
-// set_linear_mid_max_m (512 by default), linear_tiled.cu above. The others force one kernel for every M,
-// for tests and benches: all compute every element with the same arithmetic (identical bits, tested).
-enum class LinearKernel { Auto, Decode, Mid, Tiled };
+// set_linear_mid_max_m (512 by default), linear_tiled.cu above; on sm_90 devices the wgmma kernel
+// (linear_wgmma.cu) instead of those two from M = 64. The others force one kernel for every M, for tests
+// and benches (Wgmma throws on other GPUs): all compute every element with the same arithmetic
+// (identical bits, tested).
+enum class LinearKernel { Auto, Decode, Mid, Tiled, Wgmma };
 void set_linear_kernel(LinearKernel kernel);
 void set_linear_mid_max_m(int m);
 // linear_mid.cu's features a CTA: 0 = by the grid size (default), 32 or 64 forced (benches; same bits).

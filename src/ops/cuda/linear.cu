@@ -16,12 +16,14 @@
 // the same slice sum (tested bit-equal across M, tests/ops/gpu/test_cuda_linear.cpp).
 #include <cuda_bf16.h>
 
+#include <climits>
 #include <type_traits>
 
 #include "ops/cuda/activation.cuh"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/launch.h"
+#include "ops/cuda/linear_wgmma.h"
 #include "ops/cuda/norm.cuh"
 
 namespace tf::cuda {
@@ -29,6 +31,10 @@ namespace {
 
 constexpr int kWarps = 8;        // = the K slices; linear_tiled.cu's kSlices must match
 constexpr int kFewBlocks = 256;  // grids smaller than this keep 8 K chunks a warp in flight
+// From this many rows linear_bf16 runs linear_wgmma.cu on sm_90 (same bits): at M = 64 its 64x64 tiles
+// stream the weights with ~10 chunks in flight a CTA where linear_mid.cu is at ~1.6 TB/s
+// (docs/cuda-notes.md, Session 3 v10).
+constexpr int kWgmmaMinM = 64;
 LoopVariant g_linear_variant = LoopVariant::Auto;
 bool g_pdl = true;
 
@@ -271,6 +277,11 @@ void linear_bf16(const void* x, const void* w, const void* bias, DType bias_dtyp
   const int bias_kind = !bias ? 0 : bias_dtype == DType::F32 ? 1 : 2;
   const bool y_f32 = y_dtype == DType::F32;
   const LinearKernel kernel = linear_kernel_for(m);  // linear_mid.cu: by M, or forced for tests
+  // Not forced (set_linear_kernel Auto) exactly when M = 1 gets the decode kernel and huge M another one.
+  const bool auto_pick =
+      linear_kernel_for(1) == LinearKernel::Decode && linear_kernel_for(INT_MAX) != LinearKernel::Decode;
+  if (kernel == LinearKernel::Wgmma || (auto_pick && m >= kWgmmaMinM && linear_wgmma_supported()))
+    return linear_wgmma_bf16(x, w, bias, bias_dtype, y, y_dtype, m, n, k, s);
   if (kernel == LinearKernel::Tiled) return linear_tiled_bf16(x, w, bias, bias_kind, y, y_f32, m, n, k, s);
   if (kernel == LinearKernel::Mid) return linear_mid_bf16(x, w, bias, bias_kind, y, y_f32, m, n, k, s);
   const bool few_blocks = (n + 15) / 16 * ((m + 7) / 8) < kFewBlocks;

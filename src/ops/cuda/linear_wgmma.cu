@@ -1,151 +1,148 @@
-// Prefill linear on wgmma (sm_90a warpgroup MMA), PROTOTYPE for issue #6: the per-element arithmetic of
-// linear.cu / linear_tiled.cu (read their headers) on m64n128k16 instead of m16n8k16, valid only if one
-// wgmma k16 step rounds exactly like one mma.sync step on the same 16 k-values (bench/cuda/
-// wgmma_probe.cu tests that; if it fails this kernel cannot be bit-equal and is to be dropped).
+// Prefill linear on Hopper warpgroup MMAs (wgmma, sm_90a) for issue #6: the per-element arithmetic of
+// linear.cu (read its header) on m64nNk16 instead of m16n8k16. bench/cuda/wgmma_probe.cu showed that one
+// wgmma k16 step rounds bit for bit like one mma.sync m16n8k16 step on the same 16 k-values, and that the
+// order of the 16 values inside a step does not matter, only which 16 a step gets.
 //
-// CTA: 128 weight rows (the M = 64 operand A, one 64-row half per warpgroup) x 128 tokens (operand B,
-// N = 128, shared by both warpgroups), 2 warpgroups = 256 threads. K is staged 64 wide (two 32-chunks) in
-// three shared-memory buffers; every thread loads a stage into registers with 16-byte loads two stages
-// ahead and stores it (permuted, below) in the layout wgmma reads while the current stage's wgmmas run.
+// What a step gets (linear.cu's in-chunk permutation): step h (0/1) of 32-chunk c takes, per row, the
+// k-values c*32 + 8u + 4h + j (u, j = 0..3), i.e. the 8-byte pieces at byte 0, 16, 32, 48 (h = 0) or
+// 8, 24, 40, 56 (h = 1) of the row's 64-byte chunk. The producer copies them with 8-byte cp.async straight
+// into the no-swizzle core-matrix layout wgmma reads (a core matrix: 8 rows x 16 bytes): logical k of
+// step h = the four pieces u = 0..3 in order, so core-matrix K half kh holds pieces u = 2kh, 2kh + 1. One
+// warp instruction moves 8 rows x 32 bytes (one K half of the chunk, both steps): 8 fully used global
+// sectors, and in shared memory two whole 128-byte core matrices (one per step), no bank conflict.
+// TMA cannot do this (its global strides are multiples of 16 bytes), and a 128B-swizzled layout would
+// only change where the same pieces land; the core matrices here are 128 contiguous bytes each, which
+// wgmma reads conflict-free without a swizzle.
 //
-// The in-chunk permutation: mma.sync's step h (0/1) of chunk c gives fragment position (logical k) L the
-// physical k c*32 + 8*(L%8/2) + 4h + 2*(L/8) + L%2 (lane (g, t) holds W[f][c*32 + 8t .. +8]; words 0/1
-// feed step 0's a0/a2, words 2/3 step 1's). Here a 16-byte load of unit t (physical 8t .. 8t+7) holds 4
-// words; word j goes to step h = j/2, K half kh = j%2, at logical L = 8kh + 2t: a 4-byte store into
-// the core matrix (8 rows x 8 logical k) of that step. Both operands get the same mapping, so each
-// wgmma step sees the 16 k-values of the matching mma.sync step at the same logical positions.
+// CTA: WGS consumer warpgroups (64 weight rows each: the M = 64 operand A) x BN tokens (operand B, shared
+// by the consumers), plus one producer warpgroup. The stages are 32-chunks (2 k16 steps); the producer
+// fills a ring of kStages of them with cp.async, each completion tracked by its `full` mbarrier
+// (cp.async.mbarrier.arrive.noinc); a consumer warp releases a stage (`empty` mbarrier) once
+// wgmma.wait_group shows its MMAs done. The consumers keep one wgmma group in flight while they wait for
+// the next stage, so loads, MMAs and the next issue overlap; no __syncthreads in the main loop.
 //
-// Per element, as in linear_tiled.cu: the accumulator is the current slice's chain (started from +0
-// with scale-d = 1, like mma.sync from a zeroed accumulator), folded into `tot` at each slice end
-// (assigned for slice 0, added after), then the bias.
+// Per element, as in linear.cu: slice si of 8 covers chunks [si*C/8, (si+1)*C/8) (C = K/32), its chain
+// starts from +0 (zeroed accumulator, scale-d = 1, like mma.sync from a zeroed accumulator), and the
+// slice partials are folded in slice order into `tot` (assigned for slice 0, added after; an empty slice
+// adds +0), then the bias, then the rounding. Slices are a function of K only, so slice ends are stage
+// ends. With BN = 256 the 128 accumulators leave no room for 128 more `tot` registers: tot lives in
+// shared memory then (each thread its own 128 words, touched 8 times a tile).
 #include <cuda_bf16.h>
 
+#include <algorithm>
+#include <climits>
 #include <string>
 
 #include "core/error.h"
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/launch.h"
 #include "ops/cuda/linear_wgmma.h"
 
 namespace tf::cuda {
 namespace {
 
-constexpr int kTile = 128;                            // weight rows and tokens per CTA
-constexpr int kThreads = 256;                         // 2 warpgroups
-constexpr int kSlices = 8;                            // linear.cu's kWarps: part of the arithmetic
-constexpr int kStepBytes = kTile * 16 * 2;            // one k16 step of one operand: 128 rows x 16 bf16
-constexpr int kOperandBytes = 4 * kStepBytes;         // a stage: 2 chunks x 2 steps
-constexpr int kBufBytes = 2 * kOperandBytes;          // W then x
-constexpr int kBuffers = 3;                           // stage kt computes, kt+1 is stored, kt-1 drains
-constexpr int kSmemBytes = kBuffers * kBufBytes;      // 96 KB
-constexpr int kLoads = 2 * kTile * 2 * 4 / kThreads;  // 16-byte loads a thread issues per stage (8)
+constexpr int kSlices = 8;              // linear.cu's kWarps: part of the arithmetic
+constexpr int kSmemLimit = 227 * 1024;  // sm_90 dynamic shared memory per CTA
+constexpr int kRowGroupBytes = 256;     // SBO: 8 rows x 2 K halves x 16 bytes
+constexpr int kKHalfBytes = 128;        // LBO: the step's second 8 logical k-values
+WgmmaTile g_tile = WgmmaTile::Auto;
 
-// Byte offset of (row, logical k L) inside one k16 step's block: 8x8 core matrices of 128 bytes, the
-// two K halves kKHalfBytes apart (descriptor LBO), 8-row groups kRowGroupBytes apart (SBO). The probe's
-// layout check prints which descriptor order addresses this layout right (it expects this one).
-constexpr uint32_t kKHalfBytes = 128, kRowGroupBytes = 256;
-__device__ __forceinline__ uint32_t core_off(int row, int l) {
-  return (row / 8) * kRowGroupBytes + (l / 8) * kKHalfBytes + (row % 8) * 16 + (l % 8) * 2;
-}
-
-// Load i of this thread: operand (0 = W, 1 = x), row in the tile, chunk in the stage, 16-byte unit t.
-struct LoadSlot {
-  int op, row, cc, t;
+template <int WGS, int BN>
+struct Cfg {
+  static constexpr int kBM = 64 * WGS;              // weight rows a CTA
+  static constexpr int kThreads = 128 * (WGS + 1);  // consumers + 1 producer warpgroup
+  static constexpr int kAcc = BN / 2;               // accumulator floats a consumer thread (64*BN/128)
+  static constexpr bool kTotSmem = BN == 256;
+  static constexpr int kWStep = kBM * 32;  // one k16 step of W: kBM rows x 16 bf16
+  static constexpr int kXStep = BN * 32;
+  static constexpr int kStage = 2 * (kWStep + kXStep);  // one 32-chunk of both operands
+  static constexpr int kTotBytes = kTotSmem ? WGS * 128 * kAcc * 4 : 0;
+  static constexpr int kStages = std::min(10, (kSmemLimit - kTotBytes) / kStage);
+  static constexpr int kSmem = kStages * kStage + kTotBytes;
+  static constexpr int kCopies = (kBM + BN) / 16;  // 8-byte cp.async per producer thread a chunk
+  static_assert(kStages >= 3, "pipeline too shallow");
 };
-__device__ __forceinline__ LoadSlot slot(int i) {
-  const int idx = threadIdx.x + i * kThreads;  // 0 .. 2047
-  return {idx >> 10, (idx >> 2) & (kTile - 1), (idx >> 9) & 1, idx & 3};
+
+// ---- mbarrier / cp.async (PTX ISA: "Parallel synchronization and communication", "cp.async") ----
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+// The barrier's pending count drops when all of this thread's earlier cp.async have landed.
+__device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void cp_async8(uint32_t dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(dst), "l"(src) : "memory");
 }
 
-__global__ void __launch_bounds__(kThreads, 1)
-    linear_wgmma_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
-                        const void* __restrict__ bias, int bias_kind, void* __restrict__ y, bool y_f32, int m,
-                        int n, int k, int m_tiles) {
-  extern __shared__ __align__(1024) unsigned char smem[];
-  const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+template <int BN>
+__device__ __forceinline__ void wgmma_tile(float* d, uint64_t da, uint64_t db) {
+  if constexpr (BN == 64) wgmma_m64n64(d, da, db, 1);
+  if constexpr (BN == 128) wgmma_m64n128(d, da, db, 1);
+  if constexpr (BN == 256) wgmma_m64n256(d, da, db, 1);
+}
+
+// The producer warpgroup: chunk c goes to stage c % kStages once the consumers released it. Warp pw's
+// instruction j covers row group rg (8 rows, W's then x's) and K half kh; lane (r8 = lane/4, q = lane%4)
+// copies bytes kh*32 + 8q .. +8 of its row's chunk: step h = q%2, position (q/2)*8 of the core row.
+template <int WGS, int BN>
+__device__ __forceinline__ void produce(const __nv_bfloat16* __restrict__ x,
+                                        const __nv_bfloat16* __restrict__ w, int m, int n, int k, int m0,
+                                        int n0, uint32_t sbase, uint32_t full, uint32_t empty) {
+  using C = Cfg<WGS, BN>;
+  const int pw = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, r8 = lane / 4, q = lane % 4;
+  const int kh = pw % 2, chunks = k / 32;
+  const uint32_t lane_off = kh * kKHalfBytes + r8 * 16 + (q / 2) * 8;
+  const int col = kh * 16 + q * 4;  // element offset in the chunk
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  for (int c = 0; c < chunks; ++c) {
+    const int s = c % C::kStages;
+    if (c >= C::kStages) mbar_wait(empty + 8 * s, ((c / C::kStages) & 1) ^ 1);
+    const uint32_t st = sbase + s * C::kStage;
+#pragma unroll
+    for (int j = 0; j < C::kCopies; ++j) {
+      if (j < C::kBM / 16) {  // row group rg of W (instruction pw + 4j covers row group (pw + 4j) / 2)
+        const int rg = pw / 2 + 2 * j, row = min(n0 + rg * 8 + r8, n - 1);  // clamped: masked outputs only
+        cp_async8(st + (q % 2) * C::kWStep + rg * kRowGroupBytes + lane_off,
+                  w + int64_t(row) * k + c * 32 + col);
+      } else {  // row group xg of x
+        const int xg = pw / 2 + 2 * (j - C::kBM / 16), row = min(m0 + xg * 8 + r8, m - 1);
+        cp_async8(st + 2 * C::kWStep + (q % 2) * C::kXStep + xg * kRowGroupBytes + lane_off,
+                  x + int64_t(row) * k + c * 32 + col);
+      }
+    }
+    cp_async_arrive(full + 8 * s);
+  }
+  asm volatile("cp.async.wait_all;" ::: "memory");
+}
+
+template <int WGS, int BN>
+__device__ __forceinline__ void store_out(const float* tot, const float* tot_smem,
+                                          const void* __restrict__ bias, int bias_kind, void* __restrict__ y,
+                                          bool y_f32, int m, int n, int m0, int n0) {
+  using C = Cfg<WGS, BN>;
   const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
-  const int m0 = (blockIdx.x % m_tiles) * kTile, n0 = (blockIdx.x / m_tiles) * kTile;
-  const int chunks = k / 32, ktiles = (chunks + 1) / 2;
-
-  uint4 pre[kLoads];
-  auto load_stage = [&](int kt) {
+  // Element i = 4j + e: weight row 16*warp + g + 8*(e/2) of this warpgroup's 64, token 8j + 2t + e%2.
 #pragma unroll
-    for (int i = 0; i < kLoads; ++i) {
-      const LoadSlot s = slot(i);
-      const int r0 = s.op == 0 ? n0 : m0, rows = s.op == 0 ? n : m, c = 2 * kt + s.cc;
-      const __nv_bfloat16* src = s.op == 0 ? w : x;
-      pre[i] = make_uint4(0, 0, 0, 0);
-      if (r0 + s.row < rows && c < chunks)
-        pre[i] = __ldg(reinterpret_cast<const uint4*>(src + int64_t(r0 + s.row) * k + c * 32 + 8 * s.t));
-    }
-  };
-  auto store_stage = [&](int b) {
-#pragma unroll
-    for (int i = 0; i < kLoads; ++i) {
-      const LoadSlot s = slot(i);
-      const uint32_t base = sbase + b * kBufBytes + s.op * kOperandBytes + core_off(s.row, 2 * s.t);
-      const uint32_t words[4] = {pre[i].x, pre[i].y, pre[i].z, pre[i].w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {  // step h = j/2 of chunk cc, K half j%2
-        const uint32_t addr = base + (2 * s.cc + j / 2) * kStepBytes + (j % 2) * kKHalfBytes;
-        asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(words[j]) : "memory");
-      }
-    }
-    fence_proxy_async();  // generic-proxy stores -> wgmma's async-proxy reads
-  };
-
-  float acc[64], tot[64];
-#pragma unroll
-  for (int i = 0; i < 64; ++i) tot[i] = 0.f;
-
-  load_stage(0);
-  store_stage(0);
-  if (ktiles > 1) load_stage(1);
-  __syncthreads();
-  // Slices are the outer loop so that the accumulators are only zeroed before a chain and read after
-  // it (no branch in the chain's loop touches them, which would make the compiler copy registers that
-  // wgmmas in flight still write). An empty slice (K < 256) folds +0 like an idle warp in linear.cu.
-  int c = 0;
-  for (int si = 0; si < kSlices; ++si) {
-#pragma unroll
-    for (int i = 0; i < 64; ++i) acc[i] = 0.f;
-    for (const int c_end = (si + 1) * chunks / kSlices; c < c_end; ++c) {
-      const int kt = c / 2, cc = c % 2;
-      const uint32_t buf = sbase + (kt % kBuffers) * kBufBytes;
-      const uint32_t wbuf = buf + wg * (64 / 8) * kRowGroupBytes, xbuf = buf + kOperandBytes;
-      wgmma_fence_operands<64>(acc);
-      wgmma_fence();
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint32_t q = (2 * cc + h) * kStepBytes;
-        wgmma_m64n128(acc, wgmma_desc(wbuf + q, kKHalfBytes, kRowGroupBytes),
-                      wgmma_desc(xbuf + q, kKHalfBytes, kRowGroupBytes), 1);
-      }
-      wgmma_fence_operands<64>(acc);
-      if (cc == 1 || c + 1 == chunks) {  // stage kt is issued
-        wgmma_commit();
-        // While its MMAs run: stage kt+1 (in registers since the last stage) goes to its buffer, last
-        // read by stage kt-2's MMAs, and stage kt+2's loads are issued.
-        if (kt + 1 < ktiles) store_stage((kt + 1) % kBuffers);
-        if (kt + 2 < ktiles) load_stage(kt + 2);
-        wgmma_wait<1>();  // stage kt-1's MMAs are done: its buffer is the next stage's store target
-        __syncthreads();
-      }
-    }
-    wgmma_commit();  // the slice's chain is complete (an empty group if the stage end committed it)
-    wgmma_wait<0>();
-    wgmma_fence_operands<64>(acc);
-#pragma unroll
-    for (int i = 0; i < 64; ++i) tot[i] = si == 0 ? acc[i] : tot[i] + acc[i];
-  }
-
-  // acc element i: feature row 16*warp + g + 8*(e/2) of this warpgroup's 64, token 8*j + 2t + e%2.
-#pragma unroll
-  for (int i = 0; i < 64; ++i) {
+  for (int i = 0; i < C::kAcc; ++i) {
     const int j = i / 4, e = i % 4;
     const int col = n0 + wg * 64 + 16 * warp + g + 8 * (e / 2), row = m0 + 8 * j + 2 * t + e % 2;
     if (row >= m || col >= n) continue;
-    float s = tot[i];
+    float s = C::kTotSmem ? tot_smem[i * WGS * 128 + threadIdx.x] : tot[C::kTotSmem ? 0 : i];
     if (bias_kind == 1) s += static_cast<const float*>(bias)[col];
     if (bias_kind == 2) s += __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[col]);
     if (y_f32)
@@ -155,24 +152,185 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
+template <int WGS, int BN>
+__device__ __forceinline__ void consume(const void* __restrict__ bias, int bias_kind, void* __restrict__ y,
+                                        bool y_f32, int m, int n, int k, int m0, int n0, uint32_t sbase,
+                                        float* tot_smem, uint32_t full, uint32_t empty) {
+  using C = Cfg<WGS, BN>;
+  const int wg = threadIdx.x / 128, lane = threadIdx.x % 32, chunks = k / 32;
+  float acc[C::kAcc], tot[C::kTotSmem ? 1 : C::kAcc];
+  int c = 0;
+  // Slices are the outer loop so that the accumulators are only zeroed before a chain and read after
+  // it: nothing touches them while wgmmas are in flight (no compiler-inserted waits).
+  for (int si = 0; si < kSlices; ++si) {
+#pragma unroll
+    for (int i = 0; i < C::kAcc; ++i) acc[i] = 0.f;
+    for (const int c_end = (si + 1) * chunks / kSlices; c < c_end; ++c) {
+      const int s = c % C::kStages;
+      mbar_wait(full + 8 * s, (c / C::kStages) & 1);
+      fence_proxy_async();  // the cp.async (generic proxy) bytes -> wgmma's async-proxy reads
+      const uint32_t st = sbase + s * C::kStage;
+      const uint32_t a = st + wg * (64 / 8) * kRowGroupBytes, b = st + 2 * C::kWStep;
+      wgmma_fence_operands<C::kAcc>(acc);
+      wgmma_fence();
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        wgmma_tile<BN>(acc, wgmma_desc(a + h * C::kWStep, kKHalfBytes, kRowGroupBytes),
+                       wgmma_desc(b + h * C::kXStep, kKHalfBytes, kRowGroupBytes));
+      wgmma_commit();
+      wgmma_fence_operands<C::kAcc>(acc);
+      wgmma_wait<1>();  // chunk c-1's MMAs are done: its stage goes back to the producer
+      wgmma_fence_operands<C::kAcc>(acc);
+      if (c > 0 && lane == 0) mbar_arrive(empty + 8 * ((c - 1) % C::kStages));
+    }
+    wgmma_wait<0>();
+    wgmma_fence_operands<C::kAcc>(acc);
+#pragma unroll
+    for (int i = 0; i < C::kAcc; ++i) {
+      if constexpr (C::kTotSmem) {
+        float& tv = tot_smem[i * WGS * 128 + threadIdx.x];
+        tv = si == 0 ? acc[i] : tv + acc[i];
+      } else {
+        tot[i] = si == 0 ? acc[i] : tot[i] + acc[i];
+      }
+    }
+  }
+  store_out<WGS, BN>(tot, tot_smem, bias, bias_kind, y, y_f32, m, n, m0, n0);
+}
+
+template <int WGS, int BN>
+__global__ void __launch_bounds__(Cfg<WGS, BN>::kThreads, 1)
+    linear_wgmma_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
+                        const void* __restrict__ bias, int bias_kind, void* __restrict__ y, bool y_f32, int m,
+                        int n, int k, int m_tiles) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using C = Cfg<WGS, BN>;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  __shared__ __align__(8) uint64_t bars[2 * C::kStages];  // full[s], then empty[s]
+  const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t full = static_cast<uint32_t>(__cvta_generic_to_shared(bars));
+  const uint32_t empty = full + 8 * C::kStages;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < C::kStages; ++s) {
+      mbar_init(full + 8 * s, 128);       // every producer thread's cp.async arrive
+      mbar_init(empty + 8 * s, 4 * WGS);  // lane 0 of every consumer warp
+    }
+  }
+  __syncthreads();
+  asm volatile("griddepcontrol.launch_dependents;");
+  // Token tiles vary fastest: the CTAs that share a weight tile run together (L2 reuse of W).
+  const int m0 = (blockIdx.x % m_tiles) * BN, n0 = (blockIdx.x / m_tiles) * C::kBM;
+  if (threadIdx.x / 128 == WGS) {
+    if constexpr (WGS == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 56;");
+    produce<WGS, BN>(x, w, m, n, k, m0, n0, sbase, full, empty);
+  } else {
+    if constexpr (WGS == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 224;");
+    float* tot_smem = reinterpret_cast<float*>(smem + C::kStages * C::kStage);
+    consume<WGS, BN>(bias, bias_kind, y, y_f32, m, n, k, m0, n0, sbase, tot_smem, full, empty);
+  }
+#else
+  __trap();  // built for another architecture: linear_wgmma_supported() keeps callers away
+#endif
+}
+
+template <int WGS, int BN>
+void launch(const void* x, const void* w, const void* bias, int bias_kind, void* y, bool y_f32, int m, int n,
+            int k, cudaStream_t s) {
+  using C = Cfg<WGS, BN>;
+  static const bool configured = [] {
+    TF_CUDA_CHECK(cudaFuncSetAttribute(linear_wgmma_kernel<WGS, BN>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
+    return true;
+  }();
+  (void)configured;
+  const int m_tiles = (m + BN - 1) / BN, n_tiles = (n + C::kBM - 1) / C::kBM;
+  launch_pdl(linear_wgmma_kernel<WGS, BN>, dim3(m_tiles * n_tiles), dim3(C::kThreads), C::kSmem, s,
+             static_cast<const __nv_bfloat16*>(x), static_cast<const __nv_bfloat16*>(w), bias, bias_kind, y,
+             y_f32, m, n, k, m_tiles);
+}
+
 }  // namespace
+
+// Auto: the tile with the least estimated time, (waves of 132 CTAs) x (tile work / tile efficiency). The
+// efficiencies are guesses (larger tiles: more MMA work per byte staged); any tile gives the same bits.
+WgmmaTile linear_wgmma_auto_tile(int m, int n) {
+  struct Option {
+    WgmmaTile tile;
+    int bm, bn;
+    double eff;
+  };
+  static constexpr Option kOptions[] = {{WgmmaTile::W128T256, 128, 256, 1.0},
+                                        {WgmmaTile::W128T128, 128, 128, 0.85},
+                                        {WgmmaTile::W64T128, 64, 128, 0.7},
+                                        {WgmmaTile::W128T64, 128, 64, 0.65},
+                                        {WgmmaTile::W64T64, 64, 64, 0.5}};
+  WgmmaTile best = WgmmaTile::W64T64;
+  double best_t = 1e300;
+  for (const Option& o : kOptions) {
+    const long tiles = long((m + o.bn - 1) / o.bn) * ((n + o.bm - 1) / o.bm);
+    const double t = double((tiles + 131) / 132) * o.bm * o.bn / o.eff;
+    if (t < best_t) best_t = t, best = o.tile;
+  }
+  return best;
+}
+
+bool linear_wgmma_supported() {
+  static const bool ok = [] {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    cudaFuncAttributes attr{};
+    // The kernels are only compiled for sm_90a; a build without it has no binary for them.
+    return major == 9 && minor == 0 &&
+           cudaFuncGetAttributes(&attr, linear_wgmma_kernel<1, 64>) == cudaSuccess &&
+           attr.binaryVersion == 90;
+  }();
+  return ok;
+}
+
+void set_linear_wgmma_tile(WgmmaTile tile) {
+  g_tile = tile;
+}
+
+const char* wgmma_tile_name(WgmmaTile tile) {
+  switch (tile) {
+    case WgmmaTile::Auto:
+      return "auto";
+    case WgmmaTile::W64T64:
+      return "64x64";
+    case WgmmaTile::W64T128:
+      return "64x128";
+    case WgmmaTile::W128T64:
+      return "128x64";
+    case WgmmaTile::W128T128:
+      return "128x128";
+    case WgmmaTile::W128T256:
+      return "128x256";
+  }
+  return "?";
+}
 
 void linear_wgmma_bf16(const void* x, const void* w, const void* bias, DType bias_dtype, void* y,
                        DType y_dtype, int m, int n, int k, cudaStream_t s) {
   TF_CHECK(k % 32 == 0, "CUDA linear needs in_features divisible by 32, got " + std::to_string(k));
-  static const bool configured = [] {
-    TF_CUDA_CHECK(
-        cudaFuncSetAttribute(linear_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-    return true;
-  }();
-  (void)configured;
+  TF_CHECK(linear_wgmma_supported(),
+           "the wgmma linear needs an sm_90 GPU (H100/H200) and a build with CUDA architecture 90a");
+  if (m <= 0 || n <= 0) return;
   const int bias_kind = !bias ? 0 : bias_dtype == DType::F32 ? 1 : 2;
-  const int m_tiles = (m + kTile - 1) / kTile, n_tiles = (n + kTile - 1) / kTile;
-  // Token tiles vary fastest: the CTAs that share a weight tile run together (L2 reuse of W).
-  linear_wgmma_kernel<<<m_tiles * n_tiles, kThreads, kSmemBytes, s>>>(
-      static_cast<const __nv_bfloat16*>(x), static_cast<const __nv_bfloat16*>(w), bias, bias_kind, y,
-      y_dtype == DType::F32, m, n, k, m_tiles);
-  TF_CUDA_CHECK(cudaGetLastError());
+  const bool f32 = y_dtype == DType::F32;
+  switch (g_tile == WgmmaTile::Auto ? linear_wgmma_auto_tile(m, n) : g_tile) {
+    case WgmmaTile::W64T64:
+      return launch<1, 64>(x, w, bias, bias_kind, y, f32, m, n, k, s);
+    case WgmmaTile::W64T128:
+      return launch<1, 128>(x, w, bias, bias_kind, y, f32, m, n, k, s);
+    case WgmmaTile::W128T64:
+      return launch<2, 64>(x, w, bias, bias_kind, y, f32, m, n, k, s);
+    case WgmmaTile::W128T128:
+      return launch<2, 128>(x, w, bias, bias_kind, y, f32, m, n, k, s);
+    default:
+      return launch<2, 256>(x, w, bias, bias_kind, y, f32, m, n, k, s);
+  }
 }
 
 }  // namespace tf::cuda

@@ -1,10 +1,11 @@
 #pragma once
-// Prefill linear on Hopper warpgroup MMAs (wgmma, sm_90a), meant to give the same bits as linear_bf16
-// (linear.cu / linear_tiled.cu) for every element: per element the same 8 K slices, the same in-order
-// chain of k16 steps per slice with the same 16 K indices per step (the in-chunk permutation is applied
-// while staging shared memory), the slice partials folded in slice order, then the bias. PROTOTYPE: not
-// wired into linear_bf16's dispatch; bench/cuda/wgmma_probe.cu checks that one wgmma k16 step rounds
-// like one mma.sync m16n8k16 step, and tests/ops/gpu/test_cuda_wgmma.cpp compares whole outputs.
+// Prefill linear on Hopper warpgroup MMAs (wgmma, sm_90a), giving the same bits as linear_bf16's other
+// kernels (linear.cu / linear_mid.cu / linear_tiled.cu) for every element: per element the same 8 K
+// slices, the same in-order chain of k16 steps per slice with the same 16 K values per step (staged by
+// 8-byte cp.async into the layout wgmma reads), the slice partials folded in slice order, then the bias.
+// linear_bf16 runs it on sm_90 devices from M = kWgmmaMinM rows (linear.cu); bench/cuda/wgmma_probe.cu
+// checks that one wgmma k16 step rounds like one mma.sync m16n8k16 step, tests/ops/gpu/test_cuda_wgmma.cpp
+// compares whole outputs with linear_bf16 at M = 1 for every tile shape.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -14,9 +15,19 @@
 namespace tf::cuda {
 
 // y[m][n] = x[m][:] . w[n][:] (+ bias[n]); x [m, k] bf16, w [n, k] bf16, y [m, n] bf16 or f32, bias f32
-// or bf16 or null. Needs k % 32 == 0 (throws otherwise); any m, n >= 1.
+// or bf16 or null. Needs k % 32 == 0 and linear_wgmma_supported() (throws otherwise); any m, n >= 1.
 void linear_wgmma_bf16(const void* x, const void* w, const void* bias, DType bias_dtype, void* y,
                        DType y_dtype, int m, int n, int k, cudaStream_t s);
+// True when the current device is sm_90 and this build has the sm_90a kernels (else callers must use
+// the mma.sync kernels).
+bool linear_wgmma_supported();
+// CTA tile, weight rows x tokens (64/128 weight rows = 1/2 consumer warpgroups). Auto picks by the grid
+// size (linear_wgmma_auto_tile); the others force one, for tests and benches. Every tile computes each
+// element with the same arithmetic (identical bits, tested).
+enum class WgmmaTile { Auto, W64T64, W64T128, W128T64, W128T128, W128T256 };
+void set_linear_wgmma_tile(WgmmaTile tile);
+WgmmaTile linear_wgmma_auto_tile(int m, int n);
+const char* wgmma_tile_name(WgmmaTile tile);
 
 #ifdef __CUDACC__
 // ---- device helpers shared with the probe (inline PTX per the PTX ISA, "warpgroup-level MMA") ----

@@ -1,8 +1,9 @@
 // The bf16 linear's exactness promise across its kernels: for every M, every kernel choice (the decode
-// kernel, linear_mid.cu, linear_tiled.cu, and the Auto dispatch) gives each row the exact bits of that
-// row computed alone (M = 1) by the decode kernel; and that M = 1 row matches a double-precision CPU
-// dot product within the bf16/fp32 error bound. K covers even slices (4096, 12288), uneven ones (1120 =
-// 35 chunks) and empty ones (96 = 3 chunks); N covers a partial feature tile (16, 1040) and a full grid.
+// kernel, linear_mid.cu, linear_tiled.cu, linear_wgmma.cu on sm_90, and the Auto dispatch) gives each row
+// the exact bits of that row computed alone (M = 1) by the decode kernel; and that M = 1 row matches a
+// double-precision CPU dot product within the bf16/fp32 error bound. K covers even slices (4096, 12288),
+// uneven ones (1120 = 35 chunks) and empty ones (96 = 3 chunks); N covers a partial feature tile (16,
+// 1040) and a full grid.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -15,6 +16,7 @@
 
 #include "core/dtype.h"
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/linear_wgmma.h"
 
 namespace tf {
 namespace {
@@ -82,6 +84,8 @@ const char* kernel_name(cuda::LinearKernel k) {
       return "mid";
     case cuda::LinearKernel::Tiled:
       return "tiled";
+    case cuda::LinearKernel::Wgmma:
+      return "wgmma";
   }
   return "?";
 }
@@ -141,10 +145,13 @@ TEST_P(CudaLinear, EveryKernelGivesEachRowItsDecodeBits) {
 
       // The mid kernel three times: its tile by the grid size, and 32 / 64 features a CTA forced (with the
       // 32 / 64-token choice by M, all four tile shapes run).
+      // The wgmma kernel (its tile by the grid size; test_cuda_wgmma forces each) only on sm_90.
       const std::pair<cuda::LinearKernel, int> kernels[] = {
           {cuda::LinearKernel::Decode, 0}, {cuda::LinearKernel::Mid, 0},   {cuda::LinearKernel::Mid, 32},
-          {cuda::LinearKernel::Mid, 64},   {cuda::LinearKernel::Tiled, 0}, {cuda::LinearKernel::Auto, 0}};
+          {cuda::LinearKernel::Mid, 64},   {cuda::LinearKernel::Tiled, 0}, {cuda::LinearKernel::Auto, 0},
+          {cuda::LinearKernel::Wgmma, 0}};
       for (auto [kern, features] : kernels) {
+        if (kern == cuda::LinearKernel::Wgmma && !cuda::linear_wgmma_supported()) continue;
         cuda::set_linear_kernel(kern);
         cuda::set_linear_mid_features(features);
         for (int m : kMs) {

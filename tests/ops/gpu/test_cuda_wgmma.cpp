@@ -1,6 +1,7 @@
-// The wgmma prototype (src/ops/cuda/linear_wgmma.cu) against linear_bf16 at M = 1: every row of a
-// batched wgmma call must have exactly the bits linear_bf16 gives that row alone (the row-invariance
-// contract of docs/cuda-notes.md "Design"). First mismatching element printed with both bit patterns.
+// The wgmma linear (src/ops/cuda/linear_wgmma.cu), every CTA tile shape, against linear_bf16 at M = 1:
+// every row of a batched wgmma call must have exactly the bits linear_bf16 gives that row alone (the
+// row-invariance contract of docs/cuda-notes.md "Design"). First mismatching element printed with both
+// bit patterns.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -41,36 +42,51 @@ struct Dev {
   ~Dev() { cudaFree(p); }
 };
 
+constexpr cuda::WgmmaTile kTiles[] = {cuda::WgmmaTile::W64T64,   cuda::WgmmaTile::W64T128,
+                                      cuda::WgmmaTile::W128T64,  cuda::WgmmaTile::W128T128,
+                                      cuda::WgmmaTile::W128T256, cuda::WgmmaTile::Auto};
+constexpr int kAllMs[] = {64, 65, 96, 128, 200, 256, 512, 4096};
+
 struct Shape {
   std::vector<int> ms;  // token counts (prefixes of one x)
   int n, k;
-  bool f32_out_and_bias;
+  bool f32_out;
+  int bias_kind;  // 0 none, 1 f32, 2 bf16
 };
 
+// Every tile shape (and Auto) at every M of the shape against each row alone through linear_bf16 (M = 1,
+// the decode kernel), bit for bit; also linear_bf16 itself at M (Auto dispatch: wgmma from M = 64 here).
 void check_shape(const Shape& sh) {
   const int max_m = *std::max_element(sh.ms.begin(), sh.ms.end()), n = sh.n, k = sh.k;
-  const size_t out_bytes = sh.f32_out_and_bias ? 4 : 2;
-  const DType y_dtype = sh.f32_out_and_bias ? DType::F32 : DType::BF16;
+  const size_t out_bytes = sh.f32_out ? 4 : 2;
+  const DType y_dtype = sh.f32_out ? DType::F32 : DType::BF16;
   const auto hx = random_bf16(size_t(max_m) * k, 11 + k), hw = random_bf16(size_t(n) * k, 29 + n);
   std::vector<float> hb(n);
   for (int i = 0; i < n; ++i) hb[i] = 0.001f * float(i % 97) - 0.05f;
-  Dev<uint16_t> x(hx.size()), w(hw.size());
+  std::vector<uint16_t> hb16(n);
+  for (int i = 0; i < n; ++i) hb16[i] = f32_to_bf16(0.37f * hb[i] + 0.01f);
+  Dev<uint16_t> x(hx.size()), w(hw.size()), bias16(n);
   Dev<float> bias(n);
   Dev<unsigned char> ref(size_t(max_m) * n * out_bytes), got(size_t(max_m) * n * out_bytes);
   ASSERT_CUDA(cudaMemcpy(x.p, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
   ASSERT_CUDA(cudaMemcpy(w.p, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
   ASSERT_CUDA(cudaMemcpy(bias.p, hb.data(), n * 4, cudaMemcpyHostToDevice));
-  const void* b = sh.f32_out_and_bias ? bias.p : nullptr;
+  ASSERT_CUDA(cudaMemcpy(bias16.p, hb16.data(), n * 2, cudaMemcpyHostToDevice));
+  const void* b = sh.bias_kind == 0 ? nullptr : sh.bias_kind == 1 ? static_cast<void*>(bias.p) : bias16.p;
+  const DType bdt = sh.bias_kind == 2 ? DType::BF16 : DType::F32;
   // Reference: each row alone through linear_bf16 (the decode kernel, M = 1).
   for (int r = 0; r < max_m; ++r)
-    cuda::linear_bf16(x.p + size_t(r) * k, w.p, b, DType::F32, ref.p + size_t(r) * n * out_bytes, y_dtype, 1,
-                      n, k, 0);
+    cuda::linear_bf16(x.p + size_t(r) * k, w.p, b, bdt, ref.p + size_t(r) * n * out_bytes, y_dtype, 1, n, k,
+                      0);
   ASSERT_CUDA(cudaDeviceSynchronize());
   std::vector<unsigned char> href(size_t(max_m) * n * out_bytes), hgot(href.size());
   ASSERT_CUDA(cudaMemcpy(href.data(), ref.p, href.size(), cudaMemcpyDeviceToHost));
-  for (int m : sh.ms) {
-    ASSERT_CUDA(cudaMemset(got.p, 0xFF, size_t(m) * n * out_bytes));  // poison: NaN patterns
-    cuda::linear_wgmma_bf16(x.p, w.p, b, DType::F32, got.p, y_dtype, m, n, k, 0);
+  const std::string what = " N=" + std::to_string(n) + " K=" + std::to_string(k) +
+                           (sh.f32_out ? " f32" : " bf16") +
+                           (sh.bias_kind == 0   ? ""
+                            : sh.bias_kind == 1 ? " +f32 bias"
+                                                : " +bf16 bias");
+  auto compare = [&](int m, const std::string& who) {
     ASSERT_CUDA(cudaDeviceSynchronize());
     ASSERT_CUDA(cudaMemcpy(hgot.data(), got.p, size_t(m) * n * out_bytes, cudaMemcpyDeviceToHost));
     int bad_rows = 0;
@@ -86,15 +102,25 @@ void check_shape(const Shape& sh) {
           std::memcpy(&ga, g + size_t(c) * out_bytes, out_bytes);
           if (ra == ga) continue;
           char buf[160];
-          std::snprintf(buf, sizeof buf, "first at y[%d][%d]: linear_bf16(M=1) %08x, wgmma %08x", r, c, ra,
-                        ga);
+          std::snprintf(buf, sizeof buf, "first at y[%d][%d]: linear_bf16(M=1) %08x, %s %08x", r, c, ra,
+                        who.c_str(), ga);
           first = buf;
           break;
         }
     }
-    EXPECT_EQ(bad_rows, 0) << "M=" << m << " N=" << n << " K=" << k
-                           << (sh.f32_out_and_bias ? " f32+bias" : "") << ": " << bad_rows << " rows differ; "
-                           << first;
+    EXPECT_EQ(bad_rows, 0) << who << " M=" << m << what << ": " << bad_rows << " rows differ; " << first;
+  };
+  for (int m : sh.ms) {
+    for (cuda::WgmmaTile tile : kTiles) {
+      cuda::set_linear_wgmma_tile(tile);
+      ASSERT_CUDA(cudaMemset(got.p, 0xFF, size_t(m) * n * out_bytes));  // poison: NaN patterns
+      cuda::linear_wgmma_bf16(x.p, w.p, b, bdt, got.p, y_dtype, m, n, k, 0);
+      compare(m, std::string("wgmma ") + cuda::wgmma_tile_name(tile));
+    }
+    cuda::set_linear_wgmma_tile(cuda::WgmmaTile::Auto);
+    ASSERT_CUDA(cudaMemset(got.p, 0xFF, size_t(m) * n * out_bytes));
+    cuda::linear_bf16(x.p, w.p, b, bdt, got.p, y_dtype, m, n, k, 0);
+    compare(m, "linear_bf16");
   }
 }
 
@@ -102,26 +128,40 @@ class CudaWgmma : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!have_hopper()) GTEST_SKIP() << "needs an sm_90 GPU";
+    ASSERT_TRUE(cuda::linear_wgmma_supported()) << "sm_90 device but no sm_90a kernels in this build";
   }
+  void TearDown() override { cuda::set_linear_wgmma_tile(cuda::WgmmaTile::Auto); }
 };
 
+std::vector<int> all_ms() {
+  return {std::begin(kAllMs), std::end(kAllMs)};
+}
+
 TEST_F(CudaWgmma, RowsEqualDecodeK4096) {
-  check_shape({{64, 128, 256, 512, 4096}, 4096, 4096, false});
+  check_shape({all_ms(), 4096, 4096, false, 0});
 }
-TEST_F(CudaWgmma, RowsEqualDecodeK12288) {
-  check_shape({{64, 128, 256, 512, 4096}, 4096, 12288, false});
+TEST_F(CudaWgmma, RowsEqualDecodeK12288F32Bias) {
+  check_shape({all_ms(), 4096, 12288, true, 1});
 }
-// 35 chunks: uneven slices (4 or 5 chunks), a slice end inside a 64-wide stage, an odd last stage.
-TEST_F(CudaWgmma, RowsEqualDecodeK1120) {
-  check_shape({{64, 128, 256, 512, 4096}, 4096, 1120, false});
+// 35 chunks: uneven slices (4 or 5 chunks); N = 1040: a partial 64/128-row weight tile.
+TEST_F(CudaWgmma, RowsEqualDecodeK1120Bf16Bias) {
+  check_shape({all_ms(), 1040, 1120, false, 2});
+}
+TEST_F(CudaWgmma, RowsEqualDecodeK1120F32) {
+  check_shape({all_ms(), 4096, 1120, true, 0});
+}
+// 3 chunks: five empty slices (they add +0 like linear.cu's idle warps).
+TEST_F(CudaWgmma, RowsEqualDecodeK96) {
+  check_shape({all_ms(), 1040, 96, false, 1});
+  check_shape({all_ms(), 4096, 96, true, 2});
 }
 TEST_F(CudaWgmma, RowsEqualDecodeGateUpShape) {
-  check_shape({{512}, 24576, 4096, false});
+  check_shape({{200, 512}, 24576, 4096, false, 1});
 }
-// Ragged tiles (M, N not multiples of 128), 3 chunks (five empty slices), f32 output with f32 bias.
-TEST_F(CudaWgmma, RowsEqualDecodeRaggedF32Bias) {
-  check_shape({{77, 300}, 1000, 96, true});
-  check_shape({{256}, 4096, 1120, true});
+// Ragged tiles (M, N not multiples of 64), tiny N (one partial weight tile).
+TEST_F(CudaWgmma, RowsEqualDecodeRagged) {
+  check_shape({{64, 77, 300}, 1000, 96, true, 1});
+  check_shape({{65, 129}, 40, 4096, false, 2});
 }
 
 }  // namespace

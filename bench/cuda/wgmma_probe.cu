@@ -487,11 +487,12 @@ void run_timing() {
     const char* name;
     int n, k;
   };
-  const Lin lins[] = {{"q/o", 4096, 4096}, {"gate_up", 24576, 4096}, {"down", 4096, 12288}, {"lm_head", 151936, 4096}};
+  const Lin lins[] = {
+      {"q/o", 4096, 4096}, {"gate_up", 24576, 4096}, {"down", 4096, 12288}, {"lm_head", 151936, 4096}};
   const int ms[] = {64, 128, 256, 512, 1024, 4096};
-  const tf::cuda::WgmmaTile tiles[] = {tf::cuda::WgmmaTile::W64T64, tf::cuda::WgmmaTile::W64T128,
-                                       tf::cuda::WgmmaTile::W128T64, tf::cuda::WgmmaTile::W128T128,
-                                       tf::cuda::WgmmaTile::W128T256};
+  const tf::cuda::WgmmaTile tiles[] = {tf::cuda::WgmmaTile::W64T64,   tf::cuda::WgmmaTile::W64T128,
+                                       tf::cuda::WgmmaTile::W128T64,  tf::cuda::WgmmaTile::W128T128,
+                                       tf::cuda::WgmmaTile::W128T192, tf::cuda::WgmmaTile::W128T256};
   const size_t max_x = size_t(4096) * 12288, max_w = size_t(151936) * 4096, max_y = size_t(4096) * 151936;
   __nv_bfloat16 *x, *w, *y0, *y1, *y2;
   CK(cudaMalloc(&x, max_x * 2)), CK(cudaMalloc(&w, max_w * 2));
@@ -499,8 +500,9 @@ void run_timing() {
   fill_random_bf16<<<1024, 256>>>(x, max_x, 1);
   fill_random_bf16<<<1024, 256>>>(w, max_w, 2);
   std::printf(
-      "| timing (us, TFLOP/s of the best): linear M N K | mma.sync (mid<=512, tiled) | wgmma 64x64 | 64x128 | "
-      "128x64 | 128x128 | 128x256 | wgmma auto (tile) | cuBLAS | auto == mma.sync bits\n");
+      "| timing (us, TFLOP/s of the best): linear M N K | mma.sync (mid<=512, tiled) | wgmma 64x64 | 64x128 "
+      "| "
+      "128x64 | 128x128 | 128x192 | 128x256 | wgmma auto (tile) | cuBLAS | auto == mma.sync bits\n");
   for (const Lin& l : lins)
     for (int m : ms) {
       const int n = l.n, k = l.k;
@@ -509,8 +511,8 @@ void run_timing() {
       const float t0 = time_ms(
           [&] { tf::cuda::linear_bf16(x, w, nullptr, tf::DType::BF16, y0, tf::DType::BF16, m, n, k, 0); });
       tf::cuda::set_linear_kernel(tf::cuda::LinearKernel::Auto);
-      float tt[5];
-      for (int i = 0; i < 5; ++i) {
+      float tt[6];
+      for (int i = 0; i < 6; ++i) {
         tf::cuda::set_linear_wgmma_tile(tiles[i]);
         tt[i] = time_ms([&] {
           tf::cuda::linear_wgmma_bf16(x, w, nullptr, tf::DType::BF16, y1, tf::DType::BF16, m, n, k, 0);
@@ -521,8 +523,8 @@ void run_timing() {
         tf::cuda::linear_wgmma_bf16(x, w, nullptr, tf::DType::BF16, y1, tf::DType::BF16, m, n, k, 0);
       });
       const float t2 = time_ms([&] {
-        cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, CUDA_R_16BF, k, x, CUDA_R_16BF, k, &beta,
-                     y2, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, CUDA_R_16BF, k, x, CUDA_R_16BF, k,
+                     &beta, y2, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
       });
       CK(cudaDeviceSynchronize());
       std::vector<uint16_t> a(size_t(m) * n), b(a.size());
@@ -540,12 +542,14 @@ void run_timing() {
       else
         std::snprintf(bits, sizeof bits, "yes");
       if (mism) ++g_failures;
-      const float best = *std::min_element(tt, tt + 5);
-      std::printf("| %-7s %4d %6d %5d | %8.1f (%3.0f) | %8.1f | %8.1f | %8.1f | %8.1f | %8.1f (best %3.0f) | %8.1f (%3.0f) %s "
-                  "| %8.1f (%3.0f) | %s\n",
-                  l.name, m, n, k, t0 * 1e3, tflops(t0), tt[0] * 1e3, tt[1] * 1e3, tt[2] * 1e3, tt[3] * 1e3,
-                  tt[4] * 1e3, tflops(best), t1 * 1e3, tflops(t1),
-                  tf::cuda::wgmma_tile_name(tf::cuda::linear_wgmma_auto_tile(m, n)), t2 * 1e3, tflops(t2), bits);
+      const float best = *std::min_element(tt, tt + 6);
+      std::printf(
+          "| %-7s %4d %6d %5d | %8.1f (%3.0f) | %8.1f | %8.1f | %8.1f | %8.1f | %8.1f | %8.1f (best %3.0f) | "
+          "%8.1f (%3.0f) %s "
+          "| %8.1f (%3.0f) | %s\n",
+          l.name, m, n, k, t0 * 1e3, tflops(t0), tt[0] * 1e3, tt[1] * 1e3, tt[2] * 1e3, tt[3] * 1e3,
+          tt[4] * 1e3, tt[5] * 1e3, tflops(best), t1 * 1e3, tflops(t1),
+          tf::cuda::wgmma_tile_name(tf::cuda::linear_wgmma_auto_tile(m, n)), t2 * 1e3, tflops(t2), bits);
       std::fflush(stdout);
     }
   CK(cudaFree(x)), CK(cudaFree(w)), CK(cudaFree(y0)), CK(cudaFree(y1)), CK(cudaFree(y2));

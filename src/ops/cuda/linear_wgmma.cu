@@ -57,7 +57,7 @@ struct Cfg {
   static constexpr int kXStep = BN * 32;
   static constexpr int kStage = 2 * (kWStep + kXStep);  // one 32-chunk of both operands
   static constexpr int kTotBytes = kTotSmem ? WGS * 128 * kAcc * 4 : 0;
-  static constexpr int kStages = std::min(10, (kSmemLimit - kTotBytes) / kStage);
+  static constexpr int kStages = std::min(12, (kSmemLimit - kTotBytes) / kStage);
   static constexpr int kSmem = kStages * kStage + kTotBytes;
   static constexpr int kCopies = (kBM + BN) / 16;  // 8-byte cp.async per producer thread a chunk
   static_assert(kStages >= 3, "pipeline too shallow");
@@ -92,6 +92,7 @@ template <int BN>
 __device__ __forceinline__ void wgmma_tile(float* d, uint64_t da, uint64_t db) {
   if constexpr (BN == 64) wgmma_m64n64(d, da, db, 1);
   if constexpr (BN == 128) wgmma_m64n128(d, da, db, 1);
+  if constexpr (BN == 192) wgmma_m64n192(d, da, db, 1);
   if constexpr (BN == 256) wgmma_m64n256(d, da, db, 1);
 }
 
@@ -259,11 +260,10 @@ WgmmaTile linear_wgmma_auto_tile(int m, int n) {
     int bm, bn;
     double eff;
   };
-  static constexpr Option kOptions[] = {{WgmmaTile::W128T256, 128, 256, 1.0},
-                                        {WgmmaTile::W128T128, 128, 128, 0.85},
-                                        {WgmmaTile::W64T128, 64, 128, 0.7},
-                                        {WgmmaTile::W128T64, 128, 64, 0.65},
-                                        {WgmmaTile::W64T64, 64, 64, 0.5}};
+  static constexpr Option kOptions[] = {
+      {WgmmaTile::W128T256, 128, 256, 1.0},  {WgmmaTile::W128T192, 128, 192, 1.0},
+      {WgmmaTile::W128T128, 128, 128, 0.85}, {WgmmaTile::W64T128, 64, 128, 0.7},
+      {WgmmaTile::W128T64, 128, 64, 0.65},   {WgmmaTile::W64T64, 64, 64, 0.5}};
   WgmmaTile best = WgmmaTile::W64T64;
   double best_t = 1e300;
   for (const Option& o : kOptions) {
@@ -305,6 +305,8 @@ const char* wgmma_tile_name(WgmmaTile tile) {
       return "128x64";
     case WgmmaTile::W128T128:
       return "128x128";
+    case WgmmaTile::W128T192:
+      return "128x192";
     case WgmmaTile::W128T256:
       return "128x256";
   }
@@ -328,6 +330,8 @@ void linear_wgmma_bf16(const void* x, const void* w, const void* bias, DType bia
       return launch<2, 64>(x, w, bias, bias_kind, y, f32, m, n, k, s);
     case WgmmaTile::W128T128:
       return launch<2, 128>(x, w, bias, bias_kind, y, f32, m, n, k, s);
+    case WgmmaTile::W128T192:
+      return launch<2, 192>(x, w, bias, bias_kind, y, f32, m, n, k, s);
     default:
       return launch<2, 256>(x, w, bias, bias_kind, y, f32, m, n, k, s);
   }

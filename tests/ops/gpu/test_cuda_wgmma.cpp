@@ -42,9 +42,9 @@ struct Dev {
   ~Dev() { cudaFree(p); }
 };
 
-constexpr cuda::WgmmaTile kTiles[] = {cuda::WgmmaTile::W64T64,   cuda::WgmmaTile::W64T128,
-                                      cuda::WgmmaTile::W128T64,  cuda::WgmmaTile::W128T128,
-                                      cuda::WgmmaTile::W128T256, cuda::WgmmaTile::Auto};
+constexpr cuda::WgmmaTile kTiles[] = {
+    cuda::WgmmaTile::W64T64,   cuda::WgmmaTile::W64T128,  cuda::WgmmaTile::W128T64, cuda::WgmmaTile::W128T128,
+    cuda::WgmmaTile::W128T192, cuda::WgmmaTile::W128T256, cuda::WgmmaTile::Auto};
 constexpr int kAllMs[] = {64, 65, 96, 128, 200, 256, 512, 4096};
 
 struct Shape {

@@ -516,11 +516,12 @@ class EngineImpl final : public Engine {
   }
 
   // Feeds the guard a round that decoded streams and did nothing else (a prefill chunk's time would
-  // count against whichever side it fell on). New streams tell it the workload changed.
+  // count against whichever side it fell on). New streams tell it the workload changed; the round that
+  // samples a stream's first token is not measured.
   void judge_round(std::chrono::steady_clock::time_point t0, int decoding, int parts, int emitted,
                    bool model_used, bool started) {
-    if (started) guard_->workload_changed();
-    if (decoding == 0 || parts != decoding) return;
+    if (started) guard_->workload_changed();  // (its first token came from a prompt: not measured)
+    if (started || decoding == 0 || parts != decoding) return;
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const auto change = guard_->observe(decoding, emitted, seconds, model_used);
     if (!change) return;

@@ -252,8 +252,11 @@ void launch(const void* x, const void* w, const void* bias, int bias_kind, void*
 
 }  // namespace
 
-// Auto: the tile with the least estimated time, (waves of 132 CTAs) x (tile work / tile efficiency). The
-// efficiencies are guesses (larger tiles: more MMA work per byte staged); any tile gives the same bits.
+// Auto: the tile with the least estimated time on an H200 (132 SMs): waves x the slower of a tile's MMA
+// time (989 TFLOP/s / 132 SMs, times an efficiency: the shared-memory traffic a chunk costs against its
+// MMA time, and for 128x256 the `tot` round trips through shared memory) and its load time (the tile's
+// bytes at ~100 GB/s an SM from L2/HBM). Both scale with K, so K drops out. Guesses to be replaced by the
+// measured table (docs/cuda-notes.md v10); any tile gives the same bits.
 WgmmaTile linear_wgmma_auto_tile(int m, int n) {
   struct Option {
     WgmmaTile tile;
@@ -261,14 +264,17 @@ WgmmaTile linear_wgmma_auto_tile(int m, int n) {
     double eff;
   };
   static constexpr Option kOptions[] = {
-      {WgmmaTile::W128T256, 128, 256, 1.0},  {WgmmaTile::W128T192, 128, 192, 1.0},
-      {WgmmaTile::W128T128, 128, 128, 0.85}, {WgmmaTile::W64T128, 64, 128, 0.7},
-      {WgmmaTile::W128T64, 128, 64, 0.65},   {WgmmaTile::W64T64, 64, 64, 0.5}};
+      {WgmmaTile::W128T192, 128, 192, 1.0},  {WgmmaTile::W128T256, 128, 256, 0.85},
+      {WgmmaTile::W128T128, 128, 128, 0.82}, {WgmmaTile::W64T128, 64, 128, 0.68},
+      {WgmmaTile::W128T64, 128, 64, 0.58},   {WgmmaTile::W64T64, 64, 64, 0.5}};
+  constexpr double kFlopsPerSm = 989e12 / 132, kBytesPerSm = 100e9;
   WgmmaTile best = WgmmaTile::W64T64;
   double best_t = 1e300;
   for (const Option& o : kOptions) {
     const long tiles = long((m + o.bn - 1) / o.bn) * ((n + o.bm - 1) / o.bm);
-    const double t = double((tiles + 131) / 132) * o.bm * o.bn / o.eff;
+    const long waves = (tiles + 131) / 132;
+    const double mma = 2.0 * o.bm * o.bn / (kFlopsPerSm * o.eff), load = 2.0 * (o.bm + o.bn) / kBytesPerSm;
+    const double t = double(waves) * std::max(mma, load);
     if (t < best_t) best_t = t, best = o.tile;
   }
   return best;

@@ -210,8 +210,9 @@ std::optional<DraftGuard::Change> DraftGuard::turn(Bucket& b, bool on, int strea
 void DraftGuard::workload_changed() {
   for (auto& [key, b] : buckets_) {
     if (b.drafting || b.probe_left > 0) continue;
-    // The current off period ends no later than one base backoff after it began.
-    b.next_probe = std::min(b.next_probe, b.off_since + o_.backoff);
+    // The current off period ends no later than one base backoff after it began (and not before the next
+    // round but one: the drafter's inputs are asked for a round ahead).
+    b.next_probe = std::max(b.rounds + 1, std::min(b.next_probe, b.off_since + o_.backoff));
     b.backoff = o_.backoff;
   }
 }

@@ -20,13 +20,17 @@ struct Workload {
 class Sim {
  public:
   DraftGuard guard;
-  int64_t rounds = 0, drafted_rounds = 0;
+  int64_t rounds = 0, drafted_rounds = 0, unannounced = 0;
+  bool predicted = true;
   double tokens = 0, seconds = 0;
   std::vector<DraftGuard::Change> changes;
 
   void run(const Workload& w, int count) {
     for (int i = 0; i < count; ++i) {
       const bool d = guard.allow(w.streams);
+      // The engine asks for the drafter's inputs (hidden states) one round ahead: never too late.
+      if (d && !predicted) ++unannounced;
+      predicted = guard.allows_next(w.streams);
       const int t = d ? int(w.streams * w.gain + 0.5) : w.streams;
       const double s = (d ? w.drafted_s : w.serial_s) * (1 + w.noise * (2 * uniform() - 1));
       if (auto c = guard.observe(w.streams, t, s, d)) changes.push_back(*c);
@@ -138,6 +142,17 @@ TEST(DraftGuard, StreamCountsAreJudgedSeparately) {
   EXPECT_EQ(sim.guard.buckets_off(), 1);
   EXPECT_TRUE(sim.guard.allow(1));
   for (const auto& c : sim.changes) EXPECT_EQ(c.streams, 8);
+}
+
+TEST(DraftGuard, DraftedRoundsAreAnnouncedARoundAhead) {
+  Sim sim;
+  for (int i = 0; i < 10; ++i) {
+    sim.run(kSlower, 400);
+    sim.guard.workload_changed();
+    sim.run(kFaster, 200);
+  }
+  EXPECT_GT(sim.guard.switches(), 10);
+  EXPECT_EQ(sim.unannounced, 0);
 }
 
 TEST(DraftGuard, BucketsKeyTheStreamCount) {

@@ -214,7 +214,7 @@ TEST(ExactDrafting, GuardSwitchingTheMtpHeadStaysExact) {
   EXPECT_GT(e->stats().draft_guard_switches, 0) << "the guard never switched: the test proves little";
 }
 
-// Drafters' cheap draft sampling is the target's keyed sampling (but with odds below V * e^-20).
+// Drafters' cheap draft sampling is the target's keyed sampling (but with odds below V * e^-16).
 TEST(DraftToken, AgreesWithTheTargetsKeyedSampling) {
   const int V = 8192;
   uint64_t state = 12345;

@@ -19,9 +19,9 @@ int32_t draft_token(const float* row, int V, const SamplingParams& p, uint64_t s
   while (best + 1 < V && !(row[best] == mx)) ++best;  // the first maximum (any id for NaN rows)
   if (p.temperature <= 0.f) return best;
   const float t = p.temperature;
-  // The argmax's score bounds the winner's from below; a token whose logit / T lies more than 20 below it
-  // would need a Gumbel noise above 20 to win (odds below e^-20 each): only the others get keyed noise.
-  const double floor = double(row[best] / t) + gumbel_noise(seed, position, best) - 20.0;
+  // The argmax's score bounds the winner's from below; a token whose logit / T lies more than 16 below it
+  // would need a Gumbel noise above 16 to win (odds below e^-16 each): only the others get keyed noise.
+  const double floor = double(row[best] / t) + gumbel_noise(seed, position, best) - 16.0;
   const float cut = float(floor * t) - 1e-3f * std::fabs(float(floor * t)) - 1e-3f;  // a superset, in logits
   std::vector<int32_t> ids;
   ids.reserve(256);

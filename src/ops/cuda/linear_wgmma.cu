@@ -47,7 +47,7 @@ constexpr int kRowGroupBytes = 256;     // SBO: 8 rows x 2 K halves x 16 bytes
 constexpr int kKHalfBytes = 128;        // LBO: the step's second 8 logical k-values
 WgmmaTile g_tile = WgmmaTile::Auto;
 
-template <int WGS, int BN>
+template <int WGS, int BN, int CL = 1>
 struct Cfg {
   static constexpr int kBM = 64 * WGS;              // weight rows a CTA
   static constexpr int kThreads = 128 * (WGS + 1);  // consumers + 1 producer warpgroup
@@ -59,8 +59,11 @@ struct Cfg {
   static constexpr int kTotBytes = kTotSmem ? WGS * 128 * kAcc * 4 : 0;
   static constexpr int kStages = std::min(12, (kSmemLimit - kTotBytes) / kStage);
   static constexpr int kSmem = kStages * kStage + kTotBytes;
-  static constexpr int kCopies = (kBM + BN) / 16;  // 8-byte cp.async per producer thread a chunk
+  // 8-byte cp.async per producer thread a chunk (with CL = 2 a CTA loads half of the x tile).
+  static constexpr int kCopies = (kBM + BN / CL) / 16;
+  static constexpr int kXHalf = BN / 2 * 32;  // bytes of one step's x half (CL = 2 forwards two a chunk)
   static_assert(kStages >= 3, "pipeline too shallow");
+  static_assert(CL == 1 || (CL == 2 && BN % 32 == 0), "x halves must be whole row-group pairs");
 };
 
 // ---- mbarrier / cp.async (PTX ISA: "Parallel synchronization and communication", "cp.async") ----
@@ -88,6 +91,39 @@ __device__ __forceinline__ void cp_async8(uint32_t dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(dst), "l"(src) : "memory");
 }
 
+// ---- 2-CTA clusters (PTX ISA: mapa, barrier.cluster, cp.async.bulk) ----
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+// The peer CTA's shared::cluster address of this CTA's shared address `a`.
+__device__ __forceinline__ uint32_t peer_addr(uint32_t a, uint32_t peer) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(peer));
+  return r;
+}
+__device__ __forceinline__ void mbar_arrive_remote(uint32_t cluster_bar) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_bar) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar),
+               "r"(bytes)
+               : "memory");
+}
+// Shared memory of this CTA -> the peer's (same layout), completing `bytes` on the peer's barrier.
+__device__ __forceinline__ void bulk_to_peer(uint32_t dst_cluster, uint32_t src, uint32_t bytes,
+                                             uint32_t bar_cluster) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+          dst_cluster),
+      "r"(src), "r"(bytes), "r"(bar_cluster)
+      : "memory");
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
+
 template <int BN>
 __device__ __forceinline__ void wgmma_tile(float* d, uint64_t da, uint64_t db) {
   if constexpr (BN == 64) wgmma_m64n64(d, da, db, 1);
@@ -99,11 +135,33 @@ __device__ __forceinline__ void wgmma_tile(float* d, uint64_t da, uint64_t db) {
 // The producer warpgroup: chunk c goes to stage c % kStages once the consumers released it. Warp pw's
 // instruction j covers row group rg (8 rows, W's then x's) and K half kh; lane (r8 = lane/4, q = lane%4)
 // copies bytes kh*32 + 8q .. +8 of its row's chunk: step h = q%2, position (q/2)*8 of the core row.
-template <int WGS, int BN>
+//
+// CL = 2 (a cluster of two CTAs with the same token tile and neighbouring weight tiles): CTA `rank` loads
+// x row groups [rank*BN/16, (rank+1)*BN/16) and, once they landed (`half` barrier), lane 0 of warp 3
+// copies them into the peer's stage with cp.async.bulk (the layout is final, so two contiguous blocks a
+// chunk), completing bytes on the peer's `full` barrier; it forwards chunk c - kLag while at chunk c so
+// that it rarely waits. A CTA's `full` expects its 128 producer arrivals plus one arrive.expect_tx for
+// the peer's bytes; its `empty` is released by the consumer warps of both CTAs, so neither producer
+// writes a stage that either CTA still reads.
+template <int WGS, int BN, int CL>
 __device__ __forceinline__ void produce(const __nv_bfloat16* __restrict__ x,
                                         const __nv_bfloat16* __restrict__ w, int m, int n, int k, int m0,
-                                        int n0, uint32_t sbase, uint32_t full, uint32_t empty) {
-  using C = Cfg<WGS, BN>;
+                                        int n0, uint32_t sbase, uint32_t full, uint32_t empty, uint32_t half,
+                                        uint32_t rank) {
+  using C = Cfg<WGS, BN, CL>;
+  constexpr int kLag = 2;
+  static_assert(kLag < C::kStages, "a forwarded chunk must be older than the stage ring");
+  const int x_rg0 = CL == 2 ? int(rank) * (BN / 16) : 0;
+  const bool forwarder = CL == 2 && threadIdx.x % 128 == 96;  // lane 0 of producer warp 3
+  auto forward = [&](int cf) {
+    const int s = cf % C::kStages;
+    mbar_wait(half + 8 * s, (cf / C::kStages) & 1);
+    fence_proxy_async();  // cp.async bytes (generic proxy) -> the bulk copy's async-proxy reads
+    const uint32_t peer = rank ^ 1, src = sbase + s * C::kStage + 2 * C::kWStep + x_rg0 * kRowGroupBytes;
+    const uint32_t bar = peer_addr(full + 8 * s, peer);
+    for (int h = 0; h < 2; ++h)
+      bulk_to_peer(peer_addr(src + h * C::kXStep, peer), src + h * C::kXStep, C::kXHalf, bar);
+  };
   const int pw = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, r8 = lane / 4, q = lane % 4;
   const int kh = pw % 2, chunks = k / 32;
   const uint32_t lane_off = kh * kKHalfBytes + r8 * 16 + (q / 2) * 8;
@@ -112,6 +170,7 @@ __device__ __forceinline__ void produce(const __nv_bfloat16* __restrict__ x,
   for (int c = 0; c < chunks; ++c) {
     const int s = c % C::kStages;
     if (c >= C::kStages) mbar_wait(empty + 8 * s, ((c / C::kStages) & 1) ^ 1);
+    if (forwarder) mbar_arrive_expect_tx(full + 8 * s, 2 * C::kXHalf);  // the peer's half of x
     const uint32_t st = sbase + s * C::kStage;
 #pragma unroll
     for (int j = 0; j < C::kCopies; ++j) {
@@ -120,13 +179,19 @@ __device__ __forceinline__ void produce(const __nv_bfloat16* __restrict__ x,
         cp_async8(st + (q % 2) * C::kWStep + rg * kRowGroupBytes + lane_off,
                   w + int64_t(row) * k + c * 32 + col);
       } else {  // row group xg of x
-        const int xg = pw / 2 + 2 * (j - C::kBM / 16), row = min(m0 + xg * 8 + r8, m - 1);
+        const int xg = x_rg0 + pw / 2 + 2 * (j - C::kBM / 16), row = min(m0 + xg * 8 + r8, m - 1);
         cp_async8(st + 2 * C::kWStep + (q % 2) * C::kXStep + xg * kRowGroupBytes + lane_off,
                   x + int64_t(row) * k + c * 32 + col);
       }
     }
     cp_async_arrive(full + 8 * s);
+    if constexpr (CL == 2) {
+      cp_async_arrive(half + 8 * s);
+      if (forwarder && c >= kLag) forward(c - kLag);
+    }
   }
+  if (forwarder)
+    for (int cf = max(0, chunks - kLag); cf < chunks; ++cf) forward(cf);
   asm volatile("cp.async.wait_all;" ::: "memory");
 }
 
@@ -153,11 +218,11 @@ __device__ __forceinline__ void store_out(const float* tot, const float* tot_sme
   }
 }
 
-template <int WGS, int BN>
+template <int WGS, int BN, int CL>
 __device__ __forceinline__ void consume(const void* __restrict__ bias, int bias_kind, void* __restrict__ y,
                                         bool y_f32, int m, int n, int k, int m0, int n0, uint32_t sbase,
-                                        float* tot_smem, uint32_t full, uint32_t empty) {
-  using C = Cfg<WGS, BN>;
+                                        float* tot_smem, uint32_t full, uint32_t empty, uint32_t rank) {
+  using C = Cfg<WGS, BN, CL>;
   const int wg = threadIdx.x / 128, lane = threadIdx.x % 32, chunks = k / 32;
   float acc[C::kAcc], tot[C::kTotSmem ? 1 : C::kAcc];
   int c = 0;
@@ -182,7 +247,11 @@ __device__ __forceinline__ void consume(const void* __restrict__ bias, int bias_
       wgmma_fence_operands<C::kAcc>(acc);
       wgmma_wait<1>();  // chunk c-1's MMAs are done: its stage goes back to the producer
       wgmma_fence_operands<C::kAcc>(acc);
-      if (c > 0 && lane == 0) mbar_arrive(empty + 8 * ((c - 1) % C::kStages));
+      if (c > 0 && lane == 0) {
+        const uint32_t bar = empty + 8 * ((c - 1) % C::kStages);
+        mbar_arrive(bar);
+        if constexpr (CL == 2) mbar_arrive_remote(peer_addr(bar, rank ^ 1));
+      }
     }
     wgmma_wait<0>();
     wgmma_fence_operands<C::kAcc>(acc);
@@ -199,55 +268,77 @@ __device__ __forceinline__ void consume(const void* __restrict__ bias, int bias_
   store_out<WGS, BN>(tot, tot_smem, bias, bias_kind, y, y_f32, m, n, m0, n0);
 }
 
-template <int WGS, int BN>
-__global__ void __launch_bounds__(Cfg<WGS, BN>::kThreads, 1)
+template <int WGS, int BN, int CL>
+__global__ void __launch_bounds__(Cfg<WGS, BN, CL>::kThreads, 1)
     linear_wgmma_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
                         const void* __restrict__ bias, int bias_kind, void* __restrict__ y, bool y_f32, int m,
                         int n, int k, int m_tiles) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using C = Cfg<WGS, BN>;
+  using C = Cfg<WGS, BN, CL>;
   extern __shared__ __align__(1024) unsigned char smem[];
-  __shared__ __align__(8) uint64_t bars[2 * C::kStages];  // full[s], then empty[s]
+  __shared__ __align__(8) uint64_t bars[3 * C::kStages];  // full[s], empty[s], half[s] (CL = 2)
   const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const uint32_t full = static_cast<uint32_t>(__cvta_generic_to_shared(bars));
-  const uint32_t empty = full + 8 * C::kStages;
+  const uint32_t empty = full + 8 * C::kStages, half = empty + 8 * C::kStages;
+  const uint32_t rank = CL == 2 ? cluster_rank() : 0;
   if (threadIdx.x == 0) {
     for (int s = 0; s < C::kStages; ++s) {
-      mbar_init(full + 8 * s, 128);       // every producer thread's cp.async arrive
-      mbar_init(empty + 8 * s, 4 * WGS);  // lane 0 of every consumer warp
+      mbar_init(full + 8 * s, 128 + (CL == 2));  // producer threads' cp.async arrives (+ expect_tx)
+      mbar_init(empty + 8 * s, 4 * WGS * CL);    // lane 0 of every consumer warp (of both CTAs)
+      mbar_init(half + 8 * s, 128);
     }
+    if constexpr (CL == 2) asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  __syncthreads();
+  if constexpr (CL == 2)
+    cluster_sync();  // the peer's barriers exist before anyone arrives on them
+  else
+    __syncthreads();
   asm volatile("griddepcontrol.launch_dependents;");
-  // Token tiles vary fastest: the CTAs that share a weight tile run together (L2 reuse of W).
-  const int m0 = (blockIdx.x % m_tiles) * BN, n0 = (blockIdx.x / m_tiles) * C::kBM;
+  // Token tiles vary fastest: the CTAs that share a weight tile run together (L2 reuse of W). A cluster
+  // is two neighbouring weight tiles of one token tile.
+  const int tile = CL == 2 ? int(blockIdx.x) / 2 : int(blockIdx.x);
+  const int m0 = (tile % m_tiles) * BN, n0 = ((tile / m_tiles) * CL + int(rank)) * C::kBM;
   if (threadIdx.x / 128 == WGS) {
     if constexpr (WGS == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 56;");
-    produce<WGS, BN>(x, w, m, n, k, m0, n0, sbase, full, empty);
+    produce<WGS, BN, CL>(x, w, m, n, k, m0, n0, sbase, full, empty, half, rank);
   } else {
     if constexpr (WGS == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 224;");
     float* tot_smem = reinterpret_cast<float*>(smem + C::kStages * C::kStage);
-    consume<WGS, BN>(bias, bias_kind, y, y_f32, m, n, k, m0, n0, sbase, tot_smem, full, empty);
+    consume<WGS, BN, CL>(bias, bias_kind, y, y_f32, m, n, k, m0, n0, sbase, tot_smem, full, empty, rank);
   }
+  if constexpr (CL == 2) cluster_sync();  // no CTA leaves while its peer may still signal or copy into it
 #else
   __trap();  // built for another architecture: linear_wgmma_supported() keeps callers away
 #endif
 }
 
-template <int WGS, int BN>
+template <int WGS, int BN, int CL = 1>
 void launch(const void* x, const void* w, const void* bias, int bias_kind, void* y, bool y_f32, int m, int n,
             int k, cudaStream_t s) {
-  using C = Cfg<WGS, BN>;
+  using C = Cfg<WGS, BN, CL>;
   static const bool configured = [] {
-    TF_CUDA_CHECK(cudaFuncSetAttribute(linear_wgmma_kernel<WGS, BN>,
+    TF_CUDA_CHECK(cudaFuncSetAttribute(linear_wgmma_kernel<WGS, BN, CL>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
     return true;
   }();
   (void)configured;
   const int m_tiles = (m + BN - 1) / BN, n_tiles = (n + C::kBM - 1) / C::kBM;
-  launch_pdl(linear_wgmma_kernel<WGS, BN>, dim3(m_tiles * n_tiles), dim3(C::kThreads), C::kSmem, s,
-             static_cast<const __nv_bfloat16*>(x), static_cast<const __nv_bfloat16*>(w), bias, bias_kind, y,
-             y_f32, m, n, k, m_tiles);
+  const auto* xb = static_cast<const __nv_bfloat16*>(x);
+  const auto* wb = static_cast<const __nv_bfloat16*>(w);
+  if constexpr (CL == 1) {
+    launch_pdl(linear_wgmma_kernel<WGS, BN, 1>, dim3(m_tiles * n_tiles), dim3(C::kThreads), C::kSmem, s, xb,
+               wb, bias, bias_kind, y, y_f32, m, n, k, m_tiles);
+  } else {  // clusters of two weight tiles (an odd last one computes clamped rows, all masked)
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(m_tiles * ((n_tiles + 1) / 2) * 2), cfg.blockDim = dim3(C::kThreads);
+    cfg.dynamicSmemBytes = C::kSmem, cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 2, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr, cfg.numAttrs = 1;
+    TF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, linear_wgmma_kernel<WGS, BN, 2>, xb, wb, bias, bias_kind, y, y_f32,
+                                     m, n, k, m_tiles));
+  }
 }
 
 }  // namespace
@@ -289,7 +380,7 @@ bool linear_wgmma_supported() {
     cudaFuncAttributes attr{};
     // The kernels are only compiled for sm_90a; a build without it has no binary for them.
     return major == 9 && minor == 0 &&
-           cudaFuncGetAttributes(&attr, linear_wgmma_kernel<1, 64>) == cudaSuccess &&
+           cudaFuncGetAttributes(&attr, linear_wgmma_kernel<1, 64, 1>) == cudaSuccess &&
            attr.binaryVersion == 90;
   }();
   return ok;
@@ -315,6 +406,10 @@ const char* wgmma_tile_name(WgmmaTile tile) {
       return "128x192";
     case WgmmaTile::W128T256:
       return "128x256";
+    case WgmmaTile::W128T128C2:
+      return "128x128c2";
+    case WgmmaTile::W128T192C2:
+      return "128x192c2";
   }
   return "?";
 }
@@ -338,6 +433,10 @@ void linear_wgmma_bf16(const void* x, const void* w, const void* bias, DType bia
       return launch<2, 128>(x, w, bias, bias_kind, y, f32, m, n, k, s);
     case WgmmaTile::W128T192:
       return launch<2, 192>(x, w, bias, bias_kind, y, f32, m, n, k, s);
+    case WgmmaTile::W128T128C2:
+      return launch<2, 128, 2>(x, w, bias, bias_kind, y, f32, m, n, k, s);
+    case WgmmaTile::W128T192C2:
+      return launch<2, 192, 2>(x, w, bias, bias_kind, y, f32, m, n, k, s);
     default:
       return launch<2, 256>(x, w, bias, bias_kind, y, f32, m, n, k, s);
   }

@@ -24,7 +24,9 @@ bool linear_wgmma_supported();
 // CTA tile, weight rows x tokens (64/128 weight rows = 1/2 consumer warpgroups). Auto picks by the grid
 // size (linear_wgmma_auto_tile); the others force one, for tests and benches. Every tile computes each
 // element with the same arithmetic (identical bits, tested).
-enum class WgmmaTile { Auto, W64T64, W64T128, W128T64, W128T128, W128T192, W128T256 };
+// The C2 tiles run as 2-CTA clusters that share the x tile (each CTA loads half and forwards it to the
+// other), halving x's L2 traffic; not picked by Auto until measured.
+enum class WgmmaTile { Auto, W64T64, W64T128, W128T64, W128T128, W128T192, W128T256, W128T128C2, W128T192C2 };
 void set_linear_wgmma_tile(WgmmaTile tile);
 WgmmaTile linear_wgmma_auto_tile(int m, int n);
 const char* wgmma_tile_name(WgmmaTile tile);

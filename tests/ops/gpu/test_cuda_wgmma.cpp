@@ -42,9 +42,11 @@ struct Dev {
   ~Dev() { cudaFree(p); }
 };
 
-constexpr cuda::WgmmaTile kTiles[] = {
+const std::vector<cuda::WgmmaTile> kTiles = {
     cuda::WgmmaTile::W64T64,   cuda::WgmmaTile::W64T128,  cuda::WgmmaTile::W128T64, cuda::WgmmaTile::W128T128,
     cuda::WgmmaTile::W128T192, cuda::WgmmaTile::W128T256, cuda::WgmmaTile::Auto};
+// 2-CTA clusters sharing the x tile: separate tests (last), so a fault there leaves the others' verdicts.
+const std::vector<cuda::WgmmaTile> kClusterTiles = {cuda::WgmmaTile::W128T128C2, cuda::WgmmaTile::W128T192C2};
 constexpr int kAllMs[] = {64, 65, 96, 128, 200, 256, 512, 4096};
 
 struct Shape {
@@ -56,7 +58,7 @@ struct Shape {
 
 // Every tile shape (and Auto) at every M of the shape against each row alone through linear_bf16 (M = 1,
 // the decode kernel), bit for bit; also linear_bf16 itself at M (Auto dispatch: wgmma from M = 64 here).
-void check_shape(const Shape& sh) {
+void check_shape(const Shape& sh, const std::vector<cuda::WgmmaTile>& tiles = kTiles) {
   const int max_m = *std::max_element(sh.ms.begin(), sh.ms.end()), n = sh.n, k = sh.k;
   const size_t out_bytes = sh.f32_out ? 4 : 2;
   const DType y_dtype = sh.f32_out ? DType::F32 : DType::BF16;
@@ -111,7 +113,7 @@ void check_shape(const Shape& sh) {
     EXPECT_EQ(bad_rows, 0) << who << " M=" << m << what << ": " << bad_rows << " rows differ; " << first;
   };
   for (int m : sh.ms) {
-    for (cuda::WgmmaTile tile : kTiles) {
+    for (cuda::WgmmaTile tile : tiles) {
       cuda::set_linear_wgmma_tile(tile);
       ASSERT_CUDA(cudaMemset(got.p, 0xFF, size_t(m) * n * out_bytes));  // poison: NaN patterns
       cuda::linear_wgmma_bf16(x.p, w.p, b, bdt, got.p, y_dtype, m, n, k, 0);
@@ -162,6 +164,13 @@ TEST_F(CudaWgmma, RowsEqualDecodeGateUpShape) {
 TEST_F(CudaWgmma, RowsEqualDecodeRagged) {
   check_shape({{64, 77, 300}, 1000, 96, true, 1});
   check_shape({{65, 129}, 40, 4096, false, 2});
+}
+
+TEST_F(CudaWgmma, ClusterTilesRowsEqualDecode) {
+  check_shape({all_ms(), 4096, 4096, false, 0}, kClusterTiles);
+  check_shape({all_ms(), 1040, 1120, true, 2}, kClusterTiles);  // odd weight-tile count: a masked peer
+  check_shape({{64, 200, 512}, 4096, 96, false, 1}, kClusterTiles);
+  check_shape({{65, 300}, 40, 4096, true, 0}, kClusterTiles);
 }
 
 }  // namespace

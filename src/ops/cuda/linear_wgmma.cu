@@ -59,8 +59,6 @@ struct Cfg {
   static constexpr int kTotBytes = kTotSmem ? WGS * 128 * kAcc * 4 : 0;
   static constexpr int kStages = std::min(12, (kSmemLimit - kTotBytes) / kStage);
   static constexpr int kSmem = kStages * kStage + kTotBytes;
-  // 8-byte cp.async per producer thread a chunk (with CL = 2 a CTA loads half of the x tile).
-  static constexpr int kCopies = (kBM + BN / CL) / 16;
   static constexpr int kXHalf = BN / 2 * 32;  // bytes of one step's x half (CL = 2 forwards two a chunk)
   static_assert(kStages >= 3, "pipeline too shallow");
   static_assert(CL == 1 || (CL == 2 && BN % 32 == 0), "x halves must be whole row-group pairs");
@@ -166,24 +164,35 @@ __device__ __forceinline__ void produce(const __nv_bfloat16* __restrict__ x,
   const int kh = pw % 2, chunks = k / 32;
   const uint32_t lane_off = kh * kKHalfBytes + r8 * 16 + (q / 2) * 8;
   const int col = kh * 16 + q * 4;  // element offset in the chunk
+  auto copy_w = [&](int c, uint32_t st) {
+#pragma unroll
+    for (int j = 0; j < C::kBM / 16; ++j) {  // row group rg of W (instruction pw + 4j: rg (pw + 4j) / 2)
+      const int rg = pw / 2 + 2 * j, row = min(n0 + rg * 8 + r8, n - 1);  // clamped: masked outputs only
+      cp_async8(st + (q % 2) * C::kWStep + rg * kRowGroupBytes + lane_off,
+                w + int64_t(row) * k + c * 32 + col);
+    }
+  };
+  auto copy_x = [&](int c, uint32_t st) {
+#pragma unroll
+    for (int j = 0; j < (BN / CL) / 16; ++j) {  // row group xg of x (with CL = 2 this CTA's half)
+      const int xg = x_rg0 + pw / 2 + 2 * j, row = min(m0 + xg * 8 + r8, m - 1);
+      cp_async8(st + 2 * C::kWStep + (q % 2) * C::kXStep + xg * kRowGroupBytes + lane_off,
+                x + int64_t(row) * k + c * 32 + col);
+    }
+  };
+  // The first stages' weights (constant) load before griddepcontrol.wait: under PDL they stream while
+  // the previous kernel drains. The first `full` arrive then also covers them (it tracks all earlier
+  // cp.async of the thread).
+  const int pre = min(chunks, C::kStages);
+  for (int c = 0; c < pre; ++c) copy_w(c, sbase + c * C::kStage);
   asm volatile("griddepcontrol.wait;" ::: "memory");
   for (int c = 0; c < chunks; ++c) {
     const int s = c % C::kStages;
     if (c >= C::kStages) mbar_wait(empty + 8 * s, ((c / C::kStages) & 1) ^ 1);
     if (forwarder) mbar_arrive_expect_tx(full + 8 * s, 2 * C::kXHalf);  // the peer's half of x
     const uint32_t st = sbase + s * C::kStage;
-#pragma unroll
-    for (int j = 0; j < C::kCopies; ++j) {
-      if (j < C::kBM / 16) {  // row group rg of W (instruction pw + 4j covers row group (pw + 4j) / 2)
-        const int rg = pw / 2 + 2 * j, row = min(n0 + rg * 8 + r8, n - 1);  // clamped: masked outputs only
-        cp_async8(st + (q % 2) * C::kWStep + rg * kRowGroupBytes + lane_off,
-                  w + int64_t(row) * k + c * 32 + col);
-      } else {  // row group xg of x
-        const int xg = x_rg0 + pw / 2 + 2 * (j - C::kBM / 16), row = min(m0 + xg * 8 + r8, m - 1);
-        cp_async8(st + 2 * C::kWStep + (q % 2) * C::kXStep + xg * kRowGroupBytes + lane_off,
-                  x + int64_t(row) * k + c * 32 + col);
-      }
-    }
+    if (c >= pre) copy_w(c, st);
+    copy_x(c, st);
     cp_async_arrive(full + 8 * s);
     if constexpr (CL == 2) {
       cp_async_arrive(half + 8 * s);

@@ -57,7 +57,8 @@ struct Cfg {
   static constexpr int kXStep = BN * 32;
   static constexpr int kStage = 2 * (kWStep + kXStep);  // one 32-chunk of both operands
   static constexpr int kTotBytes = kTotSmem ? WGS * 128 * kAcc * 4 : 0;
-  static constexpr int kStages = std::min(12, (kSmemLimit - kTotBytes) / kStage);
+  // As deep as shared memory allows (one CTA an SM): small-M grids are bound by bytes in flight a CTA.
+  static constexpr int kStages = std::min(24, (kSmemLimit - 2048 - kTotBytes) / kStage);  // 2 KB: static
   static constexpr int kSmem = kStages * kStage + kTotBytes;
   static constexpr int kXHalf = BN / 2 * 32;  // bytes of one step's x half (CL = 2 forwards two a chunk)
   static_assert(kStages >= 3, "pipeline too shallow");

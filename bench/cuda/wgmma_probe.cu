@@ -553,11 +553,13 @@ void run_timing() {
           tf::cuda::wgmma_tile_name(tf::cuda::linear_wgmma_auto_tile(m, n)), t2 * 1e3, tflops(t2), bits);
       std::fflush(stdout);
     }
-  // The 2-CTA cluster tiles (x shared through distributed shared memory; not in Auto yet), each output
+  // The 2-CTA cluster tiles (x shared, or a tile's slices split; not in Auto yet), each output
   // memcmp'd against the mma.sync kernel's. Last, so that a fault here leaves the table above.
-  std::printf("| cluster tiles (us, TFLOP/s): linear M N K | 128x128c2 | 128x192c2 | bits == mma.sync\n");
+  std::printf(
+      "| cluster tiles (us, TFLOP/s): linear M N K | 128x128c2 | 128x192c2 | 64x64s2 | 64x128s2 | 128x64s2 | "
+      "bits == mma.sync\n");
   for (const Lin& l : lins)
-    for (int m : {512, 1024, 4096}) {
+    for (int m : {64, 128, 256, 512, 4096}) {
       if (l.n > 100000 && m > 512) continue;
       const int n = l.n, k = l.k;
       tf::cuda::set_linear_kernel(m <= 512 ? tf::cuda::LinearKernel::Mid : tf::cuda::LinearKernel::Tiled);
@@ -568,7 +570,9 @@ void run_timing() {
       const double flop = 2.0 * m * n * k;
       std::printf("| %-7s %4d %6d %5d", l.name, m, n, k);
       std::string bits;
-      for (tf::cuda::WgmmaTile tile : {tf::cuda::WgmmaTile::W128T128C2, tf::cuda::WgmmaTile::W128T192C2}) {
+      for (tf::cuda::WgmmaTile tile :
+           {tf::cuda::WgmmaTile::W128T128C2, tf::cuda::WgmmaTile::W128T192C2, tf::cuda::WgmmaTile::W64T64S2,
+            tf::cuda::WgmmaTile::W64T128S2, tf::cuda::WgmmaTile::W128T64S2}) {
         tf::cuda::set_linear_wgmma_tile(tile);
         const float t = time_ms([&] {
           tf::cuda::linear_wgmma_bf16(x, w, nullptr, tf::DType::BF16, y1, tf::DType::BF16, m, n, k, 0);

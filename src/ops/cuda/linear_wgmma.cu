@@ -47,7 +47,7 @@ constexpr int kRowGroupBytes = 256;     // SBO: 8 rows x 2 K halves x 16 bytes
 constexpr int kKHalfBytes = 128;        // LBO: the step's second 8 logical k-values
 WgmmaTile g_tile = WgmmaTile::Auto;
 
-template <int WGS, int BN, int CL = 1>
+template <int WGS, int BN, int CL = 1, int SP = 1>
 struct Cfg {
   static constexpr int kBM = 64 * WGS;              // weight rows a CTA
   static constexpr int kThreads = 128 * (WGS + 1);  // consumers + 1 producer warpgroup
@@ -57,12 +57,15 @@ struct Cfg {
   static constexpr int kXStep = BN * 32;
   static constexpr int kStage = 2 * (kWStep + kXStep);  // one 32-chunk of both operands
   static constexpr int kTotBytes = kTotSmem ? WGS * 128 * kAcc * 4 : 0;
+  static constexpr int kPartBytes = SP == 2 ? 4 * WGS * 128 * kAcc * 4 : 0;  // rank 1's slice partials
   // As deep as shared memory allows (one CTA an SM): small-M grids are bound by bytes in flight a CTA.
-  static constexpr int kStages = std::min(24, (kSmemLimit - 2048 - kTotBytes) / kStage);  // 2 KB: static
-  static constexpr int kSmem = kStages * kStage + kTotBytes;
+  static constexpr int kStages =
+      std::min(24, (kSmemLimit - 2048 - kTotBytes - kPartBytes) / kStage);  // 2 KB: static
+  static constexpr int kSmem = kStages * kStage + kTotBytes + kPartBytes;
   static constexpr int kXHalf = BN / 2 * 32;  // bytes of one step's x half (CL = 2 forwards two a chunk)
   static_assert(kStages >= 3, "pipeline too shallow");
   static_assert(CL == 1 || (CL == 2 && BN % 32 == 0), "x halves must be whole row-group pairs");
+  static_assert(SP == 1 || (SP == 2 && CL == 1 && !kTotSmem), "slice split: x not shared, tot in registers");
 };
 
 // ---- mbarrier / cp.async (PTX ISA: "Parallel synchronization and communication", "cp.async") ----
@@ -142,12 +145,14 @@ __device__ __forceinline__ void wgmma_tile(float* d, uint64_t da, uint64_t db) {
 // that it rarely waits. A CTA's `full` expects its 128 producer arrivals plus one arrive.expect_tx for
 // the peer's bytes; its `empty` is released by the consumer warps of both CTAs, so neither producer
 // writes a stage that either CTA still reads.
-template <int WGS, int BN, int CL>
+//
+// SP = 2 (slice split): the CTA walks chunks [c_lo, c_lo + count) only; ring position i = c - c_lo.
+template <int WGS, int BN, int CL, int SP>
 __device__ __forceinline__ void produce(const __nv_bfloat16* __restrict__ x,
                                         const __nv_bfloat16* __restrict__ w, int m, int n, int k, int m0,
                                         int n0, uint32_t sbase, uint32_t full, uint32_t empty, uint32_t half,
-                                        uint32_t rank) {
-  using C = Cfg<WGS, BN, CL>;
+                                        uint32_t rank, int c_lo, int count) {
+  using C = Cfg<WGS, BN, CL, SP>;
   constexpr int kLag = 2;
   static_assert(kLag < C::kStages, "a forwarded chunk must be older than the stage ring");
   const int x_rg0 = CL == 2 ? int(rank) * (BN / 16) : 0;
@@ -162,7 +167,7 @@ __device__ __forceinline__ void produce(const __nv_bfloat16* __restrict__ x,
       bulk_to_peer(peer_addr(src + h * C::kXStep, peer), src + h * C::kXStep, C::kXHalf, bar);
   };
   const int pw = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, r8 = lane / 4, q = lane % 4;
-  const int kh = pw % 2, chunks = k / 32;
+  const int kh = pw % 2, chunks = count;
   const uint32_t lane_off = kh * kKHalfBytes + r8 * 16 + (q / 2) * 8;
   const int col = kh * 16 + q * 4;  // element offset in the chunk
   auto copy_w = [&](int c, uint32_t st) {
@@ -170,7 +175,7 @@ __device__ __forceinline__ void produce(const __nv_bfloat16* __restrict__ x,
     for (int j = 0; j < C::kBM / 16; ++j) {  // row group rg of W (instruction pw + 4j: rg (pw + 4j) / 2)
       const int rg = pw / 2 + 2 * j, row = min(n0 + rg * 8 + r8, n - 1);  // clamped: masked outputs only
       cp_async8(st + (q % 2) * C::kWStep + rg * kRowGroupBytes + lane_off,
-                w + int64_t(row) * k + c * 32 + col);
+                w + int64_t(row) * k + (c_lo + c) * 32 + col);
     }
   };
   auto copy_x = [&](int c, uint32_t st) {
@@ -178,7 +183,7 @@ __device__ __forceinline__ void produce(const __nv_bfloat16* __restrict__ x,
     for (int j = 0; j < (BN / CL) / 16; ++j) {  // row group xg of x (with CL = 2 this CTA's half)
       const int xg = x_rg0 + pw / 2 + 2 * j, row = min(m0 + xg * 8 + r8, m - 1);
       cp_async8(st + 2 * C::kWStep + (q % 2) * C::kXStep + xg * kRowGroupBytes + lane_off,
-                x + int64_t(row) * k + c * 32 + col);
+                x + int64_t(row) * k + (c_lo + c) * 32 + col);
     }
   };
   // The first stages' weights (constant) load before griddepcontrol.wait: under PDL they stream while
@@ -205,11 +210,13 @@ __device__ __forceinline__ void produce(const __nv_bfloat16* __restrict__ x,
   asm volatile("cp.async.wait_all;" ::: "memory");
 }
 
-template <int WGS, int BN>
+// part_peer (SP = 2, rank 0): the shared::cluster address of rank 1's slice partials 4..7, added in
+// slice order after this CTA's fold of slices 0..3 (linear.cu's `s += red[q]` sequence).
+template <int WGS, int BN, int SP>
 __device__ __forceinline__ void store_out(const float* tot, const float* tot_smem,
                                           const void* __restrict__ bias, int bias_kind, void* __restrict__ y,
-                                          bool y_f32, int m, int n, int m0, int n0) {
-  using C = Cfg<WGS, BN>;
+                                          bool y_f32, int m, int n, int m0, int n0, uint32_t part_peer) {
+  using C = Cfg<WGS, BN, 1, SP>;
   const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   // Element i = 4j + e: weight row 16*warp + g + 8*(e/2) of this warpgroup's 64, token 8j + 2t + e%2.
@@ -219,6 +226,15 @@ __device__ __forceinline__ void store_out(const float* tot, const float* tot_sme
     const int col = n0 + wg * 64 + 16 * warp + g + 8 * (e / 2), row = m0 + 8 * j + 2 * t + e % 2;
     if (row >= m || col >= n) continue;
     float s = C::kTotSmem ? tot_smem[i * WGS * 128 + threadIdx.x] : tot[C::kTotSmem ? 0 : i];
+    if constexpr (SP == 2) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        float p;
+        const uint32_t a = part_peer + ((q * C::kAcc + i) * WGS * 128 + threadIdx.x) * 4;
+        asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(p) : "r"(a) : "memory");
+        s += p;
+      }
+    }
     if (bias_kind == 1) s += static_cast<const float*>(bias)[col];
     if (bias_kind == 2) s += __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[col]);
     if (y_f32)
@@ -228,22 +244,27 @@ __device__ __forceinline__ void store_out(const float* tot, const float* tot_sme
   }
 }
 
-template <int WGS, int BN, int CL>
+// SP = 2: rank r runs slices [4r, 4r + 4); rank 0 folds its four in `tot`, rank 1 stores each partial in
+// its shared memory (part, [slice][i][thread]) for rank 0 to add after the cluster barrier.
+template <int WGS, int BN, int CL, int SP>
 __device__ __forceinline__ void consume(const void* __restrict__ bias, int bias_kind, void* __restrict__ y,
                                         bool y_f32, int m, int n, int k, int m0, int n0, uint32_t sbase,
-                                        float* tot_smem, uint32_t full, uint32_t empty, uint32_t rank) {
-  using C = Cfg<WGS, BN, CL>;
+                                        float* tot_smem, float* part, uint32_t full, uint32_t empty,
+                                        uint32_t rank) {
+  using C = Cfg<WGS, BN, CL, SP>;
   const int wg = threadIdx.x / 128, lane = threadIdx.x % 32, chunks = k / 32;
+  const int si_lo = SP == 2 ? 4 * int(rank) : 0, si_hi = SP == 2 ? si_lo + 4 : kSlices;
+  const int c_lo = si_lo * chunks / kSlices;
   float acc[C::kAcc], tot[C::kTotSmem ? 1 : C::kAcc];
-  int c = 0;
+  int c = c_lo;
   // Slices are the outer loop so that the accumulators are only zeroed before a chain and read after
   // it: nothing touches them while wgmmas are in flight (no compiler-inserted waits).
-  for (int si = 0; si < kSlices; ++si) {
+  for (int si = si_lo; si < si_hi; ++si) {
 #pragma unroll
     for (int i = 0; i < C::kAcc; ++i) acc[i] = 0.f;
     for (const int c_end = (si + 1) * chunks / kSlices; c < c_end; ++c) {
-      const int s = c % C::kStages;
-      mbar_wait(full + 8 * s, (c / C::kStages) & 1);
+      const int s = (c - c_lo) % C::kStages;
+      mbar_wait(full + 8 * s, ((c - c_lo) / C::kStages) & 1);
       fence_proxy_async();  // the cp.async (generic proxy) bytes -> wgmma's async-proxy reads
       const uint32_t st = sbase + s * C::kStage;
       const uint32_t a = st + wg * (64 / 8) * kRowGroupBytes, b = st + 2 * C::kWStep;
@@ -257,8 +278,8 @@ __device__ __forceinline__ void consume(const void* __restrict__ bias, int bias_
       wgmma_fence_operands<C::kAcc>(acc);
       wgmma_wait<1>();  // chunk c-1's MMAs are done: its stage goes back to the producer
       wgmma_fence_operands<C::kAcc>(acc);
-      if (c > 0 && lane == 0) {
-        const uint32_t bar = empty + 8 * ((c - 1) % C::kStages);
+      if (c > c_lo && lane == 0) {
+        const uint32_t bar = empty + 8 * ((c - 1 - c_lo) % C::kStages);
         mbar_arrive(bar);
         if constexpr (CL == 2) mbar_arrive_remote(peer_addr(bar, rank ^ 1));
       }
@@ -267,7 +288,12 @@ __device__ __forceinline__ void consume(const void* __restrict__ bias, int bias_
     wgmma_fence_operands<C::kAcc>(acc);
 #pragma unroll
     for (int i = 0; i < C::kAcc; ++i) {
-      if constexpr (C::kTotSmem) {
+      if constexpr (SP == 2) {
+        if (rank == 1)
+          part[((si - 4) * C::kAcc + i) * WGS * 128 + threadIdx.x] = acc[i];
+        else
+          tot[i] = si == 0 ? acc[i] : tot[i] + acc[i];
+      } else if constexpr (C::kTotSmem) {
         float& tv = tot_smem[i * WGS * 128 + threadIdx.x];
         tv = si == 0 ? acc[i] : tv + acc[i];
       } else {
@@ -275,59 +301,73 @@ __device__ __forceinline__ void consume(const void* __restrict__ bias, int bias_
       }
     }
   }
-  store_out<WGS, BN>(tot, tot_smem, bias, bias_kind, y, y_f32, m, n, m0, n0);
+  if constexpr (SP == 2) {
+    cluster_sync();  // rank 1's partials are in its shared memory
+    if (rank == 0)
+      store_out<WGS, BN, SP>(tot, tot_smem, bias, bias_kind, y, y_f32, m, n, m0, n0,
+                             peer_addr(static_cast<uint32_t>(__cvta_generic_to_shared(part)), 1));
+  } else {
+    store_out<WGS, BN, SP>(tot, tot_smem, bias, bias_kind, y, y_f32, m, n, m0, n0, 0);
+  }
 }
 
-template <int WGS, int BN, int CL>
-__global__ void __launch_bounds__(Cfg<WGS, BN, CL>::kThreads, 1)
+template <int WGS, int BN, int CL, int SP>
+__global__ void __launch_bounds__(Cfg<WGS, BN, CL, SP>::kThreads, 1)
     linear_wgmma_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
                         const void* __restrict__ bias, int bias_kind, void* __restrict__ y, bool y_f32, int m,
                         int n, int k, int m_tiles) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using C = Cfg<WGS, BN, CL>;
+  using C = Cfg<WGS, BN, CL, SP>;
+  constexpr bool kCluster = CL == 2 || SP == 2;
   extern __shared__ __align__(1024) unsigned char smem[];
   __shared__ __align__(8) uint64_t bars[3 * C::kStages];  // full[s], empty[s], half[s] (CL = 2)
   const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const uint32_t full = static_cast<uint32_t>(__cvta_generic_to_shared(bars));
   const uint32_t empty = full + 8 * C::kStages, half = empty + 8 * C::kStages;
-  const uint32_t rank = CL == 2 ? cluster_rank() : 0;
+  const uint32_t rank = kCluster ? cluster_rank() : 0;
   if (threadIdx.x == 0) {
     for (int s = 0; s < C::kStages; ++s) {
       mbar_init(full + 8 * s, 128 + (CL == 2));  // producer threads' cp.async arrives (+ expect_tx)
       mbar_init(empty + 8 * s, 4 * WGS * CL);    // lane 0 of every consumer warp (of both CTAs)
       mbar_init(half + 8 * s, 128);
     }
-    if constexpr (CL == 2) asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    if constexpr (kCluster) asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  if constexpr (CL == 2)
+  if constexpr (kCluster)
     cluster_sync();  // the peer's barriers exist before anyone arrives on them
   else
     __syncthreads();
   asm volatile("griddepcontrol.launch_dependents;");
   // Token tiles vary fastest: the CTAs that share a weight tile run together (L2 reuse of W). A cluster
   // is two neighbouring weight tiles of one token tile.
-  const int tile = CL == 2 ? int(blockIdx.x) / 2 : int(blockIdx.x);
-  const int m0 = (tile % m_tiles) * BN, n0 = ((tile / m_tiles) * CL + int(rank)) * C::kBM;
+  // With SP = 2 both CTAs of a cluster take the same tile (and half of K's slices each).
+  const int tile = kCluster ? int(blockIdx.x) / 2 : int(blockIdx.x);
+  const int m0 = (tile % m_tiles) * BN, n0 = ((tile / m_tiles) * CL + (CL == 2 ? int(rank) : 0)) * C::kBM;
+  const int chunks = k / 32, c_lo = SP == 2 ? 4 * int(rank) * chunks / kSlices : 0;
+  const int c_hi = SP == 2 ? (4 * int(rank) + 4) * chunks / kSlices : chunks;
   if (threadIdx.x / 128 == WGS) {
     if constexpr (WGS == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 56;");
-    produce<WGS, BN, CL>(x, w, m, n, k, m0, n0, sbase, full, empty, half, rank);
+    produce<WGS, BN, CL, SP>(x, w, m, n, k, m0, n0, sbase, full, empty, half, rank, c_lo, c_hi - c_lo);
+    if constexpr (SP == 2) cluster_sync();  // pairs with the consumers' barrier before the fold
   } else {
     if constexpr (WGS == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 224;");
     float* tot_smem = reinterpret_cast<float*>(smem + C::kStages * C::kStage);
-    consume<WGS, BN, CL>(bias, bias_kind, y, y_f32, m, n, k, m0, n0, sbase, tot_smem, full, empty, rank);
+    float* part = reinterpret_cast<float*>(smem + C::kStages * C::kStage + C::kTotBytes);
+    consume<WGS, BN, CL, SP>(bias, bias_kind, y, y_f32, m, n, k, m0, n0, sbase, tot_smem, part, full, empty,
+                             rank);
   }
-  if constexpr (CL == 2) cluster_sync();  // no CTA leaves while its peer may still signal or copy into it
+  if constexpr (kCluster) cluster_sync();  // no CTA leaves while its peer may still signal, copy or read
 #else
   __trap();  // built for another architecture: linear_wgmma_supported() keeps callers away
 #endif
 }
 
-template <int WGS, int BN, int CL = 1>
+template <int WGS, int BN, int CL = 1, int SP = 1>
 void launch(const void* x, const void* w, const void* bias, int bias_kind, void* y, bool y_f32, int m, int n,
             int k, cudaStream_t s) {
-  using C = Cfg<WGS, BN, CL>;
+  using C = Cfg<WGS, BN, CL, SP>;
   static const bool configured = [] {
-    TF_CUDA_CHECK(cudaFuncSetAttribute(linear_wgmma_kernel<WGS, BN, CL>,
+    TF_CUDA_CHECK(cudaFuncSetAttribute(linear_wgmma_kernel<WGS, BN, CL, SP>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
     return true;
   }();
@@ -335,19 +375,21 @@ void launch(const void* x, const void* w, const void* bias, int bias_kind, void*
   const int m_tiles = (m + BN - 1) / BN, n_tiles = (n + C::kBM - 1) / C::kBM;
   const auto* xb = static_cast<const __nv_bfloat16*>(x);
   const auto* wb = static_cast<const __nv_bfloat16*>(w);
-  if constexpr (CL == 1) {
-    launch_pdl(linear_wgmma_kernel<WGS, BN, 1>, dim3(m_tiles * n_tiles), dim3(C::kThreads), C::kSmem, s, xb,
-               wb, bias, bias_kind, y, y_f32, m, n, k, m_tiles);
-  } else {  // clusters of two weight tiles (an odd last one computes clamped rows, all masked)
+  if constexpr (CL == 1 && SP == 1) {
+    launch_pdl(linear_wgmma_kernel<WGS, BN, 1, 1>, dim3(m_tiles * n_tiles), dim3(C::kThreads), C::kSmem, s,
+               xb, wb, bias, bias_kind, y, y_f32, m, n, k, m_tiles);
+  } else {  // clusters: two weight tiles (CL; an odd last one computes clamped rows, all masked) or one
+            // tile twice (SP)
     cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(m_tiles * ((n_tiles + 1) / 2) * 2), cfg.blockDim = dim3(C::kThreads);
+    cfg.gridDim = dim3(CL == 2 ? m_tiles * ((n_tiles + 1) / 2) * 2 : m_tiles * n_tiles * 2);
+    cfg.blockDim = dim3(C::kThreads);
     cfg.dynamicSmemBytes = C::kSmem, cfg.stream = s;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeClusterDimension;
     attr[0].val.clusterDim.x = 2, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
     cfg.attrs = attr, cfg.numAttrs = 1;
-    TF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, linear_wgmma_kernel<WGS, BN, 2>, xb, wb, bias, bias_kind, y, y_f32,
-                                     m, n, k, m_tiles));
+    TF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, linear_wgmma_kernel<WGS, BN, CL, SP>, xb, wb, bias, bias_kind, y,
+                                     y_f32, m, n, k, m_tiles));
   }
 }
 
@@ -390,7 +432,7 @@ bool linear_wgmma_supported() {
     cudaFuncAttributes attr{};
     // The kernels are only compiled for sm_90a; a build without it has no binary for them.
     return major == 9 && minor == 0 &&
-           cudaFuncGetAttributes(&attr, linear_wgmma_kernel<1, 64, 1>) == cudaSuccess &&
+           cudaFuncGetAttributes(&attr, linear_wgmma_kernel<1, 64, 1, 1>) == cudaSuccess &&
            attr.binaryVersion == 90;
   }();
   return ok;
@@ -420,6 +462,12 @@ const char* wgmma_tile_name(WgmmaTile tile) {
       return "128x128c2";
     case WgmmaTile::W128T192C2:
       return "128x192c2";
+    case WgmmaTile::W64T64S2:
+      return "64x64s2";
+    case WgmmaTile::W64T128S2:
+      return "64x128s2";
+    case WgmmaTile::W128T64S2:
+      return "128x64s2";
   }
   return "?";
 }
@@ -447,6 +495,12 @@ void linear_wgmma_bf16(const void* x, const void* w, const void* bias, DType bia
       return launch<2, 128, 2>(x, w, bias, bias_kind, y, f32, m, n, k, s);
     case WgmmaTile::W128T192C2:
       return launch<2, 192, 2>(x, w, bias, bias_kind, y, f32, m, n, k, s);
+    case WgmmaTile::W64T64S2:
+      return launch<1, 64, 1, 2>(x, w, bias, bias_kind, y, f32, m, n, k, s);
+    case WgmmaTile::W64T128S2:
+      return launch<1, 128, 1, 2>(x, w, bias, bias_kind, y, f32, m, n, k, s);
+    case WgmmaTile::W128T64S2:
+      return launch<2, 64, 1, 2>(x, w, bias, bias_kind, y, f32, m, n, k, s);
     default:
       return launch<2, 256>(x, w, bias, bias_kind, y, f32, m, n, k, s);
   }

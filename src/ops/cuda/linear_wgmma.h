@@ -25,8 +25,23 @@ bool linear_wgmma_supported();
 // size (linear_wgmma_auto_tile); the others force one, for tests and benches. Every tile computes each
 // element with the same arithmetic (identical bits, tested).
 // The C2 tiles run as 2-CTA clusters that share the x tile (each CTA loads half and forwards it to the
-// other), halving x's L2 traffic; not picked by Auto until measured.
-enum class WgmmaTile { Auto, W64T64, W64T128, W128T64, W128T128, W128T192, W128T256, W128T128C2, W128T192C2 };
+// other), halving x's L2 traffic; the S2 tiles as 2-CTA clusters that split one tile's 8 K slices 4 + 4
+// (rank 0 adds rank 1's four partials in slice order through distributed shared memory), twice the
+// CTAs for small grids. Not picked by Auto until measured.
+enum class WgmmaTile {
+  Auto,
+  W64T64,
+  W64T128,
+  W128T64,
+  W128T128,
+  W128T192,
+  W128T256,
+  W128T128C2,
+  W128T192C2,
+  W64T64S2,
+  W64T128S2,
+  W128T64S2
+};
 void set_linear_wgmma_tile(WgmmaTile tile);
 WgmmaTile linear_wgmma_auto_tile(int m, int n);
 const char* wgmma_tile_name(WgmmaTile tile);

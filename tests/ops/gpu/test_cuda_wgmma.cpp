@@ -46,7 +46,9 @@ const std::vector<cuda::WgmmaTile> kTiles = {
     cuda::WgmmaTile::W64T64,   cuda::WgmmaTile::W64T128,  cuda::WgmmaTile::W128T64, cuda::WgmmaTile::W128T128,
     cuda::WgmmaTile::W128T192, cuda::WgmmaTile::W128T256, cuda::WgmmaTile::Auto};
 // 2-CTA clusters sharing the x tile: separate tests (last), so a fault there leaves the others' verdicts.
-const std::vector<cuda::WgmmaTile> kClusterTiles = {cuda::WgmmaTile::W128T128C2, cuda::WgmmaTile::W128T192C2};
+const std::vector<cuda::WgmmaTile> kClusterTiles = {cuda::WgmmaTile::W128T128C2, cuda::WgmmaTile::W128T192C2,
+                                                    cuda::WgmmaTile::W64T64S2, cuda::WgmmaTile::W64T128S2,
+                                                    cuda::WgmmaTile::W128T64S2};
 constexpr int kAllMs[] = {64, 65, 96, 128, 200, 256, 512, 4096};
 
 struct Shape {
@@ -166,10 +168,13 @@ TEST_F(CudaWgmma, RowsEqualDecodeRagged) {
   check_shape({{65, 129}, 40, 4096, false, 2});
 }
 
+// The 2-CTA cluster tiles: x shared between two weight tiles (C2), one tile's slices split 4 + 4 (S2).
 TEST_F(CudaWgmma, ClusterTilesRowsEqualDecode) {
   check_shape({all_ms(), 4096, 4096, false, 0}, kClusterTiles);
-  check_shape({all_ms(), 1040, 1120, true, 2}, kClusterTiles);  // odd weight-tile count: a masked peer
-  check_shape({{64, 200, 512}, 4096, 96, false, 1}, kClusterTiles);
+  check_shape({all_ms(), 1040, 1120, true, 2}, kClusterTiles);        // odd weight-tile count: a masked peer
+  check_shape({{64, 200, 512}, 4096, 96, false, 1}, kClusterTiles);   // a split with empty slices
+  check_shape({{64, 96, 256}, 4096, 12288, true, 1}, kClusterTiles);  // the down projection
+  check_shape({{64, 65}, 1000, 32, false, 2}, kClusterTiles);         // one chunk: rank 0 has none
   check_shape({{65, 300}, 40, 4096, true, 0}, kClusterTiles);
 }
 

@@ -27,6 +27,10 @@
 // adds +0), then the bias, then the rounding. Slices are a function of K only, so slice ends are stage
 // ends. With BN = 256 the 128 accumulators leave no room for 128 more `tot` registers: tot lives in
 // shared memory then (each thread its own 128 words, touched 8 times a tile).
+//
+// Tiles (WgmmaTile): 64/128 weight rows x 64/128/192/256 tokens; 2-CTA cluster variants that share the
+// x tile between two weight tiles (CL = 2, produce()) or split one tile's slices 4 + 4 (SP = 2,
+// consume()). Every tile gives every element the same arithmetic; Auto picks by the grid size.
 #include <cuda_bf16.h>
 
 #include <algorithm>

@@ -50,6 +50,7 @@ constexpr int kSmemLimit = 227 * 1024;  // sm_90 dynamic shared memory per CTA
 constexpr int kRowGroupBytes = 256;     // SBO: 8 rows x 2 K halves x 16 bytes
 constexpr int kKHalfBytes = 128;        // LBO: the step's second 8 logical k-values
 WgmmaTile g_tile = WgmmaTile::Auto;
+bool g_clusters = false;  // Auto considers the cluster tiles (off until the device run confirms them)
 
 template <int WGS, int BN, int CL = 1, int SP = 1>
 struct Cfg {
@@ -402,29 +403,42 @@ void launch(const void* x, const void* w, const void* bias, int bias_kind, void*
 // Auto: the tile with the least estimated time on an H200 (132 SMs): waves x the slower of a tile's MMA
 // time (989 TFLOP/s / 132 SMs, times an efficiency: the shared-memory traffic a chunk costs against its
 // MMA time, and for 128x256 the `tot` round trips through shared memory) and its load time (the tile's
-// bytes at ~100 GB/s an SM from L2/HBM). Both scale with K, so K drops out. Guesses to be replaced by the
+// bytes at ~100 GB/s an SM from L2/HBM), or all CTAs' bytes at ~10 TB/s of L2 if slower. All scale with
+// K, so K drops out. Guesses to be replaced by the
 // measured table (docs/cuda-notes.md v10); any tile gives the same bits.
 WgmmaTile linear_wgmma_auto_tile(int m, int n) {
   struct Option {
     WgmmaTile tile;
     int bm, bn;
     double eff;
+    int cl, sp;  // cluster kinds: x shared (cl = 2: half of x's bytes), slices split (sp = 2)
   };
   static constexpr Option kOptions[] = {
-      {WgmmaTile::W128T192, 128, 192, 1.0},  {WgmmaTile::W128T256, 128, 256, 0.85},
-      {WgmmaTile::W128T128, 128, 128, 0.82}, {WgmmaTile::W64T128, 64, 128, 0.68},
-      {WgmmaTile::W128T64, 128, 64, 0.58},   {WgmmaTile::W64T64, 64, 64, 0.5}};
-  constexpr double kFlopsPerSm = 989e12 / 132, kBytesPerSm = 100e9;
+      {WgmmaTile::W128T192, 128, 192, 1.0, 1, 1},   {WgmmaTile::W128T256, 128, 256, 0.75, 1, 1},
+      {WgmmaTile::W128T128, 128, 128, 0.82, 1, 1},  {WgmmaTile::W64T128, 64, 128, 0.68, 1, 1},
+      {WgmmaTile::W128T64, 128, 64, 0.58, 1, 1},    {WgmmaTile::W64T64, 64, 64, 0.5, 1, 1},
+      {WgmmaTile::W128T192C2, 128, 192, 1.0, 2, 1}, {WgmmaTile::W128T128C2, 128, 128, 0.82, 2, 1},
+      {WgmmaTile::W64T128S2, 64, 128, 0.68, 1, 2},  {WgmmaTile::W128T64S2, 128, 64, 0.58, 1, 2},
+      {WgmmaTile::W64T64S2, 64, 64, 0.5, 1, 2}};
+  constexpr double kFlopsPerSm = 989e12 / 132, kBytesPerSm = 100e9, kL2Bytes = 10e12;
   WgmmaTile best = WgmmaTile::W64T64;
   double best_t = 1e300;
   for (const Option& o : kOptions) {
-    const long tiles = long((m + o.bn - 1) / o.bn) * ((n + o.bm - 1) / o.bm);
-    const long waves = (tiles + 131) / 132;
-    const double mma = 2.0 * o.bm * o.bn / (kFlopsPerSm * o.eff), load = 2.0 * (o.bm + o.bn) / kBytesPerSm;
-    const double t = double(waves) * std::max(mma, load);
+    if ((o.cl > 1 || o.sp > 1) && !g_clusters) continue;
+    const long ctas = long((m + o.bn - 1) / o.bn) * ((n + o.bm - 1) / o.bm) * o.sp;
+    const long waves = (ctas + 131) / 132;
+    const double mma = 2.0 * o.bm * o.bn / (kFlopsPerSm * o.eff) / o.sp;
+    const double load = 2.0 * (o.bm + o.bn / o.cl) / kBytesPerSm / o.sp;
+    // All CTAs' bytes through L2 at ~10 TB/s (binds large tiles at large M).
+    const double t =
+        std::max(double(waves) * std::max(mma, load), double(ctas) * load * kBytesPerSm / kL2Bytes);
     if (t < best_t) best_t = t, best = o.tile;
   }
   return best;
+}
+
+void set_linear_wgmma_clusters(bool on) {
+  g_clusters = on;
 }
 
 bool linear_wgmma_supported() {

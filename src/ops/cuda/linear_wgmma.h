@@ -27,7 +27,7 @@ bool linear_wgmma_supported();
 // The C2 tiles run as 2-CTA clusters that share the x tile (each CTA loads half and forwards it to the
 // other), halving x's L2 traffic; the S2 tiles as 2-CTA clusters that split one tile's 8 K slices 4 + 4
 // (rank 0 adds rank 1's four partials in slice order through distributed shared memory), twice the
-// CTAs for small grids. Not picked by Auto until measured.
+// CTAs for small grids. Auto picks them only after set_linear_wgmma_clusters(true).
 enum class WgmmaTile {
   Auto,
   W64T64,
@@ -44,6 +44,8 @@ enum class WgmmaTile {
 };
 void set_linear_wgmma_tile(WgmmaTile tile);
 WgmmaTile linear_wgmma_auto_tile(int m, int n);
+// Whether Auto may pick the cluster tiles (C2, S2). Same bits either way.
+void set_linear_wgmma_clusters(bool on);
 const char* wgmma_tile_name(WgmmaTile tile);
 
 #ifdef __CUDACC__

@@ -185,6 +185,12 @@ bool g_fusions = true;
 
 void set_fusions(bool on) {
   g_fusions = on;
+}
+// v9's fusions that are off by default in the backend (norm and silu inside the linears, loop-only
+// attention at short context), forced on for a comparison column, then back to the defaults.
+void force_v9_fusions(bool on) {
+  cuda::set_fused_norm_linear(on);
+  cuda::set_fused_silu_linear(on);
   cuda::set_attention_loop_max_chunks(on ? -1 : 0);
 }
 
@@ -442,12 +448,13 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
          [&] { be.add_rms_norm_linear(res, mlp, L.ln2, 1e-6f, 0.f, x, L.gate_up, gu, res2); }},
     };
     std::printf("ops b=%d:", batch);
+    force_v9_fusions(true);  // the fused ops as such (each next to what it replaces)
+    be.begin_forward(meta);  // tiles are planned once a forward
     for (auto& op : ops) std::printf(" %s %.1f us |", op.n, time_ms(s, op.f, 3, 21) * 1e3);
-    cuda::set_attention_loop_max_chunks(0);  // the split schedule + combine, as before v9
-    be.begin_forward(meta);                  // tiles are planned once a forward
+    force_v9_fusions(false);  // the split schedule + combine (the default)
+    be.begin_forward(meta);
     std::printf(" attention ctx512 split %.1f us |",
                 time_ms(s, [&] { be.attention(q, L.kv, ap, attn); }, 3, 21) * 1e3);
-    cuda::set_attention_loop_max_chunks(-1);
     std::printf("\n");
   }
   for (int ctx : {512, 8192}) {
@@ -474,6 +481,12 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
       const double t_unfused = time_graph_ms(
           s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g0);
       set_fusions(true);
+      force_v9_fusions(true);
+      be.begin_forward(meta);
+      const double t_allfused = time_graph_ms(
+          s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g0);
+      force_v9_fusions(false);
+      be.begin_forward(meta);
       const double t1 = time_graph_ms(
           s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g1);
       const double t2 = time_graph_ms(
@@ -486,8 +499,9 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
       out->push_back({std::string(sh.name) + " " + what, t1, t2, floor_ms, double(batch)});
       std::printf(
           "%s: ours %.3f ms (eager %.3f, all-plain linear %.3f, no dependent launch %.3f, separate "
-          "norm/rope/kv-write %.3f, no qkv/silu/norm/short-attention fusions %.3f) cuBLAS %.3f ms floor %.3f ms\n",
-          what, t1, t_eager, t_plain, t_nopdl, t_sep, t_unfused, t2, floor_ms);
+          "norm/rope/kv-write %.3f, no qkv fusion %.3f, + norm/silu/short-attention fusions %.3f) cuBLAS %.3f ms "
+          "floor %.3f ms\n",
+          what, t1, t_eager, t_plain, t_nopdl, t_sep, t_unfused, t_allfused, t2, floor_ms);
     }
   }
   // Attention alone at the largest decode batch (KV-bound).

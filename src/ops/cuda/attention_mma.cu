@@ -395,10 +395,12 @@ void launch(const AttentionMmaArgs& a, cudaStream_t s) {
 
 TileSchedule g_schedule = TileSchedule::Auto;
 bool g_mma = true;
-// Auto: calls whose longest row has at most this many chunks run every tile as a loop tile. A block then
-// walks at most this many chunks (ctx <= 512 at 4), and the call needs no combine launch and no partials.
+// Optional rule: calls whose longest row has at most this many chunks run every tile as a loop tile (a
+// block walks at most this many chunks, no combine launch). Off by default: at ctx 512, b=1 on the H200 the
+// 8 loop blocks took 45 us against 20 us for split + combine (run 16). set_attention_loop_max_chunks(-1)
+// turns it on with this limit.
 constexpr int kLoopMaxChunks = 4;
-int g_loop_max_chunks = kLoopMaxChunks;
+int g_loop_max_chunks = 0;
 
 }  // namespace
 

@@ -31,10 +31,13 @@ namespace {
 
 constexpr int kWarps = 8;        // = the K slices; linear_tiled.cu's kSlices must match
 constexpr int kFewBlocks = 256;  // grids smaller than this keep 8 K chunks a warp in flight
-// From this many rows linear_bf16 runs linear_wgmma.cu on sm_90 (same bits): at M = 64 its 64x64 tiles
-// stream the weights with ~10 chunks in flight a CTA where linear_mid.cu is at ~1.6 TB/s
-// (docs/cuda-notes.md, Session 3 v10).
-constexpr int kWgmmaMinM = 64;
+// Where linear_bf16 runs linear_wgmma.cu on sm_90 (same bits). Measured on the H200 (run 16,
+// bench/cuda/results/run16-wgmma_probe.log): wgmma's best tile beats linear_mid.cu from M = 512 for
+// every 8B shape, from M = 128 for wide weights (gate_up, lm_head), and loses below (q/o/down at M = 64:
+// 43/136 us vs 21/56 us).
+constexpr int kWgmmaMinM = 512;
+constexpr int kWgmmaMinMWide = 128;  // for weights with at least kWideN output features
+constexpr int kWideN = 16384;
 LoopVariant g_linear_variant = LoopVariant::Auto;
 bool g_pdl = true;
 
@@ -280,7 +283,8 @@ void linear_bf16(const void* x, const void* w, const void* bias, DType bias_dtyp
   // Not forced (set_linear_kernel Auto) exactly when M = 1 gets the decode kernel and huge M another one.
   const bool auto_pick =
       linear_kernel_for(1) == LinearKernel::Decode && linear_kernel_for(INT_MAX) != LinearKernel::Decode;
-  if (kernel == LinearKernel::Wgmma || (auto_pick && m >= kWgmmaMinM && linear_wgmma_supported()))
+  const bool wgmma_pays = m >= kWgmmaMinM || (m >= kWgmmaMinMWide && n >= kWideN);
+  if (kernel == LinearKernel::Wgmma || (auto_pick && wgmma_pays && linear_wgmma_supported()))
     return linear_wgmma_bf16(x, w, bias, bias_dtype, y, y_dtype, m, n, k, s);
   if (kernel == LinearKernel::Tiled) return linear_tiled_bf16(x, w, bias, bias_kind, y, y_f32, m, n, k, s);
   if (kernel == LinearKernel::Mid) return linear_mid_bf16(x, w, bias, bias_kind, y, y_f32, m, n, k, s);

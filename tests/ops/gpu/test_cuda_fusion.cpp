@@ -161,6 +161,7 @@ TEST_F(CudaFusion, FusedQkvEqualsSeparateLinearsAndAttentionInputs) {
 }
 
 TEST_F(CudaFusion, SiluMulLinearEqualsSiluMulThenLinear) {
+  cuda::set_fused_silu_linear(true);  // off by default (slower on the H200); the bits must still match
   struct Case {
     int n, inter;
     bool bias;
@@ -195,6 +196,7 @@ TEST_F(CudaFusion, SiluMulLinearEqualsSiluMulThenLinear) {
     }
     cuda::set_linear_variant(cuda::LoopVariant::Auto);
   }
+  cuda::set_fused_silu_linear(false);  // the default
 }
 
 Tensor random_f32(std::vector<int64_t> shape, float scale) {
@@ -205,6 +207,7 @@ Tensor random_f32(std::vector<int64_t> shape, float scale) {
 }
 
 TEST_F(CudaFusion, AddRmsNormLinearEqualsAddRmsNormThenLinear) {
+  cuda::set_fused_norm_linear(true);  // off by default (slower on the H200); the bits must still match
   struct Case {
     int k, n;
     DType res, norm_w, y;
@@ -250,11 +253,13 @@ TEST_F(CudaFusion, AddRmsNormLinearEqualsAddRmsNormThenLinear) {
     }
     cuda::set_linear_variant(cuda::LoopVariant::Auto);
   }
+  cuda::set_fused_norm_linear(false);  // the default
 }
 
 // Short calls (every row within kLoopMaxChunks chunks) run all tiles as loop tiles; the bits are the
 // split schedule's, for decode, verify and a batch of sequences.
 TEST_F(CudaFusion, ShortContextLoopScheduleEqualsSplit) {
+  cuda::set_attention_loop_max_chunks(-1);  // the rule on (off by default); each call checks both
   const int hq = 32, hk = 8, d = 128, bs = 16;
   AttentionParams ap{hq, hk, d, 1.f / std::sqrt(float(d)), 0, 0.f};
   const int per_seq = 512 / bs, seqs = 3, nb = per_seq * seqs + 2;
@@ -296,9 +301,11 @@ TEST_F(CudaFusion, ShortContextLoopScheduleEqualsSplit) {
     EXPECT_EQ(run(cuda::TileSchedule::Auto), split);
     cuda::set_attention_loop_max_chunks(-1);
   }
+  cuda::set_attention_loop_max_chunks(0);  // back to the default (off)
 }
 
 TEST(AttentionTilesShortCall, AllLoopTilesWithinTheChunkLimit) {
+  cuda::set_attention_loop_max_chunks(-1);  // the rule on (off by default)
   const std::vector<int32_t> row_seq = {0, 1, 1, 1, 2};
   std::vector<int32_t> loop, split;
   // Too few half-full tiles to fill the card (min 1000): long calls split, short calls loop.
@@ -313,7 +320,7 @@ TEST(AttentionTilesShortCall, AllLoopTilesWithinTheChunkLimit) {
   cuda::set_attention_loop_max_chunks(0);
   cuda::plan_attention_tiles(row_seq, 16, cuda::TileSchedule::Auto, loop, split, 1000, 1);
   EXPECT_TRUE(loop.empty()) << "limit 0: the rule is off";
-  cuda::set_attention_loop_max_chunks(-1);
+  cuda::set_attention_loop_max_chunks(0);  // back to the default (off)
 }
 
 }  // namespace

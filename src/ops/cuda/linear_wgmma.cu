@@ -63,12 +63,20 @@ struct Cfg {
   static constexpr int kStage = 2 * (kWStep + kXStep);  // one 32-chunk of both operands
   static constexpr int kTotBytes = kTotSmem ? WGS * 128 * kAcc * 4 : 0;
   static constexpr int kPartBytes = SP == 2 ? 4 * WGS * 128 * kAcc * 4 : 0;  // rank 1's slice partials
-  // As deep as shared memory allows (one CTA an SM): small-M grids are bound by bytes in flight a CTA.
-  static constexpr int kStages =
-      std::min(24, (kSmemLimit - 2048 - kTotBytes - kPartBytes) / kStage);  // 2 KB: static
-  static constexpr int kSmem = kStages * kStage + kTotBytes + kPartBytes;
-  static constexpr int kXHalf = BN / 2 * 32;  // bytes of one step's x half (CL = 2 forwards two a chunk)
-  static_assert(kStages >= 3, "pipeline too shallow");
+  // kRaw: the producer stages raw rows with 16-byte cp.async into a ring of kRawSlots chunks and
+  // permutes each chunk into a wgmma stage itself (produce_raw); else 8-byte cp.async straight into
+  // the stages (produce: the 128x256 tile, whose `tot` leaves no room for two rings, and the C2 tiles,
+  // whose forwarding tracks cp.async completion).
+  static constexpr bool kRaw = CL == 1 && !kTotSmem;
+  static constexpr int kFree = kSmemLimit - 2048 - kTotBytes - kPartBytes;  // 2 KB: static
+  // 8-byte path: as deep as shared memory allows (one CTA an SM). Raw path: 4 wgmma stages (the permute
+  // is a shared-memory hop), the rest raw slots.
+  static constexpr int kStages = kRaw ? 4 : std::min(24, kFree / kStage);
+  static constexpr int kRawSlots = kRaw ? std::min(16, (kFree - kStages * kStage) / kStage) : 0;
+  static constexpr int kRawOff = kStages * kStage, kTotOff = kRawOff + kRawSlots * kStage;
+  static constexpr int kPartOff = kTotOff + kTotBytes;
+  static constexpr int kSmem = kPartOff + kPartBytes;
+  static_assert(kStages >= 3 && (!kRaw || kRawSlots >= 3), "pipeline too shallow");
   static_assert(CL == 1 || (CL == 2 && BN % 32 == 0), "x halves must be whole row-group pairs");
   static_assert(SP == 1 || (SP == 2 && CL == 1 && !kTotSmem), "slice split: x not shared, tot in registers");
 };
@@ -159,6 +167,7 @@ __device__ __forceinline__ void produce(const __nv_bfloat16* __restrict__ x,
                                         uint32_t rank, int c_lo, int count) {
   using C = Cfg<WGS, BN, CL, SP>;
   constexpr int kLag = 2;
+  constexpr uint32_t kXHalf = BN / 2 * 32;  // bytes of one step's x half (CL = 2 forwards two a chunk)
   static_assert(kLag < C::kStages, "a forwarded chunk must be older than the stage ring");
   const int x_rg0 = CL == 2 ? int(rank) * (BN / 16) : 0;
   const bool forwarder = CL == 2 && threadIdx.x % 128 == 96;  // lane 0 of producer warp 3
@@ -169,7 +178,7 @@ __device__ __forceinline__ void produce(const __nv_bfloat16* __restrict__ x,
     const uint32_t peer = rank ^ 1, src = sbase + s * C::kStage + 2 * C::kWStep + x_rg0 * kRowGroupBytes;
     const uint32_t bar = peer_addr(full + 8 * s, peer);
     for (int h = 0; h < 2; ++h)
-      bulk_to_peer(peer_addr(src + h * C::kXStep, peer), src + h * C::kXStep, C::kXHalf, bar);
+      bulk_to_peer(peer_addr(src + h * C::kXStep, peer), src + h * C::kXStep, kXHalf, bar);
   };
   const int pw = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, r8 = lane / 4, q = lane % 4;
   const int kh = pw % 2, chunks = count;
@@ -200,7 +209,7 @@ __device__ __forceinline__ void produce(const __nv_bfloat16* __restrict__ x,
   for (int c = 0; c < chunks; ++c) {
     const int s = c % C::kStages;
     if (c >= C::kStages) mbar_wait(empty + 8 * s, ((c / C::kStages) & 1) ^ 1);
-    if (forwarder) mbar_arrive_expect_tx(full + 8 * s, 2 * C::kXHalf);  // the peer's half of x
+    if (forwarder) mbar_arrive_expect_tx(full + 8 * s, 2 * kXHalf);  // the peer's half of x
     const uint32_t st = sbase + s * C::kStage;
     if (c >= pre) copy_w(c, st);
     copy_x(c, st);
@@ -213,6 +222,70 @@ __device__ __forceinline__ void produce(const __nv_bfloat16* __restrict__ x,
   if (forwarder)
     for (int cf = max(0, chunks - kLag); cf < chunks; ++cf) forward(cf);
   asm volatile("cp.async.wait_all;" ::: "memory");
+}
+
+// The raw-staging producer (Cfg::kRaw). Thread pt owns the 16-byte units (row pt/4 + 32j, unit t = pt%4)
+// of every chunk: a warp's cp.async.cg covers 8 whole rows x 64 bytes (coalesced, 16 bytes a lane), each
+// thread waits for its own copies (cp.async.wait_group, kRawSlots - 1 chunks ahead) and moves its units
+// into the wgmma stage: bytes 0-7 of unit t (k 8t..8t+3) are step 0's piece t, bytes 8-15 step 1's, at
+// logical k 4t of the step (core matrix t/2, offset (t%2)*8) -- the layout produce() writes, two
+// conflict-free 8-byte stores a unit. Then fence.proxy.async (own generic stores -> wgmma's reads) and a
+// plain arrive on `full` (128 a stage).
+template <int WGS, int BN, int SP>
+__device__ __forceinline__ void produce_raw(const __nv_bfloat16* __restrict__ x,
+                                            const __nv_bfloat16* __restrict__ w, int m, int n, int k, int m0,
+                                            int n0, uint32_t sbase, uint32_t full, uint32_t empty, int c_lo,
+                                            int count) {
+  using C = Cfg<WGS, BN, 1, SP>;
+  constexpr int kUnits = (C::kBM + BN) / 32, kWUnits = C::kBM / 32, kAhead = C::kRawSlots - 1;
+  const int pt = threadIdx.x % 128, r0 = pt / 4, t = pt % 4;
+  const uint32_t raw = sbase + C::kRawOff + r0 * 64 + t * 16;
+  const uint32_t perm = (r0 / 8) * kRowGroupBytes + (t / 2) * kKHalfBytes + (r0 % 8) * 16 + (t % 2) * 8;
+  auto src = [&](int j) {  // this thread's unit j of chunk 0 (rows clamped: they feed masked outputs only)
+    return j < kWUnits ? w + int64_t(min(n0 + r0 + 32 * j, n - 1)) * k + c_lo * 32 + 8 * t
+                       : x + int64_t(min(m0 + r0 + 32 * (j - kWUnits), m - 1)) * k + c_lo * 32 + 8 * t;
+  };
+  auto copy = [&](int c, int j_lo, int j_hi) {
+#pragma unroll
+    for (int j = 0; j < kUnits; ++j)
+      if (j >= j_lo && j < j_hi) {
+        const uint32_t dst = raw + (c % C::kRawSlots) * C::kStage + j * 32 * 64;
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src(j) + c * 32) : "memory");
+      }
+  };
+  auto commit = [] { asm volatile("cp.async.commit_group;" ::: "memory"); };
+  // Weights (constant) of the first chunks before griddepcontrol.wait (PDL overlap), x after; exactly
+  // kAhead groups either way so that group c is chunk c below.
+  for (int c = 0; c < min(kAhead, count); ++c) copy(c, 0, kWUnits);
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  for (int c = 0; c < kAhead; ++c) {
+    if (c < count) copy(c, kWUnits, kUnits);
+    commit();
+  }
+  for (int c = 0; c < count; ++c) {
+    if (c + kAhead < count) copy(c + kAhead, 0, kUnits);
+    commit();
+    asm volatile("cp.async.wait_group %0;" ::"n"(kAhead) : "memory");  // chunk c's units have landed
+    const int s = c % C::kStages;
+    if (c >= C::kStages) mbar_wait(empty + 8 * s, ((c / C::kStages) & 1) ^ 1);
+    const uint32_t st = sbase + s * C::kStage, rs = raw + (c % C::kRawSlots) * C::kStage;
+#pragma unroll
+    for (int j = 0; j < kUnits; ++j) {
+      uint32_t v0, v1, v2, v3;
+      asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3)
+                   : "r"(rs + j * 32 * 64)
+                   : "memory");
+      // Row group j*4 + r0/8 of W (j < kWUnits) or of x; step h at + h * step bytes.
+      const uint32_t d = j < kWUnits ? st + j * 4 * kRowGroupBytes + perm
+                                     : st + 2 * C::kWStep + (j - kWUnits) * 4 * kRowGroupBytes + perm;
+      const uint32_t step = j < kWUnits ? C::kWStep : C::kXStep;
+      asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(d), "r"(v0), "r"(v1) : "memory");
+      asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(d + step), "r"(v2), "r"(v3) : "memory");
+    }
+    fence_proxy_async();
+    mbar_arrive(full + 8 * s);
+  }
 }
 
 // part_peer (SP = 2, rank 0): the shared::cluster address of rank 1's slice partials 4..7, added in
@@ -352,12 +425,15 @@ __global__ void __launch_bounds__(Cfg<WGS, BN, CL, SP>::kThreads, 1)
   const int c_hi = SP == 2 ? (4 * int(rank) + 4) * chunks / kSlices : chunks;
   if (threadIdx.x / 128 == WGS) {
     if constexpr (WGS == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 56;");
-    produce<WGS, BN, CL, SP>(x, w, m, n, k, m0, n0, sbase, full, empty, half, rank, c_lo, c_hi - c_lo);
+    if constexpr (C::kRaw)
+      produce_raw<WGS, BN, SP>(x, w, m, n, k, m0, n0, sbase, full, empty, c_lo, c_hi - c_lo);
+    else
+      produce<WGS, BN, CL, SP>(x, w, m, n, k, m0, n0, sbase, full, empty, half, rank, c_lo, c_hi - c_lo);
     if constexpr (SP == 2) cluster_sync();  // pairs with the consumers' barrier before the fold
   } else {
     if constexpr (WGS == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 224;");
-    float* tot_smem = reinterpret_cast<float*>(smem + C::kStages * C::kStage);
-    float* part = reinterpret_cast<float*>(smem + C::kStages * C::kStage + C::kTotBytes);
+    float* tot_smem = reinterpret_cast<float*>(smem + C::kTotOff);
+    float* part = reinterpret_cast<float*>(smem + C::kPartOff);
     consume<WGS, BN, CL, SP>(bias, bias_kind, y, y_f32, m, n, k, m0, n0, sbase, tot_smem, part, full, empty,
                              rank);
   }

@@ -479,9 +479,9 @@ void launch(const void* x, const void* w, const void* bias, int bias_kind, void*
 // Auto: the tile with the least estimated time on an H200 (132 SMs): waves x the slower of a tile's MMA
 // time (989 TFLOP/s / 132 SMs, times an efficiency: the shared-memory traffic a chunk costs against its
 // MMA time, and for 128x256 the `tot` round trips through shared memory) and its load time (the tile's
-// bytes at ~100 GB/s an SM from L2/HBM), or all CTAs' bytes at ~10 TB/s of L2 if slower. All scale with
-// K, so K drops out. Guesses to be replaced by the
-// measured table (docs/cuda-notes.md v10); any tile gives the same bits.
+// bytes at the producer's rate an SM: 8-byte cp.async measured ~24 GB/s (run 16), the raw-staging path
+// guessed at ~55), or all CTAs' bytes at ~10 TB/s of L2 if slower. All scale with K, so K drops out.
+// Guesses to be replaced by measured tables (docs/cuda-notes.md v10); any tile gives the same bits.
 WgmmaTile linear_wgmma_auto_tile(int m, int n) {
   struct Option {
     WgmmaTile tile;
@@ -496,18 +496,20 @@ WgmmaTile linear_wgmma_auto_tile(int m, int n) {
       {WgmmaTile::W128T192C2, 128, 192, 1.0, 2, 1}, {WgmmaTile::W128T128C2, 128, 128, 0.82, 2, 1},
       {WgmmaTile::W64T128S2, 64, 128, 0.68, 1, 2},  {WgmmaTile::W128T64S2, 128, 64, 0.58, 1, 2},
       {WgmmaTile::W64T64S2, 64, 64, 0.5, 1, 2}};
-  constexpr double kFlopsPerSm = 989e12 / 132, kBytesPerSm = 100e9, kL2Bytes = 10e12;
+  constexpr double kFlopsPerSm = 989e12 / 132, kL2Bytes = 10e12;
+  constexpr double kRawBytesPerSm = 55e9, kCpAsync8BytesPerSm = 24e9;
   WgmmaTile best = WgmmaTile::W64T64;
   double best_t = 1e300;
   for (const Option& o : kOptions) {
     if ((o.cl > 1 || o.sp > 1) && !g_clusters) continue;
+    const bool raw = o.cl == 1 && o.bn != 256;  // Cfg::kRaw
+    const double rate = raw ? kRawBytesPerSm : kCpAsync8BytesPerSm;
     const long ctas = long((m + o.bn - 1) / o.bn) * ((n + o.bm - 1) / o.bm) * o.sp;
     const long waves = (ctas + 131) / 132;
     const double mma = 2.0 * o.bm * o.bn / (kFlopsPerSm * o.eff) / o.sp;
-    const double load = 2.0 * (o.bm + o.bn / o.cl) / kBytesPerSm / o.sp;
+    const double bytes = 2.0 * (o.bm + o.bn / o.cl) / o.sp;
     // All CTAs' bytes through L2 at ~10 TB/s (binds large tiles at large M).
-    const double t =
-        std::max(double(waves) * std::max(mma, load), double(ctas) * load * kBytesPerSm / kL2Bytes);
+    const double t = std::max(double(waves) * std::max(mma, bytes / rate), double(ctas) * bytes / kL2Bytes);
     if (t < best_t) best_t = t, best = o.tile;
   }
   return best;

@@ -31,6 +31,7 @@
 // Tiles (WgmmaTile): 64/128 weight rows x 64/128/192/256 tokens; 2-CTA cluster variants that share the
 // x tile between two weight tiles (CL = 2, produce()) or split one tile's slices 4 + 4 (SP = 2,
 // consume()). Every tile gives every element the same arithmetic; Auto picks by the grid size.
+#include <cuda.h>  // CUtensorMap (the encoder comes through cudaGetDriverEntryPointByVersion)
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -50,6 +51,7 @@ constexpr int kSmemLimit = 227 * 1024;  // sm_90 dynamic shared memory per CTA
 constexpr int kRowGroupBytes = 256;     // SBO: 8 rows x 2 K halves x 16 bytes
 constexpr int kKHalfBytes = 128;        // LBO: the step's second 8 logical k-values
 WgmmaTile g_tile = WgmmaTile::Auto;
+WgmmaProducer g_producer = WgmmaProducer::Auto;
 bool g_clusters = false;  // Auto considers the cluster tiles (off until the device run confirms them)
 
 template <int WGS, int BN, int CL = 1, int SP = 1>
@@ -231,14 +233,67 @@ __device__ __forceinline__ void produce(const __nv_bfloat16* __restrict__ x,
 // logical k 4t of the step (core matrix t/2, offset (t%2)*8) -- the layout produce() writes, two
 // conflict-free 8-byte stores a unit. Then fence.proxy.async (own generic stores -> wgmma's reads) and a
 // plain arrive on `full` (128 a stage).
-template <int WGS, int BN, int SP>
+//
+// TMA: the raw rows come from two 2D tensor-map loads a chunk (W's kBM rows, x's BN rows, 64 bytes each,
+// rows past N/M zero-filled) issued by producer thread 0 into the same raw slot layout, completing on the
+// slot's `raw` mbarrier; every producer thread waits on it, permutes as above, and the producer threads
+// meet at a named barrier before thread 0 refills the slot.
+template <int WGS, int BN, int SP, bool TMA>
 __device__ __forceinline__ void produce_raw(const __nv_bfloat16* __restrict__ x,
                                             const __nv_bfloat16* __restrict__ w, int m, int n, int k, int m0,
                                             int n0, uint32_t sbase, uint32_t full, uint32_t empty, int c_lo,
-                                            int count) {
+                                            int count, uint32_t rawbar, const CUtensorMap* tmw,
+                                            const CUtensorMap* tmx) {
   using C = Cfg<WGS, BN, 1, SP>;
   constexpr int kUnits = (C::kBM + BN) / 32, kWUnits = C::kBM / 32, kAhead = C::kRawSlots - 1;
   const int pt = threadIdx.x % 128, r0 = pt / 4, t = pt % 4;
+  if constexpr (TMA) {
+    const uint32_t slots = sbase + C::kRawOff;
+    auto load = [&](const CUtensorMap* map, int c, int row0, uint32_t off) {
+      const uint32_t slot = c % C::kRawSlots;
+      asm volatile(
+          "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+          "[%4];" ::"r"(slots + slot * C::kStage + off),
+          "l"(reinterpret_cast<uint64_t>(map)), "r"((c_lo + c) * 32), "r"(row0), "r"(rawbar + 8 * slot)
+          : "memory");
+    };
+    auto expect = [&](int c) { mbar_arrive_expect_tx(rawbar + 8 * (c % C::kRawSlots), C::kStage); };
+    if (pt == 0)
+      for (int c = 0; c < min(kAhead, count); ++c) expect(c), load(tmw, c, n0, 0);
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    if (pt == 0)
+      for (int c = 0; c < min(kAhead, count); ++c) load(tmx, c, m0, C::kBM * 64);
+    const uint32_t perm = (r0 / 8) * kRowGroupBytes + (t / 2) * kKHalfBytes + (r0 % 8) * 16 + (t % 2) * 8;
+    for (int c = 0; c < count; ++c) {
+      if (pt == 0 && c + kAhead < count) {
+        expect(c + kAhead);
+        load(tmw, c + kAhead, n0, 0);
+        load(tmx, c + kAhead, m0, C::kBM * 64);
+      }
+      mbar_wait(rawbar + 8 * (c % C::kRawSlots), (c / C::kRawSlots) & 1);
+      const int s = c % C::kStages;
+      if (c >= C::kStages) mbar_wait(empty + 8 * s, ((c / C::kStages) & 1) ^ 1);
+      const uint32_t st = sbase + s * C::kStage;
+      const uint32_t rs = slots + (c % C::kRawSlots) * C::kStage + r0 * 64 + t * 16;
+#pragma unroll
+      for (int j = 0; j < kUnits; ++j) {
+        uint32_t v0, v1, v2, v3;
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3)
+                     : "r"(rs + j * 32 * 64)
+                     : "memory");
+        const uint32_t d = j < kWUnits ? st + j * 4 * kRowGroupBytes + perm
+                                       : st + 2 * C::kWStep + (j - kWUnits) * 4 * kRowGroupBytes + perm;
+        const uint32_t step = j < kWUnits ? C::kWStep : C::kXStep;
+        asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(d), "r"(v0), "r"(v1) : "memory");
+        asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(d + step), "r"(v2), "r"(v3) : "memory");
+      }
+      fence_proxy_async();
+      mbar_arrive(full + 8 * s);
+      asm volatile("bar.sync 1, 128;" ::: "memory");  // slot c read by all before thread 0 refills it
+    }
+    return;
+  }
   const uint32_t raw = sbase + C::kRawOff + r0 * 64 + t * 16;
   const uint32_t perm = (r0 / 8) * kRowGroupBytes + (t / 2) * kKHalfBytes + (r0 % 8) * 16 + (t % 2) * 8;
   auto src = [&](int j) {  // this thread's unit j of chunk 0 (rows clamped: they feed masked outputs only)
@@ -389,16 +444,20 @@ __device__ __forceinline__ void consume(const void* __restrict__ bias, int bias_
   }
 }
 
-template <int WGS, int BN, int CL, int SP>
+template <int WGS, int BN, int CL, int SP, bool TMA>
 __global__ void __launch_bounds__(Cfg<WGS, BN, CL, SP>::kThreads, 1)
     linear_wgmma_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
                         const void* __restrict__ bias, int bias_kind, void* __restrict__ y, bool y_f32, int m,
-                        int n, int k, int m_tiles) {
+                        int n, int k, int m_tiles, const __grid_constant__ CUtensorMap tmw,
+                        const __grid_constant__ CUtensorMap tmx) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using C = Cfg<WGS, BN, CL, SP>;
+  static_assert(!TMA || C::kRaw, "TMA feeds the raw-staging producer");
   constexpr bool kCluster = CL == 2 || SP == 2;
+  constexpr int kAux = C::kStages > C::kRawSlots ? C::kStages : C::kRawSlots;
   extern __shared__ __align__(1024) unsigned char smem[];
-  __shared__ __align__(8) uint64_t bars[3 * C::kStages];  // full[s], empty[s], half[s] (CL = 2)
+  // full[s], empty[s], then half[s] (CL = 2) or raw[slot] (TMA)
+  __shared__ __align__(8) uint64_t bars[2 * C::kStages + kAux];
   const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const uint32_t full = static_cast<uint32_t>(__cvta_generic_to_shared(bars));
   const uint32_t empty = full + 8 * C::kStages, half = empty + 8 * C::kStages;
@@ -409,6 +468,8 @@ __global__ void __launch_bounds__(Cfg<WGS, BN, CL, SP>::kThreads, 1)
       mbar_init(empty + 8 * s, 4 * WGS * CL);    // lane 0 of every consumer warp (of both CTAs)
       mbar_init(half + 8 * s, 128);
     }
+    if constexpr (TMA)
+      for (int r = 0; r < C::kRawSlots; ++r) mbar_init(half + 8 * r, 1);  // thread 0's arrive.expect_tx
     if constexpr (kCluster) asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   if constexpr (kCluster)
@@ -426,7 +487,8 @@ __global__ void __launch_bounds__(Cfg<WGS, BN, CL, SP>::kThreads, 1)
   if (threadIdx.x / 128 == WGS) {
     if constexpr (WGS == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 56;");
     if constexpr (C::kRaw)
-      produce_raw<WGS, BN, SP>(x, w, m, n, k, m0, n0, sbase, full, empty, c_lo, c_hi - c_lo);
+      produce_raw<WGS, BN, SP, TMA>(x, w, m, n, k, m0, n0, sbase, full, empty, c_lo, c_hi - c_lo, half, &tmw,
+                                    &tmx);
     else
       produce<WGS, BN, CL, SP>(x, w, m, n, k, m0, n0, sbase, full, empty, half, rank, c_lo, c_hi - c_lo);
     if constexpr (SP == 2) cluster_sync();  // pairs with the consumers' barrier before the fold
@@ -443,12 +505,41 @@ __global__ void __launch_bounds__(Cfg<WGS, BN, CL, SP>::kThreads, 1)
 #endif
 }
 
-template <int WGS, int BN, int CL = 1, int SP = 1>
-void launch(const void* x, const void* w, const void* bias, int bias_kind, void* y, bool y_f32, int m, int n,
-            int k, cudaStream_t s) {
+// cuTensorMapEncodeTiled through the runtime (no libcuda link); null when the driver lacks it.
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*,
+                                 CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion,
+                                 CUtensorMapFloatOOBfill);
+EncodeTiled encode_tiled() {
+  static const EncodeTiled fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) !=
+            cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      return EncodeTiled(nullptr);
+    return reinterpret_cast<EncodeTiled>(p);
+  }();
+  return fn;
+}
+
+// A [rows, k] bf16 row-major matrix as 2D tensor map with boxes of 32 elements (one chunk) x box_rows.
+bool make_map(CUtensorMap* map, const void* base, int rows, int k, int box_rows) {
+  const EncodeTiled fn = encode_tiled();
+  if (!fn || reinterpret_cast<uintptr_t>(base) % 16 != 0) return false;
+  const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)}, strides[1] = {cuuint64_t(k) * 2};
+  const cuuint32_t box[2] = {32, cuuint32_t(box_rows)}, elem[2] = {1, 1};
+  return fn(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box, elem,
+            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <int WGS, int BN, int CL, int SP, bool TMA>
+void launch_with(const void* x, const void* w, const void* bias, int bias_kind, void* y, bool y_f32, int m,
+                 int n, int k, cudaStream_t s, const CUtensorMap& tmw, const CUtensorMap& tmx) {
   using C = Cfg<WGS, BN, CL, SP>;
   static const bool configured = [] {
-    TF_CUDA_CHECK(cudaFuncSetAttribute(linear_wgmma_kernel<WGS, BN, CL, SP>,
+    TF_CUDA_CHECK(cudaFuncSetAttribute(linear_wgmma_kernel<WGS, BN, CL, SP, TMA>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
     return true;
   }();
@@ -457,8 +548,8 @@ void launch(const void* x, const void* w, const void* bias, int bias_kind, void*
   const auto* xb = static_cast<const __nv_bfloat16*>(x);
   const auto* wb = static_cast<const __nv_bfloat16*>(w);
   if constexpr (CL == 1 && SP == 1) {
-    launch_pdl(linear_wgmma_kernel<WGS, BN, 1, 1>, dim3(m_tiles * n_tiles), dim3(C::kThreads), C::kSmem, s,
-               xb, wb, bias, bias_kind, y, y_f32, m, n, k, m_tiles);
+    launch_pdl(linear_wgmma_kernel<WGS, BN, 1, 1, TMA>, dim3(m_tiles * n_tiles), dim3(C::kThreads), C::kSmem,
+               s, xb, wb, bias, bias_kind, y, y_f32, m, n, k, m_tiles, tmw, tmx);
   } else {  // clusters: two weight tiles (CL; an odd last one computes clamped rows, all masked) or one
             // tile twice (SP)
     cudaLaunchConfig_t cfg{};
@@ -469,9 +560,24 @@ void launch(const void* x, const void* w, const void* bias, int bias_kind, void*
     attr[0].id = cudaLaunchAttributeClusterDimension;
     attr[0].val.clusterDim.x = 2, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
     cfg.attrs = attr, cfg.numAttrs = 1;
-    TF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, linear_wgmma_kernel<WGS, BN, CL, SP>, xb, wb, bias, bias_kind, y,
-                                     y_f32, m, n, k, m_tiles));
+    TF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, linear_wgmma_kernel<WGS, BN, CL, SP, TMA>, xb, wb, bias, bias_kind,
+                                     y, y_f32, m, n, k, m_tiles, tmw, tmx));
   }
+}
+
+// The producer: TMA raw rows where the tile stages raw rows, the maps encode and Auto or Tma is set;
+// else 16-byte cp.async (raw tiles) or the tile's 8-byte path.
+template <int WGS, int BN, int CL = 1, int SP = 1>
+void launch(const void* x, const void* w, const void* bias, int bias_kind, void* y, bool y_f32, int m, int n,
+            int k, cudaStream_t s) {
+  using C = Cfg<WGS, BN, CL, SP>;
+  CUtensorMap tmw{}, tmx{};
+  if constexpr (C::kRaw) {
+    if (g_producer != WgmmaProducer::Raw && make_map(&tmw, w, n, k, C::kBM) && make_map(&tmx, x, m, k, BN))
+      return launch_with<WGS, BN, CL, SP, true>(x, w, bias, bias_kind, y, y_f32, m, n, k, s, tmw, tmx);
+    TF_CHECK(g_producer != WgmmaProducer::Tma, "wgmma linear: TMA producer forced but no tensor map");
+  }
+  launch_with<WGS, BN, CL, SP, false>(x, w, bias, bias_kind, y, y_f32, m, n, k, s, tmw, tmx);
 }
 
 }  // namespace
@@ -519,6 +625,22 @@ void set_linear_wgmma_clusters(bool on) {
   g_clusters = on;
 }
 
+void set_linear_wgmma_producer(WgmmaProducer producer) {
+  g_producer = producer;
+}
+
+const char* wgmma_producer_name(WgmmaProducer producer) {
+  switch (producer) {
+    case WgmmaProducer::Auto:
+      return "auto";
+    case WgmmaProducer::Raw:
+      return "cp16";
+    case WgmmaProducer::Tma:
+      return "tma";
+  }
+  return "?";
+}
+
 bool linear_wgmma_supported() {
   static const bool ok = [] {
     int dev = 0, major = 0, minor = 0;
@@ -528,7 +650,7 @@ bool linear_wgmma_supported() {
     cudaFuncAttributes attr{};
     // The kernels are only compiled for sm_90a; a build without it has no binary for them.
     return major == 9 && minor == 0 &&
-           cudaFuncGetAttributes(&attr, linear_wgmma_kernel<1, 64, 1, 1>) == cudaSuccess &&
+           cudaFuncGetAttributes(&attr, linear_wgmma_kernel<1, 64, 1, 1, false>) == cudaSuccess &&
            attr.binaryVersion == 90;
   }();
   return ok;

@@ -116,10 +116,19 @@ void check_shape(const Shape& sh, const std::vector<cuda::WgmmaTile>& tiles = kT
   };
   for (int m : sh.ms) {
     for (cuda::WgmmaTile tile : tiles) {
-      cuda::set_linear_wgmma_tile(tile);
-      ASSERT_CUDA(cudaMemset(got.p, 0xFF, size_t(m) * n * out_bytes));  // poison: NaN patterns
-      cuda::linear_wgmma_bf16(x.p, w.p, b, bdt, got.p, y_dtype, m, n, k, 0);
-      compare(m, std::string("wgmma ") + cuda::wgmma_tile_name(tile));
+      // Tiles that stage raw rows run with both producers (TMA, 16-byte cp.async); the others have one.
+      const bool raw = tile != cuda::WgmmaTile::W128T256 && tile != cuda::WgmmaTile::W128T128C2 &&
+                       tile != cuda::WgmmaTile::W128T192C2;
+      for (cuda::WgmmaProducer producer : {cuda::WgmmaProducer::Tma, cuda::WgmmaProducer::Raw}) {
+        if (!raw && producer == cuda::WgmmaProducer::Raw) continue;
+        cuda::set_linear_wgmma_tile(tile);
+        cuda::set_linear_wgmma_producer(raw ? producer : cuda::WgmmaProducer::Auto);
+        ASSERT_CUDA(cudaMemset(got.p, 0xFF, size_t(m) * n * out_bytes));  // poison: NaN patterns
+        cuda::linear_wgmma_bf16(x.p, w.p, b, bdt, got.p, y_dtype, m, n, k, 0);
+        compare(m, std::string("wgmma ") + cuda::wgmma_tile_name(tile) + " " +
+                       cuda::wgmma_producer_name(raw ? producer : cuda::WgmmaProducer::Auto));
+      }
+      cuda::set_linear_wgmma_producer(cuda::WgmmaProducer::Auto);
     }
     cuda::set_linear_wgmma_tile(cuda::WgmmaTile::Auto);
     ASSERT_CUDA(cudaMemset(got.p, 0xFF, size_t(m) * n * out_bytes));
@@ -134,7 +143,10 @@ class CudaWgmma : public ::testing::Test {
     if (!have_hopper()) GTEST_SKIP() << "needs an sm_90 GPU";
     ASSERT_TRUE(cuda::linear_wgmma_supported()) << "sm_90 device but no sm_90a kernels in this build";
   }
-  void TearDown() override { cuda::set_linear_wgmma_tile(cuda::WgmmaTile::Auto); }
+  void TearDown() override {
+    cuda::set_linear_wgmma_tile(cuda::WgmmaTile::Auto);
+    cuda::set_linear_wgmma_producer(cuda::WgmmaProducer::Auto);
+  }
 };
 
 std::vector<int> all_ms() {

@@ -565,15 +565,15 @@ void launch_with(const void* x, const void* w, const void* bias, int bias_kind, 
   }
 }
 
-// The producer: TMA raw rows where the tile stages raw rows, the maps encode and Auto or Tma is set;
-// else 16-byte cp.async (raw tiles) or the tile's 8-byte path.
+// The producer: TMA raw rows where the tile stages raw rows and Tma is set (the maps must encode); else
+// 16-byte cp.async (raw tiles; Auto until the TMA path is measured) or the tile's 8-byte path.
 template <int WGS, int BN, int CL = 1, int SP = 1>
 void launch(const void* x, const void* w, const void* bias, int bias_kind, void* y, bool y_f32, int m, int n,
             int k, cudaStream_t s) {
   using C = Cfg<WGS, BN, CL, SP>;
   CUtensorMap tmw{}, tmx{};
   if constexpr (C::kRaw) {
-    if (g_producer != WgmmaProducer::Raw && make_map(&tmw, w, n, k, C::kBM) && make_map(&tmx, x, m, k, BN))
+    if (g_producer == WgmmaProducer::Tma && make_map(&tmw, w, n, k, C::kBM) && make_map(&tmx, x, m, k, BN))
       return launch_with<WGS, BN, CL, SP, true>(x, w, bias, bias_kind, y, y_f32, m, n, k, s, tmw, tmx);
     TF_CHECK(g_producer != WgmmaProducer::Tma, "wgmma linear: TMA producer forced but no tensor map");
   }

@@ -47,8 +47,9 @@ WgmmaTile linear_wgmma_auto_tile(int m, int n);
 // Whether Auto may pick the cluster tiles (C2, S2). Same bits either way.
 void set_linear_wgmma_clusters(bool on);
 // How tiles that stage raw rows (all but 128x256 and the C2 clusters, which copy 8-byte pieces straight
-// into the wgmma layout) get them: Auto = TMA tensor maps when they encode (16-byte aligned pointers),
-// else 16-byte cp.async; Raw forces cp.async, Tma forces TMA (throws if a map does not encode). Same bits.
+// into the wgmma layout) get them: Raw = 16-byte cp.async, Tma = 2D tensor-map loads (throws if a map
+// does not encode: pointers must be 16-byte aligned). Auto = Raw until the TMA path is measured
+// (linear_wgmma.cu launch()). Same bits.
 enum class WgmmaProducer { Auto, Raw, Tma };
 void set_linear_wgmma_producer(WgmmaProducer producer);
 const char* wgmma_producer_name(WgmmaProducer producer);

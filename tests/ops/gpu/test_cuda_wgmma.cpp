@@ -60,7 +60,12 @@ struct Shape {
 
 // Every tile shape (and Auto) at every M of the shape against each row alone through linear_bf16 (M = 1,
 // the decode kernel), bit for bit; also linear_bf16 itself at M (Auto dispatch: wgmma from M = 64 here).
-void check_shape(const Shape& sh, const std::vector<cuda::WgmmaTile>& tiles = kTiles) {
+// The producers the raw-staging tiles run with (TMA has its own tests, last).
+const std::vector<cuda::WgmmaProducer> kCp16 = {cuda::WgmmaProducer::Raw};
+const std::vector<cuda::WgmmaProducer> kTma = {cuda::WgmmaProducer::Tma};
+
+void check_shape(const Shape& sh, const std::vector<cuda::WgmmaTile>& tiles = kTiles,
+                 const std::vector<cuda::WgmmaProducer>& producers = kCp16) {
   const int max_m = *std::max_element(sh.ms.begin(), sh.ms.end()), n = sh.n, k = sh.k;
   const size_t out_bytes = sh.f32_out ? 4 : 2;
   const DType y_dtype = sh.f32_out ? DType::F32 : DType::BF16;
@@ -116,11 +121,11 @@ void check_shape(const Shape& sh, const std::vector<cuda::WgmmaTile>& tiles = kT
   };
   for (int m : sh.ms) {
     for (cuda::WgmmaTile tile : tiles) {
-      // Tiles that stage raw rows run with both producers (TMA, 16-byte cp.async); the others have one.
+      // Tiles that stage raw rows run with each of `producers`; the others have their one path.
       const bool raw = tile != cuda::WgmmaTile::W128T256 && tile != cuda::WgmmaTile::W128T128C2 &&
                        tile != cuda::WgmmaTile::W128T192C2;
-      for (cuda::WgmmaProducer producer : {cuda::WgmmaProducer::Tma, cuda::WgmmaProducer::Raw}) {
-        if (!raw && producer == cuda::WgmmaProducer::Raw) continue;
+      for (cuda::WgmmaProducer producer : producers) {
+        if (!raw && producer != producers.front()) continue;
         cuda::set_linear_wgmma_tile(tile);
         cuda::set_linear_wgmma_producer(raw ? producer : cuda::WgmmaProducer::Auto);
         ASSERT_CUDA(cudaMemset(got.p, 0xFF, size_t(m) * n * out_bytes));  // poison: NaN patterns
@@ -188,6 +193,20 @@ TEST_F(CudaWgmma, ClusterTilesRowsEqualDecode) {
   check_shape({{64, 96, 256}, 4096, 12288, true, 1}, kClusterTiles);  // the down projection
   check_shape({{64, 65}, 1000, 32, false, 2}, kClusterTiles);         // one chunk: rank 0 has none
   check_shape({{65, 300}, 40, 4096, true, 0}, kClusterTiles);
+}
+
+// The TMA producer (tensor-map loads of the raw rows) on the raw-staging tiles.
+const std::vector<cuda::WgmmaTile> kRawTiles = {cuda::WgmmaTile::W64T64, cuda::WgmmaTile::W64T128,
+                                                cuda::WgmmaTile::W128T64, cuda::WgmmaTile::W128T128,
+                                                cuda::WgmmaTile::W128T192};
+TEST_F(CudaWgmma, TmaProducerRowsEqualDecode) {
+  check_shape({all_ms(), 4096, 4096, false, 0}, kRawTiles, kTma);
+  check_shape({all_ms(), 4096, 12288, true, 1}, kRawTiles, kTma);
+  check_shape({all_ms(), 1040, 1120, false, 2}, kRawTiles, kTma);  // partial weight tiles: zero-filled rows
+  check_shape({{64, 77, 300}, 1000, 96, true, 1}, kRawTiles, kTma);
+  check_shape({{65, 129}, 40, 4096, false, 2}, kRawTiles, kTma);
+  check_shape({{64, 96, 256}, 4096, 12288, true, 1},
+              {cuda::WgmmaTile::W64T64S2, cuda::WgmmaTile::W64T128S2, cuda::WgmmaTile::W128T64S2}, kTma);
 }
 
 }  // namespace

@@ -360,6 +360,16 @@ void linear_table(Backend& be, cublasHandle_t h, const Shape& sh, Layer& L, Line
             tt * 1e3, tflops(tt), tw * 1e3, tw > 0 ? tflops(tw) : 0, tw > 0 ? gbs(tw) : 0,
             cuda::wgmma_tile_name(cuda::linear_wgmma_auto_tile(rows, int(n))), td * 1e3, tc * 1e3, tflops(tc),
             gbs(tc), best / tc);
+        if (rows <= 512) {  // every linear_mid.cu tile forced (docs/cuda-notes.md v11)
+          std::printf("  mid tiles %-8s M=%-4d auto %-7s |", w.n, rows,
+                      cuda::linear_mid_tile_name(cuda::linear_mid_auto_tile(rows, int(n))));
+          for (cuda::MidTile tile : cuda::kMidTiles) {
+            cuda::set_linear_mid_tile(tile);
+            std::printf(" %s %.1f", cuda::linear_mid_tile_name(tile), forced(cuda::LinearKernel::Mid) * 1e3);
+            cuda::set_linear_mid_tile(cuda::MidTile::Auto);
+          }
+          std::printf(" us\n");
+        }
         continue;
       }
       cuda::set_linear_variant(cuda::LoopVariant::Plain);

@@ -59,6 +59,36 @@ void set_linear_kernel(LinearKernel kernel);
 void set_linear_mid_max_m(int m);
 // linear_mid.cu's features a CTA: 0 = by the grid size (default), 32 or 64 forced (benches; same bits).
 void set_linear_mid_features(int features);
+// linear_mid.cu's CTA tiles, features x tokens a CTA: x2 = two CTAs an SM (3-stage rings), Deep = a 6-stage
+// ring, P = a persistent grid (one CTA an SM looping over tiles, the next tile's first chunks in flight
+// during the current one's last), W = two chunks a stage (128 contiguous bytes of a row a load); 32x128 and
+// 64x96 have 2-stage rings. Auto: by M and N
+// (linear_mid_auto_tile, docs/cuda-notes.md v11). A forced tile (tests, benches; same bits) wins over
+// set_linear_mid_features.
+enum class MidTile {
+  Auto,
+  F32T32,
+  F64T32,
+  F32T64,
+  F64T64,
+  F32T128,
+  F64T96,
+  F32T32x2,
+  F32T32Deep,
+  F32T32P,
+  F64T32P,
+  F32T64P,
+  F32T32W,
+  F64T32W,
+  F32T64W
+};
+constexpr MidTile kMidTiles[] = {MidTile::F32T32,  MidTile::F64T32,  MidTile::F32T64,   MidTile::F64T64,
+                                 MidTile::F32T128, MidTile::F64T96,  MidTile::F32T32x2, MidTile::F32T32Deep,
+                                 MidTile::F32T32P, MidTile::F64T32P, MidTile::F32T64P,  MidTile::F32T32W,
+                                 MidTile::F64T32W, MidTile::F32T64W};
+void set_linear_mid_tile(MidTile tile);
+MidTile linear_mid_auto_tile(int m, int n);
+const char* linear_mid_tile_name(MidTile tile);
 void set_attention_variant(LoopVariant v);
 // Programmatic dependent launch of the linear kernels (on by default; off for benches). Same bits.
 void set_linear_pdl(bool on);

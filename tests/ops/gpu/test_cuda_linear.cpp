@@ -3,7 +3,7 @@
 // the exact bits of that row computed alone (M = 1) by the decode kernel; and that M = 1 row matches a
 // double-precision CPU dot product within the bf16/fp32 error bound. K covers even slices (4096, 12288),
 // uneven ones (1120 = 35 chunks) and empty ones (96 = 3 chunks); N covers a partial feature tile (16,
-// 1040) and a full grid.
+// 1040) and a full grid. Every linear_mid.cu tile (cuda::kMidTiles) runs forced at every M.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -11,7 +11,6 @@
 #include <cstring>
 #include <random>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -69,6 +68,7 @@ class CudaLinear : public ::testing::TestWithParam<int> {
   void TearDown() override {
     cuda::set_linear_kernel(cuda::LinearKernel::Auto);
     cuda::set_linear_mid_features(0);
+    cuda::set_linear_mid_tile(cuda::MidTile::Auto);
     if (s_) cudaStreamDestroy(s_);
   }
   cudaStream_t s_ = nullptr;
@@ -143,17 +143,27 @@ TEST_P(CudaLinear, EveryKernelGivesEachRowItsDecodeBits) {
           ASSERT_NEAR(got, dot, tol) << "row " << r << " feature " << j;
         }
 
-      // The mid kernel three times: its tile by the grid size, and 32 / 64 features a CTA forced (with the
-      // 32 / 64-token choice by M, all four tile shapes run).
+      // The mid kernel: its tile by M and N, 32 / 64 features a CTA forced (tokens by M), then every tile
+      // of cuda::kMidTiles forced (persistent grids walk several tiles a CTA at the larger N and M).
       // The wgmma kernel (its tile by the grid size; test_cuda_wgmma forces each) only on sm_90.
-      const std::pair<cuda::LinearKernel, int> kernels[] = {
-          {cuda::LinearKernel::Decode, 0}, {cuda::LinearKernel::Mid, 0},   {cuda::LinearKernel::Mid, 32},
-          {cuda::LinearKernel::Mid, 64},   {cuda::LinearKernel::Tiled, 0}, {cuda::LinearKernel::Auto, 0},
-          {cuda::LinearKernel::Wgmma, 0}};
-      for (auto [kern, features] : kernels) {
+      struct Choice {
+        cuda::LinearKernel kern;
+        int features;
+        cuda::MidTile tile;
+      };
+      std::vector<Choice> kernels = {{cuda::LinearKernel::Decode, 0, cuda::MidTile::Auto},
+                                     {cuda::LinearKernel::Mid, 0, cuda::MidTile::Auto},
+                                     {cuda::LinearKernel::Mid, 32, cuda::MidTile::Auto},
+                                     {cuda::LinearKernel::Mid, 64, cuda::MidTile::Auto},
+                                     {cuda::LinearKernel::Tiled, 0, cuda::MidTile::Auto},
+                                     {cuda::LinearKernel::Auto, 0, cuda::MidTile::Auto},
+                                     {cuda::LinearKernel::Wgmma, 0, cuda::MidTile::Auto}};
+      for (cuda::MidTile tile : cuda::kMidTiles) kernels.push_back({cuda::LinearKernel::Mid, 0, tile});
+      for (auto [kern, features, tile] : kernels) {
         if (kern == cuda::LinearKernel::Wgmma && !cuda::linear_wgmma_supported()) continue;
         cuda::set_linear_kernel(kern);
         cuda::set_linear_mid_features(features);
+        cuda::set_linear_mid_tile(tile);
         for (int m : kMs) {
           ASSERT_EQ(cudaMemsetAsync(y.p, 0xFF, m * row_bytes, s_), cudaSuccess);  // unwritten = NaN
           run(x.p, y.p, m);
@@ -161,8 +171,9 @@ TEST_P(CudaLinear, EveryKernelGivesEachRowItsDecodeBits) {
           ASSERT_EQ(cudaStreamSynchronize(s_), cudaSuccess);
           for (int r = 0; r < m; ++r)
             if (std::memcmp(&hy[r * row_bytes], &href[r * row_bytes], row_bytes) != 0) {
-              ADD_FAILURE() << kernel_name(kern) << " kernel (mid features " << features << "), M=" << m
-                            << ": row " << r << " differs from the row computed alone";
+              ADD_FAILURE() << kernel_name(kern) << " kernel (mid features " << features << ", mid tile "
+                            << cuda::linear_mid_tile_name(tile) << "), M=" << m << ": row " << r
+                            << " differs from the row computed alone";
               break;
             }
         }

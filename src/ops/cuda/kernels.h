@@ -57,7 +57,8 @@ void set_linear_variant(LoopVariant v);
 enum class LinearKernel { Auto, Decode, Mid, Tiled, Wgmma };
 void set_linear_kernel(LinearKernel kernel);
 void set_linear_mid_max_m(int m);
-// linear_mid.cu's features a CTA: 0 = by the grid size (default), 32 or 64 forced (benches; same bits).
+// linear_mid.cu's features a CTA: 0 = the Auto tile (default), 32 or 64 forced with v8's tokens by M
+// (32 up to M = 32, else 64) and one-chunk stages (benches; same bits).
 void set_linear_mid_features(int features);
 // linear_mid.cu's CTA tiles, features x tokens a CTA: x2 = two CTAs an SM (3-stage rings), Deep = a 6-stage
 // ring, P = a persistent grid (one CTA an SM looping over tiles, the next tile's first chunks in flight

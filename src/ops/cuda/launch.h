@@ -32,7 +32,8 @@ void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cu
 void linear_tiled_bf16(const void* x, const void* w, const void* bias, int bias_kind, void* y, bool y_f32,
                        int m, int n, int k, cudaStream_t s);
 // Mid-M linear (linear_mid.cu, 17..512 rows by default): the decode kernel's per-element arithmetic with
-// 32/64-feature x 32/64-token CTA tiles and a cp.async ring per warp. Same arguments.
+// CTA tiles of 32..64 features x 32..128 tokens (MidTile in kernels.h) and a cp.async ring per warp. Same
+// arguments.
 void linear_mid_bf16(const void* x, const void* w, const void* bias, int bias_kind, void* y, bool y_f32, int m,
                      int n, int k, cudaStream_t s);
 // The kernel linear_bf16 runs for m rows (set_linear_kernel, set_linear_mid_max_m in kernels.h).

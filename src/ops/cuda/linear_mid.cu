@@ -240,6 +240,9 @@ void launch_mid(const void* x, const void* w, const void* bias, int bias_kind, v
   static const bool configured = [] {
     TF_CUDA_CHECK(cudaFuncSetAttribute(linear_mid_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        T::kSmemBytes));
+    // All of the unified L1/shared array as shared memory, so that B CTAs of kSmemBytes fit on an SM.
+    TF_CUDA_CHECK(cudaFuncSetAttribute(linear_mid_kernel<T>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                       int(cudaSharedmemCarveoutMaxShared)));
     return true;
   }();
   (void)configured;
@@ -268,10 +271,11 @@ MidTile v8_tile(int m, int n, int features) {
 }  // namespace
 
 MidTile linear_mid_auto_tile(int m, int n) {
-  // v11 (docs/cuda-notes.md, predicted before its run): M <= 32 with at least two waves of 32x32 tiles
-  // (gate_up, lm_head) runs the persistent 32x32 grid (no pipeline ramp and drain per tile); M = 65..96
-  // with N >= 8192 the 64x96 tile (W through L2 once instead of twice). Everything else: the v8 rule.
-  if (m <= 32 && cdiv(n, 32) >= 2 * 132) return MidTile::F32T32P;
+  // v11 (docs/cuda-notes.md, predicted before its run). M <= 32: the v8 features with 2-chunk stages (run
+  // 17: the 32x32 and 64x32 tiles stream W at the same ~2.9 TB/s whatever their L2 bytes and waves, the
+  // decode kernel, 4 chunks of a row a load, at ~3.7: the 64-byte half lines look like the limit).
+  // M = 65..96, N >= 8192: 64x96 (W through L2 once instead of twice). Everything else: the v8 rule.
+  if (m <= 32) return v8_tile(m, n, 0) == MidTile::F64T32 ? MidTile::F64T32W : MidTile::F32T32W;
   if (m > 64 && m <= 96 && n >= 8192) return MidTile::F64T96;
   return v8_tile(m, n, 0);
 }

@@ -588,11 +588,26 @@ void run_timing() {
       std::printf(" |%s\n", bits.c_str());
       std::fflush(stdout);
     }
-  // Producers of the raw-staging tiles: 16-byte cp.async vs TMA tensor maps (Auto = cp16 until measured),
-  // bits checked. Last, so that a fault in the TMA path leaves the tables above.
+  // Producers and stage layouts of the raw-staging tiles: 16-byte cp.async or TMA tensor maps, 64-byte
+  // swizzled stages or the no-swizzle core-matrix layout (the default), bits checked. Last, so that a fault
+  // in these paths leaves the tables above.
+  struct Variant {
+    tf::cuda::WgmmaTile tile;
+    tf::cuda::WgmmaProducer producer;
+    bool swizzle;
+  };
+  const Variant variants[] = {{tf::cuda::WgmmaTile::W64T64, tf::cuda::WgmmaProducer::Raw, false},
+                              {tf::cuda::WgmmaTile::W64T64, tf::cuda::WgmmaProducer::Raw, true},
+                              {tf::cuda::WgmmaTile::W64T64, tf::cuda::WgmmaProducer::Tma, true},
+                              {tf::cuda::WgmmaTile::W128T128, tf::cuda::WgmmaProducer::Raw, true},
+                              {tf::cuda::WgmmaTile::W128T128, tf::cuda::WgmmaProducer::Tma, true},
+                              {tf::cuda::WgmmaTile::W128T192, tf::cuda::WgmmaProducer::Raw, false},
+                              {tf::cuda::WgmmaTile::W128T192, tf::cuda::WgmmaProducer::Raw, true},
+                              {tf::cuda::WgmmaTile::W128T192, tf::cuda::WgmmaProducer::Tma, true}};
   std::printf(
-      "| producers (us, TFLOP/s): linear M N K | 64x64 cp16 | 64x64 tma | 128x128 cp16 | 128x128 tma | "
-      "128x192 cp16 | 128x192 tma | bits == mma.sync\n");
+      "| producers (us, TFLOP/s): linear M N K | 64x64 cp16 noswz | cp16 | tma | 128x128 cp16 | tma | "
+      "128x192 "
+      "cp16 noswz | cp16 | tma | bits == mma.sync\n");
   for (const Lin& l : lins)
     for (int m : {64, 512, 4096}) {
       if (l.n > 100000 && m > 512) continue;
@@ -605,23 +620,23 @@ void run_timing() {
       const double flop = 2.0 * m * n * k;
       std::printf("| %-7s %4d %6d %5d", l.name, m, n, k);
       std::string bits;
-      for (tf::cuda::WgmmaTile tile :
-           {tf::cuda::WgmmaTile::W64T64, tf::cuda::WgmmaTile::W128T128, tf::cuda::WgmmaTile::W128T192})
-        for (tf::cuda::WgmmaProducer pr : {tf::cuda::WgmmaProducer::Raw, tf::cuda::WgmmaProducer::Tma}) {
-          tf::cuda::set_linear_wgmma_tile(tile);
-          tf::cuda::set_linear_wgmma_producer(pr);
-          const float t = time_ms([&] {
-            tf::cuda::linear_wgmma_bf16(x, w, nullptr, tf::DType::BF16, y1, tf::DType::BF16, m, n, k, 0);
-          });
-          CK(cudaDeviceSynchronize());
-          CK(cudaMemcpy(b.data(), y1, b.size() * 2, cudaMemcpyDeviceToHost));
-          const bool same = std::memcmp(a.data(), b.data(), a.size() * 2) == 0;
-          if (!same) ++g_failures;
-          bits += same ? " yes" : " NO";
-          std::printf(" | %8.1f (%3.0f)", t * 1e3, flop / (t * 1e-3) / 1e12);
-        }
+      for (const Variant& v : variants) {
+        tf::cuda::set_linear_wgmma_tile(v.tile);
+        tf::cuda::set_linear_wgmma_producer(v.producer);
+        tf::cuda::set_linear_wgmma_swizzle(v.swizzle);
+        const float t = time_ms([&] {
+          tf::cuda::linear_wgmma_bf16(x, w, nullptr, tf::DType::BF16, y1, tf::DType::BF16, m, n, k, 0);
+        });
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(b.data(), y1, b.size() * 2, cudaMemcpyDeviceToHost));
+        const bool same = std::memcmp(a.data(), b.data(), a.size() * 2) == 0;
+        if (!same) ++g_failures;
+        bits += same ? " yes" : " NO";
+        std::printf(" | %8.1f (%3.0f)", t * 1e3, flop / (t * 1e-3) / 1e12);
+      }
       tf::cuda::set_linear_wgmma_tile(tf::cuda::WgmmaTile::Auto);
       tf::cuda::set_linear_wgmma_producer(tf::cuda::WgmmaProducer::Auto);
+      tf::cuda::set_linear_wgmma_swizzle(false);
       std::printf(" |%s\n", bits.c_str());
       std::fflush(stdout);
     }

@@ -52,6 +52,9 @@ constexpr int kRowGroupBytes = 256;     // SBO: 8 rows x 2 K halves x 16 bytes
 constexpr int kKHalfBytes = 128;        // LBO: the step's second 8 logical k-values
 WgmmaTile g_tile = WgmmaTile::Auto;
 WgmmaProducer g_producer = WgmmaProducer::Auto;
+// Raw tiles: 64-byte swizzled stages (set_linear_wgmma_swizzle). Off until a device run shows its bits and
+// speed: the no-swizzle layout is the one runs 16/17 verified.
+bool g_swizzle = false;
 bool g_clusters = false;  // Auto considers the cluster tiles (off until the device run confirms them)
 
 template <int WGS, int BN, int CL = 1, int SP = 1>
@@ -70,14 +73,17 @@ struct Cfg {
   // the stages (produce: the 128x256 tile, whose `tot` leaves no room for two rings, and the C2 tiles,
   // whose forwarding tracks cp.async completion).
   static constexpr bool kRaw = CL == 1 && !kTotSmem;
-  static constexpr int kFree = kSmemLimit - 2048 - kTotBytes - kPartBytes;  // 2 KB: static
+  // Raw tiles may lay the stages out in wgmma's 64-byte swizzle (kernel parameter SWZ; their
+  // permutation pass writes either layout); the 8-byte path writes the no-swizzle core-matrix layout.
+  // 1 KB is kept to align the stages to 1024 bytes.
+  static constexpr int kFree = kSmemLimit - 2048 - 1024 - kTotBytes - kPartBytes;  // 2 KB: static
   // 8-byte path: as deep as shared memory allows (one CTA an SM). Raw path: 4 wgmma stages (the permute
   // is a shared-memory hop), the rest raw slots.
   static constexpr int kStages = kRaw ? 4 : std::min(24, kFree / kStage);
   static constexpr int kRawSlots = kRaw ? std::min(16, (kFree - kStages * kStage) / kStage) : 0;
   static constexpr int kRawOff = kStages * kStage, kTotOff = kRawOff + kRawSlots * kStage;
   static constexpr int kPartOff = kTotOff + kTotBytes;
-  static constexpr int kSmem = kPartOff + kPartBytes;
+  static constexpr int kSmem = kPartOff + kPartBytes + 1024;
   static_assert(kStages >= 3 && (!kRaw || kRawSlots >= 3), "pipeline too shallow");
   static_assert(CL == 1 || (CL == 2 && BN % 32 == 0), "x halves must be whole row-group pairs");
   static_assert(SP == 1 || (SP == 2 && CL == 1 && !kTotSmem), "slice split: x not shared, tot in registers");
@@ -139,6 +145,15 @@ __device__ __forceinline__ void bulk_to_peer(uint32_t dst_cluster, uint32_t src,
 }
 __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
+
+// K-major operand in the 64-byte swizzle: rows of 64 bytes (one chunk: step h at bytes 32h..32h+31), 8-row
+// atoms of 512 bytes (SBO), 16-byte unit u of row r stored at unit u ^ ((r >> 1) & 3) -- the XOR of
+// address bits 4-5 with bits 7-8 that wgmma applies (atoms 512-byte aligned). LBO is unused (1).
+// Step h's descriptor starts 32h bytes into the rows; the hardware swizzles the final addresses.
+__device__ __forceinline__ uint64_t desc_sw64(uint32_t addr) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(512 >> 4) << 32) |
+         (uint64_t(2) << 62);
 }
 
 template <int BN>
@@ -238,7 +253,7 @@ __device__ __forceinline__ void produce(const __nv_bfloat16* __restrict__ x,
 // rows past N/M zero-filled) issued by producer thread 0 into the same raw slot layout, completing on the
 // slot's `raw` mbarrier; every producer thread waits on it, permutes as above, and the producer threads
 // meet at a named barrier before thread 0 refills the slot.
-template <int WGS, int BN, int SP, bool TMA>
+template <int WGS, int BN, int SP, bool TMA, bool SWZ>
 __device__ __forceinline__ void produce_raw(const __nv_bfloat16* __restrict__ x,
                                             const __nv_bfloat16* __restrict__ w, int m, int n, int k, int m0,
                                             int n0, uint32_t sbase, uint32_t full, uint32_t empty, int c_lo,
@@ -247,6 +262,7 @@ __device__ __forceinline__ void produce_raw(const __nv_bfloat16* __restrict__ x,
   using C = Cfg<WGS, BN, 1, SP>;
   constexpr int kUnits = (C::kBM + BN) / 32, kWUnits = C::kBM / 32, kAhead = C::kRawSlots - 1;
   const int pt = threadIdx.x % 128, r0 = pt / 4, t = pt % 4;
+  static_assert(SWZ || !TMA, "the TMA producer writes the swizzled layout");
   if constexpr (TMA) {
     const uint32_t slots = sbase + C::kRawOff;
     auto load = [&](const CUtensorMap* map, int c, int row0, uint32_t off) {
@@ -263,7 +279,10 @@ __device__ __forceinline__ void produce_raw(const __nv_bfloat16* __restrict__ x,
     asm volatile("griddepcontrol.wait;" ::: "memory");
     if (pt == 0)
       for (int c = 0; c < min(kAhead, count); ++c) load(tmx, c, m0, C::kBM * 64);
-    const uint32_t perm = (r0 / 8) * kRowGroupBytes + (t / 2) * kKHalfBytes + (r0 % 8) * 16 + (t % 2) * 8;
+    // Row r0 + 32j of its operand block: step h's piece t at 16-byte unit (2h + t/2) ^ ((r0 >> 1) & 3).
+    const int sw = (r0 >> 1) & 3;
+    const uint32_t off0 = r0 * 64 + (((t / 2)) ^ sw) * 16 + (t % 2) * 8;
+    const uint32_t off1 = r0 * 64 + ((2 + t / 2) ^ sw) * 16 + (t % 2) * 8;
     for (int c = 0; c < count; ++c) {
       if (pt == 0 && c + kAhead < count) {
         expect(c + kAhead);
@@ -282,11 +301,9 @@ __device__ __forceinline__ void produce_raw(const __nv_bfloat16* __restrict__ x,
                      : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3)
                      : "r"(rs + j * 32 * 64)
                      : "memory");
-        const uint32_t d = j < kWUnits ? st + j * 4 * kRowGroupBytes + perm
-                                       : st + 2 * C::kWStep + (j - kWUnits) * 4 * kRowGroupBytes + perm;
-        const uint32_t step = j < kWUnits ? C::kWStep : C::kXStep;
-        asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(d), "r"(v0), "r"(v1) : "memory");
-        asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(d + step), "r"(v2), "r"(v3) : "memory");
+        const uint32_t d = j < kWUnits ? st + j * 32 * 64 : st + 2 * C::kWStep + (j - kWUnits) * 32 * 64;
+        asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(d + off0), "r"(v0), "r"(v1) : "memory");
+        asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(d + off1), "r"(v2), "r"(v3) : "memory");
       }
       fence_proxy_async();
       mbar_arrive(full + 8 * s);
@@ -295,7 +312,21 @@ __device__ __forceinline__ void produce_raw(const __nv_bfloat16* __restrict__ x,
     return;
   }
   const uint32_t raw = sbase + C::kRawOff + r0 * 64 + t * 16;
+  const int sw = (r0 >> 1) & 3;  // as in the TMA branch
+  const uint32_t off0 = r0 * 64 + (((t / 2)) ^ sw) * 16 + (t % 2) * 8;
+  const uint32_t off1 = r0 * 64 + ((2 + t / 2) ^ sw) * 16 + (t % 2) * 8;
+  // No swizzle: produce()'s core-matrix layout (row group rg at rg * 256, K half t/2 at + 128, step h's
+  // block at + h * step bytes).
   const uint32_t perm = (r0 / 8) * kRowGroupBytes + (t / 2) * kKHalfBytes + (r0 % 8) * 16 + (t % 2) * 8;
+  auto dest = [&](uint32_t st, int j, int h) -> uint32_t {
+    if constexpr (SWZ)
+      return (j < kWUnits ? st + j * 32 * 64 : st + 2 * C::kWStep + (j - kWUnits) * 32 * 64) +
+             (h ? off1 : off0);
+    else
+      return (j < kWUnits ? st + j * 4 * kRowGroupBytes + h * C::kWStep
+                          : st + 2 * C::kWStep + (j - kWUnits) * 4 * kRowGroupBytes + h * C::kXStep) +
+             perm;
+  };
   auto src = [&](int j) {  // this thread's unit j of chunk 0 (rows clamped: they feed masked outputs only)
     return j < kWUnits ? w + int64_t(min(n0 + r0 + 32 * j, n - 1)) * k + c_lo * 32 + 8 * t
                        : x + int64_t(min(m0 + r0 + 32 * (j - kWUnits), m - 1)) * k + c_lo * 32 + 8 * t;
@@ -331,12 +362,9 @@ __device__ __forceinline__ void produce_raw(const __nv_bfloat16* __restrict__ x,
                    : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3)
                    : "r"(rs + j * 32 * 64)
                    : "memory");
-      // Row group j*4 + r0/8 of W (j < kWUnits) or of x; step h at + h * step bytes.
-      const uint32_t d = j < kWUnits ? st + j * 4 * kRowGroupBytes + perm
-                                     : st + 2 * C::kWStep + (j - kWUnits) * 4 * kRowGroupBytes + perm;
-      const uint32_t step = j < kWUnits ? C::kWStep : C::kXStep;
-      asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(d), "r"(v0), "r"(v1) : "memory");
-      asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(d + step), "r"(v2), "r"(v3) : "memory");
+      // Row r0 + 32j of W (j < kWUnits) or of x, step 0's piece then step 1's.
+      asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(dest(st, j, 0)), "r"(v0), "r"(v1) : "memory");
+      asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(dest(st, j, 1)), "r"(v2), "r"(v3) : "memory");
     }
     fence_proxy_async();
     mbar_arrive(full + 8 * s);
@@ -379,7 +407,7 @@ __device__ __forceinline__ void store_out(const float* tot, const float* tot_sme
 
 // SP = 2: rank r runs slices [4r, 4r + 4); rank 0 folds its four in `tot`, rank 1 stores each partial in
 // its shared memory (part, [slice][i][thread]) for rank 0 to add after the cluster barrier.
-template <int WGS, int BN, int CL, int SP>
+template <int WGS, int BN, int CL, int SP, bool SWZ>
 __device__ __forceinline__ void consume(const void* __restrict__ bias, int bias_kind, void* __restrict__ y,
                                         bool y_f32, int m, int n, int k, int m0, int n0, uint32_t sbase,
                                         float* tot_smem, float* part, uint32_t full, uint32_t empty,
@@ -398,15 +426,23 @@ __device__ __forceinline__ void consume(const void* __restrict__ bias, int bias_
     for (const int c_end = (si + 1) * chunks / kSlices; c < c_end; ++c) {
       const int s = (c - c_lo) % C::kStages;
       mbar_wait(full + 8 * s, ((c - c_lo) / C::kStages) & 1);
-      fence_proxy_async();  // the cp.async (generic proxy) bytes -> wgmma's async-proxy reads
+      // The 8-byte path's cp.async bytes (generic proxy) -> wgmma's async-proxy reads. The raw path's
+      // writers fence before they arrive.
+      if constexpr (!C::kRaw) fence_proxy_async();
       const uint32_t st = sbase + s * C::kStage;
-      const uint32_t a = st + wg * (64 / 8) * kRowGroupBytes, b = st + 2 * C::kWStep;
+      const uint32_t b = st + 2 * C::kWStep;
       wgmma_fence_operands<C::kAcc>(acc);
       wgmma_fence();
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
-        wgmma_tile<BN>(acc, wgmma_desc(a + h * C::kWStep, kKHalfBytes, kRowGroupBytes),
-                       wgmma_desc(b + h * C::kXStep, kKHalfBytes, kRowGroupBytes));
+      for (int h = 0; h < 2; ++h) {
+        if constexpr (SWZ) {  // this warpgroup's 64 rows of W: 64 x 64 bytes further per warpgroup
+          wgmma_tile<BN>(acc, desc_sw64(st + wg * 64 * 64 + h * 32), desc_sw64(b + h * 32));
+        } else {
+          const uint32_t a = st + wg * (64 / 8) * kRowGroupBytes;
+          wgmma_tile<BN>(acc, wgmma_desc(a + h * C::kWStep, kKHalfBytes, kRowGroupBytes),
+                         wgmma_desc(b + h * C::kXStep, kKHalfBytes, kRowGroupBytes));
+        }
+      }
       wgmma_commit();
       wgmma_fence_operands<C::kAcc>(acc);
       wgmma_wait<1>();  // chunk c-1's MMAs are done: its stage goes back to the producer
@@ -444,7 +480,7 @@ __device__ __forceinline__ void consume(const void* __restrict__ bias, int bias_
   }
 }
 
-template <int WGS, int BN, int CL, int SP, bool TMA>
+template <int WGS, int BN, int CL, int SP, bool TMA, bool SWZ>
 __global__ void __launch_bounds__(Cfg<WGS, BN, CL, SP>::kThreads, 1)
     linear_wgmma_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
                         const void* __restrict__ bias, int bias_kind, void* __restrict__ y, bool y_f32, int m,
@@ -453,11 +489,15 @@ __global__ void __launch_bounds__(Cfg<WGS, BN, CL, SP>::kThreads, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using C = Cfg<WGS, BN, CL, SP>;
   static_assert(!TMA || C::kRaw, "TMA feeds the raw-staging producer");
+  static_assert(!SWZ || C::kRaw, "only the raw-staging producer writes the swizzled layout");
   constexpr bool kCluster = CL == 2 || SP == 2;
   constexpr int kAux = C::kStages > C::kRawSlots ? C::kStages : C::kRawSlots;
-  extern __shared__ __align__(1024) unsigned char smem[];
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
   // full[s], empty[s], then half[s] (CL = 2) or raw[slot] (TMA)
   __shared__ __align__(8) uint64_t bars[2 * C::kStages + kAux];
+  // Stages 1024-byte aligned (swizzle atoms, TMA boxes) whatever the static shared memory before them.
+  const uint32_t pad = (1024 - (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023)) & 1023;
+  unsigned char* smem = smem_raw + pad;
   const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const uint32_t full = static_cast<uint32_t>(__cvta_generic_to_shared(bars));
   const uint32_t empty = full + 8 * C::kStages, half = empty + 8 * C::kStages;
@@ -487,8 +527,8 @@ __global__ void __launch_bounds__(Cfg<WGS, BN, CL, SP>::kThreads, 1)
   if (threadIdx.x / 128 == WGS) {
     if constexpr (WGS == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 56;");
     if constexpr (C::kRaw)
-      produce_raw<WGS, BN, SP, TMA>(x, w, m, n, k, m0, n0, sbase, full, empty, c_lo, c_hi - c_lo, half, &tmw,
-                                    &tmx);
+      produce_raw<WGS, BN, SP, TMA, SWZ>(x, w, m, n, k, m0, n0, sbase, full, empty, c_lo, c_hi - c_lo, half,
+                                         &tmw, &tmx);
     else
       produce<WGS, BN, CL, SP>(x, w, m, n, k, m0, n0, sbase, full, empty, half, rank, c_lo, c_hi - c_lo);
     if constexpr (SP == 2) cluster_sync();  // pairs with the consumers' barrier before the fold
@@ -496,8 +536,8 @@ __global__ void __launch_bounds__(Cfg<WGS, BN, CL, SP>::kThreads, 1)
     if constexpr (WGS == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 224;");
     float* tot_smem = reinterpret_cast<float*>(smem + C::kTotOff);
     float* part = reinterpret_cast<float*>(smem + C::kPartOff);
-    consume<WGS, BN, CL, SP>(bias, bias_kind, y, y_f32, m, n, k, m0, n0, sbase, tot_smem, part, full, empty,
-                             rank);
+    consume<WGS, BN, CL, SP, SWZ>(bias, bias_kind, y, y_f32, m, n, k, m0, n0, sbase, tot_smem, part, full,
+                                  empty, rank);
   }
   if constexpr (kCluster) cluster_sync();  // no CTA leaves while its peer may still signal, copy or read
 #else
@@ -534,12 +574,12 @@ bool make_map(CUtensorMap* map, const void* base, int rows, int k, int box_rows)
             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <int WGS, int BN, int CL, int SP, bool TMA>
+template <int WGS, int BN, int CL, int SP, bool TMA, bool SWZ>
 void launch_with(const void* x, const void* w, const void* bias, int bias_kind, void* y, bool y_f32, int m,
                  int n, int k, cudaStream_t s, const CUtensorMap& tmw, const CUtensorMap& tmx) {
   using C = Cfg<WGS, BN, CL, SP>;
   static const bool configured = [] {
-    TF_CUDA_CHECK(cudaFuncSetAttribute(linear_wgmma_kernel<WGS, BN, CL, SP, TMA>,
+    TF_CUDA_CHECK(cudaFuncSetAttribute(linear_wgmma_kernel<WGS, BN, CL, SP, TMA, SWZ>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
     return true;
   }();
@@ -548,8 +588,8 @@ void launch_with(const void* x, const void* w, const void* bias, int bias_kind, 
   const auto* xb = static_cast<const __nv_bfloat16*>(x);
   const auto* wb = static_cast<const __nv_bfloat16*>(w);
   if constexpr (CL == 1 && SP == 1) {
-    launch_pdl(linear_wgmma_kernel<WGS, BN, 1, 1, TMA>, dim3(m_tiles * n_tiles), dim3(C::kThreads), C::kSmem,
-               s, xb, wb, bias, bias_kind, y, y_f32, m, n, k, m_tiles, tmw, tmx);
+    launch_pdl(linear_wgmma_kernel<WGS, BN, 1, 1, TMA, SWZ>, dim3(m_tiles * n_tiles), dim3(C::kThreads),
+               C::kSmem, s, xb, wb, bias, bias_kind, y, y_f32, m, n, k, m_tiles, tmw, tmx);
   } else {  // clusters: two weight tiles (CL; an odd last one computes clamped rows, all masked) or one
             // tile twice (SP)
     cudaLaunchConfig_t cfg{};
@@ -560,8 +600,8 @@ void launch_with(const void* x, const void* w, const void* bias, int bias_kind, 
     attr[0].id = cudaLaunchAttributeClusterDimension;
     attr[0].val.clusterDim.x = 2, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
     cfg.attrs = attr, cfg.numAttrs = 1;
-    TF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, linear_wgmma_kernel<WGS, BN, CL, SP, TMA>, xb, wb, bias, bias_kind,
-                                     y, y_f32, m, n, k, m_tiles, tmw, tmx));
+    TF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, linear_wgmma_kernel<WGS, BN, CL, SP, TMA, SWZ>, xb, wb, bias,
+                                     bias_kind, y, y_f32, m, n, k, m_tiles, tmw, tmx));
   }
 }
 
@@ -572,12 +612,20 @@ void launch(const void* x, const void* w, const void* bias, int bias_kind, void*
             int k, cudaStream_t s) {
   using C = Cfg<WGS, BN, CL, SP>;
   CUtensorMap tmw{}, tmx{};
-  if constexpr (C::kRaw) {
-    if (g_producer == WgmmaProducer::Tma && make_map(&tmw, w, n, k, C::kBM) && make_map(&tmx, x, m, k, BN))
-      return launch_with<WGS, BN, CL, SP, true>(x, w, bias, bias_kind, y, y_f32, m, n, k, s, tmw, tmx);
-    TF_CHECK(g_producer != WgmmaProducer::Tma, "wgmma linear: TMA producer forced but no tensor map");
+  if constexpr (C::kRaw && SP == 2) {  // the split tiles: 16-byte cp.async, swizzled (fewer kernels)
+    return launch_with<WGS, BN, CL, SP, false, true>(x, w, bias, bias_kind, y, y_f32, m, n, k, s, tmw, tmx);
+  } else if constexpr (C::kRaw) {
+    if (g_swizzle && g_producer == WgmmaProducer::Tma && make_map(&tmw, w, n, k, C::kBM) &&
+        make_map(&tmx, x, m, k, BN))
+      return launch_with<WGS, BN, CL, SP, true, true>(x, w, bias, bias_kind, y, y_f32, m, n, k, s, tmw, tmx);
+    TF_CHECK(g_producer != WgmmaProducer::Tma || !g_swizzle,
+             "wgmma linear: TMA producer forced but no tensor map");
+    if (g_swizzle)
+      return launch_with<WGS, BN, CL, SP, false, true>(x, w, bias, bias_kind, y, y_f32, m, n, k, s, tmw, tmx);
+    launch_with<WGS, BN, CL, SP, false, false>(x, w, bias, bias_kind, y, y_f32, m, n, k, s, tmw, tmx);
+  } else {
+    launch_with<WGS, BN, CL, SP, false, false>(x, w, bias, bias_kind, y, y_f32, m, n, k, s, tmw, tmx);
   }
-  launch_with<WGS, BN, CL, SP, false>(x, w, bias, bias_kind, y, y_f32, m, n, k, s, tmw, tmx);
 }
 
 }  // namespace
@@ -629,6 +677,10 @@ void set_linear_wgmma_producer(WgmmaProducer producer) {
   g_producer = producer;
 }
 
+void set_linear_wgmma_swizzle(bool on) {
+  g_swizzle = on;
+}
+
 const char* wgmma_producer_name(WgmmaProducer producer) {
   switch (producer) {
     case WgmmaProducer::Auto:
@@ -650,7 +702,7 @@ bool linear_wgmma_supported() {
     cudaFuncAttributes attr{};
     // The kernels are only compiled for sm_90a; a build without it has no binary for them.
     return major == 9 && minor == 0 &&
-           cudaFuncGetAttributes(&attr, linear_wgmma_kernel<1, 64, 1, 1, false>) == cudaSuccess &&
+           cudaFuncGetAttributes(&attr, linear_wgmma_kernel<1, 64, 1, 1, false, false>) == cudaSuccess &&
            attr.binaryVersion == 90;
   }();
   return ok;

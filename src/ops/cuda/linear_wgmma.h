@@ -49,9 +49,13 @@ void set_linear_wgmma_clusters(bool on);
 // How tiles that stage raw rows (all but 128x256 and the C2 clusters, which copy 8-byte pieces straight
 // into the wgmma layout) get them: Raw = 16-byte cp.async, Tma = 2D tensor-map loads (throws if a map
 // does not encode: pointers must be 16-byte aligned). Auto = Raw until the TMA path is measured
-// (linear_wgmma.cu launch()). Same bits.
+// (linear_wgmma.cu launch()). The S2 tiles always use 16-byte cp.async. Same bits.
 enum class WgmmaProducer { Auto, Raw, Tma };
 void set_linear_wgmma_producer(WgmmaProducer producer);
+// Raw tiles stage in wgmma's 64-byte swizzle (on) or in the no-swizzle core-matrix layout the 8-byte path
+// writes (off, the default until a device run confirms the swizzled one; TMA needs it on, S2 tiles always
+// use it). Same bits.
+void set_linear_wgmma_swizzle(bool on);
 const char* wgmma_producer_name(WgmmaProducer producer);
 const char* wgmma_tile_name(WgmmaTile tile);
 

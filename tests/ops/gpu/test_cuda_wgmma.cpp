@@ -149,6 +149,7 @@ class CudaWgmma : public ::testing::Test {
     ASSERT_TRUE(cuda::linear_wgmma_supported()) << "sm_90 device but no sm_90a kernels in this build";
   }
   void TearDown() override {
+    cuda::set_linear_wgmma_swizzle(false);
     cuda::set_linear_wgmma_tile(cuda::WgmmaTile::Auto);
     cuda::set_linear_wgmma_producer(cuda::WgmmaProducer::Auto);
   }
@@ -200,13 +201,22 @@ const std::vector<cuda::WgmmaTile> kRawTiles = {cuda::WgmmaTile::W64T64, cuda::W
                                                 cuda::WgmmaTile::W128T64, cuda::WgmmaTile::W128T128,
                                                 cuda::WgmmaTile::W128T192};
 TEST_F(CudaWgmma, TmaProducerRowsEqualDecode) {
+  cuda::set_linear_wgmma_swizzle(true);  // TMA writes the swizzled stages
   check_shape({all_ms(), 4096, 4096, false, 0}, kRawTiles, kTma);
   check_shape({all_ms(), 4096, 12288, true, 1}, kRawTiles, kTma);
   check_shape({all_ms(), 1040, 1120, false, 2}, kRawTiles, kTma);  // partial weight tiles: zero-filled rows
   check_shape({{64, 77, 300}, 1000, 96, true, 1}, kRawTiles, kTma);
   check_shape({{65, 129}, 40, 4096, false, 2}, kRawTiles, kTma);
-  check_shape({{64, 96, 256}, 4096, 12288, true, 1},
-              {cuda::WgmmaTile::W64T64S2, cuda::WgmmaTile::W64T128S2, cuda::WgmmaTile::W128T64S2}, kTma);
+}
+
+// The raw tiles with 64-byte swizzled stages (16-byte cp.async; the default layout is the no-swizzle one).
+TEST_F(CudaWgmma, SwizzledStagesRowsEqualDecode) {
+  cuda::set_linear_wgmma_swizzle(true);
+  check_shape({all_ms(), 4096, 4096, false, 0}, kRawTiles);
+  check_shape({all_ms(), 4096, 12288, true, 1}, kRawTiles);
+  check_shape({all_ms(), 1040, 1120, false, 2}, kRawTiles);
+  check_shape({{64, 77, 300}, 1000, 96, true, 1}, kRawTiles);
+  check_shape({{65, 129}, 40, 4096, false, 2}, kRawTiles);
 }
 
 }  // namespace

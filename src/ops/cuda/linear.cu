@@ -23,6 +23,7 @@
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/launch.h"
+#include "ops/cuda/mma.cuh"
 #include "ops/cuda/linear_wgmma.h"
 #include "ops/cuda/norm.cuh"
 
@@ -40,22 +41,6 @@ constexpr int kWgmmaMinMWide = 128;  // for weights with at least kWideN output 
 constexpr int kWideN = 16384;
 LoopVariant g_linear_variant = LoopVariant::Auto;
 bool g_pdl = true;
-
-__device__ __forceinline__ uint4 load_stream(const void* p) {
-  uint4 r;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-      : "l"(p));
-  return r;
-}
-
-__device__ __forceinline__ void mma_bf16(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 // How the kernel gets its x: kX loads it; kSilu and kSilu1 compute x = silu_mul(gate_up) from a gate_up
 // input [m, 2k] (gate, then up k values later), the values silu_mul would store, in registers. kSilu: each

@@ -25,6 +25,7 @@
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/launch.h"
+#include "ops/cuda/mma.cuh"
 
 namespace tf::cuda {
 namespace {
@@ -36,26 +37,6 @@ LinearKernel g_kernel = LinearKernel::Auto;
 int g_mid_max_m = 512;
 int g_mid_features = 0;  // 0: by the grid size (below), else 32 or 64
 MidTile g_mid_tile = MidTile::Auto;
-
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
-}
-
-__device__ __forceinline__ uint4 lds128(uint32_t addr) {
-  uint4 r;
-  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "r"(addr));
-  return r;
-}
-
-__device__ __forceinline__ void mma_bf16(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 // A CTA tile: 16*NF features x 8*NT tokens, an SD-stage ring per warp (0: 4 stages when 8 warps' rings fit
 // in 200 KB, else 3), B CTAs an SM (registers capped at 65536 / (256 B) by __launch_bounds__); P: a

@@ -15,6 +15,7 @@
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/launch.h"
+#include "ops/cuda/mma.cuh"
 
 namespace tf::cuda {
 namespace {
@@ -33,26 +34,6 @@ static_assert(kTileF == kTileT, "both operands use one stage layout");
 // units (no bank conflicts for the 16-byte loads).
 __device__ __forceinline__ int smem_off(int row, int unit) {
   return row * 128 + ((unit ^ (((row & 1) << 2) | ((row >> 1) & 3))) << 4);
-}
-
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
-}
-
-__device__ __forceinline__ uint4 lds128(uint32_t addr) {
-  uint4 r;
-  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "r"(addr));
-  return r;
-}
-
-__device__ __forceinline__ void mma_bf16(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 // One stage: rows [r0, r0 + 128) of src (row length k, `rows` valid), K columns [k0, k0 + 64). Rows past

@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "ops/cuda/mma.cuh"  // mma_bf16, load_stream
+
 namespace tf::cuda {
 
 enum QuantKind { kMlxBf16 = 0, kMlxF32 = 1, kFp8 = 2 };  // MLX with bf16 scales, MLX with f32 scales, FP8
@@ -148,22 +150,6 @@ __device__ __forceinline__ uint4 dequant(const Raw& r) {
     for (int j = 0; j < 4; ++j) o[j] = bits_of(__floats2bfloat162_rn(val(2 * j), val(2 * j + 1)));
   }
   return make_uint4(o[0], o[1], o[2], o[3]);
-}
-
-__device__ __forceinline__ void mma_bf16(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint4 load_stream(const void* p) {  // weights: read once, keep L1 for x/scales
-  uint4 r;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-      : "l"(p));
-  return r;
 }
 
 }  // namespace tf::cuda

@@ -1,0 +1,43 @@
+#pragma once
+// The PTX every row-invariant linear kernel shares (linear.cu, linear_mid.cu, linear_tiled.cu and the
+// quantized kernels through quant_common.cuh): the one MMA shape of the arithmetic contract (linear.cu's
+// header), the streaming weight load and the cp.async / shared-memory loads of the tiled kernels. One
+// definition, so the kernels cannot drift apart in the instruction that fixes the bits.
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace tf::cuda {
+
+// D = A·B + D, m16n8k16, bf16 inputs, fp32 accumulation: A = 16 weight rows, B = 8 tokens.
+__device__ __forceinline__ void mma_bf16(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// 16 bytes of weights: read once, so they do not evict x (or scales) from L1.
+__device__ __forceinline__ uint4 load_stream(const void* p) {
+  uint4 r;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(p));
+  return r;
+}
+
+// 16 bytes global -> shared, asynchronously; zero-filled when !valid.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ uint4 lds128(uint32_t addr) {
+  uint4 r;
+  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "r"(addr));
+  return r;
+}
+
+}  // namespace tf::cuda

@@ -77,14 +77,20 @@ struct Cfg {
   // permutation pass writes either layout); the 8-byte path writes the no-swizzle core-matrix layout.
   // 1 KB is kept to align the stages to 1024 bytes.
   static constexpr int kFree = kSmemLimit - 2048 - 1024 - kTotBytes - kPartBytes;  // 2 KB: static
-  // 8-byte path: as deep as shared memory allows (one CTA an SM). Raw path: 4 wgmma stages (the permute
-  // is a shared-memory hop), the rest raw slots.
-  static constexpr int kStages = kRaw ? 4 : std::min(24, kFree / kStage);
+  // 8-byte path: as deep as shared memory allows (one CTA an SM). Raw path: 6 wgmma stages (4 for the
+  // split tiles, whose partials take the room; the permute is a shared-memory hop), the rest raw slots.
+  static constexpr int kStages = kRaw ? (SP == 2 ? 4 : 6) : std::min(24, kFree / kStage);
+  // wgmma groups (one a chunk) a consumer warpgroup leaves pending when it waits (run 18: with one, every
+  // tile ran near the same ~700 clocks a chunk whatever its size, producer or layout -- the group
+  // latency). A stage is released kPending chunks after its MMAs were issued; kStages - kPending stages
+  // stay free for the producer.
+  static constexpr int kPending = kRaw ? kStages / 2 : (kStages >= 8 ? 3 : 1);
   static constexpr int kRawSlots = kRaw ? std::min(16, (kFree - kStages * kStage) / kStage) : 0;
   static constexpr int kRawOff = kStages * kStage, kTotOff = kRawOff + kRawSlots * kStage;
   static constexpr int kPartOff = kTotOff + kTotBytes;
   static constexpr int kSmem = kPartOff + kPartBytes + 1024;
   static_assert(kStages >= 3 && (!kRaw || kRawSlots >= 3), "pipeline too shallow");
+  static_assert(kPending >= 1 && kPending <= kStages - 2, "the producer needs free stages");
   static_assert(CL == 1 || (CL == 2 && BN % 32 == 0), "x halves must be whole row-group pairs");
   static_assert(SP == 1 || (SP == 2 && CL == 1 && !kTotSmem), "slice split: x not shared, tot in registers");
 };
@@ -445,10 +451,10 @@ __device__ __forceinline__ void consume(const void* __restrict__ bias, int bias_
       }
       wgmma_commit();
       wgmma_fence_operands<C::kAcc>(acc);
-      wgmma_wait<1>();  // chunk c-1's MMAs are done: its stage goes back to the producer
+      wgmma_wait<C::kPending>();  // chunk c - kPending's MMAs are done: its stage goes back
       wgmma_fence_operands<C::kAcc>(acc);
-      if (c > c_lo && lane == 0) {
-        const uint32_t bar = empty + 8 * ((c - 1 - c_lo) % C::kStages);
+      if (c - C::kPending >= c_lo && lane == 0) {
+        const uint32_t bar = empty + 8 * ((c - C::kPending - c_lo) % C::kStages);
         mbar_arrive(bar);
         if constexpr (CL == 2) mbar_arrive_remote(peer_addr(bar, rank ^ 1));
       }

@@ -1,6 +1,7 @@
 #pragma once
-// Test helper: every position's logits of one token sequence, fed to a checkpoint on the CPU backend in
-// forwards of `chunk` rows (the comparisons against mlx-lm and transformers' goldens use it).
+// Test helper: every position's logits of one token sequence, fed to a checkpoint on a backend (the CPU one
+// unless given) in forwards of `chunk` rows (the comparisons against mlx-lm and transformers' goldens and
+// the GPU-vs-CPU model tests use it).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,12 +14,12 @@
 
 namespace tf::test {
 
-inline std::vector<float> run_logits(const std::string& dir, const std::vector<int32_t>& tokens, int chunk) {
+inline std::vector<float> run_logits(Backend& be, const std::string& dir, const std::vector<int32_t>& tokens,
+                                     int chunk) {
   Checkpoint ckpt = Checkpoint::open(dir);
-  auto be = make_cpu_backend();
-  auto model = load_model(ckpt, *be, 64);
+  auto model = load_model(ckpt, be, 64);
   const auto& s = model->spec();
-  KvBlockPool pool(*be, s.layers, s.kv_heads, s.head_dim, 16, 8);
+  KvBlockPool pool(be, s.layers, s.kv_heads, s.head_dim, 16, 8);
   std::vector<int32_t> table;
   EXPECT_TRUE(pool.reserve(table, int(tokens.size())));
   std::vector<float> all;
@@ -41,6 +42,11 @@ inline std::vector<float> run_logits(const std::string& dir, const std::vector<i
   }
   pool.release(table);
   return all;
+}
+
+inline std::vector<float> run_logits(const std::string& dir, const std::vector<int32_t>& tokens, int chunk) {
+  auto be = make_cpu_backend();
+  return run_logits(*be, dir, tokens, chunk);
 }
 
 }  // namespace tf::test

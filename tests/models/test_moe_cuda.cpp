@@ -22,6 +22,7 @@
 #include "models/moe.h"
 #include "ops/backend.h"
 #include "ops/cuda/moe_fused.h"
+#include "run_logits.h"
 
 using namespace tf;
 
@@ -345,27 +346,7 @@ std::string with_top_k(const std::string& dir, int top_k) {
 std::vector<float> tiny_logits(Backend& be, const std::string& dir) {
   std::vector<int32_t> toks;
   for (int i = 0; i < 24; ++i) toks.push_back((i * 37 + 11) % 200 + 1);
-  Checkpoint ckpt = Checkpoint::open(dir);
-  auto model = load_model(ckpt, be, 64);
-  const auto& s = model->spec();
-  KvBlockPool pool(be, s.layers, s.kv_heads, s.head_dim, 16, 8);
-  std::vector<int32_t> table;
-  EXPECT_TRUE(pool.reserve(table, int(toks.size())));
-  BatchMeta m;
-  m.block_size = 16;
-  m.block_tables = {table};
-  std::vector<int32_t> rows;
-  for (int p = 0; p < int(toks.size()); ++p) {
-    m.tokens.push_back(toks[size_t(p)]);
-    m.positions.push_back(p);
-    m.row_seq.push_back(0);
-    m.slots.push_back(table[size_t(p / 16)] * 16 + p % 16);
-    rows.push_back(p);
-  }
-  std::vector<float> logits;
-  model->forward(m, pool.layers(), rows, logits);
-  pool.release(table);
-  return logits;
+  return test::run_logits(be, dir, toks, int(toks.size()));
 }
 
 // The mlx-lm conversion (4-bit group 32 experts, stacked switch_mlp) takes the fused path, and with top_k

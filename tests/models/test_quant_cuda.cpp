@@ -15,6 +15,7 @@
 #include "ops/cpu/quant.h"
 #include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/quant_linear.h"
+#include "run_logits.h"
 
 using namespace tf;
 
@@ -256,28 +257,7 @@ TEST_F(Gpu, Quant4BitQuadLayoutAtOddSlices) {
 namespace {
 
 std::vector<float> run_logits(Backend& be, const std::string& dir) {
-  const std::vector<int32_t> toks = {1, 17, 42, 99, 5, 250, 7, 300, 64, 2, 128, 33};
-  Checkpoint ckpt = Checkpoint::open(dir);
-  auto model = load_model(ckpt, be, 64);
-  const auto& s = model->spec();
-  KvBlockPool pool(be, s.layers, s.kv_heads, s.head_dim, 16, 8);
-  std::vector<int32_t> table;
-  EXPECT_TRUE(pool.reserve(table, int(toks.size())));
-  BatchMeta m;
-  m.block_size = 16;
-  m.block_tables = {table};
-  std::vector<int32_t> rows;
-  for (int p = 0; p < int(toks.size()); ++p) {
-    m.tokens.push_back(toks[size_t(p)]);
-    m.positions.push_back(p);
-    m.row_seq.push_back(0);
-    m.slots.push_back(table[size_t(p / 16)] * 16 + p % 16);
-    rows.push_back(p);
-  }
-  std::vector<float> logits;
-  model->forward(m, pool.layers(), rows, logits);
-  pool.release(table);
-  return logits;
+  return test::run_logits(be, dir, {1, 17, 42, 99, 5, 250, 7, 300, 64, 2, 128, 33}, 12);
 }
 
 }  // namespace

@@ -270,50 +270,57 @@ __device__ __forceinline__ void produce_raw(const __nv_bfloat16* __restrict__ x,
   const int pt = threadIdx.x % 128, r0 = pt / 4, t = pt % 4;
   static_assert(SWZ || !TMA, "the TMA producer writes the swizzled layout");
   if constexpr (TMA) {
-    const uint32_t slots = sbase + C::kRawOff;
-    auto load = [&](const CUtensorMap* map, int c, int row0, uint32_t off) {
-      const uint32_t slot = c % C::kRawSlots;
-      asm volatile(
-          "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
-          "[%4];" ::"r"(slots + slot * C::kStage + off),
-          "l"(reinterpret_cast<uint64_t>(map)), "r"((c_lo + c) * 32), "r"(row0), "r"(rawbar + 8 * slot)
-          : "memory");
-    };
-    auto expect = [&](int c) { mbar_arrive_expect_tx(rawbar + 8 * (c % C::kRawSlots), C::kStage); };
-    if (pt == 0)
-      for (int c = 0; c < min(kAhead, count); ++c) expect(c), load(tmw, c, n0, 0);
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    if (pt == 0)
-      for (int c = 0; c < min(kAhead, count); ++c) load(tmx, c, m0, C::kBM * 64);
-    // Row r0 + 32j of its operand block: step h's piece t at 16-byte unit (2h + t/2) ^ ((r0 >> 1) & 3).
-    const int sw = (r0 >> 1) & 3;
-    const uint32_t off0 = r0 * 64 + (((t / 2)) ^ sw) * 16 + (t % 2) * 8;
-    const uint32_t off1 = r0 * 64 + ((2 + t / 2) ^ sw) * 16 + (t % 2) * 8;
-    for (int c = 0; c < count; ++c) {
-      if (pt == 0 && c + kAhead < count) {
-        expect(c + kAhead);
-        load(tmw, c + kAhead, n0, 0);
-        load(tmx, c + kAhead, m0, C::kBM * 64);
+    // Roles, so that no thread that fences has copies in flight (a fence.proxy.async waits for the
+    // thread's outstanding memory operations): thread 0 only issues the TMA loads (a slot is refilled once
+    // the permuters released it on its `raw_free` barrier); warps 2-3 (64 threads) only permute (units
+    // of rows p/4 + 16j) and fence; the rest of the warpgroup has nothing to do.
+    const uint32_t slots = sbase + C::kRawOff, rawfree = rawbar + 8 * C::kRawSlots;
+    if (pt == 0) {
+      asm volatile("griddepcontrol.wait;" ::: "memory");
+      for (int c = 0; c < count; ++c) {
+        const uint32_t slot = c % C::kRawSlots;
+        if (c >= C::kRawSlots) mbar_wait(rawfree + 8 * slot, ((c / C::kRawSlots) & 1) ^ 1);
+        mbar_arrive_expect_tx(rawbar + 8 * slot, C::kStage);
+        const CUtensorMap* maps[2] = {tmw, tmx};
+        const int rows[2] = {n0, m0};
+        const uint32_t offs[2] = {0, C::kBM * 64};
+        for (int o = 0; o < 2; ++o)
+          asm volatile(
+              "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
+              "%3}], [%4];" ::"r"(slots + slot * C::kStage + offs[o]),
+              "l"(reinterpret_cast<uint64_t>(maps[o])), "r"((c_lo + c) * 32), "r"(rows[o]),
+              "r"(rawbar + 8 * slot)
+              : "memory");
       }
-      mbar_wait(rawbar + 8 * (c % C::kRawSlots), (c / C::kRawSlots) & 1);
+      return;
+    }
+    if (pt < 64) return;
+    const int p = pt - 64, q0 = p / 4;  // rows q0 + 16j, unit t
+    constexpr int kRows = C::kBM + BN, kPUnits = kRows / 16, kPW = C::kBM / 16;
+    const int sw = (q0 >> 1) & 3;  // (q0 + 16j) >> 1 & 3 = q0 >> 1 & 3
+    const uint32_t off0 = q0 * 64 + (((t / 2)) ^ sw) * 16 + (t % 2) * 8;
+    const uint32_t off1 = q0 * 64 + ((2 + t / 2) ^ sw) * 16 + (t % 2) * 8;
+    for (int c = 0; c < count; ++c) {
+      const uint32_t slot = c % C::kRawSlots;
+      mbar_wait(rawbar + 8 * slot, (c / C::kRawSlots) & 1);
       const int s = c % C::kStages;
       if (c >= C::kStages) mbar_wait(empty + 8 * s, ((c / C::kStages) & 1) ^ 1);
       const uint32_t st = sbase + s * C::kStage;
-      const uint32_t rs = slots + (c % C::kRawSlots) * C::kStage + r0 * 64 + t * 16;
+      const uint32_t rs = slots + slot * C::kStage + q0 * 64 + t * 16;
 #pragma unroll
-      for (int j = 0; j < kUnits; ++j) {
+      for (int j = 0; j < kPUnits; ++j) {
         uint32_t v0, v1, v2, v3;
         asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
                      : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3)
-                     : "r"(rs + j * 32 * 64)
+                     : "r"(rs + j * 16 * 64)
                      : "memory");
-        const uint32_t d = j < kWUnits ? st + j * 32 * 64 : st + 2 * C::kWStep + (j - kWUnits) * 32 * 64;
+        const uint32_t d = j < kPW ? st + j * 16 * 64 : st + 2 * C::kWStep + (j - kPW) * 16 * 64;
         asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(d + off0), "r"(v0), "r"(v1) : "memory");
         asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(d + off1), "r"(v2), "r"(v3) : "memory");
       }
       fence_proxy_async();
       mbar_arrive(full + 8 * s);
-      asm volatile("bar.sync 1, 128;" ::: "memory");  // slot c read by all before thread 0 refills it
+      mbar_arrive(rawfree + 8 * slot);
     }
     return;
   }
@@ -497,7 +504,8 @@ __global__ void __launch_bounds__(Cfg<WGS, BN, CL, SP>::kThreads, 1)
   static_assert(!TMA || C::kRaw, "TMA feeds the raw-staging producer");
   static_assert(!SWZ || C::kRaw, "only the raw-staging producer writes the swizzled layout");
   constexpr bool kCluster = CL == 2 || SP == 2;
-  constexpr int kAux = C::kStages > C::kRawSlots ? C::kStages : C::kRawSlots;
+  // CL = 2: half[s]; TMA: raw[slot] then raw_free[slot].
+  constexpr int kAux = C::kStages > 2 * C::kRawSlots ? C::kStages : 2 * C::kRawSlots;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   // full[s], empty[s], then half[s] (CL = 2) or raw[slot] (TMA)
   __shared__ __align__(8) uint64_t bars[2 * C::kStages + kAux];
@@ -510,12 +518,16 @@ __global__ void __launch_bounds__(Cfg<WGS, BN, CL, SP>::kThreads, 1)
   const uint32_t rank = kCluster ? cluster_rank() : 0;
   if (threadIdx.x == 0) {
     for (int s = 0; s < C::kStages; ++s) {
-      mbar_init(full + 8 * s, 128 + (CL == 2));  // producer threads' cp.async arrives (+ expect_tx)
-      mbar_init(empty + 8 * s, 4 * WGS * CL);    // lane 0 of every consumer warp (of both CTAs)
-      mbar_init(half + 8 * s, 128);
+      // producer threads' arrives (+ the expect_tx for the peer's bytes; TMA: the 64 permuters)
+      mbar_init(full + 8 * s, TMA ? 64 : 128 + (CL == 2));
+      mbar_init(empty + 8 * s, 4 * WGS * CL);  // lane 0 of every consumer warp (of both CTAs)
+      if constexpr (CL == 2) mbar_init(half + 8 * s, 128);
     }
     if constexpr (TMA)
-      for (int r = 0; r < C::kRawSlots; ++r) mbar_init(half + 8 * r, 1);  // thread 0's arrive.expect_tx
+      for (int r = 0; r < C::kRawSlots; ++r) {
+        mbar_init(half + 8 * r, 1);                    // thread 0's arrive.expect_tx
+        mbar_init(half + 8 * (C::kRawSlots + r), 64);  // the permuters' release
+      }
     if constexpr (kCluster) asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   if constexpr (kCluster)

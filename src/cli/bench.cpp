@@ -309,7 +309,7 @@ void run_bench(const BenchArgs& a) {
   }
   if (const EngineStats st = engine->stats(); st.draft_guard_switches > 0)
     std::cout << "draft guard (docs/drafting.md): " << st.draft_guard_switches
-              << " switch(es); model drafter off "
+              << " switch(es); drafting off "
               << "for " << st.draft_guard_off << " stream count(s) at the end\n";
   engine->shutdown();
 }
@@ -330,7 +330,7 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::Range(1, 64));
   c->add_flag("--sweep", a->sweep, "--drafter replay: every k from 1 to --max-draft");
   c->add_option("--draft-guard", a->draft_guard,
-                "on | off: switch the model drafter off while it makes rounds slower in wall time")
+                "on | off: switch drafting off while it makes rounds slower in wall time")
       ->check(CLI::IsMember({"on", "off"}));
   c->add_option("--tokens", a->tokens, "Tokens generated per stream")->check(CLI::Range(2, 1 << 20));
   c->add_option("--parallel", a->parallel, "Concurrent streams")->check(CLI::PositiveNumber);

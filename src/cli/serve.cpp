@@ -167,7 +167,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--mtp-confidence", a->mtp_confidence, "Stop an MTP draft chain below this probability")
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--draft-guard", a->draft_guard,
-                  "Switch the MTP/draft-model drafter off while it makes rounds slower in wall time")
+                  "Switch drafting off while it makes rounds slower in wall time (docs/drafting.md)")
       ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
   cmd->add_option("--prompt-cache-gib", a->prompt_cache_gib, "Memory for retained conversation prefixes (0 disables)")
       ->check(CLI::Range(0.0, 1024.0))->capture_default_str();

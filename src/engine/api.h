@@ -103,7 +103,7 @@ struct EngineStats {
   int64_t prompt_tokens = 0, generated_tokens = 0;
   int64_t forward_passes = 0;
   int64_t drafted_tokens = 0, accepted_tokens = 0;
-  // The draft guard (EngineOptions::draft_guard): stream counts for which it has the model drafter off
+  // The draft guard (EngineOptions::draft_guard): stream counts for which it has drafting off
   // now, and how often it switched.
   int draft_guard_off = 0;
   int64_t draft_guard_switches = 0;

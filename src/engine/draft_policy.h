@@ -46,14 +46,14 @@ struct DraftStats {
 // row) plus `draft_cost` (producing it).
 int choose_draft_length(DraftStats& s, double row_cost, int max_k, double draft_cost = 0);
 
-// The engine-wide check that model drafting (an MTP head, a draft model) pays in wall-clock terms. The
-// per-stream policy above models the forward's cost, but not the host work around it (the drafter's own
-// forwards and sampling, hidden-state copies, verification and bookkeeping), which dominates when the
-// forward is fast. So the guard measures what the user sees: tokens emitted per second of whole-round wall
-// time, per decoding stream, separately for rounds where the model drafter proposed and rounds where it
-// did not (both with context copies, which are free to propose and keep their per-stream rule), keyed by
-// the number of decoding streams (a round's time depends on it), with exponential forgetting. When drafted
-// rounds deliver fewer tokens/s than serial ones by more than `margin`, the model drafter is switched off
+// The engine-wide check that drafting (context copies, an MTP head, a draft model) pays in wall-clock
+// terms. The per-stream policy above models the forward's cost, but not the host work around it (the
+// drafter's own forwards and sampling, hidden-state copies, verification and bookkeeping), which dominates
+// when the forward is fast. So the guard measures what the user sees: tokens emitted per second of
+// whole-round wall time, per decoding stream, separately for rounds where some stream drafted and rounds
+// where none did, keyed by the number of decoding streams (a round's time depends on it), with
+// exponential forgetting. When drafted rounds deliver fewer tokens/s than serial ones by more than
+// `margin`, drafting (every source) is switched off
 // for that stream count for a backoff period that doubles while it keeps losing; short drafted probe
 // windows then check whether it pays again (as do serial probes, rarer and rarer, while it is on). New
 // streams reset the backoff, so a change of workload (e.g. greedy streams arriving) is noticed soon.
@@ -71,7 +71,7 @@ struct DraftGuardOptions {
 class DraftGuard {
  public:
   explicit DraftGuard(DraftGuardOptions o = {}) : o_(o) {}
-  // Whether the model drafter may propose in a round that decodes `streams` streams (may start a probe).
+  // Whether streams may draft in a round that decodes `streams` streams (may start a probe).
   bool allow(int streams);
   // Whether allow() will say yes for the next round of `streams` streams (if this one is measured).
   bool allows_next(int streams) const;
@@ -82,7 +82,7 @@ class DraftGuard {
     double drafted_rate, serial_rate;  // tokens/s per stream, whole-round wall time
   };
   // A round of `streams` decoding streams (and nothing else) emitted `tokens` in `seconds` of wall time;
-  // `drafted` = the model drafter proposed in it.
+  // `drafted` = some stream drafted in it.
   std::optional<Change> observe(int streams, int tokens, double seconds, bool drafted);
   // New streams began decoding: what was learned may no longer hold; probe again soon.
   void workload_changed();

@@ -235,9 +235,10 @@ class EngineImpl final : public Engine {
       drafter_ = std::make_unique<DraftModelDrafter>(dir, *backend_, context, parallel_, spec_.vocab);
     }
     drafting_ = ngram_ || drafter_;
-    // The wall-clock guard judges the model drafter; with a fixed draft length (benchmarks of the ceiling,
-    // tests that force drafts) nothing is judged.
-    if (drafter_ && opt_.draft_guard && opt_.adaptive_draft)
+    // The wall-clock guard judges drafting (context copies and the model drafter together: either can
+    // lose to serial when verify rows and host work cost more than accepted tokens give); with a fixed
+    // draft length (benchmarks of the ceiling, tests that force drafts) nothing is judged.
+    if (drafting_ && opt_.draft_guard && opt_.adaptive_draft)
       guard_ = std::make_unique<DraftGuard>(opt_.draft_guard_options);
     // Until rounds are measured: an extra verify row costs about a row on the CPU, far less on a GPU.
     cost_ = CostModel(backend_->device() == Device::CPU ? 0.5 : 0.05);
@@ -422,9 +423,10 @@ class EngineImpl final : public Engine {
     std::vector<Part> parts;
     int decoding = 0;
     for (Sequence* s : ready) decoding += int(s->tokens.size()) - s->computed == 1 ? 1 : 0;
-    // The model drafter may propose this round (the guard's verdict for this many decoding streams).
-    const bool model_ok = drafter_ && (!guard_ || decoding == 0 || guard_->allow(decoding));
-    const bool model_used = plan_decode(meta, parts, ready, model_ok);
+    // Streams may draft this round (the guard's verdict for this many decoding streams).
+    const bool drafts_ok = drafting_ && (!guard_ || decoding == 0 || guard_->allow(decoding));
+    const bool model_ok = drafter_ && drafts_ok;
+    const bool drafted = plan_decode(meta, parts, ready, drafts_ok, model_ok);
     // Prefill chunks after the decode rows, the prompts with the fewest tokens left first.
     std::vector<Sequence*> prefilling;
     for (Sequence* s : ready)
@@ -512,22 +514,23 @@ class EngineImpl final : public Engine {
         running_.remove_if([&](const std::unique_ptr<Sequence>& q) { return q.get() == s; });
       }
     }
-    if (guard_) judge_round(round_t0, decoding, int(parts.size()), emitted, model_used, started);
+    if (guard_) judge_round(round_t0, decoding, int(parts.size()), emitted, drafted, started);
   }
 
   // Feeds the guard a round that decoded streams and did nothing else (a prefill chunk's time would
   // count against whichever side it fell on). New streams tell it the workload changed; the round that
   // samples a stream's first token is not measured.
-  void judge_round(std::chrono::steady_clock::time_point t0, int decoding, int parts, int emitted,
-                   bool model_used, bool started) {
+  void judge_round(std::chrono::steady_clock::time_point t0, int decoding, int parts, int emitted, bool drafted,
+                   bool started) {
     if (started) guard_->workload_changed();  // (its first token came from a prompt: not measured)
     if (started || decoding == 0 || parts != decoding) return;
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const auto change = guard_->observe(decoding, emitted, seconds, model_used);
+    const auto change = guard_->observe(decoding, emitted, seconds, drafted);
     if (!change) return;
     std::ostringstream m;
     m.precision(1);
-    m << std::fixed << "draft guard: " << drafter_->name() << " drafting " << (change->on ? "on" : "off")
+    m << std::fixed << "draft guard: " << (drafter_ ? std::string(drafter_->name()) + " + context-copy" : "context-copy")
+      << " drafting " << (change->on ? "on" : "off")
       << " for rounds of " << change->streams << " stream(s): drafted rounds " << change->drafted_rate
       << " tok/s per stream, serial " << change->serial_rate << " tok/s per stream (wall time)";
     log_info(m.str());
@@ -575,16 +578,16 @@ class EngineImpl final : public Engine {
   }
 
   // Decode rows for every stream whose prompt is done: its last token, plus drafts where they pay.
-  // `model_ok`: the model drafter may propose. True when it did propose.
+  // `drafts_ok`: streams may draft (the guard's verdict); `model_ok`: the model drafter may propose too.
+  // True when some stream drafted.
   bool plan_decode(BatchMeta& meta, std::vector<Part>& parts, const std::vector<Sequence*>& ready,
-                   bool model_ok) {
+                   bool drafts_ok, bool model_ok) {
     std::vector<Sequence*> decoding;
     for (Sequence* s : ready)
       if (int(s->tokens.size()) - s->computed == 1) decoding.push_back(s);
     std::vector<DraftSlot> ngram_slots, model_slots;
     std::vector<std::vector<int32_t>> drafts(decoding.size());
-    bool model_used = false;
-    if (drafting_) {
+    if (drafts_ok) {
       const double c = cost_.row_cost_in_round(int(decoding.size()));
       for (size_t i = 0; i < decoding.size(); ++i) {
         Sequence& s = *decoding[i];
@@ -619,7 +622,6 @@ class EngineImpl final : public Engine {
         drafter_->propose(model_slots);
         int proposed = 0;
         for (const auto& slot : model_slots) proposed += int(slot.tokens.size());
-        model_used = proposed > 0;
         cost_.observe_draft(proposed,
                             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       }
@@ -628,11 +630,13 @@ class EngineImpl final : public Engine {
         drafts[i] = std::move(slot.tokens);
       }
     }
+    bool drafted = false;
     for (size_t i = 0; i < decoding.size(); ++i) {
       const int rows = 1 + int(drafts[i].size());
+      drafted |= rows > 1;
       add_rows(meta, parts, *decoding[i], rows, std::move(drafts[i]));
     }
-    return model_used;
+    return drafted;
   }
 
   // Samples the stream's next token(s) from its logit rows: row i's token is what serial decoding would
@@ -733,7 +737,7 @@ class EngineImpl final : public Engine {
   std::unique_ptr<NgramDrafter> ngram_;
   std::unique_ptr<Drafter> drafter_;  // a model drafter (draft model), or null
   bool drafting_ = false;
-  std::unique_ptr<DraftGuard> guard_;  // wall-clock check on the model drafter (null: off or no drafter)
+  std::unique_ptr<DraftGuard> guard_;  // wall-clock check on drafting (null: off, or nothing drafts)
   CostModel cost_{0.5};
   RoundCostTable round_cost_;  // measured forward time per row count: the --decode-share budget
   int parallel_ = 1;

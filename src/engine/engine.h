@@ -31,8 +31,8 @@ struct EngineOptions {
   int ngram_min = 2, ngram_max = 8;
   int max_draft = 8;             // longest proposal verified in one forward
   bool adaptive_draft = true;    // draft length from measured acceptance and verify cost; false = always max_draft
-  // Switch the model drafter (MTP head, draft model) off while rounds with it emit fewer tokens per second
-  // of wall time than rounds without it (--draft-guard; see DraftGuard in draft_policy.h). Only with
+  // Switch drafting (context copies and the model drafter) off while rounds with drafts emit fewer tokens per
+  // second of wall time than rounds without (--draft-guard; see DraftGuard in draft_policy.h). Only with
   // adaptive_draft.
   bool draft_guard = true;
   DraftGuardOptions draft_guard_options;  // tests: short probes and backoffs to exercise switching

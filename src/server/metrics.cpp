@@ -129,10 +129,10 @@ std::string Metrics::render(const ApiContext& ctx) const {
   series(o, {"tensorfold_spec_decode_accepted_tokens_total", "vllm:spec_decode_num_accepted_tokens_total"},
          "counter", "Draft tokens accepted by verification.", l, double(s.accepted_tokens));
   series(o, {"tensorfold_draft_guard_off"}, "gauge",
-         "Stream counts for which the draft guard has the model drafter off (it made rounds slower).", l,
+         "Stream counts for which the draft guard has drafting off (it made rounds slower).", l,
          s.draft_guard_off);
   series(o, {"tensorfold_draft_guard_switches_total"}, "counter",
-         "Times the draft guard switched the model drafter off or on.", l, double(s.draft_guard_switches));
+         "Times the draft guard switched drafting off or on.", l, double(s.draft_guard_switches));
   series(o, {"tensorfold_preemptions_total", "vllm:num_preemptions_total"}, "counter",
          "Streams preempted to free KV-cache memory.", l, double(s.preemptions));
   series(o, {"tensorfold_requests_finished_total"}, "counter", "Engine streams finished.", l,

@@ -61,7 +61,7 @@ struct DraftGuardOptions {
   double decay = 0.95;   // forgetting per measured round of the same stream count
   double margin = 0.04;  // relative difference taken as noise (hysteresis both ways)
   int min_rounds = 6;    // drafted rounds before drafting may be judged
-  int probe_rounds = 6;  // rounds in a probe window
+  int probe_rounds = 16;  // rounds in a probe window (6 was too few: lucky context-copy runs, run 22)
   int backoff = 64;      // rounds off after drafting first loses; doubles while it keeps losing
   int max_backoff = 1024;
   int probe_every = 64;  // while drafting: rounds between serial probes; doubles while drafting wins

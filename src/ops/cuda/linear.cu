@@ -237,12 +237,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     float s = red[0][tok][f];
 #pragma unroll
     for (int q = 1; q < kWarps; ++q) s += red[q][tok][f];
-    if (bias_kind == 1) s += static_cast<const float*>(bias)[col];
-    if (bias_kind == 2) s += __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[col]);
-    if (y_f32)  // logits: kept in fp32 for sampling
-      static_cast<float*>(y)[int64_t(row) * n + col] = s;
-    else
-      static_cast<__nv_bfloat16*>(y)[int64_t(row) * n + col] = __float2bfloat16(s);
+    store_biased(s, bias, bias_kind, y, y_f32, row, col, n);
   }
 }
 

@@ -130,12 +130,7 @@ __device__ __forceinline__ void reduce_store(float* red, const float (&acc)[T::k
     float s = at(0, tok, feat);
 #pragma unroll
     for (int q = 1; q < kWarps; ++q) s += at(q, tok, feat);
-    if (bias_kind == 1) s += static_cast<const float*>(bias)[col];
-    if (bias_kind == 2) s += __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[col]);
-    if (y_f32)
-      static_cast<float*>(y)[int64_t(row) * n + col] = s;
-    else
-      static_cast<__nv_bfloat16*>(y)[int64_t(row) * n + col] = __float2bfloat16(s);
+    store_biased(s, bias, bias_kind, y, y_f32, row, col, n);
   }
 }
 

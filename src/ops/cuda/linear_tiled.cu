@@ -144,12 +144,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int row = m0 + wt * 32 + j * 8 + 2 * t + (e & 1);
         if (row >= m || col >= n) continue;
         float s = tot[i][j][e];
-        if (bias_kind == 1) s += static_cast<const float*>(bias)[col];
-        if (bias_kind == 2) s += __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[col]);
-        if (y_f32)
-          static_cast<float*>(y)[int64_t(row) * n + col] = s;
-        else
-          static_cast<__nv_bfloat16*>(y)[int64_t(row) * n + col] = __float2bfloat16(s);
+        store_biased(s, bias, bias_kind, y, y_f32, row, col, n);
       }
 }
 

@@ -42,6 +42,7 @@
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/linear_wgmma.h"
+#include "ops/cuda/mma.cuh"
 
 namespace tf::cuda {
 namespace {
@@ -409,12 +410,7 @@ __device__ __forceinline__ void store_out(const float* tot, const float* tot_sme
         s += p;
       }
     }
-    if (bias_kind == 1) s += static_cast<const float*>(bias)[col];
-    if (bias_kind == 2) s += __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[col]);
-    if (y_f32)
-      static_cast<float*>(y)[int64_t(row) * n + col] = s;
-    else
-      static_cast<__nv_bfloat16*>(y)[int64_t(row) * n + col] = __float2bfloat16(s);
+    store_biased(s, bias, bias_kind, y, y_f32, row, col, n);
   }
 }
 

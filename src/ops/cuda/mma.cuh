@@ -32,6 +32,18 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool v
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
 }
 
+// Every linear kernel's epilogue: the finished sum plus the bias (none, f32 or bf16), stored as f32 (logits,
+// kept exact for sampling) or rounded to bf16.
+__device__ __forceinline__ void store_biased(float s, const void* bias, int bias_kind, void* y, bool y_f32, int row,
+                                             int col, int n) {
+  if (bias_kind == 1) s += static_cast<const float*>(bias)[col];
+  if (bias_kind == 2) s += __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[col]);
+  if (y_f32)
+    static_cast<float*>(y)[int64_t(row) * n + col] = s;
+  else
+    static_cast<__nv_bfloat16*>(y)[int64_t(row) * n + col] = __float2bfloat16(s);
+}
+
 __device__ __forceinline__ uint4 lds128(uint32_t addr) {
   uint4 r;
   asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"

@@ -51,7 +51,7 @@ double time_graph_ms(cudaStream_t s, const std::function<void()>& fn, bool* capt
   return ms;
 }
 
-BatchMeta decode_meta(int batch, int ctx) {
+BatchMeta verify_meta(int batch, int k, int ctx) {
   constexpr int kBlock = kBenchBlock;
   BatchMeta m;
   m.block_size = kBlock;
@@ -59,12 +59,17 @@ BatchMeta decode_meta(int batch, int ctx) {
   for (int b = 0; b < batch; ++b) {
     std::vector<int32_t> t(per);
     for (int i = 0; i < per; ++i) t[i] = b * per + i;
-    const int pos = ctx - 1;
-    m.tokens.push_back((b * 7919 + 13) % 151936), m.positions.push_back(pos), m.row_seq.push_back(b);
-    m.slots.push_back(t[pos / kBlock] * kBlock + pos % kBlock);
+    for (int pos = ctx - 1 - k; pos < ctx; ++pos) {
+      m.tokens.push_back((b * 7919 + pos) % 151936), m.positions.push_back(pos), m.row_seq.push_back(b);
+      m.slots.push_back(t[pos / kBlock] * kBlock + pos % kBlock);
+    }
     m.block_tables.push_back(std::move(t));
   }
   return m;
+}
+
+BatchMeta decode_meta(int batch, int ctx) {
+  return verify_meta(batch, 0, ctx);
 }
 
 BatchMeta prefill_meta(int n) {

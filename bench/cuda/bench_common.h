@@ -18,7 +18,9 @@ double time_graph_ms(cudaStream_t s, const std::function<void()>& fn, bool* capt
 
 // Blocks of 16 positions; tokens are arbitrary ids below 151,936 (the Qwen3 vocabulary every bench uses).
 constexpr int kBenchBlock = 16;
-// `batch` sequences, each decoding its token at position ctx - 1; distinct blocks per sequence.
+// `batch` sequences, each verifying k drafts: k+1 rows at positions ctx-1-k .. ctx-1 (the number that turns
+// acceptance into speed), distinct blocks per sequence; decode_meta is the k = 0 case.
+BatchMeta verify_meta(int batch, int k, int ctx);
 BatchMeta decode_meta(int batch, int ctx);
 // One prompt of n tokens in one forward.
 BatchMeta prefill_meta(int n);

@@ -39,10 +39,11 @@ struct Shape {
 };
 constexpr Shape kQwen3_8B{"Qwen3-8B", 36, 4096, 12288, 32, 8, 128, 151936, false};
 constexpr Shape kQwen3_06B{"Qwen3-0.6B", 28, 1024, 3072, 16, 8, 128, 151936, true};
-constexpr int kBlock = 16;
+constexpr int kBlock = bench::kBenchBlock;
 
 using bench::decode_meta;
 using bench::prefill_meta;
+using bench::verify_meta;
 using bench::time_graph_ms;
 using bench::time_ms;
 
@@ -274,24 +275,6 @@ RopeParams qwen_rope(int d) {
   p.head_dim = p.rotary_dim = d;
   for (int i = 0; i < d / 2; ++i) p.inv_freq.push_back(std::pow(1e6f, -2.f * i / d));
   return p;
-}
-
-// `batch` sequences, each verifying k drafts: k+1 rows at positions ctx-1-k .. ctx-1 (DESIGN: the number
-// that turns acceptance into speed).
-BatchMeta verify_meta(int batch, int k, int ctx) {
-  BatchMeta m;
-  m.block_size = kBlock;
-  const int per = ctx / kBlock + 1;
-  for (int b = 0; b < batch; ++b) {
-    std::vector<int32_t> t(per);
-    for (int i = 0; i < per; ++i) t[i] = b * per + i;
-    for (int pos = ctx - 1 - k; pos < ctx; ++pos) {
-      m.tokens.push_back((b * 7919 + pos) % 151936), m.positions.push_back(pos), m.row_seq.push_back(b);
-      m.slots.push_back(t[pos / kBlock] * kBlock + pos % kBlock);
-    }
-    m.block_tables.push_back(std::move(t));
-  }
-  return m;
 }
 
 struct Row {

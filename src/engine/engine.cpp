@@ -426,7 +426,7 @@ class EngineImpl final : public Engine {
     // Streams may draft this round (the guard's verdict for this many decoding streams).
     const bool drafts_ok = drafting_ && (!guard_ || decoding == 0 || guard_->allow(decoding));
     const bool model_ok = drafter_ && drafts_ok;
-    const bool drafted = plan_decode(meta, parts, ready, drafts_ok, model_ok);
+    const bool drafted = plan_decode(meta, parts, ready, drafts_ok);
     // Prefill chunks after the decode rows, the prompts with the fewest tokens left first.
     std::vector<Sequence*> prefilling;
     for (Sequence* s : ready)
@@ -578,10 +578,10 @@ class EngineImpl final : public Engine {
   }
 
   // Decode rows for every stream whose prompt is done: its last token, plus drafts where they pay.
-  // `drafts_ok`: streams may draft (the guard's verdict); `model_ok`: the model drafter may propose too.
-  // True when some stream drafted.
+  // `drafts_ok`: streams may draft (the guard's verdict). True when some stream drafted.
   bool plan_decode(BatchMeta& meta, std::vector<Part>& parts, const std::vector<Sequence*>& ready,
-                   bool drafts_ok, bool model_ok) {
+                   bool drafts_ok) {
+    const bool model_ok = drafter_ && drafts_ok;
     std::vector<Sequence*> decoding;
     for (Sequence* s : ready)
       if (int(s->tokens.size()) - s->computed == 1) decoding.push_back(s);

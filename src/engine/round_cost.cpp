@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <bit>
-#include <vector>
+#include <utility>
 
 namespace tf {
 
@@ -25,16 +25,18 @@ void RoundCostTable::observe(int rows, double seconds) {
 double RoundCostTable::predict(int rows) const {
   // The measured buckets in increasing rows, seconds made non-decreasing (a bigger forward never costs
   // less; noise in one bucket must not make a bigger round look cheaper).
-  std::vector<std::pair<double, double>> pts;
+  // (A fixed array: the scheduler calls this a dozen times a round.)
+  std::array<std::pair<double, double>, kBuckets> pts;
+  int n = 0;
   for (int b = 0; b < kBuckets; ++b) {
     if (weight_[b] <= 0) continue;
-    const double s = pts.empty() ? secs_[b] : std::max(secs_[b], pts.back().second);
-    pts.emplace_back(rows_[b], s);
+    const double s = n == 0 ? secs_[b] : std::max(secs_[b], pts[n - 1].second);
+    pts[n++] = {rows_[b], s};
   }
-  if (pts.empty()) return 0;
+  if (n == 0) return 0;
   const double r = std::max(rows, 1);
-  if (r <= pts.front().first) return pts.front().second;
-  for (size_t i = 1; i < pts.size(); ++i) {
+  if (r <= pts[0].first) return pts[0].second;
+  for (int i = 1; i < n; ++i) {
     const auto [r1, s1] = pts[i];
     if (r <= r1) {
       const auto [r0, s0] = pts[i - 1];
@@ -42,7 +44,7 @@ double RoundCostTable::predict(int rows) const {
     }
   }
   // Past the largest measured round: proportional to rows (over-estimates a cost with a fixed part).
-  return pts.back().second * r / pts.back().first;
+  return pts[n - 1].second * r / pts[n - 1].first;
 }
 
 int prefill_rows_for_share(const RoundCostTable& t, int decode_rows, double decode_share, int chunk,

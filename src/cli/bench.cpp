@@ -31,6 +31,7 @@ struct BenchArgs {
   int max_draft = 4;                    // --drafter replay: the longest proposal
   bool sweep = false;                   // --drafter replay: every k from 1 to max_draft
   std::string draft_guard = "on";       // EngineOptions::draft_guard
+  std::string cuda_graphs = "off";      // EngineOptions::cuda_graphs
 };
 
 // A file the model is asked to quote (repetitive work), and an open prompt (free continuation).
@@ -268,6 +269,7 @@ void run_bench(const BenchArgs& a) {
   opt.parallel = a.parallel;
   opt.drafter = a.drafter;
   opt.draft_guard = a.draft_guard == "on";
+  opt.cuda_graphs = a.cuda_graphs == "on";
   opt.context = a.context;
   opt.prefill_chunk = 2048;
   opt.prompt_cache_gib = 0;  // throughput modes measure compute, not cache hits
@@ -331,6 +333,8 @@ void add_bench_command(CLI::App& app) {
   c->add_flag("--sweep", a->sweep, "--drafter replay: every k from 1 to --max-draft");
   c->add_option("--draft-guard", a->draft_guard,
                 "on | off: switch drafting off while it makes rounds slower in wall time")
+      ->check(CLI::IsMember({"on", "off"}));
+  c->add_option("--cuda-graphs", a->cuda_graphs, "on | off: replay decode and verify forwards from captured CUDA graphs (same output, fewer launches)")
       ->check(CLI::IsMember({"on", "off"}));
   c->add_option("--tokens", a->tokens, "Tokens generated per stream")->check(CLI::Range(2, 1 << 20));
   c->add_option("--parallel", a->parallel, "Concurrent streams")->check(CLI::PositiveNumber);

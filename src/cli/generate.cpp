@@ -15,7 +15,7 @@ namespace tf::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string model, prompt, chat, system, backend = "auto";
+  std::string model, prompt, chat, system, backend = "auto", cuda_graphs = "off";
   int max_tokens = 256, context = 0;
   std::optional<float> temperature, top_p, min_p;
   std::optional<int> top_k;
@@ -35,6 +35,7 @@ void run_generate(const GenerateArgs& a) {
   opt.top_p = a.top_p;
   opt.top_k = a.top_k;
   opt.min_p = a.min_p;
+  opt.cuda_graphs = a.cuda_graphs == "on";
   auto engine = create_engine(opt);
   const auto& info = engine->info();
   GenerationRequest req;
@@ -111,6 +112,8 @@ void add_generate_command(CLI::App& app) {
   c->add_flag("--no-thinking", a->no_thinking, "Pass enable_thinking=false to the chat template");
   c->add_option("--backend", a->backend, "auto | cuda | cpu")->check(CLI::IsMember({"auto", "cuda", "cpu"}));
   c->add_option("--context", a->context, "Context capacity in tokens (default: the model's, at most 32768)");
+  c->add_option("--cuda-graphs", a->cuda_graphs, "on | off: replay decode and verify forwards from captured CUDA graphs (same output, fewer launches)")
+      ->check(CLI::IsMember({"on", "off"}));
   c->add_flag("-q,--quiet", a->quiet, "Print only the generated text");
   c->callback([a] { run_generate(*a); });
 }

@@ -33,7 +33,7 @@ struct ServeArgs {
   int mtp_drafts = 3, checkpoint_slots = 0, max_snapshots = 0, max_queue = 256, prefill_chunk = 512;
   double decode_share = 0, gpu_memory = 0.9;
   float mtp_confidence = 0.f;
-  std::string draft_guard = "on";
+  std::string draft_guard = "on", cuda_graphs = "off";
   double prompt_cache_gib = 0.25, spill_gib = 0;
   std::string spill_dir, snapshot_dir = "none";
   bool thinking = false, no_thinking = false, no_drafts = false;
@@ -95,6 +95,7 @@ EngineOptions engine_options(const ServeArgs& a) {
   e.prefill_chunk = a.prefill_chunk;
   e.decode_share = a.decode_share;
   e.gpu_memory_utilization = a.gpu_memory;
+  e.cuda_graphs = a.cuda_graphs == "on";
   return e;
 }
 
@@ -168,6 +169,9 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--draft-guard", a->draft_guard,
                   "Switch drafting off while it makes rounds slower in wall time (docs/drafting.md)")
+      ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
+  cmd->add_option("--cuda-graphs", a->cuda_graphs,
+                  "Replay decode and verify forwards from captured CUDA graphs (same output, fewer launches)")
       ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
   cmd->add_option("--prompt-cache-gib", a->prompt_cache_gib, "Memory for retained conversation prefixes (0 disables)")
       ->check(CLI::Range(0.0, 1024.0))->capture_default_str();

@@ -472,9 +472,13 @@ class EngineImpl final : public Engine {
     if (want_hidden)
       want_hidden = std::any_of(parts.begin(), parts.end(), [](const Part& p) { return p.seq->req.draft; });
     Tensor hidden;
-    model_->forward(
-        meta, pool_->layers(), logit_rows,
-        Model::Outputs{need_host ? &logits : nullptr, &sampling, &sampled, want_hidden ? &hidden : nullptr});
+    // Decode and verify rounds (no prompt rows) may replay a captured CUDA graph (--cuda-graphs).
+    const bool graph = opt_.cuda_graphs && std::all_of(parts.begin(), parts.end(), [](const Part& p) {
+                         return p.sampled && (p.rows == 1 || !p.drafts.empty());
+                       });
+    model_->forward(meta, pool_->layers(), logit_rows,
+                    Model::Outputs{need_host ? &logits : nullptr, &sampling, &sampled,
+                                   want_hidden ? &hidden : nullptr, graph});
     const double forward_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     cost_.observe(meta.rows(), forward_s);
     round_cost_.observe(meta.rows(), forward_s);

@@ -51,6 +51,9 @@ struct EngineOptions {
   double gpu_memory_utilization = 0.9;
   int growth_reserve = 2048;   // KV reserved ahead of each stream (prompt + this many reply tokens)
   int max_queue = 256;         // waiting requests beyond `parallel`; more are refused (Overloaded)
+  // CUDA backend: replay decode and verify forwards from captured CUDA graphs (--cuda-graphs on|off; the
+  // same bits, fewer kernel launches). No effect on the CPU backend.
+  bool cuda_graphs = false;
   // Benchmarks and tests: a drafter of their own (e.g. a replay of a recorded run) instead of --drafter;
   // context copies still follow ngram_drafts. Called once, after the model is loaded.
   std::function<std::unique_ptr<Drafter>()> drafter_factory;

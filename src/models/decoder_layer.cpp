@@ -76,6 +76,18 @@ LayerWorkspace::LayerWorkspace(Backend& be, const ModelSpec& s, int64_t R) {
   act = be.alloc({R, I}, dt);
 }
 
+LayerWorkspace::LayerWorkspace(const LayerWorkspace& big, const ModelSpec& s, int64_t R) {
+  TF_CHECK(big.residual.dim(0) >= R, "LayerWorkspace: the workspace has fewer rows than the batch");
+  for (auto [dst, src] : {std::pair{&residual, &big.residual}, {&residual_alt, &big.residual_alt}, {&h, &big.h},
+                          {&mlp_out, &big.mlp_out}, {&q, &big.q}, {&qkv, &big.qkv}, {&attn, &big.attn},
+                          {&gate_up, &big.gate_up}, {&act, &big.act}})
+    *dst = src->slice_rows(0, R);
+  const int64_t hk = s.kv_heads, D = s.head_dim;
+  const Tensor flat = qkv.view({-1});
+  k = flat.slice_rows(0, R * hk * D).view({R, hk, D});
+  v = flat.slice_rows(R * hk * D, 2 * R * hk * D).view({R, hk, D});
+}
+
 AttentionParams attention_params(const ModelSpec& spec) {
   AttentionParams a;
   a.num_heads = spec.heads;

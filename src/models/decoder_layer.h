@@ -31,6 +31,9 @@ Tensor fetch_tensor(const Checkpoint& ckpt, const std::string& name, const std::
 struct LayerWorkspace {
   Tensor residual, residual_alt, h, mlp_out, q, k, v, qkv, attn, gate_up, act;
   LayerWorkspace(Backend& be, const ModelSpec& spec, int64_t rows);
+  // Views of the first `rows` rows of `big` (a workspace for at least that many rows): the same addresses on
+  // every call, which a replayed CUDA graph needs.
+  LayerWorkspace(const LayerWorkspace& big, const ModelSpec& spec, int64_t rows);
 };
 
 // Runs one layer over the batch's rows. On entry ws.residual holds the stream; when `pending` is true,

@@ -1,6 +1,8 @@
 #include "models/dense_decoder.h"
 
+#include <cstdint>
 #include <cstring>
+#include <memory>
 
 #include "checkpoint/checkpoint.h"
 #include "core/error.h"
@@ -37,6 +39,21 @@ struct MtpWeights {
   DecoderLayer layer;
 };
 
+// Decode and verify forwards replayed from CUDA graphs (Backend::run_graph) need fixed addresses: one
+// workspace for up to `rows` rows, with the gathered states and logits, serves every graph of at most that
+// many rows (graphs run one after another on the backend's stream, each writing before it reads).
+struct GraphBuffers {
+  LayerWorkspace ws;
+  Tensor picked, logits;
+  GraphBuffers(Backend& be, const ModelSpec& s, int64_t rows)
+      : ws(be, s, rows),
+        picked(be.alloc({rows, int64_t(s.hidden)}, be.act_dtype())),
+        logits(be.alloc({rows, int64_t(s.vocab)}, DType::F32)) {}
+};
+
+// Batches larger than this run eagerly (a prompt-sized batch gains nothing from a graph).
+constexpr int64_t kMaxGraphRows = 512;
+
 class DenseDecoder final : public Model {
  public:
   DenseDecoder(const Checkpoint& ckpt, Backend& be, const ModelSpec& spec, int context,
@@ -53,7 +70,9 @@ class DenseDecoder final : public Model {
     rope_ = make_rope(spec.rope, context);
     attn_ = attention_params(spec);
     if (spec.mtp_layers > 0 && ckpt.has("mtp.fc.weight")) load_mtp(ckpt);
+    for (const DecoderLayer& L : layers_) graphs_ok_ &= L.moe == nullptr;  // MoE layers run eagerly
   }
+  ~DenseDecoder() override { be_.clear_graphs(); }  // graphs point at this model's weights
 
   const ModelSpec& spec() const override { return spec_; }
   bool has_mtp() const override { return mtp_ != nullptr; }
@@ -65,6 +84,8 @@ class DenseDecoder final : public Model {
     if (out.logits) out.logits->clear();
     if (out.tokens) out.tokens->clear();
     if (R == 0) return;
+    if (out.graph && graphs_ok_ && R <= kMaxGraphRows && be_.graphs_supported())
+      return forward_graph(meta, kv, logit_rows, out);
     be_.begin_forward(meta);
     LayerWorkspace ws(be_, spec_, R);
     be_.embedding(embed_, spec_.embed_scale, ws.residual);
@@ -120,22 +141,71 @@ class DenseDecoder final : public Model {
     mtp_ = std::move(m);
   }
 
+  // forward() as a captured graph: the same ops on fixed buffers, recorded on the first forward of its
+  // shape and replayed after that; the host reads (hidden states, sampling, logits) run after the replay.
+  void forward_graph(const BatchMeta& meta, std::vector<KvLayer>& kv, const std::vector<int32_t>& logit_rows,
+                     const Outputs& o) {
+    const int64_t R = meta.rows(), n = int64_t(logit_rows.size());
+    const bool heads = n > 0 && (o.logits || o.tokens);
+    be_.begin_forward(meta);
+    if (!graph_buffers_ || graph_buffers_->ws.residual.dim(0) < R) {
+      int64_t cap = 8;
+      while (cap < R) cap *= 2;
+      graph_buffers_ = std::make_shared<GraphBuffers>(be_, spec_, cap);  // graphs keep the old ones
+    }
+    std::shared_ptr<GraphBuffers> buf = graph_buffers_;
+    // Everything the recorded launches depend on besides begin_forward's metadata (the backend adds its
+    // own): the row count and the rows' sequences (attention tiles), the table count (metadata layout),
+    // the gathered rows, and the addresses of the buffers and the KV pool.
+    std::vector<int64_t> key = {R, int64_t(meta.block_tables.size()), heads ? n : -1,
+                                int64_t(reinterpret_cast<uintptr_t>(buf.get()))};
+    key.insert(key.end(), meta.row_seq.begin(), meta.row_seq.end());
+    if (heads) key.insert(key.end(), logit_rows.begin(), logit_rows.end());
+    for (const KvLayer& l : kv) {
+      key.push_back(int64_t(reinterpret_cast<uintptr_t>(l.k.raw())));
+      key.push_back(int64_t(reinterpret_cast<uintptr_t>(l.v.raw())));
+    }
+    LayerWorkspace ws(buf->ws, spec_, R);
+    const Tensor h = ws.h;  // layers swap ws.residual and residual_alt, never h
+    Tensor picked, logits;
+    if (heads) picked = buf->picked.slice_rows(0, n), logits = buf->logits.slice_rows(0, n);
+    be_.run_graph(key, buf, [&] {
+      be_.embedding(embed_, spec_.embed_scale, ws.residual);
+      for (int l = 0; l < spec_.layers; ++l)
+        decoder_layer_forward(be_, spec_, layers_[l], rope_, attn_, kv[l], ws, l > 0);
+      be_.add(ws.residual, ws.mlp_out);
+      be_.rms_norm(ws.residual, final_norm_, spec_.norm_eps, spec_.norm_offset, ws.h);
+      if (heads) {
+        be_.gather_rows(ws.h, logit_rows, picked);
+        be_.linear(picked, lm_head_, logits);
+      }
+    });
+    read_back(h, n, heads ? &logits : nullptr, o);
+  }
+
   // Final states -> the requested rows' logits (host f32) and/or device-sampled tokens and, optionally,
   // all states to the host.
   void finish(const Tensor& h, const std::vector<int32_t>& logit_rows, const Outputs& o) {
-    if (o.hidden) {
-      *o.hidden = Tensor::empty(h.shape(), be_.act_dtype());
-      be_.to_host(h, *o.hidden);
-    }
     const int64_t n = int64_t(logit_rows.size());
-    if (o.logits) o.logits->resize(size_t(n * spec_.vocab));
-    if (n == 0 || (!o.logits && !o.tokens)) return;
+    if (n == 0 || (!o.logits && !o.tokens)) return read_back(h, n, nullptr, o);
     Tensor picked = be_.alloc({n, int64_t(spec_.hidden)}, be_.act_dtype());
     Tensor out = be_.alloc({n, int64_t(spec_.vocab)}, DType::F32);
     be_.gather_rows(h, logit_rows, picked);
     be_.linear(picked, lm_head_, out);
+    read_back(h, n, &out, o);
+  }
+
+  // The host side of finish: hidden states, device sampling of `out` (the n logit rows) and host logits.
+  void read_back(const Tensor& h, int64_t n, const Tensor* out_logits, const Outputs& o) {
+    if (o.hidden) {
+      *o.hidden = Tensor::empty(h.shape(), be_.act_dtype());
+      be_.to_host(h, *o.hidden);
+    }
+    if (o.logits) o.logits->resize(size_t(n * spec_.vocab));
+    if (!out_logits) return;
+    const Tensor& out = *out_logits;
     if (o.tokens) {
-      TF_CHECK(o.sampling && o.sampling->size() == logit_rows.size(),
+      TF_CHECK(o.sampling && int64_t(o.sampling->size()) == n,
                "forward: one RowSampling per logit row");
       be_.sample_rows(out, *o.sampling, *o.tokens);
     }
@@ -153,6 +223,8 @@ class DenseDecoder final : public Model {
   RopeParams rope_;
   AttentionParams attn_;
   std::unique_ptr<MtpWeights> mtp_;
+  bool graphs_ok_ = true;                        // no MoE layer (their routing may sync on the host)
+  std::shared_ptr<GraphBuffers> graph_buffers_;  // forward_graph's fixed buffers (grown by doubling)
 };
 
 }  // namespace

@@ -52,6 +52,9 @@ class Model {
     std::vector<int32_t>* tokens = nullptr;              // ... into this (Backend::sample_rows)
     Tensor* hidden = nullptr;  // every row's final hidden state (after the last norm, what the lm_head
                                // reads), host [rows, hidden] in the backend's activation dtype
+    // A decode or verify round (no prompt rows) that may replay a captured CUDA graph of the same shape
+    // (Backend::run_graph; --cuda-graphs). The same bits either way; models without graphs ignore it.
+    bool graph = false;
   };
   // Runs the batch's rows: writes each row's K/V into `kv` (one KvLayer per layer) and produces `out`
   // for the rows listed in `logit_rows`.

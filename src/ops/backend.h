@@ -5,6 +5,7 @@
 // Contract (exactness): every op computes each row with arithmetic that does not depend on the other
 // rows in the call nor on how many rows there are. Reductions run in a fixed order within the row.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -171,6 +172,30 @@ class Backend {
   virtual size_t total_memory() const { return 0; }
   // Waits for queued work (no-op on CPU).
   virtual void synchronize() {}
+
+  // CUDA graphs (docs/cuda-notes.md, session 4). run_graph runs `record` -- the device work of a forward
+  // whose begin_forward was just called -- captured into a graph under `key` the first time, and on later
+  // calls with the same key replays that graph instead of calling `record`. The caller's key must fix
+  // everything `record` does apart from what begin_forward's metadata carries (tokens, positions, slots,
+  // block tables): row count, the rows' sequences (row_seq), gathered row indices, tensor addresses. Inside
+  // `record`, ops must not copy to the host (to_host, sample_rows, read_raw): do that after run_graph.
+  // Tensors `record` uses must keep their addresses while the graph lives: allocate them inside `record`
+  // (the graph keeps them) or let `keep` own them (the graph holds it). The backend adds its own state to
+  // the key (the attention chunk bucket, kernel switches) and recaptures when a buffer it captured moved.
+  // Backends without graphs call record() every time.
+  virtual bool graphs_supported() const { return false; }
+  virtual void run_graph(const std::vector<int64_t>& key, std::shared_ptr<const void> keep,
+                         const std::function<void()>& record) {
+    (void)key, (void)keep;
+    record();
+  }
+  // Drops every cached graph (a model that graphs captured is going away).
+  virtual void clear_graphs() {}
+  struct GraphStats {
+    int64_t captures = 0, replays = 0;
+    size_t cached = 0, capacity = 0;
+  };
+  virtual GraphStats graph_stats() const { return {}; }
 };
 
 std::unique_ptr<Backend> make_cpu_backend();

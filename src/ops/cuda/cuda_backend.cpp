@@ -14,10 +14,12 @@
 #include "ops/cuda/block_cache.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/launch.h"
 #include "ops/cuda/moe_fused.h"
 #include "ops/cuda/quant_linear.h"
 #include "ops/cuda/sampling.h"
 #include "ops/cpu/quant.h"
+#include "ops/graph_cache.h"
 
 namespace tf {
 namespace cuda {
@@ -57,25 +59,78 @@ class Staging {
   cudaEvent_t done_ = nullptr;
 };
 
-// A device buffer that only grows (attention partials).
+// A device buffer that only grows (attention partials). During a graph capture the old buffer cannot be
+// freed (cudaFree synchronises the device): it is retired, and freed by release_retired() outside a capture.
+// generation() counts the moves, so that graphs which captured an old buffer are known to be stale.
 class Workspace {
  public:
+  // double_on_growth: grow to twice the request (fewer moves, each of which makes the graphs stale).
+  explicit Workspace(bool double_on_growth = false) : double_(double_on_growth) {}
   ~Workspace() {
+    release_retired();
     if (p_) cudaFree(p_);
   }
-  void* get(size_t bytes) {
+  void* get(size_t bytes, bool capturing = false) {
     if (bytes > cap_) {
-      if (p_) TF_CUDA_CHECK(cudaFree(p_));  // cudaFree waits for the work that may use it
-      cap_ = bytes + bytes / 4;
+      if (p_ && capturing) retired_.push_back(p_);
+      else if (p_) TF_CUDA_CHECK(cudaFree(p_));  // cudaFree waits for the work that may use it
+      cap_ = capturing || double_ ? bytes * 2 : bytes + bytes / 4;
       TF_CUDA_CHECK(cudaMalloc(&p_, cap_));
+      ++generation_;
     }
     return p_;
+  }
+  uint64_t generation() const { return generation_; }
+  void release_retired() {
+    for (void* p : retired_) cudaFree(p);
+    retired_.clear();
   }
 
  private:
   void* p_ = nullptr;
   size_t cap_ = 0;
+  uint64_t generation_ = 0;
+  std::vector<void*> retired_;
+  bool double_ = false;
 };
+
+// One captured forward (Backend::run_graph): the executable graph and everything its nodes point at that
+// the caller does not own -- tensors allocated during the capture, the host values ops staged (kept in
+// the graph's own pinned `arena`, which its copy nodes read on every replay), the caller's `keep`.
+struct GraphEntry {
+  cudaGraphExec_t exec = nullptr;
+  std::vector<Tensor> kept;
+  std::shared_ptr<const void> keep;
+  char* host = nullptr;
+  char* dev = nullptr;
+  size_t used = 0, cap = 0;
+  const void* meta = nullptr;   // begin_forward's device metadata the graph reads
+  uint64_t attn_generation = 0;  // of the capture attention workspace
+
+  GraphEntry(const GraphEntry&) = delete;
+  GraphEntry& operator=(const GraphEntry&) = delete;
+  explicit GraphEntry(size_t arena_bytes) : cap(arena_bytes) {
+    TF_CUDA_CHECK(cudaMallocHost(&host, cap));
+    TF_CUDA_CHECK(cudaMalloc(&dev, cap));
+  }
+  ~GraphEntry() {
+    if (exec) cudaGraphExecDestroy(exec);  // a launch still in flight completes first
+    if (host) cudaFreeHost(host);
+    if (dev) cudaFree(dev);
+  }
+  // Stages `bytes` of host data for the graph: a copy node from the arena, whose contents never change.
+  void* put(const void* data, size_t bytes, cudaStream_t s) {
+    const size_t off = (used + 15) / 16 * 16;
+    TF_CHECK(off + bytes <= cap, "CUDA graph capture: the staging arena is too small (" +
+                                     std::to_string(off + bytes) + " > " + std::to_string(cap) + " bytes)");
+    std::memcpy(host + off, data, bytes);
+    TF_CUDA_CHECK(cudaMemcpyAsync(dev + off, host + off, bytes, cudaMemcpyHostToDevice, s));
+    used = off + bytes;
+    return dev + off;
+  }
+};
+
+constexpr size_t kDefaultGraphCapacity = 64;
 
 const void* ptr(const Tensor& t) {
   return t.raw();
@@ -83,6 +138,7 @@ const void* ptr(const Tensor& t) {
 
 bool g_fused_norm_linear = false;  // set_fused_norm_linear: off, slower on the H200 (run 16)
 bool g_fused_silu_linear = false;  // set_fused_silu_linear: off, slower on the H200 (run 16)
+int g_min_attention_chunks = 0;    // set_attention_min_chunks: tests size attention launches up
 
 void expect(const Tensor& t, DType d, const char* op, const char* what) {
   TF_CHECK(t.device() == Device::CUDA, std::string(op) + ": " + what + " is not on the GPU");
@@ -141,6 +197,7 @@ class CudaBackend final : public Backend {
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
+    graphs_.clear();
     cudaStreamDestroy(stream_);
   }
 
@@ -155,10 +212,12 @@ class CudaBackend final : public Backend {
   Tensor alloc(std::vector<int64_t> shape, DType dtype) override {
     Tensor t = Tensor::empty(std::move(shape), dtype, Device::CUDA);
     if (poison_ && t.nbytes() > 0) TF_CUDA_CHECK(cudaMemsetAsync(t.raw(), 0xFF, t.nbytes(), stream_));
+    if (capture_) capture_->kept.push_back(t);  // the graph's nodes keep this address
     return t;
   }
 
   Tensor upload(const Tensor& host) override {
+    no_capture("upload");
     TF_CHECK(host.device() == Device::CPU && host.is_contiguous(), "upload: expects a contiguous CPU tensor");
     Tensor t = alloc(host.shape(), host.dtype());
     TF_CUDA_CHECK(cudaMemcpyAsync(t.raw(), host.raw(), host.nbytes(), cudaMemcpyHostToDevice, stream_));
@@ -184,6 +243,7 @@ class CudaBackend final : public Backend {
   }
 
   void to_host(const Tensor& src, Tensor& dst) override {
+    no_capture("to_host");
     TF_CHECK(src.numel() == dst.numel(), "to_host: " + src.describe() + " vs " + dst.describe());
     TF_CUDA_CHECK(cudaStreamSynchronize(stream_));
     if (src.dtype() == dst.dtype()) {
@@ -200,6 +260,7 @@ class CudaBackend final : public Backend {
   }
 
   void begin_forward(const BatchMeta& meta) override {
+    no_capture("begin_forward");
     const int r = meta.rows(), s = int(meta.block_tables.size());
     TF_CHECK(int(meta.positions.size()) == r && int(meta.row_seq.size()) == r && int(meta.slots.size()) == r,
              "begin_forward: tokens, positions, row_seq and slots must have one entry per row");
@@ -385,8 +446,13 @@ class CudaBackend final : public Backend {
         "attention: KV pool shape does not match the attention parameters");
     TF_CHECK(q.numel() == int64_t(dm_.rows) * p.num_heads * p.head_dim && out.numel() == q.numel(),
              "attention: q/out must be [rows, heads, head_dim]");
-    const int chunks = max_pos_ / kAttnChunk + 1;
+    // A captured launch is sized for the bucket (same bits: blocks past a row's chunks do nothing), so that
+    // the graph serves every step until the longest row leaves it.
+    const int exact = std::max(max_pos_ / kAttnChunk + 1, g_min_attention_chunks);
+    const int chunks = capture_ ? attention_chunk_bucket(exact) : exact;
     const size_t n = size_t(dm_.rows) * p.num_heads * chunks;
+    Workspace& ws = capture_ ? graph_attn_ws_ : attn_ws_;
+    attn_heads_ = p.num_heads, attn_dim_ = p.head_dim;
     if (cuda::attention_mma_enabled() && cuda::attention_mma_supported(p.head_dim, p.num_heads, p.num_kv_heads)) {
       const int rpt = cuda::attention_mma_rows_per_tile(p.num_heads, p.num_kv_heads);
       if (rpt != tiles_rpt_ || cuda::attention_tile_schedule() != tiles_schedule_) {  // once per forward
@@ -398,7 +464,7 @@ class CudaBackend final : public Backend {
         num_loop_tiles_ = int(loop.size() / 2), num_split_tiles_ = int(split.size() / 2);
         loop.insert(loop.end(), split.begin(), split.end());
         loop.push_back(0), loop.push_back(0);  // never empty
-        tiles_ = static_cast<const int2*>(tile_stage_.put(loop.data(), loop.size() * 4, stream_));
+        tiles_ = static_cast<const int2*>(stage(tile_stage_, loop.data(), loop.size() * 4));
         tiles_rpt_ = rpt, tiles_schedule_ = cuda::attention_tile_schedule();
       }
       cuda::AttentionMmaArgs a;
@@ -408,14 +474,14 @@ class CudaBackend final : public Backend {
       a.loop_tiles = tiles_, a.num_loop_tiles = num_loop_tiles_;
       a.split_tiles = tiles_ + num_loop_tiles_, a.num_split_tiles = num_split_tiles_;
       if (num_split_tiles_ > 0) {  // partials only for the split schedule
-        a.part_acc = static_cast<float*>(attn_ws_.get(n * (p.head_dim + 2) * sizeof(float)));
+        a.part_acc = static_cast<float*>(ws.get(n * (p.head_dim + 2) * sizeof(float), capture_ != nullptr));
         a.part_ml = a.part_acc + n * p.head_dim;
       }
       return cuda::attention_mma(a, stream_);
     }
-    auto* ws = static_cast<float*>(attn_ws_.get(n * (p.head_dim + 2) * sizeof(float)));
+    auto* part = static_cast<float*>(ws.get(n * (p.head_dim + 2) * sizeof(float), capture_ != nullptr));
     cuda::attention(ptr(q), ptr(layer.k), ptr(layer.v), out.raw(), dm_, p.num_heads, p.num_kv_heads,
-                    p.head_dim, p.scale, p.sliding_window, p.softcap, chunks, ws, ws + n * p.head_dim,
+                    p.head_dim, p.scale, p.sliding_window, p.softcap, chunks, part, part + n * p.head_dim,
                     stream_);
   }
 
@@ -435,7 +501,7 @@ class CudaBackend final : public Backend {
              "gather_rows: out must be [rows, ...] of x's row size");
     for (int32_t r : rows) TF_CHECK(r >= 0 && r < x.dim(0), "gather_rows: row index out of range");
     if (rows.empty()) return;
-    auto* d = static_cast<const int32_t*>(gather_stage_.put(rows.data(), rows.size() * 4, stream_));
+    auto* d = static_cast<const int32_t*>(stage(gather_stage_, rows.data(), rows.size() * 4));
     cuda::gather_rows(ptr(x), d, out.raw(), int(rows.size()), row_bytes, stream_);
   }
 
@@ -455,7 +521,7 @@ class CudaBackend final : public Backend {
     std::vector<uint8_t> packed(rows.size() * 8);
     std::memcpy(packed.data(), rows.data(), rows.size() * 4);
     std::memcpy(packed.data() + rows.size() * 4, weights.data(), rows.size() * 4);
-    auto* d = static_cast<const uint8_t*>(scatter_stage_.put(packed.data(), packed.size(), stream_));
+    auto* d = static_cast<const uint8_t*>(stage(scatter_stage_, packed.data(), packed.size()));
     cuda::scatter_add_rows(out.raw(), ptr(y), out.dtype(), reinterpret_cast<const int32_t*>(d),
                            reinterpret_cast<const float*>(d + rows.size() * 4), int(rows.size()), width, stream_);
   }
@@ -466,6 +532,7 @@ class CudaBackend final : public Backend {
   }
 
   void read_raw(const Tensor& src, size_t offset, size_t bytes, void* dst) override {
+    no_capture("read_raw");
     TF_CHECK(src.device() == Device::CUDA && offset + bytes <= src.nbytes(),
              "read_raw: out of range of " + src.describe());
     TF_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -474,6 +541,7 @@ class CudaBackend final : public Backend {
   }
 
   void write_raw(Tensor& dst, size_t offset, const void* src, size_t bytes) override {
+    no_capture("write_raw");
     TF_CHECK(dst.device() == Device::CUDA && offset + bytes <= dst.nbytes(),
              "write_raw: out of range of " + dst.describe());
     TF_CUDA_CHECK(
@@ -482,6 +550,7 @@ class CudaBackend final : public Backend {
   }
 
   void sample_rows(const Tensor& logits, const std::vector<RowSampling>& rows, std::vector<int32_t>& tokens) override {
+    no_capture("sample_rows");
     TF_CHECK(logits.device() == Device::CUDA && logits.dtype() == DType::F32 && logits.dim(0) == int64_t(rows.size()),
              "sample_rows: logits must be an F32 GPU tensor [rows, vocab]");
     const int n = int(rows.size());
@@ -497,7 +566,57 @@ class CudaBackend final : public Backend {
     TF_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
-  void synchronize() override { TF_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  void synchronize() override {
+    no_capture("synchronize");
+    TF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  bool graphs_supported() const override { return true; }
+
+  void run_graph(const std::vector<int64_t>& key, std::shared_ptr<const void> keep,
+                 const std::function<void()>& record) override {
+    need_meta("run_graph");
+    no_capture("run_graph");
+    // The backend's part of the key: what sizes or picks launches besides the caller's shapes.
+    std::vector<int64_t> k = key;
+    const int exact = std::max(max_pos_ / kAttnChunk + 1, g_min_attention_chunks);
+    k.insert(k.end(), {-1, attention_chunk_bucket(exact), dm_.rows, dm_.block_size,
+                       int64_t(attention_mma_enabled()), int64_t(attention_tile_schedule()),
+                       int64_t(g_fused_norm_linear), int64_t(g_fused_silu_linear), int64_t(pdl_enabled())});
+    if (GraphEntry* e = graphs_.find(k)) {
+      if (e->meta == dm_.tokens && e->attn_generation == graph_attn_ws_.generation()) {
+        TF_CUDA_CHECK(cudaGraphLaunch(e->exec, stream_));
+        ++graph_stats_.replays;
+        return;
+      }
+      graphs_.erase(k);  // a buffer it captured moved
+    }
+    graph_attn_ws_.release_retired();
+    if (attn_heads_ > 0)  // sized before the capture when the shape is known (no cudaMalloc inside it)
+      graph_attn_ws_.get(size_t(dm_.rows) * attn_heads_ * attention_chunk_bucket(exact) * (attn_dim_ + 2) * 4);
+    auto entry = std::make_unique<GraphEntry>(4096 + 64 * size_t(dm_.rows));
+    entry->keep = std::move(keep);
+    entry->meta = dm_.tokens;
+    capture(*entry, record);
+    entry->attn_generation = graph_attn_ws_.generation();
+    GraphEntry* e = graphs_.put(k, std::move(entry));
+    TF_CUDA_CHECK(cudaGraphLaunch(e->exec, stream_));  // the capture itself ran nothing
+    ++graph_stats_.captures;
+  }
+
+  void clear_graphs() override {
+    no_capture("clear_graphs");
+    graphs_.clear();
+  }
+  GraphStats graph_stats() const override {
+    GraphStats s = graph_stats_;
+    s.cached = graphs_.size(), s.capacity = graphs_.capacity();
+    return s;
+  }
+  void set_graph_capacity(size_t n) {
+    no_capture("set_graph_capacity");
+    graphs_ = LruMap<GraphEntry>(n);
+  }
   size_t free_memory() const override {
     size_t free = 0, total = 0;
     TF_CUDA_CHECK(cudaMemGetInfo(&free, &total));
@@ -510,14 +629,46 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  // The rope frequencies on the device, uploaded when they change (one model, one rope: rarely).
+  // The rope frequencies on the device, one upload per distinct set (a model and its draft model: a few),
+  // kept for the backend's life: captured graphs point at them.
   const float* device_inv_freq(const RopeParams& p) {
-    if (p.inv_freq != inv_freq_host_) {
-      inv_freq_host_ = p.inv_freq;
-      inv_freq_ = upload(
-          Tensor::borrow(inv_freq_host_.data(), {int64_t(inv_freq_host_.size())}, DType::F32, Device::CPU));
+    for (auto& [host, dev] : inv_freqs_)
+      if (host == p.inv_freq) return dev.data<float>();
+    TF_CHECK(!capture_, "rope: the frequencies must be uploaded by an eager forward before a graph capture");
+    std::vector<float> host = p.inv_freq;
+    Tensor dev = upload(Tensor::borrow(host.data(), {int64_t(host.size())}, DType::F32, Device::CPU));
+    inv_freqs_.emplace_back(std::move(host), dev);
+    return dev.data<float>();
+  }
+  void no_capture(const char* op) const {
+    TF_CHECK(!capture_, std::string(op) + " cannot run inside a CUDA graph capture (Backend::run_graph)");
+  }
+  // Host data for a kernel: through the staging buffer, or during a capture through the graph's arena.
+  const void* stage(Staging& st, const void* data, size_t bytes) {
+    return capture_ ? capture_->put(data, bytes, stream_) : st.put(data, bytes, stream_);
+  }
+  // Records `record` into entry.exec. A failed capture is ended and its partial graph dropped.
+  void capture(GraphEntry& entry, const std::function<void()>& record) {
+    tiles_rpt_ = 0;  // the capture plans (and stages) its own tiles
+    TF_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+    capture_ = &entry;
+    cudaGraph_t g = nullptr;
+    try {
+      record();
+    } catch (...) {
+      capture_ = nullptr;
+      cudaStreamEndCapture(stream_, &g);
+      if (g) cudaGraphDestroy(g);
+      cudaGetLastError();
+      tiles_rpt_ = 0;
+      throw;
     }
-    return inv_freq_.data<float>();
+    capture_ = nullptr;
+    TF_CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
+    const cudaError_t err = cudaGraphInstantiate(&entry.exec, g, 0);
+    cudaGraphDestroy(g);
+    TF_CUDA_CHECK(err);
+    tiles_rpt_ = 0;  // the tiles now live in the graph's arena; an eager op after this replans
   }
   // Whether qk_norm_rope_kv / qkv_norm_rope_kv may run for q [rows, hq, D] and this pool and norms (the
   // kernels themselves also refuse rope layouts they lack).
@@ -559,11 +710,15 @@ class CudaBackend final : public Backend {
   int tiles_rpt_ = 0, num_loop_tiles_ = 0, num_split_tiles_ = 0;
   cuda::TileSchedule tiles_schedule_ = cuda::TileSchedule::Auto;
   Workspace attn_ws_, sample_out_;
+  Workspace graph_attn_ws_{true};  // attention partials of captured graphs (attn_ws_ may move under them)
+  GraphEntry* capture_ = nullptr;  // the graph being captured
+  int attn_heads_ = 0, attn_dim_ = 0;  // the last attention's shape (sizes graph_attn_ws_ before a capture)
+  LruMap<GraphEntry> graphs_{kDefaultGraphCapacity};
+  GraphStats graph_stats_;
   DeviceMeta dm_;
   int max_pos_ = 0;
   bool have_meta_ = false;
-  std::vector<float> inv_freq_host_;
-  Tensor inv_freq_;
+  std::vector<std::pair<std::vector<float>, Tensor>> inv_freqs_;
 };
 
 CudaBackend& as_cuda(Backend& b) {
@@ -584,6 +739,14 @@ void set_fused_silu_linear(bool on) {
 
 cudaStream_t stream_of(Backend& b) {
   return as_cuda(b).stream();
+}
+
+void set_graph_capacity(Backend& b, size_t n) {
+  as_cuda(b).set_graph_capacity(n);
+}
+
+void set_attention_min_chunks(int n) {
+  g_min_attention_chunks = n;
 }
 
 void fill_uniform(Backend& b, Tensor& t, uint64_t seed, float lo, float hi) {

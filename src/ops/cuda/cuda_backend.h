@@ -4,6 +4,7 @@
 // device without a host round trip.
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "ops/backend.h"
@@ -17,6 +18,12 @@ cudaStream_t stream_of(Backend& b);
 // H200 they were slower than the separate ops (docs/cuda-notes.md, run 16). For benches and tests.
 void set_fused_norm_linear(bool on);
 void set_fused_silu_linear(bool on);
+// How many captured forwards (Backend::run_graph) the backend keeps, least recently used dropped first
+// (default 64). Drops every cached graph. For tests.
+void set_graph_capacity(Backend& b, size_t n);
+// Sizes every attention launch for at least `n` chunks of kAttnChunk positions (0 = the call's own count):
+// the same bits, as a captured launch sized for a chunk bucket gives. For tests.
+void set_attention_min_chunks(int n);
 // Fills a CUDA tensor (F32 or BF16) with uniform values in [lo, hi) from a counter-based hash of `seed`.
 void fill_uniform(Backend& b, Tensor& t, uint64_t seed, float lo, float hi);
 

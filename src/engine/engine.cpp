@@ -266,6 +266,7 @@ class EngineImpl final : public Engine {
     info_.native_context = spec_.native_context;
     info_.context = context;
     info_.backend = backend_->name();
+    if (opt_.cuda_graphs && backend_->graphs_supported()) info_.backend += ", CUDA graphs";
     info_.drafter = drafter_ ? drafter_->name() : "none";
     info_.weight_bytes = ckpt_.total_bytes();
     info_.kv_bytes = pool_->bytes();

@@ -84,8 +84,9 @@ class DenseDecoder final : public Model {
     if (out.logits) out.logits->clear();
     if (out.tokens) out.tokens->clear();
     if (R == 0) return;
-    if (out.graph && graphs_ok_ && R <= kMaxGraphRows && be_.graphs_supported())
+    if (out.graph && graphs_ok_ && ran_eager_ && R <= kMaxGraphRows && be_.graphs_supported())
       return forward_graph(meta, kv, logit_rows, out);
+    ran_eager_ = true;
     be_.begin_forward(meta);
     LayerWorkspace ws(be_, spec_, R);
     be_.embedding(embed_, spec_.embed_scale, ws.residual);
@@ -224,6 +225,7 @@ class DenseDecoder final : public Model {
   AttentionParams attn_;
   std::unique_ptr<MtpWeights> mtp_;
   bool graphs_ok_ = true;                        // no MoE layer (their routing may sync on the host)
+  bool ran_eager_ = false;  // the first forward is eager: one-time uploads (rope tables) cannot be captured
   std::shared_ptr<GraphBuffers> graph_buffers_;  // forward_graph's fixed buffers (grown by doubling)
 };
 

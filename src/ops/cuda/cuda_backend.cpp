@@ -98,35 +98,54 @@ class Workspace {
 // the caller does not own -- tensors allocated during the capture, the host values ops staged (kept in
 // the graph's own pinned `arena`, which its copy nodes read on every replay), the caller's `keep`.
 struct GraphEntry {
+  // Pinned host memory and its device twin; an arena is a list of them (never moved once handed out).
+  struct Chunk {
+    char* host = nullptr;
+    char* dev = nullptr;
+    size_t used = 0, cap = 0;
+  };
   cudaGraphExec_t exec = nullptr;
   std::vector<Tensor> kept;
   std::shared_ptr<const void> keep;
-  char* host = nullptr;
-  char* dev = nullptr;
-  size_t used = 0, cap = 0;
-  const void* meta = nullptr;   // begin_forward's device metadata the graph reads
+  std::vector<Chunk> arena;
+  const void* meta = nullptr;    // begin_forward's device metadata the graph reads
   uint64_t attn_generation = 0;  // of the capture attention workspace
 
   GraphEntry(const GraphEntry&) = delete;
   GraphEntry& operator=(const GraphEntry&) = delete;
-  explicit GraphEntry(size_t arena_bytes) : cap(arena_bytes) {
-    TF_CUDA_CHECK(cudaMallocHost(&host, cap));
-    TF_CUDA_CHECK(cudaMalloc(&dev, cap));
-  }
+  explicit GraphEntry(size_t arena_bytes) { add_chunk(arena_bytes); }  // before the capture: no allocation in it
   ~GraphEntry() {
     if (exec) cudaGraphExecDestroy(exec);  // a launch still in flight completes first
-    if (host) cudaFreeHost(host);
-    if (dev) cudaFree(dev);
+    for (Chunk& c : arena) {
+      if (c.host) cudaFreeHost(c.host);
+      if (c.dev) cudaFree(c.dev);
+    }
   }
-  // Stages `bytes` of host data for the graph: a copy node from the arena, whose contents never change.
-  void* put(const void* data, size_t bytes, cudaStream_t s) {
-    const size_t off = (used + 15) / 16 * 16;
-    TF_CHECK(off + bytes <= cap, "CUDA graph capture: the staging arena is too small (" +
-                                     std::to_string(off + bytes) + " > " + std::to_string(cap) + " bytes)");
-    std::memcpy(host + off, data, bytes);
-    TF_CUDA_CHECK(cudaMemcpyAsync(dev + off, host + off, bytes, cudaMemcpyHostToDevice, s));
-    used = off + bytes;
-    return dev + off;
+  // Stages `bytes` of host data for the graph. The values are fixed by the graph's key, so no copy node is
+  // recorded: upload() copies the whole arena to the device once, before the first launch.
+  void* put(const void* data, size_t bytes) {
+    size_t off = (arena.back().used + 15) / 16 * 16;
+    if (off + bytes > arena.back().cap) add_chunk(std::max<size_t>(bytes, 2 * arena.back().cap)), off = 0;
+    Chunk& c = arena.back();
+    std::memcpy(c.host + off, data, bytes);
+    c.used = off + bytes;
+    return c.dev + off;
+  }
+  void upload(cudaStream_t s) {
+    for (Chunk& c : arena)
+      if (c.used > 0) TF_CUDA_CHECK(cudaMemcpyAsync(c.dev, c.host, c.used, cudaMemcpyHostToDevice, s));
+  }
+
+ private:
+  void add_chunk(size_t bytes) {
+    Chunk c;
+    c.cap = std::max<size_t>(bytes, 256);
+    TF_CUDA_CHECK(cudaMallocHost(&c.host, c.cap));
+    if (cudaMalloc(&c.dev, c.cap) != cudaSuccess) {
+      cudaFreeHost(c.host);
+      throw Error("CUDA graph capture: out of GPU memory for a " + std::to_string(c.cap) + "-byte staging arena");
+    }
+    arena.push_back(c);
   }
 };
 
@@ -600,6 +619,7 @@ class CudaBackend final : public Backend {
     capture(*entry, record);
     entry->attn_generation = graph_attn_ws_.generation();
     GraphEntry* e = graphs_.put(k, std::move(entry));
+    e->upload(stream_);  // the staged tiles and row indices, once
     TF_CUDA_CHECK(cudaGraphLaunch(e->exec, stream_));  // the capture itself ran nothing
     ++graph_stats_.captures;
   }
@@ -643,9 +663,9 @@ class CudaBackend final : public Backend {
   void no_capture(const char* op) const {
     TF_CHECK(!capture_, std::string(op) + " cannot run inside a CUDA graph capture (Backend::run_graph)");
   }
-  // Host data for a kernel: through the staging buffer, or during a capture through the graph's arena.
+  // Host data for a kernel: through the staging buffer, or during a capture into the graph's arena.
   const void* stage(Staging& st, const void* data, size_t bytes) {
-    return capture_ ? capture_->put(data, bytes, stream_) : st.put(data, bytes, stream_);
+    return capture_ ? capture_->put(data, bytes) : st.put(data, bytes, stream_);
   }
   // Records `record` into entry.exec. A failed capture is ended and its partial graph dropped.
   void capture(GraphEntry& entry, const std::function<void()>& record) {

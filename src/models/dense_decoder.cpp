@@ -155,12 +155,12 @@ class DenseDecoder final : public Model {
       graph_buffers_ = std::make_shared<GraphBuffers>(be_, spec_, cap);  // graphs keep the old ones
     }
     std::shared_ptr<GraphBuffers> buf = graph_buffers_;
-    // Everything the recorded launches depend on besides begin_forward's metadata (the backend adds its
-    // own): the row count and the rows' sequences (attention tiles), the table count (metadata layout),
-    // the gathered rows, and the addresses of the buffers and the KV pool.
+    // Everything the recorded launches depend on besides begin_forward's metadata and the attention tiles
+    // (the backend refreshes those and adds its own part): the row count, the table count (metadata
+    // layout), the gathered rows, and the addresses of the buffers and the KV pool. Not the rows'
+    // sequences: verify rounds of different draft widths with as many rows share a graph.
     std::vector<int64_t> key = {R, int64_t(meta.block_tables.size()), heads ? n : -1,
                                 int64_t(reinterpret_cast<uintptr_t>(buf.get()))};
-    key.insert(key.end(), meta.row_seq.begin(), meta.row_seq.end());
     if (heads) key.insert(key.end(), logit_rows.begin(), logit_rows.end());
     for (const KvLayer& l : kv) {
       key.push_back(int64_t(reinterpret_cast<uintptr_t>(l.k.raw())));
@@ -170,7 +170,7 @@ class DenseDecoder final : public Model {
     const Tensor h = ws.h;  // layers swap ws.residual and residual_alt, never h
     Tensor picked, logits;
     if (heads) picked = buf->picked.slice_rows(0, n), logits = buf->logits.slice_rows(0, n);
-    be_.run_graph(key, buf, [&] {
+    be_.run_graph(key, attn_, buf, [&] {
       be_.embedding(embed_, spec_.embed_scale, ws.residual);
       for (int l = 0; l < spec_.layers; ++l)
         decoder_layer_forward(be_, spec_, layers_[l], rope_, attn_, kv[l], ws, l > 0);

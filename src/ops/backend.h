@@ -175,18 +175,19 @@ class Backend {
 
   // CUDA graphs (docs/cuda-notes.md, session 4). run_graph runs `record` -- the device work of a forward
   // whose begin_forward was just called -- captured into a graph under `key` the first time, and on later
-  // calls with the same key replays that graph instead of calling `record`. The caller's key must fix
-  // everything `record` does apart from what begin_forward's metadata carries (tokens, positions, slots,
-  // block tables): row count, the rows' sequences (row_seq), gathered row indices, tensor addresses. Inside
-  // `record`, ops must not copy to the host (to_host, sample_rows, read_raw): do that after run_graph.
-  // Tensors `record` uses must keep their addresses while the graph lives: allocate them inside `record`
-  // (the graph keeps them) or let `keep` own them (the graph holds it). The backend adds its own state to
-  // the key (the attention chunk bucket, kernel switches) and recaptures when a buffer it captured moved.
-  // Backends without graphs call record() every time.
+  // calls with the same key replays that graph instead of calling `record`. Per call the backend refreshes
+  // what begin_forward's metadata carries (tokens, positions, slots, block tables, row_seq) and the
+  // attention's tiles of the rows (for `attn`, the one attention shape the forward runs); the caller's key
+  // must fix everything else `record` does: row and block-table counts, gathered row indices, tensor
+  // addresses. Inside `record`, ops must not copy to the host (to_host, sample_rows, read_raw): do that
+  // after run_graph. Tensors `record` uses must keep their addresses while the graph lives: allocate them
+  // inside `record` (the graph keeps them) or let `keep` own them (the graph holds it). The backend adds
+  // its own state to the key (the attention chunk bucket and tile counts, kernel switches) and recaptures
+  // when a buffer it captured moved. Backends without graphs call record() every time.
   virtual bool graphs_supported() const { return false; }
-  virtual void run_graph(const std::vector<int64_t>& key, std::shared_ptr<const void> keep,
-                         const std::function<void()>& record) {
-    (void)key, (void)keep;
+  virtual void run_graph(const std::vector<int64_t>& key, const AttentionParams& attn,
+                         std::shared_ptr<const void> keep, const std::function<void()>& record) {
+    (void)key, (void)attn, (void)keep;
     record();
   }
   // Drops every cached graph (a model that graphs captured is going away).

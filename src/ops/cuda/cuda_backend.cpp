@@ -109,6 +109,7 @@ struct GraphEntry {
   std::shared_ptr<const void> keep;
   std::vector<Chunk> arena;
   const void* meta = nullptr;    // begin_forward's device metadata the graph reads
+  const void* tiles = nullptr;   // the attention tiles it reads (refreshed before each launch)
   uint64_t attn_generation = 0;  // of the capture attention workspace
 
   GraphEntry(const GraphEntry&) = delete;
@@ -475,16 +476,10 @@ class CudaBackend final : public Backend {
     if (cuda::attention_mma_enabled() && cuda::attention_mma_supported(p.head_dim, p.num_heads, p.num_kv_heads)) {
       const int rpt = cuda::attention_mma_rows_per_tile(p.num_heads, p.num_kv_heads);
       if (rpt != tiles_rpt_ || cuda::attention_tile_schedule() != tiles_schedule_) {  // once per forward
-        std::vector<int32_t> loop, split;
-        // Loop tiles pay once they fill the card (~2 blocks an SM over the KV heads); fewer walk their
-        // chunks too serially (run 10: a verify of 8 rows at 8k context, 8 blocks walking 64 chunks).
-        cuda::plan_attention_tiles(row_seq_, rpt, cuda::attention_tile_schedule(), loop, split,
-                                   (2 * sm_count_ + p.num_kv_heads - 1) / p.num_kv_heads, chunks);
-        num_loop_tiles_ = int(loop.size() / 2), num_split_tiles_ = int(split.size() / 2);
-        loop.insert(loop.end(), split.begin(), split.end());
-        loop.push_back(0), loop.push_back(0);  // never empty
-        tiles_ = static_cast<const int2*>(stage(tile_stage_, loop.data(), loop.size() * 4));
-        tiles_rpt_ = rpt, tiles_schedule_ = cuda::attention_tile_schedule();
+        // run_graph planned the tiles of a capture (they are refreshed before every replay): a different
+        // attention shape inside the captured forward would bake this round's tiles into the graph.
+        TF_CHECK(!capture_, "run_graph: the captured forward's attention differs from the shape given to run_graph");
+        plan_tiles(p.num_heads, p.num_kv_heads, chunks, tile_stage_);
       }
       cuda::AttentionMmaArgs a;
       a.q = ptr(q), a.k_pool = ptr(layer.k), a.v_pool = ptr(layer.v), a.out = out.raw(), a.meta = dm_;
@@ -592,18 +587,25 @@ class CudaBackend final : public Backend {
 
   bool graphs_supported() const override { return true; }
 
-  void run_graph(const std::vector<int64_t>& key, std::shared_ptr<const void> keep,
+  void run_graph(const std::vector<int64_t>& key, const AttentionParams& attn, std::shared_ptr<const void> keep,
                  const std::function<void()>& record) override {
     need_meta("run_graph");
     no_capture("run_graph");
+    const int exact = std::max(max_pos_ / kAttnChunk + 1, g_min_attention_chunks);
+    const int bucket = attention_chunk_bucket(exact);
+    // The attention tiles of this round's rows, in the fixed buffer every graph reads: only their counts
+    // (the grids) are keyed, so verify rounds of different draft widths share a graph.
+    const bool mma = attention_mma_enabled() && attention_mma_supported(attn.head_dim, attn.num_heads,
+                                                                          attn.num_kv_heads);
+    if (mma) plan_tiles(attn.num_heads, attn.num_kv_heads, bucket, graph_tile_stage_);
     // The backend's part of the key: what sizes or picks launches besides the caller's shapes.
     std::vector<int64_t> k = key;
-    const int exact = std::max(max_pos_ / kAttnChunk + 1, g_min_attention_chunks);
-    k.insert(k.end(), {-1, attention_chunk_bucket(exact), dm_.rows, dm_.block_size,
-                       int64_t(attention_mma_enabled()), int64_t(attention_tile_schedule()),
+    k.insert(k.end(), {-1, bucket, dm_.rows, dm_.block_size, int64_t(mma), mma ? num_loop_tiles_ : -1,
+                       mma ? num_split_tiles_ : -1, int64_t(attention_tile_schedule()),
                        int64_t(g_fused_norm_linear), int64_t(g_fused_silu_linear), int64_t(pdl_enabled())});
+    const void* tiles = mma ? static_cast<const void*>(tiles_) : nullptr;
     if (GraphEntry* e = graphs_.find(k)) {
-      if (e->meta == dm_.tokens && e->attn_generation == graph_attn_ws_.generation()) {
+      if (e->meta == dm_.tokens && e->tiles == tiles && e->attn_generation == graph_attn_ws_.generation()) {
         TF_CUDA_CHECK(cudaGraphLaunch(e->exec, stream_));
         ++graph_stats_.replays;
         return;
@@ -616,6 +618,7 @@ class CudaBackend final : public Backend {
     auto entry = std::make_unique<GraphEntry>(4096 + 64 * size_t(dm_.rows));
     entry->keep = std::move(keep);
     entry->meta = dm_.tokens;
+    entry->tiles = tiles;
     capture(*entry, record);
     entry->attn_generation = graph_attn_ws_.generation();
     GraphEntry* e = graphs_.put(k, std::move(entry));
@@ -667,9 +670,23 @@ class CudaBackend final : public Backend {
   const void* stage(Staging& st, const void* data, size_t bytes) {
     return capture_ ? capture_->put(data, bytes) : st.put(data, bytes, stream_);
   }
+  // Cuts this forward's rows into attention tiles for hq/hk heads and stages them through `st`: the
+  // attention's staging buffer, or for a graph the fixed buffer it reads on every replay.
+  void plan_tiles(int hq, int hk, int chunks, Staging& st) {
+    const int rpt = cuda::attention_mma_rows_per_tile(hq, hk);
+    std::vector<int32_t> loop, split;
+    // Loop tiles pay once they fill the card (~2 blocks an SM over the KV heads); fewer walk their
+    // chunks too serially (run 10: a verify of 8 rows at 8k context, 8 blocks walking 64 chunks).
+    cuda::plan_attention_tiles(row_seq_, rpt, cuda::attention_tile_schedule(), loop, split,
+                               (2 * sm_count_ + hk - 1) / hk, chunks);
+    num_loop_tiles_ = int(loop.size() / 2), num_split_tiles_ = int(split.size() / 2);
+    loop.insert(loop.end(), split.begin(), split.end());
+    loop.push_back(0), loop.push_back(0);  // never empty
+    tiles_ = static_cast<const int2*>(st.put(loop.data(), loop.size() * 4, stream_));
+    tiles_rpt_ = rpt, tiles_schedule_ = cuda::attention_tile_schedule();
+  }
   // Records `record` into entry.exec. A failed capture is ended and its partial graph dropped.
   void capture(GraphEntry& entry, const std::function<void()>& record) {
-    tiles_rpt_ = 0;  // the capture plans (and stages) its own tiles
     TF_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
     capture_ = &entry;
     cudaGraph_t g = nullptr;
@@ -680,7 +697,6 @@ class CudaBackend final : public Backend {
       cudaStreamEndCapture(stream_, &g);
       if (g) cudaGraphDestroy(g);
       cudaGetLastError();
-      tiles_rpt_ = 0;
       throw;
     }
     capture_ = nullptr;
@@ -688,7 +704,6 @@ class CudaBackend final : public Backend {
     const cudaError_t err = cudaGraphInstantiate(&entry.exec, g, 0);
     cudaGraphDestroy(g);
     TF_CUDA_CHECK(err);
-    tiles_rpt_ = 0;  // the tiles now live in the graph's arena; an eager op after this replans
   }
   // Whether qk_norm_rope_kv / qkv_norm_rope_kv may run for q [rows, hq, D] and this pool and norms (the
   // kernels themselves also refuse rope layouts they lack).
@@ -725,6 +740,7 @@ class CudaBackend final : public Backend {
   }();
   cudaStream_t stream_ = nullptr;
   Staging meta_stage_, gather_stage_, scatter_stage_, sample_stage_, tile_stage_;
+  Staging graph_tile_stage_;  // the attention tiles of graphed forwards (a fixed address while it fits)
   std::vector<int32_t> row_seq_;  // host copy of this forward's rows' sequences (attention tiles)
   const int2* tiles_ = nullptr;   // device: loop tiles, then split tiles, as (first row, rows)
   int tiles_rpt_ = 0, num_loop_tiles_ = 0, num_split_tiles_ = 0;

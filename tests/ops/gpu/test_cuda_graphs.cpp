@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <unistd.h>
 
@@ -126,7 +127,10 @@ class CudaGraphs : public ::testing::Test {
 
   // Prefills `seqs` sequences of the given lengths eagerly into two pools, then runs `steps` decode and
   // verify rounds on both: eagerly on pool A, through graphs on pool B, comparing every output bit.
-  void run_rounds(const std::vector<int>& start_lens, int steps) {
+  // drafts(step, s): the drafts sequence s verifies in the step (0: a decode row).
+  void run_rounds(const std::vector<int>& start_lens, int steps,
+                  std::function<int(int, int)> drafts = nullptr) {
+    if (!drafts) drafts = [](int step, int s) { return step < 3 ? 0 : (step * 7 + s * 3) % 5; };
     Checkpoint ckpt = Checkpoint::open(*dir_);
     auto model = load_model(ckpt, *gpu_, kContext);
     const int S = int(start_lens.size());
@@ -159,7 +163,7 @@ class CudaGraphs : public ::testing::Test {
       // Row widths: decode (1) and verify (k + 1 for k = 1..4), varying by sequence and step.
       std::vector<std::vector<int32_t>> rows(S);
       for (int s = 0; s < S; ++s) {
-        const int k = step < 3 ? 0 : (step * 7 + s * 3) % 5;
+        const int k = drafts(step, s);
         rows[s].push_back(history[s][lens[s]]);
         for (int i = 0; i < k; ++i) rows[s].push_back(tok(rng));
       }
@@ -247,6 +251,17 @@ TEST_F(CudaGraphs, DecodeStepsReplayOneGraph) {
   const Backend::GraphStats after = gpu_->graph_stats();
   EXPECT_EQ(after.captures - before.captures, 1);
   EXPECT_EQ(after.replays - before.replays, 2);
+}
+
+TEST_F(CudaGraphs, VerifyRoundsOfOtherWidthsShareAGraph) {
+  // Three decode rounds, then five verify rounds of 6 rows in two sequences split 2+4, 4+2, 3+3, 1+5,
+  // 5+1: the attention tiles are refreshed per round, so one graph serves them all.
+  const Backend::GraphStats before = gpu_->graph_stats();
+  const int widths[] = {1, 3, 3, 1, 2, 2, 0, 4, 4, 0};
+  run_rounds({20, 30}, 8, [&](int step, int s) { return step < 3 ? 0 : widths[2 * (step - 3) + s]; });
+  const Backend::GraphStats after = gpu_->graph_stats();
+  EXPECT_EQ(after.captures - before.captures, 2);  // decode (2 rows), verify (6 rows)
+  EXPECT_EQ(after.replays - before.replays, 6);
 }
 
 TEST_F(CudaGraphs, BoundedCacheStaysExact) {

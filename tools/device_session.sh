@@ -2,8 +2,8 @@
 # One device call that runs several stages on binaries built HERE and carried in packs (the GPU machine
 # has no -dev packages). Pack (here): strip the binaries into a staging dir with libcpp-httplib.so.0.11,
 # libutf8proc.so.2 and qwen3-tok (as .device/ holds them for tools/device_e2e.sh), then
-#   tar -czf .devpack/a.tar.gz -C <staging> .      (split into several .tar.gz when over ~25 MB: the
-#   carry limit is 64 MiB including the source tree)
+#   tar -cf - -C <staging> . | xz -T2 -9 > .devpack/a.tar.xz   (xz's window dedups the statically linked
+#   kernels across binaries; .tar.gz packs work too; the carry limit is 64 MiB including the source tree)
 # and call  run(command="STAGES='tests bench' tools/device_session.sh", carry=[".devpack"]).
 # Stages (in the order given):
 #   tests   every .device/test_* binary (GPU tests), TESTS="a b" to pick
@@ -18,6 +18,8 @@ D=.device
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" $D
 for p in .devpack/*.tar.gz; do [[ -f $p ]] && tar -xzf "$p" -C $D; done
+# .tar.xz packs: xz -9 shares the binaries' common code across them (9 GPU binaries: ~10 MB, not ~65)
+for p in .devpack/*.tar.xz; do [[ -f $p ]] && tar -xJf "$p" -C $D; done
 export LD_LIBRARY_PATH=$PWD/$D:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 {
   date -u

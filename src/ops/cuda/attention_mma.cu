@@ -28,9 +28,12 @@
 
 #include "ops/cuda/attention_mma.h"
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/launch.h"
 
 namespace tf::cuda {
 namespace {
+
+const bool g_pdl_group = pdl_group_enabled("ATTENTION");  // launch.h
 
 constexpr int kWarps = 4;
 constexpr int kPairs = 16 * kWarps;  // (row, head) pairs a block serves
@@ -213,8 +216,12 @@ __global__ void __launch_bounds__(kWarps * 32)
   const bool split = split_cpb > 0;
   if (split) {  // this block's run of chunks; each chunk's partial is written on its own
     cb = max(cb, int(blockIdx.y) * split_cpb), ce = min(ce, int(blockIdx.y) * split_cpb + split_cpb - 1);
-    if (cb > ce) return;  // uniform: no positions of the tile here
   }
+  // Metadata and tiles (read above) come by copies that precede every kernel of the forward; q and this
+  // step's K/V rows come from the kernels before this one.
+  pdl_launch_dependents();
+  pdl_wait();  // every block waits, also one with nothing to do: the grid never completes before its inputs
+  if (cb > ce) return;  // uniform: no positions of the tile here (split blocks)
   // This thread's two pairs: warp-local rows g and g + 8.
   Range rg[2];
   int prow[2], phead[2];
@@ -319,9 +326,10 @@ __global__ void __launch_bounds__(kWarps * 32)
 template <int D>
 __global__ void __launch_bounds__(128)
     attention_mma_combine(DeviceMeta meta, int hq, int window, int max_chunks, const int2* __restrict__ tiles,
-                          const float* __restrict__ part_acc, const float* __restrict__ part_ml,
+                          const float* part_acc, const float* part_ml,  // no __restrict__: launch.h ld_act16
                           __nv_bfloat16* __restrict__ out) {
   constexpr int DPL = D / 32, U = 4;
+  pdl_enter();
   const int2 tile = tiles[blockIdx.x];
   const int lane = threadIdx.x % 32, pair = blockIdx.y * 4 + threadIdx.x / 32;
   if (pair >= tile.y * hq) return;
@@ -371,9 +379,9 @@ void launch(const AttentionMmaArgs& a, cudaStream_t s) {
   auto* v = static_cast<const __nv_bfloat16*>(a.v_pool);
   auto* out = static_cast<__nv_bfloat16*>(a.out);
   if (a.num_loop_tiles > 0) {
-    attention_mma_kernel<D><<<dim3(a.num_loop_tiles * a.hk, 1), kWarps * 32, smem, s>>>(
-        q, k, v, a.meta, a.hq, a.hk, a.scale, a.window, a.softcap, a.loop_tiles, a.max_chunks, 0, nullptr,
-        nullptr, out);
+    launch_pdl_if(g_pdl_group, attention_mma_kernel<D>, dim3(a.num_loop_tiles * a.hk, 1), kWarps * 32, smem,
+                  s, q, k, v, a.meta, a.hq, a.hk, a.scale, a.window, a.softcap, a.loop_tiles, a.max_chunks, 0,
+                  nullptr, nullptr, out);
     TF_CUDA_LAUNCH_CHECK();
   }
   if (a.num_split_tiles > 0) {
@@ -381,14 +389,14 @@ void launch(const AttentionMmaArgs& a, cudaStream_t s) {
     // card twice over, then longer runs so that the next chunk's loads overlap this chunk's MMAs.
     const int64_t chunk_blocks = int64_t(a.num_split_tiles) * a.hk * a.max_chunks;
     const int cpb = g_split_cpb > 0 ? g_split_cpb : int(std::clamp<int64_t>(chunk_blocks / 1024, 1, 8));
-    attention_mma_kernel<D>
-        <<<dim3(a.num_split_tiles * a.hk, (a.max_chunks + cpb - 1) / cpb), kWarps * 32, smem, s>>>(
-            q, k, v, a.meta, a.hq, a.hk, a.scale, a.window, a.softcap, a.split_tiles, a.max_chunks, cpb,
-            a.part_acc, a.part_ml, out);
+    launch_pdl_if(g_pdl_group, attention_mma_kernel<D>,
+                  dim3(a.num_split_tiles * a.hk, (a.max_chunks + cpb - 1) / cpb), kWarps * 32, smem, s, q, k,
+                  v, a.meta, a.hq, a.hk, a.scale, a.window, a.softcap, a.split_tiles, a.max_chunks, cpb,
+                  a.part_acc, a.part_ml, out);
     TF_CUDA_LAUNCH_CHECK();
     const int pair_blocks = (kPairs / (a.hq / a.hk) * a.hq + 3) / 4;  // rows per tile x heads, 4 a block
-    attention_mma_combine<D><<<dim3(a.num_split_tiles, pair_blocks), 128, 0, s>>>(
-        a.meta, a.hq, a.window, a.max_chunks, a.split_tiles, a.part_acc, a.part_ml, out);
+    launch_pdl_if(g_pdl_group, attention_mma_combine<D>, dim3(a.num_split_tiles, pair_blocks), 128, 0, s,
+                  a.meta, a.hq, a.window, a.max_chunks, a.split_tiles, a.part_acc, a.part_ml, out);
     TF_CUDA_LAUNCH_CHECK();
   }
 }
@@ -454,9 +462,8 @@ void plan_attention_tiles(const std::vector<int32_t>& row_seq, int rows_per_tile
   const bool short_call = call_chunks > 0 && call_chunks <= g_loop_max_chunks;
   for (size_t t = 0; t < tiles.size(); t += 2) {
     const int n = tiles[t + 1];
-    const bool loop =
-        schedule == TileSchedule::Loop ||
-        (schedule == TileSchedule::Auto && (short_call || (many && n * 2 >= rows_per_tile)));
+    const bool loop = schedule == TileSchedule::Loop ||
+                      (schedule == TileSchedule::Auto && (short_call || (many && n * 2 >= rows_per_tile)));
     auto& dst = loop ? loop_tiles : split_tiles;
     dst.push_back(tiles[t]), dst.push_back(n);
   }

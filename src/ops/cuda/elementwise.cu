@@ -6,10 +6,13 @@
 #include "ops/cuda/activation.cuh"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/launch.h"
 #include "ops/cuda/norm.cuh"
 
 namespace tf::cuda {
 namespace {
+
+const bool g_pdl_group = pdl_group_enabled("ELEMENTWISE");  // launch.h
 
 __device__ __forceinline__ void st(void* p, int64_t i, DType t, float v) {
   if (t == DType::F32)
@@ -27,8 +30,9 @@ __device__ __forceinline__ void rope_rotate(float x1, float x2, float cs, float 
 // so no store can force a reload. V = 0: rows too long for registers, re-read instead.
 template <int TPR, int V>
 __global__ void __launch_bounds__(kNormThreads)
-    rms_norm_kernel(const __nv_bfloat16* __restrict__ x, const void* w, DType wt, __nv_bfloat16* y,
-                    int64_t rows, int cols, float eps, float offset) {
+    rms_norm_kernel(const __nv_bfloat16* x, const void* w, DType wt, __nv_bfloat16* y, int64_t rows, int cols,
+                    float eps, float offset) {
+  pdl_enter();  // dependent launch (launch.h): nothing below touches memory before it
   __shared__ float smem[kNormThreads / 32];
   const int64_t row = blockIdx.x * int64_t(kNormThreads / TPR) + threadIdx.x / TPR;
   const int tid = threadIdx.x % TPR;
@@ -66,6 +70,7 @@ template <int V>
 __global__ void __launch_bounds__(kNormThreads)
     add_rms_norm_kernel(void* res, DType rt, const __nv_bfloat16* x, const void* w, DType wt,
                         __nv_bfloat16* y, int cols, float eps, float offset) {
+  pdl_enter();  // dependent launch (launch.h): nothing below touches memory before it
   constexpr int TPR = kNormThreads;
   __shared__ float smem[kNormThreads / 32];
   const int64_t base = int64_t(blockIdx.x) * cols;
@@ -106,6 +111,7 @@ __global__ void __launch_bounds__(kNormThreads)
 __global__ void rope_kernel(__nv_bfloat16* q, __nv_bfloat16* k, int rows, int hq, int hk, int d, int rot,
                             const float* __restrict__ inv_freq, float factor, bool interleaved,
                             const int32_t* __restrict__ positions) {
+  pdl_enter();  // dependent launch (launch.h): nothing below touches memory before it
   const int half = rot / 2;
   const int64_t n = int64_t(rows) * (hq + hk) * half;
   const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
@@ -135,20 +141,23 @@ template <int V>
 __global__ void __launch_bounds__(256)
     qk_norm_rope_kv_kernel(const __nv_bfloat16* qi, int64_t q_stride, __nv_bfloat16* qo,
                            const __nv_bfloat16* ki, int64_t k_stride, __nv_bfloat16* ko,
-                           const __nv_bfloat16* __restrict__ vin, int64_t v_stride, const void* qw,
-                           const void* kw, DType wt, float eps, float offset, int rows, int hq, int hk, int rot,
+                           const __nv_bfloat16* vin, int64_t v_stride, const void* qw, const void* kw,
+                           DType wt, float eps, float offset, int rows, int hq, int hk, int rot,
                            const float* __restrict__ inv_freq, float factor,
                            const int32_t* __restrict__ positions, __nv_bfloat16* kp, __nv_bfloat16* vp,
                            const int32_t* __restrict__ slots) {
+  pdl_enter();  // dependent launch (launch.h): nothing below touches memory before it
   constexpr int D = 32 * V;
   const int64_t idx = blockIdx.x * int64_t(8) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (idx >= int64_t(rows) * (hq + hk)) return;  // whole warps
   const int r = int(idx / (hq + hk)), h = int(idx % (hq + hk));
   const bool is_q = h < hq;
-  const __nv_bfloat16* x = is_q ? qi + int64_t(r) * q_stride + int64_t(h) * D
-                                : ki + int64_t(r) * k_stride + int64_t(h - hq) * D;
-  __nv_bfloat16* xo = is_q ? qo + (int64_t(r) * hq + h) * D : ko ? ko + (int64_t(r) * hk + (h - hq)) * D : nullptr;
+  const __nv_bfloat16* x =
+      is_q ? qi + int64_t(r) * q_stride + int64_t(h) * D : ki + int64_t(r) * k_stride + int64_t(h - hq) * D;
+  __nv_bfloat16* xo = is_q ? qo + (int64_t(r) * hq + h) * D
+                      : ko ? ko + (int64_t(r) * hk + (h - hq)) * D
+                           : nullptr;
   float v[V];
 #pragma unroll
   for (int j = 0; j < V; ++j) v[j] = bf(x, lane + 32 * j);
@@ -193,8 +202,8 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-__global__ void silu_mul_kernel(const __nv_bfloat16* __restrict__ gu, __nv_bfloat16* __restrict__ out,
-                                int64_t rows, int inter) {
+__global__ void silu_mul_kernel(const __nv_bfloat16* gu, __nv_bfloat16* out, int64_t rows, int inter) {
+  pdl_enter();  // dependent launch (launch.h): nothing below touches memory before it
   const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (idx >= rows * inter) return;
   const int64_t r = idx / inter, i = idx % inter;
@@ -203,9 +212,9 @@ __global__ void silu_mul_kernel(const __nv_bfloat16* __restrict__ gu, __nv_bfloa
 }
 
 // 16-byte copies of one row's K and V into the pool slot.
-__global__ void kv_write_kernel(uint4* kp, uint4* vp, const uint4* __restrict__ k,
-                                const uint4* __restrict__ v, int rows, int vecs,
+__global__ void kv_write_kernel(uint4* kp, uint4* vp, const uint4* k, const uint4* v, int rows, int vecs,
                                 const int32_t* __restrict__ slots) {
+  pdl_enter();  // dependent launch (launch.h): nothing below touches memory before it
   const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (idx >= int64_t(rows) * vecs) return;
   const int r = int(idx / vecs), j = int(idx % vecs);
@@ -217,6 +226,7 @@ __global__ void kv_write_kernel(uint4* kp, uint4* vp, const uint4* __restrict__ 
 
 __global__ void embedding_kernel(const void* table, DType tt, const int32_t* __restrict__ tokens, void* out,
                                  DType ot, int rows, int hidden, float scale) {
+  pdl_enter();  // dependent launch (launch.h): nothing below touches memory before it
   const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (idx >= int64_t(rows) * hidden) return;
   const int r = int(idx / hidden), j = int(idx % hidden);
@@ -224,12 +234,14 @@ __global__ void embedding_kernel(const void* table, DType tt, const int32_t* __r
 }
 
 __global__ void add_kernel(void* a, DType at, const void* b, DType bt, int64_t n) {
+  pdl_enter();  // dependent launch (launch.h): nothing below touches memory before it
   const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (idx < n) st(a, idx, at, ld(a, idx, at) + ld(b, idx, bt));
 }
 
-__global__ void gather_kernel(const uint8_t* __restrict__ x, const int32_t* __restrict__ rows,
-                              uint8_t* __restrict__ out, int nrows, int64_t row_bytes, bool vec16) {
+__global__ void gather_kernel(const uint8_t* x, const int32_t* __restrict__ rows, uint8_t* out, int nrows,
+                              int64_t row_bytes, bool vec16) {
+  pdl_enter();  // dependent launch (launch.h): nothing below touches memory before it
   const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   const int64_t units = vec16 ? row_bytes / 16 : row_bytes;
   if (idx >= int64_t(nrows) * units) return;
@@ -266,12 +278,14 @@ void rms_norm(const void* x, const void* w, DType wt, void* y, int64_t rows, int
   auto yp = static_cast<__nv_bfloat16*>(y);
   // The variant depends on the row length alone, never on the number of rows.
   if (cols <= 512)  // per-head q/k norms: one warp a row
-    rms_norm_kernel<32, 16>
-        <<<blocks_for(rows, kNormThreads / 32), kNormThreads, 0, s>>>(xp, w, wt, yp, rows, cols, eps, offset);
+    launch_pdl_if(g_pdl_group, rms_norm_kernel<32, 16>, blocks_for(rows, kNormThreads / 32), kNormThreads, 0,
+                  s, xp, w, wt, yp, rows, cols, eps, offset);
   else if (cols <= 8192)
-    rms_norm_kernel<256, 32><<<unsigned(rows), kNormThreads, 0, s>>>(xp, w, wt, yp, rows, cols, eps, offset);
+    launch_pdl_if(g_pdl_group, rms_norm_kernel<256, 32>, unsigned(rows), kNormThreads, 0, s, xp, w, wt, yp,
+                  rows, cols, eps, offset);
   else
-    rms_norm_kernel<256, 0><<<unsigned(rows), kNormThreads, 0, s>>>(xp, w, wt, yp, rows, cols, eps, offset);
+    launch_pdl_if(g_pdl_group, rms_norm_kernel<256, 0>, unsigned(rows), kNormThreads, 0, s, xp, w, wt, yp,
+                  rows, cols, eps, offset);
   TF_CUDA_LAUNCH_CHECK();
 }
 
@@ -281,10 +295,11 @@ void add_rms_norm(void* res, DType rt, const void* x, const void* w, DType wt, v
   auto xp = static_cast<const __nv_bfloat16*>(x);
   auto yp = static_cast<__nv_bfloat16*>(y);
   if (cols <= 8192)
-    add_rms_norm_kernel<32>
-        <<<unsigned(rows), kNormThreads, 0, s>>>(res, rt, xp, w, wt, yp, cols, eps, offset);
+    launch_pdl_if(g_pdl_group, add_rms_norm_kernel<32>, unsigned(rows), kNormThreads, 0, s, res, rt, xp, w,
+                  wt, yp, cols, eps, offset);
   else
-    add_rms_norm_kernel<0><<<unsigned(rows), kNormThreads, 0, s>>>(res, rt, xp, w, wt, yp, cols, eps, offset);
+    launch_pdl_if(g_pdl_group, add_rms_norm_kernel<0>, unsigned(rows), kNormThreads, 0, s, res, rt, xp, w, wt,
+                  yp, cols, eps, offset);
   TF_CUDA_LAUNCH_CHECK();
 }
 
@@ -292,16 +307,17 @@ void rope(void* q, void* k, int rows, int hq, int hk, int d, int rot, const floa
           bool interleaved, const int32_t* positions, cudaStream_t s) {
   const int64_t n = int64_t(rows) * (hq + hk) * (rot / 2);
   if (n == 0) return;
-  rope_kernel<<<blocks_for(n), 256, 0, s>>>(static_cast<__nv_bfloat16*>(q), static_cast<__nv_bfloat16*>(k),
-                                            rows, hq, hk, d, rot, inv_freq, factor, interleaved, positions);
+  launch_pdl_if(g_pdl_group, rope_kernel, blocks_for(n), 256, 0, s, static_cast<__nv_bfloat16*>(q),
+                static_cast<__nv_bfloat16*>(k), rows, hq, hk, d, rot, inv_freq, factor, interleaved,
+                positions);
   TF_CUDA_LAUNCH_CHECK();
 }
 
 namespace {
 
-bool qk_norm_rope_kv_strided(const void* qi, int64_t q_stride, void* qo, const void* ki, int64_t k_stride, void* ko,
-                             const void* v, int64_t v_stride, const void* q_w, const void* k_w, DType wt,
-                             float eps, float offset, int rows, int hq, int hk, int d, int rot,
+bool qk_norm_rope_kv_strided(const void* qi, int64_t q_stride, void* qo, const void* ki, int64_t k_stride,
+                             void* ko, const void* v, int64_t v_stride, const void* q_w, const void* k_w,
+                             DType wt, float eps, float offset, int rows, int hq, int hk, int d, int rot,
                              const float* inv_freq, float factor, bool interleaved, const int32_t* positions,
                              void* kp, void* vp, const int32_t* slots, cudaStream_t s) {
   if (interleaved || rot % 64 != 0 || rot > d || (d != 64 && d != 128 && d != 256)) return false;
@@ -316,8 +332,9 @@ bool qk_norm_rope_kv_strided(const void* qi, int64_t q_stride, void* qo, const v
   auto* vpp = static_cast<__nv_bfloat16*>(vp);
   const unsigned blocks = unsigned((warps + 7) / 8);
   auto go = [&](auto kernel) {
-    kernel<<<blocks, 256, 0, s>>>(qip, q_stride, qop, kip, k_stride, kop, vv, v_stride, q_w, k_w, wt, eps, offset,
-                                  rows, hq, hk, rot, inv_freq, factor, positions, kpp, vpp, slots);
+    launch_pdl_if(g_pdl_group, kernel, blocks, 256, 0, s, qip, q_stride, qop, kip, k_stride, kop, vv,
+                  v_stride, q_w, k_w, wt, eps, offset, rows, hq, hk, rot, inv_freq, factor, positions, kpp,
+                  vpp, slots);
   };
   if (d == 64)
     go(qk_norm_rope_kv_kernel<2>);
@@ -335,26 +352,26 @@ bool qk_norm_rope_kv(void* q, void* k, const void* v, const void* q_w, const voi
                      float offset, int rows, int hq, int hk, int d, int rot, const float* inv_freq,
                      float factor, bool interleaved, const int32_t* positions, void* kp, void* vp,
                      const int32_t* slots, cudaStream_t s) {
-  return qk_norm_rope_kv_strided(q, int64_t(hq) * d, q, k, int64_t(hk) * d, k, v, int64_t(hk) * d, q_w, k_w, wt,
-                                 eps, offset, rows, hq, hk, d, rot, inv_freq, factor, interleaved, positions, kp,
-                                 vp, slots, s);
+  return qk_norm_rope_kv_strided(q, int64_t(hq) * d, q, k, int64_t(hk) * d, k, v, int64_t(hk) * d, q_w, k_w,
+                                 wt, eps, offset, rows, hq, hk, d, rot, inv_freq, factor, interleaved,
+                                 positions, kp, vp, slots, s);
 }
 
 bool qkv_norm_rope_kv(const void* qkv, void* q_out, const void* q_w, const void* k_w, DType wt, float eps,
-                      float offset, int rows, int hq, int hk, int d, int rot, const float* inv_freq, float factor,
-                      bool interleaved, const int32_t* positions, void* kp, void* vp, const int32_t* slots,
-                      cudaStream_t s) {
+                      float offset, int rows, int hq, int hk, int d, int rot, const float* inv_freq,
+                      float factor, bool interleaved, const int32_t* positions, void* kp, void* vp,
+                      const int32_t* slots, cudaStream_t s) {
   const int64_t stride = int64_t(hq + 2 * hk) * d;
   auto* base = static_cast<const __nv_bfloat16*>(qkv);
   return qk_norm_rope_kv_strided(base, stride, q_out, base + int64_t(hq) * d, stride, nullptr,
-                                 base + int64_t(hq + hk) * d, stride, q_w, k_w, wt, eps, offset, rows, hq, hk, d,
-                                 rot, inv_freq, factor, interleaved, positions, kp, vp, slots, s);
+                                 base + int64_t(hq + hk) * d, stride, q_w, k_w, wt, eps, offset, rows, hq, hk,
+                                 d, rot, inv_freq, factor, interleaved, positions, kp, vp, slots, s);
 }
 
 void silu_mul(const void* gu, void* out, int64_t rows, int inter, cudaStream_t s) {
   if (rows * inter == 0) return;
-  silu_mul_kernel<<<blocks_for(rows * inter), 256, 0, s>>>(static_cast<const __nv_bfloat16*>(gu),
-                                                           static_cast<__nv_bfloat16*>(out), rows, inter);
+  launch_pdl_if(g_pdl_group, silu_mul_kernel, blocks_for(rows * inter), 256, 0, s,
+                static_cast<const __nv_bfloat16*>(gu), static_cast<__nv_bfloat16*>(out), rows, inter);
   TF_CUDA_LAUNCH_CHECK();
 }
 
@@ -363,23 +380,23 @@ void kv_write(void* kp, void* vp, const void* k, const void* v, int rows, int ro
   TF_CHECK(row_elems % 8 == 0, "kv_write: kv_heads * head_dim must be a multiple of 8");
   const int vecs = row_elems / 8;
   if (rows == 0) return;
-  kv_write_kernel<<<blocks_for(int64_t(rows) * vecs), 256, 0, s>>>(
-      static_cast<uint4*>(kp), static_cast<uint4*>(vp), static_cast<const uint4*>(k),
-      static_cast<const uint4*>(v), rows, vecs, slots);
+  launch_pdl_if(g_pdl_group, kv_write_kernel, blocks_for(int64_t(rows) * vecs), 256, 0, s,
+                static_cast<uint4*>(kp), static_cast<uint4*>(vp), static_cast<const uint4*>(k),
+                static_cast<const uint4*>(v), rows, vecs, slots);
   TF_CUDA_LAUNCH_CHECK();
 }
 
 void embedding(const void* table, DType tt, const int32_t* tokens, void* out, DType ot, int rows, int hidden,
                float scale, cudaStream_t s) {
   if (rows == 0) return;
-  embedding_kernel<<<blocks_for(int64_t(rows) * hidden), 256, 0, s>>>(table, tt, tokens, out, ot, rows,
-                                                                      hidden, scale);
+  launch_pdl_if(g_pdl_group, embedding_kernel, blocks_for(int64_t(rows) * hidden), 256, 0, s, table, tt,
+                tokens, out, ot, rows, hidden, scale);
   TF_CUDA_LAUNCH_CHECK();
 }
 
 void add(void* a, DType at, const void* b, DType bt, int64_t n, cudaStream_t s) {
   if (n == 0) return;
-  add_kernel<<<blocks_for(n), 256, 0, s>>>(a, at, b, bt, n);
+  launch_pdl_if(g_pdl_group, add_kernel, blocks_for(n), 256, 0, s, a, at, b, bt, n);
   TF_CUDA_LAUNCH_CHECK();
 }
 
@@ -388,8 +405,8 @@ void gather_rows(const void* x, const int32_t* rows, void* out, int nrows, int64
   if (nrows == 0) return;
   const bool vec16 = row_bytes % 16 == 0 && uintptr_t(x) % 16 == 0 && uintptr_t(out) % 16 == 0;
   const int64_t units = vec16 ? row_bytes / 16 : row_bytes;
-  gather_kernel<<<blocks_for(nrows * units), 256, 0, s>>>(
-      static_cast<const uint8_t*>(x), rows, static_cast<uint8_t*>(out), nrows, row_bytes, vec16);
+  launch_pdl_if(g_pdl_group, gather_kernel, blocks_for(nrows * units), 256, 0, s,
+                static_cast<const uint8_t*>(x), rows, static_cast<uint8_t*>(out), nrows, row_bytes, vec16);
   TF_CUDA_LAUNCH_CHECK();
 }
 

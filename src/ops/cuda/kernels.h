@@ -91,7 +91,8 @@ void set_linear_mid_tile(MidTile tile);
 MidTile linear_mid_auto_tile(int m, int n);
 const char* linear_mid_tile_name(MidTile tile);
 void set_attention_variant(LoopVariant v);
-// Programmatic dependent launch of the linear kernels (on by default; off for benches). Same bits.
+// Programmatic dependent launch (launch.h) of every kernel that takes it (on by default; off for benches).
+// Same bits.
 void set_linear_pdl(bool on);
 // Attention blocks serve several rows of a sequence for calls of >= 64 rows (Auto) or one row always
 // (Plain). Same bits (tested); for benches and tests.

@@ -17,14 +17,17 @@
 #include <cuda_bf16.h>
 
 #include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <string>
 #include <type_traits>
 
 #include "ops/cuda/activation.cuh"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/launch.h"
-#include "ops/cuda/mma.cuh"
 #include "ops/cuda/linear_wgmma.h"
+#include "ops/cuda/mma.cuh"
 #include "ops/cuda/norm.cuh"
 
 namespace tf::cuda {
@@ -54,7 +57,8 @@ bool g_pdl = true;
 enum XMode { kX = 0, kSilu = 1, kSilu1 = 2, kAddNorm = 3 };
 
 constexpr int kAddNormMaxM = 8;
-static_assert(kWarps * 32 == kNormThreads, "kAddNorm reduces a row over the block's threads as add_rms_norm does");
+static_assert(kWarps * 32 == kNormThreads,
+              "kAddNorm reduces a row over the block's threads as add_rms_norm does");
 
 struct NormIn {
   const void* res = nullptr;  // [m, k] residual, `rt`
@@ -69,9 +73,9 @@ struct NormIn {
 template <int ACT>
 __device__ __forceinline__ uint4 load_x(const __nv_bfloat16* p, int k) {
   if constexpr (ACT == kX) {
-    return __ldg(reinterpret_cast<const uint4*>(p));
+    return ld_act16(p);
   } else {
-    const uint4 g = __ldg(reinterpret_cast<const uint4*>(p)), u = __ldg(reinterpret_cast<const uint4*>(p + k));
+    const uint4 g = ld_act16(p), u = ld_act16(p + k);
     const uint32_t gw[4] = {g.x, g.y, g.z, g.w}, uw[4] = {u.x, u.y, u.z, u.w};
     uint32_t o[4];
 #pragma unroll
@@ -92,9 +96,9 @@ __device__ __forceinline__ uint4 load_x(const __nv_bfloat16* p, int k) {
 // x comes from (XMode); kSilu1 needs NT = 1 and m = 1.
 template <int NT, int U, bool PREFETCH, int ACT = kX>
 __global__ void __launch_bounds__(kWarps * 32)
-    linear_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
-                  const void* __restrict__ bias, int bias_kind, void* __restrict__ y, bool y_f32, int m,
-                  int n, int k, int m_tiles, NormIn nrm) {
+    linear_kernel(const __nv_bfloat16* x, const __nv_bfloat16* __restrict__ w, const void* __restrict__ bias,
+                  int bias_kind, void* __restrict__ y, bool y_f32, int m, int n, int k, int m_tiles,
+                  NormIn nrm) {
   __shared__ float red[kWarps][NT * 8][16];
   __shared__ float norm_smem[kWarps], norm_inv_s[NT * 8];
   asm volatile("griddepcontrol.launch_dependents;");
@@ -131,7 +135,8 @@ __global__ void __launch_bounds__(kWarps * 32)
         uint32_t o[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i)
-          o[i] = __shfl_sync(0xffffffffu, mine, 8 * t + 2 * i) | (__shfl_sync(0xffffffffu, mine, 8 * t + 2 * i + 1) << 16);
+          o[i] = __shfl_sync(0xffffffffu, mine, 8 * t + 2 * i) |
+                 (__shfl_sync(0xffffffffu, mine, 8 * t + 2 * i + 1) << 16);
         xv = xok[j] ? make_uint4(o[0], o[1], o[2], o[3]) : make_uint4(0, 0, 0, 0);
       } else if constexpr (ACT == kAddNorm) {
         xv = make_uint4(0, 0, 0, 0);
@@ -358,7 +363,16 @@ void set_linear_pdl(bool on) {
 }
 
 bool pdl_enabled() {
-  return g_pdl;
+  static const bool env_off = [] {
+    const char* v = std::getenv("TF_PDL");
+    return v && std::strcmp(v, "0") == 0;
+  }();
+  return g_pdl && !env_off;
+}
+
+bool pdl_group_enabled(const char* name) {
+  const char* v = std::getenv((std::string("TF_PDL_") + name).c_str());
+  return !(v && std::strcmp(v, "0") == 0);
 }
 
 }  // namespace tf::cuda

@@ -13,18 +13,23 @@
 #include <cuda_bf16.h>
 
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/launch.h"
 #include "ops/cuda/moe_kernels.h"
 #include "ops/cuda/quant_common.cuh"
 
 namespace tf::cuda {
 namespace {
 
+const bool g_pdl_group = pdl_group_enabled("MOE");  // launch.h
+
 constexpr int kWarps = 8;
 constexpr int kRouteWarps = 4;
 
 // One warp a row: softmax, then top_k rounds of a (probability, lower id) arg-max over the warp.
-__global__ void route_kernel(const float* __restrict__ logits, int rows, int experts, int top_k, bool norm,
-                             int32_t* __restrict__ out_e, float* __restrict__ out_w) {
+// No __restrict__ on data earlier kernels write (launch.h, ld_act16): the kernels here launch dependently.
+__global__ void route_kernel(const float* logits, int rows, int experts, int top_k, bool norm, int32_t* out_e,
+                             float* out_w) {
+  pdl_enter();  // dependent launch (launch.h)
   __shared__ float prob[kRouteWarps][kMoeMaxExperts];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row = blockIdx.x * kRouteWarps + warp;
@@ -67,9 +72,9 @@ __global__ void route_kernel(const float* __restrict__ logits, int rows, int exp
   }
 }
 
-__global__ void group_kernel(const int32_t* __restrict__ pair_expert, int pairs, int top_k, int experts,
-                             int tile, int4* __restrict__ tiles, int32_t* __restrict__ slot_of_pair,
-                             int32_t* __restrict__ slot_row) {
+__global__ void group_kernel(const int32_t* pair_expert, int pairs, int top_k, int experts, int tile,
+                             int4* tiles, int32_t* slot_of_pair, int32_t* slot_row) {
+  pdl_enter();
   __shared__ int count[kMoeMaxExperts], first[kMoeMaxExperts], fill[kMoeMaxExperts];
   for (int e = threadIdx.x; e < experts; e += blockDim.x) count[e] = 0, fill[e] = 0;
   __syncthreads();
@@ -165,10 +170,10 @@ struct MlxRows {
 
 template <class Rows, int NT, int U, bool PREFETCH>
 __global__ void __launch_bounds__(kWarps * 32)
-    grouped_kernel(const __nv_bfloat16* __restrict__ x, const int32_t* __restrict__ x_rows,
-                   const MoeExperts w, const int4* __restrict__ tiles, int max_tiles,
-                   __nv_bfloat16* __restrict__ y, int n, int k) {
+    grouped_kernel(const __nv_bfloat16* x, const int32_t* x_rows, const MoeExperts w, const int4* tiles,
+                   int max_tiles, __nv_bfloat16* y, int n, int k) {
   __shared__ float red[kWarps][NT * 8][16];
+  pdl_enter();  // the tiles and the expert of each come from group_kernel
   const int tile_id = blockIdx.x % max_tiles, n_tile = blockIdx.x / max_tiles;
   if (tile_id >= tiles[0].x) return;
   const int4 tl = tiles[1 + tile_id];
@@ -197,7 +202,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     const uint4 a = Rows::bf16(fa), b = Rows::bf16(fb);
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
-      uint4 xv = xok[j] ? __ldg(reinterpret_cast<const uint4*>(xr[j] + c * 32)) : make_uint4(0, 0, 0, 0);
+      uint4 xv = xok[j] ? ld_act16(xr[j] + c * 32) : make_uint4(0, 0, 0, 0);
       mma_bf16(acc[j], a.x, b.x, a.y, b.y, xv.x, xv.y);
       mma_bf16(acc[j], a.z, b.z, a.w, b.w, xv.z, xv.w);
     }
@@ -251,8 +256,9 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 template <class T>
-__global__ void combine_kernel(const __nv_bfloat16* __restrict__ y, const int32_t* __restrict__ slot_of_pair,
-                               const float* __restrict__ weights, T* __restrict__ out, int top_k, int width) {
+__global__ void combine_kernel(const __nv_bfloat16* y, const int32_t* slot_of_pair, const float* weights,
+                               T* out, int top_k, int width) {
+  pdl_enter();
   const int row = blockIdx.y;
   for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < width; c += gridDim.x * blockDim.x) {
     float s = 0.f;
@@ -272,9 +278,9 @@ void launch_grouped(const void* x, const int32_t* x_rows, const MoeExperts& w, c
                     int max_tiles, void* y, int n, int k, cudaStream_t s) {
   const int n_tiles = (n + 15) / 16;
   // Token tiles vary fastest: the blocks of one expert's weight tile run together (L2 reuse).
-  grouped_kernel<Rows, NT, U, P>
-      <<<n_tiles * max_tiles, kWarps * 32, 0, s>>>(static_cast<const __nv_bfloat16*>(x), x_rows, w, tiles,
-                                                   max_tiles, static_cast<__nv_bfloat16*>(y), n, k);
+  launch_pdl_if(g_pdl_group, grouped_kernel<Rows, NT, U, P>, n_tiles * max_tiles, kWarps * 32, 0, s,
+                static_cast<const __nv_bfloat16*>(x), x_rows, w, tiles, max_tiles,
+                static_cast<__nv_bfloat16*>(y), n, k);
   TF_CUDA_LAUNCH_CHECK();
 }
 
@@ -306,15 +312,16 @@ void moe_route(const float* logits, int rows, int experts, int top_k, bool norm,
   TF_CHECK(experts <= kMoeMaxExperts && top_k <= kMoeMaxTopK && top_k <= experts,
            "moe_route: too many experts");
   if (rows == 0) return;
-  route_kernel<<<(rows + kRouteWarps - 1) / kRouteWarps, kRouteWarps * 32, 0, s>>>(
-      logits, rows, experts, top_k, norm, experts_out, weights_out);
+  launch_pdl_if(g_pdl_group, route_kernel, (rows + kRouteWarps - 1) / kRouteWarps, kRouteWarps * 32, 0, s,
+                logits, rows, experts, top_k, norm, experts_out, weights_out);
   TF_CUDA_LAUNCH_CHECK();
 }
 
 void moe_group(const int32_t* pair_expert, int pairs, int top_k, int experts, int tile, int4* tiles,
                int32_t* slot_of_pair, int32_t* slot_row, cudaStream_t s) {
   TF_CHECK(experts <= kMoeMaxExperts, "moe_group: too many experts");
-  group_kernel<<<1, 1024, 0, s>>>(pair_expert, pairs, top_k, experts, tile, tiles, slot_of_pair, slot_row);
+  launch_pdl_if(g_pdl_group, group_kernel, 1, 1024, 0, s, pair_expert, pairs, top_k, experts, tile, tiles,
+                slot_of_pair, slot_row);
   TF_CUDA_LAUNCH_CHECK();
 }
 
@@ -341,11 +348,12 @@ void moe_combine(const void* y, const int32_t* slot_of_pair, const float* weight
   TF_CHECK(rows <= 65535, "moe_combine: at most 65535 rows a call (grid y), got " + std::to_string(rows));
   const dim3 grid(unsigned((width + 255) / 256), unsigned(rows));
   if (out_dtype == DType::F32)
-    combine_kernel<<<grid, 256, 0, s>>>(static_cast<const __nv_bfloat16*>(y), slot_of_pair, weights,
-                                        static_cast<float*>(out), top_k, width);
+    launch_pdl_if(g_pdl_group, combine_kernel<float>, grid, 256, 0, s, static_cast<const __nv_bfloat16*>(y),
+                  slot_of_pair, weights, static_cast<float*>(out), top_k, width);
   else
-    combine_kernel<<<grid, 256, 0, s>>>(static_cast<const __nv_bfloat16*>(y), slot_of_pair, weights,
-                                        static_cast<__nv_bfloat16*>(out), top_k, width);
+    launch_pdl_if(g_pdl_group, combine_kernel<__nv_bfloat16>, grid, 256, 0, s,
+                  static_cast<const __nv_bfloat16*>(y), slot_of_pair, weights,
+                  static_cast<__nv_bfloat16*>(out), top_k, width);
   TF_CUDA_LAUNCH_CHECK();
 }
 

@@ -38,7 +38,7 @@ constexpr size_t kDequantMaxBytes = size_t(256) << 20;  // ... unless the transi
 // are loaded before this step's dequantization and MMAs; neither changes the arithmetic.
 template <int KIND, int B, int NT, int U>
 __global__ void __launch_bounds__(kWarps * 32)
-    qlinear_kernel(const __nv_bfloat16* __restrict__ x, QArgs q, const void* __restrict__ bias, int bias_kind,
+    qlinear_kernel(const __nv_bfloat16* x, QArgs q, const void* __restrict__ bias, int bias_kind,
                    void* __restrict__ y, bool y_f32, int m, int n, int k, int m_tiles) {
   __shared__ float red[kWarps][NT * 8][16];
   asm volatile("griddepcontrol.launch_dependents;");
@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   auto step = [&](const uint4& a, const uint4& b, int c) {
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
-      uint4 xv = xok[j] ? __ldg(reinterpret_cast<const uint4*>(xr[j] + c * 32)) : make_uint4(0, 0, 0, 0);
+      uint4 xv = xok[j] ? ld_act16(xr[j] + c * 32) : make_uint4(0, 0, 0, 0);  // launch.h
       mma_bf16(acc[j], a.x, b.x, a.y, b.y, xv.x, xv.y);
       mma_bf16(acc[j], a.z, b.z, a.w, b.w, xv.z, xv.w);
     }
@@ -124,8 +124,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 // a multiple of 4, or at and past quad_chunks) are done one at a time, in order.
 template <int NT, int D>
 __global__ void __launch_bounds__(kWarps * 32, 2)
-    q4_decode_kernel(const __nv_bfloat16* __restrict__ x, QArgs q, const void* __restrict__ bias,
-                     int bias_kind, void* __restrict__ y, bool y_f32, int m, int n, int k, int m_tiles) {
+    q4_decode_kernel(const __nv_bfloat16* x, QArgs q, const void* __restrict__ bias, int bias_kind,
+                     void* __restrict__ y, bool y_f32, int m, int n, int k, int m_tiles) {
   __shared__ float red[kWarps][NT * 8][16];
   asm volatile("griddepcontrol.launch_dependents;");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -192,7 +192,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     auto step = [&](const uint4& a, const uint4& b, int c) {
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
-        const uint4 xv = __ldg(reinterpret_cast<const uint4*>(xr[j] + c * 32));
+        const uint4 xv = ld_act16(xr[j] + c * 32);
         mma_bf16(acc[j], a.x, b.x, a.y, b.y, xv.x, xv.y);
         mma_bf16(acc[j], a.z, b.z, a.w, b.w, xv.z, xv.w);
       }

@@ -51,8 +51,9 @@ struct GraphBuffers {
         logits(be.alloc({rows, int64_t(s.vocab)}, DType::F32)) {}
 };
 
-// Batches larger than this run eagerly (a prompt-sized batch gains nothing from a graph).
-constexpr int64_t kMaxGraphRows = 512;
+// Batches larger than this run eagerly: launches matter less there, and the graph buffers (~0.7 MB a row
+// at the Qwen3-8B shape, mostly the f32 logits) grow with the largest graphed batch.
+constexpr int64_t kMaxGraphRows = 256;
 
 class DenseDecoder final : public Model {
  public:
@@ -84,7 +85,8 @@ class DenseDecoder final : public Model {
     if (out.logits) out.logits->clear();
     if (out.tokens) out.tokens->clear();
     if (R == 0) return;
-    if (out.graph && graphs_ok_ && ran_eager_ && R <= kMaxGraphRows && be_.graphs_supported())
+    if (out.graph && graphs_ok_ && ran_eager_ && R <= kMaxGraphRows && int64_t(logit_rows.size()) <= R &&
+        be_.graphs_supported())
       return forward_graph(meta, kv, logit_rows, out);
     ran_eager_ = true;
     be_.begin_forward(meta);
@@ -169,7 +171,10 @@ class DenseDecoder final : public Model {
     LayerWorkspace ws(buf->ws, spec_, R);
     const Tensor h = ws.h;  // layers swap ws.residual and residual_alt, never h
     Tensor picked, logits;
-    if (heads) picked = buf->picked.slice_rows(0, n), logits = buf->logits.slice_rows(0, n);
+    if (heads) {
+      picked = buf->picked.slice_rows(0, n);
+      logits = buf->logits.slice_rows(0, n);
+    }
     be_.run_graph(key, attn_, buf, [&] {
       be_.embedding(embed_, spec_.embed_scale, ws.residual);
       for (int l = 0; l < spec_.layers; ++l)

@@ -335,6 +335,11 @@ class EngineImpl final : public Engine {
       prefix_cache_->save_all();
       log_info("prompt cache: " + std::to_string(store_->files()) + " block(s) saved to " + store_->dir());
     }
+    if (opt_.cuda_graphs && backend_->graphs_supported()) {
+      const Backend::GraphStats g = backend_->graph_stats();
+      log_info("CUDA graphs: " + std::to_string(g.captures) + " captured, " + std::to_string(g.replays) +
+               " replayed, " + std::to_string(g.cached) + " cached at the end");
+    }
   }
 
   // Streams start when their whole prompt + reply fits in the pool, oldest first: no stream is ever cut.

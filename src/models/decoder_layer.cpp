@@ -78,10 +78,15 @@ LayerWorkspace::LayerWorkspace(Backend& be, const ModelSpec& s, int64_t R) {
 
 LayerWorkspace::LayerWorkspace(const LayerWorkspace& big, const ModelSpec& s, int64_t R) {
   TF_CHECK(big.residual.dim(0) >= R, "LayerWorkspace: the workspace has fewer rows than the batch");
-  for (auto [dst, src] : {std::pair{&residual, &big.residual}, {&residual_alt, &big.residual_alt}, {&h, &big.h},
-                          {&mlp_out, &big.mlp_out}, {&q, &big.q}, {&qkv, &big.qkv}, {&attn, &big.attn},
-                          {&gate_up, &big.gate_up}, {&act, &big.act}})
-    *dst = src->slice_rows(0, R);
+  residual = big.residual.slice_rows(0, R);
+  residual_alt = big.residual_alt.slice_rows(0, R);
+  h = big.h.slice_rows(0, R);
+  mlp_out = big.mlp_out.slice_rows(0, R);
+  q = big.q.slice_rows(0, R);
+  qkv = big.qkv.slice_rows(0, R);
+  attn = big.attn.slice_rows(0, R);
+  gate_up = big.gate_up.slice_rows(0, R);
+  act = big.act.slice_rows(0, R);
   const int64_t hk = s.kv_heads, D = s.head_dim;
   const Tensor flat = qkv.view({-1});
   k = flat.slice_rows(0, R * hk * D).view({R, hk, D});

@@ -211,8 +211,7 @@ class DenseDecoder final : public Model {
     if (!out_logits) return;
     const Tensor& out = *out_logits;
     if (o.tokens) {
-      TF_CHECK(o.sampling && int64_t(o.sampling->size()) == n,
-               "forward: one RowSampling per logit row");
+      TF_CHECK(o.sampling && int64_t(o.sampling->size()) == n, "forward: one RowSampling per logit row");
       be_.sample_rows(out, *o.sampling, *o.tokens);
     }
     if (o.logits) {
@@ -229,7 +228,7 @@ class DenseDecoder final : public Model {
   RopeParams rope_;
   AttentionParams attn_;
   std::unique_ptr<MtpWeights> mtp_;
-  bool graphs_ok_ = true;                        // no MoE layer (their routing may sync on the host)
+  bool graphs_ok_ = true;   // no MoE layer (their routing may sync on the host)
   bool ran_eager_ = false;  // the first forward is eager: one-time uploads (rope tables) cannot be captured
   std::shared_ptr<GraphBuffers> graph_buffers_;  // forward_graph's fixed buffers (grown by doubling)
 };

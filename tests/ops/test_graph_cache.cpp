@@ -1,10 +1,10 @@
 // The host logic of CUDA-graph replay (ops/graph_cache.h): the attention chunk bucket and the bounded LRU
 // map of captured graphs. The GPU side (capture, replay, exact bits) is tests/ops/gpu/test_cuda_graphs.cpp.
-#include "ops/graph_cache.h"
-
 #include <gtest/gtest.h>
 
 #include <string>
+
+#include "ops/graph_cache.h"
 
 namespace tf {
 namespace {
@@ -56,7 +56,7 @@ TEST(LruMap, KeepsTheMostRecentlyUsedWithinCapacity) {
     EXPECT_NE(m.find({0, 7}), nullptr);
     EXPECT_NE(m.find({2, 7}), nullptr);
     EXPECT_NE(m.find({3, 7}), nullptr);
-    EXPECT_EQ(m.find({0}), nullptr);  // keys compare whole
+    EXPECT_EQ(m.find({0}), nullptr);                  // keys compare whole
     m.put({2, 7}, std::make_unique<Counted>("e2b"));  // replacing keeps one entry per key
     EXPECT_EQ(m.size(), 3u);
     EXPECT_EQ(m.find({2, 7})->name, "e2b");

@@ -72,8 +72,11 @@ class Workspace {
   }
   void* get(size_t bytes, bool capturing = false) {
     if (bytes > cap_) {
-      if (p_ && capturing) retired_.push_back(p_);
-      else if (p_) TF_CUDA_CHECK(cudaFree(p_));  // cudaFree waits for the work that may use it
+      if (p_ && capturing) {
+        retired_.push_back(p_);
+      } else if (p_) {
+        TF_CUDA_CHECK(cudaFree(p_));  // cudaFree waits for the work that may use it
+      }
       cap_ = capturing || double_ ? bytes * 2 : bytes + bytes / 4;
       TF_CUDA_CHECK(cudaMalloc(&p_, cap_));
       ++generation_;
@@ -114,7 +117,8 @@ struct GraphEntry {
 
   GraphEntry(const GraphEntry&) = delete;
   GraphEntry& operator=(const GraphEntry&) = delete;
-  explicit GraphEntry(size_t arena_bytes) { add_chunk(arena_bytes); }  // before the capture: no allocation in it
+  // The first arena chunk is allocated before the capture: usually no allocation happens inside it.
+  explicit GraphEntry(size_t arena_bytes) { add_chunk(arena_bytes); }
   ~GraphEntry() {
     if (exec) cudaGraphExecDestroy(exec);  // a launch still in flight completes first
     for (Chunk& c : arena) {
@@ -144,7 +148,8 @@ struct GraphEntry {
     TF_CUDA_CHECK(cudaMallocHost(&c.host, c.cap));
     if (cudaMalloc(&c.dev, c.cap) != cudaSuccess) {
       cudaFreeHost(c.host);
-      throw Error("CUDA graph capture: out of GPU memory for a " + std::to_string(c.cap) + "-byte staging arena");
+      throw Error("CUDA graph capture: out of GPU memory for a " + std::to_string(c.cap) +
+                  "-byte staging arena");
     }
     arena.push_back(c);
   }
@@ -478,7 +483,8 @@ class CudaBackend final : public Backend {
       if (rpt != tiles_rpt_ || cuda::attention_tile_schedule() != tiles_schedule_) {  // once per forward
         // run_graph planned the tiles of a capture (they are refreshed before every replay): a different
         // attention shape inside the captured forward would bake this round's tiles into the graph.
-        TF_CHECK(!capture_, "run_graph: the captured forward's attention differs from the shape given to run_graph");
+        TF_CHECK(!capture_,
+                 "run_graph: the captured forward's attention differs from the shape given to run_graph");
         plan_tiles(p.num_heads, p.num_kv_heads, chunks, tile_stage_);
       }
       cuda::AttentionMmaArgs a;

@@ -6,6 +6,7 @@
 // Attention sized for a chunk bucket gives the bits of attention sized for the exact chunk count.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -13,7 +14,6 @@
 #include <fstream>
 #include <functional>
 #include <random>
-#include <unistd.h>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/safetensors_writer.h"
@@ -214,7 +214,8 @@ class CudaGraphs : public ::testing::Test {
     const Backend::GraphStats after = gpu_->graph_stats();
     EXPECT_GT(after.captures, before.captures);
     EXPECT_LE(after.cached, after.capacity);
-    EXPECT_EQ(after.captures - before.captures + after.replays - before.replays, steps);  // every round graphed
+    EXPECT_EQ(after.captures - before.captures + after.replays - before.replays,
+              steps);  // every round graphed
     last_replays_ = after.replays - before.replays;
   }
 
@@ -309,7 +310,8 @@ TEST_F(CudaGraphs, AttentionBitsDoNotDependOnTheChunkBucket) {
     for (auto sched : {cuda::TileSchedule::Auto, cuda::TileSchedule::Split, cuda::TileSchedule::Loop}) {
       cuda::set_attention_tile_schedule(sched);
       const std::vector<uint8_t> exact = run(0);
-      for (int bucket : {8, 16, 40, 96}) EXPECT_EQ(run(bucket), exact) << "mma " << mma << " bucket " << bucket;
+      for (int bucket : {8, 16, 40, 96})
+        EXPECT_EQ(run(bucket), exact) << "mma " << mma << " bucket " << bucket;
     }
   }
   cuda::set_attention_mma(true);
@@ -317,8 +319,9 @@ TEST_F(CudaGraphs, AttentionBitsDoNotDependOnTheChunkBucket) {
 }
 
 // The engine with --cuda-graphs on gives every stream the tokens it gives with graphs off: the demo model
-// (head_dim 64) with its MTP head or its draft model drafting, and context copies, 4 streams sharing rounds, greedy and
-// sampled, so graphed rounds are decodes and verifies of mixed widths. Each engine has its own backend.
+// (head_dim 64) with its MTP head or its draft model drafting, and context copies, 4 streams sharing rounds,
+// greedy and sampled, so graphed rounds are decodes and verifies of mixed widths. Each engine has its own
+// backend.
 TEST(CudaGraphsEngine, SameTokensWithGraphsOnAndOff) {
   std::string why;
   if (!make_cuda_backend(0, &why)) GTEST_SKIP() << "no CUDA backend: " << why;
@@ -337,7 +340,8 @@ TEST(CudaGraphsEngine, SameTokensWithGraphsOnAndOff) {
     std::vector<std::shared_ptr<RequestHandle>> hs;
     for (int i = 0; i < 6; ++i) {
       GenerationRequest r;
-      for (int t = 0; t < 20 + 30 * i; ++t) r.prompt.push_back(int32_t(100 + (t * 7 + i * 13) % 50));  // repetitive
+      for (int t = 0; t < 20 + 30 * i; ++t)
+        r.prompt.push_back(int32_t(100 + (t * 7 + i * 13) % 50));  // repetitive
       r.sampling.temperature = i % 2 ? 0.8f : 0.f;
       r.sampling.seed = 500 + i;
       r.max_tokens = 150 + 20 * i;  // crosses 128-position chunks
@@ -360,7 +364,8 @@ TEST(CudaGraphsEngine, SameTokensWithGraphsOnAndOff) {
     e->shutdown();
     return out;
   };
-  // auto: the MTP head; demo/draft: a draft model sharing the backend (its own rope and graphs-free forwards).
+  // auto: the MTP head; demo/draft: a draft model sharing the backend (its own rope and graphs-free
+  // forwards).
   for (const std::string& drafter : {std::string("auto"), demo + "/draft", std::string("none")}) {
     const auto off = run(false, drafter), on = run(true, drafter);
     ASSERT_EQ(off.size(), on.size());

@@ -1,0 +1,193 @@
+// The dense decoder's graphed forward (forward_graph: fixed buffers, views of the first rows, host reads
+// after Backend::run_graph) on the CPU, through a backend that claims graph support and runs the recorded
+// ops every time: the same bits as the eager forward, no host read inside the recorded part, and the keys
+// it passes -- equal for rounds of the same shape (whatever the draft widths), different otherwise. The
+// capture and replay themselves are tested on the GPU (tests/ops/gpu/test_cuda_graphs.cpp).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+
+#include "checkpoint/checkpoint.h"
+#include "models/model.h"
+#include "ops/backend.h"
+
+namespace tf {
+namespace {
+
+constexpr int kBlock = 16, kBlocksPerSeq = 16;
+
+// The CPU backend with graph support claimed: run_graph notes the key and runs `record`; host reads
+// inside `record` fail the test.
+class GraphingCpu final : public Backend {
+ public:
+  GraphingCpu() : cpu_(make_cpu_backend()) {}
+  std::map<std::vector<int64_t>, int> keys;  // run_graph calls per key
+  int calls = 0;
+
+  bool graphs_supported() const override { return true; }
+  void run_graph(const std::vector<int64_t>& key, const AttentionParams& attn,
+                 std::shared_ptr<const void> keep, const std::function<void()>& record) override {
+    EXPECT_TRUE(keep != nullptr);
+    EXPECT_GT(attn.num_heads, 0);
+    ++keys[key], ++calls;
+    recording_ = true;
+    record();
+    recording_ = false;
+  }
+
+  std::string name() const override { return "cpu+graphs"; }
+  Device device() const override { return cpu_->device(); }
+  DType act_dtype() const override { return cpu_->act_dtype(); }
+  Tensor alloc(std::vector<int64_t> shape, DType dtype) override {
+    return cpu_->alloc(std::move(shape), dtype);
+  }
+  Tensor upload(const Tensor& host) override {
+    no_host("upload");
+    return cpu_->upload(host);
+  }
+  LinearWeight upload_linear(const LinearWeight& host) override { return cpu_->upload_linear(host); }
+  void to_host(const Tensor& src, Tensor& dst) override {
+    no_host("to_host");
+    cpu_->to_host(src, dst);
+  }
+  void begin_forward(const BatchMeta& meta) override {
+    no_host("begin_forward");
+    cpu_->begin_forward(meta);
+  }
+  void embedding(const Tensor& table, float scale, Tensor& out) override {
+    cpu_->embedding(table, scale, out);
+  }
+  void linear(const Tensor& x, const LinearWeight& w, Tensor& y) override { cpu_->linear(x, w, y); }
+  void rms_norm(const Tensor& x, const Tensor& w, float eps, float offset, Tensor& y) override {
+    cpu_->rms_norm(x, w, eps, offset, y);
+  }
+  void add_rms_norm(Tensor& res, const Tensor& x, const Tensor& w, float eps, float offset,
+                    Tensor& y) override {
+    cpu_->add_rms_norm(res, x, w, eps, offset, y);
+  }
+  void rope(Tensor& q, Tensor& k, const RopeParams& p) override { cpu_->rope(q, k, p); }
+  void silu_mul(const Tensor& gu, Tensor& out) override { cpu_->silu_mul(gu, out); }
+  void kv_write(KvLayer& layer, const Tensor& k, const Tensor& v) override { cpu_->kv_write(layer, k, v); }
+  void attention(const Tensor& q, const KvLayer& layer, const AttentionParams& p, Tensor& out) override {
+    cpu_->attention(q, layer, p, out);
+  }
+  void add(Tensor& a, const Tensor& b) override { cpu_->add(a, b); }
+  void gather_rows(const Tensor& x, const std::vector<int32_t>& rows, Tensor& out) override {
+    cpu_->gather_rows(x, rows, out);
+  }
+  void zero(Tensor& t) override { cpu_->zero(t); }
+  void scatter_add_rows(Tensor& out, const Tensor& y, const std::vector<int32_t>& rows,
+                        const std::vector<float>& weights) override {
+    cpu_->scatter_add_rows(out, y, rows, weights);
+  }
+  void sample_rows(const Tensor& logits, const std::vector<RowSampling>& rows,
+                   std::vector<int32_t>& tokens) override {
+    no_host("sample_rows");
+    cpu_->sample_rows(logits, rows, tokens);
+  }
+
+ private:
+  void no_host(const char* op) const { EXPECT_FALSE(recording_) << op << " inside a recorded forward"; }
+  std::unique_ptr<Backend> cpu_;
+  bool recording_ = false;
+};
+
+struct Round {
+  std::vector<int32_t> tokens;
+  std::vector<float> logits, hidden;
+};
+
+// Prefills two sequences (eagerly), then runs rounds of the given per-sequence widths with `graph` set,
+// returning every round's sampled tokens, logits and hidden states.
+std::vector<Round> run(Backend& be, bool graph, const std::vector<std::vector<int>>& widths) {
+  Checkpoint ckpt = Checkpoint::open(std::string(TF_SOURCE_DIR) + "/tests/data/tiny/qwen3");
+  auto model = load_model(ckpt, be, kBlock * kBlocksPerSeq);
+  const auto& s = model->spec();
+  std::vector<KvLayer> kv;
+  for (int l = 0; l < s.layers; ++l) {
+    KvLayer layer;
+    layer.k = be.alloc({2 * kBlocksPerSeq, kBlock, s.kv_heads, s.head_dim}, be.act_dtype());
+    layer.v = be.alloc({2 * kBlocksPerSeq, kBlock, s.kv_heads, s.head_dim}, be.act_dtype());
+    be.zero(layer.k);
+    be.zero(layer.v);
+    kv.push_back(layer);
+  }
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int32_t> tok(3, s.vocab - 1);
+  std::vector<int> lens = {9, 21};
+  auto meta_for = [&](const std::vector<int>& counts) {
+    BatchMeta m;
+    m.block_size = kBlock;
+    for (int q = 0; q < 2; ++q) {
+      std::vector<int32_t> table;
+      for (int b = 0; b < kBlocksPerSeq; ++b) table.push_back(q * kBlocksPerSeq + b);
+      for (int i = 0; i < counts[q]; ++i) {
+        const int pos = lens[q] + i;
+        m.tokens.push_back(tok(rng)), m.positions.push_back(pos), m.row_seq.push_back(q);
+        m.slots.push_back(table[pos / kBlock] * kBlock + pos % kBlock);
+      }
+      m.block_tables.push_back(table);
+    }
+    return m;
+  };
+  {
+    std::vector<int> prompt = lens;
+    lens = {0, 0};
+    std::vector<float> unused;
+    model->forward(meta_for(prompt), kv, {}, unused);  // eager: a model's first forward always is
+    lens = prompt;
+  }
+  std::vector<Round> out;
+  for (size_t i = 0; i < widths.size(); ++i) {
+    BatchMeta m = meta_for(widths[i]);
+    std::vector<int32_t> rows(m.rows());
+    std::vector<RowSampling> sampling;
+    for (int r = 0; r < m.rows(); ++r) {
+      rows[r] = r;
+      sampling.push_back({r % 2 ? 0.9f : 0.f, 42, int64_t(m.positions[r]) + 1});
+    }
+    Round rd;
+    Tensor hidden;
+    model->forward(m, kv, rows, Model::Outputs{&rd.logits, &sampling, &rd.tokens, &hidden, graph});
+    rd.hidden = hidden.to_f32_vector();
+    out.push_back(std::move(rd));
+    for (int q = 0; q < 2; ++q) lens[q] += widths[i][q];
+  }
+  return out;
+}
+
+TEST(GraphForward, SameBitsAsEagerAndKeysFollowTheShape) {
+  // Decode (1 + 1 rows), verify 2+4, 4+2 and 3+3 (6 rows each), decode again, verify 1+2 (3 rows).
+  const std::vector<std::vector<int>> widths = {{1, 1}, {2, 4}, {4, 2}, {3, 3}, {1, 1}, {1, 2}};
+  auto cpu = make_cpu_backend();
+  GraphingCpu graphing;
+  const std::vector<Round> eager = run(*cpu, false, widths), graphed = run(graphing, true, widths);
+  ASSERT_EQ(eager.size(), graphed.size());
+  for (size_t i = 0; i < eager.size(); ++i) {
+    EXPECT_EQ(eager[i].tokens, graphed[i].tokens) << "round " << i;
+    ASSERT_EQ(eager[i].logits.size(), graphed[i].logits.size());
+    EXPECT_EQ(std::memcmp(eager[i].logits.data(), graphed[i].logits.data(), eager[i].logits.size() * 4), 0);
+    ASSERT_EQ(eager[i].hidden.size(), graphed[i].hidden.size());
+    EXPECT_EQ(std::memcmp(eager[i].hidden.data(), graphed[i].hidden.data(), eager[i].hidden.size() * 4), 0);
+  }
+  EXPECT_EQ(graphing.calls, int(widths.size()));  // every round went through run_graph
+  // Three shapes: 2 rows (twice), 6 rows whatever the split (three times), 3 rows.
+  ASSERT_EQ(graphing.keys.size(), 3u);
+  std::multiset<int> counts;
+  for (auto& [k, n] : graphing.keys) counts.insert(n);
+  EXPECT_EQ(counts, (std::multiset<int>{1, 2, 3}));
+}
+
+TEST(GraphForward, EagerWhenNotAsked) {
+  GraphingCpu graphing;
+  run(graphing, false, {{1, 1}, {2, 3}});
+  EXPECT_EQ(graphing.calls, 0);
+}
+
+}  // namespace
+}  // namespace tf

@@ -21,13 +21,16 @@ namespace {
 
 constexpr int kBlock = 16, kBlocksPerSeq = 16;
 
-// The CPU backend with graph support claimed: run_graph notes the key and runs `record`; host reads
-// inside `record` fail the test.
+// The CPU backend with graph support claimed. run_graph notes the key and runs `record`; host reads inside
+// `record` fail the test. With `replay`, it behaves like a CUDA graph: the first call of a key records the
+// ops as closures holding their arguments (tensor handles: the same storage; row lists: copied, like a
+// graph's staged values) and later calls of the key run those closures instead of `record`, while the
+// batch metadata comes from the latest begin_forward (as a graph reads the refreshed metadata buffer).
 class GraphingCpu final : public Backend {
  public:
-  GraphingCpu() : cpu_(make_cpu_backend()) {}
+  explicit GraphingCpu(bool replay = false) : cpu_(make_cpu_backend()), replay_(replay) {}
   std::map<std::vector<int64_t>, int> keys;  // run_graph calls per key
-  int calls = 0;
+  int calls = 0, replays = 0;
 
   bool graphs_supported() const override { return true; }
   void run_graph(const std::vector<int64_t>& key, const AttentionParams& attn,
@@ -35,9 +38,18 @@ class GraphingCpu final : public Backend {
     EXPECT_TRUE(keep != nullptr);
     EXPECT_GT(attn.num_heads, 0);
     ++keys[key], ++calls;
+    if (replay_) {
+      if (auto it = graphs_.find(key); it != graphs_.end()) {
+        ++replays;
+        for (auto& f : it->second) f();
+        return;
+      }
+      rec_ = &graphs_[key];
+    }
     recording_ = true;
     record();
     recording_ = false;
+    rec_ = nullptr;
   }
 
   std::string name() const override { return "cpu+graphs"; }
@@ -60,30 +72,42 @@ class GraphingCpu final : public Backend {
     cpu_->begin_forward(meta);
   }
   void embedding(const Tensor& table, float scale, Tensor& out) override {
-    cpu_->embedding(table, scale, out);
+    op([=, this]() mutable { cpu_->embedding(table, scale, out); });
   }
-  void linear(const Tensor& x, const LinearWeight& w, Tensor& y) override { cpu_->linear(x, w, y); }
+  void linear(const Tensor& x, const LinearWeight& w, Tensor& y) override {
+    op([=, this]() mutable { cpu_->linear(x, w, y); });
+  }
   void rms_norm(const Tensor& x, const Tensor& w, float eps, float offset, Tensor& y) override {
-    cpu_->rms_norm(x, w, eps, offset, y);
+    op([=, this]() mutable { cpu_->rms_norm(x, w, eps, offset, y); });
   }
   void add_rms_norm(Tensor& res, const Tensor& x, const Tensor& w, float eps, float offset,
                     Tensor& y) override {
-    cpu_->add_rms_norm(res, x, w, eps, offset, y);
+    op([=, this]() mutable { cpu_->add_rms_norm(res, x, w, eps, offset, y); });
   }
-  void rope(Tensor& q, Tensor& k, const RopeParams& p) override { cpu_->rope(q, k, p); }
-  void silu_mul(const Tensor& gu, Tensor& out) override { cpu_->silu_mul(gu, out); }
-  void kv_write(KvLayer& layer, const Tensor& k, const Tensor& v) override { cpu_->kv_write(layer, k, v); }
+  void rope(Tensor& q, Tensor& k, const RopeParams& p) override {
+    op([=, this]() mutable { cpu_->rope(q, k, p); });
+  }
+  void silu_mul(const Tensor& gu, Tensor& out) override {
+    op([=, this]() mutable { cpu_->silu_mul(gu, out); });
+  }
+  void kv_write(KvLayer& layer, const Tensor& k, const Tensor& v) override {
+    op([=, this]() mutable { cpu_->kv_write(layer, k, v); });
+  }
   void attention(const Tensor& q, const KvLayer& layer, const AttentionParams& p, Tensor& out) override {
-    cpu_->attention(q, layer, p, out);
+    op([=, this]() mutable { cpu_->attention(q, layer, p, out); });
   }
-  void add(Tensor& a, const Tensor& b) override { cpu_->add(a, b); }
+  void add(Tensor& a, const Tensor& b) override {
+    op([=, this]() mutable { cpu_->add(a, b); });
+  }
   void gather_rows(const Tensor& x, const std::vector<int32_t>& rows, Tensor& out) override {
-    cpu_->gather_rows(x, rows, out);
+    op([=, this]() mutable { cpu_->gather_rows(x, rows, out); });
   }
-  void zero(Tensor& t) override { cpu_->zero(t); }
+  void zero(Tensor& t) override {
+    op([=, this]() mutable { cpu_->zero(t); });
+  }
   void scatter_add_rows(Tensor& out, const Tensor& y, const std::vector<int32_t>& rows,
                         const std::vector<float>& weights) override {
-    cpu_->scatter_add_rows(out, y, rows, weights);
+    op([=, this]() mutable { cpu_->scatter_add_rows(out, y, rows, weights); });
   }
   void sample_rows(const Tensor& logits, const std::vector<RowSampling>& rows,
                    std::vector<int32_t>& tokens) override {
@@ -92,9 +116,16 @@ class GraphingCpu final : public Backend {
   }
 
  private:
+  template <typename F>
+  void op(F f) {
+    if (rec_) rec_->push_back(f);
+    f();
+  }
   void no_host(const char* op) const { EXPECT_FALSE(recording_) << op << " inside a recorded forward"; }
   std::unique_ptr<Backend> cpu_;
-  bool recording_ = false;
+  bool replay_ = false, recording_ = false;
+  std::map<std::vector<int64_t>, std::vector<std::function<void()>>> graphs_;
+  std::vector<std::function<void()>>* rec_ = nullptr;
 };
 
 struct Round {
@@ -181,6 +212,28 @@ TEST(GraphForward, SameBitsAsEagerAndKeysFollowTheShape) {
   std::multiset<int> counts;
   for (auto& [k, n] : graphing.keys) counts.insert(n);
   EXPECT_EQ(counts, (std::multiset<int>{1, 2, 3}));
+}
+
+// Replayed rounds (the recorded ops run again on the next round's metadata, with the row lists and tensors
+// of the recording) give the eager bits: nothing a round changes is frozen into a recording beyond what
+// the key fixes.
+TEST(GraphForward, ReplayedRoundsGiveTheEagerBits) {
+  const std::vector<std::vector<int>> widths = {{1, 1}, {2, 4}, {4, 2}, {3, 3},
+                                                {1, 1}, {1, 2}, {5, 1}, {1, 1}};
+  auto cpu = make_cpu_backend();
+  GraphingCpu replaying(true);
+  const std::vector<Round> eager = run(*cpu, false, widths), replayed = run(replaying, true, widths);
+  EXPECT_EQ(replaying.replays, 5);  // 2 rows: 2 of 3; 6 rows: 3 of 4; 3 rows: none
+  ASSERT_EQ(eager.size(), replayed.size());
+  for (size_t i = 0; i < eager.size(); ++i) {
+    EXPECT_EQ(eager[i].tokens, replayed[i].tokens) << "round " << i;
+    ASSERT_EQ(eager[i].logits.size(), replayed[i].logits.size());
+    EXPECT_EQ(std::memcmp(eager[i].logits.data(), replayed[i].logits.data(), eager[i].logits.size() * 4), 0)
+        << "round " << i;
+    ASSERT_EQ(eager[i].hidden.size(), replayed[i].hidden.size());
+    EXPECT_EQ(std::memcmp(eager[i].hidden.data(), replayed[i].hidden.data(), eager[i].hidden.size() * 4), 0)
+        << "round " << i;
+  }
 }
 
 TEST(GraphForward, EagerWhenNotAsked) {

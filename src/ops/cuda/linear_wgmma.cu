@@ -55,7 +55,8 @@ WgmmaTile g_tile = WgmmaTile::Auto;
 WgmmaProducer g_producer = WgmmaProducer::Auto;
 // Raw tiles: 64-byte swizzled stages (set_linear_wgmma_swizzle). Off until a device run shows its bits and
 // speed: the no-swizzle layout is the one runs 16/17 verified.
-bool g_swizzle = false;
+bool g_swizzle =
+    true;  // set_linear_wgmma_swizzle: the layout whose permutation stores are conflict-free (run 31)
 bool g_clusters = false;  // Auto considers the cluster tiles (off until the device run confirms them)
 
 template <int WGS, int BN, int CL = 1, int SP = 1>
@@ -248,10 +249,51 @@ __device__ __forceinline__ void produce(const __nv_bfloat16* __restrict__ x,
   asm volatile("cp.async.wait_all;" ::: "memory");
 }
 
-// The raw-staging producer (Cfg::kRaw). Thread pt owns the 16-byte units (row pt/4 + 32j, unit t = pt%4)
-// of every chunk: a warp's cp.async.cg covers 8 whole rows x 64 bytes (coalesced, 16 bytes a lane), each
-// thread waits for its own copies (cp.async.wait_group, kRawSlots - 1 chunks ahead) and moves its units
-// into the wgmma stage: bytes 0-7 of unit t (k 8t..8t+3) are step 0's piece t, bytes 8-15 step 1's, at
+// Moves a producer thread's N raw 16-byte units into the wgmma stage: bytes 0-7 of unit j to dst(j, 0),
+// bytes 8-15 to dst(j, 1). The shared loads of a batch are all issued before its stores (each asm
+// statement is volatile, so the written order is the issued order): one load latency a batch, where a
+// load-store pair per unit paid one a unit (ncu, run 28: the producer's serial ld/st chain was the
+// ~700 clocks a chunk, consumers waiting on `full` a third of their time). Batches of 4 units
+// keep the 128-row tiles' producer inside its 56 registers (setmaxnreg).
+template <int N, class Src, class Dst>
+__device__ __forceinline__ void permute_units(Src src, Dst dst) {
+  constexpr int kBatch = N < 4 ? N : 4;
+#pragma unroll
+  for (int j0 = 0; j0 < N; j0 += kBatch) {
+    uint32_t v[kBatch][4];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b)
+      if (j0 + b < N)
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(v[b][0]), "=r"(v[b][1]), "=r"(v[b][2]), "=r"(v[b][3])
+                     : "r"(src(j0 + b))
+                     : "memory");
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b)
+      if (j0 + b < N) {
+        asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(dst(j0 + b, 0)), "r"(v[b][0]), "r"(v[b][1])
+                     : "memory");
+        asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(dst(j0 + b, 1)), "r"(v[b][2]), "r"(v[b][3])
+                     : "memory");
+      }
+  }
+}
+
+// A producer thread's row (of each 8-row group a warp owns) for the raw permutation: lanes 0-7 take rows
+// 0-1, 8-15 rows 4-5, 16-23 rows 2-3, 24-31 rows 6-7 (4 lanes a row, unit t = lane % 4). A quarter warp's
+// 16-byte raw loads then read two whole 64-byte rows (128 distinct bytes), and a half warp's 8-byte stores
+// into the swizzled stage cover rows r, r+1, r+4, r+5, whose swizzles (r >> 1 & 3) differ by 2: 128 distinct
+// bytes, no bank conflict (the former lane / 4 order put rows r and r+2 in a half warp: 2-way conflicts,
+// 4.8 wavefronts a store in run 30's ncu).
+__device__ __forceinline__ int permute_row(int lane) {
+  constexpr int kRowOf[4] = {0, 4, 2, 6};
+  return kRowOf[lane / 8] + (lane % 8) / 4;
+}
+
+// The raw-staging producer (Cfg::kRaw). Thread pt owns the 16-byte units (row r0 + 32j, r0 from permute_row,
+// unit t = pt%4) of every chunk: a warp's cp.async.cg covers 8 whole rows x 64 bytes (coalesced, 16 bytes a
+// lane), each thread waits for its own copies (cp.async.wait_group, kRawSlots - 1 chunks ahead) and moves its
+// units into the wgmma stage: bytes 0-7 of unit t (k 8t..8t+3) are step 0's piece t, bytes 8-15 step 1's, at
 // logical k 4t of the step (core matrix t/2, offset (t%2)*8) -- the layout produce() writes, two
 // conflict-free 8-byte stores a unit. Then fence.proxy.async (own generic stores -> wgmma's reads) and a
 // plain arrive on `full` (128 a stage).
@@ -268,7 +310,7 @@ __device__ __forceinline__ void produce_raw(const __nv_bfloat16* __restrict__ x,
                                             const CUtensorMap* tmx) {
   using C = Cfg<WGS, BN, 1, SP>;
   constexpr int kUnits = (C::kBM + BN) / 32, kWUnits = C::kBM / 32, kAhead = C::kRawSlots - 1;
-  const int pt = threadIdx.x % 128, r0 = pt / 4, t = pt % 4;
+  const int pt = threadIdx.x % 128, t = pt % 4;
   static_assert(SWZ || !TMA, "the TMA producer writes the swizzled layout");
   if constexpr (TMA) {
     // Roles, so that no thread that fences has copies in flight (a fence.proxy.async waits for the
@@ -296,7 +338,7 @@ __device__ __forceinline__ void produce_raw(const __nv_bfloat16* __restrict__ x,
       return;
     }
     if (pt < 64) return;
-    const int p = pt - 64, q0 = p / 4;  // rows q0 + 16j, unit t
+    const int p = pt - 64, q0 = 8 * (p / 32) + permute_row(p % 32);  // rows q0 + 16j, unit t
     constexpr int kRows = C::kBM + BN, kPUnits = kRows / 16, kPW = C::kBM / 16;
     const int sw = (q0 >> 1) & 3;  // (q0 + 16j) >> 1 & 3 = q0 >> 1 & 3
     const uint32_t off0 = q0 * 64 + (((t / 2)) ^ sw) * 16 + (t % 2) * 8;
@@ -308,23 +350,19 @@ __device__ __forceinline__ void produce_raw(const __nv_bfloat16* __restrict__ x,
       if (c >= C::kStages) mbar_wait(empty + 8 * s, ((c / C::kStages) & 1) ^ 1);
       const uint32_t st = sbase + s * C::kStage;
       const uint32_t rs = slots + slot * C::kStage + q0 * 64 + t * 16;
-#pragma unroll
-      for (int j = 0; j < kPUnits; ++j) {
-        uint32_t v0, v1, v2, v3;
-        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3)
-                     : "r"(rs + j * 16 * 64)
-                     : "memory");
-        const uint32_t d = j < kPW ? st + j * 16 * 64 : st + 2 * C::kWStep + (j - kPW) * 16 * 64;
-        asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(d + off0), "r"(v0), "r"(v1) : "memory");
-        asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(d + off1), "r"(v2), "r"(v3) : "memory");
-      }
+      permute_units<kPUnits>(
+          [&](int j) { return rs + j * 16 * 64; },
+          [&](int j, int h) {
+            return (j < kPW ? st + j * 16 * 64 : st + 2 * C::kWStep + (j - kPW) * 16 * 64) +
+                   (h ? off1 : off0);
+          });
       fence_proxy_async();
       mbar_arrive(full + 8 * s);
       mbar_arrive(rawfree + 8 * slot);
     }
     return;
   }
+  const int r0 = 8 * (pt / 32) + permute_row(pt % 32);  // rows r0 + 32j, unit t
   const uint32_t raw = sbase + C::kRawOff + r0 * 64 + t * 16;
   const int sw = (r0 >> 1) & 3;  // as in the TMA branch
   const uint32_t off0 = r0 * 64 + (((t / 2)) ^ sw) * 16 + (t % 2) * 8;
@@ -369,17 +407,9 @@ __device__ __forceinline__ void produce_raw(const __nv_bfloat16* __restrict__ x,
     const int s = c % C::kStages;
     if (c >= C::kStages) mbar_wait(empty + 8 * s, ((c / C::kStages) & 1) ^ 1);
     const uint32_t st = sbase + s * C::kStage, rs = raw + (c % C::kRawSlots) * C::kStage;
-#pragma unroll
-    for (int j = 0; j < kUnits; ++j) {
-      uint32_t v0, v1, v2, v3;
-      asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
-                   : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3)
-                   : "r"(rs + j * 32 * 64)
-                   : "memory");
-      // Row r0 + 32j of W (j < kWUnits) or of x, step 0's piece then step 1's.
-      asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(dest(st, j, 0)), "r"(v0), "r"(v1) : "memory");
-      asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(dest(st, j, 1)), "r"(v2), "r"(v3) : "memory");
-    }
+    // Row r0 + 32j of W (j < kWUnits) or of x, step 0's piece then step 1's.
+    permute_units<kUnits>([&](int j) { return rs + j * 32 * 64; },
+                          [&](int j, int h) { return dest(st, j, h); });
     fence_proxy_async();
     mbar_arrive(full + 8 * s);
   }

@@ -52,9 +52,9 @@ void set_linear_wgmma_clusters(bool on);
 // (linear_wgmma.cu launch()). The S2 tiles always use 16-byte cp.async. Same bits.
 enum class WgmmaProducer { Auto, Raw, Tma };
 void set_linear_wgmma_producer(WgmmaProducer producer);
-// Raw tiles stage in wgmma's 64-byte swizzle (on) or in the no-swizzle core-matrix layout the 8-byte path
-// writes (off, the default until a device run confirms the swizzled one; TMA needs it on, S2 tiles always
-// use it). Same bits.
+// Raw tiles stage in wgmma's 64-byte swizzle (on, the default since run 31: with permute_row's lane order
+// its permutation stores are conflict-free, the no-swizzle layout's are 2-way) or in the no-swizzle
+// core-matrix layout the 8-byte path writes (off; TMA needs it on, S2 tiles always use it). Same bits.
 void set_linear_wgmma_swizzle(bool on);
 const char* wgmma_producer_name(WgmmaProducer producer);
 const char* wgmma_tile_name(WgmmaTile tile);

@@ -85,7 +85,7 @@ class EngineImpl final : public Engine {
     } catch (const Error&) {
       chat_template_.reset();  // base models without a template still serve /v1/completions
     }
-    backend_ = pick_backend(opt.backend);
+    backend_ = opt.backend_factory ? opt.backend_factory() : pick_backend(opt.backend);
     int context = opt.context > 0 ? opt.context : std::min(spec_.native_context, 32768);
     TF_CHECK(context >= 2, "--context must be at least 2");
     model_ = load_model(ckpt_, *backend_, context);
@@ -338,7 +338,8 @@ class EngineImpl final : public Engine {
     if (opt_.cuda_graphs && backend_->graphs_supported()) {
       const Backend::GraphStats g = backend_->graph_stats();
       log_info("CUDA graphs: " + std::to_string(g.captures) + " captured, " + std::to_string(g.replays) +
-               " replayed, " + std::to_string(g.cached) + " cached at the end");
+               " replayed, " + std::to_string(g.eager) + " run eagerly (shape not yet recurring), " +
+               std::to_string(g.cached) + " cached at the end");
     }
   }
 
@@ -482,12 +483,17 @@ class EngineImpl final : public Engine {
     const bool graph = opt_.cuda_graphs && std::all_of(parts.begin(), parts.end(), [](const Part& p) {
                          return p.sampled && (p.rows == 1 || !p.drafts.empty());
                        });
+    // A forward that captured a CUDA graph took milliseconds of capture on top: neither the cost models
+    // nor the draft guard learn from it (verify rounds of new shapes would otherwise be charged to drafting).
+    bool captured = false;
     model_->forward(meta, pool_->layers(), logit_rows,
                     Model::Outputs{need_host ? &logits : nullptr, &sampling, &sampled,
-                                   want_hidden ? &hidden : nullptr, graph});
+                                   want_hidden ? &hidden : nullptr, graph, &captured});
     const double forward_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    cost_.observe(meta.rows(), forward_s);
-    round_cost_.observe(meta.rows(), forward_s);
+    if (!captured) {
+      cost_.observe(meta.rows(), forward_s);
+      round_cost_.observe(meta.rows(), forward_s);
+    }
     size_t next = 0;  // index of the part's first logit row
     std::vector<Sequence*> done;
     int64_t prompt_rows = 0;
@@ -524,16 +530,16 @@ class EngineImpl final : public Engine {
         running_.remove_if([&](const std::unique_ptr<Sequence>& q) { return q.get() == s; });
       }
     }
-    if (guard_) judge_round(round_t0, decoding, int(parts.size()), emitted, drafted, started);
+    if (guard_) judge_round(round_t0, decoding, int(parts.size()), emitted, drafted, started, captured);
   }
 
   // Feeds the guard a round that decoded streams and did nothing else (a prefill chunk's time would
-  // count against whichever side it fell on). New streams tell it the workload changed; the round that
-  // samples a stream's first token is not measured.
-  void judge_round(std::chrono::steady_clock::time_point t0, int decoding, int parts, int emitted, bool drafted,
-                   bool started) {
+  // count against whichever side it fell on) and whose forward captured no CUDA graph. New streams tell it
+  // the workload changed; the round that samples a stream's first token is not measured.
+  void judge_round(std::chrono::steady_clock::time_point t0, int decoding, int parts, int emitted,
+                   bool drafted, bool started, bool captured) {
     if (started) guard_->workload_changed();  // (its first token came from a prompt: not measured)
-    if (started || decoding == 0 || parts != decoding) return;
+    if (started || captured || decoding == 0 || parts != decoding) return;
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const auto change = guard_->observe(decoding, emitted, seconds, drafted);
     if (!change) return;

@@ -11,6 +11,8 @@
 
 namespace tf {
 
+class Backend;
+
 struct EngineOptions {
   std::string model_path;   // local checkpoint directory (already resolved)
   std::string name;         // advertised id (default: directory name or org/name)
@@ -57,6 +59,9 @@ struct EngineOptions {
   // Benchmarks and tests: a drafter of their own (e.g. a replay of a recorded run) instead of --drafter;
   // context copies still follow ngram_drafts. Called once, after the model is loaded.
   std::function<std::unique_ptr<Drafter>()> drafter_factory;
+  // Tests: a backend of their own (e.g. the CPU backend simulating CUDA graph captures) instead of
+  // `backend`. Called once, before the model is loaded.
+  std::function<std::unique_ptr<Backend>()> backend_factory;
 };
 
 // Throws tf::Error with a one-line reason (unsupported family, context that cannot fit, ...).

@@ -84,6 +84,7 @@ class DenseDecoder final : public Model {
     const int64_t R = meta.rows();
     if (out.logits) out.logits->clear();
     if (out.tokens) out.tokens->clear();
+    if (out.graph_captured) *out.graph_captured = false;
     if (R == 0) return;
     if (out.graph && graphs_ok_ && ran_eager_ && R <= kMaxGraphRows && int64_t(logit_rows.size()) <= R &&
         be_.graphs_supported())
@@ -144,8 +145,9 @@ class DenseDecoder final : public Model {
     mtp_ = std::move(m);
   }
 
-  // forward() as a captured graph: the same ops on fixed buffers, recorded on the first forward of its
-  // shape and replayed after that; the host reads (hidden states, sampling, logits) run after the replay.
+  // forward() as a captured graph: the same ops on fixed buffers, recorded once its shape recurs (eager
+  // before that: Backend::run_graph) and replayed after that; the host reads (hidden states, sampling,
+  // logits) run after the replay.
   void forward_graph(const BatchMeta& meta, std::vector<KvLayer>& kv, const std::vector<int32_t>& logit_rows,
                      const Outputs& o) {
     const int64_t R = meta.rows(), n = int64_t(logit_rows.size());
@@ -175,7 +177,7 @@ class DenseDecoder final : public Model {
       picked = buf->picked.slice_rows(0, n);
       logits = buf->logits.slice_rows(0, n);
     }
-    be_.run_graph(key, attn_, buf, [&] {
+    const bool captured = be_.run_graph(key, attn_, buf, [&] {
       be_.embedding(embed_, spec_.embed_scale, ws.residual);
       for (int l = 0; l < spec_.layers; ++l)
         decoder_layer_forward(be_, spec_, layers_[l], rope_, attn_, kv[l], ws, l > 0);
@@ -186,6 +188,7 @@ class DenseDecoder final : public Model {
         be_.linear(picked, lm_head_, logits);
       }
     });
+    if (o.graph_captured) *o.graph_captured = captured;
     read_back(h, n, heads ? &logits : nullptr, o);
   }
 

@@ -55,6 +55,9 @@ class Model {
     // A decode or verify round (no prompt rows) that may replay a captured CUDA graph of the same shape
     // (Backend::run_graph; --cuda-graphs). The same bits either way; models without graphs ignore it.
     bool graph = false;
+    // Set (when given) to whether this forward captured a CUDA graph: milliseconds of capture and
+    // instantiation on top of the forward, so its time says nothing about later forwards of the shape.
+    bool* graph_captured = nullptr;
   };
   // Runs the batch's rows: writes each row's K/V into `kv` (one KvLayer per layer) and produces `out`
   // for the rows listed in `logit_rows`.

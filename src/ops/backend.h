@@ -183,17 +183,22 @@ class Backend {
   // after run_graph. Tensors `record` uses must keep their addresses while the graph lives: allocate them
   // inside `record` (the graph keeps them) or let `keep` own them (the graph holds it). The backend adds
   // its own state to the key (the attention chunk bucket and tile counts, kernel switches) and recaptures
-  // when a buffer it captured moved. Backends without graphs call record() every time.
+  // when a buffer it captured moved. A key is captured only once it recurs (kGraphCaptureAfterUses in
+  // ops/graph_cache.h): its first calls run `record` eagerly. Returns true when this call captured a graph
+  // (it took milliseconds more than a replay or an eager run: timing models must not learn from it).
+  // Backends without graphs call record() every time and return false.
   virtual bool graphs_supported() const { return false; }
-  virtual void run_graph(const std::vector<int64_t>& key, const AttentionParams& attn,
+  virtual bool run_graph(const std::vector<int64_t>& key, const AttentionParams& attn,
                          std::shared_ptr<const void> keep, const std::function<void()>& record) {
     (void)key, (void)attn, (void)keep;
     record();
+    return false;
   }
   // Drops every cached graph (a model that graphs captured is going away).
   virtual void clear_graphs() {}
   struct GraphStats {
     int64_t captures = 0, replays = 0;
+    int64_t eager = 0;  // run_graph calls run eagerly: their key was not yet used often enough to capture
     size_t cached = 0, capacity = 0;
   };
   virtual GraphStats graph_stats() const { return {}; }

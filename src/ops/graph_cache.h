@@ -1,7 +1,8 @@
 #pragma once
 // Host-side pieces of CUDA-graph replay (Backend::run_graph) that need no GPU: the bucketing of the
-// attention chunk count that keeps one graph valid for many decode steps, and the bounded LRU map from a
-// graph's key to its entry. Tested on the CPU (tests/ops/test_graph_cache.cpp).
+// attention chunk count that keeps one graph valid for many decode steps, the bounded LRU map from a
+// graph's key to its entry, and the use counter that delays a key's capture until the key recurs. Tested
+// on the CPU (tests/ops/test_graph_cache.cpp).
 #include <cstddef>
 #include <cstdint>
 #include <list>
@@ -69,6 +70,39 @@ class LruMap {
   size_t capacity_;
   std::list<std::pair<Key, std::unique_ptr<Entry>>> order_;  // most recently used first
   std::map<Key, typename std::list<std::pair<Key, std::unique_ptr<Entry>>>::iterator> index_;
+};
+
+// A key is captured on its kGraphCaptureAfterUses-th run_graph call; the calls before run eagerly. A
+// capture (stream capture + cudaGraphInstantiate) costs milliseconds while a replay saves tens of
+// microseconds, and verify rounds produce many shapes (row counts and tile counts follow the draft
+// lengths) that occur once or twice: those never pay a capture. Decode keys recur every step, so they
+// pay only this many - 1 eager steps per attention bucket (docs/cuda-notes.md, session 4).
+constexpr int kGraphCaptureAfterUses = 3;
+// Keys whose uses are counted at most (least recently used dropped): a bound on the counter's memory
+// (a key is ~100 integers) well above the graph cache's capacity, so a key still in use keeps its count.
+constexpr size_t kGraphUseCounterCapacity = 1024;
+
+// Counts run_graph calls per key (bounded, least recently used keys forgotten) and says when a key has
+// been used often enough to be captured.
+class GraphUseCounter {
+ public:
+  explicit GraphUseCounter(int capture_after = kGraphCaptureAfterUses,
+                           size_t capacity = kGraphUseCounterCapacity)
+      : capture_after_(capture_after < 1 ? 1 : capture_after), counts_(capacity) {}
+  // Counts one more use of `key`; true when this use is at least the capture_after-th (counting this one).
+  bool use(const LruMap<int64_t>::Key& key) {
+    int64_t* n = counts_.find(key);
+    if (!n) n = counts_.put(key, std::make_unique<int64_t>(0));
+    ++*n;
+    return *n >= capture_after_;
+  }
+  int capture_after() const { return capture_after_; }
+  size_t size() const { return counts_.size(); }
+  void clear() { counts_.clear(); }
+
+ private:
+  int capture_after_;
+  LruMap<int64_t> counts_;
 };
 
 }  // namespace tf

@@ -1,8 +1,10 @@
-// The host logic of CUDA-graph replay (ops/graph_cache.h): the attention chunk bucket and the bounded LRU
-// map of captured graphs. The GPU side (capture, replay, exact bits) is tests/ops/gpu/test_cuda_graphs.cpp.
+// The host logic of CUDA-graph replay (ops/graph_cache.h): the attention chunk bucket, the bounded LRU
+// map of captured graphs and the use counter that delays a key's capture until it recurs. The GPU side
+// (capture, replay, exact bits) is tests/ops/gpu/test_cuda_graphs.cpp.
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "ops/graph_cache.h"
 
@@ -79,6 +81,43 @@ TEST(LruMap, KeepsTheMostRecentlyUsedWithinCapacity) {
   one.put({2}, std::make_unique<Counted>("b"));
   EXPECT_EQ(one.size(), 1u);
   EXPECT_NE(one.find({2}), nullptr);
+}
+
+TEST(GraphUseCounter, AKeyIsCapturedOnItsNthUse) {
+  static_assert(kGraphCaptureAfterUses >= 2, "one-off shapes must not pay a capture");
+  GraphUseCounter c;
+  EXPECT_EQ(c.capture_after(), kGraphCaptureAfterUses);
+  const std::vector<int64_t> decode = {2, 2, -1, 7}, verify = {9, 2, -1, 7};
+  for (int i = 1; i < kGraphCaptureAfterUses; ++i) {
+    EXPECT_FALSE(c.use(decode)) << "use " << i;
+    EXPECT_FALSE(c.use(verify)) << "use " << i;  // keys count apart
+  }
+  EXPECT_TRUE(c.use(decode));
+  EXPECT_TRUE(c.use(decode));  // and on every later use (a graph evicted or gone stale is recaptured)
+  EXPECT_TRUE(c.use(verify));
+  EXPECT_FALSE(c.use({2, 2, -1}));  // keys compare whole
+  EXPECT_EQ(c.size(), 3u);
+  c.clear();
+  EXPECT_EQ(c.size(), 0u);
+  EXPECT_EQ(c.use(decode), kGraphCaptureAfterUses == 1);
+}
+
+TEST(GraphUseCounter, OneOffKeysNeverReachTheThresholdAndTheCountIsBounded) {
+  GraphUseCounter c(3, 4);
+  for (int64_t i = 0; i < 100; ++i) EXPECT_FALSE(c.use({i}));  // one-off shapes: all eager
+  EXPECT_EQ(c.size(), 4u);                                     // the least recently used are forgotten
+  // A recurring key keeps its count among one-offs while it is among the 4 most recently used ...
+  EXPECT_FALSE(c.use({1000}));
+  EXPECT_FALSE(c.use({1001}));
+  EXPECT_FALSE(c.use({1000}));
+  EXPECT_TRUE(c.use({1000}));
+  // ... and starts over once forgotten.
+  for (int64_t i = 0; i < 4; ++i) c.use({2000 + i});
+  EXPECT_FALSE(c.use({1000}));
+  GraphUseCounter first(1);  // 1: capture on first use (tests of the capture itself)
+  EXPECT_TRUE(first.use({5}));
+  GraphUseCounter clamped(0);
+  EXPECT_EQ(clamped.capture_after(), 1);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "checkpoint/checkpoint.h"
 #include "models/model.h"
 #include "ops/backend.h"
+#include "ops/graph_cache.h"
 
 namespace tf {
 namespace {
@@ -22,34 +23,41 @@ namespace {
 constexpr int kBlock = 16, kBlocksPerSeq = 16;
 
 // The CPU backend with graph support claimed. run_graph notes the key and runs `record`; host reads inside
-// `record` fail the test. With `replay`, it behaves like a CUDA graph: the first call of a key records the
-// ops as closures holding their arguments (tensor handles: the same storage; row lists: copied, like a
-// graph's staged values) and later calls of the key run those closures instead of `record`, while the
-// batch metadata comes from the latest begin_forward (as a graph reads the refreshed metadata buffer).
+// `record` fail the test. With `replay`, it behaves like a CUDA graph: the call of a key that captures
+// (the capture_after-th, as the CUDA backend's GraphUseCounter decides; the ones before run `record`
+// eagerly) records the ops as closures holding their arguments (tensor handles: the same storage; row
+// lists: copied, like a graph's staged values) and later calls of the key run those closures instead of
+// `record`, while the batch metadata comes from the latest begin_forward (as a graph reads the refreshed
+// metadata buffer). run_graph returns whether it captured, as the CUDA backend does.
 class GraphingCpu final : public Backend {
  public:
-  explicit GraphingCpu(bool replay = false) : cpu_(make_cpu_backend()), replay_(replay) {}
+  explicit GraphingCpu(bool replay = false, int capture_after = 1)
+      : cpu_(make_cpu_backend()), replay_(replay), uses_(capture_after) {}
   std::map<std::vector<int64_t>, int> keys;  // run_graph calls per key
-  int calls = 0, replays = 0;
+  int calls = 0, replays = 0, captures = 0, eager = 0;
 
   bool graphs_supported() const override { return true; }
-  void run_graph(const std::vector<int64_t>& key, const AttentionParams& attn,
+  bool run_graph(const std::vector<int64_t>& key, const AttentionParams& attn,
                  std::shared_ptr<const void> keep, const std::function<void()>& record) override {
     EXPECT_TRUE(keep != nullptr);
     EXPECT_GT(attn.num_heads, 0);
     ++keys[key], ++calls;
+    bool capturing = false;
     if (replay_) {
       if (auto it = graphs_.find(key); it != graphs_.end()) {
         ++replays;
         for (auto& f : it->second) f();
-        return;
+        return false;
       }
-      rec_ = &graphs_[key];
+      capturing = uses_.use(key);
+      if (capturing) rec_ = &graphs_[key];
     }
     recording_ = true;
     record();
     recording_ = false;
     rec_ = nullptr;
+    ++(capturing ? captures : eager);
+    return capturing;
   }
 
   std::string name() const override { return "cpu+graphs"; }
@@ -124,6 +132,7 @@ class GraphingCpu final : public Backend {
   void no_host(const char* op) const { EXPECT_FALSE(recording_) << op << " inside a recorded forward"; }
   std::unique_ptr<Backend> cpu_;
   bool replay_ = false, recording_ = false;
+  GraphUseCounter uses_;
   std::map<std::vector<int64_t>, std::vector<std::function<void()>>> graphs_;
   std::vector<std::function<void()>>* rec_ = nullptr;
 };
@@ -131,6 +140,7 @@ class GraphingCpu final : public Backend {
 struct Round {
   std::vector<int32_t> tokens;
   std::vector<float> logits, hidden;
+  bool captured = false;  // Model::Outputs::graph_captured
 };
 
 // Prefills two sequences (eagerly), then runs rounds of the given per-sequence widths with `graph` set,
@@ -184,7 +194,9 @@ std::vector<Round> run(Backend& be, bool graph, const std::vector<std::vector<in
     }
     Round rd;
     Tensor hidden;
-    model->forward(m, kv, rows, Model::Outputs{&rd.logits, &sampling, &rd.tokens, &hidden, graph});
+    rd.captured = !graph;  // the model must overwrite it either way
+    model->forward(m, kv, rows,
+                   Model::Outputs{&rd.logits, &sampling, &rd.tokens, &hidden, graph, &rd.captured});
     rd.hidden = hidden.to_f32_vector();
     out.push_back(std::move(rd));
     for (int q = 0; q < 2; ++q) lens[q] += widths[i][q];
@@ -226,12 +238,42 @@ TEST(GraphForward, ReplayedRoundsGiveTheEagerBits) {
   EXPECT_EQ(replaying.replays, 5);  // 2 rows: 2 of 3; 6 rows: 3 of 4; 3 rows: none
   ASSERT_EQ(eager.size(), replayed.size());
   for (size_t i = 0; i < eager.size(); ++i) {
+    EXPECT_EQ(replayed[i].captured, i == 0 || i == 1 || i == 5) << "round " << i;  // each shape's first
     EXPECT_EQ(eager[i].tokens, replayed[i].tokens) << "round " << i;
     ASSERT_EQ(eager[i].logits.size(), replayed[i].logits.size());
     EXPECT_EQ(std::memcmp(eager[i].logits.data(), replayed[i].logits.data(), eager[i].logits.size() * 4), 0)
         << "round " << i;
     ASSERT_EQ(eager[i].hidden.size(), replayed[i].hidden.size());
     EXPECT_EQ(std::memcmp(eager[i].hidden.data(), replayed[i].hidden.data(), eager[i].hidden.size() * 4), 0)
+        << "round " << i;
+  }
+}
+
+// With the CUDA backend's default threshold, a shape's first calls run `record` eagerly, the
+// kGraphCaptureAfterUses-th captures and later ones replay: the same bits throughout, and the forward
+// reports exactly the rounds that captured (Outputs::graph_captured: the engine's timing models skip them).
+TEST(GraphForward, CaptureOnceTheShapeRecursAndReportIt) {
+  static_assert(kGraphCaptureAfterUses == 3, "the round schedule below counts on it");
+  // 2-row decodes (rounds 0, 4, 6, 8: captured at 6), 6-row verifies (1, 2, 3, 7: captured at 3), a 3-row
+  // verify once (5: eager, never captured).
+  const std::vector<std::vector<int>> widths = {{1, 1}, {2, 4}, {4, 2}, {3, 3}, {1, 1},
+                                                {1, 2}, {1, 1}, {5, 1}, {1, 1}};
+  auto cpu = make_cpu_backend();
+  GraphingCpu graphing(true, kGraphCaptureAfterUses);
+  const std::vector<Round> eager = run(*cpu, false, widths), graphed = run(graphing, true, widths);
+  EXPECT_EQ(graphing.captures, 2);
+  EXPECT_EQ(graphing.replays, 2);  // rounds 7 and 8
+  EXPECT_EQ(graphing.eager, 5);
+  ASSERT_EQ(eager.size(), graphed.size());
+  for (size_t i = 0; i < eager.size(); ++i) {
+    EXPECT_FALSE(eager[i].captured) << "round " << i;
+    EXPECT_EQ(graphed[i].captured, i == 3 || i == 6) << "round " << i;
+    EXPECT_EQ(eager[i].tokens, graphed[i].tokens) << "round " << i;
+    ASSERT_EQ(eager[i].logits.size(), graphed[i].logits.size());
+    EXPECT_EQ(std::memcmp(eager[i].logits.data(), graphed[i].logits.data(), eager[i].logits.size() * 4), 0)
+        << "round " << i;
+    ASSERT_EQ(eager[i].hidden.size(), graphed[i].hidden.size());
+    EXPECT_EQ(std::memcmp(eager[i].hidden.data(), graphed[i].hidden.data(), eager[i].hidden.size() * 4), 0)
         << "round " << i;
   }
 }

@@ -593,7 +593,7 @@ class CudaBackend final : public Backend {
 
   bool graphs_supported() const override { return true; }
 
-  void run_graph(const std::vector<int64_t>& key, const AttentionParams& attn, std::shared_ptr<const void> keep,
+  bool run_graph(const std::vector<int64_t>& key, const AttentionParams& attn, std::shared_ptr<const void> keep,
                  const std::function<void()>& record) override {
     need_meta("run_graph");
     no_capture("run_graph");
@@ -614,9 +614,15 @@ class CudaBackend final : public Backend {
       if (e->meta == dm_.tokens && e->tiles == tiles && e->attn_generation == graph_attn_ws_.generation()) {
         TF_CUDA_CHECK(cudaGraphLaunch(e->exec, stream_));
         ++graph_stats_.replays;
-        return;
+        return false;
       }
       graphs_.erase(k);  // a buffer it captured moved
+    }
+    if (!graph_uses_.use(k)) {  // a shape seen too rarely yet to pay a capture: run it eagerly
+      tiles_rpt_ = 0;           // the attention plans its own tiles, as in any eager forward
+      record();
+      ++graph_stats_.eager;
+      return false;
     }
     graph_attn_ws_.release_retired();
     if (attn_heads_ > 0)  // sized before the capture when the shape is known (no cudaMalloc inside it)
@@ -631,11 +637,13 @@ class CudaBackend final : public Backend {
     e->upload(stream_);  // the staged tiles and row indices, once
     TF_CUDA_CHECK(cudaGraphLaunch(e->exec, stream_));  // the capture itself ran nothing
     ++graph_stats_.captures;
+    return true;
   }
 
   void clear_graphs() override {
     no_capture("clear_graphs");
     graphs_.clear();
+    graph_uses_.clear();
   }
   GraphStats graph_stats() const override {
     GraphStats s = graph_stats_;
@@ -645,6 +653,10 @@ class CudaBackend final : public Backend {
   void set_graph_capacity(size_t n) {
     no_capture("set_graph_capacity");
     graphs_ = LruMap<GraphEntry>(n);
+  }
+  void set_graph_capture_after(int uses) {
+    no_capture("set_graph_capture_after");
+    graph_uses_ = GraphUseCounter(uses);
   }
   size_t free_memory() const override {
     size_t free = 0, total = 0;
@@ -756,6 +768,7 @@ class CudaBackend final : public Backend {
   GraphEntry* capture_ = nullptr;  // the graph being captured
   int attn_heads_ = 0, attn_dim_ = 0;  // the last attention's shape (sizes graph_attn_ws_ before a capture)
   LruMap<GraphEntry> graphs_{kDefaultGraphCapacity};
+  GraphUseCounter graph_uses_;  // run_graph calls per key: a key is captured once it recurs
   GraphStats graph_stats_;
   DeviceMeta dm_;
   int max_pos_ = 0;
@@ -785,6 +798,9 @@ cudaStream_t stream_of(Backend& b) {
 
 void set_graph_capacity(Backend& b, size_t n) {
   as_cuda(b).set_graph_capacity(n);
+}
+void set_graph_capture_after(Backend& b, int uses) {
+  as_cuda(b).set_graph_capture_after(uses);
 }
 
 void set_attention_min_chunks(int n) {

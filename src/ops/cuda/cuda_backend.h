@@ -21,6 +21,9 @@ void set_fused_silu_linear(bool on);
 // How many captured forwards (Backend::run_graph) the backend keeps, least recently used dropped first
 // (default 64). Drops every cached graph. For tests.
 void set_graph_capacity(Backend& b, size_t n);
+// A key is captured on its `uses`-th run_graph call, the calls before run eagerly (default
+// kGraphCaptureAfterUses, ops/graph_cache.h; 1 = capture on first use). Forgets the counts. For tests.
+void set_graph_capture_after(Backend& b, int uses);
 // Sizes every attention launch for at least `n` chunks of kAttnChunk positions (0 = the call's own count):
 // the same bits, as a captured launch sized for a chunk bucket gives. For tests.
 void set_attention_min_chunks(int n);

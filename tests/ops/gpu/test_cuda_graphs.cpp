@@ -22,6 +22,7 @@
 #include "ops/backend.h"
 #include "ops/cuda/attention_mma.h"
 #include "ops/cuda/cuda_backend.h"
+#include "ops/graph_cache.h"
 
 namespace tf {
 namespace {
@@ -116,6 +117,7 @@ class CudaGraphs : public ::testing::Test {
     std::string why;
     gpu_ = make_cuda_backend(0, &why).release();
     why_ = new std::string(why);
+    if (gpu_) cuda::set_graph_capture_after(*gpu_, 1);  // capture on first use (CaptureAfterUses tests more)
     if (gpu_) dir_ = new std::string(write_random_qwen3());
   }
   static void TearDownTestSuite() {
@@ -214,8 +216,8 @@ class CudaGraphs : public ::testing::Test {
     const Backend::GraphStats after = gpu_->graph_stats();
     EXPECT_GT(after.captures, before.captures);
     EXPECT_LE(after.cached, after.capacity);
-    EXPECT_EQ(after.captures - before.captures + after.replays - before.replays,
-              steps);  // every round graphed
+    EXPECT_EQ(after.captures - before.captures + after.replays - before.replays + after.eager - before.eager,
+              steps);  // every round went through run_graph
     last_replays_ = after.replays - before.replays;
   }
 
@@ -263,6 +265,19 @@ TEST_F(CudaGraphs, VerifyRoundsOfOtherWidthsShareAGraph) {
   const Backend::GraphStats after = gpu_->graph_stats();
   EXPECT_EQ(after.captures - before.captures, 2);  // decode (2 rows), verify (6 rows)
   EXPECT_EQ(after.replays - before.replays, 6);
+}
+
+TEST_F(CudaGraphs, CaptureOnceTheShapeRecurs) {
+  // With the default threshold a key's first kGraphCaptureAfterUses - 1 calls run eagerly (the same bits,
+  // checked by run_rounds), the next captures, the rest replay.
+  cuda::set_graph_capture_after(*gpu_, kGraphCaptureAfterUses);
+  const Backend::GraphStats before = gpu_->graph_stats();
+  run_rounds({40, 60}, kGraphCaptureAfterUses + 2);  // decode rounds of one shape
+  const Backend::GraphStats after = gpu_->graph_stats();
+  cuda::set_graph_capture_after(*gpu_, 1);
+  EXPECT_EQ(after.eager - before.eager, kGraphCaptureAfterUses - 1);
+  EXPECT_EQ(after.captures - before.captures, 1);
+  EXPECT_EQ(after.replays - before.replays, 2);
 }
 
 TEST_F(CudaGraphs, BoundedCacheStaysExact) {

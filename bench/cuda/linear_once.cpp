@@ -1,6 +1,6 @@
 // One linear shape through linear_bf16, a few launches, nothing else: a target for `ncu` (the profiler
 // needs a program whose N-th launch of a kernel is the case to look at).
-//   tf_linear_once M N K [auto|wgmma|mid|tiled|decode] [launches]
+//   tf_linear_once M N K [auto|wgmma|mid|tiled|decode] [launches] [raw|tma|tmax (wgmma producer)]
 // Prints the median time of the launches after the first.
 #include <cuda_runtime.h>
 
@@ -12,6 +12,7 @@
 
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/linear_wgmma.h"
 
 int main(int argc, char** argv) {
   using namespace tf;
@@ -28,6 +29,10 @@ int main(int argc, char** argv) {
   if (!std::strcmp(which, "tiled")) kind = cuda::LinearKernel::Tiled;
   if (!std::strcmp(which, "decode")) kind = cuda::LinearKernel::Decode;
   cuda::set_linear_kernel(kind);
+  const char* producer = argc > 6 ? argv[6] : "auto";
+  if (!std::strcmp(producer, "raw")) cuda::set_linear_wgmma_producer(cuda::WgmmaProducer::Raw);
+  if (!std::strcmp(producer, "tma")) cuda::set_linear_wgmma_producer(cuda::WgmmaProducer::Tma);
+  if (!std::strcmp(producer, "tmax")) cuda::set_linear_wgmma_producer(cuda::WgmmaProducer::TmaX);
   cudaStream_t s;
   TF_CUDA_CHECK(cudaStreamCreate(&s));
   void *x, *w, *y;
@@ -51,7 +56,7 @@ int main(int argc, char** argv) {
   }
   std::sort(ms.begin(), ms.end());
   const double med = ms[ms.size() / 2];
-  std::printf("linear M=%d N=%d K=%d (%s): %.1f us, %.0f TFLOP/s\n", m, n, k, which, med * 1e3,
+  std::printf("linear M=%d N=%d K=%d (%s, %s): %.1f us, %.0f TFLOP/s\n", m, n, k, which, producer, med * 1e3,
               2.0 * m * n * k / (med * 1e-3) / 1e12);
   return 0;
 }

@@ -603,11 +603,13 @@ void run_timing() {
                               {tf::cuda::WgmmaTile::W128T128, tf::cuda::WgmmaProducer::Tma, true},
                               {tf::cuda::WgmmaTile::W128T192, tf::cuda::WgmmaProducer::Raw, false},
                               {tf::cuda::WgmmaTile::W128T192, tf::cuda::WgmmaProducer::Raw, true},
-                              {tf::cuda::WgmmaTile::W128T192, tf::cuda::WgmmaProducer::Tma, true}};
+                              {tf::cuda::WgmmaTile::W128T192, tf::cuda::WgmmaProducer::Tma, true},
+                              {tf::cuda::WgmmaTile::W128T128, tf::cuda::WgmmaProducer::TmaX, true},
+                              {tf::cuda::WgmmaTile::W128T192, tf::cuda::WgmmaProducer::TmaX, true}};
   std::printf(
       "| producers (us, TFLOP/s): linear M N K | 64x64 cp16 noswz | cp16 | tma | 128x128 cp16 | tma | "
       "128x192 "
-      "cp16 noswz | cp16 | tma | bits == mma.sync\n");
+      "cp16 noswz | cp16 | tma | 128x128 tmax | 128x192 tmax | bits == mma.sync\n");
   for (const Lin& l : lins)
     for (int m : {64, 512, 4096}) {
       if (l.n > 100000 && m > 512) continue;

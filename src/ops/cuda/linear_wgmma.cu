@@ -36,6 +36,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "core/error.h"
@@ -53,10 +55,12 @@ constexpr int kRowGroupBytes = 256;     // SBO: 8 rows x 2 K halves x 16 bytes
 constexpr int kKHalfBytes = 128;        // LBO: the step's second 8 logical k-values
 WgmmaTile g_tile = WgmmaTile::Auto;
 WgmmaProducer g_producer = WgmmaProducer::Auto;
-// Raw tiles: 64-byte swizzled stages (set_linear_wgmma_swizzle). Off until a device run shows its bits and
-// speed: the no-swizzle layout is the one runs 16/17 verified.
-bool g_swizzle =
-    true;  // set_linear_wgmma_swizzle: the layout whose permutation stores are conflict-free (run 31)
+// Raw tiles: 64-byte swizzled stages (set_linear_wgmma_swizzle), on since run 31: with permute_row's lane
+// order their permutation stores are conflict-free (the no-swizzle layout's are 2-way).
+bool g_swizzle = true;
+// Auto's producer for the raw tiles: TmaX (x permuted once, tensor-map loads; run 32: 1.2-1.4x Raw on every
+// 8B shape from M = 512, e.g. 4096x24576x4096 2.38 -> 1.69 ms) or Raw (16-byte cp.async).
+constexpr bool kAutoTmaX = true;
 bool g_clusters = false;  // Auto considers the cluster tiles (off until the device run confirms them)
 
 template <int WGS, int BN, int CL = 1, int SP = 1>
@@ -307,7 +311,7 @@ __device__ __forceinline__ void produce_raw(const __nv_bfloat16* __restrict__ x,
                                             const __nv_bfloat16* __restrict__ w, int m, int n, int k, int m0,
                                             int n0, uint32_t sbase, uint32_t full, uint32_t empty, int c_lo,
                                             int count, uint32_t rawbar, const CUtensorMap* tmw,
-                                            const CUtensorMap* tmx) {
+                                            const CUtensorMap* tmx, bool xp) {
   using C = Cfg<WGS, BN, 1, SP>;
   constexpr int kUnits = (C::kBM + BN) / 32, kWUnits = C::kBM / 32, kAhead = C::kRawSlots - 1;
   const int pt = threadIdx.x % 128, t = pt % 4;
@@ -323,17 +327,33 @@ __device__ __forceinline__ void produce_raw(const __nv_bfloat16* __restrict__ x,
       for (int c = 0; c < count; ++c) {
         const uint32_t slot = c % C::kRawSlots;
         if (c >= C::kRawSlots) mbar_wait(rawfree + 8 * slot, ((c / C::kRawSlots) & 1) ^ 1);
-        mbar_arrive_expect_tx(rawbar + 8 * slot, C::kStage);
+        mbar_arrive_expect_tx(rawbar + 8 * slot, xp ? C::kBM * 64 : C::kStage);
         const CUtensorMap* maps[2] = {tmw, tmx};
         const int rows[2] = {n0, m0};
         const uint32_t offs[2] = {0, C::kBM * 64};
-        for (int o = 0; o < 2; ++o)
+        for (int o = 0; o < (xp ? 1 : 2); ++o)
           asm volatile(
               "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
               "%3}], [%4];" ::"r"(slots + slot * C::kStage + offs[o]),
               "l"(reinterpret_cast<uint64_t>(maps[o])), "r"((c_lo + c) * 32), "r"(rows[o]),
               "r"(rawbar + 8 * slot)
               : "memory");
+      }
+      return;
+    }
+    if (xp && pt == 32) {
+      // x pre-permuted (permute_x): its 64-byte chunk rows are the stage rows, so one tensor-map load with
+      // the 64-byte swizzle writes them into the stage as the permuters would. The stage must be free first.
+      asm volatile("griddepcontrol.wait;" ::: "memory");
+      for (int c = 0; c < count; ++c) {
+        const int s = c % C::kStages;
+        if (c >= C::kStages) mbar_wait(empty + 8 * s, ((c / C::kStages) & 1) ^ 1);
+        mbar_arrive_expect_tx(full + 8 * s, BN * 64);
+        asm volatile(
+            "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
+            "%3}], [%4];" ::"r"(sbase + s * C::kStage + 2 * C::kWStep),
+            "l"(reinterpret_cast<uint64_t>(tmx)), "r"((c_lo + c) * 32), "r"(m0), "r"(full + 8 * s)
+            : "memory");
       }
       return;
     }
@@ -350,12 +370,14 @@ __device__ __forceinline__ void produce_raw(const __nv_bfloat16* __restrict__ x,
       if (c >= C::kStages) mbar_wait(empty + 8 * s, ((c / C::kStages) & 1) ^ 1);
       const uint32_t st = sbase + s * C::kStage;
       const uint32_t rs = slots + slot * C::kStage + q0 * 64 + t * 16;
-      permute_units<kPUnits>(
-          [&](int j) { return rs + j * 16 * 64; },
-          [&](int j, int h) {
-            return (j < kPW ? st + j * 16 * 64 : st + 2 * C::kWStep + (j - kPW) * 16 * 64) +
-                   (h ? off1 : off0);
-          });
+      const auto src = [&](int j) { return rs + j * 16 * 64; };
+      const auto dst = [&](int j, int h) {
+        return (j < kPW ? st + j * 16 * 64 : st + 2 * C::kWStep + (j - kPW) * 16 * 64) + (h ? off1 : off0);
+      };
+      if (xp)  // only W's rows: x came into the stage by its own tensor-map load
+        permute_units<kPW>(src, dst);
+      else
+        permute_units<kPUnits>(src, dst);
       fence_proxy_async();
       mbar_arrive(full + 8 * s);
       mbar_arrive(rawfree + 8 * slot);
@@ -524,7 +546,7 @@ __global__ void __launch_bounds__(Cfg<WGS, BN, CL, SP>::kThreads, 1)
     linear_wgmma_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
                         const void* __restrict__ bias, int bias_kind, void* __restrict__ y, bool y_f32, int m,
                         int n, int k, int m_tiles, const __grid_constant__ CUtensorMap tmw,
-                        const __grid_constant__ CUtensorMap tmx) {
+                        const __grid_constant__ CUtensorMap tmx, bool xp) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using C = Cfg<WGS, BN, CL, SP>;
   static_assert(!TMA || C::kRaw, "TMA feeds the raw-staging producer");
@@ -545,7 +567,7 @@ __global__ void __launch_bounds__(Cfg<WGS, BN, CL, SP>::kThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < C::kStages; ++s) {
       // producer threads' arrives (+ the expect_tx for the peer's bytes; TMA: the 64 permuters)
-      mbar_init(full + 8 * s, TMA ? 64 : 128 + (CL == 2));
+      mbar_init(full + 8 * s, TMA ? 64 + (xp ? 1 : 0) : 128 + (CL == 2));  // xp: + x's expect_tx arrive
       mbar_init(empty + 8 * s, 4 * WGS * CL);  // lane 0 of every consumer warp (of both CTAs)
       if constexpr (CL == 2) mbar_init(half + 8 * s, 128);
     }
@@ -572,7 +594,7 @@ __global__ void __launch_bounds__(Cfg<WGS, BN, CL, SP>::kThreads, 1)
     if constexpr (WGS == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 56;");
     if constexpr (C::kRaw)
       produce_raw<WGS, BN, SP, TMA, SWZ>(x, w, m, n, k, m0, n0, sbase, full, empty, c_lo, c_hi - c_lo, half,
-                                         &tmw, &tmx);
+                                         &tmw, &tmx, xp);
     else
       produce<WGS, BN, CL, SP>(x, w, m, n, k, m0, n0, sbase, full, empty, half, rank, c_lo, c_hi - c_lo);
     if constexpr (SP == 2) cluster_sync();  // pairs with the consumers' barrier before the fold
@@ -608,19 +630,71 @@ EncodeTiled encode_tiled() {
 }
 
 // A [rows, k] bf16 row-major matrix as 2D tensor map with boxes of 32 elements (one chunk) x box_rows.
-bool make_map(CUtensorMap* map, const void* base, int rows, int k, int box_rows) {
+bool make_map(CUtensorMap* map, const void* base, int rows, int k, int box_rows,
+              CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_NONE) {
   const EncodeTiled fn = encode_tiled();
   if (!fn || reinterpret_cast<uintptr_t>(base) % 16 != 0) return false;
   const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)}, strides[1] = {cuuint64_t(k) * 2};
   const cuuint32_t box[2] = {32, cuuint32_t(box_rows)}, elem[2] = {1, 1};
   return fn(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box, elem,
-            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+            CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// x with each 32-chunk's 8-byte pieces in stage order: P0 P2 P4 P6 | P1 P3 P5 P7 (piece i = k 4i..4i+3), i.e.
+// step 0's k-values (unit t's first 8 bytes, t = 0..3) then step 1's: the raw producer's permutation done
+// once for the whole x instead of in every CTA that reads the tile (WgmmaProducer::TmaX). One thread a
+// 64-byte chunk.
+__global__ void permute_x_kernel(const uint4* x, uint4* xp, int64_t chunks) {
+  pdl_enter();
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= chunks) return;
+  const uint4 a = ld_act16(x + 4 * i), b = ld_act16(x + 4 * i + 1), c = ld_act16(x + 4 * i + 2),
+              d = ld_act16(x + 4 * i + 3);
+  xp[4 * i] = make_uint4(a.x, a.y, b.x, b.y);
+  xp[4 * i + 1] = make_uint4(c.x, c.y, d.x, d.y);
+  xp[4 * i + 2] = make_uint4(a.z, a.w, b.z, b.w);
+  xp[4 * i + 3] = make_uint4(c.z, c.w, d.z, d.w);
+}
+
+// The permuted copy of x, in a buffer per (device, stream) that only grows: calls on one stream reuse it in
+// stream order; two streams (two backends, a draft model's and the target's) never share one. Null while
+// the stream is capturing a graph (no allocation there) or when x is not 16-byte aligned.
+const void* permuted_x(const void* x, int m, int k, cudaStream_t s) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &st) != cudaSuccess || st != cudaStreamCaptureStatusNone ||
+      reinterpret_cast<uintptr_t>(x) % 16 != 0)
+    return nullptr;
+  struct Buf {
+    void* p = nullptr;
+    size_t cap = 0;
+  };
+  static std::mutex mu;
+  static std::map<std::pair<int, cudaStream_t>, Buf> bufs;
+  int dev = 0;
+  TF_CUDA_CHECK(cudaGetDevice(&dev));
+  const size_t bytes = size_t(m) * k * 2;
+  void* p = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    Buf& b = bufs[{dev, s}];
+    if (bytes > b.cap) {
+      if (b.p) TF_CUDA_CHECK(cudaFree(b.p));  // waits for the work that may still read it
+      b.cap = bytes + bytes / 4;
+      TF_CUDA_CHECK(cudaMalloc(&b.p, b.cap));
+    }
+    p = b.p;
+  }
+  const int64_t chunks = int64_t(m) * (k / 32);
+  launch_pdl(permute_x_kernel, unsigned((chunks + 255) / 256), 256, 0, s, static_cast<const uint4*>(x),
+             static_cast<uint4*>(p), chunks);
+  return p;
 }
 
 template <int WGS, int BN, int CL, int SP, bool TMA, bool SWZ>
 void launch_with(const void* x, const void* w, const void* bias, int bias_kind, void* y, bool y_f32, int m,
-                 int n, int k, cudaStream_t s, const CUtensorMap& tmw, const CUtensorMap& tmx) {
+                 int n, int k, cudaStream_t s, const CUtensorMap& tmw, const CUtensorMap& tmx,
+                 bool xp = false) {
   using C = Cfg<WGS, BN, CL, SP>;
   static const bool configured = [] {
     TF_CUDA_CHECK(cudaFuncSetAttribute(linear_wgmma_kernel<WGS, BN, CL, SP, TMA, SWZ>,
@@ -633,7 +707,7 @@ void launch_with(const void* x, const void* w, const void* bias, int bias_kind, 
   const auto* wb = static_cast<const __nv_bfloat16*>(w);
   if constexpr (CL == 1 && SP == 1) {
     launch_pdl(linear_wgmma_kernel<WGS, BN, 1, 1, TMA, SWZ>, dim3(m_tiles * n_tiles), dim3(C::kThreads),
-               C::kSmem, s, xb, wb, bias, bias_kind, y, y_f32, m, n, k, m_tiles, tmw, tmx);
+               C::kSmem, s, xb, wb, bias, bias_kind, y, y_f32, m, n, k, m_tiles, tmw, tmx, xp);
   } else {  // clusters: two weight tiles (CL; an odd last one computes clamped rows, all masked) or one
             // tile twice (SP)
     cudaLaunchConfig_t cfg{};
@@ -645,7 +719,7 @@ void launch_with(const void* x, const void* w, const void* bias, int bias_kind, 
     attr[0].val.clusterDim.x = 2, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
     cfg.attrs = attr, cfg.numAttrs = 1;
     TF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, linear_wgmma_kernel<WGS, BN, CL, SP, TMA, SWZ>, xb, wb, bias,
-                                     bias_kind, y, y_f32, m, n, k, m_tiles, tmw, tmx));
+                                     bias_kind, y, y_f32, m, n, k, m_tiles, tmw, tmx, xp));
   }
 }
 
@@ -659,6 +733,12 @@ void launch(const void* x, const void* w, const void* bias, int bias_kind, void*
   if constexpr (C::kRaw && SP == 2) {  // the split tiles: 16-byte cp.async, swizzled (fewer kernels)
     return launch_with<WGS, BN, CL, SP, false, true>(x, w, bias, bias_kind, y, y_f32, m, n, k, s, tmw, tmx);
   } else if constexpr (C::kRaw) {
+    if (g_producer == WgmmaProducer::TmaX || (g_producer == WgmmaProducer::Auto && kAutoTmaX)) {
+      const void* xp = permuted_x(x, m, k, s);  // null inside a graph capture: the raw path below
+      if (xp && make_map(&tmw, w, n, k, C::kBM) && make_map(&tmx, xp, m, k, BN, CU_TENSOR_MAP_SWIZZLE_64B))
+        return launch_with<WGS, BN, CL, SP, true, true>(x, w, bias, bias_kind, y, y_f32, m, n, k, s, tmw, tmx,
+                                                        true);
+    }
     if (g_swizzle && g_producer == WgmmaProducer::Tma && make_map(&tmw, w, n, k, C::kBM) &&
         make_map(&tmx, x, m, k, BN))
       return launch_with<WGS, BN, CL, SP, true, true>(x, w, bias, bias_kind, y, y_f32, m, n, k, s, tmw, tmx);
@@ -733,6 +813,8 @@ const char* wgmma_producer_name(WgmmaProducer producer) {
       return "cp16";
     case WgmmaProducer::Tma:
       return "tma";
+    case WgmmaProducer::TmaX:
+      return "tmax";
   }
   return "?";
 }

@@ -48,9 +48,11 @@ WgmmaTile linear_wgmma_auto_tile(int m, int n);
 void set_linear_wgmma_clusters(bool on);
 // How tiles that stage raw rows (all but 128x256 and the C2 clusters, which copy 8-byte pieces straight
 // into the wgmma layout) get them: Raw = 16-byte cp.async, Tma = 2D tensor-map loads (throws if a map
-// does not encode: pointers must be 16-byte aligned). Auto = Raw until the TMA path is measured
-// (linear_wgmma.cu launch()). The S2 tiles always use 16-byte cp.async. Same bits.
-enum class WgmmaProducer { Auto, Raw, Tma };
+// does not encode: pointers must be 16-byte aligned), TmaX = x permuted once per call by a small kernel
+// into the stage order, then tensor-map loads straight into the swizzled stages (only W goes through the
+// raw hop; Raw inside a graph capture, which cannot allocate its buffer). Auto = TmaX (run 32: 1.2-1.4x
+// Raw from M = 512). The S2 tiles always use 16-byte cp.async. Same bits.
+enum class WgmmaProducer { Auto, Raw, Tma, TmaX };
 void set_linear_wgmma_producer(WgmmaProducer producer);
 // Raw tiles stage in wgmma's 64-byte swizzle (on, the default since run 31: with permute_row's lane order
 // its permutation stores are conflict-free, the no-swizzle layout's are 2-way) or in the no-swizzle

@@ -63,6 +63,7 @@ struct Shape {
 // The producers the raw-staging tiles run with (TMA has its own tests, last).
 const std::vector<cuda::WgmmaProducer> kCp16 = {cuda::WgmmaProducer::Raw};
 const std::vector<cuda::WgmmaProducer> kTma = {cuda::WgmmaProducer::Tma};
+const std::vector<cuda::WgmmaProducer> kTmaX = {cuda::WgmmaProducer::TmaX};
 
 void check_shape(const Shape& sh, const std::vector<cuda::WgmmaTile>& tiles = kTiles,
                  const std::vector<cuda::WgmmaProducer>& producers = kCp16) {
@@ -207,6 +208,17 @@ TEST_F(CudaWgmma, TmaProducerRowsEqualDecode) {
   check_shape({all_ms(), 1040, 1120, false, 2}, kRawTiles, kTma);  // partial weight tiles: zero-filled rows
   check_shape({{64, 77, 300}, 1000, 96, true, 1}, kRawTiles, kTma);
   check_shape({{65, 129}, 40, 4096, false, 2}, kRawTiles, kTma);
+}
+
+// x permuted once per call (permute_x_kernel) and loaded by a swizzled tensor map straight into the
+// stages; only W takes the raw hop.
+TEST_F(CudaWgmma, PermutedXProducerRowsEqualDecode) {
+  cuda::set_linear_wgmma_swizzle(true);
+  check_shape({all_ms(), 4096, 4096, false, 0}, kRawTiles, kTmaX);
+  check_shape({all_ms(), 4096, 12288, true, 1}, kRawTiles, kTmaX);
+  check_shape({all_ms(), 1040, 1120, false, 2}, kRawTiles, kTmaX);  // partial tiles: zero-filled rows
+  check_shape({{64, 77, 300}, 1000, 96, true, 1}, kRawTiles, kTmaX);
+  check_shape({{65, 129}, 40, 4096, false, 2}, kRawTiles, kTmaX);
 }
 
 // The raw tiles with 64-byte swizzled stages (16-byte cp.async; the default layout is the no-swizzle one).

@@ -272,7 +272,7 @@ TEST_F(CudaGraphs, CaptureOnceTheShapeRecurs) {
   // checked by run_rounds), the next captures, the rest replay.
   cuda::set_graph_capture_after(*gpu_, kGraphCaptureAfterUses);
   const Backend::GraphStats before = gpu_->graph_stats();
-  run_rounds({40, 60}, kGraphCaptureAfterUses + 2);  // decode rounds of one shape
+  run_rounds({40, 60}, kGraphCaptureAfterUses + 2, [](int, int) { return 0; });  // decodes of one shape
   const Backend::GraphStats after = gpu_->graph_stats();
   cuda::set_graph_capture_after(*gpu_, 1);
   EXPECT_EQ(after.eager - before.eager, kGraphCaptureAfterUses - 1);

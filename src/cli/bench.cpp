@@ -31,7 +31,7 @@ struct BenchArgs {
   int max_draft = 4;                    // --drafter replay: the longest proposal
   bool sweep = false;                   // --drafter replay: every k from 1 to max_draft
   std::string draft_guard = "on";       // EngineOptions::draft_guard
-  std::string cuda_graphs = "off";      // EngineOptions::cuda_graphs
+  std::string cuda_graphs = "on";       // EngineOptions::cuda_graphs
 };
 
 // A file the model is asked to quote (repetitive work), and an open prompt (free continuation).

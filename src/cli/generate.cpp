@@ -15,7 +15,7 @@ namespace tf::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string model, prompt, chat, system, backend = "auto", cuda_graphs = "off";
+  std::string model, prompt, chat, system, backend = "auto", cuda_graphs = "on";
   int max_tokens = 256, context = 0;
   std::optional<float> temperature, top_p, min_p;
   std::optional<int> top_k;

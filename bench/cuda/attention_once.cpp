@@ -1,0 +1,40 @@
+// One prefill attention call (a prompt of N tokens, Qwen3-8B heads), a few launches: a target for `ncu`.
+//   tf_attention_once [N] [launches]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "bench_common.h"
+#include "ops/cuda/cuda_backend.h"
+
+int main(int argc, char** argv) {
+  using namespace tf;
+  const int n = argc > 1 ? std::atoi(argv[1]) : 4096, launches = argc > 2 ? std::max(2, std::atoi(argv[2])) : 3;
+  constexpr int kHeads = 32, kKvHeads = 8, kDim = 128;
+  std::string why;
+  auto be = make_cuda_backend(0, &why);
+  if (!be) {
+    std::fprintf(stderr, "no CUDA backend: %s\n", why.c_str());
+    return 1;
+  }
+  BatchMeta meta = bench::prefill_meta(n);
+  int blocks = 0;
+  for (const auto& t : meta.block_tables)
+    for (int b : t) blocks = std::max(blocks, b + 1);
+  KvLayer kv{be->alloc({blocks, meta.block_size, kKvHeads, kDim}, DType::BF16),
+             be->alloc({blocks, meta.block_size, kKvHeads, kDim}, DType::BF16)};
+  Tensor q = be->alloc({n, kHeads, kDim}, DType::BF16), o = be->alloc({n, kHeads, kDim}, DType::BF16);
+  cuda::fill_uniform(*be, q, 1, -1.f, 1.f);
+  cuda::fill_uniform(*be, kv.k, 2, -1.f, 1.f);
+  cuda::fill_uniform(*be, kv.v, 3, -1.f, 1.f);
+  const AttentionParams ap{kHeads, kKvHeads, kDim, 1.f / std::sqrt(float(kDim)), 0, 0.f};
+  be->begin_forward(meta);
+  const double ms = bench::time_ms(cuda::stream_of(*be), [&] { be->attention(q, kv, ap, o); }, 1, launches - 1);
+  const double flop = 2.0 * double(n) * n * kHeads * kDim;  // causal: QK and PV over half the square
+  std::printf("prefill attention N=%d: %.3f ms, %.1f TFLOP/s\n", n, ms, flop / (ms * 1e-3) / 1e12);
+  return 0;
+}

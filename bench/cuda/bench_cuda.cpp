@@ -479,6 +479,14 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
       const double t_allfused = time_graph_ms(
           s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g0);
       force_v9_fusions(false);
+      cuda::set_fused_silu_linear(true);  // each fusion alone: with dependent launch a kernel boundary costs more
+      const double t_silu = time_graph_ms(
+          s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g0);
+      cuda::set_fused_silu_linear(false);
+      cuda::set_fused_norm_linear(true);
+      const double t_norm = time_graph_ms(
+          s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g0);
+      cuda::set_fused_norm_linear(false);
       be.begin_forward(meta);
       const double t1 = time_graph_ms(
           s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g1);
@@ -492,9 +500,10 @@ void run_shape(Backend& be, cublasHandle_t h, const Shape& sh, const Ceilings& c
       out->push_back({std::string(sh.name) + " " + what, t1, t2, floor_ms, double(batch)});
       std::printf(
           "%s: ours %.3f ms (eager %.3f, all-plain linear %.3f, no dependent launch %.3f, separate "
-          "norm/rope/kv-write %.3f, no qkv fusion %.3f, + norm/silu/short-attention fusions %.3f) cuBLAS %.3f ms "
+          "norm/rope/kv-write %.3f, no qkv fusion %.3f, + norm/silu/short-attention fusions %.3f, + silu fusion "
+          "%.3f, + norm fusion %.3f) cuBLAS %.3f ms "
           "floor %.3f ms\n",
-          what, t1, t_eager, t_plain, t_nopdl, t_sep, t_unfused, t_allfused, t2, floor_ms);
+          what, t1, t_eager, t_plain, t_nopdl, t_sep, t_unfused, t_allfused, t_silu, t_norm, t2, floor_ms);
     }
   }
   // Attention alone at the largest decode batch (KV-bound).

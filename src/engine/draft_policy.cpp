@@ -113,12 +113,37 @@ int DraftGuard::bucket_of(int streams) {
 }
 
 DraftGuard::Bucket& DraftGuard::bucket(int streams) {
-  auto [it, fresh] = buckets_.try_emplace(bucket_of(streams));
+  const int key = bucket_of(streams);
+  auto [it, fresh] = buckets_.try_emplace(key);
   if (fresh) {
-    it->second.backoff = o_.backoff;
-    it->second.probe_every = o_.probe_every;
+    Bucket& b = it->second;
+    b.backoff = o_.backoff;
+    b.probe_every = o_.probe_every;
+    // A round of one stream more or fewer costs about the same: where drafting lost there, it starts off
+    // here, with a drafted probe after one base backoff (or at once, after a workload change).
+    for (int k : {key + 1, key - 1}) {
+      auto n = buckets_.find(k);
+      if (n == buckets_.end() || n->second.drafting) continue;
+      b.drafting = false;
+      b.next_probe = o_.backoff;
+      break;
+    }
   }
   return it->second;
+}
+
+// Drafting lost: off until the next drafted probe, at least one backoff (doubling while it keeps losing)
+// and at least long enough that the probe's expected loss stays within probe_budget of the rounds between.
+void DraftGuard::back_off(Bucket& b) {
+  int wait = b.backoff;
+  const double on = b.on.rate(), off = b.off.rate();
+  if (on > 0 && off > on && o_.probe_budget > 0) {
+    const double loss = o_.probe_rounds * (off / on - 1) / o_.probe_budget;
+    wait = int(std::clamp(loss, double(wait), double(std::max(o_.max_backoff, wait))));
+  }
+  b.off_since = b.rounds;
+  b.next_probe = b.rounds + wait;
+  b.backoff = std::min(2 * b.backoff, o_.max_backoff);
 }
 
 bool DraftGuard::allow(int streams) {
@@ -153,6 +178,12 @@ bool DraftGuard::allows_next(int streams) const {
 std::optional<DraftGuard::Change> DraftGuard::observe(int streams, int tokens, double seconds, bool drafted) {
   if (streams <= 0 || seconds <= 0) return std::nullopt;
   Bucket& b = bucket(streams);
+  // New streams' first drafted round also pays the MTP head's catch-up over their prompts: a cost of the
+  // streams, not of drafting, which would otherwise weigh on the first verdict (at T = 0 too).
+  if (drafted && b.skip_drafted) {
+    b.skip_drafted = false;
+    return std::nullopt;
+  }
   for (Side* s : {&b.on, &b.off}) {
     s->tokens *= o_.decay;
     s->seconds *= o_.decay;
@@ -166,13 +197,20 @@ std::optional<DraftGuard::Change> DraftGuard::observe(int streams, int tokens, d
   if (drafted) ++b.on_fresh;
   if (b.probe_left > 0) {
     ++probe_rounds_;
-    return --b.probe_left == 0 ? end_probe(b, streams) : std::nullopt;
+    --b.probe_left;
+    // A drafted probe losing far beyond noise ends now (it cannot turn drafting on but by luck).
+    if (!b.drafting && b.probe_left > 0 && b.on_fresh >= o_.min_rounds &&
+        b.on.rate() < b.off.rate() * (1 - o_.probe_abort))
+      b.probe_left = 0;
+    return b.probe_left == 0 ? end_probe(b, streams) : std::nullopt;
   }
   // Drafting, with a recent serial rate to compare against: judged every drafted round once there are
   // enough of them that one slow round (noise) cannot decide.
-  if (b.drafting && drafted && b.on_fresh >= o_.min_rounds && b.off.weight > 0.5 &&
-      b.on.rate() < b.off.rate() * (1 - o_.margin))
-    return turn(b, false, streams);
+  // A loss far beyond noise (probe_abort) is judged after half as many rounds.
+  if (b.drafting && drafted && b.off.weight > 0.5 && b.on.rate() < b.off.rate() * (1 - o_.margin)) {
+    const bool clear = b.on.rate() < b.off.rate() * (1 - o_.probe_abort);
+    if (b.on_fresh >= (clear ? std::max(1, o_.min_rounds / 2) : o_.min_rounds)) return turn(b, false, streams);
+  }
   return std::nullopt;
 }
 
@@ -186,9 +224,7 @@ std::optional<DraftGuard::Change> DraftGuard::end_probe(Bucket& b, int streams) 
   }
   // A drafted probe: on only when it clearly wins (rounds where the drafter proposed nothing do not count).
   if (b.on_fresh > 0 && b.on.rate() > b.off.rate() * (1 + o_.margin)) return turn(b, true, streams);
-  b.off_since = b.rounds;
-  b.next_probe = b.rounds + b.backoff;
-  b.backoff = std::min(2 * b.backoff, o_.max_backoff);
+  back_off(b);
   return std::nullopt;
 }
 
@@ -200,15 +236,17 @@ std::optional<DraftGuard::Change> DraftGuard::turn(Bucket& b, bool on, int strea
   if (on) {
     b.probe_every = o_.probe_every;
   } else {
-    b.off_since = b.rounds;
-    b.next_probe = b.rounds + b.backoff;
-    b.backoff = std::min(2 * b.backoff, o_.max_backoff);
+    back_off(b);
   }
   return Change{on, streams, b.on.rate(), b.off.rate()};
 }
 
 void DraftGuard::workload_changed() {
   for (auto& [key, b] : buckets_) {
+    // Drafting is judged on drafted rounds of the new workload only: the drafted rate forgotten over a
+    // serial stretch would otherwise be set by the first new round (which pays the MTP head's catch-up).
+    b.on_fresh = 0;
+    b.skip_drafted = true;
     if (b.drafting || b.probe_left > 0) continue;
     // The current off period ends no later than one base backoff after it began (and not before the next
     // round but one: the drafter's inputs are asked for a round ahead).

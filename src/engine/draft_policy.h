@@ -56,7 +56,10 @@ int choose_draft_length(DraftStats& s, double row_cost, int max_k, double draft_
 // `margin`, drafting (every source) is switched off
 // for that stream count for a backoff period that doubles while it keeps losing; short drafted probe
 // windows then check whether it pays again (as do serial probes, rarer and rarer, while it is on). New
-// streams reset the backoff, so a change of workload (e.g. greedy streams arriving) is noticed soon.
+// streams reset the backoff, so a change of workload (e.g. greedy streams arriving) is noticed soon. The
+// backoff also grows with the measured loss (probe_budget), a probe that loses badly ends early
+// (probe_abort), and a stream count seen for the first time starts off when the count next to it is off
+// (streams finishing one by one would otherwise pay a first window at every count).
 struct DraftGuardOptions {
   double decay = 0.95;   // forgetting per measured round of the same stream count
   double margin = 0.04;  // relative difference taken as noise (hysteresis both ways)
@@ -66,6 +69,13 @@ struct DraftGuardOptions {
   int max_backoff = 1024;
   int probe_every = 64;  // while drafting: rounds between serial probes; doubles while drafting wins
   int max_probe_every = 1024;
+  // What a drafted probe may cost: when drafting loses, the next probe waits at least until its expected
+  // loss (probe_rounds x (serial rate / drafted rate - 1) round-equivalents) is this fraction of the rounds
+  // in between (up to max_backoff). At 0.9x a 16-round probe costs 1.8 rounds: 356 rounds apart, not 64.
+  double probe_budget = 0.005;
+  // A drafted probe ends early, still off, once it has min_rounds drafted rounds and they deliver less
+  // than serial by this much (far beyond noise: such a probe could only have turned drafting on by luck).
+  double probe_abort = 0.1;
 };
 
 class DraftGuard {
@@ -105,9 +115,11 @@ class DraftGuard {
     int64_t off_since = 0;   // while off: round at which the current off period began
     int probe_left = 0;      // rounds left in the current probe window (of the other state)
     int on_fresh = 0;        // drafted samples since drafting was last (re)judged
+    bool skip_drafted = true;  // the next drafted round is not measured (new streams: the head catches up)
     int backoff = 0, probe_every = 0;
   };
   Bucket& bucket(int streams);
+  void back_off(Bucket& b);
   std::optional<Change> end_probe(Bucket& b, int streams);
   std::optional<Change> turn(Bucket& b, bool on, int streams);
   DraftGuardOptions o_;

@@ -155,6 +155,73 @@ TEST(DraftGuard, DraftedRoundsAreAnnouncedARoundAhead) {
   EXPECT_EQ(sim.unannounced, 0);
 }
 
+// Streams finishing one by one: a stream count next to one where drafting lost starts off, instead of
+// paying a first window of drafted rounds at every count of the tail.
+TEST(DraftGuard, NewStreamCountStartsOffNextToALosingOne) {
+  Sim sim;
+  sim.run(kSlower, 200);
+  ASSERT_EQ(sim.guard.buckets_off(), 1);
+  Workload seven = kSlower;
+  seven.streams = 7;
+  sim.reset_totals();
+  sim.run(seven, 30);
+  EXPECT_EQ(sim.drafted_rounds, 0);
+  EXPECT_EQ(sim.guard.buckets_off(), 2);
+  // Not next to it: judged afresh (drafting starts on; a serial probe after min_rounds measures serial).
+  Workload three = kFaster;
+  three.streams = 3;
+  sim.reset_totals();
+  sim.run(three, 30);
+  EXPECT_GT(sim.drafted_rounds, DraftGuardOptions{}.min_rounds);
+}
+
+// The deeper drafting loses, the longer until the next drafted probe; a probe losing far beyond noise ends
+// early; and both still come back within max_backoff when drafting pays again.
+TEST(DraftGuard, BackoffGrowsWithTheLoss) {
+  const Workload mild{8, 1e-3, 1.1e-3, 1.0, 0.0};  // 0.91x
+  const Workload deep{8, 1e-3, 2e-3, 1.0, 0.0};    // 0.5x
+  Sim a, b;
+  a.run(mild, 1000);
+  b.run(deep, 1000);
+  EXPECT_EQ(a.guard.buckets_off(), 1);
+  EXPECT_EQ(b.guard.buckets_off(), 1);
+  EXPECT_LT(b.drafted_rounds, a.drafted_rounds);
+  // 0.5x: the first window (min_rounds measured, the first round not: new streams) and no probe within
+  // 1000 rounds (16 x 1.0 / probe_budget 0.005 > max_backoff).
+  EXPECT_LE(b.drafted_rounds, DraftGuardOptions{}.min_rounds + 1);
+  b.reset_totals();
+  b.run(kFaster, 1100);
+  EXPECT_EQ(b.guard.buckets_off(), 0);
+}
+
+TEST(DraftGuard, ALosingProbeEndsEarly) {
+  const Workload deep{8, 1e-3, 2e-3, 1.0, 0.0};
+  DraftGuardOptions o;
+  o.max_backoff = o.backoff;  // probes every 64 rounds whatever the loss
+  o.probe_budget = 0;
+  Sim sim;
+  sim.guard = DraftGuard(o);
+  sim.run(deep, 64 * 10);
+  // Each probe stops after min_rounds drafted rounds instead of probe_rounds.
+  EXPECT_LT(double(sim.drafted_rounds), 10.0 * (o.min_rounds + 1));
+  EXPECT_GT(sim.drafted_rounds, 3 * o.min_rounds);
+}
+
+// New streams: their first drafted round (the head's catch-up over their prompts) is not measured, and
+// drafting is judged on drafted rounds of the new workload only.
+TEST(DraftGuard, FirstDraftedRoundOfNewStreamsIsNotMeasured) {
+  DraftGuard g;
+  for (int i = 0; i < 100; ++i) g.observe(8, 8, 1e-3, false);
+  g.workload_changed();
+  EXPECT_TRUE(g.allow(8));
+  EXPECT_FALSE(g.observe(8, 8, 50e-3, true));  // 50x slower: a catch-up, not drafting
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_TRUE(g.allow(8));
+    EXPECT_FALSE(g.observe(8, 16, 1.2e-3, true)) << i;  // 1.67x
+  }
+  EXPECT_EQ(g.buckets_off(), 0);
+}
+
 TEST(DraftGuard, BucketsKeyTheStreamCount) {
   for (int n = 1; n <= 8; ++n) EXPECT_EQ(DraftGuard::bucket_of(n), n);
   EXPECT_EQ(DraftGuard::bucket_of(9), DraftGuard::bucket_of(11));

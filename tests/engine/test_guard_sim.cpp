@@ -1,0 +1,265 @@
+// A deterministic simulation of `tensorfold bench --drafter auto` on the demo model (H200, CUDA graphs on):
+// the engine's real speed policy (DraftGuard, CostModel, choose_draft_length from draft_policy.h) decides
+// every round, and a cost model calibrated to runs 34-35 (bench/cuda/results) says how long the round took
+// on a fake clock. Issue #7: drafting must never make a stream slower than serial beyond noise (>= 0.95x);
+// where it wins (T = 0) it must keep winning. Fake clock, fixed seeds: runs under the sanitizers too.
+//
+// What a round costs (seconds), as the engine sees it:
+// - a decode round of n streams replays its CUDA graph: serial0 + per_stream·n (0.235 ms at 8 streams,
+//   34k tok/s; 0.196 ms at 1 stream, 5.1k tok/s);
+// - every extra verify row adds `row`; a forward whose shape (its row count) was not seen twice before
+//   runs eagerly (+`eager`), and the third use captures the graph (+`capture`; the engine feeds such a
+//   round to neither the guard nor the cost model: Model::Outputs::graph_captured);
+// - a round where some stream drafted pays host work (`drafted_fixed`: hidden-state copy, verification
+//   bookkeeping) plus one MTP head forward and host sample per chained draft (`mtp_step`); the first
+//   drafted round after a gap pays the head's catch-up (`catch_up`);
+// - drafts are accepted token by token with the text's acceptance (a run of hits, then a miss).
+// Workloads: context copies (n-gram lookup) find a match with probability `match` (repetitive text: often,
+// proposing long drafts), otherwise the MTP head drafts (at most 3). The bench runs a serial warm-up, then
+// per workload serial and drafted runs on the same engine (guard and graph cache carry over).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <vector>
+
+#include "engine/draft_policy.h"
+
+namespace tf {
+namespace {
+
+struct Costs {
+  double serial0 = 0.190e-3, per_stream = 0.0056e-3;  // graphed decode round
+  double row = 0.003e-3;                              // an extra verify row
+  double eager = 0.06e-3;                             // a forward whose shape is not captured yet
+  double capture = 0.4e-3;                            // stream capture + instantiation (unmeasured)
+  double drafted_fixed = 0.06e-3;                     // host work of a drafted round
+  double mtp_step = 0.015e-3;                         // one chained MTP head forward + host sample
+  double catch_up = 0.08e-3;                          // the head's catch-up after a gap (<= 64 rows)
+  double prompt_catch_up = 0.5e-3;                    // its first catch-up: the 128-token prompt
+};
+
+struct Text {
+  const char* name;
+  double match;   // probability that context copies find a match for a stream in a round
+  double full;    // probability that a match runs as far as the stream may draft (else 1.. that many)
+  // Acceptance per drafted token comes in phases: a stream is "in a repeat" (p_in) or not (p_out), and
+  // leaves or enters one with probability `flip` per round. Context copies and the head share the phase.
+  double p_in, p_out, flip, mtp;  // mtp: the head's acceptance relative to the phase's
+};
+
+// Calibrated to runs 34-35 (mean accepted/drafted 0.9 at T = 0, 0.57 at T = 0.7 on repetitive text).
+const Text kRepetitiveT0{"repetitive", 0.95, 0.9, 0.97, 0.9, 0.05, 0.95};
+const Text kFreeT0{"free", 0.9, 0.9, 0.95, 0.8, 0.1, 1.0};
+const Text kRepetitiveT07{"repetitive", 0.7, 0.5, 0.85, 0.25, 0.1, 0.8};
+const Text kFreeT07{"free", 0.05, 0.3, 0.6, 0.2, 0.1, 1.0};
+
+uint64_t splitmix(uint64_t& s) {
+  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+double uniform(uint64_t& s) { return double(splitmix(s) >> 11) / double(1ull << 53); }
+
+struct Run {
+  double seconds = 0;
+  int64_t tokens = 0, rounds = 0, drafted_rounds = 0, drafted = 0, accepted = 0, captures = 0;
+};
+
+struct Stream {
+  DraftStats ngram, model;
+  int generated = 1;  // the first token came from the prompt's round
+  bool in_repeat = false;
+  uint64_t rng;
+};
+
+// One engine (guard, cost model, graph cache) across the bench's runs.
+class Engine {
+ public:
+  // guarded = false: no DraftGuard (every stream drafts whatever choose_draft_length says), the reference.
+  Engine(const Costs& c, const DraftGuardOptions& o, bool guarded) : c_(c), guarded_(guarded), guard_(o), cost_(0.05) {}
+
+  Run run(const Text& t, int n, int tokens, bool draft, uint64_t seed) {
+    std::vector<Stream> streams(n);
+    for (int i = 0; i < n; ++i) {
+      streams[i].rng = seed * 1000 + i;
+      streams[i].in_repeat = uniform(streams[i].rng) < 0.5;
+    }
+    if (guarded_) guard_.workload_changed();  // the prompts' round started new streams (not measured)
+    Run r;
+    int gap = 2;  // 2: the head has not seen the prompt yet, 1: nor the previous round, 0: it has
+    while (true) {
+      std::vector<Stream*> live;
+      for (auto& s : streams)
+        if (s.generated < tokens) live.push_back(&s);
+      if (live.empty()) break;
+      round(t, live, tokens, draft, gap, r);
+    }
+    return r;
+  }
+
+  const DraftGuard& guard() const { return guard_; }
+
+ private:
+  void round(const Text& t, const std::vector<Stream*>& live, int tokens, bool draft, int& gap, Run& r) {
+    const int n = int(live.size());
+    const bool ok = !guarded_ || guard_.allow(n);
+    const double c = cost_.row_cost_in_round(n);
+    int rows = 0, chain = 0, emitted = 0;
+    for (Stream* s : live) {
+      if (uniform(s->rng) < t.flip) s->in_repeat = !s->in_repeat;
+      const double phase = s->in_repeat ? t.p_in : t.p_out;
+      int k = 0;
+      double p = 0;
+      bool ngram = false;
+      if (ok && draft) {
+        const int room = std::min(tokens - s->generated - 1, 8);
+        const int kn = choose_draft_length(s->ngram, c, room, 0);
+        if (kn > 0 && uniform(s->rng) < t.match) {
+          k = uniform(s->rng) < t.full ? kn : 1 + int(uniform(s->rng) * kn);
+          p = phase, ngram = true;
+        } else {
+          k = choose_draft_length(s->model, c, std::min(room, 3), cost_.draft_cost_in_round(n));
+          p = phase * t.mtp;
+          chain = std::max(chain, k);
+        }
+      }
+      int accepted = 0;
+      while (accepted < k && uniform(s->rng) < p) ++accepted;
+      if (k > 0) (ngram ? s->ngram : s->model).record(k, accepted);
+      const int got = std::min(accepted + 1, tokens - s->generated);
+      s->generated += got;
+      emitted += got;
+      rows += 1 + k;
+      r.drafted += k;
+      r.accepted += accepted;
+    }
+    const bool drafted = rows > n;
+    double forward = c_.serial0 + c_.per_stream * n + c_.row * (rows - n);
+    const int uses = ++shape_uses_[rows];
+    const bool captured = uses == 3;
+    if (uses < 3) forward += c_.eager;
+    if (captured) forward += c_.capture;
+    double host = 0;
+    if (drafted) {
+      host = c_.drafted_fixed + c_.mtp_step * chain + (gap == 2 ? c_.prompt_catch_up : gap == 1 ? c_.catch_up : 0);
+      if (chain > 0) cost_.observe_draft(chain * n, c_.mtp_step * chain);
+    }
+    gap = drafted ? 0 : std::max(gap, 1);
+    if (!captured) {
+      cost_.observe(rows, forward);
+      if (guarded_) guard_.observe(n, emitted, forward + host, drafted);
+    }
+    r.seconds += forward + host;
+    r.tokens += emitted;
+    ++r.rounds;
+    r.drafted_rounds += drafted;
+    r.captures += captured;
+  }
+
+  Costs c_;
+  bool guarded_;
+  DraftGuard guard_;
+  CostModel cost_;
+  std::map<int, int> shape_uses_;  // CUDA graph key (the round's rows) -> uses
+};
+
+struct Bench {
+  Run serial, drafted;
+  double ratio() const { return serial.seconds / drafted.seconds; }  // the same tokens either way
+};
+
+// `tensorfold bench --parallel n --tokens 256` on both workloads: a serial warm-up, then a serial and a
+// drafted run per workload, on one engine.
+std::vector<Bench> bench(const std::vector<Text>& texts, int n, bool guarded = true, const Costs& c = {},
+                         const DraftGuardOptions& o = {}) {
+  Engine e(c, o, guarded);
+  e.run(texts[0], n, 256, false, 1);
+  std::vector<Bench> out;
+  uint64_t seed = 2;
+  for (const Text& t : texts) {
+    Bench b;
+    b.serial = e.run(t, n, 256, false, seed++);
+    b.drafted = e.run(t, n, 256, true, seed++);
+    out.push_back(b);
+  }
+  return out;
+}
+
+void print(const char* what, int n, const Text& t, const Bench& b, const Bench& reference) {
+  const Run& d = b.drafted;
+  std::printf("%-5s %d stream(s) %-10s: %.2fx (no guard %.2fx)  serial %.0f tok/s, drafted %.0f tok/s, "
+              "%lld/%lld accepted, %lld/%lld rounds drafted, %lld captures, %.2f tok/step\n",
+              what, n, t.name, b.ratio(), reference.ratio(), double(b.serial.tokens) / b.serial.seconds,
+              double(d.tokens) / d.seconds, (long long)d.accepted, (long long)d.drafted,
+              (long long)d.drafted_rounds, (long long)d.rounds, (long long)d.captures,
+              double(d.tokens) / double(d.rounds * n));
+}
+
+// The same checks under other costs: drafted rounds' host work twice as costly (a slower host), and the
+// head's catch-up over the prompt three times as costly (a longer prompt).
+std::vector<Costs> stress_costs() {
+  Costs slow_host, long_prompt;
+  slow_host.drafted_fixed *= 2, slow_host.mtp_step *= 2;
+  long_prompt.prompt_catch_up *= 3;
+  return {slow_host, long_prompt};
+}
+
+// Issue #7: at temperature 0.7 drafted rounds lose to serial ones (0.6-0.9x per round), and the guard must
+// keep each run within noise of serial: >= 0.95x with the calibrated costs. What is left is mostly not the
+// guard's: the first verdict's rounds, and the tail (drafting made the streams finish at different rounds,
+// and the last rounds decode fewer streams, some of them in shapes never captured).
+TEST(GuardSim, DraftingLosingStaysWithinNoiseOfSerial) {
+  const std::vector<Text> texts = {kRepetitiveT07, kFreeT07};
+  for (int n : {1, 8}) {
+    const auto guarded = bench(texts, n), reference = bench(texts, n, false);
+    for (size_t i = 0; i < texts.size(); ++i) {
+      print("T=0.7", n, texts[i], guarded[i], reference[i]);
+      EXPECT_GE(guarded[i].ratio(), 0.95) << n << " stream(s) " << texts[i].name;
+    }
+    // What the guard is for: unguarded, drafting at 8 streams is far below serial.
+    if (n == 8) {
+      EXPECT_LT(reference[0].ratio(), 0.85);
+    }
+  }
+  for (const Costs& c : stress_costs())
+    for (int n : {1, 8}) {
+      const auto guarded = bench(texts, n, true, c), reference = bench(texts, n, false, c);
+      for (size_t i = 0; i < texts.size(); ++i) {
+        print("T=0.7*", n, texts[i], guarded[i], reference[i]);
+        EXPECT_GE(guarded[i].ratio(), 0.93) << n << " stream(s) " << texts[i].name;
+      }
+    }
+}
+
+// At temperature 0 drafting wins 1.3-2.7x: the guard keeps its gain. Where it costs anything, that is the
+// stream counts of the tail that the repetitive run's tail left off (their off periods outlast a 256-token
+// run: a bucket's rounds only advance when it is used).
+TEST(GuardSim, GreedyDraftingKeepsItsGain) {
+  const std::vector<Text> texts = {kRepetitiveT0, kFreeT0};
+  std::vector<Costs> costs = stress_costs();
+  costs.insert(costs.begin(), Costs{});
+  for (const Costs& c : costs)
+    for (int n : {1, 8}) {
+      const auto guarded = bench(texts, n, true, c), reference = bench(texts, n, false, c);
+      for (size_t i = 0; i < texts.size(); ++i) {
+        print("T=0", n, texts[i], guarded[i], reference[i]);
+        EXPECT_GT(reference[i].ratio(), 1.25) << "the calibration lost drafting's gain";
+        const double keep = i == 0 ? 0.98 : 0.8;
+        EXPECT_GE(guarded[i].ratio() - 1, keep * (reference[i].ratio() - 1)) << n << " stream(s) " << texts[i].name;
+      }
+    }
+}
+
+// Deterministic: the same inputs give the same run to the round.
+TEST(GuardSim, IsDeterministic) {
+  const auto a = bench({kRepetitiveT07}, 8), b = bench({kRepetitiveT07}, 8);
+  EXPECT_EQ(a[0].drafted.seconds, b[0].drafted.seconds);
+  EXPECT_EQ(a[0].drafted.drafted, b[0].drafted.drafted);
+}
+
+}  // namespace
+}  // namespace tf

@@ -209,7 +209,8 @@ std::optional<DraftGuard::Change> DraftGuard::observe(int streams, int tokens, d
   // A loss far beyond noise (probe_abort) is judged after half as many rounds.
   if (b.drafting && drafted && b.off.weight > 0.5 && b.on.rate() < b.off.rate() * (1 - o_.margin)) {
     const bool clear = b.on.rate() < b.off.rate() * (1 - o_.probe_abort);
-    if (b.on_fresh >= (clear ? std::max(1, o_.min_rounds / 2) : o_.min_rounds)) return turn(b, false, streams);
+    if (b.on_fresh >= (clear ? std::max(1, o_.min_rounds / 2) : o_.min_rounds))
+      return turn(b, false, streams);
   }
   return std::nullopt;
 }

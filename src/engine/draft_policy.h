@@ -61,11 +61,11 @@ int choose_draft_length(DraftStats& s, double row_cost, int max_k, double draft_
 // (probe_abort), and a stream count seen for the first time starts off when the count next to it is off
 // (streams finishing one by one would otherwise pay a first window at every count).
 struct DraftGuardOptions {
-  double decay = 0.95;   // forgetting per measured round of the same stream count
-  double margin = 0.04;  // relative difference taken as noise (hysteresis both ways)
-  int min_rounds = 6;    // drafted rounds before drafting may be judged
+  double decay = 0.95;    // forgetting per measured round of the same stream count
+  double margin = 0.04;   // relative difference taken as noise (hysteresis both ways)
+  int min_rounds = 6;     // drafted rounds before drafting may be judged
   int probe_rounds = 16;  // rounds in a probe window (6 was too few: lucky context-copy runs, run 22)
-  int backoff = 64;      // rounds off after drafting first loses; doubles while it keeps losing
+  int backoff = 64;       // rounds off after drafting first loses; doubles while it keeps losing
   int max_backoff = 1024;
   int probe_every = 64;  // while drafting: rounds between serial probes; doubles while drafting wins
   int max_probe_every = 1024;
@@ -110,11 +110,11 @@ class DraftGuard {
   struct Bucket {
     Side on, off;
     bool drafting = true;
-    int64_t rounds = 0;      // measured rounds of this stream count
-    int64_t next_probe = 0;  // while off: round at which the next drafted probe starts
-    int64_t off_since = 0;   // while off: round at which the current off period began
-    int probe_left = 0;      // rounds left in the current probe window (of the other state)
-    int on_fresh = 0;        // drafted samples since drafting was last (re)judged
+    int64_t rounds = 0;        // measured rounds of this stream count
+    int64_t next_probe = 0;    // while off: round at which the next drafted probe starts
+    int64_t off_since = 0;     // while off: round at which the current off period began
+    int probe_left = 0;        // rounds left in the current probe window (of the other state)
+    int on_fresh = 0;          // drafted samples since drafting was last (re)judged
     bool skip_drafted = true;  // the next drafted round is not measured (new streams: the head catches up)
     int backoff = 0, probe_every = 0;
   };

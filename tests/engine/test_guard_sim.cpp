@@ -43,8 +43,8 @@ struct Costs {
 
 struct Text {
   const char* name;
-  double match;   // probability that context copies find a match for a stream in a round
-  double full;    // probability that a match runs as far as the stream may draft (else 1.. that many)
+  double match;  // probability that context copies find a match for a stream in a round
+  double full;   // probability that a match runs as far as the stream may draft (else 1.. that many)
   // Acceptance per drafted token comes in phases: a stream is "in a repeat" (p_in) or not (p_out), and
   // leaves or enters one with probability `flip` per round. Context copies and the head share the phase.
   double p_in, p_out, flip, mtp;  // mtp: the head's acceptance relative to the phase's
@@ -62,7 +62,9 @@ uint64_t splitmix(uint64_t& s) {
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
 }
-double uniform(uint64_t& s) { return double(splitmix(s) >> 11) / double(1ull << 53); }
+double uniform(uint64_t& s) {
+  return double(splitmix(s) >> 11) / double(1ull << 53);
+}
 
 struct Run {
   double seconds = 0;
@@ -80,7 +82,8 @@ struct Stream {
 class Engine {
  public:
   // guarded = false: no DraftGuard (every stream drafts whatever choose_draft_length says), the reference.
-  Engine(const Costs& c, const DraftGuardOptions& o, bool guarded) : c_(c), guarded_(guarded), guard_(o), cost_(0.05) {}
+  Engine(const Costs& c, const DraftGuardOptions& o, bool guarded)
+      : c_(c), guarded_(guarded), guard_(o), cost_(0.05) {}
 
   Run run(const Text& t, int n, int tokens, bool draft, uint64_t seed) {
     std::vector<Stream> streams(n);
@@ -145,7 +148,10 @@ class Engine {
     if (captured) forward += c_.capture;
     double host = 0;
     if (drafted) {
-      host = c_.drafted_fixed + c_.mtp_step * chain + (gap == 2 ? c_.prompt_catch_up : gap == 1 ? c_.catch_up : 0);
+      host = c_.drafted_fixed + c_.mtp_step * chain +
+             (gap == 2   ? c_.prompt_catch_up
+              : gap == 1 ? c_.catch_up
+                         : 0);
       if (chain > 0) cost_.observe_draft(chain * n, c_.mtp_step * chain);
     }
     gap = drafted ? 0 : std::max(gap, 1);
@@ -191,12 +197,12 @@ std::vector<Bench> bench(const std::vector<Text>& texts, int n, bool guarded = t
 
 void print(const char* what, int n, const Text& t, const Bench& b, const Bench& reference) {
   const Run& d = b.drafted;
-  std::printf("%-5s %d stream(s) %-10s: %.2fx (no guard %.2fx)  serial %.0f tok/s, drafted %.0f tok/s, "
-              "%lld/%lld accepted, %lld/%lld rounds drafted, %lld captures, %.2f tok/step\n",
-              what, n, t.name, b.ratio(), reference.ratio(), double(b.serial.tokens) / b.serial.seconds,
-              double(d.tokens) / d.seconds, (long long)d.accepted, (long long)d.drafted,
-              (long long)d.drafted_rounds, (long long)d.rounds, (long long)d.captures,
-              double(d.tokens) / double(d.rounds * n));
+  std::printf(
+      "%-5s %d stream(s) %-10s: %.2fx (no guard %.2fx)  serial %.0f tok/s, drafted %.0f tok/s, "
+      "%lld/%lld accepted, %lld/%lld rounds drafted, %lld captures, %.2f tok/step\n",
+      what, n, t.name, b.ratio(), reference.ratio(), double(b.serial.tokens) / b.serial.seconds,
+      double(d.tokens) / d.seconds, (long long)d.accepted, (long long)d.drafted, (long long)d.drafted_rounds,
+      (long long)d.rounds, (long long)d.captures, double(d.tokens) / double(d.rounds * n));
 }
 
 // The same checks under other costs: drafted rounds' host work twice as costly (a slower host), and the
@@ -249,7 +255,8 @@ TEST(GuardSim, GreedyDraftingKeepsItsGain) {
         print("T=0", n, texts[i], guarded[i], reference[i]);
         EXPECT_GT(reference[i].ratio(), 1.25) << "the calibration lost drafting's gain";
         const double keep = i == 0 ? 0.98 : 0.8;
-        EXPECT_GE(guarded[i].ratio() - 1, keep * (reference[i].ratio() - 1)) << n << " stream(s) " << texts[i].name;
+        EXPECT_GE(guarded[i].ratio() - 1, keep * (reference[i].ratio() - 1))
+            << n << " stream(s) " << texts[i].name;
       }
     }
 }

@@ -244,9 +244,10 @@ std::optional<DraftGuard::Change> DraftGuard::turn(Bucket& b, bool on, int strea
 
 void DraftGuard::workload_changed() {
   for (auto& [key, b] : buckets_) {
-    // Drafting is judged on drafted rounds of the new workload only: the drafted rate forgotten over a
-    // serial stretch would otherwise be set by the first new round (which pays the MTP head's catch-up).
-    b.on_fresh = 0;
+    // A drafted rate mostly forgotten (a serial stretch) is judged on drafted rounds of the new workload
+    // only: it would otherwise be set by the first new round. A recent one stays (busy servers have new
+    // streams every few rounds: drafting must still be judged).
+    if (b.on.weight < o_.min_rounds) b.on_fresh = 0;
     b.skip_drafted = true;
     if (b.drafting || b.probe_left > 0) continue;
     // The current off period ends no later than one base backoff after it began (and not before the next

@@ -222,6 +222,18 @@ TEST(DraftGuard, FirstDraftedRoundOfNewStreamsIsNotMeasured) {
   EXPECT_EQ(g.buckets_off(), 0);
 }
 
+// A busy server: new streams every few rounds still leave drafting judged (the drafted rate is recent).
+TEST(DraftGuard, NewStreamsEveryFewRoundsStillSwitchALosingDrafterOff) {
+  Sim sim;
+  for (int i = 0; i < 200; ++i) sim.guard.observe(8, 8, 1e-3, false);  // a serial baseline: no serial probe
+  for (int i = 0; i < 15; ++i) {
+    sim.run(kSlower, 3);
+    sim.guard.workload_changed();
+  }
+  EXPECT_EQ(sim.guard.buckets_off(), 1);
+  EXPECT_LT(sim.drafted_rounds, 20);
+}
+
 TEST(DraftGuard, BucketsKeyTheStreamCount) {
   for (int n = 1; n <= 8; ++n) EXPECT_EQ(DraftGuard::bucket_of(n), n);
   EXPECT_EQ(DraftGuard::bucket_of(9), DraftGuard::bucket_of(11));

@@ -12,7 +12,7 @@
 //   round to neither the guard nor the cost model: Model::Outputs::graph_captured);
 // - a round where some stream drafted pays host work (`drafted_fixed`: hidden-state copy, verification
 //   bookkeeping) plus one MTP head forward and host sample per chained draft (`mtp_step`); the first
-//   drafted round after a gap pays the head's catch-up (`catch_up`);
+//   drafted round after a gap pays the head's catch-up (`catch_up`; over the prompt: `prompt_catch_up`);
 // - drafts are accepted token by token with the text's acceptance (a run of hits, then a miss).
 // Workloads: context copies (n-gram lookup) find a match with probability `match` (repetitive text: often,
 // proposing long drafts), otherwise the MTP head drafts (at most 3). The bench runs a serial warm-up, then
@@ -50,7 +50,8 @@ struct Text {
   double p_in, p_out, flip, mtp;  // mtp: the head's acceptance relative to the phase's
 };
 
-// Calibrated to runs 34-35 (mean accepted/drafted 0.9 at T = 0, 0.57 at T = 0.7 on repetitive text).
+// Calibrated to runs 34-35 (accepted/drafted 0.9 at T = 0, 0.57 at T = 0.7 on repetitive text) and to the
+// guard's verdicts in runs 20-23 (drafted rounds at 8 streams, T = 0.7: 0.38-0.66x of serial per token).
 const Text kRepetitiveT0{"repetitive", 0.95, 0.9, 0.97, 0.9, 0.05, 0.95};
 const Text kFreeT0{"free", 0.9, 0.9, 0.95, 0.8, 0.1, 1.0};
 const Text kRepetitiveT07{"repetitive", 0.7, 0.5, 0.85, 0.25, 0.1, 0.8};

@@ -220,8 +220,6 @@ __global__ void __launch_bounds__(kWarps * 32)
   // Metadata and tiles (read above) come by copies that precede every kernel of the forward; q and this
   // step's K/V rows come from the kernels before this one.
   pdl_launch_dependents();
-  pdl_wait();  // every block waits, also one with nothing to do: the grid never completes before its inputs
-  if (cb > ce) return;  // uniform: no positions of the tile here (split blocks)
   // This thread's two pairs: warp-local rows g and g + 8.
   Range rg[2];
   int prow[2], phead[2];
@@ -251,15 +249,38 @@ __global__ void __launch_bounds__(kWarps * 32)
       cp_async16(dst + row * RS + col, pool + off, in);
     }
   };
+  // The first chunk in two passes: positions before the sequence's first row in this forward hold K/V
+  // that earlier forwards wrote, so they (and the zero fill outside [ulo, uhi]) are copied before
+  // pdl_wait, under the kernels that make this step's q and K/V; the rest after it. Only when the tile
+  // starts the sequence's rows (decode, verify, a prompt's first tile): a later tile of a long prompt
+  // reads rows this forward wrote. Same bytes in shared memory either way.
+  const bool seq_start = r_first == 0 || meta.row_seq[r_first - 1] != seq;
+  const int fresh = seq_start ? max(ulo, first.pos) : ulo;  // [ulo, fresh): written by earlier forwards
+  auto stage_part = [&](__nv_bfloat16* dst, const __nv_bfloat16* pool, int lo, int hi, bool zero_outside) {
+    const int c0 = cb * kC;
+    for (int i = tid; i < kC * (D / 8); i += kWarps * 32) {
+      const int row = i / (D / 8), col = (i % (D / 8)) * 8, p = c0 + row;
+      if (p >= lo && p <= hi)
+        cp_async16(dst + row * RS + col, pool + slot_of(p) * hk * D + int64_t(kvh) * D + col, true);
+      else if (zero_outside && (p < ulo || p > uhi))
+        cp_async16(dst + row * RS + col, pool, false);
+    }
+  };
+  if (cb <= ce) {
+    stage_part(Ks, kp, ulo, fresh - 1, true);
+    stage_part(Vs, vp, ulo, fresh - 1, true);
+  }
+  pdl_wait();  // every block waits, also one with nothing to do: the grid never completes before its inputs
+  if (cb > ce) return;  // uniform: no positions of the tile here (split blocks)
   for (int i = tid; i < kPairs * (D / 8); i += kWarps * 32) {  // Q of the block's pairs (zeros: padding)
     const int pr = i / (D / 8), col = (i % (D / 8)) * 8, rr = pr / group;
     const int64_t off = rr < nrows ? (int64_t(r_first + rr) * hq + kvh * group + pr % group) * D + col : 0;
     cp_async16(Qs + pr * RS + col, q + off, rr < nrows);
   }
-  stage(Ks, kp, cb);
-  cp_async_commit();  // group: Q, K(cb)
-  stage(Vs, vp, cb);
-  cp_async_commit();  // group: V(cb)
+  stage_part(Ks, kp, fresh, uhi, false);
+  cp_async_commit();  // group: the early K(cb) and V(cb) parts, Q, the rest of K(cb)
+  stage_part(Vs, vp, fresh, uhi, false);
+  cp_async_commit();  // group: the rest of V(cb)
 
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   float o[D / 8][4];

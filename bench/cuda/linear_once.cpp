@@ -1,15 +1,15 @@
 // One linear shape through linear_bf16, a few launches, nothing else: a target for `ncu` (the profiler
 // needs a program whose N-th launch of a kernel is the case to look at).
 //   tf_linear_once M N K [auto|wgmma|mid|tiled|decode] [launches] [raw|tma|tmax (wgmma producer)]
-// Prints the median time of the launches after the first.
+// Prints the median time of the launches after the first (bench::time_ms).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <vector>
 
+#include "bench_common.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/linear_wgmma.h"
@@ -17,7 +17,8 @@
 int main(int argc, char** argv) {
   using namespace tf;
   if (argc < 4) {
-    std::fprintf(stderr, "usage: %s M N K [auto|wgmma|mid|tiled|decode] [launches]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s M N K [auto|wgmma|mid|tiled|decode] [launches] [raw|tma|tmax]\n",
+                 argv[0]);
     return 2;
   }
   const int m = std::atoi(argv[1]), n = std::atoi(argv[2]), k = std::atoi(argv[3]);
@@ -41,21 +42,8 @@ int main(int argc, char** argv) {
   TF_CUDA_CHECK(cudaMalloc(&y, size_t(m) * n * 2));
   cuda::fill_uniform(x, DType::BF16, int64_t(m) * k, 1, -1.f, 1.f, s);
   cuda::fill_uniform(w, DType::BF16, int64_t(n) * k, 2, -0.05f, 0.05f, s);
-  cudaEvent_t a, b;
-  TF_CUDA_CHECK(cudaEventCreate(&a));
-  TF_CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int i = 0; i < launches; ++i) {
-    TF_CUDA_CHECK(cudaEventRecord(a, s));
-    cuda::linear_bf16(x, w, nullptr, DType::F32, y, DType::BF16, m, n, k, s);
-    TF_CUDA_CHECK(cudaEventRecord(b, s));
-    TF_CUDA_CHECK(cudaEventSynchronize(b));
-    float t = 0.f;
-    TF_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    if (i > 0) ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  const double med = ms[ms.size() / 2];
+  const double med = bench::time_ms(
+      s, [&] { cuda::linear_bf16(x, w, nullptr, DType::F32, y, DType::BF16, m, n, k, s); }, 1, launches - 1);
   std::printf("linear M=%d N=%d K=%d (%s, %s): %.1f us, %.0f TFLOP/s\n", m, n, k, which, producer, med * 1e3,
               2.0 * m * n * k / (med * 1e-3) / 1e12);
   return 0;

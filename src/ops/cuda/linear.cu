@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(kWarps * 32)
                   NormIn nrm) {
   __shared__ float red[kWarps][NT * 8][16];
   __shared__ float norm_smem[kWarps], norm_inv_s[NT * 8];
-  asm volatile("griddepcontrol.launch_dependents;");
+  pdl_launch_dependents();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const int m_tile = blockIdx.x % m_tiles, n_tile = blockIdx.x / m_tiles;
@@ -200,7 +200,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     };
     if (c + U <= c_end) load(c);
-    asm volatile("griddepcontrol.wait;" ::: "memory");  // weights are constant; x is not
+    pdl_wait();  // weights are constant; x is not
     prologue();
     for (; c + U <= c_end; c += U) {
       uint4 ca[U], cb[U];
@@ -211,7 +211,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int u = 0; u < U; ++u) step(ca[u], cb[u], c + u);
     }
   } else {
-    asm volatile("griddepcontrol.wait;" ::: "memory");
+    pdl_wait();
     prologue();
     for (; c + U <= c_end; c += U) {
       uint4 a[U], b[U];

@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(kThreads, T::kCtasPerSm)
                       int n, int k, int m_tiles, int tiles) {
   constexpr int S = T::kStages;
   extern __shared__ __align__(128) unsigned char smem[];
-  asm volatile("griddepcontrol.launch_dependents;");
+  pdl_launch_dependents();
   const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int chunks = k / 32;
@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(kThreads, T::kCtasPerSm)
   // kernel; x (its output) after. Group s holds stage s's x rows (and, in group 0, all prologue W rows).
   for (int s = 0; s < S - 1; ++s)
     if (s < steps) load_step(s, 0, T::kF);
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  pdl_wait();
   for (int s = 0; s < S - 1; ++s) {
     if (s < steps) load_step(s, T::kF, T::kRows);
     asm volatile("cp.async.commit_group;");

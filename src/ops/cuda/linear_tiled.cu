@@ -54,8 +54,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                         const void* __restrict__ bias, int bias_kind, void* __restrict__ y, bool y_f32, int m,
                         int n, int k, int m_tiles) {
   extern __shared__ __align__(128) unsigned char smem[];
-  asm volatile("griddepcontrol.launch_dependents;");
-  asm volatile("griddepcontrol.wait;" ::: "memory");  // x comes from the previous kernel
+  pdl_launch_dependents();
+  pdl_wait();  // x comes from the previous kernel
   const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int wf = warp % 2, wt = warp / 2;

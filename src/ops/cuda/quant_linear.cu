@@ -41,7 +41,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     qlinear_kernel(const __nv_bfloat16* x, QArgs q, const void* __restrict__ bias, int bias_kind,
                    void* __restrict__ y, bool y_f32, int m, int n, int k, int m_tiles) {
   __shared__ float red[kWarps][NT * 8][16];
-  asm volatile("griddepcontrol.launch_dependents;");
+  pdl_launch_dependents();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const int m_tile = blockIdx.x % m_tiles, n_tile = blockIdx.x / m_tiles;
@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   };
   int c = c_begin;
   if (c + U <= c_end) load(c);
-  asm volatile("griddepcontrol.wait;" ::: "memory");  // weights are constant; x is not
+  pdl_wait();  // weights are constant; x is not
   for (; c + U <= c_end; c += U) {
     Raw ca[U], cb[U];
 #pragma unroll
@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     q4_decode_kernel(const __nv_bfloat16* x, QArgs q, const void* __restrict__ bias, int bias_kind,
                      void* __restrict__ y, bool y_f32, int m, int n, int k, int m_tiles) {
   __shared__ float red[kWarps][NT * 8][16];
-  asm volatile("griddepcontrol.launch_dependents;");
+  pdl_launch_dependents();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const int tiles = m_tiles * ((n + 15) / 16);
@@ -175,7 +175,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 
   int pa = row_a(blockIdx.x), pb = row_b(blockIdx.x);
   first_quads(pa, pb);
-  asm volatile("griddepcontrol.wait;" ::: "memory");  // weights are constant; x is not
+  pdl_wait();  // weights are constant; x is not
 
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const int m_tile = tile % m_tiles, n0 = tile / m_tiles * 16, m0 = m_tile * NT * 8;

@@ -473,7 +473,7 @@ class CudaBackend final : public Backend {
              "attention: q/out must be [rows, heads, head_dim]");
     // A captured launch is sized for the bucket (same bits: blocks past a row's chunks do nothing), so that
     // the graph serves every step until the longest row leaves it.
-    const int exact = std::max(max_pos_ / kAttnChunk + 1, g_min_attention_chunks);
+    const int exact = exact_chunks();
     const int chunks = capture_ ? attention_chunk_bucket(exact) : exact;
     const size_t n = size_t(dm_.rows) * p.num_heads * chunks;
     Workspace& ws = capture_ ? graph_attn_ws_ : attn_ws_;
@@ -597,8 +597,7 @@ class CudaBackend final : public Backend {
                  const std::function<void()>& record) override {
     need_meta("run_graph");
     no_capture("run_graph");
-    const int exact = std::max(max_pos_ / kAttnChunk + 1, g_min_attention_chunks);
-    const int bucket = attention_chunk_bucket(exact);
+    const int bucket = attention_chunk_bucket(exact_chunks());
     // The attention tiles of this round's rows, in the fixed buffer every graph reads: only their counts
     // (the grids) are keyed, so verify rounds of different draft widths share a graph.
     const bool mma = attention_mma_enabled() && attention_mma_supported(attn.head_dim, attn.num_heads,
@@ -626,7 +625,7 @@ class CudaBackend final : public Backend {
     }
     graph_attn_ws_.release_retired();
     if (attn_heads_ > 0)  // sized before the capture when the shape is known (no cudaMalloc inside it)
-      graph_attn_ws_.get(size_t(dm_.rows) * attn_heads_ * attention_chunk_bucket(exact) * (attn_dim_ + 2) * 4);
+      graph_attn_ws_.get(size_t(dm_.rows) * attn_heads_ * bucket * (attn_dim_ + 2) * 4);
     auto entry = std::make_unique<GraphEntry>(4096 + 64 * size_t(dm_.rows));
     entry->keep = std::move(keep);
     entry->meta = dm_.tokens;
@@ -681,6 +680,8 @@ class CudaBackend final : public Backend {
     inv_freqs_.emplace_back(std::move(host), dev);
     return dev.data<float>();
   }
+  // Attention chunks of kAttnChunk positions the forward's longest row spans (tests may size it up).
+  int exact_chunks() const { return std::max(max_pos_ / kAttnChunk + 1, g_min_attention_chunks); }
   void no_capture(const char* op) const {
     TF_CHECK(!capture_, std::string(op) + " cannot run inside a CUDA graph capture (Backend::run_graph)");
   }

@@ -234,7 +234,7 @@ __device__ __forceinline__ void produce(const __nv_bfloat16* __restrict__ x,
   // cp.async of the thread).
   const int pre = min(chunks, C::kStages);
   for (int c = 0; c < pre; ++c) copy_w(c, sbase + c * C::kStage);
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  pdl_wait();
   for (int c = 0; c < chunks; ++c) {
     const int s = c % C::kStages;
     if (c >= C::kStages) mbar_wait(empty + 8 * s, ((c / C::kStages) & 1) ^ 1);
@@ -323,7 +323,7 @@ __device__ __forceinline__ void produce_raw(const __nv_bfloat16* __restrict__ x,
     // of rows p/4 + 16j) and fence; the rest of the warpgroup has nothing to do.
     const uint32_t slots = sbase + C::kRawOff, rawfree = rawbar + 8 * C::kRawSlots;
     if (pt == 0) {
-      asm volatile("griddepcontrol.wait;" ::: "memory");
+      pdl_wait();
       for (int c = 0; c < count; ++c) {
         const uint32_t slot = c % C::kRawSlots;
         if (c >= C::kRawSlots) mbar_wait(rawfree + 8 * slot, ((c / C::kRawSlots) & 1) ^ 1);
@@ -344,7 +344,7 @@ __device__ __forceinline__ void produce_raw(const __nv_bfloat16* __restrict__ x,
     if (xp && pt == 32) {
       // x pre-permuted (permute_x): its 64-byte chunk rows are the stage rows, so one tensor-map load with
       // the 64-byte swizzle writes them into the stage as the permuters would. The stage must be free first.
-      asm volatile("griddepcontrol.wait;" ::: "memory");
+      pdl_wait();
       for (int c = 0; c < count; ++c) {
         const int s = c % C::kStages;
         if (c >= C::kStages) mbar_wait(empty + 8 * s, ((c / C::kStages) & 1) ^ 1);
@@ -417,7 +417,7 @@ __device__ __forceinline__ void produce_raw(const __nv_bfloat16* __restrict__ x,
   // Weights (constant) of the first chunks before griddepcontrol.wait (PDL overlap), x after; exactly
   // kAhead groups either way so that group c is chunk c below.
   for (int c = 0; c < min(kAhead, count); ++c) copy(c, 0, kWUnits);
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  pdl_wait();
   for (int c = 0; c < kAhead; ++c) {
     if (c < count) copy(c, kWUnits, kUnits);
     commit();
@@ -582,7 +582,7 @@ __global__ void __launch_bounds__(Cfg<WGS, BN, CL, SP>::kThreads, 1)
     cluster_sync();  // the peer's barriers exist before anyone arrives on them
   else
     __syncthreads();
-  asm volatile("griddepcontrol.launch_dependents;");
+  pdl_launch_dependents();
   // Token tiles vary fastest: the CTAs that share a weight tile run together (L2 reuse of W). A cluster
   // is two neighbouring weight tiles of one token tile.
   // With SP = 2 both CTAs of a cluster take the same tile (and half of K's slices each).
@@ -734,8 +734,9 @@ void launch(const void* x, const void* w, const void* bias, int bias_kind, void*
     return launch_with<WGS, BN, CL, SP, false, true>(x, w, bias, bias_kind, y, y_f32, m, n, k, s, tmw, tmx);
   } else if constexpr (C::kRaw) {
     if (g_producer == WgmmaProducer::TmaX || (g_producer == WgmmaProducer::Auto && kAutoTmaX)) {
-      const void* xp = permuted_x(x, m, k, s);  // null inside a graph capture: the raw path below
-      if (xp && make_map(&tmw, w, n, k, C::kBM) && make_map(&tmx, xp, m, k, BN, CU_TENSOR_MAP_SWIZZLE_64B))
+      // W's map first: x is permuted (a kernel launch) only when the TmaX launch can follow.
+      const void* xp = make_map(&tmw, w, n, k, C::kBM) ? permuted_x(x, m, k, s) : nullptr;  // null: capture
+      if (xp && make_map(&tmx, xp, m, k, BN, CU_TENSOR_MAP_SWIZZLE_64B))
         return launch_with<WGS, BN, CL, SP, true, true>(x, w, bias, bias_kind, y, y_f32, m, n, k, s, tmw, tmx,
                                                         true);
     }

@@ -92,11 +92,7 @@ class DenseDecoder final : public Model {
     ran_eager_ = true;
     be_.begin_forward(meta);
     LayerWorkspace ws(be_, spec_, R);
-    be_.embedding(embed_, spec_.embed_scale, ws.residual);
-    for (int l = 0; l < spec_.layers; ++l)
-      decoder_layer_forward(be_, spec_, layers_[l], rope_, attn_, kv[l], ws, l > 0);
-    be_.add(ws.residual, ws.mlp_out);
-    be_.rms_norm(ws.residual, final_norm_, spec_.norm_eps, spec_.norm_offset, ws.h);
+    run_stack(kv, ws);
     finish(ws.h, logit_rows, out);
   }
 
@@ -145,6 +141,15 @@ class DenseDecoder final : public Model {
     mtp_ = std::move(m);
   }
 
+  // The batch's tokens through the embedding, every layer and the final norm: the final states in ws.h.
+  void run_stack(std::vector<KvLayer>& kv, LayerWorkspace& ws) {
+    be_.embedding(embed_, spec_.embed_scale, ws.residual);
+    for (int l = 0; l < spec_.layers; ++l)
+      decoder_layer_forward(be_, spec_, layers_[l], rope_, attn_, kv[l], ws, l > 0);
+    be_.add(ws.residual, ws.mlp_out);
+    be_.rms_norm(ws.residual, final_norm_, spec_.norm_eps, spec_.norm_offset, ws.h);
+  }
+
   // forward() as a captured graph: the same ops on fixed buffers, recorded once its shape recurs (eager
   // before that: Backend::run_graph) and replayed after that; the host reads (hidden states, sampling,
   // logits) run after the replay.
@@ -178,11 +183,7 @@ class DenseDecoder final : public Model {
       logits = buf->logits.slice_rows(0, n);
     }
     const bool captured = be_.run_graph(key, attn_, buf, [&] {
-      be_.embedding(embed_, spec_.embed_scale, ws.residual);
-      for (int l = 0; l < spec_.layers; ++l)
-        decoder_layer_forward(be_, spec_, layers_[l], rope_, attn_, kv[l], ws, l > 0);
-      be_.add(ws.residual, ws.mlp_out);
-      be_.rms_norm(ws.residual, final_norm_, spec_.norm_eps, spec_.norm_offset, ws.h);
+      run_stack(kv, ws);
       if (heads) {
         be_.gather_rows(ws.h, logit_rows, picked);
         be_.linear(picked, lm_head_, logits);

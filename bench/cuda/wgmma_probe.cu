@@ -20,6 +20,7 @@
 
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/linear_wgmma.h"
+#include "ops/cuda/mma.cuh"
 
 namespace {
 
@@ -38,13 +39,7 @@ __device__ __forceinline__ uint32_t pack(const uint16_t* row, int c0, int c1) {
   return uint32_t(row[c0]) | (uint32_t(row[c1]) << 16);
 }
 
-__device__ __forceinline__ void mma_bf16(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
+using tf::cuda::mma_bf16;  // the linear kernels' one MMA (mma.cuh)
 
 // Reference: D = chain of mma.sync m16n8k16 over `steps` k16 steps from C. Step s, logical k index L
 // (the MMA's fragment position) reads column s*16 + perm[L] of A [64][K] and B [N][K].
@@ -553,6 +548,28 @@ void run_timing() {
           tf::cuda::wgmma_tile_name(tf::cuda::linear_wgmma_auto_tile(m, n)), t2 * 1e3, tflops(t2), bits);
       std::fflush(stdout);
     }
+  // The mma.sync kernels' output (the bits every wgmma variant must give), and one timed wgmma run checked
+  // against it: " | time (TFLOP/s)" printed, " yes" / " NO" appended to `bits`.
+  auto reference = [&](int m, int n, int k) {
+    tf::cuda::set_linear_kernel(m <= 512 ? tf::cuda::LinearKernel::Mid : tf::cuda::LinearKernel::Tiled);
+    tf::cuda::linear_bf16(x, w, nullptr, tf::DType::BF16, y0, tf::DType::BF16, m, n, k, 0);
+    tf::cuda::set_linear_kernel(tf::cuda::LinearKernel::Auto);
+    std::vector<uint16_t> a(size_t(m) * n);
+    CK(cudaMemcpy(a.data(), y0, a.size() * 2, cudaMemcpyDeviceToHost));
+    return a;
+  };
+  auto timed_check = [&](const std::vector<uint16_t>& a, int m, int n, int k, std::string& bits) {
+    const float t = time_ms([&] {
+      tf::cuda::linear_wgmma_bf16(x, w, nullptr, tf::DType::BF16, y1, tf::DType::BF16, m, n, k, 0);
+    });
+    CK(cudaDeviceSynchronize());
+    std::vector<uint16_t> b(a.size());
+    CK(cudaMemcpy(b.data(), y1, b.size() * 2, cudaMemcpyDeviceToHost));
+    const bool same = std::memcmp(a.data(), b.data(), a.size() * 2) == 0;
+    if (!same) ++g_failures;
+    bits += same ? " yes" : " NO";
+    std::printf(" | %8.1f (%3.0f)", t * 1e3, 2.0 * m * n * k / (t * 1e-3) / 1e12);
+  };
   // The 2-CTA cluster tiles (x shared, or a tile's slices split; not in Auto yet), each output
   // memcmp'd against the mma.sync kernel's. Last, so that a fault here leaves the table above.
   std::printf(
@@ -562,27 +579,14 @@ void run_timing() {
     for (int m : {64, 128, 256, 512, 4096}) {
       if (l.n > 100000 && m > 512) continue;
       const int n = l.n, k = l.k;
-      tf::cuda::set_linear_kernel(m <= 512 ? tf::cuda::LinearKernel::Mid : tf::cuda::LinearKernel::Tiled);
-      tf::cuda::linear_bf16(x, w, nullptr, tf::DType::BF16, y0, tf::DType::BF16, m, n, k, 0);
-      tf::cuda::set_linear_kernel(tf::cuda::LinearKernel::Auto);
-      std::vector<uint16_t> a(size_t(m) * n), b(a.size());
-      CK(cudaMemcpy(a.data(), y0, a.size() * 2, cudaMemcpyDeviceToHost));
-      const double flop = 2.0 * m * n * k;
+      const std::vector<uint16_t> a = reference(m, n, k);
       std::printf("| %-7s %4d %6d %5d", l.name, m, n, k);
       std::string bits;
       for (tf::cuda::WgmmaTile tile :
            {tf::cuda::WgmmaTile::W128T128C2, tf::cuda::WgmmaTile::W128T192C2, tf::cuda::WgmmaTile::W64T64S2,
             tf::cuda::WgmmaTile::W64T128S2, tf::cuda::WgmmaTile::W128T64S2}) {
         tf::cuda::set_linear_wgmma_tile(tile);
-        const float t = time_ms([&] {
-          tf::cuda::linear_wgmma_bf16(x, w, nullptr, tf::DType::BF16, y1, tf::DType::BF16, m, n, k, 0);
-        });
-        CK(cudaDeviceSynchronize());
-        CK(cudaMemcpy(b.data(), y1, b.size() * 2, cudaMemcpyDeviceToHost));
-        const bool same = std::memcmp(a.data(), b.data(), a.size() * 2) == 0;
-        if (!same) ++g_failures;
-        bits += same ? " yes" : " NO";
-        std::printf(" | %8.1f (%3.0f)", t * 1e3, flop / (t * 1e-3) / 1e12);
+        timed_check(a, m, n, k, bits);
       }
       tf::cuda::set_linear_wgmma_tile(tf::cuda::WgmmaTile::Auto);
       std::printf(" |%s\n", bits.c_str());
@@ -614,27 +618,14 @@ void run_timing() {
     for (int m : {64, 512, 4096}) {
       if (l.n > 100000 && m > 512) continue;
       const int n = l.n, k = l.k;
-      tf::cuda::set_linear_kernel(m <= 512 ? tf::cuda::LinearKernel::Mid : tf::cuda::LinearKernel::Tiled);
-      tf::cuda::linear_bf16(x, w, nullptr, tf::DType::BF16, y0, tf::DType::BF16, m, n, k, 0);
-      tf::cuda::set_linear_kernel(tf::cuda::LinearKernel::Auto);
-      std::vector<uint16_t> a(size_t(m) * n), b(a.size());
-      CK(cudaMemcpy(a.data(), y0, a.size() * 2, cudaMemcpyDeviceToHost));
-      const double flop = 2.0 * m * n * k;
+      const std::vector<uint16_t> a = reference(m, n, k);
       std::printf("| %-7s %4d %6d %5d", l.name, m, n, k);
       std::string bits;
       for (const Variant& v : variants) {
         tf::cuda::set_linear_wgmma_tile(v.tile);
         tf::cuda::set_linear_wgmma_producer(v.producer);
         tf::cuda::set_linear_wgmma_swizzle(v.swizzle);
-        const float t = time_ms([&] {
-          tf::cuda::linear_wgmma_bf16(x, w, nullptr, tf::DType::BF16, y1, tf::DType::BF16, m, n, k, 0);
-        });
-        CK(cudaDeviceSynchronize());
-        CK(cudaMemcpy(b.data(), y1, b.size() * 2, cudaMemcpyDeviceToHost));
-        const bool same = std::memcmp(a.data(), b.data(), a.size() * 2) == 0;
-        if (!same) ++g_failures;
-        bits += same ? " yes" : " NO";
-        std::printf(" | %8.1f (%3.0f)", t * 1e3, flop / (t * 1e-3) / 1e12);
+        timed_check(a, m, n, k, bits);
       }
       tf::cuda::set_linear_wgmma_tile(tf::cuda::WgmmaTile::Auto);
       tf::cuda::set_linear_wgmma_producer(tf::cuda::WgmmaProducer::Auto);

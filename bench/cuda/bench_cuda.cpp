@@ -4,6 +4,7 @@
 // of the bandwidth roofline: weights + KV bytes a step must read), the same forward with cuBLAS GEMMs as
 // the baseline, per-shape linear timings, and prefill tokens/s against the GEMM rate.
 #include <cublas_v2.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -603,9 +604,28 @@ void verify_sweep(Backend& be, const Shape& sh, int ctx) {
   }
 }
 
+// A target for `ncu --profile-from-start off`: the kernels of one eager decode forward (b=1, ctx 512),
+// each timed alone by the profiler, to split a graphed step's time into kernel time and the gaps.
+void profile_forward(Backend& be, const Shape& sh) {
+  Model m = make_model(be, sh, int64_t(4) * (512 + kBlock));
+  LinearFn ours = [&](const Tensor& x, const LinearWeight& w, Tensor& y) { be.linear(x, w, y); };
+  Acts acts = make_acts(be, sh, 16, 16);
+  const RopeParams rope = qwen_rope(sh.head_dim);
+  BatchMeta meta = decode_meta(1, 512);
+  be.begin_forward(meta);
+  for (int i = 0; i < 3; ++i) forward(be, m, acts, 1, 1, rope, ours);
+  be.synchronize();
+  TF_CUDA_CHECK(cudaProfilerStart());
+  forward(be, m, acts, 1, 1, rope, ours);
+  be.synchronize();
+  TF_CUDA_CHECK(cudaProfilerStop());
+  std::printf("profiled one forward of %s b=1 ctx 512\n", sh.name);
+}
+
 int run(int argc, char** argv) {
-  bool quick = false, small_only = false, verify_only = false, linears = false;
+  bool quick = false, small_only = false, verify_only = false, linears = false, profile = false;
   for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--profile-forward")) profile = true;
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     if (!std::strcmp(argv[i], "--small")) small_only = true;
     if (!std::strcmp(argv[i], "--verify")) verify_only = true;
@@ -627,6 +647,11 @@ int run(int argc, char** argv) {
   if (linears) {  // --linears: the per-shape linear table alone
     if (!small_only) linears_only(*be, h, kQwen3_8B);
     linears_only(*be, h, kQwen3_06B);
+    cublasDestroy(h);
+    return 0;
+  }
+  if (profile) {  // one eager 8B b=1 ctx 512 forward between cudaProfilerStart/Stop (ncu --profile-from-start off)
+    profile_forward(*be, kQwen3_8B);
     cublasDestroy(h);
     return 0;
   }

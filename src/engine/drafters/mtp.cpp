@@ -1,8 +1,8 @@
-#include <cstdlib>
 #include "engine/drafters/mtp.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/error.h"

@@ -615,6 +615,10 @@ void profile_forward(Backend& be, const Shape& sh) {
   be.begin_forward(meta);
   for (int i = 0; i < 3; ++i) forward(be, m, acts, 1, 1, rope, ours);
   be.synchronize();
+  cudaStream_t s = cuda::stream_of(be);
+  const double eager = time_ms(s, [&] { forward(be, m, acts, 1, 1, rope, ours); });
+  const double graph = time_graph_ms(s, [&] { forward(be, m, acts, 1, 1, rope, ours); }, nullptr);
+  std::printf("forward b=1 ctx 512: eager %.3f ms, graph %.3f ms\n", eager, graph);
   TF_CUDA_CHECK(cudaProfilerStart());
   forward(be, m, acts, 1, 1, rope, ours);
   be.synchronize();

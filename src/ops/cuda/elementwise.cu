@@ -13,6 +13,7 @@ namespace tf::cuda {
 namespace {
 
 const bool g_pdl_group = pdl_group_enabled("ELEMENTWISE");  // launch.h
+bool g_vec_norm = true;  // add_rms_norm_vec_kernel where it applies (set_vector_norm: tests, benches)
 
 __device__ __forceinline__ void st(void* p, int64_t i, DType t, float v) {
   if (t == DType::F32)
@@ -105,6 +106,100 @@ __global__ void __launch_bounds__(kNormThreads)
     const float inv = rsqrtf(row_sum<TPR>(ss, smem) / cols + eps);
     for (int i = tid; i < cols; i += TPR)
       y[base + i] = __float2bfloat16(ld(res, base + i, rt) * inv * (ld(w, i, wt) + offset));
+  }
+}
+
+// A float from element i of p, whose dtype is known at compile time (the vector norm's loads must not
+// branch on a runtime dtype: the branches kept ptxas from batching them, one L2 round trip each).
+template <DType T>
+__device__ __forceinline__ float ldt(const void* p, int64_t i) {
+  if constexpr (T == DType::F32) return static_cast<const float*>(p)[i];
+  if constexpr (T == DType::F16) return __half2float(static_cast<const __half*>(p)[i]);
+  if constexpr (T == DType::BF16) return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+  return 0.f;
+}
+
+// add_rms_norm_kernel<32>'s arithmetic with one round of 16-byte loads (rows of a multiple of 8 elements,
+// at most 8192, 16-byte aligned). The old kernel's 32 scalar loads a thread went out in ~5 dependent
+// batches (a 1-block kernel at M = 1: pure latency, 10.7 us of a decode layer's ~137, twice). Here each
+// thread loads 8-element units (x, residual) at once, the new residual values meet in shared memory, and
+// thread t then folds exactly the values add_rms_norm_kernel<32> gives it (i = t + 256 j, j = 0..31, zeros
+// past the row) in the same order; the outputs are the same expressions. The norm weights are constant:
+// they are read before the wait, under the previous kernel.
+template <DType RT, DType WT>
+__global__ void __launch_bounds__(kNormThreads)
+    add_rms_norm_vec_kernel(void* res, const __nv_bfloat16* x, const void* w, __nv_bfloat16* y, int cols,
+                            float eps, float offset) {
+  constexpr int TPR = kNormThreads, V = 32, U = V * TPR / (8 * TPR);  // U = 4 units of 8 a thread
+  __shared__ float smem[kNormThreads / 32];
+  __shared__ float vals[V * TPR];
+  const int tid = threadIdx.x;
+  const int64_t base = int64_t(blockIdx.x) * cols;
+  float wo[U][8];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int e0 = (tid + TPR * u) * 8;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) wo[u][e] = e0 < cols ? __fadd_rn(ldt<WT>(w, e0 + e), offset) : 0.f;
+  }
+  pdl_enter();  // dependent launch (launch.h): only the constant norm weights were read before it
+  constexpr int RW = RT == DType::F32 ? 2 : 1;  // 16-byte words of residual a unit
+  uint4 xv[U], rv[U][RW];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int e0 = (tid + TPR * u) * 8;
+    if (e0 < cols) {
+      xv[u] = ld_act16(x + base + e0);
+#pragma unroll
+      for (int h = 0; h < RW; ++h)
+        rv[u][h] = RT == DType::F32 ? ld_act16(static_cast<const float*>(res) + base + e0 + 4 * h)
+                                    : ld_act16(static_cast<const __nv_bfloat16*>(res) + base + e0);
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int e0 = (tid + TPR * u) * 8;
+    if (e0 >= cols) continue;
+    const __nv_bfloat16* xe = reinterpret_cast<const __nv_bfloat16*>(&xv[u]);
+    float v[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      float r;
+      if constexpr (RT == DType::F32)
+        r = reinterpret_cast<const float*>(&rv[u][0])[e];  // rv[u][0..1] are contiguous
+      else
+        r = __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(&rv[u][0])[e]);
+      v[e] = round_to(__fadd_rn(r, __bfloat162float(xe[e])), RT);
+      vals[e0 + e] = v[e];
+    }
+    if constexpr (RT == DType::F32) {
+      float4* o = reinterpret_cast<float4*>(static_cast<float*>(res) + base + e0);
+      o[0] = make_float4(v[0], v[1], v[2], v[3]);
+      o[1] = make_float4(v[4], v[5], v[6], v[7]);
+    } else {
+      __nv_bfloat162 o[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[e] = __floats2bfloat162_rn(v[2 * e], v[2 * e + 1]);
+      *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(res) + base + e0) = *reinterpret_cast<uint4*>(o);
+    }
+  }
+  __syncthreads();
+  float ss = 0.f;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int i = tid + TPR * j;
+    const float v = i < cols ? vals[i] : 0.f;
+    ss = __fmaf_rn(v, v, ss);
+  }
+  const float inv = norm_inv(row_sum<TPR>(ss, smem), cols, eps);
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int e0 = (tid + TPR * u) * 8;
+    if (e0 >= cols) continue;
+    __nv_bfloat16 o[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) o[e] = __float2bfloat16(norm_out(vals[e0 + e], inv, wo[u][e]));
+    *reinterpret_cast<uint4*>(y + base + e0) = *reinterpret_cast<uint4*>(o);
   }
 }
 
@@ -294,13 +389,38 @@ void add_rms_norm(void* res, DType rt, const void* x, const void* w, DType wt, v
   if (rows == 0) return;
   auto xp = static_cast<const __nv_bfloat16*>(x);
   auto yp = static_cast<__nv_bfloat16*>(y);
-  if (cols <= 8192)
+  const bool aligned =
+      (reinterpret_cast<uintptr_t>(res) | reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(y)) %
+          16 ==
+      0;
+  const bool vec_w = wt == DType::BF16 || wt == DType::F32 || wt == DType::F16;
+  if (cols <= 8192 && cols % 8 == 0 && aligned && vec_w && (rt == DType::BF16 || rt == DType::F32) &&
+      g_vec_norm) {
+    auto go = [&](auto kernel) {
+      launch_pdl_if(g_pdl_group, kernel, unsigned(rows), kNormThreads, 0, s, res, xp, w, yp, cols, eps,
+                    offset);
+    };
+    const bool f32 = rt == DType::F32;
+    if (wt == DType::BF16)
+      go(f32 ? add_rms_norm_vec_kernel<DType::F32, DType::BF16>
+             : add_rms_norm_vec_kernel<DType::BF16, DType::BF16>);
+    else if (wt == DType::F32)
+      go(f32 ? add_rms_norm_vec_kernel<DType::F32, DType::F32>
+             : add_rms_norm_vec_kernel<DType::BF16, DType::F32>);
+    else
+      go(f32 ? add_rms_norm_vec_kernel<DType::F32, DType::F16>
+             : add_rms_norm_vec_kernel<DType::BF16, DType::F16>);
+  } else if (cols <= 8192)
     launch_pdl_if(g_pdl_group, add_rms_norm_kernel<32>, unsigned(rows), kNormThreads, 0, s, res, rt, xp, w,
                   wt, yp, cols, eps, offset);
   else
     launch_pdl_if(g_pdl_group, add_rms_norm_kernel<0>, unsigned(rows), kNormThreads, 0, s, res, rt, xp, w, wt,
                   yp, cols, eps, offset);
   TF_CUDA_LAUNCH_CHECK();
+}
+
+void set_vector_norm(bool on) {
+  g_vec_norm = on;
 }
 
 void rope(void* q, void* k, int rows, int hq, int hk, int d, int rot, const float* inv_freq, float factor,

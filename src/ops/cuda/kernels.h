@@ -97,6 +97,9 @@ void set_linear_pdl(bool on);
 // Attention blocks serve several rows of a sequence for calls of >= 64 rows (Auto) or one row always
 // (Plain). Same bits (tested); for benches and tests.
 void set_attention_rows_per_block(LoopVariant v);
+// add_rms_norm's one-round-of-loads kernel for rows of a multiple of 8 elements up to 8192 (default on);
+// off: the scalar add_rms_norm_kernel<32>. Same bits (tested); for tests and benches.
+void set_vector_norm(bool on);
 void rms_norm(const void* x, const void* w, DType w_dtype, void* y, int64_t rows, int cols, float eps,
               float offset, cudaStream_t s);
 void add_rms_norm(void* residual, DType res_dtype, const void* x, const void* w, DType w_dtype, void* y,

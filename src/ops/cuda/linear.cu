@@ -124,44 +124,49 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
 
-  auto step = [&](const uint4& a, const uint4& b, int c) {
+  // x's 8 values for token tile j of chunk c, loaded (kX, kSilu) or made (kSilu1, kAddNorm).
+  auto x_of = [&](int j, int c) {
+    uint4 xv;
+    if constexpr (ACT == kSilu1) {  // row 0 only: lane L makes value L of the chunk, lane (0, t) takes 8t..
+      const float gv = __bfloat162float(x[c * 32 + lane]), uv = __bfloat162float(x[k + c * 32 + lane]);
+      const __nv_bfloat16 a = silu_mul_bf16(gv, uv);
+      const uint32_t mine = *reinterpret_cast<const uint16_t*>(&a);
+      uint32_t o[4];
 #pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      uint4 xv;
-      if constexpr (ACT == kSilu1) {  // row 0 only: lane L makes value L of the chunk, lane (0, t) takes 8t..
-        const float gv = __bfloat162float(x[c * 32 + lane]), uv = __bfloat162float(x[k + c * 32 + lane]);
-        const __nv_bfloat16 a = silu_mul_bf16(gv, uv);
-        const uint32_t mine = *reinterpret_cast<const uint16_t*>(&a);
+      for (int i = 0; i < 4; ++i)
+        o[i] = __shfl_sync(0xffffffffu, mine, 8 * t + 2 * i) |
+               (__shfl_sync(0xffffffffu, mine, 8 * t + 2 * i + 1) << 16);
+      xv = xok[j] ? make_uint4(o[0], o[1], o[2], o[3]) : make_uint4(0, 0, 0, 0);
+    } else if constexpr (ACT == kAddNorm) {
+      xv = make_uint4(0, 0, 0, 0);
+      if (xok[j]) {
+        const int col = c * 32 + 8 * t;
+        const int64_t at = int64_t(m0 + 8 * j + g) * k + col;
+        const float inv = norm_inv_s[8 * j + g];
         uint32_t o[4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
-          o[i] = __shfl_sync(0xffffffffu, mine, 8 * t + 2 * i) |
-                 (__shfl_sync(0xffffffffu, mine, 8 * t + 2 * i + 1) << 16);
-        xv = xok[j] ? make_uint4(o[0], o[1], o[2], o[3]) : make_uint4(0, 0, 0, 0);
-      } else if constexpr (ACT == kAddNorm) {
-        xv = make_uint4(0, 0, 0, 0);
-        if (xok[j]) {
-          const int col = c * 32 + 8 * t;
-          const int64_t at = int64_t(m0 + 8 * j + g) * k + col;
-          const float inv = norm_inv_s[8 * j + g];
-          uint32_t o[4];
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            __nv_bfloat162 r;
-            r.x = __float2bfloat16(norm_out(add_residual(nrm.res, nrm.rt, x, at + 2 * i), inv,
-                                            __fadd_rn(ld(nrm.w, col + 2 * i, nrm.wt), nrm.offset)));
-            r.y = __float2bfloat16(norm_out(add_residual(nrm.res, nrm.rt, x, at + 2 * i + 1), inv,
-                                            __fadd_rn(ld(nrm.w, col + 2 * i + 1, nrm.wt), nrm.offset)));
-            o[i] = *reinterpret_cast<const uint32_t*>(&r);
-          }
-          xv = make_uint4(o[0], o[1], o[2], o[3]);
+        for (int i = 0; i < 4; ++i) {
+          __nv_bfloat162 r;
+          r.x = __float2bfloat16(norm_out(add_residual(nrm.res, nrm.rt, x, at + 2 * i), inv,
+                                          __fadd_rn(ld(nrm.w, col + 2 * i, nrm.wt), nrm.offset)));
+          r.y = __float2bfloat16(norm_out(add_residual(nrm.res, nrm.rt, x, at + 2 * i + 1), inv,
+                                          __fadd_rn(ld(nrm.w, col + 2 * i + 1, nrm.wt), nrm.offset)));
+          o[i] = *reinterpret_cast<const uint32_t*>(&r);
         }
-      } else {
-        xv = xok[j] ? load_x<ACT>(xr[j] + c * 32, k) : make_uint4(0, 0, 0, 0);
+        xv = make_uint4(o[0], o[1], o[2], o[3]);
       }
-      mma_bf16(acc[j], a.x, b.x, a.y, b.y, xv.x, xv.y);
-      mma_bf16(acc[j], a.z, b.z, a.w, b.w, xv.z, xv.w);
+    } else {
+      xv = xok[j] ? load_x<ACT>(xr[j] + c * 32, k) : make_uint4(0, 0, 0, 0);
     }
+    return xv;
+  };
+  auto mma_x = [&](const uint4& a, const uint4& b, int j, const uint4& xv) {
+    mma_bf16(acc[j], a.x, b.x, a.y, b.y, xv.x, xv.y);
+    mma_bf16(acc[j], a.z, b.z, a.w, b.w, xv.z, xv.w);
+  };
+  auto step = [&](const uint4& a, const uint4& b, int c) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) mma_x(a, b, j, x_of(j, c));
   };
   // kAddNorm, after griddepcontrol.wait (the residual and x come from earlier kernels): each row's 1/rms
   // as add_rms_norm_kernel<32> computes it (V = 32 elements a thread, zeros past k included).
@@ -199,16 +204,44 @@ __global__ void __launch_bounds__(kWarps * 32)
         b[u] = load_stream(wb + (at + u) * 32);
       }
     };
+    // kX: x is register-double-buffered too. Loaded inside step(), each chunk's MMA waited for its own L2
+    // round trip (SASS: load x, HMMA on it, then the next x), ~2 dependent L2 latencies a U-step that the
+    // weight prefetch could not hide; now the next step's x loads go out with its weight loads.
+    // One token tile only: at NT = 2 the extra registers (164) would halve the blocks an SM holds.
+    constexpr bool kXAhead = ACT == kX && NT == 1;
+    uint4 xs[kXAhead ? U : 1][NT];
+    auto load_xs = [&](int at) {
+      if constexpr (kXAhead) {
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+          for (int j = 0; j < NT; ++j) xs[u][j] = x_of(j, at + u);
+      }
+    };
     if (c + U <= c_end) load(c);
     pdl_wait();  // weights are constant; x is not
     prologue();
+    if (c + U <= c_end) load_xs(c);
     for (; c + U <= c_end; c += U) {
-      uint4 ca[U], cb[U];
+      uint4 ca[U], cb[U], cx[kXAhead ? U : 1][NT];
 #pragma unroll
       for (int u = 0; u < U; ++u) ca[u] = a[u], cb[u] = b[u];
-      if (c + 2 * U <= c_end) load(c + U);
+      if constexpr (kXAhead) {
 #pragma unroll
-      for (int u = 0; u < U; ++u) step(ca[u], cb[u], c + u);
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+          for (int j = 0; j < NT; ++j) cx[u][j] = xs[u][j];
+      }
+      if (c + 2 * U <= c_end) load(c + U), load_xs(c + U);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if constexpr (kXAhead) {
+#pragma unroll
+          for (int j = 0; j < NT; ++j) mma_x(ca[u], cb[u], j, cx[u][j]);
+        } else {
+          step(ca[u], cb[u], c + u);
+        }
+      }
     }
   } else {
     pdl_wait();

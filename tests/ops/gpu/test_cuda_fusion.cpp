@@ -256,6 +256,36 @@ TEST_F(CudaFusion, AddRmsNormLinearEqualsAddRmsNormThenLinear) {
   cuda::set_fused_norm_linear(false);  // the default
 }
 
+// add_rms_norm's vector kernel (one round of 16-byte loads, the default where it applies) gives the scalar
+// kernel's bits: new residual and output, bf16 and f32 residuals and norm weights, y in place of x as the
+// decoder calls it, rows of a multiple of 8 up to 8192 (1000: the vector kernel, zeros past the row in the
+// reduction; 1004 falls back to the scalar kernel).
+TEST_F(CudaFusion, VectorAddRmsNormEqualsScalar) {
+  for (int cols : {4096, 8192, 1000, 1024, 1004}) {
+    for (DType rt : {DType::BF16, DType::F32}) {
+      for (DType wt : {DType::BF16, DType::F32}) {
+        for (int rows : {1, 3, 16}) {
+          SCOPED_TRACE("cols " + std::to_string(cols) + " residual " + dtype_name(rt) + " weight " +
+                       dtype_name(wt) + " rows " + std::to_string(rows));
+          const Tensor res_host = rt == DType::F32 ? random_f32({rows, cols}, 2.f) : random_bf16({rows, cols}, 2.f);
+          const Tensor x_host = random_bf16({rows, cols}, 1.f);
+          const Tensor nw = gpu_->upload(wt == DType::F32 ? random_f32({cols}, 0.3f) : random_bf16({cols}, 0.3f));
+          std::vector<uint8_t> res_out[2], y_out[2];
+          for (int vec = 0; vec < 2; ++vec) {
+            cuda::set_vector_norm(vec == 1);
+            Tensor res = gpu_->upload(res_host), x = gpu_->upload(x_host);
+            gpu_->add_rms_norm(res, x, nw, 1e-6f, cols == 1000 ? 1.f : 0.f, x);  // y = x, in place (Gemma offset once)
+            res_out[vec] = bytes(res), y_out[vec] = bytes(x);
+          }
+          EXPECT_EQ(res_out[1], res_out[0]);
+          EXPECT_EQ(y_out[1], y_out[0]);
+        }
+      }
+    }
+  }
+  cuda::set_vector_norm(true);
+}
+
 // Short calls (every row within kLoopMaxChunks chunks) run all tiles as loop tiles; the bits are the
 // split schedule's, for decode, verify and a batch of sequences.
 TEST_F(CudaFusion, ShortContextLoopScheduleEqualsSplit) {

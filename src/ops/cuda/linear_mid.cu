@@ -25,6 +25,7 @@
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/launch.h"
+#include "ops/cuda/linear_wgmma.h"
 #include "ops/cuda/mma.cuh"
 
 namespace tf::cuda {
@@ -294,6 +295,11 @@ const char* linear_mid_tile_name(MidTile tile) {
 
 void linear_mid_bf16(const void* x, const void* w, const void* bias, int bias_kind, void* y, bool y_f32,
                      int m, int n, int k, cudaStream_t s) {
+  // The streaming wgmma kernel (linear_rs.cu) when switched on, for the Auto tile only (same bits).
+  if (g_mid_tile == MidTile::Auto && !g_mid_features && linear_rs_takes(m) &&
+      linear_rs_bf16(x, w, bias, bias_kind == 1 ? DType::F32 : DType::BF16, y,
+                     y_f32 ? DType::F32 : DType::BF16, m, n, k, s))
+    return;
   // The tile never changes an element's arithmetic (tested), only the speed.
   const MidTile tile = g_mid_tile != MidTile::Auto ? g_mid_tile
                        : g_mid_features            ? v8_tile(m, n, g_mid_features)

@@ -101,23 +101,7 @@ struct Cfg {
   static_assert(SP == 1 || (SP == 2 && CL == 1 && !kTotSmem), "slice split: x not shared, tot in registers");
 };
 
-// ---- mbarrier / cp.async (PTX ISA: "Parallel synchronization and communication", "cp.async") ----
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
-}
+// mbarriers, cluster helpers and desc_sw64: linear_wgmma.h. cp.async (PTX ISA "cp.async"):
 // The barrier's pending count drops when all of this thread's earlier cp.async have landed.
 __device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
@@ -126,25 +110,9 @@ __device__ __forceinline__ void cp_async8(uint32_t dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(dst), "l"(src) : "memory");
 }
 
-// ---- 2-CTA clusters (PTX ISA: mapa, barrier.cluster, cp.async.bulk) ----
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-// The peer CTA's shared::cluster address of this CTA's shared address `a`.
-__device__ __forceinline__ uint32_t peer_addr(uint32_t a, uint32_t peer) {
-  uint32_t r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(peer));
-  return r;
-}
+// 2-CTA clusters (PTX ISA: mbarrier remote arrive, cp.async.bulk):
 __device__ __forceinline__ void mbar_arrive_remote(uint32_t cluster_bar) {
   asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_bar) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar),
-               "r"(bytes)
-               : "memory");
 }
 // Shared memory of this CTA -> the peer's (same layout), completing `bytes` on the peer's barrier.
 __device__ __forceinline__ void bulk_to_peer(uint32_t dst_cluster, uint32_t src, uint32_t bytes,
@@ -154,18 +122,6 @@ __device__ __forceinline__ void bulk_to_peer(uint32_t dst_cluster, uint32_t src,
           dst_cluster),
       "r"(src), "r"(bytes), "r"(bar_cluster)
       : "memory");
-}
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
-}
-
-// K-major operand in the 64-byte swizzle: rows of 64 bytes (one chunk: step h at bytes 32h..32h+31), 8-row
-// atoms of 512 bytes (SBO), 16-byte unit u of row r stored at unit u ^ ((r >> 1) & 3) -- the XOR of
-// address bits 4-5 with bits 7-8 that wgmma applies (atoms 512-byte aligned). LBO is unused (1).
-// Step h's descriptor starts 32h bytes into the rows; the hardware swizzles the final addresses.
-__device__ __forceinline__ uint64_t desc_sw64(uint32_t addr) {
-  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(512 >> 4) << 32) |
-         (uint64_t(2) << 62);
 }
 
 template <int BN>
@@ -755,6 +711,12 @@ void launch(const void* x, const void* w, const void* bias, int bias_kind, void*
 
 }  // namespace
 
+bool make_linear_tensor_map(CUtensorMap* map, const void* base, int rows, int k, int box_rows,
+                            bool swizzle_64b) {
+  return make_map(map, base, rows, k, box_rows,
+                  swizzle_64b ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_NONE);
+}
+
 // Auto: the tile with the least estimated time on an H200 (132 SMs): waves x the slower of a tile's MMA
 // time (989 TFLOP/s / 132 SMs, times an efficiency: the shared-memory traffic a chunk costs against its
 // MMA time, and for 128x256 the `tot` round trips through shared memory) and its load time (the tile's
@@ -877,6 +839,10 @@ void linear_wgmma_bf16(const void* x, const void* w, const void* bias, DType bia
   if (m <= 0 || n <= 0) return;
   const int bias_kind = !bias ? 0 : bias_dtype == DType::F32 ? 1 : 2;
   const bool f32 = y_dtype == DType::F32;
+  // M = 17..256 with the streaming kernel switched on (linear_rs.cu; same bits).
+  if (g_tile == WgmmaTile::Auto && linear_rs_takes(m) &&
+      linear_rs_bf16(x, w, bias, bias_dtype, y, y_dtype, m, n, k, s))
+    return;
   switch (g_tile == WgmmaTile::Auto ? linear_wgmma_auto_tile(m, n) : g_tile) {
     case WgmmaTile::W64T64:
       return launch<1, 64>(x, w, bias, bias_kind, y, f32, m, n, k, s);

@@ -6,6 +6,7 @@
 // linear_bf16 runs it on sm_90 devices from M = kWgmmaMinM rows (linear.cu); bench/cuda/wgmma_probe.cu
 // checks that one wgmma k16 step rounds like one mma.sync m16n8k16 step, tests/ops/gpu/test_cuda_wgmma.cpp
 // compares whole outputs with linear_bf16 at M = 1 for every tile shape.
+#include <cuda.h>  // CUtensorMap
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -60,6 +61,51 @@ void set_linear_wgmma_producer(WgmmaProducer producer);
 void set_linear_wgmma_swizzle(bool on);
 const char* wgmma_producer_name(WgmmaProducer producer);
 const char* wgmma_tile_name(WgmmaTile tile);
+
+// ---- linear_rs.cu: the streaming linear for M = 17..256 (issue #8) ----
+// wgmma with the weights as the register operand A (raw rows by TMA, each lane's 16-byte fragment loaded as
+// linear.cu loads it) and x permuted into the stage by the consumers: no weight permutation pass, K slices
+// split over a 1/2/4-CTA cluster so narrow weights fill the SMs. Same bits as linear_bf16 at M = 1 for every
+// tile (tests/ops/gpu/test_cuda_wgmma.cpp). Tiles: weight rows x tokens, sN = the 8 K slices split over N
+// CTAs of a cluster (rank 0 folds the others' slice partials in slice order).
+enum class RsTile {
+  Auto,
+  W64T32,
+  W64T32S2,
+  W64T32S4,
+  W64T64,
+  W64T64S2,
+  W64T64S4,
+  W64T128,
+  W64T128S2,
+  W64T128S4,
+  W128T64,
+  W128T128
+};
+constexpr RsTile kRsTiles[] = {RsTile::W64T32,    RsTile::W64T32S2, RsTile::W64T32S4, RsTile::W64T64,
+                               RsTile::W64T64S2,  RsTile::W64T64S4, RsTile::W64T128,  RsTile::W64T128S2,
+                               RsTile::W64T128S4, RsTile::W128T64,  RsTile::W128T128};
+// Runs it (any m >= 1; tiles of 128 tokens beyond M = 128). Returns false without launching when the
+// tensor maps cannot be encoded (x or w not 16-byte aligned, a driver without the encoder); throws when
+// k % 32 != 0 or !linear_wgmma_supported().
+bool linear_rs_bf16(const void* x, const void* w, const void* bias, DType bias_dtype, void* y, DType y_dtype,
+                    int m, int n, int k, cudaStream_t s);
+// Whether linear_bf16's Auto dispatch sends M = 17..kRsMaxM to it (through linear_mid_bf16 /
+// linear_wgmma_bf16 with their Auto tiles) on sm_90. Off by default until measured; TF_LINEAR_RS=1 turns it
+// on at start-up. Same bits either way.
+constexpr int kRsMinM = 17, kRsMaxM = 256;
+void set_linear_rs(bool on);
+bool linear_rs_enabled();
+// Switched on, M in [kRsMinM, kRsMaxM] and linear_wgmma_supported(): the hook linear_mid_bf16 and
+// linear_wgmma_bf16 consult when their tile is Auto.
+bool linear_rs_takes(int m);
+void set_linear_rs_tile(RsTile tile);  // Auto: linear_rs_auto_tile
+RsTile linear_rs_auto_tile(int m, int n);
+const char* rs_tile_name(RsTile tile);
+// A [rows, k] bf16 row-major matrix as a 2D tensor map, boxes of 32 elements (one chunk) x box_rows, rows
+// past `rows` zero-filled; swizzle_64b: wgmma's 64-byte swizzle. False when it cannot be encoded.
+bool make_linear_tensor_map(CUtensorMap* map, const void* base, int rows, int k, int box_rows,
+                            bool swizzle_64b);
 
 #ifdef __CUDACC__
 // ---- device helpers shared with the probe (inline PTX per the PTX ISA, "warpgroup-level MMA") ----
@@ -210,6 +256,52 @@ __device__ __forceinline__ void wgmma_m64n256(float* d, uint64_t desc_a, uint64_
         "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
       : "l"(desc_a), "l"(desc_b), "r"(scale_d)
       : "memory");
+}
+
+// ---- mbarriers (PTX ISA: "Parallel synchronization and communication"), clusters (mapa, barrier.cluster)
+// and the 64-byte swizzle descriptor, shared by linear_wgmma.cu and linear_rs.cu ----
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+// The peer CTA's shared::cluster address of this CTA's shared address `a`.
+__device__ __forceinline__ uint32_t peer_addr(uint32_t a, uint32_t peer) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(peer));
+  return r;
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
+// K-major operand in the 64-byte swizzle: rows of 64 bytes (one chunk: step h at bytes 32h..32h+31), 8-row
+// atoms of 512 bytes (SBO), 16-byte unit u of row r stored at unit u ^ ((r >> 1) & 3) -- the XOR of
+// address bits 4-5 with bits 7-8 that wgmma applies (atoms 512-byte aligned). LBO is unused (1).
+// Step h's descriptor starts 32h bytes into the rows; the hardware swizzles the final addresses.
+__device__ __forceinline__ uint64_t desc_sw64(uint32_t addr) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(512 >> 4) << 32) |
+         (uint64_t(2) << 62);
 }
 #endif  // __CUDACC__
 

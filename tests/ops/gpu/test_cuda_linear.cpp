@@ -3,7 +3,8 @@
 // the exact bits of that row computed alone (M = 1) by the decode kernel; and that M = 1 row matches a
 // double-precision CPU dot product within the bf16/fp32 error bound. K covers even slices (4096, 12288),
 // uneven ones (1120 = 35 chunks) and empty ones (96 = 3 chunks); N covers a partial feature tile (16,
-// 1040) and a full grid. Every linear_mid.cu tile (cuda::kMidTiles) runs forced at every M.
+// 1040) and a full grid. Every linear_mid.cu tile (cuda::kMidTiles) runs forced at every M; on sm_90 the
+// streaming kernel (linear_rs.cu) runs switched on.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -69,6 +70,7 @@ class CudaLinear : public ::testing::TestWithParam<int> {
     cuda::set_linear_kernel(cuda::LinearKernel::Auto);
     cuda::set_linear_mid_features(0);
     cuda::set_linear_mid_tile(cuda::MidTile::Auto);
+    cuda::set_linear_rs(false);
     if (s_) cudaStreamDestroy(s_);
   }
   cudaStream_t s_ = nullptr;
@@ -145,25 +147,30 @@ TEST_P(CudaLinear, EveryKernelGivesEachRowItsDecodeBits) {
 
       // The mid kernel: its tile by M and N, 32 / 64 features a CTA forced (tokens by M), then every tile
       // of cuda::kMidTiles forced (persistent grids walk several tiles a CTA at the larger N and M).
-      // The wgmma kernel (its tile by the grid size; test_cuda_wgmma forces each) only on sm_90.
+      // The wgmma kernel (its tile by the grid size; test_cuda_wgmma forces each) only on sm_90, and there
+      // the streaming kernel (linear_rs.cu, M = 17..256) switched on under Auto and under the mid kernel.
       struct Choice {
         cuda::LinearKernel kern;
         int features;
         cuda::MidTile tile;
+        bool rs;
       };
-      std::vector<Choice> kernels = {{cuda::LinearKernel::Decode, 0, cuda::MidTile::Auto},
-                                     {cuda::LinearKernel::Mid, 0, cuda::MidTile::Auto},
-                                     {cuda::LinearKernel::Mid, 32, cuda::MidTile::Auto},
-                                     {cuda::LinearKernel::Mid, 64, cuda::MidTile::Auto},
-                                     {cuda::LinearKernel::Tiled, 0, cuda::MidTile::Auto},
-                                     {cuda::LinearKernel::Auto, 0, cuda::MidTile::Auto},
-                                     {cuda::LinearKernel::Wgmma, 0, cuda::MidTile::Auto}};
-      for (cuda::MidTile tile : cuda::kMidTiles) kernels.push_back({cuda::LinearKernel::Mid, 0, tile});
-      for (auto [kern, features, tile] : kernels) {
-        if (kern == cuda::LinearKernel::Wgmma && !cuda::linear_wgmma_supported()) continue;
+      std::vector<Choice> kernels = {{cuda::LinearKernel::Decode, 0, cuda::MidTile::Auto, false},
+                                     {cuda::LinearKernel::Mid, 0, cuda::MidTile::Auto, false},
+                                     {cuda::LinearKernel::Mid, 32, cuda::MidTile::Auto, false},
+                                     {cuda::LinearKernel::Mid, 64, cuda::MidTile::Auto, false},
+                                     {cuda::LinearKernel::Tiled, 0, cuda::MidTile::Auto, false},
+                                     {cuda::LinearKernel::Auto, 0, cuda::MidTile::Auto, false},
+                                     {cuda::LinearKernel::Wgmma, 0, cuda::MidTile::Auto, false},
+                                     {cuda::LinearKernel::Auto, 0, cuda::MidTile::Auto, true},
+                                     {cuda::LinearKernel::Mid, 0, cuda::MidTile::Auto, true}};
+      for (cuda::MidTile tile : cuda::kMidTiles) kernels.push_back({cuda::LinearKernel::Mid, 0, tile, false});
+      for (auto [kern, features, tile, rs] : kernels) {
+        if ((kern == cuda::LinearKernel::Wgmma || rs) && !cuda::linear_wgmma_supported()) continue;
         cuda::set_linear_kernel(kern);
         cuda::set_linear_mid_features(features);
         cuda::set_linear_mid_tile(tile);
+        cuda::set_linear_rs(rs);
         for (int m : kMs) {
           ASSERT_EQ(cudaMemsetAsync(y.p, 0xFF, m * row_bytes, s_), cudaSuccess);  // unwritten = NaN
           run(x.p, y.p, m);
@@ -172,12 +179,13 @@ TEST_P(CudaLinear, EveryKernelGivesEachRowItsDecodeBits) {
           for (int r = 0; r < m; ++r)
             if (std::memcmp(&hy[r * row_bytes], &href[r * row_bytes], row_bytes) != 0) {
               ADD_FAILURE() << kernel_name(kern) << " kernel (mid features " << features << ", mid tile "
-                            << cuda::linear_mid_tile_name(tile) << "), M=" << m << ": row " << r
-                            << " differs from the row computed alone";
+                            << cuda::linear_mid_tile_name(tile) << (rs ? ", streaming on" : "")
+                            << "), M=" << m << ": row " << r << " differs from the row computed alone";
               break;
             }
         }
       }
+      cuda::set_linear_rs(false);
     }
   }
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);

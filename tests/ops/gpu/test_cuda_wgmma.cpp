@@ -1,4 +1,5 @@
-// The wgmma linear (src/ops/cuda/linear_wgmma.cu), every CTA tile shape, against linear_bf16 at M = 1:
+// The wgmma linears (src/ops/cuda/linear_wgmma.cu, and linear_rs.cu's streaming kernel for M = 17..256),
+// every CTA tile shape, against linear_bf16 at M = 1:
 // every row of a batched wgmma call must have exactly the bits linear_bf16 gives that row alone (the
 // row-invariance contract of docs/cuda-notes.md "Design"). First mismatching element printed with both
 // bit patterns.
@@ -65,51 +66,70 @@ const std::vector<cuda::WgmmaProducer> kCp16 = {cuda::WgmmaProducer::Raw};
 const std::vector<cuda::WgmmaProducer> kTma = {cuda::WgmmaProducer::Tma};
 const std::vector<cuda::WgmmaProducer> kTmaX = {cuda::WgmmaProducer::TmaX};
 
-void check_shape(const Shape& sh, const std::vector<cuda::WgmmaTile>& tiles = kTiles,
-                 const std::vector<cuda::WgmmaProducer>& producers = kCp16) {
-  const int max_m = *std::max_element(sh.ms.begin(), sh.ms.end()), n = sh.n, k = sh.k;
-  const size_t out_bytes = sh.f32_out ? 4 : 2;
-  const DType y_dtype = sh.f32_out ? DType::F32 : DType::BF16;
-  const auto hx = random_bf16(size_t(max_m) * k, 11 + k), hw = random_bf16(size_t(n) * k, 29 + n);
-  std::vector<float> hb(n);
-  for (int i = 0; i < n; ++i) hb[i] = 0.001f * float(i % 97) - 0.05f;
-  std::vector<uint16_t> hb16(n);
-  for (int i = 0; i < n; ++i) hb16[i] = f32_to_bf16(0.37f * hb[i] + 0.01f);
-  Dev<uint16_t> x(hx.size()), w(hw.size()), bias16(n);
-  Dev<float> bias(n);
-  Dev<unsigned char> ref(size_t(max_m) * n * out_bytes), got(size_t(max_m) * n * out_bytes);
-  ASSERT_CUDA(cudaMemcpy(x.p, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
-  ASSERT_CUDA(cudaMemcpy(w.p, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
-  ASSERT_CUDA(cudaMemcpy(bias.p, hb.data(), n * 4, cudaMemcpyHostToDevice));
-  ASSERT_CUDA(cudaMemcpy(bias16.p, hb16.data(), n * 2, cudaMemcpyHostToDevice));
-  const void* b = sh.bias_kind == 0 ? nullptr : sh.bias_kind == 1 ? static_cast<void*>(bias.p) : bias16.p;
-  const DType bdt = sh.bias_kind == 2 ? DType::BF16 : DType::F32;
-  // Reference: each row alone through linear_bf16 (the decode kernel, M = 1).
-  for (int r = 0; r < max_m; ++r)
-    cuda::linear_bf16(x.p + size_t(r) * k, w.p, b, bdt, ref.p + size_t(r) * n * out_bytes, y_dtype, 1, n, k,
-                      0);
-  ASSERT_CUDA(cudaDeviceSynchronize());
-  std::vector<unsigned char> href(size_t(max_m) * n * out_bytes), hgot(href.size());
-  ASSERT_CUDA(cudaMemcpy(href.data(), ref.p, href.size(), cudaMemcpyDeviceToHost));
-  const std::string what = " N=" + std::to_string(n) + " K=" + std::to_string(k) +
-                           (sh.f32_out ? " f32" : " bf16") +
-                           (sh.bias_kind == 0   ? ""
-                            : sh.bias_kind == 1 ? " +f32 bias"
-                                                : " +bf16 bias");
-  auto compare = [&](int m, const std::string& who) {
+// One shape's inputs and reference: every row of x alone through linear_bf16 (M = 1, the decode kernel).
+// check(m, who, run) runs `run` (which writes y = the first m rows' outputs into out()) on poisoned output
+// and compares it with the reference bit for bit, printing the first mismatching element.
+class RowsVsDecode {
+ public:
+  explicit RowsVsDecode(const Shape& sh)
+      : sh_(sh),
+        max_m_(*std::max_element(sh.ms.begin(), sh.ms.end())),
+        out_bytes_(sh.f32_out ? 4 : 2),
+        x_(size_t(max_m_) * sh.k),
+        w_(size_t(sh.n) * sh.k),
+        bias16_(sh.n),
+        bias_(sh.n),
+        ref_(size_t(max_m_) * sh.n * out_bytes_),
+        got_(size_t(max_m_) * sh.n * out_bytes_) {
+    const int n = sh.n, k = sh.k;
+    const auto hx = random_bf16(size_t(max_m_) * k, 11 + k), hw = random_bf16(size_t(n) * k, 29 + n);
+    std::vector<float> hb(n);
+    for (int i = 0; i < n; ++i) hb[i] = 0.001f * float(i % 97) - 0.05f;
+    std::vector<uint16_t> hb16(n);
+    for (int i = 0; i < n; ++i) hb16[i] = f32_to_bf16(0.37f * hb[i] + 0.01f);
+    EXPECT_EQ(cudaMemcpy(x_.p, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(w_.p, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(bias_.p, hb.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(bias16_.p, hb16.data(), n * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    for (int r = 0; r < max_m_; ++r)
+      cuda::linear_bf16(x_.p + size_t(r) * k, w_.p, bias(), bias_dtype(), ref_.p + size_t(r) * n * out_bytes_,
+                        y_dtype(), 1, n, k, 0);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    href_.resize(size_t(max_m_) * n * out_bytes_);
+    hgot_.resize(href_.size());
+    EXPECT_EQ(cudaMemcpy(href_.data(), ref_.p, href_.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    what_ = " N=" + std::to_string(n) + " K=" + std::to_string(k) + (sh.f32_out ? " f32" : " bf16") +
+            (sh.bias_kind == 0   ? ""
+             : sh.bias_kind == 1 ? " +f32 bias"
+                                 : " +bf16 bias");
+  }
+  const void* x() const { return x_.p; }
+  const void* w() const { return w_.p; }
+  void* out() const { return got_.p; }
+  const void* bias() const {
+    return sh_.bias_kind == 0 ? nullptr : sh_.bias_kind == 1 ? static_cast<void*>(bias_.p) : bias16_.p;
+  }
+  DType bias_dtype() const { return sh_.bias_kind == 2 ? DType::BF16 : DType::F32; }
+  DType y_dtype() const { return sh_.f32_out ? DType::F32 : DType::BF16; }
+
+  template <typename Run>
+  void check(int m, const std::string& who, Run run) {
+    const int n = sh_.n;
+    ASSERT_CUDA(cudaMemset(got_.p, 0xFF, size_t(m) * n * out_bytes_));  // poison: NaN patterns
+    run();
     ASSERT_CUDA(cudaDeviceSynchronize());
-    ASSERT_CUDA(cudaMemcpy(hgot.data(), got.p, size_t(m) * n * out_bytes, cudaMemcpyDeviceToHost));
+    ASSERT_CUDA(cudaMemcpy(hgot_.data(), got_.p, size_t(m) * n * out_bytes_, cudaMemcpyDeviceToHost));
     int bad_rows = 0;
     std::string first;
     for (int r = 0; r < m; ++r) {
-      const unsigned char* a = href.data() + size_t(r) * n * out_bytes;
-      const unsigned char* g = hgot.data() + size_t(r) * n * out_bytes;
-      if (std::memcmp(a, g, size_t(n) * out_bytes) == 0) continue;
+      const unsigned char* a = href_.data() + size_t(r) * n * out_bytes_;
+      const unsigned char* g = hgot_.data() + size_t(r) * n * out_bytes_;
+      if (std::memcmp(a, g, size_t(n) * out_bytes_) == 0) continue;
       if (bad_rows++ == 0)
         for (int c = 0; c < n; ++c) {
           uint32_t ra = 0, ga = 0;
-          std::memcpy(&ra, a + size_t(c) * out_bytes, out_bytes);
-          std::memcpy(&ga, g + size_t(c) * out_bytes, out_bytes);
+          std::memcpy(&ra, a + size_t(c) * out_bytes_, out_bytes_);
+          std::memcpy(&ga, g + size_t(c) * out_bytes_, out_bytes_);
           if (ra == ga) continue;
           char buf[160];
           std::snprintf(buf, sizeof buf, "first at y[%d][%d]: linear_bf16(M=1) %08x, %s %08x", r, c, ra,
@@ -118,8 +138,24 @@ void check_shape(const Shape& sh, const std::vector<cuda::WgmmaTile>& tiles = kT
           break;
         }
     }
-    EXPECT_EQ(bad_rows, 0) << who << " M=" << m << what << ": " << bad_rows << " rows differ; " << first;
-  };
+    EXPECT_EQ(bad_rows, 0) << who << " M=" << m << what_ << ": " << bad_rows << " rows differ; " << first;
+  }
+
+ private:
+  Shape sh_;
+  int max_m_;
+  size_t out_bytes_;
+  Dev<uint16_t> x_, w_, bias16_;
+  Dev<float> bias_;
+  Dev<unsigned char> ref_, got_;
+  std::vector<unsigned char> href_, hgot_;
+  std::string what_;
+};
+
+void check_shape(const Shape& sh, const std::vector<cuda::WgmmaTile>& tiles = kTiles,
+                 const std::vector<cuda::WgmmaProducer>& producers = kCp16) {
+  RowsVsDecode c(sh);
+  const int n = sh.n, k = sh.k;
   for (int m : sh.ms) {
     for (cuda::WgmmaTile tile : tiles) {
       // Tiles that stage raw rows run with each of `producers`; the others have their one path.
@@ -129,17 +165,44 @@ void check_shape(const Shape& sh, const std::vector<cuda::WgmmaTile>& tiles = kT
         if (!raw && producer != producers.front()) continue;
         cuda::set_linear_wgmma_tile(tile);
         cuda::set_linear_wgmma_producer(raw ? producer : cuda::WgmmaProducer::Auto);
-        ASSERT_CUDA(cudaMemset(got.p, 0xFF, size_t(m) * n * out_bytes));  // poison: NaN patterns
-        cuda::linear_wgmma_bf16(x.p, w.p, b, bdt, got.p, y_dtype, m, n, k, 0);
-        compare(m, std::string("wgmma ") + cuda::wgmma_tile_name(tile) + " " +
-                       cuda::wgmma_producer_name(raw ? producer : cuda::WgmmaProducer::Auto));
+        c.check(m,
+                std::string("wgmma ") + cuda::wgmma_tile_name(tile) + " " +
+                    cuda::wgmma_producer_name(raw ? producer : cuda::WgmmaProducer::Auto),
+                [&] {
+                  cuda::linear_wgmma_bf16(c.x(), c.w(), c.bias(), c.bias_dtype(), c.out(), c.y_dtype(), m, n,
+                                          k, 0);
+                });
       }
       cuda::set_linear_wgmma_producer(cuda::WgmmaProducer::Auto);
     }
     cuda::set_linear_wgmma_tile(cuda::WgmmaTile::Auto);
-    ASSERT_CUDA(cudaMemset(got.p, 0xFF, size_t(m) * n * out_bytes));
-    cuda::linear_bf16(x.p, w.p, b, bdt, got.p, y_dtype, m, n, k, 0);
-    compare(m, "linear_bf16");
+    c.check(m, "linear_bf16", [&] {
+      cuda::linear_bf16(c.x(), c.w(), c.bias(), c.bias_dtype(), c.out(), c.y_dtype(), m, n, k, 0);
+    });
+  }
+}
+
+// The streaming kernel (linear_rs.cu): every tile and Auto through linear_rs_bf16, and linear_bf16's Auto
+// dispatch with it switched on (M = 17..256 then runs it through linear_mid_bf16 / linear_wgmma_bf16).
+void check_rs_shape(const Shape& sh) {
+  RowsVsDecode c(sh);
+  const int n = sh.n, k = sh.k;
+  std::vector<cuda::RsTile> tiles(std::begin(cuda::kRsTiles), std::end(cuda::kRsTiles));
+  tiles.push_back(cuda::RsTile::Auto);
+  for (int m : sh.ms) {
+    for (cuda::RsTile tile : tiles) {
+      cuda::set_linear_rs_tile(tile);
+      c.check(m, std::string("rs ") + cuda::rs_tile_name(tile), [&] {
+        EXPECT_TRUE(
+            cuda::linear_rs_bf16(c.x(), c.w(), c.bias(), c.bias_dtype(), c.out(), c.y_dtype(), m, n, k, 0));
+      });
+    }
+    cuda::set_linear_rs_tile(cuda::RsTile::Auto);
+    cuda::set_linear_rs(true);
+    c.check(m, "linear_bf16 (rs on)", [&] {
+      cuda::linear_bf16(c.x(), c.w(), c.bias(), c.bias_dtype(), c.out(), c.y_dtype(), m, n, k, 0);
+    });
+    cuda::set_linear_rs(false);
   }
 }
 
@@ -150,6 +213,8 @@ class CudaWgmma : public ::testing::Test {
     ASSERT_TRUE(cuda::linear_wgmma_supported()) << "sm_90 device but no sm_90a kernels in this build";
   }
   void TearDown() override {
+    cuda::set_linear_rs(false);
+    cuda::set_linear_rs_tile(cuda::RsTile::Auto);
     cuda::set_linear_wgmma_swizzle(false);
     cuda::set_linear_wgmma_tile(cuda::WgmmaTile::Auto);
     cuda::set_linear_wgmma_producer(cuda::WgmmaProducer::Auto);
@@ -229,6 +294,33 @@ TEST_F(CudaWgmma, SwizzledStagesRowsEqualDecode) {
   check_shape({all_ms(), 1040, 1120, false, 2}, kRawTiles);
   check_shape({{64, 77, 300}, 1000, 96, true, 1}, kRawTiles);
   check_shape({{65, 129}, 40, 4096, false, 2}, kRawTiles);
+}
+
+// The streaming kernel for M = 17..256: token tiles of 32/64/128 (M up to 256: two 128-token tiles), the
+// slices split over 1/2/4 CTAs; every M with a partial token tile, K with uneven (1120: 35 chunks), empty
+// (96: 3 chunks; a 4-CTA split then has ranks with no chunk) and odd-length slices (the 2-chunk steps end
+// with a single one), partial weight tiles (N = 1040, 40), f32 / bf16 outputs and biases.
+constexpr int kRsMs[] = {17, 24, 31, 32, 33, 48, 64, 65, 96, 127, 128, 129, 160, 200, 256};
+std::vector<int> rs_ms() {
+  return {std::begin(kRsMs), std::end(kRsMs)};
+}
+TEST_F(CudaWgmma, StreamingRowsEqualDecodeK4096) {
+  check_rs_shape({rs_ms(), 4096, 4096, false, 0});
+}
+TEST_F(CudaWgmma, StreamingRowsEqualDecodeDownShape) {
+  check_rs_shape({{17, 32, 64, 100, 128, 256}, 4096, 12288, true, 1});
+}
+TEST_F(CudaWgmma, StreamingRowsEqualDecodeUnevenSlices) {
+  check_rs_shape({rs_ms(), 1040, 1120, false, 2});
+  check_rs_shape({{17, 33, 96, 129}, 4096, 1120, true, 0});
+}
+TEST_F(CudaWgmma, StreamingRowsEqualDecodeEmptySlices) {
+  check_rs_shape({{17, 32, 65, 200}, 1040, 96, false, 1});
+  check_rs_shape({{20, 64, 129}, 4096, 32, true, 2});  // one chunk: only slice 7 has it
+}
+TEST_F(CudaWgmma, StreamingRowsEqualDecodeWideAndRagged) {
+  check_rs_shape({{32, 64, 128, 256}, 24576, 4096, false, 1});  // gate_up: 128-row tiles for Auto
+  check_rs_shape({{17, 77, 200}, 40, 4096, true, 2});           // one partial weight tile
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // `tensorfold bench [MODEL]`: prefill and decode throughput of a checkpoint through the engine, and what
 // drafting buys: each workload runs with drafts and with `draft: false`, the two outputs are compared token
-// for token (they must be identical), and the speedup and mean accepted length are printed. (The GPU
-// roofline benchmark at real shapes with random weights is bench/cuda.)
+// for token (they must be identical), and the speedup and mean accepted length are printed.
+// --shape qwen3-8b|qwen3-0.6b|all: the CUDA backend's roofline benchmark at real model shapes with random
+// weights made on the GPU (bench/cuda/shape_bench.h, the same as tf_bench_cuda); exit code 2 without it.
 // Other modes: --drafter replay (the ceiling of drafting: a replay of the serial run, every draft
 // accepted), --cache-check (time to first token uncached / prompt-cache hit / spill read-back) and
 // --chat-turns N (turn N of a growing conversation, cached vs uncached). Every mode checks that its
@@ -15,6 +16,7 @@
 #include "core/error.h"
 #include "engine/drafters/replay.h"
 #include "engine/engine.h"
+#include "shape_bench.h"
 #include "text/tokenizer.h"
 
 namespace tf::cli {
@@ -32,6 +34,8 @@ struct BenchArgs {
   bool sweep = false;                   // --drafter replay: every k from 1 to max_draft
   std::string draft_guard = "on";       // EngineOptions::draft_guard
   std::string cuda_graphs = "on";       // EngineOptions::cuda_graphs
+  std::string shape;                    // --shape: the random-weight shape benchmark instead
+  bool quick = false;                   // --shape: 512 context and prefill 512 only
 };
 
 // A file the model is asked to quote (repetitive work), and an open prompt (free continuation).
@@ -262,6 +266,23 @@ void run_replay(EngineOptions opt, const BenchArgs& a) {
   engine->shutdown();
 }
 
+// --shape: bench/cuda's benchmark where the CUDA backend is built. Its exit code 2 (no usable device) and
+// this build's lack of the backend leave through CLI::RuntimeError, which main() returns as the exit code.
+void run_shape(const BenchArgs& a) {
+#ifdef TF_SHAPE_BENCH
+  bench::ShapeBenchOptions opt;
+  opt.program = "tensorfold bench";
+  opt.quick = a.quick;
+  if (a.shape != "all") opt.shapes = {a.shape};
+  if (const int rc = bench::run_shape_bench(opt); rc != 0) throw CLI::RuntimeError(rc);
+#else
+  std::cerr << "tensorfold bench: the shape benchmark (--shape " << a.shape
+            << ") needs the CUDA backend, and this build has none: build with nvcc installed "
+               "(cmake -DTF_CUDA=ON) and run it on an NVIDIA GPU\n";
+  throw CLI::RuntimeError(2);
+#endif
+}
+
 void run_bench(const BenchArgs& a) {
   EngineOptions opt;
   opt.model_path = resolve_model_arg(a.model);
@@ -310,8 +331,7 @@ void run_bench(const BenchArgs& a) {
     if (s.outputs != d.outputs) throw Error("drafted output differs from serial output on workload " + w);
   }
   if (const EngineStats st = engine->stats(); st.draft_guard_switches > 0)
-    std::cout << "draft guard (docs/drafting.md): " << st.draft_guard_switches
-              << " switch(es); drafting off "
+    std::cout << "draft guard (docs/drafting.md): " << st.draft_guard_switches << " switch(es); drafting off "
               << "for " << st.draft_guard_off << " stream count(s) at the end\n";
   engine->shutdown();
 }
@@ -321,8 +341,10 @@ void run_bench(const BenchArgs& a) {
 void add_bench_command(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   auto* c =
-      app.add_subcommand("bench", "Measure decode throughput with and without drafts (outputs must match)");
-  c->add_option("model", a->model, "Checkpoint (default: the demo model)");
+      app.add_subcommand("bench",
+                         "Measure decode throughput with and without drafts (outputs must match), or the "
+                         "CUDA backend at a model shape with random weights (--shape)");
+  auto* model = c->add_option("model", a->model, "Checkpoint (default: the demo model)");
   c->add_option("--backend", a->backend, "auto | cuda | cpu")->check(CLI::IsMember({"auto", "cuda", "cpu"}));
   c->add_option("--workload", a->workload, "repetitive | free | random | all")
       ->check(CLI::IsMember({"repetitive", "free", "random", "all"}));
@@ -334,7 +356,9 @@ void add_bench_command(CLI::App& app) {
   c->add_option("--draft-guard", a->draft_guard,
                 "on | off: switch drafting off while it makes rounds slower in wall time")
       ->check(CLI::IsMember({"on", "off"}));
-  c->add_option("--cuda-graphs", a->cuda_graphs, "on | off: replay decode and verify forwards from captured CUDA graphs (same output, fewer launches)")
+  c->add_option(
+       "--cuda-graphs", a->cuda_graphs,
+       "on | off: replay decode and verify forwards from captured CUDA graphs (same output, fewer launches)")
       ->check(CLI::IsMember({"on", "off"}));
   c->add_option("--tokens", a->tokens, "Tokens generated per stream")->check(CLI::Range(2, 1 << 20));
   c->add_option("--parallel", a->parallel, "Concurrent streams")->check(CLI::PositiveNumber);
@@ -353,7 +377,22 @@ void add_bench_command(CLI::App& app) {
   c->add_option("--prompt-cache-gib", a->cache_gib, "Prompt cache of the cache modes (GiB)")
       ->check(CLI::PositiveNumber);
   c->add_option("--spill-gib", a->spill_gib, "Spill of --cache-check (GiB)")->check(CLI::PositiveNumber);
-  c->callback([a] { run_bench(*a); });
+  std::string shapes;
+  for (const auto& s : bench::shape_bench_choices()) shapes += (shapes.empty() ? "" : " | ") + s;
+  auto* shape = c->add_option("--shape", a->shape,
+                              shapes +
+                                  ": instead of a checkpoint, the CUDA backend at this model shape with "
+                                  "random weights made on the GPU (no download): decode tok/s at batch "
+                                  "1/8/32 and 512/8k context, prefill 512/4k/32k, a cuBLAS-linear "
+                                  "baseline, fractions of the measured rooflines. Needs a CUDA build and "
+                                  "GPU (exit code 2 otherwise); minutes per shape")
+                    ->check(CLI::IsMember(bench::shape_bench_choices()))
+                    ->excludes(model);
+  c->add_flag("--quick", a->quick, "--shape: 512 context and prefill 512 only (a short run)")->needs(shape);
+  c->callback([a] {
+    if (!a->shape.empty()) return run_shape(*a);
+    run_bench(*a);
+  });
 }
 
 }  // namespace tf::cli

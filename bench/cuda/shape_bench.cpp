@@ -1,0 +1,544 @@
+// The shape benchmark (shape_bench.h). Measures the two ceilings in the same run (device copy bandwidth,
+// cuBLAS bf16 GEMM rate), then per shape: per-shape linear timings, the small ops of a decode layer, a
+// decode step at batch 1/8/32 and 512/8k context (tokens/s and fraction of the bandwidth roofline: weights
+// + KV bytes a step must read), the same forward with cuBLAS GEMMs as the baseline, and prefill of one
+// 512/4k/32k-token prompt in one forward against the GEMM rate.
+#include "shape_bench.h"
+
+#include <cublas_v2.h>
+#include <cuda_profiler_api.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench_common.h"
+#include "core/error.h"
+#include "ops/cuda/attention_mma.h"
+#include "ops/cuda/cuda_backend.h"
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/kernels.h"
+#include "ops/cuda/linear_wgmma.h"
+#include "shape_model.h"
+
+namespace tf::bench {
+namespace {
+
+constexpr int kBlock = kBenchBlock;
+constexpr int kPrefills[] = {512, 4096, 32768};  // prompt lengths of the prefill rows (--quick: the first)
+constexpr int kLongPrefill = 4096;  // above: one timed forward after one warm-up (each takes seconds)
+
+// A cuBLAS handle on the backend's stream, destroyed on every exit path.
+class Cublas {
+ public:
+  explicit Cublas(Backend& be) {
+    check_cublas(cublasCreate(&h_), "cublasCreate");
+    check_cublas(cublasSetStream(h_, cuda::stream_of(be)), "cublasSetStream");
+  }
+  ~Cublas() { cublasDestroy(h_); }
+  Cublas(const Cublas&) = delete;
+  Cublas& operator=(const Cublas&) = delete;
+  cublasHandle_t get() const { return h_; }
+
+ private:
+  cublasHandle_t h_ = nullptr;
+};
+
+struct Ceilings {
+  double copy_gbs = 0, gemm_tflops = 0;
+};
+
+Ceilings measure_ceilings(Backend& be, cublasHandle_t h) {
+  cudaStream_t s = cuda::stream_of(be);
+  Ceilings c;
+  const int64_t n = int64_t(1) << 30;  // 2 GiB of bf16 each side
+  Tensor a = be.alloc({n}, DType::BF16), b = be.alloc({n}, DType::BF16);
+  cuda::fill_uniform(be, a, 1, -1, 1);
+  double ms = time_ms(
+      s, [&] { TF_CUDA_CHECK(cudaMemcpyAsync(b.raw(), a.raw(), n * 2, cudaMemcpyDeviceToDevice, s)); }, 3,
+      11);
+  c.copy_gbs = 2.0 * n * 2 / (ms * 1e-3) / 1e9;
+  const int m = 8192;
+  Tensor x = be.alloc({m, m}, DType::BF16), y = be.alloc({m, m}, DType::BF16);
+  LinearWeight w;
+  w.weight = be.alloc({m, m}, DType::BF16), w.in_features = w.out_features = m;
+  cuda::fill_uniform(be, x, 2, -1, 1);
+  cuda::fill_uniform(be, w.weight, 3, -1, 1);
+  const LinearFn gemm = cublas_linear(h);
+  ms = time_ms(
+      s, [&] { gemm(x, w, y); }, 3, 11);
+  c.gemm_tflops = 2.0 * m * m * m / (ms * 1e-3) / 1e12;
+  return c;
+}
+
+struct Row {
+  std::string what;
+  double ours_ms, cublas_ms, floor_ms;  // floor: roofline time
+  double tokens;
+};
+
+// Everything one shape's tables share.
+struct ShapeRun {
+  Backend& be;
+  cudaStream_t s;
+  const Ceilings& c;
+  ShapeModel& m;
+  Acts& acts;
+  LinearFn ours, cublas;
+  RopeParams rope;
+  std::vector<Row>* out;
+};
+
+// One linear at M > 16 rows: the mid-M kernel (32- and 64-feature CTA tiles; the TFLOP/s and GB/s columns
+// are the faster one's), tiled and (M <= 64) decode kernels forced in turn (same bits, tested), the wgmma
+// kernel (its tile by the grid size) on sm_90, cuBLAS alongside; then every linear_mid.cu tile forced.
+void linear_wide(Backend& be, const LinearFn& cublas, const char* name, const LinearWeight& w, int rows,
+                 const Tensor& x, Tensor& y) {
+  cudaStream_t s = cuda::stream_of(be);
+  const int64_t n = w.weight.dim(0), k = w.weight.dim(1);
+  auto gbs = [&](double t) { return n * k * 2 / (t * 1e-3) / 1e9; };
+  auto tflops = [&](double t) { return 2.0 * rows * n * k / (t * 1e-3) / 1e12; };
+  auto timed = [&](auto&& fn) { return time_ms(s, fn, 2, rows > 256 ? 5 : 15); };
+  auto forced = [&](cuda::LinearKernel kern) {
+    cuda::set_linear_kernel(kern);
+    const double t = timed([&] { be.linear(x, w, y); });
+    cuda::set_linear_kernel(cuda::LinearKernel::Auto);
+    return t;
+  };
+  double tm32 = 0, tm64 = 0;  // linear_mid with 32 / 64 features a CTA
+  if (rows <= 512) {
+    cuda::set_linear_mid_features(32);
+    tm32 = forced(cuda::LinearKernel::Mid);
+    cuda::set_linear_mid_features(64);
+    tm64 = forced(cuda::LinearKernel::Mid);
+    cuda::set_linear_mid_features(0);
+  }
+  const double tm = tm32 > 0 ? std::min(tm32, tm64) : 0;
+  const double tt = forced(cuda::LinearKernel::Tiled);
+  const double td = rows <= 64 ? forced(cuda::LinearKernel::Decode) : 0;
+  const double tw = cuda::linear_wgmma_supported() ? forced(cuda::LinearKernel::Wgmma) : 0;
+  const double tc = timed([&] { cublas(x, w, y); });
+  double best = tm > 0 ? std::min(tm, tt) : tt;
+  if (tw > 0) best = std::min(best, tw);
+  std::printf(
+      "linear %-8s M=%-4d N=%-6ld K=%-6ld mid F32 %7.1f F64 %7.1f us %4.0f TFLOP/s %5.0f GB/s | tiled "
+      "%7.1f us %4.0f TFLOP/s | wgmma %7.1f us %4.0f TFLOP/s %5.0f GB/s (%s) | decode %7.1f us | cuBLAS "
+      "%7.1f us %4.0f TFLOP/s %5.0f GB/s | best/cuBLAS time %.2f\n",
+      name, rows, long(n), long(k), tm32 * 1e3, tm64 * 1e3, tm > 0 ? tflops(tm) : 0, tm > 0 ? gbs(tm) : 0,
+      tt * 1e3, tflops(tt), tw * 1e3, tw > 0 ? tflops(tw) : 0, tw > 0 ? gbs(tw) : 0,
+      cuda::wgmma_tile_name(cuda::linear_wgmma_auto_tile(rows, int(n))), td * 1e3, tc * 1e3, tflops(tc),
+      gbs(tc), best / tc);
+  if (rows > 512) return;
+  std::printf("  mid tiles %-8s M=%-4d auto %-7s |", name, rows,
+              cuda::linear_mid_tile_name(cuda::linear_mid_auto_tile(rows, int(n))));
+  for (cuda::MidTile tile : cuda::kMidTiles) {
+    cuda::set_linear_mid_tile(tile);
+    std::printf(" %s %.1f", cuda::linear_mid_tile_name(tile), forced(cuda::LinearKernel::Mid) * 1e3);
+    cuda::set_linear_mid_tile(cuda::MidTile::Auto);
+  }
+  std::printf(" us\n");
+}
+
+// One linear at M <= 16 rows: the decode kernel's two loop variants and cuBLAS.
+void linear_narrow(Backend& be, const LinearFn& cublas, const char* name, const LinearWeight& w, int rows,
+                   const Tensor& x, Tensor& y) {
+  cudaStream_t s = cuda::stream_of(be);
+  const int64_t n = w.weight.dim(0), k = w.weight.dim(1);
+  auto gbs = [&](double t) { return n * k * 2 / (t * 1e-3) / 1e9; };
+  auto timed = [&](auto&& fn) { return time_ms(s, fn, 2, 15); };
+  cuda::set_linear_variant(cuda::LoopVariant::Plain);
+  const double t0 = timed([&] { be.linear(x, w, y); });
+  cuda::set_linear_variant(cuda::LoopVariant::Prefetch);
+  const double t1 = timed([&] { be.linear(x, w, y); });
+  cuda::set_linear_variant(cuda::LoopVariant::Auto);
+  const double t2 = timed([&] { cublas(x, w, y); });
+  std::printf(
+      "linear %-8s M=%-4d N=%-6ld K=%-6ld plain %7.1f us %5.0f GB/s | prefetch %7.1f us %5.0f GB/s | "
+      "cuBLAS %7.1f us %5.0f GB/s\n",
+      name, rows, long(n), long(k), t0 * 1e3, gbs(t0), t1 * 1e3, gbs(t1), t2 * 1e3, gbs(t2));
+}
+
+// Per-shape linear timings (the decode building block): M <= 16 linear_narrow, M > 16 linear_wide.
+// Auto = what linear_bf16 picks (docs/cuda-notes.md).
+void linear_table(Backend& be, cublasHandle_t h, const ModelShape& sh, ShapeLayer& L, LinearWeight& lm_head) {
+  const LinearFn cublas = cublas_linear(h);
+  struct W {
+    const char* n;
+    LinearWeight* w;
+  } ws[] = {{"q", &L.q}, {"o", &L.o}, {"gate_up", &L.gate_up}, {"down", &L.down}, {"lm_head", &lm_head}};
+  std::printf("-- linears, %s --\n", sh.name);
+  for (int rows : {1, 8, 32, 64, 96, 128, 256, 512, 4096}) {
+    for (auto& w : ws) {
+      const int64_t n = w.w->weight.dim(0), k = w.w->weight.dim(1);
+      if (rows > 256 && n > 100000) continue;  // lm_head runs for one row per prompt
+      Tensor x = be.alloc({rows, k}, DType::BF16), y = be.alloc({rows, n}, DType::BF16);
+      cuda::fill_uniform(be, x, 7, -1, 1);
+      if (rows > 16)
+        linear_wide(be, cublas, w.n, *w.w, rows, x, y);
+      else
+        linear_narrow(be, cublas, w.n, *w.w, rows, x, y);
+    }
+  }
+}
+
+// Only the linear table (--linears): one layer's weights and the lm_head, no KV pool.
+void linears_only(Backend& be, cublasHandle_t h, const ModelShape& sh) {
+  ShapeModel m{sh, {}, {}, {}, {}, 0, 0};
+  ShapeLayer L;
+  const int64_t qd = int64_t(sh.heads) * sh.head_dim;
+  L.q = rand_linear(be, qd, sh.hidden, 1, &m);
+  L.o = rand_linear(be, sh.hidden, qd, 2, &m);
+  L.gate_up = rand_linear(be, 2 * int64_t(sh.inter), sh.hidden, 3, &m);
+  L.down = rand_linear(be, sh.hidden, sh.inter, 4, &m);
+  LinearWeight lm_head = rand_linear(be, sh.vocab, sh.hidden, 5, &m);
+  linear_table(be, h, sh, L, lm_head);
+}
+
+// The small ops of one decode layer, each timed alone (launch + run), to see where a step goes; v9's
+// fusions next to what they replace (each pair: same bits).
+void decode_op_table(ShapeRun& r, int batch) {
+  Backend& be = r.be;
+  const ModelShape& sh = r.m.sh;
+  const RopeParams& rope = r.rope;
+  BatchMeta meta = decode_meta(batch, 512);
+  be.begin_forward(meta);
+  ShapeLayer& L = r.m.layers[0];
+  const int64_t qd = int64_t(sh.heads) * sh.head_dim, kd = int64_t(sh.kv_heads) * sh.head_dim;
+  auto v2 = [](const Tensor& t, int64_t rows, int64_t c) { return t.slice_rows(0, rows).view({rows, c}); };
+  Acts& A = r.acts;
+  Tensor res = v2(A.res, batch, sh.hidden), x = v2(A.x, batch, sh.hidden), q = v2(A.q, batch, qd),
+         k = v2(A.k, batch, kd), v = v2(A.v, batch, kd), attn = v2(A.attn, batch, qd),
+         gu = v2(A.gu, batch, 2 * int64_t(sh.inter)), act = v2(A.act, batch, sh.inter),
+         qkv = v2(A.qkv, batch, qd + 2 * kd), mlp = v2(A.mlp, batch, sh.hidden),
+         res2 = v2(A.res2, batch, sh.hidden);
+  for (Tensor* t : {&res, &x, &q, &k, &v, &gu, &qkv, &mlp}) cuda::fill_uniform(be, *t, 5, -1, 1);
+  Tensor qh = q.view({batch * int64_t(sh.heads), sh.head_dim});
+  AttentionParams ap{sh.heads, sh.kv_heads, sh.head_dim, 1.f / std::sqrt(float(sh.head_dim)), 0, 0.f};
+  struct Op {
+    const char* n;
+    std::function<void()> f;
+  } ops[] = {
+      {"add_rms_norm", [&] { be.add_rms_norm(res, x, L.ln1, 1e-6f, 0.f, x); }},
+      {"q_norm", [&] { be.rms_norm(qh, L.q_norm, 1e-6f, 0.f, qh); }},
+      {"rope", [&] { be.rope(q, k, rope); }},
+      {"kv_write", [&] { be.kv_write(L.kv, k, v); }},
+      {"attention ctx512", [&] { be.attention(q, L.kv, ap, attn); }},
+      {"silu_mul", [&] { be.silu_mul(gu, act); }},
+      {"linear k", [&] { be.linear(x, L.k, k); }},
+      {"linear q+k+v", [&] { be.linear(x, L.q, q), be.linear(x, L.k, k), be.linear(x, L.v, v); }},
+      {"linear qkv", [&] { be.linear(x, L.qkv, qkv); }},
+      {"attention_inputs_qkv",
+       [&] { be.attention_inputs_qkv(qkv, q, &L.q_norm, &L.k_norm, 1e-6f, 0.f, rope, L.kv); }},
+      {"silu_mul+down", [&] { be.silu_mul(gu, act), be.linear(act, L.down, mlp); }},
+      {"silu_mul_linear", [&] { be.silu_mul_linear(gu, L.down, act, mlp); }},
+      {"add_rms_norm+gate_up",
+       [&] { be.add_rms_norm(res, mlp, L.ln2, 1e-6f, 0.f, x), be.linear(x, L.gate_up, gu); }},
+      {"add_rms_norm_linear gate_up",
+       [&] { be.add_rms_norm_linear(res, mlp, L.ln2, 1e-6f, 0.f, x, L.gate_up, gu, res2); }},
+  };
+  std::printf("ops b=%d:", batch);
+  force_v9_fusions(true);  // the fused ops as such (each next to what it replaces)
+  be.begin_forward(meta);  // tiles are planned once a forward
+  for (auto& op : ops) std::printf(" %s %.1f us |", op.n, time_ms(r.s, op.f, 3, 21) * 1e3);
+  force_v9_fusions(false);  // the split schedule + combine (the default)
+  be.begin_forward(meta);
+  std::printf(" attention ctx512 split %.1f us |", time_ms(
+                                                       r.s, [&] { be.attention(q, L.kv, ap, attn); }, 3, 21) *
+                                                       1e3);
+  std::printf("\n");
+}
+
+// One decode step at (batch, ctx): graph replays of ours with each fusion and launch option toggled, the
+// cuBLAS baseline, and the bandwidth floor; adds the summary row.
+void decode_row(ShapeRun& r, int batch, int ctx) {
+  Backend& be = r.be;
+  const ModelShape& sh = r.m.sh;
+  BatchMeta meta = decode_meta(batch, ctx);
+  be.begin_forward(meta);
+  auto graphed = [&](const LinearFn& lin, bool ours, bool* captured) {
+    return time_graph_ms(
+        r.s, [&] { forward(be, r.m, r.acts, batch, batch, r.rope, lin, ours); }, captured);
+  };
+  bool g0 = false, g1 = false, g2 = false;
+  const double t_eager = time_ms(r.s, [&] { forward(be, r.m, r.acts, batch, batch, r.rope, r.ours); });
+  cuda::set_linear_variant(cuda::LoopVariant::Plain);
+  const double t_plain = graphed(r.ours, true, &g0);
+  cuda::set_linear_variant(cuda::LoopVariant::Auto);
+  cuda::set_linear_pdl(false);
+  const double t_nopdl = graphed(r.ours, true, &g0);
+  cuda::set_linear_pdl(true);
+  set_fused_inputs(false);
+  const double t_sep = graphed(r.ours, true, &g0);
+  set_fused_inputs(true);
+  set_fusions(false);
+  const double t_unfused = graphed(r.ours, true, &g0);
+  set_fusions(true);
+  force_v9_fusions(true);
+  be.begin_forward(meta);
+  const double t_allfused = graphed(r.ours, true, &g0);
+  force_v9_fusions(false);
+  cuda::set_fused_silu_linear(true);  // each fusion alone: with dependent launch a kernel boundary costs more
+  const double t_silu = graphed(r.ours, true, &g0);
+  cuda::set_fused_silu_linear(false);
+  cuda::set_fused_norm_linear(true);
+  const double t_norm = graphed(r.ours, true, &g0);
+  cuda::set_fused_norm_linear(false);
+  be.begin_forward(meta);
+  const double t1 = graphed(r.ours, true, &g1);
+  const double t2 = graphed(r.cublas, false, &g2);
+  const double kv_bytes_per_token = 2.0 * sh.layers * sh.kv_heads * sh.head_dim * 2;
+  const double bytes = double(r.m.linear_bytes) + kv_bytes_per_token * batch * ctx;
+  const double floor_ms = bytes / (r.c.copy_gbs * 1e9) * 1e3;
+  char what[96];
+  std::snprintf(what, sizeof what, "decode b=%d ctx=%d%s", batch, ctx, g1 && g2 ? " (graph)" : " (eager)");
+  r.out->push_back({std::string(sh.name) + " " + what, t1, t2, floor_ms, double(batch)});
+  std::printf(
+      "%s: ours %.3f ms (eager %.3f, all-plain linear %.3f, no dependent launch %.3f, separate "
+      "norm/rope/kv-write %.3f, no qkv fusion %.3f, + norm/silu/short-attention fusions %.3f, + silu fusion "
+      "%.3f, + norm fusion %.3f) cuBLAS %.3f ms "
+      "floor %.3f ms\n",
+      what, t1, t_eager, t_plain, t_nopdl, t_sep, t_unfused, t_allfused, t_silu, t_norm, t2, floor_ms);
+}
+
+// Attention alone at the largest decode batch (KV-bound): the CUDA-core kernel's two loop variants and
+// the tensor-core kernel.
+void decode_attention(ShapeRun& r, int batch, int ctx) {
+  Backend& be = r.be;
+  const ModelShape& sh = r.m.sh;
+  BatchMeta meta = decode_meta(batch, ctx);
+  be.begin_forward(meta);
+  Tensor q = be.alloc({batch, sh.heads, sh.head_dim}, DType::BF16),
+         o = be.alloc({batch, sh.heads, sh.head_dim}, DType::BF16);
+  cuda::fill_uniform(be, q, 9, -1, 1);
+  AttentionParams ap{sh.heads, sh.kv_heads, sh.head_dim, 1.f / std::sqrt(float(sh.head_dim)), 0, 0.f};
+  auto timed = [&] {
+    return time_ms(
+        r.s, [&] { be.attention(q, r.m.layers[0].kv, ap, o); }, 3, 11);
+  };
+  cuda::set_attention_mma(false);
+  cuda::set_attention_variant(cuda::LoopVariant::Plain);
+  const double t0 = timed();
+  cuda::set_attention_variant(cuda::LoopVariant::Prefetch);
+  const double t = timed();
+  cuda::set_attention_variant(cuda::LoopVariant::Auto);
+  const double bytes = 2.0 * batch * ctx * sh.kv_heads * sh.head_dim * 2;
+  std::printf(
+      "attention one layer b=%d ctx=%d: CUDA-core prefetch %.1f us, %.0f GB/s of KV | plain %.1f us, %.0f "
+      "GB/s\n",
+      batch, ctx, t * 1e3, bytes / (t * 1e-3) / 1e9, t0 * 1e3, bytes / (t0 * 1e-3) / 1e9);
+  cuda::set_attention_mma(true);
+  const double tm = timed();
+  std::printf("attention one layer b=%d ctx=%d: tensor-core %.1f us, %.0f GB/s of KV\n", batch, ctx, tm * 1e3,
+              bytes / (tm * 1e-3) / 1e9);
+}
+
+// Where a prefill's time goes: one layer's attention over the whole prompt (begin_forward done). The
+// CUDA-core kernel is timed up to kLongPrefill tokens only: its split partials take rows x heads x chunks
+// x (head_dim + 2) floats (~140 GB for Qwen3-8B at 32k).
+void prefill_attention(ShapeRun& r, int n) {
+  Backend& be = r.be;
+  const ModelShape& sh = r.m.sh;
+  const bool long_prompt = n > kLongPrefill;
+  const int warm = 1, reps = long_prompt ? 1 : 3;
+  Tensor q = be.alloc({n, sh.heads, sh.head_dim}, DType::BF16),
+         o = be.alloc({n, sh.heads, sh.head_dim}, DType::BF16);
+  cuda::fill_uniform(be, q, 9, -1, 1);
+  AttentionParams ap{sh.heads, sh.kv_heads, sh.head_dim, 1.f / std::sqrt(float(sh.head_dim)), 0, 0.f};
+  auto timed = [&] {
+    return time_ms(
+        r.s, [&] { be.attention(q, r.m.layers[0].kv, ap, o); }, warm, reps);
+  };
+  const double ta = timed();
+  double t1 = 0;
+  if (!long_prompt) {
+    cuda::set_attention_mma(false);
+    t1 = timed();
+    cuda::set_attention_mma(true);
+  }
+  const double fl = 2.0 * double(n) * n * sh.heads * sh.head_dim;
+  char core[64] = "not run";
+  if (!long_prompt) std::snprintf(core, sizeof core, "%.2f ms", t1);
+  std::printf(
+      "  prefill %d attention one layer %.2f ms (%.1f TFLOP/s; CUDA-core kernel %s), x%d layers = %.1f ms\n",
+      n, ta, fl / (ta * 1e-3) / 1e12, core, sh.layers, ta * sh.layers);
+}
+
+// Prefill of one n-token prompt in one forward, logits for the last token only; floor: the FLOPs (linears
+// and causal attention) at the measured GEMM rate. Adds the summary row.
+void prefill_row(ShapeRun& r, int n) {
+  Backend& be = r.be;
+  const ModelShape& sh = r.m.sh;
+  BatchMeta meta = prefill_meta(n);
+  be.begin_forward(meta);
+  const int reps = n > kLongPrefill ? 1 : 3;
+  const double t1 = time_ms(
+      r.s, [&] { forward(be, r.m, r.acts, n, 1, r.rope, r.ours); }, 1, reps);
+  const double t2 = time_ms(
+      r.s, [&] { forward(be, r.m, r.acts, n, 1, r.rope, r.cublas, false); }, 1, reps);
+  const double lin_flops =
+      2.0 * n * (r.m.linear_bytes / 2 - double(sh.vocab) * sh.hidden) + 2.0 * sh.vocab * sh.hidden;
+  const double attn_flops = 2.0 * double(n) * n * sh.heads * sh.head_dim * sh.layers;  // causal QK and PV
+  const double floor_ms = (lin_flops + attn_flops) / (r.c.gemm_tflops * 1e12) * 1e3;
+  char what[64];
+  std::snprintf(what, sizeof what, "prefill %d", n);
+  r.out->push_back({std::string(sh.name) + " " + what, t1, t2, floor_ms, double(n)});
+  std::printf("%s: ours %.2f ms cuBLAS-linear %.2f ms floor %.2f ms\n", what, t1, t2, floor_ms);
+  prefill_attention(r, n);
+}
+
+void run_shape(Backend& be, cublasHandle_t h, const ModelShape& sh, const Ceilings& c, bool quick,
+               std::vector<Row>* out) {
+  const int max_ctx = quick ? 512 : 8192;
+  const int max_prefill = quick ? kPrefills[0] : kPrefills[std::size(kPrefills) - 1];
+  // KV for 32 sequences of max_ctx (decode) or one prompt of max_prefill (Qwen3-8B at 8k: ~39 GB).
+  ShapeModel m =
+      make_model(be, sh, std::max<int64_t>(int64_t(32) * (max_ctx + kBlock), max_prefill + kBlock));
+  const double kv_bytes_per_token = 2.0 * sh.layers * sh.kv_heads * sh.head_dim * 2;
+  std::printf("\n== %s: %.2f GB of linear weights, KV %.0f KB/token ==\n", sh.name, m.linear_bytes / 1e9,
+              kv_bytes_per_token / 1e3);
+  linear_table(be, h, sh, m.layers[0], m.lm_head);
+  // Activations for the longest prompt (Qwen3-8B at 32k: ~5 GB).
+  Acts acts = make_acts(be, sh, max_prefill, 32);
+  ShapeRun r{
+      be, cuda::stream_of(be), c, m, acts, backend_linear(be), cublas_linear(h), qwen_rope(sh.head_dim), out};
+  for (int batch : {1, 32}) decode_op_table(r, batch);
+  for (int ctx : {512, 8192}) {
+    if (ctx > max_ctx) continue;
+    for (int batch : {1, 8, 32}) decode_row(r, batch, ctx);
+  }
+  decode_attention(r, 32, max_ctx);
+  for (int n : kPrefills) {
+    if (n > max_prefill) continue;
+    prefill_row(r, n);
+  }
+}
+
+// Verify cost: a forward of b*(k+1) rows (k drafts per sequence) over a 1-row-per-sequence step, k=1..8.
+void verify_sweep(Backend& be, const ModelShape& sh, int ctx) {
+  cudaStream_t s = cuda::stream_of(be);
+  ShapeModel m = make_model(be, sh, int64_t(8) * (ctx + kBlock));
+  Acts acts = make_acts(be, sh, 8 * 9, 8 * 9);
+  const LinearFn ours = backend_linear(be);
+  const RopeParams rope = qwen_rope(sh.head_dim);
+  std::printf("\n== verify cost, %s, ctx %d (graph replays; logits for every row) ==\n| batch | k=0 ms |",
+              sh.name, ctx);
+  for (int k = 1; k <= 8; ++k) std::printf(" k=%d |", k);
+  std::printf("\n|---|---|---|---|---|---|---|---|---|---|\n");
+  for (int batch : {1, 8}) {
+    double base = 0;
+    std::printf("| %d |", batch);
+    for (int k = 0; k <= 8; ++k) {
+      BatchMeta meta = verify_meta(batch, k, ctx);
+      be.begin_forward(meta);
+      const int rows = batch * (k + 1);
+      bool g = false;
+      const double t = time_graph_ms(
+          s, [&] { forward(be, m, acts, rows, rows, rope, ours); }, &g);
+      if (k == 0) {
+        base = t;
+        std::printf(" %.3f |", t);
+      } else {
+        std::printf(" %.2fx |", t / base);
+      }
+    }
+    std::printf("\n");
+  }
+}
+
+// A target for `ncu --profile-from-start off`: the kernels of one eager decode forward (b=1, ctx 512),
+// each timed alone by the profiler, to split a graphed step's time into kernel time and the gaps.
+void profile_forward(Backend& be, const ModelShape& sh) {
+  ShapeModel m = make_model(be, sh, int64_t(4) * (512 + kBlock));
+  const LinearFn ours = backend_linear(be);
+  Acts acts = make_acts(be, sh, 16, 16);
+  const RopeParams rope = qwen_rope(sh.head_dim);
+  BatchMeta meta = decode_meta(1, 512);
+  be.begin_forward(meta);
+  for (int i = 0; i < 3; ++i) forward(be, m, acts, 1, 1, rope, ours);
+  be.synchronize();
+  cudaStream_t s = cuda::stream_of(be);
+  const double eager = time_ms(s, [&] { forward(be, m, acts, 1, 1, rope, ours); });
+  const double graph = time_graph_ms(
+      s, [&] { forward(be, m, acts, 1, 1, rope, ours); }, nullptr);
+  std::printf("forward b=1 ctx 512: eager %.3f ms, graph %.3f ms\n", eager, graph);
+  TF_CUDA_CHECK(cudaProfilerStart());
+  forward(be, m, acts, 1, 1, rope, ours);
+  be.synchronize();
+  TF_CUDA_CHECK(cudaProfilerStop());
+  std::printf("profiled one forward of %s b=1 ctx 512\n", sh.name);
+}
+
+void print_summary(const std::vector<Row>& rows, const Ceilings& c) {
+  std::printf(
+      "\n| run | ours tok/s | of roofline | cuBLAS-linear tok/s | of roofline | ours/cuBLAS "
+      "|\n|---|---|---|---|---|---|\n");
+  for (auto& r : rows)
+    std::printf("| %s | %.0f | %.1f%% | %.0f | %.1f%% | %.2f |\n", r.what.c_str(),
+                r.tokens / (r.ours_ms * 1e-3), 100 * r.floor_ms / r.ours_ms, r.tokens / (r.cublas_ms * 1e-3),
+                100 * r.floor_ms / r.cublas_ms, r.cublas_ms / r.ours_ms);
+  std::printf(
+      "(roofline: decode = (linear weights + KV bytes) / measured copy bandwidth %.0f GB/s; prefill = "
+      "FLOPs / measured GEMM rate %.0f TFLOP/s)\n",
+      c.copy_gbs, c.gemm_tflops);
+}
+
+std::vector<const ModelShape*> pick_shapes(const std::vector<std::string>& ids) {
+  std::vector<const ModelShape*> out;
+  if (ids.empty())
+    for (const ModelShape& s : kModelShapes) out.push_back(&s);
+  for (const std::string& id : ids) {
+    auto it = std::find_if(std::begin(kModelShapes), std::end(kModelShapes),
+                           [&](const ModelShape& s) { return id == s.id; });
+    if (it == std::end(kModelShapes)) {
+      std::string known;
+      for (const std::string& c : shape_bench_choices()) known += (known.empty() ? "" : ", ") + c;
+      throw InvalidRequest("unknown model shape '" + id + "'; known: " + known);
+    }
+    out.push_back(&*it);
+  }
+  return out;
+}
+
+}  // namespace
+
+int run_shape_bench(const ShapeBenchOptions& opt) {
+  const std::vector<const ModelShape*> shapes = pick_shapes(opt.shapes);
+  std::string why;
+  auto be = make_cuda_backend(opt.device, &why);
+  if (!be) {
+    std::fprintf(stderr, "%s: the shape benchmark needs the CUDA backend: %s\n", opt.program.c_str(),
+                 why.c_str());
+    return 2;
+  }
+  Cublas h(*be);
+  std::printf("device: %s\n", be->name().c_str());
+  const Ceilings c = measure_ceilings(*be, h.get());
+  std::printf("ceilings: device copy %.0f GB/s (read+write), cuBLAS bf16 GEMM 8192^3 %.0f TFLOP/s\n",
+              c.copy_gbs, c.gemm_tflops);
+  switch (opt.mode) {
+    case ShapeBenchMode::Linears:
+      for (const ModelShape* sh : shapes) linears_only(*be, h.get(), *sh);
+      return 0;
+    case ShapeBenchMode::ProfileForward:
+      profile_forward(*be, *shapes[0]);
+      return 0;
+    case ShapeBenchMode::Verify:
+      verify_sweep(*be, *shapes[0], 512);
+      verify_sweep(*be, *shapes[0], 8192);
+      return 0;
+    case ShapeBenchMode::Full:
+      break;
+  }
+  std::vector<Row> rows;
+  for (const ModelShape* sh : shapes) run_shape(*be, h.get(), *sh, c, opt.quick, &rows);
+  print_summary(rows, c);
+  return 0;
+}
+
+}  // namespace tf::bench

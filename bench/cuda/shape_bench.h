@@ -1,0 +1,52 @@
+#pragma once
+// The real-shape benchmark of the CUDA backend (tf_bench_cuda, `tensorfold bench --shape`): random bf16
+// weights of a model shape made on the GPU (no checkpoint, no download); decode tok/s at batch 1/8/32 and
+// 512/8k context, prefill 512/4k/32k, a cuBLAS-linear baseline of the same forward, and each as a fraction
+// of the rooflines measured in the same run (device copy bandwidth, cuBLAS GEMM rate).
+// This header has no CUDA dependency: a CPU-only build reads the shape table to validate `--shape`.
+#include <string>
+#include <vector>
+
+namespace tf::bench {
+
+// A dense decoder's dimensions, by the id `--shape` takes.
+struct ModelShape {
+  const char* id;    // qwen3-8b
+  const char* name;  // Qwen3-8B, as the report prints it
+  int layers, hidden, inter, heads, kv_heads, head_dim, vocab;
+  bool tied;  // the lm_head is the embedding
+};
+inline constexpr ModelShape kModelShapes[] = {
+    {"qwen3-8b", "Qwen3-8B", 36, 4096, 12288, 32, 8, 128, 151936, false},
+    {"qwen3-0.6b", "Qwen3-0.6B", 28, 1024, 3072, 16, 8, 128, 151936, true},
+};
+
+// The values `--shape` accepts: every id, then "all".
+inline std::vector<std::string> shape_bench_choices() {
+  std::vector<std::string> c;
+  for (const ModelShape& s : kModelShapes) c.push_back(s.id);
+  c.push_back("all");
+  return c;
+}
+
+enum class ShapeBenchMode {
+  Full,            // ceilings, linear table, decode, prefill, the summary table
+  Linears,         // ceilings and the per-shape linear table only
+  Verify,          // the verify-cost sweep (k drafts over a decode step) at 512 and 8k context
+  ProfileForward,  // one eager decode forward between cudaProfilerStart/Stop (ncu --profile-from-start off)
+};
+
+struct ShapeBenchOptions {
+  std::vector<std::string> shapes;  // ids of kModelShapes in run order; empty: all (Verify and
+                                    // ProfileForward use the first)
+  ShapeBenchMode mode = ShapeBenchMode::Full;
+  bool quick = false;  // 512 context and prefill 512 only (no 8k decode, no 4k/32k prefill)
+  int device = 0;
+  std::string program = "tf_bench_cuda";  // prefix of the no-device message
+};
+
+// Runs the benchmark and prints its report to stdout. Returns 0, or 2 when there is no usable CUDA
+// device (stderr says why). Throws tf::InvalidRequest for an unknown shape id, tf::Error on failure.
+int run_shape_bench(const ShapeBenchOptions& opt);
+
+}  // namespace tf::bench

@@ -1,0 +1,87 @@
+// `tensorfold bench --shape`: the real-shape benchmark's options, and its refusal without a GPU. The binary
+// runs with every CUDA device hidden, so CPU-only and CUDA builds (CI has no GPU either way) must both exit
+// 2 saying the benchmark needs the CUDA backend, without starting it.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+
+namespace tf {
+namespace {
+
+struct ProcessResult {
+  int code = -1;
+  std::string output;  // stdout and stderr
+};
+
+ProcessResult run_tensorfold(const std::string& args) {
+  const std::string cmd =
+      "CUDA_VISIBLE_DEVICES=-1 '" + std::string(TF_TENSORFOLD_BIN) + "' " + args + " 2>&1";
+  ProcessResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) r.output.append(buf, n);
+  const int st = pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+// Parses `tensorfold bench ARGS` in-process (no callback runs when parsing fails).
+void parse_bench(std::vector<const char*> args) {
+  CLI::App app;
+  cli::add_bench_command(app);
+  args.insert(args.begin(), {"tensorfold", "bench"});
+  app.parse(int(args.size()), args.data());
+}
+
+TEST(BenchShape, WithoutTheCudaBackendExitsTwoAndSaysWhy) {
+  const ProcessResult r = run_tensorfold("bench --shape qwen3-8b");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("tensorfold bench: the shape benchmark"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("needs the CUDA backend"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("ceilings:"), std::string::npos) << "the benchmark started: " << r.output;
+}
+
+TEST(BenchShape, QuickAndAllTakeTheSamePath) {
+  const ProcessResult r = run_tensorfold("bench --shape all --quick");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("needs the CUDA backend"), std::string::npos) << r.output;
+}
+
+TEST(BenchShape, UnknownShapeIsRejectedNamingTheKnownOnes) {
+  try {
+    parse_bench({"--shape", "qwen3-9b"});
+    FAIL() << "--shape qwen3-9b was accepted";
+  } catch (const CLI::ValidationError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("qwen3-9b"), std::string::npos) << m;
+    for (const char* known : {"qwen3-8b", "qwen3-0.6b", "all"})
+      EXPECT_NE(m.find(known), std::string::npos) << m;
+  }
+  const ProcessResult r = run_tensorfold("bench --shape qwen3-9b");
+  EXPECT_NE(r.code, 0) << r.output;
+  EXPECT_NE(r.code, 2) << "a usage error, not the missing backend: " << r.output;
+  EXPECT_NE(r.output.find("qwen3-9b"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("needs the CUDA backend"), std::string::npos) << r.output;
+}
+
+TEST(BenchShape, ShapeExcludesAModelAndQuickNeedsAShape) {
+  EXPECT_THROW(parse_bench({"--shape", "qwen3-8b", "models/demo"}), CLI::ExcludesError);
+  EXPECT_THROW(parse_bench({"--quick"}), CLI::RequiresError);
+}
+
+TEST(BenchShape, HelpDocumentsTheShapes) {
+  const ProcessResult r = run_tensorfold("bench --help");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("--shape"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("qwen3-8b | qwen3-0.6b | all"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--quick"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace tf

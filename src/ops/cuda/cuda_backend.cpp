@@ -162,7 +162,11 @@ const void* ptr(const Tensor& t) {
 }
 
 bool g_fused_norm_linear = false;  // set_fused_norm_linear: off, slower on the H200 (run 16)
-bool g_fused_silu_linear = false;  // set_fused_silu_linear: off, slower on the H200 (run 16)
+// set_fused_silu_linear: off, slower on the H200 (run 16); TF_FUSED_SILU=1 turns it on (measurement).
+bool g_fused_silu_linear = [] {
+  const char* v = std::getenv("TF_FUSED_SILU");
+  return v && std::strcmp(v, "1") == 0;
+}();
 int g_min_attention_chunks = 0;    // set_attention_min_chunks: tests size attention launches up
 
 void expect(const Tensor& t, DType d, const char* op, const char* what) {
@@ -409,7 +413,9 @@ class CudaBackend final : public Backend {
   void silu_mul_linear(const Tensor& gu, const LinearWeight& w, Tensor& act, Tensor& y) override {
     const int64_t k = w.in_features, m = gu.dim(-1) == 2 * k ? gu.numel() / (2 * k) : -1;
     const bool has_bias = w.bias.defined() && w.bias.numel() > 0;
-    if (g_fused_silu_linear && w.format == LinearWeight::Format::Dense && w.weight.dtype() == DType::BF16 &&
+    // M = 1 only: its kernel (kSilu1) loads the next step's gate/up values ahead; at M = 2..16 (kSilu) the
+    // values are waited for chunk by chunk (+1.6 ms at b = 8 in run 39): silu_mul + linear there.
+    if (g_fused_silu_linear && m == 1 && w.format == LinearWeight::Format::Dense && w.weight.dtype() == DType::BF16 &&
         w.weight.dim(1) == k && gu.dtype() == DType::BF16 && gu.device() == Device::CUDA && gu.is_contiguous() && m >= 0 &&
         y.device() == Device::CUDA && y.is_contiguous() && (y.dtype() == DType::BF16 || y.dtype() == DType::F32) &&
         y.numel() == m * w.weight.dim(0) &&

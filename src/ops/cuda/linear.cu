@@ -124,19 +124,28 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
 
+  // kSilu1 (row 0 only): lane L loads value L of chunk c's gate and up halves (raw bf16 bits, gate low),
+  // makes silu_mul of them, and lane (0, t) collects values 8t.. by shuffles.
+  auto silu1_raw = [&](int c) -> uint32_t {
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(x);
+    return uint32_t(h[c * 32 + lane]) | (uint32_t(h[k + c * 32 + lane]) << 16);
+  };
+  auto silu1_make = [&](uint32_t raw) {
+    const float gv = __uint_as_float(raw << 16), uv = __uint_as_float(raw & 0xffff0000u);
+    const __nv_bfloat16 a = silu_mul_bf16(gv, uv);
+    const uint32_t mine = *reinterpret_cast<const uint16_t*>(&a);
+    uint32_t o[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      o[i] = __shfl_sync(0xffffffffu, mine, 8 * t + 2 * i) |
+             (__shfl_sync(0xffffffffu, mine, 8 * t + 2 * i + 1) << 16);
+    return xok[0] ? make_uint4(o[0], o[1], o[2], o[3]) : make_uint4(0, 0, 0, 0);
+  };
   // x's 8 values for token tile j of chunk c, loaded (kX, kSilu) or made (kSilu1, kAddNorm).
   auto x_of = [&](int j, int c) {
     uint4 xv;
-    if constexpr (ACT == kSilu1) {  // row 0 only: lane L makes value L of the chunk, lane (0, t) takes 8t..
-      const float gv = __bfloat162float(x[c * 32 + lane]), uv = __bfloat162float(x[k + c * 32 + lane]);
-      const __nv_bfloat16 a = silu_mul_bf16(gv, uv);
-      const uint32_t mine = *reinterpret_cast<const uint16_t*>(&a);
-      uint32_t o[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        o[i] = __shfl_sync(0xffffffffu, mine, 8 * t + 2 * i) |
-               (__shfl_sync(0xffffffffu, mine, 8 * t + 2 * i + 1) << 16);
-      xv = xok[j] ? make_uint4(o[0], o[1], o[2], o[3]) : make_uint4(0, 0, 0, 0);
+    if constexpr (ACT == kSilu1) {
+      xv = silu1_make(silu1_raw(c));
     } else if constexpr (ACT == kAddNorm) {
       xv = make_uint4(0, 0, 0, 0);
       if (xok[j]) {
@@ -208,14 +217,20 @@ __global__ void __launch_bounds__(kWarps * 32)
     // round trip (SASS: load x, HMMA on it, then the next x), ~2 dependent L2 latencies a U-step that the
     // weight prefetch could not hide; now the next step's x loads go out with its weight loads.
     // One token tile only: at NT = 2 the extra registers (164) would halve the blocks an SM holds.
-    constexpr bool kXAhead = ACT == kX && NT == 1;
+    // kSilu1 the same way: the next step's raw gate/up values (the silu loses to a separate kernel without).
+    constexpr bool kXAhead = ACT == kX && NT == 1, kSiluAhead = ACT == kSilu1;
     uint4 xs[kXAhead ? U : 1][NT];
+    uint32_t gs[kSiluAhead ? U : 1];
     auto load_xs = [&](int at) {
       if constexpr (kXAhead) {
 #pragma unroll
         for (int u = 0; u < U; ++u)
 #pragma unroll
           for (int j = 0; j < NT; ++j) xs[u][j] = x_of(j, at + u);
+      }
+      if constexpr (kSiluAhead) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) gs[u] = silu1_raw(at + u);
       }
     };
     if (c + U <= c_end) load(c);
@@ -224,8 +239,13 @@ __global__ void __launch_bounds__(kWarps * 32)
     if (c + U <= c_end) load_xs(c);
     for (; c + U <= c_end; c += U) {
       uint4 ca[U], cb[U], cx[kXAhead ? U : 1][NT];
+      uint32_t cg[kSiluAhead ? U : 1];
 #pragma unroll
       for (int u = 0; u < U; ++u) ca[u] = a[u], cb[u] = b[u];
+      if constexpr (kSiluAhead) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) cg[u] = gs[u];
+      }
       if constexpr (kXAhead) {
 #pragma unroll
         for (int u = 0; u < U; ++u)
@@ -238,6 +258,8 @@ __global__ void __launch_bounds__(kWarps * 32)
         if constexpr (kXAhead) {
 #pragma unroll
           for (int j = 0; j < NT; ++j) mma_x(ca[u], cb[u], j, cx[u][j]);
+        } else if constexpr (kSiluAhead) {
+          mma_x(ca[u], cb[u], 0, silu1_make(cg[u]));
         } else {
           step(ca[u], cb[u], c + u);
         }

@@ -436,8 +436,11 @@ struct Pools {
   int block_size = 16;
 };
 
-Pools make_pools(Backend& gpu, Backend& cpu, const std::vector<int>& lens, int hk, int d) {
+// `kv`: the K and V values (rows in sequence order), random when null; `block_size`: 16 as the engine.
+Pools make_pools(Backend& gpu, Backend& cpu, const std::vector<int>& lens, int hk, int d,
+                 const std::pair<Host, Host>* kv = nullptr, int block_size = 16) {
   Pools p;
+  p.block_size = block_size;
   int total_blocks = 0;
   for (int l : lens) total_blocks += (l + p.block_size - 1) / p.block_size;
   const int nb = total_blocks + 3;
@@ -465,7 +468,7 @@ Pools make_pools(Backend& gpu, Backend& cpu, const std::vector<int>& lens, int h
   cudaMemsetAsync(p.g.v.raw(), 0xFF, p.g.v.nbytes(), cuda::stream_of(gpu));
   p.c = {Tensor::zeros({nb, p.block_size, hk, d}, DType::F32),
          Tensor::zeros({nb, p.block_size, hk, d}, DType::F32)};
-  Host k = random_host({m.rows(), hk, d}), v = random_host({m.rows(), hk, d});
+  Host k = kv ? kv->first : random_host({m.rows(), hk, d}), v = kv ? kv->second : random_host({m.rows(), hk, d});
   gpu.begin_forward(m);
   cpu.begin_forward(m);
   gpu.kv_write(p.g, gpu.upload(k.bf16), gpu.upload(v.bf16));
@@ -607,6 +610,41 @@ TEST_F(CudaOps, AttentionRowInvariantAcrossDecodeVerifyPrefill) {
     }
     cuda::set_attention_tile_schedule(cuda::TileSchedule::Auto);
   }
+}
+
+// The pool's block size changes where K/V rows live, never a bit of attention's output: the kernel stages
+// the same bytes (block sizes of 4 and more: table entries by lane and shuffles; 16 is the engine's; 256 spans
+// two chunks a block; 12 and 2 take the per-copy table path), for decode, verify and prefill rows, both
+// schedules.
+TEST_F(CudaOps, AttentionBitsIndependentOfBlockSize) {
+  const int hq = 8, hk = 2, d = 128;
+  const std::vector<int> lens = {700, 45};
+  int total = 0;
+  for (int l : lens) total += l;
+  const std::pair<Host, Host> kv{random_host({total, hk, d}), random_host({total, hk, d})};
+  std::vector<std::pair<int, int>> rows;
+  for (int pos = 640; pos < 700; ++pos) rows.push_back({0, pos});
+  for (int pos = 0; pos < 45; ++pos) rows.push_back({1, pos});
+  const int r = int(rows.size());
+  const Host q = random_host({r, hq, d}, 2.f);
+  const AttentionParams ap{hq, hk, d, 1.f / std::sqrt(float(d)), 0, 0.f};
+  for (auto sched : {cuda::TileSchedule::Loop, cuda::TileSchedule::Split}) {
+    cuda::set_attention_tile_schedule(sched);
+    std::vector<uint16_t> ref;
+    for (int bs : {16, 4, 8, 256, 12, 2}) {
+      SCOPED_TRACE("block size " + std::to_string(bs) + ", schedule " + std::to_string(int(sched)));
+      Pools pools = make_pools(*gpu_, *cpu_, lens, hk, d, &kv, bs);
+      BatchMeta meta = rows_meta(pools, rows);
+      gpu_->begin_forward(meta);
+      Tensor out = poisoned({r, hq, d});
+      gpu_->attention(gpu_->upload(q.bf16), pools.g, ap, out);
+      if (ref.empty())
+        ref = bits(out);
+      else
+        EXPECT_EQ(bits(out), ref);
+    }
+  }
+  cuda::set_attention_tile_schedule(cuda::TileSchedule::Auto);
 }
 
 // The CPU reference twin of the tile planner's contract: tiles cover every row once, never mix

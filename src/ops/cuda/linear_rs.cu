@@ -46,8 +46,11 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <mutex>
 #include <string>
+#include <tuple>
 #include <type_traits>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "ops/cuda/cuda_check.h"
@@ -171,6 +174,9 @@ __device__ __forceinline__ void rs_produce(const CUtensorMap* tmw, const CUtenso
                                            int c_lo, int count, uint32_t sbase, uint32_t full,
                                            uint32_t empty) {
   using C = RsCfg<WG, BN, SP>;
+  // The maps (kernel parameters) into the TMA unit's cache before the first loads need them.
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(tmw)) : "memory");
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(tmx)) : "memory");
   const int pre = min(count, C::kStages);
   for (int i = 0; i < pre; ++i) {
     mbar_arrive_expect_tx(full + 8 * i, C::kStage);
@@ -367,14 +373,48 @@ __global__ void __launch_bounds__(RsCfg<WG, BN, SP>::kThreads, RsCfg<WG, BN, SP>
 #endif
 }
 
+// Tensor maps by (base, rows, k, box rows): a map holds only those, so a cached one equals a fresh encoding;
+// eager calls then skip the host-side encoder for the weights (fixed) and the reused activation buffers.
+// False when the map cannot be encoded.
+bool cached_map(CUtensorMap* out, const void* base, int rows, int k, int box_rows) {
+  struct Key {
+    const void* base;
+    int rows, k, box;
+    bool operator==(const Key& o) const {
+      return std::tie(base, rows, k, box) == std::tie(o.base, o.rows, o.k, o.box);
+    }
+  };
+  struct Hash {
+    size_t operator()(const Key& key) const {
+      return std::hash<const void*>()(key.base) ^ (size_t(key.rows) << 20) ^ (size_t(key.k) << 40) ^
+             size_t(key.box);
+    }
+  };
+  struct Entry {
+    CUtensorMap map;
+    bool ok;
+  };
+  static std::mutex mu;
+  static std::unordered_map<Key, Entry, Hash> maps;
+  std::lock_guard<std::mutex> lock(mu);
+  const Key key{base, rows, k, box_rows};
+  auto it = maps.find(key);
+  if (it == maps.end()) {
+    if (maps.size() >= 4096) maps.clear();  // bounded: activations may come from many buffers
+    Entry e{};
+    e.ok = make_linear_tensor_map(&e.map, base, rows, k, box_rows, false);
+    it = maps.emplace(key, e).first;
+  }
+  *out = it->second.map;
+  return it->second.ok;
+}
+
 template <int WG, int BN, int SP>
 bool launch_rs(const void* x, const void* w, const void* bias, int bias_kind, void* y, bool y_f32, int m,
                int n, int k, cudaStream_t s) {
   using C = RsCfg<WG, BN, SP>;
   CUtensorMap tmw{}, tmx{};
-  if (!make_linear_tensor_map(&tmw, w, n, k, C::kBM, false) ||
-      !make_linear_tensor_map(&tmx, x, m, k, BN, false))
-    return false;
+  if (!cached_map(&tmw, w, n, k, C::kBM) || !cached_map(&tmx, x, m, k, BN)) return false;
   static const bool configured = [] {
     TF_CUDA_CHECK(cudaFuncSetAttribute(linear_rs_kernel<WG, BN, SP>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));

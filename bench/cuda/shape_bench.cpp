@@ -143,6 +143,7 @@ void linear_wide(Backend& be, const LinearFn& cublas, const char* name, const Li
     cuda::set_linear_mid_tile(cuda::MidTile::Auto);
   }
   std::printf(" us\n");
+  std::fflush(stdout);
 }
 
 // One linear at M <= 16 rows: the decode kernel's two loop variants and cuBLAS.
@@ -162,6 +163,7 @@ void linear_narrow(Backend& be, const LinearFn& cublas, const char* name, const 
       "linear %-8s M=%-4d N=%-6ld K=%-6ld plain %7.1f us %5.0f GB/s | prefetch %7.1f us %5.0f GB/s | "
       "cuBLAS %7.1f us %5.0f GB/s\n",
       name, rows, long(n), long(k), t0 * 1e3, gbs(t0), t1 * 1e3, gbs(t1), t2 * 1e3, gbs(t2));
+  std::fflush(stdout);
 }
 
 // Per-shape linear timings (the decode building block): M <= 16 linear_narrow, M > 16 linear_wide.
@@ -248,10 +250,10 @@ void decode_op_table(ShapeRun& r, int batch) {
   for (auto& op : ops) std::printf(" %s %.1f us |", op.n, time_ms(r.s, op.f, 3, 21) * 1e3);
   force_v9_fusions(false);  // the split schedule + combine (the default)
   be.begin_forward(meta);
-  std::printf(" attention ctx512 split %.1f us |", time_ms(
-                                                       r.s, [&] { be.attention(q, L.kv, ap, attn); }, 3, 21) *
-                                                       1e3);
-  std::printf("\n");
+  const double t_split = time_ms(
+      r.s, [&] { be.attention(q, L.kv, ap, attn); }, 3, 21);
+  std::printf(" attention ctx512 split %.1f us |\n", t_split * 1e3);
+  std::fflush(stdout);
 }
 
 // One decode step at (batch, ctx): graph replays of ours with each fusion and launch option toggled, the
@@ -304,6 +306,7 @@ void decode_row(ShapeRun& r, int batch, int ctx) {
       "%.3f, + norm fusion %.3f) cuBLAS %.3f ms "
       "floor %.3f ms\n",
       what, t1, t_eager, t_plain, t_nopdl, t_sep, t_unfused, t_allfused, t_silu, t_norm, t2, floor_ms);
+  std::fflush(stdout);  // piped output: a run cut short by a timeout keeps what it measured
 }
 
 // Attention alone at the largest decode batch (KV-bound): the CUDA-core kernel's two loop variants and
@@ -367,6 +370,7 @@ void prefill_attention(ShapeRun& r, int n) {
   std::printf(
       "  prefill %d attention one layer %.2f ms (%.1f TFLOP/s; CUDA-core kernel %s), x%d layers = %.1f ms\n",
       n, ta, fl / (ta * 1e-3) / 1e12, core, sh.layers, ta * sh.layers);
+  std::fflush(stdout);
 }
 
 // Prefill of one n-token prompt in one forward, logits for the last token only; floor: the FLOPs (linears
@@ -521,6 +525,7 @@ int run_shape_bench(const ShapeBenchOptions& opt) {
   const Ceilings c = measure_ceilings(*be, h.get());
   std::printf("ceilings: device copy %.0f GB/s (read+write), cuBLAS bf16 GEMM 8192^3 %.0f TFLOP/s\n",
               c.copy_gbs, c.gemm_tflops);
+  std::fflush(stdout);
   switch (opt.mode) {
     case ShapeBenchMode::Linears:
       for (const ModelShape* sh : shapes) linears_only(*be, h.get(), *sh);

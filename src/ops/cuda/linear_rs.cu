@@ -27,20 +27,27 @@
 // - One producer lane issues the tensor-map loads into a ring of up to 16 stages (weights of the first
 //   stages before griddepcontrol.wait); a stage is released as soon as every consumer has read it (the
 //   A fragments are in registers, x is in the permuted buffer), so the ring holds only unread bytes.
-//   The permuted x buffers (3) are reused once the wgmma groups reading them are done (wait_group 1 per
-//   chunk; the A registers are double-buffered so a chunk's loads overlap the previous chunk's MMAs).
+//   ptxas serialises register-A wgmmas whose fragments are loaded while others are in flight, so the
+//   consumers take 2 chunks a step (one wgmma group, one barrier, one wait) and 2 CTAs share an SM where
+//   they fit (RsCfg::kTwo): one CTA's loads and barriers overlap the other's MMAs.
 //
-// Prediction (written before any run; H200, kernel time without the bench's ~7 us of launch + sync):
-// DRAM 3.6-3.9 TB/s for W when >= ~40 KB of W is in flight per SM (16 stages x 4 KB x 2 CTAs = 128 KB
-// here); L2 -> SM ~8 TB/s for W * m_tiles + x * n_tiles; MMA at ~600 TFLOP/s; per-chunk consumer cost
-// ~200 clocks (2 barrier waits, 1-4 x units, 2 A loads, 2 wgmmas) = 4 KB per ~100 ns per CTA.
-//   q/o 4096x4096 (16.8 MB): M = 32 64x32s4 ~6 us (mid 11), M = 64 64x64s4 ~7, M = 128 64x128s2 ~9
-//   gate_up 24576x4096 (201 MB): M = 32 64x32 ~53 us (mid 61), M = 64 128x64 ~55, M = 128 128x128 ~60
-//   down 4096x12288 (50 MB): M = 32 64x32s4 ~15 us (mid 36), M = 128 64x128s2 ~18
-//   lm_head 151936x4096 (1.24 GB): M = 32 ~330 us (mid 355), M = 128 128x128 ~340 (wgmma 477)
-//   M = 256 (two 128-token tiles, W from DRAM once, L2 twice): gate_up ~90 us, q ~14 us.
-// If a run shows the 64x32 tiles far from ~3.6 TB/s, the per-chunk consumer path (barrier + permute) is
-// the suspect: then 2-chunk stages (half the barriers) are the next step.
+// Prediction (written before any run; H200, kernel time -- the bench tables add ~7 us of launch + sync;
+// today's numbers from run 40 minus those 7 us). Model: DRAM 3.6-3.9 TB/s for W when >= ~40 KB of W is
+// in flight per SM (here 56-128 KB: stages x 4 KB x CTAs an SM); L2 -> SM ~8 TB/s for W * m_tiles +
+// x * n_tiles; a consumer step of 2 chunks ~250-300 clocks (waits, x permute, 4 A loads, barrier, 4 wgmmas
+// and their latency) = 4 KB of W per ~80 ns per CTA, under the ~140 ns per 4 KB an SM (280 ns a CTA with
+// two an SM) that 3.8 TB/s over 132 SMs asks for; MMA binds only at M = 256 of the wide shapes.
+//   q/o 4096x4096 (16.8 MB):  M = 32 64x32s4 ~6 us (mid 11), M = 64 64x64s4 ~7 (mid 17), M = 128 64x64s2
+//                             on two token tiles ~8 (mid 27), M = 256 64x128 ~12 (wgmma 35)
+//   gate_up 24576x4096 (201 MB): M = 32 64x32 ~54 us (mid 61), M = 64 128x64 ~56 (mid 84), M = 128 128x128
+//                             ~60 (wgmma 103), M = 256 ~95 (wgmma 142; MMA + L2: W twice, x by 192 tiles)
+//   down 4096x12288 (50 MB):  M = 32 64x32s4 ~15 us (mid 36), M = 64 ~16 (mid 48), M = 128 ~20 (mid 73)
+//   lm_head 151936x4096 (1.24 GB): M = 32 ~330 us (mid 355), M = 128 128x128 ~345 (wgmma 477)
+// So M = 64-160 at about the M = 32 cost (what issue #8's mixed rounds need) and M = 32 10-60% faster.
+// If a run shows the 64x32 tiles far from ~3.6 TB/s, compare 64x32 / 64x32s2 / 64x32s4 on q: equal and slow
+// means the consumer step binds (then 4-chunk steps for BN = 32); s4 much faster than s1 means too few
+// bytes in flight per SM (then deeper rings: 4-chunk stages of 128-byte rows).
+
 #include <cuda.h>  // CUtensorMap
 #include <cuda_bf16.h>
 

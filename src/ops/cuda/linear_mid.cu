@@ -296,7 +296,7 @@ const char* linear_mid_tile_name(MidTile tile) {
 void linear_mid_bf16(const void* x, const void* w, const void* bias, int bias_kind, void* y, bool y_f32,
                      int m, int n, int k, cudaStream_t s) {
   // The streaming wgmma kernel (linear_rs.cu) when switched on, for the Auto tile only (same bits).
-  if (g_mid_tile == MidTile::Auto && !g_mid_features && linear_rs_takes(m) &&
+  if (g_mid_tile == MidTile::Auto && !g_mid_features && linear_rs_takes(m, n) &&
       linear_rs_bf16(x, w, bias, bias_kind == 1 ? DType::F32 : DType::BF16, y,
                      y_f32 ? DType::F32 : DType::BF16, m, n, k, s))
     return;

@@ -69,10 +69,11 @@ namespace tf::cuda {
 namespace {
 
 constexpr int kSlices = 8;  // linear.cu's kWarps: part of the arithmetic
-// Whether linear_bf16's Auto dispatch runs this kernel for M = 17..256 (set_linear_rs; TF_LINEAR_RS=1).
-bool g_rs = [] {
+// Whether linear_bf16's Auto dispatch runs this kernel for M = 17..256: -1 where the policy says it is
+// faster (default), 1 always, 0 never (set_linear_rs; TF_LINEAR_RS=0|1).
+int g_rs = [] {
   const char* e = std::getenv("TF_LINEAR_RS");
-  return e && e[0] == '1';
+  return e && (e[0] == '0' || e[0] == '1') ? e[0] - '0' : -1;
 }();
 RsTile g_rs_tile = RsTile::Auto;
 
@@ -479,7 +480,10 @@ bool linear_rs_bf16(const void* x, const void* w, const void* bias, DType bias_d
   if (m <= 0 || n <= 0) return true;
   const int bk = !bias ? 0 : bias_dtype == DType::F32 ? 1 : 2;
   const bool f = y_dtype == DType::F32;
-  switch (g_rs_tile == RsTile::Auto ? linear_rs_auto_tile(m, n) : g_rs_tile) {
+  RsTile tile = g_rs_tile;
+  if (tile == RsTile::Auto && g_rs < 0) tile = linear_rs_policy_tile(m, n);
+  if (tile == RsTile::Auto) tile = linear_rs_auto_tile(m, n);
+  switch (tile) {
     case RsTile::Auto:
     case RsTile::W64T32:
       return launch_rs<1, 32, 1>(x, w, bias, bk, y, f, m, n, k, s);
@@ -507,16 +511,32 @@ bool linear_rs_bf16(const void* x, const void* w, const void* bias, DType bias_d
   return false;
 }
 
+// Run 54 (tf_linear_once, 8B shapes, H200; bench/cuda/results/run54-rs-bench.log): the streaming kernel
+// against the kernels linear_bf16 picks today, best tile: lm_head M = 32 315 vs 361 us (64x32), M = 64 346 vs
+// 491 us (128x64); gate_up M = 64 80 vs 91 us (128x64); q/o M = 256 43 vs 60 us, down 103 vs 149 us (128x64).
+// Everywhere else it lost (q/o/down at M = 32..128 by 20-45%, gate_up and lm_head at M = 128..256).
+RsTile linear_rs_policy_tile(int m, int n) {
+  if (n >= 100000 && m >= kRsMinM && m <= 32) return RsTile::W64T32;
+  if (n >= 16384 && m >= 33 && m <= 64) return RsTile::W128T64;
+  if (n < 16384 && m >= 192 && m <= kRsMaxM) return RsTile::W128T64;
+  return RsTile::Auto;
+}
+
 void set_linear_rs(bool on) {
-  g_rs = on;
+  g_rs = on ? 1 : 0;
+}
+
+void reset_linear_rs() {
+  g_rs = -1;
 }
 
 bool linear_rs_enabled() {
-  return g_rs;
+  return g_rs == 1;
 }
 
-bool linear_rs_takes(int m) {
-  return g_rs && m >= kRsMinM && m <= kRsMaxM && linear_wgmma_supported();
+bool linear_rs_takes(int m, int n) {
+  if (g_rs == 0 || m < kRsMinM || m > kRsMaxM || !linear_wgmma_supported()) return false;
+  return g_rs == 1 || linear_rs_policy_tile(m, n) != RsTile::Auto;
 }
 
 void set_linear_rs_tile(RsTile tile) {

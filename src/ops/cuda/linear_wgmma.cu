@@ -840,7 +840,7 @@ void linear_wgmma_bf16(const void* x, const void* w, const void* bias, DType bia
   const int bias_kind = !bias ? 0 : bias_dtype == DType::F32 ? 1 : 2;
   const bool f32 = y_dtype == DType::F32;
   // M = 17..256 with the streaming kernel switched on (linear_rs.cu; same bits).
-  if (g_tile == WgmmaTile::Auto && linear_rs_takes(m) &&
+  if (g_tile == WgmmaTile::Auto && linear_rs_takes(m, n) &&
       linear_rs_bf16(x, w, bias, bias_dtype, y, y_dtype, m, n, k, s))
     return;
   switch (g_tile == WgmmaTile::Auto ? linear_wgmma_auto_tile(m, n) : g_tile) {

@@ -91,16 +91,21 @@ constexpr RsTile kRsTiles[] = {RsTile::W64T32,    RsTile::W64T32S2, RsTile::W64T
 bool linear_rs_bf16(const void* x, const void* w, const void* bias, DType bias_dtype, void* y, DType y_dtype,
                     int m, int n, int k, cudaStream_t s);
 // Whether linear_bf16's Auto dispatch sends M = 17..kRsMaxM to it (through linear_mid_bf16 /
-// linear_wgmma_bf16 with their Auto tiles) on sm_90. Off by default until measured; TF_LINEAR_RS=1 turns it
-// on at start-up. Same bits either way.
+// linear_wgmma_bf16 with their Auto tiles) on sm_90. Default: only the shapes where it measured faster than
+// the kernel it replaces (linear_rs_policy_tile, run 54); set_linear_rs(true) / TF_LINEAR_RS=1: every M in
+// range; set_linear_rs(false) / TF_LINEAR_RS=0: never. Same bits either way.
 constexpr int kRsMinM = 17, kRsMaxM = 256;
 void set_linear_rs(bool on);
-bool linear_rs_enabled();
-// Switched on, M in [kRsMinM, kRsMaxM] and linear_wgmma_supported(): the hook linear_mid_bf16 and
-// linear_wgmma_bf16 consult when their tile is Auto.
-bool linear_rs_takes(int m);
-void set_linear_rs_tile(RsTile tile);  // Auto: linear_rs_auto_tile
+void reset_linear_rs();    // back to the default policy
+bool linear_rs_enabled();  // switched on for every M in range
+// The hook linear_mid_bf16 and linear_wgmma_bf16 consult when their tile is Auto (and
+// linear_wgmma_supported()).
+bool linear_rs_takes(int m, int n);
+void set_linear_rs_tile(RsTile tile);  // Auto: linear_rs_auto_tile (switched on) or the policy's tile
 RsTile linear_rs_auto_tile(int m, int n);
+// The default policy: the tile for an M x N the run-54 sweep found faster than today's kernels (lm_head-like
+// N >= 100000 at M 17..64, gate_up-like N >= 16384 at M 33..64, N < 16384 at M 192..256), else Auto (= none).
+RsTile linear_rs_policy_tile(int m, int n);
 const char* rs_tile_name(RsTile tile);
 // A [rows, k] bf16 row-major matrix as a 2D tensor map, boxes of 32 elements (one chunk) x box_rows, rows
 // past `rows` zero-filled; swizzle_64b: wgmma's 64-byte swizzle. False when it cannot be encoded.

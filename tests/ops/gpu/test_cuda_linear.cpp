@@ -70,7 +70,7 @@ class CudaLinear : public ::testing::TestWithParam<int> {
     cuda::set_linear_kernel(cuda::LinearKernel::Auto);
     cuda::set_linear_mid_features(0);
     cuda::set_linear_mid_tile(cuda::MidTile::Auto);
-    cuda::set_linear_rs(false);
+    cuda::reset_linear_rs();
     if (s_) cudaStreamDestroy(s_);
   }
   cudaStream_t s_ = nullptr;
@@ -170,7 +170,12 @@ TEST_P(CudaLinear, EveryKernelGivesEachRowItsDecodeBits) {
         cuda::set_linear_kernel(kern);
         cuda::set_linear_mid_features(features);
         cuda::set_linear_mid_tile(tile);
-        cuda::set_linear_rs(rs);
+        // rs: the streaming kernel for every M in range; otherwise the default policy (it where measured
+        // faster)
+        if (rs)
+          cuda::set_linear_rs(true);
+        else
+          cuda::reset_linear_rs();
         for (int m : kMs) {
           ASSERT_EQ(cudaMemsetAsync(y.p, 0xFF, m * row_bytes, s_), cudaSuccess);  // unwritten = NaN
           run(x.p, y.p, m);
@@ -185,7 +190,7 @@ TEST_P(CudaLinear, EveryKernelGivesEachRowItsDecodeBits) {
             }
         }
       }
-      cuda::set_linear_rs(false);
+      cuda::reset_linear_rs();
     }
   }
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);

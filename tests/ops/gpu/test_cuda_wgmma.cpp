@@ -202,7 +202,10 @@ void check_rs_shape(const Shape& sh) {
     c.check(m, "linear_bf16 (rs on)", [&] {
       cuda::linear_bf16(c.x(), c.w(), c.bias(), c.bias_dtype(), c.out(), c.y_dtype(), m, n, k, 0);
     });
-    cuda::set_linear_rs(false);
+    cuda::reset_linear_rs();
+    c.check(m, "linear_bf16 (rs where the policy takes it)", [&] {
+      cuda::linear_bf16(c.x(), c.w(), c.bias(), c.bias_dtype(), c.out(), c.y_dtype(), m, n, k, 0);
+    });
   }
 }
 
@@ -213,7 +216,7 @@ class CudaWgmma : public ::testing::Test {
     ASSERT_TRUE(cuda::linear_wgmma_supported()) << "sm_90 device but no sm_90a kernels in this build";
   }
   void TearDown() override {
-    cuda::set_linear_rs(false);
+    cuda::reset_linear_rs();
     cuda::set_linear_rs_tile(cuda::RsTile::Auto);
     cuda::set_linear_wgmma_swizzle(false);
     cuda::set_linear_wgmma_tile(cuda::WgmmaTile::Auto);

@@ -83,13 +83,32 @@ __global__ void __launch_bounds__(kWarps * 32)
   int c = c_begin;
   if (c + U <= c_end) load(c);
   pdl_wait();  // weights are constant; x is not
+  // NT = 1: the next step's x goes out with its packed weights (linear.cu's kXAhead: step() waited for each
+  // chunk's x, one dependent L2 round trip a chunk).
+  uint4 xs[U];
+  auto load_xs = [&](int at) {
+    if constexpr (NT == 1) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) xs[u] = xok[0] ? ld_act16(xr[0] + (at + u) * 32) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  if (c + U <= c_end) load_xs(c);
   for (; c + U <= c_end; c += U) {
     Raw ca[U], cb[U];
+    uint4 cx[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u) ca[u] = ra[u], cb[u] = rb[u];
-    if (c + 2 * U <= c_end) load(c + U);
+    for (int u = 0; u < U; ++u) ca[u] = ra[u], cb[u] = rb[u], cx[u] = xs[u];
+    if (c + 2 * U <= c_end) load(c + U), load_xs(c + U);
 #pragma unroll
-    for (int u = 0; u < U; ++u) step(dequant<KIND, B>(ca[u]), dequant<KIND, B>(cb[u]), c + u);
+    for (int u = 0; u < U; ++u) {
+      if constexpr (NT == 1) {
+        const uint4 a = dequant<KIND, B>(ca[u]), b = dequant<KIND, B>(cb[u]);
+        mma_bf16(acc[0], a.x, b.x, a.y, b.y, cx[u].x, cx[u].y);
+        mma_bf16(acc[0], a.z, b.z, a.w, b.w, cx[u].z, cx[u].w);
+      } else {
+        step(dequant<KIND, B>(ca[u]), dequant<KIND, B>(cb[u]), c + u);
+      }
+    }
   }
   for (; c < c_end; ++c)
     step(dequant<KIND, B>(load_raw<KIND, B>(pa, c, sh)), dequant<KIND, B>(load_raw<KIND, B>(pb, c, sh)), c);
@@ -207,10 +226,29 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     const Rows here = rows(pa, pb);
 
     for (int c = c_begin; c < head_end; ++c) single(c);
+    // NT = 1: x of a quad's 4 chunks is loaded one quad ahead. step() loaded each chunk's x right before its
+    // MMAs, one dependent L2 round trip a chunk, and a 4-bit chunk's weights are too few bytes to hide it.
+    uint4 xq[4], xn[4];
+    auto load_xq = [&](int quad, uint4* dst) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dst[e] = ld_act16(xr[0] + (4 * quad + e) * 32);
+    };
+    if constexpr (NT == 1)
+      if (qb < qe) load_xq(qb, xq);
+    auto step_x = [&](const uint4& a, const uint4& b, int c, int e) {
+      if constexpr (NT == 1) {
+        mma_bf16(acc[0], a.x, b.x, a.y, b.y, xq[e].x, xq[e].y);
+        mma_bf16(acc[0], a.z, b.z, a.w, b.w, xq[e].z, xq[e].w);
+      } else {
+        step(a, b, c);
+      }
+    };
     for (int qd = qb; qd < qe; qd += D) {
 #pragma unroll
       for (int i = 0; i < D; ++i) {
         if (qd + i >= qe) break;
+        if constexpr (NT == 1)
+          if (qd + i + 1 < qe) load_xq(qd + i + 1, xn);
         // Dequantize the slot first, then reload it (no register copies of the raw words).
         const uint4 a0 = dequant<kMlxBf16, 4>(Raw{wa[i].x, 0, sa[i][0], 0});
         const uint4 b0 = dequant<kMlxBf16, 4>(Raw{wb[i].x, 0, sb[i][0], 0});
@@ -226,10 +264,14 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
         else if (chained)
           load(i, rows(na, nb), r - qe + qb);
         const int c = 4 * (qd + i);
-        step(a0, b0, c);
-        step(a1, b1, c + 1);
-        step(a2, b2, c + 2);
-        step(a3, b3, c + 3);
+        step_x(a0, b0, c, 0);
+        step_x(a1, b1, c + 1, 1);
+        step_x(a2, b2, c + 2, 2);
+        step_x(a3, b3, c + 3, 3);
+        if constexpr (NT == 1) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) xq[e] = xn[e];
+        }
       }
     }
     for (int c = tail_begin; c < c_end; ++c) single(c);

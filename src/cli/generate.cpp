@@ -15,7 +15,7 @@ namespace tf::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string model, prompt, chat, system, backend = "auto", cuda_graphs = "on";
+  std::string model, prompt, chat, system, backend = "auto", cuda_graphs = "on", pad_drafts = "auto";
   int max_tokens = 256, context = 0;
   std::optional<float> temperature, top_p, min_p;
   std::optional<int> top_k;
@@ -36,6 +36,7 @@ void run_generate(const GenerateArgs& a) {
   opt.top_k = a.top_k;
   opt.min_p = a.min_p;
   opt.cuda_graphs = a.cuda_graphs == "on";
+  opt.pad_drafts = a.pad_drafts;
   auto engine = create_engine(opt);
   const auto& info = engine->info();
   GenerationRequest req;
@@ -114,6 +115,10 @@ void add_generate_command(CLI::App& app) {
   c->add_option("--context", a->context, "Context capacity in tokens (default: the model's, at most 32768)");
   c->add_option("--cuda-graphs", a->cuda_graphs, "on | off: replay decode and verify forwards from captured CUDA graphs (same output, fewer launches)")
       ->check(CLI::IsMember({"on", "off"}));
+  c->add_option("--pad-drafts", a->pad_drafts,
+                "auto | on | off: pad proposals to 1, 2, 4, 8.. tokens so verify rounds replay as CUDA graphs "
+                "(same output; auto = when graphs replay and a decode round takes < 1 ms)")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   c->add_flag("-q,--quiet", a->quiet, "Print only the generated text");
   c->callback([a] { run_generate(*a); });
 }

@@ -33,7 +33,7 @@ struct ServeArgs {
   int mtp_drafts = 3, checkpoint_slots = 0, max_snapshots = 0, max_queue = 256, prefill_chunk = 512;
   double decode_share = 0, gpu_memory = 0.9;
   float mtp_confidence = 0.f;
-  std::string draft_guard = "on", cuda_graphs = "on";
+  std::string draft_guard = "on", cuda_graphs = "on", pad_drafts = "auto";
   double prompt_cache_gib = 0.25, spill_gib = 0;
   std::string spill_dir, snapshot_dir = "none";
   bool thinking = false, no_thinking = false, no_drafts = false;
@@ -96,6 +96,7 @@ EngineOptions engine_options(const ServeArgs& a) {
   e.decode_share = a.decode_share;
   e.gpu_memory_utilization = a.gpu_memory;
   e.cuda_graphs = a.cuda_graphs == "on";
+  e.pad_drafts = a.pad_drafts;
   return e;
 }
 
@@ -173,6 +174,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--cuda-graphs", a->cuda_graphs,
                   "Replay decode and verify forwards from captured CUDA graphs (same output, fewer launches)")
       ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
+  cmd->add_option("--pad-drafts", a->pad_drafts,
+                  "auto | on | off: pad proposals to 1, 2, 4, 8.. tokens so verify rounds replay as CUDA graphs "
+                  "(same output; auto = when graphs replay and a decode round takes < 1 ms; docs/drafting.md)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))->capture_default_str();
   cmd->add_option("--prompt-cache-gib", a->prompt_cache_gib, "Memory for retained conversation prefixes (0 disables)")
       ->check(CLI::Range(0.0, 1024.0))->capture_default_str();
   cmd->add_option("--checkpoint-slots", a->checkpoint_slots, "Retained prefixes at most (0 = bounded by memory)")

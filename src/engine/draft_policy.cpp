@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/error.h"
+
 namespace tf {
 
 void CostModel::observe(int rows, double seconds) {
@@ -261,6 +263,30 @@ int DraftGuard::buckets_off() const {
   int n = 0;
   for (const auto& [key, b] : buckets_) n += b.drafting ? 0 : 1;
   return n;
+}
+
+PadDrafts parse_pad_drafts(const std::string& s) {
+  if (s == "auto") return PadDrafts::Auto;
+  if (s == "on") return PadDrafts::On;
+  if (s == "off") return PadDrafts::Off;
+  throw Error("--pad-drafts must be auto, on or off (got '" + s + "')");
+}
+
+bool pad_drafts_now(PadDrafts mode, bool graphs_replayed, double decode_round_seconds) {
+  if (mode != PadDrafts::Auto) return mode == PadDrafts::On;
+  return graphs_replayed && decode_round_seconds > 0 && decode_round_seconds < kPadDraftsMaxRoundSeconds;
+}
+
+int padded_draft_length(int longest, int max_draft) {
+  if (longest <= 0) return 0;
+  int k = 1;
+  while (k < longest) k *= 2;
+  return std::max(longest, std::min(k, max_draft));
+}
+
+void pad_proposal(std::vector<int32_t>& drafts, int k, int32_t last) {
+  const int32_t filler = drafts.empty() ? last : drafts.back();
+  if (int(drafts.size()) < k) drafts.resize(size_t(k), filler);
 }
 
 }  // namespace tf

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <string>
+#include <vector>
 
 namespace tf {
 
@@ -126,5 +128,27 @@ class DraftGuard {
   std::map<int, Bucket> buckets_;
   int64_t switches_ = 0, probe_rounds_ = 0;
 };
+
+// Draft padding (EngineOptions::pad_drafts): verify rounds replayable from CUDA graphs. A verify round's
+// graph key follows its rows per stream (1 + k_i), which vary per stream and per round, so verify shapes
+// rarely recur and run eagerly (~1.5x a replayed round on a launch-bound model). Padding every drafting
+// stream's proposal to one bucketed length per round makes the shape recur. Fillers are verified like any
+// draft (one equal to the serially sampled token is that token), so the output is unchanged; they only
+// cost rows, nearly free while a round is launch-bound.
+enum class PadDrafts { Auto, On, Off };
+// "auto" | "on" | "off"; throws tf::Error otherwise.
+PadDrafts parse_pad_drafts(const std::string& s);
+// auto pads while a decode round's measured forward takes less than this: launch-bound (the 7M demo model
+// replays a round of 8 streams in ~0.2 ms on an H200; an 8B-shape round takes ~5 ms, where a 4-draft
+// verify costs 1.42x a decode round at batch 8 and padding would cost real time).
+constexpr double kPadDraftsMaxRoundSeconds = 1e-3;
+// Whether this round pads: On always, Off never, Auto when the engine replays CUDA graphs and the measured
+// forward of a decode round (0 = not measured yet: no) is below kPadDraftsMaxRoundSeconds.
+bool pad_drafts_now(PadDrafts mode, bool graphs_replayed, double decode_round_seconds);
+// The round's proposal length: the smallest of 1, 2, 4, 8, ... >= `longest`, at most `max_draft`
+// (0 when nothing was proposed: the round does not pad).
+int padded_draft_length(int longest, int max_draft);
+// Pads `drafts` to `k` tokens with its last token, or with `last` (the stream's last token) when empty.
+void pad_proposal(std::vector<int32_t>& drafts, int k, int32_t last);
 
 }  // namespace tf

@@ -79,7 +79,8 @@ class EngineImpl final : public Engine {
       : opt_(opt),
         ckpt_(Checkpoint::open(opt.model_path)),
         spec_(parse_spec(ckpt_.config())),
-        tokenizer_(Tokenizer::load(opt.model_path)) {
+        tokenizer_(Tokenizer::load(opt.model_path)),
+        pad_mode_(parse_pad_drafts(opt.pad_drafts)) {
     try {
       chat_template_ = std::make_unique<ChatTemplate>(ChatTemplate::from_dir(opt.model_path));
     } catch (const Error&) {
@@ -365,6 +366,7 @@ class EngineImpl final : public Engine {
     int rows;
     bool sampled;                 // ends in sampled rows: drafts to verify, or the prompt's last row
     std::vector<int32_t> drafts;  // decode: rows 1..k verify these
+    int proposed = 0;             // drafts[0..proposed) were proposed, the rest are padding (fillers)
   };
 
   // Shares the longest cached prefix, then reserves the rest of the stream's capacity, evicting retained
@@ -509,7 +511,7 @@ class EngineImpl final : public Engine {
       } else {
         const float* row_logits = need_host ? logits.data() + next * size_t(spec_.vocab) : nullptr;
         const size_t before = p.seq->tokens.size();
-        finished = verify(*p.seq, row_logits, sampled.data() + next, p.rows, p.drafts);
+        finished = verify(*p.seq, row_logits, sampled.data() + next, p.rows, p.drafts, p.proposed);
         next += size_t(p.drafts.empty() ? 1 : p.rows);
         if (prompt)
           started = true;
@@ -578,7 +580,8 @@ class EngineImpl final : public Engine {
     }
   }
 
-  void add_rows(BatchMeta& meta, std::vector<Part>& parts, Sequence& s, int n, std::vector<int32_t> drafts) {
+  void add_rows(BatchMeta& meta, std::vector<Part>& parts, Sequence& s, int n, std::vector<int32_t> drafts,
+                int proposed = 0) {
     const int seq_index = int(meta.block_tables.size());
     meta.block_tables.push_back(s.blocks);
     const int first = meta.rows();
@@ -590,77 +593,98 @@ class EngineImpl final : public Engine {
       meta.slots.push_back(s.blocks[pos / kBlockSize] * kBlockSize + pos % kBlockSize);
     }
     const bool sampled = !drafts.empty() || s.computed + n == int(s.tokens.size());
-    parts.push_back({&s, first, n, sampled, std::move(drafts)});
+    parts.push_back({&s, first, n, sampled, std::move(drafts), proposed});
   }
 
   // Decode rows for every stream whose prompt is done: its last token, plus drafts where they pay.
-  // `drafts_ok`: streams may draft (the guard's verdict). True when some stream drafted.
+  // `drafts_ok`: streams may draft (the guard's verdict). True when some stream proposed drafts.
   bool plan_decode(BatchMeta& meta, std::vector<Part>& parts, const std::vector<Sequence*>& ready,
                    bool drafts_ok) {
-    const bool model_ok = drafter_ && drafts_ok;
     std::vector<Sequence*> decoding;
     for (Sequence* s : ready)
       if (int(s->tokens.size()) - s->computed == 1) decoding.push_back(s);
-    std::vector<DraftSlot> ngram_slots, model_slots;
     std::vector<std::vector<int32_t>> drafts(decoding.size());
-    if (drafts_ok) {
-      const double c = cost_.row_cost_in_round(int(decoding.size()));
-      for (size_t i = 0; i < decoding.size(); ++i) {
-        Sequence& s = *decoding[i];
-        if (!s.req.draft) continue;
-        // Room left: the proposal's rows must stay within the stream's reserved capacity.
-        const int room = std::min({s.req.max_tokens - s.generated() - 1, opt_.max_draft,
-                                   int(s.blocks.size()) * kBlockSize - int(s.tokens.size())});
-        // Context copies cost nothing to propose; a model drafter costs its own forward. Each source keeps
-        // its own acceptance; a stream drafts from the one whose expected rate is higher.
-        auto length = [&](DraftStats& st, double draft_cost) {
-          return opt_.adaptive_draft ? choose_draft_length(st, c, room, draft_cost) : room;
-        };
-        if (ngram_) {
-          int match = 0;
-          const int kn = length(s.ngram_stats, 0);
-          if (kn > 0) drafts[i] = ngram_->lookup(s.tokens, kn, &match);
-          const bool prefer = !model_ok || match >= 3 || s.ngram_stats.acceptance >= s.model_stats.acceptance;
-          if (!drafts[i].empty() && prefer) {
-            s.last_draft_ngram = true;
-            continue;
-          }
-          drafts[i].clear();
-        }
-        if (!model_ok) continue;
-        const int km = length(s.model_stats, cost_.draft_cost_in_round(int(decoding.size())));
-        if (km <= 0) continue;
-        s.last_draft_ngram = false;
-        model_slots.push_back({&s, km, {}});
-      }
-      if (!model_slots.empty()) {
-        const auto t0 = std::chrono::steady_clock::now();
-        drafter_->propose(model_slots);
-        int proposed = 0;
-        for (const auto& slot : model_slots) proposed += int(slot.tokens.size());
-        cost_.observe_draft(proposed,
-                            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      }
-      for (auto& slot : model_slots) {
-        size_t i = size_t(std::find(decoding.begin(), decoding.end(), slot.seq) - decoding.begin());
-        drafts[i] = std::move(slot.tokens);
-      }
+    if (drafts_ok) propose(decoding, drafts);
+    std::vector<int> proposed(decoding.size());
+    int longest = 0;
+    for (size_t i = 0; i < decoding.size(); ++i) {
+      proposed[i] = int(drafts[i].size());
+      longest = std::max(longest, proposed[i]);
     }
-    bool drafted = false;
+    // Padding: every stream that may draft verifies the round's bucketed length (or what its room allows),
+    // so that the round's rows per stream, and with them its CUDA graph key, recur.
+    if (longest > 0 && pad_drafts_now(pad_mode_, graphs_replayed(),
+                                      round_cost_.predict(int(decoding.size())))) {
+      const int k = padded_draft_length(longest, opt_.max_draft);
+      for (size_t i = 0; i < decoding.size(); ++i)
+        if (decoding[i]->req.draft)
+          pad_proposal(drafts[i], std::min(k, draft_room(*decoding[i])), decoding[i]->tokens.back());
+    }
     for (size_t i = 0; i < decoding.size(); ++i) {
       const int rows = 1 + int(drafts[i].size());
-      drafted |= rows > 1;
-      add_rows(meta, parts, *decoding[i], rows, std::move(drafts[i]));
+      add_rows(meta, parts, *decoding[i], rows, std::move(drafts[i]), proposed[i]);
     }
-    return drafted;
+    return longest > 0;
+  }
+
+  bool graphs_replayed() const { return opt_.cuda_graphs && backend_->graphs_supported(); }
+
+  // The longest proposal a stream may verify: its rows must stay within its reserved capacity.
+  int draft_room(const Sequence& s) const {
+    return std::max(0, std::min({s.req.max_tokens - s.generated() - 1, opt_.max_draft,
+                                 int(s.blocks.size()) * kBlockSize - int(s.tokens.size())}));
+  }
+
+  // Each decoding stream's proposal (empty: it decodes serially), from the source whose expected rate is
+  // higher: context copies cost nothing to propose, a model drafter costs its own forward.
+  void propose(const std::vector<Sequence*>& decoding, std::vector<std::vector<int32_t>>& drafts) {
+    const bool model_ok = drafter_ != nullptr;
+    std::vector<DraftSlot> model_slots;
+    const double c = cost_.row_cost_in_round(int(decoding.size()));
+    for (size_t i = 0; i < decoding.size(); ++i) {
+      Sequence& s = *decoding[i];
+      if (!s.req.draft) continue;
+      const int room = draft_room(s);
+      // Each source keeps its own acceptance (of real proposals only: padding never reaches it).
+      auto length = [&](DraftStats& st, double draft_cost) {
+        return opt_.adaptive_draft ? choose_draft_length(st, c, room, draft_cost) : room;
+      };
+      if (ngram_) {
+        int match = 0;
+        const int kn = length(s.ngram_stats, 0);
+        if (kn > 0) drafts[i] = ngram_->lookup(s.tokens, kn, &match);
+        const bool prefer = !model_ok || match >= 3 || s.ngram_stats.acceptance >= s.model_stats.acceptance;
+        if (!drafts[i].empty() && prefer) {
+          s.last_draft_ngram = true;
+          continue;
+        }
+        drafts[i].clear();
+      }
+      if (!model_ok) continue;
+      const int km = length(s.model_stats, cost_.draft_cost_in_round(int(decoding.size())));
+      if (km <= 0) continue;
+      s.last_draft_ngram = false;
+      model_slots.push_back({&s, km, {}});
+    }
+    if (model_slots.empty()) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    drafter_->propose(model_slots);
+    int proposed = 0;
+    for (const auto& slot : model_slots) proposed += int(slot.tokens.size());
+    cost_.observe_draft(proposed, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    for (auto& slot : model_slots) {
+      size_t i = size_t(std::find(decoding.begin(), decoding.end(), slot.seq) - decoding.begin());
+      drafts[i] = std::move(slot.tokens);
+    }
   }
 
   // Samples the stream's next token(s) from its logit rows: row i's token is what serial decoding would
   // sample at that position; drafts are kept while they equal it. Emits one event. True when finished.
   // `device` holds each row's token sampled on the device; `logits` (host rows) is null when no row of the
   // round needed them, and is read only when the stream's sampling needs more than the device does.
+  // `proposed`: drafts[0..proposed) were proposed, the rest are fillers (draft padding).
   bool verify(Sequence& s, const float* logits, const int32_t* device, int rows,
-              const std::vector<int32_t>& drafts) {
+              const std::vector<int32_t>& drafts, int proposed) {
     const bool on_device = device_sampleable(s.req.sampling, spec_.vocab, s.req.logprobs);
     const int base = s.computed;  // position of the part's first row
     StreamEvent ev;
@@ -686,8 +710,11 @@ class EngineImpl final : public Engine {
     }
     // K/V is valid for the rows whose inputs are now the stream's tokens.
     s.computed = drafts.empty() ? base + rows : base + 1 + accepted;
+    // The adaptive statistics learn the drafter's acceptance: from its own proposals, not the fillers.
+    // Usage counts every verified draft row (fillers too), so accepted <= drafted.
+    if (proposed > 0)
+      (s.last_draft_ngram ? s.ngram_stats : s.model_stats).record(proposed, std::min(accepted, proposed));
     if (!drafts.empty()) {
-      (s.last_draft_ngram ? s.ngram_stats : s.model_stats).record(int(drafts.size()), accepted);
       s.usage.drafted_tokens += int(drafts.size());
       s.usage.accepted_tokens += accepted;
     }
@@ -757,6 +784,7 @@ class EngineImpl final : public Engine {
   CostModel cost_{0.5};
   RoundCostTable round_cost_;  // measured forward time per row count: the --decode-share budget
   int parallel_ = 1;
+  PadDrafts pad_mode_ = PadDrafts::Auto;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

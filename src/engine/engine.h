@@ -33,6 +33,11 @@ struct EngineOptions {
   int ngram_min = 2, ngram_max = 8;
   int max_draft = 8;             // longest proposal verified in one forward
   bool adaptive_draft = true;    // draft length from measured acceptance and verify cost; false = always max_draft
+  // Pad every drafting stream's proposal to one bucketed length per round (1, 2, 4, 8, ... up to max_draft;
+  // fillers repeat the last proposed token), so that verify rounds recur as CUDA graph keys and replay:
+  // auto | on | off (--pad-drafts; see PadDrafts in draft_policy.h). auto = on while CUDA graphs are
+  // replayed and a decode round's measured forward is launch-bound (< kPadDraftsMaxRoundSeconds).
+  std::string pad_drafts = "auto";
   // Switch drafting (context copies and the model drafter) off while rounds with drafts emit fewer tokens per
   // second of wall time than rounds without (--draft-guard; see DraftGuard in draft_policy.h). Only with
   // adaptive_draft.

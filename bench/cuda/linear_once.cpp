@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
   using namespace tf;
   if (argc < 4) {
     std::fprintf(stderr,
-                 "usage: %s M N K [auto|wgmma|mid|tiled|decode] [launches] [raw|tma|tmax]\n"
+                 "usage: %s M N K [auto|wgmma|mid|tiled|decode] [launches] [raw|tma|tmax|tmaxw]\n"
                  "       %s M N K rs [launches] [auto|all|<tile>]\n",
                  argv[0], argv[0]);
     return 2;
@@ -91,6 +91,7 @@ int main(int argc, char** argv) {
   if (!std::strcmp(producer, "raw")) cuda::set_linear_wgmma_producer(cuda::WgmmaProducer::Raw);
   if (!std::strcmp(producer, "tma")) cuda::set_linear_wgmma_producer(cuda::WgmmaProducer::Tma);
   if (!std::strcmp(producer, "tmax")) cuda::set_linear_wgmma_producer(cuda::WgmmaProducer::TmaX);
+  if (!std::strcmp(producer, "tmaxw")) cuda::set_linear_wgmma_producer(cuda::WgmmaProducer::TmaXW);
   cudaStream_t s;
   TF_CUDA_CHECK(cudaStreamCreate(&s));
   void *x, *w, *y;

@@ -36,9 +36,11 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
+#include <tuple>
 
 #include "core/error.h"
 #include "ops/cuda/cuda_check.h"
@@ -61,6 +63,13 @@ bool g_swizzle = true;
 // Auto's producer for the raw tiles: TmaX (x permuted once, tensor-map loads; run 32: 1.2-1.4x Raw on every
 // 8B shape from M = 512, e.g. 4096x24576x4096 2.38 -> 1.69 ms) or Raw (16-byte cp.async).
 constexpr bool kAutoTmaX = true;
+// Auto takes TmaXW (W permuted per call too) from this M on (0: never; TF_WGMMA_WPERM_MIN_M=<m>), for weights
+// up to kWPermMaxBytes (the permuted copy lives in a per-stream buffer that only grows).
+int g_wperm_min_m = [] {
+  const char* v = std::getenv("TF_WGMMA_WPERM_MIN_M");
+  return v ? std::atoi(v) : 0;
+}();
+constexpr size_t kWPermMaxBytes = size_t(256) << 20;
 bool g_clusters = false;  // Auto considers the cluster tiles (off until the device run confirms them)
 
 template <int WGS, int BN, int CL = 1, int SP = 1>
@@ -267,7 +276,7 @@ __device__ __forceinline__ void produce_raw(const __nv_bfloat16* __restrict__ x,
                                             const __nv_bfloat16* __restrict__ w, int m, int n, int k, int m0,
                                             int n0, uint32_t sbase, uint32_t full, uint32_t empty, int c_lo,
                                             int count, uint32_t rawbar, const CUtensorMap* tmw,
-                                            const CUtensorMap* tmx, bool xp) {
+                                            const CUtensorMap* tmx, int xp) {
   using C = Cfg<WGS, BN, 1, SP>;
   constexpr int kUnits = (C::kBM + BN) / 32, kWUnits = C::kBM / 32, kAhead = C::kRawSlots - 1;
   const int pt = threadIdx.x % 128, t = pt % 4;
@@ -278,6 +287,30 @@ __device__ __forceinline__ void produce_raw(const __nv_bfloat16* __restrict__ x,
     // the permuters released it on its `raw_free` barrier); warps 2-3 (64 threads) only permute (units
     // of rows p/4 + 16j) and fence; the rest of the warpgroup has nothing to do.
     const uint32_t slots = sbase + C::kRawOff, rawfree = rawbar + 8 * C::kRawSlots;
+    if (xp == 2) {
+      // x and W both pre-permuted (permute_rows_kernel): one thread loads each stage by two tensor-map loads
+      // with the 64-byte swizzle, W's kBM rows at the stage's start and x's BN rows after them -- the bytes
+      // the permuters below would write. No raw slots, no permutation pass in the CTA.
+      if (pt == 0) {
+        pdl_wait();
+        for (int c = 0; c < count; ++c) {
+          const int s = c % C::kStages;
+          if (c >= C::kStages) mbar_wait(empty + 8 * s, ((c / C::kStages) & 1) ^ 1);
+          mbar_arrive_expect_tx(full + 8 * s, (C::kBM + BN) * 64);
+          const CUtensorMap* maps[2] = {tmw, tmx};
+          const int rows[2] = {n0, m0};
+          const uint32_t offs[2] = {0, 2 * C::kWStep};
+          for (int o = 0; o < 2; ++o)
+            asm volatile(
+                "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
+                "%3}], [%4];" ::"r"(sbase + s * C::kStage + offs[o]),
+                "l"(reinterpret_cast<uint64_t>(maps[o])), "r"((c_lo + c) * 32), "r"(rows[o]),
+                "r"(full + 8 * s)
+                : "memory");
+        }
+      }
+      return;
+    }
     if (pt == 0) {
       pdl_wait();
       for (int c = 0; c < count; ++c) {
@@ -502,7 +535,7 @@ __global__ void __launch_bounds__(Cfg<WGS, BN, CL, SP>::kThreads, 1)
     linear_wgmma_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
                         const void* __restrict__ bias, int bias_kind, void* __restrict__ y, bool y_f32, int m,
                         int n, int k, int m_tiles, const __grid_constant__ CUtensorMap tmw,
-                        const __grid_constant__ CUtensorMap tmx, bool xp) {
+                        const __grid_constant__ CUtensorMap tmx, int xp) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using C = Cfg<WGS, BN, CL, SP>;
   static_assert(!TMA || C::kRaw, "TMA feeds the raw-staging producer");
@@ -523,7 +556,8 @@ __global__ void __launch_bounds__(Cfg<WGS, BN, CL, SP>::kThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < C::kStages; ++s) {
       // producer threads' arrives (+ the expect_tx for the peer's bytes; TMA: the 64 permuters)
-      mbar_init(full + 8 * s, TMA ? 64 + (xp ? 1 : 0) : 128 + (CL == 2));  // xp: + x's expect_tx arrive
+      // xp 1: + x's expect_tx arrive; xp 2: only the loading thread's expect_tx arrive
+      mbar_init(full + 8 * s, TMA ? (xp == 2 ? 1 : 64 + (xp ? 1 : 0)) : 128 + (CL == 2));
       mbar_init(empty + 8 * s, 4 * WGS * CL);  // lane 0 of every consumer warp (of both CTAs)
       if constexpr (CL == 2) mbar_init(half + 8 * s, 128);
     }
@@ -613,10 +647,11 @@ __global__ void permute_x_kernel(const uint4* x, uint4* xp, int64_t chunks) {
   xp[4 * i + 3] = make_uint4(c.z, c.w, d.z, d.w);
 }
 
-// The permuted copy of x, in a buffer per (device, stream) that only grows: calls on one stream reuse it in
-// stream order; two streams (two backends, a draft model's and the target's) never share one. Null while
-// the stream is capturing a graph (no allocation there) or when x is not 16-byte aligned.
-const void* permuted_x(const void* x, int m, int k, cudaStream_t s) {
+// The permuted copy of x (or of W: which = 1), in a buffer per (device, stream, which) that only grows: calls
+// on one stream reuse it in stream order; two streams (two backends, a draft model's and the target's) never
+// share one. Null while the stream is capturing a graph (no allocation there) or when x is not 16-byte
+// aligned. which: 0 = x's buffer, 1 = W's (WgmmaProducer::TmaXW: the weight permuted the same way, per call).
+const void* permuted_rows(const void* x, int m, int k, cudaStream_t s, int which = 0) {
   cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(s, &st) != cudaSuccess || st != cudaStreamCaptureStatusNone ||
       reinterpret_cast<uintptr_t>(x) % 16 != 0)
@@ -626,14 +661,14 @@ const void* permuted_x(const void* x, int m, int k, cudaStream_t s) {
     size_t cap = 0;
   };
   static std::mutex mu;
-  static std::map<std::pair<int, cudaStream_t>, Buf> bufs;
+  static std::map<std::tuple<int, cudaStream_t, int>, Buf> bufs;
   int dev = 0;
   TF_CUDA_CHECK(cudaGetDevice(&dev));
   const size_t bytes = size_t(m) * k * 2;
   void* p = nullptr;
   {
     std::lock_guard<std::mutex> lock(mu);
-    Buf& b = bufs[{dev, s}];
+    Buf& b = bufs[{dev, s, which}];
     if (bytes > b.cap) {
       if (b.p) TF_CUDA_CHECK(cudaFree(b.p));  // waits for the work that may still read it
       b.cap = bytes + bytes / 4;
@@ -649,8 +684,7 @@ const void* permuted_x(const void* x, int m, int k, cudaStream_t s) {
 
 template <int WGS, int BN, int CL, int SP, bool TMA, bool SWZ>
 void launch_with(const void* x, const void* w, const void* bias, int bias_kind, void* y, bool y_f32, int m,
-                 int n, int k, cudaStream_t s, const CUtensorMap& tmw, const CUtensorMap& tmx,
-                 bool xp = false) {
+                 int n, int k, cudaStream_t s, const CUtensorMap& tmw, const CUtensorMap& tmx, int xp = 0) {
   using C = Cfg<WGS, BN, CL, SP>;
   static const bool configured = [] {
     TF_CUDA_CHECK(cudaFuncSetAttribute(linear_wgmma_kernel<WGS, BN, CL, SP, TMA, SWZ>,
@@ -690,11 +724,24 @@ void launch(const void* x, const void* w, const void* bias, int bias_kind, void*
     return launch_with<WGS, BN, CL, SP, false, true>(x, w, bias, bias_kind, y, y_f32, m, n, k, s, tmw, tmx);
   } else if constexpr (C::kRaw) {
     if (g_producer == WgmmaProducer::TmaX || (g_producer == WgmmaProducer::Auto && kAutoTmaX)) {
+      // TmaXW: W permuted per call as well (its bytes read and written once more: pays for large M only).
+      const bool wperm =
+          g_producer == WgmmaProducer::TmaXW || (g_producer == WgmmaProducer::Auto && g_wperm_min_m > 0 &&
+                                                 m >= g_wperm_min_m && size_t(n) * k * 2 <= kWPermMaxBytes);
+      if (wperm) {
+        const void* wpp = permuted_rows(w, n, k, s, 1);  // null: capture, or W not 16-byte aligned
+        const void* xpp = wpp ? permuted_rows(x, m, k, s) : nullptr;
+        if (xpp && make_map(&tmw, wpp, n, k, C::kBM, CU_TENSOR_MAP_SWIZZLE_64B) &&
+            make_map(&tmx, xpp, m, k, BN, CU_TENSOR_MAP_SWIZZLE_64B))
+          return launch_with<WGS, BN, CL, SP, true, true>(x, w, bias, bias_kind, y, y_f32, m, n, k, s, tmw,
+                                                          tmx, 2);
+      }
       // W's map first: x is permuted (a kernel launch) only when the TmaX launch can follow.
-      const void* xp = make_map(&tmw, w, n, k, C::kBM) ? permuted_x(x, m, k, s) : nullptr;  // null: capture
+      const void* xp =
+          make_map(&tmw, w, n, k, C::kBM) ? permuted_rows(x, m, k, s) : nullptr;  // null: capture
       if (xp && make_map(&tmx, xp, m, k, BN, CU_TENSOR_MAP_SWIZZLE_64B))
         return launch_with<WGS, BN, CL, SP, true, true>(x, w, bias, bias_kind, y, y_f32, m, n, k, s, tmw, tmx,
-                                                        true);
+                                                        1);
     }
     if (g_swizzle && g_producer == WgmmaProducer::Tma && make_map(&tmw, w, n, k, C::kBM) &&
         make_map(&tmx, x, m, k, BN))
@@ -778,6 +825,8 @@ const char* wgmma_producer_name(WgmmaProducer producer) {
       return "tma";
     case WgmmaProducer::TmaX:
       return "tmax";
+    case WgmmaProducer::TmaXW:
+      return "tmaxw";
   }
   return "?";
 }

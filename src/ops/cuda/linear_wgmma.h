@@ -53,7 +53,9 @@ void set_linear_wgmma_clusters(bool on);
 // into the stage order, then tensor-map loads straight into the swizzled stages (only W goes through the
 // raw hop; Raw inside a graph capture, which cannot allocate its buffer). Auto = TmaX (run 32: 1.2-1.4x
 // Raw from M = 512). The S2 tiles always use 16-byte cp.async. Same bits.
-enum class WgmmaProducer { Auto, Raw, Tma, TmaX };
+// TmaXW: x and W both permuted once per call (permute kernels into per-stream buffers) and loaded into the
+// stages by tensor map (no permutation pass in the CTA); Auto takes it from TF_WGMMA_WPERM_MIN_M rows on.
+enum class WgmmaProducer { Auto, Raw, Tma, TmaX, TmaXW };
 void set_linear_wgmma_producer(WgmmaProducer producer);
 // Raw tiles stage in wgmma's 64-byte swizzle (on, the default since run 31: with permute_row's lane order
 // its permutation stores are conflict-free, the no-swizzle layout's are 2-way) or in the no-swizzle

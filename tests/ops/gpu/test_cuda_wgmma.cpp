@@ -64,7 +64,7 @@ struct Shape {
 // The producers the raw-staging tiles run with (TMA has its own tests, last).
 const std::vector<cuda::WgmmaProducer> kCp16 = {cuda::WgmmaProducer::Raw};
 const std::vector<cuda::WgmmaProducer> kTma = {cuda::WgmmaProducer::Tma};
-const std::vector<cuda::WgmmaProducer> kTmaX = {cuda::WgmmaProducer::TmaX};
+const std::vector<cuda::WgmmaProducer> kTmaX = {cuda::WgmmaProducer::TmaX, cuda::WgmmaProducer::TmaXW};
 
 // One shape's inputs and reference: every row of x alone through linear_bf16 (M = 1, the decode kernel).
 // check(m, who, run) runs `run` (which writes y = the first m rows' outputs into out()) on poisoned output
@@ -279,7 +279,7 @@ TEST_F(CudaWgmma, TmaProducerRowsEqualDecode) {
 }
 
 // x permuted once per call (permute_x_kernel) and loaded by a swizzled tensor map straight into the
-// stages; only W takes the raw hop.
+// stages; only W takes the raw hop (TmaX). TmaXW: W permuted per call as well, both loaded by tensor map.
 TEST_F(CudaWgmma, PermutedXProducerRowsEqualDecode) {
   cuda::set_linear_wgmma_swizzle(true);
   check_shape({all_ms(), 4096, 4096, false, 0}, kRawTiles, kTmaX);

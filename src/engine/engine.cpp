@@ -612,9 +612,11 @@ class EngineImpl final : public Engine {
       longest = std::max(longest, proposed[i]);
     }
     // Padding: every stream that may draft verifies the round's bucketed length (or what its room allows),
-    // so that the round's rows per stream, and with them its CUDA graph key, recur.
-    if (longest > 0 && pad_drafts_now(pad_mode_, graphs_replayed(),
-                                      round_cost_.predict(int(decoding.size())))) {
+    // so that the round's rows per stream, and with them its CUDA graph key, recur. Not in rounds that
+    // carry prompt rows: those run eagerly whatever their shape.
+    const bool prompts = decoding.size() < ready.size();
+    if (longest > 0 && !prompts &&
+        pad_drafts_now(pad_mode_, graphs_replayed(), round_cost_.predict(int(decoding.size())))) {
       const int k = padded_draft_length(longest, opt_.max_draft);
       for (size_t i = 0; i < decoding.size(); ++i)
         if (decoding[i]->req.draft)
@@ -671,7 +673,8 @@ class EngineImpl final : public Engine {
     drafter_->propose(model_slots);
     int proposed = 0;
     for (const auto& slot : model_slots) proposed += int(slot.tokens.size());
-    cost_.observe_draft(proposed, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    cost_.observe_draft(proposed,
+                        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     for (auto& slot : model_slots) {
       size_t i = size_t(std::find(decoding.begin(), decoding.end(), slot.seq) - decoding.begin());
       drafts[i] = std::move(slot.tokens);

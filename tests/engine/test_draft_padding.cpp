@@ -107,7 +107,7 @@ TEST_P(PaddedDrafting, DraftedEqualsSerial) {
   auto e = create_engine(o);
   const auto& tok = e->tokenizer();
   const char* prompts[] = {
-      "def parse_config(path, defaults=None):\n    config = dict(defaults or {})\n    with open(path) as f:\n",
+      "def parse_config(path, defaults=None):\n    config = dict(defaults or {})\n    return config\n",
       "Once upon a time, in a small village by the sea, there lived",
       "the cat sat on the mat. the cat sat on the mat. the cat"};
   int64_t drafted = 0;
@@ -118,7 +118,7 @@ TEST_P(PaddedDrafting, DraftedEqualsSerial) {
       r.prompt = tok.encode(text, false);
       r.sampling.temperature = temperature;
       r.sampling.seed = 4321;
-      r.max_tokens = 32;
+      r.max_tokens = 24;
       r.ignore_eos = true;
       r.logprobs = 0;
       reqs.push_back(r);
@@ -295,7 +295,9 @@ Shapes run_shapes(const std::string& pad, bool graphs) {
   return out;
 }
 
-bool bucketed(int k) { return k == 0 || k == 1 || k == 2 || k == 4 || k == 8; }
+bool bucketed(int k) {
+  return k == 0 || k == 1 || k == 2 || k == 4 || k == 8;
+}
 
 TEST(DraftPadding, VerifyRowsPerStreamTakeOnlyBucketedValues) {
   const Shapes off = run_shapes("off", true), on = run_shapes("on", true), plain = run_shapes("auto", false);

@@ -289,4 +289,8 @@ void pad_proposal(std::vector<int32_t>& drafts, int k, int32_t last) {
   if (int(drafts.size()) < k) drafts.resize(size_t(k), filler);
 }
 
+void record_proposal(DraftStats& s, int proposed, int accepted) {
+  if (proposed > 0) s.record(proposed, std::min(accepted, proposed));
+}
+
 }  // namespace tf

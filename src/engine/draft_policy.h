@@ -150,5 +150,9 @@ bool pad_drafts_now(PadDrafts mode, bool graphs_replayed, double decode_round_se
 int padded_draft_length(int longest, int max_draft);
 // Pads `drafts` to `k` tokens with its last token, or with `last` (the stream's last token) when empty.
 void pad_proposal(std::vector<int32_t>& drafts, int k, int32_t last);
+// Records a verified proposal whose first `proposed` tokens were proposed (the rest fillers) and whose
+// first `accepted` tokens were accepted: the stats learn the drafter's acceptance from its own tokens only
+// (fillers would drag the estimate down); a proposal of fillers alone records nothing.
+void record_proposal(DraftStats& s, int proposed, int accepted);
 
 }  // namespace tf

@@ -715,8 +715,7 @@ class EngineImpl final : public Engine {
     s.computed = drafts.empty() ? base + rows : base + 1 + accepted;
     // The adaptive statistics learn the drafter's acceptance: from its own proposals, not the fillers.
     // Usage counts every verified draft row (fillers too), so accepted <= drafted.
-    if (proposed > 0)
-      (s.last_draft_ngram ? s.ngram_stats : s.model_stats).record(proposed, std::min(accepted, proposed));
+    record_proposal(s.last_draft_ngram ? s.ngram_stats : s.model_stats, proposed, accepted);
     if (!drafts.empty()) {
       s.usage.drafted_tokens += int(drafts.size());
       s.usage.accepted_tokens += accepted;

@@ -47,6 +47,23 @@ TEST(DraftPadding, FillersRepeatTheLastProposedToken) {
   EXPECT_EQ(longer, (std::vector<int32_t>{1, 2, 3}));
 }
 
+TEST(DraftPadding, AcceptanceLearnsFromProposedTokensOnly) {
+  DraftStats padded, unpadded;
+  record_proposal(padded, 2, 4);  // 2 proposed + 2 fillers, all 4 accepted
+  unpadded.record(2, 2);
+  EXPECT_EQ(padded.drafted, 2);
+  EXPECT_EQ(padded.accepted, 2);
+  EXPECT_DOUBLE_EQ(padded.acceptance, unpadded.acceptance);
+  record_proposal(padded, 3, 1);  // a miss inside the proposal: fillers play no part
+  unpadded.record(3, 1);
+  EXPECT_DOUBLE_EQ(padded.acceptance, unpadded.acceptance);
+  DraftStats fillers;
+  record_proposal(fillers, 0, 0);  // fillers alone (a stream that proposed nothing): not a sample
+  record_proposal(fillers, 0, 2);
+  EXPECT_EQ(fillers.drafted, 0);
+  EXPECT_DOUBLE_EQ(fillers.acceptance, DraftStats{}.acceptance);
+}
+
 TEST(DraftPadding, AutoPadsOnlyLaunchBoundReplayedRounds) {
   EXPECT_EQ(parse_pad_drafts("auto"), PadDrafts::Auto);
   EXPECT_EQ(parse_pad_drafts("on"), PadDrafts::On);

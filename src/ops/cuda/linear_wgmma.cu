@@ -64,15 +64,19 @@ bool g_swizzle = true;
 // 8B shape from M = 512, e.g. 4096x24576x4096 2.38 -> 1.69 ms) or Raw (16-byte cp.async).
 constexpr bool kAutoTmaX = true;
 // Auto takes TmaXW (W permuted per call too) from this M on (0: never; TF_WGMMA_WPERM_MIN_M=<m>), for weights
-// up to kWPermMaxBytes (the permuted copy lives in a per-stream buffer that only grows).
+// up to kWPermMaxBytes (the permuted copy lives in a per-stream buffer that only grows). Run 61 (8B shapes,
+// permute included): at M = 4096 q/o 347 -> 319 us, gate_up 1,703 -> 1,619, down 945 -> 909; at M = 1024 it
+// lost (485 -> 569 us for gate_up): the per-call permute of W is paid back by 4 tiles of 1,024 rows.
 int g_wperm_min_m = [] {
   const char* v = std::getenv("TF_WGMMA_WPERM_MIN_M");
-  return v ? std::atoi(v) : 0;
+  return v ? std::atoi(v) : 4096;
 }();
 constexpr size_t kWPermMaxBytes = size_t(256) << 20;
 bool g_clusters = false;  // Auto considers the cluster tiles (off until the device run confirms them)
 
-template <int WGS, int BN, int CL = 1, int SP = 1>
+// WP: the TmaXW producer (x and W permuted per call, both by tensor map): no raw slots, their room goes to
+// deeper stages.
+template <int WGS, int BN, int CL = 1, int SP = 1, int WP = 0>
 struct Cfg {
   static constexpr int kBM = 64 * WGS;              // weight rows a CTA
   static constexpr int kThreads = 128 * (WGS + 1);  // consumers + 1 producer warpgroup
@@ -94,17 +98,20 @@ struct Cfg {
   static constexpr int kFree = kSmemLimit - 2048 - 1024 - kTotBytes - kPartBytes;  // 2 KB: static
   // 8-byte path: as deep as shared memory allows (one CTA an SM). Raw path: 6 wgmma stages (4 for the
   // split tiles, whose partials take the room; the permute is a shared-memory hop), the rest raw slots.
-  static constexpr int kStages = kRaw ? (SP == 2 ? 4 : 6) : std::min(24, kFree / kStage);
+  static constexpr int kStages = kRaw ? (WP        ? std::min(16, kFree / kStage)
+                                         : SP == 2 ? 4
+                                                   : 6)
+                                      : std::min(24, kFree / kStage);
   // wgmma groups (one a chunk) a consumer warpgroup leaves pending when it waits (run 18: with one, every
   // tile ran near the same ~700 clocks a chunk whatever its size, producer or layout -- the group
   // latency). A stage is released kPending chunks after its MMAs were issued; kStages - kPending stages
   // stay free for the producer.
-  static constexpr int kPending = kRaw ? kStages / 2 : (kStages >= 8 ? 3 : 1);
-  static constexpr int kRawSlots = kRaw ? std::min(16, (kFree - kStages * kStage) / kStage) : 0;
+  static constexpr int kPending = kRaw ? (WP ? 3 : kStages / 2) : (kStages >= 8 ? 3 : 1);
+  static constexpr int kRawSlots = kRaw && !WP ? std::min(16, (kFree - kStages * kStage) / kStage) : 0;
   static constexpr int kRawOff = kStages * kStage, kTotOff = kRawOff + kRawSlots * kStage;
   static constexpr int kPartOff = kTotOff + kTotBytes;
   static constexpr int kSmem = kPartOff + kPartBytes + 1024;
-  static_assert(kStages >= 3 && (!kRaw || kRawSlots >= 3), "pipeline too shallow");
+  static_assert(kStages >= 3 && (!kRaw || WP || kRawSlots >= 3), "pipeline too shallow");
   static_assert(kPending >= 1 && kPending <= kStages - 2, "the producer needs free stages");
   static_assert(CL == 1 || (CL == 2 && BN % 32 == 0), "x halves must be whole row-group pairs");
   static_assert(SP == 1 || (SP == 2 && CL == 1 && !kTotSmem), "slice split: x not shared, tot in registers");
@@ -271,14 +278,15 @@ __device__ __forceinline__ int permute_row(int lane) {
 // rows past N/M zero-filled) issued by producer thread 0 into the same raw slot layout, completing on the
 // slot's `raw` mbarrier; every producer thread waits on it, permutes as above, and the producer threads
 // meet at a named barrier before thread 0 refills the slot.
-template <int WGS, int BN, int SP, bool TMA, bool SWZ>
+template <int WGS, int BN, int SP, bool TMA, bool SWZ, int WP = 0>
 __device__ __forceinline__ void produce_raw(const __nv_bfloat16* __restrict__ x,
                                             const __nv_bfloat16* __restrict__ w, int m, int n, int k, int m0,
                                             int n0, uint32_t sbase, uint32_t full, uint32_t empty, int c_lo,
                                             int count, uint32_t rawbar, const CUtensorMap* tmw,
                                             const CUtensorMap* tmx, int xp) {
-  using C = Cfg<WGS, BN, 1, SP>;
+  using C = Cfg<WGS, BN, 1, SP, WP>;
   constexpr int kUnits = (C::kBM + BN) / 32, kWUnits = C::kBM / 32, kAhead = C::kRawSlots - 1;
+  constexpr int kSlots = C::kRawSlots > 0 ? C::kRawSlots : 1;  // WP has none (its path returns first)
   const int pt = threadIdx.x % 128, t = pt % 4;
   static_assert(SWZ || !TMA, "the TMA producer writes the swizzled layout");
   if constexpr (TMA) {
@@ -314,8 +322,8 @@ __device__ __forceinline__ void produce_raw(const __nv_bfloat16* __restrict__ x,
     if (pt == 0) {
       pdl_wait();
       for (int c = 0; c < count; ++c) {
-        const uint32_t slot = c % C::kRawSlots;
-        if (c >= C::kRawSlots) mbar_wait(rawfree + 8 * slot, ((c / C::kRawSlots) & 1) ^ 1);
+        const uint32_t slot = c % kSlots;
+        if (c >= kSlots) mbar_wait(rawfree + 8 * slot, ((c / kSlots) & 1) ^ 1);
         mbar_arrive_expect_tx(rawbar + 8 * slot, xp ? C::kBM * 64 : C::kStage);
         const CUtensorMap* maps[2] = {tmw, tmx};
         const int rows[2] = {n0, m0};
@@ -353,8 +361,8 @@ __device__ __forceinline__ void produce_raw(const __nv_bfloat16* __restrict__ x,
     const uint32_t off0 = q0 * 64 + (((t / 2)) ^ sw) * 16 + (t % 2) * 8;
     const uint32_t off1 = q0 * 64 + ((2 + t / 2) ^ sw) * 16 + (t % 2) * 8;
     for (int c = 0; c < count; ++c) {
-      const uint32_t slot = c % C::kRawSlots;
-      mbar_wait(rawbar + 8 * slot, (c / C::kRawSlots) & 1);
+      const uint32_t slot = c % kSlots;
+      mbar_wait(rawbar + 8 * slot, (c / kSlots) & 1);
       const int s = c % C::kStages;
       if (c >= C::kStages) mbar_wait(empty + 8 * s, ((c / C::kStages) & 1) ^ 1);
       const uint32_t st = sbase + s * C::kStage;
@@ -398,7 +406,7 @@ __device__ __forceinline__ void produce_raw(const __nv_bfloat16* __restrict__ x,
 #pragma unroll
     for (int j = 0; j < kUnits; ++j)
       if (j >= j_lo && j < j_hi) {
-        const uint32_t dst = raw + (c % C::kRawSlots) * C::kStage + j * 32 * 64;
+        const uint32_t dst = raw + (c % kSlots) * C::kStage + j * 32 * 64;
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src(j) + c * 32) : "memory");
       }
   };
@@ -417,7 +425,7 @@ __device__ __forceinline__ void produce_raw(const __nv_bfloat16* __restrict__ x,
     asm volatile("cp.async.wait_group %0;" ::"n"(kAhead) : "memory");  // chunk c's units have landed
     const int s = c % C::kStages;
     if (c >= C::kStages) mbar_wait(empty + 8 * s, ((c / C::kStages) & 1) ^ 1);
-    const uint32_t st = sbase + s * C::kStage, rs = raw + (c % C::kRawSlots) * C::kStage;
+    const uint32_t st = sbase + s * C::kStage, rs = raw + (c % kSlots) * C::kStage;
     // Row r0 + 32j of W (j < kWUnits) or of x, step 0's piece then step 1's.
     permute_units<kUnits>([&](int j) { return rs + j * 32 * 64; },
                           [&](int j, int h) { return dest(st, j, h); });
@@ -457,12 +465,12 @@ __device__ __forceinline__ void store_out(const float* tot, const float* tot_sme
 
 // SP = 2: rank r runs slices [4r, 4r + 4); rank 0 folds its four in `tot`, rank 1 stores each partial in
 // its shared memory (part, [slice][i][thread]) for rank 0 to add after the cluster barrier.
-template <int WGS, int BN, int CL, int SP, bool SWZ>
+template <int WGS, int BN, int CL, int SP, bool SWZ, int WP = 0>
 __device__ __forceinline__ void consume(const void* __restrict__ bias, int bias_kind, void* __restrict__ y,
                                         bool y_f32, int m, int n, int k, int m0, int n0, uint32_t sbase,
                                         float* tot_smem, float* part, uint32_t full, uint32_t empty,
                                         uint32_t rank) {
-  using C = Cfg<WGS, BN, CL, SP>;
+  using C = Cfg<WGS, BN, CL, SP, WP>;
   const int wg = threadIdx.x / 128, lane = threadIdx.x % 32, chunks = k / 32;
   const int si_lo = SP == 2 ? 4 * int(rank) : 0, si_hi = SP == 2 ? si_lo + 4 : kSlices;
   const int c_lo = si_lo * chunks / kSlices;
@@ -530,14 +538,14 @@ __device__ __forceinline__ void consume(const void* __restrict__ bias, int bias_
   }
 }
 
-template <int WGS, int BN, int CL, int SP, bool TMA, bool SWZ>
+template <int WGS, int BN, int CL, int SP, bool TMA, bool SWZ, int WP = 0>
 __global__ void __launch_bounds__(Cfg<WGS, BN, CL, SP>::kThreads, 1)
     linear_wgmma_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
                         const void* __restrict__ bias, int bias_kind, void* __restrict__ y, bool y_f32, int m,
                         int n, int k, int m_tiles, const __grid_constant__ CUtensorMap tmw,
                         const __grid_constant__ CUtensorMap tmx, int xp) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using C = Cfg<WGS, BN, CL, SP>;
+  using C = Cfg<WGS, BN, CL, SP, WP>;
   static_assert(!TMA || C::kRaw, "TMA feeds the raw-staging producer");
   static_assert(!SWZ || C::kRaw, "only the raw-staging producer writes the swizzled layout");
   constexpr bool kCluster = CL == 2 || SP == 2;
@@ -583,8 +591,8 @@ __global__ void __launch_bounds__(Cfg<WGS, BN, CL, SP>::kThreads, 1)
   if (threadIdx.x / 128 == WGS) {
     if constexpr (WGS == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 56;");
     if constexpr (C::kRaw)
-      produce_raw<WGS, BN, SP, TMA, SWZ>(x, w, m, n, k, m0, n0, sbase, full, empty, c_lo, c_hi - c_lo, half,
-                                         &tmw, &tmx, xp);
+      produce_raw<WGS, BN, SP, TMA, SWZ, WP>(x, w, m, n, k, m0, n0, sbase, full, empty, c_lo, c_hi - c_lo,
+                                             half, &tmw, &tmx, xp);
     else
       produce<WGS, BN, CL, SP>(x, w, m, n, k, m0, n0, sbase, full, empty, half, rank, c_lo, c_hi - c_lo);
     if constexpr (SP == 2) cluster_sync();  // pairs with the consumers' barrier before the fold
@@ -592,8 +600,8 @@ __global__ void __launch_bounds__(Cfg<WGS, BN, CL, SP>::kThreads, 1)
     if constexpr (WGS == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 224;");
     float* tot_smem = reinterpret_cast<float*>(smem + C::kTotOff);
     float* part = reinterpret_cast<float*>(smem + C::kPartOff);
-    consume<WGS, BN, CL, SP, SWZ>(bias, bias_kind, y, y_f32, m, n, k, m0, n0, sbase, tot_smem, part, full,
-                                  empty, rank);
+    consume<WGS, BN, CL, SP, SWZ, WP>(bias, bias_kind, y, y_f32, m, n, k, m0, n0, sbase, tot_smem, part, full,
+                                      empty, rank);
   }
   if constexpr (kCluster) cluster_sync();  // no CTA leaves while its peer may still signal, copy or read
 #else
@@ -647,6 +655,13 @@ __global__ void permute_x_kernel(const uint4* x, uint4* xp, int64_t chunks) {
   xp[4 * i + 3] = make_uint4(c.z, c.w, d.z, d.w);
 }
 
+// Whether permuted_rows can run for x and W on s (not while s captures a graph; 16-byte aligned operands).
+bool permuted_rows_possible(const void* x, const void* w, cudaStream_t s) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  return cudaStreamIsCapturing(s, &st) == cudaSuccess && st == cudaStreamCaptureStatusNone &&
+         (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w)) % 16 == 0;
+}
+
 // The permuted copy of x (or of W: which = 1), in a buffer per (device, stream, which) that only grows: calls
 // on one stream reuse it in stream order; two streams (two backends, a draft model's and the target's) never
 // share one. Null while the stream is capturing a graph (no allocation there) or when x is not 16-byte
@@ -682,12 +697,12 @@ const void* permuted_rows(const void* x, int m, int k, cudaStream_t s, int which
   return p;
 }
 
-template <int WGS, int BN, int CL, int SP, bool TMA, bool SWZ>
+template <int WGS, int BN, int CL, int SP, bool TMA, bool SWZ, int WP = 0>
 void launch_with(const void* x, const void* w, const void* bias, int bias_kind, void* y, bool y_f32, int m,
                  int n, int k, cudaStream_t s, const CUtensorMap& tmw, const CUtensorMap& tmx, int xp = 0) {
-  using C = Cfg<WGS, BN, CL, SP>;
+  using C = Cfg<WGS, BN, CL, SP, WP>;
   static const bool configured = [] {
-    TF_CUDA_CHECK(cudaFuncSetAttribute(linear_wgmma_kernel<WGS, BN, CL, SP, TMA, SWZ>,
+    TF_CUDA_CHECK(cudaFuncSetAttribute(linear_wgmma_kernel<WGS, BN, CL, SP, TMA, SWZ, WP>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
     return true;
   }();
@@ -696,7 +711,7 @@ void launch_with(const void* x, const void* w, const void* bias, int bias_kind, 
   const auto* xb = static_cast<const __nv_bfloat16*>(x);
   const auto* wb = static_cast<const __nv_bfloat16*>(w);
   if constexpr (CL == 1 && SP == 1) {
-    launch_pdl(linear_wgmma_kernel<WGS, BN, 1, 1, TMA, SWZ>, dim3(m_tiles * n_tiles), dim3(C::kThreads),
+    launch_pdl(linear_wgmma_kernel<WGS, BN, 1, 1, TMA, SWZ, WP>, dim3(m_tiles * n_tiles), dim3(C::kThreads),
                C::kSmem, s, xb, wb, bias, bias_kind, y, y_f32, m, n, k, m_tiles, tmw, tmx, xp);
   } else {  // clusters: two weight tiles (CL; an odd last one computes clamped rows, all masked) or one
             // tile twice (SP)
@@ -708,7 +723,7 @@ void launch_with(const void* x, const void* w, const void* bias, int bias_kind, 
     attr[0].id = cudaLaunchAttributeClusterDimension;
     attr[0].val.clusterDim.x = 2, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
     cfg.attrs = attr, cfg.numAttrs = 1;
-    TF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, linear_wgmma_kernel<WGS, BN, CL, SP, TMA, SWZ>, xb, wb, bias,
+    TF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, linear_wgmma_kernel<WGS, BN, CL, SP, TMA, SWZ, WP>, xb, wb, bias,
                                      bias_kind, y, y_f32, m, n, k, m_tiles, tmw, tmx, xp));
   }
 }
@@ -723,7 +738,8 @@ void launch(const void* x, const void* w, const void* bias, int bias_kind, void*
   if constexpr (C::kRaw && SP == 2) {  // the split tiles: 16-byte cp.async, swizzled (fewer kernels)
     return launch_with<WGS, BN, CL, SP, false, true>(x, w, bias, bias_kind, y, y_f32, m, n, k, s, tmw, tmx);
   } else if constexpr (C::kRaw) {
-    if (g_producer == WgmmaProducer::TmaX || (g_producer == WgmmaProducer::Auto && kAutoTmaX)) {
+    if (g_producer == WgmmaProducer::TmaX || g_producer == WgmmaProducer::TmaXW ||
+        (g_producer == WgmmaProducer::Auto && kAutoTmaX)) {
       // TmaXW: W permuted per call as well (its bytes read and written once more: pays for large M only).
       const bool wperm =
           g_producer == WgmmaProducer::TmaXW || (g_producer == WgmmaProducer::Auto && g_wperm_min_m > 0 &&
@@ -733,9 +749,11 @@ void launch(const void* x, const void* w, const void* bias, int bias_kind, void*
         const void* xpp = wpp ? permuted_rows(x, m, k, s) : nullptr;
         if (xpp && make_map(&tmw, wpp, n, k, C::kBM, CU_TENSOR_MAP_SWIZZLE_64B) &&
             make_map(&tmx, xpp, m, k, BN, CU_TENSOR_MAP_SWIZZLE_64B))
-          return launch_with<WGS, BN, CL, SP, true, true>(x, w, bias, bias_kind, y, y_f32, m, n, k, s, tmw,
-                                                          tmx, 2);
+          return launch_with<WGS, BN, CL, SP, true, true, 1>(x, w, bias, bias_kind, y, y_f32, m, n, k, s, tmw,
+                                                             tmx, 2);
       }
+      TF_CHECK(g_producer != WgmmaProducer::TmaXW || !permuted_rows_possible(x, w, s),
+               "wgmma linear: TmaXW producer forced but W's or x's tensor map could not be made");
       // W's map first: x is permuted (a kernel launch) only when the TmaX launch can follow.
       const void* xp =
           make_map(&tmw, w, n, k, C::kBM) ? permuted_rows(x, m, k, s) : nullptr;  // null: capture

@@ -34,7 +34,7 @@ struct BenchArgs {
   bool sweep = false;                   // --drafter replay: every k from 1 to max_draft
   std::string draft_guard = "on";       // EngineOptions::draft_guard
   std::string cuda_graphs = "on";       // EngineOptions::cuda_graphs
-  std::string pad_drafts = "auto";      // EngineOptions::pad_drafts
+  std::string pad_drafts = "off";       // EngineOptions::pad_drafts
   std::string shape;                    // --shape: the random-weight shape benchmark instead
   bool quick = false;                   // --shape: 512 context and prefill 512 only
 };
@@ -371,7 +371,7 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::IsMember({"on", "off"}));
   c->add_option("--pad-drafts", a->pad_drafts,
                 "auto | on | off: pad proposals to 1, 2, 4, 8.. tokens so verify rounds replay as CUDA graphs "
-                "(same output; auto = when graphs replay and a decode round takes < 1 ms)")
+                "(same output; auto = when graphs replay and a decode round takes < 1 ms; default off)")
       ->check(CLI::IsMember({"auto", "on", "off"}));
   c->add_option("--tokens", a->tokens, "Tokens generated per stream")->check(CLI::Range(2, 1 << 20));
   c->add_option("--parallel", a->parallel, "Concurrent streams")->check(CLI::PositiveNumber);

@@ -15,7 +15,7 @@ namespace tf::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string model, prompt, chat, system, backend = "auto", cuda_graphs = "on", pad_drafts = "auto";
+  std::string model, prompt, chat, system, backend = "auto", cuda_graphs = "on", pad_drafts = "off";
   int max_tokens = 256, context = 0;
   std::optional<float> temperature, top_p, min_p;
   std::optional<int> top_k;
@@ -117,7 +117,7 @@ void add_generate_command(CLI::App& app) {
       ->check(CLI::IsMember({"on", "off"}));
   c->add_option("--pad-drafts", a->pad_drafts,
                 "auto | on | off: pad proposals to 1, 2, 4, 8.. tokens so verify rounds replay as CUDA graphs "
-                "(same output; auto = when graphs replay and a decode round takes < 1 ms)")
+                "(same output; auto = when graphs replay and a decode round takes < 1 ms; default off)")
       ->check(CLI::IsMember({"auto", "on", "off"}));
   c->add_flag("-q,--quiet", a->quiet, "Print only the generated text");
   c->callback([a] { run_generate(*a); });

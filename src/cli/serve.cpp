@@ -33,7 +33,7 @@ struct ServeArgs {
   int mtp_drafts = 3, checkpoint_slots = 0, max_snapshots = 0, max_queue = 256, prefill_chunk = 512;
   double decode_share = 0, gpu_memory = 0.9;
   float mtp_confidence = 0.f;
-  std::string draft_guard = "on", cuda_graphs = "on", pad_drafts = "auto";
+  std::string draft_guard = "on", cuda_graphs = "on", pad_drafts = "off";
   double prompt_cache_gib = 0.25, spill_gib = 0;
   std::string spill_dir, snapshot_dir = "none";
   bool thinking = false, no_thinking = false, no_drafts = false;

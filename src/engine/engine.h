@@ -36,8 +36,10 @@ struct EngineOptions {
   // Pad every drafting stream's proposal to one bucketed length per round (1, 2, 4, 8, ... up to max_draft;
   // fillers repeat the last proposed token), so that verify rounds recur as CUDA graph keys and replay:
   // auto | on | off (--pad-drafts; see PadDrafts in draft_policy.h). auto = on while CUDA graphs are
-  // replayed and a decode round's measured forward is launch-bound (< kPadDraftsMaxRoundSeconds).
-  std::string pad_drafts = "auto";
+  // replayed and a decode round's measured forward is launch-bound (< kPadDraftsMaxRoundSeconds). Default
+  // off: on the H200 (run 62) padding left most verify rounds eager and made the demo's 8-stream T=0.7
+  // repetitive runs slower (0.91x -> 0.84x); docs/drafting.md.
+  std::string pad_drafts = "off";
   // Switch drafting (context copies and the model drafter) off while rounds with drafts emit fewer tokens per
   // second of wall time than rounds without (--draft-guard; see DraftGuard in draft_policy.h). Only with
   // adaptive_draft.

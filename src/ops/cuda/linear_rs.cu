@@ -165,15 +165,6 @@ __device__ __forceinline__ void wgmma_rs(float* d, const uint32_t (&a)[4], uint6
   if constexpr (BN == 128) wgmma_rs_m64n128(d, a, desc_b);
 }
 
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int col, int row,
-                                            uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
-      "[%4];" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(bar)
-      : "memory");
-}
-
 // Producer (one lane): chunk i (of this CTA's chunks c_lo + i) into stage i % kStages: W's kBM rows and x's
 // BN rows, 64 bytes each, rows past N / M zero-filled by the tensor maps. Weights of the first stages are
 // constant and load before griddepcontrol.wait (they stream while the previous kernel drains), x after.

@@ -309,12 +309,7 @@ __device__ __forceinline__ void produce_raw(const __nv_bfloat16* __restrict__ x,
           const int rows[2] = {n0, m0};
           const uint32_t offs[2] = {0, 2 * C::kWStep};
           for (int o = 0; o < 2; ++o)
-            asm volatile(
-                "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
-                "%3}], [%4];" ::"r"(sbase + s * C::kStage + offs[o]),
-                "l"(reinterpret_cast<uint64_t>(maps[o])), "r"((c_lo + c) * 32), "r"(rows[o]),
-                "r"(full + 8 * s)
-                : "memory");
+            tma_load_2d(sbase + s * C::kStage + offs[o], maps[o], (c_lo + c) * 32, rows[o], full + 8 * s);
         }
       }
       return;
@@ -329,12 +324,8 @@ __device__ __forceinline__ void produce_raw(const __nv_bfloat16* __restrict__ x,
         const int rows[2] = {n0, m0};
         const uint32_t offs[2] = {0, C::kBM * 64};
         for (int o = 0; o < (xp ? 1 : 2); ++o)
-          asm volatile(
-              "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
-              "%3}], [%4];" ::"r"(slots + slot * C::kStage + offs[o]),
-              "l"(reinterpret_cast<uint64_t>(maps[o])), "r"((c_lo + c) * 32), "r"(rows[o]),
-              "r"(rawbar + 8 * slot)
-              : "memory");
+          tma_load_2d(slots + slot * C::kStage + offs[o], maps[o], (c_lo + c) * 32, rows[o],
+                      rawbar + 8 * slot);
       }
       return;
     }
@@ -346,11 +337,7 @@ __device__ __forceinline__ void produce_raw(const __nv_bfloat16* __restrict__ x,
         const int s = c % C::kStages;
         if (c >= C::kStages) mbar_wait(empty + 8 * s, ((c / C::kStages) & 1) ^ 1);
         mbar_arrive_expect_tx(full + 8 * s, BN * 64);
-        asm volatile(
-            "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
-            "%3}], [%4];" ::"r"(sbase + s * C::kStage + 2 * C::kWStep),
-            "l"(reinterpret_cast<uint64_t>(tmx)), "r"((c_lo + c) * 32), "r"(m0), "r"(full + 8 * s)
-            : "memory");
+        tma_load_2d(sbase + s * C::kStage + 2 * C::kWStep, tmx, (c_lo + c) * 32, m0, full + 8 * s);
       }
       return;
     }

@@ -117,6 +117,16 @@ bool make_linear_tensor_map(CUtensorMap* map, const void* base, int rows, int k,
 #ifdef __CUDACC__
 // ---- device helpers shared with the probe (inline PTX per the PTX ISA, "warpgroup-level MMA") ----
 
+// One 2D tensor-map load (box at column col, row row) into shared memory at dst, completing on mbarrier bar.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int col, int row,
+                                            uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+      "[%4];" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(bar)
+      : "memory");
+}
+
 // Shared-memory matrix descriptor, no swizzle ("interleave"): the operand is a grid of 8x8 core
 // matrices (8 rows of 16 contiguous bytes = 8 bf16 along K, 128 bytes in all). lbo: bytes between core
 // matrices adjacent in K; sbo: bytes between core matrices adjacent in M/N. Address fields drop 4 bits.

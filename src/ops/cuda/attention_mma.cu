@@ -131,17 +131,23 @@ __device__ __forceinline__ void chunk_scores(const __nv_bfloat16* Qs, const __nv
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
+    // A padding pair (no positions: the rows past a short tile, e.g. rows 8-15 of a decode row's 4 heads)
+    // skips the element work; its quad still runs the shuffles with neutral values (full-warp masks). Its
+    // mc/lc are never read and its P row only feeds output rows that are never stored.
+    const bool pad = rg[h].lo > rg[h].pos;
     float mx = -INFINITY;
+    if (!pad) {
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
+      for (int j = 0; j < 16; ++j) {
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int p = c0 + j * 8 + qd * 2 + e;
-        float v = __fmul_rn(s[j][2 * h + e], scale);
-        if (softcap > 0.f) v = __fmul_rn(softcap, tanhf(__fdiv_rn(v, softcap)));
-        v = (p >= rg[h].lo && p <= rg[h].pos) ? v : -INFINITY;
-        s[j][2 * h + e] = v;
-        mx = fmaxf(mx, v);
+        for (int e = 0; e < 2; ++e) {
+          const int p = c0 + j * 8 + qd * 2 + e;
+          float v = __fmul_rn(s[j][2 * h + e], scale);
+          if (softcap > 0.f) v = __fmul_rn(softcap, tanhf(__fdiv_rn(v, softcap)));
+          v = (p >= rg[h].lo && p <= rg[h].pos) ? v : -INFINITY;
+          s[j][2 * h + e] = v;
+          mx = fmaxf(mx, v);
+        }
       }
     }
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
@@ -149,13 +155,15 @@ __device__ __forceinline__ void chunk_scores(const __nv_bfloat16* Qs, const __nv
     mc[h] = mx;
     const float base = mx == -INFINITY ? 0.f : mx;  // a pair with no positions here: P = 0, never merged
     float sum = 0.f;
+    if (!pad) {
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
+      for (int j = 0; j < 16; ++j) {
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float pv = __bfloat162float(__float2bfloat16_rn(__expf(__fsub_rn(s[j][2 * h + e], base))));
-        s[j][2 * h + e] = pv;
-        sum = __fadd_rn(sum, pv);
+        for (int e = 0; e < 2; ++e) {
+          const float pv = __bfloat162float(__float2bfloat16_rn(__expf(__fsub_rn(s[j][2 * h + e], base))));
+          s[j][2 * h + e] = pv;
+          sum = __fadd_rn(sum, pv);
+        }
       }
     }
     sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));

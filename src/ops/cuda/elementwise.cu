@@ -109,16 +109,6 @@ __global__ void __launch_bounds__(kNormThreads)
   }
 }
 
-// A float from element i of p, whose dtype is known at compile time (the vector norm's loads must not
-// branch on a runtime dtype: the branches kept ptxas from batching them, one L2 round trip each).
-template <DType T>
-__device__ __forceinline__ float ldt(const void* p, int64_t i) {
-  if constexpr (T == DType::F32) return static_cast<const float*>(p)[i];
-  if constexpr (T == DType::F16) return __half2float(static_cast<const __half*>(p)[i]);
-  if constexpr (T == DType::BF16) return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-  return 0.f;
-}
-
 // add_rms_norm_kernel<32>'s arithmetic with one round of 16-byte loads (rows of a multiple of 8 elements,
 // at most 8192, 16-byte aligned). The old kernel's 32 scalar loads a thread went out in ~5 dependent
 // batches (a 1-block kernel at M = 1: pure latency, 10.7 us of a decode layer's ~137, twice). Here each

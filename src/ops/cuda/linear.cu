@@ -169,13 +169,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     return xv;
   };
-  auto mma_x = [&](const uint4& a, const uint4& b, int j, const uint4& xv) {
-    mma_bf16(acc[j], a.x, b.x, a.y, b.y, xv.x, xv.y);
-    mma_bf16(acc[j], a.z, b.z, a.w, b.w, xv.z, xv.w);
-  };
   auto step = [&](const uint4& a, const uint4& b, int c) {
 #pragma unroll
-    for (int j = 0; j < NT; ++j) mma_x(a, b, j, x_of(j, c));
+    for (int j = 0; j < NT; ++j) mma_chunk(acc[j], a, b, x_of(j, c));
   };
   // kAddNorm, after griddepcontrol.wait (the residual and x come from earlier kernels): each row's 1/rms
   // as add_rms_norm_kernel<32> computes it (V = 32 elements a thread, zeros past k included).
@@ -257,9 +253,9 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int u = 0; u < U; ++u) {
         if constexpr (kXAhead) {
 #pragma unroll
-          for (int j = 0; j < NT; ++j) mma_x(ca[u], cb[u], j, cx[u][j]);
+          for (int j = 0; j < NT; ++j) mma_chunk(acc[j], ca[u], cb[u], cx[u][j]);
         } else if constexpr (kSiluAhead) {
-          mma_x(ca[u], cb[u], 0, silu1_make(cg[u]));
+          mma_chunk(acc[0], ca[u], cb[u], silu1_make(cg[u]));
         } else {
           step(ca[u], cb[u], c + u);
         }

@@ -18,6 +18,13 @@ __device__ __forceinline__ void mma_bf16(float* c, uint32_t a0, uint32_t a1, uin
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// One 32-wide K chunk of the decode kernels' layout (linear.cu's header): lane (g, t) holds weight rows
+// n0+g (a) and n0+g+8 (b) and x (x) at k-values 8t..8t+7; the chunk is two m16n8k16 steps into c.
+__device__ __forceinline__ void mma_chunk(float* c, const uint4& a, const uint4& b, const uint4& x) {
+  mma_bf16(c, a.x, b.x, a.y, b.y, x.x, x.y);
+  mma_bf16(c, a.z, b.z, a.w, b.w, x.z, x.w);
+}
+
 // 16 bytes of weights: read once, so they do not evict x (or scales) from L1.
 __device__ __forceinline__ uint4 load_stream(const void* p) {
   uint4 r;
@@ -34,8 +41,8 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool v
 
 // Every linear kernel's epilogue: the finished sum plus the bias (none, f32 or bf16), stored as f32 (logits,
 // kept exact for sampling) or rounded to bf16.
-__device__ __forceinline__ void store_biased(float s, const void* bias, int bias_kind, void* y, bool y_f32, int row,
-                                             int col, int n) {
+__device__ __forceinline__ void store_biased(float s, const void* bias, int bias_kind, void* y, bool y_f32,
+                                             int row, int col, int n) {
   if (bias_kind == 1) s += static_cast<const float*>(bias)[col];
   if (bias_kind == 2) s += __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[col]);
   if (y_f32)

@@ -202,9 +202,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     const uint4 a = Rows::bf16(fa), b = Rows::bf16(fb);
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
-      uint4 xv = xok[j] ? ld_act16(xr[j] + c * 32) : make_uint4(0, 0, 0, 0);
-      mma_bf16(acc[j], a.x, b.x, a.y, b.y, xv.x, xv.y);
-      mma_bf16(acc[j], a.z, b.z, a.w, b.w, xv.z, xv.w);
+      const uint4 xv = xok[j] ? ld_act16(xr[j] + c * 32) : make_uint4(0, 0, 0, 0);
+      mma_chunk(acc[j], a, b, xv);
     }
   };
   int c = c_begin;

@@ -11,15 +11,22 @@ namespace tf::cuda {
 
 constexpr int kNormThreads = 256;  // threads a row for rows longer than 512 (add_rms_norm: every row)
 
-// Loads as float for the dtypes activations and norm weights come in.
+// Element i of p as float, for the dtypes activations and norm weights come in: T known at compile time
+// (ldt: no branch, so ptxas can batch the loads) or at run time (ld).
+template <DType T>
+__device__ __forceinline__ float ldt(const void* p, int64_t i) {
+  if constexpr (T == DType::F32) return static_cast<const float*>(p)[i];
+  if constexpr (T == DType::F16) return __half2float(static_cast<const __half*>(p)[i]);
+  return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+}
 __device__ __forceinline__ float ld(const void* p, int64_t i, DType t) {
   switch (t) {
     case DType::F32:
-      return static_cast<const float*>(p)[i];
+      return ldt<DType::F32>(p, i);
     case DType::F16:
-      return __half2float(static_cast<const __half*>(p)[i]);
+      return ldt<DType::F16>(p, i);
     default:
-      return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+      return ldt<DType::BF16>(p, i);
   }
 }
 __device__ __forceinline__ float bf(const __nv_bfloat16* p, int64_t i) {

@@ -65,9 +65,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   auto step = [&](const uint4& a, const uint4& b, int c) {
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
-      uint4 xv = xok[j] ? ld_act16(xr[j] + c * 32) : make_uint4(0, 0, 0, 0);  // launch.h
-      mma_bf16(acc[j], a.x, b.x, a.y, b.y, xv.x, xv.y);
-      mma_bf16(acc[j], a.z, b.z, a.w, b.w, xv.z, xv.w);
+      const uint4 xv = xok[j] ? ld_act16(xr[j] + c * 32) : make_uint4(0, 0, 0, 0);  // launch.h
+      mma_chunk(acc[j], a, b, xv);
     }
   };
   const RowPtr pa = row_ptr<KIND, B>(q, na, t), pb = row_ptr<KIND, B>(q, nb, t);
@@ -103,8 +102,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int u = 0; u < U; ++u) {
       if constexpr (NT == 1) {
         const uint4 a = dequant<KIND, B>(ca[u]), b = dequant<KIND, B>(cb[u]);
-        mma_bf16(acc[0], a.x, b.x, a.y, b.y, cx[u].x, cx[u].y);
-        mma_bf16(acc[0], a.z, b.z, a.w, b.w, cx[u].z, cx[u].w);
+        mma_chunk(acc[0], a, b, cx[u]);
       } else {
         step(dequant<KIND, B>(ca[u]), dequant<KIND, B>(cb[u]), c + u);
       }
@@ -212,8 +210,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
         const uint4 xv = ld_act16(xr[j] + c * 32);
-        mma_bf16(acc[j], a.x, b.x, a.y, b.y, xv.x, xv.y);
-        mma_bf16(acc[j], a.z, b.z, a.w, b.w, xv.z, xv.w);
+        mma_chunk(acc[j], a, b, xv);
       }
     };
     auto single = [&](int c) {
@@ -237,8 +234,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
       if (qb < qe) load_xq(qb, xq);
     auto step_x = [&](const uint4& a, const uint4& b, int c, int e) {
       if constexpr (NT == 1) {
-        mma_bf16(acc[0], a.x, b.x, a.y, b.y, xq[e].x, xq[e].y);
-        mma_bf16(acc[0], a.z, b.z, a.w, b.w, xq[e].z, xq[e].w);
+        mma_chunk(acc[0], a, b, xq[e]);
       } else {
         step(a, b, c);
       }

@@ -642,11 +642,12 @@ __global__ void permute_x_kernel(const uint4* x, uint4* xp, int64_t chunks) {
   xp[4 * i + 3] = make_uint4(c.z, c.w, d.z, d.w);
 }
 
-// Whether permuted_rows can run for x and W on s (not while s captures a graph; 16-byte aligned operands).
-bool permuted_rows_possible(const void* x, const void* w, cudaStream_t s) {
+// Whether permuted_rows can copy p on s: not while s captures a graph (no allocation there), and p 16-byte
+// aligned.
+bool can_permute(const void* p, cudaStream_t s) {
   cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
   return cudaStreamIsCapturing(s, &st) == cudaSuccess && st == cudaStreamCaptureStatusNone &&
-         (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w)) % 16 == 0;
+         reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
 // The permuted copy of x (or of W: which = 1), in a buffer per (device, stream, which) that only grows: calls
@@ -654,10 +655,7 @@ bool permuted_rows_possible(const void* x, const void* w, cudaStream_t s) {
 // share one. Null while the stream is capturing a graph (no allocation there) or when x is not 16-byte
 // aligned. which: 0 = x's buffer, 1 = W's (WgmmaProducer::TmaXW: the weight permuted the same way, per call).
 const void* permuted_rows(const void* x, int m, int k, cudaStream_t s, int which = 0) {
-  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(s, &st) != cudaSuccess || st != cudaStreamCaptureStatusNone ||
-      reinterpret_cast<uintptr_t>(x) % 16 != 0)
-    return nullptr;
+  if (!can_permute(x, s)) return nullptr;
   struct Buf {
     void* p = nullptr;
     size_t cap = 0;
@@ -731,20 +729,20 @@ void launch(const void* x, const void* w, const void* bias, int bias_kind, void*
       const bool wperm =
           g_producer == WgmmaProducer::TmaXW || (g_producer == WgmmaProducer::Auto && g_wperm_min_m > 0 &&
                                                  m >= g_wperm_min_m && size_t(n) * k * 2 <= kWPermMaxBytes);
-      if (wperm) {
-        const void* wpp = permuted_rows(w, n, k, s, 1);  // null: capture, or W not 16-byte aligned
-        const void* xpp = wpp ? permuted_rows(x, m, k, s) : nullptr;
-        if (xpp && make_map(&tmw, wpp, n, k, C::kBM, CU_TENSOR_MAP_SWIZZLE_64B) &&
-            make_map(&tmx, xpp, m, k, BN, CU_TENSOR_MAP_SWIZZLE_64B))
-          return launch_with<WGS, BN, CL, SP, true, true, 1>(x, w, bias, bias_kind, y, y_f32, m, n, k, s, tmw,
-                                                             tmx, 2);
-      }
-      TF_CHECK(g_producer != WgmmaProducer::TmaXW || !permuted_rows_possible(x, w, s),
-               "wgmma linear: TmaXW producer forced but W's or x's tensor map could not be made");
-      // W's map first: x is permuted (a kernel launch) only when the TmaX launch can follow.
-      const void* xp =
-          make_map(&tmw, w, n, k, C::kBM) ? permuted_rows(x, m, k, s) : nullptr;  // null: capture
-      if (xp && make_map(&tmx, xp, m, k, BN, CU_TENSOR_MAP_SWIZZLE_64B))
+      const void* wpp = wperm ? permuted_rows(w, n, k, s, 1) : nullptr;  // null: capture, or W unaligned
+      // W's map first (permuted for TmaXW, raw rows for TmaX): x is permuted (a kernel launch), once, only
+      // when a tensor-map launch can follow.
+      const bool wmap = wpp ? make_map(&tmw, wpp, n, k, C::kBM, CU_TENSOR_MAP_SWIZZLE_64B)
+                            : make_map(&tmw, w, n, k, C::kBM);
+      const void* xp = wmap ? permuted_rows(x, m, k, s) : nullptr;  // null: capture
+      const bool xmap = xp && make_map(&tmx, xp, m, k, BN, CU_TENSOR_MAP_SWIZZLE_64B);
+      TF_CHECK(
+          g_producer != WgmmaProducer::TmaXW || (wpp && xmap) || !can_permute(w, s) || !can_permute(x, s),
+          "wgmma linear: TmaXW producer forced but W's or x's tensor map could not be made");
+      if (xmap && wpp)
+        return launch_with<WGS, BN, CL, SP, true, true, 1>(x, w, bias, bias_kind, y, y_f32, m, n, k, s, tmw,
+                                                           tmx, 2);
+      if (xmap)
         return launch_with<WGS, BN, CL, SP, true, true>(x, w, bias, bias_kind, y, y_f32, m, n, k, s, tmw, tmx,
                                                         1);
     }

@@ -309,21 +309,28 @@ void decode_row(ShapeRun& r, int batch, int ctx) {
   std::fflush(stdout);  // piped output: a run cut short by a timeout keeps what it measured
 }
 
+// Times one layer's attention (begin_forward done) for `rows` query rows of random q, in the run's q and
+// attention-output buffers (sized for the longest prompt): each call measures the kernel the set_attention_*
+// switches choose at that moment.
+std::function<double()> attention_timer(ShapeRun& r, int rows, int warm, int reps) {
+  const ModelShape& sh = r.m.sh;
+  Tensor q = r.acts.q.slice_rows(0, rows).view({rows, sh.heads, sh.head_dim}),
+         o = r.acts.attn.slice_rows(0, rows).view({rows, sh.heads, sh.head_dim});
+  cuda::fill_uniform(r.be, q, 9, -1, 1);
+  const AttentionParams ap{sh.heads, sh.kv_heads, sh.head_dim, 1.f / std::sqrt(float(sh.head_dim)), 0, 0.f};
+  return [&r, q, o, ap, warm, reps]() mutable {
+    return time_ms(
+        r.s, [&] { r.be.attention(q, r.m.layers[0].kv, ap, o); }, warm, reps);
+  };
+}
+
 // Attention alone at the largest decode batch (KV-bound): the CUDA-core kernel's two loop variants and
 // the tensor-core kernel.
 void decode_attention(ShapeRun& r, int batch, int ctx) {
-  Backend& be = r.be;
   const ModelShape& sh = r.m.sh;
   BatchMeta meta = decode_meta(batch, ctx);
-  be.begin_forward(meta);
-  Tensor q = be.alloc({batch, sh.heads, sh.head_dim}, DType::BF16),
-         o = be.alloc({batch, sh.heads, sh.head_dim}, DType::BF16);
-  cuda::fill_uniform(be, q, 9, -1, 1);
-  AttentionParams ap{sh.heads, sh.kv_heads, sh.head_dim, 1.f / std::sqrt(float(sh.head_dim)), 0, 0.f};
-  auto timed = [&] {
-    return time_ms(
-        r.s, [&] { be.attention(q, r.m.layers[0].kv, ap, o); }, 3, 11);
-  };
+  r.be.begin_forward(meta);
+  auto timed = attention_timer(r, batch, 3, 11);
   cuda::set_attention_mma(false);
   cuda::set_attention_variant(cuda::LoopVariant::Plain);
   const double t0 = timed();
@@ -345,18 +352,9 @@ void decode_attention(ShapeRun& r, int batch, int ctx) {
 // CUDA-core kernel is timed up to kLongPrefill tokens only: its split partials take rows x heads x chunks
 // x (head_dim + 2) floats (~140 GB for Qwen3-8B at 32k).
 void prefill_attention(ShapeRun& r, int n) {
-  Backend& be = r.be;
   const ModelShape& sh = r.m.sh;
   const bool long_prompt = n > kLongPrefill;
-  const int warm = 1, reps = long_prompt ? 1 : 3;
-  Tensor q = be.alloc({n, sh.heads, sh.head_dim}, DType::BF16),
-         o = be.alloc({n, sh.heads, sh.head_dim}, DType::BF16);
-  cuda::fill_uniform(be, q, 9, -1, 1);
-  AttentionParams ap{sh.heads, sh.kv_heads, sh.head_dim, 1.f / std::sqrt(float(sh.head_dim)), 0, 0.f};
-  auto timed = [&] {
-    return time_ms(
-        r.s, [&] { be.attention(q, r.m.layers[0].kv, ap, o); }, warm, reps);
-  };
+  auto timed = attention_timer(r, n, 1, long_prompt ? 1 : 3);
   const double ta = timed();
   double t1 = 0;
   if (!long_prompt) {

@@ -267,7 +267,7 @@ class EngineImpl final : public Engine {
     info_.native_context = spec_.native_context;
     info_.context = context;
     info_.backend = backend_->name();
-    if (opt_.cuda_graphs && backend_->graphs_supported()) info_.backend += ", CUDA graphs";
+    if (graphs_replayed()) info_.backend += ", CUDA graphs";
     info_.drafter = drafter_ ? drafter_->name() : "none";
     info_.weight_bytes = ckpt_.total_bytes();
     info_.kv_bytes = pool_->bytes();
@@ -336,7 +336,7 @@ class EngineImpl final : public Engine {
       prefix_cache_->save_all();
       log_info("prompt cache: " + std::to_string(store_->files()) + " block(s) saved to " + store_->dir());
     }
-    if (opt_.cuda_graphs && backend_->graphs_supported()) {
+    if (graphs_replayed()) {
       const Backend::GraphStats g = backend_->graph_stats();
       log_info("CUDA graphs: " + std::to_string(g.captures) + " captured, " + std::to_string(g.replays) +
                " replayed, " + std::to_string(g.eager) + " run eagerly (shape not yet recurring), " +

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 
 #include "core/error.h"
@@ -15,14 +14,6 @@ namespace {
 constexpr int kBlock = 16;
 constexpr int kMaxCatchup = 64;          // hidden rows kept for the head's next catch-up
 constexpr int kMaxPromptCatchup = 8192;  // ... before its first one (the prompt)
-// TF_MTP_PROMPT_CATCHUP=N overrides the prompt's cap (measurement of issue #7's fixed cost).
-int prompt_catchup_cap() {
-  static const int cap = [] {
-    const char* v = std::getenv("TF_MTP_PROMPT_CATCHUP");
-    return v && std::atoi(v) > 0 ? std::atoi(v) : kMaxPromptCatchup;
-  }();
-  return cap;
-}
 }  // namespace
 
 MtpDrafter::MtpDrafter(Model& model, Backend& be, int context, int streams, MtpOptions o)
@@ -57,7 +48,7 @@ void MtpDrafter::observe_hidden(Sequence& s, int first_position, const Tensor& r
   // Skipped positions cost draft quality only. The prompt (before the head's first catch-up) is kept up
   // to a larger cap, so that the head reads it.
   int drop = st.computed > st.hidden_base ? std::min(st.computed, end) - st.hidden_base : 0;
-  const int keep = st.computed > 0 ? kMaxCatchup : prompt_catchup_cap();
+  const int keep = st.computed > 0 ? kMaxCatchup : kMaxPromptCatchup;
   drop = std::max(drop, int(st.hidden.size() / row_bytes_) - keep);
   if (drop > 0) {
     st.hidden.erase(st.hidden.begin(), st.hidden.begin() + size_t(drop) * row_bytes_);

@@ -16,9 +16,11 @@
 #include "engine/drafters/drafter.h"
 #include "engine/engine.h"
 #include "engine/sequence.h"
-#include "cpu_forwarding_backend.h"
 #include "ops/backend.h"
 #include "text/tokenizer.h"
+
+#include "cpu_forwarding_backend.h"
+#include "stream_output.h"
 
 using namespace tf;
 using namespace std::chrono_literals;
@@ -82,29 +84,7 @@ std::string demo(const std::string& sub = "") {
   return std::string(TF_SOURCE_DIR) + "/models/demo" + sub;
 }
 
-struct Out {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-  Usage usage;
-};
-
-Out collect(RequestHandle& h) {
-  Out o;
-  StreamEvent ev;
-  while (h.next(ev, 60s)) {
-    if (ev.kind == StreamEvent::Kind::Tokens) {
-      for (auto& t : ev.tokens) {
-        o.tokens.push_back(t.token);
-        o.logprobs.push_back(t.logprob);
-      }
-      continue;
-    }
-    EXPECT_EQ(ev.kind, StreamEvent::Kind::Finished) << ev.error;
-    o.usage = ev.usage;
-    break;
-  }
-  return o;
-}
+using Out = StreamOutput;
 
 // Drafted streams run together (so that streams without a proposal of their own get fillers) and must
 // equal their serial runs. Drafts are forced (adaptive length off) so that verification really runs.

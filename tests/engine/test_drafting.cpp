@@ -12,6 +12,8 @@
 #include "engine/sampler.h"
 #include "text/tokenizer.h"
 
+#include "stream_output.h"
+
 using namespace tf;
 using namespace std::chrono_literals;
 
@@ -21,33 +23,11 @@ std::string tiny(const std::string& name) {
   return std::string(TF_SOURCE_DIR) + "/tests/data/tiny/" + name;
 }
 
-struct Out {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-  std::string text;
-  FinishReason finish = FinishReason::None;
-  Usage usage;
-};
+using Out = StreamOutput;
 
 Out run(Engine& e, GenerationRequest r) {
-  Out o;
   auto h = e.submit(std::move(r));
-  StreamEvent ev;
-  while (h->next(ev, 60s)) {
-    if (ev.kind == StreamEvent::Kind::Tokens) {
-      for (auto& t : ev.tokens) {
-        o.tokens.push_back(t.token);
-        o.logprobs.push_back(t.logprob);
-      }
-      o.text += ev.text;
-      continue;
-    }
-    EXPECT_EQ(ev.kind, StreamEvent::Kind::Finished) << ev.error;
-    o.finish = ev.finish;
-    o.usage = ev.usage;
-    break;
-  }
-  return o;
+  return collect(*h);
 }
 
 std::unique_ptr<Engine> make(const std::string& model, const std::string& drafter, bool ngram, int k = 4) {

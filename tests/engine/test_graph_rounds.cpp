@@ -16,8 +16,9 @@
 #include "engine/drafters/replay.h"
 #include "engine/engine.h"
 #include "engine/sequence.h"
-#include "cpu_forwarding_backend.h"
 #include "ops/backend.h"
+
+#include "cpu_forwarding_backend.h"
 
 using namespace tf;
 using namespace std::chrono_literals;

@@ -114,6 +114,21 @@ int DraftGuard::bucket_of(int streams) {
   return 9 + 2 * (k - 3) + (upper ? 1 : 0);
 }
 
+double DraftGuard::Side::noise() const {
+  if (weight < 2) return 1;
+  const double mean = sum / weight, var = std::max(0.0, sum_sq / weight - mean * mean);
+  return mean > 0 ? std::sqrt(var / weight) / mean : 1;
+}
+
+double DraftGuard::ratio(const Bucket& b) {
+  if (b.on.weight > 0 && b.off.rate() > 0) return b.on.rate() / b.off.rate();
+  return b.hint;
+}
+
+double DraftGuard::scale(int streams) const {
+  return o_.reference_streams > 0 ? std::min(1.0, double(streams) / o_.reference_streams) : 1.0;
+}
+
 DraftGuard::Bucket& DraftGuard::bucket(int streams) {
   const int key = bucket_of(streams);
   auto [it, fresh] = buckets_.try_emplace(key);
@@ -121,30 +136,37 @@ DraftGuard::Bucket& DraftGuard::bucket(int streams) {
     Bucket& b = it->second;
     b.backoff = o_.backoff;
     b.probe_every = o_.probe_every;
-    // A round of one stream more or fewer costs about the same: where drafting lost there, it starts off
-    // here, with a drafted probe after one base backoff (or at once, after a workload change).
-    for (int k : {key + 1, key - 1}) {
+    // A round of a stream or two more or fewer costs about the same: the nearest known count's verdict
+    // holds here first. Off: a drafted probe after one base backoff (or sooner, after a workload change).
+    for (int k : {key + 1, key - 1, key + 2, key - 2}) {
       auto n = buckets_.find(k);
-      if (n == buckets_.end() || n->second.drafting) continue;
-      b.drafting = false;
-      b.next_probe = o_.backoff;
+      if (n == buckets_.end()) continue;
+      if (n->second.drafting) {
+        b.hint = ratio(n->second);
+      } else {
+        b.drafting = false;
+        b.next_probe = o_.backoff;
+      }
       break;
     }
   }
   return it->second;
 }
 
-// Drafting lost: off until the next drafted probe, at least one backoff (doubling while it keeps losing)
-// and at least long enough that the probe's expected loss stays within probe_budget of the rounds between.
+// Drafting lost: off until the next drafted probe. After a sure loss (beyond noise) that is max_backoff
+// rounds; otherwise at least one backoff (doubling while it keeps losing) and at least long enough that the
+// probe's expected loss stays within probe_budget of the rounds between.
 void DraftGuard::back_off(Bucket& b) {
-  int wait = b.backoff;
   const double on = b.on.rate(), off = b.off.rate();
+  b.sure = o_.sure_noise > 0 && on > 0 && on < off * (1 - o_.margin) &&
+           1 - on / off > o_.sure_noise * b.on.noise();
+  int wait = b.sure ? std::max(o_.max_backoff, b.backoff) : b.backoff;
   if (on > 0 && off > on && o_.probe_budget > 0) {
     const double loss = o_.probe_rounds * (off / on - 1) / o_.probe_budget;
     wait = int(std::clamp(loss, double(wait), double(std::max(o_.max_backoff, wait))));
   }
-  b.off_since = b.rounds;
-  b.next_probe = b.rounds + wait;
+  b.off_since = b.clock;
+  b.next_probe = b.clock + wait;
   b.backoff = std::min(2 * b.backoff, o_.max_backoff);
 }
 
@@ -152,17 +174,19 @@ bool DraftGuard::allow(int streams) {
   Bucket& b = bucket(streams);
   if (b.probe_left > 0) return !b.drafting;  // probing the other state
   if (!b.drafting) {
-    if (b.rounds < b.next_probe) return false;
+    if (b.clock < b.next_probe) return false;
     b.probe_left = o_.probe_rounds;  // a drafted probe, measured afresh
     b.on = {};
     b.on_fresh = 0;
     return true;
   }
   // Drafting: a serial probe when the serial rate is unknown or old. The more drafting wins, the rarer
-  // (a serial round then costs the most and a reversal is the least likely).
-  const double ratio = b.on.weight > 0 && b.off.rate() > 0 ? b.on.rate() / b.off.rate() : 1.0;
-  const double every = double(b.probe_every) * std::clamp(ratio * ratio, 1.0, 16.0);
-  const bool due = b.off.last < 0 ? b.rounds >= o_.min_rounds : double(b.rounds - b.off.last) >= every;
+  // (a serial round then costs the most and a reversal is the least likely). Without a serial rate of its
+  // own, the nearest stream count's ratio (hint) says how much drafting wins.
+  const double r = ratio(b);
+  const double every = double(b.probe_every) * std::clamp(r * r, 1.0, 16.0);
+  const bool due = b.off.last < 0 ? double(b.rounds) >= std::max(double(o_.min_rounds), b.hint > 1 ? every : 0)
+                                  : double(b.rounds - b.off.last) >= every;
   if (!due) return true;
   b.probe_left = o_.probe_rounds;
   b.off = {};
@@ -174,10 +198,11 @@ bool DraftGuard::allows_next(int streams) const {
   if (it == buckets_.end()) return true;
   const Bucket& b = it->second;
   if (b.drafting) return b.probe_left == 0 || b.probe_left == 1;  // a serial probe reads none but its last
-  return b.probe_left > 0 || b.rounds + 1 >= b.next_probe;
+  return b.probe_left > 0 || b.clock + 1 >= b.next_probe;
 }
 
-std::optional<DraftGuard::Change> DraftGuard::observe(int streams, int tokens, double seconds, bool drafted) {
+std::optional<DraftGuard::Change> DraftGuard::observe(int streams, int tokens, double seconds, bool drafted,
+                                                      bool could_draft) {
   if (streams <= 0 || seconds <= 0) return std::nullopt;
   Bucket& b = bucket(streams);
   // New streams' first drafted round also pays the MTP head's catch-up over their prompts: a cost of the
@@ -186,22 +211,34 @@ std::optional<DraftGuard::Change> DraftGuard::observe(int streams, int tokens, d
     b.skip_drafted = false;
     return std::nullopt;
   }
+  // Forgetting and evidence in stream-rounds (see DraftGuardOptions::reference_streams).
+  const double w = scale(streams), decay = std::pow(o_.decay, w);
+  const int min_rounds = int(std::ceil(o_.min_rounds / w));
   for (Side* s : {&b.on, &b.off}) {
-    s->tokens *= o_.decay;
-    s->seconds *= o_.decay;
-    s->weight *= o_.decay;
+    s->tokens *= decay;
+    s->seconds *= decay;
+    s->weight *= decay;
+    s->sum *= decay;
+    s->sum_sq *= decay;
   }
   Side& s = drafted ? b.on : b.off;
-  s.tokens += double(tokens) / streams;
+  const double per_stream = double(tokens) / streams, r = per_stream / seconds;
+  s.tokens += per_stream;
   s.seconds += seconds;
   s.weight += 1;
+  s.sum += r;
+  s.sum_sq += r * r;
   s.last = b.rounds++;
+  if (could_draft) ++b.clock;
   if (drafted) ++b.on_fresh;
   if (b.probe_left > 0) {
+    // A drafted probe counts drafted rounds only: a round where no stream drafted (none could, or their
+    // own policy chose not to) tells nothing about drafting and costs nothing.
+    if (!b.drafting && !drafted) return std::nullopt;
     ++probe_rounds_;
     --b.probe_left;
     // A drafted probe losing far beyond noise ends now (it cannot turn drafting on but by luck).
-    if (!b.drafting && b.probe_left > 0 && b.on_fresh >= o_.min_rounds &&
+    if (!b.drafting && b.probe_left > 0 && b.on_fresh >= min_rounds &&
         b.on.rate() < b.off.rate() * (1 - o_.probe_abort))
       b.probe_left = 0;
     return b.probe_left == 0 ? end_probe(b, streams) : std::nullopt;
@@ -211,8 +248,7 @@ std::optional<DraftGuard::Change> DraftGuard::observe(int streams, int tokens, d
   // A loss far beyond noise (probe_abort) is judged after half as many rounds.
   if (b.drafting && drafted && b.off.weight > 0.5 && b.on.rate() < b.off.rate() * (1 - o_.margin)) {
     const bool clear = b.on.rate() < b.off.rate() * (1 - o_.probe_abort);
-    if (b.on_fresh >= (clear ? std::max(1, o_.min_rounds / 2) : o_.min_rounds))
-      return turn(b, false, streams);
+    if (b.on_fresh >= (clear ? std::max(1, min_rounds / 2) : min_rounds)) return turn(b, false, streams);
   }
   return std::nullopt;
 }
@@ -238,6 +274,7 @@ std::optional<DraftGuard::Change> DraftGuard::turn(Bucket& b, bool on, int strea
   ++switches_;
   if (on) {
     b.probe_every = o_.probe_every;
+    b.sure = false;
   } else {
     back_off(b);
   }
@@ -251,10 +288,12 @@ void DraftGuard::workload_changed() {
     // streams every few rounds: drafting must still be judged).
     if (b.on.weight < o_.min_rounds) b.on_fresh = 0;
     b.skip_drafted = true;
-    if (b.drafting || b.probe_left > 0) continue;
+    // A sure loss stands: new streams are mostly more of the same, and a probe costs them more than its
+    // rounds (their catch-up, their progress spread). Any change is still found within max_backoff.
+    if (b.drafting || b.probe_left > 0 || b.sure) continue;
     // The current off period ends no later than one base backoff after it began (and not before the next
     // round but one: the drafter's inputs are asked for a round ahead).
-    b.next_probe = std::max(b.rounds + 1, std::min(b.next_probe, b.off_since + o_.backoff));
+    b.next_probe = std::max(b.clock + 1, std::min(b.next_probe, b.off_since + o_.backoff));
     b.backoff = o_.backoff;
   }
 }

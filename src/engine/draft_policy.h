@@ -55,17 +55,28 @@ int choose_draft_length(DraftStats& s, double row_cost, int max_k, double draft_
 // whole-round wall time, per decoding stream, separately for rounds where some stream drafted and rounds
 // where none did, keyed by the number of decoding streams (a round's time depends on it), with
 // exponential forgetting. When drafted rounds deliver fewer tokens/s than serial ones by more than
-// `margin`, drafting (every source) is switched off
-// for that stream count for a backoff period that doubles while it keeps losing; short drafted probe
-// windows then check whether it pays again (as do serial probes, rarer and rarer, while it is on). New
-// streams reset the backoff, so a change of workload (e.g. greedy streams arriving) is noticed soon. The
-// backoff also grows with the measured loss (probe_budget), a probe that loses badly ends early
-// (probe_abort), and a stream count seen for the first time starts off when the count next to it is off
-// (streams finishing one by one would otherwise pay a first window at every count).
+// `margin`, drafting (every source) is switched off for that stream count for a backoff period that doubles
+// while it keeps losing; short drafted probe windows then check whether it pays again (as do serial probes,
+// rarer and rarer, while it is on). The backoff also grows with the measured loss (probe_budget), and a
+// probe that loses badly ends early (probe_abort).
+// Evidence is counted in stream-rounds: a round of n streams averages n streams' acceptance, so a round
+// of fewer than `reference_streams` streams weighs n / reference_streams of a round in the forgetting and
+// in min_rounds (one stream's acceptance comes in phases: judged on 6 rounds it switched drafting off in a
+// bad phase although drafting won 1.1-1.7x over a run, tests/engine/test_guard_sim).
+// A loss beyond `sure_noise` standard errors of the drafted rounds' rate is *sure*: the next probe waits
+// max_backoff rounds and new streams do not hasten it (each probe pays the new streams' catch-up and
+// spreads their progress; one a run cost 8 streams at T = 0.7 5-15% of the demo bench). After a loss within
+// noise, new streams (a changed workload, e.g. greedy requests arriving) bring the next probe to at most
+// one base backoff after the off period began. The backoff counts only rounds where some stream could
+// draft (`draft: false` requests neither pay for nor wait out a verdict), and a drafted probe counts only
+// rounds that drafted. A stream count seen for the first time takes the verdict of the nearest stream count
+// within two: off when that one is off (streams finishing one by one would otherwise pay a first window at
+// every count), and when on, its drafted/serial ratio spaces the first serial probe (at T = 0 a 16-round
+// serial probe in the tail cost 8 streams 10-30% of drafting's gain).
 struct DraftGuardOptions {
-  double decay = 0.95;    // forgetting per measured round of the same stream count
+  double decay = 0.95;    // forgetting per measured round of the same stream count (reference_streams)
   double margin = 0.04;   // relative difference taken as noise (hysteresis both ways)
-  int min_rounds = 6;     // drafted rounds before drafting may be judged
+  int min_rounds = 6;     // drafted rounds before drafting may be judged (of reference_streams streams)
   int probe_rounds = 16;  // rounds in a probe window (6 was too few: lucky context-copy runs, run 22)
   int backoff = 64;       // rounds off after drafting first loses; doubles while it keeps losing
   int max_backoff = 1024;
@@ -78,6 +89,8 @@ struct DraftGuardOptions {
   // A drafted probe ends early, still off, once it has min_rounds drafted rounds and they deliver less
   // than serial by this much (far beyond noise: such a probe could only have turned drafting on by luck).
   double probe_abort = 0.1;
+  int reference_streams = 8;  // rounds of fewer streams count as streams / reference_streams of a round
+  double sure_noise = 2;      // a loss beyond this many standard errors is sure (0: never)
 };
 
 class DraftGuard {
@@ -94,9 +107,10 @@ class DraftGuard {
     double drafted_rate, serial_rate;  // tokens/s per stream, whole-round wall time
   };
   // A round of `streams` decoding streams (and nothing else) emitted `tokens` in `seconds` of wall time;
-  // `drafted` = some stream drafted in it.
-  std::optional<Change> observe(int streams, int tokens, double seconds, bool drafted);
-  // New streams began decoding: what was learned may no longer hold; probe again soon.
+  // `drafted` = some stream drafted in it; `could_draft` = some stream's request allowed drafting (rounds
+  // where none did measure the serial rate but do not count toward a backoff).
+  std::optional<Change> observe(int streams, int tokens, double seconds, bool drafted, bool could_draft = true);
+  // New streams began decoding: after a loss within noise, probe again soon.
   void workload_changed();
   int buckets_off() const;  // stream counts for which drafting is off now
   int64_t switches() const { return switches_; }
@@ -106,21 +120,28 @@ class DraftGuard {
  private:
   struct Side {
     double tokens = 0, seconds = 0, weight = 0;
-    int64_t last = -1;  // round of the latest sample
+    double sum = 0, sum_sq = 0;  // weighted sums of per-round rates and their squares (noise)
+    int64_t last = -1;           // round of the latest sample
     double rate() const { return seconds > 0 ? tokens / seconds : 0; }
+    double noise() const;  // standard error of the per-round rates' mean, relative to it (1: unknown)
   };
   struct Bucket {
     Side on, off;
     bool drafting = true;
     int64_t rounds = 0;        // measured rounds of this stream count
-    int64_t next_probe = 0;    // while off: round at which the next drafted probe starts
-    int64_t off_since = 0;     // while off: round at which the current off period began
+    int64_t clock = 0;         // measured rounds where some stream could draft (backoffs count these)
+    int64_t next_probe = 0;    // while off: clock at which the next drafted probe starts
+    int64_t off_since = 0;     // while off: clock at which the current off period began
     int probe_left = 0;        // rounds left in the current probe window (of the other state)
     int on_fresh = 0;          // drafted samples since drafting was last (re)judged
     bool skip_drafted = true;  // the next drafted round is not measured (new streams: the head catches up)
+    bool sure = false;         // while off: the loss was beyond noise (new streams do not hasten a probe)
     int backoff = 0, probe_every = 0;
+    double hint = 1;  // drafted/serial ratio of the nearest stream count, until this one has a serial rate
   };
   Bucket& bucket(int streams);
+  static double ratio(const Bucket& b);
+  double scale(int streams) const;  // a round's weight in stream-rounds (<= 1)
   void back_off(Bucket& b);
   std::optional<Change> end_probe(Bucket& b, int streams);
   std::optional<Change> turn(Bucket& b, bool on, int streams);

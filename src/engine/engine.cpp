@@ -431,7 +431,12 @@ class EngineImpl final : public Engine {
     meta.block_size = kBlockSize;
     std::vector<Part> parts;
     int decoding = 0;
-    for (Sequence* s : ready) decoding += int(s->tokens.size()) - s->computed == 1 ? 1 : 0;
+    bool could_draft = false;  // some decoding stream's request allows drafting
+    for (Sequence* s : ready) {
+      const bool decodes = int(s->tokens.size()) - s->computed == 1;
+      decoding += decodes ? 1 : 0;
+      could_draft |= decodes && s->req.draft;
+    }
     // Streams may draft this round (the guard's verdict for this many decoding streams).
     const bool drafts_ok = drafting_ && (!guard_ || decoding == 0 || guard_->allow(decoding));
     const bool model_ok = drafter_ && drafts_ok;
@@ -532,18 +537,19 @@ class EngineImpl final : public Engine {
         running_.remove_if([&](const std::unique_ptr<Sequence>& q) { return q.get() == s; });
       }
     }
-    if (guard_) judge_round(round_t0, decoding, int(parts.size()), emitted, drafted, started, captured);
+    if (guard_)
+      judge_round(round_t0, decoding, int(parts.size()), emitted, drafted, could_draft, started, captured);
   }
 
   // Feeds the guard a round that decoded streams and did nothing else (a prefill chunk's time would
   // count against whichever side it fell on) and whose forward captured no CUDA graph. New streams tell it
   // the workload changed; the round that samples a stream's first token is not measured.
   void judge_round(std::chrono::steady_clock::time_point t0, int decoding, int parts, int emitted,
-                   bool drafted, bool started, bool captured) {
+                   bool drafted, bool could_draft, bool started, bool captured) {
     if (started) guard_->workload_changed();  // (its first token came from a prompt: not measured)
     if (started || captured || decoding == 0 || parts != decoding) return;
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const auto change = guard_->observe(decoding, emitted, seconds, drafted);
+    const auto change = guard_->observe(decoding, emitted, seconds, drafted, could_draft);
     if (!change) return;
     std::ostringstream m;
     m.precision(1);

@@ -15,8 +15,9 @@
 //   drafted round after a gap pays the head's catch-up (`catch_up`; over the prompt: `prompt_catch_up`);
 // - drafts are accepted token by token with the text's acceptance (a run of hits, then a miss).
 // Workloads: context copies (n-gram lookup) find a match with probability `match` (repetitive text: often,
-// proposing long drafts), otherwise the MTP head drafts (at most 3). The bench runs a serial warm-up, then
-// per workload serial and drafted runs on the same engine (guard and graph cache carry over).
+// proposing long drafts), otherwise the MTP head drafts (at most 3). The bench (as src/cli/bench.cpp) warms
+// up both modes on the first workload (serial, then drafted), then runs serial and drafted per workload on
+// the same engine (guard and graph cache carry over); requests of the serial runs may not draft.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -158,7 +159,7 @@ class Engine {
     gap = drafted ? 0 : std::max(gap, 1);
     if (!captured) {
       cost_.observe(rows, forward);
-      if (guarded_) guard_.observe(n, emitted, forward + host, drafted);
+      if (guarded_) guard_.observe(n, emitted, forward + host, drafted, draft);
     }
     r.seconds += forward + host;
     r.tokens += emitted;
@@ -179,18 +180,20 @@ struct Bench {
   double ratio() const { return serial.seconds / drafted.seconds; }  // the same tokens either way
 };
 
-// `tensorfold bench --parallel n --tokens 256` on both workloads: a serial warm-up, then a serial and a
-// drafted run per workload, on one engine.
+// `tensorfold bench --parallel n --tokens 256` on both workloads, as src/cli/bench.cpp runs it on one
+// engine: a warm-up of both modes on the first workload (a serial run, then a drafted one), then per
+// workload a serial and a drafted run. Every run of a workload sends the same prompts with the same
+// sampling seeds (stream_seed(i)), so here every run of a workload uses the same seed: `seed` + its index.
 std::vector<Bench> bench(const std::vector<Text>& texts, int n, bool guarded = true, const Costs& c = {},
-                         const DraftGuardOptions& o = {}) {
+                         const DraftGuardOptions& o = {}, uint64_t seed = 2) {
   Engine e(c, o, guarded);
-  e.run(texts[0], n, 256, false, 1);
+  e.run(texts[0], n, 256, false, seed);
+  e.run(texts[0], n, 256, true, seed);
   std::vector<Bench> out;
-  uint64_t seed = 2;
-  for (const Text& t : texts) {
+  for (size_t i = 0; i < texts.size(); ++i) {
     Bench b;
-    b.serial = e.run(t, n, 256, false, seed++);
-    b.drafted = e.run(t, n, 256, true, seed++);
+    b.serial = e.run(texts[i], n, 256, false, seed + i);
+    b.drafted = e.run(texts[i], n, 256, true, seed + i);
     out.push_back(b);
   }
   return out;
@@ -215,51 +218,80 @@ std::vector<Costs> stress_costs() {
   return {slow_host, long_prompt};
 }
 
-// Issue #7: at temperature 0.7 drafted rounds lose to serial ones (0.6-0.9x per round), and the guard must
-// keep each run within noise of serial: >= 0.95x with the calibrated costs. What is left is mostly not the
-// guard's: the first verdict's rounds, and the tail (drafting made the streams finish at different rounds,
-// and the last rounds decode fewer streams, some of them in shapes never captured).
+// Every check runs the bench under several seeds (the sampled acceptance and the phases differ): one lucky
+// seed proves little, the ratios of one case spread by up to 0.6x between seeds (unguarded, 1 stream).
+constexpr int kSeeds = 12;
+uint64_t seed_of(int i) {
+  return 2 + 10 * uint64_t(i);
+}
+
+// Issue #7: at temperature 0.7 drafted rounds at 8 streams lose to serial ones, and the guard must keep
+// each run within noise of serial: >= 0.95x with the calibrated costs, every seed. Where drafting wins over
+// a run (1 stream, repetitive text: 1.1-1.7x unguarded) the guard keeps that gain.
 TEST(GuardSim, DraftingLosingStaysWithinNoiseOfSerial) {
   const std::vector<Text> texts = {kRepetitiveT07, kFreeT07};
   for (int n : {1, 8}) {
-    const auto guarded = bench(texts, n), reference = bench(texts, n, false);
-    for (size_t i = 0; i < texts.size(); ++i) {
-      print("T=0.7", n, texts[i], guarded[i], reference[i]);
-      EXPECT_GE(guarded[i].ratio(), 0.95) << n << " stream(s) " << texts[i].name;
+    double unguarded[2] = {0, 0};
+    for (int k = 0; k < kSeeds; ++k) {
+      const auto guarded = bench(texts, n, true, {}, {}, seed_of(k));
+      const auto reference = bench(texts, n, false, {}, {}, seed_of(k));
+      for (size_t i = 0; i < texts.size(); ++i) {
+        if (k == 0) print("T=0.7", n, texts[i], guarded[i], reference[i]);
+        EXPECT_GE(guarded[i].ratio(), 0.95) << n << " stream(s) " << texts[i].name << " seed " << seed_of(k);
+        if (reference[i].ratio() > 1.1) {
+          EXPECT_GE(guarded[i].ratio() - 1, 0.9 * (reference[i].ratio() - 1))
+              << n << " stream(s) " << texts[i].name << " seed " << seed_of(k);
+        }
+        unguarded[i] += reference[i].ratio() / kSeeds;
+      }
     }
-    // What the guard is for: unguarded, drafting at 8 streams is far below serial.
+    // What the guard is for (the calibration): unguarded, drafting at 8 streams loses 10-20% (GPU, runs 14
+    // and 34-35: 0.85-0.92x; the first and every later drafted round pay host work and eager shapes).
     if (n == 8) {
-      EXPECT_LT(reference[0].ratio(), 0.85);
+      EXPECT_LT(unguarded[0], 0.9);
+      EXPECT_LT(unguarded[1], 0.85);
+    } else {
+      EXPECT_GT(unguarded[0], 1.2) << "the calibration lost drafting's gain at 1 stream, repetitive text";
     }
   }
+  // Stress: where drafting's own cost doubles, 1 stream's verdict needs more rounds (its acceptance comes
+  // in phases), which costs some of them: >= 0.92x every seed, >= 0.95x on average.
   for (const Costs& c : stress_costs())
     for (int n : {1, 8}) {
-      const auto guarded = bench(texts, n, true, c), reference = bench(texts, n, false, c);
+      double mean[2] = {0, 0};
+      for (int k = 0; k < kSeeds; ++k) {
+        const auto guarded = bench(texts, n, true, c, {}, seed_of(k));
+        for (size_t i = 0; i < texts.size(); ++i) {
+          EXPECT_GE(guarded[i].ratio(), 0.92) << n << " stream(s) " << texts[i].name << " seed " << seed_of(k);
+          mean[i] += guarded[i].ratio() / kSeeds;
+        }
+      }
       for (size_t i = 0; i < texts.size(); ++i) {
-        print("T=0.7*", n, texts[i], guarded[i], reference[i]);
-        EXPECT_GE(guarded[i].ratio(), 0.93) << n << " stream(s) " << texts[i].name;
+        std::printf("T=0.7* %d stream(s) %-10s: mean %.2fx over %d seeds\n", n, texts[i].name, mean[i], kSeeds);
+        EXPECT_GE(mean[i], 0.95) << n << " stream(s) " << texts[i].name;
       }
     }
 }
 
-// At temperature 0 drafting wins 1.3-2.7x: the guard keeps its gain. Where it costs anything, that is the
-// stream counts of the tail that the repetitive run's tail left off (their off periods outlast a 256-token
-// run: a bucket's rounds only advance when it is used).
+// At temperature 0 drafting wins 1.3-4x: the guard keeps its gain (>= 95% of it with the calibrated costs,
+// every seed; the tail's stream counts take their neighbour's verdict instead of a serial probe each).
 TEST(GuardSim, GreedyDraftingKeepsItsGain) {
   const std::vector<Text> texts = {kRepetitiveT0, kFreeT0};
   std::vector<Costs> costs = stress_costs();
   costs.insert(costs.begin(), Costs{});
-  for (const Costs& c : costs)
-    for (int n : {1, 8}) {
-      const auto guarded = bench(texts, n, true, c), reference = bench(texts, n, false, c);
-      for (size_t i = 0; i < texts.size(); ++i) {
-        print("T=0", n, texts[i], guarded[i], reference[i]);
-        EXPECT_GT(reference[i].ratio(), 1.25) << "the calibration lost drafting's gain";
-        const double keep = i == 0 ? 0.98 : 0.8;
-        EXPECT_GE(guarded[i].ratio() - 1, keep * (reference[i].ratio() - 1))
-            << n << " stream(s) " << texts[i].name;
+  for (size_t ci = 0; ci < costs.size(); ++ci)
+    for (int n : {1, 8})
+      for (int k = 0; k < kSeeds; ++k) {
+        const auto guarded = bench(texts, n, true, costs[ci], {}, seed_of(k));
+        const auto reference = bench(texts, n, false, costs[ci], {}, seed_of(k));
+        for (size_t i = 0; i < texts.size(); ++i) {
+          if (k == 0) print(ci == 0 ? "T=0" : "T=0*", n, texts[i], guarded[i], reference[i]);
+          EXPECT_GT(reference[i].ratio(), 1.25) << "the calibration lost drafting's gain";
+          const double keep = ci == 0 ? 0.95 : 0.85;
+          EXPECT_GE(guarded[i].ratio() - 1, keep * (reference[i].ratio() - 1))
+              << n << " stream(s) " << texts[i].name << " seed " << seed_of(k);
+        }
       }
-    }
 }
 
 // Deterministic: the same inputs give the same run to the round.

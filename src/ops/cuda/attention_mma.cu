@@ -16,7 +16,8 @@
 //   split: one block per (tile, KV head, chunk) writes the chunk partial; a combine kernel merges a
 //          pair's partials (decode, verify: parallel over the context);
 //   loop:  one block per (tile, KV head) walks the chunks in increasing order and merges in registers
-//          (prefill: the K/V chunk staged once serves up to 64 pairs).
+//          (prefill: the K/V chunk staged once serves up to 64 pairs). By default two tiles are joined
+//          and served by the wide kernel: 8 warps, 128 pairs, K/V double-buffered (1.30x at 4k, run 68).
 // Positions outside the tile's union range are staged as zeros; inside it, a position outside a pair's
 // own range has P = 0 exactly, so it adds exact zeros either way.
 #include <cuda_bf16.h>
@@ -24,6 +25,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <climits>
+#include <cstdlib>
 #include <vector>
 
 #include "ops/cuda/attention_mma.h"
@@ -356,6 +358,129 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+// Loop schedule, wide: 8 warps serve up to 128 (row, head) pairs (two planned loop tiles of one sequence,
+// joined by widen_loop_tiles), and K/V are double-buffered: chunk c + 1 loads during all of chunk c's
+// work, one barrier pair a chunk. Each warp runs the narrow kernel's per-warp code (chunk_scores,
+// chunk_pv, merge_chunk) on the same shared-memory bytes, so every pair's bits are the narrow loop's (and
+// the split schedule's). Blocks take the tiles last to first: a sequence's later rows walk more chunks,
+// and starting the longest blocks first shortens the tail of a causal prefill.
+constexpr int kWideWarps = 8;
+constexpr int kWidePairs = 16 * kWideWarps;
+
+template <int D>
+__global__ void __launch_bounds__(kWideWarps * 32, 1)
+    attention_loop_wide_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kp,
+                               const __nv_bfloat16* __restrict__ vp, DeviceMeta meta, int hq, int hk,
+                               float scale, int window, float softcap, const int2* __restrict__ tiles,
+                               __nv_bfloat16* __restrict__ out) {
+  constexpr int RS = D + 8, kStage = kC * RS;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __nv_bfloat16* KV = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // K0, V0, K1, V1
+  __nv_bfloat16* Qs = KV + 4 * kStage;
+  const int group = hq / hk;
+  const int ti = int(gridDim.x) / hk - 1 - int(blockIdx.x) / hk;  // longest first
+  const int2 tile = tiles[ti];
+  const int kvh = blockIdx.x % hk, r_first = tile.x, nrows = tile.y;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, qd = lane % 4, g = lane / 4;
+  const int seq = meta.row_seq[r_first];
+  const int32_t* table = meta.tables + meta.table_offsets[seq];
+  const int bs = meta.block_size;
+  const Range first = row_range(meta, r_first, window), last = row_range(meta, r_first + nrows - 1, window);
+  const int ulo = first.lo, uhi = last.pos;
+  const int cb = ulo / kC, ce = uhi / kC;
+  pdl_launch_dependents();
+  Range rg[2];
+  int prow[2], phead[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int i = warp * 16 + g + 8 * h, rr = i / group;
+    prow[h] = r_first + rr, phead[h] = kvh * group + i % group;
+    rg[h] = rr < nrows ? row_range(meta, prow[h], window) : Range{1, 0};
+  }
+  const bool warp_live = warp * 16 / group < nrows;
+  const int bs_shift = (bs & (bs - 1)) == 0 ? __ffs(bs) - 1 : -1;
+  auto slot_of = [&](int p) -> int64_t {
+    return bs_shift >= 0 ? int64_t(table[p >> bs_shift]) * bs + (p & (bs - 1))
+                         : int64_t(table[p / bs]) * bs + p % bs;
+  };
+  // Chunk c's K or V rows with p in [lo, hi] (and, if asked, zeros outside the union range).
+  auto stage_part = [&](__nv_bfloat16* dst, const __nv_bfloat16* pool, int c, int lo, int hi, bool zeros) {
+    const int c0 = c * kC;
+    for (int i = tid; i < kC * (D / 8); i += kWideWarps * 32) {
+      const int row = i / (D / 8), col = (i % (D / 8)) * 8, p = c0 + row;
+      if (p >= lo && p <= hi)
+        cp_async16(dst + row * RS + col, pool + slot_of(p) * hk * D + int64_t(kvh) * D + col, true);
+      else if (zeros && (p < ulo || p > uhi))
+        cp_async16(dst + row * RS + col, pool, false);
+    }
+  };
+  // As the narrow kernel: K/V that earlier forwards wrote are staged before pdl_wait.
+  const bool seq_start = r_first == 0 || meta.row_seq[r_first - 1] != seq;
+  const int fresh = seq_start ? max(ulo, first.pos) : ulo;
+  stage_part(KV, kp, cb, ulo, fresh - 1, true);
+  stage_part(KV + kStage, vp, cb, ulo, fresh - 1, true);
+  pdl_wait();
+  for (int i = tid; i < kWidePairs * (D / 8); i += kWideWarps * 32) {
+    const int pr = i / (D / 8), col = (i % (D / 8)) * 8, rr = pr / group;
+    const int64_t off = rr < nrows ? (int64_t(r_first + rr) * hq + kvh * group + pr % group) * D + col : 0;
+    cp_async16(Qs + pr * RS + col, q + off, rr < nrows);
+  }
+  stage_part(KV, kp, cb, fresh, uhi, false);
+  stage_part(KV + kStage, vp, cb, fresh, uhi, false);
+  cp_async_commit();  // group: Q, K(cb), V(cb)
+  auto stage_chunk = [&](int c) {
+    __nv_bfloat16* buf = KV + ((c - cb) & 1) * 2 * kStage;
+    stage_part(buf, kp, c, ulo, uhi, true);
+    stage_part(buf + kStage, vp, c, ulo, uhi, true);
+    cp_async_commit();
+  };
+  if (cb < ce) stage_chunk(cb + 1);
+
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  float o[D / 8][4];
+#pragma unroll
+  for (int j = 0; j < D / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+  for (int c = cb; c <= ce; ++c) {
+    if (c < ce)
+      cp_async_wait<1>();  // chunk c landed; c + 1 may be in flight
+    else
+      cp_async_wait<0>();
+    __syncthreads();
+    const __nv_bfloat16* Ks = KV + ((c - cb) & 1) * 2 * kStage;
+    if (warp_live) {
+      float s[16][4], mc[2], lc[2];
+      chunk_scores<D>(Qs, Ks, warp, lane, c * kC, rg, scale, softcap, s, mc, lc);
+      float oc[D / 8][4];
+      chunk_pv<D>(Ks + kStage, lane, s, oc);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const bool in = rg[h].lo <= rg[h].pos && c >= rg[h].lo / kC && c <= rg[h].pos / kC;
+        if (!in) continue;
+        const MergeFactors f = merge_chunk(m[h], l[h], mc[h], lc[h]);
+#pragma unroll
+        for (int j = 0; j < D / 8; ++j) {
+          o[j][2 * h] = merge_out(o[j][2 * h], oc[j][2 * h], f);
+          o[j][2 * h + 1] = merge_out(o[j][2 * h + 1], oc[j][2 * h + 1], f);
+        }
+      }
+    }
+    __syncthreads();  // every warp is done with chunk c's buffer
+    if (c + 2 <= ce) stage_chunk(c + 2);
+  }
+  if (!warp_live) return;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (rg[h].lo > rg[h].pos) continue;
+    __nv_bfloat16* dst = out + (int64_t(prow[h]) * hq + phead[h]) * D;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      const int d = j * 8 + qd * 2;
+      *reinterpret_cast<__nv_bfloat162*>(dst + d) =
+          __floats2bfloat162_rn(finish_out(o[j][2 * h], l[h]), finish_out(o[j][2 * h + 1], l[h]));
+    }
+  }
+}
+
 // Split schedule: one warp per (row, head) of a split tile merges the row's chunk partials in
 // increasing order with the loop schedule's merge. Four chunks' partials are loaded before they are
 // merged (the merge order is unchanged), so the loads of a long context overlap.
@@ -399,6 +524,14 @@ __global__ void __launch_bounds__(128)
   for (int i = 0; i < DPL; ++i) out[idx * D + lane * DPL + i] = __float2bfloat16_rn(finish_out(o[i], l));
 }
 
+// Speed-only switch (identical bits, tested): the wide loop kernel; TF_ATTN_WIDE=0 turns it off for A/B
+// measurements.
+bool env_on(const char* name) {
+  const char* v = std::getenv(name);
+  return !(v && v[0] == '0');
+}
+bool g_loop_wide = env_on("TF_ATTN_WIDE");
+
 int g_split_cpb = 0;  // 0: from the call's size
 
 template <int D>
@@ -414,7 +547,18 @@ void launch(const AttentionMmaArgs& a, cudaStream_t s) {
   auto* k = static_cast<const __nv_bfloat16*>(a.k_pool);
   auto* v = static_cast<const __nv_bfloat16*>(a.v_pool);
   auto* out = static_cast<__nv_bfloat16*>(a.out);
-  if (a.num_loop_tiles > 0) {
+  if (a.num_loop_tiles > 0 && a.wide_loop) {
+    const size_t wide_smem = size_t(4 * kC + kWidePairs) * (D + 8) * sizeof(__nv_bfloat16);
+    static bool wide_configured = false;  // per D instantiation
+    if (!wide_configured) {
+      TF_CUDA_CHECK(cudaFuncSetAttribute(attention_loop_wide_kernel<D>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(wide_smem)));
+      wide_configured = true;
+    }
+    launch_pdl_if(g_pdl_group, attention_loop_wide_kernel<D>, dim3(a.num_loop_tiles * a.hk, 1), kWideWarps * 32,
+                  wide_smem, s, q, k, v, a.meta, a.hq, a.hk, a.scale, a.window, a.softcap, a.loop_tiles, out);
+    TF_CUDA_LAUNCH_CHECK();
+  } else if (a.num_loop_tiles > 0) {
     launch_pdl_if(g_pdl_group, attention_mma_kernel<D>, dim3(a.num_loop_tiles * a.hk, 1), kWarps * 32, smem,
                   s, q, k, v, a.meta, a.hq, a.hk, a.scale, a.window, a.softcap, a.loop_tiles, a.max_chunks, 0,
                   nullptr, nullptr, out);
@@ -460,6 +604,26 @@ void set_attention_mma(bool on) {
 void set_attention_loop_max_chunks(int n) {
   g_loop_max_chunks = n < 0 ? kLoopMaxChunks : n;
 }
+void set_attention_loop_wide(bool on) {
+  g_loop_wide = on;
+}
+bool attention_loop_wide() {
+  return g_loop_wide;
+}
+
+void widen_loop_tiles(const std::vector<int32_t>& row_seq, int rows_per_tile, std::vector<int32_t>& tiles) {
+  std::vector<int32_t> out;
+  for (size_t t = 0; t < tiles.size(); t += 2) {
+    int first = tiles[t], n = tiles[t + 1];
+    const bool joins = t + 2 < tiles.size() && tiles[t + 2] == first + n &&
+                       row_seq[size_t(tiles[t + 2])] == row_seq[size_t(first)] &&
+                       n + tiles[t + 3] <= 2 * rows_per_tile;
+    if (joins) n += tiles[t + 3], t += 2;
+    out.push_back(first), out.push_back(n);
+  }
+  tiles = std::move(out);
+}
+
 void set_attention_split_chunks(int n) {
   g_split_cpb = n;
 }

@@ -36,6 +36,13 @@ void set_attention_split_chunks(int n);
 // Auto's short-call limit in chunks (0 = never all-loop; negative = the default, 4). Same bits; benches.
 void set_attention_loop_max_chunks(int n);
 bool attention_mma_enabled();
+// Speed only (same bits, tested): loop tiles joined in pairs (widen_loop_tiles) for the 8-warp,
+// double-buffered loop kernel (default on; TF_ATTN_WIDE=0 off).
+void set_attention_loop_wide(bool on);
+bool attention_loop_wide();
+// Joins consecutive loop tiles of one sequence in pairs (at most 2 x rows_per_tile rows a tile): the
+// tiles of AttentionMmaArgs::wide_loop.
+void widen_loop_tiles(const std::vector<int32_t>& row_seq, int rows_per_tile, std::vector<int32_t>& tiles);
 
 struct AttentionMmaArgs {
   const void* q = nullptr;  // [rows, hq, D] bf16
@@ -50,6 +57,7 @@ struct AttentionMmaArgs {
   int max_chunks = 0;                // chunks of the longest row (split schedule's partial layout)
   const int2* loop_tiles = nullptr;  // device
   int num_loop_tiles = 0;
+  bool wide_loop = false;  // loop tiles of up to 2 x attention_mma_rows_per_tile rows (widen_loop_tiles)
   const int2* split_tiles = nullptr;  // device
   int num_split_tiles = 0;
   float* part_acc = nullptr;  // split only: [rows * hq * max_chunks, D]

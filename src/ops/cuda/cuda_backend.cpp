@@ -486,7 +486,8 @@ class CudaBackend final : public Backend {
     attn_heads_ = p.num_heads, attn_dim_ = p.head_dim;
     if (cuda::attention_mma_enabled() && cuda::attention_mma_supported(p.head_dim, p.num_heads, p.num_kv_heads)) {
       const int rpt = cuda::attention_mma_rows_per_tile(p.num_heads, p.num_kv_heads);
-      if (rpt != tiles_rpt_ || cuda::attention_tile_schedule() != tiles_schedule_) {  // once per forward
+      if (rpt != tiles_rpt_ || cuda::attention_tile_schedule() != tiles_schedule_ ||
+          cuda::attention_loop_wide() != tiles_wide_) {  // once per forward
         // run_graph planned the tiles of a capture (they are refreshed before every replay): a different
         // attention shape inside the captured forward would bake this round's tiles into the graph.
         TF_CHECK(!capture_,
@@ -497,7 +498,7 @@ class CudaBackend final : public Backend {
       a.q = ptr(q), a.k_pool = ptr(layer.k), a.v_pool = ptr(layer.v), a.out = out.raw(), a.meta = dm_;
       a.hq = p.num_heads, a.hk = p.num_kv_heads, a.head_dim = p.head_dim, a.scale = p.scale;
       a.window = p.sliding_window, a.softcap = p.softcap, a.max_chunks = chunks;
-      a.loop_tiles = tiles_, a.num_loop_tiles = num_loop_tiles_;
+      a.loop_tiles = tiles_, a.num_loop_tiles = num_loop_tiles_, a.wide_loop = tiles_wide_;
       a.split_tiles = tiles_ + num_loop_tiles_, a.num_split_tiles = num_split_tiles_;
       if (num_split_tiles_ > 0) {  // partials only for the split schedule
         a.part_acc = static_cast<float*>(ws.get(n * (p.head_dim + 2) * sizeof(float), capture_ != nullptr));
@@ -612,7 +613,7 @@ class CudaBackend final : public Backend {
     // The backend's part of the key: what sizes or picks launches besides the caller's shapes.
     std::vector<int64_t> k = key;
     k.insert(k.end(), {-1, bucket, dm_.rows, dm_.block_size, int64_t(mma), mma ? num_loop_tiles_ : -1,
-                       mma ? num_split_tiles_ : -1, int64_t(attention_tile_schedule()),
+                       mma ? num_split_tiles_ : -1, int64_t(attention_tile_schedule()), int64_t(tiles_wide_),
                        int64_t(g_fused_norm_linear), int64_t(g_fused_silu_linear), int64_t(pdl_enabled())});
     const void* tiles = mma ? static_cast<const void*>(tiles_) : nullptr;
     if (GraphEntry* e = graphs_.find(k)) {
@@ -704,6 +705,8 @@ class CudaBackend final : public Backend {
     // chunks too serially (run 10: a verify of 8 rows at 8k context, 8 blocks walking 64 chunks).
     cuda::plan_attention_tiles(row_seq_, rpt, cuda::attention_tile_schedule(), loop, split,
                                (2 * sm_count_ + hk - 1) / hk, chunks);
+    tiles_wide_ = cuda::attention_loop_wide();
+    if (tiles_wide_) cuda::widen_loop_tiles(row_seq_, rpt, loop);
     num_loop_tiles_ = int(loop.size() / 2), num_split_tiles_ = int(split.size() / 2);
     loop.insert(loop.end(), split.begin(), split.end());
     loop.push_back(0), loop.push_back(0);  // never empty
@@ -769,6 +772,7 @@ class CudaBackend final : public Backend {
   std::vector<int32_t> row_seq_;  // host copy of this forward's rows' sequences (attention tiles)
   const int2* tiles_ = nullptr;   // device: loop tiles, then split tiles, as (first row, rows)
   int tiles_rpt_ = 0, num_loop_tiles_ = 0, num_split_tiles_ = 0;
+  bool tiles_wide_ = false;
   cuda::TileSchedule tiles_schedule_ = cuda::TileSchedule::Auto;
   Workspace attn_ws_, sample_out_;
   Workspace graph_attn_ws_{true};  // attention partials of captured graphs (attn_ws_ may move under them)

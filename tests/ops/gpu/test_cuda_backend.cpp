@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -468,7 +469,8 @@ Pools make_pools(Backend& gpu, Backend& cpu, const std::vector<int>& lens, int h
   cudaMemsetAsync(p.g.v.raw(), 0xFF, p.g.v.nbytes(), cuda::stream_of(gpu));
   p.c = {Tensor::zeros({nb, p.block_size, hk, d}, DType::F32),
          Tensor::zeros({nb, p.block_size, hk, d}, DType::F32)};
-  Host k = kv ? kv->first : random_host({m.rows(), hk, d}), v = kv ? kv->second : random_host({m.rows(), hk, d});
+  Host k = kv ? kv->first : random_host({m.rows(), hk, d}),
+       v = kv ? kv->second : random_host({m.rows(), hk, d});
   gpu.begin_forward(m);
   cpu.begin_forward(m);
   gpu.kv_write(p.g, gpu.upload(k.bf16), gpu.upload(v.bf16));
@@ -568,9 +570,13 @@ TEST_F(CudaOps, AttentionRowInvariantAcrossDecodeVerifyPrefill) {
       return std::vector<uint16_t>(b.begin() + int64_t(at) * hq * d, b.begin() + int64_t(at + 1) * hq * d);
     };
     const auto alone = run({{0, last}});
-    for (auto sched : {cuda::TileSchedule::Auto, cuda::TileSchedule::Loop, cuda::TileSchedule::Split}) {
-      SCOPED_TRACE("tile schedule " + std::to_string(int(sched)));
+    for (int variant_bits = 0; variant_bits < 6; ++variant_bits) {
+      const auto sched = std::array{cuda::TileSchedule::Auto, cuda::TileSchedule::Loop,
+                                    cuda::TileSchedule::Split}[variant_bits % 3];
+      const bool wide = variant_bits < 3;  // the 8-warp loop kernel (joined tiles), then the 4-warp one
+      SCOPED_TRACE("tile schedule " + std::to_string(int(sched)) + (wide ? ", wide loop" : ", narrow loop"));
       cuda::set_attention_tile_schedule(sched);
+      cuda::set_attention_loop_wide(wide);
       for (auto variant : {cuda::LoopVariant::Plain, cuda::LoopVariant::Prefetch}) {  // same bits either way
         cuda::set_attention_variant(variant);
         EXPECT_EQ(run({{0, last}}), alone) << "variant " << int(variant) << ", window " << window;
@@ -609,12 +615,13 @@ TEST_F(CudaOps, AttentionRowInvariantAcrossDecodeVerifyPrefill) {
       cuda::set_attention_split_chunks(0);
     }
     cuda::set_attention_tile_schedule(cuda::TileSchedule::Auto);
+    cuda::set_attention_loop_wide(true);
   }
 }
 
 // The pool's block size changes where K/V rows live, never a bit of attention's output: the kernel stages
-// the same bytes (block sizes of 4 and more: table entries by lane and shuffles; 16 is the engine's; 256 spans
-// two chunks a block; 12 and 2 take the per-copy table path), for decode, verify and prefill rows, both
+// the same bytes (block sizes of 4 and more: table entries by lane and shuffles; 16 is the engine's; 256
+// spans two chunks a block; 12 and 2 take the per-copy table path), for decode, verify and prefill rows, both
 // schedules.
 TEST_F(CudaOps, AttentionBitsIndependentOfBlockSize) {
   const int hq = 8, hk = 2, d = 128;
@@ -647,6 +654,47 @@ TEST_F(CudaOps, AttentionBitsIndependentOfBlockSize) {
   cuda::set_attention_tile_schedule(cuda::TileSchedule::Auto);
 }
 
+// Decode and short verify rows (split schedule) equal the same rows computed inside a prefill chunk (loop
+// tiles: the wide 8-warp kernel and the 4-warp one), for every GQA group size.
+TEST_F(CudaOps, AttentionDecodeRowsEqualPrefillRows) {
+  const int d = 128, len = 700;
+  for (auto [hq, hk] :
+       {std::pair{8, 8}, std::pair{16, 8}, std::pair{32, 8}, std::pair{16, 2}, std::pair{16, 1}}) {
+    SCOPED_TRACE("hq " + std::to_string(hq) + " hk " + std::to_string(hk));
+    Pools pools = make_pools(*gpu_, *cpu_, {len}, hk, d);
+    const AttentionParams ap{hq, hk, d, 1.f / std::sqrt(float(d)), 0, 0.f};
+    const Host q = random_host({64, hq, d}, 2.f);  // the rows' queries: row i is position len - 64 + i
+    auto run = [&](int first, int n) {             // rows len-64+first .. +n, each with its own query
+      std::vector<std::pair<int, int>> rows;
+      for (int i = first; i < first + n; ++i) rows.push_back({0, len - 64 + i});
+      BatchMeta meta = rows_meta(pools, rows);
+      gpu_->begin_forward(meta);
+      Tensor qq = gpu_->upload(
+          Tensor::borrow(const_cast<uint16_t*>(q.bf16.data<uint16_t>()) + int64_t(first) * hq * d, {n, hq, d},
+                         DType::BF16, Device::CPU));
+      Tensor out = poisoned({n, hq, d});
+      gpu_->attention(qq, pools.g, ap, out);
+      return bits(out);
+    };
+    cuda::set_attention_tile_schedule(cuda::TileSchedule::Loop);
+    const auto prefill = run(0, 64);
+    cuda::set_attention_loop_wide(false);
+    EXPECT_EQ(run(0, 64), prefill) << "the narrow loop kernel";
+    cuda::set_attention_loop_wide(true);
+    cuda::set_attention_tile_schedule(cuda::TileSchedule::Split);
+    const int64_t row = int64_t(hq) * d;
+    for (int n : {1, 2, 3, 4, 16}) {
+      if (n * (hq / hk) > 16 && n > 1) continue;
+      for (int first : {0, 60 - n + 4}) {
+        const auto got = run(first, n);
+        EXPECT_TRUE(std::equal(got.begin(), got.end(), prefill.begin() + first * row))
+            << n << " rows from " << first;
+      }
+    }
+    cuda::set_attention_tile_schedule(cuda::TileSchedule::Auto);
+  }
+}
+
 // The CPU reference twin of the tile planner's contract: tiles cover every row once, never mix
 // sequences, never exceed the tile size; the schedule only moves tiles between the two lists.
 TEST(AttentionTiles, PlanCoversRowsBySequence) {
@@ -677,6 +725,22 @@ TEST(AttentionTiles, PlanCoversRowsBySequence) {
       }
       if (sched == cuda::TileSchedule::Loop) {
         EXPECT_TRUE(split.empty());
+      }
+      // Joined loop tiles (the wide kernel's): the same rows, at most two tiles' worth, one sequence each.
+      std::vector<int32_t> wide = loop;
+      cuda::widen_loop_tiles(row_seq, rpt, wide);
+      EXPECT_LE(wide.size(), loop.size());
+      int rows_before = 0, rows_after = 0;
+      for (size_t t = 0; t < loop.size(); t += 2) rows_before += loop[t + 1];
+      for (size_t t = 0; t < wide.size(); t += 2) {
+        const int first = wide[t], n = wide[t + 1];
+        rows_after += n;
+        ASSERT_LE(n, 2 * rpt);
+        for (int r = first; r < first + n; ++r) EXPECT_EQ(row_seq[r], row_seq[first]);
+      }
+      EXPECT_EQ(rows_after, rows_before);
+      if (sched == cuda::TileSchedule::Loop && rpt == 4) {  // long sequences: some tiles joined
+        EXPECT_LT(wide.size(), loop.size());
       }
       if (sched == cuda::TileSchedule::Split) {
         EXPECT_TRUE(loop.empty());

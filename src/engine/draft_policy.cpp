@@ -125,6 +125,14 @@ double DraftGuard::ratio(const Bucket& b) {
   return b.hint;
 }
 
+// Streams accept unevenly, so drafting spreads their progress, and whoever waits for all of them (a batch,
+// the bench, a client's parallel requests) waits for the slowest: at n > 1 streams drafting breaks even
+// only when the mean rate beats serial by `spread` (at 8 streams; scaled by 1 - 1/n, 0 at one stream).
+double DraftGuard::par(int streams) const {
+  if (streams <= 1) return 1;
+  return 1 + o_.spread * (1 - 1.0 / streams) / (1 - 1.0 / 8);
+}
+
 double DraftGuard::scale(int streams) const {
   return o_.reference_streams > 0 ? std::min(1.0, double(streams) / o_.reference_streams) : 1.0;
 }
@@ -158,8 +166,8 @@ DraftGuard::Bucket& DraftGuard::bucket(int streams) {
 // probe's expected loss stays within probe_budget of the rounds between.
 void DraftGuard::back_off(Bucket& b) {
   const double on = b.on.rate(), off = b.off.rate();
-  b.sure = o_.sure_noise > 0 && on > 0 && on < off * (1 - o_.margin) &&
-           1 - on / off > o_.sure_noise * b.on.noise();
+  const double p = par(b.streams);
+  b.sure = o_.sure_noise > 0 && on > 0 && on < off * (p - o_.margin) && p - on / off > o_.sure_noise * b.on.noise();
   int wait = b.sure ? std::max(o_.max_backoff, b.backoff) : b.backoff;
   if (on > 0 && off > on && o_.probe_budget > 0) {
     const double loss = o_.probe_rounds * (off / on - 1) / o_.probe_budget;
@@ -205,6 +213,7 @@ std::optional<DraftGuard::Change> DraftGuard::observe(int streams, int tokens, d
                                                       bool could_draft) {
   if (streams <= 0 || seconds <= 0) return std::nullopt;
   Bucket& b = bucket(streams);
+  b.streams = streams;
   // New streams' first drafted round also pays the MTP head's catch-up over their prompts: a cost of the
   // streams, not of drafting, which would otherwise weigh on the first verdict (at T = 0 too).
   if (drafted && b.skip_drafted) {
@@ -239,15 +248,15 @@ std::optional<DraftGuard::Change> DraftGuard::observe(int streams, int tokens, d
     --b.probe_left;
     // A drafted probe losing far beyond noise ends now (it cannot turn drafting on but by luck).
     if (!b.drafting && b.probe_left > 0 && b.on_fresh >= min_rounds &&
-        b.on.rate() < b.off.rate() * (1 - o_.probe_abort))
+        b.on.rate() < b.off.rate() * (par(streams) - o_.probe_abort))
       b.probe_left = 0;
     return b.probe_left == 0 ? end_probe(b, streams) : std::nullopt;
   }
   // Drafting, with a recent serial rate to compare against: judged every drafted round once there are
   // enough of them that one slow round (noise) cannot decide.
   // A loss far beyond noise (probe_abort) is judged after half as many rounds.
-  if (b.drafting && drafted && b.off.weight > 0.5 && b.on.rate() < b.off.rate() * (1 - o_.margin)) {
-    const bool clear = b.on.rate() < b.off.rate() * (1 - o_.probe_abort);
+  if (b.drafting && drafted && b.off.weight > 0.5 && b.on.rate() < b.off.rate() * (par(streams) - o_.margin)) {
+    const bool clear = b.on.rate() < b.off.rate() * (par(streams) - o_.probe_abort);
     if (b.on_fresh >= (clear ? std::max(1, min_rounds / 2) : min_rounds)) return turn(b, false, streams);
   }
   return std::nullopt;
@@ -255,14 +264,14 @@ std::optional<DraftGuard::Change> DraftGuard::observe(int streams, int tokens, d
 
 std::optional<DraftGuard::Change> DraftGuard::end_probe(Bucket& b, int streams) {
   if (b.drafting) {  // a serial probe
-    if (b.on.weight > 0 && b.off.weight > 0 && b.on.rate() < b.off.rate() * (1 - o_.margin))
+    if (b.on.weight > 0 && b.off.weight > 0 && b.on.rate() < b.off.rate() * (par(streams) - o_.margin))
       return turn(b, false, streams);
     b.probe_every = std::min(2 * b.probe_every, o_.max_probe_every);  // drafting holds: check less often
     b.backoff = o_.backoff;
     return std::nullopt;
   }
   // A drafted probe: on only when it clearly wins (rounds where the drafter proposed nothing do not count).
-  if (b.on_fresh > 0 && b.on.rate() > b.off.rate() * (1 + o_.margin)) return turn(b, true, streams);
+  if (b.on_fresh > 0 && b.on.rate() > b.off.rate() * (par(streams) + o_.margin)) return turn(b, true, streams);
   back_off(b);
   return std::nullopt;
 }

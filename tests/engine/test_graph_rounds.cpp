@@ -100,7 +100,8 @@ Outcome run(bool report) {
   o.prompt_cache_gib = 0;
   o.ngram_drafts = false;
   o.max_draft = 8;
-  o.draft_guard_options.min_rounds = 3;  // judge early: the run is short
+  o.draft_guard_options.min_rounds = 3;         // judge early: the run is short
+  o.draft_guard_options.reference_streams = 1;  // (a round of 1 stream weighs a full round)
   auto e = create_engine(o);
   GenerationRequest r;
   r.prompt = {5, 17, 29, 41, 53, 65, 77};

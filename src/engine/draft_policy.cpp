@@ -167,7 +167,8 @@ DraftGuard::Bucket& DraftGuard::bucket(int streams) {
 void DraftGuard::back_off(Bucket& b) {
   const double on = b.on.rate(), off = b.off.rate();
   const double p = par(b.streams);
-  b.sure = o_.sure_noise > 0 && on > 0 && on < off * (p - o_.margin) && p - on / off > o_.sure_noise * b.on.noise();
+  b.sure = o_.sure_noise > 0 && on > 0 && on < off * (p - o_.margin) &&
+           p - on / off > o_.sure_noise * b.on.noise();
   int wait = b.sure ? std::max(o_.max_backoff, b.backoff) : b.backoff;
   if (on > 0 && off > on && o_.probe_budget > 0) {
     const double loss = o_.probe_rounds * (off / on - 1) / o_.probe_budget;
@@ -193,8 +194,9 @@ bool DraftGuard::allow(int streams) {
   // own, the nearest stream count's ratio (hint) says how much drafting wins.
   const double r = ratio(b);
   const double every = double(b.probe_every) * std::clamp(r * r, 1.0, 16.0);
-  const bool due = b.off.last < 0 ? double(b.rounds) >= std::max(double(o_.min_rounds), b.hint > 1 ? every : 0)
-                                  : double(b.rounds - b.off.last) >= every;
+  const bool due = b.off.last < 0
+                       ? double(b.rounds) >= std::max(double(o_.min_rounds), b.hint > 1 ? every : 0)
+                       : double(b.rounds - b.off.last) >= every;
   if (!due) return true;
   b.probe_left = o_.probe_rounds;
   b.off = {};
@@ -255,7 +257,8 @@ std::optional<DraftGuard::Change> DraftGuard::observe(int streams, int tokens, d
   // Drafting, with a recent serial rate to compare against: judged every drafted round once there are
   // enough of them that one slow round (noise) cannot decide.
   // A loss far beyond noise (probe_abort) is judged after half as many rounds.
-  if (b.drafting && drafted && b.off.weight > 0.5 && b.on.rate() < b.off.rate() * (par(streams) - o_.margin)) {
+  if (b.drafting && drafted && b.off.weight > 0.5 &&
+      b.on.rate() < b.off.rate() * (par(streams) - o_.margin)) {
     const bool clear = b.on.rate() < b.off.rate() * (par(streams) - o_.probe_abort);
     if (b.on_fresh >= (clear ? std::max(1, min_rounds / 2) : min_rounds)) return turn(b, false, streams);
   }
@@ -271,7 +274,8 @@ std::optional<DraftGuard::Change> DraftGuard::end_probe(Bucket& b, int streams) 
     return std::nullopt;
   }
   // A drafted probe: on only when it clearly wins (rounds where the drafter proposed nothing do not count).
-  if (b.on_fresh > 0 && b.on.rate() > b.off.rate() * (par(streams) + o_.margin)) return turn(b, true, streams);
+  if (b.on_fresh > 0 && b.on.rate() > b.off.rate() * (par(streams) + o_.margin))
+    return turn(b, true, streams);
   back_off(b);
   return std::nullopt;
 }

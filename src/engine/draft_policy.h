@@ -94,7 +94,7 @@ struct DraftGuardOptions {
   double sure_noise = 2;      // a loss beyond this many standard errors is sure (0: never)
   // The drafted/serial ratio of per-stream rates that counts as even at 8 streams (scaled by 1 - 1/n): the
   // streams' progress spreads (uneven acceptance) and a batch waits for its slowest stream. Unguarded, the
-  // simulated bench at 8 streams lost ~7% more over a run than its rounds' mean rates said.
+  // simulated bench at 8 streams landed 5-13% below its full rounds' mean rate (docs/drafting.md).
   double spread = 0.07;
 };
 
@@ -114,7 +114,8 @@ class DraftGuard {
   // A round of `streams` decoding streams (and nothing else) emitted `tokens` in `seconds` of wall time;
   // `drafted` = some stream drafted in it; `could_draft` = some stream's request allowed drafting (rounds
   // where none did measure the serial rate but do not count toward a backoff).
-  std::optional<Change> observe(int streams, int tokens, double seconds, bool drafted, bool could_draft = true);
+  std::optional<Change> observe(int streams, int tokens, double seconds, bool drafted,
+                                bool could_draft = true);
   // New streams began decoding: after a loss within noise, probe again soon.
   void workload_changed();
   int buckets_off() const;  // stream counts for which drafting is off now

@@ -543,7 +543,9 @@ class EngineImpl final : public Engine {
 
   // Feeds the guard a round that decoded streams and did nothing else (a prefill chunk's time would
   // count against whichever side it fell on) and whose forward captured no CUDA graph. New streams tell it
-  // the workload changed; the round that samples a stream's first token is not measured.
+  // the workload changed; the round that samples a stream's first token is not measured. `could_draft`: some
+  // decoding stream's request allows drafting (rounds of `draft: false` requests alone do not count toward
+  // the guard's backoffs).
   void judge_round(std::chrono::steady_clock::time_point t0, int decoding, int parts, int emitted,
                    bool drafted, bool could_draft, bool started, bool captured) {
     if (started) guard_->workload_changed();  // (its first token came from a prompt: not measured)

@@ -278,7 +278,8 @@ TEST(DraftGuard, RoundsThatCannotDraftDoNotCount) {
     ASSERT_FALSE(sim.guard.allow(8));
     sim.guard.observe(8, 8, 1e-3, false, false);
   }
-  // Rounds that could draft bring the probe; its serial rounds (no stream's own policy drafted) leave it open.
+  // Rounds that could draft bring the probe; its serial rounds (no stream's own policy drafted) leave it
+  // open.
   int waited = 0;
   while (!sim.guard.allow(8)) {
     sim.guard.observe(8, 8, 1e-3, false);

@@ -146,7 +146,9 @@ DraftGuard::Bucket& DraftGuard::bucket(int streams) {
     b.probe_every = o_.probe_every;
     // A round of a stream or two more or fewer costs about the same: the nearest known count's verdict
     // holds here first. Off: a drafted probe after one base backoff (or sooner, after a workload change).
+    // (Two buckets away only among the exact counts 1..8: beyond, a bucket spans up to half a doubling.)
     for (int k : {key + 1, key - 1, key + 2, key - 2}) {
+      if ((k == key + 2 || k == key - 2) && std::max(k, key) > 8) continue;
       auto n = buckets_.find(k);
       if (n == buckets_.end()) continue;
       if (n->second.drafting) {
@@ -164,9 +166,8 @@ DraftGuard::Bucket& DraftGuard::bucket(int streams) {
 // Drafting lost: off until the next drafted probe. After a sure loss (beyond noise) that is max_backoff
 // rounds; otherwise at least one backoff (doubling while it keeps losing) and at least long enough that the
 // probe's expected loss stays within probe_budget of the rounds between.
-void DraftGuard::back_off(Bucket& b) {
-  const double on = b.on.rate(), off = b.off.rate();
-  const double p = par(b.streams);
+void DraftGuard::back_off(Bucket& b, int streams) {
+  const double on = b.on.rate(), off = b.off.rate(), p = par(streams);
   b.sure = o_.sure_noise > 0 && on > 0 && on < off * (p - o_.margin) &&
            p - on / off > o_.sure_noise * b.on.noise();
   int wait = b.sure ? std::max(o_.max_backoff, b.backoff) : b.backoff;
@@ -215,7 +216,6 @@ std::optional<DraftGuard::Change> DraftGuard::observe(int streams, int tokens, d
                                                       bool could_draft) {
   if (streams <= 0 || seconds <= 0) return std::nullopt;
   Bucket& b = bucket(streams);
-  b.streams = streams;
   // New streams' first drafted round also pays the MTP head's catch-up over their prompts: a cost of the
   // streams, not of drafting, which would otherwise weigh on the first verdict (at T = 0 too).
   if (drafted && b.skip_drafted) {
@@ -276,7 +276,7 @@ std::optional<DraftGuard::Change> DraftGuard::end_probe(Bucket& b, int streams) 
   // A drafted probe: on only when it clearly wins (rounds where the drafter proposed nothing do not count).
   if (b.on_fresh > 0 && b.on.rate() > b.off.rate() * (par(streams) + o_.margin))
     return turn(b, true, streams);
-  back_off(b);
+  back_off(b, streams);
   return std::nullopt;
 }
 
@@ -289,7 +289,7 @@ std::optional<DraftGuard::Change> DraftGuard::turn(Bucket& b, bool on, int strea
     b.probe_every = o_.probe_every;
     b.sure = false;
   } else {
-    back_off(b);
+    back_off(b, streams);
   }
   return Change{on, streams, b.on.rate(), b.off.rate()};
 }

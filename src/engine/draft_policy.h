@@ -142,7 +142,6 @@ class DraftGuard {
     int on_fresh = 0;          // drafted samples since drafting was last (re)judged
     bool skip_drafted = true;  // the next drafted round is not measured (new streams: the head catches up)
     bool sure = false;         // while off: the loss was beyond noise (new streams do not hasten a probe)
-    int streams = 1;           // stream count of the latest round
     int backoff = 0, probe_every = 0;
     double hint = 1;  // drafted/serial ratio of the nearest stream count, until this one has a serial rate
   };
@@ -150,7 +149,7 @@ class DraftGuard {
   static double ratio(const Bucket& b);
   double scale(int streams) const;
   double par(int streams) const;  // a round's weight in stream-rounds (<= 1)
-  void back_off(Bucket& b);
+  void back_off(Bucket& b, int streams);
   std::optional<Change> end_probe(Bucket& b, int streams);
   std::optional<Change> turn(Bucket& b, bool on, int streams);
   DraftGuardOptions o_;

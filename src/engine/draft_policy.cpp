@@ -133,6 +133,11 @@ double DraftGuard::par(int streams) const {
   return 1 + o_.spread * (1 - 1.0 / streams) / (1 - 1.0 / 8);
 }
 
+bool DraftGuard::deep_loss(const Bucket& b, int streams) const {
+  const double on = b.on.rate(), off = b.off.rate(), p = par(streams);
+  return off > 0 && on < off * (p - o_.deep_loss) && p - on / off > o_.sure_noise * b.on.noise();
+}
+
 double DraftGuard::scale(int streams) const {
   return o_.reference_streams > 0 ? std::min(1.0, double(streams) / o_.reference_streams) : 1.0;
 }
@@ -249,18 +254,21 @@ std::optional<DraftGuard::Change> DraftGuard::observe(int streams, int tokens, d
     ++probe_rounds_;
     --b.probe_left;
     // A drafted probe losing far beyond noise ends now (it cannot turn drafting on but by luck).
-    if (!b.drafting && b.probe_left > 0 && b.on_fresh >= min_rounds &&
-        b.on.rate() < b.off.rate() * (par(streams) - o_.probe_abort))
+    if (!b.drafting && b.probe_left > 0 &&
+        ((b.on_fresh >= min_rounds && b.on.rate() < b.off.rate() * (par(streams) - o_.probe_abort)) ||
+         (b.on_fresh >= o_.min_rounds && deep_loss(b, streams))))
       b.probe_left = 0;
     return b.probe_left == 0 ? end_probe(b, streams) : std::nullopt;
   }
   // Drafting, with a recent serial rate to compare against: judged every drafted round once there are
-  // enough of them that one slow round (noise) cannot decide.
-  // A loss far beyond noise (probe_abort) is judged after half as many rounds.
+  // enough of them that one slow round (noise) cannot decide. A loss beyond probe_abort is judged after
+  // half as many rounds, a deep one (deep_loss) after min_rounds rounds of any stream count.
   if (b.drafting && drafted && b.off.weight > 0.5 &&
       b.on.rate() < b.off.rate() * (par(streams) - o_.margin)) {
     const bool clear = b.on.rate() < b.off.rate() * (par(streams) - o_.probe_abort);
-    if (b.on_fresh >= (clear ? std::max(1, min_rounds / 2) : min_rounds)) return turn(b, false, streams);
+    const int need = clear ? std::max(1, min_rounds / 2) : min_rounds;
+    if (b.on_fresh >= need || (b.on_fresh >= o_.min_rounds && deep_loss(b, streams)))
+      return turn(b, false, streams);
   }
   return std::nullopt;
 }

@@ -62,7 +62,8 @@ int choose_draft_length(DraftStats& s, double row_cost, int max_k, double draft_
 // Evidence is counted in stream-rounds: a round of n streams averages n streams' acceptance, so a round
 // of fewer than `reference_streams` streams weighs n / reference_streams of a round in the forgetting and
 // in min_rounds (one stream's acceptance comes in phases: judged on 6 rounds it switched drafting off in a
-// bad phase although drafting won 1.1-1.7x over a run, tests/engine/test_guard_sim).
+// bad phase although drafting won 1.1-2.1x over a run, tests/engine/test_guard_sim); a deep loss
+// (deep_loss) is judged after min_rounds rounds at any stream count.
 // A loss beyond `sure_noise` standard errors of the drafted rounds' rate is *sure*: the next probe waits
 // max_backoff rounds and new streams do not hasten it (each probe pays the new streams' catch-up and
 // spreads their progress; one a run cost 8 streams at T = 0.7 5-15% of the demo bench). After a loss within
@@ -92,6 +93,9 @@ struct DraftGuardOptions {
   double probe_abort = 0.1;
   int reference_streams = 8;  // rounds of fewer streams count as streams / reference_streams of a round
   double sure_noise = 2;      // a loss beyond this many standard errors is sure (0: never)
+  // A loss deeper than this (and sure) is judged after min_rounds drafted rounds whatever the stream count
+  // (a slow drafter at 1 stream would otherwise pay 24 rounds at, say, 0.7x before its verdict).
+  double deep_loss = 0.3;
   // The drafted/serial ratio of per-stream rates that counts as even at 8 streams (scaled by 1 - 1/n): the
   // streams' progress spreads (uneven acceptance) and a batch waits for its slowest stream. Unguarded, the
   // simulated bench at 8 streams landed 5-13% below its full rounds' mean rate (docs/drafting.md).
@@ -148,7 +152,9 @@ class DraftGuard {
   Bucket& bucket(int streams);
   static double ratio(const Bucket& b);
   double scale(int streams) const;
-  double par(int streams) const;  // a round's weight in stream-rounds (<= 1)
+  double par(int streams) const;
+  bool deep_loss(const Bucket& b, int streams)
+      const;  // drafting loses by more than deep_loss, surely  // a round's weight in stream-rounds (<= 1)
   void back_off(Bucket& b, int streams);
   std::optional<Change> end_probe(Bucket& b, int streams);
   std::optional<Change> turn(Bucket& b, bool on, int streams);

@@ -307,6 +307,17 @@ TEST(DraftGuard, OneStreamIsJudgedOnMoreRounds) {
   EXPECT_EQ(sim.guard.buckets_off(), 1);
 }
 
+// A deep loss (beyond deep_loss and beyond noise) is judged after min_rounds drafted rounds even at 1 stream:
+// a slow drafter does not pay 24 rounds at 0.5x first.
+TEST(DraftGuard, ADeepLossIsJudgedSoonAtOneStream) {
+  const Workload slow{1, 1e-3, 2e-3, 1.0, 0.1};  // 0.5x
+  Sim sim;
+  for (int i = 0; i < 100; ++i) sim.guard.observe(1, 1, 1e-3, false);
+  sim.guard.workload_changed();
+  sim.run(slow, DraftGuardOptions{}.min_rounds + 2);  // + the unmeasured first round, + one
+  EXPECT_EQ(sim.guard.buckets_off(), 1);
+}
+
 // A stream count seen for the first time next to one where drafting wins takes its ratio: no serial probe
 // after min_rounds (at T = 0 such probes in the bench's tail cost 8 streams 10-30% of the gain).
 TEST(DraftGuard, NewStreamCountTakesAWinningNeighboursRatio) {

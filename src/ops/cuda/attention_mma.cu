@@ -199,6 +199,125 @@ __device__ __forceinline__ void chunk_pv(const __nv_bfloat16* Vs, int lane, cons
   }
 }
 
+// One block's tile for one KV head: the sequence's block table, the tile's union range [ulo, uhi] of
+// positions, and the staging of K/V chunks and Q into shared memory by the block's NT threads (cp.async;
+// positions outside [ulo, uhi] are zero-filled). Both kernels stage through it: the same bytes land in
+// shared memory whichever kernel runs.
+template <int D, int NT>
+struct Tile {
+  static constexpr int RS = D + 8;
+  const int32_t* table;
+  int bs, bs_shift, hk, kvh, tid, ulo, uhi;
+  Range first;  // the tile's first row's range
+
+  __device__ Tile(const DeviceMeta& meta, int r_first, int nrows, int window, int hk_, int kvh_)
+      : hk(hk_), kvh(kvh_), tid(threadIdx.x) {
+    const int seq = meta.row_seq[r_first];
+    table = meta.tables + meta.table_offsets[seq];
+    bs = meta.block_size;
+    // A power-of-two block size (the engine's 16) takes shifts: the runtime signed division and
+    // remainder per 16-byte unit were ~40% of prefill attention's issue slots (ncu, run 37).
+    bs_shift = (bs & (bs - 1)) == 0 ? __ffs(bs) - 1 : -1;
+    first = row_range(meta, r_first, window);
+    ulo = first.lo, uhi = row_range(meta, r_first + nrows - 1, window).pos;
+  }
+  __device__ __forceinline__ int64_t slot_of(int p) const {  // p >= 0
+    return bs_shift >= 0 ? int64_t(table[p >> bs_shift]) * bs + (p & (bs - 1))
+                         : int64_t(table[p / bs]) * bs + p % bs;
+  }
+  // K (or V) rows of chunk c, zeros outside [ulo, uhi].
+  __device__ __forceinline__ void stage(__nv_bfloat16* dst, const __nv_bfloat16* pool, int c) const {
+    const int c0 = c * kC;
+    for (int i = tid; i < kC * (D / 8); i += NT) {
+      const int row = i / (D / 8), col = (i % (D / 8)) * 8, p = c0 + row;
+      const bool in = p >= ulo && p <= uhi;
+      const int64_t off = in ? slot_of(p) * hk * D + int64_t(kvh) * D + col : 0;
+      cp_async16(dst + row * RS + col, pool + off, in);
+    }
+  }
+  // Only the rows p in [lo, hi] of chunk c (and, with `zeros`, the zero fill outside [ulo, uhi]).
+  __device__ __forceinline__ void stage_part(__nv_bfloat16* dst, const __nv_bfloat16* pool, int c, int lo, int hi,
+                                             bool zeros) const {
+    const int c0 = c * kC;
+    for (int i = tid; i < kC * (D / 8); i += NT) {
+      const int row = i / (D / 8), col = (i % (D / 8)) * 8, p = c0 + row;
+      if (p >= lo && p <= hi)
+        cp_async16(dst + row * RS + col, pool + slot_of(p) * hk * D + int64_t(kvh) * D + col, true);
+      else if (zeros && (p < ulo || p > uhi))
+        cp_async16(dst + row * RS + col, pool, false);
+    }
+  }
+  // The first chunk in two passes: positions before the sequence's first row in this forward hold K/V
+  // that earlier forwards wrote, so they (and the zero fill) are copied before pdl_wait, under the kernels
+  // that make this step's q and K/V; the rest after it. Only when the tile starts the sequence's rows
+  // (decode, verify, a prompt's first tile): a later tile of a long prompt reads rows this forward wrote.
+  // Same bytes in shared memory either way. Returns where the second pass starts.
+  __device__ __forceinline__ int fresh(const DeviceMeta& meta, int r_first) const {
+    const bool seq_start = r_first == 0 || meta.row_seq[r_first - 1] != meta.row_seq[r_first];
+    return seq_start ? max(ulo, first.pos) : ulo;  // [ulo, fresh): written by earlier forwards
+  }
+  // Q of `pairs` (row, head) pairs (zeros: padding).
+  __device__ __forceinline__ void stage_q(__nv_bfloat16* Qs, const __nv_bfloat16* q, int pairs, int group,
+                                          int r_first, int nrows, int hq) const {
+    for (int i = tid; i < pairs * (D / 8); i += NT) {
+      const int pr = i / (D / 8), col = (i % (D / 8)) * 8, rr = pr / group;
+      const int64_t off = rr < nrows ? (int64_t(r_first + rr) * hq + kvh * group + pr % group) * D + col : 0;
+      cp_async16(Qs + pr * RS + col, q + off, rr < nrows);
+    }
+  }
+};
+
+// This thread's two pairs of warp `warp`: warp-local rows g and g + 8 (row, query head, visible range).
+struct Pairs {
+  Range rg[2];
+  int prow[2], phead[2];
+};
+__device__ __forceinline__ Pairs pairs_of(const DeviceMeta& meta, int warp, int g, int group, int r_first, int nrows,
+                                          int kvh, int window) {
+  Pairs p;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int i = warp * 16 + g + 8 * h, rr = i / group;
+    p.prow[h] = r_first + rr, p.phead[h] = kvh * group + i % group;
+    p.rg[h] = rr < nrows ? row_range(meta, p.prow[h], window) : Range{1, 0};
+  }
+  return p;
+}
+
+// o = merge of chunk c's partial (oc, mc, lc) into the running (m, l, o) of each pair that sees chunk c.
+template <int D>
+__device__ __forceinline__ void merge_pairs(const Pairs& pr, int c, float* m, float* l, const float* mc,
+                                            const float* lc, const float (*oc)[4], float (*o)[4]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const bool in = pr.rg[h].lo <= pr.rg[h].pos && c >= pr.rg[h].lo / kC && c <= pr.rg[h].pos / kC;
+    if (!in) continue;
+    const MergeFactors f = merge_chunk(m[h], l[h], mc[h], lc[h]);
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      o[j][2 * h] = merge_out(o[j][2 * h], oc[j][2 * h], f);
+      o[j][2 * h + 1] = merge_out(o[j][2 * h + 1], oc[j][2 * h + 1], f);
+    }
+  }
+}
+
+// The loop schedule's output: o / l of each real pair, rounded to bf16.
+template <int D>
+__device__ __forceinline__ void store_pairs(const Pairs& pr, int hq, int qd, const float (*o)[4], const float* l,
+                                            __nv_bfloat16* out) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (pr.rg[h].lo > pr.rg[h].pos) continue;
+    __nv_bfloat16* dst = out + (int64_t(pr.prow[h]) * hq + pr.phead[h]) * D;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      const int d = j * 8 + qd * 2;
+      *reinterpret_cast<__nv_bfloat162*>(dst + d) =
+          __floats2bfloat162_rn(finish_out(o[j][2 * h], l[h]), finish_out(o[j][2 * h + 1], l[h]));
+    }
+  }
+}
+
 template <int D>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_mma_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kp,
@@ -214,15 +333,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int group = hq / hk;
   const int2 tile = tiles[blockIdx.x / hk];
   const int kvh = blockIdx.x % hk, r_first = tile.x, nrows = tile.y;
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, qd = lane % 4;
-  const int seq = meta.row_seq[r_first];
-  const int32_t* table = meta.tables + meta.table_offsets[seq];
-  const int bs = meta.block_size;
-
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, qd = lane % 4;
   // The tile's union range (its rows are consecutive positions of one sequence).
-  const Range first = row_range(meta, r_first, window), last = row_range(meta, r_first + nrows - 1, window);
-  const int ulo = first.lo, uhi = last.pos;
-  int cb = ulo / kC, ce = uhi / kC;
+  const Tile<D, kWarps * 32> T(meta, r_first, nrows, window, hk, kvh);
+  int cb = T.ulo / kC, ce = T.uhi / kC;
   const bool split = split_cpb > 0;
   if (split) {  // this block's run of chunks; each chunk's partial is written on its own
     cb = max(cb, int(blockIdx.y) * split_cpb), ce = min(ce, int(blockIdx.y) * split_cpb + split_cpb - 1);
@@ -230,66 +344,19 @@ __global__ void __launch_bounds__(kWarps * 32)
   // Metadata and tiles (read above) come by copies that precede every kernel of the forward; q and this
   // step's K/V rows come from the kernels before this one.
   pdl_launch_dependents();
-  // This thread's two pairs: warp-local rows g and g + 8.
-  Range rg[2];
-  int prow[2], phead[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int i = warp * 16 + g + 8 * h, rr = i / group;
-    prow[h] = r_first + rr, phead[h] = kvh * group + i % group;
-    rg[h] = rr < nrows ? row_range(meta, prow[h], window) : Range{1, 0};
-  }
+  const Pairs pr = pairs_of(meta, warp, g, group, r_first, nrows, kvh, window);
   const bool warp_live = warp * 16 / group < nrows;
-
-  // K (or V) of chunk c into shared memory with asynchronous copies; positions outside the tile's
-  // union range are zero-filled. A power-of-two block size (the engine's 16) takes shifts: the runtime
-  // signed division and remainder per 16-byte unit were ~40% of prefill attention's issue slots (ncu,
-  // run 37).
-  const int bs_shift = (bs & (bs - 1)) == 0 ? __ffs(bs) - 1 : -1;
-  auto slot_of = [&](int p) -> int64_t {  // p >= 0
-    return bs_shift >= 0 ? int64_t(table[p >> bs_shift]) * bs + (p & (bs - 1))
-                         : int64_t(table[p / bs]) * bs + p % bs;
-  };
-  auto stage = [&](__nv_bfloat16* dst, const __nv_bfloat16* pool, int c) {
-    const int c0 = c * kC;
-    for (int i = tid; i < kC * (D / 8); i += kWarps * 32) {
-      const int row = i / (D / 8), col = (i % (D / 8)) * 8, p = c0 + row;
-      const bool in = p >= ulo && p <= uhi;
-      const int64_t off = in ? slot_of(p) * hk * D + int64_t(kvh) * D + col : 0;
-      cp_async16(dst + row * RS + col, pool + off, in);
-    }
-  };
-  // The first chunk in two passes: positions before the sequence's first row in this forward hold K/V
-  // that earlier forwards wrote, so they (and the zero fill outside [ulo, uhi]) are copied before
-  // pdl_wait, under the kernels that make this step's q and K/V; the rest after it. Only when the tile
-  // starts the sequence's rows (decode, verify, a prompt's first tile): a later tile of a long prompt
-  // reads rows this forward wrote. Same bytes in shared memory either way.
-  const bool seq_start = r_first == 0 || meta.row_seq[r_first - 1] != seq;
-  const int fresh = seq_start ? max(ulo, first.pos) : ulo;  // [ulo, fresh): written by earlier forwards
-  auto stage_part = [&](__nv_bfloat16* dst, const __nv_bfloat16* pool, int lo, int hi, bool zero_outside) {
-    const int c0 = cb * kC;
-    for (int i = tid; i < kC * (D / 8); i += kWarps * 32) {
-      const int row = i / (D / 8), col = (i % (D / 8)) * 8, p = c0 + row;
-      if (p >= lo && p <= hi)
-        cp_async16(dst + row * RS + col, pool + slot_of(p) * hk * D + int64_t(kvh) * D + col, true);
-      else if (zero_outside && (p < ulo || p > uhi))
-        cp_async16(dst + row * RS + col, pool, false);
-    }
-  };
+  const int fresh = T.fresh(meta, r_first);
   if (cb <= ce) {
-    stage_part(Ks, kp, ulo, fresh - 1, true);
-    stage_part(Vs, vp, ulo, fresh - 1, true);
+    T.stage_part(Ks, kp, cb, T.ulo, fresh - 1, true);
+    T.stage_part(Vs, vp, cb, T.ulo, fresh - 1, true);
   }
   pdl_wait();  // every block waits, also one with nothing to do: the grid never completes before its inputs
   if (cb > ce) return;  // uniform: no positions of the tile here (split blocks)
-  for (int i = tid; i < kPairs * (D / 8); i += kWarps * 32) {  // Q of the block's pairs (zeros: padding)
-    const int pr = i / (D / 8), col = (i % (D / 8)) * 8, rr = pr / group;
-    const int64_t off = rr < nrows ? (int64_t(r_first + rr) * hq + kvh * group + pr % group) * D + col : 0;
-    cp_async16(Qs + pr * RS + col, q + off, rr < nrows);
-  }
-  stage_part(Ks, kp, fresh, uhi, false);
+  T.stage_q(Qs, q, kPairs, group, r_first, nrows, hq);
+  T.stage_part(Ks, kp, cb, fresh, T.uhi, false);
   cp_async_commit();  // group: the early K(cb) and V(cb) parts, Q, the rest of K(cb)
-  stage_part(Vs, vp, fresh, uhi, false);
+  T.stage_part(Vs, vp, cb, fresh, T.uhi, false);
   cp_async_commit();  // group: the rest of V(cb)
 
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
@@ -303,10 +370,10 @@ __global__ void __launch_bounds__(kWarps * 32)
     cp_async_wait<1>();  // K(c) (and Q) landed; V(c) may still be in flight
     __syncthreads();
     float s[16][4], mc[2], lc[2];
-    if (warp_live) chunk_scores<D>(Qs, Ks, warp, lane, c0, rg, scale, softcap, s, mc, lc);
+    if (warp_live) chunk_scores<D>(Qs, Ks, warp, lane, c0, pr.rg, scale, softcap, s, mc, lc);
     __syncthreads();  // every warp is done with K(c)
     if (c < ce) {
-      stage(Ks, kp, c + 1);
+      T.stage(Ks, kp, c + 1);
       cp_async_commit();
       cp_async_wait<1>();  // V(c) landed; K(c + 1) may still be in flight
     } else {
@@ -316,46 +383,31 @@ __global__ void __launch_bounds__(kWarps * 32)
     if (warp_live) {
       float oc[D / 8][4];
       chunk_pv<D>(Vs, lane, s, oc);
+      if (split) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const bool in = rg[h].lo <= rg[h].pos && c >= rg[h].lo / kC && c <= rg[h].pos / kC;
-        if (split) {
-          if (!in) continue;
-          const int64_t slot = (int64_t(prow[h]) * hq + phead[h]) * max_chunks + c;
+        for (int h = 0; h < 2; ++h) {
+          const Range& rg = pr.rg[h];
+          if (!(rg.lo <= rg.pos && c >= rg.lo / kC && c <= rg.pos / kC)) continue;
+          const int64_t slot = (int64_t(pr.prow[h]) * hq + pr.phead[h]) * max_chunks + c;
 #pragma unroll
           for (int j = 0; j < D / 8; ++j) {
             const int d = j * 8 + qd * 2;
             *reinterpret_cast<float2*>(part_acc + slot * D + d) = make_float2(oc[j][2 * h], oc[j][2 * h + 1]);
           }
           if (qd == 0) part_ml[slot * 2] = mc[h], part_ml[slot * 2 + 1] = lc[h];
-        } else if (in) {
-          const MergeFactors f = merge_chunk(m[h], l[h], mc[h], lc[h]);
-#pragma unroll
-          for (int j = 0; j < D / 8; ++j) {
-            o[j][2 * h] = merge_out(o[j][2 * h], oc[j][2 * h], f);
-            o[j][2 * h + 1] = merge_out(o[j][2 * h + 1], oc[j][2 * h + 1], f);
-          }
         }
+      } else {
+        merge_pairs<D>(pr, c, m, l, mc, lc, oc, o);
       }
     }
     __syncthreads();  // every warp is done with V(c)
     if (c < ce) {
-      stage(Vs, vp, c + 1);
+      T.stage(Vs, vp, c + 1);
       cp_async_commit();
     }
   }
   if (split || !warp_live) return;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    if (rg[h].lo > rg[h].pos) continue;
-    __nv_bfloat16* dst = out + (int64_t(prow[h]) * hq + phead[h]) * D;
-#pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
-      const int d = j * 8 + qd * 2;
-      *reinterpret_cast<__nv_bfloat162*>(dst + d) =
-          __floats2bfloat162_rn(finish_out(o[j][2 * h], l[h]), finish_out(o[j][2 * h + 1], l[h]));
-    }
-  }
+  store_pairs<D>(pr, hq, qd, o, l, out);
 }
 
 // Loop schedule, wide: 8 warps serve up to 128 (row, head) pairs (two planned loop tiles of one sequence,
@@ -378,60 +430,27 @@ __global__ void __launch_bounds__(kWideWarps * 32, 1)
   __nv_bfloat16* KV = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // K0, V0, K1, V1
   __nv_bfloat16* Qs = KV + 4 * kStage;
   const int group = hq / hk;
-  const int ti = int(gridDim.x) / hk - 1 - int(blockIdx.x) / hk;  // longest first
-  const int2 tile = tiles[ti];
+  const int2 tile = tiles[int(gridDim.x) / hk - 1 - int(blockIdx.x) / hk];  // longest first
   const int kvh = blockIdx.x % hk, r_first = tile.x, nrows = tile.y;
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, qd = lane % 4, g = lane / 4;
-  const int seq = meta.row_seq[r_first];
-  const int32_t* table = meta.tables + meta.table_offsets[seq];
-  const int bs = meta.block_size;
-  const Range first = row_range(meta, r_first, window), last = row_range(meta, r_first + nrows - 1, window);
-  const int ulo = first.lo, uhi = last.pos;
-  const int cb = ulo / kC, ce = uhi / kC;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, qd = lane % 4, g = lane / 4;
+  const Tile<D, kWideWarps * 32> T(meta, r_first, nrows, window, hk, kvh);
+  const int cb = T.ulo / kC, ce = T.uhi / kC;
   pdl_launch_dependents();
-  Range rg[2];
-  int prow[2], phead[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int i = warp * 16 + g + 8 * h, rr = i / group;
-    prow[h] = r_first + rr, phead[h] = kvh * group + i % group;
-    rg[h] = rr < nrows ? row_range(meta, prow[h], window) : Range{1, 0};
-  }
+  const Pairs pr = pairs_of(meta, warp, g, group, r_first, nrows, kvh, window);
   const bool warp_live = warp * 16 / group < nrows;
-  const int bs_shift = (bs & (bs - 1)) == 0 ? __ffs(bs) - 1 : -1;
-  auto slot_of = [&](int p) -> int64_t {
-    return bs_shift >= 0 ? int64_t(table[p >> bs_shift]) * bs + (p & (bs - 1))
-                         : int64_t(table[p / bs]) * bs + p % bs;
-  };
-  // Chunk c's K or V rows with p in [lo, hi] (and, if asked, zeros outside the union range).
-  auto stage_part = [&](__nv_bfloat16* dst, const __nv_bfloat16* pool, int c, int lo, int hi, bool zeros) {
-    const int c0 = c * kC;
-    for (int i = tid; i < kC * (D / 8); i += kWideWarps * 32) {
-      const int row = i / (D / 8), col = (i % (D / 8)) * 8, p = c0 + row;
-      if (p >= lo && p <= hi)
-        cp_async16(dst + row * RS + col, pool + slot_of(p) * hk * D + int64_t(kvh) * D + col, true);
-      else if (zeros && (p < ulo || p > uhi))
-        cp_async16(dst + row * RS + col, pool, false);
-    }
-  };
   // As the narrow kernel: K/V that earlier forwards wrote are staged before pdl_wait.
-  const bool seq_start = r_first == 0 || meta.row_seq[r_first - 1] != seq;
-  const int fresh = seq_start ? max(ulo, first.pos) : ulo;
-  stage_part(KV, kp, cb, ulo, fresh - 1, true);
-  stage_part(KV + kStage, vp, cb, ulo, fresh - 1, true);
+  const int fresh = T.fresh(meta, r_first);
+  T.stage_part(KV, kp, cb, T.ulo, fresh - 1, true);
+  T.stage_part(KV + kStage, vp, cb, T.ulo, fresh - 1, true);
   pdl_wait();
-  for (int i = tid; i < kWidePairs * (D / 8); i += kWideWarps * 32) {
-    const int pr = i / (D / 8), col = (i % (D / 8)) * 8, rr = pr / group;
-    const int64_t off = rr < nrows ? (int64_t(r_first + rr) * hq + kvh * group + pr % group) * D + col : 0;
-    cp_async16(Qs + pr * RS + col, q + off, rr < nrows);
-  }
-  stage_part(KV, kp, cb, fresh, uhi, false);
-  stage_part(KV + kStage, vp, cb, fresh, uhi, false);
+  T.stage_q(Qs, q, kWidePairs, group, r_first, nrows, hq);
+  T.stage_part(KV, kp, cb, fresh, T.uhi, false);
+  T.stage_part(KV + kStage, vp, cb, fresh, T.uhi, false);
   cp_async_commit();  // group: Q, K(cb), V(cb)
   auto stage_chunk = [&](int c) {
     __nv_bfloat16* buf = KV + ((c - cb) & 1) * 2 * kStage;
-    stage_part(buf, kp, c, ulo, uhi, true);
-    stage_part(buf + kStage, vp, c, ulo, uhi, true);
+    T.stage(buf, kp, c);
+    T.stage(buf + kStage, vp, c);
     cp_async_commit();
   };
   if (cb < ce) stage_chunk(cb + 1);
@@ -448,37 +467,15 @@ __global__ void __launch_bounds__(kWideWarps * 32, 1)
     __syncthreads();
     const __nv_bfloat16* Ks = KV + ((c - cb) & 1) * 2 * kStage;
     if (warp_live) {
-      float s[16][4], mc[2], lc[2];
-      chunk_scores<D>(Qs, Ks, warp, lane, c * kC, rg, scale, softcap, s, mc, lc);
-      float oc[D / 8][4];
+      float s[16][4], mc[2], lc[2], oc[D / 8][4];
+      chunk_scores<D>(Qs, Ks, warp, lane, c * kC, pr.rg, scale, softcap, s, mc, lc);
       chunk_pv<D>(Ks + kStage, lane, s, oc);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const bool in = rg[h].lo <= rg[h].pos && c >= rg[h].lo / kC && c <= rg[h].pos / kC;
-        if (!in) continue;
-        const MergeFactors f = merge_chunk(m[h], l[h], mc[h], lc[h]);
-#pragma unroll
-        for (int j = 0; j < D / 8; ++j) {
-          o[j][2 * h] = merge_out(o[j][2 * h], oc[j][2 * h], f);
-          o[j][2 * h + 1] = merge_out(o[j][2 * h + 1], oc[j][2 * h + 1], f);
-        }
-      }
+      merge_pairs<D>(pr, c, m, l, mc, lc, oc, o);
     }
     __syncthreads();  // every warp is done with chunk c's buffer
     if (c + 2 <= ce) stage_chunk(c + 2);
   }
-  if (!warp_live) return;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    if (rg[h].lo > rg[h].pos) continue;
-    __nv_bfloat16* dst = out + (int64_t(prow[h]) * hq + phead[h]) * D;
-#pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
-      const int d = j * 8 + qd * 2;
-      *reinterpret_cast<__nv_bfloat162*>(dst + d) =
-          __floats2bfloat162_rn(finish_out(o[j][2 * h], l[h]), finish_out(o[j][2 * h + 1], l[h]));
-    }
-  }
+  if (warp_live) store_pairs<D>(pr, hq, qd, o, l, out);
 }
 
 // Split schedule: one warp per (row, head) of a split tile merges the row's chunk partials in

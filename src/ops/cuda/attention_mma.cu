@@ -236,8 +236,8 @@ struct Tile {
     }
   }
   // Only the rows p in [lo, hi] of chunk c (and, with `zeros`, the zero fill outside [ulo, uhi]).
-  __device__ __forceinline__ void stage_part(__nv_bfloat16* dst, const __nv_bfloat16* pool, int c, int lo, int hi,
-                                             bool zeros) const {
+  __device__ __forceinline__ void stage_part(__nv_bfloat16* dst, const __nv_bfloat16* pool, int c, int lo,
+                                             int hi, bool zeros) const {
     const int c0 = c * kC;
     for (int i = tid; i < kC * (D / 8); i += NT) {
       const int row = i / (D / 8), col = (i % (D / 8)) * 8, p = c0 + row;
@@ -272,8 +272,8 @@ struct Pairs {
   Range rg[2];
   int prow[2], phead[2];
 };
-__device__ __forceinline__ Pairs pairs_of(const DeviceMeta& meta, int warp, int g, int group, int r_first, int nrows,
-                                          int kvh, int window) {
+__device__ __forceinline__ Pairs pairs_of(const DeviceMeta& meta, int warp, int g, int group, int r_first,
+                                          int nrows, int kvh, int window) {
   Pairs p;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -303,8 +303,8 @@ __device__ __forceinline__ void merge_pairs(const Pairs& pr, int c, float* m, fl
 
 // The loop schedule's output: o / l of each real pair, rounded to bf16.
 template <int D>
-__device__ __forceinline__ void store_pairs(const Pairs& pr, int hq, int qd, const float (*o)[4], const float* l,
-                                            __nv_bfloat16* out) {
+__device__ __forceinline__ void store_pairs(const Pairs& pr, int hq, int qd, const float (*o)[4],
+                                            const float* l, __nv_bfloat16* out) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     if (pr.rg[h].lo > pr.rg[h].pos) continue;
@@ -552,8 +552,9 @@ void launch(const AttentionMmaArgs& a, cudaStream_t s) {
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(wide_smem)));
       wide_configured = true;
     }
-    launch_pdl_if(g_pdl_group, attention_loop_wide_kernel<D>, dim3(a.num_loop_tiles * a.hk, 1), kWideWarps * 32,
-                  wide_smem, s, q, k, v, a.meta, a.hq, a.hk, a.scale, a.window, a.softcap, a.loop_tiles, out);
+    launch_pdl_if(g_pdl_group, attention_loop_wide_kernel<D>, dim3(a.num_loop_tiles * a.hk, 1),
+                  kWideWarps * 32, wide_smem, s, q, k, v, a.meta, a.hq, a.hk, a.scale, a.window, a.softcap,
+                  a.loop_tiles, out);
     TF_CUDA_LAUNCH_CHECK();
   } else if (a.num_loop_tiles > 0) {
     launch_pdl_if(g_pdl_group, attention_mma_kernel<D>, dim3(a.num_loop_tiles * a.hk, 1), kWarps * 32, smem,

@@ -2,10 +2,13 @@
 // benchmark itself is tf_shape_bench, shape_bench.h; `tensorfold bench --shape` runs the same).
 // Flags: --quick (512 context, prefill 512 only), --small (Qwen3-0.6B only), --linears (the per-shape
 // linear table alone), --verify (the verify-cost sweep), --profile-forward (one eager decode forward
-// between cudaProfilerStart/Stop, for ncu --profile-from-start off).
+// between cudaProfilerStart/Stop, for ncu --profile-from-start off), --format LIST (weight formats of the
+// linears, comma-separated: bf16, mlx4, mlx8, fp8; shape_bench.h).
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <sstream>
+#include <string>
 
 #include "shape_bench.h"
 
@@ -18,6 +21,11 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--small")) opt.shapes = {"qwen3-0.6b"};
     if (!std::strcmp(argv[i], "--verify")) verify = true;
     if (!std::strcmp(argv[i], "--linears")) linears = true;
+    if (!std::strcmp(argv[i], "--format") && i + 1 < argc) {
+      opt.formats.clear();
+      std::istringstream list(argv[++i]);
+      for (std::string f; std::getline(list, f, ',');) opt.formats.push_back(f);
+    }
   }
   // One mode, in this order of precedence; --verify and --profile-forward measure the first shape.
   using Mode = tf::bench::ShapeBenchMode;

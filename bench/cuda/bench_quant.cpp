@@ -4,6 +4,9 @@
 // lm_head), (2) the whole decode forward (M sequences at context 512: norms, rope, KV write, attention).
 // Prints tokens/s, the ratio to bf16, and GB/s against the device-to-device copy bandwidth measured in
 // the same run, counted on each format's own bytes (packed weights + scales + biases, + KV for (2)).
+// (2) is an older unfused flow (separate q/k/v linears, q/k norm, rope, KV write, silu_mul): 4+ kernels a
+// layer more than the product runs. The product's forward at each format is `tensorfold bench --shape
+// qwen3-8b --format bf16,mlx4,mlx8,fp8` (shape_bench.h); issue 11's forward numbers come from there.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -18,6 +21,7 @@
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/quant_linear.h"
 #include "bench_common.h"
+#include "quant_weights.h"
 
 namespace tf {
 namespace {
@@ -29,49 +33,15 @@ constexpr int kHeads = 32, kKvHeads = 8, kHeadDim = 128, kBlock = 16, kCtx = 512
 double time_ms(cudaStream_t s, const std::function<void()>& fn) { return bench::time_ms(s, fn, 3, 11); }
 using bench::time_graph_ms;
 
-enum class Fmt { Bf16, Mlx4, Mlx8, Fp8 };
+using Fmt = bench::WeightFormat;
 const char* fmt_name(Fmt f) {
-  switch (f) {
-    case Fmt::Bf16:
-      return "bf16";
-    case Fmt::Mlx4:
-      return "mlx 4-bit g64";
-    case Fmt::Mlx8:
-      return "mlx 8-bit g64";
-    default:
-      return "fp8 block 128";
-  }
+  return bench::weight_format_info(f).name;
 }
 
-// A random [n, k] weight of format f, its device bytes added to *bytes.
+// A random [n, k] weight of format f (quant_weights.h), its device bytes added to *bytes.
 LinearWeight make_weight(Backend& be, Fmt f, int64_t n, int64_t k, uint64_t seed, int64_t* bytes) {
-  cudaStream_t s = cuda::stream_of(be);
-  LinearWeight w;
-  w.in_features = k, w.out_features = n;
-  const float a = std::sqrt(3.f / float(k));
-  if (f == Fmt::Bf16) {
-    w.weight = be.alloc({n, k}, DType::BF16);
-    cuda::fill_uniform(be, w.weight, seed, -a, a);
-  } else if (f == Fmt::Fp8) {
-    w.format = LinearWeight::Format::Fp8Block;
-    w.bits = 8, w.group_size = 128;
-    w.weight = be.alloc({n, k}, DType::F8_E4M3);
-    cuda::fill_random_bytes(w.weight.raw(), w.weight.nbytes(), seed, 0xBF, s);  // no NaN bytes
-    w.scales = be.alloc({n, k / 128}, DType::F32);
-    cuda::fill_uniform(be, w.scales, seed + 1, 0.5f * a, a);
-  } else {
-    const int bits = f == Fmt::Mlx4 ? 4 : 8;
-    w.format = LinearWeight::Format::MlxAffine;
-    w.bits = bits, w.group_size = 64;
-    w.weight = be.alloc({n, k * bits / 32}, DType::U32);
-    cuda::fill_random_bytes(w.weight.raw(), w.weight.nbytes(), seed, 0xFF, s);
-    // The device layout of bf16 scales and biases (quant_linear.h): one U32 per group, bf16 scale | bf16
-    // bias << 16. Random bytes masked with 0x3F are finite bf16 values in [0, 2): fine for timing.
-    w.scales = be.alloc({n, k / 64}, DType::U32);
-    cuda::fill_random_bytes(w.scales.raw(), w.scales.nbytes(), seed + 1, 0x3F, s);
-  }
-  for (const Tensor* t : {&w.weight, &w.scales, &w.biases})
-    if (t->defined()) *bytes += int64_t(t->nbytes());
+  LinearWeight w = bench::rand_linear_weight(be, f, n, k, seed);
+  *bytes += bench::linear_weight_bytes(w);
   return w;
 }
 
@@ -266,9 +236,7 @@ int run() {
       const double ms = time_ms(s, [&] {
         for (int i = 0; i < 20; ++i) be->linear(x, lw, y);
       });
-      int64_t bytes = 0;
-      for (const Tensor* t : {&lw.weight, &lw.scales, &lw.biases})
-        if (t->defined()) bytes += int64_t(t->nbytes());
+      const int64_t bytes = bench::linear_weight_bytes(lw);
       std::printf("  %-14s %-8s M=1: %8.2f us  %6.0f GB/s\n", fmt_name(f), name, ms * 1e3 / 20,
                   bytes / (ms / 20 * 1e-3) / 1e9);
     };
@@ -285,8 +253,10 @@ int run() {
     return 0.0;
   };
   for (bool full : {false, true}) {
-    std::printf(full ? "\n## whole decode forward, context 512 (roofline bytes: weights + KV)\n"
-                     : "\n## linears of one decode step (roofline bytes: weights)\n");
+    std::printf(
+        full ? "\n## whole decode forward, context 512, unfused flow (not the product's: see tensorfold "
+               "bench --shape qwen3-8b --format) (roofline bytes: weights + KV)\n"
+             : "\n## linears of one decode step (roofline bytes: weights)\n");
     std::printf(
         "| format | M | chunks ahead | step ms | tokens/s | vs bf16 | GB read | GB/s | of copy roofline |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|\n");

@@ -2,7 +2,8 @@
 // cuBLAS bf16 GEMM rate), then per shape: per-shape linear timings, the small ops of a decode layer, a
 // decode step at batch 1/8/32 and 512/8k context (tokens/s and fraction of the bandwidth roofline: weights
 // + KV bytes a step must read), the same forward with cuBLAS GEMMs as the baseline, and prefill of one
-// 512/4k/32k-token prompt in one forward against the GEMM rate.
+// 512/4k/32k-token prompt in one forward against the GEMM rate. Quantized formats (format_rows): the same
+// forward with each format's random linears next to bf16's, decode steps and prefills timed alike.
 #include "shape_bench.h"
 
 #include <cublas_v2.h>
@@ -191,7 +192,7 @@ void linear_table(Backend& be, cublasHandle_t h, const ModelShape& sh, ShapeLaye
 
 // Only the linear table (--linears): one layer's weights and the lm_head, no KV pool.
 void linears_only(Backend& be, cublasHandle_t h, const ModelShape& sh) {
-  ShapeModel m{sh, {}, {}, {}, {}, 0, 0};
+  ShapeModel m{sh, {}, {}, {}, {}, WeightFormat::Bf16, 0, 0, 0};
   ShapeLayer L;
   const int64_t qd = int64_t(sh.heads) * sh.head_dim;
   L.q = rand_linear(be, qd, sh.hidden, 1, &m);
@@ -256,6 +257,23 @@ void decode_op_table(ShapeRun& r, int batch) {
   std::fflush(stdout);
 }
 
+// What a decode step of `batch` sequences at context ctx must read: the linears' device bytes (each
+// format's own: packed weights + scales) and the KV (bf16) of every layer.
+double decode_bytes(const ShapeModel& m, int batch, int ctx) {
+  const double kv_bytes_per_token = 2.0 * m.sh.layers * m.sh.kv_heads * m.sh.head_dim * 2;
+  return double(m.linear_bytes) + kv_bytes_per_token * batch * ctx;
+}
+
+// The floor of a prefill of one n-token prompt (logits for the last token only): the FLOPs of the linears
+// and of causal attention at the measured GEMM rate.
+double prefill_floor_ms(const ShapeModel& m, int n, const Ceilings& c) {
+  const ModelShape& sh = m.sh;
+  const double lm_head = double(sh.vocab) * sh.hidden;
+  const double lin_flops = 2.0 * n * (double(m.linear_params) - lm_head) + 2.0 * lm_head;
+  const double attn_flops = 2.0 * double(n) * n * sh.heads * sh.head_dim * sh.layers;  // causal QK and PV
+  return (lin_flops + attn_flops) / (c.gemm_tflops * 1e12) * 1e3;
+}
+
 // One decode step at (batch, ctx): graph replays of ours with each fusion and launch option toggled, the
 // cuBLAS baseline, and the bandwidth floor; adds the summary row.
 void decode_row(ShapeRun& r, int batch, int ctx) {
@@ -294,9 +312,7 @@ void decode_row(ShapeRun& r, int batch, int ctx) {
   be.begin_forward(meta);
   const double t1 = graphed(r.ours, true, &g1);
   const double t2 = graphed(r.cublas, false, &g2);
-  const double kv_bytes_per_token = 2.0 * sh.layers * sh.kv_heads * sh.head_dim * 2;
-  const double bytes = double(r.m.linear_bytes) + kv_bytes_per_token * batch * ctx;
-  const double floor_ms = bytes / (r.c.copy_gbs * 1e9) * 1e3;
+  const double floor_ms = decode_bytes(r.m, batch, ctx) / (r.c.copy_gbs * 1e9) * 1e3;
   char what[96];
   std::snprintf(what, sizeof what, "decode b=%d ctx=%d%s", batch, ctx, g1 && g2 ? " (graph)" : " (eager)");
   r.out->push_back({std::string(sh.name) + " " + what, t1, t2, floor_ms, double(batch)});
@@ -383,10 +399,7 @@ void prefill_row(ShapeRun& r, int n) {
       r.s, [&] { forward(be, r.m, r.acts, n, 1, r.rope, r.ours); }, 1, reps);
   const double t2 = time_ms(
       r.s, [&] { forward(be, r.m, r.acts, n, 1, r.rope, r.cublas, false); }, 1, reps);
-  const double lin_flops =
-      2.0 * n * (r.m.linear_bytes / 2 - double(sh.vocab) * sh.hidden) + 2.0 * sh.vocab * sh.hidden;
-  const double attn_flops = 2.0 * double(n) * n * sh.heads * sh.head_dim * sh.layers;  // causal QK and PV
-  const double floor_ms = (lin_flops + attn_flops) / (r.c.gemm_tflops * 1e12) * 1e3;
+  const double floor_ms = prefill_floor_ms(r.m, n, r.c);
   char what[64];
   std::snprintf(what, sizeof what, "prefill %d", n);
   r.out->push_back({std::string(sh.name) + " " + what, t1, t2, floor_ms, double(n)});
@@ -421,15 +434,111 @@ void run_shape(Backend& be, cublasHandle_t h, const ModelShape& sh, const Ceilin
   }
 }
 
-// Verify cost: a forward of b*(k+1) rows (k drafts per sequence) over a 1-row-per-sequence step, k=1..8.
-void verify_sweep(Backend& be, const ModelShape& sh, int ctx) {
+// One row of the format table: a decode step or a prefill of one format's forward.
+struct FormatRow {
+  std::string shape, run;  // "Qwen3-8B", "decode b=1 ctx=512"
+  WeightFormat format;
+  double ms, floor_ms, tokens;
+  double gb;  // what a decode step reads (linears + KV); 0 for a prefill (its floor counts FLOPs)
+};
+
+constexpr int kFormatPrefills[] = {512, 4096};  // prompt lengths of the format rows (--quick: the first)
+
+// The forward at bf16 (the ratios' reference) and at each quantized format, one model at a time, timed
+// alike: decode steps from CUDA graphs, prefills eager; the backend's default schedule (the product's
+// fusions: fused qkv linear + attention_inputs_qkv, add_rms_norm_linear, silu_mul_linear, where the
+// backend fuses them for that format).
+void format_rows(Backend& be, const ModelShape& sh, const std::vector<WeightFormat>& quantized,
+                 const Ceilings& c, bool quick, std::vector<FormatRow>* out) {
   cudaStream_t s = cuda::stream_of(be);
-  ShapeModel m = make_model(be, sh, int64_t(8) * (ctx + kBlock));
+  const int max_ctx = quick ? 512 : 8192;
+  const int max_prefill = quick ? kFormatPrefills[0] : kFormatPrefills[std::size(kFormatPrefills) - 1];
+  Acts acts = make_acts(be, sh, std::max(max_prefill, 32), 32);
+  const LinearFn ours = backend_linear(be);
+  const RopeParams rope = qwen_rope(sh.head_dim);
+  std::vector<WeightFormat> formats = {WeightFormat::Bf16};
+  formats.insert(formats.end(), quantized.begin(), quantized.end());
+  std::printf("\n== %s by weight format: the forward with each format's linears ==\n", sh.name);
+  for (WeightFormat f : formats) {
+    const char* fname = weight_format_info(f).name;
+    ShapeModel m =
+        make_model(be, sh, std::max<int64_t>(int64_t(32) * (max_ctx + kBlock), max_prefill + kBlock), f);
+    std::printf("%s: %.2f GB of linear weights (scales included)\n", fname, m.linear_bytes / 1e9);
+    for (int ctx : {512, 8192}) {
+      if (ctx > max_ctx) continue;
+      for (int batch : {1, 8, 32}) {
+        be.begin_forward(decode_meta(batch, ctx));
+        bool g = false;
+        const double t = time_graph_ms(
+            s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g);
+        const double bytes = decode_bytes(m, batch, ctx);
+        char what[64];
+        std::snprintf(what, sizeof what, "decode b=%d ctx=%d%s", batch, ctx, g ? " (graph)" : " (eager)");
+        out->push_back({sh.name, what, f, t, bytes / (c.copy_gbs * 1e9) * 1e3, double(batch), bytes / 1e9});
+        std::printf("  %s %s: %.3f ms, %.0f tok/s, %.2f GB read, %.1f%% of roofline\n", fname, what, t,
+                    batch / (t * 1e-3), bytes / 1e9, 100 * out->back().floor_ms / t);
+        std::fflush(stdout);
+      }
+    }
+    for (int n : kFormatPrefills) {
+      if (n > max_prefill) continue;
+      be.begin_forward(prefill_meta(n));
+      const double t = time_ms(
+          s, [&] { forward(be, m, acts, n, 1, rope, ours); }, 1, 3);
+      out->push_back(
+          {sh.name, "prefill " + std::to_string(n), f, t, prefill_floor_ms(m, n, c), double(n), 0});
+      std::printf("  %s prefill %d: %.2f ms, %.0f tok/s, %.1f%% of the GEMM roofline\n", fname, n, t,
+                  n / (t * 1e-3), 100 * out->back().floor_ms / t);
+      std::fflush(stdout);
+    }
+  }
+}
+
+void print_format_summary(const std::vector<FormatRow>& rows, const Ceilings& c) {
+  auto bf16_ms = [&](const FormatRow& r) {
+    for (const FormatRow& b : rows)
+      if (b.format == WeightFormat::Bf16 && b.shape == r.shape && b.run == r.run) return b.ms;
+    return 0.0;
+  };
+  std::printf(
+      "\n| shape | run | format | ms | tok/s | GB read | of roofline | vs bf16 |\n"
+      "|---|---|---|---|---|---|---|---|\n");
+  for (const FormatRow& r : rows) {
+    char gb[32] = "-";
+    if (r.gb > 0) std::snprintf(gb, sizeof gb, "%.2f", r.gb);
+    std::printf("| %s | %s | %s | %.3f | %.0f | %s | %.1f%% | %.2fx |\n", r.shape.c_str(), r.run.c_str(),
+                weight_format_info(r.format).name, r.ms, r.tokens / (r.ms * 1e-3), gb,
+                100 * r.floor_ms / r.ms, bf16_ms(r) / r.ms);
+  }
+  std::printf(
+      "(roofline: decode = (the format's linear bytes: packed weights + scales/biases, + bf16 KV bytes) / "
+      "measured copy bandwidth %.0f GB/s; prefill = FLOPs / measured bf16 GEMM rate %.0f TFLOP/s; vs bf16: "
+      "the bf16 forward's time over this one's, same run)\n",
+      c.copy_gbs, c.gemm_tflops);
+  for (const FormatRow& r : rows)  // issue 11's batch-1 target (tf_bench_quant checks the same)
+    if (r.format == WeightFormat::Mlx4 && r.run.rfind("decode b=1 ctx=512", 0) == 0) {
+      const double ratio = bf16_ms(r) / r.ms, frac = r.floor_ms / r.ms;
+      std::printf(
+          "target %s 4-bit/g64 b=1 ctx 512 (forward): >= 3x bf16 (%.2fx) %s, >= 75%% of roofline "
+          "(%.1f%%) %s\n",
+          r.shape.c_str(), ratio, ratio >= 3 ? "met" : "MISSED", 100 * frac, frac >= 0.75 ? "met" : "MISSED");
+    }
+}
+
+// Names a quantized format after a shape's name in a title (nothing for bf16: the titles stay as they were).
+std::string format_suffix(WeightFormat f) {
+  return f == WeightFormat::Bf16 ? "" : std::string(", ") + weight_format_info(f).name + " linears";
+}
+
+// Verify cost: a forward of b*(k+1) rows (k drafts per sequence) over a 1-row-per-sequence step, k=1..8.
+void verify_sweep(Backend& be, const ModelShape& sh, int ctx, WeightFormat format) {
+  cudaStream_t s = cuda::stream_of(be);
+  ShapeModel m = make_model(be, sh, int64_t(8) * (ctx + kBlock), format);
   Acts acts = make_acts(be, sh, 8 * 9, 8 * 9);
   const LinearFn ours = backend_linear(be);
   const RopeParams rope = qwen_rope(sh.head_dim);
-  std::printf("\n== verify cost, %s, ctx %d (graph replays; logits for every row) ==\n| batch | k=0 ms |",
-              sh.name, ctx);
+  std::printf("\n== verify cost, %s%s, ctx %d (graph replays; logits for every row) ==\n| batch | k=0 ms |",
+              sh.name, format_suffix(format).c_str(), ctx);
   for (int k = 1; k <= 8; ++k) std::printf(" k=%d |", k);
   std::printf("\n|---|---|---|---|---|---|---|---|---|---|\n");
   for (int batch : {1, 8}) {
@@ -455,8 +564,8 @@ void verify_sweep(Backend& be, const ModelShape& sh, int ctx) {
 
 // A target for `ncu --profile-from-start off`: the kernels of one eager decode forward (b=1, ctx 512),
 // each timed alone by the profiler, to split a graphed step's time into kernel time and the gaps.
-void profile_forward(Backend& be, const ModelShape& sh) {
-  ShapeModel m = make_model(be, sh, int64_t(4) * (512 + kBlock));
+void profile_forward(Backend& be, const ModelShape& sh, WeightFormat format) {
+  ShapeModel m = make_model(be, sh, int64_t(4) * (512 + kBlock), format);
   const LinearFn ours = backend_linear(be);
   Acts acts = make_acts(be, sh, 16, 16);
   const RopeParams rope = qwen_rope(sh.head_dim);
@@ -473,7 +582,7 @@ void profile_forward(Backend& be, const ModelShape& sh) {
   forward(be, m, acts, 1, 1, rope, ours);
   be.synchronize();
   TF_CUDA_CHECK(cudaProfilerStop());
-  std::printf("profiled one forward of %s b=1 ctx 512\n", sh.name);
+  std::printf("profiled one forward of %s%s b=1 ctx 512\n", sh.name, format_suffix(format).c_str());
 }
 
 void print_summary(const std::vector<Row>& rows, const Ceilings& c) {
@@ -507,10 +616,34 @@ std::vector<const ModelShape*> pick_shapes(const std::vector<std::string>& ids) 
   return out;
 }
 
+// The formats by id, in the order given, each once; empty: bf16.
+std::vector<WeightFormat> pick_formats(const std::vector<std::string>& ids) {
+  std::vector<WeightFormat> out;
+  for (const std::string& id : ids) {
+    auto it = std::find_if(std::begin(kWeightFormats), std::end(kWeightFormats),
+                           [&](const WeightFormatInfo& f) { return id == f.id; });
+    if (it == std::end(kWeightFormats)) {
+      std::string known;
+      for (const std::string& c : weight_format_choices()) known += (known.empty() ? "" : ", ") + c;
+      throw InvalidRequest("unknown weight format '" + id + "'; known: " + known);
+    }
+    if (std::find(out.begin(), out.end(), it->format) == out.end()) out.push_back(it->format);
+  }
+  if (out.empty()) out.push_back(WeightFormat::Bf16);
+  return out;
+}
+
 }  // namespace
 
 int run_shape_bench(const ShapeBenchOptions& opt) {
   const std::vector<const ModelShape*> shapes = pick_shapes(opt.shapes);
+  const std::vector<WeightFormat> formats = pick_formats(opt.formats);
+  std::vector<WeightFormat> quantized;
+  for (WeightFormat f : formats)
+    if (f != WeightFormat::Bf16) quantized.push_back(f);
+  const bool bf16 = quantized.size() < formats.size();
+  if (opt.mode == ShapeBenchMode::Linears && !quantized.empty())
+    throw InvalidRequest("the linear table is bf16 only (tf_bench_quant times the quantized linears)");
   std::string why;
   auto be = make_cuda_backend(opt.device, &why);
   if (!be) {
@@ -529,18 +662,25 @@ int run_shape_bench(const ShapeBenchOptions& opt) {
       for (const ModelShape* sh : shapes) linears_only(*be, h.get(), *sh);
       return 0;
     case ShapeBenchMode::ProfileForward:
-      profile_forward(*be, *shapes[0]);
+      profile_forward(*be, *shapes[0], formats[0]);
       return 0;
     case ShapeBenchMode::Verify:
-      verify_sweep(*be, *shapes[0], 512);
-      verify_sweep(*be, *shapes[0], 8192);
+      for (WeightFormat f : formats) {
+        verify_sweep(*be, *shapes[0], 512, f);
+        verify_sweep(*be, *shapes[0], 8192, f);
+      }
       return 0;
     case ShapeBenchMode::Full:
       break;
   }
   std::vector<Row> rows;
-  for (const ModelShape* sh : shapes) run_shape(*be, h.get(), *sh, c, opt.quick, &rows);
-  print_summary(rows, c);
+  std::vector<FormatRow> format_table;
+  for (const ModelShape* sh : shapes) {
+    if (bf16) run_shape(*be, h.get(), *sh, c, opt.quick, &rows);
+    if (!quantized.empty()) format_rows(*be, *sh, quantized, c, opt.quick, &format_table);
+  }
+  if (bf16) print_summary(rows, c);
+  if (!quantized.empty()) print_format_summary(format_table, c);
   return 0;
 }
 

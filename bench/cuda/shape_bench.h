@@ -2,10 +2,15 @@
 // The real-shape benchmark of the CUDA backend (tf_bench_cuda, `tensorfold bench --shape`): random bf16
 // weights of a model shape made on the GPU (no checkpoint, no download); decode tok/s at batch 1/8/32 and
 // 512/8k context, prefill 512/4k/32k, a cuBLAS-linear baseline of the same forward, and each as a fraction
-// of the rooflines measured in the same run (device copy bandwidth, cuBLAS GEMM rate).
-// This header has no CUDA dependency: a CPU-only build reads the shape table to validate `--shape`.
+// of the rooflines measured in the same run (device copy bandwidth, cuBLAS GEMM rate). With quantized
+// formats (`--format mlx4,..`), the same forward with random quantized linears: decode tok/s, roofline
+// fraction on each format's own bytes, and the ratio to the bf16 forward timed the same way in the run.
+// This header has no CUDA dependency: a CPU-only build reads the shape and format tables to validate
+// `--shape` and `--format`.
 #include <string>
 #include <vector>
+
+#include "weight_format.h"
 
 namespace tf::bench {
 
@@ -41,12 +46,18 @@ struct ShapeBenchOptions {
                                     // ProfileForward use the first)
   ShapeBenchMode mode = ShapeBenchMode::Full;
   bool quick = false;  // 512 context and prefill 512 only (no 8k decode, no 4k/32k prefill)
+  // Ids of kWeightFormats. "bf16": the full report above. Each quantized format (Full mode): decode
+  // b=1/8/32 at 512 (and 8k unless quick) context and prefill 512 (and 4k unless quick) of the forward
+  // with that format's linears (qkv, o, gate_up, down, lm_head; embeddings bf16), next to the bf16 forward
+  // timed the same way. Verify: a sweep per format; ProfileForward: the first format; Linears: bf16 only.
+  std::vector<std::string> formats = {"bf16"};
   int device = 0;
   std::string program = "tf_bench_cuda";  // prefix of the no-device message
 };
 
 // Runs the benchmark and prints its report to stdout. Returns 0, or 2 when there is no usable CUDA
-// device (stderr says why). Throws tf::InvalidRequest for an unknown shape id, tf::Error on failure.
+// device (stderr says why). Throws tf::InvalidRequest for an unknown shape or format id (or a quantized
+// format with Linears), tf::Error on failure.
 int run_shape_bench(const ShapeBenchOptions& opt);
 
 }  // namespace tf::bench

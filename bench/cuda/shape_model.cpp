@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "ops/cuda/attention_mma.h"
 #include "ops/cuda/cuda_backend.h"
+#include "quant_weights.h"
 
 namespace tf::bench {
 
@@ -26,9 +27,11 @@ ShapeLayer make_layer(Backend& be, const ModelShape& sh, int64_t kv_blocks, uint
   const int64_t qd = int64_t(sh.heads) * sh.head_dim, kd = int64_t(sh.kv_heads) * sh.head_dim;
   ShapeLayer L;
   L.qkv = rand_linear(be, qd + 2 * kd, sh.hidden, seed++, m);
-  auto part = [&](int64_t first, int64_t n) {
+  auto part = [&](int64_t first, int64_t n) {  // quantized: scales (and biases) are per output row too
     LinearWeight w = L.qkv;
-    w.weight = L.qkv.weight.slice_rows(first, first + n), w.out_features = n;
+    w.out_features = n;
+    for (Tensor LinearWeight::*t : {&LinearWeight::weight, &LinearWeight::scales, &LinearWeight::biases})
+      if ((L.qkv.*t).defined()) w.*t = (L.qkv.*t).slice_rows(first, first + n);
     return w;
   };
   L.q = part(0, qd), L.k = part(qd, kd), L.v = part(qd + kd, kd);
@@ -53,27 +56,25 @@ void check_cublas(cublasStatus_t st, const char* what) {
 }
 
 LinearWeight rand_linear(Backend& be, int64_t n, int64_t k, uint64_t seed, ShapeModel* m) {
-  LinearWeight w;
-  w.weight = be.alloc({n, k}, DType::BF16);
-  w.in_features = k, w.out_features = n;
-  const float a = std::sqrt(3.f / float(k));  // unit-variance outputs for unit-variance inputs
-  cuda::fill_uniform(be, w.weight, seed, -a, a);
-  m->linear_bytes += n * k * 2;
+  LinearWeight w = rand_linear_weight(be, m->format, n, k, seed);
+  m->linear_bytes += linear_weight_bytes(w);
+  m->linear_params += n * k;
   return w;
 }
 
-ShapeModel make_model(Backend& be, const ModelShape& sh, int64_t kv_tokens) {
-  ShapeModel m{sh, {}, {}, {}, {}, 0, 0};
+ShapeModel make_model(Backend& be, const ModelShape& sh, int64_t kv_tokens, WeightFormat format) {
+  ShapeModel m{sh, {}, {}, {}, {}, format, 0, 0, 0};
   uint64_t seed = 100;
   m.kv_blocks = kv_tokens / kBenchBlock + 64;
   for (int l = 0; l < sh.layers; ++l) m.layers.push_back(make_layer(be, sh, m.kv_blocks, seed, &m));
   m.embed = be.alloc({sh.vocab, sh.hidden}, DType::BF16);
   cuda::fill_uniform(be, m.embed, seed++, -1, 1);
   m.final_norm = rand_norm(be, sh.hidden, seed++);
-  if (sh.tied) {
+  if (sh.tied && format == WeightFormat::Bf16) {
     m.lm_head.weight = m.embed, m.lm_head.in_features = sh.hidden, m.lm_head.out_features = sh.vocab;
     m.linear_bytes += int64_t(sh.vocab) * sh.hidden * 2;
-  } else {
+    m.linear_params += int64_t(sh.vocab) * sh.hidden;
+  } else {  // a quantized tied lm_head keeps the quantized weight (the embedding table is dequantized)
     m.lm_head = rand_linear(be, sh.vocab, sh.hidden, seed++, &m);
   }
   be.synchronize();

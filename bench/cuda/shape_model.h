@@ -1,6 +1,7 @@
 #pragma once
-// The model the shape benchmark runs: a dense decoder of a ModelShape with random bf16 weights and a
-// random KV pool made on the GPU, its activation buffers, and its forward composed from the backend ops
+// The model the shape benchmark runs: a dense decoder of a ModelShape with random weights (linears bf16 or
+// quantized in the device layout, quant_weights.h; norms and embeddings bf16) and a random KV pool made on
+// the GPU, its activation buffers, and its forward composed from the backend ops
 // (the engine's schedule, fusions included) or with cuBLAS linears (the baseline). Internal to
 // tf_shape_bench (shape_bench.cpp).
 #include <cublas_v2.h>
@@ -11,11 +12,13 @@
 
 #include "ops/backend.h"
 #include "shape_bench.h"
+#include "weight_format.h"
 
 namespace tf::bench {
 
 struct ShapeLayer {
-  LinearWeight qkv, q, k, v, o, gate_up, down;  // q, k, v: row views of qkv (the fused projection)
+  LinearWeight qkv, q, k, v, o, gate_up, down;  // q, k, v: row views of qkv (the fused projection, as
+                                                // src/models/weights.cpp fuse_linears makes it)
   Tensor ln1, ln2, q_norm, k_norm;
   KvLayer kv;
 };
@@ -25,14 +28,17 @@ struct ShapeModel {
   std::vector<ShapeLayer> layers;
   Tensor embed, final_norm;
   LinearWeight lm_head;
-  int64_t linear_bytes = 0;  // bytes of every linear weight a decode step reads
+  WeightFormat format;        // of every linear (a quantized model's lm_head too, even when tied)
+  int64_t linear_bytes = 0;   // device bytes of every linear weight a decode step reads (scales included)
+  int64_t linear_params = 0;  // their weights' element count (the FLOPs of a row: 2x)
   int64_t kv_blocks = 0;
 };
 
-// An [n, k] bf16 linear with unit-variance outputs for unit-variance inputs; adds its bytes to m.
+// An [n, k] linear of m's format (quant_weights.h); adds its bytes and parameters to m.
 LinearWeight rand_linear(Backend& be, int64_t n, int64_t k, uint64_t seed, ShapeModel* m);
 // Every layer's weights and a KV pool of at least `kv_tokens` positions (blocks of kBenchBlock).
-ShapeModel make_model(Backend& be, const ModelShape& sh, int64_t kv_tokens);
+ShapeModel make_model(Backend& be, const ModelShape& sh, int64_t kv_tokens,
+                      WeightFormat format = WeightFormat::Bf16);
 
 // Activation buffers for up to `rows` rows, logits for up to `out_rows`.
 struct Acts {

@@ -3,6 +3,7 @@
 // for token (they must be identical), and the speedup and mean accepted length are printed.
 // --shape qwen3-8b|qwen3-0.6b|all: the CUDA backend's roofline benchmark at real model shapes with random
 // weights made on the GPU (bench/cuda/shape_bench.h, the same as tf_bench_cuda); exit code 2 without it.
+// --format bf16,mlx4,mlx8,fp8 (any of them): that forward with quantized linears, next to bf16's.
 // Other modes: --drafter replay (the ceiling of drafting: a replay of the serial run, every draft
 // accepted), --cache-check (time to first token uncached / prompt-cache hit / spill read-back) and
 // --chat-turns N (turn N of a growing conversation, cached vs uncached). Every mode checks that its
@@ -37,6 +38,7 @@ struct BenchArgs {
   std::string pad_drafts = "off";       // EngineOptions::pad_drafts
   std::string shape;                    // --shape: the random-weight shape benchmark instead
   bool quick = false;                   // --shape: 512 context and prefill 512 only
+  std::vector<std::string> formats;     // --shape: weight formats of the linears (empty: bf16)
 };
 
 // A file the model is asked to quote (repetitive work), and an open prompt (free continuation).
@@ -274,6 +276,7 @@ void run_shape(const BenchArgs& a) {
   bench::ShapeBenchOptions opt;
   opt.program = "tensorfold bench";
   opt.quick = a.quick;
+  if (!a.formats.empty()) opt.formats = a.formats;
   if (a.shape != "all") opt.shapes = {a.shape};
   if (const int rc = bench::run_shape_bench(opt); rc != 0) throw CLI::RuntimeError(rc);
 #else
@@ -402,6 +405,20 @@ void add_bench_command(CLI::App& app) {
                     ->check(CLI::IsMember(bench::shape_bench_choices()))
                     ->excludes(model);
   c->add_flag("--quick", a->quick, "--shape: 512 context and prefill 512 only (a short run)")->needs(shape);
+  std::string formats;
+  for (const auto& f : bench::weight_format_choices()) formats += (formats.empty() ? "" : " | ") + f;
+  c->add_option(
+       "--format", a->formats,
+       formats +
+           ", or a comma-separated list (default bf16). --shape: the weight format of the linears. "
+           "bf16: the full --shape report. Each quantized format (MLX 4/8-bit g64, FP8 128x128 blocks): "
+           "decode b=1/8/32 at 512/8k context and prefill 512/4k of the same forward with random "
+           "linears of that format, the roofline fraction on its own bytes, and the ratio to the bf16 "
+           "forward timed alongside (--quick: 512 context, prefill 512)")
+      ->delimiter(',')
+      ->allow_extra_args(false)  // one list an occurrence: a checkpoint after it stays the positional
+      ->check(CLI::IsMember(bench::weight_format_choices()))
+      ->needs(shape);
   c->callback([a] {
     if (!a->shape.empty()) return run_shape(*a);
     run_bench(*a);

@@ -439,7 +439,8 @@ struct FormatRow {
   std::string shape, run;  // "Qwen3-8B", "decode b=1 ctx=512"
   WeightFormat format;
   double ms, floor_ms, tokens;
-  double gb;  // what a decode step reads (linears + KV); 0 for a prefill (its floor counts FLOPs)
+  double gb;           // what a decode step reads (linears + KV); 0 for a prefill (its floor counts FLOPs)
+  const char* timing;  // "graph", "eager" (a decode step whose capture failed), "" for a prefill
 };
 
 constexpr int kFormatPrefills[] = {512, 4096};  // prompt lengths of the format rows (--quick: the first)
@@ -473,10 +474,11 @@ void format_rows(Backend& be, const ModelShape& sh, const std::vector<WeightForm
             s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g);
         const double bytes = decode_bytes(m, batch, ctx);
         char what[64];
-        std::snprintf(what, sizeof what, "decode b=%d ctx=%d%s", batch, ctx, g ? " (graph)" : " (eager)");
-        out->push_back({sh.name, what, f, t, bytes / (c.copy_gbs * 1e9) * 1e3, double(batch), bytes / 1e9});
-        std::printf("  %s %s: %.3f ms, %.0f tok/s, %.2f GB read, %.1f%% of roofline\n", fname, what, t,
-                    batch / (t * 1e-3), bytes / 1e9, 100 * out->back().floor_ms / t);
+        std::snprintf(what, sizeof what, "decode b=%d ctx=%d", batch, ctx);
+        out->push_back({sh.name, what, f, t, bytes / (c.copy_gbs * 1e9) * 1e3, double(batch), bytes / 1e9,
+                        g ? "graph" : "eager"});
+        std::printf("  %s %s (%s): %.3f ms, %.0f tok/s, %.2f GB read, %.1f%% of roofline\n", fname, what,
+                    out->back().timing, t, batch / (t * 1e-3), bytes / 1e9, 100 * out->back().floor_ms / t);
         std::fflush(stdout);
       }
     }
@@ -486,7 +488,7 @@ void format_rows(Backend& be, const ModelShape& sh, const std::vector<WeightForm
       const double t = time_ms(
           s, [&] { forward(be, m, acts, n, 1, rope, ours); }, 1, 3);
       out->push_back(
-          {sh.name, "prefill " + std::to_string(n), f, t, prefill_floor_ms(m, n, c), double(n), 0});
+          {sh.name, "prefill " + std::to_string(n), f, t, prefill_floor_ms(m, n, c), double(n), 0, ""});
       std::printf("  %s prefill %d: %.2f ms, %.0f tok/s, %.1f%% of the GEMM roofline\n", fname, n, t,
                   n / (t * 1e-3), 100 * out->back().floor_ms / t);
       std::fflush(stdout);
@@ -506,7 +508,8 @@ void print_format_summary(const std::vector<FormatRow>& rows, const Ceilings& c)
   for (const FormatRow& r : rows) {
     char gb[32] = "-";
     if (r.gb > 0) std::snprintf(gb, sizeof gb, "%.2f", r.gb);
-    std::printf("| %s | %s | %s | %.3f | %.0f | %s | %.1f%% | %.2fx |\n", r.shape.c_str(), r.run.c_str(),
+    std::printf("| %s | %s%s%s%s | %s | %.3f | %.0f | %s | %.1f%% | %.2fx |\n", r.shape.c_str(),
+                r.run.c_str(), *r.timing ? " (" : "", r.timing, *r.timing ? ")" : "",
                 weight_format_info(r.format).name, r.ms, r.tokens / (r.ms * 1e-3), gb,
                 100 * r.floor_ms / r.ms, bf16_ms(r) / r.ms);
   }
@@ -516,7 +519,7 @@ void print_format_summary(const std::vector<FormatRow>& rows, const Ceilings& c)
       "the bf16 forward's time over this one's, same run)\n",
       c.copy_gbs, c.gemm_tflops);
   for (const FormatRow& r : rows)  // issue 11's batch-1 target (tf_bench_quant checks the same)
-    if (r.format == WeightFormat::Mlx4 && r.run.rfind("decode b=1 ctx=512", 0) == 0) {
+    if (r.format == WeightFormat::Mlx4 && r.run == "decode b=1 ctx=512") {
       const double ratio = bf16_ms(r) / r.ms, frac = r.floor_ms / r.ms;
       std::printf(
           "target %s 4-bit/g64 b=1 ctx 512 (forward): >= 3x bf16 (%.2fx) %s, >= 75%% of roofline "

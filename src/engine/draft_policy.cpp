@@ -197,12 +197,14 @@ bool DraftGuard::allow(int streams) {
   }
   // Drafting: a serial probe when the serial rate is unknown or old. The more drafting wins, the rarer
   // (a serial round then costs the most and a reversal is the least likely). Without a serial rate of its
-  // own, the nearest stream count's ratio (hint) says how much drafting wins.
+  // own, the nearest stream count's ratio (hint) says how much drafting wins. The age is counted in
+  // stream-rounds, as the forgetting is: a serial rate of one stream is forgotten 8x slower, and a probe
+  // every ~100 rounds cost 1 stream on repetitive text 4-8% of its gain (tests/engine/test_guard_sim).
   const double r = ratio(b);
   const double every = double(b.probe_every) * std::clamp(r * r, 1.0, 16.0);
   const bool due = b.off.last < 0
                        ? double(b.rounds) >= std::max(double(o_.min_rounds), b.hint > 1 ? every : 0)
-                       : double(b.rounds - b.off.last) >= every;
+                       : double(b.rounds - b.off.last) * scale(streams) >= every;
   if (!due) return true;
   b.probe_left = o_.probe_rounds;
   b.off = {};
@@ -217,14 +219,18 @@ bool DraftGuard::allows_next(int streams) const {
   return b.probe_left > 0 || b.clock + 1 >= b.next_probe;
 }
 
-std::optional<DraftGuard::Change> DraftGuard::observe(int streams, int tokens, double seconds, bool drafted,
-                                                      bool could_draft) {
+std::optional<DraftGuard::Change> DraftGuard::observe(int streams, int tokens, double seconds, bool enabled,
+                                                      bool could_draft, bool proposed) {
   if (streams <= 0 || seconds <= 0) return std::nullopt;
   Bucket& b = bucket(streams);
-  // New streams' first drafted round also pays the MTP head's catch-up over their prompts: a cost of the
+  // A round where some stream could draft but the guard did not allow it is serial (off); one the guard
+  // allowed is on, whether or not a stream proposed: an enabled round pays drafting's costs (the hidden
+  // states for the MTP head, the drafter's host work, the head's catch-up when it next drafts) either way.
+  enabled = enabled && could_draft;
+  // New streams' first enabled round also pays the MTP head's catch-up over their prompts: a cost of the
   // streams, not of drafting, which would otherwise weigh on the first verdict (at T = 0 too).
-  if (drafted && b.skip_drafted) {
-    b.skip_drafted = false;
+  if (enabled && b.skip_enabled) {
+    b.skip_enabled = false;
     return std::nullopt;
   }
   // Forgetting and evidence in stream-rounds (see DraftGuardOptions::reference_streams).
@@ -237,7 +243,7 @@ std::optional<DraftGuard::Change> DraftGuard::observe(int streams, int tokens, d
     s->sum *= decay;
     s->sum_sq *= decay;
   }
-  Side& s = drafted ? b.on : b.off;
+  Side& s = enabled ? b.on : b.off;
   const double per_stream = double(tokens) / streams, r = per_stream / seconds;
   s.tokens += per_stream;
   s.seconds += seconds;
@@ -246,11 +252,15 @@ std::optional<DraftGuard::Change> DraftGuard::observe(int streams, int tokens, d
   s.sum_sq += r * r;
   s.last = b.rounds++;
   if (could_draft) ++b.clock;
-  if (drafted) ++b.on_fresh;
+  // Verdicts wait for enough rounds that verified proposals: the rate is the enabled rounds', but a
+  // verdict on rounds where the drafter mostly proposed nothing would rest on a handful of proposals (1
+  // stream's first 24 enabled rounds held 9 in tests/engine/test_guard_sim, most of them paying verify
+  // shapes not captured yet, and turned drafting off for a run that it won 1.7x).
+  if (enabled && proposed) ++b.on_fresh;
   if (b.probe_left > 0) {
-    // A drafted probe counts drafted rounds only: a round where no stream drafted (none could, or their
-    // own policy chose not to) tells nothing about drafting and costs nothing.
-    if (!b.drafting && !drafted) return std::nullopt;
+    // A drafted probe counts enabled rounds only: a round where no stream could draft (`draft: false`
+    // requests) tells nothing about drafting and costs nothing.
+    if (!b.drafting && !enabled) return std::nullopt;
     ++probe_rounds_;
     --b.probe_left;
     // A drafted probe losing far beyond noise ends now (it cannot turn drafting on but by luck).
@@ -260,10 +270,10 @@ std::optional<DraftGuard::Change> DraftGuard::observe(int streams, int tokens, d
       b.probe_left = 0;
     return b.probe_left == 0 ? end_probe(b, streams) : std::nullopt;
   }
-  // Drafting, with a recent serial rate to compare against: judged every drafted round once there are
+  // Drafting, with a recent serial rate to compare against: judged every enabled round once there are
   // enough of them that one slow round (noise) cannot decide. A loss beyond probe_abort is judged after
   // half as many rounds, a deep one (deep_loss) after min_rounds rounds of any stream count.
-  if (b.drafting && drafted && b.off.weight > 0.5 &&
+  if (b.drafting && enabled && b.off.weight > 0.5 &&
       b.on.rate() < b.off.rate() * (par(streams) - o_.margin)) {
     const bool clear = b.on.rate() < b.off.rate() * (par(streams) - o_.probe_abort);
     const int need = clear ? std::max(1, min_rounds / 2) : min_rounds;
@@ -281,7 +291,7 @@ std::optional<DraftGuard::Change> DraftGuard::end_probe(Bucket& b, int streams) 
     b.backoff = o_.backoff;
     return std::nullopt;
   }
-  // A drafted probe: on only when it clearly wins (rounds where the drafter proposed nothing do not count).
+  // A drafted probe: on only when its enabled rounds clearly win (proposals or not: they all paid).
   if (b.on_fresh > 0 && b.on.rate() > b.off.rate() * (par(streams) + o_.margin))
     return turn(b, true, streams);
   back_off(b, streams);
@@ -308,7 +318,15 @@ void DraftGuard::workload_changed() {
     // only: it would otherwise be set by the first new round. A recent one stays (busy servers have new
     // streams every few rounds: drafting must still be judged).
     if (b.on.weight < o_.min_rounds) b.on_fresh = 0;
-    b.skip_drafted = true;
+    b.skip_enabled = true;
+    // The drafted rate is the old workload's: it keeps at most min_rounds stream-rounds of weight, so that
+    // the new one's rounds soon dominate it (one stream's free text after a repetitive request otherwise
+    // drafted at a loss for ~150 rounds while the repetitive rate was forgotten).
+    const double cap = o_.min_rounds / scale(std::min(key, 8));  // buckets above 8: at least 8 streams
+    if (b.drafting && b.on.weight > cap) {
+      const double f = cap / b.on.weight;
+      b.on.tokens *= f, b.on.seconds *= f, b.on.weight *= f, b.on.sum *= f, b.on.sum_sq *= f;
+    }
     // A sure loss stands: new streams are mostly more of the same, and a probe costs them more than its
     // rounds (their catch-up, their progress spread). Any change is still found within max_backoff.
     if (b.drafting || b.probe_left > 0 || b.sure) continue;

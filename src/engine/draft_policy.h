@@ -52,9 +52,14 @@ int choose_draft_length(DraftStats& s, double row_cost, int max_k, double draft_
 // terms. The per-stream policy above models the forward's cost, but not the host work around it (the
 // drafter's own forwards and sampling, hidden-state copies, verification and bookkeeping), which dominates
 // when the forward is fast. So the guard measures what the user sees: tokens emitted per second of
-// whole-round wall time, per decoding stream, separately for rounds where some stream drafted and rounds
-// where none did, keyed by the number of decoding streams (a round's time depends on it), with
-// exponential forgetting. When drafted rounds deliver fewer tokens/s than serial ones by more than
+// whole-round wall time, per decoding stream, separately for rounds where drafting was enabled (the guard
+// allowed it and some stream could draft, whether or not a stream proposed: an enabled round pays the
+// MTP head's hidden states and the drafter's host work either way) and rounds where it was not, keyed by
+// the number of decoding streams (a round's time depends on it), with exponential forgetting. (Judging
+// "some stream proposed" against "everything else" put enabled rounds without a proposal on the serial
+// side, polluting it with drafting's costs: on the H200, 1 stream at T = 0.7 ran 0.93x on free text and
+// the guard never saw it, docs/drafting.md.) When enabled rounds deliver fewer tokens/s than serial ones
+// by more than
 // `margin`, drafting (every source) is switched off for that stream count for a backoff period that doubles
 // while it keeps losing; short drafted probe windows then check whether it pays again (as do serial probes,
 // rarer and rarer, while it is on). The backoff also grows with the measured loss (probe_budget), and a
@@ -64,13 +69,13 @@ int choose_draft_length(DraftStats& s, double row_cost, int max_k, double draft_
 // in min_rounds (one stream's acceptance comes in phases: judged on 6 rounds it switched drafting off in a
 // bad phase although drafting won 1.1-2.1x over a run, tests/engine/test_guard_sim); a deep loss
 // (deep_loss) is judged after min_rounds rounds at any stream count.
-// A loss beyond `sure_noise` standard errors of the drafted rounds' rate is *sure*: the next probe waits
+// A loss beyond `sure_noise` standard errors of the enabled rounds' rate is *sure*: the next probe waits
 // max_backoff rounds and new streams do not hasten it (each probe pays the new streams' catch-up and
 // spreads their progress; one a run cost 8 streams at T = 0.7 5-15% of the demo bench). After a loss within
 // noise, new streams (a changed workload, e.g. greedy requests arriving) bring the next probe to at most
 // one base backoff after the off period began. The backoff counts only rounds where some stream could
-// draft (`draft: false` requests neither pay for nor wait out a verdict), and a drafted probe counts only
-// rounds that drafted. A stream count seen for the first time takes the verdict of the nearest stream count
+// draft (`draft: false` requests neither pay for nor wait out a verdict), and so does a drafted probe
+// (its enabled rounds). A stream count seen for the first time takes the verdict of the nearest stream count
 // within two: off when that one is off (streams finishing one by one would otherwise pay a first window at
 // every count), and when on, its drafted/serial ratio spaces the first serial probe (at T = 0 a 16-round
 // serial probe in the tail cost 8 streams 10-30% of drafting's gain). At more than one stream, drafting
@@ -78,7 +83,7 @@ int choose_draft_length(DraftStats& s, double row_cost, int max_k, double draft_
 struct DraftGuardOptions {
   double decay = 0.95;    // forgetting per measured round of the same stream count (reference_streams)
   double margin = 0.04;   // relative difference taken as noise (hysteresis both ways)
-  int min_rounds = 6;     // drafted rounds before drafting may be judged (of reference_streams streams)
+  int min_rounds = 6;     // enabled rounds before drafting may be judged (of reference_streams streams)
   int probe_rounds = 16;  // rounds in a probe window (6 was too few: lucky context-copy runs, run 22)
   int backoff = 64;       // rounds off after drafting first loses; doubles while it keeps losing
   int max_backoff = 1024;
@@ -88,12 +93,12 @@ struct DraftGuardOptions {
   // loss (probe_rounds x (serial rate / drafted rate - 1) round-equivalents) is this fraction of the rounds
   // in between (up to max_backoff). At 0.9x a 16-round probe costs 1.8 rounds: 356 rounds apart, not 64.
   double probe_budget = 0.005;
-  // A drafted probe ends early, still off, once it has min_rounds drafted rounds and they deliver less
+  // A drafted probe ends early, still off, once it has min_rounds enabled rounds and they deliver less
   // than serial by this much (far beyond noise: such a probe could only have turned drafting on by luck).
   double probe_abort = 0.1;
   int reference_streams = 8;  // rounds of fewer streams count as streams / reference_streams of a round
   double sure_noise = 2;      // a loss beyond this many standard errors is sure (0: never)
-  // A loss deeper than this (and sure) is judged after min_rounds drafted rounds whatever the stream count
+  // A loss deeper than this (and sure) is judged after min_rounds enabled rounds whatever the stream count
   // (a slow drafter at 1 stream would otherwise pay 24 rounds at, say, 0.7x before its verdict).
   double deep_loss = 0.3;
   // The drafted/serial ratio of per-stream rates that counts as even at 8 streams (scaled by 1 - 1/n): the
@@ -116,10 +121,13 @@ class DraftGuard {
     double drafted_rate, serial_rate;  // tokens/s per stream, whole-round wall time
   };
   // A round of `streams` decoding streams (and nothing else) emitted `tokens` in `seconds` of wall time;
-  // `drafted` = some stream drafted in it; `could_draft` = some stream's request allowed drafting (rounds
-  // where none did measure the serial rate but do not count toward a backoff).
-  std::optional<Change> observe(int streams, int tokens, double seconds, bool drafted,
-                                bool could_draft = true);
+  // `enabled` = allow() said yes for it (streams may draft; whether any proposed does not matter);
+  // `could_draft` = some stream's request allowed drafting. The round is on the drafted side when both
+  // hold; otherwise serial (rounds where no stream could draft measure the serial rate but do not count
+  // toward a backoff or a probe). `proposed` = some stream proposed drafts: the drafted side's verdicts
+  // wait for min_rounds such rounds.
+  std::optional<Change> observe(int streams, int tokens, double seconds, bool enabled,
+                                bool could_draft = true, bool proposed = true);
   // New streams began decoding: after a loss within noise, probe again soon.
   void workload_changed();
   int buckets_off() const;  // stream counts for which drafting is off now
@@ -143,8 +151,8 @@ class DraftGuard {
     int64_t next_probe = 0;    // while off: clock at which the next drafted probe starts
     int64_t off_since = 0;     // while off: clock at which the current off period began
     int probe_left = 0;        // rounds left in the current probe window (of the other state)
-    int on_fresh = 0;          // drafted samples since drafting was last (re)judged
-    bool skip_drafted = true;  // the next drafted round is not measured (new streams: the head catches up)
+    int on_fresh = 0;          // enabled samples with proposals since drafting was last (re)judged
+    bool skip_enabled = true;  // the next enabled round is not measured (new streams: the head catches up)
     bool sure = false;         // while off: the loss was beyond noise (new streams do not hasten a probe)
     int backoff = 0, probe_every = 0;
     double hint = 1;  // drafted/serial ratio of the nearest stream count, until this one has a serial rate

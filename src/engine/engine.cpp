@@ -538,27 +538,31 @@ class EngineImpl final : public Engine {
       }
     }
     if (guard_)
-      judge_round(round_t0, decoding, int(parts.size()), emitted, drafted, could_draft, started, captured);
+      judge_round(round_t0, decoding, int(parts.size()), emitted, drafts_ok, could_draft, drafted, started,
+                  captured);
   }
 
   // Feeds the guard a round that decoded streams and did nothing else (a prefill chunk's time would
   // count against whichever side it fell on) and whose forward captured no CUDA graph. New streams tell it
-  // the workload changed; the round that samples a stream's first token is not measured. `could_draft`: some
-  // decoding stream's request allows drafting (rounds of `draft: false` requests alone do not count toward
-  // the guard's backoffs).
+  // the workload changed; the round that samples a stream's first token is not measured. `enabled`: the
+  // guard allowed drafting this round (it is judged as drafting whether or not a stream proposed: such a
+  // round still paid the hidden states for the MTP head and the drafter's host work); `could_draft`: some
+  // decoding stream's request allows drafting (rounds of `draft: false` requests alone count as serial and
+  // not toward the guard's backoffs); `proposed`: some stream proposed drafts.
   void judge_round(std::chrono::steady_clock::time_point t0, int decoding, int parts, int emitted,
-                   bool drafted, bool could_draft, bool started, bool captured) {
+                   bool enabled, bool could_draft, bool proposed, bool started, bool captured) {
     if (started) guard_->workload_changed();  // (its first token came from a prompt: not measured)
     if (started || captured || decoding == 0 || parts != decoding) return;
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const auto change = guard_->observe(decoding, emitted, seconds, drafted, could_draft);
+    const auto change = guard_->observe(decoding, emitted, seconds, enabled, could_draft, proposed);
     if (!change) return;
     std::ostringstream m;
     m.precision(1);
-    m << std::fixed << "draft guard: " << (drafter_ ? std::string(drafter_->name()) + " + context-copy" : "context-copy")
-      << " drafting " << (change->on ? "on" : "off")
-      << " for rounds of " << change->streams << " stream(s): drafted rounds " << change->drafted_rate
-      << " tok/s per stream, serial " << change->serial_rate << " tok/s per stream (wall time)";
+    m << std::fixed
+      << "draft guard: " << (drafter_ ? std::string(drafter_->name()) + " + context-copy" : "context-copy")
+      << " drafting " << (change->on ? "on" : "off") << " for rounds of " << change->streams
+      << " stream(s): drafting-enabled rounds " << change->drafted_rate << " tok/s per stream, serial "
+      << change->serial_rate << " tok/s per stream (wall time)";
     log_info(m.str());
     std::lock_guard<std::mutex> lock(mu_);
     stats_.draft_guard_switches = guard_->switches();

@@ -59,16 +59,18 @@ int choose_draft_length(DraftStats& s, double row_cost, int max_k, double draft_
 // "some stream proposed" against "everything else" put enabled rounds without a proposal on the serial
 // side, polluting it with drafting's costs: on the H200, 1 stream at T = 0.7 ran 0.93x on free text and
 // the guard never saw it, docs/drafting.md.) When enabled rounds deliver fewer tokens/s than serial ones
-// by more than
-// `margin`, drafting (every source) is switched off for that stream count for a backoff period that doubles
-// while it keeps losing; short drafted probe windows then check whether it pays again (as do serial probes,
-// rarer and rarer, while it is on). The backoff also grows with the measured loss (probe_budget), and a
-// probe that loses badly ends early (probe_abort).
+// by more than `margin`, drafting (every source) is switched off for that stream count for a backoff
+// period that doubles while it keeps losing; short drafted probe windows then check whether it pays again
+// (as do serial probes, rarer and rarer, while it is on). The backoff also grows with the measured loss
+// (probe_budget), and a probe that loses badly ends early (probe_abort).
 // Evidence is counted in stream-rounds: a round of n streams averages n streams' acceptance, so a round
-// of fewer than `reference_streams` streams weighs n / reference_streams of a round in the forgetting and
-// in min_rounds (one stream's acceptance comes in phases: judged on 6 rounds it switched drafting off in a
-// bad phase although drafting won 1.1-2.1x over a run, tests/engine/test_guard_sim); a deep loss
-// (deep_loss) is judged after min_rounds rounds at any stream count.
+// of fewer than `reference_streams` streams weighs n / reference_streams of a round in the forgetting, in
+// the age that makes a serial probe due, and in min_rounds (one stream's acceptance comes in phases:
+// judged on 6 rounds it switched drafting off in a bad phase although drafting won 1.1-2.1x over a run,
+// tests/engine/test_guard_sim); a deep loss (deep_loss) is judged after min_rounds rounds at any stream
+// count. min_rounds counts enabled rounds where some stream proposed (rounds without a proposal tell
+// drafting's cost, not what its drafts deliver). New streams cap the drafted side's weight at min_rounds
+// stream-rounds, so that a new workload is soon judged on its own rounds.
 // A loss beyond `sure_noise` standard errors of the enabled rounds' rate is *sure*: the next probe waits
 // max_backoff rounds and new streams do not hasten it (each probe pays the new streams' catch-up and
 // spreads their progress; one a run cost 8 streams at T = 0.7 5-15% of the demo bench). After a loss within

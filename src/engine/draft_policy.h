@@ -85,7 +85,7 @@ int choose_draft_length(DraftStats& s, double row_cost, int max_k, double draft_
 struct DraftGuardOptions {
   double decay = 0.95;    // forgetting per measured round of the same stream count (reference_streams)
   double margin = 0.04;   // relative difference taken as noise (hysteresis both ways)
-  int min_rounds = 6;     // enabled rounds before drafting may be judged (of reference_streams streams)
+  int min_rounds = 6;     // enabled rounds with proposals before a verdict (of reference_streams streams)
   int probe_rounds = 16;  // rounds in a probe window (6 was too few: lucky context-copy runs, run 22)
   int backoff = 64;       // rounds off after drafting first loses; doubles while it keeps losing
   int max_backoff = 1024;

@@ -10,8 +10,8 @@
 // - every extra verify row adds `row`; a forward whose shape (its row count) was not seen twice before
 //   runs eagerly (+`eager`), and the third use captures the graph (+`capture`; the engine feeds such a
 //   round to neither the guard nor the cost model: Model::Outputs::graph_captured);
-// - a round where some stream drafted pays host work (`drafted_fixed`: hidden-state copy, verification
-//   bookkeeping) plus one MTP head forward and host sample per chained draft (`mtp_step`); the first
+// - a round where some stream drafted pays host work (`drafted_fixed`: verification bookkeeping) plus
+//   one MTP head forward and host sample per chained draft (`mtp_step`); the first
 //   drafted round after a gap pays the head's catch-up (`catch_up`; over the prompt: `prompt_catch_up`);
 // - a round where the engine asks the forward for hidden states (drafting enabled and some stream may draft,
 //   whether or not one proposes; also the round before a drafted probe) pays their read-back (`hidden`);

@@ -14,6 +14,7 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <mutex>
 #include <type_traits>
 #include <unordered_map>
@@ -29,8 +30,16 @@
 namespace tf::cuda {
 namespace {
 
-constexpr int kWarps = 8;          // K slices: must equal linear.cu's (same arithmetic)
-int g_loads_per_step = 0;          // K chunks a warp loads per step for M <= 16; 0: by width (auto)
+constexpr int kWarps = 8;  // K slices: must equal linear.cu's (same arithmetic)
+int g_loads_per_step = 0;  // K chunks a warp loads per step for M <= 16; 0: by width (auto)
+// q4_decode_kernel's x in shared memory: rows up to this many bytes (with its 5 KB of static shared memory
+// it stays under the 48 KB a block gets without opting in; the occupancy is computed for this size).
+constexpr int kXsMaxBytes = 40 << 10;
+// TF_X_SMEM=0 (measurements): q4_decode_kernel keeps x in registers, a quad ahead, at one token too.
+const bool g_x_smem = [] {
+  const char* v = std::getenv("TF_X_SMEM");
+  return !(v && v[0] == '0');
+}();
 constexpr int kDequantMinM = 128;  // from here on: dequantize to bf16 + the tiled bf16 linear
 constexpr size_t kDequantMaxBytes = size_t(256) << 20;  // ... unless the transient bf16 copy exceeds this
 
@@ -139,11 +148,17 @@ __global__ void __launch_bounds__(kWarps * 32)
 // multiple of D, loads the next tile's first D quads while it computes this tile's last D, so the loads
 // stay in flight through the slice sum and store. Chunks of a slice outside whole quads (slice ends off
 // a multiple of 4, or at and past quad_chunks) are done one at a time, in order.
-template <int NT, int D>
+// XS (one token, NT = 1): x is copied into shared memory once a block (k * 2 bytes of dynamic shared memory)
+// and read from there, not held a quad ahead in registers: the kernel no longer spills (it had 80 bytes of
+// stack at its 128-register cap) and waits on no x round trips (ncu, run 77: long-scoreboard stalls, DRAM
+// 30% busy). The 4-bit 8B forward at b=1: 3.60 -> 2.43 ms (run 78). Same x values, same arithmetic.
+template <int NT, int D, bool XS = false>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     q4_decode_kernel(const __nv_bfloat16* x, QArgs q, const void* __restrict__ bias, int bias_kind,
                      void* __restrict__ y, bool y_f32, int m, int n, int k, int m_tiles) {
+  static_assert(!XS || NT == 1, "x in shared memory: one token");
   __shared__ float red[kWarps][NT * 8][16];
+  extern __shared__ uint4 x_smem[];  // XS: x's k values
   pdl_launch_dependents();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
@@ -193,6 +208,10 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   int pa = row_a(blockIdx.x), pb = row_b(blockIdx.x);
   first_quads(pa, pb);
   pdl_wait();  // weights are constant; x is not
+  if constexpr (XS) {
+    for (int i = threadIdx.x; i < k / 8; i += kWarps * 32) x_smem[i] = ld_act16(x + 8 * i);
+    __syncthreads();
+  }
 
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const int m_tile = tile % m_tiles, n0 = tile / m_tiles * 16, m0 = m_tile * NT * 8;
@@ -209,7 +228,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     auto step = [&](const uint4& a, const uint4& b, int c) {
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
-        const uint4 xv = ld_act16(xr[j] + c * 32);
+        const uint4 xv = XS ? x_smem[4 * c + t] : ld_act16(xr[j] + c * 32);
         mma_chunk(acc[j], a, b, xv);
       }
     };
@@ -230,10 +249,11 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 #pragma unroll
       for (int e = 0; e < 4; ++e) dst[e] = ld_act16(xr[0] + (4 * quad + e) * 32);
     };
-    if constexpr (NT == 1)
+    constexpr bool kXAhead = NT == 1 && !XS;
+    if constexpr (kXAhead)
       if (qb < qe) load_xq(qb, xq);
     auto step_x = [&](const uint4& a, const uint4& b, int c, int e) {
-      if constexpr (NT == 1) {
+      if constexpr (kXAhead) {
         mma_chunk(acc[0], a, b, xq[e]);
       } else {
         step(a, b, c);
@@ -243,7 +263,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 #pragma unroll
       for (int i = 0; i < D; ++i) {
         if (qd + i >= qe) break;
-        if constexpr (NT == 1)
+        if constexpr (kXAhead)
           if (qd + i + 1 < qe) load_xq(qd + i + 1, xn);
         // Dequantize the slot first, then reload it (no register copies of the raw words).
         const uint4 a0 = dequant<kMlxBf16, 4>(Raw{wa[i].x, 0, sa[i][0], 0});
@@ -264,7 +284,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
         step_x(a1, b1, c + 1, 1);
         step_x(a2, b2, c + 2, 2);
         step_x(a3, b3, c + 3, 3);
-        if constexpr (NT == 1) {
+        if constexpr (kXAhead) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) xq[e] = xn[e];
         }
@@ -319,7 +339,7 @@ __global__ void random_bytes_kernel(uint8_t* p, size_t bytes, uint64_t seed, uin
 
 // Blocks of a kWarps-warp kernel resident on the whole device at once (the persistent decode grid),
 // cached per kernel: one GPU model per process assumed.
-int resident_blocks(const void* kernel) {
+int resident_blocks(const void* kernel, size_t smem = 0) {
   static std::mutex mu;
   static std::unordered_map<const void*, int> cache;
   std::lock_guard<std::mutex> lock(mu);
@@ -327,7 +347,7 @@ int resident_blocks(const void* kernel) {
   int dev = 0, sms = 0, per_sm = 0;
   TF_CUDA_CHECK(cudaGetDevice(&dev));
   TF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  TF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, 0));
+  TF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, smem));
   return cache[kernel] = std::max(1, sms * per_sm);
 }
 
@@ -340,6 +360,7 @@ void prime_q4_grids() {
                         reinterpret_cast<const void*>(q4_decode_kernel<2, 2>),
                         reinterpret_cast<const void*>(q4_decode_kernel<2, 4>)})
     resident_blocks(k);
+  resident_blocks(reinterpret_cast<const void*>(q4_decode_kernel<1, 4, true>), kXsMaxBytes);
 }
 
 // log2(group / 32); 30 when there is one group per row (any group size); -1 when unsupported.
@@ -519,7 +540,17 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
           kernel = quads == 1   ? q4_decode_kernel<NT, 1>
                    : quads == 2 ? q4_decode_kernel<NT, 2>
                                 : q4_decode_kernel<NT, 4>;
-          grid = std::min(grid, resident_blocks(reinterpret_cast<const void*>(kernel)));
+          size_t smem = 0;
+          if constexpr (NT == 1)
+            if (m == 1 && quads == 4 && g_x_smem && k * 2 <= kXsMaxBytes) {
+              kernel = q4_decode_kernel<1, 4, true>;
+              smem = size_t(k) * 2;
+            }
+          grid =
+              std::min(grid, resident_blocks(reinterpret_cast<const void*>(kernel), smem ? kXsMaxBytes : 0));
+          launch_pdl(kernel, dim3(grid), dim3(kWarps * 32), smem, s, xp, q, bias, bias_kind, y.raw(), y_f32,
+                     m, int(n), int(k), m_tiles);
+          return;
         }
       launch_pdl(kernel, dim3(grid), dim3(kWarps * 32), 0, s, xp, q, bias, bias_kind, y.raw(), y_f32, m,
                  int(n), int(k), m_tiles);

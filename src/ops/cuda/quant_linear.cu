@@ -32,9 +32,9 @@ namespace {
 
 constexpr int kWarps = 8;  // K slices: must equal linear.cu's (same arithmetic)
 int g_loads_per_step = 0;  // K chunks a warp loads per step for M <= 16; 0: by width (auto)
-// q4_decode_kernel's x in shared memory: rows up to this many bytes (with its 5 KB of static shared memory
-// it stays under the 48 KB a block gets without opting in; the occupancy is computed for this size).
-constexpr int kXsMaxBytes = 40 << 10;
+// q4_decode_kernel's x in shared memory: the call's rows up to this many bytes (opted in once; with the 4 KB
+// of static shared memory two blocks still fit an SM; the occupancy is computed for this size).
+constexpr int kXsMaxBytes = 96 << 10;
 // TF_X_SMEM=0 (measurements): q4_decode_kernel keeps x in registers, a quad ahead, at one token too.
 const bool g_x_smem = [] {
   const char* v = std::getenv("TF_X_SMEM");
@@ -148,17 +148,18 @@ __global__ void __launch_bounds__(kWarps * 32)
 // multiple of D, loads the next tile's first D quads while it computes this tile's last D, so the loads
 // stay in flight through the slice sum and store. Chunks of a slice outside whole quads (slice ends off
 // a multiple of 4, or at and past quad_chunks) are done one at a time, in order.
-// XS (one token, NT = 1): x is copied into shared memory once a block (k * 2 bytes of dynamic shared memory)
-// and read from there, not held a quad ahead in registers: the kernel no longer spills (it had 80 bytes of
-// stack at its 128-register cap) and waits on no x round trips (ncu, run 77: long-scoreboard stalls, DRAM
-// 30% busy). The 4-bit 8B forward at b=1: 3.60 -> 2.43 ms (run 78). Same x values, same arithmetic.
+// XS (NT = 1: up to 8 tokens): the call's x rows are copied into shared memory once a block (m * k * 2
+// bytes of dynamic shared memory) and read from there, not held a quad ahead in registers: the kernel no
+// longer spills (it had 80 bytes of stack at its 128-register cap) and waits on no x round trips (ncu, run
+// 77: long-scoreboard stalls, DRAM 30% busy). The 4-bit 8B forward at b=1: 3.60 -> 2.43 ms (run 78). Same x
+// values, same arithmetic.
 template <int NT, int D, bool XS = false>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     q4_decode_kernel(const __nv_bfloat16* x, QArgs q, const void* __restrict__ bias, int bias_kind,
                      void* __restrict__ y, bool y_f32, int m, int n, int k, int m_tiles) {
-  static_assert(!XS || NT == 1, "x in shared memory: one token");
+  static_assert(!XS || NT == 1, "x in shared memory: one token tile");
   __shared__ float red[kWarps][NT * 8][16];
-  extern __shared__ uint4 x_smem[];  // XS: x's k values
+  extern __shared__ uint4 x_smem[];  // XS: x's m rows of k values
   pdl_launch_dependents();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
@@ -208,8 +209,10 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   int pa = row_a(blockIdx.x), pb = row_b(blockIdx.x);
   first_quads(pa, pb);
   pdl_wait();  // weights are constant; x is not
+  // XS: lane g's token row (rows past m read row 0: their MMA column is never stored), in 16-byte units.
+  const int x_row = XS && g < m ? g * (k / 8) : 0;
   if constexpr (XS) {
-    for (int i = threadIdx.x; i < k / 8; i += kWarps * 32) x_smem[i] = ld_act16(x + 8 * i);
+    for (int i = threadIdx.x; i < m * (k / 8); i += kWarps * 32) x_smem[i] = ld_act16(x + 8 * int64_t(i));
     __syncthreads();
   }
 
@@ -228,7 +231,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     auto step = [&](const uint4& a, const uint4& b, int c) {
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
-        const uint4 xv = XS ? x_smem[4 * c + t] : ld_act16(xr[j] + c * 32);
+        const uint4 xv = XS ? x_smem[x_row + 4 * c + t] : ld_act16(xr[j] + c * 32);
         mma_chunk(acc[j], a, b, xv);
       }
     };
@@ -339,11 +342,14 @@ __global__ void random_bytes_kernel(uint8_t* p, size_t bytes, uint64_t seed, uin
 
 // Blocks of a kWarps-warp kernel resident on the whole device at once (the persistent decode grid),
 // cached per kernel: one GPU model per process assumed.
+// smem: the dynamic shared memory the kernel is launched with at most (opted in here when over 48 KB).
 int resident_blocks(const void* kernel, size_t smem = 0) {
   static std::mutex mu;
   static std::unordered_map<const void*, int> cache;
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = cache.find(kernel); it != cache.end()) return it->second;
+  if (smem > (48 << 10))
+    TF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   int dev = 0, sms = 0, per_sm = 0;
   TF_CUDA_CHECK(cudaGetDevice(&dev));
   TF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -542,9 +548,9 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
                                 : q4_decode_kernel<NT, 4>;
           size_t smem = 0;
           if constexpr (NT == 1)
-            if (m == 1 && quads == 4 && g_x_smem && k * 2 <= kXsMaxBytes) {
+            if (quads == 4 && g_x_smem && int64_t(m) * k * 2 <= kXsMaxBytes) {
               kernel = q4_decode_kernel<1, 4, true>;
-              smem = size_t(k) * 2;
+              smem = size_t(m) * k * 2;
             }
           grid =
               std::min(grid, resident_blocks(reinterpret_cast<const void*>(kernel), smem ? kXsMaxBytes : 0));

@@ -203,15 +203,29 @@ __device__ __forceinline__ void chunk_pv(const __nv_bfloat16* Vs, int lane, cons
 // positions, and the staging of K/V chunks and Q into shared memory by the block's NT threads (cp.async;
 // positions outside [ulo, uhi] are zero-filled). Both kernels stage through it: the same bytes land in
 // shared memory whichever kernel runs.
-template <int D, int NT>
+template <int D, int NT, bool UNROLL = false>
 struct Tile {
   static constexpr int RS = D + 8;
+  // UNROLL (the wide kernel): a thread copies the same 16-byte column of every kRowStep-th row of a chunk:
+  // unit i = tid + NT * j is row i / (D / 8), column (i % (D / 8)) * 8, so the column and the first row are
+  // per-thread constants and the kIters copies of a chunk unroll (their table loads issue together). The
+  // loop it replaced (per-unit division, 64-bit products, a sign extension per address) drew a quarter of
+  // the wide kernel's stall samples (run 70, ncu source counters); run 82: prefill attention 4k 1.024 ->
+  // 0.94 ms, 32k 59.7 -> 53.8 ms. In the narrow kernel (decode) the unrolled copies cost 4% of the 8B b=1
+  // step (16 table loads a thread at 255 registers): it keeps the loop.
+  static constexpr int kUnitsPerRow = D / 8, kRowStep = NT / kUnitsPerRow, kIters = kC / kRowStep;
+  static_assert(NT % kUnitsPerRow == 0 && kIters * kRowStep == kC,
+                "a thread's units: one column, every kRowStep-th row");
   const int32_t* table;
-  int bs, bs_shift, hk, kvh, tid, ulo, uhi;
+  int bs, bs_shift, ulo, uhi;
+  int row0, col;       // this thread's first row in a chunk and its column
+  int64_t lane_off;    // kvh * D + col: the thread's offset inside a pool slot's K (or V) row
+  int64_t slot_elems;  // hk * D: elements a pool slot holds
+  int hk, kvh;
   Range first;  // the tile's first row's range
 
   __device__ Tile(const DeviceMeta& meta, int r_first, int nrows, int window, int hk_, int kvh_)
-      : hk(hk_), kvh(kvh_), tid(threadIdx.x) {
+      : hk(hk_), kvh(kvh_) {
     const int seq = meta.row_seq[r_first];
     table = meta.tables + meta.table_offsets[seq];
     bs = meta.block_size;
@@ -220,31 +234,59 @@ struct Tile {
     bs_shift = (bs & (bs - 1)) == 0 ? __ffs(bs) - 1 : -1;
     first = row_range(meta, r_first, window);
     ulo = first.lo, uhi = row_range(meta, r_first + nrows - 1, window).pos;
+    row0 = int(threadIdx.x) / kUnitsPerRow, col = (int(threadIdx.x) % kUnitsPerRow) * 8;
+    lane_off = int64_t(kvh) * D + col, slot_elems = int64_t(hk) * D;
   }
-  __device__ __forceinline__ int64_t slot_of(int p) const {  // p >= 0
+  __device__ __forceinline__ int slot_of(int p) const {  // p >= 0; slots < 2^31
+    return bs_shift >= 0 ? table[p >> bs_shift] * bs + (p & (bs - 1)) : table[p / bs] * bs + p % bs;
+  }
+  __device__ __forceinline__ const __nv_bfloat16* src(const __nv_bfloat16* pool, int p) const {
+    return pool + (int64_t(slot_of(p)) * slot_elems + lane_off);
+  }
+  __device__ __forceinline__ int64_t slot64(int p) const {  // the loop's form
     return bs_shift >= 0 ? int64_t(table[p >> bs_shift]) * bs + (p & (bs - 1))
                          : int64_t(table[p / bs]) * bs + p % bs;
   }
   // K (or V) rows of chunk c, zeros outside [ulo, uhi].
   __device__ __forceinline__ void stage(__nv_bfloat16* dst, const __nv_bfloat16* pool, int c) const {
     const int c0 = c * kC;
-    for (int i = tid; i < kC * (D / 8); i += NT) {
-      const int row = i / (D / 8), col = (i % (D / 8)) * 8, p = c0 + row;
-      const bool in = p >= ulo && p <= uhi;
-      const int64_t off = in ? slot_of(p) * hk * D + int64_t(kvh) * D + col : 0;
-      cp_async16(dst + row * RS + col, pool + off, in);
+    if constexpr (UNROLL) {
+#pragma unroll
+      for (int j = 0; j < kIters; ++j) {
+        const int row = row0 + j * kRowStep, p = c0 + row;
+        const bool in = p >= ulo && p <= uhi;
+        cp_async16(dst + row * RS + col, in ? src(pool, p) : pool, in);
+      }
+    } else {
+      for (int i = threadIdx.x; i < kC * (D / 8); i += NT) {
+        const int row = i / (D / 8), cl = (i % (D / 8)) * 8, p = c0 + row;
+        const bool in = p >= ulo && p <= uhi;
+        const int64_t off = in ? slot64(p) * hk * D + int64_t(kvh) * D + cl : 0;
+        cp_async16(dst + row * RS + cl, pool + off, in);
+      }
     }
   }
   // Only the rows p in [lo, hi] of chunk c (and, with `zeros`, the zero fill outside [ulo, uhi]).
   __device__ __forceinline__ void stage_part(__nv_bfloat16* dst, const __nv_bfloat16* pool, int c, int lo,
                                              int hi, bool zeros) const {
     const int c0 = c * kC;
-    for (int i = tid; i < kC * (D / 8); i += NT) {
-      const int row = i / (D / 8), col = (i % (D / 8)) * 8, p = c0 + row;
-      if (p >= lo && p <= hi)
-        cp_async16(dst + row * RS + col, pool + slot_of(p) * hk * D + int64_t(kvh) * D + col, true);
-      else if (zeros && (p < ulo || p > uhi))
-        cp_async16(dst + row * RS + col, pool, false);
+    if constexpr (UNROLL) {
+#pragma unroll
+      for (int j = 0; j < kIters; ++j) {
+        const int row = row0 + j * kRowStep, p = c0 + row;
+        if (p >= lo && p <= hi)
+          cp_async16(dst + row * RS + col, src(pool, p), true);
+        else if (zeros && (p < ulo || p > uhi))
+          cp_async16(dst + row * RS + col, pool, false);
+      }
+    } else {
+      for (int i = threadIdx.x; i < kC * (D / 8); i += NT) {
+        const int row = i / (D / 8), cl = (i % (D / 8)) * 8, p = c0 + row;
+        if (p >= lo && p <= hi)
+          cp_async16(dst + row * RS + cl, pool + slot64(p) * hk * D + int64_t(kvh) * D + cl, true);
+        else if (zeros && (p < ulo || p > uhi))
+          cp_async16(dst + row * RS + cl, pool, false);
+      }
     }
   }
   // The first chunk in two passes: positions before the sequence's first row in this forward hold K/V
@@ -259,7 +301,7 @@ struct Tile {
   // Q of `pairs` (row, head) pairs (zeros: padding).
   __device__ __forceinline__ void stage_q(__nv_bfloat16* Qs, const __nv_bfloat16* q, int pairs, int group,
                                           int r_first, int nrows, int hq) const {
-    for (int i = tid; i < pairs * (D / 8); i += NT) {
+    for (int i = int(threadIdx.x); i < pairs * (D / 8); i += NT) {
       const int pr = i / (D / 8), col = (i % (D / 8)) * 8, rr = pr / group;
       const int64_t off = rr < nrows ? (int64_t(r_first + rr) * hq + kvh * group + pr % group) * D + col : 0;
       cp_async16(Qs + pr * RS + col, q + off, rr < nrows);
@@ -433,7 +475,7 @@ __global__ void __launch_bounds__(kWideWarps * 32, 1)
   const int2 tile = tiles[int(gridDim.x) / hk - 1 - int(blockIdx.x) / hk];  // longest first
   const int kvh = blockIdx.x % hk, r_first = tile.x, nrows = tile.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, qd = lane % 4, g = lane / 4;
-  const Tile<D, kWideWarps * 32> T(meta, r_first, nrows, window, hk, kvh);
+  const Tile<D, kWideWarps * 32, true> T(meta, r_first, nrows, window, hk, kvh);
   const int cb = T.ulo / kC, ce = T.uhi / kC;
   pdl_launch_dependents();
   const Pairs pr = pairs_of(meta, warp, g, group, r_first, nrows, kvh, window);

@@ -148,6 +148,7 @@ DraftGuard::Bucket& DraftGuard::bucket(int streams) {
   if (fresh) {
     Bucket& b = it->second;
     b.backoff = o_.backoff;
+    b.model_backoff = o_.backoff;
     b.probe_every = o_.probe_every;
     // A round of a stream or two more or fewer costs about the same: the nearest known count's verdict
     // holds here first. Off: a drafted probe after one base backoff (or sooner, after a workload change).
@@ -156,6 +157,9 @@ DraftGuard::Bucket& DraftGuard::bucket(int streams) {
       if ((k == key + 2 || k == key - 2) && std::max(k, key) > 8) continue;
       auto n = buckets_.find(k);
       if (n == buckets_.end()) continue;
+      // Copies alone there: here too, with a model probe after one base backoff.
+      b.model = n->second.model;
+      if (!b.model) b.model_next = o_.backoff;
       if (n->second.drafting) {
         b.hint = ratio(n->second);
       } else {
@@ -172,28 +176,54 @@ DraftGuard::Bucket& DraftGuard::bucket(int streams) {
 // rounds; otherwise at least one backoff (doubling while it keeps losing) and at least long enough that the
 // probe's expected loss stays within probe_budget of the rounds between.
 void DraftGuard::back_off(Bucket& b, int streams) {
-  const double on = b.on.rate(), off = b.off.rate(), p = par(streams);
-  b.sure = o_.sure_noise > 0 && on > 0 && on < off * (p - o_.margin) &&
-           p - on / off > o_.sure_noise * b.on.noise();
-  int wait = b.sure ? std::max(o_.max_backoff, b.backoff) : b.backoff;
-  if (on > 0 && off > on && o_.probe_budget > 0) {
-    const double loss = o_.probe_rounds * (off / on - 1) / o_.probe_budget;
-    wait = int(std::clamp(loss, double(wait), double(std::max(o_.max_backoff, wait))));
+  int wait = wait_after_loss(b.on.rate(), b.off.rate(), par(streams), b.backoff, b.sure, b.on.noise());
+  // Copies alone losing after a sure loss of the combination: sure too (their window is a few rounds,
+  // often within noise, and a probe costs new streams more than its rounds: re-probed at every workload
+  // change, 8 streams at T = 0.7 with an eager head lost up to 10% of a run, tests/engine/test_guard_sim).
+  if (!b.model && b.model_sure && !b.sure) {
+    b.sure = true;
+    wait = std::max(wait, o_.max_backoff);
   }
   b.off_since = b.clock;
   b.next_probe = b.clock + wait;
   b.backoff = std::min(2 * b.backoff, o_.max_backoff);
 }
 
-bool DraftGuard::allow(int streams) {
+// Rounds until the next probe of a state whose rounds (rate `on`, relative noise `noise`) lost to the
+// reference's (`off`, break-even at `p` x): the backoff, max_backoff after a sure loss, and at least long
+// enough that the probe's expected loss stays within probe_budget of the rounds between.
+int DraftGuard::wait_after_loss(double on, double off, double p, int backoff, bool& sure,
+                                double noise) const {
+  sure = o_.sure_noise > 0 && on > 0 && on < off * (p - o_.margin) && p - on / off > o_.sure_noise * noise;
+  int wait = sure ? std::max(o_.max_backoff, backoff) : backoff;
+  if (on > 0 && off > on && o_.probe_budget > 0) {
+    const double loss = o_.probe_rounds * (off / on - 1) / o_.probe_budget;
+    wait = int(std::clamp(loss, double(wait), double(std::max(o_.max_backoff, wait))));
+  }
+  return wait;
+}
+
+DraftSources DraftGuard::sources(int streams) {
   Bucket& b = bucket(streams);
-  if (b.probe_left > 0) return !b.drafting;  // probing the other state
+  const DraftSources level = b.model ? DraftSources::All : DraftSources::Copies;
+  if (b.probe_left > 0) {  // probing the other state
+    if (b.model_probe) return DraftSources::All;
+    return b.drafting ? DraftSources::None : level;
+  }
   if (!b.drafting) {
-    if (b.clock < b.next_probe) return false;
+    if (b.clock < b.next_probe) return DraftSources::None;
     b.probe_left = o_.probe_rounds;  // a drafted probe, measured afresh
     b.on = {};
     b.on_fresh = 0;
-    return true;
+    return level;
+  }
+  // Copies alone: a model probe (every source, measured apart) once its backoff is over.
+  if (!b.model && b.clock >= b.model_next) {
+    b.probe_left = o_.probe_rounds;
+    b.model_probe = true;
+    b.full = {};
+    b.full_fresh = 0;
+    return DraftSources::All;
   }
   // Drafting: a serial probe when the serial rate is unknown or old. The more drafting wins, the rarer
   // (a serial round then costs the most and a reversal is the least likely). Without a serial rate of its
@@ -206,18 +236,29 @@ bool DraftGuard::allow(int streams) {
   const double age = double(b.off.last < 0 ? b.rounds : b.rounds - b.off.last) * scale(streams);
   const bool due =
       b.off.last < 0 ? age >= std::max(double(o_.min_rounds), b.hint > 1 ? every : 0) : age >= every;
-  if (!due) return true;
+  if (!due) return level;
   b.probe_left = o_.probe_rounds;
   b.off = {};
-  return false;
+  return DraftSources::None;
 }
 
 bool DraftGuard::allows_next(int streams) const {
   auto it = buckets_.find(bucket_of(streams));
   if (it == buckets_.end()) return true;
   const Bucket& b = it->second;
-  if (b.drafting) return b.probe_left == 0 || b.probe_left == 1;  // a serial probe reads none but its last
+  if (b.drafting)  // a serial probe reads none but its last
+    return b.model_probe || b.probe_left == 0 || b.probe_left == 1;
   return b.probe_left > 0 || b.clock + 1 >= b.next_probe;
+}
+
+bool DraftGuard::allows_model_next(int streams) const {
+  auto it = buckets_.find(bucket_of(streams));
+  if (it == buckets_.end()) return true;
+  const Bucket& b = it->second;
+  if (b.model) return allows_next(streams);
+  if (!b.drafting) return false;  // a drafted probe from off tests copies alone
+  if (b.probe_left > 0) return b.model_probe;
+  return b.clock + 1 >= b.model_next;
 }
 
 std::optional<DraftGuard::Change> DraftGuard::observe(int streams, int tokens, double seconds, bool enabled,
@@ -237,14 +278,15 @@ std::optional<DraftGuard::Change> DraftGuard::observe(int streams, int tokens, d
   // Forgetting and evidence in stream-rounds (see DraftGuardOptions::reference_streams).
   const double w = scale(streams), decay = std::pow(o_.decay, w);
   const int min_rounds = int(std::ceil(o_.min_rounds / w));
-  for (Side* s : {&b.on, &b.off}) {
+  for (Side* s : {&b.on, &b.off, &b.full}) {
     s->tokens *= decay;
     s->seconds *= decay;
     s->weight *= decay;
     s->sum *= decay;
     s->sum_sq *= decay;
   }
-  Side& s = enabled ? b.on : b.off;
+  const bool model_probe = b.model_probe && b.probe_left > 0;
+  Side& s = !enabled ? b.off : model_probe ? b.full : b.on;
   const double per_stream = double(tokens) / streams, r = per_stream / seconds;
   s.tokens += per_stream;
   s.seconds += seconds;
@@ -257,13 +299,22 @@ std::optional<DraftGuard::Change> DraftGuard::observe(int streams, int tokens, d
   // verdict on rounds where the drafter mostly proposed nothing would rest on a handful of proposals (1
   // stream's first 24 enabled rounds held 9 in tests/engine/test_guard_sim, most of them paying verify
   // shapes not captured yet, and turned drafting off for a run that it won 1.7x).
-  if (enabled && proposed) ++b.on_fresh;
+  if (enabled && proposed) ++(model_probe ? b.full_fresh : b.on_fresh);
   if (b.probe_left > 0) {
     // A drafted probe counts enabled rounds only: a round where no stream could draft (`draft: false`
     // requests) tells nothing about drafting and costs nothing.
-    if (!b.drafting && !enabled) return std::nullopt;
+    if ((!b.drafting || model_probe) && !enabled) return std::nullopt;
     ++probe_rounds_;
     --b.probe_left;
+    if (model_probe) {
+      // Losing far beyond noise against copies alone: ends now.
+      const double copies = b.on.rate(), full = b.full.rate();
+      if (b.probe_left > 0 && copies > 0 &&
+          ((b.full_fresh >= min_rounds && full < copies * (1 - o_.probe_abort)) ||
+           (b.full_fresh >= o_.min_rounds && full < copies * (1 - o_.deep_loss))))
+        b.probe_left = 0;
+      return b.probe_left == 0 ? end_model_probe(b, streams) : std::nullopt;
+    }
     // A drafted probe losing far beyond noise ends now (it cannot turn drafting on but by luck).
     if (!b.drafting && b.probe_left > 0 &&
         ((b.on_fresh >= min_rounds && b.on.rate() < b.off.rate() * (par(streams) - o_.probe_abort)) ||
@@ -299,7 +350,49 @@ std::optional<DraftGuard::Change> DraftGuard::end_probe(Bucket& b, int streams) 
   return std::nullopt;
 }
 
+// A model probe ended: every source comes back when its rounds beat copies alone by `margin` (and serial
+// by par + margin); otherwise copies alone go on and the next model probe waits (as back_off, with copies
+// alone as the reference).
+std::optional<DraftGuard::Change> DraftGuard::end_model_probe(Bucket& b, int streams) {
+  b.model_probe = false;
+  const double full = b.full.rate(), copies = b.on.rate(), off = b.off.rate();
+  if (b.full_fresh > 0 && full > copies * (1 + o_.margin) && full > off * (par(streams) + o_.margin)) {
+    b.model = true;
+    b.on = b.full;
+    b.on_fresh = b.full_fresh;
+    b.full = {};
+    b.probe_every = o_.probe_every;
+    b.model_sure = false;
+    b.model_backoff = o_.backoff;
+    ++switches_;
+    return Change{true, streams, full, off, true};
+  }
+  b.model_since = b.clock;
+  b.model_next = b.clock + wait_after_loss(full, copies, 1, b.model_backoff, b.model_sure, b.full.noise());
+  b.model_backoff = std::min(2 * b.model_backoff, o_.max_backoff);
+  b.full = {};
+  return std::nullopt;
+}
+
+// The combination lost: context copies alone go on, judged afresh against the same serial rounds; a model
+// probe comes after a backoff (as back_off's for drafting).
+std::optional<DraftGuard::Change> DraftGuard::step_down(Bucket& b, int streams) {
+  const double on = b.on.rate(), off = b.off.rate();
+  b.model = false;
+  b.model_since = b.clock;
+  b.model_next =
+      b.clock + wait_after_loss(on, off, par(streams), b.model_backoff, b.model_sure, b.on.noise());
+  b.model_backoff = std::min(2 * b.model_backoff, o_.max_backoff);
+  b.on = {};
+  b.on_fresh = 0;
+  b.probe_left = 0;
+  b.probe_every = o_.probe_every;
+  ++switches_;
+  return Change{true, streams, on, off, false};
+}
+
 std::optional<DraftGuard::Change> DraftGuard::turn(Bucket& b, bool on, int streams) {
+  if (!on && b.model && o_.model_drafter) return step_down(b, streams);
   b.drafting = on;
   b.on_fresh = 0;
   b.probe_left = 0;
@@ -307,10 +400,11 @@ std::optional<DraftGuard::Change> DraftGuard::turn(Bucket& b, bool on, int strea
   if (on) {
     b.probe_every = o_.probe_every;
     b.sure = false;
+    if (!b.model) b.model_next = std::max(b.model_next, b.clock + o_.backoff);
   } else {
     back_off(b, streams);
   }
-  return Change{on, streams, b.on.rate(), b.off.rate()};
+  return Change{on, streams, b.on.rate(), b.off.rate(), on && b.model};
 }
 
 void DraftGuard::workload_changed() {
@@ -328,6 +422,12 @@ void DraftGuard::workload_changed() {
       const double f = cap / b.on.weight;
       b.on.tokens *= f, b.on.seconds *= f, b.on.weight *= f, b.on.sum *= f, b.on.sum_sq *= f;
     }
+    // Copies alone after a loss of the combination within noise: the model probe comes no later than one
+    // base backoff after the step down (as drafting's, below).
+    if (b.drafting && !b.model && !b.model_probe && !b.model_sure) {
+      b.model_next = std::max(b.clock + 1, std::min(b.model_next, b.model_since + o_.backoff));
+      b.model_backoff = o_.backoff;
+    }
     // A sure loss stands: new streams are mostly more of the same, and a probe costs them more than its
     // rounds (their catch-up, their progress spread). Any change is still found within max_backoff.
     if (b.drafting || b.probe_left > 0 || b.sure) continue;
@@ -341,6 +441,12 @@ void DraftGuard::workload_changed() {
 int DraftGuard::buckets_off() const {
   int n = 0;
   for (const auto& [key, b] : buckets_) n += b.drafting ? 0 : 1;
+  return n;
+}
+
+int DraftGuard::buckets_copies_only() const {
+  int n = 0;
+  for (const auto& [key, b] : buckets_) n += b.drafting && !b.model ? 1 : 0;
   return n;
 }
 

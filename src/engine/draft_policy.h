@@ -107,20 +107,45 @@ struct DraftGuardOptions {
   // streams' progress spreads (uneven acceptance) and a batch waits for its slowest stream. Unguarded, the
   // simulated bench at 8 streams landed 5-13% below its full rounds' mean rate (docs/drafting.md).
   double spread = 0.07;
+  // Two sources draft (context copies and a model drafter): a loss first steps down to context copies
+  // alone (DraftSources::Copies) and only a loss of those turns drafting off (see DraftGuard).
+  bool model_drafter = false;
 };
 
+// What may draft in a round: nothing, context copies alone (the model drafter is skipped: no hidden
+// states, no head forward), or every source.
+enum class DraftSources { None, Copies, All };
+
+// Per-source verdicts (model_drafter): with two sources a bucket has three states, All -> Copies -> None.
+// A loss of the combination (by the rules above, enabled rounds against serial ones) steps down to context
+// copies alone, judged afresh against the same serial rounds by the same rules; their loss turns drafting
+// off, and drafted probes from off test copies alone. While copies alone draft, a model probe (probe_rounds
+// rounds of every source) comes after a backoff (doubling while it loses, sure losses wait max_backoff, a
+// loss within noise is re-probed one base backoff after new streams arrive): the combination comes back
+// when its rounds beat copies alone by `margin` (and serial by par + margin). Context copies cost nothing
+// to propose and their idle rounds cost nothing (no hidden-state read-back, no head forward), so on text
+// where the head loses but copies win (H200 run 80, 1 stream T = 0.7 repetitive: copies alone 1.12x, the
+// combination turned off by one verdict 1.00x) the copies' gain is kept.
 class DraftGuard {
  public:
   explicit DraftGuard(DraftGuardOptions o = {}) : o_(o) {}
-  // Whether streams may draft in a round that decodes `streams` streams (may start a probe).
-  bool allow(int streams);
-  // Whether allow() will say yes for the next round of `streams` streams (if this one is measured).
+  // What may draft in a round that decodes `streams` streams (may start a probe).
+  DraftSources sources(int streams);
+  // Whether streams may draft at all: sources(streams) != None.
+  bool allow(int streams) { return sources(streams) != DraftSources::None; }
+  // Whether sources() will allow any drafting for the next round of `streams` streams (if this one is
+  // measured).
   bool allows_next(int streams) const;
-  // A state change, for the log: drafting turned on/off for rounds of `streams` decoding streams.
+  // Whether sources() may answer All for the next round of `streams` streams (the model drafter's inputs,
+  // hidden states, are asked for a round ahead).
+  bool allows_model_next(int streams) const;
+  // A state change, for the log: drafting turned on/off for rounds of `streams` decoding streams; `model`:
+  // the model drafter drafts with context copies (false with model_drafter: copies alone, or nothing).
   struct Change {
     bool on;
     int streams;
     double drafted_rate, serial_rate;  // tokens/s per stream, whole-round wall time
+    bool model = true;
   };
   // A round of `streams` decoding streams (and nothing else) emitted `tokens` in `seconds` of wall time;
   // `enabled` = allow() said yes for it (streams may draft; whether any proposed does not matter);
@@ -132,7 +157,8 @@ class DraftGuard {
                                 bool could_draft = true, bool proposed = true);
   // New streams began decoding: after a loss within noise, probe again soon.
   void workload_changed();
-  int buckets_off() const;  // stream counts for which drafting is off now
+  int buckets_off() const;          // stream counts for which drafting is off now
+  int buckets_copies_only() const;  // stream counts for which context copies alone draft now
   int64_t switches() const { return switches_; }
   int64_t probe_rounds() const { return probe_rounds_; }
   static int bucket_of(int streams);  // 1..8 exactly, then two buckets per doubling
@@ -158,6 +184,17 @@ class DraftGuard {
     bool sure = false;         // while off: the loss was beyond noise (new streams do not hasten a probe)
     int backoff = 0, probe_every = 0;
     double hint = 1;  // drafted/serial ratio of the nearest stream count, until this one has a serial rate
+    // Per-source verdicts (model_drafter): `model` = drafting includes the model drafter (All), else
+    // context copies alone; while off, what a drafted probe tests. A model probe (from Copies) measures
+    // its rounds in `full`.
+    bool model = true;
+    bool model_probe = false;  // the current probe window is a model probe
+    Side full;                 // the model probe's rounds (every source)
+    int full_fresh = 0;        // its rounds with proposals
+    int64_t model_next = 0;    // while Copies: clock at which the next model probe starts
+    int64_t model_since = 0;   // while Copies: clock at which the model drafter was stepped down
+    int model_backoff = 0;
+    bool model_sure = false;  // the combination's loss was beyond noise
   };
   Bucket& bucket(int streams);
   static double ratio(const Bucket& b);
@@ -168,6 +205,9 @@ class DraftGuard {
   void back_off(Bucket& b, int streams);
   std::optional<Change> end_probe(Bucket& b, int streams);
   std::optional<Change> turn(Bucket& b, bool on, int streams);
+  std::optional<Change> step_down(Bucket& b, int streams);
+  std::optional<Change> end_model_probe(Bucket& b, int streams);
+  int wait_after_loss(double on, double off, double p, int backoff, bool& sure, double noise) const;
   DraftGuardOptions o_;
   std::map<int, Bucket> buckets_;
   int64_t switches_ = 0, probe_rounds_ = 0;

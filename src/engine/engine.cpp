@@ -238,9 +238,13 @@ class EngineImpl final : public Engine {
     drafting_ = ngram_ || drafter_;
     // The wall-clock guard judges drafting (context copies and the model drafter together: either can
     // lose to serial when verify rows and host work cost more than accepted tokens give); with a fixed
-    // draft length (benchmarks of the ceiling, tests that force drafts) nothing is judged.
-    if (drafting_ && opt_.draft_guard && opt_.adaptive_draft)
-      guard_ = std::make_unique<DraftGuard>(opt_.draft_guard_options);
+    // draft length (benchmarks of the ceiling, tests that force drafts) nothing is judged. With both
+    // sources, a loss of the two together first steps down to context copies alone (DraftSources).
+    if (drafting_ && opt_.draft_guard && opt_.adaptive_draft) {
+      DraftGuardOptions o = opt_.draft_guard_options;
+      o.model_drafter = ngram_ && drafter_;
+      guard_ = std::make_unique<DraftGuard>(o);
+    }
     // Until rounds are measured: an extra verify row costs about a row on the CPU, far less on a GPU.
     cost_ = CostModel(backend_->device() == Device::CPU ? 0.5 : 0.05);
   }
@@ -437,10 +441,14 @@ class EngineImpl final : public Engine {
       decoding += decodes ? 1 : 0;
       could_draft |= decodes && s->req.draft;
     }
-    // Streams may draft this round (the guard's verdict for this many decoding streams).
-    const bool drafts_ok = drafting_ && (!guard_ || decoding == 0 || guard_->allow(decoding));
-    const bool model_ok = drafter_ && drafts_ok;
-    const bool drafted = plan_decode(meta, parts, ready, drafts_ok);
+    // What may draft this round (the guard's verdict for this many decoding streams): every source,
+    // context copies alone (the model drafter is skipped), or nothing.
+    const DraftSources sources = !drafting_                 ? DraftSources::None
+                                 : !guard_ || decoding == 0 ? DraftSources::All
+                                                            : guard_->sources(decoding);
+    const bool drafts_ok = sources != DraftSources::None;
+    const bool model_ok = drafter_ && sources == DraftSources::All;
+    const bool drafted = plan_decode(meta, parts, ready, drafts_ok, model_ok);
     // Prefill chunks after the decode rows, the prompts with the fewest tokens left first.
     std::vector<Sequence*> prefilling;
     for (Sequence* s : ready)
@@ -479,10 +487,11 @@ class EngineImpl final : public Engine {
     std::vector<int32_t> sampled;
     const auto t0 = std::chrono::steady_clock::now();
     // Hidden states travel only when a stream may draft from them next round (also the round before the
-    // guard's drafted probe, so that the probe's first round drafts); a drafter the guard switched off
-    // costs nothing (the MTP head skips the positions it never saw).
+    // guard's drafted probe, so that the probe's first round drafts); a drafter the guard switched off, or
+    // left out while context copies draft alone, costs nothing (the MTP head skips the positions it never
+    // saw).
     bool want_hidden = drafter_ && drafter_->wants_hidden() &&
-                       (model_ok || (guard_ && decoding > 0 && guard_->allows_next(decoding)));
+                       (model_ok || (guard_ && decoding > 0 && guard_->allows_model_next(decoding)));
     if (want_hidden)
       want_hidden = std::any_of(parts.begin(), parts.end(), [](const Part& p) { return p.seq->req.draft; });
     Tensor hidden;
@@ -558,11 +567,16 @@ class EngineImpl final : public Engine {
     if (!change) return;
     std::ostringstream m;
     m.precision(1);
-    m << std::fixed
-      << "draft guard: " << (drafter_ ? std::string(drafter_->name()) + " + context-copy" : "context-copy")
-      << " drafting " << (change->on ? "on" : "off") << " for rounds of " << change->streams
-      << " stream(s): drafting-enabled rounds " << change->drafted_rate << " tok/s per stream, serial "
-      << change->serial_rate << " tok/s per stream (wall time)";
+    const std::string model = drafter_ ? drafter_->name() : "";
+    const std::string sources = !drafter_ ? "context-copy" : !ngram_ ? model : model + " + context-copy";
+    m << std::fixed << "draft guard: ";
+    if (change->on && !change->model && drafter_ && ngram_)  // stepped down, or copies alone back on
+      m << model << " off, context-copy drafting on";
+    else
+      m << sources << " drafting " << (change->on ? "on" : "off");
+    m << " for rounds of " << change->streams << " stream(s): drafting-enabled rounds "
+      << change->drafted_rate << " tok/s per stream, serial " << change->serial_rate
+      << " tok/s per stream (wall time)";
     log_info(m.str());
     std::lock_guard<std::mutex> lock(mu_);
     stats_.draft_guard_switches = guard_->switches();
@@ -609,14 +623,15 @@ class EngineImpl final : public Engine {
   }
 
   // Decode rows for every stream whose prompt is done: its last token, plus drafts where they pay.
-  // `drafts_ok`: streams may draft (the guard's verdict). True when some stream proposed drafts.
+  // `drafts_ok`: streams may draft (the guard's verdict); `model_ok`: the model drafter may propose (else
+  // context copies alone). True when some stream proposed drafts.
   bool plan_decode(BatchMeta& meta, std::vector<Part>& parts, const std::vector<Sequence*>& ready,
-                   bool drafts_ok) {
+                   bool drafts_ok, bool model_ok) {
     std::vector<Sequence*> decoding;
     for (Sequence* s : ready)
       if (int(s->tokens.size()) - s->computed == 1) decoding.push_back(s);
     std::vector<std::vector<int32_t>> drafts(decoding.size());
-    if (drafts_ok) propose(decoding, drafts);
+    if (drafts_ok) propose(decoding, drafts, model_ok);
     std::vector<int> proposed(decoding.size());
     int longest = 0;
     for (size_t i = 0; i < decoding.size(); ++i) {
@@ -650,9 +665,11 @@ class EngineImpl final : public Engine {
   }
 
   // Each decoding stream's proposal (empty: it decodes serially), from the source whose expected rate is
-  // higher: context copies cost nothing to propose, a model drafter costs its own forward.
-  void propose(const std::vector<Sequence*>& decoding, std::vector<std::vector<int32_t>>& drafts) {
-    const bool model_ok = drafter_ != nullptr;
+  // higher: context copies cost nothing to propose, a model drafter costs its own forward. `model_ok`:
+  // the model drafter may propose (the guard may allow context copies alone).
+  void propose(const std::vector<Sequence*>& decoding, std::vector<std::vector<int32_t>>& drafts,
+               bool model_ok) {
+    model_ok = model_ok && drafter_ != nullptr;
     std::vector<DraftSlot> model_slots;
     const double c = cost_.row_cost_in_round(int(decoding.size()));
     for (size_t i = 0; i < decoding.size(); ++i) {

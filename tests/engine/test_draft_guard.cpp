@@ -418,6 +418,148 @@ TEST(DraftGuard, NewStreamsCapTheOldDraftedRate) {
   EXPECT_LT(double(judged[1]), 0.8 * double(judged[0]));
 }
 
+// Per-source verdicts (DraftGuardOptions::model_drafter): a round of every source (the model drafter and
+// context copies) takes `all_s` and emits `all_gain` tokens per stream, one of context copies alone
+// `copies_s` and `copies_gain`, a serial one `serial_s` and one token per stream.
+struct TwoSources {
+  int streams = 8;
+  double serial_s = 1e-3, copies_s = 1e-3, copies_gain = 1, all_s = 1e-3, all_gain = 1, noise = 0.1;
+};
+
+class SourcesSim {
+ public:
+  DraftGuard guard{two_sources()};
+  int64_t rounds = 0, all_rounds = 0, copies_rounds = 0, all_unannounced = 0, hidden_rounds = 0;
+  double tokens = 0, seconds = 0;
+  std::vector<DraftGuard::Change> changes;
+  std::vector<DraftSources> trace;
+
+  static DraftGuardOptions two_sources() {
+    DraftGuardOptions o;
+    o.model_drafter = true;
+    return o;
+  }
+  void run(const TwoSources& w, int count) {
+    for (int i = 0; i < count; ++i) {
+      const DraftSources d = guard.sources(w.streams);
+      // The engine asks for the model drafter's inputs (hidden states) a round ahead: never too late.
+      if (d == DraftSources::All && !hidden_) ++all_unannounced;
+      hidden_rounds += hidden_;
+      hidden_ = guard.allows_model_next(w.streams);
+      const double gain = d == DraftSources::All ? w.all_gain : d == DraftSources::Copies ? w.copies_gain : 1;
+      const double base = d == DraftSources::All      ? w.all_s
+                          : d == DraftSources::Copies ? w.copies_s
+                                                      : w.serial_s;
+      const int t = int(w.streams * gain + 0.5);
+      const double s = base * (1 + w.noise * (2 * uniform() - 1));
+      if (auto c = guard.observe(w.streams, t, s, d != DraftSources::None)) changes.push_back(*c);
+      ++rounds;
+      all_rounds += d == DraftSources::All;
+      copies_rounds += d == DraftSources::Copies;
+      trace.push_back(d);
+      tokens += t;
+      seconds += s;
+    }
+  }
+  void reset_totals() { rounds = all_rounds = copies_rounds = hidden_rounds = 0, tokens = seconds = 0; }
+  double rate() const { return tokens / seconds; }
+
+ private:
+  double uniform() {
+    state_ ^= state_ << 13;
+    state_ ^= state_ >> 7;
+    state_ ^= state_ << 17;
+    return double(state_ >> 11) / double(1ull << 53);
+  }
+  uint64_t state_ = 0x9e3779b97f4a7c15ull;
+  bool hidden_ = true;
+};
+
+// The H200's case (run 80, 1 stream T = 0.7 repetitive): every source together loses (0.88x), context
+// copies alone win (1.3x). The guard steps down to copies alone, keeps them, and rarely probes the model.
+const TwoSources kHeadLoses{8, 1e-3, 1e-3, 1.3, 1.42e-3, 1.25, 0.1};
+
+TEST(DraftGuard, ALosingCombinationStepsDownToCopiesAlone) {
+  SourcesSim sim;
+  sim.run(kHeadLoses, 3000);
+  ASSERT_FALSE(sim.changes.empty());
+  EXPECT_TRUE(sim.changes.front().on);
+  EXPECT_FALSE(sim.changes.front().model);
+  EXPECT_LT(sim.changes.front().drafted_rate, sim.changes.front().serial_rate);
+  EXPECT_EQ(sim.guard.buckets_off(), 0);
+  EXPECT_EQ(sim.guard.buckets_copies_only(), 1);
+  for (const auto& c : sim.changes) EXPECT_FALSE(c.model) << "the model drafter came back";
+  // Model probes are bounded, and the rate is close to copies alone (10.4 tokens per ms).
+  EXPECT_LT(double(sim.all_rounds), 0.05 * double(sim.rounds));
+  EXPECT_GT(sim.rate(), 0.95 * 8 * 1.3 / 1e-3);
+  // Without a model probe due, rounds of copies alone do not ask for hidden states.
+  EXPECT_LT(double(sim.hidden_rounds), 0.06 * double(sim.rounds));
+  EXPECT_EQ(sim.all_unannounced, 0);
+}
+
+// Without a model drafter (or with one verdict for both, the default) there is no intermediate state.
+TEST(DraftGuard, OneSourceHasNoCopiesAloneState) {
+  Sim sim;
+  sim.run(kSlower, 3000);
+  EXPECT_EQ(sim.guard.buckets_copies_only(), 0);
+  for (const auto& c : sim.changes) EXPECT_FALSE(c.on && !c.model);
+}
+
+// Both lose: copies alone are judged afresh against the same serial rounds and lose too: off. A drafted
+// probe from off tests copies alone (never the model drafter), and the run stays near serial.
+TEST(DraftGuard, CopiesAloneLosingTooTurnDraftingOff) {
+  const TwoSources both_lose{8, 1e-3, 1.3e-3, 1.1, 1.42e-3, 1.25, 0.1};
+  SourcesSim sim;
+  sim.run(both_lose, 3000);
+  ASSERT_GE(sim.changes.size(), 2u);
+  EXPECT_TRUE(sim.changes[0].on && !sim.changes[0].model);
+  EXPECT_FALSE(sim.changes[1].on);
+  EXPECT_EQ(sim.guard.buckets_off(), 1);
+  EXPECT_EQ(sim.guard.buckets_copies_only(), 0);
+  size_t off_at = 0;
+  for (size_t i = 0; i < sim.trace.size() && !off_at; ++i)
+    if (i > 0 && sim.trace[i] == DraftSources::None && sim.trace[i - 1] == DraftSources::Copies) off_at = i;
+  ASSERT_GT(off_at, 0u);
+  for (size_t i = off_at; i < sim.trace.size(); ++i) EXPECT_NE(sim.trace[i], DraftSources::All) << i;
+  EXPECT_GT(sim.rate(), 0.97 * 8 / 1e-3);
+}
+
+// The text changes (say greedy requests arrive): a model probe, hastened by the new streams after a loss
+// within noise, finds every source beating copies alone and brings the model drafter back.
+TEST(DraftGuard, AModelProbeBringsTheModelDrafterBack) {
+  const TwoSources noisy{8, 1e-3, 1e-3, 1.3, 1.1e-3, 1.0, 0.9};  // combination 0.91x, +-90% jitter
+  SourcesSim sim;
+  for (int i = 0; i < 3000 && sim.guard.buckets_copies_only() == 0; ++i) sim.run(noisy, 1);
+  ASSERT_EQ(sim.guard.buckets_copies_only(), 1);
+  const TwoSources greedy{8, 1e-3, 1e-3, 1.3, 1.1e-3, 3.0, 0.1};  // every source 2.7x, copies 1.3x
+  sim.run(greedy, 20);  // copies alone for now: the model probe waits for its backoff
+  EXPECT_EQ(sim.guard.buckets_copies_only(), 1);
+  sim.guard.workload_changed();
+  sim.changes.clear();
+  sim.run(greedy, 120);
+  EXPECT_EQ(sim.guard.buckets_copies_only(), 0);
+  ASSERT_FALSE(sim.changes.empty());
+  EXPECT_TRUE(sim.changes.back().on && sim.changes.back().model);
+  EXPECT_EQ(sim.all_unannounced, 0);
+  // and it stays: the model drafter wins over copies alone.
+  sim.reset_totals();
+  sim.run(greedy, 2000);
+  EXPECT_GT(double(sim.all_rounds), 0.95 * double(sim.rounds));
+}
+
+// While the model drafter keeps losing to copies alone (here within noise of serial, beyond it of copies),
+// its probes end early and back off (by the measured loss, doubling): few rounds pay for them.
+TEST(DraftGuard, LosingModelProbesBackOff) {
+  const TwoSources head_within_noise{8, 1e-3, 1e-3, 1.3, 1.05e-3, 1.0, 0.5};
+  SourcesSim sim;
+  for (int i = 0; i < 3000 && sim.guard.buckets_copies_only() == 0; ++i) sim.run(head_within_noise, 1);
+  ASSERT_EQ(sim.guard.buckets_copies_only(), 1);
+  sim.reset_totals();
+  sim.run(head_within_noise, 4000);
+  EXPECT_EQ(sim.guard.buckets_copies_only(), 1);
+  EXPECT_LT(double(sim.all_rounds), 0.03 * double(sim.rounds));
+}
+
 TEST(DraftGuard, BucketsKeyTheStreamCount) {
   for (int n = 1; n <= 8; ++n) EXPECT_EQ(DraftGuard::bucket_of(n), n);
   EXPECT_EQ(DraftGuard::bucket_of(9), DraftGuard::bucket_of(11));

@@ -125,7 +125,8 @@ enum class DraftSources { None, Copies, All };
 // when its rounds beat copies alone by `margin` (and serial by par + margin). Context copies cost nothing
 // to propose and their idle rounds cost nothing (no hidden-state read-back, no head forward), so on text
 // where the head loses but copies win (H200 run 80, 1 stream T = 0.7 repetitive: copies alone 1.12x, the
-// combination turned off by one verdict 1.00x) the copies' gain is kept.
+// combination turned off by one verdict 1.00x) the copies' gain is kept. After a sure loss of the
+// combination, a loss of copies alone is taken as sure too (no re-probe for new streams before max_backoff).
 class DraftGuard {
  public:
   explicit DraftGuard(DraftGuardOptions o = {}) : o_(o) {}

@@ -2,10 +2,18 @@
 // tokens per second than serial ones, back on when they deliver more, and its probes stay cheap.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "engine/draft_policy.h"
+#include "engine/drafters/drafter.h"
+#include "engine/engine.h"
+#include "engine/sequence.h"
+#include "stream_output.h"
 
 namespace tf {
 namespace {
@@ -558,6 +566,70 @@ TEST(DraftGuard, LosingModelProbesBackOff) {
   sim.run(head_within_noise, 4000);
   EXPECT_EQ(sim.guard.buckets_copies_only(), 1);
   EXPECT_LT(double(sim.all_rounds), 0.03 * double(sim.rounds));
+}
+
+// The engine's wiring of per-source verdicts: a model drafter whose hidden states cost 20 ms a round (as
+// the H200's read-back, unseen by the per-stream cost model, but far beyond noise) makes rounds of every
+// source lose to serial ones. The guard steps down (then perhaps off, when copies lose too on the CPU):
+// from then on the model drafter is neither asked to propose nor handed hidden states (its next probe
+// waits max_backoff rounds after such a loss), and the output equals the serial output.
+class SlowHidden final : public Drafter {
+ public:
+  struct Calls {
+    std::mutex mu;
+    std::vector<size_t> proposed, hidden;  // the stream's length at each call
+  };
+  explicit SlowHidden(std::shared_ptr<Calls> calls) : calls_(std::move(calls)) {}
+  const char* name() const override { return "slow-hidden"; }
+  void propose(std::vector<DraftSlot>& slots) override {
+    for (auto& s : slots) {
+      std::lock_guard<std::mutex> lock(calls_->mu);
+      calls_->proposed.push_back(s.seq->tokens.size());
+      s.tokens.assign(1, s.seq->tokens.back());
+    }
+  }
+  bool wants_hidden() const override { return true; }
+  void observe_hidden(Sequence& s, int, const Tensor&, int, int) override {
+    {
+      std::lock_guard<std::mutex> lock(calls_->mu);
+      calls_->hidden.push_back(s.tokens.size());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+
+ private:
+  std::shared_ptr<Calls> calls_;
+};
+
+TEST(DraftGuard, EngineSkipsTheModelDrafterAfterTheStepDown) {
+  auto calls = std::make_shared<SlowHidden::Calls>();
+  EngineOptions o;
+  o.model_path = std::string(TF_SOURCE_DIR) + "/tests/data/tiny/qwen3";
+  o.parallel = 1;
+  o.drafter_factory = [calls] { return std::make_unique<SlowHidden>(calls); };
+  o.prompt_cache_gib = 0;
+  auto e = create_engine(o);
+  constexpr int kPrompt = 12, kTokens = 300;
+  GenerationRequest r;
+  for (int i = 0; i < kPrompt; ++i) r.prompt.push_back(5 + (i % 3));
+  r.sampling.temperature = 0;
+  r.max_tokens = kTokens;
+  r.ignore_eos = true;
+  r.draft = false;  // a serial run first: the guard's serial rate (as the bench's warm-up)
+  const StreamOutput serial = collect(*e->submit(r));
+  r.draft = true;
+  const StreamOutput drafted = collect(*e->submit(r));
+  const EngineStats st = e->stats();
+  e->shutdown();
+  ASSERT_EQ(int(serial.tokens.size()), kTokens);
+  EXPECT_EQ(drafted.tokens, serial.tokens);
+  EXPECT_GE(st.draft_guard_switches, 1);
+  std::lock_guard<std::mutex> lock(calls->mu);
+  ASSERT_FALSE(calls->hidden.empty());  // the model drafter ran before the verdict
+  // ... and not in the second half of the reply (the verdict comes after a few dozen rounds).
+  const size_t half = kPrompt + kTokens / 2;
+  for (size_t n : calls->hidden) EXPECT_LT(n, half);
+  for (size_t n : calls->proposed) EXPECT_LT(n, half);
 }
 
 TEST(DraftGuard, BucketsKeyTheStreamCount) {

@@ -383,8 +383,8 @@ TEST(GuardSim, CopiesAloneKeepTheirGainWhenTheHeadLoses) {
   Costs head;
   head.mtp_step = 0.1e-3, head.hidden = 0.025e-3;
   const std::vector<Text> texts = {kRepetitiveT07Head, kFreeT07};
-  // 50 seeds: the copies' gain varies 1.0-1.5x between seeds (phases), and the guard's share of it with
-  // them (87% over the first 12 seeds, 95% over 50).
+  // 50 seeds: the copies' gain varies between seeds (phases; 1.00x at worst), and the guard's share of it
+  // with them (87% over the first 12 seeds, 95% over 50).
   const int seeds = 50;
   for (int n : {1, 8}) {
     double unguarded = 0, one_verdict = 0, copies = 0, per_source = 0;

@@ -47,7 +47,7 @@ struct ShapeBenchOptions {
   ShapeBenchMode mode = ShapeBenchMode::Full;
   bool quick = false;  // 512 context and prefill 512 only (no 8k decode, no 4k/32k prefill)
   // Ids of kWeightFormats. "bf16": the full report above. Each quantized format (Full mode): decode
-  // b=1/8/32 at 512 (and 8k unless quick) context and prefill 512 (and 4k unless quick) of the forward
+  // b=1/8/16/32 at 512 (and 8k unless quick) context and prefill 512 (and 4k unless quick) of the forward
   // with that format's linears (qkv, o, gate_up, down, lm_head; embeddings bf16), next to the bf16 forward
   // timed the same way. Verify: a sweep per format; ProfileForward: the first format; Linears: bf16 only.
   std::vector<std::string> formats = {"bf16"};

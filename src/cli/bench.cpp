@@ -412,7 +412,7 @@ void add_bench_command(CLI::App& app) {
        formats +
            ", or a comma-separated list (default bf16). --shape: the weight format of the linears. "
            "bf16: the full --shape report. Each quantized format (MLX 4/8-bit g64, FP8 128x128 blocks): "
-           "decode b=1/8/32 at 512/8k context and prefill 512/4k of the same forward with random "
+           "decode b=1/8/16/32 at 512/8k context and prefill 512/4k of the same forward with random "
            "linears of that format, the roofline fraction on its own bytes, and the ratio to the bf16 "
            "forward timed alongside (--quick: 512 context, prefill 512)")
       ->delimiter(',')

@@ -25,7 +25,6 @@
 #include <algorithm>
 #include <cfloat>
 #include <climits>
-#include <cstdlib>
 #include <vector>
 
 #include "ops/cuda/attention_mma.h"
@@ -565,11 +564,7 @@ __global__ void __launch_bounds__(128)
 
 // Speed-only switch (identical bits, tested): the wide loop kernel; TF_ATTN_WIDE=0 turns it off for A/B
 // measurements.
-bool env_on(const char* name) {
-  const char* v = std::getenv(name);
-  return !(v && v[0] == '0');
-}
-bool g_loop_wide = env_on("TF_ATTN_WIDE");
+bool g_loop_wide = env_switch("TF_ATTN_WIDE", true);  // launch.h
 
 int g_split_cpb = 0;  // 0: from the call's size
 

@@ -6,7 +6,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 
 #include "core/error.h"
@@ -163,10 +162,7 @@ const void* ptr(const Tensor& t) {
 
 bool g_fused_norm_linear = false;  // set_fused_norm_linear: off, slower on the H200 (run 16)
 // set_fused_silu_linear: off, slower on the H200 (run 16); TF_FUSED_SILU=1 turns it on (measurement).
-bool g_fused_silu_linear = [] {
-  const char* v = std::getenv("TF_FUSED_SILU");
-  return v && std::strcmp(v, "1") == 0;
-}();
+bool g_fused_silu_linear = env_switch("TF_FUSED_SILU", false);  // launch.h
 int g_min_attention_chunks = 0;    // set_attention_min_chunks: tests size attention launches up
 
 void expect(const Tensor& t, DType d, const char* op, const char* what) {
@@ -762,10 +758,7 @@ class CudaBackend final : public Backend {
   int device_;
   int sm_count_ = 132;
   std::string name_;
-  const bool poison_ = [] {
-    const char* v = std::getenv("TF_CUDA_POISON");
-    return v && std::strcmp(v, "1") == 0;
-  }();
+  const bool poison_ = env_switch("TF_CUDA_POISON", false);
   cudaStream_t stream_ = nullptr;
   Staging meta_stage_, gather_stage_, scatter_stage_, sample_stage_, tile_stage_;
   Staging graph_tile_stage_;  // the attention tiles of graphed forwards (a fixed address while it fits)

@@ -30,7 +30,8 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 // 16 bytes an earlier kernel wrote (activations, routing tables), read by a kernel launched with launch_pdl.
 // Such data must never be read with ld.global.nc (__ldg, or a `const __restrict__` pointer the compiler
 // turns into one): a non-coherent load promises the data is constant for the kernel's lifetime, and ptxas
-// hoists such loads above griddepcontrol.wait (it did in the MoE grouped GEMM: runs 25-26, stale routing tiles).
+// hoists such loads above griddepcontrol.wait (it did in the MoE grouped GEMM: runs 25-26, stale routing
+// tiles).
 __device__ __forceinline__ uint4 ld_act16(const void* p) {
   uint4 r;
   asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
@@ -65,6 +66,9 @@ void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cu
 // Diagnosis switch read once from the environment: TF_PDL_<name>=0 turns dependent launch off for one
 // group of kernels ("MOE", "ELEMENTWISE", "ATTENTION"); TF_PDL=0 (pdl_enabled) for all of them.
 bool pdl_group_enabled(const char* name);
+// A measurement switch from the environment (the TF_* A/B knobs): `name`=0 off, =1 on, unset or anything
+// else `dflt`.
+bool env_switch(const char* name, bool dflt);
 
 // Large-M linear (linear_tiled.cu): the decode kernel's per-element arithmetic in 128x128 CTA tiles.
 // bias_kind: 0 none, 1 f32, 2 bf16.

@@ -413,17 +413,20 @@ void set_linear_pdl(bool on) {
   g_pdl = on;
 }
 
+bool env_switch(const char* name, bool dflt) {
+  const char* v = std::getenv(name);
+  if (v && std::strcmp(v, "0") == 0) return false;
+  if (v && std::strcmp(v, "1") == 0) return true;
+  return dflt;
+}
+
 bool pdl_enabled() {
-  static const bool env_off = [] {
-    const char* v = std::getenv("TF_PDL");
-    return v && std::strcmp(v, "0") == 0;
-  }();
-  return g_pdl && !env_off;
+  static const bool env_on = env_switch("TF_PDL", true);
+  return g_pdl && env_on;
 }
 
 bool pdl_group_enabled(const char* name) {
-  const char* v = std::getenv((std::string("TF_PDL_") + name).c_str());
-  return !(v && std::strcmp(v, "0") == 0);
+  return env_switch((std::string("TF_PDL_") + name).c_str(), true);
 }
 
 }  // namespace tf::cuda

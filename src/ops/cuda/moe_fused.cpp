@@ -7,13 +7,12 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 #include <vector>
 
 #include "core/error.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/launch.h"
 #include "ops/cuda/moe_kernels.h"
 
 namespace tf::cuda {
@@ -101,10 +100,7 @@ std::atomic<bool> g_enabled{true};  // set_moe_fused
 // TF_MOE_FUSED=0 (read once) sends every MoE layer down the host-routed default path: a diagnosis
 // switch that isolates the fused kernels from the rest of the model.
 bool fused_disabled() {
-  static const bool off = [] {
-    const char* v = std::getenv("TF_MOE_FUSED");
-    return v && std::strcmp(v, "0") == 0;
-  }();
+  static const bool off = !env_switch("TF_MOE_FUSED", true);  // launch.h
   return off || !g_enabled.load(std::memory_order_relaxed);
 }
 

@@ -14,7 +14,6 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <mutex>
 #include <type_traits>
 #include <unordered_map>
@@ -36,10 +35,7 @@ int g_loads_per_step = 0;  // K chunks a warp loads per step for M <= 16; 0: by 
 // of static shared memory two blocks still fit an SM; the occupancy is computed for this size).
 constexpr int kXsMaxBytes = 96 << 10;
 // TF_X_SMEM=0 (measurements): q4_decode_kernel keeps x in registers, a quad ahead, at one token too.
-const bool g_x_smem = [] {
-  const char* v = std::getenv("TF_X_SMEM");
-  return !(v && v[0] == '0');
-}();
+const bool g_x_smem = env_switch("TF_X_SMEM", true);  // launch.h
 constexpr int kDequantMinM = 128;  // from here on: dequantize to bf16 + the tiled bf16 linear
 constexpr size_t kDequantMaxBytes = size_t(256) << 20;  // ... unless the transient bf16 copy exceeds this
 

@@ -535,6 +535,7 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
       if constexpr (NT <= 2)
         if (ahead >= 8) kernel = qlinear_kernel<KIND, B, NT, 8>;
       int grid = n_tiles * m_tiles;
+      size_t smem = 0;  // dynamic shared memory: q4_decode_kernel's x (XS)
       if constexpr (KIND == kMlxBf16 && B == 4 && NT <= 2)
         if (q.chunk_shift >= 1 && n * q.row_bytes / 4 < (int64_t(1) << 32)) {  // quad loads; persistent grid
           // Auto: 16 chunks ahead at M <= 8, 8 at M <= 16 (16 spills there: 128 registers, 2 blocks/SM)
@@ -542,7 +543,6 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
           kernel = quads == 1   ? q4_decode_kernel<NT, 1>
                    : quads == 2 ? q4_decode_kernel<NT, 2>
                                 : q4_decode_kernel<NT, 4>;
-          size_t smem = 0;
           if constexpr (NT == 1)
             if (quads == 4 && g_x_smem && int64_t(m) * k * 2 <= kXsMaxBytes) {
               kernel = q4_decode_kernel<1, 4, true>;
@@ -550,11 +550,8 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
             }
           grid =
               std::min(grid, resident_blocks(reinterpret_cast<const void*>(kernel), smem ? kXsMaxBytes : 0));
-          launch_pdl(kernel, dim3(grid), dim3(kWarps * 32), smem, s, xp, q, bias, bias_kind, y.raw(), y_f32,
-                     m, int(n), int(k), m_tiles);
-          return;
         }
-      launch_pdl(kernel, dim3(grid), dim3(kWarps * 32), 0, s, xp, q, bias, bias_kind, y.raw(), y_f32, m,
+      launch_pdl(kernel, dim3(grid), dim3(kWarps * 32), smem, s, xp, q, bias, bias_kind, y.raw(), y_f32, m,
                  int(n), int(k), m_tiles);
     };
     if (m <= 8)

@@ -434,13 +434,15 @@ class EngineImpl final : public Engine {
     BatchMeta meta;
     meta.block_size = kBlockSize;
     std::vector<Part> parts;
-    int decoding = 0;
+    // Streams whose prompt is done decode a row (plus drafts); the others prefill a chunk.
+    std::vector<Sequence*> decoders, prefilling;
     bool could_draft = false;  // some decoding stream's request allows drafting
     for (Sequence* s : ready) {
       const bool decodes = int(s->tokens.size()) - s->computed == 1;
-      decoding += decodes ? 1 : 0;
+      (decodes ? decoders : prefilling).push_back(s);
       could_draft |= decodes && s->req.draft;
     }
+    const int decoding = int(decoders.size());
     // What may draft this round (the guard's verdict for this many decoding streams): every source,
     // context copies alone (the model drafter is skipped), or nothing.
     const DraftSources sources = !drafting_                 ? DraftSources::None
@@ -448,11 +450,8 @@ class EngineImpl final : public Engine {
                                                             : guard_->sources(decoding);
     const bool drafts_ok = sources != DraftSources::None;
     const bool model_ok = drafter_ && sources == DraftSources::All;
-    const bool drafted = plan_decode(meta, parts, ready, drafts_ok, model_ok);
+    const bool drafted = plan_decode(meta, parts, decoders, !prefilling.empty(), drafts_ok, model_ok);
     // Prefill chunks after the decode rows, the prompts with the fewest tokens left first.
-    std::vector<Sequence*> prefilling;
-    for (Sequence* s : ready)
-      if (int(s->tokens.size()) - s->computed > 1) prefilling.push_back(s);
     std::stable_sort(prefilling.begin(), prefilling.end(), [](Sequence* a, Sequence* b) {
       return int(a->tokens.size()) - a->computed < int(b->tokens.size()) - b->computed;
     });
@@ -623,13 +622,11 @@ class EngineImpl final : public Engine {
   }
 
   // Decode rows for every stream whose prompt is done: its last token, plus drafts where they pay.
-  // `drafts_ok`: streams may draft (the guard's verdict); `model_ok`: the model drafter may propose (else
-  // context copies alone). True when some stream proposed drafts.
-  bool plan_decode(BatchMeta& meta, std::vector<Part>& parts, const std::vector<Sequence*>& ready,
-                   bool drafts_ok, bool model_ok) {
-    std::vector<Sequence*> decoding;
-    for (Sequence* s : ready)
-      if (int(s->tokens.size()) - s->computed == 1) decoding.push_back(s);
+  // `prompts`: the round also carries prompt rows; `drafts_ok`: streams may draft (the guard's verdict);
+  // `model_ok`: the model drafter may propose (else context copies alone). True when some stream proposed
+  // drafts.
+  bool plan_decode(BatchMeta& meta, std::vector<Part>& parts, const std::vector<Sequence*>& decoding,
+                   bool prompts, bool drafts_ok, bool model_ok) {
     std::vector<std::vector<int32_t>> drafts(decoding.size());
     if (drafts_ok) propose(decoding, drafts, model_ok);
     std::vector<int> proposed(decoding.size());
@@ -641,7 +638,6 @@ class EngineImpl final : public Engine {
     // Padding: every stream that may draft verifies the round's bucketed length (or what its room allows),
     // so that the round's rows per stream, and with them its CUDA graph key, recur. Not in rounds that
     // carry prompt rows: those run eagerly whatever their shape.
-    const bool prompts = decoding.size() < ready.size();
     if (longest > 0 && !prompts &&
         pad_drafts_now(pad_mode_, graphs_replayed(), round_cost_.predict(int(decoding.size())))) {
       const int k = padded_draft_length(longest, opt_.max_draft);

@@ -614,9 +614,8 @@ std::vector<const ModelShape*> pick_shapes(const std::vector<std::string>& ids) 
     auto it = std::find_if(std::begin(kModelShapes), std::end(kModelShapes),
                            [&](const ModelShape& s) { return id == s.id; });
     if (it == std::end(kModelShapes)) {
-      std::string known;
-      for (const std::string& c : shape_bench_choices()) known += (known.empty() ? "" : ", ") + c;
-      throw InvalidRequest("unknown model shape '" + id + "'; known: " + known);
+      throw InvalidRequest("unknown model shape '" + id +
+                           "'; known: " + join_choices(shape_bench_choices(), ", "));
     }
     out.push_back(&*it);
   }
@@ -630,9 +629,8 @@ std::vector<WeightFormat> pick_formats(const std::vector<std::string>& ids) {
     auto it = std::find_if(std::begin(kWeightFormats), std::end(kWeightFormats),
                            [&](const WeightFormatInfo& f) { return id == f.id; });
     if (it == std::end(kWeightFormats)) {
-      std::string known;
-      for (const std::string& c : weight_format_choices()) known += (known.empty() ? "" : ", ") + c;
-      throw InvalidRequest("unknown weight format '" + id + "'; known: " + known);
+      throw InvalidRequest("unknown weight format '" + id +
+                           "'; known: " + join_choices(weight_format_choices(), ", "));
     }
     if (std::find(out.begin(), out.end(), it->format) == out.end()) out.push_back(it->format);
   }

@@ -28,6 +28,13 @@ inline const WeightFormatInfo& weight_format_info(WeightFormat f) {
   return kWeightFormats[0];
 }
 
+// `items` joined by `sep` (the accepted values of an option, for its help and its errors).
+inline std::string join_choices(const std::vector<std::string>& items, const char* sep) {
+  std::string out;
+  for (const std::string& i : items) out += (out.empty() ? "" : sep) + i;
+  return out;
+}
+
 // The values `--format` accepts, in table order.
 inline std::vector<std::string> weight_format_choices() {
   std::vector<std::string> c;

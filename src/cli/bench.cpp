@@ -393,8 +393,7 @@ void add_bench_command(CLI::App& app) {
   c->add_option("--prompt-cache-gib", a->cache_gib, "Prompt cache of the cache modes (GiB)")
       ->check(CLI::PositiveNumber);
   c->add_option("--spill-gib", a->spill_gib, "Spill of --cache-check (GiB)")->check(CLI::PositiveNumber);
-  std::string shapes;
-  for (const auto& s : bench::shape_bench_choices()) shapes += (shapes.empty() ? "" : " | ") + s;
+  const std::string shapes = bench::join_choices(bench::shape_bench_choices(), " | ");
   auto* shape = c->add_option("--shape", a->shape,
                               shapes +
                                   ": instead of a checkpoint, the CUDA backend at this model shape with "
@@ -405,8 +404,7 @@ void add_bench_command(CLI::App& app) {
                     ->check(CLI::IsMember(bench::shape_bench_choices()))
                     ->excludes(model);
   c->add_flag("--quick", a->quick, "--shape: 512 context and prefill 512 only (a short run)")->needs(shape);
-  std::string formats;
-  for (const auto& f : bench::weight_format_choices()) formats += (formats.empty() ? "" : " | ") + f;
+  const std::string formats = bench::join_choices(bench::weight_format_choices(), " | ");
   c->add_option(
        "--format", a->formats,
        formats +

@@ -1,13 +1,15 @@
 #pragma once
 // What one request's stream delivered, for the engine tests that compare streams: its tokens with their
-// logprobs, its text, and how it ended.
+// logprobs, its text, and how it ended; and the requests those tests send.
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "engine/engine.h"
+#include "text/tokenizer.h"
 
 namespace tf {
 
@@ -18,6 +20,18 @@ struct StreamOutput {
   FinishReason finish = FinishReason::None;
   Usage usage;
 };
+
+// A request for `text` (no BOS added) that runs to max_tokens whatever it samples.
+inline GenerationRequest text_request(const Tokenizer& tok, const std::string& text, float temperature,
+                                      uint64_t seed, int max_tokens) {
+  GenerationRequest r;
+  r.prompt = tok.encode(text, false);
+  r.sampling.temperature = temperature;
+  r.sampling.seed = seed;
+  r.max_tokens = max_tokens;
+  r.ignore_eos = true;
+  return r;
+}
 
 // Reads the stream until its Finished event (or 60 s without one).
 inline StreamOutput collect(RequestHandle& h) {

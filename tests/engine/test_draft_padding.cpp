@@ -112,12 +112,7 @@ TEST_P(PaddedDrafting, DraftedEqualsSerial) {
   for (float temperature : {0.f, 0.7f, 1.2f}) {
     std::vector<GenerationRequest> reqs;
     for (const char* text : prompts) {
-      GenerationRequest r;
-      r.prompt = tok.encode(text, false);
-      r.sampling.temperature = temperature;
-      r.sampling.seed = 4321;
-      r.max_tokens = 24;
-      r.ignore_eos = true;
+      GenerationRequest r = text_request(tok, text, temperature, 4321, 24);
       r.logprobs = 0;
       reqs.push_back(r);
     }

@@ -91,12 +91,7 @@ TEST_P(ExactDrafting, DraftedEqualsSerial) {
   int64_t drafted = 0, accepted = 0;
   for (const char* text : prompts) {
     for (float temperature : {0.f, 0.7f, 1.2f}) {
-      GenerationRequest r;
-      r.prompt = tok.encode(text, false);
-      r.sampling.temperature = temperature;
-      r.sampling.seed = 1234;
-      r.max_tokens = 40;
-      r.ignore_eos = true;
+      GenerationRequest r = text_request(tok, text, temperature, 1234, 40);
       r.logprobs = 0;
       GenerationRequest serial = r;
       serial.draft = false;
@@ -128,12 +123,7 @@ TEST(ExactDrafting, MtpHeadDraftsAreVerifiedExactly) {
   int64_t drafted = 0;
   for (const char* text : {"Well, Prince, so Genoa", "def main(argv):", "the the the"}) {
     for (float temperature : {0.f, 0.9f}) {
-      GenerationRequest r;
-      r.prompt = tok.encode(text, false);
-      r.sampling.temperature = temperature;
-      r.sampling.seed = 5;
-      r.max_tokens = 30;
-      r.ignore_eos = true;
+      GenerationRequest r = text_request(tok, text, temperature, 5, 30);
       GenerationRequest serial = r;
       serial.draft = false;
       Out a = run(*e, serial), b = run(*e, r);
@@ -165,13 +155,7 @@ TEST(ExactDrafting, GuardSwitchingTheMtpHeadStaysExact) {
   for (float temperature : {0.f, 0.9f}) {
     std::vector<GenerationRequest> reqs;
     for (const char* text : {"Well, Prince, so Genoa", "def main(argv):", "the the the"}) {
-      GenerationRequest r;
-      r.prompt = tok.encode(text, false);
-      r.sampling.temperature = temperature;
-      r.sampling.seed = 11;
-      r.max_tokens = 48;
-      r.ignore_eos = true;
-      reqs.push_back(r);
+      reqs.push_back(text_request(tok, text, temperature, 11, 48));
     }
     std::vector<Out> serial;
     for (auto r : reqs) {

@@ -1,0 +1,95 @@
+#pragma once
+// Structured outputs: a byte-level incremental matcher for one JSON document valid under a JSON Schema
+// (the subset below). The token-mask builder walks the vocabulary with copies of a JsonMatcher, so a
+// matcher is one flat vector of small frames and a copy is one allocation.
+//
+// Supported subset (anything else throws InvalidRequest naming the keyword and its JSON pointer):
+//  - type (string, number, integer, boolean, null, object, array, or an array of these); nullable: true.
+//    Without `type`, the type is inferred from the keywords present (properties/required/
+//    additionalProperties: object; items/prefixItems/minItems/maxItems: array; minLength/maxLength:
+//    string); with none of them any JSON value is allowed.
+//  - properties, required, additionalProperties (false, true or a schema). ABSENT additionalProperties
+//    means false, as in OpenAI strict mode. Properties are emitted in the schema's order (the iteration
+//    order of the json passed to compile(): parse requests with nlohmann::ordered_json to keep the
+//    user's order, nlohmann::json sorts keys); optional ones may be skipped, required ones may not.
+//    Extra keys (additionalProperties true or a schema) may follow the listed ones once no required
+//    property is left; they may not be listed names. At most 64 properties per object.
+//  - items (schema or false), prefixItems, minItems, maxItems; minLength, maxLength (code points).
+//  - enum and const: scalar values match their compact serialization exactly (nlohmann dump()); object
+//    and array values are matched structurally (whitespace between tokens allowed, keys in dump order).
+//  - anyOf; oneOf is treated as anyOf (the alternatives are not checked for exclusivity); allOf with a
+//    single subschema; $ref to "#", "#/$defs/NAME" or "#/definitions/NAME" (recursion allowed, nesting
+//    of objects/arrays bounded to kMaxDepth levels).
+//  - format is accepted and NOT enforced; title, description, default, examples, $schema, $id,
+//    $comment, deprecated, readOnly, writeOnly, $defs, definitions are annotations.
+//  - Keys are matched byte by byte against the names' compact serialization (an escaped spelling of a
+//    listed name is not recognised as that name).
+// Whitespace: allowed before the value and between tokens, at most kMaxWhitespace consecutive bytes,
+// never after the top-level value. Strings are valid UTF-8 (no overlongs, no surrogates, no lone
+// surrogate escapes), no raw control characters. `integer` values have no fraction and no exponent.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace tf {
+
+namespace json_schema_detail {
+struct Node;
+}
+
+// A compiled JSON Schema, immutable and shareable across streams.
+class JsonSchema {
+ public:
+  static constexpr int kMaxDepth = 32;       // nested objects/arrays in one document
+  static constexpr int kMaxWhitespace = 16;  // consecutive whitespace bytes between tokens
+
+  // Throws tf::InvalidRequest with the keyword and JSON pointer of anything outside the subset.
+  static std::shared_ptr<const JsonSchema> compile(const nlohmann::json& schema);
+  static std::shared_ptr<const JsonSchema> compile(const nlohmann::ordered_json& schema);
+  static std::shared_ptr<const JsonSchema> any_object();  // response_format json_object
+  static std::shared_ptr<const JsonSchema> any_value();   // the empty schema {}
+
+  JsonSchema();
+  ~JsonSchema();
+  const json_schema_detail::Node& node(int i) const;
+  int root() const { return root_; }
+
+ private:
+  friend class JsonSchemaCompiler;
+  std::vector<json_schema_detail::Node> nodes_;
+  int root_ = 0;
+};
+
+// Incremental matcher over the UTF-8 bytes of one JSON document. Nondeterminism (anyOf, type unions,
+// enum prefixes) is kept as a few parse stacks side by side in one vector.
+class JsonMatcher {
+ public:
+  // One parse-stack entry; a stack is a header frame followed by its frames.
+  struct Frame {
+    uint8_t kind = 0, state = 0, flags = 0, utf8_need = 0;
+    uint8_t utf8_lo = 0, utf8_hi = 0;
+    uint16_t digits = 0;
+    int32_t node = 0;
+    uint32_t count = 0;
+    uint32_t aux = 0, aux2 = 0;
+    uint64_t mask = 0;
+    bool operator==(const Frame&) const = default;
+  };
+
+  explicit JsonMatcher(std::shared_ptr<const JsonSchema> schema);
+  bool feed(uint8_t byte);            // false: the byte cannot continue any valid document; unchanged
+  bool feed(std::string_view bytes);  // all or nothing
+  bool complete() const;              // a complete document valid under the schema
+  bool dead_end() const;              // complete() and no further byte can be accepted
+  size_t num_stacks() const;          // alternatives alive (diagnostics, tests)
+
+ private:
+  std::shared_ptr<const JsonSchema> schema_;
+  std::vector<Frame> frames_;
+};
+
+}  // namespace tf

@@ -9,6 +9,8 @@
 #include <random>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "core/error.h"
 #include "engine/json_matcher.h"
 
@@ -276,4 +278,255 @@ TEST(JsonMatcher, CopyCost) {
   auto ns = [](auto d) { return std::chrono::duration<double, std::nano>(d).count() / kCopies; };
   std::printf("matcher at nesting depth 21 (23 frames of %zu bytes): copy %.1f ns, copy + feed %.1f ns\n",
               sizeof(JsonMatcher::Frame), ns(t1 - t0), ns(t2 - t1));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Cross-check against Python's jsonschema (tests/engine/json_matcher_check.py), one process for all.
+
+namespace {
+
+struct OracleSchema {
+  const char* python;                          // the schema jsonschema validates against
+  std::shared_ptr<const JsonSchema> matcher;   // the matcher's schema (the same one, but json_object mode)
+};
+
+std::vector<OracleSchema> oracle_schemas() {
+  const char* texts[] = {
+      kPerson,
+      R"({"type":"object","properties":{"id":{"type":"integer"},"address":{"type":"object","properties":{
+          "street":{"type":"string"},"zip":{"type":"string","minLength":5,"maxLength":5}},"required":["zip"]},
+          "tags":{"type":"array","items":{"type":"string","maxLength":4},"maxItems":3}},
+          "required":["id","address","tags"]})",
+      R"({"type":"array","items":{"enum":["red","green","blue",1,2.5,null,true,"gr\u00fcn"]},"minItems":1,"maxItems":4})",
+      R"({"type":"array","maxItems":3,"items":{"anyOf":[
+          {"type":"object","properties":{"kind":{"const":"circle"},"r":{"type":"number"}},"required":["kind","r"]},
+          {"type":"object","properties":{"kind":{"const":"rect"},"w":{"type":"number"},"h":{"type":"number"}},
+           "required":["kind","w"]}]}})",
+      R"({"$ref":"#/$defs/node","$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},
+          "kids":{"type":"array","items":{"$ref":"#/$defs/node"},"maxItems":2}},"required":["v"]}}})",
+      R"({"type":"string","minLength":2,"maxLength":6})",
+      R"({"type":"array","prefixItems":[{"type":"integer"},{"type":"number"}],"items":{"type":"integer"},
+          "minItems":2,"maxItems":5})",
+      R"({"type":"object"})",
+      R"({})",
+      R"({"type":"object","properties":{"id":{"type":"integer"}},"required":["id"],
+          "additionalProperties":{"type":"string","maxLength":5}})",
+      R"({"type":"object","properties":{"a":{"type":"boolean"},"b":{"type":"null"}},"additionalProperties":true})",
+      R"({"const":{"b":[1,"x",{}],"a":null}})",
+      R"({"oneOf":[{"type":"integer"},{"type":"string","maxLength":3},
+          {"type":"array","items":{"type":"boolean"},"maxItems":2}]})",
+      R"({"definitions":{"p":{"type":"object","properties":{"x":{"type":"number"}},"required":["x"]}},
+          "type":"object","properties":{"p":{"allOf":[{"$ref":"#/definitions/p"}]},
+          "q":{"type":"string","nullable":true,"format":"email"}},"required":["p"]})",
+      R"({"type":"object","properties":{"a":{"type":"integer"},"ab":{"type":"string"},"abc":{"type":"boolean"},
+          "a\"b":{"type":"null"},"\u00fcn\u00ef":{"type":"integer"},"x y":{"enum":[1,12,123]}},"required":["abc"]})",
+      R"({"type":["boolean","null","integer"]})",
+  };
+  std::vector<OracleSchema> out;
+  for (const char* t : texts) out.push_back({t, std::string_view(t) == R"({"type":"object"})" ? JsonSchema::any_object() : compile(t)});
+  return out;
+}
+
+// A seeded random walk through the bytes the matcher accepts, biased toward closing strings and
+// containers so walks finish. Empty when the walk did not finish within `max_len` bytes.
+std::string random_walk(const std::shared_ptr<const JsonSchema>& s, std::mt19937& rng, size_t max_len) {
+  static const std::vector<uint8_t> alphabet = [] {
+    std::vector<uint8_t> a;
+    for (int c = 0x20; c < 0x7f; ++c) a.push_back(static_cast<uint8_t>(c));
+    for (uint8_t c : {0x0a, 0x09, 0xc3, 0xa9, 0xce, 0xbb, 0xe2, 0x82, 0xac, 0xf0, 0x9f, 0x98, 0x80}) a.push_back(c);
+    return a;
+  }();
+  auto weight = [](uint8_t c) {
+    switch (c) {
+      case '"': return 48;
+      case '}': case ']': return 12;
+      case ',': case ':': return 16;
+      case ' ': case '\n': case '\t': return 1;
+      default: return c >= 0xc0 ? 12 : 4;
+    }
+  };
+  JsonMatcher m(s);
+  std::string doc;
+  std::vector<std::pair<uint8_t, int>> options;
+  while (doc.size() < max_len) {
+    if (m.dead_end() || (m.complete() && rng() % 3 == 0)) return doc;
+    options.clear();
+    int total = 0;
+    for (uint8_t c : alphabet)
+      if (JsonMatcher(m).feed(c)) options.push_back({c, total += weight(c)});
+    for (int c = 0x80; c < 0x100 && options.empty(); ++c)  // e.g. the rest of a UTF-8 sequence in an enum
+      if (JsonMatcher(m).feed(static_cast<uint8_t>(c))) options.push_back({static_cast<uint8_t>(c), total += 1});
+    EXPECT_FALSE(options.empty()) << "the matcher accepted a prefix it cannot continue: " << doc;
+    if (options.empty()) return "";
+    int pick = static_cast<int>(rng() % static_cast<unsigned>(total));
+    uint8_t c = std::find_if(options.begin(), options.end(), [&](auto& o) { return pick < o.second; })->first;
+    EXPECT_TRUE(m.feed(c));
+    doc += static_cast<char>(c);
+  }
+  return "";
+}
+
+enum class Verdict { kBoth, kNeither, kMatcherStricter };
+
+struct HandDoc {
+  int schema;
+  const char* text;
+  Verdict verdict;  // kBoth: jsonschema and the matcher accept; kNeither: both reject
+};
+
+const HandDoc kHandDocs[] = {
+    {0, R"({"name":"Ada","age":36,"score":1e400,"active":true,"note":"x"})", Verdict::kBoth},
+    {0, R"({"name":"Ada"})", Verdict::kNeither},                          // missing required
+    {0, R"({"name":"Ada","age":"36"})", Verdict::kNeither},               // wrong type
+    {0, R"({"name":"Ada","age":3.5})", Verdict::kNeither},                // not an integer
+    {0, R"({"name":"","age":3})", Verdict::kNeither},                     // minLength
+    {0, R"({"name":"abcdefghijklm","age":3})", Verdict::kNeither},        // maxLength
+    {0, R"({"name":"Ada","age":01})", Verdict::kNeither},                 // leading zero
+    {0, R"({"name":"A\x","age":1})", Verdict::kNeither},                  // bad escape
+    {0, R"({"name":"Ada","age":1,"extra":1})", Verdict::kMatcherStricter},  // additionalProperties absent
+    {0, R"({"age":1,"name":"Ada"})", Verdict::kMatcherStricter},          // not in the listed order
+    {0, R"({"name":"Ada","age":1.0})", Verdict::kMatcherStricter},        // integer without a fraction
+    {0, R"({"n\u0061me":"Ada","age":1})", Verdict::kMatcherStricter},     // escaped key
+    {0, R"({"name":"Ada","age":1} )", Verdict::kMatcherStricter},         // whitespace after the value
+    {1, R"({"id":1,"address":{"zip":"12345"},"tags":["a","bcde"]})", Verdict::kBoth},
+    {1, R"({"id":1,"address":{"zip":"1234"},"tags":[]})", Verdict::kNeither},
+    {1, R"({"id":1,"address":{"zip":"12345"},"tags":["a","b","c","d"]})", Verdict::kNeither},
+    {1, R"({"id":1,"address":{"street":"x"},"tags":[]})", Verdict::kNeither},
+    {2, R"(["gr\u00fcn",null,2.5])", Verdict::kMatcherStricter},          // enum strings: compact dump bytes
+    {2, "[\"gr\xc3\xbcn\",null,2.5]", Verdict::kBoth},
+    {2, R"([])", Verdict::kNeither},
+    {2, R"(["red","red","red","red","red"])", Verdict::kNeither},
+    {2, R"(["Red"])", Verdict::kNeither},
+    {3, R"([{"kind":"rect","w":1,"h":2},{"kind":"circle","r":0.5}])", Verdict::kBoth},
+    {3, R"([{"kind":"rect","r":1}])", Verdict::kNeither},
+    {3, R"([{"kind":"square","w":1}])", Verdict::kNeither},
+    {4, R"({"v":1,"kids":[{"v":2,"kids":[]},{"v":3}]})", Verdict::kBoth},
+    {4, R"({"v":1,"kids":[{"v":2},{"v":3},{"v":4}]})", Verdict::kNeither},
+    {4, R"({"v":1,"kids":[{"kids":[]}]})", Verdict::kNeither},
+    {5, R"("\ud83d\ude00\u00e9")", Verdict::kBoth},
+    {5, "\"\xf0\x9f\x98\x80\"", Verdict::kNeither},                      // one code point < minLength 2
+    {5, R"("abcdefg")", Verdict::kNeither},
+    {6, R"([1,2.5,3])", Verdict::kBoth},
+    {6, R"([1.5,2])", Verdict::kNeither},
+    {6, R"([1,2,3.5])", Verdict::kNeither},
+    {6, R"([1])", Verdict::kNeither},
+    {7, R"({"a":{"b":[1,"2",null]}})", Verdict::kBoth},
+    {7, R"([1])", Verdict::kNeither},
+    {8, R"([{"a":-1.5E-3},"x",true])", Verdict::kBoth},
+    {8, R"([1,])", Verdict::kNeither},
+    {9, R"({"id":1,"x":"abc","y":"de"})", Verdict::kBoth},
+    {9, R"({"id":1,"x":"abcdef"})", Verdict::kNeither},
+    {9, R"({"id":1,"x":2})", Verdict::kNeither},
+    {10, R"({"b":null,"zz":[1]})", Verdict::kBoth},
+    {10, R"({"a":1})", Verdict::kNeither},
+    {11, R"({"b":[1,"x",{}],"a":null})", Verdict::kBoth},
+    {11, R"({"b":[1,"x",{"c":1}],"a":null})", Verdict::kNeither},
+    {12, R"("abc")", Verdict::kBoth},
+    {12, R"([true,false,true])", Verdict::kNeither},
+    {12, R"(1.5)", Verdict::kNeither},
+    {13, R"({"p":{"x":1},"q":null})", Verdict::kBoth},
+    {13, R"({"p":{},"q":"a"})", Verdict::kNeither},
+    {14, R"({"a":1,"abc":true,"a\"b":null,"x y":12})", Verdict::kBoth},
+    {14, R"({"abc":true,"x y":13})", Verdict::kNeither},
+    {14, R"({"ab":1,"abc":true})", Verdict::kNeither},
+    {15, R"(-12)", Verdict::kBoth},
+    {15, R"("x")", Verdict::kNeither},
+};
+
+struct HandValue {
+  int schema;
+  const char* value;  // serialised by Python: compact, default separators, indent=2
+};
+
+const HandValue kHandValues[] = {
+    {0, R"({"name":"Zo\u00eb \ud83d\ude00","age":-3,"score":0.001,"active":false,"note":null})"},
+    {1, R"({"id":7,"address":{"street":"Main St \"1\"\n","zip":"02139"},"tags":["x","y\\z"]})"},
+    {1, R"({"id":7,"address":{"zip":"02139"},"tags":[]})"},
+    {2, R"(["red",1,2.5,true])"},
+    {3, R"([{"kind":"circle","r":2},{"kind":"rect","w":1.5}])"},
+    {4, R"({"v":1,"kids":[{"v":2,"kids":[{"v":3,"kids":[]}]},{"v":4}]})"},
+    {6, R"([0,-0.5,1,2])"},
+    {7, R"({"list":[[],[{}],{"x":[null,true,1e-07]}]})"},
+    {8, R"([{"a":[1,{"b":"\u00e9"}]}])"},
+    {9, R"({"id":1,"k":"v","\u00e9":""})"},
+    {10, R"({"a":true,"b":null,"c":{"d":[]}})"},
+    {11, R"({"b":[1,"x",{}],"a":null})"},
+    {12, R"([false,true])"},
+    {13, R"({"p":{"x":-1.25e+30},"q":"a@b.c"})"},
+    {14, R"({"a":1,"ab":"s","abc":false,"a\"b":null,"x y":123})"},
+    {15, R"(true)"},
+};
+
+std::string run_oracle(const json& request) {
+  std::string base = std::string(TF_BINARY_DIR) + "/json_matcher_oracle_" + std::to_string(::getpid());
+  {
+    std::ofstream in(base + ".in.json");
+    in << request.dump(-1, ' ', false, json::error_handler_t::replace);
+  }
+  std::string cmd = std::string(TF_PYTHON) + " " + TF_SOURCE_DIR + "/tests/engine/json_matcher_check.py " + base +
+                    ".in.json " + base + ".out.json";
+  int rc = std::system(cmd.c_str());
+  std::ifstream out(base + ".out.json");
+  std::stringstream text;
+  text << out.rdbuf();
+  std::remove((base + ".in.json").c_str());
+  std::remove((base + ".out.json").c_str());
+  EXPECT_EQ(rc, 0) << cmd << " (needs the `jsonschema` package, tools/requirements-test.txt)";
+  return text.str();
+}
+
+}  // namespace
+
+TEST(JsonMatcherOracle, AgreesWithPythonJsonschema) {
+  auto schemas = oracle_schemas();
+  json request = {{"schemas", json::array()}, {"docs", json::array()}, {"values", json::array()}};
+  for (const auto& s : schemas) request["schemas"].push_back(json::parse(s.python));
+  // Random walks: every finished document is one the matcher accepts.
+  constexpr int kWalks = 40;
+  std::vector<std::pair<int, std::string>> walks;
+  std::mt19937 rng(20261130);
+  for (size_t i = 0; i < schemas.size(); ++i) {
+    int finished = 0;
+    for (int w = 0; w < kWalks; ++w) {
+      std::string doc = random_walk(schemas[i].matcher, rng, 400);
+      if (doc.empty()) continue;
+      ++finished;
+      EXPECT_TRUE(accepts(schemas[i].matcher, doc));
+      walks.push_back({static_cast<int>(i), doc});
+      if (std::getenv("TF_JSON_MATCHER_DUMP") && w < 4)  // TF_JSON_MATCHER_DUMP=1: show some walks
+        std::printf("%zu: %s\n", i, json(doc).dump().c_str());
+      request["docs"].push_back({{"schema", i}, {"text", doc}});
+    }
+    EXPECT_GE(finished, kWalks / 2) << "schema " << i << ": too few walks finished";
+  }
+  for (const HandDoc& d : kHandDocs) request["docs"].push_back({{"schema", d.schema}, {"text", d.text}});
+  for (const HandValue& v : kHandValues)
+    request["values"].push_back({{"schema", v.schema}, {"value", json::parse(v.value)}});
+
+  nlohmann::json reply = nlohmann::json::parse(run_oracle(request));
+  ASSERT_EQ(reply["docs"].size(), walks.size() + std::size(kHandDocs));
+  for (size_t i = 0; i < walks.size(); ++i)
+    EXPECT_TRUE(reply["docs"][i]["valid"].get<bool>())
+        << "schema " << walks[i].first << ": the matcher generated " << walks[i].second << "\n  jsonschema: "
+        << reply["docs"][i]["error"].get<std::string>();
+  for (size_t i = 0; i < std::size(kHandDocs); ++i) {
+    const HandDoc& d = kHandDocs[i];
+    const auto& r = reply["docs"][walks.size() + i];
+    bool python = r["valid"].get<bool>(), matcher = accepts(schemas[static_cast<size_t>(d.schema)].matcher, d.text);
+    EXPECT_EQ(python, d.verdict != Verdict::kNeither) << d.text << ": " << r["error"].get<std::string>();
+    EXPECT_EQ(matcher, d.verdict == Verdict::kBoth) << d.text;
+    if (!python) {
+      EXPECT_FALSE(matcher) << "jsonschema rejects but the matcher accepts " << d.text;
+    }
+  }
+  ASSERT_EQ(reply["values"].size(), std::size(kHandValues));
+  for (size_t i = 0; i < std::size(kHandValues); ++i) {
+    const auto& r = reply["values"][i];
+    EXPECT_TRUE(r["valid"].get<bool>()) << kHandValues[i].value << ": " << r["error"].get<std::string>();
+    for (const auto& text : r["texts"])
+      EXPECT_TRUE(accepts(schemas[static_cast<size_t>(kHandValues[i].schema)].matcher, text.get<std::string>()))
+          << text.get<std::string>();
+  }
+  std::printf("%zu random-walk documents, %zu hand-written documents, %zu values x 4 serialisations\n",
+              walks.size(), std::size(kHandDocs), std::size(kHandValues));
 }

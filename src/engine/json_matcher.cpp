@@ -37,6 +37,7 @@ struct Node {
   std::vector<Property> props;
   std::vector<uint32_t> first_required_from{0};  // [i]: first required property index >= i, else size
   int additional = kNone;
+  uint64_t usable = ~uint64_t{0};  // properties whose schema some finite value satisfies
   std::vector<int> prefix_items;
   int items = 0;
   uint32_t min_items = 0, max_items = UINT32_MAX;
@@ -54,31 +55,55 @@ using ojson = nlohmann::ordered_json;
 
 JsonSchema::JsonSchema() = default;
 JsonSchema::~JsonSchema() = default;
-const Node& JsonSchema::node(int i) const { return nodes_[static_cast<size_t>(i)]; }
+const Node& JsonSchema::node(int i) const {
+  return nodes_[static_cast<size_t>(i)];
+}
 
 // ---------------------------------------------------------------------------------------------------
 // Compilation
 
 namespace {
 
-const char* const kAnnotations[] = {"title",      "description", "default",  "examples", "$schema",
-                                    "$id",        "$comment",    "deprecated", "readOnly", "writeOnly",
-                                    "$defs",      "definitions", "format",   "nullable"};
+const char* const kAnnotations[] = {"title", "description", "default",    "examples", "$schema",
+                                    "$id",   "$comment",    "deprecated", "readOnly", "writeOnly",
+                                    "$defs", "definitions", "format",     "nullable", "discriminator"};
 const char* const kCombinators[] = {"enum", "const", "anyOf", "oneOf", "allOf", "$ref"};
-const char* const kStructural[] = {"type",     "properties", "required", "additionalProperties",
-                                   "items",    "prefixItems", "minItems", "maxItems",
+const char* const kStructural[] = {"type",      "properties",  "required", "additionalProperties",
+                                   "items",     "prefixItems", "minItems", "maxItems",
                                    "minLength", "maxLength"};
-const char* const kRefused[] = {"minimum",          "maximum",          "exclusiveMinimum",
-                                "exclusiveMaximum", "multipleOf",       "pattern",
-                                "patternProperties", "propertyNames",   "if",
-                                "then",             "else",             "not",
-                                "dependentRequired", "dependentSchemas", "dependencies",
-                                "unevaluatedProperties", "unevaluatedItems", "contains",
-                                "minContains",      "maxContains",      "uniqueItems",
-                                "minProperties",    "maxProperties",    "additionalItems",
-                                "contentEncoding",  "contentMediaType", "contentSchema",
-                                "$anchor",          "$dynamicRef",      "$dynamicAnchor",
-                                "$recursiveRef",    "$recursiveAnchor", "$vocabulary"};
+const char* const kRefused[] = {"minimum",
+                                "maximum",
+                                "exclusiveMinimum",
+                                "exclusiveMaximum",
+                                "multipleOf",
+                                "pattern",
+                                "patternProperties",
+                                "propertyNames",
+                                "if",
+                                "then",
+                                "else",
+                                "not",
+                                "dependentRequired",
+                                "dependentSchemas",
+                                "dependencies",
+                                "unevaluatedProperties",
+                                "unevaluatedItems",
+                                "contains",
+                                "minContains",
+                                "maxContains",
+                                "uniqueItems",
+                                "minProperties",
+                                "maxProperties",
+                                "additionalItems",
+                                "contentEncoding",
+                                "contentMediaType",
+                                "contentSchema",
+                                "$anchor",
+                                "$dynamicRef",
+                                "$dynamicAnchor",
+                                "$recursiveRef",
+                                "$recursiveAnchor",
+                                "$vocabulary"};
 
 template <size_t N>
 bool one_of(const std::string& k, const char* const (&list)[N]) {
@@ -88,9 +113,12 @@ bool one_of(const std::string& k, const char* const (&list)[N]) {
 std::string pointer_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '~') out += "~0";
-    else if (c == '/') out += "~1";
-    else out += c;
+    if (c == '~')
+      out += "~0";
+    else if (c == '/')
+      out += "~1";
+    else
+      out += c;
   }
   return out;
 }
@@ -108,7 +136,9 @@ std::string pointer_unescape(const std::string& s) {
   return out;
 }
 
-bool is_json_whitespace(uint8_t c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+bool is_json_whitespace(uint8_t c) {
+  return c == ' ' || c == '\n' || c == '\r' || c == '\t';
+}
 
 [[noreturn]] void refuse(const std::string& path, const std::string& why) {
   throw InvalidRequest("json_schema: " + why + " at " + path);
@@ -120,11 +150,12 @@ class JsonSchemaCompiler {
  public:
   explicit JsonSchemaCompiler(const ojson& root) : root_(root) {}
 
-  std::shared_ptr<JsonSchema> run() {
+  std::shared_ptr<JsonSchema> run(bool any_object = false) {
     auto schema = std::make_shared<JsonSchema>();
     s_ = schema.get();
     add_builtins();
-    s_->root_ = ref("#", "#");
+    s_->root_ = any_object ? kAnyObjectNode : ref("#", "#");
+    prune_unsatisfiable();
     return schema;
   }
 
@@ -173,7 +204,8 @@ class JsonSchemaCompiler {
         }
       }
       if (!section || name.empty() || name.find('/') != std::string::npos)
-        refuse(path, "$ref \"" + target + "\" is not supported (only \"#\", \"#/$defs/NAME\" and \"#/definitions/NAME\")");
+        refuse(path, "$ref \"" + target +
+                         "\" is not supported (only \"#\", \"#/$defs/NAME\" and \"#/definitions/NAME\")");
       name = pointer_unescape(name);
       if (!root_.is_object() || !root_.contains(section) || !root_[section].is_object() ||
           !root_[section].contains(name))
@@ -189,8 +221,57 @@ class JsonSchemaCompiler {
     return idx;
   }
 
+  // Which nodes some finite document satisfies (a least fixpoint: recursion must bottom out), then cut
+  // every path into the others, so that every prefix the matcher accepts can still be completed.
+  void prune_unsatisfiable() {
+    auto& nodes = s_->nodes_;
+    std::vector<char> sat(nodes.size(), 0);
+    auto item = [](const Node& n, size_t i) {
+      return i < n.prefix_items.size() ? n.prefix_items[i] : n.items;
+    };
+    auto object_ok = [&](const Node& n) {
+      return std::all_of(n.props.begin(), n.props.end(),
+                         [&](const Property& p) { return !p.required || sat[size_t(p.node)]; });
+    };
+    auto array_ok = [&](const Node& n) {
+      for (size_t i = 0; i < n.min_items; ++i)
+        if (item(n, i) == kNone || !sat[size_t(item(n, i))]) return false;
+      return true;
+    };
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (size_t i = 0; i < nodes.size(); ++i) {
+        if (sat[i]) continue;
+        const Node& n = nodes[i];
+        bool ok = n.kind == kLiteral ||
+                  (n.kind == kAnyOf && std::any_of(n.alternatives.begin(), n.alternatives.end(),
+                                                   [&](int a) { return sat[size_t(a)]; })) ||
+                  (n.kind == kTyped &&
+                   ((n.types & (kString | kNumber | kInteger | kBoolean | kNull)) ||
+                    ((n.types & kObject) && object_ok(n)) || ((n.types & kArray) && array_ok(n))));
+        if (ok) sat[i] = 1, changed = true;
+      }
+    }
+    if (!sat[size_t(s_->root_)])
+      refuse("#", "the schema admits no JSON value (a cycle of references with no way out?)");
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      Node& n = nodes[i];
+      std::erase_if(n.alternatives, [&](int a) { return !sat[size_t(a)]; });
+      if (n.kind != kTyped) continue;
+      if (!object_ok(n)) n.types &= ~kObject;
+      if (!array_ok(n)) n.types &= ~kArray;
+      for (size_t p = 0; p < n.props.size(); ++p)
+        if (!sat[size_t(n.props[p].node)]) n.usable &= ~(uint64_t{1} << p);
+      if (n.additional != kNone && !sat[size_t(n.additional)]) n.additional = kNone;
+      for (size_t k = n.min_items; k < n.max_items && k <= n.prefix_items.size(); ++k)
+        if (item(n, k) == kNone || !sat[size_t(item(n, k))]) n.max_items = static_cast<uint32_t>(k);
+    }
+  }
+
   static uint32_t count_arg(const ojson& v, const std::string& path, const char* key) {
-    if (!v.is_number_integer() && !(v.is_number_float() && v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>()))))
+    if (!v.is_number_integer() &&
+        !(v.is_number_float() &&
+          v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>()))))
       refuse(path, std::string("\"") + key + "\" must be a non-negative integer");
     double d = v.get<double>();
     if (d < 0) refuse(path, std::string("\"") + key + "\" must be a non-negative integer");
@@ -229,7 +310,8 @@ class JsonSchemaCompiler {
       }
       if (n.props.size() > 64) refuse("#", "a constant object with more than 64 properties is not supported");
       n.first_required_from.clear();
-      for (size_t i = 0; i <= n.props.size(); ++i) n.first_required_from.push_back(static_cast<uint32_t>(std::min(i, n.props.size())));
+      for (size_t i = 0; i <= n.props.size(); ++i)
+        n.first_required_from.push_back(static_cast<uint32_t>(std::min(i, n.props.size())));
     } else if (v.is_array()) {
       n.types = kArray;
       for (auto& sub : v) n.prefix_items.push_back(const_node(sub));
@@ -275,10 +357,14 @@ class JsonSchemaCompiler {
     std::vector<std::string> combinators, structural;
     for (auto& [k, v] : s.items()) {
       if (one_of(k, kAnnotations)) continue;
-      if (one_of(k, kCombinators)) combinators.push_back(k);
-      else if (one_of(k, kStructural)) structural.push_back(k);
-      else if (one_of(k, kRefused)) refuse(path, "keyword \"" + k + "\" is not supported by structured outputs");
-      else refuse(path, "unknown keyword \"" + k + "\"");
+      if (one_of(k, kCombinators))
+        combinators.push_back(k);
+      else if (one_of(k, kStructural))
+        structural.push_back(k);
+      else if (one_of(k, kRefused))
+        refuse(path, "keyword \"" + k + "\" is not supported by structured outputs");
+      else
+        refuse(path, "unknown keyword \"" + k + "\"");
     }
     bool nullable = false;
     if (s.contains("nullable")) {
@@ -310,7 +396,8 @@ class JsonSchemaCompiler {
       if (c == "allOf" && list.size() != 1)
         refuse(path + "/allOf", "\"allOf\" with more than one subschema is not supported");
       std::vector<int> alts;
-      for (size_t i = 0; i < list.size(); ++i) alts.push_back(build(list[i], path + "/" + c + "/" + std::to_string(i)));
+      for (size_t i = 0; i < list.size(); ++i)
+        alts.push_back(build(list[i], path + "/" + c + "/" + std::to_string(i)));
       idx = any_of(std::move(alts));
     }
     return nullable ? any_of({idx, kNullNode}) : idx;
@@ -353,11 +440,13 @@ class JsonSchemaCompiler {
     if (s.contains("prefixItems")) {
       const ojson& p = s["prefixItems"];
       if (!p.is_array()) refuse(path + "/prefixItems", "\"prefixItems\" must be an array of schemas");
-      for (size_t i = 0; i < p.size(); ++i) n.prefix_items.push_back(build(p[i], path + "/prefixItems/" + std::to_string(i)));
+      for (size_t i = 0; i < p.size(); ++i)
+        n.prefix_items.push_back(build(p[i], path + "/prefixItems/" + std::to_string(i)));
     }
     if (s.contains("items")) {
       const ojson& it = s["items"];
-      if (it.is_array()) refuse(path + "/items", "\"items\" as an array is not supported (use \"prefixItems\")");
+      if (it.is_array())
+        refuse(path + "/items", "\"items\" as an array is not supported (use \"prefixItems\")");
       n.items = it.is_boolean() && !it.get<bool>() ? kNone : build(it, path + "/items");
     }
     if (s.contains("minItems")) n.min_items = count_arg(s["minItems"], path, "minItems");
@@ -372,7 +461,8 @@ class JsonSchemaCompiler {
     if (s.contains("properties")) {
       const ojson& props = s["properties"];
       if (!props.is_object()) refuse(path + "/properties", "\"properties\" must be an object");
-      if (props.size() > 64) refuse(path + "/properties", "more than 64 properties in one object are not supported");
+      if (props.size() > 64)
+        refuse(path + "/properties", "more than 64 properties in one object are not supported");
       for (auto& [name, sub] : props.items()) {
         std::string key = ojson(name).dump();
         int node = build(sub, path + "/properties/" + pointer_escape(name));
@@ -400,7 +490,8 @@ class JsonSchemaCompiler {
     size_t np = n.props.size();
     n.first_required_from.assign(np + 1, static_cast<uint32_t>(np));
     for (size_t i = np; i-- > 0;)
-      n.first_required_from[i] = n.props[i].required ? static_cast<uint32_t>(i) : n.first_required_from[i + 1];
+      n.first_required_from[i] =
+          n.props[i].required ? static_cast<uint32_t>(i) : n.first_required_from[i + 1];
   }
 
   const ojson& root_;
@@ -424,11 +515,8 @@ std::shared_ptr<const JsonSchema> JsonSchema::compile(const nlohmann::json& sche
 }
 
 std::shared_ptr<const JsonSchema> JsonSchema::any_object() {
-  static const std::shared_ptr<const JsonSchema> s = [] {
-    auto c = compile(nlohmann::ordered_json::object());
-    const_cast<JsonSchema&>(*c).root_ = kAnyObjectNode;
-    return c;
-  }();
+  static const std::shared_ptr<const JsonSchema> s =
+      JsonSchemaCompiler(nlohmann::ordered_json::object()).run(/*any_object=*/true);
   return s;
 }
 
@@ -447,7 +535,16 @@ namespace {
 using Frame = JsonMatcher::Frame;
 using Stack = std::vector<Frame>;
 
-enum FrameKind : uint8_t { kHeader, kValue, kObjectFrame, kKey, kArrayFrame, kStringFrame, kNumberFrame, kLiteralFrame };
+enum FrameKind : uint8_t {
+  kHeader,
+  kValue,
+  kObjectFrame,
+  kKey,
+  kArrayFrame,
+  kStringFrame,
+  kNumberFrame,
+  kLiteralFrame
+};
 // Containers: after '{' / '[', after a key (object), after a value, after ','.
 enum ContainerState : uint8_t { kOpen, kAfterKey, kAfterValue, kAfterComma };
 enum StringState : uint8_t { kChars, kUtf8, kEscape, kHex, kLowBackslash, kLowU, kLowHex };
@@ -460,7 +557,9 @@ int hex_value(uint8_t c) {
   if (c >= 'A' && c <= 'F') return c - 'A' + 10;
   return -1;
 }
-bool number_accepting(uint8_t st) { return st == kZero || st == kInt || st == kFrac || st == kExpDigits; }
+bool number_accepting(uint8_t st) {
+  return st == kZero || st == kInt || st == kFrac || st == kExpDigits;
+}
 
 // One byte of string content (after the opening quote). kCodePoint: the byte starts a code point.
 StringStep string_byte(Frame& f, uint8_t c) {
@@ -472,10 +571,14 @@ StringStep string_byte(Frame& f, uint8_t c) {
       if (c < 0x80) return kCodePoint;
       // Multi-byte UTF-8: the first continuation byte's range excludes overlongs and surrogates.
       f.utf8_lo = 0x80, f.utf8_hi = 0xBF;
-      if (c >= 0xC2 && c <= 0xDF) f.utf8_need = 1;
-      else if (c >= 0xE0 && c <= 0xEF) f.utf8_need = 2, f.utf8_lo = c == 0xE0 ? 0xA0 : 0x80, f.utf8_hi = c == 0xED ? 0x9F : 0xBF;
-      else if (c >= 0xF0 && c <= 0xF4) f.utf8_need = 3, f.utf8_lo = c == 0xF0 ? 0x90 : 0x80, f.utf8_hi = c == 0xF4 ? 0x8F : 0xBF;
-      else return kReject;
+      if (c >= 0xC2 && c <= 0xDF)
+        f.utf8_need = 1;
+      else if (c >= 0xE0 && c <= 0xEF)
+        f.utf8_need = 2, f.utf8_lo = c == 0xE0 ? 0xA0 : 0x80, f.utf8_hi = c == 0xED ? 0x9F : 0xBF;
+      else if (c >= 0xF0 && c <= 0xF4)
+        f.utf8_need = 3, f.utf8_lo = c == 0xF0 ? 0x90 : 0x80, f.utf8_hi = c == 0xF4 ? 0x8F : 0xBF;
+      else
+        return kReject;
       f.state = kUtf8;
       return kCodePoint;
     case kUtf8:
@@ -517,15 +620,33 @@ NumberStep number_byte(Frame& f, uint8_t c) {
   bool dot = c == '.' && !int_only, exp = (c == 'e' || c == 'E') && !int_only;
   uint8_t next;
   switch (f.state) {
-    case kStart: next = c == '-' ? kMinus : c == '0' ? kZero : digit ? kInt : 0; break;
-    case kMinus: next = c == '0' ? kZero : digit ? kInt : 0; break;
-    case kZero: next = dot ? kDot : exp ? kExp : 0; break;
-    case kInt: next = digit ? kInt : dot ? kDot : exp ? kExp : 0; break;
-    case kDot: next = digit ? kFrac : 0; break;
-    case kFrac: next = digit ? kFrac : exp ? kExp : 0; break;
-    case kExp: next = (c == '+' || c == '-') ? kExpSign : digit ? kExpDigits : 0; break;
-    case kExpSign: next = digit ? kExpDigits : 0; break;
-    default: next = digit ? kExpDigits : 0; break;
+    case kStart:
+      next = c == '-' ? kMinus : c == '0' ? kZero : digit ? kInt : 0;
+      break;
+    case kMinus:
+      next = c == '0' ? kZero : digit ? kInt : 0;
+      break;
+    case kZero:
+      next = dot ? kDot : exp ? kExp : 0;
+      break;
+    case kInt:
+      next = digit ? kInt : dot ? kDot : exp ? kExp : 0;
+      break;
+    case kDot:
+      next = digit ? kFrac : 0;
+      break;
+    case kFrac:
+      next = digit ? kFrac : exp ? kExp : 0;
+      break;
+    case kExp:
+      next = (c == '+' || c == '-') ? kExpSign : digit ? kExpDigits : 0;
+      break;
+    case kExpSign:
+      next = digit ? kExpDigits : 0;
+      break;
+    default:
+      next = digit ? kExpDigits : 0;
+      break;
   }
   if (next != 0) return f.state = next, kNumConsumed;
   return number_accepting(f.state) ? kNumEnd : kNumReject;
@@ -555,8 +676,10 @@ class Stepper {
           s.pop_back();
           return expand(s, node, c, 0);
         }
-        case kStringFrame: return string_step(s, c);
-        case kKey: return key_step(s, c);
+        case kStringFrame:
+          return string_step(s, c);
+        case kKey:
+          return key_step(s, c);
         case kNumberFrame: {
           NumberStep r = number_byte(f, c);
           if (r == kNumReject) return;
@@ -567,8 +690,10 @@ class Stepper {
           if (f.flags && f.state == kZero) s.pop_back();  // an integer 0 cannot continue
           return emit(s);
         }
-        case kLiteralFrame: return literal_step(s, c);
-        case kObjectFrame: return object_step(s, c);
+        case kLiteralFrame:
+          return literal_step(s, c);
+        case kObjectFrame:
+          return object_step(s, c);
         case kArrayFrame:
           if (!array_step(s, c)) return;
           continue;  // a value starts: the pushed kValue frame takes the byte
@@ -641,7 +766,8 @@ class Stepper {
     for (uint64_t m = f.mask; m; m &= m - 1) {
       int i = std::countr_zero(m);
       const std::string& lit = lits[static_cast<size_t>(i)];
-      if (lit.size() == f.count) done |= uint64_t{1} << i;
+      if (lit.size() == f.count)
+        done |= uint64_t{1} << i;
       else if (static_cast<uint8_t>(lit[f.count]) == c) {
         cont |= uint64_t{1} << i;
         if (lit.size() == f.count + 1) ends |= uint64_t{1} << i;
@@ -663,12 +789,14 @@ class Stepper {
     Frame& f = s.back();
     const Node& n = node(f.node);
     switch (string_byte(f, c)) {
-      case kReject: return;
+      case kReject:
+        return;
       case kCodePoint:
         if (f.count >= n.max_length) return;
         f.count++;
         break;
-      case kContinue: break;
+      case kContinue:
+        break;
       case kClose:
         if (f.count < n.min_length) return;
         s.pop_back();
@@ -683,10 +811,11 @@ class Stepper {
     if (next >= np) return 0;
     uint32_t last = std::min(n.first_required_from[next], np - 1);
     uint64_t upto = last >= 63 ? ~uint64_t{0} : (uint64_t{1} << (last + 1)) - 1;
-    return upto & ~((uint64_t{1} << next) - 1);
+    return upto & ~((uint64_t{1} << next) - 1) & n.usable;
   }
   static bool extra_allowed(const Node& n, uint32_t next) {
-    return n.additional != kNone && n.first_required_from[std::min<size_t>(next, n.props.size())] == n.props.size();
+    return n.additional != kNone &&
+           n.first_required_from[std::min<size_t>(next, n.props.size())] == n.props.size();
   }
 
   void key_step(Stack& s, uint8_t c) {
@@ -701,9 +830,12 @@ class Stepper {
       uint64_t exact = 0;
       for (uint64_t m = f.mask; m; m &= m - 1)
         if (n.props[static_cast<size_t>(std::countr_zero(m))].key.size() == f.count) exact |= m & -m;
-      if (exact & allowed) obj.aux = static_cast<uint32_t>(std::countr_zero(exact & allowed));
-      else if (!exact && extra) obj.aux = static_cast<uint32_t>(n.props.size());
-      else return;
+      if (exact & allowed)
+        obj.aux = static_cast<uint32_t>(std::countr_zero(exact & allowed));
+      else if (!exact && extra)
+        obj.aux = static_cast<uint32_t>(n.props.size());
+      else
+        return;
       obj.state = kAfterKey;
       s.pop_back();
       return emit(s);
@@ -739,13 +871,13 @@ class Stepper {
         return;
       case kAfterKey:
         if (c != ':') return;
-      {
-        f.state = kAfterValue;
-        int value = f.aux < np ? n.props[f.aux].node : n.additional;
-        f.count = std::min<uint32_t>(f.aux + 1, static_cast<uint32_t>(np));
-        s.push_back(make_frame(kValue, value));  // invalidates `f`
-        return emit(s);
-      }
+        {
+          f.state = kAfterValue;
+          int value = f.aux < np ? n.props[f.aux].node : n.additional;
+          f.count = std::min<uint32_t>(f.aux + 1, static_cast<uint32_t>(np));
+          s.push_back(make_frame(kValue, value));  // invalidates `f`
+          return emit(s);
+        }
       case kAfterValue:
         if (c == ',' && key_possible(n, f.count)) return f.state = kAfterComma, emit(s);
         if (c == '}') return close_object(s, n);
@@ -796,10 +928,12 @@ void dedup(std::vector<Frame>& frames, std::vector<Frame>& scratch) {
   for (size_t i = 0; i < frames.size();) {
     size_t len = frames[i].count + 1;
     bool seen = std::any_of(kept.begin(), kept.end(), [&](const auto& k) {
-      return k.second == len && std::equal(frames.begin() + i + 1, frames.begin() + i + len,
-                                           scratch.begin() + k.first + 1);
+      return k.second == len &&
+             std::equal(frames.begin() + i + 1, frames.begin() + i + len, scratch.begin() + k.first + 1);
     });
-    if (!seen) {
+    // Dropping alternatives beyond the cap keeps the matcher sound (each stack alone only accepts
+    // completable prefixes); it only narrows what may be generated, for pathological schemas.
+    if (!seen && kept.size() < JsonSchema::kMaxStacks) {
       kept.push_back({scratch.size(), len});
       scratch.insert(scratch.end(), frames.begin() + i, frames.begin() + i + len);
     }
@@ -851,7 +985,8 @@ bool JsonMatcher::complete() const {
     if (f.kind == kNumberFrame && number_accepting(f.state)) return true;
     if (f.kind == kLiteralFrame)
       for (uint64_t m = f.mask; m; m &= m - 1)
-        if (schema_->node(f.node).literals[static_cast<size_t>(std::countr_zero(m))].size() == f.count) return true;
+        if (schema_->node(f.node).literals[static_cast<size_t>(std::countr_zero(m))].size() == f.count)
+          return true;
   }
   return false;
 }

@@ -9,8 +9,9 @@
 //    additionalProperties: object; items/prefixItems/minItems/maxItems: array; minLength/maxLength:
 //    string); with none of them any JSON value is allowed.
 //  - properties, required, additionalProperties (false, true or a schema). ABSENT additionalProperties
-//    means false, as in OpenAI strict mode. Properties are emitted in the schema's order (the iteration
-//    order of the json passed to compile(): parse requests with nlohmann::ordered_json to keep the
+//    means false when "properties" is given (OpenAI strict mode: exactly the listed properties), any
+//    extra keys when it is not ({"type":"object"} is any object). Properties come in the schema's order (the
+//    iteration order of the json passed to compile(): parse requests with nlohmann::ordered_json to keep the
 //    user's order, nlohmann::json sorts keys); optional ones may be skipped, required ones may not.
 //    Extra keys (additionalProperties true or a schema) may follow the listed ones once no required
 //    property is left; they may not be listed names. At most 64 properties per object.
@@ -20,20 +21,26 @@
 //  - anyOf; oneOf is treated as anyOf (the alternatives are not checked for exclusivity); allOf with a
 //    single subschema; $ref to "#", "#/$defs/NAME" or "#/definitions/NAME" (recursion allowed, nesting
 //    of objects/arrays bounded to kMaxDepth levels).
+//  - One of enum/const/anyOf/oneOf/allOf/$ref per schema object, beside annotations and nullable (and
+//    `type` beside enum/const: it filters the values); other combinations are refused.
 //  - format is accepted and NOT enforced; title, description, default, examples, $schema, $id,
-//    $comment, deprecated, readOnly, writeOnly, $defs, definitions are annotations.
+//    $comment, deprecated, readOnly, writeOnly, discriminator (OpenAPI), $defs, definitions are
+//    annotations.
 //  - Keys are matched byte by byte against the names' compact serialization (an escaped spelling of a
 //    listed name is not recognised as that name).
+//  - Paths into parts of the schema that no finite document satisfies (a required property that
+//    requires itself) are cut at compile time, so every prefix the matcher accepts can be completed
+//    (up to kMaxDepth nesting); a schema with no finite document at all is refused. Not enforced:
+//    format, oneOf exclusivity; keys are not checked for duplicates among additional properties.
 // Whitespace: allowed before the value and between tokens, at most kMaxWhitespace consecutive bytes,
 // never after the top-level value. Strings are valid UTF-8 (no overlongs, no surrogates, no lone
 // surrogate escapes), no raw control characters. `integer` values have no fraction and no exponent.
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace tf {
 
@@ -46,6 +53,7 @@ class JsonSchema {
  public:
   static constexpr int kMaxDepth = 32;       // nested objects/arrays in one document
   static constexpr int kMaxWhitespace = 16;  // consecutive whitespace bytes between tokens
+  static constexpr size_t kMaxStacks = 64;   // alternatives kept alive at once (pathological anyOf)
 
   // Throws tf::InvalidRequest with the keyword and JSON pointer of anything outside the subset.
   static std::shared_ptr<const JsonSchema> compile(const nlohmann::json& schema);
@@ -55,7 +63,7 @@ class JsonSchema {
 
   JsonSchema();
   ~JsonSchema();
-  const json_schema_detail::Node& node(int i) const;
+  const json_schema_detail::Node& node(int i) const;  // internal: the matcher's view of the graph
   int root() const { return root_; }
 
  private:

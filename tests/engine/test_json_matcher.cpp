@@ -2,14 +2,13 @@
 // generates documents the matcher accepts; jsonschema must find every one valid), hand-written documents
 // both ways, unsupported keywords, and the cost of a copy.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <random>
 #include <sstream>
-
-#include <unistd.h>
 
 #include "core/error.h"
 #include "engine/json_matcher.h"
@@ -19,10 +18,13 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
-std::shared_ptr<const JsonSchema> compile(const char* schema) { return JsonSchema::compile(json::parse(schema)); }
+std::shared_ptr<const JsonSchema> compile(const char* schema) {
+  return JsonSchema::compile(json::parse(schema));
+}
 
 // The number of bytes accepted before the first rejected one (the whole size when all are accepted).
-size_t accepted_prefix(const std::shared_ptr<const JsonSchema>& s, std::string_view doc, bool* complete = nullptr) {
+size_t accepted_prefix(const std::shared_ptr<const JsonSchema>& s, std::string_view doc,
+                       bool* complete = nullptr) {
   JsonMatcher m(s);
   size_t i = 0;
   while (i < doc.size() && m.feed(static_cast<uint8_t>(doc[i]))) ++i;
@@ -48,10 +50,11 @@ const char* kPerson = R"({"type":"object","properties":{
 
 TEST(JsonMatcher, AcceptsValidDocumentsByteByByte) {
   auto person = compile(kPerson);
-  for (const char* doc : {R"({"name":"Ada","age":36})", R"({"name":"Ada","age":-0,"score":1.5e-3,"note":null})",
-                          R"({"name":"Ada","age":0,"active":false})",
-                          "{\n  \"name\": \"A\\u00e9\\ud83d\\ude00\\n\",\n  \"age\": 7,\n  \"score\": -0.25E+2\n}",
-                          "  {\"name\":\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\",\"age\":1}"}) {
+  for (const char* doc :
+       {R"({"name":"Ada","age":36})", R"({"name":"Ada","age":-0,"score":1.5e-3,"note":null})",
+        R"({"name":"Ada","age":0,"active":false})",
+        "{\n  \"name\": \"A\\u00e9\\ud83d\\ude00\\n\",\n  \"age\": 7,\n  \"score\": -0.25E+2\n}",
+        "  {\"name\":\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\",\"age\":1}"}) {
     bool complete = false;
     EXPECT_EQ(accepted_prefix(person, doc, &complete), std::string_view(doc).size()) << doc;
     EXPECT_TRUE(complete) << doc;
@@ -68,40 +71,40 @@ TEST(JsonMatcher, RejectsInvalidDocumentsAtTheRightByte) {
     const char* rest;    // its first byte is rejected
   };
   const Case cases[] = {
-      {kPerson, R"({"name":)", R"(1})"},                           // wrong type
-      {kPerson, R"({"name":"Ada")", "}"},                          // missing required "age"
-      {kPerson, R"({"name":"Ada","age":1,")", R"(x":1})"},         // extra property: no listed name "x"
-      {kPerson, R"({"name":"Ada","age":1,"s)", R"(x":1})"},        // a key prefix of "score" only
-      {kPerson, R"({")", R"(age":1})"},                            // "age" before the required "name"
-      {kPerson, R"({"name":"Ada","age":0)", R"(1})"},              // leading zero
-      {kPerson, R"({"name":"Ada","age":1)", R"(.5})"},             // integer: no fraction
-      {kPerson, R"({"name":"Ada","age":1)", R"(e3})"},             // integer: no exponent
-      {kPerson, R"({"name":"Ada","age":1,"score":1.)", R"(})"},    // a digit must follow '.'
-      {kPerson, R"({"name":"Ada","age":1,"score":)", R"(+1})"},    // no '+' sign
-      {kPerson, R"({"name":"a\)", R"(x"})"},                       // bad escape
-      {kPerson, R"({"name":"a\u12)", R"(g4"})"},                   // bad \u escape
-      {kPerson, R"({"name":"a\ud)", R"(c00"})"},                   // a lone low surrogate, known at "dc"
-      {kPerson, R"({"name":"a\ud83d)", R"("})"},                   // high surrogate without its low half
-      {kPerson, R"({"name":")", "\x01\"}"},                        // raw control character
-      {kPerson, R"({"name":")", "\xc0\xaf\"}"},                    // overlong encoding
-      {kPerson, "{\"name\":\"\xe0", "\x80\x80\"}"},              // overlong 3-byte encoding
-      {kPerson, "{\"name\":\"\xed", "\xa0\x80\"}"},              // UTF-16 surrogate in UTF-8
-      {kPerson, "{\"name\":\"\xc3", "A\"}"},                     // truncated sequence
-      {kPerson, R"({"name":")", "\xff\"}"},                        // never valid in UTF-8
-      {kPerson, R"({"name":")", R"("})"},                          // minLength 1
-      {kPerson, R"({"name":"123456789012)", R"(3"})"},             // maxLength 12
-      {kPerson, R"({"name":"Ada","age":1})", " "},                 // nothing after the top-level value
-      {kPerson, R"({"name":"Ada","age":1,"active":tru)", R"(E})"}, // literal
-      {kPerson, R"({"name":"Ada","age":1,"note":)", R"(true})"},   // not in the type union
+      {kPerson, R"({"name":)", R"(1})"},                              // wrong type
+      {kPerson, R"({"name":"Ada")", "}"},                             // missing required "age"
+      {kPerson, R"({"name":"Ada","age":1,")", R"(x":1})"},            // extra property: no listed name "x"
+      {kPerson, R"({"name":"Ada","age":1,"s)", R"(x":1})"},           // a key prefix of "score" only
+      {kPerson, R"({")", R"(age":1})"},                               // "age" before the required "name"
+      {kPerson, R"({"name":"Ada","age":0)", R"(1})"},                 // leading zero
+      {kPerson, R"({"name":"Ada","age":1)", R"(.5})"},                // integer: no fraction
+      {kPerson, R"({"name":"Ada","age":1)", R"(e3})"},                // integer: no exponent
+      {kPerson, R"({"name":"Ada","age":1,"score":1.)", R"(})"},       // a digit must follow '.'
+      {kPerson, R"({"name":"Ada","age":1,"score":)", R"(+1})"},       // no '+' sign
+      {kPerson, R"({"name":"a\)", R"(x"})"},                          // bad escape
+      {kPerson, R"({"name":"a\u12)", R"(g4"})"},                      // bad \u escape
+      {kPerson, R"({"name":"a\ud)", R"(c00"})"},                      // a lone low surrogate, known at "dc"
+      {kPerson, R"({"name":"a\ud83d)", R"("})"},                      // high surrogate without its low half
+      {kPerson, R"({"name":")", "\x01\"}"},                           // raw control character
+      {kPerson, R"({"name":")", "\xc0\xaf\"}"},                       // overlong encoding
+      {kPerson, "{\"name\":\"\xe0", "\x80\x80\"}"},                   // overlong 3-byte encoding
+      {kPerson, "{\"name\":\"\xed", "\xa0\x80\"}"},                   // UTF-16 surrogate in UTF-8
+      {kPerson, "{\"name\":\"\xc3", "A\"}"},                          // truncated sequence
+      {kPerson, R"({"name":")", "\xff\"}"},                           // never valid in UTF-8
+      {kPerson, R"({"name":")", R"("})"},                             // minLength 1
+      {kPerson, R"({"name":"123456789012)", R"(3"})"},                // maxLength 12
+      {kPerson, R"({"name":"Ada","age":1})", " "},                    // nothing after the top-level value
+      {kPerson, R"({"name":"Ada","age":1,"active":tru)", R"(E})"},    // literal
+      {kPerson, R"({"name":"Ada","age":1,"note":)", R"(true})"},      // not in the type union
       {kPerson, "{\n               ", " \"name\":\"A\",\"age\":1}"},  // 17 whitespace bytes
       {R"({"type":"array","items":{"type":"integer"},"maxItems":2})", "[1,2", ",3]"},  // too many items
       {R"({"type":"array","items":{"type":"integer"},"minItems":2})", "[1", "]"},      // too few items
-      {R"({"type":"array","items":{"type":"integer"}})", "[1,", "]"},                   // trailing comma
+      {R"({"type":"array","items":{"type":"integer"}})", "[1,", "]"},                  // trailing comma
       {R"({"type":"array","prefixItems":[{"type":"string"}],"items":false})", R"(["a")", ",1]"},
       {R"({"enum":["red","green",12]})", R"("gr)", R"(ay")"},
       {R"({"enum":["red","green",12]})", "1", "3"},
-      {R"({"type":"object","properties":{"a":{"type":"string"}},"additionalProperties":true})", R"({"a":"x","a)",
-       R"(":"y"})"},  // a listed name cannot come again as an extra key
+      {R"({"type":"object","properties":{"a":{"type":"string"}},"additionalProperties":true})",
+       R"({"a":"x","a)", R"(":"y"})"},  // a listed name cannot come again as an extra key
   };
   for (const Case& c : cases) {
     auto s = compile(c.schema);
@@ -198,6 +201,36 @@ TEST(JsonMatcher, AnyOfRefsAndConstants) {
   EXPECT_FALSE(accepts(all, "[1,1]"));
 }
 
+TEST(JsonMatcher, PathsToUnsatisfiableSchemasAreCut) {
+  // "n" requires itself: no finite object is an "n". Every prefix the matcher accepts must stay completable.
+  const char* defs =
+      R"("$defs":{"n":{"type":"object","properties":{"next":{"$ref":"#/$defs/n"}},"required":["next"]}})";
+  auto any_of =
+      compile((std::string(R"({"anyOf":[{"$ref":"#/$defs/n"},{"type":"string"}],)") + defs + "}").c_str());
+  EXPECT_EQ(accepted_prefix(any_of, R"({"next":{}})"), 0u);
+  EXPECT_TRUE(accepts(any_of, R"("s")"));
+  auto optional = compile(
+      (std::string(R"({"type":"object","properties":{"a":{"$ref":"#/$defs/n"},"b":{"type":"null"}},)") +
+       R"("additionalProperties":{"$ref":"#/$defs/n"},)" + defs + "}")
+          .c_str());
+  EXPECT_EQ(accepted_prefix(optional, R"({"a":{}})"), 2u) << "an optional property no value satisfies";
+  EXPECT_TRUE(accepts(optional, R"({"b":null})"));
+  EXPECT_EQ(accepted_prefix(optional, R"({"b":null,"c":1})"), 9u)
+      << "no extra key: no value satisfies their schema";
+  auto items = compile(
+      (std::string(R"({"type":"array","prefixItems":[{"type":"null"}],"items":{"$ref":"#/$defs/n"},)") +
+       defs + "}")
+          .c_str());
+  EXPECT_TRUE(accepts(items, "[null]"));
+  EXPECT_EQ(accepted_prefix(items, "[null,{}]"), 5u);
+  try {
+    JsonSchema::compile(json::parse(std::string(R"({"$ref":"#/$defs/n",)") + defs + "}"));
+    ADD_FAILURE() << "compiled a schema no finite document satisfies";
+  } catch (const InvalidRequest& e) {
+    EXPECT_NE(std::string(e.what()).find("admits no JSON value"), std::string::npos) << e.what();
+  }
+}
+
 TEST(JsonMatcher, CodePointsCountTowardLengths) {
   auto s = compile(R"({"type":"string","minLength":2,"maxLength":2})");
   EXPECT_TRUE(accepts(s, "\"\xc3\xa9\xf0\x9f\x98\x80\""));
@@ -214,7 +247,8 @@ TEST(JsonSchemaCompile, RefusesUnsupportedKeywordsWithTheirPath) {
   };
   const Case cases[] = {
       {R"({"type":"object","properties":{"n":{"type":"integer","minimum":0}}})", "minimum", "#/properties/n"},
-      {R"({"type":"object","properties":{"a/b":{"type":"string","pattern":"x"}}})", "pattern", "#/properties/a~1b"},
+      {R"({"type":"object","properties":{"a/b":{"type":"string","pattern":"x"}}})", "pattern",
+       "#/properties/a~1b"},
       {R"({"type":"array","items":{"type":"array","uniqueItems":true}})", "uniqueItems", "#/items"},
       {R"({"$defs":{"x":{"not":{}}},"$ref":"#/$defs/x"})", "not", "#/$defs/x"},
       {R"({"anyOf":[{"type":"string"},{"type":"object","minProperties":1}]})", "minProperties", "#/anyOf/1"},
@@ -250,7 +284,8 @@ TEST(JsonSchemaCompile, RefusesUnsupportedKeywordsWithTheirPath) {
   }
   // The non-ordered json entry point compiles too (keys in nlohmann::json's sorted order).
   EXPECT_TRUE(accepts(JsonSchema::compile(nlohmann::json::parse(R"({"type":"object","properties":{
-      "b":{"type":"integer"},"a":{"type":"integer"}},"required":["a","b"]})")), R"({"a":1,"b":2})"));
+      "b":{"type":"integer"},"a":{"type":"integer"}},"required":["a","b"]})")),
+                      R"({"a":1,"b":2})"));
 }
 
 TEST(JsonMatcher, CopyCost) {
@@ -286,8 +321,8 @@ TEST(JsonMatcher, CopyCost) {
 namespace {
 
 struct OracleSchema {
-  const char* python;                          // the schema jsonschema validates against
-  std::shared_ptr<const JsonSchema> matcher;   // the matcher's schema (the same one, but json_object mode)
+  const char* python;                         // the schema jsonschema validates against
+  std::shared_ptr<const JsonSchema> matcher;  // the matcher's schema (the same one, but json_object mode)
 };
 
 std::vector<OracleSchema> oracle_schemas() {
@@ -323,7 +358,8 @@ std::vector<OracleSchema> oracle_schemas() {
       R"({"type":["boolean","null","integer"]})",
   };
   std::vector<OracleSchema> out;
-  for (const char* t : texts) out.push_back({t, std::string_view(t) == R"({"type":"object"})" ? JsonSchema::any_object() : compile(t)});
+  for (const char* t : texts)
+    out.push_back({t, std::string_view(t) == R"({"type":"object"})" ? JsonSchema::any_object() : compile(t)});
   return out;
 }
 
@@ -333,16 +369,26 @@ std::string random_walk(const std::shared_ptr<const JsonSchema>& s, std::mt19937
   static const std::vector<uint8_t> alphabet = [] {
     std::vector<uint8_t> a;
     for (int c = 0x20; c < 0x7f; ++c) a.push_back(static_cast<uint8_t>(c));
-    for (uint8_t c : {0x0a, 0x09, 0xc3, 0xa9, 0xce, 0xbb, 0xe2, 0x82, 0xac, 0xf0, 0x9f, 0x98, 0x80}) a.push_back(c);
+    for (uint8_t c : {0x0a, 0x09, 0xc3, 0xa9, 0xce, 0xbb, 0xe2, 0x82, 0xac, 0xf0, 0x9f, 0x98, 0x80})
+      a.push_back(c);
     return a;
   }();
   auto weight = [](uint8_t c) {
     switch (c) {
-      case '"': return 48;
-      case '}': case ']': return 12;
-      case ',': case ':': return 16;
-      case ' ': case '\n': case '\t': return 1;
-      default: return c >= 0xc0 ? 12 : 4;
+      case '"':
+        return 48;
+      case '}':
+      case ']':
+        return 12;
+      case ',':
+      case ':':
+        return 16;
+      case ' ':
+      case '\n':
+      case '\t':
+        return 1;
+      default:
+        return c >= 0xc0 ? 12 : 4;
     }
   };
   JsonMatcher m(s);
@@ -355,7 +401,8 @@ std::string random_walk(const std::shared_ptr<const JsonSchema>& s, std::mt19937
     for (uint8_t c : alphabet)
       if (JsonMatcher(m).feed(c)) options.push_back({c, total += weight(c)});
     for (int c = 0x80; c < 0x100 && options.empty(); ++c)  // e.g. the rest of a UTF-8 sequence in an enum
-      if (JsonMatcher(m).feed(static_cast<uint8_t>(c))) options.push_back({static_cast<uint8_t>(c), total += 1});
+      if (JsonMatcher(m).feed(static_cast<uint8_t>(c)))
+        options.push_back({static_cast<uint8_t>(c), total += 1});
     EXPECT_FALSE(options.empty()) << "the matcher accepted a prefix it cannot continue: " << doc;
     if (options.empty()) return "";
     int pick = static_cast<int>(rng() % static_cast<unsigned>(total));
@@ -376,23 +423,23 @@ struct HandDoc {
 
 const HandDoc kHandDocs[] = {
     {0, R"({"name":"Ada","age":36,"score":1e400,"active":true,"note":"x"})", Verdict::kBoth},
-    {0, R"({"name":"Ada"})", Verdict::kNeither},                          // missing required
-    {0, R"({"name":"Ada","age":"36"})", Verdict::kNeither},               // wrong type
-    {0, R"({"name":"Ada","age":3.5})", Verdict::kNeither},                // not an integer
-    {0, R"({"name":"","age":3})", Verdict::kNeither},                     // minLength
-    {0, R"({"name":"abcdefghijklm","age":3})", Verdict::kNeither},        // maxLength
-    {0, R"({"name":"Ada","age":01})", Verdict::kNeither},                 // leading zero
-    {0, R"({"name":"A\x","age":1})", Verdict::kNeither},                  // bad escape
+    {0, R"({"name":"Ada"})", Verdict::kNeither},                            // missing required
+    {0, R"({"name":"Ada","age":"36"})", Verdict::kNeither},                 // wrong type
+    {0, R"({"name":"Ada","age":3.5})", Verdict::kNeither},                  // not an integer
+    {0, R"({"name":"","age":3})", Verdict::kNeither},                       // minLength
+    {0, R"({"name":"abcdefghijklm","age":3})", Verdict::kNeither},          // maxLength
+    {0, R"({"name":"Ada","age":01})", Verdict::kNeither},                   // leading zero
+    {0, R"({"name":"A\x","age":1})", Verdict::kNeither},                    // bad escape
     {0, R"({"name":"Ada","age":1,"extra":1})", Verdict::kMatcherStricter},  // additionalProperties absent
-    {0, R"({"age":1,"name":"Ada"})", Verdict::kMatcherStricter},          // not in the listed order
-    {0, R"({"name":"Ada","age":1.0})", Verdict::kMatcherStricter},        // integer without a fraction
-    {0, R"({"n\u0061me":"Ada","age":1})", Verdict::kMatcherStricter},     // escaped key
-    {0, R"({"name":"Ada","age":1} )", Verdict::kMatcherStricter},         // whitespace after the value
+    {0, R"({"age":1,"name":"Ada"})", Verdict::kMatcherStricter},            // not in the listed order
+    {0, R"({"name":"Ada","age":1.0})", Verdict::kMatcherStricter},          // integer without a fraction
+    {0, R"({"n\u0061me":"Ada","age":1})", Verdict::kMatcherStricter},       // escaped key
+    {0, R"({"name":"Ada","age":1} )", Verdict::kMatcherStricter},           // whitespace after the value
     {1, R"({"id":1,"address":{"zip":"12345"},"tags":["a","bcde"]})", Verdict::kBoth},
     {1, R"({"id":1,"address":{"zip":"1234"},"tags":[]})", Verdict::kNeither},
     {1, R"({"id":1,"address":{"zip":"12345"},"tags":["a","b","c","d"]})", Verdict::kNeither},
     {1, R"({"id":1,"address":{"street":"x"},"tags":[]})", Verdict::kNeither},
-    {2, R"(["gr\u00fcn",null,2.5])", Verdict::kMatcherStricter},          // enum strings: compact dump bytes
+    {2, R"(["gr\u00fcn",null,2.5])", Verdict::kMatcherStricter},  // enum strings: compact dump bytes
     {2, "[\"gr\xc3\xbcn\",null,2.5]", Verdict::kBoth},
     {2, R"([])", Verdict::kNeither},
     {2, R"(["red","red","red","red","red"])", Verdict::kNeither},
@@ -404,7 +451,7 @@ const HandDoc kHandDocs[] = {
     {4, R"({"v":1,"kids":[{"v":2},{"v":3},{"v":4}]})", Verdict::kNeither},
     {4, R"({"v":1,"kids":[{"kids":[]}]})", Verdict::kNeither},
     {5, R"("\ud83d\ude00\u00e9")", Verdict::kBoth},
-    {5, "\"\xf0\x9f\x98\x80\"", Verdict::kNeither},                      // one code point < minLength 2
+    {5, "\"\xf0\x9f\x98\x80\"", Verdict::kNeither},  // one code point < minLength 2
     {5, R"("abcdefg")", Verdict::kNeither},
     {6, R"([1,2.5,3])", Verdict::kBoth},
     {6, R"([1.5,2])", Verdict::kNeither},
@@ -463,8 +510,8 @@ std::string run_oracle(const json& request) {
     std::ofstream in(base + ".in.json");
     in << request.dump(-1, ' ', false, json::error_handler_t::replace);
   }
-  std::string cmd = std::string(TF_PYTHON) + " " + TF_SOURCE_DIR + "/tests/engine/json_matcher_check.py " + base +
-                    ".in.json " + base + ".out.json";
+  std::string cmd = std::string(TF_PYTHON) + " " + TF_SOURCE_DIR + "/tests/engine/json_matcher_check.py " +
+                    base + ".in.json " + base + ".out.json";
   int rc = std::system(cmd.c_str());
   std::ifstream out(base + ".out.json");
   std::stringstream text;
@@ -507,12 +554,13 @@ TEST(JsonMatcherOracle, AgreesWithPythonJsonschema) {
   ASSERT_EQ(reply["docs"].size(), walks.size() + std::size(kHandDocs));
   for (size_t i = 0; i < walks.size(); ++i)
     EXPECT_TRUE(reply["docs"][i]["valid"].get<bool>())
-        << "schema " << walks[i].first << ": the matcher generated " << walks[i].second << "\n  jsonschema: "
-        << reply["docs"][i]["error"].get<std::string>();
+        << "schema " << walks[i].first << ": the matcher generated " << walks[i].second
+        << "\n  jsonschema: " << reply["docs"][i]["error"].get<std::string>();
   for (size_t i = 0; i < std::size(kHandDocs); ++i) {
     const HandDoc& d = kHandDocs[i];
     const auto& r = reply["docs"][walks.size() + i];
-    bool python = r["valid"].get<bool>(), matcher = accepts(schemas[static_cast<size_t>(d.schema)].matcher, d.text);
+    bool python = r["valid"].get<bool>(),
+         matcher = accepts(schemas[static_cast<size_t>(d.schema)].matcher, d.text);
     EXPECT_EQ(python, d.verdict != Verdict::kNeither) << d.text << ": " << r["error"].get<std::string>();
     EXPECT_EQ(matcher, d.verdict == Verdict::kBoth) << d.text;
     if (!python) {
@@ -524,7 +572,8 @@ TEST(JsonMatcherOracle, AgreesWithPythonJsonschema) {
     const auto& r = reply["values"][i];
     EXPECT_TRUE(r["valid"].get<bool>()) << kHandValues[i].value << ": " << r["error"].get<std::string>();
     for (const auto& text : r["texts"])
-      EXPECT_TRUE(accepts(schemas[static_cast<size_t>(kHandValues[i].schema)].matcher, text.get<std::string>()))
+      EXPECT_TRUE(
+          accepts(schemas[static_cast<size_t>(kHandValues[i].schema)].matcher, text.get<std::string>()))
           << text.get<std::string>();
   }
   std::printf("%zu random-walk documents, %zu hand-written documents, %zu values x 4 serialisations\n",

@@ -952,6 +952,14 @@ JsonMatcher::JsonMatcher(std::shared_ptr<const JsonSchema> schema) : schema_(std
 }
 
 bool JsonMatcher::feed(uint8_t byte) {
+  // Fast path for the common case of the trie walk: plain ASCII inside a string, one alternative.
+  if (frames_.size() == frames_[0].count + 1u && frames_.back().kind == kStringFrame &&
+      frames_.back().state == kChars && byte >= 0x20 && byte < 0x80 && byte != '"' && byte != '\\') {
+    Frame& f = frames_.back();
+    if (f.count >= schema_->node(f.node).max_length) return false;
+    f.count++;
+    return true;
+  }
   thread_local std::vector<Frame> out, work, scratch;
   out.clear();
   Stepper stepper(*schema_, out);

@@ -561,19 +561,61 @@ TEST(JsonMatcherOracle, AgreesWithPythonJsonschema) {
     }
     EXPECT_GE(finished, kWalks / 2) << "schema " << i << ": too few walks finished";
   }
+  // Mutants of the walks (a byte replaced, inserted or deleted): whatever jsonschema rejects, the matcher
+  // must reject too.
+  std::vector<std::pair<int, std::string>> mutants;
+  const std::string bytes = "0123456789-.eE+\"\\,:{}[] \nantu";
+  for (const auto& [schema, doc] : walks) {
+    for (int k = 0; k < 2; ++k) {
+      std::string m = doc;
+      size_t at = rng() % (m.size() + 1);
+      char c = bytes[rng() % bytes.size()];
+      switch (rng() % 3) {
+        case 0:
+          if (at < m.size()) m[at] = c;
+          break;
+        case 1:
+          m.insert(m.begin() + static_cast<std::ptrdiff_t>(at), c);
+          break;
+        default:
+          if (at < m.size()) m.erase(at, 1);
+          break;
+      }
+      try {
+        json text(m);
+        (void)text.dump();  // invalid UTF-8 throws: Python would see other bytes
+      } catch (const json::exception&) {
+        continue;
+      }
+      mutants.push_back({schema, m});
+      request["docs"].push_back({{"schema", schema}, {"text", m}});
+    }
+  }
   for (const HandDoc& d : kHandDocs) request["docs"].push_back({{"schema", d.schema}, {"text", d.text}});
   for (const HandValue& v : kHandValues)
     request["values"].push_back({{"schema", v.schema}, {"value", json::parse(v.value)}});
 
   nlohmann::json reply = nlohmann::json::parse(run_oracle(request));
-  ASSERT_EQ(reply["docs"].size(), walks.size() + std::size(kHandDocs));
+  ASSERT_EQ(reply["docs"].size(), walks.size() + mutants.size() + std::size(kHandDocs));
   for (size_t i = 0; i < walks.size(); ++i)
     EXPECT_TRUE(reply["docs"][i]["valid"].get<bool>())
         << "schema " << walks[i].first << ": the matcher generated " << walks[i].second
         << "\n  jsonschema: " << reply["docs"][i]["error"].get<std::string>();
+  size_t python_rejects = 0, both_accept = 0;
+  for (size_t i = 0; i < mutants.size(); ++i) {
+    const auto& [schema, doc] = mutants[i];
+    bool python = reply["docs"][walks.size() + i]["valid"].get<bool>();
+    bool matcher = accepts(schemas[static_cast<size_t>(schema)].matcher, doc);
+    python_rejects += !python;
+    both_accept += python && matcher;
+    if (!python) {
+      EXPECT_FALSE(matcher) << "schema " << schema << ": jsonschema rejects but the matcher accepts " << doc;
+    }
+  }
+  EXPECT_GT(python_rejects, mutants.size() / 4) << "the mutants should mostly break the documents";
   for (size_t i = 0; i < std::size(kHandDocs); ++i) {
     const HandDoc& d = kHandDocs[i];
-    const auto& r = reply["docs"][walks.size() + i];
+    const auto& r = reply["docs"][walks.size() + mutants.size() + i];
     bool python = r["valid"].get<bool>(),
          matcher = accepts(schemas[static_cast<size_t>(d.schema)].matcher, d.text);
     EXPECT_EQ(python, d.verdict != Verdict::kNeither) << d.text << ": " << r["error"].get<std::string>();
@@ -591,6 +633,9 @@ TEST(JsonMatcherOracle, AgreesWithPythonJsonschema) {
           accepts(schemas[static_cast<size_t>(kHandValues[i].schema)].matcher, text.get<std::string>()))
           << text.get<std::string>();
   }
-  std::printf("%zu random-walk documents, %zu hand-written documents, %zu values x 4 serialisations\n",
-              walks.size(), std::size(kHandDocs), std::size(kHandValues));
+  std::printf(
+      "%zu random-walk documents, %zu mutants (%zu rejected by jsonschema, %zu accepted by both), %zu "
+      "hand-written documents, %zu values x 4 serialisations\n",
+      walks.size(), mutants.size(), python_rejects, both_accept, std::size(kHandDocs),
+      std::size(kHandValues));
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <climits>
+#include <cmath>
 #include <map>
 
 #include "core/error.h"
@@ -233,8 +234,8 @@ class JsonSchemaCompiler {
       return std::all_of(n.props.begin(), n.props.end(),
                          [&](const Property& p) { return !p.required || sat[size_t(p.node)]; });
     };
-    auto array_ok = [&](const Node& n) {
-      for (size_t i = 0; i < n.min_items; ++i)
+    auto array_ok = [&](const Node& n) {  // items past the prefix share one schema: check one of them
+      for (size_t i = 0; i < std::min<size_t>(n.min_items, n.prefix_items.size() + 1); ++i)
         if (item(n, i) == kNone || !sat[size_t(item(n, i))]) return false;
       return true;
     };
@@ -266,15 +267,44 @@ class JsonSchemaCompiler {
       for (size_t k = n.min_items; k < n.max_items && k <= n.prefix_items.size(); ++k)
         if (item(n, k) == kNone || !sat[size_t(item(n, k))]) n.max_items = static_cast<uint32_t>(k);
     }
+    flatten_alternatives();
   }
 
+  // anyOf of anyOf (and $ref chains) become one list of non-anyOf nodes, so the matcher forks once per
+  // value without recursion, whatever the schema's shape.
+  void flatten_alternatives() {
+    auto& nodes = s_->nodes_;
+    std::vector<std::vector<int>> leaves(nodes.size());
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      if (nodes[i].kind != kAnyOf) continue;
+      std::vector<char> seen(nodes.size(), 0);
+      std::vector<int> todo = {static_cast<int>(i)};
+      while (!todo.empty()) {
+        int k = todo.back();
+        todo.pop_back();
+        if (seen[size_t(k)]) continue;
+        seen[size_t(k)] = 1;
+        if (nodes[size_t(k)].kind != kAnyOf) {
+          leaves[i].push_back(k);
+          continue;
+        }
+        const auto& alts = nodes[size_t(k)].alternatives;
+        todo.insert(todo.end(), alts.rbegin(), alts.rend());  // keep the schema's order
+      }
+      if (leaves[i].size() > kMaxAlternatives)
+        refuse("#", "more than " + std::to_string(kMaxAlternatives) +
+                        " alternatives (anyOf/oneOf/enum) for one value");
+    }
+    for (size_t i = 0; i < nodes.size(); ++i)
+      if (nodes[i].kind == kAnyOf) nodes[i].alternatives = std::move(leaves[i]);
+  }
+
+  static constexpr size_t kMaxAlternatives = 256;
+
   static uint32_t count_arg(const ojson& v, const std::string& path, const char* key) {
-    if (!v.is_number_integer() &&
-        !(v.is_number_float() &&
-          v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>()))))
-      refuse(path, std::string("\"") + key + "\" must be a non-negative integer");
-    double d = v.get<double>();
-    if (d < 0) refuse(path, std::string("\"") + key + "\" must be a non-negative integer");
+    double d = v.is_number() ? v.get<double>() : -1;
+    if (!(d >= 0) || d != std::floor(d))
+      refuse(path + "/" + key, std::string("\"") + key + "\" must be a non-negative integer");
     return d >= static_cast<double>(UINT32_MAX) ? UINT32_MAX : static_cast<uint32_t>(d);
   }
 
@@ -296,7 +326,7 @@ class JsonSchemaCompiler {
     if (v.is_array()) return types & kArray;
     if (v.is_number_integer()) return types & (kNumber | kInteger);
     double d = v.get<double>();
-    return (types & kNumber) || ((types & kInteger) && d == static_cast<double>(static_cast<int64_t>(d)));
+    return (types & kNumber) || ((types & kInteger) && std::isfinite(d) && d == std::floor(d));
   }
 
   // A constant: scalars are literal bytes, objects/arrays become structural nodes (whitespace allowed).
@@ -349,6 +379,12 @@ class JsonSchemaCompiler {
   }
 
   int build(const ojson& s, const std::string& path) {
+    if (depth_ > kMaxSchemaDepth) refuse(path, "the schema is nested too deeply");
+    struct Nest {
+      int& depth;
+      explicit Nest(int& d) : depth(++d) {}
+      ~Nest() { --depth; }
+    } nest(depth_);
     if (s.is_boolean()) {
       if (s.get<bool>()) return kAnyNode;
       refuse(path, "the schema false (no value allowed) is not supported");
@@ -497,6 +533,8 @@ class JsonSchemaCompiler {
   const ojson& root_;
   JsonSchema* s_ = nullptr;
   std::map<std::string, int> refs_;
+  int depth_ = 0;
+  static constexpr int kMaxSchemaDepth = 128;  // schema objects inside one another (compile recursion)
 };
 
 std::shared_ptr<const JsonSchema> JsonSchema::compile(const nlohmann::ordered_json& schema) {
@@ -674,7 +712,7 @@ class Stepper {
           if (is_json_whitespace(c)) return whitespace(s);
           int node = f.node;
           s.pop_back();
-          return expand(s, node, c, 0);
+          return expand(s, node, c);
         }
         case kStringFrame:
           return string_step(s, c);
@@ -717,14 +755,13 @@ class Stepper {
     out_[out_.size() - s.size()].aux = run;
   }
 
-  void expand(Stack& s, int idx, uint8_t c, int guard) {
-    if (guard > 16) return;  // a cycle of anyOf/$ref without progress
+  void expand(Stack& s, int idx, uint8_t c) {
     const Node& n = node(idx);
-    if (n.kind == kAnyOf) {
+    if (n.kind == kAnyOf) {  // flattened at compile time: the alternatives are not anyOf nodes
       for (size_t i = 0; i < n.alternatives.size(); ++i) {
-        if (i + 1 == n.alternatives.size()) return expand(s, n.alternatives[i], c, guard + 1);
+        if (i + 1 == n.alternatives.size()) return expand(s, n.alternatives[i], c);
         Stack copy = s;
-        expand(copy, n.alternatives[i], c, guard + 1);
+        expand(copy, n.alternatives[i], c);
       }
       return;
     }

@@ -232,6 +232,27 @@ TEST(JsonMatcher, PathsToUnsatisfiableSchemasAreCut) {
   }
 }
 
+TEST(JsonMatcher, LargeEnumsAndNestedAlternatives) {
+  json values = json::array();
+  for (int i = 0; i < 150; ++i) values.push_back("v" + std::to_string(i));  // more than one 64-value chunk
+  values.push_back(7);
+  auto e = JsonSchema::compile(json{{"enum", values}});
+  for (const auto& v : values) EXPECT_TRUE(accepts(e, v.dump())) << v.dump();
+  EXPECT_FALSE(accepts(e, "\"v150\""));
+  EXPECT_FALSE(accepts(e, "\"v1"));
+  EXPECT_FALSE(accepts(e, "70"));
+  // anyOf inside anyOf inside $ref: one fork per value, in the schema's order.
+  auto nested = compile(R"({"$defs":{"s":{"anyOf":[{"type":"string","maxLength":1},{"$ref":"#/$defs/t"}]},
+      "t":{"anyOf":[{"type":"integer"},{"$ref":"#/$defs/s"}]}},"anyOf":[{"$ref":"#/$defs/s"},{"type":"null"}]})");
+  EXPECT_TRUE(accepts(nested, "\"a\""));
+  EXPECT_TRUE(accepts(nested, "-3"));
+  EXPECT_TRUE(accepts(nested, "null"));
+  EXPECT_FALSE(accepts(nested, "\"ab\""));
+  JsonMatcher m(nested);
+  ASSERT_TRUE(m.feed('"'));
+  EXPECT_EQ(m.num_stacks(), 1u);
+}
+
 TEST(JsonMatcher, CodePointsCountTowardLengths) {
   auto s = compile(R"({"type":"string","minLength":2,"maxLength":2})");
   EXPECT_TRUE(accepts(s, "\"\xc3\xa9\xf0\x9f\x98\x80\""));
@@ -272,6 +293,14 @@ TEST(JsonSchemaCompile, RefusesUnsupportedKeywordsWithTheirPath) {
       {R"({"type":"object","frobnicate":1})", "frobnicate", "#"},
       {R"({"type":"string","anyOf":[{"maxLength":1}]})", "type", "#"},
       {R"({"$defs":{"a":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"})", "admits no JSON value", "#"},
+      {R"({"type":"array","minItems":-1})", "minItems", "#/minItems"},
+      {R"({"type":"array","maxItems":1.5})", "maxItems", "#/maxItems"},
+      {R"({"type":"string","maxLength":"3"})", "maxLength", "#/maxLength"},
+      {R"({"type":"array","items":[{"type":"string"}]})", "prefixItems", "#/items"},
+      {R"({"enum":[]})", "enum", "#/enum"},
+      {R"({"type":"string","enum":[1,2]})", "enum", "#/enum"},
+      {R"({"type":"object","properties":{"a":{"type":"integer"}},"nullable":"yes"})", "nullable",
+       "#/nullable"},
   };
   for (const Case& c : cases) {
     try {
@@ -283,6 +312,14 @@ TEST(JsonSchemaCompile, RefusesUnsupportedKeywordsWithTheirPath) {
       EXPECT_NE(what.find(std::string(" at ") + c.path), std::string::npos) << c.schema << " -> " << what;
     }
   }
+  std::string deep = "{}";
+  for (int i = 0; i < 200; ++i) deep = R"({"type":"array","items":)" + deep + "}";
+  EXPECT_THROW(JsonSchema::compile(json::parse(deep)), InvalidRequest);
+  json many = json::array();
+  for (int i = 0; i < 300; ++i) many.push_back(json{{"type", "array"}, {"maxItems", i}});
+  EXPECT_THROW(JsonSchema::compile(json{{"anyOf", many}}), InvalidRequest);
+  EXPECT_NO_THROW(
+      JsonSchema::compile(json::parse(R"({"type":"string","maxLength":1e300,"description":"x"})")));
   // The non-ordered json entry point compiles too (keys in nlohmann::json's sorted order).
   EXPECT_TRUE(accepts(JsonSchema::compile(nlohmann::json::parse(R"({"type":"object","properties":{
       "b":{"type":"integer"},"a":{"type":"integer"}},"required":["a","b"]})")),

@@ -1007,7 +1007,7 @@ bool JsonMatcher::feed(uint8_t byte) {
   }
   if (out.empty()) return false;
   if (out[0].count + 1 != out.size()) dedup(out, scratch);
-  frames_.assign(out.begin(), out.end());
+  frames_.swap(out);  // no copy: the scratch vector keeps the old buffer for the next feed
   return true;
 }
 

@@ -12,6 +12,7 @@ namespace tf {
 
 class Tokenizer;
 class ChatTemplate;
+class JsonSchema;  // engine/json_matcher.h
 
 struct SamplingParams {
   float temperature = 1.f;  // 0 = greedy (lowest id on ties)
@@ -21,6 +22,9 @@ struct SamplingParams {
   float presence_penalty = 0.f, frequency_penalty = 0.f;  // OpenAI semantics, over generated tokens
   float repetition_penalty = 1.f;                          // HF semantics, over prompt + generated
   std::optional<uint64_t> seed;                            // none: derived from the prompt tokens
+  // OpenAI logit_bias: added to the raw logits before penalties, temperature and truncation (-100 bans,
+  // +100 all but forces). Sorted by id, ids unique and inside the vocabulary (the server checks).
+  std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
 struct GenerationRequest {
@@ -34,6 +38,10 @@ struct GenerationRequest {
   bool draft = true;  // allow speculative drafts (never changes the output)
   bool skip_special_tokens = true;
   bool include_stop_str_in_output = false;
+  // Structured outputs (response_format json_schema / json_object): the reply is one JSON document valid
+  // under this schema; each token is sampled among those that keep it valid (EOS once it is complete).
+  // Drafts are verified row by row against the mask that follows the accepted tokens. Null: free text.
+  std::shared_ptr<const JsonSchema> json_schema;
 };
 
 enum class FinishReason { None, Stop, Length, Cancelled, Error };

@@ -20,6 +20,7 @@
 #include "engine/drafters/draft_model.h"
 #include "engine/drafters/mtp.h"
 #include "engine/drafters/ngram.h"
+#include "engine/json_tokens.h"
 #include "engine/kv_cache.h"
 #include "engine/kv_store.h"
 #include "engine/prefix_cache.h"
@@ -315,6 +316,17 @@ class EngineImpl final : public Engine {
       throw InvalidRequest("min_p must be in [0, 1]", "min_p");
     if (req.sampling.repetition_penalty <= 0)
       throw InvalidRequest("repetition_penalty must be > 0", "repetition_penalty");
+    for (const auto& [id, bias] : req.sampling.logit_bias)
+      if (id < 0 || id >= spec_.vocab)
+        throw InvalidRequest("logit_bias names token " + std::to_string(id) + ", outside the vocabulary",
+                             "logit_bias");
+  }
+
+  // The vocabulary's byte trie for structured outputs, built on the engine thread at the first constrained
+  // stream (a pass over the tokenizer's vocabulary).
+  const JsonTokenFilter& json_filter() {
+    if (!json_filter_) json_filter_ = std::make_unique<JsonTokenFilter>(tokenizer_, spec_.vocab, eos_);
+    return *json_filter_;
   }
 
   void loop() {
@@ -474,7 +486,7 @@ class EngineImpl final : public Engine {
     for (const auto& p : parts) {
       if (!p.sampled) continue;
       const SamplingParams& sp = p.seq->req.sampling;
-      const bool device = device_sampleable(sp, spec_.vocab, p.seq->req.logprobs);
+      const bool device = device_sampleable(sp, spec_.vocab, p.seq->req.logprobs) && !p.seq->json;
       need_host |= !device;
       const int n = p.drafts.empty() ? 1 : p.rows;
       for (int i = 0; i < n; ++i) logit_rows.push_back(p.first + p.rows - n + i);
@@ -713,7 +725,8 @@ class EngineImpl final : public Engine {
   // `proposed`: drafts[0..proposed) were proposed, the rest are fillers (draft padding).
   bool verify(Sequence& s, const float* logits, const int32_t* device, int rows,
               const std::vector<int32_t>& drafts, int proposed) {
-    const bool on_device = device_sampleable(s.req.sampling, spec_.vocab, s.req.logprobs);
+    const bool on_device = device_sampleable(s.req.sampling, spec_.vocab, s.req.logprobs) && !s.json;
+    std::vector<uint8_t> mask;  // structured outputs: the ids that keep the reply valid
     const int base = s.computed;  // position of the part's first row
     StreamEvent ev;
     ev.kind = StreamEvent::Kind::Tokens;
@@ -724,11 +737,14 @@ class EngineImpl final : public Engine {
     for (int i = 0; i < nrows; ++i) {
       const int64_t position = int64_t(s.tokens.size());
       SampleResult r;
+      if (s.json) json_filter().allowed(*s.json, mask);
       if (on_device)
         r.token = device[i];
       else
         r = sample_token(logits + size_t(i) * spec_.vocab, spec_.vocab, s.req.sampling, s.seed, position,
-                         s.penalties, s.req.logprobs);
+                         s.penalties, s.req.logprobs, s.json ? mask.data() : nullptr);
+      if (s.json)
+        TF_CHECK(json_filter().advance(*s.json, r.token), "structured output: a masked token was sampled");
       const bool hit = i < int(drafts.size()) && r.token == drafts[i];
       GeneratedToken g = s.append(r, eos_, &reason, &matched);
       ev.text += g.text;
@@ -803,6 +819,7 @@ class EngineImpl final : public Engine {
   std::unique_ptr<KvDiskStore> store_;
   std::unique_ptr<PrefixCache> prefix_cache_;
   std::vector<int32_t> eos_;
+  std::unique_ptr<JsonTokenFilter> json_filter_;  // json_filter()
   ModelInfo info_;
   std::unique_ptr<NgramDrafter> ngram_;
   std::unique_ptr<Drafter> drafter_;  // a model drafter (draft model), or null

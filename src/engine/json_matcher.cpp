@@ -564,7 +564,8 @@ std::shared_ptr<const JsonSchema> JsonSchema::any_value() {
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Matching. A stack is a header frame (count = frames after it, aux = current whitespace run) followed
+// Matching. A stack is a header frame (count = frames after it, aux = the whitespace run so far: 0 none,
+// 1 a single space, 2 + k a newline and k spaces or tabs) followed
 // by its frames, bottom first. Below a kValue frame being expanded there are only containers, so the
 // nesting depth is the stack's size.
 
@@ -594,6 +595,11 @@ int hex_value(uint8_t c) {
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
   if (c >= 'A' && c <= 'F') return c - 'A' + 10;
   return -1;
+}
+// A string's code points are counted only while a length bound can still act on the count, so that the
+// states inside a free string recur (JsonTokenFilter caches masks by state).
+bool counts(const Node& n, uint32_t count) {
+  return n.max_length != UINT32_MAX || count < n.min_length;
 }
 bool number_accepting(uint8_t st) {
   return st == kZero || st == kInt || st == kFrac || st == kExpDigits;
@@ -709,7 +715,7 @@ class Stepper {
       Frame& f = s.back();
       switch (f.kind) {
         case kValue: {
-          if (is_json_whitespace(c)) return whitespace(s);
+          if (is_json_whitespace(c)) return whitespace(s, c);
           int node = f.node;
           s.pop_back();
           return expand(s, node, c);
@@ -748,9 +754,16 @@ class Stepper {
     s[0].aux = 0;
     out_.insert(out_.end(), s.begin(), s.end());
   }
-  void whitespace(Stack& s) {
-    if (s[0].aux >= JsonSchema::kMaxWhitespace) return;
-    uint32_t run = s[0].aux + 1;
+  void whitespace(Stack& s, uint8_t c) {
+    if (s.size() == 2 && s.back().kind == kValue) return;  // before the top-level value
+    const uint32_t aux = s[0].aux;
+    uint32_t run;
+    if (aux == 0 && (c == ' ' || c == '\n'))
+      run = c == ' ' ? 1 : 2;
+    else if (aux >= 2 && (c == ' ' || c == '\t') && aux - 2 < uint32_t(JsonSchema::kMaxIndent))
+      run = aux + 1;
+    else
+      return;
     emit(s);
     out_[out_.size() - s.size()].aux = run;
   }
@@ -830,7 +843,7 @@ class Stepper {
         return;
       case kCodePoint:
         if (f.count >= n.max_length) return;
-        f.count++;
+        if (counts(n, f.count)) f.count++;
         break;
       case kContinue:
         break;
@@ -893,7 +906,7 @@ class Stepper {
   void object_step(Stack& s, uint8_t c) {
     Frame& f = s.back();
     const Node& n = node(f.node);
-    if (is_json_whitespace(c)) return whitespace(s);
+    if (is_json_whitespace(c)) return whitespace(s, c);
     size_t np = n.props.size();
     switch (f.state) {
       case kOpen:
@@ -936,7 +949,7 @@ class Stepper {
   bool array_step(Stack& s, uint8_t c) {
     Frame& f = s.back();
     const Node& n = node(f.node);
-    if (is_json_whitespace(c)) return whitespace(s), false;
+    if (is_json_whitespace(c)) return whitespace(s, c), false;
     bool more = f.count < n.max_items && item_node(n, f.count) != kNone;
     if (c == ']' && f.state != kAfterComma) {
       if (f.count < n.min_items) return false;
@@ -993,8 +1006,9 @@ bool JsonMatcher::feed(uint8_t byte) {
   if (frames_.size() == frames_[0].count + 1u && frames_.back().kind == kStringFrame &&
       frames_.back().state == kChars && byte >= 0x20 && byte < 0x80 && byte != '"' && byte != '\\') {
     Frame& f = frames_.back();
-    if (f.count >= schema_->node(f.node).max_length) return false;
-    f.count++;
+    const json_schema_detail::Node& n = schema_->node(f.node);
+    if (f.count >= n.max_length) return false;
+    if (counts(n, f.count)) f.count++;
     return true;
   }
   thread_local std::vector<Frame> out, work, scratch;

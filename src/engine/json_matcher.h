@@ -32,8 +32,10 @@
 //    requires itself) are cut at compile time, so every prefix the matcher accepts can be completed
 //    (up to kMaxDepth nesting); a schema with no finite document at all is refused. Not enforced:
 //    format, oneOf exclusivity; keys are not checked for duplicates among additional properties.
-// Whitespace: allowed before the value and between tokens, at most kMaxWhitespace consecutive bytes,
-// never after the top-level value. Strings are valid UTF-8 (no overlongs, no surrogates, no lone
+// Whitespace: between tokens only, one run of either a single space or a newline followed by at most
+// kMaxIndent spaces or tabs (room for pretty-printing, none for a model that would rather emit blank
+// lines or spaces forever: run 1 of the demo model spent its whole reply on them); none before or after
+// the top-level value. Strings are valid UTF-8 (no overlongs, no surrogates, no lone
 // surrogate escapes), no raw control characters. `integer` values have no fraction and no exponent.
 #include <cstdint>
 #include <memory>
@@ -52,7 +54,7 @@ struct Node;
 class JsonSchema {
  public:
   static constexpr int kMaxDepth = 32;       // nested objects/arrays in one document
-  static constexpr int kMaxWhitespace = 16;  // consecutive whitespace bytes between tokens
+  static constexpr int kMaxIndent = 20;  // spaces or tabs after the newline of one whitespace run
   static constexpr size_t kMaxStacks = 64;   // alternatives kept alive at once (pathological anyOf)
 
   // Throws tf::InvalidRequest with the keyword and JSON pointer of anything outside the subset.
@@ -94,10 +96,17 @@ class JsonMatcher {
   bool complete() const;              // a complete document valid under the schema
   bool dead_end() const;              // complete() and no further byte can be accepted
   size_t num_stacks() const;          // alternatives alive (diagnostics, tests)
+  // The whole state as bytes (frames are 32 bytes without padding) and the schema it runs: two matchers
+  // with equal keys accept the same byte strings from here on.
+  std::string_view state_bytes() const {
+    return {reinterpret_cast<const char*>(frames_.data()), frames_.size() * sizeof(Frame)};
+  }
+  const std::shared_ptr<const JsonSchema>& schema() const { return schema_; }
 
  private:
   std::shared_ptr<const JsonSchema> schema_;
   std::vector<Frame> frames_;
 };
+static_assert(sizeof(JsonMatcher::Frame) == 32, "state_bytes(): frames must have no padding");
 
 }  // namespace tf

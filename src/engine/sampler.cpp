@@ -5,6 +5,7 @@
 #include <limits>
 #include <numeric>
 
+#include "core/error.h"
 #include "core/keyed_random.h"
 #include "ops/backend.h"
 
@@ -51,11 +52,11 @@ bool device_sampleable(const SamplingParams& p, int vocab, int want_top) {
   const bool penalised =
       p.repetition_penalty != 1.f || p.presence_penalty != 0.f || p.frequency_penalty != 0.f;
   const bool truncate = (p.top_k > 0 && p.top_k < vocab) || p.top_p < 1.f || p.min_p > 0.f;
-  return want_top < 0 && !penalised && !truncate;
+  return want_top < 0 && !penalised && !truncate && p.logit_bias.empty();
 }
 
 SampleResult sample_token(const float* logits, int vocab, const SamplingParams& p, uint64_t seed,
-                          int64_t position, const PenaltyState& pen, int want_top) {
+                          int64_t position, const PenaltyState& pen, int want_top, const uint8_t* mask) {
   SampleResult res;
   // Log-softmax of the raw row, only when logprobs are reported (double accumulation: reporting only).
   double raw_lse = 0;
@@ -68,7 +69,8 @@ SampleResult sample_token(const float* logits, int vocab, const SamplingParams& 
   const bool penalised =
       p.repetition_penalty != 1.f || p.presence_penalty != 0.f || p.frequency_penalty != 0.f;
   const bool truncate = (p.top_k > 0 && p.top_k < vocab) || p.top_p < 1.f || p.min_p > 0.f;
-  if (!penalised && (p.temperature <= 0.f || !truncate)) {
+  const bool plain = !penalised && p.logit_bias.empty() && !mask;
+  if (plain && (p.temperature <= 0.f || !truncate)) {
     // Greedy, or tempered over every id: the backends' sampling op's reference, so host and device agree
     // by construction. No copy of the row.
     std::vector<int32_t> token;
@@ -86,16 +88,22 @@ SampleResult sample_token(const float* logits, int vocab, const SamplingParams& 
   if (p.presence_penalty != 0.f || p.frequency_penalty != 0.f)
     for (const auto& [t, n] : pen.generated)
       if (t >= 0 && t < vocab) v[t] -= p.presence_penalty + p.frequency_penalty * float(n);
+  for (const auto& [t, b] : p.logit_bias)
+    if (t >= 0 && t < vocab) v[t] += b;
+  // The candidates: every id, or those the structured-output mask allows (ascending ids).
+  std::vector<int32_t> allowed;
+  allowed.reserve(size_t(vocab));
+  for (int i = 0; i < vocab; ++i)
+    if (!mask || mask[i]) allowed.push_back(i);
+  TF_CHECK(!allowed.empty(), "sample_token: the structured-output mask allows no token");
 
   if (p.temperature <= 0.f) {
-    int32_t best = 0;
-    for (int i = 1; i < vocab; ++i)
+    int32_t best = allowed[0];
+    for (int32_t i : allowed)
       if (v[i] > v[best]) best = i;
     res.token = best;
   } else {
     for (auto& x : v) x /= p.temperature;
-    std::vector<int32_t> allowed(vocab);
-    std::iota(allowed.begin(), allowed.end(), 0);
     if (truncate) {
       std::vector<int32_t> order = sorted_ids(v, allowed);
       size_t keep = order.size();

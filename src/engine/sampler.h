@@ -29,14 +29,17 @@ struct SampleResult {
   std::vector<TokenLogprob> top;   // the `want_top` most likely ids under the same distribution
 };
 
-// `logits` is not modified.
+// `logits` is not modified. `allowed` (structured outputs: vocab entries, nonzero = may come next; null =
+// every id) restricts the choice like a truncation mask; it must allow at least one id. Logprobs stay
+// those of the raw row.
 SampleResult sample_token(const float* logits, int vocab, const SamplingParams& params, uint64_t seed,
-                          int64_t position, const PenaltyState& penalties, int want_top = -1);
+                          int64_t position, const PenaltyState& penalties, int want_top = -1,
+                          const uint8_t* allowed = nullptr);
 
 // Seed for requests without one: a hash of the prompt tokens.
 uint64_t derive_seed(const std::vector<int32_t>& prompt);
 // True when sample_token(params, want_top) needs nothing beyond the logits row, seed and position
-// (no penalties, no truncation, no logprobs): then Backend::sample_rows gives the same token on the device.
+// (no penalties, logit bias, truncation or logprobs): then Backend::sample_rows gives the same token on the device.
 bool device_sampleable(const SamplingParams& params, int vocab, int want_top);
 
 }  // namespace tf

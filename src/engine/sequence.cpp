@@ -33,6 +33,7 @@ Sequence::Sequence(GenerationRequest r, const Tokenizer& tok, std::shared_ptr<Ev
       detok(tok, req.skip_special_tokens),
       stop(req.stop) {
   penalties.add_prompt(req.prompt);
+  if (req.json_schema) json.emplace(req.json_schema);
 }
 
 GeneratedToken Sequence::append(const SampleResult& r, const std::vector<int32_t>& eos, FinishReason* reason,

@@ -9,6 +9,7 @@
 
 #include "engine/api.h"
 #include "engine/draft_policy.h"
+#include "engine/json_matcher.h"
 #include "engine/sampler.h"
 #include "engine/stop_matcher.h"
 #include "text/detokenizer.h"
@@ -52,6 +53,7 @@ struct Sequence {
   DraftStats ngram_stats, model_stats;  // acceptance per drafter source
   bool last_draft_ngram = false;         // which source the pending verification came from
   Usage usage;  // drafted / accepted counts accumulate here
+  std::optional<JsonMatcher> json;  // structured outputs: the reply's bytes so far (req.json_schema)
   int generated() const { return int(tokens.size()) - prompt_len; }
 
   // Appends a sampled token: penalties, streamed text and stop rules. Returns the token's event entry;

@@ -1,11 +1,13 @@
 #include "server/generation.h"
 
+#include <algorithm>
 #include <climits>
 #include <thread>
 
 #include "core/error.h"
 #include "server/errors.h"
 #include "server/sse.h"
+#include "server/structured_output.h"
 
 namespace tf::server {
 
@@ -57,12 +59,47 @@ static void read_sampling(const JsonFields& f, SamplingParams& s) {
   if (auto v = f.integer("seed", INT64_MIN, INT64_MAX)) s.seed = uint64_t(*v);
 }
 
+// logit_bias: {"<token id>": bias in [-100, 100], ...} (OpenAI), applied by the sampler to the raw logits.
+static void read_logit_bias(const JsonFields& f, int vocab, SamplingParams& s) {
+  const RequestJson* lb = f.object("logit_bias");
+  if (!lb) return;
+  if (lb->size() > 1024) {
+    throw invalid_field(f.name("logit_bias"), "'logit_bias' holds more than 1024 tokens.", "invalid_value");
+  }
+  for (const auto& [key, value] : lb->items()) {
+    const std::string name = f.name("logit_bias") + "." + key;
+    const bool digits = !key.empty() && key.size() <= 9 &&
+                        std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const long long id = digits ? std::stoll(key) : -1;
+    if (id < 0 || id >= vocab) {
+      throw invalid_field(name, "Invalid key in 'logit_bias': '" + key + "' is not a token id in [0, " +
+                                    std::to_string(vocab) + ").", "invalid_value");
+    }
+    if (!value.is_number() || value.get<double>() < -100 || value.get<double>() > 100) {
+      throw invalid_field(name, "Invalid value for '" + name + "': expected a number in [-100, 100].",
+                          "invalid_value");
+    }
+    s.logit_bias.emplace_back(int32_t(id), float(value.get<double>()));
+  }
+  std::sort(s.logit_bias.begin(), s.logit_bias.end());
+  for (size_t i = 1; i < s.logit_bias.size(); ++i) {
+    if (s.logit_bias[i].first == s.logit_bias[i - 1].first) {
+      throw invalid_field(f.name("logit_bias"), "'logit_bias' names token " +
+                                                    std::to_string(s.logit_bias[i].first) + " twice.",
+                          "invalid_value");
+    }
+  }
+}
+
 CommonFields read_common_fields(const JsonFields& f, const ApiContext& ctx) {
   CommonFields c;
   GenerationRequest& r = c.request;
   r.sampling = ctx.info().default_sampling;
   read_sampling(f, r.sampling);
+  read_logit_bias(f, ctx.text.vocab_size(), r.sampling);
   read_stop(f, r);
+  if (const RequestJson* rf = f.object("response_format"))
+    r.json_schema = read_response_format(*rf, f.name("response_format"), true);
   if (const RequestJson* ids = f.array("stop_token_ids")) {
     for (size_t i = 0; i < ids->size(); ++i) {
       std::string name = f.name("stop_token_ids") + "[" + std::to_string(i) + "]";

@@ -13,6 +13,7 @@
 #include "server/openai_chat.h"
 #include "server/openai_common.h"
 #include "server/sse.h"
+#include "server/structured_output.h"
 #include "server/thinking_budget.h"
 
 namespace tf::server {
@@ -194,13 +195,6 @@ void refuse_unsupported(const JsonFields& f) {
   if (f.string("truncation").value_or("disabled") != "disabled")
     throw unsupported("truncation", "'truncation': 'auto'");
   if (f.has("conversation")) throw unsupported("conversation", "'conversation'");
-  if (const RequestJson* text = f.object("text")) {
-    JsonFields tf(*text, "text");
-    if (const RequestJson* fmt = tf.object("format")) {
-      std::string type = JsonFields(*fmt, "text.format").string("type").value_or("text");
-      if (type != "text") throw unsupported("text.format.type", "'text.format' of type '" + type + "'");
-    }
-  }
 }
 
 ResponsesRequest parse_request(const RequestJson& body, const ApiContext& ctx) {
@@ -209,6 +203,9 @@ ResponsesRequest parse_request(const RequestJson& body, const ApiContext& ctx) {
   auto model = f.string("model");
   r.model = ctx.check_model(model ? &*model : nullptr);
   refuse_unsupported(f);
+  if (const RequestJson* text = f.object("text"))
+    if (const RequestJson* fmt = JsonFields(*text, "text").object("format"))
+      r.request.json_schema = read_response_format(*fmt, "text.format", false);
   const RequestJson* input = f.get("input");
   if (!input) throw invalid_field("input", "Missing required parameter: 'input'.");
   if (auto prev = f.string("previous_response_id")) {

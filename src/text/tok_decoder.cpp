@@ -66,7 +66,6 @@ class ByteFallbackStep : public DecodeStep {
     bytes_.clear();
   }
 
- private:
   static int parse_byte(const std::string& s) {
     if (s.size() != 6 || s[0] != '<' || s[1] != '0' || s[2] != 'x' || s[5] != '>') return -1;
     auto hex = [](char c) -> int {
@@ -78,6 +77,8 @@ class ByteFallbackStep : public DecodeStep {
     int hi = hex(s[3]), lo = hex(s[4]);
     return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
   }
+
+ private:
   std::string bytes_;
 };
 
@@ -284,9 +285,24 @@ void Decoder::add(const nlohmann::json& cfg, bool& fused) {
     for (const auto& d : cfg.at("decoders")) add(d, fused);
   } else if (type == "ByteLevel") {
     factories_.push_back([] { return std::make_unique<ByteLevelStep>(); });
+    byte_maps_.push_back([](std::string piece) {
+      std::string raw;
+      for (size_t i = 0; i < piece.size();) {
+        int len;
+        const int b = char_to_byte(decode_utf8(piece, i, &len));
+        if (b < 0) return piece;  // outside the alphabet: kept as text, as ByteLevelStep does
+        raw += static_cast<char>(b);
+        i += len;
+      }
+      return raw;
+    });
     fused = true;  // Hugging Face's ByteLevel decoder outputs a single string
   } else if (type == "ByteFallback") {
     factories_.push_back([] { return std::make_unique<ByteFallbackStep>(); });
+    byte_maps_.push_back([](std::string piece) {
+      const int b = ByteFallbackStep::parse_byte(piece);
+      return b < 0 ? piece : std::string(1, static_cast<char>(b));
+    });
   } else if (type == "Fuse") {
     fused = true;
   } else if (type == "Strip") {
@@ -305,15 +321,31 @@ void Decoder::add(const nlohmann::json& cfg, bool& fused) {
       re = std::make_shared<const Regex>(pat.at("Regex").get<std::string>());
     }
     factories_.push_back([=] { return std::make_unique<ReplaceStep>(literal, re, content); });
+    byte_maps_.push_back([=](std::string piece) {
+      std::vector<std::string> out;
+      ReplaceStep(literal, re, content).push(std::move(piece), out);
+      return out.at(0);
+    });
   } else if (type == "Metaspace") {
     std::string rep = cfg.value("replacement", "\u2581");
     bool strip = cfg.contains("prepend_scheme") ? cfg["prepend_scheme"].get<std::string>() != "never"
                                                 : cfg.value("add_prefix_space", true);
     if (fused) throw Error("tokenizer.json: Metaspace decoder after Fuse is not supported");
     factories_.push_back([=] { return std::make_unique<MetaspaceStep>(rep, strip); });
+    byte_maps_.push_back([=](std::string piece) {
+      std::vector<std::string> out;
+      MetaspaceStep(rep, false).push(std::move(piece), out);
+      return out.at(0);
+    });
   } else {
     throw Error("tokenizer.json: unsupported decoder type '" + type + "'");
   }
+}
+
+std::string Decoder::token_bytes(std::string_view piece) const {
+  std::string s(piece);
+  for (const auto& map : byte_maps_) s = map(std::move(s));
+  return s;
 }
 
 Decoder::Stream Decoder::stream() const {

@@ -38,11 +38,17 @@ class Decoder {
   };
   Stream stream() const;
   std::string decode(const std::vector<std::string_view>& tokens) const;
+  // The bytes one vocabulary piece contributes in the middle of a text (structured outputs match tokens
+  // byte by byte): the ByteLevel alphabet mapped back to bytes (partial UTF-8 included), a <0xXX>
+  // byte-fallback piece as its byte, Replace and Metaspace applied. Strip, Metaspace's first-token rule and
+  // clean-up act only at the edges of a whole text and are left out.
+  std::string token_bytes(std::string_view piece) const;
 
  private:
   using Factory = std::function<std::unique_ptr<DecodeStep>()>;
   void add(const nlohmann::json& cfg, bool& fused);
   std::vector<Factory> factories_;
+  std::vector<std::function<std::string(std::string)>> byte_maps_;  // token_bytes(), in decoder order
 };
 
 }  // namespace tf::tok

@@ -272,6 +272,12 @@ std::string Tokenizer::id_to_token(int32_t id) const {
 bool Tokenizer::is_special(int32_t id) const {
   return impl_->is_special(id);
 }
+std::optional<std::string> Tokenizer::token_bytes(int32_t id) const {
+  if (impl_->is_special(id)) return std::nullopt;
+  const std::string* s = impl_->token_text(id);
+  if (!s) return std::nullopt;
+  return impl_->decoder->token_bytes(*s);
+}
 const std::string& Tokenizer::bos_token() const {
   return impl_->bos;
 }

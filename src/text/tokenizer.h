@@ -36,6 +36,10 @@ class Tokenizer {  // cheap to copy (shared immutable impl); thread-safe
   std::optional<int32_t> token_to_id(std::string_view token) const;
   std::string id_to_token(int32_t id) const;  // raw vocab piece; empty for unknown ids
   bool is_special(int32_t id) const;
+  // The bytes vocabulary entry `id` adds to a decoded text (Decoder::token_bytes; an added token's content
+  // goes through the decoder as in decode()); nullopt for special tokens and unknown ids. Structured
+  // outputs match these.
+  std::optional<std::string> token_bytes(int32_t id) const;
 
   // From tokenizer_config.json (strings or AddedToken dicts); empty if absent.
   const std::string& bos_token() const;

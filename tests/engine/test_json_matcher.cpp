@@ -55,7 +55,7 @@ TEST(JsonMatcher, AcceptsValidDocumentsByteByByte) {
        {R"({"name":"Ada","age":36})", R"({"name":"Ada","age":-0,"score":1.5e-3,"note":null})",
         R"({"name":"Ada","age":0,"active":false})",
         "{\n  \"name\": \"A\\u00e9\\ud83d\\ude00\\n\",\n  \"age\": 7,\n  \"score\": -0.25E+2\n}",
-        "  {\"name\":\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\",\"age\":1}"}) {
+        "{\"name\" : \"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\",\n\t\t\"age\":1 }"}) {
     bool complete = false;
     EXPECT_EQ(accepted_prefix(person, doc, &complete), std::string_view(doc).size()) << doc;
     EXPECT_TRUE(complete) << doc;
@@ -97,7 +97,11 @@ TEST(JsonMatcher, RejectsInvalidDocumentsAtTheRightByte) {
       {kPerson, R"({"name":"Ada","age":1})", " "},                    // nothing after the top-level value
       {kPerson, R"({"name":"Ada","age":1,"active":tru)", R"(E})"},    // literal
       {kPerson, R"({"name":"Ada","age":1,"note":)", R"(true})"},      // not in the type union
-      {kPerson, "{\n               ", " \"name\":\"A\",\"age\":1}"},  // 17 whitespace bytes
+      {kPerson, "{\n                    ", " \"name\":\"A\",\"age\":1}"},  // indent past kMaxIndent
+      {kPerson, "{\n", "\n\"name\":\"A\",\"age\":1}"},                      // a blank line
+      {kPerson, "{ ", " \"name\":\"A\",\"age\":1}"},                          // two spaces
+      {kPerson, "{\"name\":\"A\", ", "\n\"age\":1}"},                        // a space then a newline
+      {kPerson, "", " {\"name\":\"A\",\"age\":1}"},                           // before the value
       {R"({"type":"array","items":{"type":"integer"},"maxItems":2})", "[1,2", ",3]"},  // too many items
       {R"({"type":"array","items":{"type":"integer"},"minItems":2})", "[1", "]"},      // too few items
       {R"({"type":"array","items":{"type":"integer"}})", "[1,", "]"},                  // trailing comma
@@ -118,7 +122,7 @@ TEST(JsonMatcher, CompleteAndDeadEnd) {
   auto number = compile(R"({"type":"number"})");
   JsonMatcher m(number);
   EXPECT_FALSE(m.complete());
-  ASSERT_TRUE(m.feed(std::string_view(" -1")));
+  ASSERT_TRUE(m.feed(std::string_view("-1")));
   EXPECT_TRUE(m.complete());
   EXPECT_FALSE(m.dead_end());  // more digits may follow
   EXPECT_FALSE(m.feed(std::string_view("2x")));

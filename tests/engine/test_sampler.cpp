@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "core/error.h"
 #include "engine/sampler.h"
 #include "engine/stop_matcher.h"
 #include "ops/backend.h"
@@ -183,6 +184,74 @@ TEST(StopMatcher, EarliestMatchWins) {
   std::string matched;
   EXPECT_EQ(m.push("hello world", &matched), "hel");
   EXPECT_EQ(matched, "lo w");
+}
+
+}  // namespace
+
+namespace {
+
+std::vector<float> wave(int n) {
+  std::vector<float> l(size_t(n), 0.f);
+  for (int i = 0; i < n; ++i) l[size_t(i)] = std::sin(float(i) * 1.7f) * 2;
+  return l;
+}
+
+TEST(Sampler, LogitBiasShiftsTheRawLogitsBeforeEverythingElse) {
+  std::vector<float> l = wave(40);
+  PenaltyState pen;
+  SamplingParams p = temp(0);
+  const int32_t plain = sample_token(l.data(), 40, p, 1, 0, pen).token;
+  p.logit_bias = {{7, 100.f}};
+  EXPECT_EQ(sample_token(l.data(), 40, p, 1, 0, pen).token, 7);
+  p.logit_bias = {{plain, -100.f}};
+  const int32_t banned = sample_token(l.data(), 40, p, 1, 0, pen).token;
+  EXPECT_NE(banned, plain);
+  // The same as editing the row by hand, at every temperature and with truncation.
+  for (float t : {0.f, 0.7f, 1.3f}) {
+    for (float top_p : {1.f, 0.8f}) {
+      SamplingParams q = temp(t);
+      q.top_p = top_p;
+      q.logit_bias = {{3, 2.5f}, {11, -1.f}, {20, 4.f}};
+      std::vector<float> edited = l;
+      edited[3] += 2.5f, edited[11] -= 1.f, edited[20] += 4.f;
+      SamplingParams q_plain = q;
+      q_plain.logit_bias.clear();
+      q_plain.presence_penalty = 1e-30f;  // the same (host) path without a bias
+      for (int pos = 0; pos < 30; ++pos)
+        EXPECT_EQ(sample_token(l.data(), 40, q, 9, pos, pen).token,
+                  sample_token(edited.data(), 40, q_plain, 9, pos, pen).token)
+            << t << " " << top_p << " " << pos;
+    }
+  }
+  EXPECT_FALSE(device_sampleable(p, 40, -1));
+}
+
+TEST(Sampler, MaskRestrictsTheChoiceAndKeepsRawLogprobs) {
+  std::vector<float> l = wave(64);
+  PenaltyState pen;
+  std::vector<uint8_t> mask(64, 0);
+  for (int i : {5, 9, 33, 60}) mask[size_t(i)] = 1;
+  std::set<int32_t> seen;
+  for (float t : {0.f, 1.f})
+    for (int pos = 0; pos < 200; ++pos) {
+      SamplingParams p = temp(t);
+      p.top_k = t > 0 ? 3 : 0;
+      SampleResult r = sample_token(l.data(), 64, p, 5, pos, pen, 0, mask.data());
+      EXPECT_TRUE(mask[size_t(r.token)]) << r.token;
+      seen.insert(r.token);
+      // The reported logprob is the raw row's, as without a mask.
+      double z = 0;
+      for (float x : l) z += std::exp(double(x));
+      EXPECT_NEAR(r.logprob, double(l[size_t(r.token)]) - std::log(z), 1e-4);
+    }
+  EXPECT_GE(seen.size(), 2u);
+  // Greedy under a mask: the best allowed id.
+  int32_t best = 5;
+  for (int i : {9, 33, 60})
+    if (l[size_t(i)] > l[size_t(best)]) best = i;
+  EXPECT_EQ(sample_token(l.data(), 64, temp(0), 5, 0, pen, -1, mask.data()).token, best);
+  std::vector<uint8_t> none(64, 0);
+  EXPECT_THROW(sample_token(l.data(), 64, temp(0), 5, 0, pen, -1, none.data()), Error);
 }
 
 }  // namespace

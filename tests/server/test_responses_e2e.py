@@ -93,7 +93,7 @@ def test_stored_responses_and_previous_response_id(server, client, model):
     ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
     ({"tool_choice": {"type": "function", "name": "g"}, "tools": [{"type": "function", "name": "f"}]}, "tool_choice"),
     ({"tool_choice": "required"}, "tool_choice"),
-    ({"text": {"format": {"type": "json_object"}}}, "text.format.type"),
+    ({"text": {"format": {"type": "regex", "regex": "a+"}}}, "text.format.type"),
     ({"background": True}, "background"),
     ({"truncation": "auto"}, "truncation"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x/y.png"}]}]},

@@ -23,3 +23,6 @@ target_link_libraries(tokenizer_bench PRIVATE tf_text)
 # Reference encodings stored in text-fixtures (made upstream by HF tokenizers/transformers).
 tf_add_test(test_tokenizer_vectors SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tokenizer_vectors.cpp
             LIBS tf_text LABELS "cpu")
+
+# Tokenizer::token_bytes (structured outputs) on the fixtures' real tokenizers.
+tf_add_test(test_token_bytes SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_token_bytes.cpp LIBS tf_text LABELS "cpu")

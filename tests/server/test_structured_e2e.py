@@ -1,0 +1,122 @@
+"""Structured outputs and logit_bias through the real `tensorfold serve` (demo model) with the official
+openai SDK: response_format json_schema / json_object (chat, completions) and Responses text.format give
+replies that parse and satisfy the schema (checked with the `jsonschema` package), streamed or not; what the
+matcher does not support is a 400 that names it; logit_bias moves tokens and is validated."""
+import json
+
+import jsonschema
+import openai
+import pytest
+import requests
+
+from serverutil import API_KEY
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 16},
+        "language": {"enum": ["python", "c++", "rust"]},
+        "lines": {"type": "integer"},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 8}, "maxItems": 3},
+        "tested": {"type": "boolean"},
+    },
+    "required": ["name", "language", "lines", "tags", "tested"],
+    "additionalProperties": False,
+}
+ASK = [{"role": "user", "content": "Describe the function `json.loads` as JSON."}]
+
+
+def person_format():
+    return {"type": "json_schema", "json_schema": {"name": "function_card", "schema": PERSON, "strict": True}}
+
+
+def test_chat_json_schema_replies_validate(client, model):
+    finished = 0
+    for temperature, seed in [(0, 1), (0.7, 2), (1.0, 3), (0.8, 4)]:
+        r = client.chat.completions.create(model=model, messages=ASK, max_tokens=200, temperature=temperature,
+                                           seed=seed, response_format=person_format())
+        choice = r.choices[0]
+        if choice.finish_reason != "stop":
+            assert choice.finish_reason == "length"
+            continue
+        doc = json.loads(choice.message.content)
+        jsonschema.validate(doc, PERSON)
+        assert list(doc) == list(PERSON["properties"])  # the schema's order
+        finished += 1
+    assert finished >= 2, "most constrained replies should close their document within 200 tokens"
+
+
+def test_streamed_constrained_reply_equals_the_whole_one(client, model):
+    whole = client.chat.completions.create(model=model, messages=ASK, max_tokens=120, temperature=0.9, seed=9,
+                                           response_format=person_format())
+    text = ""
+    for chunk in client.chat.completions.create(model=model, messages=ASK, max_tokens=120, temperature=0.9, seed=9,
+                                                response_format=person_format(), stream=True):
+        if chunk.choices and chunk.choices[0].delta.content:
+            text += chunk.choices[0].delta.content
+    assert text == whole.choices[0].message.content
+
+
+def test_json_object_mode_chat_and_completions(client, model):
+    r = client.chat.completions.create(model=model, messages=ASK, max_tokens=120, temperature=0.5, seed=5,
+                                       response_format={"type": "json_object"})
+    if r.choices[0].finish_reason == "stop":
+        assert isinstance(json.loads(r.choices[0].message.content), dict)
+    else:
+        assert r.choices[0].message.content.startswith("{")
+    c = client.completions.create(model=model, prompt="config = ", max_tokens=80, temperature=0,
+                                  extra_body={"response_format": {"type": "json_object"}})
+    assert c.choices[0].text.startswith("{")
+    if c.choices[0].finish_reason == "stop":
+        assert isinstance(json.loads(c.choices[0].text), dict)
+
+
+def test_responses_text_format_json_schema(client, model):
+    fmt = {"type": "json_schema", "name": "function_card", "schema": PERSON, "strict": True}
+    r = client.responses.create(model=model, input=ASK[0]["content"], max_output_tokens=200, temperature=0,
+                                text={"format": fmt})
+    if r.status == "completed":
+        jsonschema.validate(json.loads(r.output_text), PERSON)
+    else:
+        assert r.output_text.startswith("{")
+
+
+@pytest.mark.parametrize("fmt, param, word", [
+    ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "^a+$"}}},
+     "response_format.json_schema.schema", "pattern"),
+    ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "integer", "minimum": 3}}},
+     "response_format.json_schema.schema", "minimum"),
+    ({"type": "json_schema"}, "response_format.json_schema", "json_schema"),
+    ({"type": "grammar", "grammar": "root ::= \"a\""}, "response_format.type", "grammar"),
+])
+def test_unsupported_formats_are_a_clear_400(server, client, model, fmt, param, word):
+    body = {"model": model, "messages": ASK, "max_tokens": 4, "response_format": fmt}
+    r = requests.post(server.url + "/v1/chat/completions", json=body,
+                      headers={"Authorization": f"Bearer {API_KEY}"}, timeout=60)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == param and word in err["message"] and err["type"] == "invalid_request_error", err
+    ok = client.chat.completions.create(model=model, messages=ASK, max_tokens=2)  # still serving
+    assert ok.choices[0].finish_reason in ("stop", "length")
+
+
+def test_logit_bias_bans_and_forces_tokens(server, client, model):
+    plain = client.chat.completions.create(model=model, messages=ASK, max_tokens=4, temperature=0, logprobs=True)
+    first = plain.choices[0].logprobs.content[0]
+    tok = requests.post(server.url + "/tokenize", json={"model": model, "prompt": first.token, "add_special_tokens": False},
+                        headers={"Authorization": f"Bearer {API_KEY}"}, timeout=60).json()["tokens"]
+    assert len(tok) == 1, tok
+    banned = client.chat.completions.create(model=model, messages=ASK, max_tokens=4, temperature=0, logprobs=True,
+                                            logit_bias={str(tok[0]): -100})
+    assert banned.choices[0].logprobs.content[0].token != first.token
+    forced = client.chat.completions.create(model=model, messages=ASK, max_tokens=3, temperature=0.8, seed=3,
+                                            logit_bias={"30": 100})
+    ids = requests.post(server.url + "/tokenize", json={"model": model, "prompt": forced.choices[0].message.content,
+                                                        "add_special_tokens": False},
+                        headers={"Authorization": f"Bearer {API_KEY}"}, timeout=60).json()["tokens"]
+    assert ids and all(i == 30 for i in ids), ids
+    for bias, param in [({"abc": 1}, "logit_bias.abc"), ({"5": 101}, "logit_bias.5"),
+                        ({"99999999": 1}, "logit_bias.99999999")]:
+        with pytest.raises(openai.BadRequestError) as e:
+            client.chat.completions.create(model=model, messages=ASK, max_tokens=2, logit_bias=bias)
+        assert e.value.body["param"] == param, e.value.body

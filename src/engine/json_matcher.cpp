@@ -552,6 +552,13 @@ std::shared_ptr<const JsonSchema> JsonSchema::compile(const nlohmann::json& sche
   return compile(nlohmann::ordered_json::parse(schema.dump()));
 }
 
+std::shared_ptr<const JsonSchema> JsonSchema::with_suffix(const std::shared_ptr<const JsonSchema>& base,
+                                                          std::string suffix) {
+  auto s = std::make_shared<JsonSchema>(*base);
+  s->suffix_ = std::move(suffix);
+  return s;
+}
+
 std::shared_ptr<const JsonSchema> JsonSchema::any_object() {
   static const std::shared_ptr<const JsonSchema> s =
       JsonSchemaCompiler(nlohmann::ordered_json::object()).run(/*any_object=*/true);
@@ -1002,6 +1009,34 @@ JsonMatcher::JsonMatcher(std::shared_ptr<const JsonSchema> schema) : schema_(std
 }
 
 bool JsonMatcher::feed(uint8_t byte) {
+  const std::string& sfx = schema_->suffix();
+  if (sfx.empty()) return feed_document(byte);
+  if (in_suffix()) {
+    const uint32_t pos = frames_[0].aux2;
+    if (pos >= sfx.size() || static_cast<uint8_t>(sfx[pos]) != byte) return false;
+    frames_[0].aux2++;
+    return true;
+  }
+  if (feed_document(byte)) return true;
+  if (!document_complete() || static_cast<uint8_t>(sfx[0]) != byte) return false;
+  Frame h = make_frame(kHeader, 0);
+  h.flags = 1;
+  h.aux2 = 1;
+  frames_.assign(1, h);
+  return true;
+}
+
+bool JsonMatcher::complete() const {
+  if (schema_->suffix().empty()) return document_complete();
+  return in_suffix() && frames_[0].aux2 == schema_->suffix().size();
+}
+
+bool JsonMatcher::dead_end() const {
+  if (schema_->suffix().empty()) return document_dead_end();
+  return in_suffix() && frames_[0].aux2 == schema_->suffix().size();
+}
+
+bool JsonMatcher::feed_document(uint8_t byte) {
   // Fast path for the common case of the trie walk: plain ASCII inside a string, one alternative.
   if (frames_.size() == frames_[0].count + 1u && frames_.back().kind == kStringFrame &&
       frames_.back().state == kChars && byte >= 0x20 && byte < 0x80 && byte != '"' && byte != '\\') {
@@ -1036,7 +1071,7 @@ bool JsonMatcher::feed(std::string_view bytes) {
   return true;
 }
 
-bool JsonMatcher::complete() const {
+bool JsonMatcher::document_complete() const {
   for (size_t i = 0; i < frames_.size(); i += frames_[i].count + 1) {
     if (frames_[i].count == 0) return true;
     if (frames_[i].count != 1) continue;
@@ -1050,7 +1085,7 @@ bool JsonMatcher::complete() const {
   return false;
 }
 
-bool JsonMatcher::dead_end() const {
+bool JsonMatcher::document_dead_end() const {
   for (size_t i = 0; i < frames_.size(); i += frames_[i].count + 1)
     if (frames_[i].count != 0) return false;
   return !frames_.empty();

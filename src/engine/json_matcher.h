@@ -62,6 +62,11 @@ class JsonSchema {
   static std::shared_ptr<const JsonSchema> compile(const nlohmann::ordered_json& schema);
   static std::shared_ptr<const JsonSchema> any_object();  // response_format json_object
   static std::shared_ptr<const JsonSchema> any_value();   // the empty schema {}
+  // The document, then exactly `suffix`, then nothing (a forced tool call: the arguments object, then the
+  // call's closing marker). The suffix starts at the first byte the complete document cannot take.
+  static std::shared_ptr<const JsonSchema> with_suffix(const std::shared_ptr<const JsonSchema>& base,
+                                                       std::string suffix);
+  const std::string& suffix() const { return suffix_; }
 
   JsonSchema();
   ~JsonSchema();
@@ -72,6 +77,7 @@ class JsonSchema {
   friend class JsonSchemaCompiler;
   std::vector<json_schema_detail::Node> nodes_;
   int root_ = 0;
+  std::string suffix_;
 };
 
 // Incremental matcher over the UTF-8 bytes of one JSON document. Nondeterminism (anyOf, type unions,
@@ -93,7 +99,7 @@ class JsonMatcher {
   explicit JsonMatcher(std::shared_ptr<const JsonSchema> schema);
   bool feed(uint8_t byte);            // false: the byte cannot continue any valid document; unchanged
   bool feed(std::string_view bytes);  // all or nothing
-  bool complete() const;              // a complete document valid under the schema
+  bool complete() const;              // a complete document valid under the schema (and its suffix)
   bool dead_end() const;              // complete() and no further byte can be accepted
   size_t num_stacks() const;          // alternatives alive (diagnostics, tests)
   // The whole state as bytes (frames are 32 bytes without padding) and the schema it runs: two matchers
@@ -104,6 +110,13 @@ class JsonMatcher {
   const std::shared_ptr<const JsonSchema>& schema() const { return schema_; }
 
  private:
+  // The document alone (the schema's suffix aside).
+  bool feed_document(uint8_t byte);
+  bool document_complete() const;
+  bool document_dead_end() const;
+  // Past the document, inside the suffix: one header frame, flags = 1, aux2 = suffix bytes matched.
+  bool in_suffix() const { return frames_.size() == 1 && frames_[0].flags == 1; }
+
   std::shared_ptr<const JsonSchema> schema_;
   std::vector<Frame> frames_;
 };

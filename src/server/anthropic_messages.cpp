@@ -255,6 +255,7 @@ MessagesRequest parse_messages_request(const RequestJson& body, const ApiContext
   }
   RequestJson choice = chat_tool_choice(f);
   r.parsing = chat_output_parsing(JsonFields(choice), tools, rendered, ctx.text.chat_template_source());
+  set_forced_call(r.parsing, r.request, "tool_choice");
   r.request.prompt = ctx.text.encode(rendered + r.parsing.prefill, false);
   if (count_only) return r;
   CommonFields c;

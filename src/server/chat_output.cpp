@@ -1,5 +1,8 @@
 #include "server/chat_output.h"
 
+#include "core/error.h"
+#include "engine/json_matcher.h"
+
 #include "server/errors.h"
 
 namespace tf::server {
@@ -50,6 +53,54 @@ static std::string call_prefill(ToolFormat fmt, const std::string& name) {
       return name.empty() ? "<tool_call>" : "<tool_call>" + name + "\n";
     default:
       return {};
+  }
+}
+
+// The constrained shape of a forced call (OutputParsing::forced_call): after a named call's prefill the
+// arguments object and the call's closing; after "required"'s prefill one {"name", "arguments"} object of
+// any of the tools and the closing. Null where the family or a tool's schema is not supported.
+static std::shared_ptr<const JsonSchema> forced_call_schema(ToolFormat fmt, const std::string& name,
+                                                            const RequestJson& tools) {
+  std::vector<std::pair<std::string, RequestJson>> fns;  // name, parameters ({"type": "object"} if none)
+  for (const auto& t : tools) {
+    const RequestJson& fn = t.is_object() && t.contains("function") ? t["function"] : t;
+    if (!fn.is_object() || !fn.contains("name") || !fn["name"].is_string()) continue;
+    const bool has = fn.contains("parameters") && fn["parameters"].is_object();
+    fns.emplace_back(fn["name"].get<std::string>(), has ? fn["parameters"] : RequestJson{{"type", "object"}});
+  }
+  auto params = [&](const std::string& n) {
+    for (const auto& [fn, p] : fns)
+      if (fn == n) return p;
+    return RequestJson{{"type", "object"}};
+  };
+  std::string close;
+  RequestJson doc;
+  if (!name.empty()) {
+    switch (fmt) {
+      case ToolFormat::Hermes: close = "}\n</tool_call>"; break;
+      case ToolFormat::Mistral: close = "}]"; break;
+      case ToolFormat::Llama3Json: close = "}"; break;
+      default: return nullptr;
+    }
+    doc = params(name);
+  } else {
+    switch (fmt) {
+      case ToolFormat::Hermes: close = "\n</tool_call>"; break;
+      case ToolFormat::Mistral: close = "]"; break;
+      default: return nullptr;
+    }
+    RequestJson any = RequestJson::array();
+    for (const auto& [n, p] : fns)
+      any.push_back({{"type", "object"},
+                     {"properties", {{"name", {{"const", n}}}, {"arguments", p}}},
+                     {"required", {"name", "arguments"}}});
+    if (any.empty()) return nullptr;
+    doc = {{"anyOf", any}};
+  }
+  try {
+    return JsonSchema::with_suffix(JsonSchema::compile(doc), close);
+  } catch (const InvalidRequest&) {
+    return nullptr;  // a keyword the matcher does not enforce: unconstrained, as before
   }
 }
 
@@ -105,6 +156,17 @@ static void read_tool_choice(const JsonFields& f, const RequestJson& tools, Outp
         "unsupported_value");
   }
   if (!name.empty()) cfg.parallel_tool_calls = false;  // a named choice is one call
+  cfg.forced_call = forced_call_schema(cfg.tools, name, tools);
+}
+
+void set_forced_call(const OutputParsing& parsing, GenerationRequest& request, const std::string& format_param) {
+  if (!parsing.forced_call) return;
+  if (request.json_schema) {
+    throw invalid_field(format_param,
+                        "'" + format_param + "' cannot be combined with a 'tool_choice' that forces a call.",
+                        "invalid_value");
+  }
+  request.json_schema = parsing.forced_call;
 }
 
 OutputParsing chat_output_parsing(const JsonFields& f, const RequestJson& tools, const std::string& rendered,

@@ -5,19 +5,24 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "engine/api.h"
 #include "server/json_fields.h"
 #include "server/output_parser.h"
 
 namespace tf::server {
 
 // Reads tool_choice ("auto" | "none" | "required" | a named function; forcing a call sets `prefill`, the
-// call's start that the caller appends to the prompt, as there is no constrained decoding) and
-// parallel_tool_calls. The tool-call family comes from the
+// call's start that the caller appends to the prompt, and, for the JSON families, `forced_call`, the
+// constraint that makes the rest a valid call) and parallel_tool_calls. The tool-call family comes from the
 // rendered prompt (what the chat template told the model to write); reasoning starts open when the
 // prompt ends inside "<think>".
 OutputParsing chat_output_parsing(const JsonFields& f, const RequestJson& tools,
                                   const std::string& rendered_prompt,
                                   const std::string& template_source = {});
+
+// A forced call's constraint into the request (structured outputs); a request that already has one
+// (`format_param`: response_format, text.format) is a 400, the two cannot both hold.
+void set_forced_call(const OutputParsing& parsing, GenerationRequest& request, const std::string& format_param);
 
 // The family whose syntax the rendered prompt teaches ("<tool_call>", "<function=", "[AVAILABLE_TOOLS]",
 // ...), else the one the template's own text writes; Hermes when neither is recognised.

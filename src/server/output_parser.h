@@ -24,8 +24,13 @@
 // given back as content when it does not parse; once a call has streamed it stays a call.
 #include <cstddef>
 #include <nlohmann/json.hpp>
+#include <memory>
 #include <string>
 #include <vector>
+
+namespace tf {
+class JsonSchema;  // engine/json_matcher.h
+}
 
 namespace tf::server {
 
@@ -44,6 +49,11 @@ struct OutputParsing {
   // The tools' parameter schemas by name ({"NAME": {"type": "object", "properties": ...}}): the tag
   // families (Qwen3-Coder, GLM) type their text values by them.
   nlohmann::ordered_json tool_schemas = nlohmann::ordered_json::object();
+  // A forced call in a JSON family (Hermes, Mistral; Llama 3 JSON when named) whose tools' parameter
+  // schemas the structured-output matcher supports: the reply after `prefill` is constrained to a valid
+  // call (its arguments under the tool's schema) and the call's closing marker. Null: the model completes
+  // the prefill unconstrained.
+  std::shared_ptr<const JsonSchema> forced_call;
 };
 
 // A piece of a tool call. The call's first piece has id and name (and perhaps some arguments); later

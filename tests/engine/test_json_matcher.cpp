@@ -680,3 +680,29 @@ TEST(JsonMatcherOracle, AgreesWithPythonJsonschema) {
       walks.size(), mutants.size(), python_rejects, both_accept, std::size(kHandDocs),
       std::size(kHandValues));
 }
+
+TEST(JsonMatcher, SuffixFollowsTheDocument) {
+  auto s = JsonSchema::with_suffix(compile(R"({"type":"object","properties":{"a":{"type":"integer"}}})"),
+                                   "}\n</tool_call>");
+  JsonMatcher m(s);
+  ASSERT_TRUE(m.feed(std::string_view(R"({"a":12})")));
+  EXPECT_FALSE(m.complete()) << "the suffix is still due";
+  EXPECT_FALSE(m.dead_end());
+  EXPECT_FALSE(m.feed('x'));
+  EXPECT_FALSE(m.feed(std::string_view("}\n</tool_calx")));  // all or nothing
+  ASSERT_TRUE(m.feed(std::string_view("}\n</tool_")));
+  EXPECT_FALSE(m.complete());
+  ASSERT_TRUE(m.feed(std::string_view("call>")));
+  EXPECT_TRUE(m.complete());
+  EXPECT_TRUE(m.dead_end());
+  EXPECT_FALSE(m.feed('\n'));
+  // A top-level number: the suffix starts at the first byte the number cannot take.
+  JsonMatcher n(JsonSchema::with_suffix(compile(R"({"type":"integer"})"), "]"));
+  ASSERT_TRUE(n.feed(std::string_view("42]")));
+  EXPECT_TRUE(n.dead_end());
+  // Matchers in the suffix and in the document never share a state.
+  JsonMatcher a(s), b(s);
+  ASSERT_TRUE(a.feed(std::string_view(R"({"a":1}})")));
+  ASSERT_TRUE(b.feed(std::string_view(R"({"a":1})")));
+  EXPECT_NE(a.state_bytes(), b.state_bytes());
+}

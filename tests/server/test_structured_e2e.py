@@ -120,3 +120,49 @@ def test_logit_bias_bans_and_forces_tokens(server, client, model):
         with pytest.raises(openai.BadRequestError) as e:
             client.chat.completions.create(model=model, messages=ASK, max_tokens=2, logit_bias=bias)
         assert e.value.body["param"] == param, e.value.body
+
+
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string", "maxLength": 20}, "unit": {"enum": ["c", "f"]}},
+        "required": ["city", "unit"]}}},
+    {"type": "function", "function": {"name": "add", "description": "Add two integers", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}},
+]
+SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+WEATHER = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+@pytest.mark.parametrize("tool_choice", ["required", {"type": "function", "function": {"name": "add"}}])
+def test_forced_tool_calls_are_valid_calls(client, model, tool_choice):
+    """Forcing a call (Hermes syntax here) constrains the reply to one call whose arguments satisfy the tool's
+    schema, closed by </tool_call>: even the demo model, never trained on tools, calls correctly."""
+    for seed in (1, 2, 3):
+        r = client.chat.completions.create(model=model, messages=WEATHER, max_tokens=100, temperature=0.8,
+                                           seed=seed, tools=TOOLS, tool_choice=tool_choice)
+        choice = r.choices[0]
+        assert choice.finish_reason == "tool_calls", choice
+        [call] = choice.message.tool_calls
+        if isinstance(tool_choice, dict):
+            assert call.function.name == "add"
+        jsonschema.validate(json.loads(call.function.arguments), SCHEMAS[call.function.name])
+
+
+def test_forced_call_and_response_format_together_are_refused(client, model):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=model, messages=WEATHER, max_tokens=8, tools=TOOLS,
+                                       tool_choice="required", response_format={"type": "json_object"})
+    assert e.value.body["param"] == "response_format"
+
+
+def test_anthropic_tool_choice_any_gives_a_valid_tool_use(server, model):
+    tools = [{"name": t["function"]["name"], "description": t["function"]["description"],
+              "input_schema": t["function"]["parameters"]} for t in TOOLS]
+    body = {"model": model, "max_tokens": 100, "messages": WEATHER, "tools": tools,
+            "tool_choice": {"type": "any"}, "temperature": 0.5}
+    r = requests.post(server.url + "/v1/messages", json=body, headers={"x-api-key": API_KEY}, timeout=60)
+    assert r.status_code == 200, r.text
+    msg = r.json()
+    assert msg["stop_reason"] == "tool_use", msg
+    [use] = [b for b in msg["content"] if b["type"] == "tool_use"]
+    jsonschema.validate(use["input"], SCHEMAS[use["name"]])

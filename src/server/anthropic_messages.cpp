@@ -11,6 +11,7 @@
 #include "server/metrics.h"
 #include "server/openai_chat.h"
 #include "server/sse.h"
+#include "server/structured_output.h"
 #include "server/thinking_budget.h"
 
 namespace tf::server {
@@ -255,7 +256,10 @@ MessagesRequest parse_messages_request(const RequestJson& body, const ApiContext
   }
   RequestJson choice = chat_tool_choice(f);
   r.parsing = chat_output_parsing(JsonFields(choice), tools, rendered, ctx.text.chat_template_source());
-  set_forced_call(r.parsing, r.request, "tool_choice");
+  // Structured outputs (Anthropic's output_format {"type": "json_schema", "schema"}), then a forced call.
+  if (const RequestJson* of = f.object("output_format"))
+    r.request.json_schema = read_response_format(*of, "output_format", false);
+  set_forced_call(r.parsing, r.request, "output_format");
   r.request.prompt = ctx.text.encode(rendered + r.parsing.prefill, false);
   if (count_only) return r;
   CommonFields c;

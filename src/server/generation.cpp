@@ -98,8 +98,7 @@ CommonFields read_common_fields(const JsonFields& f, const ApiContext& ctx) {
   read_sampling(f, r.sampling);
   read_logit_bias(f, ctx.text.vocab_size(), r.sampling);
   read_stop(f, r);
-  if (const RequestJson* rf = f.object("response_format"))
-    r.json_schema = read_response_format(*rf, f.name("response_format"), true);
+  r.json_schema = read_json_constraint(f);
   if (const RequestJson* ids = f.array("stop_token_ids")) {
     for (size_t i = 0; i < ids->size(); ++i) {
       std::string name = f.name("stop_token_ids") + "[" + std::to_string(i) + "]";

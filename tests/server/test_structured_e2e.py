@@ -166,3 +166,39 @@ def test_anthropic_tool_choice_any_gives_a_valid_tool_use(server, model):
     assert msg["stop_reason"] == "tool_use", msg
     [use] = [b for b in msg["content"] if b["type"] == "tool_use"]
     jsonschema.validate(use["input"], SCHEMAS[use["name"]])
+
+
+def test_vllm_and_llama_cpp_spellings(server, client, model):
+    """vLLM's guided_json (object or JSON text) and llama.cpp's {"type": "json_object", "schema"} constrain
+    like response_format json_schema: the same seeded request gives the same reply."""
+    ref = client.chat.completions.create(model=model, messages=ASK, max_tokens=120, temperature=0.7, seed=21,
+                                         response_format=person_format())
+    for extra in ({"guided_json": PERSON}, {"guided_json": json.dumps(PERSON)},
+                  {"response_format": {"type": "json_object", "schema": PERSON}}):
+        body = {"model": model, "messages": ASK, "max_tokens": 120, "temperature": 0.7, "seed": 21, **extra}
+        r = requests.post(server.url + "/v1/chat/completions", json=body,
+                          headers={"Authorization": f"Bearer {API_KEY}"}, timeout=60)
+        assert r.status_code == 200, r.text
+        assert r.json()["choices"][0]["message"]["content"] == ref.choices[0].message.content, extra
+    body = {"model": model, "messages": ASK, "max_tokens": 4, "guided_json": PERSON, "response_format": person_format()}
+    r = requests.post(server.url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {API_KEY}"},
+                      timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "guided_json", r.text
+
+
+def test_anthropic_output_format(server, model):
+    body = {"model": model, "max_tokens": 200, "messages": ASK, "temperature": 0,
+            "output_format": {"type": "json_schema", "schema": PERSON}}
+    r = requests.post(server.url + "/v1/messages", json=body, headers={"x-api-key": API_KEY}, timeout=60)
+    assert r.status_code == 200, r.text
+    msg = r.json()
+    [text] = [b["text"] for b in msg["content"] if b["type"] == "text"]
+    if msg["stop_reason"] == "end_turn":
+        jsonschema.validate(json.loads(text), PERSON)
+    else:
+        assert msg["stop_reason"] == "max_tokens" and text.startswith("{")
+    body["output_format"] = {"type": "json_schema", "schema": {"type": "string", "pattern": "x"}}
+    r = requests.post(server.url + "/v1/messages", json=body, headers={"x-api-key": API_KEY}, timeout=60)
+    assert r.status_code == 400, r.text
+    err = r.json()
+    assert err["type"] == "error" and "pattern" in err["error"]["message"], err

@@ -1,12 +1,14 @@
 // `tensorfold generate [MODEL] --prompt TEXT | --chat TEXT`: streams the reply to the terminal and prints
 // tokens/s at the end.
 #include <chrono>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "core/error.h"
 #include "engine/engine.h"
+#include "engine/json_matcher.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 
@@ -16,6 +18,7 @@ namespace {
 
 struct GenerateArgs {
   std::string model, prompt, chat, system, backend = "auto", cuda_graphs = "on", pad_drafts = "off";
+  std::string json_schema;  // a file, or "object" for any JSON object
   int max_tokens = 256, context = 0;
   std::optional<float> temperature, top_p, min_p;
   std::optional<int> top_k;
@@ -57,6 +60,15 @@ void run_generate(const GenerateArgs& a) {
   req.max_tokens = a.max_tokens;
   req.stop = a.stop;
   req.ignore_eos = a.ignore_eos;
+  if (a.json_schema == "object") {
+    req.json_schema = JsonSchema::any_object();
+  } else if (!a.json_schema.empty()) {
+    std::ifstream in(a.json_schema);
+    if (!in) throw Error("cannot read the JSON schema " + a.json_schema);
+    const auto schema = nlohmann::ordered_json::parse(in, nullptr, false);  // keeps the property order
+    if (schema.is_discarded()) throw Error(a.json_schema + " is not JSON");
+    req.json_schema = JsonSchema::compile(schema);  // InvalidRequest names what is not supported
+  }
   if (!a.quiet)
     std::cerr << "model " << info.id << " (" << info.family << ", " << info.parameters << " parameters, " << info.dtype
               << ") on " << info.backend << "; prompt " << req.prompt.size() << " tokens\n";
@@ -110,6 +122,9 @@ void add_generate_command(CLI::App& app) {
   c->add_option("--seed", a->seed, "Sampling seed (default: derived from the prompt)");
   c->add_option("--stop", a->stop, "Stop string (repeatable)");
   c->add_flag("--ignore-eos", a->ignore_eos, "Keep generating past end-of-sequence tokens");
+  c->add_option("--json-schema", a->json_schema,
+                "Structured output: a JSON Schema file the reply must satisfy, or 'object' for any JSON object "
+                "(constrained decoding; docs/api.md)");
   c->add_flag("--no-thinking", a->no_thinking, "Pass enable_thinking=false to the chat template");
   c->add_option("--backend", a->backend, "auto | cuda | cpu")->check(CLI::IsMember({"auto", "cuda", "cpu"}));
   c->add_option("--context", a->context, "Context capacity in tokens (default: the model's, at most 32768)");

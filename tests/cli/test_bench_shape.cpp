@@ -10,27 +10,10 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "run_tensorfold.h"
 
 namespace tf {
 namespace {
-
-struct ProcessResult {
-  int code = -1;
-  std::string output;  // stdout and stderr
-};
-
-ProcessResult run_tensorfold(const std::string& args) {
-  const std::string cmd =
-      "CUDA_VISIBLE_DEVICES=-1 '" + std::string(TF_TENSORFOLD_BIN) + "' " + args + " 2>&1";
-  ProcessResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) r.output.append(buf, n);
-  const int st = pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
 
 // Parses `tensorfold bench ARGS` in-process (no callback runs when parsing fails).
 void parse_bench(std::vector<const char*> args) {

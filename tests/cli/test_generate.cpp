@@ -1,0 +1,48 @@
+// `tensorfold generate` on the CPU with the embedded demo model: --json-schema constrains the reply to a
+// document that satisfies the schema, and a schema outside the supported subset is refused with the keyword.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "run_tensorfold.h"
+
+namespace tf {
+namespace {
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  const std::string path = testing::TempDir() + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(CliGenerate, JsonSchemaConstrainsTheReply) {
+  const std::string schema = write_temp("tf_generate_schema.json", R"({"type": "object", "properties": {
+      "answer": {"type": "string", "maxLength": 30}, "confidence": {"enum": ["low", "high"]}},
+      "required": ["answer", "confidence"]})");
+  for (const char* temperature : {"0", "0.8"}) {
+    ProcessResult r = run_tensorfold(std::string("generate --backend cpu -q -n 80 --seed 3 --temperature ") +
+                                         temperature + " --chat 'What does json.loads do?' --json-schema " + schema,
+                                     false);
+    ASSERT_EQ(r.code, 0) << r.output;
+    const auto doc = nlohmann::ordered_json::parse(r.output, nullptr, false);
+    ASSERT_FALSE(doc.is_discarded()) << r.output;
+    ASSERT_TRUE(doc.is_object()) << r.output;
+    EXPECT_EQ(doc.size(), 2u) << r.output;
+    EXPECT_EQ(doc.begin().key(), "answer");  // the schema's order
+    EXPECT_TRUE(doc["answer"].is_string() && doc["answer"].get<std::string>().size() <= 30 * 4) << r.output;
+    EXPECT_TRUE(doc["confidence"] == "low" || doc["confidence"] == "high") << r.output;
+  }
+}
+
+TEST(CliGenerate, UnsupportedSchemaIsRefusedWithTheKeyword) {
+  const std::string schema = write_temp("tf_generate_bad.json", R"({"type": "string", "pattern": "^a+$"})");
+  ProcessResult r = run_tensorfold("generate --backend cpu -q -n 4 --chat hi --json-schema " + schema);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("pattern"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace tf

@@ -322,6 +322,12 @@ class EngineImpl final : public Engine {
                              "logit_bias");
   }
 
+  // Whether the stream's tokens are sampled on the host from its logits rows (logprobs, penalties,
+  // truncation, logit_bias, structured outputs), not on the device.
+  bool host_sampled(const Sequence& s) const {
+    return !device_sampleable(s.req.sampling, spec_.vocab, s.req.logprobs) || s.json;
+  }
+
   // The vocabulary's byte trie for structured outputs, built on the engine thread at the first constrained
   // stream (a pass over the tokenizer's vocabulary).
   const JsonTokenFilter& json_filter() {
@@ -481,14 +487,17 @@ class EngineImpl final : public Engine {
     // the logits row, seed and position are sampled on the device (the same token sample_token gives);
     // host logits travel only when some row needs more.
     std::vector<int32_t> logit_rows;
+    std::vector<int32_t> host_rows;  // the logit rows (indices into logit_rows) whose logits go to the host
     std::vector<RowSampling> sampling;
     bool need_host = false;
     for (const auto& p : parts) {
       if (!p.sampled) continue;
       const SamplingParams& sp = p.seq->req.sampling;
-      const bool device = device_sampleable(sp, spec_.vocab, p.seq->req.logprobs) && !p.seq->json;
+      const bool device = !host_sampled(*p.seq);
       need_host |= !device;
       const int n = p.drafts.empty() ? 1 : p.rows;
+      if (!device)
+        for (int i = 0; i < n; ++i) host_rows.push_back(int32_t(logit_rows.size()) + i);
       for (int i = 0; i < n; ++i) logit_rows.push_back(p.first + p.rows - n + i);
       for (int i = 0; i < n; ++i)
         sampling.push_back({device && sp.temperature > 0.f ? sp.temperature : 0.f, p.seq->seed,
@@ -513,15 +522,17 @@ class EngineImpl final : public Engine {
     // A forward that captured a CUDA graph took milliseconds of capture on top: neither the cost models
     // nor the draft guard learn from it (verify rounds of new shapes would otherwise be charged to drafting).
     bool captured = false;
-    model_->forward(meta, pool_->layers(), logit_rows,
-                    Model::Outputs{need_host ? &logits : nullptr, &sampling, &sampled,
-                                   want_hidden ? &hidden : nullptr, graph, &captured});
+    Model::Outputs outputs{need_host ? &logits : nullptr, &sampling, &sampled, want_hidden ? &hidden : nullptr,
+                           graph, &captured};
+    outputs.host_rows = &host_rows;
+    model_->forward(meta, pool_->layers(), logit_rows, outputs);
     const double forward_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!captured) {
       cost_.observe(meta.rows(), forward_s);
       round_cost_.observe(meta.rows(), forward_s);
     }
-    size_t next = 0;  // index of the part's first logit row
+    size_t next = 0;       // index of the part's first logit row
+    size_t next_host = 0;  // ... and of its first host logits row, when it samples on the host
     std::vector<Sequence*> done;
     int64_t prompt_rows = 0;
     int emitted = 0;  // tokens of the decoding streams
@@ -534,10 +545,12 @@ class EngineImpl final : public Engine {
       if (!p.sampled) {
         p.seq->computed += p.rows;
       } else {
-        const float* row_logits = need_host ? logits.data() + next * size_t(spec_.vocab) : nullptr;
+        const size_t n = size_t(p.drafts.empty() ? 1 : p.rows);
+        const float* row_logits = host_sampled(*p.seq) ? logits.data() + next_host * size_t(spec_.vocab) : nullptr;
+        if (row_logits) next_host += n;
         const size_t before = p.seq->tokens.size();
         finished = verify(*p.seq, row_logits, sampled.data() + next, p.rows, p.drafts, p.proposed);
-        next += size_t(p.drafts.empty() ? 1 : p.rows);
+        next += n;
         if (prompt)
           started = true;
         else
@@ -725,7 +738,7 @@ class EngineImpl final : public Engine {
   // `proposed`: drafts[0..proposed) were proposed, the rest are fillers (draft padding).
   bool verify(Sequence& s, const float* logits, const int32_t* device, int rows,
               const std::vector<int32_t>& drafts, int proposed) {
-    const bool on_device = device_sampleable(s.req.sampling, spec_.vocab, s.req.logprobs) && !s.json;
+    const bool on_device = !host_sampled(s);
     std::vector<uint8_t> mask;  // structured outputs: the ids that keep the reply valid
     const int base = s.computed;  // position of the part's first row
     StreamEvent ev;

@@ -211,16 +211,24 @@ class DenseDecoder final : public Model {
       *o.hidden = Tensor::empty(h.shape(), be_.act_dtype());
       be_.to_host(h, *o.hidden);
     }
-    if (o.logits) o.logits->resize(size_t(n * spec_.vocab));
+    const bool some = o.host_rows && int64_t(o.host_rows->size()) < n;  // only some rows to the host
+    const int64_t to_copy = some ? int64_t(o.host_rows->size()) : n;
+    if (o.logits) o.logits->resize(size_t(to_copy * spec_.vocab));
     if (!out_logits) return;
     const Tensor& out = *out_logits;
     if (o.tokens) {
       TF_CHECK(o.sampling && int64_t(o.sampling->size()) == n, "forward: one RowSampling per logit row");
       be_.sample_rows(out, *o.sampling, *o.tokens);
     }
-    if (o.logits) {
-      Tensor host = Tensor::borrow(o.logits->data(), {n, int64_t(spec_.vocab)}, DType::F32, Device::CPU);
-      be_.to_host(out, host);
+    if (o.logits && to_copy > 0) {
+      Tensor host = Tensor::borrow(o.logits->data(), {to_copy, int64_t(spec_.vocab)}, DType::F32, Device::CPU);
+      if (some) {
+        Tensor picked = be_.alloc({to_copy, int64_t(spec_.vocab)}, DType::F32);
+        be_.gather_rows(out, *o.host_rows, picked);
+        be_.to_host(picked, host);
+      } else {
+        be_.to_host(out, host);
+      }
     }
   }
 

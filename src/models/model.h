@@ -47,7 +47,7 @@ class Model {
   virtual const ModelSpec& spec() const = 0;
   // What a forward hands back for its logit rows (any combination).
   struct Outputs {
-    std::vector<float>* logits = nullptr;                // host f32 [logit_rows.size(), vocab]
+    std::vector<float>* logits = nullptr;                // host f32 [logit_rows.size(), vocab] (host_rows)
     const std::vector<RowSampling>* sampling = nullptr;  // one per logit row: sampled on the device ...
     std::vector<int32_t>* tokens = nullptr;              // ... into this (Backend::sample_rows)
     Tensor* hidden = nullptr;  // every row's final hidden state (after the last norm, what the lm_head
@@ -58,6 +58,10 @@ class Model {
     // Set (when given) to whether this forward captured a CUDA graph: milliseconds of capture and
     // instantiation on top of the forward, so its time says nothing about later forwards of the shape.
     bool* graph_captured = nullptr;
+    // When given, only these of the logit rows (indices into logit_rows, ascending) go to `logits`, which
+    // is then [host_rows->size(), vocab]: a round where one stream samples on the host (logprobs,
+    // penalties, structured outputs) copies its rows, not every stream's.
+    const std::vector<int32_t>* host_rows = nullptr;
   };
   // Runs the batch's rows: writes each row's K/V into `kv` (one KvLayer per layer) and produces `out`
   // for the rows listed in `logit_rows`.

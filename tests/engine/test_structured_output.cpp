@@ -169,11 +169,18 @@ TEST_F(StructuredEngine, RepliesAreValidAndTheSameAloneOrSharingRounds) {
     auto h = solo->submit(constrained(tok, c.prompt, c.temperature, c.seed, c.schema));
     alone.push_back(collect(*h));
   }
-  // All four at once, with a free-text stream beside them.
+  // All four at once, with a free-text stream (sampled on the device: only the host-sampled streams' logit
+  // rows go to the host) and one with logprobs beside them.
+  GenerationRequest free_req = text_request(tok, "def main():", 0.9f, 5, 60);
+  GenerationRequest logprob_req = text_request(tok, "import os\n", 0.7f, 6, 40);
+  logprob_req.logprobs = 2;
+  const StreamOutput free_alone = collect(*solo->submit(free_req));
+  const StreamOutput logprob_alone = collect(*solo->submit(logprob_req));
   std::vector<std::shared_ptr<RequestHandle>> hs;
+  auto free_text = shared->submit(free_req);
   for (const auto& c : cases)
     hs.push_back(shared->submit(constrained(tok, c.prompt, c.temperature, c.seed, c.schema)));
-  auto free_text = shared->submit(text_request(tok, "def main():", 0.9f, 5, 60));
+  auto with_logprobs = shared->submit(logprob_req);
   for (size_t i = 0; i < cases.size(); ++i) {
     StreamOutput o = collect(*hs[i]);
     EXPECT_EQ(o.tokens, alone[i].tokens) << cases[i].prompt;
@@ -188,7 +195,10 @@ TEST_F(StructuredEngine, RepliesAreValidAndTheSameAloneOrSharingRounds) {
       EXPECT_LE(doc["tags"].size(), 3u);
     }
   }
-  EXPECT_GT(collect(*free_text).tokens.size(), 0u);
+  const StreamOutput free_shared = collect(*free_text), logprob_shared = collect(*with_logprobs);
+  EXPECT_EQ(free_shared.tokens, free_alone.tokens);
+  EXPECT_EQ(logprob_shared.tokens, logprob_alone.tokens);
+  EXPECT_EQ(logprob_shared.logprobs, logprob_alone.logprobs);
   int finished = 0;
   for (const auto& o : alone) {
     finished += o.finish == FinishReason::Stop;

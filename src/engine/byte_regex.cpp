@@ -1,6 +1,7 @@
 #include "engine/byte_regex.h"
 
 #include <algorithm>
+#include <cctype>
 #include <functional>
 #include <map>
 #include <memory>

@@ -35,6 +35,10 @@ struct GenerationRequest {
   std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS ids
   bool ignore_eos = false;
   int logprobs = -1;  // -1: none; N >= 0: chosen token's logprob plus top-N alternatives
+  // -1: none; N >= 0: each prompt token's logprob under the model (from the second token on) plus top-N
+  // alternatives, delivered with the first Tokens event. Every prompt row is computed (no prompt-cache
+  // reuse for this request).
+  int prompt_logprobs = -1;
   bool draft = true;  // allow speculative drafts (never changes the output)
   bool skip_special_tokens = true;
   bool include_stop_str_in_output = false;
@@ -67,6 +71,9 @@ struct Usage {
 struct StreamEvent {
   enum class Kind { Tokens, Finished, Error } kind = Kind::Tokens;
   std::vector<GeneratedToken> tokens;  // Tokens: one or more new tokens (a verified draft gives several)
+  // The first Tokens event of a request with prompt_logprobs: prompt tokens 1..P-1 (token, its share of the
+  // prompt's text, logprob, top alternatives); the first prompt token has no logprob and is not listed.
+  std::vector<GeneratedToken> prompt_logprobs;
   std::string text;                    // concatenated text of `tokens`
   FinishReason finish = FinishReason::None;  // Finished
   std::string matched_stop;                   // the stop string that ended the stream, if any

@@ -322,6 +322,27 @@ class EngineImpl final : public Engine {
                              "logit_bias");
   }
 
+  // The part's rows whose logits are prompt logprobs, as {first row in the part, count}: prompt positions
+  // that predict a prompt token (the last prompt row predicts the reply's first token, sampled as usual)
+  // and were not scored before (a preempted stream recomputes its rows).
+  std::pair<int, int> prompt_scored(const Sequence& s, int part_rows) const {
+    if (s.req.prompt_logprobs < 0 || s.prompt_lp_sent) return {0, 0};
+    const int from = std::max(s.computed, int(s.prompt_lp.size()));  // row at position k scores token k+1
+    const int to = std::min(s.computed + part_rows, s.prompt_len - 1);
+    return to > from ? std::pair<int, int>{from - s.computed, to - from} : std::pair<int, int>{0, 0};
+  }
+
+  // Prompt logprobs of `count` rows from position computed + offset: the row at position k scores prompt
+  // token k + 1 (sampler.h score_token: the numbers a sampled token reports, from the same row).
+  void score_prompt(Sequence& s, const float* logits, int offset, int count) {
+    for (int i = 0; i < count; ++i) {
+      const int32_t token = s.tokens[size_t(s.computed + offset + i + 1)];
+      const SampleResult r =
+          score_token(logits + size_t(i) * spec_.vocab, spec_.vocab, token, s.req.prompt_logprobs);
+      s.prompt_lp.push_back({token, {}, r.logprob, r.top});
+    }
+  }
+
   // Whether the stream's tokens are sampled on the host from its logits rows (logprobs, penalties,
   // truncation, logit_bias, structured outputs), not on the device.
   bool host_sampled(const Sequence& s) const {
@@ -397,7 +418,10 @@ class EngineImpl final : public Engine {
     const int len = int(s.tokens.size());  // a preempted stream comes back with its reply so far
     const int want = std::min(s.prompt_len + s.req.max_tokens, len + std::max(1, opt_.growth_reserve));
     // At least the last token is computed, so its logits exist; the block it lands in stays private.
-    const int covered = prefix_cache_->acquire(s.tokens, len - 1, s.blocks);
+    // Prompt logprobs need every prompt row's logits: no cached prefix (the rows are computed; they are
+    // the same bits as the cached ones).
+    const int covered =
+        s.req.prompt_logprobs >= 0 && !s.prompt_lp_sent ? 0 : prefix_cache_->acquire(s.tokens, len - 1, s.blocks);
     const int need = KvBlockPool::blocks_for(want, kBlockSize) - int(s.blocks.size());
     if (pool_->free_blocks() < need) prefix_cache_->make_room(need);
     if (!pool_->reserve(s.blocks, want)) {
@@ -491,6 +515,14 @@ class EngineImpl final : public Engine {
     std::vector<RowSampling> sampling;
     bool need_host = false;
     for (const auto& p : parts) {
+      // Prompt rows whose logits give prompt logprobs (to the host, after the part's first rows).
+      const auto [offset, scored] = prompt_scored(*p.seq, p.rows);
+      for (int i = offset; i < offset + scored; ++i) {
+        host_rows.push_back(int32_t(logit_rows.size()));
+        logit_rows.push_back(p.first + i);
+        sampling.push_back({0.f, p.seq->seed, int64_t(p.seq->computed) + i});  // the device token is unused
+      }
+      need_host |= scored > 0;
       if (!p.sampled) continue;
       const SamplingParams& sp = p.seq->req.sampling;
       const bool device = !host_sampled(*p.seq);
@@ -542,6 +574,11 @@ class EngineImpl final : public Engine {
       if (prompt) prompt_rows += p.rows;
       const int base = p.seq->computed;
       bool finished = false;
+      if (const auto [offset, scored] = prompt_scored(*p.seq, p.rows); scored > 0) {
+        score_prompt(*p.seq, logits.data() + next_host * size_t(spec_.vocab), offset, scored);
+        next_host += size_t(scored);
+        next += size_t(scored);
+      }
       if (!p.sampled) {
         p.seq->computed += p.rows;
       } else {
@@ -743,6 +780,13 @@ class EngineImpl final : public Engine {
     const int base = s.computed;  // position of the part's first row
     StreamEvent ev;
     ev.kind = StreamEvent::Kind::Tokens;
+    if (s.req.prompt_logprobs >= 0 && !s.prompt_lp_sent) {
+      ev.prompt_logprobs = std::move(s.prompt_lp);
+      IncrementalDetokenizer detok(tokenizer_, s.req.skip_special_tokens);  // each token's share of the text
+      detok.push(s.tokens[0]);
+      for (auto& t : ev.prompt_logprobs) t.text = detok.push(t.token);
+      s.prompt_lp_sent = true;
+    }
     FinishReason reason = FinishReason::None;
     std::string matched;
     int accepted = 0;

@@ -32,7 +32,23 @@ void fill_top(const float* logits, int vocab, int want, double lse, SampleResult
   for (size_t i = 0; i < n; ++i) res.top.push_back({ids[i], float(double(logits[ids[i]]) - lse)});
 }
 
+double log_sum_exp(const float* logits, int vocab) {
+  const float raw_max = *std::max_element(logits, logits + vocab);
+  double raw_sum = 0;
+  for (int i = 0; i < vocab; ++i) raw_sum += std::exp(double(logits[i] - raw_max));
+  return double(raw_max) + std::log(raw_sum);
+}
+
 }  // namespace
+
+SampleResult score_token(const float* logits, int vocab, int32_t token, int want_top) {
+  SampleResult res;
+  res.token = token;
+  const double lse = log_sum_exp(logits, vocab);
+  res.logprob = float(double(logits[token]) - lse);
+  if (want_top > 0) fill_top(logits, vocab, want_top, lse, res);
+  return res;
+}
 
 void PenaltyState::add_prompt(const std::vector<int32_t>& prompt) {
   for (int32_t t : prompt) ++seen[t];
@@ -59,13 +75,7 @@ SampleResult sample_token(const float* logits, int vocab, const SamplingParams& 
                           int64_t position, const PenaltyState& pen, int want_top, const uint8_t* mask) {
   SampleResult res;
   // Log-softmax of the raw row, only when logprobs are reported (double accumulation: reporting only).
-  double raw_lse = 0;
-  if (want_top >= 0) {
-    const float raw_max = *std::max_element(logits, logits + vocab);
-    double raw_sum = 0;
-    for (int i = 0; i < vocab; ++i) raw_sum += std::exp(double(logits[i] - raw_max));
-    raw_lse = double(raw_max) + std::log(raw_sum);
-  }
+  const double raw_lse = want_top >= 0 ? log_sum_exp(logits, vocab) : 0;
   const bool penalised =
       p.repetition_penalty != 1.f || p.presence_penalty != 0.f || p.frequency_penalty != 0.f;
   const bool truncate = (p.top_k > 0 && p.top_k < vocab) || p.top_p < 1.f || p.min_p > 0.f;

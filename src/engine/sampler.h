@@ -36,6 +36,10 @@ SampleResult sample_token(const float* logits, int vocab, const SamplingParams& 
                           int64_t position, const PenaltyState& penalties, int want_top = -1,
                           const uint8_t* allowed = nullptr);
 
+// The raw row's log-probability of `token` and its `want_top` most likely ids (prompt logprobs: the same
+// numbers sample_token reports for a sampled token, from the same row).
+SampleResult score_token(const float* logits, int vocab, int32_t token, int want_top);
+
 // Seed for requests without one: a hash of the prompt tokens.
 uint64_t derive_seed(const std::vector<int32_t>& prompt);
 // True when sample_token(params, want_top) needs nothing beyond the logits row, seed and position

@@ -54,6 +54,8 @@ struct Sequence {
   bool last_draft_ngram = false;         // which source the pending verification came from
   Usage usage;  // drafted / accepted counts accumulate here
   std::optional<JsonMatcher> json;  // structured outputs: the reply's bytes so far (req.json_schema)
+  std::vector<GeneratedToken> prompt_lp;  // prompt logprobs so far (positions 1..), until they are sent
+  bool prompt_lp_sent = false;
   int generated() const { return int(tokens.size()) - prompt_len; }
 
   // Appends a sampled token: penalties, streamed text and stop rules. Returns the token's event entry;

@@ -241,6 +241,7 @@ std::vector<ChoiceResult> EventSource::collect(const std::function<bool()>& abor
     if (ev.kind == StreamEvent::Kind::Tokens) {
       c.text += ev.text;
       for (auto& t : ev.tokens) c.tokens.push_back(std::move(t));
+      if (!ev.prompt_logprobs.empty()) c.prompt_tokens = std::move(ev.prompt_logprobs);
     } else if (ev.kind == StreamEvent::Kind::Finished) {
       c.text += ev.text;  // a final event may flush held-back text
       c.finish = ev.finish;

@@ -44,6 +44,7 @@ const char* finish_reason_text(FinishReason r);  // "stop" / "length" (cancel an
 struct ChoiceResult {
   std::string text;
   std::vector<GeneratedToken> tokens;
+  std::vector<GeneratedToken> prompt_tokens;  // prompt logprobs (prompt tokens 1..), when requested
   FinishReason finish = FinishReason::None;
   Usage usage;
   std::string error;

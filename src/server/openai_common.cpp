@@ -42,6 +42,24 @@ json chat_logprob_entries(const ModelText& text, const std::vector<GeneratedToke
   return out;
 }
 
+json prompt_logprobs(const ModelText& text, const std::vector<int32_t>& prompt,
+                     const std::vector<GeneratedToken>& scored, int top_logprobs) {
+  // The first prompt token has no logprob: null, as OpenAI writes it; the others as the engine scored them.
+  std::vector<GeneratedToken> first(1);
+  first[0].token = prompt.empty() ? 0 : prompt[0];
+  first[0].text = prompt.empty() ? std::string() : text.decode({prompt[0]}, true);
+  json j = completion_logprobs(text, first, top_logprobs, 0);
+  j["token_logprobs"][0] = nullptr;
+  j["top_logprobs"][0] = nullptr;
+  return with_prompt(j, completion_logprobs(text, scored, top_logprobs, first[0].text.size()));
+}
+
+json with_prompt(json prompt, const json& reply) {
+  for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+    for (const auto& v : reply[key]) prompt[key].push_back(v);
+  return prompt;
+}
+
 json completion_logprobs(const ModelText& text, const std::vector<GeneratedToken>& tokens, int top_logprobs,
                          size_t offset) {
   json toks = json::array(), lps = json::array(), tops = json::array(), offs = json::array();

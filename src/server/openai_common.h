@@ -33,5 +33,11 @@ nlohmann::json chat_logprob_entries(const ModelText& text, const std::vector<Gen
 // Completions: {"tokens", "token_logprobs", "top_logprobs", "text_offset"}; offsets start at `offset`.
 nlohmann::json completion_logprobs(const ModelText& text, const std::vector<GeneratedToken>& tokens,
                                    int top_logprobs, size_t offset);
+// Completions with echo: the prompt's entries in the same shape, the first token's logprob and
+// top_logprobs null; `scored` are the engine's prompt logprobs (prompt tokens 1..).
+nlohmann::json prompt_logprobs(const ModelText& text, const std::vector<int32_t>& prompt,
+                               const std::vector<GeneratedToken>& scored, int top_logprobs);
+// `prompt`'s entries followed by `reply`'s (both completion_logprobs shapes).
+nlohmann::json with_prompt(nlohmann::json prompt, const nlohmann::json& reply);
 
 }  // namespace tf::server

@@ -21,8 +21,9 @@ static std::vector<int32_t> token_ids(const RequestJson& v, const std::string& n
     int64_t id = v[i].get<int64_t>();
     if (id < 0 || id >= ctx.text.vocab_size()) {
       std::string n = name + "[" + std::to_string(i) + "]";
-      throw invalid_field(n, "Invalid value for '" + n + "': token id " + std::to_string(id) + " is outside [0, " +
-                                 std::to_string(ctx.text.vocab_size()) + ").",
+      throw invalid_field(n,
+                          "Invalid value for '" + n + "': token id " + std::to_string(id) +
+                              " is outside [0, " + std::to_string(ctx.text.vocab_size()) + ").",
                           "invalid_value");
     }
     ids.push_back(int32_t(id));
@@ -39,7 +40,8 @@ static void read_prompts(const RequestJson& p, CompletionRequest& r, const ApiCo
     r.prompts.push_back(token_ids(v, name, ctx));
     r.prompt_texts.push_back(ctx.text.decode(r.prompts.back(), false));
   };
-  const char* expected = "a string, an array of strings, an array of token ids or an array of token-id arrays";
+  const char* expected =
+      "a string, an array of strings, an array of token ids or an array of token-id arrays";
   if (p.is_string()) {
     add_text(p.get<std::string>());
   } else if (is_token_list(p)) {
@@ -52,18 +54,22 @@ static void read_prompts(const RequestJson& p, CompletionRequest& r, const ApiCo
       } else if (is_token_list(p[i])) {
         add_ids(p[i], name);
       } else {
-        throw invalid_field(name, "Invalid type for '" + name + "': expected a string or an array of token ids, but got " +
-                                      json_type_name(p[i]) + ".",
+        throw invalid_field(name,
+                            "Invalid type for '" + name +
+                                "': expected a string or an array of token ids, but got " +
+                                json_type_name(p[i]) + ".",
                             "invalid_type");
       }
     }
   } else {
-    throw invalid_field("prompt", std::string("Invalid type for 'prompt': expected ") + expected + ", but got " +
-                                      (p.is_array() ? "an empty array" : json_type_name(p)) + ".",
+    throw invalid_field("prompt",
+                        std::string("Invalid type for 'prompt': expected ") + expected + ", but got " +
+                            (p.is_array() ? "an empty array" : json_type_name(p)) + ".",
                         "invalid_type");
   }
   for (size_t i = 0; i < r.prompts.size(); ++i) {
-    if (r.prompts[i].empty()) throw invalid_field("prompt", "The prompt is empty after tokenization.", "invalid_value");
+    if (r.prompts[i].empty())
+      throw invalid_field("prompt", "The prompt is empty after tokenization.", "invalid_value");
   }
 }
 
@@ -75,10 +81,9 @@ CompletionRequest parse_completion_request(const RequestJson& body, const ApiCon
   r.common = read_common_fields(f, ctx);
   if (auto v = f.integer("logprobs", 0, 20)) r.logprobs = int(*v);
   if (auto v = f.boolean("echo")) r.echo = *v;
-  if (r.echo && r.logprobs >= 0) {
-    throw invalid_field("echo", "'echo' together with 'logprobs' (prompt logprobs) is not supported yet.",
-                        "unsupported_value");
-  }
+  // echo with logprobs: the prompt's tokens come first in `logprobs`, the first with null (OpenAI's legacy
+  // completions; lm-evaluation-harness scores continuations this way).
+  if (r.echo && r.logprobs >= 0) r.common.request.prompt_logprobs = r.logprobs;
   if (auto v = f.string("suffix"); v && !v->empty()) {
     throw invalid_field("suffix", "'suffix' (fill in the middle) is not supported.", "unsupported_value");
   }
@@ -109,12 +114,15 @@ std::vector<GenerationRequest> completion_submissions(const CompletionRequest& r
 }
 
 static json meta_fields(const ResponseMeta& m) {
-  return {{"id", m.id}, {"object", "text_completion"}, {"created", m.created}, {"model", m.model},
+  return {{"id", m.id},
+          {"object", "text_completion"},
+          {"created", m.created},
+          {"model", m.model},
           {"system_fingerprint", m.fingerprint}};
 }
 
-json completion_json(const CompletionRequest& req, const ResponseMeta& meta, const std::vector<ChoiceResult>& choices,
-                     const ModelText& text) {
+json completion_json(const CompletionRequest& req, const ResponseMeta& meta,
+                     const std::vector<ChoiceResult>& choices, const ModelText& text) {
   json out = meta_fields(meta);
   json arr = json::array();
   std::vector<Usage> usage;
@@ -122,7 +130,13 @@ json completion_json(const CompletionRequest& req, const ResponseMeta& meta, con
     const ChoiceResult& c = choices[i];
     std::string prefix = req.echo ? req.prompt_texts[i / size_t(req.common.n)] : std::string();
     json logprobs = nullptr;
-    if (req.logprobs >= 0) logprobs = completion_logprobs(text, c.tokens, req.logprobs, prefix.size());
+    if (req.logprobs >= 0) {
+      logprobs = completion_logprobs(text, c.tokens, req.logprobs, prefix.size());
+      if (req.echo)
+        logprobs = with_prompt(
+            prompt_logprobs(text, req.prompts[i / size_t(req.common.n)], c.prompt_tokens, req.logprobs),
+            logprobs);
+    }
     arr.push_back({{"index", i},
                    {"text", prefix + c.text},
                    {"logprobs", logprobs},
@@ -136,12 +150,18 @@ json completion_json(const CompletionRequest& req, const ResponseMeta& meta, con
 
 CompletionStreamFormatter::CompletionStreamFormatter(const CompletionRequest& req, ResponseMeta meta,
                                                      const ModelText& text)
-    : req_(req), meta_(std::move(meta)), text_(text), offsets_(req.prompts.size() * size_t(req.common.n), 0) {}
+    : req_(req),
+      meta_(std::move(meta)),
+      text_(text),
+      offsets_(req.prompts.size() * size_t(req.common.n), 0) {}
 
-json CompletionStreamFormatter::chunk(size_t index, const std::string& text, json logprobs, json finish) const {
+json CompletionStreamFormatter::chunk(size_t index, const std::string& text, json logprobs,
+                                      json finish) const {
   json c = meta_fields(meta_);
-  c["choices"] = json::array(
-      {{{"index", index}, {"text", text}, {"logprobs", std::move(logprobs)}, {"finish_reason", std::move(finish)}}});
+  c["choices"] = json::array({{{"index", index},
+                               {"text", text},
+                               {"logprobs", std::move(logprobs)},
+                               {"finish_reason", std::move(finish)}}});
   if (req_.common.include_usage) c["usage"] = nullptr;
   return c;
 }
@@ -150,15 +170,22 @@ std::vector<json> CompletionStreamFormatter::begin(size_t index) {
   if (!req_.echo) return {};
   const std::string& prefix = req_.prompt_texts[index / size_t(req_.common.n)];
   offsets_[index] = prefix.size();
+  if (req_.logprobs >= 0) return {};  // the echo goes out with the prompt's logprobs, in the first event
   return {chunk(index, prefix, nullptr, nullptr)};
 }
 
 std::vector<json> CompletionStreamFormatter::tokens(size_t index, const StreamEvent& ev) {
+  std::vector<json> out;
+  if (req_.echo && req_.logprobs >= 0 && !ev.prompt_logprobs.empty()) {
+    const size_t p = index / size_t(req_.common.n);
+    out.push_back(chunk(index, req_.prompt_texts[p],
+                        prompt_logprobs(text_, req_.prompts[p], ev.prompt_logprobs, req_.logprobs), nullptr));
+  }
   json logprobs = nullptr;
   if (req_.logprobs >= 0) logprobs = completion_logprobs(text_, ev.tokens, req_.logprobs, offsets_[index]);
   offsets_[index] += ev.text.size();
-  if (ev.text.empty() && logprobs.is_null()) return {};
-  return {chunk(index, ev.text, logprobs, nullptr)};
+  if (!ev.text.empty() || !logprobs.is_null()) out.push_back(chunk(index, ev.text, logprobs, nullptr));
+  return out;
 }
 
 json CompletionStreamFormatter::finish(size_t index, const StreamEvent& ev) {

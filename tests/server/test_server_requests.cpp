@@ -233,7 +233,9 @@ TEST_F(ServerRequests, CompletionPromptShapes) {
   EXPECT_EQ(err(json::object()).param(), "prompt");
   EXPECT_EQ(err({"a", 5}).param(), "prompt[1]");
   EXPECT_EQ(err("a", {{"logprobs", true}}).param(), "logprobs");
-  EXPECT_EQ(err("a", {{"logprobs", 2}, {"echo", true}}).param(), "echo");
+  // echo with logprobs asks the engine for the prompt's logprobs too (prompt_logprobs = logprobs).
+  EXPECT_EQ(completion_submissions(parse("a", {{"logprobs", 2}, {"echo", true}}))[0].prompt_logprobs, 2);
+  EXPECT_EQ(completion_submissions(parse("a", {{"logprobs", 2}}))[0].prompt_logprobs, -1);
   EXPECT_EQ(error_of([&] { parse_completion_request({{"model", "fake-model"}}, ctx); }).param(), "prompt");
 }
 

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "engine/byte_regex.h"
 
 namespace tf {
 
@@ -35,6 +36,7 @@ struct Node {
   NodeKind kind = kTyped;
   uint8_t types = kAllTypes;
   uint32_t min_length = 0, max_length = UINT32_MAX;
+  std::shared_ptr<const ByteRegex> pattern;  // strings: a DFA over the decoded content (frame aux2: its state)
   std::vector<Property> props;
   std::vector<uint32_t> first_required_from{0};  // [i]: first required property index >= i, else size
   int additional = kNone;
@@ -71,13 +73,12 @@ const char* const kAnnotations[] = {"title", "description", "default",    "examp
 const char* const kCombinators[] = {"enum", "const", "anyOf", "oneOf", "allOf", "$ref"};
 const char* const kStructural[] = {"type",      "properties",  "required", "additionalProperties",
                                    "items",     "prefixItems", "minItems", "maxItems",
-                                   "minLength", "maxLength"};
+                                   "minLength", "maxLength",   "pattern"};
 const char* const kRefused[] = {"minimum",
                                 "maximum",
                                 "exclusiveMinimum",
                                 "exclusiveMaximum",
                                 "multipleOf",
-                                "pattern",
                                 "patternProperties",
                                 "propertyNames",
                                 "if",
@@ -460,16 +461,31 @@ class JsonSchemaCompiler {
       uint8_t inferred = 0;
       if (has_any(s, {"properties", "required", "additionalProperties"})) inferred |= kObject;
       if (has_any(s, {"items", "prefixItems", "minItems", "maxItems"})) inferred |= kArray;
-      if (has_any(s, {"minLength", "maxLength"})) inferred |= kString;
+      if (has_any(s, {"minLength", "maxLength", "pattern"})) inferred |= kString;
       n.types = inferred ? inferred : uint8_t{kAllTypes};
     }
     if (nullable) n.types |= kNull;
     if (s.contains("minLength")) n.min_length = count_arg(s["minLength"], path, "minLength");
     if (s.contains("maxLength")) n.max_length = count_arg(s["maxLength"], path, "maxLength");
     if (n.min_length > n.max_length) refuse(path, "\"minLength\" is greater than \"maxLength\"");
+    if (s.contains("pattern")) build_pattern(s, path, n);
     build_array(s, path, n);
     build_object(s, path, n);
     return add(std::move(n));
+  }
+
+  // The pattern's DFA runs over the string's decoded content; a pattern no string matches leaves the
+  // node without the string type.
+  static void build_pattern(const ojson& s, const std::string& path, Node& n) {
+    if (!s["pattern"].is_string()) refuse(path + "/pattern", "\"pattern\" must be a string");
+    if (s.contains("minLength") || s.contains("maxLength"))
+      refuse(path, "combining \"pattern\" with \"minLength\" or \"maxLength\" is not supported");
+    try {
+      n.pattern = std::make_shared<const ByteRegex>(ByteRegex::compile(s["pattern"].get<std::string>()));
+    } catch (const InvalidRequest& e) {
+      refuse(path + "/pattern", e.what());
+    }
+    if (n.pattern->start() == ByteRegex::kDead) n.types &= ~kString;
   }
 
   void build_array(const ojson& s, const std::string& path, Node& n) {
@@ -658,11 +674,70 @@ StringStep string_byte(Frame& f, uint8_t c) {
     case kLowHex: {
       int v = hex_value(c);
       if (v < 0 || (f.digits == 0 && v != 0xD) || (f.digits == 1 && v < 0xC)) return kReject;
+      f.aux = f.aux * 16 + static_cast<uint32_t>(v);  // the high surrogate << 16 | the low digits so far
       if (++f.digits == 4) f.state = kChars;
       return kContinue;
     }
   }
   return kReject;
+}
+
+// The code point of \uHIGH\uLOW.
+uint32_t supplementary(uint32_t high, uint32_t low) {
+  return 0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00);
+}
+
+// Some code point an escape \uXXXX (or a surrogate pair) with hex digits in [lo, hi] decodes to keeps
+// the pattern alive.
+bool escape_range_live(const ByteRegex& re, int st, uint32_t lo, uint32_t hi) {
+  if (re.any_live(st, lo, hi)) return true;  // the BMP code points (any_live skips surrogates)
+  uint32_t a = std::max<uint32_t>(lo, 0xD800), b = std::min<uint32_t>(hi, 0xDBFF);  // high surrogates
+  return a <= b && re.any_live(st, supplementary(a, 0xDC00), supplementary(b, 0xDFFF));
+}
+
+// Steps a string's pattern (the DFA state in aux2) over the decoded content: raw bytes as they come, an
+// escape's code point once decoded. `before` is the string state before string_byte() took `c`. False
+// when no completion of the string can match any more (the DFA keeps only live states).
+bool pattern_step(const ByteRegex& re, Frame& f, uint8_t before, uint8_t c, StringStep r) {
+  const int st = static_cast<int>(f.aux2);
+  auto go = [&](int t) {
+    if (t == ByteRegex::kDead) return false;
+    f.aux2 = static_cast<uint32_t>(t);
+    return true;
+  };
+  switch (before) {
+    case kChars:
+      if (r == kClose) return re.accepting(st);
+      if (c == '\\') return re.can_extend(st);  // \uXXXX can spell any code point
+      return go(re.step(st, c));
+    case kUtf8:
+      return go(re.step(st, c));
+    case kEscape: {
+      static constexpr std::pair<char, char> kDecoded[] = {{'"', '"'}, {'\\', '\\'}, {'/', '/'}, {'b', '\b'},
+                                                           {'f', '\f'}, {'n', '\n'},   {'r', '\r'}, {'t', '\t'}};
+      for (auto [e, d] : kDecoded)
+        if (c == e) return go(re.step(st, static_cast<uint8_t>(d)));
+      return true;  // 'u': checked at the backslash
+    }
+    case kHex: {
+      const uint32_t v = f.aux, d = f.digits;
+      if (d < 4) {
+        uint32_t lo = v << (4 * (4 - d));
+        return escape_range_live(re, st, lo, lo + (1u << (4 * (4 - d))) - 1);
+      }
+      if (v < 0xD800 || v > 0xDFFF) return go(re.step_code_point(st, v));
+      return re.any_live(st, supplementary(v, 0xDC00), supplementary(v, 0xDFFF));  // a high surrogate
+    }
+    case kLowHex: {
+      const uint32_t d = f.digits, high = f.aux >> (4 * d), low = f.aux & ((1u << (4 * d)) - 1);
+      if (d == 4) return go(re.step_code_point(st, supplementary(high, low)));
+      uint32_t lo = std::max<uint32_t>(low << (4 * (4 - d)), 0xDC00);
+      uint32_t hi = std::min<uint32_t>(((low + 1) << (4 * (4 - d))) - 1, 0xDFFF);
+      return lo <= hi && re.any_live(st, supplementary(high, lo), supplementary(high, hi));
+    }
+    default:  // the "\u" of a low surrogate: the high one was checked
+      return true;
+  }
 }
 
 enum NumberStep { kNumReject, kNumConsumed, kNumEnd };
@@ -789,6 +864,7 @@ class Stepper {
     bool can_nest = s.size() - 1 < static_cast<size_t>(JsonSchema::kMaxDepth);
     if (c == '"' && (n.types & kString)) {
       s.push_back(make_frame(kStringFrame, idx));
+      if (n.pattern) s.back().aux2 = static_cast<uint32_t>(n.pattern->start());
       emit(s);
     } else if (c == '{' && (n.types & kObject) && can_nest) {
       s.push_back(make_frame(kObjectFrame, idx, kOpen));
@@ -845,7 +921,10 @@ class Stepper {
   void string_step(Stack& s, uint8_t c) {
     Frame& f = s.back();
     const Node& n = node(f.node);
-    switch (string_byte(f, c)) {
+    const uint8_t before = f.state;
+    const StringStep r = string_byte(f, c);
+    if (r != kReject && n.pattern && !pattern_step(*n.pattern, f, before, c, r)) return;
+    switch (r) {
       case kReject:
         return;
       case kCodePoint:
@@ -857,8 +936,9 @@ class Stepper {
       case kClose:
         if (f.count < n.min_length) return;
         s.pop_back();
-        break;
+        return emit(s);
     }
+    if (f.state == kChars) f.aux = 0, f.digits = 0;  // a finished \u escape: let the states recur
     emit(s);
   }
 
@@ -1043,6 +1123,11 @@ bool JsonMatcher::feed_document(uint8_t byte) {
     Frame& f = frames_.back();
     const json_schema_detail::Node& n = schema_->node(f.node);
     if (f.count >= n.max_length) return false;
+    if (n.pattern) {
+      int t = n.pattern->step(static_cast<int>(f.aux2), byte);
+      if (t == ByteRegex::kDead) return false;
+      f.aux2 = static_cast<uint32_t>(t);
+    }
     if (counts(n, f.count)) f.count++;
     return true;
   }

@@ -6,8 +6,8 @@
 // Supported subset (anything else throws InvalidRequest naming the keyword and its JSON pointer):
 //  - type (string, number, integer, boolean, null, object, array, or an array of these); nullable: true.
 //    Without `type`, the type is inferred from the keywords present (properties/required/
-//    additionalProperties: object; items/prefixItems/minItems/maxItems: array; minLength/maxLength:
-//    string); with none of them any JSON value is allowed.
+//    additionalProperties: object; items/prefixItems/minItems/maxItems: array; minLength/maxLength/
+//    pattern: string); with none of them any JSON value is allowed.
 //  - properties, required, additionalProperties (false, true or a schema). ABSENT additionalProperties
 //    means false when "properties" is given (OpenAI strict mode: exactly the listed properties), any
 //    extra keys when it is not ({"type":"object"} is any object). Properties come in the schema's order (the
@@ -16,6 +16,12 @@
 //    Extra keys (additionalProperties true or a schema) may follow the listed ones once no required
 //    property is left; they may not be listed names. At most 64 properties per object.
 //  - items (schema or false), prefixItems, minItems, maxItems; minLength, maxLength (code points).
+//  - pattern (strings), exactly: ECMA-262 search semantics (a match anywhere unless ^ / $ anchor it) over
+//    the string's decoded value (an escape counts as the code point it spells), for the regex subset of
+//    engine/byte_regex.h (compiled to a byte DFA, at most ByteRegex::kMaxStates states). A byte is
+//    accepted only while the string can still be completed to a match (raw UTF-8 and escapes alike, a
+//    \uXXXX escape digit by digit). Refused together with minLength/maxLength (their product with the
+//    DFA is not implemented) and beside enum/const.
 //  - enum and const: scalar values match their compact serialization exactly (nlohmann dump()); object
 //    and array values are matched structurally (whitespace between tokens allowed, keys in dump order).
 //  - anyOf; oneOf is treated as anyOf (the alternatives are not checked for exclusivity); allOf with a
@@ -30,7 +36,8 @@
 //    listed name is not recognised as that name).
 //  - Paths into parts of the schema that no finite document satisfies (a required property that
 //    requires itself) are cut at compile time, so every prefix the matcher accepts can be completed
-//    (up to kMaxDepth nesting); a schema with no finite document at all is refused. Not enforced:
+//    (up to kMaxDepth nesting); a schema with no finite document at all is refused. A pattern no string
+//    matches removes the string type. Not enforced:
 //    format, oneOf exclusivity; keys are not checked for duplicates among additional properties.
 // Whitespace: between tokens only, one run of either a single space or a newline followed by at most
 // kMaxIndent spaces or tabs (room for pretty-printing, none for a model that would rather emit blank

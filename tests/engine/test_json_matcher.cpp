@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "core/error.h"
@@ -265,6 +266,61 @@ TEST(JsonMatcher, CodePointsCountTowardLengths) {
   EXPECT_FALSE(accepts(s, R"("abc")"));
 }
 
+TEST(JsonMatcher, PatternsRunOverTheDecodedString) {
+  struct Case {
+    const char* pattern;
+    const char* prefix;  // accepted (the string's opening quote included)
+    const char* rest;    // its first byte is rejected
+  };
+  const Case cases[] = {
+      {R"(^\d{4}-\d{2}-\d{2}$)", R"("2024-0)", R"(x-01")"},
+      {R"(^\d{4}-\d{2}-\d{2}$)", R"("2024-01-31)", R"(0")"},
+      {R"(^[A-Z]{3}-[0-9]+$)", R"("ABC-)", R"(")"},                // a digit is due
+      {R"(^[A-Z]{3}-[0-9]+$)", R"("ABC-1\)", R"(n")"},             // an escape decoding to a newline
+      {R"(^a$)", R"("a)", R"(\u0061")"},                           // nothing may follow, even escaped
+      {R"(^[0-9]+$)", R"("\u00)", R"(4")"},                        // U+0040..U+004F: no digit
+      {R"(^[0-9]+$)", R"("\u003)", R"(a")"},                       // U+003A is ':'
+      {R"(^[0-9]+$)", R"("\u0039\u0030)", R"(x")"},
+      {"^x\U0001F600$", R"("x\ud83)", R"(e\ude00")"},              // U+1F800.. cannot be the emoji
+      {"^x\U0001F600$", R"("x\ud83d\ude0)", R"(1")"},              // U+1F601
+      {"^x\U0001F600$", "\"x\xf0\x9f\x98", "\x81\""},               // raw UTF-8 U+1F601
+      {"^\u00e9$", "\"\xc3", "\xa8\""},                              // U+00E8
+      {R"(cat|dog)", R"("a ca)", R"("")"},                           // no match yet: the string goes on
+      {R"(cat|dog)", R"("hotdog)", "\x01"},                          // still JSON: no raw control bytes
+      {R"(^\S+$)", R"("a\u00a)", R"(0")"},                          // ECMA-262 \s has U+00A0
+  };
+  for (const Case& c : cases) {
+    auto s = JsonSchema::compile(json{{"type", "string"}, {"pattern", c.pattern}});
+    std::string doc = std::string(c.prefix) + c.rest;
+    EXPECT_EQ(accepted_prefix(s, doc), std::string_view(c.prefix).size()) << c.pattern << "\n  doc: " << doc;
+  }
+  const std::pair<const char*, const char*> kMatches[] = {
+      {R"(^\d{4}-\d{2}-\d{2}$)", R"("2024-01-31")"},
+      {R"(^\d{4}-\d{2}-\d{2}$)", R"("\u0032024-01-3\u0031")"},
+      {R"(cat|dog)", R"("a cat!")"},
+      {R"(cat|dog)", R"("\u0063at")"},
+      {"^x\U0001F600$", R"("x\ud83d\ude00")"},
+      {"^x\U0001F600$", "\"x\xf0\x9f\x98\x80\""},
+      {R"(^[^a]\t\\$)", R"("\n\t\\")"},
+      {R"(^\/"$)", R"("\/\"")"},
+      {R"()", R"("")"},
+  };
+  for (const auto& [pattern, doc] : kMatches)
+    EXPECT_TRUE(accepts(JsonSchema::compile(json{{"type", "string"}, {"pattern", pattern}}), doc)) << pattern << " " << doc;
+  // The pattern constrains strings only; a pattern no string matches leaves the other types.
+  auto mixed = compile(R"({"type":["string","integer","null"],"pattern":"[^\\s\\S]"})");
+  EXPECT_TRUE(accepts(mixed, "12"));
+  EXPECT_TRUE(accepts(mixed, "null"));
+  EXPECT_EQ(accepted_prefix(mixed, R"("")"), 0u);
+  // Alternatives with their own patterns run side by side; keys are not affected.
+  auto alts = compile(R"({"type":"object","properties":{"k":{"anyOf":[{"type":"string","pattern":"^a"},
+      {"type":"string","pattern":"b$"}]}},"required":["k"]})");
+  EXPECT_TRUE(accepts(alts, R"({"k":"axe"})"));
+  EXPECT_TRUE(accepts(alts, R"({"k":"cab"})"));
+  EXPECT_FALSE(accepts(alts, R"({"k":"cat"})"));
+  EXPECT_EQ(accepted_prefix(alts, R"({"k":"ca"})"), std::string_view(R"({"k":"ca)").size());
+}
+
 TEST(JsonSchemaCompile, RefusesUnsupportedKeywordsWithTheirPath) {
   struct Case {
     const char* schema;
@@ -273,8 +329,14 @@ TEST(JsonSchemaCompile, RefusesUnsupportedKeywordsWithTheirPath) {
   };
   const Case cases[] = {
       {R"({"type":"object","properties":{"n":{"type":"integer","minimum":0}}})", "minimum", "#/properties/n"},
-      {R"({"type":"object","properties":{"a/b":{"type":"string","pattern":"x"}}})", "pattern",
-       "#/properties/a~1b"},
+      {R"j({"type":"object","properties":{"a/b":{"type":"string","pattern":"(?=x)"}}})j", "lookaround",
+       "#/properties/a~1b/pattern"},
+      {R"({"type":"string","pattern":"^\\d+$","maxLength":3})", "\"pattern\" with \"minLength\" or \"maxLength\"", "#"},
+      {R"({"type":"string","pattern":"a","minLength":1})", "\"pattern\" with \"minLength\" or \"maxLength\"", "#"},
+      {R"({"type":"string","pattern":1})", "\"pattern\" must be a string", "#/pattern"},
+      {R"({"type":"string","pattern":"a{100}"})", "a{100}", "#/pattern"},
+      {R"({"type":"string","pattern":"[^\\s\\S]"})", "admits no JSON value", "#"},
+      {R"({"enum":["a"],"pattern":"a"})", "pattern", "#"},
       {R"({"type":"array","items":{"type":"array","uniqueItems":true}})", "uniqueItems", "#/items"},
       {R"({"$defs":{"x":{"not":{}}},"$ref":"#/$defs/x"})", "not", "#/$defs/x"},
       {R"({"anyOf":[{"type":"string"},{"type":"object","minProperties":1}]})", "minProperties", "#/anyOf/1"},
@@ -412,6 +474,12 @@ std::vector<OracleSchema> oracle_schemas() {
       R"({"type":"object","properties":{"a":{"type":"integer"},"ab":{"type":"string"},"abc":{"type":"boolean"},
           "a\"b":{"type":"null"},"\u00fcn\u00ef":{"type":"integer"},"x y":{"enum":[1,12,123]}},"required":["abc"]})",
       R"({"type":["boolean","null","integer"]})",
+      R"({"type":"object","properties":{"date":{"type":"string","pattern":"^\\d{4}-\\d{2}-\\d{2}$"},
+          "id":{"type":"string","pattern":"^[A-Z]{3}-[0-9]+$"}},"required":["date","id"]})",
+      R"({"type":"array","items":{"type":"string","pattern":"cat|dog"},"maxItems":3})",
+      "{\"type\":\"string\",\"pattern\":\"^[\\\\u00e0-\\\\u00ff\\\\u0370-\\\\u03ff\xf0\x9f\x98\x80-\xf0\x9f\x99\x8f]+$\"}",
+      R"({"type":["string","null"],"pattern":"^(?:[a-z]+_)*[a-z]+$"})",
+      R"({"anyOf":[{"type":"string","pattern":"^a"},{"type":"string","pattern":"b$"}]})",
   };
   std::vector<OracleSchema> out;
   for (const char* t : texts)
@@ -419,9 +487,7 @@ std::vector<OracleSchema> oracle_schemas() {
   return out;
 }
 
-// A seeded random walk through the bytes the matcher accepts, biased toward closing strings and
-// containers so walks finish. Empty when the walk did not finish within `max_len` bytes.
-std::string random_walk(const std::shared_ptr<const JsonSchema>& s, std::mt19937& rng, size_t max_len) {
+const std::vector<uint8_t>& walk_alphabet() {
   static const std::vector<uint8_t> alphabet = [] {
     std::vector<uint8_t> a;
     for (int c = 0x20; c < 0x7f; ++c) a.push_back(static_cast<uint8_t>(c));
@@ -429,6 +495,33 @@ std::string random_walk(const std::shared_ptr<const JsonSchema>& s, std::mt19937
       a.push_back(c);
     return a;
   }();
+  return alphabet;
+}
+
+// The shortest bytes completing the document from `m` (breadth-first over distinct matcher states, at
+// most `budget` of them; no escapes, whose \u digits would multiply the states); false when none was
+// found. Random walks rarely stumble on what an unanchored pattern ("cat|dog") needs before the string
+// may close.
+bool shortest_completion(const JsonMatcher& m, size_t budget, std::string& out) {
+  std::vector<std::pair<JsonMatcher, std::string>> queue = {{m, ""}};
+  std::set<std::string> seen = {std::string(m.state_bytes())};
+  for (size_t q = 0; q < queue.size() && queue.size() < budget; ++q) {
+    if (queue[q].first.complete()) return out = queue[q].second, true;
+    for (uint8_t c : walk_alphabet()) {
+      if (c == '\\') continue;
+      JsonMatcher next = queue[q].first;
+      if (next.feed(c) && seen.insert(std::string(next.state_bytes())).second)
+        queue.push_back({next, queue[q].second + static_cast<char>(c)});
+    }
+  }
+  return false;
+}
+
+// A seeded random walk through the bytes the matcher accepts, biased toward closing strings and
+// containers so walks finish; past max_len / 2 bytes, the shortest completion. Empty when the walk did
+// not finish within `max_len` bytes.
+std::string random_walk(const std::shared_ptr<const JsonSchema>& s, std::mt19937& rng, size_t max_len) {
+  const std::vector<uint8_t>& alphabet = walk_alphabet();
   auto weight = [](uint8_t c) {
     switch (c) {
       case '"':
@@ -452,6 +545,12 @@ std::string random_walk(const std::shared_ptr<const JsonSchema>& s, std::mt19937
   std::vector<std::pair<uint8_t, int>> options;
   while (doc.size() < max_len) {
     if (m.dead_end() || (m.complete() && rng() % 3 == 0)) return doc;
+    std::string tail;
+    if (doc.size() >= max_len / 2) {
+      if (!shortest_completion(m, 4000, tail)) return "";
+      EXPECT_TRUE(m.feed(std::string_view(tail)));
+      return doc + tail;
+    }
     options.clear();
     int total = 0;
     for (uint8_t c : alphabet)
@@ -534,6 +633,28 @@ const HandDoc kHandDocs[] = {
     {14, R"({"ab":1,"abc":true})", Verdict::kNeither},
     {15, R"(-12)", Verdict::kBoth},
     {15, R"("x")", Verdict::kNeither},
+    {16, R"({"date":"2024-01-31","id":"ABC-12"})", Verdict::kBoth},
+    {16, R"({"date":"\u0032024-01-31","id":"ABC-1"})", Verdict::kBoth},
+    {16, R"({"date":"2024-1-31","id":"ABC-12"})", Verdict::kNeither},
+    {16, R"({"date":"2024-01-31","id":"AB-12"})", Verdict::kNeither},
+    {16, R"({"date":"x2024-01-31","id":"ABC-12"})", Verdict::kNeither},
+    {16, R"({"date":"2024-01-31\n","id":"ABC-1"})", Verdict::kMatcherStricter},  // Python's $ takes "\n"
+    {17, R"(["a cat","hotdogs","dog"])", Verdict::kBoth},
+    {17, R"(["c\u0061t"])", Verdict::kBoth},
+    {17, R"(["cow"])", Verdict::kNeither},
+    {17, R"(["ca","t"])", Verdict::kNeither},
+    {18, "\"\xc3\xa9\xce\xbb\xf0\x9f\x98\x8e\"", Verdict::kBoth},
+    {18, R"("\u00e9\ud83d\ude00")", Verdict::kBoth},
+    {18, R"("e")", Verdict::kNeither},
+    {18, R"("")", Verdict::kNeither},
+    {18, R"("\ud83d\ude50")", Verdict::kNeither},
+    {19, R"("snake_case_name")", Verdict::kBoth},
+    {19, R"(null)", Verdict::kBoth},
+    {19, R"("_x")", Verdict::kNeither},
+    {19, R"("a__b")", Verdict::kNeither},
+    {20, R"("axe")", Verdict::kBoth},
+    {20, R"("cab")", Verdict::kBoth},
+    {20, R"("cat")", Verdict::kNeither},
 };
 
 struct HandValue {
@@ -558,6 +679,10 @@ const HandValue kHandValues[] = {
     {13, R"({"p":{"x":-1.25e+30},"q":"a@b.c"})"},
     {14, R"({"a":1,"ab":"s","abc":false,"a\"b":null,"x y":123})"},
     {15, R"(true)"},
+    {16, R"({"date":"1999-12-31","id":"XYZ-007"})"},
+    {17, R"(["hot dog","\u00e9cat"])"},
+    {18, R"("\u00e9\u03bb\u00ff\ud83d\ude4f")"},
+    {19, R"("a_b")"},
 };
 
 std::string run_oracle(const json& request) {

@@ -572,7 +572,7 @@ int ByteRegex::step_code_point(int state, uint32_t cp) const {
   return step(state, std::string_view(reinterpret_cast<const char*>(buf), static_cast<size_t>(len)));
 }
 
-bool ByteRegex::any_live(int state, uint32_t lo, uint32_t hi) const {
+bool ByteRegex::any_live(int state, uint32_t lo, uint32_t hi, const std::function<bool(int)>& ok) const {
   if (state == kDead) return false;
   bool found = false;
   std::vector<char> mark(num_states(), 0);
@@ -590,7 +590,8 @@ bool ByteRegex::any_live(int state, uint32_t lo, uint32_t hi) const {
       cur.swap(next);
       if (cur.empty()) return;
     }
-    found = true;  // every path spells whole code points and ends in a live state
+    // Every path spells whole code points and ends in a live state.
+    found = !ok || std::any_of(cur.begin(), cur.end(), ok);
   });
   return found;
 }

@@ -19,6 +19,7 @@
 // Characters are code points (like ECMA-262's u flag: '.' matches one emoji, not half a surrogate pair).
 // Not supported: backreferences, lookarounds, named groups, \b \B, \p{..}, \cX, flags.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,8 +51,8 @@ class ByteRegex {
   bool accepting(int state) const { return accepting_[static_cast<size_t>(state)]; }
   // Some code point can follow (the accepted strings from here are not just the empty one).
   bool can_extend(int state) const { return extends_[static_cast<size_t>(state)]; }
-  // Some code point in [lo, hi] (surrogates excepted) leads to a live state.
-  bool any_live(int state, uint32_t lo, uint32_t hi) const;
+  // Some code point in [lo, hi] (surrogates excepted) leads to a live state (one `ok` holds for, if given).
+  bool any_live(int state, uint32_t lo, uint32_t hi, const std::function<bool(int)>& ok = nullptr) const;
 
   bool matches(std::string_view utf8) const;  // the whole byte string is accepted
   size_t num_states() const { return accepting_.size(); }

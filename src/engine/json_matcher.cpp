@@ -32,11 +32,36 @@ struct Property {
   bool required = false;
 };
 
+// A string's pattern and, when the string has length bounds too, the lengths (in code points) of the
+// completions from each DFA state to a match, so that the two constraints are enforced together exactly.
+struct StringPattern {
+  ByteRegex re;
+  uint32_t min_length = 0, max_length = UINT32_MAX;
+  uint32_t horizon = 0;  // completion lengths 0..horizon are exact; bit horizon + 1: some longer one
+  size_t words = 0;      // per state; 0 without length bounds
+  std::vector<uint64_t> lengths;
+
+  // Some completion from the live DFA state `st` matches with a total length within the bounds, `count`
+  // code points being there already (one in progress included).
+  bool fits(int st, uint32_t count) const {
+    if (words == 0) return true;
+    uint32_t lo = std::min(min_length > count ? min_length - count : 0, horizon + 1);
+    uint32_t hi = max_length == UINT32_MAX ? horizon + 1 : std::min(max_length - count, horizon + 1);
+    const uint64_t* w = &lengths[static_cast<size_t>(st) * words];
+    for (uint32_t k = lo; k <= hi; k = (k | 63) + 1) {
+      uint64_t bits = w[k / 64] >> (k % 64);
+      if (hi - k < 63) bits &= (uint64_t{2} << (hi - k)) - 1;
+      if (bits) return true;
+    }
+    return false;
+  }
+};
+
 struct Node {
   NodeKind kind = kTyped;
   uint8_t types = kAllTypes;
   uint32_t min_length = 0, max_length = UINT32_MAX;
-  std::shared_ptr<const ByteRegex> pattern;  // strings: a DFA over the decoded content (frame aux2: its state)
+  std::shared_ptr<const StringPattern> pattern;  // strings: a DFA over the decoded content (frame aux2: its state)
   std::vector<Property> props;
   std::vector<uint32_t> first_required_from{0};  // [i]: first required property index >= i, else size
   int additional = kNone;
@@ -474,18 +499,75 @@ class JsonSchemaCompiler {
     return add(std::move(n));
   }
 
-  // The pattern's DFA runs over the string's decoded content; a pattern no string matches leaves the
-  // node without the string type.
+  // The pattern's DFA runs over the string's decoded content; a pattern no string (within the length
+  // bounds) matches leaves the node without the string type.
   static void build_pattern(const ojson& s, const std::string& path, Node& n) {
     if (!s["pattern"].is_string()) refuse(path + "/pattern", "\"pattern\" must be a string");
-    if (s.contains("minLength") || s.contains("maxLength"))
-      refuse(path, "combining \"pattern\" with \"minLength\" or \"maxLength\" is not supported");
+    auto p = std::make_shared<StringPattern>();
     try {
-      n.pattern = std::make_shared<const ByteRegex>(ByteRegex::compile(s["pattern"].get<std::string>()));
+      p->re = ByteRegex::compile(s["pattern"].get<std::string>());
     } catch (const InvalidRequest& e) {
       refuse(path + "/pattern", e.what());
     }
-    if (n.pattern->start() == ByteRegex::kDead) n.types &= ~kString;
+    p->min_length = n.min_length, p->max_length = n.max_length;
+    if (p->re.start() != ByteRegex::kDead && (n.min_length > 0 || n.max_length != UINT32_MAX))
+      completion_lengths(*p, path);
+    if (p->re.start() == ByteRegex::kDead || !p->fits(p->re.start(), 0)) n.types &= ~kString;
+    n.pattern = std::move(p);
+  }
+
+  static constexpr uint32_t kMaxHorizon = 4096;
+  static constexpr uint64_t kMaxLengthWork = 4'000'000;  // pairs (state, length) searched: time and a 32 MB queue at most
+
+  // Which completion lengths (code points: bytes that are not UTF-8 continuations) lead from each DFA
+  // state to a match: a backward search over (state, length) pairs, lengths past the horizon merged.
+  // With one bound the horizon can stop at the number of states: a shortest completion visits each state
+  // at most once, and a completion longer than that goes round a cycle, so arbitrarily long ones exist.
+  static void completion_lengths(StringPattern& p, const std::string& path) {
+    const ByteRegex& re = p.re;
+    const size_t ns = re.num_states();
+    const bool both = p.min_length > 0 && p.max_length != UINT32_MAX;
+    uint64_t h = p.max_length != UINT32_MAX ? p.max_length : p.min_length;
+    if (!both) h = std::min<uint64_t>(h, ns + 1);
+    if (h > kMaxHorizon)
+      refuse(path, "\"pattern\" with both \"minLength\" and \"maxLength\" above " +
+                       std::to_string(kMaxHorizon) + " is not supported");
+    std::vector<std::vector<std::pair<int, uint8_t>>> rev(ns);  // (predecessor, code points: 0 or 1)
+    size_t edges = 0;
+    std::vector<std::pair<int, uint8_t>> out;
+    for (size_t st = 0; st < ns; ++st) {
+      out.clear();
+      for (int b = 0; b < 256; ++b) {
+        int t = re.step(static_cast<int>(st), static_cast<uint8_t>(b));
+        if (t != ByteRegex::kDead) out.push_back({t, static_cast<uint8_t>((b & 0xC0) != 0x80)});
+      }
+      std::sort(out.begin(), out.end());
+      out.erase(std::unique(out.begin(), out.end()), out.end());
+      for (auto [t, w] : out) rev[static_cast<size_t>(t)].push_back({static_cast<int>(st), w});
+      edges += out.size();
+    }
+    if (edges * (h + 2) > kMaxLengthWork)
+      refuse(path, "\"pattern\" with \"minLength\"/\"maxLength\" " + std::to_string(h) +
+                       " is too large to enforce exactly (simplify the pattern or the bounds)");
+    p.horizon = static_cast<uint32_t>(h);
+    p.words = (h + 2 + 63) / 64;
+    p.lengths.assign(ns * p.words, 0);
+    auto mark = [&](int st, uint32_t k) {
+      uint64_t& w = p.lengths[static_cast<size_t>(st) * p.words + k / 64];
+      if (w >> (k % 64) & 1) return false;
+      w |= uint64_t{1} << (k % 64);
+      return true;
+    };
+    std::vector<std::pair<int, uint32_t>> queue;
+    for (size_t st = 0; st < ns; ++st)
+      if (re.accepting(static_cast<int>(st)) && mark(static_cast<int>(st), 0)) queue.push_back({static_cast<int>(st), 0});
+    for (size_t q = 0; q < queue.size(); ++q) {
+      auto [t, k] = queue[q];
+      for (auto [st, w] : rev[static_cast<size_t>(t)]) {
+        uint32_t k2 = std::min<uint32_t>(k + w, p.horizon + 1);
+        if (mark(st, k2)) queue.push_back({st, k2});
+      }
+    }
   }
 
   void build_array(const ojson& s, const std::string& path, Node& n) {
@@ -687,28 +769,32 @@ uint32_t supplementary(uint32_t high, uint32_t low) {
   return 0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00);
 }
 
-// Some code point an escape \uXXXX (or a surrogate pair) with hex digits in [lo, hi] decodes to keeps
-// the pattern alive.
-bool escape_range_live(const ByteRegex& re, int st, uint32_t lo, uint32_t hi) {
-  if (re.any_live(st, lo, hi)) return true;  // the BMP code points (any_live skips surrogates)
-  uint32_t a = std::max<uint32_t>(lo, 0xD800), b = std::min<uint32_t>(hi, 0xDBFF);  // high surrogates
-  return a <= b && re.any_live(st, supplementary(a, 0xDC00), supplementary(b, 0xDFFF));
-}
-
 // Steps a string's pattern (the DFA state in aux2) over the decoded content: raw bytes as they come, an
-// escape's code point once decoded. `before` is the string state before string_byte() took `c`. False
-// when no completion of the string can match any more (the DFA keeps only live states).
-bool pattern_step(const ByteRegex& re, Frame& f, uint8_t before, uint8_t c, StringStep r) {
+// escape's code point once decoded. `before` is the string state before string_byte() took `c`; f.count
+// already counts the code point `c` belongs to. False when no completion of the string can match any
+// more (within its length bounds; the DFA itself keeps only live states).
+bool pattern_step(const StringPattern& p, Frame& f, uint8_t before, uint8_t c, StringStep r) {
+  const ByteRegex& re = p.re;
   const int st = static_cast<int>(f.aux2);
+  const uint32_t count = f.count;
+  auto fits = [&](int t) { return p.fits(t, count); };
   auto go = [&](int t) {
-    if (t == ByteRegex::kDead) return false;
+    if (t == ByteRegex::kDead || !fits(t)) return false;
     f.aux2 = static_cast<uint32_t>(t);
     return true;
+  };
+  // Some code point in [lo, hi] keeps a match reachable.
+  auto any = [&](uint32_t lo, uint32_t hi) { return p.words ? re.any_live(st, lo, hi, fits) : re.any_live(st, lo, hi); };
+  // The same for the code points an escape \uXXXX (or a surrogate pair) with digits in [lo, hi] spells.
+  auto escape_range = [&](uint32_t lo, uint32_t hi) {
+    if (any(lo, hi)) return true;  // the BMP code points (any_live skips surrogates)
+    uint32_t a = std::max<uint32_t>(lo, 0xD800), b = std::min<uint32_t>(hi, 0xDBFF);  // high surrogates
+    return a <= b && any(supplementary(a, 0xDC00), supplementary(b, 0xDFFF));
   };
   switch (before) {
     case kChars:
       if (r == kClose) return re.accepting(st);
-      if (c == '\\') return re.can_extend(st);  // \uXXXX can spell any code point
+      if (c == '\\') return p.words ? any(0, 0x10FFFF) : re.can_extend(st);  // \uXXXX spells any code point
       return go(re.step(st, c));
     case kUtf8:
       return go(re.step(st, c));
@@ -723,17 +809,17 @@ bool pattern_step(const ByteRegex& re, Frame& f, uint8_t before, uint8_t c, Stri
       const uint32_t v = f.aux, d = f.digits;
       if (d < 4) {
         uint32_t lo = v << (4 * (4 - d));
-        return escape_range_live(re, st, lo, lo + (1u << (4 * (4 - d))) - 1);
+        return escape_range(lo, lo + (1u << (4 * (4 - d))) - 1);
       }
       if (v < 0xD800 || v > 0xDFFF) return go(re.step_code_point(st, v));
-      return re.any_live(st, supplementary(v, 0xDC00), supplementary(v, 0xDFFF));  // a high surrogate
+      return any(supplementary(v, 0xDC00), supplementary(v, 0xDFFF));  // a high surrogate
     }
     case kLowHex: {
       const uint32_t d = f.digits, high = f.aux >> (4 * d), low = f.aux & ((1u << (4 * d)) - 1);
       if (d == 4) return go(re.step_code_point(st, supplementary(high, low)));
       uint32_t lo = std::max<uint32_t>(low << (4 * (4 - d)), 0xDC00);
       uint32_t hi = std::min<uint32_t>(((low + 1) << (4 * (4 - d))) - 1, 0xDFFF);
-      return lo <= hi && re.any_live(st, supplementary(high, lo), supplementary(high, hi));
+      return lo <= hi && any(supplementary(high, lo), supplementary(high, hi));
     }
     default:  // the "\u" of a low surrogate: the high one was checked
       return true;
@@ -864,7 +950,7 @@ class Stepper {
     bool can_nest = s.size() - 1 < static_cast<size_t>(JsonSchema::kMaxDepth);
     if (c == '"' && (n.types & kString)) {
       s.push_back(make_frame(kStringFrame, idx));
-      if (n.pattern) s.back().aux2 = static_cast<uint32_t>(n.pattern->start());
+      if (n.pattern) s.back().aux2 = static_cast<uint32_t>(n.pattern->re.start());
       emit(s);
     } else if (c == '{' && (n.types & kObject) && can_nest) {
       s.push_back(make_frame(kObjectFrame, idx, kOpen));
@@ -923,7 +1009,6 @@ class Stepper {
     const Node& n = node(f.node);
     const uint8_t before = f.state;
     const StringStep r = string_byte(f, c);
-    if (r != kReject && n.pattern && !pattern_step(*n.pattern, f, before, c, r)) return;
     switch (r) {
       case kReject:
         return;
@@ -935,8 +1020,12 @@ class Stepper {
         break;
       case kClose:
         if (f.count < n.min_length) return;
-        s.pop_back();
-        return emit(s);
+        break;
+    }
+    if (n.pattern && !pattern_step(*n.pattern, f, before, c, r)) return;
+    if (r == kClose) {
+      s.pop_back();
+      return emit(s);
     }
     if (f.state == kChars) f.aux = 0, f.digits = 0;  // a finished \u escape: let the states recur
     emit(s);
@@ -1123,12 +1212,13 @@ bool JsonMatcher::feed_document(uint8_t byte) {
     Frame& f = frames_.back();
     const json_schema_detail::Node& n = schema_->node(f.node);
     if (f.count >= n.max_length) return false;
+    const uint32_t count = counts(n, f.count) ? f.count + 1 : f.count;
     if (n.pattern) {
-      int t = n.pattern->step(static_cast<int>(f.aux2), byte);
-      if (t == ByteRegex::kDead) return false;
+      int t = n.pattern->re.step(static_cast<int>(f.aux2), byte);
+      if (t == ByteRegex::kDead || !n.pattern->fits(t, count)) return false;
       f.aux2 = static_cast<uint32_t>(t);
     }
-    if (counts(n, f.count)) f.count++;
+    f.count = count;
     return true;
   }
   thread_local std::vector<Frame> out, work, scratch;

@@ -20,8 +20,9 @@
 //    the string's decoded value (an escape counts as the code point it spells), for the regex subset of
 //    engine/byte_regex.h (compiled to a byte DFA, at most ByteRegex::kMaxStates states). A byte is
 //    accepted only while the string can still be completed to a match (raw UTF-8 and escapes alike, a
-//    \uXXXX escape digit by digit). Refused together with minLength/maxLength (their product with the
-//    DFA is not implemented) and beside enum/const.
+//    \uXXXX escape digit by digit). With minLength/maxLength too, both hold exactly together (each DFA
+//    state knows the lengths of its completions to a match); refused when both bounds are given and
+//    maxLength exceeds 4096, or the (states x bound) search is too large. Refused beside enum/const.
 //  - enum and const: scalar values match their compact serialization exactly (nlohmann dump()); object
 //    and array values are matched structurally (whitespace between tokens allowed, keys in dump order).
 //  - anyOf; oneOf is treated as anyOf (the alternatives are not checked for exclusivity); allOf with a

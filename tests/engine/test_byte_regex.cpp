@@ -241,6 +241,16 @@ TEST(ByteRegex, AnyLiveAgreesWithSteppingEachCodePoint) {
   }
 }
 
+TEST(ByteRegex, AnyLiveWithAPredicateOnTheState) {
+  ByteRegex two = ByteRegex::compile("^[a-z\u00e9]{2}$"), one = ByteRegex::compile("^[a-z\u00e9]$");
+  auto accepting = [](const ByteRegex& re) { return [&re](int t) { return re.accepting(t); }; };
+  EXPECT_TRUE(two.any_live(two.start(), 0, 0x10FFFF));
+  EXPECT_FALSE(two.any_live(two.start(), 0, 0x10FFFF, accepting(two)));
+  EXPECT_TRUE(one.any_live(one.start(), 'z', 0xFF, accepting(one)));
+  EXPECT_TRUE(one.any_live(one.start(), 0xE9, 0xE9, accepting(one)));
+  EXPECT_FALSE(one.any_live(one.start(), 0xEA, 0x10FFFF, accepting(one)));
+}
+
 TEST(ByteRegex, StatesAreLiveAndCodePointsValid) {
   ByteRegex re = ByteRegex::compile("^[^a]$");
   int st = re.start();

@@ -321,6 +321,50 @@ TEST(JsonMatcher, PatternsRunOverTheDecodedString) {
   EXPECT_EQ(accepted_prefix(alts, R"({"k":"ca"})"), std::string_view(R"({"k":"ca)").size());
 }
 
+// With minLength/maxLength the pattern must be matched within the bounds: a byte is refused as soon as no
+// completion of that length can match.
+TEST(JsonMatcher, PatternsAndLengthsTogether) {
+  struct Case {
+    const char* schema;
+    const char* prefix;  // accepted
+    const char* rest;    // its first byte is rejected
+  };
+  const Case cases[] = {
+      {R"({"pattern":"^(aa)+$","minLength":3,"maxLength":5})", R"("aaaa)", R"(a")"},   // 5 is odd
+      {R"({"pattern":"^(aa)+$","minLength":3,"maxLength":5})", R"("aa)", R"("")"},     // 2 < 3
+      {R"({"pattern":"^(aa)+$","minLength":3,"maxLength":5})", R"("\u006)", R"(2")"},  // U+0060..6F: 'a' only
+      {R"({"pattern":"^[a-z]+$","maxLength":3})", R"("abc)", R"(d")"},
+      {R"({"pattern":"cat|dog","maxLength":5})", R"("xx)", R"(x")"},                   // "xxx" + "cat" is 6
+      {R"({"pattern":"cat|dog","maxLength":5})", R"("xxc)", R"(x")"},
+      {R"({"pattern":"^a*b$","maxLength":3})", R"("aa\u006)", R"(1")"},                // "aaa" needs a 'b'
+      {R"({"pattern":"^a*b?$","minLength":3})", R"("a)", R"(b")"},                      // "ab" ends it at 2
+      {R"({"pattern":"^.+$","maxLength":2})", R"("\ud83d\ude00\ud83d\ude00)", R"(\n")"},
+      {R"({"pattern":"^[a-z]+(-[a-z]+)*$","minLength":3,"maxLength":8})", R"("ab-cd-e)", R"(-")"},
+  };
+  for (const Case& c : cases) {
+    auto s = compile(c.schema);
+    std::string doc = std::string(c.prefix) + c.rest;
+    EXPECT_EQ(accepted_prefix(s, doc), std::string_view(c.prefix).size()) << c.schema << "\n  doc: " << doc;
+  }
+  EXPECT_TRUE(accepts(compile(R"({"pattern":"^(aa)+$","minLength":3,"maxLength":5})"), R"("aaaa")"));
+  EXPECT_TRUE(accepts(compile(R"({"pattern":"cat|dog","maxLength":5})"), R"("xxcat")"));
+  EXPECT_TRUE(accepts(compile(R"({"pattern":"^a*b?$","minLength":3})"), R"("aab")"));
+  EXPECT_TRUE(accepts(compile(R"({"pattern":"^.+$","maxLength":2})"), R"("\ud83d\ude00\u00e9")"));
+  // One bound only: the horizon stops at the number of states, long bounds stay exact.
+  auto long_min = compile(R"({"pattern":"^(ab)+c?$","minLength":3000})");
+  std::string doc = "\"";
+  for (int i = 0; i < 1499; ++i) doc += "ab";
+  EXPECT_EQ(accepted_prefix(long_min, doc + "\""), doc.size()) << "2998 code points";
+  EXPECT_EQ(accepted_prefix(long_min, doc + "c\""), doc.size()) << "2999 code points, and nothing may follow 'c'";
+  EXPECT_TRUE(accepts(long_min, doc + "ab\""));
+  EXPECT_TRUE(accepts(long_min, doc + "abc\""));
+  auto long_max = compile(R"({"pattern":"^x(ab)*$","maxLength":10000})");
+  doc = "\"x";
+  for (int i = 0; i < 4999; ++i) doc += "ab";
+  EXPECT_EQ(accepted_prefix(long_max, doc + "ab\""), doc.size()) << "10001 code points";
+  EXPECT_TRUE(accepts(long_max, doc + "\""));
+}
+
 TEST(JsonSchemaCompile, RefusesUnsupportedKeywordsWithTheirPath) {
   struct Case {
     const char* schema;
@@ -331,8 +375,9 @@ TEST(JsonSchemaCompile, RefusesUnsupportedKeywordsWithTheirPath) {
       {R"({"type":"object","properties":{"n":{"type":"integer","minimum":0}}})", "minimum", "#/properties/n"},
       {R"j({"type":"object","properties":{"a/b":{"type":"string","pattern":"(?=x)"}}})j", "lookaround",
        "#/properties/a~1b/pattern"},
-      {R"({"type":"string","pattern":"^\\d+$","maxLength":3})", "\"pattern\" with \"minLength\" or \"maxLength\"", "#"},
-      {R"({"type":"string","pattern":"a","minLength":1})", "\"pattern\" with \"minLength\" or \"maxLength\"", "#"},
+      {R"({"type":"string","pattern":"a","minLength":1,"maxLength":5000})", "above 4096", "#"},
+      {R"({"type":"string","pattern":"a.{5}","minLength":1,"maxLength":4000})", "too large", "#"},
+      {R"({"type":"string","pattern":"^(aa)+$","minLength":3,"maxLength":3})", "admits no JSON value", "#"},
       {R"({"type":"string","pattern":1})", "\"pattern\" must be a string", "#/pattern"},
       {R"({"type":"string","pattern":"a{100}"})", "a{100}", "#/pattern"},
       {R"({"type":"string","pattern":"[^\\s\\S]"})", "admits no JSON value", "#"},
@@ -480,6 +525,8 @@ std::vector<OracleSchema> oracle_schemas() {
       "{\"type\":\"string\",\"pattern\":\"^[\\\\u00e0-\\\\u00ff\\\\u0370-\\\\u03ff\xf0\x9f\x98\x80-\xf0\x9f\x99\x8f]+$\"}",
       R"({"type":["string","null"],"pattern":"^(?:[a-z]+_)*[a-z]+$"})",
       R"({"anyOf":[{"type":"string","pattern":"^a"},{"type":"string","pattern":"b$"}]})",
+      R"({"type":"string","pattern":"^[a-z]+(-[a-z]+)*$","minLength":3,"maxLength":8})",
+      R"({"type":"array","items":{"type":"string","pattern":"ab|ba","maxLength":4},"maxItems":3})",
   };
   std::vector<OracleSchema> out;
   for (const char* t : texts)
@@ -655,6 +702,14 @@ const HandDoc kHandDocs[] = {
     {20, R"("axe")", Verdict::kBoth},
     {20, R"("cab")", Verdict::kBoth},
     {20, R"("cat")", Verdict::kNeither},
+    {21, R"("ab-cd")", Verdict::kBoth},
+    {21, R"("abcdefgh")", Verdict::kBoth},
+    {21, R"("abcdefghi")", Verdict::kNeither},
+    {21, R"("a-")", Verdict::kNeither},
+    {21, R"("ab")", Verdict::kNeither},
+    {22, R"(["xab","ba","abab"])", Verdict::kBoth},
+    {22, R"(["xxxab"])", Verdict::kNeither},
+    {22, R"(["aa"])", Verdict::kNeither},
 };
 
 struct HandValue {
@@ -683,6 +738,8 @@ const HandValue kHandValues[] = {
     {17, R"(["hot dog","\u00e9cat"])"},
     {18, R"("\u00e9\u03bb\u00ff\ud83d\ude4f")"},
     {19, R"("a_b")"},
+    {21, R"("x-y-z")"},
+    {22, R"(["\u00e9ab"])"},
 };
 
 std::string run_oracle(const json& request) {

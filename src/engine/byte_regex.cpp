@@ -42,9 +42,16 @@ CodeSet complement(const CodeSet& s) {
 }
 
 const CodeSet& space_set() {
-  static const CodeSet s = normalized({{0x09, 0x0D}, {0x20, 0x20}, {0xA0, 0xA0}, {0x1680, 0x1680},
-                                       {0x2000, 0x200A}, {0x2028, 0x2029}, {0x202F, 0x202F},
-                                       {0x205F, 0x205F}, {0x3000, 0x3000}, {0xFEFF, 0xFEFF}});
+  static const CodeSet s = normalized({{0x09, 0x0D},
+                                       {0x20, 0x20},
+                                       {0xA0, 0xA0},
+                                       {0x1680, 0x1680},
+                                       {0x2000, 0x200A},
+                                       {0x2028, 0x2029},
+                                       {0x202F, 0x202F},
+                                       {0x205F, 0x205F},
+                                       {0x3000, 0x3000},
+                                       {0xFEFF, 0xFEFF}});
   return s;
 }
 
@@ -198,7 +205,8 @@ class Parser {
     auto number = [&](uint32_t& v) {
       size_t start = i;
       uint64_t x = 0;
-      while (i < p_.size() && p_[i] >= '0' && p_[i] <= '9') x = std::min<uint64_t>(x * 10 + uint64_t(p_[i++] - '0'), 1u << 30);
+      while (i < p_.size() && p_[i] >= '0' && p_[i] <= '9')
+        x = std::min<uint64_t>(x * 10 + uint64_t(p_[i++] - '0'), 1u << 30);
       v = static_cast<uint32_t>(x);
       return i > start;
     };
@@ -269,7 +277,11 @@ class Parser {
   uint32_t literal() {  // one UTF-8 encoded code point of the pattern
     auto b = [&](size_t i) { return i < p_.size() ? static_cast<uint8_t>(p_[i]) : 0; };
     uint8_t c = b(pos_);
-    int n = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    int n = c < 0x80                 ? 1
+            : c >= 0xC2 && c <= 0xDF ? 2
+            : c >= 0xE0 && c <= 0xEF ? 3
+            : c >= 0xF0 && c <= 0xF4 ? 4
+                                     : 0;
     if (n == 0) fail("invalid UTF-8");
     uint32_t cp = n == 1 ? c : c & (0xFF >> (n + 1));
     for (int i = 1; i < n; ++i) {
@@ -286,8 +298,12 @@ class Parser {
     uint32_t v = 0;
     for (int i = 0; i < digits; ++i) {
       char c = peek();
-      int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-      if (d < 0) fail(digits == 2 ? "a \\x escape without two hex digits" : "a \\u escape without four hex digits");
+      int d = c >= '0' && c <= '9'   ? c - '0'
+              : c >= 'a' && c <= 'f' ? c - 'a' + 10
+              : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                     : -1;
+      if (d < 0)
+        fail(digits == 2 ? "a \\x escape without two hex digits" : "a \\u escape without four hex digits");
       v = v * 16 + static_cast<uint32_t>(d);
       ++pos_;
     }
@@ -308,18 +324,30 @@ class Parser {
     static const CodeSet kDigit = {{'0', '9'}};
     static const CodeSet kWord = normalized({{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}});
     switch (c) {
-      case 'd': return set(kDigit, false);
-      case 'D': return set(kDigit, true);
-      case 'w': return set(kWord, false);
-      case 'W': return set(kWord, true);
-      case 's': return set(space_set(), false);
-      case 'S': return set(space_set(), true);
-      case 't': return one('\t');
-      case 'n': return one('\n');
-      case 'v': return one('\v');
-      case 'f': return one('\f');
-      case 'r': return one('\r');
-      case 'x': return one(hex(2));
+      case 'd':
+        return set(kDigit, false);
+      case 'D':
+        return set(kDigit, true);
+      case 'w':
+        return set(kWord, false);
+      case 'W':
+        return set(kWord, true);
+      case 's':
+        return set(space_set(), false);
+      case 'S':
+        return set(space_set(), true);
+      case 't':
+        return one('\t');
+      case 'n':
+        return one('\n');
+      case 'v':
+        return one('\v');
+      case 'f':
+        return one('\f');
+      case 'r':
+        return one('\r');
+      case 'x':
+        return one(hex(2));
       case 'u': {
         uint32_t v = hex(4);
         if (v >= 0xD800 && v <= 0xDBFF && p_.substr(pos_, 2) == "\\u") {
@@ -473,6 +501,77 @@ struct Nfa {
   }
 };
 
+// The subset construction's result, before dead states are dropped. State 0 is the start.
+struct RawDfa {
+  uint8_t byte_class[256] = {};
+  size_t num_classes = 0;
+  std::vector<int32_t> table;  // states x classes
+  std::vector<char> accepting;
+};
+
+RawDfa determinize(Nfa& nfa, int start, int accept) {
+  RawDfa dfa;
+  // Bytes no edge boundary separates behave alike: one column per class.
+  std::vector<char> cut(257, 0);
+  for (const auto& es : nfa.edges)
+    for (const auto& e : es) cut[e.lo] = 1, cut[size_t(e.hi) + 1] = 1;
+  std::vector<uint8_t> rep;  // a byte of each class
+  for (int b = 0; b < 256; ++b) {
+    if (b == 0 || cut[size_t(b)]) rep.push_back(static_cast<uint8_t>(b));
+    dfa.byte_class[b] = static_cast<uint8_t>(rep.size() - 1);
+  }
+  dfa.num_classes = rep.size();
+  std::map<std::vector<int>, int> ids;
+  std::vector<std::vector<int>> sets;
+  std::vector<char> mark(nfa.edges.size(), 0);
+  auto intern = [&](std::vector<int> set) {
+    nfa.close(set, mark);
+    auto [it, fresh] = ids.emplace(set, static_cast<int>(sets.size()));
+    if (fresh) {
+      if (sets.size() >= ByteRegex::kMaxStates)
+        throw InvalidRequest("pattern \"" + nfa.pattern + "\" needs more than " +
+                             std::to_string(ByteRegex::kMaxStates) +
+                             " automaton states (simplify it or anchor it with ^ and $)");
+      dfa.accepting.push_back(std::binary_search(set.begin(), set.end(), accept));
+      sets.push_back(std::move(set));
+    }
+    return it->second;
+  };
+  intern({start});
+  for (size_t d = 0; d < sets.size(); ++d) {
+    for (uint8_t r : rep) {
+      std::vector<int> next;
+      for (int s : sets[d])
+        for (const auto& e : nfa.edges[size_t(s)])
+          if (r >= e.lo && r <= e.hi) next.push_back(e.to);
+      std::sort(next.begin(), next.end());
+      next.erase(std::unique(next.begin(), next.end()), next.end());
+      int t = intern(std::move(next));
+      dfa.table.push_back(t);  // sets[d] may have moved: index only
+    }
+  }
+  return dfa;
+}
+
+// The states from which an accepting one is reachable (breadth-first over reversed transitions).
+std::vector<char> live_states(const RawDfa& dfa) {
+  const size_t n = dfa.accepting.size(), nc = dfa.num_classes;
+  std::vector<std::vector<int>> preds(n);
+  for (size_t d = 0; d < n; ++d)
+    for (size_t c = 0; c < nc; ++c) preds[size_t(dfa.table[d * nc + c])].push_back(static_cast<int>(d));
+  std::vector<char> live(dfa.accepting.begin(), dfa.accepting.end());
+  std::vector<int> todo;
+  for (size_t d = 0; d < n; ++d)
+    if (live[d]) todo.push_back(static_cast<int>(d));
+  while (!todo.empty()) {
+    int t = todo.back();
+    todo.pop_back();
+    for (int d : preds[size_t(t)])
+      if (!live[size_t(d)]) live[size_t(d)] = 1, todo.push_back(d);
+  }
+  return live;
+}
+
 }  // namespace
 
 ByteRegex ByteRegex::compile(std::string_view pattern, Mode mode) {
@@ -480,78 +579,28 @@ ByteRegex ByteRegex::compile(std::string_view pattern, Mode mode) {
   re.pattern_ = std::string(pattern);
   AstPtr ast = Parser(pattern, mode).parse();
   Nfa nfa(re.pattern_);
-  int nstart = nfa.add();
-  int naccept = nfa.emit(*ast, nstart);
-
-  // Bytes no edge boundary separates behave alike: one column per class.
-  std::vector<char> cut(257, 0);
-  for (const auto& es : nfa.edges)
-    for (const auto& e : es) cut[e.lo] = 1, cut[size_t(e.hi) + 1] = 1;
-  int cls = -1;
-  std::vector<uint8_t> rep;  // a byte of each class
-  for (int b = 0; b < 256; ++b) {
-    if (b == 0 || cut[size_t(b)]) ++cls, rep.push_back(static_cast<uint8_t>(b));
-    re.byte_class_[b] = static_cast<uint8_t>(cls);
-  }
-  const size_t nc = rep.size();
-
-  std::map<std::vector<int>, int> ids;
-  std::vector<std::vector<int>> sets;
-  std::vector<int32_t> table;
-  std::vector<char> mark(nfa.edges.size(), 0);
-  auto intern = [&](std::vector<int> set) {
-    nfa.close(set, mark);
-    auto [it, fresh] = ids.emplace(set, static_cast<int>(sets.size()));
-    if (fresh) {
-      if (sets.size() >= kMaxStates)
-        throw InvalidRequest("pattern \"" + re.pattern_ + "\" needs more than " + std::to_string(kMaxStates) +
-                             " automaton states (simplify it or anchor it with ^ and $)");
-      sets.push_back(std::move(set));
-    }
-    return it->second;
-  };
-  intern({nstart});
-  for (size_t d = 0; d < sets.size(); ++d) {
-    for (size_t c = 0; c < nc; ++c) {
-      std::vector<int> next;
-      for (int s : sets[d])
-        for (const auto& e : nfa.edges[size_t(s)])
-          if (rep[c] >= e.lo && rep[c] <= e.hi) next.push_back(e.to);
-      std::sort(next.begin(), next.end());
-      next.erase(std::unique(next.begin(), next.end()), next.end());
-      int t = intern(std::move(next));
-      table.push_back(t);  // sets[d] may have moved: index only
-    }
-  }
-  const size_t n = sets.size();
-
-  // Live states: those from which an accepting one is reachable (a backward fixpoint).
-  std::vector<char> accept(n), live(n);
-  for (size_t d = 0; d < n; ++d)
-    accept[d] = live[d] = std::binary_search(sets[d].begin(), sets[d].end(), naccept);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (size_t d = 0; d < n; ++d) {
-      if (live[d]) continue;
-      for (size_t c = 0; c < nc && !live[d]; ++c)
-        if (live[size_t(table[d * nc + c])]) live[d] = 1, changed = true;
-    }
-  }
+  int start = nfa.add();
+  int accept = nfa.emit(*ast, start);
+  RawDfa dfa = determinize(nfa, start, accept);
+  std::vector<char> live = live_states(dfa);
+  // Keep the live states only; a transition to any other one becomes kDead.
+  const size_t n = dfa.accepting.size(), nc = dfa.num_classes;
   std::vector<int> renum(n, kDead);
   int kept = 0;
   for (size_t d = 0; d < n; ++d)
     if (live[d]) renum[d] = kept++;
+  std::copy(std::begin(dfa.byte_class), std::end(dfa.byte_class), re.byte_class_);
   re.num_classes_ = nc;
   re.start_ = renum[0];
   for (size_t d = 0; d < n; ++d) {
     if (!live[d]) continue;
     bool extends = false;
     for (size_t c = 0; c < nc; ++c) {
-      int t = renum[size_t(table[d * nc + c])];
+      int t = renum[size_t(dfa.table[d * nc + c])];
       re.table_.push_back(t);
       extends |= t != kDead;
     }
-    re.accepting_.push_back(accept[d]);
+    re.accepting_.push_back(dfa.accepting[d]);
     re.extends_.push_back(extends);
   }
   return re;

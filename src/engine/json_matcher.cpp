@@ -61,7 +61,8 @@ struct Node {
   NodeKind kind = kTyped;
   uint8_t types = kAllTypes;
   uint32_t min_length = 0, max_length = UINT32_MAX;
-  std::shared_ptr<const StringPattern> pattern;  // strings: a DFA over the decoded content (frame aux2: its state)
+  // Strings: a DFA over the decoded content; a string frame's aux2 is its state.
+  std::shared_ptr<const StringPattern> pattern;
   std::vector<Property> props;
   std::vector<uint32_t> first_required_from{0};  // [i]: first required property index >= i, else size
   int additional = kNone;
@@ -517,7 +518,8 @@ class JsonSchemaCompiler {
   }
 
   static constexpr uint32_t kMaxHorizon = 4096;
-  static constexpr uint64_t kMaxLengthWork = 4'000'000;  // pairs (state, length) searched: time and a 32 MB queue at most
+  // (state, length) pairs searched, at most: bounds the time and the queue (32 MB).
+  static constexpr uint64_t kMaxLengthWork = 4'000'000;
 
   // Which completion lengths (code points: bytes that are not UTF-8 continuations) lead from each DFA
   // state to a match: a backward search over (state, length) pairs, lengths past the horizon merged.
@@ -560,7 +562,8 @@ class JsonSchemaCompiler {
     };
     std::vector<std::pair<int, uint32_t>> queue;
     for (size_t st = 0; st < ns; ++st)
-      if (re.accepting(static_cast<int>(st)) && mark(static_cast<int>(st), 0)) queue.push_back({static_cast<int>(st), 0});
+      if (re.accepting(static_cast<int>(st)) && mark(static_cast<int>(st), 0))
+        queue.push_back({static_cast<int>(st), 0});
     for (size_t q = 0; q < queue.size(); ++q) {
       auto [t, k] = queue[q];
       for (auto [st, w] : rev[static_cast<size_t>(t)]) {
@@ -784,7 +787,9 @@ bool pattern_step(const StringPattern& p, Frame& f, uint8_t before, uint8_t c, S
     return true;
   };
   // Some code point in [lo, hi] keeps a match reachable.
-  auto any = [&](uint32_t lo, uint32_t hi) { return p.words ? re.any_live(st, lo, hi, fits) : re.any_live(st, lo, hi); };
+  auto any = [&](uint32_t lo, uint32_t hi) {
+    return p.words ? re.any_live(st, lo, hi, fits) : re.any_live(st, lo, hi);
+  };
   // The same for the code points an escape \uXXXX (or a surrogate pair) with digits in [lo, hi] spells.
   auto escape_range = [&](uint32_t lo, uint32_t hi) {
     if (any(lo, hi)) return true;  // the BMP code points (any_live skips surrogates)
@@ -799,8 +804,9 @@ bool pattern_step(const StringPattern& p, Frame& f, uint8_t before, uint8_t c, S
     case kUtf8:
       return go(re.step(st, c));
     case kEscape: {
-      static constexpr std::pair<char, char> kDecoded[] = {{'"', '"'}, {'\\', '\\'}, {'/', '/'}, {'b', '\b'},
-                                                           {'f', '\f'}, {'n', '\n'},   {'r', '\r'}, {'t', '\t'}};
+      static constexpr std::pair<char, char> kDecoded[] = {{'"', '"'},  {'\\', '\\'}, {'/', '/'},
+                                                           {'b', '\b'}, {'f', '\f'},  {'n', '\n'},
+                                                           {'r', '\r'}, {'t', '\t'}};
       for (auto [e, d] : kDecoded)
         if (c == e) return go(re.step(st, static_cast<uint8_t>(d)));
       return true;  // 'u': checked at the backslash

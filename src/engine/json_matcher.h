@@ -61,9 +61,9 @@ struct Node;
 // A compiled JSON Schema, immutable and shareable across streams.
 class JsonSchema {
  public:
-  static constexpr int kMaxDepth = 32;       // nested objects/arrays in one document
-  static constexpr int kMaxIndent = 20;  // spaces or tabs after the newline of one whitespace run
-  static constexpr size_t kMaxStacks = 64;   // alternatives kept alive at once (pathological anyOf)
+  static constexpr int kMaxDepth = 32;      // nested objects/arrays in one document
+  static constexpr int kMaxIndent = 20;     // spaces or tabs after the newline of one whitespace run
+  static constexpr size_t kMaxStacks = 64;  // alternatives kept alive at once (pathological anyOf)
 
   // Throws tf::InvalidRequest with the keyword and JSON pointer of anything outside the subset.
   static std::shared_ptr<const JsonSchema> compile(const nlohmann::json& schema);

@@ -1,7 +1,5 @@
 // ByteRegex against Python's `re` (one live process): search and full-match verdicts on hand-written,
 // random and DFA-generated strings, completions of every live prefix, and the refusals.
-#include "engine/byte_regex.h"
-
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -12,6 +10,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "engine/byte_regex.h"
 
 namespace tf {
 namespace {
@@ -118,12 +117,14 @@ std::string completion(const ByteRegex& re, int st) {
     int s = queue[q];
     if (re.accepting(s)) {
       std::string out;
-      for (int x = s; prev[size_t(x)] != -1; x = prev[size_t(x)]) out.insert(out.begin(), static_cast<char>(via[size_t(x)]));
+      for (int x = s; prev[size_t(x)] != -1; x = prev[size_t(x)])
+        out.insert(out.begin(), static_cast<char>(via[size_t(x)]));
       return out;
     }
     for (int b = 0; b < 256; ++b) {
       int t = re.step(s, static_cast<uint8_t>(b));
-      if (t != ByteRegex::kDead && prev[size_t(t)] == -2) prev[size_t(t)] = s, via[size_t(t)] = b, queue.push_back(t);
+      if (t != ByteRegex::kDead && prev[size_t(t)] == -2)
+        prev[size_t(t)] = s, via[size_t(t)] = b, queue.push_back(t);
     }
   }
   return "<none>";
@@ -152,9 +153,10 @@ bool boundary(const std::string& s, size_t i) {
 }
 
 TEST(ByteRegexOracle, AgreesWithPythonRe) {
-  const char* const kAlphabet[] = {"a", "b", "c", "x", "y", "Z", "A", "0", "1", "9", "-", ":", ".", "@",
-                                   " ", "\n", "_", "/", "\u00e9", "\u03b2", "\u4e2d", "\U0001F600",
-                                   "\u00a0", "\u2028", "\ufeff", "+", "(", "]", "\\", "*", "t"};
+  const char* const kAlphabet[] = {
+      "a",      "b",      "c",      "x", "y",  "Z", "A",  "0",      "1",      "9",      "-",
+      ":",      ".",      "@",      " ", "\n", "_", "/",  "\u00e9", "\u03b2", "\u4e2d", "\U0001F600",
+      "\u00a0", "\u2028", "\ufeff", "+", "(",  "]", "\\", "*",      "t"};
   std::mt19937 rng(1130);
   json request = {{"patterns", json::array()}, {"checks", json::array()}};
   std::vector<ByteRegex> search, full;
@@ -187,7 +189,8 @@ TEST(ByteRegexOracle, AgreesWithPythonRe) {
         int st = re->start();
         for (size_t j = 0; j < s.size(); ++j) {
           st = re->step(st, static_cast<uint8_t>(s[j]));
-          if (boundary(s, j + 1)) check(i, s.substr(0, j + 1) + completion(*re, st), re == &search[i] ? "s" : "f");
+          if (boundary(s, j + 1))
+            check(i, s.substr(0, j + 1) + completion(*re, st), re == &search[i] ? "s" : "f");
         }
         if (!s.empty()) {  // a mutant: mostly rejected
           std::string m = s;
@@ -227,15 +230,18 @@ TEST(ByteRegexOracle, AgreesWithPythonRe) {
 TEST(ByteRegex, AnyLiveAgreesWithSteppingEachCodePoint) {
   std::mt19937 rng(7);
   const uint32_t kEdges[] = {0, 0x7F, 0x80, 0x7FF, 0x800, 0xD7FF, 0xE000, 0xFFFF, 0x10000, 0x10FFFF};
-  for (const char* p : {"^[\u03b1-\u03c9]+$", "^[^a-c]*$", "\U0001F600+", R"(^[\u4e00-\u9fff]{1,3}$)", "^a.b$"}) {
+  for (const char* p :
+       {"^[\u03b1-\u03c9]+$", "^[^a-c]*$", "\U0001F600+", R"(^[\u4e00-\u9fff]{1,3}$)", "^a.b$"}) {
     ByteRegex re = ByteRegex::compile(p);
     for (int k = 0; k < 40; ++k) {
-      uint32_t lo = kEdges[rng() % std::size(kEdges)] + rng() % 3, len = rng() % 3 == 0 ? 0x2000 : rng() % 300;
+      uint32_t lo = kEdges[rng() % std::size(kEdges)] + rng() % 3,
+               len = rng() % 3 == 0 ? 0x2000 : rng() % 300;
       if (k % 2) lo = 0x3A0 + rng() % 0x60;  // around the Greek letters
       if (k % 5 == 0) lo = 0x1F5F0 + rng() % 0x20;
       uint32_t hi = std::min<uint32_t>(lo + len, 0x10FFFF);
       bool brute = false;
-      for (uint32_t cp = lo; cp <= hi && !brute; ++cp) brute = re.step_code_point(re.start(), cp) != ByteRegex::kDead;
+      for (uint32_t cp = lo; cp <= hi && !brute; ++cp)
+        brute = re.step_code_point(re.start(), cp) != ByteRegex::kDead;
       EXPECT_EQ(re.any_live(re.start(), lo, hi), brute) << p << " [" << lo << ", " << hi << "]";
     }
   }

@@ -275,19 +275,19 @@ TEST(JsonMatcher, PatternsRunOverTheDecodedString) {
   const Case cases[] = {
       {R"(^\d{4}-\d{2}-\d{2}$)", R"("2024-0)", R"(x-01")"},
       {R"(^\d{4}-\d{2}-\d{2}$)", R"("2024-01-31)", R"(0")"},
-      {R"(^[A-Z]{3}-[0-9]+$)", R"("ABC-)", R"(")"},                // a digit is due
-      {R"(^[A-Z]{3}-[0-9]+$)", R"("ABC-1\)", R"(n")"},             // an escape decoding to a newline
-      {R"(^a$)", R"("a)", R"(\u0061")"},                           // nothing may follow, even escaped
-      {R"(^[0-9]+$)", R"("\u00)", R"(4")"},                        // U+0040..U+004F: no digit
-      {R"(^[0-9]+$)", R"("\u003)", R"(a")"},                       // U+003A is ':'
+      {R"(^[A-Z]{3}-[0-9]+$)", R"("ABC-)", R"(")"},     // a digit is due
+      {R"(^[A-Z]{3}-[0-9]+$)", R"("ABC-1\)", R"(n")"},  // an escape decoding to a newline
+      {R"(^a$)", R"("a)", R"(\u0061")"},                // nothing may follow, even escaped
+      {R"(^[0-9]+$)", R"("\u00)", R"(4")"},             // U+0040..U+004F: no digit
+      {R"(^[0-9]+$)", R"("\u003)", R"(a")"},            // U+003A is ':'
       {R"(^[0-9]+$)", R"("\u0039\u0030)", R"(x")"},
-      {"^x\U0001F600$", R"("x\ud83)", R"(e\ude00")"},              // U+1F800.. cannot be the emoji
-      {"^x\U0001F600$", R"("x\ud83d\ude0)", R"(1")"},              // U+1F601
-      {"^x\U0001F600$", "\"x\xf0\x9f\x98", "\x81\""},               // raw UTF-8 U+1F601
-      {"^\u00e9$", "\"\xc3", "\xa8\""},                              // U+00E8
-      {R"(cat|dog)", R"("a ca)", R"("")"},                           // no match yet: the string goes on
-      {R"(cat|dog)", R"("hotdog)", "\x01"},                          // still JSON: no raw control bytes
-      {R"(^\S+$)", R"("a\u00a)", R"(0")"},                          // ECMA-262 \s has U+00A0
+      {"^x\U0001F600$", R"("x\ud83)", R"(e\ude00")"},  // U+1F800.. cannot be the emoji
+      {"^x\U0001F600$", R"("x\ud83d\ude0)", R"(1")"},  // U+1F601
+      {"^x\U0001F600$", "\"x\xf0\x9f\x98", "\x81\""},  // raw UTF-8 U+1F601
+      {"^\u00e9$", "\"\xc3", "\xa8\""},                // U+00E8
+      {R"(cat|dog)", R"("a ca)", R"("")"},             // no match yet: the string goes on
+      {R"(cat|dog)", R"("hotdog)", "\x01"},            // still JSON: no raw control bytes
+      {R"(^\S+$)", R"("a\u00a)", R"(0")"},             // ECMA-262 \s has U+00A0
   };
   for (const Case& c : cases) {
     auto s = JsonSchema::compile(json{{"type", "string"}, {"pattern", c.pattern}});
@@ -306,7 +306,8 @@ TEST(JsonMatcher, PatternsRunOverTheDecodedString) {
       {R"()", R"("")"},
   };
   for (const auto& [pattern, doc] : kMatches)
-    EXPECT_TRUE(accepts(JsonSchema::compile(json{{"type", "string"}, {"pattern", pattern}}), doc)) << pattern << " " << doc;
+    EXPECT_TRUE(accepts(JsonSchema::compile(json{{"type", "string"}, {"pattern", pattern}}), doc))
+        << pattern << " " << doc;
   // The pattern constrains strings only; a pattern no string matches leaves the other types.
   auto mixed = compile(R"({"type":["string","integer","null"],"pattern":"[^\\s\\S]"})");
   EXPECT_TRUE(accepts(mixed, "12"));
@@ -334,10 +335,10 @@ TEST(JsonMatcher, PatternsAndLengthsTogether) {
       {R"({"pattern":"^(aa)+$","minLength":3,"maxLength":5})", R"("aa)", R"("")"},     // 2 < 3
       {R"({"pattern":"^(aa)+$","minLength":3,"maxLength":5})", R"("\u006)", R"(2")"},  // U+0060..6F: 'a' only
       {R"({"pattern":"^[a-z]+$","maxLength":3})", R"("abc)", R"(d")"},
-      {R"({"pattern":"cat|dog","maxLength":5})", R"("xx)", R"(x")"},                   // "xxx" + "cat" is 6
+      {R"({"pattern":"cat|dog","maxLength":5})", R"("xx)", R"(x")"},  // "xxx" + "cat" is 6
       {R"({"pattern":"cat|dog","maxLength":5})", R"("xxc)", R"(x")"},
-      {R"({"pattern":"^a*b$","maxLength":3})", R"("aa\u006)", R"(1")"},                // "aaa" needs a 'b'
-      {R"({"pattern":"^a*b?$","minLength":3})", R"("a)", R"(b")"},                      // "ab" ends it at 2
+      {R"({"pattern":"^a*b$","maxLength":3})", R"("aa\u006)", R"(1")"},  // "aaa" needs a 'b'
+      {R"({"pattern":"^a*b?$","minLength":3})", R"("a)", R"(b")"},       // "ab" ends it at 2
       {R"({"pattern":"^.+$","maxLength":2})", R"("\ud83d\ude00\ud83d\ude00)", R"(\n")"},
       {R"({"pattern":"^[a-z]+(-[a-z]+)*$","minLength":3,"maxLength":8})", R"("ab-cd-e)", R"(-")"},
   };
@@ -355,7 +356,8 @@ TEST(JsonMatcher, PatternsAndLengthsTogether) {
   std::string doc = "\"";
   for (int i = 0; i < 1499; ++i) doc += "ab";
   EXPECT_EQ(accepted_prefix(long_min, doc + "\""), doc.size()) << "2998 code points";
-  EXPECT_EQ(accepted_prefix(long_min, doc + "c\""), doc.size()) << "2999 code points, and nothing may follow 'c'";
+  EXPECT_EQ(accepted_prefix(long_min, doc + "c\""), doc.size())
+      << "2999 code points, and nothing may follow 'c'";
   EXPECT_TRUE(accepts(long_min, doc + "ab\""));
   EXPECT_TRUE(accepts(long_min, doc + "abc\""));
   auto long_max = compile(R"({"pattern":"^x(ab)*$","maxLength":10000})");
@@ -522,7 +524,8 @@ std::vector<OracleSchema> oracle_schemas() {
       R"({"type":"object","properties":{"date":{"type":"string","pattern":"^\\d{4}-\\d{2}-\\d{2}$"},
           "id":{"type":"string","pattern":"^[A-Z]{3}-[0-9]+$"}},"required":["date","id"]})",
       R"({"type":"array","items":{"type":"string","pattern":"cat|dog"},"maxItems":3})",
-      "{\"type\":\"string\",\"pattern\":\"^[\\\\u00e0-\\\\u00ff\\\\u0370-\\\\u03ff\xf0\x9f\x98\x80-\xf0\x9f\x99\x8f]+$\"}",
+      "{\"type\":\"string\",\"pattern\":\"^[\\\\u00e0-\\\\u00ff\\\\u0370-\\\\u03ff\xf0\x9f\x98\x80-"
+      "\xf0\x9f\x99\x8f]+$\"}",
       R"({"type":["string","null"],"pattern":"^(?:[a-z]+_)*[a-z]+$"})",
       R"({"anyOf":[{"type":"string","pattern":"^a"},{"type":"string","pattern":"b$"}]})",
       R"({"type":"string","pattern":"^[a-z]+(-[a-z]+)*$","minLength":3,"maxLength":8})",

@@ -48,6 +48,22 @@ const char* kPerson = R"({"type":"object","properties":{
   "note":{"type":["string","null"]}},
   "required":["name","age"]})";
 
+// A document whose prefix the schema accepts and whose next byte (rest[0]) it refuses.
+struct RejectCase {
+  const char* schema;
+  const char* prefix;  // accepted
+  const char* rest;    // its first byte is rejected
+};
+
+template <size_t N>
+void expect_rejected_at(const RejectCase (&cases)[N]) {
+  for (const RejectCase& c : cases) {
+    auto s = compile(c.schema);
+    std::string doc = std::string(c.prefix) + c.rest;
+    EXPECT_EQ(accepted_prefix(s, doc), std::string_view(c.prefix).size()) << c.schema << "\n  doc: " << doc;
+  }
+}
+
 }  // namespace
 
 TEST(JsonMatcher, AcceptsValidDocumentsByteByByte) {
@@ -67,12 +83,7 @@ TEST(JsonMatcher, AcceptsValidDocumentsByteByByte) {
 }
 
 TEST(JsonMatcher, RejectsInvalidDocumentsAtTheRightByte) {
-  struct Case {
-    const char* schema;
-    const char* prefix;  // accepted
-    const char* rest;    // its first byte is rejected
-  };
-  const Case cases[] = {
+  const RejectCase cases[] = {
       {kPerson, R"({"name":)", R"(1})"},                              // wrong type
       {kPerson, R"({"name":"Ada")", "}"},                             // missing required "age"
       {kPerson, R"({"name":"Ada","age":1,")", R"(x":1})"},            // extra property: no listed name "x"
@@ -112,11 +123,7 @@ TEST(JsonMatcher, RejectsInvalidDocumentsAtTheRightByte) {
       {R"({"type":"object","properties":{"a":{"type":"string"}},"additionalProperties":true})",
        R"({"a":"x","a)", R"(":"y"})"},  // a listed name cannot come again as an extra key
   };
-  for (const Case& c : cases) {
-    auto s = compile(c.schema);
-    std::string doc = std::string(c.prefix) + c.rest;
-    EXPECT_EQ(accepted_prefix(s, doc), std::string_view(c.prefix).size()) << c.schema << "\n  doc: " << doc;
-  }
+  expect_rejected_at(cases);
 }
 
 TEST(JsonMatcher, CompleteAndDeadEnd) {
@@ -325,12 +332,7 @@ TEST(JsonMatcher, PatternsRunOverTheDecodedString) {
 // With minLength/maxLength the pattern must be matched within the bounds: a byte is refused as soon as no
 // completion of that length can match.
 TEST(JsonMatcher, PatternsAndLengthsTogether) {
-  struct Case {
-    const char* schema;
-    const char* prefix;  // accepted
-    const char* rest;    // its first byte is rejected
-  };
-  const Case cases[] = {
+  const RejectCase cases[] = {
       {R"({"pattern":"^(aa)+$","minLength":3,"maxLength":5})", R"("aaaa)", R"(a")"},   // 5 is odd
       {R"({"pattern":"^(aa)+$","minLength":3,"maxLength":5})", R"("aa)", R"("")"},     // 2 < 3
       {R"({"pattern":"^(aa)+$","minLength":3,"maxLength":5})", R"("\u006)", R"(2")"},  // U+0060..6F: 'a' only
@@ -342,11 +344,7 @@ TEST(JsonMatcher, PatternsAndLengthsTogether) {
       {R"({"pattern":"^.+$","maxLength":2})", R"("\ud83d\ude00\ud83d\ude00)", R"(\n")"},
       {R"({"pattern":"^[a-z]+(-[a-z]+)*$","minLength":3,"maxLength":8})", R"("ab-cd-e)", R"(-")"},
   };
-  for (const Case& c : cases) {
-    auto s = compile(c.schema);
-    std::string doc = std::string(c.prefix) + c.rest;
-    EXPECT_EQ(accepted_prefix(s, doc), std::string_view(c.prefix).size()) << c.schema << "\n  doc: " << doc;
-  }
+  expect_rejected_at(cases);
   EXPECT_TRUE(accepts(compile(R"({"pattern":"^(aa)+$","minLength":3,"maxLength":5})"), R"("aaaa")"));
   EXPECT_TRUE(accepts(compile(R"({"pattern":"cat|dog","maxLength":5})"), R"("xxcat")"));
   EXPECT_TRUE(accepts(compile(R"({"pattern":"^a*b?$","minLength":3})"), R"("aab")"));

@@ -522,12 +522,25 @@ void dedup(std::vector<Frame>& frames, std::vector<Frame>& scratch) {
 
 JsonMatcher::JsonMatcher(std::shared_ptr<const JsonSchema> schema) : schema_(std::move(schema)) {
   frames_.reserve(8);
+  if (const ByteRegex* re = schema_->text()) {
+    Frame h = make_frame(kHeader, 0);
+    h.flags = 2;
+    h.aux2 = static_cast<uint32_t>(re->start());
+    frames_.push_back(h);
+    return;
+  }
   frames_.push_back(make_frame(kHeader, 0));
   frames_.push_back(make_frame(kValue, schema_->root()));
   frames_[0].count = 1;
 }
 
 bool JsonMatcher::feed(uint8_t byte) {
+  if (const ByteRegex* re = schema_->text()) {
+    const int next = re->step(static_cast<int>(frames_[0].aux2), byte);
+    if (next == ByteRegex::kDead) return false;
+    frames_[0].aux2 = static_cast<uint32_t>(next);
+    return true;
+  }
   const std::string& sfx = schema_->suffix();
   if (sfx.empty()) return feed_document(byte);
   if (in_suffix()) {
@@ -546,11 +559,16 @@ bool JsonMatcher::feed(uint8_t byte) {
 }
 
 bool JsonMatcher::complete() const {
+  if (const ByteRegex* re = schema_->text()) return re->accepting(static_cast<int>(frames_[0].aux2));
   if (schema_->suffix().empty()) return document_complete();
   return in_suffix() && frames_[0].aux2 == schema_->suffix().size();
 }
 
 bool JsonMatcher::dead_end() const {
+  if (const ByteRegex* re = schema_->text()) {
+    const int st = static_cast<int>(frames_[0].aux2);
+    return re->accepting(st) && !re->can_extend(st);
+  }
   if (schema_->suffix().empty()) return document_dead_end();
   return in_suffix() && frames_[0].aux2 == schema_->suffix().size();
 }

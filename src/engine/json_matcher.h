@@ -54,6 +54,8 @@
 
 namespace tf {
 
+class ByteRegex;  // engine/byte_regex.h
+
 namespace json_schema_detail {
 struct Node;
 }
@@ -75,6 +77,11 @@ class JsonSchema {
   static std::shared_ptr<const JsonSchema> with_suffix(const std::shared_ptr<const JsonSchema>& base,
                                                        std::string suffix);
   const std::string& suffix() const { return suffix_; }
+  // Not JSON: the reply is free text that the regex matches whole (vLLM's guided_regex), or exactly one
+  // of `choices` (guided_choice; a regex of the escaped literals). Throws InvalidRequest as ByteRegex does.
+  static std::shared_ptr<const JsonSchema> text_regex(std::string_view pattern);
+  static std::shared_ptr<const JsonSchema> text_choice(const std::vector<std::string>& choices);
+  const ByteRegex* text() const { return text_.get(); }  // null for a JSON document
 
   JsonSchema();
   ~JsonSchema();
@@ -86,6 +93,7 @@ class JsonSchema {
   std::vector<json_schema_detail::Node> nodes_;
   int root_ = 0;
   std::string suffix_;
+  std::shared_ptr<const ByteRegex> text_;
 };
 
 // Incremental matcher over the UTF-8 bytes of one JSON document. Nondeterminism (anyOf, type unions,
@@ -124,6 +132,7 @@ class JsonMatcher {
   bool document_dead_end() const;
   // Past the document, inside the suffix: one header frame, flags = 1, aux2 = suffix bytes matched.
   bool in_suffix() const { return frames_.size() == 1 && frames_[0].flags == 1; }
+  // A text_regex schema: one header frame, flags = 2, aux2 = the DFA state.
 
   std::shared_ptr<const JsonSchema> schema_;
   std::vector<Frame> frames_;

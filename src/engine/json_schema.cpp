@@ -1,6 +1,4 @@
 // JsonSchema: compiling the supported subset of JSON Schema (json_matcher.h) into nodes the matcher walks.
-#include "engine/json_matcher.h"
-
 #include <algorithm>
 #include <bit>
 #include <climits>
@@ -9,6 +7,7 @@
 
 #include "core/error.h"
 #include "engine/byte_regex.h"
+#include "engine/json_matcher.h"
 #include "engine/json_schema_detail.h"
 
 namespace tf {
@@ -588,6 +587,33 @@ std::shared_ptr<const JsonSchema> JsonSchema::with_suffix(const std::shared_ptr<
   auto s = std::make_shared<JsonSchema>(*base);
   s->suffix_ = std::move(suffix);
   return s;
+}
+
+std::shared_ptr<const JsonSchema> JsonSchema::text_regex(std::string_view pattern) {
+  auto s = std::make_shared<JsonSchema>();
+  s->text_ = std::make_shared<const ByteRegex>(ByteRegex::compile(pattern, ByteRegex::Mode::kFullMatch));
+  if (s->text_->start() == ByteRegex::kDead)
+    throw InvalidRequest("the regex '" + std::string(pattern) + "' matches nothing");
+  return s;
+}
+
+std::shared_ptr<const JsonSchema> JsonSchema::text_choice(const std::vector<std::string>& choices) {
+  if (choices.empty()) throw InvalidRequest("the list of choices is empty");
+  std::string pattern;
+  for (const std::string& c : choices) {
+    if (!pattern.empty()) pattern += '|';
+    pattern += "(?:";
+    for (char ch : c) {  // ASCII punctuation escaped; other bytes (UTF-8 included) are literal
+      if (std::string_view("\\^$.|?*+()[]{}/-").find(ch) != std::string_view::npos) pattern += '\\';
+      if (ch == '\n') {
+        pattern += "\\n";
+        continue;
+      }
+      pattern += ch;
+    }
+    pattern += ')';
+  }
+  return text_regex(pattern);
 }
 
 std::shared_ptr<const JsonSchema> JsonSchema::any_object() {

@@ -39,28 +39,59 @@ std::shared_ptr<const JsonSchema> read_response_format(const RequestJson& fmt, c
 }
 
 std::shared_ptr<const JsonSchema> read_json_constraint(const JsonFields& f) {
-  const RequestJson* rf = f.object("response_format");
-  const RequestJson* guided = f.get("guided_json");
-  if (rf && guided) {
-    throw invalid_field(f.name("guided_json"), "Give either 'response_format' or 'guided_json', not both.",
-                        "invalid_value");
+  const char* const kinds[] = {"response_format", "guided_json", "guided_regex", "guided_choice"};
+  const char* given = nullptr;
+  for (const char* k : kinds) {
+    if (!f.has(k)) continue;
+    if (given) {
+      throw invalid_field(f.name(k), std::string("Give one of '") + given + "' and '" + k + "', not both.",
+                          "invalid_value");
+    }
+    given = k;
   }
-  if (rf) return read_response_format(*rf, f.name("response_format"), true);
-  if (!guided) return nullptr;
+  if (!given) return nullptr;
+  const std::string name = f.name(given);
+  auto unsupported = [&](const InvalidRequest& e, const char* what) {
+    return invalid_field(name, std::string("Unsupported ") + what + ": " + e.what(), "invalid_value");
+  };
+  if (given == kinds[0]) return read_response_format(*f.object(given), name, true);
+  if (given == kinds[2]) {
+    const auto pattern = f.string(given);
+    try {
+      return JsonSchema::text_regex(*pattern);
+    } catch (const InvalidRequest& e) {
+      throw unsupported(e, "regex");
+    }
+  }
+  if (given == kinds[3]) {
+    const RequestJson* list = f.array(given);
+    std::vector<std::string> choices;
+    for (const auto& c : *list) {
+      if (!c.is_string() || c.get<std::string>().empty()) {
+        throw invalid_field(name, "'" + name + "' must be a list of non-empty strings.", "invalid_value");
+      }
+      choices.push_back(c.get<std::string>());
+    }
+    try {
+      return JsonSchema::text_choice(choices);
+    } catch (const InvalidRequest& e) {
+      throw unsupported(e, "choices");
+    }
+  }
+  const RequestJson* guided = f.get(given);  // guided_json: a schema, or its JSON text
   RequestJson schema = *guided;
   if (guided->is_string()) {
     schema = RequestJson::parse(guided->get<std::string>(), nullptr, false);
-    if (schema.is_discarded()) {
-      throw invalid_field(f.name("guided_json"), "'guided_json' is a string that is not JSON.", "invalid_value");
-    }
+    if (schema.is_discarded())
+      throw invalid_field(name, "'guided_json' is a string that is not JSON.", "invalid_value");
   }
   if (!schema.is_object() && !schema.is_boolean()) {
-    throw invalid_field(f.name("guided_json"), "'guided_json' must be a JSON Schema (an object).", "invalid_type");
+    throw invalid_field(name, "'guided_json' must be a JSON Schema (an object).", "invalid_type");
   }
   try {
     return JsonSchema::compile(schema);
   } catch (const InvalidRequest& e) {
-    throw invalid_field(f.name("guided_json"), std::string("Unsupported JSON schema: ") + e.what(), "invalid_value");
+    throw unsupported(e, "JSON schema");
   }
 }
 

@@ -20,8 +20,9 @@ namespace tf::server {
 std::shared_ptr<const JsonSchema> read_response_format(const RequestJson& fmt, const std::string& path,
                                                        bool nested);
 
-// All the ways chat and completions requests ask for JSON: response_format (OpenAI; llama.cpp's
-// {"type": "json_object", "schema"} too) and vLLM's guided_json (a schema object or its JSON text). At most
+// All the ways chat and completions requests constrain the reply: response_format (OpenAI; llama.cpp's
+// {"type": "json_object", "schema"} too) and vLLM's guided_json (a schema object or its JSON text),
+// guided_regex (free text the regex matches whole) and guided_choice (exactly one of the strings). At most
 // one may be given (400 otherwise). Null: free text.
 std::shared_ptr<const JsonSchema> read_json_constraint(const JsonFields& f);
 

@@ -889,3 +889,26 @@ TEST(JsonMatcher, SuffixFollowsTheDocument) {
   ASSERT_TRUE(b.feed(std::string_view(R"({"a":1})")));
   EXPECT_NE(a.state_bytes(), b.state_bytes());
 }
+
+TEST(JsonMatcher, TextRegexAndChoices) {
+  JsonMatcher re(JsonSchema::text_regex(R"(\d{3}-[a-z]+)"));
+  EXPECT_FALSE(re.complete());
+  EXPECT_FALSE(re.feed(std::string_view("12a")));  // all or nothing
+  ASSERT_TRUE(re.feed(std::string_view("123-ab")));
+  EXPECT_TRUE(re.complete());
+  EXPECT_FALSE(re.dead_end()) << "more letters may follow";
+  EXPECT_FALSE(re.feed('-'));
+  JsonMatcher choice(JsonSchema::text_choice({"yes", "no", "maybe so", "a.b"}));
+  ASSERT_TRUE(choice.feed(std::string_view("ma")));
+  EXPECT_FALSE(choice.feed('x'));
+  ASSERT_TRUE(choice.feed(std::string_view("ybe so")));
+  EXPECT_TRUE(choice.complete());
+  EXPECT_TRUE(choice.dead_end());
+  JsonMatcher dot(JsonSchema::text_choice({"yes", "a.b"}));
+  EXPECT_FALSE(dot.feed(std::string_view("axb"))) << "choices are literals, not patterns";
+  ASSERT_TRUE(dot.feed(std::string_view("a.b")));
+  EXPECT_TRUE(dot.dead_end());
+  EXPECT_THROW(JsonSchema::text_choice({}), InvalidRequest);
+  EXPECT_THROW(JsonSchema::text_regex("(?=a)b"), InvalidRequest);
+  EXPECT_THROW(JsonSchema::text_regex("[]"), InvalidRequest);  // matches nothing
+}

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -233,6 +234,23 @@ TEST_F(StructuredEngine, LogitBiasStreamsAreExactWithDraftsOnOrOff) {
     EXPECT_EQ(a.tokens, b.tokens) << t;
     EXPECT_EQ(std::count(a.tokens.begin(), a.tokens.end(), 17), 0);
   }
+}
+
+TEST_F(StructuredEngine, GuidedChoicesAreExactWithDraftsOnOrOff) {
+  auto with = make(2, true), without = make(2, false);
+  const Tokenizer& tok = with->tokenizer();
+  const std::vector<std::string> choices = {"positive", "negative", "neutral"};
+  const auto schema = JsonSchema::text_choice(choices);
+  std::set<std::string> seen;
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    GenerationRequest r = constrained(tok, "# sentiment of the review:", 1.0f, seed, schema);
+    StreamOutput a = collect(*with->submit(r)), b = collect(*without->submit(r));
+    EXPECT_EQ(a.tokens, b.tokens) << seed;
+    EXPECT_EQ(a.finish, FinishReason::Stop);
+    EXPECT_NE(std::find(choices.begin(), choices.end(), a.text), choices.end()) << a.text;
+    seen.insert(a.text);
+  }
+  EXPECT_GE(seen.size(), 2u) << "temperature 1 over six seeds should pick more than one choice";
 }
 
 }  // namespace

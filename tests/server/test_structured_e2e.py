@@ -3,6 +3,7 @@ openai SDK: response_format json_schema / json_object (chat, completions) and Re
 replies that parse and satisfy the schema (checked with the `jsonschema` package), streamed or not; what the
 matcher does not support is a 400 that names it; logit_bias moves tokens and is validated."""
 import json
+import re
 
 import jsonschema
 import openai
@@ -202,3 +203,24 @@ def test_anthropic_output_format(server, model):
     assert r.status_code == 400, r.text
     err = r.json()
     assert err["type"] == "error" and "minimum" in err["error"]["message"], err
+
+
+def test_vllm_guided_choice_and_regex(server, client, model):
+    choices = ["positive", "negative", "neutral"]
+    seen = set()
+    for seed in range(1, 6):
+        r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Sentiment of: great!"}],
+                                           max_tokens=10, temperature=1.0, seed=seed,
+                                           extra_body={"guided_choice": choices})
+        assert r.choices[0].message.content in choices and r.choices[0].finish_reason == "stop"
+        seen.add(r.choices[0].message.content)
+    assert len(seen) >= 2
+    c = client.completions.create(model=model, prompt="date = '", max_tokens=20, temperature=0.8, seed=3,
+                                  extra_body={"guided_regex": r"20\d\d-(0[1-9]|1[0-2])-[0-2]\d"})
+    assert re.fullmatch(r"20\d\d-(0[1-9]|1[0-2])-[0-2]\d", c.choices[0].text), c.choices[0].text
+    for extra, param in [({"guided_regex": "(?=a)b"}, "guided_regex"), ({"guided_choice": []}, "guided_choice"),
+                         ({"guided_choice": ["a"], "guided_regex": "a"}, "guided_choice")]:
+        body = {"model": model, "prompt": "x", "max_tokens": 2, **extra}
+        r = requests.post(server.url + "/v1/completions", json=body, headers={"Authorization": f"Bearer {API_KEY}"},
+                          timeout=60)
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text

@@ -520,8 +520,25 @@ void dedup(std::vector<Frame>& frames, std::vector<Frame>& scratch) {
 
 }  // namespace
 
+namespace {
+enum GatePhase : uint32_t { kOpening, kThinking, kAfter };
+constexpr uint32_t kMaxGateWhitespace = 4;  // newlines or spaces between the closing marker and the reply
+}  // namespace
+
 JsonMatcher::JsonMatcher(std::shared_ptr<const JsonSchema> schema) : schema_(std::move(schema)) {
   frames_.reserve(8);
+  if (const JsonSchema::ReasoningGate* g = schema_->gate()) {
+    Frame h = make_frame(kHeader, 0);
+    h.flags = 3;
+    h.aux = g->starts_open ? kThinking : kOpening;
+    frames_.push_back(h);
+    return;
+  }
+  start_reply();
+}
+
+void JsonMatcher::start_reply() {
+  frames_.clear();
   if (const ByteRegex* re = schema_->text()) {
     Frame h = make_frame(kHeader, 0);
     h.flags = 2;
@@ -534,7 +551,41 @@ JsonMatcher::JsonMatcher(std::shared_ptr<const JsonSchema> schema) : schema_(std
   frames_[0].count = 1;
 }
 
+bool JsonMatcher::feed_gate(uint8_t byte) {
+  const JsonSchema::ReasoningGate& g = *schema_->gate();
+  Frame& h = frames_[0];
+  auto reply_from_here = [&] {  // the reply starts with this byte
+    const std::vector<Frame> saved = frames_;
+    start_reply();
+    if (feed(byte)) return true;
+    frames_ = saved;
+    return false;
+  };
+  switch (h.aux) {
+    case kOpening:
+      if (h.aux2 < g.open.size() && static_cast<uint8_t>(g.open[h.aux2]) == byte) {
+        if (++h.aux2 == g.open.size()) h.aux = kThinking, h.aux2 = 0;
+        return true;
+      }
+      return h.aux2 == 0 && reply_from_here();
+    case kThinking:  // anything; the closing marker's progress (it repeats no proper prefix but its first byte)
+      if (static_cast<uint8_t>(g.close[h.aux2]) == byte) {
+        if (++h.aux2 == g.close.size()) h.aux = kAfter, h.aux2 = 0;
+      } else {
+        h.aux2 = static_cast<uint8_t>(g.close[0]) == byte ? 1 : 0;
+      }
+      return true;
+    default:  // kAfter
+      if ((byte == '\n' || byte == ' ') && h.aux2 < kMaxGateWhitespace) {
+        ++h.aux2;
+        return true;
+      }
+      return reply_from_here();
+  }
+}
+
 bool JsonMatcher::feed(uint8_t byte) {
+  if (gated()) return feed_gate(byte);
   if (const ByteRegex* re = schema_->text()) {
     const int next = re->step(static_cast<int>(frames_[0].aux2), byte);
     if (next == ByteRegex::kDead) return false;
@@ -559,12 +610,14 @@ bool JsonMatcher::feed(uint8_t byte) {
 }
 
 bool JsonMatcher::complete() const {
+  if (gated()) return false;
   if (const ByteRegex* re = schema_->text()) return re->accepting(static_cast<int>(frames_[0].aux2));
   if (schema_->suffix().empty()) return document_complete();
   return in_suffix() && frames_[0].aux2 == schema_->suffix().size();
 }
 
 bool JsonMatcher::dead_end() const {
+  if (gated()) return false;
   if (const ByteRegex* re = schema_->text()) {
     const int st = static_cast<int>(frames_[0].aux2);
     return re->accepting(st) && !re->can_extend(st);

@@ -82,6 +82,16 @@ class JsonSchema {
   static std::shared_ptr<const JsonSchema> text_regex(std::string_view pattern);
   static std::shared_ptr<const JsonSchema> text_choice(const std::vector<std::string>& choices);
   const ByteRegex* text() const { return text_.get(); }  // null for a JSON document
+  // The constraint after an optional reasoning block: `open` (unless the prompt already opened it:
+  // `starts_open`), free text, `close`, at most a few newlines or spaces, then `base`'s reply. A reply that
+  // starts with neither `open` nor reasoning goes straight to `base` (a model that does not think).
+  struct ReasoningGate {
+    std::string open, close;
+    bool starts_open = false;
+  };
+  static std::shared_ptr<const JsonSchema> after_reasoning(const std::shared_ptr<const JsonSchema>& base,
+                                                           ReasoningGate gate);
+  const ReasoningGate* gate() const { return gate_.empty() ? nullptr : &gate_[0]; }
 
   JsonSchema();
   ~JsonSchema();
@@ -94,6 +104,7 @@ class JsonSchema {
   int root_ = 0;
   std::string suffix_;
   std::shared_ptr<const ByteRegex> text_;
+  std::vector<ReasoningGate> gate_;  // none or one
 };
 
 // Incremental matcher over the UTF-8 bytes of one JSON document. Nondeterminism (anyOf, type unions,
@@ -133,6 +144,11 @@ class JsonMatcher {
   // Past the document, inside the suffix: one header frame, flags = 1, aux2 = suffix bytes matched.
   bool in_suffix() const { return frames_.size() == 1 && frames_[0].flags == 1; }
   // A text_regex schema: one header frame, flags = 2, aux2 = the DFA state.
+  // Before the reply proper (a gate): one header frame, flags = 3, aux = the phase (kOpening, kThinking,
+  // kAfter), aux2 = bytes of the marker matched (of the whitespace, after it).
+  bool gated() const { return frames_.size() == 1 && frames_[0].flags == 3; }
+  bool feed_gate(uint8_t byte);
+  void start_reply();  // the state before the reply's first byte (document or text)
 
   std::shared_ptr<const JsonSchema> schema_;
   std::vector<Frame> frames_;

@@ -616,6 +616,14 @@ std::shared_ptr<const JsonSchema> JsonSchema::text_choice(const std::vector<std:
   return text_regex(pattern);
 }
 
+std::shared_ptr<const JsonSchema> JsonSchema::after_reasoning(const std::shared_ptr<const JsonSchema>& base,
+                                                              ReasoningGate gate) {
+  if (gate.open.empty() || gate.close.empty()) throw InvalidRequest("a reasoning gate needs both markers");
+  auto s = std::make_shared<JsonSchema>(*base);
+  s->gate_ = {std::move(gate)};
+  return s;
+}
+
 std::shared_ptr<const JsonSchema> JsonSchema::any_object() {
   static const std::shared_ptr<const JsonSchema> s =
       JsonSchemaCompiler(nlohmann::ordered_json::object()).run(/*any_object=*/true);

@@ -259,7 +259,7 @@ MessagesRequest parse_messages_request(const RequestJson& body, const ApiContext
   // Structured outputs (Anthropic's output_format {"type": "json_schema", "schema"}), then a forced call.
   if (const RequestJson* of = f.object("output_format"))
     r.request.json_schema = read_response_format(*of, "output_format", false);
-  set_forced_call(r.parsing, r.request, "output_format");
+  set_reply_constraint(r.parsing, r.request, "output_format");
   r.request.prompt = ctx.text.encode(rendered + r.parsing.prefill, false);
   if (count_only) return r;
   CommonFields c;

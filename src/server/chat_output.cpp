@@ -159,8 +159,14 @@ static void read_tool_choice(const JsonFields& f, const RequestJson& tools, Outp
   cfg.forced_call = forced_call_schema(cfg.tools, name, tools);
 }
 
-void set_forced_call(const OutputParsing& parsing, GenerationRequest& request, const std::string& format_param) {
-  if (!parsing.forced_call) return;
+void set_reply_constraint(const OutputParsing& parsing, GenerationRequest& request, const std::string& format_param) {
+  if (!parsing.forced_call) {
+    if (request.json_schema && parsing.reasoning) {
+      request.json_schema = JsonSchema::after_reasoning(
+          request.json_schema, {"<think>", "</think>", parsing.reasoning_starts_open});
+    }
+    return;
+  }
   if (request.json_schema) {
     throw invalid_field(format_param,
                         "'" + format_param + "' cannot be combined with a 'tool_choice' that forces a call.",

@@ -20,9 +20,11 @@ OutputParsing chat_output_parsing(const JsonFields& f, const RequestJson& tools,
                                   const std::string& rendered_prompt,
                                   const std::string& template_source = {});
 
-// A forced call's constraint into the request (structured outputs); a request that already has one
-// (`format_param`: response_format, text.format) is a 400, the two cannot both hold.
-void set_forced_call(const OutputParsing& parsing, GenerationRequest& request, const std::string& format_param);
+// The reply's constraint (structured outputs) as the parsing decided it: a forced call's (a request that
+// already has a format, `format_param`: response_format, text.format, is a 400: the two cannot both hold),
+// or the request's format behind the reasoning block the parser expects (a thinking model reasons first,
+// then writes the constrained answer, as vLLM does with a reasoning parser).
+void set_reply_constraint(const OutputParsing& parsing, GenerationRequest& request, const std::string& format_param);
 
 // The family whose syntax the rendered prompt teaches ("<tool_call>", "<function=", "[AVAILABLE_TOOLS]",
 // ...), else the one the template's own text writes; Hermes when neither is recognised.

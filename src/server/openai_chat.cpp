@@ -167,7 +167,7 @@ ChatRequest parse_chat_request(const RequestJson& body, const ApiContext& ctx) {
                         "template_error");
   }
   r.parsing = chat_output_parsing(f, r.tools, rendered, ctx.text.chat_template_source());
-  set_forced_call(r.parsing, r.common.request, "response_format");
+  set_reply_constraint(r.parsing, r.common.request, "response_format");
   // The template writes the special tokens itself; prefill is a forced tool call's start (chat_output.h).
   r.prompt = ctx.text.encode(rendered + r.parsing.prefill, false);
   r.max_tokens = resolve_max_tokens(r.common, int(r.prompt.size()), ctx);

@@ -243,7 +243,7 @@ ResponsesRequest parse_request(const RequestJson& body, const ApiContext& ctx) {
   }
   r.parsing = chat_output_parsing(f, tools, rendered,
                                   ctx.text.chat_template_source());  // tool_choice, parallel_tool_calls
-  set_forced_call(r.parsing, r.request, "text.format");
+  set_reply_constraint(r.parsing, r.request, "text.format");
   r.thinking_budget = read_thinking_budget(f, ctx);
   r.request.prompt = ctx.text.encode(rendered + r.parsing.prefill, false);
 

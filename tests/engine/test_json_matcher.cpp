@@ -912,3 +912,32 @@ TEST(JsonMatcher, TextRegexAndChoices) {
   EXPECT_THROW(JsonSchema::text_regex("(?=a)b"), InvalidRequest);
   EXPECT_THROW(JsonSchema::text_regex("[]"), InvalidRequest);  // matches nothing
 }
+
+TEST(JsonMatcher, ReplyAfterAnOptionalReasoningBlock) {
+  const auto object = compile(R"({"type":"object","properties":{"a":{"type":"integer"}}})");
+  const auto gated = JsonSchema::after_reasoning(object, {"<think>", "</think>", false});
+  // With a reasoning block: free text (even JSON-breaking text and a partial marker), then the document.
+  JsonMatcher m(gated);
+  ASSERT_TRUE(m.feed(std::string_view("<think>\nNot JSON: '}{' and </thin k> and </")));
+  EXPECT_FALSE(m.complete());
+  ASSERT_TRUE(m.feed(std::string_view("think>\n\n{\"a\":1}")));
+  EXPECT_TRUE(m.complete());
+  EXPECT_TRUE(m.dead_end());
+  // Without one: the document at once; anything else is refused.
+  JsonMatcher direct(gated);
+  EXPECT_FALSE(direct.feed('x'));
+  EXPECT_FALSE(direct.feed(std::string_view("<thx")));
+  ASSERT_TRUE(direct.feed(std::string_view("{\"a\":2}")));
+  EXPECT_TRUE(direct.dead_end());
+  // Too much whitespace after the block, or EOS inside it, is not a reply.
+  JsonMatcher ws(gated);
+  EXPECT_FALSE(ws.feed(std::string_view("<think>x</think>\n\n\n\n\n{}")));
+  // The prompt opened the block already: free text from the first byte.
+  JsonMatcher open(JsonSchema::after_reasoning(object, {"<think>", "</think>", true}));
+  ASSERT_TRUE(open.feed(std::string_view("just thinking</think>{}")));
+  EXPECT_TRUE(open.complete());
+  // A gated text choice.
+  JsonMatcher choice(JsonSchema::after_reasoning(JsonSchema::text_choice({"yes", "no"}), {"<think>", "</think>"}));
+  ASSERT_TRUE(choice.feed(std::string_view("<think>hmm</think>\nno")));
+  EXPECT_TRUE(choice.dead_end());
+}

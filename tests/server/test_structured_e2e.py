@@ -32,7 +32,8 @@ def person_format():
 
 
 def test_chat_json_schema_replies_validate(client, model):
-    finished = 0
+    """The demo model thinks first (<think>...</think>, free text) and then writes the constrained answer."""
+    finished = thought = 0
     for temperature, seed in [(0, 1), (0.7, 2), (1.0, 3), (0.8, 4)]:
         r = client.chat.completions.create(model=model, messages=ASK, max_tokens=200, temperature=temperature,
                                            seed=seed, response_format=person_format())
@@ -44,7 +45,9 @@ def test_chat_json_schema_replies_validate(client, model):
         jsonschema.validate(doc, PERSON)
         assert list(doc) == list(PERSON["properties"])  # the schema's order
         finished += 1
+        thought += bool(getattr(choice.message, "reasoning_content", None))
     assert finished >= 2, "most constrained replies should close their document within 200 tokens"
+    assert thought >= 1, "the reasoning block stays free text before the constrained answer"
 
 
 def test_streamed_constrained_reply_equals_the_whole_one(client, model):
@@ -210,7 +213,7 @@ def test_vllm_guided_choice_and_regex(server, client, model):
     seen = set()
     for seed in range(1, 6):
         r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Sentiment of: great!"}],
-                                           max_tokens=10, temperature=1.0, seed=seed,
+                                           max_tokens=120, temperature=1.0, seed=seed,
                                            extra_body={"guided_choice": choices})
         assert r.choices[0].message.content in choices and r.choices[0].finish_reason == "stop"
         seen.add(r.choices[0].message.content)

@@ -100,19 +100,19 @@ SampleResult sample_token(const float* logits, int vocab, const SamplingParams& 
       if (t >= 0 && t < vocab) v[t] -= p.presence_penalty + p.frequency_penalty * float(n);
   for (const auto& [t, b] : p.logit_bias)
     if (t >= 0 && t < vocab) v[t] += b;
-  // The candidates: every id, or those the structured-output mask allows (ascending ids).
-  std::vector<int32_t> allowed;
-  allowed.reserve(size_t(vocab));
-  for (int i = 0; i < vocab; ++i)
-    if (!mask || mask[i]) allowed.push_back(i);
-  TF_CHECK(!allowed.empty(), "sample_token: the structured-output mask allows no token");
-
-  if (p.temperature <= 0.f) {
-    int32_t best = allowed[0];
-    for (int32_t i : allowed)
-      if (v[i] > v[best]) best = i;
+  if (p.temperature <= 0.f) {  // the best id the structured-output mask allows (all when none), lowest on ties
+    int32_t best = -1;
+    for (int i = 0; i < vocab; ++i)
+      if ((!mask || mask[i]) && (best < 0 || v[i] > v[best])) best = i;
+    TF_CHECK(best >= 0, "sample_token: the structured-output mask allows no token");
     res.token = best;
   } else {
+    // The candidates: every id, or those the mask allows (ascending ids).
+    std::vector<int32_t> allowed;
+    allowed.reserve(size_t(vocab));
+    for (int i = 0; i < vocab; ++i)
+      if (!mask || mask[i]) allowed.push_back(i);
+    TF_CHECK(!allowed.empty(), "sample_token: the structured-output mask allows no token");
     for (auto& x : v) x /= p.temperature;
     if (truncate) {
       std::vector<int32_t> order = sorted_ids(v, allowed);

@@ -11,6 +11,8 @@
 #   quant   tf_bench_quant $QUANT_ARGS           moe     tf_bench_moe $MOE_ARGS
 #   demo    tensorfold bench on the demo model, DRAFTERS x temperature 0/0.7 x parallel 1/8
 #   load    tools/device_load.sh (LOAD_* knobs, see there)
+#   api     tools/api_check.py on the CUDA backend: structured outputs, guided choice, forced tool calls
+#           and echo logprobs (bit-equal to generation's) through a real server on the demo model
 # Logs go to $OUT/<stage>.log; a short summary is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -58,6 +60,7 @@ for stage in ${STAGES:-tests bench}; do
         done
       done ;;
     load) LOAD_BIN_DIR=$D run_stage load 480 tools/device_load.sh ;;
+    api) run_stage api 300 python3 tools/api_check.py --bin $D/tensorfold --backend cuda ;;
     *) echo "unknown stage $stage"; rc=1 ;;
   esac
 done

@@ -5,6 +5,7 @@
 #include <bit>
 #include <climits>
 #include <cmath>
+#include <cstring>
 #include <map>
 
 #include "core/error.h"
@@ -685,6 +686,22 @@ bool JsonMatcher::document_dead_end() const {
   for (size_t i = 0; i < frames_.size(); i += frames_[i].count + 1)
     if (frames_[i].count != 0) return false;
   return !frames_.empty();
+}
+
+std::string JsonMatcher::cache_key(uint32_t horizon) const {
+  std::string key(state_bytes());
+  if (gated() || schema_->text()) return key;
+  for (size_t i = 0; i < frames_.size(); ++i) {
+    const Frame& f = frames_[i];
+    if (f.kind != kStringFrame) continue;
+    const Node& n = schema_->node(f.node);
+    if (n.pattern || n.max_length == UINT32_MAX) continue;  // a pattern's lengths matter; a free string counts nothing
+    if (f.count < n.min_length || n.max_length - f.count < horizon) continue;
+    Frame folded = f;
+    folded.count = UINT32_MAX;
+    std::memcpy(key.data() + i * sizeof(Frame), &folded, sizeof(Frame));
+  }
+  return key;
 }
 
 size_t JsonMatcher::num_stacks() const {

@@ -135,6 +135,11 @@ class JsonMatcher {
     return {reinterpret_cast<const char*>(frames_.data()), frames_.size() * sizeof(Frame)};
   }
   const std::shared_ptr<const JsonSchema>& schema() const { return schema_; }
+  // state_bytes() with what the next `horizon` code points cannot tell apart folded together: a string with
+  // length bounds (and no pattern) whose count is past minLength and at least `horizon` below maxLength
+  // accepts the same next bytes whatever the count. JsonTokenFilter caches masks by this key (horizon: the
+  // longest token), so a bounded string's characters reuse one mask like a free string's.
+  std::string cache_key(uint32_t horizon) const;
 
  private:
   // The document alone (the schema's suffix aside).

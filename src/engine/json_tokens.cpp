@@ -16,6 +16,7 @@ JsonTokenFilter::JsonTokenFilter(const Tokenizer& tok, int vocab, std::vector<in
   });
   for (size_t i = 0; i < sorted_.size(); ++i) {
     index_of_[size_t(sorted_[i].id)] = int32_t(i);
+    longest_ = std::max<uint32_t>(longest_, uint32_t(sorted_[i].bytes.size()));
     if (i == 0) continue;
     const std::string &p = sorted_[i - 1].bytes, &s = sorted_[i].bytes;
     uint32_t n = 0;
@@ -25,7 +26,7 @@ JsonTokenFilter::JsonTokenFilter(const Tokenizer& tok, int vocab, std::vector<in
 }
 
 void JsonTokenFilter::allowed(const JsonMatcher& m, std::vector<uint8_t>& mask) const {
-  const std::string_view state = m.state_bytes();
+  const std::string state = m.cache_key(longest_);
   ++clock_;
   for (Cached& c : cache_) {
     if (c.schema == m.schema() && c.state == state) {

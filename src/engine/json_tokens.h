@@ -36,6 +36,7 @@ class JsonTokenFilter {
   std::vector<Entry> sorted_;      // tokens with bytes, by bytes then id
   std::vector<int32_t> index_of_;  // id -> entry index, -1 for ids without bytes
   std::vector<int32_t> eos_;
+  uint32_t longest_ = 0;  // bytes of the longest entry: no token adds more code points to a string
   // The masks of the last few matcher states, by schema and state: inside a free string every character
   // leads back to the same state, the costliest walk (most of the vocabulary is viable there).
   struct Cached {

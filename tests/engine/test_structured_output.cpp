@@ -118,6 +118,20 @@ TEST(JsonTokenFilter, CachedMasksBelongToTheirSchema) {
   EXPECT_EQ(ma, brute_mask(tok, tok.vocab_size(), a, {*tok.eos_id()}));
   EXPECT_EQ(mb, brute_mask(tok, tok.vocab_size(), b, {*tok.eos_id()}));
   EXPECT_NE(ma, mb);
+  // A string with length bounds: states whose count the next token cannot tell apart share a cached mask
+  // (JsonMatcher::cache_key), and every answer still equals the walk, near the bounds too.
+  {
+    JsonMatcher w(JsonSchema::compile(json::parse(
+        R"({"type": "object", "properties": {"bio": {"type": "string", "minLength": 5, "maxLength": 180}}})")));
+    const std::string bio =
+        R"({"bio": ")" + std::string(170, 'x').replace(40, 12, R"(Ada \u00e9 \n )") + R"("})";
+    for (char c : bio) {
+      std::vector<uint8_t> got;
+      filter.allowed(w, got);
+      ASSERT_EQ(got, brute_mask(tok, tok.vocab_size(), w, {*tok.eos_id()})) << "at " << c;
+      ASSERT_TRUE(w.feed(uint8_t(c))) << c;
+    }
+  }
   // Many states through a small cache: every answer still equals the walk.
   JsonMatcher m(JsonSchema::compile(person_schema()));
   const std::string doc = R"({"name": "Ada Lovelace", "age": 36, "tags": ["a", "b"], "ok": false})";

@@ -56,6 +56,11 @@ static std::string call_prefill(ToolFormat fmt, const std::string& name) {
   }
 }
 
+// A tool's function object: chat nests it ({"type": "function", "function": {...}}), Responses does not.
+static const RequestJson& tool_function(const RequestJson& t) {
+  return t.is_object() && t.contains("function") ? t["function"] : t;
+}
+
 // The constrained shape of a forced call (OutputParsing::forced_call): after a named call's prefill the
 // arguments object and the call's closing; after "required"'s prefill one {"name", "arguments"} object of
 // any of the tools and the closing. Null where the family or a tool's schema is not supported.
@@ -63,7 +68,7 @@ static std::shared_ptr<const JsonSchema> forced_call_schema(ToolFormat fmt, cons
                                                             const RequestJson& tools) {
   std::vector<std::pair<std::string, RequestJson>> fns;  // name, parameters ({"type": "object"} if none)
   for (const auto& t : tools) {
-    const RequestJson& fn = t.is_object() && t.contains("function") ? t["function"] : t;
+    const RequestJson& fn = tool_function(t);
     if (!fn.is_object() || !fn.contains("name") || !fn["name"].is_string()) continue;
     const bool has = fn.contains("parameters") && fn["parameters"].is_object();
     fns.emplace_back(fn["name"].get<std::string>(), has ? fn["parameters"] : RequestJson{{"type", "object"}});
@@ -106,7 +111,7 @@ static std::shared_ptr<const JsonSchema> forced_call_schema(ToolFormat fmt, cons
 
 static bool has_tool(const RequestJson& tools, const std::string& name) {
   for (const auto& t : tools) {
-    const RequestJson& fn = t.contains("function") ? t["function"] : t;
+    const RequestJson& fn = tool_function(t);
     if (fn.is_object() && fn.value("name", "") == name) return true;
   }
   return false;
@@ -183,7 +188,7 @@ OutputParsing chat_output_parsing(const JsonFields& f, const RequestJson& tools,
   if (have_tools) {
     cfg.tools = detect_tool_format(rendered, template_source);
     for (const auto& t : tools) {
-      const RequestJson& fn = t.is_object() && t.contains("function") ? t["function"] : t;
+      const RequestJson& fn = tool_function(t);
       if (fn.is_object() && fn.contains("name") && fn["name"].is_string() && fn.contains("parameters")) {
         cfg.tool_schemas[fn["name"].get<std::string>()] = fn["parameters"];
       }

@@ -6,6 +6,17 @@
 
 namespace tf::server {
 
+// make(), with the matcher's refusal (InvalidRequest: a keyword or construct outside the supported
+// subset) as a 400 on `param`.
+template <class Make>
+static std::shared_ptr<const JsonSchema> or_400(const std::string& param, const char* what, Make make) {
+  try {
+    return make();
+  } catch (const InvalidRequest& e) {
+    throw invalid_field(param, std::string("Unsupported ") + what + ": " + e.what(), "invalid_value");
+  }
+}
+
 std::shared_ptr<const JsonSchema> read_response_format(const RequestJson& fmt, const std::string& path,
                                                        bool nested) {
   JsonFields f(fmt, path);
@@ -30,12 +41,8 @@ std::shared_ptr<const JsonSchema> read_response_format(const RequestJson& fmt, c
   JsonFields h(*holder, at);
   (void)h.string("name"), (void)h.string("description"), (void)h.boolean("strict");  // type-checked only
   const RequestJson* schema = h.get("schema");
-  try {
-    return JsonSchema::compile(schema ? *schema : RequestJson::object());
-  } catch (const InvalidRequest& e) {
-    throw invalid_field(h.name("schema"), std::string("Unsupported JSON schema: ") + e.what(),
-                        "invalid_value");
-  }
+  return or_400(h.name("schema"), "JSON schema",
+                [&] { return JsonSchema::compile(schema ? *schema : RequestJson::object()); });
 }
 
 std::shared_ptr<const JsonSchema> read_json_constraint(const JsonFields& f) {
@@ -51,17 +58,10 @@ std::shared_ptr<const JsonSchema> read_json_constraint(const JsonFields& f) {
   }
   if (!given) return nullptr;
   const std::string name = f.name(given);
-  auto unsupported = [&](const InvalidRequest& e, const char* what) {
-    return invalid_field(name, std::string("Unsupported ") + what + ": " + e.what(), "invalid_value");
-  };
   if (given == kinds[0]) return read_response_format(*f.object(given), name, true);
   if (given == kinds[2]) {
-    const auto pattern = f.string(given);
-    try {
-      return JsonSchema::text_regex(*pattern);
-    } catch (const InvalidRequest& e) {
-      throw unsupported(e, "regex");
-    }
+    const std::string pattern = *f.string(given);
+    return or_400(name, "regex", [&] { return JsonSchema::text_regex(pattern); });
   }
   if (given == kinds[3]) {
     const RequestJson* list = f.array(given);
@@ -72,11 +72,7 @@ std::shared_ptr<const JsonSchema> read_json_constraint(const JsonFields& f) {
       }
       choices.push_back(c.get<std::string>());
     }
-    try {
-      return JsonSchema::text_choice(choices);
-    } catch (const InvalidRequest& e) {
-      throw unsupported(e, "choices");
-    }
+    return or_400(name, "choices", [&] { return JsonSchema::text_choice(choices); });
   }
   const RequestJson* guided = f.get(given);  // guided_json: a schema, or its JSON text
   RequestJson schema = *guided;
@@ -88,11 +84,7 @@ std::shared_ptr<const JsonSchema> read_json_constraint(const JsonFields& f) {
   if (!schema.is_object() && !schema.is_boolean()) {
     throw invalid_field(name, "'guided_json' must be a JSON Schema (an object).", "invalid_type");
   }
-  try {
-    return JsonSchema::compile(schema);
-  } catch (const InvalidRequest& e) {
-    throw unsupported(e, "JSON schema");
-  }
+  return or_400(name, "JSON schema", [&] { return JsonSchema::compile(schema); });
 }
 
 }  // namespace tf::server

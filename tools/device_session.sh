@@ -9,7 +9,7 @@
 #   tests   every .device/test_* binary (GPU tests), TESTS="a b" to pick
 #   bench   tf_bench_cuda $BENCH_ARGS            probe   tf_wgmma_probe
 #   quant   tf_bench_quant $QUANT_ARGS           moe     tf_bench_moe $MOE_ARGS
-#   demo    tensorfold bench on the demo model, DRAFTERS x temperature 0/0.7 x parallel 1/8
+#   demo    tensorfold bench on the demo model, DRAFTERS x temperature 0/0.7 x parallel 1/8, REPEAT pairs (3)
 #   load    tools/device_load.sh (LOAD_* knobs, see there)
 #   api     tools/api_check.py on the CUDA backend: structured outputs, guided choice, forced tool calls
 #           and echo logprobs (bit-equal to generation's) through a real server on the demo model
@@ -55,7 +55,7 @@ for stage in ${STAGES:-tests bench}; do
         for temp in ${TEMPS:-0 0.7}; do
           for par in ${PARS:-1 8}; do
             run_stage demo 90 $D/tensorfold bench --backend cuda --drafter "$drafter" --temperature "$temp" \
-              --parallel "$par" --tokens 256
+              --parallel "$par" --tokens 256 --repeat "${REPEAT:-3}"
           done
         done
       done ;;

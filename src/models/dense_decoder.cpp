@@ -206,16 +206,21 @@ class DenseDecoder final : public Model {
   }
 
   // The host side of finish: hidden states, device sampling of `out` (the n logit rows) and host logits.
+  // The hidden states are queued behind the forward and land with the first wait for the device (the
+  // sampled tokens' or the logits' copy, or the closing synchronize): one wait a round, not two.
   void read_back(const Tensor& h, int64_t n, const Tensor* out_logits, const Outputs& o) {
     if (o.hidden) {
       *o.hidden = Tensor::empty(h.shape(), be_.act_dtype());
-      be_.to_host(h, *o.hidden);
+      be_.to_host_queued(h, *o.hidden);
     }
     const bool some = o.host_rows && int64_t(o.host_rows->size()) < n;  // only some rows to the host
     const int64_t to_copy = some ? int64_t(o.host_rows->size()) : n;
     if (o.logits) o.logits->resize(size_t(to_copy * spec_.vocab));
-    if (!out_logits) return;
-    const Tensor& out = *out_logits;
+    if (out_logits) read_logits(*out_logits, n, some, to_copy, o);
+    if (o.hidden) be_.synchronize();  // idle by now when the logits were read: delivers the states
+  }
+
+  void read_logits(const Tensor& out, int64_t n, bool some, int64_t to_copy, const Outputs& o) {
     if (o.tokens) {
       TF_CHECK(o.sampling && int64_t(o.sampling->size()) == n, "forward: one RowSampling per logit row");
       be_.sample_rows(out, *o.sampling, *o.tokens);

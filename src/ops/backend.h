@@ -89,6 +89,11 @@ class Backend {
   virtual Tensor upload(const Tensor& host) = 0;  // norms, embeddings: kept in the host dtype
   virtual LinearWeight upload_linear(const LinearWeight& host) = 0;
   virtual void to_host(const Tensor& src, Tensor& host_dst) = 0;  // same shape; F32 host_dst converts
+  // to_host queued behind the work already on the device: `host_dst` (same shape and dtype as `src`) holds
+  // the values only after the next synchronize(), sample_rows() or to_host(). A forward's read-back queues
+  // the final hidden states (for the MTP head) this way so that they travel with the sampled tokens: one
+  // wait for the device a round, not two. Default: to_host at once.
+  virtual void to_host_queued(const Tensor& src, Tensor& host_dst) { to_host(src, host_dst); }
 
   // Called once per forward with the rows' metadata; the ops below that need it read it from here.
   virtual void begin_forward(const BatchMeta& meta) = 0;

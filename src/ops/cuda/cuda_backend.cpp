@@ -58,6 +58,46 @@ class Staging {
   cudaEvent_t done_ = nullptr;
 };
 
+// Device-to-host copies queued on the stream into one pinned buffer (Backend::to_host_queued) and handed
+// to their destinations once the stream has been waited for (deliver). Pinned memory: the copy is a
+// DMA the stream orders, not the driver's staged copy of pageable memory.
+class ReadBack {
+ public:
+  ~ReadBack() {
+    if (host_) cudaFreeHost(host_);
+  }
+  void queue(const void* dev, void* dst, size_t bytes, cudaStream_t s) {
+    if (used_ + bytes > cap_) {  // grow: the copies already queued land first
+      TF_CUDA_CHECK(cudaStreamSynchronize(s));
+      deliver();
+      if (bytes > cap_) {
+        if (host_) TF_CUDA_CHECK(cudaFreeHost(host_));
+        cap_ = std::max<size_t>(bytes * 2, size_t(64) << 10);
+        TF_CUDA_CHECK(cudaMallocHost(&host_, cap_));
+      }
+    }
+    TF_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(host_) + used_, dev, bytes, cudaMemcpyDeviceToHost, s));
+    pending_.push_back({used_, dst, bytes});
+    used_ += (bytes + 255) / 256 * 256;
+  }
+  // Call after the stream was synchronised: every queued copy has landed in the pinned buffer.
+  void deliver() {
+    for (const Pending& p : pending_) std::memcpy(p.dst, static_cast<const char*>(host_) + p.offset, p.bytes);
+    pending_.clear();
+    used_ = 0;
+  }
+
+ private:
+  struct Pending {
+    size_t offset;
+    void* dst;
+    size_t bytes;
+  };
+  void* host_ = nullptr;
+  size_t cap_ = 0, used_ = 0;
+  std::vector<Pending> pending_;
+};
+
 // A device buffer that only grows (attention partials). During a graph capture the old buffer cannot be
 // freed (cudaFree synchronises the device): it is retired, and freed by release_retired() outside a capture.
 // generation() counts the moves, so that graphs which captured an old buffer are known to be stale.
@@ -270,7 +310,7 @@ class CudaBackend final : public Backend {
   void to_host(const Tensor& src, Tensor& dst) override {
     no_capture("to_host");
     TF_CHECK(src.numel() == dst.numel(), "to_host: " + src.describe() + " vs " + dst.describe());
-    TF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    sync_stream();
     if (src.dtype() == dst.dtype()) {
       TF_CUDA_CHECK(cudaMemcpy(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToHost));
       return;
@@ -282,6 +322,21 @@ class CudaBackend final : public Backend {
     float* d = dst.data<float>();
     for (size_t i = 0; i < tmp.size(); ++i)
       d[i] = src.dtype() == DType::BF16 ? bf16_to_f32(tmp[i]) : f16_to_f32(tmp[i]);
+  }
+
+  void to_host_queued(const Tensor& src, Tensor& dst) override {
+    no_capture("to_host_queued");
+    if (src.dtype() != dst.dtype() || dst.device() != Device::CPU || !dst.is_contiguous() ||
+        !src.is_contiguous())
+      return to_host(src, dst);
+    TF_CHECK(src.numel() == dst.numel(), "to_host_queued: " + src.describe() + " vs " + dst.describe());
+    read_back_.queue(src.raw(), dst.raw(), src.nbytes(), stream_);
+  }
+
+  // Waits for the stream, then hands the queued read-backs to their destinations.
+  void sync_stream() {
+    TF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    read_back_.deliver();
   }
 
   void begin_forward(const BatchMeta& meta) override {
@@ -586,12 +641,12 @@ class CudaBackend final : public Backend {
     cuda::sample_rows(static_cast<const float*>(ptr(logits)), logits.numel() / n,
                       reinterpret_cast<const DeviceRowSampling*>(dev), n, out, stream_);
     TF_CUDA_CHECK(cudaMemcpyAsync(tokens.data(), out, rows.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
-    TF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    sync_stream();
   }
 
   void synchronize() override {
     no_capture("synchronize");
-    TF_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    sync_stream();
   }
 
   bool graphs_supported() const override { return true; }
@@ -761,6 +816,7 @@ class CudaBackend final : public Backend {
   const bool poison_ = env_switch("TF_CUDA_POISON", false);
   cudaStream_t stream_ = nullptr;
   Staging meta_stage_, gather_stage_, scatter_stage_, sample_stage_, tile_stage_;
+  ReadBack read_back_;  // to_host_queued
   Staging graph_tile_stage_;  // the attention tiles of graphed forwards (a fixed address while it fits)
   std::vector<int32_t> row_seq_;  // host copy of this forward's rows' sequences (attention tiles)
   const int2* tiles_ = nullptr;   // device: loop tiles, then split tiles, as (first row, rows)

@@ -785,6 +785,31 @@ TEST_F(CudaOps, RawBytesRoundTrip) {
   EXPECT_THROW(gpu_->read_raw(t, 7000, 2000, out.data()), Error);
 }
 
+// to_host_queued: the copies land at the next wait (synchronize, sample_rows, to_host), in order, also
+// when the pinned buffer has to grow while copies are queued.
+TEST_F(CudaOps, QueuedReadBackLandsAtTheNextWait) {
+  std::vector<uint8_t> a(6000), b(300000);
+  for (auto& v : a) v = uint8_t(rng()());
+  for (auto& v : b) v = uint8_t(rng()());
+  Tensor ta = poisoned({3, 1000}, DType::BF16), tb = poisoned({150, 1000}, DType::BF16);
+  gpu_->write_raw(ta, 0, a.data(), a.size());
+  gpu_->write_raw(tb, 0, b.data(), b.size());
+  Tensor ha = Tensor::empty({3, 1000}, DType::BF16), hb = Tensor::empty({150, 1000}, DType::BF16);
+  auto bytes = [](const Tensor& t) { return static_cast<const uint8_t*>(t.raw()); };
+  gpu_->to_host_queued(ta, ha);
+  gpu_->to_host_queued(tb, hb);  // larger than the first buffer: the queue grows
+  gpu_->synchronize();
+  EXPECT_TRUE(std::equal(a.begin(), a.end(), bytes(ha)));
+  EXPECT_TRUE(std::equal(b.begin(), b.end(), bytes(hb)));
+  // Queued, then delivered by sample_rows' wait.
+  Tensor hc = Tensor::empty({3, 1000}, DType::BF16);
+  gpu_->to_host_queued(ta, hc);
+  Tensor logits = gpu_->upload(random_host({2, 64}).f32);
+  std::vector<int32_t> tokens;
+  gpu_->sample_rows(logits, {{0.f, 1, 0}, {0.f, 2, 1}}, tokens);
+  EXPECT_TRUE(std::equal(a.begin(), a.end(), bytes(hc)));
+}
+
 TEST_F(CudaOps, RejectsWhatItCannotRun) {
   LinearWeight q;
   q.format = LinearWeight::Format::MlxAffine;

@@ -361,13 +361,73 @@ __device__ __forceinline__ void store_pairs(const Pairs& pr, int hq, int qd, con
   }
 }
 
+// The merge of one (row, head) pair's chunk partials, in increasing chunk order, by one warp (D / 32
+// values a lane): the combine kernel's work, shared with the split kernel's fused combine (same bits).
+// The partials are read through L2 (__ldcg): in the fused combine other blocks wrote them.
+template <int D>
+__device__ __forceinline__ void combine_pair(const DeviceMeta& meta, int hq, int window, int max_chunks, int r,
+                                             int h, int lane, const float* part_acc, const float* part_ml,
+                                             __nv_bfloat16* out) {
+  constexpr int DPL = D / 32, U = 4;
+  const Range rg = row_range(meta, r, window);
+  const int64_t idx = int64_t(r) * hq + h;
+  float m = -INFINITY, l = 0.f, o[DPL];
+#pragma unroll
+  for (int i = 0; i < DPL; ++i) o[i] = 0.f;
+  const int c_end = rg.pos / kC;
+  for (int c0 = rg.lo / kC; c0 <= c_end; c0 += U) {
+    float2 ml[U];
+    float pa[U][DPL];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (c0 + u > c_end) break;
+      const int64_t slot = idx * max_chunks + c0 + u;
+      ml[u] = __ldcg(reinterpret_cast<const float2*>(part_ml + slot * 2));
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) pa[u][i] = __ldcg(part_acc + slot * D + lane * DPL + i);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (c0 + u > c_end) break;
+      const MergeFactors f = merge_chunk(m, l, ml[u].x, ml[u].y);
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) o[i] = merge_out(o[i], pa[u][i], f);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < DPL; ++i) out[idx * D + lane * DPL + i] = __float2bfloat16_rn(finish_out(o[i], l));
+}
+
+// Fused combine (split schedule with tickets): every block of a (tile, KV head) takes a ticket after its
+// partials are written and fenced; the last one merges the tile's pairs of this KV head (warp w takes
+// pairs w, w + 4, ...) and resets the ticket for the next launch. The ticket only elects who merges; the
+// merge order is the combine kernel's.
+template <int D>
+__device__ __forceinline__ void fused_combine(const DeviceMeta& meta, int hq, int hk, int window,
+                                              int max_chunks, int2 tile, int kvh, int* ticket,
+                                              const float* part_acc, const float* part_ml,
+                                              __nv_bfloat16* out) {
+  __shared__ int last;
+  __threadfence();  // this thread's partials, before the block's ticket
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(ticket, 1) == int(gridDim.y) - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // the other blocks' partials, after their tickets
+  if (threadIdx.x == 0) *ticket = 0;
+  const int group = hq / hk, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int p = warp; p < tile.y * group; p += kWarps)
+    combine_pair<D>(meta, hq, window, max_chunks, tile.x + p / group, kvh * group + p % group, lane, part_acc,
+                    part_ml, out);
+}
+
 template <int D>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_mma_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kp,
                          const __nv_bfloat16* __restrict__ vp, DeviceMeta meta, int hq, int hk, float scale,
                          int window, float softcap, const int2* __restrict__ tiles, int max_chunks,
                          int split_cpb, float* __restrict__ part_acc, float* __restrict__ part_ml,
-                         __nv_bfloat16* __restrict__ out) {
+                         int* __restrict__ tickets, __nv_bfloat16* __restrict__ out) {
   constexpr int RS = D + 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* Ks = reinterpret_cast<__nv_bfloat16*>(smem_raw);
@@ -395,7 +455,11 @@ __global__ void __launch_bounds__(kWarps * 32)
     T.stage_part(Vs, vp, cb, T.ulo, fresh - 1, true);
   }
   pdl_wait();  // every block waits, also one with nothing to do: the grid never completes before its inputs
-  if (cb > ce) return;  // uniform: no positions of the tile here (split blocks)
+  if (cb > ce) {  // uniform: no positions of the tile here (split blocks)
+    if (tickets)
+      fused_combine<D>(meta, hq, hk, window, max_chunks, tile, kvh, tickets + blockIdx.x, part_acc, part_ml, out);
+    return;
+  }
   T.stage_q(Qs, q, kPairs, group, r_first, nrows, hq);
   T.stage_part(Ks, kp, cb, fresh, T.uhi, false);
   cp_async_commit();  // group: the early K(cb) and V(cb) parts, Q, the rest of K(cb)
@@ -449,7 +513,12 @@ __global__ void __launch_bounds__(kWarps * 32)
       cp_async_commit();
     }
   }
-  if (split || !warp_live) return;
+  if (split) {
+    if (tickets)
+      fused_combine<D>(meta, hq, hk, window, max_chunks, tile, kvh, tickets + blockIdx.x, part_acc, part_ml, out);
+    return;
+  }
+  if (!warp_live) return;
   store_pairs<D>(pr, hq, qd, o, l, out);
 }
 
@@ -529,44 +598,17 @@ __global__ void __launch_bounds__(128)
     attention_mma_combine(DeviceMeta meta, int hq, int window, int max_chunks, const int2* __restrict__ tiles,
                           const float* part_acc, const float* part_ml,  // no __restrict__: launch.h ld_act16
                           __nv_bfloat16* __restrict__ out) {
-  constexpr int DPL = D / 32, U = 4;
   pdl_enter();
   const int2 tile = tiles[blockIdx.x];
   const int lane = threadIdx.x % 32, pair = blockIdx.y * 4 + threadIdx.x / 32;
   if (pair >= tile.y * hq) return;
-  const int r = tile.x + pair / hq, h = pair % hq;
-  const Range rg = row_range(meta, r, window);
-  const int64_t idx = int64_t(r) * hq + h;
-  float m = -INFINITY, l = 0.f, o[DPL];
-#pragma unroll
-  for (int i = 0; i < DPL; ++i) o[i] = 0.f;
-  const int c_end = rg.pos / kC;
-  for (int c0 = rg.lo / kC; c0 <= c_end; c0 += U) {
-    float2 ml[U];
-    float pa[U][DPL];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (c0 + u > c_end) break;
-      const int64_t slot = idx * max_chunks + c0 + u;
-      ml[u] = *reinterpret_cast<const float2*>(part_ml + slot * 2);
-#pragma unroll
-      for (int i = 0; i < DPL; ++i) pa[u][i] = part_acc[slot * D + lane * DPL + i];
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (c0 + u > c_end) break;
-      const MergeFactors f = merge_chunk(m, l, ml[u].x, ml[u].y);
-#pragma unroll
-      for (int i = 0; i < DPL; ++i) o[i] = merge_out(o[i], pa[u][i], f);
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < DPL; ++i) out[idx * D + lane * DPL + i] = __float2bfloat16_rn(finish_out(o[i], l));
+  combine_pair<D>(meta, hq, window, max_chunks, tile.x + pair / hq, pair % hq, lane, part_acc, part_ml, out);
 }
 
 // Speed-only switch (identical bits, tested): the wide loop kernel; TF_ATTN_WIDE=0 turns it off for A/B
 // measurements.
 bool g_loop_wide = env_switch("TF_ATTN_WIDE", true);  // launch.h
+bool g_fused_combine = env_switch("TF_ATTN_FUSED_COMBINE", true);
 
 int g_split_cpb = 0;  // 0: from the call's size
 
@@ -598,7 +640,7 @@ void launch(const AttentionMmaArgs& a, cudaStream_t s) {
   } else if (a.num_loop_tiles > 0) {
     launch_pdl_if(g_pdl_group, attention_mma_kernel<D>, dim3(a.num_loop_tiles * a.hk, 1), kWarps * 32, smem,
                   s, q, k, v, a.meta, a.hq, a.hk, a.scale, a.window, a.softcap, a.loop_tiles, a.max_chunks, 0,
-                  nullptr, nullptr, out);
+                  nullptr, nullptr, nullptr, out);
     TF_CUDA_LAUNCH_CHECK();
   }
   if (a.num_split_tiles > 0) {
@@ -609,8 +651,9 @@ void launch(const AttentionMmaArgs& a, cudaStream_t s) {
     launch_pdl_if(g_pdl_group, attention_mma_kernel<D>,
                   dim3(a.num_split_tiles * a.hk, (a.max_chunks + cpb - 1) / cpb), kWarps * 32, smem, s, q, k,
                   v, a.meta, a.hq, a.hk, a.scale, a.window, a.softcap, a.split_tiles, a.max_chunks, cpb,
-                  a.part_acc, a.part_ml, out);
+                  a.part_acc, a.part_ml, a.tickets, out);
     TF_CUDA_LAUNCH_CHECK();
+    if (a.tickets) return;  // merged by each (tile, KV head)'s last block
     const int pair_blocks = (kPairs / (a.hq / a.hk) * a.hq + 3) / 4;  // rows per tile x heads, 4 a block
     launch_pdl_if(g_pdl_group, attention_mma_combine<D>, dim3(a.num_split_tiles, pair_blocks), 128, 0, s,
                   a.meta, a.hq, a.window, a.max_chunks, a.split_tiles, a.part_acc, a.part_ml, out);
@@ -646,6 +689,12 @@ void set_attention_loop_wide(bool on) {
 }
 bool attention_loop_wide() {
   return g_loop_wide;
+}
+void set_attention_fused_combine(bool on) {
+  g_fused_combine = on;
+}
+bool attention_fused_combine() {
+  return g_fused_combine;
 }
 
 void widen_loop_tiles(const std::vector<int32_t>& row_seq, int rows_per_tile, std::vector<int32_t>& tiles) {

@@ -40,6 +40,10 @@ bool attention_mma_enabled();
 // double-buffered loop kernel (default on; TF_ATTN_WIDE=0 off).
 void set_attention_loop_wide(bool on);
 bool attention_loop_wide();
+// Speed only (same bits, tested): the split schedule's partials merged by each (tile, KV head)'s last block
+// (AttentionMmaArgs::tickets) instead of a combine launch (default on; TF_ATTN_FUSED_COMBINE=0 off).
+void set_attention_fused_combine(bool on);
+bool attention_fused_combine();
 // Joins consecutive loop tiles of one sequence in pairs (at most 2 x rows_per_tile rows a tile): the
 // tiles of AttentionMmaArgs::wide_loop.
 void widen_loop_tiles(const std::vector<int32_t>& row_seq, int rows_per_tile, std::vector<int32_t>& tiles);
@@ -62,6 +66,10 @@ struct AttentionMmaArgs {
   int num_split_tiles = 0;
   float* part_acc = nullptr;  // split only: [rows * hq * max_chunks, D]
   float* part_ml = nullptr;   //             [rows * hq * max_chunks, 2]
+  // Split only, optional: one zeroed int per (split tile, KV head), left zeroed again by every launch. When
+  // given, the last block of a (tile, KV head) to finish merges its pairs' partials (the combine kernel's
+  // code and order: same bits) and the combine launch is saved.
+  int* tickets = nullptr;
 };
 void attention_mma(const AttentionMmaArgs& args, cudaStream_t s);
 

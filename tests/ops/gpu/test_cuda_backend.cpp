@@ -683,14 +683,18 @@ TEST_F(CudaOps, AttentionDecodeRowsEqualPrefillRows) {
     cuda::set_attention_loop_wide(true);
     cuda::set_attention_tile_schedule(cuda::TileSchedule::Split);
     const int64_t row = int64_t(hq) * d;
-    for (int n : {1, 2, 3, 4, 16}) {
-      if (n * (hq / hk) > 16 && n > 1) continue;
-      for (int first : {0, 60 - n + 4}) {
-        const auto got = run(first, n);
-        EXPECT_TRUE(std::equal(got.begin(), got.end(), prefill.begin() + first * row))
-            << n << " rows from " << first;
+    for (bool fused : {true, false}) {  // partials merged by the last block, or by the combine kernel
+      cuda::set_attention_fused_combine(fused);
+      for (int n : {1, 2, 3, 4, 16}) {
+        if (n * (hq / hk) > 16 && n > 1) continue;
+        for (int first : {0, 60 - n + 4}) {
+          const auto got = run(first, n);
+          EXPECT_TRUE(std::equal(got.begin(), got.end(), prefill.begin() + first * row))
+              << n << " rows from " << first << (fused ? ", fused combine" : ", combine kernel");
+        }
       }
     }
+    cuda::set_attention_fused_combine(true);
     cuda::set_attention_tile_schedule(cuda::TileSchedule::Auto);
   }
 }

@@ -152,7 +152,8 @@ TEST_F(Gpu, QuantDequantizeMatchesCpuTwin) {
 }
 
 // Every format: the GPU linear within the bf16-rounding bound of the CPU twin; bit-equal to the bf16
-// linear on the dequantized weight for every M; a row's bits the same for M = 1, 2, 7, 16, 64, 100, 256.
+// linear on the dequantized weight for every M; a row's bits the same for M = 1, 2, 7, 16, 25, 32, 64, 100,
+// 256 (each token tile of the decode kernels: 8, 16 and 32 rows).
 TEST_F(Gpu, QuantLinearMatchesCpuTwinAndIsRowInvariant) {
   const int64_t N = 301, K = 1152, M = 256, Mc = 37;
   auto [xb, xf] = random_x(M, K, 3);
@@ -193,7 +194,7 @@ TEST_F(Gpu, QuantLinearMatchesCpuTwinAndIsRowInvariant) {
     dense.weight = cuda::dequantize_bf16(wg, cuda::stream_of(*gpu));
     dense.bias = wg.bias;
     dense.in_features = K, dense.out_features = N;
-    for (int64_t rows : {1, 2, 7, 16, 64, 100, 256}) {
+    for (int64_t rows : {1, 2, 7, 16, 25, 32, 64, 100, 256}) {
       SCOPED_TRACE(rows);
       const Tensor part = run(wg, rows), ref = run(dense, rows);
       EXPECT_EQ(std::memcmp(part.raw(), full.raw(), part.nbytes()), 0) << "row bits depend on M";
@@ -201,7 +202,7 @@ TEST_F(Gpu, QuantLinearMatchesCpuTwinAndIsRowInvariant) {
     }
     for (int ahead : {4, 8, 16}) {  // the forced load schedules: same arithmetic
       cuda::set_quant_loads_per_step(ahead);
-      for (int64_t rows : {1, 16}) {
+      for (int64_t rows : {1, 16, 32}) {
         const Tensor part = run(wg, rows);
         EXPECT_EQ(std::memcmp(part.raw(), full.raw(), part.nbytes()), 0) << rows << " rows, " << ahead;
       }
@@ -246,7 +247,7 @@ TEST_F(Gpu, Quant4BitQuadLayoutAtOddSlices) {
   ASSERT_EQ(std::memcmp(full.raw(), ref.raw(), full.nbytes()), 0) << "differs from the bf16 linear";
   for (int ahead : {0, 4, 8, 16}) {
     cuda::set_quant_loads_per_step(ahead);
-    for (int64_t rows : {1, 3, 16}) {
+    for (int64_t rows : {1, 3, 16, 29}) {
       const Tensor part = run(wg, rows);
       EXPECT_EQ(std::memcmp(part.raw(), full.raw(), part.nbytes()), 0) << rows << " rows, " << ahead;
     }

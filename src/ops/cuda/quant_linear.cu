@@ -36,6 +36,7 @@ int g_loads_per_step = 0;  // K chunks a warp loads per step for M <= 16; 0: by 
 constexpr int kXsMaxBytes = 96 << 10;
 // TF_X_SMEM=0 (measurements): q4_decode_kernel keeps x in registers, a quad ahead, at one token too.
 const bool g_x_smem = env_switch("TF_X_SMEM", true);  // launch.h
+constexpr bool kQ4Nt4 = true;  // 17-32 rows on q4_decode_kernel (quad loads, persistent) too
 constexpr int kDequantMinM = 128;  // from here on: dequantize to bf16 + the tiled bf16 linear
 constexpr size_t kDequantMaxBytes = size_t(256) << 20;  // ... unless the transient bf16 copy exceeds this
 
@@ -224,12 +225,12 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     float acc[NT][4];
 #pragma unroll
     for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-    auto step = [&](const uint4& a, const uint4& b, int c) {
+    auto step = [&](const uint4& a, const uint4& b, int c) {  // the chunk's x loads first
+      uint4 xv[NT];
 #pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        const uint4 xv = XS ? x_smem[x_row + 4 * c + t] : ld_act16(xr[j] + c * 32);
-        mma_chunk(acc[j], a, b, xv);
-      }
+      for (int j = 0; j < NT; ++j) xv[j] = XS ? x_smem[x_row + 4 * c + t] : ld_act16(xr[j] + c * 32);
+#pragma unroll
+      for (int j = 0; j < NT; ++j) mma_chunk(acc[j], a, b, xv[j]);
     };
     auto single = [&](int c) {
       step(dequant<kMlxBf16, 4>(load_raw<kMlxBf16, 4>(row_ptr<kMlxBf16, 4>(q, pa, t), c, sh)),
@@ -249,6 +250,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
       for (int e = 0; e < 4; ++e) dst[e] = ld_act16(xr[0] + (4 * quad + e) * 32);
     };
     constexpr bool kXAhead = NT == 1 && !XS;
+    constexpr bool kXQuad = NT == 2 && !XS;
     if constexpr (kXAhead)
       if (qb < qe) load_xq(qb, xq);
     auto step_x = [&](const uint4& a, const uint4& b, int c, int e) {
@@ -279,10 +281,29 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
         else if (chained)
           load(i, rows(na, nb), r - qe + qb);
         const int c = 4 * (qd + i);
-        step_x(a0, b0, c, 0);
-        step_x(a1, b1, c + 1, 1);
-        step_x(a2, b2, c + 2, 2);
-        step_x(a3, b3, c + 3, 3);
+        if constexpr (kXQuad) {
+          // NT = 2: the quad's x (4 chunks x 2 token rows) is loaded before its first MMA, not chunk by
+          // chunk right before each chunk's MMAs (one dependent L2 round trip a chunk; x loads and MMAs are
+          // volatile asm, issued in program order). Same values, same MMAs in the same order.
+          uint4 xv[4][NT];
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+#pragma unroll
+            for (int j = 0; j < NT; ++j) xv[e][j] = ld_act16(xr[j] + (c + e) * 32);
+#pragma unroll
+          for (int j = 0; j < NT; ++j) mma_chunk(acc[j], a0, b0, xv[0][j]);
+#pragma unroll
+          for (int j = 0; j < NT; ++j) mma_chunk(acc[j], a1, b1, xv[1][j]);
+#pragma unroll
+          for (int j = 0; j < NT; ++j) mma_chunk(acc[j], a2, b2, xv[2][j]);
+#pragma unroll
+          for (int j = 0; j < NT; ++j) mma_chunk(acc[j], a3, b3, xv[3][j]);
+        } else {
+          step_x(a0, b0, c, 0);
+          step_x(a1, b1, c + 1, 1);
+          step_x(a2, b2, c + 2, 2);
+          step_x(a3, b3, c + 3, 3);
+        }
         if constexpr (kXAhead) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) xq[e] = xn[e];
@@ -360,7 +381,10 @@ void prime_q4_grids() {
                         reinterpret_cast<const void*>(q4_decode_kernel<1, 4>),
                         reinterpret_cast<const void*>(q4_decode_kernel<2, 1>),
                         reinterpret_cast<const void*>(q4_decode_kernel<2, 2>),
-                        reinterpret_cast<const void*>(q4_decode_kernel<2, 4>)})
+                        reinterpret_cast<const void*>(q4_decode_kernel<2, 4>),
+                        reinterpret_cast<const void*>(q4_decode_kernel<4, 1>),
+                        reinterpret_cast<const void*>(q4_decode_kernel<4, 2>),
+                        reinterpret_cast<const void*>(q4_decode_kernel<4, 4>)})
     resident_blocks(k);
   resident_blocks(reinterpret_cast<const void*>(q4_decode_kernel<1, 4, true>), kXsMaxBytes);
 }
@@ -536,10 +560,10 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
         if (ahead >= 8) kernel = qlinear_kernel<KIND, B, NT, 8>;
       int grid = n_tiles * m_tiles;
       size_t smem = 0;  // dynamic shared memory: q4_decode_kernel's x (XS)
-      if constexpr (KIND == kMlxBf16 && B == 4 && NT <= 2)
+      if constexpr (KIND == kMlxBf16 && B == 4 && NT <= (kQ4Nt4 ? 4 : 2))
         if (q.chunk_shift >= 1 && n * q.row_bytes / 4 < (int64_t(1) << 32)) {  // quad loads; persistent grid
           // Auto: 16 chunks ahead at M <= 8, 8 at M <= 16 (16 spills there: 128 registers, 2 blocks/SM)
-          const int quads = g_loads_per_step ? g_loads_per_step / 4 : NT == 1 ? 4 : 2;
+          const int quads = g_loads_per_step ? g_loads_per_step / 4 : NT == 1 ? 4 : NT == 2 ? 2 : 1;
           kernel = quads == 1   ? q4_decode_kernel<NT, 1>
                    : quads == 2 ? q4_decode_kernel<NT, 2>
                                 : q4_decode_kernel<NT, 4>;

@@ -7,6 +7,7 @@
 // (2) is an older unfused flow (separate q/k/v linears, q/k norm, rope, KV write, silu_mul): 4+ kernels a
 // layer more than the product runs. The product's forward at each format is `tensorfold bench --shape
 // qwen3-8b --format bf16,mlx4,mlx8,fp8` (shape_bench.h); issue 11's forward numbers come from there.
+// --linears-m 16,32,64: the linears alone at those M, bf16 and MLX 4-bit (run_linears_m).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -199,13 +200,38 @@ struct Result {
   bool full;  // the whole decode forward (else the linears alone)
 };
 
-int run() {
+// --linears-m M,M,..: only the linears of one decode step (graph) at these M, bf16 and MLX 4-bit/g64 in
+// the same run (the quantized kernels' mid-M rows: mixed decode + prompt rounds).
+int run_linears_m(Backend& be, const std::vector<int>& ms) {
+  cudaStream_t s = cuda::stream_of(be);
+  std::printf("| M | bf16 ms | mlx4 ms | mlx4 vs bf16 | mlx4 GB/s |\n|---|---|---|---|---|\n");
+  Weights wb = make_weights(be, Fmt::Bf16), w4 = make_weights(be, Fmt::Mlx4);
+  for (int m : ms) {
+    Buffers b = make_buffers(be, m);
+    const double tb = time_graph_ms(s, [&] { step(be, wb, b); }), t4 = time_graph_ms(s, [&] { step(be, w4, b); });
+    std::printf("| %d | %.3f | %.3f | %.2fx | %.0f |\n", m, tb, t4, tb / t4, double(w4.bytes) / (t4 * 1e-3) / 1e9);
+  }
+  return 0;
+}
+
+int run(int argc, char** argv) {
   std::string why;
   auto be = make_cuda_backend(0, &why);
   if (!be) {
     std::fprintf(stderr, "tf_bench_quant: %s\n", why.c_str());
     return 1;
   }
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::string(argv[i]) == "--linears-m") {
+      std::vector<int> ms;
+      for (size_t p = 0; p < std::string(argv[i + 1]).size();) {
+        const std::string a = argv[i + 1];
+        const size_t e = a.find(',', p);
+        ms.push_back(std::stoi(a.substr(p, e - p)));
+        p = e == std::string::npos ? a.size() : e + 1;
+      }
+      return run_linears_m(*be, ms);
+    }
   cudaStream_t s = cuda::stream_of(*be);
   const double copy = copy_bandwidth_gbs(*be);
   std::printf("%s\ncopy bandwidth (device to device, read + write): %.0f GB/s\n\n", be->name().c_str(), copy);
@@ -288,9 +314,9 @@ int run() {
 }  // namespace
 }  // namespace tf
 
-int main() {
+int main(int argc, char** argv) {
   try {
-    return tf::run();
+    return tf::run(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tf_bench_quant: %s\n", e.what());
     return 1;

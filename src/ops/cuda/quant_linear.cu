@@ -37,6 +37,7 @@ constexpr int kXsMaxBytes = 96 << 10;
 // TF_X_SMEM=0 (measurements): q4_decode_kernel keeps x in registers, a quad ahead, at one token too.
 const bool g_x_smem = env_switch("TF_X_SMEM", true);  // launch.h
 constexpr bool kQ4Nt4 = true;  // 17-32 rows on q4_decode_kernel (quad loads, persistent) too
+const bool g_q4_mid = env_switch("TF_Q4_MID", true);  // ... and 33-127 rows (see linear_quantized)
 constexpr int kDequantMinM = 128;  // from here on: dequantize to bf16 + the tiled bf16 linear
 constexpr size_t kDequantMaxBytes = size_t(256) << 20;  // ... unless the transient bf16 copy exceeds this
 
@@ -578,11 +579,15 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
       launch_pdl(kernel, dim3(grid), dim3(kWarps * 32), smem, s, xp, q, bias, bias_kind, y.raw(), y_f32, m,
                  int(n), int(k), m_tiles);
     };
+    // 4-bit with bf16 scales: q4_decode_kernel's 32-row tiles up to kDequantMinM rows (each weight tile's
+    // token tiles run together, so the second and later read it from L2); TF_Q4_MID=0: qlinear_kernel's
+    // 64-row tiles from 33 rows (A/B).
+    const bool q4_mid = g_q4_mid && KIND == kMlxBf16 && B == 4 && q.chunk_shift >= 1;
     if (m <= 8)
       go(std::integral_constant<int, 1>{});
     else if (m <= 16)
       go(std::integral_constant<int, 2>{});
-    else if (m <= 32)
+    else if (m <= 32 || q4_mid)
       go(std::integral_constant<int, 4>{});
     else
       go(std::integral_constant<int, 8>{});

@@ -281,12 +281,21 @@ struct Tile {
           cp_async16(dst + row * RS + col, pool, false);
       }
     } else {
-      for (int i = threadIdx.x; i < kC * (D / 8); i += NT) {
-        const int row = i / (D / 8), cl = (i % (D / 8)) * 8, p = c0 + row;
-        if (p >= lo && p <= hi)
-          cp_async16(dst + row * RS + cl, pool + slot64(p) * hk * D + int64_t(kvh) * D + cl, true);
-        else if (zeros && (p < ulo || p > uhi))
-          cp_async16(dst + row * RS + cl, pool, false);
+      // Only the units of the rows that get a copy ([lo, hi], inside [ulo, uhi]) or, with `zeros`, a zero
+      // fill (outside [ulo, uhi]): the second pass of a decode row copies one row, and walking all 2048
+      // units to test each was most of the b=1 kernel's issue slots after the wait (ncu, run 100).
+      constexpr int UPR = D / 8;
+      const int r0 = max(lo - c0, 0), r1 = min(hi - c0, kC - 1);
+      for (int i = threadIdx.x + r0 * UPR; i < (r1 + 1) * UPR; i += NT) {
+        const int row = i / UPR, cl = (i % UPR) * 8, p = c0 + row;
+        cp_async16(dst + row * RS + cl, pool + slot64(p) * hk * D + int64_t(kvh) * D + cl, true);
+      }
+      if (zeros) {
+        const int z0 = min(max(ulo - c0, 0), kC), z1 = max(min(uhi - c0 + 1, kC), z0);  // rows [0, z0), [z1, kC)
+        for (int i = threadIdx.x; i < z0 * UPR; i += NT)
+          cp_async16(dst + (i / UPR) * RS + (i % UPR) * 8, pool, false);
+        for (int i = threadIdx.x + z1 * UPR; i < kC * UPR; i += NT)
+          cp_async16(dst + (i / UPR) * RS + (i % UPR) * 8, pool, false);
       }
     }
   }
@@ -406,9 +415,9 @@ template <int D>
 __device__ __forceinline__ void fused_combine(const DeviceMeta& meta, int hq, int hk, int window,
                                               int max_chunks, int2 tile, int kvh, int* ticket,
                                               const float* part_acc, const float* part_ml,
-                                              __nv_bfloat16* out) {
+                                              __nv_bfloat16* out, bool wrote) {
   __shared__ int last;
-  __threadfence();  // this thread's partials, before the block's ticket
+  if (wrote) __threadfence();  // this thread's partials, before the block's ticket
   __syncthreads();
   if (threadIdx.x == 0) last = atomicAdd(ticket, 1) == int(gridDim.y) - 1;
   __syncthreads();
@@ -457,7 +466,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   pdl_wait();  // every block waits, also one with nothing to do: the grid never completes before its inputs
   if (cb > ce) {  // uniform: no positions of the tile here (split blocks)
     if (tickets)
-      fused_combine<D>(meta, hq, hk, window, max_chunks, tile, kvh, tickets + blockIdx.x, part_acc, part_ml, out);
+      fused_combine<D>(meta, hq, hk, window, max_chunks, tile, kvh, tickets + blockIdx.x, part_acc, part_ml, out,
+                       false);
     return;
   }
   T.stage_q(Qs, q, kPairs, group, r_first, nrows, hq);
@@ -515,7 +525,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   if (split) {
     if (tickets)
-      fused_combine<D>(meta, hq, hk, window, max_chunks, tile, kvh, tickets + blockIdx.x, part_acc, part_ml, out);
+      fused_combine<D>(meta, hq, hk, window, max_chunks, tile, kvh, tickets + blockIdx.x, part_acc, part_ml, out,
+                       warp_live);
     return;
   }
   if (!warp_live) return;

@@ -17,11 +17,11 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.h"
 #include "ops/backend.h"
 #include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/quant_linear.h"
-#include "bench_common.h"
 #include "quant_weights.h"
 
 namespace tf {
@@ -31,7 +31,9 @@ constexpr int kLayers = 36, kHidden = 4096, kInter = 12288, kKv = 1024, kVocab =
 constexpr int kHeads = 32, kKvHeads = 8, kHeadDim = 128, kBlock = 16, kCtx = 512, kMaxBatch = 16;
 
 // This bench's default: median of 11 after 3 warm-ups.
-double time_ms(cudaStream_t s, const std::function<void()>& fn) { return bench::time_ms(s, fn, 3, 11); }
+double time_ms(cudaStream_t s, const std::function<void()>& fn) {
+  return bench::time_ms(s, fn, 3, 11);
+}
 using bench::time_graph_ms;
 
 using Fmt = bench::WeightFormat;
@@ -208,8 +210,10 @@ int run_linears_m(Backend& be, const std::vector<int>& ms) {
   Weights wb = make_weights(be, Fmt::Bf16), w4 = make_weights(be, Fmt::Mlx4);
   for (int m : ms) {
     Buffers b = make_buffers(be, m);
-    const double tb = time_graph_ms(s, [&] { step(be, wb, b); }), t4 = time_graph_ms(s, [&] { step(be, w4, b); });
-    std::printf("| %d | %.3f | %.3f | %.2fx | %.0f |\n", m, tb, t4, tb / t4, double(w4.bytes) / (t4 * 1e-3) / 1e9);
+    const double tb = time_graph_ms(s, [&] { step(be, wb, b); }),
+                 t4 = time_graph_ms(s, [&] { step(be, w4, b); });
+    std::printf("| %d | %.3f | %.3f | %.2fx | %.0f |\n", m, tb, t4, tb / t4,
+                double(w4.bytes) / (t4 * 1e-3) / 1e9);
   }
   return 0;
 }

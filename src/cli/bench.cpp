@@ -349,7 +349,8 @@ void run_bench(const BenchArgs& a) {
       const RunResult s = run_once(*engine, a, w, false), di = run_once(*engine, a, w, true);
       if (s.outputs != di.outputs) throw Error("drafted output differs from serial output on workload " + w);
       ts.push_back(rate(s)), td.push_back(rate(di)), ratios.push_back(rate(di) / rate(s));
-      d.accepted += di.accepted, d.drafted += di.drafted, d.generated += di.generated, d.forwards += di.forwards;
+      d.accepted += di.accepted, d.drafted += di.drafted, d.generated += di.generated,
+          d.forwards += di.forwards;
     }
     std::cout << std::fixed << std::setprecision(1) << "| " << w << " | " << median(ts) << " | " << median(td)
               << " | " << std::setprecision(2) << median(ratios) << "x | " << d.accepted << "/" << d.drafted
@@ -389,9 +390,10 @@ void add_bench_command(CLI::App& app) {
        "--cuda-graphs", a->cuda_graphs,
        "on | off: replay decode and verify forwards from captured CUDA graphs (same output, fewer launches)")
       ->check(CLI::IsMember({"on", "off"}));
-  c->add_option("--pad-drafts", a->pad_drafts,
-                "auto | on | off: pad proposals to 1, 2, 4, 8.. tokens so verify rounds replay as CUDA graphs "
-                "(same output; auto = when graphs replay and a decode round takes < 1 ms; default off)")
+  c->add_option(
+       "--pad-drafts", a->pad_drafts,
+       "auto | on | off: pad proposals to 1, 2, 4, 8.. tokens so verify rounds replay as CUDA graphs "
+       "(same output; auto = when graphs replay and a decode round takes < 1 ms; default off)")
       ->check(CLI::IsMember({"auto", "on", "off"}));
   c->add_option("--tokens", a->tokens, "Tokens generated per stream")->check(CLI::Range(2, 1 << 20));
   c->add_option("--parallel", a->parallel, "Concurrent streams")->check(CLI::PositiveNumber);

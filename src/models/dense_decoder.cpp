@@ -226,7 +226,8 @@ class DenseDecoder final : public Model {
       be_.sample_rows(out, *o.sampling, *o.tokens);
     }
     if (o.logits && to_copy > 0) {
-      Tensor host = Tensor::borrow(o.logits->data(), {to_copy, int64_t(spec_.vocab)}, DType::F32, Device::CPU);
+      Tensor host =
+          Tensor::borrow(o.logits->data(), {to_copy, int64_t(spec_.vocab)}, DType::F32, Device::CPU);
       if (some) {
         Tensor picked = be_.alloc({to_copy, int64_t(spec_.vocab)}, DType::F32);
         be_.gather_rows(out, *o.host_rows, picked);

@@ -291,7 +291,8 @@ struct Tile {
         cp_async16(dst + row * RS + cl, pool + slot64(p) * hk * D + int64_t(kvh) * D + cl, true);
       }
       if (zeros) {
-        const int z0 = min(max(ulo - c0, 0), kC), z1 = max(min(uhi - c0 + 1, kC), z0);  // rows [0, z0), [z1, kC)
+        const int z0 = min(max(ulo - c0, 0), kC),
+                  z1 = max(min(uhi - c0 + 1, kC), z0);  // rows [0, z0), [z1, kC)
         for (int i = threadIdx.x; i < z0 * UPR; i += NT)
           cp_async16(dst + (i / UPR) * RS + (i % UPR) * 8, pool, false);
         for (int i = threadIdx.x + z1 * UPR; i < kC * UPR; i += NT)
@@ -374,9 +375,9 @@ __device__ __forceinline__ void store_pairs(const Pairs& pr, int hq, int qd, con
 // values a lane): the combine kernel's work, shared with the split kernel's fused combine (same bits).
 // The partials are read through L2 (__ldcg): in the fused combine other blocks wrote them.
 template <int D>
-__device__ __forceinline__ void combine_pair(const DeviceMeta& meta, int hq, int window, int max_chunks, int r,
-                                             int h, int lane, const float* part_acc, const float* part_ml,
-                                             __nv_bfloat16* out) {
+__device__ __forceinline__ void combine_pair(const DeviceMeta& meta, int hq, int window, int max_chunks,
+                                             int r, int h, int lane, const float* part_acc,
+                                             const float* part_ml, __nv_bfloat16* out) {
   constexpr int DPL = D / 32, U = 4;
   const Range rg = row_range(meta, r, window);
   const int64_t idx = int64_t(r) * hq + h;
@@ -414,8 +415,8 @@ __device__ __forceinline__ void combine_pair(const DeviceMeta& meta, int hq, int
 template <int D>
 __device__ __forceinline__ void fused_combine(const DeviceMeta& meta, int hq, int hk, int window,
                                               int max_chunks, int2 tile, int kvh, int* ticket,
-                                              const float* part_acc, const float* part_ml,
-                                              __nv_bfloat16* out, bool wrote) {
+                                              const float* part_acc, const float* part_ml, __nv_bfloat16* out,
+                                              bool wrote) {
   __shared__ int last;
   if (wrote) __threadfence();  // this thread's partials, before the block's ticket
   __syncthreads();
@@ -466,8 +467,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   pdl_wait();  // every block waits, also one with nothing to do: the grid never completes before its inputs
   if (cb > ce) {  // uniform: no positions of the tile here (split blocks)
     if (tickets)
-      fused_combine<D>(meta, hq, hk, window, max_chunks, tile, kvh, tickets + blockIdx.x, part_acc, part_ml, out,
-                       false);
+      fused_combine<D>(meta, hq, hk, window, max_chunks, tile, kvh, tickets + blockIdx.x, part_acc, part_ml,
+                       out, false);
     return;
   }
   T.stage_q(Qs, q, kPairs, group, r_first, nrows, hq);
@@ -525,8 +526,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   if (split) {
     if (tickets)
-      fused_combine<D>(meta, hq, hk, window, max_chunks, tile, kvh, tickets + blockIdx.x, part_acc, part_ml, out,
-                       warp_live);
+      fused_combine<D>(meta, hq, hk, window, max_chunks, tile, kvh, tickets + blockIdx.x, part_acc, part_ml,
+                       out, warp_live);
     return;
   }
   if (!warp_live) return;

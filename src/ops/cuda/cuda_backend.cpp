@@ -833,9 +833,10 @@ class CudaBackend final : public Backend {
   const bool poison_ = env_switch("TF_CUDA_POISON", false);
   cudaStream_t stream_ = nullptr;
   Staging meta_stage_, gather_stage_, scatter_stage_, sample_stage_, tile_stage_;
-  ReadBack read_back_;  // to_host_queued
+  ReadBack read_back_;                            // to_host_queued
   static constexpr size_t kFusedCombineMax = 64;  // (split tile, KV head) pairs of one attention call
-  int* tickets_ = nullptr;                         // attention_tickets
+  int* tickets_ = nullptr;                        // attention_tickets
+
   Staging graph_tile_stage_;  // the attention tiles of graphed forwards (a fixed address while it fits)
   std::vector<int32_t> row_seq_;  // host copy of this forward's rows' sequences (attention tiles)
   const int2* tiles_ = nullptr;   // device: loop tiles, then split tiles, as (first row, rows)

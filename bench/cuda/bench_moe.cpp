@@ -1,6 +1,8 @@
 // tf_bench_moe: a random-weight Qwen3-30B-A3B shape (48 layers, hidden 2048, 128 experts, top-8, expert
 // intermediate 768, 32/4 heads of 128, vocab 151936) on the CUDA backend, forward composed from the
-// backend ops with Backend::moe for the sparse MLPs, in bf16 and as an mlx-lm 4-bit conversion (MLX affine
+// backend ops as the product's decoder layer runs them (q/k/v fused into one projection with the add +
+// norm, q/k norm + rope + KV write in one op; session 8: before, the unfused flow) with Backend::moe for the
+// sparse MLPs, in bf16 and as an mlx-lm 4-bit conversion (MLX affine
 // 4-bit group 64 experts, attention and lm_head, the router 8-bit group 64, bf16 embeddings; random codes,
 // finite random scales). Measures the device copy bandwidth in the same run, then per format decode at
 // batch 1/8/32 (context 512; tokens/s and the fraction of the roofline on the bytes the step actually
@@ -37,7 +39,7 @@ using bench::time_graph_ms;
 using bench::time_ms;
 
 struct Layer {
-  LinearWeight q, k, v, o;
+  LinearWeight qkv, o;  // q, k and v fused, as the product loads them (decoder_layer.cpp fuse_linears)
   MoeWeights moe;
   Tensor ln1, ln2, q_norm, k_norm;
   KvLayer kv;
@@ -116,9 +118,7 @@ Model make_model(Backend& be, int64_t kv_blocks, bool mlx) {
   const int64_t qd = int64_t(kHeads) * kHeadDim, kd = int64_t(kKvHeads) * kHeadDim;
   for (int l = 0; l < kLayers; ++l) {
     Layer L;
-    L.q = lin(qd, kHidden);
-    L.k = lin(kd, kHidden);
-    L.v = lin(kd, kHidden);
+    L.qkv = lin(qd + 2 * kd, kHidden);
     L.o = lin(kHidden, qd);
     L.moe.top_k = kTopK, L.moe.norm_topk_prob = true;
     L.moe.router = lin(kExperts, kHidden, 8);  // mlx-lm keeps the router at 8 bits
@@ -152,37 +152,36 @@ void forward(Backend& be, Model& m, int rows, const std::vector<int32_t>& outs, 
              const MoeHook& hook = nullptr) {
   const int64_t qd = int64_t(kHeads) * kHeadDim, kd = int64_t(kKvHeads) * kHeadDim;
   auto a = [&](int64_t r, int64_t c) { return be.alloc({r, c}, DType::BF16); };
-  Tensor res = a(rows, kHidden), x = a(rows, kHidden), q = a(rows, qd), k = a(rows, kd), v = a(rows, kd),
-         attn = a(rows, qd), o = a(rows, kHidden), mlp = a(rows, kHidden);
-  Tensor qh = q.view({rows * int64_t(kHeads), kHeadDim}), kh = k.view({rows * int64_t(kKvHeads), kHeadDim});
+  Tensor res = a(rows, kHidden), res2 = a(rows, kHidden), x = a(rows, kHidden), q = a(rows, qd),
+         qkv = a(rows, qd + 2 * kd), attn = a(rows, qd), o = a(rows, kHidden), mlp = a(rows, kHidden);
   AttentionParams ap{kHeads, kKvHeads, kHeadDim, 1.f / std::sqrt(float(kHeadDim)), 0, 0.f};
   RopeParams rope;
   rope.head_dim = rope.rotary_dim = kHeadDim;
   for (int i = 0; i < kHeadDim / 2; ++i) rope.inv_freq.push_back(std::pow(1e6f, -2.f * i / kHeadDim));
+  // The product's attention half (decoder_layer_forward): the add + norm fused into the qkv projection where
+  // the backend can (then the new residual is in the other buffer), q/k norm + rope + KV write in one op.
+  Tensor* cur = &res;
+  Tensor* alt = &res2;
   be.embedding(m.embed, 1.f, res);
   for (int l = 0; l < kLayers; ++l) {
     Layer& L = m.layers[l];
-    if (l == 0)
-      be.rms_norm(res, L.ln1, 1e-6f, 0.f, x);
-    else
-      be.add_rms_norm(res, mlp, L.ln1, 1e-6f, 0.f, x);
-    be.linear(x, L.q, q);
-    be.linear(x, L.k, k);
-    be.linear(x, L.v, v);
-    be.rms_norm(qh, L.q_norm, 1e-6f, 0.f, qh);
-    be.rms_norm(kh, L.k_norm, 1e-6f, 0.f, kh);
-    be.rope(q, k, rope);
-    be.kv_write(L.kv, k, v);
+    if (l == 0) {
+      be.rms_norm(*cur, L.ln1, 1e-6f, 0.f, x);
+      be.linear(x, L.qkv, qkv);
+    } else if (be.add_rms_norm_linear(*cur, mlp, L.ln1, 1e-6f, 0.f, x, L.qkv, qkv, *alt)) {
+      std::swap(cur, alt);
+    }
+    be.attention_inputs_qkv(qkv, q, &L.q_norm, &L.k_norm, 1e-6f, 0.f, rope, L.kv);
     be.attention(q, L.kv, ap, attn);
     be.linear(attn, L.o, o);
-    be.add_rms_norm(res, o, L.ln2, 1e-6f, 0.f, x);
+    be.add_rms_norm(*cur, o, L.ln2, 1e-6f, 0.f, x);
     if (hook) hook(l, x);
     if (host_moe)
       be.Backend::moe(x, L.moe, mlp);
     else
       be.moe(x, L.moe, mlp);
   }
-  be.add_rms_norm(res, mlp, m.final_norm, 1e-6f, 0.f, x);
+  be.add_rms_norm(*cur, mlp, m.final_norm, 1e-6f, 0.f, x);
   Tensor logits = be.alloc({int64_t(outs.size()), kVocab}, DType::F32);
   if (int(outs.size()) == rows) return be.linear(x, m.lm_head, logits);  // decode: no host staging (graphs)
   Tensor last = a(int64_t(outs.size()), kHidden);

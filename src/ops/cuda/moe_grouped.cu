@@ -12,6 +12,8 @@
 // slot's bits are those of linear_quantized on its row alone.
 #include <cuda_bf16.h>
 
+#include <algorithm>
+
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/moe_kernels.h"
@@ -254,6 +256,84 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+// Persistent variant of grouped_kernel for tiles of up to 8 tokens (NT = 1), when every warp's K slice fits
+// U chunks: a block walks the work items (tile, 16-feature n-tile) blockIdx.x, + gridDim.x, ... and, as it
+// dequantizes each group of 4 chunks of the current item, reloads those fragment slots with the next item's
+// chunks, so the next item's weights are in flight through this item's MMAs, slice sum and store (the
+// non-persistent grid ran ~3-4 waves of one latency chain each at decode: run 103). The slice sums go to
+// alternating buffers (one barrier an item). Same chunks, same MMAs in the same order, same slice sum.
+template <class Rows, int U>
+__global__ void __launch_bounds__(kWarps * 32, 2)
+    grouped_persistent_kernel(const __nv_bfloat16* x, const int32_t* x_rows, const MoeExperts w,
+                              const int4* tiles, __nv_bfloat16* y, int n, int k) {
+  static_assert(U % 4 == 0, "fragments are reloaded in groups of 4 chunks");
+  using Frag = typename Rows::Frag;
+  __shared__ float red[2][kWarps][8][16];
+  pdl_enter();  // the tiles and the expert of each come from group_kernel
+  const int ntiles = tiles[0].x, n_tiles = (n + 15) / 16, items = ntiles * n_tiles;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int chunks = k / 32;
+  const int c_begin = warp * chunks / kWarps, count = (warp + 1) * chunks / kWarps - c_begin;  // <= U
+  // Item i: tile i % ntiles (the tiles of one n-tile run together), features 16 * (i / ntiles) ...
+  auto rows_of = [&](int item, int4& tl, int& n0) {
+    tl = tiles[1 + item % ntiles];
+    n0 = item / ntiles * 16;
+    return Rows(w, tl.x, min(n0 + g, n - 1), min(n0 + g + 8, n - 1), k, t);  // clamped; masked at the store
+  };
+  int item = blockIdx.x;
+  if (item >= items) return;
+  int4 tl;
+  int n0;
+  Rows wr = rows_of(item, tl, n0);
+  Frag a[U], b[U];
+  wr.load(c_begin, count, a, b);
+  for (int it = 0;; ++it) {
+    const int next = item + int(gridDim.x);
+    int4 tln = tl;
+    int n0n = n0;
+    const Rows wn = next < items ? rows_of(next, tln, n0n) : wr;
+    const bool xok = g < tl.z;  // lane g's token row of the tile (rows past it: never stored)
+    const __nv_bfloat16* xr =
+        x + int64_t(x_rows ? x_rows[tl.y + (xok ? g : 0)] : tl.y + (xok ? g : 0)) * k + 8 * t;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int q = 0; q < U; q += 4) {
+      if (q >= count) break;
+      uint4 av[4], bv[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (q + i < count) av[i] = Rows::bf16(a[q + i]), bv[i] = Rows::bf16(b[q + i]);
+      if (next < items)
+        wn.load(c_begin + q, min(4, count - q), reinterpret_cast<Frag(&)[4]>(a[q]),
+                reinterpret_cast<Frag(&)[4]>(b[q]));
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (q + i < count) {
+          const uint4 xv = xok ? ld_act16(xr + (c_begin + q + i) * 32) : make_uint4(0, 0, 0, 0);
+          mma_chunk(acc, av[i], bv[i], xv);
+        }
+    }
+    float(*rd)[8][16] = red[it & 1];
+    rd[warp][2 * t][g] = acc[0];
+    rd[warp][2 * t + 1][g] = acc[1];
+    rd[warp][2 * t][g + 8] = acc[2];
+    rd[warp][2 * t + 1][g + 8] = acc[3];
+    __syncthreads();  // the other buffer is rewritten only after the next item's barrier: all stores done
+    for (int i = threadIdx.x; i < 8 * 16; i += kWarps * 32) {
+      const int tok = i / 16, f = i % 16;
+      const int col = n0 + f;
+      if (tok >= tl.z || col >= n) continue;
+      float sum = rd[0][tok][f];
+#pragma unroll
+      for (int r = 1; r < kWarps; ++r) sum += rd[r][tok][f];
+      y[int64_t(tl.y + tok) * n + col] = __float2bfloat16(sum);
+    }
+    if (next >= items) break;
+    item = next, tl = tln, n0 = n0n, wr = wn;
+  }
+}
+
 template <class T>
 __global__ void combine_kernel(const __nv_bfloat16* y, const int32_t* slot_of_pair, const float* weights,
                                T* out, int top_k, int width) {
@@ -270,6 +350,27 @@ __global__ void combine_kernel(const __nv_bfloat16* y, const int32_t* slot_of_pa
     else
       out[int64_t(row) * width + c] = __float2bfloat16(s);
   }
+}
+
+// TF_MOE_PERSISTENT=0: the non-persistent grid at tiles of 8 tokens too (A/B).
+const bool g_moe_persistent = env_switch("TF_MOE_PERSISTENT", true);  // launch.h
+constexpr int kPersistentU = 8;  // chunks of a warp's K slice the persistent kernel holds (K <= 2048)
+
+template <class Rows>
+void launch_persistent(const void* x, const int32_t* x_rows, const MoeExperts& w, const int4* tiles,
+                       int max_tiles, void* y, int n, int k, cudaStream_t s) {
+  auto kernel = grouped_persistent_kernel<Rows, kPersistentU>;
+  static const int resident = [&] {  // blocks the device holds at once (per Rows instantiation)
+    int dev = 0, sms = 0, per_sm = 0;
+    TF_CUDA_CHECK(cudaGetDevice(&dev));
+    TF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    TF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, 0));
+    return std::max(1, sms * per_sm);
+  }();
+  const int grid = std::min((n + 15) / 16 * max_tiles, resident);
+  launch_pdl_if(g_pdl_group, kernel, grid, kWarps * 32, 0, s, static_cast<const __nv_bfloat16*>(x), x_rows, w,
+                tiles, static_cast<__nv_bfloat16*>(y), n, k);
+  TF_CUDA_LAUNCH_CHECK();
 }
 
 template <class Rows, int NT, int U, bool P>
@@ -292,6 +393,11 @@ void dispatch_tile(const void* x, const int32_t* x_rows, const MoeExperts& w, co
   constexpr int kAhead8 = PACKED && Rows::kBits <= 4 ? 8 : 4;  // chunks a step at tiles of 8 tokens
   switch (tile) {
     case 8:
+      // 4-bit only: run 105 (30B-A3B, same run) 4-bit b=8 4.83 -> 4.39 ms, b=1 3.66 -> 3.62 ms; bf16 lost
+      // (b=1 3.81 -> 4.19, b=8 9.70 -> 14.76 ms) and 8-bit spills 56 bytes (not measured).
+      if constexpr (Rows::kBits == 4)
+        if (g_moe_persistent && (k / 32 + kWarps - 1) / kWarps <= kPersistentU)
+          return launch_persistent<Rows>(x, x_rows, w, tiles, max_tiles, y, n, k, s);
       return launch_grouped<Rows, 1, kAhead8, true>(x, x_rows, w, tiles, max_tiles, y, n, k, s);
     case 16:
       return launch_grouped<Rows, 2, 4, true>(x, x_rows, w, tiles, max_tiles, y, n, k, s);

@@ -148,4 +148,23 @@ TEST(BenchModes, ChatTurnTenReusesTheHistoryAndMatches) {
   EXPECT_NE(out.find("outputs MATCH"), std::string::npos);
 }
 
+// --repeat N: N serial/drafted pairs per workload, every pair token-identical (the run throws otherwise); the
+// row gives the median rates and the range of the pairs' speedups, and the drafted counts sum over the pairs.
+TEST(BenchModes, RepeatReportsMediansOverIdenticalPairs) {
+  const std::string out = bench({"--workload", "repetitive", "--tokens", "24", "--repeat", "3", "--backend",
+                                 "cpu", "--drafter", "none"});
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      out, m,
+      std::regex(R"(\| repetitive \| [0-9.]+ \| [0-9.]+ \| ([0-9.]+)x \| (\d+)/(\d+) \| [0-9.]+ \| yes \| )"
+                 R"(([0-9.]+)-([0-9.]+)x over 3 pairs \|)")))
+      << out;
+  const double median = std::stod(m[1]), lo = std::stod(m[4]), hi = std::stod(m[5]);
+  EXPECT_LE(lo, median + 0.005);
+  EXPECT_LE(median, hi + 0.005);
+  EXPECT_GT(std::stoi(m[3]), 0) << "context copies drafted nothing on the repetitive workload";
+  EXPECT_LE(std::stoi(m[2]), std::stoi(m[3]));
+  EXPECT_NE(out.find("| speedup range |"), std::string::npos);
+}
+
 }  // namespace

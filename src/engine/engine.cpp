@@ -420,8 +420,9 @@ class EngineImpl final : public Engine {
     // At least the last token is computed, so its logits exist; the block it lands in stays private.
     // Prompt logprobs need every prompt row's logits: no cached prefix (the rows are computed; they are
     // the same bits as the cached ones).
-    const int covered =
-        s.req.prompt_logprobs >= 0 && !s.prompt_lp_sent ? 0 : prefix_cache_->acquire(s.tokens, len - 1, s.blocks);
+    const int covered = s.req.prompt_logprobs >= 0 && !s.prompt_lp_sent
+                            ? 0
+                            : prefix_cache_->acquire(s.tokens, len - 1, s.blocks);
     const int need = KvBlockPool::blocks_for(want, kBlockSize) - int(s.blocks.size());
     if (pool_->free_blocks() < need) prefix_cache_->make_room(need);
     if (!pool_->reserve(s.blocks, want)) {
@@ -493,48 +494,9 @@ class EngineImpl final : public Engine {
     const bool drafts_ok = sources != DraftSources::None;
     const bool model_ok = drafter_ && sources == DraftSources::All;
     const bool drafted = plan_decode(meta, parts, decoders, !prefilling.empty(), drafts_ok, model_ok);
-    // Prefill chunks after the decode rows, the prompts with the fewest tokens left first.
-    std::stable_sort(prefilling.begin(), prefilling.end(), [](Sequence* a, Sequence* b) {
-      return int(a->tokens.size()) - a->computed < int(b->tokens.size()) - b->computed;
-    });
-    int budget = prefill_rows_for_share(round_cost_, meta.rows(), opt_.decode_share, opt_.prefill_chunk);
-    for (Sequence* s : prefilling) {
-      const int pending = int(s->tokens.size()) - s->computed;
-      const int room = int(s->blocks.size()) * kBlockSize - s->computed;
-      const int n = std::min({pending, budget, room});
-      if (n <= 0) continue;
-      budget -= n;
-      add_rows(meta, parts, *s, n, {});
-    }
+    plan_prefill(meta, parts, prefilling);
     if (meta.rows() == 0) return;
-    // Logit rows: a prefill part's last row, every row of a verify part. Rows whose request needs only
-    // the logits row, seed and position are sampled on the device (the same token sample_token gives);
-    // host logits travel only when some row needs more.
-    std::vector<int32_t> logit_rows;
-    std::vector<int32_t> host_rows;  // the logit rows (indices into logit_rows) whose logits go to the host
-    std::vector<RowSampling> sampling;
-    bool need_host = false;
-    for (const auto& p : parts) {
-      // Prompt rows whose logits give prompt logprobs (to the host, after the part's first rows).
-      const auto [offset, scored] = prompt_scored(*p.seq, p.rows);
-      for (int i = offset; i < offset + scored; ++i) {
-        host_rows.push_back(int32_t(logit_rows.size()));
-        logit_rows.push_back(p.first + i);
-        sampling.push_back({0.f, p.seq->seed, int64_t(p.seq->computed) + i});  // the device token is unused
-      }
-      need_host |= scored > 0;
-      if (!p.sampled) continue;
-      const SamplingParams& sp = p.seq->req.sampling;
-      const bool device = !host_sampled(*p.seq);
-      need_host |= !device;
-      const int n = p.drafts.empty() ? 1 : p.rows;
-      if (!device)
-        for (int i = 0; i < n; ++i) host_rows.push_back(int32_t(logit_rows.size()) + i);
-      for (int i = 0; i < n; ++i) logit_rows.push_back(p.first + p.rows - n + i);
-      for (int i = 0; i < n; ++i)
-        sampling.push_back({device && sp.temperature > 0.f ? sp.temperature : 0.f, p.seq->seed,
-                            int64_t(p.seq->tokens.size()) + i});
-    }
+    const LogitRows lr = logit_rows_of(parts);
     std::vector<float> logits;
     std::vector<int32_t> sampled;
     const auto t0 = std::chrono::steady_clock::now();
@@ -554,24 +516,51 @@ class EngineImpl final : public Engine {
     // A forward that captured a CUDA graph took milliseconds of capture on top: neither the cost models
     // nor the draft guard learn from it (verify rounds of new shapes would otherwise be charged to drafting).
     bool captured = false;
-    Model::Outputs outputs{need_host ? &logits : nullptr, &sampling, &sampled, want_hidden ? &hidden : nullptr,
-                           graph, &captured};
-    outputs.host_rows = &host_rows;
-    model_->forward(meta, pool_->layers(), logit_rows, outputs);
+    Model::Outputs outputs;
+    outputs.logits = lr.need_host ? &logits : nullptr;
+    outputs.sampling = &lr.sampling;
+    outputs.tokens = &sampled;
+    outputs.hidden = want_hidden ? &hidden : nullptr;
+    outputs.graph = graph;
+    outputs.graph_captured = &captured;
+    outputs.host_rows = &lr.host_rows;
+    model_->forward(meta, pool_->layers(), lr.logit_rows, outputs);
     const double forward_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!captured) {
       cost_.observe(meta.rows(), forward_s);
       round_cost_.observe(meta.rows(), forward_s);
     }
+    const Applied a = apply_parts(parts, logits, sampled, want_hidden ? &hidden : nullptr);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++stats_.forward_passes;
+      stats_.prompt_tokens += a.prompt_rows;
+      for (Sequence* s : a.done) {
+        if (drafter_) drafter_->release(*s);
+        running_.remove_if([&](const std::unique_ptr<Sequence>& q) { return q.get() == s; });
+      }
+    }
+    if (guard_)
+      judge_round(round_t0, decoding, int(parts.size()), a.emitted, drafts_ok, could_draft, drafted,
+                  a.started, captured);
+  }
+
+  // What a forward's outputs did to the round's parts: prompt logprobs scored, tokens verified and emitted,
+  // finished streams collected, the hidden states handed to the drafter (`hidden`: when it wants them).
+  struct Applied {
+    std::vector<Sequence*> done;  // finished streams
+    int64_t prompt_rows = 0;
+    int emitted = 0;       // tokens of the decoding streams
+    bool started = false;  // some stream sampled its first token
+  };
+  Applied apply_parts(const std::vector<Part>& parts, const std::vector<float>& logits,
+                      const std::vector<int32_t>& sampled, const Tensor* hidden) {
     size_t next = 0;       // index of the part's first logit row
     size_t next_host = 0;  // ... and of its first host logits row, when it samples on the host
-    std::vector<Sequence*> done;
-    int64_t prompt_rows = 0;
-    int emitted = 0;  // tokens of the decoding streams
-    bool started = false;
+    Applied a;
     for (const auto& p : parts) {
       const bool prompt = p.seq->generated() == 0;
-      if (prompt) prompt_rows += p.rows;
+      if (prompt) a.prompt_rows += p.rows;
       const int base = p.seq->computed;
       bool finished = false;
       if (const auto [offset, scored] = prompt_scored(*p.seq, p.rows); scored > 0) {
@@ -583,33 +572,75 @@ class EngineImpl final : public Engine {
         p.seq->computed += p.rows;
       } else {
         const size_t n = size_t(p.drafts.empty() ? 1 : p.rows);
-        const float* row_logits = host_sampled(*p.seq) ? logits.data() + next_host * size_t(spec_.vocab) : nullptr;
+        const float* row_logits =
+            host_sampled(*p.seq) ? logits.data() + next_host * size_t(spec_.vocab) : nullptr;
         if (row_logits) next_host += n;
         const size_t before = p.seq->tokens.size();
         finished = verify(*p.seq, row_logits, sampled.data() + next, p.rows, p.drafts, p.proposed);
         next += n;
         if (prompt)
-          started = true;
+          a.started = true;
         else
-          emitted += int(p.seq->tokens.size() - before);
+          a.emitted += int(p.seq->tokens.size() - before);
       }
       if (finished)
-        done.push_back(p.seq);
-      else if (want_hidden)
-        drafter_->observe_hidden(*p.seq, base, hidden, p.first, p.seq->computed - base);
+        a.done.push_back(p.seq);
+      else if (hidden)
+        drafter_->observe_hidden(*p.seq, base, *hidden, p.first, p.seq->computed - base);
     }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++stats_.forward_passes;
-      stats_.prompt_tokens += prompt_rows;
-      for (Sequence* s : done) {
-        if (drafter_) drafter_->release(*s);
-        running_.remove_if([&](const std::unique_ptr<Sequence>& q) { return q.get() == s; });
+    return a;
+  }
+
+  // Prefill chunks after the decode rows, the prompts with the fewest tokens left first, as many rows as
+  // the decode share leaves (round_cost.h).
+  void plan_prefill(BatchMeta& meta, std::vector<Part>& parts, std::vector<Sequence*>& prefilling) {
+    std::stable_sort(prefilling.begin(), prefilling.end(), [](Sequence* a, Sequence* b) {
+      return int(a->tokens.size()) - a->computed < int(b->tokens.size()) - b->computed;
+    });
+    int budget = prefill_rows_for_share(round_cost_, meta.rows(), opt_.decode_share, opt_.prefill_chunk);
+    for (Sequence* s : prefilling) {
+      const int pending = int(s->tokens.size()) - s->computed;
+      const int room = int(s->blocks.size()) * kBlockSize - s->computed;
+      const int n = std::min({pending, budget, room});
+      if (n <= 0) continue;
+      budget -= n;
+      add_rows(meta, parts, *s, n, {});
+    }
+  }
+
+  // The round's logit rows: a prefill part's last row, every row of a verify part, and prompt rows whose
+  // logits give prompt logprobs. Rows whose request needs only the logits row, seed and position are
+  // sampled on the device (the same token sample_token gives); host logits travel only for the rows that
+  // need more (host_rows: indices into logit_rows).
+  struct LogitRows {
+    std::vector<int32_t> logit_rows, host_rows;
+    std::vector<RowSampling> sampling;
+    bool need_host = false;
+  };
+  LogitRows logit_rows_of(const std::vector<Part>& parts) const {
+    LogitRows r;
+    for (const auto& p : parts) {
+      // Prompt rows whose logits give prompt logprobs (to the host, after the part's first rows).
+      const auto [offset, scored] = prompt_scored(*p.seq, p.rows);
+      for (int i = offset; i < offset + scored; ++i) {
+        r.host_rows.push_back(int32_t(r.logit_rows.size()));
+        r.logit_rows.push_back(p.first + i);
+        r.sampling.push_back({0.f, p.seq->seed, int64_t(p.seq->computed) + i});  // the device token is unused
       }
+      r.need_host |= scored > 0;
+      if (!p.sampled) continue;
+      const SamplingParams& sp = p.seq->req.sampling;
+      const bool device = !host_sampled(*p.seq);
+      r.need_host |= !device;
+      const int n = p.drafts.empty() ? 1 : p.rows;
+      if (!device)
+        for (int i = 0; i < n; ++i) r.host_rows.push_back(int32_t(r.logit_rows.size()) + i);
+      for (int i = 0; i < n; ++i) r.logit_rows.push_back(p.first + p.rows - n + i);
+      for (int i = 0; i < n; ++i)
+        r.sampling.push_back({device && sp.temperature > 0.f ? sp.temperature : 0.f, p.seq->seed,
+                              int64_t(p.seq->tokens.size()) + i});
     }
-    if (guard_)
-      judge_round(round_t0, decoding, int(parts.size()), emitted, drafts_ok, could_draft, drafted, started,
-                  captured);
+    return r;
   }
 
   // Feeds the guard a round that decoded streams and did nothing else (a prefill chunk's time would
@@ -776,7 +807,7 @@ class EngineImpl final : public Engine {
   bool verify(Sequence& s, const float* logits, const int32_t* device, int rows,
               const std::vector<int32_t>& drafts, int proposed) {
     const bool on_device = !host_sampled(s);
-    std::vector<uint8_t> mask;  // structured outputs: the ids that keep the reply valid
+    std::vector<uint8_t> mask;    // structured outputs: the ids that keep the reply valid
     const int base = s.computed;  // position of the part's first row
     StreamEvent ev;
     ev.kind = StreamEvent::Kind::Tokens;

@@ -69,6 +69,11 @@ bool pdl_group_enabled(const char* name);
 // A measurement switch from the environment (the TF_* A/B knobs): `name`=0 off, =1 on, unset or anything
 // else `dflt`.
 bool env_switch(const char* name, bool dflt);
+// Blocks of `kernel` (launched with `threads` threads and at most `smem` bytes of dynamic shared memory,
+// opted in here when over 48 KB) resident on the whole device at once: the grid of a persistent kernel.
+// Cached per kernel (one GPU model per process assumed); call it outside graph captures first where the
+// opt-in is needed (cudaFuncSetAttribute).
+int resident_blocks(const void* kernel, int threads, size_t smem = 0);
 
 // Large-M linear (linear_tiled.cu): the decode kernel's per-element arithmetic in 128x128 CTA tiles.
 // bias_kind: 0 none, 1 f32, 2 bf16.

@@ -16,11 +16,14 @@
 // the same slice sum (tested bit-equal across M, tests/ops/gpu/test_cuda_linear.cpp).
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <type_traits>
+#include <unordered_map>
 
 #include "ops/cuda/activation.cuh"
 #include "ops/cuda/cuda_check.h"
@@ -411,6 +414,20 @@ void set_linear_variant(LoopVariant v) {
 
 void set_linear_pdl(bool on) {
   g_pdl = on;
+}
+
+int resident_blocks(const void* kernel, int threads, size_t smem) {
+  static std::mutex mu;
+  static std::unordered_map<const void*, int> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache.find(kernel); it != cache.end()) return it->second;
+  if (smem > (48 << 10))
+    TF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  int dev = 0, sms = 0, per_sm = 0;
+  TF_CUDA_CHECK(cudaGetDevice(&dev));
+  TF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  TF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  return cache[kernel] = std::max(1, sms * per_sm);
 }
 
 bool env_switch(const char* name, bool dflt) {

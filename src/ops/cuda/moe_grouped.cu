@@ -170,6 +170,33 @@ struct MlxRows {
   }
 };
 
+// A warp's K-slice partials of token tile j (acc: features g and g + 8 of tokens 2t and 2t + 1, the MMA
+// accumulator layout) into the block's slice-sum buffer.
+template <int NT>
+__device__ __forceinline__ void put_slice(float (*red)[NT * 8][16], int warp, int j, int g, int t,
+                                          const float* acc) {
+  red[warp][8 * j + 2 * t][g] = acc[0];
+  red[warp][8 * j + 2 * t + 1][g] = acc[1];
+  red[warp][8 * j + 2 * t][g + 8] = acc[2];
+  red[warp][8 * j + 2 * t + 1][g + 8] = acc[3];
+}
+
+// After the barrier: each output of the tile (its tl.z tokens, features n0..n0+15) is the 8 slice partials
+// summed in warp order, stored as bf16 at the token's slot.
+template <int NT>
+__device__ __forceinline__ void store_tile(const float (*red)[NT * 8][16], int4 tl, int n0, int n,
+                                           __nv_bfloat16* y) {
+  for (int i = threadIdx.x; i < NT * 8 * 16; i += kWarps * 32) {
+    const int tok = i / 16, f = i % 16;
+    const int col = n0 + f;
+    if (tok >= tl.z || col >= n) continue;
+    float s = red[0][tok][f];
+#pragma unroll
+    for (int q = 1; q < kWarps; ++q) s += red[q][tok][f];
+    y[int64_t(tl.y + tok) * n + col] = __float2bfloat16(s);
+  }
+}
+
 template <class Rows, int NT, int U, bool PREFETCH>
 __global__ void __launch_bounds__(kWarps * 32)
     grouped_kernel(const __nv_bfloat16* x, const int32_t* x_rows, const MoeExperts w, const int4* tiles,
@@ -238,22 +265,9 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 
 #pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    red[warp][8 * j + 2 * t][g] = acc[j][0];
-    red[warp][8 * j + 2 * t + 1][g] = acc[j][1];
-    red[warp][8 * j + 2 * t][g + 8] = acc[j][2];
-    red[warp][8 * j + 2 * t + 1][g + 8] = acc[j][3];
-  }
+  for (int j = 0; j < NT; ++j) put_slice<NT>(red, warp, j, g, t, acc[j]);
   __syncthreads();
-  for (int i = threadIdx.x; i < NT * 8 * 16; i += kWarps * 32) {
-    const int tok = i / 16, f = i % 16;
-    const int col = n0 + f;
-    if (tok >= tl.z || col >= n) continue;
-    float s = red[0][tok][f];
-#pragma unroll
-    for (int q = 1; q < kWarps; ++q) s += red[q][tok][f];
-    y[int64_t(tl.y + tok) * n + col] = __float2bfloat16(s);
-  }
+  store_tile<NT>(red, tl, n0, n, y);
 }
 
 // Persistent variant of grouped_kernel for tiles of up to 8 tokens (NT = 1), when every warp's K slice fits
@@ -314,21 +328,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
           mma_chunk(acc, av[i], bv[i], xv);
         }
     }
-    float(*rd)[8][16] = red[it & 1];
-    rd[warp][2 * t][g] = acc[0];
-    rd[warp][2 * t + 1][g] = acc[1];
-    rd[warp][2 * t][g + 8] = acc[2];
-    rd[warp][2 * t + 1][g + 8] = acc[3];
+    put_slice<1>(red[it & 1], warp, 0, g, t, acc);
     __syncthreads();  // the other buffer is rewritten only after the next item's barrier: all stores done
-    for (int i = threadIdx.x; i < 8 * 16; i += kWarps * 32) {
-      const int tok = i / 16, f = i % 16;
-      const int col = n0 + f;
-      if (tok >= tl.z || col >= n) continue;
-      float sum = rd[0][tok][f];
-#pragma unroll
-      for (int r = 1; r < kWarps; ++r) sum += rd[r][tok][f];
-      y[int64_t(tl.y + tok) * n + col] = __float2bfloat16(sum);
-    }
+    store_tile<1>(red[it & 1], tl, n0, n, y);
     if (next >= items) break;
     item = next, tl = tln, n0 = n0n, wr = wn;
   }
@@ -360,14 +362,8 @@ template <class Rows>
 void launch_persistent(const void* x, const int32_t* x_rows, const MoeExperts& w, const int4* tiles,
                        int max_tiles, void* y, int n, int k, cudaStream_t s) {
   auto kernel = grouped_persistent_kernel<Rows, kPersistentU>;
-  static const int resident = [&] {  // blocks the device holds at once (per Rows instantiation)
-    int dev = 0, sms = 0, per_sm = 0;
-    TF_CUDA_CHECK(cudaGetDevice(&dev));
-    TF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    TF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, 0));
-    return std::max(1, sms * per_sm);
-  }();
-  const int grid = std::min((n + 15) / 16 * max_tiles, resident);
+  const int grid = std::min((n + 15) / 16 * max_tiles,
+                            resident_blocks(reinterpret_cast<const void*>(kernel), kWarps * 32));
   launch_pdl_if(g_pdl_group, kernel, grid, kWarps * 32, 0, s, static_cast<const __nv_bfloat16*>(x), x_rows, w,
                 tiles, static_cast<__nv_bfloat16*>(y), n, k);
   TF_CUDA_LAUNCH_CHECK();

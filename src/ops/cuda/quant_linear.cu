@@ -14,9 +14,7 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
-#include <mutex>
 #include <type_traits>
-#include <unordered_map>
 
 #include "core/error.h"
 #include "ops/cpu/quant.h"
@@ -358,23 +356,6 @@ __global__ void random_bytes_kernel(uint8_t* p, size_t bytes, uint64_t seed, uin
   for (size_t j = 0; j < 8 && i + j < bytes; ++j) p[i + j] = uint8_t(z >> (8 * j)) & mask;
 }
 
-// Blocks of a kWarps-warp kernel resident on the whole device at once (the persistent decode grid),
-// cached per kernel: one GPU model per process assumed.
-// smem: the dynamic shared memory the kernel is launched with at most (opted in here when over 48 KB).
-int resident_blocks(const void* kernel, size_t smem = 0) {
-  static std::mutex mu;
-  static std::unordered_map<const void*, int> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  if (auto it = cache.find(kernel); it != cache.end()) return it->second;
-  if (smem > (48 << 10))
-    TF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  int dev = 0, sms = 0, per_sm = 0;
-  TF_CUDA_CHECK(cudaGetDevice(&dev));
-  TF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  TF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarps * 32, smem));
-  return cache[kernel] = std::max(1, sms * per_sm);
-}
-
 // Fills resident_blocks' cache for the 4-bit decode kernels at upload (not during a graph capture).
 void prime_q4_grids() {
   for (const void* k : {reinterpret_cast<const void*>(q4_decode_kernel<1, 1>),
@@ -386,8 +367,8 @@ void prime_q4_grids() {
                         reinterpret_cast<const void*>(q4_decode_kernel<4, 1>),
                         reinterpret_cast<const void*>(q4_decode_kernel<4, 2>),
                         reinterpret_cast<const void*>(q4_decode_kernel<4, 4>)})
-    resident_blocks(k);
-  resident_blocks(reinterpret_cast<const void*>(q4_decode_kernel<1, 4, true>), kXsMaxBytes);
+    resident_blocks(k, kWarps * 32);
+  resident_blocks(reinterpret_cast<const void*>(q4_decode_kernel<1, 4, true>), kWarps * 32, kXsMaxBytes);
 }
 
 // log2(group / 32); 30 when there is one group per row (any group size); -1 when unsupported.
@@ -573,8 +554,8 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
               kernel = q4_decode_kernel<1, 4, true>;
               smem = size_t(m) * k * 2;
             }
-          grid =
-              std::min(grid, resident_blocks(reinterpret_cast<const void*>(kernel), smem ? kXsMaxBytes : 0));
+          grid = std::min(grid, resident_blocks(reinterpret_cast<const void*>(kernel), kWarps * 32,
+                                                smem ? kXsMaxBytes : 0));
         }
       launch_pdl(kernel, dim3(grid), dim3(kWarps * 32), smem, s, xp, q, bias, bias_kind, y.raw(), y_f32, m,
                  int(n), int(k), m_tiles);

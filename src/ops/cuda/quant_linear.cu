@@ -34,8 +34,8 @@ int g_loads_per_step = 0;  // K chunks a warp loads per step for M <= 16; 0: by 
 constexpr int kXsMaxBytes = 96 << 10;
 // TF_X_SMEM=0 (measurements): q4_decode_kernel keeps x in registers, a quad ahead, at one token too.
 const bool g_x_smem = env_switch("TF_X_SMEM", true);  // launch.h
-constexpr bool kQ4Nt4 = true;  // 17-32 rows on q4_decode_kernel (quad loads, persistent) too
-const bool g_q4_mid = env_switch("TF_Q4_MID", true);  // ... and 33-127 rows (see linear_quantized)
+// q4_decode_kernel's 32-row tiles for 33-127 rows too (see linear_quantized; TF_Q4_MID=0 for A/B).
+const bool g_q4_mid = env_switch("TF_Q4_MID", true);
 constexpr int kDequantMinM = 128;  // from here on: dequantize to bf16 + the tiled bf16 linear
 constexpr size_t kDequantMaxBytes = size_t(256) << 20;  // ... unless the transient bf16 copy exceeds this
 
@@ -531,6 +531,10 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
   const auto* xp = static_cast<const __nv_bfloat16*>(x.raw());
   dispatch(w, [&](auto kd, auto bd) {
     constexpr int KIND = decltype(kd)::value, B = decltype(bd)::value;
+    // q4_decode_kernel takes the call (up to 32-row token tiles): MLX 4-bit with bf16 scales, groups of 64
+    // or more (quad loads), word offsets below 2^32 (persistent grid).
+    const bool q4 =
+        KIND == kMlxBf16 && B == 4 && q.chunk_shift >= 1 && n * q.row_bytes / 4 < (int64_t(1) << 32);
     auto go = [&](auto nt) {
       constexpr int NT = decltype(nt)::value;
       const int m_tiles = (m + NT * 8 - 1) / (NT * 8), n_tiles = int((n + 15) / 16);
@@ -542,8 +546,8 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
         if (ahead >= 8) kernel = qlinear_kernel<KIND, B, NT, 8>;
       int grid = n_tiles * m_tiles;
       size_t smem = 0;  // dynamic shared memory: q4_decode_kernel's x (XS)
-      if constexpr (KIND == kMlxBf16 && B == 4 && NT <= (kQ4Nt4 ? 4 : 2))
-        if (q.chunk_shift >= 1 && n * q.row_bytes / 4 < (int64_t(1) << 32)) {  // quad loads; persistent grid
+      if constexpr (KIND == kMlxBf16 && B == 4 && NT <= 4)
+        if (q4) {
           // Auto: 16 chunks ahead at M <= 8, 8 at M <= 16 (16 spills there: 128 registers, 2 blocks/SM)
           const int quads = g_loads_per_step ? g_loads_per_step / 4 : NT == 1 ? 4 : NT == 2 ? 2 : 1;
           kernel = quads == 1   ? q4_decode_kernel<NT, 1>
@@ -560,10 +564,9 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
       launch_pdl(kernel, dim3(grid), dim3(kWarps * 32), smem, s, xp, q, bias, bias_kind, y.raw(), y_f32, m,
                  int(n), int(k), m_tiles);
     };
-    // 4-bit with bf16 scales: q4_decode_kernel's 32-row tiles up to kDequantMinM rows (each weight tile's
-    // token tiles run together, so the second and later read it from L2); TF_Q4_MID=0: qlinear_kernel's
-    // 64-row tiles from 33 rows (A/B).
-    const bool q4_mid = g_q4_mid && KIND == kMlxBf16 && B == 4 && q.chunk_shift >= 1;
+    // q4_decode_kernel's 32-row tiles up to kDequantMinM rows too (each weight tile's token tiles run
+    // together, so the second and later read it from L2), not qlinear_kernel's 64-row tiles.
+    const bool q4_mid = g_q4_mid && q4;
     if (m <= 8)
       go(std::integral_constant<int, 1>{});
     else if (m <= 16)

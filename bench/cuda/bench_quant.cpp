@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -228,12 +229,8 @@ int run(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; ++i)
     if (std::string(argv[i]) == "--linears-m") {
       std::vector<int> ms;
-      for (size_t p = 0; p < std::string(argv[i + 1]).size();) {
-        const std::string a = argv[i + 1];
-        const size_t e = a.find(',', p);
-        ms.push_back(std::stoi(a.substr(p, e - p)));
-        p = e == std::string::npos ? a.size() : e + 1;
-      }
+      std::istringstream list(argv[i + 1]);
+      for (std::string m; std::getline(list, m, ',');) ms.push_back(std::stoi(m));
       return run_linears_m(*be, ms);
     }
   cudaStream_t s = cuda::stream_of(*be);

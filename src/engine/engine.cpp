@@ -326,7 +326,7 @@ class EngineImpl final : public Engine {
   // that predict a prompt token (the last prompt row predicts the reply's first token, sampled as usual)
   // and were not scored before (a preempted stream recomputes its rows).
   std::pair<int, int> prompt_scored(const Sequence& s, int part_rows) const {
-    if (s.req.prompt_logprobs < 0 || s.prompt_lp_sent) return {0, 0};
+    if (!s.prompt_logprobs_pending()) return {0, 0};
     const int from = std::max(s.computed, int(s.prompt_lp.size()));  // row at position k scores token k+1
     const int to = std::min(s.computed + part_rows, s.prompt_len - 1);
     return to > from ? std::pair<int, int>{from - s.computed, to - from} : std::pair<int, int>{0, 0};
@@ -420,9 +420,7 @@ class EngineImpl final : public Engine {
     // At least the last token is computed, so its logits exist; the block it lands in stays private.
     // Prompt logprobs need every prompt row's logits: no cached prefix (the rows are computed; they are
     // the same bits as the cached ones).
-    const int covered = s.req.prompt_logprobs >= 0 && !s.prompt_lp_sent
-                            ? 0
-                            : prefix_cache_->acquire(s.tokens, len - 1, s.blocks);
+    const int covered = s.prompt_logprobs_pending() ? 0 : prefix_cache_->acquire(s.tokens, len - 1, s.blocks);
     const int need = KvBlockPool::blocks_for(want, kBlockSize) - int(s.blocks.size());
     if (pool_->free_blocks() < need) prefix_cache_->make_room(need);
     if (!pool_->reserve(s.blocks, want)) {
@@ -811,7 +809,7 @@ class EngineImpl final : public Engine {
     const int base = s.computed;  // position of the part's first row
     StreamEvent ev;
     ev.kind = StreamEvent::Kind::Tokens;
-    if (s.req.prompt_logprobs >= 0 && !s.prompt_lp_sent) {
+    if (s.prompt_logprobs_pending()) {
       ev.prompt_logprobs = std::move(s.prompt_lp);
       IncrementalDetokenizer detok(tokenizer_, s.req.skip_special_tokens);  // each token's share of the text
       detok.push(s.tokens[0]);

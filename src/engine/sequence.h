@@ -57,6 +57,8 @@ struct Sequence {
   std::vector<GeneratedToken> prompt_lp;  // prompt logprobs so far (positions 1..), until they are sent
   bool prompt_lp_sent = false;
   int generated() const { return int(tokens.size()) - prompt_len; }
+  // The request asks for prompt logprobs and they have not been sent yet.
+  bool prompt_logprobs_pending() const { return req.prompt_logprobs >= 0 && !prompt_lp_sent; }
 
   // Appends a sampled token: penalties, streamed text and stop rules. Returns the token's event entry;
   // `*reason` becomes Stop or Length when this token ends the stream (`*matched` names a stop string).

@@ -11,6 +11,7 @@
 #include <random>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 namespace tf::loadgen {
 
@@ -82,15 +83,17 @@ class SseTimer {
     json c = json::parse(payload, nullptr, false);
     if (c.is_discarded()) return fail("unparsable SSE data: " + payload.substr(0, 200));
     if (c.contains("error")) return fail("error event: " + c["error"].dump().substr(0, 300));
+    int usage_k = -1;  // tokens this chunk carries by the running usage counts (continuous_usage_stats)
     if (c.contains("usage") && c["usage"].is_object()) {
       usage_tokens_ = c["usage"].value("completion_tokens", -1);
       prompt_tokens_ = c["usage"].value("prompt_tokens", -1);
+      if (usage_tokens_ >= 0) usage_k = usage_tokens_ - std::exchange(running_usage_, usage_tokens_);
     }
     if (!c.contains("choices") || c["choices"].empty()) return;
     const json& ch = c["choices"][0];
     if (ch.contains("finish_reason") && ch["finish_reason"].is_string())
       r_.finish_reason = ch["finish_reason"];
-    const int k = chunk_tokens(ch);
+    const int k = usage_k >= 0 && !count_logprobs_ ? usage_k : chunk_tokens(ch);
     if (k == 0) return;
     if (r_.first_token_s < 0) {
       r_.first_token_s = now;
@@ -132,18 +135,19 @@ class SseTimer {
   std::string buf_;
   double last_ = 0;
   bool done_ = false;
-  int usage_tokens_ = -1, counted_tokens_ = 0, prompt_tokens_ = -1;
+  int usage_tokens_ = -1, counted_tokens_ = 0, prompt_tokens_ = -1, running_usage_ = 0;
 };
 
 json request_body(const LoadOptions& opt, const std::string& model, const json& prompt, uint64_t seed) {
-  json body = {{"model", model},
-               {"max_tokens", opt.max_tokens},
-               {"temperature", opt.temperature},
-               {"seed", seed},
-               {"stream", true},
-               {"stream_options", {{"include_usage", true}}},
-               {"ignore_eos", true},  // tensorfold extension: every request generates exactly max_tokens
-               {"draft", opt.draft}};
+  json body = {
+      {"model", model},
+      {"max_tokens", opt.max_tokens},
+      {"temperature", opt.temperature},
+      {"seed", seed},
+      {"stream", true},
+      {"stream_options", {{"include_usage", true}, {"continuous_usage_stats", opt.count_continuous}}},
+      {"ignore_eos", true},  // tensorfold extension: every request generates exactly max_tokens
+      {"draft", opt.draft}};
   if (opt.chat) {
     body["messages"] = json::array({{{"role", "user"}, {"content", prompt}}});
     if (opt.count_logprobs) body["logprobs"] = true;

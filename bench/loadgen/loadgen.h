@@ -26,6 +26,11 @@ struct LoadOptions {
   double temperature = 0;
   bool draft = false;           // false sends "draft": false, so every SSE chunk carries one token
   bool count_logprobs = false;  // count tokens per chunk from "logprobs" (exact, but samples on the host)
+  // Count tokens per chunk from the running usage counts of stream_options.continuous_usage_stats (vLLM's
+  // extension; exact, no host work); else a chunk with text counts as one token, and a chunk that carries
+  // text held back from an earlier token (an incomplete UTF-8 character) shows as one token with a double
+  // gap.
+  bool count_continuous = true;
   uint64_t seed = 1;
   double timeout_s = 600;
   bool cold_connections = false;  // connect inside the timed level, all clients at once

@@ -22,7 +22,7 @@ namespace {
 struct Args {
   tf::loadgen::LoadOptions opt;
   std::vector<int> clients = {1};
-  std::string prompt_kind = "random", count = "usage", endpoint = "completions", json_path;
+  std::string prompt_kind = "random", count = "continuous", endpoint = "completions", json_path;
   int warmup = 1;
 };
 
@@ -56,9 +56,12 @@ void add_options(CLI::App& app, Args& a) {
   app.add_option("--ramp", o.ramp_s, "Seconds over which a level's clients start (0: all at once)");
   app.add_option("--temperature", o.temperature, "Sampling temperature")->capture_default_str();
   app.add_flag("--draft", o.draft, "Let the server draft (sends \"draft\": true; use with --count logprobs)");
-  app.add_option("--count", a.count,
-                 "How tokens are counted: usage (final usage chunk) or logprobs (per chunk)")
-      ->check(CLI::IsMember({"usage", "logprobs"}))
+  app.add_option(
+         "--count", a.count,
+         "How tokens are counted per chunk: continuous (running usage counts, vLLM's "
+         "continuous_usage_stats), logprobs, or usage (a chunk with text is one token; the final usage "
+         "chunk checks the total)")
+      ->check(CLI::IsMember({"continuous", "usage", "logprobs"}))
       ->capture_default_str();
   app.add_option("--seed", o.seed, "Seed of the prompts and of the requests' sampling")
       ->capture_default_str();
@@ -74,6 +77,7 @@ int run(Args& a) {
   using namespace tf::loadgen;
   a.opt.repeat_prompt = a.prompt_kind == "repeat";
   a.opt.count_logprobs = a.count == "logprobs";
+  a.opt.count_continuous = a.count == "continuous";
   a.opt.chat = a.endpoint == "chat";
   PromptSource prompts(a.opt);
   uint64_t index = 0;

@@ -77,7 +77,7 @@ def test_counts_match_requests_and_server(server):
     p, rep = loadgen(server, "--clients", "1,4", "--requests", "2", "--prompt-tokens", "24", "--max-tokens", "12",
                      "--temperature", "0.7", "--warmup", "1")
     assert p.returncode == 0, p.stdout + p.stderr
-    assert rep["max_tokens"] == 12 and rep["draft"] is False and rep["count"] == "usage"
+    assert rep["max_tokens"] == 12 and rep["draft"] is False and rep["count"] == "continuous"
     assert [lv["clients"] for lv in rep["levels"]] == [1, 4]
     received = 0
     for lv in rep["levels"]:
@@ -89,6 +89,9 @@ def test_counts_match_requests_and_server(server):
             assert r["ok"] and r["tokens"] == 12 and r["finish_reason"] == "length", r
             assert r["prompt_tokens"] == 24  # token-id prompts have exactly --prompt-tokens
             assert 1 <= r["chunks"] <= 12 and 0 < r["ttft_ms"] <= 1e3 * (r["end_s"] - r["start_s"])
+            # Counted by the running usage counts: one gap per token after the first chunk's (a chunk that
+            # carries k tokens, e.g. text held back at an incomplete UTF-8 character, spreads its gap over k).
+            assert 12 - 4 <= len(r["itl_ms"]) <= 12 - 1 and all(g > 0 for g in r["itl_ms"]), r
         assert lv["output_tokens_per_s"] == pytest.approx(lv["output_tokens"] / lv["wall_s"], rel=1e-6)
         assert 0 < lv["ttft_p50_ms"] <= lv["ttft_p99_ms"] and 0 < lv["itl_p50_ms"] <= lv["itl_p99_ms"]
         received += lv["output_tokens"]
@@ -101,6 +104,16 @@ def test_counts_match_requests_and_server(server):
         cells = rows[lv["clients"]]
         assert int(cells[1]) == lv["requests"] and int(cells[2]) == 0 and int(cells[3]) == lv["output_tokens"]
         assert float(cells[5]) == pytest.approx(lv["output_tokens_per_s"], abs=0.06)
+
+
+def test_count_modes_agree(server):
+    # The same requests counted per text chunk (usage) and by the running counts (continuous): same tokens.
+    for mode in ("usage", "continuous"):
+        p, rep = loadgen(server, "--clients", "2", "--requests", "1", "--prompt-tokens", "16", "--max-tokens", "20",
+                         "--count", mode, "--warmup", "0")
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert rep["count"] == mode and rep["levels"][0]["output_tokens"] == 40
+        assert all(r["tokens"] == 20 for r in rep["levels"][0]["per_request"])
 
 
 def test_drafting_chunks_counted_by_logprobs(server):

@@ -30,7 +30,7 @@ struct ServeArgs {
   std::string api_key_file, drafter = "auto", reasoning_effort;
   std::optional<float> temperature, top_p, min_p;
   std::optional<int> top_k;
-  int mtp_drafts = 3, checkpoint_slots = 0, max_snapshots = 0, max_queue = 256, prefill_chunk = 512;
+  int mtp_drafts = 3, checkpoint_slots = 0, max_snapshots = 0, max_queue = 256, prefill_chunk = 0;
   double decode_share = 0, gpu_memory = 0.9;
   float mtp_confidence = 0.f;
   std::string draft_guard = "on", cuda_graphs = "on", pad_drafts = "off";
@@ -191,8 +191,10 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--max-queue", a->max_queue, "Requests waiting beyond --parallel; more get 429")
       ->check(CLI::Range(0, 1 << 20))->capture_default_str();
-  cmd->add_option("--prefill-chunk", a->prefill_chunk, "Prompt tokens per round (running replies go first)")
-      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  cmd->add_option("--prefill-chunk", a->prefill_chunk,
+                  "Prompt tokens per round, shared by the waiting prompts (running replies go first); 0: auto, " +
+                      std::to_string(kGpuPrefillChunk) + " on a GPU, " + std::to_string(kCpuPrefillChunk) + " on the CPU")
+      ->check(CLI::Range(0, 1 << 20))->capture_default_str();
   cmd->add_option("--decode-share", a->decode_share,
                   "While replies are decoding, prompt rows per round are capped so that the round takes at most "
                   "1/F of a decode-only round (measured; 0: full --prefill-chunk)")

@@ -88,6 +88,8 @@ class EngineImpl final : public Engine {
       chat_template_.reset();  // base models without a template still serve /v1/completions
     }
     backend_ = opt.backend_factory ? opt.backend_factory() : pick_backend(opt.backend);
+    if (opt_.prefill_chunk <= 0)
+      opt_.prefill_chunk = backend_->device() == Device::CUDA ? kGpuPrefillChunk : kCpuPrefillChunk;
     int context = opt.context > 0 ? opt.context : std::min(spec_.native_context, 32768);
     TF_CHECK(context >= 2, "--context must be at least 2");
     model_ = load_model(ckpt_, *backend_, context);
@@ -176,7 +178,7 @@ class EngineImpl final : public Engine {
     const size_t total = backend_->total_memory();
     if (total == 0) return -1;
     const double used = double(total - backend_->free_memory());  // weights, context, other processes
-    const double workspace = double(2ull << 30);                  // activations, logits, attention partials
+    const double workspace = workspace_bytes();
     const double budget =
         opt_.gpu_memory_utilization * double(total) - used - workspace - double(cache_bytes);
     if (budget <= 0)
@@ -184,6 +186,19 @@ class EngineImpl final : public Engine {
                   " leaves no room for " + "the KV cache: " + std::to_string(int64_t(used) >> 20) +
                   " MiB of " + std::to_string(total >> 20) + " MiB are in use after loading the weights");
     return int64_t(budget);
+  }
+
+  // Device memory for activations, logits and attention partials: a forward of --prefill-chunk prompt
+  // rows plus the decode rows (every layer's buffers of a row, the permuted copy of a linear's input and a
+  // quarter for what the estimate leaves out), at least 2 GiB.
+  double workspace_bytes() const {
+    const double H = spec_.hidden, I = std::max(double(spec_.intermediate),
+                                                double(spec_.experts_per_tok) * spec_.moe_intermediate);
+    const double heads = double(spec_.heads) * spec_.head_dim, kv = double(spec_.kv_heads) * spec_.head_dim;
+    const double row =
+        double(dtype_size(backend_->act_dtype())) * (4 * H + 3 * heads + 2 * kv + 3 * I + std::max(H, I));
+    const double rows = double(opt_.prefill_chunk) + std::max(opt_.parallel, 64);
+    return std::max(double(2ull << 30), 1.25 * rows * row);
   }
 
   uint64_t identity() const {

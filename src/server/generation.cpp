@@ -119,6 +119,7 @@ CommonFields read_common_fields(const JsonFields& f, const ApiContext& ctx) {
   if (const RequestJson* so = f.object("stream_options")) {
     JsonFields sf(*so, f.name("stream_options"));
     if (auto v = sf.boolean("include_usage")) c.include_usage = *v;
+    if (auto v = sf.boolean("continuous_usage_stats")) c.continuous_usage = *v;
   }
   if (auto v = f.boolean("ignore_eos")) r.ignore_eos = *v;
   if (auto v = f.boolean("draft")) r.draft = *v;
@@ -275,11 +276,26 @@ json usage_json(const std::vector<Usage>& per_choice, int n) {
   return usage;
 }
 
-bool stream_generation(EventSource& gen, StreamFormatter& fmt, bool include_usage, int n,
+StreamUsage stream_usage(const CommonFields& c, const std::vector<GenerationRequest>& submissions) {
+  StreamUsage u{c.include_usage, c.include_usage && c.continuous_usage, {}};
+  for (const auto& r : submissions) u.prompt_tokens.push_back(int(r.prompt.size()));
+  return u;
+}
+
+bool stream_generation(EventSource& gen, StreamFormatter& fmt, const StreamUsage& stream_usage, int n,
                        const std::function<bool(const std::string&)>& write, const std::atomic<bool>& stop,
                        std::vector<Usage>* usage_out) {
   auto send = [&](const json& chunk) { return write(sse_event(chunk)); };
   std::vector<Usage> usage(gen.size());
+  std::vector<int64_t> produced(gen.size(), 0);  // tokens each choice has generated so far
+  // A chunk of choice i, with its running counts when continuous usage is on.
+  auto send_counted = [&](json chunk, size_t i) {
+    if (stream_usage.continuous) {
+      const int64_t p = i < stream_usage.prompt_tokens.size() ? stream_usage.prompt_tokens[i] : 0;
+      chunk["usage"] = {{"prompt_tokens", p}, {"completion_tokens", produced[i]}, {"total_tokens", p + produced[i]}};
+    }
+    return send(chunk);
+  };
   for (size_t i = 0; i < gen.size(); ++i) {
     for (const json& chunk : fmt.begin(i)) {
       if (!send(chunk)) return gen.cancel(true), false;
@@ -307,14 +323,16 @@ bool stream_generation(EventSource& gen, StreamFormatter& fmt, bool include_usag
     }
     idle_since = std::chrono::steady_clock::now();
     bool ok = true;
+    produced[i] += int64_t(ev.tokens.size());
     if (ev.kind == StreamEvent::Kind::Tokens) {
-      for (const json& chunk : fmt.tokens(i, ev)) ok = ok && send(chunk);
+      for (const json& chunk : fmt.tokens(i, ev)) ok = ok && send_counted(chunk, i);
     } else if (ev.kind == StreamEvent::Kind::Finished) {
       if (!ev.text.empty() || !ev.tokens.empty()) {
-        for (const json& chunk : fmt.tokens(i, ev)) ok = ok && send(chunk);
+        for (const json& chunk : fmt.tokens(i, ev)) ok = ok && send_counted(chunk, i);
       }
       usage[i] = ev.usage;
-      ok = ok && send(fmt.finish(i, ev));
+      if (stream_usage.continuous) produced[i] = usage[i].completion_tokens;  // the engine's own count
+      ok = ok && send_counted(fmt.finish(i, ev), i);
     } else {
       ok = send(internal_error(ev.error).to_json());
     }
@@ -322,7 +340,7 @@ bool stream_generation(EventSource& gen, StreamFormatter& fmt, bool include_usag
     ev = StreamEvent();
   }
   if (usage_out) *usage_out = usage;
-  if (include_usage && !send(fmt.usage(usage_json(usage, n)))) return false;
+  if (stream_usage.final && !send(fmt.usage(usage_json(usage, n)))) return false;
   return write(sse_done());
 }
 

@@ -25,6 +25,7 @@ struct CommonFields {
   int n = 1;
   bool stream = false;
   bool include_usage = false;
+  bool continuous_usage = false;  // stream_options.continuous_usage_stats (vLLM): running counts in every chunk
 };
 
 // Reads model-independent fields; sampling defaults come from the model (generation_config + CLI).
@@ -106,10 +107,24 @@ class StreamFormatter {
 // Builds the "usage" object from the finished choices (prompt counted once per prompt, n choices each).
 nlohmann::json usage_json(const std::vector<Usage>& per_choice, int n);
 
+// What a stream reports of usage: the final usage chunk (stream_options.include_usage) and, with
+// continuous_usage_stats as vLLM has it, each chunk that carries a choice's tokens or its finish also
+// carries that choice's counts so far ({prompt_tokens, completion_tokens, total_tokens}). A chunk that
+// carries text held back from earlier tokens (an incomplete UTF-8 character) then says how many tokens it
+// covers, which a client timing tokens needs.
+struct StreamUsage {
+  bool final = false;
+  bool continuous = false;
+  std::vector<int> prompt_tokens;  // per choice, for the continuous counts
+};
+// The usage a stream of these submissions reports, from its stream_options (continuous counts only with
+// include_usage, as in vLLM).
+StreamUsage stream_usage(const CommonFields& c, const std::vector<GenerationRequest>& submissions);
+
 // Streams events as SSE through `write` (returns false once the client is gone) until every choice has
 // finished, then the optional usage chunk and "data: [DONE]". Returns false when the stream was cut
 // short (client gone: generation cancelled; or server stopping). `on_first_token` marks time to first token.
-bool stream_generation(EventSource& gen, StreamFormatter& fmt, bool include_usage, int n,
+bool stream_generation(EventSource& gen, StreamFormatter& fmt, const StreamUsage& stream_usage, int n,
                        const std::function<bool(const std::string&)>& write, const std::atomic<bool>& stop,
                        std::vector<Usage>* usage_out = nullptr);
 

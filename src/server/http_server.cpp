@@ -69,7 +69,7 @@ struct StreamJob {
   std::shared_ptr<const void> request;  // the parsed request the formatter refers to
   std::unique_ptr<EventSource> gen;
   std::unique_ptr<StreamFormatter> fmt;
-  bool include_usage = false;
+  StreamUsage usage;
   int n = 1;
 };
 
@@ -83,8 +83,8 @@ void respond_stream(const ApiContext& ctx, httplib::Response& res, std::shared_p
         auto write = [&sink](const std::string& s) {
           return sink.is_writable() && sink.write(s.data(), s.size());
         };
-        bool ok = stream_generation(*job->gen, *job->fmt, job->include_usage, job->n, write,
-                                    ctx.shutting_down, &usage);
+        bool ok =
+            stream_generation(*job->gen, *job->fmt, job->usage, job->n, write, ctx.shutting_down, &usage);
         record_usage(usage_json(usage, job->n));
         if (job->gen->first_token_at() != Clock::time_point{}) {
           t_record.ttft_ms = ms_since(t_start) - ms_since(job->gen->first_token_at());
@@ -105,7 +105,9 @@ void handle_chat(const ApiContext& ctx, const httplib::Request& req, httplib::Re
   t_record.id = meta.id;
   t_record.model = meta.model;
   t_record.stream = parsed->common.stream;
-  std::unique_ptr<EventSource> gen = budgeted_choices(ctx, chat_submissions(*parsed), parsed->thinking_budget,
+  std::vector<GenerationRequest> submissions = chat_submissions(*parsed);
+  StreamUsage usage = stream_usage(parsed->common, submissions);
+  std::unique_ptr<EventSource> gen = budgeted_choices(ctx, std::move(submissions), parsed->thinking_budget,
                                                       parsed->parsing.reasoning_starts_open);
   if (!parsed->common.stream) {
     respond_whole(ctx, res, *gen, [&](const std::vector<ChoiceResult>& r) {
@@ -117,7 +119,7 @@ void handle_chat(const ApiContext& ctx, const httplib::Request& req, httplib::Re
   job->fmt = std::make_unique<ChatStreamFormatter>(*parsed, meta, ctx.text);
   job->request = parsed;
   job->gen = std::move(gen);
-  job->include_usage = parsed->common.include_usage;
+  job->usage = std::move(usage);
   job->n = parsed->common.n;
   respond_stream(ctx, res, job);
 }
@@ -128,7 +130,9 @@ void handle_completions(const ApiContext& ctx, const httplib::Request& req, http
   t_record.id = meta.id;
   t_record.model = meta.model;
   t_record.stream = parsed->common.stream;
-  auto gen = std::make_unique<Generation>(ctx, completion_submissions(*parsed));
+  std::vector<GenerationRequest> submissions = completion_submissions(*parsed);
+  StreamUsage usage = stream_usage(parsed->common, submissions);
+  auto gen = std::make_unique<Generation>(ctx, std::move(submissions));
   if (!parsed->common.stream) {
     respond_whole(ctx, res, *gen, [&](const std::vector<ChoiceResult>& r) {
       return completion_json(*parsed, meta, r, ctx.text);
@@ -139,7 +143,7 @@ void handle_completions(const ApiContext& ctx, const httplib::Request& req, http
   job->fmt = std::make_unique<CompletionStreamFormatter>(*parsed, meta, ctx.text);
   job->request = parsed;
   job->gen = std::move(gen);
-  job->include_usage = parsed->common.include_usage;
+  job->usage = std::move(usage);
   job->n = parsed->common.n;
   respond_stream(ctx, res, job);
 }

@@ -32,10 +32,12 @@ struct ServerStreaming : ::testing::Test {
   }
   // Streams a request and returns the SSE events as written.
   std::vector<std::string> stream(const ChatRequest& r) {
-    Generation gen(ctx, chat_submissions(r));
+    std::vector<GenerationRequest> subs = chat_submissions(r);
+    const StreamUsage usage = stream_usage(r.common, subs);
+    Generation gen(ctx, std::move(subs));
     ChatStreamFormatter fmt(r, meta, text);
     std::vector<std::string> events;
-    bool ok = stream_generation(gen, fmt, r.common.include_usage, r.common.n, [&](const std::string& s) {
+    bool ok = stream_generation(gen, fmt, usage, r.common.n, [&](const std::string& s) {
       events.push_back(s);
       return true;
     }, stopping);
@@ -115,6 +117,41 @@ TEST_F(ServerStreaming, SseChunksFollowOpenAI) {
   EXPECT_EQ(usage["usage"]["prompt_tokens"], int(r.prompt.size()));
 }
 
+// continuous_usage_stats (vLLM): every chunk with tokens says how many the choice has generated, so a
+// chunk that carries text held back from an earlier token (here the first character of a stop string that
+// did not follow) counts both tokens.
+TEST_F(ServerStreaming, ContinuousUsageCountsTheTokensEachChunkCarries) {
+  const std::string g = greedy_text(12);
+  std::string stop = g.substr(4, 1) + "?";
+  for (char c = 'a'; g.find(stop) != std::string::npos; ++c) stop[1] = c;  // a pair the reply never has
+  ChatRequest r = chat(json({{"temperature", 0}, {"max_tokens", 12}, {"stream", true}, {"stop", {stop}},
+                             {"stream_options", {{"include_usage", true}, {"continuous_usage_stats", true}}}})
+                           .dump());
+  auto events = stream(r);
+  ASSERT_GE(events.size(), 4u);
+  int64_t seen = 0, widest = 0;
+  std::string content;
+  for (size_t i = 1; i + 2 < events.size(); ++i) {  // after the role chunk, up to the final usage chunk
+    json c = payload(events[i]);
+    ASSERT_TRUE(c["usage"].is_object()) << events[i];
+    EXPECT_EQ(c["usage"]["prompt_tokens"], int(r.prompt.size()));
+    const int64_t done = c["usage"]["completion_tokens"];
+    EXPECT_EQ(c["usage"]["total_tokens"], int64_t(r.prompt.size()) + done);
+    EXPECT_GE(done, seen);
+    widest = std::max(widest, done - seen);
+    seen = done;
+    if (c["choices"][0]["delta"].contains("content")) content += c["choices"][0]["delta"]["content"].get<std::string>();
+  }
+  EXPECT_EQ(content, g);
+  EXPECT_EQ(seen, 12);
+  EXPECT_GE(widest, 2) << "the held-back character goes out with the next token";
+  EXPECT_EQ(payload(events[events.size() - 2])["usage"]["completion_tokens"], 12);
+  // Without the flag the chunks carry "usage": null, as before.
+  r.common.continuous_usage = false;
+  const auto plain = stream(r);
+  for (size_t i = 0; i + 2 < plain.size(); ++i) EXPECT_TRUE(payload(plain[i])["usage"].is_null());
+}
+
 TEST_F(ServerStreaming, NoUsageChunkUnlessAsked) {
   auto events = stream(chat(R"({"max_tokens": 3, "stream": true})"));
   for (size_t i = 0; i + 1 < events.size(); ++i) {
@@ -161,7 +198,7 @@ TEST_F(ServerStreaming, ClientGoneCancelsGeneration) {
   Generation gen(slow_ctx, chat_submissions(r));
   ChatStreamFormatter fmt(r, meta, text);
   int writes = 0;
-  bool ok = stream_generation(gen, fmt, false, 1, [&](const std::string&) { return ++writes < 4; }, stopping);
+  bool ok = stream_generation(gen, fmt, {}, 1, [&](const std::string&) { return ++writes < 4; }, stopping);
   EXPECT_FALSE(ok);
   EXPECT_EQ(stats.cancelled_by_client, 1);
   EXPECT_EQ(stats.generations_active, 0);
@@ -185,7 +222,7 @@ TEST_F(ServerStreaming, ShutdownEndsStreamWithErrorAndDone) {
     stopping = true;
   });
   // A slow consumer so the stop flag is seen before the reply ends.
-  bool ok = stream_generation(gen, fmt, false, 1, [&](const std::string& s) {
+  bool ok = stream_generation(gen, fmt, {}, 1, [&](const std::string& s) {
     events.push_back(s);
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
     return true;
@@ -228,7 +265,7 @@ TEST_F(ServerStreaming, CompletionStreamChunks) {
   Generation gen(ctx, completion_submissions(r));
   CompletionStreamFormatter fmt(r, meta, text);
   std::vector<std::string> events;
-  ASSERT_TRUE(stream_generation(gen, fmt, false, 1, [&](const std::string& s) {
+  ASSERT_TRUE(stream_generation(gen, fmt, {}, 1, [&](const std::string& s) {
     events.push_back(s);
     return true;
   }, stopping));

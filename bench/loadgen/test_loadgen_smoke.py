@@ -91,7 +91,8 @@ def test_counts_match_requests_and_server(server):
             assert 1 <= r["chunks"] <= 12 and 0 < r["ttft_ms"] <= 1e3 * (r["end_s"] - r["start_s"])
             # Counted by the running usage counts: one gap per token after the first chunk's (a chunk that
             # carries k tokens, e.g. text held back at an incomplete UTF-8 character, spreads its gap over k).
-            assert 12 - 4 <= len(r["itl_ms"]) <= 12 - 1 and all(g > 0 for g in r["itl_ms"]), r
+            # Two chunks read by one recv() share a timestamp: a gap may be 0.
+            assert 12 - 4 <= len(r["itl_ms"]) <= 12 - 1 and all(g >= 0 for g in r["itl_ms"]), r
         assert lv["output_tokens_per_s"] == pytest.approx(lv["output_tokens"] / lv["wall_s"], rel=1e-6)
         assert 0 < lv["ttft_p50_ms"] <= lv["ttft_p99_ms"] and 0 < lv["itl_p50_ms"] <= lv["itl_p99_ms"]
         received += lv["output_tokens"]

@@ -89,7 +89,7 @@ class EngineImpl final : public Engine {
     }
     backend_ = opt.backend_factory ? opt.backend_factory() : pick_backend(opt.backend);
     if (opt_.prefill_chunk <= 0)
-      opt_.prefill_chunk = backend_->device() == Device::CUDA ? kGpuPrefillChunk : kCpuPrefillChunk;
+      opt_.prefill_chunk = auto_prefill_chunk(backend_->total_memory(), row_bytes());
     int context = opt.context > 0 ? opt.context : std::min(spec_.native_context, 32768);
     TF_CHECK(context >= 2, "--context must be at least 2");
     model_ = load_model(ckpt_, *backend_, context);
@@ -114,7 +114,8 @@ class EngineImpl final : public Engine {
     parallel_ = opt.parallel > 0 ? opt.parallel : std::clamp(blocks / per_stream, 1, 64);
     log_info("KV pool: " + std::to_string(int64_t(blocks) * kBlockSize) + " tokens (" +
              std::to_string(blocks / per_stream) + " full contexts of " + std::to_string(context) + "), " +
-             std::to_string(parallel_) + " streams");
+             std::to_string(parallel_) + " streams, " + std::to_string(opt_.prefill_chunk) +
+             " prompt tokens a round");
     const int cache_blocks = int(cache_bytes / per_block);
     pool_ = std::make_unique<KvBlockPool>(*backend_, spec_.layers, spec_.kv_heads, spec_.head_dim, kBlockSize,
                                           blocks + cache_blocks);
@@ -188,17 +189,20 @@ class EngineImpl final : public Engine {
     return int64_t(budget);
   }
 
-  // Device memory for activations, logits and attention partials: a forward of --prefill-chunk prompt
-  // rows plus the decode rows (every layer's buffers of a row, the permuted copy of a linear's input and a
-  // quarter for what the estimate leaves out), at least 2 GiB.
-  double workspace_bytes() const {
+  // Activation bytes of one row of a forward: every layer's buffers of a row, the permuted copy of a
+  // linear's input, and a quarter for what the estimate leaves out.
+  double row_bytes() const {
     const double H = spec_.hidden, I = std::max(double(spec_.intermediate),
                                                 double(spec_.experts_per_tok) * spec_.moe_intermediate);
     const double heads = double(spec_.heads) * spec_.head_dim, kv = double(spec_.kv_heads) * spec_.head_dim;
-    const double row =
-        double(dtype_size(backend_->act_dtype())) * (4 * H + 3 * heads + 2 * kv + 3 * I + std::max(H, I));
+    return 1.25 * double(dtype_size(backend_->act_dtype())) *
+           (4 * H + 3 * heads + 2 * kv + 3 * I + std::max(H, I));
+  }
+  // Device memory for activations, logits and attention partials: a forward of --prefill-chunk prompt
+  // rows plus the decode rows, at least 2 GiB.
+  double workspace_bytes() const {
     const double rows = double(opt_.prefill_chunk) + std::max(opt_.parallel, 64);
-    return std::max(double(2ull << 30), 1.25 * rows * row);
+    return std::max(double(2ull << 30), rows * row_bytes());
   }
 
   uint64_t identity() const {

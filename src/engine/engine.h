@@ -13,8 +13,6 @@ namespace tf {
 
 class Backend;
 
-inline constexpr int kGpuPrefillChunk = 8192, kCpuPrefillChunk = 512;
-
 struct EngineOptions {
   std::string model_path;   // local checkpoint directory (already resolved)
   std::string name;         // advertised id (default: directory name or org/name)
@@ -56,9 +54,8 @@ struct EngineOptions {
   std::string snapshot_dir;        // persistent prefix snapshots (survive restarts); "" or "none" = off
   int max_snapshots = 0;           // snapshot blocks kept on disk (0 = bounded by spill_gib, else 4 GiB)
   // Prompt rows a round carries (decode rows of running streams always go first), shared by the prompts
-  // waiting, the fewest tokens left first. 0: auto, kGpuPrefillChunk on a GPU (a round reads the weights
-  // once, so a backlog of prompts costs the running streams one long gap instead of one per 512 rows),
-  // kCpuPrefillChunk on the CPU (time grows with rows there). --decode-share caps it further.
+  // waiting, the fewest tokens left first. 0: auto (auto_prefill_chunk in round_cost.h: 2,048-16,384 on a
+  // GPU by its memory, 512 on the CPU). --decode-share caps it further.
   int prefill_chunk = 0;
   double decode_share = 0;       // while streams decode, prompt rows keep decode >= F of the round's time (round_cost.h)
   // GPU: weights + workspace + KV pool within this fraction of the device's memory; the pool (and, with

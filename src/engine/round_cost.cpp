@@ -47,6 +47,14 @@ double RoundCostTable::predict(int rows) const {
   return pts[n - 1].second * r / pts[n - 1].first;
 }
 
+int auto_prefill_chunk(size_t device_memory, double row_bytes) {
+  if (device_memory == 0) return 512;
+  const double fit = 0.03 * double(device_memory) / std::max(row_bytes, 1.0);
+  int chunk = 2048;
+  while (chunk < 16384 && 2.0 * chunk <= fit) chunk *= 2;
+  return chunk;
+}
+
 int prefill_rows_for_share(const RoundCostTable& t, int decode_rows, double decode_share, int chunk,
                            int min_rows) {
   chunk = std::max(1, chunk);

@@ -88,7 +88,8 @@ TEST(ReplayDrafter, EveryDraftIsAcceptedAndOutputIsUnchanged) {
     // 41 tokens: 1 from the prefill, then 8 verify steps of 4 drafts + 1.
     EXPECT_EQ(replayed[i].usage.drafted_tokens, 32) << i;
   }
-  EXPECT_LE(forwards, 10);
+  // 10 when the three prompts share the first round; a stream that arrives a round late adds one or two.
+  EXPECT_LE(forwards, 12);
   e->shutdown();
 }
 

@@ -1,8 +1,8 @@
-#include "engine/round_cost.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
+
+#include "engine/round_cost.h"
 
 namespace tf {
 namespace {
@@ -32,7 +32,7 @@ TEST(RoundCost, PredictsMeasuredPointsAndStaysAboveAConvexCurve) {
   for (int r : {1, 8, 64, 512}) EXPECT_DOUBLE_EQ(t.predict(r), gpu_cost(r)) << r;
   for (int r = 1; r <= 1024; r += 7) {
     EXPECT_GE(t.predict(r), gpu_cost(r) * (1 - 1e-12)) << r;  // chords over a convex curve
-    EXPECT_LE(t.predict(r), t.predict(r + 7)) << r;             // non-decreasing
+    EXPECT_LE(t.predict(r), t.predict(r + 7)) << r;           // non-decreasing
   }
 }
 
@@ -80,6 +80,22 @@ TEST(RoundCost, MinimumProgressForPrompts) {
   t.observe(48, 0.030);  // steep: even 16 prompt rows exceed the share
   EXPECT_EQ(prefill_rows_for_share(t, 32, 0.9, 512), 16);
   EXPECT_EQ(prefill_rows_for_share(t, 32, 0.9, 8), 8);  // never above the chunk
+}
+
+// --prefill-chunk auto: the largest power of two in [2048, 16384] whose rows fit in 3% of the device's
+// memory; 512 on the CPU (no device memory).
+TEST(RoundCost, AutoPrefillChunkFollowsDeviceMemory) {
+  const double row_8b = 200e3;  // ~ the engine's estimate for the Qwen3-8B shape in bf16 (1.25 x 160 KB)
+  EXPECT_EQ(auto_prefill_chunk(0, row_8b), 512);
+  EXPECT_EQ(auto_prefill_chunk(size_t(141e9), row_8b), 16384);  // H200: 21,000 rows fit
+  EXPECT_EQ(auto_prefill_chunk(size_t(80e9), row_8b), 8192);    // H100: 12,000
+  EXPECT_EQ(auto_prefill_chunk(size_t(24e9), row_8b), 2048);    // 3,600 fit; never below 2048
+  EXPECT_EQ(auto_prefill_chunk(size_t(141e9), 1e3), 16384);     // a tiny model: never above 16384
+  for (size_t gb = 8; gb <= 200; gb += 8) {
+    const int c = auto_prefill_chunk(gb << 30, row_8b);
+    EXPECT_EQ(c & (c - 1), 0) << gb;  // a power of two
+    EXPECT_LE(c, std::max(2048.0, 0.03 * double(gb << 30) / row_8b)) << gb;
+  }
 }
 
 }  // namespace

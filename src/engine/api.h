@@ -117,6 +117,10 @@ struct EngineStats {
   int64_t requests_finished = 0, requests_cancelled = 0, preemptions = 0;
   int64_t prompt_tokens = 0, generated_tokens = 0;
   int64_t forward_passes = 0;
+  // Wall time of the rounds (planning, the forward, applying its outputs: sampling on the host,
+  // verification, detokenizing, events) and of their forwards (device work and the wait for it); the
+  // difference is the host's share of the inter-token latency.
+  double round_seconds = 0, forward_seconds = 0;
   int64_t drafted_tokens = 0, accepted_tokens = 0;
   // The draft guard (EngineOptions::draft_guard): stream counts for which it has drafting off
   // now, and how often it switched.

@@ -551,6 +551,8 @@ class EngineImpl final : public Engine {
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.forward_passes;
+      stats_.forward_seconds += forward_s;
+      stats_.round_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - round_t0).count();
       stats_.prompt_tokens += a.prompt_rows;
       for (Sequence* s : a.done) {
         if (drafter_) drafter_->release(*s);

@@ -143,6 +143,11 @@ std::string Metrics::render(const ApiContext& ctx) const {
          double(s.prompt_cache_hits));
   series(o, {"tensorfold_forward_passes_total"}, "counter", "Model forward passes (rounds).", l,
          double(s.forward_passes));
+  series(o, {"tensorfold_round_seconds_total"}, "counter",
+         "Wall time of the engine's rounds: planning, the forward, applying its outputs.", l,
+         s.round_seconds);
+  series(o, {"tensorfold_forward_seconds_total"}, "counter",
+         "Wall time of the rounds' model forwards (device work and the wait for it).", l, s.forward_seconds);
   series(o, {"tensorfold_http_requests_total"}, "counter", "HTTP requests answered.", l,
          double(ctx.stats.requests_total.load()));
   series(o, {"tensorfold_http_requests_failed_total"}, "counter",

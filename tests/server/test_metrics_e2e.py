@@ -74,6 +74,11 @@ def test_counters_move_with_requests(server, client, model):
     assert after["tensorfold_time_to_first_token_seconds_bucket{le=+Inf}"] == after[
         "tensorfold_time_to_first_token_seconds_count"]
     assert after["vllm:num_requests_running"] == 0 and after["vllm:num_requests_waiting"] == 0
+    # Round time: the forwards' share of it, both growing with the rounds run.
+    rounds = after["tensorfold_forward_passes_total"] - before["tensorfold_forward_passes_total"]
+    fwd = after["tensorfold_forward_seconds_total"] - before["tensorfold_forward_seconds_total"]
+    total = after["tensorfold_round_seconds_total"] - before["tensorfold_round_seconds_total"]
+    assert rounds >= 2 and 0 < fwd <= total, (rounds, fwd, total)
 
 
 TOOLS = [{"type": "function", "function": {"name": "add", "description": "Add two numbers",

@@ -88,8 +88,10 @@ TEST(ReplayDrafter, EveryDraftIsAcceptedAndOutputIsUnchanged) {
     // 41 tokens: 1 from the prefill, then 8 verify steps of 4 drafts + 1.
     EXPECT_EQ(replayed[i].usage.drafted_tokens, 32) << i;
   }
-  // 10 when the three prompts share the first round; a stream that arrives a round late adds one or two.
-  EXPECT_LE(forwards, 12);
+  // 10 when the three streams share every round. A stream the engine thread starts a few rounds after
+  // the others (the submitting thread descheduled on a loaded CI machine: 17 seen) runs its 10 rounds
+  // later, so at most 3 x 10; serially one stream alone takes 41.
+  EXPECT_LE(forwards, 30);
   e->shutdown();
 }
 

@@ -34,6 +34,14 @@ int g_loads_per_step = 0;  // K chunks a warp loads per step for M <= 16; 0: by 
 constexpr int kXsMaxBytes = 96 << 10;
 // TF_X_SMEM=0 (measurements): q4_decode_kernel keeps x in registers, a quad ahead, at one token too.
 const bool g_x_smem = env_switch("TF_X_SMEM", true);  // launch.h
+// x's rows in shared memory are kXsPad 16-byte units apart beyond their k values: a warp's 8 token rows (a
+// chunk's 64 bytes each) then fall in alternate halves of the banks instead of all in the same 16 banks
+// (k * 2 bytes is a multiple of 128). Run 116, same run: the linears of a decode step at M = 4 2.58 ->
+// 2.27 ms, M = 8 2.49 -> 2.45 ms, M = 1 and 2 unchanged; 8B forward b=8 3.09 -> 3.04 ms.
+constexpr int kXsPad = 4;
+int64_t xs_bytes(int m, int64_t k) {
+  return m * (k / 8 + kXsPad) * 16;
+}
 // q4_decode_kernel's 32-row tiles for 33-127 rows too (see linear_quantized; TF_Q4_MID=0 for A/B).
 const bool g_q4_mid = env_switch("TF_Q4_MID", true);
 constexpr int kDequantMinM = 128;  // from here on: dequantize to bf16 + the tiled bf16 linear
@@ -144,9 +152,9 @@ __global__ void __launch_bounds__(kWarps * 32)
 // multiple of D, loads the next tile's first D quads while it computes this tile's last D, so the loads
 // stay in flight through the slice sum and store. Chunks of a slice outside whole quads (slice ends off
 // a multiple of 4, or at and past quad_chunks) are done one at a time, in order.
-// XS (NT = 1: up to 8 tokens): the call's x rows are copied into shared memory once a block (m * k * 2
-// bytes of dynamic shared memory) and read from there, not held a quad ahead in registers: the kernel no
-// longer spills (it had 80 bytes of stack at its 128-register cap) and waits on no x round trips (ncu, run
+// XS (NT = 1: up to 8 tokens): the call's x rows are copied into shared memory once a block (xs_bytes: m
+// rows of k * 2 bytes plus kXsPad units) and read from there, not held a quad ahead in registers: the kernel
+// no longer spills (it had 80 bytes of stack at its 128-register cap) and waits on no x round trips (ncu, run
 // 77: long-scoreboard stalls, DRAM 30% busy). The 4-bit 8B forward at b=1: 3.60 -> 2.43 ms (run 78). Same x
 // values, same arithmetic.
 template <int NT, int D, bool XS = false>
@@ -206,9 +214,11 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   first_quads(pa, pb);
   pdl_wait();  // weights are constant; x is not
   // XS: lane g's token row (rows past m read row 0: their MMA column is never stored), in 16-byte units.
-  const int x_row = XS && g < m ? g * (k / 8) : 0;
+  const int x_stride = k / 8 + kXsPad;  // 16-byte units a row
+  const int x_row = XS && g < m ? g * x_stride : 0;
   if constexpr (XS) {
-    for (int i = threadIdx.x; i < m * (k / 8); i += kWarps * 32) x_smem[i] = ld_act16(x + 8 * int64_t(i));
+    for (int i = threadIdx.x; i < m * (k / 8); i += kWarps * 32)
+      x_smem[i / (k / 8) * x_stride + i % (k / 8)] = ld_act16(x + 8 * int64_t(i));
     __syncthreads();
   }
 
@@ -554,9 +564,9 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
                    : quads == 2 ? q4_decode_kernel<NT, 2>
                                 : q4_decode_kernel<NT, 4>;
           if constexpr (NT == 1)
-            if (quads == 4 && g_x_smem && int64_t(m) * k * 2 <= kXsMaxBytes) {
+            if (quads == 4 && g_x_smem && xs_bytes(m, k) <= kXsMaxBytes) {
               kernel = q4_decode_kernel<1, 4, true>;
-              smem = size_t(m) * k * 2;
+              smem = size_t(xs_bytes(m, k));
             }
           grid = std::min(grid, resident_blocks(reinterpret_cast<const void*>(kernel), kWarps * 32,
                                                 smem ? kXsMaxBytes : 0));

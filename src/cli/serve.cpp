@@ -193,7 +193,8 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 20))->capture_default_str();
   cmd->add_option("--prefill-chunk", a->prefill_chunk,
                   "Prompt tokens per round, shared by the waiting prompts (running replies go first); 0: auto, "
-                  "2048-16384 on a GPU by its memory (16384 on an H200 for an 8B model), 512 on the CPU")
+                  "512-16384 on a GPU by its memory and --context (16384 for an 8B model at 2048 tokens on an H200), 512 "
+                  "on the CPU")
       ->check(CLI::Range(0, 1 << 20))->capture_default_str();
   cmd->add_option("--decode-share", a->decode_share,
                   "While replies are decoding, prompt rows per round are capped so that the round takes at most "

@@ -88,10 +88,11 @@ class EngineImpl final : public Engine {
       chat_template_.reset();  // base models without a template still serve /v1/completions
     }
     backend_ = opt.backend_factory ? opt.backend_factory() : pick_backend(opt.backend);
+    const int context = opt.context > 0 ? opt.context : std::min(spec_.native_context, 32768);
+    TF_CHECK(context >= 2, "--context must be at least 2");
+    context_ = context;
     if (opt_.prefill_chunk <= 0)
       opt_.prefill_chunk = auto_prefill_chunk(backend_->total_memory(), row_bytes());
-    int context = opt.context > 0 ? opt.context : std::min(spec_.native_context, 32768);
-    TF_CHECK(context >= 2, "--context must be at least 2");
     model_ = load_model(ckpt_, *backend_, context);
     const int per_stream = KvBlockPool::blocks_for(context, kBlockSize);
     const int64_t per_block = spec_.kv_bytes_per_token(dtype_size(backend_->act_dtype())) * kBlockSize;
@@ -189,14 +190,17 @@ class EngineImpl final : public Engine {
     return int64_t(budget);
   }
 
-  // Activation bytes of one row of a forward: every layer's buffers of a row, the permuted copy of a
-  // linear's input, and a quarter for what the estimate leaves out.
+  // Device bytes one row of a forward may take: every layer's buffers of a row, the permuted copy of a
+  // linear's input and a quarter for what the estimate leaves out, plus the attention scratch of a row at
+  // the full context (the CUDA backend sizes its partials for every row of a call: run 119, a 16,384-row
+  // chunk beside a decode row at position 20,000 asked for 9 GB and failed).
   double row_bytes() const {
     const double H = spec_.hidden, I = std::max(double(spec_.intermediate),
                                                 double(spec_.experts_per_tok) * spec_.moe_intermediate);
     const double heads = double(spec_.heads) * spec_.head_dim, kv = double(spec_.kv_heads) * spec_.head_dim;
     return 1.25 * double(dtype_size(backend_->act_dtype())) *
-           (4 * H + 3 * heads + 2 * kv + 3 * I + std::max(H, I));
+               (4 * H + 3 * heads + 2 * kv + 3 * I + std::max(H, I)) +
+           double(backend_->attention_workspace_bytes(1, spec_.heads, spec_.head_dim, context_));
   }
   // Device memory for activations, logits and attention partials: a forward of --prefill-chunk prompt
   // rows plus the decode rows, at least 2 GiB.
@@ -552,7 +556,8 @@ class EngineImpl final : public Engine {
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.forward_passes;
       stats_.forward_seconds += forward_s;
-      stats_.round_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - round_t0).count();
+      stats_.round_seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - round_t0).count();
       stats_.prompt_tokens += a.prompt_rows;
       for (Sequence* s : a.done) {
         if (drafter_) drafter_->release(*s);
@@ -916,6 +921,7 @@ class EngineImpl final : public Engine {
   }
 
   EngineOptions opt_;
+  int context_ = 0;  // tokens a stream may hold (--context)
   Checkpoint ckpt_;
   ModelSpec spec_;
   Tokenizer tokenizer_;

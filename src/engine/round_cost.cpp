@@ -49,8 +49,8 @@ double RoundCostTable::predict(int rows) const {
 
 int auto_prefill_chunk(size_t device_memory, double row_bytes) {
   if (device_memory == 0) return 512;
-  const double fit = 0.03 * double(device_memory) / std::max(row_bytes, 1.0);
-  int chunk = 2048;
+  const double fit = 0.07 * double(device_memory) / std::max(row_bytes, 1.0);
+  int chunk = 512;
   while (chunk < 16384 && 2.0 * chunk <= fit) chunk *= 2;
   return chunk;
 }

@@ -32,10 +32,11 @@ class RoundCostTable {
 // empty table give the whole chunk.
 // --prefill-chunk auto. On a GPU (device_memory > 0) a round reads the weights once whatever its rows, so
 // a backlog of prompts that arrived together is best prefilled in as few rounds as possible: each such
-// round gives every running stream one long gap (run 108: 64 clients at 8,192 rows took four burst rounds
-// and a p99 inter-token latency of 18x one client's; at 16,384, 2.8x). The chunk is the largest power of
-// two from 2,048 to 16,384 whose activations (row_bytes each) take at most 3% of the device's memory; on
-// the CPU, where a round's time grows with its rows, 512.
+// round gives every running stream one long gap (run 108: 32 clients' p99 inter-token latency 5.6x one
+// client's at 512 rows, 1.8x at 8,192 and at 16,384). The chunk is the largest power of two from 512 to
+// 16,384 whose rows (row_bytes each: activations and attention scratch at the full context) take at most
+// 7% of the device's memory: 16,384 for the 8B shape at 2,048 tokens of context on an H200 (runs 109-110),
+// 1,024 at 32k. On the CPU, where a round's time grows with its rows, 512.
 int auto_prefill_chunk(size_t device_memory, double row_bytes);
 
 int prefill_rows_for_share(const RoundCostTable& t, int decode_rows, double decode_share, int chunk,

@@ -175,6 +175,13 @@ class Backend {
   virtual size_t free_memory() const { return 0; }
   // The device's whole memory in bytes; 0 when unknown (the CPU backend).
   virtual size_t total_memory() const { return 0; }
+  // Scratch device memory an attention call of `rows` query rows may take at positions below `context`
+  // (the CUDA backend's split-schedule partials, sized for every row of the call: ~0.5 KB a row, head and
+  // 128 positions). The engine reserves it with the forward's activations. 0 where none is allocated.
+  virtual size_t attention_workspace_bytes(int64_t rows, int heads, int head_dim, int context) const {
+    (void)rows, (void)heads, (void)head_dim, (void)context;
+    return 0;
+  }
   // Waits for queued work (no-op on CPU).
   virtual void synchronize() {}
 

@@ -732,6 +732,12 @@ class CudaBackend final : public Backend {
     no_capture("set_graph_capture_after");
     graph_uses_ = GraphUseCounter(uses);
   }
+  size_t attention_workspace_bytes(int64_t rows, int heads, int head_dim, int context) const override {
+    // attention(): the split schedule's partials, [rows * heads * chunks, head_dim + 2] floats, grown by a
+    // quarter on reallocation.
+    const size_t chunks = size_t(std::max(context, 1) - 1) / kAttnChunk + 1;
+    return size_t(rows) * size_t(heads) * chunks * size_t(head_dim + 2) * sizeof(float) * 5 / 4;
+  }
   size_t free_memory() const override {
     size_t free = 0, total = 0;
     TF_CUDA_CHECK(cudaMemGetInfo(&free, &total));

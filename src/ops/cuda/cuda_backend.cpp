@@ -116,9 +116,16 @@ class Workspace {
       } else if (p_) {
         TF_CUDA_CHECK(cudaFree(p_));  // cudaFree waits for the work that may use it
       }
-      cap_ = capturing || double_ ? bytes * 2 : bytes + bytes / 4;
-      TF_CUDA_CHECK(cudaMalloc(&p_, cap_));
+      p_ = nullptr, cap_ = 0;  // until the new buffer exists: a failed request leaves none, not a freed one
       ++generation_;
+      const size_t want = capturing || double_ ? bytes * 2 : bytes + bytes / 4;
+      const cudaError_t err = cudaMalloc(&p_, want);
+      if (err != cudaSuccess) {
+        p_ = nullptr;
+        cudaGetLastError();  // out of memory is not sticky: clear it, or the next launch check reports it
+        TF_CUDA_CHECK(err);
+      }
+      cap_ = want;
     }
     return p_;
   }

@@ -390,7 +390,7 @@ class EngineImpl final : public Engine {
       try {
         round();
       } catch (const std::exception& e) {
-        fail_all(e.what());
+        if (!retry_with_fewer_prompt_rows(e.what())) fail_all(e.what());
       }
     }
     std::lock_guard<std::mutex> lock(mu_);
@@ -491,6 +491,7 @@ class EngineImpl final : public Engine {
 
   void round() {
     const auto round_t0 = std::chrono::steady_clock::now();
+    round_prompt_rows_ = 0;
     drop_cancelled();
     if (running_.empty()) return;
     const std::vector<Sequence*> ready = grow_running();
@@ -515,7 +516,7 @@ class EngineImpl final : public Engine {
     const bool drafts_ok = sources != DraftSources::None;
     const bool model_ok = drafter_ && sources == DraftSources::All;
     const bool drafted = plan_decode(meta, parts, decoders, !prefilling.empty(), drafts_ok, model_ok);
-    plan_prefill(meta, parts, prefilling);
+    round_prompt_rows_ = plan_prefill(meta, parts, prefilling);
     if (meta.rows() == 0) return;
     const LogitRows lr = logit_rows_of(parts);
     std::vector<float> logits;
@@ -546,6 +547,7 @@ class EngineImpl final : public Engine {
     outputs.graph_captured = &captured;
     outputs.host_rows = &lr.host_rows;
     model_->forward(meta, pool_->layers(), lr.logit_rows, outputs);
+    round_prompt_rows_ = 0;  // outputs are applied from here on: a failure now is not retried
     const double forward_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!captured) {
       cost_.observe(meta.rows(), forward_s);
@@ -617,19 +619,22 @@ class EngineImpl final : public Engine {
 
   // Prefill chunks after the decode rows, the prompts with the fewest tokens left first, as many rows as
   // the decode share leaves (round_cost.h).
-  void plan_prefill(BatchMeta& meta, std::vector<Part>& parts, std::vector<Sequence*>& prefilling) {
+  int plan_prefill(BatchMeta& meta, std::vector<Part>& parts, std::vector<Sequence*>& prefilling) {
     std::stable_sort(prefilling.begin(), prefilling.end(), [](Sequence* a, Sequence* b) {
       return int(a->tokens.size()) - a->computed < int(b->tokens.size()) - b->computed;
     });
     int budget = prefill_rows_for_share(round_cost_, meta.rows(), opt_.decode_share, opt_.prefill_chunk);
+    int added = 0;
     for (Sequence* s : prefilling) {
       const int pending = int(s->tokens.size()) - s->computed;
       const int room = int(s->blocks.size()) * kBlockSize - s->computed;
       const int n = std::min({pending, budget, room});
       if (n <= 0) continue;
       budget -= n;
+      added += n;
       add_rows(meta, parts, *s, n, {});
     }
+    return added;
   }
 
   // The round's logit rows: a prefill part's last row, every row of a verify part, and prompt rows whose
@@ -907,6 +912,23 @@ class EngineImpl final : public Engine {
     s.queue->push(std::move(ev));
   }
 
+  // A round whose forward ran out of device memory runs again with at most half its prompt rows, and
+  // --prefill-chunk stays there. Nothing of the failed round was applied (tokens, positions, sampling and
+  // drafting state are as before it) and the K/V rows it wrote are written again with the same bits, so
+  // no stream changes. Decode-only rounds and chunks at kMinRetryRows fail their streams (fail_all).
+  bool retry_with_fewer_prompt_rows(const std::string& what) {
+    constexpr int kMinRetryRows = 16;
+    if (what.find("out of memory") == std::string::npos || round_prompt_rows_ <= kMinRetryRows) return false;
+    const int before = opt_.prefill_chunk;
+    opt_.prefill_chunk = std::max(kMinRetryRows, std::min(opt_.prefill_chunk, round_prompt_rows_) / 2);
+    backend_->clear_error();
+    log_warning("a round of " + std::to_string(round_prompt_rows_) +
+                " prompt rows ran out of device memory (" + what +
+                "); running it again with --prefill-chunk " + std::to_string(opt_.prefill_chunk) + " (was " +
+                std::to_string(before) + ")");
+    return true;
+  }
+
   void fail_all(const std::string& what) {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& s : running_) {
@@ -921,7 +943,8 @@ class EngineImpl final : public Engine {
   }
 
   EngineOptions opt_;
-  int context_ = 0;  // tokens a stream may hold (--context)
+  int context_ = 0;            // tokens a stream may hold (--context)
+  int round_prompt_rows_ = 0;  // prompt rows of the round being run (retry_with_fewer_prompt_rows)
   Checkpoint ckpt_;
   ModelSpec spec_;
   Tokenizer tokenizer_;

@@ -2,11 +2,13 @@
 // a stream's tokens do not depend on other streams, on prefill chunking, or on when it was admitted.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "core/error.h"
+#include "cpu_forwarding_backend.h"
 #include "engine/draft_policy.h"
 #include "engine/engine.h"
 #include "text/tokenizer.h"
@@ -285,6 +287,81 @@ TEST(Engine, PreemptionUnderMemoryPressureKeepsStreamsExact) {
   }
   EXPECT_GT(tight->stats().preemptions, 0);
   EXPECT_EQ(tight->stats().kv_blocks_used, 0);
+}
+
+// The CPU backend refusing forwards of more than `max_rows` rows as a GPU out of memory would.
+class RowLimitedBackend final : public CpuForwardingBackend {
+ public:
+  RowLimitedBackend(int max_rows, std::shared_ptr<std::atomic<int>> refused)
+      : max_rows_(max_rows), refused_(std::move(refused)) {}
+  std::string name() const override { return "cpu, at most " + std::to_string(max_rows_) + " rows"; }
+  void begin_forward(const BatchMeta& meta) override {
+    if (meta.rows() > max_rows_) {
+      ++*refused_;
+      throw Error("CUDA error: out of memory (test: a forward of " + std::to_string(meta.rows()) + " rows)");
+    }
+    CpuForwardingBackend::begin_forward(meta);
+  }
+
+ private:
+  int max_rows_;
+  std::shared_ptr<std::atomic<int>> refused_;
+};
+
+std::unique_ptr<Engine> row_limited_engine(int max_rows, std::shared_ptr<std::atomic<int>> refused) {
+  EngineOptions o;
+  o.model_path = tiny("qwen3");
+  o.parallel = 2;
+  o.prefill_chunk = 128;
+  o.drafts = false;
+  o.backend_factory = [=] { return std::make_unique<RowLimitedBackend>(max_rows, refused); };
+  return create_engine(o);
+}
+
+// A round whose forward runs out of device memory runs again with half its prompt rows (101 -> 51 -> 26
+// rows here), and no stream changes: a decoding stream and a long prompt joining it give a plain engine's
+// tokens.
+TEST(Engine, OutOfMemoryRoundRunsAgainWithFewerPromptRows) {
+  auto refused = std::make_shared<std::atomic<int>>(0);
+  auto e = row_limited_engine(40, refused);
+  auto plain = engine("qwen3", 1);
+  const auto& tok = plain->tokenizer();
+  const GenerationRequest running = request(tok.encode("Well, Prince, so Genoa and Lucca", false), 0.f, 40);
+  std::vector<int32_t> long_prompt;
+  while (long_prompt.size() < 100) {
+    auto piece = tok.encode(" Anna Pavlovna said that the family estates were", false);
+    long_prompt.insert(long_prompt.end(), piece.begin(), piece.end());
+  }
+  long_prompt.resize(100);
+  const GenerationRequest joining = request(long_prompt, 0.8f, 6, 5);
+  const Result want1 = collect(*plain->submit(running)), want2 = collect(*plain->submit(joining));
+  auto h1 = e->submit(running);
+  StreamEvent ev;
+  ASSERT_TRUE(h1->next(ev, 60s));  // the first stream decodes when the long prompt arrives
+  ASSERT_EQ(ev.kind, StreamEvent::Kind::Tokens);
+  std::vector<int32_t> tokens1;
+  for (auto& t : ev.tokens) tokens1.push_back(t.token);
+  const Result r2 = collect(*e->submit(joining));
+  const Result rest = collect(*h1);
+  tokens1.insert(tokens1.end(), rest.tokens.begin(), rest.tokens.end());
+  EXPECT_EQ(tokens1, want1.tokens);
+  EXPECT_EQ(r2.tokens, want2.tokens);
+  EXPECT_GE(refused->load(), 1);
+  EXPECT_EQ(e->stats().kv_blocks_used, 0);
+}
+
+// A round that cannot shrink below 16 prompt rows fails its streams with the error: the 20-token prompt is
+// tried at 20 rows, then at 16, then given up.
+TEST(Engine, OutOfMemoryAtTheSmallestRoundFailsTheStream) {
+  auto refused = std::make_shared<std::atomic<int>>(0);
+  auto e = row_limited_engine(4, refused);
+  auto h = e->submit(request(e->tokenizer().encode("Well, Prince, so Genoa and Lucca", false), 0.f, 5));
+  StreamEvent ev;
+  ASSERT_TRUE(h->next(ev, 60s));
+  EXPECT_EQ(ev.kind, StreamEvent::Kind::Error);
+  EXPECT_NE(ev.error.find("out of memory"), std::string::npos) << ev.error;
+  EXPECT_EQ(refused->load(), 2);
+  EXPECT_EQ(e->stats().kv_blocks_used, 0);
 }
 
 TEST(Engine, FullQueueIsRefusedAsOverloaded) {

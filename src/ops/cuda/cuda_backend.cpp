@@ -739,6 +739,7 @@ class CudaBackend final : public Backend {
     no_capture("set_graph_capture_after");
     graph_uses_ = GraphUseCounter(uses);
   }
+  void clear_error() override { cudaGetLastError(); }
   size_t attention_workspace_bytes(int64_t rows, int heads, int head_dim, int context) const override {
     // attention(): the split schedule's partials, [rows * heads * chunks, head_dim + 2] floats, grown by a
     // quarter on reallocation.

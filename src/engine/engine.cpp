@@ -390,6 +390,7 @@ class EngineImpl final : public Engine {
       try {
         round();
       } catch (const std::exception& e) {
+        backend_->clear_error();  // whatever failed: nothing of the round is delivered later
         if (!retry_with_fewer_prompt_rows(e.what())) fail_all(e.what());
       }
     }
@@ -921,7 +922,6 @@ class EngineImpl final : public Engine {
     if (what.find("out of memory") == std::string::npos || round_prompt_rows_ <= kMinRetryRows) return false;
     const int before = opt_.prefill_chunk;
     opt_.prefill_chunk = std::max(kMinRetryRows, std::min(opt_.prefill_chunk, round_prompt_rows_) / 2);
-    backend_->clear_error();
     log_warning("a round of " + std::to_string(round_prompt_rows_) +
                 " prompt rows ran out of device memory (" + what +
                 "); running it again with --prefill-chunk " + std::to_string(opt_.prefill_chunk) + " (was " +

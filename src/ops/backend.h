@@ -184,9 +184,10 @@ class Backend {
   }
   // Waits for queued work (no-op on CPU).
   virtual void synchronize() {}
-  // After an op threw (e.g. out of device memory), before the caller tries again: clears an error the
-  // device runtime keeps for its next check (CUDA: the last error of a failed cudaMalloc). An error the
-  // device cannot recover from still fails the next call.
+  // After an op threw (e.g. out of device memory): waits for what was queued, drops the host copies queued
+  // for the failed forward (to_host_queued: their destinations are gone) and clears an error the device
+  // runtime keeps for its next check (CUDA: the last error of a failed cudaMalloc). An error the device
+  // cannot recover from still fails the next call.
   virtual void clear_error() {}
 
   // CUDA graphs (docs/cuda-notes.md, session 4). run_graph runs `record` -- the device work of a forward

@@ -80,6 +80,11 @@ class ReadBack {
     pending_.push_back({used_, dst, bytes});
     used_ += (bytes + 255) / 256 * 256;
   }
+  // After a failed forward: its queued copies are not delivered (their destinations are gone).
+  void discard() {
+    pending_.clear();
+    used_ = 0;
+  }
   // Call after the stream was synchronised: every queued copy has landed in the pinned buffer.
   void deliver() {
     for (const Pending& p : pending_) std::memcpy(p.dst, static_cast<const char*>(host_) + p.offset, p.bytes);
@@ -739,7 +744,11 @@ class CudaBackend final : public Backend {
     no_capture("set_graph_capture_after");
     graph_uses_ = GraphUseCounter(uses);
   }
-  void clear_error() override { cudaGetLastError(); }
+  void clear_error() override {
+    cudaStreamSynchronize(stream_);  // errors ignored: cleared next
+    cudaGetLastError();
+    read_back_.discard();
+  }
   size_t attention_workspace_bytes(int64_t rows, int heads, int head_dim, int context) const override {
     // attention(): the split schedule's partials, [rows * heads * chunks, head_dim + 2] floats, grown by a
     // quarter on reallocation.

@@ -29,8 +29,15 @@ class Overloaded : public Error {
   using Error::Error;
 };
 
-#define TF_CHECK(cond, msg)                        \
-  do {                                             \
+// The device had no memory for an allocation (not sticky: the device stays usable). The engine runs a
+// round that hit it again with fewer prompt rows.
+class DeviceOutOfMemory : public Error {
+ public:
+  using Error::Error;
+};
+
+#define TF_CHECK(cond, msg)                           \
+  do {                                                \
     if (!(cond)) throw ::tf::Error(std::string(msg)); \
   } while (0)
 

@@ -391,7 +391,8 @@ class EngineImpl final : public Engine {
         round();
       } catch (const std::exception& e) {
         backend_->clear_error();  // whatever failed: nothing of the round is delivered later
-        if (!retry_with_fewer_prompt_rows(e.what())) fail_all(e.what());
+        const bool oom = dynamic_cast<const DeviceOutOfMemory*>(&e) != nullptr;
+        if (!oom || !retry_with_fewer_prompt_rows(e.what())) fail_all(e.what());
       }
     }
     std::lock_guard<std::mutex> lock(mu_);
@@ -919,7 +920,7 @@ class EngineImpl final : public Engine {
   // no stream changes. Decode-only rounds and chunks at kMinRetryRows fail their streams (fail_all).
   bool retry_with_fewer_prompt_rows(const std::string& what) {
     constexpr int kMinRetryRows = 16;
-    if (what.find("out of memory") == std::string::npos || round_prompt_rows_ <= kMinRetryRows) return false;
+    if (round_prompt_rows_ <= kMinRetryRows) return false;
     const int before = opt_.prefill_chunk;
     opt_.prefill_chunk = std::max(kMinRetryRows, std::min(opt_.prefill_chunk, round_prompt_rows_) / 2);
     log_warning("a round of " + std::to_string(round_prompt_rows_) +

@@ -54,8 +54,8 @@ struct EngineOptions {
   std::string snapshot_dir;        // persistent prefix snapshots (survive restarts); "" or "none" = off
   int max_snapshots = 0;           // snapshot blocks kept on disk (0 = bounded by spill_gib, else 4 GiB)
   // Prompt rows a round carries (decode rows of running streams always go first), shared by the prompts
-  // waiting, the fewest tokens left first. 0: auto (auto_prefill_chunk in round_cost.h: 2,048-16,384 on a
-  // GPU by its memory, 512 on the CPU). --decode-share caps it further.
+  // waiting, the fewest tokens left first. 0: auto (auto_prefill_chunk in round_cost.h: 512-16,384 on a
+  // GPU by its memory and the context, 512 on the CPU). --decode-share caps it further.
   int prefill_chunk = 0;
   double decode_share = 0;       // while streams decode, prompt rows keep decode >= F of the round's time (round_cost.h)
   // GPU: weights + workspace + KV pool within this fraction of the device's memory; the pool (and, with

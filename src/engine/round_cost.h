@@ -26,10 +26,6 @@ class RoundCostTable {
   int measured_ = 0;
 };
 
-// --decode-share F: while streams decode, the prompt rows a round adds must keep the decode rows' share
-// of the round's time at F or more: predict(decode_rows + P) <= predict(decode_rows) / F. The largest such
-// P, at least `min_rows` (prompts always make progress) and at most `chunk`. F <= 0, no decode rows or an
-// empty table give the whole chunk.
 // --prefill-chunk auto. On a GPU (device_memory > 0) a round reads the weights once whatever its rows, so
 // a backlog of prompts that arrived together is best prefilled in as few rounds as possible: each such
 // round gives every running stream one long gap (run 108: 32 clients' p99 inter-token latency 5.6x one
@@ -39,6 +35,10 @@ class RoundCostTable {
 // 1,024 at 32k. On the CPU, where a round's time grows with its rows, 512.
 int auto_prefill_chunk(size_t device_memory, double row_bytes);
 
+// --decode-share F: while streams decode, the prompt rows a round adds must keep the decode rows' share
+// of the round's time at F or more: predict(decode_rows + P) <= predict(decode_rows) / F. The largest such
+// P, at least `min_rows` (prompts always make progress) and at most `chunk`. F <= 0, no decode rows or an
+// empty table give the whole chunk.
 int prefill_rows_for_share(const RoundCostTable& t, int decode_rows, double decode_share, int chunk,
                            int min_rows = 16);
 

@@ -298,7 +298,8 @@ class RowLimitedBackend final : public CpuForwardingBackend {
   void begin_forward(const BatchMeta& meta) override {
     if (meta.rows() > max_rows_) {
       ++*refused_;
-      throw Error("CUDA error: out of memory (test: a forward of " + std::to_string(meta.rows()) + " rows)");
+      throw DeviceOutOfMemory("CUDA error: out of memory (test: a forward of " + std::to_string(meta.rows()) +
+                              " rows)");
     }
     CpuForwardingBackend::begin_forward(meta);
   }

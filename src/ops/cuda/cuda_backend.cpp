@@ -565,7 +565,7 @@ class CudaBackend final : public Backend {
       a.loop_tiles = tiles_, a.num_loop_tiles = num_loop_tiles_, a.wide_loop = tiles_wide_;
       a.split_tiles = tiles_ + num_loop_tiles_, a.num_split_tiles = num_split_tiles_;
       if (num_split_tiles_ > 0) {  // partials only for the split schedule
-        a.part_acc = static_cast<float*>(ws.get(n * (p.head_dim + 2) * sizeof(float), capture_ != nullptr));
+        a.part_acc = static_cast<float*>(ws.get(partial_bytes(n, p.head_dim), capture_ != nullptr));
         a.part_ml = a.part_acc + n * p.head_dim;
         a.tickets = attention_tickets(size_t(num_split_tiles_) * size_t(p.num_kv_heads));
       }
@@ -576,6 +576,9 @@ class CudaBackend final : public Backend {
                     p.head_dim, p.scale, p.sliding_window, p.softcap, chunks, part, part + n * p.head_dim,
                     stream_);
   }
+
+  // The split schedule's partials of n (row, head, chunk) slots: [n, head_dim] outputs, then [n, 2] max/sum.
+  static size_t partial_bytes(size_t n, int head_dim) { return n * size_t(head_dim + 2) * sizeof(float); }
 
   // The fused combine's tickets (AttentionMmaArgs::tickets): one zeroed buffer made at the first eager
   // attention, never moved (captured graphs keep its address); null (the combine launch instead, same
@@ -749,11 +752,10 @@ class CudaBackend final : public Backend {
     cudaGetLastError();
     read_back_.discard();
   }
+  // The split schedule's partials at positions below `context`, grown by a quarter as attn_ws_ grows.
   size_t attention_workspace_bytes(int64_t rows, int heads, int head_dim, int context) const override {
-    // attention(): the split schedule's partials, [rows * heads * chunks, head_dim + 2] floats, grown by a
-    // quarter on reallocation.
     const size_t chunks = size_t(std::max(context, 1) - 1) / kAttnChunk + 1;
-    return size_t(rows) * size_t(heads) * chunks * size_t(head_dim + 2) * sizeof(float) * 5 / 4;
+    return partial_bytes(size_t(rows) * size_t(heads) * chunks, head_dim) * 5 / 4;
   }
   size_t free_memory() const override {
     size_t free = 0, total = 0;

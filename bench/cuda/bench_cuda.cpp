@@ -1,10 +1,12 @@
 // tf_bench_cuda: the CUDA backend at real model shapes with random weights generated on the GPU (the
 // benchmark itself is tf_shape_bench, shape_bench.h; `tensorfold bench --shape` runs the same).
-// Flags: --quick (512 context, prefill 512 only), --small (Qwen3-0.6B only), --linears (the per-shape
-// linear table alone), --verify (the verify-cost sweep), --profile-forward (one eager decode forward
-// between cudaProfilerStart/Stop, for ncu --profile-from-start off), --format LIST (weight formats of the
-// linears, comma-separated: bf16, mlx4, mlx8, fp8; shape_bench.h).
+// Flags: --quick (512 context, prefill 512 only), --prefill (prefill 512 and 4k only), --small (Qwen3-0.6B
+// only), --linears (the per-shape linear table alone), --verify (the verify-cost sweep), --profile-forward
+// (one eager decode forward between cudaProfilerStart/Stop, for ncu --profile-from-start off),
+// --profile-prefill N (the same for a prefill of N tokens), --format LIST (weight formats of the linears,
+// comma-separated: bf16, mlx4, mlx8, fp8; shape_bench.h).
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <sstream>
@@ -17,7 +19,12 @@ int main(int argc, char** argv) {
   bool linears = false, profile = false, verify = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--profile-forward")) profile = true;
+    if (!std::strcmp(argv[i], "--profile-prefill") && i + 1 < argc) {
+      profile = true;
+      opt.profile_prefill = std::atoi(argv[++i]);
+    }
     if (!std::strcmp(argv[i], "--quick")) opt.quick = true;
+    if (!std::strcmp(argv[i], "--prefill")) opt.prefill_only = true;
     if (!std::strcmp(argv[i], "--small")) opt.shapes = {"qwen3-0.6b"};
     if (!std::strcmp(argv[i], "--verify")) verify = true;
     if (!std::strcmp(argv[i], "--linears")) linears = true;

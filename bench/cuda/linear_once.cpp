@@ -1,6 +1,7 @@
 // One linear shape through linear_bf16, a few launches, nothing else: a target for `ncu` (the profiler
 // needs a program whose N-th launch of a kernel is the case to look at).
-//   tf_linear_once M N K [auto|wgmma|mid|tiled|decode] [launches] [raw|tma|tmax (wgmma producer)]
+//   tf_linear_once M N K [auto|wgmma|mid|tiled|decode] [launches] [raw|tma|tmax|tmaxw (wgmma producer)]
+//                  [wgmma tile, e.g. 128x192c2]
 //   tf_linear_once M N K rs [launches] [auto|all|64x32s4|... (linear_rs.cu tile)]
 // Prints the median time of the launches after the first (bench::time_ms) and of graph replays of one call
 // (bench::time_graph_ms: no host launch cost, e.g. the tensor-map encoding of the TMA paths). `rs all` times
@@ -72,7 +73,7 @@ int main(int argc, char** argv) {
   using namespace tf;
   if (argc < 4) {
     std::fprintf(stderr,
-                 "usage: %s M N K [auto|wgmma|mid|tiled|decode] [launches] [raw|tma|tmax|tmaxw]\n"
+                 "usage: %s M N K [auto|wgmma|mid|tiled|decode] [launches] [raw|tma|tmax|tmaxw] [tile]\n"
                  "       %s M N K rs [launches] [auto|all|<tile>]\n",
                  argv[0], argv[0]);
     return 2;
@@ -92,6 +93,11 @@ int main(int argc, char** argv) {
   if (!std::strcmp(producer, "tma")) cuda::set_linear_wgmma_producer(cuda::WgmmaProducer::Tma);
   if (!std::strcmp(producer, "tmax")) cuda::set_linear_wgmma_producer(cuda::WgmmaProducer::TmaX);
   if (!std::strcmp(producer, "tmaxw")) cuda::set_linear_wgmma_producer(cuda::WgmmaProducer::TmaXW);
+  // argv[7]: a wgmma tile by name (128x192, 128x192c2, ...); default Auto.
+  if (argc > 7)
+    for (int t = int(cuda::WgmmaTile::W64T64); t <= int(cuda::WgmmaTile::W128T64S2); ++t)
+      if (!std::strcmp(argv[7], cuda::wgmma_tile_name(cuda::WgmmaTile(t))))
+        cuda::set_linear_wgmma_tile(cuda::WgmmaTile(t));
   cudaStream_t s;
   TF_CUDA_CHECK(cudaStreamCreate(&s));
   void *x, *w, *y;

@@ -408,26 +408,30 @@ void prefill_row(ShapeRun& r, int n) {
 }
 
 void run_shape(Backend& be, cublasHandle_t h, const ModelShape& sh, const Ceilings& c, bool quick,
-               std::vector<Row>* out) {
-  const int max_ctx = quick ? 512 : 8192;
-  const int max_prefill = quick ? kPrefills[0] : kPrefills[std::size(kPrefills) - 1];
+               std::vector<Row>* out, bool prefill_only = false) {
+  const int max_ctx = quick || prefill_only ? 512 : 8192;
+  const int max_prefill = quick          ? kPrefills[0]
+                          : prefill_only ? kPrefills[1]
+                                         : kPrefills[std::size(kPrefills) - 1];
   // KV for 32 sequences of max_ctx (decode) or one prompt of max_prefill (Qwen3-8B at 8k: ~39 GB).
   ShapeModel m =
       make_model(be, sh, std::max<int64_t>(int64_t(32) * (max_ctx + kBlock), max_prefill + kBlock));
   const double kv_bytes_per_token = 2.0 * sh.layers * sh.kv_heads * sh.head_dim * 2;
   std::printf("\n== %s: %.2f GB of linear weights, KV %.0f KB/token ==\n", sh.name, m.linear_bytes / 1e9,
               kv_bytes_per_token / 1e3);
-  linear_table(be, h, sh, m.layers[0], m.lm_head);
+  if (!prefill_only) linear_table(be, h, sh, m.layers[0], m.lm_head);
   // Activations for the longest prompt (Qwen3-8B at 32k: ~5 GB).
   Acts acts = make_acts(be, sh, max_prefill, 32);
   ShapeRun r{
       be, cuda::stream_of(be), c, m, acts, backend_linear(be), cublas_linear(h), qwen_rope(sh.head_dim), out};
-  for (int batch : {1, 32}) decode_op_table(r, batch);
-  for (int ctx : {512, 8192}) {
-    if (ctx > max_ctx) continue;
-    for (int batch : {1, 8, 32}) decode_row(r, batch, ctx);
+  if (!prefill_only) {
+    for (int batch : {1, 32}) decode_op_table(r, batch);
+    for (int ctx : {512, 8192}) {
+      if (ctx > max_ctx) continue;
+      for (int batch : {1, 8, 32}) decode_row(r, batch, ctx);
+    }
+    decode_attention(r, 32, max_ctx);
   }
-  decode_attention(r, 32, max_ctx);
   for (int n : kPrefills) {
     if (n > max_prefill) continue;
     prefill_row(r, n);
@@ -571,6 +575,24 @@ void verify_sweep(Backend& be, const ModelShape& sh, int ctx, WeightFormat forma
 
 // A target for `ncu --profile-from-start off`: the kernels of one eager decode forward (b=1, ctx 512),
 // each timed alone by the profiler, to split a graphed step's time into kernel time and the gaps.
+// One eager prefill of n tokens between cudaProfilerStart/Stop (after a warm-up one).
+void profile_prefill(Backend& be, const ModelShape& sh, WeightFormat format, int n) {
+  ShapeModel m = make_model(be, sh, n + kBlock, format);
+  const LinearFn ours = backend_linear(be);
+  Acts acts = make_acts(be, sh, n, 32);
+  const RopeParams rope = qwen_rope(sh.head_dim);
+  BatchMeta meta = prefill_meta(n);
+  be.begin_forward(meta);
+  cudaStream_t s = cuda::stream_of(be);
+  const double eager = time_ms(s, [&] { forward(be, m, acts, n, 1, rope, ours); });
+  std::printf("prefill %d: eager %.3f ms\n", n, eager);
+  TF_CUDA_CHECK(cudaProfilerStart());
+  forward(be, m, acts, n, 1, rope, ours);
+  be.synchronize();
+  TF_CUDA_CHECK(cudaProfilerStop());
+  std::printf("profiled one prefill of %d tokens of %s%s\n", n, sh.name, format_suffix(format).c_str());
+}
+
 void profile_forward(Backend& be, const ModelShape& sh, WeightFormat format) {
   ShapeModel m = make_model(be, sh, int64_t(4) * (512 + kBlock), format);
   const LinearFn ours = backend_linear(be);
@@ -667,7 +689,10 @@ int run_shape_bench(const ShapeBenchOptions& opt) {
       for (const ModelShape* sh : shapes) linears_only(*be, h.get(), *sh);
       return 0;
     case ShapeBenchMode::ProfileForward:
-      profile_forward(*be, *shapes[0], formats[0]);
+      if (opt.profile_prefill > 0)
+        profile_prefill(*be, *shapes[0], formats[0], opt.profile_prefill);
+      else
+        profile_forward(*be, *shapes[0], formats[0]);
       return 0;
     case ShapeBenchMode::Verify:
       for (WeightFormat f : formats) {
@@ -681,7 +706,7 @@ int run_shape_bench(const ShapeBenchOptions& opt) {
   std::vector<Row> rows;
   std::vector<FormatRow> format_table;
   for (const ModelShape* sh : shapes) {
-    if (bf16) run_shape(*be, h.get(), *sh, c, opt.quick, &rows);
+    if (bf16) run_shape(*be, h.get(), *sh, c, opt.quick, &rows, opt.prefill_only);
     if (!quantized.empty()) format_rows(*be, *sh, quantized, c, opt.quick, &format_table);
   }
   if (bf16) print_summary(rows, c);

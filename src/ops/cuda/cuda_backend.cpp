@@ -478,8 +478,9 @@ class CudaBackend final : public Backend {
     const int64_t k = w.in_features, m = gu.dim(-1) == 2 * k ? gu.numel() / (2 * k) : -1;
     const bool has_bias = w.bias.defined() && w.bias.numel() > 0;
     // M = 1 only: its kernel (kSilu1) loads the next step's gate/up values ahead; at M = 2..16 (kSilu) the
-    // values are waited for chunk by chunk (+1.6 ms at b = 8 in run 39): silu_mul + linear there.
-    if (g_fused_silu_linear && m == 1 && w.format == LinearWeight::Format::Dense && w.weight.dtype() == DType::BF16 &&
+    // values are waited for chunk by chunk (+1.6 ms at b = 8 in run 39): silu_mul + linear there. M > 16:
+    // the wgmma kernel's x permute computes the activation, where that path runs (else the two ops).
+    if (((g_fused_silu_linear && m == 1) || m > 16) && w.format == LinearWeight::Format::Dense && w.weight.dtype() == DType::BF16 &&
         w.weight.dim(1) == k && gu.dtype() == DType::BF16 && gu.device() == Device::CUDA && gu.is_contiguous() && m >= 0 &&
         y.device() == Device::CUDA && y.is_contiguous() && (y.dtype() == DType::BF16 || y.dtype() == DType::F32) &&
         y.numel() == m * w.weight.dim(0) &&

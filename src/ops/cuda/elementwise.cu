@@ -296,6 +296,24 @@ __global__ void silu_mul_kernel(const __nv_bfloat16* gu, __nv_bfloat16* out, int
   out[idx] = silu_mul_bf16(g, u);
 }
 
+// 8 elements a thread (inter % 8 == 0): 16-byte loads of gate and up, one 16-byte store; each element the
+// scalar kernel's expression (run 125: the scalar kernel moved ~1.3 TB/s at 4096 x 12288).
+__global__ void silu_mul_vec_kernel(const uint4* gu, uint4* out, int64_t units, int inter_units) {
+  pdl_enter();
+  const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (idx >= units) return;
+  const int64_t r = idx / inter_units, j = idx % inter_units;
+  const uint4 g = ld_act16(gu + r * 2 * inter_units + j),
+              u = ld_act16(gu + r * 2 * inter_units + inter_units + j);
+  const __nv_bfloat16* gb = reinterpret_cast<const __nv_bfloat16*>(&g);
+  const __nv_bfloat16* ub = reinterpret_cast<const __nv_bfloat16*>(&u);
+  uint4 o;
+  __nv_bfloat16* ob = reinterpret_cast<__nv_bfloat16*>(&o);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) ob[e] = silu_mul_bf16(__bfloat162float(gb[e]), __bfloat162float(ub[e]));
+  out[idx] = o;
+}
+
 // 16-byte copies of one row's K and V into the pool slot.
 __global__ void kv_write_kernel(uint4* kp, uint4* vp, const uint4* k, const uint4* v, int rows, int vecs,
                                 const int32_t* __restrict__ slots) {
@@ -480,8 +498,15 @@ bool qkv_norm_rope_kv(const void* qkv, void* q_out, const void* q_w, const void*
 
 void silu_mul(const void* gu, void* out, int64_t rows, int inter, cudaStream_t s) {
   if (rows * inter == 0) return;
-  launch_pdl_if(g_pdl_group, silu_mul_kernel, blocks_for(rows * inter), 256, 0, s,
-                static_cast<const __nv_bfloat16*>(gu), static_cast<__nv_bfloat16*>(out), rows, inter);
+  if (inter % 8 == 0 && reinterpret_cast<uintptr_t>(gu) % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(out) % 16 == 0) {
+    const int64_t units = rows * (inter / 8);
+    launch_pdl_if(g_pdl_group, silu_mul_vec_kernel, blocks_for(units), 256, 0, s,
+                  static_cast<const uint4*>(gu), static_cast<uint4*>(out), units, inter / 8);
+  } else {
+    launch_pdl_if(g_pdl_group, silu_mul_kernel, blocks_for(rows * inter), 256, 0, s,
+                  static_cast<const __nv_bfloat16*>(gu), static_cast<__nv_bfloat16*>(out), rows, inter);
+  }
   TF_CUDA_LAUNCH_CHECK();
 }
 

@@ -30,8 +30,9 @@ void linear_bf16(const void* x, const void* w, const void* bias, DType bias_dtyp
                  int m, int n, int k, cudaStream_t s);
 // y[M,N] = silu_mul(gate_up)[M,K] · W[N,K]ᵀ + bias, gate_up [M, 2K] (gate first), for M <= 16: the decode
 // kernel computes bf16(silu(g) * u) in registers where it would load x (activation.cuh, the silu_mul
-// kernel's arithmetic), so the bits equal silu_mul followed by linear_bf16. Returns false, launching
-// nothing, for M > 16 (the caller runs the two ops).
+// kernel's arithmetic), so the bits equal silu_mul followed by linear_bf16. M > 16 where linear_bf16 would
+// run the wgmma kernel with a permuted-x producer: silu inside that permute (linear_wgmma_silu_bf16).
+// Returns false, launching nothing, for other M (the caller runs the two ops).
 bool linear_silu_bf16(const void* gate_up, const void* w, const void* bias, DType bias_dtype, void* y,
                       DType y_dtype, int m, int n, int k, cudaStream_t s);
 // residual_out = residual + x and y[M,N] = rms_norm(residual_out)[M,K] · W[N,K]ᵀ + bias for M <= 8 and

@@ -351,7 +351,13 @@ void linear_bf16(const void* x, const void* w, const void* bias, DType bias_dtyp
 
 bool linear_silu_bf16(const void* gate_up, const void* w, const void* bias, DType bias_dtype, void* y,
                       DType y_dtype, int m, int n, int k, cudaStream_t s) {
-  if (m > 16) return false;
+  if (m > 16) {  // where linear_bf16 would run the wgmma kernel: silu inside its x permute, if it has one
+    const bool auto_pick =
+        linear_kernel_for(1) == LinearKernel::Decode && linear_kernel_for(INT_MAX) != LinearKernel::Decode;
+    const bool wgmma_pays = m >= kWgmmaMinM || (m >= kWgmmaMinMWide && n >= kWideN);
+    return auto_pick && wgmma_pays && linear_wgmma_supported() &&
+           linear_wgmma_silu_bf16(gate_up, w, bias, bias_dtype, y, y_dtype, m, n, k, s);
+  }
   if (m <= 0) return true;
   TF_CHECK(k % 32 == 0, "CUDA linear needs in_features divisible by 32, got " + std::to_string(k));
   const int bias_kind = !bias ? 0 : bias_dtype == DType::F32 ? 1 : 2;

@@ -43,6 +43,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "ops/cuda/activation.cuh"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/linear_wgmma.h"
@@ -630,16 +631,39 @@ bool make_map(CUtensorMap* map, const void* base, int rows, int k, int box_rows,
 // step 0's k-values (unit t's first 8 bytes, t = 0..3) then step 1's: the raw producer's permutation done
 // once for the whole x instead of in every CTA that reads the tile (WgmmaProducer::TmaX). One thread a
 // 64-byte chunk.
-__global__ void permute_x_kernel(const uint4* x, uint4* xp, int64_t chunks) {
+// One thread a 16-byte unit (unit u = idx % 4 of chunk idx / 4), so that a warp loads and stores 512
+// contiguous bytes an instruction (run 125: the thread-a-chunk version moved 2.4 TB/s, 16.5 ms of a 4k
+// prefill); the four units of a chunk are in one quad, and thread u makes output unit u from the 8-byte
+// halves of two of them by shuffles: out0 = in0.lo in1.lo, out1 = in2.lo in3.lo, out2 = in0.hi in1.hi,
+// out3 = in2.hi in3.hi. SILU: x is the MLP's gate_up [m, 2k] and the permuted rows are bf16(silu(g) * u)
+// (activation.cuh: silu_mul's values), so the down projection's x never goes through memory unpermuted.
+template <bool SILU>
+__global__ void permute_x_kernel(const uint4* x, uint4* xp, int64_t units, int k_units) {
   pdl_enter();
-  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (i >= chunks) return;
-  const uint4 a = ld_act16(x + 4 * i), b = ld_act16(x + 4 * i + 1), c = ld_act16(x + 4 * i + 2),
-              d = ld_act16(x + 4 * i + 3);
-  xp[4 * i] = make_uint4(a.x, a.y, b.x, b.y);
-  xp[4 * i + 1] = make_uint4(c.x, c.y, d.x, d.y);
-  xp[4 * i + 2] = make_uint4(a.z, a.w, b.z, b.w);
-  xp[4 * i + 3] = make_uint4(c.z, c.w, d.z, d.w);
+  const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  const bool live = idx < units;
+  uint4 in = make_uint4(0, 0, 0, 0);
+  if (live) {
+    if constexpr (SILU) {
+      const int64_t row = idx / k_units, j = idx % k_units;  // unit j of the row's k / 8
+      const uint4 g = ld_act16(x + row * 2 * k_units + j), u = ld_act16(x + row * 2 * k_units + k_units + j);
+      const __nv_bfloat16* gb = reinterpret_cast<const __nv_bfloat16*>(&g);
+      const __nv_bfloat16* ub = reinterpret_cast<const __nv_bfloat16*>(&u);
+      __nv_bfloat16* ob = reinterpret_cast<__nv_bfloat16*>(&in);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) ob[e] = silu_mul_bf16(__bfloat162float(gb[e]), __bfloat162float(ub[e]));
+    } else {
+      in = ld_act16(x + idx);
+    }
+  }
+  // Units a and a + 1 of the quad (a = 0 for u = 0, 2; 2 for u = 1, 3); their low halves for u < 2.
+  const int lane = threadIdx.x % 32, u = lane % 4, a = lane - u + 2 * (u % 2);
+  constexpr unsigned kAll = 0xffffffffu;
+  const uint32_t ax = __shfl_sync(kAll, in.x, a), ay = __shfl_sync(kAll, in.y, a),
+                 az = __shfl_sync(kAll, in.z, a), aw = __shfl_sync(kAll, in.w, a),
+                 bx = __shfl_sync(kAll, in.x, a + 1), by = __shfl_sync(kAll, in.y, a + 1),
+                 bz = __shfl_sync(kAll, in.z, a + 1), bw = __shfl_sync(kAll, in.w, a + 1);
+  if (live) xp[idx] = u < 2 ? make_uint4(ax, ay, bx, by) : make_uint4(az, aw, bz, bw);
 }
 
 // Whether permuted_rows can copy p on s: not while s captures a graph (no allocation there), and p 16-byte
@@ -654,7 +678,8 @@ bool can_permute(const void* p, cudaStream_t s) {
 // on one stream reuse it in stream order; two streams (two backends, a draft model's and the target's) never
 // share one. Null while the stream is capturing a graph (no allocation there) or when x is not 16-byte
 // aligned. which: 0 = x's buffer, 1 = W's (WgmmaProducer::TmaXW: the weight permuted the same way, per call).
-const void* permuted_rows(const void* x, int m, int k, cudaStream_t s, int which = 0) {
+// silu: x is a gate_up [m, 2k] and the rows permuted are silu_mul's (permute_x_kernel<true>).
+const void* permuted_rows(const void* x, int m, int k, cudaStream_t s, int which = 0, bool silu = false) {
   if (!can_permute(x, s)) return nullptr;
   struct Buf {
     void* p = nullptr;
@@ -676,9 +701,9 @@ const void* permuted_rows(const void* x, int m, int k, cudaStream_t s, int which
     }
     p = b.p;
   }
-  const int64_t chunks = int64_t(m) * (k / 32);
-  launch_pdl(permute_x_kernel, unsigned((chunks + 255) / 256), 256, 0, s, static_cast<const uint4*>(x),
-             static_cast<uint4*>(p), chunks);
+  const int64_t units = int64_t(m) * (k / 8);
+  launch_pdl(silu ? permute_x_kernel<true> : permute_x_kernel<false>, unsigned((units + 255) / 256), 256, 0,
+             s, static_cast<const uint4*>(x), static_cast<uint4*>(p), units, k / 8);
   return p;
 }
 
@@ -715,9 +740,11 @@ void launch_with(const void* x, const void* w, const void* bias, int bias_kind, 
 
 // The producer: TMA raw rows where the tile stages raw rows and Tma is set (the maps must encode); else
 // 16-byte cp.async (raw tiles; Auto until the TMA path is measured) or the tile's 8-byte path.
+// silu: x is a gate_up [m, 2k] whose silu_mul is the input (only the permuted-x producers, which
+// linear_wgmma_silu_bf16 makes sure of).
 template <int WGS, int BN, int CL = 1, int SP = 1>
 void launch(const void* x, const void* w, const void* bias, int bias_kind, void* y, bool y_f32, int m, int n,
-            int k, cudaStream_t s) {
+            int k, cudaStream_t s, bool silu = false) {
   using C = Cfg<WGS, BN, CL, SP>;
   CUtensorMap tmw{}, tmx{};
   if constexpr (C::kRaw && SP == 2) {  // the split tiles: 16-byte cp.async, swizzled (fewer kernels)
@@ -734,8 +761,9 @@ void launch(const void* x, const void* w, const void* bias, int bias_kind, void*
       // when a tensor-map launch can follow.
       const bool wmap = wpp ? make_map(&tmw, wpp, n, k, C::kBM, CU_TENSOR_MAP_SWIZZLE_64B)
                             : make_map(&tmw, w, n, k, C::kBM);
-      const void* xp = wmap ? permuted_rows(x, m, k, s) : nullptr;  // null: capture
+      const void* xp = wmap ? permuted_rows(x, m, k, s, 0, silu) : nullptr;  // null: capture
       const bool xmap = xp && make_map(&tmx, xp, m, k, BN, CU_TENSOR_MAP_SWIZZLE_64B);
+      TF_CHECK(!silu || xmap, "wgmma linear: the silu input needs the permuted-x producer");
       TF_CHECK(
           g_producer != WgmmaProducer::TmaXW || (wpp && xmap) || !can_permute(w, s) || !can_permute(x, s),
           "wgmma linear: TmaXW producer forced but W's or x's tensor map could not be made");
@@ -918,6 +946,33 @@ void linear_wgmma_bf16(const void* x, const void* w, const void* bias, DType bia
       return launch<2, 64, 1, 2>(x, w, bias, bias_kind, y, f32, m, n, k, s);
     default:
       return launch<2, 256>(x, w, bias, bias_kind, y, f32, m, n, k, s);
+  }
+}
+
+bool linear_wgmma_silu_bf16(const void* gate_up, const void* w, const void* bias, DType bias_dtype, void* y,
+                            DType y_dtype, int m, int n, int k, cudaStream_t s) {
+  // Only where linear_wgmma_bf16 would take a permuted-x producer: Auto tile, not the streaming kernel's M,
+  // tensor maps encodable, gate_up and W 16-byte aligned, the stream not capturing (no buffer allocation).
+  if (k % 32 != 0 || m <= 0 || n <= 0 || !linear_wgmma_supported() || g_tile != WgmmaTile::Auto ||
+      !kAutoTmaX || g_producer == WgmmaProducer::Raw || g_producer == WgmmaProducer::Tma ||
+      linear_rs_takes(m, n) || !encode_tiled() || !can_permute(gate_up, s) ||
+      reinterpret_cast<uintptr_t>(w) % 16 != 0)
+    return false;
+  const int bias_kind = !bias ? 0 : bias_dtype == DType::F32 ? 1 : 2;
+  const bool f32 = y_dtype == DType::F32;
+  switch (linear_wgmma_auto_tile(m, n)) {
+    case WgmmaTile::W64T64:
+      return launch<1, 64>(gate_up, w, bias, bias_kind, y, f32, m, n, k, s, true), true;
+    case WgmmaTile::W64T128:
+      return launch<1, 128>(gate_up, w, bias, bias_kind, y, f32, m, n, k, s, true), true;
+    case WgmmaTile::W128T64:
+      return launch<2, 64>(gate_up, w, bias, bias_kind, y, f32, m, n, k, s, true), true;
+    case WgmmaTile::W128T128:
+      return launch<2, 128>(gate_up, w, bias, bias_kind, y, f32, m, n, k, s, true), true;
+    case WgmmaTile::W128T192:
+      return launch<2, 192>(gate_up, w, bias, bias_kind, y, f32, m, n, k, s, true), true;
+    default:
+      return false;  // 128x256 and the cluster tiles read x as it is
   }
 }
 

@@ -19,6 +19,13 @@ namespace tf::cuda {
 // or bf16 or null. Needs k % 32 == 0 and linear_wgmma_supported() (throws otherwise); any m, n >= 1.
 void linear_wgmma_bf16(const void* x, const void* w, const void* bias, DType bias_dtype, void* y,
                        DType y_dtype, int m, int n, int k, cudaStream_t s);
+// y = silu_mul(gate_up) x W^T + bias for gate_up [M, 2K] (gate first), where linear_wgmma_bf16 would permute x
+// once per call (Auto tile, a raw tile, not capturing): the permute kernel computes bf16(silu(g) * u)
+// (activation.cuh, silu_mul's values) as it writes the permuted rows, so the bits equal silu_mul then
+// linear_wgmma_bf16 and the activation never goes through memory unpermuted. False, launching nothing, where
+// that path does not apply.
+bool linear_wgmma_silu_bf16(const void* gate_up, const void* w, const void* bias, DType bias_dtype, void* y,
+                            DType y_dtype, int m, int n, int k, cudaStream_t s);
 // True when the current device is sm_90 and this build has the sm_90a kernels (else callers must use
 // the mma.sync kernels).
 bool linear_wgmma_supported();

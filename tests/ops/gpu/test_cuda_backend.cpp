@@ -402,6 +402,13 @@ TEST_F(CudaOps, ElementwiseMatchCpu) {
   gpu_->silu_mul(gpu_->upload(gu.bf16), go);
   cpu_->silu_mul(gu.f32, co);
   EXPECT_LT(rel_err(get(go), co.to_f32_vector()), kBf16Tol);
+  {  // inter % 8 != 0: the scalar kernel (3000 above: 16-byte units)
+    Host gu2 = random_host({rows, 2 * 3004}, 2.f);
+    Tensor go2 = poisoned({rows, 3004}), co2 = Tensor::empty({rows, 3004}, DType::F32);
+    gpu_->silu_mul(gpu_->upload(gu2.bf16), go2);
+    cpu_->silu_mul(gu2.f32, co2);
+    EXPECT_LT(rel_err(get(go2), co2.to_f32_vector()), kBf16Tol);
+  }
   // embedding (f32 table) with scale
   BatchMeta meta = plain_meta(rows);
   for (int r = 0; r < rows; ++r) meta.tokens[r] = int(rng()() % vocab);

@@ -16,6 +16,7 @@
 #include "ops/cuda/attention_mma.h"
 #include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/linear_wgmma.h"
 
 namespace tf {
 namespace {
@@ -93,7 +94,8 @@ TEST_F(CudaFusion, FusedQkvEqualsSeparateLinearsAndAttentionInputs) {
                        hv_w = host_linear(int64_t(c.hk) * c.d, hidden, c.bias);
     ASSERT_TRUE(same_layout({hq_w, hk_w, hv_w}));
     const LinearWeight wq = gpu_->upload_linear(hq_w), wk = gpu_->upload_linear(hk_w),
-                       wv = gpu_->upload_linear(hv_w), wqkv = gpu_->upload_linear(fuse_linears({hq_w, hk_w, hv_w}));
+                       wv = gpu_->upload_linear(hv_w),
+                       wqkv = gpu_->upload_linear(fuse_linears({hq_w, hk_w, hv_w}));
     const Tensor qn = gpu_->upload(random_bf16({c.d}, 0.3f)), kn = gpu_->upload(random_bf16({c.d}, 0.3f));
     RopeParams rope;
     rope.head_dim = rope.rotary_dim = c.d;
@@ -103,14 +105,16 @@ TEST_F(CudaFusion, FusedQkvEqualsSeparateLinearsAndAttentionInputs) {
     std::vector<int32_t> table;
     for (int i = 0; i < nb; ++i) table.push_back(nb - 1 - i);  // logical block i in physical block nb-1-i
     for (int m : {1, 5, 16, 17, 64, 100}) {
-      SCOPED_TRACE("hq " + std::to_string(c.hq) + " hk " + std::to_string(c.hk) + " d " + std::to_string(c.d) +
-                   (c.bias ? " bias" : "") + (c.norm ? " qk-norm" : "") + ", M " + std::to_string(m));
+      SCOPED_TRACE("hq " + std::to_string(c.hq) + " hk " + std::to_string(c.hk) + " d " +
+                   std::to_string(c.d) + (c.bias ? " bias" : "") + (c.norm ? " qk-norm" : "") + ", M " +
+                   std::to_string(m));
       const BatchMeta meta = seq_meta(m, ctx - 1, bs, table);
       gpu_->begin_forward(meta);
       const Tensor h = gpu_->upload(random_bf16({m, hidden}, 1.f));
       // Three pools holding the same earlier K/V; each path writes this call's rows into its own.
       auto pool = [&] {
-        KvLayer l{gpu_->alloc({nb, bs, c.hk, c.d}, DType::BF16), gpu_->alloc({nb, bs, c.hk, c.d}, DType::BF16)};
+        KvLayer l{gpu_->alloc({nb, bs, c.hk, c.d}, DType::BF16),
+                  gpu_->alloc({nb, bs, c.hk, c.d}, DType::BF16)};
         cuda::fill_uniform(*gpu_, l.k, 7, -2, 2);
         cuda::fill_uniform(*gpu_, l.v, 8, -1, 1);
         return l;
@@ -174,9 +178,9 @@ TEST_F(CudaFusion, SiluMulLinearEqualsSiluMulThenLinear) {
     for (auto variant : {cuda::LoopVariant::Auto, cuda::LoopVariant::Plain}) {
       cuda::set_linear_variant(variant);
       for (int m : {1, 2, 3, 5, 7, 8, 9, 12, 15, 16, 17, 40}) {
-        SCOPED_TRACE("n " + std::to_string(c.n) + " inter " + std::to_string(c.inter) + (c.bias ? " bias" : "") +
-                     (c.y == DType::F32 ? " f32 out" : "") + " variant " + std::to_string(int(variant)) + ", M " +
-                     std::to_string(m));
+        SCOPED_TRACE("n " + std::to_string(c.n) + " inter " + std::to_string(c.inter) +
+                     (c.bias ? " bias" : "") + (c.y == DType::F32 ? " f32 out" : "") + " variant " +
+                     std::to_string(int(variant)) + ", M " + std::to_string(m));
         const Tensor gu = gpu_->upload(random_bf16({m, 2 * int64_t(c.inter)}, 2.f));
         Tensor act = poisoned({m, c.inter}), y_sep = poisoned({m, c.n}, c.y);
         gpu_->silu_mul(gu, act);
@@ -197,6 +201,46 @@ TEST_F(CudaFusion, SiluMulLinearEqualsSiluMulThenLinear) {
     cuda::set_linear_variant(cuda::LoopVariant::Auto);
   }
   cuda::set_fused_silu_linear(false);  // the default
+}
+
+// M > 16 where the wgmma kernel permutes x once per call (sm_90, M >= 512): the permute kernel computes the
+// activation (linear_wgmma_silu_bf16); the bits must equal silu_mul then linear. 4096 rows: the TmaXW
+// producer (W permuted too); 35 chunks (K 1120): uneven slices; N 1040: a partial weight tile.
+TEST_F(CudaFusion, SiluMulInsideWgmmaPermuteEqualsTwoOps) {
+  if (!cuda::linear_wgmma_supported()) GTEST_SKIP() << "needs an sm_90 GPU and the sm_90a kernels";
+  struct Case {
+    int n, inter, m;
+    bool bias;
+    DType y;
+  };
+  for (Case c : {Case{4096, 1120, 512, false, DType::BF16}, Case{4096, 1120, 600, true, DType::F32},
+                 Case{1040, 4096, 4096, true, DType::BF16}, Case{256, 12288, 520, false, DType::BF16},
+                 Case{4096, 4096, 17, false, DType::BF16}}) {
+    SCOPED_TRACE("n " + std::to_string(c.n) + " inter " + std::to_string(c.inter) + " M " +
+                 std::to_string(c.m));
+    const LinearWeight w = gpu_->upload_linear(host_linear(c.n, c.inter, c.bias));
+    const Tensor gu = gpu_->upload(random_bf16({c.m, 2 * int64_t(c.inter)}, 2.f));
+    Tensor act = poisoned({c.m, c.inter}), y_sep = poisoned({c.m, c.n}, c.y);
+    gpu_->silu_mul(gu, act);
+    gpu_->linear(act, w, y_sep);
+    Tensor act2 = poisoned({c.m, c.inter}), y_fused = poisoned({c.m, c.n}, c.y);
+    gpu_->silu_mul_linear(gu, w, act2, y_fused);
+    EXPECT_EQ(bytes(y_fused), bytes(y_sep));
+    Tensor y_k = poisoned({c.m, c.n}, c.y);
+    const bool has_bias = w.bias.defined() && w.bias.numel() > 0;
+    const bool took = cuda::linear_silu_bf16(gu.raw(), w.weight.raw(), has_bias ? w.bias.raw() : nullptr,
+                                             has_bias ? w.bias.dtype() : DType::F32, y_k.raw(), c.y, c.m, c.n,
+                                             c.inter, cuda::stream_of(*gpu_));
+    if (c.m < 512) {  // M = 17: the two ops (no permute there)
+      EXPECT_FALSE(took);
+    }
+    if (c.m == 4096) {  // Auto's 128x192 tile with the TmaXW producer
+      EXPECT_TRUE(took);
+    }
+    if (took) {
+      EXPECT_EQ(bytes(y_k), bytes(y_sep));
+    }
+  }
 }
 
 Tensor random_f32(std::vector<int64_t> shape, float scale) {
@@ -221,13 +265,14 @@ TEST_F(CudaFusion, AddRmsNormLinearEqualsAddRmsNormThenLinear) {
                  Case{8192, 96, DType::BF16, DType::F32, DType::F32, 0.f, true},
                  Case{4096, 1040, DType::F32, DType::F32, DType::BF16, 0.f, false}}) {
     const LinearWeight w = gpu_->upload_linear(host_linear(c.n, c.k, c.bias));
-    const Tensor nw = gpu_->upload(c.norm_w == DType::F32 ? random_f32({c.k}, 0.3f) : random_bf16({c.k}, 0.3f));
+    const Tensor nw =
+        gpu_->upload(c.norm_w == DType::F32 ? random_f32({c.k}, 0.3f) : random_bf16({c.k}, 0.3f));
     for (auto variant : {cuda::LoopVariant::Auto, cuda::LoopVariant::Plain}) {
       cuda::set_linear_variant(variant);
       for (int m : {1, 2, 3, 5, 8, 9, 13, 16, 17, 40}) {
         SCOPED_TRACE("k " + std::to_string(c.k) + " n " + std::to_string(c.n) + " residual " +
-                     dtype_name(c.res) + " norm " + dtype_name(c.norm_w) + " out " + dtype_name(c.y) + " offset " +
-                     std::to_string(c.offset) + (c.bias ? " bias" : "") + " variant " +
+                     dtype_name(c.res) + " norm " + dtype_name(c.norm_w) + " out " + dtype_name(c.y) +
+                     " offset " + std::to_string(c.offset) + (c.bias ? " bias" : "") + " variant " +
                      std::to_string(int(variant)) + ", M " + std::to_string(m));
         const Tensor res_host = c.res == DType::F32 ? random_f32({m, c.k}, 2.f) : random_bf16({m, c.k}, 2.f);
         const Tensor x = gpu_->upload(random_bf16({m, c.k}, 1.f));
@@ -239,7 +284,8 @@ TEST_F(CudaFusion, AddRmsNormLinearEqualsAddRmsNormThenLinear) {
         Tensor res_b = gpu_->upload(res_host), res_out = poisoned({m, c.k}, c.res), h2 = poisoned({m, c.k}),
                y_fused = poisoned({m, c.n}, c.y);
         const auto before = bytes(res_b);
-        const bool out_of_place = gpu_->add_rms_norm_linear(res_b, x, nw, 1e-6f, c.offset, h2, w, y_fused, res_out);
+        const bool out_of_place =
+            gpu_->add_rms_norm_linear(res_b, x, nw, 1e-6f, c.offset, h2, w, y_fused, res_out);
         EXPECT_EQ(out_of_place, m <= 8) << "the fused kernel takes M <= 8";
         EXPECT_EQ(bytes(y_fused), bytes(y_sep));
         if (out_of_place) {
@@ -267,14 +313,17 @@ TEST_F(CudaFusion, VectorAddRmsNormEqualsScalar) {
         for (int rows : {1, 3, 16}) {
           SCOPED_TRACE("cols " + std::to_string(cols) + " residual " + dtype_name(rt) + " weight " +
                        dtype_name(wt) + " rows " + std::to_string(rows));
-          const Tensor res_host = rt == DType::F32 ? random_f32({rows, cols}, 2.f) : random_bf16({rows, cols}, 2.f);
+          const Tensor res_host =
+              rt == DType::F32 ? random_f32({rows, cols}, 2.f) : random_bf16({rows, cols}, 2.f);
           const Tensor x_host = random_bf16({rows, cols}, 1.f);
-          const Tensor nw = gpu_->upload(wt == DType::F32 ? random_f32({cols}, 0.3f) : random_bf16({cols}, 0.3f));
+          const Tensor nw =
+              gpu_->upload(wt == DType::F32 ? random_f32({cols}, 0.3f) : random_bf16({cols}, 0.3f));
           std::vector<uint8_t> res_out[2], y_out[2];
           for (int vec = 0; vec < 2; ++vec) {
             cuda::set_vector_norm(vec == 1);
             Tensor res = gpu_->upload(res_host), x = gpu_->upload(x_host);
-            gpu_->add_rms_norm(res, x, nw, 1e-6f, cols == 1000 ? 1.f : 0.f, x);  // y = x, in place (Gemma offset once)
+            gpu_->add_rms_norm(res, x, nw, 1e-6f, cols == 1000 ? 1.f : 0.f,
+                               x);  // y = x, in place (Gemma offset once)
             res_out[vec] = bytes(res), y_out[vec] = bytes(x);
           }
           EXPECT_EQ(res_out[1], res_out[0]);

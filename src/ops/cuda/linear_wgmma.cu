@@ -74,6 +74,11 @@ int g_wperm_min_m = [] {
 }();
 constexpr size_t kWPermMaxBytes = size_t(256) << 20;
 bool g_clusters = false;  // Auto considers the cluster tiles (off until the device run confirms them)
+// The TmaXW 128x128 / 128x192 tiles stage 128-byte rows (Cfg WP = 2); TF_WGMMA_ROWS128=0: 64-byte rows.
+bool g_rows128 = [] {
+  const char* v = std::getenv("TF_WGMMA_ROWS128");
+  return !v || std::atoi(v) != 0;
+}();
 
 // WP: the TmaXW producer (x and W permuted per call, both by tensor map): no raw slots, their room goes to
 // deeper stages.
@@ -85,7 +90,11 @@ struct Cfg {
   static constexpr bool kTotSmem = BN == 256;
   static constexpr int kWStep = kBM * 32;  // one k16 step of W: kBM rows x 16 bf16
   static constexpr int kXStep = BN * 32;
-  static constexpr int kStage = 2 * (kWStep + kXStep);  // one 32-chunk of both operands
+  // WP = 2: a stage holds two chunks as 128-byte rows (the 128-byte swizzle; runs 129-130: 7-8% faster than
+  // 64-byte rows, half the tensor-map rows and barrier round trips a byte).
+  static constexpr int kCh = WP == 2 ? 2 : 1;                 // chunks a stage
+  static constexpr int kStage = kCh * 2 * (kWStep + kXStep);  // kCh 32-chunks of both operands
+  static constexpr int kWBytes = kCh * 2 * kWStep;            // W's rows at the stage's start, then x's
   static constexpr int kTotBytes = kTotSmem ? WGS * 128 * kAcc * 4 : 0;
   static constexpr int kPartBytes = SP == 2 ? 4 * WGS * 128 * kAcc * 4 : 0;  // rank 1's slice partials
   // kRaw: the producer stages raw rows with 16-byte cp.async into a ring of kRawSlots chunks and
@@ -107,13 +116,13 @@ struct Cfg {
   // tile ran near the same ~700 clocks a chunk whatever its size, producer or layout -- the group
   // latency). A stage is released kPending chunks after its MMAs were issued; kStages - kPending stages
   // stay free for the producer.
-  static constexpr int kPending = kRaw ? (WP ? 3 : kStages / 2) : (kStages >= 8 ? 3 : 1);
+  static constexpr int kPending = kRaw ? (WP == 2 ? 2 : WP ? 3 : kStages / 2) : (kStages >= 8 ? 3 : 1);
   static constexpr int kRawSlots = kRaw && !WP ? std::min(16, (kFree - kStages * kStage) / kStage) : 0;
   static constexpr int kRawOff = kStages * kStage, kTotOff = kRawOff + kRawSlots * kStage;
   static constexpr int kPartOff = kTotOff + kTotBytes;
   static constexpr int kSmem = kPartOff + kPartBytes + 1024;
   static_assert(kStages >= 3 && (!kRaw || WP || kRawSlots >= 3), "pipeline too shallow");
-  static_assert(kPending >= 1 && kPending <= kStages - 2, "the producer needs free stages");
+  static_assert(kPending >= 1 && kPending <= kStages * kCh - 2, "the producer needs free stages");
   static_assert(CL == 1 || (CL == 2 && BN % 32 == 0), "x halves must be whole row-group pairs");
   static_assert(SP == 1 || (SP == 2 && CL == 1 && !kTotSmem), "slice split: x not shared, tot in registers");
 };
@@ -300,17 +309,19 @@ __device__ __forceinline__ void produce_raw(const __nv_bfloat16* __restrict__ x,
       // x and W both pre-permuted (permute_rows_kernel): one thread loads each stage by two tensor-map loads
       // with the 64-byte swizzle, W's kBM rows at the stage's start and x's BN rows after them -- the bytes
       // the permuters below would write. No raw slots, no permutation pass in the CTA.
+      // WP = 2: stage q holds chunks 2q, 2q + 1 of the range (128-byte rows, boxes of 64 columns).
       if (pt == 0) {
         pdl_wait();
-        for (int c = 0; c < count; ++c) {
-          const int s = c % C::kStages;
-          if (c >= C::kStages) mbar_wait(empty + 8 * s, ((c / C::kStages) & 1) ^ 1);
-          mbar_arrive_expect_tx(full + 8 * s, (C::kBM + BN) * 64);
+        for (int q = 0; q < (count + C::kCh - 1) / C::kCh; ++q) {
+          const int s = q % C::kStages;
+          if (q >= C::kStages) mbar_wait(empty + 8 * s, ((q / C::kStages) & 1) ^ 1);
+          mbar_arrive_expect_tx(full + 8 * s, C::kStage);
           const CUtensorMap* maps[2] = {tmw, tmx};
           const int rows[2] = {n0, m0};
-          const uint32_t offs[2] = {0, 2 * C::kWStep};
+          const uint32_t offs[2] = {0, C::kWBytes};
           for (int o = 0; o < 2; ++o)
-            tma_load_2d(sbase + s * C::kStage + offs[o], maps[o], (c_lo + c) * 32, rows[o], full + 8 * s);
+            tma_load_2d(sbase + s * C::kStage + offs[o], maps[o], (c_lo + C::kCh * q) * 32, rows[o],
+                        full + 8 * s);
         }
       }
       return;
@@ -470,18 +481,21 @@ __device__ __forceinline__ void consume(const void* __restrict__ bias, int bias_
 #pragma unroll
     for (int i = 0; i < C::kAcc; ++i) acc[i] = 0.f;
     for (const int c_end = (si + 1) * chunks / kSlices; c < c_end; ++c) {
-      const int s = (c - c_lo) % C::kStages;
-      mbar_wait(full + 8 * s, ((c - c_lo) / C::kStages) & 1);
+      const int q = (c - c_lo) / C::kCh, s = q % C::kStages;  // the chunk's stage (kCh chunks each)
+      if ((c - c_lo) % C::kCh == 0) mbar_wait(full + 8 * s, (q / C::kStages) & 1);
       // The 8-byte path's cp.async bytes (generic proxy) -> wgmma's async-proxy reads. The raw path's
       // writers fence before they arrive.
       if constexpr (!C::kRaw) fence_proxy_async();
       const uint32_t st = sbase + s * C::kStage;
-      const uint32_t b = st + 2 * C::kWStep;
+      const uint32_t b = st + C::kWBytes;
       wgmma_fence_operands<C::kAcc>(acc);
       wgmma_fence();
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        if constexpr (SWZ) {  // this warpgroup's 64 rows of W: 64 x 64 bytes further per warpgroup
+        if constexpr (WP == 2) {  // 128-byte rows: this chunk's two steps at byte 64 * (chunk % 2) + 32 h
+          const uint32_t off = ((c - c_lo) % 2) * 64 + h * 32;
+          wgmma_tile<BN>(acc, desc_sw128(st + wg * 64 * 128 + off), desc_sw128(b + off));
+        } else if constexpr (SWZ) {  // this warpgroup's 64 rows of W: 64 x 64 bytes further per warpgroup
           wgmma_tile<BN>(acc, desc_sw64(st + wg * 64 * 64 + h * 32), desc_sw64(b + h * 32));
         } else {
           const uint32_t a = st + wg * (64 / 8) * kRowGroupBytes;
@@ -493,8 +507,11 @@ __device__ __forceinline__ void consume(const void* __restrict__ bias, int bias_
       wgmma_fence_operands<C::kAcc>(acc);
       wgmma_wait<C::kPending>();  // chunk c - kPending's MMAs are done: its stage goes back
       wgmma_fence_operands<C::kAcc>(acc);
-      if (c - C::kPending >= c_lo && lane == 0) {
-        const uint32_t bar = empty + 8 * ((c - C::kPending - c_lo) % C::kStages);
+      // Chunk d = c - kPending is done; its stage goes back with the stage's last chunk (WP = 2: the odd one;
+      // a stage left half-used at the range's end is never refilled).
+      const int d = c - C::kPending - c_lo;
+      if (d >= 0 && d % C::kCh == C::kCh - 1 && lane == 0) {
+        const uint32_t bar = empty + 8 * ((d / C::kCh) % C::kStages);
         mbar_arrive(bar);
         if constexpr (CL == 2) mbar_arrive_remote(peer_addr(bar, rank ^ 1));
       }
@@ -617,11 +634,11 @@ EncodeTiled encode_tiled() {
 
 // A [rows, k] bf16 row-major matrix as 2D tensor map with boxes of 32 elements (one chunk) x box_rows.
 bool make_map(CUtensorMap* map, const void* base, int rows, int k, int box_rows,
-              CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_NONE) {
+              CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_NONE, int box_cols = 32) {
   const EncodeTiled fn = encode_tiled();
   if (!fn || reinterpret_cast<uintptr_t>(base) % 16 != 0) return false;
   const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)}, strides[1] = {cuuint64_t(k) * 2};
-  const cuuint32_t box[2] = {32, cuuint32_t(box_rows)}, elem[2] = {1, 1};
+  const cuuint32_t box[2] = {cuuint32_t(box_cols), cuuint32_t(box_rows)}, elem[2] = {1, 1};
   return fn(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box, elem,
             CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
@@ -767,6 +784,15 @@ void launch(const void* x, const void* w, const void* bias, int bias_kind, void*
       TF_CHECK(
           g_producer != WgmmaProducer::TmaXW || (wpp && xmap) || !can_permute(w, s) || !can_permute(x, s),
           "wgmma linear: TmaXW producer forced but W's or x's tensor map could not be made");
+      // Two-warpgroup 128- and 192-token tiles: 128-byte rows (WP = 2; TF_WGMMA_ROWS128=0 keeps 64-byte
+      // ones).
+      if constexpr (WGS == 2 && (BN == 128 || BN == 192) && CL == 1 && SP == 1) {
+        CUtensorMap tmw2{}, tmx2{};
+        if (xmap && wpp && g_rows128 && make_map(&tmw2, wpp, n, k, C::kBM, CU_TENSOR_MAP_SWIZZLE_128B, 64) &&
+            make_map(&tmx2, xp, m, k, BN, CU_TENSOR_MAP_SWIZZLE_128B, 64))
+          return launch_with<WGS, BN, CL, SP, true, true, 2>(x, w, bias, bias_kind, y, y_f32, m, n, k, s,
+                                                             tmw2, tmx2, 2);
+      }
       if (xmap && wpp)
         return launch_with<WGS, BN, CL, SP, true, true, 1>(x, w, bias, bias_kind, y, y_f32, m, n, k, s, tmw,
                                                            tmx, 2);
@@ -832,6 +858,10 @@ WgmmaTile linear_wgmma_auto_tile(int m, int n) {
     if (t < best_t) best_t = t, best = o.tile;
   }
   return best;
+}
+
+void set_linear_wgmma_rows128(bool on) {
+  g_rows128 = on;
 }
 
 void set_linear_wgmma_clusters(bool on) {

@@ -19,8 +19,8 @@ namespace tf::cuda {
 // or bf16 or null. Needs k % 32 == 0 and linear_wgmma_supported() (throws otherwise); any m, n >= 1.
 void linear_wgmma_bf16(const void* x, const void* w, const void* bias, DType bias_dtype, void* y,
                        DType y_dtype, int m, int n, int k, cudaStream_t s);
-// y = silu_mul(gate_up) x W^T + bias for gate_up [M, 2K] (gate first), where linear_wgmma_bf16 would permute x
-// once per call (Auto tile, a raw tile, not capturing): the permute kernel computes bf16(silu(g) * u)
+// y = silu_mul(gate_up) x W^T + bias for gate_up [M, 2K] (gate first), where linear_wgmma_bf16 would permute
+// x once per call (Auto tile, a raw tile, not capturing): the permute kernel computes bf16(silu(g) * u)
 // (activation.cuh, silu_mul's values) as it writes the permuted rows, so the bits equal silu_mul then
 // linear_wgmma_bf16 and the activation never goes through memory unpermuted. False, launching nothing, where
 // that path does not apply.
@@ -54,6 +54,9 @@ void set_linear_wgmma_tile(WgmmaTile tile);
 WgmmaTile linear_wgmma_auto_tile(int m, int n);
 // Whether Auto may pick the cluster tiles (C2, S2). Same bits either way.
 void set_linear_wgmma_clusters(bool on);
+// Whether the TmaXW 128x128 / 128x192 tiles stage two chunks as 128-byte rows (on) or one as 64-byte rows.
+// Same bits.
+void set_linear_wgmma_rows128(bool on);
 // How tiles that stage raw rows (all but 128x256 and the C2 clusters, which copy 8-byte pieces straight
 // into the wgmma layout) get them: Raw = 16-byte cp.async, Tma = 2D tensor-map loads (throws if a map
 // does not encode: pointers must be 16-byte aligned), TmaX = x permuted once per call by a small kernel
@@ -289,6 +292,12 @@ __device__ __forceinline__ void cluster_sync() {
 // atoms of 512 bytes (SBO), 16-byte unit u of row r stored at unit u ^ ((r >> 1) & 3) -- the XOR of
 // address bits 4-5 with bits 7-8 that wgmma applies (atoms 512-byte aligned). LBO is unused (1).
 // Step h's descriptor starts 32h bytes into the rows; the hardware swizzles the final addresses.
+// The same in the 128-byte swizzle: 128-byte rows (two chunks), 8-row atoms of 1024 bytes (atoms 1024-byte
+// aligned); step h of the row's chunk j starts 64 j + 32 h bytes into the rows.
+__device__ __forceinline__ uint64_t desc_sw128(uint32_t addr) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) |
+         (uint64_t(1) << 62);
+}
 __device__ __forceinline__ uint64_t desc_sw64(uint32_t addr) {
   return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(512 >> 4) << 32) |
          (uint64_t(2) << 62);

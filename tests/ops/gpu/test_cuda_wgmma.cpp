@@ -221,6 +221,7 @@ class CudaWgmma : public ::testing::Test {
     cuda::set_linear_wgmma_swizzle(false);
     cuda::set_linear_wgmma_tile(cuda::WgmmaTile::Auto);
     cuda::set_linear_wgmma_producer(cuda::WgmmaProducer::Auto);
+    cuda::set_linear_wgmma_rows128(true);
   }
 };
 
@@ -287,6 +288,18 @@ TEST_F(CudaWgmma, PermutedXProducerRowsEqualDecode) {
   check_shape({all_ms(), 1040, 1120, false, 2}, kRawTiles, kTmaX);  // partial tiles: zero-filled rows
   check_shape({{64, 77, 300}, 1000, 96, true, 1}, kRawTiles, kTmaX);
   check_shape({{65, 129}, 40, 4096, false, 2}, kRawTiles, kTmaX);
+}
+
+// The TmaXW producer with 64-byte rows on the 128x128 / 128x192 tiles (their default stages two chunks as
+// 128-byte rows, which PermutedXProducerRowsEqualDecode covers).
+TEST_F(CudaWgmma, PermutedXProducer64ByteRowsEqualDecode) {
+  cuda::set_linear_wgmma_rows128(false);
+  const std::vector<cuda::WgmmaTile> tiles = {cuda::WgmmaTile::W128T128, cuda::WgmmaTile::W128T192};
+  const std::vector<cuda::WgmmaProducer> xw = {cuda::WgmmaProducer::TmaXW};
+  check_shape({all_ms(), 4096, 4096, false, 0}, tiles, xw);
+  check_shape({all_ms(), 1040, 1120, false, 2}, tiles, xw);
+  check_shape({{64, 77, 300}, 1000, 96, true, 1}, tiles, xw);
+  cuda::set_linear_wgmma_rows128(true);
 }
 
 // The raw tiles with 64-byte swizzled stages (16-byte cp.async; the default layout is the no-swizzle one).

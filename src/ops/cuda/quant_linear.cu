@@ -29,8 +29,9 @@ namespace {
 
 constexpr int kWarps = 8;  // K slices: must equal linear.cu's (same arithmetic)
 int g_loads_per_step = 0;  // K chunks a warp loads per step for M <= 16; 0: by width (auto)
-// q4_decode_kernel's x in shared memory: the call's rows up to this many bytes (opted in once; with the 4 KB
-// of static shared memory two blocks still fit an SM; the occupancy is computed for this size).
+// q4_decode_kernel's x in shared memory: the call's rows up to this many bytes (opted in once; with the 8 KB
+// of static shared memory (the double-buffered slice sums) two blocks still fit an SM; the occupancy is
+// computed for this size).
 constexpr int kXsMaxBytes = 96 << 10;
 // TF_X_SMEM=0 (measurements): q4_decode_kernel keeps x in registers, a quad ahead, at one token too.
 const bool g_x_smem = env_switch("TF_X_SMEM", true);  // launch.h
@@ -162,7 +163,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     q4_decode_kernel(const __nv_bfloat16* x, QArgs q, const void* __restrict__ bias, int bias_kind,
                      void* __restrict__ y, bool y_f32, int m, int n, int k, int m_tiles) {
   static_assert(!XS || NT == 1, "x in shared memory: one token tile");
-  __shared__ float red[kWarps][NT * 8][16];
+  // The slice sums of a tile, double-buffered by tile parity: tile i + 2 writes the buffer tile i read only
+  // after tile i + 1's barrier, which every thread reaches after its reads of tile i, so one barrier a tile.
+  __shared__ float red2[2][kWarps][NT * 8][16];
   extern __shared__ uint4 x_smem[];  // XS: x's m rows of k values
   pdl_launch_dependents();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -222,7 +225,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     __syncthreads();
   }
 
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+  for (int tile = blockIdx.x, parity = 0; tile < tiles; tile += gridDim.x, parity ^= 1) {
+    float(&red)[kWarps][NT * 8][16] = red2[parity];
     const int m_tile = tile % m_tiles, n0 = tile / m_tiles * 16, m0 = m_tile * NT * 8;
     // Token rows past m read row 0's x: lane g's x only feeds MMA column g (token 8j+g), never stored.
     const __nv_bfloat16* xr[NT];
@@ -340,7 +344,6 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
       store_biased(s, bias, bias_kind, y, y_f32, row, col, n);
     }
     if (next >= tiles) break;
-    __syncthreads();  // red is rewritten by the next tile
     pa = na, pb = nb;
     if (!chained) first_quads(pa, pb);
   }

@@ -632,7 +632,8 @@ EncodeTiled encode_tiled() {
   return fn;
 }
 
-// A [rows, k] bf16 row-major matrix as 2D tensor map with boxes of 32 elements (one chunk) x box_rows.
+// A [rows, k] bf16 row-major matrix as 2D tensor map with boxes of box_cols elements (32: one chunk, 64: the
+// 128-byte rows of two) x box_rows.
 bool make_map(CUtensorMap* map, const void* base, int rows, int k, int box_rows,
               CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_NONE, int box_cols = 32) {
   const EncodeTiled fn = encode_tiled();
@@ -646,8 +647,7 @@ bool make_map(CUtensorMap* map, const void* base, int rows, int k, int box_rows,
 
 // x with each 32-chunk's 8-byte pieces in stage order: P0 P2 P4 P6 | P1 P3 P5 P7 (piece i = k 4i..4i+3), i.e.
 // step 0's k-values (unit t's first 8 bytes, t = 0..3) then step 1's: the raw producer's permutation done
-// once for the whole x instead of in every CTA that reads the tile (WgmmaProducer::TmaX). One thread a
-// 64-byte chunk.
+// once for the whole x instead of in every CTA that reads the tile (WgmmaProducer::TmaX).
 // One thread a 16-byte unit (unit u = idx % 4 of chunk idx / 4), so that a warp loads and stores 512
 // contiguous bytes an instruction (run 125: the thread-a-chunk version moved 2.4 TB/s, 16.5 ms of a 4k
 // prefill); the four units of a chunk are in one quad, and thread u makes output unit u from the 8-byte

@@ -111,17 +111,17 @@ void silu_mul(const void* gate_up, void* out, int64_t rows, int inter, cudaStrea
 // Fused per-head q/k RMS norm (when q_w/k_w are given) + NeoX rope + K/V pool write, one warp per (row,
 // head): the same arithmetic as rms_norm, rope and kv_write in sequence (bitwise, tested). Supports
 // head_dim 64/128/256 with (rotary_dim / 2) % 32 == 0, not interleaved; returns false otherwise.
-bool qk_norm_rope_kv(void* q, void* k, const void* v, const void* q_w, const void* k_w, DType w_dtype, float eps,
-                     float offset, int rows, int hq, int hk, int head_dim, int rotary_dim, const float* inv_freq,
-                     float factor, bool interleaved, const int32_t* positions, void* k_pool, void* v_pool,
-                     const int32_t* slots, cudaStream_t s);
+bool qk_norm_rope_kv(void* q, void* k, const void* v, const void* q_w, const void* k_w, DType w_dtype,
+                     float eps, float offset, int rows, int hq, int hk, int head_dim, int rotary_dim,
+                     const float* inv_freq, float factor, bool interleaved, const int32_t* positions,
+                     void* k_pool, void* v_pool, const int32_t* slots, cudaStream_t s);
 // The same, reading q, k and v from one fused projection's output qkv [R, (hq + 2 hk) * D] (q heads, then
 // k heads, then v heads of a row): q_out [R, hq, D] receives q normed and rotated, k and v go only to the
 // pool. Bitwise what qk_norm_rope_kv gives on the three parts.
-bool qkv_norm_rope_kv(const void* qkv, void* q_out, const void* q_w, const void* k_w, DType w_dtype, float eps,
-                      float offset, int rows, int hq, int hk, int head_dim, int rotary_dim, const float* inv_freq,
-                      float factor, bool interleaved, const int32_t* positions, void* k_pool, void* v_pool,
-                      const int32_t* slots, cudaStream_t s);
+bool qkv_norm_rope_kv(const void* qkv, void* q_out, const void* q_w, const void* k_w, DType w_dtype,
+                      float eps, float offset, int rows, int hq, int hk, int head_dim, int rotary_dim,
+                      const float* inv_freq, float factor, bool interleaved, const int32_t* positions,
+                      void* k_pool, void* v_pool, const int32_t* slots, cudaStream_t s);
 void kv_write(void* k_pool, void* v_pool, const void* k, const void* v, int rows, int row_elems,
               const int32_t* slots, cudaStream_t s);
 // Partials: acc [R, Hq, max_chunks, D] and ml [R, Hq, max_chunks, 2] floats.
@@ -132,8 +132,8 @@ void embedding(const void* table, DType table_dtype, const int32_t* tokens, void
                int rows, int hidden, float scale, cudaStream_t s);
 void add(void* a, DType a_dtype, const void* b, DType b_dtype, int64_t n, cudaStream_t s);
 // out[rows[i]] += weights[i] * y[i] over rows of `width` elements (bf16 or f32, fp32 arithmetic).
-void scatter_add_rows(void* out, const void* y, DType dtype, const int32_t* rows, const float* weights, int nrows,
-                      int64_t width, cudaStream_t s);
+void scatter_add_rows(void* out, const void* y, DType dtype, const int32_t* rows, const float* weights,
+                      int nrows, int64_t width, cudaStream_t s);
 void gather_rows(const void* x, const int32_t* rows, void* out, int nrows, int64_t row_bytes, cudaStream_t s);
 void fill_uniform(void* p, DType dtype, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t s);
 

@@ -573,45 +573,37 @@ void verify_sweep(Backend& be, const ModelShape& sh, int ctx, WeightFormat forma
   }
 }
 
-// A target for `ncu --profile-from-start off`: the kernels of one eager decode forward (b=1, ctx 512),
-// each timed alone by the profiler, to split a graphed step's time into kernel time and the gaps.
-// One eager prefill of n tokens between cudaProfilerStart/Stop (after a warm-up one).
-void profile_prefill(Backend& be, const ModelShape& sh, WeightFormat format, int n) {
-  ShapeModel m = make_model(be, sh, n + kBlock, format);
+// A target for `ncu --profile-from-start off`: the kernels of one eager decode forward (b=1, ctx 512), or of
+// a prefill of `prefill` tokens, each timed alone by the profiler, to split a step's time into kernel time
+// and the gaps.
+void profile_forward(Backend& be, const ModelShape& sh, WeightFormat format, int prefill = 0) {
+  const int rows = prefill > 0 ? prefill : 1;
+  ShapeModel m = make_model(be, sh, prefill > 0 ? prefill + kBlock : int64_t(4) * (512 + kBlock), format);
   const LinearFn ours = backend_linear(be);
-  Acts acts = make_acts(be, sh, n, 32);
+  Acts acts = prefill > 0 ? make_acts(be, sh, prefill, 32) : make_acts(be, sh, 16, 16);
   const RopeParams rope = qwen_rope(sh.head_dim);
-  BatchMeta meta = prefill_meta(n);
+  BatchMeta meta = prefill > 0 ? prefill_meta(prefill) : decode_meta(1, 512);
   be.begin_forward(meta);
+  auto step = [&] { forward(be, m, acts, rows, 1, rope, ours); };
   cudaStream_t s = cuda::stream_of(be);
-  const double eager = time_ms(s, [&] { forward(be, m, acts, n, 1, rope, ours); });
-  std::printf("prefill %d: eager %.3f ms\n", n, eager);
+  if (prefill > 0) {
+    std::printf("prefill %d: eager %.3f ms\n", prefill, time_ms(s, step));
+  } else {
+    for (int i = 0; i < 3; ++i) step();
+    be.synchronize();
+    const double eager = time_ms(s, step);
+    const double graph = time_graph_ms(s, step, nullptr);
+    std::printf("forward b=1 ctx 512: eager %.3f ms, graph %.3f ms\n", eager, graph);
+  }
   TF_CUDA_CHECK(cudaProfilerStart());
-  forward(be, m, acts, n, 1, rope, ours);
+  step();
   be.synchronize();
   TF_CUDA_CHECK(cudaProfilerStop());
-  std::printf("profiled one prefill of %d tokens of %s%s\n", n, sh.name, format_suffix(format).c_str());
-}
-
-void profile_forward(Backend& be, const ModelShape& sh, WeightFormat format) {
-  ShapeModel m = make_model(be, sh, int64_t(4) * (512 + kBlock), format);
-  const LinearFn ours = backend_linear(be);
-  Acts acts = make_acts(be, sh, 16, 16);
-  const RopeParams rope = qwen_rope(sh.head_dim);
-  BatchMeta meta = decode_meta(1, 512);
-  be.begin_forward(meta);
-  for (int i = 0; i < 3; ++i) forward(be, m, acts, 1, 1, rope, ours);
-  be.synchronize();
-  cudaStream_t s = cuda::stream_of(be);
-  const double eager = time_ms(s, [&] { forward(be, m, acts, 1, 1, rope, ours); });
-  const double graph = time_graph_ms(
-      s, [&] { forward(be, m, acts, 1, 1, rope, ours); }, nullptr);
-  std::printf("forward b=1 ctx 512: eager %.3f ms, graph %.3f ms\n", eager, graph);
-  TF_CUDA_CHECK(cudaProfilerStart());
-  forward(be, m, acts, 1, 1, rope, ours);
-  be.synchronize();
-  TF_CUDA_CHECK(cudaProfilerStop());
-  std::printf("profiled one forward of %s%s b=1 ctx 512\n", sh.name, format_suffix(format).c_str());
+  if (prefill > 0)
+    std::printf("profiled one prefill of %d tokens of %s%s\n", prefill, sh.name,
+                format_suffix(format).c_str());
+  else
+    std::printf("profiled one forward of %s%s b=1 ctx 512\n", sh.name, format_suffix(format).c_str());
 }
 
 void print_summary(const std::vector<Row>& rows, const Ceilings& c) {
@@ -689,10 +681,7 @@ int run_shape_bench(const ShapeBenchOptions& opt) {
       for (const ModelShape* sh : shapes) linears_only(*be, h.get(), *sh);
       return 0;
     case ShapeBenchMode::ProfileForward:
-      if (opt.profile_prefill > 0)
-        profile_prefill(*be, *shapes[0], formats[0], opt.profile_prefill);
-      else
-        profile_forward(*be, *shapes[0], formats[0]);
+      profile_forward(*be, *shapes[0], formats[0], opt.profile_prefill);
       return 0;
     case ShapeBenchMode::Verify:
       for (WeightFormat f : formats) {

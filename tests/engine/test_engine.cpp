@@ -67,6 +67,14 @@ GenerationRequest request(const std::vector<int32_t>& prompt, float temperature,
   return r;
 }
 
+// A prompt of one sentence repeated until it has at least `min_tokens` tokens.
+std::vector<int32_t> repeated_prompt(const Tokenizer& tok, size_t min_tokens) {
+  std::vector<int32_t> prompt;
+  const std::vector<int32_t> piece = tok.encode(" Anna Pavlovna said that the family estates were", false);
+  while (prompt.size() < min_tokens) prompt.insert(prompt.end(), piece.begin(), piece.end());
+  return prompt;
+}
+
 TEST(Engine, GreedyMatchesTransformers) {
   for (std::string m : {"qwen3", "llama"}) {
     auto e = engine(m);
@@ -131,12 +139,7 @@ TEST(Engine, DecodeShareSplitsPrefillWithoutChangingTokens) {
   auto solo = engine("qwen3", 1);
   const auto& tok = solo->tokenizer();
   const GenerationRequest running = request(tok.encode("Well, Prince, so Genoa and Lucca", false), 0.f, 300);
-  std::vector<int32_t> long_prompt;
-  while (long_prompt.size() < 200) {
-    auto piece = tok.encode(" Anna Pavlovna said that the family estates were", false);
-    long_prompt.insert(long_prompt.end(), piece.begin(), piece.end());
-  }
-  const GenerationRequest joining = request(long_prompt, 0.8f, 8, 5);
+  const GenerationRequest joining = request(repeated_prompt(tok, 200), 0.8f, 8, 5);
   const Result want_running = collect(*solo->submit(running)), want_joining = collect(*solo->submit(joining));
   for (double share : {0.0, 0.5, 0.95}) {
     auto e = make(share);
@@ -328,11 +331,7 @@ TEST(Engine, OutOfMemoryRoundRunsAgainWithFewerPromptRows) {
   auto plain = engine("qwen3", 1);
   const auto& tok = plain->tokenizer();
   const GenerationRequest running = request(tok.encode("Well, Prince, so Genoa and Lucca", false), 0.f, 40);
-  std::vector<int32_t> long_prompt;
-  while (long_prompt.size() < 100) {
-    auto piece = tok.encode(" Anna Pavlovna said that the family estates were", false);
-    long_prompt.insert(long_prompt.end(), piece.begin(), piece.end());
-  }
+  std::vector<int32_t> long_prompt = repeated_prompt(tok, 100);
   long_prompt.resize(100);
   const GenerationRequest joining = request(long_prompt, 0.8f, 6, 5);
   const Result want1 = collect(*plain->submit(running)), want2 = collect(*plain->submit(joining));

@@ -303,15 +303,8 @@ __global__ void silu_mul_vec_kernel(const uint4* gu, uint4* out, int64_t units, 
   const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (idx >= units) return;
   const int64_t r = idx / inter_units, j = idx % inter_units;
-  const uint4 g = ld_act16(gu + r * 2 * inter_units + j),
-              u = ld_act16(gu + r * 2 * inter_units + inter_units + j);
-  const __nv_bfloat16* gb = reinterpret_cast<const __nv_bfloat16*>(&g);
-  const __nv_bfloat16* ub = reinterpret_cast<const __nv_bfloat16*>(&u);
-  uint4 o;
-  __nv_bfloat16* ob = reinterpret_cast<__nv_bfloat16*>(&o);
-#pragma unroll
-  for (int e = 0; e < 8; ++e) ob[e] = silu_mul_bf16(__bfloat162float(gb[e]), __bfloat162float(ub[e]));
-  out[idx] = o;
+  out[idx] = silu_mul_unit(ld_act16(gu + r * 2 * inter_units + j),
+                           ld_act16(gu + r * 2 * inter_units + inter_units + j));
 }
 
 // 16-byte copies of one row's K and V into the pool slot.

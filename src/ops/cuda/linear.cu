@@ -311,6 +311,15 @@ void launch(const void* x, const void* w, const void* bias, int bias_kind, void*
              y_f32, m, n, k, m_tiles, nrm);
 }
 
+// linear_bf16's choice of the wgmma kernel: the kernel not forced (set_linear_kernel Auto, exactly when M = 1
+// gets the decode kernel and huge M another one), M large enough, sm_90.
+bool wgmma_chosen(int m, int n) {
+  const bool auto_pick =
+      linear_kernel_for(1) == LinearKernel::Decode && linear_kernel_for(INT_MAX) != LinearKernel::Decode;
+  const bool wgmma_pays = m >= kWgmmaMinM || (m >= kWgmmaMinMWide && n >= kWideN);
+  return auto_pick && wgmma_pays && linear_wgmma_supported();
+}
+
 }  // namespace
 
 void linear_bf16(const void* x, const void* w, const void* bias, DType bias_dtype, void* y, DType y_dtype,
@@ -319,11 +328,7 @@ void linear_bf16(const void* x, const void* w, const void* bias, DType bias_dtyp
   const int bias_kind = !bias ? 0 : bias_dtype == DType::F32 ? 1 : 2;
   const bool y_f32 = y_dtype == DType::F32;
   const LinearKernel kernel = linear_kernel_for(m);  // linear_mid.cu: by M, or forced for tests
-  // Not forced (set_linear_kernel Auto) exactly when M = 1 gets the decode kernel and huge M another one.
-  const bool auto_pick =
-      linear_kernel_for(1) == LinearKernel::Decode && linear_kernel_for(INT_MAX) != LinearKernel::Decode;
-  const bool wgmma_pays = m >= kWgmmaMinM || (m >= kWgmmaMinMWide && n >= kWideN);
-  if (kernel == LinearKernel::Wgmma || (auto_pick && wgmma_pays && linear_wgmma_supported()))
+  if (kernel == LinearKernel::Wgmma || wgmma_chosen(m, n))
     return linear_wgmma_bf16(x, w, bias, bias_dtype, y, y_dtype, m, n, k, s);
   if (kernel == LinearKernel::Tiled) return linear_tiled_bf16(x, w, bias, bias_kind, y, y_f32, m, n, k, s);
   if (kernel == LinearKernel::Mid) return linear_mid_bf16(x, w, bias, bias_kind, y, y_f32, m, n, k, s);
@@ -351,13 +356,8 @@ void linear_bf16(const void* x, const void* w, const void* bias, DType bias_dtyp
 
 bool linear_silu_bf16(const void* gate_up, const void* w, const void* bias, DType bias_dtype, void* y,
                       DType y_dtype, int m, int n, int k, cudaStream_t s) {
-  if (m > 16) {  // where linear_bf16 would run the wgmma kernel: silu inside its x permute, if it has one
-    const bool auto_pick =
-        linear_kernel_for(1) == LinearKernel::Decode && linear_kernel_for(INT_MAX) != LinearKernel::Decode;
-    const bool wgmma_pays = m >= kWgmmaMinM || (m >= kWgmmaMinMWide && n >= kWideN);
-    return auto_pick && wgmma_pays && linear_wgmma_supported() &&
-           linear_wgmma_silu_bf16(gate_up, w, bias, bias_dtype, y, y_dtype, m, n, k, s);
-  }
+  if (m > 16)  // where linear_bf16 would run the wgmma kernel: silu inside its x permute, if it has one
+    return wgmma_chosen(m, n) && linear_wgmma_silu_bf16(gate_up, w, bias, bias_dtype, y, y_dtype, m, n, k, s);
   if (m <= 0) return true;
   TF_CHECK(k % 32 == 0, "CUDA linear needs in_features divisible by 32, got " + std::to_string(k));
   const int bias_kind = !bias ? 0 : bias_dtype == DType::F32 ? 1 : 2;

@@ -663,12 +663,7 @@ __global__ void permute_x_kernel(const uint4* x, uint4* xp, int64_t units, int k
   if (live) {
     if constexpr (SILU) {
       const int64_t row = idx / k_units, j = idx % k_units;  // unit j of the row's k / 8
-      const uint4 g = ld_act16(x + row * 2 * k_units + j), u = ld_act16(x + row * 2 * k_units + k_units + j);
-      const __nv_bfloat16* gb = reinterpret_cast<const __nv_bfloat16*>(&g);
-      const __nv_bfloat16* ub = reinterpret_cast<const __nv_bfloat16*>(&u);
-      __nv_bfloat16* ob = reinterpret_cast<__nv_bfloat16*>(&in);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) ob[e] = silu_mul_bf16(__bfloat162float(gb[e]), __bfloat162float(ub[e]));
+      in = silu_mul_unit(ld_act16(x + row * 2 * k_units + j), ld_act16(x + row * 2 * k_units + k_units + j));
     } else {
       in = ld_act16(x + idx);
     }
@@ -813,6 +808,41 @@ void launch(const void* x, const void* w, const void* bias, int bias_kind, void*
   }
 }
 
+// The tiles whose producers permute x once per call (the raw tiles), so that a silu input can ride along.
+bool reads_permuted_x(WgmmaTile tile) {
+  return tile == WgmmaTile::W64T64 || tile == WgmmaTile::W64T128 || tile == WgmmaTile::W128T64 ||
+         tile == WgmmaTile::W128T128 || tile == WgmmaTile::W128T192;
+}
+
+// One call on `tile`; silu (only for reads_permuted_x tiles): x is a gate_up whose silu_mul is the input.
+void launch_tile(WgmmaTile tile, const void* x, const void* w, const void* bias, int bias_kind, void* y,
+                 bool f32, int m, int n, int k, cudaStream_t s, bool silu = false) {
+  switch (tile) {
+    case WgmmaTile::W64T64:
+      return launch<1, 64>(x, w, bias, bias_kind, y, f32, m, n, k, s, silu);
+    case WgmmaTile::W64T128:
+      return launch<1, 128>(x, w, bias, bias_kind, y, f32, m, n, k, s, silu);
+    case WgmmaTile::W128T64:
+      return launch<2, 64>(x, w, bias, bias_kind, y, f32, m, n, k, s, silu);
+    case WgmmaTile::W128T128:
+      return launch<2, 128>(x, w, bias, bias_kind, y, f32, m, n, k, s, silu);
+    case WgmmaTile::W128T192:
+      return launch<2, 192>(x, w, bias, bias_kind, y, f32, m, n, k, s, silu);
+    case WgmmaTile::W128T128C2:
+      return launch<2, 128, 2>(x, w, bias, bias_kind, y, f32, m, n, k, s, silu);
+    case WgmmaTile::W128T192C2:
+      return launch<2, 192, 2>(x, w, bias, bias_kind, y, f32, m, n, k, s, silu);
+    case WgmmaTile::W64T64S2:
+      return launch<1, 64, 1, 2>(x, w, bias, bias_kind, y, f32, m, n, k, s, silu);
+    case WgmmaTile::W64T128S2:
+      return launch<1, 128, 1, 2>(x, w, bias, bias_kind, y, f32, m, n, k, s, silu);
+    case WgmmaTile::W128T64S2:
+      return launch<2, 64, 1, 2>(x, w, bias, bias_kind, y, f32, m, n, k, s, silu);
+    default:
+      return launch<2, 256>(x, w, bias, bias_kind, y, f32, m, n, k, s, silu);
+  }
+}
+
 }  // namespace
 
 bool make_linear_tensor_map(CUtensorMap* map, const void* base, int rows, int k, int box_rows,
@@ -953,30 +983,8 @@ void linear_wgmma_bf16(const void* x, const void* w, const void* bias, DType bia
   if (g_tile == WgmmaTile::Auto && linear_rs_takes(m, n) &&
       linear_rs_bf16(x, w, bias, bias_dtype, y, y_dtype, m, n, k, s))
     return;
-  switch (g_tile == WgmmaTile::Auto ? linear_wgmma_auto_tile(m, n) : g_tile) {
-    case WgmmaTile::W64T64:
-      return launch<1, 64>(x, w, bias, bias_kind, y, f32, m, n, k, s);
-    case WgmmaTile::W64T128:
-      return launch<1, 128>(x, w, bias, bias_kind, y, f32, m, n, k, s);
-    case WgmmaTile::W128T64:
-      return launch<2, 64>(x, w, bias, bias_kind, y, f32, m, n, k, s);
-    case WgmmaTile::W128T128:
-      return launch<2, 128>(x, w, bias, bias_kind, y, f32, m, n, k, s);
-    case WgmmaTile::W128T192:
-      return launch<2, 192>(x, w, bias, bias_kind, y, f32, m, n, k, s);
-    case WgmmaTile::W128T128C2:
-      return launch<2, 128, 2>(x, w, bias, bias_kind, y, f32, m, n, k, s);
-    case WgmmaTile::W128T192C2:
-      return launch<2, 192, 2>(x, w, bias, bias_kind, y, f32, m, n, k, s);
-    case WgmmaTile::W64T64S2:
-      return launch<1, 64, 1, 2>(x, w, bias, bias_kind, y, f32, m, n, k, s);
-    case WgmmaTile::W64T128S2:
-      return launch<1, 128, 1, 2>(x, w, bias, bias_kind, y, f32, m, n, k, s);
-    case WgmmaTile::W128T64S2:
-      return launch<2, 64, 1, 2>(x, w, bias, bias_kind, y, f32, m, n, k, s);
-    default:
-      return launch<2, 256>(x, w, bias, bias_kind, y, f32, m, n, k, s);
-  }
+  launch_tile(g_tile == WgmmaTile::Auto ? linear_wgmma_auto_tile(m, n) : g_tile, x, w, bias, bias_kind, y,
+              f32, m, n, k, s);
 }
 
 bool linear_wgmma_silu_bf16(const void* gate_up, const void* w, const void* bias, DType bias_dtype, void* y,
@@ -988,22 +996,14 @@ bool linear_wgmma_silu_bf16(const void* gate_up, const void* w, const void* bias
       linear_rs_takes(m, n) || !encode_tiled() || !can_permute(gate_up, s) ||
       reinterpret_cast<uintptr_t>(w) % 16 != 0)
     return false;
-  const int bias_kind = !bias ? 0 : bias_dtype == DType::F32 ? 1 : 2;
-  const bool f32 = y_dtype == DType::F32;
-  switch (linear_wgmma_auto_tile(m, n)) {
-    case WgmmaTile::W64T64:
-      return launch<1, 64>(gate_up, w, bias, bias_kind, y, f32, m, n, k, s, true), true;
-    case WgmmaTile::W64T128:
-      return launch<1, 128>(gate_up, w, bias, bias_kind, y, f32, m, n, k, s, true), true;
-    case WgmmaTile::W128T64:
-      return launch<2, 64>(gate_up, w, bias, bias_kind, y, f32, m, n, k, s, true), true;
-    case WgmmaTile::W128T128:
-      return launch<2, 128>(gate_up, w, bias, bias_kind, y, f32, m, n, k, s, true), true;
-    case WgmmaTile::W128T192:
-      return launch<2, 192>(gate_up, w, bias, bias_kind, y, f32, m, n, k, s, true), true;
-    default:
-      return false;  // 128x256 and the cluster tiles read x as it is
-  }
+  const WgmmaTile tile = linear_wgmma_auto_tile(m, n);
+  if (!reads_permuted_x(tile)) return false;  // 128x256 and the cluster tiles read x as it is
+  launch_tile(tile, gate_up, w, bias,
+              !bias                      ? 0
+              : bias_dtype == DType::F32 ? 1
+                                         : 2,
+              y, y_dtype == DType::F32, m, n, k, s, true);
+  return true;
 }
 
 }  // namespace tf::cuda

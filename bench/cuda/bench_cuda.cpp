@@ -1,7 +1,7 @@
 // tf_bench_cuda: the CUDA backend at real model shapes with random weights generated on the GPU (the
 // benchmark itself is tf_shape_bench, shape_bench.h; `tensorfold bench --shape` runs the same).
-// Flags: --quick (512 context, prefill 512 only), --prefill (prefill 512 and 4k only), --small (Qwen3-0.6B
-// only), --linears (the per-shape linear table alone), --verify (the verify-cost sweep), --profile-forward
+// Flags: --quick (512 context, prefill 512 only), --prefill (prefill 512 and 4k only), --decode (the M = 1/8
+// linears and the decode rows only), --small (Qwen3-0.6B only), --shape ID (that shape only), --linears (the per-shape linear table alone), --verify (the verify-cost sweep), --profile-forward
 // (one eager decode forward between cudaProfilerStart/Stop, for ncu --profile-from-start off),
 // --profile-prefill N (the same for a prefill of N tokens), --format LIST (weight formats of the linears,
 // comma-separated: bf16, mlx4, mlx8, fp8; shape_bench.h).
@@ -26,6 +26,8 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--quick")) opt.quick = true;
     if (!std::strcmp(argv[i], "--prefill")) opt.prefill_only = true;
     if (!std::strcmp(argv[i], "--small")) opt.shapes = {"qwen3-0.6b"};
+    if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) opt.shapes = {argv[++i]};
+    if (!std::strcmp(argv[i], "--decode")) opt.decode_only = true;
     if (!std::strcmp(argv[i], "--verify")) verify = true;
     if (!std::strcmp(argv[i], "--linears")) linears = true;
     if (!std::strcmp(argv[i], "--format") && i + 1 < argc) {

@@ -169,7 +169,8 @@ void linear_narrow(Backend& be, const LinearFn& cublas, const char* name, const 
 
 // Per-shape linear timings (the decode building block): M <= 16 linear_narrow, M > 16 linear_wide.
 // Auto = what linear_bf16 picks (docs/cuda-notes.md).
-void linear_table(Backend& be, cublasHandle_t h, const ModelShape& sh, ShapeLayer& L, LinearWeight& lm_head) {
+void linear_table(Backend& be, cublasHandle_t h, const ModelShape& sh, ShapeLayer& L, LinearWeight& lm_head,
+                  int max_rows = 4096) {
   const LinearFn cublas = cublas_linear(h);
   struct W {
     const char* n;
@@ -177,6 +178,7 @@ void linear_table(Backend& be, cublasHandle_t h, const ModelShape& sh, ShapeLaye
   } ws[] = {{"q", &L.q}, {"o", &L.o}, {"gate_up", &L.gate_up}, {"down", &L.down}, {"lm_head", &lm_head}};
   std::printf("-- linears, %s --\n", sh.name);
   for (int rows : {1, 8, 32, 64, 96, 128, 256, 512, 4096}) {
+    if (rows > max_rows) break;
     for (auto& w : ws) {
       const int64_t n = w.w->weight.dim(0), k = w.w->weight.dim(1);
       if (rows > 256 && n > 100000) continue;  // lm_head runs for one row per prompt
@@ -323,6 +325,34 @@ void decode_row(ShapeRun& r, int batch, int ctx) {
       "floor %.3f ms\n",
       what, t1, t_eager, t_plain, t_nopdl, t_sep, t_unfused, t_allfused, t_silu, t_norm, t2, floor_ms);
   std::fflush(stdout);  // piped output: a run cut short by a timeout keeps what it measured
+  if (ctx >= 8192) {  // chunks a split attention block walks (speed only; 0: the default rule)
+    std::printf("  %s split chunks a block:", what);
+    for (int cpb : {1, 2, 4, 8, 16}) {
+      cuda::set_attention_split_chunks(cpb);
+      std::printf(" %d %.3f ms |", cpb, graphed(r.ours, true, &g0));
+    }
+    cuda::set_attention_split_chunks(0);
+    cuda::set_attention_fused_combine(false);
+    std::printf(" combine kernel %.3f ms |", graphed(r.ours, true, &g0));
+    cuda::set_attention_fused_combine(true);
+    cuda::set_attention_wide_combine(false);
+    std::printf(" 4 chunks a merge step %.3f ms\n", graphed(r.ours, true, &g0));
+    cuda::set_attention_wide_combine(true);
+    std::fflush(stdout);
+  }
+  if (batch == 1) {  // what each kind of small op costs the step (ablations: wrong results, timing only)
+    std::printf("  %s without:", what);
+    for (int mask : {int(kSkipAttention), int(kSkipAttentionInputs), int(kSkipNorms),
+                     kSkipAttention | kSkipAttentionInputs | kSkipNorms}) {
+      set_skip_ops(mask);
+      std::printf(" %s%s%s %.3f ms |", mask & kSkipAttention ? "attention " : "",
+                  mask & kSkipAttentionInputs ? "q/k-norm+rope+kv " : "", mask & kSkipNorms ? "norms " : "",
+                  graphed(r.ours, true, &g0));
+    }
+    set_skip_ops(0);
+    std::printf("\n");
+    std::fflush(stdout);
+  }
 }
 
 // Times one layer's attention (begin_forward done) for `rows` query rows of random q, in the run's q and
@@ -408,9 +438,9 @@ void prefill_row(ShapeRun& r, int n) {
 }
 
 void run_shape(Backend& be, cublasHandle_t h, const ModelShape& sh, const Ceilings& c, bool quick,
-               std::vector<Row>* out, bool prefill_only = false) {
+               std::vector<Row>* out, bool prefill_only = false, bool decode_only = false) {
   const int max_ctx = quick || prefill_only ? 512 : 8192;
-  const int max_prefill = quick          ? kPrefills[0]
+  const int max_prefill = quick || decode_only ? kPrefills[0]
                           : prefill_only ? kPrefills[1]
                                          : kPrefills[std::size(kPrefills) - 1];
   // KV for 32 sequences of max_ctx (decode) or one prompt of max_prefill (Qwen3-8B at 8k: ~39 GB).
@@ -419,7 +449,7 @@ void run_shape(Backend& be, cublasHandle_t h, const ModelShape& sh, const Ceilin
   const double kv_bytes_per_token = 2.0 * sh.layers * sh.kv_heads * sh.head_dim * 2;
   std::printf("\n== %s: %.2f GB of linear weights, KV %.0f KB/token ==\n", sh.name, m.linear_bytes / 1e9,
               kv_bytes_per_token / 1e3);
-  if (!prefill_only) linear_table(be, h, sh, m.layers[0], m.lm_head);
+  if (!prefill_only) linear_table(be, h, sh, m.layers[0], m.lm_head, decode_only ? 8 : 4096);
   // Activations for the longest prompt (Qwen3-8B at 32k: ~5 GB).
   Acts acts = make_acts(be, sh, max_prefill, 32);
   ShapeRun r{
@@ -433,7 +463,7 @@ void run_shape(Backend& be, cublasHandle_t h, const ModelShape& sh, const Ceilin
     decode_attention(r, 32, max_ctx);
   }
   for (int n : kPrefills) {
-    if (n > max_prefill) continue;
+    if (n > max_prefill || decode_only) continue;
     prefill_row(r, n);
   }
 }
@@ -695,7 +725,7 @@ int run_shape_bench(const ShapeBenchOptions& opt) {
   std::vector<Row> rows;
   std::vector<FormatRow> format_table;
   for (const ModelShape* sh : shapes) {
-    if (bf16) run_shape(*be, h.get(), *sh, c, opt.quick, &rows, opt.prefill_only);
+    if (bf16) run_shape(*be, h.get(), *sh, c, opt.quick, &rows, opt.prefill_only, opt.decode_only);
     if (!quantized.empty()) format_rows(*be, *sh, quantized, c, opt.quick, &format_table);
   }
   if (bf16) print_summary(rows, c);

@@ -48,6 +48,7 @@ struct ShapeBenchOptions {
   bool quick = false;         // 512 context and prefill 512 only (no 8k decode, no 4k/32k prefill)
   int profile_prefill = 0;    // ProfileForward: a prefill of this many tokens instead of a b=1 decode step
   bool prefill_only = false;  // Full mode: the prefill rows of 512 and 4k only (no linear table, no decode)
+  bool decode_only = false;   // Full mode: the M = 1 and 8 linears and the decode rows only (no prefill)
   // Ids of kWeightFormats. "bf16": the full report above. Each quantized format (Full mode): decode
   // b=1/8/16/32 at 512 (and 8k unless quick) context and prefill 512 (and 4k unless quick) of the forward
   // with that format's linears (qkv, o, gate_up, down, lm_head; embeddings bf16), next to the bf16 forward

@@ -16,6 +16,7 @@ namespace {
 
 bool g_fused_inputs = true;
 bool g_fusions = true;
+int g_skip = 0;  // set_skip_ops
 
 Tensor rand_norm(Backend& be, int64_t n, uint64_t seed) {
   Tensor t = be.alloc({n}, DType::BF16);
@@ -119,6 +120,10 @@ void set_fusions(bool on) {
   g_fusions = on;
 }
 
+void set_skip_ops(int mask) {
+  g_skip = mask;
+}
+
 void set_fused_inputs(bool on) {
   g_fused_inputs = on;
 }
@@ -142,7 +147,9 @@ void forward(Backend& be, ShapeModel& m, Acts& A, int rows, int out_rows, const 
   Tensor* cur = &res;  // the residual stream: add_rms_norm_linear writes the new one to the other buffer
   Tensor* alt = &res2;
   auto norm_linear = [&](const Tensor& in, const Tensor& norm, const LinearWeight& w, Tensor& y) {
-    if (!(g_fusions && ours)) {
+    if (g_skip & kSkipNorms) {
+      lin(in, w, y);
+    } else if (!(g_fusions && ours)) {
       be.add_rms_norm(*cur, in, norm, 1e-6f, 0.f, x);
       lin(x, w, y);
     } else if (be.add_rms_norm_linear(*cur, in, norm, 1e-6f, 0.f, x, w, y, *alt)) {
@@ -164,7 +171,8 @@ void forward(Backend& be, ShapeModel& m, Acts& A, int rows, int out_rows, const 
     } else {
       be.add_rms_norm(*cur, mlp, L.ln1, 1e-6f, 0.f, x);
     }
-    if (fused_qkv) {
+    if (fused_qkv && (g_skip & kSkipAttentionInputs)) {
+    } else if (fused_qkv) {
       be.attention_inputs_qkv(qkv, q, &L.q_norm, &L.k_norm, 1e-6f, 0.f, rope, L.kv);
     } else if (g_fused_inputs) {
       lin(x, L.q, q);
@@ -180,7 +188,7 @@ void forward(Backend& be, ShapeModel& m, Acts& A, int rows, int out_rows, const 
       be.rope(q, k, rope);
       be.kv_write(L.kv, k, v);
     }
-    be.attention(q, L.kv, ap, attn);
+    if (!(g_skip & kSkipAttention)) be.attention(q, L.kv, ap, attn);
     lin(attn, L.o, o);
     norm_linear(o, L.ln2, L.gate_up, gu);
     if (g_fusions && ours) {

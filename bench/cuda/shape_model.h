@@ -58,6 +58,10 @@ void check_cublas(cublasStatus_t st, const char* what);
 void set_fusions(bool on);
 // Attention inputs through Backend::attention_inputs (one fused kernel on CUDA) or the four separate ops.
 void set_fused_inputs(bool on);
+// Timing ablations (wrong results): forwards leave out the attention, the fused q/k-norm + RoPE + KV write,
+// or the residual-add norms before qkv and gate_up (the linears read their input as is); 0 = none.
+enum SkipOps { kSkipAttention = 1, kSkipAttentionInputs = 2, kSkipNorms = 4 };
+void set_skip_ops(int mask);
 // v9's fusions that are off by default in the backend (norm and silu inside the linears, loop-only
 // attention at short context), forced on for a comparison column, or back to the defaults.
 void force_v9_fusions(bool on);

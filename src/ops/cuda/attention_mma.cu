@@ -30,6 +30,7 @@
 #include "ops/cuda/attention_mma.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/launch.h"
+#include "ops/cuda/mbarrier.cuh"
 
 namespace tf::cuda {
 namespace {
@@ -300,6 +301,29 @@ struct Tile {
       }
     }
   }
+  // The narrow kernel's staging (TMA): thread i (NT == kC) owns row i of chunk c. A row inside [lo, hi] comes
+  // by one bulk copy of its D * 2 bytes, completing on mbarrier `bar`; with `zeros`, a row outside [ulo, uhi]
+  // is zeroed by the thread. The same bytes land in shared memory as stage()/stage_part() put there, but a
+  // row costs one table load and one copy a thread instead of D / 8 address computations and cp.asyncs:
+  // those loops were ~60% of the b=1 decode kernel's issue slots (ncu, run 100) and the kernel cost the 8B
+  // b=1 step 0.51 ms of 4.76 (run 139, left out).
+  __device__ __forceinline__ int rows_in(int c, int lo, int hi) const {
+    const int c0 = c * kC;
+    return max(0, min(hi, c0 + kC - 1) - max(lo, c0) + 1);
+  }
+  __device__ __forceinline__ void bulk_rows(__nv_bfloat16* dst, const __nv_bfloat16* pool, int c, int lo, int hi,
+                                            bool zeros, uint32_t bar) const {
+    static_assert(NT == kC, "a thread a row");
+    const int row = int(threadIdx.x), p = c * kC + row;
+    if (p >= lo && p <= hi) {
+      bulk_copy_g2s(uint32_t(__cvta_generic_to_shared(dst + row * RS)),
+                    pool + (slot64(p) * hk * D + int64_t(kvh) * D), D * 2, bar);
+    } else if (zeros && (p < ulo || p > uhi)) {
+      uint4* z = reinterpret_cast<uint4*>(dst + row * RS);
+#pragma unroll
+      for (int u = 0; u < D / 8; ++u) z[u] = make_uint4(0, 0, 0, 0);
+    }
+  }
   // The first chunk in two passes: positions before the sequence's first row in this forward hold K/V
   // that earlier forwards wrote, so they (and the zero fill) are copied before pdl_wait, under the kernels
   // that make this step's q and K/V; the rest after it. Only when the tile starts the sequence's rows
@@ -373,12 +397,16 @@ __device__ __forceinline__ void store_pairs(const Pairs& pr, int hq, int qd, con
 
 // The merge of one (row, head) pair's chunk partials, in increasing chunk order, by one warp (D / 32
 // values a lane): the combine kernel's work, shared with the split kernel's fused combine (same bits).
-// The partials are read through L2 (__ldcg): in the fused combine other blocks wrote them.
-template <int D>
+// The partials are read through L2 (__ldcg): in the fused combine other blocks wrote them. U chunks' loads
+// go out together (one vector load of a lane's values each), then they are merged in order: at 8k context
+// (64 chunks) U = 4 made the merge a chain of 16 L2 round trips on the step's critical path; U = 16 unless
+// set_attention_wide_combine(false) (A/B only; the merge order and so the bits are the same).
+template <int D, int U>
 __device__ __forceinline__ void combine_pair(const DeviceMeta& meta, int hq, int window, int max_chunks,
                                              int r, int h, int lane, const float* part_acc,
                                              const float* part_ml, __nv_bfloat16* out) {
-  constexpr int DPL = D / 32, U = 4;
+  constexpr int DPL = D / 32;
+  static_assert(DPL == 2 || DPL == 4, "a lane's values are one float2 or float4");
   const Range rg = row_range(meta, r, window);
   const int64_t idx = int64_t(r) * hq + h;
   float m = -INFINITY, l = 0.f, o[DPL];
@@ -393,8 +421,14 @@ __device__ __forceinline__ void combine_pair(const DeviceMeta& meta, int hq, int
       if (c0 + u > c_end) break;
       const int64_t slot = idx * max_chunks + c0 + u;
       ml[u] = __ldcg(reinterpret_cast<const float2*>(part_ml + slot * 2));
-#pragma unroll
-      for (int i = 0; i < DPL; ++i) pa[u][i] = __ldcg(part_acc + slot * D + lane * DPL + i);
+      const float* src = part_acc + slot * D + lane * DPL;
+      if constexpr (DPL == 4) {
+        const float4 v = __ldcg(reinterpret_cast<const float4*>(src));
+        pa[u][0] = v.x, pa[u][1] = v.y, pa[u][2] = v.z, pa[u][3] = v.w;
+      } else {
+        const float2 v = __ldcg(reinterpret_cast<const float2*>(src));
+        pa[u][0] = v.x, pa[u][1] = v.y;
+      }
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -416,7 +450,7 @@ template <int D>
 __device__ __forceinline__ void fused_combine(const DeviceMeta& meta, int hq, int hk, int window,
                                               int max_chunks, int2 tile, int kvh, int* ticket,
                                               const float* part_acc, const float* part_ml, __nv_bfloat16* out,
-                                              bool wrote) {
+                                              bool wrote, bool wide) {
   __shared__ int last;
   if (wrote) __threadfence();  // this thread's partials, before the block's ticket
   __syncthreads();
@@ -426,9 +460,14 @@ __device__ __forceinline__ void fused_combine(const DeviceMeta& meta, int hq, in
   __threadfence();  // the other blocks' partials, after their tickets
   if (threadIdx.x == 0) *ticket = 0;
   const int group = hq / hk, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int p = warp; p < tile.y * group; p += kWarps)
-    combine_pair<D>(meta, hq, window, max_chunks, tile.x + p / group, kvh * group + p % group, lane, part_acc,
-                    part_ml, out);
+  for (int p = warp; p < tile.y * group; p += kWarps) {
+    if (wide)
+      combine_pair<D, 16>(meta, hq, window, max_chunks, tile.x + p / group, kvh * group + p % group, lane,
+                          part_acc, part_ml, out);
+    else
+      combine_pair<D, 4>(meta, hq, window, max_chunks, tile.x + p / group, kvh * group + p % group, lane,
+                         part_acc, part_ml, out);
+  }
 }
 
 template <int D>
@@ -437,7 +476,7 @@ __global__ void __launch_bounds__(kWarps * 32)
                          const __nv_bfloat16* __restrict__ vp, DeviceMeta meta, int hq, int hk, float scale,
                          int window, float softcap, const int2* __restrict__ tiles, int max_chunks,
                          int split_cpb, float* __restrict__ part_acc, float* __restrict__ part_ml,
-                         int* __restrict__ tickets, __nv_bfloat16* __restrict__ out) {
+                         int* __restrict__ tickets, __nv_bfloat16* __restrict__ out, bool wide_combine) {
   constexpr int RS = D + 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* Ks = reinterpret_cast<__nv_bfloat16*>(smem_raw);
@@ -460,22 +499,35 @@ __global__ void __launch_bounds__(kWarps * 32)
   const Pairs pr = pairs_of(meta, warp, g, group, r_first, nrows, kvh, window);
   const bool warp_live = warp * 16 / group < nrows;
   const int fresh = T.fresh(meta, r_first);
+  // K and V chunks arrive by bulk copies (Tile::bulk_rows), each buffer on its mbarrier: one phase a chunk,
+  // thread 0's arrive carrying the chunk's bytes.
+  __shared__ __align__(8) uint64_t kv_bars[2];
+  const uint32_t kbar = uint32_t(__cvta_generic_to_shared(&kv_bars[0])), vbar = kbar + 8;
+  const uint32_t row_bytes = D * 2;
+  if (threadIdx.x == 0) {
+    mbar_init(kbar, 1), mbar_init(vbar, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");  // visible to the async proxy
+  }
+  __syncthreads();
   if (cb <= ce) {
-    T.stage_part(Ks, kp, cb, T.ulo, fresh - 1, true);
-    T.stage_part(Vs, vp, cb, T.ulo, fresh - 1, true);
+    if (threadIdx.x == 0) {
+      const uint32_t bytes = uint32_t(T.rows_in(cb, T.ulo, T.uhi)) * row_bytes;
+      mbar_arrive_expect_tx(kbar, bytes), mbar_arrive_expect_tx(vbar, bytes);
+    }
+    T.bulk_rows(Ks, kp, cb, T.ulo, fresh - 1, true, kbar);
+    T.bulk_rows(Vs, vp, cb, T.ulo, fresh - 1, true, vbar);
   }
   pdl_wait();  // every block waits, also one with nothing to do: the grid never completes before its inputs
   if (cb > ce) {  // uniform: no positions of the tile here (split blocks)
     if (tickets)
       fused_combine<D>(meta, hq, hk, window, max_chunks, tile, kvh, tickets + blockIdx.x, part_acc, part_ml,
-                       out, false);
+                       out, false, wide_combine);
     return;
   }
   T.stage_q(Qs, q, kPairs, group, r_first, nrows, hq);
-  T.stage_part(Ks, kp, cb, fresh, T.uhi, false);
-  cp_async_commit();  // group: the early K(cb) and V(cb) parts, Q, the rest of K(cb)
-  T.stage_part(Vs, vp, cb, fresh, T.uhi, false);
-  cp_async_commit();  // group: the rest of V(cb)
+  cp_async_commit();
+  T.bulk_rows(Ks, kp, cb, fresh, T.uhi, false, kbar);  // the rows this step's kernels wrote
+  T.bulk_rows(Vs, vp, cb, fresh, T.uhi, false, vbar);
 
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   float o[D / 8][4];
@@ -483,20 +535,20 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int j = 0; j < D / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
 
   // Pipeline: K(c + 1) loads while P V(c) computes, V(c + 1) while S(c + 1) computes.
-  for (int c = cb; c <= ce; ++c) {
+  for (int c = cb, phase = 0; c <= ce; ++c, phase ^= 1) {
     const int c0 = c * kC;
-    cp_async_wait<1>();  // K(c) (and Q) landed; V(c) may still be in flight
+    cp_async_wait<0>();  // Q (the first chunk)
+    mbar_wait(kbar, phase);  // K(c); V(c) may still be in flight
     __syncthreads();
     float s[16][4], mc[2], lc[2];
     if (warp_live) chunk_scores<D>(Qs, Ks, warp, lane, c0, pr.rg, scale, softcap, s, mc, lc);
     __syncthreads();  // every warp is done with K(c)
     if (c < ce) {
-      T.stage(Ks, kp, c + 1);
-      cp_async_commit();
-      cp_async_wait<1>();  // V(c) landed; K(c + 1) may still be in flight
-    } else {
-      cp_async_wait<0>();
+      if (threadIdx.x == 0) mbar_arrive_expect_tx(kbar, uint32_t(T.rows_in(c + 1, T.ulo, T.uhi)) * row_bytes);
+      fence_proxy_async();  // the warps' reads of K(c) before the copies that overwrite it
+      T.bulk_rows(Ks, kp, c + 1, T.ulo, T.uhi, true, kbar);
     }
+    mbar_wait(vbar, phase);  // V(c)
     __syncthreads();
     if (warp_live) {
       float oc[D / 8][4];
@@ -520,14 +572,15 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     __syncthreads();  // every warp is done with V(c)
     if (c < ce) {
-      T.stage(Vs, vp, c + 1);
-      cp_async_commit();
+      if (threadIdx.x == 0) mbar_arrive_expect_tx(vbar, uint32_t(T.rows_in(c + 1, T.ulo, T.uhi)) * row_bytes);
+      fence_proxy_async();
+      T.bulk_rows(Vs, vp, c + 1, T.ulo, T.uhi, true, vbar);
     }
   }
   if (split) {
     if (tickets)
       fused_combine<D>(meta, hq, hk, window, max_chunks, tile, kvh, tickets + blockIdx.x, part_acc, part_ml,
-                       out, warp_live);
+                       out, warp_live, wide_combine);
     return;
   }
   if (!warp_live) return;
@@ -609,18 +662,24 @@ template <int D>
 __global__ void __launch_bounds__(128)
     attention_mma_combine(DeviceMeta meta, int hq, int window, int max_chunks, const int2* __restrict__ tiles,
                           const float* part_acc, const float* part_ml,  // no __restrict__: launch.h ld_act16
-                          __nv_bfloat16* __restrict__ out) {
+                          __nv_bfloat16* __restrict__ out, bool wide) {
   pdl_enter();
   const int2 tile = tiles[blockIdx.x];
   const int lane = threadIdx.x % 32, pair = blockIdx.y * 4 + threadIdx.x / 32;
   if (pair >= tile.y * hq) return;
-  combine_pair<D>(meta, hq, window, max_chunks, tile.x + pair / hq, pair % hq, lane, part_acc, part_ml, out);
+  if (wide)
+    combine_pair<D, 16>(meta, hq, window, max_chunks, tile.x + pair / hq, pair % hq, lane, part_acc, part_ml,
+                        out);
+  else
+    combine_pair<D, 4>(meta, hq, window, max_chunks, tile.x + pair / hq, pair % hq, lane, part_acc, part_ml,
+                       out);
 }
 
 // Speed-only switch (identical bits, tested): the wide loop kernel; TF_ATTN_WIDE=0 turns it off for A/B
 // measurements.
 bool g_loop_wide = env_switch("TF_ATTN_WIDE", true);  // launch.h
 bool g_fused_combine = env_switch("TF_ATTN_FUSED_COMBINE", true);
+bool g_wide_combine = env_switch("TF_ATTN_WIDE_COMBINE", true);
 
 int g_split_cpb = 0;  // 0: from the call's size
 
@@ -652,7 +711,7 @@ void launch(const AttentionMmaArgs& a, cudaStream_t s) {
   } else if (a.num_loop_tiles > 0) {
     launch_pdl_if(g_pdl_group, attention_mma_kernel<D>, dim3(a.num_loop_tiles * a.hk, 1), kWarps * 32, smem,
                   s, q, k, v, a.meta, a.hq, a.hk, a.scale, a.window, a.softcap, a.loop_tiles, a.max_chunks, 0,
-                  nullptr, nullptr, nullptr, out);
+                  nullptr, nullptr, nullptr, out, g_wide_combine);
     TF_CUDA_LAUNCH_CHECK();
   }
   if (a.num_split_tiles > 0) {
@@ -663,12 +722,13 @@ void launch(const AttentionMmaArgs& a, cudaStream_t s) {
     launch_pdl_if(g_pdl_group, attention_mma_kernel<D>,
                   dim3(a.num_split_tiles * a.hk, (a.max_chunks + cpb - 1) / cpb), kWarps * 32, smem, s, q, k,
                   v, a.meta, a.hq, a.hk, a.scale, a.window, a.softcap, a.split_tiles, a.max_chunks, cpb,
-                  a.part_acc, a.part_ml, a.tickets, out);
+                  a.part_acc, a.part_ml, a.tickets, out, g_wide_combine);
     TF_CUDA_LAUNCH_CHECK();
     if (a.tickets) return;  // merged by each (tile, KV head)'s last block
     const int pair_blocks = (kPairs / (a.hq / a.hk) * a.hq + 3) / 4;  // rows per tile x heads, 4 a block
     launch_pdl_if(g_pdl_group, attention_mma_combine<D>, dim3(a.num_split_tiles, pair_blocks), 128, 0, s,
-                  a.meta, a.hq, a.window, a.max_chunks, a.split_tiles, a.part_acc, a.part_ml, out);
+                  a.meta, a.hq, a.window, a.max_chunks, a.split_tiles, a.part_acc, a.part_ml, out,
+                  g_wide_combine);
     TF_CUDA_LAUNCH_CHECK();
   }
 }
@@ -707,6 +767,9 @@ void set_attention_fused_combine(bool on) {
 }
 bool attention_fused_combine() {
   return g_fused_combine;
+}
+void set_attention_wide_combine(bool on) {
+  g_wide_combine = on;
 }
 
 void widen_loop_tiles(const std::vector<int32_t>& row_seq, int rows_per_tile, std::vector<int32_t>& tiles) {

@@ -43,6 +43,9 @@ bool attention_loop_wide();
 // Speed only (same bits, tested): the split schedule's partials merged by each (tile, KV head)'s last block
 // (AttentionMmaArgs::tickets) instead of a combine launch (default on; TF_ATTN_FUSED_COMBINE=0 off).
 void set_attention_fused_combine(bool on);
+// The merge of a pair's split partials loads 16 chunks' partials at a time (on, default) or 4 (A/B only:
+// the merge order, so the bits, are the same; TF_ATTN_WIDE_COMBINE=0 off).
+void set_attention_wide_combine(bool on);
 bool attention_fused_combine();
 // Joins consecutive loop tiles of one sequence in pairs (at most 2 x rows_per_tile rows a tile): the
 // tiles of AttentionMmaArgs::wide_loop.

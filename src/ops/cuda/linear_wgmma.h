@@ -12,6 +12,9 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#ifdef __CUDACC__
+#include "ops/cuda/mbarrier.cuh"
+#endif
 
 namespace tf::cuda {
 
@@ -163,11 +166,6 @@ __device__ __forceinline__ void wgmma_fence_operands(float* d) {
 #pragma unroll
   for (int i = 0; i < COUNT; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
-// Generic-proxy writes to shared memory (st.shared, cp.async) become visible to the async proxy
-// (wgmma operand reads). Each writing thread runs it, then a barrier.
-__device__ __forceinline__ void fence_proxy_async() {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
 
 // The accumulator operands of a wgmma's asm: "+f"(d[i]) .. "+f"(d[i + N - 1]), N = 8..64 registers.
 #define TF_WGMMA_D8(d, i)                                                                                 \
@@ -251,29 +249,8 @@ __device__ __forceinline__ void wgmma_m64n256(float* d, uint64_t desc_a, uint64_
       : "memory");
 }
 
-// ---- mbarriers (PTX ISA: "Parallel synchronization and communication"), clusters (mapa, barrier.cluster)
-// and the 64-byte swizzle descriptor, shared by linear_wgmma.cu and linear_rs.cu ----
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar),
-               "r"(bytes)
-               : "memory");
-}
+// ---- clusters (mapa, barrier.cluster) and the 64-byte swizzle descriptor, shared by linear_wgmma.cu and
+// linear_rs.cu (mbarriers: mbarrier.cuh) ----
 __device__ __forceinline__ uint32_t cluster_rank() {
   uint32_t r;
   asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));

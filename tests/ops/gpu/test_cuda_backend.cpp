@@ -630,6 +630,50 @@ TEST_F(CudaOps, AttentionRowInvariantAcrossDecodeVerifyPrefill) {
 // the same bytes (block sizes of 4 and more: table entries by lane and shuffles; 16 is the engine's; 256
 // spans two chunks a block; 12 and 2 take the per-copy table path), for decode, verify and prefill rows, both
 // schedules.
+// Long contexts (33 and 70 chunks): the split schedule's merge of many partials (fused into the last block,
+// or the combine kernel; blocks walking 1, 2 or 8 chunks) gives the loop schedule's bits, for decode rows of
+// two sequences and a verify run of 4 rows.
+TEST_F(CudaOps, AttentionLongContextSplitEqualsLoop) {
+  const int hq = 32, hk = 8, d = 128;
+  Pools pools = make_pools(*gpu_, *cpu_, {4200, 8900}, hk, d);
+  const std::vector<std::pair<int, int>> rows = {{0, 4199}, {1, 8896}, {1, 8897}, {1, 8898}, {1, 8899}};
+  const int r = int(rows.size());
+  const Host q = random_host({r, hq, d}, 2.f);
+  const Tensor gq = gpu_->upload(q.bf16);
+  const BatchMeta meta = rows_meta(pools, rows);
+  const AttentionParams ap{hq, hk, d, 1.f / std::sqrt(float(d)), 0, 0.f};
+  auto run = [&] {
+    gpu_->begin_forward(meta);
+    Tensor out = poisoned({r, hq, d});
+    gpu_->attention(gq, pools.g, ap, out);
+    return bits(out);
+  };
+  cuda::set_attention_tile_schedule(cuda::TileSchedule::Loop);
+  const auto loop = run();
+  cuda::set_attention_tile_schedule(cuda::TileSchedule::Split);
+  for (int fused : {1, 0}) {
+    cuda::set_attention_fused_combine(fused == 1);
+    for (int cpb : {0, 1, 2, 8}) {
+      cuda::set_attention_split_chunks(cpb);
+      EXPECT_EQ(run(), loop) << "fused combine " << fused << ", chunks a block " << cpb;
+    }
+    cuda::set_attention_split_chunks(0);
+    cuda::set_attention_wide_combine(false);  // 4 chunks a merge step
+    EXPECT_EQ(run(), loop) << "fused combine " << fused << ", narrow merge";
+    cuda::set_attention_wide_combine(true);
+  }
+  cuda::set_attention_split_chunks(0);
+  cuda::set_attention_fused_combine(true);
+  cuda::set_attention_tile_schedule(cuda::TileSchedule::Auto);
+  Tensor co = Tensor::empty({r, hq, d}, DType::F32);
+  cpu_->begin_forward(meta);
+  cpu_->attention(q.f32, pools.c, ap, co);
+  gpu_->begin_forward(meta);
+  Tensor go = poisoned({r, hq, d});
+  gpu_->attention(gq, pools.g, ap, go);
+  EXPECT_LT(rel_err(get(go), co.to_f32_vector()), kBf16Tol);
+}
+
 TEST_F(CudaOps, AttentionBitsIndependentOfBlockSize) {
   const int hq = 8, hk = 2, d = 128;
   const std::vector<int> lens = {700, 45};

@@ -1,0 +1,45 @@
+#pragma once
+// mbarriers, the async-proxy fence and the plain bulk copy (PTX ISA: "Parallel synchronization and
+// communication", "cp.async.bulk"), shared by the wgmma linears (linear_wgmma.cu, linear_rs.cu) and the
+// attention's K/V staging (attention_mma.cu). Addresses are shared-memory (.shared::cta) addresses.
+#include <cstdint>
+
+namespace tf::cuda {
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar),
+               "r"(bytes)
+               : "memory");
+}
+// Generic-proxy accesses to shared memory (st.shared, cp.async, ldmatrix) ordered before the async proxy's
+// (wgmma operand reads, bulk-copy writes). Each accessing thread runs it, then a barrier (or, for its own
+// earlier reads, the issuing thread alone before its copy).
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+// `bytes` (a multiple of 16, 16-byte aligned ends) from global memory into shared memory at dst,
+// completing on mbarrier bar (which must expect them: mbar_arrive_expect_tx).
+__device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
+}  // namespace tf::cuda

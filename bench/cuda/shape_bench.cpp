@@ -325,7 +325,7 @@ void decode_row(ShapeRun& r, int batch, int ctx) {
       "floor %.3f ms\n",
       what, t1, t_eager, t_plain, t_nopdl, t_sep, t_unfused, t_allfused, t_silu, t_norm, t2, floor_ms);
   std::fflush(stdout);  // piped output: a run cut short by a timeout keeps what it measured
-  if (ctx >= 8192) {  // chunks a split attention block walks (speed only; 0: the default rule)
+  if (ctx >= 8192 || batch >= 32) {  // chunks a split attention block walks (speed only; 0: the default rule)
     std::printf("  %s split chunks a block:", what);
     for (int cpb : {1, 2, 4, 8, 16}) {
       cuda::set_attention_split_chunks(cpb);
@@ -402,6 +402,9 @@ void prefill_attention(ShapeRun& r, int n) {
   const bool long_prompt = n > kLongPrefill;
   auto timed = attention_timer(r, n, 1, long_prompt ? 1 : 3);
   const double ta = timed();
+  cuda::set_attention_wide_tma(false);  // the wide kernel's cp.async staging (same bytes)
+  const double t_cp = timed();
+  cuda::set_attention_wide_tma(true);
   double t1 = 0;
   if (!long_prompt) {
     cuda::set_attention_mma(false);
@@ -412,8 +415,9 @@ void prefill_attention(ShapeRun& r, int n) {
   char core[64] = "not run";
   if (!long_prompt) std::snprintf(core, sizeof core, "%.2f ms", t1);
   std::printf(
-      "  prefill %d attention one layer %.2f ms (%.1f TFLOP/s; CUDA-core kernel %s), x%d layers = %.1f ms\n",
-      n, ta, fl / (ta * 1e-3) / 1e12, core, sh.layers, ta * sh.layers);
+      "  prefill %d attention one layer %.2f ms (%.1f TFLOP/s; cp.async staging %.2f ms; CUDA-core kernel %s), "
+      "x%d layers = %.1f ms\n",
+      n, ta, fl / (ta * 1e-3) / 1e12, t_cp, core, sh.layers, ta * sh.layers);
   std::fflush(stdout);
 }
 

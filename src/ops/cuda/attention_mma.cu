@@ -314,7 +314,12 @@ struct Tile {
   __device__ __forceinline__ void bulk_rows(__nv_bfloat16* dst, const __nv_bfloat16* pool, int c, int lo, int hi,
                                             bool zeros, uint32_t bar) const {
     static_assert(NT == kC, "a thread a row");
-    const int row = int(threadIdx.x), p = c * kC + row;
+    bulk_row(dst, pool, c, int(threadIdx.x), lo, hi, zeros, bar);
+  }
+  // Row `row` of chunk c (the wide kernel: threads 0-127 K's rows, 128-255 V's).
+  __device__ __forceinline__ void bulk_row(__nv_bfloat16* dst, const __nv_bfloat16* pool, int c, int row, int lo,
+                                           int hi, bool zeros, uint32_t bar) const {
+    const int p = c * kC + row;
     if (p >= lo && p <= hi) {
       bulk_copy_g2s(uint32_t(__cvta_generic_to_shared(dst + row * RS)),
                     pool + (slot64(p) * hk * D + int64_t(kvh) * D), D * 2, bar);
@@ -601,7 +606,7 @@ __global__ void __launch_bounds__(kWideWarps * 32, 1)
     attention_loop_wide_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kp,
                                const __nv_bfloat16* __restrict__ vp, DeviceMeta meta, int hq, int hk,
                                float scale, int window, float softcap, const int2* __restrict__ tiles,
-                               __nv_bfloat16* __restrict__ out) {
+                               __nv_bfloat16* __restrict__ out, bool tma) {
   constexpr int RS = D + 8, kStage = kC * RS;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* KV = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // K0, V0, K1, V1
@@ -617,18 +622,46 @@ __global__ void __launch_bounds__(kWideWarps * 32, 1)
   const bool warp_live = warp * 16 / group < nrows;
   // As the narrow kernel: K/V that earlier forwards wrote are staged before pdl_wait.
   const int fresh = T.fresh(meta, r_first);
-  T.stage_part(KV, kp, cb, T.ulo, fresh - 1, true);
-  T.stage_part(KV + kStage, vp, cb, T.ulo, fresh - 1, true);
+  // tma: by bulk copies (Tile::bulk_row; thread t: row t % 128 of K (t < 128) or V), buffer b's chunk on
+  // mbarrier b (one phase a use); else by the cp.async loops. Same bytes.
+  __shared__ __align__(8) uint64_t buf_bars[2];
+  const uint32_t bar0 = uint32_t(__cvta_generic_to_shared(&buf_bars[0]));
+  const int trow = int(threadIdx.x) % kC, tkv = int(threadIdx.x) / kC;  // tkv: 0 K, 1 V
+  const __nv_bfloat16* tpool = tkv ? vp : kp;
+  const uint32_t chunk_bytes = 2 * D * 2;  // K and V rows of one position
+  if (tma) {
+    if (threadIdx.x == 0) {
+      mbar_init(bar0, 1), mbar_init(bar0 + 8, 1);
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+      mbar_arrive_expect_tx(bar0, uint32_t(T.rows_in(cb, T.ulo, T.uhi)) * chunk_bytes);
+    }
+    __syncthreads();
+    T.bulk_row(KV + tkv * kStage, tpool, cb, trow, T.ulo, fresh - 1, true, bar0);
+  } else {
+    T.stage_part(KV, kp, cb, T.ulo, fresh - 1, true);
+    T.stage_part(KV + kStage, vp, cb, T.ulo, fresh - 1, true);
+  }
   pdl_wait();
   T.stage_q(Qs, q, kWidePairs, group, r_first, nrows, hq);
-  T.stage_part(KV, kp, cb, fresh, T.uhi, false);
-  T.stage_part(KV + kStage, vp, cb, fresh, T.uhi, false);
-  cp_async_commit();  // group: Q, K(cb), V(cb)
+  if (tma) {
+    T.bulk_row(KV + tkv * kStage, tpool, cb, trow, fresh, T.uhi, false, bar0);
+  } else {
+    T.stage_part(KV, kp, cb, fresh, T.uhi, false);
+    T.stage_part(KV + kStage, vp, cb, fresh, T.uhi, false);
+  }
+  cp_async_commit();  // group: Q, K(cb), V(cb) (with tma: Q)
   auto stage_chunk = [&](int c) {
-    __nv_bfloat16* buf = KV + ((c - cb) & 1) * 2 * kStage;
-    T.stage(buf, kp, c);
-    T.stage(buf + kStage, vp, c);
-    cp_async_commit();
+    const int b = (c - cb) & 1;
+    __nv_bfloat16* buf = KV + b * 2 * kStage;
+    if (tma) {
+      if (threadIdx.x == 0) mbar_arrive_expect_tx(bar0 + 8 * b, uint32_t(T.rows_in(c, T.ulo, T.uhi)) * chunk_bytes);
+      fence_proxy_async();  // the warps' reads of the buffer (two chunks ago) before the copies
+      T.bulk_row(buf + tkv * kStage, tpool, c, trow, T.ulo, T.uhi, true, bar0 + 8 * b);
+    } else {
+      T.stage(buf, kp, c);
+      T.stage(buf + kStage, vp, c);
+      cp_async_commit();
+    }
   };
   if (cb < ce) stage_chunk(cb + 1);
 
@@ -637,10 +670,14 @@ __global__ void __launch_bounds__(kWideWarps * 32, 1)
 #pragma unroll
   for (int j = 0; j < D / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
   for (int c = cb; c <= ce; ++c) {
-    if (c < ce)
+    if (tma) {
+      cp_async_wait<0>();                                         // Q
+      mbar_wait(bar0 + 8 * ((c - cb) & 1), ((c - cb) >> 1) & 1);  // chunk c
+    } else if (c < ce) {
       cp_async_wait<1>();  // chunk c landed; c + 1 may be in flight
-    else
+    } else {
       cp_async_wait<0>();
+    }
     __syncthreads();
     const __nv_bfloat16* Ks = KV + ((c - cb) & 1) * 2 * kStage;
     if (warp_live) {
@@ -680,6 +717,7 @@ __global__ void __launch_bounds__(128)
 bool g_loop_wide = env_switch("TF_ATTN_WIDE", true);  // launch.h
 bool g_fused_combine = env_switch("TF_ATTN_FUSED_COMBINE", true);
 bool g_wide_combine = env_switch("TF_ATTN_WIDE_COMBINE", true);
+bool g_wide_tma = env_switch("TF_ATTN_WIDE_TMA", true);
 
 int g_split_cpb = 0;  // 0: from the call's size
 
@@ -706,7 +744,7 @@ void launch(const AttentionMmaArgs& a, cudaStream_t s) {
     }
     launch_pdl_if(g_pdl_group, attention_loop_wide_kernel<D>, dim3(a.num_loop_tiles * a.hk, 1),
                   kWideWarps * 32, wide_smem, s, q, k, v, a.meta, a.hq, a.hk, a.scale, a.window, a.softcap,
-                  a.loop_tiles, out);
+                  a.loop_tiles, out, g_wide_tma);
     TF_CUDA_LAUNCH_CHECK();
   } else if (a.num_loop_tiles > 0) {
     launch_pdl_if(g_pdl_group, attention_mma_kernel<D>, dim3(a.num_loop_tiles * a.hk, 1), kWarps * 32, smem,
@@ -715,10 +753,12 @@ void launch(const AttentionMmaArgs& a, cudaStream_t s) {
     TF_CUDA_LAUNCH_CHECK();
   }
   if (a.num_split_tiles > 0) {
-    // Chunks a block walks (speed only: each chunk's partial is the same): enough blocks to fill the
-    // card twice over, then longer runs so that the next chunk's loads overlap this chunk's MMAs.
+    // Chunks a block walks (speed only: each chunk's partial is the same): about 256 blocks, up to 16
+    // chunks each, so that the next chunk's loads overlap this chunk's MMAs. Run 140 (8B, graphs, 8k
+    // context; bulk-copy staging): b=1 1 / 2 chunks 5.30 / 5.20 ms, b=8 4 / 16 chunks 8.53 / 8.20 ms, b=32
+    // 8 / 16 chunks 18.21 / 18.01 ms (the rule before: blocks of chunk_blocks / 1024 chunks, 1 to 8).
     const int64_t chunk_blocks = int64_t(a.num_split_tiles) * a.hk * a.max_chunks;
-    const int cpb = g_split_cpb > 0 ? g_split_cpb : int(std::clamp<int64_t>(chunk_blocks / 1024, 1, 8));
+    const int cpb = g_split_cpb > 0 ? g_split_cpb : int(std::clamp<int64_t>(chunk_blocks / 256, 1, 16));
     launch_pdl_if(g_pdl_group, attention_mma_kernel<D>,
                   dim3(a.num_split_tiles * a.hk, (a.max_chunks + cpb - 1) / cpb), kWarps * 32, smem, s, q, k,
                   v, a.meta, a.hq, a.hk, a.scale, a.window, a.softcap, a.split_tiles, a.max_chunks, cpb,
@@ -770,6 +810,9 @@ bool attention_fused_combine() {
 }
 void set_attention_wide_combine(bool on) {
   g_wide_combine = on;
+}
+void set_attention_wide_tma(bool on) {
+  g_wide_tma = on;
 }
 
 void widen_loop_tiles(const std::vector<int32_t>& row_seq, int rows_per_tile, std::vector<int32_t>& tiles) {

@@ -46,6 +46,9 @@ void set_attention_fused_combine(bool on);
 // The merge of a pair's split partials loads 16 chunks' partials at a time (on, default) or 4 (A/B only:
 // the merge order, so the bits, are the same; TF_ATTN_WIDE_COMBINE=0 off).
 void set_attention_wide_combine(bool on);
+// The wide loop kernel (prefill) stages K/V by bulk copies (on, default) or by its cp.async loops (A/B only:
+// the same bytes; TF_ATTN_WIDE_TMA=0 off).
+void set_attention_wide_tma(bool on);
 bool attention_fused_combine();
 // Joins consecutive loop tiles of one sequence in pairs (at most 2 x rows_per_tile rows a tile): the
 // tiles of AttentionMmaArgs::wide_loop.

@@ -568,7 +568,7 @@ class CudaBackend final : public Backend {
       if (num_split_tiles_ > 0) {  // partials only for the split schedule
         a.part_acc = static_cast<float*>(ws.get(partial_bytes(n, p.head_dim), capture_ != nullptr));
         a.part_ml = a.part_acc + n * p.head_dim;
-        a.tickets = attention_tickets(size_t(num_split_tiles_) * size_t(p.num_kv_heads));
+        a.tickets = attention_tickets(size_t(num_split_tiles_) * size_t(p.num_kv_heads), chunks);
       }
       return cuda::attention_mma(a, stream_);
     }
@@ -586,9 +586,11 @@ class CudaBackend final : public Backend {
   // bits) for calls of more than kFusedCombineMax (split tile, KV head) pairs, or when the fused combine is
   // off (set_attention_fused_combine). Run 94 (8B, ctx 512, two A/B pairs): fused b=8 bf16 5.36 -> 5.32 ms,
   // 4-bit 3.17 -> 3.10 ms, b=1 4-bit 2.44 -> 2.43 ms; but b=16 bf16 6.30 -> 6.36 ms (the last blocks'
-  // merges trail the grid): so only up to 8 sequences of 8 KV heads.
-  int* attention_tickets(size_t n) {
-    if (!cuda::attention_fused_combine() || n > kFusedCombineMax) return nullptr;
+  // merges trail the grid): so only up to 8 sequences of 8 KV heads. And only up to kFusedCombineMaxChunks
+  // chunks: at 8k context (64 chunks, b=1) the combine launch was 2-3% faster (runs 139-140).
+  int* attention_tickets(size_t n, int chunks) {
+    if (!cuda::attention_fused_combine() || n > kFusedCombineMax || chunks > kFusedCombineMaxChunks)
+      return nullptr;
     if (!tickets_ && !capture_) {
       TF_CUDA_CHECK(cudaMalloc(&tickets_, kFusedCombineMax * sizeof(int)));
       TF_CUDA_CHECK(cudaMemset(tickets_, 0, kFusedCombineMax * sizeof(int)));
@@ -861,6 +863,7 @@ class CudaBackend final : public Backend {
   Staging meta_stage_, gather_stage_, scatter_stage_, sample_stage_, tile_stage_;
   ReadBack read_back_;                            // to_host_queued
   static constexpr size_t kFusedCombineMax = 64;  // (split tile, KV head) pairs of one attention call
+  static constexpr int kFusedCombineMaxChunks = 16;  // the longest row's chunks (2,048 positions)
   int* tickets_ = nullptr;                        // attention_tickets
 
   Staging graph_tile_stage_;  // the attention tiles of graphed forwards (a fixed address while it fits)

@@ -631,8 +631,9 @@ TEST_F(CudaOps, AttentionRowInvariantAcrossDecodeVerifyPrefill) {
 // spans two chunks a block; 12 and 2 take the per-copy table path), for decode, verify and prefill rows, both
 // schedules.
 // Long contexts (33 and 70 chunks): the split schedule's merge of many partials (fused into the last block,
-// or the combine kernel; blocks walking 1, 2 or 8 chunks) gives the loop schedule's bits, for decode rows of
-// two sequences and a verify run of 4 rows.
+// or the combine kernel; blocks walking 1, 2 or 8 chunks; 4 or 16 chunks a merge step) and the narrow loop
+// kernel give the wide loop kernel's bits (K/V staged by bulk copies or cp.async), for decode rows of two
+// sequences and a verify run of 4 rows.
 TEST_F(CudaOps, AttentionLongContextSplitEqualsLoop) {
   const int hq = 32, hk = 8, d = 128;
   Pools pools = make_pools(*gpu_, *cpu_, {4200, 8900}, hk, d);
@@ -650,6 +651,12 @@ TEST_F(CudaOps, AttentionLongContextSplitEqualsLoop) {
   };
   cuda::set_attention_tile_schedule(cuda::TileSchedule::Loop);
   const auto loop = run();
+  cuda::set_attention_wide_tma(false);  // the wide loop kernel's cp.async staging
+  EXPECT_EQ(run(), loop) << "wide loop kernel, cp.async staging";
+  cuda::set_attention_wide_tma(true);
+  cuda::set_attention_loop_wide(false);  // the narrow loop kernel
+  EXPECT_EQ(run(), loop) << "narrow loop kernel";
+  cuda::set_attention_loop_wide(true);
   cuda::set_attention_tile_schedule(cuda::TileSchedule::Split);
   for (int fused : {1, 0}) {
     cuda::set_attention_fused_combine(fused == 1);

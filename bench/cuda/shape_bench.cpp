@@ -325,7 +325,7 @@ void decode_row(ShapeRun& r, int batch, int ctx) {
       "floor %.3f ms\n",
       what, t1, t_eager, t_plain, t_nopdl, t_sep, t_unfused, t_allfused, t_silu, t_norm, t2, floor_ms);
   std::fflush(stdout);  // piped output: a run cut short by a timeout keeps what it measured
-  if (ctx >= 8192 || batch >= 32) {  // chunks a split attention block walks (speed only; 0: the default rule)
+  if (ctx >= 8192 || batch != 8) {  // chunks a split attention block walks (speed only; 0: the default rule)
     std::printf("  %s split chunks a block:", what);
     for (int cpb : {1, 2, 4, 8, 16}) {
       cuda::set_attention_split_chunks(cpb);
@@ -336,8 +336,13 @@ void decode_row(ShapeRun& r, int batch, int ctx) {
     std::printf(" combine kernel %.3f ms |", graphed(r.ours, true, &g0));
     cuda::set_attention_fused_combine(true);
     cuda::set_attention_wide_combine(false);
-    std::printf(" 4 chunks a merge step %.3f ms\n", graphed(r.ours, true, &g0));
+    std::printf(" 4 chunks a merge step %.3f ms |", graphed(r.ours, true, &g0));
     cuda::set_attention_wide_combine(true);
+    cuda::set_attention_tile_schedule(cuda::TileSchedule::Loop);  // one block a (sequence, KV head)
+    be.begin_forward(meta);  // the tiles are planned outside the capture
+    std::printf(" loop schedule %.3f ms\n", graphed(r.ours, true, &g0));
+    cuda::set_attention_tile_schedule(cuda::TileSchedule::Auto);
+    be.begin_forward(meta);
     std::fflush(stdout);
   }
   if (batch == 1) {  // what each kind of small op costs the step (ablations: wrong results, timing only)

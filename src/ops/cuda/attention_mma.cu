@@ -200,19 +200,19 @@ __device__ __forceinline__ void chunk_pv(const __nv_bfloat16* Vs, int lane, cons
 }
 
 // One block's tile for one KV head: the sequence's block table, the tile's union range [ulo, uhi] of
-// positions, and the staging of K/V chunks and Q into shared memory by the block's NT threads (cp.async;
-// positions outside [ulo, uhi] are zero-filled). Both kernels stage through it: the same bytes land in
-// shared memory whichever kernel runs.
-template <int D, int NT, bool UNROLL = false>
+// positions, and the staging of K/V chunks and Q into shared memory (positions outside [ulo, uhi] are
+// zero-filled). K/V come by bulk copies, a row a thread (bulk_row, bulk_rows: both kernels); stage() and
+// stage_part() are the wide kernel's cp.async form (TF_ATTN_WIDE_TMA=0, for A/B). The same bytes land in
+// shared memory whichever kernel and form run.
+template <int D, int NT>
 struct Tile {
   static constexpr int RS = D + 8;
-  // UNROLL (the wide kernel): a thread copies the same 16-byte column of every kRowStep-th row of a chunk:
+  // stage(), stage_part(): a thread copies the same 16-byte column of every kRowStep-th row of a chunk:
   // unit i = tid + NT * j is row i / (D / 8), column (i % (D / 8)) * 8, so the column and the first row are
   // per-thread constants and the kIters copies of a chunk unroll (their table loads issue together). The
   // loop it replaced (per-unit division, 64-bit products, a sign extension per address) drew a quarter of
   // the wide kernel's stall samples (run 70, ncu source counters); run 82: prefill attention 4k 1.024 ->
-  // 0.94 ms, 32k 59.7 -> 53.8 ms. In the narrow kernel (decode) the unrolled copies cost 4% of the 8B b=1
-  // step (16 table loads a thread at 255 registers): it keeps the loop.
+  // 0.94 ms, 32k 59.7 -> 53.8 ms. The bulk copies replaced both in run 140-141 (docs/cuda-notes.md).
   static constexpr int kUnitsPerRow = D / 8, kRowStep = NT / kUnitsPerRow, kIters = kC / kRowStep;
   static_assert(NT % kUnitsPerRow == 0 && kIters * kRowStep == kC,
                 "a thread's units: one column, every kRowStep-th row");
@@ -243,8 +243,7 @@ struct Tile {
   __device__ __forceinline__ const __nv_bfloat16* src(const __nv_bfloat16* pool, int p) const {
     return pool + (int64_t(slot_of(p)) * slot_elems + lane_off);
   }
-  // slot_of in 64 bits: the loop's form. Written with slot_of and slot_elems the narrow kernel compiles to
-  // other SASS (232 fewer instructions, not timed on the GPU); the form measured in runs 71-83 stays.
+  // slot_of in 64 bits (bulk_row's form).
   __device__ __forceinline__ int64_t slot64(int p) const {
     return bs_shift >= 0 ? int64_t(table[p >> bs_shift]) * bs + (p & (bs - 1))
                          : int64_t(table[p / bs]) * bs + p % bs;
@@ -252,53 +251,24 @@ struct Tile {
   // K (or V) rows of chunk c, zeros outside [ulo, uhi].
   __device__ __forceinline__ void stage(__nv_bfloat16* dst, const __nv_bfloat16* pool, int c) const {
     const int c0 = c * kC;
-    if constexpr (UNROLL) {
 #pragma unroll
-      for (int j = 0; j < kIters; ++j) {
-        const int row = row0 + j * kRowStep, p = c0 + row;
-        const bool in = p >= ulo && p <= uhi;
-        cp_async16(dst + row * RS + col, in ? src(pool, p) : pool, in);
-      }
-    } else {
-      for (int i = threadIdx.x; i < kC * (D / 8); i += NT) {
-        const int row = i / (D / 8), cl = (i % (D / 8)) * 8, p = c0 + row;
-        const bool in = p >= ulo && p <= uhi;
-        const int64_t off = in ? slot64(p) * hk * D + int64_t(kvh) * D + cl : 0;
-        cp_async16(dst + row * RS + cl, pool + off, in);
-      }
+    for (int j = 0; j < kIters; ++j) {
+      const int row = row0 + j * kRowStep, p = c0 + row;
+      const bool in = p >= ulo && p <= uhi;
+      cp_async16(dst + row * RS + col, in ? src(pool, p) : pool, in);
     }
   }
   // Only the rows p in [lo, hi] of chunk c (and, with `zeros`, the zero fill outside [ulo, uhi]).
   __device__ __forceinline__ void stage_part(__nv_bfloat16* dst, const __nv_bfloat16* pool, int c, int lo,
                                              int hi, bool zeros) const {
     const int c0 = c * kC;
-    if constexpr (UNROLL) {
 #pragma unroll
-      for (int j = 0; j < kIters; ++j) {
-        const int row = row0 + j * kRowStep, p = c0 + row;
-        if (p >= lo && p <= hi)
-          cp_async16(dst + row * RS + col, src(pool, p), true);
-        else if (zeros && (p < ulo || p > uhi))
-          cp_async16(dst + row * RS + col, pool, false);
-      }
-    } else {
-      // Only the units of the rows that get a copy ([lo, hi], inside [ulo, uhi]) or, with `zeros`, a zero
-      // fill (outside [ulo, uhi]): the second pass of a decode row copies one row, and walking all 2048
-      // units to test each was most of the b=1 kernel's issue slots after the wait (ncu, run 100).
-      constexpr int UPR = D / 8;
-      const int r0 = max(lo - c0, 0), r1 = min(hi - c0, kC - 1);
-      for (int i = threadIdx.x + r0 * UPR; i < (r1 + 1) * UPR; i += NT) {
-        const int row = i / UPR, cl = (i % UPR) * 8, p = c0 + row;
-        cp_async16(dst + row * RS + cl, pool + slot64(p) * hk * D + int64_t(kvh) * D + cl, true);
-      }
-      if (zeros) {
-        const int z0 = min(max(ulo - c0, 0), kC),
-                  z1 = max(min(uhi - c0 + 1, kC), z0);  // rows [0, z0), [z1, kC)
-        for (int i = threadIdx.x; i < z0 * UPR; i += NT)
-          cp_async16(dst + (i / UPR) * RS + (i % UPR) * 8, pool, false);
-        for (int i = threadIdx.x + z1 * UPR; i < kC * UPR; i += NT)
-          cp_async16(dst + (i / UPR) * RS + (i % UPR) * 8, pool, false);
-      }
+    for (int j = 0; j < kIters; ++j) {
+      const int row = row0 + j * kRowStep, p = c0 + row;
+      if (p >= lo && p <= hi)
+        cp_async16(dst + row * RS + col, src(pool, p), true);
+      else if (zeros && (p < ulo || p > uhi))
+        cp_async16(dst + row * RS + col, pool, false);
     }
   }
   // The narrow kernel's staging (TMA): thread i (NT == kC) owns row i of chunk c. A row inside [lo, hi] comes
@@ -615,7 +585,7 @@ __global__ void __launch_bounds__(kWideWarps * 32, 1)
   const int2 tile = tiles[int(gridDim.x) / hk - 1 - int(blockIdx.x) / hk];  // longest first
   const int kvh = blockIdx.x % hk, r_first = tile.x, nrows = tile.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, qd = lane % 4, g = lane / 4;
-  const Tile<D, kWideWarps * 32, true> T(meta, r_first, nrows, window, hk, kvh);
+  const Tile<D, kWideWarps * 32> T(meta, r_first, nrows, window, hk, kvh);
   const int cb = T.ulo / kC, ce = T.uhi / kC;
   pdl_launch_dependents();
   const Pairs pr = pairs_of(meta, warp, g, group, r_first, nrows, kvh, window);

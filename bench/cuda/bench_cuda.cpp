@@ -1,8 +1,9 @@
 // tf_bench_cuda: the CUDA backend at real model shapes with random weights generated on the GPU (the
 // benchmark itself is tf_shape_bench, shape_bench.h; `tensorfold bench --shape` runs the same).
 // Flags: --quick (512 context, prefill 512 only), --prefill (prefill 512 and 4k only), --decode (the M = 1/8
-// linears and the decode rows only), --small (Qwen3-0.6B only), --shape ID (that shape only), --linears (the per-shape linear table alone), --verify (the verify-cost sweep), --profile-forward
-// (one eager decode forward between cudaProfilerStart/Stop, for ncu --profile-from-start off),
+// linears and the decode rows only), --small (Qwen3-0.6B only), --shape ID (that shape only), --linears (the
+// per-shape linear table alone), --verify (the verify-cost sweep), --profile-forward (one eager decode
+// forward between cudaProfilerStart/Stop, for ncu --profile-from-start off),
 // --profile-prefill N (the same for a prefill of N tokens), --format LIST (weight formats of the linears,
 // comma-separated: bf16, mlx4, mlx8, fp8; shape_bench.h).
 #include <cstdio>

@@ -324,7 +324,7 @@ void decode_row(ShapeRun& r, int batch, int ctx) {
       "%.3f, + norm fusion %.3f) cuBLAS %.3f ms "
       "floor %.3f ms\n",
       what, t1, t_eager, t_plain, t_nopdl, t_sep, t_unfused, t_allfused, t_silu, t_norm, t2, floor_ms);
-  std::fflush(stdout);  // piped output: a run cut short by a timeout keeps what it measured
+  std::fflush(stdout);              // piped output: a run cut short by a timeout keeps what it measured
   if (ctx >= 8192 || batch != 8) {  // chunks a split attention block walks (speed only; 0: the default rule)
     std::printf("  %s split chunks a block:", what);
     for (int cpb : {1, 2, 4, 8, 16}) {
@@ -339,7 +339,7 @@ void decode_row(ShapeRun& r, int batch, int ctx) {
     std::printf(" 4 chunks a merge step %.3f ms |", graphed(r.ours, true, &g0));
     cuda::set_attention_wide_combine(true);
     cuda::set_attention_tile_schedule(cuda::TileSchedule::Loop);  // one block a (sequence, KV head)
-    be.begin_forward(meta);  // the tiles are planned outside the capture
+    be.begin_forward(meta);                                       // the tiles are planned outside the capture
     std::printf(" loop schedule %.3f ms\n", graphed(r.ours, true, &g0));
     cuda::set_attention_tile_schedule(cuda::TileSchedule::Auto);
     be.begin_forward(meta);
@@ -420,7 +420,8 @@ void prefill_attention(ShapeRun& r, int n) {
   char core[64] = "not run";
   if (!long_prompt) std::snprintf(core, sizeof core, "%.2f ms", t1);
   std::printf(
-      "  prefill %d attention one layer %.2f ms (%.1f TFLOP/s; cp.async staging %.2f ms; CUDA-core kernel %s), "
+      "  prefill %d attention one layer %.2f ms (%.1f TFLOP/s; cp.async staging %.2f ms; CUDA-core kernel "
+      "%s), "
       "x%d layers = %.1f ms\n",
       n, ta, fl / (ta * 1e-3) / 1e12, t_cp, core, sh.layers, ta * sh.layers);
   std::fflush(stdout);
@@ -450,8 +451,8 @@ void run_shape(Backend& be, cublasHandle_t h, const ModelShape& sh, const Ceilin
                std::vector<Row>* out, bool prefill_only = false, bool decode_only = false) {
   const int max_ctx = quick || prefill_only ? 512 : 8192;
   const int max_prefill = quick || decode_only ? kPrefills[0]
-                          : prefill_only ? kPrefills[1]
-                                         : kPrefills[std::size(kPrefills) - 1];
+                          : prefill_only       ? kPrefills[1]
+                                               : kPrefills[std::size(kPrefills) - 1];
   // KV for 32 sequences of max_ctx (decode) or one prompt of max_prefill (Qwen3-8B at 8k: ~39 GB).
   ShapeModel m =
       make_model(be, sh, std::max<int64_t>(int64_t(32) * (max_ctx + kBlock), max_prefill + kBlock));

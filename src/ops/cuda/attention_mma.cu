@@ -281,14 +281,14 @@ struct Tile {
     const int c0 = c * kC;
     return max(0, min(hi, c0 + kC - 1) - max(lo, c0) + 1);
   }
-  __device__ __forceinline__ void bulk_rows(__nv_bfloat16* dst, const __nv_bfloat16* pool, int c, int lo, int hi,
-                                            bool zeros, uint32_t bar) const {
+  __device__ __forceinline__ void bulk_rows(__nv_bfloat16* dst, const __nv_bfloat16* pool, int c, int lo,
+                                            int hi, bool zeros, uint32_t bar) const {
     static_assert(NT == kC, "a thread a row");
     bulk_row(dst, pool, c, int(threadIdx.x), lo, hi, zeros, bar);
   }
   // Row `row` of chunk c (the wide kernel: threads 0-127 K's rows, 128-255 V's).
-  __device__ __forceinline__ void bulk_row(__nv_bfloat16* dst, const __nv_bfloat16* pool, int c, int row, int lo,
-                                           int hi, bool zeros, uint32_t bar) const {
+  __device__ __forceinline__ void bulk_row(__nv_bfloat16* dst, const __nv_bfloat16* pool, int c, int row,
+                                           int lo, int hi, bool zeros, uint32_t bar) const {
     const int p = c * kC + row;
     if (p >= lo && p <= hi) {
       bulk_copy_g2s(uint32_t(__cvta_generic_to_shared(dst + row * RS)),
@@ -512,7 +512,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   // Pipeline: K(c + 1) loads while P V(c) computes, V(c + 1) while S(c + 1) computes.
   for (int c = cb, phase = 0; c <= ce; ++c, phase ^= 1) {
     const int c0 = c * kC;
-    cp_async_wait<0>();  // Q (the first chunk)
+    cp_async_wait<0>();      // Q (the first chunk)
     mbar_wait(kbar, phase);  // K(c); V(c) may still be in flight
     __syncthreads();
     float s[16][4], mc[2], lc[2];
@@ -624,7 +624,8 @@ __global__ void __launch_bounds__(kWideWarps * 32, 1)
     const int b = (c - cb) & 1;
     __nv_bfloat16* buf = KV + b * 2 * kStage;
     if (tma) {
-      if (threadIdx.x == 0) mbar_arrive_expect_tx(bar0 + 8 * b, uint32_t(T.rows_in(c, T.ulo, T.uhi)) * chunk_bytes);
+      if (threadIdx.x == 0)
+        mbar_arrive_expect_tx(bar0 + 8 * b, uint32_t(T.rows_in(c, T.ulo, T.uhi)) * chunk_bytes);
       fence_proxy_async();  // the warps' reads of the buffer (two chunks ago) before the copies
       T.bulk_row(buf + tkv * kStage, tpool, c, trow, T.ulo, T.uhi, true, bar0 + 8 * b);
     } else {

@@ -36,10 +36,10 @@ __device__ __forceinline__ void fence_proxy_async() {
 // `bytes` (a multiple of 16, 16-byte aligned ends) from global memory into shared memory at dst,
 // completing on mbarrier bar (which must expect them: mbar_arrive_expect_tx).
 __device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                   dst),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
 }
 
 }  // namespace tf::cuda

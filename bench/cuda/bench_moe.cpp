@@ -24,6 +24,7 @@
 #include "ops/backend.h"
 #include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/moe_kernels.h"
 #include "ops/cuda/quant_linear.h"
 #include "ops/moe.h"
 
@@ -272,6 +273,12 @@ void bench_format(Backend& be, bool mlx, bool quick, double copy_gbs) {
     std::printf("| decode b=%d ctx %d%s | %.3f | %.0f | %.2f | %.3f | %.1f%% | %.1f |\n", batch, ctx,
                 captured ? "" : " (eager)", ms, batch * 1e3 / ms, bytes / 1e9, floor_ms, 100 * floor_ms / ms,
                 experts);
+    cuda::set_moe_route_group(false);  // routing and grouping as two launches (A/B, same bits)
+    const double ms2 = time_graph_ms(
+        s, [&] { forward(be, m, batch, outs, false); }, &captured);
+    cuda::set_moe_route_group(true);
+    std::printf("| decode b=%d ctx %d, routing and grouping as two launches | %.3f | %.0f | | | | |\n", batch,
+                ctx, ms2, batch * 1e3 / ms2);
   }
   {
     const BatchMeta meta = decode_meta(1, ctx);

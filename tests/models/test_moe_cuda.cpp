@@ -22,6 +22,7 @@
 #include "models/moe.h"
 #include "ops/backend.h"
 #include "ops/cuda/moe_fused.h"
+#include "ops/cuda/moe_kernels.h"
 #include "run_logits.h"
 
 using namespace tf;
@@ -152,6 +153,20 @@ TEST_F(Moe, TokenBitsIndependentOfTheBatch) {
       for (int i = 0; i < copies; i += 37)
         ASSERT_EQ(0, std::memcmp(out.data() + i * kH, alone[17].data(), kH * 4)) << copies << " copies";
     }
+  }
+}
+
+// Routing and grouping in one kernel (calls of up to kRouteGroupMaxRows rows) or two: the same bits.
+TEST_F(Moe, RouteGroupKernelEqualsTwoLaunches) {
+  MoeWeights g = make_moe(*gpu, 8, true, 7);
+  std::mt19937 rng(8);
+  for (int n : {1, 5, 17, 64}) {
+    const Tensor x = random_bf16({n, kH}, 1.f, rng);
+    cuda::set_moe_route_group(false);
+    const auto two = run(*gpu, g, x);
+    cuda::set_moe_route_group(true);
+    const auto one = run(*gpu, g, x);
+    EXPECT_EQ(0, std::memcmp(one.data(), two.data(), one.size() * 4)) << n << " tokens";
   }
 }
 

@@ -144,9 +144,8 @@ void moe_fused(Backend& be, cudaStream_t s, const Tensor& h, MoeWeights& w, Tens
          y = be.alloc({P, H}, DType::BF16);
   auto i32 = [](Tensor& t) { return static_cast<int32_t*>(t.raw()); };
   auto* tl = static_cast<int4*>(tiles.raw());
-  moe_route(static_cast<const float*>(logits.raw()), R, E, K, w.norm_topk_prob, i32(pair_e),
-            static_cast<float*>(pair_w.raw()), s);
-  moe_group(i32(pair_e), P, K, E, tile, tl, i32(slot_of_pair), i32(slot_row), s);
+  moe_route_group(static_cast<const float*>(logits.raw()), R, E, K, w.norm_topk_prob, i32(pair_e),
+                  static_cast<float*>(pair_w.raw()), tile, tl, i32(slot_of_pair), i32(slot_row), s);
   const MoeExperts gate_up = experts_of(w.gate_up[0], tab, tab + 2 * E),
                    down = experts_of(w.down[0], tab + E, tab + 3 * E);
   moe_grouped_gemm(h.raw(), i32(slot_row), gate_up, tl, max_tiles, tile, gu.raw(), 2 * I, H, s);

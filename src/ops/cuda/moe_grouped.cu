@@ -22,22 +22,18 @@
 namespace tf::cuda {
 namespace {
 
-const bool g_pdl_group = pdl_group_enabled("MOE");  // launch.h
+const bool g_pdl_group = pdl_group_enabled("MOE");            // launch.h
+bool g_route_group = env_switch("TF_MOE_ROUTE_GROUP", true);  // set_moe_route_group
 
 constexpr int kWarps = 8;
 constexpr int kRouteWarps = 4;
 
-// One warp a row: softmax, then top_k rounds of a (probability, lower id) arg-max over the warp.
+// One warp a row: softmax, then top_k rounds of a (probability, lower id) arg-max over the warp. `p`: the
+// warp's scratch of `experts` floats in shared memory.
 // No __restrict__ on data earlier kernels write (launch.h, ld_act16): the kernels here launch dependently.
-__global__ void route_kernel(const float* logits, int rows, int experts, int top_k, bool norm, int32_t* out_e,
-                             float* out_w) {
-  pdl_enter();  // dependent launch (launch.h)
-  __shared__ float prob[kRouteWarps][kMoeMaxExperts];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int row = blockIdx.x * kRouteWarps + warp;
-  if (row >= rows) return;
+__device__ __forceinline__ void route_row(const float* logits, int row, int experts, int top_k, bool norm,
+                                          int32_t* out_e, float* out_w, float* p, int lane) {
   const float* l = logits + size_t(row) * experts;
-  float* p = prob[warp];
   float mx = -INFINITY;
   for (int e = lane; e < experts; e += 32) mx = fmaxf(mx, l[e]);
   for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
@@ -74,10 +70,20 @@ __global__ void route_kernel(const float* logits, int rows, int experts, int top
   }
 }
 
-__global__ void group_kernel(const int32_t* pair_expert, int pairs, int top_k, int experts, int tile,
-                             int4* tiles, int32_t* slot_of_pair, int32_t* slot_row) {
-  pdl_enter();
-  __shared__ int count[kMoeMaxExperts], first[kMoeMaxExperts], fill[kMoeMaxExperts];
+__global__ void route_kernel(const float* logits, int rows, int experts, int top_k, bool norm, int32_t* out_e,
+                             float* out_w) {
+  pdl_enter();  // dependent launch (launch.h)
+  __shared__ float prob[kRouteWarps][kMoeMaxExperts];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row = blockIdx.x * kRouteWarps + warp;
+  if (row >= rows) return;
+  route_row(logits, row, experts, top_k, norm, out_e, out_w, prob[warp], lane);
+}
+
+// Grouping by one block (blockDim.x threads): per-expert counts, tiles in expert order, each pair's slot.
+__device__ __forceinline__ void group_pairs(const int32_t* pair_expert, int pairs, int top_k, int experts,
+                                            int tile, int4* tiles, int32_t* slot_of_pair, int32_t* slot_row,
+                                            int* count, int* first, int* fill) {
   for (int e = threadIdx.x; e < experts; e += blockDim.x) count[e] = 0, fill[e] = 0;
   __syncthreads();
   for (int p = threadIdx.x; p < pairs; p += blockDim.x) atomicAdd(&count[pair_expert[p]], 1);
@@ -99,6 +105,31 @@ __global__ void group_kernel(const int32_t* pair_expert, int pairs, int top_k, i
     slot_of_pair[p] = slot;
     slot_row[slot] = p / top_k;
   }
+}
+
+__global__ void group_kernel(const int32_t* pair_expert, int pairs, int top_k, int experts, int tile,
+                             int4* tiles, int32_t* slot_of_pair, int32_t* slot_row) {
+  pdl_enter();
+  __shared__ int count[kMoeMaxExperts], first[kMoeMaxExperts], fill[kMoeMaxExperts];
+  group_pairs(pair_expert, pairs, top_k, experts, tile, tiles, slot_of_pair, slot_row, count, first, fill);
+}
+
+// Routing and grouping in one block for calls of up to kRouteGroupMaxRows rows (decode, verify): warp w < 8
+// routes rows w, w + 8, ... with route_row, then the block groups the pairs (their experts read back from
+// global memory after the barrier) with group_pairs. One dependent step instead of two; the same values.
+constexpr int kRouteGroupWarps = 8;
+__global__ void __launch_bounds__(1024)
+    route_group_kernel(const float* logits, int rows, int experts, int top_k, bool norm, int32_t* out_e,
+                       float* out_w, int tile, int4* tiles, int32_t* slot_of_pair, int32_t* slot_row) {
+  pdl_enter();
+  __shared__ float prob[kRouteGroupWarps][kMoeMaxExperts];
+  __shared__ int count[kMoeMaxExperts], first[kMoeMaxExperts], fill[kMoeMaxExperts];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (warp < kRouteGroupWarps)
+    for (int row = warp; row < rows; row += kRouteGroupWarps)
+      route_row(logits, row, experts, top_k, norm, out_e, out_w, prob[warp], lane);
+  __syncthreads();  // the block's global writes of out_e, visible to the block after the barrier
+  group_pairs(out_e, rows * top_k, top_k, experts, tile, tiles, slot_of_pair, slot_row, count, first, fill);
 }
 
 // A block's two weight rows (features na and nb of its tile's expert), lane t's part of each 32-wide K
@@ -416,6 +447,24 @@ void moe_route(const float* logits, int rows, int experts, int top_k, bool norm,
   launch_pdl_if(g_pdl_group, route_kernel, (rows + kRouteWarps - 1) / kRouteWarps, kRouteWarps * 32, 0, s,
                 logits, rows, experts, top_k, norm, experts_out, weights_out);
   TF_CUDA_LAUNCH_CHECK();
+}
+
+void moe_route_group(const float* logits, int rows, int experts, int top_k, bool norm, int32_t* experts_out,
+                     float* weights_out, int tile, int4* tiles, int32_t* slot_of_pair, int32_t* slot_row,
+                     cudaStream_t s) {
+  TF_CHECK(experts <= kMoeMaxExperts && top_k <= kMoeMaxTopK && top_k <= experts,
+           "moe_route_group: too many experts");
+  if (rows > kRouteGroupMaxRows || !g_route_group) {
+    moe_route(logits, rows, experts, top_k, norm, experts_out, weights_out, s);
+    return moe_group(experts_out, rows * top_k, top_k, experts, tile, tiles, slot_of_pair, slot_row, s);
+  }
+  launch_pdl_if(g_pdl_group, route_group_kernel, 1, 1024, 0, s, logits, rows, experts, top_k, norm,
+                experts_out, weights_out, tile, tiles, slot_of_pair, slot_row);
+  TF_CUDA_LAUNCH_CHECK();
+}
+
+void set_moe_route_group(bool on) {
+  g_route_group = on;
 }
 
 void moe_group(const int32_t* pair_expert, int pairs, int top_k, int experts, int tile, int4* tiles,

@@ -32,6 +32,14 @@ void moe_route(const float* logits, int rows, int experts, int top_k, bool norm,
 // {tiles, 0, 0, 0}; slot_of_pair [pairs]; slot_row [pairs] (the row a slot reads). One block.
 void moe_group(const int32_t* pair_expert, int pairs, int top_k, int experts, int tile, int4* tiles,
                int32_t* slot_of_pair, int32_t* slot_row, cudaStream_t s);
+// moe_route then moe_group, as one kernel of one block for calls of up to kRouteGroupMaxRows rows (the
+// same values; one dependent step a layer fewer at decode), else the two launches.
+// set_moe_route_group(false) (TF_MOE_ROUTE_GROUP=0) keeps the two launches, for A/B.
+constexpr int kRouteGroupMaxRows = 64;
+void moe_route_group(const float* logits, int rows, int experts, int top_k, bool norm, int32_t* experts_out,
+                     float* weights_out, int tile, int4* tiles, int32_t* slot_of_pair, int32_t* slot_row,
+                     cudaStream_t s);
+void set_moe_route_group(bool on);
 // One projection's experts on the device. weights / scales: device tables of [experts] device pointers.
 // bits 16: dense bf16 weights [N, K] (scales unused); 4 or 8: MLX affine weights in quant_linear.h's
 // device layout with bf16 scale|bias words (scales [N, groups] U32), row_bytes = K * bits / 8,

@@ -420,9 +420,8 @@ void prefill_attention(ShapeRun& r, int n) {
   char core[64] = "not run";
   if (!long_prompt) std::snprintf(core, sizeof core, "%.2f ms", t1);
   std::printf(
-      "  prefill %d attention one layer %.2f ms (%.1f TFLOP/s; cp.async staging %.2f ms; CUDA-core kernel "
-      "%s), "
-      "x%d layers = %.1f ms\n",
+      "  prefill %d attention one layer %.2f ms (%.1f TFLOP/s; cp.async staging %.2f ms; "
+      "CUDA-core kernel %s), x%d layers = %.1f ms\n",
       n, ta, fl / (ta * 1e-3) / 1e12, t_cp, core, sh.layers, ta * sh.layers);
   std::fflush(stdout);
 }

@@ -281,6 +281,10 @@ struct Tile {
     const int c0 = c * kC;
     return max(0, min(hi, c0 + kC - 1) - max(lo, c0) + 1);
   }
+  // Thread 0 arms mbarrier `bar` for chunk c: `bytes` for each of its positions inside [ulo, uhi].
+  __device__ __forceinline__ void arm(uint32_t bar, int c, uint32_t bytes) const {
+    if (threadIdx.x == 0) mbar_arrive_expect_tx(bar, uint32_t(rows_in(c, ulo, uhi)) * bytes);
+  }
   __device__ __forceinline__ void bulk_rows(__nv_bfloat16* dst, const __nv_bfloat16* pool, int c, int lo,
                                             int hi, bool zeros, uint32_t bar) const {
     static_assert(NT == kC, "a thread a row");
@@ -377,9 +381,9 @@ __device__ __forceinline__ void store_pairs(const Pairs& pr, int hq, int qd, con
 // (64 chunks) U = 4 made the merge a chain of 16 L2 round trips on the step's critical path; U = 16 unless
 // set_attention_wide_combine(false) (A/B only; the merge order and so the bits are the same).
 template <int D, int U>
-__device__ __forceinline__ void combine_pair(const DeviceMeta& meta, int hq, int window, int max_chunks,
-                                             int r, int h, int lane, const float* part_acc,
-                                             const float* part_ml, __nv_bfloat16* out) {
+__device__ __forceinline__ void combine_pair_u(const DeviceMeta& meta, int hq, int window, int max_chunks,
+                                               int r, int h, int lane, const float* part_acc,
+                                               const float* part_ml, __nv_bfloat16* out) {
   constexpr int DPL = D / 32;
   static_assert(DPL == 2 || DPL == 4, "a lane's values are one float2 or float4");
   const Range rg = row_range(meta, r, window);
@@ -416,6 +420,16 @@ __device__ __forceinline__ void combine_pair(const DeviceMeta& meta, int hq, int
 #pragma unroll
   for (int i = 0; i < DPL; ++i) out[idx * D + lane * DPL + i] = __float2bfloat16_rn(finish_out(o[i], l));
 }
+// `wide`: 16 chunks' loads at a time, else 4.
+template <int D>
+__device__ __forceinline__ void combine_pair(bool wide, const DeviceMeta& meta, int hq, int window,
+                                             int max_chunks, int r, int h, int lane, const float* part_acc,
+                                             const float* part_ml, __nv_bfloat16* out) {
+  if (wide)
+    combine_pair_u<D, 16>(meta, hq, window, max_chunks, r, h, lane, part_acc, part_ml, out);
+  else
+    combine_pair_u<D, 4>(meta, hq, window, max_chunks, r, h, lane, part_acc, part_ml, out);
+}
 
 // Fused combine (split schedule with tickets): every block of a (tile, KV head) takes a ticket after its
 // partials are written and fenced; the last one merges the tile's pairs of this KV head (warp w takes
@@ -435,14 +449,9 @@ __device__ __forceinline__ void fused_combine(const DeviceMeta& meta, int hq, in
   __threadfence();  // the other blocks' partials, after their tickets
   if (threadIdx.x == 0) *ticket = 0;
   const int group = hq / hk, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int p = warp; p < tile.y * group; p += kWarps) {
-    if (wide)
-      combine_pair<D, 16>(meta, hq, window, max_chunks, tile.x + p / group, kvh * group + p % group, lane,
-                          part_acc, part_ml, out);
-    else
-      combine_pair<D, 4>(meta, hq, window, max_chunks, tile.x + p / group, kvh * group + p % group, lane,
-                         part_acc, part_ml, out);
-  }
+  for (int p = warp; p < tile.y * group; p += kWarps)
+    combine_pair<D>(wide, meta, hq, window, max_chunks, tile.x + p / group, kvh * group + p % group, lane,
+                    part_acc, part_ml, out);
 }
 
 template <int D>
@@ -481,14 +490,11 @@ __global__ void __launch_bounds__(kWarps * 32)
   const uint32_t row_bytes = D * 2;
   if (threadIdx.x == 0) {
     mbar_init(kbar, 1), mbar_init(vbar, 1);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");  // visible to the async proxy
+    mbar_init_fence();
   }
   __syncthreads();
   if (cb <= ce) {
-    if (threadIdx.x == 0) {
-      const uint32_t bytes = uint32_t(T.rows_in(cb, T.ulo, T.uhi)) * row_bytes;
-      mbar_arrive_expect_tx(kbar, bytes), mbar_arrive_expect_tx(vbar, bytes);
-    }
+    T.arm(kbar, cb, row_bytes), T.arm(vbar, cb, row_bytes);
     T.bulk_rows(Ks, kp, cb, T.ulo, fresh - 1, true, kbar);
     T.bulk_rows(Vs, vp, cb, T.ulo, fresh - 1, true, vbar);
   }
@@ -519,7 +525,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     if (warp_live) chunk_scores<D>(Qs, Ks, warp, lane, c0, pr.rg, scale, softcap, s, mc, lc);
     __syncthreads();  // every warp is done with K(c)
     if (c < ce) {
-      if (threadIdx.x == 0) mbar_arrive_expect_tx(kbar, uint32_t(T.rows_in(c + 1, T.ulo, T.uhi)) * row_bytes);
+      T.arm(kbar, c + 1, row_bytes);
       fence_proxy_async();  // the warps' reads of K(c) before the copies that overwrite it
       T.bulk_rows(Ks, kp, c + 1, T.ulo, T.uhi, true, kbar);
     }
@@ -547,7 +553,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     __syncthreads();  // every warp is done with V(c)
     if (c < ce) {
-      if (threadIdx.x == 0) mbar_arrive_expect_tx(vbar, uint32_t(T.rows_in(c + 1, T.ulo, T.uhi)) * row_bytes);
+      T.arm(vbar, c + 1, row_bytes);
       fence_proxy_async();
       T.bulk_rows(Vs, vp, c + 1, T.ulo, T.uhi, true, vbar);
     }
@@ -602,9 +608,9 @@ __global__ void __launch_bounds__(kWideWarps * 32, 1)
   if (tma) {
     if (threadIdx.x == 0) {
       mbar_init(bar0, 1), mbar_init(bar0 + 8, 1);
-      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-      mbar_arrive_expect_tx(bar0, uint32_t(T.rows_in(cb, T.ulo, T.uhi)) * chunk_bytes);
+      mbar_init_fence();
     }
+    T.arm(bar0, cb, chunk_bytes);
     __syncthreads();
     T.bulk_row(KV + tkv * kStage, tpool, cb, trow, T.ulo, fresh - 1, true, bar0);
   } else {
@@ -624,8 +630,7 @@ __global__ void __launch_bounds__(kWideWarps * 32, 1)
     const int b = (c - cb) & 1;
     __nv_bfloat16* buf = KV + b * 2 * kStage;
     if (tma) {
-      if (threadIdx.x == 0)
-        mbar_arrive_expect_tx(bar0 + 8 * b, uint32_t(T.rows_in(c, T.ulo, T.uhi)) * chunk_bytes);
+      T.arm(bar0 + 8 * b, c, chunk_bytes);
       fence_proxy_async();  // the warps' reads of the buffer (two chunks ago) before the copies
       T.bulk_row(buf + tkv * kStage, tpool, c, trow, T.ulo, T.uhi, true, bar0 + 8 * b);
     } else {
@@ -675,12 +680,8 @@ __global__ void __launch_bounds__(128)
   const int2 tile = tiles[blockIdx.x];
   const int lane = threadIdx.x % 32, pair = blockIdx.y * 4 + threadIdx.x / 32;
   if (pair >= tile.y * hq) return;
-  if (wide)
-    combine_pair<D, 16>(meta, hq, window, max_chunks, tile.x + pair / hq, pair % hq, lane, part_acc, part_ml,
-                        out);
-  else
-    combine_pair<D, 4>(meta, hq, window, max_chunks, tile.x + pair / hq, pair % hq, lane, part_acc, part_ml,
-                       out);
+  combine_pair<D>(wide, meta, hq, window, max_chunks, tile.x + pair / hq, pair % hq, lane, part_acc, part_ml,
+                  out);
 }
 
 // Speed-only switch (identical bits, tested): the wide loop kernel; TF_ATTN_WIDE=0 turns it off for A/B

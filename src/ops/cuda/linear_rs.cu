@@ -330,7 +330,7 @@ __global__ void __launch_bounds__(RsCfg<WG, BN, SP>::kThreads, RsCfg<WG, BN, SP>
       mbar_init(full + 8 * s, 1);        // the producer's arrive.expect_tx (+ the stage's bytes)
       mbar_init(empty + 8 * s, 4 * WG);  // lane 0 of every consumer warp
     }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");  // visible to the async proxy
+    mbar_init_fence();
   }
   __syncthreads();
   pdl_launch_dependents();

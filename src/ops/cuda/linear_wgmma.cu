@@ -579,7 +579,7 @@ __global__ void __launch_bounds__(Cfg<WGS, BN, CL, SP>::kThreads, 1)
         mbar_init(half + 8 * r, 1);                    // thread 0's arrive.expect_tx
         mbar_init(half + 8 * (C::kRawSlots + r), 64);  // the permuters' release
       }
-    if constexpr (kCluster) asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    if constexpr (kCluster) mbar_init_fence();
   }
   if constexpr (kCluster)
     cluster_sync();  // the peer's barriers exist before anyone arrives on them

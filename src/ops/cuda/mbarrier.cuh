@@ -9,6 +9,11 @@ namespace tf::cuda {
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
 }
+// After the mbar_init calls of a block (one thread), before the barrier that publishes them: the
+// initialised mbarriers become visible to the async proxy (bulk copies, TMA) and to a cluster's CTAs.
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   uint32_t done = 0;
   do {

@@ -452,12 +452,12 @@ void moe_route(const float* logits, int rows, int experts, int top_k, bool norm,
 void moe_route_group(const float* logits, int rows, int experts, int top_k, bool norm, int32_t* experts_out,
                      float* weights_out, int tile, int4* tiles, int32_t* slot_of_pair, int32_t* slot_row,
                      cudaStream_t s) {
-  TF_CHECK(experts <= kMoeMaxExperts && top_k <= kMoeMaxTopK && top_k <= experts,
-           "moe_route_group: too many experts");
-  if (rows > kRouteGroupMaxRows || !g_route_group) {
+  if (rows > kRouteGroupMaxRows || !g_route_group) {  // the two launches (each checks its arguments)
     moe_route(logits, rows, experts, top_k, norm, experts_out, weights_out, s);
     return moe_group(experts_out, rows * top_k, top_k, experts, tile, tiles, slot_of_pair, slot_row, s);
   }
+  TF_CHECK(experts <= kMoeMaxExperts && top_k <= kMoeMaxTopK && top_k <= experts,
+           "moe_route_group: too many experts");
   launch_pdl_if(g_pdl_group, route_group_kernel, 1, 1024, 0, s, logits, rows, experts, top_k, norm,
                 experts_out, weights_out, tile, tiles, slot_of_pair, slot_row);
   TF_CUDA_LAUNCH_CHECK();

@@ -1,5 +1,8 @@
 // One prefill attention call (a prompt of N tokens, Qwen3-8B heads), a few launches: a target for `ncu`.
 //   tf_attention_once [N] [launches]
+// Or one decode step's attention (batch 1, CTX tokens of context) on each of 36 layers' KV in turn (72+ MB:
+// cold in L2, as in a forward), timed alone: what the kernel costs outside the forward's chain.
+//   tf_attention_once decode CTX
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -7,13 +10,58 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "bench_common.h"
 #include "ops/cuda/cuda_backend.h"
 
+namespace {
+
+int decode(int ctx) {
+  using namespace tf;
+  constexpr int kHeads = 32, kKvHeads = 8, kDim = 128, kLayers = 36;
+  std::string why;
+  auto be = make_cuda_backend(0, &why);
+  if (!be) {
+    std::fprintf(stderr, "no CUDA backend: %s\n", why.c_str());
+    return 1;
+  }
+  BatchMeta meta = bench::decode_meta(1, ctx);
+  int blocks = 0;
+  for (const auto& t : meta.block_tables)
+    for (int b : t) blocks = std::max(blocks, b + 1);
+  std::vector<KvLayer> kv;
+  for (int l = 0; l < kLayers; ++l) {
+    kv.push_back({be->alloc({blocks, meta.block_size, kKvHeads, kDim}, DType::BF16),
+                  be->alloc({blocks, meta.block_size, kKvHeads, kDim}, DType::BF16)});
+    cuda::fill_uniform(*be, kv.back().k, 2 + l, -1.f, 1.f);
+    cuda::fill_uniform(*be, kv.back().v, 100 + l, -1.f, 1.f);
+  }
+  Tensor q = be->alloc({1, kHeads, kDim}, DType::BF16), o = be->alloc({1, kHeads, kDim}, DType::BF16);
+  cuda::fill_uniform(*be, q, 1, -1.f, 1.f);
+  const AttentionParams ap{kHeads, kKvHeads, kDim, 1.f / std::sqrt(float(kDim)), 0, 0.f};
+  be->begin_forward(meta);
+  const double ms = bench::time_ms(
+      cuda::stream_of(*be),
+      [&] {
+        for (int l = 0; l < kLayers; ++l) be->attention(q, kv[size_t(l)], ap, o);
+      },
+      2, 10);
+  const double kv_bytes = 2.0 * ctx * kKvHeads * kDim * 2;
+  std::printf(
+      "decode attention b=1 ctx %d: %.2f us a layer (36 layers' KV in turn, eager launches), %.0f GB/s of "
+      "KV\n",
+      ctx, ms * 1e3 / kLayers, kv_bytes / (ms * 1e-3 / kLayers) / 1e9);
+  return 0;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace tf;
-  const int n = argc > 1 ? std::atoi(argv[1]) : 4096, launches = argc > 2 ? std::max(2, std::atoi(argv[2])) : 3;
+  if (argc > 2 && std::string(argv[1]) == "decode") return decode(std::atoi(argv[2]));
+  const int n = argc > 1 ? std::atoi(argv[1]) : 4096,
+            launches = argc > 2 ? std::max(2, std::atoi(argv[2])) : 3;
   constexpr int kHeads = 32, kKvHeads = 8, kDim = 128;
   std::string why;
   auto be = make_cuda_backend(0, &why);
@@ -33,7 +81,8 @@ int main(int argc, char** argv) {
   cuda::fill_uniform(*be, kv.v, 3, -1.f, 1.f);
   const AttentionParams ap{kHeads, kKvHeads, kDim, 1.f / std::sqrt(float(kDim)), 0, 0.f};
   be->begin_forward(meta);
-  const double ms = bench::time_ms(cuda::stream_of(*be), [&] { be->attention(q, kv, ap, o); }, 1, launches - 1);
+  const double ms = bench::time_ms(
+      cuda::stream_of(*be), [&] { be->attention(q, kv, ap, o); }, 1, launches - 1);
   const double flop = 2.0 * double(n) * n * kHeads * kDim;  // causal: QK and PV over half the square
   std::printf("prefill attention N=%d: %.3f ms, %.1f TFLOP/s\n", n, ms, flop / (ms * 1e-3) / 1e12);
   return 0;

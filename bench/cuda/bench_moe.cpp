@@ -24,6 +24,8 @@
 #include "ops/backend.h"
 #include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/kernels.h"
+#include "ops/cuda/moe_fused.h"
 #include "ops/cuda/moe_kernels.h"
 #include "ops/cuda/quant_linear.h"
 #include "ops/moe.h"
@@ -145,6 +147,10 @@ Model make_model(Backend& be, int64_t kv_blocks, bool mlx) {
   return m;
 }
 
+// Ablations at batch 1 (timing only; results wrong where something is skipped): see ablate().
+bool g_skip_attn = false, g_skip_moe = false;
+int g_empty_blocks = 0;  // > 0: one empty dependent kernel of this many blocks after each layer's MoE
+
 // Called with each layer's MoE input (the bench's byte count routes it on the host).
 using MoeHook = std::function<void(int layer, const Tensor& x)>;
 
@@ -172,15 +178,19 @@ void forward(Backend& be, Model& m, int rows, const std::vector<int32_t>& outs, 
     } else if (be.add_rms_norm_linear(*cur, mlp, L.ln1, 1e-6f, 0.f, x, L.qkv, qkv, *alt)) {
       std::swap(cur, alt);
     }
-    be.attention_inputs_qkv(qkv, q, &L.q_norm, &L.k_norm, 1e-6f, 0.f, rope, L.kv);
-    be.attention(q, L.kv, ap, attn);
-    be.linear(attn, L.o, o);
+    if (!g_skip_attn) {
+      be.attention_inputs_qkv(qkv, q, &L.q_norm, &L.k_norm, 1e-6f, 0.f, rope, L.kv);
+      be.attention(q, L.kv, ap, attn);
+      be.linear(attn, L.o, o);
+    }
     be.add_rms_norm(*cur, o, L.ln2, 1e-6f, 0.f, x);
     if (hook) hook(l, x);
+    if (g_skip_moe) continue;
     if (host_moe)
       be.Backend::moe(x, L.moe, mlp);
     else
       be.moe(x, L.moe, mlp);
+    if (g_empty_blocks > 0) cuda::empty_step(g_empty_blocks, cuda::stream_of(be));
   }
   be.add_rms_norm(*cur, mlp, m.final_norm, 1e-6f, 0.f, x);
   Tensor logits = be.alloc({int64_t(outs.size()), kVocab}, DType::F32);
@@ -222,6 +232,39 @@ std::pair<double, double> step_bytes(Backend& be, Model& m, const BatchMeta& met
 }
 
 void bench_format(Backend& be, bool mlx, bool quick, double copy_gbs);
+
+// What each part of the b=1 step costs (CUDA graphs; timing only): the step without the attention half
+// (q/k norm + rope + KV, attention, o projection) or without the MoE, with one of the MoE's kernels run
+// twice (each is idempotent: the second run is one more dependent step of that kind, its weights warm in
+// L2), and with an empty dependent kernel after each MoE.
+void ablate(Backend& be, Model& m) {
+  cudaStream_t s = cuda::stream_of(be);
+  const BatchMeta meta = decode_meta(1, 512);
+  auto time = [&] {
+    bool captured = false;
+    be.begin_forward(meta);
+    return time_graph_ms(
+        s, [&] { forward(be, m, 1, {0}, false); }, &captured);
+  };
+  std::printf("b=1 ablations (ms/step, timing only): base %.3f", time());
+  g_skip_attn = true;
+  std::printf(", no attention half %.3f", time());
+  g_skip_attn = false, g_skip_moe = true;
+  std::printf(", no MoE %.3f", time());
+  g_skip_moe = false;
+  const char* names[] = {"router", "route+group", "gate_up", "silu", "down", "combine"};
+  for (int i = 0; i < 6; ++i) {
+    cuda::set_moe_repeat(1u << i);
+    std::printf(", %s twice %.3f", names[i], time());
+  }
+  cuda::set_moe_repeat(0);
+  for (int blocks : {1, 132}) {
+    g_empty_blocks = blocks;
+    std::printf(", +empty step (%d blocks) %.3f", blocks, time());
+  }
+  g_empty_blocks = 0;
+  std::printf("\n");
+}
 
 int run(bool quick, const std::string& format) {
   std::string why;
@@ -280,6 +323,7 @@ void bench_format(Backend& be, bool mlx, bool quick, double copy_gbs) {
     std::printf("| decode b=%d ctx %d, routing and grouping as two launches | %.3f | %.0f | | | | |\n", batch,
                 ctx, ms2, batch * 1e3 / ms2);
   }
+  ablate(be, m);
   {
     const BatchMeta meta = decode_meta(1, ctx);
     const double ms = time_ms(

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "ops/cuda/attention_mma.h"
 #include "ops/cuda/cuda_backend.h"
+#include "ops/cuda/kernels.h"
 #include "quant_weights.h"
 
 namespace tf::bench {
@@ -189,6 +190,7 @@ void forward(Backend& be, ShapeModel& m, Acts& A, int rows, int out_rows, const 
       be.kv_write(L.kv, k, v);
     }
     if (!(g_skip & kSkipAttention)) be.attention(q, L.kv, ap, attn);
+    if (g_skip & kEmptyStep) cuda::empty_step(1, cuda::stream_of(be));
     lin(attn, L.o, o);
     norm_linear(o, L.ln2, L.gate_up, gu);
     if (g_fusions && ours) {

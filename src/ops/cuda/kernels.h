@@ -136,5 +136,8 @@ void scatter_add_rows(void* out, const void* y, DType dtype, const int32_t* rows
                       int nrows, int64_t width, cudaStream_t s);
 void gather_rows(const void* x, const int32_t* rows, void* out, int nrows, int64_t row_bytes, cudaStream_t s);
 void fill_uniform(void* p, DType dtype, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t s);
+// Benches only: one dependent launch (launch_pdl) of `blocks` blocks that waits for the previous kernel and
+// exits -- what one more dependent step costs a forward, with nothing to do.
+void empty_step(int blocks, cudaStream_t s);
 
 }  // namespace tf::cuda

@@ -39,6 +39,16 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool v
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
 }
 
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+// This thread's cp.async groups but the newest N have landed; the memory clobber keeps the compiler's
+// shared-memory reads of them after it.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
 // Every linear kernel's epilogue: the finished sum plus the bias (none, f32 or bf16), stored as f32 (logits,
 // kept exact for sampling) or rounded to bf16.
 __device__ __forceinline__ void store_biased(float s, const void* bias, int bias_kind, void* y, bool y_f32,

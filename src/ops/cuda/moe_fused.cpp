@@ -96,6 +96,7 @@ MoeExperts experts_of(const LinearWeight& w0, const void* const* weights, const 
 }
 
 std::atomic<bool> g_enabled{true};  // set_moe_fused
+std::atomic<unsigned> g_repeat{0};  // set_moe_repeat
 
 // TF_MOE_FUSED=0 (read once) sends every MoE layer down the host-routed default path: a diagnosis
 // switch that isolates the fused kernels from the rest of the model.
@@ -117,6 +118,10 @@ bool moe_fusable(const Tensor& h, const MoeWeights& w) {
   return fusable_projection(w.gate_up, 2 * I, H) && fusable_projection(w.down, H, I);
 }
 
+void set_moe_repeat(unsigned mask) {
+  g_repeat.store(mask, std::memory_order_relaxed);
+}
+
 void set_moe_fused(bool enabled) {
   g_enabled.store(enabled, std::memory_order_relaxed);
 }
@@ -135,7 +140,12 @@ void moe_fused(Backend& be, cudaStream_t s, const Tensor& h, MoeWeights& w, Tens
   if (R == 0) return;
   const void* const* tab = tables(w, s);
   Tensor logits = be.alloc({R, E}, DType::F32);
-  be.linear(h, w.router, logits);
+  const unsigned rep = g_repeat.load(std::memory_order_relaxed);
+  auto twice = [&](int i, auto&& f) {
+    f();
+    if (rep >> i & 1) f();
+  };
+  twice(0, [&] { be.linear(h, w.router, logits); });
   const int tile = moe_tile_for(P, E), max_tiles = moe_max_tiles(P, E, tile);
   Tensor pair_e = be.alloc({P}, DType::I32), pair_w = be.alloc({P}, DType::F32);
   Tensor slot_of_pair = be.alloc({P}, DType::I32), slot_row = be.alloc({P}, DType::I32);
@@ -144,15 +154,21 @@ void moe_fused(Backend& be, cudaStream_t s, const Tensor& h, MoeWeights& w, Tens
          y = be.alloc({P, H}, DType::BF16);
   auto i32 = [](Tensor& t) { return static_cast<int32_t*>(t.raw()); };
   auto* tl = static_cast<int4*>(tiles.raw());
-  moe_route_group(static_cast<const float*>(logits.raw()), R, E, K, w.norm_topk_prob, i32(pair_e),
-                  static_cast<float*>(pair_w.raw()), tile, tl, i32(slot_of_pair), i32(slot_row), s);
+  twice(1, [&] {
+    moe_route_group(static_cast<const float*>(logits.raw()), R, E, K, w.norm_topk_prob, i32(pair_e),
+                    static_cast<float*>(pair_w.raw()), tile, tl, i32(slot_of_pair), i32(slot_row), s);
+  });
   const MoeExperts gate_up = experts_of(w.gate_up[0], tab, tab + 2 * E),
                    down = experts_of(w.down[0], tab + E, tab + 3 * E);
-  moe_grouped_gemm(h.raw(), i32(slot_row), gate_up, tl, max_tiles, tile, gu.raw(), 2 * I, H, s);
-  silu_mul(gu.raw(), act.raw(), P, I, s);
-  moe_grouped_gemm(act.raw(), nullptr, down, tl, max_tiles, tile, y.raw(), H, I, s);
-  moe_combine(y.raw(), i32(slot_of_pair), static_cast<const float*>(pair_w.raw()), out.raw(), out.dtype(), R,
-              K, H, s);
+  twice(2, [&] {
+    moe_grouped_gemm(h.raw(), i32(slot_row), gate_up, tl, max_tiles, tile, gu.raw(), 2 * I, H, s);
+  });
+  twice(3, [&] { silu_mul(gu.raw(), act.raw(), P, I, s); });
+  twice(4, [&] { moe_grouped_gemm(act.raw(), nullptr, down, tl, max_tiles, tile, y.raw(), H, I, s); });
+  twice(5, [&] {
+    moe_combine(y.raw(), i32(slot_of_pair), static_cast<const float*>(pair_w.raw()), out.raw(), out.dtype(),
+                R, K, H, s);
+  });
 }
 
 }  // namespace tf::cuda

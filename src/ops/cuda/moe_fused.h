@@ -17,6 +17,10 @@ bool moe_fusable(const Tensor& h, const MoeWeights& w);
 // Tests and benches: false sends every later MoE call of the process down the host-routed path (as
 // TF_MOE_FUSED=0 does), true lets the fused path back in. Not to be flipped while a forward runs.
 void set_moe_fused(bool enabled);
+// Benches only (timing; the values are unchanged): bit i of `mask` runs the fused path's kernel i twice
+// (0 router linear, 1 routing + grouping, 2 gate_up GEMM, 3 silu_mul, 4 down GEMM, 5 combine). Each kernel
+// is idempotent, so the second run's cost is what one more dependent step of that kind costs the step.
+void set_moe_repeat(unsigned mask);
 // Tokens a grouped-GEMM tile holds for `pairs` (rows * top_k) over `experts`: 8 while experts get ~1 row.
 int moe_tile_for(int pairs, int experts);
 // out = Backend::moe(h) on the device, no host sync (after the first call per weight set).

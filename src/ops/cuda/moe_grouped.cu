@@ -80,24 +80,51 @@ __global__ void route_kernel(const float* logits, int rows, int experts, int top
   route_row(logits, row, experts, top_k, norm, out_e, out_w, prob[warp], lane);
 }
 
-// Grouping by one block (blockDim.x threads): per-expert counts, tiles in expert order, each pair's slot.
+// Inclusive sums of v over the block's threads in thread order (blockDim.x a multiple of 32, <= 1024);
+// `warp_sums`: 32 ints of shared memory. Integers: any order gives the same sums.
+__device__ __forceinline__ int2 block_inclusive_scan(int2 v, int2* warp_sums) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  for (int off = 1; off < 32; off *= 2) {
+    const int ax = __shfl_up_sync(0xffffffffu, v.x, off), ay = __shfl_up_sync(0xffffffffu, v.y, off);
+    if (lane >= off) v.x += ax, v.y += ay;
+  }
+  if (lane == 31) warp_sums[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    int2 w = lane < warps ? warp_sums[lane] : make_int2(0, 0);
+    for (int off = 1; off < 32; off *= 2) {
+      const int ax = __shfl_up_sync(0xffffffffu, w.x, off), ay = __shfl_up_sync(0xffffffffu, w.y, off);
+      if (lane >= off) w.x += ax, w.y += ay;
+    }
+    if (lane < warps) warp_sums[lane] = w;
+  }
+  __syncthreads();
+  if (warp > 0) v.x += warp_sums[warp - 1].x, v.y += warp_sums[warp - 1].y;
+  return v;
+}
+
+// Grouping by one block of blockDim.x >= experts threads: per-expert counts, tiles in expert order, each
+// pair's slot. Thread e owns expert e: its first slot and first tile are exclusive prefix sums of the
+// counts and tile counts (a block scan), and it writes its own tiles: the same tiles and slots as the one
+// thread's loop over the experts this replaces. Runs 148/150 (30B-A3B shape, 4-bit, b=1): the routing +
+// grouping kernel run a second time cost 13.2 us a layer with the loop, 6.2 with the scan.
 __device__ __forceinline__ void group_pairs(const int32_t* pair_expert, int pairs, int top_k, int experts,
                                             int tile, int4* tiles, int32_t* slot_of_pair, int32_t* slot_row,
-                                            int* count, int* first, int* fill) {
+                                            int* count, int* first, int* fill, int2* scan) {
   for (int e = threadIdx.x; e < experts; e += blockDim.x) count[e] = 0, fill[e] = 0;
   __syncthreads();
   for (int p = threadIdx.x; p < pairs; p += blockDim.x) atomicAdd(&count[pair_expert[p]], 1);
   __syncthreads();
-  if (threadIdx.x == 0) {
-    int slot = 0, n = 0;
-    for (int e = 0; e < experts; ++e) {
-      first[e] = slot;
-      for (int b = 0; b < count[e]; b += tile)
-        tiles[1 + n++] = make_int4(e, slot + b, min(tile, count[e] - b), 0);
-      slot += count[e];
-    }
-    tiles[0] = make_int4(n, 0, 0, 0);
+  const int me = threadIdx.x;  // this thread's expert
+  const int c = me < experts ? count[me] : 0, nt = (c + tile - 1) / tile;
+  const int2 incl = block_inclusive_scan(make_int2(c, nt), scan);
+  if (me < experts) {
+    const int slot = incl.x - c, t0 = incl.y - nt;
+    first[me] = slot;
+    for (int b = 0, i = 0; b < c; b += tile, ++i)
+      tiles[1 + t0 + i] = make_int4(me, slot + b, min(tile, c - b), 0);
   }
+  if (threadIdx.x == blockDim.x - 1) tiles[0] = make_int4(incl.y, 0, 0, 0);
   __syncthreads();
   for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
     const int e = pair_expert[p];
@@ -111,12 +138,16 @@ __global__ void group_kernel(const int32_t* pair_expert, int pairs, int top_k, i
                              int4* tiles, int32_t* slot_of_pair, int32_t* slot_row) {
   pdl_enter();
   __shared__ int count[kMoeMaxExperts], first[kMoeMaxExperts], fill[kMoeMaxExperts];
-  group_pairs(pair_expert, pairs, top_k, experts, tile, tiles, slot_of_pair, slot_row, count, first, fill);
+  __shared__ int2 scan[32];
+  group_pairs(pair_expert, pairs, top_k, experts, tile, tiles, slot_of_pair, slot_row, count, first, fill,
+              scan);
 }
 
 // Routing and grouping in one block for calls of up to kRouteGroupMaxRows rows (decode, verify): warp w < 8
 // routes rows w, w + 8, ... with route_row, then the block groups the pairs (their experts read back from
 // global memory after the barrier) with group_pairs. One dependent step instead of two; the same values.
+// (Ranking every (row, expert) with the whole block instead of route_row's arg-max rounds was tried in
+// run 149: same picks, b=8 slower, 3.81 -> 3.98 ms, 4-bit 30B-A3B; removed.)
 constexpr int kRouteGroupWarps = 8;
 __global__ void __launch_bounds__(1024)
     route_group_kernel(const float* logits, int rows, int experts, int top_k, bool norm, int32_t* out_e,
@@ -124,12 +155,14 @@ __global__ void __launch_bounds__(1024)
   pdl_enter();
   __shared__ float prob[kRouteGroupWarps][kMoeMaxExperts];
   __shared__ int count[kMoeMaxExperts], first[kMoeMaxExperts], fill[kMoeMaxExperts];
+  __shared__ int2 scan[32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (warp < kRouteGroupWarps)
     for (int row = warp; row < rows; row += kRouteGroupWarps)
       route_row(logits, row, experts, top_k, norm, out_e, out_w, prob[warp], lane);
   __syncthreads();  // the block's global writes of out_e, visible to the block after the barrier
-  group_pairs(out_e, rows * top_k, top_k, experts, tile, tiles, slot_of_pair, slot_row, count, first, fill);
+  group_pairs(out_e, rows * top_k, top_k, experts, tile, tiles, slot_of_pair, slot_row, count, first, fill,
+              scan);
 }
 
 // A block's two weight rows (features na and nb of its tile's expert), lane t's part of each 32-wide K
@@ -228,11 +261,23 @@ __device__ __forceinline__ void store_tile(const float (*red)[NT * 8][16], int4 
   }
 }
 
-template <class Rows, int NT, int U, bool PREFETCH>
+// XS (x staged): each lane copies its own x fragments of the warp's whole K slice (every chunk, every token
+// tile) into its own shared-memory slots with cp.async at the start, and the MMAs read them from there.
+// Loaded next to its MMA (ld_act16 in step()), each chunk's x was one dependent L2 round trip: SASS showed
+// load, HMMA, load, HMMA, ..., the same serialization quant_linear.cu's XS removed from the dense 4-bit
+// kernel. Same 16 bytes (zeros for rows past the tile, as before), same MMAs: the same bits.
+// Slots: lane L of warp w, token tile j, slice chunk i at xs[((w * smax + i) * NT + j) * 32 + L].
+template <int NT>
+__host__ __device__ constexpr int xs_bytes(int k) {
+  return kWarps * ((k / 32 + kWarps - 1) / kWarps) * NT * 32 * 16;
+}
+
+template <class Rows, int NT, int U, bool PREFETCH, bool XS = false>
 __global__ void __launch_bounds__(kWarps * 32)
     grouped_kernel(const __nv_bfloat16* x, const int32_t* x_rows, const MoeExperts w, const int4* tiles,
                    int max_tiles, __nv_bfloat16* y, int n, int k) {
   __shared__ float red[kWarps][NT * 8][16];
+  extern __shared__ uint4 xs[];
   pdl_enter();  // the tiles and the expert of each come from group_kernel
   const int tile_id = blockIdx.x % max_tiles, n_tile = blockIdx.x / max_tiles;
   if (tile_id >= tiles[0].x) return;
@@ -258,19 +303,36 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
   for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
 
+  const uint4* xmine = xs + (warp * ((chunks + kWarps - 1) / kWarps) * NT) * 32 + lane;
   auto step = [&](const typename Rows::Frag& fa, const typename Rows::Frag& fb, int c) {
     const uint4 a = Rows::bf16(fa), b = Rows::bf16(fb);
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
-      const uint4 xv = xok[j] ? ld_act16(xr[j] + c * 32) : make_uint4(0, 0, 0, 0);
+      uint4 xv;
+      if constexpr (XS)
+        xv = xmine[((c - c_begin) * NT + j) * 32];
+      else
+        xv = xok[j] ? ld_act16(xr[j] + c * 32) : make_uint4(0, 0, 0, 0);
       mma_chunk(acc[j], a, b, xv);
     }
   };
   int c = c_begin;
+  auto stage_x = [&] {
+    if constexpr (XS) {
+      for (int i = 0; i < c_end - c_begin; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+          cp_async16(uint32_t(__cvta_generic_to_shared(xmine + (i * NT + j) * 32)),
+                     xr[j] + (c_begin + i) * 32, xok[j]);
+      cp_async_commit();
+      cp_async_wait<0>();  // this lane's own slots: no barrier
+    }
+  };
   if constexpr (PREFETCH) {
     typename Rows::Frag a[U], b[U];
     auto load = [&](int at) { wr.load(at, U, a, b); };
     if (c + U <= c_end) load(c);
+    stage_x();
     for (; c + U <= c_end; c += U) {
       typename Rows::Frag ca[U], cb[U];
 #pragma unroll
@@ -280,6 +342,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int u = 0; u < U; ++u) step(ca[u], cb[u], c + u);
     }
   } else {
+    stage_x();
     for (; c + U <= c_end; c += U) {
       typename Rows::Frag a[U], b[U];
       wr.load(c, U, a, b);
@@ -314,7 +377,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   static_assert(U % 4 == 0, "fragments are reloaded in groups of 4 chunks");
   using Frag = typename Rows::Frag;
   __shared__ float red[2][kWarps][8][16];
-  pdl_enter();  // the tiles and the expert of each come from group_kernel
+  extern __shared__ uint4 xs[];  // [2 items][kWarps][U chunks][32 lanes]: each lane's own x fragments
+  pdl_enter();                   // the tiles and the expert of each come from group_kernel
   const int ntiles = tiles[0].x, n_tiles = (n + 15) / 16, items = ntiles * n_tiles;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
@@ -333,14 +397,33 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   Rows wr = rows_of(item, tl, n0);
   Frag a[U], b[U];
   wr.load(c_begin, count, a, b);
+  // x of an item's tile: lane g's token row (zeros past the tile; those columns are never stored), this
+  // lane's 16 bytes of each chunk of the warp's slice, copied into its own slots of buffer `buf` (cp.async);
+  // the next item's copies go out with its weight loads, so no MMA waits on an L2 round trip for x (they
+  // were load, HMMA, load, HMMA in SASS: 8 round trips an item at K = 2048). Same bytes, same bits.
+  uint4* const xmine = xs + warp * U * 32 + lane;
+  constexpr int kBuf = kWarps * U * 32;
+  auto stage_x = [&](int buf, const int4& tile) {
+    const bool ok = g < tile.z;
+    const int slot = tile.y + (ok ? g : 0);
+    const __nv_bfloat16* xr = x + int64_t(x_rows ? x_rows[slot] : slot) * k + 8 * t + c_begin * 32;
+    for (int i = 0; i < count; ++i)
+      cp_async16(uint32_t(__cvta_generic_to_shared(xmine + buf * kBuf + i * 32)), xr + i * 32, ok);
+    cp_async_commit();
+  };
+  stage_x(0, tl);
   for (int it = 0;; ++it) {
     const int next = item + int(gridDim.x);
     int4 tln = tl;
     int n0n = n0;
     const Rows wn = next < items ? rows_of(next, tln, n0n) : wr;
-    const bool xok = g < tl.z;  // lane g's token row of the tile (rows past it: never stored)
-    const __nv_bfloat16* xr =
-        x + int64_t(x_rows ? x_rows[tl.y + (xok ? g : 0)] : tl.y + (xok ? g : 0)) * k + 8 * t;
+    if (next < items) {
+      stage_x((it + 1) & 1, tln);  // buffer (it + 1) & 1 was last read by item it - 1's MMAs, all issued
+      cp_async_wait<1>();          // this item's copies (this lane's own slots: no barrier)
+    } else {
+      cp_async_wait<0>();
+    }
+    const uint4* xb = xmine + (it & 1) * kBuf;
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
     for (int q = 0; q < U; q += 4) {
@@ -354,10 +437,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
                 reinterpret_cast<Frag(&)[4]>(b[q]));
 #pragma unroll
       for (int i = 0; i < 4; ++i)
-        if (q + i < count) {
-          const uint4 xv = xok ? ld_act16(xr + (c_begin + q + i) * 32) : make_uint4(0, 0, 0, 0);
-          mma_chunk(acc, av[i], bv[i], xv);
-        }
+        if (q + i < count) mma_chunk(acc, av[i], bv[i], xb[(q + i) * 32]);
     }
     put_slice<1>(red[it & 1], warp, 0, g, t, acc);
     __syncthreads();  // the other buffer is rewritten only after the next item's barrier: all stores done
@@ -393,19 +473,41 @@ template <class Rows>
 void launch_persistent(const void* x, const int32_t* x_rows, const MoeExperts& w, const int4* tiles,
                        int max_tiles, void* y, int n, int k, cudaStream_t s) {
   auto kernel = grouped_persistent_kernel<Rows, kPersistentU>;
+  constexpr size_t smem = 2 * kWarps * kPersistentU * 32 * 16;  // two items' x (64 KB)
   const int grid = std::min((n + 15) / 16 * max_tiles,
-                            resident_blocks(reinterpret_cast<const void*>(kernel), kWarps * 32));
-  launch_pdl_if(g_pdl_group, kernel, grid, kWarps * 32, 0, s, static_cast<const __nv_bfloat16*>(x), x_rows, w,
-                tiles, static_cast<__nv_bfloat16*>(y), n, k);
+                            resident_blocks(reinterpret_cast<const void*>(kernel), kWarps * 32, smem));
+  launch_pdl_if(g_pdl_group, kernel, grid, kWarps * 32, smem, s, static_cast<const __nv_bfloat16*>(x), x_rows,
+                w, tiles, static_cast<__nv_bfloat16*>(y), n, k);
   TF_CUDA_LAUNCH_CHECK();
 }
+
+// x staged in shared memory (XS) for tiles of 8 and 16 tokens (decode, verify) while a block's copy is at
+// most this many bytes (K <= 3072 at 16 tokens, 6144 at 8); larger tiles (prefill) load it next to the
+// MMAs, as before: there the MMAs of a chunk's 4 or 8 token tiles share its weights.
+constexpr int kXsMaxBytes = 96 << 10;
 
 template <class Rows, int NT, int U, bool P>
 void launch_grouped(const void* x, const int32_t* x_rows, const MoeExperts& w, const int4* tiles,
                     int max_tiles, void* y, int n, int k, cudaStream_t s) {
   const int n_tiles = (n + 15) / 16;
   // Token tiles vary fastest: the blocks of one expert's weight tile run together (L2 reuse).
-  launch_pdl_if(g_pdl_group, grouped_kernel<Rows, NT, U, P>, n_tiles * max_tiles, kWarps * 32, 0, s,
+  const int smem = xs_bytes<NT>(k);
+  if constexpr (NT <= 2) {
+    if (smem <= kXsMaxBytes) {
+      auto kernel = grouped_kernel<Rows, NT, U, P, true>;
+      static const bool attr = [&] {  // once per instantiation: allow the largest copy
+        TF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kXsMaxBytes));
+        return true;
+      }();
+      (void)attr;
+      launch_pdl_if(g_pdl_group, kernel, n_tiles * max_tiles, kWarps * 32, size_t(smem), s,
+                    static_cast<const __nv_bfloat16*>(x), x_rows, w, tiles, max_tiles,
+                    static_cast<__nv_bfloat16*>(y), n, k);
+      TF_CUDA_LAUNCH_CHECK();
+      return;
+    }
+  }
+  launch_pdl_if(g_pdl_group, grouped_kernel<Rows, NT, U, P, false>, n_tiles * max_tiles, kWarps * 32, 0, s,
                 static_cast<const __nv_bfloat16*>(x), x_rows, w, tiles, max_tiles,
                 static_cast<__nv_bfloat16*>(y), n, k);
   TF_CUDA_LAUNCH_CHECK();

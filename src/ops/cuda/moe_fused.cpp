@@ -82,8 +82,10 @@ const void* const* tables(MoeWeights& w, cudaStream_t s) {
 }
 
 // The grouped GEMM's view of one projection (all experts alike, checked by moe_fusable).
-MoeExperts experts_of(const LinearWeight& w0, const void* const* weights, const void* const* scales) {
+MoeExperts experts_of(const LinearWeight& w0, int experts, const void* const* weights,
+                      const void* const* scales) {
   MoeExperts x;
+  x.experts = experts;
   x.weights = weights;
   if (w0.format == LinearWeight::Format::Dense) return x;
   x.scales = scales;
@@ -158,13 +160,13 @@ void moe_fused(Backend& be, cudaStream_t s, const Tensor& h, MoeWeights& w, Tens
     moe_route_group(static_cast<const float*>(logits.raw()), R, E, K, w.norm_topk_prob, i32(pair_e),
                     static_cast<float*>(pair_w.raw()), tile, tl, i32(slot_of_pair), i32(slot_row), s);
   });
-  const MoeExperts gate_up = experts_of(w.gate_up[0], tab, tab + 2 * E),
-                   down = experts_of(w.down[0], tab + E, tab + 3 * E);
+  const MoeExperts gate_up = experts_of(w.gate_up[0], E, tab, tab + 2 * E),
+                   down = experts_of(w.down[0], E, tab + E, tab + 3 * E);
   twice(2, [&] {
-    moe_grouped_gemm(h.raw(), i32(slot_row), gate_up, tl, max_tiles, tile, gu.raw(), 2 * I, H, s);
+    moe_grouped_gemm(h.raw(), i32(slot_row), gate_up, tl, max_tiles, tile, P, gu.raw(), 2 * I, H, s);
   });
   twice(3, [&] { silu_mul(gu.raw(), act.raw(), P, I, s); });
-  twice(4, [&] { moe_grouped_gemm(act.raw(), nullptr, down, tl, max_tiles, tile, y.raw(), H, I, s); });
+  twice(4, [&] { moe_grouped_gemm(act.raw(), nullptr, down, tl, max_tiles, tile, P, y.raw(), H, I, s); });
   twice(5, [&] {
     moe_combine(y.raw(), i32(slot_of_pair), static_cast<const float*>(pair_w.raw()), out.raw(), out.dtype(),
                 R, K, H, s);

@@ -280,8 +280,9 @@ __global__ void __launch_bounds__(kWarps * 32)
   extern __shared__ uint4 xs[];
   pdl_enter();  // the tiles and the expert of each come from group_kernel
   const int tile_id = blockIdx.x % max_tiles, n_tile = blockIdx.x / max_tiles;
-  if (tile_id >= tiles[0].x) return;
-  const int4 tl = tiles[1 + tile_id];
+  const int ntiles = tiles[0].x;
+  const int4 tl = tiles[1 + tile_id];  // in the table's bounds (max_tiles + 1 entries): loaded with the count
+  if (tile_id >= ntiles) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const int n0 = n_tile * 16;
@@ -370,25 +371,51 @@ __global__ void __launch_bounds__(kWarps * 32)
 // chunks, so the next item's weights are in flight through this item's MMAs, slice sum and store (the
 // non-persistent grid ran ~3-4 waves of one latency chain each at decode: run 103). The slice sums go to
 // alternating buffers (one barrier an item). Same chunks, same MMAs in the same order, same slice sum.
+//
+// The tables an item needs (the tiles, the experts' weight and scale pointers, x_rows) are copied into
+// shared memory once at the start (one round trip, all in parallel): read from global memory, each item
+// waited on two or three dependent round trips (tile -> expert pointer -> ...; x_rows -> x) before its
+// MMAs could go on. Shared memory: the x buffers, then persistent_tables_bytes().
+template <int U>
+constexpr int persistent_x_bytes() {
+  return 2 * kWarps * U * 32 * 16;
+}
+inline int persistent_tables_bytes(int max_tiles, int experts, int slots) {
+  return (max_tiles + 1) * 16 + 2 * experts * 8 + (slots * 4 + 15) / 16 * 16;
+}
+
 template <class Rows, int U>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     grouped_persistent_kernel(const __nv_bfloat16* x, const int32_t* x_rows, const MoeExperts w,
-                              const int4* tiles, __nv_bfloat16* y, int n, int k) {
+                              const int4* tiles, int max_tiles, int slots, __nv_bfloat16* y, int n, int k) {
   static_assert(U % 4 == 0, "fragments are reloaded in groups of 4 chunks");
   using Frag = typename Rows::Frag;
   __shared__ float red[2][kWarps][8][16];
   extern __shared__ uint4 xs[];  // [2 items][kWarps][U chunks][32 lanes]: each lane's own x fragments
-  pdl_enter();                   // the tiles and the expert of each come from group_kernel
-  const int ntiles = tiles[0].x, n_tiles = (n + 15) / 16, items = ntiles * n_tiles;
+  constexpr int kBuf = kWarps * U * 32;
+  int4* const tiles_s = reinterpret_cast<int4*>(xs + 2 * kBuf);
+  const void** const wp_s = reinterpret_cast<const void**>(tiles_s + max_tiles + 1);
+  const void** const sp_s = wp_s + w.experts;
+  int32_t* const rows_s = reinterpret_cast<int32_t*>(sp_s + w.experts);
+  pdl_enter();  // the tiles and the expert of each come from group_kernel
+  for (int i = threadIdx.x; i <= max_tiles; i += blockDim.x) tiles_s[i] = tiles[i];
+  for (int i = threadIdx.x; i < w.experts; i += blockDim.x)
+    wp_s[i] = w.weights[i], sp_s[i] = w.scales ? w.scales[i] : nullptr;
+  if (x_rows)
+    for (int i = threadIdx.x; i < slots; i += blockDim.x) rows_s[i] = x_rows[i];
+  __syncthreads();
+  MoeExperts ws = w;
+  ws.weights = wp_s, ws.scales = sp_s;
+  const int ntiles = tiles_s[0].x, n_tiles = (n + 15) / 16, items = ntiles * n_tiles;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const int chunks = k / 32;
   const int c_begin = warp * chunks / kWarps, count = (warp + 1) * chunks / kWarps - c_begin;  // <= U
   // Item i: tile i % ntiles (the tiles of one n-tile run together), features 16 * (i / ntiles) ...
   auto rows_of = [&](int item, int4& tl, int& n0) {
-    tl = tiles[1 + item % ntiles];
+    tl = tiles_s[1 + item % ntiles];
     n0 = item / ntiles * 16;
-    return Rows(w, tl.x, min(n0 + g, n - 1), min(n0 + g + 8, n - 1), k, t);  // clamped; masked at the store
+    return Rows(ws, tl.x, min(n0 + g, n - 1), min(n0 + g + 8, n - 1), k, t);  // clamped; masked at the store
   };
   int item = blockIdx.x;
   if (item >= items) return;
@@ -402,11 +429,10 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   // the next item's copies go out with its weight loads, so no MMA waits on an L2 round trip for x (they
   // were load, HMMA, load, HMMA in SASS: 8 round trips an item at K = 2048). Same bytes, same bits.
   uint4* const xmine = xs + warp * U * 32 + lane;
-  constexpr int kBuf = kWarps * U * 32;
   auto stage_x = [&](int buf, const int4& tile) {
     const bool ok = g < tile.z;
     const int slot = tile.y + (ok ? g : 0);
-    const __nv_bfloat16* xr = x + int64_t(x_rows ? x_rows[slot] : slot) * k + 8 * t + c_begin * 32;
+    const __nv_bfloat16* xr = x + int64_t(x_rows ? rows_s[slot] : slot) * k + 8 * t + c_begin * 32;
     for (int i = 0; i < count; ++i)
       cp_async16(uint32_t(__cvta_generic_to_shared(xmine + buf * kBuf + i * 32)), xr + i * 32, ok);
     cp_async_commit();
@@ -469,15 +495,18 @@ __global__ void combine_kernel(const __nv_bfloat16* y, const int32_t* slot_of_pa
 const bool g_moe_persistent = env_switch("TF_MOE_PERSISTENT", true);  // launch.h
 constexpr int kPersistentU = 8;  // chunks of a warp's K slice the persistent kernel holds (K <= 2048)
 
+// The persistent kernel's shared memory at most (two blocks an SM): two items' x (64 KB) and the tables.
+constexpr int kPersistentMaxSmem = 96 << 10;
+
 template <class Rows>
 void launch_persistent(const void* x, const int32_t* x_rows, const MoeExperts& w, const int4* tiles,
-                       int max_tiles, void* y, int n, int k, cudaStream_t s) {
+                       int max_tiles, int slots, void* y, int n, int k, cudaStream_t s) {
   auto kernel = grouped_persistent_kernel<Rows, kPersistentU>;
-  constexpr size_t smem = 2 * kWarps * kPersistentU * 32 * 16;  // two items' x (64 KB)
-  const int grid = std::min((n + 15) / 16 * max_tiles,
-                            resident_blocks(reinterpret_cast<const void*>(kernel), kWarps * 32, smem));
-  launch_pdl_if(g_pdl_group, kernel, grid, kWarps * 32, smem, s, static_cast<const __nv_bfloat16*>(x), x_rows,
-                w, tiles, static_cast<__nv_bfloat16*>(y), n, k);
+  const int smem = persistent_x_bytes<kPersistentU>() + persistent_tables_bytes(max_tiles, w.experts, slots);
+  const int grid = std::min((n + 15) / 16 * max_tiles, resident_blocks(reinterpret_cast<const void*>(kernel),
+                                                                       kWarps * 32, kPersistentMaxSmem));
+  launch_pdl_if(g_pdl_group, kernel, grid, kWarps * 32, size_t(smem), s, static_cast<const __nv_bfloat16*>(x),
+                x_rows, w, tiles, max_tiles, slots, static_cast<__nv_bfloat16*>(y), n, k);
   TF_CUDA_LAUNCH_CHECK();
 }
 
@@ -518,15 +547,17 @@ void launch_grouped(const void* x, const int32_t* x_rows, const MoeExperts& w, c
 // (decode), else 4 (8 at 16 tokens spills).
 template <class Rows, bool PACKED>
 void dispatch_tile(const void* x, const int32_t* x_rows, const MoeExperts& w, const int4* tiles,
-                   int max_tiles, int tile, void* y, int n, int k, cudaStream_t s) {
+                   int max_tiles, int tile, int slots, void* y, int n, int k, cudaStream_t s) {
   constexpr int kAhead8 = PACKED && Rows::kBits <= 4 ? 8 : 4;  // chunks a step at tiles of 8 tokens
   switch (tile) {
     case 8:
       // 4-bit only: run 105 (30B-A3B, same run) 4-bit b=8 4.83 -> 4.39 ms, b=1 3.66 -> 3.62 ms; bf16 lost
       // (b=1 3.81 -> 4.19, b=8 9.70 -> 14.76 ms) and 8-bit spills 56 bytes (not measured).
       if constexpr (Rows::kBits == 4)
-        if (g_moe_persistent && (k / 32 + kWarps - 1) / kWarps <= kPersistentU)
-          return launch_persistent<Rows>(x, x_rows, w, tiles, max_tiles, y, n, k, s);
+        if (g_moe_persistent && (k / 32 + kWarps - 1) / kWarps <= kPersistentU &&
+            persistent_x_bytes<kPersistentU>() + persistent_tables_bytes(max_tiles, w.experts, slots) <=
+                kPersistentMaxSmem)
+          return launch_persistent<Rows>(x, x_rows, w, tiles, max_tiles, slots, y, n, k, s);
       return launch_grouped<Rows, 1, kAhead8, true>(x, x_rows, w, tiles, max_tiles, y, n, k, s);
     case 16:
       return launch_grouped<Rows, 2, 4, true>(x, x_rows, w, tiles, max_tiles, y, n, k, s);
@@ -578,16 +609,17 @@ void moe_group(const int32_t* pair_expert, int pairs, int top_k, int experts, in
 }
 
 void moe_grouped_gemm(const void* x, const int32_t* x_rows, const MoeExperts& w, const int4* tiles,
-                      int max_tiles, int tile, void* y, int n, int k, cudaStream_t s) {
+                      int max_tiles, int tile, int slots, void* y, int n, int k, cudaStream_t s) {
   TF_CHECK(k % 32 == 0, "moe_grouped_gemm: in_features must be divisible by 32, got " + std::to_string(k));
+  TF_CHECK(w.experts > 0 && w.experts <= kMoeMaxExperts, "moe_grouped_gemm: the expert count must be set");
   if (max_tiles == 0) return;
   switch (w.bits) {
     case 16:
-      return dispatch_tile<Bf16Rows, false>(x, x_rows, w, tiles, max_tiles, tile, y, n, k, s);
+      return dispatch_tile<Bf16Rows, false>(x, x_rows, w, tiles, max_tiles, tile, slots, y, n, k, s);
     case 4:
-      return dispatch_tile<MlxRows<4>, true>(x, x_rows, w, tiles, max_tiles, tile, y, n, k, s);
+      return dispatch_tile<MlxRows<4>, true>(x, x_rows, w, tiles, max_tiles, tile, slots, y, n, k, s);
     case 8:
-      return dispatch_tile<MlxRows<8>, true>(x, x_rows, w, tiles, max_tiles, tile, y, n, k, s);
+      return dispatch_tile<MlxRows<8>, true>(x, x_rows, w, tiles, max_tiles, tile, slots, y, n, k, s);
     default:
       TF_CHECK(false,
                "moe_grouped_gemm: experts must be bf16 (16) or MLX 4/8-bit, got " + std::to_string(w.bits));

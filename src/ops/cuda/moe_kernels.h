@@ -45,6 +45,7 @@ void set_moe_route_group(bool on);
 // device layout with bf16 scale|bias words (scales [N, groups] U32), row_bytes = K * bits / 8,
 // chunk_shift = log2(group / 32) (30: one group a row), quad_chunks = K / 128 * 4 (4-bit word order).
 struct MoeExperts {
+  int experts = 0;  // entries of weights (and scales)
   const void* const* weights = nullptr;
   const void* const* scales = nullptr;
   int64_t row_bytes = 0;
@@ -58,8 +59,9 @@ struct MoeExperts {
 // for MLX experts the weight as quant_linear.cu dequantizes it (the same device code): the same bits as
 // linear_bf16 / linear_quantized on that row alone. Each active expert's (packed) weights are read once
 // per tile of its tokens.
+// `slots`: the pairs grouped (rows * top_k), the length of x_rows.
 void moe_grouped_gemm(const void* x, const int32_t* x_rows, const MoeExperts& w, const int4* tiles,
-                      int max_tiles, int tile, void* y, int n, int k, cudaStream_t s);
+                      int max_tiles, int tile, int slots, void* y, int n, int k, cudaStream_t s);
 // out[t, :] = sum over j < top_k, in increasing j, of weights[t*top_k+j] * y[slot_of_pair[t*top_k+j], :]
 // in fp32, rounded once to out's dtype (bf16 or f32).
 void moe_combine(const void* y, const int32_t* slot_of_pair, const float* weights, void* out, DType out_dtype,

@@ -17,34 +17,35 @@
 
 namespace {
 
-int decode(int ctx) {
-  using namespace tf;
-  constexpr int kHeads = 32, kKvHeads = 8, kDim = 128, kLayers = 36;
-  std::string why;
-  auto be = make_cuda_backend(0, &why);
-  if (!be) {
-    std::fprintf(stderr, "no CUDA backend: %s\n", why.c_str());
-    return 1;
-  }
-  BatchMeta meta = bench::decode_meta(1, ctx);
+using namespace tf;
+constexpr int kHeads = 32, kKvHeads = 8, kDim = 128;  // Qwen3-8B's attention
+const AttentionParams kAttn{kHeads, kKvHeads, kDim, 1.f / std::sqrt(float(kDim)), 0, 0.f};
+
+// A pool layer holding every block `meta`'s tables name, random K/V (seeds seed, seed + 1).
+KvLayer random_pool(Backend& be, const BatchMeta& meta, uint64_t seed) {
   int blocks = 0;
   for (const auto& t : meta.block_tables)
     for (int b : t) blocks = std::max(blocks, b + 1);
+  KvLayer kv{be.alloc({blocks, meta.block_size, kKvHeads, kDim}, DType::BF16),
+             be.alloc({blocks, meta.block_size, kKvHeads, kDim}, DType::BF16)};
+  cuda::fill_uniform(be, kv.k, seed, -1.f, 1.f);
+  cuda::fill_uniform(be, kv.v, seed + 1, -1.f, 1.f);
+  return kv;
+}
+
+int decode(Backend& be, int ctx) {
+  constexpr int kLayers = 36;
+  BatchMeta meta = bench::decode_meta(1, ctx);
   std::vector<KvLayer> kv;
-  for (int l = 0; l < kLayers; ++l) {
-    kv.push_back({be->alloc({blocks, meta.block_size, kKvHeads, kDim}, DType::BF16),
-                  be->alloc({blocks, meta.block_size, kKvHeads, kDim}, DType::BF16)});
-    cuda::fill_uniform(*be, kv.back().k, 2 + l, -1.f, 1.f);
-    cuda::fill_uniform(*be, kv.back().v, 100 + l, -1.f, 1.f);
-  }
-  Tensor q = be->alloc({1, kHeads, kDim}, DType::BF16), o = be->alloc({1, kHeads, kDim}, DType::BF16);
-  cuda::fill_uniform(*be, q, 1, -1.f, 1.f);
-  const AttentionParams ap{kHeads, kKvHeads, kDim, 1.f / std::sqrt(float(kDim)), 0, 0.f};
-  be->begin_forward(meta);
+  for (int l = 0; l < kLayers; ++l) kv.push_back(random_pool(be, meta, 2 + 2 * l));
+  Tensor q = be.alloc({1, kHeads, kDim}, DType::BF16), o = be.alloc({1, kHeads, kDim}, DType::BF16);
+  cuda::fill_uniform(be, q, 1, -1.f, 1.f);
+  const AttentionParams& ap = kAttn;
+  be.begin_forward(meta);
   const double ms = bench::time_ms(
-      cuda::stream_of(*be),
+      cuda::stream_of(be),
       [&] {
-        for (int l = 0; l < kLayers; ++l) be->attention(q, kv[size_t(l)], ap, o);
+        for (int l = 0; l < kLayers; ++l) be.attention(q, kv[size_t(l)], ap, o);
       },
       2, 10);
   const double kv_bytes = 2.0 * ctx * kKvHeads * kDim * 2;
@@ -58,28 +59,20 @@ int decode(int ctx) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  using namespace tf;
-  if (argc > 2 && std::string(argv[1]) == "decode") return decode(std::atoi(argv[2]));
-  const int n = argc > 1 ? std::atoi(argv[1]) : 4096,
-            launches = argc > 2 ? std::max(2, std::atoi(argv[2])) : 3;
-  constexpr int kHeads = 32, kKvHeads = 8, kDim = 128;
   std::string why;
   auto be = make_cuda_backend(0, &why);
   if (!be) {
     std::fprintf(stderr, "no CUDA backend: %s\n", why.c_str());
     return 1;
   }
+  if (argc > 2 && std::string(argv[1]) == "decode") return decode(*be, std::atoi(argv[2]));
+  const int n = argc > 1 ? std::atoi(argv[1]) : 4096,
+            launches = argc > 2 ? std::max(2, std::atoi(argv[2])) : 3;
   BatchMeta meta = bench::prefill_meta(n);
-  int blocks = 0;
-  for (const auto& t : meta.block_tables)
-    for (int b : t) blocks = std::max(blocks, b + 1);
-  KvLayer kv{be->alloc({blocks, meta.block_size, kKvHeads, kDim}, DType::BF16),
-             be->alloc({blocks, meta.block_size, kKvHeads, kDim}, DType::BF16)};
+  KvLayer kv = random_pool(*be, meta, 2);
   Tensor q = be->alloc({n, kHeads, kDim}, DType::BF16), o = be->alloc({n, kHeads, kDim}, DType::BF16);
   cuda::fill_uniform(*be, q, 1, -1.f, 1.f);
-  cuda::fill_uniform(*be, kv.k, 2, -1.f, 1.f);
-  cuda::fill_uniform(*be, kv.v, 3, -1.f, 1.f);
-  const AttentionParams ap{kHeads, kKvHeads, kDim, 1.f / std::sqrt(float(kDim)), 0, 0.f};
+  const AttentionParams& ap = kAttn;
   be->begin_forward(meta);
   const double ms = bench::time_ms(
       cuda::stream_of(*be), [&] { be->attention(q, kv, ap, o); }, 1, launches - 1);

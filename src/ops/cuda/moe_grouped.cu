@@ -383,6 +383,10 @@ constexpr int persistent_x_bytes() {
 inline int persistent_tables_bytes(int max_tiles, int experts, int slots) {
   return (max_tiles + 1) * 16 + 2 * experts * 8 + (slots * 4 + 15) / 16 * 16;
 }
+template <int U>
+int persistent_smem_bytes(int max_tiles, int experts, int slots) {
+  return persistent_x_bytes<U>() + persistent_tables_bytes(max_tiles, experts, slots);
+}
 
 template <class Rows, int U>
 __global__ void __launch_bounds__(kWarps * 32, 2)
@@ -498,11 +502,11 @@ constexpr int kPersistentU = 8;  // chunks of a warp's K slice the persistent ke
 // The persistent kernel's shared memory at most (two blocks an SM): two items' x (64 KB) and the tables.
 constexpr int kPersistentMaxSmem = 96 << 10;
 
+// `smem`: the call's persistent_smem_bytes (at most kPersistentMaxSmem).
 template <class Rows>
 void launch_persistent(const void* x, const int32_t* x_rows, const MoeExperts& w, const int4* tiles,
-                       int max_tiles, int slots, void* y, int n, int k, cudaStream_t s) {
+                       int max_tiles, int slots, int smem, void* y, int n, int k, cudaStream_t s) {
   auto kernel = grouped_persistent_kernel<Rows, kPersistentU>;
-  const int smem = persistent_x_bytes<kPersistentU>() + persistent_tables_bytes(max_tiles, w.experts, slots);
   const int grid = std::min((n + 15) / 16 * max_tiles, resident_blocks(reinterpret_cast<const void*>(kernel),
                                                                        kWarps * 32, kPersistentMaxSmem));
   launch_pdl_if(g_pdl_group, kernel, grid, kWarps * 32, size_t(smem), s, static_cast<const __nv_bfloat16*>(x),
@@ -520,23 +524,20 @@ void launch_grouped(const void* x, const int32_t* x_rows, const MoeExperts& w, c
                     int max_tiles, void* y, int n, int k, cudaStream_t s) {
   const int n_tiles = (n + 15) / 16;
   // Token tiles vary fastest: the blocks of one expert's weight tile run together (L2 reuse).
-  const int smem = xs_bytes<NT>(k);
+  auto kernel = grouped_kernel<Rows, NT, U, P, false>;
+  size_t smem = 0;
   if constexpr (NT <= 2) {
-    if (smem <= kXsMaxBytes) {
-      auto kernel = grouped_kernel<Rows, NT, U, P, true>;
-      static const bool attr = [&] {  // once per instantiation: allow the largest copy
+    if (xs_bytes<NT>(k) <= kXsMaxBytes) {
+      kernel = grouped_kernel<Rows, NT, U, P, true>;
+      smem = size_t(xs_bytes<NT>(k));
+      static const bool attr = [kernel] {  // once per instantiation: allow the largest copy
         TF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kXsMaxBytes));
         return true;
       }();
       (void)attr;
-      launch_pdl_if(g_pdl_group, kernel, n_tiles * max_tiles, kWarps * 32, size_t(smem), s,
-                    static_cast<const __nv_bfloat16*>(x), x_rows, w, tiles, max_tiles,
-                    static_cast<__nv_bfloat16*>(y), n, k);
-      TF_CUDA_LAUNCH_CHECK();
-      return;
     }
   }
-  launch_pdl_if(g_pdl_group, grouped_kernel<Rows, NT, U, P, false>, n_tiles * max_tiles, kWarps * 32, 0, s,
+  launch_pdl_if(g_pdl_group, kernel, n_tiles * max_tiles, kWarps * 32, smem, s,
                 static_cast<const __nv_bfloat16*>(x), x_rows, w, tiles, max_tiles,
                 static_cast<__nv_bfloat16*>(y), n, k);
   TF_CUDA_LAUNCH_CHECK();
@@ -553,11 +554,11 @@ void dispatch_tile(const void* x, const int32_t* x_rows, const MoeExperts& w, co
     case 8:
       // 4-bit only: run 105 (30B-A3B, same run) 4-bit b=8 4.83 -> 4.39 ms, b=1 3.66 -> 3.62 ms; bf16 lost
       // (b=1 3.81 -> 4.19, b=8 9.70 -> 14.76 ms) and 8-bit spills 56 bytes (not measured).
-      if constexpr (Rows::kBits == 4)
-        if (g_moe_persistent && (k / 32 + kWarps - 1) / kWarps <= kPersistentU &&
-            persistent_x_bytes<kPersistentU>() + persistent_tables_bytes(max_tiles, w.experts, slots) <=
-                kPersistentMaxSmem)
-          return launch_persistent<Rows>(x, x_rows, w, tiles, max_tiles, slots, y, n, k, s);
+      if constexpr (Rows::kBits == 4) {
+        const int smem = persistent_smem_bytes<kPersistentU>(max_tiles, w.experts, slots);
+        if (g_moe_persistent && (k / 32 + kWarps - 1) / kWarps <= kPersistentU && smem <= kPersistentMaxSmem)
+          return launch_persistent<Rows>(x, x_rows, w, tiles, max_tiles, slots, smem, y, n, k, s);
+      }
       return launch_grouped<Rows, 1, kAhead8, true>(x, x_rows, w, tiles, max_tiles, y, n, k, s);
     case 16:
       return launch_grouped<Rows, 2, 4, true>(x, x_rows, w, tiles, max_tiles, y, n, k, s);

@@ -322,6 +322,14 @@ void bench_format(Backend& be, bool mlx, bool quick, double copy_gbs) {
     cuda::set_moe_route_group(true);
     std::printf("| decode b=%d ctx %d, routing and grouping as two launches | %.3f | %.0f | | | | |\n", batch,
                 ctx, ms2, batch * 1e3 / ms2);
+    if (batch <= cuda::kMoeRoutedMaxRows) {
+      cuda::set_moe_routed(false);  // the routing + grouping kernel at decode too (A/B, same bits)
+      const double ms3 = time_graph_ms(
+          s, [&] { forward(be, m, batch, outs, false); }, &captured);
+      cuda::set_moe_routed(true);
+      std::printf("| decode b=%d ctx %d, without routing inside the gate_up GEMM | %.3f | %.0f | | | | |\n",
+                  batch, ctx, ms3, batch * 1e3 / ms3);
+    }
   }
   ablate(be, m);
   {

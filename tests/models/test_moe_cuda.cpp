@@ -58,12 +58,12 @@ LinearWeight host_linear(int64_t out, int64_t in, float s, std::mt19937& rng) {
 }
 
 // The same random experts uploaded to `be`.
-MoeWeights make_moe(Backend& be, int top_k, bool norm, uint32_t seed) {
+MoeWeights make_moe(Backend& be, int top_k, bool norm, uint32_t seed, int experts = kE) {
   std::mt19937 rng(seed);
   MoeWeights w;
   w.top_k = top_k, w.norm_topk_prob = norm;
-  w.router = be.upload_linear(host_linear(kE, kH, 0.5f, rng));
-  for (int e = 0; e < kE; ++e) {
+  w.router = be.upload_linear(host_linear(experts, kH, 0.5f, rng));
+  for (int e = 0; e < experts; ++e) {
     w.gate_up.push_back(be.upload_linear(host_linear(2 * kI, kH, 0.06f, rng)));
     w.down.push_back(be.upload_linear(host_linear(kH, kI, 0.09f, rng)));
   }
@@ -167,6 +167,27 @@ TEST_F(Moe, RouteGroupKernelEqualsTwoLaunches) {
     cuda::set_moe_route_group(true);
     const auto one = run(*gpu, g, x);
     EXPECT_EQ(0, std::memcmp(one.data(), two.data(), one.size() * 4)) << n << " tokens";
+  }
+}
+
+// The routing in registers (up to 256 experts) and through shared memory: the same picks and weights, so the
+// same bits, for 32, 128 and 200 experts, top_k 8 and 1, at 1, 3 (routed inside the gate_up GEMM), 9 (the
+// routing + grouping kernel) and 70 rows (the routing kernel, then the grouping kernel).
+TEST_F(Moe, RouteRowRegistersEqualSharedMemory) {
+  for (int experts : {32, 128, 200}) {
+    for (int top_k : {8, 1}) {
+      MoeWeights g = make_moe(*gpu, top_k, top_k == 8, 21, experts);
+      std::mt19937 rng(22);
+      for (int n : {1, 3, 9, 70}) {
+        const Tensor x = random_bf16({n, kH}, 1.f, rng);
+        cuda::set_moe_route_smem_only(true);
+        const auto smem = run(*gpu, g, x);
+        cuda::set_moe_route_smem_only(false);
+        const auto regs = run(*gpu, g, x);
+        EXPECT_EQ(0, std::memcmp(regs.data(), smem.data(), regs.size() * 4))
+            << experts << " experts, top_k " << top_k << ", " << n << " tokens";
+      }
+    }
   }
 }
 
@@ -309,6 +330,47 @@ TEST_F(Moe, MlxTokenBitsIndependentOfTheBatch) {
     const auto out = run(*gpu, g, rows_of(pool, std::vector<int>(128, 5)));
     for (int i = 0; i < 128; i += 17)
       ASSERT_EQ(0, std::memcmp(out.data() + i * kMlxH, alone[5].data(), kMlxH * 4)) << "128 copies";
+  }
+}
+
+// Decode calls (up to kMoeRoutedMaxRows rows) of bf16 or 4-bit experts route inside the gate_up GEMM, with
+// every pair its own one-token tile (moe_routed_gemm): the same bits as the routing + grouping kernel and the
+// grouped GEMMs, for bf16 and each 4-bit group size, top_k 8 and 2, renormalised or not; one row more takes
+// the grouped path.
+TEST_F(Moe, RoutedDecodeEqualsTheGroupedPath) {
+  if (const char* v = std::getenv("TF_MOE_FUSED"); v && std::string(v) == "0")
+    GTEST_SKIP() << "TF_MOE_FUSED=0 turns the fused path off";
+  auto check = [&](MoeWeights& g, int top_k, int64_t h, int64_t inter, int experts, int bits) {
+    std::mt19937 rng(16);
+    for (int n = 1; n <= cuda::kMoeRoutedMaxRows + 1; ++n) {
+      const Tensor x = random_bf16({n, h}, 1.f, rng);
+      cuda::set_moe_routed(false);
+      const auto grouped = run(*gpu, g, x);
+      cuda::set_moe_routed(true);
+      const auto routed = run(*gpu, g, x);
+      cuda::MoeExperts up, down;
+      up.bits = down.bits = bits, up.experts = down.experts = experts;
+      EXPECT_EQ(cuda::moe_routed_ok(up, down, n, top_k, int(h), int(inter)), n <= cuda::kMoeRoutedMaxRows)
+          << n;
+      double norm = 0;
+      for (float v : routed) norm += double(v) * v;
+      EXPECT_GT(norm, 0.0);
+      EXPECT_EQ(0, std::memcmp(routed.data(), grouped.data(), routed.size() * 4)) << n << " tokens";
+    }
+  };
+  for (int top_k : {8, 2}) {
+    SCOPED_TRACE("top_k " + std::to_string(top_k));
+    {
+      SCOPED_TRACE("bf16");
+      MoeWeights g = make_moe(*gpu, top_k, top_k == 8, 17);
+      check(g, top_k, kH, kI, kE, 16);
+    }
+    for (const MlxCase c : kMlxCases) {
+      if (c.bits != 4) continue;
+      SCOPED_TRACE("4-bit, group " + std::to_string(c.group));
+      MoeWeights g = make_mlx_moe(*gpu, top_k, top_k == 8, 15, c.bits, c.group);
+      check(g, top_k, kMlxH, kMlxI, kMlxE, 4);
+    }
   }
 }
 

@@ -156,17 +156,31 @@ void moe_fused(Backend& be, cudaStream_t s, const Tensor& h, MoeWeights& w, Tens
          y = be.alloc({P, H}, DType::BF16);
   auto i32 = [](Tensor& t) { return static_cast<int32_t*>(t.raw()); };
   auto* tl = static_cast<int4*>(tiles.raw());
-  twice(1, [&] {
-    moe_route_group(static_cast<const float*>(logits.raw()), R, E, K, w.norm_topk_prob, i32(pair_e),
-                    static_cast<float*>(pair_w.raw()), tile, tl, i32(slot_of_pair), i32(slot_row), s);
-  });
   const MoeExperts gate_up = experts_of(w.gate_up[0], E, tab, tab + 2 * E),
                    down = experts_of(w.down[0], E, tab + E, tab + 3 * E);
+  // Decode: the gate_up GEMM routes the rows itself (moe_routed_gemm), no routing + grouping kernel.
+  const bool routed = moe_routed_ok(gate_up, down, R, K, H, I);
+  const MoeRouting rt{static_cast<const float*>(logits.raw()),
+                      R,
+                      K,
+                      w.norm_topk_prob,
+                      i32(pair_e),
+                      static_cast<float*>(pair_w.raw()),
+                      i32(slot_of_pair)};
+  if (!routed)
+    twice(1, [&] {
+      moe_route_group(static_cast<const float*>(logits.raw()), R, E, K, w.norm_topk_prob, i32(pair_e),
+                      static_cast<float*>(pair_w.raw()), tile, tl, i32(slot_of_pair), i32(slot_row), s);
+    });
   twice(2, [&] {
+    if (routed) return moe_routed_gemm(rt, true, h.raw(), gate_up, gu.raw(), 2 * I, H, s);
     moe_grouped_gemm(h.raw(), i32(slot_row), gate_up, tl, max_tiles, tile, P, gu.raw(), 2 * I, H, s);
   });
   twice(3, [&] { silu_mul(gu.raw(), act.raw(), P, I, s); });
-  twice(4, [&] { moe_grouped_gemm(act.raw(), nullptr, down, tl, max_tiles, tile, P, y.raw(), H, I, s); });
+  twice(4, [&] {
+    if (routed) return moe_routed_gemm(rt, false, act.raw(), down, y.raw(), H, I, s);
+    moe_grouped_gemm(act.raw(), nullptr, down, tl, max_tiles, tile, P, y.raw(), H, I, s);
+  });
   twice(5, [&] {
     moe_combine(y.raw(), i32(slot_of_pair), static_cast<const float*>(pair_w.raw()), out.raw(), out.dtype(),
                 R, K, H, s);

@@ -17,6 +17,7 @@
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/moe_kernels.h"
+#include "ops/cuda/moe_route.cuh"  // route_row, group_pairs
 #include "ops/cuda/quant_common.cuh"
 
 namespace tf::cuda {
@@ -28,48 +29,6 @@ bool g_route_group = env_switch("TF_MOE_ROUTE_GROUP", true);  // set_moe_route_g
 constexpr int kWarps = 8;
 constexpr int kRouteWarps = 4;
 
-// One warp a row: softmax, then top_k rounds of a (probability, lower id) arg-max over the warp. `p`: the
-// warp's scratch of `experts` floats in shared memory.
-// No __restrict__ on data earlier kernels write (launch.h, ld_act16): the kernels here launch dependently.
-__device__ __forceinline__ void route_row(const float* logits, int row, int experts, int top_k, bool norm,
-                                          int32_t* out_e, float* out_w, float* p, int lane) {
-  const float* l = logits + size_t(row) * experts;
-  float mx = -INFINITY;
-  for (int e = lane; e < experts; e += 32) mx = fmaxf(mx, l[e]);
-  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-  float sum = 0.f;
-  for (int e = lane; e < experts; e += 32) sum += (p[e] = expf(l[e] - mx));
-  for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-  for (int e = lane; e < experts; e += 32) p[e] = p[e] / sum;
-  __syncwarp();
-  float chosen[kMoeMaxTopK];
-  int ids[kMoeMaxTopK];
-  for (int j = 0; j < top_k; ++j) {
-    float bv = -1.f;
-    int bi = experts;
-    for (int e = lane; e < experts; e += 32)
-      if (p[e] > bv) bv = p[e], bi = e;  // increasing e: the lane's first maximum
-    for (int off = 16; off > 0; off >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
-      if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
-    }
-    if (bi >= experts) bi = 0, bv = 0.f;  // NaN logits: keep the expert index in range
-    chosen[j] = bv, ids[j] = bi;
-    __syncwarp();
-    if (lane == 0) p[bi] = -1.f;  // taken
-    __syncwarp();
-  }
-  if (lane == 0) {
-    float top = 0.f;
-    for (int j = 0; j < top_k; ++j) top += chosen[j];
-    for (int j = 0; j < top_k; ++j) {
-      out_e[size_t(row) * top_k + j] = ids[j];
-      out_w[size_t(row) * top_k + j] = norm ? chosen[j] / top : chosen[j];
-    }
-  }
-}
-
 __global__ void route_kernel(const float* logits, int rows, int experts, int top_k, bool norm, int32_t* out_e,
                              float* out_w) {
   pdl_enter();  // dependent launch (launch.h)
@@ -78,60 +37,6 @@ __global__ void route_kernel(const float* logits, int rows, int experts, int top
   const int row = blockIdx.x * kRouteWarps + warp;
   if (row >= rows) return;
   route_row(logits, row, experts, top_k, norm, out_e, out_w, prob[warp], lane);
-}
-
-// Inclusive sums of v over the block's threads in thread order (blockDim.x a multiple of 32, <= 1024);
-// `warp_sums`: 32 ints of shared memory. Integers: any order gives the same sums.
-__device__ __forceinline__ int2 block_inclusive_scan(int2 v, int2* warp_sums) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  for (int off = 1; off < 32; off *= 2) {
-    const int ax = __shfl_up_sync(0xffffffffu, v.x, off), ay = __shfl_up_sync(0xffffffffu, v.y, off);
-    if (lane >= off) v.x += ax, v.y += ay;
-  }
-  if (lane == 31) warp_sums[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    int2 w = lane < warps ? warp_sums[lane] : make_int2(0, 0);
-    for (int off = 1; off < 32; off *= 2) {
-      const int ax = __shfl_up_sync(0xffffffffu, w.x, off), ay = __shfl_up_sync(0xffffffffu, w.y, off);
-      if (lane >= off) w.x += ax, w.y += ay;
-    }
-    if (lane < warps) warp_sums[lane] = w;
-  }
-  __syncthreads();
-  if (warp > 0) v.x += warp_sums[warp - 1].x, v.y += warp_sums[warp - 1].y;
-  return v;
-}
-
-// Grouping by one block of blockDim.x >= experts threads: per-expert counts, tiles in expert order, each
-// pair's slot. Thread e owns expert e: its first slot and first tile are exclusive prefix sums of the
-// counts and tile counts (a block scan), and it writes its own tiles: the same tiles and slots as the one
-// thread's loop over the experts this replaces. Runs 148/150 (30B-A3B shape, 4-bit, b=1): the routing +
-// grouping kernel run a second time cost 13.2 us a layer with the loop, 6.2 with the scan.
-__device__ __forceinline__ void group_pairs(const int32_t* pair_expert, int pairs, int top_k, int experts,
-                                            int tile, int4* tiles, int32_t* slot_of_pair, int32_t* slot_row,
-                                            int* count, int* first, int* fill, int2* scan) {
-  for (int e = threadIdx.x; e < experts; e += blockDim.x) count[e] = 0, fill[e] = 0;
-  __syncthreads();
-  for (int p = threadIdx.x; p < pairs; p += blockDim.x) atomicAdd(&count[pair_expert[p]], 1);
-  __syncthreads();
-  const int me = threadIdx.x;  // this thread's expert
-  const int c = me < experts ? count[me] : 0, nt = (c + tile - 1) / tile;
-  const int2 incl = block_inclusive_scan(make_int2(c, nt), scan);
-  if (me < experts) {
-    const int slot = incl.x - c, t0 = incl.y - nt;
-    first[me] = slot;
-    for (int b = 0, i = 0; b < c; b += tile, ++i)
-      tiles[1 + t0 + i] = make_int4(me, slot + b, min(tile, c - b), 0);
-  }
-  if (threadIdx.x == blockDim.x - 1) tiles[0] = make_int4(incl.y, 0, 0, 0);
-  __syncthreads();
-  for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
-    const int e = pair_expert[p];
-    const int slot = first[e] + atomicAdd(&fill[e], 1);
-    slot_of_pair[p] = slot;
-    slot_row[slot] = p / top_k;
-  }
 }
 
 __global__ void group_kernel(const int32_t* pair_expert, int pairs, int top_k, int experts, int tile,
@@ -388,10 +293,27 @@ int persistent_smem_bytes(int max_tiles, int experts, int slots) {
   return persistent_x_bytes<U>() + persistent_tables_bytes(max_tiles, experts, slots);
 }
 
-template <class Rows, int U>
+// Where the persistent kernel's items come from. kByTiles: group_kernel's tiles (any call it serves).
+// kRoute / kByPairs (moe_routed_gemm: decode calls of up to kMoeRoutedMaxRows rows): every pair p is its own
+// one-token tile {p, slot p}, its expert found by the block itself -- kRoute runs route_row on the router's
+// logits (the gate_up GEMM; block 0 also writes the pairs' experts, weights and slots for the later
+// kernels), kByPairs reads the experts kRoute wrote (the down GEMM). No routing or grouping kernel between
+// the router and the weights: the gate_up's loads start one dependent step and ~2 table round trips earlier.
+// A slot's arithmetic does not depend on the tile it is in, so the bits are those of the grouped path.
+enum PersistentMode { kByTiles = 0, kRoute = 1, kByPairs = 2 };
+using Routed = MoeRouting;
+// Shared memory after the x buffers: the tables of persistent_tables_bytes (kByTiles), or for the routed
+// modes the experts' pointers, per pair a tile, an x row, an expert and a weight, plus route_row's scratch
+// (rows * experts floats).
+inline int routed_tables_bytes(int pairs, int rows, int experts) {
+  return (pairs + 1) * 16 + 2 * experts * 8 + 3 * pairs * 4 + rows * experts * 4;
+}
+
+template <class Rows, int U, int MODE = kByTiles>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     grouped_persistent_kernel(const __nv_bfloat16* x, const int32_t* x_rows, const MoeExperts w,
-                              const int4* tiles, int max_tiles, int slots, __nv_bfloat16* y, int n, int k) {
+                              const int4* tiles, int max_tiles, int slots, __nv_bfloat16* y, int n, int k,
+                              Routed r) {
   static_assert(U % 4 == 0, "fragments are reloaded in groups of 4 chunks");
   using Frag = typename Rows::Frag;
   __shared__ float red[2][kWarps][8][16];
@@ -401,12 +323,37 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   const void** const wp_s = reinterpret_cast<const void**>(tiles_s + max_tiles + 1);
   const void** const sp_s = wp_s + w.experts;
   int32_t* const rows_s = reinterpret_cast<int32_t*>(sp_s + w.experts);
-  pdl_enter();  // the tiles and the expert of each come from group_kernel
-  for (int i = threadIdx.x; i <= max_tiles; i += blockDim.x) tiles_s[i] = tiles[i];
+  pdl_launch_dependents();
+  // The experts' pointer tables are constant (written once, at the layer's first forward): copied before the
+  // wait, off the chain that starts with the routing.
   for (int i = threadIdx.x; i < w.experts; i += blockDim.x)
     wp_s[i] = w.weights[i], sp_s[i] = w.scales ? w.scales[i] : nullptr;
-  if (x_rows)
-    for (int i = threadIdx.x; i < slots; i += blockDim.x) rows_s[i] = x_rows[i];
+  pdl_wait();  // the tiles (kByTiles), the logits (kRoute) or the pairs' experts (kByPairs)
+  if constexpr (MODE == kByTiles) {
+    for (int i = threadIdx.x; i <= max_tiles; i += blockDim.x) tiles_s[i] = tiles[i];
+    if (x_rows)
+      for (int i = threadIdx.x; i < slots; i += blockDim.x) rows_s[i] = x_rows[i];
+  } else {
+    int32_t* const e_s = rows_s + slots;
+    float* const w_s = reinterpret_cast<float*>(e_s + slots);
+    float* const prob = w_s + slots;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if constexpr (MODE == kRoute) {
+      for (int row = warp; row < r.rows; row += kWarps)
+        route_row(r.logits, row, w.experts, r.top_k, r.norm, e_s, w_s, prob + row * w.experts, lane);
+    } else {
+      for (int i = threadIdx.x; i < slots; i += blockDim.x) e_s[i] = r.pair_e[i];
+    }
+    __syncthreads();
+    for (int p = threadIdx.x; p < slots; p += blockDim.x) {
+      const int e = e_s[p];
+      tiles_s[1 + p] = make_int4(e, p, 1, 0);
+      rows_s[p] = MODE == kRoute ? p / r.top_k : p;  // gate_up reads token rows, down its own slot
+      if (MODE == kRoute && blockIdx.x == 0) r.pair_e[p] = e, r.pair_w[p] = w_s[p], r.slot_of_pair[p] = p;
+    }
+    if (threadIdx.x == 0) tiles_s[0] = make_int4(slots, 0, 0, 0);
+    x_rows = rows_s;  // non-null: stage_x reads rows_s
+  }
   __syncthreads();
   MoeExperts ws = w;
   ws.weights = wp_s, ws.scales = sp_s;
@@ -503,14 +450,15 @@ constexpr int kPersistentU = 8;  // chunks of a warp's K slice the persistent ke
 constexpr int kPersistentMaxSmem = 96 << 10;
 
 // `smem`: the call's persistent_smem_bytes (at most kPersistentMaxSmem).
-template <class Rows>
+template <class Rows, int MODE = kByTiles>
 void launch_persistent(const void* x, const int32_t* x_rows, const MoeExperts& w, const int4* tiles,
-                       int max_tiles, int slots, int smem, void* y, int n, int k, cudaStream_t s) {
-  auto kernel = grouped_persistent_kernel<Rows, kPersistentU>;
+                       int max_tiles, int slots, int smem, void* y, int n, int k, cudaStream_t s,
+                       const Routed& r = {}) {
+  auto kernel = grouped_persistent_kernel<Rows, kPersistentU, MODE>;
   const int grid = std::min((n + 15) / 16 * max_tiles, resident_blocks(reinterpret_cast<const void*>(kernel),
                                                                        kWarps * 32, kPersistentMaxSmem));
   launch_pdl_if(g_pdl_group, kernel, grid, kWarps * 32, size_t(smem), s, static_cast<const __nv_bfloat16*>(x),
-                x_rows, w, tiles, max_tiles, slots, static_cast<__nv_bfloat16*>(y), n, k);
+                x_rows, w, tiles, max_tiles, slots, static_cast<__nv_bfloat16*>(y), n, k, r);
   TF_CUDA_LAUNCH_CHECK();
 }
 
@@ -625,6 +573,47 @@ void moe_grouped_gemm(const void* x, const int32_t* x_rows, const MoeExperts& w,
       TF_CHECK(false,
                "moe_grouped_gemm: experts must be bf16 (16) or MLX 4/8-bit, got " + std::to_string(w.bits));
   }
+}
+
+// TF_MOE_ROUTED=0 (read once; set_moe_routed): decode calls take the routing + grouping kernel too (A/B).
+static bool g_moe_routed = env_switch("TF_MOE_ROUTED", true);
+
+bool moe_routed_ok(const MoeExperts& gate_up, const MoeExperts& down, int rows, int top_k, int hidden,
+                   int inter) {
+  const int pairs = rows * top_k;
+  auto fits = [&](const MoeExperts& w, int k) {
+    return (w.bits == 4 || w.bits == 16) && k % 32 == 0 && (k / 32 + kWarps - 1) / kWarps <= kPersistentU &&
+           persistent_x_bytes<kPersistentU>() + routed_tables_bytes(pairs, rows, w.experts) <=
+               kPersistentMaxSmem;
+  };
+  return g_moe_routed && g_moe_persistent && rows >= 1 && rows <= kMoeRoutedMaxRows && top_k >= 1 &&
+         top_k <= kMoeMaxTopK && top_k <= gate_up.experts && gate_up.experts <= kMoeMaxExperts &&
+         fits(gate_up, hidden) && fits(down, inter);
+}
+
+void moe_routed_gemm(const MoeRouting& r, bool route, const void* x, const MoeExperts& w, void* y, int n,
+                     int k, cudaStream_t s) {
+  const int pairs = r.rows * r.top_k;
+  const int smem = persistent_x_bytes<kPersistentU>() + routed_tables_bytes(pairs, r.rows, w.experts);
+  TF_CHECK((w.bits == 4 || w.bits == 16) && smem <= kPersistentMaxSmem &&
+               (k / 32 + kWarps - 1) / kWarps <= kPersistentU,
+           "moe_routed_gemm: the call does not fit (moe_routed_ok)");
+  if (w.bits == 16) {
+    if (route)
+      return launch_persistent<Bf16Rows, kRoute>(x, nullptr, w, nullptr, pairs, pairs, smem, y, n, k, s, r);
+    return launch_persistent<Bf16Rows, kByPairs>(x, nullptr, w, nullptr, pairs, pairs, smem, y, n, k, s, r);
+  }
+  if (route)
+    return launch_persistent<MlxRows<4>, kRoute>(x, nullptr, w, nullptr, pairs, pairs, smem, y, n, k, s, r);
+  launch_persistent<MlxRows<4>, kByPairs>(x, nullptr, w, nullptr, pairs, pairs, smem, y, n, k, s, r);
+}
+
+void set_moe_routed(bool on) {
+  g_moe_routed = on;
+}
+
+void set_moe_route_smem_only(bool on) {
+  TF_CUDA_CHECK(cudaMemcpyToSymbol(g_route_smem_only, &on, sizeof(bool)));
 }
 
 void moe_combine(const void* y, const int32_t* slot_of_pair, const float* weights, void* out, DType out_dtype,

@@ -152,14 +152,15 @@ void moe_fused(Backend& be, cudaStream_t s, const Tensor& h, MoeWeights& w, Tens
   Tensor pair_e = be.alloc({P}, DType::I32), pair_w = be.alloc({P}, DType::F32);
   Tensor slot_of_pair = be.alloc({P}, DType::I32), slot_row = be.alloc({P}, DType::I32);
   Tensor tiles = be.alloc({max_tiles + 1, 4}, DType::I32);
-  Tensor gu = be.alloc({P, 2 * I}, DType::BF16), act = be.alloc({P, I}, DType::BF16),
-         y = be.alloc({P, H}, DType::BF16);
-  auto i32 = [](Tensor& t) { return static_cast<int32_t*>(t.raw()); };
-  auto* tl = static_cast<int4*>(tiles.raw());
   const MoeExperts gate_up = experts_of(w.gate_up[0], E, tab, tab + 2 * E),
                    down = experts_of(w.down[0], E, tab + E, tab + 3 * E);
-  // Decode: the gate_up GEMM routes the rows itself (moe_routed_gemm), no routing + grouping kernel.
+  // Decode: the gate_up GEMM routes the rows itself and applies silu_mul (moe_routed_gemm): no routing +
+  // grouping kernel, no silu_mul kernel, no gu tensor.
   const bool routed = moe_routed_ok(gate_up, down, R, K, H, I);
+  Tensor gu = routed ? Tensor() : be.alloc({P, 2 * I}, DType::BF16);
+  Tensor act = be.alloc({P, I}, DType::BF16), y = be.alloc({P, H}, DType::BF16);
+  auto i32 = [](Tensor& t) { return static_cast<int32_t*>(t.raw()); };
+  auto* tl = static_cast<int4*>(tiles.raw());
   const MoeRouting rt{static_cast<const float*>(logits.raw()),
                       R,
                       K,
@@ -172,11 +173,11 @@ void moe_fused(Backend& be, cudaStream_t s, const Tensor& h, MoeWeights& w, Tens
       moe_route_group(static_cast<const float*>(logits.raw()), R, E, K, w.norm_topk_prob, i32(pair_e),
                       static_cast<float*>(pair_w.raw()), tile, tl, i32(slot_of_pair), i32(slot_row), s);
     });
-  twice(2, [&] {
-    if (routed) return moe_routed_gemm(rt, true, h.raw(), gate_up, gu.raw(), 2 * I, H, s);
+  twice(2, [&] {  // routed: silu_mul fused, the output is act
+    if (routed) return moe_routed_gemm(rt, true, h.raw(), gate_up, act.raw(), 2 * I, H, s);
     moe_grouped_gemm(h.raw(), i32(slot_row), gate_up, tl, max_tiles, tile, P, gu.raw(), 2 * I, H, s);
   });
-  twice(3, [&] { silu_mul(gu.raw(), act.raw(), P, I, s); });
+  if (!routed) twice(3, [&] { silu_mul(gu.raw(), act.raw(), P, I, s); });
   twice(4, [&] {
     if (routed) return moe_routed_gemm(rt, false, act.raw(), down, y.raw(), H, I, s);
     moe_grouped_gemm(act.raw(), nullptr, down, tl, max_tiles, tile, P, y.raw(), H, I, s);

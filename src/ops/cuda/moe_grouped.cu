@@ -14,6 +14,7 @@
 
 #include <algorithm>
 
+#include "ops/cuda/activation.cuh"  // silu_mul_bf16
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/moe_kernels.h"
@@ -163,6 +164,24 @@ __device__ __forceinline__ void store_tile(const float (*red)[NT * 8][16], int4 
 #pragma unroll
     for (int q = 1; q < kWarps; ++q) s += red[q][tok][f];
     y[int64_t(tl.y + tok) * n + col] = __float2bfloat16(s);
+  }
+}
+
+// kRoute (the routed gate_up, silu_mul fused): a tile's 16 MMA rows are gate features n0 .. n0 + 7 and their
+// up features inter + n0 .. (rows g and g + 8 of lane g), so each output is silu_mul of the two bf16 sums the
+// unfused path stores and the silu_mul kernel reads back: silu_mul_bf16 (activation.cuh) of those values.
+// A feature's arithmetic does not depend on its MMA row (GPU test RoutedDecodeEqualsTheGroupedPath).
+__device__ __forceinline__ void store_tile_silu(const float (*red)[8][16], int4 tl, int n0, int inter,
+                                                __nv_bfloat16* act) {
+  for (int i = threadIdx.x; i < 8 * 8; i += kWarps * 32) {
+    const int tok = i / 8, f = i % 8;
+    const int col = n0 + f;
+    if (tok >= tl.z || col >= inter) continue;
+    float sg = red[0][tok][f], su = red[0][tok][f + 8];
+#pragma unroll
+    for (int q = 1; q < kWarps; ++q) sg += red[q][tok][f], su += red[q][tok][f + 8];
+    act[int64_t(tl.y + tok) * inter + col] =
+        silu_mul_bf16(__bfloat162float(__float2bfloat16(sg)), __bfloat162float(__float2bfloat16(su)));
   }
 }
 
@@ -357,15 +376,24 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   __syncthreads();
   MoeExperts ws = w;
   ws.weights = wp_s, ws.scales = sp_s;
-  const int ntiles = tiles_s[0].x, n_tiles = (n + 15) / 16, items = ntiles * n_tiles;
+  // kRoute: n = 2 * inter gate_up features; tiles of 8 gate features and their 8 up features
+  // (store_tile_silu).
+  constexpr bool kSilu = MODE == kRoute;
+  const int inter = n / 2, width = kSilu ? 8 : 16;
+  const int ntiles = tiles_s[0].x, n_tiles = ((kSilu ? inter : n) + width - 1) / width,
+            items = ntiles * n_tiles;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const int chunks = k / 32;
   const int c_begin = warp * chunks / kWarps, count = (warp + 1) * chunks / kWarps - c_begin;  // <= U
-  // Item i: tile i % ntiles (the tiles of one n-tile run together), features 16 * (i / ntiles) ...
+  // Item i: tile i % ntiles (the tiles of one n-tile run together), features width * (i / ntiles) ...
   auto rows_of = [&](int item, int4& tl, int& n0) {
     tl = tiles_s[1 + item % ntiles];
-    n0 = item / ntiles * 16;
+    n0 = item / ntiles * width;
+    if constexpr (kSilu) {
+      const int f = min(n0 + g, inter - 1);  // clamped; masked at the store
+      return Rows(ws, tl.x, f, inter + f, k, t);
+    }
     return Rows(ws, tl.x, min(n0 + g, n - 1), min(n0 + g + 8, n - 1), k, t);  // clamped; masked at the store
   };
   int item = blockIdx.x;
@@ -418,7 +446,10 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     }
     put_slice<1>(red[it & 1], warp, 0, g, t, acc);
     __syncthreads();  // the other buffer is rewritten only after the next item's barrier: all stores done
-    store_tile<1>(red[it & 1], tl, n0, n, y);
+    if constexpr (kSilu)
+      store_tile_silu(red[it & 1], tl, n0, inter, y);
+    else
+      store_tile<1>(red[it & 1], tl, n0, n, y);
     if (next >= items) break;
     item = next, tl = tln, n0 = n0n, wr = wn;
   }
@@ -455,8 +486,9 @@ void launch_persistent(const void* x, const int32_t* x_rows, const MoeExperts& w
                        int max_tiles, int slots, int smem, void* y, int n, int k, cudaStream_t s,
                        const Routed& r = {}) {
   auto kernel = grouped_persistent_kernel<Rows, kPersistentU, MODE>;
-  const int grid = std::min((n + 15) / 16 * max_tiles, resident_blocks(reinterpret_cast<const void*>(kernel),
-                                                                       kWarps * 32, kPersistentMaxSmem));
+  const int n_tiles = MODE == kRoute ? (n / 2 + 7) / 8 : (n + 15) / 16;
+  const int grid = std::min(n_tiles * max_tiles, resident_blocks(reinterpret_cast<const void*>(kernel),
+                                                                 kWarps * 32, kPersistentMaxSmem));
   launch_pdl_if(g_pdl_group, kernel, grid, kWarps * 32, size_t(smem), s, static_cast<const __nv_bfloat16*>(x),
                 x_rows, w, tiles, max_tiles, slots, static_cast<__nv_bfloat16*>(y), n, k, r);
   TF_CUDA_LAUNCH_CHECK();

@@ -79,7 +79,9 @@ struct MoeRouting {
 };
 bool moe_routed_ok(const MoeExperts& gate_up, const MoeExperts& down, int rows, int top_k, int hidden,
                    int inter);
-// y[pair, n] = x[row, k] · W_e[n, k]ᵀ, row = pair / top_k (route) or the pair itself (down).
+// route (the gate_up GEMM, n = 2 * inter): y[pair, inter] = silu_mul of x[row, k] · W_e[n, k]ᵀ, row =
+// pair / top_k, the silu_mul kernel's bits fused (its gate and up features in one MMA tile). Else (down):
+// y[pair, n] = x[pair, k] · W_e[n, k]ᵀ.
 void moe_routed_gemm(const MoeRouting& r, bool route, const void* x, const MoeExperts& w, void* y, int n,
                      int k, cudaStream_t s);
 void set_moe_routed(bool on);

@@ -433,7 +433,11 @@ int resident_blocks(const void* kernel, int threads, size_t smem) {
   TF_CUDA_CHECK(cudaGetDevice(&dev));
   TF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   TF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-  return cache[kernel] = std::max(1, sms * per_sm);
+  // 0 when the block cannot run at all as asked (e.g. static + dynamic shared memory over 48 KB without the
+  // attribute): a persistent grid of 1 block would run ~100x slower without a word (run 162).
+  TF_CHECK(per_sm > 0, "resident_blocks: a block of " + std::to_string(threads) + " threads and " +
+                           std::to_string(smem) + " bytes of dynamic shared memory does not fit an SM");
+  return cache[kernel] = sms * per_sm;
 }
 
 bool env_switch(const char* name, bool dflt) {

@@ -161,13 +161,8 @@ void moe_fused(Backend& be, cudaStream_t s, const Tensor& h, MoeWeights& w, Tens
   Tensor act = be.alloc({P, I}, DType::BF16), y = be.alloc({P, H}, DType::BF16);
   auto i32 = [](Tensor& t) { return static_cast<int32_t*>(t.raw()); };
   auto* tl = static_cast<int4*>(tiles.raw());
-  const MoeRouting rt{static_cast<const float*>(logits.raw()),
-                      R,
-                      K,
-                      w.norm_topk_prob,
-                      i32(pair_e),
-                      static_cast<float*>(pair_w.raw()),
-                      i32(slot_of_pair)};
+  const MoeRouting rt{static_cast<const float*>(logits.raw()), R, K, w.norm_topk_prob, i32(pair_e),
+                      static_cast<float*>(pair_w.raw())};
   if (!routed)
     twice(1, [&] {
       moe_route_group(static_cast<const float*>(logits.raw()), R, E, K, w.norm_topk_prob, i32(pair_e),
@@ -183,8 +178,8 @@ void moe_fused(Backend& be, cudaStream_t s, const Tensor& h, MoeWeights& w, Tens
     moe_grouped_gemm(act.raw(), nullptr, down, tl, max_tiles, tile, P, y.raw(), H, I, s);
   });
   twice(5, [&] {
-    moe_combine(y.raw(), i32(slot_of_pair), static_cast<const float*>(pair_w.raw()), out.raw(), out.dtype(),
-                R, K, H, s);
+    moe_combine(y.raw(), routed ? nullptr : i32(slot_of_pair), static_cast<const float*>(pair_w.raw()),
+                out.raw(), out.dtype(), R, K, H, s);
   });
 }
 

@@ -131,9 +131,11 @@ struct MlxRows {
   }
   __device__ __forceinline__ void quad(const RowPtr& r, int c, Frag* f) const {
     const uint4 v = load_stream(reinterpret_cast<const uint32_t*>(r.w) + word_of(c, r.t, r.quad_chunks));
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) f[i] = Raw{w[i], 0, __ldg(r.s + ((c + i) >> sh)), 0};
+    // c % 4 == 0: with groups of 64 or more (sh >= 1) chunks c, c + 1 share a group and so do c + 2, c + 3:
+    // two scale loads, not four (the same words, so dequant's scale/bias split is shared too).
+    const unsigned s0 = __ldg(r.s + (c >> sh)), s2 = __ldg(r.s + ((c + 2) >> sh));
+    const unsigned s1 = sh ? s0 : __ldg(r.s + c + 1), s3 = sh ? s2 : __ldg(r.s + c + 3);
+    f[0] = Raw{v.x, 0, s0, 0}, f[1] = Raw{v.y, 0, s1, 0}, f[2] = Raw{v.z, 0, s2, 0}, f[3] = Raw{v.w, 0, s3, 0};
   }
   static __device__ __forceinline__ uint4 bf16(const Frag& f) {
     return dequant<kMlxBf16, B>(f);
@@ -315,10 +317,11 @@ int persistent_smem_bytes(int max_tiles, int experts, int slots) {
 // Where the persistent kernel's items come from. kByTiles: group_kernel's tiles (any call it serves).
 // kRoute / kByPairs (moe_routed_gemm: decode calls of up to kMoeRoutedMaxRows rows): every pair p is its own
 // one-token tile {p, slot p}, its expert found by the block itself -- kRoute runs route_row on the router's
-// logits (the gate_up GEMM; block 0 also writes the pairs' experts, weights and slots for the later
-// kernels), kByPairs reads the experts kRoute wrote (the down GEMM). No routing or grouping kernel between
-// the router and the weights: the gate_up's loads start one dependent step and ~2 table round trips earlier.
-// A slot's arithmetic does not depend on the tile it is in, so the bits are those of the grouped path.
+// logits (the gate_up GEMM, silu_mul fused: store_tile_silu; block 0 also writes the pairs' experts and
+// weights for the later kernels), kByPairs reads the experts kRoute wrote (the down GEMM); the combine reads
+// slot p for pair p. No routing or grouping kernel between the router and the weights: the gate_up's loads
+// start one dependent step and ~2 table round trips earlier. A slot's arithmetic does not depend on the tile
+// it is in, so the bits are those of the grouped path.
 enum PersistentMode { kByTiles = 0, kRoute = 1, kByPairs = 2 };
 using Routed = MoeRouting;
 // Shared memory after the x buffers: the tables of persistent_tables_bytes (kByTiles), or for the routed
@@ -368,7 +371,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
       const int e = e_s[p];
       tiles_s[1 + p] = make_int4(e, p, 1, 0);
       rows_s[p] = MODE == kRoute ? p / r.top_k : p;  // gate_up reads token rows, down its own slot
-      if (MODE == kRoute && blockIdx.x == 0) r.pair_e[p] = e, r.pair_w[p] = w_s[p], r.slot_of_pair[p] = p;
+      if (MODE == kRoute && blockIdx.x == 0) r.pair_e[p] = e, r.pair_w[p] = w_s[p];
     }
     if (threadIdx.x == 0) tiles_s[0] = make_int4(slots, 0, 0, 0);
     x_rows = rows_s;  // non-null: stage_x reads rows_s
@@ -460,11 +463,25 @@ __global__ void combine_kernel(const __nv_bfloat16* y, const int32_t* slot_of_pa
                                T* out, int top_k, int width) {
   pdl_enter();
   const int row = blockIdx.y;
+  // slot_of_pair null: pair p's slot is p (moe_routed_gemm), one dependent load fewer. Eight ranks' loads go
+  // out before their fmas; the fmas stay in rank order.
+  auto slot = [&](int p) { return int64_t(slot_of_pair ? slot_of_pair[p] : p); };
   for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < width; c += gridDim.x * blockDim.x) {
     float s = 0.f;
-    for (int j = 0; j < top_k; ++j) {
+    int j = 0;
+    for (; j + 8 <= top_k; j += 8) {
+      float wv[8], yv[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const int p = row * top_k + j + u;
+        wv[u] = weights[p], yv[u] = __bfloat162float(y[slot(p) * width + c]);
+      }
+#pragma unroll
+      for (int u = 0; u < 8; ++u) s = __fmaf_rn(wv[u], yv[u], s);
+    }
+    for (; j < top_k; ++j) {
       const int p = row * top_k + j;
-      s = __fmaf_rn(weights[p], __bfloat162float(y[int64_t(slot_of_pair[p]) * width + c]), s);
+      s = __fmaf_rn(weights[p], __bfloat162float(y[slot(p) * width + c]), s);
     }
     if constexpr (sizeof(T) == 4)
       out[int64_t(row) * width + c] = s;

@@ -64,7 +64,7 @@ void moe_grouped_gemm(const void* x, const int32_t* x_rows, const MoeExperts& w,
                       int max_tiles, int tile, int slots, void* y, int n, int k, cudaStream_t s);
 // Decode calls of up to kMoeRoutedMaxRows rows with MLX 4-bit experts (moe_routed_ok): no routing or
 // grouping kernel. The gate_up GEMM (route = true) routes the rows itself (each block runs the routing's
-// arithmetic on the logits; block 0 writes pair_e, pair_w and slot_of_pair = the pair's own index), and every
+// arithmetic on the logits; block 0 writes pair_e and pair_w; pair p's slot is p), and every
 // pair is a one-token tile at slot p; the down GEMM (route = false) reads pair_e. Same routing, same per-slot
 // arithmetic: the bits of moe_route_group + moe_grouped_gemm. set_moe_routed(false) (TF_MOE_ROUTED=0) turns
 // it off (A/B).
@@ -73,9 +73,8 @@ struct MoeRouting {
   const float* logits = nullptr;  // route: the router's logits [rows, experts] (f32)
   int rows = 0, top_k = 0;
   bool norm = false;
-  int32_t* pair_e = nullptr;        // route: written; down: read
-  float* pair_w = nullptr;          // route: written
-  int32_t* slot_of_pair = nullptr;  // route: written (pair p's slot is p)
+  int32_t* pair_e = nullptr;  // route: written; down: read
+  float* pair_w = nullptr;    // route: written
 };
 bool moe_routed_ok(const MoeExperts& gate_up, const MoeExperts& down, int rows, int top_k, int hidden,
                    int inter);
@@ -88,6 +87,7 @@ void set_moe_routed(bool on);
 // Tests: true routes every row with the shared-memory scratch (else up to 256 experts use registers; the same
 // picks and weights). Synchronous; not while a forward runs.
 void set_moe_route_smem_only(bool on);
+// slot_of_pair null: pair p's slot is p (moe_routed_gemm's layout).
 // out[t, :] = sum over j < top_k, in increasing j, of weights[t*top_k+j] * y[slot_of_pair[t*top_k+j], :]
 // in fp32, rounded once to out's dtype (bf16 or f32).
 void moe_combine(const void* y, const int32_t* slot_of_pair, const float* weights, void* out, DType out_dtype,

@@ -322,6 +322,14 @@ void bench_format(Backend& be, bool mlx, bool quick, double copy_gbs) {
     cuda::set_moe_route_group(true);
     std::printf("| decode b=%d ctx %d, routing and grouping as two launches | %.3f | %.0f | | | | |\n", batch,
                 ctx, ms2, batch * 1e3 / ms2);
+    if (batch > cuda::kMoeRoutedMaxRows) {
+      cuda::set_moe_grouped_silu(false);  // the silu_mul kernel after the grouped gate_up (A/B, same bits)
+      const double ms5 = time_graph_ms(
+          s, [&] { forward(be, m, batch, outs, false); }, &captured);
+      cuda::set_moe_grouped_silu(true);
+      std::printf("| decode b=%d ctx %d, without silu_mul in the grouped gate_up | %.3f | %.0f | | | | |\n",
+                  batch, ctx, ms5, batch * 1e3 / ms5);
+    }
     if (batch <= cuda::kMoeRoutedMaxRows) {
       cuda::set_moe_routed(false);  // the routing + grouping kernel at decode too (A/B, same bits)
       const double ms3 = time_graph_ms(

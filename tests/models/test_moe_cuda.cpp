@@ -374,6 +374,33 @@ TEST_F(Moe, RoutedDecodeEqualsTheGroupedPath) {
   }
 }
 
+// The persistent 4-bit grouped gate_up (tiles of 8 tokens) applies silu_mul itself: the same bits as the
+// silu_mul kernel after it, at 5..40 rows (the routed path stops at 4), for each 4-bit group size.
+TEST_F(Moe, GroupedGateUpSiluEqualsTheSiluKernel) {
+  if (const char* v = std::getenv("TF_MOE_FUSED"); v && std::string(v) == "0")
+    GTEST_SKIP() << "TF_MOE_FUSED=0 turns the fused path off";
+  for (const MlxCase c : kMlxCases) {
+    if (c.bits != 4) continue;
+    SCOPED_TRACE("group " + std::to_string(c.group));
+    MoeWeights g = make_mlx_moe(*gpu, 8, true, 41, c.bits, c.group);
+    std::mt19937 rng(42);
+    int fused = 0;
+    for (int n : {5, 9, 16, 40}) {
+      const Tensor x = random_bf16({n, kMlxH}, 1.f, rng);
+      cuda::set_moe_grouped_silu(false);
+      const auto apart = run(*gpu, g, x);
+      cuda::set_moe_grouped_silu(true);
+      const auto together = run(*gpu, g, x);
+      cuda::MoeExperts up;
+      up.bits = 4, up.experts = kMlxE;
+      const int P = n * 8, tile = cuda::moe_tile_for(P, kMlxE);
+      fused += cuda::moe_grouped_fuses_silu(up, cuda::moe_max_tiles(P, kMlxE, tile), tile, P, int(kMlxH));
+      EXPECT_EQ(0, std::memcmp(together.data(), apart.data(), apart.size() * 4)) << n << " tokens";
+    }
+    EXPECT_GT(fused, 0) << "no call took the fused silu_mul";
+  }
+}
+
 // Widths without a grouped kernel (here 6-bit) are refused by moe_fusable and run the host-routed path.
 TEST_F(Moe, OtherMlxWidthsTakeTheHostRoutedPath) {
   MoeWeights g = make_mlx_moe(*gpu, 2, true, 15, 6, 64);

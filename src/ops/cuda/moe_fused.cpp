@@ -157,7 +157,9 @@ void moe_fused(Backend& be, cudaStream_t s, const Tensor& h, MoeWeights& w, Tens
   // Decode: the gate_up GEMM routes the rows itself and applies silu_mul (moe_routed_gemm): no routing +
   // grouping kernel, no silu_mul kernel, no gu tensor.
   const bool routed = moe_routed_ok(gate_up, down, R, K, H, I);
-  Tensor gu = routed ? Tensor() : be.alloc({P, 2 * I}, DType::BF16);
+  // The grouped gate_up applies silu_mul itself where its persistent kernel serves (4-bit, tiles of 8).
+  const bool silu_fused = routed || moe_grouped_fuses_silu(gate_up, max_tiles, tile, P, H);
+  Tensor gu = silu_fused ? Tensor() : be.alloc({P, 2 * I}, DType::BF16);
   Tensor act = be.alloc({P, I}, DType::BF16), y = be.alloc({P, H}, DType::BF16);
   auto i32 = [](Tensor& t) { return static_cast<int32_t*>(t.raw()); };
   auto* tl = static_cast<int4*>(tiles.raw());
@@ -170,9 +172,10 @@ void moe_fused(Backend& be, cudaStream_t s, const Tensor& h, MoeWeights& w, Tens
     });
   twice(2, [&] {  // routed: silu_mul fused, the output is act
     if (routed) return moe_routed_gemm(rt, true, h.raw(), gate_up, act.raw(), 2 * I, H, s);
-    moe_grouped_gemm(h.raw(), i32(slot_row), gate_up, tl, max_tiles, tile, P, gu.raw(), 2 * I, H, s);
+    moe_grouped_gemm(h.raw(), i32(slot_row), gate_up, tl, max_tiles, tile, P,
+                     silu_fused ? act.raw() : gu.raw(), 2 * I, H, s, silu_fused);
   });
-  if (!routed) twice(3, [&] { silu_mul(gu.raw(), act.raw(), P, I, s); });
+  if (!silu_fused) twice(3, [&] { silu_mul(gu.raw(), act.raw(), P, I, s); });
   twice(4, [&] {
     if (routed) return moe_routed_gemm(rt, false, act.raw(), down, y.raw(), H, I, s);
     moe_grouped_gemm(act.raw(), nullptr, down, tl, max_tiles, tile, P, y.raw(), H, I, s);

@@ -135,7 +135,8 @@ struct MlxRows {
     // two scale loads, not four (the same words, so dequant's scale/bias split is shared too).
     const unsigned s0 = __ldg(r.s + (c >> sh)), s2 = __ldg(r.s + ((c + 2) >> sh));
     const unsigned s1 = sh ? s0 : __ldg(r.s + c + 1), s3 = sh ? s2 : __ldg(r.s + c + 3);
-    f[0] = Raw{v.x, 0, s0, 0}, f[1] = Raw{v.y, 0, s1, 0}, f[2] = Raw{v.z, 0, s2, 0}, f[3] = Raw{v.w, 0, s3, 0};
+    f[0] = Raw{v.x, 0, s0, 0}, f[1] = Raw{v.y, 0, s1, 0}, f[2] = Raw{v.z, 0, s2, 0},
+    f[3] = Raw{v.w, 0, s3, 0};
   }
   static __device__ __forceinline__ uint4 bf16(const Frag& f) {
     return dequant<kMlxBf16, B>(f);
@@ -331,12 +332,15 @@ inline int routed_tables_bytes(int pairs, int rows, int experts) {
   return (pairs + 1) * 16 + 2 * experts * 8 + 3 * pairs * 4 + rows * experts * 4;
 }
 
-template <class Rows, int U, int MODE = kByTiles>
+// SILU (always with kRoute; with kByTiles for the gate_up of moe_grouped_gemm's `silu` calls): the output is
+// silu_mul of the gate_up (store_tile_silu), act [slots, n / 2].
+template <class Rows, int U, int MODE = kByTiles, bool SILU = MODE == kRoute>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     grouped_persistent_kernel(const __nv_bfloat16* x, const int32_t* x_rows, const MoeExperts w,
                               const int4* tiles, int max_tiles, int slots, __nv_bfloat16* y, int n, int k,
                               Routed r) {
   static_assert(U % 4 == 0, "fragments are reloaded in groups of 4 chunks");
+  static_assert(SILU || MODE != kRoute, "the routed gate_up applies silu_mul");
   using Frag = typename Rows::Frag;
   __shared__ float red[2][kWarps][8][16];
   extern __shared__ uint4 xs[];  // [2 items][kWarps][U chunks][32 lanes]: each lane's own x fragments
@@ -379,9 +383,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   __syncthreads();
   MoeExperts ws = w;
   ws.weights = wp_s, ws.scales = sp_s;
-  // kRoute: n = 2 * inter gate_up features; tiles of 8 gate features and their 8 up features
+  // SILU: n = 2 * inter gate_up features; tiles of 8 gate features and their 8 up features
   // (store_tile_silu).
-  constexpr bool kSilu = MODE == kRoute;
+  constexpr bool kSilu = SILU;
   const int inter = n / 2, width = kSilu ? 8 : 16;
   const int ntiles = tiles_s[0].x, n_tiles = ((kSilu ? inter : n) + width - 1) / width,
             items = ntiles * n_tiles;
@@ -492,18 +496,21 @@ __global__ void combine_kernel(const __nv_bfloat16* y, const int32_t* slot_of_pa
 
 // TF_MOE_PERSISTENT=0: the non-persistent grid at tiles of 8 tokens too (A/B).
 const bool g_moe_persistent = env_switch("TF_MOE_PERSISTENT", true);  // launch.h
+// TF_MOE_GROUPED_SILU=0 (set_moe_grouped_silu): the persistent grouped gate_up stores gate_up, and the
+// silu_mul kernel runs (A/B; the same bits).
+bool g_grouped_silu = env_switch("TF_MOE_GROUPED_SILU", true);
 constexpr int kPersistentU = 8;  // chunks of a warp's K slice the persistent kernel holds (K <= 2048)
 
 // The persistent kernel's shared memory at most (two blocks an SM): two items' x (64 KB) and the tables.
 constexpr int kPersistentMaxSmem = 96 << 10;
 
 // `smem`: the call's persistent_smem_bytes (at most kPersistentMaxSmem).
-template <class Rows, int MODE = kByTiles>
+template <class Rows, int MODE = kByTiles, bool SILU = MODE == kRoute>
 void launch_persistent(const void* x, const int32_t* x_rows, const MoeExperts& w, const int4* tiles,
                        int max_tiles, int slots, int smem, void* y, int n, int k, cudaStream_t s,
                        const Routed& r = {}) {
-  auto kernel = grouped_persistent_kernel<Rows, kPersistentU, MODE>;
-  const int n_tiles = MODE == kRoute ? (n / 2 + 7) / 8 : (n + 15) / 16;
+  auto kernel = grouped_persistent_kernel<Rows, kPersistentU, MODE, SILU>;
+  const int n_tiles = SILU ? (n / 2 + 7) / 8 : (n + 15) / 16;
   const int grid = std::min(n_tiles * max_tiles, resident_blocks(reinterpret_cast<const void*>(kernel),
                                                                  kWarps * 32, kPersistentMaxSmem));
   launch_pdl_if(g_pdl_group, kernel, grid, kWarps * 32, size_t(smem), s, static_cast<const __nv_bfloat16*>(x),
@@ -543,19 +550,30 @@ void launch_grouped(const void* x, const int32_t* x_rows, const MoeExperts& w, c
 // The decode kernel's choice for bf16: prefetch of the next K step's weights for small token tiles.
 // Packed weights always prefetch (their loads are small): 8 chunks ahead for 4-bit at tiles of 8 tokens
 // (decode), else 4 (8 at 16 tokens spills).
+// The persistent kernel serves tiles of 8 tokens of 4-bit experts whose warp slices fit kPersistentU chunks.
+// 4-bit only: run 105 (30B-A3B, same run) 4-bit b=8 4.83 -> 4.39 ms, b=1 3.66 -> 3.62 ms; bf16 lost (b=1 3.81
+// -> 4.19, b=8 9.70 -> 14.76 ms) and 8-bit spills 56 bytes (not measured).
+bool persistent_takes(const MoeExperts& w, int max_tiles, int tile, int slots, int k) {
+  return w.bits == 4 && tile == 8 && g_moe_persistent && (k / 32 + kWarps - 1) / kWarps <= kPersistentU &&
+         persistent_smem_bytes<kPersistentU>(max_tiles, w.experts, slots) <= kPersistentMaxSmem;
+}
+
 template <class Rows, bool PACKED>
 void dispatch_tile(const void* x, const int32_t* x_rows, const MoeExperts& w, const int4* tiles,
-                   int max_tiles, int tile, int slots, void* y, int n, int k, cudaStream_t s) {
+                   int max_tiles, int tile, int slots, void* y, int n, int k, cudaStream_t s, bool silu) {
   constexpr int kAhead8 = PACKED && Rows::kBits <= 4 ? 8 : 4;  // chunks a step at tiles of 8 tokens
+  if constexpr (Rows::kBits == 4) {
+    if (persistent_takes(w, max_tiles, tile, slots, k)) {
+      const int smem = persistent_smem_bytes<kPersistentU>(max_tiles, w.experts, slots);
+      if (silu)
+        return launch_persistent<Rows, kByTiles, true>(x, x_rows, w, tiles, max_tiles, slots, smem, y, n, k,
+                                                       s);
+      return launch_persistent<Rows>(x, x_rows, w, tiles, max_tiles, slots, smem, y, n, k, s);
+    }
+  }
+  TF_CHECK(!silu, "moe_grouped_gemm: silu_mul is fused only where moe_grouped_fuses_silu says so");
   switch (tile) {
     case 8:
-      // 4-bit only: run 105 (30B-A3B, same run) 4-bit b=8 4.83 -> 4.39 ms, b=1 3.66 -> 3.62 ms; bf16 lost
-      // (b=1 3.81 -> 4.19, b=8 9.70 -> 14.76 ms) and 8-bit spills 56 bytes (not measured).
-      if constexpr (Rows::kBits == 4) {
-        const int smem = persistent_smem_bytes<kPersistentU>(max_tiles, w.experts, slots);
-        if (g_moe_persistent && (k / 32 + kWarps - 1) / kWarps <= kPersistentU && smem <= kPersistentMaxSmem)
-          return launch_persistent<Rows>(x, x_rows, w, tiles, max_tiles, slots, smem, y, n, k, s);
-      }
       return launch_grouped<Rows, 1, kAhead8, true>(x, x_rows, w, tiles, max_tiles, y, n, k, s);
     case 16:
       return launch_grouped<Rows, 2, 4, true>(x, x_rows, w, tiles, max_tiles, y, n, k, s);
@@ -606,18 +624,27 @@ void moe_group(const int32_t* pair_expert, int pairs, int top_k, int experts, in
   TF_CUDA_LAUNCH_CHECK();
 }
 
+bool moe_grouped_fuses_silu(const MoeExperts& w, int max_tiles, int tile, int slots, int k) {
+  return g_grouped_silu && persistent_takes(w, max_tiles, tile, slots, k);
+}
+
+void set_moe_grouped_silu(bool on) {
+  g_grouped_silu = on;
+}
+
 void moe_grouped_gemm(const void* x, const int32_t* x_rows, const MoeExperts& w, const int4* tiles,
-                      int max_tiles, int tile, int slots, void* y, int n, int k, cudaStream_t s) {
+                      int max_tiles, int tile, int slots, void* y, int n, int k, cudaStream_t s, bool silu) {
   TF_CHECK(k % 32 == 0, "moe_grouped_gemm: in_features must be divisible by 32, got " + std::to_string(k));
   TF_CHECK(w.experts > 0 && w.experts <= kMoeMaxExperts, "moe_grouped_gemm: the expert count must be set");
+  TF_CHECK(!silu || n % 2 == 0, "moe_grouped_gemm: silu_mul needs gate and up halves");
   if (max_tiles == 0) return;
   switch (w.bits) {
     case 16:
-      return dispatch_tile<Bf16Rows, false>(x, x_rows, w, tiles, max_tiles, tile, slots, y, n, k, s);
+      return dispatch_tile<Bf16Rows, false>(x, x_rows, w, tiles, max_tiles, tile, slots, y, n, k, s, silu);
     case 4:
-      return dispatch_tile<MlxRows<4>, true>(x, x_rows, w, tiles, max_tiles, tile, slots, y, n, k, s);
+      return dispatch_tile<MlxRows<4>, true>(x, x_rows, w, tiles, max_tiles, tile, slots, y, n, k, s, silu);
     case 8:
-      return dispatch_tile<MlxRows<8>, true>(x, x_rows, w, tiles, max_tiles, tile, slots, y, n, k, s);
+      return dispatch_tile<MlxRows<8>, true>(x, x_rows, w, tiles, max_tiles, tile, slots, y, n, k, s, silu);
     default:
       TF_CHECK(false,
                "moe_grouped_gemm: experts must be bf16 (16) or MLX 4/8-bit, got " + std::to_string(w.bits));

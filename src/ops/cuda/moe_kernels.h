@@ -60,8 +60,15 @@ struct MoeExperts {
 // linear_bf16 / linear_quantized on that row alone. Each active expert's (packed) weights are read once
 // per tile of its tokens.
 // `slots`: the pairs grouped (rows * top_k), the length of x_rows.
+// silu (only where moe_grouped_fuses_silu says so: the persistent 4-bit kernel, tiles of 8 tokens): y is
+// act [slots, n / 2] = silu_mul of the gate_up product, the silu_mul kernel's bits (its gate and up features
+// in one MMA tile, as moe_routed_gemm's gate_up).
 void moe_grouped_gemm(const void* x, const int32_t* x_rows, const MoeExperts& w, const int4* tiles,
-                      int max_tiles, int tile, int slots, void* y, int n, int k, cudaStream_t s);
+                      int max_tiles, int tile, int slots, void* y, int n, int k, cudaStream_t s,
+                      bool silu = false);
+bool moe_grouped_fuses_silu(const MoeExperts& w, int max_tiles, int tile, int slots, int k);
+// Tests and benches: false (or TF_MOE_GROUPED_SILU=0) keeps the silu_mul kernel after the grouped gate_up.
+void set_moe_grouped_silu(bool on);
 // Decode calls of up to kMoeRoutedMaxRows rows with MLX 4-bit experts (moe_routed_ok): no routing or
 // grouping kernel. The gate_up GEMM (route = true) routes the rows itself (each block runs the routing's
 // arithmetic on the logits; block 0 writes pair_e and pair_w; pair p's slot is p), and every

@@ -175,10 +175,13 @@ TEST_F(StructuredEngine, RepliesAreValidAndTheSameAloneOrSharingRounds) {
     uint64_t seed;
     std::shared_ptr<const JsonSchema> schema;
   };
-  const std::vector<Case> cases = {{"def parse(x):", 0.f, 1, person},
-                                   {"Return a dict of settings", 0.8f, 7, person},
-                                   {"import json\n", 1.0f, 3, JsonSchema::any_object()},
-                                   {"class Config:", 0.6f, 11, person}};
+  std::vector<Case> cases = {{"def parse(x):", 0.f, 1, person},
+                             {"Return a dict of settings", 0.8f, 7, person},
+                             {"import json\n", 1.0f, 3, JsonSchema::any_object()},
+                             {"class Config:", 0.6f, 11, person}};
+#ifdef TF_SANITIZED  // under the sanitizers a greedy and a sampled stream of two schemas: the same code paths
+  cases.erase(cases.begin() + 1), cases.erase(cases.begin() + 2);
+#endif
   std::vector<StreamOutput> alone;
   for (const auto& c : cases) {
     auto h = solo->submit(constrained(tok, c.prompt, c.temperature, c.seed, c.schema));
@@ -227,8 +230,13 @@ TEST_F(StructuredEngine, ConstrainedStreamsAreExactWithDraftsOnOrOff) {
   const Tokenizer& tok = with->tokenizer();
   const auto person = JsonSchema::compile(person_schema());
   int64_t drafted = 0;
+#ifdef TF_SANITIZED  // one seed a temperature under the sanitizers: the same code paths
+  const std::vector<uint64_t> seeds = {1};
+#else
+  const std::vector<uint64_t> seeds = {1, 2};
+#endif
   for (float t : {0.f, 0.7f})
-    for (uint64_t seed : {1, 2}) {
+    for (uint64_t seed : seeds) {
       GenerationRequest r = constrained(tok, "Return a dict of settings", t, seed, person);
       StreamOutput a = collect(*with->submit(r)), b = collect(*without->submit(r));
       EXPECT_EQ(a.tokens, b.tokens) << t << " " << seed;

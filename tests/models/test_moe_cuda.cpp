@@ -85,6 +85,19 @@ std::vector<float> run(Backend& be, MoeWeights& w, const Tensor& host_x) {
   return host.to_f32_vector();
 }
 
+// The outputs with a path switch off, then on (the switch is left on): A/B of two paths that must agree.
+struct OffOn {
+  std::vector<float> off, on;
+};
+OffOn run_off_on(Backend& be, MoeWeights& w, const Tensor& x, void (*set)(bool)) {
+  OffOn r;
+  set(false);
+  r.off = run(be, w, x);
+  set(true);
+  r.on = run(be, w, x);
+  return r;
+}
+
 Tensor rows_of(const Tensor& x, const std::vector<int>& rows) {
   const int64_t h = x.dim(1);
   Tensor out = Tensor::empty({int64_t(rows.size()), h}, DType::BF16);
@@ -161,12 +174,8 @@ TEST_F(Moe, RouteGroupKernelEqualsTwoLaunches) {
   MoeWeights g = make_moe(*gpu, 8, true, 7);
   std::mt19937 rng(8);
   for (int n : {1, 5, 17, 64}) {
-    const Tensor x = random_bf16({n, kH}, 1.f, rng);
-    cuda::set_moe_route_group(false);
-    const auto two = run(*gpu, g, x);
-    cuda::set_moe_route_group(true);
-    const auto one = run(*gpu, g, x);
-    EXPECT_EQ(0, std::memcmp(one.data(), two.data(), one.size() * 4)) << n << " tokens";
+    const OffOn r = run_off_on(*gpu, g, random_bf16({n, kH}, 1.f, rng), cuda::set_moe_route_group);
+    EXPECT_EQ(0, std::memcmp(r.on.data(), r.off.data(), r.on.size() * 4)) << n << " tokens";
   }
 }
 
@@ -179,12 +188,10 @@ TEST_F(Moe, RouteRowRegistersEqualSharedMemory) {
       MoeWeights g = make_moe(*gpu, top_k, top_k == 8, 21, experts);
       std::mt19937 rng(22);
       for (int n : {1, 3, 9, 70}) {
-        const Tensor x = random_bf16({n, kH}, 1.f, rng);
-        cuda::set_moe_route_smem_only(true);
-        const auto smem = run(*gpu, g, x);
+        // off: registers where they fit; on: shared memory for every row.
+        const OffOn r = run_off_on(*gpu, g, random_bf16({n, kH}, 1.f, rng), cuda::set_moe_route_smem_only);
         cuda::set_moe_route_smem_only(false);
-        const auto regs = run(*gpu, g, x);
-        EXPECT_EQ(0, std::memcmp(regs.data(), smem.data(), regs.size() * 4))
+        EXPECT_EQ(0, std::memcmp(r.off.data(), r.on.data(), r.off.size() * 4))
             << experts << " experts, top_k " << top_k << ", " << n << " tokens";
       }
     }
@@ -343,11 +350,8 @@ TEST_F(Moe, RoutedDecodeEqualsTheGroupedPath) {
   auto check = [&](MoeWeights& g, int top_k, int64_t h, int64_t inter, int experts, int bits) {
     std::mt19937 rng(16);
     for (int n = 1; n <= cuda::kMoeRoutedMaxRows + 1; ++n) {
-      const Tensor x = random_bf16({n, h}, 1.f, rng);
-      cuda::set_moe_routed(false);
-      const auto grouped = run(*gpu, g, x);
-      cuda::set_moe_routed(true);
-      const auto routed = run(*gpu, g, x);
+      const OffOn r = run_off_on(*gpu, g, random_bf16({n, h}, 1.f, rng), cuda::set_moe_routed);
+      const auto &grouped = r.off, &routed = r.on;
       cuda::MoeExperts up, down;
       up.bits = down.bits = bits, up.experts = down.experts = experts;
       EXPECT_EQ(cuda::moe_routed_ok(up, down, n, top_k, int(h), int(inter)), n <= cuda::kMoeRoutedMaxRows)
@@ -386,11 +390,8 @@ TEST_F(Moe, GroupedGateUpSiluEqualsTheSiluKernel) {
     std::mt19937 rng(42);
     int fused = 0;
     for (int n : {5, 9, 16, 40}) {
-      const Tensor x = random_bf16({n, kMlxH}, 1.f, rng);
-      cuda::set_moe_grouped_silu(false);
-      const auto apart = run(*gpu, g, x);
-      cuda::set_moe_grouped_silu(true);
-      const auto together = run(*gpu, g, x);
+      const OffOn r = run_off_on(*gpu, g, random_bf16({n, kMlxH}, 1.f, rng), cuda::set_moe_grouped_silu);
+      const auto &apart = r.off, &together = r.on;
       cuda::MoeExperts up;
       up.bits = 4, up.experts = kMlxE;
       const int P = n * 8, tile = cuda::moe_tile_for(P, kMlxE);

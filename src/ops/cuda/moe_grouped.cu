@@ -170,10 +170,11 @@ __device__ __forceinline__ void store_tile(const float (*red)[NT * 8][16], int4 
   }
 }
 
-// kRoute (the routed gate_up, silu_mul fused): a tile's 16 MMA rows are gate features n0 .. n0 + 7 and their
-// up features inter + n0 .. (rows g and g + 8 of lane g), so each output is silu_mul of the two bf16 sums the
-// unfused path stores and the silu_mul kernel reads back: silu_mul_bf16 (activation.cuh) of those values.
-// A feature's arithmetic does not depend on its MMA row (GPU test RoutedDecodeEqualsTheGroupedPath).
+// SILU (the routed gate_up, and the grouped one where moe_grouped_fuses_silu): a tile's 16 MMA rows are gate
+// features n0 .. n0 + 7 and their up features inter + n0 .. (rows g and g + 8 of lane g), so each output is
+// silu_mul of the two bf16 sums the unfused path stores and the silu_mul kernel reads back: silu_mul_bf16
+// (activation.cuh) of those values. A feature's arithmetic does not depend on its MMA row (GPU tests
+// RoutedDecodeEqualsTheGroupedPath, GroupedGateUpSiluEqualsTheSiluKernel).
 __device__ __forceinline__ void store_tile_silu(const float (*red)[8][16], int4 tl, int n0, int inter,
                                                 __nv_bfloat16* act) {
   for (int i = threadIdx.x; i < 8 * 8; i += kWarps * 32) {
@@ -385,9 +386,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   ws.weights = wp_s, ws.scales = sp_s;
   // SILU: n = 2 * inter gate_up features; tiles of 8 gate features and their 8 up features
   // (store_tile_silu).
-  constexpr bool kSilu = SILU;
-  const int inter = n / 2, width = kSilu ? 8 : 16;
-  const int ntiles = tiles_s[0].x, n_tiles = ((kSilu ? inter : n) + width - 1) / width,
+  const int inter = n / 2, width = SILU ? 8 : 16;
+  const int ntiles = tiles_s[0].x, n_tiles = ((SILU ? inter : n) + width - 1) / width,
             items = ntiles * n_tiles;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
@@ -397,7 +397,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   auto rows_of = [&](int item, int4& tl, int& n0) {
     tl = tiles_s[1 + item % ntiles];
     n0 = item / ntiles * width;
-    if constexpr (kSilu) {
+    if constexpr (SILU) {
       const int f = min(n0 + g, inter - 1);  // clamped; masked at the store
       return Rows(ws, tl.x, f, inter + f, k, t);
     }
@@ -453,7 +453,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     }
     put_slice<1>(red[it & 1], warp, 0, g, t, acc);
     __syncthreads();  // the other buffer is rewritten only after the next item's barrier: all stores done
-    if constexpr (kSilu)
+    if constexpr (SILU)
       store_tile_silu(red[it & 1], tl, n0, inter, y);
     else
       store_tile<1>(red[it & 1], tl, n0, n, y);

@@ -669,8 +669,9 @@ std::vector<const ModelShape*> pick_shapes(const std::vector<std::string>& ids) 
     auto it = std::find_if(std::begin(kModelShapes), std::end(kModelShapes),
                            [&](const ModelShape& s) { return id == s.id; });
     if (it == std::end(kModelShapes)) {
-      throw InvalidRequest("unknown model shape '" + id +
-                           "'; known: " + join_choices(shape_bench_choices(), ", "));
+      std::vector<std::string> known;
+      for (const ModelShape& s : kModelShapes) known.push_back(s.id);
+      throw InvalidRequest("unknown dense model shape '" + id + "'; known: " + join_choices(known, ", "));
     }
     out.push_back(&*it);
   }

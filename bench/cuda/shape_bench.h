@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "moe_shape.h"
 #include "weight_format.h"
 
 namespace tf::bench {
@@ -26,10 +27,11 @@ inline constexpr ModelShape kModelShapes[] = {
     {"qwen3-0.6b", "Qwen3-0.6B", 28, 1024, 3072, 16, 8, 128, 151936, true},
 };
 
-// The values `--shape` accepts: every id, then "all".
+// The values `tensorfold bench --shape` accepts: every dense id, the MoE shape (moe_shape.h), then "all".
 inline std::vector<std::string> shape_bench_choices() {
   std::vector<std::string> c;
   for (const ModelShape& s : kModelShapes) c.push_back(s.id);
+  c.push_back(kMoeShapeId);
   c.push_back("all");
   return c;
 }

@@ -1,8 +1,9 @@
 // `tensorfold bench [MODEL]`: prefill and decode throughput of a checkpoint through the engine, and what
 // drafting buys: each workload runs with drafts and with `draft: false`, the two outputs are compared token
 // for token (they must be identical), and the speedup and mean accepted length are printed.
-// --shape qwen3-8b|qwen3-0.6b|all: the CUDA backend's roofline benchmark at real model shapes with random
-// weights made on the GPU (bench/cuda/shape_bench.h, the same as tf_bench_cuda); exit code 2 without it.
+// --shape qwen3-8b|qwen3-0.6b|qwen3-30b-a3b|all: the CUDA backend's roofline benchmark at real model shapes
+// with random weights made on the GPU (bench/cuda/shape_bench.h, the same as tf_bench_cuda; the MoE shape:
+// moe_shape.h, the same as tf_bench_moe); exit code 2 without it.
 // --format bf16,mlx4,mlx8,fp8 (any of them): that forward with quantized linears, next to bf16's.
 // Other modes: --drafter replay (the ceiling of drafting: a replay of the serial run, every draft
 // accepted), --cache-check (time to first token uncached / prompt-cache hit / spill read-back) and
@@ -273,14 +274,35 @@ void run_replay(EngineOptions opt, const BenchArgs& a) {
 
 // --shape: bench/cuda's benchmark where the CUDA backend is built. Its exit code 2 (no usable device) and
 // this build's lack of the backend leave through CLI::RuntimeError, which main() returns as the exit code.
+// The MoE shape (qwen3-30b-a3b) runs bf16 and mlx4: asked for alone with another format it is refused, and
+// "all" gives it the formats it has.
 void run_shape(const BenchArgs& a) {
+  const bool moe = a.shape == bench::kMoeShapeId, all = a.shape == "all";
+  if (moe)
+    for (const std::string& f : a.formats)
+      if (f != "bf16" && f != "mlx4")
+        throw CLI::ValidationError("--format", "the MoE shape " + a.shape + " runs bf16 and mlx4, not " + f);
 #ifdef TF_SHAPE_BENCH
-  bench::ShapeBenchOptions opt;
-  opt.program = "tensorfold bench";
-  opt.quick = a.quick;
-  if (!a.formats.empty()) opt.formats = a.formats;
-  if (a.shape != "all") opt.shapes = {a.shape};
-  if (const int rc = bench::run_shape_bench(opt); rc != 0) throw CLI::RuntimeError(rc);
+  if (!moe) {
+    bench::ShapeBenchOptions opt;
+    opt.program = "tensorfold bench";
+    opt.quick = a.quick;
+    if (!a.formats.empty()) opt.formats = a.formats;
+    if (!all) opt.shapes = {a.shape};
+    if (const int rc = bench::run_shape_bench(opt); rc != 0) throw CLI::RuntimeError(rc);
+  }
+  if (moe || all) {
+    bench::MoeShapeOptions opt;
+    opt.program = "tensorfold bench";
+    opt.quick = a.quick;
+    if (!a.formats.empty()) {
+      opt.formats.clear();
+      for (const std::string& f : a.formats)
+        if (moe || f == "bf16" || f == "mlx4") opt.formats.push_back(f);
+      if (opt.formats.empty()) return;  // all: no format the MoE shape has
+    }
+    if (const int rc = bench::run_moe_shape_bench(opt); rc != 0) throw CLI::RuntimeError(rc);
+  }
 #else
   std::cerr << "tensorfold bench: the shape benchmark (--shape " << a.shape
             << ") needs the CUDA backend, and this build has none: build with nvcc installed "
@@ -416,16 +438,23 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   c->add_option("--spill-gib", a->spill_gib, "Spill of --cache-check (GiB)")->check(CLI::PositiveNumber);
   const std::string shapes = bench::join_choices(bench::shape_bench_choices(), " | ");
-  auto* shape = c->add_option("--shape", a->shape,
-                              shapes +
-                                  ": instead of a checkpoint, the CUDA backend at this model shape with "
-                                  "random weights made on the GPU (no download): decode tok/s at batch "
-                                  "1/8/32 and 512/8k context, prefill 512/4k/32k, a cuBLAS-linear "
-                                  "baseline, fractions of the measured rooflines. Needs a CUDA build and "
-                                  "GPU (exit code 2 otherwise); minutes per shape")
-                    ->check(CLI::IsMember(bench::shape_bench_choices()))
-                    ->excludes(model);
-  c->add_flag("--quick", a->quick, "--shape: 512 context and prefill 512 only (a short run)")->needs(shape);
+  auto* shape =
+      c->add_option(
+           "--shape", a->shape,
+           shapes +
+               ": instead of a checkpoint, the CUDA backend at this model shape with "
+               "random weights made on the GPU (no download): decode tok/s at batch "
+               "1/8/32 and 512/8k context, prefill 512/4k/32k, a cuBLAS-linear "
+               "baseline, fractions of the measured rooflines. qwen3-30b-a3b: the "
+               "mixture-of-experts shape (bf16 and mlx4 only, both by default; decode at 512 context "
+               "against the bytes a step reads, prefill 4k). Needs a CUDA build and "
+               "GPU (exit code 2 otherwise); minutes per shape")
+          ->check(CLI::IsMember(bench::shape_bench_choices()))
+          ->excludes(model);
+  c->add_flag("--quick", a->quick,
+              "--shape: 512 context and prefill 512 only (a short run; the MoE shape: batch 1 and 8, no "
+              "prefill)")
+      ->needs(shape);
   const std::string formats = bench::join_choices(bench::weight_format_choices(), " | ");
   c->add_option(
        "--format", a->formats,

@@ -46,6 +46,32 @@ TEST(BenchShape, WithoutTheCudaBackendExitsTwoAndSaysWhy) {
   EXPECT_EQ(r.output.find("ceilings:"), std::string::npos) << "the benchmark started: " << r.output;
 }
 
+// The MoE shape (tf_bench_moe's benchmark) takes the same way out without a GPU, in bf16 and MLX 4-bit.
+TEST(BenchShape, TheMoeShapeTakesTheSamePath) {
+  for (const char* args : {"bench --shape qwen3-30b-a3b", "bench --shape qwen3-30b-a3b --format mlx4 --quick",
+                           "bench --shape qwen3-30b-a3b --format bf16,mlx4"}) {
+    const ProcessResult r = run_tensorfold(args);
+    EXPECT_EQ(r.code, 2) << args << ": " << r.output;
+    EXPECT_NE(r.output.find("needs the CUDA backend"), std::string::npos) << args << ": " << r.output;
+    EXPECT_EQ(r.output.find("copy bandwidth"), std::string::npos) << "the benchmark started: " << r.output;
+  }
+}
+
+// It has no MLX 8-bit or FP8 experts: asked for alone it refuses those formats as a usage error (before the
+// backend is looked for); "all" gives it the formats it has.
+TEST(BenchShape, TheMoeShapeRefusesFormatsItLacks) {
+  for (const char* f : {"fp8", "mlx4,mlx8"}) {
+    const ProcessResult r = run_tensorfold(std::string("bench --shape qwen3-30b-a3b --format ") + f);
+    EXPECT_NE(r.code, 0) << r.output;
+    EXPECT_NE(r.code, 2) << "a usage error, not the missing backend: " << r.output;
+    EXPECT_NE(r.output.find("runs bf16 and mlx4"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("needs the CUDA backend"), std::string::npos) << r.output;
+  }
+  const ProcessResult r = run_tensorfold("bench --shape all --format fp8 --quick");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("needs the CUDA backend"), std::string::npos) << r.output;
+}
+
 TEST(BenchShape, QuickAndAllTakeTheSamePath) {
   const ProcessResult r = run_tensorfold("bench --shape all --quick");
   EXPECT_EQ(r.code, 2) << r.output;
@@ -59,7 +85,7 @@ TEST(BenchShape, UnknownShapeIsRejectedNamingTheKnownOnes) {
   } catch (const CLI::ValidationError& e) {
     const std::string m = e.what();
     EXPECT_NE(m.find("qwen3-9b"), std::string::npos) << m;
-    for (const char* known : {"qwen3-8b", "qwen3-0.6b", "all"})
+    for (const char* known : {"qwen3-8b", "qwen3-0.6b", "qwen3-30b-a3b", "all"})
       EXPECT_NE(m.find(known), std::string::npos) << m;
   }
   const ProcessResult r = run_tensorfold("bench --shape qwen3-9b");
@@ -125,7 +151,7 @@ TEST(BenchShape, HelpDocumentsTheShapes) {
   const ProcessResult r = run_tensorfold("bench --help");
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("--shape"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("qwen3-8b | qwen3-0.6b | all"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("qwen3-8b | qwen3-0.6b | qwen3-30b-a3b | all"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("--quick"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("--format"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("bf16 | mlx4 | mlx8 | fp8"), std::string::npos) << r.output;

@@ -1,0 +1,375 @@
+// The MoE shape benchmark (moe_shape.h: tf_bench_moe and `tensorfold bench --shape qwen3-30b-a3b`): a
+// random-weight Qwen3-30B-A3B shape (48 layers, hidden 2048, 128 experts, top-8, expert intermediate 768,
+// 32/4 heads of 128, vocab 151936) on the CUDA backend, forward composed from the backend ops as the
+// product's decoder layer runs them (q/k/v fused into one projection with the add + norm, q/k norm + rope +
+// KV write in one op) with Backend::moe for the sparse MLPs, in bf16 and as an mlx-lm 4-bit conversion (MLX
+// affine 4-bit group 64 experts, attention and lm_head, the router 8-bit group 64, bf16 embeddings; random
+// codes, finite random scales). Measures the device copy bandwidth in the same run, then per format decode
+// at batch 1/8/32 (context 512; tokens/s and the fraction of the roofline on the bytes the step actually
+// reads: the active experts' weights (packed bytes plus scales and biases), router, attention weights, KV,
+// embedding rows and lm_head), the host-routed per-expert path at batch 1 for comparison, and prefill 4k.
+#include "moe_shape.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "bench_common.h"
+#include "ops/backend.h"
+#include "ops/cuda/cuda_backend.h"
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/kernels.h"
+#include "ops/cuda/moe_fused.h"
+#include "ops/cuda/moe_kernels.h"
+#include "ops/cuda/quant_linear.h"
+#include "ops/moe.h"
+
+namespace tf {
+namespace {
+
+constexpr int kLayers = 48, kHidden = 2048, kExperts = 128, kTopK = 8, kInter = 768, kHeads = 32,
+              kKvHeads = 4, kHeadDim = 128, kVocab = 151936, kBlock = 16;
+
+using bench::decode_meta;
+using bench::prefill_meta;
+using bench::time_graph_ms;
+using bench::time_ms;
+
+struct Layer {
+  LinearWeight qkv, o;  // q, k and v fused, as the product loads them (decoder_layer.cpp fuse_linears)
+  MoeWeights moe;
+  Tensor ln1, ln2, q_norm, k_norm;
+  KvLayer kv;
+};
+
+struct Model {
+  std::vector<Layer> layers;
+  Tensor embed, final_norm;
+  LinearWeight lm_head;
+  bool mlx = false;  // the mlx-lm 4-bit conversion's formats (make_model)
+};
+
+LinearWeight rand_linear(Backend& be, int64_t n, int64_t k, uint64_t seed) {
+  LinearWeight w;
+  w.weight = be.alloc({n, k}, DType::BF16);
+  w.in_features = k, w.out_features = n;
+  const float a = std::sqrt(3.f / float(k));
+  cuda::fill_uniform(be, w.weight, seed, -a, a);
+  return w;
+}
+
+// An MLX affine weight [n, k] in the device layout upload_linear gives (quant_linear.h): random packed codes
+// and one (scale, bias) pair a group, bf16, scale ~ 0.2/sqrt(k) / 2^bits and bias -2^(bits-1) * scale
+// (centred weights of about uniform(-a, a), as rand_linear), so activations stay finite through 48 layers.
+LinearWeight rand_mlx(Backend& be, int64_t n, int64_t k, int bits, uint64_t seed) {
+  constexpr int kGroup = 64;
+  LinearWeight w;
+  w.format = LinearWeight::Format::MlxAffine;
+  w.bits = bits, w.group_size = kGroup;
+  w.in_features = k, w.out_features = n;
+  w.weight = be.alloc({n, k * bits / 32}, DType::U32);
+  w.scales = be.alloc({n, k / kGroup}, DType::U32);
+  cudaStream_t s = cuda::stream_of(be);
+  cuda::fill_random_bytes(w.weight.raw(), size_t(w.weight.nbytes()), seed, 0xFF, s);
+  std::vector<uint32_t> sb(size_t(w.scales.numel()));
+  uint64_t z = seed * 0x9E3779B97F4A7C15ull + 1;
+  const float s0 = 2.f * std::sqrt(3.f / float(k)) / float(1 << bits);
+  for (auto& v : sb) {
+    z ^= z << 13, z ^= z >> 7, z ^= z << 17;  // xorshift64
+    const float sc = s0 * (0.75f + 0.5f * float(z >> 40) / float(1 << 24));
+    v = uint32_t(f32_to_bf16(sc)) | uint32_t(f32_to_bf16(-sc * float(1 << (bits - 1)))) << 16;
+  }
+  TF_CUDA_CHECK(cudaMemcpyAsync(w.scales.raw(), sb.data(), sb.size() * 4, cudaMemcpyHostToDevice, s));
+  TF_CUDA_CHECK(cudaStreamSynchronize(s));  // sb is freed on return
+  return w;
+}
+
+// Bytes of one linear's weight [n, k] as the model stores it: bf16, or MLX packed codes plus one 4-byte
+// (scale, bias) pair per 64 inputs.
+double linear_bytes(const Model& m, double n, double k, int mlx_bits = 4) {
+  return m.mlx ? n * k * mlx_bits / 8 + n * k / 64 * 4 : n * k * 2;
+}
+
+// All weights of the model as stored (experts of every layer, attention, router, lm_head, embeddings).
+double weight_bytes(const Model& m) {
+  const double expert = linear_bytes(m, 2.0 * kInter, kHidden) + linear_bytes(m, kHidden, kInter);
+  const double attn = 2 * linear_bytes(m, double(kHeads) * kHeadDim, kHidden) +
+                      2 * linear_bytes(m, double(kKvHeads) * kHeadDim, kHidden);
+  return kLayers * (kExperts * expert + attn + linear_bytes(m, kExperts, kHidden, 8)) +
+         linear_bytes(m, kVocab, kHidden) + double(kVocab) * kHidden * 2;
+}
+
+Tensor rand_norm(Backend& be, int64_t n, uint64_t seed) {
+  Tensor t = be.alloc({n}, DType::BF16);
+  cuda::fill_uniform(be, t, seed, 0.8f, 1.2f);
+  return t;
+}
+
+Model make_model(Backend& be, int64_t kv_blocks, bool mlx) {
+  Model m;
+  m.mlx = mlx;
+  uint64_t seed = 100;
+  auto lin = [&](int64_t n, int64_t k, int bits = 4) {
+    return mlx ? rand_mlx(be, n, k, bits, seed++) : rand_linear(be, n, k, seed++);
+  };
+  const int64_t qd = int64_t(kHeads) * kHeadDim, kd = int64_t(kKvHeads) * kHeadDim;
+  for (int l = 0; l < kLayers; ++l) {
+    Layer L;
+    L.qkv = lin(qd + 2 * kd, kHidden);
+    L.o = lin(kHidden, qd);
+    L.moe.top_k = kTopK, L.moe.norm_topk_prob = true;
+    L.moe.router = lin(kExperts, kHidden, 8);  // mlx-lm keeps the router at 8 bits
+    for (int e = 0; e < kExperts; ++e) {
+      L.moe.gate_up.push_back(lin(2 * kInter, kHidden));
+      L.moe.down.push_back(lin(kHidden, kInter));
+    }
+    L.ln1 = rand_norm(be, kHidden, seed++);
+    L.ln2 = rand_norm(be, kHidden, seed++);
+    L.q_norm = rand_norm(be, kHeadDim, seed++);
+    L.k_norm = rand_norm(be, kHeadDim, seed++);
+    L.kv.k = be.alloc({kv_blocks, kBlock, kKvHeads, kHeadDim}, DType::BF16);
+    L.kv.v = be.alloc({kv_blocks, kBlock, kKvHeads, kHeadDim}, DType::BF16);
+    cuda::fill_uniform(be, L.kv.k, seed++, -2, 2);
+    cuda::fill_uniform(be, L.kv.v, seed++, -1, 1);
+    m.layers.push_back(std::move(L));
+  }
+  m.embed = be.alloc({kVocab, kHidden}, DType::BF16);
+  cuda::fill_uniform(be, m.embed, seed++, -1, 1);
+  m.final_norm = rand_norm(be, kHidden, seed++);
+  m.lm_head = lin(kVocab, kHidden);
+  be.synchronize();
+  return m;
+}
+
+// Ablations at batch 1 (timing only; results wrong where something is skipped): see ablate().
+bool g_skip_attn = false, g_skip_moe = false;
+int g_empty_blocks = 0;  // > 0: one empty dependent kernel of this many blocks after each layer's MoE
+
+// Called with each layer's MoE input (the bench's byte count routes it on the host).
+using MoeHook = std::function<void(int layer, const Tensor& x)>;
+
+// One forward; logits of the last row of each sequence (`outs` rows). `host_moe`: Backend::moe's default.
+void forward(Backend& be, Model& m, int rows, const std::vector<int32_t>& outs, bool host_moe,
+             const MoeHook& hook = nullptr) {
+  const int64_t qd = int64_t(kHeads) * kHeadDim, kd = int64_t(kKvHeads) * kHeadDim;
+  auto a = [&](int64_t r, int64_t c) { return be.alloc({r, c}, DType::BF16); };
+  Tensor res = a(rows, kHidden), res2 = a(rows, kHidden), x = a(rows, kHidden), q = a(rows, qd),
+         qkv = a(rows, qd + 2 * kd), attn = a(rows, qd), o = a(rows, kHidden), mlp = a(rows, kHidden);
+  AttentionParams ap{kHeads, kKvHeads, kHeadDim, 1.f / std::sqrt(float(kHeadDim)), 0, 0.f};
+  RopeParams rope;
+  rope.head_dim = rope.rotary_dim = kHeadDim;
+  for (int i = 0; i < kHeadDim / 2; ++i) rope.inv_freq.push_back(std::pow(1e6f, -2.f * i / kHeadDim));
+  // The product's attention half (decoder_layer_forward): the add + norm fused into the qkv projection where
+  // the backend can (then the new residual is in the other buffer), q/k norm + rope + KV write in one op.
+  Tensor* cur = &res;
+  Tensor* alt = &res2;
+  be.embedding(m.embed, 1.f, res);
+  for (int l = 0; l < kLayers; ++l) {
+    Layer& L = m.layers[l];
+    if (l == 0) {
+      be.rms_norm(*cur, L.ln1, 1e-6f, 0.f, x);
+      be.linear(x, L.qkv, qkv);
+    } else if (be.add_rms_norm_linear(*cur, mlp, L.ln1, 1e-6f, 0.f, x, L.qkv, qkv, *alt)) {
+      std::swap(cur, alt);
+    }
+    if (!g_skip_attn) {
+      be.attention_inputs_qkv(qkv, q, &L.q_norm, &L.k_norm, 1e-6f, 0.f, rope, L.kv);
+      be.attention(q, L.kv, ap, attn);
+      be.linear(attn, L.o, o);
+    }
+    be.add_rms_norm(*cur, o, L.ln2, 1e-6f, 0.f, x);
+    if (hook) hook(l, x);
+    if (g_skip_moe) continue;
+    if (host_moe)
+      be.Backend::moe(x, L.moe, mlp);
+    else
+      be.moe(x, L.moe, mlp);
+    if (g_empty_blocks > 0) cuda::empty_step(g_empty_blocks, cuda::stream_of(be));
+  }
+  be.add_rms_norm(*cur, mlp, m.final_norm, 1e-6f, 0.f, x);
+  Tensor logits = be.alloc({int64_t(outs.size()), kVocab}, DType::F32);
+  if (int(outs.size()) == rows) return be.linear(x, m.lm_head, logits);  // decode: no host staging (graphs)
+  Tensor last = a(int64_t(outs.size()), kHidden);
+  be.gather_rows(x, outs, last);
+  be.linear(last, m.lm_head, logits);
+}
+
+// Bytes a decode step reads: per layer the distinct experts the batch routes to (host routing of the
+// real router logits), the router, attention weights and each sequence's KV; plus embedding rows and
+// lm_head. Returns {bytes, mean active experts a layer}.
+std::pair<double, double> step_bytes(Backend& be, Model& m, const BatchMeta& meta, int ctx) {
+  std::vector<int> active(kLayers, 0);
+  MoeHook hook = [&](int l, const Tensor& x) {
+    Tensor lg = be.alloc({x.dim(0), kExperts}, DType::F32);
+    be.linear(x, m.layers[l].moe.router, lg);
+    Tensor host = Tensor::empty({x.dim(0), kExperts}, DType::F32);
+    be.to_host(lg, host);
+    const MoeRoute r = route_topk(host.data<float>(), int(x.dim(0)), kExperts, kTopK, true);
+    active[l] = int(std::set<int32_t>(r.experts.begin(), r.experts.end()).size());
+  };
+  std::vector<int32_t> outs(static_cast<size_t>(meta.rows()));
+  for (int i = 0; i < meta.rows(); ++i) outs[i] = i;
+  be.begin_forward(meta);
+  forward(be, m, meta.rows(), outs, false, hook);
+  be.synchronize();
+  const double expert = linear_bytes(m, 2.0 * kInter, kHidden) + linear_bytes(m, kHidden, kInter);
+  const double attn_w = 2 * linear_bytes(m, double(kHeads) * kHeadDim, kHidden) +
+                        2 * linear_bytes(m, double(kKvHeads) * kHeadDim, kHidden);
+  const double kv = 2.0 * kKvHeads * kHeadDim * 2 * ctx * meta.rows();
+  const double router = linear_bytes(m, kExperts, kHidden, 8);
+  double bytes = linear_bytes(m, kVocab, kHidden) + double(meta.rows()) * kHidden * 2, mean = 0;
+  for (int l = 0; l < kLayers; ++l) {
+    bytes += active[l] * expert + attn_w + kv + router;
+    mean += active[l] / double(kLayers);
+  }
+  return {bytes, mean};
+}
+
+void bench_format(Backend& be, bool mlx, bool quick, double copy_gbs);
+
+// What each part of the b=1 step costs (CUDA graphs; timing only): the step without the attention half
+// (q/k norm + rope + KV, attention, o projection) or without the MoE, with one of the MoE's kernels run
+// twice (each is idempotent: the second run is one more dependent step of that kind, its weights warm in
+// L2), and with an empty dependent kernel after each MoE.
+void ablate(Backend& be, Model& m) {
+  cudaStream_t s = cuda::stream_of(be);
+  const BatchMeta meta = decode_meta(1, 512);
+  auto time = [&] {
+    bool captured = false;
+    be.begin_forward(meta);
+    return time_graph_ms(
+        s, [&] { forward(be, m, 1, {0}, false); }, &captured);
+  };
+  std::printf("b=1 ablations (ms/step, timing only): base %.3f", time());
+  g_skip_attn = true;
+  std::printf(", no attention half %.3f", time());
+  g_skip_attn = false, g_skip_moe = true;
+  std::printf(", no MoE %.3f", time());
+  g_skip_moe = false;
+  const char* names[] = {"router", "route+group", "gate_up", "silu", "down", "combine"};
+  for (int i = 0; i < 6; ++i) {
+    cuda::set_moe_repeat(1u << i);
+    std::printf(", %s twice %.3f", names[i], time());
+  }
+  cuda::set_moe_repeat(0);
+  for (int blocks : {1, 132}) {
+    g_empty_blocks = blocks;
+    std::printf(", +empty step (%d blocks) %.3f", blocks, time());
+  }
+  g_empty_blocks = 0;
+  std::printf("\n");
+}
+
+void bench_format(Backend& be, bool mlx, bool quick, double copy_gbs) {
+  cudaStream_t s = cuda::stream_of(be);
+  const int ctx = 512, prefill = 4096;
+  Model m = make_model(be, int64_t(32) * (ctx / kBlock + 1) + prefill / kBlock + 64, mlx);
+  const char* fmt = mlx ? "MLX 4-bit g64" : "bf16";
+  std::printf("\n%s: %.1f GB of weights\n", fmt, weight_bytes(m) / 1e9);
+  std::printf("| case (%s) | ms/step | tokens/s | GB read | roofline ms | of roofline | experts/layer |\n",
+              fmt);
+  std::printf("|---|---|---|---|---|---|---|\n");
+  std::vector<int> batches = quick ? std::vector<int>{1, 8} : std::vector<int>{1, 8, 32};
+  double b1 = 0;
+  for (int batch : batches) {
+    const BatchMeta meta = decode_meta(batch, ctx);
+    const auto [bytes, experts] = step_bytes(be, m, meta, ctx);
+    std::vector<int32_t> outs(static_cast<size_t>(batch));
+    for (int i = 0; i < batch; ++i) outs[i] = i;
+    bool captured = false;
+    be.begin_forward(meta);  // outside the graph: it stages the metadata through pinned memory
+    const double ms = time_graph_ms(
+        s, [&] { forward(be, m, batch, outs, false); }, &captured);
+    const double floor_ms = bytes / (copy_gbs * 1e9) * 1e3;
+    if (batch == 1) b1 = ms;
+    std::printf("| decode b=%d ctx %d%s | %.3f | %.0f | %.2f | %.3f | %.1f%% | %.1f |\n", batch, ctx,
+                captured ? "" : " (eager)", ms, batch * 1e3 / ms, bytes / 1e9, floor_ms, 100 * floor_ms / ms,
+                experts);
+    cuda::set_moe_route_group(false);  // routing and grouping as two launches (A/B, same bits)
+    const double ms2 = time_graph_ms(
+        s, [&] { forward(be, m, batch, outs, false); }, &captured);
+    cuda::set_moe_route_group(true);
+    std::printf("| decode b=%d ctx %d, routing and grouping as two launches | %.3f | %.0f | | | | |\n", batch,
+                ctx, ms2, batch * 1e3 / ms2);
+    if (batch > cuda::kMoeRoutedMaxRows) {
+      cuda::set_moe_grouped_silu(false);  // the silu_mul kernel after the grouped gate_up (A/B, same bits)
+      const double ms5 = time_graph_ms(
+          s, [&] { forward(be, m, batch, outs, false); }, &captured);
+      cuda::set_moe_grouped_silu(true);
+      std::printf("| decode b=%d ctx %d, without silu_mul in the grouped gate_up | %.3f | %.0f | | | | |\n",
+                  batch, ctx, ms5, batch * 1e3 / ms5);
+    }
+    if (batch <= cuda::kMoeRoutedMaxRows) {
+      cuda::set_moe_routed(false);  // the routing + grouping kernel at decode too (A/B, same bits)
+      const double ms3 = time_graph_ms(
+          s, [&] { forward(be, m, batch, outs, false); }, &captured);
+      cuda::set_moe_routed(true);
+      std::printf("| decode b=%d ctx %d, without routing inside the gate_up GEMM | %.3f | %.0f | | | | |\n",
+                  batch, ctx, ms3, batch * 1e3 / ms3);
+    }
+  }
+  ablate(be, m);
+  {
+    const BatchMeta meta = decode_meta(1, ctx);
+    const double ms = time_ms(
+        s, [&] { be.begin_forward(meta), forward(be, m, 1, {0}, true); }, 1, 3);
+    std::printf("| decode b=1, host-routed per-expert MoE (eager) | %.3f | %.0f | | | | |\n", ms, 1e3 / ms);
+    std::printf("fused vs host-routed at b=1: %.2fx\n", ms / b1);
+  }
+  if (!quick) {
+    const BatchMeta meta = prefill_meta(prefill);
+    const double ms = time_ms(
+        s, [&] { be.begin_forward(meta), forward(be, m, prefill, {prefill - 1}, false); }, 1, 3);
+    const double flops = 2.0 * prefill * kLayers *
+                         (kTopK * 3.0 * kInter * kHidden + 2.0 * kHeads * kHeadDim * kHidden +
+                          2.0 * kKvHeads * kHeadDim * kHidden + double(kExperts) * kHidden);
+    std::printf("| prefill %d (eager) | %.1f | %.0f | | | linear FLOPs %.1f TFLOP/s | |\n", prefill, ms,
+                prefill * 1e3 / ms, flops / (ms * 1e-3) / 1e12);
+  }
+}
+
+}  // namespace
+
+namespace bench {
+
+int run_moe_shape_bench(const MoeShapeOptions& opt) {
+  for (const std::string& f : opt.formats)
+    if (f != "bf16" && f != "mlx4")
+      throw InvalidRequest("the MoE shape (" + std::string(kMoeShapeId) + ") runs bf16 and mlx4, not " + f);
+  std::string why;
+  auto be = make_cuda_backend(opt.device, &why);
+  if (!be) {
+    std::fprintf(stderr, "%s: the shape benchmark needs the CUDA backend: %s\n", opt.program.c_str(),
+                 why.c_str());
+    return 2;
+  }
+  const bool quick = opt.quick;
+  cudaStream_t s = cuda::stream_of(*be);
+  double copy_gbs = 0;
+  {
+    const int64_t n = int64_t(1) << 30;
+    Tensor a = be->alloc({n}, DType::BF16), b = be->alloc({n}, DType::BF16);
+    cuda::fill_uniform(*be, a, 1, -1, 1);
+    const double ms = time_ms(
+        s, [&] { TF_CUDA_CHECK(cudaMemcpyAsync(b.raw(), a.raw(), n * 2, cudaMemcpyDeviceToDevice, s)); }, 3,
+        11);
+    copy_gbs = 2.0 * n * 2 / (ms * 1e-3) / 1e9;
+  }
+  std::printf("%s\ncopy bandwidth %.0f GB/s\n", be->name().c_str(), copy_gbs);
+  for (const char* f : {"bf16", "mlx4"})
+    if (std::find(opt.formats.begin(), opt.formats.end(), f) != opt.formats.end())
+      bench_format(*be, std::strcmp(f, "mlx4") == 0, quick, copy_gbs);
+  return 0;
+}
+
+// One format's rows: decode at batch 1/8/32 (fused), host-routed decode at batch 1, prefill.
+
+}  // namespace bench
+}  // namespace tf

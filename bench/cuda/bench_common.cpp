@@ -1,9 +1,11 @@
 #include "bench_common.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <exception>
 #include <vector>
 
+#include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/cuda_check.h"
 
 namespace tf::bench {
@@ -45,7 +47,8 @@ double time_graph_ms(cudaStream_t s, const std::function<void()>& fn, bool* capt
   cudaGetLastError();
   if (captured) *captured = ok;
   if (!ok) return time_ms(s, fn);
-  const double ms = time_ms(s, [&] { TF_CUDA_CHECK(cudaGraphLaunch(ge, s)); }, 3, 11);
+  const double ms = time_ms(
+      s, [&] { TF_CUDA_CHECK(cudaGraphLaunch(ge, s)); }, 3, 11);
   cudaGraphExecDestroy(ge);
   cudaGraphDestroy(g);
   return ms;
@@ -84,6 +87,26 @@ BatchMeta prefill_meta(int n) {
   }
   m.block_tables.push_back(t);
   return m;
+}
+
+double copy_bandwidth_gbs(Backend& be, int warm, int reps) {
+  cudaStream_t s = cuda::stream_of(be);
+  const int64_t n = int64_t(1) << 30;  // 2 GiB of bf16 each side
+  Tensor a = be.alloc({n}, DType::BF16), b = be.alloc({n}, DType::BF16);
+  cuda::fill_uniform(be, a, 1, -1, 1);
+  const double ms = time_ms(
+      s, [&] { TF_CUDA_CHECK(cudaMemcpyAsync(b.raw(), a.raw(), n * 2, cudaMemcpyDeviceToDevice, s)); }, warm,
+      reps);
+  return 2.0 * n * 2 / (ms * 1e-3) / 1e9;
+}
+
+std::unique_ptr<Backend> shape_bench_backend(int device, const std::string& program) {
+  std::string why;
+  auto be = make_cuda_backend(device, &why);
+  if (!be)
+    std::fprintf(stderr, "%s: the shape benchmark needs the CUDA backend: %s\n", program.c_str(),
+                 why.c_str());
+  return be;
 }
 
 }  // namespace tf::bench

@@ -35,6 +35,7 @@ constexpr int kHeads = 32, kKvHeads = 8, kHeadDim = 128, kBlock = 16, kCtx = 512
 double time_ms(cudaStream_t s, const std::function<void()>& fn) {
   return bench::time_ms(s, fn, 3, 11);
 }
+using bench::copy_bandwidth_gbs;
 using bench::time_graph_ms;
 
 using Fmt = bench::WeightFormat;
@@ -184,16 +185,6 @@ RopeParams qwen_rope() {
   p.head_dim = p.rotary_dim = kHeadDim;
   for (int i = 0; i < kHeadDim / 2; ++i) p.inv_freq.push_back(std::pow(1e6f, -2.f * i / kHeadDim));
   return p;
-}
-
-double copy_bandwidth_gbs(Backend& be) {
-  cudaStream_t s = cuda::stream_of(be);
-  const int64_t n = int64_t(1) << 30;  // 2 GiB of bf16 each side
-  Tensor a = be.alloc({n}, DType::BF16), b = be.alloc({n}, DType::BF16);
-  cuda::fill_uniform(be, a, 1, -1, 1);
-  const double ms = time_ms(
-      s, [&] { TF_CUDA_CHECK(cudaMemcpyAsync(b.raw(), a.raw(), n * 2, cudaMemcpyDeviceToDevice, s)); });
-  return 2.0 * n * 2 / (ms * 1e-3) / 1e9;  // read + write
 }
 
 struct Result {

@@ -343,25 +343,10 @@ int run_moe_shape_bench(const MoeShapeOptions& opt) {
   for (const std::string& f : opt.formats)
     if (f != "bf16" && f != "mlx4")
       throw InvalidRequest("the MoE shape (" + std::string(kMoeShapeId) + ") runs bf16 and mlx4, not " + f);
-  std::string why;
-  auto be = make_cuda_backend(opt.device, &why);
-  if (!be) {
-    std::fprintf(stderr, "%s: the shape benchmark needs the CUDA backend: %s\n", opt.program.c_str(),
-                 why.c_str());
-    return 2;
-  }
+  auto be = shape_bench_backend(opt.device, opt.program);
+  if (!be) return 2;
   const bool quick = opt.quick;
-  cudaStream_t s = cuda::stream_of(*be);
-  double copy_gbs = 0;
-  {
-    const int64_t n = int64_t(1) << 30;
-    Tensor a = be->alloc({n}, DType::BF16), b = be->alloc({n}, DType::BF16);
-    cuda::fill_uniform(*be, a, 1, -1, 1);
-    const double ms = time_ms(
-        s, [&] { TF_CUDA_CHECK(cudaMemcpyAsync(b.raw(), a.raw(), n * 2, cudaMemcpyDeviceToDevice, s)); }, 3,
-        11);
-    copy_gbs = 2.0 * n * 2 / (ms * 1e-3) / 1e9;
-  }
+  const double copy_gbs = copy_bandwidth_gbs(*be, 3, 11);
   std::printf("%s\ncopy bandwidth %.0f GB/s\n", be->name().c_str(), copy_gbs);
   for (const char* f : {"bf16", "mlx4"})
     if (std::find(opt.formats.begin(), opt.formats.end(), f) != opt.formats.end())

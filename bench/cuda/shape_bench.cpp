@@ -58,13 +58,7 @@ struct Ceilings {
 Ceilings measure_ceilings(Backend& be, cublasHandle_t h) {
   cudaStream_t s = cuda::stream_of(be);
   Ceilings c;
-  const int64_t n = int64_t(1) << 30;  // 2 GiB of bf16 each side
-  Tensor a = be.alloc({n}, DType::BF16), b = be.alloc({n}, DType::BF16);
-  cuda::fill_uniform(be, a, 1, -1, 1);
-  double ms = time_ms(
-      s, [&] { TF_CUDA_CHECK(cudaMemcpyAsync(b.raw(), a.raw(), n * 2, cudaMemcpyDeviceToDevice, s)); }, 3,
-      11);
-  c.copy_gbs = 2.0 * n * 2 / (ms * 1e-3) / 1e9;
+  c.copy_gbs = copy_bandwidth_gbs(be, 3, 11);
   const int m = 8192;
   Tensor x = be.alloc({m, m}, DType::BF16), y = be.alloc({m, m}, DType::BF16);
   LinearWeight w;
@@ -72,7 +66,7 @@ Ceilings measure_ceilings(Backend& be, cublasHandle_t h) {
   cuda::fill_uniform(be, x, 2, -1, 1);
   cuda::fill_uniform(be, w.weight, 3, -1, 1);
   const LinearFn gemm = cublas_linear(h);
-  ms = time_ms(
+  const double ms = time_ms(
       s, [&] { gemm(x, w, y); }, 3, 11);
   c.gemm_tflops = 2.0 * m * m * m / (ms * 1e-3) / 1e12;
   return c;
@@ -705,13 +699,8 @@ int run_shape_bench(const ShapeBenchOptions& opt) {
   const bool bf16 = quantized.size() < formats.size();
   if (opt.mode == ShapeBenchMode::Linears && !quantized.empty())
     throw InvalidRequest("the linear table is bf16 only (tf_bench_quant times the quantized linears)");
-  std::string why;
-  auto be = make_cuda_backend(opt.device, &why);
-  if (!be) {
-    std::fprintf(stderr, "%s: the shape benchmark needs the CUDA backend: %s\n", opt.program.c_str(),
-                 why.c_str());
-    return 2;
-  }
+  auto be = shape_bench_backend(opt.device, opt.program);
+  if (!be) return 2;
   Cublas h(*be);
   std::printf("device: %s\n", be->name().c_str());
   const Ceilings c = measure_ceilings(*be, h.get());

@@ -325,7 +325,6 @@ int persistent_smem_bytes(int max_tiles, int experts, int slots) {
 // start one dependent step and ~2 table round trips earlier. A slot's arithmetic does not depend on the tile
 // it is in, so the bits are those of the grouped path.
 enum PersistentMode { kByTiles = 0, kRoute = 1, kByPairs = 2 };
-using Routed = MoeRouting;
 // Shared memory after the x buffers: the tables of persistent_tables_bytes (kByTiles), or for the routed
 // modes the experts' pointers, per pair a tile, an x row, an expert and a weight, plus route_row's scratch
 // (rows * experts floats).
@@ -339,7 +338,7 @@ template <class Rows, int U, int MODE = kByTiles, bool SILU = MODE == kRoute>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     grouped_persistent_kernel(const __nv_bfloat16* x, const int32_t* x_rows, const MoeExperts w,
                               const int4* tiles, int max_tiles, int slots, __nv_bfloat16* y, int n, int k,
-                              Routed r) {
+                              MoeRouting r) {
   static_assert(U % 4 == 0, "fragments are reloaded in groups of 4 chunks");
   static_assert(SILU || MODE != kRoute, "the routed gate_up applies silu_mul");
   using Frag = typename Rows::Frag;
@@ -508,7 +507,7 @@ constexpr int kPersistentMaxSmem = 96 << 10;
 template <class Rows, int MODE = kByTiles, bool SILU = MODE == kRoute>
 void launch_persistent(const void* x, const int32_t* x_rows, const MoeExperts& w, const int4* tiles,
                        int max_tiles, int slots, int smem, void* y, int n, int k, cudaStream_t s,
-                       const Routed& r = {}) {
+                       const MoeRouting& r = {}) {
   auto kernel = grouped_persistent_kernel<Rows, kPersistentU, MODE, SILU>;
   const int n_tiles = SILU ? (n / 2 + 7) / 8 : (n + 15) / 16;
   const int grid = std::min(n_tiles * max_tiles, resident_blocks(reinterpret_cast<const void*>(kernel),

@@ -88,6 +88,7 @@ LinearWeight rand_mlx(Backend& be, int64_t n, int64_t k, int bits, uint64_t seed
   }
   TF_CUDA_CHECK(cudaMemcpyAsync(w.scales.raw(), sb.data(), sb.size() * 4, cudaMemcpyHostToDevice, s));
   TF_CUDA_CHECK(cudaStreamSynchronize(s));  // sb is freed on return
+  if (bits == 4) cuda::prescale_mlx4(w, s);  // as upload_linear stores them
   return w;
 }
 

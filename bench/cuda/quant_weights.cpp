@@ -29,9 +29,11 @@ LinearWeight rand_linear_weight(Backend& be, WeightFormat f, int64_t n, int64_t 
     w.weight = be.alloc({n, k * bits / 32}, DType::U32);
     cuda::fill_random_bytes(w.weight.raw(), w.weight.nbytes(), seed, 0xFF, s);
     // The device layout of bf16 scales and biases (quant_linear.h): one U32 per group, bf16 scale | bf16
-    // bias << 16. Random bytes masked with 0x3F are finite bf16 values in [0, 2): fine for timing.
+    // bias << 16. Random bytes masked with 0x3B are finite bf16 values in [0, 2^-7): fine for timing, and
+    // 4-bit scales small enough to be stored as upload_linear stores them (prescale_mlx4).
     w.scales = be.alloc({n, k / 64}, DType::U32);
-    cuda::fill_random_bytes(w.scales.raw(), w.scales.nbytes(), seed + 1, 0x3F, s);
+    cuda::fill_random_bytes(w.scales.raw(), w.scales.nbytes(), seed + 1, 0x3B, s);
+    if (bits == 4) cuda::prescale_mlx4(w, s);
   }
   return w;
 }

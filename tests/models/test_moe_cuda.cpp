@@ -23,6 +23,7 @@
 #include "ops/backend.h"
 #include "ops/cuda/moe_fused.h"
 #include "ops/cuda/moe_kernels.h"
+#include "ops/cuda/quant_linear.h"
 #include "run_logits.h"
 
 using namespace tf;
@@ -399,6 +400,31 @@ TEST_F(Moe, GroupedGateUpSiluEqualsTheSiluKernel) {
       EXPECT_EQ(0, std::memcmp(together.data(), apart.data(), apart.size() * 4)) << n << " tokens";
     }
     EXPECT_GT(fused, 0) << "no call took the fused silu_mul";
+  }
+}
+
+// 4-bit experts whose scales upload_linear stored times 2^133 (prescale_mlx4) give the bits of the plain
+// scales on every path: routed decode (1, 3 rows), the persistent grouped kernel with silu_mul (9, 40), and
+// the tiles of 32 and 64 tokens (300, 600), for each group size.
+TEST_F(Moe, MlxSubnormalCodesEqualPlainScales) {
+  if (const char* v = std::getenv("TF_MOE_FUSED"); v && std::string(v) == "0")
+    GTEST_SKIP() << "TF_MOE_FUSED=0 turns the fused path off";
+  for (const MlxCase c : kMlxCases) {
+    if (c.bits != 4) continue;
+    SCOPED_TRACE("group " + std::to_string(c.group));
+    cuda::set_mlx_subnormal_codes(false);
+    MoeWeights plain = make_mlx_moe(*gpu, 8, true, 43, c.bits, c.group);
+    cuda::set_mlx_subnormal_codes(true);
+    MoeWeights sub = make_mlx_moe(*gpu, 8, true, 43, c.bits, c.group);
+    ASSERT_FALSE(plain.gate_up[0].subnormal_codes);
+    ASSERT_TRUE(sub.gate_up[0].subnormal_codes && sub.down[kMlxE - 1].subnormal_codes);
+    std::mt19937 rng(44);
+    for (int n : {1, 3, 9, 40, 300, 600}) {
+      const Tensor x = random_bf16({n, kMlxH}, 1.f, rng);
+      const auto a = run(*gpu, plain, x), b = run(*gpu, sub, x);
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << n << " tokens";
+    }
+    EXPECT_TRUE(sub.prepared) << "the fused path did not run";
   }
 }
 

@@ -255,6 +255,53 @@ TEST_F(Gpu, Quant4BitQuadLayoutAtOddSlices) {
   cuda::set_quant_loads_per_step(0);
 }
 
+// MLX 4-bit scales stored times 2^133 (prescale_mlx4, what upload_linear does where every scale allows it)
+// give the same dequantized bf16 weight and the same linear bits at every M as the plain scales, for groups
+// of 32 (qlinear_kernel), 64 and 128 (q4_decode_kernel) and K with a partial quad; with scales at the edges
+// of the range: the largest allowed (exponent field 121, both signs), subnormals and zeros. One scale of
+// 2^-5 (exponent field 122) keeps the plain layout.
+TEST_F(Gpu, Quant4BitSubnormalCodesEqualPlainScales) {
+  const int64_t N = 301, M = 256;
+  for (int64_t K : {int64_t(1152), int64_t(4160)})
+    for (int group : {32, 64, 128}) {
+      if (K % group) continue;
+      SCOPED_TRACE("K " + std::to_string(K) + ", group " + std::to_string(group));
+      LinearWeight w = random_mlx(N, K, 4, group, DType::BF16, uint32_t(K + group));
+      auto* sc = w.scales.data<uint16_t>();
+      const uint16_t edges[] = {0x3CFF, 0xBCFF, 0x3C80, 0x0001, 0x807F, 0x0040, 0x0000, 0x8000};
+      for (size_t i = 0; i < std::size(edges); ++i) sc[(i * 997) % w.scales.numel()] = edges[i];
+      w.bias = Tensor::empty({N}, DType::BF16);
+      for (int64_t i = 0; i < N; ++i) w.bias.data<uint16_t>()[i] = f32_to_bf16(0.01f * float(i % 5) - 0.02f);
+
+      cuda::set_mlx_subnormal_codes(false);
+      const LinearWeight plain = gpu->upload_linear(w);
+      cuda::set_mlx_subnormal_codes(true);
+      const LinearWeight sub = gpu->upload_linear(w);
+      ASSERT_FALSE(plain.subnormal_codes);
+      ASSERT_TRUE(sub.subnormal_codes) << "scales below 2^-5 were not prescaled";
+
+      Tensor dp = Tensor::empty({N, K}, DType::F32), ds = Tensor::empty({N, K}, DType::F32);
+      gpu->to_host(cuda::dequantize_bf16(plain, cuda::stream_of(*gpu)), dp);
+      gpu->to_host(cuda::dequantize_bf16(sub, cuda::stream_of(*gpu)), ds);
+      ASSERT_EQ(0, std::memcmp(dp.raw(), ds.raw(), dp.nbytes())) << "dequantized weights differ";
+
+      Tensor xg = gpu->upload(random_x(M, K, 9).first);
+      auto run = [&](const LinearWeight& lw, int64_t rows) {
+        Tensor y = gpu->alloc({rows, N}, DType::F32), h = Tensor::empty({rows, N}, DType::F32);
+        gpu->linear(xg.slice_rows(0, rows), lw, y);
+        gpu->to_host(y, h);
+        return h;
+      };
+      for (int64_t rows : {1, 2, 7, 16, 25, 64, 100, 256}) {
+        const Tensor a = run(plain, rows), b = run(sub, rows);
+        EXPECT_EQ(0, std::memcmp(a.raw(), b.raw(), a.nbytes())) << rows << " rows";
+      }
+
+      sc[5] = 0x3D00;  // 2^-5: times 2^133 is 2^128, not a finite bf16
+      EXPECT_FALSE(gpu->upload_linear(w).subnormal_codes) << "a scale of 2^-5 was prescaled";
+    }
+}
+
 namespace {
 
 std::vector<float> run_logits(Backend& be, const std::string& dir) {

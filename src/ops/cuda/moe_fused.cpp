@@ -58,6 +58,7 @@ bool fusable_projection(const std::vector<LinearWeight>& ws, int64_t n, int64_t 
     if (w.out_features != n || w.in_features != k) return false;
     if (dense ? !dense_bf16(w) || w.weight.dim(0) != n || w.weight.dim(1) != k
               : !packed_mlx(w) || w.bits != w0.bits || w.group_size != w0.group_size ||
+                    w.subnormal_codes != w0.subnormal_codes ||
                     w.scales.dim(1) != w0.scales.dim(1))
       return false;
   }
@@ -94,6 +95,7 @@ MoeExperts experts_of(const LinearWeight& w0, int experts, const void* const* we
   x.groups = int(w0.scales.dim(1));
   x.chunk_shift = chunk_shift(w0);
   x.quad_chunks = int(w0.in_features / 128 * 4);
+  x.subnormal = w0.subnormal_codes;
   return x;
 }
 

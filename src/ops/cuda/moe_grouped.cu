@@ -94,8 +94,9 @@ struct Bf16Rows {
 };
 
 // MLX affine B-bit rows with bf16 scales in quant_linear's device layout: quant_common.cuh's load_raw and
-// dequant, the very code linear_quantized runs, so a weight value becomes the same bf16.
-template <int B>
+// dequant, the very code linear_quantized runs, so a weight value becomes the same bf16. KIND kMlxBf16Sub:
+// 4-bit experts whose scales prescale_mlx4 stored times 2^133.
+template <int B, int KIND = kMlxBf16>
 struct MlxRows {
   using Frag = Raw;
   static constexpr int kBits = B;
@@ -109,7 +110,7 @@ struct MlxRows {
                   w.groups,
                   w.chunk_shift,
                   w.quad_chunks};
-    a = row_ptr<kMlxBf16, B>(q, na, t), b = row_ptr<kMlxBf16, B>(q, nb, t), sh = w.chunk_shift;
+    a = row_ptr<KIND, B>(q, na, t), b = row_ptr<KIND, B>(q, nb, t), sh = w.chunk_shift;
   }
   // As Bf16Rows::load. 4-bit: a lane's words of a whole quad of chunks (4c .. 4c + 3, below quad_chunks)
   // are 16 contiguous bytes (quant_linear.h's layout): one 16-byte load instead of four; the same words
@@ -126,7 +127,7 @@ struct MlxRows {
 #pragma unroll
       for (int i = 0; i < 4 && u + i < U; ++i)
         if (u + i < count)
-          fa[u + i] = load_raw<kMlxBf16, B>(a, c + i, sh), fb[u + i] = load_raw<kMlxBf16, B>(b, c + i, sh);
+          fa[u + i] = load_raw<KIND, B>(a, c + i, sh), fb[u + i] = load_raw<KIND, B>(b, c + i, sh);
     }
   }
   __device__ __forceinline__ void quad(const RowPtr& r, int c, Frag* f) const {
@@ -139,7 +140,7 @@ struct MlxRows {
     f[3] = Raw{v.w, 0, s3, 0};
   }
   static __device__ __forceinline__ uint4 bf16(const Frag& f) {
-    return dequant<kMlxBf16, B>(f);
+    return dequant<KIND, B>(f);
   }
 };
 
@@ -436,8 +437,25 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     }
     const uint4* xb = xmine + (it & 1) * kBuf;
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    constexpr bool kPipe = Rows::kBits < 16;  // bf16 fragments need no conversion (and spilled this way)
+    if (kPipe && count == U) {
+      // The whole slice in fragments (the gate_up at K = 2048): chunk i + 1 is made bf16 before chunk i's MMAs,
+      // so that ALU work fills the MMA chain's latency, and no branch splits the slice; a group of 4 chunks
+      // is reloaded with the next item's once all 4 are converted. Same values into the same MMAs in order.
+      uint4 av = Rows::bf16(a[0]), bv = Rows::bf16(b[0]);
 #pragma unroll
-    for (int q = 0; q < U; q += 4) {
+      for (int i = 0; i < U; ++i) {
+        uint4 an = av, bn = bv;
+        if (i + 1 < U) an = Rows::bf16(a[i + 1]), bn = Rows::bf16(b[i + 1]);
+        if (i % 4 == 3 && next < items)
+          wn.load(c_begin + i - 3, 4, reinterpret_cast<Frag(&)[4]>(a[i - 3]),
+                  reinterpret_cast<Frag(&)[4]>(b[i - 3]));
+        mma_chunk(acc, av, bv, xb[i * 32]);
+        av = an, bv = bn;
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < U && !(kPipe && count == U); q += 4) {
       if (q >= count) break;
       uint4 av[4], bv[4];
 #pragma unroll
@@ -641,6 +659,9 @@ void moe_grouped_gemm(const void* x, const int32_t* x_rows, const MoeExperts& w,
     case 16:
       return dispatch_tile<Bf16Rows, false>(x, x_rows, w, tiles, max_tiles, tile, slots, y, n, k, s, silu);
     case 4:
+      if (w.subnormal)
+        return dispatch_tile<MlxRows<4, kMlxBf16Sub>, true>(x, x_rows, w, tiles, max_tiles, tile, slots, y, n, k,
+                                                            s, silu);
       return dispatch_tile<MlxRows<4>, true>(x, x_rows, w, tiles, max_tiles, tile, slots, y, n, k, s, silu);
     case 8:
       return dispatch_tile<MlxRows<8>, true>(x, x_rows, w, tiles, max_tiles, tile, slots, y, n, k, s, silu);
@@ -678,8 +699,13 @@ void moe_routed_gemm(const MoeRouting& r, bool route, const void* x, const MoeEx
       return launch_persistent<Bf16Rows, kRoute>(x, nullptr, w, nullptr, pairs, pairs, smem, y, n, k, s, r);
     return launch_persistent<Bf16Rows, kByPairs>(x, nullptr, w, nullptr, pairs, pairs, smem, y, n, k, s, r);
   }
+  using Sub = MlxRows<4, kMlxBf16Sub>;
+  if (route && w.subnormal)
+    return launch_persistent<Sub, kRoute>(x, nullptr, w, nullptr, pairs, pairs, smem, y, n, k, s, r);
   if (route)
     return launch_persistent<MlxRows<4>, kRoute>(x, nullptr, w, nullptr, pairs, pairs, smem, y, n, k, s, r);
+  if (w.subnormal)
+    return launch_persistent<Sub, kByPairs>(x, nullptr, w, nullptr, pairs, pairs, smem, y, n, k, s, r);
   launch_persistent<MlxRows<4>, kByPairs>(x, nullptr, w, nullptr, pairs, pairs, smem, y, n, k, s, r);
 }
 

@@ -51,6 +51,7 @@ struct MoeExperts {
   int64_t row_bytes = 0;
   int groups = 0, chunk_shift = 0, quad_chunks = 0;
   int bits = 16;
+  bool subnormal = false;  // 4-bit: scales stored times 2^133 (quant_linear.h's prescale_mlx4), every expert
 };
 
 // y[slot, N] (bf16) = x[row(slot), K] (bf16) · W_e[N, K]ᵀ for every slot of every tile, e the tile's

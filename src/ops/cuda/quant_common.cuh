@@ -13,7 +13,9 @@
 
 namespace tf::cuda {
 
-enum QuantKind { kMlxBf16 = 0, kMlxF32 = 1, kFp8 = 2 };  // MLX with bf16 scales, MLX with f32 scales, FP8
+// MLX with bf16 scales, MLX with f32 scales, FP8, and MLX 4-bit whose bf16 scales are stored times 2^133
+// (kMlxBf16Sub: prescale_mlx4; the same values, one instruction fewer a bf16 pair, see dequant).
+enum QuantKind { kMlxBf16 = 0, kMlxF32 = 1, kFp8 = 2, kMlxBf16Sub = 3 };
 
 struct QArgs {
   const uint8_t* w;    // packed rows, row_bytes apart
@@ -136,6 +138,15 @@ __device__ __forceinline__ uint4 dequant(const Raw& r) {
     const __nv_bfloat162 magic = bf2_of(0x43004300u);
 #pragma unroll
     for (int j = 0; j < 4; ++j) o[j] = bits_of(__hfma2(__hsub2(bf2_of(o[j]), magic), s2, b2));
+  } else if constexpr (KIND == kMlxBf16Sub) {
+    // q < 16 masked into the mantissa of a bf16 whose exponent bits are 0 is the subnormal q * 2^-133; the
+    // stored scale is scale * 2^133 (exact: prescale_mlx4 takes only scales where it is finite), so the fma's
+    // exact product is scale * q and the result scale*q + bias rounded once: kMlxBf16's bits, without its
+    // subtraction of the magic number (the fma takes subnormal bf16 operands as they are: no ftz for bf16).
+    static_assert(B == 4, "subnormal codes: MLX 4-bit only");
+    const __nv_bfloat162 s2 = bf2_of(__byte_perm(r.s, 0, 0x1010)), b2 = bf2_of(__byte_perm(r.s, 0, 0x3232));
+#pragma unroll
+    for (int j = 0; j < 4; ++j) o[j] = bits_of(__hfma2(bf2_of((r.v0 >> (4 * j)) & 0x000F000Fu), s2, b2));
   } else {  // MLX 8-bit, or f32 scales: scale*q + bias in f32 (one fma), rounded to bf16
     const float s = KIND == kMlxBf16 ? __uint_as_float(r.s << 16) : __uint_as_float(r.s);
     const float b = KIND == kMlxBf16 ? __uint_as_float(r.s & 0xFFFF0000u) : __uint_as_float(r.b);

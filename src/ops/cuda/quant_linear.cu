@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 // no longer spills (it had 80 bytes of stack at its 128-register cap) and waits on no x round trips (ncu, run
 // 77: long-scoreboard stalls, DRAM 30% busy). The 4-bit 8B forward at b=1: 3.60 -> 2.43 ms (run 78). Same x
 // values, same arithmetic.
-template <int NT, int D, bool XS = false>
+template <int KIND, int NT, int D, bool XS = false>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     q4_decode_kernel(const __nv_bfloat16* x, QArgs q, const void* __restrict__ bias, int bias_kind,
                      void* __restrict__ y, bool y_f32, int m, int n, int k, int m_tiles) {
@@ -246,8 +246,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
       for (int j = 0; j < NT; ++j) mma_chunk(acc[j], a, b, xv[j]);
     };
     auto single = [&](int c) {
-      step(dequant<kMlxBf16, 4>(load_raw<kMlxBf16, 4>(row_ptr<kMlxBf16, 4>(q, pa, t), c, sh)),
-           dequant<kMlxBf16, 4>(load_raw<kMlxBf16, 4>(row_ptr<kMlxBf16, 4>(q, pb, t), c, sh)), c);
+      step(dequant<KIND, 4>(load_raw<KIND, 4>(row_ptr<KIND, 4>(q, pa, t), c, sh)),
+           dequant<KIND, 4>(load_raw<KIND, 4>(row_ptr<KIND, 4>(q, pb, t), c, sh)), c);
     };
     const int next = tile + gridDim.x;
     const int na = next < tiles ? row_a(next) : pa, nb = next < tiles ? row_b(next) : pb;
@@ -273,54 +273,92 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
         step(a, b, c);
       }
     };
-    for (int qd = qb; qd < qe; qd += D) {
+    // Chunk e (0..3) of ring slot i dequantized: rows pa (a) and pb (b).
+    auto deq = [&](int i, int e, uint4& a, uint4& b) {
+      const uint32_t va = e == 0 ? wa[i].x : e == 1 ? wa[i].y : e == 2 ? wa[i].z : wa[i].w;
+      const uint32_t vb = e == 0 ? wb[i].x : e == 1 ? wb[i].y : e == 2 ? wb[i].z : wb[i].w;
+      a = dequant<KIND, 4>(Raw{va, 0, sa[i][e >> 1], 0});
+      b = dequant<KIND, 4>(Raw{vb, 0, sb[i][e >> 1], 0});
+    };
+    // Slot i, holding quad qd + i, is consumed: it takes the quad D further on, this tile's or the next's.
+    const Rows there = chained ? rows(na, nb) : here;
+    auto reload = [&](int i, int qd) {
+      const int r = qd + i + D;
+      if (r < qe)
+        load(i, here, r);
+      else if (chained)
+        load(i, there, r - qe + qb);
+    };
+    // The MMAs of chunk e of quad qd + i (x: shared memory (XS), a quad ahead in registers (kXAhead), the
+    // quad's loaded first (kXQuad), or next to each chunk's MMAs).
+    uint4 xv4[4][NT];
+    auto mma_e = [&](int qd, int i, int e, const uint4& a, const uint4& b) {
+      const int c = 4 * (qd + i) + e;
+      if constexpr (kXQuad) {
+#pragma unroll
+        for (int j = 0; j < NT; ++j) mma_chunk(acc[j], a, b, xv4[e][j]);
+      } else {
+        step_x(a, b, c, e);
+      }
+    };
+    auto slot_x = [&](int qd, int i) {  // before a slot's first MMA
+      if constexpr (kXAhead)
+        if (qd + i + 1 < qe) load_xq(qd + i + 1, xn);
+      if constexpr (kXQuad) {
+        // NT = 2: the quad's x (4 chunks x 2 token rows) is loaded before its first MMA, not chunk by chunk
+        // right before each chunk's MMAs (one dependent L2 round trip a chunk). Same values, same MMAs in
+        // the same order.
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+#pragma unroll
+          for (int j = 0; j < NT; ++j) xv4[e][j] = ld_act16(xr[j] + (4 * (qd + i) + e) * 32);
+      }
+    };
+    auto slot_done = [&] {
+      if constexpr (kXAhead) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) xq[e] = xn[e];
+      }
+    };
+    int qd = qb;
+    // Whole rings (up to 16 tokens): chunk e + 1 (or the next slot's chunk 0) is dequantized before chunk e's
+    // MMAs, so its ALU work fills the MMA chain's latency, and no branch splits the ring (the scheduler sees
+    // all of it). The same chunks, dequantized to the same values, into the same MMAs in the same order.
+    // Run 173, same run: the 8B linears of a decode step at M = 1 1.884 -> 1.849 ms, M = 8 2.286 -> 2.204;
+    // at 32-row tiles (NT = 4) the decode step lost 2.5% (b = 32 5.74 -> 5.89 ms): slot by slot there.
+    for (; NT <= 2 && qd + D <= qe; qd += D) {
+      uint4 a, b;
+      deq(0, 0, a, b);
+#pragma unroll
+      for (int i = 0; i < D; ++i) {
+        slot_x(qd, i);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          uint4 an = a, bn = b;
+          if (e < 3)
+            deq(i, e + 1, an, bn);
+          else if (i + 1 < D)
+            deq(i + 1, 0, an, bn);
+          if (e == 3) reload(i, qd);  // chunk 3 was dequantized at e = 2
+          mma_e(qd, i, e, a, b);
+          a = an, b = bn;
+        }
+        slot_done();
+      }
+    }
+    // A last, partial ring (slices whose quads are not a multiple of D), or NT = 4: slot by slot.
+    for (; qd < qe; qd += D) {
 #pragma unroll
       for (int i = 0; i < D; ++i) {
         if (qd + i >= qe) break;
-        if constexpr (kXAhead)
-          if (qd + i + 1 < qe) load_xq(qd + i + 1, xn);
-        // Dequantize the slot first, then reload it (no register copies of the raw words).
-        const uint4 a0 = dequant<kMlxBf16, 4>(Raw{wa[i].x, 0, sa[i][0], 0});
-        const uint4 b0 = dequant<kMlxBf16, 4>(Raw{wb[i].x, 0, sb[i][0], 0});
-        const uint4 a1 = dequant<kMlxBf16, 4>(Raw{wa[i].y, 0, sa[i][0], 0});
-        const uint4 b1 = dequant<kMlxBf16, 4>(Raw{wb[i].y, 0, sb[i][0], 0});
-        const uint4 a2 = dequant<kMlxBf16, 4>(Raw{wa[i].z, 0, sa[i][1], 0});
-        const uint4 b2 = dequant<kMlxBf16, 4>(Raw{wb[i].z, 0, sb[i][1], 0});
-        const uint4 a3 = dequant<kMlxBf16, 4>(Raw{wa[i].w, 0, sa[i][1], 0});
-        const uint4 b3 = dequant<kMlxBf16, 4>(Raw{wb[i].w, 0, sb[i][1], 0});
-        const int r = qd + i + D;  // the quad this slot holds next: this tile's, or the next tile's
-        if (r < qe)
-          load(i, here, r);
-        else if (chained)
-          load(i, rows(na, nb), r - qe + qb);
-        const int c = 4 * (qd + i);
-        if constexpr (kXQuad) {
-          // NT = 2: the quad's x (4 chunks x 2 token rows) is loaded before its first MMA, not chunk by
-          // chunk right before each chunk's MMAs (one dependent L2 round trip a chunk; x loads and MMAs are
-          // volatile asm, issued in program order). Same values, same MMAs in the same order.
-          uint4 xv[4][NT];
+        slot_x(qd, i);
+        uint4 a[4], b[4];
 #pragma unroll
-          for (int e = 0; e < 4; ++e)
+        for (int e = 0; e < 4; ++e) deq(i, e, a[e], b[e]);
+        reload(i, qd);
 #pragma unroll
-            for (int j = 0; j < NT; ++j) xv[e][j] = ld_act16(xr[j] + (c + e) * 32);
-#pragma unroll
-          for (int j = 0; j < NT; ++j) mma_chunk(acc[j], a0, b0, xv[0][j]);
-#pragma unroll
-          for (int j = 0; j < NT; ++j) mma_chunk(acc[j], a1, b1, xv[1][j]);
-#pragma unroll
-          for (int j = 0; j < NT; ++j) mma_chunk(acc[j], a2, b2, xv[2][j]);
-#pragma unroll
-          for (int j = 0; j < NT; ++j) mma_chunk(acc[j], a3, b3, xv[3][j]);
-        } else {
-          step_x(a0, b0, c, 0);
-          step_x(a1, b1, c + 1, 1);
-          step_x(a2, b2, c + 2, 2);
-          step_x(a3, b3, c + 3, 3);
-        }
-        if constexpr (kXAhead) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) xq[e] = xn[e];
-        }
+        for (int e = 0; e < 4; ++e) mma_e(qd, i, e, a[e], b[e]);
+        slot_done();
       }
     }
     for (int c = tail_begin; c < c_end; ++c) single(c);
@@ -369,19 +407,41 @@ __global__ void random_bytes_kernel(uint8_t* p, size_t bytes, uint64_t seed, uin
   for (size_t j = 0; j < 8 && i + j < bytes; ++j) p[i + j] = uint8_t(z >> (8 * j)) & mask;
 }
 
+// prescale_mlx4: a scale word whose bf16 scale times 2^133 is not a finite bf16 (exponent field above 121:
+// |scale| >= 2^-5, inf, NaN) sets *bad.
+__global__ void subnormal_check_kernel(const uint32_t* __restrict__ s, int64_t n, int* bad) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n && ((s[i] >> 7) & 0xFFu) > 121u) *bad = 1;
+}
+
+// Each word's bf16 scale (low half) times 2^133, exactly: a normal scale's exponent field + 133 (<= 254), a
+// subnormal m * 2^-133 (or zero) becomes the integer m, same sign. The bias (high half) is kept.
+__global__ void subnormal_scale_kernel(uint32_t* s, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const uint32_t w = s[i], lo = w & 0xFFFFu, e = (lo >> 7) & 0xFFu;
+  const uint32_t out = e ? lo + (133u << 7) : (lo & 0x8000u) | (__float_as_uint(float(lo & 0x7Fu)) >> 16);
+  s[i] = (w & 0xFFFF0000u) | out;
+}
+
 // Fills resident_blocks' cache for the 4-bit decode kernels at upload (not during a graph capture).
 void prime_q4_grids() {
-  for (const void* k : {reinterpret_cast<const void*>(q4_decode_kernel<1, 1>),
-                        reinterpret_cast<const void*>(q4_decode_kernel<1, 2>),
-                        reinterpret_cast<const void*>(q4_decode_kernel<1, 4>),
-                        reinterpret_cast<const void*>(q4_decode_kernel<2, 1>),
-                        reinterpret_cast<const void*>(q4_decode_kernel<2, 2>),
-                        reinterpret_cast<const void*>(q4_decode_kernel<2, 4>),
-                        reinterpret_cast<const void*>(q4_decode_kernel<4, 1>),
-                        reinterpret_cast<const void*>(q4_decode_kernel<4, 2>),
-                        reinterpret_cast<const void*>(q4_decode_kernel<4, 4>)})
-    resident_blocks(k, kWarps * 32);
-  resident_blocks(reinterpret_cast<const void*>(q4_decode_kernel<1, 4, true>), kWarps * 32, kXsMaxBytes);
+  auto prime = [](auto kd) {
+    constexpr int K = decltype(kd)::value;
+    for (const void* k : {reinterpret_cast<const void*>(q4_decode_kernel<K, 1, 1>),
+                          reinterpret_cast<const void*>(q4_decode_kernel<K, 1, 2>),
+                          reinterpret_cast<const void*>(q4_decode_kernel<K, 1, 4>),
+                          reinterpret_cast<const void*>(q4_decode_kernel<K, 2, 1>),
+                          reinterpret_cast<const void*>(q4_decode_kernel<K, 2, 2>),
+                          reinterpret_cast<const void*>(q4_decode_kernel<K, 2, 4>),
+                          reinterpret_cast<const void*>(q4_decode_kernel<K, 4, 1>),
+                          reinterpret_cast<const void*>(q4_decode_kernel<K, 4, 2>),
+                          reinterpret_cast<const void*>(q4_decode_kernel<K, 4, 4>)})
+      resident_blocks(k, kWarps * 32);
+    resident_blocks(reinterpret_cast<const void*>(q4_decode_kernel<K, 1, 4, true>), kWarps * 32, kXsMaxBytes);
+  };
+  prime(std::integral_constant<int, kMlxBf16>{});
+  prime(std::integral_constant<int, kMlxBf16Sub>{});
 }
 
 // log2(group / 32); 30 when there is one group per row (any group size); -1 when unsupported.
@@ -394,6 +454,7 @@ int chunk_shift(const LinearWeight& w) {
 
 int kind_of(const LinearWeight& w) {
   if (w.format == LinearWeight::Format::Fp8Block) return kFp8;
+  if (w.subnormal_codes) return kMlxBf16Sub;
   return w.scales.dtype() == DType::U32 ? kMlxBf16 : kMlxF32;
 }
 
@@ -435,6 +496,10 @@ void dispatch(const LinearWeight& w, F&& f) {
     }
   };
   if (kind == kFp8) return f(integral_constant<int, kFp8>{}, integral_constant<int, 8>{});
+  if (kind == kMlxBf16Sub) {
+    TF_CHECK(w.bits == 4, "quantized linear: subnormal codes are 4-bit only");
+    return f(integral_constant<int, kMlxBf16Sub>{}, integral_constant<int, 4>{});
+  }
   if (kind == kMlxBf16) return widths(integral_constant<int, kMlxBf16>{});
   return widths(integral_constant<int, kMlxF32>{});
 }
@@ -482,6 +547,35 @@ Tensor interleave_bf16(const Tensor& scales, const Tensor& biases) {
 
 }  // namespace
 
+// TF_MLX_SUBNORMAL=0 (read once; set_mlx_subnormal_codes): uploads keep the plain scales (A/B, tests).
+static bool g_subnormal_codes = env_switch("TF_MLX_SUBNORMAL", true);
+
+bool prescale_mlx4(LinearWeight& w, cudaStream_t s) {
+  if (!g_subnormal_codes || w.subnormal_codes || w.format != LinearWeight::Format::MlxAffine || w.bits != 4 ||
+      !w.scales.defined() || w.scales.dtype() != DType::U32 || w.scales.device() != Device::CUDA)
+    return false;
+  const int64_t n = w.scales.numel();
+  if (n == 0) return false;
+  const unsigned grid = unsigned((n + 255) / 256);
+  Tensor bad = Tensor::empty({1}, DType::I32, Device::CUDA);
+  TF_CUDA_CHECK(cudaMemsetAsync(bad.raw(), 0, sizeof(int), s));
+  subnormal_check_kernel<<<grid, 256, 0, s>>>(static_cast<const uint32_t*>(w.scales.raw()), n,
+                                               static_cast<int*>(bad.raw()));
+  TF_CUDA_CHECK(cudaGetLastError());
+  int h = 0;
+  TF_CUDA_CHECK(cudaMemcpyAsync(&h, bad.raw(), sizeof(int), cudaMemcpyDeviceToHost, s));
+  TF_CUDA_CHECK(cudaStreamSynchronize(s));
+  if (h) return false;
+  subnormal_scale_kernel<<<grid, 256, 0, s>>>(static_cast<uint32_t*>(w.scales.raw()), n);
+  TF_CUDA_CHECK(cudaGetLastError());
+  w.subnormal_codes = true;
+  return true;
+}
+
+void set_mlx_subnormal_codes(bool on) {
+  g_subnormal_codes = on;
+}
+
 bool upload_quantized_linear(const LinearWeight& host, LinearWeight& dev, cudaStream_t s) {
   const bool mlx = host.format == LinearWeight::Format::MlxAffine;
   if (!mlx && host.format != LinearWeight::Format::Fp8Block) return false;
@@ -501,6 +595,8 @@ bool upload_quantized_linear(const LinearWeight& host, LinearWeight& dev, cudaSt
   if (mlx && host.scales.dtype() == DType::BF16) {
     dev.scales = to_device(interleave_bf16(host.scales, host.biases), s);
     dev.biases = Tensor();
+    dev.subnormal_codes = false;
+    if (host.bits == 4) prescale_mlx4(dev, s);
   } else {
     dev.scales = to_device_f32(host.scales, s);
     dev.biases = mlx ? to_device_f32(host.biases, s) : Tensor();
@@ -546,8 +642,8 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
     constexpr int KIND = decltype(kd)::value, B = decltype(bd)::value;
     // q4_decode_kernel takes the call (up to 32-row token tiles): MLX 4-bit with bf16 scales, groups of 64
     // or more (quad loads), word offsets below 2^32 (persistent grid).
-    const bool q4 =
-        KIND == kMlxBf16 && B == 4 && q.chunk_shift >= 1 && n * q.row_bytes / 4 < (int64_t(1) << 32);
+    constexpr bool kQ4 = (KIND == kMlxBf16 || KIND == kMlxBf16Sub) && B == 4;
+    const bool q4 = kQ4 && q.chunk_shift >= 1 && n * q.row_bytes / 4 < (int64_t(1) << 32);
     auto go = [&](auto nt) {
       constexpr int NT = decltype(nt)::value;
       const int m_tiles = (m + NT * 8 - 1) / (NT * 8), n_tiles = int((n + 15) / 16);
@@ -559,16 +655,16 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
         if (ahead >= 8) kernel = qlinear_kernel<KIND, B, NT, 8>;
       int grid = n_tiles * m_tiles;
       size_t smem = 0;  // dynamic shared memory: q4_decode_kernel's x (XS)
-      if constexpr (KIND == kMlxBf16 && B == 4 && NT <= 4)
+      if constexpr (kQ4 && NT <= 4)
         if (q4) {
           // Auto: 16 chunks ahead at M <= 8, 8 at M <= 16 (16 spills there: 128 registers, 2 blocks/SM)
           const int quads = g_loads_per_step ? g_loads_per_step / 4 : NT == 1 ? 4 : NT == 2 ? 2 : 1;
-          kernel = quads == 1   ? q4_decode_kernel<NT, 1>
-                   : quads == 2 ? q4_decode_kernel<NT, 2>
-                                : q4_decode_kernel<NT, 4>;
+          kernel = quads == 1   ? q4_decode_kernel<KIND, NT, 1>
+                   : quads == 2 ? q4_decode_kernel<KIND, NT, 2>
+                                : q4_decode_kernel<KIND, NT, 4>;
           if constexpr (NT == 1)
             if (quads == 4 && g_x_smem && xs_bytes(m, k) <= kXsMaxBytes) {
-              kernel = q4_decode_kernel<1, 4, true>;
+              kernel = q4_decode_kernel<KIND, 1, 4, true>;
               smem = size_t(xs_bytes(m, k));
             }
           grid = std::min(grid, resident_blocks(reinterpret_cast<const void*>(kernel), kWarps * 32,

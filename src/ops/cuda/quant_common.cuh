@@ -134,7 +134,9 @@ __device__ __forceinline__ uint4 dequant(const Raw& r) {
         o[j] = lo | (hi << 16) | 0x43004300u;
       }
     }
-    const __nv_bfloat162 s2 = bf2_of(__byte_perm(r.s, 0, 0x1010)), b2 = bf2_of(__byte_perm(r.s, 0, 0x3232));
+    // (scale, scale) and (bias, bias) as halves of the one word: ptxas reads them as the fma's .H0_H0 and
+    // .H1_H1 operand selectors (no PRMT; the same operands).
+    const __nv_bfloat162 sb = bf2_of(r.s), s2 = __low2bfloat162(sb), b2 = __high2bfloat162(sb);
     const __nv_bfloat162 magic = bf2_of(0x43004300u);
 #pragma unroll
     for (int j = 0; j < 4; ++j) o[j] = bits_of(__hfma2(__hsub2(bf2_of(o[j]), magic), s2, b2));
@@ -144,7 +146,7 @@ __device__ __forceinline__ uint4 dequant(const Raw& r) {
     // exact product is scale * q and the result scale*q + bias rounded once: kMlxBf16's bits, without its
     // subtraction of the magic number (the fma takes subnormal bf16 operands as they are: no ftz for bf16).
     static_assert(B == 4, "subnormal codes: MLX 4-bit only");
-    const __nv_bfloat162 s2 = bf2_of(__byte_perm(r.s, 0, 0x1010)), b2 = bf2_of(__byte_perm(r.s, 0, 0x3232));
+    const __nv_bfloat162 sb = bf2_of(r.s), s2 = __low2bfloat162(sb), b2 = __high2bfloat162(sb);
 #pragma unroll
     for (int j = 0; j < 4; ++j) o[j] = bits_of(__hfma2(bf2_of((r.v0 >> (4 * j)) & 0x000F000Fu), s2, b2));
   } else {  // MLX 8-bit, or f32 scales: scale*q + bias in f32 (one fma), rounded to bf16

@@ -87,7 +87,7 @@ LinearWeight rand_mlx(Backend& be, int64_t n, int64_t k, int bits, uint64_t seed
     v = uint32_t(f32_to_bf16(sc)) | uint32_t(f32_to_bf16(-sc * float(1 << (bits - 1)))) << 16;
   }
   TF_CUDA_CHECK(cudaMemcpyAsync(w.scales.raw(), sb.data(), sb.size() * 4, cudaMemcpyHostToDevice, s));
-  TF_CUDA_CHECK(cudaStreamSynchronize(s));  // sb is freed on return
+  TF_CUDA_CHECK(cudaStreamSynchronize(s));   // sb is freed on return
   if (bits == 4) cuda::prescale_mlx4(w, s);  // as upload_linear stores them
   return w;
 }

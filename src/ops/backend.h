@@ -22,7 +22,8 @@ struct LinearWeight {
   Tensor weight;
   Tensor scales, biases;  // quantized formats only
   int bits = 0, group_size = 0;
-  // CUDA device layout of MLX 4-bit with bf16 scales: the scales are stored times 2^133 (cuda/quant_linear.h).
+  // CUDA device layout of MLX 4-bit with bf16 scales: the scales are stored times 2^133
+  // (cuda/quant_linear.h).
   bool subnormal_codes = false;
   Tensor bias;  // optional [out]
   int64_t in_features = 0, out_features = 0;

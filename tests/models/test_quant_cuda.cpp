@@ -96,6 +96,14 @@ std::pair<Tensor, Tensor> random_x(int64_t m, int64_t k, uint32_t seed) {
   return {b, f};
 }
 
+// linear(the first `rows` rows of xg, w) on the GPU, as f32 on the host ([rows, n]).
+Tensor linear_rows(Backend& gpu, const Tensor& xg, const LinearWeight& w, int64_t rows, int64_t n) {
+  Tensor y = gpu.alloc({rows, n}, DType::F32), h = Tensor::empty({rows, n}, DType::F32);
+  gpu.linear(xg.slice_rows(0, rows), w, y);
+  gpu.to_host(y, h);
+  return h;
+}
+
 }  // namespace
 
 namespace {
@@ -237,12 +245,7 @@ TEST_F(Gpu, Quant4BitQuadLayoutAtOddSlices) {
 
   const int64_t M = 48;
   Tensor xg = gpu->upload(random_x(M, K, 5).first);
-  auto run = [&](const LinearWeight& lw, int64_t rows) {
-    Tensor y = gpu->alloc({rows, N}, DType::F32), h = Tensor::empty({rows, N}, DType::F32);
-    gpu->linear(xg.slice_rows(0, rows), lw, y);
-    gpu->to_host(y, h);
-    return h;
-  };
+  auto run = [&](const LinearWeight& lw, int64_t rows) { return linear_rows(*gpu, xg, lw, rows, N); };
   const Tensor full = run(wg, M), ref = run(dense, M);
   ASSERT_EQ(std::memcmp(full.raw(), ref.raw(), full.nbytes()), 0) << "differs from the bf16 linear";
   for (int ahead : {0, 4, 8, 16}) {
@@ -286,14 +289,8 @@ TEST_F(Gpu, Quant4BitSubnormalCodesEqualPlainScales) {
       ASSERT_EQ(0, std::memcmp(dp.raw(), ds.raw(), dp.nbytes())) << "dequantized weights differ";
 
       Tensor xg = gpu->upload(random_x(M, K, 9).first);
-      auto run = [&](const LinearWeight& lw, int64_t rows) {
-        Tensor y = gpu->alloc({rows, N}, DType::F32), h = Tensor::empty({rows, N}, DType::F32);
-        gpu->linear(xg.slice_rows(0, rows), lw, y);
-        gpu->to_host(y, h);
-        return h;
-      };
       for (int64_t rows : {1, 2, 7, 16, 25, 64, 100, 256}) {
-        const Tensor a = run(plain, rows), b = run(sub, rows);
+        const Tensor a = linear_rows(*gpu, xg, plain, rows, N), b = linear_rows(*gpu, xg, sub, rows, N);
         EXPECT_EQ(0, std::memcmp(a.raw(), b.raw(), a.nbytes())) << rows << " rows";
       }
 

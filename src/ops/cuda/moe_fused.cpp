@@ -58,8 +58,7 @@ bool fusable_projection(const std::vector<LinearWeight>& ws, int64_t n, int64_t 
     if (w.out_features != n || w.in_features != k) return false;
     if (dense ? !dense_bf16(w) || w.weight.dim(0) != n || w.weight.dim(1) != k
               : !packed_mlx(w) || w.bits != w0.bits || w.group_size != w0.group_size ||
-                    w.subnormal_codes != w0.subnormal_codes ||
-                    w.scales.dim(1) != w0.scales.dim(1))
+                    w.subnormal_codes != w0.subnormal_codes || w.scales.dim(1) != w0.scales.dim(1))
       return false;
   }
   return true;

@@ -439,9 +439,10 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     constexpr bool kPipe = Rows::kBits < 16;  // bf16 fragments need no conversion (and spilled this way)
     if (kPipe && count == U) {
-      // The whole slice in fragments (the gate_up at K = 2048): chunk i + 1 is made bf16 before chunk i's MMAs,
-      // so that ALU work fills the MMA chain's latency, and no branch splits the slice; a group of 4 chunks
-      // is reloaded with the next item's once all 4 are converted. Same values into the same MMAs in order.
+      // The whole slice in fragments (the gate_up at K = 2048): chunk i + 1 is made bf16 before chunk i's
+      // MMAs, so that ALU work fills the MMA chain's latency, and no branch splits the slice; a group of 4
+      // chunks is reloaded with the next item's once all 4 are converted. Same values into the same MMAs in
+      // order.
       uint4 av = Rows::bf16(a[0]), bv = Rows::bf16(b[0]);
 #pragma unroll
       for (int i = 0; i < U; ++i) {
@@ -660,8 +661,8 @@ void moe_grouped_gemm(const void* x, const int32_t* x_rows, const MoeExperts& w,
       return dispatch_tile<Bf16Rows, false>(x, x_rows, w, tiles, max_tiles, tile, slots, y, n, k, s, silu);
     case 4:
       if (w.subnormal)
-        return dispatch_tile<MlxRows<4, kMlxBf16Sub>, true>(x, x_rows, w, tiles, max_tiles, tile, slots, y, n, k,
-                                                            s, silu);
+        return dispatch_tile<MlxRows<4, kMlxBf16Sub>, true>(x, x_rows, w, tiles, max_tiles, tile, slots, y, n,
+                                                            k, s, silu);
       return dispatch_tile<MlxRows<4>, true>(x, x_rows, w, tiles, max_tiles, tile, slots, y, n, k, s, silu);
     case 8:
       return dispatch_tile<MlxRows<8>, true>(x, x_rows, w, tiles, max_tiles, tile, slots, y, n, k, s, silu);

@@ -560,7 +560,7 @@ bool prescale_mlx4(LinearWeight& w, cudaStream_t s) {
   Tensor bad = Tensor::empty({1}, DType::I32, Device::CUDA);
   TF_CUDA_CHECK(cudaMemsetAsync(bad.raw(), 0, sizeof(int), s));
   subnormal_check_kernel<<<grid, 256, 0, s>>>(static_cast<const uint32_t*>(w.scales.raw()), n,
-                                               static_cast<int*>(bad.raw()));
+                                              static_cast<int*>(bad.raw()));
   TF_CUDA_CHECK(cudaGetLastError());
   int h = 0;
   TF_CUDA_CHECK(cudaMemcpyAsync(&h, bad.raw(), sizeof(int), cudaMemcpyDeviceToHost, s));

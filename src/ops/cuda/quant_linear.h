@@ -30,11 +30,11 @@ namespace tf::cuda {
 // shape has no kernel here (the caller then falls back to dense bf16).
 bool upload_quantized_linear(const LinearWeight& host, LinearWeight& dev, cudaStream_t s);
 // MLX 4-bit with bf16 scales in the layout above: stores every scale times 2^133 and sets w.subnormal_codes
-// when all of them stay finite bf16 (|scale| < 2^-5; upload_quantized_linear does it). A code q in the mantissa
-// of a bf16 with zero exponent bits is then the subnormal q * 2^-133, and one bf16 fma with the stored scale
-// gives scale*q + bias rounded once: the same bf16 weight, one instruction a pair fewer than 128 + q minus
-// 128 (quant_common.cuh). Returns whether it did; false (nothing changed) for other formats, scales out of
-// range, or set_mlx_subnormal_codes(false) / TF_MLX_SUBNORMAL=0.
+// when all of them stay finite bf16 (|scale| < 2^-5; upload_quantized_linear does it). A code q in the
+// mantissa of a bf16 with zero exponent bits is then the subnormal q * 2^-133, and one bf16 fma with the
+// stored scale gives scale*q + bias rounded once: the same bf16 weight, with one instruction a pair fewer
+// than the magic-number form (quant_common.cuh). Returns whether it did; false (nothing changed) for other
+// formats, scales out of range, or set_mlx_subnormal_codes(false) / TF_MLX_SUBNORMAL=0.
 bool prescale_mlx4(LinearWeight& w, cudaStream_t s);
 void set_mlx_subnormal_codes(bool on);
 // y[M,N] (bf16 or f32) = x[M,K] (bf16) · Wᵀ + bias for a weight from upload_quantized_linear.

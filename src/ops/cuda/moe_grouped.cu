@@ -454,20 +454,21 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
         mma_chunk(acc, av, bv, xb[i * 32]);
         av = an, bv = bn;
       }
-    }
+    } else {
 #pragma unroll
-    for (int q = 0; q < U && !(kPipe && count == U); q += 4) {
-      if (q >= count) break;
-      uint4 av[4], bv[4];
+      for (int q = 0; q < U; q += 4) {
+        if (q >= count) break;
+        uint4 av[4], bv[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-        if (q + i < count) av[i] = Rows::bf16(a[q + i]), bv[i] = Rows::bf16(b[q + i]);
-      if (next < items)
-        wn.load(c_begin + q, min(4, count - q), reinterpret_cast<Frag(&)[4]>(a[q]),
-                reinterpret_cast<Frag(&)[4]>(b[q]));
+        for (int i = 0; i < 4; ++i)
+          if (q + i < count) av[i] = Rows::bf16(a[q + i]), bv[i] = Rows::bf16(b[q + i]);
+        if (next < items)
+          wn.load(c_begin + q, min(4, count - q), reinterpret_cast<Frag(&)[4]>(a[q]),
+                  reinterpret_cast<Frag(&)[4]>(b[q]));
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-        if (q + i < count) mma_chunk(acc, av[i], bv[i], xb[(q + i) * 32]);
+        for (int i = 0; i < 4; ++i)
+          if (q + i < count) mma_chunk(acc, av[i], bv[i], xb[(q + i) * 32]);
+      }
     }
     put_slice<1>(red[it & 1], warp, 0, g, t, acc);
     __syncthreads();  // the other buffer is rewritten only after the next item's barrier: all stores done
@@ -688,6 +689,12 @@ bool moe_routed_ok(const MoeExperts& gate_up, const MoeExperts& down, int rows, 
          fits(gate_up, hidden) && fits(down, inter);
 }
 
+// A Rows type as a value (the CUDA code is C++17: no std::type_identity).
+template <class T>
+struct RowsTag {
+  using type = T;
+};
+
 void moe_routed_gemm(const MoeRouting& r, bool route, const void* x, const MoeExperts& w, void* y, int n,
                      int k, cudaStream_t s) {
   const int pairs = r.rows * r.top_k;
@@ -700,14 +707,14 @@ void moe_routed_gemm(const MoeRouting& r, bool route, const void* x, const MoeEx
       return launch_persistent<Bf16Rows, kRoute>(x, nullptr, w, nullptr, pairs, pairs, smem, y, n, k, s, r);
     return launch_persistent<Bf16Rows, kByPairs>(x, nullptr, w, nullptr, pairs, pairs, smem, y, n, k, s, r);
   }
-  using Sub = MlxRows<4, kMlxBf16Sub>;
-  if (route && w.subnormal)
-    return launch_persistent<Sub, kRoute>(x, nullptr, w, nullptr, pairs, pairs, smem, y, n, k, s, r);
-  if (route)
-    return launch_persistent<MlxRows<4>, kRoute>(x, nullptr, w, nullptr, pairs, pairs, smem, y, n, k, s, r);
-  if (w.subnormal)
-    return launch_persistent<Sub, kByPairs>(x, nullptr, w, nullptr, pairs, pairs, smem, y, n, k, s, r);
-  launch_persistent<MlxRows<4>, kByPairs>(x, nullptr, w, nullptr, pairs, pairs, smem, y, n, k, s, r);
+  auto go = [&](auto rows) {
+    using Rows = typename decltype(rows)::type;
+    if (route)
+      return launch_persistent<Rows, kRoute>(x, nullptr, w, nullptr, pairs, pairs, smem, y, n, k, s, r);
+    launch_persistent<Rows, kByPairs>(x, nullptr, w, nullptr, pairs, pairs, smem, y, n, k, s, r);
+  };
+  if (w.subnormal) return go(RowsTag<MlxRows<4, kMlxBf16Sub>>{});
+  go(RowsTag<MlxRows<4>>{});
 }
 
 void set_moe_routed(bool on) {

@@ -407,23 +407,6 @@ __global__ void random_bytes_kernel(uint8_t* p, size_t bytes, uint64_t seed, uin
   for (size_t j = 0; j < 8 && i + j < bytes; ++j) p[i + j] = uint8_t(z >> (8 * j)) & mask;
 }
 
-// prescale_mlx4: a scale word whose bf16 scale times 2^133 is not a finite bf16 (exponent field above 121:
-// |scale| >= 2^-5, inf, NaN) sets *bad.
-__global__ void subnormal_check_kernel(const uint32_t* __restrict__ s, int64_t n, int* bad) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n && ((s[i] >> 7) & 0xFFu) > 121u) *bad = 1;
-}
-
-// Each word's bf16 scale (low half) times 2^133, exactly: a normal scale's exponent field + 133 (<= 254), a
-// subnormal m * 2^-133 (or zero) becomes the integer m, same sign. The bias (high half) is kept.
-__global__ void subnormal_scale_kernel(uint32_t* s, int64_t n) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const uint32_t w = s[i], lo = w & 0xFFFFu, e = (lo >> 7) & 0xFFu;
-  const uint32_t out = e ? lo + (133u << 7) : (lo & 0x8000u) | (__float_as_uint(float(lo & 0x7Fu)) >> 16);
-  s[i] = (w & 0xFFFF0000u) | out;
-}
-
 // Fills resident_blocks' cache for the 4-bit decode kernels at upload (not during a graph capture).
 void prime_q4_grids() {
   auto prime = [](auto kd) {
@@ -537,6 +520,28 @@ Tensor reorder_4bit(const Tensor& packed, int64_t in_features) {
 }
 
 // bf16 scales and biases as one U32 per group: scale in the low half, bias in the high half.
+// Scale|bias words (host) with each bf16 scale times 2^133, exactly: a normal scale's exponent field + 133
+// (<= 254), a subnormal m * 2^-133 (or zero) becomes the integer m (bf16 bits built by hand), same sign; the
+// biases are kept. False, nothing changed, when a scale's exponent field is above 121 (|scale| >= 2^-5, inf,
+// NaN: not a finite bf16 times 2^133).
+bool prescale_words(uint32_t* w, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (((w[i] >> 7) & 0xFFu) > 121u) return false;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t lo = w[i] & 0xFFFFu, e = (lo >> 7) & 0xFFu, m = lo & 0x7Fu;
+    uint32_t out = lo & 0x8000u;
+    if (e) {
+      out = lo + (133u << 7);
+    } else if (m) {
+      int top = 6;
+      while (!(m >> top)) --top;  // m = 2^top * 1.f: exponent 127 + top, fraction the bits below top
+      out |= ((127u + uint32_t(top)) << 7) | ((m << (7 - top)) & 0x7Fu);
+    }
+    w[i] = (w[i] & 0xFFFF0000u) | out;
+  }
+  return true;
+}
+
 Tensor interleave_bf16(const Tensor& scales, const Tensor& biases) {
   TF_CHECK(scales.is_contiguous() && biases.is_contiguous(), "upload: scales/biases must be contiguous");
   Tensor out = Tensor::empty(scales.shape(), DType::U32);
@@ -554,20 +559,13 @@ bool prescale_mlx4(LinearWeight& w, cudaStream_t s) {
   if (!g_subnormal_codes || w.subnormal_codes || w.format != LinearWeight::Format::MlxAffine || w.bits != 4 ||
       !w.scales.defined() || w.scales.dtype() != DType::U32 || w.scales.device() != Device::CUDA)
     return false;
-  const int64_t n = w.scales.numel();
-  if (n == 0) return false;
-  const unsigned grid = unsigned((n + 255) / 256);
-  Tensor bad = Tensor::empty({1}, DType::I32, Device::CUDA);
-  TF_CUDA_CHECK(cudaMemsetAsync(bad.raw(), 0, sizeof(int), s));
-  subnormal_check_kernel<<<grid, 256, 0, s>>>(static_cast<const uint32_t*>(w.scales.raw()), n,
-                                              static_cast<int*>(bad.raw()));
-  TF_CUDA_CHECK(cudaGetLastError());
-  int h = 0;
-  TF_CUDA_CHECK(cudaMemcpyAsync(&h, bad.raw(), sizeof(int), cudaMemcpyDeviceToHost, s));
+  // Benches' device-made weights: through the host, the upload's own transform.
+  Tensor h = Tensor::empty(w.scales.shape(), DType::U32);
+  TF_CUDA_CHECK(cudaMemcpyAsync(h.raw(), w.scales.raw(), h.nbytes(), cudaMemcpyDeviceToHost, s));
   TF_CUDA_CHECK(cudaStreamSynchronize(s));
-  if (h) return false;
-  subnormal_scale_kernel<<<grid, 256, 0, s>>>(static_cast<uint32_t*>(w.scales.raw()), n);
-  TF_CUDA_CHECK(cudaGetLastError());
+  if (!prescale_words(h.data<uint32_t>(), h.numel())) return false;
+  TF_CUDA_CHECK(cudaMemcpyAsync(w.scales.raw(), h.raw(), h.nbytes(), cudaMemcpyHostToDevice, s));
+  TF_CUDA_CHECK(cudaStreamSynchronize(s));  // h is freed on return
   w.subnormal_codes = true;
   return true;
 }
@@ -593,10 +591,13 @@ bool upload_quantized_linear(const LinearWeight& host, LinearWeight& dev, cudaSt
     dev.weight = to_device(host.weight, s);
   }
   if (mlx && host.scales.dtype() == DType::BF16) {
-    dev.scales = to_device(interleave_bf16(host.scales, host.biases), s);
+    // 4-bit: the scales stored times 2^133 where they all allow it (prescale_mlx4), on the host before the
+    // one copy (no device pass and no sync a weight).
+    Tensor words = interleave_bf16(host.scales, host.biases);
+    dev.subnormal_codes =
+        host.bits == 4 && g_subnormal_codes && prescale_words(words.data<uint32_t>(), words.numel());
+    dev.scales = to_device(words, s);
     dev.biases = Tensor();
-    dev.subnormal_codes = false;
-    if (host.bits == 4) prescale_mlx4(dev, s);
   } else {
     dev.scales = to_device_f32(host.scales, s);
     dev.biases = mlx ? to_device_f32(host.biases, s) : Tensor();

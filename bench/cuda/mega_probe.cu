@@ -1,0 +1,639 @@
+// Probe for issues 6/11/12 (docs/cuda-notes.md "Session 15"): does a persistent, warp-specialised decode
+// kernel keep the weight stream going across the dependent steps of a layer?
+//
+// The forward at b=1 is ~250 dependent kernels; each waits (griddepcontrol) for the whole previous grid, and
+// only its first register ring of weights is in flight before that. Here one kernel runs the linears of all
+// 36 layers of the Qwen3-8B shape and the lm_head at M = 1, one CTA an SM: a producer warp streams the CTA's
+// weight tiles (packed so that a stage is one contiguous bulk copy) into a shared-memory ring -- weights are
+// constant, so it runs ahead across every dependency, as far as the ring holds -- and 8 consumer warps
+// compute each 16-feature tile with linear.cu's exact arithmetic (8 K slices in warp order, 32-wide chunks
+// through mma_chunk, the slice sum in warp order). An op's consumers wait for the previous op (a completion
+// counter, or -- mode 8 -- by polling the tagged activation words themselves), then make their x in shared
+// memory: a copy (o <- q part of qkv: the attention is left out), add + RMSNorm (qkv, gate_up, lm_head:
+// every CTA reduces the whole row itself, so the norm is no step of its own), or silu_mul (down).
+//
+// Printed: the bits of every op of every layer against linear_bf16 on the x the probe used (must be equal),
+// a profile of one forward (where a CTA's cycles go), the time of one forward against the same linears as
+// today's kernels in a graph (linear_bf16, dependent launch; no norms, no silu), both against the
+// copy-bandwidth roofline. Build: `ninja -C build-cuda tf_mega_probe` (not part of `all`); run on the GPU:
+// `tf_mega_probe --mode 9` (defaults: 36 layers, 8 stages of 16 KB).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench_common.h"
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/kernels.h"
+#include "ops/cuda/mbarrier.cuh"
+#include "ops/cuda/mma.cuh"
+
+#ifndef TF_MEGA_STAGE_K  // k-values of a stage row: 512 (16 KB stages) or 256 (8 KB)
+#define TF_MEGA_STAGE_K 512
+#endif
+
+namespace {
+
+using namespace tf::cuda;
+
+constexpr int kSlices = 8;                    // linear.cu's K slices (its warps): the arithmetic
+constexpr int kCWarps = 8;                    // consumer warps, one slice each
+constexpr int kThreads = (kCWarps + 1) * 32;  // + the producer warp
+constexpr int kProducer = kCWarps;
+constexpr int kRed = 2;  // slice-sum buffers, double-buffered: one consumer barrier a tile
+constexpr int kStageK = TF_MEGA_STAGE_K;
+constexpr int kRowBytes = kStageK * 2;
+constexpr int kRowStride = kRowBytes;         // packed: rows are not padded, odd rows are swizzled
+constexpr int kStageBytes = 16 * kRowStride;  // 16 feature rows x kStageK k-values, one bulk copy
+constexpr int kMaxK = 12288;
+// Slots a multiple of the consumer warps (see the producer); 8 x 16 KB measured best (run 192: larger copies
+// beat more slots: 24 x 8 KB was 13% slower, 16 x 1 KB copies a stage 30%).
+constexpr int kDefaultStages = kStageK >= 512 ? 8 : 24;
+
+enum XKind : int { kXCopy = 0, kXAddNorm = 1, kXSilu = 2 };
+
+// Activations are 32-bit words: bf16 bits in the low half, the writing launch's tag in the high half (the
+// "LL" protocol: in mode 8 a reader polls each word until its tag is the launch's, so a value carries its own
+// readiness and no counter, fence or release is needed; in the other modes the tags are written, not read).
+struct Op {
+  const __nv_bfloat16* w;   // [n, k] row-major (linear_bf16's layout; the bit check)
+  const __nv_bfloat16* wp;  // the same weights packed: pack_kernel
+  int n, k, xkind, y_f32;
+  const uint32_t* x;        // kXCopy: x; kXAddNorm: the value added to the residual; kXSilu: gate_up [2k]
+  const uint32_t* res;      // kXAddNorm: residual in
+  uint32_t* res_out;        // kXAddNorm: residual + x, written by the CTA of the op's tile 0
+  const __nv_bfloat16* nw;  // kXAddNorm: norm weight
+  void* y;                  // words, or f32 (y_f32: the logits)
+  int x_const, res_const;   // inputs written before the launch (their tags are not checked)
+  int tile_begin;           // global index of the op's first tile (tiles are dealt round-robin to CTAs)
+  int tiles;
+};
+
+__device__ __forceinline__ uint32_t saddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// Named barriers. bar.sync / bar.arrive are the .aligned forms: every lane of a warp must execute them
+// converged, and a warp leaving a per-lane polling loop is not (the first version of this probe hung on
+// exactly that). So: __syncwarp first, and the non-aligned forms.
+__device__ __forceinline__ void nbar_sync(int id, int count) {
+  __syncwarp();
+  asm volatile("barrier.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void bar_consumers() {
+  nbar_sync(1, kCWarps * 32);
+}
+__device__ __forceinline__ unsigned ld_acquire_u32(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+// Waits with a watchdog (~seconds): a hang prints who waited for what and traps instead of spinning forever.
+__device__ __forceinline__ bool mbar_try(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done;
+}
+__device__ void wait_bar(uint32_t bar, uint32_t parity, int what, int j, int op) {
+  for (long long n = 0; !mbar_try(bar, parity); ++n)
+    if (n == (1ll << 22)) {
+      printf("HANG block %d warp %d: %s stage %d op %d parity %u\n", blockIdx.x, threadIdx.x / 32,
+             what ? "full" : "empty", j, op, parity);
+      __trap();
+    }
+  __syncwarp();
+}
+__device__ void wait_count(const unsigned* p, unsigned target, int op) {
+  for (long long n = 0; ld_acquire_u32(p) < target; ++n)
+    if (n == (1ll << 26)) {
+      printf("HANG block %d: op %d count %u < %u\n", blockIdx.x, op, ld_acquire_u32(p), target);
+      __trap();
+    }
+}
+
+__device__ __forceinline__ float silu_mul_f(float g, float u) {
+  return g / (1.f + __expf(-g)) * u;
+}
+
+__device__ __forceinline__ uint32_t ldv(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __noinline__ void hang_word(const uint32_t* p, uint32_t w, uint32_t tag) {
+  printf("HANG block %d thread %d: word %p tag %u, want %u\n", blockIdx.x, threadIdx.x, p, w >> 16, tag);
+  __trap();
+}
+__device__ __forceinline__ float word_f(uint32_t w) {
+  return __uint_as_float(w << 16);
+}
+__device__ __forceinline__ uint32_t word_of(float v, uint32_t tag) {
+  const __nv_bfloat16 h = __float2bfloat16(v);
+  return (tag << 16) | *reinterpret_cast<const uint16_t*>(&h);
+}
+// N words at p[i * stride], loaded together; with `poll`, each reloaded until it carries `tag`.
+template <int N>
+__device__ __forceinline__ void load_words(uint32_t (&w)[N], const uint32_t* p, int stride, bool poll,
+                                           uint32_t tag) {
+#pragma unroll
+  for (int j = 0; j < N; ++j) w[j] = ldv(p + j * stride);
+  if (poll) {
+#pragma unroll
+    for (int j = 0; j < N; ++j)
+      for (long long n = 0; (w[j] >> 16) != tag; ++n) {
+        w[j] = ldv(p + j * stride);
+        if (n == (1ll << 24)) hang_word(p + j * stride, w[j], tag);
+      }
+  }
+}
+
+// The op's x into shared memory (consumer warps only): after thread 0 has seen the previous op complete
+// (counters), or polling each word (ll).
+__device__ void make_x(const Op& o, __nv_bfloat16* xs, float* nred, bool writer, __nv_bfloat16* dbg, bool ll,
+                       uint32_t tag) {
+  const int tid = threadIdx.x;
+  const int k = o.k;
+  constexpr int kT = kCWarps * 32;
+  if (!ll) bar_consumers();  // counters: thread 0 saw the previous op complete
+  if (o.xkind == kXCopy) {   // k = 4096: groups of 8
+    constexpr int kG = 4096 / 8 / kT;
+    uint32_t w[kG][8];
+#pragma unroll
+    for (int q = 0; q < kG; ++q) load_words<8>(w[q], o.x + (tid + kT * q) * 8, 1, ll && !o.x_const, tag);
+    bar_consumers();  // xs is free: every warp is past the previous op's MMAs
+#pragma unroll
+    for (int q = 0; q < kG; ++q) {
+      uint32_t r[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) r[e] = (w[q][2 * e] & 0xffffu) | (w[q][2 * e + 1] << 16);
+      *reinterpret_cast<uint4*>(xs + (tid + kT * q) * 8) = make_uint4(r[0], r[1], r[2], r[3]);
+    }
+  } else if (o.xkind == kXSilu) {  // k = 12288: groups of 8
+    bar_consumers();
+#pragma unroll 2
+    for (int q = 0; q < k / (8 * kT); ++q) {
+      const int i = (tid + kT * q) * 8;
+      uint32_t gw[8], uw[8];
+      load_words<8>(gw, o.x + i, 1, ll && !o.x_const, tag);
+      load_words<8>(uw, o.x + k + i, 1, ll && !o.x_const, tag);
+      uint32_t r[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const __nv_bfloat162 h =
+            __floats2bfloat162_rn(silu_mul_f(word_f(gw[2 * e]), word_f(uw[2 * e])),
+                                  silu_mul_f(word_f(gw[2 * e + 1]), word_f(uw[2 * e + 1])));
+        r[e] = *reinterpret_cast<const uint32_t*>(&h);
+      }
+      *reinterpret_cast<uint4*>(xs + i) = make_uint4(r[0], r[1], r[2], r[3]);
+    }
+  } else {  // add + RMSNorm, k = 4096: kV elements a thread at i = tid + kT j
+    constexpr int kV = 4096 / kT;
+    float nwv[kV], v[kV];
+#pragma unroll
+    for (int j = 0; j < kV; ++j) nwv[j] = __bfloat162float(o.nw[tid + kT * j]);  // constant: before any wait
+    float ss = 0.f;
+#pragma unroll
+    for (int h = 0; h < kV; h += 8) {  // 8 at a time: fewer live registers
+      uint32_t rw[8], xw[8];
+      load_words<8>(rw, o.res + tid + kT * h, kT, ll && !o.res_const, tag);
+      load_words<8>(xw, o.x + tid + kT * h, kT, ll && !o.x_const, tag);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        v[h + j] = word_f(rw[j]) + word_f(xw[j]);
+        if (writer) o.res_out[tid + kT * (h + j)] = word_of(v[h + j], tag);
+        ss = __fmaf_rn(v[h + j], v[h + j], ss);
+      }
+    }
+#pragma unroll
+    for (int s = 16; s > 0; s /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, s);
+    bar_consumers();  // xs and nred are free
+    if (tid % 32 == 0) nred[tid / 32] = ss;
+    bar_consumers();
+    float tot = 0.f;
+#pragma unroll
+    for (int q = 0; q < kCWarps; ++q) tot += nred[q];
+    const float inv = rsqrtf(tot / float(k) + 1e-6f);
+#pragma unroll
+    for (int j = 0; j < kV; ++j) xs[tid + kT * j] = __float2bfloat16(v[j] * inv * nwv[j]);
+  }
+  bar_consumers();
+  if (writer && dbg)
+    for (int i = tid; i < k; i += kT) dbg[i] = xs[i];
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    mega_kernel(const Op* __restrict__ ops, int nops, unsigned* cnt, unsigned epoch, int stages_n,
+                __nv_bfloat16* dbg, int mode, long long* prof) {
+  // mode bit 0: a CTA's share of an op is released with one red.release.gpu add (else __threadfence +
+  // atomicAdd); bit 1: no fence.proxy.async before a consumer frees a slot; bit 2: a stage as 16 bulk copies,
+  // one a row (else one copy); bit 3: readers poll the activations' tags (no counters, no releases).
+  // prof (optional): per CTA, clock cycles: [0] producer waiting for free slots, [1] consumers waiting for
+  // data (all warps), [2] consumers computing, [3] epilogues, [4] dependency waits, [5] making x, [6] waits
+  // at the tile barrier (all warps), [7] warp 0 from start to end.
+  long long pc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  const long long t_start = clock64();
+  const bool ll = mode & 8;
+  const uint32_t tag = epoch & 0xffffu;
+  extern __shared__ __align__(128) unsigned char smem[];
+  unsigned char* ring = smem;
+  __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem + stages_n * kStageBytes);
+  float* red = reinterpret_cast<float*>(xs + kMaxK);  // [kRed][8][16]
+  float* nred = red + kRed * kSlices * 16;            // [8]
+  uint64_t* full = reinterpret_cast<uint64_t*>(nred + 8);
+  uint64_t* empty = full + stages_n;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < stages_n; ++i) mbar_init(saddr(full + i), 1), mbar_init(saddr(empty + i), 1);
+    mbar_init_fence();
+  }
+  __syncthreads();
+  const int G = gridDim.x, b = blockIdx.x;
+
+  if (warp == kProducer) {  // producer: this CTA's tiles, stage by stage, as far ahead as the ring allows
+    int j = 0, op = 0;
+    for (int i = b;; i += G) {
+      while (op < nops && i >= ops[op].tile_begin + ops[op].tiles) ++op;
+      if (op == nops) break;
+      const __nv_bfloat16* w = ops[op].wp;
+      const int k = ops[op].k, n0 = (i - ops[op].tile_begin) * 16;
+      const int stages = k / kStageK;
+      const int spw = stages / kCWarps;
+      for (int s = 0; s < stages; ++s, ++j) {
+        // Stage s of a tile belongs to consumer warp s % 8 (its pieces of K in order: slice w), and the
+        // ring's slots are a multiple of 8: slot j % stages_n is only ever used by warp j % 8, so
+        // each warp waits on every phase of its own slots in order. (A warp waiting on a slot that other
+        // warps also use may find it two phases behind -- bulk copies complete out of order -- and an
+        // mbarrier parity wait cannot tell that apart: the first version of this probe hung on exactly that.)
+        const int ks = (s % kCWarps) * spw + s / kCWarps;  // the stage's 512-wide piece of K
+        const int slot = j % stages_n;
+        const long long t0 = clock64();
+        if (j >= stages_n) wait_bar(saddr(empty + slot), ((j / stages_n) & 1) ^ 1, 0, j, op);
+        pc[0] += clock64() - t0;
+        if (lane == 0) mbar_arrive_expect_tx(saddr(full + slot), kStageBytes);
+        __syncwarp();
+        const __nv_bfloat16* src = w + (int64_t(n0 / 16) * (k / kStageK) + ks) * (16 * kStageK);
+        if (mode & 4) {  // the packed stage as 16 copies of 1 KB (the copy count's cost)
+          if (lane < 16)
+            bulk_copy_g2s(saddr(ring + slot * kStageBytes + lane * kRowBytes), src + lane * kStageK,
+                          kRowBytes, saddr(full + slot));
+        } else if (lane == 0) {
+          bulk_copy_g2s(saddr(ring + slot * kStageBytes), src, kStageBytes, saddr(full + slot));
+        }
+      }
+    }
+    if (prof && lane == 0) atomicAdd(reinterpret_cast<unsigned long long*>(prof + 8 * b), pc[0]);
+    return;
+  }
+
+  // consumers
+  const int g = lane / 4, t = lane % 4;
+  int j = 0, op = 0, x_op = -1, tcount = 0, done = 0;
+  for (int i = b;; i += G) {
+    while (op < nops && i >= ops[op].tile_begin + ops[op].tiles) ++op;
+    if (op == nops) break;
+    const Op& o = ops[op];
+    const int tile = i - o.tile_begin, n0 = tile * 16, k = o.k;
+    if (op != x_op) {
+      const long long t0 = clock64();
+      if (!ll && threadIdx.x == 0 && op > 0) {
+        const unsigned target = epoch * unsigned(ops[op - 1].tiles);
+        wait_count(cnt + op - 1, target, op);
+      }
+      const long long t1 = clock64();
+      make_x(o, xs, nred, tile == 0, dbg ? dbg + int64_t(op) * kMaxK : nullptr, ll, tag);
+      pc[4] += t1 - t0, pc[5] += clock64() - t1;
+      x_op = op;
+    }
+    const int stages = k / kStageK, spw = stages / kCWarps;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    const uint32_t xbase = saddr(xs) + 16 * t;
+    for (int part = 0; part < spw; ++part) {  // this warp's K slice, in order
+      const int jj = j + part * kCWarps + warp, slot = jj % stages_n;
+      const long long t0 = clock64();
+      wait_bar(saddr(full + slot), (jj / stages_n) & 1, 1, jj, op);
+      const long long t1 = clock64();
+      pc[1] += t1 - t0;
+      const uint32_t base = saddr(ring + slot * kStageBytes) + 16 * t;
+      const uint32_t swz = (g & 1) * 64;  // pack_kernel: odd rows hold chunk c at chunk c ^ 1's place
+      const uint32_t xb = xbase + (warp * spw + part) * kStageK * 2;
+#pragma unroll 4
+      for (int c = 0; c < kStageK / 32; ++c) {
+        const uint4 a = lds128(base + g * kRowStride + ((c * 64) ^ swz));
+        const uint4 bb = lds128(base + (g + 8) * kRowStride + ((c * 64) ^ swz));
+        const uint4 xv = g == 0 ? lds128(xb + c * 64) : make_uint4(0, 0, 0, 0);
+        mma_chunk(acc, a, bb, xv);
+      }
+      if (!(mode & 2)) fence_proxy_async();  // this warp's reads of the slot before the next bulk copy
+      __syncwarp();
+      if (lane == 0) mbar_arrive(saddr(empty + slot));
+      pc[2] += clock64() - t1;
+    }
+    j += stages;
+    // The slice sums: warp 0 adds them in warp order and stores the tile (a word with the launch's tag);
+    // counters: one release a CTA an op, after its last tile. red is double-buffered: a warp writes red[p]
+    // for tile i + 2 only after the barrier of tile i + 1, which warp 0 reaches after reading tile i's.
+    float* r = red + (tcount & 1) * kSlices * 16;
+    if (t == 0) r[warp * 16 + g] = acc[0], r[warp * 16 + g + 8] = acc[2];
+    const long long t2 = clock64();
+    bar_consumers();
+    const long long t3 = clock64();
+    pc[6] += t3 - t2;
+    ++done;
+    if (warp == 0) {
+      if (lane < 16) {
+        float sum = r[lane];
+#pragma unroll
+        for (int q = 1; q < kSlices; ++q) sum += r[q * 16 + lane];
+        if (o.y_f32)
+          static_cast<float*>(o.y)[n0 + lane] = sum;
+        else
+          static_cast<uint32_t*>(o.y)[n0 + lane] = word_of(sum, tag);
+      }
+      __syncwarp();
+      if (!ll && i + G >= o.tile_begin + o.tiles && lane == 0) {  // this CTA's last tile of the op
+        if (mode & 1) {
+          asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(cnt + op), "r"(done) : "memory");
+        } else {
+          __threadfence();
+          atomicAdd(cnt + op, unsigned(done));
+        }
+      }
+      pc[3] += clock64() - t3;
+    }
+    if (i + G >= o.tile_begin + o.tiles) done = 0;
+    ++tcount;
+  }
+  if (prof && lane == 0) {
+    pc[7] = warp == 0 ? clock64() - t_start : 0;
+    for (int q = 1; q < 8; ++q) atomicAdd(reinterpret_cast<unsigned long long*>(prof + 8 * b + q), pc[q]);
+  }
+}
+
+// W [n, k] row-major -> stages: for tile n0/16 and piece ks of kStageK k-values, 16 rows x kStageK contiguous
+// (one bulk copy); in odd rows the 64-byte chunks c and c ^ 1 trade places, so that the rows g and g + 1 read
+// by a quarter-warp's 16-byte loads fall on different banks.
+__global__ void pack_kernel(const __nv_bfloat16* w, __nv_bfloat16* wp, int n, int k) {
+  const int pieces = k / kStageK;
+  const int64_t stage = blockIdx.x;  // tile * pieces + piece
+  const int tile = int(stage / pieces), piece = int(stage % pieces);
+  constexpr int kUnits = kStageK / 8;                            // 16-byte units a row
+  for (int u = threadIdx.x; u < 16 * kUnits; u += blockDim.x) {  // 16-byte units of the stage
+    const int r = u / kUnits, cu = u % kUnits;                   // row, unit in the packed row
+    const int src_unit = (r & 1) ? (cu ^ 4) : cu;                // chunk c ^ 1 = unit ^ 4
+    const uint4 v =
+        *reinterpret_cast<const uint4*>(w + int64_t(tile * 16 + r) * k + piece * kStageK + src_unit * 8);
+    *reinterpret_cast<uint4*>(wp + stage * 16 * kStageK + r * kStageK + cu * 8) = v;
+  }
+}
+
+void ck(cudaError_t e, const char* what, int line) {
+  if (e == cudaSuccess) return;
+  std::fprintf(stderr, "mega_probe.cu:%d %s: %s\n", line, what, cudaGetErrorString(e));
+  std::exit(2);
+}
+#define CK(x) ck((x), #x, __LINE__)
+
+template <typename T>
+T* dalloc(size_t n) {
+  T* p = nullptr;
+  CK(cudaMalloc(&p, n * sizeof(T)));
+  CK(cudaMemset(p, 0, n * sizeof(T)));
+  return p;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IONBF, 0);
+  int layers = 36, reps = 20, stages_n = kDefaultStages, mode = 0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--layers") layers = std::atoi(argv[i + 1]);
+    if (a == "--reps") reps = std::atoi(argv[i + 1]);
+    if (a == "--stages") stages_n = std::atoi(argv[i + 1]);
+    if (a == "--mode") mode = std::atoi(argv[i + 1]);
+  }
+  const int H = 4096, QKV = 6144, I = 12288, V = 151936;
+  cudaStream_t s;
+  CK(cudaStreamCreate(&s));
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, 0));
+  if (stages_n % kCWarps || stages_n > 24) {
+    std::fprintf(stderr, "--stages must be 8, 16 or 24\n");
+    return 2;
+  }
+  std::printf("device: %s, %d SMs; layers %d, ring %d stages of %d bytes\n", prop.name,
+              prop.multiProcessorCount, layers, stages_n, kStageBytes);
+
+  // Weights and norm weights (random, made on the device), per-layer activations (no reuse: no hazards).
+  struct L {
+    __nv_bfloat16 *wqkv, *wo, *wgu, *wd, *n1, *n2;
+    __nv_bfloat16 *qkv, *o, *gu, *d, *h1, *h2;   // the graph of today's kernels
+    uint32_t *tqkv, *to, *tgu, *td, *th1, *th2;  // the probe's (tagged words)
+  };
+  std::vector<L> ls(layers);
+  double bytes = 0;
+  uint64_t seed = 1;
+  auto rnd = [&](__nv_bfloat16* p, int64_t n, float lo, float hi) {
+    fill_uniform(p, tf::DType::BF16, n, seed++, lo, hi, s);
+  };
+  for (auto& l : ls) {
+    l.wqkv = dalloc<__nv_bfloat16>(int64_t(QKV) * H), rnd(l.wqkv, int64_t(QKV) * H, -0.03f, 0.03f);
+    l.wo = dalloc<__nv_bfloat16>(int64_t(H) * H), rnd(l.wo, int64_t(H) * H, -0.03f, 0.03f);
+    l.wgu = dalloc<__nv_bfloat16>(int64_t(2 * I) * H), rnd(l.wgu, int64_t(2 * I) * H, -0.03f, 0.03f);
+    l.wd = dalloc<__nv_bfloat16>(int64_t(H) * I), rnd(l.wd, int64_t(H) * I, -0.02f, 0.02f);
+    l.n1 = dalloc<__nv_bfloat16>(H), rnd(l.n1, H, 0.5f, 1.5f);
+    l.n2 = dalloc<__nv_bfloat16>(H), rnd(l.n2, H, 0.5f, 1.5f);
+    l.qkv = dalloc<__nv_bfloat16>(QKV), l.o = dalloc<__nv_bfloat16>(H), l.gu = dalloc<__nv_bfloat16>(2 * I);
+    l.d = dalloc<__nv_bfloat16>(H), l.h1 = dalloc<__nv_bfloat16>(H), l.h2 = dalloc<__nv_bfloat16>(H);
+    l.tqkv = dalloc<uint32_t>(QKV), l.to = dalloc<uint32_t>(H), l.tgu = dalloc<uint32_t>(2 * I);
+    l.td = dalloc<uint32_t>(H), l.th1 = dalloc<uint32_t>(H), l.th2 = dalloc<uint32_t>(H);
+    bytes += 2.0 * (double(QKV) * H + double(H) * H + 2.0 * I * H + double(H) * I);
+  }
+  __nv_bfloat16* wlm = dalloc<__nv_bfloat16>(int64_t(V) * H);
+  rnd(wlm, int64_t(V) * H, -0.03f, 0.03f);
+  bytes += 2.0 * V * H;
+  __nv_bfloat16* nf = dalloc<__nv_bfloat16>(H);
+  rnd(nf, H, 0.5f, 1.5f);
+  __nv_bfloat16* emb = dalloc<__nv_bfloat16>(H);
+  rnd(emb, H, -1.f, 1.f);
+  __nv_bfloat16* zeros = dalloc<__nv_bfloat16>(H);
+  uint32_t* temb = dalloc<uint32_t>(H);
+  uint32_t* tzeros = dalloc<uint32_t>(H);
+  {
+    std::vector<uint16_t> hb(H);
+    CK(cudaMemcpy(hb.data(), emb, H * 2, cudaMemcpyDeviceToHost));
+    std::vector<uint32_t> hw(hb.begin(), hb.end());
+    CK(cudaMemcpy(temb, hw.data(), H * 4, cudaMemcpyHostToDevice));
+  }
+  float* logits = dalloc<float>(V);
+
+  // The op list: qkv (add+norm), o (q part of qkv), gate_up (add+norm), down (silu_mul) per layer; lm_head.
+  std::vector<Op> ops;
+  int tiles = 0;
+  auto add = [&](Op o) {
+    o.tile_begin = tiles, o.tiles = o.n / 16, tiles += o.tiles;
+    ops.push_back(o);
+  };
+  for (int li = 0; li < layers; ++li) {
+    L& l = ls[li];
+    const uint32_t* res = li == 0 ? temb : ls[li - 1].th2;
+    const uint32_t* add_in = li == 0 ? tzeros : ls[li - 1].td;
+    const int first = li == 0;
+    add({l.wqkv, nullptr, QKV, H, kXAddNorm, 0, add_in, res, l.th1, l.n1, l.tqkv, first, first, 0, 0});
+    add({l.wo, nullptr, H, H, kXCopy, 0, l.tqkv, nullptr, nullptr, nullptr, l.to, 0, 0, 0, 0});
+    add({l.wgu, nullptr, 2 * I, H, kXAddNorm, 0, l.to, l.th1, l.th2, l.n2, l.tgu, 0, 0, 0, 0});
+    add({l.wd, nullptr, H, I, kXSilu, 0, l.tgu, nullptr, nullptr, nullptr, l.td, 0, 0, 0, 0});
+  }
+  uint32_t* hf = dalloc<uint32_t>(H);
+  add({wlm, nullptr, V, H, kXAddNorm, 1, ls[layers - 1].td, ls[layers - 1].th2, hf, nf, logits, 0, 0, 0, 0});
+  const int nops = int(ops.size());
+  for (Op& o : ops) {  // the packed copies
+    __nv_bfloat16* wp = dalloc<__nv_bfloat16>(int64_t(o.n) * o.k);
+    pack_kernel<<<(o.n / 16) * (o.k / kStageK), 256, 0, s>>>(o.w, wp, o.n, o.k);
+    o.wp = wp;
+  }
+  Op* dops = dalloc<Op>(nops);
+  CK(cudaMemcpy(dops, ops.data(), nops * sizeof(Op), cudaMemcpyHostToDevice));
+  unsigned* cnt = dalloc<unsigned>(nops);
+  __nv_bfloat16* dbg = dalloc<__nv_bfloat16>(int64_t(nops) * kMaxK);
+
+  const size_t smem =
+      size_t(stages_n) * kStageBytes + kMaxK * 2 + (kRed * kSlices * 16 + 8) * 4 + 2 * stages_n * 8;
+  CK(cudaFuncSetAttribute(mega_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  int per_sm = 0;
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mega_kernel, kThreads, smem));
+  const int grid = prop.multiProcessorCount * per_sm;
+  std::printf("smem %zu bytes, %d CTA(s) an SM, grid %d, %d ops, %d tiles\n", smem, per_sm, grid, nops,
+              tiles);
+  if (per_sm < 1) return 2;
+  unsigned epoch = 0;
+  long long* prof = dalloc<long long>(size_t(grid) * 8);
+  bool prof_on = false;
+  auto run = [&](__nv_bfloat16* d) {
+    ++epoch;
+    mega_kernel<<<grid, kThreads, smem, s>>>(dops, nops, cnt, epoch, stages_n, d, mode,
+                                             prof_on ? prof : nullptr);
+  };
+
+  // Bits: every op's output against linear_bf16 on the x the probe used.
+  run(dbg);
+  CK(cudaStreamSynchronize(s));
+  CK(cudaGetLastError());
+  int bad_ops = 0;
+  {
+    __nv_bfloat16* yref = dalloc<__nv_bfloat16>(2 * I);
+    float* lref = dalloc<float>(V);
+    std::vector<uint16_t> r(2 * I);
+    std::vector<uint32_t> aw(2 * I);
+    std::vector<uint32_t> la(V), lr(V);
+    for (int oi = 0; oi < nops; ++oi) {
+      const Op& o = ops[oi];
+      const bool f32 = o.y_f32;
+      linear_bf16(dbg + int64_t(oi) * kMaxK, o.w, nullptr, tf::DType::BF16, f32 ? (void*)lref : (void*)yref,
+                  f32 ? tf::DType::F32 : tf::DType::BF16, 1, o.n, o.k, s);
+      CK(cudaStreamSynchronize(s));
+      int diff = 0;
+      if (f32) {
+        CK(cudaMemcpy(la.data(), o.y, V * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(lr.data(), lref, V * 4, cudaMemcpyDeviceToHost));
+        for (int i = 0; i < V; ++i) diff += la[i] != lr[i];
+      } else {
+        CK(cudaMemcpy(aw.data(), o.y, o.n * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(r.data(), yref, o.n * 2, cudaMemcpyDeviceToHost));
+        for (int i = 0; i < o.n; ++i) diff += (aw[i] & 0xffffu) != r[i] || (aw[i] >> 16) != (epoch & 0xffffu);
+      }
+      if (diff) {
+        ++bad_ops;
+        if (bad_ops <= 5) std::printf("  op %d (n %d k %d): %d outputs differ\n", oi, o.n, o.k, diff);
+      }
+    }
+    std::printf("bits: %d of %d ops equal linear_bf16 on the same x%s\n", nops - bad_ops, nops,
+                bad_ops ? "  <-- MISMATCH" : "");
+  }
+
+  // Time: the probe (one launch a forward) and the same linears as today's kernels in a graph.
+  auto time_fn = [&](const std::function<void()>& fn) {
+    for (int i = 0; i < 3; ++i) fn();
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    std::vector<float> t;
+    for (int i = 0; i < reps; ++i) {
+      CK(cudaEventRecord(e0, s));
+      fn();
+      CK(cudaEventRecord(e1, s));
+      CK(cudaEventSynchronize(e1));
+      float ms;
+      CK(cudaEventElapsedTime(&ms, e0, e1));
+      t.push_back(ms);
+    }
+    std::sort(t.begin(), t.end());
+    return double(t[t.size() / 2]);
+  };
+  const double mega_ms = time_fn([&] { run(nullptr); });
+  CK(cudaGetLastError());
+  {  // one profiled forward: where a CTA's cycles go (means over CTAs, microseconds at the SM clock)
+    CK(cudaMemset(prof, 0, size_t(grid) * 8 * 8));
+    prof_on = true;
+    run(nullptr);
+    prof_on = false;
+    CK(cudaStreamSynchronize(s));
+    std::vector<long long> pv(size_t(grid) * 8);
+    CK(cudaMemcpy(pv.data(), prof, pv.size() * 8, cudaMemcpyDeviceToHost));
+    double m[8] = {0};
+    for (int b = 0; b < grid; ++b)
+      for (int q = 0; q < 8; ++q) m[q] += double(pv[size_t(b) * 8 + q]) / grid;
+    int khz = 0;
+    CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+    const double us = 1e3 / khz;  // microseconds a cycle
+    const char* names[8] = {"producer waits for slots",
+                            "consumer warps wait for data (sum of 8)",
+                            "consumer warps compute (sum of 8)",
+                            "warp 0: tile sums, stores, releases",
+                            "dependency waits",
+                            "making x",
+                            "tile barrier waits (sum of 8)",
+                            "warp 0 total"};
+    std::printf("profile (mode %d, one forward, SM clock %d MHz):\n", mode, khz / 1000);
+    for (int q = 0; q < 8; ++q) std::printf("  %-42s %9.1f us\n", names[q], m[q] * us);
+  }
+  auto chain = [&] {
+    const __nv_bfloat16* x = emb;
+    for (auto& l : ls) {
+      linear_bf16(x, l.wqkv, nullptr, tf::DType::BF16, l.qkv, tf::DType::BF16, 1, QKV, H, s);
+      linear_bf16(l.qkv, l.wo, nullptr, tf::DType::BF16, l.o, tf::DType::BF16, 1, H, H, s);
+      linear_bf16(l.o, l.wgu, nullptr, tf::DType::BF16, l.gu, tf::DType::BF16, 1, 2 * I, H, s);
+      linear_bf16(l.gu, l.wd, nullptr, tf::DType::BF16, l.d, tf::DType::BF16, 1, H, I, s);
+      x = l.d;
+    }
+    linear_bf16(x, wlm, nullptr, tf::DType::BF16, logits, tf::DType::F32, 1, V, H, s);
+  };
+  const double chain_ms = tf::bench::time_graph_ms(s, chain);
+  // Copy bandwidth (read + write) of 2 GiB, as the benches' roofline.
+  double copy_gbs = 0;
+  {
+    const size_t n = size_t(1) << 30;
+    char *a = nullptr, *c = nullptr;
+    CK(cudaMalloc(&a, n));
+    CK(cudaMalloc(&c, n));
+    const double ms = time_fn([&] { CK(cudaMemcpyAsync(c, a, n, cudaMemcpyDeviceToDevice, s)); });
+    copy_gbs = 2.0 * n / (ms * 1e-3) / 1e9;
+    cudaFree(a), cudaFree(c);
+  }
+  const double roof_ms = bytes / (copy_gbs * 1e9) * 1e3;
+  std::printf("weights %.2f GB; copy %.0f GB/s; roofline %.3f ms\n", bytes / 1e9, copy_gbs, roof_ms);
+  std::printf("persistent probe (norms, silu in): %.3f ms = %.1f%% of roofline (%.0f GB/s)\n", mega_ms,
+              100.0 * roof_ms / mega_ms, bytes / (mega_ms * 1e-3) / 1e9);
+  std::printf("today's linears, graph (no norms): %.3f ms = %.1f%% of roofline (%.0f GB/s)\n", chain_ms,
+              100.0 * roof_ms / chain_ms, bytes / (chain_ms * 1e-3) / 1e9);
+  return bad_ops ? 1 : 0;
+}

@@ -132,6 +132,11 @@ __device__ __noinline__ void hang_word(const uint32_t* p, uint32_t w, uint32_t t
   printf("HANG block %d thread %d: word %p tag %u, want %u\n", blockIdx.x, threadIdx.x, p, w >> 16, tag);
   __trap();
 }
+__device__ __forceinline__ unsigned long long gtime() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
 __device__ __forceinline__ float word_f(uint32_t w) {
   return __uint_as_float(w << 16);
 }
@@ -153,6 +158,38 @@ __device__ __forceinline__ void load_words(uint32_t (&w)[N], const uint32_t* p, 
         if (n == (1ll << 24)) hang_word(p + j * stride, w[j], tag);
       }
   }
+}
+
+// Mode 16, polling, kXCopy / kXSilu: warp w makes only its own K slice of x (the only part its MMAs read)
+// and starts as soon as those words carry the launch's tag: no barrier, no wait for the rest of x.
+__device__ void make_x_slice(const Op& o, __nv_bfloat16* xs, bool writer, __nv_bfloat16* dbg, uint32_t tag) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, k = o.k;
+  const int base = warp * (k / kSlices), groups = k / kSlices / 8;  // groups of 8 a slice: 64 or 192
+  const bool poll = !o.x_const;
+  for (int gi = lane; gi < groups; gi += 32) {
+    const int i = base + gi * 8;
+    uint32_t r[4];
+    if (o.xkind == kXCopy) {
+      uint32_t w[8];
+      load_words<8>(w, o.x + i, 1, poll, tag);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) r[e] = (w[2 * e] & 0xffffu) | (w[2 * e + 1] << 16);
+    } else {
+      uint32_t gw[8], uw[8];
+      load_words<8>(gw, o.x + i, 1, poll, tag);
+      load_words<8>(uw, o.x + k + i, 1, poll, tag);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const __nv_bfloat162 h =
+            __floats2bfloat162_rn(silu_mul_f(word_f(gw[2 * e]), word_f(uw[2 * e])),
+                                  silu_mul_f(word_f(gw[2 * e + 1]), word_f(uw[2 * e + 1])));
+        r[e] = *reinterpret_cast<const uint32_t*>(&h);
+      }
+    }
+    *reinterpret_cast<uint4*>(xs + i) = make_uint4(r[0], r[1], r[2], r[3]);
+    if (writer && dbg) *reinterpret_cast<uint4*>(dbg + i) = make_uint4(r[0], r[1], r[2], r[3]);
+  }
+  __syncwarp();
 }
 
 // The op's x into shared memory (consumer warps only): after thread 0 has seen the previous op complete
@@ -231,10 +268,13 @@ __device__ void make_x(const Op& o, __nv_bfloat16* xs, float* nred, bool writer,
 
 __global__ void __launch_bounds__(kThreads, 1)
     mega_kernel(const Op* __restrict__ ops, int nops, unsigned* cnt, unsigned epoch, int stages_n,
-                __nv_bfloat16* dbg, int mode, long long* prof, int pf) {
+                __nv_bfloat16* dbg, int mode, long long* prof, int pf, unsigned long long* tl) {
+  // tl (optional), per op, globaltimer ns: [0] the last tile stored, [1] the earliest time a CTA stored its
+  // last tile of the op, [2] / [3] the first / last CTA to have its x for the op.
   // mode bit 0: a CTA's share of an op is released with one red.release.gpu add (else __threadfence +
   // atomicAdd); bit 1: no fence.proxy.async before a consumer frees a slot; bit 2: a stage as 16 bulk copies,
-  // one a row (else one copy); bit 3: readers poll the activations' tags (no counters, no releases).
+  // one a row (else one copy); bit 3: readers poll the activations' tags (no counters, no releases); bit 4
+  // (with bit 3): a warp makes and waits for only its own K slice of x where no norm needs all of it.
   // prof (optional): per CTA, clock cycles: [0] producer waiting for free slots, [1] consumers waiting for
   // data (all warps), [2] consumers computing, [3] epilogues, [4] dependency waits, [5] making x, [6] waits
   // at the tile barrier (all warps), [7] warp 0 from start to end.
@@ -331,7 +371,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         wait_count(cnt + op - 1, target, op);
       }
       const long long t1 = clock64();
-      make_x(o, xs, nred, tile == 0, dbg ? dbg + int64_t(op) * kMaxK : nullptr, ll, tag);
+      if (ll && (mode & 16) && o.xkind != kXAddNorm)
+        make_x_slice(o, xs, tile == 0, dbg ? dbg + int64_t(op) * kMaxK : nullptr, tag);
+      else
+        make_x(o, xs, nred, tile == 0, dbg ? dbg + int64_t(op) * kMaxK : nullptr, ll, tag);
+      if (tl && threadIdx.x == 0) {
+        const unsigned long long now = gtime();
+        atomicMin(tl + 4 * op + 2, now), atomicMax(tl + 4 * op + 3, now);
+      }
       pc[4] += t1 - t0, pc[5] += clock64() - t1;
       x_op = op;
     }
@@ -381,6 +428,11 @@ __global__ void __launch_bounds__(kThreads, 1)
           static_cast<uint32_t*>(o.y)[n0 + lane] = word_of(sum, tag);
       }
       __syncwarp();
+      if (tl && lane == 0) {
+        const unsigned long long now = gtime();
+        atomicMax(tl + 4 * op, now);
+        if (i + G >= o.tile_begin + o.tiles) atomicMin(tl + 4 * op + 1, now);
+      }
       if (!ll && i + G >= o.tile_begin + o.tiles && lane == 0) {  // this CTA's last tile of the op
         if (mode & 1) {
           asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(cnt + op), "r"(done) : "memory");
@@ -541,11 +593,12 @@ int main(int argc, char** argv) {
   if (per_sm < 1) return 2;
   unsigned epoch = 0;
   long long* prof = dalloc<long long>(size_t(grid) * 8);
+  unsigned long long* tl = dalloc<unsigned long long>(size_t(nops) * 4);
   bool prof_on = false;
   auto run = [&](__nv_bfloat16* d) {
     ++epoch;
     mega_kernel<<<grid, kThreads, smem, s>>>(dops, nops, cnt, epoch, stages_n, d, mode,
-                                             prof_on ? prof : nullptr, pf);
+                                             prof_on ? prof : nullptr, pf, prof_on ? tl : nullptr);
   };
 
   // Bits: every op's output against linear_bf16 on the x the probe used.
@@ -607,6 +660,12 @@ int main(int argc, char** argv) {
   CK(cudaGetLastError());
   {  // one profiled forward: where a CTA's cycles go (means over CTAs, microseconds at the SM clock)
     CK(cudaMemset(prof, 0, size_t(grid) * 8 * 8));
+    {
+      std::vector<unsigned long long> init(size_t(nops) * 4);
+      for (int q = 0; q < nops; ++q)
+        init[4 * q] = init[4 * q + 3] = 0, init[4 * q + 1] = init[4 * q + 2] = ~0ull;
+      CK(cudaMemcpy(tl, init.data(), init.size() * 8, cudaMemcpyHostToDevice));
+    }
     prof_on = true;
     run(nullptr);
     prof_on = false;
@@ -629,6 +688,28 @@ int main(int argc, char** argv) {
                             "warp 0 total"};
     std::printf("profile (mode %d, one forward, SM clock %d MHz):\n", mode, khz / 1000);
     for (int q = 0; q < 8; ++q) std::printf("  %-42s %9.1f us\n", names[q], m[q] * us);
+    // The op boundaries (globaltimer): per kind of the next op, means over the layers' ops.
+    std::vector<unsigned long long> tv(size_t(nops) * 4);
+    CK(cudaMemcpy(tv.data(), tl, tv.size() * 8, cudaMemcpyDeviceToHost));
+    const char* kinds[3] = {"copy (o)", "add+norm (qkv, gate_up, lm_head)", "silu (down)"};
+    std::printf(
+        "  op boundaries, us (means): op time | last CTA done - first CTA done | first x ready - "
+        "last tile | last x ready - first\n");
+    for (int kd = 0; kd < 3; ++kd) {
+      double a = 0, bsum = 0, c = 0, d = 0;
+      int n = 0;
+      for (int q = 1; q < nops; ++q) {
+        if (ops[q].xkind != kd) continue;
+        a += (double(tv[4 * q]) - double(tv[4 * (q - 1)])) * 1e-3;
+        bsum += (double(tv[4 * (q - 1)]) - double(tv[4 * (q - 1) + 1])) * 1e-3;
+        c += (double(tv[4 * q + 2]) - double(tv[4 * (q - 1)])) * 1e-3;
+        d += (double(tv[4 * q + 3]) - double(tv[4 * q + 2])) * 1e-3;
+        ++n;
+      }
+      if (n)
+        std::printf("    %-34s %7.2f | %7.2f | %7.2f | %7.2f  (%d ops)\n", kinds[kd], a / n, bsum / n, c / n,
+                    d / n, n);
+    }
   }
   auto chain = [&] {
     const __nv_bfloat16* x = emb;

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "bench_common.h"
+#include "ops/cuda/activation.cuh"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/mbarrier.cuh"
@@ -70,7 +71,9 @@ struct Op {
   const __nv_bfloat16* nw;  // kXAddNorm: norm weight
   void* y;                  // words, or f32 (y_f32: the logits)
   int x_const, res_const;   // inputs written before the launch (their tags are not checked)
-  int tile_begin;           // global index of the op's first tile (tiles are dealt round-robin to CTAs)
+  int silu_out;    // gate_up packed with 8 gate and their 8 up features a tile (--silu-out): the tile
+                   // stores silu_mul(bf16(g), bf16(u)) for its 8 features, the down op's x
+  int tile_begin;  // global index of the op's first tile (tiles are dealt round-robin to CTAs)
   int tiles;
 };
 
@@ -200,14 +203,17 @@ __device__ void make_x(const Op& o, __nv_bfloat16* xs, float* nred, bool writer,
   const int k = o.k;
   constexpr int kT = kCWarps * 32;
   if (!ll) bar_consumers();  // counters: thread 0 saw the previous op complete
-  if (o.xkind == kXCopy) {   // k = 4096: groups of 8
-    constexpr int kG = 4096 / 8 / kT;
-    uint32_t w[kG][8];
+  if (o.xkind == kXCopy) {   // k = 4096 or 12288: groups of 8, all loads in flight at once
+    constexpr int kGMax = kMaxK / 8 / kT;
+    const int ng = k / 8 / kT;
+    uint32_t w[kGMax][8];
 #pragma unroll
-    for (int q = 0; q < kG; ++q) load_words<8>(w[q], o.x + (tid + kT * q) * 8, 1, ll && !o.x_const, tag);
+    for (int q = 0; q < kGMax; ++q)
+      if (q < ng) load_words<8>(w[q], o.x + (tid + kT * q) * 8, 1, ll && !o.x_const, tag);
     bar_consumers();  // xs is free: every warp is past the previous op's MMAs
 #pragma unroll
-    for (int q = 0; q < kG; ++q) {
+    for (int q = 0; q < kGMax; ++q) {
+      if (q >= ng) break;
       uint32_t r[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) r[e] = (w[q][2 * e] & 0xffffu) | (w[q][2 * e + 1] << 16);
@@ -418,10 +424,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     pc[6] += t3 - t2;
     ++done;
     if (warp == 0) {
+      float sum = 0.f;
       if (lane < 16) {
-        float sum = r[lane];
+        sum = r[lane];
 #pragma unroll
         for (int q = 1; q < kSlices; ++q) sum += r[q * 16 + lane];
+      }
+      if (o.silu_out) {  // lanes 0-7 gate features n0/2 + l, lanes 8-15 their up values: the bits of
+                         // gate_up stored as bf16, then silu_mul (activation.cuh)
+        const float gb = __bfloat162float(__float2bfloat16(sum));
+        const float ub = __shfl_down_sync(0xffffffffu, gb, 8);
+        if (lane < 8)
+          static_cast<uint32_t*>(o.y)[n0 / 2 + lane] = word_of(__bfloat162float(silu_mul_bf16(gb, ub)), tag);
+      } else if (lane < 16) {
         if (o.y_f32)
           static_cast<float*>(o.y)[n0 + lane] = sum;
         else
@@ -455,7 +470,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 // W [n, k] row-major -> stages: for tile n0/16 and piece ks of kStageK k-values, 16 rows x kStageK contiguous
 // (one bulk copy); in odd rows the 64-byte chunks c and c ^ 1 trade places, so that the rows g and g + 1 read
 // by a quarter-warp's 16-byte loads fall on different banks.
-__global__ void pack_kernel(const __nv_bfloat16* w, __nv_bfloat16* wp, int n, int k) {
+// inter > 0 (a gate_up weight, gate rows then up rows): packed tile t holds gate rows 8t..8t+7 then up rows
+// inter+8t..inter+8t+7.
+__global__ void pack_kernel(const __nv_bfloat16* w, __nv_bfloat16* wp, int n, int k, int inter) {
   const int pieces = k / kStageK;
   const int64_t stage = blockIdx.x;  // tile * pieces + piece
   const int tile = int(stage / pieces), piece = int(stage % pieces);
@@ -463,8 +480,9 @@ __global__ void pack_kernel(const __nv_bfloat16* w, __nv_bfloat16* wp, int n, in
   for (int u = threadIdx.x; u < 16 * kUnits; u += blockDim.x) {  // 16-byte units of the stage
     const int r = u / kUnits, cu = u % kUnits;                   // row, unit in the packed row
     const int src_unit = (r & 1) ? (cu ^ 4) : cu;                // chunk c ^ 1 = unit ^ 4
+    const int src_row = inter > 0 ? (r < 8 ? 8 * tile + r : inter + 8 * tile + r - 8) : tile * 16 + r;
     const uint4 v =
-        *reinterpret_cast<const uint4*>(w + int64_t(tile * 16 + r) * k + piece * kStageK + src_unit * 8);
+        *reinterpret_cast<const uint4*>(w + int64_t(src_row) * k + piece * kStageK + src_unit * 8);
     *reinterpret_cast<uint4*>(wp + stage * 16 * kStageK + r * kStageK + cu * 8) = v;
   }
 }
@@ -488,7 +506,7 @@ T* dalloc(size_t n) {
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IONBF, 0);
-  int layers = 36, reps = 20, stages_n = kDefaultStages, mode = 0, pf = 0;
+  int layers = 36, reps = 20, stages_n = kDefaultStages, mode = 0, pf = 0, silu_out = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--layers") layers = std::atoi(argv[i + 1]);
@@ -496,6 +514,7 @@ int main(int argc, char** argv) {
     if (a == "--stages") stages_n = std::atoi(argv[i + 1]);
     if (a == "--mode") mode = std::atoi(argv[i + 1]);
     if (a == "--pf") pf = std::atoi(argv[i + 1]);
+    if (a == "--silu-out") silu_out = std::atoi(argv[i + 1]);
   }
   const int H = 4096, QKV = 6144, I = 12288, V = 151936;
   cudaStream_t s;
@@ -564,17 +583,19 @@ int main(int argc, char** argv) {
     const uint32_t* res = li == 0 ? temb : ls[li - 1].th2;
     const uint32_t* add_in = li == 0 ? tzeros : ls[li - 1].td;
     const int first = li == 0;
-    add({l.wqkv, nullptr, QKV, H, kXAddNorm, 0, add_in, res, l.th1, l.n1, l.tqkv, first, first, 0, 0});
-    add({l.wo, nullptr, H, H, kXCopy, 0, l.tqkv, nullptr, nullptr, nullptr, l.to, 0, 0, 0, 0});
-    add({l.wgu, nullptr, 2 * I, H, kXAddNorm, 0, l.to, l.th1, l.th2, l.n2, l.tgu, 0, 0, 0, 0});
-    add({l.wd, nullptr, H, I, kXSilu, 0, l.tgu, nullptr, nullptr, nullptr, l.td, 0, 0, 0, 0});
+    add({l.wqkv, nullptr, QKV, H, kXAddNorm, 0, add_in, res, l.th1, l.n1, l.tqkv, first, first, 0, 0, 0});
+    add({l.wo, nullptr, H, H, kXCopy, 0, l.tqkv, nullptr, nullptr, nullptr, l.to, 0, 0, 0, 0, 0});
+    add({l.wgu, nullptr, 2 * I, H, kXAddNorm, 0, l.to, l.th1, l.th2, l.n2, l.tgu, 0, 0, silu_out, 0, 0});
+    add({l.wd, nullptr, H, I, silu_out ? kXCopy : kXSilu, 0, l.tgu, nullptr, nullptr, nullptr, l.td, 0, 0, 0,
+         0, 0});
   }
   uint32_t* hf = dalloc<uint32_t>(H);
-  add({wlm, nullptr, V, H, kXAddNorm, 1, ls[layers - 1].td, ls[layers - 1].th2, hf, nf, logits, 0, 0, 0, 0});
+  add({wlm, nullptr, V, H, kXAddNorm, 1, ls[layers - 1].td, ls[layers - 1].th2, hf, nf, logits, 0, 0, 0, 0,
+       0});
   const int nops = int(ops.size());
   for (Op& o : ops) {  // the packed copies
     __nv_bfloat16* wp = dalloc<__nv_bfloat16>(int64_t(o.n) * o.k);
-    pack_kernel<<<(o.n / 16) * (o.k / kStageK), 256, 0, s>>>(o.w, wp, o.n, o.k);
+    pack_kernel<<<(o.n / 16) * (o.k / kStageK), 256, 0, s>>>(o.w, wp, o.n, o.k, o.silu_out ? o.n / 2 : 0);
     o.wp = wp;
   }
   Op* dops = dalloc<Op>(nops);
@@ -608,6 +629,7 @@ int main(int argc, char** argv) {
   int bad_ops = 0;
   {
     __nv_bfloat16* yref = dalloc<__nv_bfloat16>(2 * I);
+    __nv_bfloat16* sref = dalloc<__nv_bfloat16>(I);
     float* lref = dalloc<float>(V);
     std::vector<uint16_t> r(2 * I);
     std::vector<uint32_t> aw(2 * I);
@@ -624,9 +646,15 @@ int main(int argc, char** argv) {
         CK(cudaMemcpy(lr.data(), lref, V * 4, cudaMemcpyDeviceToHost));
         for (int i = 0; i < V; ++i) diff += la[i] != lr[i];
       } else {
-        CK(cudaMemcpy(aw.data(), o.y, o.n * 4, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(r.data(), yref, o.n * 2, cudaMemcpyDeviceToHost));
-        for (int i = 0; i < o.n; ++i) diff += (aw[i] & 0xffffu) != r[i] || (aw[i] >> 16) != (epoch & 0xffffu);
+        int n = o.n;
+        if (o.silu_out) {  // the reference: gate_up, then the engine's silu_mul
+          silu_mul(yref, sref, 1, o.n / 2, s);
+          CK(cudaStreamSynchronize(s));
+          n = o.n / 2;
+        }
+        CK(cudaMemcpy(aw.data(), o.y, n * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(r.data(), o.silu_out ? sref : yref, n * 2, cudaMemcpyDeviceToHost));
+        for (int i = 0; i < n; ++i) diff += (aw[i] & 0xffffu) != r[i] || (aw[i] >> 16) != (epoch & 0xffffu);
       }
       if (diff) {
         ++bad_ops;

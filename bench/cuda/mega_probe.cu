@@ -122,10 +122,6 @@ __device__ void wait_count(const unsigned* p, unsigned target, int op) {
     }
 }
 
-__device__ __forceinline__ float silu_mul_f(float g, float u) {
-  return g / (1.f + __expf(-g)) * u;
-}
-
 __device__ __forceinline__ uint32_t ldv(const uint32_t* p) {
   uint32_t v;
   asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -142,6 +138,17 @@ __device__ __forceinline__ unsigned long long gtime() {
 }
 __device__ __forceinline__ float word_f(uint32_t w) {
   return __uint_as_float(w << 16);
+}
+// 8 bf16 silu_mul values (activation.cuh: the engine's silu_mul) of 8 gate and 8 up words, packed in pairs.
+__device__ __forceinline__ void silu_words(const uint32_t (&gw)[8], const uint32_t (&uw)[8],
+                                           uint32_t (&r)[4]) {
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const __nv_bfloat16 lo = silu_mul_bf16(word_f(gw[2 * e]), word_f(uw[2 * e]));
+    const __nv_bfloat16 hi = silu_mul_bf16(word_f(gw[2 * e + 1]), word_f(uw[2 * e + 1]));
+    r[e] = uint32_t(*reinterpret_cast<const uint16_t*>(&lo)) |
+           (uint32_t(*reinterpret_cast<const uint16_t*>(&hi)) << 16);
+  }
 }
 __device__ __forceinline__ uint32_t word_of(float v, uint32_t tag) {
   const __nv_bfloat16 h = __float2bfloat16(v);
@@ -181,13 +188,7 @@ __device__ void make_x_slice(const Op& o, __nv_bfloat16* xs, bool writer, __nv_b
       uint32_t gw[8], uw[8];
       load_words<8>(gw, o.x + i, 1, poll, tag);
       load_words<8>(uw, o.x + k + i, 1, poll, tag);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const __nv_bfloat162 h =
-            __floats2bfloat162_rn(silu_mul_f(word_f(gw[2 * e]), word_f(uw[2 * e])),
-                                  silu_mul_f(word_f(gw[2 * e + 1]), word_f(uw[2 * e + 1])));
-        r[e] = *reinterpret_cast<const uint32_t*>(&h);
-      }
+      silu_words(gw, uw, r);
     }
     *reinterpret_cast<uint4*>(xs + i) = make_uint4(r[0], r[1], r[2], r[3]);
     if (writer && dbg) *reinterpret_cast<uint4*>(dbg + i) = make_uint4(r[0], r[1], r[2], r[3]);
@@ -228,13 +229,7 @@ __device__ void make_x(const Op& o, __nv_bfloat16* xs, float* nred, bool writer,
       load_words<8>(gw, o.x + i, 1, ll && !o.x_const, tag);
       load_words<8>(uw, o.x + k + i, 1, ll && !o.x_const, tag);
       uint32_t r[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const __nv_bfloat162 h =
-            __floats2bfloat162_rn(silu_mul_f(word_f(gw[2 * e]), word_f(uw[2 * e])),
-                                  silu_mul_f(word_f(gw[2 * e + 1]), word_f(uw[2 * e + 1])));
-        r[e] = *reinterpret_cast<const uint32_t*>(&h);
-      }
+      silu_words(gw, uw, r);
       *reinterpret_cast<uint4*>(xs + i) = make_uint4(r[0], r[1], r[2], r[3]);
     }
   } else {  // add + RMSNorm, k = 4096: kV elements a thread at i = tid + kT j
@@ -666,24 +661,7 @@ int main(int argc, char** argv) {
   }
 
   // Time: the probe (one launch a forward) and the same linears as today's kernels in a graph.
-  auto time_fn = [&](const std::function<void()>& fn) {
-    for (int i = 0; i < 3; ++i) fn();
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    std::vector<float> t;
-    for (int i = 0; i < reps; ++i) {
-      CK(cudaEventRecord(e0, s));
-      fn();
-      CK(cudaEventRecord(e1, s));
-      CK(cudaEventSynchronize(e1));
-      float ms;
-      CK(cudaEventElapsedTime(&ms, e0, e1));
-      t.push_back(ms);
-    }
-    std::sort(t.begin(), t.end());
-    return double(t[t.size() / 2]);
-  };
+  auto time_fn = [&](const std::function<void()>& fn) { return tf::bench::time_ms(s, fn, 3, reps); };
   const double mega_ms = time_fn([&] { run(nullptr); });
   CK(cudaGetLastError());
   {  // one profiled forward: where a CTA's cycles go (means over CTAs, microseconds at the SM clock)

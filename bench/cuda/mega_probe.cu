@@ -34,8 +34,11 @@
 #include "ops/cuda/mbarrier.cuh"
 #include "ops/cuda/mma.cuh"
 
-#ifndef TF_MEGA_STAGE_K  // k-values of a stage row: 512 (16 KB stages) or 256 (8 KB)
+#ifndef TF_MEGA_STAGE_K  // k-values of one slice's piece of a stage row: 512 or 256
 #define TF_MEGA_STAGE_K 512
+#endif
+#ifndef TF_MEGA_SLICES_A_STAGE  // slices (consumer warps) sharing a stage: 1, or 2 (32 KB stages)
+#define TF_MEGA_SLICES_A_STAGE 1
 #endif
 
 namespace {
@@ -46,15 +49,25 @@ constexpr int kSlices = 8;                    // linear.cu's K slices (its warps
 constexpr int kCWarps = 8;                    // consumer warps, one slice each
 constexpr int kThreads = (kCWarps + 1) * 32;  // + the producer warp
 constexpr int kProducer = kCWarps;
-constexpr int kRed = 2;  // slice-sum buffers, double-buffered: one consumer barrier a tile
-constexpr int kStageK = TF_MEGA_STAGE_K;
-constexpr int kRowBytes = kStageK * 2;
+constexpr int kRed = 2;                   // slice-sum buffers, double-buffered: one consumer barrier a tile
+constexpr int kStageK = TF_MEGA_STAGE_K;  // k-values of a slice's piece
+constexpr int kSW = TF_MEGA_SLICES_A_STAGE;  // a stage row = the pieces of kSW consecutive slices
+constexpr int kOwners = kCWarps / kSW;       // warp groups owning ring slots
+constexpr int kRowBytes = kSW * kStageK * 2;
 constexpr int kRowStride = kRowBytes;         // packed: rows are not padded, odd rows are swizzled
-constexpr int kStageBytes = 16 * kRowStride;  // 16 feature rows x kStageK k-values, one bulk copy
+constexpr int kStageBytes = 16 * kRowStride;  // 16 feature rows, one bulk copy
 constexpr int kMaxK = 12288;
-// Slots a multiple of the consumer warps (see the producer); 8 x 16 KB measured best (run 192: larger copies
-// beat more slots: 24 x 8 KB was 13% slower, 16 x 1 KB copies a stage 30%).
-constexpr int kDefaultStages = kStageK >= 512 ? 8 : 24;
+// Slots a multiple of the owners (see the producer); 8 x 16 KB measured best of kSW = 1 (run 192: larger
+// copies beat more slots: 24 x 8 KB was 13% slower, 16 x 1 KB copies a stage 30%). kSW = 2: 4 x 32 KB (not
+// yet run).
+constexpr int kDefaultStages = kSW == 2 ? 4 : kStageK >= 512 ? 8 : 24;
+
+// Position s of a tile's stages (in the order the producer sends them) -> the packed stage: owner s %
+// kOwners, its part s / kOwners (parts: the pieces of a slice, k / 8 / kStageK).
+__host__ __device__ inline int packed_stage(int s, int k) {
+  const int parts = k / kSlices / kStageK;
+  return (s % kOwners) * parts + s / kOwners;
+}
 
 enum XKind : int { kXCopy = 0, kXAddNorm = 1, kXSilu = 2 };
 
@@ -292,7 +305,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* empty = full + stages_n;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
-    for (int i = 0; i < stages_n; ++i) mbar_init(saddr(full + i), 1), mbar_init(saddr(empty + i), 1);
+    for (int i = 0; i < stages_n; ++i) mbar_init(saddr(full + i), 1), mbar_init(saddr(empty + i), kSW);
     mbar_init_fence();
   }
   __syncthreads();
@@ -304,7 +317,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     int pi = b, pop = 0, ps = 0;  // the prefetch cursor: tile index, op, stage
     auto pf_advance = [&] {
       if (pop >= nops) return;
-      if (++ps == ops[pop].k / kStageK) {
+      if (++ps == ops[pop].k / kStageK / kSW) {
         ps = 0, pi += G;
         while (pop < nops && pi >= ops[pop].tile_begin + ops[pop].tiles) ++pop;
       }
@@ -316,25 +329,24 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (op == nops) break;
       const __nv_bfloat16* w = ops[op].wp;
       const int k = ops[op].k, n0 = (i - ops[op].tile_begin) * 16;
-      const int stages = k / kStageK;
-      const int spw = stages / kCWarps;
+      const int stages = k / kStageK / kSW;
       for (int s = 0; s < stages; ++s, ++j) {
-        // Stage s of a tile belongs to consumer warp s % 8 (its pieces of K in order: slice w), and the
-        // ring's slots are a multiple of 8: slot j % stages_n is only ever used by warp j % 8, so
-        // each warp waits on every phase of its own slots in order. (A warp waiting on a slot that other
-        // warps also use may find it two phases behind -- bulk copies complete out of order -- and an
-        // mbarrier parity wait cannot tell that apart: the first version of this probe hung on exactly that.)
-        const int ks = (s % kCWarps) * spw + s / kCWarps;  // the stage's 512-wide piece of K
+        // Stage s of a tile belongs to owner s % kOwners (warps kSW*o .. : their pieces of K in order), and
+        // the ring's slots are a multiple of kOwners: slot j % stages_n is only ever used by owner j %
+        // kOwners, so each warp waits on every phase of its own slots in order. (A warp waiting on a slot
+        // that other warps also use may find it two phases behind -- bulk copies complete out of order --
+        // and an mbarrier parity wait cannot tell that apart: the first version of this probe hung on that.)
+        const int ks = packed_stage(s, k);
         const int slot = j % stages_n;
         const long long t0 = clock64();
         if (j >= stages_n) wait_bar(saddr(empty + slot), ((j / stages_n) & 1) ^ 1, 0, j, op);
         pc[0] += clock64() - t0;
         if (lane == 0) mbar_arrive_expect_tx(saddr(full + slot), kStageBytes);
         __syncwarp();
-        const __nv_bfloat16* src = w + (int64_t(n0 / 16) * (k / kStageK) + ks) * (16 * kStageK);
-        if (mode & 4) {  // the packed stage as 16 copies of 1 KB (the copy count's cost)
+        const __nv_bfloat16* src = w + (int64_t(n0 / 16) * stages + ks) * (kStageBytes / 2);
+        if (mode & 4) {  // the packed stage as 16 copies, one a row (the copy count's cost)
           if (lane < 16)
-            bulk_copy_g2s(saddr(ring + slot * kStageBytes + lane * kRowBytes), src + lane * kStageK,
+            bulk_copy_g2s(saddr(ring + slot * kStageBytes + lane * kRowBytes), src + lane * (kRowBytes / 2),
                           kRowBytes, saddr(full + slot));
         } else if (lane == 0) {
           bulk_copy_g2s(saddr(ring + slot * kStageBytes), src, kStageBytes, saddr(full + slot));
@@ -342,10 +354,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (pf > 0) {
           if (lane == 0 && pop < nops) {
             const Op& po = ops[pop];
-            const int pspw = po.k / kStageK / kCWarps;
-            const int pks = (ps % kCWarps) * pspw + ps / kCWarps;
             const __nv_bfloat16* psrc =
-                po.wp + (int64_t(pi - po.tile_begin) * (po.k / kStageK) + pks) * (16 * kStageK);
+                po.wp + (int64_t(pi - po.tile_begin) * (po.k / kStageK / kSW) + packed_stage(ps, po.k)) *
+                            (kStageBytes / 2);
             asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(psrc), "r"(kStageBytes)
                          : "memory");
           }
@@ -383,16 +394,17 @@ __global__ void __launch_bounds__(kThreads, 1)
       pc[4] += t1 - t0, pc[5] += clock64() - t1;
       x_op = op;
     }
-    const int stages = k / kStageK, spw = stages / kCWarps;
+    const int stages = k / kStageK / kSW, spw = k / kSlices / kStageK;  // spw: parts of a slice
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     const uint32_t xbase = saddr(xs) + 16 * t;
+    const int owner = warp / kSW, half = warp % kSW;
     for (int part = 0; part < spw; ++part) {  // this warp's K slice, in order
-      const int jj = j + part * kCWarps + warp, slot = jj % stages_n;
+      const int jj = j + part * kOwners + owner, slot = jj % stages_n;
       const long long t0 = clock64();
       wait_bar(saddr(full + slot), (jj / stages_n) & 1, 1, jj, op);
       const long long t1 = clock64();
       pc[1] += t1 - t0;
-      const uint32_t base = saddr(ring + slot * kStageBytes) + 16 * t;
+      const uint32_t base = saddr(ring + slot * kStageBytes) + half * (kStageK * 2) + 16 * t;
       const uint32_t swz = (g & 1) * 64;  // pack_kernel: odd rows hold chunk c at chunk c ^ 1's place
       const uint32_t xb = xbase + (warp * spw + part) * kStageK * 2;
 #pragma unroll 4
@@ -462,23 +474,26 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-// W [n, k] row-major -> stages: for tile n0/16 and piece ks of kStageK k-values, 16 rows x kStageK contiguous
-// (one bulk copy); in odd rows the 64-byte chunks c and c ^ 1 trade places, so that the rows g and g + 1 read
-// by a quarter-warp's 16-byte loads fall on different banks.
-// inter > 0 (a gate_up weight, gate rows then up rows): packed tile t holds gate rows 8t..8t+7 then up rows
-// inter+8t..inter+8t+7.
+// W [n, k] row-major -> stages: tile t's stage ps (packed_stage) holds, for its 16 rows, the pieces of kSW
+// consecutive slices (kStageK k-values each) side by side, contiguous (one bulk copy); in odd rows the
+// 64-byte chunks c and c ^ 1 of each piece trade places, so that the rows g and g + 1 read by a
+// quarter-warp's 16-byte loads fall on different banks. inter > 0 (a gate_up weight, gate rows then up rows):
+// tile t holds gate rows 8t..8t+7 then up rows inter+8t..inter+8t+7.
 __global__ void pack_kernel(const __nv_bfloat16* w, __nv_bfloat16* wp, int n, int k, int inter) {
-  const int pieces = k / kStageK;
-  const int64_t stage = blockIdx.x;  // tile * pieces + piece
-  const int tile = int(stage / pieces), piece = int(stage % pieces);
-  constexpr int kUnits = kStageK / 8;                            // 16-byte units a row
-  for (int u = threadIdx.x; u < 16 * kUnits; u += blockDim.x) {  // 16-byte units of the stage
-    const int r = u / kUnits, cu = u % kUnits;                   // row, unit in the packed row
-    const int src_unit = (r & 1) ? (cu ^ 4) : cu;                // chunk c ^ 1 = unit ^ 4
+  const int stages = k / kStageK / kSW, parts = k / kSlices / kStageK;
+  const int64_t stage = blockIdx.x;  // tile * stages + packed stage index
+  const int tile = int(stage / stages), ps = int(stage % stages);
+  const int owner = ps / parts, part = ps % parts;
+  constexpr int kUnits = kStageK / 8;  // 16-byte units of a piece
+  for (int u = threadIdx.x; u < 16 * kSW * kUnits; u += blockDim.x) {
+    const int r = u / (kSW * kUnits), sub = u % (kSW * kUnits) / kUnits, cu = u % kUnits;
+    const int src_unit = (r & 1) ? (cu ^ 4) : cu;  // chunk c ^ 1 = unit ^ 4
+    const int slice = owner * kSW + sub;
     const int src_row = inter > 0 ? (r < 8 ? 8 * tile + r : inter + 8 * tile + r - 8) : tile * 16 + r;
-    const uint4 v =
-        *reinterpret_cast<const uint4*>(w + int64_t(src_row) * k + piece * kStageK + src_unit * 8);
-    *reinterpret_cast<uint4*>(wp + stage * 16 * kStageK + r * kStageK + cu * 8) = v;
+    const uint4 v = *reinterpret_cast<const uint4*>(w + int64_t(src_row) * k +
+                                                    (slice * parts + part) * kStageK + src_unit * 8);
+    *reinterpret_cast<uint4*>(wp + stage * (kStageBytes / 2) + r * (kRowBytes / 2) + sub * kStageK + cu * 8) =
+        v;
   }
 }
 
@@ -516,8 +531,8 @@ int main(int argc, char** argv) {
   CK(cudaStreamCreate(&s));
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
-  if (stages_n % kCWarps || stages_n > 24) {
-    std::fprintf(stderr, "--stages must be 8, 16 or 24\n");
+  if (stages_n % kOwners || size_t(stages_n) * kStageBytes > 200 * 1024) {
+    std::fprintf(stderr, "--stages must be a multiple of %d, at most 200 KB of ring\n", kOwners);
     return 2;
   }
   std::printf("device: %s, %d SMs; layers %d, ring %d stages of %d bytes, L2 prefetch %d stages ahead\n",
@@ -590,7 +605,8 @@ int main(int argc, char** argv) {
   const int nops = int(ops.size());
   for (Op& o : ops) {  // the packed copies
     __nv_bfloat16* wp = dalloc<__nv_bfloat16>(int64_t(o.n) * o.k);
-    pack_kernel<<<(o.n / 16) * (o.k / kStageK), 256, 0, s>>>(o.w, wp, o.n, o.k, o.silu_out ? o.n / 2 : 0);
+    pack_kernel<<<(o.n / 16) * (o.k / kStageK / kSW), 256, 0, s>>>(o.w, wp, o.n, o.k,
+                                                                   o.silu_out ? o.n / 2 : 0);
     o.wp = wp;
   }
   Op* dops = dalloc<Op>(nops);

@@ -16,7 +16,9 @@
 // a profile of one forward (where a CTA's cycles go), the time of one forward against the same linears as
 // today's kernels in a graph (linear_bf16, dependent launch; no norms, no silu), both against the
 // copy-bandwidth roofline. Build: `ninja -C build-cuda tf_mega_probe` (not part of `all`); run on the GPU:
-// `tf_mega_probe --mode 9` (defaults: 36 layers, 8 stages of 16 KB).
+// `tf_mega_probe --mode 9` (defaults: 36 layers, 8 stages of 16 KB). Variants (compile-time):
+// tf_mega_probe_pairs (32 KB stages a warp pair owns), tf_mega_probe_q4 (MLX 4-bit g64 weights).
+// bench/cuda/mega_pack_check.py emulates the packings and the consumers' read addresses on the host.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -33,12 +35,18 @@
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/mbarrier.cuh"
 #include "ops/cuda/mma.cuh"
+#include "ops/cuda/quant_common.cuh"
+#include "ops/cuda/quant_linear.h"
+#include "quant_weights.h"
 
 #ifndef TF_MEGA_STAGE_K  // k-values of one slice's piece of a stage row: 512 or 256
 #define TF_MEGA_STAGE_K 512
 #endif
 #ifndef TF_MEGA_SLICES_A_STAGE  // slices (consumer warps) sharing a stage: 1, or 2 (32 KB stages)
 #define TF_MEGA_SLICES_A_STAGE 1
+#endif
+#ifndef TF_MEGA_Q4  // 1: MLX 4-bit (g64) weights, a stage = piece p of all 8 slices + their group words
+#define TF_MEGA_Q4 0
 #endif
 
 namespace {
@@ -51,16 +59,18 @@ constexpr int kThreads = (kCWarps + 1) * 32;  // + the producer warp
 constexpr int kProducer = kCWarps;
 constexpr int kRed = 2;                   // slice-sum buffers, double-buffered: one consumer barrier a tile
 constexpr int kStageK = TF_MEGA_STAGE_K;  // k-values of a slice's piece
-constexpr int kSW = TF_MEGA_SLICES_A_STAGE;  // a stage row = the pieces of kSW consecutive slices
-constexpr int kOwners = kCWarps / kSW;       // warp groups owning ring slots
-constexpr int kRowBytes = kSW * kStageK * 2;
-constexpr int kRowStride = kRowBytes;         // packed: rows are not padded, odd rows are swizzled
-constexpr int kStageBytes = 16 * kRowStride;  // 16 feature rows, one bulk copy
+constexpr bool kQ4 = TF_MEGA_Q4;
+constexpr int kSW = kQ4 ? kSlices : TF_MEGA_SLICES_A_STAGE;  // a stage row = pieces of kSW consecutive slices
+constexpr int kOwners = kCWarps / kSW;                       // warp groups owning ring slots
+constexpr int kRowBytes = kQ4 ? kSW * kStageK / 2 : kSW * kStageK * 2;
+constexpr int kRowStride = kRowBytes;                // packed: rows are not padded, odd rows are swizzled
+constexpr int kQ4ScaleRow = kSW * kStageK / 64 * 4;  // Q4: a row's group words (u32 scale | bias) of a stage
+constexpr int kStageBytes = 16 * kRowStride + (kQ4 ? 16 * kQ4ScaleRow : 0);  // 16 feature rows, one copy
 constexpr int kMaxK = 12288;
 // Slots a multiple of the owners (see the producer); 8 x 16 KB measured best of kSW = 1 (run 192: larger
 // copies beat more slots: 24 x 8 KB was 13% slower, 16 x 1 KB copies a stage 30%). kSW = 2: 4 x 32 KB (not
 // yet run).
-constexpr int kDefaultStages = kSW == 2 ? 4 : kStageK >= 512 ? 8 : 24;
+constexpr int kDefaultStages = kQ4 ? 5 : kSW == 2 ? 4 : kStageK >= 512 ? 8 : 24;  // Q4: 5 x 36 KB
 
 // Position s of a tile's stages (in the order the producer sends them) -> the packed stage: owner s %
 // kOwners, its part s / kOwners (parts: the pieces of a slice, k / 8 / kStageK).
@@ -90,6 +100,11 @@ struct Op {
   int tiles;
 };
 
+__device__ __forceinline__ uint32_t lds32(uint32_t addr) {
+  uint32_t r;
+  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(r) : "r"(addr));
+  return r;
+}
 __device__ __forceinline__ uint32_t saddr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -344,7 +359,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (lane == 0) mbar_arrive_expect_tx(saddr(full + slot), kStageBytes);
         __syncwarp();
         const __nv_bfloat16* src = w + (int64_t(n0 / 16) * stages + ks) * (kStageBytes / 2);
-        if (mode & 4) {  // the packed stage as 16 copies, one a row (the copy count's cost)
+        if ((mode & 4) && !kQ4) {  // the packed stage as 16 copies, one a row (the copy count's cost)
           if (lane < 16)
             bulk_copy_g2s(saddr(ring + slot * kStageBytes + lane * kRowBytes), src + lane * (kRowBytes / 2),
                           kRowBytes, saddr(full + slot));
@@ -407,12 +422,35 @@ __global__ void __launch_bounds__(kThreads, 1)
       const uint32_t base = saddr(ring + slot * kStageBytes) + half * (kStageK * 2) + 16 * t;
       const uint32_t swz = (g & 1) * 64;  // pack_kernel: odd rows hold chunk c at chunk c ^ 1's place
       const uint32_t xb = xbase + (warp * spw + part) * kStageK * 2;
+      if constexpr (kQ4) {
+        // Rows g and g + 8: lane t's words of 4 chunks are 16 bytes (quant_common.cuh word_of), quads of odd
+        // rows swapped (pack_q4_kernel); group words rotated by the row (bank-conflict free). The bits:
+        // dequant's bf16 weights through linear.cu's chunk chain, as linear_quantized.
+        const uint32_t sb = saddr(ring + slot * kStageBytes);
+        const uint32_t wa = sb + g * kRowBytes + warp * (kStageK / 2) + 16 * t, wb = wa + 8 * kRowBytes;
+        const uint32_t sa = sb + 16 * kRowBytes + g * kQ4ScaleRow, sb8 = sa + 8 * kQ4ScaleRow;
+#pragma unroll
+        for (int qd = 0; qd < kStageK / 128; ++qd) {
+          const uint4 a4 = lds128(wa + ((qd * 64) ^ swz)), b4 = lds128(wb + ((qd * 64) ^ swz));
+          const uint32_t av[4] = {a4.x, a4.y, a4.z, a4.w}, bv[4] = {b4.x, b4.y, b4.z, b4.w};
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int c = qd * 4 + e, wi = warp * (kStageK / 64) + c / 2;
+            const uint32_t s_a = lds32(sa + ((wi + g) & 63) * 4), s_b = lds32(sb8 + ((wi + g + 8) & 63) * 4);
+            const uint4 a = dequant<kMlxBf16Sub, 4>(Raw{av[e], 0, s_a, 0});
+            const uint4 bb = dequant<kMlxBf16Sub, 4>(Raw{bv[e], 0, s_b, 0});
+            const uint4 xv = g == 0 ? lds128(xb + c * 64) : make_uint4(0, 0, 0, 0);
+            mma_chunk(acc, a, bb, xv);
+          }
+        }
+      } else {
 #pragma unroll 4
-      for (int c = 0; c < kStageK / 32; ++c) {
-        const uint4 a = lds128(base + g * kRowStride + ((c * 64) ^ swz));
-        const uint4 bb = lds128(base + (g + 8) * kRowStride + ((c * 64) ^ swz));
-        const uint4 xv = g == 0 ? lds128(xb + c * 64) : make_uint4(0, 0, 0, 0);
-        mma_chunk(acc, a, bb, xv);
+        for (int c = 0; c < kStageK / 32; ++c) {
+          const uint4 a = lds128(base + g * kRowStride + ((c * 64) ^ swz));
+          const uint4 bb = lds128(base + (g + 8) * kRowStride + ((c * 64) ^ swz));
+          const uint4 xv = g == 0 ? lds128(xb + c * 64) : make_uint4(0, 0, 0, 0);
+          mma_chunk(acc, a, bb, xv);
+        }
       }
       if (!(mode & 2)) fence_proxy_async();  // this warp's reads of the slot before the next bulk copy
       __syncwarp();
@@ -497,6 +535,35 @@ __global__ void pack_kernel(const __nv_bfloat16* w, __nv_bfloat16* wp, int n, in
   }
 }
 
+// MLX 4-bit (device layout of upload_quantized_linear: quant_linear.h) -> stages: tile t's stage p holds, per
+// row, piece p (kStageK k-values: 4 quads of lane-major words, 256 bytes) of slices 0..7 side by side, the
+// quads qd and qd ^ 1 of odd rows swapped; then per row the 8 x 8 group words of those pieces, word i of row
+// r at (i + r) % 64. inter: as pack_kernel.
+__global__ void pack_q4_kernel(const uint8_t* w4, const uint32_t* s4, uint8_t* wp, int n, int k, int inter) {
+  const int parts = k / kSlices / kStageK;
+  const int64_t stage = blockIdx.x;
+  const int tile = int(stage / parts), part = int(stage % parts);
+  uint8_t* dst = wp + stage * kStageBytes;
+  const int64_t row_bytes = k / 2;
+  const int groups = k / 64;
+  constexpr int kUnits = kRowBytes / 16, kPieceUnits = kStageK / 32;  // 128 and 16
+  for (int u = threadIdx.x; u < 16 * kUnits; u += blockDim.x) {
+    const int r = u / kUnits, cu = u % kUnits, sl = cu / kPieceUnits, qu = cu % kPieceUnits;
+    const int src_qu = (r & 1) ? (qu ^ 4) : qu;
+    const int src_row = inter > 0 ? (r < 8 ? 8 * tile + r : inter + 8 * tile + r - 8) : tile * 16 + r;
+    const int64_t c0 = int64_t(sl * parts + part) * (kStageK / 32);  // the piece's first chunk: byte c0 * 16
+    *reinterpret_cast<uint4*>(dst + r * kRowBytes + cu * 16) =
+        *reinterpret_cast<const uint4*>(w4 + src_row * row_bytes + c0 * 16 + src_qu * 16);
+  }
+  for (int u = threadIdx.x; u < 16 * 64; u += blockDim.x) {
+    const int r = u / 64, wi = u % 64, sl = wi / 8, gi = wi % 8;
+    const int src_row = inter > 0 ? (r < 8 ? 8 * tile + r : inter + 8 * tile + r - 8) : tile * 16 + r;
+    const int64_t g0 = int64_t(sl * parts + part) * (kStageK / 64);
+    reinterpret_cast<uint32_t*>(dst + 16 * kRowBytes + r * kQ4ScaleRow)[(wi + r) & 63] =
+        s4[int64_t(src_row) * groups + g0 + gi];
+  }
+}
+
 void ck(cudaError_t e, const char* what, int line) {
   if (e == cudaSuccess) return;
   std::fprintf(stderr, "mega_probe.cu:%d %s: %s\n", line, what, cudaGetErrorString(e));
@@ -550,22 +617,49 @@ int main(int argc, char** argv) {
   auto rnd = [&](__nv_bfloat16* p, int64_t n, float lo, float hi) {
     fill_uniform(p, tf::DType::BF16, n, seed++, lo, hi, s);
   };
+  // Q4: the MLX 4-bit weights of the benches (quant_weights.h: device layout, scales prescaled), one
+  // LinearWeight an op in op order (qkv, o, gate_up, down per layer, lm_head); no bf16 weights.
+  std::unique_ptr<tf::Backend> be;
+  std::vector<tf::LinearWeight> q4w;
+  if (kQ4) {
+    be = tf::bench::shape_bench_backend(0, "tf_mega_probe");
+    if (!be) return 2;
+  }
+  auto q4_weight = [&](int n, int k) {
+    q4w.push_back(tf::bench::rand_linear_weight(*be, tf::bench::WeightFormat::Mlx4, n, k, seed++));
+    if (!q4w.back().subnormal_codes) {
+      std::fprintf(stderr, "the 4-bit weights were not prescaled (TF_MLX_SUBNORMAL=0?)\n");
+      std::exit(2);
+    }
+    bytes += double(tf::bench::linear_weight_bytes(q4w.back()));
+  };
   for (auto& l : ls) {
-    l.wqkv = dalloc<__nv_bfloat16>(int64_t(QKV) * H), rnd(l.wqkv, int64_t(QKV) * H, -0.03f, 0.03f);
-    l.wo = dalloc<__nv_bfloat16>(int64_t(H) * H), rnd(l.wo, int64_t(H) * H, -0.03f, 0.03f);
-    l.wgu = dalloc<__nv_bfloat16>(int64_t(2 * I) * H), rnd(l.wgu, int64_t(2 * I) * H, -0.03f, 0.03f);
-    l.wd = dalloc<__nv_bfloat16>(int64_t(H) * I), rnd(l.wd, int64_t(H) * I, -0.02f, 0.02f);
+    if (kQ4) {
+      q4_weight(QKV, H), q4_weight(H, H), q4_weight(2 * I, H), q4_weight(H, I);
+      l.wqkv = l.wo = l.wgu = l.wd = nullptr;
+    } else {
+      l.wqkv = dalloc<__nv_bfloat16>(int64_t(QKV) * H), rnd(l.wqkv, int64_t(QKV) * H, -0.03f, 0.03f);
+      l.wo = dalloc<__nv_bfloat16>(int64_t(H) * H), rnd(l.wo, int64_t(H) * H, -0.03f, 0.03f);
+      l.wgu = dalloc<__nv_bfloat16>(int64_t(2 * I) * H), rnd(l.wgu, int64_t(2 * I) * H, -0.03f, 0.03f);
+      l.wd = dalloc<__nv_bfloat16>(int64_t(H) * I), rnd(l.wd, int64_t(H) * I, -0.02f, 0.02f);
+      bytes += 2.0 * (double(QKV) * H + double(H) * H + 2.0 * I * H + double(H) * I);
+    }
     l.n1 = dalloc<__nv_bfloat16>(H), rnd(l.n1, H, 0.5f, 1.5f);
     l.n2 = dalloc<__nv_bfloat16>(H), rnd(l.n2, H, 0.5f, 1.5f);
     l.qkv = dalloc<__nv_bfloat16>(QKV), l.o = dalloc<__nv_bfloat16>(H), l.gu = dalloc<__nv_bfloat16>(2 * I);
     l.d = dalloc<__nv_bfloat16>(H), l.h1 = dalloc<__nv_bfloat16>(H), l.h2 = dalloc<__nv_bfloat16>(H);
     l.tqkv = dalloc<uint32_t>(QKV), l.to = dalloc<uint32_t>(H), l.tgu = dalloc<uint32_t>(2 * I);
     l.td = dalloc<uint32_t>(H), l.th1 = dalloc<uint32_t>(H), l.th2 = dalloc<uint32_t>(H);
-    bytes += 2.0 * (double(QKV) * H + double(H) * H + 2.0 * I * H + double(H) * I);
   }
-  __nv_bfloat16* wlm = dalloc<__nv_bfloat16>(int64_t(V) * H);
-  rnd(wlm, int64_t(V) * H, -0.03f, 0.03f);
-  bytes += 2.0 * V * H;
+  __nv_bfloat16* wlm = nullptr;
+  if (kQ4) {
+    q4_weight(V, H);
+    CK(cudaDeviceSynchronize());  // the weights were made on the backend's stream
+  } else {
+    wlm = dalloc<__nv_bfloat16>(int64_t(V) * H);
+    rnd(wlm, int64_t(V) * H, -0.03f, 0.03f);
+    bytes += 2.0 * V * H;
+  }
   __nv_bfloat16* nf = dalloc<__nv_bfloat16>(H);
   rnd(nf, H, 0.5f, 1.5f);
   __nv_bfloat16* emb = dalloc<__nv_bfloat16>(H);
@@ -603,10 +697,17 @@ int main(int argc, char** argv) {
   add({wlm, nullptr, V, H, kXAddNorm, 1, ls[layers - 1].td, ls[layers - 1].th2, hf, nf, logits, 0, 0, 0, 0,
        0});
   const int nops = int(ops.size());
-  for (Op& o : ops) {  // the packed copies
-    __nv_bfloat16* wp = dalloc<__nv_bfloat16>(int64_t(o.n) * o.k);
-    pack_kernel<<<(o.n / 16) * (o.k / kStageK / kSW), 256, 0, s>>>(o.w, wp, o.n, o.k,
-                                                                   o.silu_out ? o.n / 2 : 0);
+  for (int oi = 0; oi < nops; ++oi) {  // the packed copies
+    Op& o = ops[oi];
+    const int stages = (o.n / 16) * (o.k / kStageK / kSW);
+    __nv_bfloat16* wp = dalloc<__nv_bfloat16>(int64_t(stages) * kStageBytes / 2);
+    if (kQ4)
+      pack_q4_kernel<<<stages, 256, 0, s>>>(static_cast<const uint8_t*>(q4w[oi].weight.raw()),
+                                            static_cast<const uint32_t*>(q4w[oi].scales.raw()),
+                                            reinterpret_cast<uint8_t*>(wp), o.n, o.k,
+                                            o.silu_out ? o.n / 2 : 0);
+    else
+      pack_kernel<<<stages, 256, 0, s>>>(o.w, wp, o.n, o.k, o.silu_out ? o.n / 2 : 0);
     o.wp = wp;
   }
   Op* dops = dalloc<Op>(nops);
@@ -648,8 +749,11 @@ int main(int argc, char** argv) {
     for (int oi = 0; oi < nops; ++oi) {
       const Op& o = ops[oi];
       const bool f32 = o.y_f32;
-      linear_bf16(dbg + int64_t(oi) * kMaxK, o.w, nullptr, tf::DType::BF16, f32 ? (void*)lref : (void*)yref,
-                  f32 ? tf::DType::F32 : tf::DType::BF16, 1, o.n, o.k, s);
+      // Q4: the bf16 weights the 4-bit kernels multiply by (quant_linear.h: dequantize_bf16, then linear_bf16
+      // gives linear_quantized's bits).
+      tf::Tensor deq = kQ4 ? tf::cuda::dequantize_bf16(q4w[oi], s) : tf::Tensor();
+      linear_bf16(dbg + int64_t(oi) * kMaxK, kQ4 ? deq.raw() : o.w, nullptr, tf::DType::BF16,
+                  f32 ? (void*)lref : (void*)yref, f32 ? tf::DType::F32 : tf::DType::BF16, 1, o.n, o.k, s);
       CK(cudaStreamSynchronize(s));
       int diff = 0;
       if (f32) {
@@ -733,16 +837,33 @@ int main(int argc, char** argv) {
                     d / n, n);
     }
   }
+  auto q4_linear = [&](const void* x, int oi, void* y, bool y_f32) {
+    const tf::LinearWeight& w = q4w[oi];
+    const tf::Tensor xt =
+        tf::Tensor::borrow(const_cast<void*>(x), {1, w.in_features}, tf::DType::BF16, tf::Device::CUDA);
+    tf::Tensor yt = tf::Tensor::borrow(y, {1, w.out_features}, y_f32 ? tf::DType::F32 : tf::DType::BF16,
+                                       tf::Device::CUDA);
+    tf::cuda::linear_quantized(xt, w, yt, s);
+  };
   auto chain = [&] {
     const __nv_bfloat16* x = emb;
+    int oi = 0;
     for (auto& l : ls) {
-      linear_bf16(x, l.wqkv, nullptr, tf::DType::BF16, l.qkv, tf::DType::BF16, 1, QKV, H, s);
-      linear_bf16(l.qkv, l.wo, nullptr, tf::DType::BF16, l.o, tf::DType::BF16, 1, H, H, s);
-      linear_bf16(l.o, l.wgu, nullptr, tf::DType::BF16, l.gu, tf::DType::BF16, 1, 2 * I, H, s);
-      linear_bf16(l.gu, l.wd, nullptr, tf::DType::BF16, l.d, tf::DType::BF16, 1, H, I, s);
+      if (kQ4) {  // today's 4-bit decode kernels (linear_quantized), the same chain
+        q4_linear(x, oi++, l.qkv, false), q4_linear(l.qkv, oi++, l.o, false);
+        q4_linear(l.o, oi++, l.gu, false), q4_linear(l.gu, oi++, l.d, false);
+      } else {
+        linear_bf16(x, l.wqkv, nullptr, tf::DType::BF16, l.qkv, tf::DType::BF16, 1, QKV, H, s);
+        linear_bf16(l.qkv, l.wo, nullptr, tf::DType::BF16, l.o, tf::DType::BF16, 1, H, H, s);
+        linear_bf16(l.o, l.wgu, nullptr, tf::DType::BF16, l.gu, tf::DType::BF16, 1, 2 * I, H, s);
+        linear_bf16(l.gu, l.wd, nullptr, tf::DType::BF16, l.d, tf::DType::BF16, 1, H, I, s);
+      }
       x = l.d;
     }
-    linear_bf16(x, wlm, nullptr, tf::DType::BF16, logits, tf::DType::F32, 1, V, H, s);
+    if (kQ4)
+      q4_linear(x, oi, logits, true);
+    else
+      linear_bf16(x, wlm, nullptr, tf::DType::BF16, logits, tf::DType::F32, 1, V, H, s);
   };
   const double chain_ms = tf::bench::time_graph_ms(s, chain);
   // Copy bandwidth (read + write) of 2 GiB, as the benches' roofline.

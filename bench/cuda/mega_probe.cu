@@ -124,17 +124,8 @@ __device__ __forceinline__ unsigned ld_acquire_u32(const unsigned* p) {
   return v;
 }
 // Waits with a watchdog (~seconds): a hang prints who waited for what and traps instead of spinning forever.
-__device__ __forceinline__ bool mbar_try(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  asm volatile(
-      "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(done)
-      : "r"(bar), "r"(parity)
-      : "memory");
-  return done;
-}
 __device__ void wait_bar(uint32_t bar, uint32_t parity, int what, int j, int op) {
-  for (long long n = 0; !mbar_try(bar, parity); ++n)
+  for (long long n = 0; !mbar_try_wait(bar, parity); ++n)
     if (n == (1ll << 22)) {
       printf("HANG block %d warp %d: %s stage %d op %d parity %u\n", blockIdx.x, threadIdx.x / 32,
              what ? "full" : "empty", j, op, parity);
@@ -196,32 +187,6 @@ __device__ __forceinline__ void load_words(uint32_t (&w)[N], const uint32_t* p, 
         if (n == (1ll << 24)) hang_word(p + j * stride, w[j], tag);
       }
   }
-}
-
-// Mode 16, polling, kXCopy / kXSilu: warp w makes only its own K slice of x (the only part its MMAs read)
-// and starts as soon as those words carry the launch's tag: no barrier, no wait for the rest of x.
-__device__ void make_x_slice(const Op& o, __nv_bfloat16* xs, bool writer, __nv_bfloat16* dbg, uint32_t tag) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, k = o.k;
-  const int base = warp * (k / kSlices), groups = k / kSlices / 8;  // groups of 8 a slice: 64 or 192
-  const bool poll = !o.x_const;
-  for (int gi = lane; gi < groups; gi += 32) {
-    const int i = base + gi * 8;
-    uint32_t r[4];
-    if (o.xkind == kXCopy) {
-      uint32_t w[8];
-      load_words<8>(w, o.x + i, 1, poll, tag);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) r[e] = (w[2 * e] & 0xffffu) | (w[2 * e + 1] << 16);
-    } else {
-      uint32_t gw[8], uw[8];
-      load_words<8>(gw, o.x + i, 1, poll, tag);
-      load_words<8>(uw, o.x + k + i, 1, poll, tag);
-      silu_words(gw, uw, r);
-    }
-    *reinterpret_cast<uint4*>(xs + i) = make_uint4(r[0], r[1], r[2], r[3]);
-    if (writer && dbg) *reinterpret_cast<uint4*>(dbg + i) = make_uint4(r[0], r[1], r[2], r[3]);
-  }
-  __syncwarp();
 }
 
 // The op's x into shared memory (consumer warps only): after thread 0 has seen the previous op complete
@@ -297,16 +262,16 @@ __device__ void make_x(const Op& o, __nv_bfloat16* xs, float* nred, bool writer,
 
 __global__ void __launch_bounds__(kThreads, 1)
     mega_kernel(const Op* __restrict__ ops, int nops, unsigned* cnt, unsigned epoch, int stages_n,
-                __nv_bfloat16* dbg, int mode, long long* prof, int pf, unsigned long long* tl) {
+                __nv_bfloat16* dbg, int mode, long long* prof, unsigned long long* tl) {
   // tl (optional), per op, globaltimer ns: [0] the last tile stored, [1] the earliest time a CTA stored its
   // last tile of the op, [2] / [3] the first / last CTA to have its x for the op.
   // mode bit 0: a CTA's share of an op is released with one red.release.gpu add (else __threadfence +
   // atomicAdd); bit 1: no fence.proxy.async before a consumer frees a slot; bit 2: a stage as 16 bulk copies,
-  // one a row (else one copy); bit 3: readers poll the activations' tags (no counters, no releases); bit 4
-  // (with bit 3): a warp makes and waits for only its own K slice of x where no norm needs all of it.
-  // prof (optional): per CTA, clock cycles: [0] producer waiting for free slots, [1] consumers waiting for
-  // data (all warps), [2] consumers computing, [3] epilogues, [4] dependency waits, [5] making x, [6] waits
-  // at the tile barrier (all warps), [7] warp 0 from start to end.
+  // one a row (else one copy); bit 3: readers poll the activations' tags (no counters, no releases).
+  // (Tried and removed, docs/cuda-notes.md "Session 15": an L2 prefetch ahead of the ring, commit 7de05a1,
+  // and per-warp-slice x, cf5b417.) prof (optional): per CTA, clock cycles: [0] producer waiting for free
+  // slots, [1] consumers waiting for data (all warps), [2] consumers computing, [3] epilogues, [4] dependency
+  // waits, [5] making x, [6] waits at the tile barrier (all warps), [7] warp 0 from start to end.
   long long pc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   const long long t_start = clock64();
   const bool ll = mode & 8;
@@ -327,17 +292,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int G = gridDim.x, b = blockIdx.x;
 
   if (warp == kProducer) {  // producer: this CTA's tiles, stage by stage, as far ahead as the ring allows
-    // pf > 0: also prefetch into L2 the stage pf positions ahead of each one copied (the HBM stream can then
-    // run on past the ring through a dependency wait, into the 50 MB L2; bits unchanged).
-    int pi = b, pop = 0, ps = 0;  // the prefetch cursor: tile index, op, stage
-    auto pf_advance = [&] {
-      if (pop >= nops) return;
-      if (++ps == ops[pop].k / kStageK / kSW) {
-        ps = 0, pi += G;
-        while (pop < nops && pi >= ops[pop].tile_begin + ops[pop].tiles) ++pop;
-      }
-    };
-    for (int q = 0; q < pf; ++q) pf_advance();
     int j = 0, op = 0;
     for (int i = b;; i += G) {
       while (op < nops && i >= ops[op].tile_begin + ops[op].tiles) ++op;
@@ -366,17 +320,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         } else if (lane == 0) {
           bulk_copy_g2s(saddr(ring + slot * kStageBytes), src, kStageBytes, saddr(full + slot));
         }
-        if (pf > 0) {
-          if (lane == 0 && pop < nops) {
-            const Op& po = ops[pop];
-            const __nv_bfloat16* psrc =
-                po.wp + (int64_t(pi - po.tile_begin) * (po.k / kStageK / kSW) + packed_stage(ps, po.k)) *
-                            (kStageBytes / 2);
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(psrc), "r"(kStageBytes)
-                         : "memory");
-          }
-          pf_advance();
-        }
       }
     }
     if (prof && lane == 0) atomicAdd(reinterpret_cast<unsigned long long*>(prof + 8 * b), pc[0]);
@@ -398,10 +341,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         wait_count(cnt + op - 1, target, op);
       }
       const long long t1 = clock64();
-      if (ll && (mode & 16) && o.xkind != kXAddNorm)
-        make_x_slice(o, xs, tile == 0, dbg ? dbg + int64_t(op) * kMaxK : nullptr, tag);
-      else
-        make_x(o, xs, nred, tile == 0, dbg ? dbg + int64_t(op) * kMaxK : nullptr, ll, tag);
+      make_x(o, xs, nred, tile == 0, dbg ? dbg + int64_t(op) * kMaxK : nullptr, ll, tag);
       if (tl && threadIdx.x == 0) {
         const unsigned long long now = gtime();
         atomicMin(tl + 4 * op + 2, now), atomicMax(tl + 4 * op + 3, now);
@@ -564,18 +504,11 @@ __global__ void pack_q4_kernel(const uint8_t* w4, const uint32_t* s4, uint8_t* w
   }
 }
 
-void ck(cudaError_t e, const char* what, int line) {
-  if (e == cudaSuccess) return;
-  std::fprintf(stderr, "mega_probe.cu:%d %s: %s\n", line, what, cudaGetErrorString(e));
-  std::exit(2);
-}
-#define CK(x) ck((x), #x, __LINE__)
-
 template <typename T>
 T* dalloc(size_t n) {
   T* p = nullptr;
-  CK(cudaMalloc(&p, n * sizeof(T)));
-  CK(cudaMemset(p, 0, n * sizeof(T)));
+  TF_CUDA_CHECK(cudaMalloc(&p, n * sizeof(T)));
+  TF_CUDA_CHECK(cudaMemset(p, 0, n * sizeof(T)));
   return p;
 }
 
@@ -583,27 +516,28 @@ T* dalloc(size_t n) {
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IONBF, 0);
-  int layers = 36, reps = 20, stages_n = kDefaultStages, mode = 0, pf = 0, silu_out = 0;
+  int layers = 36, reps = 20, stages_n = kDefaultStages, mode = 0, silu_out = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--layers") layers = std::atoi(argv[i + 1]);
     if (a == "--reps") reps = std::atoi(argv[i + 1]);
     if (a == "--stages") stages_n = std::atoi(argv[i + 1]);
     if (a == "--mode") mode = std::atoi(argv[i + 1]);
-    if (a == "--pf") pf = std::atoi(argv[i + 1]);
     if (a == "--silu-out") silu_out = std::atoi(argv[i + 1]);
   }
   const int H = 4096, QKV = 6144, I = 12288, V = 151936;
   cudaStream_t s;
-  CK(cudaStreamCreate(&s));
+  TF_CUDA_CHECK(cudaStreamCreate(&s));
   cudaDeviceProp prop{};
-  CK(cudaGetDeviceProperties(&prop, 0));
+  TF_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   if (stages_n % kOwners || size_t(stages_n) * kStageBytes > 200 * 1024) {
     std::fprintf(stderr, "--stages must be a multiple of %d, at most 200 KB of ring\n", kOwners);
     return 2;
   }
-  std::printf("device: %s, %d SMs; layers %d, ring %d stages of %d bytes, L2 prefetch %d stages ahead\n",
-              prop.name, prop.multiProcessorCount, layers, stages_n, kStageBytes, pf);
+  const std::unique_ptr<tf::Backend> be = tf::bench::shape_bench_backend(0, "tf_mega_probe");
+  if (!be) return 2;
+  std::printf("device: %s, %d SMs; layers %d, ring %d stages of %d bytes\n", prop.name,
+              prop.multiProcessorCount, layers, stages_n, kStageBytes);
 
   // Weights and norm weights (random, made on the device), per-layer activations (no reuse: no hazards).
   struct L {
@@ -619,12 +553,7 @@ int main(int argc, char** argv) {
   };
   // Q4: the MLX 4-bit weights of the benches (quant_weights.h: device layout, scales prescaled), one
   // LinearWeight an op in op order (qkv, o, gate_up, down per layer, lm_head); no bf16 weights.
-  std::unique_ptr<tf::Backend> be;
   std::vector<tf::LinearWeight> q4w;
-  if (kQ4) {
-    be = tf::bench::shape_bench_backend(0, "tf_mega_probe");
-    if (!be) return 2;
-  }
   auto q4_weight = [&](int n, int k) {
     q4w.push_back(tf::bench::rand_linear_weight(*be, tf::bench::WeightFormat::Mlx4, n, k, seed++));
     if (!q4w.back().subnormal_codes) {
@@ -654,7 +583,7 @@ int main(int argc, char** argv) {
   __nv_bfloat16* wlm = nullptr;
   if (kQ4) {
     q4_weight(V, H);
-    CK(cudaDeviceSynchronize());  // the weights were made on the backend's stream
+    TF_CUDA_CHECK(cudaDeviceSynchronize());  // the weights were made on the backend's stream
   } else {
     wlm = dalloc<__nv_bfloat16>(int64_t(V) * H);
     rnd(wlm, int64_t(V) * H, -0.03f, 0.03f);
@@ -669,9 +598,9 @@ int main(int argc, char** argv) {
   uint32_t* tzeros = dalloc<uint32_t>(H);
   {
     std::vector<uint16_t> hb(H);
-    CK(cudaMemcpy(hb.data(), emb, H * 2, cudaMemcpyDeviceToHost));
+    TF_CUDA_CHECK(cudaMemcpy(hb.data(), emb, H * 2, cudaMemcpyDeviceToHost));
     std::vector<uint32_t> hw(hb.begin(), hb.end());
-    CK(cudaMemcpy(temb, hw.data(), H * 4, cudaMemcpyHostToDevice));
+    TF_CUDA_CHECK(cudaMemcpy(temb, hw.data(), H * 4, cudaMemcpyHostToDevice));
   }
   float* logits = dalloc<float>(V);
 
@@ -711,15 +640,15 @@ int main(int argc, char** argv) {
     o.wp = wp;
   }
   Op* dops = dalloc<Op>(nops);
-  CK(cudaMemcpy(dops, ops.data(), nops * sizeof(Op), cudaMemcpyHostToDevice));
+  TF_CUDA_CHECK(cudaMemcpy(dops, ops.data(), nops * sizeof(Op), cudaMemcpyHostToDevice));
   unsigned* cnt = dalloc<unsigned>(nops);
   __nv_bfloat16* dbg = dalloc<__nv_bfloat16>(int64_t(nops) * kMaxK);
 
   const size_t smem =
       size_t(stages_n) * kStageBytes + kMaxK * 2 + (kRed * kSlices * 16 + 8) * 4 + 2 * stages_n * 8;
-  CK(cudaFuncSetAttribute(mega_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  TF_CUDA_CHECK(cudaFuncSetAttribute(mega_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   int per_sm = 0;
-  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mega_kernel, kThreads, smem));
+  TF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mega_kernel, kThreads, smem));
   const int grid = prop.multiProcessorCount * per_sm;
   std::printf("smem %zu bytes, %d CTA(s) an SM, grid %d, %d ops, %d tiles\n", smem, per_sm, grid, nops,
               tiles);
@@ -731,13 +660,13 @@ int main(int argc, char** argv) {
   auto run = [&](__nv_bfloat16* d) {
     ++epoch;
     mega_kernel<<<grid, kThreads, smem, s>>>(dops, nops, cnt, epoch, stages_n, d, mode,
-                                             prof_on ? prof : nullptr, pf, prof_on ? tl : nullptr);
+                                             prof_on ? prof : nullptr, prof_on ? tl : nullptr);
   };
 
   // Bits: every op's output against linear_bf16 on the x the probe used.
   run(dbg);
-  CK(cudaStreamSynchronize(s));
-  CK(cudaGetLastError());
+  TF_CUDA_CHECK(cudaStreamSynchronize(s));
+  TF_CUDA_CHECK(cudaGetLastError());
   int bad_ops = 0;
   {
     __nv_bfloat16* yref = dalloc<__nv_bfloat16>(2 * I);
@@ -754,21 +683,21 @@ int main(int argc, char** argv) {
       tf::Tensor deq = kQ4 ? tf::cuda::dequantize_bf16(q4w[oi], s) : tf::Tensor();
       linear_bf16(dbg + int64_t(oi) * kMaxK, kQ4 ? deq.raw() : o.w, nullptr, tf::DType::BF16,
                   f32 ? (void*)lref : (void*)yref, f32 ? tf::DType::F32 : tf::DType::BF16, 1, o.n, o.k, s);
-      CK(cudaStreamSynchronize(s));
+      TF_CUDA_CHECK(cudaStreamSynchronize(s));
       int diff = 0;
       if (f32) {
-        CK(cudaMemcpy(la.data(), o.y, V * 4, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(lr.data(), lref, V * 4, cudaMemcpyDeviceToHost));
+        TF_CUDA_CHECK(cudaMemcpy(la.data(), o.y, V * 4, cudaMemcpyDeviceToHost));
+        TF_CUDA_CHECK(cudaMemcpy(lr.data(), lref, V * 4, cudaMemcpyDeviceToHost));
         for (int i = 0; i < V; ++i) diff += la[i] != lr[i];
       } else {
         int n = o.n;
         if (o.silu_out) {  // the reference: gate_up, then the engine's silu_mul
           silu_mul(yref, sref, 1, o.n / 2, s);
-          CK(cudaStreamSynchronize(s));
+          TF_CUDA_CHECK(cudaStreamSynchronize(s));
           n = o.n / 2;
         }
-        CK(cudaMemcpy(aw.data(), o.y, n * 4, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(r.data(), o.silu_out ? sref : yref, n * 2, cudaMemcpyDeviceToHost));
+        TF_CUDA_CHECK(cudaMemcpy(aw.data(), o.y, n * 4, cudaMemcpyDeviceToHost));
+        TF_CUDA_CHECK(cudaMemcpy(r.data(), o.silu_out ? sref : yref, n * 2, cudaMemcpyDeviceToHost));
         for (int i = 0; i < n; ++i) diff += (aw[i] & 0xffffu) != r[i] || (aw[i] >> 16) != (epoch & 0xffffu);
       }
       if (diff) {
@@ -783,26 +712,26 @@ int main(int argc, char** argv) {
   // Time: the probe (one launch a forward) and the same linears as today's kernels in a graph.
   auto time_fn = [&](const std::function<void()>& fn) { return tf::bench::time_ms(s, fn, 3, reps); };
   const double mega_ms = time_fn([&] { run(nullptr); });
-  CK(cudaGetLastError());
+  TF_CUDA_CHECK(cudaGetLastError());
   {  // one profiled forward: where a CTA's cycles go (means over CTAs, microseconds at the SM clock)
-    CK(cudaMemset(prof, 0, size_t(grid) * 8 * 8));
+    TF_CUDA_CHECK(cudaMemset(prof, 0, size_t(grid) * 8 * 8));
     {
       std::vector<unsigned long long> init(size_t(nops) * 4);
       for (int q = 0; q < nops; ++q)
         init[4 * q] = init[4 * q + 3] = 0, init[4 * q + 1] = init[4 * q + 2] = ~0ull;
-      CK(cudaMemcpy(tl, init.data(), init.size() * 8, cudaMemcpyHostToDevice));
+      TF_CUDA_CHECK(cudaMemcpy(tl, init.data(), init.size() * 8, cudaMemcpyHostToDevice));
     }
     prof_on = true;
     run(nullptr);
     prof_on = false;
-    CK(cudaStreamSynchronize(s));
+    TF_CUDA_CHECK(cudaStreamSynchronize(s));
     std::vector<long long> pv(size_t(grid) * 8);
-    CK(cudaMemcpy(pv.data(), prof, pv.size() * 8, cudaMemcpyDeviceToHost));
+    TF_CUDA_CHECK(cudaMemcpy(pv.data(), prof, pv.size() * 8, cudaMemcpyDeviceToHost));
     double m[8] = {0};
     for (int b = 0; b < grid; ++b)
       for (int q = 0; q < 8; ++q) m[q] += double(pv[size_t(b) * 8 + q]) / grid;
     int khz = 0;
-    CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+    TF_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
     const double us = 1e3 / khz;  // microseconds a cycle
     const char* names[8] = {"producer waits for slots",
                             "consumer warps wait for data (sum of 8)",
@@ -816,7 +745,7 @@ int main(int argc, char** argv) {
     for (int q = 0; q < 8; ++q) std::printf("  %-42s %9.1f us\n", names[q], m[q] * us);
     // The op boundaries (globaltimer): per kind of the next op, means over the layers' ops.
     std::vector<unsigned long long> tv(size_t(nops) * 4);
-    CK(cudaMemcpy(tv.data(), tl, tv.size() * 8, cudaMemcpyDeviceToHost));
+    TF_CUDA_CHECK(cudaMemcpy(tv.data(), tl, tv.size() * 8, cudaMemcpyDeviceToHost));
     const char* kinds[3] = {"copy (o)", "add+norm (qkv, gate_up, lm_head)", "silu (down)"};
     std::printf(
         "  op boundaries, us (means): op time | last CTA done - first CTA done | first x ready - "
@@ -867,16 +796,7 @@ int main(int argc, char** argv) {
   };
   const double chain_ms = tf::bench::time_graph_ms(s, chain);
   // Copy bandwidth (read + write) of 2 GiB, as the benches' roofline.
-  double copy_gbs = 0;
-  {
-    const size_t n = size_t(1) << 30;
-    char *a = nullptr, *c = nullptr;
-    CK(cudaMalloc(&a, n));
-    CK(cudaMalloc(&c, n));
-    const double ms = time_fn([&] { CK(cudaMemcpyAsync(c, a, n, cudaMemcpyDeviceToDevice, s)); });
-    copy_gbs = 2.0 * n / (ms * 1e-3) / 1e9;
-    cudaFree(a), cudaFree(c);
-  }
+  const double copy_gbs = tf::bench::copy_bandwidth_gbs(*be);  // the benches' roofline denominator
   const double roof_ms = bytes / (copy_gbs * 1e9) * 1e3;
   std::printf("weights %.2f GB; copy %.0f GB/s; roofline %.3f ms\n", bytes / 1e9, copy_gbs, roof_ms);
   std::printf("persistent probe (norms, silu in): %.3f ms = %.1f%% of roofline (%.0f GB/s)\n", mega_ms,

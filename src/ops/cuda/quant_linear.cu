@@ -14,6 +14,7 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <cstring>
 #include <type_traits>
 
 #include "core/error.h"
@@ -519,29 +520,28 @@ Tensor reorder_4bit(const Tensor& packed, int64_t in_features) {
   return out;
 }
 
-// bf16 scales and biases as one U32 per group: scale in the low half, bias in the high half.
 // Scale|bias words (host) with each bf16 scale times 2^133, exactly: a normal scale's exponent field + 133
-// (<= 254), a subnormal m * 2^-133 (or zero) becomes the integer m (bf16 bits built by hand), same sign; the
-// biases are kept. False, nothing changed, when a scale's exponent field is above 121 (|scale| >= 2^-5, inf,
-// NaN: not a finite bf16 times 2^133).
+// (<= 254), a subnormal m * 2^-133 (or zero) becomes the integer m (a float's top half: exact below 256), same
+// sign; the biases are kept. False, nothing changed, when a scale's exponent field is above 121 (|scale| >=
+// 2^-5, inf, NaN: not a finite bf16 times 2^133).
 bool prescale_words(uint32_t* w, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
     if (((w[i] >> 7) & 0xFFu) > 121u) return false;
   for (int64_t i = 0; i < n; ++i) {
-    const uint32_t lo = w[i] & 0xFFFFu, e = (lo >> 7) & 0xFFu, m = lo & 0x7Fu;
-    uint32_t out = lo & 0x8000u;
-    if (e) {
-      out = lo + (133u << 7);
-    } else if (m) {
-      int top = 6;
-      while (!(m >> top)) --top;  // m = 2^top * 1.f: exponent 127 + top, fraction the bits below top
-      out |= ((127u + uint32_t(top)) << 7) | ((m << (7 - top)) & 0x7Fu);
+    const uint32_t lo = w[i] & 0xFFFFu;
+    uint32_t out = lo + (133u << 7);
+    if (!((lo >> 7) & 0xFFu)) {
+      const float m = float(lo & 0x7Fu);
+      uint32_t bits;
+      std::memcpy(&bits, &m, sizeof bits);
+      out = (lo & 0x8000u) | (bits >> 16);
     }
     w[i] = (w[i] & 0xFFFF0000u) | out;
   }
   return true;
 }
 
+// bf16 scales and biases as one U32 per group: scale in the low half, bias in the high half.
 Tensor interleave_bf16(const Tensor& scales, const Tensor& biases) {
   TF_CHECK(scales.is_contiguous() && biases.is_contiguous(), "upload: scales/biases must be contiguous");
   Tensor out = Tensor::empty(scales.shape(), DType::U32);

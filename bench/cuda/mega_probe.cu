@@ -45,6 +45,12 @@
 #ifndef TF_MEGA_SLICES_A_STAGE  // slices (consumer warps) sharing a stage: 1, or 2 (32 KB stages)
 #define TF_MEGA_SLICES_A_STAGE 1
 #endif
+#ifndef TF_MEGA_MFULL  // 1: a slot's (op, unit) is published before its bytes land (its own mbarrier)
+#define TF_MEGA_MFULL 1
+#endif
+#ifndef TF_MEGA_SPLIT  // 1: --split compiled in
+#define TF_MEGA_SPLIT 0
+#endif
 #ifndef TF_MEGA_Q4  // 1: MLX 4-bit (g64) weights, a stage = piece p of all 8 slices + their group words
 #define TF_MEGA_Q4 0
 #endif
@@ -70,7 +76,7 @@ constexpr int kMaxK = 12288;
 // Slots a multiple of the owners (see the producer); 8 x 16 KB measured best of kSW = 1 (run 192: larger
 // copies beat more slots: 24 x 8 KB was 13% slower, 16 x 1 KB copies a stage 30%). kSW = 2: 4 x 32 KB (not
 // yet run).
-constexpr int kDefaultStages = kQ4 ? 5 : kSW == 2 ? 4 : kStageK >= 512 ? 8 : 24;  // Q4: 5 x 36 KB
+constexpr int kDefaultStages = kQ4 ? 5 : kSW == 8 ? 192 * 1024 / kStageBytes : kSW == 2 ? 4 : kStageK >= 512 ? 8 : 24;
 
 // Position s of a tile's stages (in the order the producer sends them) -> the packed stage: owner s %
 // kOwners, its part s / kOwners (parts: the pieces of a slice, k / 8 / kStageK).
@@ -96,8 +102,13 @@ struct Op {
   int x_const, res_const;   // inputs written before the launch (their tags are not checked)
   int silu_out;    // gate_up packed with 8 gate and their 8 up features a tile (--silu-out): the tile
                    // stores silu_mul(bf16(g), bf16(u)) for its 8 features, the down op's x
-  int tile_begin;  // global index of the op's first tile (tiles are dealt round-robin to CTAs)
+  int tile_begin;  // global index of the op's first unit (units are dealt round-robin to CTAs)
   int tiles;
+  int upt = 1;     // units a tile: 1 (a unit is a tile), or the parts of a slice (--split: a unit is part p of
+                   // every slice of the tile, units part-major; the slices' accumulators pass from unit to
+                   // unit through acc as tagged 64-bit words -- the same fp32 state, so the same bits)
+  int units = 0;   // tiles * upt
+  unsigned long long* acc = nullptr;  // upt > 1: [tiles][upt - 1][8 warps][16] (float bits | launch tag << 32)
 };
 
 __device__ __forceinline__ uint32_t lds32(uint32_t addr) {
@@ -261,7 +272,7 @@ __device__ void make_x(const Op& o, __nv_bfloat16* xs, float* nred, bool writer,
 }
 
 __global__ void __launch_bounds__(kThreads, 1)
-    mega_kernel(const Op* __restrict__ ops, int nops, unsigned* cnt, unsigned epoch, int stages_n,
+    mega_kernel(const Op* __restrict__ ops, int nops, unsigned* cnt, unsigned* grab, unsigned epoch, int stages_n,
                 __nv_bfloat16* dbg, int mode, long long* prof, unsigned long long* tl) {
   // tl (optional), per op, globaltimer ns: [0] the last tile stored, [1] the earliest time a CTA stored its
   // last tile of the op, [2] / [3] the first / last CTA to have its x for the op.
@@ -283,23 +294,54 @@ __global__ void __launch_bounds__(kThreads, 1)
   float* nred = red + kRed * kSlices * 16;            // [8]
   uint64_t* full = reinterpret_cast<uint64_t*>(nred + 8);
   uint64_t* empty = full + stages_n;
+  uint64_t* mfull = empty + stages_n;  // the slot's meta is written (before its bytes land)
+  int* meta = reinterpret_cast<int*>(mfull + stages_n);  // [stages_n][2]: the slot's (op, unit)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
-    for (int i = 0; i < stages_n; ++i) mbar_init(saddr(full + i), 1), mbar_init(saddr(empty + i), kSW);
+    for (int i = 0; i < stages_n; ++i)
+      mbar_init(saddr(full + i), 1), mbar_init(saddr(empty + i), kSW), mbar_init(saddr(mfull + i), 1);
     mbar_init_fence();
   }
   __syncthreads();
   const int G = gridDim.x, b = blockIdx.x;
 
   if (warp == kProducer) {  // producer: this CTA's tiles, stage by stage, as far ahead as the ring allows
-    int j = 0, op = 0;
-    for (int i = b;; i += G) {
-      while (op < nops && i >= ops[op].tile_begin + ops[op].tiles) ++op;
-      if (op == nops) break;
+    // Which tiles: static (mode bit 4 clear): global tile i = b, b + G, ... (round-robin over the CTAs, op
+    // after op); dynamic (bit 4): the CTA takes the next tile of the op from the op's counter (one taken
+    // ahead, so the atomic's round trip hides behind the stages), until the op runs out -- faster CTAs take
+    // more. Each producer fails exactly once an op, so a launch advances counter op by tiles + G: the
+    // launch's tiles are counted from (epoch - 1) (tiles + G). Each slot carries (op, tile) for its
+    // consumers; after the last op, one sentinel stage an owner (op = nops).
+    const bool dyn = mode & 16;
+    int j = 0, op = 0, tile = 0;
+    auto take = [&](int q) -> unsigned {  // lane 0's atomic; broadcast where used
+      unsigned v = 0;
+      if (lane == 0) v = atomicAdd(grab + q, 1u);
+      return v;
+    };
+    auto base = [&](int q) { return (epoch - 1u) * unsigned(ops[q].units + G); };
+    int i = b;  // static: global tile index
+    unsigned nxt = dyn ? take(0) : 0u;
+    for (;;) {
+      if (dyn) {
+        tile = int(__shfl_sync(0xffffffffu, nxt, 0) - base(op));
+        while (tile >= ops[op].units) {
+          if (++op == nops) break;
+          tile = int(__shfl_sync(0xffffffffu, take(op), 0) - base(op));
+        }
+        if (op == nops) break;
+        nxt = take(op);  // the next tile, ahead
+      } else {
+        while (op < nops && i >= ops[op].tile_begin + ops[op].units) ++op;
+        if (op == nops) break;
+        tile = i - ops[op].tile_begin;
+        i += G;
+      }
+      // `tile` is the op's unit: tile unit % tiles, its stages part-major (unit / tiles) when split
       const __nv_bfloat16* w = ops[op].wp;
-      const int k = ops[op].k, n0 = (i - ops[op].tile_begin) * 16;
-      const int stages = k / kStageK / kSW;
-      for (int s = 0; s < stages; ++s, ++j) {
+      const int k = ops[op].k, upt = ops[op].upt, n0 = tile % ops[op].tiles * 16;
+      const int stages = k / kStageK / kSW, s0 = tile / ops[op].tiles * (stages / upt);
+      for (int s = s0; s < s0 + stages / upt; ++s, ++j) {
         // Stage s of a tile belongs to owner s % kOwners (warps kSW*o .. : their pieces of K in order), and
         // the ring's slots are a multiple of kOwners: slot j % stages_n is only ever used by owner j %
         // kOwners, so each warp waits on every phase of its own slots in order. (A warp waiting on a slot
@@ -310,7 +352,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         const long long t0 = clock64();
         if (j >= stages_n) wait_bar(saddr(empty + slot), ((j / stages_n) & 1) ^ 1, 0, j, op);
         pc[0] += clock64() - t0;
-        if (lane == 0) mbar_arrive_expect_tx(saddr(full + slot), kStageBytes);
+        if (lane == 0) {
+          meta[2 * slot] = op, meta[2 * slot + 1] = tile;  // released by the arrive on mfull
+          mbar_arrive(saddr(mfull + slot));
+          mbar_arrive_expect_tx(saddr(full + slot), kStageBytes);
+        }
         __syncwarp();
         const __nv_bfloat16* src = w + (int64_t(n0 / 16) * stages + ks) * (kStageBytes / 2);
         if ((mode & 4) && !kQ4) {  // the packed stage as 16 copies, one a row (the copy count's cost)
@@ -322,18 +368,44 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
+    for (int s = 0; s < kOwners; ++s, ++j) {  // the sentinel: one stage an owner, no bytes
+      const int slot = j % stages_n;
+      if (j >= stages_n) wait_bar(saddr(empty + slot), ((j / stages_n) & 1) ^ 1, 0, j, nops);
+      if (lane == 0) meta[2 * slot] = nops, meta[2 * slot + 1] = 0, mbar_arrive(saddr(mfull + slot));
+      __syncwarp();
+    }
     if (prof && lane == 0) atomicAdd(reinterpret_cast<unsigned long long*>(prof + 8 * b), pc[0]);
     return;
   }
 
-  // consumers
+  // consumers: the tiles the producer chose, in its order; (op, tile) from the first slot of each tile this
+  // warp owns (every warp sees the same sequence).
   const int g = lane / 4, t = lane % 4;
-  int j = 0, op = 0, x_op = -1, tcount = 0, done = 0;
-  for (int i = b;; i += G) {
-    while (op < nops && i >= ops[op].tile_begin + ops[op].tiles) ++op;
-    if (op == nops) break;
+  const int owner = warp / kSW, half = warp % kSW;
+  int j = 0, x_op = -1, tcount = 0, done = 0, prev_op = -1;
+  unsigned long long last_store = 0;
+  for (;;) {
+    int op, tile;
+    {
+      const int jj = j + owner, slot = jj % stages_n;
+      const long long t0 = clock64();
+      wait_bar(saddr((TF_MEGA_MFULL ? mfull : full) + slot), (jj / stages_n) & 1, 1, jj, -1);
+      pc[1] += clock64() - t0;
+      op = meta[2 * slot], tile = meta[2 * slot + 1];
+    }
+    if (tl && warp == 0 && lane == 0 && op != prev_op && prev_op >= 0)
+      atomicMin(tl + 4 * prev_op + 1, last_store);  // this CTA's last tile of prev_op was stored then
+    prev_op = op;
+    if (op >= nops) break;
     const Op& o = ops[op];
-    const int tile = i - o.tile_begin, n0 = tile * 16, k = o.k;
+    const int unit = tile, upt = TF_MEGA_SPLIT ? o.upt : 1;
+    tile = TF_MEGA_SPLIT ? unit % o.tiles : unit;
+    const int upart = TF_MEGA_SPLIT ? unit / o.tiles : 0;  // split: the part of every slice this unit holds
+    const bool final_unit = upart == upt - 1;
+    const int n0 = tile * 16, k = o.k;
+    // Counters: a CTA releases its tiles of an op after its last unit (static dealing: known), or each
+    // unit (dynamic).
+    const bool last_of_op = (mode & 16) || unit + G >= o.units;
     if (op != x_op) {
       const long long t0 = clock64();
       if (!ll && threadIdx.x == 0 && op > 0) {
@@ -341,7 +413,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         wait_count(cnt + op - 1, target, op);
       }
       const long long t1 = clock64();
-      make_x(o, xs, nred, tile == 0, dbg ? dbg + int64_t(op) * kMaxK : nullptr, ll, tag);
+      make_x(o, xs, nred, unit == 0, dbg ? dbg + int64_t(op) * kMaxK : nullptr, ll, tag);
       if (tl && threadIdx.x == 0) {
         const unsigned long long now = gtime();
         atomicMin(tl + 4 * op + 2, now), atomicMax(tl + 4 * op + 3, now);
@@ -351,10 +423,26 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     const int stages = k / kStageK / kSW, spw = k / kSlices / kStageK;  // spw: parts of a slice
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    // Split: the accumulators of the tile's previous part (column 0 of the MMA: lanes t == 0, rows g and
+    // g + 8; the other columns multiply zeros and stay 0), polled until they carry the launch's tag.
+    unsigned long long* accp =
+        upt > 1 ? o.acc + ((int64_t(tile) * (upt - 1) + upart) * kCWarps + warp) * 16 : nullptr;
+    if (upart > 0 && t == 0) {
+      const unsigned long long* src = accp - kCWarps * 16;
+      for (int e = 0; e < 2; ++e) {
+        unsigned long long v;
+        for (long long n = 0;; ++n) {
+          asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(v) : "l"(src + g + 8 * e) : "memory");
+          if (uint32_t(v >> 32) == tag) break;
+          if (n == (1ll << 24)) hang_word(reinterpret_cast<const uint32_t*>(src + g + 8 * e), 0, tag);
+        }
+        acc[2 * e] = __uint_as_float(uint32_t(v));
+      }
+    }
     const uint32_t xbase = saddr(xs) + 16 * t;
-    const int owner = warp / kSW, half = warp % kSW;
-    for (int part = 0; part < spw; ++part) {  // this warp's K slice, in order
-      const int jj = j + part * kOwners + owner, slot = jj % stages_n;
+    const int p_begin = upt > 1 ? upart : 0, p_end = upt > 1 ? upart + 1 : spw;
+    for (int part = p_begin; part < p_end; ++part) {  // this warp's K slice, in order
+      const int jj = j + (part - p_begin) * kOwners + owner, slot = jj % stages_n;
       const long long t0 = clock64();
       wait_bar(saddr(full + slot), (jj / stages_n) & 1, 1, jj, op);
       const long long t1 = clock64();
@@ -397,7 +485,20 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (lane == 0) mbar_arrive(saddr(empty + slot));
       pc[2] += clock64() - t1;
     }
-    j += stages;
+    j += stages / upt;
+    if (!final_unit) {  // split: hand the accumulators on (one 64-bit word each: value | tag)
+      if (t == 0)
+        for (int e = 0; e < 2; ++e) {
+          const unsigned long long v = (uint64_t(tag) << 32) | __float_as_uint(acc[2 * e]);
+          asm volatile("st.volatile.global.u64 [%0], %1;" ::"l"(accp + g + 8 * e), "l"(v) : "memory");
+        }
+      if (!ll && last_of_op && warp == 0 && lane == 0 && done) {  // earlier final units of the op
+        __threadfence();
+        atomicAdd(cnt + op, unsigned(done));
+      }
+      if (last_of_op) done = 0;
+      continue;
+    }
     // The slice sums: warp 0 adds them in warp order and stores the tile (a word with the launch's tag);
     // counters: one release a CTA an op, after its last tile. red is double-buffered: a warp writes red[p]
     // for tile i + 2 only after the barrier of tile i + 1, which warp 0 reaches after reading tile i's.
@@ -429,11 +530,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       __syncwarp();
       if (tl && lane == 0) {
-        const unsigned long long now = gtime();
-        atomicMax(tl + 4 * op, now);
-        if (i + G >= o.tile_begin + o.tiles) atomicMin(tl + 4 * op + 1, now);
+        last_store = gtime();
+        atomicMax(tl + 4 * op, last_store);
       }
-      if (!ll && i + G >= o.tile_begin + o.tiles && lane == 0) {  // this CTA's last tile of the op
+      if (!ll && last_of_op && lane == 0) {  // this CTA's last tile of the op
         if (mode & 1) {
           asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(cnt + op), "r"(done) : "memory");
         } else {
@@ -443,7 +543,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       pc[3] += clock64() - t3;
     }
-    if (i + G >= o.tile_begin + o.tiles) done = 0;
+    if (last_of_op) done = 0;
     ++tcount;
   }
   if (prof && lane == 0) {
@@ -516,7 +616,7 @@ T* dalloc(size_t n) {
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IONBF, 0);
-  int layers = 36, reps = 20, stages_n = kDefaultStages, mode = 0, silu_out = 0;
+  int layers = 36, reps = 20, stages_n = kDefaultStages, mode = 0, silu_out = 0, split = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--layers") layers = std::atoi(argv[i + 1]);
@@ -524,14 +624,15 @@ int main(int argc, char** argv) {
     if (a == "--stages") stages_n = std::atoi(argv[i + 1]);
     if (a == "--mode") mode = std::atoi(argv[i + 1]);
     if (a == "--silu-out") silu_out = std::atoi(argv[i + 1]);
+    if (a == "--split") split = TF_MEGA_SPLIT ? std::atoi(argv[i + 1]) : 0;
   }
   const int H = 4096, QKV = 6144, I = 12288, V = 151936;
   cudaStream_t s;
   TF_CUDA_CHECK(cudaStreamCreate(&s));
   cudaDeviceProp prop{};
   TF_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  if (stages_n % kOwners || size_t(stages_n) * kStageBytes > 200 * 1024) {
-    std::fprintf(stderr, "--stages must be a multiple of %d, at most 200 KB of ring\n", kOwners);
+  if (stages_n % kOwners || size_t(stages_n) * kStageBytes > 192 * 1024) {
+    std::fprintf(stderr, "--stages must be a multiple of %d, at most 192 KB of ring\n", kOwners);
     return 2;
   }
   const std::unique_ptr<tf::Backend> be = tf::bench::shape_bench_backend(0, "tf_mega_probe");
@@ -608,7 +709,12 @@ int main(int argc, char** argv) {
   std::vector<Op> ops;
   int tiles = 0;
   auto add = [&](Op o) {
-    o.tile_begin = tiles, o.tiles = o.n / 16, tiles += o.tiles;
+    o.tiles = o.n / 16;
+    const int parts = o.k / kSlices / kStageK;
+    o.upt = split && parts > 1 ? parts : 1;
+    o.units = o.tiles * o.upt;
+    o.acc = o.upt > 1 ? dalloc<unsigned long long>(size_t(o.tiles) * (o.upt - 1) * kCWarps * 16) : nullptr;
+    o.tile_begin = tiles, tiles += o.units;
     ops.push_back(o);
   };
   for (int li = 0; li < layers; ++li) {
@@ -642,10 +748,12 @@ int main(int argc, char** argv) {
   Op* dops = dalloc<Op>(nops);
   TF_CUDA_CHECK(cudaMemcpy(dops, ops.data(), nops * sizeof(Op), cudaMemcpyHostToDevice));
   unsigned* cnt = dalloc<unsigned>(nops);
+  unsigned* grab = dalloc<unsigned>(nops);  // dynamic dealing (mode bit 4): the ops' tile counters
   __nv_bfloat16* dbg = dalloc<__nv_bfloat16>(int64_t(nops) * kMaxK);
 
   const size_t smem =
-      size_t(stages_n) * kStageBytes + kMaxK * 2 + (kRed * kSlices * 16 + 8) * 4 + 2 * stages_n * 8;
+      size_t(stages_n) * kStageBytes + kMaxK * 2 + (kRed * kSlices * 16 + 8) * 4 + 3 * stages_n * 8 +
+      2 * stages_n * 4;
   TF_CUDA_CHECK(cudaFuncSetAttribute(mega_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   int per_sm = 0;
   TF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mega_kernel, kThreads, smem));
@@ -659,7 +767,7 @@ int main(int argc, char** argv) {
   bool prof_on = false;
   auto run = [&](__nv_bfloat16* d) {
     ++epoch;
-    mega_kernel<<<grid, kThreads, smem, s>>>(dops, nops, cnt, epoch, stages_n, d, mode,
+    mega_kernel<<<grid, kThreads, smem, s>>>(dops, nops, cnt, grab, epoch, stages_n, d, mode,
                                              prof_on ? prof : nullptr, prof_on ? tl : nullptr);
   };
 

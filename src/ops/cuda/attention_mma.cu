@@ -27,6 +27,7 @@
 #include <climits>
 #include <vector>
 
+#include "ops/cuda/attention_chunk.cuh"
 #include "ops/cuda/attention_mma.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/launch.h"
@@ -35,62 +36,13 @@
 namespace tf::cuda {
 namespace {
 
+using namespace attn;  // attention_chunk.cuh: the chunk arithmetic
+
 const bool g_pdl_group = pdl_group_enabled("ATTENTION");  // launch.h
 
 constexpr int kWarps = 4;
 constexpr int kPairs = 16 * kWarps;  // (row, head) pairs a block serves
-constexpr int kC = kAttnChunk;       // positions per chunk (128)
-static_assert(kC == 128, "the fragment loops assume 128-position chunks");
 
-__device__ __forceinline__ void ldsm_x4(uint32_t* r, const void* p) {
-  const uint32_t a = uint32_t(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-}
-
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t* r, const void* p) {
-  const uint32_t a = uint32_t(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-}
-
-__device__ __forceinline__ void mma(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-
-// Running (m, l) of a pair merged with one chunk's (mc, lc); returns the factors for the outputs:
-// o = o * a + oc * b. Starts from m = -inf, l = 0, o = 0 (the first merge yields the chunk itself).
-struct MergeFactors {
-  float a, b;
-};
-__device__ __forceinline__ MergeFactors merge_chunk(float& m, float& l, float mc, float lc) {
-  const float mn = fmaxf(m, mc);
-  const float a = __expf(__fsub_rn(m, mn)), b = __expf(__fsub_rn(mc, mn));
-  l = __fadd_rn(__fmul_rn(l, a), __fmul_rn(lc, b));
-  m = mn;
-  return {a, b};
-}
-__device__ __forceinline__ float merge_out(float o, float oc, MergeFactors f) {
-  return __fadd_rn(__fmul_rn(o, f.a), __fmul_rn(oc, f.b));
-}
-__device__ __forceinline__ float finish_out(float o, float l) {
-  return __fdiv_rn(o, l);
-}
-
-struct Range {
-  int lo, pos;  // visible positions [lo, pos]; lo > pos: none (padding pair)
-};
 __device__ __forceinline__ Range row_range(const DeviceMeta& meta, int r, int window) {
   const int pos = meta.positions[r];
   return {window > 0 ? max(0, pos - window + 1) : 0, pos};
@@ -106,97 +58,6 @@ __device__ __forceinline__ void cp_async_commit() {
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N));
-}
-
-// One chunk of one warp's 16 pairs, first half: S = Q K^T, scale, cap, mask, softmax statistics.
-// `rg[0]`, `rg[1]`: the ranges of the thread's two pair rows (g and g + 8). Leaves P (bf16 values held
-// as floats) in s, and mc, lc per row.
-template <int D>
-__device__ __forceinline__ void chunk_scores(const __nv_bfloat16* Qs, const __nv_bfloat16* Ks, int warp,
-                                             int lane, int c0, const Range* rg, float scale, float softcap,
-                                             float (*s)[4], float* mc, float* lc) {
-  constexpr int RS = D + 8;
-  const int qd = lane % 4, mi = lane / 8, li = lane % 8;
-#pragma unroll
-  for (int j = 0; j < 16; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
-#pragma unroll
-  for (int t = 0; t < D / 16; ++t) {
-    uint32_t a[4];
-    ldsm_x4(a, Qs + (warp * 16 + (mi % 2) * 8 + li) * RS + t * 16 + (mi / 2) * 8);
-#pragma unroll
-    for (int jj = 0; jj < 8; ++jj) {
-      uint32_t b[4];
-      ldsm_x4(b, Ks + (jj * 16 + (mi / 2) * 8 + li) * RS + t * 16 + (mi % 2) * 8);
-      mma(s[2 * jj], a, b[0], b[1]);
-      mma(s[2 * jj + 1], a, b[2], b[3]);
-    }
-  }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    // A padding pair (no positions: the rows past a short tile, e.g. rows 8-15 of a decode row's 4 heads)
-    // skips the element work; its quad still runs the shuffles with neutral values (full-warp masks). Its
-    // mc/lc are never read and its P row only feeds output rows that are never stored.
-    const bool pad = rg[h].lo > rg[h].pos;
-    float mx = -INFINITY;
-    if (!pad) {
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int p = c0 + j * 8 + qd * 2 + e;
-          float v = __fmul_rn(s[j][2 * h + e], scale);
-          if (softcap > 0.f) v = __fmul_rn(softcap, tanhf(__fdiv_rn(v, softcap)));
-          v = (p >= rg[h].lo && p <= rg[h].pos) ? v : -INFINITY;
-          s[j][2 * h + e] = v;
-          mx = fmaxf(mx, v);
-        }
-      }
-    }
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    mc[h] = mx;
-    const float base = mx == -INFINITY ? 0.f : mx;  // a pair with no positions here: P = 0, never merged
-    float sum = 0.f;
-    if (!pad) {
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float pv = __bfloat162float(__float2bfloat16_rn(__expf(__fsub_rn(s[j][2 * h + e], base))));
-          s[j][2 * h + e] = pv;
-          sum = __fadd_rn(sum, pv);
-        }
-      }
-    }
-    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
-    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
-    lc[h] = sum;
-  }
-}
-
-// Second half: O_c = P V. The S accumulator layout of n-tiles 2t, 2t+1 is the A fragment of k-step t.
-template <int D>
-__device__ __forceinline__ void chunk_pv(const __nv_bfloat16* Vs, int lane, const float (*s)[4],
-                                         float (*oc)[4]) {
-  constexpr int RS = D + 8;
-  const int mi = lane / 8, li = lane % 8;
-#pragma unroll
-  for (int j = 0; j < D / 8; ++j) oc[j][0] = oc[j][1] = oc[j][2] = oc[j][3] = 0.f;
-#pragma unroll
-  for (int t = 0; t < 8; ++t) {
-    uint32_t a[4];
-    a[0] = pack_bf16(s[2 * t][0], s[2 * t][1]);
-    a[1] = pack_bf16(s[2 * t][2], s[2 * t][3]);
-    a[2] = pack_bf16(s[2 * t + 1][0], s[2 * t + 1][1]);
-    a[3] = pack_bf16(s[2 * t + 1][2], s[2 * t + 1][3]);
-#pragma unroll
-    for (int jj = 0; jj < D / 16; ++jj) {
-      uint32_t b[4];
-      ldsm_x4_trans(b, Vs + (t * 16 + (mi % 2) * 8 + li) * RS + jj * 16 + (mi / 2) * 8);
-      mma(oc[2 * jj], a, b[0], b[1]);
-      mma(oc[2 * jj + 1], a, b[2], b[3]);
-    }
-  }
 }
 
 // One block's tile for one KV head: the sequence's block table, the tile's union range [ulo, uhi] of

@@ -32,7 +32,10 @@
 #include "bench_common.h"
 #include "ops/cuda/activation.cuh"
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/attention_chunk.cuh"
+#include "ops/cuda/attention_mma.h"
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/norm.cuh"
 #include "ops/cuda/mbarrier.cuh"
 #include "ops/cuda/mma.cuh"
 #include "ops/cuda/quant_common.cuh"
@@ -48,9 +51,6 @@
 #ifndef TF_MEGA_MFULL  // 1: a slot's (op, unit) is published before its bytes land (its own mbarrier)
 #define TF_MEGA_MFULL 1
 #endif
-#ifndef TF_MEGA_SPLIT  // 1: --split compiled in
-#define TF_MEGA_SPLIT 0
-#endif
 #ifndef TF_MEGA_Q4  // 1: MLX 4-bit (g64) weights, a stage = piece p of all 8 slices + their group words
 #define TF_MEGA_Q4 0
 #endif
@@ -61,7 +61,8 @@ using namespace tf::cuda;
 
 constexpr int kSlices = 8;                    // linear.cu's K slices (its warps): the arithmetic
 constexpr int kCWarps = 8;                    // consumer warps, one slice each
-constexpr int kThreads = (kCWarps + 1) * 32;  // + the producer warp
+constexpr int kAWarps = 3;  // attention warps: 12 warps take no more registers a thread than 9 (3 a sub-partition)
+constexpr int kThreads = (kCWarps + 1 + kAWarps) * 32;  // + the producer warp + the attention warps
 constexpr int kProducer = kCWarps;
 constexpr int kRed = 2;                   // slice-sum buffers, double-buffered: one consumer barrier a tile
 constexpr int kStageK = TF_MEGA_STAGE_K;  // k-values of a slice's piece
@@ -85,7 +86,11 @@ __host__ __device__ inline int packed_stage(int s, int k) {
   return (s % kOwners) * parts + s / kOwners;
 }
 
-enum XKind : int { kXCopy = 0, kXAddNorm = 1, kXSilu = 2 };
+// kXAttnMerge: the o op, whose x (a copy, as kXCopy) is the attention warps' output words.
+enum XKind : int { kXCopy = 0, kXAddNorm = 1, kXSilu = 2, kXAttnMerge = 3 };
+// The attention shape (Qwen3-8B): q heads, KV heads, head dim; K/V/Q staging rows padded as attention_mma's.
+constexpr int kHq = 32, kHk = 8, kGroup = kHq / kHk, kD = 128, kRS = kD + 8;
+constexpr int kAttnBytes = (2 * attn::kC + 16) * kRS * 2;  // Ks, Vs [128][kRS], Qs [16][kRS]
 
 // Activations are 32-bit words: bf16 bits in the low half, the writing launch's tag in the high half (the
 // "LL" protocol: in mode 8 a reader polls each word until its tag is the launch's, so a value carries its own
@@ -103,12 +108,19 @@ struct Op {
   int silu_out;    // gate_up packed with 8 gate and their 8 up features a tile (--silu-out): the tile
                    // stores silu_mul(bf16(g), bf16(u)) for its 8 features, the down op's x
   int tile_begin;  // global index of the op's first unit (units are dealt round-robin to CTAs)
-  int tiles;
-  int upt = 1;     // units a tile: 1 (a unit is a tile), or the parts of a slice (--split: a unit is part p of
-                   // every slice of the tile, units part-major; the slices' accumulators pass from unit to
-                   // unit through acc as tagged 64-bit words -- the same fp32 state, so the same bits)
-  int units = 0;   // tiles * upt
-  unsigned long long* acc = nullptr;  // upt > 1: [tiles][upt - 1][8 warps][16] (float bits | launch tag << 32)
+  int tiles;       // 16-feature tiles
+  // Attention (kXAttnMerge: x is the qkv words the attention warps read): one layer's K/V pool [ctx][kHk][kD]
+  // and q/k norm weights; partials of (q head, chunk): o [kHq][chunks][kD] and (max, sum) [kHq][chunks][2]; a
+  // KV head's chunks counted in done[h] (release adds: epoch * chunks when the launch's are all in).
+  __nv_bfloat16 *kp = nullptr, *vp = nullptr;
+  const __nv_bfloat16 *qn = nullptr, *kn = nullptr;
+  float *part_o = nullptr, *part_ml = nullptr;
+  unsigned* done = nullptr;
+  const uint32_t* qkv = nullptr;  // the qkv words the attention reads (x is the attention's output words)
+  uint32_t* aout = nullptr;       // the attention's output words [kHq * kD], written by each KV head's last unit
+  const float* inv_freq = nullptr;  // rope
+  float scale = 0.f;
+  int pos = 0, chunks = 0;
 };
 
 __device__ __forceinline__ uint32_t lds32(uint32_t addr) {
@@ -184,31 +196,46 @@ __device__ __forceinline__ uint32_t word_of(float v, uint32_t tag) {
   const __nv_bfloat16 h = __float2bfloat16(v);
   return (tag << 16) | *reinterpret_cast<const uint16_t*>(&h);
 }
-// N words at p[i * stride], loaded together; with `poll`, each reloaded until it carries `tag`.
+// Polls words w[j] (at src(j)) until all carry `tag`: spins on the first word still without it (one load in
+// flight a thread: every waiting thread of every CTA reloading all its words flooded the memory system, run
+// 205: the attention's steps 4-6x slower), then reloads all the missing ones together (one round trip when
+// they are all there, not one a word in turn).
+template <int N, typename Src>
+__device__ __forceinline__ void poll_words(uint32_t (&w)[N], Src src, uint32_t tag) {
+  for (long long n = 0;; ++n) {
+    int first = -1;
+#pragma unroll
+    for (int j = N - 1; j >= 0; --j)
+      if ((w[j] >> 16) != tag) first = j;
+    if (first < 0) return;
+    uint32_t v = ldv(src(first));
+    for (; (v >> 16) != tag; ++n) {
+      v = ldv(src(first));
+      if (n == (1ll << 24)) hang_word(src(first), v, tag);
+    }
+#pragma unroll
+    for (int j = 0; j < N; ++j)
+      if ((w[j] >> 16) != tag) w[j] = j == first ? v : ldv(src(j));
+  }
+}
+// N words at p[i * stride], loaded together; with `poll`, until they all carry `tag` (poll_words).
 template <int N>
 __device__ __forceinline__ void load_words(uint32_t (&w)[N], const uint32_t* p, int stride, bool poll,
                                            uint32_t tag) {
 #pragma unroll
   for (int j = 0; j < N; ++j) w[j] = ldv(p + j * stride);
-  if (poll) {
-#pragma unroll
-    for (int j = 0; j < N; ++j)
-      for (long long n = 0; (w[j] >> 16) != tag; ++n) {
-        w[j] = ldv(p + j * stride);
-        if (n == (1ll << 24)) hang_word(p + j * stride, w[j], tag);
-      }
-  }
+  if (poll) poll_words(w, [&](int j) { return p + j * stride; }, tag);
 }
 
 // The op's x into shared memory (consumer warps only): after thread 0 has seen the previous op complete
 // (counters), or polling each word (ll).
 __device__ void make_x(const Op& o, __nv_bfloat16* xs, float* nred, bool writer, __nv_bfloat16* dbg, bool ll,
-                       uint32_t tag) {
+                       uint32_t tag, unsigned epoch) {
   const int tid = threadIdx.x;
   const int k = o.k;
   constexpr int kT = kCWarps * 32;
   if (!ll) bar_consumers();  // counters: thread 0 saw the previous op complete
-  if (o.xkind == kXCopy) {   // k = 4096 or 12288: groups of 8, all loads in flight at once
+  if (o.xkind == kXCopy || o.xkind == kXAttnMerge) {  // k = 4096 or 12288: groups of 8, all loads in flight
     constexpr int kGMax = kMaxK / 8 / kT;
     const int ng = k / 8 / kT;
     uint32_t w[kGMax][8];
@@ -249,7 +276,8 @@ __device__ void make_x(const Op& o, __nv_bfloat16* xs, float* nred, bool writer,
       load_words<8>(xw, o.x + tid + kT * h, kT, ll && !o.x_const, tag);
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        v[h + j] = word_f(rw[j]) + word_f(xw[j]);
+        // add_rms_norm (norm.cuh): the new residual rounded to bf16 first; the norm sees what is stored
+        v[h + j] = __bfloat162float(__float2bfloat16(__fadd_rn(word_f(rw[j]), word_f(xw[j]))));
         if (writer) o.res_out[tid + kT * (h + j)] = word_of(v[h + j], tag);
         ss = __fmaf_rn(v[h + j], v[h + j], ss);
       }
@@ -259,20 +287,196 @@ __device__ void make_x(const Op& o, __nv_bfloat16* xs, float* nred, bool writer,
     bar_consumers();  // xs and nred are free
     if (tid % 32 == 0) nred[tid / 32] = ss;
     bar_consumers();
-    float tot = 0.f;
+    float tot = nred[0];  // row_sum<256>'s order
 #pragma unroll
-    for (int q = 0; q < kCWarps; ++q) tot += nred[q];
-    const float inv = rsqrtf(tot / float(k) + 1e-6f);
+    for (int q = 1; q < kCWarps; ++q) tot += nred[q];
+    const float inv = norm_inv(tot, k, 1e-6f);
 #pragma unroll
-    for (int j = 0; j < kV; ++j) xs[tid + kT * j] = __float2bfloat16(v[j] * inv * nwv[j]);
+    for (int j = 0; j < kV; ++j) xs[tid + kT * j] = __float2bfloat16(norm_out(v[j], inv, __fadd_rn(nwv[j], 0.f)));
   }
   bar_consumers();
   if (writer && dbg)
     for (int i = tid; i < k; i += kT) dbg[i] = xs[i];
 }
 
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+
+// RMS norm + NeoX rope of one head held by a warp (element lane + 32 j): elementwise.cu's
+// qk_norm_rope_kv_kernel<4> arithmetic (rotary_dim = head_dim, factor 1), values rounded to bf16 as it does.
+__device__ __forceinline__ void norm_rope_head(float (&v)[4], const __nv_bfloat16* w, float pos,
+                                               const float* inv_freq, int lane) {
+  float ss = 0.f;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) ss = __fmaf_rn(v[j], v[j], ss);
+  const float inv = norm_inv(row_sum<32>(ss, nullptr), kD, 1e-6f);
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    v[j] = __bfloat162float(
+        __float2bfloat16_rn(norm_out(v[j], inv, __fadd_rn(__bfloat162float(w[lane + 32 * j]), 0.f))));
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    float sn, cs;
+    sincosf(pos * inv_freq[lane + 32 * j], &sn, &cs);
+    cs *= 1.f;
+    sn *= 1.f;
+    const float a = __fsub_rn(__fmul_rn(v[j], cs), __fmul_rn(v[j + 2], sn));
+    const float b = __fadd_rn(__fmul_rn(v[j + 2], cs), __fmul_rn(v[j], sn));
+    v[j] = __bfloat162float(__float2bfloat16_rn(a));
+    v[j + 2] = __bfloat162float(__float2bfloat16_rn(b));
+  }
+}
+
+// One attention unit at M = 1, by the CTA's kAWarps attention warps (their own shared memory: the consumers go
+// on with the ring meanwhile): KV head h, chunk c of the row at position o.pos. Tasks q head 0-3 (q/k norm +
+// rope from the qkv words, polled) and the new token's k and v (the chunk holding pos: into shared memory and
+// the pool) go round the warps; all stage the chunk's older K/V rows. Then warp 0 computes the chunk partial
+// of its 4 pairs with attention_mma's chunk arithmetic (the other 12 MMA rows are padding: a pair's bits
+// depend only on its own row) and publishes it: partials, fence, flag = tag.
+__device__ __forceinline__ void abar() {
+  nbar_sync(2, kAWarps * 32);
+}
+// atl (profiling, else null): globaltimer maxima of this op's units: [0] q/k/v words in, [1] K/V staged, [2]
+// partial stored, [3] ticket taken, [4] merged words stored (last units).
+__device__ __forceinline__ void attention_unit(const Op& o, int unit, __nv_bfloat16* Ks, uint32_t tag, unsigned epoch, int* last,
+                               unsigned long long* atl) {
+  const int at = threadIdx.x - (kProducer + 1) * 32, aw = at / 32, lane = at % 32;
+  constexpr int kT = kAWarps * 32;
+  const int h = unit % kHk, c = unit / kHk, c0 = c * attn::kC, pos = o.pos;
+  __nv_bfloat16* Vs = Ks + attn::kC * kRS;
+  __nv_bfloat16* Qs = Vs + attn::kC * kRS;
+  abar();  // warp 0 is done with the unit before (its MMAs read this region)
+  for (int i = at; i < attn::kC * (kD / 8); i += kT) {  // 16-byte units: row i / 16, column (i % 16) * 8
+    const int row = i / (kD / 8), col = (i % (kD / 8)) * 8, p = c0 + row;
+    if (p == pos) continue;  // the new row: its task writes it
+    const int64_t off = (int64_t(p) * kHk + h) * kD + col;
+    cp_async16(saddr(Ks + row * kRS + col), p < pos ? o.kp + off : o.kp, p < pos);
+    cp_async16(saddr(Vs + row * kRS + col), p < pos ? o.vp + off : o.vp, p < pos);
+  }
+  asm volatile("cp.async.commit_group;");
+  for (int i = at; i < 12 * (kRS / 8); i += kT)  // Q rows 4-15: padding pairs, zeros
+    *reinterpret_cast<uint4*>(Qs + (kGroup + i / (kRS / 8)) * kRS + (i % (kRS / 8)) * 8) = make_uint4(0, 0, 0, 0);
+  // Tasks round the warps: q heads 0-3 of the group, then (the chunk holding pos) the new token's k and v. A
+  // warp's words are loaded and polled together (one round trip a round), then normed.
+  const bool kv_here = pos / attn::kC == c;
+  constexpr int kTasks = (kGroup + 1 + kAWarps - 1) / kAWarps;  // tasks a warp at most (2)
+  constexpr int kW = 4 * (kTasks + 1);                           // + v's words (the k/v task)
+  const uint32_t* src[kTasks + 1];
+  bool live[kTasks + 1];
+#pragma unroll
+  for (int i = 0; i < kTasks; ++i) {
+    const int task = aw + kAWarps * i;
+    live[i] = task < kGroup || (task == kGroup && kv_here);
+    src[i] = task < kGroup ? o.qkv + (h * kGroup + task) * kD + lane : o.qkv + kHq * kD + h * kD + lane;
+  }
+  live[kTasks] = aw + kAWarps * (kTasks - 1) == kGroup && kv_here;  // this warp's last task is k/v
+  src[kTasks] = o.qkv + (kHq + kHk) * kD + h * kD + lane;
+  uint32_t w[kW];
+#pragma unroll
+  for (int q = 0; q < kW; ++q) w[q] = live[q / 4] ? ldv(src[q / 4] + 32 * (q % 4)) : (tag << 16);
+  poll_words(w, [&](int q) { return src[q / 4] + 32 * (q % 4); }, tag);
+#pragma unroll
+  for (int i = 0; i < kTasks; ++i) {
+    const int task = aw + kAWarps * i;
+    if (!live[i]) continue;
+    float v[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = word_f(w[4 * i + j]);
+    if (task < kGroup) {  // q head `task` of the group
+      norm_rope_head(v, o.qn, float(pos), o.inv_freq, lane);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) Qs[task * kRS + lane + 32 * j] = __float2bfloat16_rn(v[j]);
+    } else {  // the new token's k (normed, rotated) and v: shared memory and the pool
+      norm_rope_head(v, o.kn, float(pos), o.inv_freq, lane);
+      const int row = pos - c0;
+      const int64_t dst = (int64_t(pos) * kHk + h) * kD;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const __nv_bfloat16 kb = __float2bfloat16_rn(v[j]);
+        __nv_bfloat16 vb;
+        *reinterpret_cast<uint16_t*>(&vb) = uint16_t(w[4 * kTasks + j] & 0xffffu);
+        Ks[row * kRS + lane + 32 * j] = kb, Vs[row * kRS + lane + 32 * j] = vb;
+        o.kp[dst + lane + 32 * j] = kb, o.vp[dst + lane + 32 * j] = vb;
+      }
+    }
+  }
+  if (atl && lane == 0) atomicMax(atl, gtime());
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  if (atl && lane == 0) atomicMax(atl + 1, gtime());
+  abar();
+  if (aw == 0) {
+    const int g = lane / 4, qd = lane % 4;
+    // Row g's range (padding: lo > pos), row g + 8 padding. (Written out: an initializer list of conditional
+    // Range temporaries here crashes nvcc 13.0's cicc.)
+    attn::Range rg[2];
+    rg[0].lo = g < kGroup ? 0 : 1, rg[0].pos = g < kGroup ? pos : 0, rg[1].lo = 1, rg[1].pos = 0;
+    float sc[16][4], mc[2], lc[2], oc[kD / 8][4];
+    attn::chunk_scores<kD>(Qs, Ks, 0, lane, c0, rg, o.scale, 0.f, sc, mc, lc);
+    attn::chunk_pv<kD>(Vs, lane, sc, oc);
+    if (g < kGroup) {
+      const int64_t slot = int64_t(h * kGroup + g) * o.chunks + c;
+#pragma unroll
+      for (int j = 0; j < kD / 8; ++j)
+        *reinterpret_cast<float2*>(o.part_o + slot * kD + j * 8 + qd * 2) = make_float2(oc[j][0], oc[j][1]);
+      if (qd == 0) o.part_ml[slot * 2] = mc[0], o.part_ml[slot * 2 + 1] = lc[0];
+    }
+    if (atl && lane == 0) atomicMax(atl + 2, gtime());
+    // The ticket elects the KV head's last unit of this launch (attention_mma's fused combine does the same):
+    // it merges the group's 4 heads.
+    __threadfence();
+    __syncwarp();
+    unsigned ticket = 0;
+    if (lane == 0) ticket = atomicAdd(o.done + h, 1u);
+    ticket = __shfl_sync(0xffffffffu, ticket, 0);
+    if (lane == 0) *last = ticket == epoch * unsigned(pos / attn::kC + 1) - 1u;
+    if (atl && lane == 0) atomicMax(atl + 3, gtime());
+    __threadfence();  // the other units' partials, after their tickets
+  }
+  abar();
+  if (!*last) return;
+  // Merge (combine_pair_u's order: chunks in increasing order from (-inf, 0, 0), then bf16(o / l)): item e
+  // = 4 dims of one of the group's heads; the chunks' loads go out together, U at a time.
+  const int nc = pos / attn::kC + 1;
+  for (int e = at; e < kGroup * (kD / 4); e += kT) {
+    const int hq = h * kGroup + e / (kD / 4), d0 = (e % (kD / 4)) * 4;
+    float m = -INFINITY, l = 0.f, ov[4] = {0.f, 0.f, 0.f, 0.f};
+    constexpr int U = 4;
+    for (int cb = 0; cb < nc; cb += U) {
+      float2 ml[U];
+      float4 va[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (cb + u >= nc) break;
+        const int64_t slot = int64_t(hq) * o.chunks + cb + u;
+        ml[u] = __ldcg(reinterpret_cast<const float2*>(o.part_ml + slot * 2));
+        va[u] = __ldcg(reinterpret_cast<const float4*>(o.part_o + slot * kD + d0));
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (cb + u >= nc) break;
+        const attn::MergeFactors f = attn::merge_chunk(m, l, ml[u].x, ml[u].y);
+        ov[0] = attn::merge_out(ov[0], va[u].x, f), ov[1] = attn::merge_out(ov[1], va[u].y, f);
+        ov[2] = attn::merge_out(ov[2], va[u].z, f), ov[3] = attn::merge_out(ov[3], va[u].w, f);
+      }
+    }
+    uint32_t* dst = o.aout + hq * kD + d0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) dst[i] = word_of(attn::finish_out(ov[i], l), tag);
+  }
+  if (atl && lane == 0) atomicMax(atl + 4, gtime());
+}
+
+// clock64() where profiling (kProf), else 0: the timed kernel keeps no cycle counters in registers.
+template <bool kProf>
+__device__ __forceinline__ long long clk() {
+  if constexpr (kProf) return clock64();
+  return 0;
+}
+
+template <bool kProf>
 __global__ void __launch_bounds__(kThreads, 1)
-    mega_kernel(const Op* __restrict__ ops, int nops, unsigned* cnt, unsigned* grab, unsigned epoch, int stages_n,
+    mega_kernel(const Op* __restrict__ ops, int nops, unsigned* cnt, unsigned epoch, int stages_n, int xregion,
                 __nv_bfloat16* dbg, int mode, long long* prof, unsigned long long* tl) {
   // tl (optional), per op, globaltimer ns: [0] the last tile stored, [1] the earliest time a CTA stored its
   // last tile of the op, [2] / [3] the first / last CTA to have its x for the op.
@@ -284,13 +488,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   // slots, [1] consumers waiting for data (all warps), [2] consumers computing, [3] epilogues, [4] dependency
   // waits, [5] making x, [6] waits at the tile barrier (all warps), [7] warp 0 from start to end.
   long long pc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  const long long t_start = clock64();
+  const long long t_start = clk<kProf>();
   const bool ll = mode & 8;
   const uint32_t tag = epoch & 0xffffu;
   extern __shared__ __align__(128) unsigned char smem[];
   unsigned char* ring = smem;
   __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem + stages_n * kStageBytes);
-  float* red = reinterpret_cast<float*>(xs + kMaxK);  // [kRed][8][16]
+  // xs: the op's x; then the attention warps' K, V, Q staging (xregion bytes: 0 without attention)
+  __nv_bfloat16* attn_smem = xregion ? xs + kMaxK : nullptr;
+  float* red = reinterpret_cast<float*>(smem + stages_n * kStageBytes + kMaxK * 2 + xregion);  // [kRed][8][16]
   float* nred = red + kRed * kSlices * 16;            // [8]
   uint64_t* full = reinterpret_cast<uint64_t*>(nred + 8);
   uint64_t* empty = full + stages_n;
@@ -305,43 +511,33 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   const int G = gridDim.x, b = blockIdx.x;
 
+  if (warp > kProducer) {  // attention warps: the (KV head, chunk) units of every layer dealt to this CTA
+    if (!attn_smem) return;
+    for (int op = 0, u0 = 0; op < nops; ++op) {
+      if (ops[op].xkind != kXAttnMerge) continue;
+      const int units = kHk * ops[op].chunks;
+      for (int u = (b - u0 % G + G) % G; u < units; u += G)
+        attention_unit(ops[op], u, attn_smem, tag, epoch, reinterpret_cast<int*>(meta + 2 * stages_n),
+                       kProf && tl ? tl + 4 * nops + 8 * op : nullptr);
+      u0 += units;
+    }
+    return;
+  }
   if (warp == kProducer) {  // producer: this CTA's tiles, stage by stage, as far ahead as the ring allows
-    // Which tiles: static (mode bit 4 clear): global tile i = b, b + G, ... (round-robin over the CTAs, op
-    // after op); dynamic (bit 4): the CTA takes the next tile of the op from the op's counter (one taken
-    // ahead, so the atomic's round trip hides behind the stages), until the op runs out -- faster CTAs take
-    // more. Each producer fails exactly once an op, so a launch advances counter op by tiles + G: the
-    // launch's tiles are counted from (epoch - 1) (tiles + G). Each slot carries (op, tile) for its
-    // consumers; after the last op, one sentinel stage an owner (op = nops).
-    const bool dyn = mode & 16;
-    int j = 0, op = 0, tile = 0;
-    auto take = [&](int q) -> unsigned {  // lane 0's atomic; broadcast where used
-      unsigned v = 0;
-      if (lane == 0) v = atomicAdd(grab + q, 1u);
-      return v;
-    };
-    auto base = [&](int q) { return (epoch - 1u) * unsigned(ops[q].units + G); };
-    int i = b;  // static: global tile index
-    unsigned nxt = dyn ? take(0) : 0u;
-    for (;;) {
-      if (dyn) {
-        tile = int(__shfl_sync(0xffffffffu, nxt, 0) - base(op));
-        while (tile >= ops[op].units) {
-          if (++op == nops) break;
-          tile = int(__shfl_sync(0xffffffffu, take(op), 0) - base(op));
-        }
-        if (op == nops) break;
-        nxt = take(op);  // the next tile, ahead
-      } else {
-        while (op < nops && i >= ops[op].tile_begin + ops[op].units) ++op;
-        if (op == nops) break;
-        tile = i - ops[op].tile_begin;
-        i += G;
-      }
-      // `tile` is the op's unit: tile unit % tiles, its stages part-major (unit / tiles) when split
+    // Which units: global unit i = b, b + G, ... (round-robin over the CTAs, op after op). Each slot carries
+    // (op, unit) for its consumers, published on mfull before the bytes land; an attention unit has no
+    // bytes: one meta-only stage an owner. After the last op, one sentinel stage an owner (op = nops).
+    // (Tried and removed, docs/cuda-notes.md "Session 16": dynamic dealing from per-op counters, and
+    // K-split down units passing the slices' accumulators on: commit f0ee631.)
+    int j = 0, op = 0;
+    for (int i = b;; i += G) {
+      while (op < nops && i >= ops[op].tile_begin + ops[op].tiles) ++op;
+      if (op == nops) break;
+      const int tile = i - ops[op].tile_begin;
       const __nv_bfloat16* w = ops[op].wp;
-      const int k = ops[op].k, upt = ops[op].upt, n0 = tile % ops[op].tiles * 16;
-      const int stages = k / kStageK / kSW, s0 = tile / ops[op].tiles * (stages / upt);
-      for (int s = s0; s < s0 + stages / upt; ++s, ++j) {
+      const int k = ops[op].k, n0 = tile * 16;
+      const int stages = k / kStageK / kSW;
+      for (int s = 0; s < stages; ++s, ++j) {
         // Stage s of a tile belongs to owner s % kOwners (warps kSW*o .. : their pieces of K in order), and
         // the ring's slots are a multiple of kOwners: slot j % stages_n is only ever used by owner j %
         // kOwners, so each warp waits on every phase of its own slots in order. (A warp waiting on a slot
@@ -349,9 +545,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         // and an mbarrier parity wait cannot tell that apart: the first version of this probe hung on that.)
         const int ks = packed_stage(s, k);
         const int slot = j % stages_n;
-        const long long t0 = clock64();
+        const long long t0 = clk<kProf>();
         if (j >= stages_n) wait_bar(saddr(empty + slot), ((j / stages_n) & 1) ^ 1, 0, j, op);
-        pc[0] += clock64() - t0;
+        pc[0] += clk<kProf>() - t0;
         if (lane == 0) {
           meta[2 * slot] = op, meta[2 * slot + 1] = tile;  // released by the arrive on mfull
           mbar_arrive(saddr(mfull + slot));
@@ -374,7 +570,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (lane == 0) meta[2 * slot] = nops, meta[2 * slot + 1] = 0, mbar_arrive(saddr(mfull + slot));
       __syncwarp();
     }
-    if (prof && lane == 0) atomicAdd(reinterpret_cast<unsigned long long*>(prof + 8 * b), pc[0]);
+    if (kProf && prof && lane == 0) atomicAdd(reinterpret_cast<unsigned long long*>(prof + 8 * b), pc[0]);
     return;
   }
 
@@ -388,64 +584,41 @@ __global__ void __launch_bounds__(kThreads, 1)
     int op, tile;
     {
       const int jj = j + owner, slot = jj % stages_n;
-      const long long t0 = clock64();
+      const long long t0 = clk<kProf>();
       wait_bar(saddr((TF_MEGA_MFULL ? mfull : full) + slot), (jj / stages_n) & 1, 1, jj, -1);
-      pc[1] += clock64() - t0;
+      pc[1] += clk<kProf>() - t0;
       op = meta[2 * slot], tile = meta[2 * slot + 1];
     }
-    if (tl && warp == 0 && lane == 0 && op != prev_op && prev_op >= 0)
+    if (kProf && tl && warp == 0 && lane == 0 && op != prev_op && prev_op >= 0)
       atomicMin(tl + 4 * prev_op + 1, last_store);  // this CTA's last tile of prev_op was stored then
     prev_op = op;
     if (op >= nops) break;
     const Op& o = ops[op];
-    const int unit = tile, upt = TF_MEGA_SPLIT ? o.upt : 1;
-    tile = TF_MEGA_SPLIT ? unit % o.tiles : unit;
-    const int upart = TF_MEGA_SPLIT ? unit / o.tiles : 0;  // split: the part of every slice this unit holds
-    const bool final_unit = upart == upt - 1;
     const int n0 = tile * 16, k = o.k;
-    // Counters: a CTA releases its tiles of an op after its last unit (static dealing: known), or each
-    // unit (dynamic).
-    const bool last_of_op = (mode & 16) || unit + G >= o.units;
+    const bool last_of_op = tile + G >= o.tiles;  // counters: a CTA releases its tiles of an op after its last
     if (op != x_op) {
-      const long long t0 = clock64();
+      const long long t0 = clk<kProf>();
       if (!ll && threadIdx.x == 0 && op > 0) {
         const unsigned target = epoch * unsigned(ops[op - 1].tiles);
         wait_count(cnt + op - 1, target, op);
       }
-      const long long t1 = clock64();
-      make_x(o, xs, nred, unit == 0, dbg ? dbg + int64_t(op) * kMaxK : nullptr, ll, tag);
-      if (tl && threadIdx.x == 0) {
+      const long long t1 = clk<kProf>();
+      make_x(o, xs, nred, tile == 0, dbg ? dbg + int64_t(op) * kMaxK : nullptr, ll, tag, epoch);
+      if (kProf && tl && threadIdx.x == 0) {
         const unsigned long long now = gtime();
         atomicMin(tl + 4 * op + 2, now), atomicMax(tl + 4 * op + 3, now);
       }
-      pc[4] += t1 - t0, pc[5] += clock64() - t1;
+      pc[4] += t1 - t0, pc[5] += clk<kProf>() - t1;
       x_op = op;
     }
     const int stages = k / kStageK / kSW, spw = k / kSlices / kStageK;  // spw: parts of a slice
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    // Split: the accumulators of the tile's previous part (column 0 of the MMA: lanes t == 0, rows g and
-    // g + 8; the other columns multiply zeros and stay 0), polled until they carry the launch's tag.
-    unsigned long long* accp =
-        upt > 1 ? o.acc + ((int64_t(tile) * (upt - 1) + upart) * kCWarps + warp) * 16 : nullptr;
-    if (upart > 0 && t == 0) {
-      const unsigned long long* src = accp - kCWarps * 16;
-      for (int e = 0; e < 2; ++e) {
-        unsigned long long v;
-        for (long long n = 0;; ++n) {
-          asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(v) : "l"(src + g + 8 * e) : "memory");
-          if (uint32_t(v >> 32) == tag) break;
-          if (n == (1ll << 24)) hang_word(reinterpret_cast<const uint32_t*>(src + g + 8 * e), 0, tag);
-        }
-        acc[2 * e] = __uint_as_float(uint32_t(v));
-      }
-    }
     const uint32_t xbase = saddr(xs) + 16 * t;
-    const int p_begin = upt > 1 ? upart : 0, p_end = upt > 1 ? upart + 1 : spw;
-    for (int part = p_begin; part < p_end; ++part) {  // this warp's K slice, in order
-      const int jj = j + (part - p_begin) * kOwners + owner, slot = jj % stages_n;
-      const long long t0 = clock64();
+    for (int part = 0; part < spw; ++part) {  // this warp's K slice, in order
+      const int jj = j + part * kOwners + owner, slot = jj % stages_n;
+      const long long t0 = clk<kProf>();
       wait_bar(saddr(full + slot), (jj / stages_n) & 1, 1, jj, op);
-      const long long t1 = clock64();
+      const long long t1 = clk<kProf>();
       pc[1] += t1 - t0;
       const uint32_t base = saddr(ring + slot * kStageBytes) + half * (kStageK * 2) + 16 * t;
       const uint32_t swz = (g & 1) * 64;  // pack_kernel: odd rows hold chunk c at chunk c ^ 1's place
@@ -483,30 +656,17 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (!(mode & 2)) fence_proxy_async();  // this warp's reads of the slot before the next bulk copy
       __syncwarp();
       if (lane == 0) mbar_arrive(saddr(empty + slot));
-      pc[2] += clock64() - t1;
+      pc[2] += clk<kProf>() - t1;
     }
-    j += stages / upt;
-    if (!final_unit) {  // split: hand the accumulators on (one 64-bit word each: value | tag)
-      if (t == 0)
-        for (int e = 0; e < 2; ++e) {
-          const unsigned long long v = (uint64_t(tag) << 32) | __float_as_uint(acc[2 * e]);
-          asm volatile("st.volatile.global.u64 [%0], %1;" ::"l"(accp + g + 8 * e), "l"(v) : "memory");
-        }
-      if (!ll && last_of_op && warp == 0 && lane == 0 && done) {  // earlier final units of the op
-        __threadfence();
-        atomicAdd(cnt + op, unsigned(done));
-      }
-      if (last_of_op) done = 0;
-      continue;
-    }
+    j += stages;
     // The slice sums: warp 0 adds them in warp order and stores the tile (a word with the launch's tag);
     // counters: one release a CTA an op, after its last tile. red is double-buffered: a warp writes red[p]
     // for tile i + 2 only after the barrier of tile i + 1, which warp 0 reaches after reading tile i's.
     float* r = red + (tcount & 1) * kSlices * 16;
     if (t == 0) r[warp * 16 + g] = acc[0], r[warp * 16 + g + 8] = acc[2];
-    const long long t2 = clock64();
+    const long long t2 = clk<kProf>();
     bar_consumers();
-    const long long t3 = clock64();
+    const long long t3 = clk<kProf>();
     pc[6] += t3 - t2;
     ++done;
     if (warp == 0) {
@@ -529,7 +689,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           static_cast<uint32_t*>(o.y)[n0 + lane] = word_of(sum, tag);
       }
       __syncwarp();
-      if (tl && lane == 0) {
+      if (kProf && tl && lane == 0) {
         last_store = gtime();
         atomicMax(tl + 4 * op, last_store);
       }
@@ -541,13 +701,13 @@ __global__ void __launch_bounds__(kThreads, 1)
           atomicAdd(cnt + op, unsigned(done));
         }
       }
-      pc[3] += clock64() - t3;
+      pc[3] += clk<kProf>() - t3;
     }
     if (last_of_op) done = 0;
     ++tcount;
   }
-  if (prof && lane == 0) {
-    pc[7] = warp == 0 ? clock64() - t_start : 0;
+  if (kProf && prof && lane == 0) {
+    pc[7] = warp == 0 ? clk<kProf>() - t_start : 0;
     for (int q = 1; q < 8; ++q) atomicAdd(reinterpret_cast<unsigned long long*>(prof + 8 * b + q), pc[q]);
   }
 }
@@ -616,7 +776,7 @@ T* dalloc(size_t n) {
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IONBF, 0);
-  int layers = 36, reps = 20, stages_n = kDefaultStages, mode = 0, silu_out = 0, split = 0;
+  int layers = 36, reps = 20, stages_n = 0, mode = 9, silu_out = 1, attn = 1, ctx = 512;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--layers") layers = std::atoi(argv[i + 1]);
@@ -624,27 +784,44 @@ int main(int argc, char** argv) {
     if (a == "--stages") stages_n = std::atoi(argv[i + 1]);
     if (a == "--mode") mode = std::atoi(argv[i + 1]);
     if (a == "--silu-out") silu_out = std::atoi(argv[i + 1]);
-    if (a == "--split") split = TF_MEGA_SPLIT ? std::atoi(argv[i + 1]) : 0;
+    if (a == "--attn") attn = std::atoi(argv[i + 1]);
+    if (a == "--ctx") ctx = std::atoi(argv[i + 1]);
   }
   const int H = 4096, QKV = 6144, I = 12288, V = 151936;
   cudaStream_t s;
   TF_CUDA_CHECK(cudaStreamCreate(&s));
   cudaDeviceProp prop{};
   TF_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  // The attention warps stage K/V/Q in 74 KB of their own: Q4's 36 KB stages then fit 3 in the ring.
+  if (stages_n == 0) stages_n = kQ4 && attn ? 3 : kDefaultStages;
+  if (attn && !(mode & 8)) {
+    std::fprintf(stderr, "--attn 1 needs --mode with bit 3 (the attention polls tagged words)\n");
+    return 2;
+  }
+  if (ctx < 1 || ctx % 16) {
+    std::fprintf(stderr, "--ctx must be a positive multiple of 16\n");
+    return 2;
+  }
   if (stages_n % kOwners || size_t(stages_n) * kStageBytes > 192 * 1024) {
     std::fprintf(stderr, "--stages must be a multiple of %d, at most 192 KB of ring\n", kOwners);
     return 2;
   }
   const std::unique_ptr<tf::Backend> be = tf::bench::shape_bench_backend(0, "tf_mega_probe");
   if (!be) return 2;
-  std::printf("device: %s, %d SMs; layers %d, ring %d stages of %d bytes\n", prop.name,
-              prop.multiProcessorCount, layers, stages_n, kStageBytes);
+  const int pos = ctx - 1, chunks = pos / attn::kC + 1;  // the decode row: position ctx - 1
+  std::printf("device: %s, %d SMs; layers %d, ring %d stages of %d bytes; mode %d, silu-out %d, %s\n",
+              prop.name, prop.multiProcessorCount, layers, stages_n, kStageBytes, mode, silu_out,
+              attn ? ("attention at position " + std::to_string(pos)).c_str() : "no attention (o <- q part)");
 
   // Weights and norm weights (random, made on the device), per-layer activations (no reuse: no hazards).
   struct L {
     __nv_bfloat16 *wqkv, *wo, *wgu, *wd, *n1, *n2;
     __nv_bfloat16 *qkv, *o, *gu, *d, *h1, *h2;   // the graph of today's kernels
     uint32_t *tqkv, *to, *tgu, *td, *th1, *th2;  // the probe's (tagged words)
+    __nv_bfloat16 *kp, *vp, *qn, *kn;            // attention: K/V pool [ctx][kHk][kD], q/k norm weights
+    float *part_o, *part_ml;
+    unsigned* done;
+    uint32_t* aout;
   };
   std::vector<L> ls(layers);
   double bytes = 0;
@@ -680,6 +857,21 @@ int main(int argc, char** argv) {
     l.d = dalloc<__nv_bfloat16>(H), l.h1 = dalloc<__nv_bfloat16>(H), l.h2 = dalloc<__nv_bfloat16>(H);
     l.tqkv = dalloc<uint32_t>(QKV), l.to = dalloc<uint32_t>(H), l.tgu = dalloc<uint32_t>(2 * I);
     l.td = dalloc<uint32_t>(H), l.th1 = dalloc<uint32_t>(H), l.th2 = dalloc<uint32_t>(H);
+    const int64_t pool = int64_t(ctx) * kHk * kD;
+    l.kp = dalloc<__nv_bfloat16>(pool), rnd(l.kp, pool, -1.f, 1.f);
+    l.vp = dalloc<__nv_bfloat16>(pool), rnd(l.vp, pool, -1.f, 1.f);
+    l.qn = dalloc<__nv_bfloat16>(kD), rnd(l.qn, kD, 0.5f, 1.5f);
+    l.kn = dalloc<__nv_bfloat16>(kD), rnd(l.kn, kD, 0.5f, 1.5f);
+    l.part_o = dalloc<float>(size_t(kHq) * chunks * kD), l.part_ml = dalloc<float>(size_t(kHq) * chunks * 2);
+    l.done = dalloc<unsigned>(kHk);
+    l.aout = dalloc<uint32_t>(kHq * kD);
+  }
+  // Rope (Qwen3: theta 1e6, rotary dim = head dim), as the engine's host table (one float per pair).
+  float* inv_freq = dalloc<float>(kD / 2);
+  {
+    std::vector<float> f(kD / 2);
+    for (int i = 0; i < kD / 2; ++i) f[i] = float(1.0 / std::pow(1e6, double(2 * i) / kD));
+    TF_CUDA_CHECK(cudaMemcpy(inv_freq, f.data(), f.size() * 4, cudaMemcpyHostToDevice));
   }
   __nv_bfloat16* wlm = nullptr;
   if (kQ4) {
@@ -707,15 +899,19 @@ int main(int argc, char** argv) {
 
   // The op list: qkv (add+norm), o (q part of qkv), gate_up (add+norm), down (silu_mul) per layer; lm_head.
   std::vector<Op> ops;
-  int tiles = 0;
+  std::vector<int> op_w;  // the op's weight (q4w index, ops in order), -1: the attention op
+  int tiles = 0, nw = 0;
   auto add = [&](Op o) {
     o.tiles = o.n / 16;
-    const int parts = o.k / kSlices / kStageK;
-    o.upt = split && parts > 1 ? parts : 1;
-    o.units = o.tiles * o.upt;
-    o.acc = o.upt > 1 ? dalloc<unsigned long long>(size_t(o.tiles) * (o.upt - 1) * kCWarps * 16) : nullptr;
-    o.tile_begin = tiles, tiles += o.units;
+    o.tile_begin = tiles, tiles += o.tiles;
+    op_w.push_back(nw++);
     ops.push_back(o);
+  };
+  auto with_attn = [&](Op o, const L& l) {
+    o.kp = l.kp, o.vp = l.vp, o.qn = l.qn, o.kn = l.kn, o.part_o = l.part_o, o.part_ml = l.part_ml;
+    o.done = l.done, o.qkv = l.tqkv, o.aout = l.aout, o.inv_freq = inv_freq, o.scale = 1.f / std::sqrt(float(kD)), o.pos = pos;
+    o.chunks = chunks;
+    return o;
   };
   for (int li = 0; li < layers; ++li) {
     L& l = ls[li];
@@ -723,7 +919,12 @@ int main(int argc, char** argv) {
     const uint32_t* add_in = li == 0 ? tzeros : ls[li - 1].td;
     const int first = li == 0;
     add({l.wqkv, nullptr, QKV, H, kXAddNorm, 0, add_in, res, l.th1, l.n1, l.tqkv, first, first, 0, 0, 0});
-    add({l.wo, nullptr, H, H, kXCopy, 0, l.tqkv, nullptr, nullptr, nullptr, l.to, 0, 0, 0, 0, 0});
+    if (attn) {  // o's x: the attention of the qkv words (the attention warps), merged by every CTA
+      add(with_attn({l.wo, nullptr, H, H, kXAttnMerge, 0, l.aout, nullptr, nullptr, nullptr, l.to, 0, 0, 0, 0, 0},
+                    l));
+    } else {
+      add({l.wo, nullptr, H, H, kXCopy, 0, l.tqkv, nullptr, nullptr, nullptr, l.to, 0, 0, 0, 0, 0});
+    }
     add({l.wgu, nullptr, 2 * I, H, kXAddNorm, 0, l.to, l.th1, l.th2, l.n2, l.tgu, 0, 0, silu_out, 0, 0});
     add({l.wd, nullptr, H, I, silu_out ? kXCopy : kXSilu, 0, l.tgu, nullptr, nullptr, nullptr, l.td, 0, 0, 0,
          0, 0});
@@ -737,8 +938,8 @@ int main(int argc, char** argv) {
     const int stages = (o.n / 16) * (o.k / kStageK / kSW);
     __nv_bfloat16* wp = dalloc<__nv_bfloat16>(int64_t(stages) * kStageBytes / 2);
     if (kQ4)
-      pack_q4_kernel<<<stages, 256, 0, s>>>(static_cast<const uint8_t*>(q4w[oi].weight.raw()),
-                                            static_cast<const uint32_t*>(q4w[oi].scales.raw()),
+      pack_q4_kernel<<<stages, 256, 0, s>>>(static_cast<const uint8_t*>(q4w[op_w[oi]].weight.raw()),
+                                            static_cast<const uint32_t*>(q4w[op_w[oi]].scales.raw()),
                                             reinterpret_cast<uint8_t*>(wp), o.n, o.k,
                                             o.silu_out ? o.n / 2 : 0);
     else
@@ -748,27 +949,36 @@ int main(int argc, char** argv) {
   Op* dops = dalloc<Op>(nops);
   TF_CUDA_CHECK(cudaMemcpy(dops, ops.data(), nops * sizeof(Op), cudaMemcpyHostToDevice));
   unsigned* cnt = dalloc<unsigned>(nops);
-  unsigned* grab = dalloc<unsigned>(nops);  // dynamic dealing (mode bit 4): the ops' tile counters
   __nv_bfloat16* dbg = dalloc<__nv_bfloat16>(int64_t(nops) * kMaxK);
 
+  const int xregion = attn ? kAttnBytes : 0;
   const size_t smem =
-      size_t(stages_n) * kStageBytes + kMaxK * 2 + (kRed * kSlices * 16 + 8) * 4 + 3 * stages_n * 8 +
-      2 * stages_n * 4;
-  TF_CUDA_CHECK(cudaFuncSetAttribute(mega_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+      size_t(stages_n) * kStageBytes + kMaxK * 2 + xregion + (kRed * kSlices * 16 + 8) * 4 + 3 * stages_n * 8 +
+      (2 * stages_n + 2) * 4;
+  if (smem > prop.sharedMemPerBlockOptin) {
+    std::fprintf(stderr, "%zu bytes of shared memory: more than the %zu a block may have (fewer --stages)\n",
+                 smem, size_t(prop.sharedMemPerBlockOptin));
+    return 2;
+  }
+  TF_CUDA_CHECK(cudaFuncSetAttribute(mega_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  TF_CUDA_CHECK(cudaFuncSetAttribute(mega_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   int per_sm = 0;
-  TF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mega_kernel, kThreads, smem));
+  TF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mega_kernel<false>, kThreads, smem));
   const int grid = prop.multiProcessorCount * per_sm;
   std::printf("smem %zu bytes, %d CTA(s) an SM, grid %d, %d ops, %d tiles\n", smem, per_sm, grid, nops,
               tiles);
   if (per_sm < 1) return 2;
   unsigned epoch = 0;
   long long* prof = dalloc<long long>(size_t(grid) * 8);
-  unsigned long long* tl = dalloc<unsigned long long>(size_t(nops) * 4);
+  unsigned long long* tl = dalloc<unsigned long long>(size_t(nops) * 12);  // + the attention's [nops][8]
   bool prof_on = false;
   auto run = [&](__nv_bfloat16* d) {
     ++epoch;
-    mega_kernel<<<grid, kThreads, smem, s>>>(dops, nops, cnt, grab, epoch, stages_n, d, mode,
-                                             prof_on ? prof : nullptr, prof_on ? tl : nullptr);
+    if (prof_on)
+      mega_kernel<true><<<grid, kThreads, smem, s>>>(dops, nops, cnt, epoch, stages_n, xregion, d, mode, prof, tl);
+    else
+      mega_kernel<false><<<grid, kThreads, smem, s>>>(dops, nops, cnt, epoch, stages_n, xregion, d, mode, nullptr,
+                                                      nullptr);
   };
 
   // Bits: every op's output against linear_bf16 on the x the probe used.
@@ -783,12 +993,14 @@ int main(int argc, char** argv) {
     std::vector<uint16_t> r(2 * I);
     std::vector<uint32_t> aw(2 * I);
     std::vector<uint32_t> la(V), lr(V);
+    int linear_ops = 0;
     for (int oi = 0; oi < nops; ++oi) {
       const Op& o = ops[oi];
+        ++linear_ops;
       const bool f32 = o.y_f32;
       // Q4: the bf16 weights the 4-bit kernels multiply by (quant_linear.h: dequantize_bf16, then linear_bf16
       // gives linear_quantized's bits).
-      tf::Tensor deq = kQ4 ? tf::cuda::dequantize_bf16(q4w[oi], s) : tf::Tensor();
+      tf::Tensor deq = kQ4 ? tf::cuda::dequantize_bf16(q4w[op_w[oi]], s) : tf::Tensor();
       linear_bf16(dbg + int64_t(oi) * kMaxK, kQ4 ? deq.raw() : o.w, nullptr, tf::DType::BF16,
                   f32 ? (void*)lref : (void*)yref, f32 ? tf::DType::F32 : tf::DType::BF16, 1, o.n, o.k, s);
       TF_CUDA_CHECK(cudaStreamSynchronize(s));
@@ -813,8 +1025,88 @@ int main(int argc, char** argv) {
         if (bad_ops <= 5) std::printf("  op %d (n %d k %d): %d outputs differ\n", oi, o.n, o.k, diff);
       }
     }
-    std::printf("bits: %d of %d ops equal linear_bf16 on the same x%s\n", nops - bad_ops, nops,
-                bad_ops ? "  <-- MISMATCH" : "");
+    std::printf("bits: %d of %d linear ops equal linear_bf16 on the same x%s\n", linear_ops - bad_ops,
+                linear_ops, bad_ops ? "  <-- MISMATCH" : "");
+  }
+
+  // The x the probe made against the engine's ops on the same inputs: add + RMSNorm (add_rms_norm), and the
+  // attention (qkv_norm_rope_kv + attention_mma on the probe's qkv words: the o op's x, the pool's new row).
+  {
+    auto words_to_bf16 = [&](const uint32_t* w, int n, __nv_bfloat16* out) {
+      std::vector<uint32_t> hw(n);
+      std::vector<uint16_t> hb(n);
+      TF_CUDA_CHECK(cudaMemcpy(hw.data(), w, n * 4, cudaMemcpyDeviceToHost));
+      for (int i = 0; i < n; ++i) hb[i] = uint16_t(hw[i] & 0xffffu);
+      TF_CUDA_CHECK(cudaMemcpy(out, hb.data(), n * 2, cudaMemcpyHostToDevice));
+    };
+    auto same = [&](const void* a, const void* b, size_t bytes) {
+      std::vector<uint8_t> ha(bytes), hb(bytes);
+      TF_CUDA_CHECK(cudaMemcpy(ha.data(), a, bytes, cudaMemcpyDeviceToHost));
+      TF_CUDA_CHECK(cudaMemcpy(hb.data(), b, bytes, cudaMemcpyDeviceToHost));
+      return ha == hb;
+    };
+    __nv_bfloat16 *rb = dalloc<__nv_bfloat16>(H), *xb = dalloc<__nv_bfloat16>(H), *hb = dalloc<__nv_bfloat16>(H);
+    int norms = 0, norms_ok = 0;
+    for (int oi = 0; oi < nops; ++oi) {
+      const Op& o = ops[oi];
+      if (o.xkind != kXAddNorm) continue;
+      words_to_bf16(o.res, H, rb), words_to_bf16(o.x, H, xb);
+      add_rms_norm(rb, tf::DType::BF16, xb, o.nw, tf::DType::BF16, hb, 1, H, 1e-6f, 0.f, s);
+      TF_CUDA_CHECK(cudaStreamSynchronize(s));
+      ++norms, norms_ok += same(hb, dbg + int64_t(oi) * kMaxK, H * 2);
+    }
+    std::printf("bits: %d of %d add+norm x equal add_rms_norm's%s\n", norms_ok, norms,
+                norms_ok == norms ? "" : "  <-- MISMATCH");
+    bad_ops += norms - norms_ok;
+    if (attn) {
+      const int64_t pool = int64_t(ctx) * kHk * kD;
+      __nv_bfloat16 *qkvb = dalloc<__nv_bfloat16>(QKV), *qref = dalloc<__nv_bfloat16>(H);
+      __nv_bfloat16 *aref = dalloc<__nv_bfloat16>(H), *kref = dalloc<__nv_bfloat16>(pool),
+                    *vref = dalloc<__nv_bfloat16>(pool);
+      std::vector<int32_t> table(ctx / 16);
+      for (int i = 0; i < ctx / 16; ++i) table[i] = i;
+      int32_t* d_pos = dalloc<int32_t>(1);
+      int32_t* d_zero = dalloc<int32_t>(1);
+      int32_t* d_table = dalloc<int32_t>(table.size());
+      int2* d_tile = dalloc<int2>(1);
+      const int2 tile{0, 1};
+      TF_CUDA_CHECK(cudaMemcpy(d_pos, &pos, 4, cudaMemcpyHostToDevice));
+      TF_CUDA_CHECK(cudaMemcpy(d_table, table.data(), table.size() * 4, cudaMemcpyHostToDevice));
+      TF_CUDA_CHECK(cudaMemcpy(d_tile, &tile, sizeof(tile), cudaMemcpyHostToDevice));
+      tf::cuda::DeviceMeta meta;
+      meta.positions = d_pos, meta.row_seq = d_zero, meta.slots = d_pos, meta.table_offsets = d_zero;
+      meta.tables = d_table, meta.rows = 1, meta.block_size = 16;
+      int att_ok = 0, kv_ok = 0;
+      for (int li = 0; li < layers; ++li) {
+        const L& l = ls[li];
+        words_to_bf16(l.tqkv, QKV, qkvb);
+        TF_CUDA_CHECK(cudaMemcpy(kref, l.kp, pool * 2, cudaMemcpyDeviceToDevice));
+        TF_CUDA_CHECK(cudaMemcpy(vref, l.vp, pool * 2, cudaMemcpyDeviceToDevice));
+        const int64_t row = int64_t(pos) * kHk * kD;  // the new row: the reference writes its own
+        TF_CUDA_CHECK(cudaMemset(kref + row, 0, kHk * kD * 2));
+        TF_CUDA_CHECK(cudaMemset(vref + row, 0, kHk * kD * 2));
+        if (!qkv_norm_rope_kv(qkvb, qref, l.qn, l.kn, tf::DType::BF16, 1e-6f, 0.f, 1, kHq, kHk, kD, kD, inv_freq,
+                              1.f, false, d_pos, kref, vref, d_pos, s)) {
+          std::fprintf(stderr, "qkv_norm_rope_kv refused the shape\n");
+          return 2;
+        }
+        tf::cuda::AttentionMmaArgs a;
+        a.q = qref, a.k_pool = kref, a.v_pool = vref, a.out = aref, a.meta = meta;
+        a.hq = kHq, a.hk = kHk, a.head_dim = kD, a.scale = 1.f / std::sqrt(float(kD)), a.max_chunks = chunks;
+        a.loop_tiles = d_tile, a.num_loop_tiles = 1;
+        tf::cuda::attention_mma(a, s);
+        TF_CUDA_CHECK(cudaStreamSynchronize(s));
+        int o_op = 0;  // this layer's o op
+        for (int oi = 0, seen = -1; oi < nops; ++oi)
+          if (ops[oi].xkind == kXAttnMerge && ++seen == li) o_op = oi;
+        att_ok += same(aref, dbg + int64_t(o_op) * kMaxK, H * 2);
+        kv_ok += same(kref + row, l.kp + row, kHk * kD * 2) && same(vref + row, l.vp + row, kHk * kD * 2);
+      }
+      std::printf("bits: %d of %d layers' attention equal qkv_norm_rope_kv + attention_mma's, %d of %d new K/V "
+                  "rows%s\n",
+                  att_ok, layers, kv_ok, layers, att_ok == layers && kv_ok == layers ? "" : "  <-- MISMATCH");
+      bad_ops += (layers - att_ok) + (layers - kv_ok);
+    }
   }
 
   // Time: the probe (one launch a forward) and the same linears as today's kernels in a graph.
@@ -824,7 +1116,7 @@ int main(int argc, char** argv) {
   {  // one profiled forward: where a CTA's cycles go (means over CTAs, microseconds at the SM clock)
     TF_CUDA_CHECK(cudaMemset(prof, 0, size_t(grid) * 8 * 8));
     {
-      std::vector<unsigned long long> init(size_t(nops) * 4);
+      std::vector<unsigned long long> init(size_t(nops) * 12, 0ull);  // the attention's maxima start at 0
       for (int q = 0; q < nops; ++q)
         init[4 * q] = init[4 * q + 3] = 0, init[4 * q + 1] = init[4 * q + 2] = ~0ull;
       TF_CUDA_CHECK(cudaMemcpy(tl, init.data(), init.size() * 8, cudaMemcpyHostToDevice));
@@ -852,13 +1144,27 @@ int main(int argc, char** argv) {
     std::printf("profile (mode %d, one forward, SM clock %d MHz):\n", mode, khz / 1000);
     for (int q = 0; q < 8; ++q) std::printf("  %-42s %9.1f us\n", names[q], m[q] * us);
     // The op boundaries (globaltimer): per kind of the next op, means over the layers' ops.
-    std::vector<unsigned long long> tv(size_t(nops) * 4);
+    std::vector<unsigned long long> tv(size_t(nops) * 12);
     TF_CUDA_CHECK(cudaMemcpy(tv.data(), tl, tv.size() * 8, cudaMemcpyDeviceToHost));
-    const char* kinds[3] = {"copy (o)", "add+norm (qkv, gate_up, lm_head)", "silu (down)"};
+    if (attn) {  // the attention's steps, after the qkv op's last tile (means over the layers)
+      double st[5] = {0, 0, 0, 0, 0};
+      int n = 0;
+      for (int q = 1; q < nops; ++q) {
+        if (ops[q].xkind != kXAttnMerge) continue;
+        for (int e = 0; e < 5; ++e)
+          st[e] += (double(tv[4 * nops + 8 * q + e]) - double(tv[4 * (q - 1)])) * 1e-3;
+        ++n;
+      }
+      std::printf("  attention after qkv's last tile, us (means, latest unit): words in %.2f | K/V staged %.2f | "
+                  "partial stored %.2f | ticket %.2f | merged %.2f\n",
+                  st[0] / n, st[1] / n, st[2] / n, st[3] / n, st[4] / n);
+    }
+    const char* kinds[4] = {"copy (o / down)", "add+norm (qkv, gate_up, lm_head)", "silu (down)",
+                            "attention merge (o)"};
     std::printf(
         "  op boundaries, us (means): op time | last CTA done - first CTA done | first x ready - "
         "last tile | last x ready - first\n");
-    for (int kd = 0; kd < 3; ++kd) {
+    for (int kd = 0; kd < 4; ++kd) {
       double a = 0, bsum = 0, c = 0, d = 0;
       int n = 0;
       for (int q = 1; q < nops; ++q) {

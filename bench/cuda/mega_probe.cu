@@ -35,6 +35,7 @@
 #include "ops/cuda/attention_chunk.cuh"
 #include "ops/cuda/attention_mma.h"
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/linear_wgmma.h"  // tma_load_2d
 #include "ops/cuda/norm.cuh"
 #include "ops/cuda/mbarrier.cuh"
 #include "ops/cuda/mma.cuh"
@@ -50,6 +51,12 @@
 #endif
 #ifndef TF_MEGA_MFULL  // 1: a slot's (op, unit) is published before its bytes land (its own mbarrier)
 #define TF_MEGA_MFULL 1
+#endif
+#ifndef TF_MEGA_TMA  // 1: stages come from the row-major weights by 2D tensor-map boxes (no packed copy)
+#define TF_MEGA_TMA 0
+#endif
+#ifndef TF_MEGA_TMA_BOX  // TMA: a box's columns (16 rows x TF_MEGA_TMA_BOX; a 512-column piece is 512 / box boxes)
+#define TF_MEGA_TMA_BOX 256
 #endif
 #ifndef TF_MEGA_Q4  // 1: MLX 4-bit (g64) weights, a stage = piece p of all 8 slices + their group words
 #define TF_MEGA_Q4 0
@@ -67,6 +74,8 @@ constexpr int kProducer = kCWarps;
 constexpr int kRed = 2;                   // slice-sum buffers, double-buffered: one consumer barrier a tile
 constexpr int kStageK = TF_MEGA_STAGE_K;  // k-values of a slice's piece
 constexpr bool kQ4 = TF_MEGA_Q4;
+constexpr bool kTma = TF_MEGA_TMA;
+constexpr int kBox = TF_MEGA_TMA_BOX;
 constexpr int kSW = kQ4 ? kSlices : TF_MEGA_SLICES_A_STAGE;  // a stage row = pieces of kSW consecutive slices
 constexpr int kOwners = kCWarps / kSW;                       // warp groups owning ring slots
 constexpr int kRowBytes = kQ4 ? kSW * kStageK / 2 : kSW * kStageK * 2;
@@ -74,6 +83,7 @@ constexpr int kRowStride = kRowBytes;                // packed: rows are not pad
 constexpr int kQ4ScaleRow = kSW * kStageK / 64 * 4;  // Q4: a row's group words (u32 scale | bias) of a stage
 constexpr int kStageBytes = 16 * kRowStride + (kQ4 ? 16 * kQ4ScaleRow : 0);  // 16 feature rows, one copy
 constexpr int kMaxK = 12288;
+static_assert(!kTma || (kSW == 1 && !kQ4 && kStageK % kBox == 0), "TMA: one slice a stage, bf16");
 // Slots a multiple of the owners (see the producer); 8 x 16 KB measured best of kSW = 1 (run 192: larger
 // copies beat more slots: 24 x 8 KB was 13% slower, 16 x 1 KB copies a stage 30%). kSW = 2: 4 x 32 KB (not
 // yet run).
@@ -121,6 +131,7 @@ struct Op {
   const float* inv_freq = nullptr;  // rope
   float scale = 0.f;
   int pos = 0, chunks = 0;
+  const CUtensorMap* map = nullptr;  // TMA: w as a 2D tensor map, boxes of kBox columns x 16 rows
 };
 
 __device__ __forceinline__ uint32_t lds32(uint32_t addr) {
@@ -555,7 +566,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         __syncwarp();
         const __nv_bfloat16* src = w + (int64_t(n0 / 16) * stages + ks) * (kStageBytes / 2);
-        if ((mode & 4) && !kQ4) {  // the packed stage as 16 copies, one a row (the copy count's cost)
+        if constexpr (kTma) {  // piece (slice s % 8, part s / 8) of rows n0..n0+15: kStageK / kBox boxes
+          const int k0 = (s % kOwners) * (k / kSlices) + (s / kOwners) * kStageK;
+          if (lane < kStageK / kBox)
+            tma_load_2d(saddr(ring + slot * kStageBytes + lane * kBox * 32), ops[op].map, k0 + lane * kBox, n0,
+                        saddr(full + slot));
+        } else if ((mode & 4) && !kQ4) {  // the packed stage as 16 copies, one a row (the copy count's cost)
           if (lane < 16)
             bulk_copy_g2s(saddr(ring + slot * kStageBytes + lane * kRowBytes), src + lane * (kRowBytes / 2),
                           kRowBytes, saddr(full + slot));
@@ -643,6 +659,15 @@ __global__ void __launch_bounds__(kThreads, 1)
             const uint4 xv = g == 0 ? lds128(xb + c * 64) : make_uint4(0, 0, 0, 0);
             mma_chunk(acc, a, bb, xv);
           }
+        }
+      } else if constexpr (kTma) {  // box c * 32 / kBox: [16 rows][kBox], no swizzle (2-way bank conflicts)
+        const uint32_t tb = saddr(ring + slot * kStageBytes) + 16 * t;
+#pragma unroll 4
+        for (int c = 0; c < kStageK / 32; ++c) {
+          const uint32_t cb = tb + (c * 32 / kBox) * (kBox * 32) + (c * 32 % kBox) * 2;
+          const uint4 a = lds128(cb + g * (kBox * 2)), bb = lds128(cb + (g + 8) * (kBox * 2));
+          const uint4 xv = g == 0 ? lds128(xb + c * 64) : make_uint4(0, 0, 0, 0);
+          mma_chunk(acc, a, bb, xv);
         }
       } else {
 #pragma unroll 4
@@ -794,6 +819,10 @@ int main(int argc, char** argv) {
   TF_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   // The attention warps stage K/V/Q in 74 KB of their own: Q4's 36 KB stages then fit 3 in the ring.
   if (stages_n == 0) stages_n = kQ4 && attn ? 3 : kDefaultStages;
+  if (kTma && silu_out) {
+    std::fprintf(stderr, "TMA stages read the row-major weights: --silu-out 0 (gate and up rows are apart)\n");
+    return 2;
+  }
   if (attn && !(mode & 8)) {
     std::fprintf(stderr, "--attn 1 needs --mode with bit 3 (the attention polls tagged words)\n");
     return 2;
@@ -933,7 +962,31 @@ int main(int argc, char** argv) {
   add({wlm, nullptr, V, H, kXAddNorm, 1, ls[layers - 1].td, ls[layers - 1].th2, hf, nf, logits, 0, 0, 0, 0,
        0});
   const int nops = int(ops.size());
-  for (int oi = 0; oi < nops; ++oi) {  // the packed copies
+  // TMA: the ops' weights as 2D tensor maps (row-major, no copy), in one device array.
+  CUtensorMap* maps = kTma ? dalloc<CUtensorMap>(nops) : nullptr;
+  if (kTma) {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    TF_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
+    using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+    std::vector<CUtensorMap> hm(nops);
+    for (int oi = 0; oi < nops; ++oi) {
+      const cuuint64_t dims[2] = {cuuint64_t(ops[oi].k), cuuint64_t(ops[oi].n)}, strides[1] = {cuuint64_t(ops[oi].k) * 2};
+      const cuuint32_t box[2] = {cuuint32_t(kBox), 16}, elem[2] = {1, 1};
+      if (reinterpret_cast<Encode>(fn)(&hm[oi], CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<__nv_bfloat16*>(ops[oi].w),
+                                       dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                       CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
+        std::fprintf(stderr, "cuTensorMapEncodeTiled failed (op %d)\n", oi);
+        return 2;
+      }
+      ops[oi].map = maps + oi;
+    }
+    TF_CUDA_CHECK(cudaMemcpy(maps, hm.data(), nops * sizeof(CUtensorMap), cudaMemcpyHostToDevice));
+  }
+  for (int oi = 0; oi < nops && !kTma; ++oi) {  // the packed copies
     Op& o = ops[oi];
     const int stages = (o.n / 16) * (o.k / kStageK / kSW);
     __nv_bfloat16* wp = dalloc<__nv_bfloat16>(int64_t(stages) * kStageBytes / 2);

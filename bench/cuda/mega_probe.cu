@@ -1,23 +1,31 @@
-// Probe for issues 6/11/12 (docs/cuda-notes.md "Session 15"): does a persistent, warp-specialised decode
-// kernel keep the weight stream going across the dependent steps of a layer?
+// Probe for issues 6/11/12 (docs/cuda-notes.md "Session 15", "Session 16"): a persistent, warp-specialised
+// decode kernel that runs a whole Qwen3-8B decode step at M = 1 with the engine's bits.
 //
 // The forward at b=1 is ~250 dependent kernels; each waits (griddepcontrol) for the whole previous grid, and
-// only its first register ring of weights is in flight before that. Here one kernel runs the linears of all
-// 36 layers of the Qwen3-8B shape and the lm_head at M = 1, one CTA an SM: a producer warp streams the CTA's
-// weight tiles (packed so that a stage is one contiguous bulk copy) into a shared-memory ring -- weights are
-// constant, so it runs ahead across every dependency, as far as the ring holds -- and 8 consumer warps
-// compute each 16-feature tile with linear.cu's exact arithmetic (8 K slices in warp order, 32-wide chunks
-// through mma_chunk, the slice sum in warp order). An op's consumers wait for the previous op (a completion
-// counter, or -- mode 8 -- by polling the tagged activation words themselves), then make their x in shared
-// memory: a copy (o <- q part of qkv: the attention is left out), add + RMSNorm (qkv, gate_up, lm_head:
-// every CTA reduces the whole row itself, so the norm is no step of its own), or silu_mul (down).
+// only its first register ring of weights is in flight before that. Here one kernel runs all 36 layers of
+// the Qwen3-8B shape and the lm_head at M = 1, one CTA an SM: a producer warp streams the CTA's weight tiles
+// (packed so that a stage is one contiguous bulk copy, or -- TF_MEGA_TMA -- as 2D tensor-map boxes of the
+// row-major weights) into a shared-memory ring -- weights are constant, so it runs ahead across every
+// dependency, as far as the ring holds -- and 8 consumer warps compute each 16-feature tile with linear.cu's
+// exact arithmetic (8 K slices in warp order, 32-wide chunks through mma_chunk, the slice sum in warp
+// order). An op's consumers wait for the previous op (a completion counter, or -- mode bit 3, the default --
+// by polling the tagged activation words themselves), then make their x in shared memory: add + RMSNorm
+// (qkv, gate_up, lm_head: every CTA reduces the whole row itself, with add_rms_norm's arithmetic, so the norm
+// is no step of its own), a copy (o: the attention's output words; down: gate_up's tiles store
+// silu_mul(gate, up) -- --silu-out 1, the default), or silu_mul (down, --silu-out 0). Three attention warps a
+// CTA (--attn 1, the default) make the attention of the row at position ctx - 1 (--ctx, default 512): (KV
+// head, chunk) units dealt over the CTAs, q/k norm + rope + the new K/V row with qk_norm_rope_kv's
+// arithmetic, each chunk's partial with attention_mma's (attention_chunk.cuh), the KV head's last unit merging
+// them into o's x words.
 //
-// Printed: the bits of every op of every layer against linear_bf16 on the x the probe used (must be equal),
-// a profile of one forward (where a CTA's cycles go), the time of one forward against the same linears as
-// today's kernels in a graph (linear_bf16, dependent launch; no norms, no silu), both against the
-// copy-bandwidth roofline. Build: `ninja -C build-cuda tf_mega_probe` (not part of `all`); run on the GPU:
-// `tf_mega_probe --mode 9` (defaults: 36 layers, 8 stages of 16 KB). Variants (compile-time):
-// tf_mega_probe_pairs (32 KB stages a warp pair owns), tf_mega_probe_q4 (MLX 4-bit g64 weights).
+// Printed: the bits of every step of every layer against the engine's kernels on the same inputs (linears:
+// linear_bf16; add + norm: add_rms_norm; attention: qkv_norm_rope_kv + attention_mma; must all be equal), a
+// profile of one forward (where a CTA's cycles go, op-boundary and attention timelines), the time of one
+// forward against today's linears alone in a graph (linear_bf16, dependent launch; no norms, no silu, no
+// attention), against the copy-bandwidth roofline of the weights. Build: `ninja -C build-cuda
+// tf_mega_probe_pairs` (not part of `all`); run on the GPU with no arguments (36 layers). Variants
+// (compile-time): tf_mega_probe (16 KB stages a warp owns), tf_mega_probe_pairs (32 KB stages a warp pair
+// owns: the fastest), tf_mega_probe_q4 (MLX 4-bit g64 weights), tf_mega_probe_tma (row-major weights by TMA).
 // bench/cuda/mega_pack_check.py emulates the packings and the consumers' read addresses on the host.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

@@ -140,6 +140,7 @@ struct Op {
   float scale = 0.f;
   int pos = 0, chunks = 0;
   const CUtensorMap* map = nullptr;  // TMA: w as a 2D tensor map, boxes of kBox columns x 16 rows
+  int rot = 0;  // the op's unit i is tile (i + rot) % tiles (--kv-first: qkv's k/v tiles dealt first)
 };
 
 __device__ __forceinline__ uint32_t lds32(uint32_t addr) {
@@ -220,8 +221,19 @@ __device__ __forceinline__ uint32_t word_of(float v, uint32_t tag) {
 // 205: the attention's steps 4-6x slower), then reloads all the missing ones together (one round trip when
 // they are all there, not one a word in turn).
 template <int N, typename Src>
-__device__ __forceinline__ void poll_words(uint32_t (&w)[N], Src src, uint32_t tag) {
+__device__ __forceinline__ void poll_words(uint32_t (&w)[N], Src src, uint32_t tag, bool eager = false) {
   for (long long n = 0;; ++n) {
+    if (eager) {  // few threads (the attention warps): every missing word reloaded each round
+      bool ready = true;
+#pragma unroll
+      for (int j = 0; j < N; ++j)
+        if ((w[j] >> 16) != tag) ready = false, w[j] = ldv(src(j));
+      if (ready) return;
+      if (n == (1ll << 24))
+        for (int j = 0; j < N; ++j)
+          if ((w[j] >> 16) != tag) hang_word(src(j), w[j], tag);
+      continue;
+    }
     int first = -1;
 #pragma unroll
     for (int j = N - 1; j >= 0; --j)
@@ -358,7 +370,7 @@ __device__ __forceinline__ void abar() {
 }
 // atl (profiling, else null): globaltimer maxima of this op's units: [0] q/k/v words in, [1] K/V staged, [2]
 // partial stored, [3] ticket taken, [4] merged words stored (last units).
-__device__ __forceinline__ void attention_unit(const Op& o, int unit, __nv_bfloat16* Ks, uint32_t tag, unsigned epoch, int* last,
+__device__ __noinline__ void attention_unit(const Op& o, int unit, __nv_bfloat16* Ks, uint32_t tag, unsigned epoch, int* last,
                                unsigned long long* atl) {
   const int at = threadIdx.x - (kProducer + 1) * 32, aw = at / 32, lane = at % 32;
   constexpr int kT = kAWarps * 32;
@@ -394,7 +406,8 @@ __device__ __forceinline__ void attention_unit(const Op& o, int unit, __nv_bfloa
   uint32_t w[kW];
 #pragma unroll
   for (int q = 0; q < kW; ++q) w[q] = live[q / 4] ? ldv(src[q / 4] + 32 * (q % 4)) : (tag << 16);
-  poll_words(w, [&](int q) { return src[q / 4] + 32 * (q % 4); }, tag);
+  poll_words(w, [&](int q) { return src[q / 4] + 32 * (q % 4); }, tag, true);
+  if (atl && lane == 0 && !kv_here) atomicMax(atl + 6, gtime());
 #pragma unroll
   for (int i = 0; i < kTasks; ++i) {
     const int task = aw + kAWarps * i;
@@ -424,7 +437,9 @@ __device__ __forceinline__ void attention_unit(const Op& o, int unit, __nv_bfloa
   asm volatile("cp.async.wait_group 0;" ::: "memory");
   if (atl && lane == 0) atomicMax(atl + 1, gtime());
   abar();
-  if (aw == 0) {
+  {
+    // Every attention warp computes the chunk's scores (the same bits in each) and its share of P V's output
+    // columns (chunk_pv<D, J0, J1>: column pairs [J0, J1); each element's chain is its own), then stores them.
     const int g = lane / 4, qd = lane % 4;
     // Row g's range (padding: lo > pos), row g + 8 padding. (Written out: an initializer list of conditional
     // Range temporaries here crashes nvcc 13.0's cicc.)
@@ -432,19 +447,26 @@ __device__ __forceinline__ void attention_unit(const Op& o, int unit, __nv_bfloa
     rg[0].lo = g < kGroup ? 0 : 1, rg[0].pos = g < kGroup ? pos : 0, rg[1].lo = 1, rg[1].pos = 0;
     float sc[16][4], mc[2], lc[2], oc[kD / 8][4];
     attn::chunk_scores<kD>(Qs, Ks, 0, lane, c0, rg, o.scale, 0.f, sc, mc, lc);
-    attn::chunk_pv<kD>(Vs, lane, sc, oc);
+    static_assert(kAWarps == 3 && kD == 128, "the column split below");
+    const int j0 = aw == 0 ? 0 : aw == 1 ? 3 : 6, j1 = aw == 0 ? 3 : aw == 1 ? 6 : 8;
+    if (aw == 0) attn::chunk_pv<kD, 0, 3>(Vs, lane, sc, oc);
+    else if (aw == 1) attn::chunk_pv<kD, 3, 6>(Vs, lane, sc, oc);
+    else attn::chunk_pv<kD, 6, 8>(Vs, lane, sc, oc);
     if (g < kGroup) {
       const int64_t slot = int64_t(h * kGroup + g) * o.chunks + c;
 #pragma unroll
       for (int j = 0; j < kD / 8; ++j)
-        *reinterpret_cast<float2*>(o.part_o + slot * kD + j * 8 + qd * 2) = make_float2(oc[j][0], oc[j][1]);
-      if (qd == 0) o.part_ml[slot * 2] = mc[0], o.part_ml[slot * 2 + 1] = lc[0];
+        if (j >= 2 * j0 && j < 2 * j1)
+          *reinterpret_cast<float2*>(o.part_o + slot * kD + j * 8 + qd * 2) = make_float2(oc[j][0], oc[j][1]);
+      if (aw == 0 && qd == 0) o.part_ml[slot * 2] = mc[0], o.part_ml[slot * 2 + 1] = lc[0];
     }
+    __threadfence();  // this thread's partials, before the ticket
+  }
+  abar();
+  if (aw == 0) {
     if (atl && lane == 0) atomicMax(atl + 2, gtime());
     // The ticket elects the KV head's last unit of this launch (attention_mma's fused combine does the same):
     // it merges the group's 4 heads.
-    __threadfence();
-    __syncwarp();
     unsigned ticket = 0;
     if (lane == 0) ticket = atomicAdd(o.done + h, 1u);
     ticket = __shfl_sync(0xffffffffu, ticket, 0);
@@ -457,31 +479,34 @@ __device__ __forceinline__ void attention_unit(const Op& o, int unit, __nv_bfloa
   // Merge (combine_pair_u's order: chunks in increasing order from (-inf, 0, 0), then bf16(o / l)): item e
   // = 4 dims of one of the group's heads; the chunks' loads go out together, U at a time.
   const int nc = pos / attn::kC + 1;
-  for (int e = at; e < kGroup * (kD / 4); e += kT) {
-    const int hq = h * kGroup + e / (kD / 4), d0 = (e % (kD / 4)) * 4;
-    float m = -INFINITY, l = 0.f, ov[4] = {0.f, 0.f, 0.f, 0.f};
+  static_assert(kGroup * (kD / 8) <= kT, "one merge item (8 dims of a head) a thread");
+  if (at < kGroup * (kD / 8)) {
+    const int hq = h * kGroup + at / (kD / 8), d0 = (at % (kD / 8)) * 8;
+    float m = -INFINITY, l = 0.f, ov[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
     constexpr int U = 4;
     for (int cb = 0; cb < nc; cb += U) {
       float2 ml[U];
-      float4 va[U];
+      float4 va[U], vb[U];
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         if (cb + u >= nc) break;
         const int64_t slot = int64_t(hq) * o.chunks + cb + u;
         ml[u] = __ldcg(reinterpret_cast<const float2*>(o.part_ml + slot * 2));
         va[u] = __ldcg(reinterpret_cast<const float4*>(o.part_o + slot * kD + d0));
+        vb[u] = __ldcg(reinterpret_cast<const float4*>(o.part_o + slot * kD + d0 + 4));
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         if (cb + u >= nc) break;
         const attn::MergeFactors f = attn::merge_chunk(m, l, ml[u].x, ml[u].y);
-        ov[0] = attn::merge_out(ov[0], va[u].x, f), ov[1] = attn::merge_out(ov[1], va[u].y, f);
-        ov[2] = attn::merge_out(ov[2], va[u].z, f), ov[3] = attn::merge_out(ov[3], va[u].w, f);
+        const float in[8] = {va[u].x, va[u].y, va[u].z, va[u].w, vb[u].x, vb[u].y, vb[u].z, vb[u].w};
+#pragma unroll
+        for (int i = 0; i < 8; ++i) ov[i] = attn::merge_out(ov[i], in[i], f);
       }
     }
     uint32_t* dst = o.aout + hq * kD + d0;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) dst[i] = word_of(attn::finish_out(ov[i], l), tag);
+    for (int i = 0; i < 8; ++i) dst[i] = word_of(attn::finish_out(ov[i], l), tag);
   }
   if (atl && lane == 0) atomicMax(atl + 4, gtime());
 }
@@ -552,7 +577,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = b;; i += G) {
       while (op < nops && i >= ops[op].tile_begin + ops[op].tiles) ++op;
       if (op == nops) break;
-      const int tile = i - ops[op].tile_begin;
+      const int tile = (i - ops[op].tile_begin + ops[op].rot) % ops[op].tiles;
       const __nv_bfloat16* w = ops[op].wp;
       const int k = ops[op].k, n0 = tile * 16;
       const int stages = k / kStageK / kSW;
@@ -725,6 +750,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (kProf && tl && lane == 0) {
         last_store = gtime();
         atomicMax(tl + 4 * op, last_store);
+        if (op + 1 < nops && ops[op + 1].xkind == kXAttnMerge)  // qkv: the k/v tiles' and q tiles' last stores
+          atomicMax(tl + 4 * nops + 8 * (op + 1) + (n0 >= kHq * kD ? 7 : 5), last_store);
       }
       if (!ll && last_of_op && lane == 0) {  // this CTA's last tile of the op
         if (mode & 1) {
@@ -809,7 +836,7 @@ T* dalloc(size_t n) {
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IONBF, 0);
-  int layers = 36, reps = 20, stages_n = 0, mode = 9, silu_out = 1, attn = 1, ctx = 512;
+  int layers = 36, reps = 20, stages_n = 0, mode = 9, silu_out = 1, attn = 1, ctx = 512, kv_first = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--layers") layers = std::atoi(argv[i + 1]);
@@ -819,6 +846,7 @@ int main(int argc, char** argv) {
     if (a == "--silu-out") silu_out = std::atoi(argv[i + 1]);
     if (a == "--attn") attn = std::atoi(argv[i + 1]);
     if (a == "--ctx") ctx = std::atoi(argv[i + 1]);
+    if (a == "--kv-first") kv_first = std::atoi(argv[i + 1]);
   }
   const int H = 4096, QKV = 6144, I = 12288, V = 151936;
   cudaStream_t s;
@@ -955,7 +983,11 @@ int main(int argc, char** argv) {
     const uint32_t* res = li == 0 ? temb : ls[li - 1].th2;
     const uint32_t* add_in = li == 0 ? tzeros : ls[li - 1].td;
     const int first = li == 0;
-    add({l.wqkv, nullptr, QKV, H, kXAddNorm, 0, add_in, res, l.th1, l.n1, l.tqkv, first, first, 0, 0, 0});
+    {
+      Op qkv{l.wqkv, nullptr, QKV, H, kXAddNorm, 0, add_in, res, l.th1, l.n1, l.tqkv, first, first, 0, 0, 0};
+      qkv.rot = kv_first ? kHq * kD / 16 : 0;  // k and v tiles first: the attention's last inputs come earlier
+      add(qkv);
+    }
     if (attn) {  // o's x: the attention of the qkv words (the attention warps), merged by every CTA
       add(with_attn({l.wo, nullptr, H, H, kXAttnMerge, 0, l.aout, nullptr, nullptr, nullptr, l.to, 0, 0, 0, 0, 0},
                     l));
@@ -1208,17 +1240,18 @@ int main(int argc, char** argv) {
     std::vector<unsigned long long> tv(size_t(nops) * 12);
     TF_CUDA_CHECK(cudaMemcpy(tv.data(), tl, tv.size() * 8, cudaMemcpyDeviceToHost));
     if (attn) {  // the attention's steps, after the qkv op's last tile (means over the layers)
-      double st[5] = {0, 0, 0, 0, 0};
+      double st[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       int n = 0;
       for (int q = 1; q < nops; ++q) {
         if (ops[q].xkind != kXAttnMerge) continue;
-        for (int e = 0; e < 5; ++e)
+        for (int e = 0; e < 8; ++e)
           st[e] += (double(tv[4 * nops + 8 * q + e]) - double(tv[4 * (q - 1)])) * 1e-3;
         ++n;
       }
-      std::printf("  attention after qkv's last tile, us (means, latest unit): words in %.2f | K/V staged %.2f | "
-                  "partial stored %.2f | ticket %.2f | merged %.2f\n",
-                  st[0] / n, st[1] / n, st[2] / n, st[3] / n, st[4] / n);
+      std::printf("  attention after qkv's last tile, us (means, latest unit): q tiles stored %.2f, k/v tiles %.2f | "
+                  "words in %.2f (q-only units %.2f) | K/V staged %.2f | partial stored %.2f | ticket %.2f | "
+                  "merged %.2f\n",
+                  st[5] / n, st[7] / n, st[0] / n, st[6] / n, st[1] / n, st[2] / n, st[3] / n, st[4] / n);
     }
     const char* kinds[4] = {"copy (o / down)", "add+norm (qkv, gate_up, lm_head)", "silu (down)",
                             "attention merge (o)"};

@@ -131,13 +131,15 @@ __device__ __forceinline__ void chunk_scores(const __nv_bfloat16* Qs, const __nv
 }
 
 // Second half: O_c = P V. The S accumulator layout of n-tiles 2t, 2t+1 is the A fragment of k-step t.
-template <int D>
+// Only the output column pairs jj in [J0, J1) (oc[2 jj], oc[2 jj + 1]) when asked: each output element's MMA
+// chain is its own, so warps may share a chunk's columns with the same bits.
+template <int D, int J0 = 0, int J1 = D / 16>
 __device__ __forceinline__ void chunk_pv(const __nv_bfloat16* Vs, int lane, const float (*s)[4],
                                          float (*oc)[4]) {
   constexpr int RS = D + 8;
   const int mi = lane / 8, li = lane % 8;
 #pragma unroll
-  for (int j = 0; j < D / 8; ++j) oc[j][0] = oc[j][1] = oc[j][2] = oc[j][3] = 0.f;
+  for (int j = 2 * J0; j < 2 * J1; ++j) oc[j][0] = oc[j][1] = oc[j][2] = oc[j][3] = 0.f;
 #pragma unroll
   for (int t = 0; t < 8; ++t) {
     uint32_t a[4];
@@ -146,7 +148,7 @@ __device__ __forceinline__ void chunk_pv(const __nv_bfloat16* Vs, int lane, cons
     a[2] = pack_bf16(s[2 * t + 1][0], s[2 * t + 1][1]);
     a[3] = pack_bf16(s[2 * t + 1][2], s[2 * t + 1][3]);
 #pragma unroll
-    for (int jj = 0; jj < D / 16; ++jj) {
+    for (int jj = J0; jj < J1; ++jj) {
       uint32_t b[4];
       ldsm_x4_trans(b, Vs + (t * 16 + (mi % 2) * 8 + li) * RS + jj * 16 + (mi / 2) * 8);
       mma(oc[2 * jj], a, b[0], b[1]);

@@ -15,7 +15,7 @@
 // silu_mul(gate, up) -- --silu-out 1, the default), or silu_mul (down, --silu-out 0). Three attention warps a
 // CTA (--attn 1, the default) make the attention of the row at position ctx - 1 (--ctx, default 512): (KV
 // head, chunk) units dealt over the CTAs, q/k norm + rope + the new K/V row with qk_norm_rope_kv's
-// arithmetic, each chunk's partial with attention_mma's (attention_chunk.cuh), the KV head's last unit merging
+// arithmetic, each chunk's partial with attention_mma's (attention_chunk.cuh) as tagged words, the unit holding pos merging
 // them into o's x words.
 //
 // Printed: the bits of every step of every layer against the engine's kernels on the same inputs (linears:
@@ -132,10 +132,9 @@ struct Op {
   // KV head's chunks counted in done[h] (release adds: epoch * chunks when the launch's are all in).
   __nv_bfloat16 *kp = nullptr, *vp = nullptr;
   const __nv_bfloat16 *qn = nullptr, *kn = nullptr;
-  float *part_o = nullptr, *part_ml = nullptr;
-  unsigned* done = nullptr;
+  unsigned long long* part = nullptr;  // [kHq][chunks][kD + 2]: o, max, sum as tagged words
   const uint32_t* qkv = nullptr;  // the qkv words the attention reads (x is the attention's output words)
-  uint32_t* aout = nullptr;       // the attention's output words [kHq * kD], written by each KV head's last unit
+  uint32_t* aout = nullptr;       // the attention's output words [kHq * kD], written by the units holding pos
   const float* inv_freq = nullptr;  // rope
   float scale = 0.f;
   int pos = 0, chunks = 0;
@@ -369,9 +368,9 @@ __device__ __forceinline__ void abar() {
   nbar_sync(2, kAWarps * 32);
 }
 // atl (profiling, else null): globaltimer maxima of this op's units: [0] q/k/v words in, [1] K/V staged, [2]
-// partial stored, [3] ticket taken, [4] merged words stored (last units).
-__device__ __noinline__ void attention_unit(const Op& o, int unit, __nv_bfloat16* Ks, uint32_t tag, unsigned epoch, int* last,
-                               unsigned long long* atl) {
+// partial stored, [4] merged words stored (the units holding pos).
+__device__ __noinline__ void attention_unit(const Op& o, int unit, __nv_bfloat16* Ks, uint32_t tag,
+                                            unsigned long long* atl) {
   const int at = threadIdx.x - (kProducer + 1) * 32, aw = at / 32, lane = at % 32;
   constexpr int kT = kAWarps * 32;
   const int h = unit % kHk, c = unit / kHk, c0 = c * attn::kC, pos = o.pos;
@@ -452,61 +451,64 @@ __device__ __noinline__ void attention_unit(const Op& o, int unit, __nv_bfloat16
     if (aw == 0) attn::chunk_pv<kD, 0, 3>(Vs, lane, sc, oc);
     else if (aw == 1) attn::chunk_pv<kD, 3, 6>(Vs, lane, sc, oc);
     else attn::chunk_pv<kD, 6, 8>(Vs, lane, sc, oc);
+    // The partial as tagged 64-bit words (value | tag << 32: "LL", no fence): o [kD], then max and sum.
     if (g < kGroup) {
-      const int64_t slot = int64_t(h * kGroup + g) * o.chunks + c;
+      unsigned long long* dst = o.part + (int64_t(h * kGroup + g) * o.chunks + c) * (kD + 2);
+      const unsigned long long tg = uint64_t(tag) << 32;
 #pragma unroll
       for (int j = 0; j < kD / 8; ++j)
-        if (j >= 2 * j0 && j < 2 * j1)
-          *reinterpret_cast<float2*>(o.part_o + slot * kD + j * 8 + qd * 2) = make_float2(oc[j][0], oc[j][1]);
-      if (aw == 0 && qd == 0) o.part_ml[slot * 2] = mc[0], o.part_ml[slot * 2 + 1] = lc[0];
+        if (j >= 2 * j0 && j < 2 * j1) {
+          dst[j * 8 + qd * 2] = tg | __float_as_uint(oc[j][0]);
+          dst[j * 8 + qd * 2 + 1] = tg | __float_as_uint(oc[j][1]);
+        }
+      if (aw == 0 && qd == 0) dst[kD] = tg | __float_as_uint(mc[0]), dst[kD + 1] = tg | __float_as_uint(lc[0]);
     }
-    __threadfence();  // this thread's partials, before the ticket
   }
-  abar();
-  if (aw == 0) {
-    if (atl && lane == 0) atomicMax(atl + 2, gtime());
-    // The ticket elects the KV head's last unit of this launch (attention_mma's fused combine does the same):
-    // it merges the group's 4 heads.
-    unsigned ticket = 0;
-    if (lane == 0) ticket = atomicAdd(o.done + h, 1u);
-    ticket = __shfl_sync(0xffffffffu, ticket, 0);
-    if (lane == 0) *last = ticket == epoch * unsigned(pos / attn::kC + 1) - 1u;
-    if (atl && lane == 0) atomicMax(atl + 3, gtime());
-    __threadfence();  // the other units' partials, after their tickets
-  }
-  abar();
-  if (!*last) return;
-  // Merge (combine_pair_u's order: chunks in increasing order from (-inf, 0, 0), then bf16(o / l)): item e
-  // = 4 dims of one of the group's heads; the chunks' loads go out together, U at a time.
+  if (atl && lane == 0) atomicMax(atl + 2, gtime());
+  // The unit holding pos (the one that waits for k and v, so usually the KV head's last) merges the group's
+  // heads, polling the other chunks' tagged partials.
+  if (c != pos / attn::kC) return;
+  // Merge (combine_pair_u's order: chunks in increasing order from (-inf, 0, 0), then bf16(o / l)): item =
+  // 4 dims of one of the group's heads; U chunks' words (4 values, max, sum) polled together.
   const int nc = pos / attn::kC + 1;
-  static_assert(kGroup * (kD / 8) <= kT, "one merge item (8 dims of a head) a thread");
-  if (at < kGroup * (kD / 8)) {
-    const int hq = h * kGroup + at / (kD / 8), d0 = (at % (kD / 8)) * 8;
-    float m = -INFINITY, l = 0.f, ov[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  for (int it = at; it < kGroup * (kD / 4); it += kT) {
+    const int hq = h * kGroup + it / (kD / 4), d0 = (it % (kD / 4)) * 4;
+    const unsigned long long* base = o.part + int64_t(hq) * o.chunks * (kD + 2);
+    float m = -INFINITY, l = 0.f, ov[4] = {0.f, 0.f, 0.f, 0.f};
     constexpr int U = 4;
     for (int cb = 0; cb < nc; cb += U) {
-      float2 ml[U];
-      float4 va[U], vb[U];
+      unsigned long long v[U][6];
+      auto addr = [&](int u, int e) { return base + (cb + u) * (kD + 2) + (e < 4 ? d0 + e : kD + e - 4); };
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        if (cb + u >= nc) break;
-        const int64_t slot = int64_t(hq) * o.chunks + cb + u;
-        ml[u] = __ldcg(reinterpret_cast<const float2*>(o.part_ml + slot * 2));
-        va[u] = __ldcg(reinterpret_cast<const float4*>(o.part_o + slot * kD + d0));
-        vb[u] = __ldcg(reinterpret_cast<const float4*>(o.part_o + slot * kD + d0 + 4));
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int e = 0; e < 6; ++e)
+          if (cb + u < nc) asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(v[u][e]) : "l"(addr(u, e)));
+      for (long long n = 0;; ++n) {  // few threads poll (one CTA a KV head): every missing word each round
+        bool ready = true;
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+          for (int e = 0; e < 6; ++e)
+            if (cb + u < nc && uint32_t(v[u][e] >> 32) != tag) {
+              ready = false;
+              asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(v[u][e]) : "l"(addr(u, e)));
+            }
+        if (ready) break;
+        if (n == (1ll << 24)) hang_word(reinterpret_cast<const uint32_t*>(base), 0, tag);
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         if (cb + u >= nc) break;
-        const attn::MergeFactors f = attn::merge_chunk(m, l, ml[u].x, ml[u].y);
-        const float in[8] = {va[u].x, va[u].y, va[u].z, va[u].w, vb[u].x, vb[u].y, vb[u].z, vb[u].w};
+        const attn::MergeFactors f =
+            attn::merge_chunk(m, l, __uint_as_float(uint32_t(v[u][4])), __uint_as_float(uint32_t(v[u][5])));
 #pragma unroll
-        for (int i = 0; i < 8; ++i) ov[i] = attn::merge_out(ov[i], in[i], f);
+        for (int i = 0; i < 4; ++i) ov[i] = attn::merge_out(ov[i], __uint_as_float(uint32_t(v[u][i])), f);
       }
     }
     uint32_t* dst = o.aout + hq * kD + d0;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) dst[i] = word_of(attn::finish_out(ov[i], l), tag);
+    for (int i = 0; i < 4; ++i) dst[i] = word_of(attn::finish_out(ov[i], l), tag);
   }
   if (atl && lane == 0) atomicMax(atl + 4, gtime());
 }
@@ -561,8 +563,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (ops[op].xkind != kXAttnMerge) continue;
       const int units = kHk * ops[op].chunks;
       for (int u = (b - u0 % G + G) % G; u < units; u += G)
-        attention_unit(ops[op], u, attn_smem, tag, epoch, reinterpret_cast<int*>(meta + 2 * stages_n),
-                       kProf && tl ? tl + 4 * nops + 8 * op : nullptr);
+        attention_unit(ops[op], u, attn_smem, tag, kProf && tl ? tl + 4 * nops + 8 * op : nullptr);
       u0 += units;
     }
     return;
@@ -884,8 +885,7 @@ int main(int argc, char** argv) {
     __nv_bfloat16 *qkv, *o, *gu, *d, *h1, *h2;   // the graph of today's kernels
     uint32_t *tqkv, *to, *tgu, *td, *th1, *th2;  // the probe's (tagged words)
     __nv_bfloat16 *kp, *vp, *qn, *kn;            // attention: K/V pool [ctx][kHk][kD], q/k norm weights
-    float *part_o, *part_ml;
-    unsigned* done;
+    unsigned long long* part;
     uint32_t* aout;
   };
   std::vector<L> ls(layers);
@@ -927,8 +927,7 @@ int main(int argc, char** argv) {
     l.vp = dalloc<__nv_bfloat16>(pool), rnd(l.vp, pool, -1.f, 1.f);
     l.qn = dalloc<__nv_bfloat16>(kD), rnd(l.qn, kD, 0.5f, 1.5f);
     l.kn = dalloc<__nv_bfloat16>(kD), rnd(l.kn, kD, 0.5f, 1.5f);
-    l.part_o = dalloc<float>(size_t(kHq) * chunks * kD), l.part_ml = dalloc<float>(size_t(kHq) * chunks * 2);
-    l.done = dalloc<unsigned>(kHk);
+    l.part = dalloc<unsigned long long>(size_t(kHq) * chunks * (kD + 2));
     l.aout = dalloc<uint32_t>(kHq * kD);
   }
   // Rope (Qwen3: theta 1e6, rotary dim = head dim), as the engine's host table (one float per pair).
@@ -973,8 +972,8 @@ int main(int argc, char** argv) {
     ops.push_back(o);
   };
   auto with_attn = [&](Op o, const L& l) {
-    o.kp = l.kp, o.vp = l.vp, o.qn = l.qn, o.kn = l.kn, o.part_o = l.part_o, o.part_ml = l.part_ml;
-    o.done = l.done, o.qkv = l.tqkv, o.aout = l.aout, o.inv_freq = inv_freq, o.scale = 1.f / std::sqrt(float(kD)), o.pos = pos;
+    o.kp = l.kp, o.vp = l.vp, o.qn = l.qn, o.kn = l.kn, o.part = l.part;
+    o.qkv = l.tqkv, o.aout = l.aout, o.inv_freq = inv_freq, o.scale = 1.f / std::sqrt(float(kD)), o.pos = pos;
     o.chunks = chunks;
     return o;
   };
@@ -1249,9 +1248,8 @@ int main(int argc, char** argv) {
         ++n;
       }
       std::printf("  attention after qkv's last tile, us (means, latest unit): q tiles stored %.2f, k/v tiles %.2f | "
-                  "words in %.2f (q-only units %.2f) | K/V staged %.2f | partial stored %.2f | ticket %.2f | "
-                  "merged %.2f\n",
-                  st[5] / n, st[7] / n, st[0] / n, st[6] / n, st[1] / n, st[2] / n, st[3] / n, st[4] / n);
+                  "words in %.2f (q-only units %.2f) | K/V staged %.2f | partial stored %.2f | merged %.2f\n",
+                  st[5] / n, st[7] / n, st[0] / n, st[6] / n, st[1] / n, st[2] / n, st[4] / n);
     }
     const char* kinds[4] = {"copy (o / down)", "add+norm (qkv, gate_up, lm_head)", "silu (down)",
                             "attention merge (o)"};

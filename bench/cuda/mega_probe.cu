@@ -602,9 +602,15 @@ __global__ void __launch_bounds__(kThreads, 1)
         const __nv_bfloat16* src = w + (int64_t(n0 / 16) * stages + ks) * (kStageBytes / 2);
         if constexpr (kTma) {  // piece (slice s % 8, part s / 8) of rows n0..n0+15: kStageK / kBox boxes
           const int k0 = (s % kOwners) * (k / kSlices) + (s / kOwners) * kStageK;
-          if (lane < kStageK / kBox)
-            tma_load_2d(saddr(ring + slot * kStageBytes + lane * kBox * 32), ops[op].map, k0 + lane * kBox, n0,
-                        saddr(full + slot));
+          if (!ops[op].silu_out) {
+            if (lane < kStageK / kBox)
+              tma_load_2d(saddr(ring + slot * kStageBytes + lane * kBox * 32), ops[op].map, k0 + lane * kBox, n0,
+                          saddr(full + slot));
+          } else if (lane < 2 * kStageK / kBox) {  // 8-row boxes: gate rows n0/2.. as rows 0-7, up rows as 8-15
+            const int bx = lane / 2, up = lane % 2;
+            tma_load_2d(saddr(ring + slot * kStageBytes + bx * kBox * 32 + up * kBox * 16), ops[op].map,
+                        k0 + bx * kBox, (up ? ops[op].n / 2 : 0) + n0 / 2, saddr(full + slot));
+          }
         } else if ((mode & 4) && !kQ4) {  // the packed stage as 16 copies, one a row (the copy count's cost)
           if (lane < 16)
             bulk_copy_g2s(saddr(ring + slot * kStageBytes + lane * kRowBytes), src + lane * (kRowBytes / 2),
@@ -856,10 +862,6 @@ int main(int argc, char** argv) {
   TF_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   // The attention warps stage K/V/Q in 74 KB of their own: Q4's 36 KB stages then fit 3 in the ring.
   if (stages_n == 0) stages_n = kQ4 && attn ? 3 : kDefaultStages;
-  if (kTma && silu_out) {
-    std::fprintf(stderr, "TMA stages read the row-major weights: --silu-out 0 (gate and up rows are apart)\n");
-    return 2;
-  }
   if (attn && !(mode & 8)) {
     std::fprintf(stderr, "--attn 1 needs --mode with bit 3 (the attention polls tagged words)\n");
     return 2;
@@ -1013,7 +1015,8 @@ int main(int argc, char** argv) {
     std::vector<CUtensorMap> hm(nops);
     for (int oi = 0; oi < nops; ++oi) {
       const cuuint64_t dims[2] = {cuuint64_t(ops[oi].k), cuuint64_t(ops[oi].n)}, strides[1] = {cuuint64_t(ops[oi].k) * 2};
-      const cuuint32_t box[2] = {cuuint32_t(kBox), 16}, elem[2] = {1, 1};
+      // gate_up with --silu-out: a tile is 8 gate and their 8 up rows, two boxes of 8 rows
+      const cuuint32_t box[2] = {cuuint32_t(kBox), ops[oi].silu_out ? 8u : 16u}, elem[2] = {1, 1};
       if (reinterpret_cast<Encode>(fn)(&hm[oi], CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<__nv_bfloat16*>(ops[oi].w),
                                        dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
                                        CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,

@@ -77,6 +77,7 @@ enum XKind : int { kXCopy = 0, kXAddNorm = 1, kXSilu = 2, kXAttnMerge = 3 };
 // The attention shape (Qwen3-8B): q heads, KV heads, head dim; K/V/Q staging rows padded as attention_mma's.
 constexpr int kHq = 32, kHk = 8, kGroup = kHq / kHk, kD = 128, kRS = kD + 8;
 constexpr int kAttnBytes = (2 * attn::kC + 16) * kRS * 2;  // Ks, Vs [128][kRS], Qs [16][kRS]
+constexpr int kBlock = 16;                                 // positions a KV pool block holds (the engine's)
 
 // Activations are 32-bit words: bf16 bits in the low half, the writing launch's tag in the high half (the
 // "LL" protocol: in mode 8 a reader polls each word until its tag is the launch's, so a value carries its own
@@ -85,7 +86,8 @@ struct Op {
   const __nv_bfloat16* w;   // [n, k] row-major (linear_bf16's layout; the bit check)
   const __nv_bfloat16* wp;  // the same weights packed: pack_kernel
   int n, k, xkind, y_f32;
-  const uint32_t* x;        // kXCopy: x; kXAddNorm: the value added to the residual; kXSilu: gate_up [2k]
+  const uint32_t*
+      x;  // kXCopy: x; kXAddNorm: the value added to the residual (null: none); kXSilu: gate_up [2k]
   const uint32_t* res;      // kXAddNorm: residual in
   uint32_t* res_out;        // kXAddNorm: residual + x, written by the CTA of the op's tile 0
   const __nv_bfloat16* nw;  // kXAddNorm: norm weight
@@ -106,6 +108,8 @@ struct Op {
   const float* inv_freq = nullptr;  // rope
   float scale = 0.f;
   int pos = 0, chunks = 0;
+  const int32_t* table = nullptr;    // the sequence's block table: position p's pool slot is
+                                     // table[p / kBlock] * kBlock + p % kBlock (the engine's paged pool)
   const CUtensorMap* map = nullptr;  // TMA: w as a 2D tensor map, boxes of kBox columns x 16 rows
   int rot = 0;  // the op's unit i is tile (i + rot) % tiles (--kv-first: qkv's k/v tiles dealt first)
 };
@@ -273,11 +277,13 @@ __device__ void make_x(const Op& o, __nv_bfloat16* xs, float* nred, bool writer,
     for (int h = 0; h < kV; h += 8) {  // 8 at a time: fewer live registers
       uint32_t rw[8], xw[8];
       load_words<8>(rw, o.res + tid + kT * h, kT, ll && !o.res_const, tag);
-      load_words<8>(xw, o.x + tid + kT * h, kT, ll && !o.x_const, tag);
+      if (o.x) load_words<8>(xw, o.x + tid + kT * h, kT, ll && !o.x_const, tag);
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        // add_rms_norm (norm.cuh): the new residual rounded to bf16 first; the norm sees what is stored
-        v[h + j] = __bfloat162float(__float2bfloat16(__fadd_rn(word_f(rw[j]), word_f(xw[j]))));
+        // add_rms_norm (norm.cuh): the new residual rounded to bf16 first; the norm sees what is stored. No x
+        // (layer 0): rms_norm of the residual as it is (adding zeros would turn -0.0 into +0.0).
+        v[h + j] =
+            o.x ? __bfloat162float(__float2bfloat16(__fadd_rn(word_f(rw[j]), word_f(xw[j])))) : word_f(rw[j]);
         if (writer) o.res_out[tid + kT * (h + j)] = word_of(v[h + j], tag);
         ss = __fmaf_rn(v[h + j], v[h + j], ss);
       }
@@ -300,6 +306,10 @@ __device__ void make_x(const Op& o, __nv_bfloat16* xs, float* nred, bool writer,
     for (int i = tid; i < k; i += kT) dbg[i] = xs[i];
 }
 
+// Position p's slot in a paged K/V pool (attention_mma.cu's Tile::slot_of for a power-of-two block).
+__device__ __forceinline__ int kv_slot(const int32_t* table, int p) {
+  return table[p / kBlock] * kBlock + p % kBlock;
+}
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
 }
@@ -351,7 +361,7 @@ __device__ __noinline__ void attention_unit(const Op& o, int unit, __nv_bfloat16
   for (int i = at; i < attn::kC * (kD / 8); i += kT) {  // 16-byte units: row i / 16, column (i % 16) * 8
     const int row = i / (kD / 8), col = (i % (kD / 8)) * 8, p = c0 + row;
     if (p == pos) continue;  // the new row: its task writes it
-    const int64_t off = (int64_t(p) * kHk + h) * kD + col;
+    const int64_t off = (int64_t(kv_slot(o.table, p)) * kHk + h) * kD + col;
     cp_async16(saddr(Ks + row * kRS + col), p < pos ? o.kp + off : o.kp, p < pos);
     cp_async16(saddr(Vs + row * kRS + col), p < pos ? o.vp + off : o.vp, p < pos);
   }
@@ -394,7 +404,7 @@ __device__ __noinline__ void attention_unit(const Op& o, int unit, __nv_bfloat16
     } else {  // the new token's k (normed, rotated) and v: shared memory and the pool
       norm_rope_head(v, o.kn, float(pos), o.inv_freq, lane);
       const int row = pos - c0;
-      const int64_t dst = (int64_t(pos) * kHk + h) * kD;
+      const int64_t dst = (int64_t(kv_slot(o.table, pos)) * kHk + h) * kD;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const __nv_bfloat16 kb = __float2bfloat16_rn(v[j]);
@@ -491,6 +501,10 @@ __device__ __noinline__ void attention_unit(const Op& o, int unit, __nv_bfloat16
   if (atl && lane == 0) atomicMax(atl + 4, gtime());
 }
 
+__global__ void bump_epoch(unsigned* w) {
+  ++*w;
+}
+
 // clock64() where profiling (kProf), else 0: the timed kernel keeps no cycle counters in registers.
 template <bool kProf>
 __device__ __forceinline__ long long clk() {
@@ -500,8 +514,12 @@ __device__ __forceinline__ long long clk() {
 
 template <bool kProf>
 __global__ void __launch_bounds__(kThreads, 1)
-    mega_kernel(const Op* __restrict__ ops, int nops, unsigned* cnt, unsigned epoch, int stages_n,
-                int xregion, __nv_bfloat16* dbg, int mode, long long* prof, unsigned long long* tl) {
+    mega_kernel(const Op* __restrict__ ops, int nops, unsigned* cnt, unsigned epoch_arg,
+                const unsigned* epoch_word, int stages_n, int xregion, __nv_bfloat16* dbg, int mode,
+                long long* prof, unsigned long long* tl) {
+  // The launch's epoch (its tag): the argument, or -- a launch replayed from a CUDA graph, whose arguments
+  // are fixed -- the device word that a kernel before it (bump_epoch) increments.
+  const unsigned epoch = epoch_word ? *epoch_word : epoch_arg;
   // tl (optional), per op, globaltimer ns: [0] the last tile stored, [1] the earliest time a CTA stored its
   // last tile of the op, [2] / [3] the first / last CTA to have its x for the op.
   // mode bit 0: a CTA's share of an op is released with one red.release.gpu add (else __threadfence +

@@ -97,6 +97,7 @@ int main(int argc, char** argv) {
   const std::unique_ptr<tf::Backend> be = tf::bench::shape_bench_backend(0, "tf_mega_probe");
   if (!be) return 2;
   const int pos = ctx - 1, chunks = pos / attn::kC + 1;  // the decode row: position ctx - 1
+  const int kPoolBlocks = 2 * ctx / kBlock;              // the K/V pool: twice the sequence's blocks
   std::printf("device: %s, %d SMs; layers %d, ring %d stages of %d bytes; mode %d, silu-out %d, %s\n",
               prop.name, prop.multiProcessorCount, layers, stages_n, kStageBytes, mode, silu_out,
               attn ? ("attention at position " + std::to_string(pos)).c_str() : "no attention (o <- q part)");
@@ -106,7 +107,7 @@ int main(int argc, char** argv) {
     __nv_bfloat16 *wqkv, *wo, *wgu, *wd, *n1, *n2;
     __nv_bfloat16 *qkv, *o, *gu, *d, *h1, *h2;   // the graph of today's kernels
     uint32_t *tqkv, *to, *tgu, *td, *th1, *th2;  // the probe's (tagged words)
-    __nv_bfloat16 *kp, *vp, *qn, *kn;            // attention: K/V pool [ctx][kHk][kD], q/k norm weights
+    __nv_bfloat16 *kp, *vp, *qn, *kn;            // attention: K/V pool [slots][kHk][kD], q/k norm weights
     unsigned long long* part;
     uint32_t* aout;
   };
@@ -144,7 +145,7 @@ int main(int argc, char** argv) {
     l.d = dalloc<__nv_bfloat16>(H), l.h1 = dalloc<__nv_bfloat16>(H), l.h2 = dalloc<__nv_bfloat16>(H);
     l.tqkv = dalloc<uint32_t>(QKV), l.to = dalloc<uint32_t>(H), l.tgu = dalloc<uint32_t>(2 * I);
     l.td = dalloc<uint32_t>(H), l.th1 = dalloc<uint32_t>(H), l.th2 = dalloc<uint32_t>(H);
-    const int64_t pool = int64_t(ctx) * kHk * kD;
+    const int64_t pool = int64_t(kPoolBlocks) * kBlock * kHk * kD;
     l.kp = dalloc<__nv_bfloat16>(pool), rnd(l.kp, pool, -1.f, 1.f);
     l.vp = dalloc<__nv_bfloat16>(pool), rnd(l.vp, pool, -1.f, 1.f);
     l.qn = dalloc<__nv_bfloat16>(kD), rnd(l.qn, kD, 0.5f, 1.5f);
@@ -152,6 +153,15 @@ int main(int argc, char** argv) {
     l.part = dalloc<unsigned long long>(size_t(kHq) * chunks * (kD + 2));
     l.aout = dalloc<uint32_t>(kHq * kD);
   }
+  // The sequence's block table: its ctx / kBlock blocks scattered over a pool of twice as many (a fixed
+  // shuffle), as the engine's paged pool; every layer's pool uses it.
+  std::vector<int32_t> table(kPoolBlocks);
+  for (int i = 0; i < kPoolBlocks; ++i) table[i] = i;
+  for (int i = kPoolBlocks - 1; i > 0; --i) std::swap(table[i], table[(i * 7919 + 13) % (i + 1)]);
+  table.resize(ctx / kBlock);
+  int32_t* d_table = dalloc<int32_t>(table.size());
+  TF_CUDA_CHECK(cudaMemcpy(d_table, table.data(), table.size() * 4, cudaMemcpyHostToDevice));
+  const int pos_slot = table[pos / kBlock] * kBlock + pos % kBlock;
   // Rope (Qwen3: theta 1e6, rotary dim = head dim), as the engine's host table (one float per pair).
   float* inv_freq = dalloc<float>(kD / 2);
   {
@@ -174,7 +184,6 @@ int main(int argc, char** argv) {
   rnd(emb, H, -1.f, 1.f);
   __nv_bfloat16* zeros = dalloc<__nv_bfloat16>(H);
   uint32_t* temb = dalloc<uint32_t>(H);
-  uint32_t* tzeros = dalloc<uint32_t>(H);
   {
     std::vector<uint16_t> hb(H);
     TF_CUDA_CHECK(cudaMemcpy(hb.data(), emb, H * 2, cudaMemcpyDeviceToHost));
@@ -196,13 +205,13 @@ int main(int argc, char** argv) {
   auto with_attn = [&](Op o, const L& l) {
     o.kp = l.kp, o.vp = l.vp, o.qn = l.qn, o.kn = l.kn, o.part = l.part;
     o.qkv = l.tqkv, o.aout = l.aout, o.inv_freq = inv_freq, o.scale = 1.f / std::sqrt(float(kD)), o.pos = pos;
-    o.chunks = chunks;
+    o.chunks = chunks, o.table = d_table;
     return o;
   };
   for (int li = 0; li < layers; ++li) {
     L& l = ls[li];
     const uint32_t* res = li == 0 ? temb : ls[li - 1].th2;
-    const uint32_t* add_in = li == 0 ? tzeros : ls[li - 1].td;
+    const uint32_t* add_in = li == 0 ? nullptr : ls[li - 1].td;  // layer 0: rms_norm of the embedding
     const int first = li == 0;
     {
       Op qkv{l.wqkv, nullptr, QKV, H, kXAddNorm, 0, add_in, res, l.th1, l.n1, l.tqkv, first, first, 0, 0, 0};
@@ -295,11 +304,11 @@ int main(int argc, char** argv) {
   auto run = [&](__nv_bfloat16* d) {
     ++epoch;
     if (prof_on)
-      mega_kernel<true>
-          <<<grid, kThreads, smem, s>>>(dops, nops, cnt, epoch, stages_n, xregion, d, mode, prof, tl);
+      mega_kernel<true><<<grid, kThreads, smem, s>>>(dops, nops, cnt, epoch, nullptr, stages_n, xregion, d,
+                                                     mode, prof, tl);
     else
-      mega_kernel<false>
-          <<<grid, kThreads, smem, s>>>(dops, nops, cnt, epoch, stages_n, xregion, d, mode, nullptr, nullptr);
+      mega_kernel<false><<<grid, kThreads, smem, s>>>(dops, nops, cnt, epoch, nullptr, stages_n, xregion, d,
+                                                      mode, nullptr, nullptr);
   };
 
   // Bits: every op's output against linear_bf16 on the x the probe used.
@@ -372,43 +381,46 @@ int main(int argc, char** argv) {
     for (int oi = 0; oi < nops; ++oi) {
       const Op& o = ops[oi];
       if (o.xkind != kXAddNorm) continue;
-      words_to_bf16(o.res, H, rb), words_to_bf16(o.x, H, xb);
-      add_rms_norm(rb, tf::DType::BF16, xb, o.nw, tf::DType::BF16, hb, 1, H, 1e-6f, 0.f, s);
+      words_to_bf16(o.res, H, rb);
+      if (o.x) {
+        words_to_bf16(o.x, H, xb);
+        add_rms_norm(rb, tf::DType::BF16, xb, o.nw, tf::DType::BF16, hb, 1, H, 1e-6f, 0.f, s);
+      } else {  // layer 0
+        rms_norm(rb, o.nw, tf::DType::BF16, hb, 1, H, 1e-6f, 0.f, s);
+      }
       TF_CUDA_CHECK(cudaStreamSynchronize(s));
       ++norms, norms_ok += same(hb, dbg + int64_t(oi) * kMaxK, H * 2);
     }
-    std::printf("bits: %d of %d add+norm x equal add_rms_norm's%s\n", norms_ok, norms,
+    std::printf("bits: %d of %d add+norm x equal add_rms_norm's (layer 0: rms_norm's)%s\n", norms_ok, norms,
                 norms_ok == norms ? "" : "  <-- MISMATCH");
     bad_ops += norms - norms_ok;
     if (attn) {
-      const int64_t pool = int64_t(ctx) * kHk * kD;
+      const int64_t pool = int64_t(kPoolBlocks) * kBlock * kHk * kD;
       __nv_bfloat16 *qkvb = dalloc<__nv_bfloat16>(QKV), *qref = dalloc<__nv_bfloat16>(H);
       __nv_bfloat16 *aref = dalloc<__nv_bfloat16>(H), *kref = dalloc<__nv_bfloat16>(pool),
                     *vref = dalloc<__nv_bfloat16>(pool);
-      std::vector<int32_t> table(ctx / 16);
-      for (int i = 0; i < ctx / 16; ++i) table[i] = i;
       int32_t* d_pos = dalloc<int32_t>(1);
+      int32_t* d_slot = dalloc<int32_t>(1);
       int32_t* d_zero = dalloc<int32_t>(1);
-      int32_t* d_table = dalloc<int32_t>(table.size());
       int2* d_tile = dalloc<int2>(1);
       const int2 tile{0, 1};
       TF_CUDA_CHECK(cudaMemcpy(d_pos, &pos, 4, cudaMemcpyHostToDevice));
-      TF_CUDA_CHECK(cudaMemcpy(d_table, table.data(), table.size() * 4, cudaMemcpyHostToDevice));
+      TF_CUDA_CHECK(cudaMemcpy(d_slot, &pos_slot, 4, cudaMemcpyHostToDevice));
       TF_CUDA_CHECK(cudaMemcpy(d_tile, &tile, sizeof(tile), cudaMemcpyHostToDevice));
       tf::cuda::DeviceMeta meta;
-      meta.positions = d_pos, meta.row_seq = d_zero, meta.slots = d_pos, meta.table_offsets = d_zero;
-      meta.tables = d_table, meta.rows = 1, meta.block_size = 16;
+      meta.positions = d_pos, meta.row_seq = d_zero, meta.slots = d_slot, meta.table_offsets = d_zero;
+      meta.tables = d_table, meta.rows = 1, meta.block_size = kBlock;
       int att_ok = 0, kv_ok = 0;
       for (int li = 0; li < layers; ++li) {
         const L& l = ls[li];
         words_to_bf16(l.tqkv, QKV, qkvb);
         TF_CUDA_CHECK(cudaMemcpy(kref, l.kp, pool * 2, cudaMemcpyDeviceToDevice));
         TF_CUDA_CHECK(cudaMemcpy(vref, l.vp, pool * 2, cudaMemcpyDeviceToDevice));
-        const int64_t row = int64_t(pos) * kHk * kD;  // the new row: the reference writes its own
+        const int64_t row = int64_t(pos_slot) * kHk * kD;  // the new row: the reference writes its own
         TF_CUDA_CHECK(cudaMemset(kref + row, 0, kHk * kD * 2));
         TF_CUDA_CHECK(cudaMemset(vref + row, 0, kHk * kD * 2));
         if (!qkv_norm_rope_kv(qkvb, qref, l.qn, l.kn, tf::DType::BF16, 1e-6f, 0.f, 1, kHq, kHk, kD, kD,
-                              inv_freq, 1.f, false, d_pos, kref, vref, d_pos, s)) {
+                              inv_freq, 1.f, false, d_pos, kref, vref, d_slot, s)) {
           std::fprintf(stderr, "qkv_norm_rope_kv refused the shape\n");
           return 2;
         }
@@ -436,6 +448,23 @@ int main(int argc, char** argv) {
   auto time_fn = [&](const std::function<void()>& fn) { return tf::bench::time_ms(s, fn, 3, reps); };
   const double mega_ms = time_fn([&] { run(nullptr); });
   TF_CUDA_CHECK(cudaGetLastError());
+  // The same as a CUDA graph (how the engine would run it): the tag from a device word bumped by a 1-thread
+  // kernel node before the step's.
+  double graph_ms = 0;
+  {
+    unsigned* ew = dalloc<unsigned>(1);
+    TF_CUDA_CHECK(cudaMemcpy(ew, &epoch, 4, cudaMemcpyHostToDevice));
+    graph_ms = tf::bench::time_graph_ms(s, [&] {
+      bump_epoch<<<1, 1, 0, s>>>(ew);
+      mega_kernel<false><<<grid, kThreads, smem, s>>>(dops, nops, cnt, 0, ew, stages_n, xregion, nullptr,
+                                                      mode, nullptr, nullptr);
+    });
+    TF_CUDA_CHECK(cudaStreamSynchronize(s));
+    TF_CUDA_CHECK(cudaGetLastError());
+    unsigned last = 0;
+    TF_CUDA_CHECK(cudaMemcpy(&last, ew, 4, cudaMemcpyDeviceToHost));
+    epoch = last;  // the direct launches go on from the graph's tags
+  }
   {  // one profiled forward: where a CTA's cycles go (means over CTAs, microseconds at the SM clock)
     TF_CUDA_CHECK(cudaMemset(prof, 0, size_t(grid) * 8 * 8));
     {
@@ -539,6 +568,8 @@ int main(int argc, char** argv) {
   std::printf("weights %.2f GB; copy %.0f GB/s; roofline %.3f ms\n", bytes / 1e9, copy_gbs, roof_ms);
   std::printf("persistent probe (norms, silu in): %.3f ms = %.1f%% of roofline (%.0f GB/s)\n", mega_ms,
               100.0 * roof_ms / mega_ms, bytes / (mega_ms * 1e-3) / 1e9);
+  std::printf("persistent probe in a CUDA graph (+ the epoch bump node): %.3f ms = %.1f%% of roofline\n",
+              graph_ms, 100.0 * roof_ms / graph_ms);
   std::printf("today's linears, graph (no norms): %.3f ms = %.1f%% of roofline (%.0f GB/s)\n", chain_ms,
               100.0 * roof_ms / chain_ms, bytes / (chain_ms * 1e-3) / 1e9);
   return bad_ops ? 1 : 0;

@@ -155,6 +155,11 @@ __device__ void wait_count(const unsigned* p, unsigned target, int op) {
     }
 }
 
+// Run-time knobs of the experiments (mega_probe sets them): [0] ns a consumer's spin sleeps between polls, [1]
+// ns an attention warp's poll round sleeps when words are missing, [2] attention polls eager (1) or spin on
+// the first missing word (0).
+__constant__ int c_knob[3] = {0, 0, 1};
+
 __device__ __forceinline__ uint32_t ldv(const uint32_t* p) {
   uint32_t v;
   asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -200,6 +205,7 @@ __device__ __forceinline__ void poll_words(uint32_t (&w)[N], Src src, uint32_t t
       for (int j = 0; j < N; ++j)
         if ((w[j] >> 16) != tag) ready = false, w[j] = ldv(src(j));
       if (ready) return;
+      if (c_knob[1]) __nanosleep(c_knob[1]);
       if (n == (1ll << 24))
         for (int j = 0; j < N; ++j)
           if ((w[j] >> 16) != tag) hang_word(src(j), w[j], tag);
@@ -212,6 +218,7 @@ __device__ __forceinline__ void poll_words(uint32_t (&w)[N], Src src, uint32_t t
     if (first < 0) return;
     uint32_t v = ldv(src(first));
     for (; (v >> 16) != tag; ++n) {
+      if (c_knob[0]) __nanosleep(c_knob[0]);
       v = ldv(src(first));
       if (n == (1ll << 24)) hang_word(src(first), v, tag);
     }
@@ -342,14 +349,35 @@ __device__ __forceinline__ void norm_rope_head(float (&v)[4], const __nv_bfloat1
 // One attention unit at M = 1, by the CTA's kAWarps attention warps (their own shared memory: the consumers
 // go on with the ring meanwhile): KV head h, chunk c of the row at position o.pos. Tasks q head 0-3 (q/k norm
 // + rope from the qkv words, polled) and the new token's k and v (the chunk holding pos: into shared memory
-// and the pool) go round the warps; all stage the chunk's older K/V rows. Then warp 0 computes the chunk
-// partial of its 4 pairs with attention_mma's chunk arithmetic (the other 12 MMA rows are padding: a pair's
-// bits depend only on its own row) and publishes it: partials, fence, flag = tag.
+// and the pool) go round the warps; all stage the chunk's older K/V rows. Then the warps compute the chunk
+// partial of the group's 4 heads with attention_mma's chunk arithmetic (the other 12 MMA rows are padding: a
+// pair's bits depend only on its own row) and publish it as tagged words; the unit holding pos merges.
+//
+// Latency: under the weight stream every dependent global access costs a round trip of ~2 us (run 217: the
+// unit's Op fields, norm weights and rope table read after the poll, and the merge's arrays in local memory
+// -- 29 KB of L1 beside 227 KB of shared memory -- made the step after qkv ~18 us). So everything the chain
+// needs after the poll is fetched into shared memory (AttnParams) before it, and the merge brings the other
+// chunks' partials into shared memory with cp.async (no register arrays, no stack).
 __device__ __forceinline__ void abar() {
   nbar_sync(2, kAWarps * 32);
 }
+struct AttnParams {
+  __nv_bfloat16 qn[kD], kn[kD];  // q / k norm weights
+  float inv_freq[kD / 2];
+  unsigned long long* part;     // the op's partials
+  uint32_t* aout;               // the op's output words
+  __nv_bfloat16 *kdst, *vdst;   // the new row's K / V in the pool (head h)
+  float scale;
+  int chunks;
+};
+constexpr int kAttnParamBytes = (int(sizeof(AttnParams)) + 127) / 128 * 128;
+constexpr int kAttnRegion = kAttnBytes + kAttnParamBytes;  // Ks, Vs, Qs, then the params
+constexpr int kRec = kD + 2;                               // a partial's 64-bit words: o [kD], max, sum
+constexpr int kMergeChunks = 12;  // other chunks' partials a merge round brings in (4 x 12 x 1040 B)
 // atl (profiling, else null): globaltimer maxima of this op's units: [0] q/k/v words in, [1] K/V staged, [2]
-// partial stored, [4] merged words stored (the units holding pos).
+// partial stored, [4] merged words stored (the units holding pos); the units holding pos: [3] polling
+// starts, [8 + w] attention warp w's words in, [11] the merge's first round of other chunks' words in; [6]
+// the q-only units' words in ([5], [7]: qkv's q and k/v tiles' last stores, by the consumers).
 __device__ __noinline__ void attention_unit(const Op& o, int unit, __nv_bfloat16* Ks, uint32_t tag,
                                             unsigned long long* atl) {
   const int at = threadIdx.x - (kProducer + 1) * 32, aw = at / 32, lane = at % 32;
@@ -357,7 +385,9 @@ __device__ __noinline__ void attention_unit(const Op& o, int unit, __nv_bfloat16
   const int h = unit % kHk, c = unit / kHk, c0 = c * attn::kC, pos = o.pos;
   __nv_bfloat16* Vs = Ks + attn::kC * kRS;
   __nv_bfloat16* Qs = Vs + attn::kC * kRS;
-  abar();  // warp 0 is done with the unit before (its MMAs read this region)
+  AttnParams* P = reinterpret_cast<AttnParams*>(reinterpret_cast<unsigned char*>(Ks) + kAttnBytes);
+  const bool kv_here = pos / attn::kC == c;
+  abar();  // the unit before is done with the region (its MMAs, its merge)
   for (int i = at; i < attn::kC * (kD / 8); i += kT) {  // 16-byte units: row i / 16, column (i % 16) * 8
     const int row = i / (kD / 8), col = (i % (kD / 8)) * 8, p = c0 + row;
     if (p == pos) continue;  // the new row: its task writes it
@@ -369,9 +399,17 @@ __device__ __noinline__ void attention_unit(const Op& o, int unit, __nv_bfloat16
   for (int i = at; i < 12 * (kRS / 8); i += kT)  // Q rows 4-15: padding pairs, zeros
     *reinterpret_cast<uint4*>(Qs + (kGroup + i / (kRS / 8)) * kRS + (i % (kRS / 8)) * 8) =
         make_uint4(0, 0, 0, 0);
+  for (int i = at; i < kD; i += kT) {
+    P->qn[i] = o.qn[i], P->kn[i] = o.kn[i];
+    if (i < kD / 2) P->inv_freq[i] = o.inv_freq[i];
+  }
+  if (at == 0) {
+    P->part = o.part, P->aout = o.aout, P->scale = o.scale, P->chunks = o.chunks;
+    const int64_t dst = (int64_t(kv_slot(o.table, pos)) * kHk + h) * kD;
+    P->kdst = o.kp + dst, P->vdst = o.vp + dst;
+  }
   // Tasks round the warps: q heads 0-3 of the group, then (the chunk holding pos) the new token's k and v. A
   // warp's words are loaded and polled together (one round trip a round), then normed.
-  const bool kv_here = pos / attn::kC == c;
   constexpr int kTasks = (kGroup + 1 + kAWarps - 1) / kAWarps;  // tasks a warp at most (2)
   constexpr int kW = 4 * (kTasks + 1);                          // + v's words (the k/v task)
   const uint32_t* src[kTasks + 1];
@@ -384,12 +422,14 @@ __device__ __noinline__ void attention_unit(const Op& o, int unit, __nv_bfloat16
   }
   live[kTasks] = aw + kAWarps * (kTasks - 1) == kGroup && kv_here;  // this warp's last task is k/v
   src[kTasks] = o.qkv + (kHq + kHk) * kD + h * kD + lane;
+  abar();  // the params are in
   uint32_t w[kW];
+  if (atl && lane == 0 && kv_here) atomicMax(atl + 3, gtime());
 #pragma unroll
   for (int q = 0; q < kW; ++q) w[q] = live[q / 4] ? ldv(src[q / 4] + 32 * (q % 4)) : (tag << 16);
   poll_words(
-      w, [&](int q) { return src[q / 4] + 32 * (q % 4); }, tag, true);
-  if (atl && lane == 0 && !kv_here) atomicMax(atl + 6, gtime());
+      w, [&](int q) { return src[q / 4] + 32 * (q % 4); }, tag, c_knob[2] != 0);
+  if (atl && lane == 0) atomicMax(atl + (kv_here ? 8 + aw : 6), gtime());
 #pragma unroll
   for (int i = 0; i < kTasks; ++i) {
     const int task = aw + kAWarps * i;
@@ -398,20 +438,20 @@ __device__ __noinline__ void attention_unit(const Op& o, int unit, __nv_bfloat16
 #pragma unroll
     for (int j = 0; j < 4; ++j) v[j] = word_f(w[4 * i + j]);
     if (task < kGroup) {  // q head `task` of the group
-      norm_rope_head(v, o.qn, float(pos), o.inv_freq, lane);
+      norm_rope_head(v, P->qn, float(pos), P->inv_freq, lane);
 #pragma unroll
       for (int j = 0; j < 4; ++j) Qs[task * kRS + lane + 32 * j] = __float2bfloat16_rn(v[j]);
     } else {  // the new token's k (normed, rotated) and v: shared memory and the pool
-      norm_rope_head(v, o.kn, float(pos), o.inv_freq, lane);
+      norm_rope_head(v, P->kn, float(pos), P->inv_freq, lane);
       const int row = pos - c0;
-      const int64_t dst = (int64_t(kv_slot(o.table, pos)) * kHk + h) * kD;
+      __nv_bfloat16 *kd = P->kdst, *vd = P->vdst;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const __nv_bfloat16 kb = __float2bfloat16_rn(v[j]);
         __nv_bfloat16 vb;
         *reinterpret_cast<uint16_t*>(&vb) = uint16_t(w[4 * kTasks + j] & 0xffffu);
         Ks[row * kRS + lane + 32 * j] = kb, Vs[row * kRS + lane + 32 * j] = vb;
-        o.kp[dst + lane + 32 * j] = kb, o.vp[dst + lane + 32 * j] = vb;
+        kd[lane + 32 * j] = kb, vd[lane + 32 * j] = vb;
       }
     }
   }
@@ -419,6 +459,8 @@ __device__ __noinline__ void attention_unit(const Op& o, int unit, __nv_bfloat16
   asm volatile("cp.async.wait_group 0;" ::: "memory");
   if (atl && lane == 0) atomicMax(atl + 1, gtime());
   abar();
+  const int chunks = P->chunks;
+  unsigned long long* part = P->part;
   {
     // Every attention warp computes the chunk's scores (the same bits in each) and its share of P V's output
     // columns (chunk_pv<D, J0, J1>: column pairs [J0, J1); each element's chain is its own), then stores
@@ -429,7 +471,7 @@ __device__ __noinline__ void attention_unit(const Op& o, int unit, __nv_bfloat16
     attn::Range rg[2];
     rg[0].lo = g < kGroup ? 0 : 1, rg[0].pos = g < kGroup ? pos : 0, rg[1].lo = 1, rg[1].pos = 0;
     float sc[16][4], mc[2], lc[2], oc[kD / 8][4];
-    attn::chunk_scores<kD>(Qs, Ks, 0, lane, c0, rg, o.scale, 0.f, sc, mc, lc);
+    attn::chunk_scores<kD>(Qs, Ks, 0, lane, c0, rg, P->scale, 0.f, sc, mc, lc);
     static_assert(kAWarps == 3 && kD == 128, "the column split below");
     const int j0 = aw == 0 ? 0 : aw == 1 ? 3 : 6, j1 = aw == 0 ? 3 : aw == 1 ? 6 : 8;
     if (aw == 0)
@@ -438,9 +480,21 @@ __device__ __noinline__ void attention_unit(const Op& o, int unit, __nv_bfloat16
       attn::chunk_pv<kD, 3, 6>(Vs, lane, sc, oc);
     else
       attn::chunk_pv<kD, 6, 8>(Vs, lane, sc, oc);
-    // The partial as tagged 64-bit words (value | tag << 32: "LL", no fence): o [kD], then max and sum.
-    if (g < kGroup) {
-      unsigned long long* dst = o.part + (int64_t(h * kGroup + g) * o.chunks + c) * (kD + 2);
+    // The partial as tagged 64-bit words (value | tag << 32: "LL", no fence): o [kD], then max and sum. The
+    // unit holding pos (the merger) keeps its own in shared memory instead (Ks: every warp is past
+    // chunk_scores after the barrier), [kGroup][kRec] floats.
+    if (kv_here) {
+      abar();
+      float* pown = reinterpret_cast<float*>(Ks);
+      if (g < kGroup) {
+#pragma unroll
+        for (int j = 0; j < kD / 8; ++j)
+          if (j >= 2 * j0 && j < 2 * j1)
+            pown[g * kRec + j * 8 + qd * 2] = oc[j][0], pown[g * kRec + j * 8 + qd * 2 + 1] = oc[j][1];
+        if (aw == 0 && qd == 0) pown[g * kRec + kD] = mc[0], pown[g * kRec + kD + 1] = lc[0];
+      }
+    } else if (g < kGroup) {
+      unsigned long long* dst = part + (int64_t(h * kGroup + g) * chunks + c) * kRec;
       const unsigned long long tg = uint64_t(tag) << 32;
 #pragma unroll
       for (int j = 0; j < kD / 8; ++j)
@@ -448,55 +502,63 @@ __device__ __noinline__ void attention_unit(const Op& o, int unit, __nv_bfloat16
           dst[j * 8 + qd * 2] = tg | __float_as_uint(oc[j][0]);
           dst[j * 8 + qd * 2 + 1] = tg | __float_as_uint(oc[j][1]);
         }
-      if (aw == 0 && qd == 0)
-        dst[kD] = tg | __float_as_uint(mc[0]), dst[kD + 1] = tg | __float_as_uint(lc[0]);
+      if (aw == 0 && qd == 0) dst[kD] = tg | __float_as_uint(mc[0]), dst[kD + 1] = tg | __float_as_uint(lc[0]);
     }
   }
   if (atl && lane == 0) atomicMax(atl + 2, gtime());
-  // The unit holding pos (the one that waits for k and v, so usually the KV head's last) merges the group's
-  // heads, polling the other chunks' tagged partials.
-  if (c != pos / attn::kC) return;
-  // Merge (combine_pair_u's order: chunks in increasing order from (-inf, 0, 0), then bf16(o / l)): item =
-  // 4 dims of one of the group's heads; U chunks' words (4 values, max, sum) polled together.
-  const int nc = pos / attn::kC + 1;
-  for (int it = at; it < kGroup * (kD / 4); it += kT) {
-    const int hq = h * kGroup + it / (kD / 4), d0 = (it % (kD / 4)) * 4;
-    const unsigned long long* base = o.part + int64_t(hq) * o.chunks * (kD + 2);
-    float m = -INFINITY, l = 0.f, ov[4] = {0.f, 0.f, 0.f, 0.f};
-    constexpr int U = 4;
-    for (int cb = 0; cb < nc; cb += U) {
-      unsigned long long v[U][6];
-      auto addr = [&](int u, int e) { return base + (cb + u) * (kD + 2) + (e < 4 ? d0 + e : kD + e - 4); };
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-#pragma unroll
-        for (int e = 0; e < 6; ++e)
-          if (cb + u < nc) asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(v[u][e]) : "l"(addr(u, e)));
-      for (long long n = 0;; ++n) {  // few threads poll (one CTA a KV head): every missing word each round
-        bool ready = true;
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-          for (int e = 0; e < 6; ++e)
-            if (cb + u < nc && uint32_t(v[u][e] >> 32) != tag) {
-              ready = false;
-              asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(v[u][e]) : "l"(addr(u, e)));
-            }
-        if (ready) break;
-        if (n == (1ll << 24)) hang_word(reinterpret_cast<const uint32_t*>(base), 0, tag);
-      }
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        if (cb + u >= nc) break;
-        const attn::MergeFactors f =
-            attn::merge_chunk(m, l, __uint_as_float(uint32_t(v[u][4])), __uint_as_float(uint32_t(v[u][5])));
-#pragma unroll
-        for (int i = 0; i < 4; ++i) ov[i] = attn::merge_out(ov[i], __uint_as_float(uint32_t(v[u][i])), f);
-      }
+  if (!kv_here) return;
+  // The merge (combine_pair_u's order: chunks in increasing order from (-inf, 0, 0), then bf16(o / l)), item
+  // = 8 dims of one of the group's heads (64 items, one round). The other chunks' partials come into shared
+  // memory by cp.async, kMergeChunks at a time (after the own partial: Ks + kGroup * kRec floats, rounded to
+  // 16 bytes); words without the launch's tag (not yet written) are polled there before the merge reads them.
+  const int nc = pos / attn::kC + 1, own = nc - 1;
+  abar();  // pown is complete
+  const float* pown = reinterpret_cast<const float*>(Ks);
+  unsigned long long* mb = reinterpret_cast<unsigned long long*>(Ks) + (kGroup * kRec + 3) / 4 * 2;
+  const bool item = at < kGroup * (kD / 8);
+  const int gi = at / (kD / 8), d0 = (at % (kD / 8)) * 8;
+  float m = -INFINITY, l = 0.f, ov[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  for (int cb = 0; cb < own; cb += kMergeChunks) {
+    const int nb = min(kMergeChunks, own - cb);  // chunks cb .. cb + nb - 1 of the group's 4 heads
+    constexpr int kU = kRec * 8 / 16;            // 16-byte units of a record (65)
+    for (int i = at; i < kGroup * nb * kU; i += kT) {
+      const int r = i / kU, u = i % kU, hg = r / nb, cc = cb + r % nb;
+      const unsigned long long* src = part + (int64_t(h * kGroup + hg) * chunks + cc) * kRec;
+      cp_async16(saddr(mb + r * kRec + u * 2), src + u * 2, true);
     }
-    uint32_t* dst = o.aout + hq * kD + d0;
+    asm volatile("cp.async.commit_group;");
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    abar();  // every thread's copies have landed
+    for (int i = at; i < kGroup * nb * kRec; i += kT) {  // words not yet written: poll them
+      const int r = i / kRec, e = i % kRec, hg = r / nb, cc = cb + r % nb;
+      unsigned long long v = mb[r * kRec + e];
+      if (uint32_t(v >> 32) == tag) continue;
+      const unsigned long long* src = part + (int64_t(h * kGroup + hg) * chunks + cc) * kRec + e;
+      for (long long n = 0; uint32_t(v >> 32) != tag; ++n) {
+        asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(v) : "l"(src));
+        if (n == (1ll << 24)) hang_word(reinterpret_cast<const uint32_t*>(src), 0, tag);
+      }
+      mb[r * kRec + e] = v;
+    }
+    abar();
+    if (atl && lane == 0 && cb == 0) atomicMax(atl + 11, gtime());
+    if (item)
+      for (int q = 0; q < nb; ++q) {
+        const unsigned long long* rec = mb + (gi * nb + q) * kRec;
+        const attn::MergeFactors f = attn::merge_chunk(m, l, __uint_as_float(uint32_t(rec[kD])),
+                                                       __uint_as_float(uint32_t(rec[kD + 1])));
 #pragma unroll
-    for (int i = 0; i < 4; ++i) dst[i] = word_of(attn::finish_out(ov[i], l), tag);
+        for (int i = 0; i < 8; ++i) ov[i] = attn::merge_out(ov[i], __uint_as_float(uint32_t(rec[d0 + i])), f);
+      }
+    abar();  // mb is free for the next round
+  }
+  if (item) {
+    const attn::MergeFactors f = attn::merge_chunk(m, l, pown[gi * kRec + kD], pown[gi * kRec + kD + 1]);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) ov[i] = attn::merge_out(ov[i], pown[gi * kRec + d0 + i], f);
+    uint32_t* dst = P->aout + (h * kGroup + gi) * kD + d0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) dst[i] = word_of(attn::finish_out(ov[i], l), tag);
   }
   if (atl && lane == 0) atomicMax(atl + 4, gtime());
 }
@@ -560,7 +622,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (ops[op].xkind != kXAttnMerge) continue;
       const int units = kHk * ops[op].chunks;
       for (int u = (b - u0 % G + G) % G; u < units; u += G)
-        attention_unit(ops[op], u, attn_smem, tag, kProf && tl ? tl + 4 * nops + 8 * op : nullptr);
+        attention_unit(ops[op], u, attn_smem, tag, kProf && tl ? tl + 4 * nops + 16 * op : nullptr);
       u0 += units;
     }
     return;
@@ -758,7 +820,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         atomicMax(tl + 4 * op, last_store);
         if (op + 1 < nops &&
             ops[op + 1].xkind == kXAttnMerge)  // qkv: the k/v tiles' and q tiles' last stores
-          atomicMax(tl + 4 * nops + 8 * (op + 1) + (n0 >= kHq * kD ? 7 : 5), last_store);
+          atomicMax(tl + 4 * nops + 16 * (op + 1) + (n0 >= kHq * kD ? 7 : 5), last_store);
       }
       if (!ll && last_of_op && lane == 0) {  // this CTA's last tile of the op
         if (mode & 1) {

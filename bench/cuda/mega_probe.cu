@@ -64,6 +64,7 @@ T* dalloc(size_t n) {
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IONBF, 0);
   int layers = 36, reps = 20, stages_n = 0, mode = 9, silu_out = 1, attn = 1, ctx = 512, kv_first = 0;
+  int knob[3] = {0, 0, 1};  // c_knob (mega_kernel.cuh): --csleep, --asleep, --aeager
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--layers") layers = std::atoi(argv[i + 1]);
@@ -74,8 +75,12 @@ int main(int argc, char** argv) {
     if (a == "--attn") attn = std::atoi(argv[i + 1]);
     if (a == "--ctx") ctx = std::atoi(argv[i + 1]);
     if (a == "--kv-first") kv_first = std::atoi(argv[i + 1]);
+    if (a == "--csleep") knob[0] = std::atoi(argv[i + 1]);
+    if (a == "--asleep") knob[1] = std::atoi(argv[i + 1]);
+    if (a == "--aeager") knob[2] = std::atoi(argv[i + 1]);
   }
   const int H = 4096, QKV = 6144, I = 12288, V = 151936;
+  TF_CUDA_CHECK(cudaMemcpyToSymbol(c_knob, knob, sizeof(knob)));
   cudaStream_t s;
   TF_CUDA_CHECK(cudaStreamCreate(&s));
   cudaDeviceProp prop{};
@@ -98,8 +103,10 @@ int main(int argc, char** argv) {
   if (!be) return 2;
   const int pos = ctx - 1, chunks = pos / attn::kC + 1;  // the decode row: position ctx - 1
   const int kPoolBlocks = 2 * ctx / kBlock;              // the K/V pool: twice the sequence's blocks
-  std::printf("device: %s, %d SMs; layers %d, ring %d stages of %d bytes; mode %d, silu-out %d, %s\n",
-              prop.name, prop.multiProcessorCount, layers, stages_n, kStageBytes, mode, silu_out,
+  std::printf("device: %s, %d SMs; layers %d, ring %d stages of %d bytes; mode %d, silu-out %d, knobs "
+              "csleep %d asleep %d aeager %d, kv-first %d, %s\n",
+              prop.name, prop.multiProcessorCount, layers, stages_n, kStageBytes, mode, silu_out, knob[0],
+              knob[1], knob[2], kv_first,
               attn ? ("attention at position " + std::to_string(pos)).c_str() : "no attention (o <- q part)");
 
   // Weights and norm weights (random, made on the device), per-layer activations (no reuse: no hazards).
@@ -279,7 +286,7 @@ int main(int argc, char** argv) {
   unsigned* cnt = dalloc<unsigned>(nops);
   __nv_bfloat16* dbg = dalloc<__nv_bfloat16>(int64_t(nops) * kMaxK);
 
-  const int xregion = attn ? kAttnBytes : 0;
+  const int xregion = attn ? kAttnRegion : 0;
   const size_t smem = size_t(stages_n) * kStageBytes + kMaxK * 2 + xregion + (kRed * kSlices * 16 + 8) * 4 +
                       3 * stages_n * 8 + (2 * stages_n + 2) * 4;
   if (smem > prop.sharedMemPerBlockOptin) {
@@ -299,7 +306,7 @@ int main(int argc, char** argv) {
   if (per_sm < 1) return 2;
   unsigned epoch = 0;
   long long* prof = dalloc<long long>(size_t(grid) * 8);
-  unsigned long long* tl = dalloc<unsigned long long>(size_t(nops) * 12);  // + the attention's [nops][8]
+  unsigned long long* tl = dalloc<unsigned long long>(size_t(nops) * 20);  // + the attention's [nops][16]
   bool prof_on = false;
   auto run = [&](__nv_bfloat16* d) {
     ++epoch;
@@ -468,7 +475,7 @@ int main(int argc, char** argv) {
   {  // one profiled forward: where a CTA's cycles go (means over CTAs, microseconds at the SM clock)
     TF_CUDA_CHECK(cudaMemset(prof, 0, size_t(grid) * 8 * 8));
     {
-      std::vector<unsigned long long> init(size_t(nops) * 12, 0ull);  // the attention's maxima start at 0
+      std::vector<unsigned long long> init(size_t(nops) * 20, 0ull);  // the attention's maxima start at 0
       for (int q = 0; q < nops; ++q)
         init[4 * q] = init[4 * q + 3] = 0, init[4 * q + 1] = init[4 * q + 2] = ~0ull;
       TF_CUDA_CHECK(cudaMemcpy(tl, init.data(), init.size() * 8, cudaMemcpyHostToDevice));
@@ -496,21 +503,25 @@ int main(int argc, char** argv) {
     std::printf("profile (mode %d, one forward, SM clock %d MHz):\n", mode, khz / 1000);
     for (int q = 0; q < 8; ++q) std::printf("  %-42s %9.1f us\n", names[q], m[q] * us);
     // The op boundaries (globaltimer): per kind of the next op, means over the layers' ops.
-    std::vector<unsigned long long> tv(size_t(nops) * 12);
+    std::vector<unsigned long long> tv(size_t(nops) * 20);
     TF_CUDA_CHECK(cudaMemcpy(tv.data(), tl, tv.size() * 8, cudaMemcpyDeviceToHost));
     if (attn) {  // the attention's steps, after the qkv op's last tile (means over the layers)
-      double st[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      double st[16] = {0};
       int n = 0;
       for (int q = 1; q < nops; ++q) {
         if (ops[q].xkind != kXAttnMerge) continue;
-        for (int e = 0; e < 8; ++e)
-          st[e] += (double(tv[4 * nops + 8 * q + e]) - double(tv[4 * (q - 1)])) * 1e-3;
+        for (int e = 0; e < 16; ++e)
+          st[e] += (double(tv[4 * nops + 16 * q + e]) - double(tv[4 * (q - 1)])) * 1e-3;
         ++n;
       }
       std::printf(
           "  attention after qkv's last tile, us (means, latest unit): q tiles stored %.2f, k/v tiles %.2f | "
           "words in %.2f (q-only units %.2f) | K/V staged %.2f | partial stored %.2f | merged %.2f\n",
           st[5] / n, st[7] / n, st[0] / n, st[6] / n, st[1] / n, st[2] / n, st[4] / n);
+      std::printf(
+          "  the units holding pos, us after qkv's last tile: polling from %.2f | words in: warp 0 %.2f, warp 1 "
+          "(q + k/v) %.2f, warp 2 %.2f | merge's other chunks in %.2f\n",
+          st[3] / n, st[8] / n, st[9] / n, st[10] / n, st[11] / n);
     }
     const char* kinds[4] = {"copy (o / down)", "add+norm (qkv, gate_up, lm_head)", "silu (down)",
                             "attention merge (o)"};

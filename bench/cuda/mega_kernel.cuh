@@ -32,6 +32,18 @@
 #ifndef TF_MEGA_Q4  // 1: MLX 4-bit (g64) weights, a stage = piece p of all 8 slices + their group words
 #define TF_MEGA_Q4 0
 #endif
+#ifndef TF_MEGA_SPLIT_SCORES  // 1: the chunk's score MMAs split over the attention warps (split_scores)
+#define TF_MEGA_SPLIT_SCORES 1
+#endif
+#ifndef TF_MEGA_ATTN_INLINE  // 1: the attention unit inlined into the kernel (else a noinline call: -1.8%,
+                             // run 222)
+#define TF_MEGA_ATTN_INLINE 1
+#endif
+#if TF_MEGA_ATTN_INLINE
+#define TF_MEGA_ATTN_FN __forceinline__
+#else
+#define TF_MEGA_ATTN_FN __noinline__
+#endif
 
 namespace {
 
@@ -155,9 +167,11 @@ __device__ void wait_count(const unsigned* p, unsigned target, int op) {
     }
 }
 
-// Run-time knobs of the experiments (mega_probe sets them): [0] ns a consumer's spin sleeps between polls, [1]
-// ns an attention warp's poll round sleeps when words are missing, [2] attention polls eager (1) or spin on
-// the first missing word (0).
+// Run-time knobs of the experiments (mega_probe sets them): [0] ns a consumer's spin sleeps between polls,
+// [1] ns an attention warp's poll round sleeps when words are missing, [2] attention polls eager (1) or spin
+// on the first missing word (0). (Tried and removed, runs 219-225: the merger copying the other chunks'
+// partials into the consumers' idle x buffer while it computes its own: they are not written yet then,
+// +0.3-0.8%.)
 __constant__ int c_knob[3] = {0, 0, 1};
 
 __device__ __forceinline__ uint32_t ldv(const uint32_t* p) {
@@ -323,8 +337,10 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool v
 
 // RMS norm + NeoX rope of one head held by a warp (element lane + 32 j): elementwise.cu's
 // qk_norm_rope_kv_kernel<4> arithmetic (rotary_dim = head_dim, factor 1), values rounded to bf16 as it does.
-__device__ __forceinline__ void norm_rope_head(float (&v)[4], const __nv_bfloat16* w, float pos,
-                                               const float* inv_freq, int lane) {
+// rsin / rcos: sincosf(pos * inv_freq[i]) (times the attention factor 1), made before the unit's poll
+// (run 222: computed after it, inside the chain, the tasks took 1.4-2.6 us).
+__device__ __forceinline__ void norm_rope_head(float (&v)[4], const __nv_bfloat16* w, const float* rsin,
+                                               const float* rcos, int lane) {
   float ss = 0.f;
 #pragma unroll
   for (int j = 0; j < 4; ++j) ss = __fmaf_rn(v[j], v[j], ss);
@@ -335,10 +351,7 @@ __device__ __forceinline__ void norm_rope_head(float (&v)[4], const __nv_bfloat1
         __float2bfloat16_rn(norm_out(v[j], inv, __fadd_rn(__bfloat162float(w[lane + 32 * j]), 0.f))));
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
-    float sn, cs;
-    sincosf(pos * inv_freq[lane + 32 * j], &sn, &cs);
-    cs *= 1.f;
-    sn *= 1.f;
+    const float sn = rsin[lane + 32 * j], cs = rcos[lane + 32 * j];
     const float a = __fsub_rn(__fmul_rn(v[j], cs), __fmul_rn(v[j + 2], sn));
     const float b = __fadd_rn(__fmul_rn(v[j + 2], cs), __fmul_rn(v[j], sn));
     v[j] = __bfloat162float(__float2bfloat16_rn(a));
@@ -361,14 +374,82 @@ __device__ __forceinline__ void norm_rope_head(float (&v)[4], const __nv_bfloat1
 __device__ __forceinline__ void abar() {
   nbar_sync(2, kAWarps * 32);
 }
+// chunk_scores (attention_chunk.cuh) for decode's 4 real rows, its MMAs split over the attention warps by
+// key n-tile pairs [JB, JE): the same bits. Each score's MMA chain is its own; the row max is exact whatever
+// the order (each warp's quad max, then the 3 in shared memory); each P value is elementwise; the row sum is
+// added in chunk_scores' order (n-tiles 0..15, then the quad shuffles) by every warp from all warps' P values
+// in shared memory (Pf: [16][32 lanes][2] floats in the Qs region, free once every warp's MMAs are done).
+// Leaves in s what chunk_pv needs (row g's P, zeros for the padding rows g + 8), and mc / lc of row g.
+template <int JB, int JE>
+__device__ __forceinline__ void split_scores(const __nv_bfloat16* Qs, const __nv_bfloat16* Ks, float* Pf,
+                                             float* pmax, int aw, int lane, int c0, int pos, float scale,
+                                             float (*s)[4], float& mc, float& lc) {
+  const int qd = lane % 4, mi = lane / 8, li = lane % 8, g = lane / 4;
+#pragma unroll
+  for (int j = 2 * JB; j < 2 * JE; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+  for (int t = 0; t < kD / 16; ++t) {
+    uint32_t a[4];
+    attn::ldsm_x4(a, Qs + ((mi % 2) * 8 + li) * kRS + t * 16 + (mi / 2) * 8);
+#pragma unroll
+    for (int jj = JB; jj < JE; ++jj) {
+      uint32_t b[4];
+      attn::ldsm_x4(b, Ks + (jj * 16 + (mi / 2) * 8 + li) * kRS + t * 16 + (mi % 2) * 8);
+      attn::mma(s[2 * jj], a, b[0], b[1]);
+      attn::mma(s[2 * jj + 1], a, b[2], b[3]);
+    }
+  }
+  const bool pad = g >= kGroup;  // rows 4-7 (and all rows g + 8): padding pairs
+  float mx = -INFINITY;
+  if (!pad) {
+#pragma unroll
+    for (int j = 2 * JB; j < 2 * JE; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int p = c0 + j * 8 + qd * 2 + e;
+        float v = __fmul_rn(s[j][e], scale);
+        v = (p >= 0 && p <= pos) ? v : -INFINITY;
+        s[j][e] = v;
+        mx = fmaxf(mx, v);
+      }
+  }
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+  if (qd == 0) pmax[aw * 8 + g] = mx;
+  abar();  // every warp's MMAs (Qs is free) and quad maxima
+  mx = fmaxf(fmaxf(pmax[g], pmax[8 + g]), pmax[16 + g]);
+  mc = mx;
+  const float base = mx == -INFINITY ? 0.f : mx;
+  if (!pad) {
+#pragma unroll
+    for (int j = 2 * JB; j < 2 * JE; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        Pf[(j * 32 + lane) * 2 + e] = __bfloat162float(__float2bfloat16_rn(__expf(__fsub_rn(s[j][e], base))));
+  }
+  abar();  // every warp's P values
+  float sum = 0.f;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const float2 pv =
+        pad ? make_float2(0.f, 0.f) : *reinterpret_cast<const float2*>(Pf + (j * 32 + lane) * 2);
+    s[j][0] = pv.x, s[j][1] = pv.y, s[j][2] = 0.f, s[j][3] = 0.f;
+    if (!pad) sum = __fadd_rn(__fadd_rn(sum, pv.x), pv.y);
+  }
+  sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
+  sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+  lc = sum;
+}
+
 struct AttnParams {
-  __nv_bfloat16 qn[kD], kn[kD];  // q / k norm weights
-  float inv_freq[kD / 2];
-  unsigned long long* part;     // the op's partials
-  uint32_t* aout;               // the op's output words
-  __nv_bfloat16 *kdst, *vdst;   // the new row's K / V in the pool (head h)
+  __nv_bfloat16 qn[kD], kn[kD];      // q / k norm weights
+  float rsin[kD / 2], rcos[kD / 2];  // the rope of position pos (norm_rope_head)
+  unsigned long long* part;          // the op's partials
+  uint32_t* aout;                    // the op's output words
+  __nv_bfloat16 *kdst, *vdst;        // the new row's K / V in the pool (head h)
   float scale;
   int chunks;
+  float pmax[kAWarps * 8];  // split_scores' quad maxima
 };
 constexpr int kAttnParamBytes = (int(sizeof(AttnParams)) + 127) / 128 * 128;
 constexpr int kAttnRegion = kAttnBytes + kAttnParamBytes;  // Ks, Vs, Qs, then the params
@@ -378,8 +459,8 @@ constexpr int kMergeChunks = 12;  // other chunks' partials a merge round brings
 // partial stored, [4] merged words stored (the units holding pos); the units holding pos: [3] polling
 // starts, [8 + w] attention warp w's words in, [11] the merge's first round of other chunks' words in; [6]
 // the q-only units' words in ([5], [7]: qkv's q and k/v tiles' last stores, by the consumers).
-__device__ __noinline__ void attention_unit(const Op& o, int unit, __nv_bfloat16* Ks, uint32_t tag,
-                                            unsigned long long* atl) {
+__device__ TF_MEGA_ATTN_FN void attention_unit(const Op& o, int unit, __nv_bfloat16* Ks, uint32_t tag,
+                                               unsigned long long* atl) {
   const int at = threadIdx.x - (kProducer + 1) * 32, aw = at / 32, lane = at % 32;
   constexpr int kT = kAWarps * 32;
   const int h = unit % kHk, c = unit / kHk, c0 = c * attn::kC, pos = o.pos;
@@ -401,26 +482,32 @@ __device__ __noinline__ void attention_unit(const Op& o, int unit, __nv_bfloat16
         make_uint4(0, 0, 0, 0);
   for (int i = at; i < kD; i += kT) {
     P->qn[i] = o.qn[i], P->kn[i] = o.kn[i];
-    if (i < kD / 2) P->inv_freq[i] = o.inv_freq[i];
+    if (i < kD / 2) {  // elementwise.cu's qk_norm_rope_kv: sincosf(pos * inv_freq), times the factor 1
+      float sn, cs;
+      sincosf(float(pos) * o.inv_freq[i], &sn, &cs);
+      P->rsin[i] = sn * 1.f, P->rcos[i] = cs * 1.f;
+    }
   }
   if (at == 0) {
     P->part = o.part, P->aout = o.aout, P->scale = o.scale, P->chunks = o.chunks;
     const int64_t dst = (int64_t(kv_slot(o.table, pos)) * kHk + h) * kD;
     P->kdst = o.kp + dst, P->vdst = o.vp + dst;
   }
-  // Tasks round the warps: q heads 0-3 of the group, then (the chunk holding pos) the new token's k and v. A
-  // warp's words are loaded and polled together (one round trip a round), then normed.
-  constexpr int kTasks = (kGroup + 1 + kAWarps - 1) / kAWarps;  // tasks a warp at most (2)
-  constexpr int kW = 4 * (kTasks + 1);                          // + v's words (the k/v task)
+  // Tasks: warps 0 and 1 q heads 2 aw and 2 aw + 1 of the group, warp 2 (the chunk holding pos) the new
+  // token's k and v (qkv's k/v tiles are dealt last: the k/v warp's wait is the unit's, its work alone after
+  // it). A warp's words are loaded and polled together (one round trip a round), then normed.
+  static_assert(kAWarps == 3 && kGroup == 4, "the task split below");
+  constexpr int kTasks = 2;
+  constexpr int kW = 4 * (kTasks + 1);  // + v's words (the k/v task)
   const uint32_t* src[kTasks + 1];
   bool live[kTasks + 1];
 #pragma unroll
   for (int i = 0; i < kTasks; ++i) {
-    const int task = aw + kAWarps * i;
-    live[i] = task < kGroup || (task == kGroup && kv_here);
+    const int task = aw < 2 ? 2 * aw + i : kGroup;
+    live[i] = aw < 2 || (i == 0 && kv_here);
     src[i] = task < kGroup ? o.qkv + (h * kGroup + task) * kD + lane : o.qkv + kHq * kD + h * kD + lane;
   }
-  live[kTasks] = aw + kAWarps * (kTasks - 1) == kGroup && kv_here;  // this warp's last task is k/v
+  live[kTasks] = aw == 2 && kv_here;  // v's words
   src[kTasks] = o.qkv + (kHq + kHk) * kD + h * kD + lane;
   abar();  // the params are in
   uint32_t w[kW];
@@ -429,20 +516,21 @@ __device__ __noinline__ void attention_unit(const Op& o, int unit, __nv_bfloat16
   for (int q = 0; q < kW; ++q) w[q] = live[q / 4] ? ldv(src[q / 4] + 32 * (q % 4)) : (tag << 16);
   poll_words(
       w, [&](int q) { return src[q / 4] + 32 * (q % 4); }, tag, c_knob[2] != 0);
+  __syncwarp();  // every lane's words are in (the stamp: the warp's, not lane 0's)
   if (atl && lane == 0) atomicMax(atl + (kv_here ? 8 + aw : 6), gtime());
 #pragma unroll
   for (int i = 0; i < kTasks; ++i) {
-    const int task = aw + kAWarps * i;
+    const int task = aw < 2 ? 2 * aw + i : kGroup;
     if (!live[i]) continue;
     float v[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) v[j] = word_f(w[4 * i + j]);
     if (task < kGroup) {  // q head `task` of the group
-      norm_rope_head(v, P->qn, float(pos), P->inv_freq, lane);
+      norm_rope_head(v, P->qn, P->rsin, P->rcos, lane);
 #pragma unroll
       for (int j = 0; j < 4; ++j) Qs[task * kRS + lane + 32 * j] = __float2bfloat16_rn(v[j]);
     } else {  // the new token's k (normed, rotated) and v: shared memory and the pool
-      norm_rope_head(v, P->kn, float(pos), P->inv_freq, lane);
+      norm_rope_head(v, P->kn, P->rsin, P->rcos, lane);
       const int row = pos - c0;
       __nv_bfloat16 *kd = P->kdst, *vd = P->vdst;
 #pragma unroll
@@ -455,12 +543,14 @@ __device__ __noinline__ void attention_unit(const Op& o, int unit, __nv_bfloat16
       }
     }
   }
-  if (atl && lane == 0) atomicMax(atl, gtime());
+  if (atl && lane == 0) atomicMax(atl, gtime()), atomicMax(atl + (kv_here ? 13 : 18), gtime());
   asm volatile("cp.async.wait_group 0;" ::: "memory");
   if (atl && lane == 0) atomicMax(atl + 1, gtime());
   abar();
   const int chunks = P->chunks;
   unsigned long long* part = P->part;
+  const int nc = pos / attn::kC + 1, own = nc - 1;
+  constexpr int kU = kRec * 8 / 16;  // 16-byte units of a partial's record (65)
   {
     // Every attention warp computes the chunk's scores (the same bits in each) and its share of P V's output
     // columns (chunk_pv<D, J0, J1>: column pairs [J0, J1); each element's chain is its own), then stores
@@ -468,10 +558,21 @@ __device__ __noinline__ void attention_unit(const Op& o, int unit, __nv_bfloat16
     const int g = lane / 4, qd = lane % 4;
     // Row g's range (padding: lo > pos), row g + 8 padding. (Written out: an initializer list of conditional
     // Range temporaries here crashes nvcc 13.0's cicc.)
+    float sc[16][4], mc[2], lc[2], oc[kD / 8][4];
+#if TF_MEGA_SPLIT_SCORES
+    float* Pf = reinterpret_cast<float*>(Qs);
+    if (aw == 0)
+      split_scores<0, 3>(Qs, Ks, Pf, P->pmax, aw, lane, c0, pos, P->scale, sc, mc[0], lc[0]);
+    else if (aw == 1)
+      split_scores<3, 6>(Qs, Ks, Pf, P->pmax, aw, lane, c0, pos, P->scale, sc, mc[0], lc[0]);
+    else
+      split_scores<6, 8>(Qs, Ks, Pf, P->pmax, aw, lane, c0, pos, P->scale, sc, mc[0], lc[0]);
+#else
     attn::Range rg[2];
     rg[0].lo = g < kGroup ? 0 : 1, rg[0].pos = g < kGroup ? pos : 0, rg[1].lo = 1, rg[1].pos = 0;
-    float sc[16][4], mc[2], lc[2], oc[kD / 8][4];
     attn::chunk_scores<kD>(Qs, Ks, 0, lane, c0, rg, P->scale, 0.f, sc, mc, lc);
+#endif
+    if (atl && lane == 0) atomicMax(atl + (kv_here ? 14 : 19), gtime());
     static_assert(kAWarps == 3 && kD == 128, "the column split below");
     const int j0 = aw == 0 ? 0 : aw == 1 ? 3 : 6, j1 = aw == 0 ? 3 : aw == 1 ? 6 : 8;
     if (aw == 0)
@@ -480,6 +581,7 @@ __device__ __noinline__ void attention_unit(const Op& o, int unit, __nv_bfloat16
       attn::chunk_pv<kD, 3, 6>(Vs, lane, sc, oc);
     else
       attn::chunk_pv<kD, 6, 8>(Vs, lane, sc, oc);
+    if (atl && lane == 0) atomicMax(atl + (kv_here ? 15 : 20), gtime());
     // The partial as tagged 64-bit words (value | tag << 32: "LL", no fence): o [kD], then max and sum. The
     // unit holding pos (the merger) keeps its own in shared memory instead (Ks: every warp is past
     // chunk_scores after the barrier), [kGroup][kRec] floats.
@@ -502,16 +604,16 @@ __device__ __noinline__ void attention_unit(const Op& o, int unit, __nv_bfloat16
           dst[j * 8 + qd * 2] = tg | __float_as_uint(oc[j][0]);
           dst[j * 8 + qd * 2 + 1] = tg | __float_as_uint(oc[j][1]);
         }
-      if (aw == 0 && qd == 0) dst[kD] = tg | __float_as_uint(mc[0]), dst[kD + 1] = tg | __float_as_uint(lc[0]);
+      if (aw == 0 && qd == 0)
+        dst[kD] = tg | __float_as_uint(mc[0]), dst[kD + 1] = tg | __float_as_uint(lc[0]);
     }
   }
-  if (atl && lane == 0) atomicMax(atl + 2, gtime());
+  if (atl && lane == 0) atomicMax(atl + 2, gtime()), kv_here ? void() : void(atomicMax(atl + 12, gtime()));
   if (!kv_here) return;
   // The merge (combine_pair_u's order: chunks in increasing order from (-inf, 0, 0), then bf16(o / l)), item
   // = 8 dims of one of the group's heads (64 items, one round). The other chunks' partials come into shared
   // memory by cp.async, kMergeChunks at a time (after the own partial: Ks + kGroup * kRec floats, rounded to
   // 16 bytes); words without the launch's tag (not yet written) are polled there before the merge reads them.
-  const int nc = pos / attn::kC + 1, own = nc - 1;
   abar();  // pown is complete
   const float* pown = reinterpret_cast<const float*>(Ks);
   unsigned long long* mb = reinterpret_cast<unsigned long long*>(Ks) + (kGroup * kRec + 3) / 4 * 2;
@@ -520,27 +622,31 @@ __device__ __noinline__ void attention_unit(const Op& o, int unit, __nv_bfloat16
   float m = -INFINITY, l = 0.f, ov[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   for (int cb = 0; cb < own; cb += kMergeChunks) {
     const int nb = min(kMergeChunks, own - cb);  // chunks cb .. cb + nb - 1 of the group's 4 heads
-    constexpr int kU = kRec * 8 / 16;            // 16-byte units of a record (65)
     for (int i = at; i < kGroup * nb * kU; i += kT) {
       const int r = i / kU, u = i % kU, hg = r / nb, cc = cb + r % nb;
       const unsigned long long* src = part + (int64_t(h * kGroup + hg) * chunks + cc) * kRec;
       cp_async16(saddr(mb + r * kRec + u * 2), src + u * 2, true);
     }
     asm volatile("cp.async.commit_group;");
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
-    abar();  // every thread's copies have landed
-    for (int i = at; i < kGroup * nb * kRec; i += kT) {  // words not yet written: poll them
-      const int r = i / kRec, e = i % kRec, hg = r / nb, cc = cb + r % nb;
-      unsigned long long v = mb[r * kRec + e];
-      if (uint32_t(v >> 32) == tag) continue;
-      const unsigned long long* src = part + (int64_t(h * kGroup + hg) * chunks + cc) * kRec + e;
-      for (long long n = 0; uint32_t(v >> 32) != tag; ++n) {
-        asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(v) : "l"(src));
-        if (n == (1ll << 24)) hang_word(reinterpret_cast<const uint32_t*>(src), 0, tag);
+    // Each thread checks the units it copied (its own copies: no barrier needed) and copies the ones with a
+    // word not yet written again, all of them a round (one round trip a round, not one a word: polling the
+    // words one by one cost ~10 us a layer, run 219).
+    for (long long n = 0;; ++n) {
+      asm volatile("cp.async.wait_group 0;" ::: "memory");
+      bool again = false;
+      for (int i = at; i < kGroup * nb * kU; i += kT) {
+        const int r = i / kU, u = i % kU, hg = r / nb, cc = cb + r % nb;
+        const unsigned long long* w2 = mb + r * kRec + u * 2;
+        if (uint32_t(w2[0] >> 32) == tag && uint32_t(w2[1] >> 32) == tag) continue;
+        again = true;
+        cp_async16(saddr(w2), part + (int64_t(h * kGroup + hg) * chunks + cc) * kRec + u * 2, true);
       }
-      mb[r * kRec + e] = v;
+      if (!again) break;
+      asm volatile("cp.async.commit_group;");
+      if (c_knob[1]) __nanosleep(c_knob[1]);
+      if (n == (1ll << 22)) hang_word(reinterpret_cast<const uint32_t*>(part), 0, tag);
     }
-    abar();
+    abar();  // every thread's units are complete
     if (atl && lane == 0 && cb == 0) atomicMax(atl + 11, gtime());
     if (item)
       for (int q = 0; q < nb; ++q) {
@@ -622,7 +728,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (ops[op].xkind != kXAttnMerge) continue;
       const int units = kHk * ops[op].chunks;
       for (int u = (b - u0 % G + G) % G; u < units; u += G)
-        attention_unit(ops[op], u, attn_smem, tag, kProf && tl ? tl + 4 * nops + 16 * op : nullptr);
+        attention_unit(ops[op], u, attn_smem, tag, kProf && tl ? tl + 4 * nops + 24 * op : nullptr);
       u0 += units;
     }
     return;
@@ -820,7 +926,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         atomicMax(tl + 4 * op, last_store);
         if (op + 1 < nops &&
             ops[op + 1].xkind == kXAttnMerge)  // qkv: the k/v tiles' and q tiles' last stores
-          atomicMax(tl + 4 * nops + 16 * (op + 1) + (n0 >= kHq * kD ? 7 : 5), last_store);
+          atomicMax(tl + 4 * nops + 24 * (op + 1) + (n0 >= kHq * kD ? 7 : 5), last_store);
       }
       if (!ll && last_of_op && lane == 0) {  // this CTA's last tile of the op
         if (mode & 1) {

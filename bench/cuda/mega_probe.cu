@@ -103,11 +103,12 @@ int main(int argc, char** argv) {
   if (!be) return 2;
   const int pos = ctx - 1, chunks = pos / attn::kC + 1;  // the decode row: position ctx - 1
   const int kPoolBlocks = 2 * ctx / kBlock;              // the K/V pool: twice the sequence's blocks
-  std::printf("device: %s, %d SMs; layers %d, ring %d stages of %d bytes; mode %d, silu-out %d, knobs "
-              "csleep %d asleep %d aeager %d, kv-first %d, %s\n",
-              prop.name, prop.multiProcessorCount, layers, stages_n, kStageBytes, mode, silu_out, knob[0],
-              knob[1], knob[2], kv_first,
-              attn ? ("attention at position " + std::to_string(pos)).c_str() : "no attention (o <- q part)");
+  std::printf(
+      "device: %s, %d SMs; layers %d, ring %d stages of %d bytes; mode %d, silu-out %d, knobs "
+      "csleep %d asleep %d aeager %d, kv-first %d, %s\n",
+      prop.name, prop.multiProcessorCount, layers, stages_n, kStageBytes, mode, silu_out, knob[0], knob[1],
+      knob[2], kv_first,
+      attn ? ("attention at position " + std::to_string(pos)).c_str() : "no attention (o <- q part)");
 
   // Weights and norm weights (random, made on the device), per-layer activations (no reuse: no hazards).
   struct L {
@@ -306,7 +307,7 @@ int main(int argc, char** argv) {
   if (per_sm < 1) return 2;
   unsigned epoch = 0;
   long long* prof = dalloc<long long>(size_t(grid) * 8);
-  unsigned long long* tl = dalloc<unsigned long long>(size_t(nops) * 20);  // + the attention's [nops][16]
+  unsigned long long* tl = dalloc<unsigned long long>(size_t(nops) * 28);  // + the attention's [nops][24]
   bool prof_on = false;
   auto run = [&](__nv_bfloat16* d) {
     ++epoch;
@@ -475,7 +476,7 @@ int main(int argc, char** argv) {
   {  // one profiled forward: where a CTA's cycles go (means over CTAs, microseconds at the SM clock)
     TF_CUDA_CHECK(cudaMemset(prof, 0, size_t(grid) * 8 * 8));
     {
-      std::vector<unsigned long long> init(size_t(nops) * 20, 0ull);  // the attention's maxima start at 0
+      std::vector<unsigned long long> init(size_t(nops) * 28, 0ull);  // the attention's maxima start at 0
       for (int q = 0; q < nops; ++q)
         init[4 * q] = init[4 * q + 3] = 0, init[4 * q + 1] = init[4 * q + 2] = ~0ull;
       TF_CUDA_CHECK(cudaMemcpy(tl, init.data(), init.size() * 8, cudaMemcpyHostToDevice));
@@ -503,15 +504,15 @@ int main(int argc, char** argv) {
     std::printf("profile (mode %d, one forward, SM clock %d MHz):\n", mode, khz / 1000);
     for (int q = 0; q < 8; ++q) std::printf("  %-42s %9.1f us\n", names[q], m[q] * us);
     // The op boundaries (globaltimer): per kind of the next op, means over the layers' ops.
-    std::vector<unsigned long long> tv(size_t(nops) * 20);
+    std::vector<unsigned long long> tv(size_t(nops) * 28);
     TF_CUDA_CHECK(cudaMemcpy(tv.data(), tl, tv.size() * 8, cudaMemcpyDeviceToHost));
     if (attn) {  // the attention's steps, after the qkv op's last tile (means over the layers)
-      double st[16] = {0};
+      double st[24] = {0};
       int n = 0;
       for (int q = 1; q < nops; ++q) {
         if (ops[q].xkind != kXAttnMerge) continue;
-        for (int e = 0; e < 16; ++e)
-          st[e] += (double(tv[4 * nops + 16 * q + e]) - double(tv[4 * (q - 1)])) * 1e-3;
+        for (int e = 0; e < 24; ++e)
+          st[e] += (double(tv[4 * nops + 24 * q + e]) - double(tv[4 * (q - 1)])) * 1e-3;
         ++n;
       }
       std::printf(
@@ -519,9 +520,15 @@ int main(int argc, char** argv) {
           "words in %.2f (q-only units %.2f) | K/V staged %.2f | partial stored %.2f | merged %.2f\n",
           st[5] / n, st[7] / n, st[0] / n, st[6] / n, st[1] / n, st[2] / n, st[4] / n);
       std::printf(
-          "  the units holding pos, us after qkv's last tile: polling from %.2f | words in: warp 0 %.2f, warp 1 "
-          "(q + k/v) %.2f, warp 2 %.2f | merge's other chunks in %.2f\n",
-          st[3] / n, st[8] / n, st[9] / n, st[10] / n, st[11] / n);
+          "  the units holding pos, us after qkv's last tile: polling from %.2f | words in: warp 0 %.2f, "
+          "warp 1 "
+          "%.2f, warp 2 (k/v) %.2f | q-only units' partials stored %.2f | merge's other chunks in %.2f\n",
+          st[3] / n, st[8] / n, st[9] / n, st[10] / n, st[12] / n, st[11] / n);
+      std::printf(
+          "  steps, us after qkv's last tile: tasks done | scores | P V -- the units holding pos %.2f | %.2f "
+          "| "
+          "%.2f; the q-only units %.2f | %.2f | %.2f\n",
+          st[13] / n, st[14] / n, st[15] / n, st[18] / n, st[19] / n, st[20] / n);
     }
     const char* kinds[4] = {"copy (o / down)", "add+norm (qkv, gate_up, lm_head)", "silu (down)",
                             "attention merge (o)"};

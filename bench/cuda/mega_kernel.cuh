@@ -172,7 +172,11 @@ __device__ void wait_count(const unsigned* p, unsigned target, int op) {
 // on the first missing word (0). (Tried and removed, runs 219-225: the merger copying the other chunks'
 // partials into the consumers' idle x buffer while it computes its own: they are not written yet then,
 // +0.3-0.8%.)
-__constant__ int c_knob[3] = {0, 0, 1};
+__constant__ int c_knob[4] = {0, 0, 1, 0};  // [3]: the profiled run records cycle deltas (g_acyc), no stamps
+// Profiling (c_knob[3]): sums of clock64 deltas of the attention unit's steps, per warp, [pos unit?][step],
+// and the warp counts in [.][15]. Steps: 0 poll done -> tasks done, 1 -> K/V staged, 2 -> scores, 3 -> P V,
+// 4 -> partial stored, 5 -> the merge's other partials in, 6 -> merged; 7: polling (start -> done).
+__device__ unsigned long long g_acyc[2][16];
 
 __device__ __forceinline__ uint32_t ldv(const uint32_t* p) {
   uint32_t v;
@@ -460,10 +464,13 @@ constexpr int kMergeChunks = 12;  // other chunks' partials a merge round brings
 // starts, [8 + w] attention warp w's words in, [11] the merge's first round of other chunks' words in; [6]
 // the q-only units' words in ([5], [7]: qkv's q and k/v tiles' last stores, by the consumers).
 __device__ TF_MEGA_ATTN_FN void attention_unit(const Op& o, int unit, __nv_bfloat16* Ks, uint32_t tag,
-                                               unsigned long long* atl) {
+                                               unsigned long long* atl) {  // atl: not const (cycle mode)
   const int at = threadIdx.x - (kProducer + 1) * 32, aw = at / 32, lane = at % 32;
   constexpr int kT = kAWarps * 32;
   const int h = unit % kHk, c = unit / kHk, c0 = c * attn::kC, pos = o.pos;
+  const bool cy = atl && c_knob[3];  // cycle deltas instead of the globaltimer stamps
+  if (cy) atl = nullptr;
+  long long cyc[9];
   __nv_bfloat16* Vs = Ks + attn::kC * kRS;
   __nv_bfloat16* Qs = Vs + attn::kC * kRS;
   AttnParams* P = reinterpret_cast<AttnParams*>(reinterpret_cast<unsigned char*>(Ks) + kAttnBytes);
@@ -512,12 +519,14 @@ __device__ TF_MEGA_ATTN_FN void attention_unit(const Op& o, int unit, __nv_bfloa
   abar();  // the params are in
   uint32_t w[kW];
   if (atl && lane == 0 && kv_here) atomicMax(atl + 3, gtime());
+  if (cy) cyc[8] = clock64();
 #pragma unroll
   for (int q = 0; q < kW; ++q) w[q] = live[q / 4] ? ldv(src[q / 4] + 32 * (q % 4)) : (tag << 16);
   poll_words(
       w, [&](int q) { return src[q / 4] + 32 * (q % 4); }, tag, c_knob[2] != 0);
   __syncwarp();  // every lane's words are in (the stamp: the warp's, not lane 0's)
   if (atl && lane == 0) atomicMax(atl + (kv_here ? 8 + aw : 6), gtime());
+  if (cy) cyc[0] = clock64();
 #pragma unroll
   for (int i = 0; i < kTasks; ++i) {
     const int task = aw < 2 ? 2 * aw + i : kGroup;
@@ -544,8 +553,10 @@ __device__ TF_MEGA_ATTN_FN void attention_unit(const Op& o, int unit, __nv_bfloa
     }
   }
   if (atl && lane == 0) atomicMax(atl, gtime()), atomicMax(atl + (kv_here ? 13 : 18), gtime());
+  if (cy) cyc[1] = clock64();
   asm volatile("cp.async.wait_group 0;" ::: "memory");
   if (atl && lane == 0) atomicMax(atl + 1, gtime());
+  if (cy) cyc[2] = clock64();
   abar();
   const int chunks = P->chunks;
   unsigned long long* part = P->part;
@@ -573,6 +584,7 @@ __device__ TF_MEGA_ATTN_FN void attention_unit(const Op& o, int unit, __nv_bfloa
     attn::chunk_scores<kD>(Qs, Ks, 0, lane, c0, rg, P->scale, 0.f, sc, mc, lc);
 #endif
     if (atl && lane == 0) atomicMax(atl + (kv_here ? 14 : 19), gtime());
+    if (cy) cyc[3] = clock64();
     static_assert(kAWarps == 3 && kD == 128, "the column split below");
     const int j0 = aw == 0 ? 0 : aw == 1 ? 3 : 6, j1 = aw == 0 ? 3 : aw == 1 ? 6 : 8;
     if (aw == 0)
@@ -582,6 +594,7 @@ __device__ TF_MEGA_ATTN_FN void attention_unit(const Op& o, int unit, __nv_bfloa
     else
       attn::chunk_pv<kD, 6, 8>(Vs, lane, sc, oc);
     if (atl && lane == 0) atomicMax(atl + (kv_here ? 15 : 20), gtime());
+    if (cy) cyc[4] = clock64();
     // The partial as tagged 64-bit words (value | tag << 32: "LL", no fence): o [kD], then max and sum. The
     // unit holding pos (the merger) keeps its own in shared memory instead (Ks: every warp is past
     // chunk_scores after the barrier), [kGroup][kRec] floats.
@@ -609,6 +622,14 @@ __device__ TF_MEGA_ATTN_FN void attention_unit(const Op& o, int unit, __nv_bfloa
     }
   }
   if (atl && lane == 0) atomicMax(atl + 2, gtime()), kv_here ? void() : void(atomicMax(atl + 12, gtime()));
+  if (cy) {
+    cyc[5] = clock64();
+    if (!kv_here && lane == 0) {
+      for (int i = 0; i < 5; ++i) atomicAdd(&g_acyc[0][i], (unsigned long long)(cyc[i + 1] - cyc[i]));
+      atomicAdd(&g_acyc[0][7], (unsigned long long)(cyc[0] - cyc[8]));
+      atomicAdd(&g_acyc[0][15], 1ull);
+    }
+  }
   if (!kv_here) return;
   // The merge (combine_pair_u's order: chunks in increasing order from (-inf, 0, 0), then bf16(o / l)), item
   // = 8 dims of one of the group's heads (64 items, one round). The other chunks' partials come into shared
@@ -620,6 +641,7 @@ __device__ TF_MEGA_ATTN_FN void attention_unit(const Op& o, int unit, __nv_bfloa
   const bool item = at < kGroup * (kD / 8);
   const int gi = at / (kD / 8), d0 = (at % (kD / 8)) * 8;
   float m = -INFINITY, l = 0.f, ov[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  if (cy && own == 0) cyc[6] = clock64();
   for (int cb = 0; cb < own; cb += kMergeChunks) {
     const int nb = min(kMergeChunks, own - cb);  // chunks cb .. cb + nb - 1 of the group's 4 heads
     for (int i = at; i < kGroup * nb * kU; i += kT) {
@@ -648,6 +670,7 @@ __device__ TF_MEGA_ATTN_FN void attention_unit(const Op& o, int unit, __nv_bfloa
     }
     abar();  // every thread's units are complete
     if (atl && lane == 0 && cb == 0) atomicMax(atl + 11, gtime());
+    if (cy && cb == 0) cyc[6] = clock64();
     if (item)
       for (int q = 0; q < nb; ++q) {
         const unsigned long long* rec = mb + (gi * nb + q) * kRec;
@@ -667,6 +690,14 @@ __device__ TF_MEGA_ATTN_FN void attention_unit(const Op& o, int unit, __nv_bfloa
     for (int i = 0; i < 8; ++i) dst[i] = word_of(attn::finish_out(ov[i], l), tag);
   }
   if (atl && lane == 0) atomicMax(atl + 4, gtime());
+  if (cy && lane == 0) {
+    cyc[7] = clock64();
+    for (int i = 0; i < 5; ++i) atomicAdd(&g_acyc[1][i], (unsigned long long)(cyc[i + 1] - cyc[i]));
+    atomicAdd(&g_acyc[1][5], (unsigned long long)(cyc[6] - cyc[5]));
+    atomicAdd(&g_acyc[1][6], (unsigned long long)(cyc[7] - cyc[6]));
+    atomicAdd(&g_acyc[1][7], (unsigned long long)(cyc[0] - cyc[8]));
+    atomicAdd(&g_acyc[1][15], 1ull);
+  }
 }
 
 __global__ void bump_epoch(unsigned* w) {
@@ -692,7 +723,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // last tile of the op, [2] / [3] the first / last CTA to have its x for the op.
   // mode bit 0: a CTA's share of an op is released with one red.release.gpu add (else __threadfence +
   // atomicAdd); bit 1: no fence.proxy.async before a consumer frees a slot; bit 2: a stage as 16 bulk copies,
-  // one a row (else one copy); bit 3: readers poll the activations' tags (no counters, no releases).
+  // one a row (else one copy); bit 3: readers poll the activations' tags (no counters, no releases); bit 5:
+  // every layer's attention units on the same CTAs (-0.9% against rotating them, run 230; the default 41).
   // (Tried and removed, docs/cuda-notes.md "Session 15": an L2 prefetch ahead of the ring, commit 7de05a1,
   // and per-warp-slice x, cf5b417.) prof (optional): per CTA, clock cycles: [0] producer waiting for free
   // slots, [1] consumers waiting for data (all warps), [2] consumers computing, [3] epilogues, [4] dependency
@@ -729,7 +761,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int units = kHk * ops[op].chunks;
       for (int u = (b - u0 % G + G) % G; u < units; u += G)
         attention_unit(ops[op], u, attn_smem, tag, kProf && tl ? tl + 4 * nops + 24 * op : nullptr);
-      u0 += units;
+      if (!(mode & 32)) u0 += units;  // mode bit 5: every layer's units on the same CTAs (0, 1, ...)
     }
     return;
   }

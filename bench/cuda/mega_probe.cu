@@ -63,8 +63,8 @@ T* dalloc(size_t n) {
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IONBF, 0);
-  int layers = 36, reps = 20, stages_n = 0, mode = 9, silu_out = 1, attn = 1, ctx = 512, kv_first = 0;
-  int knob[3] = {0, 0, 1};  // c_knob (mega_kernel.cuh): --csleep, --asleep, --aeager
+  int layers = 36, reps = 20, stages_n = 0, mode = 41, silu_out = 1, attn = 1, ctx = 512, kv_first = 0;
+  int knob[4] = {0, 0, 1, 0};  // c_knob (mega_kernel.cuh): --csleep, --asleep, --aeager, --cycles
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--layers") layers = std::atoi(argv[i + 1]);
@@ -78,6 +78,7 @@ int main(int argc, char** argv) {
     if (a == "--csleep") knob[0] = std::atoi(argv[i + 1]);
     if (a == "--asleep") knob[1] = std::atoi(argv[i + 1]);
     if (a == "--aeager") knob[2] = std::atoi(argv[i + 1]);
+    if (a == "--cycles") knob[3] = std::atoi(argv[i + 1]);
   }
   const int H = 4096, QKV = 6144, I = 12288, V = 151936;
   TF_CUDA_CHECK(cudaMemcpyToSymbol(c_knob, knob, sizeof(knob)));
@@ -481,6 +482,10 @@ int main(int argc, char** argv) {
         init[4 * q] = init[4 * q + 3] = 0, init[4 * q + 1] = init[4 * q + 2] = ~0ull;
       TF_CUDA_CHECK(cudaMemcpy(tl, init.data(), init.size() * 8, cudaMemcpyHostToDevice));
     }
+    {
+      const unsigned long long z[32] = {};
+      TF_CUDA_CHECK(cudaMemcpyToSymbol(g_acyc, z, sizeof(z)));
+    }
     prof_on = true;
     run(nullptr);
     prof_on = false;
@@ -506,6 +511,22 @@ int main(int argc, char** argv) {
     // The op boundaries (globaltimer): per kind of the next op, means over the layers' ops.
     std::vector<unsigned long long> tv(size_t(nops) * 28);
     TF_CUDA_CHECK(cudaMemcpy(tv.data(), tl, tv.size() * 8, cudaMemcpyDeviceToHost));
+    if (attn && knob[3]) {  // the attention unit's steps in its own SM's cycles (no stamps in the chain)
+      unsigned long long a[2][16];
+      TF_CUDA_CHECK(cudaMemcpyFromSymbol(a, g_acyc, sizeof(a)));
+      int khz2 = 0;
+      TF_CUDA_CHECK(cudaDeviceGetAttribute(&khz2, cudaDevAttrClockRate, 0));
+      const char* st[8] = {"tasks",          "K/V staged",          "scores", "P V",
+                           "partial stored", "merge's partials in", "merged", "(polling)"};
+      for (int k = 0; k < 2; ++k) {
+        std::printf("  attention steps, us a warp (%s, %llu warps):",
+                    k ? "units holding pos" : "q-only units", a[k][15]);
+        for (int i = 0; i < 8; ++i)
+          if (k || (i != 5 && i != 6))
+            std::printf(" %s %.2f |", st[i], a[k][15] ? double(a[k][i]) / a[k][15] / khz2 * 1e3 : 0.0);
+        std::printf("\n");
+      }
+    }
     if (attn) {  // the attention's steps, after the qkv op's last tile (means over the layers)
       double st[24] = {0};
       int n = 0;

@@ -224,7 +224,8 @@ __device__ __forceinline__ void poll_words(uint32_t (&w)[N], Src src, uint32_t t
         if ((w[j] >> 16) != tag) ready = false, w[j] = ldv(src(j));
       if (ready) return;
       if (c_knob[1]) __nanosleep(c_knob[1]);
-      if (n == (1ll << 24))
+      if (n == (1ll << 24))  // unrolled: a run-time index would put w[] (and src's arrays) in local memory
+#pragma unroll
         for (int j = 0; j < N; ++j)
           if ((w[j] >> 16) != tag) hang_word(src(j), w[j], tag);
       continue;
@@ -506,24 +507,24 @@ __device__ TF_MEGA_ATTN_FN void attention_unit(const Op& o, int unit, __nv_bfloa
   static_assert(kAWarps == 3 && kGroup == 4, "the task split below");
   constexpr int kTasks = 2;
   constexpr int kW = 4 * (kTasks + 1);  // + v's words (the k/v task)
-  const uint32_t* src[kTasks + 1];
+  static_assert(kTasks == 2, "the word sources below");
   bool live[kTasks + 1];
 #pragma unroll
-  for (int i = 0; i < kTasks; ++i) {
-    const int task = aw < 2 ? 2 * aw + i : kGroup;
-    live[i] = aw < 2 || (i == 0 && kv_here);
-    src[i] = task < kGroup ? o.qkv + (h * kGroup + task) * kD + lane : o.qkv + kHq * kD + h * kD + lane;
-  }
+  for (int i = 0; i < kTasks; ++i) live[i] = aw < 2 || (i == 0 && kv_here);
   live[kTasks] = aw == 2 && kv_here;  // v's words
-  src[kTasks] = o.qkv + (kHq + kHk) * kD + h * kD + lane;
+  // The words' sources as scalars (the non-eager poll picks one by a run-time index: an array would live in
+  // local memory): task 0 / 1 (q heads 2 aw, 2 aw + 1; warp 2: k), then v.
+  const uint32_t* s0 = aw < 2 ? o.qkv + (h * kGroup + 2 * aw) * kD + lane : o.qkv + kHq * kD + h * kD + lane;
+  const uint32_t* s1 = o.qkv + (h * kGroup + 2 * aw + 1) * kD + lane;  // live only for aw < 2
+  const uint32_t* s2 = o.qkv + (kHq + kHk) * kD + h * kD + lane;
+  auto src = [&](int q) { return (q < 4 ? s0 : q < 8 ? s1 : s2) + 32 * (q % 4); };
   abar();  // the params are in
   uint32_t w[kW];
   if (atl && lane == 0 && kv_here) atomicMax(atl + 3, gtime());
   if (cy) cyc[8] = clock64();
 #pragma unroll
-  for (int q = 0; q < kW; ++q) w[q] = live[q / 4] ? ldv(src[q / 4] + 32 * (q % 4)) : (tag << 16);
-  poll_words(
-      w, [&](int q) { return src[q / 4] + 32 * (q % 4); }, tag, c_knob[2] != 0);
+  for (int q = 0; q < kW; ++q) w[q] = live[q / 4] ? ldv(src(q)) : (tag << 16);
+  poll_words(w, src, tag, c_knob[2] != 0);
   __syncwarp();  // every lane's words are in (the stamp: the warp's, not lane 0's)
   if (atl && lane == 0) atomicMax(atl + (kv_here ? 8 + aw : 6), gtime());
   if (cy) cyc[0] = clock64();

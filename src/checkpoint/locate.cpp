@@ -13,13 +13,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::string(v) : std::string();
-}
-
 std::string home_dir() {
-  std::string h = env("HOME");
+  std::string h = env_string("HOME");
   return h.empty() ? "/root" : h;
 }
 
@@ -59,6 +54,11 @@ std::optional<fs::path> newest_snapshot(const fs::path& repo_dir) {
 
 }  // namespace
 
+std::string env_string(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : std::string();
+}
+
 std::optional<ModelId> parse_model_id(const std::string& arg) {
   // Hub names: letters, digits, '-', '_', '.', one '/' between namespace and name.
   static const std::regex shape(R"(([A-Za-z0-9][A-Za-z0-9._-]*)/([A-Za-z0-9][A-Za-z0-9._-]*)(@(.+))?)");
@@ -71,14 +71,14 @@ std::optional<ModelId> parse_model_id(const std::string& arg) {
 }
 
 std::string hf_home_dir() {
-  if (std::string h = env("HF_HOME"); !h.empty()) return h;
-  if (std::string x = env("XDG_CACHE_HOME"); !x.empty()) return x + "/huggingface";
+  if (std::string h = env_string("HF_HOME"); !h.empty()) return h;
+  if (std::string x = env_string("XDG_CACHE_HOME"); !x.empty()) return x + "/huggingface";
   return home_dir() + "/.cache/huggingface";
 }
 
 std::string hf_hub_cache_dir() {
-  if (std::string c = env("HF_HUB_CACHE"); !c.empty()) return c;
-  if (std::string c = env("HUGGINGFACE_HUB_CACHE"); !c.empty()) return c;  // the legacy name
+  if (std::string c = env_string("HF_HUB_CACHE"); !c.empty()) return c;
+  if (std::string c = env_string("HUGGINGFACE_HUB_CACHE"); !c.empty()) return c;  // the legacy name
   return hf_home_dir() + "/hub";
 }
 

@@ -21,6 +21,9 @@ struct ModelId {
 // Parses "org/name" or "org/name@revision"; nullopt when `arg` does not have that shape.
 std::optional<ModelId> parse_model_id(const std::string& arg);
 
+// The environment variable `name`, "" when it is unset.
+std::string env_string(const char* name);
+
 std::string hf_home_dir();       // $HF_HOME, else $XDG_CACHE_HOME/huggingface, else ~/.cache/huggingface
 std::string hf_hub_cache_dir();  // see above
 std::string repo_cache_dir(const std::string& cache, const std::string& repo);  // <cache>/models--org--name

@@ -28,11 +28,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::string(v) : std::string();
-}
-
 std::string trim(std::string s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
   size_t b = 0;
@@ -388,14 +383,14 @@ class Puller {
 }  // namespace
 
 std::string hf_endpoint() {
-  std::string e = env("HF_ENDPOINT");
+  std::string e = env_string("HF_ENDPOINT");
   return e.empty() ? "https://huggingface.co" : e;
 }
 
 std::string hf_token() {
-  if (std::string t = trim(env("HF_TOKEN")); !t.empty()) return t;
-  if (std::string t = trim(env("HUGGING_FACE_HUB_TOKEN")); !t.empty()) return t;  // the legacy name
-  std::string path = env("HF_TOKEN_PATH");
+  if (std::string t = trim(env_string("HF_TOKEN")); !t.empty()) return t;
+  if (std::string t = trim(env_string("HUGGING_FACE_HUB_TOKEN")); !t.empty()) return t;  // the legacy name
+  std::string path = env_string("HF_TOKEN_PATH");
   if (path.empty()) path = hf_home_dir() + "/token";
   std::ifstream f(path);
   std::string t;
@@ -408,7 +403,7 @@ namespace {
 ModelId parse_id_or_throw(const std::string& arg, const PullOptions& o) {
   std::optional<ModelId> id = parse_model_id(arg);
   if (!id) throw Error(arg + ": not a model id of the form org/name[@revision]");
-  std::string offline = env("HF_HUB_OFFLINE");
+  std::string offline = env_string("HF_HUB_OFFLINE");
   if (!offline.empty() && offline != "0" && offline != "false" && offline != "FALSE")
     throw Error(arg + ": HF_HUB_OFFLINE is set, so nothing is downloaded; unset it to pull");
   if (!o.revision.empty()) id->revision = o.revision;

@@ -21,10 +21,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-std::string idx(const std::string& base, size_t i) {
-  return base + "[" + std::to_string(i) + "]";
-}
-
 ApiError missing(const std::string& name) {
   return invalid_field(name, name + ": Field required");
 }
@@ -35,9 +31,10 @@ std::string blocks_text(const RequestJson& v, const std::string& name) {
   if (!v.is_array()) throw invalid_field(name, name + ": Input should be a valid string or a list of blocks");
   std::string out;
   for (size_t i = 0; i < v.size(); ++i) {
-    JsonFields bf(v[i], idx(name, i));
+    JsonFields bf(v[i], element_path(name, i));
     if (!v[i].is_object() || bf.string("type").value_or("") != "text") {
-      throw invalid_field(idx(name, i), idx(name, i) + ": only text blocks are supported here");
+      throw invalid_field(element_path(name, i),
+                          element_path(name, i) + ": only text blocks are supported here");
     }
     if (!out.empty()) out += "\n";
     out += bf.string("text").value_or("");
@@ -66,7 +63,7 @@ void convert_message(const RequestJson& m, const std::string& name, RequestJson&
   RequestJson calls = RequestJson::array();
   for (size_t i = 0; i < content->size(); ++i) {
     const RequestJson& b = (*content)[i];
-    std::string bname = idx(f.name("content"), i);
+    std::string bname = element_path(f.name("content"), i);
     if (!b.is_object()) throw invalid_field(bname, bname + ": Input should be a valid dictionary");
     JsonFields bf(b, bname);
     std::string type = bf.string("type").value_or("");
@@ -136,7 +133,8 @@ RequestJson anthropic_chat_messages(const RequestJson& body) {
   const RequestJson* messages = f.get("messages");
   if (!messages) throw missing("messages");
   if (!messages->is_array()) throw invalid_field("messages", "messages: Input should be a valid list");
-  for (size_t i = 0; i < messages->size(); ++i) convert_message((*messages)[i], idx("messages", i), out);
+  for (size_t i = 0; i < messages->size(); ++i)
+    convert_message((*messages)[i], element_path("messages", i), out);
   if (out.empty() || out.back()["role"] == "system")
     throw invalid_field("messages", "messages: at least one message is required");
   return out;
@@ -149,7 +147,7 @@ RequestJson anthropic_tools(const RequestJson& body) {
   RequestJson out = RequestJson::array();
   for (size_t i = 0; i < tools->size(); ++i) {
     const RequestJson& t = (*tools)[i];
-    JsonFields tf(t, idx("tools", i));
+    JsonFields tf(t, element_path("tools", i));
     auto name = tf.string("name");
     if (!t.is_object() || !name) throw missing(tf.name("name"));
     RequestJson fn = {{"name", *name}};
@@ -223,8 +221,8 @@ static void read_sampling(const JsonFields& f, MessagesRequest& r, const ApiCont
   if (const RequestJson* stops = f.array("stop_sequences")) {
     for (size_t i = 0; i < stops->size(); ++i) {
       if (!(*stops)[i].is_string() || (*stops)[i].get<std::string>().empty()) {
-        throw invalid_field(idx("stop_sequences", i),
-                            idx("stop_sequences", i) + ": must be a non-empty string");
+        throw invalid_field(element_path("stop_sequences", i),
+                            element_path("stop_sequences", i) + ": must be a non-empty string");
       }
       r.request.stop.push_back((*stops)[i].get<std::string>());
     }
@@ -317,21 +315,6 @@ json anthropic_error_json(const ApiError& e) {
 
 namespace {
 
-double ms_since(Clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
-
-void observe(Clock::time_point start, Clock::time_point first, const Usage& u) {
-  RequestRecord rec;
-  rec.status = 200;
-  rec.duration_ms = ms_since(start);
-  rec.completion_tokens = u.completion_tokens;
-  rec.prompt_tokens = u.prompt_tokens;
-  rec.cached_tokens = u.cached_tokens;
-  if (first != Clock::time_point{}) rec.ttft_ms = rec.duration_ms - ms_since(first);
-  server_metrics().observe_request(rec);
-}
-
 std::string sse(const char* type, const json& data) {
   return std::string("event: ") + type + "\ndata: " + dump_json(data) + "\n\n";
 }
@@ -399,7 +382,7 @@ class MessagesStream {
         ParsedDelta d = parser_.feed(ev.text);
         d.append(parser_.finish());
         ok = emit(d) && close_block() && finish(ev);
-        observe(t0, gen_->first_token_at(), ev.usage);
+        observe_generation(t0, gen_->first_token_at(), ev.usage);
       } else {
         send("error", anthropic_error_json(internal_error(ev.error)));
         return false;
@@ -496,7 +479,7 @@ void handle_messages(const ApiContext& ctx, const httplib::Request& http_req, ht
       if (ev.kind == StreamEvent::Kind::Finished) last = ev;
       ev = StreamEvent();
     }
-    observe(t0, gen->first_token_at(), last.usage);
+    observe_generation(t0, gen->first_token_at(), last.usage);
     send_json(res, 200, anthropic_message_json(*req, meta, text, last.finish, last.matched_stop, last.usage));
     return;
   }

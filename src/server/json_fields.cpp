@@ -6,25 +6,27 @@
 
 namespace tf::server {
 
-using json = RequestJson;
+JsonFields::JsonFields(const RequestJson& obj, std::string path) : obj_(obj), path_(std::move(path)) {}
 
-JsonFields::JsonFields(const json& obj, std::string path) : obj_(obj), path_(std::move(path)) {}
+std::string element_path(const std::string& array_path, size_t i) {
+  return array_path + "[" + std::to_string(i) + "]";
+}
 
-std::string json_type_name(const json& v) {
+std::string json_type_name(const RequestJson& v) {
   switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::object: return "an object";
-    case json::value_t::array: return "an array";
-    case json::value_t::string: return "a string";
-    case json::value_t::boolean: return "a boolean";
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned: return "an integer";
-    case json::value_t::number_float: return "a number";
+    case RequestJson::value_t::null: return "null";
+    case RequestJson::value_t::object: return "an object";
+    case RequestJson::value_t::array: return "an array";
+    case RequestJson::value_t::string: return "a string";
+    case RequestJson::value_t::boolean: return "a boolean";
+    case RequestJson::value_t::number_integer:
+    case RequestJson::value_t::number_unsigned: return "an integer";
+    case RequestJson::value_t::number_float: return "a number";
     default: return "an unsupported value";
   }
 }
 
-const json* JsonFields::get(const std::string& key) const {
+const RequestJson* JsonFields::get(const std::string& key) const {
   auto it = obj_.find(key);
   if (it == obj_.end() || it->is_null()) return nullptr;
   return &*it;
@@ -32,7 +34,7 @@ const json* JsonFields::get(const std::string& key) const {
 
 bool JsonFields::has(const std::string& key) const { return get(key) != nullptr; }
 
-static ApiError wrong_type(const std::string& field, const char* expected, const json& got) {
+static ApiError wrong_type(const std::string& field, const char* expected, const RequestJson& got) {
   return invalid_field(field, "Invalid type for '" + field + "': expected " + expected + ", but got " +
                                   json_type_name(got) + ".",
                        "invalid_type");
@@ -46,7 +48,7 @@ static std::string fmt(double v) {
 }
 
 std::optional<double> JsonFields::number(const std::string& key, double lo, double hi) const {
-  const json* v = get(key);
+  const RequestJson* v = get(key);
   if (!v) return std::nullopt;
   if (!v->is_number()) throw wrong_type(name(key), "a number", *v);
   double d = v->get<double>();
@@ -59,7 +61,7 @@ std::optional<double> JsonFields::number(const std::string& key, double lo, doub
 }
 
 std::optional<int64_t> JsonFields::integer(const std::string& key, int64_t lo, int64_t hi) const {
-  const json* v = get(key);
+  const RequestJson* v = get(key);
   if (!v) return std::nullopt;
   int64_t i = 0;
   if (v->is_number_unsigned()) {
@@ -82,38 +84,38 @@ std::optional<int64_t> JsonFields::integer(const std::string& key, int64_t lo, i
 }
 
 std::optional<bool> JsonFields::boolean(const std::string& key) const {
-  const json* v = get(key);
+  const RequestJson* v = get(key);
   if (!v) return std::nullopt;
   if (!v->is_boolean()) throw wrong_type(name(key), "a boolean", *v);
   return v->get<bool>();
 }
 
 std::optional<std::string> JsonFields::string(const std::string& key) const {
-  const json* v = get(key);
+  const RequestJson* v = get(key);
   if (!v) return std::nullopt;
   if (!v->is_string()) throw wrong_type(name(key), "a string", *v);
   return v->get<std::string>();
 }
 
-const json* JsonFields::object(const std::string& key) const {
-  const json* v = get(key);
+const RequestJson* JsonFields::object(const std::string& key) const {
+  const RequestJson* v = get(key);
   if (v && !v->is_object()) throw wrong_type(name(key), "an object", *v);
   return v;
 }
 
-const json* JsonFields::array(const std::string& key) const {
-  const json* v = get(key);
+const RequestJson* JsonFields::array(const std::string& key) const {
+  const RequestJson* v = get(key);
   if (v && !v->is_array()) throw wrong_type(name(key), "an array", *v);
   return v;
 }
 
-json parse_body(const std::string& body) {
-  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+RequestJson parse_body(const std::string& body) {
+  RequestJson j = RequestJson::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
     // Re-parse to get the position of the error for the message.
     try {
-      json again = json::parse(body);
-    } catch (const json::parse_error& e) {
+      RequestJson again = RequestJson::parse(body);
+    } catch (const RequestJson::parse_error& e) {
       throw malformed_json("error at byte " + std::to_string(e.byte));
     }
     throw malformed_json("invalid JSON");

@@ -33,6 +33,9 @@ class JsonFields {
   std::string path_;
 };
 
+// The path of an array's element in errors: ("messages", 2) -> "messages[2]".
+std::string element_path(const std::string& array_path, size_t i);
+
 // "a JSON object", "a string", ... for messages like "expected a string, got an array".
 std::string json_type_name(const RequestJson& v);
 

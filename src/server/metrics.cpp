@@ -97,6 +97,21 @@ void Metrics::observe_request(const RequestRecord& r) {
   }
 }
 
+void observe_generation(std::chrono::steady_clock::time_point start,
+                        std::chrono::steady_clock::time_point first, const Usage& u) {
+  auto ms_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+  };
+  RequestRecord rec;
+  rec.status = 200;
+  rec.duration_ms = ms_since(start);
+  rec.completion_tokens = u.completion_tokens;
+  rec.prompt_tokens = u.prompt_tokens;
+  rec.cached_tokens = u.cached_tokens;
+  if (first != std::chrono::steady_clock::time_point{}) rec.ttft_ms = rec.duration_ms - ms_since(first);
+  server_metrics().observe_request(rec);
+}
+
 std::string Metrics::render(const ApiContext& ctx) const {
   EngineStats s = ctx.engine.stats();
   std::string model = ctx.options.name.empty() ? ctx.info().id : ctx.options.name;

@@ -5,6 +5,7 @@
 // so existing vLLM dashboards work unchanged.
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -47,5 +48,10 @@ class Metrics {
 
 // The server's one registry (handlers and the request logger feed it).
 Metrics& server_metrics();
+
+// A 200 generation that its handler records itself (Messages, Responses): latency from `start`, time to
+// first token from `first` (a default time_point: none), token counts from `u`.
+void observe_generation(std::chrono::steady_clock::time_point start,
+                        std::chrono::steady_clock::time_point first, const Usage& u);
 
 }  // namespace tf::server

@@ -9,8 +9,6 @@ namespace tf::server {
 
 using nlohmann::json;
 
-static std::string idx(const std::string& base, size_t i) { return base + "[" + std::to_string(i) + "]"; }
-
 // String content, or the text parts of a list joined with newlines (as vLLM does for string templates).
 static RequestJson normalize_content(const RequestJson& content, const std::string& name) {
   if (content.is_string()) return content;
@@ -22,7 +20,7 @@ static RequestJson normalize_content(const RequestJson& content, const std::stri
   std::string text;
   for (size_t i = 0; i < content.size(); ++i) {
     const RequestJson& part = content[i];
-    std::string pname = idx(name, i);
+    std::string pname = element_path(name, i);
     if (!part.is_object()) throw invalid_field(pname, "'" + pname + "' must be an object.", "invalid_type");
     JsonFields pf(part, pname);
     auto type = pf.string("type");
@@ -47,7 +45,7 @@ static RequestJson normalize_tool_calls(const RequestJson& calls, const std::str
   }
   RequestJson out = RequestJson::array();
   for (size_t i = 0; i < calls.size(); ++i) {
-    std::string cname = idx(name, i);
+    std::string cname = element_path(name, i);
     if (!calls[i].is_object()) throw invalid_field(cname, "'" + cname + "' must be an object.", "invalid_type");
     RequestJson call = calls[i];
     JsonFields cf(call, cname);
@@ -113,7 +111,8 @@ RequestJson normalize_messages(const RequestJson& messages) {
   }
   if (messages.empty()) throw invalid_field("messages", "'messages' must contain at least one message.");
   RequestJson out = RequestJson::array();
-  for (size_t i = 0; i < messages.size(); ++i) out.push_back(normalize_message(messages[i], idx("messages", i)));
+  for (size_t i = 0; i < messages.size(); ++i)
+    out.push_back(normalize_message(messages[i], element_path("messages", i)));
   return out;
 }
 

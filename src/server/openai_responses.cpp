@@ -62,10 +62,6 @@ size_t ResponseStore::size() const {
 
 namespace {
 
-std::string idx(const std::string& base, size_t i) {
-  return base + "[" + std::to_string(i) + "]";
-}
-
 ApiError unsupported(const std::string& param, const std::string& what) {
   return invalid_field(param, what + " is not supported by this server.", "unsupported_value");
 }
@@ -83,7 +79,7 @@ std::string parts_text(const RequestJson& content, const std::string& name) {
   }
   std::string text;
   for (size_t i = 0; i < content.size(); ++i) {
-    JsonFields pf(content[i], idx(name, i));
+    JsonFields pf(content[i], element_path(name, i));
     std::string type = content[i].is_object() ? pf.string("type").value_or("") : "";
     if (type != "input_text" && type != "output_text" && type != "text") {
       throw unsupported(pf.name("type"), "Content of type '" + type + "'");
@@ -116,7 +112,7 @@ RequestJson responses_input_messages(const RequestJson& input) {
   }
   for (size_t i = 0; i < input.size(); ++i) {
     const RequestJson& item = input[i];
-    std::string name = idx("input", i);
+    std::string name = element_path("input", i);
     if (!item.is_object()) throw invalid_field(name, "'" + name + "' must be an object.", "invalid_type");
     JsonFields f(item, name);
     std::string type = f.string("type").value_or("message");
@@ -175,7 +171,7 @@ RequestJson function_tools(const JsonFields& f) {
   RequestJson out = RequestJson::array();
   for (size_t i = 0; i < tools->size(); ++i) {
     const RequestJson& t = (*tools)[i];
-    JsonFields tf(t, idx("tools", i));
+    JsonFields tf(t, element_path("tools", i));
     std::string type = t.is_object() ? tf.string("type").value_or("") : "";
     if (type != "function") throw unsupported(tf.name("type"), "Tools of type '" + type + "'");
     auto name = tf.string("name");
@@ -493,19 +489,6 @@ void finish_response(const ResponsesRequest& r, const std::string& id, int64_t c
   }
 }
 
-void observe(Clock::time_point t0, Clock::time_point first, const Usage& u) {
-  RequestRecord rec;
-  rec.status = 200;
-  rec.duration_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  rec.completion_tokens = u.completion_tokens;
-  rec.prompt_tokens = u.prompt_tokens;
-  rec.cached_tokens = u.cached_tokens;
-  if (first != Clock::time_point{}) {
-    rec.ttft_ms = rec.duration_ms - std::chrono::duration<double, std::milli>(Clock::now() - first).count();
-  }
-  server_metrics().observe_request(rec);
-}
-
 void handle_create(const ApiContext& ctx, const httplib::Request& http_req, httplib::Response& res) {
   auto t0 = Clock::now();
   auto r = std::make_shared<ResponsesRequest>(parse_request(parse_body(http_req.body), ctx));
@@ -526,7 +509,7 @@ void handle_create(const ApiContext& ctx, const httplib::Request& http_req, http
         items.reasoning_tokens);
     json response;
     finish_response(*r, id, created, last, items, response, ignored);
-    observe(t0, gen->first_token_at(), last.usage);
+    observe_generation(t0, gen->first_token_at(), last.usage);
     send_json(res, 200, response);
     return;
   }
@@ -562,7 +545,7 @@ void handle_create(const ApiContext& ctx, const httplib::Request& http_req, http
           for (auto& ev : tail) send(ev);
           send({{"type", response["status"] == "completed" ? "response.completed" : "response.incomplete"},
                 {"response", response}});
-          observe(t0, gen->first_token_at(), last.usage);
+          observe_generation(t0, gen->first_token_at(), last.usage);
         } catch (const ApiError& e) {
           gen->cancel(false);
           send({{"type", "error"}, {"code", e.code()}, {"message", e.message()}, {"param", nullptr}});

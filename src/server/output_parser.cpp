@@ -14,27 +14,11 @@ const std::string kThinkOpen = "<think>";
 const std::string kThinkClose = "</think>";
 const std::string kCallOpen = "<tool_call>";
 const std::string kCallClose = "</tool_call>";
-const std::string kMistral = "[TOOL_CALLS]";
-const std::string kPythonTag = "<|python_tag|>";
-const std::string kDsCallsBegin = "<｜tool▁calls▁begin｜>";
-const std::string kDsCallBegin = "<｜tool▁call▁begin｜>";
-const std::string kDsCallEnd = "<｜tool▁call▁end｜>";
-const std::string kDsSep = "<｜tool▁sep｜>";
-
-bool is_space(char c) {
-  return c == ' ' || c == '\n' || c == '\t' || c == '\r';
-}
 
 std::string lstrip(const std::string& s) {
   size_t i = 0;
   while (i < s.size() && is_space(s[i])) ++i;
   return s.substr(i);
-}
-
-std::string strip(const std::string& s) {
-  std::string t = lstrip(s);
-  while (!t.empty() && is_space(t.back())) t.pop_back();
-  return t;
 }
 
 bool starts_with(const std::string& s, const std::string& p) {

@@ -5,29 +5,6 @@
 
 namespace tf::server {
 
-namespace {
-
-using OJson = nlohmann::ordered_json;
-constexpr size_t npos = std::string::npos;
-
-const std::string kPythonTag = "<|python_tag|>";
-const std::string kMistral = "[TOOL_CALLS]";
-const std::string kDsCallsBegin = "<｜tool▁calls▁begin｜>";
-const std::string kDsCallsEnd = "<｜tool▁calls▁end｜>";
-const std::string kDsCallBegin = "<｜tool▁call▁begin｜>";
-const std::string kDsCallEnd = "<｜tool▁call▁end｜>";
-const std::string kDsSep = "<｜tool▁sep｜>";
-
-// A match so far: complete, possible once more text comes, or impossible.
-enum class M { Ok, More, No };
-
-#define TF_TRY(expr)                  \
-  do {                                \
-    if (M m_ = (expr); m_ != M::Ok) { \
-      return m_;                      \
-    }                                 \
-  } while (0)
-
 bool is_space(char c) {
   return c == ' ' || c == '\n' || c == '\t' || c == '\r';
 }
@@ -38,6 +15,21 @@ std::string strip(const std::string& s) {
   while (b > a && is_space(s[b - 1])) --b;
   return s.substr(a, b - a);
 }
+
+namespace {
+
+using OJson = nlohmann::ordered_json;
+constexpr size_t npos = std::string::npos;
+
+// A match so far: complete, possible once more text comes, or impossible.
+enum class M { Ok, More, No };
+
+#define TF_TRY(expr)                  \
+  do {                                \
+    if (M m_ = (expr); m_ != M::Ok) { \
+      return m_;                      \
+    }                                 \
+  } while (0)
 
 struct Cursor {
   const std::string& s;

@@ -14,6 +14,19 @@
 
 namespace tf::server {
 
+// The call markers of the JSON families, which the output parser (output_parser.h) also looks for.
+inline const std::string kPythonTag = "<|python_tag|>";  // Llama 3
+inline const std::string kMistral = "[TOOL_CALLS]";
+inline const std::string kDsCallsBegin = "<｜tool▁calls▁begin｜>";  // DeepSeek
+inline const std::string kDsCallsEnd = "<｜tool▁calls▁end｜>";
+inline const std::string kDsCallBegin = "<｜tool▁call▁begin｜>";
+inline const std::string kDsCallEnd = "<｜tool▁call▁end｜>";
+inline const std::string kDsSep = "<｜tool▁sep｜>";
+
+// Whitespace as both read replies (space, \n, \t, \r), and `s` without it at either end.
+bool is_space(char c);
+std::string strip(const std::string& s);
+
 struct CallView {
   std::string name;
   std::string args;       // the arguments JSON text so far

@@ -6,10 +6,6 @@
 
 namespace tf {
 
-namespace {
-constexpr int kBlock = 16;
-}
-
 DraftModelDrafter::DraftModelDrafter(const std::string& dir, Backend& backend, int context, int streams,
                                      int target_vocab)
     : ckpt_(Checkpoint::open(dir)), be_(backend), context_(context) {
@@ -19,8 +15,8 @@ DraftModelDrafter::DraftModelDrafter(const std::string& dir, Backend& backend, i
     throw Error("draft model " + dir + " has a vocabulary of " + std::to_string(s.vocab) +
                 ", larger than the target's " + std::to_string(target_vocab) +
                 ": it must share the target's tokenizer");
-  pool_ = std::make_unique<KvBlockPool>(be_, s.layers, s.kv_heads, s.head_dim, kBlock,
-                                        KvBlockPool::blocks_for(context, kBlock) * streams);
+  pool_ = std::make_unique<KvBlockPool>(be_, s.layers, s.kv_heads, s.head_dim, kDrafterKvBlock,
+                                        KvBlockPool::blocks_for(context, kDrafterKvBlock) * streams);
 }
 
 void DraftModelDrafter::propose(std::vector<DraftSlot>& slots) {
@@ -41,7 +37,7 @@ void DraftModelDrafter::propose(std::vector<DraftSlot>& slots) {
   // Step 0 feeds every token the draft cache lacks (catch-up); step i > 0 feeds the previous draft.
   for (int step = 0; step < kmax; ++step) {
     BatchMeta m;
-    m.block_size = kBlock;
+    m.block_size = kDrafterKvBlock;
     std::vector<DraftSlot*> in;
     std::vector<int32_t> logit_rows;
     for (auto* slot : live) {
@@ -56,7 +52,7 @@ void DraftModelDrafter::propose(std::vector<DraftSlot>& slots) {
         m.tokens.push_back(t);
         m.positions.push_back(p);
         m.row_seq.push_back(seq_index);
-        m.slots.push_back(st.blocks[p / kBlock] * kBlock + p % kBlock);
+        m.slots.push_back(st.blocks[p / kDrafterKvBlock] * kDrafterKvBlock + p % kDrafterKvBlock);
       }
       st.computed = len;
       logit_rows.push_back(m.rows() - 1);

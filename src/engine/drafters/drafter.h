@@ -12,6 +12,9 @@ namespace tf {
 struct Sequence;
 class Tensor;
 
+// Positions per block of the KV pool a model drafter (MTP head, draft model) keeps for its own layers.
+constexpr int kDrafterKvBlock = 16;
+
 struct DraftSlot {
   Sequence* seq = nullptr;
   int max_k = 0;                // propose at most this many

@@ -11,7 +11,6 @@
 namespace tf {
 
 namespace {
-constexpr int kBlock = 16;
 constexpr int kMaxCatchup = 64;          // hidden rows kept for the head's next catch-up
 constexpr int kMaxPromptCatchup = 8192;  // ... before its first one (the prompt)
 }  // namespace
@@ -20,8 +19,8 @@ MtpDrafter::MtpDrafter(Model& model, Backend& be, int context, int streams, MtpO
     : model_(model), be_(be), o_(o) {
   const ModelSpec& s = model.spec();
   row_bytes_ = size_t(s.hidden) * dtype_size(be.act_dtype());
-  pool_ = std::make_unique<KvBlockPool>(be, 1, s.kv_heads, s.head_dim, kBlock,
-                                        KvBlockPool::blocks_for(context, kBlock) * streams);
+  pool_ = std::make_unique<KvBlockPool>(be, 1, s.kv_heads, s.head_dim, kDrafterKvBlock,
+                                        KvBlockPool::blocks_for(context, kDrafterKvBlock) * streams);
 }
 
 void MtpDrafter::observe_hidden(Sequence& s, int first_position, const Tensor& rows, int first_row,
@@ -85,7 +84,7 @@ void MtpDrafter::propose(std::vector<DraftSlot>& slots) {
   for (auto& l : live) kmax = std::max(kmax, l.k);
   for (int step = 0; step < kmax; ++step) {
     BatchMeta m;
-    m.block_size = kBlock;
+    m.block_size = kDrafterKvBlock;
     std::vector<Live*> in;
     std::vector<int32_t> logit_rows;
     std::vector<uint8_t> hidden;
@@ -99,7 +98,7 @@ void MtpDrafter::propose(std::vector<DraftSlot>& slots) {
         m.tokens.push_back(next_token);
         m.positions.push_back(p);
         m.row_seq.push_back(seq_index);
-        m.slots.push_back(st.blocks[p / kBlock] * kBlock + p % kBlock);
+        m.slots.push_back(st.blocks[p / kDrafterKvBlock] * kDrafterKvBlock + p % kDrafterKvBlock);
         hidden.insert(hidden.end(), h, h + row_bytes_);
       };
       if (step == 0) {

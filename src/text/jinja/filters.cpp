@@ -10,16 +10,8 @@
 namespace tf::jinja {
 namespace {
 
-// Argument `idx` (0 = first after the input) by position or keyword; null when absent.
-const Value* arg(const CallArgs& a, size_t idx, const char* name) {
-  if (idx < a.pos.size()) return &a.pos[idx];
-  for (const auto& [k, v] : a.kw)
-    if (k == name) return &v;
-  return nullptr;
-}
-
 bool bool_arg(const CallArgs& a, size_t idx, const char* name, bool def) {
-  const Value* v = arg(a, idx, name);
+  const Value* v = a.arg(idx, name);
   return v ? v->truthy() : def;
 }
 
@@ -46,7 +38,7 @@ Value sort_key(const Value& v, bool case_sensitive) {
 Value do_tojson(const Value& v, const CallArgs& a) {
   JsonDumpOptions opt;
   opt.ensure_ascii = bool_arg(a, 0, "ensure_ascii", false);
-  const Value* indent = arg(a, 1, "indent");
+  const Value* indent = a.arg(1, "indent");
   if (indent && !indent->is_none()) {
     opt.has_indent = true;
     if (indent->is_string()) {
@@ -57,7 +49,7 @@ Value do_tojson(const Value& v, const CallArgs& a) {
   }
   opt.item_sep = opt.has_indent ? "," : ", ";
   opt.key_sep = ": ";
-  const Value* seps = arg(a, 2, "separators");
+  const Value* seps = a.arg(2, "separators");
   if (seps && seps->is_list() && seps->list()->items.size() == 2) {
     opt.item_sep = seps->list()->items[0].to_str();
     opt.key_sep = seps->list()->items[1].to_str();
@@ -85,7 +77,7 @@ Value do_length(const Value& v) {
 }
 
 Value do_int(const Value& v, const CallArgs& a) {
-  const Value* def = arg(a, 0, "default");
+  const Value* def = a.arg(0, "default");
   Value fallback = def ? *def : Value(int64_t{0});
   if (v.is_int() || v.is_bool()) return Value(v.as_int());
   if (v.is_float())
@@ -105,7 +97,7 @@ Value do_int(const Value& v, const CallArgs& a) {
 }
 
 Value do_float(const Value& v, const CallArgs& a) {
-  const Value* def = arg(a, 0, "default");
+  const Value* def = a.arg(0, "default");
   if (v.is_number()) return Value(v.as_double());
   if (v.is_string()) {
     std::string s = py_strip(v.str(), Value::none(), true, true);
@@ -120,9 +112,9 @@ Value do_float(const Value& v, const CallArgs& a) {
 }
 
 Value do_round(const Value& v, const CallArgs& a) {
-  const Value* p = arg(a, 0, "precision");
+  const Value* p = a.arg(0, "precision");
   int64_t precision = p ? p->as_int() : 0;
-  const Value* m = arg(a, 1, "method");
+  const Value* m = a.arg(1, "method");
   std::string method = m ? m->to_str() : "common";
   if (!v.is_number()) throw TemplateError("round() needs a number, not " + v.type_name());
   if (method == "common" && !v.is_float()) return Value(v.as_int());
@@ -134,7 +126,7 @@ Value do_round(const Value& v, const CallArgs& a) {
 
 Value do_sort(const Value& v, const CallArgs& a) {
   bool reverse = bool_arg(a, 0, "reverse", false), cs = bool_arg(a, 1, "case_sensitive", false);
-  const Value* attr = arg(a, 2, "attribute");
+  const Value* attr = a.arg(2, "attribute");
   std::vector<Value> items = iterate(v);
   std::vector<std::pair<Value, Value>> keyed;
   for (auto& it : items) keyed.emplace_back(sort_key(attr ? attr_path(it, *attr) : it, cs), it);
@@ -149,7 +141,7 @@ Value do_sort(const Value& v, const CallArgs& a) {
 Value do_dictsort(const Value& v, const CallArgs& a) {
   if (!v.is_mapping()) throw TemplateError("dictsort filter needs a mapping");
   bool cs = bool_arg(a, 0, "case_sensitive", false);
-  const Value* by = arg(a, 1, "by");
+  const Value* by = a.arg(1, "by");
   bool by_value = by && by->to_str() == "value";
   bool reverse = bool_arg(a, 2, "reverse", false);
   std::vector<Value> items;
@@ -164,7 +156,7 @@ Value do_dictsort(const Value& v, const CallArgs& a) {
 
 Value do_unique(const Value& v, const CallArgs& a) {
   bool cs = bool_arg(a, 0, "case_sensitive", false);
-  const Value* attr = arg(a, 1, "attribute");
+  const Value* attr = a.arg(1, "attribute");
   std::vector<Value> seen, out;
   for (const auto& it : iterate(v)) {
     Value key = sort_key(attr ? attr_path(it, *attr) : it, cs);
@@ -177,7 +169,7 @@ Value do_unique(const Value& v, const CallArgs& a) {
 
 Value do_minmax(const Value& v, const CallArgs& a, bool is_max) {
   bool cs = bool_arg(a, 0, "case_sensitive", false);
-  const Value* attr = arg(a, 1, "attribute");
+  const Value* attr = a.arg(1, "attribute");
   std::vector<Value> items = iterate(v);
   if (items.empty()) return Value::undefined("no items for " + std::string(is_max ? "max" : "min"));
   size_t best = 0;
@@ -191,7 +183,7 @@ Value do_minmax(const Value& v, const CallArgs& a, bool is_max) {
 }
 
 Value do_indent(const Value& v, const CallArgs& a) {
-  const Value* w = arg(a, 0, "width");
+  const Value* w = a.arg(0, "width");
   std::string ind = !w ? "    "
                     : w->is_string()
                         ? w->str()
@@ -216,7 +208,7 @@ Value do_indent(const Value& v, const CallArgs& a) {
 Value do_select(const Value& v, const CallArgs& a, bool with_attr, bool keep) {
   std::vector<Value> out;
   size_t first = with_attr ? 1 : 0;
-  const Value* attr = with_attr ? arg(a, 0, "attribute") : nullptr;
+  const Value* attr = with_attr ? a.arg(0, "attribute") : nullptr;
   std::string test = a.pos.size() > first ? a.pos[first].to_str() : "";
   CallArgs targs;
   for (size_t k = first + 1; k < a.pos.size(); ++k) targs.pos.push_back(a.pos[k]);
@@ -258,8 +250,8 @@ Value do_map(const Value& v, const CallArgs& a) {
 }
 
 Value do_join(const Value& v, const CallArgs& a) {
-  const Value* d = arg(a, 0, "d");
-  const Value* attr = arg(a, 1, "attribute");
+  const Value* d = a.arg(0, "d");
+  const Value* attr = a.arg(1, "attribute");
   std::string sep = d ? d->to_str() : "", out;
   bool first = true;
   for (const auto& it : iterate(v)) {
@@ -271,8 +263,8 @@ Value do_join(const Value& v, const CallArgs& a) {
 }
 
 Value do_batch(const Value& v, const CallArgs& a) {
-  const Value* n = arg(a, 0, "linecount");
-  const Value* fill = arg(a, 1, "fill_with");
+  const Value* n = a.arg(0, "linecount");
+  const Value* fill = a.arg(1, "fill_with");
   int64_t count = n ? n->as_int() : 1;
   std::vector<Value> out, cur;
   for (const auto& it : iterate(v)) {
@@ -289,9 +281,9 @@ Value do_batch(const Value& v, const CallArgs& a) {
 
 Value do_truncate(const Value& v, const CallArgs& a) {
   auto cps = utf8_decode(v.to_str());
-  const Value* len = arg(a, 0, "length");
-  const Value* end_v = arg(a, 2, "end");
-  const Value* leeway_v = arg(a, 3, "leeway");
+  const Value* len = a.arg(0, "length");
+  const Value* end_v = a.arg(2, "end");
+  const Value* leeway_v = a.arg(3, "leeway");
   int64_t length = len ? len->as_int() : 255,
           leeway = leeway_v && !leeway_v->is_none() ? leeway_v->as_int() : 5;
   std::string end = end_v ? end_v->to_str() : "...";
@@ -337,8 +329,8 @@ Value do_striptags(const Value& v) {
 
 Value do_slice(const Value& v, const CallArgs& a) {
   std::vector<Value> seq = iterate(v);
-  const Value* n = arg(a, 0, "slices");
-  const Value* fill = arg(a, 1, "fill_with");
+  const Value* n = a.arg(0, "slices");
+  const Value* fill = a.arg(1, "fill_with");
   int64_t slices = n ? n->as_int() : 1;
   if (slices <= 0) throw TemplateError("slice count must be positive");
   int64_t length = static_cast<int64_t>(seq.size()), per = length / slices, extra = length % slices,
@@ -356,8 +348,8 @@ Value do_slice(const Value& v, const CallArgs& a) {
 }
 
 Value do_sum(const Value& v, const CallArgs& a) {
-  const Value* attr = arg(a, 0, "attribute");
-  const Value* start = arg(a, 1, "start");
+  const Value* attr = a.arg(0, "attribute");
+  const Value* start = a.arg(1, "start");
   Value acc = start ? *start : Value(int64_t{0});
   for (const auto& it : iterate(v)) acc = binary_op("+", acc, attr ? attr_path(it, *attr) : it);
   return acc;
@@ -373,21 +365,21 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
   if (name == "forceescape") return Value::markup(html_escape(v.to_str()));
   if (name == "e" || name == "escape") return v.is_safe() ? v : Value::markup(html_escape(v.to_str()));
   if (name == "trim")
-    return Value(py_strip(v.to_str(), arg(a, 0, "chars") ? *arg(a, 0, "chars") : Value::none(), true, true));
+    return Value(py_strip(v.to_str(), a.arg(0, "chars") ? *a.arg(0, "chars") : Value::none(), true, true));
   if (name == "upper") return Value(py_upper(v.to_str()));
   if (name == "lower") return Value(py_lower(v.to_str()));
   if (name == "capitalize") return Value(py_capitalize(v.to_str()));
   if (name == "title") return Value(py_title(v.to_str()));
   if (name == "replace") {
-    const Value* old = arg(a, 0, "old");
-    const Value* repl = arg(a, 1, "new");
-    const Value* cnt = arg(a, 2, "count");
+    const Value* old = a.arg(0, "old");
+    const Value* repl = a.arg(1, "new");
+    const Value* cnt = a.arg(2, "count");
     if (!old || !repl) throw TemplateError("replace filter needs old and new");
     return Value(
         py_replace(v.to_str(), old->to_str(), repl->to_str(), cnt && !cnt->is_none() ? cnt->as_int() : -1));
   }
   if (name == "default" || name == "d") {
-    const Value* def = arg(a, 0, "default_value");
+    const Value* def = a.arg(0, "default_value");
     bool boolean = bool_arg(a, 1, "boolean", false);
     if (v.is_undefined() || (boolean && !v.truthy())) return def ? *def : Value("");
     return v;
@@ -430,10 +422,10 @@ Value apply_filter(const std::string& name, const Value& v, CallArgs& a) {
   if (name == "selectattr" || name == "rejectattr") return do_select(v, a, true, name == "selectattr");
   if (name == "map") return do_map(v, a);
   if (name == "batch") return do_batch(v, a);
-  if (name == "attr") return get_attr(v, arg(a, 0, "name") ? arg(a, 0, "name")->to_str() : "");
+  if (name == "attr") return get_attr(v, a.arg(0, "name") ? a.arg(0, "name")->to_str() : "");
   if (name == "pprint") return Value(v.repr());
   if (name == "center") {
-    const Value* w = arg(a, 0, "width");
+    const Value* w = a.arg(0, "width");
     CallArgs ca;
     ca.pos.push_back(w ? *w : Value(int64_t{80}));
     bool found = false;

@@ -10,22 +10,15 @@
 namespace tf::jinja {
 namespace {
 
-const Value* arg(const CallArgs& a, size_t idx, const char* name) {
-  if (idx < a.pos.size()) return &a.pos[idx];
-  for (const auto& [k, v] : a.kw)
-    if (k == name) return &v;
-  return nullptr;
-}
-
 std::string str_arg(const CallArgs& a, size_t idx, const char* name, const char* method) {
-  const Value* v = arg(a, idx, name);
+  const Value* v = a.arg(idx, name);
   if (!v || !v->is_string())
     throw TemplateError(std::string(method) + "() argument '" + name + "' must be str");
   return v->str();
 }
 
 int64_t int_arg(const CallArgs& a, size_t idx, const char* name, int64_t def) {
-  const Value* v = arg(a, idx, name);
+  const Value* v = a.arg(idx, name);
   if (!v || v->is_none()) return def;
   if (!v->is_int() && !v->is_bool()) throw TemplateError(std::string("'") + name + "' must be an integer");
   return v->as_int();
@@ -140,11 +133,11 @@ Value unsafe(const Value& self, const std::string& name) {
 
 Value string_method(const std::string& s, const std::string& name, CallArgs& a) {
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
-    const Value* chars = arg(a, 0, "chars");
+    const Value* chars = a.arg(0, "chars");
     return Value(py_strip(s, chars ? *chars : Value::none(), name != "rstrip", name != "lstrip"));
   }
   if (name == "split" || name == "rsplit") {
-    const Value* sep = arg(a, 0, "sep");
+    const Value* sep = a.arg(0, "sep");
     int64_t maxsplit = int_arg(a, 1, "maxsplit", -1);
     std::vector<std::string> parts;
     if (name == "rsplit" && maxsplit >= 0) {
@@ -178,7 +171,7 @@ Value string_method(const std::string& s, const std::string& name, CallArgs& a) 
     return make_list(std::move(items));
   }
   if (name == "startswith" || name == "endswith") {
-    const Value* p = arg(a, 0, "prefix");
+    const Value* p = a.arg(0, "prefix");
     if (!p) throw TemplateError(name + "() takes at least 1 argument");
     return Value(starts_or_ends(s, *p, name == "startswith"));
   }
@@ -203,7 +196,7 @@ Value string_method(const std::string& s, const std::string& name, CallArgs& a) 
   }
   if (name == "count") return Value(count_sub(s, str_arg(a, 0, "sub", "count")));
   if (name == "join") {
-    const Value* it = arg(a, 0, "iterable");
+    const Value* it = a.arg(0, "iterable");
     if (!it) throw TemplateError("join() takes exactly one argument");
     std::string out;
     bool first = true;
@@ -261,7 +254,7 @@ Value string_method(const std::string& s, const std::string& name, CallArgs& a) 
   if (name == "zfill" || name == "center" || name == "ljust" || name == "rjust") {
     int64_t width = int_arg(a, 0, "width", 0);
     std::string fill = name == "zfill" ? "0" : " ";
-    if (const Value* f = arg(a, 1, "fillchar"); f && f->is_string()) fill = f->str();
+    if (const Value* f = a.arg(1, "fillchar"); f && f->is_string()) fill = f->str();
     int64_t len = static_cast<int64_t>(utf8_decode(s).size());
     if (width <= len) return Value(s);
     int64_t pad = width - len;
@@ -305,11 +298,11 @@ Value dict_method(const Value& self, const std::string& name, CallArgs& a) {
     return make_iter(std::move(out), name == "keys" ? "dict_keys" : "dict_values");
   }
   if (name == "get") {
-    const Value* key = arg(a, 0, "key");
+    const Value* key = a.arg(0, "key");
     if (!key) throw TemplateError("get expected at least 1 argument, got 0");
     const Value* v = self.dict()->find(*key);
     if (v) return *v;
-    const Value* def = arg(a, 1, "default");
+    const Value* def = a.arg(1, "default");
     return def ? *def : Value::none();
   }
   // copy
@@ -319,7 +312,7 @@ Value dict_method(const Value& self, const std::string& name, CallArgs& a) {
 
 Value list_method(const Value& self, const std::string& name, CallArgs& a) {
   const auto& items = self.list()->items;
-  const Value* x = arg(a, 0, "value");
+  const Value* x = a.arg(0, "value");
   if (name == "copy") return make_list(items, self.list()->tuple);
   if (!x) throw TemplateError(name + "() takes exactly one argument");
   if (name == "count") {

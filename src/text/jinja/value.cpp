@@ -370,6 +370,13 @@ Value make_iter(std::vector<Value> items, std::string kind) {
 Value make_dict() {
   return Value(std::make_shared<Dict>());
 }
+const Value* CallArgs::arg(size_t idx, const char* name) const {
+  if (idx < pos.size()) return &pos[idx];
+  for (const auto& [k, v] : kw)
+    if (k == name) return &v;
+  return nullptr;
+}
+
 Value make_function(std::string name, std::function<Value(CallArgs&)> fn) {
   auto f = std::make_shared<Function>();
   f->name = std::move(name);

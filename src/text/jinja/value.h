@@ -34,6 +34,9 @@ enum class Kind { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict,
 struct CallArgs {
   std::vector<Value> pos;
   std::vector<std::pair<std::string, Value>> kw;
+
+  // Argument `idx` (0 = first after the input) by position or keyword; null when absent.
+  const Value* arg(size_t idx, const char* name) const;
 };
 
 class Value {

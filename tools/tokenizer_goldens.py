@@ -276,20 +276,22 @@ def golden(fam, path, texts):
     if os.path.exists(os.path.join(path, "tokenizer_config.json")):
         with open(os.path.join(path, "tokenizer_config.json"), encoding="utf-8") as f:
             config = json.load(f)
-    model_type = json.loads(tok.to_str())["model"].get("type", "Unigram")
+    serialized = tok.to_str()
+    spec = json.loads(serialized)
+    model_type = spec["model"].get("type", "Unigram")
     cleanup = bool(config.get("clean_up_tokenization_spaces", False)) and model_type != "BPE"
 
     def decode(ids, skip):
         text = tok.decode(ids, skip_special_tokens=skip)
         return PreTrainedTokenizerBase.clean_up_tokenization(None, text) if cleanup else text
 
-    added = json.loads(tok.to_str())["added_tokens"]
+    added = spec["added_tokens"]
     specials = [a["content"] for a in added]
     vocab = tok.get_vocab(with_added_tokens=True)
     byte_ids = [vocab[f"<0x{b:02X}>"] for b in range(256) if f"<0x{b:02X}>" in vocab]
     if not byte_ids:  # byte-level vocabularies: single-byte symbols (Ġ, Ċ, and raw 0x80.. bytes)
         byte_ids = [i for t, i in vocab.items() if len(t) == 1][:400]
-    plain = Tokenizer.from_str(tok.to_str())
+    plain = Tokenizer.from_str(serialized)
     plain.encode_special_tokens = True
     cases = []
     for text in texts + fuzz_texts(fam, specials):

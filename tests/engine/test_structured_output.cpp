@@ -48,8 +48,7 @@ std::vector<uint8_t> brute_mask(const Tokenizer& tok, int vocab, const JsonMatch
   return mask;
 }
 
-void expect_filter_equals_brute_force(const std::string& tokenizer_dir, int states_wanted) {
-  const Tokenizer tok = Tokenizer::load(tokenizer_dir);
+void expect_filter_equals_brute_force(const Tokenizer& tok, int states_wanted) {
   const int vocab = tok.vocab_size();
   const std::vector<int32_t> eos = {*tok.eos_id()};
   const JsonTokenFilter filter(tok, vocab, eos);
@@ -75,14 +74,13 @@ void expect_filter_equals_brute_force(const std::string& tokenizer_dir, int stat
 }
 
 TEST(JsonTokenFilter, MaskEqualsTryingEveryTokenDemoVocabulary) {
-  expect_filter_equals_brute_force(kDemo, 80);
+  expect_filter_equals_brute_force(Tokenizer::load(kDemo), 80);
 }
 
 TEST(JsonTokenFilter, MaskEqualsTryingEveryTokenQwen3Vocabulary) {
-  const std::string dir = std::string(TF_SHARED_DIR) + "/text-fixtures/qwen3";
-  expect_filter_equals_brute_force(dir, 6);  // 151k ids a state: a few states
+  const Tokenizer tok = Tokenizer::load(std::string(TF_SHARED_DIR) + "/text-fixtures/qwen3");
+  expect_filter_equals_brute_force(tok, 6);  // 151k ids a state: a few states
   // The time of one mask at a string state of the real vocabulary (printed, not asserted).
-  const Tokenizer tok = Tokenizer::load(dir);
   const JsonTokenFilter filter(tok, tok.vocab_size(), {*tok.eos_id()});
   JsonMatcher m(
       JsonSchema::compile(json::parse(R"({"type": "object", "properties": {"note": {"type": "string"}}})")));

@@ -4,6 +4,7 @@
 function(tf_jinja_test name)
   add_executable(${name} ${CMAKE_CURRENT_LIST_DIR}/${name}.cpp)
   target_link_libraries(${name} PRIVATE tf_text GTest::gtest GTest::gtest_main)
+  tf_test_code(${name})
   target_compile_definitions(${name} PRIVATE TF_BINARY_DIR="${PROJECT_BINARY_DIR}")
   gtest_add_tests(TARGET ${name} SOURCES ${CMAKE_CURRENT_LIST_DIR}/${name}.cpp TEST_LIST tests)
   set_tests_properties(${tests} PROPERTIES LABELS "cpu;sanitize" ${ARGN})

@@ -12,6 +12,7 @@ set_tests_properties(tokenizer_goldens_generate PROPERTIES FIXTURES_SETUP tokeni
 
 add_executable(test_tokenizer_golden ${CMAKE_CURRENT_LIST_DIR}/test_tokenizer_golden.cpp)
 target_link_libraries(test_tokenizer_golden PRIVATE tf_text GTest::gtest GTest::gtest_main)
+tf_test_code(test_tokenizer_golden)
 target_compile_definitions(test_tokenizer_golden PRIVATE TF_SHARED_DIR="${PROJECT_SOURCE_DIR}/../shared"
                                                          TF_GOLDEN_DIR="${TF_TOKENIZER_GOLDENS}")
 gtest_discover_tests(test_tokenizer_golden PROPERTIES LABELS "cpu" FIXTURES_REQUIRED tokenizer_goldens

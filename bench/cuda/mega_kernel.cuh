@@ -459,7 +459,9 @@ struct AttnParams {
 constexpr int kAttnParamBytes = (int(sizeof(AttnParams)) + 127) / 128 * 128;
 constexpr int kAttnRegion = kAttnBytes + kAttnParamBytes;  // Ks, Vs, Qs, then the params
 constexpr int kRec = kD + 2;                               // a partial's 64-bit words: o [kD], max, sum
-constexpr int kMergeChunks = 12;  // other chunks' partials a merge round brings in (4 x 12 x 1040 B)
+constexpr int kMergeChunks = 12;
+constexpr int kAttnStamps = 24;  // the profiled run's timeline slots an attention op (atl, below)  // other
+                                 // chunks' partials a merge round brings in (4 x 12 x 1040 B)
 // atl (profiling, else null): globaltimer maxima of this op's units: [0] q/k/v words in, [1] K/V staged, [2]
 // partial stored, [4] merged words stored (the units holding pos); the units holding pos: [3] polling
 // starts, [8 + w] attention warp w's words in, [11] the merge's first round of other chunks' words in; [6]
@@ -507,7 +509,6 @@ __device__ TF_MEGA_ATTN_FN void attention_unit(const Op& o, int unit, __nv_bfloa
   static_assert(kAWarps == 3 && kGroup == 4, "the task split below");
   constexpr int kTasks = 2;
   constexpr int kW = 4 * (kTasks + 1);  // + v's words (the k/v task)
-  static_assert(kTasks == 2, "the word sources below");
   bool live[kTasks + 1];
 #pragma unroll
   for (int i = 0; i < kTasks; ++i) live[i] = aw < 2 || (i == 0 && kv_here);
@@ -553,7 +554,10 @@ __device__ TF_MEGA_ATTN_FN void attention_unit(const Op& o, int unit, __nv_bfloa
       }
     }
   }
-  if (atl && lane == 0) atomicMax(atl, gtime()), atomicMax(atl + (kv_here ? 13 : 18), gtime());
+  if (atl && lane == 0) {
+    atomicMax(atl, gtime());
+    atomicMax(atl + (kv_here ? 13 : 18), gtime());
+  }
   if (cy) cyc[1] = clock64();
   asm volatile("cp.async.wait_group 0;" ::: "memory");
   if (atl && lane == 0) atomicMax(atl + 1, gtime());
@@ -564,12 +568,10 @@ __device__ TF_MEGA_ATTN_FN void attention_unit(const Op& o, int unit, __nv_bfloa
   const int nc = pos / attn::kC + 1, own = nc - 1;
   constexpr int kU = kRec * 8 / 16;  // 16-byte units of a partial's record (65)
   {
-    // Every attention warp computes the chunk's scores (the same bits in each) and its share of P V's output
-    // columns (chunk_pv<D, J0, J1>: column pairs [J0, J1); each element's chain is its own), then stores
-    // them.
+    // The chunk's scores (split_scores: each warp a third of the keys; else chunk_scores, the same bits in
+    // every warp), then each warp's share of P V's output columns (chunk_pv<D, J0, J1>: column pairs [J0,
+    // J1); each element's chain is its own), then the partial.
     const int g = lane / 4, qd = lane % 4;
-    // Row g's range (padding: lo > pos), row g + 8 padding. (Written out: an initializer list of conditional
-    // Range temporaries here crashes nvcc 13.0's cicc.)
     float sc[16][4], mc[2], lc[2], oc[kD / 8][4];
 #if TF_MEGA_SPLIT_SCORES
     float* Pf = reinterpret_cast<float*>(Qs);
@@ -580,6 +582,8 @@ __device__ TF_MEGA_ATTN_FN void attention_unit(const Op& o, int unit, __nv_bfloa
     else
       split_scores<6, 8>(Qs, Ks, Pf, P->pmax, aw, lane, c0, pos, P->scale, sc, mc[0], lc[0]);
 #else
+    // Row g's range (padding: lo > pos), row g + 8 padding. (Written out: an initializer list of conditional
+    // Range temporaries here crashes nvcc 13.0's cicc.)
     attn::Range rg[2];
     rg[0].lo = g < kGroup ? 0 : 1, rg[0].pos = g < kGroup ? pos : 0, rg[1].lo = 1, rg[1].pos = 0;
     attn::chunk_scores<kD>(Qs, Ks, 0, lane, c0, rg, P->scale, 0.f, sc, mc, lc);
@@ -622,7 +626,10 @@ __device__ TF_MEGA_ATTN_FN void attention_unit(const Op& o, int unit, __nv_bfloa
         dst[kD] = tg | __float_as_uint(mc[0]), dst[kD + 1] = tg | __float_as_uint(lc[0]);
     }
   }
-  if (atl && lane == 0) atomicMax(atl + 2, gtime()), kv_here ? void() : void(atomicMax(atl + 12, gtime()));
+  if (atl && lane == 0) {
+    atomicMax(atl + 2, gtime());
+    if (!kv_here) atomicMax(atl + 12, gtime());
+  }
   if (cy) {
     cyc[5] = clock64();
     if (!kv_here && lane == 0) {
@@ -647,13 +654,14 @@ __device__ TF_MEGA_ATTN_FN void attention_unit(const Op& o, int unit, __nv_bfloa
     const int nb = min(kMergeChunks, own - cb);  // chunks cb .. cb + nb - 1 of the group's 4 heads
     for (int i = at; i < kGroup * nb * kU; i += kT) {
       const int r = i / kU, u = i % kU, hg = r / nb, cc = cb + r % nb;
-      const unsigned long long* src = part + (int64_t(h * kGroup + hg) * chunks + cc) * kRec;
-      cp_async16(saddr(mb + r * kRec + u * 2), src + u * 2, true);
+      cp_async16(saddr(mb + r * kRec + u * 2), part + (int64_t(h * kGroup + hg) * chunks + cc) * kRec + u * 2,
+                 true);
     }
     asm volatile("cp.async.commit_group;");
     // Each thread checks the units it copied (its own copies: no barrier needed) and copies the ones with a
     // word not yet written again, all of them a round (one round trip a round, not one a word: polling the
-    // words one by one cost ~10 us a layer, run 219).
+    // words one by one cost ~10 us a layer, run 219). (Folding the first copy into this loop brought spills
+    // back into the chain: stack 96 -> 144 B.)
     for (long long n = 0;; ++n) {
       asm volatile("cp.async.wait_group 0;" ::: "memory");
       bool again = false;
@@ -761,7 +769,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (ops[op].xkind != kXAttnMerge) continue;
       const int units = kHk * ops[op].chunks;
       for (int u = (b - u0 % G + G) % G; u < units; u += G)
-        attention_unit(ops[op], u, attn_smem, tag, kProf && tl ? tl + 4 * nops + 24 * op : nullptr);
+        attention_unit(ops[op], u, attn_smem, tag, kProf && tl ? tl + 4 * nops + kAttnStamps * op : nullptr);
       if (!(mode & 32)) u0 += units;  // mode bit 5: every layer's units on the same CTAs (0, 1, ...)
     }
     return;
@@ -959,7 +967,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         atomicMax(tl + 4 * op, last_store);
         if (op + 1 < nops &&
             ops[op + 1].xkind == kXAttnMerge)  // qkv: the k/v tiles' and q tiles' last stores
-          atomicMax(tl + 4 * nops + 24 * (op + 1) + (n0 >= kHq * kD ? 7 : 5), last_store);
+          atomicMax(tl + 4 * nops + kAttnStamps * (op + 1) + (n0 >= kHq * kD ? 7 : 5), last_store);
       }
       if (!ll && last_of_op && lane == 0) {  // this CTA's last tile of the op
         if (mode & 1) {

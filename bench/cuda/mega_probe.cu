@@ -308,7 +308,8 @@ int main(int argc, char** argv) {
   if (per_sm < 1) return 2;
   unsigned epoch = 0;
   long long* prof = dalloc<long long>(size_t(grid) * 8);
-  unsigned long long* tl = dalloc<unsigned long long>(size_t(nops) * 28);  // + the attention's [nops][24]
+  const size_t tl_words = size_t(nops) * (4 + kAttnStamps);  // op boundaries [nops][4], attention's
+  unsigned long long* tl = dalloc<unsigned long long>(tl_words);
   bool prof_on = false;
   auto run = [&](__nv_bfloat16* d) {
     ++epoch;
@@ -477,7 +478,7 @@ int main(int argc, char** argv) {
   {  // one profiled forward: where a CTA's cycles go (means over CTAs, microseconds at the SM clock)
     TF_CUDA_CHECK(cudaMemset(prof, 0, size_t(grid) * 8 * 8));
     {
-      std::vector<unsigned long long> init(size_t(nops) * 28, 0ull);  // the attention's maxima start at 0
+      std::vector<unsigned long long> init(tl_words, 0ull);  // the attention's maxima start at 0
       for (int q = 0; q < nops; ++q)
         init[4 * q] = init[4 * q + 3] = 0, init[4 * q + 1] = init[4 * q + 2] = ~0ull;
       TF_CUDA_CHECK(cudaMemcpy(tl, init.data(), init.size() * 8, cudaMemcpyHostToDevice));
@@ -509,13 +510,11 @@ int main(int argc, char** argv) {
     std::printf("profile (mode %d, one forward, SM clock %d MHz):\n", mode, khz / 1000);
     for (int q = 0; q < 8; ++q) std::printf("  %-42s %9.1f us\n", names[q], m[q] * us);
     // The op boundaries (globaltimer): per kind of the next op, means over the layers' ops.
-    std::vector<unsigned long long> tv(size_t(nops) * 28);
+    std::vector<unsigned long long> tv(tl_words);
     TF_CUDA_CHECK(cudaMemcpy(tv.data(), tl, tv.size() * 8, cudaMemcpyDeviceToHost));
     if (attn && knob[3]) {  // the attention unit's steps in its own SM's cycles (no stamps in the chain)
       unsigned long long a[2][16];
       TF_CUDA_CHECK(cudaMemcpyFromSymbol(a, g_acyc, sizeof(a)));
-      int khz2 = 0;
-      TF_CUDA_CHECK(cudaDeviceGetAttribute(&khz2, cudaDevAttrClockRate, 0));
       const char* st[8] = {"tasks",          "K/V staged",          "scores", "P V",
                            "partial stored", "merge's partials in", "merged", "(polling)"};
       for (int k = 0; k < 2; ++k) {
@@ -523,17 +522,17 @@ int main(int argc, char** argv) {
                     k ? "units holding pos" : "q-only units", a[k][15]);
         for (int i = 0; i < 8; ++i)
           if (k || (i != 5 && i != 6))
-            std::printf(" %s %.2f |", st[i], a[k][15] ? double(a[k][i]) / a[k][15] / khz2 * 1e3 : 0.0);
+            std::printf(" %s %.2f |", st[i], a[k][15] ? double(a[k][i]) / a[k][15] / khz * 1e3 : 0.0);
         std::printf("\n");
       }
     }
-    if (attn) {  // the attention's steps, after the qkv op's last tile (means over the layers)
-      double st[24] = {0};
+    if (attn && !knob[3]) {  // the attention's steps after qkv's last tile (means; no stamps in cycle mode)
+      double st[kAttnStamps] = {0};
       int n = 0;
       for (int q = 1; q < nops; ++q) {
         if (ops[q].xkind != kXAttnMerge) continue;
-        for (int e = 0; e < 24; ++e)
-          st[e] += (double(tv[4 * nops + 24 * q + e]) - double(tv[4 * (q - 1)])) * 1e-3;
+        for (int e = 0; e < kAttnStamps; ++e)
+          st[e] += (double(tv[4 * nops + kAttnStamps * q + e]) - double(tv[4 * (q - 1)])) * 1e-3;
         ++n;
       }
       std::printf(

@@ -31,11 +31,10 @@ std::string blocks_text(const RequestJson& v, const std::string& name) {
   if (!v.is_array()) throw invalid_field(name, name + ": Input should be a valid string or a list of blocks");
   std::string out;
   for (size_t i = 0; i < v.size(); ++i) {
-    JsonFields bf(v[i], element_path(name, i));
-    if (!v[i].is_object() || bf.string("type").value_or("") != "text") {
-      throw invalid_field(element_path(name, i),
-                          element_path(name, i) + ": only text blocks are supported here");
-    }
+    const std::string path = element_path(name, i);
+    JsonFields bf(v[i], path);
+    if (!v[i].is_object() || bf.string("type").value_or("") != "text")
+      throw invalid_field(path, path + ": only text blocks are supported here");
     if (!out.empty()) out += "\n";
     out += bf.string("text").value_or("");
   }

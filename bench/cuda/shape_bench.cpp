@@ -24,6 +24,7 @@
 #include "ops/cuda/attention_mma.h"
 #include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/decode_step.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/linear_wgmma.h"
 #include "shape_model.h"
@@ -88,6 +89,8 @@ struct ShapeRun {
   LinearFn ours, cublas;
   RopeParams rope;
   std::vector<Row>* out;
+  std::shared_ptr<void> step;  // the one-kernel decode step (decode_step_row), prepared on first use
+  bool step_tried = false;
 };
 
 // One linear at M > 16 rows: the mid-M kernel (32- and 64-feature CTA tiles; the TFLOP/s and GB/s columns
@@ -356,6 +359,129 @@ void decode_row(ShapeRun& r, int batch, int ctx) {
   }
 }
 
+// The step's ops one by one against the engine's on the step's own inputs (its x dumps and output words):
+// where a step whose logits differ from the chain's parts from it. Prints the mismatching checks.
+void check_step_ops(ShapeRun& r, const BatchMeta& meta) {
+  Backend& be = r.be;
+  auto* st = static_cast<cuda::DecodeStep*>(r.step.get());
+  const ModelShape& sh = r.m.sh;
+  const int64_t H = sh.hidden, D = sh.head_dim, QKV = (sh.heads + 2 * int64_t(sh.kv_heads)) * D, I = sh.inter;
+  const AttentionParams ap{sh.heads, sh.kv_heads, sh.head_dim, 1.f / std::sqrt(float(sh.head_dim)), 0, 0.f};
+  st->set_debug(true, r.s);
+  Tensor logits = be.alloc({1, int64_t(sh.vocab)}, DType::F32);
+  be.begin_forward(meta);
+  be.decode_step(r.step.get(), logits);
+  be.synchronize();
+  auto up = [&](std::vector<uint16_t> v) {
+    return be.upload(Tensor::borrow(v.data(), {1, int64_t(v.size())}, DType::BF16, Device::CPU));
+  };
+  auto bits = [&](const Tensor& t) {
+    std::vector<uint16_t> v(size_t(t.numel()));
+    be.read_raw(t, 0, v.size() * 2, v.data());
+    return v;
+  };
+  auto act = [&](int64_t n) { return be.alloc({1, n}, DType::BF16); };
+  int bad = 0, checks = 0;
+  std::string which;
+  auto check = [&](const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, const std::string& what) {
+    ++checks;
+    if (a == b) return;
+    int n = 0;
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) n += a[i] != b[i];
+    ++bad;
+    if (bad <= 12) which += " | " + what + " (" + std::to_string(n) + " of " + std::to_string(b.size()) + ")";
+  };
+  Tensor emb = act(H), h = act(H);
+  be.embedding(r.m.embed, 1.f, emb);
+  be.rms_norm(emb, r.m.layers[0].ln1, 1e-6f, 0.f, h);
+  check(bits(h), st->debug_x(0), "layer 0 qkv x");
+  const int layers = int(r.m.layers.size());
+  for (int l = 0; l < layers; ++l) {
+    const int q = 4 * l, o = q + 1, gu = q + 2, d = q + 3;
+    ShapeLayer& L = r.m.layers[l];
+    const std::string at = "layer " + std::to_string(l) + " ";
+    Tensor yq = act(QKV), yo = act(H), g = act(2 * I), a = act(I), yd = act(H), hx = act(H);
+    be.linear(up(st->debug_x(q)), L.qkv, yq);
+    check(bits(yq), st->debug_y(q), at + "qkv y");
+    Tensor qh = be.alloc({1, int64_t(sh.heads), D}, DType::BF16), att = act(int64_t(sh.heads) * D);
+    be.attention_inputs_qkv(up(st->debug_y(q)), qh, &L.q_norm, &L.k_norm, 1e-6f, 0.f, r.rope, L.kv);
+    be.attention(qh, L.kv, ap, att);
+    check(bits(att), st->debug_x(o), at + "attention (o x)");
+    be.linear(up(st->debug_x(o)), L.o, yo);
+    check(bits(yo), st->debug_y(o), at + "o y");
+    Tensor res = up(st->debug_res(q));
+    be.add_rms_norm(res, up(st->debug_y(o)), L.ln2, 1e-6f, 0.f, hx);
+    check(bits(hx), st->debug_x(gu), at + "gate_up x (add + norm)");
+    check(bits(res), st->debug_res(gu), at + "residual after attention");
+    be.linear(up(st->debug_x(gu)), L.gate_up, g);
+    be.silu_mul(g, a);
+    check(bits(a), st->debug_y(gu), at + "gate_up y (silu)");
+    be.linear(up(st->debug_x(d)), L.down, yd);
+    check(bits(yd), st->debug_y(d), at + "down y");
+    Tensor res2 = up(st->debug_res(gu));
+    const Tensor& nw = l + 1 < layers ? r.m.layers[l + 1].ln1 : r.m.final_norm;
+    be.add_rms_norm(res2, up(st->debug_y(d)), nw, 1e-6f, 0.f, hx);
+    check(bits(hx), st->debug_x(q + 4), at + (l + 1 < layers ? "next qkv x" : "lm_head x"));
+  }
+  std::printf("decode step ops ctx %d: %d of %d checks differ%s\n", meta.positions[0] + 1, bad, checks,
+              which.c_str());
+  st->set_debug(false, r.s);
+}
+
+// The one-kernel decode step (ops/cuda/decode_step.h) at b=1 against the op chain at the same context: both
+// times (graphs), the floor, and whether the step's logits equal the chain's bit for bit (both write the
+// row's K/V with the same bits, so running one after the other changes nothing).
+void decode_step_row(ShapeRun& r, int ctx) {
+  Backend& be = r.be;
+  const ModelShape& sh = r.m.sh;
+  if (r.m.format != WeightFormat::Bf16) return;
+  if (!r.step_tried) {
+    r.step_tried = true;
+    DecodeStepModel dm;
+    dm.embed = &r.m.embed;
+    for (const ShapeLayer& L : r.m.layers)
+      dm.layers.push_back({&L.ln1, &L.ln2, &L.q_norm, &L.k_norm, &L.qkv, &L.o, &L.gate_up, &L.down});
+    dm.final_norm = &r.m.final_norm;
+    dm.lm_head = &r.m.lm_head;
+    dm.rope = r.rope;
+    dm.attn = AttentionParams{sh.heads, sh.kv_heads, sh.head_dim, 1.f / std::sqrt(float(sh.head_dim)), 0, 0.f};
+    dm.norm_eps = 1e-6f;
+    std::string why;
+    r.step = be.prepare_decode_step(dm, &why);
+    if (!r.step) std::printf("  %s: %s\n", sh.name, why.c_str());
+  }
+  if (!r.step) return;
+  const BatchMeta meta = decode_meta(1, ctx);
+  std::vector<KvLayer> kv;
+  for (const ShapeLayer& L : r.m.layers) kv.push_back(L.kv);
+  be.begin_forward(meta);
+  if (!be.bind_decode_step(r.step.get(), kv)) {
+    std::printf("decode step b=1 ctx=%d: the one-kernel step does not take it (context limit)\n", ctx);
+    return;
+  }
+  Tensor logits = be.alloc({1, int64_t(sh.vocab)}, DType::F32);
+  Tensor chain = be.alloc({1, int64_t(sh.vocab)}, DType::F32);  // the bench's own logits are bf16
+  forward(be, r.m, r.acts, 1, 1, r.rope, r.ours);
+  be.linear(r.acts.x.slice_rows(0, 1).view({1, int64_t(sh.hidden)}), r.m.lm_head, chain);  // its final norm
+  be.decode_step(r.step.get(), logits);
+  std::vector<uint8_t> a(size_t(sh.vocab) * 4), b(a.size());
+  be.read_raw(chain, 0, a.size(), a.data());
+  be.read_raw(logits, 0, b.size(), b.data());
+  if (a != b) check_step_ops(r, meta);
+  bool g1 = false, g2 = false;
+  const double t_chain = time_graph_ms(
+      r.s, [&] { forward(be, r.m, r.acts, 1, 1, r.rope, r.ours); }, &g1);
+  const double t_step = time_graph_ms(
+      r.s, [&] { be.decode_step(r.step.get(), logits); }, &g2);
+  const double floor_ms = decode_bytes(r.m, 1, ctx) / (r.c.copy_gbs * 1e9) * 1e3;
+  std::printf(
+      "decode step b=1 ctx=%d%s: one kernel %.3f ms (%.1f%% of the floor) | the chain %.3f ms (%.1f%%) | "
+      "floor %.3f ms | logits bits %s\n",
+      ctx, g1 && g2 ? " (graph)" : " (eager)", t_step, 100 * floor_ms / t_step, t_chain, 100 * floor_ms / t_chain,
+      floor_ms, a == b ? "equal" : "DIFFER");
+  std::fflush(stdout);
+}
+
 // Times one layer's attention (begin_forward done) for `rows` query rows of random q, in the run's q and
 // attention-output buffers (sized for the longest prompt): each call measures the kernel the set_attention_*
 // switches choose at that moment.
@@ -458,13 +584,16 @@ void run_shape(Backend& be, cublasHandle_t h, const ModelShape& sh, const Ceilin
   // Activations for the longest prompt (Qwen3-8B at 32k: ~5 GB).
   Acts acts = make_acts(be, sh, max_prefill, 32);
   ShapeRun r{
-      be, cuda::stream_of(be), c, m, acts, backend_linear(be), cublas_linear(h), qwen_rope(sh.head_dim), out};
+      be, cuda::stream_of(be), c, m, acts, backend_linear(be), cublas_linear(h), qwen_rope(sh.head_dim), out,
+      nullptr, false};
   if (!prefill_only) {
     for (int batch : {1, 32}) decode_op_table(r, batch);
     for (int ctx : {512, 8192}) {
       if (ctx > max_ctx) continue;
       for (int batch : {1, 8, 32}) decode_row(r, batch, ctx);
     }
+    for (int ctx : {512, 1024, 2048, 3000, 4096})
+      if (ctx <= std::max(max_ctx, 4096)) decode_step_row(r, ctx);
     decode_attention(r, 32, max_ctx);
   }
   for (int n : kPrefills) {

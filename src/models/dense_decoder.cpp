@@ -6,6 +6,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "models/decoder_layer.h"
 #include "models/weights.h"
 
@@ -72,6 +73,7 @@ class DenseDecoder final : public Model {
     attn_ = attention_params(spec);
     if (spec.mtp_layers > 0 && ckpt.has("mtp.fc.weight")) load_mtp(ckpt);
     for (const DecoderLayer& L : layers_) graphs_ok_ &= L.moe == nullptr;  // MoE layers run eagerly
+    if (graphs_ok_) prepare_step();
   }
   ~DenseDecoder() override { be_.clear_graphs(); }  // graphs point at this model's weights
 
@@ -89,8 +91,14 @@ class DenseDecoder final : public Model {
     if (out.graph && graphs_ok_ && ran_eager_ && R <= kMaxGraphRows && int64_t(logit_rows.size()) <= R &&
         be_.graphs_supported())
       return forward_graph(meta, kv, logit_rows, out);
+    const bool warm = ran_eager_;  // the first forward runs the chain (one-time uploads)
     ran_eager_ = true;
     be_.begin_forward(meta);
+    if (warm && R == 1 && step_fits(logit_rows, out) && be_.bind_decode_step(step_.get(), kv)) {  // the whole step, one launch
+      Tensor logits = be_.alloc({1, int64_t(spec_.vocab)}, DType::F32);
+      be_.decode_step(step_.get(), logits);
+      return read_back(Tensor(), 1, &logits, out);
+    }
     LayerWorkspace ws(be_, spec_, R);
     run_stack(kv, ws);
     finish(ws.h, logit_rows, out);
@@ -150,6 +158,33 @@ class DenseDecoder final : public Model {
     be_.rms_norm(ws.residual, final_norm_, spec_.norm_eps, spec_.norm_offset, ws.h);
   }
 
+  // The one-launch decode step (Backend::prepare_decode_step), where the backend has one for this model: it
+  // takes one-row rounds that want only the row's logits (no hidden states: the MTP head's rounds run the
+  // chain), with the chain's bits.
+  void prepare_step() {
+    DecodeStepModel m;
+    m.embed = &embed_;
+    m.embed_scale = spec_.embed_scale;
+    for (const DecoderLayer& L : layers_) {
+      if (L.qkv.out_features == 0) return;  // separate q, k, v: no fused projection for the kernel
+      m.layers.push_back({&L.input_norm, &L.post_norm, spec_.qk_norm ? &L.q_norm : nullptr,
+                          spec_.qk_norm ? &L.k_norm : nullptr, &L.qkv, &L.o, &L.gate_up, &L.down});
+    }
+    m.final_norm = &final_norm_;
+    m.lm_head = &lm_head_;
+    m.rope = rope_;
+    m.attn = attn_;
+    m.norm_eps = spec_.norm_eps;
+    m.norm_offset = spec_.norm_offset;
+    std::string why;
+    step_ = be_.prepare_decode_step(m, &why);
+    if (step_) log_info(spec_.family + ": one-kernel decode step for one-row rounds");
+    else log_message(LogLevel::Debug, spec_.family + ": " + why);
+  }
+  bool step_fits(const std::vector<int32_t>& logit_rows, const Outputs& o) const {
+    return step_ && logit_rows.size() == 1 && logit_rows[0] == 0 && !o.hidden && (o.logits || o.tokens);
+  }
+
   // forward() as a captured graph: the same ops on fixed buffers, recorded once its shape recurs (eager
   // before that: Backend::run_graph) and replayed after that; the host reads (hidden states, sampling,
   // logits) run after the replay.
@@ -158,6 +193,7 @@ class DenseDecoder final : public Model {
     const int64_t R = meta.rows(), n = int64_t(logit_rows.size());
     const bool heads = n > 0 && (o.logits || o.tokens);
     be_.begin_forward(meta);
+    const bool step = R == 1 && step_fits(logit_rows, o) && be_.bind_decode_step(step_.get(), kv);
     if (!graph_buffers_ || graph_buffers_->ws.residual.dim(0) < R) {
       int64_t cap = 8;
       while (cap < R) cap *= 2;
@@ -169,7 +205,7 @@ class DenseDecoder final : public Model {
     // layout), the gathered rows, and the addresses of the buffers and the KV pool. Not the rows'
     // sequences: verify rounds of different draft widths with as many rows share a graph.
     std::vector<int64_t> key = {R, int64_t(meta.block_tables.size()), heads ? n : -1,
-                                int64_t(reinterpret_cast<uintptr_t>(buf.get()))};
+                                int64_t(reinterpret_cast<uintptr_t>(buf.get())), int64_t(step)};
     if (heads) key.insert(key.end(), logit_rows.begin(), logit_rows.end());
     for (const KvLayer& l : kv) {
       key.push_back(int64_t(reinterpret_cast<uintptr_t>(l.k.raw())));
@@ -183,6 +219,7 @@ class DenseDecoder final : public Model {
       logits = buf->logits.slice_rows(0, n);
     }
     const bool captured = be_.run_graph(key, attn_, buf, [&] {
+      if (step) return be_.decode_step(step_.get(), logits);
       run_stack(kv, ws);
       if (heads) {
         be_.gather_rows(ws.h, logit_rows, picked);
@@ -249,6 +286,7 @@ class DenseDecoder final : public Model {
   bool graphs_ok_ = true;   // no MoE layer (their routing may sync on the host)
   bool ran_eager_ = false;  // the first forward is eager: one-time uploads (rope tables) cannot be captured
   std::shared_ptr<GraphBuffers> graph_buffers_;  // forward_graph's fixed buffers (grown by doubling)
+  std::shared_ptr<void> step_;                   // the backend's one-launch decode step, or null
 };
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/tensor.h"
 
 namespace tf {
@@ -78,6 +79,23 @@ struct MoeWeights {
   int top_k = 0;
   bool norm_topk_prob = false;     // renormalise the k chosen probabilities to sum 1
   std::shared_ptr<void> prepared;  // backend-private state made on first use (device pointer tables)
+};
+
+// A dense decoder's weights as Backend::prepare_decode_step reads them (pointers into the model, which
+// outlives what the backend prepares): per layer the norms and the fused q/k/v and gate/up projections.
+struct DecodeStepLayer {
+  const Tensor *input_norm = nullptr, *post_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
+  const LinearWeight *qkv = nullptr, *o = nullptr, *gate_up = nullptr, *down = nullptr;
+};
+struct DecodeStepModel {
+  const Tensor* embed = nullptr;
+  float embed_scale = 1.f;
+  std::vector<DecodeStepLayer> layers;
+  const Tensor* final_norm = nullptr;
+  const LinearWeight* lm_head = nullptr;
+  RopeParams rope;
+  AttentionParams attn;
+  float norm_eps = 0.f, norm_offset = 0.f;
 };
 
 class Backend {
@@ -174,6 +192,27 @@ class Backend {
   // back only the ids.
   virtual void sample_rows(const Tensor& logits, const std::vector<RowSampling>& rows,
                            std::vector<int32_t>& tokens);
+  // One-launch decode steps (CUDA: ops/cuda/decode_step.h). A backend that can run a dense decoder's whole
+  // step for one row as one kernel, with the bits of the op chain (embedding, the layers, the final norm and
+  // the lm_head), prepares it once a model: null, with `why`, when it cannot (shape, dtype, device); it may
+  // take device memory (a packed copy of the weights), so models prepare it when they load.
+  virtual std::shared_ptr<void> prepare_decode_step(const DecodeStepModel& m, std::string* why) {
+    (void)m;
+    if (why) *why = name() + " has no one-launch decode step";
+    return nullptr;
+  }
+  // Whether the prepared step runs the forward of begin_forward's metadata on the pools `kv` (one row, a
+  // short enough context, the step enabled); points it at `kv`. Call it outside run_graph's `record`.
+  virtual bool bind_decode_step(void* step, const std::vector<KvLayer>& kv) {
+    (void)step, (void)kv;
+    return false;
+  }
+  // The bound step: the row's K/V rows written to the pools and its logits [1, vocab] (F32) to `logits`,
+  // bitwise what embedding + the layers + add + rms_norm + linear(lm_head) give. May run inside `record`.
+  virtual void decode_step(void* step, Tensor& logits) {
+    (void)step, (void)logits;
+    throw Error(name() + ": decode_step without a prepared step");
+  }
   // Device memory still free for the KV pool, in bytes; 0 when unknown (the CPU backend).
   virtual size_t free_memory() const { return 0; }
   // The device's whole memory in bytes; 0 when unknown (the CPU backend).

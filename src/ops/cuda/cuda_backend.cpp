@@ -6,12 +6,14 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "core/error.h"
 #include "ops/cuda/attention_mma.h"
 #include "ops/cuda/block_cache.h"
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/decode_step.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/moe_fused.h"
@@ -216,6 +218,9 @@ bool g_fused_norm_linear = false;  // set_fused_norm_linear: off, slower on the 
 // set_fused_silu_linear: off, slower on the H200 (run 16); TF_FUSED_SILU=1 turns it on (measurement).
 bool g_fused_silu_linear = env_switch("TF_FUSED_SILU", false);  // launch.h
 int g_min_attention_chunks = 0;    // set_attention_min_chunks: tests size attention launches up
+// set_decode_step: the one-kernel decode step of one-row rounds (decode_step.h); TF_DECODE_STEP=0 turns it off.
+bool g_decode_step = env_switch("TF_DECODE_STEP", true);
+std::atomic<int64_t> g_decode_steps_prepared{0}, g_decode_step_rounds{0};  // for tests
 
 void expect(const Tensor& t, DType d, const char* op, const char* what) {
   TF_CHECK(t.device() == Device::CUDA, std::string(op) + ": " + what + " is not on the GPU");
@@ -679,6 +684,31 @@ class CudaBackend final : public Backend {
     sync_stream();
   }
 
+  std::shared_ptr<void> prepare_decode_step(const DecodeStepModel& m, std::string* why) override {
+    no_capture("prepare_decode_step");
+    if (act_dtype() != DType::BF16) {
+      if (why) *why = "one-kernel decode step: activations are not bf16";
+      return nullptr;
+    }
+    std::unique_ptr<DecodeStep> step = DecodeStep::make(m, stream_, why);
+    if (step) ++g_decode_steps_prepared;
+    return std::shared_ptr<void>(std::move(step));
+  }
+  bool bind_decode_step(void* step, const std::vector<KvLayer>& kv) override {
+    need_meta("bind_decode_step");
+    no_capture("bind_decode_step");
+    const bool ok = g_decode_step && step &&
+                    static_cast<DecodeStep*>(step)->bind(dm_.rows, max_pos_, dm_.block_size, kv, stream_);
+    if (ok) ++g_decode_step_rounds;
+    return ok;
+  }
+  void decode_step(void* step, Tensor& logits) override {
+    need_meta("decode_step");
+    TF_CHECK(step, "decode_step: no prepared step");
+    expect(logits, DType::F32, "decode_step", "logits");
+    static_cast<DecodeStep*>(step)->run(dm_, logits.data<float>(), stream_);
+  }
+
   void synchronize() override {
     no_capture("synchronize");
     sync_stream();
@@ -899,6 +929,16 @@ void set_fused_norm_linear(bool on) {
 
 void set_fused_silu_linear(bool on) {
   g_fused_silu_linear = on;
+}
+
+void set_decode_step(bool on) {
+  g_decode_step = on;
+}
+int64_t decode_steps_prepared() {
+  return g_decode_steps_prepared;
+}
+int64_t decode_step_rounds() {
+  return g_decode_step_rounds;
 }
 
 cudaStream_t stream_of(Backend& b) {

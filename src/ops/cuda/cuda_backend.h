@@ -18,6 +18,13 @@ cudaStream_t stream_of(Backend& b);
 // H200 they were slower than the separate ops (docs/cuda-notes.md, run 16). For benches and tests.
 void set_fused_norm_linear(bool on);
 void set_fused_silu_linear(bool on);
+// Whether one-row rounds of models with a prepared one-kernel decode step (decode_step.h) take it (default
+// on; TF_DECODE_STEP=0 turns it off): the same bits either way. For benches and tests.
+void set_decode_step(bool on);
+// Models that prepared a one-kernel decode step, and forwards that took one (bind_decode_step said yes),
+// since the process started. For tests.
+int64_t decode_steps_prepared();
+int64_t decode_step_rounds();
 // How many captured forwards (Backend::run_graph) the backend keeps, least recently used dropped first
 // (default 64). Drops every cached graph. For tests.
 void set_graph_capacity(Backend& b, size_t n);

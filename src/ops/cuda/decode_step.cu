@@ -1,0 +1,285 @@
+// The one-kernel decode step's host side (decode_step.h): shape checks, the packed weights, the op table,
+// the launch. The kernel: decode_step_kernel.cuh.
+#include "ops/cuda/decode_step.h"
+
+#include <cuda_bf16.h>
+
+#include <cstdlib>
+
+#include "core/error.h"
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/decode_step_kernel.cuh"
+
+namespace tf::cuda {
+
+namespace {
+
+using step::Op;
+static_assert(DecodeStep::kMaxPositions <= step::kMaxChunks * attn::kC, "the partials' layout");
+
+bool is_bf16_cuda(const Tensor* t, std::vector<int64_t> shape) {
+  return t && t->defined() && t->device() == Device::CUDA && t->dtype() == DType::BF16 && t->is_contiguous() &&
+         t->shape() == shape;
+}
+bool is_dense_bf16(const LinearWeight* w, int64_t n, int64_t k) {
+  return w && w->format == LinearWeight::Format::Dense && !(w->bias.defined() && w->bias.numel() > 0) &&
+         is_bf16_cuda(&w->weight, {n, k});
+}
+
+// Why the kernel cannot run the model ("" when it can).
+std::string unsupported(const DecodeStepModel& m) {
+  using namespace step;
+  const AttentionParams& a = m.attn;
+  if (a.num_heads != kHq || a.num_kv_heads != kHk || a.head_dim != kD)
+    return "attention shape " + std::to_string(a.num_heads) + "/" + std::to_string(a.num_kv_heads) + "x" +
+           std::to_string(a.head_dim) + " (the kernel takes 32 q and 8 KV heads of 128)";
+  if (a.sliding_window != 0 || a.softcap != 0.f) return "a sliding window or softcap";
+  if (m.rope.rotary_dim != kD || m.rope.interleaved || int(m.rope.inv_freq.size()) != kD / 2)
+    return "partial or interleaved rope";
+  if (m.norm_offset != 0.f) return "norms with an offset";
+  if (!m.embed || !m.embed->defined() || m.embed->device() != Device::CUDA || m.embed->dim(-1) != kHidden)
+    return "hidden size " + std::to_string(m.embed && m.embed->defined() ? m.embed->dim(-1) : 0) +
+           " (the kernel takes 4096)";
+  if (m.layers.empty()) return "no layers";
+  if (!is_bf16_cuda(m.final_norm, {kHidden})) return "the final norm is not bf16";
+  const LinearWeight* lm = m.lm_head;
+  if (!lm || !is_dense_bf16(lm, lm->weight.dim(0), kHidden) || lm->weight.dim(0) % 16 != 0)
+    return "the lm_head is not a dense bf16 [vocab % 16 == 0, 4096] weight";
+  const int64_t inter = m.layers[0].down ? m.layers[0].down->in_features : 0;
+  if (inter % 4096 != 0 || inter < 4096 || inter > kMaxK)
+    return "intermediate size " + std::to_string(inter) + " (the kernel takes 4096, 8192 or 12288)";
+  for (const DecodeStepLayer& L : m.layers) {
+    if (!is_bf16_cuda(L.input_norm, {kHidden}) || !is_bf16_cuda(L.post_norm, {kHidden}))
+      return "layer norms that are not bf16";
+    if (!is_bf16_cuda(L.q_norm, {kD}) || !is_bf16_cuda(L.k_norm, {kD})) return "no bf16 q/k norms";
+    if (!is_dense_bf16(L.qkv, (kHq + 2 * kHk) * kD, kHidden) || !is_dense_bf16(L.o, kHidden, kHq * kD) ||
+        !is_dense_bf16(L.gate_up, 2 * inter, kHidden) || !is_dense_bf16(L.down, kHidden, inter))
+      return "linears that are not dense bf16 without bias (a fused qkv and gate_up)";
+  }
+  return "";
+}
+
+// Zeroed device memory, ordered on `stream` (the backend's stream does not wait for the legacy default
+// stream: a plain cudaMemset could land after the kernels that fill the buffer on `stream`).
+template <typename T>
+T* dalloc(std::vector<void*>& owned, size_t n, cudaStream_t stream) {
+  void* p = nullptr;
+  TF_CUDA_CHECK(cudaMalloc(&p, n * sizeof(T)));
+  owned.push_back(p);
+  TF_CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(T), stream));
+  return static_cast<T*>(p);
+}
+
+}  // namespace
+
+struct DecodeStep::State {
+  std::vector<void*> owned;  // device allocations, freed with the step
+  std::vector<Op> ops;       // the host copy of the op table (bind patches the K/V pools)
+  std::vector<int> attn_ops;  // each layer's attention op
+  std::vector<std::pair<const void*, const void*>> bound;  // the K/V pools the device table points at
+  Op* d_ops = nullptr;
+  unsigned* epoch = nullptr;
+  __nv_bfloat16* emb_row = nullptr;
+  uint32_t* emb_words = nullptr;
+  float* inv_freq = nullptr;
+  const void* embed = nullptr;
+  DType embed_dtype = DType::BF16;
+  float embed_scale = 1.f, rope_factor = 1.f, scale = 1.f, eps = 0.f;
+  int vocab = 0, grid = 0;
+  size_t packed = 0;
+  ~State() {
+    for (void* p : owned) cudaFree(p);
+  }
+};
+
+DecodeStep::DecodeStep(std::unique_ptr<State> s) : s_(std::move(s)) {}
+DecodeStep::~DecodeStep() = default;
+size_t DecodeStep::packed_bytes() const {
+  return s_->packed;
+}
+
+std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStream_t stream, std::string* why) {
+  using namespace step;
+  auto refuse = [&](const std::string& w) {
+    if (why) *why = "one-kernel decode step: " + w;
+    return nullptr;
+  };
+  if (const std::string w = unsupported(m); !w.empty()) return refuse(w);
+  int dev = 0;
+  TF_CUDA_CHECK(cudaGetDevice(&dev));
+  cudaDeviceProp prop{};
+  TF_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  if (prop.major < 9) return refuse("needs sm_90 (bulk copies)");
+  if (prop.sharedMemPerBlockOptin < kSmemBytes) return refuse("not enough shared memory a block");
+  const int64_t H = kHidden, QKV = (kHq + 2 * kHk) * kD, I = m.layers[0].down->in_features;
+  const int64_t V = m.lm_head->weight.dim(0);
+  size_t packed = 0;
+  for (size_t l = 0; l < m.layers.size(); ++l) packed += size_t(QKV * H + H * H + 2 * I * H + H * I) * 2;
+  packed += size_t(V * H) * 2;
+  size_t free = 0, total = 0;
+  TF_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  if (packed > free / 2)
+    return refuse("its packed weights (" + std::to_string(packed >> 20) + " MiB) would take more than half of the " +
+                  std::to_string(free >> 20) + " MiB free");
+
+  auto st = std::make_unique<State>();
+  State& s = *st;
+  std::vector<void*>& own = s.owned;
+  s.packed = packed;
+  s.embed = m.embed->raw();
+  s.embed_dtype = m.embed->dtype();
+  s.embed_scale = m.embed_scale;
+  s.rope_factor = m.rope.attention_factor;
+  s.scale = m.attn.scale;
+  s.eps = m.norm_eps;
+  s.vocab = int(V);
+  s.grid = prop.multiProcessorCount;
+  s.epoch = dalloc<unsigned>(own, 1, stream);
+  s.emb_row = dalloc<__nv_bfloat16>(own, H, stream);
+  s.emb_words = dalloc<uint32_t>(own, H, stream);
+  s.inv_freq = dalloc<float>(own, kD / 2, stream);
+  TF_CUDA_CHECK(
+      cudaMemcpyAsync(s.inv_freq, m.rope.inv_freq.data(), kD / 2 * 4, cudaMemcpyHostToDevice, stream));
+
+  auto pack = [&](const LinearWeight& w, bool gate_up) {
+    const int n = int(w.weight.dim(0)), k = int(w.weight.dim(1));
+    const int stages = (n / 16) * (k / kStageK / kSW);
+    __nv_bfloat16* wp = dalloc<__nv_bfloat16>(own, size_t(n) * k, stream);
+    pack_kernel<<<stages, 256, 0, stream>>>(static_cast<const __nv_bfloat16*>(w.weight.raw()), wp, n, k,
+                                            gate_up ? n / 2 : 0);
+    TF_CUDA_LAUNCH_CHECK();
+    return wp;
+  };
+  auto bf = [](const Tensor* t) { return static_cast<const __nv_bfloat16*>(t->raw()); };
+  int tiles = 0;
+  auto add = [&](Op o) {
+    o.tiles = o.n / 16;
+    o.tile_begin = tiles;
+    tiles += o.tiles;
+    o.eps = m.norm_eps;
+    s.ops.push_back(o);
+  };
+  const uint32_t* res = s.emb_words;  // layer 0: the embedding row, rms_norm'd (no add)
+  const uint32_t* add_in = nullptr;
+  for (const DecodeStepLayer& L : m.layers) {
+    uint32_t* th1 = dalloc<uint32_t>(own, H, stream);
+    uint32_t* tqkv = dalloc<uint32_t>(own, QKV, stream);
+    uint32_t* aout = dalloc<uint32_t>(own, kHq * kD, stream);
+    uint32_t* to = dalloc<uint32_t>(own, H, stream);
+    uint32_t* th2 = dalloc<uint32_t>(own, H, stream);
+    uint32_t* tgu = dalloc<uint32_t>(own, I, stream);
+    uint32_t* td = dalloc<uint32_t>(own, H, stream);
+    Op qkv{};
+    qkv.wp = pack(*L.qkv, false), qkv.n = int(QKV), qkv.k = int(H), qkv.xkind = kXAddNorm;
+    qkv.x = add_in, qkv.res = res, qkv.res_out = th1, qkv.nw = bf(L.input_norm), qkv.y = tqkv;
+    qkv.res_const = add_in == nullptr;
+    add(qkv);
+    Op o{};
+    o.wp = pack(*L.o, false), o.n = int(H), o.k = kHq * kD, o.xkind = kXAttnMerge, o.x = aout, o.y = to;
+    o.qn = bf(L.q_norm), o.kn = bf(L.k_norm);
+    o.part = dalloc<unsigned long long>(own, size_t(kHq) * kMaxChunks * kRec, stream);
+    o.qkv = tqkv, o.aout = aout;
+    s.attn_ops.push_back(int(s.ops.size()));
+    add(o);
+    Op gu{};
+    gu.wp = pack(*L.gate_up, true), gu.n = int(2 * I), gu.k = int(H), gu.xkind = kXAddNorm;
+    gu.x = to, gu.res = th1, gu.res_out = th2, gu.nw = bf(L.post_norm), gu.y = tgu, gu.silu_out = 1;
+    add(gu);
+    Op d{};
+    d.wp = pack(*L.down, false), d.n = int(H), d.k = int(I), d.xkind = kXCopy, d.x = tgu, d.y = td;
+    add(d);
+    res = th2, add_in = td;
+  }
+  Op lm{};
+  lm.wp = pack(*m.lm_head, false), lm.n = int(V), lm.k = int(H), lm.xkind = kXAddNorm, lm.y_f32 = 1;
+  lm.x = add_in, lm.res = res, lm.res_out = dalloc<uint32_t>(own, H, stream), lm.nw = bf(m.final_norm);
+  add(lm);
+  s.d_ops = dalloc<Op>(own, s.ops.size(), stream);
+  s.bound.assign(m.layers.size(), {nullptr, nullptr});
+  TF_CUDA_CHECK(cudaFuncSetAttribute(decode_step_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     int(kSmemBytes)));
+  int per_sm = 0;
+  TF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_step_kernel, kThreads, kSmemBytes));
+  if (per_sm != 1) return refuse("the kernel does not fit one CTA an SM");
+  TF_CUDA_CHECK(cudaStreamSynchronize(stream));  // the packing
+  return std::unique_ptr<DecodeStep>(new DecodeStep(std::move(st)));
+}
+
+void DecodeStep::set_debug(bool on, cudaStream_t stream) {
+  State& s = *s_;
+  for (size_t i = 0; i < s.ops.size(); ++i)
+    s.ops[i].dbg = on ? dalloc<__nv_bfloat16>(s.owned, step::kMaxK, stream) : nullptr;  // kept until the step goes
+  TF_CUDA_CHECK(cudaMemcpyAsync(s.d_ops, s.ops.data(), s.ops.size() * sizeof(Op), cudaMemcpyHostToDevice, stream));
+  TF_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+int DecodeStep::ops() const {
+  return int(s_->ops.size());
+}
+namespace {
+std::vector<uint16_t> words_bf16(const void* p, int n) {
+  std::vector<uint32_t> w(static_cast<size_t>(n));
+  TF_CUDA_CHECK(cudaMemcpy(w.data(), p, size_t(n) * 4, cudaMemcpyDeviceToHost));
+  std::vector<uint16_t> b(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) b[size_t(i)] = uint16_t(w[size_t(i)] & 0xffffu);
+  return b;
+}
+}  // namespace
+std::vector<uint16_t> DecodeStep::debug_x(int op) const {
+  const Op& o = s_->ops.at(size_t(op));
+  std::vector<uint16_t> b(size_t(o.k));
+  if (!o.dbg) return {};
+  TF_CUDA_CHECK(cudaMemcpy(b.data(), o.dbg, b.size() * 2, cudaMemcpyDeviceToHost));
+  return b;
+}
+std::vector<uint16_t> DecodeStep::debug_y(int op) const {
+  const Op& o = s_->ops.at(size_t(op));
+  if (o.y_f32) return {};
+  return words_bf16(o.y, o.silu_out ? o.n / 2 : o.n);
+}
+std::vector<uint16_t> DecodeStep::debug_res(int op) const {
+  const Op& o = s_->ops.at(size_t(op));
+  if (o.xkind != step::kXAddNorm) return {};
+  return words_bf16(o.res_out, o.k);
+}
+
+bool DecodeStep::bind(int rows, int max_pos, int block_size, const std::vector<KvLayer>& kv, cudaStream_t stream) {
+  using namespace step;
+  State& s = *s_;
+  if (rows != 1 || block_size != kBlock || max_pos < 0 || max_pos >= kMaxPositions ||
+      kv.size() != s.attn_ops.size())
+    return false;
+  bool changed = false;
+  for (size_t l = 0; l < kv.size(); ++l) {
+    const Tensor &k = kv[l].k, &v = kv[l].v;
+    if (k.dtype() != DType::BF16 || v.dtype() != DType::BF16 || k.dim(-1) != kD || k.dim(-2) != kHk ||
+        k.dim(-3) != kBlock || v.shape() != k.shape())
+      return false;
+    if (s.bound[l].first != k.raw() || s.bound[l].second != v.raw()) {
+      s.bound[l] = {k.raw(), v.raw()};
+      Op& o = s.ops[s.attn_ops[l]];
+      o.kp = static_cast<__nv_bfloat16*>(const_cast<void*>(k.raw()));
+      o.vp = static_cast<__nv_bfloat16*>(const_cast<void*>(v.raw()));
+      changed = true;
+    }
+  }
+  if (changed)  // stream-ordered: a launch still running reads the old table
+    TF_CUDA_CHECK(cudaMemcpyAsync(s.d_ops, s.ops.data(), s.ops.size() * sizeof(Op), cudaMemcpyHostToDevice, stream));
+  return true;
+}
+
+void DecodeStep::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
+  using namespace step;
+  State& s = *s_;
+  embedding(s.embed, s.embed_dtype, dm.tokens, s.emb_row, DType::BF16, 1, kHidden, s.embed_scale, stream);
+  step_prologue<<<1, 256, 0, stream>>>(s.epoch, s.emb_row, s.emb_words, kHidden);
+  TF_CUDA_LAUNCH_CHECK();
+  Params p{};
+  p.ops = s.d_ops, p.nops = int(s.ops.size()), p.epoch_word = s.epoch;
+  p.positions = dm.positions, p.slots = dm.slots, p.row_seq = dm.row_seq, p.table_offsets = dm.table_offsets;
+  p.tables = dm.tables, p.inv_freq = s.inv_freq, p.rope_factor = s.rope_factor, p.scale = s.scale;
+  p.qk_eps = s.eps, p.logits = logits;
+  decode_step_kernel<<<s.grid, kThreads, kSmemBytes, stream>>>(p);
+  TF_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace tf::cuda

@@ -1,0 +1,66 @@
+#pragma once
+// A dense decoder's whole one-row decode step as one persistent kernel (docs/cuda-notes.md, sessions 15-18):
+// one CTA an SM, a producer warp streaming the CTA's weight tiles (packed into 32 KB stages, one bulk copy
+// each) into a shared-memory ring as far ahead as it holds, across every dependency; 8 consumer warps
+// computing each 16-feature tile with linear.cu's arithmetic; 3 attention warps computing the row's
+// attention with attention_mma's. Activations travel as tagged 32-bit words (bf16 bits | the launch's tag
+// << 16): a reader polls a word until it carries the launch's tag, so no counter, fence or grid barrier
+// sits between the ops. Every value has the bits of the op chain (embedding, rms_norm, linear_bf16,
+// qkv_norm_rope_kv, attention_mma, add_rms_norm, silu_mul, the lm_head): a row's tokens are the same
+// whichever path its round takes.
+//
+// Shapes: the Qwen3-8B layout only for now (hidden 4096, 32 q / 8 KV heads of 128, q/k norms, a fused qkv
+// and gate_up, intermediate a multiple of 4096 up to 12288, bf16 weights without bias, NeoX rope over the
+// whole head, norms without offset, no window or softcap, KV blocks of 16 positions).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ops/backend.h"
+#include "ops/cuda/kernels.h"
+
+namespace tf::cuda {
+
+class DecodeStep {
+ public:
+  // Positions the step takes: below this the one-kernel step beats the op chain on the H200 (run 236: ctx
+  // 2048 4.50 ms vs the chain's 4.67, ctx 3000 4.81 vs 4.75 -- the merge of many chunks is one unit's; the
+  // lines cross near 2.7k).
+  static constexpr int kMaxPositions = 2560;
+
+  // Checks the shape (null and `why` when it is not the one the kernel handles) and packs the linears'
+  // weights into the kernel's stage layout: a second copy of them in device memory.
+  static std::unique_ptr<DecodeStep> make(const DecodeStepModel& m, cudaStream_t stream, std::string* why);
+  ~DecodeStep();
+  DecodeStep(const DecodeStep&) = delete;
+  DecodeStep& operator=(const DecodeStep&) = delete;
+
+  // Whether the step can run a forward of `rows` rows at positions up to `max_pos` with blocks of
+  // `block_size` positions (one row, below kMaxPositions, 16) on the pools `kv`; then points the kernel's op
+  // table at `kv` (stream-ordered; outside any graph capture).
+  bool bind(int rows, int max_pos, int block_size, const std::vector<KvLayer>& kv, cudaStream_t stream);
+  // The step of the bound row: its K/V rows written to the pool, its logits to `logits` (f32 [vocab]).
+  // Kernels only: may be captured into a CUDA graph (the launch tag comes from a device word).
+  void run(const DeviceMeta& dm, float* logits, cudaStream_t stream);
+  // Bytes of the packed weights.
+  size_t packed_bytes() const;
+
+  // Debugging (benches): after a run with debug on, each op's x as the kernel made it and its outputs, as
+  // bf16 bits. Ops per layer: qkv, o, gate_up, down; then the lm_head. y: the op's output words (gate_up:
+  // silu_mul of its gate and up features, [n / 2]; the lm_head: none); res: an add + norm op's new residual.
+  void set_debug(bool on, cudaStream_t stream);
+  int ops() const;
+  std::vector<uint16_t> debug_x(int op) const;
+  std::vector<uint16_t> debug_y(int op) const;
+  std::vector<uint16_t> debug_res(int op) const;
+
+ private:
+  struct State;
+  explicit DecodeStep(std::unique_ptr<State> s);
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace tf::cuda

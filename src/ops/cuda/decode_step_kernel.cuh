@@ -1,0 +1,752 @@
+#pragma once
+// The device side of the one-kernel decode step (decode_step.h; included by decode_step.cu only). Grown in
+// the probe bench/cuda/mega_probe.cu (sessions 15-17; its last version, with profiling, 4-bit and TMA
+// variants, is commit 84c23ce) and measured there: docs/cuda-notes.md.
+//
+// Roles in a CTA (one CTA an SM, kThreads threads):
+// - warp kProducer streams the CTA's 16-feature tiles of every op, in op order, stage by stage into a ring
+//   of kStages slots (bulk copies of the packed weights, pack_kernel), as far ahead as the ring allows:
+//   weights are constants, so it runs ahead across every dependency;
+// - warps 0..7 (consumers) make each op's x in shared memory once (add + RMSNorm, a copy) and compute the
+//   CTA's tiles with linear.cu's arithmetic (8 K slices in warp order, 32-wide chunks through mma_chunk, the
+//   slice sums in warp order), storing each output as a tagged word;
+// - warps 9..11 (attention) compute the row's attention: (KV head, chunk) units dealt over the CTAs, each
+//   the q/k norm + rope of its group's heads and (the chunk holding the row) the new K/V row, the chunk's
+//   partial with attention_mma's chunk arithmetic, and the unit holding the row merging the partials.
+//
+// Latency rule (session 17): under the weight stream, every dependent global access costs a round trip of
+// ~2 us, so after a poll the chain touches only shared memory, registers and the polled words themselves;
+// everything else it needs is fetched into shared memory before the poll.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+
+#include "ops/cuda/activation.cuh"
+#include "ops/cuda/attention_chunk.cuh"
+#include "ops/cuda/mbarrier.cuh"
+#include "ops/cuda/mma.cuh"
+#include "ops/cuda/norm.cuh"
+
+namespace tf::cuda::step {
+
+constexpr int kSlices = 8;  // linear.cu's K slices (its warps): the arithmetic
+constexpr int kCWarps = 8;  // consumer warps, one slice each
+constexpr int kAWarps = 3;  // attention warps (12 warps take no more registers a thread than 9)
+constexpr int kThreads = (kCWarps + 1 + kAWarps) * 32;
+constexpr int kProducer = kCWarps;
+constexpr int kRed = 2;                      // slice-sum buffers, double-buffered: one consumer barrier a tile
+constexpr int kStageK = 512;                 // k-values of a slice's piece
+constexpr int kSW = 2;                       // a stage row = pieces of kSW consecutive slices (32 KB stages)
+constexpr int kOwners = kCWarps / kSW;       // warp pairs owning ring slots
+constexpr int kRowBytes = kSW * kStageK * 2;  // packed rows are not padded; odd rows are swizzled
+constexpr int kStageBytes = 16 * kRowBytes;  // 16 feature rows, one bulk copy
+constexpr int kStages = 4;                   // ring slots (a multiple of kOwners)
+constexpr int kMaxK = 12288;                 // the longest x (the down projection's)
+constexpr int kHidden = 4096;                // the add + norm x (make_x: 16 elements a thread)
+// The attention shape: q heads, KV heads, head dim; K/V/Q staging rows padded as attention_mma's.
+constexpr int kHq = 32, kHk = 8, kGroup = kHq / kHk, kD = 128, kRS = kD + 8;
+constexpr int kAttnBytes = (2 * attn::kC + 16) * kRS * 2;  // Ks, Vs [128][kRS], Qs [16][kRS]
+constexpr int kBlock = 16;                                 // positions a KV pool block holds
+constexpr int kMaxChunks = 20;                             // 128-position chunks (DecodeStep::kMaxPositions)
+constexpr int kRec = kD + 2;                               // a partial's 64-bit words: o [kD], max, sum
+constexpr int kMergeChunks = 12;                           // other chunks' partials a merge round brings in
+
+// x kinds. kXAttnMerge: the o op, whose x (a copy) is the attention warps' output words.
+enum XKind : int { kXCopy = 0, kXAddNorm = 1, kXAttnMerge = 2 };
+
+// One op: a linear of the row, its x made by xkind. Activations are 32-bit words: bf16 bits in the low
+// half, the writing launch's tag in the high half; a reader polls each word until its tag is the launch's.
+struct Op {
+  const __nv_bfloat16* wp;  // the weights, packed (pack_kernel)
+  int n, k, xkind, y_f32;
+  const uint32_t* x;        // kXCopy / kXAttnMerge: x; kXAddNorm: the value added to the residual (null: none)
+  const uint32_t* res;      // kXAddNorm: residual in
+  uint32_t* res_out;        // kXAddNorm: residual + x, written by the CTA of the op's tile 0
+  const __nv_bfloat16* nw;  // kXAddNorm: norm weight
+  void* y;                  // words (y_f32: none, the logits go to Params::logits)
+  int res_const;            // the residual was written before the launch (layer 0: its tag is not checked)
+  int silu_out;             // gate_up: a tile is 8 gate and their 8 up features; it stores silu_mul of them
+  int tile_begin;           // global index of the op's first tile (tiles are dealt round-robin to CTAs)
+  int tiles;                // 16-feature tiles
+  float eps;                // kXAddNorm
+  // kXAttnMerge: one layer's K/V pool [slots][kHk][kD], q/k norm weights, the partials of (q head, chunk)
+  // [kHq][kMaxChunks][kRec] (tagged 64-bit words), the qkv words the attention reads and its output words.
+  __nv_bfloat16 *kp, *vp;
+  const __nv_bfloat16 *qn, *kn;
+  unsigned long long* part;
+  const uint32_t* qkv;
+  uint32_t* aout;
+  __nv_bfloat16* dbg;  // debugging (DecodeStep::set_debug): the op's x as made, by the CTA of tile 0
+};
+
+// The launch's constants besides the op table.
+struct Params {
+  const Op* ops;
+  int nops;
+  const unsigned* epoch_word;  // the launch's epoch (step_prologue increments it before the launch)
+  const int32_t* positions;    // begin_forward's metadata (DeviceMeta): the row's position, slot, table
+  const int32_t* slots;
+  const int32_t* row_seq;
+  const int32_t* table_offsets;
+  const int32_t* tables;
+  const float* inv_freq;  // rope: [kD / 2]
+  float rope_factor;      // the rope's attention factor (times sin and cos)
+  float scale;            // attention scale
+  float qk_eps;           // q/k norm eps
+  float* logits;          // the lm_head's output (the y_f32 op), f32 [vocab]
+};
+
+__device__ __forceinline__ uint32_t saddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// Named barriers: __syncwarp first (a warp leaving a per-lane polling loop is not converged) and the
+// non-aligned forms.
+__device__ __forceinline__ void nbar_sync(int id, int count) {
+  __syncwarp();
+  asm volatile("barrier.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void bar_consumers() {
+  nbar_sync(1, kCWarps * 32);
+}
+__device__ __forceinline__ void abar() {
+  nbar_sync(2, kAWarps * 32);
+}
+// Waits with a watchdog (seconds): a hang prints who waited for what and traps instead of spinning forever.
+__device__ void wait_bar(uint32_t bar, uint32_t parity, int what, int j) {
+  for (long long n = 0; !mbar_try_wait(bar, parity); ++n)
+    if (n == (1ll << 24)) {
+      printf("decode_step HANG block %d warp %d: %s stage %d parity %u\n", blockIdx.x, threadIdx.x / 32,
+             what ? "full" : "empty", j, parity);
+      __trap();
+    }
+  __syncwarp();
+}
+__device__ __forceinline__ uint32_t ldv(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __noinline__ void hang_word(const uint32_t* p, uint32_t w, uint32_t tag) {
+  printf("decode_step HANG block %d thread %d: word %p tag %u, want %u\n", blockIdx.x, threadIdx.x, p, w >> 16,
+         tag);
+  __trap();
+}
+__device__ __forceinline__ float word_f(uint32_t w) {
+  return __uint_as_float(w << 16);
+}
+__device__ __forceinline__ uint32_t word_of(float v, uint32_t tag) {
+  const __nv_bfloat16 h = __float2bfloat16(v);
+  return (tag << 16) | *reinterpret_cast<const uint16_t*>(&h);
+}
+// Polls words w[j] (at src(j)) until all carry `tag`. Not eager: spins on the first word still without it
+// (one load in flight a thread: every waiting thread of every CTA reloading all its words flooded the memory
+// system, run 205), then reloads all the missing ones together. Eager (few threads: the attention warps):
+// every missing word reloaded each round.
+template <int N, typename Src>
+__device__ __forceinline__ void poll_words(uint32_t (&w)[N], Src src, uint32_t tag, bool eager = false) {
+  for (long long n = 0;; ++n) {
+    if (eager) {
+      bool ready = true;
+#pragma unroll
+      for (int j = 0; j < N; ++j)
+        if ((w[j] >> 16) != tag) ready = false, w[j] = ldv(src(j));
+      if (ready) return;
+      if (n == (1ll << 26))  // unrolled: a run-time index would put w[] in local memory
+#pragma unroll
+        for (int j = 0; j < N; ++j)
+          if ((w[j] >> 16) != tag) hang_word(src(j), w[j], tag);
+      continue;
+    }
+    int first = -1;
+#pragma unroll
+    for (int j = N - 1; j >= 0; --j)
+      if ((w[j] >> 16) != tag) first = j;
+    if (first < 0) return;
+    uint32_t v = ldv(src(first));
+    for (; (v >> 16) != tag; ++n) {
+      v = ldv(src(first));
+      if (n == (1ll << 26)) hang_word(src(first), v, tag);
+    }
+#pragma unroll
+    for (int j = 0; j < N; ++j)
+      if ((w[j] >> 16) != tag) w[j] = j == first ? v : ldv(src(j));
+  }
+}
+// N words at p[i * stride], loaded together; with `poll`, until they all carry `tag`.
+template <int N>
+__device__ __forceinline__ void load_words(uint32_t (&w)[N], const uint32_t* p, int stride, bool poll,
+                                           uint32_t tag) {
+#pragma unroll
+  for (int j = 0; j < N; ++j) w[j] = ldv(p + j * stride);
+  if (poll)
+    poll_words(
+        w, [&](int j) { return p + j * stride; }, tag);
+}
+
+// The op's x into shared memory (consumer warps), polling each word.
+__device__ void make_x(const Op& o, __nv_bfloat16* xs, float* nred, bool writer, uint32_t tag) {
+  const int tid = threadIdx.x;
+  const int k = o.k;
+  constexpr int kT = kCWarps * 32;
+  if (o.xkind != kXAddNorm) {  // a copy, k = 4096 or 12288: groups of 8, all loads in flight
+    constexpr int kGMax = kMaxK / 8 / kT;
+    const int ng = k / 8 / kT;
+    uint32_t w[kGMax][8];
+#pragma unroll
+    for (int q = 0; q < kGMax; ++q)
+      if (q < ng) load_words<8>(w[q], o.x + (tid + kT * q) * 8, 1, true, tag);
+    bar_consumers();  // xs is free: every warp is past the previous op's MMAs
+#pragma unroll
+    for (int q = 0; q < kGMax; ++q) {
+      if (q >= ng) break;
+      uint32_t r[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) r[e] = (w[q][2 * e] & 0xffffu) | (w[q][2 * e + 1] << 16);
+      *reinterpret_cast<uint4*>(xs + (tid + kT * q) * 8) = make_uint4(r[0], r[1], r[2], r[3]);
+    }
+  } else {  // add + RMSNorm, k = kHidden: kV elements a thread at i = tid + kT j
+    constexpr int kV = kHidden / kT;
+    float nwv[kV], v[kV];
+#pragma unroll
+    for (int j = 0; j < kV; ++j) nwv[j] = __bfloat162float(o.nw[tid + kT * j]);  // constant: before any wait
+    float ss = 0.f;
+#pragma unroll
+    for (int h = 0; h < kV; h += 8) {  // 8 at a time: fewer live registers
+      uint32_t rw[8], xw[8];
+      load_words<8>(rw, o.res + tid + kT * h, kT, !o.res_const, tag);
+      if (o.x) load_words<8>(xw, o.x + tid + kT * h, kT, true, tag);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        // add_rms_norm (norm.cuh): the new residual rounded to bf16 first; the norm sees what is stored. No x
+        // (layer 0): rms_norm of the residual as it is (adding zeros would turn -0.0 into +0.0).
+        v[h + j] =
+            o.x ? __bfloat162float(__float2bfloat16(__fadd_rn(word_f(rw[j]), word_f(xw[j])))) : word_f(rw[j]);
+        if (writer) o.res_out[tid + kT * (h + j)] = word_of(v[h + j], tag);
+        ss = __fmaf_rn(v[h + j], v[h + j], ss);
+      }
+    }
+#pragma unroll
+    for (int s = 16; s > 0; s /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, s);
+    bar_consumers();  // xs and nred are free
+    if (tid % 32 == 0) nred[tid / 32] = ss;
+    bar_consumers();
+    float tot = nred[0];  // row_sum<256>'s order
+#pragma unroll
+    for (int q = 1; q < kCWarps; ++q) tot += nred[q];
+    const float inv = norm_inv(tot, k, o.eps);
+#pragma unroll
+    for (int j = 0; j < kV; ++j)
+      xs[tid + kT * j] = __float2bfloat16(norm_out(v[j], inv, __fadd_rn(nwv[j], 0.f)));
+  }
+  bar_consumers();
+  if (writer && o.dbg)
+    for (int i = tid; i < k; i += kT) o.dbg[i] = xs[i];
+}
+
+// Position p's slot in the paged K/V pool (attention_mma.cu's Tile::slot_of for blocks of kBlock).
+__device__ __forceinline__ int kv_slot(const int32_t* table, int p) {
+  return table[p / kBlock] * kBlock + p % kBlock;
+}
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+
+// RMS norm + NeoX rope of one head held by a warp (element lane + 32 j): elementwise.cu's
+// qk_norm_rope_kv_kernel<4> arithmetic (rotary_dim = head_dim), values rounded to bf16 as it does. rsin /
+// rcos: sincosf(pos * inv_freq[i]) times the attention factor, made before the unit's poll.
+__device__ __forceinline__ void norm_rope_head(float (&v)[4], const __nv_bfloat16* w, const float* rsin,
+                                               const float* rcos, float eps, int lane) {
+  float ss = 0.f;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) ss = __fmaf_rn(v[j], v[j], ss);
+  const float inv = norm_inv(row_sum<32>(ss, nullptr), kD, eps);
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    v[j] = __bfloat162float(
+        __float2bfloat16_rn(norm_out(v[j], inv, __fadd_rn(__bfloat162float(w[lane + 32 * j]), 0.f))));
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const float sn = rsin[lane + 32 * j], cs = rcos[lane + 32 * j];
+    const float a = __fsub_rn(__fmul_rn(v[j], cs), __fmul_rn(v[j + 2], sn));
+    const float b = __fadd_rn(__fmul_rn(v[j + 2], cs), __fmul_rn(v[j], sn));
+    v[j] = __bfloat162float(__float2bfloat16_rn(a));
+    v[j + 2] = __bfloat162float(__float2bfloat16_rn(b));
+  }
+}
+
+// chunk_scores (attention_chunk.cuh) for decode's 4 real rows, its MMAs split over the attention warps by
+// key n-tile pairs [JB, JE): the same bits. Each score's MMA chain is its own; the row max is exact whatever
+// the order (each warp's quad max, then the 3 in shared memory); each P value is elementwise; the row sum is
+// added in chunk_scores' order (n-tiles 0..15, then the quad shuffles) by every warp from all warps' P values
+// in shared memory (Pf: [16][32 lanes][2] floats in the Qs region, free once every warp's MMAs are done).
+// Leaves in s what chunk_pv needs (row g's P, zeros for the padding rows g + 8), and mc / lc of row g.
+template <int JB, int JE>
+__device__ __forceinline__ void split_scores(const __nv_bfloat16* Qs, const __nv_bfloat16* Ks, float* Pf,
+                                             float* pmax, int aw, int lane, int c0, int pos, float scale,
+                                             float (*s)[4], float& mc, float& lc) {
+  const int qd = lane % 4, mi = lane / 8, li = lane % 8, g = lane / 4;
+#pragma unroll
+  for (int j = 2 * JB; j < 2 * JE; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+  for (int t = 0; t < kD / 16; ++t) {
+    uint32_t a[4];
+    attn::ldsm_x4(a, Qs + ((mi % 2) * 8 + li) * kRS + t * 16 + (mi / 2) * 8);
+#pragma unroll
+    for (int jj = JB; jj < JE; ++jj) {
+      uint32_t b[4];
+      attn::ldsm_x4(b, Ks + (jj * 16 + (mi / 2) * 8 + li) * kRS + t * 16 + (mi % 2) * 8);
+      attn::mma(s[2 * jj], a, b[0], b[1]);
+      attn::mma(s[2 * jj + 1], a, b[2], b[3]);
+    }
+  }
+  const bool pad = g >= kGroup;  // rows 4-7 (and all rows g + 8): padding pairs
+  float mx = -INFINITY;
+  if (!pad) {
+#pragma unroll
+    for (int j = 2 * JB; j < 2 * JE; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int p = c0 + j * 8 + qd * 2 + e;
+        float v = __fmul_rn(s[j][e], scale);
+        v = (p >= 0 && p <= pos) ? v : -INFINITY;
+        s[j][e] = v;
+        mx = fmaxf(mx, v);
+      }
+  }
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+  if (qd == 0) pmax[aw * 8 + g] = mx;
+  abar();  // every warp's MMAs (Qs is free) and quad maxima
+  mx = fmaxf(fmaxf(pmax[g], pmax[8 + g]), pmax[16 + g]);
+  mc = mx;
+  const float base = mx == -INFINITY ? 0.f : mx;
+  if (!pad) {
+#pragma unroll
+    for (int j = 2 * JB; j < 2 * JE; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        Pf[(j * 32 + lane) * 2 + e] = __bfloat162float(__float2bfloat16_rn(__expf(__fsub_rn(s[j][e], base))));
+  }
+  abar();  // every warp's P values
+  float sum = 0.f;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const float2 pv =
+        pad ? make_float2(0.f, 0.f) : *reinterpret_cast<const float2*>(Pf + (j * 32 + lane) * 2);
+    s[j][0] = pv.x, s[j][1] = pv.y, s[j][2] = 0.f, s[j][3] = 0.f;
+    if (!pad) sum = __fadd_rn(__fadd_rn(sum, pv.x), pv.y);
+  }
+  sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
+  sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+  lc = sum;
+}
+
+// What an attention unit's chain needs after its poll, in shared memory (fetched before the poll).
+struct AttnParams {
+  __nv_bfloat16 qn[kD], kn[kD];      // q / k norm weights
+  float rsin[kD / 2], rcos[kD / 2];  // the rope of the row's position
+  unsigned long long* part;          // the op's partials
+  uint32_t* aout;                    // the op's output words
+  __nv_bfloat16 *kdst, *vdst;        // the new row's K / V in the pool (head h)
+  float scale, eps;
+  float pmax[kAWarps * 8];  // split_scores' quad maxima
+};
+constexpr int kAttnParamBytes = (int(sizeof(AttnParams)) + 127) / 128 * 128;
+constexpr int kAttnRegion = kAttnBytes + kAttnParamBytes;  // Ks, Vs, Qs, then the params
+
+// The row's position and block table and the attention's constants, read once by each attention warp
+// before its first unit (registers: a reference to the kernel's parameters could copy them to the stack).
+struct Row {
+  int pos, slot;
+  const int32_t* table;
+  const float* inv_freq;
+  float rope_factor, scale, eps;
+};
+
+// One attention unit by the CTA's attention warps (their own shared memory: the consumers go on with the
+// ring meanwhile): KV head h, chunk c of the row. Tasks: warps 0 and 1 q heads 2 aw and 2 aw + 1 of the
+// group (q norm + rope of the qkv words, polled), warp 2 -- in the chunk holding the row -- the new token's
+// k (norm + rope) and v, into shared memory and the pool; all stage the chunk's older K/V rows. Then the
+// chunk's partial of the group's 4 heads with attention_mma's arithmetic (the other 12 MMA rows are padding:
+// a pair's bits depend only on its own row), published as tagged words; the unit holding the row merges the
+// chunks' partials (combine_pair_u's order) into the o op's x words.
+__device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int unit,
+                                               __nv_bfloat16* Ks, uint32_t tag, unsigned epoch) {
+  const int at = threadIdx.x - (kProducer + 1) * 32, aw = at / 32, lane = at % 32;
+  constexpr int kT = kAWarps * 32;
+  const int pos = row.pos;
+  const int h = unit % kHk, c = unit / kHk, c0 = c * attn::kC;
+  __nv_bfloat16* Vs = Ks + attn::kC * kRS;
+  __nv_bfloat16* Qs = Vs + attn::kC * kRS;
+  AttnParams* P = reinterpret_cast<AttnParams*>(reinterpret_cast<unsigned char*>(Ks) + kAttnBytes);
+  const bool kv_here = pos / attn::kC == c;
+  abar();  // the unit before is done with the region (its MMAs, its merge)
+  for (int i = at; i < attn::kC * (kD / 8); i += kT) {  // 16-byte units: row i / 16, column (i % 16) * 8
+    const int r = i / (kD / 8), col = (i % (kD / 8)) * 8, p = c0 + r;
+    if (p == pos) continue;  // the new row: its task writes it
+    const int64_t off = (int64_t(kv_slot(row.table, p)) * kHk + h) * kD + col;
+    cp_async16(saddr(Ks + r * kRS + col), p < pos ? o.kp + off : o.kp, p < pos);
+    cp_async16(saddr(Vs + r * kRS + col), p < pos ? o.vp + off : o.vp, p < pos);
+  }
+  asm volatile("cp.async.commit_group;");
+  for (int i = at; i < 12 * (kRS / 8); i += kT)  // Q rows 4-15: padding pairs, zeros
+    *reinterpret_cast<uint4*>(Qs + (kGroup + i / (kRS / 8)) * kRS + (i % (kRS / 8)) * 8) =
+        make_uint4(0, 0, 0, 0);
+  for (int i = at; i < kD; i += kT) {
+    P->qn[i] = o.qn[i], P->kn[i] = o.kn[i];
+    if (i < kD / 2) {  // elementwise.cu's qk_norm_rope_kv: sincosf(pos * inv_freq), times the factor
+      float sn, cs;
+      sincosf(float(pos) * row.inv_freq[i], &sn, &cs);
+      P->rsin[i] = sn * row.rope_factor, P->rcos[i] = cs * row.rope_factor;
+    }
+  }
+  if (at == 0) {
+    P->part = o.part, P->aout = o.aout, P->scale = row.scale, P->eps = row.eps;
+    const int64_t dst = (int64_t(row.slot) * kHk + h) * kD;
+    P->kdst = o.kp + dst, P->vdst = o.vp + dst;
+  }
+  static_assert(kAWarps == 3 && kGroup == 4, "the task split below");
+  constexpr int kTasks = 2;
+  constexpr int kW = 4 * (kTasks + 1);  // + v's words (the k/v task)
+  bool live[kTasks + 1];
+#pragma unroll
+  for (int i = 0; i < kTasks; ++i) live[i] = aw < 2 || (i == 0 && kv_here);
+  live[kTasks] = aw == 2 && kv_here;  // v's words
+  // The words' sources as scalars (an array indexed at run time would live in local memory): task 0 / 1 (q
+  // heads 2 aw, 2 aw + 1; warp 2: k), then v.
+  const uint32_t* s0 = aw < 2 ? o.qkv + (h * kGroup + 2 * aw) * kD + lane : o.qkv + kHq * kD + h * kD + lane;
+  const uint32_t* s1 = o.qkv + (h * kGroup + 2 * aw + 1) * kD + lane;  // live only for aw < 2
+  const uint32_t* s2 = o.qkv + (kHq + kHk) * kD + h * kD + lane;
+  auto src = [&](int q) { return (q < 4 ? s0 : q < 8 ? s1 : s2) + 32 * (q % 4); };
+  abar();  // the params are in
+  uint32_t w[kW];
+#pragma unroll
+  for (int q = 0; q < kW; ++q) w[q] = live[q / 4] ? ldv(src(q)) : (tag << 16);
+  poll_words(w, src, tag, true);
+  __syncwarp();
+#pragma unroll
+  for (int i = 0; i < kTasks; ++i) {
+    const int task = aw < 2 ? 2 * aw + i : kGroup;
+    if (!live[i]) continue;
+    float v[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = word_f(w[4 * i + j]);
+    if (task < kGroup) {  // q head `task` of the group
+      norm_rope_head(v, P->qn, P->rsin, P->rcos, P->eps, lane);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) Qs[task * kRS + lane + 32 * j] = __float2bfloat16_rn(v[j]);
+    } else {  // the new token's k (normed, rotated) and v: shared memory and the pool
+      norm_rope_head(v, P->kn, P->rsin, P->rcos, P->eps, lane);
+      const int r = pos - c0;
+      __nv_bfloat16 *kd = P->kdst, *vd = P->vdst;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const __nv_bfloat16 kb = __float2bfloat16_rn(v[j]);
+        __nv_bfloat16 vb;
+        *reinterpret_cast<uint16_t*>(&vb) = uint16_t(w[4 * kTasks + j] & 0xffffu);
+        Ks[r * kRS + lane + 32 * j] = kb, Vs[r * kRS + lane + 32 * j] = vb;
+        kd[lane + 32 * j] = kb, vd[lane + 32 * j] = vb;
+      }
+    }
+  }
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  abar();
+  unsigned long long* part = P->part;
+  const int own = pos / attn::kC;  // chunks before the row's
+  constexpr int kU = kRec * 8 / 16;  // 16-byte units of a partial's record (65)
+  {
+    // The chunk's scores (split_scores: each warp a third of the keys), then each warp's share of P V's
+    // output columns (chunk_pv<D, J0, J1>: column pairs [J0, J1); each element's chain is its own), then the
+    // partial.
+    const int g = lane / 4, qd = lane % 4;
+    float sc[16][4], mc, lc, oc[kD / 8][4];
+    float* Pf = reinterpret_cast<float*>(Qs);
+    if (aw == 0)
+      split_scores<0, 3>(Qs, Ks, Pf, P->pmax, aw, lane, c0, pos, P->scale, sc, mc, lc);
+    else if (aw == 1)
+      split_scores<3, 6>(Qs, Ks, Pf, P->pmax, aw, lane, c0, pos, P->scale, sc, mc, lc);
+    else
+      split_scores<6, 8>(Qs, Ks, Pf, P->pmax, aw, lane, c0, pos, P->scale, sc, mc, lc);
+    static_assert(kAWarps == 3 && kD == 128, "the column split below");
+    const int j0 = aw == 0 ? 0 : aw == 1 ? 3 : 6, j1 = aw == 0 ? 3 : aw == 1 ? 6 : 8;
+    if (aw == 0)
+      attn::chunk_pv<kD, 0, 3>(Vs, lane, sc, oc);
+    else if (aw == 1)
+      attn::chunk_pv<kD, 3, 6>(Vs, lane, sc, oc);
+    else
+      attn::chunk_pv<kD, 6, 8>(Vs, lane, sc, oc);
+    // The partial as tagged 64-bit words (value | epoch << 32: a word from an earlier launch never carries
+    // this one's epoch): o [kD], then max and sum. The unit holding the row (the merger) keeps its own in
+    // shared memory instead (Ks: every warp is past split_scores after the barrier), [kGroup][kRec] floats.
+    if (kv_here) {
+      abar();
+      float* pown = reinterpret_cast<float*>(Ks);
+      if (g < kGroup) {
+#pragma unroll
+        for (int j = 0; j < kD / 8; ++j)
+          if (j >= 2 * j0 && j < 2 * j1)
+            pown[g * kRec + j * 8 + qd * 2] = oc[j][0], pown[g * kRec + j * 8 + qd * 2 + 1] = oc[j][1];
+        if (aw == 0 && qd == 0) pown[g * kRec + kD] = mc, pown[g * kRec + kD + 1] = lc;
+      }
+    } else if (g < kGroup) {
+      unsigned long long* dst = part + (int64_t(h * kGroup + g) * kMaxChunks + c) * kRec;
+      const unsigned long long tg = uint64_t(epoch) << 32;
+#pragma unroll
+      for (int j = 0; j < kD / 8; ++j)
+        if (j >= 2 * j0 && j < 2 * j1) {
+          dst[j * 8 + qd * 2] = tg | __float_as_uint(oc[j][0]);
+          dst[j * 8 + qd * 2 + 1] = tg | __float_as_uint(oc[j][1]);
+        }
+      if (aw == 0 && qd == 0) dst[kD] = tg | __float_as_uint(mc), dst[kD + 1] = tg | __float_as_uint(lc);
+    }
+  }
+  if (!kv_here) return;
+  // The merge (combine_pair_u's order: chunks in increasing order from (-inf, 0, 0), then bf16(o / l)), item
+  // = 8 dims of one of the group's heads (64 items, one round). The other chunks' partials come into shared
+  // memory by cp.async, kMergeChunks at a time (after the own partial); units with a word not yet written are
+  // copied again, all of them a round (one round trip a round, not one a word: run 219).
+  abar();  // pown is complete
+  const float* pown = reinterpret_cast<const float*>(Ks);
+  unsigned long long* mb = reinterpret_cast<unsigned long long*>(Ks) + (kGroup * kRec + 3) / 4 * 2;
+  const bool item = at < kGroup * (kD / 8);
+  const int gi = at / (kD / 8), d0 = (at % (kD / 8)) * 8;
+  float m = -INFINITY, l = 0.f, ov[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  for (int cb = 0; cb < own; cb += kMergeChunks) {
+    const int nb = min(kMergeChunks, own - cb);  // chunks cb .. cb + nb - 1 of the group's 4 heads
+    for (int i = at; i < kGroup * nb * kU; i += kT) {
+      const int r = i / kU, u = i % kU, hg = r / nb, cc = cb + r % nb;
+      cp_async16(saddr(mb + r * kRec + u * 2), part + (int64_t(h * kGroup + hg) * kMaxChunks + cc) * kRec + u * 2,
+                 true);
+    }
+    asm volatile("cp.async.commit_group;");
+    for (long long n = 0;; ++n) {
+      asm volatile("cp.async.wait_group 0;" ::: "memory");
+      bool again = false;
+      for (int i = at; i < kGroup * nb * kU; i += kT) {
+        const int r = i / kU, u = i % kU, hg = r / nb, cc = cb + r % nb;
+        const unsigned long long* w2 = mb + r * kRec + u * 2;
+        if (uint32_t(w2[0] >> 32) == epoch && uint32_t(w2[1] >> 32) == epoch) continue;
+        again = true;
+        cp_async16(saddr(w2), part + (int64_t(h * kGroup + hg) * kMaxChunks + cc) * kRec + u * 2, true);
+      }
+      if (!again) break;
+      asm volatile("cp.async.commit_group;");
+      if (n == (1ll << 24)) hang_word(reinterpret_cast<const uint32_t*>(part), 0, tag);
+    }
+    abar();  // every thread's units are complete
+    if (item)
+      for (int q = 0; q < nb; ++q) {
+        const unsigned long long* rec = mb + (gi * nb + q) * kRec;
+        const attn::MergeFactors f = attn::merge_chunk(m, l, __uint_as_float(uint32_t(rec[kD])),
+                                                       __uint_as_float(uint32_t(rec[kD + 1])));
+#pragma unroll
+        for (int i = 0; i < 8; ++i) ov[i] = attn::merge_out(ov[i], __uint_as_float(uint32_t(rec[d0 + i])), f);
+      }
+    abar();  // mb is free for the next round
+  }
+  if (item) {
+    const attn::MergeFactors f = attn::merge_chunk(m, l, pown[gi * kRec + kD], pown[gi * kRec + kD + 1]);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) ov[i] = attn::merge_out(ov[i], pown[gi * kRec + d0 + i], f);
+    uint32_t* dst = P->aout + (h * kGroup + gi) * kD + d0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) dst[i] = word_of(attn::finish_out(ov[i], l), tag);
+  }
+}
+
+// Position s of a tile's stages (in the order the producer sends them) -> the packed stage: owner s %
+// kOwners, its part s / kOwners (parts: the pieces of a slice, k / 8 / kStageK).
+__host__ __device__ inline int packed_stage(int s, int k) {
+  const int parts = k / kSlices / kStageK;
+  return (s % kOwners) * parts + s / kOwners;
+}
+
+// Shared memory: the ring, x, the attention region, the slice sums, the norm partials, the mbarriers and
+// the slots' metadata.
+constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + kMaxK * 2 + kAttnRegion +
+                              (kRed * kSlices * 16 + 8) * 4 + 3 * kStages * 8 + 2 * kStages * 4;
+
+__global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
+  // The launch's epoch (its tag: the low 16 bits), from the device word step_prologue incremented: a launch
+  // replayed from a CUDA graph has fixed arguments.
+  const unsigned epoch = *prm.epoch_word;
+  const uint32_t tag = epoch & 0xffffu;
+  const Op* __restrict__ ops = prm.ops;
+  const int nops = prm.nops;
+  float* const logits = prm.logits;
+  extern __shared__ __align__(128) unsigned char smem[];
+  unsigned char* ring = smem;
+  __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem + kStages * kStageBytes);
+  __nv_bfloat16* attn_smem = xs + kMaxK;
+  float* red = reinterpret_cast<float*>(smem + kStages * kStageBytes + kMaxK * 2 + kAttnRegion);  // [kRed][8][16]
+  float* nred = red + kRed * kSlices * 16;                                                          // [8]
+  uint64_t* full = reinterpret_cast<uint64_t*>(nred + 8);
+  uint64_t* empty = full + kStages;
+  uint64_t* mfull = empty + kStages;                    // the slot's meta is written (before its bytes land)
+  int* meta = reinterpret_cast<int*>(mfull + kStages);  // [kStages][2]: the slot's (op, tile)
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kStages; ++i)
+      mbar_init(saddr(full + i), 1), mbar_init(saddr(empty + i), kSW), mbar_init(saddr(mfull + i), 1);
+    mbar_init_fence();
+  }
+  __syncthreads();
+  const int G = gridDim.x, b = blockIdx.x;
+
+  if (warp > kProducer) {  // attention warps: the (KV head, chunk) units of every layer dealt to this CTA
+    Row row;
+    row.pos = prm.positions[0];
+    row.slot = prm.slots[0];
+    row.table = prm.tables + prm.table_offsets[prm.row_seq[0]];
+    row.inv_freq = prm.inv_freq, row.rope_factor = prm.rope_factor, row.scale = prm.scale, row.eps = prm.qk_eps;
+    const int units = kHk * (row.pos / attn::kC + 1);
+    for (int op = 0; op < nops; ++op) {
+      if (ops[op].xkind != kXAttnMerge) continue;
+      for (int u = b; u < units; u += G) attention_unit(ops[op], row, u, attn_smem, tag, epoch);
+    }
+    return;
+  }
+  if (warp == kProducer) {  // this CTA's tiles, stage by stage, as far ahead as the ring allows
+    // Tiles i = b, b + G, ... (round-robin over the CTAs, op after op). Each slot carries (op, tile) for its
+    // consumers, published on mfull before the bytes land. After the last op, one sentinel stage an owner.
+    int j = 0, op = 0;
+    for (int i = b;; i += G) {
+      while (op < nops && i >= ops[op].tile_begin + ops[op].tiles) ++op;
+      if (op == nops) break;
+      const int tile = i - ops[op].tile_begin;
+      const __nv_bfloat16* w = ops[op].wp;
+      const int k = ops[op].k;
+      const int stages = k / kStageK / kSW;
+      for (int s = 0; s < stages; ++s, ++j) {
+        // Stage s of a tile belongs to owner s % kOwners and the ring's slots are a multiple of kOwners:
+        // slot j % kStages is only ever used by owner j % kOwners, so each warp pair waits on every phase of
+        // its own slots in order (bulk copies complete out of order; a parity wait cannot tell phases apart).
+        const int slot = j % kStages;
+        if (j >= kStages) wait_bar(saddr(empty + slot), ((j / kStages) & 1) ^ 1, 0, j);
+        if (lane == 0) {
+          meta[2 * slot] = op, meta[2 * slot + 1] = tile;  // released by the arrive on mfull
+          mbar_arrive(saddr(mfull + slot));
+          mbar_arrive_expect_tx(saddr(full + slot), kStageBytes);
+          bulk_copy_g2s(saddr(ring + slot * kStageBytes),
+                        w + (int64_t(tile) * stages + packed_stage(s, k)) * (kStageBytes / 2), kStageBytes,
+                        saddr(full + slot));
+        }
+        __syncwarp();
+      }
+    }
+    for (int s = 0; s < kOwners; ++s, ++j) {  // the sentinel: one stage an owner, no bytes
+      const int slot = j % kStages;
+      if (j >= kStages) wait_bar(saddr(empty + slot), ((j / kStages) & 1) ^ 1, 0, j);
+      if (lane == 0) meta[2 * slot] = nops, meta[2 * slot + 1] = 0, mbar_arrive(saddr(mfull + slot));
+      __syncwarp();
+    }
+    return;
+  }
+
+  // Consumers: the tiles the producer chose, in its order; (op, tile) from the first slot of each tile this
+  // warp owns (every warp sees the same sequence).
+  const int g = lane / 4, t = lane % 4;
+  const int owner = warp / kSW, half = warp % kSW;
+  int j = 0, x_op = -1, tcount = 0;
+  for (;;) {
+    int op, tile;
+    {
+      const int jj = j + owner, slot = jj % kStages;
+      wait_bar(saddr(mfull + slot), (jj / kStages) & 1, 1, jj);
+      op = meta[2 * slot], tile = meta[2 * slot + 1];
+    }
+    if (op >= nops) break;
+    const Op& o = ops[op];
+    const int n0 = tile * 16, k = o.k;
+    if (op != x_op) {
+      make_x(o, xs, nred, tile == 0, tag);
+      x_op = op;
+    }
+    const int stages = k / kStageK / kSW, spw = k / kSlices / kStageK;  // spw: parts of a slice
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    const uint32_t xbase = saddr(xs) + 16 * t;
+    for (int part = 0; part < spw; ++part) {  // this warp's K slice, in order
+      const int jj = j + part * kOwners + owner, slot = jj % kStages;
+      wait_bar(saddr(full + slot), (jj / kStages) & 1, 1, jj);
+      const uint32_t base = saddr(ring + slot * kStageBytes) + half * (kStageK * 2) + 16 * t;
+      const uint32_t swz = (g & 1) * 64;  // pack_kernel: odd rows hold chunk c at chunk c ^ 1's place
+      const uint32_t xb = xbase + (warp * spw + part) * kStageK * 2;
+#pragma unroll 4
+      for (int c = 0; c < kStageK / 32; ++c) {
+        const uint4 a = lds128(base + g * kRowBytes + ((c * 64) ^ swz));
+        const uint4 bb = lds128(base + (g + 8) * kRowBytes + ((c * 64) ^ swz));
+        const uint4 xv = g == 0 ? lds128(xb + c * 64) : make_uint4(0, 0, 0, 0);
+        mma_chunk(acc, a, bb, xv);
+      }
+      fence_proxy_async();  // this warp's reads of the slot before the next bulk copy into it
+      __syncwarp();
+      if (lane == 0) mbar_arrive(saddr(empty + slot));
+    }
+    j += stages;
+    // The slice sums: warp 0 adds them in warp order and stores the tile (words with the launch's tag). red
+    // is double-buffered: a warp writes red[p] for tile i + 2 only after the barrier of tile i + 1, which
+    // warp 0 reaches after reading tile i's.
+    float* r = red + (tcount & 1) * kSlices * 16;
+    if (t == 0) r[warp * 16 + g] = acc[0], r[warp * 16 + g + 8] = acc[2];
+    bar_consumers();
+    if (warp == 0) {
+      float sum = 0.f;
+      if (lane < 16) {
+        sum = r[lane];
+#pragma unroll
+        for (int q = 1; q < kSlices; ++q) sum += r[q * 16 + lane];
+      }
+      if (o.silu_out) {  // lanes 0-7 gate features n0/2 + l, lanes 8-15 their up values: the bits of
+                         // gate_up stored as bf16, then silu_mul (activation.cuh)
+        const float gb = __bfloat162float(__float2bfloat16(sum));
+        const float ub = __shfl_down_sync(0xffffffffu, gb, 8);
+        if (lane < 8)
+          static_cast<uint32_t*>(o.y)[n0 / 2 + lane] = word_of(__bfloat162float(silu_mul_bf16(gb, ub)), tag);
+      } else if (lane < 16) {
+        if (o.y_f32)
+          logits[n0 + lane] = sum;
+        else
+          static_cast<uint32_t*>(o.y)[n0 + lane] = word_of(sum, tag);
+      }
+      __syncwarp();
+    }
+    ++tcount;
+  }
+}
+
+// The step's first node: the launch's epoch (the device word + 1) and layer 0's residual -- the embedding
+// row (bf16, the engine's embedding kernel) -- as words with its tag.
+__global__ void step_prologue(unsigned* epoch_word, const __nv_bfloat16* emb, uint32_t* words, int n) {
+  const unsigned e = *epoch_word + 1;
+  __syncthreads();  // every thread has read the old value
+  if (threadIdx.x == 0) *epoch_word = e;
+  for (int i = threadIdx.x; i < n; i += blockDim.x)
+    words[i] = ((e & 0xffffu) << 16) | *reinterpret_cast<const uint16_t*>(emb + i);
+}
+
+// W [n, k] row-major -> stages: tile t's stage ps (packed_stage) holds, for its 16 rows, the pieces of kSW
+// consecutive slices (kStageK k-values each) side by side, contiguous (one bulk copy); in odd rows the
+// 64-byte chunks c and c ^ 1 of each piece trade places (bank-conflict free quarter-warp loads). inter > 0
+// (a gate_up weight, gate rows then up rows): tile t holds gate rows 8t..8t+7 then up rows inter+8t...
+__global__ void pack_kernel(const __nv_bfloat16* w, __nv_bfloat16* wp, int n, int k, int inter) {
+  (void)n;
+  const int stages = k / kStageK / kSW, parts = k / kSlices / kStageK;
+  const int64_t stage = blockIdx.x;  // tile * stages + packed stage index
+  const int tile = int(stage / stages), ps = int(stage % stages);
+  const int owner = ps / parts, part = ps % parts;
+  constexpr int kUnits = kStageK / 8;  // 16-byte units of a piece
+  for (int u = threadIdx.x; u < 16 * kSW * kUnits; u += blockDim.x) {
+    const int r = u / (kSW * kUnits), sub = u % (kSW * kUnits) / kUnits, cu = u % kUnits;
+    const int src_unit = (r & 1) ? (cu ^ 4) : cu;  // chunk c ^ 1 = unit ^ 4
+    const int slice = owner * kSW + sub;
+    const int src_row = inter > 0 ? (r < 8 ? 8 * tile + r : inter + 8 * tile + r - 8) : tile * 16 + r;
+    const uint4 v = *reinterpret_cast<const uint4*>(w + int64_t(src_row) * k +
+                                                    (slice * parts + part) * kStageK + src_unit * 8);
+    *reinterpret_cast<uint4*>(wp + stage * (kStageBytes / 2) + r * (kRowBytes / 2) + sub * kStageK + cu * 8) =
+        v;
+  }
+}
+
+}  // namespace tf::cuda::step

@@ -1,0 +1,261 @@
+// The one-kernel decode step (ops/cuda/decode_step.h) against the op chain, bit for bit, on a random
+// checkpoint of the Qwen3-8B layer shape (2 layers, a small vocabulary): two pools run the same stream --
+// prefill, then decode rounds (one row: the step where it is on), verify rounds of several rows and rounds
+// that want hidden states (both: the chain) -- one with the step on, one with it off; every round's logits
+// and sampled tokens and, at the end, every byte of both pools must be equal. Positions cross the
+// attention's 128-position chunks, the merge's rounds of 12 chunks (1664) and the step's context limit
+// (DecodeStep::kMaxPositions, where it hands over to the chain), with graphs and eagerly.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <random>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/safetensors_writer.h"
+#include "models/model.h"
+#include "ops/backend.h"
+#include "ops/cuda/cuda_backend.h"
+#include "ops/cuda/decode_step.h"
+
+namespace tf {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kHidden = 4096, kHeads = 32, kKvHeads = 8, kHeadDim = 128, kInter = 12288, kLayers = 2;
+constexpr int kVocab = 1024, kContext = 4096, kBlock = 16, kBlocks = kContext / kBlock;
+
+// Uniform bf16 values in [mean - a, mean + a] from a counter hash (fast: ~0.4 G values).
+Tensor random_bf16(std::vector<int64_t> shape, uint64_t seed, float mean, float a) {
+  Tensor t = Tensor::empty(std::move(shape), DType::BF16);
+  uint16_t* p = t.data<uint16_t>();
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    uint64_t x = (uint64_t(i) + 1) * 0x9E3779B97F4A7C15ull ^ seed * 0xD1B54A32D192ED03ull;
+    x ^= x >> 31, x *= 0xBF58476D1CE4E5B9ull, x ^= x >> 29;
+    const float u = float(x >> 40) / float(1 << 24);  // [0, 1)
+    p[i] = f32_to_bf16(mean + a * (2.f * u - 1.f));
+  }
+  return t;
+}
+
+std::string write_checkpoint() {
+  const fs::path dir = fs::temp_directory_path() / ("tf_decode_step_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "config.json") << R"({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+    "hidden_size": 4096, "num_hidden_layers": 2, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "head_dim": 128, "intermediate_size": 12288, "vocab_size": 1024, "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "tie_word_embeddings": true, "attention_bias": false,
+    "hidden_act": "silu", "eos_token_id": 2, "use_sliding_window": false})";
+  NamedTensors t;
+  const int64_t H = kHidden, D = kHeadDim, Q = kHeads * D, KV = kKvHeads * D, I = kInter;
+  uint64_t seed = 1;
+  auto lin = [&](int64_t n, int64_t k) { return random_bf16({n, k}, seed++, 0.f, std::sqrt(3.f / float(k))); };
+  t.emplace_back("model.embed_tokens.weight", random_bf16({kVocab, H}, seed++, 0.f, 1.f));
+  t.emplace_back("model.norm.weight", random_bf16({H}, seed++, 1.f, 0.2f));
+  for (int l = 0; l < kLayers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    t.emplace_back(p + "input_layernorm.weight", random_bf16({H}, seed++, 1.f, 0.2f));
+    t.emplace_back(p + "post_attention_layernorm.weight", random_bf16({H}, seed++, 1.f, 0.2f));
+    t.emplace_back(p + "self_attn.q_proj.weight", lin(Q, H));
+    t.emplace_back(p + "self_attn.k_proj.weight", lin(KV, H));
+    t.emplace_back(p + "self_attn.v_proj.weight", lin(KV, H));
+    t.emplace_back(p + "self_attn.o_proj.weight", lin(H, Q));
+    t.emplace_back(p + "self_attn.q_norm.weight", random_bf16({D}, seed++, 1.f, 0.2f));
+    t.emplace_back(p + "self_attn.k_norm.weight", random_bf16({D}, seed++, 1.f, 0.2f));
+    t.emplace_back(p + "mlp.gate_proj.weight", lin(I, H));
+    t.emplace_back(p + "mlp.up_proj.weight", lin(I, H));
+    t.emplace_back(p + "mlp.down_proj.weight", lin(H, I));
+  }
+  write_safetensors((dir / "model.safetensors").string(), t);
+  return dir.string();
+}
+
+std::vector<uint8_t> device_bytes(Backend& be, const Tensor& t) {
+  std::vector<uint8_t> b(t.nbytes());
+  be.read_raw(t, 0, b.size(), b.data());
+  return b;
+}
+
+std::vector<KvLayer> make_pool(Backend& be) {
+  std::vector<KvLayer> pool;
+  for (int l = 0; l < kLayers; ++l) {
+    KvLayer kv;
+    kv.k = be.alloc({kBlocks, kBlock, kKvHeads, kHeadDim}, be.act_dtype());
+    kv.v = be.alloc({kBlocks, kBlock, kKvHeads, kHeadDim}, be.act_dtype());
+    be.zero(kv.k);
+    be.zero(kv.v);
+    pool.push_back(std::move(kv));
+  }
+  return pool;
+}
+
+// The sequence's block table: every block of the pool in a fixed shuffled order (a paged pool).
+std::vector<int32_t> shuffled_table() {
+  std::vector<int32_t> t(kBlocks);
+  std::iota(t.begin(), t.end(), 0);
+  std::mt19937 rng(99);
+  std::shuffle(t.begin(), t.end(), rng);
+  return t;
+}
+
+BatchMeta make_meta(int start, const std::vector<int32_t>& tokens, const std::vector<int32_t>& table) {
+  BatchMeta m;
+  m.block_size = kBlock;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const int pos = start + int(i);
+    m.tokens.push_back(tokens[i]);
+    m.positions.push_back(pos);
+    m.row_seq.push_back(0);
+    m.slots.push_back(table[pos / kBlock] * kBlock + pos % kBlock);
+  }
+  m.block_tables.push_back(table);
+  return m;
+}
+
+class CudaDecodeStep : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    std::string why;
+    gpu_ = make_cuda_backend(0, &why).release();
+    why_ = new std::string(why);
+    if (gpu_) cuda::set_graph_capture_after(*gpu_, 1);
+    if (gpu_) dir_ = new std::string(write_checkpoint());
+  }
+  static void TearDownTestSuite() {
+    cuda::set_decode_step(true);
+    if (dir_) fs::remove_all(*dir_);
+  }
+  void SetUp() override {
+    if (!gpu_) GTEST_SKIP() << "no CUDA backend: " << *why_;
+  }
+
+  // Prefills `start` tokens (rows of 512) into both pools, then runs `rounds` rounds from there on both: the
+  // step on for pool A, off for pool B. Round i: a verify round of 3 rows when i % 7 == 5, a round that
+  // wants hidden states when i % 7 == 3, else a decode round; graphs on all but every fourth round. Returns
+  // the rounds in which pool A's forward took the step.
+  int64_t run(int start, int rounds) {
+    Checkpoint ckpt = Checkpoint::open(*dir_);
+    auto model = load_model(ckpt, *gpu_, kContext);
+    std::vector<KvLayer> pool_a = make_pool(*gpu_), pool_b = make_pool(*gpu_);
+    const std::vector<int32_t> table = shuffled_table();
+    std::mt19937 rng(start);
+    std::uniform_int_distribution<int32_t> tok(3, kVocab - 1);
+    std::vector<int32_t> history;
+    for (int p = 0; p < start; ++p) history.push_back(tok(rng));
+    for (int at = 0; at < start - 1;) {  // the last prompt token is the first decode row
+      const int n = std::min(512, start - 1 - at);
+      const BatchMeta m = make_meta(at, {history.begin() + at, history.begin() + at + n}, table);
+      std::vector<float> logits;
+      model->forward(m, pool_a, {}, logits);
+      model->forward(m, pool_b, {}, logits);
+      at += n;
+    }
+    int len = start - 1;
+    const int64_t steps_before = cuda::decode_step_rounds();
+    for (int i = 0; i < rounds; ++i) {
+      std::vector<int32_t> rows = {history[size_t(len)]};
+      if (i % 7 == 5)
+        for (int d = 0; d < 2; ++d) rows.push_back(tok(rng));
+      const BatchMeta m = make_meta(len, rows, table);
+      const int R = m.rows();
+      std::vector<int32_t> logit_rows(static_cast<size_t>(R));
+      std::iota(logit_rows.begin(), logit_rows.end(), 0);
+      std::vector<RowSampling> sampling;
+      for (int r = 0; r < R; ++r) sampling.push_back({i % 2 ? 0.7f : 0.f, 5, int64_t(m.positions[r]) + 1});
+      const bool graph = i % 4 != 3, hidden = i % 7 == 3;
+      std::vector<float> logits_a, logits_b;
+      std::vector<int32_t> tokens_a, tokens_b;
+      Tensor hidden_a, hidden_b;
+      cuda::set_decode_step(true);
+      model->forward(m, pool_a, logit_rows,
+                     Model::Outputs{&logits_a, &sampling, &tokens_a, hidden ? &hidden_a : nullptr, graph});
+      cuda::set_decode_step(false);
+      model->forward(m, pool_b, logit_rows,
+                     Model::Outputs{&logits_b, &sampling, &tokens_b, hidden ? &hidden_b : nullptr, graph});
+      cuda::set_decode_step(true);
+      const std::string where = "round " + std::to_string(i) + " at position " + std::to_string(len);
+      EXPECT_EQ(tokens_a, tokens_b) << where;
+      EXPECT_EQ(logits_a.size(), size_t(R) * kVocab) << where;
+      EXPECT_EQ(logits_a.size(), logits_b.size()) << where;
+      if (logits_a.size() != logits_b.size()) return -1;
+      if (std::memcmp(logits_a.data(), logits_b.data(), logits_a.size() * 4) != 0) {
+        // Where they part: the logits' differences and each layer's new K/V row.
+        int n_diff = 0;
+        float max_diff = 0.f;
+        for (size_t j = 0; j < logits_a.size(); ++j)
+          if (logits_a[j] != logits_b[j]) ++n_diff, max_diff = std::max(max_diff, std::fabs(logits_a[j] - logits_b[j]));
+        std::string rows_kv;
+        const size_t row = size_t(m.slots[0]) * kKvHeads * kHeadDim * 2, bytes = size_t(kKvHeads) * kHeadDim * 2;
+        for (int l = 0; l < kLayers; ++l)
+          for (int kvi = 0; kvi < 2; ++kvi) {
+            std::vector<uint8_t> ra(bytes), rb(bytes);
+            gpu_->read_raw(kvi ? pool_a[l].v : pool_a[l].k, row, bytes, ra.data());
+            gpu_->read_raw(kvi ? pool_b[l].v : pool_b[l].k, row, bytes, rb.data());
+            rows_kv += " layer " + std::to_string(l) + (kvi ? " v " : " k ") + (ra == rb ? "equal" : "DIFFER");
+          }
+        ADD_FAILURE() << where << ": " << n_diff << " of " << logits_a.size() << " logits differ, by up to "
+                      << max_diff << "; new K/V rows:" << rows_kv;
+      }
+      float mx = 0.f;
+      for (float v : logits_a) mx = std::max(mx, std::fabs(v));
+      EXPECT_TRUE(std::isfinite(mx) && mx > 0.f) << where;  // real values, not zeros
+      if (hidden) {
+        EXPECT_EQ(std::memcmp(hidden_a.raw(), hidden_b.raw(), hidden_a.nbytes()), 0) << where;
+      }
+      // Accept every row: the next round starts after them, with the token sampled on the last row.
+      history.resize(size_t(len) + 1);
+      history.insert(history.end(), rows.begin() + 1, rows.end());
+      len += R;
+      history.push_back(tokens_a.back());
+      if (::testing::Test::HasFailure() && i >= 4) return -1;  // a few rounds, graphed and eager
+    }
+    for (int l = 0; l < kLayers; ++l) {
+      EXPECT_TRUE(device_bytes(*gpu_, pool_a[l].k) == device_bytes(*gpu_, pool_b[l].k)) << "layer " << l;
+      EXPECT_TRUE(device_bytes(*gpu_, pool_a[l].v) == device_bytes(*gpu_, pool_b[l].v)) << "layer " << l;
+    }
+    return cuda::decode_step_rounds() - steps_before;
+  }
+
+  static Backend* gpu_;
+  static std::string* why_;
+  static std::string* dir_;
+};
+Backend* CudaDecodeStep::gpu_ = nullptr;
+std::string* CudaDecodeStep::why_ = nullptr;
+std::string* CudaDecodeStep::dir_ = nullptr;
+
+TEST_F(CudaDecodeStep, PreparedForTheShape) {
+  Checkpoint ckpt = Checkpoint::open(*dir_);
+  const int64_t before = cuda::decode_steps_prepared();
+  auto model = load_model(ckpt, *gpu_, kContext);
+  EXPECT_EQ(cuda::decode_steps_prepared() - before, 1) << "the model did not prepare a step (TENSORFOLD_LOG=debug says why)";
+}
+
+TEST_F(CudaDecodeStep, FirstChunksAndBoundaries) {
+  // Positions 1..40 (one chunk), then 120..160 across 127 / 128 / 129.
+  const int64_t steps = run(2, 40);
+  EXPECT_GT(steps, 20);
+  EXPECT_GT(run(120, 40), 20);
+}
+
+TEST_F(CudaDecodeStep, MergeRounds) {
+  // 1650..1690: the row's merge brings 12, then 13 other chunks in (two rounds of kMergeChunks).
+  EXPECT_GT(run(1650, 40), 20);
+}
+
+TEST_F(CudaDecodeStep, HandsOverToTheChainAtItsContextLimit) {
+  // 2530..2580: positions from DecodeStep::kMaxPositions (2560) run the chain; the stream's bits do not change.
+  static_assert(cuda::DecodeStep::kMaxPositions == 2560, "the positions below");
+  const int64_t steps = run(2530, 40);
+  EXPECT_GT(steps, 10);
+  EXPECT_LT(steps, 30);
+}
+
+}  // namespace
+}  // namespace tf

@@ -273,92 +273,6 @@ double prefill_floor_ms(const ShapeModel& m, int n, const Ceilings& c) {
   return (lin_flops + attn_flops) / (c.gemm_tflops * 1e12) * 1e3;
 }
 
-// One decode step at (batch, ctx): graph replays of ours with each fusion and launch option toggled, the
-// cuBLAS baseline, and the bandwidth floor; adds the summary row.
-void decode_row(ShapeRun& r, int batch, int ctx) {
-  Backend& be = r.be;
-  const ModelShape& sh = r.m.sh;
-  BatchMeta meta = decode_meta(batch, ctx);
-  be.begin_forward(meta);
-  auto graphed = [&](const LinearFn& lin, bool ours, bool* captured) {
-    return time_graph_ms(
-        r.s, [&] { forward(be, r.m, r.acts, batch, batch, r.rope, lin, ours); }, captured);
-  };
-  bool g0 = false, g1 = false, g2 = false;
-  const double t_eager = time_ms(r.s, [&] { forward(be, r.m, r.acts, batch, batch, r.rope, r.ours); });
-  cuda::set_linear_variant(cuda::LoopVariant::Plain);
-  const double t_plain = graphed(r.ours, true, &g0);
-  cuda::set_linear_variant(cuda::LoopVariant::Auto);
-  cuda::set_linear_pdl(false);
-  const double t_nopdl = graphed(r.ours, true, &g0);
-  cuda::set_linear_pdl(true);
-  set_fused_inputs(false);
-  const double t_sep = graphed(r.ours, true, &g0);
-  set_fused_inputs(true);
-  set_fusions(false);
-  const double t_unfused = graphed(r.ours, true, &g0);
-  set_fusions(true);
-  force_v9_fusions(true);
-  be.begin_forward(meta);
-  const double t_allfused = graphed(r.ours, true, &g0);
-  force_v9_fusions(false);
-  cuda::set_fused_silu_linear(true);  // each fusion alone: with dependent launch a kernel boundary costs more
-  const double t_silu = graphed(r.ours, true, &g0);
-  cuda::set_fused_silu_linear(false);
-  cuda::set_fused_norm_linear(true);
-  const double t_norm = graphed(r.ours, true, &g0);
-  cuda::set_fused_norm_linear(false);
-  be.begin_forward(meta);
-  const double t1 = graphed(r.ours, true, &g1);
-  const double t2 = graphed(r.cublas, false, &g2);
-  const double floor_ms = decode_bytes(r.m, batch, ctx) / (r.c.copy_gbs * 1e9) * 1e3;
-  char what[96];
-  std::snprintf(what, sizeof what, "decode b=%d ctx=%d%s", batch, ctx, g1 && g2 ? " (graph)" : " (eager)");
-  r.out->push_back({std::string(sh.name) + " " + what, t1, t2, floor_ms, double(batch)});
-  std::printf(
-      "%s: ours %.3f ms (eager %.3f, all-plain linear %.3f, no dependent launch %.3f, separate "
-      "norm/rope/kv-write %.3f, no qkv fusion %.3f, + norm/silu/short-attention fusions %.3f, + silu fusion "
-      "%.3f, + norm fusion %.3f) cuBLAS %.3f ms "
-      "floor %.3f ms\n",
-      what, t1, t_eager, t_plain, t_nopdl, t_sep, t_unfused, t_allfused, t_silu, t_norm, t2, floor_ms);
-  std::fflush(stdout);              // piped output: a run cut short by a timeout keeps what it measured
-  if (ctx >= 8192 || batch != 8) {  // chunks a split attention block walks (speed only; 0: the default rule)
-    std::printf("  %s split chunks a block:", what);
-    for (int cpb : {1, 2, 4, 8, 16}) {
-      cuda::set_attention_split_chunks(cpb);
-      std::printf(" %d %.3f ms |", cpb, graphed(r.ours, true, &g0));
-    }
-    cuda::set_attention_split_chunks(0);
-    cuda::set_attention_fused_combine(false);
-    std::printf(" combine kernel %.3f ms |", graphed(r.ours, true, &g0));
-    cuda::set_attention_fused_combine(true);
-    cuda::set_attention_wide_combine(false);
-    std::printf(" 4 chunks a merge step %.3f ms |", graphed(r.ours, true, &g0));
-    cuda::set_attention_wide_combine(true);
-    cuda::set_attention_tile_schedule(cuda::TileSchedule::Loop);  // one block a (sequence, KV head)
-    be.begin_forward(meta);                                       // the tiles are planned outside the capture
-    std::printf(" loop schedule %.3f ms\n", graphed(r.ours, true, &g0));
-    cuda::set_attention_tile_schedule(cuda::TileSchedule::Auto);
-    be.begin_forward(meta);
-    std::fflush(stdout);
-  }
-  if (batch == 1) {  // what each kind of small op costs the step (ablations: wrong results, timing only)
-    std::printf("  %s without:", what);
-    for (int mask : {int(kSkipAttention), int(kSkipAttentionInputs), int(kSkipNorms),
-                     kSkipAttention | kSkipAttentionInputs | kSkipNorms}) {
-      set_skip_ops(mask);
-      std::printf(" %s%s%s %.3f ms |", mask & kSkipAttention ? "attention " : "",
-                  mask & kSkipAttentionInputs ? "q/k-norm+rope+kv " : "", mask & kSkipNorms ? "norms " : "",
-                  graphed(r.ours, true, &g0));
-    }
-    set_skip_ops(kEmptyStep);
-    std::printf(" (with one empty dependent kernel a layer: %.3f ms)", graphed(r.ours, true, &g0));
-    set_skip_ops(0);
-    std::printf("\n");
-    std::fflush(stdout);
-  }
-}
-
 // The step's ops one by one against the engine's on the step's own inputs (its x dumps and output words):
 // where a step whose logits differ from the chain's parts from it. Prints the mismatching checks.
 void check_step_ops(ShapeRun& r, const BatchMeta& meta) {
@@ -430,11 +344,12 @@ void check_step_ops(ShapeRun& r, const BatchMeta& meta) {
 
 // The one-kernel decode step (ops/cuda/decode_step.h) at b=1 against the op chain at the same context: both
 // times (graphs), the floor, and whether the step's logits equal the chain's bit for bit (both write the
-// row's K/V with the same bits, so running one after the other changes nothing).
-void decode_step_row(ShapeRun& r, int ctx) {
+// row's K/V with the same bits, so running one after the other changes nothing). Returns the step's time, or
+// -1 where the engine would not take it (not bf16, another shape, past its context limit, other bits).
+double decode_step_row(ShapeRun& r, int ctx) {
   Backend& be = r.be;
   const ModelShape& sh = r.m.sh;
-  if (r.m.format != WeightFormat::Bf16) return;
+  if (r.m.format != WeightFormat::Bf16) return -1;
   if (!r.step_tried) {
     r.step_tried = true;
     DecodeStepModel dm;
@@ -450,14 +365,14 @@ void decode_step_row(ShapeRun& r, int ctx) {
     r.step = be.prepare_decode_step(dm, &why);
     if (!r.step) std::printf("  %s: %s\n", sh.name, why.c_str());
   }
-  if (!r.step) return;
+  if (!r.step) return -1;
   const BatchMeta meta = decode_meta(1, ctx);
   std::vector<KvLayer> kv;
   for (const ShapeLayer& L : r.m.layers) kv.push_back(L.kv);
   be.begin_forward(meta);
   if (!be.bind_decode_step(r.step.get(), kv)) {
     std::printf("decode step b=1 ctx=%d: the one-kernel step does not take it (context limit)\n", ctx);
-    return;
+    return -1;
   }
   Tensor logits = be.alloc({1, int64_t(sh.vocab)}, DType::F32);
   Tensor chain = be.alloc({1, int64_t(sh.vocab)}, DType::F32);  // the bench's own logits are bf16
@@ -480,6 +395,97 @@ void decode_step_row(ShapeRun& r, int ctx) {
       ctx, g1 && g2 ? " (graph)" : " (eager)", t_step, 100 * floor_ms / t_step, t_chain, 100 * floor_ms / t_chain,
       floor_ms, a == b ? "equal" : "DIFFER");
   std::fflush(stdout);
+  return a == b ? t_step : -1;
+}
+
+// One decode step at (batch, ctx): graph replays of ours with each fusion and launch option toggled, the
+// cuBLAS baseline, and the bandwidth floor; adds the summary row.
+void decode_row(ShapeRun& r, int batch, int ctx) {
+  Backend& be = r.be;
+  const ModelShape& sh = r.m.sh;
+  BatchMeta meta = decode_meta(batch, ctx);
+  be.begin_forward(meta);
+  auto graphed = [&](const LinearFn& lin, bool ours, bool* captured) {
+    return time_graph_ms(
+        r.s, [&] { forward(be, r.m, r.acts, batch, batch, r.rope, lin, ours); }, captured);
+  };
+  bool g0 = false, g1 = false, g2 = false;
+  const double t_eager = time_ms(r.s, [&] { forward(be, r.m, r.acts, batch, batch, r.rope, r.ours); });
+  cuda::set_linear_variant(cuda::LoopVariant::Plain);
+  const double t_plain = graphed(r.ours, true, &g0);
+  cuda::set_linear_variant(cuda::LoopVariant::Auto);
+  cuda::set_linear_pdl(false);
+  const double t_nopdl = graphed(r.ours, true, &g0);
+  cuda::set_linear_pdl(true);
+  set_fused_inputs(false);
+  const double t_sep = graphed(r.ours, true, &g0);
+  set_fused_inputs(true);
+  set_fusions(false);
+  const double t_unfused = graphed(r.ours, true, &g0);
+  set_fusions(true);
+  force_v9_fusions(true);
+  be.begin_forward(meta);
+  const double t_allfused = graphed(r.ours, true, &g0);
+  force_v9_fusions(false);
+  cuda::set_fused_silu_linear(true);  // each fusion alone: with dependent launch a kernel boundary costs more
+  const double t_silu = graphed(r.ours, true, &g0);
+  cuda::set_fused_silu_linear(false);
+  cuda::set_fused_norm_linear(true);
+  const double t_norm = graphed(r.ours, true, &g0);
+  cuda::set_fused_norm_linear(false);
+  be.begin_forward(meta);
+  const double t1 = graphed(r.ours, true, &g1);
+  const double t2 = graphed(r.cublas, false, &g2);
+  const double floor_ms = decode_bytes(r.m, batch, ctx) / (r.c.copy_gbs * 1e9) * 1e3;
+  char what[96];
+  std::snprintf(what, sizeof what, "decode b=%d ctx=%d%s", batch, ctx, g1 && g2 ? " (graph)" : " (eager)");
+  // One-row rounds run the one-kernel step where the engine takes it: the summary row is what it runs.
+  const double t_step = batch == 1 ? decode_step_row(r, ctx) : -1;
+  be.begin_forward(meta);
+  r.out->push_back({std::string(sh.name) + " " + what + (t_step > 0 ? " one-kernel step" : ""),
+                    t_step > 0 ? t_step : t1, t2, floor_ms, double(batch)});
+  std::printf(
+      "%s: ours %.3f ms (eager %.3f, all-plain linear %.3f, no dependent launch %.3f, separate "
+      "norm/rope/kv-write %.3f, no qkv fusion %.3f, + norm/silu/short-attention fusions %.3f, + silu fusion "
+      "%.3f, + norm fusion %.3f) cuBLAS %.3f ms "
+      "floor %.3f ms\n",
+      what, t1, t_eager, t_plain, t_nopdl, t_sep, t_unfused, t_allfused, t_silu, t_norm, t2, floor_ms);
+  std::fflush(stdout);              // piped output: a run cut short by a timeout keeps what it measured
+  if (ctx >= 8192 || batch != 8) {  // chunks a split attention block walks (speed only; 0: the default rule)
+    std::printf("  %s split chunks a block:", what);
+    for (int cpb : {1, 2, 4, 8, 16}) {
+      cuda::set_attention_split_chunks(cpb);
+      std::printf(" %d %.3f ms |", cpb, graphed(r.ours, true, &g0));
+    }
+    cuda::set_attention_split_chunks(0);
+    cuda::set_attention_fused_combine(false);
+    std::printf(" combine kernel %.3f ms |", graphed(r.ours, true, &g0));
+    cuda::set_attention_fused_combine(true);
+    cuda::set_attention_wide_combine(false);
+    std::printf(" 4 chunks a merge step %.3f ms |", graphed(r.ours, true, &g0));
+    cuda::set_attention_wide_combine(true);
+    cuda::set_attention_tile_schedule(cuda::TileSchedule::Loop);  // one block a (sequence, KV head)
+    be.begin_forward(meta);                                       // the tiles are planned outside the capture
+    std::printf(" loop schedule %.3f ms\n", graphed(r.ours, true, &g0));
+    cuda::set_attention_tile_schedule(cuda::TileSchedule::Auto);
+    be.begin_forward(meta);
+    std::fflush(stdout);
+  }
+  if (batch == 1) {  // what each kind of small op costs the step (ablations: wrong results, timing only)
+    std::printf("  %s without:", what);
+    for (int mask : {int(kSkipAttention), int(kSkipAttentionInputs), int(kSkipNorms),
+                     kSkipAttention | kSkipAttentionInputs | kSkipNorms}) {
+      set_skip_ops(mask);
+      std::printf(" %s%s%s %.3f ms |", mask & kSkipAttention ? "attention " : "",
+                  mask & kSkipAttentionInputs ? "q/k-norm+rope+kv " : "", mask & kSkipNorms ? "norms " : "",
+                  graphed(r.ours, true, &g0));
+    }
+    set_skip_ops(kEmptyStep);
+    std::printf(" (with one empty dependent kernel a layer: %.3f ms)", graphed(r.ours, true, &g0));
+    set_skip_ops(0);
+    std::printf("\n");
+    std::fflush(stdout);
+  }
 }
 
 // Times one layer's attention (begin_forward done) for `rows` query rows of random q, in the run's q and
@@ -592,8 +598,8 @@ void run_shape(Backend& be, cublasHandle_t h, const ModelShape& sh, const Ceilin
       if (ctx > max_ctx) continue;
       for (int batch : {1, 8, 32}) decode_row(r, batch, ctx);
     }
-    for (int ctx : {512, 1024, 2048, 3000, 4096})
-      if (ctx <= std::max(max_ctx, 4096)) decode_step_row(r, ctx);
+    for (int ctx : {1024, 2048, 3000})  // the step's context sweep (512 and 8192: decode_row)
+      decode_step_row(r, ctx);
     decode_attention(r, 32, max_ctx);
   }
   for (int n : kPrefills) {

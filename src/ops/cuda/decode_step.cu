@@ -1,13 +1,12 @@
 // The one-kernel decode step's host side (decode_step.h): shape checks, the packed weights, the op table,
 // the launch. The kernel: decode_step_kernel.cuh.
-#include "ops/cuda/decode_step.h"
-
 #include <cuda_bf16.h>
 
 #include <cstdlib>
 
 #include "core/error.h"
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/decode_step.h"
 #include "ops/cuda/decode_step_kernel.cuh"
 
 namespace tf::cuda {
@@ -18,8 +17,8 @@ using step::Op;
 static_assert(DecodeStep::kMaxPositions <= step::kMaxChunks * attn::kC, "the partials' layout");
 
 bool is_bf16_cuda(const Tensor* t, std::vector<int64_t> shape) {
-  return t && t->defined() && t->device() == Device::CUDA && t->dtype() == DType::BF16 && t->is_contiguous() &&
-         t->shape() == shape;
+  return t && t->defined() && t->device() == Device::CUDA && t->dtype() == DType::BF16 &&
+         t->is_contiguous() && t->shape() == shape;
 }
 bool is_dense_bf16(const LinearWeight* w, int64_t n, int64_t k) {
   return w && w->format == LinearWeight::Format::Dense && !(w->bias.defined() && w->bias.numel() > 0) &&
@@ -73,8 +72,8 @@ T* dalloc(std::vector<void*>& owned, size_t n, cudaStream_t stream) {
 }  // namespace
 
 struct DecodeStep::State {
-  std::vector<void*> owned;  // device allocations, freed with the step
-  std::vector<Op> ops;       // the host copy of the op table (bind patches the K/V pools)
+  std::vector<void*> owned;   // device allocations, freed with the step
+  std::vector<Op> ops;        // the host copy of the op table (bind patches the K/V pools)
   std::vector<int> attn_ops;  // each layer's attention op
   std::vector<std::pair<const void*, const void*>> bound;  // the K/V pools the device table points at
   Op* d_ops = nullptr;
@@ -98,7 +97,8 @@ size_t DecodeStep::packed_bytes() const {
   return s_->packed;
 }
 
-std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStream_t stream, std::string* why) {
+std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStream_t stream,
+                                             std::string* why) {
   using namespace step;
   auto refuse = [&](const std::string& w) {
     if (why) *why = "one-kernel decode step: " + w;
@@ -119,8 +119,8 @@ std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStrea
   size_t free = 0, total = 0;
   TF_CUDA_CHECK(cudaMemGetInfo(&free, &total));
   if (packed > free / 2)
-    return refuse("its packed weights (" + std::to_string(packed >> 20) + " MiB) would take more than half of the " +
-                  std::to_string(free >> 20) + " MiB free");
+    return refuse("its packed weights (" + std::to_string(packed >> 20) +
+                  " MiB) would take more than half of the " + std::to_string(free >> 20) + " MiB free");
 
   auto st = std::make_unique<State>();
   State& s = *st;
@@ -196,10 +196,11 @@ std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStrea
   add(lm);
   s.d_ops = dalloc<Op>(own, s.ops.size(), stream);
   s.bound.assign(m.layers.size(), {nullptr, nullptr});
-  TF_CUDA_CHECK(cudaFuncSetAttribute(decode_step_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     int(kSmemBytes)));
+  TF_CUDA_CHECK(
+      cudaFuncSetAttribute(decode_step_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
   int per_sm = 0;
-  TF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_step_kernel, kThreads, kSmemBytes));
+  TF_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_step_kernel, kThreads, kSmemBytes));
   if (per_sm != 1) return refuse("the kernel does not fit one CTA an SM");
   TF_CUDA_CHECK(cudaStreamSynchronize(stream));  // the packing
   return std::unique_ptr<DecodeStep>(new DecodeStep(std::move(st)));
@@ -208,8 +209,10 @@ std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStrea
 void DecodeStep::set_debug(bool on, cudaStream_t stream) {
   State& s = *s_;
   for (size_t i = 0; i < s.ops.size(); ++i)
-    s.ops[i].dbg = on ? dalloc<__nv_bfloat16>(s.owned, step::kMaxK, stream) : nullptr;  // kept until the step goes
-  TF_CUDA_CHECK(cudaMemcpyAsync(s.d_ops, s.ops.data(), s.ops.size() * sizeof(Op), cudaMemcpyHostToDevice, stream));
+    s.ops[i].dbg =
+        on ? dalloc<__nv_bfloat16>(s.owned, step::kMaxK, stream) : nullptr;  // kept until the step goes
+  TF_CUDA_CHECK(
+      cudaMemcpyAsync(s.d_ops, s.ops.data(), s.ops.size() * sizeof(Op), cudaMemcpyHostToDevice, stream));
   TF_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 int DecodeStep::ops() const {
@@ -242,7 +245,8 @@ std::vector<uint16_t> DecodeStep::debug_res(int op) const {
   return words_bf16(o.res_out, o.k);
 }
 
-bool DecodeStep::bind(int rows, int max_pos, int block_size, const std::vector<KvLayer>& kv, cudaStream_t stream) {
+bool DecodeStep::bind(int rows, int max_pos, int block_size, const std::vector<KvLayer>& kv,
+                      cudaStream_t stream) {
   using namespace step;
   State& s = *s_;
   if (rows != 1 || block_size != kBlock || max_pos < 0 || max_pos >= kMaxPositions ||
@@ -263,7 +267,8 @@ bool DecodeStep::bind(int rows, int max_pos, int block_size, const std::vector<K
     }
   }
   if (changed)  // stream-ordered: a launch still running reads the old table
-    TF_CUDA_CHECK(cudaMemcpyAsync(s.d_ops, s.ops.data(), s.ops.size() * sizeof(Op), cudaMemcpyHostToDevice, stream));
+    TF_CUDA_CHECK(
+        cudaMemcpyAsync(s.d_ops, s.ops.data(), s.ops.size() * sizeof(Op), cudaMemcpyHostToDevice, stream));
   return true;
 }
 
@@ -278,8 +283,19 @@ void DecodeStep::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
   p.positions = dm.positions, p.slots = dm.slots, p.row_seq = dm.row_seq, p.table_offsets = dm.table_offsets;
   p.tables = dm.tables, p.inv_freq = s.inv_freq, p.rope_factor = s.rope_factor, p.scale = s.scale;
   p.qk_eps = s.eps, p.logits = logits;
-  decode_step_kernel<<<s.grid, kThreads, kSmemBytes, stream>>>(p);
-  TF_CUDA_LAUNCH_CHECK();
+  // Cooperative: every CTA polls words the others write, so all of them must be resident at once; the
+  // launch guarantees it or fails (another context holding SMs) instead of hanging until the watchdog.
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(s.grid));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = kSmemBytes;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  TF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, decode_step_kernel, p));
 }
 
 }  // namespace tf::cuda

@@ -36,15 +36,15 @@ constexpr int kCWarps = 8;  // consumer warps, one slice each
 constexpr int kAWarps = 3;  // attention warps (12 warps take no more registers a thread than 9)
 constexpr int kThreads = (kCWarps + 1 + kAWarps) * 32;
 constexpr int kProducer = kCWarps;
-constexpr int kRed = 2;                      // slice-sum buffers, double-buffered: one consumer barrier a tile
-constexpr int kStageK = 512;                 // k-values of a slice's piece
-constexpr int kSW = 2;                       // a stage row = pieces of kSW consecutive slices (32 KB stages)
-constexpr int kOwners = kCWarps / kSW;       // warp pairs owning ring slots
+constexpr int kRed = 2;                 // slice-sum buffers, double-buffered: one consumer barrier a tile
+constexpr int kStageK = 512;            // k-values of a slice's piece
+constexpr int kSW = 2;                  // a stage row = pieces of kSW consecutive slices (32 KB stages)
+constexpr int kOwners = kCWarps / kSW;  // warp pairs owning ring slots
 constexpr int kRowBytes = kSW * kStageK * 2;  // packed rows are not padded; odd rows are swizzled
-constexpr int kStageBytes = 16 * kRowBytes;  // 16 feature rows, one bulk copy
-constexpr int kStages = 4;                   // ring slots (a multiple of kOwners)
-constexpr int kMaxK = 12288;                 // the longest x (the down projection's)
-constexpr int kHidden = 4096;                // the add + norm x (make_x: 16 elements a thread)
+constexpr int kStageBytes = 16 * kRowBytes;   // 16 feature rows, one bulk copy
+constexpr int kStages = 4;                    // ring slots (a multiple of kOwners)
+constexpr int kMaxK = 12288;                  // the longest x (the down projection's)
+constexpr int kHidden = 4096;                 // the add + norm x (make_x: 16 elements a thread)
 // The attention shape: q heads, KV heads, head dim; K/V/Q staging rows padded as attention_mma's.
 constexpr int kHq = 32, kHk = 8, kGroup = kHq / kHk, kD = 128, kRS = kD + 8;
 constexpr int kAttnBytes = (2 * attn::kC + 16) * kRS * 2;  // Ks, Vs [128][kRS], Qs [16][kRS]
@@ -61,9 +61,9 @@ enum XKind : int { kXCopy = 0, kXAddNorm = 1, kXAttnMerge = 2 };
 struct Op {
   const __nv_bfloat16* wp;  // the weights, packed (pack_kernel)
   int n, k, xkind, y_f32;
-  const uint32_t* x;        // kXCopy / kXAttnMerge: x; kXAddNorm: the value added to the residual (null: none)
-  const uint32_t* res;      // kXAddNorm: residual in
-  uint32_t* res_out;        // kXAddNorm: residual + x, written by the CTA of the op's tile 0
+  const uint32_t* x;    // kXCopy / kXAttnMerge: x; kXAddNorm: the value added to the residual (null: none)
+  const uint32_t* res;  // kXAddNorm: residual in
+  uint32_t* res_out;    // kXAddNorm: residual + x, written by the CTA of the op's tile 0
   const __nv_bfloat16* nw;  // kXAddNorm: norm weight
   void* y;                  // words (y_f32: none, the logits go to Params::logits)
   int res_const;            // the residual was written before the launch (layer 0: its tag is not checked)
@@ -129,8 +129,8 @@ __device__ __forceinline__ uint32_t ldv(const uint32_t* p) {
   return v;
 }
 __device__ __noinline__ void hang_word(const uint32_t* p, uint32_t w, uint32_t tag) {
-  printf("decode_step HANG block %d thread %d: word %p tag %u, want %u\n", blockIdx.x, threadIdx.x, p, w >> 16,
-         tag);
+  printf("decode_step HANG block %d thread %d: word %p tag %u, want %u\n", blockIdx.x, threadIdx.x, p,
+         w >> 16, tag);
   __trap();
 }
 __device__ __forceinline__ float word_f(uint32_t w) {
@@ -372,8 +372,8 @@ struct Row {
 // chunk's partial of the group's 4 heads with attention_mma's arithmetic (the other 12 MMA rows are padding:
 // a pair's bits depend only on its own row), published as tagged words; the unit holding the row merges the
 // chunks' partials (combine_pair_u's order) into the o op's x words.
-__device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int unit,
-                                               __nv_bfloat16* Ks, uint32_t tag, unsigned epoch) {
+__device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int unit, __nv_bfloat16* Ks,
+                                               uint32_t tag, unsigned epoch) {
   const int at = threadIdx.x - (kProducer + 1) * 32, aw = at / 32, lane = at % 32;
   constexpr int kT = kAWarps * 32;
   const int pos = row.pos;
@@ -454,7 +454,7 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
   asm volatile("cp.async.wait_group 0;" ::: "memory");
   abar();
   unsigned long long* part = P->part;
-  const int own = pos / attn::kC;  // chunks before the row's
+  const int own = pos / attn::kC;    // chunks before the row's
   constexpr int kU = kRec * 8 / 16;  // 16-byte units of a partial's record (65)
   {
     // The chunk's scores (split_scores: each warp a third of the keys), then each warp's share of P V's
@@ -517,8 +517,8 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
     const int nb = min(kMergeChunks, own - cb);  // chunks cb .. cb + nb - 1 of the group's 4 heads
     for (int i = at; i < kGroup * nb * kU; i += kT) {
       const int r = i / kU, u = i % kU, hg = r / nb, cc = cb + r % nb;
-      cp_async16(saddr(mb + r * kRec + u * 2), part + (int64_t(h * kGroup + hg) * kMaxChunks + cc) * kRec + u * 2,
-                 true);
+      cp_async16(saddr(mb + r * kRec + u * 2),
+                 part + (int64_t(h * kGroup + hg) * kMaxChunks + cc) * kRec + u * 2, true);
     }
     asm volatile("cp.async.commit_group;");
     for (long long n = 0;; ++n) {
@@ -580,8 +580,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   unsigned char* ring = smem;
   __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem + kStages * kStageBytes);
   __nv_bfloat16* attn_smem = xs + kMaxK;
-  float* red = reinterpret_cast<float*>(smem + kStages * kStageBytes + kMaxK * 2 + kAttnRegion);  // [kRed][8][16]
-  float* nred = red + kRed * kSlices * 16;                                                          // [8]
+  float* red =
+      reinterpret_cast<float*>(smem + kStages * kStageBytes + kMaxK * 2 + kAttnRegion);  // [kRed][8][16]
+  float* nred = red + kRed * kSlices * 16;                                               // [8]
   uint64_t* full = reinterpret_cast<uint64_t*>(nred + 8);
   uint64_t* empty = full + kStages;
   uint64_t* mfull = empty + kStages;                    // the slot's meta is written (before its bytes land)
@@ -600,7 +601,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     row.pos = prm.positions[0];
     row.slot = prm.slots[0];
     row.table = prm.tables + prm.table_offsets[prm.row_seq[0]];
-    row.inv_freq = prm.inv_freq, row.rope_factor = prm.rope_factor, row.scale = prm.scale, row.eps = prm.qk_eps;
+    row.inv_freq = prm.inv_freq, row.rope_factor = prm.rope_factor, row.scale = prm.scale,
+    row.eps = prm.qk_eps;
     const int units = kHk * (row.pos / attn::kC + 1);
     for (int op = 0; op < nops; ++op) {
       if (ops[op].xkind != kXAttnMerge) continue;

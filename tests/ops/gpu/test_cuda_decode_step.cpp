@@ -55,7 +55,9 @@ std::string write_checkpoint() {
   NamedTensors t;
   const int64_t H = kHidden, D = kHeadDim, Q = kHeads * D, KV = kKvHeads * D, I = kInter;
   uint64_t seed = 1;
-  auto lin = [&](int64_t n, int64_t k) { return random_bf16({n, k}, seed++, 0.f, std::sqrt(3.f / float(k))); };
+  auto lin = [&](int64_t n, int64_t k) {
+    return random_bf16({n, k}, seed++, 0.f, std::sqrt(3.f / float(k)));
+  };
   t.emplace_back("model.embed_tokens.weight", random_bf16({kVocab, H}, seed++, 0.f, 1.f));
   t.emplace_back("model.norm.weight", random_bf16({H}, seed++, 1.f, 0.2f));
   for (int l = 0; l < kLayers; ++l) {
@@ -189,15 +191,18 @@ class CudaDecodeStep : public ::testing::Test {
         int n_diff = 0;
         float max_diff = 0.f;
         for (size_t j = 0; j < logits_a.size(); ++j)
-          if (logits_a[j] != logits_b[j]) ++n_diff, max_diff = std::max(max_diff, std::fabs(logits_a[j] - logits_b[j]));
+          if (logits_a[j] != logits_b[j])
+            ++n_diff, max_diff = std::max(max_diff, std::fabs(logits_a[j] - logits_b[j]));
         std::string rows_kv;
-        const size_t row = size_t(m.slots[0]) * kKvHeads * kHeadDim * 2, bytes = size_t(kKvHeads) * kHeadDim * 2;
+        const size_t row = size_t(m.slots[0]) * kKvHeads * kHeadDim * 2,
+                     bytes = size_t(kKvHeads) * kHeadDim * 2;
         for (int l = 0; l < kLayers; ++l)
           for (int kvi = 0; kvi < 2; ++kvi) {
             std::vector<uint8_t> ra(bytes), rb(bytes);
             gpu_->read_raw(kvi ? pool_a[l].v : pool_a[l].k, row, bytes, ra.data());
             gpu_->read_raw(kvi ? pool_b[l].v : pool_b[l].k, row, bytes, rb.data());
-            rows_kv += " layer " + std::to_string(l) + (kvi ? " v " : " k ") + (ra == rb ? "equal" : "DIFFER");
+            rows_kv +=
+                " layer " + std::to_string(l) + (kvi ? " v " : " k ") + (ra == rb ? "equal" : "DIFFER");
           }
         ADD_FAILURE() << where << ": " << n_diff << " of " << logits_a.size() << " logits differ, by up to "
                       << max_diff << "; new K/V rows:" << rows_kv;
@@ -234,7 +239,8 @@ TEST_F(CudaDecodeStep, PreparedForTheShape) {
   Checkpoint ckpt = Checkpoint::open(*dir_);
   const int64_t before = cuda::decode_steps_prepared();
   auto model = load_model(ckpt, *gpu_, kContext);
-  EXPECT_EQ(cuda::decode_steps_prepared() - before, 1) << "the model did not prepare a step (TENSORFOLD_LOG=debug says why)";
+  EXPECT_EQ(cuda::decode_steps_prepared() - before, 1)
+      << "the model did not prepare a step (TENSORFOLD_LOG=debug says why)";
 }
 
 TEST_F(CudaDecodeStep, FirstChunksAndBoundaries) {
@@ -250,7 +256,8 @@ TEST_F(CudaDecodeStep, MergeRounds) {
 }
 
 TEST_F(CudaDecodeStep, HandsOverToTheChainAtItsContextLimit) {
-  // 2530..2580: positions from DecodeStep::kMaxPositions (2560) run the chain; the stream's bits do not change.
+  // 2530..2580: positions from DecodeStep::kMaxPositions (2560) run the chain; the stream's bits do not
+  // change.
   static_assert(cuda::DecodeStep::kMaxPositions == 2560, "the positions below");
   const int64_t steps = run(2530, 40);
   EXPECT_GT(steps, 10);

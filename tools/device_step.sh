@@ -1,25 +1,28 @@
 #!/usr/bin/env bash
-# The one-kernel decode step (src/ops/cuda/decode_step.h) on the GPU: its bit-for-bit test against the op
-# chain, the CUDA-graph tests (the decoder's graph key changed with it), and its time against the chain's in
-# the same run (tf_bench_cuda --decode: the "decode step b=1" lines). Build and pack HERE (the device has no
-# Debian -dev packages), then one device call:
+# The one-kernel decode step (src/ops/cuda/decode_step.h) on the GPU, as one device call: its bit-for-bit
+# test against the op chain (test), its time against the chain's in the same run (bench: tf_bench_cuda
+# --decode, the "decode step b=1" lines), the CUDA-graph tests (graphs), and the product (e2e: a random
+# Qwen3-8B checkpoint made on the device, `tensorfold generate` at T=0 and 0.7 with the step on and off --
+# TF_DECODE_STEP=1 / 0 -- whose texts must be identical, and `tensorfold bench --drafter none` both ways).
+# Build and pack HERE (the device has no Debian -dev packages):
 #   export PATH=/usr/local/cuda/bin:$PATH
-#   ninja -C build-cuda test_cuda_decode_step test_cuda_graphs tf_bench_cuda
-#   tools/device_step.sh --pack        # stripped binaries, xz'd into .devpack/step.tar.xz (ignored)
+#   ninja -C build-cuda test_cuda_decode_step test_cuda_graphs tf_bench_cuda [tensorfold]
+#   tools/device_step.sh --pack     # stripped binaries, two libraries, the Qwen3 tokenizer: .devpack/step.tar.xz
 #   run(command="tools/device_step.sh; cat $OUT/all.txt", carry=[".devpack"])
-# STEP_QUICK=1: no graph tests; STEP_ONLY_TEST=1: the step's test alone.
+# STEPS="test bench graphs" by default (~30 s of device time); add e2e (~80 s more; needs tensorfold packed).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PACK=.devpack/step.tar.xz
-BINS="tests/ops/gpu/test_cuda_decode_step tests/ops/gpu/test_cuda_graphs bench/cuda/tf_bench_cuda"
+BINS="tests/ops/gpu/test_cuda_decode_step tests/ops/gpu/test_cuda_graphs bench/cuda/tf_bench_cuda tensorfold"
 if [[ "${1:-}" == "--pack" ]]; then
   tmp=$(mktemp -d)
-  mkdir -p "$tmp/bin" .devpack
+  mkdir -p "$tmp/bin" "$tmp/tok" .devpack
   for b in $BINS; do
-    [[ -x build-cuda/$b ]] || { echo "build-cuda/$b is missing" >&2; exit 1; }
-    strip -o "$tmp/bin/$(basename $b)" "build-cuda/$b"
+    if [[ -x build-cuda/$b ]]; then strip -o "$tmp/bin/$(basename $b)" "build-cuda/$b"; else echo "not packed: build-cuda/$b"; fi
   done
-  mkdir -p "$tmp/lib" && cp -L /lib/x86_64-linux-gnu/libutf8proc.so.2 "$tmp/lib/"  # the device lacks it
+  # The device lacks these two; the tokenizer makes the random checkpoint loadable (e2e).
+  cp -L /lib/x86_64-linux-gnu/libutf8proc.so.2 /lib/x86_64-linux-gnu/libcpp-httplib.so.0.11 "$tmp/bin/"
+  cp ../shared/text-fixtures/qwen3/tokenizer* "$tmp/tok/"
   tar -cf - -C "$tmp" . | xz -T2 --lzma2=preset=6,dict=256MiB >"$PACK"
   rm -rf "$tmp"
   ls -la "$PACK"
@@ -29,11 +32,11 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 D=$(mktemp -d)
 xz -dc "$PACK" | tar -xf - -C "$D" || { echo "no $PACK: run tools/device_step.sh --pack first" >"$OUT/all.txt"; exit 1; }
-export LD_LIBRARY_PATH=$D/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
+export LD_LIBRARY_PATH=$D/bin:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
 {
   date -u
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
-  for b in "$D"/bin/*; do ldd "$b" | grep "not found" | sed "s|^|$b: |"; done
+  for b in "$D"/bin/*; do [[ $b == *.so* ]] || ldd "$b" | grep "not found" | sed "s|^|$b: |"; done
 } >"$OUT/all.txt" 2>&1
 run() {  # name, timeout, command...: full log to $OUT/name.txt, the lines that matter to all.txt
   local n=$1 t=$2
@@ -41,10 +44,31 @@ run() {  # name, timeout, command...: full log to $OUT/name.txt, the lines that 
   echo "=== $n: $*" >>"$OUT/all.txt"
   timeout "$t" "$@" >"$OUT/$n.txt" 2>&1
   echo "rc=$?" >>"$OUT/all.txt"
-  grep -E "^\[  (PASSED|FAILED) |FAILED  \]|Failure|HANG|rror|^decode step|^decode b=1 ctx|one-kernel|Expected|Which is|round [0-9]|logits differ" \
+  grep -E "^\[  (PASSED|FAILED) |FAILED  \]|Failure|HANG|rror|^decode step|^\| Qwen3-8B decode b=1|one-kernel|round [0-9]|logits differ|tok/s" \
     "$OUT/$n.txt" | head -40 >>"$OUT/all.txt"
 }
-run step-test 400 "$D/bin/test_cuda_decode_step" --gtest_brief=1
-[[ "${STEP_ONLY_TEST:-0}" == 1 ]] || run bench 300 "$D/bin/tf_bench_cuda" --shape qwen3-8b --format bf16 --decode
-[[ "${STEP_QUICK:-0}" == 1 ]] || run graphs-test 300 "$D/bin/test_cuda_graphs" --gtest_brief=1
+STEPS=${STEPS:-test bench graphs}
+[[ " $STEPS " == *" test "* ]] && run step-test 400 "$D/bin/test_cuda_decode_step" --gtest_brief=1
+[[ " $STEPS " == *" bench "* ]] && run bench 300 "$D/bin/tf_bench_cuda" --shape qwen3-8b --format bf16 --decode
+[[ " $STEPS " == *" graphs "* ]] && run graphs-test 300 "$D/bin/test_cuda_graphs" --gtest_brief=1
+if [[ " $STEPS " == *" e2e "* && -x $D/bin/tensorfold ]]; then
+  M=/dev/shm/q8b
+  t0=$(date +%s)
+  python3 tools/make_random_checkpoint.py --shape qwen3-8b --out $M --tokenizer "$D/tok" 2>&1 | tail -1 >>"$OUT/all.txt"
+  echo "checkpoint in $(($(date +%s) - t0)) s" >>"$OUT/all.txt"
+  P="Write a short story about a lighthouse keeper who finds a message in a bottle."
+  for temp in 0 0.7; do
+    for step in 1 0; do
+      run "gen-t$temp-s$step" 120 env TF_DECODE_STEP=$step "$D/bin/tensorfold" generate $M --backend cuda -p "$P" -n 300 \
+        --ignore-eos --temperature $temp --seed 7 --context 4096
+    done
+    # generate prints the text on stdout and its stats on stderr, both in the log: compare the text part
+    a=$(grep -v "tok/s\|tensorfold:" "$OUT/gen-t$temp-s1.txt" | md5sum) b=$(grep -v "tok/s\|tensorfold:" "$OUT/gen-t$temp-s0.txt" | md5sum)
+    [[ $a == "$b" ]] && echo "temperature $temp: texts identical" >>"$OUT/all.txt" || echo "temperature $temp: TEXTS DIFFER" >>"$OUT/all.txt"
+  done
+  for step in 1 0; do
+    run "tfbench-s$step" 150 env TF_DECODE_STEP=$step "$D/bin/tensorfold" bench $M --backend cuda --drafter none \
+      --workload random --tokens 256 --parallel 1 --prompt-tokens 512 --context 4096
+  done
+fi
 rm -rf "$D"

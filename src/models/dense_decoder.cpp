@@ -178,8 +178,7 @@ class DenseDecoder final : public Model {
     m.norm_offset = spec_.norm_offset;
     std::string why;
     step_ = be_.prepare_decode_step(m, &why);
-    if (step_) log_info(spec_.family + ": one-kernel decode step for one-row rounds");
-    else log_message(LogLevel::Debug, spec_.family + ": " + why);
+    log_message(step_ ? LogLevel::Info : LogLevel::Debug, spec_.family + ": " + why);
   }
   bool step_fits(const std::vector<int32_t>& logit_rows, const Outputs& o) const {
     return step_ && logit_rows.size() == 1 && logit_rows[0] == 0 && !o.hidden && (o.logits || o.tokens);

@@ -195,7 +195,8 @@ class Backend {
   // One-launch decode steps (CUDA: ops/cuda/decode_step.h). A backend that can run a dense decoder's whole
   // step for one row as one kernel, with the bits of the op chain (embedding, the layers, the final norm and
   // the lm_head), prepares it once a model: null, with `why`, when it cannot (shape, dtype, device); it may
-  // take device memory (a packed copy of the weights), so models prepare it when they load.
+  // take device memory (a packed copy of the weights), so models prepare it when they load. On success `why`
+  // describes what was prepared (for the log).
   virtual std::shared_ptr<void> prepare_decode_step(const DecodeStepModel& m, std::string* why) {
     (void)m;
     if (why) *why = name() + " has no one-launch decode step";

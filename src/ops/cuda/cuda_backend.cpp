@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 
 #include "core/error.h"
@@ -691,7 +692,14 @@ class CudaBackend final : public Backend {
       return nullptr;
     }
     std::unique_ptr<DecodeStep> step = DecodeStep::make(m, stream_, why);
-    if (step) ++g_decode_steps_prepared;
+    if (step) {
+      ++g_decode_steps_prepared;
+      char gib[32];
+      std::snprintf(gib, sizeof gib, "%.1f", double(step->packed_bytes()) / double(1ull << 30));
+      if (why)
+        *why = "one-kernel decode step for one-row rounds below position " +
+               std::to_string(DecodeStep::kMaxPositions) + " (a packed copy of the weights: " + gib + " GiB)";
+    }
     return std::shared_ptr<void>(std::move(step));
   }
   bool bind_decode_step(void* step, const std::vector<KvLayer>& kv) override {

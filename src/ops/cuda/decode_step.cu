@@ -15,6 +15,7 @@ namespace {
 
 using step::Op;
 static_assert(DecodeStep::kMaxPositions <= step::kMaxChunks * attn::kC, "the partials' layout");
+static_assert(DecodeStep::kMergeChunks == step::kMergeChunks, "decode_step.h's copy");
 
 bool is_bf16_cuda(const Tensor* t, std::vector<int64_t> shape) {
   return t && t->defined() && t->device() == Device::CUDA && t->dtype() == DType::BF16 &&

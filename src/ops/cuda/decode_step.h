@@ -30,6 +30,8 @@ class DecodeStep {
   // 2048 4.50 ms vs the chain's 4.67, ctx 3000 4.81 vs 4.75 -- the merge of many chunks is one unit's; the
   // lines cross near 2.7k).
   static constexpr int kMaxPositions = 2560;
+  // Other chunks' partials (128 positions each) the row's merge brings in a round (for tests).
+  static constexpr int kMergeChunks = 16;
 
   // Checks the shape (null and `why` when it is not the one the kernel handles) and packs the linears'
   // weights into the kernel's stage layout: a second copy of them in device memory.

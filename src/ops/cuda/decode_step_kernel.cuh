@@ -1,7 +1,7 @@
 #pragma once
 // The device side of the one-kernel decode step (decode_step.h; included by decode_step.cu only). Grown in
-// the probe bench/cuda/mega_probe.cu (sessions 15-17; its last version, with profiling, 4-bit and TMA
-// variants, is commit 84c23ce) and measured there: docs/cuda-notes.md.
+// the probe bench/cuda/mega_probe.cu (sessions 15-17; removed in session 18 -- its last version, with
+// profiling, 4-bit and TMA variants, is in commit d409656) and measured there: docs/cuda-notes.md.
 //
 // Roles in a CTA (one CTA an SM, kThreads threads):
 // - warp kProducer streams the CTA's 16-feature tiles of every op, in op order, stage by stage into a ring
@@ -51,7 +51,10 @@ constexpr int kAttnBytes = (2 * attn::kC + 16) * kRS * 2;  // Ks, Vs [128][kRS],
 constexpr int kBlock = 16;                                 // positions a KV pool block holds
 constexpr int kMaxChunks = 20;                             // 128-position chunks (DecodeStep::kMaxPositions)
 constexpr int kRec = kD + 2;                               // a partial's 64-bit words: o [kD], max, sum
-constexpr int kMergeChunks = 12;                           // other chunks' partials a merge round brings in
+constexpr int kMergeChunks = 16;                           // other chunks' partials a merge round brings in
+// The merge's buffers in the K/V staging region: the own partial (floats) and a round's records.
+static_assert((kGroup * kRec + 3) / 4 * 16 + kGroup * kMergeChunks * kRec * 8 <= 2 * attn::kC * kRS * 2,
+              "the merge's round must fit in Ks and Vs");
 
 // x kinds. kXAttnMerge: the o op, whose x (a copy) is the attention warps' output words.
 enum XKind : int { kXCopy = 0, kXAddNorm = 1, kXAttnMerge = 2 };
@@ -505,8 +508,9 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
   if (!kv_here) return;
   // The merge (combine_pair_u's order: chunks in increasing order from (-inf, 0, 0), then bf16(o / l)), item
   // = 8 dims of one of the group's heads (64 items, one round). The other chunks' partials come into shared
-  // memory by cp.async, kMergeChunks at a time (after the own partial); units with a word not yet written are
-  // copied again, all of them a round (one round trip a round, not one a word: run 219).
+  // memory by cp.async, kMergeChunks at a time (after the own partial: 16 fill Ks and Vs, one round up to
+  // position 2175); units with a word not yet written are copied again, all of them a round (one round trip
+  // a round, not one a word: run 219).
   abar();  // pown is complete
   const float* pown = reinterpret_cast<const float*>(Ks);
   unsigned long long* mb = reinterpret_cast<unsigned long long*>(Ks) + (kGroup * kRec + 3) / 4 * 2;

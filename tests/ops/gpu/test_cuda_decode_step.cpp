@@ -3,7 +3,7 @@
 // prefill, then decode rounds (one row: the step where it is on), verify rounds of several rows and rounds
 // that want hidden states (both: the chain) -- one with the step on, one with it off; every round's logits
 // and sampled tokens and, at the end, every byte of both pools must be equal. Positions cross the
-// attention's 128-position chunks, the merge's rounds of 12 chunks (1664) and the step's context limit
+// attention's 128-position chunks, the merge's rounds of 16 chunks (2176) and the step's context limit
 // (DecodeStep::kMaxPositions, where it hands over to the chain), with graphs and eagerly.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -12,16 +12,15 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <numeric>
 #include <random>
 
 #include "checkpoint/checkpoint.h"
-#include "checkpoint/safetensors_writer.h"
 #include "models/model.h"
 #include "ops/backend.h"
 #include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/decode_step.h"
+#include "random_qwen3.h"
 
 namespace tf {
 namespace {
@@ -30,53 +29,6 @@ namespace fs = std::filesystem;
 
 constexpr int kHidden = 4096, kHeads = 32, kKvHeads = 8, kHeadDim = 128, kInter = 12288, kLayers = 2;
 constexpr int kVocab = 1024, kContext = 4096, kBlock = 16, kBlocks = kContext / kBlock;
-
-// Uniform bf16 values in [mean - a, mean + a] from a counter hash (fast: ~0.4 G values).
-Tensor random_bf16(std::vector<int64_t> shape, uint64_t seed, float mean, float a) {
-  Tensor t = Tensor::empty(std::move(shape), DType::BF16);
-  uint16_t* p = t.data<uint16_t>();
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    uint64_t x = (uint64_t(i) + 1) * 0x9E3779B97F4A7C15ull ^ seed * 0xD1B54A32D192ED03ull;
-    x ^= x >> 31, x *= 0xBF58476D1CE4E5B9ull, x ^= x >> 29;
-    const float u = float(x >> 40) / float(1 << 24);  // [0, 1)
-    p[i] = f32_to_bf16(mean + a * (2.f * u - 1.f));
-  }
-  return t;
-}
-
-std::string write_checkpoint() {
-  const fs::path dir = fs::temp_directory_path() / ("tf_decode_step_" + std::to_string(getpid()));
-  fs::create_directories(dir);
-  std::ofstream(dir / "config.json") << R"({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
-    "hidden_size": 4096, "num_hidden_layers": 2, "num_attention_heads": 32, "num_key_value_heads": 8,
-    "head_dim": 128, "intermediate_size": 12288, "vocab_size": 1024, "max_position_embeddings": 8192,
-    "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "tie_word_embeddings": true, "attention_bias": false,
-    "hidden_act": "silu", "eos_token_id": 2, "use_sliding_window": false})";
-  NamedTensors t;
-  const int64_t H = kHidden, D = kHeadDim, Q = kHeads * D, KV = kKvHeads * D, I = kInter;
-  uint64_t seed = 1;
-  auto lin = [&](int64_t n, int64_t k) {
-    return random_bf16({n, k}, seed++, 0.f, std::sqrt(3.f / float(k)));
-  };
-  t.emplace_back("model.embed_tokens.weight", random_bf16({kVocab, H}, seed++, 0.f, 1.f));
-  t.emplace_back("model.norm.weight", random_bf16({H}, seed++, 1.f, 0.2f));
-  for (int l = 0; l < kLayers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    t.emplace_back(p + "input_layernorm.weight", random_bf16({H}, seed++, 1.f, 0.2f));
-    t.emplace_back(p + "post_attention_layernorm.weight", random_bf16({H}, seed++, 1.f, 0.2f));
-    t.emplace_back(p + "self_attn.q_proj.weight", lin(Q, H));
-    t.emplace_back(p + "self_attn.k_proj.weight", lin(KV, H));
-    t.emplace_back(p + "self_attn.v_proj.weight", lin(KV, H));
-    t.emplace_back(p + "self_attn.o_proj.weight", lin(H, Q));
-    t.emplace_back(p + "self_attn.q_norm.weight", random_bf16({D}, seed++, 1.f, 0.2f));
-    t.emplace_back(p + "self_attn.k_norm.weight", random_bf16({D}, seed++, 1.f, 0.2f));
-    t.emplace_back(p + "mlp.gate_proj.weight", lin(I, H));
-    t.emplace_back(p + "mlp.up_proj.weight", lin(I, H));
-    t.emplace_back(p + "mlp.down_proj.weight", lin(H, I));
-  }
-  write_safetensors((dir / "model.safetensors").string(), t);
-  return dir.string();
-}
 
 std::vector<uint8_t> device_bytes(Backend& be, const Tensor& t) {
   std::vector<uint8_t> b(t.nbytes());
@@ -127,7 +79,10 @@ class CudaDecodeStep : public ::testing::Test {
     gpu_ = make_cuda_backend(0, &why).release();
     why_ = new std::string(why);
     if (gpu_) cuda::set_graph_capture_after(*gpu_, 1);
-    if (gpu_) dir_ = new std::string(write_checkpoint());
+    // The Qwen3-8B layer shape, 2 layers and a small vocabulary.
+    if (gpu_)
+      dir_ = new std::string(test::write_random_qwen3(
+          "tf_decode_step", {kHidden, kLayers, kHeads, kKvHeads, kHeadDim, kInter, kVocab}));
   }
   static void TearDownTestSuite() {
     cuda::set_decode_step(true);
@@ -251,8 +206,9 @@ TEST_F(CudaDecodeStep, FirstChunksAndBoundaries) {
 }
 
 TEST_F(CudaDecodeStep, MergeRounds) {
-  // 1650..1690: the row's merge brings 12, then 13 other chunks in (two rounds of kMergeChunks).
-  EXPECT_GT(run(1650, 40), 20);
+  // 2150..2190: the row's merge brings 16, then 17 other chunks in (two rounds of kMergeChunks).
+  static_assert(cuda::DecodeStep::kMergeChunks == 16, "the positions below");
+  EXPECT_GT(run(2150, 40), 20);
 }
 
 TEST_F(CudaDecodeStep, HandsOverToTheChainAtItsContextLimit) {

@@ -16,13 +16,13 @@
 #include <random>
 
 #include "checkpoint/checkpoint.h"
-#include "checkpoint/safetensors_writer.h"
 #include "engine/engine.h"
 #include "models/model.h"
 #include "ops/backend.h"
 #include "ops/cuda/attention_mma.h"
 #include "ops/cuda/cuda_backend.h"
 #include "ops/graph_cache.h"
+#include "random_qwen3.h"
 
 namespace tf {
 namespace {
@@ -31,46 +31,6 @@ namespace fs = std::filesystem;
 
 constexpr int kHidden = 256, kHeads = 8, kKvHeads = 2, kHeadDim = 128, kInter = 384, kLayers = 2;
 constexpr int kVocab = 512, kContext = 1024, kBlock = 16, kBlocksPerSeq = kContext / kBlock;
-
-Tensor random_bf16(std::vector<int64_t> shape, std::mt19937& rng, float mean, float scale) {
-  Tensor t = Tensor::empty(std::move(shape), DType::BF16);
-  std::normal_distribution<float> nd(mean, scale);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<uint16_t>()[i] = f32_to_bf16(nd(rng));
-  return t;
-}
-
-// A random Qwen3-shaped checkpoint (head_dim 128 and GQA group 4: the tensor-core attention) in a
-// temporary directory.
-std::string write_random_qwen3() {
-  const fs::path dir = fs::temp_directory_path() / ("tf_graphs_" + std::to_string(getpid()));
-  fs::create_directories(dir);
-  std::ofstream(dir / "config.json") << R"({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
-    "hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2,
-    "head_dim": 128, "intermediate_size": 384, "vocab_size": 512, "max_position_embeddings": 2048,
-    "rms_norm_eps": 1e-06, "rope_theta": 10000.0, "tie_word_embeddings": true, "attention_bias": false,
-    "hidden_act": "silu", "eos_token_id": 2, "use_sliding_window": false})";
-  std::mt19937 rng(7);
-  NamedTensors t;
-  const int64_t H = kHidden, D = kHeadDim, Q = kHeads * D, KV = kKvHeads * D, I = kInter;
-  t.emplace_back("model.embed_tokens.weight", random_bf16({kVocab, H}, rng, 0.f, 1.f));
-  t.emplace_back("model.norm.weight", random_bf16({H}, rng, 1.f, 0.1f));
-  for (int l = 0; l < kLayers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    t.emplace_back(p + "input_layernorm.weight", random_bf16({H}, rng, 1.f, 0.1f));
-    t.emplace_back(p + "post_attention_layernorm.weight", random_bf16({H}, rng, 1.f, 0.1f));
-    t.emplace_back(p + "self_attn.q_proj.weight", random_bf16({Q, H}, rng, 0.f, 1.f / 16));
-    t.emplace_back(p + "self_attn.k_proj.weight", random_bf16({KV, H}, rng, 0.f, 1.f / 16));
-    t.emplace_back(p + "self_attn.v_proj.weight", random_bf16({KV, H}, rng, 0.f, 1.f / 16));
-    t.emplace_back(p + "self_attn.o_proj.weight", random_bf16({H, Q}, rng, 0.f, 1.f / 32));
-    t.emplace_back(p + "self_attn.q_norm.weight", random_bf16({D}, rng, 1.f, 0.1f));
-    t.emplace_back(p + "self_attn.k_norm.weight", random_bf16({D}, rng, 1.f, 0.1f));
-    t.emplace_back(p + "mlp.gate_proj.weight", random_bf16({I, H}, rng, 0.f, 1.f / 16));
-    t.emplace_back(p + "mlp.up_proj.weight", random_bf16({I, H}, rng, 0.f, 1.f / 16));
-    t.emplace_back(p + "mlp.down_proj.weight", random_bf16({H, I}, rng, 0.f, 1.f / 20));
-  }
-  write_safetensors((dir / "model.safetensors").string(), t);
-  return dir.string();
-}
 
 std::vector<uint8_t> device_bytes(Backend& be, const Tensor& t) {
   std::vector<uint8_t> b(t.nbytes());
@@ -118,7 +78,10 @@ class CudaGraphs : public ::testing::Test {
     gpu_ = make_cuda_backend(0, &why).release();
     why_ = new std::string(why);
     if (gpu_) cuda::set_graph_capture_after(*gpu_, 1);  // capture on first use (CaptureAfterUses tests more)
-    if (gpu_) dir_ = new std::string(write_random_qwen3());
+    // A Qwen3 shape with head_dim 128 and GQA group 4 (the tensor-core attention).
+    if (gpu_)
+      dir_ = new std::string(test::write_random_qwen3(
+          "tf_graphs", {kHidden, kLayers, kHeads, kKvHeads, kHeadDim, kInter, kVocab, 1e4}));
   }
   static void TearDownTestSuite() {
     if (dir_) fs::remove_all(*dir_);

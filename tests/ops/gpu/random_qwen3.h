@@ -1,7 +1,8 @@
 #pragma once
-// A random-weight Qwen3 checkpoint in Hugging Face layout (config.json + model.safetensors) in a temporary
-// directory, for the GPU tests that load a model: uniform weights from a counter hash (fast at real layer
-// shapes), linears scaled for unit-variance outputs, norms around 1.
+// Helpers of the GPU tests that load a model: a random-weight Qwen3 checkpoint in Hugging Face layout
+// (config.json + model.safetensors) in a temporary directory -- uniform weights from a counter hash (fast at
+// real layer shapes), linears scaled for unit-variance outputs, norms around 1 -- a zeroed KV pool, and a
+// tensor's device bytes.
 #include <unistd.h>
 
 #include <cmath>
@@ -14,6 +15,7 @@
 #include "checkpoint/safetensors_writer.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
+#include "ops/backend.h"
 
 namespace tf::test {
 
@@ -74,6 +76,27 @@ inline std::string write_random_qwen3(const std::string& name, const Qwen3Shape&
   }
   write_safetensors((dir / "model.safetensors").string(), t);
   return dir.string();
+}
+
+// `layers` KV layers of `blocks` blocks of `block` positions, zeroed.
+inline std::vector<KvLayer> zeroed_pool(Backend& be, int layers, int64_t blocks, int block, int kv_heads,
+                                        int head_dim) {
+  std::vector<KvLayer> pool;
+  for (int l = 0; l < layers; ++l) {
+    KvLayer kv;
+    kv.k = be.alloc({blocks, block, kv_heads, head_dim}, be.act_dtype());
+    kv.v = be.alloc({blocks, block, kv_heads, head_dim}, be.act_dtype());
+    be.zero(kv.k);
+    be.zero(kv.v);
+    pool.push_back(std::move(kv));
+  }
+  return pool;
+}
+
+inline std::vector<uint8_t> device_bytes(Backend& be, const Tensor& t) {
+  std::vector<uint8_t> b(t.nbytes());
+  be.read_raw(t, 0, b.size(), b.data());
+  return b;
 }
 
 }  // namespace tf::test

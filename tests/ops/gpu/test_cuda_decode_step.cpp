@@ -30,23 +30,10 @@ namespace fs = std::filesystem;
 constexpr int kHidden = 4096, kHeads = 32, kKvHeads = 8, kHeadDim = 128, kInter = 12288, kLayers = 2;
 constexpr int kVocab = 1024, kContext = 4096, kBlock = 16, kBlocks = kContext / kBlock;
 
-std::vector<uint8_t> device_bytes(Backend& be, const Tensor& t) {
-  std::vector<uint8_t> b(t.nbytes());
-  be.read_raw(t, 0, b.size(), b.data());
-  return b;
-}
+using test::device_bytes;
 
 std::vector<KvLayer> make_pool(Backend& be) {
-  std::vector<KvLayer> pool;
-  for (int l = 0; l < kLayers; ++l) {
-    KvLayer kv;
-    kv.k = be.alloc({kBlocks, kBlock, kKvHeads, kHeadDim}, be.act_dtype());
-    kv.v = be.alloc({kBlocks, kBlock, kKvHeads, kHeadDim}, be.act_dtype());
-    be.zero(kv.k);
-    be.zero(kv.v);
-    pool.push_back(std::move(kv));
-  }
-  return pool;
+  return test::zeroed_pool(be, kLayers, kBlocks, kBlock, kKvHeads, kHeadDim);
 }
 
 // The sequence's block table: every block of the pool in a fixed shuffled order (a paged pool).

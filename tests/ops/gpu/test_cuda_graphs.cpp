@@ -32,24 +32,11 @@ namespace fs = std::filesystem;
 constexpr int kHidden = 256, kHeads = 8, kKvHeads = 2, kHeadDim = 128, kInter = 384, kLayers = 2;
 constexpr int kVocab = 512, kContext = 1024, kBlock = 16, kBlocksPerSeq = kContext / kBlock;
 
-std::vector<uint8_t> device_bytes(Backend& be, const Tensor& t) {
-  std::vector<uint8_t> b(t.nbytes());
-  be.read_raw(t, 0, b.size(), b.data());
-  return b;
-}
+using test::device_bytes;
 
 // One KV pool (a layer's K and V for kBlocksPerSeq blocks a sequence), zeroed.
 std::vector<KvLayer> make_pool(Backend& be, int seqs) {
-  std::vector<KvLayer> pool;
-  for (int l = 0; l < kLayers; ++l) {
-    KvLayer kv;
-    kv.k = be.alloc({int64_t(seqs) * kBlocksPerSeq, kBlock, kKvHeads, kHeadDim}, be.act_dtype());
-    kv.v = be.alloc({int64_t(seqs) * kBlocksPerSeq, kBlock, kKvHeads, kHeadDim}, be.act_dtype());
-    be.zero(kv.k);
-    be.zero(kv.v);
-    pool.push_back(std::move(kv));
-  }
-  return pool;
+  return test::zeroed_pool(be, kLayers, int64_t(seqs) * kBlocksPerSeq, kBlock, kKvHeads, kHeadDim);
 }
 
 // A batch with, for sequence s, rows at positions lens[s] .. lens[s] + widths[s] - 1 (tokens[s] hold them).

@@ -359,7 +359,8 @@ double decode_step_row(ShapeRun& r, int ctx) {
     dm.final_norm = &r.m.final_norm;
     dm.lm_head = &r.m.lm_head;
     dm.rope = r.rope;
-    dm.attn = AttentionParams{sh.heads, sh.kv_heads, sh.head_dim, 1.f / std::sqrt(float(sh.head_dim)), 0, 0.f};
+    dm.attn =
+        AttentionParams{sh.heads, sh.kv_heads, sh.head_dim, 1.f / std::sqrt(float(sh.head_dim)), 0, 0.f};
     dm.norm_eps = 1e-6f;
     std::string why;
     r.step = be.prepare_decode_step(dm, &why);
@@ -392,8 +393,8 @@ double decode_step_row(ShapeRun& r, int ctx) {
   std::printf(
       "decode step b=1 ctx=%d%s: one kernel %.3f ms (%.1f%% of the floor) | the chain %.3f ms (%.1f%%) | "
       "floor %.3f ms | logits bits %s\n",
-      ctx, g1 && g2 ? " (graph)" : " (eager)", t_step, 100 * floor_ms / t_step, t_chain, 100 * floor_ms / t_chain,
-      floor_ms, a == b ? "equal" : "DIFFER");
+      ctx, g1 && g2 ? " (graph)" : " (eager)", t_step, 100 * floor_ms / t_step, t_chain,
+      100 * floor_ms / t_chain, floor_ms, a == b ? "equal" : "DIFFER");
   std::fflush(stdout);
   return a == b ? t_step : -1;
 }

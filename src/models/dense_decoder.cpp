@@ -94,8 +94,8 @@ class DenseDecoder final : public Model {
     const bool warm = ran_eager_;  // the first forward runs the chain (one-time uploads)
     ran_eager_ = true;
     be_.begin_forward(meta);
-    if (warm && R == 1 && step_fits(logit_rows, out) && be_.bind_decode_step(step_.get(), kv)) {  // the whole step, one launch
-      Tensor logits = be_.alloc({1, int64_t(spec_.vocab)}, DType::F32);
+    if (warm && R == 1 && step_fits(logit_rows, out) && be_.bind_decode_step(step_.get(), kv)) {
+      Tensor logits = be_.alloc({1, int64_t(spec_.vocab)}, DType::F32);  // the whole step, one launch
       be_.decode_step(step_.get(), logits);
       return read_back(Tensor(), 1, &logits, out);
     }

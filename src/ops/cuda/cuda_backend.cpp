@@ -219,7 +219,7 @@ bool g_fused_norm_linear = false;  // set_fused_norm_linear: off, slower on the 
 // set_fused_silu_linear: off, slower on the H200 (run 16); TF_FUSED_SILU=1 turns it on (measurement).
 bool g_fused_silu_linear = env_switch("TF_FUSED_SILU", false);  // launch.h
 int g_min_attention_chunks = 0;    // set_attention_min_chunks: tests size attention launches up
-// set_decode_step: the one-kernel decode step of one-row rounds (decode_step.h); TF_DECODE_STEP=0 turns it off.
+// set_decode_step: the one-kernel decode step of one-row rounds (decode_step.h); TF_DECODE_STEP=0: off.
 bool g_decode_step = env_switch("TF_DECODE_STEP", true);
 std::atomic<int64_t> g_decode_steps_prepared{0}, g_decode_step_rounds{0};  // for tests
 

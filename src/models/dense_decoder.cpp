@@ -94,7 +94,7 @@ class DenseDecoder final : public Model {
     const bool warm = ran_eager_;  // the first forward runs the chain (one-time uploads)
     ran_eager_ = true;
     be_.begin_forward(meta);
-    if (warm && R == 1 && step_fits(logit_rows, out) && be_.bind_decode_step(step_.get(), kv)) {
+    if (warm && take_step(R, logit_rows, out, kv)) {
       Tensor logits = be_.alloc({1, int64_t(spec_.vocab)}, DType::F32);  // the whole step, one launch
       be_.decode_step(step_.get(), logits);
       return read_back(Tensor(), 1, &logits, out);
@@ -180,8 +180,12 @@ class DenseDecoder final : public Model {
     step_ = be_.prepare_decode_step(m, &why);
     log_message(step_ ? LogLevel::Info : LogLevel::Debug, spec_.family + ": " + why);
   }
-  bool step_fits(const std::vector<int32_t>& logit_rows, const Outputs& o) const {
-    return step_ && logit_rows.size() == 1 && logit_rows[0] == 0 && !o.hidden && (o.logits || o.tokens);
+  // Whether this forward (begin_forward done) runs as the step: one row, its logits wanted, no hidden
+  // states, and the backend takes the round (bind_decode_step: context, pools).
+  bool take_step(int64_t rows, const std::vector<int32_t>& logit_rows, const Outputs& o,
+                 const std::vector<KvLayer>& kv) {
+    return step_ && rows == 1 && logit_rows.size() == 1 && !o.hidden && (o.logits || o.tokens) &&
+           be_.bind_decode_step(step_.get(), kv);
   }
 
   // forward() as a captured graph: the same ops on fixed buffers, recorded once its shape recurs (eager
@@ -192,7 +196,7 @@ class DenseDecoder final : public Model {
     const int64_t R = meta.rows(), n = int64_t(logit_rows.size());
     const bool heads = n > 0 && (o.logits || o.tokens);
     be_.begin_forward(meta);
-    const bool step = R == 1 && step_fits(logit_rows, o) && be_.bind_decode_step(step_.get(), kv);
+    const bool step = take_step(R, logit_rows, o, kv);
     if (!graph_buffers_ || graph_buffers_->ws.residual.dim(0) < R) {
       int64_t cap = 8;
       while (cap < R) cap *= 2;

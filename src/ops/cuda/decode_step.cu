@@ -2,8 +2,6 @@
 // the launch. The kernel: decode_step_kernel.cuh.
 #include <cuda_bf16.h>
 
-#include <cstdlib>
-
 #include "core/error.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/decode_step.h"
@@ -75,8 +73,8 @@ T* dalloc(std::vector<void*>& owned, size_t n, cudaStream_t stream) {
 struct DecodeStep::State {
   std::vector<void*> owned;   // device allocations, freed with the step
   std::vector<Op> ops;        // the host copy of the op table (bind patches the K/V pools)
-  std::vector<int> attn_ops;  // each layer's attention op
-  std::vector<std::pair<const void*, const void*>> bound;  // the K/V pools the device table points at
+  std::vector<int> attn_ops;  // each layer's attention op (its kp / vp: the pools the device table holds)
+  std::vector<__nv_bfloat16*> dbg;  // set_debug's x buffers, made on first use
   Op* d_ops = nullptr;
   unsigned* epoch = nullptr;
   __nv_bfloat16* emb_row = nullptr;
@@ -85,7 +83,7 @@ struct DecodeStep::State {
   const void* embed = nullptr;
   DType embed_dtype = DType::BF16;
   float embed_scale = 1.f, rope_factor = 1.f, scale = 1.f, eps = 0.f;
-  int vocab = 0, grid = 0;
+  int grid = 0;
   size_t packed = 0;
   ~State() {
     for (void* p : owned) cudaFree(p);
@@ -133,7 +131,6 @@ std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStrea
   s.rope_factor = m.rope.attention_factor;
   s.scale = m.attn.scale;
   s.eps = m.norm_eps;
-  s.vocab = int(V);
   s.grid = prop.multiProcessorCount;
   s.epoch = dalloc<unsigned>(own, 1, stream);
   s.emb_row = dalloc<__nv_bfloat16>(own, H, stream);
@@ -196,7 +193,6 @@ std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStrea
   lm.x = add_in, lm.res = res, lm.res_out = dalloc<uint32_t>(own, H, stream), lm.nw = bf(m.final_norm);
   add(lm);
   s.d_ops = dalloc<Op>(own, s.ops.size(), stream);
-  s.bound.assign(m.layers.size(), {nullptr, nullptr});
   TF_CUDA_CHECK(
       cudaFuncSetAttribute(decode_step_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
   int per_sm = 0;
@@ -209,15 +205,13 @@ std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStrea
 
 void DecodeStep::set_debug(bool on, cudaStream_t stream) {
   State& s = *s_;
-  for (size_t i = 0; i < s.ops.size(); ++i)
-    s.ops[i].dbg =
-        on ? dalloc<__nv_bfloat16>(s.owned, step::kMaxK, stream) : nullptr;  // kept until the step goes
+  if (on && s.dbg.empty())
+    for (size_t i = 0; i < s.ops.size(); ++i)
+      s.dbg.push_back(dalloc<__nv_bfloat16>(s.owned, step::kMaxK, stream));
+  for (size_t i = 0; i < s.ops.size(); ++i) s.ops[i].dbg = on ? s.dbg[i] : nullptr;
   TF_CUDA_CHECK(
       cudaMemcpyAsync(s.d_ops, s.ops.data(), s.ops.size() * sizeof(Op), cudaMemcpyHostToDevice, stream));
   TF_CUDA_CHECK(cudaStreamSynchronize(stream));
-}
-int DecodeStep::ops() const {
-  return int(s_->ops.size());
 }
 namespace {
 std::vector<uint16_t> words_bf16(const void* p, int n) {
@@ -230,8 +224,8 @@ std::vector<uint16_t> words_bf16(const void* p, int n) {
 }  // namespace
 std::vector<uint16_t> DecodeStep::debug_x(int op) const {
   const Op& o = s_->ops.at(size_t(op));
-  std::vector<uint16_t> b(size_t(o.k));
   if (!o.dbg) return {};
+  std::vector<uint16_t> b(size_t(o.k));
   TF_CUDA_CHECK(cudaMemcpy(b.data(), o.dbg, b.size() * 2, cudaMemcpyDeviceToHost));
   return b;
 }
@@ -259,9 +253,8 @@ bool DecodeStep::bind(int rows, int max_pos, int block_size, const std::vector<K
     if (k.dtype() != DType::BF16 || v.dtype() != DType::BF16 || k.dim(-1) != kD || k.dim(-2) != kHk ||
         k.dim(-3) != kBlock || v.shape() != k.shape())
       return false;
-    if (s.bound[l].first != k.raw() || s.bound[l].second != v.raw()) {
-      s.bound[l] = {k.raw(), v.raw()};
-      Op& o = s.ops[s.attn_ops[l]];
+    Op& o = s.ops[s.attn_ops[l]];
+    if (o.kp != k.raw() || o.vp != v.raw()) {
       o.kp = static_cast<__nv_bfloat16*>(const_cast<void*>(k.raw()));
       o.vp = static_cast<__nv_bfloat16*>(const_cast<void*>(v.raw()));
       changed = true;

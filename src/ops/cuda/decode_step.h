@@ -54,7 +54,6 @@ class DecodeStep {
   // bf16 bits. Ops per layer: qkv, o, gate_up, down; then the lm_head. y: the op's output words (gate_up:
   // silu_mul of its gate and up features, [n / 2]; the lm_head: none); res: an add + norm op's new residual.
   void set_debug(bool on, cudaStream_t stream);
-  int ops() const;
   std::vector<uint16_t> debug_x(int op) const;
   std::vector<uint16_t> debug_y(int op) const;
   std::vector<uint16_t> debug_res(int op) const;

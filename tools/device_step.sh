@@ -13,7 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PACK=.devpack/step.tar.xz
-BINS="tests/ops/gpu/test_cuda_decode_step tests/ops/gpu/test_cuda_graphs bench/cuda/tf_bench_cuda tensorfold"
+BINS=${BINS:-"tests/ops/gpu/test_cuda_decode_step tests/ops/gpu/test_cuda_graphs bench/cuda/tf_bench_cuda tensorfold"}
 if [[ "${1:-}" == "--pack" ]]; then
   tmp=$(mktemp -d)
   mkdir -p "$tmp/bin" "$tmp/tok" .devpack

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <iterator>
 #include <memory>
@@ -342,6 +343,61 @@ void check_step_ops(ShapeRun& r, const BatchMeta& meta) {
   st->set_debug(false, r.s);
 }
 
+// TF_STEP_STAMPS=1: one step with timestamps; per event of layer 10's attention, the median and the latest
+// CTA in us after the qkv op's last tile (decode_step_kernel.cuh's slots).
+void print_step_stamps(ShapeRun& r, int ctx, Tensor& logits) {
+  auto* st = static_cast<cuda::DecodeStep*>(r.step.get());
+  st->set_probe(true, true, r.s);
+  r.be.decode_step(r.step.get(), logits);
+  r.be.synchronize();
+  const std::vector<unsigned long long> v = st->stamps();
+  st->set_probe(false, false, r.s);
+  const int G = st->grid(), L = 10;
+  auto at = [&](int cta, int slot) { return v[(size_t(L) * G + cta) * 64 + slot]; };
+  unsigned long long t0 = 0;
+  for (int b = 0; b < G; ++b) t0 = std::max(t0, at(b, 61));
+  auto stat = [&](int slot, const char* name) {
+    std::vector<double> x;
+    for (int b = 0; b < G; ++b)
+      if (at(b, slot)) x.push_back((double(at(b, slot)) - double(t0)) * 1e-3);
+    if (x.empty()) return std::string();
+    std::sort(x.begin(), x.end());
+    char buf[96];
+    std::snprintf(buf, sizeof buf, " %s %.1f/%.1f(%zu)", name, x[x.size() / 2], x.back(), x.size());
+    return std::string(buf);
+  };
+  std::string line = "stamps ctx=" + std::to_string(ctx) + " layer 10 (us after qkv's last tile, median/last(n)):";
+  line += stat(61, "qkv-first-cta-done");
+  static const char* ev[6] = {"start", "poll", "kv", "scores", "pv", "part"};
+  char name[32];  // (snprintf: GCC 12's -Wrestrict misfires on string + to_string here)
+  for (int ui = 0; ui < 6; ++ui) {
+    std::string u;
+    for (int e = 0; e < 6; ++e) u += stat(ui * 6 + e, ev[e]);
+    std::snprintf(name, sizeof name, "\n  unit %d:", ui);
+    if (!u.empty()) line += name + u;
+  }
+  std::string m;
+  for (int rd = 0; rd < 10; ++rd) {
+    std::snprintf(name, sizeof name, "r%d-in", rd);
+    m += stat(40 + 2 * rd, name);
+    std::snprintf(name, sizeof name, "r%d-folded", rd);
+    m += stat(41 + 2 * rd, name);
+  }
+  line += "\n  merge:" + m + stat(60, "aout");
+  line += "\n  o:" + stat(62, "x-made") + stat(63, "last-tile");
+  line += "\n  merge round 1:" + stat(36, "bulk-issued") + stat(37, "bulk-landed") + stat(38, "checked");
+  {
+    std::string n;
+    for (int b = 0; b < G; ++b)
+      if (at(b, 60)) {
+        std::snprintf(name, sizeof name, " %llu", at(b, 39));
+        n += name;
+      }
+    line += "\n  merge round 1 retries by merging CTA:" + n;
+  }
+  std::printf("%s\n", line.c_str());
+}
+
 // The one-kernel decode step (ops/cuda/decode_step.h) at b=1 against the op chain at the same context: both
 // times (graphs), the floor, and whether the step's logits equal the chain's bit for bit (both write the
 // row's K/V with the same bits, so running one after the other changes nothing). Returns the step's time, or
@@ -395,6 +451,7 @@ double decode_step_row(ShapeRun& r, int ctx) {
       "floor %.3f ms | logits bits %s\n",
       ctx, g1 && g2 ? " (graph)" : " (eager)", t_step, 100 * floor_ms / t_step, t_chain,
       100 * floor_ms / t_chain, floor_ms, a == b ? "equal" : "DIFFER");
+  if (std::getenv("TF_STEP_STAMPS")) print_step_stamps(r, ctx, logits);
   std::fflush(stdout);
   return a == b ? t_step : -1;
 }
@@ -599,7 +656,7 @@ void run_shape(Backend& be, cublasHandle_t h, const ModelShape& sh, const Ceilin
       if (ctx > max_ctx) continue;
       for (int batch : {1, 8, 32}) decode_row(r, batch, ctx);
     }
-    for (int ctx : {1024, 2048, 3000})  // the step's context sweep (512 and 8192: decode_row)
+    for (int ctx : {1024, 2048, 2200, 2300, 2500})  // the step's context sweep (512 and 8192: decode_row)
       decode_step_row(r, ctx);
     decode_attention(r, 32, max_ctx);
   }

@@ -6,6 +6,7 @@
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/decode_step.h"
 #include "ops/cuda/decode_step_kernel.cuh"
+#include "ops/cuda/linear_wgmma.h"  // make_kv_tensor_map
 
 namespace tf::cuda {
 
@@ -13,7 +14,6 @@ namespace {
 
 using step::Op;
 static_assert(DecodeStep::kMaxPositions <= step::kMaxChunks * attn::kC, "the partials' layout");
-static_assert(DecodeStep::kMergeChunks == step::kMergeChunks, "decode_step.h's copy");
 
 bool is_bf16_cuda(const Tensor* t, std::vector<int64_t> shape) {
   return t && t->defined() && t->device() == Device::CUDA && t->dtype() == DType::BF16 &&
@@ -76,6 +76,8 @@ struct DecodeStep::State {
   std::vector<int> attn_ops;  // each layer's attention op (its kp / vp: the pools the device table holds)
   std::vector<__nv_bfloat16*> dbg;  // set_debug's x buffers, made on first use
   Op* d_ops = nullptr;
+  std::vector<CUtensorMap> maps;  // each layer's K and V pool as tensor maps (bind), on the device: d_maps
+  CUtensorMap* d_maps = nullptr;
   unsigned* epoch = nullptr;
   __nv_bfloat16* emb_row = nullptr;
   uint32_t* emb_words = nullptr;
@@ -83,7 +85,10 @@ struct DecodeStep::State {
   const void* embed = nullptr;
   DType embed_dtype = DType::BF16;
   float embed_scale = 1.f, rope_factor = 1.f, scale = 1.f, eps = 0.f;
-  int grid = 0;
+  int grid = 0, layers = 0;
+  bool probe = false;
+  unsigned long long* stamps = nullptr;  // set_probe: made on first use
+  bool stamping = false;
   size_t packed = 0;
   ~State() {
     for (void* p : owned) cudaFree(p);
@@ -109,6 +114,7 @@ std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStrea
   cudaDeviceProp prop{};
   TF_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
   if (prop.major < 9) return refuse("needs sm_90 (bulk copies)");
+  if (prop.multiProcessorCount < 2 * kHk) return refuse("fewer than 16 SMs (8 merge the attention)");
   if (prop.sharedMemPerBlockOptin < kSmemBytes) return refuse("not enough shared memory a block");
   const int64_t H = kHidden, QKV = (kHq + 2 * kHk) * kD, I = m.layers[0].down->in_features;
   const int64_t V = m.lm_head->weight.dim(0);
@@ -132,6 +138,7 @@ std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStrea
   s.scale = m.attn.scale;
   s.eps = m.norm_eps;
   s.grid = prop.multiProcessorCount;
+  s.layers = int(m.layers.size());
   s.epoch = dalloc<unsigned>(own, 1, stream);
   s.emb_row = dalloc<__nv_bfloat16>(own, H, stream);
   s.emb_words = dalloc<uint32_t>(own, H, stream);
@@ -193,11 +200,17 @@ std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStrea
   lm.x = add_in, lm.res = res, lm.res_out = dalloc<uint32_t>(own, H, stream), lm.nw = bf(m.final_norm);
   add(lm);
   s.d_ops = dalloc<Op>(own, s.ops.size(), stream);
-  TF_CUDA_CHECK(
-      cudaFuncSetAttribute(decode_step_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
+  s.maps.resize(2 * m.layers.size());
+  s.d_maps = dalloc<CUtensorMap>(own, s.maps.size(), stream);
+  for (size_t l = 0; l < m.layers.size(); ++l) {
+    Op& o = s.ops[size_t(s.attn_ops[l])];
+    o.kmap = s.d_maps + 2 * l, o.vmap = s.d_maps + 2 * l + 1;
+  }
+  for (auto* fn : {decode_step_kernel<false>, decode_step_kernel<true>})
+    TF_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
   int per_sm = 0;
-  TF_CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_step_kernel, kThreads, kSmemBytes));
+  TF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_step_kernel<false>, kThreads,
+                                                              kSmemBytes));
   if (per_sm != 1) return refuse("the kernel does not fit one CTA an SM");
   TF_CUDA_CHECK(cudaStreamSynchronize(stream));  // the packing
   return std::unique_ptr<DecodeStep>(new DecodeStep(std::move(st)));
@@ -222,6 +235,23 @@ std::vector<uint16_t> words_bf16(const void* p, int n) {
   return b;
 }
 }  // namespace
+void DecodeStep::set_probe(bool on, bool stamps, cudaStream_t stream) {
+  State& s = *s_;
+  s.probe = on, s.stamping = on && stamps;
+  if (stamps && !s.stamps)
+    s.stamps = dalloc<unsigned long long>(s.owned, size_t(s.layers) * s.grid * step::kStampSlots, stream);
+  if (stamps)
+    TF_CUDA_CHECK(cudaMemsetAsync(s.stamps, 0, size_t(s.layers) * s.grid * step::kStampSlots * 8, stream));
+}
+std::vector<unsigned long long> DecodeStep::stamps() const {
+  const State& s = *s_;
+  std::vector<unsigned long long> v(s.stamps ? size_t(s.layers) * s.grid * step::kStampSlots : 0);
+  if (!v.empty()) TF_CUDA_CHECK(cudaMemcpy(v.data(), s.stamps, v.size() * 8, cudaMemcpyDeviceToHost));
+  return v;
+}
+int DecodeStep::grid() const {
+  return s_->grid;
+}
 std::vector<uint16_t> DecodeStep::debug_x(int op) const {
   const Op& o = s_->ops.at(size_t(op));
   if (!o.dbg) return {};
@@ -255,14 +285,23 @@ bool DecodeStep::bind(int rows, int max_pos, int block_size, const std::vector<K
       return false;
     Op& o = s.ops[s.attn_ops[l]];
     if (o.kp != k.raw() || o.vp != v.raw()) {
+      const int64_t slots = k.dim(0) * kBlock;
+      if (!make_kv_tensor_map(&s.maps[2 * l], k.raw(), slots, kHk, kD, kRS, kBlock) ||
+          !make_kv_tensor_map(&s.maps[2 * l + 1], v.raw(), slots, kHk, kD, kRS, kBlock)) {
+        for (int a : s.attn_ops) s.ops[size_t(a)].kp = s.ops[size_t(a)].vp = nullptr;  // all again next time
+        return false;
+      }
       o.kp = static_cast<__nv_bfloat16*>(const_cast<void*>(k.raw()));
       o.vp = static_cast<__nv_bfloat16*>(const_cast<void*>(v.raw()));
       changed = true;
     }
   }
-  if (changed)  // stream-ordered: a launch still running reads the old table
+  if (changed) {  // stream-ordered: a launch still running reads the old table and maps
+    TF_CUDA_CHECK(cudaMemcpyAsync(s.d_maps, s.maps.data(), s.maps.size() * sizeof(CUtensorMap),
+                                  cudaMemcpyHostToDevice, stream));
     TF_CUDA_CHECK(
         cudaMemcpyAsync(s.d_ops, s.ops.data(), s.ops.size() * sizeof(Op), cudaMemcpyHostToDevice, stream));
+  }
   return true;
 }
 
@@ -277,6 +316,7 @@ void DecodeStep::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
   p.positions = dm.positions, p.slots = dm.slots, p.row_seq = dm.row_seq, p.table_offsets = dm.table_offsets;
   p.tables = dm.tables, p.inv_freq = s.inv_freq, p.rope_factor = s.rope_factor, p.scale = s.scale;
   p.qk_eps = s.eps, p.logits = logits;
+  p.stamps = s.stamping ? s.stamps : nullptr;
   // Cooperative: every CTA polls words the others write, so all of them must be resident at once; the
   // launch guarantees it or fails (another context holding SMs) instead of hanging until the watchdog.
   cudaLaunchConfig_t cfg{};
@@ -289,7 +329,7 @@ void DecodeStep::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
   attr[0].val.cooperative = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  TF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, decode_step_kernel, p));
+  TF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, s.probe ? decode_step_kernel<true> : decode_step_kernel<false>, p));
 }
 
 }  // namespace tf::cuda

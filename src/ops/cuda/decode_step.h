@@ -26,12 +26,11 @@ namespace tf::cuda {
 
 class DecodeStep {
  public:
-  // Positions the step takes: below this the one-kernel step beats the op chain on the H200 (run 236: ctx
-  // 2048 4.50 ms vs the chain's 4.67, ctx 3000 4.81 vs 4.75 -- the merge of many chunks is one unit's; the
-  // lines cross near 2.7k).
-  static constexpr int kMaxPositions = 2560;
-  // Other chunks' partials (128 positions each) the row's merge brings in a round (for tests).
-  static constexpr int kMergeChunks = 16;
+  // Positions the step takes: below this the one-kernel step beats the op chain on the H200 (run 255: ctx
+  // 2048 4.44 ms vs the chain's 4.66, 2200 4.70 vs 4.63, 2300 4.71 vs 4.63; run 253: 3000 4.76 vs 4.64, 4096
+  // 4.88 vs 4.83, 8192 5.14 vs 5.11). From position 2048 the 8 x 16 other chunks' units outnumber the 124
+  // CTAs that take them: some CTAs run two a layer (~5 us each) and the layer waits for them.
+  static constexpr int kMaxPositions = 2048;
 
   // Checks the shape (null and `why` when it is not the one the kernel handles) and packs the linears'
   // weights into the kernel's stage layout: a second copy of them in device memory.
@@ -42,7 +41,7 @@ class DecodeStep {
 
   // Whether the step can run a forward of `rows` rows at positions up to `max_pos` with blocks of
   // `block_size` positions (one row, below kMaxPositions, 16) on the pools `kv`; then points the kernel's op
-  // table at `kv` (stream-ordered; outside any graph capture).
+  // table and its tensor maps of the pools at `kv` (stream-ordered; outside any graph capture).
   bool bind(int rows, int max_pos, int block_size, const std::vector<KvLayer>& kv, cudaStream_t stream);
   // The step of the bound row: its K/V rows written to the pool, its logits to `logits` (f32 [vocab]).
   // Kernels only: may be captured into a CUDA graph (the launch tag comes from a device word).
@@ -57,6 +56,12 @@ class DecodeStep {
   std::vector<uint16_t> debug_x(int op) const;
   std::vector<uint16_t> debug_y(int op) const;
   std::vector<uint16_t> debug_res(int op) const;
+  // Benches: `on` runs the kernel's probe instance (its own code: the product's has none of this), with
+  // `stamps` per-layer timestamps (globaltimer ns) of each CTA's attention units and the o op's inputs:
+  // stamps()[(layer * grid + cta) * 64 + slot] (decode_step_kernel.cuh: the slots), 0 where none was taken.
+  void set_probe(bool on, bool stamps, cudaStream_t stream);
+  std::vector<unsigned long long> stamps() const;
+  int grid() const;
 
  private:
   struct State;

@@ -12,11 +12,14 @@
 //   slice sums in warp order), storing each output as a tagged word;
 // - warps 9..11 (attention) compute the row's attention: (KV head, chunk) units dealt over the CTAs, each
 //   the q/k norm + rope of its group's heads and (the chunk holding the row) the new K/V row, the chunk's
-//   partial with attention_mma's chunk arithmetic, and the unit holding the row merging the partials.
+//   partial with attention_mma's chunk arithmetic; CTAs 0-7 hold the units of the row's chunk and merge
+//   their KV head's partials. A unit's K/V rows come by tensor-map boxes (a block's 16 rows of one head)
+//   onto an mbarrier, the partials to merge by bulk copies.
 //
 // Latency rule (session 17): under the weight stream, every dependent global access costs a round trip of
 // ~2 us, so after a poll the chain touches only shared memory, registers and the polled words themselves;
 // everything else it needs is fetched into shared memory before the poll.
+#include <cuda.h>  // CUtensorMap
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -77,6 +80,7 @@ struct Op {
   // kXAttnMerge: one layer's K/V pool [slots][kHk][kD], q/k norm weights, the partials of (q head, chunk)
   // [kHq][kMaxChunks][kRec] (tagged 64-bit words), the qkv words the attention reads and its output words.
   __nv_bfloat16 *kp, *vp;
+  const CUtensorMap *kmap, *vmap;  // the pools as tensor maps: a box is one head's rows of one block
   const __nv_bfloat16 *qn, *kn;
   unsigned long long* part;
   const uint32_t* qkv;
@@ -99,7 +103,16 @@ struct Params {
   float scale;            // attention scale
   float qk_eps;           // q/k norm eps
   float* logits;          // the lm_head's output (the y_f32 op), f32 [vocab]
+  // Benches (DecodeStep::set_probe; the probe instance only): timestamps [layer][CTA][kStampSlots] of the
+  // attention's steps (attention_unit's stamp slots, and 61-63 the consumers'), null: none.
+  unsigned long long* stamps;
 };
+constexpr int kStampSlots = 64;
+__device__ __forceinline__ unsigned long long gtime() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
 
 __device__ __forceinline__ uint32_t saddr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -120,8 +133,13 @@ __device__ __forceinline__ void abar() {
 __device__ void wait_bar(uint32_t bar, uint32_t parity, int what, int j) {
   for (long long n = 0; !mbar_try_wait(bar, parity); ++n)
     if (n == (1ll << 24)) {
-      printf("decode_step HANG block %d warp %d: %s stage %d parity %u\n", blockIdx.x, threadIdx.x / 32,
-             what ? "full" : "empty", j, parity);
+      printf("decode_step HANG block %d warp %d: %s %d parity %u\n", blockIdx.x, threadIdx.x / 32,
+             what == 0   ? "empty stage"
+             : what == 1 ? "full stage"
+             : what == 2 ? "K chunk"
+             : what == 3 ? "V chunk"
+                         : "merge round",
+             j, parity);
       __trap();
     }
   __syncwarp();
@@ -129,6 +147,11 @@ __device__ void wait_bar(uint32_t bar, uint32_t parity, int what, int j) {
 __device__ __forceinline__ uint32_t ldv(const uint32_t* p) {
   uint32_t v;
   asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ unsigned long long ldv64(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
   return v;
 }
 __device__ __noinline__ void hang_word(const uint32_t* p, uint32_t w, uint32_t tag) {
@@ -321,7 +344,8 @@ __device__ __forceinline__ void split_scores(const __nv_bfloat16* Qs, const __nv
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
   if (qd == 0) pmax[aw * 8 + g] = mx;
-  abar();  // every warp's MMAs (Qs is free) and quad maxima
+  fence_proxy_async();  // this thread's reads of Ks before a bulk copy of the next unit's K into it
+  abar();               // every warp's MMAs (Qs and Ks are free) and quad maxima
   mx = fmaxf(fmaxf(pmax[g], pmax[8 + g]), pmax[16 + g]);
   mc = mx;
   const float base = mx == -INFINITY ? 0.f : mx;
@@ -354,7 +378,8 @@ struct AttnParams {
   uint32_t* aout;                    // the op's output words
   __nv_bfloat16 *kdst, *vdst;        // the new row's K / V in the pool (head h)
   float scale, eps;
-  float pmax[kAWarps * 8];  // split_scores' quad maxima
+  float pmax[kAWarps * 8];     // split_scores' quad maxima
+  unsigned long long bars[3];  // mbarriers: the K and V staging (a phase each a unit), the merge (a round)
 };
 constexpr int kAttnParamBytes = (int(sizeof(AttnParams)) + 127) / 128 * 128;
 constexpr int kAttnRegion = kAttnBytes + kAttnParamBytes;  // Ks, Vs, Qs, then the params
@@ -364,49 +389,105 @@ constexpr int kAttnRegion = kAttnBytes + kAttnParamBytes;  // Ks, Vs, Qs, then t
 struct Row {
   int pos, slot;
   const int32_t* table;
-  const float* inv_freq;
-  float rope_factor, scale, eps;
 };
+
+// One 3D tensor-map box (coordinates: element, head, slot) into shared memory at dst, on mbarrier bar.
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, int x, int y, int z,
+                                            uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(z), "r"(bar)
+      : "memory");
+}
+
+// Blocks of chunk c whose 16 rows all precede the row's position (one tensor-map box each).
+__device__ __forceinline__ int full_blocks(int pos, int c) {
+  return min(attn::kC / kBlock, max(0, (pos - c * attn::kC) / kBlock));
+}
+// Thread at < 8: the pool block of chunk c's block `at` (the block table's entry) where that block is full,
+// loaded ahead of stage_kv (a global load's round trip is ~2 us under the weight stream).
+__device__ __forceinline__ int block_of(const Row& row, int c, int at) {
+  return at < full_blocks(row.pos, c) ? row.table[c * (attn::kC / kBlock) + at] : 0;
+}
+
+// Chunk c of KV head h from the pool into shared memory (KV = 0: the K rows into Ks, 1: the V rows into Vs,
+// 2: both), on mbarriers kbar / vbar (thread 0 arms them with the chunk's bytes): each full block (16 rows
+// before the row's position) by one tensor-map box of 16 padded rows (threads 0-7: `blk` is their block's
+// pool block, block_of; 256-byte copies a row, 256 of them a chunk, cost ~2 us of issue, runs 247-248),
+// the rows of a partial block before the position by a bulk copy each, rows past it zeroed (P V multiplies
+// them by zeros: they must be finite), the row's own left out (its task writes it). The region's earlier
+// accesses must be fenced (fence_proxy_async) and past a barrier.
+template <int KV>
+__device__ __forceinline__ void stage_kv(const Op& o, const Row& row, int h, int c, __nv_bfloat16* Ks,
+                                         __nv_bfloat16* Vs, uint32_t kbar, uint32_t vbar, int blk) {
+  const int at = threadIdx.x - (kProducer + 1) * 32;
+  constexpr int kT = kAWarps * 32;
+  const int pos = row.pos, c0 = c * attn::kC, full = full_blocks(pos, c);
+  if (at == 0) {
+    const uint32_t bytes = uint32_t(full * kBlock) * kRS * 2 +
+                           uint32_t(max(0, min(attn::kC - full * kBlock, pos - c0 - full * kBlock))) * kD * 2;
+    if (KV != 1) mbar_arrive_expect_tx(kbar, bytes);
+    if (KV != 0) mbar_arrive_expect_tx(vbar, bytes);
+  }
+  if (at < full) {
+    if (KV != 1) tma_load_3d(saddr(Ks + at * kBlock * kRS), o.kmap, 0, h, blk * kBlock, kbar);
+    if (KV != 0) tma_load_3d(saddr(Vs + at * kBlock * kRS), o.vmap, 0, h, blk * kBlock, vbar);
+  }
+  for (int r = full * kBlock + at; r < attn::kC; r += kT) {  // the row's chunk only
+    const int p = c0 + r;
+    if (p < pos) {
+      const int64_t off = (int64_t(kv_slot(row.table, p)) * kHk + h) * kD;
+      if (KV != 1) bulk_copy_g2s(saddr(Ks + r * kRS), o.kp + off, kD * 2, kbar);
+      if (KV != 0) bulk_copy_g2s(saddr(Vs + r * kRS), o.vp + off, kD * 2, vbar);
+    } else if (p > pos) {
+#pragma unroll
+      for (int u = 0; u < kD / 8; ++u) {
+        if (KV != 1) reinterpret_cast<uint4*>(Ks + r * kRS)[u] = make_uint4(0, 0, 0, 0);
+        if (KV != 0) reinterpret_cast<uint4*>(Vs + r * kRS)[u] = make_uint4(0, 0, 0, 0);
+      }
+    }
+  }
+}
 
 // One attention unit by the CTA's attention warps (their own shared memory: the consumers go on with the
 // ring meanwhile): KV head h, chunk c of the row. Tasks: warps 0 and 1 q heads 2 aw and 2 aw + 1 of the
 // group (q norm + rope of the qkv words, polled), warp 2 -- in the chunk holding the row -- the new token's
-// k (norm + rope) and v, into shared memory and the pool; all stage the chunk's older K/V rows. Then the
-// chunk's partial of the group's 4 heads with attention_mma's arithmetic (the other 12 MMA rows are padding:
-// a pair's bits depend only on its own row), published as tagged words; the unit holding the row merges the
-// chunks' partials (combine_pair_u's order) into the o op's x words.
-__device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int unit, __nv_bfloat16* Ks,
-                                               uint32_t tag, unsigned epoch) {
+// k (norm + rope) and v, into shared memory and the pool; all stage the chunk's older K/V rows (unless the
+// unit before did: `staged`). Then the chunk's partial of the group's 4 heads with attention_mma's
+// arithmetic (the other 12 MMA rows are padding: a pair's bits depend only on its own row), published as
+// tagged words; the unit holding the row (the merger, always its CTA's last unit of the layer) merges the
+// chunks' partials (combine_pair_u's order) into the o op's x words. nc >= 0: the CTA's next unit of the
+// layer is (KV head nh, chunk nc), whose K rows are staged once this unit's scores are made and its V rows
+// once its P V is, so that their loads overlap this unit's work.
+__device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int h, int c, bool staged, int nh,
+                                               int nc, __nv_bfloat16* Ks, uint32_t tag, unsigned epoch,
+                                               uint32_t par, uint32_t& mpar, unsigned long long* st, int ui) {
   const int at = threadIdx.x - (kProducer + 1) * 32, aw = at / 32, lane = at % 32;
+  auto stamp = [&](int slot) {
+    if (st && at == 0) st[slot] = gtime();
+  };
+  const int us = min(ui, 5) * 6;
   constexpr int kT = kAWarps * 32;
   const int pos = row.pos;
-  const int h = unit % kHk, c = unit / kHk, c0 = c * attn::kC;
+  const int c0 = c * attn::kC;
   __nv_bfloat16* Vs = Ks + attn::kC * kRS;
   __nv_bfloat16* Qs = Vs + attn::kC * kRS;
   AttnParams* P = reinterpret_cast<AttnParams*>(reinterpret_cast<unsigned char*>(Ks) + kAttnBytes);
   const bool kv_here = pos / attn::kC == c;
-  abar();  // the unit before is done with the region (its MMAs, its merge)
-  for (int i = at; i < attn::kC * (kD / 8); i += kT) {  // 16-byte units: row i / 16, column (i % 16) * 8
-    const int r = i / (kD / 8), col = (i % (kD / 8)) * 8, p = c0 + r;
-    if (p == pos) continue;  // the new row: its task writes it
-    const int64_t off = (int64_t(kv_slot(row.table, p)) * kHk + h) * kD + col;
-    cp_async16(saddr(Ks + r * kRS + col), p < pos ? o.kp + off : o.kp, p < pos);
-    cp_async16(saddr(Vs + r * kRS + col), p < pos ? o.vp + off : o.vp, p < pos);
-  }
-  asm volatile("cp.async.commit_group;");
-  for (int i = at; i < 12 * (kRS / 8); i += kT)  // Q rows 4-15: padding pairs, zeros
+  const uint32_t kbar = saddr(&P->bars[0]), vbar = kbar + 8, mbar = kbar + 16;
+  fence_proxy_async();  // this thread's accesses to the region before the bulk copies into it
+  abar();               // the unit before is done with the region (its MMAs, its merge)
+  stamp(us);
+  if (!staged) stage_kv<2>(o, row, h, c, Ks, Vs, kbar, vbar, block_of(row, c, at));
+  const int nblk = nc >= 0 ? block_of(row, nc, at) : 0;  // the next unit's, used after this unit's scores
+  for (int i = at; i < 12 * (kRS / 8); i += kT)          // Q rows 4-15: padding pairs, zeros
     *reinterpret_cast<uint4*>(Qs + (kGroup + i / (kRS / 8)) * kRS + (i % (kRS / 8)) * 8) =
         make_uint4(0, 0, 0, 0);
-  for (int i = at; i < kD; i += kT) {
+  for (int i = at; i < kD && ui == 0; i += kT)  // the layer's (later units find them there)
     P->qn[i] = o.qn[i], P->kn[i] = o.kn[i];
-    if (i < kD / 2) {  // elementwise.cu's qk_norm_rope_kv: sincosf(pos * inv_freq), times the factor
-      float sn, cs;
-      sincosf(float(pos) * row.inv_freq[i], &sn, &cs);
-      P->rsin[i] = sn * row.rope_factor, P->rcos[i] = cs * row.rope_factor;
-    }
-  }
   if (at == 0) {
-    P->part = o.part, P->aout = o.aout, P->scale = row.scale, P->eps = row.eps;
+    P->part = o.part, P->aout = o.aout;
     const int64_t dst = (int64_t(row.slot) * kHk + h) * kD;
     P->kdst = o.kp + dst, P->vdst = o.vp + dst;
   }
@@ -428,6 +509,7 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
 #pragma unroll
   for (int q = 0; q < kW; ++q) w[q] = live[q / 4] ? ldv(src(q)) : (tag << 16);
   poll_words(w, src, tag, true);
+  stamp(us + 1);
   __syncwarp();
 #pragma unroll
   for (int i = 0; i < kTasks; ++i) {
@@ -454,8 +536,10 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
       }
     }
   }
-  asm volatile("cp.async.wait_group 0;" ::: "memory");
-  abar();
+  wait_bar(kbar, par, 2, c);
+  wait_bar(vbar, par, 3, c);
+  abar();  // and the new row's task
+  stamp(us + 2);
   unsigned long long* part = P->part;
   const int own = pos / attn::kC;    // chunks before the row's
   constexpr int kU = kRec * 8 / 16;  // 16-byte units of a partial's record (65)
@@ -472,6 +556,9 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
       split_scores<3, 6>(Qs, Ks, Pf, P->pmax, aw, lane, c0, pos, P->scale, sc, mc, lc);
     else
       split_scores<6, 8>(Qs, Ks, Pf, P->pmax, aw, lane, c0, pos, P->scale, sc, mc, lc);
+    stamp(us + 3);
+    // Every warp is past its score MMAs (split_scores' first barrier): Ks is free for the next unit.
+    if (nc >= 0) stage_kv<0>(o, row, nh, nc, Ks, Vs, kbar, vbar, nblk);
     static_assert(kAWarps == 3 && kD == 128, "the column split below");
     const int j0 = aw == 0 ? 0 : aw == 1 ? 3 : 6, j1 = aw == 0 ? 3 : aw == 1 ? 6 : 8;
     if (aw == 0)
@@ -480,6 +567,12 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
       attn::chunk_pv<kD, 3, 6>(Vs, lane, sc, oc);
     else
       attn::chunk_pv<kD, 6, 8>(Vs, lane, sc, oc);
+    if (nc >= 0) {  // (not the merger: it is its CTA's last unit)
+      fence_proxy_async();
+      abar();  // every warp's P V is done: Vs is free
+      stage_kv<1>(o, row, nh, nc, Ks, Vs, kbar, vbar, nblk);
+    }
+    stamp(us + 4);
     // The partial as tagged 64-bit words (value | epoch << 32: a word from an earlier launch never carries
     // this one's epoch): o [kD], then max and sum. The unit holding the row (the merger) keeps its own in
     // shared memory instead (Ks: every warp is past split_scores after the barrier), [kGroup][kRec] floats.
@@ -505,13 +598,17 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
       if (aw == 0 && qd == 0) dst[kD] = tg | __float_as_uint(mc), dst[kD + 1] = tg | __float_as_uint(lc);
     }
   }
+  stamp(us + 5);
   if (!kv_here) return;
   // The merge (combine_pair_u's order: chunks in increasing order from (-inf, 0, 0), then bf16(o / l)), item
   // = 8 dims of one of the group's heads (64 items, one round). The other chunks' partials come into shared
-  // memory by cp.async, kMergeChunks at a time (after the own partial: 16 fill Ks and Vs, one round up to
-  // position 2175); units with a word not yet written are copied again, all of them a round (one round trip
-  // a round, not one a word: run 219).
-  abar();  // pown is complete
+  // memory kMergeChunks at a time (after the own partial: 16 fill Ks and Vs), by one bulk copy a head (its
+  // records of the round are contiguous), then checked word by word without a branch a word (a round of 16:
+  // ~1 us to land, ~1 us to check, run 253; the 16-byte cp.async gather and a branch a word took ~10 us,
+  // runs 249-252). Units with a word not yet written (units still running) are copied again by cp.async,
+  // all of them a round trip (run 219), after a spin on the first missing record's last word.
+  fence_proxy_async();  // the region's reads and writes before the bulk copies into it
+  abar();               // pown is complete
   const float* pown = reinterpret_cast<const float*>(Ks);
   unsigned long long* mb = reinterpret_cast<unsigned long long*>(Ks) + (kGroup * kRec + 3) / 4 * 2;
   const bool item = at < kGroup * (kD / 8);
@@ -519,27 +616,50 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
   float m = -INFINITY, l = 0.f, ov[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   for (int cb = 0; cb < own; cb += kMergeChunks) {
     const int nb = min(kMergeChunks, own - cb);  // chunks cb .. cb + nb - 1 of the group's 4 heads
-    for (int i = at; i < kGroup * nb * kU; i += kT) {
-      const int r = i / kU, u = i % kU, hg = r / nb, cc = cb + r % nb;
-      cp_async16(saddr(mb + r * kRec + u * 2),
-                 part + (int64_t(h * kGroup + hg) * kMaxChunks + cc) * kRec + u * 2, true);
-    }
-    asm volatile("cp.async.commit_group;");
-    for (long long n = 0;; ++n) {
+    if (at == 0) mbar_arrive_expect_tx(mbar, uint32_t(kGroup * nb * kRec * 8));
+    if (at < kGroup)
+      bulk_copy_g2s(saddr(mb + at * nb * kRec), part + (int64_t(h * kGroup + at) * kMaxChunks + cb) * kRec,
+                    uint32_t(nb * kRec * 8), mbar);
+    if (cb == kMergeChunks) stamp(36);
+    wait_bar(mbar, mpar, 4, cb);
+    mpar ^= 1;
+    if (cb == kMergeChunks) stamp(37);
+    long long n = 0;
+    for (;; ++n) {
       asm volatile("cp.async.wait_group 0;" ::: "memory");
+      {  // this thread's units: each 16 bytes = two tagged words (x, y) and (z, w); no branch a unit
+        bool ok = true;
+#pragma unroll 4
+        for (int i = at; i < kGroup * nb * kU; i += kT) {
+          const uint4 v = *reinterpret_cast<const uint4*>(mb + 2 * i);
+          ok &= (v.y == epoch) & (v.w == epoch);
+        }
+        if (ok) break;
+      }
       bool again = false;
+      static_assert(kRec == 2 * kU, "unit i of the round is words 2i, 2i + 1");
       for (int i = at; i < kGroup * nb * kU; i += kT) {
-        const int r = i / kU, u = i % kU, hg = r / nb, cc = cb + r % nb;
-        const unsigned long long* w2 = mb + r * kRec + u * 2;
+        const unsigned long long* w2 = mb + 2 * i;  // (the indices below only for a missing unit: run 251)
         if (uint32_t(w2[0] >> 32) == epoch && uint32_t(w2[1] >> 32) == epoch) continue;
+        const int r = i / kU, u = i % kU, hg = r / nb, cc = cb + r % nb;
+        const unsigned long long* rec = part + (int64_t(h * kGroup + hg) * kMaxChunks + cc) * kRec;
+        if (!again)  // not there yet (a long context: units still running): spin on this record's last word
+                     // before copying all of the missing units once more
+          for (long long s = 0; uint32_t(ldv64(rec + kD + 1) >> 32) != epoch; ++s)
+            if (s == (1ll << 26)) hang_word(reinterpret_cast<const uint32_t*>(rec + kD + 1), 0, tag);
         again = true;
-        cp_async16(saddr(w2), part + (int64_t(h * kGroup + hg) * kMaxChunks + cc) * kRec + u * 2, true);
+        cp_async16(saddr(w2), rec + u * 2, true);
       }
       if (!again) break;
       asm volatile("cp.async.commit_group;");
       if (n == (1ll << 24)) hang_word(reinterpret_cast<const uint32_t*>(part), 0, tag);
     }
+    if (cb == kMergeChunks) {
+      stamp(38);
+      if (st && at == 0) st[39] = (unsigned long long)(n);
+    }
     abar();  // every thread's units are complete
+    stamp(40 + 2 * min(cb / kMergeChunks, 9));
     if (item)
       for (int q = 0; q < nb; ++q) {
         const unsigned long long* rec = mb + (gi * nb + q) * kRec;
@@ -548,7 +668,9 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
 #pragma unroll
         for (int i = 0; i < 8; ++i) ov[i] = attn::merge_out(ov[i], __uint_as_float(uint32_t(rec[d0 + i])), f);
       }
-    abar();  // mb is free for the next round
+    fence_proxy_async();  // the fold's reads of mb before the next round's bulk copies
+    abar();               // mb is free for the next round
+    stamp(41 + 2 * min(cb / kMergeChunks, 9));
   }
   if (item) {
     const attn::MergeFactors f = attn::merge_chunk(m, l, pown[gi * kRec + kD], pown[gi * kRec + kD + 1]);
@@ -557,6 +679,7 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
     uint32_t* dst = P->aout + (h * kGroup + gi) * kD + d0;
 #pragma unroll
     for (int i = 0; i < 8; ++i) dst[i] = word_of(attn::finish_out(ov[i], l), tag);
+    if (at == 0) stamp(60);
   }
 }
 
@@ -572,6 +695,9 @@ __host__ __device__ inline int packed_stage(int s, int k) {
 constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + kMaxK * 2 + kAttnRegion +
                               (kRed * kSlices * 16 + 8) * 4 + 3 * kStages * 8 + 2 * kStages * 4;
 
+// kProbe: the benches' instance (DecodeStep::set_probe): timestamps of the attention's steps; the product's
+// has none of them in its code.
+template <bool kProbe>
 __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   // The launch's epoch (its tag: the low 16 bits), from the device word step_prologue incremented: a launch
   // replayed from a CUDA graph has fixed arguments.
@@ -599,18 +725,60 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   }
   __syncthreads();
   const int G = gridDim.x, b = blockIdx.x;
+  unsigned long long* const stamps = kProbe ? prm.stamps : nullptr;
 
   if (warp > kProducer) {  // attention warps: the (KV head, chunk) units of every layer dealt to this CTA
     Row row;
     row.pos = prm.positions[0];
     row.slot = prm.slots[0];
     row.table = prm.tables + prm.table_offsets[prm.row_seq[0]];
-    row.inv_freq = prm.inv_freq, row.rope_factor = prm.rope_factor, row.scale = prm.scale,
-    row.eps = prm.qk_eps;
-    const int units = kHk * (row.pos / attn::kC + 1);
+    {  // the launch's constants in shared memory (published by the first unit's barrier)
+      AttnParams* P = reinterpret_cast<AttnParams*>(reinterpret_cast<unsigned char*>(attn_smem) + kAttnBytes);
+      const int at = threadIdx.x - (kProducer + 1) * 32;
+      if (at < kD / 2) {  // elementwise.cu's qk_norm_rope_kv: sincosf(pos * inv_freq), times the factor
+        float sn, cs;
+        sincosf(float(row.pos) * prm.inv_freq[at], &sn, &cs);
+        P->rsin[at] = sn * prm.rope_factor, P->rcos[at] = cs * prm.rope_factor;
+      }
+      if (at == 0) P->scale = prm.scale, P->eps = prm.qk_eps;
+    }
+    // A layer's units: (KV head, chunk) for the row's C chunks. CTA h < kHk merges KV head h: its chunks
+    // 0..e-1 (e > 0 only from ~5k positions, past today's limit: a share of the units, so that the merge
+    // starts when most partials are there; measured in runs 250-253), then the row's chunk and the merge. The
+    // other units, chunks e..C-2 of every head, are dealt round-robin over the other CTAs in chunk order (the
+    // merge takes the chunks in that order too). A CTA's next unit of the layer is staged during its current
+    // one.
+    const int C = row.pos / attn::kC + 1;
+    const int e = min(C - 1, max(0, (kHk * C + G / 2) / G - 2));
+    const int others = kHk * (C - 1 - e), Go = G - kHk;
+    auto unit_at = [&](int i, int& h, int& c) {
+      if (b < kHk) {
+        h = b, c = i < e ? i : C - 1;
+        return i <= e;
+      }
+      const int u = b - kHk + i * Go;
+      h = u % kHk, c = e + u / kHk;
+      return u < others;
+    };
+    AttnParams* P = reinterpret_cast<AttnParams*>(reinterpret_cast<unsigned char*>(attn_smem) + kAttnBytes);
+    if (threadIdx.x == (kProducer + 1) * 32) {
+      mbar_init(saddr(&P->bars[0]), 1), mbar_init(saddr(&P->bars[1]), 1), mbar_init(saddr(&P->bars[2]), 1);
+      mbar_init_fence();
+    }                            // published by the unit's first barrier
+    uint32_t par = 0, mpar = 0;  // the staging mbarriers' phase (one a unit), the merge's (one a round)
     for (int op = 0; op < nops; ++op) {
       if (ops[op].xkind != kXAttnMerge) continue;
-      for (int u = b; u < units; u += G) attention_unit(ops[op], row, u, attn_smem, tag, epoch);
+      unsigned long long* st = stamps ? stamps + (int64_t(op / 4) * G + b) * kStampSlots : nullptr;
+      int h = 0, c = 0;
+      bool have = unit_at(0, h, c), staged = false;
+      for (int i = 0; have; ++i) {  // one call site: the unit is inlined once
+        int nh = 0, nc = 0;
+        const bool next = unit_at(i + 1, nh, nc);
+        attention_unit(ops[op], row, h, c, staged, nh, next ? nc : -1, attn_smem, tag, epoch, par, mpar, st,
+                       i);
+        par ^= 1;
+        h = nh, c = nc, have = next, staged = next;
+      }
     }
     return;
   }
@@ -669,6 +837,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     if (op != x_op) {
       make_x(o, xs, nred, tile == 0, tag);
       x_op = op;
+      if (stamps && threadIdx.x == 0 && o.xkind == kXAttnMerge)
+        stamps[(int64_t(op / 4) * G + b) * kStampSlots + 62] = gtime();
     }
     const int stages = k / kStageK / kSW, spw = k / kSlices / kStageK;  // spw: parts of a slice
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
@@ -716,6 +886,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         else
           static_cast<uint32_t*>(o.y)[n0 + lane] = word_of(sum, tag);
       }
+      if (stamps && lane == 0 && op % 4 < 2 && op / 4 * 4 + 4 < nops)  // qkv / o: this CTA's last tile
+        stamps[(int64_t(op / 4) * G + b) * kStampSlots + 61 + 2 * (op % 4)] = gtime();
       __syncwarp();
     }
     ++tcount;

@@ -126,6 +126,11 @@ const char* rs_tile_name(RsTile tile);
 // past `rows` zero-filled; swizzle_64b: wgmma's 64-byte swizzle. False when it cannot be encoded.
 bool make_linear_tensor_map(CUtensorMap* map, const void* base, int rows, int k, int box_rows,
                             bool swizzle_64b);
+// A paged K or V pool [slots, heads, head_dim] (bf16) as a 3D tensor map whose box is one head's rows of a
+// run of slots: {box_cols elements of a row (those past head_dim zero-filled: a padded shared-memory row),
+// 1 head, box_rows slots}. False when it cannot be encoded.
+bool make_kv_tensor_map(CUtensorMap* map, const void* pool, int64_t slots, int heads, int head_dim,
+                        int box_cols, int box_rows);
 
 #ifdef __CUDACC__
 // ---- device helpers shared with the probe (inline PTX per the PTX ISA, "warpgroup-level MMA") ----

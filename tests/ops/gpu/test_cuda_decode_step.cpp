@@ -3,8 +3,10 @@
 // prefill, then decode rounds (one row: the step where it is on), verify rounds of several rows and rounds
 // that want hidden states (both: the chain) -- one with the step on, one with it off; every round's logits
 // and sampled tokens and, at the end, every byte of both pools must be equal. Positions cross the
-// attention's 128-position chunks, the merge's rounds of 16 chunks (2176) and the step's context limit
-// (DecodeStep::kMaxPositions, where it hands over to the chain), with graphs and eagerly.
+// attention's 128-position chunks and the step's context limit (DecodeStep::kMaxPositions, where it hands
+// over to the chain; below it the merge takes one round of up to 15 other chunks), with graphs and eagerly.
+// (The paths past the limit -- a CTA's second unit staged during its first, merge rounds of 16 -- passed this
+// test at 8170-8210 and tf_bench_cuda's bit check at 2k-16k positions with the limit raised: runs 244-253.)
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -28,7 +30,8 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr int kHidden = 4096, kHeads = 32, kKvHeads = 8, kHeadDim = 128, kInter = 12288, kLayers = 2;
-constexpr int kVocab = 1024, kContext = 4096, kBlock = 16, kBlocks = kContext / kBlock;
+constexpr int kVocab = 1024, kContext = cuda::DecodeStep::kMaxPositions + 64, kBlock = 16;
+constexpr int kBlocks = kContext / kBlock;
 
 using test::device_bytes;
 
@@ -192,17 +195,9 @@ TEST_F(CudaDecodeStep, FirstChunksAndBoundaries) {
   EXPECT_GT(run(120, 40), 20);
 }
 
-TEST_F(CudaDecodeStep, MergeRounds) {
-  // 2150..2190: the row's merge brings 16, then 17 other chunks in (two rounds of kMergeChunks).
-  static_assert(cuda::DecodeStep::kMergeChunks == 16, "the positions below");
-  EXPECT_GT(run(2150, 40), 20);
-}
-
 TEST_F(CudaDecodeStep, HandsOverToTheChainAtItsContextLimit) {
-  // 2530..2580: positions from DecodeStep::kMaxPositions (2560) run the chain; the stream's bits do not
-  // change.
-  static_assert(cuda::DecodeStep::kMaxPositions == 2560, "the positions below");
-  const int64_t steps = run(2530, 40);
+  // Positions from DecodeStep::kMaxPositions run the chain; the stream's bits do not change.
+  const int64_t steps = run(cuda::DecodeStep::kMaxPositions - 30, 40);
   EXPECT_GT(steps, 10);
   EXPECT_LT(steps, 30);
 }

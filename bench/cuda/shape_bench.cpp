@@ -352,10 +352,11 @@ void print_step_stamps(ShapeRun& r, int ctx, Tensor& logits) {
   r.be.synchronize();
   const std::vector<unsigned long long> v = st->stamps();
   st->set_probe(false, false, r.s);
+  using DS = cuda::DecodeStep;
   const int G = st->grid(), L = 10;
-  auto at = [&](int cta, int slot) { return v[(size_t(L) * G + cta) * 64 + slot]; };
+  auto at = [&](int cta, int slot) { return v[(size_t(L) * G + cta) * DS::kStampSlots + slot]; };
   unsigned long long t0 = 0;
-  for (int b = 0; b < G; ++b) t0 = std::max(t0, at(b, 61));
+  for (int b = 0; b < G; ++b) t0 = std::max(t0, at(b, DS::kStampQkvDone));
   auto stat = [&](int slot, const char* name) {
     std::vector<double> x;
     for (int b = 0; b < G; ++b)
@@ -367,30 +368,32 @@ void print_step_stamps(ShapeRun& r, int ctx, Tensor& logits) {
     return std::string(buf);
   };
   std::string line = "stamps ctx=" + std::to_string(ctx) + " layer 10 (us after qkv's last tile, median/last(n)):";
-  line += stat(61, "qkv-first-cta-done");
+  line += stat(DS::kStampQkvDone, "qkv-done-by-cta");
   static const char* ev[6] = {"start", "poll", "kv", "scores", "pv", "part"};
   char name[32];  // (snprintf: GCC 12's -Wrestrict misfires on string + to_string here)
-  for (int ui = 0; ui < 6; ++ui) {
+  static_assert(DS::kStampUnitEvents == 6, "ev");
+  for (int ui = 0; ui < DS::kStampUnits; ++ui) {
     std::string u;
-    for (int e = 0; e < 6; ++e) u += stat(ui * 6 + e, ev[e]);
+    for (int e = 0; e < DS::kStampUnitEvents; ++e) u += stat(ui * DS::kStampUnitEvents + e, ev[e]);
     std::snprintf(name, sizeof name, "\n  unit %d:", ui);
     if (!u.empty()) line += name + u;
   }
   std::string m;
-  for (int rd = 0; rd < 10; ++rd) {
+  for (int rd = 0; rd < DS::kStampRounds; ++rd) {
     std::snprintf(name, sizeof name, "r%d-in", rd);
-    m += stat(40 + 2 * rd, name);
+    m += stat(DS::kStampRoundIn + 2 * rd, name);
     std::snprintf(name, sizeof name, "r%d-folded", rd);
-    m += stat(41 + 2 * rd, name);
+    m += stat(DS::kStampRoundIn + 2 * rd + 1, name);
   }
-  line += "\n  merge:" + m + stat(60, "aout");
-  line += "\n  o:" + stat(62, "x-made") + stat(63, "last-tile");
-  line += "\n  merge round 1:" + stat(36, "bulk-issued") + stat(37, "bulk-landed") + stat(38, "checked");
+  line += "\n  merge:" + m + stat(DS::kStampAout, "aout");
+  line += "\n  o:" + stat(DS::kStampXMade, "x-made") + stat(DS::kStampOLast, "last-tile");
+  line += "\n  merge round 1:" + stat(DS::kStampRound1Issued, "bulk-issued") +
+          stat(DS::kStampRound1Landed, "bulk-landed") + stat(DS::kStampRound1Checked, "checked");
   {
     std::string n;
     for (int b = 0; b < G; ++b)
-      if (at(b, 60)) {
-        std::snprintf(name, sizeof name, " %llu", at(b, 39));
+      if (at(b, DS::kStampAout)) {
+        std::snprintf(name, sizeof name, " %llu", at(b, DS::kStampRound1Retries));
         n += name;
       }
     line += "\n  merge round 1 retries by merging CTA:" + n;

@@ -238,14 +238,15 @@ std::vector<uint16_t> words_bf16(const void* p, int n) {
 void DecodeStep::set_probe(bool on, bool stamps, cudaStream_t stream) {
   State& s = *s_;
   s.probe = on, s.stamping = on && stamps;
-  if (stamps && !s.stamps)
-    s.stamps = dalloc<unsigned long long>(s.owned, size_t(s.layers) * s.grid * step::kStampSlots, stream);
-  if (stamps)
-    TF_CUDA_CHECK(cudaMemsetAsync(s.stamps, 0, size_t(s.layers) * s.grid * step::kStampSlots * 8, stream));
+  const size_t n = size_t(s.layers) * s.grid * kStampSlots;
+  if (s.stamping && !s.stamps)
+    s.stamps = dalloc<unsigned long long>(s.owned, n, stream);  // zeroed
+  else if (s.stamping)
+    TF_CUDA_CHECK(cudaMemsetAsync(s.stamps, 0, n * 8, stream));
 }
 std::vector<unsigned long long> DecodeStep::stamps() const {
   const State& s = *s_;
-  std::vector<unsigned long long> v(s.stamps ? size_t(s.layers) * s.grid * step::kStampSlots : 0);
+  std::vector<unsigned long long> v(s.stamps ? size_t(s.layers) * s.grid * kStampSlots : 0);
   if (!v.empty()) TF_CUDA_CHECK(cudaMemcpy(v.data(), s.stamps, v.size() * 8, cudaMemcpyDeviceToHost));
   return v;
 }

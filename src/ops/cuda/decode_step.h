@@ -58,7 +58,26 @@ class DecodeStep {
   std::vector<uint16_t> debug_res(int op) const;
   // Benches: `on` runs the kernel's probe instance (its own code: the product's has none of this), with
   // `stamps` per-layer timestamps (globaltimer ns) of each CTA's attention units and the o op's inputs:
-  // stamps()[(layer * grid + cta) * 64 + slot] (decode_step_kernel.cuh: the slots), 0 where none was taken.
+  // stamps()[(layer * grid + cta) * kStampSlots + slot], 0 where none was taken. Slots: attention unit u
+  // of the CTA's layer (u < kStampUnits) at kStampUnitEvents * u + {start, poll, K/V landed, scores, P V,
+  // partial}; merge round r (r < kStampRounds) gathered / folded at kStampRoundIn + 2r / + 2r + 1; round 1's
+  // bulk copies issued / landed / checked and its retry count; the merge's output words; the consumers'
+  // last qkv tile, o's x made, o's last tile.
+  enum StampSlot : int {
+    kStampUnitEvents = 6,
+    kStampUnits = 6,
+    kStampRound1Issued = 36,
+    kStampRound1Landed = 37,
+    kStampRound1Checked = 38,
+    kStampRound1Retries = 39,
+    kStampRoundIn = 40,
+    kStampRounds = 10,
+    kStampAout = 60,
+    kStampQkvDone = 61,
+    kStampXMade = 62,
+    kStampOLast = 63,
+    kStampSlots = 64
+  };
   void set_probe(bool on, bool stamps, cudaStream_t stream);
   std::vector<unsigned long long> stamps() const;
   int grid() const;

@@ -28,6 +28,7 @@
 
 #include "ops/cuda/activation.cuh"
 #include "ops/cuda/attention_chunk.cuh"
+#include "ops/cuda/decode_step.h"  // the probe's stamp slots
 #include "ops/cuda/mbarrier.cuh"
 #include "ops/cuda/mma.cuh"
 #include "ops/cuda/norm.cuh"
@@ -104,10 +105,12 @@ struct Params {
   float qk_eps;           // q/k norm eps
   float* logits;          // the lm_head's output (the y_f32 op), f32 [vocab]
   // Benches (DecodeStep::set_probe; the probe instance only): timestamps [layer][CTA][kStampSlots] of the
-  // attention's steps (attention_unit's stamp slots, and 61-63 the consumers'), null: none.
+  // attention's steps and the consumers' (DecodeStep::StampSlot), null: none.
   unsigned long long* stamps;
 };
-constexpr int kStampSlots = 64;
+using SS = DecodeStep::StampSlot;
+static_assert(SS::kStampOLast == SS::kStampQkvDone + 2, "qkv's (op % 4 == 0) and o's (1) slots");
+constexpr int kStampSlots = DecodeStep::kStampSlots;
 __device__ __forceinline__ unsigned long long gtime() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -467,7 +470,7 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
   auto stamp = [&](int slot) {
     if (st && at == 0) st[slot] = gtime();
   };
-  const int us = min(ui, 5) * 6;
+  const int us = min(ui, SS::kStampUnits - 1) * SS::kStampUnitEvents;
   constexpr int kT = kAWarps * 32;
   const int pos = row.pos;
   const int c0 = c * attn::kC;
@@ -620,10 +623,10 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
     if (at < kGroup)
       bulk_copy_g2s(saddr(mb + at * nb * kRec), part + (int64_t(h * kGroup + at) * kMaxChunks + cb) * kRec,
                     uint32_t(nb * kRec * 8), mbar);
-    if (cb == kMergeChunks) stamp(36);
+    if (cb == kMergeChunks) stamp(SS::kStampRound1Issued);
     wait_bar(mbar, mpar, 4, cb);
     mpar ^= 1;
-    if (cb == kMergeChunks) stamp(37);
+    if (cb == kMergeChunks) stamp(SS::kStampRound1Landed);
     long long n = 0;
     for (;; ++n) {
       asm volatile("cp.async.wait_group 0;" ::: "memory");
@@ -655,11 +658,11 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
       if (n == (1ll << 24)) hang_word(reinterpret_cast<const uint32_t*>(part), 0, tag);
     }
     if (cb == kMergeChunks) {
-      stamp(38);
-      if (st && at == 0) st[39] = (unsigned long long)(n);
+      stamp(SS::kStampRound1Checked);
+      if (st && at == 0) st[SS::kStampRound1Retries] = (unsigned long long)(n);
     }
     abar();  // every thread's units are complete
-    stamp(40 + 2 * min(cb / kMergeChunks, 9));
+    stamp(SS::kStampRoundIn + 2 * min(cb / kMergeChunks, SS::kStampRounds - 1));
     if (item)
       for (int q = 0; q < nb; ++q) {
         const unsigned long long* rec = mb + (gi * nb + q) * kRec;
@@ -670,7 +673,7 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
       }
     fence_proxy_async();  // the fold's reads of mb before the next round's bulk copies
     abar();               // mb is free for the next round
-    stamp(41 + 2 * min(cb / kMergeChunks, 9));
+    stamp(SS::kStampRoundIn + 1 + 2 * min(cb / kMergeChunks, SS::kStampRounds - 1));
   }
   if (item) {
     const attn::MergeFactors f = attn::merge_chunk(m, l, pown[gi * kRec + kD], pown[gi * kRec + kD + 1]);
@@ -679,7 +682,7 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
     uint32_t* dst = P->aout + (h * kGroup + gi) * kD + d0;
 #pragma unroll
     for (int i = 0; i < 8; ++i) dst[i] = word_of(attn::finish_out(ov[i], l), tag);
-    if (at == 0) stamp(60);
+    if (at == 0) stamp(SS::kStampAout);
   }
 }
 
@@ -838,7 +841,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       make_x(o, xs, nred, tile == 0, tag);
       x_op = op;
       if (stamps && threadIdx.x == 0 && o.xkind == kXAttnMerge)
-        stamps[(int64_t(op / 4) * G + b) * kStampSlots + 62] = gtime();
+        stamps[(int64_t(op / 4) * G + b) * kStampSlots + SS::kStampXMade] = gtime();
     }
     const int stages = k / kStageK / kSW, spw = k / kSlices / kStageK;  // spw: parts of a slice
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
@@ -887,7 +890,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
           static_cast<uint32_t*>(o.y)[n0 + lane] = word_of(sum, tag);
       }
       if (stamps && lane == 0 && op % 4 < 2 && op / 4 * 4 + 4 < nops)  // qkv / o: this CTA's last tile
-        stamps[(int64_t(op / 4) * G + b) * kStampSlots + 61 + 2 * (op % 4)] = gtime();
+        stamps[(int64_t(op / 4) * G + b) * kStampSlots + SS::kStampQkvDone + 2 * (op % 4)] = gtime();
       __syncwarp();
     }
     ++tcount;

@@ -314,7 +314,7 @@ __device__ __forceinline__ void norm_rope_head(float (&v)[4], const __nv_bfloat1
 template <int JB, int JE>
 __device__ __forceinline__ void split_scores(const __nv_bfloat16* Qs, const __nv_bfloat16* Ks, float* Pf,
                                              float* pmax, int aw, int lane, int c0, int pos, float scale,
-                                             float (*s)[4], float& mc, float& lc) {
+                                             float (*s)[4], float& mc, float& lc, bool prefetch) {
   const int qd = lane % 4, mi = lane / 8, li = lane % 8, g = lane / 4;
 #pragma unroll
   for (int j = 2 * JB; j < 2 * JE; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
@@ -347,8 +347,8 @@ __device__ __forceinline__ void split_scores(const __nv_bfloat16* Qs, const __nv
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
   if (qd == 0) pmax[aw * 8 + g] = mx;
-  fence_proxy_async();  // this thread's reads of Ks before a bulk copy of the next unit's K into it
-  abar();               // every warp's MMAs (Qs and Ks are free) and quad maxima
+  if (prefetch) fence_proxy_async();  // this thread's reads of Ks before the next unit's K is copied into it
+  abar();                             // every warp's MMAs (Qs and Ks are free) and quad maxima
   mx = fmaxf(fmaxf(pmax[g], pmax[8 + g]), pmax[16 + g]);
   mc = mx;
   const float base = mx == -INFINITY ? 0.f : mx;
@@ -554,11 +554,11 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
     float sc[16][4], mc, lc, oc[kD / 8][4];
     float* Pf = reinterpret_cast<float*>(Qs);
     if (aw == 0)
-      split_scores<0, 3>(Qs, Ks, Pf, P->pmax, aw, lane, c0, pos, P->scale, sc, mc, lc);
+      split_scores<0, 3>(Qs, Ks, Pf, P->pmax, aw, lane, c0, pos, P->scale, sc, mc, lc, nc >= 0);
     else if (aw == 1)
-      split_scores<3, 6>(Qs, Ks, Pf, P->pmax, aw, lane, c0, pos, P->scale, sc, mc, lc);
+      split_scores<3, 6>(Qs, Ks, Pf, P->pmax, aw, lane, c0, pos, P->scale, sc, mc, lc, nc >= 0);
     else
-      split_scores<6, 8>(Qs, Ks, Pf, P->pmax, aw, lane, c0, pos, P->scale, sc, mc, lc);
+      split_scores<6, 8>(Qs, Ks, Pf, P->pmax, aw, lane, c0, pos, P->scale, sc, mc, lc, nc >= 0);
     stamp(us + 3);
     // Every warp is past its score MMAs (split_scores' first barrier): Ks is free for the next unit.
     if (nc >= 0) stage_kv<0>(o, row, nh, nc, Ks, Vs, kbar, vbar, nblk);

@@ -2,6 +2,9 @@
 // the launch. The kernel: decode_step_kernel.cuh.
 #include <cuda_bf16.h>
 
+#include <algorithm>
+#include <cstdlib>
+
 #include "core/error.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/decode_step.h"
@@ -138,6 +141,11 @@ std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStrea
   s.scale = m.attn.scale;
   s.eps = m.norm_eps;
   s.grid = prop.multiProcessorCount;
+  // TF_STEP_GRID=n (tests): n CTAs (16 .. one an SM) as an sm_90 part with fewer SMs would run it (H100 PCIe
+  // 114, H20 78): below the limit some CTAs then take two or more attention units a layer (the next one
+  // staged during the current one) and the merging CTAs early chunks, paths an H200 takes only past it.
+  if (const char* g = std::getenv("TF_STEP_GRID"); g && *g)
+    s.grid = std::clamp(std::atoi(g), 2 * kHk, prop.multiProcessorCount);
   s.layers = int(m.layers.size());
   s.epoch = dalloc<unsigned>(own, 1, stream);
   s.emb_row = dalloc<__nv_bfloat16>(own, H, stream);

@@ -4,10 +4,12 @@
 // that want hidden states (both: the chain) -- one with the step on, one with it off; every round's logits
 // and sampled tokens and, at the end, every byte of both pools must be equal. Positions cross the
 // attention's 128-position chunks and the step's context limit (DecodeStep::kMaxPositions, where it hands
-// over to the chain; below it the merge takes one round of up to 15 other chunks), with graphs and eagerly.
-// (The paths past the limit -- a CTA's second unit staged during its first, merge rounds of 16 -- passed this
-// test at 8170-8210 and tf_bench_cuda's bit check at 2k-16k positions with the limit raised: runs 244-253.)
+// over to the chain; below it the merge takes one round of up to 15 other chunks), with graphs and eagerly,
+// and on 40 CTAs (TF_STEP_GRID), where CTAs take several attention units a layer as on parts with fewer SMs.
+// (Merge rounds of 16, past the limit on any part, passed this test at 8170-8210 and tf_bench_cuda's bit
+// check at 2k-16k positions with the limit raised: runs 244-253.)
 #include <gtest/gtest.h>
+#include <stdlib.h>  // setenv
 #include <unistd.h>
 
 #include <algorithm>
@@ -193,6 +195,18 @@ TEST_F(CudaDecodeStep, FirstChunksAndBoundaries) {
   const int64_t steps = run(2, 40);
   EXPECT_GT(steps, 20);
   EXPECT_GT(run(120, 40), 20);
+}
+
+TEST_F(CudaDecodeStep, FewerCtasTakeSeveralAttentionUnitsALayer) {
+  // 40 CTAs (TF_STEP_GRID, read when the model prepares its step), as a part with fewer SMs: 32 CTAs take
+  // the 8 KV heads' other chunks. Position ~1000: 8 chunks, 56 other units, so 24 CTAs run two a layer, the
+  // second staged during the first. ~1990: 16 chunks; each merging CTA first takes an early chunk of its
+  // head (e = 1), and the other CTAs three or four units.
+  ASSERT_EQ(setenv("TF_STEP_GRID", "40", 1), 0);
+  const int64_t a = run(990, 24), b = run(1985, 24);
+  unsetenv("TF_STEP_GRID");
+  EXPECT_GT(a, 12);
+  EXPECT_GT(b, 12);
 }
 
 TEST_F(CudaDecodeStep, HandsOverToTheChainAtItsContextLimit) {

@@ -221,8 +221,20 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   const int x_stride = k / 8 + kXsPad;  // 16-byte units a row
   const int x_row = XS && g < m ? g * x_stride : 0;
   if constexpr (XS) {
-    for (int i = threadIdx.x; i < m * (k / 8); i += kWarps * 32)
-      x_smem[i / (k / 8) * x_stride + i % (k / 8)] = ld_act16(x + 8 * int64_t(i));
+    if (m == 1) {
+      // One row (decode): by cp.async, the thread's 1-6 copies in flight at once, one round trip; the loop
+      // below goes 4 loads then 4 stores, then one at a time: 2 round trips at k = 4096, 3 at 12288, on the
+      // linear's critical path after pdl_wait. Run 263, same run: the 8B linears of a decode step at M = 1
+      // 1.737 vs 1.786 ms, the 4-bit forward b=1 2.193 vs 2.223. At 2-8 rows cp.async lost (run 261: all at
+      // once, M = 8 2.174 vs 2.117; run 262: in batches of 4 or 8 a thread, 2.31-2.39).
+      for (int i = threadIdx.x; i < k / 8; i += kWarps * 32)
+        cp_async16(static_cast<uint32_t>(__cvta_generic_to_shared(x_smem + i)), x + 8 * int64_t(i), true);
+      cp_async_commit();
+      cp_async_wait<0>();
+    } else {
+      for (int i = threadIdx.x; i < m * (k / 8); i += kWarps * 32)
+        x_smem[i / (k / 8) * x_stride + i % (k / 8)] = ld_act16(x + 8 * int64_t(i));
+    }
     __syncthreads();
   }
 

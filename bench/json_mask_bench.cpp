@@ -45,8 +45,9 @@ int main(int argc, char** argv) {
                                    {"bio maxLength 400", JsonSchema::compile(bounded), doc},
                                    {"name pattern", JsonSchema::compile(dated), doc},
                                    {"json_object", JsonSchema::any_object(), doc}};
-  std::printf("vocabulary %d ids\n| schema | tokens | mean ms | max ms | under 0.05 ms |\n|---|---|---|---|---|\n",
-              tok.vocab_size());
+  std::printf(
+      "vocabulary %d ids\n| schema | tokens | mean ms | max ms | under 0.05 ms |\n|---|---|---|---|---|\n",
+      tok.vocab_size());
   for (const Case& c : cases) {
     JsonMatcher m(c.schema);
     std::vector<uint8_t> mask;
@@ -55,7 +56,8 @@ int main(int argc, char** argv) {
     for (int32_t id : tok.encode(c.doc, false)) {
       const auto t0 = std::chrono::steady_clock::now();
       filter.allowed(m, mask);
-      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       total += ms, worst = std::max(worst, ms), fast += ms < 0.05, ++n;
       if (!mask[size_t(id)] || !filter.advance(m, id)) {
         std::printf("%s: token %d refused after %d tokens\n", c.name, id, n);

@@ -367,7 +367,8 @@ void print_step_stamps(ShapeRun& r, int ctx, Tensor& logits) {
     std::snprintf(buf, sizeof buf, " %s %.1f/%.1f(%zu)", name, x[x.size() / 2], x.back(), x.size());
     return std::string(buf);
   };
-  std::string line = "stamps ctx=" + std::to_string(ctx) + " layer 10 (us after qkv's last tile, median/last(n)):";
+  std::string line =
+      "stamps ctx=" + std::to_string(ctx) + " layer 10 (us after qkv's last tile, median/last(n)):";
   line += stat(DS::kStampQkvDone, "qkv-done-by-cta");
   static const char* ev[6] = {"start", "poll", "kv", "scores", "pv", "part"};
   char name[32];  // (snprintf: GCC 12's -Wrestrict misfires on string + to_string here)
@@ -650,9 +651,17 @@ void run_shape(Backend& be, cublasHandle_t h, const ModelShape& sh, const Ceilin
   if (!prefill_only) linear_table(be, h, sh, m.layers[0], m.lm_head, decode_only ? 8 : 4096);
   // Activations for the longest prompt (Qwen3-8B at 32k: ~5 GB).
   Acts acts = make_acts(be, sh, max_prefill, 32);
-  ShapeRun r{
-      be, cuda::stream_of(be), c, m, acts, backend_linear(be), cublas_linear(h), qwen_rope(sh.head_dim), out,
-      nullptr, false};
+  ShapeRun r{be,
+             cuda::stream_of(be),
+             c,
+             m,
+             acts,
+             backend_linear(be),
+             cublas_linear(h),
+             qwen_rope(sh.head_dim),
+             out,
+             nullptr,
+             false};
   if (!prefill_only) {
     for (int batch : {1, 32}) decode_op_table(r, batch);
     for (int ctx : {512, 8192}) {

@@ -70,8 +70,8 @@ void run_generate(const GenerateArgs& a) {
     req.json_schema = JsonSchema::compile(schema);  // InvalidRequest names what is not supported
   }
   if (!a.quiet)
-    std::cerr << "model " << info.id << " (" << info.family << ", " << info.parameters << " parameters, " << info.dtype
-              << ") on " << info.backend << "; prompt " << req.prompt.size() << " tokens\n";
+    std::cerr << "model " << info.id << " (" << info.family << ", " << info.parameters << " parameters, "
+              << info.dtype << ") on " << info.backend << "; prompt " << req.prompt.size() << " tokens\n";
   const auto t0 = std::chrono::steady_clock::now();
   auto h = engine->submit(req);
   StreamEvent ev;
@@ -97,7 +97,8 @@ void run_generate(const GenerateArgs& a) {
   const double decode = first ? std::chrono::duration<double>(t1 - *first).count() : 0;
   if (!a.quiet) {
     std::cerr << "[" << usage.completion_tokens << " tokens, finish " << finish_reason_name(reason) << ", "
-              << (first ? std::chrono::duration<double>(*first - t0).count() * 1000 : 0) << " ms to first token, ";
+              << (first ? std::chrono::duration<double>(*first - t0).count() * 1000 : 0)
+              << " ms to first token, ";
     if (usage.completion_tokens > 1 && decode > 0)
       std::cerr << (usage.completion_tokens - 1) / decode << " tok/s decode, ";
     std::cerr << total << " s total]\n";
@@ -109,30 +110,38 @@ void run_generate(const GenerateArgs& a) {
 
 void add_generate_command(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
-  auto* c = app.add_subcommand("generate", "Generate text from a prompt or one chat message, streamed to stdout");
+  auto* c =
+      app.add_subcommand("generate", "Generate text from a prompt or one chat message, streamed to stdout");
   c->add_option("model", a->model, "Checkpoint directory or org/name (default: the embedded demo model)");
   c->add_option("-p,--prompt", a->prompt, "Raw prompt text (completion)");
   c->add_option("-c,--chat", a->chat, "One user message, rendered with the model's chat template");
   c->add_option("--system", a->system, "System message for --chat");
   c->add_option("-n,--max-tokens", a->max_tokens, "Reply limit in tokens")->check(CLI::PositiveNumber);
-  c->add_option("--temperature", a->temperature, "Sampling temperature (0 = greedy)")->check(CLI::NonNegativeNumber);
+  c->add_option("--temperature", a->temperature, "Sampling temperature (0 = greedy)")
+      ->check(CLI::NonNegativeNumber);
   c->add_option("--top-p", a->top_p, "Nucleus sampling mass")->check(CLI::Range(0.0, 1.0));
-  c->add_option("--top-k", a->top_k, "Keep the k most likely tokens (0 = off)")->check(CLI::NonNegativeNumber);
-  c->add_option("--min-p", a->min_p, "Drop tokens below min-p times the top probability")->check(CLI::Range(0.0, 1.0));
+  c->add_option("--top-k", a->top_k, "Keep the k most likely tokens (0 = off)")
+      ->check(CLI::NonNegativeNumber);
+  c->add_option("--min-p", a->min_p, "Drop tokens below min-p times the top probability")
+      ->check(CLI::Range(0.0, 1.0));
   c->add_option("--seed", a->seed, "Sampling seed (default: derived from the prompt)");
   c->add_option("--stop", a->stop, "Stop string (repeatable)");
   c->add_flag("--ignore-eos", a->ignore_eos, "Keep generating past end-of-sequence tokens");
-  c->add_option("--json-schema", a->json_schema,
-                "Structured output: a JSON Schema file the reply must satisfy, or 'object' for any JSON object "
-                "(constrained decoding; docs/api.md)");
+  c->add_option(
+      "--json-schema", a->json_schema,
+      "Structured output: a JSON Schema file the reply must satisfy, or 'object' for any JSON object "
+      "(constrained decoding; docs/api.md)");
   c->add_flag("--no-thinking", a->no_thinking, "Pass enable_thinking=false to the chat template");
   c->add_option("--backend", a->backend, "auto | cuda | cpu")->check(CLI::IsMember({"auto", "cuda", "cpu"}));
   c->add_option("--context", a->context, "Context capacity in tokens (default: the model's, at most 32768)");
-  c->add_option("--cuda-graphs", a->cuda_graphs, "on | off: replay decode and verify forwards from captured CUDA graphs (same output, fewer launches)")
+  c->add_option(
+       "--cuda-graphs", a->cuda_graphs,
+       "on | off: replay decode and verify forwards from captured CUDA graphs (same output, fewer launches)")
       ->check(CLI::IsMember({"on", "off"}));
-  c->add_option("--pad-drafts", a->pad_drafts,
-                "auto | on | off: pad proposals to 1, 2, 4, 8.. tokens so verify rounds replay as CUDA graphs "
-                "(same output; auto = when graphs replay and a decode round takes < 1 ms; default off)")
+  c->add_option(
+       "--pad-drafts", a->pad_drafts,
+       "auto | on | off: pad proposals to 1, 2, 4, 8.. tokens so verify rounds replay as CUDA graphs "
+       "(same output; auto = when graphs replay and a decode round takes < 1 ms; default off)")
       ->check(CLI::IsMember({"auto", "on", "off"}));
   c->add_flag("-q,--quiet", a->quiet, "Print only the generated text");
   c->callback([a] { run_generate(*a); });

@@ -44,19 +44,23 @@ void run_info(const std::string& arg) {
   const std::string dtype = w.format;
   std::cout << "checkpoint   " << s.source << "\n";
   std::cout << "model_type   " << s.config.value("model_type", std::string("?")) << "\n";
-  std::cout << "parameters   " << params << (mtp ? " (+" + std::to_string(mtp) + " in the MTP head)" : "") << "\n";
+  std::cout << "parameters   " << params << (mtp ? " (+" + std::to_string(mtp) + " in the MTP head)" : "")
+            << "\n";
   std::cout << "dtype        " << dtype << (w.mixed_dtypes ? " (mixed)" : "") << "\n";
-  std::cout << "weights      " << human_bytes(double(s.total_bytes)) << " in " << s.weight_files.size() << " file(s)\n";
+  std::cout << "weights      " << human_bytes(double(s.total_bytes)) << " in " << s.weight_files.size()
+            << " file(s)\n";
   try {
     ModelSpec spec = parse_spec(s.config);
     std::cout << "layers       " << spec.layers << "\n";
     std::cout << "hidden       " << spec.hidden << " (intermediate " << spec.intermediate << ")\n";
-    std::cout << "heads        " << spec.heads << " query / " << spec.kv_heads << " key-value, head dim " << spec.head_dim << "\n";
+    std::cout << "heads        " << spec.heads << " query / " << spec.kv_heads << " key-value, head dim "
+              << spec.head_dim << "\n";
     std::cout << "vocabulary   " << spec.vocab << (spec.tie_embeddings ? " (tied embeddings)" : "") << "\n";
     std::cout << "context      " << spec.native_context << " native"
               << (spec.rope.scaling_type.empty() ? "" : ", rope scaling " + spec.rope.scaling_type) << "\n";
-    std::cout << "kv cache     " << human_bytes(double(spec.kv_bytes_per_token(2)) * 1000) << " per 1k tokens (bf16, GPU), "
-              << human_bytes(double(spec.kv_bytes_per_token(4)) * 1000) << " (f32, CPU)\n";
+    std::cout << "kv cache     " << human_bytes(double(spec.kv_bytes_per_token(2)) * 1000)
+              << " per 1k tokens (bf16, GPU), " << human_bytes(double(spec.kv_bytes_per_token(4)) * 1000)
+              << " (f32, CPU)\n";
     if (spec.mtp_layers) std::cout << "mtp head     " << spec.mtp_layers << " layer(s)\n";
     std::cout << "supported    yes\n";
   } catch (const Error& e) {

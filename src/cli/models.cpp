@@ -15,7 +15,8 @@ namespace {
 
 void run_models() {
   std::cout << "Families (config.json model_type):\n";
-  for (const auto& f : families()) std::cout << "  " << std::left << std::setw(12) << f.model_type << f.description << "\n";
+  for (const auto& f : families())
+    std::cout << "  " << std::left << std::setw(12) << f.model_type << f.description << "\n";
   std::cout << "Weight formats: safetensors F32 / BF16 / F16 (quantized formats: not yet)\n\n";
   std::string demo = default_model_dir();
   std::cout << "Embedded default model:\n  "
@@ -32,7 +33,8 @@ void run_models() {
     } catch (const std::exception& e) {
       status = std::string("not loadable: ") + e.what();
     }
-    std::cout << "  " << std::left << std::setw(40) << m.id << std::setw(10) << (m.size_bytes >> 20) << "MiB  " << status << "\n";
+    std::cout << "  " << std::left << std::setw(40) << m.id << std::setw(10) << (m.size_bytes >> 20)
+              << "MiB  " << status << "\n";
   }
 }
 

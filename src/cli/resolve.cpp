@@ -10,7 +10,8 @@ namespace tf::cli {
 std::string resolve_model_arg(const std::string& arg) {
   if (arg.empty()) {
     std::string demo = default_model_dir();
-    if (demo.empty()) throw Error("no MODEL given and the embedded demo model is not installed (models/demo)");
+    if (demo.empty())
+      throw Error("no MODEL given and the embedded demo model is not installed (models/demo)");
     return demo;
   }
   if (arg == "demo" && !std::filesystem::exists(arg)) return resolve_model_arg("");

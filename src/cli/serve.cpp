@@ -52,7 +52,8 @@ server::ServerOptions server_options(const ServeArgs& a) {
   if (!a.api_key_file.empty()) {
     for (auto& k : server::read_api_key_file(a.api_key_file)) o.api_keys.push_back(k);
   }
-  if (const char* env = std::getenv("TENSORFOLD_API_KEY"); env && *env && o.api_keys.empty()) o.api_keys.push_back(env);
+  if (const char* env = std::getenv("TENSORFOLD_API_KEY"); env && *env && o.api_keys.empty())
+    o.api_keys.push_back(env);
   o.log_format = server::parse_log_format(a.log_format);
   o.metrics = a.metrics;
   o.default_max_tokens = a.max_tokens;
@@ -122,7 +123,8 @@ void run_serve(const ServeArgs& a) {
 
 void add_serve_command(CLI::App& app) {
   auto a = std::make_shared<ServeArgs>();
-  CLI::App* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API (docs/api.md)");
+  CLI::App* cmd =
+      app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API (docs/api.md)");
   cmd->add_option("MODEL", a->model,
                   "Local checkpoint directory or org/name[@revision] in the Hugging Face cache; default: the "
                   "embedded demo model");
@@ -144,25 +146,31 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--top-k", a->top_k, "Default top-k (0 = off)")->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--min-p", a->min_p, "Default min-p")->check(CLI::Range(0.0, 1.0));
   auto* think = cmd->add_flag("--thinking", a->thinking, "Chat template: enable_thinking=true by default");
-  auto* no_think = cmd->add_flag("--no-thinking", a->no_thinking, "Chat template: enable_thinking=false by default");
+  auto* no_think =
+      cmd->add_flag("--no-thinking", a->no_thinking, "Chat template: enable_thinking=false by default");
   think->excludes(no_think);
   cmd->add_option("--reasoning-effort", a->reasoning_effort, "Chat template reasoning_effort default")
       ->check(CLI::IsMember({"low", "medium", "high"}));
-  cmd->add_option("--thinking-budget", a->thinking_budget,
-                  "Reasoning tokens before the server closes the thinking block (0 = no limit; requests may override)")
+  cmd->add_option(
+         "--thinking-budget", a->thinking_budget,
+         "Reasoning tokens before the server closes the thinking block (0 = no limit; requests may override)")
       ->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--backend", a->backend, "Compute backend")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
       ->capture_default_str();
   cmd->add_option("--parallel", a->parallel, "Streams decoded together: N or auto (from free GPU memory)")
-      ->check(CLI::IsMember({"auto"}) | CLI::Range(1, 1024))->capture_default_str();
+      ->check(CLI::IsMember({"auto"}) | CLI::Range(1, 1024))
+      ->capture_default_str();
   cmd->add_flag("--no-drafts", a->no_drafts, "Never draft speculatively (output is identical either way)");
-  cmd->add_option("--drafter", a->drafter,
-                  "auto | none | mtp | DIR (a draft model sharing the tokenizer); auto = the checkpoint's MTP "
-                  "head, else its draft/ subfolder")
+  cmd->add_option(
+         "--drafter", a->drafter,
+         "auto | none | mtp | DIR (a draft model sharing the tokenizer); auto = the checkpoint's MTP "
+         "head, else its draft/ subfolder")
       ->check(CLI::IsMember({"auto", "none", "mtp"}) | CLI::ExistingDirectory)
       ->capture_default_str();
-  cmd->add_option("--mtp-drafts", a->mtp_drafts, "MTP draft chain length")->check(CLI::Range(1, 16))->capture_default_str();
+  cmd->add_option("--mtp-drafts", a->mtp_drafts, "MTP draft chain length")
+      ->check(CLI::Range(1, 16))
+      ->capture_default_str();
   cmd->add_flag_function(
       "--metrics,!--no-metrics", [a](int64_t n) { a->metrics = n > 0; },
       "Serve GET /metrics (default: on when listening on loopback)");
@@ -170,42 +178,60 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--draft-guard", a->draft_guard,
                   "Switch drafting off while it makes rounds slower in wall time (docs/drafting.md)")
-      ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   cmd->add_option("--cuda-graphs", a->cuda_graphs,
                   "Replay decode and verify forwards from captured CUDA graphs (same output, fewer launches)")
-      ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
-  cmd->add_option("--pad-drafts", a->pad_drafts,
-                  "auto | on | off: pad proposals to 1, 2, 4, 8.. tokens so verify rounds replay as CUDA graphs "
-                  "(same output; auto = when graphs replay and a decode round takes < 1 ms; docs/drafting.md)")
-      ->check(CLI::IsMember({"auto", "on", "off"}))->capture_default_str();
-  cmd->add_option("--prompt-cache-gib", a->prompt_cache_gib, "Memory for retained conversation prefixes (0 disables)")
-      ->check(CLI::Range(0.0, 1024.0))->capture_default_str();
-  cmd->add_option("--checkpoint-slots", a->checkpoint_slots, "Retained prefixes at most (0 = bounded by memory)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  cmd->add_option(
+         "--pad-drafts", a->pad_drafts,
+         "auto | on | off: pad proposals to 1, 2, 4, 8.. tokens so verify rounds replay as CUDA graphs "
+         "(same output; auto = when graphs replay and a decode round takes < 1 ms; docs/drafting.md)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+  cmd->add_option("--prompt-cache-gib", a->prompt_cache_gib,
+                  "Memory for retained conversation prefixes (0 disables)")
+      ->check(CLI::Range(0.0, 1024.0))
+      ->capture_default_str();
+  cmd->add_option("--checkpoint-slots", a->checkpoint_slots,
+                  "Retained prefixes at most (0 = bounded by memory)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--spill-gib", a->spill_gib, "Write evicted prefixes to disk up to this size and read them back")
+  cmd->add_option("--spill-gib", a->spill_gib,
+                  "Write evicted prefixes to disk up to this size and read them back")
       ->check(CLI::Range(0.0, 1e6));
-  cmd->add_option("--spill-dir", a->spill_dir, "Directory for spilled prefixes (default: a private one under $TMPDIR)");
-  cmd->add_option("--snapshot-dir", a->snapshot_dir, "Persistent prefix snapshots that survive restarts, or none")
+  cmd->add_option("--spill-dir", a->spill_dir,
+                  "Directory for spilled prefixes (default: a private one under $TMPDIR)");
+  cmd->add_option("--snapshot-dir", a->snapshot_dir,
+                  "Persistent prefix snapshots that survive restarts, or none")
       ->capture_default_str();
   cmd->add_option("--max-snapshots", a->max_snapshots, "Snapshot blocks kept on disk (0 = bounded by size)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--max-queue", a->max_queue, "Requests waiting beyond --parallel; more get 429")
-      ->check(CLI::Range(0, 1 << 20))->capture_default_str();
-  cmd->add_option("--prefill-chunk", a->prefill_chunk,
-                  "Prompt tokens per round, shared by the waiting prompts (running replies go first); 0: auto, "
-                  "512-16384 on a GPU by its memory and --context (16384 for an 8B model at 2048 tokens on an H200), 512 "
-                  "on the CPU")
-      ->check(CLI::Range(0, 1 << 20))->capture_default_str();
-  cmd->add_option("--decode-share", a->decode_share,
-                  "While replies are decoding, prompt rows per round are capped so that the round takes at most "
-                  "1/F of a decode-only round (measured; 0: full --prefill-chunk)")
-      ->check(CLI::Range(0.0, 0.95))->capture_default_str();
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option(
+         "--prefill-chunk", a->prefill_chunk,
+         "Prompt tokens per round, shared by the waiting prompts (running replies go first); 0: auto, "
+         "512-16384 on a GPU by its memory and --context (16384 for an 8B model at 2048 tokens on an H200), "
+         "512 "
+         "on the CPU")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option(
+         "--decode-share", a->decode_share,
+         "While replies are decoding, prompt rows per round are capped so that the round takes at most "
+         "1/F of a decode-only round (measured; 0: full --prefill-chunk)")
+      ->check(CLI::Range(0.0, 0.95))
+      ->capture_default_str();
   cmd->add_option("--gpu-memory-utilization", a->gpu_memory,
                   "Fraction of the GPU's memory for weights + workspace + KV pool (the pool gets the rest)")
-      ->check(CLI::Range(0.05, 0.99))->capture_default_str();
+      ->check(CLI::Range(0.05, 0.99))
+      ->capture_default_str();
   cmd->add_option("--api-key", a->api_keys, "Require 'Authorization: Bearer KEY' (repeatable)")
       ->allow_extra_args(false);
-  cmd->add_option("--api-key-file", a->api_key_file, "File with accepted keys, one per line")->check(CLI::ExistingFile);
+  cmd->add_option("--api-key-file", a->api_key_file, "File with accepted keys, one per line")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--log-format", a->log_format, "Request log format")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();

@@ -20,7 +20,9 @@ LogLevel g_level = initial_level();
 std::mutex g_mu;
 }  // namespace
 
-void set_log_level(LogLevel level) { g_level = level; }
+void set_log_level(LogLevel level) {
+  g_level = level;
+}
 
 void log_message(LogLevel level, const std::string& msg) {
   if (level < g_level) return;

@@ -7,8 +7,12 @@ namespace tf {
 
 enum class LogLevel { Debug, Info, Warning, Error };
 void log_message(LogLevel level, const std::string& msg);
-inline void log_info(const std::string& m) { log_message(LogLevel::Info, m); }
-inline void log_warning(const std::string& m) { log_message(LogLevel::Warning, m); }
+inline void log_info(const std::string& m) {
+  log_message(LogLevel::Info, m);
+}
+inline void log_warning(const std::string& m) {
+  log_message(LogLevel::Warning, m);
+}
 // Messages below this level are dropped (default Info; TENSORFOLD_LOG=debug|info|warning|error).
 void set_log_level(LogLevel level);
 

@@ -44,7 +44,9 @@ int64_t Tensor::numel() const {
   return n;
 }
 
-bool Tensor::is_contiguous() const { return strides_ == contiguous_strides(shape_); }
+bool Tensor::is_contiguous() const {
+  return strides_ == contiguous_strides(shape_);
+}
 
 Tensor Tensor::empty(std::vector<int64_t> shape, DType dtype, Device device) {
   Tensor t;
@@ -121,13 +123,26 @@ std::vector<float> Tensor::to_f32_vector() const {
   std::vector<float> out(static_cast<size_t>(numel()));
   for (int64_t i = 0; i < numel(); ++i) {
     switch (dtype_) {
-      case DType::F32: out[i] = data<float>()[i]; break;
-      case DType::BF16: out[i] = bf16_to_f32(data<uint16_t>()[i]); break;
-      case DType::F16: out[i] = f16_to_f32(data<uint16_t>()[i]); break;
-      case DType::F64: out[i] = float(data<double>()[i]); break;
-      case DType::I32: out[i] = float(data<int32_t>()[i]); break;
-      case DType::I64: out[i] = float(data<int64_t>()[i]); break;
-      default: throw Error(std::string("to_f32_vector: unsupported dtype ") + dtype_name(dtype_));
+      case DType::F32:
+        out[i] = data<float>()[i];
+        break;
+      case DType::BF16:
+        out[i] = bf16_to_f32(data<uint16_t>()[i]);
+        break;
+      case DType::F16:
+        out[i] = f16_to_f32(data<uint16_t>()[i]);
+        break;
+      case DType::F64:
+        out[i] = float(data<double>()[i]);
+        break;
+      case DType::I32:
+        out[i] = float(data<int32_t>()[i]);
+        break;
+      case DType::I64:
+        out[i] = float(data<int64_t>()[i]);
+        break;
+      default:
+        throw Error(std::string("to_f32_vector: unsupported dtype ") + dtype_name(dtype_));
     }
   }
   return out;

@@ -39,7 +39,9 @@ class Tensor {
 
   void* raw() const { return data_; }
   template <class T>
-  T* data() const { return static_cast<T*>(data_); }
+  T* data() const {
+    return static_cast<T*>(data_);
+  }
 
   // Views sharing the buffer.
   Tensor view(std::vector<int64_t> shape) const;        // contiguous only; one dim may be -1

@@ -20,8 +20,8 @@ struct SamplingParams {
   int top_k = 0;  // 0 = off
   float min_p = 0.f;
   float presence_penalty = 0.f, frequency_penalty = 0.f;  // OpenAI semantics, over generated tokens
-  float repetition_penalty = 1.f;                          // HF semantics, over prompt + generated
-  std::optional<uint64_t> seed;                            // none: derived from the prompt tokens
+  float repetition_penalty = 1.f;                         // HF semantics, over prompt + generated
+  std::optional<uint64_t> seed;                           // none: derived from the prompt tokens
   // OpenAI logit_bias: added to the raw logits before penalties, temperature and truncation (-100 bans,
   // +100 all but forces). Sorted by id, ids unique and inside the vocabulary (the server checks).
   std::vector<std::pair<int32_t, float>> logit_bias;
@@ -30,8 +30,8 @@ struct SamplingParams {
 struct GenerationRequest {
   std::vector<int32_t> prompt;
   SamplingParams sampling;
-  int max_tokens = 0;  // <= 0: as many as fit in the context, capped by the engine's default limit
-  std::vector<std::string> stop;        // stop strings, matched across token boundaries
+  int max_tokens = 0;             // <= 0: as many as fit in the context, capped by the engine's default limit
+  std::vector<std::string> stop;  // stop strings, matched across token boundaries
   std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS ids
   bool ignore_eos = false;
   int logprobs = -1;  // -1: none; N >= 0: chosen token's logprob plus top-N alternatives
@@ -74,11 +74,11 @@ struct StreamEvent {
   // The first Tokens event of a request with prompt_logprobs: prompt tokens 1..P-1 (token, its share of the
   // prompt's text, logprob, top alternatives); the first prompt token has no logprob and is not listed.
   std::vector<GeneratedToken> prompt_logprobs;
-  std::string text;                    // concatenated text of `tokens`
+  std::string text;                          // concatenated text of `tokens`
   FinishReason finish = FinishReason::None;  // Finished
-  std::string matched_stop;                   // the stop string that ended the stream, if any
-  Usage usage;                                // Finished
-  std::string error;                          // Error
+  std::string matched_stop;                  // the stop string that ended the stream, if any
+  Usage usage;                               // Finished
+  std::string error;                         // Error
 };
 
 class RequestHandle {
@@ -103,9 +103,9 @@ struct ModelInfo {
   std::string backend;     // "cpu", "cuda:0 (NVIDIA H200)"
   std::string drafter;     // model drafter in use: "mtp", "draft-model" or "none" (context copies aside)
   int64_t weight_bytes = 0, kv_bytes = 0;
-  int64_t kv_tokens = 0;  // the KV pool's capacity, all streams and the prompt cache together
-  int parallel = 0;       // streams decoded together
-  std::string fingerprint;  // engine build + weights identity, for system_fingerprint
+  int64_t kv_tokens = 0;            // the KV pool's capacity, all streams and the prompt cache together
+  int parallel = 0;                 // streams decoded together
+  std::string fingerprint;          // engine build + weights identity, for system_fingerprint
   SamplingParams default_sampling;  // from generation_config.json and CLI defaults
 };
 
@@ -138,7 +138,7 @@ class Engine {
   virtual const ModelInfo& info() const = 0;
   virtual const Tokenizer& tokenizer() const = 0;
   virtual const ChatTemplate* chat_template() const = 0;  // null when the checkpoint has none
-  virtual void shutdown() = 0;  // cancels everything, joins the engine thread
+  virtual void shutdown() = 0;                            // cancels everything, joins the engine thread
 };
 
 }  // namespace tf

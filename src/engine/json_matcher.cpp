@@ -569,7 +569,8 @@ bool JsonMatcher::feed_gate(uint8_t byte) {
         return true;
       }
       return h.aux2 == 0 && reply_from_here();
-    case kThinking:  // anything; the closing marker's progress (it repeats no proper prefix but its first byte)
+    case kThinking:  // anything; the closing marker's progress (it repeats no proper prefix but its first
+                     // byte)
       if (static_cast<uint8_t>(g.close[h.aux2]) == byte) {
         if (++h.aux2 == g.close.size()) h.aux = kAfter, h.aux2 = 0;
       } else {
@@ -695,7 +696,8 @@ std::string JsonMatcher::cache_key(uint32_t horizon) const {
     const Frame& f = frames_[i];
     if (f.kind != kStringFrame) continue;
     const Node& n = schema_->node(f.node);
-    if (n.pattern || n.max_length == UINT32_MAX) continue;  // a pattern's lengths matter; a free string counts nothing
+    if (n.pattern || n.max_length == UINT32_MAX)
+      continue;  // a pattern's lengths matter; a free string counts nothing
     if (f.count < n.min_length || n.max_length - f.count < horizon) continue;
     Frame folded = f;
     folded.count = UINT32_MAX;

@@ -1,15 +1,15 @@
 #include "engine/kv_store.h"
 
+#include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <algorithm>
 #include <filesystem>
-#include <iomanip>
 #include <fstream>
+#include <iomanip>
 #include <sstream>
-#include <unistd.h>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -35,8 +35,13 @@ uint32_t crc(uint32_t c, const void* p, size_t n) {
 
 }  // namespace
 
-KvDiskStore::KvDiskStore(std::string dir, uint64_t identity, uint64_t max_bytes, bool persistent, size_t max_files)
-    : dir_(std::move(dir)), identity_(identity), max_bytes_(max_bytes), max_files_(max_files), persistent_(persistent) {
+KvDiskStore::KvDiskStore(std::string dir, uint64_t identity, uint64_t max_bytes, bool persistent,
+                         size_t max_files)
+    : dir_(std::move(dir)),
+      identity_(identity),
+      max_bytes_(max_bytes),
+      max_files_(max_files),
+      persistent_(persistent) {
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) throw Error("cannot create the KV cache directory " + dir_ + ": " + ec.message());
@@ -46,7 +51,8 @@ KvDiskStore::KvDiskStore(std::string dir, uint64_t identity, uint64_t max_bytes,
   size_t foreign = 0;
   for (const auto& e : fs::directory_iterator(dir_, ec)) {
     if (e.path().extension() != ".tfkv") {
-      if (e.path().string().find(".tfkv.tmp") != std::string::npos) fs::remove(e.path(), ec);  // a crash's leftover
+      if (e.path().string().find(".tfkv.tmp") != std::string::npos)
+        fs::remove(e.path(), ec);  // a crash's leftover
       continue;
     }
     std::ifstream f(e.path(), std::ios::binary);
@@ -68,9 +74,11 @@ KvDiskStore::KvDiskStore(std::string dir, uint64_t identity, uint64_t max_bytes,
     index_[h].lru = lru_.begin();
     bytes_ += index_[h].bytes;
   }
-  if (foreign) log_info("prompt cache: ignored " + std::to_string(foreign) + " snapshot file(s) in " + dir_ +
-                        " written for another model, weights, dtype, kernel version or block size");
-  if (!index_.empty()) log_info("prompt cache: " + std::to_string(index_.size()) + " snapshot block(s) in " + dir_);
+  if (foreign)
+    log_info("prompt cache: ignored " + std::to_string(foreign) + " snapshot file(s) in " + dir_ +
+             " written for another model, weights, dtype, kernel version or block size");
+  if (!index_.empty())
+    log_info("prompt cache: " + std::to_string(index_.size()) + " snapshot block(s) in " + dir_);
   enforce_budget();
 }
 
@@ -98,11 +106,12 @@ void KvDiskStore::drop(uint64_t hash) {
 }
 
 void KvDiskStore::enforce_budget() {
-  while (!lru_.empty() && (bytes_ > max_bytes_ || (max_files_ && index_.size() > max_files_))) drop(lru_.back());
+  while (!lru_.empty() && (bytes_ > max_bytes_ || (max_files_ && index_.size() > max_files_)))
+    drop(lru_.back());
 }
 
-bool KvDiskStore::put(uint64_t hash, uint64_t parent, const std::vector<int32_t>& tokens, const std::vector<uint8_t>& data,
-                      bool replace) {
+bool KvDiskStore::put(uint64_t hash, uint64_t parent, const std::vector<int32_t>& tokens,
+                      const std::vector<uint8_t>& data, bool replace) {
   if (!usable_) return false;
   if (index_.count(hash) && !replace) return true;
   Header h{};
@@ -159,11 +168,13 @@ bool KvDiskStore::get(uint64_t hash, const std::vector<int32_t>& tokens, std::ve
   Header h{};
   std::vector<int32_t> stored;
   bool ok = bool(f.read(reinterpret_cast<char*>(&h), sizeof h)) && std::memcmp(h.magic, kMagic, 8) == 0 &&
-            h.identity == identity_ && h.hash == hash && h.ntokens == tokens.size() && h.data_bytes == data.size();
+            h.identity == identity_ && h.hash == hash && h.ntokens == tokens.size() &&
+            h.data_bytes == data.size();
   uint32_t want = 0, c = 0;
   if (ok) {
     stored.resize(h.ntokens);
-    ok = bool(f.read(reinterpret_cast<char*>(stored.data()), std::streamsize(stored.size() * 4))) && stored == tokens &&
+    ok = bool(f.read(reinterpret_cast<char*>(stored.data()), std::streamsize(stored.size() * 4))) &&
+         stored == tokens &&
          bool(f.read(reinterpret_cast<char*>(data.data()), std::streamsize(data.size()))) &&
          bool(f.read(reinterpret_cast<char*>(&want), 4));
   }
@@ -174,7 +185,8 @@ bool KvDiskStore::get(uint64_t hash, const std::vector<int32_t>& tokens, std::ve
     ok = c == want && f.peek() == std::char_traits<char>::eof();
   }
   if (!ok) {
-    log_warning("prompt cache: " + path_for(hash) + " is corrupt, truncated or stale; deleted, the prefix is recomputed");
+    log_warning("prompt cache: " + path_for(hash) +
+                " is corrupt, truncated or stale; deleted, the prefix is recomputed");
     drop(hash);
     return false;
   }

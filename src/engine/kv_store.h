@@ -30,8 +30,8 @@ class KvDiskStore {
 
   // Writes a block (temp file + rename). A block already stored is kept unless `replace`: the caller
   // computed it afresh while the stored file was never verified (it may be corrupt), so it is rewritten.
-  bool put(uint64_t hash, uint64_t parent, const std::vector<int32_t>& tokens, const std::vector<uint8_t>& data,
-           bool replace = false);
+  bool put(uint64_t hash, uint64_t parent, const std::vector<int32_t>& tokens,
+           const std::vector<uint8_t>& data, bool replace = false);
   // Reads and verifies; on any mismatch deletes the file and returns false.
   bool get(uint64_t hash, const std::vector<int32_t>& tokens, std::vector<uint8_t>& data);
 

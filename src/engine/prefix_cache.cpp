@@ -76,8 +76,10 @@ void PrefixCache::retain(const std::vector<int32_t>& tokens, int valid, std::vec
       const int32_t* t = tokens.data() + b * bs;
       const uint64_t next = chain(h, t, bs);
       auto it = entries_.find(next);
-      if (it == entries_.end()) add_entry(next, h, table[b], std::vector<int32_t>(t, t + bs));
-      else it->second.tick = ++clock_;
+      if (it == entries_.end())
+        add_entry(next, h, table[b], std::vector<int32_t>(t, t + bs));
+      else
+        it->second.tick = ++clock_;
       h = next;
     }
   }

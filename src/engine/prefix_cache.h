@@ -16,8 +16,8 @@
 namespace tf {
 
 struct PrefixCacheOptions {
-  int max_blocks = 0;    // retained blocks in memory; 0 disables the cache
-  int max_prefixes = 0;  // retained prefixes (chains ending in a leaf); 0 = no limit
+  int max_blocks = 0;            // retained blocks in memory; 0 disables the cache
+  int max_prefixes = 0;          // retained prefixes (chains ending in a leaf); 0 = no limit
   KvDiskStore* store = nullptr;  // spill / snapshots, or null
 };
 
@@ -52,7 +52,8 @@ class PrefixCache {
   };
   static uint64_t chain(uint64_t parent, const int32_t* tokens, int n);
   bool evict_one();
-  void add_entry(uint64_t hash, uint64_t parent, int32_t block, std::vector<int32_t> tokens, bool from_disk = false);
+  void add_entry(uint64_t hash, uint64_t parent, int32_t block, std::vector<int32_t> tokens,
+                 bool from_disk = false);
   void store_block(uint64_t hash, const Entry& e, std::vector<uint8_t>& scratch);
   void enforce_limits();
   int leaves() const;

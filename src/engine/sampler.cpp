@@ -84,7 +84,8 @@ SampleResult sample_token(const float* logits, int vocab, const SamplingParams& 
     // Greedy, or tempered over every id: the backends' sampling op's reference, so host and device agree
     // by construction. No copy of the row.
     std::vector<int32_t> token;
-    sample_rows_reference(logits, vocab, {{p.temperature > 0.f ? p.temperature : 0.f, seed, position}}, token);
+    sample_rows_reference(logits, vocab, {{p.temperature > 0.f ? p.temperature : 0.f, seed, position}},
+                          token);
     res.token = token[0];
     if (want_top >= 0) res.logprob = float(double(logits[res.token]) - raw_lse);
     if (want_top > 0) fill_top(logits, vocab, want_top, raw_lse, res);
@@ -100,7 +101,8 @@ SampleResult sample_token(const float* logits, int vocab, const SamplingParams& 
       if (t >= 0 && t < vocab) v[t] -= p.presence_penalty + p.frequency_penalty * float(n);
   for (const auto& [t, b] : p.logit_bias)
     if (t >= 0 && t < vocab) v[t] += b;
-  if (p.temperature <= 0.f) {  // the best id the structured-output mask allows (all when none), lowest on ties
+  if (p.temperature <=
+      0.f) {  // the best id the structured-output mask allows (all when none), lowest on ties
     int32_t best = -1;
     for (int i = 0; i < vocab; ++i)
       if ((!mask || mask[i]) && (best < 0 || v[i] > v[best])) best = i;

@@ -24,9 +24,9 @@ struct PenaltyState {
 
 struct SampleResult {
   int32_t token = 0;
-  float logprob = 0.f;             // log softmax of the raw logits (before penalties and temperature); only
-                                   // computed when logprobs are requested (want_top >= 0)
-  std::vector<TokenLogprob> top;   // the `want_top` most likely ids under the same distribution
+  float logprob = 0.f;            // log softmax of the raw logits (before penalties and temperature); only
+                                  // computed when logprobs are requested (want_top >= 0)
+  std::vector<TokenLogprob> top;  // the `want_top` most likely ids under the same distribution
 };
 
 // `logits` is not modified. `allowed` (structured outputs: vocab entries, nonzero = may come next; null =
@@ -43,7 +43,8 @@ SampleResult score_token(const float* logits, int vocab, int32_t token, int want
 // Seed for requests without one: a hash of the prompt tokens.
 uint64_t derive_seed(const std::vector<int32_t>& prompt);
 // True when sample_token(params, want_top) needs nothing beyond the logits row, seed and position
-// (no penalties, logit bias, truncation or logprobs): then Backend::sample_rows gives the same token on the device.
+// (no penalties, logit bias, truncation or logprobs): then Backend::sample_rows gives the same token on the
+// device.
 bool device_sampleable(const SamplingParams& params, int vocab, int want_top);
 
 }  // namespace tf

@@ -44,16 +44,16 @@ struct Sequence {
   std::shared_ptr<EventQueue> queue;
   std::vector<int32_t> tokens;  // prompt + generated
   int prompt_len = 0;
-  int computed = 0;              // tokens whose K/V are in the cache
-  std::vector<int32_t> blocks;   // KV block table
+  int computed = 0;             // tokens whose K/V are in the cache
+  std::vector<int32_t> blocks;  // KV block table
   uint64_t seed = 0;
   PenaltyState penalties;
   IncrementalDetokenizer detok;
   StopMatcher stop;
-  DraftStats ngram_stats, model_stats;  // acceptance per drafter source
-  bool last_draft_ngram = false;         // which source the pending verification came from
-  Usage usage;  // drafted / accepted counts accumulate here
-  std::optional<JsonMatcher> json;  // structured outputs: the reply's bytes so far (req.json_schema)
+  DraftStats ngram_stats, model_stats;    // acceptance per drafter source
+  bool last_draft_ngram = false;          // which source the pending verification came from
+  Usage usage;                            // drafted / accepted counts accumulate here
+  std::optional<JsonMatcher> json;        // structured outputs: the reply's bytes so far (req.json_schema)
   std::vector<GeneratedToken> prompt_lp;  // prompt logprobs so far (positions 1..), until they are sent
   bool prompt_lp_sent = false;
   int generated() const { return int(tokens.size()) - prompt_len; }

@@ -13,13 +13,13 @@ namespace tf {
 Tensor fetch_tensor(const Checkpoint& ckpt, const std::string& name, const std::vector<int64_t>& shape) {
   Tensor t = ckpt.get(name);
   if (t.shape() != shape)
-    throw Error(ckpt.dir() + ": tensor '" + name + "' has shape " + shape_str(t.shape()) + ", config implies " +
-                shape_str(shape));
+    throw Error(ckpt.dir() + ": tensor '" + name + "' has shape " + shape_str(t.shape()) +
+                ", config implies " + shape_str(shape));
   return t;
 }
 
-DecoderLayer load_decoder_layer(const Checkpoint& ckpt, Backend& be, const ModelSpec& spec, const std::string& lp,
-                                bool sparse) {
+DecoderLayer load_decoder_layer(const Checkpoint& ckpt, Backend& be, const ModelSpec& spec,
+                                const std::string& lp, bool sparse) {
   const int64_t H = spec.hidden, D = spec.head_dim, I = spec.intermediate;
   const int64_t Q = int64_t(spec.heads) * D, KV = int64_t(spec.kv_heads) * D;
   auto linear = [&](const std::string& base, int64_t out, int64_t in, bool bias) {
@@ -53,7 +53,8 @@ DecoderLayer load_decoder_layer(const Checkpoint& ckpt, Backend& be, const Model
     L.moe = std::make_unique<MoeWeights>(load_moe(ckpt, be, spec, lp + "mlp."));
     return L;
   }
-  L.gate_up = load_fused_linear(ckpt, be, {lp + "mlp.gate_proj", lp + "mlp.up_proj"}, {I, I}, H);  // gate rows first
+  L.gate_up =
+      load_fused_linear(ckpt, be, {lp + "mlp.gate_proj", lp + "mlp.up_proj"}, {I, I}, H);  // gate rows first
   L.down = linear(lp + "mlp.down_proj", H, I, false);
   return L;
 }
@@ -113,9 +114,12 @@ void decoder_layer_forward(Backend& be, const ModelSpec& spec, DecoderLayer& L, 
       std::swap(ws.residual, ws.residual_alt);
   };
   const bool fused_qkv = L.qkv.out_features > 0;
-  if (pending && fused_qkv) add_norm_linear(L.input_norm, L.qkv, ws.qkv);
-  else if (pending) be.add_rms_norm(ws.residual, ws.mlp_out, L.input_norm, eps, off, ws.h);
-  else be.rms_norm(ws.residual, L.input_norm, eps, off, ws.h);
+  if (pending && fused_qkv)
+    add_norm_linear(L.input_norm, L.qkv, ws.qkv);
+  else if (pending)
+    be.add_rms_norm(ws.residual, ws.mlp_out, L.input_norm, eps, off, ws.h);
+  else
+    be.rms_norm(ws.residual, L.input_norm, eps, off, ws.h);
   const Tensor* qn = spec.qk_norm ? &L.q_norm : nullptr;
   const Tensor* kn = spec.qk_norm ? &L.k_norm : nullptr;
   if (fused_qkv) {

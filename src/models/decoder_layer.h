@@ -1,9 +1,8 @@
 #pragma once
 // One pre-norm decoder layer (attention with GQA, RoPE and optional q/k norm; SwiGLU MLP), shared by the
 // dense decoder and MTP heads, which use the same layer layout.
-#include <string>
-
 #include <memory>
+#include <string>
 
 #include "models/model.h"
 #include "models/moe.h"
@@ -15,14 +14,14 @@ struct DecoderLayer {
   // qkv: q, k and v fused along the output dimension (q rows, then k, then v; one linear a layer) when the
   // three share one storage layout; then q, k and v are empty. Otherwise qkv is empty.
   LinearWeight qkv, q, k, v, o, gate_up, down;  // gate_up/down: the dense MLP
-  std::unique_ptr<MoeWeights> moe;          // set when the layer's MLP is sparse
+  std::unique_ptr<MoeWeights> moe;              // set when the layer's MLP is sparse
 };
 
 // Reads `prefix` + input_layernorm / self_attn.{q,k,v,o}_proj (+ q_norm, k_norm) /
 // post_attention_layernorm / mlp.{gate,up,down}_proj, checking every shape against `spec`.
 // `sparse`: the MLP is a mixture of experts (prefix + "mlp.gate", "mlp.experts.N.*").
-DecoderLayer load_decoder_layer(const Checkpoint& ckpt, Backend& be, const ModelSpec& spec, const std::string& prefix,
-                                bool sparse = false);
+DecoderLayer load_decoder_layer(const Checkpoint& ckpt, Backend& be, const ModelSpec& spec,
+                                const std::string& prefix, bool sparse = false);
 Tensor fetch_tensor(const Checkpoint& ckpt, const std::string& name, const std::vector<int64_t>& shape);
 
 // k and v share qkv's memory (a layer uses either the fused projection or the three). residual_alt: where

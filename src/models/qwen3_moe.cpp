@@ -16,8 +16,10 @@ Family qwen3_moe_family() {
     using namespace config_util;
     ModelSpec s = parse_dense_spec(c);
     s.qk_norm = true;
-    if (get_bool(c, "use_sliding_window", false)) throw Error("qwen3_moe: use_sliding_window=true is not supported yet");
-    s.num_experts = get_int(c, "num_experts", get_int(c, "num_local_experts", 0));  // transformers 5 writes the latter
+    if (get_bool(c, "use_sliding_window", false))
+      throw Error("qwen3_moe: use_sliding_window=true is not supported yet");
+    s.num_experts =
+        get_int(c, "num_experts", get_int(c, "num_local_experts", 0));  // transformers 5 writes the latter
     s.experts_per_tok = get_int(c, "num_experts_per_tok");
     s.moe_intermediate = get_int(c, "moe_intermediate_size");
     s.norm_topk_prob = get_bool(c, "norm_topk_prob", false);
@@ -30,7 +32,8 @@ Family qwen3_moe_family() {
       for (const auto& v : c["mlp_only_layers"]) dense_only.push_back(v.get<int>());
     s.sparse_layers.assign(size_t(s.layers), false);
     for (int l = 0; l < s.layers; ++l)
-      s.sparse_layers[l] = std::find(dense_only.begin(), dense_only.end(), l) == dense_only.end() && (l + 1) % step == 0;
+      s.sparse_layers[l] =
+          std::find(dense_only.begin(), dense_only.end(), l) == dense_only.end() && (l + 1) % step == 0;
     return s;
   };
   f.load = [](const Checkpoint& ckpt, Backend& be, const ModelSpec& s, int context) {

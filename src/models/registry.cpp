@@ -50,7 +50,8 @@ int get_int(const nlohmann::json& c, const char* key, std::optional<int> fallbac
     if (fallback) return *fallback;
     throw Error(std::string("config.json: missing required field '") + key + "'");
   }
-  if (!c[key].is_number_integer()) throw Error(std::string("config.json: field '") + key + "' must be an integer");
+  if (!c[key].is_number_integer())
+    throw Error(std::string("config.json: field '") + key + "' must be an integer");
   return c[key].get<int>();
 }
 
@@ -62,7 +63,8 @@ float get_float(const nlohmann::json& c, const char* key, float fallback) {
 
 bool get_bool(const nlohmann::json& c, const char* key, bool fallback) {
   if (!c.contains(key) || c[key].is_null()) return fallback;
-  if (!c[key].is_boolean()) throw Error(std::string("config.json: field '") + key + "' must be true or false");
+  if (!c[key].is_boolean())
+    throw Error(std::string("config.json: field '") + key + "' must be true or false");
   return c[key].get<bool>();
 }
 
@@ -70,7 +72,8 @@ std::vector<int32_t> get_ids(const nlohmann::json& c, const char* key) {
   std::vector<int32_t> ids;
   if (!c.contains(key) || c[key].is_null()) return ids;
   const auto& v = c[key];
-  if (v.is_number_integer()) ids.push_back(v.get<int32_t>());
+  if (v.is_number_integer())
+    ids.push_back(v.get<int32_t>());
   else if (v.is_array())
     for (const auto& e : v)
       if (e.is_number_integer()) ids.push_back(e.get<int32_t>());

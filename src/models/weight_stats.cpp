@@ -16,7 +16,8 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 // Parameters a tensor stands for: MLX-packed weights count their unpacked values; their scales and biases,
 // and FP8 scales, count none.
-int64_t logical_params(const CheckpointSummary& s, const QuantConfig& q, const std::string& name, const TensorInfo& t) {
+int64_t logical_params(const CheckpointSummary& s, const QuantConfig& q, const std::string& name,
+                       const TensorInfo& t) {
   if (ends_with(name, ".scales") || ends_with(name, ".biases") || ends_with(name, ".weight_scale_inv") ||
       ends_with(name, ".weight_scale") || ends_with(name, ".input_scale"))
     return 0;
@@ -24,7 +25,8 @@ int64_t logical_params(const CheckpointSummary& s, const QuantConfig& q, const s
     const std::string base = name.substr(0, name.size() - 7);
     auto sc = s.tensors.find(base + ".scales");
     const int group = q.layer(base).group_size;
-    if (sc != s.tensors.end() && sc->second.shape.size() == 2 && group > 0) return t.shape[0] * sc->second.shape[1] * group;
+    if (sc != s.tensors.end() && sc->second.shape.size() == 2 && group > 0)
+      return t.shape[0] * sc->second.shape[1] * group;
   }
   return t.numel();
 }

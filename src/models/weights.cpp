@@ -193,7 +193,8 @@ LinearWeight fuse_linears(std::vector<LinearWeight> parts) {
   if (has_bias(parts[0])) {
     bool same_dtype = true;
     for (const auto& p : parts) {
-      TF_CHECK(has_bias(p) && p.bias.numel() == p.out_features, "fuse_linears: every part needs an [out] bias");
+      TF_CHECK(has_bias(p) && p.bias.numel() == p.out_features,
+               "fuse_linears: every part needs an [out] bias");
       same_dtype = same_dtype && p.bias.dtype() == parts[0].bias.dtype();
     }
     std::vector<Tensor> bs;
@@ -213,8 +214,8 @@ LinearWeight read_expert_linear(const Checkpoint& ckpt, const std::string& base,
   auto stacked = [&](const std::string& name) {
     Tensor t = ckpt.get(name);
     if (t.ndim() != 3 || t.dim(0) != experts || t.dim(1) != out)
-      throw Error(where(ckpt, name) + " is " + t.describe() + ", not stacked experts [" + std::to_string(experts) +
-                  ", " + std::to_string(out) + ", ...]");
+      throw Error(where(ckpt, name) + " is " + t.describe() + ", not stacked experts [" +
+                  std::to_string(experts) + ", " + std::to_string(out) + ", ...]");
     return t.row(expert);
   };
   LinearWeight w;
@@ -226,7 +227,7 @@ LinearWeight read_expert_linear(const Checkpoint& ckpt, const std::string& base,
     w.biases = stacked(base + ".biases");
     check_mlx(ckpt, base, w);
   } else if (w.weight.dim(1) != in || (w.weight.dtype() != DType::F32 && w.weight.dtype() != DType::BF16 &&
-                                        w.weight.dtype() != DType::F16)) {
+                                       w.weight.dtype() != DType::F16)) {
     throw Error(where(ckpt, base + ".weight") + " is " + w.weight.describe() + ", not dense [" +
                 std::to_string(experts) + ", " + std::to_string(out) + ", " + std::to_string(in) + "]");
   }

@@ -31,12 +31,13 @@ void Backend::attention_inputs(Tensor& q, Tensor& k, const Tensor& v, const Tens
 
 void Backend::attention_inputs_qkv(const Tensor& qkv, Tensor& q, const Tensor* q_norm, const Tensor* k_norm,
                                    float eps, float offset, const RopeParams& rope_params, KvLayer& layer) {
-  TF_CHECK(qkv.ndim() == 2 && layer.k.ndim() == 4, "attention_inputs_qkv: qkv must be [rows, (Hq + 2 Hk) * D]");
+  TF_CHECK(qkv.ndim() == 2 && layer.k.ndim() == 4,
+           "attention_inputs_qkv: qkv must be [rows, (Hq + 2 Hk) * D]");
   const int64_t rows = qkv.dim(0), hk = layer.k.dim(2), d = layer.k.dim(3);
   const int64_t heads = qkv.dim(1) / d, hq = heads - 2 * hk;
   TF_CHECK(heads * d == qkv.dim(1) && hq > 0 && q.numel() == rows * hq * d,
-           "attention_inputs_qkv: qkv " + qkv.describe() + " does not split into q " + q.describe() + " and " +
-               std::to_string(hk) + " k and v heads of " + std::to_string(d));
+           "attention_inputs_qkv: qkv " + qkv.describe() + " does not split into q " + q.describe() +
+               " and " + std::to_string(hk) + " k and v heads of " + std::to_string(d));
   Tensor k = alloc({rows, hk, d}, qkv.dtype()), v = alloc({rows, hk, d}, qkv.dtype());
   const Tensor per_head = qkv.view({rows * heads, d});
   auto part = [&](int64_t first, int64_t n, Tensor& out) {

@@ -87,7 +87,8 @@ RopeParams make_rope(const RopeConfig& c, int context) {
     int orig = c.original_max_position > 0 ? c.original_max_position : c.max_position;
     if (context > orig && orig > 0) {
       float seq = float(context);
-      base = base * std::pow((c.factor * seq / float(orig)) - (c.factor - 1), float(p.rotary_dim) / float(p.rotary_dim - 2));
+      base = base * std::pow((c.factor * seq / float(orig)) - (c.factor - 1),
+                             float(p.rotary_dim) / float(p.rotary_dim - 2));
     }
   }
   p.inv_freq = default_inv_freq(p.rotary_dim, base);

@@ -14,8 +14,8 @@ namespace tf::server {
 // Counters shown on GET /health (also how tests observe that a dropped stream stopped generating).
 struct ServerStats {
   std::atomic<int64_t> requests_total{0};
-  std::atomic<int64_t> requests_failed{0};      // answered with an error status
-  std::atomic<int64_t> generations_active{0};   // submitted streams not yet finished or cancelled
+  std::atomic<int64_t> requests_failed{0};     // answered with an error status
+  std::atomic<int64_t> generations_active{0};  // submitted streams not yet finished or cancelled
   std::atomic<int64_t> generations_total{0};
   std::atomic<int64_t> cancelled_by_client{0};  // streams cancelled because the client went away
   std::atomic<int64_t> tokens_generated{0};

@@ -2,7 +2,6 @@
 
 #include "core/error.h"
 #include "engine/json_matcher.h"
-
 #include "server/errors.h"
 
 namespace tf::server {
@@ -82,17 +81,29 @@ static std::shared_ptr<const JsonSchema> forced_call_schema(ToolFormat fmt, cons
   RequestJson doc;
   if (!name.empty()) {
     switch (fmt) {
-      case ToolFormat::Hermes: close = "}\n</tool_call>"; break;
-      case ToolFormat::Mistral: close = "}]"; break;
-      case ToolFormat::Llama3Json: close = "}"; break;
-      default: return nullptr;
+      case ToolFormat::Hermes:
+        close = "}\n</tool_call>";
+        break;
+      case ToolFormat::Mistral:
+        close = "}]";
+        break;
+      case ToolFormat::Llama3Json:
+        close = "}";
+        break;
+      default:
+        return nullptr;
     }
     doc = params(name);
   } else {
     switch (fmt) {
-      case ToolFormat::Hermes: close = "\n</tool_call>"; break;
-      case ToolFormat::Mistral: close = "]"; break;
-      default: return nullptr;
+      case ToolFormat::Hermes:
+        close = "\n</tool_call>";
+        break;
+      case ToolFormat::Mistral:
+        close = "]";
+        break;
+      default:
+        return nullptr;
     }
     RequestJson any = RequestJson::array();
     for (const auto& [n, p] : fns)
@@ -164,7 +175,8 @@ static void read_tool_choice(const JsonFields& f, const RequestJson& tools, Outp
   cfg.forced_call = forced_call_schema(cfg.tools, name, tools);
 }
 
-void set_reply_constraint(const OutputParsing& parsing, GenerationRequest& request, const std::string& format_param) {
+void set_reply_constraint(const OutputParsing& parsing, GenerationRequest& request,
+                          const std::string& format_param) {
   if (!parsing.forced_call) {
     if (request.json_schema && parsing.reasoning) {
       request.json_schema = JsonSchema::after_reasoning(

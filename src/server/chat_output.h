@@ -24,7 +24,8 @@ OutputParsing chat_output_parsing(const JsonFields& f, const RequestJson& tools,
 // already has a format, `format_param`: response_format, text.format, is a 400: the two cannot both hold),
 // or the request's format behind the reasoning block the parser expects (a thinking model reasons first,
 // then writes the constrained answer, as vLLM does with a reasoning parser).
-void set_reply_constraint(const OutputParsing& parsing, GenerationRequest& request, const std::string& format_param);
+void set_reply_constraint(const OutputParsing& parsing, GenerationRequest& request,
+                          const std::string& format_param);
 
 // The family whose syntax the rendered prompt teaches ("<tool_call>", "<function=", "[AVAILABLE_TOOLS]",
 // ...), else the one the template's own text writes; Hermes when neither is recognised.

@@ -35,6 +35,8 @@ class EngineText : public ModelText {
 
 }  // namespace
 
-std::unique_ptr<ModelText> make_engine_text(const Engine& engine) { return std::make_unique<EngineText>(engine); }
+std::unique_ptr<ModelText> make_engine_text(const Engine& engine) {
+  return std::make_unique<EngineText>(engine);
+}
 
 }  // namespace tf::server

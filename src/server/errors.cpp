@@ -23,18 +23,22 @@ ApiError malformed_json(const std::string& detail) {
 }
 
 ApiError model_not_found(const std::string& model) {
-  return ApiError(404, "invalid_request_error",
-                  "The model '" + model + "' does not exist on this server; GET /v1/models lists the ids it serves.",
-                  "model", "model_not_found");
+  return ApiError(
+      404, "invalid_request_error",
+      "The model '" + model + "' does not exist on this server; GET /v1/models lists the ids it serves.",
+      "model", "model_not_found");
 }
 
 ApiError context_length_exceeded(int prompt_tokens, int max_tokens, int context, const std::string& param) {
-  std::string msg = "This model's maximum context length is " + std::to_string(context) + " tokens. However, you ";
+  std::string msg =
+      "This model's maximum context length is " + std::to_string(context) + " tokens. However, you ";
   if (max_tokens > 0) {
-    msg += "requested " + std::to_string(prompt_tokens + max_tokens) + " tokens (" + std::to_string(prompt_tokens) +
-           " in the prompt, " + std::to_string(max_tokens) + " for the completion). ";
+    msg += "requested " + std::to_string(prompt_tokens + max_tokens) + " tokens (" +
+           std::to_string(prompt_tokens) + " in the prompt, " + std::to_string(max_tokens) +
+           " for the completion). ";
   } else {
-    msg += "sent a prompt of " + std::to_string(prompt_tokens) + " tokens, which leaves no room for a reply. ";
+    msg +=
+        "sent a prompt of " + std::to_string(prompt_tokens) + " tokens, which leaves no room for a reply. ";
   }
   msg += "Please reduce the prompt or the completion length.";
   return ApiError(400, "invalid_request_error", msg, param, "context_length_exceeded");
@@ -62,8 +66,8 @@ ApiError route_not_found(const std::string& method, const std::string& path) {
 }
 
 ApiError internal_error(const std::string& message) {
-  return ApiError(500, "server_error", "The server had an error while processing your request: " + message, {},
-                  {});
+  return ApiError(500, "server_error", "The server had an error while processing your request: " + message,
+                  {}, {});
 }
 
 ApiError shutting_down() {
@@ -75,7 +79,8 @@ ApiError to_api_error(const std::exception& e) {
   if (auto* bad = dynamic_cast<const InvalidRequest*>(&e)) {
     return ApiError(400, "invalid_request_error", bad->what(), bad->param(), bad->code());
   }
-  if (dynamic_cast<const Overloaded*>(&e)) return ApiError(429, "rate_limit_error", e.what(), {}, "server_busy");
+  if (dynamic_cast<const Overloaded*>(&e))
+    return ApiError(429, "rate_limit_error", e.what(), {}, "server_busy");
   return internal_error(e.what());
 }
 

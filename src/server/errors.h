@@ -2,9 +2,8 @@
 // OpenAI's error object: {"error": {"message", "type", "param", "code"}} with the HTTP status that goes
 // with it. Every failure a handler can meet becomes one ApiError, so clients always get this shape.
 #include <exception>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace tf::server {
 

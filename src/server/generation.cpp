@@ -34,10 +34,12 @@ static void read_stop(const JsonFields& f, GenerationRequest& r) {
     const RequestJson& s = (*stop)[i];
     std::string name = f.name("stop") + "[" + std::to_string(i) + "]";
     if (!s.is_string()) {
-      throw invalid_field(name, "Invalid type for '" + name + "': expected a string, but got " + json_type_name(s) + ".",
-                          "invalid_type");
+      throw invalid_field(
+          name, "Invalid type for '" + name + "': expected a string, but got " + json_type_name(s) + ".",
+          "invalid_type");
     }
-    if (s.get<std::string>().empty()) throw invalid_field(name, "'" + name + "' must not be empty.", "invalid_value");
+    if (s.get<std::string>().empty())
+      throw invalid_field(name, "'" + name + "' must not be empty.", "invalid_value");
     r.stop.push_back(s.get<std::string>());
   }
 }
@@ -53,7 +55,8 @@ static void read_sampling(const JsonFields& f, SamplingParams& s) {
   if (auto v = f.number("presence_penalty", -2, 2)) s.presence_penalty = float(*v);
   if (auto v = f.number("frequency_penalty", -2, 2)) s.frequency_penalty = float(*v);
   if (auto v = f.number("repetition_penalty", 0, 10)) {
-    if (*v <= 0) throw invalid_field(f.name("repetition_penalty"), "'repetition_penalty' must be greater than 0.");
+    if (*v <= 0)
+      throw invalid_field(f.name("repetition_penalty"), "'repetition_penalty' must be greater than 0.");
     s.repetition_penalty = float(*v);
   }
   if (auto v = f.integer("seed", INT64_MIN, INT64_MAX)) s.seed = uint64_t(*v);
@@ -72,8 +75,10 @@ static void read_logit_bias(const JsonFields& f, int vocab, SamplingParams& s) {
                         std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
     const long long id = digits ? std::stoll(key) : -1;
     if (id < 0 || id >= vocab) {
-      throw invalid_field(name, "Invalid key in 'logit_bias': '" + key + "' is not a token id in [0, " +
-                                    std::to_string(vocab) + ").", "invalid_value");
+      throw invalid_field(name,
+                          "Invalid key in 'logit_bias': '" + key + "' is not a token id in [0, " +
+                              std::to_string(vocab) + ").",
+                          "invalid_value");
     }
     if (!value.is_number() || value.get<double>() < -100 || value.get<double>() > 100) {
       throw invalid_field(name, "Invalid value for '" + name + "': expected a number in [-100, 100].",
@@ -84,8 +89,8 @@ static void read_logit_bias(const JsonFields& f, int vocab, SamplingParams& s) {
   std::sort(s.logit_bias.begin(), s.logit_bias.end());
   for (size_t i = 1; i < s.logit_bias.size(); ++i) {
     if (s.logit_bias[i].first == s.logit_bias[i - 1].first) {
-      throw invalid_field(f.name("logit_bias"), "'logit_bias' names token " +
-                                                    std::to_string(s.logit_bias[i].first) + " twice.",
+      throw invalid_field(f.name("logit_bias"),
+                          "'logit_bias' names token " + std::to_string(s.logit_bias[i].first) + " twice.",
                           "invalid_value");
     }
   }
@@ -104,13 +109,14 @@ CommonFields read_common_fields(const JsonFields& f, const ApiContext& ctx) {
       std::string name = f.name("stop_token_ids") + "[" + std::to_string(i) + "]";
       if (!(*ids)[i].is_number_integer() || (*ids)[i].get<int64_t>() < 0 ||
           (*ids)[i].get<int64_t>() >= ctx.text.vocab_size()) {
-        throw invalid_field(name, "'" + name + "' must be a token id in [0, " +
-                                      std::to_string(ctx.text.vocab_size()) + ").");
+        throw invalid_field(
+            name, "'" + name + "' must be a token id in [0, " + std::to_string(ctx.text.vocab_size()) + ").");
       }
       r.stop_token_ids.push_back(int32_t((*ids)[i].get<int64_t>()));
     }
   }
-  if (auto v = f.integer("max_tokens", 1, INT_MAX)) c.max_tokens = *v, c.max_tokens_param = f.name("max_tokens");
+  if (auto v = f.integer("max_tokens", 1, INT_MAX))
+    c.max_tokens = *v, c.max_tokens_param = f.name("max_tokens");
   if (auto v = f.integer("max_completion_tokens", 1, INT_MAX)) {
     c.max_tokens = *v, c.max_tokens_param = f.name("max_completion_tokens");
   }
@@ -156,11 +162,16 @@ std::optional<uint64_t> choice_seed(const GenerationRequest& r, int n, int i) {
 
 const char* finish_reason_text(FinishReason r) {
   switch (r) {
-    case FinishReason::Length: return "length";
-    case FinishReason::Stop: return "stop";
-    case FinishReason::Cancelled: return "cancelled";
-    case FinishReason::Error: return "error";
-    default: return "stop";
+    case FinishReason::Length:
+      return "length";
+    case FinishReason::Stop:
+      return "stop";
+    case FinishReason::Cancelled:
+      return "cancelled";
+    case FinishReason::Error:
+      return "error";
+    default:
+      return "stop";
   }
 }
 
@@ -179,7 +190,9 @@ Generation::Generation(const ApiContext& ctx, std::vector<GenerationRequest> req
   }
 }
 
-Generation::~Generation() { cancel(false); }
+Generation::~Generation() {
+  cancel(false);
+}
 
 void Generation::mark_finished(size_t i) {
   if (finished_[i]) return;
@@ -292,7 +305,8 @@ bool stream_generation(EventSource& gen, StreamFormatter& fmt, const StreamUsage
   auto send_counted = [&](json chunk, size_t i) {
     if (stream_usage.continuous) {
       const int64_t p = i < stream_usage.prompt_tokens.size() ? stream_usage.prompt_tokens[i] : 0;
-      chunk["usage"] = {{"prompt_tokens", p}, {"completion_tokens", produced[i]}, {"total_tokens", p + produced[i]}};
+      chunk["usage"] = {
+          {"prompt_tokens", p}, {"completion_tokens", produced[i]}, {"total_tokens", p + produced[i]}};
     }
     return send(chunk);
   };

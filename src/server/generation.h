@@ -5,11 +5,10 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "engine/api.h"
 #include "server/api_context.h"
@@ -25,7 +24,8 @@ struct CommonFields {
   int n = 1;
   bool stream = false;
   bool include_usage = false;
-  bool continuous_usage = false;  // stream_options.continuous_usage_stats (vLLM): running counts in every chunk
+  bool continuous_usage =
+      false;  // stream_options.continuous_usage_stats (vLLM): running counts in every chunk
 };
 
 // Reads model-independent fields; sampling defaults come from the model (generation_config + CLI).

@@ -1,8 +1,8 @@
 #include "server/http_reply.h"
 
-#include "server/sse.h"
-
 #include <algorithm>
+
+#include "server/sse.h"
 
 namespace tf::server {
 

@@ -14,15 +14,23 @@ std::string element_path(const std::string& array_path, size_t i) {
 
 std::string json_type_name(const RequestJson& v) {
   switch (v.type()) {
-    case RequestJson::value_t::null: return "null";
-    case RequestJson::value_t::object: return "an object";
-    case RequestJson::value_t::array: return "an array";
-    case RequestJson::value_t::string: return "a string";
-    case RequestJson::value_t::boolean: return "a boolean";
+    case RequestJson::value_t::null:
+      return "null";
+    case RequestJson::value_t::object:
+      return "an object";
+    case RequestJson::value_t::array:
+      return "an array";
+    case RequestJson::value_t::string:
+      return "a string";
+    case RequestJson::value_t::boolean:
+      return "a boolean";
     case RequestJson::value_t::number_integer:
-    case RequestJson::value_t::number_unsigned: return "an integer";
-    case RequestJson::value_t::number_float: return "a number";
-    default: return "an unsupported value";
+    case RequestJson::value_t::number_unsigned:
+      return "an integer";
+    case RequestJson::value_t::number_float:
+      return "a number";
+    default:
+      return "an unsupported value";
   }
 }
 
@@ -32,12 +40,15 @@ const RequestJson* JsonFields::get(const std::string& key) const {
   return &*it;
 }
 
-bool JsonFields::has(const std::string& key) const { return get(key) != nullptr; }
+bool JsonFields::has(const std::string& key) const {
+  return get(key) != nullptr;
+}
 
 static ApiError wrong_type(const std::string& field, const char* expected, const RequestJson& got) {
-  return invalid_field(field, "Invalid type for '" + field + "': expected " + expected + ", but got " +
-                                  json_type_name(got) + ".",
-                       "invalid_type");
+  return invalid_field(
+      field,
+      "Invalid type for '" + field + "': expected " + expected + ", but got " + json_type_name(got) + ".",
+      "invalid_type");
 }
 
 static std::string fmt(double v) {
@@ -53,8 +64,9 @@ std::optional<double> JsonFields::number(const std::string& key, double lo, doub
   if (!v->is_number()) throw wrong_type(name(key), "a number", *v);
   double d = v->get<double>();
   if (!std::isfinite(d) || d < lo || d > hi) {
-    throw invalid_field(name(key), "Invalid value for '" + name(key) + "': " + fmt(d) + " is outside [" + fmt(lo) +
-                                       ", " + fmt(hi) + "].",
+    throw invalid_field(name(key),
+                        "Invalid value for '" + name(key) + "': " + fmt(d) + " is outside [" + fmt(lo) +
+                            ", " + fmt(hi) + "].",
                         "invalid_value");
   }
   return d;
@@ -76,8 +88,9 @@ std::optional<int64_t> JsonFields::integer(const std::string& key, int64_t lo, i
     throw wrong_type(name(key), "an integer", *v);
   }
   if (i < lo || i > hi) {
-    throw invalid_field(name(key), "Invalid value for '" + name(key) + "': " + std::to_string(i) +
-                                       " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "].",
+    throw invalid_field(name(key),
+                        "Invalid value for '" + name(key) + "': " + std::to_string(i) + " is outside [" +
+                            std::to_string(lo) + ", " + std::to_string(hi) + "].",
                         "invalid_value");
   }
   return i;

@@ -1,12 +1,12 @@
 #pragma once
 // Typed access to the fields of a request object. Requests are parsed as ordered_json: chat templates
-// dump tools and arguments with tojson, and Python (transformers, vLLM) keeps the request's key order. A field that is absent or null reads as "not given";
-// a field of the wrong type or out of range is a 400 that names it (with its path, e.g. "messages[2].role").
+// dump tools and arguments with tojson, and Python (transformers, vLLM) keeps the request's key order. A
+// field that is absent or null reads as "not given"; a field of the wrong type or out of range is a 400 that
+// names it (with its path, e.g. "messages[2].role").
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 namespace tf::server {
 

@@ -33,8 +33,9 @@ void LiveLine::run() {
     last_tokens = e.generated_tokens;
     last = now;
     char buf[200];
-    std::snprintf(buf, sizeof buf, "[live] %d running, %d waiting, %.0f tok/s, %lld requests, KV %d/%d blocks",
-                  e.running, e.waiting, rate, (long long)stats_.requests_total.load(), e.kv_blocks_used,
+    std::snprintf(buf, sizeof buf,
+                  "[live] %d running, %d waiting, %.0f tok/s, %lld requests, KV %d/%d blocks", e.running,
+                  e.waiting, rate, (long long)stats_.requests_total.load(), e.kv_blocks_used,
                   e.kv_blocks_total);
     draw_live_line(buf);
   }

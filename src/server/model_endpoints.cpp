@@ -71,7 +71,8 @@ json tokenize_json(const RequestJson& body, const ApiContext& ctx) {
   } else {
     auto text = f.string("prompt");
     if (!text) text = f.string("content");
-    if (!text) throw invalid_field("prompt", "Missing required parameter: 'prompt' (or 'content', or 'messages').");
+    if (!text)
+      throw invalid_field("prompt", "Missing required parameter: 'prompt' (or 'content', or 'messages').");
     bool special = f.boolean("add_special_tokens").value_or(f.boolean("add_special").value_or(true));
     ids = ctx.text.encode(*text, special);
   }
@@ -94,8 +95,9 @@ json detokenize_json(const RequestJson& body, const ApiContext& ctx) {
     const RequestJson& t = (*tokens)[i];
     std::string name = "tokens[" + std::to_string(i) + "]";
     if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= ctx.text.vocab_size()) {
-      throw invalid_field(name, "'" + name + "' must be a token id in [0, " + std::to_string(ctx.text.vocab_size()) + ").",
-                          "invalid_value");
+      throw invalid_field(
+          name, "'" + name + "' must be a token id in [0, " + std::to_string(ctx.text.vocab_size()) + ").",
+          "invalid_value");
     }
     ids.push_back(int32_t(t.get<int64_t>()));
   }

@@ -4,10 +4,9 @@
 // Tokenizer and ChatTemplate (engine_text.cpp).
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace tf {
 class Engine;

@@ -13,8 +13,10 @@ using nlohmann::json;
 static RequestJson normalize_content(const RequestJson& content, const std::string& name) {
   if (content.is_string()) return content;
   if (!content.is_array()) {
-    throw invalid_field(name, "Invalid type for '" + name + "': expected a string or an array of content parts, but got " +
-                                  json_type_name(content) + ".",
+    throw invalid_field(name,
+                        "Invalid type for '" + name +
+                            "': expected a string or an array of content parts, but got " +
+                            json_type_name(content) + ".",
                         "invalid_type");
   }
   std::string text;
@@ -26,8 +28,9 @@ static RequestJson normalize_content(const RequestJson& content, const std::stri
     auto type = pf.string("type");
     if (!type) throw invalid_field(pf.name("type"), "Missing required parameter: '" + pf.name("type") + "'.");
     if (*type != "text") {
-      throw invalid_field(pf.name("type"), "Invalid value for '" + pf.name("type") + "': content parts of type '" +
-                                               *type + "' are not supported by this server; only 'text' parts are.",
+      throw invalid_field(pf.name("type"),
+                          "Invalid value for '" + pf.name("type") + "': content parts of type '" + *type +
+                              "' are not supported by this server; only 'text' parts are.",
                           "unsupported_content");
     }
     auto t = pf.string("text");
@@ -40,30 +43,36 @@ static RequestJson normalize_content(const RequestJson& content, const std::stri
 
 static RequestJson normalize_tool_calls(const RequestJson& calls, const std::string& name) {
   if (!calls.is_array()) {
-    throw invalid_field(name, "Invalid type for '" + name + "': expected an array, but got " + json_type_name(calls) + ".",
-                        "invalid_type");
+    throw invalid_field(
+        name, "Invalid type for '" + name + "': expected an array, but got " + json_type_name(calls) + ".",
+        "invalid_type");
   }
   RequestJson out = RequestJson::array();
   for (size_t i = 0; i < calls.size(); ++i) {
     std::string cname = element_path(name, i);
-    if (!calls[i].is_object()) throw invalid_field(cname, "'" + cname + "' must be an object.", "invalid_type");
+    if (!calls[i].is_object())
+      throw invalid_field(cname, "'" + cname + "' must be an object.", "invalid_type");
     RequestJson call = calls[i];
     JsonFields cf(call, cname);
     const RequestJson* fn = cf.object("function");
-    if (!fn) throw invalid_field(cf.name("function"), "Missing required parameter: '" + cf.name("function") + "'.");
+    if (!fn)
+      throw invalid_field(cf.name("function"), "Missing required parameter: '" + cf.name("function") + "'.");
     JsonFields ff(*fn, cf.name("function"));
-    if (!ff.string("name")) throw invalid_field(ff.name("name"), "Missing required parameter: '" + ff.name("name") + "'.");
+    if (!ff.string("name"))
+      throw invalid_field(ff.name("name"), "Missing required parameter: '" + ff.name("name") + "'.");
     const RequestJson* args = ff.get("arguments");
     if (args && args->is_string()) {
       // Templates index arguments as a mapping (transformers passes them that way).
       RequestJson parsed = RequestJson::parse(args->get<std::string>(), nullptr, false);
       if (parsed.is_discarded()) {
-        throw invalid_field(ff.name("arguments"), "'" + ff.name("arguments") + "' is not valid JSON.", "invalid_value");
+        throw invalid_field(ff.name("arguments"), "'" + ff.name("arguments") + "' is not valid JSON.",
+                            "invalid_value");
       }
       call["function"]["arguments"] = parsed;
     } else if (args && !args->is_object()) {
-      throw invalid_field(ff.name("arguments"), "Invalid type for '" + ff.name("arguments") +
-                                                    "': expected a JSON string, but got " + json_type_name(*args) + ".",
+      throw invalid_field(ff.name("arguments"),
+                          "Invalid type for '" + ff.name("arguments") +
+                              "': expected a JSON string, but got " + json_type_name(*args) + ".",
                           "invalid_type");
     }
     if (!call.contains("type")) call["type"] = "function";
@@ -74,17 +83,19 @@ static RequestJson normalize_tool_calls(const RequestJson& calls, const std::str
 
 static RequestJson normalize_message(const RequestJson& m, const std::string& name) {
   if (!m.is_object()) {
-    throw invalid_field(name, "Invalid type for '" + name + "': expected an object, but got " + json_type_name(m) + ".",
-                        "invalid_type");
+    throw invalid_field(
+        name, "Invalid type for '" + name + "': expected an object, but got " + json_type_name(m) + ".",
+        "invalid_type");
   }
   JsonFields f(m, name);
   auto role = f.string("role");
   if (!role) throw invalid_field(f.name("role"), "Missing required parameter: '" + f.name("role") + "'.");
   static const char* roles[] = {"system", "developer", "user", "assistant", "tool"};
   if (std::find(std::begin(roles), std::end(roles), *role) == std::end(roles)) {
-    throw invalid_field(f.name("role"), "Invalid value for '" + f.name("role") + "': '" + *role +
-                                            "'. Supported values are: 'system', 'developer', 'user', 'assistant' "
-                                            "and 'tool'.",
+    throw invalid_field(f.name("role"),
+                        "Invalid value for '" + f.name("role") + "': '" + *role +
+                            "'. Supported values are: 'system', 'developer', 'user', 'assistant' "
+                            "and 'tool'.",
                         "invalid_value");
   }
   RequestJson out = m;
@@ -105,9 +116,10 @@ static RequestJson normalize_message(const RequestJson& m, const std::string& na
 
 RequestJson normalize_messages(const RequestJson& messages) {
   if (!messages.is_array()) {
-    throw invalid_field("messages", "Invalid type for 'messages': expected an array, but got " +
-                                        json_type_name(messages) + ".",
-                        "invalid_type");
+    throw invalid_field(
+        "messages",
+        "Invalid type for 'messages': expected an array, but got " + json_type_name(messages) + ".",
+        "invalid_type");
   }
   if (messages.empty()) throw invalid_field("messages", "'messages' must contain at least one message.");
   RequestJson out = RequestJson::array();
@@ -152,7 +164,8 @@ ChatRequest parse_chat_request(const RequestJson& body, const ApiContext& ctx) {
   r.template_kwargs = template_kwargs(f, ctx);
   r.thinking_budget = read_thinking_budget(f, ctx);
   if (!ctx.text.has_chat_template()) {
-    throw invalid_field("messages", "This model has no chat template; use POST /v1/completions with a prompt.",
+    throw invalid_field("messages",
+                        "This model has no chat template; use POST /v1/completions with a prompt.",
                         "no_chat_template");
   }
   std::string rendered;
@@ -186,22 +199,27 @@ std::vector<GenerationRequest> chat_submissions(const ChatRequest& req) {
 }
 
 static json meta_fields(const ResponseMeta& m, const char* object) {
-  return {{"id", m.id}, {"object", object}, {"created", m.created}, {"model", m.model},
+  return {{"id", m.id},
+          {"object", object},
+          {"created", m.created},
+          {"model", m.model},
           {"system_fingerprint", m.fingerprint}};
 }
 
-json chat_completion_json(const ChatRequest& req, const ResponseMeta& meta, const std::vector<ChoiceResult>& choices,
-                          const ModelText& text) {
+json chat_completion_json(const ChatRequest& req, const ResponseMeta& meta,
+                          const std::vector<ChoiceResult>& choices, const ModelText& text) {
   json out = meta_fields(meta, "chat.completion");
   json arr = json::array();
   std::vector<Usage> usage;
   for (size_t i = 0; i < choices.size(); ++i) {
     const ChoiceResult& c = choices[i];
     json logprobs = nullptr;
-    if (req.logprobs) logprobs = {{"content", chat_logprob_entries(text, c.tokens, req.top_logprobs)}, {"refusal", nullptr}};
+    if (req.logprobs)
+      logprobs = {{"content", chat_logprob_entries(text, c.tokens, req.top_logprobs)}, {"refusal", nullptr}};
     bool calls = false;
     json message = chat_message_json(req.parsing, c.text, &calls);
-    const char* finish = calls && c.finish == FinishReason::Stop ? "tool_calls" : finish_reason_text(c.finish);
+    const char* finish =
+        calls && c.finish == FinishReason::Stop ? "tool_calls" : finish_reason_text(c.finish);
     arr.push_back({{"index", i}, {"message", message}, {"logprobs", logprobs}, {"finish_reason", finish}});
     usage.push_back(c.usage);
   }
@@ -212,8 +230,10 @@ json chat_completion_json(const ChatRequest& req, const ResponseMeta& meta, cons
 
 json ChatStreamFormatter::chunk(size_t index, json delta, json logprobs, json finish) const {
   json c = meta_fields(meta_, "chat.completion.chunk");
-  c["choices"] = json::array(
-      {{{"index", index}, {"delta", std::move(delta)}, {"logprobs", std::move(logprobs)}, {"finish_reason", finish}}});
+  c["choices"] = json::array({{{"index", index},
+                               {"delta", std::move(delta)},
+                               {"logprobs", std::move(logprobs)},
+                               {"finish_reason", finish}}});
   if (req_.common.include_usage) c["usage"] = nullptr;
   return c;
 }
@@ -224,7 +244,8 @@ std::vector<json> ChatStreamFormatter::begin(size_t index) {
 
 std::vector<json> ChatStreamFormatter::tokens(size_t index, const StreamEvent& ev) {
   json logprobs = nullptr;
-  if (req_.logprobs) logprobs = {{"content", chat_logprob_entries(text_, ev.tokens, req_.top_logprobs)}, {"refusal", nullptr}};
+  if (req_.logprobs)
+    logprobs = {{"content", chat_logprob_entries(text_, ev.tokens, req_.top_logprobs)}, {"refusal", nullptr}};
   json delta = chat_delta_json(parsers_.at(index).feed(ev.text));  // reasoning / tool calls split off
   if (delta.empty() && logprobs.is_null()) return {};  // text held back (a possible stop string or marker)
   return {chunk(index, delta, logprobs, nullptr)};

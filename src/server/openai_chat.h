@@ -1,10 +1,9 @@
 #pragma once
 // POST /v1/chat/completions: messages -> chat template -> prompt ids; results -> chat.completion JSON or
 // chat.completion.chunk SSE.
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "server/api_context.h"
 #include "server/chat_output.h"
@@ -24,8 +23,8 @@ struct ChatRequest {
   RequestJson template_kwargs = RequestJson::object();
   bool add_generation_prompt = true;
   std::vector<int32_t> prompt;
-  int max_tokens = 0;  // resolved against the context
-  OutputParsing parsing;  // reasoning / tool-call parsing of the reply (chat_output.h)
+  int max_tokens = 0;       // resolved against the context
+  OutputParsing parsing;    // reasoning / tool-call parsing of the reply (chat_output.h)
   int thinking_budget = 0;  // reasoning tokens before the block is closed (thinking_budget.h); 0: none
 };
 
@@ -57,7 +56,8 @@ class ChatStreamFormatter : public StreamFormatter {
   nlohmann::json usage(const nlohmann::json& usage) override;
 
  private:
-  nlohmann::json chunk(size_t index, nlohmann::json delta, nlohmann::json logprobs, nlohmann::json finish) const;
+  nlohmann::json chunk(size_t index, nlohmann::json delta, nlohmann::json logprobs,
+                       nlohmann::json finish) const;
   const ChatRequest& req_;
   ResponseMeta meta_;
   const ModelText& text_;

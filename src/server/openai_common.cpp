@@ -20,7 +20,9 @@ int64_t unix_now() {
       .count();
 }
 
-std::string token_piece(const ModelText& text, int32_t id) { return text.decode({id}, false); }
+std::string token_piece(const ModelText& text, int32_t id) {
+  return text.decode({id}, false);
+}
 
 json piece_bytes(const std::string& piece) {
   json bytes = json::array();
@@ -28,7 +30,8 @@ json piece_bytes(const std::string& piece) {
   return bytes;
 }
 
-json chat_logprob_entries(const ModelText& text, const std::vector<GeneratedToken>& tokens, int top_logprobs) {
+json chat_logprob_entries(const ModelText& text, const std::vector<GeneratedToken>& tokens,
+                          int top_logprobs) {
   json out = json::array();
   for (const auto& t : tokens) {
     std::string piece = token_piece(text, t.token);
@@ -37,7 +40,8 @@ json chat_logprob_entries(const ModelText& text, const std::vector<GeneratedToke
       std::string p = token_piece(text, t.top[k].token);
       top.push_back({{"token", p}, {"logprob", t.top[k].logprob}, {"bytes", piece_bytes(p)}});
     }
-    out.push_back({{"token", piece}, {"logprob", t.logprob}, {"bytes", piece_bytes(piece)}, {"top_logprobs", top}});
+    out.push_back(
+        {{"token", piece}, {"logprob", t.logprob}, {"bytes", piece_bytes(piece)}, {"top_logprobs", top}});
   }
   return out;
 }

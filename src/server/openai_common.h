@@ -1,10 +1,9 @@
 #pragma once
 // Pieces shared by the OpenAI chat and completions adapters: response identity and logprob entries.
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "engine/api.h"
 #include "server/model_text.h"

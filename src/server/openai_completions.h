@@ -1,10 +1,9 @@
 #pragma once
 // POST /v1/completions: prompt (string, strings, token ids, lists of token ids) -> text_completion JSON or
 // SSE chunks. Choice index = prompt index * n + choice number, as OpenAI numbers them.
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "server/api_context.h"
 #include "server/generation.h"
@@ -40,7 +39,8 @@ class CompletionStreamFormatter : public StreamFormatter {
   nlohmann::json usage(const nlohmann::json& usage) override;
 
  private:
-  nlohmann::json chunk(size_t index, const std::string& text, nlohmann::json logprobs, nlohmann::json finish) const;
+  nlohmann::json chunk(size_t index, const std::string& text, nlohmann::json logprobs,
+                       nlohmann::json finish) const;
   const CompletionRequest& req_;
   ResponseMeta meta_;
   const ModelText& text_;

@@ -569,7 +569,8 @@ ApiError response_not_found(const std::string& id) {
 void register_responses_routes(httplib::Server& http, const ApiContext& context) {
   const ApiContext* ctx = &context;
   auto route = [ctx](auto handler) {
-    return guarded_route(ctx, check_bearer, [](const ApiError& e) { return e.to_json(); }, handler);
+    return guarded_route(
+        ctx, check_bearer, [](const ApiError& e) { return e.to_json(); }, handler);
   };
   http.Post("/v1/responses", route([ctx](const httplib::Request& req, httplib::Response& res) {
               handle_create(*ctx, req, res);

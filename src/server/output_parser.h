@@ -23,8 +23,8 @@
 // start is not in the expected shape (say, string-encoded arguments) is read whole when it closes, and
 // given back as content when it does not parse; once a call has streamed it stays a call.
 #include <cstddef>
-#include <nlohmann/json.hpp>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -59,9 +59,9 @@ struct OutputParsing {
 // A piece of a tool call. The call's first piece has id and name (and perhaps some arguments); later
 // pieces have only arguments text. The pieces of one index concatenate to the arguments JSON.
 struct ParsedToolCall {
-  size_t index = 0;  // position among this reply's calls
-  std::string id;    // "call_<hex>"; empty in continuation pieces
-  std::string name;  // empty in continuation pieces
+  size_t index = 0;       // position among this reply's calls
+  std::string id;         // "call_<hex>"; empty in continuation pieces
+  std::string name;       // empty in continuation pieces
   std::string arguments;  // this piece of the arguments JSON text
 };
 

@@ -4,9 +4,8 @@
 #include <cstdio>
 #include <ctime>
 #include <mutex>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "server/sse.h"
 
@@ -19,8 +18,8 @@ static std::string utc_now() {
   std::tm tm{};
   gmtime_r(&t, &tm);
   char buf[96];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-                tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
   return buf;
 }
 
@@ -29,8 +28,8 @@ std::string format_request_line(const RequestRecord& r, LogFormat fmt) {
                      ? double(r.completion_tokens) / ((r.duration_ms - r.ttft_ms) / 1000.0)
                      : 0.0;
   if (fmt == LogFormat::Json) {
-    nlohmann::json j = {{"time", utc_now()},     {"method", r.method}, {"path", r.path},
-                        {"status", r.status},    {"ms", int64_t(r.duration_ms)}, {"remote", r.remote}};
+    nlohmann::json j = {{"time", utc_now()},  {"method", r.method},           {"path", r.path},
+                        {"status", r.status}, {"ms", int64_t(r.duration_ms)}, {"remote", r.remote}};
     if (!r.id.empty()) j["id"] = r.id;
     if (!r.model.empty()) j["model"] = r.model;
     if (r.prompt_tokens >= 0) j["prompt_tokens"] = r.prompt_tokens;
@@ -44,7 +43,8 @@ std::string format_request_line(const RequestRecord& r, LogFormat fmt) {
     return dump_json(j);
   }
   std::ostringstream s;
-  s << utc_now() << " " << r.method << " " << r.path << " " << r.status << " " << int64_t(r.duration_ms) << "ms";
+  s << utc_now() << " " << r.method << " " << r.path << " " << r.status << " " << int64_t(r.duration_ms)
+    << "ms";
   if (!r.id.empty()) s << " id=" << r.id << (r.stream ? " stream" : "");
   if (r.prompt_tokens >= 0) s << " prompt=" << r.prompt_tokens;
   if (r.completion_tokens >= 0) s << " completion=" << r.completion_tokens;
@@ -116,19 +116,21 @@ std::string startup_report(const ModelInfo& info, const ServerOptions& opt, cons
   std::string id = opt.name.empty() ? info.id : opt.name;
   s << "tensorfold serve\n";
   s << "  model       " << id << "  (" << info.path << ")\n";
-  s << "  family      " << info.family << ", " << count_text(info.parameters) << " parameters, " << info.dtype << "\n";
+  s << "  family      " << info.family << ", " << count_text(info.parameters) << " parameters, " << info.dtype
+    << "\n";
   s << "  backend     " << info.backend << "\n";
   s << "  drafter     " << (info.drafter.empty() ? "none" : info.drafter) << " (plus context copies)\n";
   s << "  context     " << info.context << " tokens per stream (native " << info.native_context << "), "
     << info.parallel << " streams\n";
-  s << "  memory      weights " << bytes_text(info.weight_bytes) << ", KV cache " << bytes_text(info.kv_bytes) << " ("
-    << info.kv_tokens << " tokens)\n";
+  s << "  memory      weights " << bytes_text(info.weight_bytes) << ", KV cache " << bytes_text(info.kv_bytes)
+    << " (" << info.kv_tokens << " tokens)\n";
   if (!opt.aliases.empty()) {
     s << "  aliases    ";
     for (const auto& a : opt.aliases) s << " " << a;
     s << "\n";
   }
-  s << "  auth        " << (opt.api_keys.empty() ? "off" : std::to_string(opt.api_keys.size()) + " API key(s)") << "\n";
+  s << "  auth        "
+    << (opt.api_keys.empty() ? "off" : std::to_string(opt.api_keys.size()) + " API key(s)") << "\n";
   s << "  fingerprint " << info.fingerprint << "\n";
   s << "  listening   " << url << "  (OpenAI base_url " << url << "/v1)";
   return s.str();

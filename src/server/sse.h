@@ -1,8 +1,7 @@
 #pragma once
 // Server-Sent Events framing as OpenAI streams it: "data: <json>\n\n" per chunk, "data: [DONE]\n\n" last.
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace tf::server {
 

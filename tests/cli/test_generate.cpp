@@ -23,9 +23,10 @@ TEST(CliGenerate, JsonSchemaConstrainsTheReply) {
       "answer": {"type": "string", "maxLength": 30}, "confidence": {"enum": ["low", "high"]}},
       "required": ["answer", "confidence"]})");
   for (const char* temperature : {"0", "0.8"}) {
-    ProcessResult r = run_tensorfold(std::string("generate --backend cpu -q -n 80 --seed 3 --temperature ") +
-                                         temperature + " --chat 'What does json.loads do?' --json-schema " + schema,
-                                     false);
+    ProcessResult r =
+        run_tensorfold(std::string("generate --backend cpu -q -n 80 --seed 3 --temperature ") + temperature +
+                           " --chat 'What does json.loads do?' --json-schema " + schema,
+                       false);
     ASSERT_EQ(r.code, 0) << r.output;
     const auto doc = nlohmann::ordered_json::parse(r.output, nullptr, false);
     ASSERT_FALSE(doc.is_discarded()) << r.output;

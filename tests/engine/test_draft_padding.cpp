@@ -13,15 +13,14 @@
 #include <vector>
 
 #include "core/error.h"
+#include "cpu_forwarding_backend.h"
 #include "engine/draft_policy.h"
 #include "engine/drafters/drafter.h"
 #include "engine/engine.h"
 #include "engine/sequence.h"
 #include "ops/backend.h"
-#include "text/tokenizer.h"
-
-#include "cpu_forwarding_backend.h"
 #include "stream_output.h"
+#include "text/tokenizer.h"
 
 using namespace tf;
 using namespace std::chrono_literals;

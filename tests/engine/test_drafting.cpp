@@ -10,9 +10,8 @@
 #include "engine/drafters/ngram.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
-#include "text/tokenizer.h"
-
 #include "stream_output.h"
+#include "text/tokenizer.h"
 
 using namespace tf;
 using namespace std::chrono_literals;

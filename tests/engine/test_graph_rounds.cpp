@@ -13,12 +13,11 @@
 #include <set>
 #include <thread>
 
+#include "cpu_forwarding_backend.h"
 #include "engine/drafters/replay.h"
 #include "engine/engine.h"
 #include "engine/sequence.h"
 #include "ops/backend.h"
-
-#include "cpu_forwarding_backend.h"
 
 using namespace tf;
 using namespace std::chrono_literals;

@@ -84,36 +84,36 @@ TEST(JsonMatcher, AcceptsValidDocumentsByteByByte) {
 
 TEST(JsonMatcher, RejectsInvalidDocumentsAtTheRightByte) {
   const RejectCase cases[] = {
-      {kPerson, R"({"name":)", R"(1})"},                              // wrong type
-      {kPerson, R"({"name":"Ada")", "}"},                             // missing required "age"
-      {kPerson, R"({"name":"Ada","age":1,")", R"(x":1})"},            // extra property: no listed name "x"
-      {kPerson, R"({"name":"Ada","age":1,"s)", R"(x":1})"},           // a key prefix of "score" only
-      {kPerson, R"({")", R"(age":1})"},                               // "age" before the required "name"
-      {kPerson, R"({"name":"Ada","age":0)", R"(1})"},                 // leading zero
-      {kPerson, R"({"name":"Ada","age":1)", R"(.5})"},                // integer: no fraction
-      {kPerson, R"({"name":"Ada","age":1)", R"(e3})"},                // integer: no exponent
-      {kPerson, R"({"name":"Ada","age":1,"score":1.)", R"(})"},       // a digit must follow '.'
-      {kPerson, R"({"name":"Ada","age":1,"score":)", R"(+1})"},       // no '+' sign
-      {kPerson, R"({"name":"a\)", R"(x"})"},                          // bad escape
-      {kPerson, R"({"name":"a\u12)", R"(g4"})"},                      // bad \u escape
-      {kPerson, R"({"name":"a\ud)", R"(c00"})"},                      // a lone low surrogate, known at "dc"
-      {kPerson, R"({"name":"a\ud83d)", R"("})"},                      // high surrogate without its low half
-      {kPerson, R"({"name":")", "\x01\"}"},                           // raw control character
-      {kPerson, R"({"name":")", "\xc0\xaf\"}"},                       // overlong encoding
-      {kPerson, "{\"name\":\"\xe0", "\x80\x80\"}"},                   // overlong 3-byte encoding
-      {kPerson, "{\"name\":\"\xed", "\xa0\x80\"}"},                   // UTF-16 surrogate in UTF-8
-      {kPerson, "{\"name\":\"\xc3", "A\"}"},                          // truncated sequence
-      {kPerson, R"({"name":")", "\xff\"}"},                           // never valid in UTF-8
-      {kPerson, R"({"name":")", R"("})"},                             // minLength 1
-      {kPerson, R"({"name":"123456789012)", R"(3"})"},                // maxLength 12
-      {kPerson, R"({"name":"Ada","age":1})", " "},                    // nothing after the top-level value
-      {kPerson, R"({"name":"Ada","age":1,"active":tru)", R"(E})"},    // literal
-      {kPerson, R"({"name":"Ada","age":1,"note":)", R"(true})"},      // not in the type union
+      {kPerson, R"({"name":)", R"(1})"},                            // wrong type
+      {kPerson, R"({"name":"Ada")", "}"},                           // missing required "age"
+      {kPerson, R"({"name":"Ada","age":1,")", R"(x":1})"},          // extra property: no listed name "x"
+      {kPerson, R"({"name":"Ada","age":1,"s)", R"(x":1})"},         // a key prefix of "score" only
+      {kPerson, R"({")", R"(age":1})"},                             // "age" before the required "name"
+      {kPerson, R"({"name":"Ada","age":0)", R"(1})"},               // leading zero
+      {kPerson, R"({"name":"Ada","age":1)", R"(.5})"},              // integer: no fraction
+      {kPerson, R"({"name":"Ada","age":1)", R"(e3})"},              // integer: no exponent
+      {kPerson, R"({"name":"Ada","age":1,"score":1.)", R"(})"},     // a digit must follow '.'
+      {kPerson, R"({"name":"Ada","age":1,"score":)", R"(+1})"},     // no '+' sign
+      {kPerson, R"({"name":"a\)", R"(x"})"},                        // bad escape
+      {kPerson, R"({"name":"a\u12)", R"(g4"})"},                    // bad \u escape
+      {kPerson, R"({"name":"a\ud)", R"(c00"})"},                    // a lone low surrogate, known at "dc"
+      {kPerson, R"({"name":"a\ud83d)", R"("})"},                    // high surrogate without its low half
+      {kPerson, R"({"name":")", "\x01\"}"},                         // raw control character
+      {kPerson, R"({"name":")", "\xc0\xaf\"}"},                     // overlong encoding
+      {kPerson, "{\"name\":\"\xe0", "\x80\x80\"}"},                 // overlong 3-byte encoding
+      {kPerson, "{\"name\":\"\xed", "\xa0\x80\"}"},                 // UTF-16 surrogate in UTF-8
+      {kPerson, "{\"name\":\"\xc3", "A\"}"},                        // truncated sequence
+      {kPerson, R"({"name":")", "\xff\"}"},                         // never valid in UTF-8
+      {kPerson, R"({"name":")", R"("})"},                           // minLength 1
+      {kPerson, R"({"name":"123456789012)", R"(3"})"},              // maxLength 12
+      {kPerson, R"({"name":"Ada","age":1})", " "},                  // nothing after the top-level value
+      {kPerson, R"({"name":"Ada","age":1,"active":tru)", R"(E})"},  // literal
+      {kPerson, R"({"name":"Ada","age":1,"note":)", R"(true})"},    // not in the type union
       {kPerson, "{\n                    ", " \"name\":\"A\",\"age\":1}"},  // indent past kMaxIndent
-      {kPerson, "{\n", "\n\"name\":\"A\",\"age\":1}"},                      // a blank line
-      {kPerson, "{ ", " \"name\":\"A\",\"age\":1}"},                          // two spaces
-      {kPerson, "{\"name\":\"A\", ", "\n\"age\":1}"},                        // a space then a newline
-      {kPerson, "", " {\"name\":\"A\",\"age\":1}"},                           // before the value
+      {kPerson, "{\n", "\n\"name\":\"A\",\"age\":1}"},                     // a blank line
+      {kPerson, "{ ", " \"name\":\"A\",\"age\":1}"},                       // two spaces
+      {kPerson, "{\"name\":\"A\", ", "\n\"age\":1}"},                      // a space then a newline
+      {kPerson, "", " {\"name\":\"A\",\"age\":1}"},                        // before the value
       {R"({"type":"array","items":{"type":"integer"},"maxItems":2})", "[1,2", ",3]"},  // too many items
       {R"({"type":"array","items":{"type":"integer"},"minItems":2})", "[1", "]"},      // too few items
       {R"({"type":"array","items":{"type":"integer"}})", "[1,", "]"},                  // trailing comma
@@ -937,7 +937,8 @@ TEST(JsonMatcher, ReplyAfterAnOptionalReasoningBlock) {
   ASSERT_TRUE(open.feed(std::string_view("just thinking</think>{}")));
   EXPECT_TRUE(open.complete());
   // A gated text choice.
-  JsonMatcher choice(JsonSchema::after_reasoning(JsonSchema::text_choice({"yes", "no"}), {"<think>", "</think>"}));
+  JsonMatcher choice(
+      JsonSchema::after_reasoning(JsonSchema::text_choice({"yes", "no"}), {"<think>", "</think>"}));
   ASSERT_TRUE(choice.feed(std::string_view("<think>hmm</think>\nno")));
   EXPECT_TRUE(choice.dead_end());
 }

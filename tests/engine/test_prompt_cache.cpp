@@ -23,7 +23,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string tiny(const std::string& name) { return std::string(TF_SOURCE_DIR) + "/tests/data/tiny/" + name; }
+std::string tiny(const std::string& name) {
+  return std::string(TF_SOURCE_DIR) + "/tests/data/tiny/" + name;
+}
 
 struct Out {
   std::vector<int32_t> tokens;
@@ -54,7 +56,8 @@ Out run(Engine& e, const std::vector<int32_t>& prompt, float temperature = 0.8f,
   return o;
 }
 
-std::unique_ptr<Engine> make(double cache_gib, double spill_gib = 0, std::string snapshot_dir = "", int parallel = 2) {
+std::unique_ptr<Engine> make(double cache_gib, double spill_gib = 0, std::string snapshot_dir = "",
+                             int parallel = 2) {
   EngineOptions o;
   o.model_path = tiny("qwen3");
   o.backend = "cpu";
@@ -68,7 +71,8 @@ std::unique_ptr<Engine> make(double cache_gib, double spill_gib = 0, std::string
 
 std::vector<int32_t> text_tokens(Engine& e, int n, int salt) {
   std::string s;
-  const char* words[] = {"Well, ", "Prince, ", "so ", "Genoa ", "and ", "Lucca ", "are ", "now ", "just ", "family "};
+  const char* words[] = {"Well, ", "Prince, ", "so ",  "Genoa ", "and ",
+                         "Lucca ", "are ",     "now ", "just ",  "family "};
   for (int i = 0; s.size() < size_t(n) * 3; ++i) s += words[(i * 7 + salt) % 10];
   auto t = e.tokenizer().encode(s, false);
   t.resize(size_t(n));
@@ -124,7 +128,8 @@ TEST(PromptCache, SpilledPrefixIsReadBackAndMatches) {
   auto cached = make(4e-5, 0.01), plain = make(0);
   auto first = text_tokens(*cached, 50, 3);
   Out a = run(*cached, first);
-  for (int salt = 4; salt < 8; ++salt) run(*cached, text_tokens(*cached, 50, salt));  // evicts (and spills) `first`
+  for (int salt = 4; salt < 8; ++salt)
+    run(*cached, text_tokens(*cached, 50, salt));  // evicts (and spills) `first`
   Out again = run(*cached, first), b = run(*plain, first);
   EXPECT_EQ(again.tokens, b.tokens);
   EXPECT_EQ(again.tokens, a.tokens);
@@ -347,8 +352,10 @@ TEST(PromptCache, FullDiskDegradesToNoSpillWithOneWarning) {
   std::string out;
   char buf[4096];
   for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) != 0;)
-    if (n > 0) out.append(buf, size_t(n));
-    else if (errno != EINTR) break;
+    if (n > 0)
+      out.append(buf, size_t(n));
+    else if (errno != EINTR)
+      break;
   close(fds[0]);
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
@@ -364,7 +371,7 @@ TEST(PromptCache, FullDiskDegradesToNoSpillWithOneWarning) {
   EXPECT_EQ(count("writing to " + (dir / "snap").string() + " failed"), 2) << out;  // one per engine
   EXPECT_EQ(count("KV spill is off"), 4) << out;
   EXPECT_EQ(count("failed (File too large)"), 4) << out;  // the OS's reason is in the warning
-  EXPECT_EQ(count("[  PASSED  ] 1 test"), 1) << out;  // the child ran the test (and did not skip it)
+  EXPECT_EQ(count("[  PASSED  ] 1 test"), 1) << out;      // the child ran the test (and did not skip it)
   for (const auto& f : fs::recursive_directory_iterator(dir))
     EXPECT_FALSE(f.is_regular_file()) << "left behind: " << f.path();
   fs::remove_all(dir);

@@ -84,7 +84,8 @@ int argmax(const float* v, int n) {
 
 void expect_close(const float* got, const json& want, const std::string& what) {
   double err = 0;
-  for (size_t j = 0; j < want.size(); ++j) err = std::max(err, std::fabs(double(got[j]) - want[j].get<double>()));
+  for (size_t j = 0; j < want.size(); ++j)
+    err = std::max(err, std::fabs(double(got[j]) - want[j].get<double>()));
   EXPECT_LT(err, 2e-4) << what;
 }
 
@@ -104,7 +105,8 @@ TEST(DemoModel, LogitsAndGreedyMatchTransformers) {
     auto all = d.logits(ids);
     for (size_t i = 0; i < c["logits_positions"].size(); ++i) {
       const int p = c["logits_positions"][i];
-      expect_close(all.data() + size_t(p) * V, c["logits"][i], c["name"].get<std::string>() + " @" + std::to_string(p));
+      expect_close(all.data() + size_t(p) * V, c["logits"][i],
+                   c["name"].get<std::string>() + " @" + std::to_string(p));
     }
     // Greedy by full recomputation each step (the engine's incremental path is tested elsewhere).
     std::vector<int32_t> seq = c["greedy_prompt_ids"], got;
@@ -135,7 +137,8 @@ TEST(DemoModel, MtpHeadAndDraftModelMatchTheReference) {
     auto dl = draft.logits(ids);
     for (size_t i = 0; i < c["draft"]["logits_positions"].size(); ++i) {
       const int p = c["draft"]["logits_positions"][i];
-      expect_close(dl.data() + size_t(p) * V, c["draft"]["logits"][i], "draft " + c["name"].get<std::string>());
+      expect_close(dl.data() + size_t(p) * V, c["draft"]["logits"][i],
+                   "draft " + c["name"].get<std::string>());
     }
   }
 }

@@ -17,7 +17,9 @@ using nlohmann::json;
 
 namespace {
 
-std::string tiny(const std::string& name) { return std::string(TF_SOURCE_DIR) + "/tests/data/tiny/" + name; }
+std::string tiny(const std::string& name) {
+  return std::string(TF_SOURCE_DIR) + "/tests/data/tiny/" + name;
+}
 
 json load_json(const std::string& path) {
   std::ifstream f(path);
@@ -33,7 +35,8 @@ struct Runner {
     const auto& s = model->spec();
     pool = std::make_unique<KvBlockPool>(*be, s.layers, s.kv_heads, s.head_dim, 16, 64);
   }
-  std::vector<std::vector<float>> run(const std::vector<int32_t>& ids, const std::vector<int>& want, int chunk) {
+  std::vector<std::vector<float>> run(const std::vector<int32_t>& ids, const std::vector<int>& want,
+                                      int chunk) {
     std::vector<int32_t> table;
     EXPECT_TRUE(pool->reserve(table, int(ids.size())));
     std::vector<std::vector<float>> out(want.size());
@@ -55,7 +58,8 @@ struct Runner {
       const int V = model->spec().vocab;
       for (size_t w = 0; w < want.size(); ++w)
         if (want[w] >= start && want[w] < end)
-          out[w].assign(logits.begin() + size_t(want[w] - start) * V, logits.begin() + size_t(want[w] - start + 1) * V);
+          out[w].assign(logits.begin() + size_t(want[w] - start) * V,
+                        logits.begin() + size_t(want[w] - start + 1) * V);
     }
     pool->release(table);
     return out;
@@ -140,7 +144,8 @@ TEST_P(FamilyGoldens, PrefillChunkingIsBitwiseInvariant) {
   for (int chunk : {1, 3, 7}) {
     auto parts = r.run(ids, all, chunk);
     for (size_t i = 0; i < all.size(); ++i)
-      ASSERT_EQ(0, std::memcmp(whole[i].data(), parts[i].data(), whole[i].size() * 4)) << "chunk " << chunk << " row " << i;
+      ASSERT_EQ(0, std::memcmp(whole[i].data(), parts[i].data(), whole[i].size() * 4))
+          << "chunk " << chunk << " row " << i;
   }
 }
 
@@ -162,10 +167,12 @@ TEST(Families, MoeRowsAreIndependentOfTheBatch) {
   m.block_size = 16;
   m.block_tables = {tb, ta};
   for (int p = 0; p < int(b.size()); ++p) {
-    m.tokens.push_back(b[p]), m.positions.push_back(p), m.row_seq.push_back(0), m.slots.push_back(tb[0] * 16 + p);
+    m.tokens.push_back(b[p]), m.positions.push_back(p), m.row_seq.push_back(0),
+        m.slots.push_back(tb[0] * 16 + p);
   }
   for (int p = 0; p < int(a.size()); ++p) {
-    m.tokens.push_back(a[p]), m.positions.push_back(p), m.row_seq.push_back(1), m.slots.push_back(ta[0] * 16 + p);
+    m.tokens.push_back(a[p]), m.positions.push_back(p), m.row_seq.push_back(1),
+        m.slots.push_back(ta[0] * 16 + p);
   }
   std::vector<float> logits;
   r.model->forward(m, r.pool->layers(), {m.rows() - 1}, logits);
@@ -191,7 +198,8 @@ TEST(Families, UnsupportedModelTypeIsRefusedWithTheReason) {
     parse_spec(c);
     FAIL() << "expected an error";
   } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("model_type 'mamba' is not supported"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("model_type 'mamba' is not supported"), std::string::npos)
+        << e.what();
     EXPECT_NE(std::string(e.what()).find("qwen3"), std::string::npos) << e.what();
   }
 }

@@ -227,7 +227,9 @@ namespace {
 const std::vector<int32_t> kTokens = {1, 17, 42, 99, 5, 250, 7, 300, 64, 2, 128, 33};  // as the script
 
 // All positions' logits of kTokens run as one sequence in forwards of `chunk` rows (CPU backend).
-std::vector<float> run_logits(const std::string& dir, int chunk) { return test::run_logits(dir, kTokens, chunk); }
+std::vector<float> run_logits(const std::string& dir, int chunk) {
+  return test::run_logits(dir, kTokens, chunk);
+}
 
 class QuantModel : public ::testing::TestWithParam<std::string> {};
 

@@ -40,7 +40,8 @@ std::string FakeText::render_chat(const nlohmann::ordered_json& messages, const 
     if (m.contains("tool_calls")) {
       for (const auto& c : m["tool_calls"]) {
         // Dumping shows whether arguments arrived as an object (as templates need) or a string.
-        out += "call " + c["function"]["name"].get<std::string>() + "(" + c["function"]["arguments"].dump() + ")";
+        out += "call " + c["function"]["name"].get<std::string>() + "(" + c["function"]["arguments"].dump() +
+               ")";
       }
     }
     out += "\n";
@@ -119,7 +120,8 @@ class FakeHandle : public RequestHandle {
 void FakeHandle::run() {
   uint64_t seed = req_.sampling.temperature == 0 ? 0 : req_.sampling.seed.value_or(req_.prompt.size());
   std::string prompt(req_.prompt.size(), ' ');
-  for (size_t i = 0; i < req_.prompt.size(); ++i) prompt[i] = req_.prompt[i] < 256 ? char(req_.prompt[i]) : ' ';
+  for (size_t i = 0; i < req_.prompt.size(); ++i)
+    prompt[i] = req_.prompt[i] < 256 ? char(req_.prompt[i]) : ' ';
   bool eos_soon = prompt.find(cfg_.eos_trigger) != std::string::npos;
   Usage usage;
   usage.prompt_tokens = int(req_.prompt.size());
@@ -141,7 +143,8 @@ void FakeHandle::run() {
       break;
     }
     engine_.steps++;
-    int32_t tok = eos_soon && pos == 12 && !req_.ignore_eos ? FakeText::kEos : FakeEngine::token_at(seed, pos);
+    int32_t tok =
+        eos_soon && pos == 12 && !req_.ignore_eos ? FakeText::kEos : FakeEngine::token_at(seed, pos);
     if (!cfg_.reply.empty()) {
       size_t at = reply_start + size_t(pos);
       tok = at < cfg_.reply.size() ? int32_t(uint8_t(cfg_.reply[at])) : FakeText::kEos;
@@ -149,7 +152,8 @@ void FakeHandle::run() {
     GeneratedToken g;
     g.token = tok;
     g.logprob = -0.25f;
-    for (int k = 0; k < req_.logprobs; ++k) g.top.push_back({k == 0 ? tok : int32_t('a' + k), -0.25f - float(k)});
+    for (int k = 0; k < req_.logprobs; ++k)
+      g.top.push_back({k == 0 ? tok : int32_t('a' + k), -0.25f - float(k)});
     usage.completion_tokens++;
     if (tok == FakeText::kEos) {
       finish = FinishReason::Stop;
@@ -183,7 +187,8 @@ void FakeHandle::run() {
 }  // namespace
 
 int32_t FakeEngine::token_at(uint64_t seed, int position) {
-  uint64_t h = (seed + 0x9e3779b97f4a7c15ull) * 0xbf58476d1ce4e5b9ull ^ uint64_t(position) * 0x94d049bb133111ebull;
+  uint64_t h =
+      (seed + 0x9e3779b97f4a7c15ull) * 0xbf58476d1ce4e5b9ull ^ uint64_t(position) * 0x94d049bb133111ebull;
   h ^= h >> 31;
   int r = int(h % 32);
   return r < 26 ? 'a' + r : ' ';
@@ -201,7 +206,9 @@ FakeEngine::FakeEngine(FakeEngineConfig cfg) : cfg_(std::move(cfg)) {
   info_.fingerprint = "tf-test-fake";
 }
 
-FakeEngine::~FakeEngine() { shutdown(); }
+FakeEngine::~FakeEngine() {
+  shutdown();
+}
 
 std::shared_ptr<RequestHandle> FakeEngine::submit(GenerationRequest req) {
   if (int(req.prompt.size()) + req.max_tokens > cfg_.context) {
@@ -217,7 +224,8 @@ std::shared_ptr<RequestHandle> FakeEngine::submit(GenerationRequest req) {
   }
   common = std::min(common, req.prompt.size() - 1);
   seen_prompts.push_back(req.prompt);
-  auto h = std::make_shared<FakeHandle>(handles_.size() + 1, std::move(req), int(common / 16 * 16), *this, cfg_);
+  auto h =
+      std::make_shared<FakeHandle>(handles_.size() + 1, std::move(req), int(common / 16 * 16), *this, cfg_);
   handles_.push_back(h);  // kept so the thread is joined at shutdown even if the server drops the handle
   return h;
 }
@@ -230,7 +238,9 @@ EngineStats FakeEngine::stats() const {
   return s;
 }
 
-const Tokenizer& FakeEngine::tokenizer() const { throw std::logic_error("FakeEngine has no Tokenizer"); }
+const Tokenizer& FakeEngine::tokenizer() const {
+  throw std::logic_error("FakeEngine has no Tokenizer");
+}
 
 void FakeEngine::shutdown() {
   std::vector<std::shared_ptr<RequestHandle>> hs;

@@ -2,7 +2,8 @@
 // A stand-in engine and model text for the server tests: byte-level "tokens", a deterministic generator
 // on its own thread per request (so it keeps running while nobody reads, like the real engine), stop
 // strings with hold-back, logprobs, usage, and a prompt-cache stand-in (cached_tokens: the longest prefix
-// shared with an earlier prompt, in whole blocks of 16, always leaving one token to compute). Lets the HTTP layer be tested without a model.
+// shared with an earlier prompt, in whole blocks of 16, always leaving one token to compute). Lets the HTTP
+// layer be tested without a model.
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -55,10 +56,10 @@ class FakeEngine : public Engine {
   // The token the fake generates at `position` for `seed` (temperature 0 uses seed 0).
   static int32_t token_at(uint64_t seed, int position);
 
-  std::atomic<int64_t> steps{0};      // tokens generated, all requests
-  std::atomic<int64_t> running{0};    // generator threads still running
-  std::atomic<int64_t> cancelled{0};  // requests cancelled before they finished
-  GenerationRequest last_request;     // the most recent submission (guarded by mu)
+  std::atomic<int64_t> steps{0};                   // tokens generated, all requests
+  std::atomic<int64_t> running{0};                 // generator threads still running
+  std::atomic<int64_t> cancelled{0};               // requests cancelled before they finished
+  GenerationRequest last_request;                  // the most recent submission (guarded by mu)
   std::vector<std::vector<int32_t>> seen_prompts;  // for a prompt cache stand-in (guarded by mu)
   std::mutex mu;
 

@@ -17,14 +17,22 @@ int main(int argc, char** argv) {
   cfg.context = 4096;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
-    if (k == "--port") opt.port = std::stoi(v);
-    else if (k == "--api-key") opt.api_keys.push_back(v);
-    else if (k == "--max-body-bytes") opt.max_body_bytes = std::stoul(v);
-    else if (k == "--read-timeout") opt.read_timeout_s = std::stoi(v);
-    else if (k == "--step-us") cfg.step = std::chrono::microseconds(std::stoi(v));
-    else if (k == "--context") cfg.context = std::stoi(v);
-    else if (k == "--log-format") opt.log_format = tf::server::parse_log_format(v);
-    else if (k == "--name") opt.name = v;
+    if (k == "--port")
+      opt.port = std::stoi(v);
+    else if (k == "--api-key")
+      opt.api_keys.push_back(v);
+    else if (k == "--max-body-bytes")
+      opt.max_body_bytes = std::stoul(v);
+    else if (k == "--read-timeout")
+      opt.read_timeout_s = std::stoi(v);
+    else if (k == "--step-us")
+      cfg.step = std::chrono::microseconds(std::stoi(v));
+    else if (k == "--context")
+      cfg.context = std::stoi(v);
+    else if (k == "--log-format")
+      opt.log_format = tf::server::parse_log_format(v);
+    else if (k == "--name")
+      opt.name = v;
     else if (k == "--reply")
       cfg.reply = v;
     else {

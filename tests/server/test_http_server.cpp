@@ -36,13 +36,15 @@ class ServerHttp : public ::testing::Test {
   }
   static json error_of(const httplib::Result& r) { return json::parse(r->body)["error"]; }
   void expect_good_request_works() {
-    auto r = post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})");
+    auto r =
+        post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})");
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 200) << r->body;
     EXPECT_EQ(json::parse(r->body)["usage"]["completion_tokens"], 3);
   }
 
-  testing::FakeEngine engine_{testing::FakeEngineConfig{.context = 256, .step = std::chrono::microseconds(200)}};
+  testing::FakeEngine engine_{
+      testing::FakeEngineConfig{.context = 256, .step = std::chrono::microseconds(200)}};
   testing::FakeText text_;
   std::unique_ptr<HttpServer> server_;
   std::thread thread_;
@@ -93,7 +95,8 @@ TEST_F(ServerHttp, ErrorsUseTheOpenAIShape) {
 TEST_F(ServerHttp, StreamsServerSentEvents) {
   std::string body;
   httplib::Headers headers;
-  auto r = client_->Post("/v1/completions", R"({"prompt": "ab", "max_tokens": 4, "stream": true})", "application/json");
+  auto r = client_->Post("/v1/completions", R"({"prompt": "ab", "max_tokens": 4, "stream": true})",
+                         "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(r->get_header_value("Content-Type"), "text/event-stream");

@@ -17,7 +17,8 @@ namespace {
 using nlohmann::json;
 
 struct ServerRequests : ::testing::Test {
-  testing::FakeEngine engine{testing::FakeEngineConfig{.context = 256, .step = std::chrono::microseconds(200)}};
+  testing::FakeEngine engine{
+      testing::FakeEngineConfig{.context = 256, .step = std::chrono::microseconds(200)}};
   testing::FakeText text;
   ServerOptions options = [] {
     ServerOptions o;
@@ -78,11 +79,13 @@ TEST_F(ServerRequests, WrongTypesName400TheField) {
       {R"({"messages": "hi"})", "messages"},
       {R"({"messages": []})", "messages"},
       {R"({"messages": [{"role": "robot", "content": "x"}]})", "messages[0].role"},
-      {R"({"messages": [{"role": "user", "content": "x"}, {"role": "user", "content": 5}]})", "messages[1].content"},
+      {R"({"messages": [{"role": "user", "content": "x"}, {"role": "user", "content": 5}]})",
+       "messages[1].content"},
       {R"({"messages": [{"role": "user"}]})", "messages[0].content"},
       {R"({"messages": [{"content": "x"}]})", "messages[0].role"},
       {R"({"messages": [7]})", "messages[0]"},
-      {R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "messages[0].content[0].type"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})",
+       "messages[0].content[0].type"},
       {R"({"messages": [{"role": "assistant", "content": null, "tool_calls": [{"function": {"name": "f", "arguments": 5}}]}]})",
        "messages[0].tool_calls[0].function.arguments"},
   };
@@ -108,7 +111,8 @@ TEST_F(ServerRequests, UnknownModelIs404AndAliasesWork) {
 }
 
 TEST_F(ServerRequests, UnknownFieldsAreIgnored) {
-  ChatRequest r = parse_chat_request(chat({{"frobnicate", {1, 2}}, {"response_format", {{"type", "text"}}}}), ctx);
+  ChatRequest r =
+      parse_chat_request(chat({{"frobnicate", {1, 2}}, {"response_format", {{"type", "text"}}}}), ctx);
   EXPECT_EQ(r.common.n, 1);
 }
 
@@ -124,7 +128,8 @@ TEST_F(ServerRequests, ContextLengthExceededCarriesTheNumbers) {
   EXPECT_EQ(whole.code(), "context_length_exceeded");
   // Without max_tokens the reply limit is the server default, clipped to what is left.
   EXPECT_EQ(parse_chat_request(chat(), ctx).max_tokens, 50);
-  ChatRequest big = parse_chat_request(chat({{"messages", json::array({{{"role", "user"}, {"content", std::string(220, 'x')}}})}}), ctx);
+  ChatRequest big = parse_chat_request(
+      chat({{"messages", json::array({{{"role", "user"}, {"content", std::string(220, 'x')}}})}}), ctx);
   EXPECT_EQ(big.max_tokens, 256 - int(big.prompt.size()));
 }
 
@@ -187,9 +192,12 @@ TEST_F(ServerRequests, MessagesReachTheTemplateAsTransformersExpects) {
   EXPECT_TRUE(norm[2]["content"].is_null());
   EXPECT_EQ(norm[2]["tool_calls"][0]["function"]["arguments"]["z"], 1);
   EXPECT_EQ(norm[3]["tool_call_id"], "c1");
-  ChatRequest r = parse_chat_request(chat({{"messages", messages}, {"chat_template_kwargs", {{"enable_thinking", false}}}}), ctx);
+  ChatRequest r = parse_chat_request(
+      chat({{"messages", messages}, {"chat_template_kwargs", {{"enable_thinking", false}}}}), ctx);
   std::string prompt = text.decode(r.prompt, false);
-  EXPECT_EQ(prompt, "<|system|>be brief\n<|user|>a\nb\n<|assistant|>call get({\"z\":1,\"a\":2})\n<|tool|>42\n<|assistant|>/no_think");
+  EXPECT_EQ(prompt,
+            "<|system|>be brief\n<|user|>a\nb\n<|assistant|>call "
+            "get({\"z\":1,\"a\":2})\n<|tool|>42\n<|assistant|>/no_think");
 
   ApiError bad_args = error_of([&] {
     messages[2]["tool_calls"][0]["function"]["arguments"] = "{not json";
@@ -200,7 +208,8 @@ TEST_F(ServerRequests, MessagesReachTheTemplateAsTransformersExpects) {
 
 TEST_F(ServerRequests, ServerTemplateDefaultsAndRequestOverrides) {
   options.default_template_kwargs = {{"enable_thinking", false}};
-  EXPECT_EQ(text.decode(parse_chat_request(chat(), ctx).prompt, false).find("/no_think") != std::string::npos, true);
+  EXPECT_EQ(text.decode(parse_chat_request(chat(), ctx).prompt, false).find("/no_think") != std::string::npos,
+            true);
   ChatRequest r = parse_chat_request(chat({{"chat_template_kwargs", {{"enable_thinking", true}}}}), ctx);
   EXPECT_EQ(text.decode(r.prompt, false).find("/no_think"), std::string::npos);
   text.has_template = false;
@@ -241,7 +250,10 @@ TEST_F(ServerRequests, CompletionPromptShapes) {
 
 TEST_F(ServerRequests, ErrorObjectShape) {
   json j = invalid_field("temperature", "bad").to_json();
-  EXPECT_EQ(j, json::parse(R"({"error":{"message":"bad","type":"invalid_request_error","param":"temperature","code":null}})"));
+  EXPECT_EQ(
+      j,
+      json::parse(
+          R"({"error":{"message":"bad","type":"invalid_request_error","param":"temperature","code":null}})"));
   ApiError mapped = to_api_error(InvalidRequest("too long", "max_tokens", "context_length_exceeded"));
   EXPECT_EQ(mapped.status(), 400);
   EXPECT_EQ(mapped.code(), "context_length_exceeded");

@@ -17,7 +17,8 @@ namespace {
 using nlohmann::json;
 
 struct ServerStreaming : ::testing::Test {
-  testing::FakeEngine engine{testing::FakeEngineConfig{.context = 512, .step = std::chrono::microseconds(100)}};
+  testing::FakeEngine engine{
+      testing::FakeEngineConfig{.context = 512, .step = std::chrono::microseconds(100)}};
   testing::FakeText text;
   ServerOptions options;
   ServerStats stats;
@@ -37,10 +38,13 @@ struct ServerStreaming : ::testing::Test {
     Generation gen(ctx, std::move(subs));
     ChatStreamFormatter fmt(r, meta, text);
     std::vector<std::string> events;
-    bool ok = stream_generation(gen, fmt, usage, r.common.n, [&](const std::string& s) {
-      events.push_back(s);
-      return true;
-    }, stopping);
+    bool ok = stream_generation(
+        gen, fmt, usage, r.common.n,
+        [&](const std::string& s) {
+          events.push_back(s);
+          return true;
+        },
+        stopping);
     EXPECT_TRUE(ok);
     return events;
   }
@@ -124,7 +128,10 @@ TEST_F(ServerStreaming, ContinuousUsageCountsTheTokensEachChunkCarries) {
   const std::string g = greedy_text(12);
   std::string stop = g.substr(4, 1) + "?";
   for (char c = 'a'; g.find(stop) != std::string::npos; ++c) stop[1] = c;  // a pair the reply never has
-  ChatRequest r = chat(json({{"temperature", 0}, {"max_tokens", 12}, {"stream", true}, {"stop", {stop}},
+  ChatRequest r = chat(json({{"temperature", 0},
+                             {"max_tokens", 12},
+                             {"stream", true},
+                             {"stop", {stop}},
                              {"stream_options", {{"include_usage", true}, {"continuous_usage_stats", true}}}})
                            .dump());
   auto events = stream(r);
@@ -140,7 +147,8 @@ TEST_F(ServerStreaming, ContinuousUsageCountsTheTokensEachChunkCarries) {
     EXPECT_GE(done, seen);
     widest = std::max(widest, done - seen);
     seen = done;
-    if (c["choices"][0]["delta"].contains("content")) content += c["choices"][0]["delta"]["content"].get<std::string>();
+    if (c["choices"][0]["delta"].contains("content"))
+      content += c["choices"][0]["delta"]["content"].get<std::string>();
   }
   EXPECT_EQ(content, g);
   EXPECT_EQ(seen, 12);
@@ -192,13 +200,15 @@ TEST_F(ServerStreaming, StopStringEndsWithStop) {
 }
 
 TEST_F(ServerStreaming, ClientGoneCancelsGeneration) {
-  testing::FakeEngine slow(testing::FakeEngineConfig{.context = 100000, .step = std::chrono::microseconds(2000)});
+  testing::FakeEngine slow(
+      testing::FakeEngineConfig{.context = 100000, .step = std::chrono::microseconds(2000)});
   ApiContext slow_ctx{slow, text, options, stats, stopping};
   ChatRequest r = chat(R"({"max_tokens": 50000, "stream": true})", &slow_ctx);
   Generation gen(slow_ctx, chat_submissions(r));
   ChatStreamFormatter fmt(r, meta, text);
   int writes = 0;
-  bool ok = stream_generation(gen, fmt, {}, 1, [&](const std::string&) { return ++writes < 4; }, stopping);
+  bool ok = stream_generation(
+      gen, fmt, {}, 1, [&](const std::string&) { return ++writes < 4; }, stopping);
   EXPECT_FALSE(ok);
   EXPECT_EQ(stats.cancelled_by_client, 1);
   EXPECT_EQ(stats.generations_active, 0);
@@ -222,11 +232,14 @@ TEST_F(ServerStreaming, ShutdownEndsStreamWithErrorAndDone) {
     stopping = true;
   });
   // A slow consumer so the stop flag is seen before the reply ends.
-  bool ok = stream_generation(gen, fmt, {}, 1, [&](const std::string& s) {
-    events.push_back(s);
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    return true;
-  }, stopping);
+  bool ok = stream_generation(
+      gen, fmt, {}, 1,
+      [&](const std::string& s) {
+        events.push_back(s);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        return true;
+      },
+      stopping);
   stopper.join();
   // Either it finished first (fast machine) or it ended with the shutdown error; both end with [DONE].
   EXPECT_EQ(events.back(), "data: [DONE]\n\n");
@@ -236,7 +249,8 @@ TEST_F(ServerStreaming, ShutdownEndsStreamWithErrorAndDone) {
 }
 
 TEST_F(ServerStreaming, CompletionsEchoLogprobsAndIndexes) {
-  json body = json::parse(R"({"prompt": ["ab", "cd"], "n": 2, "max_tokens": 4, "temperature": 0, "echo": true})");
+  json body =
+      json::parse(R"({"prompt": ["ab", "cd"], "n": 2, "max_tokens": 4, "temperature": 0, "echo": true})");
   CompletionRequest r = parse_completion_request(body, ctx);
   Generation gen(ctx, completion_submissions(r));
   json out = completion_json(r, meta, gen.collect([] { return false; }), text);
@@ -260,15 +274,19 @@ TEST_F(ServerStreaming, CompletionsEchoLogprobsAndIndexes) {
 }
 
 TEST_F(ServerStreaming, CompletionStreamChunks) {
-  json body = json::parse(R"({"prompt": "ab", "max_tokens": 5, "temperature": 0, "stream": true, "echo": true})");
+  json body =
+      json::parse(R"({"prompt": "ab", "max_tokens": 5, "temperature": 0, "stream": true, "echo": true})");
   CompletionRequest r = parse_completion_request(body, ctx);
   Generation gen(ctx, completion_submissions(r));
   CompletionStreamFormatter fmt(r, meta, text);
   std::vector<std::string> events;
-  ASSERT_TRUE(stream_generation(gen, fmt, {}, 1, [&](const std::string& s) {
-    events.push_back(s);
-    return true;
-  }, stopping));
+  ASSERT_TRUE(stream_generation(
+      gen, fmt, {}, 1,
+      [&](const std::string& s) {
+        events.push_back(s);
+        return true;
+      },
+      stopping));
   std::string all;
   for (size_t i = 0; i + 2 < events.size(); ++i) {
     json c = payload(events[i]);

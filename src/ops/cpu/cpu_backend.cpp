@@ -38,7 +38,9 @@ inline float dot(const float* a, const float* b, int64_t n) {
   return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
-inline float sum_squares(const float* x, int64_t n) { return dot(x, x, n); }
+inline float sum_squares(const float* x, int64_t n) {
+  return dot(x, x, n);
+}
 
 class CpuBackend final : public Backend {
  public:
@@ -46,7 +48,9 @@ class CpuBackend final : public Backend {
   Device device() const override { return Device::CPU; }
   DType act_dtype() const override { return DType::F32; }
 
-  Tensor alloc(std::vector<int64_t> shape, DType dtype) override { return Tensor::empty(std::move(shape), dtype); }
+  Tensor alloc(std::vector<int64_t> shape, DType dtype) override {
+    return Tensor::empty(std::move(shape), dtype);
+  }
   Tensor upload(const Tensor& host) override { return to_f32(host); }
   LinearWeight upload_linear(const LinearWeight& host) override {
     LinearWeight w = host;
@@ -90,8 +94,8 @@ class CpuBackend final : public Backend {
     check_cpu_f32(x, "linear input");
     check_cpu_f32(y, "linear output");
     const int64_t M = x.numel() / w.in_features, K = w.in_features, N = w.out_features;
-    TF_CHECK(x.dim(-1) == K && y.numel() == M * N, "linear: shapes " + x.describe() + " x " +
-                                                       w.weight.describe() + " -> " + y.describe());
+    TF_CHECK(x.dim(-1) == K && y.numel() == M * N,
+             "linear: shapes " + x.describe() + " x " + w.weight.describe() + " -> " + y.describe());
     const float* B = w.bias.defined() ? w.bias.data<float>() : nullptr;
     if (w.format != LinearWeight::Format::Dense) return linear_quantized(x, w, y, B);
     const float* W = w.weight.data<float>();
@@ -108,7 +112,8 @@ class CpuBackend final : public Backend {
     check_cpu_f32(x, "rms_norm input");
     const int64_t d = weight.numel(), rows = x.numel() / d;
     const float* w = weight.data<float>();
-    for (int64_t r = 0; r < rows; ++r) norm_row(x.data<float>() + r * d, w, d, eps, offset, y.data<float>() + r * d);
+    for (int64_t r = 0; r < rows; ++r)
+      norm_row(x.data<float>() + r * d, w, d, eps, offset, y.data<float>() + r * d);
   }
 
   void add_rms_norm(Tensor& residual, const Tensor& x, const Tensor& weight, float eps, float offset,
@@ -226,14 +231,16 @@ class CpuBackend final : public Backend {
     for (int64_t n = 0; n < N; ++n) {
       dequantize_row(w, n, wr.data());
       const float b = B ? B[n] : 0.f;
-      for (int64_t m = 0; m < M; ++m) y.data<float>()[m * N + n] = dot(x.data<float>() + m * K, wr.data(), K) + b;
+      for (int64_t m = 0; m < M; ++m)
+        y.data<float>()[m * N + n] = dot(x.data<float>() + m * K, wr.data(), K) + b;
     }
   }
   static void norm_row(const float* x, const float* w, int64_t d, float eps, float offset, float* y) {
     const float inv = 1.f / std::sqrt(sum_squares(x, d) / float(d) + eps);
     for (int64_t i = 0; i < d; ++i) y[i] = (w[i] + offset) * (x[i] * inv);
   }
-  static void rotate(float* v, const std::vector<float>& cs, const std::vector<float>& sn, const RopeParams& p) {
+  static void rotate(float* v, const std::vector<float>& cs, const std::vector<float>& sn,
+                     const RopeParams& p) {
     const int half = p.rotary_dim / 2;
     if (p.interleaved) {
       for (int i = 0; i < half; ++i) {
@@ -254,6 +261,8 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> make_cpu_backend() {
+  return std::make_unique<CpuBackend>();
+}
 
 }  // namespace tf

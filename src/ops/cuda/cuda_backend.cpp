@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "ops/cpu/quant.h"
 #include "ops/cuda/attention_mma.h"
 #include "ops/cuda/block_cache.h"
 #include "ops/cuda/cuda_check.h"
@@ -20,7 +21,6 @@
 #include "ops/cuda/moe_fused.h"
 #include "ops/cuda/quant_linear.h"
 #include "ops/cuda/sampling.h"
-#include "ops/cpu/quant.h"
 #include "ops/graph_cache.h"
 
 namespace tf {
@@ -218,7 +218,7 @@ const void* ptr(const Tensor& t) {
 bool g_fused_norm_linear = false;  // set_fused_norm_linear: off, slower on the H200 (run 16)
 // set_fused_silu_linear: off, slower on the H200 (run 16); TF_FUSED_SILU=1 turns it on (measurement).
 bool g_fused_silu_linear = env_switch("TF_FUSED_SILU", false);  // launch.h
-int g_min_attention_chunks = 0;    // set_attention_min_chunks: tests size attention launches up
+int g_min_attention_chunks = 0;  // set_attention_min_chunks: tests size attention launches up
 // set_decode_step: the one-kernel decode step of one-row rounds (decode_step.h); TF_DECODE_STEP=0: off.
 bool g_decode_step = env_switch("TF_DECODE_STEP", true);
 std::atomic<int64_t> g_decode_steps_prepared{0}, g_decode_step_rounds{0};  // for tests
@@ -444,8 +444,8 @@ class CudaBackend final : public Backend {
     const int hq = int(q.numel() / (int64_t(dm_.rows) * d)), hk = int(k.numel() / (int64_t(dm_.rows) * d));
     TF_CHECK(int64_t(hq) * dm_.rows * d == q.numel() && int64_t(hk) * dm_.rows * d == k.numel(),
              "rope: q/k must be [rows, heads, head_dim] for this batch");
-    cuda::rope(q.raw(), k.raw(), dm_.rows, hq, hk, d, p.rotary_dim, device_inv_freq(p),
-               p.attention_factor, p.interleaved, dm_.positions, stream_);
+    cuda::rope(q.raw(), k.raw(), dm_.rows, hq, hk, d, p.rotary_dim, device_inv_freq(p), p.attention_factor,
+               p.interleaved, dm_.positions, stream_);
   }
 
   void attention_inputs(Tensor& q, Tensor& k, const Tensor& v, const Tensor* qn, const Tensor* kn, float eps,
@@ -486,9 +486,10 @@ class CudaBackend final : public Backend {
     // M = 1 only: its kernel (kSilu1) loads the next step's gate/up values ahead; at M = 2..16 (kSilu) the
     // values are waited for chunk by chunk (+1.6 ms at b = 8 in run 39): silu_mul + linear there. M > 16:
     // the wgmma kernel's x permute computes the activation, where that path runs (else the two ops).
-    if (((g_fused_silu_linear && m == 1) || m > 16) && w.format == LinearWeight::Format::Dense && w.weight.dtype() == DType::BF16 &&
-        w.weight.dim(1) == k && gu.dtype() == DType::BF16 && gu.device() == Device::CUDA && gu.is_contiguous() && m >= 0 &&
-        y.device() == Device::CUDA && y.is_contiguous() && (y.dtype() == DType::BF16 || y.dtype() == DType::F32) &&
+    if (((g_fused_silu_linear && m == 1) || m > 16) && w.format == LinearWeight::Format::Dense &&
+        w.weight.dtype() == DType::BF16 && w.weight.dim(1) == k && gu.dtype() == DType::BF16 &&
+        gu.device() == Device::CUDA && gu.is_contiguous() && m >= 0 && y.device() == Device::CUDA &&
+        y.is_contiguous() && (y.dtype() == DType::BF16 || y.dtype() == DType::F32) &&
         y.numel() == m * w.weight.dim(0) &&
         cuda::linear_silu_bf16(ptr(gu), ptr(w.weight), has_bias ? ptr(w.bias) : nullptr,
                                has_bias ? w.bias.dtype() : DType::F32, y.raw(), y.dtype(), int(m),
@@ -506,8 +507,9 @@ class CudaBackend final : public Backend {
         w.weight.dim(1) == k && x.dim(-1) == k && x.dtype() == DType::BF16 && on_gpu(x) && on_gpu(res) &&
         on_gpu(res_out) && res_out.dtype() == res.dtype() && res.numel() == x.numel() &&
         res_out.numel() == x.numel() && res.raw() != res_out.raw() && nw.numel() == k &&
-        nw.device() == Device::CUDA && (nw.dtype() == DType::BF16 || nw.dtype() == DType::F32 || nw.dtype() == DType::F16) &&
-        on_gpu(y) && (y.dtype() == DType::BF16 || y.dtype() == DType::F32) && y.numel() == m * w.weight.dim(0) &&
+        nw.device() == Device::CUDA &&
+        (nw.dtype() == DType::BF16 || nw.dtype() == DType::F32 || nw.dtype() == DType::F16) && on_gpu(y) &&
+        (y.dtype() == DType::BF16 || y.dtype() == DType::F32) && y.numel() == m * w.weight.dim(0) &&
         cuda::linear_add_rms_norm_bf16(ptr(res), res.dtype(), ptr(x), ptr(nw), nw.dtype(), eps, offset,
                                        res_out.raw(), ptr(w.weight), has_bias ? ptr(w.bias) : nullptr,
                                        has_bias ? w.bias.dtype() : DType::F32, y.raw(), y.dtype(), int(m),
@@ -555,7 +557,8 @@ class CudaBackend final : public Backend {
     const size_t n = size_t(dm_.rows) * p.num_heads * chunks;
     Workspace& ws = capture_ ? graph_attn_ws_ : attn_ws_;
     attn_heads_ = p.num_heads, attn_dim_ = p.head_dim;
-    if (cuda::attention_mma_enabled() && cuda::attention_mma_supported(p.head_dim, p.num_heads, p.num_kv_heads)) {
+    if (cuda::attention_mma_enabled() &&
+        cuda::attention_mma_supported(p.head_dim, p.num_heads, p.num_kv_heads)) {
       const int rpt = cuda::attention_mma_rows_per_tile(p.num_heads, p.num_kv_heads);
       if (rpt != tiles_rpt_ || cuda::attention_tile_schedule() != tiles_schedule_ ||
           cuda::attention_loop_wide() != tiles_wide_) {  // once per forward
@@ -642,7 +645,8 @@ class CudaBackend final : public Backend {
     std::memcpy(packed.data() + rows.size() * 4, weights.data(), rows.size() * 4);
     auto* d = static_cast<const uint8_t*>(stage(scatter_stage_, packed.data(), packed.size()));
     cuda::scatter_add_rows(out.raw(), ptr(y), out.dtype(), reinterpret_cast<const int32_t*>(d),
-                           reinterpret_cast<const float*>(d + rows.size() * 4), int(rows.size()), width, stream_);
+                           reinterpret_cast<const float*>(d + rows.size() * 4), int(rows.size()), width,
+                           stream_);
   }
 
   void moe(const Tensor& h, MoeWeights& w, Tensor& out) override {
@@ -668,20 +672,24 @@ class CudaBackend final : public Backend {
     TF_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the caller may reuse `src` at once
   }
 
-  void sample_rows(const Tensor& logits, const std::vector<RowSampling>& rows, std::vector<int32_t>& tokens) override {
+  void sample_rows(const Tensor& logits, const std::vector<RowSampling>& rows,
+                   std::vector<int32_t>& tokens) override {
     no_capture("sample_rows");
-    TF_CHECK(logits.device() == Device::CUDA && logits.dtype() == DType::F32 && logits.dim(0) == int64_t(rows.size()),
+    TF_CHECK(logits.device() == Device::CUDA && logits.dtype() == DType::F32 &&
+                 logits.dim(0) == int64_t(rows.size()),
              "sample_rows: logits must be an F32 GPU tensor [rows, vocab]");
     const int n = int(rows.size());
     tokens.assign(rows.size(), 0);
     if (n == 0) return;
     std::vector<DeviceRowSampling> d(rows.size());
     for (size_t i = 0; i < rows.size(); ++i) d[i] = {rows[i].temperature, rows[i].seed, rows[i].position};
-    auto* dev = static_cast<uint8_t*>(sample_stage_.put(d.data(), d.size() * sizeof(DeviceRowSampling), stream_));
+    auto* dev =
+        static_cast<uint8_t*>(sample_stage_.put(d.data(), d.size() * sizeof(DeviceRowSampling), stream_));
     auto* out = static_cast<int32_t*>(sample_out_.get(rows.size() * sizeof(int32_t)));
     cuda::sample_rows(static_cast<const float*>(ptr(logits)), logits.numel() / n,
                       reinterpret_cast<const DeviceRowSampling*>(dev), n, out, stream_);
-    TF_CUDA_CHECK(cudaMemcpyAsync(tokens.data(), out, rows.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+    TF_CUDA_CHECK(
+        cudaMemcpyAsync(tokens.data(), out, rows.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
     sync_stream();
   }
 
@@ -724,15 +732,15 @@ class CudaBackend final : public Backend {
 
   bool graphs_supported() const override { return true; }
 
-  bool run_graph(const std::vector<int64_t>& key, const AttentionParams& attn, std::shared_ptr<const void> keep,
-                 const std::function<void()>& record) override {
+  bool run_graph(const std::vector<int64_t>& key, const AttentionParams& attn,
+                 std::shared_ptr<const void> keep, const std::function<void()>& record) override {
     need_meta("run_graph");
     no_capture("run_graph");
     const int bucket = attention_chunk_bucket(exact_chunks());
     // The attention tiles of this round's rows, in the fixed buffer every graph reads: only their counts
     // (the grids) are keyed, so verify rounds of different draft widths share a graph.
-    const bool mma = attention_mma_enabled() && attention_mma_supported(attn.head_dim, attn.num_heads,
-                                                                          attn.num_kv_heads);
+    const bool mma =
+        attention_mma_enabled() && attention_mma_supported(attn.head_dim, attn.num_heads, attn.num_kv_heads);
     if (mma) plan_tiles(attn.num_heads, attn.num_kv_heads, bucket, graph_tile_stage_);
     // The backend's part of the key: what sizes or picks launches besides the caller's shapes.
     std::vector<int64_t> k = key;
@@ -764,7 +772,7 @@ class CudaBackend final : public Backend {
     capture(*entry, record);
     entry->attn_generation = graph_attn_ws_.generation();
     GraphEntry* e = graphs_.put(k, std::move(entry));
-    e->upload(stream_);  // the staged tiles and row indices, once
+    e->upload(stream_);                                // the staged tiles and row indices, once
     TF_CUDA_CHECK(cudaGraphLaunch(e->exec, stream_));  // the capture itself ran nothing
     ++graph_stats_.captures;
     return true;
@@ -899,20 +907,20 @@ class CudaBackend final : public Backend {
   const bool poison_ = env_switch("TF_CUDA_POISON", false);
   cudaStream_t stream_ = nullptr;
   Staging meta_stage_, gather_stage_, scatter_stage_, sample_stage_, tile_stage_;
-  ReadBack read_back_;                            // to_host_queued
-  static constexpr size_t kFusedCombineMax = 64;  // (split tile, KV head) pairs of one attention call
+  ReadBack read_back_;                               // to_host_queued
+  static constexpr size_t kFusedCombineMax = 64;     // (split tile, KV head) pairs of one attention call
   static constexpr int kFusedCombineMaxChunks = 16;  // the longest row's chunks (2,048 positions)
-  int* tickets_ = nullptr;                        // attention_tickets
+  int* tickets_ = nullptr;                           // attention_tickets
 
-  Staging graph_tile_stage_;  // the attention tiles of graphed forwards (a fixed address while it fits)
+  Staging graph_tile_stage_;      // the attention tiles of graphed forwards (a fixed address while it fits)
   std::vector<int32_t> row_seq_;  // host copy of this forward's rows' sequences (attention tiles)
   const int2* tiles_ = nullptr;   // device: loop tiles, then split tiles, as (first row, rows)
   int tiles_rpt_ = 0, num_loop_tiles_ = 0, num_split_tiles_ = 0;
   bool tiles_wide_ = false;
   cuda::TileSchedule tiles_schedule_ = cuda::TileSchedule::Auto;
   Workspace attn_ws_, sample_out_;
-  Workspace graph_attn_ws_{true};  // attention partials of captured graphs (attn_ws_ may move under them)
-  GraphEntry* capture_ = nullptr;  // the graph being captured
+  Workspace graph_attn_ws_{true};      // attention partials of captured graphs (attn_ws_ may move under them)
+  GraphEntry* capture_ = nullptr;      // the graph being captured
   int attn_heads_ = 0, attn_dim_ = 0;  // the last attention's shape (sizes graph_attn_ws_ before a capture)
   LruMap<GraphEntry> graphs_{kDefaultGraphCapacity};
   GraphUseCounter graph_uses_;  // run_graph calls per key: a key is captured once it recurs

@@ -533,9 +533,9 @@ Tensor reorder_4bit(const Tensor& packed, int64_t in_features) {
 }
 
 // Scale|bias words (host) with each bf16 scale times 2^133, exactly: a normal scale's exponent field + 133
-// (<= 254), a subnormal m * 2^-133 (or zero) becomes the integer m (a float's top half: exact below 256), same
-// sign; the biases are kept. False, nothing changed, when a scale's exponent field is above 121 (|scale| >=
-// 2^-5, inf, NaN: not a finite bf16 times 2^133).
+// (<= 254), a subnormal m * 2^-133 (or zero) becomes the integer m (a float's top half: exact below 256),
+// same sign; the biases are kept. False, nothing changed, when a scale's exponent field is above 121 (|scale|
+// >= 2^-5, inf, NaN: not a finite bf16 times 2^133).
 bool prescale_words(uint32_t* w, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
     if (((w[i] >> 7) & 0xFFu) > 121u) return false;

@@ -1,13 +1,13 @@
 #include "text/jinja/value.h"
 
-#include "text/tok_text.h"
-
 #include <utf8proc.h>
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+
+#include "text/tok_text.h"
 
 namespace tf::jinja {
 
@@ -156,7 +156,9 @@ std::string float_repr(double f) {
   return neg ? "-" + out : out;
 }
 
-void utf8_append(std::string& out, char32_t cp) { tok::append_utf8(out, cp); }
+void utf8_append(std::string& out, char32_t cp) {
+  tok::append_utf8(out, cp);
+}
 
 std::vector<char32_t> utf8_decode(const std::string& s) {
   std::vector<char32_t> out;

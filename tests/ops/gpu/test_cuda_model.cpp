@@ -38,9 +38,7 @@ std::string tiny_dir(const std::string& name = "qwen3") {
 class TinyModel {
  public:
   TinyModel(Backend& be, int max_seqs, const std::string& name = "qwen3")
-      : be_(be),
-        ckpt_(Checkpoint::open(tiny_dir(name))),
-        model_(load_model(ckpt_, be, kContext)) {
+      : be_(be), ckpt_(Checkpoint::open(tiny_dir(name))), model_(load_model(ckpt_, be, kContext)) {
     const auto& s = model_->spec();
     for (int l = 0; l < s.layers; ++l) {
       KvLayer kv;
@@ -283,4 +281,3 @@ TEST_F(CudaTinyModel, BitsUnchangedByPoisonedAllocations) {
 
 }  // namespace
 }  // namespace tf
-

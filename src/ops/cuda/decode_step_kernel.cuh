@@ -28,7 +28,8 @@
 
 #include "ops/cuda/activation.cuh"
 #include "ops/cuda/attention_chunk.cuh"
-#include "ops/cuda/decode_step.h"  // the probe's stamp slots
+#include "ops/cuda/decode_step.h"   // the probe's stamp slots
+#include "ops/cuda/linear_wgmma.h"  // tma_load_3d
 #include "ops/cuda/mbarrier.cuh"
 #include "ops/cuda/mma.cuh"
 #include "ops/cuda/norm.cuh"
@@ -111,6 +112,10 @@ struct Params {
 using SS = DecodeStep::StampSlot;
 static_assert(SS::kStampOLast == SS::kStampQkvDone + 2, "qkv's (op % 4 == 0) and o's (1) slots");
 constexpr int kStampSlots = DecodeStep::kStampSlots;
+// The probe's timestamps of op `op`'s layer (4 ops a layer) on CTA b, or null.
+__device__ __forceinline__ unsigned long long* stamp_row(unsigned long long* stamps, int op, int G, int b) {
+  return stamps ? stamps + (int64_t(op / 4) * G + b) * kStampSlots : nullptr;
+}
 __device__ __forceinline__ unsigned long long gtime() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -133,16 +138,14 @@ __device__ __forceinline__ void abar() {
   nbar_sync(2, kAWarps * 32);
 }
 // Waits with a watchdog (seconds): a hang prints who waited for what and traps instead of spinning forever.
-__device__ void wait_bar(uint32_t bar, uint32_t parity, int what, int j) {
+// What a wait_bar waits for (its hang message).
+enum BarWait : int { kEmptyStage, kFullStage, kKChunk, kVChunk, kMergeRound };
+__device__ void wait_bar(uint32_t bar, uint32_t parity, BarWait what, int j) {
   for (long long n = 0; !mbar_try_wait(bar, parity); ++n)
     if (n == (1ll << 24)) {
+      static const char* const kWhat[] = {"empty stage", "full stage", "K chunk", "V chunk", "merge round"};
       printf("decode_step HANG block %d warp %d: %s %d parity %u\n", blockIdx.x, threadIdx.x / 32,
-             what == 0   ? "empty stage"
-             : what == 1 ? "full stage"
-             : what == 2 ? "K chunk"
-             : what == 3 ? "V chunk"
-                         : "merge round",
-             j, parity);
+             kWhat[what], j, parity);
       __trap();
     }
   __syncwarp();
@@ -394,16 +397,6 @@ struct Row {
   const int32_t* table;
 };
 
-// One 3D tensor-map box (coordinates: element, head, slot) into shared memory at dst, on mbarrier bar.
-__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, int x, int y, int z,
-                                            uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
-      "[%5];" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(z), "r"(bar)
-      : "memory");
-}
-
 // Blocks of chunk c whose 16 rows all precede the row's position (one tensor-map box each).
 __device__ __forceinline__ int full_blocks(int pos, int c) {
   return min(attn::kC / kBlock, max(0, (pos - c * attn::kC) / kBlock));
@@ -539,8 +532,8 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
       }
     }
   }
-  wait_bar(kbar, par, 2, c);
-  wait_bar(vbar, par, 3, c);
+  wait_bar(kbar, par, kKChunk, c);
+  wait_bar(vbar, par, kVChunk, c);
   abar();  // and the new row's task
   stamp(us + 2);
   unsigned long long* part = P->part;
@@ -624,7 +617,7 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
       bulk_copy_g2s(saddr(mb + at * nb * kRec), part + (int64_t(h * kGroup + at) * kMaxChunks + cb) * kRec,
                     uint32_t(nb * kRec * 8), mbar);
     if (cb == kMergeChunks) stamp(SS::kStampRound1Issued);
-    wait_bar(mbar, mpar, 4, cb);
+    wait_bar(mbar, mpar, kMergeRound, cb);
     mpar ^= 1;
     if (cb == kMergeChunks) stamp(SS::kStampRound1Landed);
     long long n = 0;
@@ -682,7 +675,7 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
     uint32_t* dst = P->aout + (h * kGroup + gi) * kD + d0;
 #pragma unroll
     for (int i = 0; i < 8; ++i) dst[i] = word_of(attn::finish_out(ov[i], l), tag);
-    if (at == 0) stamp(SS::kStampAout);
+    stamp(SS::kStampAout);
   }
 }
 
@@ -735,8 +728,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     row.pos = prm.positions[0];
     row.slot = prm.slots[0];
     row.table = prm.tables + prm.table_offsets[prm.row_seq[0]];
+    AttnParams* P = reinterpret_cast<AttnParams*>(reinterpret_cast<unsigned char*>(attn_smem) + kAttnBytes);
     {  // the launch's constants in shared memory (published by the first unit's barrier)
-      AttnParams* P = reinterpret_cast<AttnParams*>(reinterpret_cast<unsigned char*>(attn_smem) + kAttnBytes);
       const int at = threadIdx.x - (kProducer + 1) * 32;
       if (at < kD / 2) {  // elementwise.cu's qk_norm_rope_kv: sincosf(pos * inv_freq), times the factor
         float sn, cs;
@@ -746,8 +739,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       if (at == 0) P->scale = prm.scale, P->eps = prm.qk_eps;
     }
     // A layer's units: (KV head, chunk) for the row's C chunks. CTA h < kHk merges KV head h: its chunks
-    // 0..e-1 (e > 0 only from ~5k positions, past today's limit: a share of the units, so that the merge
-    // starts when most partials are there; measured in runs 250-253), then the row's chunk and the merge. The
+    // 0..e-1 (e > 0 from ~5k positions on 132 CTAs, past the limit, from ~1.5k on 40 (TF_STEP_GRID): a share
+    // of the units, so that the merge starts when most partials are there; measured in runs 250-253), then
+    // the row's chunk and the merge. The
     // other units, chunks e..C-2 of every head, are dealt round-robin over the other CTAs in chunk order (the
     // merge takes the chunks in that order too). A CTA's next unit of the layer is staged during its current
     // one.
@@ -763,7 +757,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       h = u % kHk, c = e + u / kHk;
       return u < others;
     };
-    AttnParams* P = reinterpret_cast<AttnParams*>(reinterpret_cast<unsigned char*>(attn_smem) + kAttnBytes);
     if (threadIdx.x == (kProducer + 1) * 32) {
       mbar_init(saddr(&P->bars[0]), 1), mbar_init(saddr(&P->bars[1]), 1), mbar_init(saddr(&P->bars[2]), 1);
       mbar_init_fence();
@@ -771,7 +764,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     uint32_t par = 0, mpar = 0;  // the staging mbarriers' phase (one a unit), the merge's (one a round)
     for (int op = 0; op < nops; ++op) {
       if (ops[op].xkind != kXAttnMerge) continue;
-      unsigned long long* st = stamps ? stamps + (int64_t(op / 4) * G + b) * kStampSlots : nullptr;
+      unsigned long long* st = stamp_row(stamps, op, G, b);
       int h = 0, c = 0;
       bool have = unit_at(0, h, c), staged = false;
       for (int i = 0; have; ++i) {  // one call site: the unit is inlined once
@@ -801,7 +794,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         // slot j % kStages is only ever used by owner j % kOwners, so each warp pair waits on every phase of
         // its own slots in order (bulk copies complete out of order; a parity wait cannot tell phases apart).
         const int slot = j % kStages;
-        if (j >= kStages) wait_bar(saddr(empty + slot), ((j / kStages) & 1) ^ 1, 0, j);
+        if (j >= kStages) wait_bar(saddr(empty + slot), ((j / kStages) & 1) ^ 1, kEmptyStage, j);
         if (lane == 0) {
           meta[2 * slot] = op, meta[2 * slot + 1] = tile;  // released by the arrive on mfull
           mbar_arrive(saddr(mfull + slot));
@@ -815,7 +808,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     }
     for (int s = 0; s < kOwners; ++s, ++j) {  // the sentinel: one stage an owner, no bytes
       const int slot = j % kStages;
-      if (j >= kStages) wait_bar(saddr(empty + slot), ((j / kStages) & 1) ^ 1, 0, j);
+      if (j >= kStages) wait_bar(saddr(empty + slot), ((j / kStages) & 1) ^ 1, kEmptyStage, j);
       if (lane == 0) meta[2 * slot] = nops, meta[2 * slot + 1] = 0, mbar_arrive(saddr(mfull + slot));
       __syncwarp();
     }
@@ -831,7 +824,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     int op, tile;
     {
       const int jj = j + owner, slot = jj % kStages;
-      wait_bar(saddr(mfull + slot), (jj / kStages) & 1, 1, jj);
+      wait_bar(saddr(mfull + slot), (jj / kStages) & 1, kFullStage, jj);
       op = meta[2 * slot], tile = meta[2 * slot + 1];
     }
     if (op >= nops) break;
@@ -841,14 +834,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       make_x(o, xs, nred, tile == 0, tag);
       x_op = op;
       if (stamps && threadIdx.x == 0 && o.xkind == kXAttnMerge)
-        stamps[(int64_t(op / 4) * G + b) * kStampSlots + SS::kStampXMade] = gtime();
+        stamp_row(stamps, op, G, b)[SS::kStampXMade] = gtime();
     }
     const int stages = k / kStageK / kSW, spw = k / kSlices / kStageK;  // spw: parts of a slice
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     const uint32_t xbase = saddr(xs) + 16 * t;
     for (int part = 0; part < spw; ++part) {  // this warp's K slice, in order
       const int jj = j + part * kOwners + owner, slot = jj % kStages;
-      wait_bar(saddr(full + slot), (jj / kStages) & 1, 1, jj);
+      wait_bar(saddr(full + slot), (jj / kStages) & 1, kFullStage, jj);
       const uint32_t base = saddr(ring + slot * kStageBytes) + half * (kStageK * 2) + 16 * t;
       const uint32_t swz = (g & 1) * 64;  // pack_kernel: odd rows hold chunk c at chunk c ^ 1's place
       const uint32_t xb = xbase + (warp * spw + part) * kStageK * 2;
@@ -890,7 +883,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
           static_cast<uint32_t*>(o.y)[n0 + lane] = word_of(sum, tag);
       }
       if (stamps && lane == 0 && op % 4 < 2 && op / 4 * 4 + 4 < nops)  // qkv / o: this CTA's last tile
-        stamps[(int64_t(op / 4) * G + b) * kStampSlots + SS::kStampQkvDone + 2 * (op % 4)] = gtime();
+        stamp_row(stamps, op, G, b)[SS::kStampQkvDone + 2 * (op % 4)] = gtime();
       __syncwarp();
     }
     ++tcount;

@@ -145,6 +145,16 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
+// One 3D tensor-map load (box at coordinates x, y, z) into shared memory at dst, completing on mbarrier bar.
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, int x, int y, int z,
+                                            uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(z), "r"(bar)
+      : "memory");
+}
+
 // Shared-memory matrix descriptor, no swizzle ("interleave"): the operand is a grid of 8x8 core
 // matrices (8 rows of 16 contiguous bytes = 8 bf16 along K, 128 bytes in all). lbo: bytes between core
 // matrices adjacent in K; sbo: bytes between core matrices adjacent in M/N. Address fields drop 4 bits.

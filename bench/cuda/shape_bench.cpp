@@ -17,6 +17,7 @@
 #include <functional>
 #include <iterator>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -388,6 +389,36 @@ void print_step_stamps(ShapeRun& r, int ctx, Tensor& logits) {
   }
   line += "\n  merge:" + m + stat(DS::kStampAout, "aout");
   line += "\n  o:" + stat(DS::kStampXMade, "x-made") + stat(DS::kStampOLast, "last-tile");
+  line += "\n  last tiles:" + stat(DS::kStampOLast, "o") + stat(DS::kStampGuLast, "gate_up") +
+          stat(DS::kStampDownLast, "down");
+  {  // the layer's period: the latest CTA's last qkv tile of layer L + 1 after layer L's
+    unsigned long long t1 = 0;
+    for (int b = 0; b < G; ++b)
+      t1 = std::max(t1, v[(size_t(L + 1) * G + b) * DS::kStampSlots + DS::kStampQkvDone]);
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "\n  layer %d -> %d qkv done: %.1f us", L, L + 1,
+                  (double(t1) - double(t0)) * 1e-3);
+    line += buf;
+  }
+  {  // where the consumers (warp 0) and the producer wait, share of their layer's cycles, median over CTAs
+    auto share = [&](int slot, int total) {
+      std::vector<double> x;
+      for (int b = 0; b < G; ++b)
+        if (at(b, total)) x.push_back(double(at(b, slot)) / double(at(b, total)));
+      if (x.empty()) return 0.0;
+      std::sort(x.begin(), x.end());
+      return 100 * x[x.size() / 2];
+    };
+    char buf[256];
+    std::snprintf(
+        buf, sizeof buf,
+        "\n  layer %d waits (median CTA, %% of its layer): consumers ring %.1f%%, x %.1f%%, slice-sum "
+        "barrier %.1f%%, proxy fences %.1f%% (layer %.1f kcycles); producer free slots %.1f%%",
+        L, share(DS::kStampWaitFull, DS::kStampLayerCycles), share(DS::kStampWaitX, DS::kStampLayerCycles),
+        share(DS::kStampWaitBar, DS::kStampLayerCycles), share(DS::kStampFence, DS::kStampLayerCycles),
+        at(0, DS::kStampLayerCycles) * 1e-3, share(DS::kStampWaitEmpty, DS::kStampProdCycles));
+    line += buf;
+  }
   line += "\n  merge round 1:" + stat(DS::kStampRound1Issued, "bulk-issued") +
           stat(DS::kStampRound1Landed, "bulk-landed") + stat(DS::kStampRound1Checked, "checked");
   {
@@ -405,11 +436,12 @@ void print_step_stamps(ShapeRun& r, int ctx, Tensor& logits) {
 // The one-kernel decode step (ops/cuda/decode_step.h) at b=1 against the op chain at the same context: both
 // times (graphs), the floor, and whether the step's logits equal the chain's bit for bit (both write the
 // row's K/V with the same bits, so running one after the other changes nothing). Returns the step's time, or
-// -1 where the engine would not take it (not bf16, another shape, past its context limit, other bits).
+// -1 where the engine would not take it (not bf16 or MLX 4-bit, another shape, past its context limit,
+// other bits).
 double decode_step_row(ShapeRun& r, int ctx) {
   Backend& be = r.be;
   const ModelShape& sh = r.m.sh;
-  if (r.m.format != WeightFormat::Bf16) return -1;
+  if (r.m.format != WeightFormat::Bf16 && r.m.format != WeightFormat::Mlx4) return -1;
   if (!r.step_tried) {
     r.step_tried = true;
     DecodeStepModel dm;
@@ -456,6 +488,21 @@ double decode_step_row(ShapeRun& r, int ctx) {
       ctx, g1 && g2 ? " (graph)" : " (eager)", t_step, 100 * floor_ms / t_step, t_chain,
       100 * floor_ms / t_chain, floor_ms, a == b ? "equal" : "DIFFER");
   if (std::getenv("TF_STEP_STAMPS")) print_step_stamps(r, ctx, logits);
+  if (std::getenv("TF_STEP_ABLATE")) {  // the probe instance: plain, no tile arithmetic, no dequantisation
+    auto* st = static_cast<cuda::DecodeStep*>(r.step.get());
+    std::printf("  step ablations (probe instance):");
+    for (int what : {0, 1, 2, 3}) {
+      st->set_probe(true, false, r.s);
+      st->set_ablate(what);
+      static const char* const kName[] = {"none", "no-tile-math", "no-dequant", "no-consumer-fence"};
+      std::printf(" %s %.3f ms |", kName[what],
+                  time_graph_ms(
+                      r.s, [&] { be.decode_step(r.step.get(), logits); }, &g2));
+    }
+    st->set_ablate(0);
+    st->set_probe(false, false, r.s);
+    std::printf("\n");
+  }
   std::fflush(stdout);
   return a == b ? t_step : -1;
 }
@@ -701,33 +748,54 @@ void format_rows(Backend& be, const ModelShape& sh, const std::vector<WeightForm
   Acts acts = make_acts(be, sh, std::max(max_prefill, 32), 32);
   const LinearFn ours = backend_linear(be);
   const RopeParams rope = qwen_rope(sh.head_dim);
-  std::vector<WeightFormat> formats = {WeightFormat::Bf16};
+  // TF_BENCH_STEP_ONLY=1 (A/Bs of the one-kernel step): decode at b=1 only, no prefill; =2: and no bf16 model
+  // either (no "vs bf16" column).
+  const char* step_only_env = std::getenv("TF_BENCH_STEP_ONLY");
+  const int step_only = step_only_env ? std::atoi(step_only_env) : 0;
+  std::vector<WeightFormat> formats;
+  if (step_only < 2) formats.push_back(WeightFormat::Bf16);
   formats.insert(formats.end(), quantized.begin(), quantized.end());
   std::printf("\n== %s by weight format: the forward with each format's linears ==\n", sh.name);
+  // The one-kernel step of MLX 4-bit linears is opt-in (decode_step.cu): the bench times it anyway.
+  const char* mlx4_env = std::getenv("TF_DECODE_STEP_MLX4");
+  const bool engine_mlx4_step = mlx4_env && std::string(mlx4_env) == "1";
+  setenv("TF_DECODE_STEP_MLX4", "1", 1);
   for (WeightFormat f : formats) {
     const char* fname = weight_format_info(f).name;
     ShapeModel m =
         make_model(be, sh, std::max<int64_t>(int64_t(32) * (max_ctx + kBlock), max_prefill + kBlock), f);
     std::printf("%s: %.2f GB of linear weights (scales included)\n", fname, m.linear_bytes / 1e9);
+    ShapeRun step_run{be,   s,    c,       m,  acts, ours,
+                      ours, rope, nullptr, {}, false};  // decode_step_row's step of this model
     for (int ctx : {512, 8192}) {
       if (ctx > max_ctx) continue;
       for (int batch : {1, 8, 16, 32}) {  // 16: issue 11's "batch 16 still >= 2x bf16"
+        if (step_only && batch != 1) continue;
         be.begin_forward(decode_meta(batch, ctx));
         bool g = false;
-        const double t = time_graph_ms(
+        double t = time_graph_ms(
             s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g);
+        // One-row rounds run the one-kernel step where the engine takes it (bf16 and MLX 4-bit, below its
+        // context limit): the row is what the engine runs.
+        const double t_step = batch == 1 ? decode_step_row(step_run, ctx) : -1;
+        // (MLX 4-bit: the step is timed, but the engine runs the chain unless TF_DECODE_STEP_MLX4=1.)
+        const bool engine_step = t_step > 0 && (f == WeightFormat::Bf16 || engine_mlx4_step);
+        if (t_step > 0) std::printf("  %s decode b=1 ctx=%d: the chain %.3f ms\n", fname, ctx, t);
+        if (engine_step) t = t_step;
         const double bytes = decode_bytes(m, batch, ctx);
         char what[64];
         std::snprintf(what, sizeof what, "decode b=%d ctx=%d", batch, ctx);
         out->push_back({sh.name, what, f, t, bytes / (c.copy_gbs * 1e9) * 1e3, double(batch), bytes / 1e9,
-                        g ? "graph" : "eager"});
+                        engine_step ? "one-kernel step"
+                        : g         ? "graph"
+                                    : "eager"});
         std::printf("  %s %s (%s): %.3f ms, %.0f tok/s, %.2f GB read, %.1f%% of roofline\n", fname, what,
                     out->back().timing, t, batch / (t * 1e-3), bytes / 1e9, 100 * out->back().floor_ms / t);
         std::fflush(stdout);
       }
     }
     for (int n : kFormatPrefills) {
-      if (n > max_prefill) continue;
+      if (n > max_prefill || step_only) continue;
       be.begin_forward(prefill_meta(n));
       const double t = time_ms(
           s, [&] { forward(be, m, acts, n, 1, rope, ours); }, 1, 3);

@@ -26,9 +26,25 @@ bool is_dense_bf16(const LinearWeight* w, int64_t n, int64_t k) {
   return w && w->format == LinearWeight::Format::Dense && !(w->bias.defined() && w->bias.numel() > 0) &&
          is_bf16_cuda(&w->weight, {n, k});
 }
+// MLX 4-bit [n, k] with bf16 scales and biases, groups of 32, 64 or 128, in quant_linear.h's device layout
+// (upload_quantized_linear), without bias.
+bool is_mlx4(const LinearWeight* w, int64_t n, int64_t k) {
+  auto u32 = [](const Tensor& t, std::vector<int64_t> shape) {
+    return t.defined() && t.device() == Device::CUDA && t.dtype() == DType::U32 && t.is_contiguous() &&
+           t.shape() == shape;
+  };
+  return w && w->format == LinearWeight::Format::MlxAffine && w->bits == 4 &&
+         (w->group_size == 32 || w->group_size == 64 || w->group_size == 128) &&
+         !(w->bias.defined() && w->bias.numel() > 0) && !(w->biases.defined() && w->biases.numel() > 0) &&
+         u32(w->weight, {n, k / 8}) && u32(w->scales, {n, k / w->group_size});
+}
+// The step's weight format of a linear: step::kWBf16, kWMlx4, or -1 (neither).
+int format_of(const LinearWeight* w, int64_t n, int64_t k) {
+  return is_dense_bf16(w, n, k) ? step::kWBf16 : is_mlx4(w, n, k) ? step::kWMlx4 : -1;
+}
 
-// Why the kernel cannot run the model ("" when it can).
-std::string unsupported(const DecodeStepModel& m) {
+// Why the kernel cannot run the model ("" when it can); *fmt: the linears' format (WFormat).
+std::string unsupported(const DecodeStepModel& m, int* fmt) {
   using namespace step;
   const AttentionParams& a = m.attn;
   if (a.num_heads != kHq || a.num_kv_heads != kHk || a.head_dim != kD)
@@ -44,8 +60,9 @@ std::string unsupported(const DecodeStepModel& m) {
   if (m.layers.empty()) return "no layers";
   if (!is_bf16_cuda(m.final_norm, {kHidden})) return "the final norm is not bf16";
   const LinearWeight* lm = m.lm_head;
-  if (!lm || !is_dense_bf16(lm, lm->weight.dim(0), kHidden) || lm->weight.dim(0) % 16 != 0)
-    return "the lm_head is not a dense bf16 [vocab % 16 == 0, 4096] weight";
+  *fmt = lm ? format_of(lm, lm->out_features, kHidden) : -1;
+  if (*fmt < 0 || lm->out_features % 16 != 0)
+    return "the lm_head is not a dense bf16 or MLX 4-bit [vocab % 16 == 0, 4096] weight";
   const int64_t inter = m.layers[0].down ? m.layers[0].down->in_features : 0;
   if (inter % 4096 != 0 || inter < 4096 || inter > kMaxK)
     return "intermediate size " + std::to_string(inter) + " (the kernel takes 4096, 8192 or 12288)";
@@ -53,11 +70,36 @@ std::string unsupported(const DecodeStepModel& m) {
     if (!is_bf16_cuda(L.input_norm, {kHidden}) || !is_bf16_cuda(L.post_norm, {kHidden}))
       return "layer norms that are not bf16";
     if (!is_bf16_cuda(L.q_norm, {kD}) || !is_bf16_cuda(L.k_norm, {kD})) return "no bf16 q/k norms";
-    if (!is_dense_bf16(L.qkv, (kHq + 2 * kHk) * kD, kHidden) || !is_dense_bf16(L.o, kHidden, kHq * kD) ||
-        !is_dense_bf16(L.gate_up, 2 * inter, kHidden) || !is_dense_bf16(L.down, kHidden, inter))
-      return "linears that are not dense bf16 without bias (a fused qkv and gate_up)";
+    if (format_of(L.qkv, (kHq + 2 * kHk) * kD, kHidden) != *fmt ||
+        format_of(L.o, kHidden, kHq * kD) != *fmt || format_of(L.gate_up, 2 * inter, kHidden) != *fmt ||
+        format_of(L.down, kHidden, inter) != *fmt)
+      return "linears that are not all dense bf16 or all MLX 4-bit (bf16 scales, groups of 32-128) without "
+             "bias (a fused qkv and gate_up)";
   }
   return "";
+}
+
+// The kernel instance of a weight format (WFormat), the product's or the probe's.
+using KernelFn = void (*)(step::Params);
+KernelFn kernel_of(int fmt, bool probe) {
+  using namespace step;
+  switch (fmt) {
+    case kWBf16:
+      return probe ? decode_step_kernel<kWBf16, true> : decode_step_kernel<kWBf16, false>;
+    case kWMlx4:
+      return probe ? decode_step_kernel<kWMlx4, true> : decode_step_kernel<kWMlx4, false>;
+    case kWMlx4Sw4:
+      return probe ? decode_step_kernel<kWMlx4Sw4, true> : decode_step_kernel<kWMlx4Sw4, false>;
+    default:
+      return probe ? decode_step_kernel<kWMlx4Sw8, true> : decode_step_kernel<kWMlx4Sw8, false>;
+  }
+}
+size_t smem_of(int fmt) {
+  using namespace step;
+  return fmt == kWBf16      ? kSmemBytes<kWBf16>
+         : fmt == kWMlx4    ? kSmemBytes<kWMlx4>
+         : fmt == kWMlx4Sw4 ? kSmemBytes<kWMlx4Sw4>
+                            : kSmemBytes<kWMlx4Sw8>;
 }
 
 // Zeroed device memory, ordered on `stream` (the backend's stream does not wait for the legacy default
@@ -89,6 +131,8 @@ struct DecodeStep::State {
   DType embed_dtype = DType::BF16;
   float embed_scale = 1.f, rope_factor = 1.f, scale = 1.f, eps = 0.f;
   int grid = 0, layers = 0;
+  int format = step::kWBf16;  // the linears' (WFormat)
+  int ablate = 0;             // Params::ablate (the probe instance only)
   bool probe = false;
   unsigned long long* stamps = nullptr;  // set_probe: made on first use
   bool stamping = false;
@@ -111,19 +155,39 @@ std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStrea
     if (why) *why = "one-kernel decode step: " + w;
     return nullptr;
   };
-  if (const std::string w = unsupported(m); !w.empty()) return refuse(w);
+  int fmt = -1;
+  if (const std::string w = unsupported(m, &fmt); !w.empty()) return refuse(w);
+  if (fmt == kWMlx4) {
+    // Same bits as the 4-bit op chain, but slower than it on an H200 (run 266: 2.25 against 2.18 ms, Qwen3-8B
+    // b=1 ctx 512; docs/cuda-notes.md "Session 21"): taken only when asked for.
+    if (const char* e = std::getenv("TF_DECODE_STEP_MLX4"); !e || std::string(e) != "1")
+      return refuse(
+          "MLX 4-bit linears (slower than the op chain on an H200; TF_DECODE_STEP_MLX4=1 takes it)");
+    const char* e = std::getenv("TF_STEP_Q4_SW");  // 2/4/8: slices a 4-bit stage (A/B; 4 measured best)
+    const int sw = e && *e ? std::atoi(e) : 4;
+    fmt = sw == 2 ? kWMlx4 : sw == 8 ? kWMlx4Sw8 : kWMlx4Sw4;
+  }
+  const int SW = sw_of(fmt);
+  const size_t smem = smem_of(fmt);
   int dev = 0;
   TF_CUDA_CHECK(cudaGetDevice(&dev));
   cudaDeviceProp prop{};
   TF_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
   if (prop.major < 9) return refuse("needs sm_90 (bulk copies)");
   if (prop.multiProcessorCount < 2 * kHk) return refuse("fewer than 16 SMs (8 merge the attention)");
-  if (prop.sharedMemPerBlockOptin < kSmemBytes) return refuse("not enough shared memory a block");
+  if (prop.sharedMemPerBlockOptin < smem) return refuse("not enough shared memory a block");
   const int64_t H = kHidden, QKV = (kHq + 2 * kHk) * kD, I = m.layers[0].down->in_features;
   const int64_t V = m.lm_head->weight.dim(0);
-  size_t packed = 0;
-  for (size_t l = 0; l < m.layers.size(); ++l) packed += size_t(QKV * H + H * H + 2 * I * H + H * I) * 2;
-  packed += size_t(V * H) * 2;
+  // A stage's bytes (the 4-bit stage holds its pieces' scale words too) and a weight's packed bytes.
+  auto stage_bytes = [&](const LinearWeight& w) {
+    return fmt == kWBf16 ? kStageBytes : q_code_bytes(SW) + 16 * SW * (kStageK / w.group_size) * 4;
+  };
+  auto packed_of = [&](const LinearWeight& w) {
+    return size_t(w.out_features / 16) * size_t(w.in_features / kStageK / SW) * size_t(stage_bytes(w));
+  };
+  size_t packed = packed_of(*m.lm_head);
+  for (const DecodeStepLayer& L : m.layers)
+    packed += packed_of(*L.qkv) + packed_of(*L.o) + packed_of(*L.gate_up) + packed_of(*L.down);
   size_t free = 0, total = 0;
   TF_CUDA_CHECK(cudaMemGetInfo(&free, &total));
   if (packed > free / 2)
@@ -147,6 +211,7 @@ std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStrea
   if (const char* g = std::getenv("TF_STEP_GRID"); g && *g)
     s.grid = std::clamp(std::atoi(g), 2 * kHk, prop.multiProcessorCount);
   s.layers = int(m.layers.size());
+  s.format = fmt;
   s.epoch = dalloc<unsigned>(own, 1, stream);
   s.emb_row = dalloc<__nv_bfloat16>(own, H, stream);
   s.emb_words = dalloc<uint32_t>(own, H, stream);
@@ -154,14 +219,26 @@ std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStrea
   TF_CUDA_CHECK(
       cudaMemcpyAsync(s.inv_freq, m.rope.inv_freq.data(), kD / 2 * 4, cudaMemcpyHostToDevice, stream));
 
-  auto pack = [&](const LinearWeight& w, bool gate_up) {
-    const int n = int(w.weight.dim(0)), k = int(w.weight.dim(1));
-    const int stages = (n / 16) * (k / kStageK / kSW);
-    __nv_bfloat16* wp = dalloc<__nv_bfloat16>(own, size_t(n) * k, stream);
-    pack_kernel<<<stages, 256, 0, stream>>>(static_cast<const __nv_bfloat16*>(w.weight.raw()), wp, n, k,
-                                            gate_up ? n / 2 : 0);
+  // Packs w into its stages; the op's weights, stage bytes and 4-bit variant.
+  auto pack = [&](Op& o, const LinearWeight& w, bool gate_up) {
+    const int n = int(w.out_features), k = int(w.in_features);
+    const int stages = (n / 16) * (k / kStageK / SW);
+    o.sbytes = stage_bytes(w);
+    unsigned char* wp = dalloc<unsigned char>(own, packed_of(w), stream);
+    if (fmt == kWBf16) {
+      pack_kernel<<<stages, 256, 0, stream>>>(static_cast<const __nv_bfloat16*>(w.weight.raw()),
+                                              reinterpret_cast<__nv_bfloat16*>(wp), n, k,
+                                              gate_up ? n / 2 : 0);
+    } else {
+      const int gshift = w.group_size == 32 ? 0 : w.group_size == 64 ? 1 : 2;
+      o.qsel = q4_sel(w.subnormal_codes, gshift);
+      auto* pk = SW == 2 ? pack_q4_kernel<2> : SW == 4 ? pack_q4_kernel<4> : pack_q4_kernel<8>;
+      pk<<<stages, 256, 0, stream>>>(static_cast<const uint32_t*>(w.weight.raw()),
+                                     static_cast<const uint32_t*>(w.scales.raw()), wp, k, gate_up ? n / 2 : 0,
+                                     gshift, o.sbytes);
+    }
     TF_CUDA_LAUNCH_CHECK();
-    return wp;
+    o.wp = wp;
   };
   auto bf = [](const Tensor* t) { return static_cast<const __nv_bfloat16*>(t->raw()); };
   int tiles = 0;
@@ -183,28 +260,33 @@ std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStrea
     uint32_t* tgu = dalloc<uint32_t>(own, I, stream);
     uint32_t* td = dalloc<uint32_t>(own, H, stream);
     Op qkv{};
-    qkv.wp = pack(*L.qkv, false), qkv.n = int(QKV), qkv.k = int(H), qkv.xkind = kXAddNorm;
+    pack(qkv, *L.qkv, false);
+    qkv.n = int(QKV), qkv.k = int(H), qkv.xkind = kXAddNorm;
     qkv.x = add_in, qkv.res = res, qkv.res_out = th1, qkv.nw = bf(L.input_norm), qkv.y = tqkv;
     qkv.res_const = add_in == nullptr;
     add(qkv);
     Op o{};
-    o.wp = pack(*L.o, false), o.n = int(H), o.k = kHq * kD, o.xkind = kXAttnMerge, o.x = aout, o.y = to;
+    pack(o, *L.o, false);
+    o.n = int(H), o.k = kHq * kD, o.xkind = kXAttnMerge, o.x = aout, o.y = to;
     o.qn = bf(L.q_norm), o.kn = bf(L.k_norm);
     o.part = dalloc<unsigned long long>(own, size_t(kHq) * kMaxChunks * kRec, stream);
     o.qkv = tqkv, o.aout = aout;
     s.attn_ops.push_back(int(s.ops.size()));
     add(o);
     Op gu{};
-    gu.wp = pack(*L.gate_up, true), gu.n = int(2 * I), gu.k = int(H), gu.xkind = kXAddNorm;
+    pack(gu, *L.gate_up, true);
+    gu.n = int(2 * I), gu.k = int(H), gu.xkind = kXAddNorm;
     gu.x = to, gu.res = th1, gu.res_out = th2, gu.nw = bf(L.post_norm), gu.y = tgu, gu.silu_out = 1;
     add(gu);
     Op d{};
-    d.wp = pack(*L.down, false), d.n = int(H), d.k = int(I), d.xkind = kXCopy, d.x = tgu, d.y = td;
+    pack(d, *L.down, false);
+    d.n = int(H), d.k = int(I), d.xkind = kXCopy, d.x = tgu, d.y = td;
     add(d);
     res = th2, add_in = td;
   }
   Op lm{};
-  lm.wp = pack(*m.lm_head, false), lm.n = int(V), lm.k = int(H), lm.xkind = kXAddNorm, lm.y_f32 = 1;
+  pack(lm, *m.lm_head, false);
+  lm.n = int(V), lm.k = int(H), lm.xkind = kXAddNorm, lm.y_f32 = 1;
   lm.x = add_in, lm.res = res, lm.res_out = dalloc<uint32_t>(own, H, stream), lm.nw = bf(m.final_norm);
   add(lm);
   s.d_ops = dalloc<Op>(own, s.ops.size(), stream);
@@ -214,11 +296,11 @@ std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStrea
     Op& o = s.ops[size_t(s.attn_ops[l])];
     o.kmap = s.d_maps + 2 * l, o.vmap = s.d_maps + 2 * l + 1;
   }
-  for (auto* fn : {decode_step_kernel<false>, decode_step_kernel<true>})
-    TF_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
+  for (auto* fn : {kernel_of(fmt, false), kernel_of(fmt, true)})
+    TF_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   int per_sm = 0;
-  TF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode_step_kernel<false>, kThreads,
-                                                              kSmemBytes));
+  TF_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_of(fmt, false), kThreads, smem));
   if (per_sm != 1) return refuse("the kernel does not fit one CTA an SM");
   TF_CUDA_CHECK(cudaStreamSynchronize(stream));  // the packing
   return std::unique_ptr<DecodeStep>(new DecodeStep(std::move(st)));
@@ -257,6 +339,9 @@ std::vector<unsigned long long> DecodeStep::stamps() const {
   std::vector<unsigned long long> v(s.stamps ? size_t(s.layers) * s.grid * kStampSlots : 0);
   if (!v.empty()) TF_CUDA_CHECK(cudaMemcpy(v.data(), s.stamps, v.size() * 8, cudaMemcpyDeviceToHost));
   return v;
+}
+void DecodeStep::set_ablate(int what) {
+  s_->ablate = what;
 }
 int DecodeStep::grid() const {
   return s_->grid;
@@ -325,20 +410,21 @@ void DecodeStep::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
   p.positions = dm.positions, p.slots = dm.slots, p.row_seq = dm.row_seq, p.table_offsets = dm.table_offsets;
   p.tables = dm.tables, p.inv_freq = s.inv_freq, p.rope_factor = s.rope_factor, p.scale = s.scale;
   p.qk_eps = s.eps, p.logits = logits;
+  p.ablate = s.probe ? s.ablate : 0;
   p.stamps = s.stamping ? s.stamps : nullptr;
   // Cooperative: every CTA polls words the others write, so all of them must be resident at once; the
   // launch guarantees it or fails (another context holding SMs) instead of hanging until the watchdog.
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(unsigned(s.grid));
   cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = kSmemBytes;
+  cfg.dynamicSmemBytes = smem_of(s.format);
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeCooperative;
   attr[0].val.cooperative = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  TF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, s.probe ? decode_step_kernel<true> : decode_step_kernel<false>, p));
+  TF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel_of(s.format, s.probe), p));
 }
 
 }  // namespace tf::cuda

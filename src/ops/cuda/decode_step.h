@@ -62,7 +62,8 @@ class DecodeStep {
   // of the CTA's layer (u < kStampUnits) at kStampUnitEvents * u + {start, poll, K/V landed, scores, P V,
   // partial}; merge round r (r < kStampRounds) gathered / folded at kStampRoundIn + 2r / + 2r + 1; round 1's
   // bulk copies issued / landed / checked and its retry count; the merge's output words; the consumers'
-  // last qkv tile, o's x made, o's last tile.
+  // last qkv tile, o's x made, o's last tile, gate_up's and down's last tiles; counters of where the
+  // consumers and the producer wait (SM cycles).
   enum StampSlot : int {
     kStampUnitEvents = 6,
     kStampUnits = 6,
@@ -76,9 +77,21 @@ class DecodeStep {
     kStampQkvDone = 61,
     kStampXMade = 62,
     kStampOLast = 63,
-    kStampSlots = 64
+    kStampGuLast = 64,
+    kStampDownLast = 65,
+    kStampWaitFull = 66,     // SM cycles (clock64) of the layer: consumer warp 1 waiting for ring stages,
+    kStampWaitX = 67,        // making its ops' x (polls included),
+    kStampWaitBar = 68,      // at the tiles' slice-sum barrier,
+    kStampLayerCycles = 69,  // all of its layer;
+    kStampWaitEmpty = 70,    // the producer waiting for free slots to issue the layer's stages,
+    kStampProdCycles = 71,   // all of its layer;
+    kStampFence = 72,        // consumer warp 1 in its proxy fences before freeing slots
+    kStampSlots = 73
   };
   void set_probe(bool on, bool stamps, cudaStream_t stream);
+  // The probe instance's timing ablations (decode_step_kernel.cuh's Params::ablate; 0: none). Benches only:
+  // the logits' bits are wrong under them.
+  void set_ablate(int what);
   std::vector<unsigned long long> stamps() const;
   int grid() const;
 

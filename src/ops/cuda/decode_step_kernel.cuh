@@ -5,7 +5,7 @@
 //
 // Roles in a CTA (one CTA an SM, kThreads threads):
 // - warp kProducer streams the CTA's 16-feature tiles of every op, in op order, stage by stage into a ring
-//   of kStages slots (bulk copies of the packed weights, pack_kernel), as far ahead as the ring allows:
+//   of kRing<W> slots (bulk copies of the packed weights, pack_kernel), as far ahead as the ring allows:
 //   weights are constants, so it runs ahead across every dependency;
 // - warps 0..7 (consumers) make each op's x in shared memory once (add + RMSNorm, a copy) and compute the
 //   CTA's tiles with linear.cu's arithmetic (8 K slices in warp order, 32-wide chunks through mma_chunk, the
@@ -33,6 +33,7 @@
 #include "ops/cuda/mbarrier.cuh"
 #include "ops/cuda/mma.cuh"
 #include "ops/cuda/norm.cuh"
+#include "ops/cuda/quant_common.cuh"  // MLX 4-bit dequantisation (the 4-bit linears' instructions)
 
 namespace tf::cuda::step {
 
@@ -47,9 +48,34 @@ constexpr int kSW = 2;                  // a stage row = pieces of kSW consecuti
 constexpr int kOwners = kCWarps / kSW;  // warp pairs owning ring slots
 constexpr int kRowBytes = kSW * kStageK * 2;  // packed rows are not padded; odd rows are swizzled
 constexpr int kStageBytes = 16 * kRowBytes;   // 16 feature rows, one bulk copy
-constexpr int kStages = 4;                    // ring slots (a multiple of kOwners)
-constexpr int kMaxK = 12288;                  // the longest x (the down projection's)
-constexpr int kHidden = 4096;                 // the add + norm x (make_x: 16 elements a thread)
+constexpr int kStages = 4;                    // bf16: ring slots (a multiple of kOwners)
+// MLX 4-bit weights (quant_linear.h's device layout, bf16 scale | bias words): a stage holds 16 rows x SW
+// pieces of kStageK k-values (SW consecutive K slices, as a bf16 stage's kSW) as packed codes (a row's
+// piece = 4 quads of 64 bytes, lane-major as in the device layout; odd rows' quads q and q ^ 1 trade
+// places) and then the pieces' scale words [SW][groups][16 rows]: 8.5-10 KB a slice pair.
+constexpr int q_row_bytes(int sw) {  // a row's codes in a stage
+  return sw * kStageK / 2;
+}
+constexpr int q_code_bytes(int sw) {
+  return 16 * q_row_bytes(sw);
+}
+constexpr int q_slot_bytes(int sw) {  // groups of 32 at most
+  return q_code_bytes(sw) + 16 * sw * (kStageK / 32) * 4;
+}
+// Kernel variants by the linears' weight format (every linear alike): bf16, or MLX 4-bit with stages of
+// 2, 4 or 8 slices (owned by warp pairs, quads, or all 8 consumer warps).
+enum WFormat : int { kWBf16 = 0, kWMlx4 = 1, kWMlx4Sw4 = 2, kWMlx4Sw8 = 3 };
+constexpr int sw_of(int w) {  // slices a stage
+  return w == kWBf16 || w == kWMlx4 ? kSW : w == kWMlx4Sw4 ? 4 : 8;
+}
+template <int W>
+constexpr int kSlotBytes = W == kWBf16 ? kStageBytes : q_slot_bytes(sw_of(W));
+template <int W>  // ring slots: the bf16 ring's 4, or 4-bit slots in 120 KB, a multiple of the owners
+constexpr int kRing = W == kWBf16 ? kStages
+                                  : 120 * 1024 / kSlotBytes<W> / (kCWarps / sw_of(W)) * (kCWarps / sw_of(W));
+static_assert(kRing<kWMlx4> == 12 && kRing<kWMlx4Sw4> == 6 && kRing<kWMlx4Sw8> == 3, "4-bit rings");
+constexpr int kMaxK = 12288;   // the longest x (the down projection's)
+constexpr int kHidden = 4096;  // the add + norm x (make_x: 16 elements a thread)
 // The attention shape: q heads, KV heads, head dim; K/V/Q staging rows padded as attention_mma's.
 constexpr int kHq = 32, kHk = 8, kGroup = kHq / kHk, kD = 128, kRS = kD + 8;
 constexpr int kAttnBytes = (2 * attn::kC + 16) * kRS * 2;  // Ks, Vs [128][kRS], Qs [16][kRS]
@@ -67,7 +93,9 @@ enum XKind : int { kXCopy = 0, kXAddNorm = 1, kXAttnMerge = 2 };
 // One op: a linear of the row, its x made by xkind. Activations are 32-bit words: bf16 bits in the low
 // half, the writing launch's tag in the high half; a reader polls each word until its tag is the launch's.
 struct Op {
-  const __nv_bfloat16* wp;  // the weights, packed (pack_kernel)
+  const unsigned char* wp;  // the weights, packed (pack_kernel / pack_q4_kernel)
+  int sbytes;               // bytes of a stage (kStageBytes, or the 4-bit stage's codes + scales)
+  int qsel;                 // 4-bit: the consumer's variant (q4_sel: subnormal codes and group size)
   int n, k, xkind, y_f32;
   const uint32_t* x;    // kXCopy / kXAttnMerge: x; kXAddNorm: the value added to the residual (null: none)
   const uint32_t* res;  // kXAddNorm: residual in
@@ -105,6 +133,8 @@ struct Params {
   float scale;            // attention scale
   float qk_eps;           // q/k norm eps
   float* logits;          // the lm_head's output (the y_f32 op), f32 [vocab]
+  int ablate;             // the probe instance only (timing ablations, wrong bits): 1 no tile arithmetic,
+                          // 2 MMAs on the raw 4-bit words (no dequantisation), 3 no consumer proxy fence
   // Benches (DecodeStep::set_probe; the probe instance only): timestamps [layer][CTA][kStampSlots] of the
   // attention's steps and the consumers' (DecodeStep::StampSlot), null: none.
   unsigned long long* stamps;
@@ -680,21 +710,65 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
 }
 
 // Position s of a tile's stages (in the order the producer sends them) -> the packed stage: owner s %
-// kOwners, its part s / kOwners (parts: the pieces of a slice, k / 8 / kStageK).
-__host__ __device__ inline int packed_stage(int s, int k) {
+// owners, its part s / owners (parts: the pieces of a slice, k / 8 / kStageK).
+__host__ __device__ inline int packed_stage(int s, int k, int owners = kOwners) {
   const int parts = k / kSlices / kStageK;
-  return (s % kOwners) * parts + s / kOwners;
+  return (s % owners) * parts + s / owners;
 }
 
 // Shared memory: the ring, x, the attention region, the slice sums, the norm partials, the mbarriers and
 // the slots' metadata.
-constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + kMaxK * 2 + kAttnRegion +
-                              (kRed * kSlices * 16 + 8) * 4 + 3 * kStages * 8 + 2 * kStages * 4;
+template <int W>
+constexpr size_t kSmemBytes = size_t(kRing<W>) * kSlotBytes<W> + kMaxK * 2 + kAttnRegion +
+                              (kRed * kSlices * 16 + 8) * 4 + 3 * kRing<W> * 8 + 2 * kRing<W> * 4;
 
-// kProbe: the benches' instance (DecodeStep::set_probe): timestamps of the attention's steps; the product's
-// has none of them in its code.
-template <bool kProbe>
+// The 4-bit consumer's variants: plain or subnormal codes (quant_common.cuh's kMlxBf16 / kMlxBf16Sub) x
+// groups of 32, 64, 128 (gshift 0-2: a chunk's group is its index >> gshift).
+__host__ __device__ constexpr int q4_sel(bool subnormal, int gshift) {
+  return (subnormal ? 3 : 0) + gshift;
+}
+__device__ __forceinline__ uint32_t lds32(uint32_t addr) {
+  uint32_t r;
+  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(r) : "r"(addr));
+  return r;
+}
+// One warp's piece of a 4-bit stage (16 chunks of its K slice) into acc: for each chunk the bf16 weights
+// dequant<KIND, 4> makes of rows g and g + 8 (the values linear_quantized multiplies), then mma_chunk as
+// the bf16 loop: the bits of linear_quantized, which are linear_bf16's on the dequantized weight. cb: the
+// piece's codes (+ 16 t), sb: its scale words, xb: its x (+ 16 t).
+template <int SW, int KIND, int GS, bool kRaw = false>
+__device__ __forceinline__ void q4_piece(float (&acc)[4], uint32_t cb, uint32_t sb, uint32_t xb, int g) {
+  constexpr int kQRowBytes = q_row_bytes(SW);
+  const uint32_t swz = (g & 1) * 64;
+#pragma unroll
+  for (int q = 0; q < kStageK / 128; ++q) {
+    const uint4 wa = lds128(cb + g * kQRowBytes + ((q * 64) ^ swz));
+    const uint4 wb = lds128(cb + (g + 8) * kQRowBytes + ((q * 64) ^ swz));
+    const uint32_t wav[4] = {wa.x, wa.y, wa.z, wa.w}, wbv[4] = {wb.x, wb.y, wb.z, wb.w};
+    uint32_t sa = 0, sbv = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int c = 4 * q + i;
+      if (i == 0 || (c >> GS) != ((c - 1) >> GS)) {  // a new group: its scale words (rows g, g + 8)
+        sa = lds32(sb + (c >> GS) * 64 + g * 4);
+        sbv = lds32(sb + (c >> GS) * 64 + 32 + g * 4);
+      }
+      const uint4 a =
+          kRaw ? make_uint4(wav[i], sa, wav[i] ^ sa, sa) : dequant<KIND, 4>(Raw{wav[i], 0, sa, 0});
+      const uint4 bb =
+          kRaw ? make_uint4(wbv[i], sbv, wbv[i] ^ sbv, sbv) : dequant<KIND, 4>(Raw{wbv[i], 0, sbv, 0});
+      const uint4 xv = g == 0 ? lds128(xb + c * 64) : make_uint4(0, 0, 0, 0);
+      mma_chunk(acc, a, bb, xv);
+    }
+  }
+}
+
+// W: the linears' weight format (WFormat). kProbe: the benches' instance (DecodeStep::set_probe):
+// timestamps of the attention's steps; the product's has none of them in its code.
+template <int W, bool kProbe>
 __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
+  constexpr int kSlots = kRing<W>, kSlot = kSlotBytes<W>;
+  constexpr int SW = sw_of(W), kOwn = kCWarps / SW;  // slices a stage, ring slot owners
   // The launch's epoch (its tag: the low 16 bits), from the device word step_prologue incremented: a launch
   // replayed from a CUDA graph has fixed arguments.
   const unsigned epoch = *prm.epoch_word;
@@ -704,19 +778,18 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   float* const logits = prm.logits;
   extern __shared__ __align__(128) unsigned char smem[];
   unsigned char* ring = smem;
-  __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem + kStages * kStageBytes);
+  __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem + kSlots * kSlot);
   __nv_bfloat16* attn_smem = xs + kMaxK;
-  float* red =
-      reinterpret_cast<float*>(smem + kStages * kStageBytes + kMaxK * 2 + kAttnRegion);  // [kRed][8][16]
-  float* nred = red + kRed * kSlices * 16;                                               // [8]
+  float* red = reinterpret_cast<float*>(smem + kSlots * kSlot + kMaxK * 2 + kAttnRegion);  // [kRed][8][16]
+  float* nred = red + kRed * kSlices * 16;                                                 // [8]
   uint64_t* full = reinterpret_cast<uint64_t*>(nred + 8);
-  uint64_t* empty = full + kStages;
-  uint64_t* mfull = empty + kStages;                    // the slot's meta is written (before its bytes land)
-  int* meta = reinterpret_cast<int*>(mfull + kStages);  // [kStages][2]: the slot's (op, tile)
+  uint64_t* empty = full + kSlots;
+  uint64_t* mfull = empty + kSlots;                    // the slot's meta is written (before its bytes land)
+  int* meta = reinterpret_cast<int*>(mfull + kSlots);  // [kSlots][2]: the slot's (op, tile)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
-    for (int i = 0; i < kStages; ++i)
-      mbar_init(saddr(full + i), 1), mbar_init(saddr(empty + i), kSW), mbar_init(saddr(mfull + i), 1);
+    for (int i = 0; i < kSlots; ++i)
+      mbar_init(saddr(full + i), 1), mbar_init(saddr(empty + i), SW), mbar_init(saddr(mfull + i), 1);
     mbar_init_fence();
   }
   __syncthreads();
@@ -782,33 +855,46 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     // Tiles i = b, b + G, ... (round-robin over the CTAs, op after op). Each slot carries (op, tile) for its
     // consumers, published on mfull before the bytes land. After the last op, one sentinel stage an owner.
     int j = 0, op = 0;
+    long long p_empty = 0, p_t0 = clock64();  // the probe's counters
+    int p_layer = 0;
     for (int i = b;; i += G) {
       while (op < nops && i >= ops[op].tile_begin + ops[op].tiles) ++op;
       if (op == nops) break;
+      if (kProbe && stamps && op / 4 != p_layer) {
+        if (lane == 0 && p_layer * 4 + 4 < nops) {
+          unsigned long long* row = stamps + (int64_t(p_layer) * G + b) * kStampSlots;
+          const long long now = clock64();
+          row[SS::kStampWaitEmpty] = p_empty, row[SS::kStampProdCycles] = now - p_t0;
+          p_t0 = now;
+        }
+        p_empty = 0, p_layer = op / 4;
+      }
       const int tile = i - ops[op].tile_begin;
-      const __nv_bfloat16* w = ops[op].wp;
-      const int k = ops[op].k;
-      const int stages = k / kStageK / kSW;
+      const unsigned char* w = ops[op].wp;
+      const int k = ops[op].k, sbytes = ops[op].sbytes;
+      const int stages = k / kStageK / SW;
       for (int s = 0; s < stages; ++s, ++j) {
         // Stage s of a tile belongs to owner s % kOwners and the ring's slots are a multiple of kOwners:
-        // slot j % kStages is only ever used by owner j % kOwners, so each warp pair waits on every phase of
+        // slot j % kSlots is only ever used by owner j % kOwners, so each warp pair waits on every phase of
         // its own slots in order (bulk copies complete out of order; a parity wait cannot tell phases apart).
-        const int slot = j % kStages;
-        if (j >= kStages) wait_bar(saddr(empty + slot), ((j / kStages) & 1) ^ 1, kEmptyStage, j);
+        const int slot = j % kSlots;
+        const long long pw = kProbe ? clock64() : 0;
+        if (j >= kSlots) wait_bar(saddr(empty + slot), ((j / kSlots) & 1) ^ 1, kEmptyStage, j);
+        if (kProbe) p_empty += clock64() - pw;
         if (lane == 0) {
           meta[2 * slot] = op, meta[2 * slot + 1] = tile;  // released by the arrive on mfull
           mbar_arrive(saddr(mfull + slot));
-          mbar_arrive_expect_tx(saddr(full + slot), kStageBytes);
-          bulk_copy_g2s(saddr(ring + slot * kStageBytes),
-                        w + (int64_t(tile) * stages + packed_stage(s, k)) * (kStageBytes / 2), kStageBytes,
+          mbar_arrive_expect_tx(saddr(full + slot), uint32_t(sbytes));
+          bulk_copy_g2s(saddr(ring + slot * kSlot),
+                        w + (int64_t(tile) * stages + packed_stage(s, k, kOwn)) * sbytes, uint32_t(sbytes),
                         saddr(full + slot));
         }
         __syncwarp();
       }
     }
-    for (int s = 0; s < kOwners; ++s, ++j) {  // the sentinel: one stage an owner, no bytes
-      const int slot = j % kStages;
-      if (j >= kStages) wait_bar(saddr(empty + slot), ((j / kStages) & 1) ^ 1, kEmptyStage, j);
+    for (int s = 0; s < kOwn; ++s, ++j) {  // the sentinel: one stage an owner, no bytes
+      const int slot = j % kSlots;
+      if (j >= kSlots) wait_bar(saddr(empty + slot), ((j / kSlots) & 1) ^ 1, kEmptyStage, j);
       if (lane == 0) meta[2 * slot] = nops, meta[2 * slot + 1] = 0, mbar_arrive(saddr(mfull + slot));
       __syncwarp();
     }
@@ -818,42 +904,96 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   // Consumers: the tiles the producer chose, in its order; (op, tile) from the first slot of each tile this
   // warp owns (every warp sees the same sequence).
   const int g = lane / 4, t = lane % 4;
-  const int owner = warp / kSW, half = warp % kSW;
+  const int owner = warp / SW, half = warp % SW;
   int j = 0, x_op = -1, tcount = 0;
+  long long c_full = 0, c_x = 0, c_bar = 0, c_fence = 0, c_t0 = clock64();  // the probe's counters (warp 1)
+  int c_layer = 0;
+  const bool counting = kProbe && stamps && threadIdx.x == 32;  // warp 1 (warp 0 also stores the tiles)
   for (;;) {
     int op, tile;
     {
-      const int jj = j + owner, slot = jj % kStages;
-      wait_bar(saddr(mfull + slot), (jj / kStages) & 1, kFullStage, jj);
+      const int jj = j + owner, slot = jj % kSlots;
+      const long long cw = kProbe ? clock64() : 0;
+      wait_bar(saddr(mfull + slot), (jj / kSlots) & 1, kFullStage, jj);
+      if (kProbe) c_full += clock64() - cw;
       op = meta[2 * slot], tile = meta[2 * slot + 1];
+    }
+    if (counting && op / 4 != c_layer) {
+      if (c_layer * 4 + 4 < nops) {
+        unsigned long long* row = stamps + (int64_t(c_layer) * G + b) * kStampSlots;
+        const long long now = clock64();
+        row[SS::kStampWaitFull] = c_full, row[SS::kStampWaitX] = c_x, row[SS::kStampWaitBar] = c_bar;
+        row[SS::kStampFence] = c_fence;
+        row[SS::kStampLayerCycles] = now - c_t0;
+        c_t0 = now;
+      }
+      c_full = c_x = c_bar = c_fence = 0, c_layer = op / 4;
     }
     if (op >= nops) break;
     const Op& o = ops[op];
     const int n0 = tile * 16, k = o.k;
     if (op != x_op) {
+      const long long cx = kProbe ? clock64() : 0;
       make_x(o, xs, nred, tile == 0, tag);
+      if (kProbe) c_x += clock64() - cx;
       x_op = op;
       if (stamps && threadIdx.x == 0 && o.xkind == kXAttnMerge)
         stamp_row(stamps, op, G, b)[SS::kStampXMade] = gtime();
     }
-    const int stages = k / kStageK / kSW, spw = k / kSlices / kStageK;  // spw: parts of a slice
+    const int stages = k / kStageK / SW, spw = k / kSlices / kStageK;  // spw: parts of a slice
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     const uint32_t xbase = saddr(xs) + 16 * t;
     for (int part = 0; part < spw; ++part) {  // this warp's K slice, in order
-      const int jj = j + part * kOwners + owner, slot = jj % kStages;
-      wait_bar(saddr(full + slot), (jj / kStages) & 1, kFullStage, jj);
-      const uint32_t base = saddr(ring + slot * kStageBytes) + half * (kStageK * 2) + 16 * t;
-      const uint32_t swz = (g & 1) * 64;  // pack_kernel: odd rows hold chunk c at chunk c ^ 1's place
+      const int jj = j + part * kOwn + owner, slot = jj % kSlots;
+      const long long cw = kProbe ? clock64() : 0;
+      wait_bar(saddr(full + slot), (jj / kSlots) & 1, kFullStage, jj);
+      if (kProbe) c_full += clock64() - cw;
       const uint32_t xb = xbase + (warp * spw + part) * kStageK * 2;
+      if (kProbe && prm.ablate == 1) {
+        // (timing: the stage waited for and released, nothing computed)
+      } else if constexpr (W == kWBf16) {
+        const uint32_t base = saddr(ring + slot * kSlot) + half * (kStageK * 2) + 16 * t;
+        const uint32_t swz = (g & 1) * 64;  // pack_kernel: odd rows hold chunk c at chunk c ^ 1's place
 #pragma unroll 4
-      for (int c = 0; c < kStageK / 32; ++c) {
-        const uint4 a = lds128(base + g * kRowBytes + ((c * 64) ^ swz));
-        const uint4 bb = lds128(base + (g + 8) * kRowBytes + ((c * 64) ^ swz));
-        const uint4 xv = g == 0 ? lds128(xb + c * 64) : make_uint4(0, 0, 0, 0);
-        mma_chunk(acc, a, bb, xv);
+        for (int c = 0; c < kStageK / 32; ++c) {
+          const uint4 a = lds128(base + g * kRowBytes + ((c * 64) ^ swz));
+          const uint4 bb = lds128(base + (g + 8) * kRowBytes + ((c * 64) ^ swz));
+          const uint4 xv = g == 0 ? lds128(xb + c * 64) : make_uint4(0, 0, 0, 0);
+          mma_chunk(acc, a, bb, xv);
+        }
+      } else {  // pack_q4_kernel's stage: this warp's piece is the half-th of each row
+        const uint32_t cb = saddr(ring + slot * kSlot) + half * (kStageK / 2) + 16 * t;
+        const int ng = kStageK >> (5 + o.qsel % 3);  // groups a piece
+        const uint32_t sb = saddr(ring + slot * kSlot) + q_code_bytes(SW) + half * ng * 64;
+        if (kProbe && prm.ablate == 2)
+          q4_piece<SW, kMlxBf16Sub, 1, true>(acc, cb, sb, xb, g);
+        else
+          switch (o.qsel) {  // uniform: one op's tiles
+            case q4_sel(false, 0):
+              q4_piece<SW, kMlxBf16, 0>(acc, cb, sb, xb, g);
+              break;
+            case q4_sel(false, 1):
+              q4_piece<SW, kMlxBf16, 1>(acc, cb, sb, xb, g);
+              break;
+            case q4_sel(false, 2):
+              q4_piece<SW, kMlxBf16, 2>(acc, cb, sb, xb, g);
+              break;
+            case q4_sel(true, 0):
+              q4_piece<SW, kMlxBf16Sub, 0>(acc, cb, sb, xb, g);
+              break;
+            case q4_sel(true, 1):
+              q4_piece<SW, kMlxBf16Sub, 1>(acc, cb, sb, xb, g);
+              break;
+            default:
+              q4_piece<SW, kMlxBf16Sub, 2>(acc, cb, sb, xb, g);
+              break;
+          }
       }
-      fence_proxy_async();  // this warp's reads of the slot before the next bulk copy into it
+      const long long cf = kProbe ? clock64() : 0;
+      if (!kProbe || prm.ablate != 3)
+        fence_proxy_async();  // this warp's reads of the slot before the next bulk copy into it
       __syncwarp();
+      if (kProbe) c_fence += clock64() - cf;
       if (lane == 0) mbar_arrive(saddr(empty + slot));
     }
     j += stages;
@@ -862,7 +1002,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     // warp 0 reaches after reading tile i's.
     float* r = red + (tcount & 1) * kSlices * 16;
     if (t == 0) r[warp * 16 + g] = acc[0], r[warp * 16 + g + 8] = acc[2];
+    const long long cb = kProbe ? clock64() : 0;
     bar_consumers();
+    if (kProbe) c_bar += clock64() - cb;
     if (warp == 0) {
       float sum = 0.f;
       if (lane < 16) {
@@ -882,8 +1024,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         else
           static_cast<uint32_t*>(o.y)[n0 + lane] = word_of(sum, tag);
       }
-      if (stamps && lane == 0 && op % 4 < 2 && op / 4 * 4 + 4 < nops)  // qkv / o: this CTA's last tile
-        stamp_row(stamps, op, G, b)[SS::kStampQkvDone + 2 * (op % 4)] = gtime();
+      if (stamps && lane == 0 && op / 4 * 4 + 4 < nops) {  // a layer's op: this CTA's last tile (so far)
+        constexpr int kSlot[4] = {SS::kStampQkvDone, SS::kStampOLast, SS::kStampGuLast, SS::kStampDownLast};
+        stamp_row(stamps, op, G, b)[kSlot[op % 4]] = gtime();
+      }
       __syncwarp();
     }
     ++tcount;
@@ -920,6 +1064,42 @@ __global__ void pack_kernel(const __nv_bfloat16* w, __nv_bfloat16* wp, int n, in
                                                     (slice * parts + part) * kStageK + src_unit * 8);
     *reinterpret_cast<uint4*>(wp + stage * (kStageBytes / 2) + r * (kRowBytes / 2) + sub * kStageK + cu * 8) =
         v;
+  }
+}
+
+// MLX 4-bit W (quant_linear.h's device layout: w [n][k / 8] words, a row's quads of 4 chunks lane-major; sc
+// [n][k >> (5 + gshift)] scale | bias words) -> stages as pack_kernel's (tile t's stage ps: the 16 rows'
+// pieces of kSW consecutive slices), each kQCodeBytes of codes -- row r, piece sub: its 4 quads (64 bytes
+// each) at r * kQRowBytes + sub * kQRowBytes / kSW, quads q and q ^ 1 traded in odd rows -- then the
+// pieces' scale words [sub][group][16 rows]; a stage is `sbytes` long. inter > 0: gate_up, as pack_kernel.
+template <int SW>
+__global__ void pack_q4_kernel(const uint32_t* w, const uint32_t* sc, unsigned char* wp, int k, int inter,
+                               int gshift, int sbytes) {
+  constexpr int kQRowBytes = q_row_bytes(SW), kSW = SW;
+  const int stages = k / kStageK / kSW, parts = k / kSlices / kStageK;
+  const int64_t stage = blockIdx.x;
+  const int tile = int(stage / stages), ps = int(stage % stages);
+  const int owner = ps / parts, part = ps % parts;
+  const int ng = kStageK >> (5 + gshift), row_groups = k >> (5 + gshift);
+  unsigned char* dst = wp + stage * sbytes;
+  auto src_row = [&](int r) {
+    return inter > 0 ? (r < 8 ? 8 * tile + r : inter + 8 * tile + r - 8) : tile * 16 + r;
+  };
+  constexpr int kQuads = kStageK / 128;
+  for (int u = threadIdx.x; u < 16 * kSW * kQuads * 4; u += blockDim.x) {  // 16-byte units: a lane's quad
+    const int r = u / (kSW * kQuads * 4), sub = u / (kQuads * 4) % kSW, q = u / 4 % kQuads, lt = u % 4;
+    const int slice = owner * kSW + sub;
+    const int64_t quad = int64_t(slice * parts + part) * kQuads + q;  // the row's quad (128 k-values)
+    const uint4 v = *reinterpret_cast<const uint4*>(w + int64_t(src_row(r)) * (k / 8) + quad * 16 + lt * 4);
+    *reinterpret_cast<uint4*>(dst + r * kQRowBytes + sub * (kQRowBytes / kSW) + ((q ^ (r & 1)) * 64) +
+                              lt * 16) = v;
+  }
+  uint32_t* sdst = reinterpret_cast<uint32_t*>(dst + q_code_bytes(SW));
+  for (int u = threadIdx.x; u < kSW * ng * 16; u += blockDim.x) {
+    const int r = u % 16, gi = u / 16 % ng, sub = u / 16 / ng;
+    const int slice = owner * kSW + sub;
+    const int group = ((slice * parts + part) * kStageK >> (5 + gshift)) + gi;
+    sdst[(sub * ng + gi) * 16 + r] = sc[int64_t(src_row(r)) * row_groups + group];
   }
 }
 

@@ -9,7 +9,9 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "checkpoint/safetensors_writer.h"
@@ -24,55 +26,102 @@ struct Qwen3Shape {
   double rope_theta = 1e6;
 };
 
+inline uint64_t counter_hash(int64_t i, uint64_t seed) {
+  uint64_t x = (uint64_t(i) + 1) * 0x9E3779B97F4A7C15ull ^ seed * 0xD1B54A32D192ED03ull;
+  x ^= x >> 31, x *= 0xBF58476D1CE4E5B9ull, x ^= x >> 29;
+  return x;
+}
+
 // Uniform bf16 values in [mean - a, mean + a].
 inline Tensor random_bf16(std::vector<int64_t> shape, uint64_t seed, float mean, float a) {
   Tensor t = Tensor::empty(std::move(shape), DType::BF16);
   uint16_t* p = t.data<uint16_t>();
   for (int64_t i = 0; i < t.numel(); ++i) {
-    uint64_t x = (uint64_t(i) + 1) * 0x9E3779B97F4A7C15ull ^ seed * 0xD1B54A32D192ED03ull;
-    x ^= x >> 31, x *= 0xBF58476D1CE4E5B9ull, x ^= x >> 29;
-    const float u = float(x >> 40) / float(1 << 24);  // [0, 1)
+    const float u = float(counter_hash(i, seed) >> 40) / float(1 << 24);  // [0, 1)
     p[i] = f32_to_bf16(mean + a * (2.f * u - 1.f));
   }
   return t;
 }
 
-// Writes the checkpoint (tied embeddings, q/k norms, no bias) to <temp>/<name>_<pid>; returns the directory.
-inline std::string write_random_qwen3(const std::string& name, const Qwen3Shape& s) {
+// An MLX affine 4-bit weight [n, k] as mlx-lm writes it (`weight` U32 [n, k / 8], value j of a word at bits
+// 4j; bf16 `scales` and `biases` [n, k / group]), like a uniform weight in about [-a, a]: random codes, a
+// group's scale in [0.5, 1] x a / 7.5 and its bias about -7.5 x scale.
+inline void add_random_mlx4(NamedTensors& t, const std::string& base, int64_t n, int64_t k, int group,
+                            uint64_t seed, float a) {
+  Tensor w = Tensor::empty({n, k / 8}, DType::U32);
+  uint32_t* p = w.data<uint32_t>();
+  for (int64_t i = 0; i < w.numel(); ++i) p[i] = uint32_t(counter_hash(i, seed) >> 16);
+  const float s = 0.75f * a / 7.5f;
+  t.emplace_back(base + ".weight", std::move(w));
+  t.emplace_back(base + ".scales", random_bf16({n, k / group}, seed + 1, s, s / 3));
+  t.emplace_back(base + ".biases", random_bf16({n, k / group}, seed + 2, -7.5f * s, s));
+}
+
+// MLX 4-bit linears (write_random_qwen3): the group size, and other groups of some linears (config.json's
+// per-layer overrides, keyed by the module, e.g. "model.layers.0.mlp.down_proj").
+struct Mlx4Layout {
+  int group = 64;
+  std::vector<std::pair<std::string, int>> overrides;
+};
+
+// Writes the checkpoint (q/k norms, no bias) to <temp>/<name>_<pid>; returns the directory. bf16 linears and
+// tied embeddings, or (mlx4) MLX 4-bit linears and an MLX 4-bit lm_head (the embeddings bf16), as mlx-lm's
+// conversions of untied models.
+inline std::string write_random_qwen3(const std::string& name, const Qwen3Shape& s,
+                                      const Mlx4Layout* mlx4 = nullptr) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / (name + "_" + std::to_string(getpid()));
   fs::create_directories(dir);
-  std::ofstream(dir / "config.json")
+  std::ostringstream config;
+  config
       << R"({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": )" << s.hidden
       << R"(, "num_hidden_layers": )" << s.layers << R"(, "num_attention_heads": )" << s.heads
       << R"(, "num_key_value_heads": )" << s.kv_heads << R"(, "head_dim": )" << s.head_dim
       << R"(, "intermediate_size": )" << s.inter << R"(, "vocab_size": )" << s.vocab
       << R"(, "max_position_embeddings": 8192, "rms_norm_eps": 1e-06, "rope_theta": )" << s.rope_theta
-      << R"(, "tie_word_embeddings": true, "attention_bias": false, "hidden_act": "silu", "eos_token_id": 2,
-      "use_sliding_window": false})";
+      << R"(, "tie_word_embeddings": )" << (mlx4 ? "false" : "true")
+      << R"(, "attention_bias": false, "hidden_act": "silu", "eos_token_id": 2, "use_sliding_window": false)";
+  auto group_of = [&](const std::string& module) {
+    for (const auto& [m, g] : mlx4->overrides)
+      if (m == module) return g;
+    return mlx4->group;
+  };
+  if (mlx4) {
+    config << R"(, "quantization": {"group_size": )" << mlx4->group << R"(, "bits": 4)";
+    for (const auto& [m, g] : mlx4->overrides)
+      config << R"(, ")" << m << R"(": {"group_size": )" << g << R"(, "bits": 4})";
+    config << "}";
+  }
+  config << "}";
+  std::ofstream(dir / "config.json") << config.str();
   NamedTensors t;
   const int64_t H = s.hidden, D = s.head_dim, Q = int64_t(s.heads) * D, KV = int64_t(s.kv_heads) * D,
                 I = s.inter;
   uint64_t seed = 1;
-  auto lin = [&](int64_t n, int64_t k) {
-    return random_bf16({n, k}, seed++, 0.f, std::sqrt(3.f / float(k)));
+  auto linear = [&](const std::string& module, int64_t n, int64_t k) {
+    const float a = std::sqrt(3.f / float(k));
+    if (mlx4)
+      add_random_mlx4(t, module, n, k, group_of(module), seed, a), seed += 3;
+    else
+      t.emplace_back(module + ".weight", random_bf16({n, k}, seed++, 0.f, a));
   };
   auto norm = [&](int64_t n) { return random_bf16({n}, seed++, 1.f, 0.2f); };
   t.emplace_back("model.embed_tokens.weight", random_bf16({s.vocab, H}, seed++, 0.f, 1.f));
+  if (mlx4) linear("lm_head", s.vocab, H);
   t.emplace_back("model.norm.weight", norm(H));
   for (int l = 0; l < s.layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     t.emplace_back(p + "input_layernorm.weight", norm(H));
     t.emplace_back(p + "post_attention_layernorm.weight", norm(H));
-    t.emplace_back(p + "self_attn.q_proj.weight", lin(Q, H));
-    t.emplace_back(p + "self_attn.k_proj.weight", lin(KV, H));
-    t.emplace_back(p + "self_attn.v_proj.weight", lin(KV, H));
-    t.emplace_back(p + "self_attn.o_proj.weight", lin(H, Q));
+    linear(p + "self_attn.q_proj", Q, H);
+    linear(p + "self_attn.k_proj", KV, H);
+    linear(p + "self_attn.v_proj", KV, H);
+    linear(p + "self_attn.o_proj", H, Q);
     t.emplace_back(p + "self_attn.q_norm.weight", norm(D));
     t.emplace_back(p + "self_attn.k_norm.weight", norm(D));
-    t.emplace_back(p + "mlp.gate_proj.weight", lin(I, H));
-    t.emplace_back(p + "mlp.up_proj.weight", lin(I, H));
-    t.emplace_back(p + "mlp.down_proj.weight", lin(H, I));
+    linear(p + "mlp.gate_proj", I, H);
+    linear(p + "mlp.up_proj", I, H);
+    linear(p + "mlp.down_proj", H, I);
   }
   write_safetensors((dir / "model.safetensors").string(), t);
   return dir.string();

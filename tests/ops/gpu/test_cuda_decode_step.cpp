@@ -6,6 +6,8 @@
 // attention's 128-position chunks and the step's context limit (DecodeStep::kMaxPositions, where it hands
 // over to the chain; below it the merge takes one round of up to 15 other chunks), with graphs and eagerly,
 // and on 40 CTAs (TF_STEP_GRID), where CTAs take several attention units a layer as on parts with fewer SMs.
+// The same with MLX 4-bit linears (an mlx-lm conversion's layout; groups of 32, 64 and 128, subnormal and
+// plain scale codes, stages of 2, 4 and 8 K slices): the step's 4-bit stages give the 4-bit chain's bits.
 // (Merge rounds of 16, past the limit on any part, passed this test at 8170-8210 and tf_bench_cuda's bit
 // check at 2k-16k positions with the limit raised: runs 244-253.)
 #include <gtest/gtest.h>
@@ -24,6 +26,7 @@
 #include "ops/backend.h"
 #include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/decode_step.h"
+#include "ops/cuda/quant_linear.h"  // set_mlx_subnormal_codes
 #include "random_qwen3.h"
 
 namespace tf {
@@ -79,6 +82,20 @@ class CudaDecodeStep : public ::testing::Test {
   static void TearDownTestSuite() {
     cuda::set_decode_step(true);
     if (dir_) fs::remove_all(*dir_);
+    if (dir4_) fs::remove_all(*dir4_);
+  }
+  // The same shape with MLX 4-bit linears and lm_head (as mlx-lm converts an untied model), groups of 64 but
+  // layer 0's down projection (32) and layer 1 (128): every 4-bit variant of the step's consumers.
+  static const std::string& mlx4_dir() {
+    if (!dir4_) {
+      test::Mlx4Layout layout{64, {{"model.layers.0.mlp.down_proj", 32}}};
+      for (const char* m : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                            "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"})
+        layout.overrides.push_back({std::string("model.layers.1.") + m, 128});
+      dir4_ = new std::string(test::write_random_qwen3(
+          "tf_decode_step_mlx4", {kHidden, kLayers, kHeads, kKvHeads, kHeadDim, kInter, kVocab}, &layout));
+    }
+    return *dir4_;
   }
   void SetUp() override {
     if (!gpu_) GTEST_SKIP() << "no CUDA backend: " << *why_;
@@ -88,8 +105,8 @@ class CudaDecodeStep : public ::testing::Test {
   // step on for pool A, off for pool B. Round i: a verify round of 3 rows when i % 7 == 5, a round that
   // wants hidden states when i % 7 == 3, else a decode round; graphs on all but every fourth round. Returns
   // the rounds in which pool A's forward took the step.
-  int64_t run(int start, int rounds) {
-    Checkpoint ckpt = Checkpoint::open(*dir_);
+  int64_t run(int start, int rounds, const std::string* dir = nullptr) {
+    Checkpoint ckpt = Checkpoint::open(dir ? *dir : *dir_);
     auto model = load_model(ckpt, *gpu_, kContext);
     std::vector<KvLayer> pool_a = make_pool(*gpu_), pool_b = make_pool(*gpu_);
     const std::vector<int32_t> table = shuffled_table();
@@ -177,10 +194,12 @@ class CudaDecodeStep : public ::testing::Test {
   static Backend* gpu_;
   static std::string* why_;
   static std::string* dir_;
+  static std::string* dir4_;
 };
 Backend* CudaDecodeStep::gpu_ = nullptr;
 std::string* CudaDecodeStep::why_ = nullptr;
 std::string* CudaDecodeStep::dir_ = nullptr;
+std::string* CudaDecodeStep::dir4_ = nullptr;
 
 TEST_F(CudaDecodeStep, PreparedForTheShape) {
   Checkpoint ckpt = Checkpoint::open(*dir_);
@@ -214,6 +233,42 @@ TEST_F(CudaDecodeStep, HandsOverToTheChainAtItsContextLimit) {
   const int64_t steps = run(cuda::DecodeStep::kMaxPositions - 30, 40);
   EXPECT_GT(steps, 10);
   EXPECT_LT(steps, 30);
+}
+
+TEST_F(CudaDecodeStep, Mlx4LinearsGiveTheChainsBits) {
+  // The step streams the 4-bit codes and scale words and dequantises them as linear_quantized does; its
+  // bits are the 4-bit chain's. Scales stored times 2^133 (subnormal codes: what upload_linear does where
+  // every scale allows it), then plain.
+  const std::string& dir = mlx4_dir();
+  ASSERT_EQ(setenv("TF_DECODE_STEP_MLX4", "1", 1), 0);  // opt-in (slower than the chain on an H200)
+  {
+    Checkpoint ckpt = Checkpoint::open(dir);
+    const int64_t before = cuda::decode_steps_prepared();
+    auto model = load_model(ckpt, *gpu_, kContext);
+    ASSERT_EQ(cuda::decode_steps_prepared() - before, 1)
+        << "the 4-bit model did not prepare a step (TENSORFOLD_LOG=debug says why)";
+  }
+  EXPECT_GT(run(2, 40, &dir), 20);
+  EXPECT_GT(run(120, 24, &dir), 12);
+  cuda::set_mlx_subnormal_codes(false);
+  const int64_t plain = run(700, 24, &dir);
+  cuda::set_mlx_subnormal_codes(true);
+  EXPECT_GT(plain, 12);
+  for (const char* sw : {"2", "8"}) {  // the other stage shapes (TF_STEP_Q4_SW; 4 is the default)
+    ASSERT_EQ(setenv("TF_STEP_Q4_SW", sw, 1), 0);
+    EXPECT_GT(run(1000, 16, &dir), 8) << "stages of " << sw << " slices";
+  }
+  unsetenv("TF_STEP_Q4_SW");
+  unsetenv("TF_DECODE_STEP_MLX4");
+}
+
+TEST_F(CudaDecodeStep, Mlx4IsOptIn) {
+  // Without TF_DECODE_STEP_MLX4=1 the 4-bit model runs the chain (the step is slower on an H200).
+  unsetenv("TF_DECODE_STEP_MLX4");
+  Checkpoint ckpt = Checkpoint::open(mlx4_dir());
+  const int64_t before = cuda::decode_steps_prepared();
+  auto model = load_model(ckpt, *gpu_, kContext);
+  EXPECT_EQ(cuda::decode_steps_prepared() - before, 0);
 }
 
 }  // namespace

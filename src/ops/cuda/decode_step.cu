@@ -167,7 +167,7 @@ std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStrea
     const int sw = e && *e ? std::atoi(e) : 4;
     fmt = sw == 2 ? kWMlx4 : sw == 8 ? kWMlx4Sw8 : kWMlx4Sw4;
   }
-  const int SW = sw_of(fmt);
+  const int SW = sw_of(fmt), SK = fmt == kWBf16 ? kStageK : kQStageK;
   const size_t smem = smem_of(fmt);
   int dev = 0;
   TF_CUDA_CHECK(cudaGetDevice(&dev));
@@ -180,10 +180,10 @@ std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStrea
   const int64_t V = m.lm_head->weight.dim(0);
   // A stage's bytes (the 4-bit stage holds its pieces' scale words too) and a weight's packed bytes.
   auto stage_bytes = [&](const LinearWeight& w) {
-    return fmt == kWBf16 ? kStageBytes : q_code_bytes(SW) + 16 * SW * (kStageK / w.group_size) * 4;
+    return fmt == kWBf16 ? kStageBytes : q_code_bytes(SW) + 16 * SW * (kQStageK / w.group_size) * 4;
   };
   auto packed_of = [&](const LinearWeight& w) {
-    return size_t(w.out_features / 16) * size_t(w.in_features / kStageK / SW) * size_t(stage_bytes(w));
+    return size_t(w.out_features / 16) * size_t(w.in_features / SK / SW) * size_t(stage_bytes(w));
   };
   size_t packed = packed_of(*m.lm_head);
   for (const DecodeStepLayer& L : m.layers)
@@ -222,7 +222,7 @@ std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStrea
   // Packs w into its stages; the op's weights, stage bytes and 4-bit variant.
   auto pack = [&](Op& o, const LinearWeight& w, bool gate_up) {
     const int n = int(w.out_features), k = int(w.in_features);
-    const int stages = (n / 16) * (k / kStageK / SW);
+    const int stages = (n / 16) * (k / SK / SW);
     o.sbytes = stage_bytes(w);
     unsigned char* wp = dalloc<unsigned char>(own, packed_of(w), stream);
     if (fmt == kWBf16) {

@@ -1,6 +1,6 @@
 #pragma once
 // A dense decoder's whole one-row decode step as one persistent kernel (docs/cuda-notes.md, sessions 15-18):
-// one CTA an SM, a producer warp streaming the CTA's weight tiles (packed into 32 KB stages, one bulk copy
+// one CTA an SM, a producer warp streaming the CTA's weight tiles (packed into 16 KB stages, one bulk copy
 // each) into a shared-memory ring as far ahead as it holds, across every dependency; 8 consumer warps
 // computing each 16-feature tile with linear.cu's arithmetic; 3 attention warps computing the row's
 // attention with attention_mma's. Activations travel as tagged 32-bit words (bf16 bits | the launch's tag

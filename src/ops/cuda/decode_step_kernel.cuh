@@ -42,25 +42,29 @@ constexpr int kCWarps = 8;  // consumer warps, one slice each
 constexpr int kAWarps = 3;  // attention warps (12 warps take no more registers a thread than 9)
 constexpr int kThreads = (kCWarps + 1 + kAWarps) * 32;
 constexpr int kProducer = kCWarps;
-constexpr int kRed = 2;                 // slice-sum buffers, double-buffered: one consumer barrier a tile
-constexpr int kStageK = 512;            // k-values of a slice's piece
-constexpr int kSW = 2;                  // a stage row = pieces of kSW consecutive slices (32 KB stages)
-constexpr int kOwners = kCWarps / kSW;  // warp pairs owning ring slots
+constexpr int kRed = 2;  // slice-sum buffers, double-buffered: one consumer barrier a tile
+// k-values of a slice's piece in a stage. bf16: 256 (16 KB stages, two ring slots a warp pair: one is in
+// flight while the pair computes on the other; 2% faster than 32 KB stages and one slot a pair, run 271).
+// MLX 4-bit: 512 (256 was 12% slower, run 271).
+constexpr int kStageK = 256;
+constexpr int kQStageK = 512;
+constexpr int kSW = 2;                        // a stage row = pieces of kSW consecutive slices
+constexpr int kOwners = kCWarps / kSW;        // warp pairs owning ring slots
 constexpr int kRowBytes = kSW * kStageK * 2;  // packed rows are not padded; odd rows are swizzled
 constexpr int kStageBytes = 16 * kRowBytes;   // 16 feature rows, one bulk copy
-constexpr int kStages = 4;                    // bf16: ring slots (a multiple of kOwners)
+constexpr int kStages = 8;                    // bf16: ring slots (a multiple of kOwners: 2 a warp pair)
 // MLX 4-bit weights (quant_linear.h's device layout, bf16 scale | bias words): a stage holds 16 rows x SW
-// pieces of kStageK k-values (SW consecutive K slices, as a bf16 stage's kSW) as packed codes (a row's
+// pieces of kQStageK k-values (SW consecutive K slices, as a bf16 stage's kSW) as packed codes (a row's
 // piece = 4 quads of 64 bytes, lane-major as in the device layout; odd rows' quads q and q ^ 1 trade
 // places) and then the pieces' scale words [SW][groups][16 rows]: 8.5-10 KB a slice pair.
 constexpr int q_row_bytes(int sw) {  // a row's codes in a stage
-  return sw * kStageK / 2;
+  return sw * kQStageK / 2;
 }
 constexpr int q_code_bytes(int sw) {
   return 16 * q_row_bytes(sw);
 }
 constexpr int q_slot_bytes(int sw) {  // groups of 32 at most
-  return q_code_bytes(sw) + 16 * sw * (kStageK / 32) * 4;
+  return q_code_bytes(sw) + 16 * sw * (kQStageK / 32) * 4;
 }
 // Kernel variants by the linears' weight format (every linear alike): bf16, or MLX 4-bit with stages of
 // 2, 4 or 8 slices (owned by warp pairs, quads, or all 8 consumer warps).
@@ -710,9 +714,9 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
 }
 
 // Position s of a tile's stages (in the order the producer sends them) -> the packed stage: owner s %
-// owners, its part s / owners (parts: the pieces of a slice, k / 8 / kStageK).
-__host__ __device__ inline int packed_stage(int s, int k, int owners = kOwners) {
-  const int parts = k / kSlices / kStageK;
+// owners, its part s / owners (parts: the pieces of a slice, k / 8 / sk; sk: kStageK or kQStageK).
+__host__ __device__ inline int packed_stage(int s, int k, int owners, int sk) {
+  const int parts = k / kSlices / sk;
   return (s % owners) * parts + s / owners;
 }
 
@@ -741,7 +745,7 @@ __device__ __forceinline__ void q4_piece(float (&acc)[4], uint32_t cb, uint32_t 
   constexpr int kQRowBytes = q_row_bytes(SW);
   const uint32_t swz = (g & 1) * 64;
 #pragma unroll
-  for (int q = 0; q < kStageK / 128; ++q) {
+  for (int q = 0; q < kQStageK / 128; ++q) {
     const uint4 wa = lds128(cb + g * kQRowBytes + ((q * 64) ^ swz));
     const uint4 wb = lds128(cb + (g + 8) * kQRowBytes + ((q * 64) ^ swz));
     const uint32_t wav[4] = {wa.x, wa.y, wa.z, wa.w}, wbv[4] = {wb.x, wb.y, wb.z, wb.w};
@@ -768,7 +772,8 @@ __device__ __forceinline__ void q4_piece(float (&acc)[4], uint32_t cb, uint32_t 
 template <int W, bool kProbe>
 __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   constexpr int kSlots = kRing<W>, kSlot = kSlotBytes<W>;
-  constexpr int SW = sw_of(W), kOwn = kCWarps / SW;  // slices a stage, ring slot owners
+  constexpr int SW = sw_of(W), kOwn = kCWarps / SW;     // slices a stage, ring slot owners
+  constexpr int SK = W == kWBf16 ? kStageK : kQStageK;  // k-values of a slice's piece
   // The launch's epoch (its tag: the low 16 bits), from the device word step_prologue incremented: a launch
   // replayed from a CUDA graph has fixed arguments.
   const unsigned epoch = *prm.epoch_word;
@@ -872,7 +877,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       const int tile = i - ops[op].tile_begin;
       const unsigned char* w = ops[op].wp;
       const int k = ops[op].k, sbytes = ops[op].sbytes;
-      const int stages = k / kStageK / SW;
+      const int stages = k / SK / SW;
       for (int s = 0; s < stages; ++s, ++j) {
         // Stage s of a tile belongs to owner s % kOwners and the ring's slots are a multiple of kOwners:
         // slot j % kSlots is only ever used by owner j % kOwners, so each warp pair waits on every phase of
@@ -886,8 +891,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
           mbar_arrive(saddr(mfull + slot));
           mbar_arrive_expect_tx(saddr(full + slot), uint32_t(sbytes));
           bulk_copy_g2s(saddr(ring + slot * kSlot),
-                        w + (int64_t(tile) * stages + packed_stage(s, k, kOwn)) * sbytes, uint32_t(sbytes),
-                        saddr(full + slot));
+                        w + (int64_t(tile) * stages + packed_stage(s, k, kOwn, SK)) * sbytes,
+                        uint32_t(sbytes), saddr(full + slot));
         }
         __syncwarp();
       }
@@ -940,7 +945,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       if (stamps && threadIdx.x == 0 && o.xkind == kXAttnMerge)
         stamp_row(stamps, op, G, b)[SS::kStampXMade] = gtime();
     }
-    const int stages = k / kStageK / SW, spw = k / kSlices / kStageK;  // spw: parts of a slice
+    const int stages = k / SK / SW, spw = k / kSlices / SK;  // spw: parts of a slice
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     const uint32_t xbase = saddr(xs) + 16 * t;
     for (int part = 0; part < spw; ++part) {  // this warp's K slice, in order
@@ -948,7 +953,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       const long long cw = kProbe ? clock64() : 0;
       wait_bar(saddr(full + slot), (jj / kSlots) & 1, kFullStage, jj);
       if (kProbe) c_full += clock64() - cw;
-      const uint32_t xb = xbase + (warp * spw + part) * kStageK * 2;
+      const uint32_t xb = xbase + (warp * spw + part) * SK * 2;
       if (kProbe && prm.ablate == 1) {
         // (timing: the stage waited for and released, nothing computed)
       } else if constexpr (W == kWBf16) {
@@ -962,8 +967,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
           mma_chunk(acc, a, bb, xv);
         }
       } else {  // pack_q4_kernel's stage: this warp's piece is the half-th of each row
-        const uint32_t cb = saddr(ring + slot * kSlot) + half * (kStageK / 2) + 16 * t;
-        const int ng = kStageK >> (5 + o.qsel % 3);  // groups a piece
+        const uint32_t cb = saddr(ring + slot * kSlot) + half * (kQStageK / 2) + 16 * t;
+        const int ng = kQStageK >> (5 + o.qsel % 3);  // groups a piece
         const uint32_t sb = saddr(ring + slot * kSlot) + q_code_bytes(SW) + half * ng * 64;
         if (kProbe && prm.ablate == 2)
           q4_piece<SW, kMlxBf16Sub, 1, true>(acc, cb, sb, xb, g);
@@ -1076,16 +1081,16 @@ template <int SW>
 __global__ void pack_q4_kernel(const uint32_t* w, const uint32_t* sc, unsigned char* wp, int k, int inter,
                                int gshift, int sbytes) {
   constexpr int kQRowBytes = q_row_bytes(SW), kSW = SW;
-  const int stages = k / kStageK / kSW, parts = k / kSlices / kStageK;
+  const int stages = k / kQStageK / kSW, parts = k / kSlices / kQStageK;
   const int64_t stage = blockIdx.x;
   const int tile = int(stage / stages), ps = int(stage % stages);
   const int owner = ps / parts, part = ps % parts;
-  const int ng = kStageK >> (5 + gshift), row_groups = k >> (5 + gshift);
+  const int ng = kQStageK >> (5 + gshift), row_groups = k >> (5 + gshift);
   unsigned char* dst = wp + stage * sbytes;
   auto src_row = [&](int r) {
     return inter > 0 ? (r < 8 ? 8 * tile + r : inter + 8 * tile + r - 8) : tile * 16 + r;
   };
-  constexpr int kQuads = kStageK / 128;
+  constexpr int kQuads = kQStageK / 128;
   for (int u = threadIdx.x; u < 16 * kSW * kQuads * 4; u += blockDim.x) {  // 16-byte units: a lane's quad
     const int r = u / (kSW * kQuads * 4), sub = u / (kQuads * 4) % kSW, q = u / 4 % kQuads, lt = u % 4;
     const int slice = owner * kSW + sub;
@@ -1098,7 +1103,7 @@ __global__ void pack_q4_kernel(const uint32_t* w, const uint32_t* sc, unsigned c
   for (int u = threadIdx.x; u < kSW * ng * 16; u += blockDim.x) {
     const int r = u % 16, gi = u / 16 % ng, sub = u / 16 / ng;
     const int slice = owner * kSW + sub;
-    const int group = ((slice * parts + part) * kStageK >> (5 + gshift)) + gi;
+    const int group = ((slice * parts + part) * kQStageK >> (5 + gshift)) + gi;
     sdst[(sub * ng + gi) * 16 + r] = sc[int64_t(src_row(r)) * row_groups + group];
   }
 }

@@ -1080,8 +1080,8 @@ __global__ void pack_kernel(const __nv_bfloat16* w, __nv_bfloat16* wp, int n, in
 template <int SW>
 __global__ void pack_q4_kernel(const uint32_t* w, const uint32_t* sc, unsigned char* wp, int k, int inter,
                                int gshift, int sbytes) {
-  constexpr int kQRowBytes = q_row_bytes(SW), kSW = SW;
-  const int stages = k / kQStageK / kSW, parts = k / kSlices / kQStageK;
+  constexpr int kQRowBytes = q_row_bytes(SW);
+  const int stages = k / kQStageK / SW, parts = k / kSlices / kQStageK;
   const int64_t stage = blockIdx.x;
   const int tile = int(stage / stages), ps = int(stage % stages);
   const int owner = ps / parts, part = ps % parts;
@@ -1091,18 +1091,18 @@ __global__ void pack_q4_kernel(const uint32_t* w, const uint32_t* sc, unsigned c
     return inter > 0 ? (r < 8 ? 8 * tile + r : inter + 8 * tile + r - 8) : tile * 16 + r;
   };
   constexpr int kQuads = kQStageK / 128;
-  for (int u = threadIdx.x; u < 16 * kSW * kQuads * 4; u += blockDim.x) {  // 16-byte units: a lane's quad
-    const int r = u / (kSW * kQuads * 4), sub = u / (kQuads * 4) % kSW, q = u / 4 % kQuads, lt = u % 4;
-    const int slice = owner * kSW + sub;
+  for (int u = threadIdx.x; u < 16 * SW * kQuads * 4; u += blockDim.x) {  // 16-byte units: a lane's quad
+    const int r = u / (SW * kQuads * 4), sub = u / (kQuads * 4) % SW, q = u / 4 % kQuads, lt = u % 4;
+    const int slice = owner * SW + sub;
     const int64_t quad = int64_t(slice * parts + part) * kQuads + q;  // the row's quad (128 k-values)
     const uint4 v = *reinterpret_cast<const uint4*>(w + int64_t(src_row(r)) * (k / 8) + quad * 16 + lt * 4);
-    *reinterpret_cast<uint4*>(dst + r * kQRowBytes + sub * (kQRowBytes / kSW) + ((q ^ (r & 1)) * 64) +
+    *reinterpret_cast<uint4*>(dst + r * kQRowBytes + sub * (kQRowBytes / SW) + ((q ^ (r & 1)) * 64) +
                               lt * 16) = v;
   }
   uint32_t* sdst = reinterpret_cast<uint32_t*>(dst + q_code_bytes(SW));
-  for (int u = threadIdx.x; u < kSW * ng * 16; u += blockDim.x) {
+  for (int u = threadIdx.x; u < SW * ng * 16; u += blockDim.x) {
     const int r = u % 16, gi = u / 16 % ng, sub = u / 16 / ng;
-    const int slice = owner * kSW + sub;
+    const int slice = owner * SW + sub;
     const int group = ((slice * parts + part) * kQStageK >> (5 + gshift)) + gi;
     sdst[(sub * ng + gi) * 16 + r] = sc[int64_t(src_row(r)) * row_groups + group];
   }

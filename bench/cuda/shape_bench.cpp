@@ -400,7 +400,7 @@ void print_step_stamps(ShapeRun& r, int ctx, Tensor& logits) {
                   (double(t1) - double(t0)) * 1e-3);
     line += buf;
   }
-  {  // where the consumers (warp 0) and the producer wait, share of their layer's cycles, median over CTAs
+  {  // where the consumers (warp 1) and the producer wait, share of their layer's cycles, median over CTAs
     auto share = [&](int slot, int total) {
       std::vector<double> x;
       for (int b = 0; b < G; ++b)
@@ -756,10 +756,9 @@ void format_rows(Backend& be, const ModelShape& sh, const std::vector<WeightForm
   if (step_only < 2) formats.push_back(WeightFormat::Bf16);
   formats.insert(formats.end(), quantized.begin(), quantized.end());
   std::printf("\n== %s by weight format: the forward with each format's linears ==\n", sh.name);
-  // The one-kernel step of MLX 4-bit linears is opt-in (decode_step.cu): the bench times it anyway.
-  const char* mlx4_env = std::getenv("TF_DECODE_STEP_MLX4");
-  const bool engine_mlx4_step = mlx4_env && std::string(mlx4_env) == "1";
-  setenv("TF_DECODE_STEP_MLX4", "1", 1);
+  // The one-kernel step of MLX 4-bit linears is opt-in (DecodeStep::mlx4): the bench times it anyway.
+  const bool engine_mlx4_step = cuda::DecodeStep::mlx4();
+  cuda::DecodeStep::set_mlx4(true);
   for (WeightFormat f : formats) {
     const char* fname = weight_format_info(f).name;
     ShapeModel m =
@@ -806,6 +805,7 @@ void format_rows(Backend& be, const ModelShape& sh, const std::vector<WeightForm
       std::fflush(stdout);
     }
   }
+  cuda::DecodeStep::set_mlx4(engine_mlx4_step);
 }
 
 void print_format_summary(const std::vector<FormatRow>& rows, const Ceilings& c) {

@@ -9,7 +9,9 @@
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/decode_step.h"
 #include "ops/cuda/decode_step_kernel.cuh"
+#include "ops/cuda/launch.h"        // env_switch
 #include "ops/cuda/linear_wgmma.h"  // make_kv_tensor_map
+#include "ops/cuda/quant_linear.h"  // chunk_shift
 
 namespace tf::cuda {
 
@@ -148,6 +150,14 @@ size_t DecodeStep::packed_bytes() const {
   return s_->packed;
 }
 
+static bool g_mlx4 = env_switch("TF_DECODE_STEP_MLX4", false);  // launch.h
+void DecodeStep::set_mlx4(bool on) {
+  g_mlx4 = on;
+}
+bool DecodeStep::mlx4() {
+  return g_mlx4;
+}
+
 std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStream_t stream,
                                              std::string* why) {
   using namespace step;
@@ -160,7 +170,7 @@ std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStrea
   if (fmt == kWMlx4) {
     // Same bits as the 4-bit op chain, but slower than it on an H200 (run 266: 2.25 against 2.18 ms, Qwen3-8B
     // b=1 ctx 512; docs/cuda-notes.md "Session 21"): taken only when asked for.
-    if (const char* e = std::getenv("TF_DECODE_STEP_MLX4"); !e || std::string(e) != "1")
+    if (!mlx4())
       return refuse(
           "MLX 4-bit linears (slower than the op chain on an H200; TF_DECODE_STEP_MLX4=1 takes it)");
     const char* e = std::getenv("TF_STEP_Q4_SW");  // 2/4/8: slices a 4-bit stage (A/B; 4 measured best)
@@ -180,7 +190,7 @@ std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStrea
   const int64_t V = m.lm_head->weight.dim(0);
   // A stage's bytes (the 4-bit stage holds its pieces' scale words too) and a weight's packed bytes.
   auto stage_bytes = [&](const LinearWeight& w) {
-    return fmt == kWBf16 ? kStageBytes : q_code_bytes(SW) + 16 * SW * (kQStageK / w.group_size) * 4;
+    return fmt == kWBf16 ? kStageBytes : q_stage_bytes(SW, w.group_size);
   };
   auto packed_of = [&](const LinearWeight& w) {
     return size_t(w.out_features / 16) * size_t(w.in_features / SK / SW) * size_t(stage_bytes(w));
@@ -230,7 +240,7 @@ std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStrea
                                               reinterpret_cast<__nv_bfloat16*>(wp), n, k,
                                               gate_up ? n / 2 : 0);
     } else {
-      const int gshift = w.group_size == 32 ? 0 : w.group_size == 64 ? 1 : 2;
+      const int gshift = chunk_shift(w);  // 0-2: is_mlx4 takes groups of 32-128
       o.qsel = q4_sel(w.subnormal_codes, gshift);
       auto* pk = SW == 2 ? pack_q4_kernel<2> : SW == 4 ? pack_q4_kernel<4> : pack_q4_kernel<8>;
       pk<<<stages, 256, 0, stream>>>(static_cast<const uint32_t*>(w.weight.raw()),

@@ -63,8 +63,11 @@ constexpr int q_row_bytes(int sw) {  // a row's codes in a stage
 constexpr int q_code_bytes(int sw) {
   return 16 * q_row_bytes(sw);
 }
+constexpr int q_stage_bytes(int sw, int group) {  // codes, then a scale word a group of each row's pieces
+  return q_code_bytes(sw) + 16 * sw * (kQStageK / group) * 4;
+}
 constexpr int q_slot_bytes(int sw) {  // groups of 32 at most
-  return q_code_bytes(sw) + 16 * sw * (kQStageK / 32) * 4;
+  return q_stage_bytes(sw, 32);
 }
 // Kernel variants by the linears' weight format (every linear alike): bf16, or MLX 4-bit with stages of
 // 2, 4 or 8 slices (owned by warp pairs, quads, or all 8 consumer warps).
@@ -146,9 +149,13 @@ struct Params {
 using SS = DecodeStep::StampSlot;
 static_assert(SS::kStampOLast == SS::kStampQkvDone + 2, "qkv's (op % 4 == 0) and o's (1) slots");
 constexpr int kStampSlots = DecodeStep::kStampSlots;
-// The probe's timestamps of op `op`'s layer (4 ops a layer) on CTA b, or null.
+// The probe's timestamps of layer `layer` on CTA b, or null; stamp_row: of op `op`'s layer (4 ops a layer).
+__device__ __forceinline__ unsigned long long* layer_row(unsigned long long* stamps, int layer, int G,
+                                                         int b) {
+  return stamps ? stamps + (int64_t(layer) * G + b) * kStampSlots : nullptr;
+}
 __device__ __forceinline__ unsigned long long* stamp_row(unsigned long long* stamps, int op, int G, int b) {
-  return stamps ? stamps + (int64_t(op / 4) * G + b) * kStampSlots : nullptr;
+  return layer_row(stamps, op / 4, G, b);
 }
 __device__ __forceinline__ unsigned long long gtime() {
   unsigned long long t;
@@ -867,7 +874,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       if (op == nops) break;
       if (kProbe && stamps && op / 4 != p_layer) {
         if (lane == 0 && p_layer * 4 + 4 < nops) {
-          unsigned long long* row = stamps + (int64_t(p_layer) * G + b) * kStampSlots;
+          unsigned long long* row = layer_row(stamps, p_layer, G, b);
           const long long now = clock64();
           row[SS::kStampWaitEmpty] = p_empty, row[SS::kStampProdCycles] = now - p_t0;
           p_t0 = now;
@@ -925,7 +932,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     }
     if (counting && op / 4 != c_layer) {
       if (c_layer * 4 + 4 < nops) {
-        unsigned long long* row = stamps + (int64_t(c_layer) * G + b) * kStampSlots;
+        unsigned long long* row = layer_row(stamps, c_layer, G, b);
         const long long now = clock64();
         row[SS::kStampWaitFull] = c_full, row[SS::kStampWaitX] = c_x, row[SS::kStampWaitBar] = c_bar;
         row[SS::kStampFence] = c_fence;
@@ -1049,10 +1056,16 @@ __global__ void step_prologue(unsigned* epoch_word, const __nv_bfloat16* emb, ui
     words[i] = ((e & 0xffffu) << 16) | *reinterpret_cast<const uint16_t*>(emb + i);
 }
 
+// Row r of a packed tile t's 16: the weight's row (inter > 0, a gate_up weight of gate rows then up rows:
+// gate rows 8t..8t+7 then up rows inter+8t.., so the tile's outputs pair each gate feature with its up).
+__device__ __forceinline__ int packed_row(int t, int r, int inter) {
+  return inter > 0 ? (r < 8 ? 8 * t + r : inter + 8 * t + r - 8) : t * 16 + r;
+}
+
 // W [n, k] row-major -> stages: tile t's stage ps (packed_stage) holds, for its 16 rows, the pieces of kSW
 // consecutive slices (kStageK k-values each) side by side, contiguous (one bulk copy); in odd rows the
-// 64-byte chunks c and c ^ 1 of each piece trade places (bank-conflict free quarter-warp loads). inter > 0
-// (a gate_up weight, gate rows then up rows): tile t holds gate rows 8t..8t+7 then up rows inter+8t...
+// 64-byte chunks c and c ^ 1 of each piece trade places (bank-conflict free quarter-warp loads). Rows:
+// packed_row (inter > 0: a gate_up weight).
 __global__ void pack_kernel(const __nv_bfloat16* w, __nv_bfloat16* wp, int n, int k, int inter) {
   (void)n;
   const int stages = k / kStageK / kSW, parts = k / kSlices / kStageK;
@@ -1064,7 +1077,7 @@ __global__ void pack_kernel(const __nv_bfloat16* w, __nv_bfloat16* wp, int n, in
     const int r = u / (kSW * kUnits), sub = u % (kSW * kUnits) / kUnits, cu = u % kUnits;
     const int src_unit = (r & 1) ? (cu ^ 4) : cu;  // chunk c ^ 1 = unit ^ 4
     const int slice = owner * kSW + sub;
-    const int src_row = inter > 0 ? (r < 8 ? 8 * tile + r : inter + 8 * tile + r - 8) : tile * 16 + r;
+    const int src_row = packed_row(tile, r, inter);
     const uint4 v = *reinterpret_cast<const uint4*>(w + int64_t(src_row) * k +
                                                     (slice * parts + part) * kStageK + src_unit * 8);
     *reinterpret_cast<uint4*>(wp + stage * (kStageBytes / 2) + r * (kRowBytes / 2) + sub * kStageK + cu * 8) =
@@ -1076,7 +1089,7 @@ __global__ void pack_kernel(const __nv_bfloat16* w, __nv_bfloat16* wp, int n, in
 // [n][k >> (5 + gshift)] scale | bias words) -> stages as pack_kernel's (tile t's stage ps: the 16 rows'
 // pieces of kSW consecutive slices), each kQCodeBytes of codes -- row r, piece sub: its 4 quads (64 bytes
 // each) at r * kQRowBytes + sub * kQRowBytes / kSW, quads q and q ^ 1 traded in odd rows -- then the
-// pieces' scale words [sub][group][16 rows]; a stage is `sbytes` long. inter > 0: gate_up, as pack_kernel.
+// pieces' scale words [sub][group][16 rows]; a stage is `sbytes` long. Rows: packed_row, as pack_kernel's.
 template <int SW>
 __global__ void pack_q4_kernel(const uint32_t* w, const uint32_t* sc, unsigned char* wp, int k, int inter,
                                int gshift, int sbytes) {
@@ -1087,15 +1100,13 @@ __global__ void pack_q4_kernel(const uint32_t* w, const uint32_t* sc, unsigned c
   const int owner = ps / parts, part = ps % parts;
   const int ng = kQStageK >> (5 + gshift), row_groups = k >> (5 + gshift);
   unsigned char* dst = wp + stage * sbytes;
-  auto src_row = [&](int r) {
-    return inter > 0 ? (r < 8 ? 8 * tile + r : inter + 8 * tile + r - 8) : tile * 16 + r;
-  };
   constexpr int kQuads = kQStageK / 128;
   for (int u = threadIdx.x; u < 16 * SW * kQuads * 4; u += blockDim.x) {  // 16-byte units: a lane's quad
     const int r = u / (SW * kQuads * 4), sub = u / (kQuads * 4) % SW, q = u / 4 % kQuads, lt = u % 4;
     const int slice = owner * SW + sub;
     const int64_t quad = int64_t(slice * parts + part) * kQuads + q;  // the row's quad (128 k-values)
-    const uint4 v = *reinterpret_cast<const uint4*>(w + int64_t(src_row(r)) * (k / 8) + quad * 16 + lt * 4);
+    const uint4 v = *reinterpret_cast<const uint4*>(w + int64_t(packed_row(tile, r, inter)) * (k / 8) +
+                                                    quad * 16 + lt * 4);
     *reinterpret_cast<uint4*>(dst + r * kQRowBytes + sub * (kQRowBytes / SW) + ((q ^ (r & 1)) * 64) +
                               lt * 16) = v;
   }
@@ -1104,7 +1115,7 @@ __global__ void pack_q4_kernel(const uint32_t* w, const uint32_t* sc, unsigned c
     const int r = u % 16, gi = u / 16 % ng, sub = u / 16 / ng;
     const int slice = owner * SW + sub;
     const int group = ((slice * parts + part) * kQStageK >> (5 + gshift)) + gi;
-    sdst[(sub * ng + gi) * 16 + r] = sc[int64_t(src_row(r)) * row_groups + group];
+    sdst[(sub * ng + gi) * 16 + r] = sc[int64_t(packed_row(tile, r, inter)) * row_groups + group];
   }
 }
 

@@ -14,6 +14,7 @@
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/moe_kernels.h"
+#include "ops/cuda/quant_linear.h"  // chunk_shift
 
 namespace tf::cuda {
 namespace {
@@ -29,14 +30,6 @@ struct Prepared {
 bool dense_bf16(const LinearWeight& w) {
   return w.format == LinearWeight::Format::Dense && w.weight.device() == Device::CUDA &&
          w.weight.dtype() == DType::BF16;
-}
-
-// log2(group / 32) as quant_linear.cu derives it (30: one group a row), -1 when no kernel fits.
-int chunk_shift(const LinearWeight& w) {
-  if (w.scales.dim(1) == 1) return 30;
-  for (int sh = 0; sh < 16; ++sh)
-    if (w.group_size == 32 << sh) return sh;
-  return -1;
 }
 
 // MLX affine 4- or 8-bit kept packed by upload_quantized_linear with bf16 scales (one U32 scale|bias a

@@ -440,14 +440,6 @@ void prime_q4_grids() {
   prime(std::integral_constant<int, kMlxBf16Sub>{});
 }
 
-// log2(group / 32); 30 when there is one group per row (any group size); -1 when unsupported.
-int chunk_shift(const LinearWeight& w) {
-  if (w.scales.dim(1) == 1) return 30;
-  for (int sh = 0; sh < 16; ++sh)
-    if (w.group_size == 32 << sh) return sh;
-  return -1;
-}
-
 int kind_of(const LinearWeight& w) {
   if (w.format == LinearWeight::Format::Fp8Block) return kFp8;
   if (w.subnormal_codes) return kMlxBf16Sub;
@@ -563,6 +555,13 @@ Tensor interleave_bf16(const Tensor& scales, const Tensor& biases) {
 }
 
 }  // namespace
+
+int chunk_shift(const LinearWeight& w) {
+  if (w.scales.dim(1) == 1) return 30;
+  for (int sh = 0; sh < 16; ++sh)
+    if (w.group_size == 32 << sh) return sh;
+  return -1;
+}
 
 // TF_MLX_SUBNORMAL=0 (read once; set_mlx_subnormal_codes): uploads keep the plain scales (A/B, tests).
 static bool g_subnormal_codes = env_switch("TF_MLX_SUBNORMAL", true);

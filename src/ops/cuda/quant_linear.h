@@ -37,6 +37,9 @@ bool upload_quantized_linear(const LinearWeight& host, LinearWeight& dev, cudaSt
 // formats, scales out of range, or set_mlx_subnormal_codes(false) / TF_MLX_SUBNORMAL=0.
 bool prescale_mlx4(LinearWeight& w, cudaStream_t s);
 void set_mlx_subnormal_codes(bool on);
+// log2(group / 32) of an MLX weight's groups (a 32-value chunk's group is its index >> this); 30 when there
+// is one group per row (any group size); -1 when no kernel takes the group size.
+int chunk_shift(const LinearWeight& w);
 // y[M,N] (bf16 or f32) = x[M,K] (bf16) · Wᵀ + bias for a weight from upload_quantized_linear.
 void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStream_t s);
 // The bf16 weight [N, K] the kernels multiply by (for tests and for the large-M path).

@@ -240,7 +240,7 @@ TEST_F(CudaDecodeStep, Mlx4LinearsGiveTheChainsBits) {
   // bits are the 4-bit chain's. Scales stored times 2^133 (subnormal codes: what upload_linear does where
   // every scale allows it), then plain.
   const std::string& dir = mlx4_dir();
-  ASSERT_EQ(setenv("TF_DECODE_STEP_MLX4", "1", 1), 0);  // opt-in (slower than the chain on an H200)
+  cuda::DecodeStep::set_mlx4(true);  // opt-in (slower than the chain on an H200)
   {
     Checkpoint ckpt = Checkpoint::open(dir);
     const int64_t before = cuda::decode_steps_prepared();
@@ -259,12 +259,13 @@ TEST_F(CudaDecodeStep, Mlx4LinearsGiveTheChainsBits) {
     EXPECT_GT(run(1000, 16, &dir), 8) << "stages of " << sw << " slices";
   }
   unsetenv("TF_STEP_Q4_SW");
-  unsetenv("TF_DECODE_STEP_MLX4");
+  cuda::DecodeStep::set_mlx4(false);
 }
 
 TEST_F(CudaDecodeStep, Mlx4IsOptIn) {
-  // Without TF_DECODE_STEP_MLX4=1 the 4-bit model runs the chain (the step is slower on an H200).
-  unsetenv("TF_DECODE_STEP_MLX4");
+  // Off (the default without TF_DECODE_STEP_MLX4=1) the 4-bit model runs the chain (the step is slower on
+  // an H200).
+  cuda::DecodeStep::set_mlx4(false);
   Checkpoint ckpt = Checkpoint::open(mlx4_dir());
   const int64_t before = cuda::decode_steps_prepared();
   auto model = load_model(ckpt, *gpu_, kContext);

@@ -695,7 +695,8 @@ void run_shape(Backend& be, cublasHandle_t h, const ModelShape& sh, const Ceilin
   const double kv_bytes_per_token = 2.0 * sh.layers * sh.kv_heads * sh.head_dim * 2;
   std::printf("\n== %s: %.2f GB of linear weights, KV %.0f KB/token ==\n", sh.name, m.linear_bytes / 1e9,
               kv_bytes_per_token / 1e3);
-  if (!prefill_only) linear_table(be, h, sh, m.layers[0], m.lm_head, decode_only ? 8 : 4096);
+  if (!prefill_only && !std::getenv("TF_BENCH_STEP_CTX"))
+    linear_table(be, h, sh, m.layers[0], m.lm_head, decode_only ? 8 : 4096);
   // Activations for the longest prompt (Qwen3-8B at 32k: ~5 GB).
   Acts acts = make_acts(be, sh, max_prefill, 32);
   ShapeRun r{be,
@@ -709,6 +710,17 @@ void run_shape(Backend& be, cublasHandle_t h, const ModelShape& sh, const Ceilin
              out,
              nullptr,
              false};
+  // TF_BENCH_STEP_CTX=512,1024,... (A/Bs of the one-kernel step): only the step's rows at those contexts.
+  if (const char* sc = std::getenv("TF_BENCH_STEP_CTX"); sc && *sc && !prefill_only) {
+    for (const char* p = sc; *p;) {
+      char* end = nullptr;
+      const long ctx = std::strtol(p, &end, 10);
+      if (end == p) break;
+      if (ctx > 0 && ctx <= max_ctx) decode_step_row(r, int(ctx));
+      p = *end ? end + 1 : end;
+    }
+    return;
+  }
   if (!prefill_only) {
     for (int batch : {1, 32}) decode_op_table(r, batch);
     for (int ctx : {512, 8192}) {

@@ -18,7 +18,14 @@ namespace tf::cuda {
 namespace {
 
 using step::Op;
-static_assert(DecodeStep::kMaxPositions <= step::kMaxChunks * attn::kC, "the partials' layout");
+// The positions bind takes: DecodeStep::kMaxPositions, or in a bench build compiled with -DTF_STEP_LIMIT=n
+// (this file only; docs/cuda-notes.md "Session 22") n, to time the step past its limit.
+#ifdef TF_STEP_LIMIT
+constexpr int kLimit = TF_STEP_LIMIT;
+#else
+constexpr int kLimit = DecodeStep::kMaxPositions;
+#endif
+static_assert(kLimit <= step::kMaxChunks * attn::kC, "the partials' layout");
 
 bool is_bf16_cuda(const Tensor* t, std::vector<int64_t> shape) {
   return t && t->defined() && t->device() == Device::CUDA && t->dtype() == DType::BF16 &&
@@ -378,7 +385,7 @@ bool DecodeStep::bind(int rows, int max_pos, int block_size, const std::vector<K
                       cudaStream_t stream) {
   using namespace step;
   State& s = *s_;
-  if (rows != 1 || block_size != kBlock || max_pos < 0 || max_pos >= kMaxPositions ||
+  if (rows != 1 || block_size != kBlock || max_pos < 0 || max_pos >= kLimit ||
       kv.size() != s.attn_ops.size())
     return false;
   bool changed = false;

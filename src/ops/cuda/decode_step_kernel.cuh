@@ -87,7 +87,11 @@ constexpr int kHidden = 4096;  // the add + norm x (make_x: 16 elements a thread
 constexpr int kHq = 32, kHk = 8, kGroup = kHq / kHk, kD = 128, kRS = kD + 8;
 constexpr int kAttnBytes = (2 * attn::kC + 16) * kRS * 2;  // Ks, Vs [128][kRS], Qs [16][kRS]
 constexpr int kBlock = 16;                                 // positions a KV pool block holds
-constexpr int kMaxChunks = 20;                             // 128-position chunks (DecodeStep::kMaxPositions)
+#ifdef TF_STEP_LIMIT  // bench builds only: the step past its limit (decode_step.cu's bind), to measure it there
+constexpr int kMaxChunks = TF_STEP_LIMIT / 128 + 1;
+#else
+constexpr int kMaxChunks = 20;  // 128-position chunks (DecodeStep::kMaxPositions)
+#endif
 constexpr int kRec = kD + 2;                               // a partial's 64-bit words: o [kD], max, sum
 constexpr int kMergeChunks = 16;                           // other chunks' partials a merge round brings in
 // The merge's buffers in the K/V staging region: the own partial (floats) and a round's records.

@@ -488,6 +488,23 @@ double decode_step_row(ShapeRun& r, int ctx) {
       ctx, g1 && g2 ? " (graph)" : " (eager)", t_step, 100 * floor_ms / t_step, t_chain,
       100 * floor_ms / t_chain, floor_ms, a == b ? "equal" : "DIFFER");
   if (std::getenv("TF_STEP_STAMPS")) print_step_stamps(r, ctx, logits);
+  if (std::getenv("TF_STEP_EARLY_AB")) {  // the merging CTAs' early chunks shifted by -2..2, twice
+    auto* st = static_cast<cuda::DecodeStep*>(r.step.get());
+    std::printf("  step early-chunk bias (ms, logits bits vs the chain):");
+    for (int rep = 0; rep < 2; ++rep)
+      for (int bias : {-2, -1, 0, 1, 2}) {
+        st->set_early_bias(bias);
+        be.decode_step(r.step.get(), logits);
+        std::vector<uint8_t> c(a.size());
+        be.read_raw(logits, 0, c.size(), c.data());
+        std::printf(" %+d %.3f%s |", bias,
+                    time_graph_ms(
+                        r.s, [&] { be.decode_step(r.step.get(), logits); }, &g2),
+                    c == a ? "" : " DIFFER");
+      }
+    st->set_early_bias(0);
+    std::printf("\n");
+  }
   if (std::getenv("TF_STEP_ABLATE")) {  // the probe instance: plain, no tile arithmetic, no dequantisation
     auto* st = static_cast<cuda::DecodeStep*>(r.step.get());
     std::printf("  step ablations (probe instance):");

@@ -142,6 +142,7 @@ struct DecodeStep::State {
   int grid = 0, layers = 0;
   int format = step::kWBf16;  // the linears' (WFormat)
   int ablate = 0;             // Params::ablate (the probe instance only)
+  int early_bias = 0;         // Params::early_bias
   bool probe = false;
   unsigned long long* stamps = nullptr;  // set_probe: made on first use
   bool stamping = false;
@@ -357,6 +358,9 @@ std::vector<unsigned long long> DecodeStep::stamps() const {
   if (!v.empty()) TF_CUDA_CHECK(cudaMemcpy(v.data(), s.stamps, v.size() * 8, cudaMemcpyDeviceToHost));
   return v;
 }
+void DecodeStep::set_early_bias(int bias) {
+  s_->early_bias = bias;
+}
 void DecodeStep::set_ablate(int what) {
   s_->ablate = what;
 }
@@ -428,6 +432,7 @@ void DecodeStep::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
   p.tables = dm.tables, p.inv_freq = s.inv_freq, p.rope_factor = s.rope_factor, p.scale = s.scale;
   p.qk_eps = s.eps, p.logits = logits;
   p.ablate = s.probe ? s.ablate : 0;
+  p.early_bias = s.early_bias;
   p.stamps = s.stamping ? s.stamps : nullptr;
   // Cooperative: every CTA polls words the others write, so all of them must be resident at once; the
   // launch guarantees it or fails (another context holding SMs) instead of hanging until the watchdog.

@@ -26,11 +26,13 @@ namespace tf::cuda {
 
 class DecodeStep {
  public:
-  // Positions the step takes: below this the one-kernel step beats the op chain on the H200 (run 255: ctx
-  // 2048 4.44 ms vs the chain's 4.66, 2200 4.70 vs 4.63, 2300 4.71 vs 4.63; run 253: 3000 4.76 vs 4.64, 4096
-  // 4.88 vs 4.83, 8192 5.14 vs 5.11). From position 2048 the 8 x 16 other chunks' units outnumber the 124
-  // CTAs that take them: some CTAs run two a layer (~5 us each) and the layer waits for them.
-  static constexpr int kMaxPositions = 2048;
+  // Positions the step takes: up to here it beats the op chain on the H200 at every context measured (runs
+  // 275-276: 2048 4.31 ms vs the chain's 4.58, 2300 4.47 vs 4.54, 3000 4.53 vs 4.75, 4096 4.62 vs 4.82, 6000
+  // 4.76 vs 5.03, 8192 4.98 vs 5.11). From ~2100 positions the 8 x 16 other chunks' units outnumber the 124
+  // CTAs that take them: CTAs run two or more a layer (~5 us each), the merging CTAs an early chunk too, and
+  // the merge takes rounds of 16 chunks (4 at 8k). Not measured past 8k (run 253, an older kernel: the
+  // chain won at 12k).
+  static constexpr int kMaxPositions = 8192;
 
   // Checks the shape (null and `why` when it is not the one the kernel handles) and packs the linears'
   // weights into the kernel's stage layout: a second copy of them in device memory.
@@ -96,6 +98,9 @@ class DecodeStep {
   // The probe instance's timing ablations (decode_step_kernel.cuh's Params::ablate; 0: none). Benches only:
   // the logits' bits are wrong under them.
   void set_ablate(int what);
+  // Benches (A/B): shifts the number of early chunks the merging CTAs take (decode_step_kernel.cuh's e) by
+  // `bias` (0: the kernel's rule). Same bits: only which CTA computes a chunk's partial changes.
+  void set_early_bias(int bias);
   std::vector<unsigned long long> stamps() const;
   int grid() const;
 

@@ -90,7 +90,7 @@ constexpr int kBlock = 16;                                 // positions a KV poo
 #ifdef TF_STEP_LIMIT  // bench builds only: the step past its limit (decode_step.cu's bind), to measure it there
 constexpr int kMaxChunks = TF_STEP_LIMIT / 128 + 1;
 #else
-constexpr int kMaxChunks = 20;  // 128-position chunks (DecodeStep::kMaxPositions)
+constexpr int kMaxChunks = DecodeStep::kMaxPositions / 128;  // 128-position chunks (attn::kC)
 #endif
 constexpr int kRec = kD + 2;                               // a partial's 64-bit words: o [kD], max, sum
 constexpr int kMergeChunks = 16;                           // other chunks' partials a merge round brings in
@@ -144,6 +144,7 @@ struct Params {
   float scale;            // attention scale
   float qk_eps;           // q/k norm eps
   float* logits;          // the lm_head's output (the y_f32 op), f32 [vocab]
+  int early_bias;         // added to the merging CTAs' early chunks e before its clamp (DecodeStep::set_early_bias)
   int ablate;             // the probe instance only (timing ablations, wrong bits): 1 no tile arithmetic,
                           // 2 MMAs on the raw 4-bit words (no dequantisation), 3 no consumer proxy fence
   // Benches (DecodeStep::set_probe; the probe instance only): timestamps [layer][CTA][kStampSlots] of the
@@ -828,14 +829,16 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       if (at == 0) P->scale = prm.scale, P->eps = prm.qk_eps;
     }
     // A layer's units: (KV head, chunk) for the row's C chunks. CTA h < kHk merges KV head h: its chunks
-    // 0..e-1 (e > 0 from ~5k positions on 132 CTAs, past the limit, from ~1.5k on 40 (TF_STEP_GRID): a share
-    // of the units, so that the merge starts when most partials are there; measured in runs 250-253), then
-    // the row's chunk and the merge. The
-    // other units, chunks e..C-2 of every head, are dealt round-robin over the other CTAs in chunk order (the
-    // merge takes the chunks in that order too). A CTA's next unit of the layer is staged during its current
-    // one.
+    // 0..e-1, then the row's chunk and the merge. The other units, chunks e..C-2 of every head, are dealt
+    // round-robin over the other CTAs in chunk order (the merge takes the chunks in that order too). A CTA's
+    // next unit of the layer is staged during its current one. e: 0 while the other units fit the other
+    // CTAs one each, else the units a CTA averages less 3, at least 1 -- on 132 CTAs e = 1 from 2048
+    // positions to 8k, which run 275 measured best at every context there (2300 -1.7%, 3000 -3.5%, 4096
+    // -4.9%, 8192 -1.5% against the rule of runs 250-253, one more at 4k-8k); more on fewer CTAs
+    // (TF_STEP_GRID). Params::early_bias shifts it for A/Bs.
     const int C = row.pos / attn::kC + 1;
-    const int e = min(C - 1, max(0, (kHk * C + G / 2) / G - 2));
+    const int e0 = kHk * (C - 1) > G - kHk ? max(1, (kHk * C + G / 2) / G - 3) : 0;
+    const int e = min(C - 1, max(0, e0 + prm.early_bias));
     const int others = kHk * (C - 1 - e), Go = G - kHk;
     auto unit_at = [&](int i, int& h, int& c) {
       if (b < kHk) {

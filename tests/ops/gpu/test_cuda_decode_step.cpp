@@ -3,13 +3,11 @@
 // prefill, then decode rounds (one row: the step where it is on), verify rounds of several rows and rounds
 // that want hidden states (both: the chain) -- one with the step on, one with it off; every round's logits
 // and sampled tokens and, at the end, every byte of both pools must be equal. Positions cross the
-// attention's 128-position chunks and the step's context limit (DecodeStep::kMaxPositions, where it hands
-// over to the chain; below it the merge takes one round of up to 15 other chunks), with graphs and eagerly,
-// and on 40 CTAs (TF_STEP_GRID), where CTAs take several attention units a layer as on parts with fewer SMs.
+// attention's 128-position chunks, the merge's rounds of 16 chunks and the step's context limit
+// (DecodeStep::kMaxPositions, where it hands over to the chain), with graphs and eagerly, and on 40 CTAs
+// (TF_STEP_GRID), where CTAs take several attention units a layer earlier, as on parts with fewer SMs.
 // The same with MLX 4-bit linears (an mlx-lm conversion's layout; groups of 32, 64 and 128, subnormal and
 // plain scale codes, stages of 2, 4 and 8 K slices): the step's 4-bit stages give the 4-bit chain's bits.
-// (Merge rounds of 16, past the limit on any part, passed this test at 8170-8210 and tf_bench_cuda's bit
-// check at 2k-16k positions with the limit raised: runs 244-253.)
 #include <gtest/gtest.h>
 #include <stdlib.h>  // setenv
 #include <unistd.h>
@@ -218,14 +216,24 @@ TEST_F(CudaDecodeStep, FirstChunksAndBoundaries) {
 
 TEST_F(CudaDecodeStep, FewerCtasTakeSeveralAttentionUnitsALayer) {
   // 40 CTAs (TF_STEP_GRID, read when the model prepares its step), as a part with fewer SMs: 32 CTAs take
-  // the 8 KV heads' other chunks. Position ~1000: 8 chunks, 56 other units, so 24 CTAs run two a layer, the
-  // second staged during the first. ~1990: 16 chunks; each merging CTA first takes an early chunk of its
-  // head (e = 1), and the other CTAs three or four units.
+  // the 8 KV heads' other chunks. Position ~1000: 8 chunks; each merging CTA first takes an early chunk of
+  // its head (e = 1), 48 other units, so 16 CTAs run two a layer, the second staged during the first.
+  // ~1990: 16 chunks, e = 1, the other CTAs three or four units.
   ASSERT_EQ(setenv("TF_STEP_GRID", "40", 1), 0);
   const int64_t a = run(990, 24), b = run(1985, 24);
   unsetenv("TF_STEP_GRID");
   EXPECT_GT(a, 12);
   EXPECT_GT(b, 12);
+}
+
+TEST_F(CudaDecodeStep, MergesSeveralRoundsAtLongContexts) {
+  // Past ~2k positions the other chunks' units outnumber the other CTAs: the merging CTAs take an early
+  // chunk first (from 2048: 17 chunks), CTAs take two or more units a layer (the next staged during the
+  // current), and the merge folds the other chunks' partials in rounds of 16: across 2048, ~4100 (two
+  // rounds, a third from 4097) and ~6000 (three).
+  EXPECT_GT(run(2036, 24), 12);
+  EXPECT_GT(run(4085, 24), 12);
+  EXPECT_GT(run(5990, 16), 8);
 }
 
 TEST_F(CudaDecodeStep, HandsOverToTheChainAtItsContextLimit) {

@@ -733,7 +733,7 @@ void run_shape(Backend& be, cublasHandle_t h, const ModelShape& sh, const Ceilin
       char* end = nullptr;
       const long ctx = std::strtol(p, &end, 10);
       if (end == p) break;
-      if (ctx > 0 && ctx <= max_ctx) decode_step_row(r, int(ctx));
+      if (ctx > 0 && ctx <= 32 * max_ctx) decode_step_row(r, int(ctx));  // the pool: 32 rows of max_ctx
       p = *end ? end + 1 : end;
     }
     return;

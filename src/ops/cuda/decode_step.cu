@@ -389,8 +389,7 @@ bool DecodeStep::bind(int rows, int max_pos, int block_size, const std::vector<K
                       cudaStream_t stream) {
   using namespace step;
   State& s = *s_;
-  if (rows != 1 || block_size != kBlock || max_pos < 0 || max_pos >= kLimit ||
-      kv.size() != s.attn_ops.size())
+  if (rows != 1 || block_size != kBlock || max_pos < 0 || max_pos >= kLimit || kv.size() != s.attn_ops.size())
     return false;
   bool changed = false;
   for (size_t l = 0; l < kv.size(); ++l) {

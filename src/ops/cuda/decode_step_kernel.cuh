@@ -87,13 +87,13 @@ constexpr int kHidden = 4096;  // the add + norm x (make_x: 16 elements a thread
 constexpr int kHq = 32, kHk = 8, kGroup = kHq / kHk, kD = 128, kRS = kD + 8;
 constexpr int kAttnBytes = (2 * attn::kC + 16) * kRS * 2;  // Ks, Vs [128][kRS], Qs [16][kRS]
 constexpr int kBlock = 16;                                 // positions a KV pool block holds
-#ifdef TF_STEP_LIMIT  // bench builds only: the step past its limit (decode_step.cu's bind), to measure it there
+#ifdef TF_STEP_LIMIT  // bench builds: the step past its limit (decode_step.cu's bind)
 constexpr int kMaxChunks = TF_STEP_LIMIT / 128 + 1;
 #else
 constexpr int kMaxChunks = DecodeStep::kMaxPositions / 128;  // 128-position chunks (attn::kC)
 #endif
-constexpr int kRec = kD + 2;                               // a partial's 64-bit words: o [kD], max, sum
-constexpr int kMergeChunks = 16;                           // other chunks' partials a merge round brings in
+constexpr int kRec = kD + 2;      // a partial's 64-bit words: o [kD], max, sum
+constexpr int kMergeChunks = 16;  // other chunks' partials a merge round brings in
 // The merge's buffers in the K/V staging region: the own partial (floats) and a round's records.
 static_assert((kGroup * kRec + 3) / 4 * 16 + kGroup * kMergeChunks * kRec * 8 <= 2 * attn::kC * kRS * 2,
               "the merge's round must fit in Ks and Vs");
@@ -144,7 +144,7 @@ struct Params {
   float scale;            // attention scale
   float qk_eps;           // q/k norm eps
   float* logits;          // the lm_head's output (the y_f32 op), f32 [vocab]
-  int early_bias;         // added to the merging CTAs' early chunks e before its clamp (DecodeStep::set_early_bias)
+  int early_bias;         // added to the merging CTAs' early chunks e (DecodeStep::set_early_bias)
   int ablate;             // the probe instance only (timing ablations, wrong bits): 1 no tile arithmetic,
                           // 2 MMAs on the raw 4-bit words (no dequantisation), 3 no consumer proxy fence
   // Benches (DecodeStep::set_probe; the probe instance only): timestamps [layer][CTA][kStampSlots] of the

@@ -712,8 +712,10 @@ void run_shape(Backend& be, cublasHandle_t h, const ModelShape& sh, const Ceilin
   const double kv_bytes_per_token = 2.0 * sh.layers * sh.kv_heads * sh.head_dim * 2;
   std::printf("\n== %s: %.2f GB of linear weights, KV %.0f KB/token ==\n", sh.name, m.linear_bytes / 1e9,
               kv_bytes_per_token / 1e3);
-  if (!prefill_only && !std::getenv("TF_BENCH_STEP_CTX"))
-    linear_table(be, h, sh, m.layers[0], m.lm_head, decode_only ? 8 : 4096);
+  // TF_BENCH_STEP_CTX=512,1024,... (A/Bs of the one-kernel step): only the step's rows at those contexts.
+  const char* step_ctx = prefill_only ? nullptr : std::getenv("TF_BENCH_STEP_CTX");
+  if (step_ctx && !*step_ctx) step_ctx = nullptr;
+  if (!prefill_only && !step_ctx) linear_table(be, h, sh, m.layers[0], m.lm_head, decode_only ? 8 : 4096);
   // Activations for the longest prompt (Qwen3-8B at 32k: ~5 GB).
   Acts acts = make_acts(be, sh, max_prefill, 32);
   ShapeRun r{be,
@@ -727,9 +729,8 @@ void run_shape(Backend& be, cublasHandle_t h, const ModelShape& sh, const Ceilin
              out,
              nullptr,
              false};
-  // TF_BENCH_STEP_CTX=512,1024,... (A/Bs of the one-kernel step): only the step's rows at those contexts.
-  if (const char* sc = std::getenv("TF_BENCH_STEP_CTX"); sc && *sc && !prefill_only) {
-    for (const char* p = sc; *p;) {
+  if (step_ctx) {
+    for (const char* p = step_ctx; *p;) {
       char* end = nullptr;
       const long ctx = std::strtol(p, &end, 10);
       if (end == p) break;

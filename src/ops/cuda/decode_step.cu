@@ -18,14 +18,6 @@ namespace tf::cuda {
 namespace {
 
 using step::Op;
-// The positions bind takes: DecodeStep::kMaxPositions, or in a bench build compiled with -DTF_STEP_LIMIT=n
-// (this file only; docs/cuda-notes.md "Session 22") n, to time the step past its limit.
-#ifdef TF_STEP_LIMIT
-constexpr int kLimit = TF_STEP_LIMIT;
-#else
-constexpr int kLimit = DecodeStep::kMaxPositions;
-#endif
-static_assert(kLimit <= step::kMaxChunks * attn::kC, "the partials' layout");
 
 bool is_bf16_cuda(const Tensor* t, std::vector<int64_t> shape) {
   return t && t->defined() && t->device() == Device::CUDA && t->dtype() == DType::BF16 &&

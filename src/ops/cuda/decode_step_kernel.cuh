@@ -87,12 +87,15 @@ constexpr int kHidden = 4096;  // the add + norm x (make_x: 16 elements a thread
 constexpr int kHq = 32, kHk = 8, kGroup = kHq / kHk, kD = 128, kRS = kD + 8;
 constexpr int kAttnBytes = (2 * attn::kC + 16) * kRS * 2;  // Ks, Vs [128][kRS], Qs [16][kRS]
 constexpr int kBlock = 16;                                 // positions a KV pool block holds
-#ifdef TF_STEP_LIMIT  // bench builds: the step past its limit (decode_step.cu's bind)
-constexpr int kMaxChunks = TF_STEP_LIMIT / 128 + 1;
+// The positions the step takes (DecodeStep::bind): DecodeStep::kMaxPositions, or n in a bench build of
+// decode_step.cu with -DTF_STEP_LIMIT=n (tools/step_variant.sh), to time the step past its limit.
+#ifdef TF_STEP_LIMIT
+constexpr int kLimit = TF_STEP_LIMIT;
 #else
-constexpr int kMaxChunks = DecodeStep::kMaxPositions / 128;  // 128-position chunks (attn::kC)
+constexpr int kLimit = DecodeStep::kMaxPositions;
 #endif
-constexpr int kRec = kD + 2;      // a partial's 64-bit words: o [kD], max, sum
+constexpr int kMaxChunks = (kLimit + attn::kC - 1) / attn::kC;  // the partials' 128-position chunks
+constexpr int kRec = kD + 2;                                    // a partial's 64-bit words: o [kD], max, sum
 constexpr int kMergeChunks = 16;  // other chunks' partials a merge round brings in
 // The merge's buffers in the K/V staging region: the own partial (floats) and a round's records.
 static_assert((kGroup * kRec + 3) / 4 * 16 + kGroup * kMergeChunks * kRec * 8 <= 2 * attn::kC * kRS * 2,

@@ -835,12 +835,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     // 0..e-1, then the row's chunk and the merge. The other units, chunks e..C-2 of every head, are dealt
     // round-robin over the other CTAs in chunk order (the merge takes the chunks in that order too). A CTA's
     // next unit of the layer is staged during its current one. e: 0 while the other units fit the other
-    // CTAs one each, else the units a CTA averages less 3, at least 1 -- on 132 CTAs e = 1 from 2048
-    // positions to 8k, which run 275 measured best at every context there (2300 -1.7%, 3000 -3.5%, 4096
-    // -4.9%, 8192 -1.5% against the rule of runs 250-253, one more at 4k-8k); more on fewer CTAs
-    // (TF_STEP_GRID). Params::early_bias shifts it for A/Bs.
+    // CTAs one each, else (a - 1) / 2 for the a units a CTA averages, at least 1 -- on 132 CTAs 1 from 2048
+    // positions to 8k, 2 at 10-12k, 3 at 16k: the best of the shares measured at each context (runs 275,
+    // 280: 2300 -1.7%, 3000 -3.5%, 4096 -4.9%, 8192 -1.5%, 12000 -3%, 16000 -6% against the rule of runs
+    // 250-253); more on fewer CTAs (TF_STEP_GRID). Params::early_bias shifts it for A/Bs.
     const int C = row.pos / attn::kC + 1;
-    const int e0 = kHk * (C - 1) > G - kHk ? max(1, (kHk * C + G / 2) / G - 3) : 0;
+    const int e0 = kHk * (C - 1) > G - kHk ? max(1, ((kHk * C + G / 2) / G - 1) / 2) : 0;
     const int e = min(C - 1, max(0, e0 + prm.early_bias));
     const int others = kHk * (C - 1 - e), Go = G - kHk;
     auto unit_at = [&](int i, int& h, int& c) {

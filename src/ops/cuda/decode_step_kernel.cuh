@@ -776,7 +776,10 @@ __device__ __forceinline__ void q4_piece(float (&acc)[4], uint32_t cb, uint32_t 
           kRaw ? make_uint4(wav[i], sa, wav[i] ^ sa, sa) : dequant<KIND, 4>(Raw{wav[i], 0, sa, 0});
       const uint4 bb =
           kRaw ? make_uint4(wbv[i], sbv, wbv[i] ^ sbv, sbv) : dequant<KIND, 4>(Raw{wbv[i], 0, sbv, 0});
-      const uint4 xv = g == 0 ? lds128(xb + c * 64) : make_uint4(0, 0, 0, 0);
+      // Every lane loads x (a broadcast: the lanes of one t read one address), so that every MMA column
+      // is x: column 0, the one stored, is the same sum as with zeros in columns 1-7 (each output element
+      // is its own dot product), without two instructions a chunk zeroing the other lanes' operand.
+      const uint4 xv = lds128(xb + c * 64);
       mma_chunk(acc, a, bb, xv);
     }
   }
@@ -980,7 +983,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         for (int c = 0; c < kStageK / 32; ++c) {
           const uint4 a = lds128(base + g * kRowBytes + ((c * 64) ^ swz));
           const uint4 bb = lds128(base + (g + 8) * kRowBytes + ((c * 64) ^ swz));
-          const uint4 xv = g == 0 ? lds128(xb + c * 64) : make_uint4(0, 0, 0, 0);
+          const uint4 xv = lds128(xb + c * 64);  // every lane: q4_piece's broadcast
           mma_chunk(acc, a, bb, xv);
         }
       } else {  // pack_q4_kernel's stage: this warp's piece is the half-th of each row

@@ -26,12 +26,13 @@ namespace tf::cuda {
 
 class DecodeStep {
  public:
-  // Positions the step takes: up to here it beats the op chain on the H200 at every context measured (runs
-  // 275-276, 280-281: 2048 4.31 ms vs the chain's 4.58, 2300 4.47 vs 4.54, 3000 4.53 vs 4.75, 4096 4.62 vs
-  // 4.82, 6000 4.76 vs 5.03, 8192 4.97 vs 5.15, 10000 5.18 vs 5.58, 12000 5.35 vs 5.63, 16000 5.83 vs 6.15). From
-  // ~2100 positions the 8 x 16 other chunks' units outnumber the 124 CTAs that take them: CTAs run two or
-  // more a layer (~5 us each), the merging CTAs early chunks too, and the merge takes rounds of 16 chunks
-  // (8 at 16k). Partials for 128 chunks: 154 MB at 36 layers.
+  // Positions the step takes: up to here it beats the bench's op chain on the H200 at every context
+  // measured (runs 275-276, 280-281: 2048 4.31 ms vs the chain's 4.58, 2300 4.47 vs 4.54, 3000 4.53 vs 4.75,
+  // 4096 4.62 vs 4.82, 6000 4.76 vs 5.03, 8192 4.97 vs 5.15, 10000 5.18 vs 5.58, 12000 5.35 vs 5.63, 16000
+  // 5.83 vs 6.15); in the product (`tensorfold bench`, run 287) it ties the chain from ~8k. From ~2100
+  // positions the 8 x 16 other chunks' units outnumber the 124 CTAs that take them: CTAs run two or more a
+  // layer (~5 us each), the merging CTAs early chunks too, and the merge takes rounds of 16 chunks (8 at
+  // 16k). Partials for 128 chunks: 154 MB at 36 layers.
   static constexpr int kMaxPositions = 16384;
 
   // Checks the shape (null and `why` when it is not the one the kernel handles) and packs the linears'

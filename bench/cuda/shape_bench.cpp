@@ -707,8 +707,8 @@ void run_shape(Backend& be, cublasHandle_t h, const ModelShape& sh, const Ceilin
                           : prefill_only       ? kPrefills[1]
                                                : kPrefills[std::size(kPrefills) - 1];
   // KV for 32 sequences of max_ctx (decode) or one prompt of max_prefill (Qwen3-8B at 8k: ~39 GB).
-  ShapeModel m =
-      make_model(be, sh, std::max<int64_t>(int64_t(32) * (max_ctx + kBlock), max_prefill + kBlock));
+  const int64_t kv_tokens = std::max<int64_t>(int64_t(32) * (max_ctx + kBlock), max_prefill + kBlock);
+  ShapeModel m = make_model(be, sh, kv_tokens);
   const double kv_bytes_per_token = 2.0 * sh.layers * sh.kv_heads * sh.head_dim * 2;
   std::printf("\n== %s: %.2f GB of linear weights, KV %.0f KB/token ==\n", sh.name, m.linear_bytes / 1e9,
               kv_bytes_per_token / 1e3);
@@ -734,7 +734,7 @@ void run_shape(Backend& be, cublasHandle_t h, const ModelShape& sh, const Ceilin
       char* end = nullptr;
       const long ctx = std::strtol(p, &end, 10);
       if (end == p) break;
-      if (ctx > 0 && ctx <= 32 * max_ctx) decode_step_row(r, int(ctx));  // the pool: 32 rows of max_ctx
+      if (ctx > 0 && ctx + kBlock <= kv_tokens) decode_step_row(r, int(ctx));  // one row: the whole pool
       p = *end ? end + 1 : end;
     }
     return;

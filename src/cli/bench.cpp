@@ -13,6 +13,7 @@
 #include <chrono>
 #include <iomanip>
 #include <iostream>
+#include <sstream>
 #include <thread>
 
 #include "cli/commands.h"
@@ -89,6 +90,9 @@ std::vector<int32_t> workload_prompt(const Tokenizer& tok, const std::string& w,
 
 struct RunResult {
   double prefill_s = 0, total_s = 0;
+  // The engine's rounds without prompt rows during the run: count, wall time, their forwards' wall time.
+  int64_t decode_rounds = 0;
+  double decode_round_s = 0, decode_forward_s = 0;
   int64_t prompt = 0, generated = 0, drafted = 0, accepted = 0, forwards = 0, cached = 0;
   std::vector<std::vector<int32_t>> outputs;
 };
@@ -101,7 +105,8 @@ uint64_t stream_seed(int stream) {
 RunResult run_prompts(Engine& e, const BenchArgs& a, const std::vector<std::vector<int32_t>>& prompts,
                       bool draft) {
   RunResult r;
-  const int64_t f0 = e.stats().forward_passes;
+  const EngineStats e0 = e.stats();
+  const int64_t f0 = e0.forward_passes;
   std::vector<std::shared_ptr<RequestHandle>> hs;
   const auto t0 = std::chrono::steady_clock::now();
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -144,7 +149,11 @@ RunResult run_prompts(Engine& e, const BenchArgs& a, const std::vector<std::vect
   }
   r.total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.prefill_s = first;
-  r.forwards = e.stats().forward_passes - f0;
+  const EngineStats e1 = e.stats();
+  r.forwards = e1.forward_passes - f0;
+  r.decode_rounds = e1.decode_rounds - e0.decode_rounds;
+  r.decode_round_s = e1.decode_round_seconds - e0.decode_round_seconds;
+  r.decode_forward_s = e1.decode_forward_seconds - e0.decode_forward_seconds;
   return r;
 }
 
@@ -362,18 +371,28 @@ void run_bench(const BenchArgs& a) {
     std::sort(v.begin(), v.end());
     return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
   };
+  std::ostringstream rounds_note;
   for (const auto& w : workloads) {
     // --repeat pairs (serial, then drafted) on the same engine: a run of 256 tokens lasts ~50 ms on the
     // H200, where one host hiccup moves a single ratio by 10%; the medians are what the table reports.
     std::vector<double> ts, td, ratios;
-    RunResult d;  // counts summed over the drafted runs
+    RunResult d, sr;  // counts summed over the drafted runs; the serial runs' decode rounds
     for (int i = 0; i < a.repeat; ++i) {
       const RunResult s = run_once(*engine, a, w, false), di = run_once(*engine, a, w, true);
       if (s.outputs != di.outputs) throw Error("drafted output differs from serial output on workload " + w);
       ts.push_back(rate(s)), td.push_back(rate(di)), ratios.push_back(rate(di) / rate(s));
       d.accepted += di.accepted, d.drafted += di.drafted, d.generated += di.generated,
           d.forwards += di.forwards;
+      sr.decode_rounds += s.decode_rounds, sr.decode_round_s += s.decode_round_s,
+          sr.decode_forward_s += s.decode_forward_s, sr.total_s += s.total_s - s.prefill_s;
     }
+    if (sr.decode_rounds >
+        0)  // where a serial token's time goes: the forward, the rest of the round, between
+      rounds_note << std::fixed << std::setprecision(3) << w << ": serial decode rounds "
+                  << 1e3 * sr.total_s / double(sr.decode_rounds) << " ms apart, "
+                  << 1e3 * sr.decode_round_s / double(sr.decode_rounds) << " ms a round, of which "
+                  << 1e3 * sr.decode_forward_s / double(sr.decode_rounds) << " ms the forward ("
+                  << sr.decode_rounds << " rounds)\n";
     std::cout << std::fixed << std::setprecision(1) << "| " << w << " | " << median(ts) << " | " << median(td)
               << " | " << std::setprecision(2) << median(ratios) << "x | " << d.accepted << "/" << d.drafted
               << " | " << double(d.generated) / std::max<int64_t>(1, d.forwards) / a.parallel << " | yes |";
@@ -382,6 +401,7 @@ void run_bench(const BenchArgs& a) {
                 << *std::max_element(ratios.begin(), ratios.end()) << "x over " << a.repeat << " pairs |";
     std::cout << "\n";
   }
+  std::cout << rounds_note.str();
   if (const EngineStats st = engine->stats(); st.draft_guard_switches > 0)
     std::cout << "draft guard (docs/drafting.md): " << st.draft_guard_switches << " switch(es); drafting off "
               << "for " << st.draft_guard_off << " stream count(s) at the end\n";

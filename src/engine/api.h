@@ -121,6 +121,9 @@ struct EngineStats {
   // verification, detokenizing, events) and of their forwards (device work and the wait for it); the
   // difference is the host's share of the inter-token latency.
   double round_seconds = 0, forward_seconds = 0;
+  // The same for the rounds without prompt rows (decode and verify rounds alone), and their count.
+  int64_t decode_rounds = 0;
+  double decode_round_seconds = 0, decode_forward_seconds = 0;
   int64_t drafted_tokens = 0, accepted_tokens = 0;
   // The draft guard (EngineOptions::draft_guard): stream counts for which it has drafting off
   // now, and how often it switched.

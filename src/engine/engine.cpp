@@ -519,6 +519,7 @@ class EngineImpl final : public Engine {
     const bool model_ok = drafter_ && sources == DraftSources::All;
     const bool drafted = plan_decode(meta, parts, decoders, !prefilling.empty(), drafts_ok, model_ok);
     round_prompt_rows_ = plan_prefill(meta, parts, prefilling);
+    const bool decode_only = round_prompt_rows_ == 0;
     if (meta.rows() == 0) return;
     const LogitRows lr = logit_rows_of(parts);
     std::vector<float> logits;
@@ -560,8 +561,14 @@ class EngineImpl final : public Engine {
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.forward_passes;
       stats_.forward_seconds += forward_s;
-      stats_.round_seconds +=
+      const double round_s =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - round_t0).count();
+      stats_.round_seconds += round_s;
+      if (decode_only) {
+        ++stats_.decode_rounds;
+        stats_.decode_round_seconds += round_s;
+        stats_.decode_forward_seconds += forward_s;
+      }
       stats_.prompt_tokens += a.prompt_rows;
       for (Sequence* s : a.done) {
         if (drafter_) drafter_->release(*s);

@@ -281,6 +281,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
     if (tickets_) cudaFree(tickets_);
+    if (sample_tickets_) cudaFree(sample_tickets_);
     graphs_.clear();
     cudaStreamDestroy(stream_);
   }
@@ -685,9 +686,23 @@ class CudaBackend final : public Backend {
     for (size_t i = 0; i < rows.size(); ++i) d[i] = {rows[i].temperature, rows[i].seed, rows[i].position};
     auto* dev =
         static_cast<uint8_t*>(sample_stage_.put(d.data(), d.size() * sizeof(DeviceRowSampling), stream_));
-    auto* out = static_cast<int32_t*>(sample_out_.get(rows.size() * sizeof(int32_t)));
-    cuda::sample_rows(static_cast<const float*>(ptr(logits)), logits.numel() / n,
-                      reinterpret_cast<const DeviceRowSampling*>(dev), n, out, stream_);
+    const int64_t vocab = logits.numel() / n;
+    if (n > sample_tickets_cap_) {  // a ticket a row, zero between calls (the kernel's last block resets it)
+      if (sample_tickets_) TF_CUDA_CHECK(cudaFree(sample_tickets_));  // waits for the kernels using it
+      sample_tickets_ = nullptr, sample_tickets_cap_ = 0;
+      const int cap = std::max(1024, 2 * n);
+      TF_CUDA_CHECK(cudaMalloc(&sample_tickets_, size_t(cap) * sizeof(int)));
+      TF_CUDA_CHECK(cudaMemsetAsync(sample_tickets_, 0, size_t(cap) * sizeof(int), stream_));
+      sample_tickets_cap_ = cap;
+    }
+    // out [n] ints, then the spans' bests [n, spans]
+    const size_t spans_at = (size_t(n) * 4 + 15) / 16 * 16;
+    auto* buf = static_cast<char*>(
+        sample_out_.get(spans_at + size_t(n) * size_t(cuda::sample_spans(vocab)) * sizeof(cuda::SampleBest)));
+    auto* out = reinterpret_cast<int32_t*>(buf);
+    cuda::sample_rows(static_cast<const float*>(ptr(logits)), vocab,
+                      reinterpret_cast<const DeviceRowSampling*>(dev), n, out,
+                      reinterpret_cast<cuda::SampleBest*>(buf + spans_at), sample_tickets_, stream_);
     TF_CUDA_CHECK(
         cudaMemcpyAsync(tokens.data(), out, rows.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
     sync_stream();
@@ -800,6 +815,8 @@ class CudaBackend final : public Backend {
     cudaStreamSynchronize(stream_);  // errors ignored: cleared next
     cudaGetLastError();
     read_back_.discard();
+    if (sample_tickets_)  // a sampling launch that failed half-way may have left tickets taken
+      cudaMemsetAsync(sample_tickets_, 0, size_t(sample_tickets_cap_) * sizeof(int), stream_);
   }
   // The split schedule's partials at positions below `context`, grown by a quarter as attn_ws_ grows.
   size_t attention_workspace_bytes(int64_t rows, int heads, int head_dim, int context) const override {
@@ -919,6 +936,8 @@ class CudaBackend final : public Backend {
   bool tiles_wide_ = false;
   cuda::TileSchedule tiles_schedule_ = cuda::TileSchedule::Auto;
   Workspace attn_ws_, sample_out_;
+  int* sample_tickets_ = nullptr;  // sample_rows' tickets, sample_tickets_cap_ of them (zero between calls)
+  int sample_tickets_cap_ = 0;
   Workspace graph_attn_ws_{true};      // attention partials of captured graphs (attn_ws_ may move under them)
   GraphEntry* capture_ = nullptr;      // the graph being captured
   int attn_heads_ = 0, attn_dim_ = 0;  // the last attention's shape (sizes graph_attn_ws_ before a capture)

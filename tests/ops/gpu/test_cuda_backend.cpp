@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 
@@ -834,6 +835,48 @@ TEST_F(CudaOps, SampleRowsMatchesHostReference) {
     gpu_->sample_rows(row, {rows[r]}, one);
     ASSERT_EQ(one.size(), 1u);
     EXPECT_EQ(one[0], expect[r]) << "row " << r;
+  }
+}
+
+// The same for vocabularies that are not a multiple of the kernel's span of ids (one span, a partial last
+// span) and rows with NaN and infinite logits (the reference never picks a NaN score and keeps id 0 when
+// id 0's score is NaN), in calls of changing row counts (each row's ticket is reset by its last block).
+TEST_F(CudaOps, SampleRowsMatchesHostReferenceAtEdges) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.f, 2.f);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (const int vocab : {5, 1000, 2048, 2049, 151936}) {
+    for (const int n : {1, 7, 3, 40}) {
+      std::vector<float> host(size_t(n) * vocab);
+      for (auto& x : host) x = std::round(nd(rng) * 8.f) / 8.f;
+      std::vector<RowSampling> rows;
+      for (int r = 0; r < n; ++r) {
+        float* row = host.data() + size_t(r) * vocab;
+        switch (r % 6) {
+          case 1:
+            row[0] = nan;
+            break;  // id 0 NaN: the reference answers 0
+          case 2:   // NaNs elsewhere, one of them past the best finite id
+            for (int i = 1; i < vocab; i += 3) row[i] = nan;
+            break;
+          case 3:
+            row[vocab - 1] = inf, row[vocab / 2] = inf;
+            break;  // ties at +inf: the lower id
+          case 4:   // every id -inf but one NaN: id 0
+            for (int i = 0; i < vocab; ++i) row[i] = -inf;
+            row[vocab - 1] = nan;
+            break;
+          default:
+            break;
+        }
+        rows.push_back({r % 2 ? 0.8f : 0.f, uint64_t(5 + r), int64_t(31 * r + vocab)});
+      }
+      std::vector<int32_t> expect, got;
+      sample_rows_reference(host.data(), vocab, rows, expect);
+      Tensor dev = gpu_->upload(Tensor::borrow(host.data(), {n, vocab}, DType::F32, Device::CPU));
+      gpu_->sample_rows(dev, rows, got);
+      EXPECT_EQ(got, expect) << "vocab " << vocab << ", " << n << " rows";
+    }
   }
 }
 

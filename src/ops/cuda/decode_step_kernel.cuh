@@ -581,9 +581,8 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
       }
     }
   }
-  wait_bar(kbar, par, kKChunk, c);
-  wait_bar(vbar, par, kVChunk, c);
-  abar();  // and the new row's task
+  wait_bar(kbar, par, kKChunk, c);  // (V is waited for before P V: its copy overlaps the scores)
+  abar();                           // and the new row's task
   stamp(us + 2);
   unsigned long long* part = P->part;
   const int own = pos / attn::kC;    // chunks before the row's
@@ -604,6 +603,7 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
     stamp(us + 3);
     // Every warp is past its score MMAs (split_scores' first barrier): Ks is free for the next unit.
     if (nc >= 0) stage_kv<0>(o, row, nh, nc, Ks, Vs, kbar, vbar, nblk);
+    wait_bar(vbar, par, kVChunk, c);  // (the new row's v is past the barrier above)
     static_assert(kAWarps == 3 && kD == 128, "the column split below");
     const int j0 = aw == 0 ? 0 : aw == 1 ? 3 : 6, j1 = aw == 0 ? 3 : aw == 1 ? 6 : 8;
     if (aw == 0)
@@ -652,6 +652,21 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
   // ~1 us to land, ~1 us to check, run 253; the 16-byte cp.async gather and a branch a word took ~10 us,
   // runs 249-252). Units with a word not yet written (units still running) are copied again by cp.async,
   // all of them a round trip (run 219), after a spin on the first missing record's last word.
+  // A round's bulk copy waits until the last word of each of its records is written (a thread a record;
+  // the other words of a record come from the same unit's other warps at about the same time, and the check
+  // below still reads every word): a round issued while units still run went the cp.async retry way, ~8 us
+  // a round (run 296). Each round's last words are loaded while the round before lands and folds.
+  auto tail_of = [&](int cb, int nb) {  // the tag half of the record's last word
+    return reinterpret_cast<const uint32_t*>(
+               part + (int64_t(h * kGroup + at / nb) * kMaxChunks + cb + at % nb) * kRec + kD + 1) +
+           1;
+  };
+  // Not below kPrewait chunks (one round; the row's units all run at once): the first load's round trip cost
+  // 0.7% at 512 positions, the retries it saves 1% at 2048 (runs 297-299: with it from 8 chunks, 2048 4.296
+  // -> 4.230 ms, 8192 4.95 -> 4.93, 512 and the 4-bit step unchanged).
+  constexpr int kPrewait = 8;
+  uint32_t tw = epoch;  // the tag of this thread's record's last word in the next round
+  if (own >= kPrewait && at < kGroup * min(kMergeChunks, own)) tw = ldv(tail_of(0, min(kMergeChunks, own)));
   fence_proxy_async();  // the region's reads and writes before the bulk copies into it
   abar();               // pown is complete
   const float* pown = reinterpret_cast<const float*>(Ks);
@@ -661,10 +676,20 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
   float m = -INFINITY, l = 0.f, ov[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   for (int cb = 0; cb < own; cb += kMergeChunks) {
     const int nb = min(kMergeChunks, own - cb);  // chunks cb .. cb + nb - 1 of the group's 4 heads
+    if (own >= kPrewait) {
+      if (at < kGroup * nb)
+        for (long long sp = 0; tw != epoch; ++sp) {
+          tw = ldv(tail_of(cb, nb));
+          if (sp == (1ll << 26)) hang_word(tail_of(cb, nb), 0, tag);
+        }
+      abar();  // the round's last words are written
+    }
     if (at == 0) mbar_arrive_expect_tx(mbar, uint32_t(kGroup * nb * kRec * 8));
     if (at < kGroup)
       bulk_copy_g2s(saddr(mb + at * nb * kRec), part + (int64_t(h * kGroup + at) * kMaxChunks + cb) * kRec,
                     uint32_t(nb * kRec * 8), mbar);
+    if (const int nn = min(kMergeChunks, own - cb - kMergeChunks); at < kGroup * nn)
+      tw = ldv(tail_of(cb + kMergeChunks, nn));
     if (cb == kMergeChunks) stamp(SS::kStampRound1Issued);
     wait_bar(mbar, mpar, kMergeRound, cb);
     mpar ^= 1;

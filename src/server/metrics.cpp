@@ -163,6 +163,12 @@ std::string Metrics::render(const ApiContext& ctx) const {
          s.round_seconds);
   series(o, {"tensorfold_forward_seconds_total"}, "counter",
          "Wall time of the rounds' model forwards (device work and the wait for it).", l, s.forward_seconds);
+  series(o, {"tensorfold_decode_rounds_total"}, "counter",
+         "Rounds without prompt rows (decode and verify rows alone).", l, double(s.decode_rounds));
+  series(o, {"tensorfold_decode_round_seconds_total"}, "counter",
+         "Wall time of the rounds without prompt rows.", l, s.decode_round_seconds);
+  series(o, {"tensorfold_decode_forward_seconds_total"}, "counter",
+         "Wall time of the model forwards of the rounds without prompt rows.", l, s.decode_forward_seconds);
   series(o, {"tensorfold_http_requests_total"}, "counter", "HTTP requests answered.", l,
          double(ctx.stats.requests_total.load()));
   series(o, {"tensorfold_http_requests_failed_total"}, "counter",

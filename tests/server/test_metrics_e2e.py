@@ -79,6 +79,13 @@ def test_counters_move_with_requests(server, client, model):
     fwd = after["tensorfold_forward_seconds_total"] - before["tensorfold_forward_seconds_total"]
     total = after["tensorfold_round_seconds_total"] - before["tensorfold_round_seconds_total"]
     assert rounds >= 2 and 0 < fwd <= total, (rounds, fwd, total)
+    # The rounds without prompt rows: a part of those, their forwards a part of their time.
+    d = {k: after[k] - before[k] for k in ("tensorfold_decode_rounds_total", "tensorfold_decode_round_seconds_total",
+                                           "tensorfold_decode_forward_seconds_total")}
+    assert d["tensorfold_decode_rounds_total"] <= rounds, (d, rounds)
+    assert 0 <= d["tensorfold_decode_forward_seconds_total"] <= d["tensorfold_decode_round_seconds_total"] <= total, d
+    if usage[1] > 2:  # some request decoded past its first token
+        assert d["tensorfold_decode_rounds_total"] >= 1 and d["tensorfold_decode_forward_seconds_total"] > 0, d
 
 
 TOOLS = [{"type": "function", "function": {"name": "add", "description": "Add two numbers",

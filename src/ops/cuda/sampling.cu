@@ -106,6 +106,7 @@ int sample_spans(int64_t vocab) {
 void sample_rows(const float* logits, int64_t vocab, const DeviceRowSampling* rows, int n, int32_t* out,
                  SampleBest* spans, int* tickets, cudaStream_t s) {
   if (n == 0) return;
+  TF_CHECK(n <= 65535, "sample_rows: at most 65535 rows a call (a grid dimension), got " + std::to_string(n));
   sample_kernel<<<dim3(unsigned(sample_spans(vocab)), unsigned(n)), kThreads, 0, s>>>(logits, vocab, rows,
                                                                                       out, spans, tickets);
   TF_CUDA_CHECK(cudaGetLastError());

@@ -106,7 +106,6 @@ RunResult run_prompts(Engine& e, const BenchArgs& a, const std::vector<std::vect
                       bool draft) {
   RunResult r;
   const EngineStats e0 = e.stats();
-  const int64_t f0 = e0.forward_passes;
   std::vector<std::shared_ptr<RequestHandle>> hs;
   const auto t0 = std::chrono::steady_clock::now();
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -150,7 +149,7 @@ RunResult run_prompts(Engine& e, const BenchArgs& a, const std::vector<std::vect
   r.total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.prefill_s = first;
   const EngineStats e1 = e.stats();
-  r.forwards = e1.forward_passes - f0;
+  r.forwards = e1.forward_passes - e0.forward_passes;
   r.decode_rounds = e1.decode_rounds - e0.decode_rounds;
   r.decode_round_s = e1.decode_round_seconds - e0.decode_round_seconds;
   r.decode_forward_s = e1.decode_forward_seconds - e0.decode_forward_seconds;
@@ -386,8 +385,8 @@ void run_bench(const BenchArgs& a) {
       sr.decode_rounds += s.decode_rounds, sr.decode_round_s += s.decode_round_s,
           sr.decode_forward_s += s.decode_forward_s, sr.total_s += s.total_s - s.prefill_s;
     }
-    if (sr.decode_rounds >
-        0)  // where a serial token's time goes: the forward, the rest of the round, between
+    // Where a serial token's time goes: the forward, the rest of the round, between rounds.
+    if (sr.decode_rounds > 0)
       rounds_note << std::fixed << std::setprecision(3) << w << ": serial decode rounds "
                   << 1e3 * sr.total_s / double(sr.decode_rounds) << " ms apart, "
                   << 1e3 * sr.decode_round_s / double(sr.decode_rounds) << " ms a round, of which "

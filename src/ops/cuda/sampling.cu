@@ -12,8 +12,6 @@
 // 4.206 and 4.239 ms (run 292).
 #include <cuda_runtime.h>
 
-#include <cfloat>
-
 #include "core/keyed_random.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/sampling.h"
@@ -24,10 +22,12 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kPerThread = 8;
 constexpr int kSpan = kThreads * kPerThread;  // ids a block
-constexpr int32_t kNone = INT32_MAX;          // no id yet (every score so far NaN)
+constexpr int32_t kNone = INT32_MAX;          // no id yet: every score so far -inf or NaN
 
+// A start of (-inf, kNone) and strict '>' keep -inf and NaN scores out (neither compares greater than
+// -inf), so a best is kNone only where every id's score is -inf or NaN -- where the reference answers 0.
 __device__ __forceinline__ bool better(const SampleBest& a, const SampleBest& b) {
-  return a.id != kNone && (b.id == kNone || a.score > b.score || (a.score == b.score && a.id < b.id));
+  return a.score > b.score || (a.score == b.score && a.id < b.id);
 }
 
 __device__ __forceinline__ SampleBest shfl_best(const SampleBest& b, int mask) {
@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t i = base + int64_t(k) * kThreads;
     v[k] = i < vocab ? row[i] : 0.f;
   }
-  SampleBest best{-DBL_MAX, kNone};
+  SampleBest best{-INFINITY, kNone};
 #pragma unroll
   for (int k = 0; k < kPerThread; ++k) {  // ids rise along the thread's walk: strict '>' keeps the lowest
     const int64_t i = base + int64_t(k) * kThreads;
@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(kThreads)
     const double s = p.temperature <= 0.f
                          ? double(v[k])
                          : double(v[k] / p.temperature) + gumbel_noise(p.seed, p.position, int32_t(i));
-    if (!isnan(s) && (best.id == kNone || s > best.score)) best = {s, int32_t(i)};
+    if (s > best.score) best = {s, int32_t(i)};
   }
   __shared__ SampleBest warp_best[kThreads / 32];
   __shared__ bool last;
@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   if (!last) return;
   __threadfence();  // the other spans' bests after their tickets
-  SampleBest b{-DBL_MAX, kNone};
+  SampleBest b{-INFINITY, kNone};
   for (int s = threadIdx.x; s < nspans; s += kThreads) {
     const SampleBest* src = spans + int64_t(r) * nspans + s;
     const SampleBest o{__ldcg(&src->score), __ldcg(&src->id)};

@@ -96,7 +96,8 @@ constexpr int kLimit = DecodeStep::kMaxPositions;
 #endif
 constexpr int kMaxChunks = (kLimit + attn::kC - 1) / attn::kC;  // the partials' 128-position chunks
 constexpr int kRec = kD + 2;                                    // a partial's 64-bit words: o [kD], max, sum
-constexpr int kMergeChunks = 16;  // other chunks' partials a merge round brings in
+constexpr int kMergeChunks = 16;   // other chunks' partials a merge round brings in
+constexpr int kU = kRec * 8 / 16;  // 16-byte units of a partial's record (65)
 // The merge's buffers in the K/V staging region: the own partial (floats) and a round's records.
 static_assert((kGroup * kRec + 3) / 4 * 16 + kGroup * kMergeChunks * kRec * 8 <= 2 * attn::kC * kRS * 2,
               "the merge's round must fit in Ks and Vs");
@@ -185,6 +186,41 @@ __device__ __forceinline__ void bar_consumers() {
 }
 __device__ __forceinline__ void abar() {
   nbar_sync(2, kAWarps * 32);
+}
+__device__ __forceinline__ void nbar_arrive(int id, int count) {
+  __syncwarp();
+  asm volatile("barrier.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+// barrier.red.and over `count` threads: whether p holds in every one of them.
+__device__ __forceinline__ bool nbar_and(int id, int count, bool p) {
+  __syncwarp();
+  uint32_t r;
+  asm volatile(
+      "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n barrier.red.and.pred q, %2, %3, p;\n"
+      " selp.u32 %0, 1, 0, q;\n}"
+      : "=r"(r)
+      : "r"(uint32_t(p)), "r"(id), "r"(count)
+      : "memory");
+  return r != 0;
+}
+// A merging CTA's consumer warps take part in the merge's rounds (merge_fold_help; they are idle then:
+// their o op's x is this merge's output). Per round, on named barriers of all kHelpThreads: the attention
+// warps bring the round in (kBarLanded), every thread checks its share of the round's words (kBarChecked:
+// all there, or the attention warps copy the missing ones again, kBarRetried), the consumers fold it and
+// free the buffer (kBarRoundFolded).
+constexpr int kHelpThreads = (kCWarps + kAWarps) * 32;
+constexpr int kBarLanded = 3, kBarChecked = 4, kBarRetried = 5, kBarRoundFolded = 6;
+// Whether the 16-byte units first, first + kHelpThreads, ... of a merge round (units of two tagged words)
+// all carry the launch's epoch; no branch a unit.
+__device__ __forceinline__ bool round_units_ok(const unsigned long long* mb, int units, int first,
+                                               unsigned epoch) {
+  bool ok = true;
+#pragma unroll 4
+  for (int i = first; i < units; i += kHelpThreads) {
+    const uint4 v = *reinterpret_cast<const uint4*>(mb + 2 * i);
+    ok &= (v.y == epoch) & (v.w == epoch);
+  }
+  return ok;
 }
 // Waits with a watchdog (seconds): a hang prints who waited for what and traps instead of spinning forever.
 // What a wait_bar waits for (its hang message).
@@ -585,8 +621,7 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
   abar();                           // and the new row's task
   stamp(us + 2);
   unsigned long long* part = P->part;
-  const int own = pos / attn::kC;    // chunks before the row's
-  constexpr int kU = kRec * 8 / 16;  // 16-byte units of a partial's record (65)
+  const int own = pos / attn::kC;  // chunks before the row's
   {
     // The chunk's scores (split_scores: each warp a third of the keys), then each warp's share of P V's
     // output columns (chunk_pv<D, J0, J1>: column pairs [J0, J1); each element's chain is its own), then the
@@ -645,13 +680,16 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
   }
   stamp(us + 5);
   if (!kv_here) return;
-  // The merge (combine_pair_u's order: chunks in increasing order from (-inf, 0, 0), then bf16(o / l)), item
-  // = 8 dims of one of the group's heads (64 items, one round). The other chunks' partials come into shared
-  // memory kMergeChunks at a time (after the own partial: 16 fill Ks and Vs), by one bulk copy a head (its
-  // records of the round are contiguous), then checked word by word without a branch a word (a round of 16:
-  // ~1 us to land, ~1 us to check, run 253; the 16-byte cp.async gather and a branch a word took ~10 us,
-  // runs 249-252). Units with a word not yet written (units still running) are copied again by cp.async,
-  // all of them a round trip (run 219), after a spin on the first missing record's last word.
+  // The merge (combine_pair_u's order: chunks in increasing order from (-inf, 0, 0), then bf16(o / l)). The
+  // other chunks' partials come into shared memory kMergeChunks at a time (after the own partial: 16 fill Ks
+  // and Vs), by one bulk copy a head (its records of the round are contiguous), then checked word by word
+  // without a branch a word by these warps and the CTA's consumer warps, which fold the round (two dims of
+  // one head a thread) and write the output words (merge_fold_help; folded here, 8 dims a thread, the merge
+  // paced ~0.27 us a chunk at 8k, run 305; with the consumers 8192 -3.9%, 16000 -6.5%, run 309). Only a row
+  // in its first chunk (no other chunks) is finished here. (The 16-byte cp.async gather and a branch a word
+  // took ~10 us a round, runs 249-252.) Units with a word not yet written (units still running) are copied
+  // again by cp.async, all of them a round trip (run 219), after a spin on the first missing record's last
+  // word.
   // A round's bulk copy waits until the last word of each of its records is written (a thread a record;
   // the other words of a record come from the same unit's other warps at about the same time, and the check
   // below still reads every word): a round issued while units still run went the cp.async retry way, ~8 us
@@ -694,55 +732,45 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
     wait_bar(mbar, mpar, kMergeRound, cb);
     mpar ^= 1;
     if (cb == kMergeChunks) stamp(SS::kStampRound1Landed);
+    nbar_arrive(kBarLanded, kHelpThreads);  // the consumers check their share too
     long long n = 0;
-    for (;; ++n) {
-      asm volatile("cp.async.wait_group 0;" ::: "memory");
-      {  // this thread's units: each 16 bytes = two tagged words (x, y) and (z, w); no branch a unit
-        bool ok = true;
-#pragma unroll 4
+    if (!nbar_and(kBarChecked, kHelpThreads,
+                  round_units_ok(mb, kGroup * nb * kU, kCWarps * 32 + at, epoch))) {
+      // Not all there (units still running): this thread's units (every kT-th), copied again until complete.
+      for (;; ++n) {
+        asm volatile("cp.async.wait_group 0;" ::: "memory");
+        bool again = false;
+        static_assert(kRec == 2 * kU, "unit i of the round is words 2i, 2i + 1");
         for (int i = at; i < kGroup * nb * kU; i += kT) {
-          const uint4 v = *reinterpret_cast<const uint4*>(mb + 2 * i);
-          ok &= (v.y == epoch) & (v.w == epoch);
+          const unsigned long long* w2 = mb + 2 * i;  // (the indices below only for a missing unit: run 251)
+          if (uint32_t(w2[0] >> 32) == epoch && uint32_t(w2[1] >> 32) == epoch) continue;
+          const int r = i / kU, u = i % kU, hg = r / nb, cc = cb + r % nb;
+          const unsigned long long* rec = part + (int64_t(h * kGroup + hg) * kMaxChunks + cc) * kRec;
+          if (!again)  // spin on this record's last word before copying all of the missing units once more
+            for (long long s = 0; uint32_t(ldv64(rec + kD + 1) >> 32) != epoch; ++s)
+              if (s == (1ll << 26)) hang_word(reinterpret_cast<const uint32_t*>(rec + kD + 1), 0, tag);
+          again = true;
+          cp_async16(saddr(w2), rec + u * 2, true);
         }
-        if (ok) break;
+        if (!again) break;
+        asm volatile("cp.async.commit_group;");
+        if (n == (1ll << 24)) hang_word(reinterpret_cast<const uint32_t*>(part), 0, tag);
       }
-      bool again = false;
-      static_assert(kRec == 2 * kU, "unit i of the round is words 2i, 2i + 1");
-      for (int i = at; i < kGroup * nb * kU; i += kT) {
-        const unsigned long long* w2 = mb + 2 * i;  // (the indices below only for a missing unit: run 251)
-        if (uint32_t(w2[0] >> 32) == epoch && uint32_t(w2[1] >> 32) == epoch) continue;
-        const int r = i / kU, u = i % kU, hg = r / nb, cc = cb + r % nb;
-        const unsigned long long* rec = part + (int64_t(h * kGroup + hg) * kMaxChunks + cc) * kRec;
-        if (!again)  // not there yet (a long context: units still running): spin on this record's last word
-                     // before copying all of the missing units once more
-          for (long long s = 0; uint32_t(ldv64(rec + kD + 1) >> 32) != epoch; ++s)
-            if (s == (1ll << 26)) hang_word(reinterpret_cast<const uint32_t*>(rec + kD + 1), 0, tag);
-        again = true;
-        cp_async16(saddr(w2), rec + u * 2, true);
-      }
-      if (!again) break;
-      asm volatile("cp.async.commit_group;");
-      if (n == (1ll << 24)) hang_word(reinterpret_cast<const uint32_t*>(part), 0, tag);
+      abar();  // every attention thread's units are complete
+      nbar_arrive(kBarRetried, kHelpThreads);
     }
     if (cb == kMergeChunks) {
       stamp(SS::kStampRound1Checked);
       if (st && at == 0) st[SS::kStampRound1Retries] = (unsigned long long)(n);
     }
-    abar();  // every thread's units are complete
     stamp(SS::kStampRoundIn + 2 * min(cb / kMergeChunks, SS::kStampRounds - 1));
-    if (item)
-      for (int q = 0; q < nb; ++q) {
-        const unsigned long long* rec = mb + (gi * nb + q) * kRec;
-        const attn::MergeFactors f = attn::merge_chunk(m, l, __uint_as_float(uint32_t(rec[kD])),
-                                                       __uint_as_float(uint32_t(rec[kD + 1])));
-#pragma unroll
-        for (int i = 0; i < 8; ++i) ov[i] = attn::merge_out(ov[i], __uint_as_float(uint32_t(rec[d0 + i])), f);
-      }
-    fence_proxy_async();  // the fold's reads of mb before the next round's bulk copies
-    abar();               // mb is free for the next round
+    fence_proxy_async();                       // the check's reads of mb before the next round's bulk copies
+    nbar_sync(kBarRoundFolded, kHelpThreads);  // folded (the last round: the output words written)
     stamp(SS::kStampRoundIn + 1 + 2 * min(cb / kMergeChunks, SS::kStampRounds - 1));
   }
-  if (item) {
+  if (own > 0) {
+    stamp(SS::kStampAout);
+  } else if (item) {  // the row's chunk alone
     const attn::MergeFactors f = attn::merge_chunk(m, l, pown[gi * kRec + kD], pown[gi * kRec + kD + 1]);
 #pragma unroll
     for (int i = 0; i < 8; ++i) ov[i] = attn::merge_out(ov[i], pown[gi * kRec + d0 + i], f);
@@ -750,6 +778,47 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
 #pragma unroll
     for (int i = 0; i < 8; ++i) dst[i] = word_of(attn::finish_out(ov[i], l), tag);
     stamp(SS::kStampAout);
+  }
+}
+
+// A merge's rounds by a merging CTA's consumer warps (own > 0 chunks before the row's): each round the
+// attention warps bring in (attention_unit's merge) checked (their share) and folded in chunk order, then
+// the own partial and the output words (the last round). Thread i folds dims d0, d0 + 1 of
+// head gi of the group: per dim the same merge_chunk / merge_out sequence as the attention warps' 8-dim
+// items, so the same bits.
+__device__ __forceinline__ void merge_fold_help(const Op& o, int h, int own, const __nv_bfloat16* attn_smem,
+                                                uint32_t tag, unsigned epoch) {
+  const int ct = threadIdx.x;
+  static_assert(kCWarps * 32 == kGroup * kD / 2, "a consumer thread folds two dims");
+  const int gi = ct / (kD / 2), d0 = (ct % (kD / 2)) * 2;
+  const float* pown = reinterpret_cast<const float*>(attn_smem);
+  const unsigned long long* mb =
+      reinterpret_cast<const unsigned long long*>(attn_smem) + (kGroup * kRec + 3) / 4 * 2;
+  float m = -INFINITY, l = 0.f, ov[2] = {0.f, 0.f};
+  for (int cb = 0; cb < own; cb += kMergeChunks) {
+    const int nb = min(kMergeChunks, own - cb);
+    nbar_sync(kBarLanded, kHelpThreads);
+    if (!nbar_and(kBarChecked, kHelpThreads, round_units_ok(mb, kGroup * nb * kU, ct, epoch)))
+      nbar_sync(kBarRetried, kHelpThreads);  // the attention warps copied the missing units again
+      // (not unrolled: unrolled 4 or 8 it cost 8192 +1.2%, 512 +2.7%, run 309)
+#pragma unroll 1
+    for (int q = 0; q < nb; ++q) {
+      const unsigned long long* rec = mb + (gi * nb + q) * kRec;
+      const attn::MergeFactors f =
+          attn::merge_chunk(m, l, __uint_as_float(uint32_t(rec[kD])), __uint_as_float(uint32_t(rec[kD + 1])));
+      const ulonglong2 v = *reinterpret_cast<const ulonglong2*>(rec + d0);
+      ov[0] = attn::merge_out(ov[0], __uint_as_float(uint32_t(v.x)), f);
+      ov[1] = attn::merge_out(ov[1], __uint_as_float(uint32_t(v.y)), f);
+    }
+    if (cb + kMergeChunks >= own) {  // the own partial, then the output words
+      const attn::MergeFactors f = attn::merge_chunk(m, l, pown[gi * kRec + kD], pown[gi * kRec + kD + 1]);
+      uint32_t* dst = o.aout + (h * kGroup + gi) * kD + d0;
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+        dst[i] = word_of(attn::finish_out(attn::merge_out(ov[i], pown[gi * kRec + d0 + i], f), l), tag);
+    }
+    fence_proxy_async();  // these reads of mb before the next round's bulk copies
+    nbar_arrive(kBarRoundFolded, kHelpThreads);
   }
 }
 
@@ -955,6 +1024,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   // warp owns (every warp sees the same sequence).
   const int g = lane / 4, t = lane % 4;
   const int owner = warp / SW, half = warp % SW;
+  const int c_own = prm.positions[0] / attn::kC;  // the row's chunks before its own (merge_fold_help)
   int j = 0, x_op = -1, tcount = 0;
   long long c_full = 0, c_x = 0, c_bar = 0, c_fence = 0, c_t0 = clock64();  // the probe's counters (warp 1)
   int c_layer = 0;
@@ -984,6 +1054,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     const int n0 = tile * 16, k = o.k;
     if (op != x_op) {
       const long long cx = kProbe ? clock64() : 0;
+      if (o.xkind == kXAttnMerge && b < kHk && c_own > 0) merge_fold_help(o, b, c_own, attn_smem, tag, epoch);
       make_x(o, xs, nred, tile == 0, tag);
       if (kProbe) c_x += clock64() - cx;
       x_op = op;

@@ -95,6 +95,9 @@ KernelFn kernel_of(int fmt, bool probe) {
       return probe ? decode_step_kernel<kWMlx4Sw8, true> : decode_step_kernel<kWMlx4Sw8, false>;
   }
 }
+static_assert(step::kSmemBytes<step::kWBf16> <= 232448 && step::kSmemBytes<step::kWMlx4> <= 232448 &&
+                  step::kSmemBytes<step::kWMlx4Sw4> <= 232448 && step::kSmemBytes<step::kWMlx4Sw8> <= 232448,
+              "a CTA's shared memory (sm_90: 227 KB)");
 size_t smem_of(int fmt) {
   using namespace step;
   return fmt == kWBf16      ? kSmemBytes<kWBf16>

@@ -10,11 +10,14 @@
 // - warps 0..7 (consumers) make each op's x in shared memory once (add + RMSNorm, a copy) and compute the
 //   CTA's tiles with linear.cu's arithmetic (8 K slices in warp order, 32-wide chunks through mma_chunk, the
 //   slice sums in warp order), storing each output as a tagged word;
-// - warps 9..11 (attention) compute the row's attention: (KV head, chunk) units dealt over the CTAs, each
-//   the q/k norm + rope of its group's heads and (the chunk holding the row) the new K/V row, the chunk's
-//   partial with attention_mma's chunk arithmetic; CTAs 0-7 hold the units of the row's chunk and merge
-//   their KV head's partials. A unit's K/V rows come by tensor-map boxes (a block's 16 rows of one head)
-//   onto an mbarrier, the partials to merge by bulk copies.
+// - warps 9..11 (attention) stage the row's attention: (KV head, chunk) units dealt over the CTAs, each
+//   the q/k norm + rope of its group's heads and (the chunk holding the row) the new K/V row; CTAs 0-7 hold
+//   the units of the row's chunk and merge their KV head's partials. A unit's K/V rows come by tensor-map
+//   boxes (a block's 16 rows of one head) onto an mbarrier, the partials to merge by bulk copies;
+// - between a layer's qkv and o ops (idle otherwise: o's x is the attention's output) the consumer warps
+//   compute each of the CTA's units (the chunk's partial with attention_mma's chunk arithmetic, split by
+//   keys and output dims over the 8 warps) and, in a merging CTA, check and fold the merge's rounds, handed
+//   over on named barriers (session 26: 8192 positions -8%, 512 -2.5% against the attention warps alone).
 //
 // Latency rule (session 17): under the weight stream, every dependent global access costs a round trip of
 // ~2 us, so after a poll the chain touches only shared memory, registers and the polled words themselves;
@@ -210,6 +213,9 @@ __device__ __forceinline__ bool nbar_and(int id, int count, bool p) {
 // free the buffer (kBarRoundFolded).
 constexpr int kHelpThreads = (kCWarps + kAWarps) * 32;
 constexpr int kBarLanded = 3, kBarChecked = 4, kBarRetried = 5, kBarRoundFolded = 6;
+// An attention unit's hand-overs (attention_unit / unit_scores_pv): Q and K staged (kBarUnitIn), the score
+// MMAs done (kBarScored: Ks free), P V done and the partial written (kBarUnitOut: Vs and Qs free).
+constexpr int kBarUnitIn = 7, kBarScored = 8, kBarUnitOut = 9;
 // Whether the 16-byte units first, first + kHelpThreads, ... of a merge round (units of two tagged words)
 // all carry the launch's epoch; no branch a unit.
 __device__ __forceinline__ bool round_units_ok(const unsigned long long* mb, int units, int first,
@@ -393,61 +399,61 @@ __device__ __forceinline__ void norm_rope_head(float (&v)[4], const __nv_bfloat1
   }
 }
 
-// chunk_scores (attention_chunk.cuh) for decode's 4 real rows, its MMAs split over the attention warps by
-// key n-tile pairs [JB, JE): the same bits. Each score's MMA chain is its own; the row max is exact whatever
-// the order (each warp's quad max, then the 3 in shared memory); each P value is elementwise; the row sum is
+// chunk_scores (attention_chunk.cuh) for decode's 4 real rows by the consumer warps, warp cw the keys of
+// n-tile pair cw (16 keys): the same bits. Each score's MMA chain is its own; the row max is exact whatever
+// the order (each warp's quad max, then the 8 in shared memory); each P value is elementwise; the row sum is
 // added in chunk_scores' order (n-tiles 0..15, then the quad shuffles) by every warp from all warps' P values
 // in shared memory (Pf: [16][32 lanes][2] floats in the Qs region, free once every warp's MMAs are done).
-// Leaves in s what chunk_pv needs (row g's P, zeros for the padding rows g + 8), and mc / lc of row g.
-template <int JB, int JE>
-__device__ __forceinline__ void split_scores(const __nv_bfloat16* Qs, const __nv_bfloat16* Ks, float* Pf,
-                                             float* pmax, int aw, int lane, int c0, int pos, float scale,
-                                             float (*s)[4], float& mc, float& lc, bool prefetch) {
+// Leaves in s what chunk_pv needs (row g's P, zeros for the padding rows g + 8), and mc / lc of row g. Once
+// every warp's MMAs are done (Ks read and fenced), arrives on kBarScored: the attention warps may stage the
+// next unit's K rows.
+__device__ __forceinline__ void scores_pair(const __nv_bfloat16* Qs, const __nv_bfloat16* Ks, float* Pf,
+                                            float* pmax, int cw, int lane, int c0, int pos, float scale,
+                                            float (*s)[4], float& mc, float& lc) {
   const int qd = lane % 4, mi = lane / 8, li = lane % 8, g = lane / 4;
-#pragma unroll
-  for (int j = 2 * JB; j < 2 * JE; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+  float s2[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
   for (int t = 0; t < kD / 16; ++t) {
-    uint32_t a[4];
+    uint32_t a[4], bb[4];
     attn::ldsm_x4(a, Qs + ((mi % 2) * 8 + li) * kRS + t * 16 + (mi / 2) * 8);
-#pragma unroll
-    for (int jj = JB; jj < JE; ++jj) {
-      uint32_t b[4];
-      attn::ldsm_x4(b, Ks + (jj * 16 + (mi / 2) * 8 + li) * kRS + t * 16 + (mi % 2) * 8);
-      attn::mma(s[2 * jj], a, b[0], b[1]);
-      attn::mma(s[2 * jj + 1], a, b[2], b[3]);
-    }
+    attn::ldsm_x4(bb, Ks + (cw * 16 + (mi / 2) * 8 + li) * kRS + t * 16 + (mi % 2) * 8);
+    attn::mma(s2[0], a, bb[0], bb[1]);
+    attn::mma(s2[1], a, bb[2], bb[3]);
   }
   const bool pad = g >= kGroup;  // rows 4-7 (and all rows g + 8): padding pairs
   float mx = -INFINITY;
   if (!pad) {
 #pragma unroll
-    for (int j = 2 * JB; j < 2 * JE; ++j)
+    for (int j = 0; j < 2; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int p = c0 + j * 8 + qd * 2 + e;
-        float v = __fmul_rn(s[j][e], scale);
+        const int p = c0 + (2 * cw + j) * 8 + qd * 2 + e;
+        float v = __fmul_rn(s2[j][e], scale);
         v = (p >= 0 && p <= pos) ? v : -INFINITY;
-        s[j][e] = v;
+        s2[j][e] = v;
         mx = fmaxf(mx, v);
       }
   }
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-  if (qd == 0) pmax[aw * 8 + g] = mx;
-  if (prefetch) fence_proxy_async();  // this thread's reads of Ks before the next unit's K is copied into it
-  abar();                             // every warp's MMAs (Qs and Ks are free) and quad maxima
-  mx = fmaxf(fmaxf(pmax[g], pmax[8 + g]), pmax[16 + g]);
+  if (qd == 0) pmax[cw * 8 + g] = mx;
+  fence_proxy_async();  // this thread's reads of Ks before the next unit's K is copied into it
+  bar_consumers();      // every warp's MMAs (Qs and Ks are free) and quad maxima
+  nbar_arrive(kBarScored, kHelpThreads);
+  mx = pmax[g];
+#pragma unroll
+  for (int w = 1; w < kCWarps; ++w) mx = fmaxf(mx, pmax[w * 8 + g]);
   mc = mx;
   const float base = mx == -INFINITY ? 0.f : mx;
   if (!pad) {
 #pragma unroll
-    for (int j = 2 * JB; j < 2 * JE; ++j)
+    for (int j = 0; j < 2; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e)
-        Pf[(j * 32 + lane) * 2 + e] = __bfloat162float(__float2bfloat16_rn(__expf(__fsub_rn(s[j][e], base))));
+        Pf[((2 * cw + j) * 32 + lane) * 2 + e] =
+            __bfloat162float(__float2bfloat16_rn(__expf(__fsub_rn(s2[j][e], base))));
   }
-  abar();  // every warp's P values
+  bar_consumers();  // every warp's P values
   float sum = 0.f;
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
@@ -461,6 +467,27 @@ __device__ __forceinline__ void split_scores(const __nv_bfloat16* Qs, const __nv
   lc = sum;
 }
 
+// chunk_pv (attention_chunk.cuh) for output column pair jj (dims 16 jj .. 16 jj + 15) only: oc[0], oc[1] are
+// its oc[2 jj], oc[2 jj + 1], each element the same MMA chain.
+__device__ __forceinline__ void pv_pair(const __nv_bfloat16* Vs, int lane, const float (*s)[4],
+                                        float (*oc)[4], int jj) {
+  const int mi = lane / 8, li = lane % 8;
+#pragma unroll
+  for (int j = 0; j < 2; ++j) oc[j][0] = oc[j][1] = oc[j][2] = oc[j][3] = 0.f;
+#pragma unroll
+  for (int t = 0; t < 8; ++t) {
+    uint32_t a[4];
+    a[0] = attn::pack_bf16(s[2 * t][0], s[2 * t][1]);
+    a[1] = attn::pack_bf16(s[2 * t][2], s[2 * t][3]);
+    a[2] = attn::pack_bf16(s[2 * t + 1][0], s[2 * t + 1][1]);
+    a[3] = attn::pack_bf16(s[2 * t + 1][2], s[2 * t + 1][3]);
+    uint32_t bb[4];
+    attn::ldsm_x4_trans(bb, Vs + (t * 16 + (mi % 2) * 8 + li) * kRS + jj * 16 + (mi / 2) * 8);
+    attn::mma(oc[0], a, bb[0], bb[1]);
+    attn::mma(oc[1], a, bb[2], bb[3]);
+  }
+}
+
 // What an attention unit's chain needs after its poll, in shared memory (fetched before the poll).
 struct AttnParams {
   __nv_bfloat16 qn[kD], kn[kD];      // q / k norm weights
@@ -469,7 +496,7 @@ struct AttnParams {
   uint32_t* aout;                    // the op's output words
   __nv_bfloat16 *kdst, *vdst;        // the new row's K / V in the pool (head h)
   float scale, eps;
-  float pmax[kAWarps * 8];     // split_scores' quad maxima
+  float pmax[kCWarps * 8];     // scores_pair's quad maxima
   unsigned long long bars[3];  // mbarriers: the K and V staging (a phase each a unit), the merge (a round)
 };
 constexpr int kAttnParamBytes = (int(sizeof(AttnParams)) + 127) / 128 * 128;
@@ -617,67 +644,20 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
       }
     }
   }
-  wait_bar(kbar, par, kKChunk, c);  // (V is waited for before P V: its copy overlaps the scores)
+  wait_bar(kbar, par, kKChunk, c);  // (V is waited for by the consumers before P V)
   abar();                           // and the new row's task
   stamp(us + 2);
   unsigned long long* part = P->part;
   const int own = pos / attn::kC;  // chunks before the row's
-  {
-    // The chunk's scores (split_scores: each warp a third of the keys), then each warp's share of P V's
-    // output columns (chunk_pv<D, J0, J1>: column pairs [J0, J1); each element's chain is its own), then the
-    // partial.
-    const int g = lane / 4, qd = lane % 4;
-    float sc[16][4], mc, lc, oc[kD / 8][4];
-    float* Pf = reinterpret_cast<float*>(Qs);
-    if (aw == 0)
-      split_scores<0, 3>(Qs, Ks, Pf, P->pmax, aw, lane, c0, pos, P->scale, sc, mc, lc, nc >= 0);
-    else if (aw == 1)
-      split_scores<3, 6>(Qs, Ks, Pf, P->pmax, aw, lane, c0, pos, P->scale, sc, mc, lc, nc >= 0);
-    else
-      split_scores<6, 8>(Qs, Ks, Pf, P->pmax, aw, lane, c0, pos, P->scale, sc, mc, lc, nc >= 0);
-    stamp(us + 3);
-    // Every warp is past its score MMAs (split_scores' first barrier): Ks is free for the next unit.
-    if (nc >= 0) stage_kv<0>(o, row, nh, nc, Ks, Vs, kbar, vbar, nblk);
-    wait_bar(vbar, par, kVChunk, c);  // (the new row's v is past the barrier above)
-    static_assert(kAWarps == 3 && kD == 128, "the column split below");
-    const int j0 = aw == 0 ? 0 : aw == 1 ? 3 : 6, j1 = aw == 0 ? 3 : aw == 1 ? 6 : 8;
-    if (aw == 0)
-      attn::chunk_pv<kD, 0, 3>(Vs, lane, sc, oc);
-    else if (aw == 1)
-      attn::chunk_pv<kD, 3, 6>(Vs, lane, sc, oc);
-    else
-      attn::chunk_pv<kD, 6, 8>(Vs, lane, sc, oc);
-    if (nc >= 0) {  // (not the merger: it is its CTA's last unit)
-      fence_proxy_async();
-      abar();  // every warp's P V is done: Vs is free
-      stage_kv<1>(o, row, nh, nc, Ks, Vs, kbar, vbar, nblk);
-    }
-    stamp(us + 4);
-    // The partial as tagged 64-bit words (value | epoch << 32: a word from an earlier launch never carries
-    // this one's epoch): o [kD], then max and sum. The unit holding the row (the merger) keeps its own in
-    // shared memory instead (Ks: every warp is past split_scores after the barrier), [kGroup][kRec] floats.
-    if (kv_here) {
-      abar();
-      float* pown = reinterpret_cast<float*>(Ks);
-      if (g < kGroup) {
-#pragma unroll
-        for (int j = 0; j < kD / 8; ++j)
-          if (j >= 2 * j0 && j < 2 * j1)
-            pown[g * kRec + j * 8 + qd * 2] = oc[j][0], pown[g * kRec + j * 8 + qd * 2 + 1] = oc[j][1];
-        if (aw == 0 && qd == 0) pown[g * kRec + kD] = mc, pown[g * kRec + kD + 1] = lc;
-      }
-    } else if (g < kGroup) {
-      unsigned long long* dst = part + (int64_t(h * kGroup + g) * kMaxChunks + c) * kRec;
-      const unsigned long long tg = uint64_t(epoch) << 32;
-#pragma unroll
-      for (int j = 0; j < kD / 8; ++j)
-        if (j >= 2 * j0 && j < 2 * j1) {
-          dst[j * 8 + qd * 2] = tg | __float_as_uint(oc[j][0]);
-          dst[j * 8 + qd * 2 + 1] = tg | __float_as_uint(oc[j][1]);
-        }
-      if (aw == 0 && qd == 0) dst[kD] = tg | __float_as_uint(mc), dst[kD + 1] = tg | __float_as_uint(lc);
-    }
-  }
+  // The chunk's scores, P V and partial: the CTA's consumer warps (unit_scores_pv), meanwhile the next
+  // unit's K rows (once the score MMAs are done) and V rows (once P V is) are staged.
+  nbar_arrive(kBarUnitIn, kHelpThreads);
+  nbar_sync(kBarScored, kHelpThreads);
+  stamp(us + 3);
+  if (nc >= 0) stage_kv<0>(o, row, nh, nc, Ks, Vs, kbar, vbar, nblk);
+  nbar_sync(kBarUnitOut, kHelpThreads);
+  if (nc >= 0) stage_kv<1>(o, row, nh, nc, Ks, Vs, kbar, vbar, nblk);
+  stamp(us + 4);
   stamp(us + 5);
   if (!kv_here) return;
   // The merge (combine_pair_u's order: chunks in increasing order from (-inf, 0, 0), then bf16(o / l)). The
@@ -781,6 +761,45 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
   }
 }
 
+// One attention unit's scores, P V and partial by the CTA's consumer warps (they are idle then: their
+// next op is the o projection, whose x is the attention's output), warp cw the keys of n-tile pair cw and
+// P V's output dims 16 cw .. 16 cw + 15, after the attention warps have staged Q and K (kBarUnitIn). The
+// partial as tagged 64-bit words (value | epoch << 32: a word from an earlier launch never carries this
+// one's epoch): o [kD], then max and sum; the unit holding the row (the merger) keeps its own in shared
+// memory instead (Ks, free once every warp is past the score MMAs), [kGroup][kRec] floats.
+__device__ __forceinline__ void unit_scores_pv(const Op& o, int pos, int h, int c, __nv_bfloat16* Ks,
+                                               float scale, uint32_t par, unsigned epoch) {
+  const int cw = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, qd = lane % 4;
+  __nv_bfloat16* Vs = Ks + attn::kC * kRS;
+  __nv_bfloat16* Qs = Vs + attn::kC * kRS;
+  AttnParams* P = reinterpret_cast<AttnParams*>(reinterpret_cast<unsigned char*>(Ks) + kAttnBytes);
+  float sc[16][4], mc, lc, oc[2][4];
+  nbar_sync(kBarUnitIn, kHelpThreads);
+  scores_pair(Qs, Ks, reinterpret_cast<float*>(Qs), P->pmax, cw, lane, c * attn::kC, pos, scale, sc, mc, lc);
+  wait_bar(saddr(&P->bars[1]), par, kVChunk, c);
+  pv_pair(Vs, lane, sc, oc, cw);
+  fence_proxy_async();  // this thread's reads of Vs before the next unit's V is copied into it
+  if (g < kGroup) {
+    if (pos / attn::kC == c) {
+      float* pown = reinterpret_cast<float*>(Ks) + g * kRec;
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+        pown[(2 * cw + j) * 8 + qd * 2] = oc[j][0], pown[(2 * cw + j) * 8 + qd * 2 + 1] = oc[j][1];
+      if (cw == 0 && qd == 0) pown[kD] = mc, pown[kD + 1] = lc;
+    } else {
+      unsigned long long* dst = o.part + (int64_t(h * kGroup + g) * kMaxChunks + c) * kRec;
+      const unsigned long long tg = uint64_t(epoch) << 32;
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        dst[(2 * cw + j) * 8 + qd * 2] = tg | __float_as_uint(oc[j][0]);
+        dst[(2 * cw + j) * 8 + qd * 2 + 1] = tg | __float_as_uint(oc[j][1]);
+      }
+      if (cw == 0 && qd == 0) dst[kD] = tg | __float_as_uint(mc), dst[kD + 1] = tg | __float_as_uint(lc);
+    }
+  }
+  nbar_arrive(kBarUnitOut, kHelpThreads);
+}
+
 // A merge's rounds by a merging CTA's consumer warps (own > 0 chunks before the row's): each round the
 // attention warps bring in (attention_unit's merge) checked (their share) and folded in chunk order, then
 // the own partial and the output words (the last round). Thread i folds dims d0, d0 + 1 of
@@ -879,6 +898,34 @@ __device__ __forceinline__ void q4_piece(float (&acc)[4], uint32_t cb, uint32_t 
   }
 }
 
+// A layer's attention units of CTA b (the attention warps' and the consumer warps' same list): (KV head,
+// chunk) for the row's C chunks. CTA h < kHk merges KV head h: its chunks 0..e-1, then the row's chunk and
+// the merge. The other units, chunks e..C-2 of every head, are dealt round-robin over the other CTAs in chunk
+// order (the merge takes the chunks in that order too). A CTA's next unit of the layer is staged during its
+// current one. e: 0 while the other units fit the other CTAs one each, else (a - 1) / 2 for the a units a
+// CTA averages, at least 1 -- on 132 CTAs 1 from 2048 positions to 8k, 2 at 10-12k, 3 at 16k: the best of
+// the shares measured at each context (runs 275, 280: 2300 -1.7%, 3000 -3.5%, 4096 -4.9%, 8192 -1.5%, 12000
+// -3%, 16000 -6% against the rule of runs 250-253); more on fewer CTAs (TF_STEP_GRID). Params::early_bias
+// shifts it for A/Bs.
+struct UnitList {
+  int C, e, others, Go, b;
+  __device__ UnitList(int pos, int G, int b_, int early_bias) : b(b_) {
+    C = pos / attn::kC + 1;
+    const int e0 = kHk * (C - 1) > G - kHk ? max(1, ((kHk * C + G / 2) / G - 1) / 2) : 0;
+    e = min(C - 1, max(0, e0 + early_bias));
+    others = kHk * (C - 1 - e), Go = G - kHk;
+  }
+  __device__ bool at(int i, int& h, int& c) const {  // unit i of the layer, if the CTA has one
+    if (b < kHk) {
+      h = b, c = i < e ? i : C - 1;
+      return i <= e;
+    }
+    const int u = b - kHk + i * Go;
+    h = u % kHk, c = e + u / kHk;
+    return u < others;
+  }
+};
+
 // W: the linears' weight format (WFormat). kProbe: the benches' instance (DecodeStep::set_probe):
 // timestamps of the attention's steps; the product's has none of them in its code.
 template <int W, bool kProbe>
@@ -928,27 +975,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       }
       if (at == 0) P->scale = prm.scale, P->eps = prm.qk_eps;
     }
-    // A layer's units: (KV head, chunk) for the row's C chunks. CTA h < kHk merges KV head h: its chunks
-    // 0..e-1, then the row's chunk and the merge. The other units, chunks e..C-2 of every head, are dealt
-    // round-robin over the other CTAs in chunk order (the merge takes the chunks in that order too). A CTA's
-    // next unit of the layer is staged during its current one. e: 0 while the other units fit the other
-    // CTAs one each, else (a - 1) / 2 for the a units a CTA averages, at least 1 -- on 132 CTAs 1 from 2048
-    // positions to 8k, 2 at 10-12k, 3 at 16k: the best of the shares measured at each context (runs 275,
-    // 280: 2300 -1.7%, 3000 -3.5%, 4096 -4.9%, 8192 -1.5%, 12000 -3%, 16000 -6% against the rule of runs
-    // 250-253); more on fewer CTAs (TF_STEP_GRID). Params::early_bias shifts it for A/Bs.
-    const int C = row.pos / attn::kC + 1;
-    const int e0 = kHk * (C - 1) > G - kHk ? max(1, ((kHk * C + G / 2) / G - 1) / 2) : 0;
-    const int e = min(C - 1, max(0, e0 + prm.early_bias));
-    const int others = kHk * (C - 1 - e), Go = G - kHk;
-    auto unit_at = [&](int i, int& h, int& c) {
-      if (b < kHk) {
-        h = b, c = i < e ? i : C - 1;
-        return i <= e;
-      }
-      const int u = b - kHk + i * Go;
-      h = u % kHk, c = e + u / kHk;
-      return u < others;
-    };
+    // A layer's units (UnitList; the consumer warps compute their scores, P V and partials).
+    const UnitList units(row.pos, G, b, prm.early_bias);
     if (threadIdx.x == (kProducer + 1) * 32) {
       mbar_init(saddr(&P->bars[0]), 1), mbar_init(saddr(&P->bars[1]), 1), mbar_init(saddr(&P->bars[2]), 1);
       mbar_init_fence();
@@ -958,10 +986,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       if (ops[op].xkind != kXAttnMerge) continue;
       unsigned long long* st = stamp_row(stamps, op, G, b);
       int h = 0, c = 0;
-      bool have = unit_at(0, h, c), staged = false;
+      bool have = units.at(0, h, c), staged = false;
       for (int i = 0; have; ++i) {  // one call site: the unit is inlined once
         int nh = 0, nc = 0;
-        const bool next = unit_at(i + 1, nh, nc);
+        const bool next = units.at(i + 1, nh, nc);
         attention_unit(ops[op], row, h, c, staged, nh, next ? nc : -1, attn_smem, tag, epoch, par, mpar, st,
                        i);
         par ^= 1;
@@ -1024,7 +1052,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   // warp owns (every warp sees the same sequence).
   const int g = lane / 4, t = lane % 4;
   const int owner = warp / SW, half = warp % SW;
-  const int c_own = prm.positions[0] / attn::kC;  // the row's chunks before its own (merge_fold_help)
+  const int c_pos = prm.positions[0], c_own = c_pos / attn::kC;  // the row; chunks before its own
+  const UnitList c_units(c_pos, G, b, prm.early_bias);
+  uint32_t c_par = 0;  // the V staging mbarrier's phase (one a unit, as the attention warps')
   int j = 0, x_op = -1, tcount = 0;
   long long c_full = 0, c_x = 0, c_bar = 0, c_fence = 0, c_t0 = clock64();  // the probe's counters (warp 1)
   int c_layer = 0;
@@ -1054,7 +1084,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     const int n0 = tile * 16, k = o.k;
     if (op != x_op) {
       const long long cx = kProbe ? clock64() : 0;
-      if (o.xkind == kXAttnMerge && b < kHk && c_own > 0) merge_fold_help(o, b, c_own, attn_smem, tag, epoch);
+      if (o.xkind == kXAttnMerge) {  // the layer's attention units, then (a merging CTA) the merge
+        int h = 0, c = 0;
+        for (int i = 0; c_units.at(i, h, c); ++i, c_par ^= 1)
+          unit_scores_pv(o, c_pos, h, c, attn_smem, prm.scale, c_par, epoch);
+        if (b < kHk && c_own > 0) merge_fold_help(o, b, c_own, attn_smem, tag, epoch);
+      }
       make_x(o, xs, nred, tile == 0, tag);
       if (kProbe) c_x += clock64() - cx;
       x_op = op;

@@ -902,16 +902,20 @@ __device__ __forceinline__ void q4_piece(float (&acc)[4], uint32_t cb, uint32_t 
 // chunk) for the row's C chunks. CTA h < kHk merges KV head h: its chunks 0..e-1, then the row's chunk and
 // the merge. The other units, chunks e..C-2 of every head, are dealt round-robin over the other CTAs in chunk
 // order (the merge takes the chunks in that order too). A CTA's next unit of the layer is staged during its
-// current one. e: 0 while the other units fit the other CTAs one each, else (a - 1) / 2 for the a units a
-// CTA averages, at least 1 -- on 132 CTAs 1 from 2048 positions to 8k, 2 at 10-12k, 3 at 16k: the best of
-// the shares measured at each context (runs 275, 280: 2300 -1.7%, 3000 -3.5%, 4096 -4.9%, 8192 -1.5%, 12000
-// -3%, 16000 -6% against the rule of runs 250-253); more on fewer CTAs (TF_STEP_GRID). Params::early_bias
-// shifts it for A/Bs.
+// current one. e: 1 once the other units average kEarlyUnits a CTA or more, else 0 (with the consumers
+// computing the units, run 310: 4096 positions e = 0 -1.2% against 1; 8192 e = 1 -1.1% against 0; 12000 and
+// 16000 e = 1 best of 0-3, -1% and -2.7% against the rule before, which grew e with the context); more on
+// fewer CTAs (TF_STEP_GRID). Params::early_bias shifts it for A/Bs.
+#ifdef TF_STEP_EARLY_UNITS
+constexpr int kEarlyUnits = TF_STEP_EARLY_UNITS;
+#else
+constexpr int kEarlyUnits = 3;
+#endif
 struct UnitList {
   int C, e, others, Go, b;
   __device__ UnitList(int pos, int G, int b_, int early_bias) : b(b_) {
     C = pos / attn::kC + 1;
-    const int e0 = kHk * (C - 1) > G - kHk ? max(1, ((kHk * C + G / 2) / G - 1) / 2) : 0;
+    const int e0 = kHk * (C - 1) >= kEarlyUnits * (G - kHk) ? 1 : 0;
     e = min(C - 1, max(0, e0 + early_bias));
     others = kHk * (C - 1 - e), Go = G - kHk;
   }

@@ -216,9 +216,9 @@ TEST_F(CudaDecodeStep, FirstChunksAndBoundaries) {
 
 TEST_F(CudaDecodeStep, FewerCtasTakeSeveralAttentionUnitsALayer) {
   // 40 CTAs (TF_STEP_GRID, read when the model prepares its step), as a part with fewer SMs: 32 CTAs take
-  // the 8 KV heads' other chunks. Position ~1000: 8 chunks; each merging CTA first takes an early chunk of
-  // its head (e = 1), 48 other units, so 16 CTAs run two a layer, the second staged during the first.
-  // ~1990: 16 chunks, e = 1, the other CTAs three or four units.
+  // the 8 KV heads' other chunks. Position ~1000: 8 chunks, 56 other units (under 3 a CTA: no early chunk),
+  // so 24 CTAs run two a layer, the second staged during the first. ~1990: 16 chunks, 120 other units: each
+  // merging CTA first takes an early chunk of its head (e = 1), the other CTAs three or four units.
   ASSERT_EQ(setenv("TF_STEP_GRID", "40", 1), 0);
   const int64_t a = run(990, 24), b = run(1985, 24);
   unsetenv("TF_STEP_GRID");
@@ -227,13 +227,13 @@ TEST_F(CudaDecodeStep, FewerCtasTakeSeveralAttentionUnitsALayer) {
 }
 
 TEST_F(CudaDecodeStep, MergesSeveralRoundsAtLongContexts) {
-  // Past ~2k positions the other chunks' units outnumber the other CTAs: the merging CTAs take an early
-  // chunk first (from 2048: 17 chunks), CTAs take two or more units a layer (the next staged during the
-  // current), and the merge folds the other chunks' partials in rounds of 16: across 2048, ~4100 (two
-  // rounds, a third from 4097) and ~6000 (three).
+  // Past ~2k positions the other chunks' units outnumber the other CTAs: CTAs take two or more units a
+  // layer (the next staged during the current), and the merge folds the other chunks' partials in rounds of
+  // 16: across 2048, ~4100 (two rounds, a third from 4097) and ~6000 (three), where from 6016 (48 chunks:
+  // the other units average 3 a CTA on 132) the merging CTAs take an early chunk first.
   EXPECT_GT(run(2036, 24), 12);
   EXPECT_GT(run(4085, 24), 12);
-  EXPECT_GT(run(5990, 16), 8);
+  EXPECT_GT(run(6000, 24), 12);
 }
 
 TEST_F(CudaDecodeStep, HandsOverToTheChainAtItsContextLimit) {

@@ -157,4 +157,27 @@ __device__ __forceinline__ void chunk_pv(const __nv_bfloat16* Vs, int lane, cons
   }
 }
 
+// chunk_pv for one output column pair jj chosen at run time (a warp's share when 8 warps split the columns):
+// oc[0], oc[1] are chunk_pv's oc[2 jj], oc[2 jj + 1], each element the same MMA chain.
+template <int D>
+__device__ __forceinline__ void chunk_pv_pair(const __nv_bfloat16* Vs, int lane, const float (*s)[4],
+                                              float (*oc)[4], int jj) {
+  constexpr int RS = D + 8;
+  const int mi = lane / 8, li = lane % 8;
+#pragma unroll
+  for (int j = 0; j < 2; ++j) oc[j][0] = oc[j][1] = oc[j][2] = oc[j][3] = 0.f;
+#pragma unroll
+  for (int t = 0; t < 8; ++t) {
+    uint32_t a[4];
+    a[0] = pack_bf16(s[2 * t][0], s[2 * t][1]);
+    a[1] = pack_bf16(s[2 * t][2], s[2 * t][3]);
+    a[2] = pack_bf16(s[2 * t + 1][0], s[2 * t + 1][1]);
+    a[3] = pack_bf16(s[2 * t + 1][2], s[2 * t + 1][3]);
+    uint32_t b[4];
+    ldsm_x4_trans(b, Vs + (t * 16 + (mi % 2) * 8 + li) * RS + jj * 16 + (mi / 2) * 8);
+    mma(oc[0], a, b[0], b[1]);
+    mma(oc[1], a, b[2], b[3]);
+  }
+}
+
 }  // namespace tf::cuda::attn

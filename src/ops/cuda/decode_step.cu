@@ -95,9 +95,11 @@ KernelFn kernel_of(int fmt, bool probe) {
       return probe ? decode_step_kernel<kWMlx4Sw8, true> : decode_step_kernel<kWMlx4Sw8, false>;
   }
 }
-static_assert(step::kSmemBytes<step::kWBf16> <= 232448 && step::kSmemBytes<step::kWMlx4> <= 232448 &&
-                  step::kSmemBytes<step::kWMlx4Sw4> <= 232448 && step::kSmemBytes<step::kWMlx4Sw8> <= 232448,
-              "a CTA's shared memory (sm_90: 227 KB)");
+constexpr size_t kSm90Smem = 227 * 1024;  // a CTA's dynamic shared memory on sm_90
+static_assert(step::kSmemBytes<step::kWBf16> <= kSm90Smem && step::kSmemBytes<step::kWMlx4> <= kSm90Smem &&
+                  step::kSmemBytes<step::kWMlx4Sw4> <= kSm90Smem &&
+                  step::kSmemBytes<step::kWMlx4Sw8> <= kSm90Smem,
+              "the step's shared memory must fit one CTA");
 size_t smem_of(int fmt) {
   using namespace step;
   return fmt == kWBf16      ? kSmemBytes<kWBf16>

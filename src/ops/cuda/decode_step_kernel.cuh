@@ -467,27 +467,6 @@ __device__ __forceinline__ void scores_pair(const __nv_bfloat16* Qs, const __nv_
   lc = sum;
 }
 
-// chunk_pv (attention_chunk.cuh) for output column pair jj (dims 16 jj .. 16 jj + 15) only: oc[0], oc[1] are
-// its oc[2 jj], oc[2 jj + 1], each element the same MMA chain.
-__device__ __forceinline__ void pv_pair(const __nv_bfloat16* Vs, int lane, const float (*s)[4],
-                                        float (*oc)[4], int jj) {
-  const int mi = lane / 8, li = lane % 8;
-#pragma unroll
-  for (int j = 0; j < 2; ++j) oc[j][0] = oc[j][1] = oc[j][2] = oc[j][3] = 0.f;
-#pragma unroll
-  for (int t = 0; t < 8; ++t) {
-    uint32_t a[4];
-    a[0] = attn::pack_bf16(s[2 * t][0], s[2 * t][1]);
-    a[1] = attn::pack_bf16(s[2 * t][2], s[2 * t][3]);
-    a[2] = attn::pack_bf16(s[2 * t + 1][0], s[2 * t + 1][1]);
-    a[3] = attn::pack_bf16(s[2 * t + 1][2], s[2 * t + 1][3]);
-    uint32_t bb[4];
-    attn::ldsm_x4_trans(bb, Vs + (t * 16 + (mi % 2) * 8 + li) * kRS + jj * 16 + (mi / 2) * 8);
-    attn::mma(oc[0], a, bb[0], bb[1]);
-    attn::mma(oc[1], a, bb[2], bb[3]);
-  }
-}
-
 // What an attention unit's chain needs after its poll, in shared memory (fetched before the poll).
 struct AttnParams {
   __nv_bfloat16 qn[kD], kn[kD];      // q / k norm weights
@@ -495,7 +474,7 @@ struct AttnParams {
   unsigned long long* part;          // the op's partials
   uint32_t* aout;                    // the op's output words
   __nv_bfloat16 *kdst, *vdst;        // the new row's K / V in the pool (head h)
-  float scale, eps;
+  float eps;
   float pmax[kCWarps * 8];     // scores_pair's quad maxima
   unsigned long long bars[3];  // mbarriers: the K and V staging (a phase each a unit), the merge (a round)
 };
@@ -562,12 +541,11 @@ __device__ __forceinline__ void stage_kv(const Op& o, const Row& row, int h, int
 // ring meanwhile): KV head h, chunk c of the row. Tasks: warps 0 and 1 q heads 2 aw and 2 aw + 1 of the
 // group (q norm + rope of the qkv words, polled), warp 2 -- in the chunk holding the row -- the new token's
 // k (norm + rope) and v, into shared memory and the pool; all stage the chunk's older K/V rows (unless the
-// unit before did: `staged`). Then the chunk's partial of the group's 4 heads with attention_mma's
-// arithmetic (the other 12 MMA rows are padding: a pair's bits depend only on its own row), published as
-// tagged words; the unit holding the row (the merger, always its CTA's last unit of the layer) merges the
-// chunks' partials (combine_pair_u's order) into the o op's x words. nc >= 0: the CTA's next unit of the
-// layer is (KV head nh, chunk nc), whose K rows are staged once this unit's scores are made and its V rows
-// once its P V is, so that their loads overlap this unit's work.
+// unit before did: `staged`). Then the CTA's consumer warps compute the chunk's partial of the group's 4
+// heads (unit_scores_pv); the unit holding the row (the merger, always its CTA's last unit of the layer)
+// merges the chunks' partials (combine_pair_u's order) into the o op's x words with them. nc >= 0: the CTA's
+// next unit of the layer is (KV head nh, chunk nc), whose K rows are staged once this unit's scores are made
+// and its V rows once its P V is, so that their loads overlap this unit's work.
 __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int h, int c, bool staged, int nh,
                                                int nc, __nv_bfloat16* Ks, uint32_t tag, unsigned epoch,
                                                uint32_t par, uint32_t& mpar, unsigned long long* st, int ui) {
@@ -689,9 +667,6 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
   abar();               // pown is complete
   const float* pown = reinterpret_cast<const float*>(Ks);
   unsigned long long* mb = reinterpret_cast<unsigned long long*>(Ks) + (kGroup * kRec + 3) / 4 * 2;
-  const bool item = at < kGroup * (kD / 8);
-  const int gi = at / (kD / 8), d0 = (at % (kD / 8)) * 8;
-  float m = -INFINITY, l = 0.f, ov[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
   for (int cb = 0; cb < own; cb += kMergeChunks) {
     const int nb = min(kMergeChunks, own - cb);  // chunks cb .. cb + nb - 1 of the group's 4 heads
     if (own >= kPrewait) {
@@ -750,10 +725,12 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
   }
   if (own > 0) {
     stamp(SS::kStampAout);
-  } else if (item) {  // the row's chunk alone
+  } else if (at < kGroup * (kD / 8)) {  // the row's chunk alone: item = 8 dims of one of the group's heads
+    const int gi = at / (kD / 8), d0 = (at % (kD / 8)) * 8;
+    float m = -INFINITY, l = 0.f, ov[8];
     const attn::MergeFactors f = attn::merge_chunk(m, l, pown[gi * kRec + kD], pown[gi * kRec + kD + 1]);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) ov[i] = attn::merge_out(ov[i], pown[gi * kRec + d0 + i], f);
+    for (int i = 0; i < 8; ++i) ov[i] = attn::merge_out(0.f, pown[gi * kRec + d0 + i], f);
     uint32_t* dst = P->aout + (h * kGroup + gi) * kD + d0;
 #pragma unroll
     for (int i = 0; i < 8; ++i) dst[i] = word_of(attn::finish_out(ov[i], l), tag);
@@ -777,7 +754,7 @@ __device__ __forceinline__ void unit_scores_pv(const Op& o, int pos, int h, int 
   nbar_sync(kBarUnitIn, kHelpThreads);
   scores_pair(Qs, Ks, reinterpret_cast<float*>(Qs), P->pmax, cw, lane, c * attn::kC, pos, scale, sc, mc, lc);
   wait_bar(saddr(&P->bars[1]), par, kVChunk, c);
-  pv_pair(Vs, lane, sc, oc, cw);
+  attn::chunk_pv_pair<kD>(Vs, lane, sc, oc, cw);
   fence_proxy_async();  // this thread's reads of Vs before the next unit's V is copied into it
   if (g < kGroup) {
     if (pos / attn::kC == c) {
@@ -977,7 +954,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         sincosf(float(row.pos) * prm.inv_freq[at], &sn, &cs);
         P->rsin[at] = sn * prm.rope_factor, P->rcos[at] = cs * prm.rope_factor;
       }
-      if (at == 0) P->scale = prm.scale, P->eps = prm.qk_eps;
+      if (at == 0) P->eps = prm.qk_eps;
     }
     // A layer's units (UnitList; the consumer warps compute their scores, P V and partials).
     const UnitList units(row.pos, G, b, prm.early_bias);
@@ -1056,7 +1033,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   // warp owns (every warp sees the same sequence).
   const int g = lane / 4, t = lane % 4;
   const int owner = warp / SW, half = warp % SW;
-  const int c_pos = prm.positions[0], c_own = c_pos / attn::kC;  // the row; chunks before its own
+  const int c_pos = prm.positions[0];  // the row
   const UnitList c_units(c_pos, G, b, prm.early_bias);
   uint32_t c_par = 0;  // the V staging mbarrier's phase (one a unit, as the attention warps')
   int j = 0, x_op = -1, tcount = 0;
@@ -1092,7 +1069,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         int h = 0, c = 0;
         for (int i = 0; c_units.at(i, h, c); ++i, c_par ^= 1)
           unit_scores_pv(o, c_pos, h, c, attn_smem, prm.scale, c_par, epoch);
-        if (b < kHk && c_own > 0) merge_fold_help(o, b, c_own, attn_smem, tag, epoch);
+        if (b < kHk && c_units.C > 1) merge_fold_help(o, b, c_units.C - 1, attn_smem, tag, epoch);
       }
       make_x(o, xs, nred, tile == 0, tag);
       if (kProbe) c_x += clock64() - cx;

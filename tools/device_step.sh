@@ -9,7 +9,9 @@
 #   ninja -C build-cuda test_cuda_decode_step test_cuda_graphs tf_bench_cuda [tensorfold]
 #   tools/device_step.sh --pack     # stripped binaries, two libraries, the Qwen3 tokenizer: .devpack/step.tar.xz
 #   run(command="tools/device_step.sh; cat $OUT/all.txt", carry=[".devpack"])
-# STEPS="test bench graphs" by default (~30 s of device time); add e2e (~80 s more; needs tensorfold packed).
+# STEPS="test bench graphs" by default (~30 s of device time); add e2e (~80 s more; needs tensorfold packed),
+# e2e4 (the same for a random MLX 4-bit/g64 checkpoint: the 4-bit step on / off, TF_DECODE_STEP_MLX4=1 / 0,
+# texts compared; `tensorfold bench` at prompts of 512 and 6000 tokens).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PACK=.devpack/step.tar.xz
@@ -74,6 +76,31 @@ if [[ " $STEPS " == *" e2e "* && -x $D/bin/tensorfold ]]; then
   for step in 1 0; do
     run "tfbench-s$step" 150 env TF_DECODE_STEP=$step "$D/bin/tensorfold" bench $M --backend cuda --drafter none \
       --workload random --tokens 256 --parallel 1 --prompt-tokens 512 --context 4096
+  done
+fi
+if [[ " $STEPS " == *" e2e4 "* && -x $D/bin/tensorfold ]]; then
+  M=/dev/shm/q8b-4bit
+  t0=$(date +%s)
+  python3 tools/make_random_checkpoint.py --shape qwen3-8b --out $M --tokenizer "$D/tok" --mlx-bits 4 2>&1 |
+    tail -1 >>"$OUT/all.txt"
+  echo "checkpoint in $(($(date +%s) - t0)) s" >>"$OUT/all.txt"
+  P="Write a short story about a lighthouse keeper who finds a message in a bottle."
+  for temp in 0 0.7; do
+    for step in 1 0; do
+      echo "=== gen4-t$temp-s$step" >>"$OUT/all.txt"
+      TF_DECODE_STEP_MLX4=$step timeout 120 "$D/bin/tensorfold" generate $M --backend cuda -p "$P" -n 300 \
+        --ignore-eos --temperature $temp --seed 7 --context 4096 >"$OUT/text4-t$temp-s$step.txt" 2>"$OUT/gen4-t$temp-s$step.txt"
+      echo "rc=$?" >>"$OUT/all.txt"
+      grep "tok/s" "$OUT/gen4-t$temp-s$step.txt" >>"$OUT/all.txt"
+    done
+    a=$(md5sum <"$OUT/text4-t$temp-s1.txt") b=$(md5sum <"$OUT/text4-t$temp-s0.txt")
+    [[ $a == "$b" ]] && echo "4-bit temperature $temp: texts identical" >>"$OUT/all.txt" || echo "4-bit temperature $temp: TEXTS DIFFER" >>"$OUT/all.txt"
+  done
+  for pt in 512 6000; do
+    for step in 1 0; do
+      run "tfbench4-p$pt-s$step" 150 env TF_DECODE_STEP_MLX4=$step "$D/bin/tensorfold" bench $M --backend cuda --drafter none \
+        --workload random --tokens 256 --parallel 1 --prompt-tokens $pt --context 8192
+    done
   done
 fi
 rm -rf "$D"

@@ -209,13 +209,13 @@ __device__ __forceinline__ bool nbar_and(int id, int count, bool p) {
 // A merging CTA's consumer warps take part in the merge's rounds (merge_fold_help; they are idle then:
 // their o op's x is this merge's output). Per round, on named barriers of all kHelpThreads: the attention
 // warps bring the round in (kBarLanded), every thread checks its share of the round's words (kBarChecked:
-// all there, or the attention warps copy the missing ones again, kBarRetried), the consumers fold it and
-// free the buffer (kBarRoundFolded).
+// all there, or the attention warps copy the round again once its last words are seen, and every thread
+// checks again), the consumers fold it and free the buffer (kBarRoundFolded).
 constexpr int kHelpThreads = (kCWarps + kAWarps) * 32;
-constexpr int kBarLanded = 3, kBarChecked = 4, kBarRetried = 5, kBarRoundFolded = 6;
+constexpr int kBarLanded = 3, kBarChecked = 4, kBarRoundFolded = 5;
 // An attention unit's hand-overs (attention_unit / unit_scores_pv): Q and K staged (kBarUnitIn), the score
 // MMAs done (kBarScored: Ks free), P V done and the partial written (kBarUnitOut: Vs and Qs free).
-constexpr int kBarUnitIn = 7, kBarScored = 8, kBarUnitOut = 9;
+constexpr int kBarUnitIn = 6, kBarScored = 7, kBarUnitOut = 8;
 // Whether the 16-byte units first, first + kHelpThreads, ... of a merge round (units of two tagged words)
 // all carry the launch's epoch; no branch a unit.
 __device__ __forceinline__ bool round_units_ok(const unsigned long long* mb, int units, int first,
@@ -317,9 +317,18 @@ __device__ void make_x(const Op& o, __nv_bfloat16* xs, float* nred, bool writer,
     constexpr int kGMax = kMaxK / 8 / kT;
     const int ng = k / 8 / kT;
     uint32_t w[kGMax][8];
+    // Every group's words loaded before the first poll (o's 2 groups a thread, down's 6): polled group by
+    // group, each group waited a round trip of its own (runs 313-314: 8192 -0.5%, 512 -0.8%, 4-bit -4.5%).
 #pragma unroll
     for (int q = 0; q < kGMax; ++q)
-      if (q < ng) load_words<8>(w[q], o.x + (tid + kT * q) * 8, 1, true, tag);
+      if (q < ng) load_words<8>(w[q], o.x + (tid + kT * q) * 8, 1, false, tag);
+#pragma unroll
+    for (int q = 0; q < kGMax; ++q)
+      if (q < ng) {
+        const uint32_t* p = o.x + (tid + kT * q) * 8;
+        poll_words(
+            w[q], [&](int j) { return p + j; }, tag);
+      }
     bar_consumers();  // xs is free: every warp is past the previous op's MMAs
 #pragma unroll
     for (int q = 0; q < kGMax; ++q) {
@@ -371,9 +380,6 @@ __device__ void make_x(const Op& o, __nv_bfloat16* xs, float* nred, bool writer,
 // Position p's slot in the paged K/V pool (attention_mma.cu's Tile::slot_of for blocks of kBlock).
 __device__ __forceinline__ int kv_slot(const int32_t* table, int p) {
   return table[p / kBlock] * kBlock + p % kBlock;
-}
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
 }
 
 // RMS norm + NeoX rope of one head held by a warp (element lane + 32 j): elementwise.cu's
@@ -645,13 +651,13 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
   // one head a thread) and write the output words (merge_fold_help; folded here, 8 dims a thread, the merge
   // paced ~0.27 us a chunk at 8k, run 305; with the consumers 8192 -3.9%, 16000 -6.5%, run 309). Only a row
   // in its first chunk (no other chunks) is finished here. (The 16-byte cp.async gather and a branch a word
-  // took ~10 us a round, runs 249-252.) Units with a word not yet written (units still running) are copied
-  // again by cp.async, all of them a round trip (run 219), after a spin on the first missing record's last
-  // word.
+  // took ~10 us a round, runs 249-252.) A round with a word not yet written (units still running) is copied
+  // whole again by its bulk copies once its records' last words are seen (until session 26 the missing
+  // 16-byte units went again by cp.async: the same time, run 313, and a second copy path).
   // A round's bulk copy waits until the last word of each of its records is written (a thread a record;
   // the other words of a record come from the same unit's other warps at about the same time, and the check
-  // below still reads every word): a round issued while units still run went the cp.async retry way, ~8 us
-  // a round (run 296). Each round's last words are loaded while the round before lands and folds.
+  // below still reads every word): a round issued while units still run went the retry way, ~8 us a round
+  // (run 296). Each round's last words are loaded while the round before lands and folds.
   auto tail_of = [&](int cb, int nb) {  // the tag half of the record's last word
     return reinterpret_cast<const uint32_t*>(
                part + (int64_t(h * kGroup + at / nb) * kMaxChunks + cb + at % nb) * kRec + kD + 1) +
@@ -669,57 +675,40 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
   unsigned long long* mb = reinterpret_cast<unsigned long long*>(Ks) + (kGroup * kRec + 3) / 4 * 2;
   for (int cb = 0; cb < own; cb += kMergeChunks) {
     const int nb = min(kMergeChunks, own - cb);  // chunks cb .. cb + nb - 1 of the group's 4 heads
-    if (own >= kPrewait) {
-      if (at < kGroup * nb)
-        for (long long sp = 0; tw != epoch; ++sp) {
-          tw = ldv(tail_of(cb, nb));
-          if (sp == (1ll << 26)) hang_word(tail_of(cb, nb), 0, tag);
-        }
-      abar();  // the round's last words are written
-    }
-    if (at == 0) mbar_arrive_expect_tx(mbar, uint32_t(kGroup * nb * kRec * 8));
-    if (at < kGroup)
-      bulk_copy_g2s(saddr(mb + at * nb * kRec), part + (int64_t(h * kGroup + at) * kMaxChunks + cb) * kRec,
-                    uint32_t(nb * kRec * 8), mbar);
-    if (const int nn = min(kMergeChunks, own - cb - kMergeChunks); at < kGroup * nn)
-      tw = ldv(tail_of(cb + kMergeChunks, nn));
-    if (cb == kMergeChunks) stamp(SS::kStampRound1Issued);
-    wait_bar(mbar, mpar, kMergeRound, cb);
-    mpar ^= 1;
-    if (cb == kMergeChunks) stamp(SS::kStampRound1Landed);
-    nbar_arrive(kBarLanded, kHelpThreads);  // the consumers check their share too
     long long n = 0;
-    if (!nbar_and(kBarChecked, kHelpThreads,
-                  round_units_ok(mb, kGroup * nb * kU, kCWarps * 32 + at, epoch))) {
-      // Not all there (units still running): this thread's units (every kT-th), copied again until complete.
-      for (;; ++n) {
-        asm volatile("cp.async.wait_group 0;" ::: "memory");
-        bool again = false;
-        static_assert(kRec == 2 * kU, "unit i of the round is words 2i, 2i + 1");
-        for (int i = at; i < kGroup * nb * kU; i += kT) {
-          const unsigned long long* w2 = mb + 2 * i;  // (the indices below only for a missing unit: run 251)
-          if (uint32_t(w2[0] >> 32) == epoch && uint32_t(w2[1] >> 32) == epoch) continue;
-          const int r = i / kU, u = i % kU, hg = r / nb, cc = cb + r % nb;
-          const unsigned long long* rec = part + (int64_t(h * kGroup + hg) * kMaxChunks + cc) * kRec;
-          if (!again)  // spin on this record's last word before copying all of the missing units once more
-            for (long long s = 0; uint32_t(ldv64(rec + kD + 1) >> 32) != epoch; ++s)
-              if (s == (1ll << 26)) hang_word(reinterpret_cast<const uint32_t*>(rec + kD + 1), 0, tag);
-          again = true;
-          cp_async16(saddr(w2), rec + u * 2, true);
+    for (;; ++n) {  // the round's copy, again (after its last words are seen) until every word is there
+      if (n > 0 || own >= kPrewait) {
+        if (at < kGroup * nb) {
+          uint32_t tc = n > 0 ? 0u : tw;
+          for (long long sp = 0; tc != epoch; ++sp) {
+            tc = ldv(tail_of(cb, nb));
+            if (sp == (1ll << 26)) hang_word(tail_of(cb, nb), 0, tag);
+          }
         }
-        if (!again) break;
-        asm volatile("cp.async.commit_group;");
-        if (n == (1ll << 24)) hang_word(reinterpret_cast<const uint32_t*>(part), 0, tag);
+        abar();  // the round's last words are written
       }
-      abar();  // every attention thread's units are complete
-      nbar_arrive(kBarRetried, kHelpThreads);
+      if (at == 0) mbar_arrive_expect_tx(mbar, uint32_t(kGroup * nb * kRec * 8));
+      if (at < kGroup)
+        bulk_copy_g2s(saddr(mb + at * nb * kRec), part + (int64_t(h * kGroup + at) * kMaxChunks + cb) * kRec,
+                      uint32_t(nb * kRec * 8), mbar);
+      if (n == 0)
+        if (const int nn = min(kMergeChunks, own - cb - kMergeChunks); at < kGroup * nn)
+          tw = ldv(tail_of(cb + kMergeChunks, nn));
+      if (cb == kMergeChunks && n == 0) stamp(SS::kStampRound1Issued);
+      wait_bar(mbar, mpar, kMergeRound, cb);
+      mpar ^= 1;
+      if (cb == kMergeChunks && n == 0) stamp(SS::kStampRound1Landed);
+      nbar_arrive(kBarLanded, kHelpThreads);  // the consumers check their share too
+      const bool ok = round_units_ok(mb, kGroup * nb * kU, kCWarps * 32 + at, epoch);
+      fence_proxy_async();  // the check's reads of mb before a copy into it
+      if (nbar_and(kBarChecked, kHelpThreads, ok)) break;
+      if (n == (1ll << 20)) hang_word(reinterpret_cast<const uint32_t*>(part), 0, tag);
     }
     if (cb == kMergeChunks) {
       stamp(SS::kStampRound1Checked);
       if (st && at == 0) st[SS::kStampRound1Retries] = (unsigned long long)(n);
     }
     stamp(SS::kStampRoundIn + 2 * min(cb / kMergeChunks, SS::kStampRounds - 1));
-    fence_proxy_async();                       // the check's reads of mb before the next round's bulk copies
     nbar_sync(kBarRoundFolded, kHelpThreads);  // folded (the last round: the output words written)
     stamp(SS::kStampRoundIn + 1 + 2 * min(cb / kMergeChunks, SS::kStampRounds - 1));
   }
@@ -793,10 +782,13 @@ __device__ __forceinline__ void merge_fold_help(const Op& o, int h, int own, con
   float m = -INFINITY, l = 0.f, ov[2] = {0.f, 0.f};
   for (int cb = 0; cb < own; cb += kMergeChunks) {
     const int nb = min(kMergeChunks, own - cb);
-    nbar_sync(kBarLanded, kHelpThreads);
-    if (!nbar_and(kBarChecked, kHelpThreads, round_units_ok(mb, kGroup * nb * kU, ct, epoch)))
-      nbar_sync(kBarRetried, kHelpThreads);  // the attention warps copied the missing units again
-      // (not unrolled: unrolled 4 or 8 it cost 8192 +1.2%, 512 +2.7%, run 309)
+    for (bool ok = false; !ok;) {  // the round, copied again until every word is there (attention_unit)
+      nbar_sync(kBarLanded, kHelpThreads);
+      ok = round_units_ok(mb, kGroup * nb * kU, ct, epoch);
+      fence_proxy_async();  // the check's reads of mb before a copy into it
+      ok = nbar_and(kBarChecked, kHelpThreads, ok);
+    }
+    // (not unrolled: unrolled 4 or 8 it cost 8192 +1.2%, 512 +2.7%, run 309)
 #pragma unroll 1
     for (int q = 0; q < nb; ++q) {
       const unsigned long long* rec = mb + (gi * nb + q) * kRec;

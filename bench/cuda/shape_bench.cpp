@@ -786,7 +786,8 @@ void format_rows(Backend& be, const ModelShape& sh, const std::vector<WeightForm
   if (step_only < 2) formats.push_back(WeightFormat::Bf16);
   formats.insert(formats.end(), quantized.begin(), quantized.end());
   std::printf("\n== %s by weight format: the forward with each format's linears ==\n", sh.name);
-  // The one-kernel step of MLX 4-bit linears is opt-in (DecodeStep::mlx4): the bench times it anyway.
+  // The one-kernel step of MLX 4-bit linears (DecodeStep::mlx4, on unless TF_DECODE_STEP_MLX4=0): timed
+  // either way.
   const bool engine_mlx4_step = cuda::DecodeStep::mlx4();
   cuda::DecodeStep::set_mlx4(true);
   for (WeightFormat f : formats) {
@@ -807,7 +808,7 @@ void format_rows(Backend& be, const ModelShape& sh, const std::vector<WeightForm
         // One-row rounds run the one-kernel step where the engine takes it (bf16 and MLX 4-bit, below its
         // context limit): the row is what the engine runs.
         const double t_step = batch == 1 ? decode_step_row(step_run, ctx) : -1;
-        // (MLX 4-bit: the step is timed, but the engine runs the chain unless TF_DECODE_STEP_MLX4=1.)
+        // (MLX 4-bit: the step is timed; the engine runs it unless TF_DECODE_STEP_MLX4=0.)
         const bool engine_step = t_step > 0 && (f == WeightFormat::Bf16 || engine_mlx4_step);
         if (t_step > 0) std::printf("  %s decode b=1 ctx=%d: the chain %.3f ms\n", fname, ctx, t);
         if (engine_step) t = t_step;

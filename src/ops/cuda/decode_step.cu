@@ -155,7 +155,7 @@ size_t DecodeStep::packed_bytes() const {
   return s_->packed;
 }
 
-static bool g_mlx4 = env_switch("TF_DECODE_STEP_MLX4", false);  // launch.h
+static bool g_mlx4 = env_switch("TF_DECODE_STEP_MLX4", true);  // launch.h
 void DecodeStep::set_mlx4(bool on) {
   g_mlx4 = on;
 }
@@ -173,11 +173,10 @@ std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStrea
   int fmt = -1;
   if (const std::string w = unsupported(m, &fmt); !w.empty()) return refuse(w);
   if (fmt == kWMlx4) {
-    // Same bits as the 4-bit op chain, but slower than it on an H200 (run 266: 2.25 against 2.18 ms, Qwen3-8B
-    // b=1 ctx 512; docs/cuda-notes.md "Session 21"): taken only when asked for.
-    if (!mlx4())
-      return refuse(
-          "MLX 4-bit linears (slower than the op chain on an H200; TF_DECODE_STEP_MLX4=1 takes it)");
+    // Same bits as the 4-bit op chain; faster than it on an H200 since session 27 (Qwen3-8B b=1 ctx
+    // 512: 2.06-2.11 against 2.18-2.19 ms, runs 314-315; `tensorfold generate` 461 vs 435 tok/s): taken
+    // unless turned off.
+    if (!mlx4()) return refuse("MLX 4-bit linears (turned off: TF_DECODE_STEP_MLX4=0)");
     const char* e = std::getenv("TF_STEP_Q4_SW");  // 2/4/8: slices a 4-bit stage (A/B; 4 measured best)
     const int sw = e && *e ? std::atoi(e) : 4;
     fmt = sw == 2 ? kWMlx4 : sw == 8 ? kWMlx4Sw8 : kWMlx4Sw4;

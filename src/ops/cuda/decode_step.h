@@ -38,8 +38,8 @@ class DecodeStep {
   // Checks the shape (null and `why` when it is not the one the kernel handles) and packs the linears'
   // weights into the kernel's stage layout: a second copy of them in device memory.
   static std::unique_ptr<DecodeStep> make(const DecodeStepModel& m, cudaStream_t stream, std::string* why);
-  // Whether make() takes models with MLX 4-bit linears: the same bits as their op chain, but slower than it
-  // on an H200 (docs/cuda-notes.md "Session 21"), so off unless TF_DECODE_STEP_MLX4=1 (tests, benches: here).
+  // Whether make() takes models with MLX 4-bit linears: the same bits as their op chain, 3-6% faster than it
+  // on an H200 (docs/cuda-notes.md "Session 27"); on unless TF_DECODE_STEP_MLX4=0 (tests, benches: here).
   static void set_mlx4(bool on);
   static bool mlx4();
   ~DecodeStep();

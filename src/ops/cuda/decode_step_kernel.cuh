@@ -554,7 +554,8 @@ __device__ __forceinline__ void stage_kv(const Op& o, const Row& row, int h, int
 // and its V rows once its P V is, so that their loads overlap this unit's work.
 __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int h, int c, bool staged, int nh,
                                                int nc, __nv_bfloat16* Ks, uint32_t tag, unsigned epoch,
-                                               uint32_t par, uint32_t& mpar, unsigned long long* st, int ui) {
+                                               uint32_t par, uint32_t& mpar, unsigned long long* st, int ui,
+                                               uint32_t (&pre)[12]) {
   const int at = threadIdx.x - (kProducer + 1) * 32, aw = at / 32, lane = at % 32;
   auto stamp = [&](int slot) {
     if (st && at == 0) st[slot] = gtime();
@@ -586,6 +587,7 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
   static_assert(kAWarps == 3 && kGroup == 4, "the task split below");
   constexpr int kTasks = 2;
   constexpr int kW = 4 * (kTasks + 1);  // + v's words (the k/v task)
+  static_assert(kW == sizeof(pre) / sizeof(pre[0]), "the next unit's words");
   bool live[kTasks + 1];
 #pragma unroll
   for (int i = 0; i < kTasks; ++i) live[i] = aw < 2 || (i == 0 && kv_here);
@@ -599,7 +601,7 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
   abar();  // the params are in
   uint32_t w[kW];
 #pragma unroll
-  for (int q = 0; q < kW; ++q) w[q] = live[q / 4] ? ldv(src(q)) : (tag << 16);
+  for (int q = 0; q < kW; ++q) w[q] = !live[q / 4] ? (tag << 16) : staged ? pre[q] : ldv(src(q));
   poll_words(w, src, tag, true);
   stamp(us + 1);
   __syncwarp();
@@ -636,6 +638,22 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
   // The chunk's scores, P V and partial: the CTA's consumer warps (unit_scores_pv), meanwhile the next
   // unit's K rows (once the score MMAs are done) and V rows (once P V is) are staged.
   nbar_arrive(kBarUnitIn, kHelpThreads);
+  // The next unit's words (`pre`, its first poll), loaded while the consumers compute this one: 8192 and
+  // 16000 -0.4%, 512 the same (run 315; session 25's run 301 lost with them held across the attention warps'
+  // own MMAs, since gone to the consumers).
+  if (nc >= 0) {
+    const bool nkv = pos / attn::kC == nc;
+    const uint32_t* n0 =
+        aw < 2 ? o.qkv + (nh * kGroup + 2 * aw) * kD + lane : o.qkv + kHq * kD + nh * kD + lane;
+    const uint32_t* n1 = o.qkv + (nh * kGroup + 2 * aw + 1) * kD + lane;
+    const uint32_t* n2 = o.qkv + (kHq + kHk) * kD + nh * kD + lane;
+    const bool l0 = aw < 2 || nkv, l1 = aw < 2, l2 = aw == 2 && nkv;
+#pragma unroll
+    for (int q = 0; q < kW; ++q) {
+      const int t = q / 4;
+      if (t == 0 ? l0 : t == 1 ? l1 : l2) pre[q] = ldv((t == 0 ? n0 : t == 1 ? n1 : n2) + 32 * (q % 4));
+    }
+  }
   nbar_sync(kBarScored, kHelpThreads);
   stamp(us + 3);
   if (nc >= 0) stage_kv<0>(o, row, nh, nc, Ks, Vs, kbar, vbar, nblk);
@@ -955,6 +973,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       mbar_init_fence();
     }                            // published by the unit's first barrier
     uint32_t par = 0, mpar = 0;  // the staging mbarriers' phase (one a unit), the merge's (one a round)
+    uint32_t pre[12] = {};       // the next unit's q / k / v words (attention_unit)
     for (int op = 0; op < nops; ++op) {
       if (ops[op].xkind != kXAttnMerge) continue;
       unsigned long long* st = stamp_row(stamps, op, G, b);
@@ -964,7 +983,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         int nh = 0, nc = 0;
         const bool next = units.at(i + 1, nh, nc);
         attention_unit(ops[op], row, h, c, staged, nh, next ? nc : -1, attn_smem, tag, epoch, par, mpar, st,
-                       i);
+                       i, pre);
         par ^= 1;
         h = nh, c = nc, have = next, staged = next;
       }

@@ -248,7 +248,8 @@ TEST_F(CudaDecodeStep, Mlx4LinearsGiveTheChainsBits) {
   // bits are the 4-bit chain's. Scales stored times 2^133 (subnormal codes: what upload_linear does where
   // every scale allows it), then plain.
   const std::string& dir = mlx4_dir();
-  cuda::DecodeStep::set_mlx4(true);  // opt-in (slower than the chain on an H200)
+  const bool was = cuda::DecodeStep::mlx4();
+  cuda::DecodeStep::set_mlx4(true);  // the default unless TF_DECODE_STEP_MLX4=0
   {
     Checkpoint ckpt = Checkpoint::open(dir);
     const int64_t before = cuda::decode_steps_prepared();
@@ -267,17 +268,20 @@ TEST_F(CudaDecodeStep, Mlx4LinearsGiveTheChainsBits) {
     EXPECT_GT(run(1000, 16, &dir), 8) << "stages of " << sw << " slices";
   }
   unsetenv("TF_STEP_Q4_SW");
-  cuda::DecodeStep::set_mlx4(false);
+  cuda::DecodeStep::set_mlx4(was);
 }
 
-TEST_F(CudaDecodeStep, Mlx4IsOptIn) {
-  // Off (the default without TF_DECODE_STEP_MLX4=1) the 4-bit model runs the chain (the step is slower on
-  // an H200).
+TEST_F(CudaDecodeStep, Mlx4StepCanBeTurnedOff) {
+  // On by default; turned off (TF_DECODE_STEP_MLX4=0) the 4-bit model prepares no step and runs the chain.
+  const bool was = cuda::DecodeStep::mlx4();
   cuda::DecodeStep::set_mlx4(false);
-  Checkpoint ckpt = Checkpoint::open(mlx4_dir());
-  const int64_t before = cuda::decode_steps_prepared();
-  auto model = load_model(ckpt, *gpu_, kContext);
-  EXPECT_EQ(cuda::decode_steps_prepared() - before, 0);
+  {
+    Checkpoint ckpt = Checkpoint::open(mlx4_dir());
+    const int64_t before = cuda::decode_steps_prepared();
+    auto model = load_model(ckpt, *gpu_, kContext);
+    EXPECT_EQ(cuda::decode_steps_prepared() - before, 0);
+  }
+  cuda::DecodeStep::set_mlx4(was);
 }
 
 }  // namespace

@@ -53,54 +53,40 @@ STEPS=${STEPS:-test bench graphs}
 [[ " $STEPS " == *" test "* ]] && run step-test 400 "$D/bin/test_cuda_decode_step" --gtest_brief=1
 [[ " $STEPS " == *" bench "* ]] && run bench 300 "$D/bin/tf_bench_cuda" --shape qwen3-8b --format bf16 --decode
 [[ " $STEPS " == *" graphs "* ]] && run graphs-test 300 "$D/bin/test_cuda_graphs" --gtest_brief=1
-if [[ " $STEPS " == *" e2e "* && -x $D/bin/tensorfold ]]; then
-  M=/dev/shm/q8b
-  t0=$(date +%s)
-  python3 tools/make_random_checkpoint.py --shape qwen3-8b --out $M --tokenizer "$D/tok" 2>&1 | tail -1 >>"$OUT/all.txt"
-  echo "checkpoint in $(($(date +%s) - t0)) s" >>"$OUT/all.txt"
-  P="Write a short story about a lighthouse keeper who finds a message in a bottle."
-  for temp in 0 0.7; do
-    for step in 1 0; do
-      # the text alone on stdout (text-*.txt), the stats and log lines on stderr (gen-*.txt)
-      echo "=== gen-t$temp-s$step" >>"$OUT/all.txt"
-      TF_DECODE_STEP=$step timeout 120 "$D/bin/tensorfold" generate $M --backend cuda -p "$P" -n 300 \
-        --ignore-eos --temperature $temp --seed 7 --context 4096 >"$OUT/text-t$temp-s$step.txt" 2>"$OUT/gen-t$temp-s$step.txt"
-      echo "rc=$?" >>"$OUT/all.txt"
-      grep "tok/s" "$OUT/gen-t$temp-s$step.txt" >>"$OUT/all.txt"
-    done
-    # generate prints the text on stdout and its stats and log lines on stderr; a log line can land inside
-    # a line of text in the combined log, so the texts are compared from stdout alone
-    a=$(md5sum <"$OUT/text-t$temp-s1.txt") b=$(md5sum <"$OUT/text-t$temp-s0.txt")
-    [[ $a == "$b" ]] && echo "temperature $temp: texts identical" >>"$OUT/all.txt" || echo "temperature $temp: TEXTS DIFFER" >>"$OUT/all.txt"
-  done
-  for step in 1 0; do
-    run "tfbench-s$step" 150 env TF_DECODE_STEP=$step "$D/bin/tensorfold" bench $M --backend cuda --drafter none \
-      --workload random --tokens 256 --parallel 1 --prompt-tokens 512 --context 4096
-  done
-fi
-if [[ " $STEPS " == *" e2e4 "* && -x $D/bin/tensorfold ]]; then
-  M=/dev/shm/q8b-4bit
-  t0=$(date +%s)
-  python3 tools/make_random_checkpoint.py --shape qwen3-8b --out $M --tokenizer "$D/tok" --mlx-bits 4 2>&1 |
+# The product with the step on and off (switch=1 / 0): a random checkpoint (extra flags for
+# make_random_checkpoint.py), `tensorfold generate` texts at T = 0 and 0.7 compared, then `tensorfold bench`
+# at each prompt length. Logs: NAME-text-*.txt (the text alone, stdout), NAME-gen-*.txt (stats, stderr).
+e2e() {  # name, checkpoint dir, switch variable, "prompt lengths", context, make_random_checkpoint flags...
+  local name=$1 M=$2 var=$3 prompts=$4 ctx=$5
+  shift 5
+  local t0=$(date +%s) temp step pt a b
+  python3 tools/make_random_checkpoint.py --shape qwen3-8b --out "$M" --tokenizer "$D/tok" "$@" 2>&1 |
     tail -1 >>"$OUT/all.txt"
   echo "checkpoint in $(($(date +%s) - t0)) s" >>"$OUT/all.txt"
-  P="Write a short story about a lighthouse keeper who finds a message in a bottle."
+  local P="Write a short story about a lighthouse keeper who finds a message in a bottle."
   for temp in 0 0.7; do
     for step in 1 0; do
-      echo "=== gen4-t$temp-s$step" >>"$OUT/all.txt"
-      TF_DECODE_STEP_MLX4=$step timeout 120 "$D/bin/tensorfold" generate $M --backend cuda -p "$P" -n 300 \
-        --ignore-eos --temperature $temp --seed 7 --context 4096 >"$OUT/text4-t$temp-s$step.txt" 2>"$OUT/gen4-t$temp-s$step.txt"
+      echo "=== $name-gen-t$temp-s$step" >>"$OUT/all.txt"
+      env "$var=$step" timeout 120 "$D/bin/tensorfold" generate "$M" --backend cuda -p "$P" -n 300 --ignore-eos \
+        --temperature $temp --seed 7 --context 4096 >"$OUT/$name-text-t$temp-s$step.txt" 2>"$OUT/$name-gen-t$temp-s$step.txt"
       echo "rc=$?" >>"$OUT/all.txt"
-      grep "tok/s" "$OUT/gen4-t$temp-s$step.txt" >>"$OUT/all.txt"
+      grep "tok/s" "$OUT/$name-gen-t$temp-s$step.txt" >>"$OUT/all.txt"
     done
-    a=$(md5sum <"$OUT/text4-t$temp-s1.txt") b=$(md5sum <"$OUT/text4-t$temp-s0.txt")
-    [[ $a == "$b" ]] && echo "4-bit temperature $temp: texts identical" >>"$OUT/all.txt" || echo "4-bit temperature $temp: TEXTS DIFFER" >>"$OUT/all.txt"
+    # a log line can land inside a line of text in a combined log, so the texts are compared from stdout alone
+    a=$(md5sum <"$OUT/$name-text-t$temp-s1.txt") b=$(md5sum <"$OUT/$name-text-t$temp-s0.txt")
+    [[ $a == "$b" ]] && echo "$name temperature $temp: texts identical" >>"$OUT/all.txt" ||
+      echo "$name temperature $temp: TEXTS DIFFER" >>"$OUT/all.txt"
   done
-  for pt in 512 6000; do
+  for pt in $prompts; do
     for step in 1 0; do
-      run "tfbench4-p$pt-s$step" 150 env TF_DECODE_STEP_MLX4=$step "$D/bin/tensorfold" bench $M --backend cuda --drafter none \
-        --workload random --tokens 256 --parallel 1 --prompt-tokens $pt --context 8192
+      run "$name-tfbench-p$pt-s$step" 150 env "$var=$step" "$D/bin/tensorfold" bench "$M" --backend cuda \
+        --drafter none --workload random --tokens 256 --parallel 1 --prompt-tokens $pt --context $ctx
     done
   done
+  rm -rf "$M"
+}
+if [[ -x $D/bin/tensorfold ]]; then
+  [[ " $STEPS " == *" e2e "* ]] && e2e e2e /dev/shm/q8b TF_DECODE_STEP 512 4096
+  [[ " $STEPS " == *" e2e4 "* ]] && e2e e2e4 /dev/shm/q8b-4bit TF_DECODE_STEP_MLX4 "512 6000" 8192 --mlx-bits 4
 fi
 rm -rf "$D"

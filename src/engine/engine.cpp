@@ -153,7 +153,10 @@ class EngineImpl final : public Engine {
     {
       std::lock_guard<std::mutex> lock(mu_);
       TF_CHECK(!stopping_, "the engine is shutting down");
-      if (int(waiting_.size()) >= opt_.max_queue)
+      // Requests the worker has not yet moved into free stream slots are not queued: only those beyond the
+      // free slots count against max_queue (else a burst could be refused while a slot stood free).
+      const int free_slots = std::max(0, parallel_ - int(running_.size()));
+      if (int(waiting_.size()) - free_slots >= opt_.max_queue)
         throw Overloaded("the server is at capacity: " + std::to_string(waiting_.size()) +
                          " requests are waiting; retry shortly");
       waiting_.push_back(std::make_unique<Sequence>(std::move(req), tokenizer_, q));

@@ -384,4 +384,27 @@ TEST(Engine, FullQueueIsRefusedAsOverloaded) {
   for (auto& h : hs) h->cancel();
 }
 
+TEST(Engine, ABurstFillsTheFreeSlotsBeforeTheQueue) {
+  // Submitted back to back, before the worker admits any: the first `parallel` requests take the free
+  // stream slots (not queue places), max_queue more wait, the rest are refused -- whatever the timing.
+  EngineOptions o;
+  o.model_path = tiny("qwen3");
+  o.backend = "cpu";
+  o.parallel = 2;
+  o.max_queue = 1;
+  auto e = create_engine(o);
+  std::vector<std::shared_ptr<RequestHandle>> hs;
+  int refused = 0;
+  for (int i = 0; i < 5; ++i) {
+    try {
+      hs.push_back(e->submit(request({5, 6, 7}, 0.5f, 300)));
+    } catch (const Overloaded&) {
+      ++refused;
+    }
+  }
+  EXPECT_EQ(hs.size(), 3u);
+  EXPECT_EQ(refused, 2);
+  for (auto& h : hs) h->cancel();
+}
+
 }  // namespace

@@ -10,6 +10,10 @@ up to its rounding details (speed runs only; the format's bit-exact tests use ml
 
     python3 tools/make_random_checkpoint.py --shape qwen3-8b --out /dev/shm/qwen3-8b --tokenizer DIR
     python3 tools/make_random_checkpoint.py --shape qwen3-8b --out /dev/shm/q8b-4bit --tokenizer DIR --mlx-bits 4
+    python3 tools/make_random_checkpoint.py --shape qwen3-30b-a3b --out /dev/shm/moe-4bit --tokenizer DIR --mlx-bits 4
+
+qwen3-30b-a3b is the Qwen3-MoE shape of issue 12 (~61 GB in bf16, ~17 GB in 4-bit); --layers N writes fewer
+layers (checks of this tool on a CPU).
 """
 import argparse
 import json
@@ -24,12 +28,20 @@ SHAPES = {
                      num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=False),
     "qwen3-0.6b": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
                        num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True),
+    # Qwen3-MoE: every layer sparse (decoder_sparse_step 1, no mlp_only_layers); bf16 experts as transformers
+    # writes them (mlp.experts.N.*), MLX experts stacked as mlx-lm writes them (mlp.switch_mlp.*, [E, out, in]);
+    # the router (mlp.gate) stays bf16 either way.
+    "qwen3-30b-a3b": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=48, num_attention_heads=32,
+                          num_key_value_heads=4, head_dim=128, vocab_size=151936, tie_word_embeddings=False,
+                          num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768, norm_topk_prob=True,
+                          decoder_sparse_step=1, mlp_only_layers=[]),
 }
 
 
 def mlx_quantize(w, bits, group):
     """MLX affine: w ~ scales * q + biases a group of `group` inputs; q packed little-endian into uint32."""
-    rows, cols = w.shape
+    lead, cols = w.shape[:-1], w.shape[-1]  # [out, in], or stacked experts [E, out, in]
+    rows = int(np.prod(lead))
     g = w.float().reshape(rows, cols // group, group)
     lo, hi = g.amin(-1), g.amax(-1)
     scale = ((hi - lo) / (2 ** bits - 1)).clamp_min(1e-8).to(torch.bfloat16)
@@ -38,7 +50,8 @@ def mlx_quantize(w, bits, group):
     q = q.to(torch.int64).reshape(rows, cols * bits // 32, 32 // bits)
     shifts = torch.arange(0, 32, bits, device=q.device, dtype=torch.int64)
     packed = (q << shifts).sum(-1).to(torch.int64)  # < 2^32: the fields do not overlap
-    return {"weight": packed.cpu().numpy().astype(np.uint32), "scales": scale.cpu(), "biases": bias.cpu()}
+    return {"weight": packed.reshape(*lead, -1).cpu().numpy().astype(np.uint32),
+            "scales": scale.reshape(*lead, -1).cpu(), "biases": bias.reshape(*lead, -1).cpu()}
 
 
 def save_file(tensors, path, metadata):
@@ -70,9 +83,14 @@ def main():
     ap.add_argument("--mlx-bits", type=int, choices=(2, 4, 8), default=0,
                     help="store the linears, embedding and lm_head as MLX affine (bits dividing 32)")
     ap.add_argument("--group-size", type=int, choices=(32, 64, 128), default=64)
+    ap.add_argument("--layers", type=int, default=0, help="fewer layers than the shape's (checks of this tool)")
     a = ap.parse_args()
-    s = SHAPES[a.shape]
-    cfg = dict(s, model_type="qwen3", architectures=["Qwen3ForCausalLM"], hidden_act="silu", rms_norm_eps=1e-6,
+    s = dict(SHAPES[a.shape])
+    if a.layers:
+        s["num_hidden_layers"] = a.layers
+    moe = "num_experts" in s
+    cfg = dict(s, model_type="qwen3_moe" if moe else "qwen3",
+               architectures=["Qwen3MoeForCausalLM" if moe else "Qwen3ForCausalLM"], hidden_act="silu", rms_norm_eps=1e-6,
                max_position_embeddings=40960, rope_theta=1000000.0, attention_bias=False, torch_dtype="bfloat16",
                eos_token_id=151645, bos_token_id=151643)
     if a.mlx_bits:
@@ -100,6 +118,9 @@ def main():
         if not a.mlx_bits:
             tensors[name + ".weight"] = w
             return
+        if w.shape[-1] % a.group_size:  # as mlx-lm: a weight its groups do not divide stays unquantized
+            tensors[name + ".weight"] = w
+            return
         tensors.update({name + "." + k: v for k, v in mlx_quantize(w.to(dev), a.mlx_bits, a.group_size).items()})
 
     put("model.embed_tokens", rnd(s["vocab_size"], H))
@@ -112,9 +133,20 @@ def main():
                         p + "self_attn.q_norm.weight": torch.ones(D, dtype=torch.bfloat16),
                         p + "self_attn.k_norm.weight": torch.ones(D, dtype=torch.bfloat16)})
         for name, shape in (("self_attn.q_proj", (Q, H)), ("self_attn.k_proj", (KV, H)),
-                            ("self_attn.v_proj", (KV, H)), ("self_attn.o_proj", (H, Q)), ("mlp.gate_proj", (I, H)),
-                            ("mlp.up_proj", (I, H)), ("mlp.down_proj", (H, I))):
+                            ("self_attn.v_proj", (KV, H)), ("self_attn.o_proj", (H, Q))):
             put(p + name, rnd(*shape))
+        if not moe:
+            for name, shape in (("mlp.gate_proj", (I, H)), ("mlp.up_proj", (I, H)), ("mlp.down_proj", (H, I))):
+                put(p + name, rnd(*shape))
+        else:
+            E, MI = s["num_experts"], s["moe_intermediate_size"]
+            tensors[p + "mlp.gate.weight"] = rnd(E, H)
+            for name, shape in (("gate_proj", (MI, H)), ("up_proj", (MI, H)), ("down_proj", (H, MI))):
+                if a.mlx_bits:
+                    put(p + "mlp.switch_mlp." + name, rnd(E, *shape))
+                else:
+                    for e in range(E):
+                        put(p + f"mlp.experts.{e}." + name, rnd(*shape))
         if l % 4 == 3:
             flush()
     if tensors:

@@ -364,47 +364,37 @@ TEST(Engine, OutOfMemoryAtTheSmallestRoundFailsTheStream) {
   EXPECT_EQ(e->stats().kv_blocks_used, 0);
 }
 
-TEST(Engine, FullQueueIsRefusedAsOverloaded) {
+// n requests submitted back to back to an engine of `parallel` slots and `max_queue` waiting places, then
+// cancelled: how many were refused as Overloaded.
+int refused_of_a_burst(int parallel, int max_queue, int n) {
   EngineOptions o;
   o.model_path = tiny("qwen3");
   o.backend = "cpu";
-  o.parallel = 1;
-  o.max_queue = 2;
+  o.parallel = parallel;
+  o.max_queue = max_queue;
   auto e = create_engine(o);
   std::vector<std::shared_ptr<RequestHandle>> hs;
   int refused = 0;
-  for (int i = 0; i < 6; ++i) {
+  for (int i = 0; i < n; ++i) {
     try {
       hs.push_back(e->submit(request({5, 6, 7}, 0.5f, 300)));
     } catch (const Overloaded&) {
       ++refused;
     }
   }
-  EXPECT_GE(refused, 3);
   for (auto& h : hs) h->cancel();
+  return refused;
+}
+
+TEST(Engine, FullQueueIsRefusedAsOverloaded) {
+  EXPECT_GE(refused_of_a_burst(1, 2, 6), 3);
 }
 
 TEST(Engine, ABurstFillsTheFreeSlotsBeforeTheQueue) {
   // Submitted back to back, before the worker admits any: the first `parallel` requests take the free
   // stream slots (not queue places), max_queue more wait, the rest are refused -- whatever the timing.
-  EngineOptions o;
-  o.model_path = tiny("qwen3");
-  o.backend = "cpu";
-  o.parallel = 2;
-  o.max_queue = 1;
-  auto e = create_engine(o);
-  std::vector<std::shared_ptr<RequestHandle>> hs;
-  int refused = 0;
-  for (int i = 0; i < 5; ++i) {
-    try {
-      hs.push_back(e->submit(request({5, 6, 7}, 0.5f, 300)));
-    } catch (const Overloaded&) {
-      ++refused;
-    }
-  }
-  EXPECT_EQ(hs.size(), 3u);
-  EXPECT_EQ(refused, 2);
-  for (auto& h : hs) h->cancel();
+  EXPECT_EQ(refused_of_a_burst(2, 1, 5), 2);
+  EXPECT_EQ(refused_of_a_burst(1, 1, 5), 3);
 }
 
 }  // namespace

@@ -131,29 +131,37 @@ __device__ __forceinline__ void chunk_scores(const __nv_bfloat16* Qs, const __nv
 }
 
 // Second half: O_c = P V. The S accumulator layout of n-tiles 2t, 2t+1 is the A fragment of k-step t.
+__device__ __forceinline__ void pv_a(const float (*s)[4], int t, uint32_t (&a)[4]) {
+  a[0] = pack_bf16(s[2 * t][0], s[2 * t][1]);
+  a[1] = pack_bf16(s[2 * t][2], s[2 * t][3]);
+  a[2] = pack_bf16(s[2 * t + 1][0], s[2 * t + 1][1]);
+  a[3] = pack_bf16(s[2 * t + 1][2], s[2 * t + 1][3]);
+}
+// k-step t of output column pair jj (columns 16 jj .. 16 jj + 15) into oc0, oc1.
+template <int D>
+__device__ __forceinline__ void pv_pair_step(const __nv_bfloat16* Vs, int lane, const uint32_t (&a)[4], int t,
+                                             int jj, float* oc0, float* oc1) {
+  constexpr int RS = D + 8;
+  const int mi = lane / 8, li = lane % 8;
+  uint32_t b[4];
+  ldsm_x4_trans(b, Vs + (t * 16 + (mi % 2) * 8 + li) * RS + jj * 16 + (mi / 2) * 8);
+  mma(oc0, a, b[0], b[1]);
+  mma(oc1, a, b[2], b[3]);
+}
+
 // Only the output column pairs jj in [J0, J1) (oc[2 jj], oc[2 jj + 1]) when asked: each output element's MMA
 // chain is its own, so warps may share a chunk's columns with the same bits.
 template <int D, int J0 = 0, int J1 = D / 16>
 __device__ __forceinline__ void chunk_pv(const __nv_bfloat16* Vs, int lane, const float (*s)[4],
                                          float (*oc)[4]) {
-  constexpr int RS = D + 8;
-  const int mi = lane / 8, li = lane % 8;
 #pragma unroll
   for (int j = 2 * J0; j < 2 * J1; ++j) oc[j][0] = oc[j][1] = oc[j][2] = oc[j][3] = 0.f;
 #pragma unroll
   for (int t = 0; t < 8; ++t) {
     uint32_t a[4];
-    a[0] = pack_bf16(s[2 * t][0], s[2 * t][1]);
-    a[1] = pack_bf16(s[2 * t][2], s[2 * t][3]);
-    a[2] = pack_bf16(s[2 * t + 1][0], s[2 * t + 1][1]);
-    a[3] = pack_bf16(s[2 * t + 1][2], s[2 * t + 1][3]);
+    pv_a(s, t, a);
 #pragma unroll
-    for (int jj = J0; jj < J1; ++jj) {
-      uint32_t b[4];
-      ldsm_x4_trans(b, Vs + (t * 16 + (mi % 2) * 8 + li) * RS + jj * 16 + (mi / 2) * 8);
-      mma(oc[2 * jj], a, b[0], b[1]);
-      mma(oc[2 * jj + 1], a, b[2], b[3]);
-    }
+    for (int jj = J0; jj < J1; ++jj) pv_pair_step<D>(Vs, lane, a, t, jj, oc[2 * jj], oc[2 * jj + 1]);
   }
 }
 
@@ -162,21 +170,13 @@ __device__ __forceinline__ void chunk_pv(const __nv_bfloat16* Vs, int lane, cons
 template <int D>
 __device__ __forceinline__ void chunk_pv_pair(const __nv_bfloat16* Vs, int lane, const float (*s)[4],
                                               float (*oc)[4], int jj) {
-  constexpr int RS = D + 8;
-  const int mi = lane / 8, li = lane % 8;
 #pragma unroll
   for (int j = 0; j < 2; ++j) oc[j][0] = oc[j][1] = oc[j][2] = oc[j][3] = 0.f;
 #pragma unroll
   for (int t = 0; t < 8; ++t) {
     uint32_t a[4];
-    a[0] = pack_bf16(s[2 * t][0], s[2 * t][1]);
-    a[1] = pack_bf16(s[2 * t][2], s[2 * t][3]);
-    a[2] = pack_bf16(s[2 * t + 1][0], s[2 * t + 1][1]);
-    a[3] = pack_bf16(s[2 * t + 1][2], s[2 * t + 1][3]);
-    uint32_t b[4];
-    ldsm_x4_trans(b, Vs + (t * 16 + (mi % 2) * 8 + li) * RS + jj * 16 + (mi / 2) * 8);
-    mma(oc[0], a, b[0], b[1]);
-    mma(oc[1], a, b[2], b[3]);
+    pv_a(s, t, a);
+    pv_pair_step<D>(Vs, lane, a, t, jj, oc[0], oc[1]);
   }
 }
 

@@ -543,6 +543,23 @@ __device__ __forceinline__ void stage_kv(const Op& o, const Row& row, int h, int
   }
 }
 
+// The q/k/v words of KV head h's unit that attention warp aw polls (element lane + 32 j; kv: the unit holds
+// the row): task 0 / 1 (q heads 2 aw, 2 aw + 1 of the group; warp 2: the new row's k), then v (warp 2). As
+// scalars: an array indexed at run time would live in local memory.
+struct UnitWords {
+  const uint32_t *s0, *s1, *s2;
+  bool l0, l1, l2;  // whether the thread polls task 0's, task 1's, v's words
+  __device__ UnitWords(const Op& o, int h, bool kv, int aw, int lane)
+      : s0(aw < 2 ? o.qkv + (h * kGroup + 2 * aw) * kD + lane : o.qkv + kHq * kD + h * kD + lane),
+        s1(o.qkv + (h * kGroup + 2 * aw + 1) * kD + lane),
+        s2(o.qkv + (kHq + kHk) * kD + h * kD + lane),
+        l0(aw < 2 || kv),
+        l1(aw < 2),
+        l2(aw == 2 && kv) {}
+  __device__ bool live(int t) const { return t == 0 ? l0 : t == 1 ? l1 : l2; }
+  __device__ const uint32_t* src(int q) const { return (q < 4 ? s0 : q < 8 ? s1 : s2) + 32 * (q % 4); }
+};
+
 // One attention unit by the CTA's attention warps (their own shared memory: the consumers go on with the
 // ring meanwhile): KV head h, chunk c of the row. Tasks: warps 0 and 1 q heads 2 aw and 2 aw + 1 of the
 // group (q norm + rope of the qkv words, polled), warp 2 -- in the chunk holding the row -- the new token's
@@ -588,27 +605,19 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
   constexpr int kTasks = 2;
   constexpr int kW = 4 * (kTasks + 1);  // + v's words (the k/v task)
   static_assert(kW == sizeof(pre) / sizeof(pre[0]), "the next unit's words");
-  bool live[kTasks + 1];
-#pragma unroll
-  for (int i = 0; i < kTasks; ++i) live[i] = aw < 2 || (i == 0 && kv_here);
-  live[kTasks] = aw == 2 && kv_here;  // v's words
-  // The words' sources as scalars (an array indexed at run time would live in local memory): task 0 / 1 (q
-  // heads 2 aw, 2 aw + 1; warp 2: k), then v.
-  const uint32_t* s0 = aw < 2 ? o.qkv + (h * kGroup + 2 * aw) * kD + lane : o.qkv + kHq * kD + h * kD + lane;
-  const uint32_t* s1 = o.qkv + (h * kGroup + 2 * aw + 1) * kD + lane;  // live only for aw < 2
-  const uint32_t* s2 = o.qkv + (kHq + kHk) * kD + h * kD + lane;
-  auto src = [&](int q) { return (q < 4 ? s0 : q < 8 ? s1 : s2) + 32 * (q % 4); };
+  const UnitWords uw(o, h, kv_here, aw, lane);
+  auto src = [&](int q) { return uw.src(q); };
   abar();  // the params are in
   uint32_t w[kW];
 #pragma unroll
-  for (int q = 0; q < kW; ++q) w[q] = !live[q / 4] ? (tag << 16) : staged ? pre[q] : ldv(src(q));
+  for (int q = 0; q < kW; ++q) w[q] = !uw.live(q / 4) ? (tag << 16) : staged ? pre[q] : ldv(src(q));
   poll_words(w, src, tag, true);
   stamp(us + 1);
   __syncwarp();
 #pragma unroll
   for (int i = 0; i < kTasks; ++i) {
     const int task = aw < 2 ? 2 * aw + i : kGroup;
-    if (!live[i]) continue;
+    if (!uw.live(i)) continue;
     float v[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) v[j] = word_f(w[4 * i + j]);
@@ -642,17 +651,10 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
   // 16000 -0.4%, 512 the same (run 315; session 25's run 301 lost with them held across the attention warps'
   // own MMAs, since gone to the consumers).
   if (nc >= 0) {
-    const bool nkv = pos / attn::kC == nc;
-    const uint32_t* n0 =
-        aw < 2 ? o.qkv + (nh * kGroup + 2 * aw) * kD + lane : o.qkv + kHq * kD + nh * kD + lane;
-    const uint32_t* n1 = o.qkv + (nh * kGroup + 2 * aw + 1) * kD + lane;
-    const uint32_t* n2 = o.qkv + (kHq + kHk) * kD + nh * kD + lane;
-    const bool l0 = aw < 2 || nkv, l1 = aw < 2, l2 = aw == 2 && nkv;
+    const UnitWords nw(o, nh, pos / attn::kC == nc, aw, lane);
 #pragma unroll
-    for (int q = 0; q < kW; ++q) {
-      const int t = q / 4;
-      if (t == 0 ? l0 : t == 1 ? l1 : l2) pre[q] = ldv((t == 0 ? n0 : t == 1 ? n1 : n2) + 32 * (q % 4));
-    }
+    for (int q = 0; q < kW; ++q)
+      if (nw.live(q / 4)) pre[q] = ldv(nw.src(q));
   }
   nbar_sync(kBarScored, kHelpThreads);
   stamp(us + 3);

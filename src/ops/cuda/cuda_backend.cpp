@@ -714,6 +714,10 @@ class CudaBackend final : public Backend {
       if (why) *why = "one-kernel decode step: activations are not bf16";
       return nullptr;
     }
+    if (!g_decode_step) {  // not prepared at all: no packed copy of the weights taking device memory
+      if (why) *why = "one-kernel decode step: turned off (TF_DECODE_STEP=0)";
+      return nullptr;
+    }
     std::unique_ptr<DecodeStep> step = DecodeStep::make(m, stream_, why);
     if (step) {
       ++g_decode_steps_prepared;

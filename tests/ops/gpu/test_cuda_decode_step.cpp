@@ -229,11 +229,26 @@ TEST_F(CudaDecodeStep, FewerCtasTakeSeveralAttentionUnitsALayer) {
 TEST_F(CudaDecodeStep, MergesSeveralRoundsAtLongContexts) {
   // Past ~2k positions the other chunks' units outnumber the other CTAs: CTAs take two or more units a
   // layer (the next staged during the current), and the merge folds the other chunks' partials in rounds of
-  // 16: across 2048, ~4100 (two rounds, a third from 4097) and ~6000 (three), where from 6016 (48 chunks:
-  // the other units average 3 a CTA on 132) the merging CTAs take an early chunk first.
+  // 16: across 2048, ~2176 (one round of 16 chunks, then a second of one), ~4100 (two rounds) and ~6000
+  // (three), where from 6016 (48 chunks: the other units average 3 a CTA on 132) the merging CTAs take an
+  // early chunk first.
   EXPECT_GT(run(2036, 24), 12);
+  EXPECT_GT(run(2160, 24), 12);
   EXPECT_GT(run(4085, 24), 12);
   EXPECT_GT(run(6000, 24), 12);
+}
+
+TEST_F(CudaDecodeStep, TurnedOffPreparesNoStep) {
+  // TF_DECODE_STEP=0 (set_decode_step(false)) before the model loads: no step prepared (no packed copy of
+  // the weights), the chain runs every round.
+  cuda::set_decode_step(false);
+  {
+    Checkpoint ckpt = Checkpoint::open(*dir_);
+    const int64_t before = cuda::decode_steps_prepared();
+    auto model = load_model(ckpt, *gpu_, kContext);
+    EXPECT_EQ(cuda::decode_steps_prepared() - before, 0);
+  }
+  cuda::set_decode_step(true);
 }
 
 TEST_F(CudaDecodeStep, HandsOverToTheChainAtItsContextLimit) {

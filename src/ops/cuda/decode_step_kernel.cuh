@@ -701,6 +701,7 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
   // 0.7% at 512 positions, the retries it saves 1% at 2048 (runs 297-299: with it from 8 chunks, 2048 4.296
   // -> 4.230 ms, 8192 4.95 -> 4.93, 512 and the 4-bit step unchanged).
   constexpr int kPrewait = 8;
+  auto written = [&](uint32_t x) { return x == epoch; };  // a record's last word (its tag half) is written
   uint32_t tw = epoch;  // the tag of this thread's record's last word in the next round
   if (own >= kPrewait && at < kGroup * min(kMergeChunks, own)) tw = ldv(tail_of(0, min(kMergeChunks, own)));
   fence_proxy_async();  // the region's reads and writes before the bulk copies into it
@@ -713,7 +714,7 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
     for (;; ++n) {  // the round's copy, again (after its last words are seen) until every word is there
       if (n > 0 || own >= kPrewait) {
         if (at < kGroup * nb) {
-          if ((n > 0 ? 0u : tw) != epoch) spin_on(tail_of(cb, nb), [&](uint32_t x) { return x == epoch; });
+          if ((n > 0 ? 0u : tw) != epoch) spin_on(tail_of(cb, nb), written);
         }
         abar();  // the round's last words are written
       }
@@ -742,7 +743,7 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
     // The next round's last words waited for while the consumers fold this round, not after (with the
     // warp's spin in poll_words, run 320: 16000 -1%, 8192 -0.3%, 4-bit -2.7%).
     if (const int nn = min(kMergeChunks, own - cb - kMergeChunks); at < kGroup * nn && tw != epoch)
-      tw = spin_on(tail_of(cb + kMergeChunks, nn), [&](uint32_t x) { return x == epoch; });
+      tw = spin_on(tail_of(cb + kMergeChunks, nn), written);
     nbar_sync(kBarRoundFolded, kHelpThreads);  // folded (the last round: the output words written)
     stamp(SS::kStampRoundIn + 1 + 2 * min(cb / kMergeChunks, SS::kStampRounds - 1));
   }

@@ -98,6 +98,13 @@ class CudaDecodeStep : public ::testing::Test {
   void SetUp() override {
     if (!gpu_) GTEST_SKIP() << "no CUDA backend: " << *why_;
   }
+  // How many one-kernel steps loading the checkpoint at dir prepared (the model is unloaded again).
+  static int64_t steps_prepared_loading(const std::string& dir) {
+    Checkpoint ckpt = Checkpoint::open(dir);
+    const int64_t before = cuda::decode_steps_prepared();
+    auto model = load_model(ckpt, *gpu_, kContext);
+    return cuda::decode_steps_prepared() - before;
+  }
 
   // Prefills `start` tokens (rows of 512) into both pools, then runs `rounds` rounds from there on both: the
   // step on for pool A, off for pool B. Round i: a verify round of 3 rows when i % 7 == 5, a round that
@@ -200,10 +207,7 @@ std::string* CudaDecodeStep::dir_ = nullptr;
 std::string* CudaDecodeStep::dir4_ = nullptr;
 
 TEST_F(CudaDecodeStep, PreparedForTheShape) {
-  Checkpoint ckpt = Checkpoint::open(*dir_);
-  const int64_t before = cuda::decode_steps_prepared();
-  auto model = load_model(ckpt, *gpu_, kContext);
-  EXPECT_EQ(cuda::decode_steps_prepared() - before, 1)
+  EXPECT_EQ(steps_prepared_loading(*dir_), 1)
       << "the model did not prepare a step (TENSORFOLD_LOG=debug says why)";
 }
 
@@ -242,12 +246,7 @@ TEST_F(CudaDecodeStep, TurnedOffPreparesNoStep) {
   // TF_DECODE_STEP=0 (set_decode_step(false)) before the model loads: no step prepared (no packed copy of
   // the weights), the chain runs every round.
   cuda::set_decode_step(false);
-  {
-    Checkpoint ckpt = Checkpoint::open(*dir_);
-    const int64_t before = cuda::decode_steps_prepared();
-    auto model = load_model(ckpt, *gpu_, kContext);
-    EXPECT_EQ(cuda::decode_steps_prepared() - before, 0);
-  }
+  EXPECT_EQ(steps_prepared_loading(*dir_), 0);
   cuda::set_decode_step(true);
 }
 
@@ -265,13 +264,8 @@ TEST_F(CudaDecodeStep, Mlx4LinearsGiveTheChainsBits) {
   const std::string& dir = mlx4_dir();
   const bool was = cuda::DecodeStep::mlx4();
   cuda::DecodeStep::set_mlx4(true);  // the default unless TF_DECODE_STEP_MLX4=0
-  {
-    Checkpoint ckpt = Checkpoint::open(dir);
-    const int64_t before = cuda::decode_steps_prepared();
-    auto model = load_model(ckpt, *gpu_, kContext);
-    ASSERT_EQ(cuda::decode_steps_prepared() - before, 1)
-        << "the 4-bit model did not prepare a step (TENSORFOLD_LOG=debug says why)";
-  }
+  ASSERT_EQ(steps_prepared_loading(dir), 1)
+      << "the 4-bit model did not prepare a step (TENSORFOLD_LOG=debug says why)";
   EXPECT_GT(run(2, 40, &dir), 20);
   EXPECT_GT(run(120, 24, &dir), 12);
   cuda::set_mlx_subnormal_codes(false);
@@ -290,12 +284,7 @@ TEST_F(CudaDecodeStep, Mlx4StepCanBeTurnedOff) {
   // On by default; turned off (TF_DECODE_STEP_MLX4=0) the 4-bit model prepares no step and runs the chain.
   const bool was = cuda::DecodeStep::mlx4();
   cuda::DecodeStep::set_mlx4(false);
-  {
-    Checkpoint ckpt = Checkpoint::open(mlx4_dir());
-    const int64_t before = cuda::decode_steps_prepared();
-    auto model = load_model(ckpt, *gpu_, kContext);
-    EXPECT_EQ(cuda::decode_steps_prepared() - before, 0);
-  }
+  EXPECT_EQ(steps_prepared_loading(mlx4_dir()), 0);
   cuda::DecodeStep::set_mlx4(was);
 }
 

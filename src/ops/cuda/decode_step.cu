@@ -283,7 +283,8 @@ std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStrea
     pack(o, *L.o, false);
     o.n = int(H), o.k = kHq * kD, o.xkind = kXAttnMerge, o.x = aout, o.y = to;
     o.qn = bf(L.q_norm), o.kn = bf(L.k_norm);
-    o.part = dalloc<unsigned long long>(own, size_t(kHq) * kMaxChunks * kRec, stream);
+    o.part = dalloc<uint32_t>(own, size_t(kHq) * kMaxChunks * kRecW, stream);
+    TF_CUDA_CHECK(cudaMemsetAsync(o.part, 0xff, size_t(kHq) * kMaxChunks * kRecW * 4, stream));  // kUnwritten
     o.qkv = tqkv, o.aout = aout;
     s.attn_ops.push_back(int(s.ops.size()));
     add(o);

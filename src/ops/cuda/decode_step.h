@@ -5,7 +5,8 @@
 // computing each 16-feature tile with linear.cu's arithmetic; 3 attention warps computing the row's
 // attention with attention_mma's. Activations travel as tagged 32-bit words (bf16 bits | the launch's tag
 // << 16): a reader polls a word until it carries the launch's tag, so no counter, fence or grid barrier
-// sits between the ops. Every value has the bits of the op chain (embedding, rms_norm, linear_bf16,
+// sits between the ops (the attention's partials to merge: f32 words, a NaN pattern where not yet written,
+// written back by the merge once folded). Every value has the bits of the op chain (embedding, rms_norm, linear_bf16,
 // qkv_norm_rope_kv, attention_mma, add_rms_norm, silu_mul, the lm_head): a row's tokens are the same
 // whichever path its round takes.
 //

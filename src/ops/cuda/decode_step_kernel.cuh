@@ -98,12 +98,30 @@ constexpr int kLimit = TF_STEP_LIMIT;
 constexpr int kLimit = DecodeStep::kMaxPositions;
 #endif
 constexpr int kMaxChunks = (kLimit + attn::kC - 1) / attn::kC;  // the partials' 128-position chunks
-constexpr int kRec = kD + 2;                                    // a partial's 64-bit words: o [kD], max, sum
-constexpr int kMergeChunks = 16;   // other chunks' partials a merge round brings in
-constexpr int kU = kRec * 8 / 16;  // 16-byte units of a partial's record (65)
+constexpr int kRec = kD + 2;  // the merger's own partial in shared memory, floats: o [kD], max, sum
+// A partial's record in global memory: 32-bit words o [kD], max, sum and two zeros (16-byte units), each an
+// f32's bits; a word nobody has written since it was last merged holds kUnwritten (a NaN no arithmetic makes:
+// the hardware's NaNs are 0x7fffffff, and a writer turns the bits kUnwritten into those). The merging CTA
+// writes kUnwritten back over a round's records once it has folded them, so every word of a record is
+// checked on its own, as the 64-bit words tagged with the launch's epoch were (until session 29), at half
+// the bytes a round copies and checks.
+constexpr int kRecW = kD + 4;
+constexpr int kU = kRecW / 4;  // 16-byte units of a record (33)
+constexpr uint32_t kUnwritten = 0xffffffffu;
+#ifdef TF_STEP_MERGE_CHUNKS  // A/Bs (tools/step_variant.sh)
+constexpr int kMergeChunks = TF_STEP_MERGE_CHUNKS;
+#else
+constexpr int kMergeChunks = 16;  // other chunks' partials a merge round brings in
+#endif
+static_assert(kMergeChunks * kGroup <= kAWarps * 32, "a round's records' last words: a thread each");
+constexpr int kPownWords = (kGroup * kRec + 3) / 4 * 4;  // the own partial's words before a round's records
 // The merge's buffers in the K/V staging region: the own partial (floats) and a round's records.
-static_assert((kGroup * kRec + 3) / 4 * 16 + kGroup * kMergeChunks * kRec * 8 <= 2 * attn::kC * kRS * 2,
+static_assert(kPownWords * 4 + kGroup * kMergeChunks * kRecW * 4 <= 2 * attn::kC * kRS * 2,
               "the merge's round must fit in Ks and Vs");
+__device__ __forceinline__ uint32_t rec_word(float v) {
+  const uint32_t u = __float_as_uint(v);
+  return u == kUnwritten ? 0x7fffffffu : u;
+}
 
 // x kinds. kXAttnMerge: the o op, whose x (a copy) is the attention warps' output words.
 enum XKind : int { kXCopy = 0, kXAddNorm = 1, kXAttnMerge = 2 };
@@ -126,11 +144,12 @@ struct Op {
   int tiles;                // 16-feature tiles
   float eps;                // kXAddNorm
   // kXAttnMerge: one layer's K/V pool [slots][kHk][kD], q/k norm weights, the partials of (q head, chunk)
-  // [kHq][kMaxChunks][kRec] (tagged 64-bit words), the qkv words the attention reads and its output words.
+  // [kHq][kMaxChunks][kRecW] (32-bit words, kUnwritten where not written), the qkv words the attention
+  // reads and its output words.
   __nv_bfloat16 *kp, *vp;
   const CUtensorMap *kmap, *vmap;  // the pools as tensor maps: a box is one head's rows of one block
   const __nv_bfloat16 *qn, *kn;
-  unsigned long long* part;
+  uint32_t* part;
   const uint32_t* qkv;
   uint32_t* aout;
   __nv_bfloat16* dbg;  // debugging (DecodeStep::set_debug): the op's x as made, by the CTA of tile 0
@@ -216,15 +235,14 @@ constexpr int kBarLanded = 3, kBarChecked = 4, kBarRoundFolded = 5;
 // An attention unit's hand-overs (attention_unit / unit_scores_pv): Q and K staged (kBarUnitIn), the score
 // MMAs done (kBarScored: Ks free), P V done and the partial written (kBarUnitOut: Vs and Qs free).
 constexpr int kBarUnitIn = 6, kBarScored = 7, kBarUnitOut = 8;
-// Whether the 16-byte units first, first + kHelpThreads, ... of a merge round (units of two tagged words)
-// all carry the launch's epoch; no branch a unit.
-__device__ __forceinline__ bool round_units_ok(const unsigned long long* mb, int units, int first,
-                                               unsigned epoch) {
+// Whether the 16-byte units first, first + kHelpThreads, ... of a merge round (units of four record words)
+// are all written (none kUnwritten); no branch a unit.
+__device__ __forceinline__ bool round_units_ok(const uint32_t* mb, int units, int first) {
   bool ok = true;
 #pragma unroll 4
   for (int i = first; i < units; i += kHelpThreads) {
-    const uint4 v = *reinterpret_cast<const uint4*>(mb + 2 * i);
-    ok &= (v.y == epoch) & (v.w == epoch);
+    const uint4 v = *reinterpret_cast<const uint4*>(mb + 4 * i);
+    ok &= (v.x != kUnwritten) & (v.y != kUnwritten) & (v.z != kUnwritten) & (v.w != kUnwritten);
   }
   return ok;
 }
@@ -359,7 +377,8 @@ __device__ void make_x(const Op& o, __nv_bfloat16* xs, float* nred, bool writer,
     for (int j = 0; j < kV; ++j) nwv[j] = __bfloat162float(o.nw[tid + kT * j]);  // constant: before any wait
     float ss = 0.f;
 #pragma unroll
-    for (int h = 0; h < kV; h += 8) {  // 8 at a time: fewer live registers
+    for (int h = 0; h < kV; h += 8) {  // 8 at a time: fewer live registers (x's 16 words and the residual's
+      // loaded before polling, or each group's residual and x words loaded together: lost, runs 314, 324)
       uint32_t rw[8], xw[8];
       load_words<8>(rw, o.res + tid + kT * h, kT, !o.res_const, tag);
       if (o.x) load_words<8>(xw, o.x + tid + kT * h, kT, true, tag);
@@ -491,7 +510,7 @@ __device__ __forceinline__ void scores_pair(const __nv_bfloat16* Qs, const __nv_
 struct AttnParams {
   __nv_bfloat16 qn[kD], kn[kD];      // q / k norm weights
   float rsin[kD / 2], rcos[kD / 2];  // the rope of the row's position
-  unsigned long long* part;          // the op's partials
+  uint32_t* part;                    // the op's partials
   uint32_t* aout;                    // the op's output words
   __nv_bfloat16 *kdst, *vdst;        // the new row's K / V in the pool (head h)
   float eps;
@@ -584,8 +603,8 @@ struct UnitWords {
 // next unit of the layer is (KV head nh, chunk nc), whose K rows are staged once this unit's scores are made
 // and its V rows once its P V is, so that their loads overlap this unit's work.
 __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int h, int c, bool staged, int nh,
-                                               int nc, __nv_bfloat16* Ks, uint32_t tag, unsigned epoch,
-                                               uint32_t par, uint32_t& mpar, unsigned long long* st, int ui,
+                                               int nc, __nv_bfloat16* Ks, uint32_t tag, uint32_t par,
+                                               uint32_t& mpar, unsigned long long* st, int ui,
                                                uint32_t (&pre)[12]) {
   const int at = threadIdx.x - (kProducer + 1) * 32, aw = at / 32, lane = at % 32;
   auto stamp = [&](int slot) {
@@ -656,7 +675,7 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
   wait_bar(kbar, par, kKChunk, c);  // (V is waited for by the consumers before P V)
   abar();                           // and the new row's task
   stamp(us + 2);
-  unsigned long long* part = P->part;
+  uint32_t* part = P->part;
   const int own = pos / attn::kC;  // chunks before the row's
   // The chunk's scores, P V and partial: the CTA's consumer warps (unit_scores_pv), meanwhile the next
   // unit's K rows (once the score MMAs are done) and V rows (once P V is) are staged.
@@ -692,36 +711,35 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
   // the other words of a record come from the same unit's other warps at about the same time, and the check
   // below still reads every word): a round issued while units still run went the retry way, ~8 us a round
   // (run 296). Each round's last words are loaded while the round before lands and folds.
-  auto tail_of = [&](int cb, int nb) {  // the tag half of the record's last word
-    return reinterpret_cast<const uint32_t*>(
-               part + (int64_t(h * kGroup + at / nb) * kMaxChunks + cb + at % nb) * kRec + kD + 1) +
-           1;
+  auto tail_of = [&](int cb, int nb) {  // the record's last value word (its sum)
+    return part + (int64_t(h * kGroup + at / nb) * kMaxChunks + cb + at % nb) * kRecW + kD + 1;
   };
   // Not below kPrewait chunks (one round; the row's units all run at once): the first load's round trip cost
   // 0.7% at 512 positions, the retries it saves 1% at 2048 (runs 297-299: with it from 8 chunks, 2048 4.296
   // -> 4.230 ms, 8192 4.95 -> 4.93, 512 and the 4-bit step unchanged).
   constexpr int kPrewait = 8;
-  auto written = [&](uint32_t x) { return x == epoch; };  // a record's last word (its tag half) is written
-  uint32_t tw = epoch;  // the tag of this thread's record's last word in the next round
+  auto written = [&](uint32_t x) { return x != kUnwritten; };  // a record's last word is written
+  uint32_t tw = 0;  // this thread's record's last word in the next round (0: written, nothing to wait for)
   if (own >= kPrewait && at < kGroup * min(kMergeChunks, own)) tw = ldv(tail_of(0, min(kMergeChunks, own)));
   fence_proxy_async();  // the region's reads and writes before the bulk copies into it
   abar();               // pown is complete
   const float* pown = reinterpret_cast<const float*>(Ks);
-  unsigned long long* mb = reinterpret_cast<unsigned long long*>(Ks) + (kGroup * kRec + 3) / 4 * 2;
+  uint32_t* mb = reinterpret_cast<uint32_t*>(Ks) + kPownWords;
   for (int cb = 0; cb < own; cb += kMergeChunks) {
     const int nb = min(kMergeChunks, own - cb);  // chunks cb .. cb + nb - 1 of the group's 4 heads
     long long n = 0;
     for (;; ++n) {  // the round's copy, again (after its last words are seen) until every word is there
       if (n > 0 || own >= kPrewait) {
         if (at < kGroup * nb) {
-          if ((n > 0 ? 0u : tw) != epoch) spin_on(tail_of(cb, nb), written);
+          if (n > 0 || !written(tw)) spin_on(tail_of(cb, nb), written);
         }
         abar();  // the round's last words are written
       }
-      if (at == 0) mbar_arrive_expect_tx(mbar, uint32_t(kGroup * nb * kRec * 8));
+      if (at == 0) mbar_arrive_expect_tx(mbar, uint32_t(kGroup * nb * kRecW * 4));
       if (at < kGroup)
-        bulk_copy_g2s(saddr(mb + at * nb * kRec), part + (int64_t(h * kGroup + at) * kMaxChunks + cb) * kRec,
-                      uint32_t(nb * kRec * 8), mbar);
+        bulk_copy_g2s(saddr(mb + at * nb * kRecW),
+                      part + (int64_t(h * kGroup + at) * kMaxChunks + cb) * kRecW, uint32_t(nb * kRecW * 4),
+                      mbar);
       if (n == 0)
         if (const int nn = min(kMergeChunks, own - cb - kMergeChunks); at < kGroup * nn)
           tw = ldv(tail_of(cb + kMergeChunks, nn));
@@ -730,10 +748,10 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
       mpar ^= 1;
       if (cb == kMergeChunks && n == 0) stamp(SS::kStampRound1Landed);
       nbar_arrive(kBarLanded, kHelpThreads);  // the consumers check their share too
-      const bool ok = round_units_ok(mb, kGroup * nb * kU, kCWarps * 32 + at, epoch);
+      const bool ok = round_units_ok(mb, kGroup * nb * kU, kCWarps * 32 + at);
       fence_proxy_async();  // the check's reads of mb before a copy into it
       if (nbar_and(kBarChecked, kHelpThreads, ok)) break;
-      if (n == (1ll << 20)) hang_word(reinterpret_cast<const uint32_t*>(part), 0, tag);
+      if (n == (1ll << 20)) hang_word(part, 0, tag);
     }
     if (cb == kMergeChunks) {
       stamp(SS::kStampRound1Checked);
@@ -742,7 +760,7 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
     stamp(SS::kStampRoundIn + 2 * min(cb / kMergeChunks, SS::kStampRounds - 1));
     // The next round's last words waited for while the consumers fold this round, not after (with the
     // warp's spin in poll_words, run 320: 16000 -1%, 8192 -0.3%, 4-bit -2.7%).
-    if (const int nn = min(kMergeChunks, own - cb - kMergeChunks); at < kGroup * nn && tw != epoch)
+    if (const int nn = min(kMergeChunks, own - cb - kMergeChunks); at < kGroup * nn && !written(tw))
       tw = spin_on(tail_of(cb + kMergeChunks, nn), written);
     nbar_sync(kBarRoundFolded, kHelpThreads);  // folded (the last round: the output words written)
     stamp(SS::kStampRoundIn + 1 + 2 * min(cb / kMergeChunks, SS::kStampRounds - 1));
@@ -765,11 +783,11 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
 // One attention unit's scores, P V and partial by the CTA's consumer warps (they are idle then: their
 // next op is the o projection, whose x is the attention's output), warp cw the keys of n-tile pair cw and
 // P V's output dims 16 cw .. 16 cw + 15, after the attention warps have staged Q and K (kBarUnitIn). The
-// partial as tagged 64-bit words (value | epoch << 32: a word from an earlier launch never carries this
-// one's epoch): o [kD], then max and sum; the unit holding the row (the merger) keeps its own in shared
-// memory instead (Ks, free once every warp is past the score MMAs), [kGroup][kRec] floats.
+// partial as a record of 32-bit words (kRecW: o [kD], max, sum, two zeros; f32 bits, rec_word); the unit
+// holding the row (the merger) keeps its own in shared memory instead (Ks, free once every warp is past the
+// score MMAs), [kGroup][kRec] floats.
 __device__ __forceinline__ void unit_scores_pv(const Op& o, int pos, int h, int c, __nv_bfloat16* Ks,
-                                               float scale, uint32_t par, unsigned epoch) {
+                                               float scale, uint32_t par) {
   const int cw = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, qd = lane % 4;
   __nv_bfloat16* Vs = Ks + attn::kC * kRS;
   __nv_bfloat16* Qs = Vs + attn::kC * kRS;
@@ -788,14 +806,13 @@ __device__ __forceinline__ void unit_scores_pv(const Op& o, int pos, int h, int 
         pown[(2 * cw + j) * 8 + qd * 2] = oc[j][0], pown[(2 * cw + j) * 8 + qd * 2 + 1] = oc[j][1];
       if (cw == 0 && qd == 0) pown[kD] = mc, pown[kD + 1] = lc;
     } else {
-      unsigned long long* dst = o.part + (int64_t(h * kGroup + g) * kMaxChunks + c) * kRec;
-      const unsigned long long tg = uint64_t(epoch) << 32;
+      uint32_t* dst = o.part + (int64_t(h * kGroup + g) * kMaxChunks + c) * kRecW;
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        dst[(2 * cw + j) * 8 + qd * 2] = tg | __float_as_uint(oc[j][0]);
-        dst[(2 * cw + j) * 8 + qd * 2 + 1] = tg | __float_as_uint(oc[j][1]);
-      }
-      if (cw == 0 && qd == 0) dst[kD] = tg | __float_as_uint(mc), dst[kD + 1] = tg | __float_as_uint(lc);
+      for (int j = 0; j < 2; ++j)
+        *reinterpret_cast<uint2*>(dst + (2 * cw + j) * 8 + qd * 2) =
+            make_uint2(rec_word(oc[j][0]), rec_word(oc[j][1]));
+      if (cw == 0 && qd == 0)
+        *reinterpret_cast<uint4*>(dst + kD) = make_uint4(rec_word(mc), rec_word(lc), 0, 0);
     }
   }
   nbar_arrive(kBarUnitOut, kHelpThreads);
@@ -805,33 +822,33 @@ __device__ __forceinline__ void unit_scores_pv(const Op& o, int pos, int h, int 
 // attention warps bring in (attention_unit's merge) checked (their share) and folded in chunk order, then
 // the own partial and the output words (the last round). Thread i folds dims d0, d0 + 1 of
 // head gi of the group: per dim the same merge_chunk / merge_out sequence as the attention warps' 8-dim
-// items, so the same bits.
+// items, so the same bits. Once a round is folded its records in global memory are written kUnwritten
+// again (for the next launch's check), after the fold's arrival: off the attention warps' way.
 __device__ __forceinline__ void merge_fold_help(const Op& o, int h, int own, const __nv_bfloat16* attn_smem,
-                                                uint32_t tag, unsigned epoch) {
+                                                uint32_t tag) {
   const int ct = threadIdx.x;
   static_assert(kCWarps * 32 == kGroup * kD / 2, "a consumer thread folds two dims");
   const int gi = ct / (kD / 2), d0 = (ct % (kD / 2)) * 2;
   const float* pown = reinterpret_cast<const float*>(attn_smem);
-  const unsigned long long* mb =
-      reinterpret_cast<const unsigned long long*>(attn_smem) + (kGroup * kRec + 3) / 4 * 2;
+  const uint32_t* mb = reinterpret_cast<const uint32_t*>(attn_smem) + kPownWords;
   float m = -INFINITY, l = 0.f, ov[2] = {0.f, 0.f};
   for (int cb = 0; cb < own; cb += kMergeChunks) {
     const int nb = min(kMergeChunks, own - cb);
     for (bool ok = false; !ok;) {  // the round, copied again until every word is there (attention_unit)
       nbar_sync(kBarLanded, kHelpThreads);
-      ok = round_units_ok(mb, kGroup * nb * kU, ct, epoch);
+      ok = round_units_ok(mb, kGroup * nb * kU, ct);
       fence_proxy_async();  // the check's reads of mb before a copy into it
       ok = nbar_and(kBarChecked, kHelpThreads, ok);
     }
     // (not unrolled: unrolled 4 or 8 it cost 8192 +1.2%, 512 +2.7%, run 309)
 #pragma unroll 1
     for (int q = 0; q < nb; ++q) {
-      const unsigned long long* rec = mb + (gi * nb + q) * kRec;
+      const uint32_t* rec = mb + (gi * nb + q) * kRecW;
       const attn::MergeFactors f =
-          attn::merge_chunk(m, l, __uint_as_float(uint32_t(rec[kD])), __uint_as_float(uint32_t(rec[kD + 1])));
-      const ulonglong2 v = *reinterpret_cast<const ulonglong2*>(rec + d0);
-      ov[0] = attn::merge_out(ov[0], __uint_as_float(uint32_t(v.x)), f);
-      ov[1] = attn::merge_out(ov[1], __uint_as_float(uint32_t(v.y)), f);
+          attn::merge_chunk(m, l, __uint_as_float(rec[kD]), __uint_as_float(rec[kD + 1]));
+      const uint2 v = *reinterpret_cast<const uint2*>(rec + d0);
+      ov[0] = attn::merge_out(ov[0], __uint_as_float(v.x), f);
+      ov[1] = attn::merge_out(ov[1], __uint_as_float(v.y), f);
     }
     if (cb + kMergeChunks >= own) {  // the own partial, then the output words
       const attn::MergeFactors f = attn::merge_chunk(m, l, pown[gi * kRec + kD], pown[gi * kRec + kD + 1]);
@@ -842,6 +859,11 @@ __device__ __forceinline__ void merge_fold_help(const Op& o, int h, int own, con
     }
     fence_proxy_async();  // these reads of mb before the next round's bulk copies
     nbar_arrive(kBarRoundFolded, kHelpThreads);
+    for (int hh = 0; hh < kGroup; ++hh) {  // the round's records of head hh: nb * kU units, contiguous
+      uint4* r = reinterpret_cast<uint4*>(o.part + (int64_t(h * kGroup + hh) * kMaxChunks + cb) * kRecW);
+      for (int i = ct; i < nb * kU; i += kCWarps * 32)
+        r[i] = make_uint4(kUnwritten, kUnwritten, kUnwritten, kUnwritten);
+    }
   }
 }
 
@@ -999,8 +1021,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       for (int i = 0; have; ++i) {  // one call site: the unit is inlined once
         int nh = 0, nc = 0;
         const bool next = units.at(i + 1, nh, nc);
-        attention_unit(ops[op], row, h, c, staged, nh, next ? nc : -1, attn_smem, tag, epoch, par, mpar, st,
-                       i, pre);
+        attention_unit(ops[op], row, h, c, staged, nh, next ? nc : -1, attn_smem, tag, par, mpar, st, i, pre);
         par ^= 1;
         h = nh, c = nc, have = next, staged = next;
       }
@@ -1096,8 +1117,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       if (o.xkind == kXAttnMerge) {  // the layer's attention units, then (a merging CTA) the merge
         int h = 0, c = 0;
         for (int i = 0; c_units.at(i, h, c); ++i, c_par ^= 1)
-          unit_scores_pv(o, c_pos, h, c, attn_smem, prm.scale, c_par, epoch);
-        if (b < kHk && c_units.C > 1) merge_fold_help(o, b, c_units.C - 1, attn_smem, tag, epoch);
+          unit_scores_pv(o, c_pos, h, c, attn_smem, prm.scale, c_par);
+        if (b < kHk && c_units.C > 1) merge_fold_help(o, b, c_units.C - 1, attn_smem, tag);
       }
       make_x(o, xs, nred, tile == 0, tag);
       if (kProbe) c_x += clock64() - cx;

@@ -115,9 +115,11 @@ constexpr int kMergeChunks = 16;  // other chunks' partials a merge round brings
 #endif
 static_assert(kMergeChunks * kGroup <= kAWarps * 32, "a round's records' last words: a thread each");
 constexpr int kPownWords = (kGroup * kRec + 3) / 4 * 4;  // the own partial's words before a round's records
-// The merge's buffers in the K/V staging region: the own partial (floats) and a round's records.
-static_assert(kPownWords * 4 + kGroup * kMergeChunks * kRecW * 4 <= 2 * attn::kC * kRS * 2,
-              "the merge's round must fit in Ks and Vs");
+constexpr int kRoundWords = kGroup * kMergeChunks * kRecW;  // a merge round's buffer
+// The merge's buffers in the attention's staging region (Ks, Vs, Qs: free once the merging CTA's last unit,
+// the row's, is past its P V): the own partial (floats), then two rounds' records.
+static_assert(kPownWords * 4 + 2 * kRoundWords * 4 <= kAttnBytes,
+              "the merge's rounds must fit in Ks, Vs, Qs");
 __device__ __forceinline__ uint32_t rec_word(float v) {
   const uint32_t u = __float_as_uint(v);
   return u == kUnwritten ? 0x7fffffffu : u;
@@ -514,8 +516,9 @@ struct AttnParams {
   uint32_t* aout;                    // the op's output words
   __nv_bfloat16 *kdst, *vdst;        // the new row's K / V in the pool (head h)
   float eps;
-  float pmax[kCWarps * 8];     // scores_pair's quad maxima
-  unsigned long long bars[3];  // mbarriers: the K and V staging (a phase each a unit), the merge (a round)
+  float pmax[kCWarps * 8];  // scores_pair's quad maxima
+  unsigned long long
+      bars[4];  // mbarriers: the K and V staging (a phase each a unit), the merge's two buffers
 };
 constexpr int kAttnParamBytes = (int(sizeof(AttnParams)) + 127) / 128 * 128;
 constexpr int kAttnRegion = kAttnBytes + kAttnParamBytes;  // Ks, Vs, Qs, then the params
@@ -698,8 +701,8 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
   stamp(us + 5);
   if (!kv_here) return;
   // The merge (combine_pair_u's order: chunks in increasing order from (-inf, 0, 0), then bf16(o / l)). The
-  // other chunks' partials come into shared memory kMergeChunks at a time (after the own partial: 16 fill Ks
-  // and Vs), by one bulk copy a head (its records of the round are contiguous), then checked word by word
+  // other chunks' partials come into shared memory kMergeChunks at a time (after the own partial, two rounds'
+  // buffers in Ks, Vs and Qs), by one bulk copy a head (its records of the round are contiguous), then checked word by word
   // without a branch a word by these warps and the CTA's consumer warps, which fold the round (two dims of
   // one head a thread) and write the output words (merge_fold_help; folded here, 8 dims a thread, the merge
   // paced ~0.27 us a chunk at 8k, run 305; with the consumers 8192 -3.9%, 16000 -6.5%, run 309). Only a row
@@ -719,33 +722,42 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
   // -> 4.230 ms, 8192 4.95 -> 4.93, 512 and the 4-bit step unchanged).
   constexpr int kPrewait = 8;
   auto written = [&](uint32_t x) { return x != kUnwritten; };  // a record's last word is written
-  uint32_t tw = 0;  // this thread's record's last word in the next round (0: written, nothing to wait for)
-  if (own >= kPrewait && at < kGroup * min(kMergeChunks, own)) tw = ldv(tail_of(0, min(kMergeChunks, own)));
+  // Round r goes to buffer r % 2 on mbarrier bars[2 + r % 2] (mpar: bit b the phase of buffer b's); round
+  // r + 1 is copied in while the consumers fold round r (run 326: 8192 -1.1%, MLX 4-bit at 8192 -2%, 512,
+  // 2048 and 16000 the same; two buffers of 12 or 8 chunks and one of 24 lost, runs 325-326).
+  uint32_t* const mb0 = reinterpret_cast<uint32_t*>(Ks) + kPownWords;
+  auto issue = [&](int cb, int nb, int buf) {  // round cb's bulk copies (a head's records each)
+    const uint32_t bar = mbar + 8 * buf;
+    if (at == 0) mbar_arrive_expect_tx(bar, uint32_t(kGroup * nb * kRecW * 4));
+    if (at < kGroup)
+      bulk_copy_g2s(saddr(mb0 + buf * kRoundWords + at * nb * kRecW),
+                    part + (int64_t(h * kGroup + at) * kMaxChunks + cb) * kRecW, uint32_t(nb * kRecW * 4),
+                    bar);
+  };
+  // This thread's record's last word in the round after the one being copied (0: written, or none).
+  auto tail_load = [&](int cb) {
+    const int nn = min(kMergeChunks, own - cb);
+    return at < kGroup * nn ? ldv(tail_of(cb, nn)) : 0u;
+  };
+  const int nb0 = min(kMergeChunks, own);
+  if (own >= kPrewait && at < kGroup * nb0) spin_on(tail_of(0, nb0), written);
   fence_proxy_async();  // the region's reads and writes before the bulk copies into it
-  abar();               // pown is complete
+  abar();               // pown is complete (and round 0's last words are written)
   const float* pown = reinterpret_cast<const float*>(Ks);
-  uint32_t* mb = reinterpret_cast<uint32_t*>(Ks) + kPownWords;
-  for (int cb = 0; cb < own; cb += kMergeChunks) {
-    const int nb = min(kMergeChunks, own - cb);  // chunks cb .. cb + nb - 1 of the group's 4 heads
+  uint32_t tw = 0;
+  if (own > 0) issue(0, nb0, 0), tw = tail_load(kMergeChunks);
+  for (int cb = 0, r = 0; cb < own; cb += kMergeChunks, ++r) {
+    const int nb = min(kMergeChunks, own - cb), buf = r & 1;  // chunks cb .. cb + nb - 1 of the 4 heads
+    const uint32_t* mb = mb0 + buf * kRoundWords;
     long long n = 0;
     for (;; ++n) {  // the round's copy, again (after its last words are seen) until every word is there
-      if (n > 0 || own >= kPrewait) {
-        if (at < kGroup * nb) {
-          if (n > 0 || !written(tw)) spin_on(tail_of(cb, nb), written);
-        }
+      if (n > 0) {
+        if (at < kGroup * nb) spin_on(tail_of(cb, nb), written);
         abar();  // the round's last words are written
+        issue(cb, nb, buf);
       }
-      if (at == 0) mbar_arrive_expect_tx(mbar, uint32_t(kGroup * nb * kRecW * 4));
-      if (at < kGroup)
-        bulk_copy_g2s(saddr(mb + at * nb * kRecW),
-                      part + (int64_t(h * kGroup + at) * kMaxChunks + cb) * kRecW, uint32_t(nb * kRecW * 4),
-                      mbar);
-      if (n == 0)
-        if (const int nn = min(kMergeChunks, own - cb - kMergeChunks); at < kGroup * nn)
-          tw = ldv(tail_of(cb + kMergeChunks, nn));
-      if (cb == kMergeChunks && n == 0) stamp(SS::kStampRound1Issued);
-      wait_bar(mbar, mpar, kMergeRound, cb);
-      mpar ^= 1;
+      wait_bar(mbar + 8 * buf, (mpar >> buf) & 1u, kMergeRound, cb);
+      mpar ^= 1u << buf;
       if (cb == kMergeChunks && n == 0) stamp(SS::kStampRound1Landed);
       nbar_arrive(kBarLanded, kHelpThreads);  // the consumers check their share too
       const bool ok = round_units_ok(mb, kGroup * nb * kU, kCWarps * 32 + at);
@@ -757,13 +769,18 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
       stamp(SS::kStampRound1Checked);
       if (st && at == 0) st[SS::kStampRound1Retries] = (unsigned long long)(n);
     }
-    stamp(SS::kStampRoundIn + 2 * min(cb / kMergeChunks, SS::kStampRounds - 1));
-    // The next round's last words waited for while the consumers fold this round, not after (with the
-    // warp's spin in poll_words, run 320: 16000 -1%, 8192 -0.3%, 4-bit -2.7%).
-    if (const int nn = min(kMergeChunks, own - cb - kMergeChunks); at < kGroup * nn && !written(tw))
-      tw = spin_on(tail_of(cb + kMergeChunks, nn), written);
+    stamp(SS::kStampRoundIn + 2 * min(r, SS::kStampRounds - 1));
+    // The next round: its last words waited for and its copy issued into the other buffer (free: its round
+    // was folded before this one landed) while the consumers fold this round.
+    if (const int nn = min(kMergeChunks, own - cb - kMergeChunks); nn > 0) {
+      if (at < kGroup * nn && !written(tw)) spin_on(tail_of(cb + kMergeChunks, nn), written);
+      abar();
+      issue(cb + kMergeChunks, nn, buf ^ 1);
+      if (cb == 0) stamp(SS::kStampRound1Issued);
+      tw = tail_load(cb + 2 * kMergeChunks);
+    }
     nbar_sync(kBarRoundFolded, kHelpThreads);  // folded (the last round: the output words written)
-    stamp(SS::kStampRoundIn + 1 + 2 * min(cb / kMergeChunks, SS::kStampRounds - 1));
+    stamp(SS::kStampRoundIn + 1 + 2 * min(r, SS::kStampRounds - 1));
   }
   if (own > 0) {
     stamp(SS::kStampAout);
@@ -830,10 +847,11 @@ __device__ __forceinline__ void merge_fold_help(const Op& o, int h, int own, con
   static_assert(kCWarps * 32 == kGroup * kD / 2, "a consumer thread folds two dims");
   const int gi = ct / (kD / 2), d0 = (ct % (kD / 2)) * 2;
   const float* pown = reinterpret_cast<const float*>(attn_smem);
-  const uint32_t* mb = reinterpret_cast<const uint32_t*>(attn_smem) + kPownWords;
+  const uint32_t* mb0 = reinterpret_cast<const uint32_t*>(attn_smem) + kPownWords;
   float m = -INFINITY, l = 0.f, ov[2] = {0.f, 0.f};
-  for (int cb = 0; cb < own; cb += kMergeChunks) {
+  for (int cb = 0, r = 0; cb < own; cb += kMergeChunks, ++r) {
     const int nb = min(kMergeChunks, own - cb);
+    const uint32_t* mb = mb0 + (r & 1) * kRoundWords;  // round r's buffer (attention_unit)
     for (bool ok = false; !ok;) {  // the round, copied again until every word is there (attention_unit)
       nbar_sync(kBarLanded, kHelpThreads);
       ok = round_units_ok(mb, kGroup * nb * kU, ct);
@@ -1008,10 +1026,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     // A layer's units (UnitList; the consumer warps compute their scores, P V and partials).
     const UnitList units(row.pos, G, b, prm.early_bias);
     if (threadIdx.x == (kProducer + 1) * 32) {
-      mbar_init(saddr(&P->bars[0]), 1), mbar_init(saddr(&P->bars[1]), 1), mbar_init(saddr(&P->bars[2]), 1);
+      for (int i = 0; i < 4; ++i) mbar_init(saddr(&P->bars[i]), 1);
       mbar_init_fence();
     }                            // published by the unit's first barrier
-    uint32_t par = 0, mpar = 0;  // the staging mbarriers' phase (one a unit), the merge's (one a round)
+    uint32_t par = 0, mpar = 0;  // the staging mbarriers' phase (one a unit), the merge buffers' (bits 0, 1)
     uint32_t pre[12] = {};       // the next unit's q / k / v words (attention_unit)
     for (int op = 0; op < nops; ++op) {
       if (ops[op].xkind != kXAttnMerge) continue;

@@ -342,6 +342,41 @@ __device__ __forceinline__ void load_words(uint32_t (&w)[N], const uint32_t* p, 
         w, [&](int j) { return p + j * stride; }, tag);
 }
 
+__device__ __forceinline__ void ldv4(uint32_t* w, const uint32_t* p) {
+  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
+               : "l"(p)
+               : "memory");
+}
+// A copy op's x (make_x): ng <= NG groups of 8 consecutive words, group q at base + kCWarps * 32 * 8 * q,
+// loaded as 16-byte vectors and polled eagerly (every half-group holding a missing word reloaded each pass)
+// until every word carries `tag`. A warp's load of its lanes' groups (32 bytes apart) touches 32 sectors
+// whether it moves one word a lane or four: loaded word by word (until session 29) the copy ops' x cost 4x
+// the requests, and the polls' traffic slowed everything else (run 329: 16-byte loads 512 -3.7%, 8192
+// -3.3%, MLX 4-bit 512 -13%; eager 4-bit -1% against a spinning lane a warp, bf16 the same).
+template <int NG>
+__device__ __forceinline__ void poll_groups(uint32_t (&w)[NG][8], const uint32_t* base, int ng,
+                                            uint32_t tag) {
+  constexpr int kGS = kCWarps * 32 * 8;  // words between a thread's groups
+#pragma unroll
+  for (int q = 0; q < NG; ++q)
+    if (q < ng) ldv4(&w[q][0], base + kGS * q), ldv4(&w[q][4], base + kGS * q + 4);
+  for (long long n = 0;; ++n) {
+    bool ready = true;
+#pragma unroll
+    for (int q = 0; q < NG; ++q)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        bool miss = false;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) miss |= q < ng && (w[q][4 * hf + j] >> 16) != tag;
+        if (miss) ready = false, ldv4(&w[q][4 * hf], base + kGS * q + 4 * hf);
+      }
+    if (ready) return;
+    if (n == (1ll << 26)) hang_word(base, w[0][0], tag);
+  }
+}
+
 // The op's x into shared memory (consumer warps), polling each word.
 __device__ void make_x(const Op& o, __nv_bfloat16* xs, float* nred, bool writer, uint32_t tag) {
   const int tid = threadIdx.x;
@@ -353,16 +388,7 @@ __device__ void make_x(const Op& o, __nv_bfloat16* xs, float* nred, bool writer,
     uint32_t w[kGMax][8];
     // Every group's words loaded before the first poll (o's 2 groups a thread, down's 6): polled group by
     // group, each group waited a round trip of its own (runs 313-314: 8192 -0.5%, 512 -0.8%, 4-bit -4.5%).
-#pragma unroll
-    for (int q = 0; q < kGMax; ++q)
-      if (q < ng) load_words<8>(w[q], o.x + (tid + kT * q) * 8, 1, false, tag);
-#pragma unroll
-    for (int q = 0; q < kGMax; ++q)
-      if (q < ng) {
-        const uint32_t* p = o.x + (tid + kT * q) * 8;
-        poll_words(
-            w[q], [&](int j) { return p + j; }, tag);
-      }
+    poll_groups<kGMax>(w, o.x + tid * 8, ng, tag);
     bar_consumers();  // xs is free: every warp is past the previous op's MMAs
 #pragma unroll
     for (int q = 0; q < kGMax; ++q) {
@@ -702,18 +728,18 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
   if (!kv_here) return;
   // The merge (combine_pair_u's order: chunks in increasing order from (-inf, 0, 0), then bf16(o / l)). The
   // other chunks' partials come into shared memory kMergeChunks at a time (after the own partial, two rounds'
-  // buffers in Ks, Vs and Qs), by one bulk copy a head (its records of the round are contiguous), then checked word by word
-  // without a branch a word by these warps and the CTA's consumer warps, which fold the round (two dims of
-  // one head a thread) and write the output words (merge_fold_help; folded here, 8 dims a thread, the merge
-  // paced ~0.27 us a chunk at 8k, run 305; with the consumers 8192 -3.9%, 16000 -6.5%, run 309). Only a row
-  // in its first chunk (no other chunks) is finished here. (The 16-byte cp.async gather and a branch a word
-  // took ~10 us a round, runs 249-252.) A round with a word not yet written (units still running) is copied
-  // whole again by its bulk copies once its records' last words are seen (until session 26 the missing
-  // 16-byte units went again by cp.async: the same time, run 313, and a second copy path).
-  // A round's bulk copy waits until the last word of each of its records is written (a thread a record;
-  // the other words of a record come from the same unit's other warps at about the same time, and the check
-  // below still reads every word): a round issued while units still run went the retry way, ~8 us a round
-  // (run 296). Each round's last words are loaded while the round before lands and folds.
+  // buffers in Ks, Vs and Qs), by one bulk copy a head (its records of the round are contiguous), then
+  // checked word by word without a branch a word by these warps and the CTA's consumer warps, which fold the
+  // round (two dims of one head a thread) and write the output words (merge_fold_help; folded here, 8 dims a
+  // thread, the merge paced ~0.27 us a chunk at 8k, run 305; with the consumers 8192 -3.9%, 16000 -6.5%, run
+  // 309). Only a row in its first chunk (no other chunks) is finished here. (The 16-byte cp.async gather and
+  // a branch a word took ~10 us a round, runs 249-252.) A round with a word not yet written (units still
+  // running) is copied whole again by its bulk copies once its records' last words are seen (until session 26
+  // the missing 16-byte units went again by cp.async: the same time, run 313, and a second copy path). A
+  // round's bulk copy waits until the last word of each of its records is written (a thread a record; the
+  // other words of a record come from the same unit's other warps at about the same time, and the check below
+  // still reads every word): a round issued while units still run went the retry way, ~8 us a round (run
+  // 296). Each round's last words are loaded while the round before lands and folds.
   auto tail_of = [&](int cb, int nb) {  // the record's last value word (its sum)
     return part + (int64_t(h * kGroup + at / nb) * kMaxChunks + cb + at % nb) * kRecW + kD + 1;
   };

@@ -542,9 +542,8 @@ struct AttnParams {
   uint32_t* aout;                    // the op's output words
   __nv_bfloat16 *kdst, *vdst;        // the new row's K / V in the pool (head h)
   float eps;
-  float pmax[kCWarps * 8];  // scores_pair's quad maxima
-  unsigned long long
-      bars[4];  // mbarriers: the K and V staging (a phase each a unit), the merge's two buffers
+  float pmax[kCWarps * 8];     // scores_pair's quad maxima
+  unsigned long long bars[4];  // mbarriers: K and V staging (a phase a unit), the merge's two buffers
 };
 constexpr int kAttnParamBytes = (int(sizeof(AttnParams)) + 127) / 128 * 128;
 constexpr int kAttnRegion = kAttnBytes + kAttnParamBytes;  // Ks, Vs, Qs, then the params

@@ -1,5 +1,5 @@
 // The one-kernel decode step's host side (decode_step.h): shape checks, the packed weights, the op table,
-// the launch. The kernel: decode_step_kernel.cuh.
+// the launch. The kernel: decode_step_kernel.cuh (with decode_step_words.cuh, decode_step_attention.cuh).
 #include <cuda_bf16.h>
 
 #include <algorithm>

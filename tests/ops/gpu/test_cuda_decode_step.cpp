@@ -235,11 +235,13 @@ TEST_F(CudaDecodeStep, MergesSeveralRoundsAtLongContexts) {
   // layer (the next staged during the current), and the merge folds the other chunks' partials in rounds of
   // 16: across 2048, ~2176 (one round of 16 chunks, then a second of one), ~4100 (two rounds) and ~6000
   // (three), where from 6016 (48 chunks: the other units average 3 a CTA on 132) the merging CTAs take an
-  // early chunk first.
+  // early chunk first. The rounds alternate between two buffers (round r + 1 copied in while round r is
+  // folded): ~8320 crosses from four rounds (each buffer twice) to five (the fifth of one chunk).
   EXPECT_GT(run(2036, 24), 12);
   EXPECT_GT(run(2160, 24), 12);
   EXPECT_GT(run(4085, 24), 12);
   EXPECT_GT(run(6000, 24), 12);
+  EXPECT_GT(run(8310, 24), 12);
 }
 
 TEST_F(CudaDecodeStep, TurnedOffPreparesNoStep) {

@@ -108,14 +108,14 @@ size_t smem_of(int fmt) {
                             : kSmemBytes<kWMlx4Sw8>;
 }
 
-// Zeroed device memory, ordered on `stream` (the backend's stream does not wait for the legacy default
-// stream: a plain cudaMemset could land after the kernels that fill the buffer on `stream`).
+// Device memory of bytes `fill` (zeros), ordered on `stream` (the backend's stream does not wait for the
+// legacy default stream: a plain cudaMemset could land after the kernels that fill the buffer on `stream`).
 template <typename T>
-T* dalloc(std::vector<void*>& owned, size_t n, cudaStream_t stream) {
+T* dalloc(std::vector<void*>& owned, size_t n, cudaStream_t stream, int fill = 0) {
   void* p = nullptr;
   TF_CUDA_CHECK(cudaMalloc(&p, n * sizeof(T)));
   owned.push_back(p);
-  TF_CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(T), stream));
+  TF_CUDA_CHECK(cudaMemsetAsync(p, fill, n * sizeof(T), stream));
   return static_cast<T*>(p);
 }
 
@@ -283,8 +283,7 @@ std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStrea
     pack(o, *L.o, false);
     o.n = int(H), o.k = kHq * kD, o.xkind = kXAttnMerge, o.x = aout, o.y = to;
     o.qn = bf(L.q_norm), o.kn = bf(L.k_norm);
-    o.part = dalloc<uint32_t>(own, size_t(kHq) * kMaxChunks * kRecW, stream);
-    TF_CUDA_CHECK(cudaMemsetAsync(o.part, 0xff, size_t(kHq) * kMaxChunks * kRecW * 4, stream));  // kUnwritten
+    o.part = dalloc<uint32_t>(own, size_t(kHq) * kMaxChunks * kRecW, stream, 0xff);  // kUnwritten
     o.qkv = tqkv, o.aout = aout;
     s.attn_ops.push_back(int(s.ops.size()));
     add(o);

@@ -429,6 +429,7 @@ void DecodeStep::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
   p.ablate = s.probe ? s.ablate : 0;
   p.early_bias = s.early_bias;
   p.stamps = s.stamping ? s.stamps : nullptr;
+  p.tile_log = s.stamping && std::getenv("TF_STEP_TILE_LOG") != nullptr;  // (perturbs the other stamps)
   // Cooperative: every CTA polls words the others write, so all of them must be resident at once; the
   // launch guarantees it or fails (another context holding SMs) instead of hanging until the watchdog.
   cudaLaunchConfig_t cfg{};

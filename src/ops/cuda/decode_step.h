@@ -94,7 +94,16 @@ class DecodeStep {
     kStampWaitEmpty = 70,    // the producer waiting for free slots to issue the layer's stages,
     kStampProdCycles = 71,   // all of its layer;
     kStampFence = 72,        // consumer warp 1 in its proxy fences before freeing slots
-    kStampSlots = 73
+    // warp 0's first kStampLogTiles tiles of the layer's o and gate_up ops (globaltimer ns): at
+    // kStampTileLog + (op * kStampLogTiles + tile) * kStampTileEvents + {meta read, first stage landed,
+    // arithmetic done, slice-sum barrier passed, stored} (op 0: o, 1: gate_up)
+    kStampTileLog = 73,
+    kStampLogTiles = 4,
+    kStampTileEvents = 5,
+    // warp 0's SM cycles over all of the layer's gate_up tiles: waiting for the slot's meta, for stages,
+    // the arithmetic, the barrier, the slice sum and store; then the tile count
+    kStampGuCycles = 113,
+    kStampSlots = 119
   };
   void set_probe(bool on, bool stamps, cudaStream_t stream);
   // The probe instance's timing ablations (decode_step_kernel.cuh's Params::ablate; 0: none). Benches only:

@@ -229,14 +229,46 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   long long c_full = 0, c_x = 0, c_bar = 0, c_fence = 0, c_t0 = clock64();  // the probe's counters (warp 1)
   int c_layer = 0;
   const bool counting = kProbe && stamps && threadIdx.x == 32;  // warp 1 (warp 0 also stores the tiles)
+  // The probe's tile log (warp 0, lane 0): the o and gate_up ops' first tiles, and gate_up's cycles.
+  const bool logging = kProbe && stamps && prm.tile_log && threadIdx.x == 0;
+  int log_ti = 0;                        // the tile's index among this CTA's tiles of its op
+  long long g_cyc[6] = {0, 0, 0, 0, 0, 0}, g_t = 0;
+  auto tlog = [&](int op, int ev) {
+    if (kProbe && logging && (op % 4 == 1 || op % 4 == 2) && op / 4 * 4 + 4 < nops &&
+        log_ti < SS::kStampLogTiles)
+      stamp_row(stamps, op, G, b)[SS::kStampTileLog +
+                                  ((op % 4 - 1) * SS::kStampLogTiles + log_ti) * SS::kStampTileEvents + ev] =
+          gtime();
+  };
+  auto gcount = [&](int op, int slot) {  // cycles since the last call into g_cyc[slot] (gate_up only)
+    if (!(kProbe && logging)) return;
+    const long long now = clock64();
+    if (op % 4 == 2) g_cyc[slot] += now - g_t;
+    g_t = now;
+  };
   for (;;) {
     int op, tile;
     {
       const int jj = j + owner, slot = jj % kSlots;
       const long long cw = kProbe ? clock64() : 0;
+      if (kProbe && logging) g_t = cw;
       wait_bar(saddr(mfull + slot), (jj / kSlots) & 1, kFullStage, jj);
       if (kProbe) c_full += clock64() - cw;
       op = meta[2 * slot], tile = meta[2 * slot + 1];
+    }
+    if (kProbe && logging) {
+      if (op != x_op) {  // a new op: store the gate_up cycles of the op before it
+        if (x_op >= 0 && x_op % 4 == 2 && x_op / 4 * 4 + 4 < nops) {
+          unsigned long long* row = stamp_row(stamps, x_op, G, b);
+          for (int i = 0; i < 6; ++i) row[SS::kStampGuCycles + i] = g_cyc[i];
+        }
+        log_ti = 0;
+        for (int i = 0; i < 6; ++i) g_cyc[i] = 0;
+      }
+      const long long now = clock64();
+      if (op % 4 == 2) g_cyc[0] += now - g_t, ++g_cyc[5];
+      g_t = now;
+      tlog(op, 0);
     }
     if (counting && op / 4 != c_layer) {
       if (c_layer * 4 + 4 < nops) {
@@ -262,6 +294,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       }
       make_x(o, xs, nred, tile == 0, tag);
       if (kProbe) c_x += clock64() - cx;
+      if (kProbe && logging) g_t = clock64();  // (x made: not counted)
       x_op = op;
       if (stamps && threadIdx.x == 0 && o.xkind == kXAttnMerge)
         stamp_row(stamps, op, G, b)[SS::kStampXMade] = gtime();
@@ -272,8 +305,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     for (int part = 0; part < spw; ++part) {  // this warp's K slice, in order
       const int jj = j + part * kOwn + owner, slot = jj % kSlots;
       const long long cw = kProbe ? clock64() : 0;
+      if (kProbe && logging) gcount(op, 2);  // (the arithmetic of the previous part)
       wait_bar(saddr(full + slot), (jj / kSlots) & 1, kFullStage, jj);
       if (kProbe) c_full += clock64() - cw;
+      if (kProbe && logging) {
+        gcount(op, 1);
+        if (part == 0) tlog(op, 1);
+      }
       const uint32_t xb = xbase + (warp * spw + part) * SK * 2;
       if (kProbe && prm.ablate == 1) {
         // (timing: the stage waited for and released, nothing computed)
@@ -323,6 +361,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       if (lane == 0) mbar_arrive(saddr(empty + slot));
     }
     j += stages;
+    if (kProbe && logging) gcount(op, 2), tlog(op, 2);
     // The slice sums: warp 0 adds them in warp order and stores the tile (words with the launch's tag). red
     // is double-buffered: a warp writes red[p] for tile i + 2 only after the barrier of tile i + 1, which
     // warp 0 reaches after reading tile i's.
@@ -331,6 +370,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     const long long cb = kProbe ? clock64() : 0;
     bar_consumers();
     if (kProbe) c_bar += clock64() - cb;
+    if (kProbe && logging) gcount(op, 3), tlog(op, 3);
     if (warp == 0) {
       float sum = 0.f;
       if (lane < 16) {
@@ -355,6 +395,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         stamp_row(stamps, op, G, b)[kSlot[op % 4]] = gtime();
       }
       __syncwarp();
+      if (kProbe && logging) gcount(op, 4), tlog(op, 4), ++log_ti;
     }
     ++tcount;
   }

@@ -154,6 +154,7 @@ struct Params {
   // Benches (DecodeStep::set_probe; the probe instance only): timestamps [layer][CTA][kStampSlots] of the
   // attention's steps and the consumers' (DecodeStep::StampSlot), null: none.
   unsigned long long* stamps;
+  int tile_log;  // with stamps: warp 0's tile log (TF_STEP_TILE_LOG; its clock reads slow the step ~25%)
 };
 using SS = DecodeStep::StampSlot;
 static_assert(SS::kStampOLast == SS::kStampQkvDone + 2, "qkv's (op % 4 == 0) and o's (1) slots");

@@ -46,11 +46,11 @@ __host__ __device__ inline int packed_stage(int s, int k, int owners, int sk) {
   return (s % owners) * parts + s / owners;
 }
 
-// Shared memory: the ring, x, the attention region, the slice sums, the norm partials, the mbarriers and
-// the slots' metadata.
+// Shared memory: the ring, x, the attention region, the slice sums, the norm partials, the slots' mbarriers
+// and their stage counters.
 template <int W>
 constexpr size_t kSmemBytes = size_t(kRing<W>) * kSlotBytes<W> + kMaxK * 2 + kAttnRegion +
-                              (kRed * kSlices * 16 + 8) * 4 + 3 * kRing<W> * 8 + 2 * kRing<W> * 4;
+                              (kRed<W> * kSlices * 16 + 8) * 4 + 2 * kRing<W> * 8 + kRing<W> * 4;
 
 // The 4-bit consumer's variants: plain or subnormal codes (quant_common.cuh's kMlxBf16 / kMlxBf16Sub) x
 // groups of 32, 64, 128 (gshift 0-2: a chunk's group is its index >> gshift).
@@ -96,6 +96,44 @@ __device__ __forceinline__ void q4_piece(float (&acc)[4], uint32_t cb, uint32_t 
   }
 }
 
+// Two pieces of a 4-bit stage side by side (a 4-bit consumer's two K slices: pieces h and h + 1 of each
+// row, cb and sb those of piece h, xb0 / xb1 their x), chunk by chunk into two accumulators: q4_piece's
+// arithmetic for each, the two MMA chains interleaved. ngb: a piece's scale bytes.
+template <int SW, int KIND, int GS, bool kRaw = false>
+__device__ __forceinline__ void q4_pair(float (&acc0)[4], float (&acc1)[4], uint32_t cb, uint32_t sb, int ngb,
+                                        uint32_t xb0, uint32_t xb1, int g) {
+  constexpr int kQRowBytes = q_row_bytes(SW);
+  const uint32_t swz = (g & 1) * 64;
+#pragma unroll
+  for (int q = 0; q < kQStageK / 128; ++q) {
+    uint32_t wv[2][2][4];  // [piece][row g, g + 8][chunk]
+#pragma unroll
+    for (int p = 0; p < 2; ++p)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const uint4 w = lds128(cb + p * (kQStageK / 2) + (g + 8 * r) * kQRowBytes + ((q * 64) ^ swz));
+        wv[p][r][0] = w.x, wv[p][r][1] = w.y, wv[p][r][2] = w.z, wv[p][r][3] = w.w;
+      }
+    uint32_t sc[2][2] = {};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int c = 4 * q + i;
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {
+        if (i == 0 || (c >> GS) != ((c - 1) >> GS)) {  // a new group: its scale words (rows g, g + 8)
+          sc[p][0] = lds32(sb + p * ngb + (c >> GS) * 64 + g * 4);
+          sc[p][1] = lds32(sb + p * ngb + (c >> GS) * 64 + 32 + g * 4);
+        }
+        const uint32_t w0 = wv[p][0][i], w1 = wv[p][1][i], s0 = sc[p][0], s1 = sc[p][1];
+        const uint4 a = kRaw ? make_uint4(w0, s0, w0 ^ s0, s0) : dequant<KIND, 4>(Raw{w0, 0, s0, 0});
+        const uint4 bb = kRaw ? make_uint4(w1, s1, w1 ^ s1, s1) : dequant<KIND, 4>(Raw{w1, 0, s1, 0});
+        const uint4 xv = lds128((p ? xb1 : xb0) + c * 64);
+        mma_chunk(p ? acc1 : acc0, a, bb, xv);
+      }
+    }
+  }
+}
+
 // W: the linears' weight format (WFormat). kProbe: the benches' instance (DecodeStep::set_probe):
 // timestamps of the attention's steps; the product's has none of them in its code.
 template <int W, bool kProbe>
@@ -115,15 +153,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem + kSlots * kSlot);
   __nv_bfloat16* attn_smem = xs + kMaxK;
   float* red = reinterpret_cast<float*>(smem + kSlots * kSlot + kMaxK * 2 + kAttnRegion);  // [kRed][8][16]
-  float* nred = red + kRed * kSlices * 16;                                                 // [8]
+  float* nred = red + kRed<W> * kSlices * 16;                                              // [8]
   uint64_t* full = reinterpret_cast<uint64_t*>(nred + 8);
   uint64_t* empty = full + kSlots;
-  uint64_t* mfull = empty + kSlots;                    // the slot's meta is written (before its bytes land)
-  int* meta = reinterpret_cast<int*>(mfull + kSlots);  // [kSlots][2]: the slot's (op, tile)
+  int* meta = reinterpret_cast<int*>(empty + kSlots);  // [kSlots]: the stage (producer's count) in the slot
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
     for (int i = 0; i < kSlots; ++i)
-      mbar_init(saddr(full + i), 1), mbar_init(saddr(empty + i), SW), mbar_init(saddr(mfull + i), 1);
+      mbar_init(saddr(full + i), 1), mbar_init(saddr(empty + i), SW / kTeams<W>), meta[i] = -1;
     mbar_init_fence();
   }
   __syncthreads();
@@ -169,8 +206,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     return;
   }
   if (warp == kProducer) {  // this CTA's tiles, stage by stage, as far ahead as the ring allows
-    // Tiles i = b, b + G, ... (round-robin over the CTAs, op after op). Each slot carries (op, tile) for its
-    // consumers, published on mfull before the bytes land. After the last op, one sentinel stage an owner.
+    // Tiles i = b, b + G, ... (round-robin over the CTAs, op after op); the consumers walk the same sequence.
+    // Each slot's stage counter is written before its copy (the 4-bit teams' check).
     int j = 0, op = 0;
     long long p_empty = 0, p_t0 = clock64();  // the probe's counters
     int p_layer = 0;
@@ -199,8 +236,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         if (j >= kSlots) wait_bar(saddr(empty + slot), ((j / kSlots) & 1) ^ 1, kEmptyStage, j);
         if (kProbe) p_empty += clock64() - pw;
         if (lane == 0) {
-          meta[2 * slot] = op, meta[2 * slot + 1] = tile;  // released by the arrive on mfull
-          mbar_arrive(saddr(mfull + slot));
+          meta[slot] = j;
           mbar_arrive_expect_tx(saddr(full + slot), uint32_t(sbytes));
           bulk_copy_g2s(saddr(ring + slot * kSlot),
                         w + (int64_t(tile) * stages + packed_stage(s, k, kOwn, SK)) * sbytes,
@@ -209,35 +245,33 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         __syncwarp();
       }
     }
-    for (int s = 0; s < kOwn; ++s, ++j) {  // the sentinel: one stage an owner, no bytes
-      const int slot = j % kSlots;
-      if (j >= kSlots) wait_bar(saddr(empty + slot), ((j / kSlots) & 1) ^ 1, kEmptyStage, j);
-      if (lane == 0) meta[2 * slot] = nops, meta[2 * slot + 1] = 0, mbar_arrive(saddr(mfull + slot));
-      __syncwarp();
-    }
     return;
   }
 
-  // Consumers: the tiles the producer chose, in its order; (op, tile) from the first slot of each tile this
-  // warp owns (every warp sees the same sequence).
+  // Consumers: the tiles the producer chose, in its order (the CTA's tiles b, b + G, ... op after op; every
+  // warp walks the whole sequence). A team computes its tiles (tile n of the sequence: team n % kTeams), each
+  // warp kSPW consecutive K slices of it (in one stage: the slot's readers are SW / kSPW warps).
+  constexpr int kNT = kTeams<W>, kTW = kCWarps / kNT, kSPW = kSlices / kTW;
   const int g = lane / 4, t = lane % 4;
-  const int owner = warp / SW, half = warp % SW;
-  const int c_pos = prm.positions[0];  // the row
+  const int team = warp / kTW, q = warp % kTW, slice0 = kSPW * q;  // this warp's first slice
+  const int owner = slice0 / SW, half = slice0 % SW;               // its stages' owner, its first piece
+  const int c_pos = prm.positions[0];                              // the row
   const UnitList c_units(c_pos, G, b, prm.early_bias);
-  uint32_t c_par = 0;  // the V staging mbarrier's phase (one a unit, as the attention warps')
-  int j = 0, x_op = -1, tcount = 0;
+  uint32_t c_par = 0;                // the V staging mbarrier's phase (one a unit, as the attention warps')
+  int j = 0, x_op = -1, tcount = 0;  // tcount: the team's tiles so far
   long long c_full = 0, c_x = 0, c_bar = 0, c_fence = 0, c_t0 = clock64();  // the probe's counters (warp 1)
   int c_layer = 0;
   const bool counting = kProbe && stamps && threadIdx.x == 32;  // warp 1 (warp 0 also stores the tiles)
   // The probe's tile log (warp 0, lane 0): the o and gate_up ops' first tiles, and gate_up's cycles.
   const bool logging = kProbe && stamps && prm.tile_log && threadIdx.x == 0;
-  int log_ti = 0;                        // the tile's index among this CTA's tiles of its op
+  int log_ti = 0;  // the tile's index among this CTA's tiles of its op
   long long g_cyc[6] = {0, 0, 0, 0, 0, 0}, g_t = 0;
   auto tlog = [&](int op, int ev) {
     if (kProbe && logging && (op % 4 == 1 || op % 4 == 2) && op / 4 * 4 + 4 < nops &&
         log_ti < SS::kStampLogTiles)
-      stamp_row(stamps, op, G, b)[SS::kStampTileLog +
-                                  ((op % 4 - 1) * SS::kStampLogTiles + log_ti) * SS::kStampTileEvents + ev] =
+      stamp_row(
+          stamps, op, G,
+          b)[SS::kStampTileLog + ((op % 4 - 1) * SS::kStampLogTiles + log_ti) * SS::kStampTileEvents + ev] =
           gtime();
   };
   auto gcount = [&](int op, int slot) {  // cycles since the last call into g_cyc[slot] (gate_up only)
@@ -246,28 +280,21 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     if (op % 4 == 2) g_cyc[slot] += now - g_t;
     g_t = now;
   };
-  for (;;) {
-    int op, tile;
-    {
-      const int jj = j + owner, slot = jj % kSlots;
-      const long long cw = kProbe ? clock64() : 0;
-      if (kProbe && logging) g_t = cw;
-      wait_bar(saddr(mfull + slot), (jj / kSlots) & 1, kFullStage, jj);
-      if (kProbe) c_full += clock64() - cw;
-      op = meta[2 * slot], tile = meta[2 * slot + 1];
-    }
-    if (kProbe && logging) {
+  int op = 0;
+  for (int i = b, n = 0;; i += G, ++n) {
+    while (op < nops && i >= ops[op].tile_begin + ops[op].tiles) ++op;
+    const bool mine = n % kNT == team;
+    if (kProbe && logging && mine) {
       if (op != x_op) {  // a new op: store the gate_up cycles of the op before it
         if (x_op >= 0 && x_op % 4 == 2 && x_op / 4 * 4 + 4 < nops) {
           unsigned long long* row = stamp_row(stamps, x_op, G, b);
-          for (int i = 0; i < 6; ++i) row[SS::kStampGuCycles + i] = g_cyc[i];
+          for (int e = 0; e < 6; ++e) row[SS::kStampGuCycles + e] = g_cyc[e];
         }
         log_ti = 0;
-        for (int i = 0; i < 6; ++i) g_cyc[i] = 0;
+        for (int e = 0; e < 6; ++e) g_cyc[e] = 0;
       }
-      const long long now = clock64();
-      if (op % 4 == 2) g_cyc[0] += now - g_t, ++g_cyc[5];
-      g_t = now;
+      g_t = clock64();
+      if (op % 4 == 2) ++g_cyc[5];
       tlog(op, 0);
     }
     if (counting && op / 4 != c_layer) {
@@ -283,12 +310,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     }
     if (op >= nops) break;
     const Op& o = ops[op];
-    const int n0 = tile * 16, k = o.k;
-    if (op != x_op) {
+    const int tile = i - o.tile_begin, n0 = tile * 16, k = o.k;
+    if (op != x_op) {  // every team: the op's x (and its attention) take all consumer warps
       const long long cx = kProbe ? clock64() : 0;
       if (o.xkind == kXAttnMerge) {  // the layer's attention units, then (a merging CTA) the merge
         int h = 0, c = 0;
-        for (int i = 0; c_units.at(i, h, c); ++i, c_par ^= 1)
+        for (int u = 0; c_units.at(u, h, c); ++u, c_par ^= 1)
           unit_scores_pv(o, c_pos, h, c, attn_smem, prm.scale, c_par);
         if (b < kHk && c_units.C > 1) merge_fold_help(o, b, c_units.C - 1, attn_smem, tag);
       }
@@ -300,19 +327,35 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         stamp_row(stamps, op, G, b)[SS::kStampXMade] = gtime();
     }
     const int stages = k / SK / SW, spw = k / kSlices / SK;  // spw: parts of a slice
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    if (!mine) {                                             // the other team's tile
+      j += stages;
+      continue;
+    }
+    float acc[kSPW][4] = {};
     const uint32_t xbase = saddr(xs) + 16 * t;
-    for (int part = 0; part < spw; ++part) {  // this warp's K slice, in order
+    for (int part = 0; part < spw; ++part) {  // this warp's K slices, in order
       const int jj = j + part * kOwn + owner, slot = jj % kSlots;
       const long long cw = kProbe ? clock64() : 0;
       if (kProbe && logging) gcount(op, 2);  // (the arithmetic of the previous part)
+      if constexpr (kNT > 1) {
+        // A slot's stages go to either team, so a warp may reach its stage while the slot still waits for
+        // the other team's stage before it, and the parity it waits for would be that of two phases back
+        // (already complete): the slot's stage counter, written by the producer before its copy, tells
+        // when the slot is at this stage's phase.
+        const volatile int* m = meta + slot;
+        for (long long n = 0; *m != jj; ++n)
+          if (n == (1ll << 26)) {
+            printf("decode_step HANG block %d warp %d: stage %d's slot holds %d\n", blockIdx.x, warp, jj, *m);
+            __trap();
+          }
+      }
       wait_bar(saddr(full + slot), (jj / kSlots) & 1, kFullStage, jj);
       if (kProbe) c_full += clock64() - cw;
       if (kProbe && logging) {
         gcount(op, 1);
         if (part == 0) tlog(op, 1);
       }
-      const uint32_t xb = xbase + (warp * spw + part) * SK * 2;
+      const uint32_t xb = xbase + (slice0 * spw + part) * SK * 2;  // slice s + 1's: spw * SK * 2 on
       if (kProbe && prm.ablate == 1) {
         // (timing: the stage waited for and released, nothing computed)
       } else if constexpr (W == kWBf16) {
@@ -323,33 +366,35 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
           const uint4 a = lds128(base + g * kRowBytes + ((c * 64) ^ swz));
           const uint4 bb = lds128(base + (g + 8) * kRowBytes + ((c * 64) ^ swz));
           const uint4 xv = lds128(xb + c * 64);  // every lane: q4_piece's broadcast
-          mma_chunk(acc, a, bb, xv);
+          mma_chunk(acc[0], a, bb, xv);
         }
-      } else {  // pack_q4_kernel's stage: this warp's piece is the half-th of each row
+      } else {  // pack_q4_kernel's stage: this warp's pieces are the half-th and the next of each row
+        static_assert(kSPW == 2, "a 4-bit warp's two slices");
         const uint32_t cb = saddr(ring + slot * kSlot) + half * (kQStageK / 2) + 16 * t;
         const int ng = kQStageK >> (5 + o.qsel % 3);  // groups a piece
         const uint32_t sb = saddr(ring + slot * kSlot) + q_code_bytes(SW) + half * ng * 64;
+        const uint32_t xb1 = xb + spw * SK * 2;
         if (kProbe && prm.ablate == 2)
-          q4_piece<SW, kMlxBf16Sub, 1, true>(acc, cb, sb, xb, g);
+          q4_pair<SW, kMlxBf16Sub, 1, true>(acc[0], acc[1], cb, sb, ng * 64, xb, xb1, g);
         else
           switch (o.qsel) {  // uniform: one op's tiles
             case q4_sel(false, 0):
-              q4_piece<SW, kMlxBf16, 0>(acc, cb, sb, xb, g);
+              q4_pair<SW, kMlxBf16, 0>(acc[0], acc[1], cb, sb, ng * 64, xb, xb1, g);
               break;
             case q4_sel(false, 1):
-              q4_piece<SW, kMlxBf16, 1>(acc, cb, sb, xb, g);
+              q4_pair<SW, kMlxBf16, 1>(acc[0], acc[1], cb, sb, ng * 64, xb, xb1, g);
               break;
             case q4_sel(false, 2):
-              q4_piece<SW, kMlxBf16, 2>(acc, cb, sb, xb, g);
+              q4_pair<SW, kMlxBf16, 2>(acc[0], acc[1], cb, sb, ng * 64, xb, xb1, g);
               break;
             case q4_sel(true, 0):
-              q4_piece<SW, kMlxBf16Sub, 0>(acc, cb, sb, xb, g);
+              q4_pair<SW, kMlxBf16Sub, 0>(acc[0], acc[1], cb, sb, ng * 64, xb, xb1, g);
               break;
             case q4_sel(true, 1):
-              q4_piece<SW, kMlxBf16Sub, 1>(acc, cb, sb, xb, g);
+              q4_pair<SW, kMlxBf16Sub, 1>(acc[0], acc[1], cb, sb, ng * 64, xb, xb1, g);
               break;
             default:
-              q4_piece<SW, kMlxBf16Sub, 2>(acc, cb, sb, xb, g);
+              q4_pair<SW, kMlxBf16Sub, 2>(acc[0], acc[1], cb, sb, ng * 64, xb, xb1, g);
               break;
           }
       }
@@ -362,21 +407,27 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     }
     j += stages;
     if (kProbe && logging) gcount(op, 2), tlog(op, 2);
-    // The slice sums: warp 0 adds them in warp order and stores the tile (words with the launch's tag). red
-    // is double-buffered: a warp writes red[p] for tile i + 2 only after the barrier of tile i + 1, which
-    // warp 0 reaches after reading tile i's.
-    float* r = red + (tcount & 1) * kSlices * 16;
-    if (t == 0) r[warp * 16 + g] = acc[0], r[warp * 16 + g + 8] = acc[2];
+    // The slice sums: the team's first warp adds them in slice order and stores the tile (words with the
+    // launch's tag). red is double-buffered a team: a warp writes red[p] for the team's tile i + 2 only after
+    // the team's barrier of tile i + 1, which the first warp reaches after reading tile i's.
+    float* r = red + (team * 2 + (tcount & 1)) * kSlices * 16;
+    if (t == 0)
+#pragma unroll
+      for (int e = 0; e < kSPW; ++e)
+        r[(slice0 + e) * 16 + g] = acc[e][0], r[(slice0 + e) * 16 + g + 8] = acc[e][2];
     const long long cb = kProbe ? clock64() : 0;
-    bar_consumers();
+    if constexpr (kNT == 1)
+      bar_consumers();
+    else
+      nbar_sync(kBarTeam + team, kTW * 32);
     if (kProbe) c_bar += clock64() - cb;
     if (kProbe && logging) gcount(op, 3), tlog(op, 3);
-    if (warp == 0) {
+    if (q == 0) {
       float sum = 0.f;
       if (lane < 16) {
         sum = r[lane];
 #pragma unroll
-        for (int q = 1; q < kSlices; ++q) sum += r[q * 16 + lane];
+        for (int e = 1; e < kSlices; ++e) sum += r[e * 16 + lane];
       }
       if (o.silu_out) {  // lanes 0-7 gate features n0/2 + l, lanes 8-15 their up values: the bits of
                          // gate_up stored as bf16, then silu_mul (activation.cuh)

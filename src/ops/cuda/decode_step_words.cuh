@@ -21,7 +21,6 @@ constexpr int kCWarps = 8;  // consumer warps, one slice each
 constexpr int kAWarps = 3;  // attention warps (12 warps take no more registers a thread than 9)
 constexpr int kThreads = (kCWarps + 1 + kAWarps) * 32;
 constexpr int kProducer = kCWarps;
-constexpr int kRed = 2;  // slice-sum buffers, double-buffered: one consumer barrier a tile
 // k-values of a slice's piece in a stage. bf16: 256 (16 KB stages, two ring slots a warp pair: one is in
 // flight while the pair computes on the other; 2% faster than 32 KB stages and one slot a pair, run 271).
 // MLX 4-bit: 512 (256 was 12% slower, run 271).
@@ -62,6 +61,13 @@ constexpr int kRing = W == kWBf16 ? kStages
 static_assert(kRing<kWMlx4> == 12 && kRing<kWMlx4Sw4> == 6 && kRing<kWMlx4Sw8> == 3, "4-bit rings");
 constexpr int kMaxK = 12288;   // the longest x (the down projection's)
 constexpr int kHidden = 4096;  // the add + norm x (make_x: 16 elements a thread)
+// Consumer teams (decode_step_kernel.cuh): bf16, one team of all 8 warps, a K slice a warp, every tile; MLX
+// 4-bit, two teams of 4 warps taking the CTA's tiles in turn, two K slices a warp (two independent MMA
+// chains: a 4-bit tile's arithmetic is its warps' MMA chain latency, ~2100 cycles for 16 chunks, run 332).
+template <int W>
+constexpr int kTeams = W == kWBf16 ? 1 : 2;
+template <int W>  // slice-sum buffers: double-buffered a team (one team barrier a tile)
+constexpr int kRed = 2 * kTeams<W>;
 // The attention shape: q heads, KV heads, head dim; K/V/Q staging rows padded as attention_mma's.
 constexpr int kHq = 32, kHk = 8, kGroup = kHq / kHk, kD = 128, kRS = kD + 8;
 constexpr int kAttnBytes = (2 * attn::kC + 16) * kRS * 2;  // Ks, Vs [128][kRS], Qs [16][kRS]
@@ -214,6 +220,8 @@ constexpr int kBarLanded = 3, kBarChecked = 4, kBarRoundFolded = 5;
 // An attention unit's hand-overs (attention_unit / unit_scores_pv): Q and K staged (kBarUnitIn), the score
 // MMAs done (kBarScored: Ks free), P V done and the partial written (kBarUnitOut: Vs and Qs free).
 constexpr int kBarUnitIn = 6, kBarScored = 7, kBarUnitOut = 8;
+// A 4-bit consumer team's slice-sum barrier (kBarTeam + team; the bf16 team of all 8 warps: bar_consumers).
+constexpr int kBarTeam = 9;
 // Whether the 16-byte units first, first + kHelpThreads, ... of a merge round (units of four record words)
 // are all written (none kUnwritten); no branch a unit.
 __device__ __forceinline__ bool round_units_ok(const uint32_t* mb, int units, int first) {

@@ -8,8 +8,10 @@
 //   of kRing<W> slots (bulk copies of the packed weights, pack_kernel), as far ahead as the ring allows:
 //   weights are constants, so it runs ahead across every dependency;
 // - warps 0..7 (consumers) make each op's x in shared memory once (add + RMSNorm, a copy) and compute the
-//   CTA's tiles with linear.cu's arithmetic (8 K slices in warp order, 32-wide chunks through mma_chunk, the
-//   slice sums in warp order), storing each output as a tagged word;
+//   CTA's tiles with linear.cu's arithmetic (8 K slices, 32-wide chunks through mma_chunk in order, the
+//   slice sums in slice order), storing each output as a tagged word. bf16: one team, a slice a warp. MLX
+//   4-bit: two teams of 4 warps taking the CTA's tiles in turn, two slices a warp (two MMA chains side by
+//   side; session 30: a 4-bit tile's arithmetic was one chain's latency a warp, -6% at 512 positions);
 // - warps 9..11 (attention) stage the row's attention: (KV head, chunk) units dealt over the CTAs, each
 //   the q/k norm + rope of its group's heads and (the chunk holding the row) the new K/V row; CTAs 0-7 hold
 //   the units of the row's chunk and merge their KV head's partials. A unit's K/V rows come by tensor-map

@@ -59,6 +59,13 @@ constexpr size_t kSmemBytes = size_t(kRing<W>) * kSlotBytes<W> + kMaxK * 2 + kAt
 __host__ __device__ constexpr int q4_sel(bool subnormal, int gshift) {
   return (subnormal ? 3 : 0) + gshift;
 }
+// The SM's cycle counter, low 32 bits (the probe's consumer counters: 32-bit deltas, fewer registers live
+// across the tile arithmetic than clock64's).
+__device__ __forceinline__ uint32_t clk() {
+  uint32_t c;
+  asm volatile("mov.u32 %0, %%clock;" : "=r"(c));
+  return c;
+}
 __device__ __forceinline__ uint32_t lds32(uint32_t addr) {
   uint32_t r;
   asm volatile("ld.shared.u32 %0, [%1];" : "=r"(r) : "r"(addr));
@@ -261,13 +268,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   const UnitList c_units(c_pos, G, b, prm.early_bias);
   uint32_t c_par = 0;                // the V staging mbarrier's phase (one a unit, as the attention warps')
   int j = 0, x_op = -1, tcount = 0;  // tcount: the team's tiles so far
-  long long c_full = 0, c_x = 0, c_bar = 0, c_fence = 0, c_t0 = clock64();  // the probe's counters (warp 1)
+  uint32_t c_full = 0, c_x = 0, c_bar = 0, c_fence = 0, c_t0 = clk();  // the probe's counters (warp 1)
   int c_layer = 0;
   const bool counting = kProbe && stamps && threadIdx.x == 32;  // warp 1 (warp 0 also stores the tiles)
   // The probe's tile log (warp 0, lane 0): the o and gate_up ops' first tiles, and gate_up's cycles.
   const bool logging = kProbe && stamps && prm.tile_log && threadIdx.x == 0;
   int log_ti = 0;  // the tile's index among this CTA's tiles of its op
-  long long g_cyc[6] = {0, 0, 0, 0, 0, 0}, g_t = 0;
+  uint32_t g_cyc[6] = {0, 0, 0, 0, 0, 0}, g_t = 0;
   auto tlog = [&](int op, int ev) {
     if (kProbe && logging && (op % 4 == 1 || op % 4 == 2) && op / 4 * 4 + 4 < nops &&
         log_ti < SS::kStampLogTiles)
@@ -278,7 +285,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   };
   auto gcount = [&](int op, int slot) {  // cycles since the last call into g_cyc[slot] (gate_up only)
     if (!(kProbe && logging)) return;
-    const long long now = clock64();
+    const uint32_t now = clk();
     if (op % 4 == 2) g_cyc[slot] += now - g_t;
     g_t = now;
   };
@@ -295,14 +302,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         log_ti = 0;
         for (int e = 0; e < 6; ++e) g_cyc[e] = 0;
       }
-      g_t = clock64();
+      g_t = clk();
       if (op % 4 == 2) ++g_cyc[5];
       tlog(op, 0);
     }
     if (counting && op / 4 != c_layer) {
       if (c_layer * 4 + 4 < nops) {
         unsigned long long* row = layer_row(stamps, c_layer, G, b);
-        const long long now = clock64();
+        const uint32_t now = clk();
         row[SS::kStampWaitFull] = c_full, row[SS::kStampWaitX] = c_x, row[SS::kStampWaitBar] = c_bar;
         row[SS::kStampFence] = c_fence;
         row[SS::kStampLayerCycles] = now - c_t0;
@@ -314,7 +321,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     const Op& o = ops[op];
     const int tile = i - o.tile_begin, n0 = tile * 16, k = o.k;
     if (op != x_op) {  // every team: the op's x (and its attention) take all consumer warps
-      const long long cx = kProbe ? clock64() : 0;
+      const uint32_t cx = kProbe ? clk() : 0;
       if (o.xkind == kXAttnMerge) {  // the layer's attention units, then (a merging CTA) the merge
         int h = 0, c = 0;
         for (int u = 0; c_units.at(u, h, c); ++u, c_par ^= 1)
@@ -322,8 +329,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         if (b < kHk && c_units.C > 1) merge_fold_help(o, b, c_units.C - 1, attn_smem, tag);
       }
       make_x(o, xs, nred, tile == 0, tag);
-      if (kProbe) c_x += clock64() - cx;
-      if (kProbe && logging) g_t = clock64();  // (x made: not counted)
+      if (kProbe) c_x += clk() - cx;
+      if (kProbe && logging) g_t = clk();  // (x made: not counted)
       x_op = op;
       if (stamps && threadIdx.x == 0 && o.xkind == kXAttnMerge)
         stamp_row(stamps, op, G, b)[SS::kStampXMade] = gtime();
@@ -337,7 +344,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     const uint32_t xbase = saddr(xs) + 16 * t;
     for (int part = 0; part < spw; ++part) {  // this warp's K slices, in order
       const int jj = j + part * kOwn + owner, slot = jj % kSlots;
-      const long long cw = kProbe ? clock64() : 0;
+      const uint32_t cw = kProbe ? clk() : 0;
       if (kProbe && logging) gcount(op, 2);  // (the arithmetic of the previous part)
       if constexpr (kNT > 1) {
         // A slot's stages go to either team, so a warp may reach its stage while the slot still waits for
@@ -352,7 +359,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
           }
       }
       wait_bar(saddr(full + slot), (jj / kSlots) & 1, kFullStage, jj);
-      if (kProbe) c_full += clock64() - cw;
+      if (kProbe) c_full += clk() - cw;
       if (kProbe && logging) {
         gcount(op, 1);
         if (part == 0) tlog(op, 1);
@@ -400,11 +407,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
               break;
           }
       }
-      const long long cf = kProbe ? clock64() : 0;
+      const uint32_t cf = kProbe ? clk() : 0;
       if (!kProbe || prm.ablate != 3)
         fence_proxy_async();  // this warp's reads of the slot before the next bulk copy into it
       __syncwarp();
-      if (kProbe) c_fence += clock64() - cf;
+      if (kProbe) c_fence += clk() - cf;
       if (lane == 0) mbar_arrive(saddr(empty + slot));
     }
     j += stages;
@@ -417,12 +424,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
 #pragma unroll
       for (int e = 0; e < kSPW; ++e)
         r[(slice0 + e) * 16 + g] = acc[e][0], r[(slice0 + e) * 16 + g + 8] = acc[e][2];
-    const long long cb = kProbe ? clock64() : 0;
+    const uint32_t cb = kProbe ? clk() : 0;
     if constexpr (kNT == 1)
       bar_consumers();
     else
       nbar_sync(kBarTeam + team, kTW * 32);
-    if (kProbe) c_bar += clock64() - cb;
+    if (kProbe) c_bar += clk() - cb;
     if (kProbe && logging) gcount(op, 3), tlog(op, 3);
     if (q == 0) {
       float sum = 0.f;

@@ -95,13 +95,13 @@ class DecodeStep {
     kStampProdCycles = 71,   // all of its layer;
     kStampFence = 72,        // consumer warp 1 in its proxy fences before freeing slots
     // warp 0's first kStampLogTiles tiles of the layer's o and gate_up ops (globaltimer ns): at
-    // kStampTileLog + (op * kStampLogTiles + tile) * kStampTileEvents + {meta read, first stage landed,
-    // arithmetic done, slice-sum barrier passed, stored} (op 0: o, 1: gate_up)
+    // kStampTileLog + (op * kStampLogTiles + tile) * kStampTileEvents + {tile begun, first stage landed,
+    // arithmetic done, slice-sum barrier passed, stored} (op 0: o, 1: gate_up; 4-bit: warp 0's team's tiles)
     kStampTileLog = 73,
     kStampLogTiles = 4,
     kStampTileEvents = 5,
-    // warp 0's SM cycles over all of the layer's gate_up tiles: waiting for the slot's meta, for stages,
-    // the arithmetic, the barrier, the slice sum and store; then the tile count
+    // warp 0's SM cycles over all of the layer's gate_up tiles: the tile's start, waiting for stages, the
+    // arithmetic, the barrier, the slice sum and store; then the tile count
     kStampGuCycles = 113,
     kStampSlots = 119
   };

@@ -17,7 +17,7 @@
 namespace tf::cuda::step {
 
 constexpr int kSlices = 8;  // linear.cu's K slices (its warps): the arithmetic
-constexpr int kCWarps = 8;  // consumer warps, one slice each
+constexpr int kCWarps = 8;  // consumer warps (bf16: a K slice each; MLX 4-bit: two teams, two slices each)
 constexpr int kAWarps = 3;  // attention warps (12 warps take no more registers a thread than 9)
 constexpr int kThreads = (kCWarps + 1 + kAWarps) * 32;
 constexpr int kProducer = kCWarps;

@@ -71,43 +71,14 @@ __device__ __forceinline__ uint32_t lds32(uint32_t addr) {
   asm volatile("ld.shared.u32 %0, [%1];" : "=r"(r) : "r"(addr));
   return r;
 }
-// One warp's piece of a 4-bit stage (16 chunks of its K slice) into acc: for each chunk the bf16 weights
-// dequant<KIND, 4> makes of rows g and g + 8 (the values linear_quantized multiplies), then mma_chunk as
-// the bf16 loop: the bits of linear_quantized, which are linear_bf16's on the dequantized weight. cb: the
-// piece's codes (+ 16 t), sb: its scale words, xb: its x (+ 16 t).
-template <int SW, int KIND, int GS, bool kRaw = false>
-__device__ __forceinline__ void q4_piece(float (&acc)[4], uint32_t cb, uint32_t sb, uint32_t xb, int g) {
-  constexpr int kQRowBytes = q_row_bytes(SW);
-  const uint32_t swz = (g & 1) * 64;
-#pragma unroll
-  for (int q = 0; q < kQStageK / 128; ++q) {
-    const uint4 wa = lds128(cb + g * kQRowBytes + ((q * 64) ^ swz));
-    const uint4 wb = lds128(cb + (g + 8) * kQRowBytes + ((q * 64) ^ swz));
-    const uint32_t wav[4] = {wa.x, wa.y, wa.z, wa.w}, wbv[4] = {wb.x, wb.y, wb.z, wb.w};
-    uint32_t sa = 0, sbv = 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int c = 4 * q + i;
-      if (i == 0 || (c >> GS) != ((c - 1) >> GS)) {  // a new group: its scale words (rows g, g + 8)
-        sa = lds32(sb + (c >> GS) * 64 + g * 4);
-        sbv = lds32(sb + (c >> GS) * 64 + 32 + g * 4);
-      }
-      const uint4 a =
-          kRaw ? make_uint4(wav[i], sa, wav[i] ^ sa, sa) : dequant<KIND, 4>(Raw{wav[i], 0, sa, 0});
-      const uint4 bb =
-          kRaw ? make_uint4(wbv[i], sbv, wbv[i] ^ sbv, sbv) : dequant<KIND, 4>(Raw{wbv[i], 0, sbv, 0});
-      // Every lane loads x (a broadcast: the lanes of one t read one address), so that every MMA column
-      // is x: column 0, the one stored, is the same sum as with zeros in columns 1-7 (each output element
-      // is its own dot product), without two instructions a chunk zeroing the other lanes' operand.
-      const uint4 xv = lds128(xb + c * 64);
-      mma_chunk(acc, a, bb, xv);
-    }
-  }
-}
-
-// Two pieces of a 4-bit stage side by side (a 4-bit consumer's two K slices: pieces h and h + 1 of each
-// row, cb and sb those of piece h, xb0 / xb1 their x), chunk by chunk into two accumulators: q4_piece's
-// arithmetic for each, the two MMA chains interleaved. ngb: a piece's scale bytes.
+// A 4-bit consumer warp's two pieces of a stage (its two K slices: pieces h and h + 1 of each row, 16 chunks
+// each), chunk by chunk into two accumulators, the two MMA chains interleaved: for each chunk the bf16
+// weights dequant<KIND, 4> makes of rows g and g + 8 (the values linear_quantized multiplies), then
+// mma_chunk as the bf16 loop: the bits of linear_quantized, which are linear_bf16's on the dequantized
+// weight. cb, sb: piece h's codes (+ 16 t) and scale words (ngb: a piece's scale bytes); xb0 / xb1: the two
+// slices' x (+ 16 t). Every lane loads x (a broadcast: the lanes of one t read one address), so that every
+// MMA column is x: column 0, the one stored, is the same sum as with zeros in columns 1-7 (each output
+// element is its own dot product), without two instructions a chunk zeroing the other lanes' operand.
 template <int SW, int KIND, int GS, bool kRaw = false>
 __device__ __forceinline__ void q4_pair(float (&acc0)[4], float (&acc1)[4], uint32_t cb, uint32_t sb, int ngb,
                                         uint32_t xb0, uint32_t xb1, int g) {
@@ -374,7 +345,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         for (int c = 0; c < kStageK / 32; ++c) {
           const uint4 a = lds128(base + g * kRowBytes + ((c * 64) ^ swz));
           const uint4 bb = lds128(base + (g + 8) * kRowBytes + ((c * 64) ^ swz));
-          const uint4 xv = lds128(xb + c * 64);  // every lane: q4_piece's broadcast
+          const uint4 xv = lds128(xb + c * 64);  // every lane: q4_pair's broadcast
           mma_chunk(acc[0], a, bb, xv);
         }
       } else {  // pack_q4_kernel's stage: this warp's pieces are the half-th and the next of each row

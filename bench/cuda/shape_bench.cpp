@@ -344,8 +344,9 @@ void check_step_ops(ShapeRun& r, const BatchMeta& meta) {
   st->set_debug(false, r.s);
 }
 
-// TF_STEP_STAMPS=1: one step with timestamps (and TF_STEP_TILE_LOG=1: warp 0's log of its o and gate_up tiles); per event of layer 10's attention, the median and the latest
-// CTA in us after the qkv op's last tile (decode_step_kernel.cuh's slots).
+// TF_STEP_STAMPS=1: one step with timestamps; per event of layer 10's attention, the median and the latest
+// CTA in us after the qkv op's last tile (decode_step_kernel.cuh's slots). With TF_STEP_TILE_LOG=1 also warp
+// 0's log of its o and gate_up tiles.
 void print_step_stamps(ShapeRun& r, int ctx, Tensor& logits) {
   auto* st = static_cast<cuda::DecodeStep*>(r.step.get());
   st->set_probe(true, true, r.s);
@@ -421,21 +422,22 @@ void print_step_stamps(ShapeRun& r, int ctx, Tensor& logits) {
   }
   {  // warp 0's first tiles of o and gate_up: median over the CTAs of each event, and gate_up's cycles
     static const char* const kOp[2] = {"o", "gate_up"};
-    static const char* const kEv[DS::kStampTileEvents] = {"meta", "stage", "math", "bar", "stored"};
+    static const char* const kEv[DS::kStampTileEvents] = {"begin", "stage", "math", "bar", "stored"};
     for (int o = 0; o < 2; ++o)
       for (int ti = 0; ti < DS::kStampLogTiles; ++ti) {
         std::string u;
         for (int e = 0; e < DS::kStampTileEvents; ++e)
           u += stat(DS::kStampTileLog + (o * DS::kStampLogTiles + ti) * DS::kStampTileEvents + e, kEv[e]);
-        if (!u.empty()) line += "\n  " + std::string(kOp[o]) + " tile " + std::to_string(ti) + " (warp 0):" + u;
+        if (!u.empty())
+          line += "\n  " + std::string(kOp[o]) + " tile " + std::to_string(ti) + " (warp 0):" + u;
       }
-    static const char* const kCyc[5] = {"meta", "stages", "math", "barrier", "sum+store"};
+    static const char* const kCyc[5] = {"start", "stages", "math", "barrier", "sum+store"};
     std::string g = "\n  gate_up warp 0 cycles a tile (median CTA):";
     for (int i = 0; i < 5; ++i) {
       std::vector<double> x;
       for (int b = 0; b < G; ++b)
-        if (at(b, DS::kStampGuCycles + 5)) x.push_back(double(at(b, DS::kStampGuCycles + i)) /
-                                                        double(at(b, DS::kStampGuCycles + 5)));
+        if (at(b, DS::kStampGuCycles + 5))
+          x.push_back(double(at(b, DS::kStampGuCycles + i)) / double(at(b, DS::kStampGuCycles + 5)));
       if (x.empty()) continue;
       std::sort(x.begin(), x.end());
       char buf[64];

@@ -192,7 +192,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     long long p_empty = 0, p_t0 = clock64();  // the probe's counters
     int p_layer = 0;
     for (int i = b;; i += G) {
-      while (op < nops && i >= ops[op].tile_begin + ops[op].tiles) ++op;
+      op = op_of_tile(ops, nops, op, i);
       if (op == nops) break;
       if (kProbe && stamps && op / 4 != p_layer) {
         if (lane == 0 && p_layer * 4 + 4 < nops) {
@@ -216,7 +216,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         if (j >= kSlots) wait_bar(saddr(empty + slot), ((j / kSlots) & 1) ^ 1, kEmptyStage, j);
         if (kProbe) p_empty += clock64() - pw;
         if (lane == 0) {
-          meta[slot] = j;
+          if constexpr (kTeams < W >> 1) meta[slot] = j;  // (read by the 4-bit teams only)
           mbar_arrive_expect_tx(saddr(full + slot), uint32_t(sbytes));
           bulk_copy_g2s(saddr(ring + slot * kSlot),
                         w + (int64_t(tile) * stages + packed_stage(s, k, kOwn, SK)) * sbytes,
@@ -241,10 +241,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   int j = 0, x_op = -1, tcount = 0;  // tcount: the team's tiles so far
   uint32_t c_full = 0, c_x = 0, c_bar = 0, c_fence = 0, c_t0 = clk();  // the probe's counters (warp 1)
   int c_layer = 0;
-  const bool counting = kProbe && stamps && threadIdx.x == 32;  // warp 1 (warp 0 also stores the tiles)
+  const bool counting = kProbe && stamps && threadIdx.x == 32;  // warp 1 (warp 0 also stores tiles)
   // The probe's tile log (warp 0, lane 0): the o and gate_up ops' first tiles, and gate_up's cycles.
   const bool logging = kProbe && stamps && prm.tile_log && threadIdx.x == 0;
-  int log_ti = 0;  // the tile's index among this CTA's tiles of its op
+  int log_ti = 0, log_op = -1;  // the tile's index among warp 0's tiles of its op; that op
   uint32_t g_cyc[6] = {0, 0, 0, 0, 0, 0}, g_t = 0;
   auto tlog = [&](int op, int ev) {
     if (kProbe && logging && (op % 4 == 1 || op % 4 == 2) && op / 4 * 4 + 4 < nops &&
@@ -262,15 +262,15 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   };
   int op = 0;
   for (int i = b, n = 0;; i += G, ++n) {
-    while (op < nops && i >= ops[op].tile_begin + ops[op].tiles) ++op;
+    op = op_of_tile(ops, nops, op, i);
     const bool mine = n % kNT == team;
     if (kProbe && logging && mine) {
-      if (op != x_op) {  // a new op: store the gate_up cycles of the op before it
-        if (x_op >= 0 && x_op % 4 == 2 && x_op / 4 * 4 + 4 < nops) {
-          unsigned long long* row = stamp_row(stamps, x_op, G, b);
+      if (op != log_op) {  // a new op: store the gate_up cycles of the op before it
+        if (log_op >= 0 && log_op % 4 == 2 && log_op / 4 * 4 + 4 < nops) {
+          unsigned long long* row = stamp_row(stamps, log_op, G, b);
           for (int e = 0; e < 6; ++e) row[SS::kStampGuCycles + e] = g_cyc[e];
         }
-        log_ti = 0;
+        log_ti = 0, log_op = op;
         for (int e = 0; e < 6; ++e) g_cyc[e] = 0;
       }
       g_t = clk();

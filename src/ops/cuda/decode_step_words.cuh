@@ -139,6 +139,13 @@ struct Op {
   __nv_bfloat16* dbg;  // debugging (DecodeStep::set_debug): the op's x as made, by the CTA of tile 0
 };
 
+// The op of tile i (the CTA's tiles i = b, b + G, ..., op after op), from `op`, the op of the tile before:
+// the producer's and every consumer warp's walk of the same sequence (nops: past the last op).
+__device__ __forceinline__ int op_of_tile(const Op* ops, int nops, int op, int i) {
+  while (op < nops && i >= ops[op].tile_begin + ops[op].tiles) ++op;
+  return op;
+}
+
 // The launch's constants besides the op table.
 struct Params {
   const Op* ops;

@@ -254,8 +254,9 @@ void ablate(Backend& be, Model& m) {
   g_skip_attn = false, g_skip_moe = true;
   std::printf(", no MoE %.3f", time());
   g_skip_moe = false;
-  const char* names[] = {"router", "route+group", "gate_up", "silu", "down", "combine"};
-  for (int i = 0; i < 6; ++i) {
+  // (at b=1 the one-kernel MoE replaces kernels 1-5: their rows then time nothing extra)
+  const char* names[] = {"router", "route+group", "gate_up", "silu", "down", "combine", "one-kernel MoE"};
+  for (int i = 0; i < 7; ++i) {
     cuda::set_moe_repeat(1u << i);
     std::printf(", %s twice %.3f", names[i], time());
   }
@@ -265,6 +266,34 @@ void ablate(Backend& be, Model& m) {
     std::printf(", +empty step (%d blocks) %.3f", blocks, time());
   }
   g_empty_blocks = 0;
+  std::printf("\n");
+}
+
+// The one-kernel decode MoE's phase stamps (moe_decode_stamps) of the last layer of one eager forward: for
+// each phase end, the earliest, median and latest block, in us after the earliest block's start.
+void print_decode_stamps(Backend& be, Model& m, const BatchMeta& meta, cudaStream_t s) {
+  cuda::set_moe_decode_stamps(true);
+  be.begin_forward(meta);
+  forward(be, m, 1, {0}, false);
+  TF_CUDA_CHECK(cudaStreamSynchronize(s));
+  int blocks = 0;
+  const std::vector<unsigned long long> v = cuda::moe_decode_stamps(&blocks);
+  cuda::set_moe_decode_stamps(false);
+  unsigned long long t0 = ~0ull;
+  for (int b = 0; b < blocks; ++b)
+    if (v[size_t(b) * 12]) t0 = std::min(t0, v[size_t(b) * 12]);
+  const char* names[] = {"waited",    "gate_up done", "past barrier", "act+tile in smem",
+                         "down MMAs", "stored",       "item 0 in",    "item 0 out",
+                         "item 2 in", "item 2 out",   "item 4 in",    "item 4 out"};
+  std::printf("one-kernel MoE stamps (us after the first block's wait; min / median / max over blocks):");
+  for (int i = 0; i < 12; ++i) {
+    std::vector<double> d;
+    for (int b = 0; b < blocks; ++b)
+      if (v[size_t(b) * 12 + i] >= t0) d.push_back((v[size_t(b) * 12 + i] - t0) * 1e-3);
+    if (d.empty()) continue;
+    std::sort(d.begin(), d.end());
+    std::printf(" | %s %.2f / %.2f / %.2f (%zu)", names[i], d.front(), d[d.size() / 2], d.back(), d.size());
+  }
   std::printf("\n");
 }
 
@@ -307,11 +336,22 @@ void bench_format(Backend& be, bool mlx, bool quick, double copy_gbs) {
       std::printf("| decode b=%d ctx %d, without silu_mul in the grouped gate_up | %.3f | %.0f | | | | |\n",
                   batch, ctx, ms5, batch * 1e3 / ms5);
     }
+    if (batch == 1 && mlx && std::getenv("TF_MOE_DECODE_STAMPS")) print_decode_stamps(be, m, meta, s);
+    if (batch == 1 && mlx) {
+      cuda::set_moe_decode(false);  // the routed chain instead of the one-kernel MoE (A/B, same bits)
+      const double ms4 = time_graph_ms(
+          s, [&] { forward(be, m, batch, outs, false); }, &captured);
+      cuda::set_moe_decode(true);
+      std::printf("| decode b=%d ctx %d, the routed chain (not one kernel) | %.3f | %.0f | | | | |\n", batch,
+                  ctx, ms4, batch * 1e3 / ms4);
+    }
     if (batch <= cuda::kMoeRoutedMaxRows) {
+      cuda::set_moe_decode(false);  // (the routed chain is what is compared)
       cuda::set_moe_routed(false);  // the routing + grouping kernel at decode too (A/B, same bits)
       const double ms3 = time_graph_ms(
           s, [&] { forward(be, m, batch, outs, false); }, &captured);
       cuda::set_moe_routed(true);
+      cuda::set_moe_decode(true);
       std::printf("| decode b=%d ctx %d, without routing inside the gate_up GEMM | %.3f | %.0f | | | | |\n",
                   batch, ctx, ms3, batch * 1e3 / ms3);
     }

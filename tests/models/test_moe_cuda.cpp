@@ -379,6 +379,68 @@ TEST_F(Moe, RoutedDecodeEqualsTheGroupedPath) {
   }
 }
 
+// One decode row of 4-bit experts runs the whole MoE after the router as one kernel (moe_decode: a grid
+// barrier between its gate_up and its down): the same bits as the routed chain (moe_routed_gemm twice, then
+// moe_combine), for each group size, plain and subnormal scale codes, top_k 8, 2 and 1, renormalised or
+// not, into bf16 and f32 outputs; 20 launches in a row (the barrier words reused) give each row's bits.
+TEST_F(Moe, DecodeKernelEqualsTheRoutedChain) {
+  if (const char* v = std::getenv("TF_MOE_FUSED"); v && std::string(v) == "0")
+    GTEST_SKIP() << "TF_MOE_FUSED=0 turns the fused path off";
+  auto run_f32 = [&](MoeWeights& g, const Tensor& host_x) {
+    Tensor x = gpu->upload(host_x), out = gpu->alloc({1, kMlxH}, DType::F32);
+    gpu->moe(x, g, out);
+    Tensor host = Tensor::empty({1, kMlxH}, DType::F32);
+    gpu->to_host(out, host);
+    return host.to_f32_vector();
+  };
+  int taken = 0;
+  for (const MlxCase c : kMlxCases) {
+    if (c.bits != 4) continue;
+    for (bool subnormal : {false, true})
+      for (int top_k : {8, 2, 1}) {
+        SCOPED_TRACE("group " + std::to_string(c.group) + (subnormal ? ", subnormal" : "") + ", top_k " +
+                     std::to_string(top_k));
+        cuda::set_mlx_subnormal_codes(subnormal);
+        MoeWeights g = make_mlx_moe(*gpu, top_k, top_k != 2, 51, c.bits, c.group);
+        cuda::set_mlx_subnormal_codes(true);
+        ASSERT_EQ(g.gate_up[0].subnormal_codes, subnormal);
+        cuda::MoeExperts up, down;
+        up.bits = down.bits = 4, up.experts = down.experts = kMlxE, up.subnormal = down.subnormal = subnormal;
+        up.row_bytes = kMlxH / 2, up.groups = int(kMlxH / c.group);
+        down.row_bytes = kMlxI / 2, down.groups = int(kMlxI / c.group);
+        ASSERT_TRUE(cuda::moe_decode_ok(up, down, 1, top_k, int(kMlxH), int(kMlxI)));
+        EXPECT_FALSE(cuda::moe_decode_ok(up, down, 2, top_k, int(kMlxH), int(kMlxI)));
+        std::mt19937 rng(52);
+        for (int i = 0; i < 4; ++i) {
+          const Tensor x = random_bf16({1, kMlxH}, 1.f, rng);
+          const OffOn r = run_off_on(*gpu, g, x, cuda::set_moe_decode);
+          double norm = 0;
+          for (float v : r.on) norm += double(v) * v;
+          EXPECT_GT(norm, 0.0);
+          EXPECT_EQ(0, std::memcmp(r.on.data(), r.off.data(), r.on.size() * 4))
+              << "row " << i << ", bf16 out";
+          cuda::set_moe_decode(false);
+          const auto off32 = run_f32(g, x);
+          cuda::set_moe_decode(true);
+          const auto on32 = run_f32(g, x);
+          EXPECT_EQ(0, std::memcmp(on32.data(), off32.data(), on32.size() * 4)) << "row " << i << ", f32 out";
+          ++taken;
+        }
+      }
+  }
+  EXPECT_GT(taken, 0);
+  // Back to back: the barrier words must come back ready for every launch.
+  MoeWeights g = make_mlx_moe(*gpu, 8, true, 53, 4, 64);
+  std::mt19937 rng(54);
+  const Tensor pool = random_bf16({20, kMlxH}, 1.f, rng);
+  cuda::set_moe_decode(false);
+  std::vector<std::vector<float>> chain;
+  for (int i = 0; i < 20; ++i) chain.push_back(run(*gpu, g, rows_of(pool, {i})));
+  cuda::set_moe_decode(true);
+  for (int i = 0; i < 20; ++i)
+    ASSERT_EQ(0, std::memcmp(run(*gpu, g, rows_of(pool, {i})).data(), chain[i].data(), kMlxH * 4)) << i;
+}
+
 // The persistent 4-bit grouped gate_up (tiles of 8 tokens) applies silu_mul itself: the same bits as the
 // silu_mul kernel after it, at 5..40 rows (the routed path stops at 4), for each 4-bit group size.
 TEST_F(Moe, GroupedGateUpSiluEqualsTheSiluKernel) {

@@ -19,9 +19,11 @@
 namespace tf::cuda {
 namespace {
 
-// Device tables of the experts' weight and scale pointers: [gate_up 0..E-1, down 0..E-1] each.
+// Device tables of the experts' weight and scale pointers: [gate_up 0..E-1, down 0..E-1] each, then the
+// layer's barrier words of moe_decode (kMoeDecodeBarrierWords, zeroed, 8-byte aligned).
 struct Prepared {
   void* table = nullptr;
+  unsigned* barrier = nullptr;
   ~Prepared() {
     if (table) cudaFree(table);
   }
@@ -65,13 +67,20 @@ const void* const* tables(MoeWeights& w, cudaStream_t s) {
     for (const auto& e : w.gate_up) ptrs.push_back(e.scales.defined() ? e.scales.raw() : nullptr);
     for (const auto& e : w.down) ptrs.push_back(e.scales.defined() ? e.scales.raw() : nullptr);
     auto p = std::make_shared<Prepared>();
-    TF_CUDA_CHECK(cudaMalloc(&p->table, ptrs.size() * sizeof(void*)));
+    const size_t bytes = (ptrs.size() * sizeof(void*) + 255) / 256 * 256;
+    TF_CUDA_CHECK(cudaMalloc(&p->table, bytes + kMoeDecodeBarrierWords * sizeof(unsigned)));
     TF_CUDA_CHECK(
         cudaMemcpyAsync(p->table, ptrs.data(), ptrs.size() * sizeof(void*), cudaMemcpyHostToDevice, s));
+    p->barrier = reinterpret_cast<unsigned*>(static_cast<char*>(p->table) + bytes);
+    TF_CUDA_CHECK(cudaMemsetAsync(p->barrier, 0, kMoeDecodeBarrierWords * sizeof(unsigned), s));
     TF_CUDA_CHECK(cudaStreamSynchronize(s));  // once per layer, at the first forward
     w.prepared = p;
   }
   return static_cast<const void* const*>(static_cast<Prepared*>(w.prepared.get())->table);
+}
+
+unsigned* barrier_of(const MoeWeights& w) {
+  return static_cast<Prepared*>(w.prepared.get())->barrier;
 }
 
 // The grouped GEMM's view of one projection (all experts alike, checked by moe_fusable).
@@ -142,12 +151,21 @@ void moe_fused(Backend& be, cudaStream_t s, const Tensor& h, MoeWeights& w, Tens
     if (rep >> i & 1) f();
   };
   twice(0, [&] { be.linear(h, w.router, logits); });
+  const MoeExperts gate_up = experts_of(w.gate_up[0], E, tab, tab + 2 * E),
+                   down = experts_of(w.down[0], E, tab + E, tab + 3 * E);
+  // One decode row of 4-bit experts: the whole MoE after the router in one kernel (moe_decode).
+  if (moe_decode_ok(gate_up, down, R, K, H, I)) {
+    Tensor act = be.alloc({P, I}, DType::BF16);
+    const MoeRouting rt{static_cast<const float*>(logits.raw()), R, K, w.norm_topk_prob, nullptr, nullptr};
+    twice(6, [&] {
+      moe_decode(rt, h.raw(), gate_up, down, act.raw(), out.raw(), out.dtype(), H, I, barrier_of(w), s);
+    });
+    return;
+  }
   const int tile = moe_tile_for(P, E), max_tiles = moe_max_tiles(P, E, tile);
   Tensor pair_e = be.alloc({P}, DType::I32), pair_w = be.alloc({P}, DType::F32);
   Tensor slot_of_pair = be.alloc({P}, DType::I32), slot_row = be.alloc({P}, DType::I32);
   Tensor tiles = be.alloc({max_tiles + 1, 4}, DType::I32);
-  const MoeExperts gate_up = experts_of(w.gate_up[0], E, tab, tab + 2 * E),
-                   down = experts_of(w.down[0], E, tab + E, tab + 3 * E);
   // Decode: the gate_up GEMM routes the rows itself and applies silu_mul (moe_routed_gemm): no routing +
   // grouping kernel, no silu_mul kernel, no gu tensor.
   const bool routed = moe_routed_ok(gate_up, down, R, K, H, I);

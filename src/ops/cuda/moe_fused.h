@@ -18,7 +18,8 @@ bool moe_fusable(const Tensor& h, const MoeWeights& w);
 // TF_MOE_FUSED=0 does), true lets the fused path back in. Not to be flipped while a forward runs.
 void set_moe_fused(bool enabled);
 // Benches only (timing; the values are unchanged): bit i of `mask` runs the fused path's kernel i twice
-// (0 router linear, 1 routing + grouping, 2 gate_up GEMM, 3 silu_mul, 4 down GEMM, 5 combine). Each kernel
+// (0 router linear, 1 routing + grouping, 2 gate_up GEMM, 3 silu_mul, 4 down GEMM, 5 combine, 6 the
+// one-kernel decode MoE). Each kernel
 // is idempotent, so the second run's cost is what one more dependent step of that kind costs the step.
 void set_moe_repeat(unsigned mask);
 // Tokens a grouped-GEMM tile holds for `pairs` (rows * top_k) over `experts`: 8 while experts get ~1 row.

@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "core/dtype.h"
 
@@ -95,6 +96,27 @@ void set_moe_routed(bool on);
 // Tests: true routes every row with the shared-memory scratch (else up to 256 experts use registers; the same
 // picks and weights). Synchronous; not while a forward runs.
 void set_moe_route_smem_only(bool on);
+// The MoE of one decode row (rows == 1) with MLX 4-bit experts in one kernel (moe_decode.cu): the routing,
+// moe_routed_gemm's gate_up with silu_mul into act [top_k, inter], its down and moe_combine's sum into out
+// (bf16 or f32 [1, hidden]), with a grid barrier between the gate_up and the down (each down block's weights
+// copied into shared memory before it). The same bits as that chain. `barrier`: kMoeDecodeBarrierWords
+// zeroed device words, 8-byte aligned, owned by the call site (one block a layer): a 64-bit arrival count
+// that every launch raises by its grid (the same every launch), so no reset is needed between launches or
+// graph replays; the grid is every block that fits the device at once. set_moe_decode(false)
+// (TF_MOE_DECODE=0): the chain (A/B).
+constexpr int kMoeDecodeBarrierWords = 2;
+bool moe_decode_ok(const MoeExperts& gate_up, const MoeExperts& down, int rows, int top_k, int hidden,
+                   int inter);
+void moe_decode(const MoeRouting& r, const void* x, const MoeExperts& gate_up, const MoeExperts& down,
+                void* act, void* out, DType out_dtype, int hidden, int inter, unsigned* barrier,
+                cudaStream_t s);
+void set_moe_decode(bool on);
+// Benches: with stamps on, every later moe_decode launch has each block's thread 0 write globaltimer (ns) at
+// 0 after its wait, 1 gate_up done, 2 past the barrier, 3 act and the down tile in shared memory, 4 the down
+// MMAs done, 5 the combine stored, 6 + 2j / 7 + 2j team 0's j-th item landed / stored (j < 3):
+// moe_decode_stamps()[block * 12 + i] of the last launch (0: not reached).
+void set_moe_decode_stamps(bool on);
+std::vector<unsigned long long> moe_decode_stamps(int* blocks);
 // slot_of_pair null: pair p's slot is p (moe_routed_gemm's layout).
 // out[t, :] = sum over j < top_k, in increasing j, of weights[t*top_k+j] * y[slot_of_pair[t*top_k+j], :]
 // in fp32, rounded once to out's dtype (bf16 or f32).

@@ -1,0 +1,457 @@
+// The MoE of one decode row in one kernel (moe_kernels.h's moe_decode): routing, the gate_up GEMM with
+// silu_mul, the down GEMM and the combine, where the op chain (moe_routed_gemm twice, then moe_combine) ran
+// three kernels, each waiting for the last one's grid to drain before its first weight request, each item's
+// weights requested one item ahead (docs/cuda-notes.md "Session 31").
+//
+// One block of two 8-warp teams an SM (all resident):
+// 1. every block routes the row (route_row, warp 0) and copies the row's x into shared memory;
+// 2. it then requests every weight byte it will read, at once, by bulk copies into shared memory, each item
+//    completing on its own mbarrier: its gate_up items (pair, 8 gate features and their 8 up features; item i
+//    to block i % grid, as moe_routed_gemm's persistent kernel deals them) and, for block d < hidden / 16,
+//    its down tile (output features 16d .. 16d + 15 of each of the row's top_k experts);
+// 3. the teams take the block's items in turn (warp s of a team: K slice s), each item stored as silu_mul of
+//    the two bf16 sums (store_tile_silu's bits) into act [top_k, inter] in global memory;
+// 4. a grid barrier (a 64-bit arrival count that only grows, so graph replays need no host reset): the
+//    blocks without a down tile arrive and leave;
+// 5. each down block copies act into shared memory; team 0 computes the first half of the pairs, team 1 the
+//    rest (warp s: K slice s), the slice sums in warp order are rounded to bf16 (store_tile's bits), and the
+//    pairs are combined in rank order with one fma each (moe_combine's bits).
+//
+// Every value has the chain's bits: the same dequantisation (quant_common.cuh), the same K slices and MMA
+// chains (a pair is a one-token tile: lane g = 0 carries the token, the other lanes zeros), the same slice
+// sums, silu_mul and combine order. GPU test: DecodeKernelEqualsTheRoutedChain (test_moe_cuda).
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "ops/cuda/activation.cuh"  // silu_mul_bf16
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/launch.h"
+#include "ops/cuda/mbarrier.cuh"
+#include "ops/cuda/moe_kernels.h"
+#include "ops/cuda/moe_route.cuh"  // route_row
+#include "ops/cuda/quant_common.cuh"
+
+namespace tf::cuda {
+namespace {
+
+const bool g_pdl = pdl_group_enabled("MOE");           // launch.h
+bool g_decode_on = env_switch("TF_MOE_DECODE", true);  // set_moe_decode
+unsigned long long* g_stamps = nullptr;                // set_moe_decode_stamps
+bool g_stamps_on = false;
+int g_stamp_blocks = 0;
+// Benches (timing only, wrong values): TF_MOE_DECODE_ABLATE=1 no down phase, 2 no barrier wait, 3 no gate_up
+// arithmetic.
+const int g_ablate = [] {
+  const char* v = std::getenv("TF_MOE_DECODE_ABLATE");
+  return v ? std::atoi(v) : 0;
+}();
+
+constexpr int kWarps = 8;                       // K slices of a tile: a team's warps
+constexpr int kTeams = 2;                       // teams a block
+constexpr int kThreads = kTeams * kWarps * 32;  // 512: one block an SM
+constexpr int kSlice = 8;            // gate_up: a warp's K slice in chunks at most (hidden <= 2048)
+constexpr int kDU = 4;               // down: a warp's K slice in chunks at most (inter <= 1024)
+constexpr int kMaxPairs = 8;         // top_k at most (one row)
+constexpr int kMaxItems = 16;        // gate_up items a block at most
+constexpr int kPairStep = 2;         // down: a warp's pairs computed together (independent chains)
+constexpr int kStamps = 12;          // bench stamps a block
+constexpr int kMaxSmem = 216 << 10;  // dynamic shared memory a block at most
+
+// Dynamic shared memory (bytes): the activation rows (x then a zero row; after the barrier act's top_k rows
+// then a zero row), the experts' pointer tables (gate_up weights, scales, down weights, scales), `slots`
+// gate_up items (16 packed rows: 8 gate then 8 up, then their 16 scale rows), the down tile (packed rows
+// [pair][16], then scale rows [pair][16]) and the mbarriers (one an item, then the down tile's). Rows are
+// unpadded, so that each block of consecutive rows is one bulk copy (a warp's 16-byte loads of rows g and
+// g + 8 then meet 2-way bank conflicts).
+struct Layout {
+  int tables, items, item_bytes, down_w, down_s, bars, total;
+};
+__host__ __device__ inline Layout layout_of(int experts, int pairs, int hidden, int inter, int gu_groups,
+                                            int dn_groups, int slots) {
+  Layout l;
+  const int rows = 2 * hidden > (pairs + 1) * inter ? 2 * hidden : (pairs + 1) * inter;
+  l.tables = (rows * 2 + 15) / 16 * 16;
+  l.items = l.tables + 4 * experts * 8;
+  l.item_bytes = 16 * (hidden / 2) + 16 * gu_groups * 4;
+  l.down_w = l.items + slots * l.item_bytes;
+  l.down_s = l.down_w + pairs * 16 * (inter / 2);
+  l.bars = l.down_s + pairs * 16 * dn_groups * 4;
+  l.total = l.bars + (slots + 1) * 8;
+  return l;
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return uint32_t(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ unsigned long long globaltimer() {
+  unsigned long long v;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(v));
+  return v;
+}
+
+__device__ __forceinline__ unsigned long long ld_acquire64(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Word k of v1 (hi) or v0, by selects (an indexed pick went through local memory).
+__device__ __forceinline__ uint32_t word_in(const uint4& v0, const uint4& v1, bool hi, int k) {
+  const uint32_t x = hi ? v1.x : v0.x, y = hi ? v1.y : v0.y, z = hi ? v1.z : v0.z, w = hi ? v1.w : v0.w;
+  const uint32_t lo = (k & 1) ? y : x, up = (k & 1) ? w : z;
+  return (k & 2) ? up : lo;
+}
+
+__device__ __forceinline__ uint4 quad_of(const char* row, int q, int t) {  // lane t's words of chunks 4q..
+  return *reinterpret_cast<const uint4*>(row + (q * 4 + t) * 16);
+}
+
+// A gate_up K slice of kSlice = 8 chunks starting at a multiple of 8, all in quads: rows a and b's words in
+// four 16-byte loads, and their scale|bias words loaded once a group, as vectors (a group spans 1 << SH
+// chunks; SH = 3: groups of 256 or more, one word). Loaded a chunk at a time, the scale words cost 16 loads a
+// warp with 8-way bank conflicts (the 8 rows of a block are gs words apart): 128 shared-memory wavefronts a
+// warp and item, with 16 warps an SM the item's whole time (run 344). Same words, same chunk order: the
+// same bits.
+template <int KIND, int SH>
+__device__ __forceinline__ void slice_quads(float* acc, const char* wa, const char* wb, const unsigned* sa,
+                                            const unsigned* sb, int c_begin, int sh, int t, const uint4* xb) {
+  const uint4 a0 = quad_of(wa, c_begin / 4, t), a1 = quad_of(wa, c_begin / 4 + 1, t);
+  const uint4 b0 = quad_of(wb, c_begin / 4, t), b1 = quad_of(wb, c_begin / 4 + 1, t);
+  const uint32_t va[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+  const uint32_t vb[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+  constexpr int kGroups = SH >= 3 ? 1 : 8 >> SH;  // groups of the slice
+  uint32_t ga[kGroups], gb[kGroups];
+  const int g0 = c_begin >> sh;  // 4-aligned for SH <= 1, 2-aligned for SH = 2
+  if constexpr (kGroups >= 4) {
+#pragma unroll
+    for (int j = 0; j < kGroups; j += 4) {
+      const uint4 u = *reinterpret_cast<const uint4*>(sa + g0 + j),
+                  v = *reinterpret_cast<const uint4*>(sb + g0 + j);
+      ga[j] = u.x, ga[j + 1] = u.y, ga[j + 2] = u.z, ga[j + 3] = u.w;
+      gb[j] = v.x, gb[j + 1] = v.y, gb[j + 2] = v.z, gb[j + 3] = v.w;
+    }
+  } else if constexpr (kGroups == 2) {
+    const uint2 u = *reinterpret_cast<const uint2*>(sa + g0), v = *reinterpret_cast<const uint2*>(sb + g0);
+    ga[0] = u.x, ga[1] = u.y, gb[0] = v.x, gb[1] = v.y;
+  } else {
+    ga[0] = sa[g0], gb[0] = sb[g0];
+  }
+#pragma unroll
+  for (int i = 0; i < kSlice; ++i) {
+    const int j = SH >= 3 ? 0 : i >> SH;
+    const Raw ra{va[i], 0, ga[j], 0}, rw{vb[i], 0, gb[j], 0};
+    mma_chunk(acc, dequant<KIND, 4>(ra), dequant<KIND, 4>(rw), xb[4 * i]);
+  }
+}
+
+template <int KIND>
+__global__ void __launch_bounds__(kThreads, 1)
+    moe_decode_kernel(const MoeRouting r, const __nv_bfloat16* x, const MoeExperts gu, const MoeExperts dn,
+                      __nv_bfloat16* act, void* out, bool out_f32, int hidden, int inter, unsigned* bar,
+                      int ablate, unsigned long long* stamps) {
+  // (benches: globaltimer stamps of thread 0 at the phases' ends, stamps[block * kStamps + i])
+  auto stamp = [&](int i) {
+    if (stamps && threadIdx.x == 0) stamps[blockIdx.x * kStamps + i] = globaltimer();
+  };
+  __shared__ float red[kTeams][2][kWarps][16];    // the gate_up's slice partials of token 0, a team's two
+  __shared__ float red_d[kWarps][kMaxPairs][16];  // the down's, by pair
+  __shared__ float y_s[kMaxPairs][16];            // the down's outputs of the tile (bf16 values)
+  __shared__ float prob[kMoeMaxExperts];          // route_row's scratch (more than 256 experts)
+  __shared__ int32_t e_s[kMaxPairs];
+  __shared__ float w_s[kMaxPairs];
+  extern __shared__ uint4 smem[];
+  const int P = r.top_k, E = gu.experts, G = int(gridDim.x), b = int(blockIdx.x);
+  const int items = P * (inter / 8), slots = (items + G - 1) / G;
+  const int mine = items > b ? (items - 1 - b) / G + 1 : 0;  // items b, b + G, ...
+  const Layout L = layout_of(E, P, hidden, inter, gu.groups, dn.groups, slots);
+  char* const base = reinterpret_cast<char*>(smem);
+  __nv_bfloat16* const rows_s = reinterpret_cast<__nv_bfloat16*>(base);
+  const void** const tab = reinterpret_cast<const void**>(base + L.tables);
+  const uint32_t bars =
+      smem_addr(base + L.bars);  // item k's at bars + 8 k, the down tile's at bars + 8 slots
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int team = warp / kWarps, s = warp % kWarps;
+  const int dtiles = hidden / 16;
+  const bool has_down = b < dtiles;
+  pdl_launch_dependents();
+  // The pointer tables are constant (written at the layer's first forward): copied before the wait.
+  for (int i = threadIdx.x; i < E; i += kThreads)
+    tab[i] = gu.weights[i], tab[E + i] = gu.scales[i], tab[2 * E + i] = dn.weights[i],
+    tab[3 * E + i] = dn.scales[i];
+  for (int i = threadIdx.x; i < hidden / 8; i += kThreads)
+    reinterpret_cast<uint4*>(rows_s + hidden)[i] = make_uint4(0, 0, 0, 0);
+  if (threadIdx.x == 0) {
+    for (int i = 0; i <= slots; ++i) mbar_init(bars + 8 * i, 1);
+    mbar_init_fence();
+  }
+  pdl_wait();  // the logits and x
+  stamp(0);
+  if (warp == 0) route_row(r.logits, 0, E, P, r.norm, e_s, w_s, prob, lane);
+  for (int i = threadIdx.x; i < hidden / 8; i += kThreads)
+    cp_async16(smem_addr(rows_s + 8 * i), x + 8 * i, true);
+  cp_async_commit();
+  __syncthreads();  // e_s, w_s, the tables, the zero row, the mbarriers
+  if (b == 0 && threadIdx.x < P && r.pair_e)
+    r.pair_e[threadIdx.x] = e_s[threadIdx.x], r.pair_w[threadIdx.x] = w_s[threadIdx.x];
+
+  // Every byte the block reads, requested now (rows copied as they are, into padded rows).
+  const int gu_rb = hidden / 2, dn_rb = inter / 2, gu_gs = gu.groups, dn_gs = dn.groups;
+  for (int k = warp; k < mine; k += kTeams * kWarps) {  // item k: 4 bulk copies (lanes 0-3)
+    const int item = b + k * G, p = item % P, n0 = item / P * 8;
+    const char* w = static_cast<const char*>(tab[e_s[p]]);
+    const char* sc = static_cast<const char*>(tab[E + e_s[p]]);
+    char* slot = base + L.items + k * L.item_bytes;
+    const uint32_t mb = bars + 8 * k;
+    if (lane == 0) mbar_arrive_expect_tx(mb, 16 * gu_rb + 16 * gu_gs * 4);
+    __syncwarp();
+    if (lane < 4) {  // 8 gate rows, their 8 up rows, then the two blocks of scale rows
+      const int n = (lane & 1) == 0 ? n0 : inter + n0;
+      if (lane < 2)
+        bulk_copy_g2s(smem_addr(slot + lane * 8 * gu_rb), w + int64_t(n) * gu_rb, 8 * gu_rb, mb);
+      else
+        bulk_copy_g2s(smem_addr(slot + 16 * gu_rb + (lane - 2) * 8 * gu_gs * 4), sc + int64_t(n) * gu_gs * 4,
+                      8 * gu_gs * 4, mb);
+    }
+  }
+  if (has_down && warp == kTeams * kWarps - 1) {  // the down tile: rows n0 .. n0 + 15 of each pair's expert
+    const int64_t n0 = int64_t(b) * 16;
+    const uint32_t mb = bars + 8 * slots;
+    if (lane == 0) mbar_arrive_expect_tx(mb, P * 16 * dn_rb + P * 16 * dn_gs * 4);
+    __syncwarp();
+    if (lane < P)
+      bulk_copy_g2s(smem_addr(base + L.down_w + lane * 16 * dn_rb),
+                    static_cast<const char*>(tab[2 * E + e_s[lane]]) + n0 * dn_rb, 16 * dn_rb, mb);
+    else if (lane >= 16 && lane < 16 + P)
+      bulk_copy_g2s(smem_addr(base + L.down_s + (lane - 16) * 16 * dn_gs * 4),
+                    static_cast<const char*>(tab[3 * E + e_s[lane - 16]]) + n0 * dn_gs * 4, 16 * dn_gs * 4,
+                    mb);
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // x, everyone's copies
+
+  // The gate_up: team `team` takes the block's items team, team + 2, ...; warp s computes K slice s.
+  {
+    const int chunks = hidden / 32, sh = gu.chunk_shift, qc = gu.quad_chunks;
+    const int c_begin = s * chunks / kWarps, count = (s + 1) * chunks / kWarps - c_begin;  // <= kSlice
+    // Lane g = 0 carries the token (x), the other lanes the zero row: the zeros the chain's one-token tiles
+    // stage for tokens past the tile. Chunk c's 16 bytes of lane t: xb[4 (c - c_begin)].
+    const uint4* const xb = reinterpret_cast<const uint4*>(rows_s + (g == 0 ? 0 : hidden)) + t + 4 * c_begin;
+    const bool quads = c_begin % 8 == 0 && count == kSlice && c_begin + kSlice <= qc && gu_gs % 4 == 0;
+    int it = 0;
+    for (int k = team; k < mine; k += kTeams, ++it) {
+      const int item = b + k * G, p = item % P, n0 = item / P * 8;
+      const char* slot = base + L.items + k * L.item_bytes;
+      const char* wa = slot + g * gu_rb;  // rows g (gate feature n0 + g) and g + 8 (its up feature)
+      const char* wb = wa + 8 * gu_rb;
+      const unsigned* sa = reinterpret_cast<const unsigned*>(slot + 16 * gu_rb) + g * gu_gs;
+      const unsigned* sb = sa + 8 * gu_gs;
+      mbar_wait(bars + 8 * k, 0);
+      if (k < 6) stamp(6 + k);    // (team 0's items 0, 2, 4 landed: 6, 8, 10)
+      if (ablate == 3) continue;  // (uniform over the team: no barrier skipped by part of it)
+      float acc[4] = {0.f, 0.f, 0.f, 0.f};
+      if (quads) {  // two whole quads; the scale words by group (one vector load a row: see slice_quads)
+        if (sh == 0)
+          slice_quads<KIND, 0>(acc, wa, wb, sa, sb, c_begin, sh, t, xb);
+        else if (sh == 1)
+          slice_quads<KIND, 1>(acc, wa, wb, sa, sb, c_begin, sh, t, xb);
+        else if (sh == 2)
+          slice_quads<KIND, 2>(acc, wa, wb, sa, sb, c_begin, sh, t, xb);
+        else
+          slice_quads<KIND, 3>(acc, wa, wb, sa, sb, c_begin, sh, t, xb);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kSlice; ++i) {
+          if (i >= count) break;
+          const int c = c_begin + i;
+          const Raw ra{reinterpret_cast<const uint32_t*>(wa)[word_of(c, t, qc)], 0, sa[c >> sh], 0};
+          const Raw rw{reinterpret_cast<const uint32_t*>(wb)[word_of(c, t, qc)], 0, sb[c >> sh], 0};
+          mma_chunk(acc, dequant<KIND, 4>(ra), dequant<KIND, 4>(rw), xb[4 * i]);
+        }
+      }
+      float(*const rb)[16] = red[team][it & 1];
+      if (t == 0) rb[s][g] = acc[0], rb[s][g + 8] = acc[2];  // token 0 of put_slice's layout
+      asm volatile("bar.sync %0, %1;" ::"r"(1 + team), "r"(kWarps * 32) : "memory");
+      if (s == 0 && lane < 8 && n0 + lane < inter) {  // store_tile_silu's sums and silu_mul
+        float sg = rb[0][lane], su = rb[0][lane + 8];
+#pragma unroll
+        for (int q = 1; q < kWarps; ++q) sg += rb[q][lane], su += rb[q][lane + 8];
+        act[int64_t(p) * inter + n0 + lane] =
+            silu_mul_bf16(__bfloat162float(__float2bfloat16(sg)), __bfloat162float(__float2bfloat16(su)));
+      }
+      if (k < 6) stamp(7 + k);  // (stored: 7, 9, 11)
+    }
+  }
+
+  stamp(1);
+  // The grid barrier: act complete. Every thread's stores fenced, then one arrival a block on a 64-bit count
+  // that only grows (the grid is the same every launch): a launch's blocks wait for the next multiple of it.
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    auto* count = reinterpret_cast<unsigned long long*>(bar);
+    const unsigned long long old = atomicAdd(count, 1ull), target = (old / G + 1) * G;
+    if (has_down && ablate != 2) {
+      // A grid that is not all resident (another process's kernels, MPS limits) would never arrive: after
+      // ~4 s the launch fails (trap) instead of hanging the stream.
+      const unsigned long long t0 = globaltimer();
+      for (unsigned n = 1; ld_acquire64(count) < target; ++n)
+        if (n % 4096 == 0 && globaltimer() - t0 > 4000000000ull) __trap();
+    }
+  }
+  stamp(2);
+  if (has_down && ablate == 1) mbar_wait(bars + 8 * slots, 0);  // no copy in flight at the exit
+  if (!has_down || ablate == 1) return;
+  __syncthreads();
+
+  // act's top_k rows (written by every block: read through L2) and a zero row, over x's.
+  for (int i = threadIdx.x; i < P * inter / 8; i += kThreads)
+    cp_async16(smem_addr(rows_s + 8 * i), act + 8 * i, true);
+  cp_async_commit();
+  for (int i = threadIdx.x; i < inter / 8; i += kThreads)
+    reinterpret_cast<uint4*>(rows_s + P * inter)[i] = make_uint4(0, 0, 0, 0);
+  mbar_wait(bars + 8 * slots, 0);  // the down tile
+  cp_async_wait<0>();
+  __syncthreads();
+  stamp(3);
+  // Pair p: the one-token tile at slot p of moe_routed_gemm's down (the same chunks, dequantisation and MMA
+  // chain), its 16 rows from shared memory. Team 0 the first half of the pairs, team 1 the rest.
+  const int dchunks = inter / 32;
+  const int d_begin = s * dchunks / kWarps, dcount = (s + 1) * dchunks / kWarps - d_begin;  // <= kDU
+  const int sh = dn.chunk_shift, qc = dn.quad_chunks, q0 = d_begin >> 2, half = (P + 1) / 2;
+  const int p_end = team == 0 ? half : P;
+  for (int p0 = team * half; p0 < p_end; p0 += kPairStep) {
+#pragma unroll
+    for (int pp = 0; pp < kPairStep; ++pp) {
+      const int p = p0 + pp;
+      if (p >= p_end) break;
+      float acc[4] = {0.f, 0.f, 0.f, 0.f};
+      const char* wa = base + L.down_w + (p * 16 + g) * dn_rb;  // rows g and g + 8
+      const char* wb = wa + 8 * dn_rb;
+      const unsigned* sa = reinterpret_cast<const unsigned*>(base + L.down_s) + (p * 16 + g) * dn_gs;
+      const unsigned* sb = sa + 8 * dn_gs;
+      const uint4* xp = reinterpret_cast<const uint4*>(rows_s + (g == 0 ? p * inter : P * inter)) + t;
+      // The quads holding the slice's chunks (at most 2): lane t's words of chunks 4q .. 4q + 3, one
+      // 16-byte load a row (word_of); chunks past quad_chunks are single words.
+      uint4 qa0{}, qa1{}, qb0{}, qb1{};
+      if (4 * q0 < qc) qa0 = quad_of(wa, q0, t), qb0 = quad_of(wb, q0, t);
+      if (4 * (q0 + 1) < d_begin + dcount && 4 * (q0 + 1) < qc)
+        qa1 = quad_of(wa, q0 + 1, t), qb1 = quad_of(wb, q0 + 1, t);
+#pragma unroll
+      for (int i = 0; i < kDU; ++i) {
+        if (i >= dcount) break;
+        const int c = d_begin + i;
+        uint32_t va, vb;
+        if (c < qc) {
+          const bool hi = (c >> 2) != q0;
+          va = word_in(qa0, qa1, hi, c & 3), vb = word_in(qb0, qb1, hi, c & 3);
+        } else {
+          va = reinterpret_cast<const uint32_t*>(wa)[word_of(c, t, qc)];
+          vb = reinterpret_cast<const uint32_t*>(wb)[word_of(c, t, qc)];
+        }
+        const Raw ra{va, 0, sa[c >> sh], 0}, rw{vb, 0, sb[c >> sh], 0};
+        mma_chunk(acc, dequant<KIND, 4>(ra), dequant<KIND, 4>(rw), xp[4 * c]);
+      }
+      if (t == 0) red_d[s][p][g] = acc[0], red_d[s][p][g + 8] = acc[2];  // token 0 of put_slice's layout
+    }
+  }
+  stamp(4);
+  __syncthreads();
+  if (threadIdx.x < P * 16) {  // each (pair, feature): the slice sums in warp order, rounded (store_tile)
+    const int j = threadIdx.x / 16, f = threadIdx.x % 16;
+    float y = red_d[0][j][f];
+#pragma unroll
+    for (int q = 1; q < kWarps; ++q) y += red_d[q][j][f];
+    y_s[j][f] = __bfloat162float(__float2bfloat16(y));
+  }
+  __syncthreads();
+  if (threadIdx.x < 16) {  // the combine: ranks in order, one fma each (moe_combine)
+    const int f = threadIdx.x, col = b * 16 + f;
+    float acc = 0.f;
+    for (int j = 0; j < P; ++j) acc = __fmaf_rn(w_s[j], y_s[j][f], acc);
+    if (out_f32)
+      static_cast<float*>(out)[col] = acc;
+    else
+      static_cast<__nv_bfloat16*>(out)[col] = __float2bfloat16(acc);
+  }
+  stamp(5);
+}
+
+// The persistent grid: every block that fits the device at once (one an SM).
+int grid_blocks() {
+  return resident_blocks(reinterpret_cast<const void*>(moe_decode_kernel<kMlxBf16>), kThreads, kMaxSmem);
+}
+
+template <int KIND>
+void launch(const MoeRouting& r, const void* x, const MoeExperts& gu, const MoeExperts& dn, void* act,
+            void* out, bool out_f32, int hidden, int inter, unsigned* bar, int smem, int grid,
+            cudaStream_t s) {
+  auto kernel = moe_decode_kernel<KIND>;
+  TF_CHECK(resident_blocks(reinterpret_cast<const void*>(kernel), kThreads, kMaxSmem) == grid,
+           "moe_decode: the instances' grids differ");
+  if (g_stamps_on && !g_stamps) {
+    TF_CUDA_CHECK(cudaMalloc(&g_stamps, size_t(grid) * kStamps * 8));
+    TF_CUDA_CHECK(cudaMemset(g_stamps, 0, size_t(grid) * kStamps * 8));
+    g_stamp_blocks = grid;
+  }
+  launch_pdl_if(g_pdl, kernel, grid, kThreads, size_t(smem), s, r, static_cast<const __nv_bfloat16*>(x), gu,
+                dn, static_cast<__nv_bfloat16*>(act), out, out_f32, hidden, inter, bar, g_ablate, g_stamps);
+  TF_CUDA_LAUNCH_CHECK();
+}
+
+// The call's shared memory, or 0 where it does not fit the kernel.
+int smem_for(const MoeExperts& gu, const MoeExperts& dn, int top_k, int hidden, int inter, int grid) {
+  const int items = top_k * (inter / 8), slots = (items + grid - 1) / grid;
+  if (slots > kMaxItems || hidden / 16 > grid) return 0;
+  const int total = layout_of(gu.experts, top_k, hidden, inter, gu.groups, dn.groups, slots).total;
+  return total <= kMaxSmem ? total : 0;
+}
+
+}  // namespace
+
+bool moe_decode_ok(const MoeExperts& gu, const MoeExperts& dn, int rows, int top_k, int hidden, int inter) {
+  if (!g_decode_on || rows != 1 || gu.bits != 4 || dn.bits != 4 || gu.subnormal != dn.subnormal ||
+      top_k < 1 || top_k > kMaxPairs || top_k > gu.experts || gu.experts > kMoeMaxExperts ||
+      dn.experts != gu.experts || hidden % 32 || inter % 32 || hidden <= 0 || inter <= 0)
+    return false;
+  if ((hidden / 32 + kWarps - 1) / kWarps > kSlice || (inter / 32 + kWarps - 1) / kWarps > kDU) return false;
+  return smem_for(gu, dn, top_k, hidden, inter, grid_blocks()) > 0;
+}
+
+void moe_decode(const MoeRouting& r, const void* x, const MoeExperts& gate_up, const MoeExperts& down,
+                void* act, void* out, DType out_dtype, int hidden, int inter, unsigned* barrier,
+                cudaStream_t s) {
+  TF_CHECK(moe_decode_ok(gate_up, down, r.rows, r.top_k, hidden, inter) && barrier,
+           "moe_decode: the call does not fit (moe_decode_ok)");
+  TF_CHECK(out_dtype == DType::BF16 || out_dtype == DType::F32, "moe_decode: out must be bf16 or f32");
+  const int grid = grid_blocks(), smem = smem_for(gate_up, down, r.top_k, hidden, inter, grid);
+  const bool f32 = out_dtype == DType::F32;
+  if (gate_up.subnormal)
+    return launch<kMlxBf16Sub>(r, x, gate_up, down, act, out, f32, hidden, inter, barrier, smem, grid, s);
+  launch<kMlxBf16>(r, x, gate_up, down, act, out, f32, hidden, inter, barrier, smem, grid, s);
+}
+
+void set_moe_decode(bool on) {
+  g_decode_on = on;
+}
+
+void set_moe_decode_stamps(bool on) {
+  g_stamps_on = on;
+  if (!on && g_stamps) {
+    TF_CUDA_CHECK(cudaFree(g_stamps));
+    g_stamps = nullptr;
+  }
+}
+
+std::vector<unsigned long long> moe_decode_stamps(int* blocks) {
+  std::vector<unsigned long long> v(size_t(g_stamp_blocks) * kStamps);
+  if (g_stamps) TF_CUDA_CHECK(cudaMemcpy(v.data(), g_stamps, v.size() * 8, cudaMemcpyDeviceToHost));
+  *blocks = g_stamp_blocks;
+  return v;
+}
+
+}  // namespace tf::cuda

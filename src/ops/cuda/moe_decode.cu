@@ -5,10 +5,12 @@
 //
 // One block of two 8-warp teams an SM (all resident):
 // 1. every block routes the row (route_row, warp 0) and copies the row's x into shared memory;
-// 2. it then requests every weight byte it will read, at once, by bulk copies into shared memory, each item
-//    completing on its own mbarrier: its gate_up items (pair, 8 gate features and their 8 up features; item i
-//    to block i % grid, as moe_routed_gemm's persistent kernel deals them) and, for block d < hidden / 16,
-//    its down tile (output features 16d .. 16d + 15 of each of the row's top_k experts);
+// 2. it then requests the weight bytes it will read by bulk copies into shared memory, each item completing
+// on
+//    its own mbarrier: its gate_up items (pair, 8 gate features and their 8 up features; item i to block
+//    i % grid, as moe_routed_gemm's persistent kernel deals them), a window of 4 in flight (item k + 4
+//    requested as item k lands), and, for block d < hidden / 16, its down tile (output features 16d ..
+//    16d + 15 of each of the row's top_k experts) once team 1's second item has landed;
 // 3. the teams take the block's items in turn (warp s of a team: K slice s), each item stored as silu_mul of
 //    the two bf16 sums (store_tile_silu's bits) into act [top_k, inter] in global memory;
 // 4. a grid barrier (a 64-bit arrival count that only grows, so graph replays need no host reset): the
@@ -45,9 +47,11 @@ bool g_stamps_on = false;
 int g_stamp_blocks = 0;
 // Benches (timing only, wrong values): TF_MOE_DECODE_ABLATE=1 no down phase, 2 no barrier wait, 3 no gate_up
 // arithmetic.
+// TF_MOE_DECODE_WINDOW (same values, A/B): gate_up items in flight a block (even, 2 .. kMaxItems).
 const int g_ablate = [] {
-  const char* v = std::getenv("TF_MOE_DECODE_ABLATE");
-  return v ? std::atoi(v) : 0;
+  const char *a = std::getenv("TF_MOE_DECODE_ABLATE"), *w = std::getenv("TF_MOE_DECODE_WINDOW");
+  const int win = w ? std::atoi(w) : 0;
+  return (a ? std::atoi(a) : 0) | (win >= 2 && win % 2 == 0 && win <= 16 ? win : 0) << 8;
 }();
 
 constexpr int kWarps = 8;                       // K slices of a tile: a team's warps
@@ -57,6 +61,7 @@ constexpr int kSlice = 8;            // gate_up: a warp's K slice in chunks at m
 constexpr int kDU = 4;               // down: a warp's K slice in chunks at most (inter <= 1024)
 constexpr int kMaxPairs = 8;         // top_k at most (one row)
 constexpr int kMaxItems = 16;        // gate_up items a block at most
+constexpr int kWindow = 4;           // gate_up items in flight a block (TF_MOE_DECODE_WINDOW: even, >= 2)
 constexpr int kPairStep = 2;         // down: a warp's pairs computed together (independent chains)
 constexpr int kStamps = 12;          // bench stamps a block
 constexpr int kMaxSmem = 216 << 10;  // dynamic shared memory a block at most
@@ -155,6 +160,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                       __nv_bfloat16* act, void* out, bool out_f32, int hidden, int inter, unsigned* bar,
                       int ablate, unsigned long long* stamps) {
   // (benches: globaltimer stamps of thread 0 at the phases' ends, stamps[block * kStamps + i])
+  const int window = ablate >> 8 ? ablate >> 8 : kWindow;  // benches: TF_MOE_DECODE_WINDOW
+  ablate &= 0xff;
   auto stamp = [&](int i) {
     if (stamps && threadIdx.x == 0) stamps[blockIdx.x * kStamps + i] = globaltimer();
   };
@@ -201,7 +208,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // Every byte the block reads, requested now (rows copied as they are, into padded rows).
   const int gu_rb = hidden / 2, dn_rb = inter / 2, gu_gs = gu.groups, dn_gs = dn.groups;
-  for (int k = warp; k < mine; k += kTeams * kWarps) {  // item k: 4 bulk copies (lanes 0-3)
+  auto issue_item = [&](int k) {  // item k: 4 bulk copies (lanes 0-3 of the calling warp)
     const int item = b + k * G, p = item % P, n0 = item / P * 8;
     const char* w = static_cast<const char*>(tab[e_s[p]]);
     const char* sc = static_cast<const char*>(tab[E + e_s[p]]);
@@ -217,8 +224,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         bulk_copy_g2s(smem_addr(slot + 16 * gu_rb + (lane - 2) * 8 * gu_gs * 4), sc + int64_t(n) * gu_gs * 4,
                       8 * gu_gs * 4, mb);
     }
-  }
-  if (has_down && warp == kTeams * kWarps - 1) {  // the down tile: rows n0 .. n0 + 15 of each pair's expert
+  };
+  // A window of `window` items in flight: items 0 .. window - 1 now, item k + window as item k lands (by the
+  // same team: window is even). With every item requested at once (run 346), all of them landed together
+  // at the end of the block's stream, ~7 us in, and the teams' arithmetic (~1 us an item) came after it.
+  for (int k = warp; k < mine && k < window; k += kTeams * kWarps) issue_item(k);
+  // The down tile: rows n0 .. n0 + 15 of each pair's expert (a warp's lanes: one bulk copy a pair's rows).
+  auto issue_down = [&] {
     const int64_t n0 = int64_t(b) * 16;
     const uint32_t mb = bars + 8 * slots;
     if (lane == 0) mbar_arrive_expect_tx(mb, P * 16 * dn_rb + P * 16 * dn_gs * 4);
@@ -230,7 +242,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       bulk_copy_g2s(smem_addr(base + L.down_s + (lane - 16) * 16 * dn_gs * 4),
                     static_cast<const char*>(tab[3 * E + e_s[lane - 16]]) + n0 * dn_gs * 4, 16 * dn_gs * 4,
                     mb);
-  }
+  };
   cp_async_wait<0>();
   __syncthreads();  // x, everyone's copies
 
@@ -251,6 +263,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       const unsigned* sa = reinterpret_cast<const unsigned*>(slot + 16 * gu_rb) + g * gu_gs;
       const unsigned* sb = sa + 8 * gu_gs;
       mbar_wait(bars + 8 * k, 0);
+      if (s == kWarps - 1 && k + window < mine) issue_item(k + window);
+      // The down tile, not needed before the barrier, once team 1's second item has landed: requested with
+      // the items, it took 37% of the block's bytes ahead of them (run 347: 2.584 -> 2.461 ms with the
+      // window).
+      if (it == 1 && has_down && warp == kTeams * kWarps - 1) issue_down();
       if (k < 6) stamp(6 + k);    // (team 0's items 0, 2, 4 landed: 6, 8, 10)
       if (ablate == 3) continue;  // (uniform over the team: no barrier skipped by part of it)
       float acc[4] = {0.f, 0.f, 0.f, 0.f};
@@ -287,6 +304,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
 
+  if (mine < 4 && has_down && warp == kTeams * kWarps - 1) issue_down();  // (team 1 had fewer than 2 items)
   stamp(1);
   // The grid barrier: act complete. Every thread's stores fenced, then one arrival a block on a 64-bit count
   // that only grows (the grid is the same every launch): a launch's blocks wait for the next multiple of it.

@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (b == 0 && threadIdx.x < P && r.pair_e)
     r.pair_e[threadIdx.x] = e_s[threadIdx.x], r.pair_w[threadIdx.x] = w_s[threadIdx.x];
 
-  // Every byte the block reads, requested now (rows copied as they are, into padded rows).
+  // The block's weight bytes, by bulk copies of whole row blocks (rows copied as they are).
   const int gu_rb = hidden / 2, dn_rb = inter / 2, gu_gs = gu.groups, dn_gs = dn.groups;
   auto issue_item = [&](int k) {  // item k: 4 bulk copies (lanes 0-3 of the calling warp)
     const int item = b + k * G, p = item % P, n0 = item / P * 8;

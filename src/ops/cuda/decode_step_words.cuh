@@ -180,21 +180,7 @@ __device__ __forceinline__ unsigned long long* layer_row(unsigned long long* sta
 __device__ __forceinline__ unsigned long long* stamp_row(unsigned long long* stamps, int op, int G, int b) {
   return layer_row(stamps, op / 4, G, b);
 }
-__device__ __forceinline__ unsigned long long gtime() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-__device__ __forceinline__ uint32_t saddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-// Named barriers: __syncwarp first (a warp leaving a per-lane polling loop is not converged) and the
-// non-aligned forms.
-__device__ __forceinline__ void nbar_sync(int id, int count) {
-  __syncwarp();
-  asm volatile("barrier.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
-}
+// (gtime, saddr and nbar_sync: mbarrier.cuh)
 __device__ __forceinline__ void bar_consumers() {
   nbar_sync(1, kCWarps * 32);
 }

@@ -1,10 +1,27 @@
 #pragma once
-// mbarriers, the async-proxy fence and the plain bulk copy (PTX ISA: "Parallel synchronization and
-// communication", "cp.async.bulk"), shared by the wgmma linears (linear_wgmma.cu, linear_rs.cu) and the
-// attention's K/V staging (attention_mma.cu). Addresses are shared-memory (.shared::cta) addresses.
+// mbarriers, named barriers, the async-proxy fence and the plain bulk copy (PTX ISA: "Parallel
+// synchronization and communication", "cp.async.bulk"), shared by the wgmma linears (linear_wgmma.cu,
+// linear_rs.cu), the attention's K/V staging (attention_mma.cu) and the persistent kernels (the decode step,
+// moe_decode.cu). Addresses are shared-memory (.shared::cta) addresses (saddr).
 #include <cstdint>
 
 namespace tf::cuda {
+
+__device__ __forceinline__ uint32_t saddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// The global timer (ns): the persistent kernels' bench stamps and watchdogs.
+__device__ __forceinline__ unsigned long long gtime() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+// Named barrier `id` over `count` threads: __syncwarp first (a warp leaving a per-lane polling loop is not
+// converged) and the non-aligned form.
+__device__ __forceinline__ void nbar_sync(int id, int count) {
+  __syncwarp();
+  asm volatile("barrier.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");

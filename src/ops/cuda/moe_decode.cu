@@ -88,16 +88,6 @@ __host__ __device__ inline Layout layout_of(int experts, int pairs, int hidden, 
   return l;
 }
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return uint32_t(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ unsigned long long globaltimer() {
-  unsigned long long v;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(v));
-  return v;
-}
-
 __device__ __forceinline__ unsigned long long ld_acquire64(const unsigned long long* p) {
   unsigned long long v;
   asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
@@ -162,7 +152,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int window = ablate >> 8 ? ablate >> 8 : kWindow;  // benches: TF_MOE_DECODE_WINDOW
   ablate &= 0xff;
   auto stamp = [&](int i) {
-    if (stamps && threadIdx.x == 0) stamps[blockIdx.x * kStamps + i] = globaltimer();
+    if (stamps && threadIdx.x == 0) stamps[blockIdx.x * kStamps + i] = gtime();
   };
   __shared__ float red[kTeams][2][kWarps][16];    // the gate_up's slice partials of token 0, a team's two
   __shared__ float red_d[kWarps][kMaxPairs][16];  // the down's, by pair
@@ -178,8 +168,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   char* const base = reinterpret_cast<char*>(smem);
   __nv_bfloat16* const rows_s = reinterpret_cast<__nv_bfloat16*>(base);
   const void** const tab = reinterpret_cast<const void**>(base + L.tables);
-  const uint32_t bars =
-      smem_addr(base + L.bars);  // item k's at bars + 8 k, the down tile's at bars + 8 slots
+  const uint32_t bars = saddr(base + L.bars);  // item k's at bars + 8 k, the down tile's at bars + 8 slots
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int team = warp / kWarps, s = warp % kWarps;
   const int dtiles = hidden / 16;
@@ -198,8 +187,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   pdl_wait();  // the logits and x
   stamp(0);
   if (warp == 0) route_row(r.logits, 0, E, P, r.norm, e_s, w_s, prob, lane);
-  for (int i = threadIdx.x; i < hidden / 8; i += kThreads)
-    cp_async16(smem_addr(rows_s + 8 * i), x + 8 * i, true);
+  for (int i = threadIdx.x; i < hidden / 8; i += kThreads) cp_async16(saddr(rows_s + 8 * i), x + 8 * i, true);
   cp_async_commit();
   __syncthreads();  // e_s, w_s, the tables, the zero row, the mbarriers
   if (b == 0 && threadIdx.x < P && r.pair_e)
@@ -218,9 +206,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (lane < 4) {  // 8 gate rows, their 8 up rows, then the two blocks of scale rows
       const int n = (lane & 1) == 0 ? n0 : inter + n0;
       if (lane < 2)
-        bulk_copy_g2s(smem_addr(slot + lane * 8 * gu_rb), w + int64_t(n) * gu_rb, 8 * gu_rb, mb);
+        bulk_copy_g2s(saddr(slot + lane * 8 * gu_rb), w + int64_t(n) * gu_rb, 8 * gu_rb, mb);
       else
-        bulk_copy_g2s(smem_addr(slot + 16 * gu_rb + (lane - 2) * 8 * gu_gs * 4), sc + int64_t(n) * gu_gs * 4,
+        bulk_copy_g2s(saddr(slot + 16 * gu_rb + (lane - 2) * 8 * gu_gs * 4), sc + int64_t(n) * gu_gs * 4,
                       8 * gu_gs * 4, mb);
     }
   };
@@ -235,10 +223,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (lane == 0) mbar_arrive_expect_tx(mb, P * 16 * dn_rb + P * 16 * dn_gs * 4);
     __syncwarp();
     if (lane < P)
-      bulk_copy_g2s(smem_addr(base + L.down_w + lane * 16 * dn_rb),
+      bulk_copy_g2s(saddr(base + L.down_w + lane * 16 * dn_rb),
                     static_cast<const char*>(tab[2 * E + e_s[lane]]) + n0 * dn_rb, 16 * dn_rb, mb);
     else if (lane >= 16 && lane < 16 + P)
-      bulk_copy_g2s(smem_addr(base + L.down_s + (lane - 16) * 16 * dn_gs * 4),
+      bulk_copy_g2s(saddr(base + L.down_s + (lane - 16) * 16 * dn_gs * 4),
                     static_cast<const char*>(tab[3 * E + e_s[lane - 16]]) + n0 * dn_gs * 4, 16 * dn_gs * 4,
                     mb);
   };
@@ -291,8 +279,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       float(*const rb)[16] = red[team][it & 1];
       if (t == 0) rb[s][g] = acc[0], rb[s][g + 8] = acc[2];  // token 0 of put_slice's layout
-      asm volatile("bar.sync %0, %1;" ::"r"(1 + team), "r"(kWarps * 32) : "memory");
-      if (s == 0 && lane < 8 && n0 + lane < inter) {  // store_tile_silu's sums and silu_mul
+      nbar_sync(1 + team, kWarps * 32);                      // the team (after mbar_wait's per-lane spin)
+      if (s == 0 && lane < 8 && n0 + lane < inter) {         // store_tile_silu's sums and silu_mul
         float sg = rb[0][lane], su = rb[0][lane + 8];
 #pragma unroll
         for (int q = 1; q < kWarps; ++q) sg += rb[q][lane], su += rb[q][lane + 8];
@@ -315,9 +303,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (has_down && ablate != 2) {
       // A grid that is not all resident (another process's kernels, MPS limits) would never arrive: after
       // ~4 s the launch fails (trap) instead of hanging the stream.
-      const unsigned long long t0 = globaltimer();
+      const unsigned long long t0 = gtime();
       for (unsigned n = 1; ld_acquire64(count) < target; ++n)
-        if (n % 4096 == 0 && globaltimer() - t0 > 4000000000ull) __trap();
+        if (n % 4096 == 0 && gtime() - t0 > 4000000000ull) __trap();
     }
   }
   stamp(2);
@@ -327,7 +315,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // act's top_k rows (written by every block: read through L2) and a zero row, over x's.
   for (int i = threadIdx.x; i < P * inter / 8; i += kThreads)
-    cp_async16(smem_addr(rows_s + 8 * i), act + 8 * i, true);
+    cp_async16(saddr(rows_s + 8 * i), act + 8 * i, true);
   cp_async_commit();
   for (int i = threadIdx.x; i < inter / 8; i += kThreads)
     reinterpret_cast<uint4*>(rows_s + P * inter)[i] = make_uint4(0, 0, 0, 0);

@@ -281,7 +281,7 @@ void print_decode_stamps(Backend& be, Model& m, const BatchMeta& meta, cudaStrea
   cuda::set_moe_decode_stamps(false);
   unsigned long long t0 = ~0ull;
   for (int b = 0; b < blocks; ++b)
-    if (v[size_t(b) * 12]) t0 = std::min(t0, v[size_t(b) * 12]);
+    if (v[size_t(b) * cuda::kMoeDecodeStamps]) t0 = std::min(t0, v[size_t(b) * cuda::kMoeDecodeStamps]);
   const char* names[] = {"waited",    "gate_up done", "past barrier", "act+tile in smem",
                          "down MMAs", "stored",       "item 0 in",    "item 0 out",
                          "item 2 in", "item 2 out",   "item 4 in",    "item 4 out"};
@@ -289,7 +289,8 @@ void print_decode_stamps(Backend& be, Model& m, const BatchMeta& meta, cudaStrea
   for (int i = 0; i < 12; ++i) {
     std::vector<double> d;
     for (int b = 0; b < blocks; ++b)
-      if (v[size_t(b) * 12 + i] >= t0) d.push_back((v[size_t(b) * 12 + i] - t0) * 1e-3);
+      if (v[size_t(b) * cuda::kMoeDecodeStamps + i] >= t0)
+        d.push_back((v[size_t(b) * cuda::kMoeDecodeStamps + i] - t0) * 1e-3);
     if (d.empty()) continue;
     std::sort(d.begin(), d.end());
     std::printf(" | %s %.2f / %.2f / %.2f (%zu)", names[i], d.front(), d[d.size() / 2], d.back(), d.size());

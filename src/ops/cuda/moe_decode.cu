@@ -46,23 +46,27 @@ bool g_stamps_on = false;
 int g_stamp_blocks = 0;
 // Benches (timing only, wrong values): TF_MOE_DECODE_ABLATE=1 no down phase, 2 no barrier wait, 3 no gate_up
 // arithmetic.
-// TF_MOE_DECODE_WINDOW (same values, A/B): gate_up items in flight a block (even, 2 .. kMaxItems).
+// Gate_up items in flight a block: even (a team's next item is its own), 2 .. kMaxItems; benches:
+// TF_MOE_DECODE_WINDOW (same values, A/B).
+const int g_window = [] {
+  const char* w = std::getenv("TF_MOE_DECODE_WINDOW");
+  const int v = w ? std::atoi(w) : 0;
+  return v >= 2 && v % 2 == 0 && v <= 16 ? v : 4;
+}();
 const int g_ablate = [] {
-  const char *a = std::getenv("TF_MOE_DECODE_ABLATE"), *w = std::getenv("TF_MOE_DECODE_WINDOW");
-  const int win = w ? std::atoi(w) : 0;
-  return (a ? std::atoi(a) : 0) | (win >= 2 && win % 2 == 0 && win <= 16 ? win : 0) << 8;
+  const char* a = std::getenv("TF_MOE_DECODE_ABLATE");
+  return a ? std::atoi(a) : 0;
 }();
 
 constexpr int kWarps = 8;                       // K slices of a tile: a team's warps
 constexpr int kTeams = 2;                       // teams a block
 constexpr int kThreads = kTeams * kWarps * 32;  // 512: one block an SM
-constexpr int kSlice = 8;            // gate_up: a warp's K slice in chunks at most (hidden <= 2048)
-constexpr int kDU = 4;               // down: a warp's K slice in chunks at most (inter <= 1024)
-constexpr int kMaxPairs = 8;         // top_k at most (one row)
-constexpr int kMaxItems = 16;        // gate_up items a block at most
-constexpr int kWindow = 4;           // gate_up items in flight a block (TF_MOE_DECODE_WINDOW: even, >= 2)
-constexpr int kPairStep = 2;         // down: a warp's pairs computed together (independent chains)
-constexpr int kStamps = 12;          // bench stamps a block
+constexpr int kSlice = 8;      // gate_up: a warp's K slice in chunks at most (hidden <= 2048)
+constexpr int kDU = 4;         // down: a warp's K slice in chunks at most (inter <= 1024)
+constexpr int kMaxPairs = 8;   // top_k at most (one row)
+constexpr int kMaxItems = 16;  // gate_up items a block at most
+constexpr int kPairStep = 2;   // down: a warp's pairs computed together (independent chains)
+constexpr int kStamps = kMoeDecodeStamps;
 constexpr int kMaxSmem = 216 << 10;  // dynamic shared memory a block at most
 
 // Dynamic shared memory (bytes): the activation rows (x then a zero row; after the barrier act's top_k rows
@@ -147,10 +151,8 @@ template <int KIND>
 __global__ void __launch_bounds__(kThreads, 1)
     moe_decode_kernel(const MoeRouting r, const __nv_bfloat16* x, const MoeExperts gu, const MoeExperts dn,
                       __nv_bfloat16* act, void* out, bool out_f32, int hidden, int inter, unsigned* bar,
-                      int ablate, unsigned long long* stamps) {
+                      int window, int ablate, unsigned long long* stamps) {
   // (benches: globaltimer stamps of thread 0 at the phases' ends, stamps[block * kStamps + i])
-  const int window = ablate >> 8 ? ablate >> 8 : kWindow;  // benches: TF_MOE_DECODE_WINDOW
-  ablate &= 0xff;
   auto stamp = [&](int i) {
     if (stamps && threadIdx.x == 0) stamps[blockIdx.x * kStamps + i] = gtime();
   };
@@ -386,58 +388,49 @@ __global__ void __launch_bounds__(kThreads, 1)
   stamp(5);
 }
 
-// The persistent grid: every block that fits the device at once (one an SM).
-int grid_blocks() {
-  return resident_blocks(reinterpret_cast<const void*>(moe_decode_kernel<kMlxBf16>), kThreads, kMaxSmem);
-}
-
-template <int KIND>
-void launch(const MoeRouting& r, const void* x, const MoeExperts& gu, const MoeExperts& dn, void* act,
-            void* out, bool out_f32, int hidden, int inter, unsigned* bar, int smem, int grid,
-            cudaStream_t s) {
-  auto kernel = moe_decode_kernel<KIND>;
-  TF_CHECK(resident_blocks(reinterpret_cast<const void*>(kernel), kThreads, kMaxSmem) == grid,
-           "moe_decode: the instances' grids differ");
-  if (g_stamps_on && !g_stamps) {
-    TF_CUDA_CHECK(cudaMalloc(&g_stamps, size_t(grid) * kStamps * 8));
-    TF_CUDA_CHECK(cudaMemset(g_stamps, 0, size_t(grid) * kStamps * 8));
-    g_stamp_blocks = grid;
-  }
-  launch_pdl_if(g_pdl, kernel, grid, kThreads, size_t(smem), s, r, static_cast<const __nv_bfloat16*>(x), gu,
-                dn, static_cast<__nv_bfloat16*>(act), out, out_f32, hidden, inter, bar, g_ablate, g_stamps);
-  TF_CUDA_LAUNCH_CHECK();
-}
-
-// The call's shared memory, or 0 where it does not fit the kernel.
-int smem_for(const MoeExperts& gu, const MoeExperts& dn, int top_k, int hidden, int inter, int grid) {
-  const int items = top_k * (inter / 8), slots = (items + grid - 1) / grid;
-  if (slots > kMaxItems || hidden / 16 > grid) return 0;
+// A call's grid (every block that fits the device at once: one an SM) and dynamic shared memory; smem 0 where
+// the call does not fit the kernel.
+struct Plan {
+  decltype(&moe_decode_kernel<kMlxBf16>) kernel = nullptr;  // the instance of the call's scale codes
+  int grid = 0, smem = 0;
+};
+Plan plan_of(const MoeExperts& gu, const MoeExperts& dn, int rows, int top_k, int hidden, int inter) {
+  Plan pl;
+  if (!g_decode_on || rows != 1 || gu.bits != 4 || dn.bits != 4 || gu.subnormal != dn.subnormal ||
+      top_k < 1 || top_k > kMaxPairs || top_k > gu.experts || gu.experts > kMoeMaxExperts ||
+      dn.experts != gu.experts || hidden % 32 || inter % 32 || hidden <= 0 || inter <= 0)
+    return pl;
+  if ((hidden / 32 + kWarps - 1) / kWarps > kSlice || (inter / 32 + kWarps - 1) / kWarps > kDU) return pl;
+  pl.kernel = gu.subnormal ? moe_decode_kernel<kMlxBf16Sub> : moe_decode_kernel<kMlxBf16>;
+  pl.grid = resident_blocks(reinterpret_cast<const void*>(pl.kernel), kThreads, kMaxSmem);
+  const int items = top_k * (inter / 8), slots = (items + pl.grid - 1) / pl.grid;
+  if (slots > kMaxItems || hidden / 16 > pl.grid) return pl;
   const int total = layout_of(gu.experts, top_k, hidden, inter, gu.groups, dn.groups, slots).total;
-  return total <= kMaxSmem ? total : 0;
+  pl.smem = total <= kMaxSmem ? total : 0;
+  return pl;
 }
 
 }  // namespace
 
 bool moe_decode_ok(const MoeExperts& gu, const MoeExperts& dn, int rows, int top_k, int hidden, int inter) {
-  if (!g_decode_on || rows != 1 || gu.bits != 4 || dn.bits != 4 || gu.subnormal != dn.subnormal ||
-      top_k < 1 || top_k > kMaxPairs || top_k > gu.experts || gu.experts > kMoeMaxExperts ||
-      dn.experts != gu.experts || hidden % 32 || inter % 32 || hidden <= 0 || inter <= 0)
-    return false;
-  if ((hidden / 32 + kWarps - 1) / kWarps > kSlice || (inter / 32 + kWarps - 1) / kWarps > kDU) return false;
-  return smem_for(gu, dn, top_k, hidden, inter, grid_blocks()) > 0;
+  return plan_of(gu, dn, rows, top_k, hidden, inter).smem > 0;
 }
 
 void moe_decode(const MoeRouting& r, const void* x, const MoeExperts& gate_up, const MoeExperts& down,
                 void* act, void* out, DType out_dtype, int hidden, int inter, unsigned* barrier,
                 cudaStream_t s) {
-  TF_CHECK(moe_decode_ok(gate_up, down, r.rows, r.top_k, hidden, inter) && barrier,
-           "moe_decode: the call does not fit (moe_decode_ok)");
+  const Plan pl = plan_of(gate_up, down, r.rows, r.top_k, hidden, inter);
+  TF_CHECK(pl.smem > 0 && barrier, "moe_decode: the call does not fit (moe_decode_ok)");
   TF_CHECK(out_dtype == DType::BF16 || out_dtype == DType::F32, "moe_decode: out must be bf16 or f32");
-  const int grid = grid_blocks(), smem = smem_for(gate_up, down, r.top_k, hidden, inter, grid);
-  const bool f32 = out_dtype == DType::F32;
-  if (gate_up.subnormal)
-    return launch<kMlxBf16Sub>(r, x, gate_up, down, act, out, f32, hidden, inter, barrier, smem, grid, s);
-  launch<kMlxBf16>(r, x, gate_up, down, act, out, f32, hidden, inter, barrier, smem, grid, s);
+  if (g_stamps_on && !g_stamps) {
+    TF_CUDA_CHECK(cudaMalloc(&g_stamps, size_t(pl.grid) * kStamps * 8));
+    TF_CUDA_CHECK(cudaMemset(g_stamps, 0, size_t(pl.grid) * kStamps * 8));
+    g_stamp_blocks = pl.grid;
+  }
+  launch_pdl_if(g_pdl, pl.kernel, pl.grid, kThreads, size_t(pl.smem), s, r,
+                static_cast<const __nv_bfloat16*>(x), gate_up, down, static_cast<__nv_bfloat16*>(act), out,
+                out_dtype == DType::F32, hidden, inter, barrier, g_window, g_ablate, g_stamps);
+  TF_CUDA_LAUNCH_CHECK();
 }
 
 void set_moe_decode(bool on) {

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -71,7 +72,9 @@ MoeWeights make_moe(Backend& be, int top_k, bool norm, uint32_t seed, int expert
   return w;
 }
 
-std::vector<float> run(Backend& be, MoeWeights& w, const Tensor& host_x) {
+// out_dtype: the backend's activation dtype unless given (the fused path also writes f32 outputs).
+std::vector<float> run(Backend& be, MoeWeights& w, const Tensor& host_x,
+                       std::optional<DType> out_dtype = std::nullopt) {
   Tensor x = be.upload(host_x);
   if (x.dtype() != be.act_dtype()) {  // the CPU backend keeps f32
     std::vector<float> f = host_x.to_f32_vector();
@@ -79,7 +82,7 @@ std::vector<float> run(Backend& be, MoeWeights& w, const Tensor& host_x) {
     std::memcpy(h.raw(), f.data(), f.size() * 4);
     x = be.upload(h);
   }
-  Tensor out = be.alloc({x.dim(0), x.dim(1)}, be.act_dtype());
+  Tensor out = be.alloc({x.dim(0), x.dim(1)}, out_dtype.value_or(be.act_dtype()));
   be.moe(x, w, out);
   Tensor host = Tensor::empty({x.dim(0), x.dim(1)}, DType::F32);
   be.to_host(out, host);
@@ -386,13 +389,6 @@ TEST_F(Moe, RoutedDecodeEqualsTheGroupedPath) {
 TEST_F(Moe, DecodeKernelEqualsTheRoutedChain) {
   if (const char* v = std::getenv("TF_MOE_FUSED"); v && std::string(v) == "0")
     GTEST_SKIP() << "TF_MOE_FUSED=0 turns the fused path off";
-  auto run_f32 = [&](MoeWeights& g, const Tensor& host_x) {
-    Tensor x = gpu->upload(host_x), out = gpu->alloc({1, kMlxH}, DType::F32);
-    gpu->moe(x, g, out);
-    Tensor host = Tensor::empty({1, kMlxH}, DType::F32);
-    gpu->to_host(out, host);
-    return host.to_f32_vector();
-  };
   int taken = 0;
   for (const MlxCase c : kMlxCases) {
     if (c.bits != 4) continue;
@@ -420,9 +416,9 @@ TEST_F(Moe, DecodeKernelEqualsTheRoutedChain) {
           EXPECT_EQ(0, std::memcmp(r.on.data(), r.off.data(), r.on.size() * 4))
               << "row " << i << ", bf16 out";
           cuda::set_moe_decode(false);
-          const auto off32 = run_f32(g, x);
+          const auto off32 = run(*gpu, g, x, DType::F32);
           cuda::set_moe_decode(true);
-          const auto on32 = run_f32(g, x);
+          const auto on32 = run(*gpu, g, x, DType::F32);
           EXPECT_EQ(0, std::memcmp(on32.data(), off32.data(), on32.size() * 4)) << "row " << i << ", f32 out";
           ++taken;
         }

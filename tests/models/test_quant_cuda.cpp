@@ -160,8 +160,8 @@ TEST_F(Gpu, QuantDequantizeMatchesCpuTwin) {
 }
 
 // Every format: the GPU linear within the bf16-rounding bound of the CPU twin; bit-equal to the bf16
-// linear on the dequantized weight for every M; a row's bits the same for M = 1, 2, 7, 16, 25, 32, 64, 100,
-// 256 (each token tile of the decode kernels: 8, 16 and 32 rows).
+// linear on the dequantized weight for every M; a row's bits the same for M = 1, 2, 7, 11, 16, 25, 32, 64,
+// 100, 256 (each token tile of the decode kernels: 8, 16 and 32 rows; 11 and 16: the two-team 4-bit kernel).
 TEST_F(Gpu, QuantLinearMatchesCpuTwinAndIsRowInvariant) {
   const int64_t N = 301, K = 1152, M = 256, Mc = 37;
   auto [xb, xf] = random_x(M, K, 3);
@@ -202,7 +202,7 @@ TEST_F(Gpu, QuantLinearMatchesCpuTwinAndIsRowInvariant) {
     dense.weight = cuda::dequantize_bf16(wg, cuda::stream_of(*gpu));
     dense.bias = wg.bias;
     dense.in_features = K, dense.out_features = N;
-    for (int64_t rows : {1, 2, 7, 16, 25, 32, 64, 100, 256}) {
+    for (int64_t rows : {1, 2, 7, 11, 16, 25, 32, 64, 100, 256}) {
       SCOPED_TRACE(rows);
       const Tensor part = run(wg, rows), ref = run(dense, rows);
       EXPECT_EQ(std::memcmp(part.raw(), full.raw(), part.nbytes()), 0) << "row bits depend on M";
@@ -250,7 +250,7 @@ TEST_F(Gpu, Quant4BitQuadLayoutAtOddSlices) {
   ASSERT_EQ(std::memcmp(full.raw(), ref.raw(), full.nbytes()), 0) << "differs from the bf16 linear";
   for (int ahead : {0, 4, 8, 16}) {
     cuda::set_quant_loads_per_step(ahead);
-    for (int64_t rows : {1, 3, 16, 29}) {
+    for (int64_t rows : {1, 3, 11, 16, 29}) {
       const Tensor part = run(wg, rows);
       EXPECT_EQ(std::memcmp(part.raw(), full.raw(), part.nbytes()), 0) << rows << " rows, " << ahead;
     }

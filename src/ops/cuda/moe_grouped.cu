@@ -49,23 +49,26 @@ __global__ void group_kernel(const int32_t* pair_expert, int pairs, int top_k, i
               scan);
 }
 
-// Routing and grouping in one block for calls of up to kRouteGroupMaxRows rows (decode, verify): warp w < 8
-// routes rows w, w + 8, ... with route_row, then the block groups the pairs (their experts read back from
+// Routing and grouping in one block for calls of up to kRouteGroupMaxRows rows (decode, verify): warp w
+// routes rows w, w + R, ... with route_row (R = 32 routing warps where their probability rows fit the
+// 32 KB below: up to 256 experts; 8 at 1024), then the block groups the pairs (their experts read back from
 // global memory after the barrier) with group_pairs. One dependent step instead of two; the same values.
 // (Ranking every (row, expert) with the whole block instead of route_row's arg-max rounds was tried in
-// run 149: same picks, b=8 slower, 3.81 -> 3.98 ms, 4-bit 30B-A3B; removed.)
-constexpr int kRouteGroupWarps = 8;
+// run 149: same picks, b=8 slower, 3.81 -> 3.98 ms, 4-bit 30B-A3B; removed. With 8 routing warps 32 rows took
+// 4 rounds: run 348, 4-bit b=32 7.088 ms, 6.840 with 32 warps in run 351; the two launches 6.622 / 6.571.)
+constexpr int kRouteGroupProbs = 8 * kMoeMaxExperts;  // floats: 32 KB
 __global__ void __launch_bounds__(1024)
     route_group_kernel(const float* logits, int rows, int experts, int top_k, bool norm, int32_t* out_e,
                        float* out_w, int tile, int4* tiles, int32_t* slot_of_pair, int32_t* slot_row) {
   pdl_enter();
-  __shared__ float prob[kRouteGroupWarps][kMoeMaxExperts];
+  __shared__ float prob[kRouteGroupProbs];
   __shared__ int count[kMoeMaxExperts], first[kMoeMaxExperts], fill[kMoeMaxExperts];
   __shared__ int2 scan[32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (warp < kRouteGroupWarps)
-    for (int row = warp; row < rows; row += kRouteGroupWarps)
-      route_row(logits, row, experts, top_k, norm, out_e, out_w, prob[warp], lane);
+  const int routers = min(32, kRouteGroupProbs / experts);
+  if (warp < routers)
+    for (int row = warp; row < rows; row += routers)
+      route_row(logits, row, experts, top_k, norm, out_e, out_w, prob + warp * experts, lane);
   __syncthreads();  // the block's global writes of out_e, visible to the block after the barrier
   group_pairs(out_e, rows * top_k, top_k, experts, tile, tiles, slot_of_pair, slot_row, count, first, fill,
               scan);

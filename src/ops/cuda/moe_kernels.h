@@ -34,9 +34,11 @@ void moe_route(const float* logits, int rows, int experts, int top_k, bool norm,
 void moe_group(const int32_t* pair_expert, int pairs, int top_k, int experts, int tile, int4* tiles,
                int32_t* slot_of_pair, int32_t* slot_row, cudaStream_t s);
 // moe_route then moe_group, as one kernel of one block for calls of up to kRouteGroupMaxRows rows (the
-// same values; one dependent step a layer fewer at decode), else the two launches.
+// same values; one dependent step a layer fewer at decode), else the two launches. (Run 351, 30B-A3B: the
+// one kernel ties the two launches at b=1 and 8 and loses at 32 -- 6.840 vs 6.571 ms 4-bit, 22.17 vs 22.07
+// bf16 -- so it stops at 16 rows, unmeasured there.)
 // set_moe_route_group(false) (TF_MOE_ROUTE_GROUP=0) keeps the two launches, for A/B.
-constexpr int kRouteGroupMaxRows = 64;
+constexpr int kRouteGroupMaxRows = 16;
 void moe_route_group(const float* logits, int rows, int experts, int top_k, bool norm, int32_t* experts_out,
                      float* weights_out, int tile, int4* tiles, int32_t* slot_of_pair, int32_t* slot_row,
                      cudaStream_t s);

@@ -46,6 +46,8 @@ int64_t xs_bytes(int m, int64_t k) {
 }
 // q4_decode_kernel's 32-row tiles for 33-127 rows too (see linear_quantized; TF_Q4_MID=0 for A/B).
 const bool g_q4_mid = env_switch("TF_Q4_MID", true);
+// q4_decode_kernel's scale words a quad by pairs (QArgs::scale_pairs); TF_Q4_SCALE_PAIRS=0 for A/B.
+const bool g_scale_pairs = env_switch("TF_Q4_SCALE_PAIRS", true);
 constexpr int kDequantMinM = 128;  // from here on: dequantize to bf16 + the tiled bf16 linear
 constexpr size_t kDequantMaxBytes = size_t(256) << 20;  // ... unless the transient bf16 copy exceeds this
 
@@ -198,12 +200,24 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   };
   const auto* w32 = reinterpret_cast<const uint32_t*>(q.w);
   const auto* s32 = static_cast<const uint32_t*>(q.scales);
+  // A quad's two scale words a row: groups of 64 (sh = 1) are words 2qd and 2qd + 1, one 8-byte load when a
+  // row's words start 8-byte aligned (an even group count): the same words, half the loads, each of which
+  // touches 8 rows' lines (run 350: the 8B linears of a decode step at M = 1 / 8 / 16 -4.7 / -4.1 / -2.2%).
+  // QArgs::scale_pairs (args_of) says whether. (A third case, one load for groups of 128 or more, spilled
+  // the 16-row variant.)
+  const bool spair = q.scale_pairs;
   auto load = [&](int i, const Rows& p, int qd) {
     const uint32_t c = 4 * qd, g0 = c >> sh, g1 = (c + 2) >> sh;
     wa[i] = load_stream(w32 + (p.wa + 16 * uint32_t(qd)));
     wb[i] = load_stream(w32 + (p.wb + 16 * uint32_t(qd)));
-    sa[i][0] = __ldg(s32 + (p.sa + g0)), sa[i][1] = __ldg(s32 + (p.sa + g1));
-    sb[i][0] = __ldg(s32 + (p.sb + g0)), sb[i][1] = __ldg(s32 + (p.sb + g1));
+    if (spair) {
+      const uint2 va = __ldg(reinterpret_cast<const uint2*>(s32 + (p.sa + g0)));
+      const uint2 vb = __ldg(reinterpret_cast<const uint2*>(s32 + (p.sb + g0)));
+      sa[i][0] = va.x, sa[i][1] = va.y, sb[i][0] = vb.x, sb[i][1] = vb.y;
+    } else {
+      sa[i][0] = __ldg(s32 + (p.sa + g0)), sa[i][1] = __ldg(s32 + (p.sa + g1));
+      sb[i][0] = __ldg(s32 + (p.sb + g0)), sb[i][1] = __ldg(s32 + (p.sb + g1));
+    }
   };
   auto first_quads = [&](int ra, int rb) {
     const Rows p = rows(ra, rb);
@@ -457,6 +471,7 @@ QArgs args_of(const LinearWeight& w) {
   q.groups = int(w.scales.dim(1));
   q.chunk_shift = chunk_shift(w);
   q.quad_chunks = int(w.in_features / 128 * 4);
+  q.scale_pairs = g_scale_pairs && q.chunk_shift == 1 && (q.groups & 1) == 0;
   return q;
 }
 

@@ -282,15 +282,16 @@ void print_decode_stamps(Backend& be, Model& m, const BatchMeta& meta, cudaStrea
   unsigned long long t0 = ~0ull;
   for (int b = 0; b < blocks; ++b)
     if (v[size_t(b) * cuda::kMoeDecodeStamps]) t0 = std::min(t0, v[size_t(b) * cuda::kMoeDecodeStamps]);
-  const char* names[] = {"waited",    "gate_up done", "past barrier", "act+tile in smem",
-                         "down MMAs", "stored",       "item 0 in",    "item 0 out",
-                         "item 2 in", "item 2 out",   "item 4 in",    "item 4 out"};
+  const char* names[cuda::kMoeDecodeStamps] = {
+      "waited",    "gate_up done", "past barrier", "act+tile in smem", "down MMAs",        "stored",
+      "item 0 in", "item 0 out",   "item 2 in",    "item 2 out",       "item 4 in",        "item 4 out",
+      "routed",    "logits out",   "entered"};
   std::printf("one-kernel MoE stamps (us after the first block's wait; min / median / max over blocks):");
-  for (int i = 0; i < 12; ++i) {
+  for (int i = 0; i < cuda::kMoeDecodeStamps; ++i) {
     std::vector<double> d;
     for (int b = 0; b < blocks; ++b)
-      if (v[size_t(b) * cuda::kMoeDecodeStamps + i] >= t0)
-        d.push_back((v[size_t(b) * cuda::kMoeDecodeStamps + i] - t0) * 1e-3);
+      if (const unsigned long long at = v[size_t(b) * cuda::kMoeDecodeStamps + i])  // ("entered": < 0)
+        d.push_back((double(at) - double(t0)) * 1e-3);
     if (d.empty()) continue;
     std::sort(d.begin(), d.end());
     std::printf(" | %s %.2f / %.2f / %.2f (%zu)", names[i], d.front(), d[d.size() / 2], d.back(), d.size());
@@ -345,6 +346,12 @@ void bench_format(Backend& be, bool mlx, bool quick, double copy_gbs) {
       cuda::set_moe_decode(true);
       std::printf("| decode b=%d ctx %d, the routed chain (not one kernel) | %.3f | %.0f | | | | |\n", batch,
                   ctx, ms4, batch * 1e3 / ms4);
+      cuda::set_moe_decode_router(false);  // the router linear before the one kernel (A/B, same bits)
+      const double ms6 = time_graph_ms(
+          s, [&] { forward(be, m, batch, outs, false); }, &captured);
+      cuda::set_moe_decode_router(true);
+      std::printf("| decode b=%d ctx %d, the router linear outside the one kernel | %.3f | %.0f | | | | |\n",
+                  batch, ctx, ms6, batch * 1e3 / ms6);
     }
     if (batch <= cuda::kMoeRoutedMaxRows) {
       cuda::set_moe_decode(false);  // (the routed chain is what is compared)

@@ -268,13 +268,16 @@ LinearWeight host_mlx(int64_t out, int64_t in, int bits, int group, std::mt19937
 constexpr int64_t kMlxH = 2048, kMlxI = 768;
 constexpr int kMlxE = 16;
 
-// Random MLX experts (the router stays bf16) uploaded to the GPU, kept packed by upload_linear.
-MoeWeights make_mlx_moe(Backend& be, int top_k, bool norm, uint32_t seed, int bits, int group) {
+// Random MLX experts uploaded to the GPU, kept packed by upload_linear; the router bf16 (router_bits 16) or
+// MLX 8- or 4-bit (group 64, as mlx-lm's 4-bit conversions keep it at 8 bits).
+MoeWeights make_mlx_moe(Backend& be, int top_k, bool norm, uint32_t seed, int bits, int group,
+                        int experts = kMlxE, int router_bits = 16) {
   std::mt19937 rng(seed);
   MoeWeights w;
   w.top_k = top_k, w.norm_topk_prob = norm;
-  w.router = be.upload_linear(host_linear(kMlxE, kMlxH, 0.5f / 3, rng));
-  for (int e = 0; e < kMlxE; ++e) {
+  w.router = be.upload_linear(router_bits == 16 ? host_linear(experts, kMlxH, 0.5f / 3, rng)
+                                                : host_mlx(experts, kMlxH, router_bits, 64, rng));
+  for (int e = 0; e < experts; ++e) {
     w.gate_up.push_back(be.upload_linear(host_mlx(2 * kMlxI, kMlxH, bits, group, rng)));
     w.down.push_back(be.upload_linear(host_mlx(kMlxH, kMlxI, bits, group, rng)));
   }
@@ -435,6 +438,41 @@ TEST_F(Moe, DecodeKernelEqualsTheRoutedChain) {
   cuda::set_moe_decode(true);
   for (int i = 0; i < 20; ++i)
     ASSERT_EQ(0, std::memcmp(run(*gpu, g, rows_of(pool, {i})).data(), chain[i].data(), kMlxH * 4)) << i;
+}
+
+// The router linear inside moe_decode (every block polls the logit tiles that blocks 0 .. experts / 16 - 1
+// publish): the same bits as the router linear before it and as the routed chain, for bf16, MLX 8-bit and
+// 4-bit routers over 16 and 64 experts (1 and 4 logit tiles), 12 launches back to back on one layer's words.
+TEST_F(Moe, DecodeKernelRouterInsideEqualsTheRouterLinear) {
+  if (const char* v = std::getenv("TF_MOE_FUSED"); v && std::string(v) == "0")
+    GTEST_SKIP() << "TF_MOE_FUSED=0 turns the fused path off";
+  for (int experts : {16, 64})
+    for (int router_bits : {16, 8, 4}) {
+      SCOPED_TRACE(std::to_string(experts) + " experts, router bits " + std::to_string(router_bits));
+      MoeWeights g = make_mlx_moe(*gpu, 8, true, 61, 4, 64, experts, router_bits);
+      ASSERT_EQ(g.router.format, router_bits == 16 ? LinearWeight::Format::Dense : LinearWeight::Format::MlxAffine);
+      std::mt19937 rng(62);
+      const Tensor pool = random_bf16({12, kMlxH}, 1.f, rng);
+      std::vector<std::vector<float>> linear, chain;
+      cuda::set_moe_decode_router(false);
+      for (int i = 0; i < 12; ++i) linear.push_back(run(*gpu, g, rows_of(pool, {i})));
+      cuda::set_moe_decode(false);
+      for (int i = 0; i < 12; ++i) chain.push_back(run(*gpu, g, rows_of(pool, {i})));
+      cuda::set_moe_decode(true);
+      cuda::set_moe_decode_router(true);
+      for (int i = 0; i < 12; ++i) {
+        const auto inside = run(*gpu, g, rows_of(pool, {i}));
+        double norm = 0;
+        for (float v : inside) norm += double(v) * v;
+        EXPECT_GT(norm, 0.0);
+        ASSERT_EQ(0, std::memcmp(inside.data(), linear[i].data(), kMlxH * 4)) << "row " << i;
+        ASSERT_EQ(0, std::memcmp(inside.data(), chain[i].data(), kMlxH * 4)) << "row " << i;
+      }
+      const auto f32 = run(*gpu, g, rows_of(pool, {3}), DType::F32);
+      cuda::set_moe_decode_router(false);
+      EXPECT_EQ(0, std::memcmp(f32.data(), run(*gpu, g, rows_of(pool, {3}), DType::F32).data(), kMlxH * 4));
+      cuda::set_moe_decode_router(true);
+    }
 }
 
 // The persistent 4-bit grouped gate_up (tiles of 8 tokens) applies silu_mul itself: the same bits as the

@@ -41,6 +41,7 @@ namespace {
 
 const bool g_pdl = pdl_group_enabled("MOE");           // launch.h
 bool g_decode_on = env_switch("TF_MOE_DECODE", true);  // set_moe_decode
+bool g_router_on = env_switch("TF_MOE_DECODE_ROUTER", true);  // set_moe_decode_router
 unsigned long long* g_stamps = nullptr;                // set_moe_decode_stamps
 bool g_stamps_on = false;
 int g_stamp_blocks = 0;
@@ -75,21 +76,66 @@ constexpr int kMaxSmem = 216 << 10;  // dynamic shared memory a block at most
 // [pair][16], then scale rows [pair][16]) and the mbarriers (one an item, then the down tile's). Rows are
 // unpadded, so that each block of consecutive rows is one bulk copy (a warp's 16-byte loads of rows g and
 // g + 8 then meet 2-way bank conflicts).
+// The router's tile (16 weight rows, then their 16 scale rows: router_bytes) goes where the items go: it is
+// read before any item is requested. The mbarriers: one an item slot, the down tile's, the router tile's.
 struct Layout {
   int tables, items, item_bytes, down_w, down_s, bars, total;
 };
 __host__ __device__ inline Layout layout_of(int experts, int pairs, int hidden, int inter, int gu_groups,
-                                            int dn_groups, int slots) {
+                                            int dn_groups, int slots, int router_bytes) {
   Layout l;
   const int rows = 2 * hidden > (pairs + 1) * inter ? 2 * hidden : (pairs + 1) * inter;
   l.tables = (rows * 2 + 15) / 16 * 16;
   l.items = l.tables + 4 * experts * 8;
   l.item_bytes = 16 * (hidden / 2) + 16 * gu_groups * 4;
-  l.down_w = l.items + slots * l.item_bytes;
+  const int item_region = slots * l.item_bytes > router_bytes ? slots * l.item_bytes : router_bytes;
+  l.down_w = l.items + item_region;
   l.down_s = l.down_w + pairs * 16 * (inter / 2);
   l.bars = l.down_s + pairs * 16 * dn_groups * 4;
-  l.total = l.bars + (slots + 1) * 8;
+  l.total = l.bars + (slots + 2) * 8;
   return l;
+}
+
+// The router tile's bytes in shared memory: 16 rows of row_bytes, then 16 rows of groups scale words.
+__host__ __device__ inline int router_tile_bytes(const MoeRouter& rt) {
+  return rt.weight ? int(16 * rt.row_bytes + (rt.bits == 16 ? 0 : 16 * rt.groups * 4)) : 0;
+}
+
+// Lane t's 8 weights of chunk c of a router row (w: its bytes in shared memory, sc: its scale words) as bf16
+// pairs: load_raw's words of that row (the same offsets) through the same dequant, or the bf16 row as is.
+template <int KIND, int B>  // B = 16: bf16 (KIND unused)
+__device__ __forceinline__ uint4 router_chunk(const char* w, const unsigned* sc, int c, int t, int sh, int qc) {
+  if constexpr (B == 16) {
+    return *reinterpret_cast<const uint4*>(w + c * 64 + t * 16);
+  } else {
+    Raw r{0, 0, sc[c >> sh], 0};
+    if constexpr (B == 8) {
+      const uint2 u = *reinterpret_cast<const uint2*>(w + c * 32 + t * 8);
+      r.v0 = u.x, r.v1 = u.y;
+    } else {
+      r.v0 = reinterpret_cast<const uint32_t*>(w)[word_of(c, t, qc)];
+    }
+    return dequant<KIND, B>(r);
+  }
+}
+
+// A router tile's slice: warp s's chunks of rows g and g + 8 in order, one MMA chain (linear.cu's K slice).
+template <int KIND, int B>
+__device__ __forceinline__ void router_slice(float* acc, const char* wa, const char* wb, const unsigned* sa,
+                                             const unsigned* sb, int c_begin, int c_end, int t, int sh, int qc,
+                                             const uint4* xb) {
+  for (int c = c_begin; c < c_end; ++c)
+    mma_chunk(acc, router_chunk<KIND, B>(wa, sa, c, t, sh, qc), router_chunk<KIND, B>(wb, sb, c, t, sh, qc),
+              xb[4 * c]);
+}
+
+__device__ __forceinline__ unsigned long long ld_relaxed64(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_relaxed64(unsigned long long* p, unsigned long long v) {
+  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
 __device__ __forceinline__ unsigned long long ld_acquire64(const unsigned long long* p) {
@@ -151,7 +197,7 @@ template <int KIND>
 __global__ void __launch_bounds__(kThreads, 1)
     moe_decode_kernel(const MoeRouting r, const __nv_bfloat16* x, const MoeExperts gu, const MoeExperts dn,
                       __nv_bfloat16* act, void* out, bool out_f32, int hidden, int inter, unsigned* bar,
-                      int window, int ablate, unsigned long long* stamps) {
+                      int window, int ablate, unsigned long long* stamps, const MoeRouter rt) {
   // (benches: globaltimer stamps of thread 0 at the phases' ends, stamps[block * kStamps + i])
   auto stamp = [&](int i) {
     if (stamps && threadIdx.x == 0) stamps[blockIdx.x * kStamps + i] = gtime();
@@ -159,14 +205,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   __shared__ float red[kTeams][2][kWarps][16];    // the gate_up's slice partials of token 0, a team's two
   __shared__ float red_d[kWarps][kMaxPairs][16];  // the down's, by pair
   __shared__ float y_s[kMaxPairs][16];            // the down's outputs of the tile (bf16 values)
-  __shared__ float prob[kMoeMaxExperts];          // route_row's scratch (more than 256 experts)
+  __shared__ float prob[kMoeMaxExperts];  // route_row's scratch (more than 256 experts); the polled logits
   __shared__ int32_t e_s[kMaxPairs];
   __shared__ float w_s[kMaxPairs];
   extern __shared__ uint4 smem[];
   const int P = r.top_k, E = gu.experts, G = int(gridDim.x), b = int(blockIdx.x);
   const int items = P * (inter / 8), slots = (items + G - 1) / G;
   const int mine = items > b ? (items - 1 - b) / G + 1 : 0;  // items b, b + G, ...
-  const Layout L = layout_of(E, P, hidden, inter, gu.groups, dn.groups, slots);
+  const Layout L = layout_of(E, P, hidden, inter, gu.groups, dn.groups, slots, router_tile_bytes(rt));
   char* const base = reinterpret_cast<char*>(smem);
   __nv_bfloat16* const rows_s = reinterpret_cast<__nv_bfloat16*>(base);
   const void** const tab = reinterpret_cast<const void**>(base + L.tables);
@@ -175,6 +221,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int team = warp / kWarps, s = warp % kWarps;
   const int dtiles = hidden / 16;
   const bool has_down = b < dtiles;
+  auto* const count = reinterpret_cast<unsigned long long*>(bar);  // the grid barrier's arrivals
+  auto* const tagged = count + 1;                                  // the router's tagged logits
+  const bool router_block = rt.weight && b < E / 16;               // computes logits 16b .. 16b + 15
+  const uint32_t rbar = bars + 8 * (slots + 1);                    // its tile's mbarrier
   pdl_launch_dependents();
   // The pointer tables are constant (written at the layer's first forward): copied before the wait.
   for (int i = threadIdx.x; i < E; i += kThreads)
@@ -183,15 +233,81 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int i = threadIdx.x; i < hidden / 8; i += kThreads)
     reinterpret_cast<uint4*>(rows_s + hidden)[i] = make_uint4(0, 0, 0, 0);
   if (threadIdx.x == 0) {
-    for (int i = 0; i <= slots; ++i) mbar_init(bars + 8 * i, 1);
+    for (int i = 0; i <= slots + 1; ++i) mbar_init(bars + 8 * i, 1);
     mbar_init_fence();
+    if (router_block) {  // the router's rows 16b .. 16b + 15 (constant): requested before the wait
+      const int64_t n0 = int64_t(b) * 16;
+      mbar_arrive_expect_tx(rbar, router_tile_bytes(rt));
+      bulk_copy_g2s(saddr(base + L.items), static_cast<const char*>(rt.weight) + n0 * rt.row_bytes,
+                    16 * int(rt.row_bytes), rbar);
+      if (rt.bits != 16)
+        bulk_copy_g2s(saddr(base + L.items + 16 * rt.row_bytes),
+                      static_cast<const char*>(rt.scales) + n0 * rt.groups * 4, 16 * rt.groups * 4, rbar);
+    }
   }
-  pdl_wait();  // the logits and x
+  stamp(14);
+  pdl_wait();  // the logits (or the router's input) and x
   stamp(0);
-  if (warp == 0) route_row(r.logits, 0, E, P, r.norm, e_s, w_s, prob, lane);
+  if (!rt.weight && warp == 0) route_row(r.logits, 0, E, P, r.norm, e_s, w_s, prob, lane);
   for (int i = threadIdx.x; i < hidden / 8; i += kThreads) cp_async16(saddr(rows_s + 8 * i), x + 8 * i, true);
   cp_async_commit();
+  if (rt.weight) {
+    // This launch's number n + 1: until this block arrives at the grid barrier, the count is n G .. n G + G - 1
+    // (every earlier launch has drained: the kernels between them each waited for the one before).
+    uint32_t tag = 0;
+    if (warp == 0) {
+      const unsigned long long c = __shfl_sync(0xffffffffu, lane == 0 ? ld_relaxed64(count) : 0ull, 0);
+      tag = uint32_t(c / unsigned(G)) + 1u;
+    }
+    if (router_block) {  // block-uniform
+      cp_async_wait<0>();
+      __syncthreads();  // x and the zero row
+      if (team == 0) {  // linear.cu's tile: warp s the K slice s, one-token tile (lane g = 0 carries x)
+        const int chunks = hidden / 32, c_begin = s * chunks / kWarps, c_end = (s + 1) * chunks / kWarps;
+        const char* wa = base + L.items + g * rt.row_bytes;  // rows g and g + 8
+        const char* wb = wa + 8 * rt.row_bytes;
+        const unsigned* sa = reinterpret_cast<const unsigned*>(base + L.items + 16 * rt.row_bytes) + g * rt.groups;
+        const unsigned* sb = sa + 8 * rt.groups;
+        const uint4* xb = reinterpret_cast<const uint4*>(rows_s + (g == 0 ? 0 : hidden)) + t;
+        const int sh = rt.chunk_shift, qc = rt.quad_chunks;
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+        mbar_wait(rbar, 0);
+        if (rt.bits == 16)
+          router_slice<kMlxBf16, 16>(acc, wa, wb, sa, sb, c_begin, c_end, t, sh, qc, xb);
+        else if (rt.bits == 8)
+          router_slice<kMlxBf16, 8>(acc, wa, wb, sa, sb, c_begin, c_end, t, sh, qc, xb);
+        else if (rt.subnormal)
+          router_slice<kMlxBf16Sub, 4>(acc, wa, wb, sa, sb, c_begin, c_end, t, sh, qc, xb);
+        else
+          router_slice<kMlxBf16, 4>(acc, wa, wb, sa, sb, c_begin, c_end, t, sh, qc, xb);
+        float(*const rr)[16] = red[0][0];  // free until the gate_up
+        if (t == 0) rr[s][g] = acc[0], rr[s][g + 8] = acc[2];
+        // The tile's bytes were read by the generic proxy; the items' bulk copies will overwrite them.
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        nbar_sync(1, kWarps * 32);
+        if (s == 0 && lane < 16) {  // the slice sums in warp order: the f32 logit (store_biased's, no bias)
+          float y = rr[0][lane];
+#pragma unroll
+          for (int q = 1; q < kWarps; ++q) y += rr[q][lane];
+          st_relaxed64(tagged + 16 * b + lane, (static_cast<unsigned long long>(tag) << 32) | __float_as_uint(y));
+        }
+        stamp(13);
+      }
+    }
+    if (warp == 0) {  // every block: the E logits once they carry this launch's tag, then the routing
+      const unsigned long long t0 = gtime();
+      for (int e = lane; e < E; e += 32) {
+        unsigned long long v;
+        for (unsigned n = 1; uint32_t((v = ld_relaxed64(tagged + e)) >> 32) != tag; ++n)
+          if (n % 4096 == 0 && gtime() - t0 > 4000000000ull) __trap();  // (a grid not all resident)
+        prob[e] = __uint_as_float(uint32_t(v));
+      }
+      __syncwarp();
+      route_row(prob, 0, E, P, r.norm, e_s, w_s, prob, lane);  // in place: route_row_smem reads l[e] first
+    }
+  }
   __syncthreads();  // e_s, w_s, the tables, the zero row, the mbarriers
+  stamp(12);
   if (b == 0 && threadIdx.x < P && r.pair_e)
     r.pair_e[threadIdx.x] = e_s[threadIdx.x], r.pair_w[threadIdx.x] = w_s[threadIdx.x];
 
@@ -300,7 +416,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
-    auto* count = reinterpret_cast<unsigned long long*>(bar);
     const unsigned long long old = atomicAdd(count, 1ull), target = (old / G + 1) * G;
     if (has_down && ablate != 2) {
       // A grid that is not all resident (another process's kernels, MPS limits) would never arrive: after
@@ -394,7 +509,20 @@ struct Plan {
   decltype(&moe_decode_kernel<kMlxBf16>) kernel = nullptr;  // the instance of the call's scale codes
   int grid = 0, smem = 0;
 };
-Plan plan_of(const MoeExperts& gu, const MoeExperts& dn, int rows, int top_k, int hidden, int inter) {
+// The router fits the kernel: every logit tile a block, a format router_chunk reads (linear_quantized's
+// formats with load_raw's layout), no more than one group width a chunk.
+bool router_fits(const MoeRouter& rt, int experts, int hidden, int grid) {
+  if (!rt.weight) return true;
+  if (!g_router_on || experts % 16 || experts / 16 > grid) return false;
+  if (rt.bits == 16) return rt.row_bytes == int64_t(hidden) * 2;
+  return (rt.bits == 8 || rt.bits == 4) && rt.scales && rt.row_bytes == int64_t(hidden) * rt.bits / 8 &&
+         rt.chunk_shift >= 0 && rt.groups > 0 && (rt.bits == 4 || !rt.subnormal) &&
+         (rt.chunk_shift >= 30 ? rt.groups == 1 : rt.groups == (hidden / 32) >> rt.chunk_shift) &&
+         rt.quad_chunks == hidden / 128 * 4;
+}
+
+Plan plan_of(const MoeExperts& gu, const MoeExperts& dn, int rows, int top_k, int hidden, int inter,
+             const MoeRouter& rt) {
   Plan pl;
   if (!g_decode_on || rows != 1 || gu.bits != 4 || dn.bits != 4 || gu.subnormal != dn.subnormal ||
       top_k < 1 || top_k > kMaxPairs || top_k > gu.experts || gu.experts > kMoeMaxExperts ||
@@ -404,22 +532,24 @@ Plan plan_of(const MoeExperts& gu, const MoeExperts& dn, int rows, int top_k, in
   pl.kernel = gu.subnormal ? moe_decode_kernel<kMlxBf16Sub> : moe_decode_kernel<kMlxBf16>;
   pl.grid = resident_blocks(reinterpret_cast<const void*>(pl.kernel), kThreads, kMaxSmem);
   const int items = top_k * (inter / 8), slots = (items + pl.grid - 1) / pl.grid;
-  if (slots > kMaxItems || hidden / 16 > pl.grid) return pl;
-  const int total = layout_of(gu.experts, top_k, hidden, inter, gu.groups, dn.groups, slots).total;
+  if (slots > kMaxItems || hidden / 16 > pl.grid || !router_fits(rt, gu.experts, hidden, pl.grid)) return pl;
+  const int total =
+      layout_of(gu.experts, top_k, hidden, inter, gu.groups, dn.groups, slots, router_tile_bytes(rt)).total;
   pl.smem = total <= kMaxSmem ? total : 0;
   return pl;
 }
 
 }  // namespace
 
-bool moe_decode_ok(const MoeExperts& gu, const MoeExperts& dn, int rows, int top_k, int hidden, int inter) {
-  return plan_of(gu, dn, rows, top_k, hidden, inter).smem > 0;
+bool moe_decode_ok(const MoeExperts& gu, const MoeExperts& dn, int rows, int top_k, int hidden, int inter,
+                   const MoeRouter& router) {
+  return plan_of(gu, dn, rows, top_k, hidden, inter, router).smem > 0;
 }
 
 void moe_decode(const MoeRouting& r, const void* x, const MoeExperts& gate_up, const MoeExperts& down,
                 void* act, void* out, DType out_dtype, int hidden, int inter, unsigned* barrier,
-                cudaStream_t s) {
-  const Plan pl = plan_of(gate_up, down, r.rows, r.top_k, hidden, inter);
+                cudaStream_t s, const MoeRouter& router) {
+  const Plan pl = plan_of(gate_up, down, r.rows, r.top_k, hidden, inter, router);
   TF_CHECK(pl.smem > 0 && barrier, "moe_decode: the call does not fit (moe_decode_ok)");
   TF_CHECK(out_dtype == DType::BF16 || out_dtype == DType::F32, "moe_decode: out must be bf16 or f32");
   if (g_stamps_on && !g_stamps) {
@@ -429,12 +559,16 @@ void moe_decode(const MoeRouting& r, const void* x, const MoeExperts& gate_up, c
   }
   launch_pdl_if(g_pdl, pl.kernel, pl.grid, kThreads, size_t(pl.smem), s, r,
                 static_cast<const __nv_bfloat16*>(x), gate_up, down, static_cast<__nv_bfloat16*>(act), out,
-                out_dtype == DType::F32, hidden, inter, barrier, g_window, g_ablate, g_stamps);
+                out_dtype == DType::F32, hidden, inter, barrier, g_window, g_ablate, g_stamps, router);
   TF_CUDA_LAUNCH_CHECK();
 }
 
 void set_moe_decode(bool on) {
   g_decode_on = on;
+}
+
+void set_moe_decode_router(bool on) {
+  g_router_on = on;
 }
 
 void set_moe_decode_stamps(bool on) {

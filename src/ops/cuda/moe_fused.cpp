@@ -100,6 +100,27 @@ MoeExperts experts_of(const LinearWeight& w0, int experts, const void* const* we
   return x;
 }
 
+// The router as moe_decode reads it (MoeRouter): dense bf16, or MLX 4/8-bit kept packed with bf16 scales; no
+// bias; [experts, hidden]. weight null where it is none of these.
+MoeRouter router_of(const LinearWeight& w, int64_t experts, int64_t hidden) {
+  MoeRouter r;
+  if (w.bias.defined() && w.bias.numel() > 0) return r;
+  if (dense_bf16(w) && w.weight.ndim() == 2 && w.weight.dim(0) == experts && w.weight.dim(1) == hidden) {
+    r.weight = w.weight.raw();
+    r.row_bytes = w.weight.dim(1) * 2;
+  } else if (packed_mlx(w) && w.out_features == experts && w.in_features == hidden) {
+    r.weight = w.weight.raw();
+    r.scales = w.scales.raw();
+    r.bits = w.bits;
+    r.row_bytes = w.in_features * w.bits / 8;
+    r.groups = int(w.scales.dim(1));
+    r.chunk_shift = chunk_shift(w);
+    r.quad_chunks = int(w.in_features / 128 * 4);
+    r.subnormal = w.subnormal_codes;
+  }
+  return r;
+}
+
 std::atomic<bool> g_enabled{true};  // set_moe_fused
 std::atomic<unsigned> g_repeat{0};  // set_moe_repeat
 
@@ -150,18 +171,23 @@ void moe_fused(Backend& be, cudaStream_t s, const Tensor& h, MoeWeights& w, Tens
     f();
     if (rep >> i & 1) f();
   };
-  twice(0, [&] { be.linear(h, w.router, logits); });
   const MoeExperts gate_up = experts_of(w.gate_up[0], E, tab, tab + 2 * E),
                    down = experts_of(w.down[0], E, tab + E, tab + 3 * E);
-  // One decode row of 4-bit experts: the whole MoE after the router in one kernel (moe_decode).
+  // One decode row of 4-bit experts: the whole MoE in one kernel (moe_decode), the router linear too where
+  // it fits; else the router linear first.
+  MoeRouter router = router_of(w.router, E, H);
+  if (router.weight && !moe_decode_ok(gate_up, down, R, K, H, I, router)) router = MoeRouter{};
+  if (!router.weight) twice(0, [&] { be.linear(h, w.router, logits); });
   if (moe_decode_ok(gate_up, down, R, K, H, I)) {
     Tensor act = be.alloc({P, I}, DType::BF16);
     const MoeRouting rt{static_cast<const float*>(logits.raw()), R, K, w.norm_topk_prob, nullptr, nullptr};
     twice(6, [&] {
-      moe_decode(rt, h.raw(), gate_up, down, act.raw(), out.raw(), out.dtype(), H, I, barrier_of(w), s);
+      moe_decode(rt, h.raw(), gate_up, down, act.raw(), out.raw(), out.dtype(), H, I, barrier_of(w), s,
+                 router);
     });
     return;
   }
+  TF_CHECK(!router.weight, "moe: the router went into moe_decode, which then did not fit");
   const int tile = moe_tile_for(P, E), max_tiles = moe_max_tiles(P, E, tile);
   Tensor pair_e = be.alloc({P}, DType::I32), pair_w = be.alloc({P}, DType::F32);
   Tensor slot_of_pair = be.alloc({P}, DType::I32), slot_row = be.alloc({P}, DType::I32);

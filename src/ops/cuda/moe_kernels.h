@@ -106,18 +106,36 @@ void set_moe_route_smem_only(bool on);
 // that every launch raises by its grid (the same every launch), so no reset is needed between launches or
 // graph replays; the grid is every block that fits the device at once. set_moe_decode(false)
 // (TF_MOE_DECODE=0): the chain (A/B).
-constexpr int kMoeDecodeBarrierWords = 2;
+// The router linear inside it too (MoeRouter, moe_decode_ok with it): blocks 0 .. experts / 16 - 1 each
+// compute 16 logits with the linear's bits (its weights requested before the kernel's wait), publish them
+// as tagged words (f32 bits | the launch's number << 32, after the barrier words) and every block polls
+// them: one dependent kernel a layer fewer. Then r.logits is not read; x is the router's input too.
+// set_moe_decode_router(false) (TF_MOE_DECODE_ROUTER=0): the router linear runs first (A/B).
+constexpr int kMoeDecodeBarrierWords = 2 + 2 * kMoeMaxExperts;
+// The router's weight [experts, hidden]: dense bf16 (bits 16), or MLX affine 4- or 8-bit with bf16
+// scale|bias words in quant_linear.h's device layout (as MoeExperts); no bias.
+struct MoeRouter {
+  const void* weight = nullptr;  // null: logits from MoeRouting::logits
+  const void* scales = nullptr;
+  int64_t row_bytes = 0;
+  int groups = 0, chunk_shift = 0, quad_chunks = 0;
+  int bits = 16;
+  bool subnormal = false;
+};
+// With router.weight set: whether the call fits with the router inside (else false: ask again without it).
 bool moe_decode_ok(const MoeExperts& gate_up, const MoeExperts& down, int rows, int top_k, int hidden,
-                   int inter);
+                   int inter, const MoeRouter& router = MoeRouter{});
 void moe_decode(const MoeRouting& r, const void* x, const MoeExperts& gate_up, const MoeExperts& down,
                 void* act, void* out, DType out_dtype, int hidden, int inter, unsigned* barrier,
-                cudaStream_t s);
+                cudaStream_t s, const MoeRouter& router = MoeRouter{});
 void set_moe_decode(bool on);
+void set_moe_decode_router(bool on);
 // Benches: with stamps on, every later moe_decode launch has each block's thread 0 write globaltimer (ns) at
 // 0 after its wait, 1 gate_up done, 2 past the barrier, 3 act and the down tile in shared memory, 4 the down
-// MMAs done, 5 the combine stored, 6 + 2j / 7 + 2j team 0's j-th item landed / stored (j < 3):
+// MMAs done, 5 the combine stored, 6 + 2j / 7 + 2j team 0's j-th item landed / stored (j < 3), 12 routed,
+// 13 its router logits published (router blocks), 14 entered (before the wait):
 // moe_decode_stamps()[block * kMoeDecodeStamps + i] of the last launch (0: not reached).
-constexpr int kMoeDecodeStamps = 12;
+constexpr int kMoeDecodeStamps = 15;
 void set_moe_decode_stamps(bool on);
 std::vector<unsigned long long> moe_decode_stamps(int* blocks);
 // slot_of_pair null: pair p's slot is p (moe_routed_gemm's layout).

@@ -285,7 +285,7 @@ void print_decode_stamps(Backend& be, Model& m, const BatchMeta& meta, cudaStrea
   const char* names[cuda::kMoeDecodeStamps] = {
       "waited",    "gate_up done", "past barrier", "act+tile in smem", "down MMAs",        "stored",
       "item 0 in", "item 0 out",   "item 2 in",    "item 2 out",       "item 4 in",        "item 4 out",
-      "routed",    "logits out",   "entered"};
+      "routed",    "logits out",   "entered",      "logits in",        "route done"};
   std::printf("one-kernel MoE stamps (us after the first block's wait; min / median / max over blocks):");
   for (int i = 0; i < cuda::kMoeDecodeStamps; ++i) {
     std::vector<double> d;

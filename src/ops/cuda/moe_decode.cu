@@ -46,7 +46,7 @@ unsigned long long* g_stamps = nullptr;                // set_moe_decode_stamps
 bool g_stamps_on = false;
 int g_stamp_blocks = 0;
 // Benches (timing only, wrong values): TF_MOE_DECODE_ABLATE=1 no down phase, 2 no barrier wait, 3 no gate_up
-// arithmetic.
+// arithmetic, 4 no routing (experts 0 .. top_k - 1).
 // Gate_up items in flight a block: even (a team's next item is its own), 2 .. kMaxItems; benches:
 // TF_MOE_DECODE_WINDOW (same values, A/B).
 const int g_window = [] {
@@ -120,13 +120,19 @@ __device__ __forceinline__ uint4 router_chunk(const char* w, const unsigned* sc,
 }
 
 // A router tile's slice: warp s's chunks of rows g and g + 8 in order, one MMA chain (linear.cu's K slice).
+// Unrolled over kSlice (hidden <= 2048: a slice has at most 8 chunks), so that the chunks' loads and
+// dequantisation run ahead of the chain.
 template <int KIND, int B>
 __device__ __forceinline__ void router_slice(float* acc, const char* wa, const char* wb, const unsigned* sa,
                                              const unsigned* sb, int c_begin, int c_end, int t, int sh, int qc,
                                              const uint4* xb) {
-  for (int c = c_begin; c < c_end; ++c)
+#pragma unroll
+  for (int i = 0; i < kSlice; ++i) {
+    const int c = c_begin + i;
+    if (c >= c_end) break;
     mma_chunk(acc, router_chunk<KIND, B>(wa, sa, c, t, sh, qc), router_chunk<KIND, B>(wb, sb, c, t, sh, qc),
               xb[4 * c]);
+  }
 }
 
 __device__ __forceinline__ unsigned long long ld_relaxed64(const unsigned long long* p) {
@@ -205,7 +211,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __shared__ float red[kTeams][2][kWarps][16];    // the gate_up's slice partials of token 0, a team's two
   __shared__ float red_d[kWarps][kMaxPairs][16];  // the down's, by pair
   __shared__ float y_s[kMaxPairs][16];            // the down's outputs of the tile (bf16 values)
-  __shared__ float prob[kMoeMaxExperts];  // route_row's scratch (more than 256 experts); the polled logits
+  __shared__ float prob[kMoeMaxExperts];  // the polled logits; route_row's scratch (more than 256 experts)
   __shared__ int32_t e_s[kMaxPairs];
   __shared__ float w_s[kMaxPairs];
   extern __shared__ uint4 smem[];
@@ -248,7 +254,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   stamp(14);
   pdl_wait();  // the logits (or the router's input) and x
   stamp(0);
-  if (!rt.weight && warp == 0) route_row(r.logits, 0, E, P, r.norm, e_s, w_s, prob, lane);
   for (int i = threadIdx.x; i < hidden / 8; i += kThreads) cp_async16(saddr(rows_s + 8 * i), x + 8 * i, true);
   cp_async_commit();
   if (rt.weight) {
@@ -282,8 +287,6 @@ __global__ void __launch_bounds__(kThreads, 1)
           router_slice<kMlxBf16, 4>(acc, wa, wb, sa, sb, c_begin, c_end, t, sh, qc, xb);
         float(*const rr)[16] = red[0][0];  // free until the gate_up
         if (t == 0) rr[s][g] = acc[0], rr[s][g + 8] = acc[2];
-        // The tile's bytes were read by the generic proxy; the items' bulk copies will overwrite them.
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         nbar_sync(1, kWarps * 32);
         if (s == 0 && lane < 16) {  // the slice sums in warp order: the f32 logit (store_biased's, no bias)
           float y = rr[0][lane];
@@ -295,17 +298,41 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     if (warp == 0) {  // every block: the E logits once they carry this launch's tag, then the routing
+      // 128 words a round, each lane's 4 loads in flight together: one at a time, each waiting for the last,
+      // the 128 logits took 4 L2 round trips (run 353: published at 3.0 us, routed at 6.4).
       const unsigned long long t0 = gtime();
-      for (int e = lane; e < E; e += 32) {
-        unsigned long long v;
-        for (unsigned n = 1; uint32_t((v = ld_relaxed64(tagged + e)) >> 32) != tag; ++n)
+      for (int e0 = 0; e0 < E; e0 += 128) {
+        unsigned long long v[4];
+        for (unsigned n = 1;; ++n) {
+          bool ready = true;
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const int e = e0 + 32 * j + lane;
+            v[j] = e < E ? ld_relaxed64(tagged + e) : static_cast<unsigned long long>(tag) << 32;
+            ready = ready && uint32_t(v[j] >> 32) == tag;
+          }
+          if (__all_sync(0xffffffffu, ready)) break;
           if (n % 4096 == 0 && gtime() - t0 > 4000000000ull) __trap();  // (a grid not all resident)
-        prob[e] = __uint_as_float(uint32_t(v));
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          if (e0 + 32 * j + lane < E) prob[e0 + 32 * j + lane] = __uint_as_float(uint32_t(v[j]));
       }
       __syncwarp();
-      route_row(prob, 0, E, P, r.norm, e_s, w_s, prob, lane);  // in place: route_row_smem reads l[e] first
+      stamp(15);
     }
   }
+  // The routing (warp 0). Its ~2.6-3.8 us from the logits to the picks (stamps 15 -> 16, runs 355-358) are
+  // not understood: a block-wide rank version (route_block) took as long, and so did both with their code
+  // run once before the wait (not instruction fetch).
+  if (ablate == 4) {  // (timing: no routing, experts 0 .. top_k - 1)
+    if (threadIdx.x < P) e_s[threadIdx.x] = threadIdx.x, w_s[threadIdx.x] = 1.f / P;
+  } else if (warp == 0) {  // (the polled logits in place: route_row_smem reads l[e] before it writes p[e])
+    route_row(rt.weight ? prob : r.logits, 0, E, P, r.norm, e_s, w_s, prob, lane);
+  }
+  stamp(16);
+  // A router tile was read by the generic proxy; the items' bulk copies will overwrite it.
+  if (router_block) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   __syncthreads();  // e_s, w_s, the tables, the zero row, the mbarriers
   stamp(12);
   if (b == 0 && threadIdx.x < P && r.pair_e)

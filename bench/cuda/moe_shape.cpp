@@ -324,34 +324,21 @@ void bench_format(Backend& be, bool mlx, bool quick, double copy_gbs) {
     std::printf("| decode b=%d ctx %d%s | %.3f | %.0f | %.2f | %.3f | %.1f%% | %.1f |\n", batch, ctx,
                 captured ? "" : " (eager)", ms, batch * 1e3 / ms, bytes / 1e9, floor_ms, 100 * floor_ms / ms,
                 experts);
-    cuda::set_moe_route_group(false);  // routing and grouping as two launches (A/B, same bits)
-    const double ms2 = time_graph_ms(
-        s, [&] { forward(be, m, batch, outs, false); }, &captured);
-    cuda::set_moe_route_group(true);
-    std::printf("| decode b=%d ctx %d, routing and grouping as two launches | %.3f | %.0f | | | | |\n", batch,
-                ctx, ms2, batch * 1e3 / ms2);
-    if (batch > cuda::kMoeRoutedMaxRows) {
-      cuda::set_moe_grouped_silu(false);  // the silu_mul kernel after the grouped gate_up (A/B, same bits)
-      const double ms5 = time_graph_ms(
+    // A same-bits A/B: the step again with `set` off.
+    auto without = [&](void (*set)(bool), const char* what) {
+      set(false);
+      const double t = time_graph_ms(
           s, [&] { forward(be, m, batch, outs, false); }, &captured);
-      cuda::set_moe_grouped_silu(true);
-      std::printf("| decode b=%d ctx %d, without silu_mul in the grouped gate_up | %.3f | %.0f | | | | |\n",
-                  batch, ctx, ms5, batch * 1e3 / ms5);
-    }
+      set(true);
+      std::printf("| decode b=%d ctx %d, %s | %.3f | %.0f | | | | |\n", batch, ctx, what, t, batch * 1e3 / t);
+    };
+    without(cuda::set_moe_route_group, "routing and grouping as two launches");
+    if (batch > cuda::kMoeRoutedMaxRows)  // the silu_mul kernel after the grouped gate_up
+      without(cuda::set_moe_grouped_silu, "without silu_mul in the grouped gate_up");
     if (batch == 1 && mlx && std::getenv("TF_MOE_DECODE_STAMPS")) print_decode_stamps(be, m, meta, s);
     if (batch == 1 && mlx) {
-      cuda::set_moe_decode(false);  // the routed chain instead of the one-kernel MoE (A/B, same bits)
-      const double ms4 = time_graph_ms(
-          s, [&] { forward(be, m, batch, outs, false); }, &captured);
-      cuda::set_moe_decode(true);
-      std::printf("| decode b=%d ctx %d, the routed chain (not one kernel) | %.3f | %.0f | | | | |\n", batch,
-                  ctx, ms4, batch * 1e3 / ms4);
-      cuda::set_moe_decode_router(false);  // the router linear before the one kernel (A/B, same bits)
-      const double ms6 = time_graph_ms(
-          s, [&] { forward(be, m, batch, outs, false); }, &captured);
-      cuda::set_moe_decode_router(true);
-      std::printf("| decode b=%d ctx %d, the router linear outside the one kernel | %.3f | %.0f | | | | |\n",
-                  batch, ctx, ms6, batch * 1e3 / ms6);
+      without(cuda::set_moe_decode, "the routed chain (not one kernel)");
+      without(cuda::set_moe_decode_router, "the router linear outside the one kernel");
     }
     if (batch <= cuda::kMoeRoutedMaxRows) {
       cuda::set_moe_decode(false);  // (the routed chain is what is compared)

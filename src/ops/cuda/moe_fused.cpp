@@ -83,6 +83,17 @@ unsigned* barrier_of(const MoeWeights& w) {
   return static_cast<Prepared*>(w.prepared.get())->barrier;
 }
 
+// A packed MLX weight's layout as the kernels read it (MoeExperts, MoeRouter: the same field names).
+template <typename T>
+void packed_layout(const LinearWeight& w, T& x) {
+  x.bits = w.bits;
+  x.row_bytes = w.in_features * w.bits / 8;
+  x.groups = int(w.scales.dim(1));
+  x.chunk_shift = chunk_shift(w);
+  x.quad_chunks = int(w.in_features / 128 * 4);
+  x.subnormal = w.subnormal_codes;
+}
+
 // The grouped GEMM's view of one projection (all experts alike, checked by moe_fusable).
 MoeExperts experts_of(const LinearWeight& w0, int experts, const void* const* weights,
                       const void* const* scales) {
@@ -91,12 +102,7 @@ MoeExperts experts_of(const LinearWeight& w0, int experts, const void* const* we
   x.weights = weights;
   if (w0.format == LinearWeight::Format::Dense) return x;
   x.scales = scales;
-  x.bits = w0.bits;
-  x.row_bytes = w0.in_features * w0.bits / 8;
-  x.groups = int(w0.scales.dim(1));
-  x.chunk_shift = chunk_shift(w0);
-  x.quad_chunks = int(w0.in_features / 128 * 4);
-  x.subnormal = w0.subnormal_codes;
+  packed_layout(w0, x);
   return x;
 }
 
@@ -111,12 +117,7 @@ MoeRouter router_of(const LinearWeight& w, int64_t experts, int64_t hidden) {
   } else if (packed_mlx(w) && w.out_features == experts && w.in_features == hidden) {
     r.weight = w.weight.raw();
     r.scales = w.scales.raw();
-    r.bits = w.bits;
-    r.row_bytes = w.in_features * w.bits / 8;
-    r.groups = int(w.scales.dim(1));
-    r.chunk_shift = chunk_shift(w);
-    r.quad_chunks = int(w.in_features / 128 * 4);
-    r.subnormal = w.subnormal_codes;
+    packed_layout(w, r);
   }
   return r;
 }

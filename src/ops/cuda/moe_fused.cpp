@@ -83,15 +83,16 @@ unsigned* barrier_of(const MoeWeights& w) {
   return static_cast<Prepared*>(w.prepared.get())->barrier;
 }
 
-// A packed MLX weight's layout as the kernels read it (MoeExperts, MoeRouter: the same field names).
-template <typename T>
-void packed_layout(const LinearWeight& w, T& x) {
+// A packed MLX weight's layout as the kernels read it.
+MoeLayout packed_layout(const LinearWeight& w) {
+  MoeLayout x;
   x.bits = w.bits;
   x.row_bytes = w.in_features * w.bits / 8;
   x.groups = int(w.scales.dim(1));
   x.chunk_shift = chunk_shift(w);
   x.quad_chunks = int(w.in_features / 128 * 4);
   x.subnormal = w.subnormal_codes;
+  return x;
 }
 
 // The grouped GEMM's view of one projection (all experts alike, checked by moe_fusable).
@@ -102,7 +103,7 @@ MoeExperts experts_of(const LinearWeight& w0, int experts, const void* const* we
   x.weights = weights;
   if (w0.format == LinearWeight::Format::Dense) return x;
   x.scales = scales;
-  packed_layout(w0, x);
+  static_cast<MoeLayout&>(x) = packed_layout(w0);
   return x;
 }
 
@@ -117,7 +118,7 @@ MoeRouter router_of(const LinearWeight& w, int64_t experts, int64_t hidden) {
   } else if (packed_mlx(w) && w.out_features == experts && w.in_features == hidden) {
     r.weight = w.weight.raw();
     r.scales = w.scales.raw();
-    packed_layout(w, r);
+    static_cast<MoeLayout&>(r) = packed_layout(w);
   }
   return r;
 }
@@ -166,7 +167,6 @@ void moe_fused(Backend& be, cudaStream_t s, const Tensor& h, MoeWeights& w, Tens
            "moe: out must be bf16 or f32 [rows, hidden], got " + out.describe());
   if (R == 0) return;
   const void* const* tab = tables(w, s);
-  Tensor logits = be.alloc({R, E}, DType::F32);
   const unsigned rep = g_repeat.load(std::memory_order_relaxed);
   auto twice = [&](int i, auto&& f) {
     f();
@@ -178,17 +178,22 @@ void moe_fused(Backend& be, cudaStream_t s, const Tensor& h, MoeWeights& w, Tens
   // it fits; else the router linear first.
   MoeRouter router = router_of(w.router, E, H);
   if (router.weight && !moe_decode_ok(gate_up, down, R, K, H, I, router)) router = MoeRouter{};
-  if (!router.weight) twice(0, [&] { be.linear(h, w.router, logits); });
-  if (moe_decode_ok(gate_up, down, R, K, H, I)) {
+  const bool one_kernel = router.weight || moe_decode_ok(gate_up, down, R, K, H, I);
+  Tensor logits;  // (not made where the router runs inside moe_decode)
+  if (!router.weight) {
+    logits = be.alloc({R, E}, DType::F32);
+    twice(0, [&] { be.linear(h, w.router, logits); });
+  }
+  if (one_kernel) {
     Tensor act = be.alloc({P, I}, DType::BF16);
-    const MoeRouting rt{static_cast<const float*>(logits.raw()), R, K, w.norm_topk_prob, nullptr, nullptr};
+    const MoeRouting rt{router.weight ? nullptr : static_cast<const float*>(logits.raw()), R, K,
+                        w.norm_topk_prob, nullptr, nullptr};
     twice(6, [&] {
       moe_decode(rt, h.raw(), gate_up, down, act.raw(), out.raw(), out.dtype(), H, I, barrier_of(w), s,
                  router);
     });
     return;
   }
-  TF_CHECK(!router.weight, "moe: the router went into moe_decode, which then did not fit");
   const int tile = moe_tile_for(P, E), max_tiles = moe_max_tiles(P, E, tile);
   Tensor pair_e = be.alloc({P}, DType::I32), pair_w = be.alloc({P}, DType::F32);
   Tensor slot_of_pair = be.alloc({P}, DType::I32), slot_row = be.alloc({P}, DType::I32);

@@ -43,18 +43,21 @@ void moe_route_group(const float* logits, int rows, int experts, int top_k, bool
                      float* weights_out, int tile, int4* tiles, int32_t* slot_of_pair, int32_t* slot_row,
                      cudaStream_t s);
 void set_moe_route_group(bool on);
-// One projection's experts on the device. weights / scales: device tables of [experts] device pointers.
-// bits 16: dense bf16 weights [N, K] (scales unused); 4 or 8: MLX affine weights in quant_linear.h's
-// device layout with bf16 scale|bias words (scales [N, groups] U32), row_bytes = K * bits / 8,
-// chunk_shift = log2(group / 32) (30: one group a row), quad_chunks = K / 128 * 4 (4-bit word order).
-struct MoeExperts {
-  int experts = 0;  // entries of weights (and scales)
-  const void* const* weights = nullptr;
-  const void* const* scales = nullptr;
+// A weight's layout as the MoE kernels read it. bits 16: dense bf16 [N, K]; 4 or 8: MLX affine weights in
+// quant_linear.h's device layout with bf16 scale|bias words (scales [N, groups] U32), row_bytes = K * bits /
+// 8, chunk_shift = log2(group / 32) (30: one group a row), quad_chunks = K / 128 * 4 (4-bit word order).
+struct MoeLayout {
   int64_t row_bytes = 0;
   int groups = 0, chunk_shift = 0, quad_chunks = 0;
   int bits = 16;
-  bool subnormal = false;  // 4-bit: scales stored times 2^133 (quant_linear.h's prescale_mlx4), every expert
+  bool subnormal = false;  // 4-bit: scales stored times 2^133 (quant_linear.h's prescale_mlx4)
+};
+// One projection's experts on the device (all of one layout). weights / scales: device tables of [experts]
+// device pointers (scales unused for bf16).
+struct MoeExperts : MoeLayout {
+  int experts = 0;  // entries of weights (and scales)
+  const void* const* weights = nullptr;
+  const void* const* scales = nullptr;
 };
 
 // y[slot, N] (bf16) = x[row(slot), K] (bf16) · W_e[N, K]ᵀ for every slot of every tile, e the tile's
@@ -112,15 +115,10 @@ void set_moe_route_smem_only(bool on);
 // them: one dependent kernel a layer fewer. Then r.logits is not read; x is the router's input too.
 // set_moe_decode_router(false) (TF_MOE_DECODE_ROUTER=0): the router linear runs first (A/B).
 constexpr int kMoeDecodeBarrierWords = 2 + 2 * kMoeMaxExperts;
-// The router's weight [experts, hidden]: dense bf16 (bits 16), or MLX affine 4- or 8-bit with bf16
-// scale|bias words in quant_linear.h's device layout (as MoeExperts); no bias.
-struct MoeRouter {
+// The router's weight [experts, hidden]: dense bf16 (bits 16), or MLX affine 4- or 8-bit; no bias.
+struct MoeRouter : MoeLayout {
   const void* weight = nullptr;  // null: logits from MoeRouting::logits
   const void* scales = nullptr;
-  int64_t row_bytes = 0;
-  int groups = 0, chunk_shift = 0, quad_chunks = 0;
-  int bits = 16;
-  bool subnormal = false;
 };
 // With router.weight set: whether the call fits with the router inside (else false: ask again without it).
 bool moe_decode_ok(const MoeExperts& gate_up, const MoeExperts& down, int rows, int top_k, int hidden,

@@ -25,9 +25,6 @@ struct QArgs {
   int groups;
   int chunk_shift;  // group of chunk c (32 values) = c >> chunk_shift (groups are 32 * 2^shift wide)
   int quad_chunks;  // 4-bit: chunks below this (a multiple of 4) are stored in quads (word_of)
-  // q4_decode_kernel's two scale words a row of a quad (chunks 4i .. 4i + 3) as one 8-byte load: groups of 64
-  // and an even group count (words 2i, 2i + 1, 8-byte aligned). Else a load a word.
-  bool scale_pairs = false;
 };
 
 // The packed bits of 8 consecutive values of one row (little-endian bit stream: value i at bit B*i, but

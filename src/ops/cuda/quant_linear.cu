@@ -46,8 +46,6 @@ int64_t xs_bytes(int m, int64_t k) {
 }
 // q4_decode_kernel's 32-row tiles for 33-127 rows too (see linear_quantized; TF_Q4_MID=0 for A/B).
 const bool g_q4_mid = env_switch("TF_Q4_MID", true);
-// q4_decode_kernel's scale words a quad by pairs (QArgs::scale_pairs); TF_Q4_SCALE_PAIRS=0 for A/B.
-const bool g_scale_pairs = env_switch("TF_Q4_SCALE_PAIRS", true);
 constexpr int kDequantMinM = 128;  // from here on: dequantize to bf16 + the tiled bf16 linear
 constexpr size_t kDequantMaxBytes = size_t(256) << 20;  // ... unless the transient bf16 copy exceeds this
 
@@ -203,9 +201,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   // A quad's two scale words a row: groups of 64 (sh = 1) are words 2qd and 2qd + 1, one 8-byte load when a
   // row's words start 8-byte aligned (an even group count): the same words, half the loads, each of which
   // touches 8 rows' lines (run 350: the 8B linears of a decode step at M = 1 / 8 / 16 -4.7 / -4.1 / -2.2%).
-  // QArgs::scale_pairs (args_of) says whether. (A third case, one load for groups of 128 or more, spilled
-  // the 16-row variant.)
-  const bool spair = q.scale_pairs;
+  // (A third case, one load for groups of 128 or more, spilled the 16-row variant.)
+  const bool spair = sh == 1 && (q.groups & 1) == 0;
   auto load = [&](int i, const Rows& p, int qd) {
     const uint32_t c = 4 * qd, g0 = c >> sh, g1 = (c + 2) >> sh;
     wa[i] = load_stream(w32 + (p.wa + 16 * uint32_t(qd)));
@@ -471,7 +468,6 @@ QArgs args_of(const LinearWeight& w) {
   q.groups = int(w.scales.dim(1));
   q.chunk_shift = chunk_shift(w);
   q.quad_chunks = int(w.in_features / 128 * 4);
-  q.scale_pairs = g_scale_pairs && q.chunk_shift == 1 && (q.groups & 1) == 0;
   return q;
 }
 

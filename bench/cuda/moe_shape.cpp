@@ -185,13 +185,17 @@ void forward(Backend& be, Model& m, int rows, const std::vector<int32_t>& outs, 
       be.attention(q, L.kv, ap, attn);
       be.linear(attn, L.o, o);
     }
-    be.add_rms_norm(*cur, o, L.ln2, 1e-6f, 0.f, x);
-    if (hook) hook(l, x);
-    if (g_skip_moe) continue;
-    if (host_moe)
-      be.Backend::moe(x, L.moe, mlp);
-    else
-      be.moe(x, L.moe, mlp);
+    if (!hook && !g_skip_moe && !host_moe) {  // the product's MoE half (decoder_layer_forward)
+      if (be.add_rms_norm_moe(*cur, o, L.ln2, 1e-6f, 0.f, x, L.moe, mlp, *alt)) std::swap(cur, alt);
+    } else {
+      be.add_rms_norm(*cur, o, L.ln2, 1e-6f, 0.f, x);
+      if (hook) hook(l, x);
+      if (g_skip_moe) continue;
+      if (host_moe)
+        be.Backend::moe(x, L.moe, mlp);
+      else
+        be.moe(x, L.moe, mlp);
+    }
     if (g_empty_blocks > 0) cuda::empty_step(g_empty_blocks, cuda::stream_of(be));
   }
   be.add_rms_norm(*cur, mlp, m.final_norm, 1e-6f, 0.f, x);
@@ -339,6 +343,7 @@ void bench_format(Backend& be, bool mlx, bool quick, double copy_gbs) {
     if (batch == 1 && mlx) {
       without(cuda::set_moe_decode, "the routed chain (not one kernel)");
       without(cuda::set_moe_decode_router, "the router linear outside the one kernel");
+      without(cuda::set_moe_add_norm, "the add + norm before the one-kernel MoE a kernel of its own");
     }
     if (batch <= cuda::kMoeRoutedMaxRows) {
       cuda::set_moe_decode(false);  // (the routed chain is what is compared)

@@ -134,8 +134,9 @@ void decoder_layer_forward(Backend& be, const ModelSpec& spec, DecoderLayer& L, 
   be.attention(ws.q, kv, attn, ws.attn);
   be.linear(ws.attn, L.o, ws.mlp_out);
   if (L.moe) {
-    be.add_rms_norm(ws.residual, ws.mlp_out, L.post_norm, eps, off, ws.h);
-    moe_forward(be, spec, *L.moe, ws.h, ws.mlp_out);
+    if (be.add_rms_norm_moe(ws.residual, ws.mlp_out, L.post_norm, eps, off, ws.h, *L.moe, ws.mlp_out,
+                            ws.residual_alt))
+      std::swap(ws.residual, ws.residual_alt);
     return;
   }
   add_norm_linear(L.post_norm, L.gate_up, ws.gate_up);

@@ -72,8 +72,10 @@ class DenseDecoder final : public Model {
     rope_ = make_rope(spec.rope, context);
     attn_ = attention_params(spec);
     if (spec.mtp_layers > 0 && ckpt.has("mtp.fc.weight")) load_mtp(ckpt);
-    for (const DecoderLayer& L : layers_) graphs_ok_ &= L.moe == nullptr;  // MoE layers run eagerly
-    if (graphs_ok_) prepare_step();
+    bool sparse = false;  // MoE layers: graphed where the backend's MoE never syncs on the host; no step
+    for (const DecoderLayer& L : layers_)
+      if (L.moe) sparse = true, graphs_ok_ &= be.moe_graph_safe(*L.moe, H);
+    if (graphs_ok_ && !sparse) prepare_step();
   }
   ~DenseDecoder() override { be_.clear_graphs(); }  // graphs point at this model's weights
 
@@ -286,7 +288,7 @@ class DenseDecoder final : public Model {
   RopeParams rope_;
   AttentionParams attn_;
   std::unique_ptr<MtpWeights> mtp_;
-  bool graphs_ok_ = true;   // no MoE layer (their routing may sync on the host)
+  bool graphs_ok_ = true;   // no MoE layer whose routing syncs on the host
   bool ran_eager_ = false;  // the first forward is eager: one-time uploads (rope tables) cannot be captured
   std::shared_ptr<GraphBuffers> graph_buffers_;  // forward_graph's fixed buffers (grown by doubling)
   std::shared_ptr<void> step_;                   // the backend's one-launch decode step, or null

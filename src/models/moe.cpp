@@ -33,10 +33,4 @@ MoeWeights load_moe(const Checkpoint& ckpt, Backend& be, const ModelSpec& spec, 
   return w;
 }
 
-void moe_forward(Backend& be, const ModelSpec& spec, MoeWeights& w, const Tensor& h, Tensor& out) {
-  TF_CHECK(h.dim(-1) == spec.hidden && int(w.gate_up.size()) == spec.num_experts,
-           "moe_forward: shape mismatch");
-  be.moe(h, w, out);
-}
-
 }  // namespace tf

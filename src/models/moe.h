@@ -14,7 +14,4 @@ namespace tf {
 //                             [experts, out, groups] when quantized)
 MoeWeights load_moe(const Checkpoint& ckpt, Backend& be, const ModelSpec& spec, const std::string& prefix);
 
-// out[R, H] = the MoE MLP of h[R, H].
-void moe_forward(Backend& be, const ModelSpec& spec, MoeWeights& w, const Tensor& h, Tensor& out);
-
 }  // namespace tf

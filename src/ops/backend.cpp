@@ -65,6 +65,13 @@ bool Backend::add_rms_norm_linear(Tensor& residual, const Tensor& x, const Tenso
   return false;
 }
 
+bool Backend::add_rms_norm_moe(Tensor& residual, const Tensor& x, const Tensor& norm_weight, float eps,
+                               float offset, Tensor& h, MoeWeights& w, Tensor& out, Tensor&) {
+  add_rms_norm(residual, x, norm_weight, eps, offset, h);
+  moe(h, w, out);
+  return false;
+}
+
 // The reference for every backend's sampling kernel (sample_token() in engine/sampler.cpp computes the
 // same scores for its unrestricted case).
 void sample_rows_reference(const float* logits, int64_t vocab, const std::vector<RowSampling>& rows,

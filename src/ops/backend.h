@@ -155,6 +155,13 @@ class Backend {
   // rows. The default (ops/moe.cpp, the CPU reference) routes on the host (one sync) and runs
   // the ops above per expert.
   virtual void moe(const Tensor& h, MoeWeights& w, Tensor& out);
+  // Whether moe() on `w` (activations of width `hidden`) queues only device work with no host sync once
+  // it has run once, so a forward with it may be captured into a CUDA graph (run_graph). The default's
+  // host routing syncs: false.
+  virtual bool moe_graph_safe(const MoeWeights& w, int64_t hidden) const {
+    (void)w, (void)hidden;
+    return false;
+  }
   // Raw byte copies between host memory and a tensor of this backend (KV blocks for the prompt cache's
   // spill and snapshots). The CPU backend copies directly; device backends override.
   virtual void read_raw(const Tensor& src, size_t offset, size_t bytes, void* dst);
@@ -185,6 +192,11 @@ class Backend {
   virtual bool add_rms_norm_linear(Tensor& residual, const Tensor& x, const Tensor& norm_weight, float eps,
                                    float offset, Tensor& h, const LinearWeight& w, Tensor& y,
                                    Tensor& residual_out);
+  // residual_out = residual + x, h = rms_norm(residual_out), out = moe(h, w): a MoE layer's norm and its MLP,
+  // with add_rms_norm_linear's contract (true: the new residual is in residual_out, h unspecified; false:
+  // add_rms_norm ran in place, then moe). x and out may be the same tensor. Bitwise the two ops either way.
+  virtual bool add_rms_norm_moe(Tensor& residual, const Tensor& x, const Tensor& norm_weight, float eps,
+                                float offset, Tensor& h, MoeWeights& w, Tensor& out, Tensor& residual_out);
   // tokens[i] = the id maximising double(logits[i][id] / T) + gumbel_noise(seed, position, id) for
   // rows[i] (T = 0: the first maximum of the raw logits), lowest id on exact ties: the token
   // sample_token() gives without penalties, truncation or logprobs. `logits` is F32 [rows, vocab] on

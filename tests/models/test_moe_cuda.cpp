@@ -22,6 +22,7 @@
 #include "models/model.h"
 #include "models/moe.h"
 #include "ops/backend.h"
+#include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/moe_fused.h"
 #include "ops/cuda/moe_kernels.h"
 #include "ops/cuda/quant_linear.h"
@@ -475,6 +476,77 @@ TEST_F(Moe, DecodeKernelRouterInsideEqualsTheRouterLinear) {
     }
 }
 
+// Backend::add_rms_norm_moe at one decode row: moe_decode making its input from the residual (every block
+// its own add + norm, block 0 the new residual) has the bits of add_rms_norm then moe, for the MoE output
+// (bf16 and f32, into x's own tensor as the layer does, or another) and the new residual; bf16 and f32 norm
+// weights with and without an offset; 12 launches back to back. Where it cannot take the call (two rows) it
+// says so and the two ops run.
+TEST_F(Moe, DecodeKernelAddNormEqualsTheTwoOps) {
+  if (const char* v = std::getenv("TF_MOE_FUSED"); v && std::string(v) == "0")
+    GTEST_SKIP() << "TF_MOE_FUSED=0 turns the fused path off";
+  struct Case {
+    int experts, router_bits;
+    DType wt;
+    float offset;
+  };
+  for (const Case c : {Case{16, 8, DType::BF16, 0.f}, Case{64, 4, DType::F32, 0.f}, Case{16, 16, DType::BF16, 1.f}}) {
+    SCOPED_TRACE(std::to_string(c.experts) + " experts, router bits " + std::to_string(c.router_bits) +
+                 ", offset " + std::to_string(c.offset));
+    MoeWeights g = make_mlx_moe(*gpu, 8, true, 71, 4, 64, c.experts, c.router_bits);
+    std::mt19937 rng(72);
+    const Tensor res_pool = random_bf16({12, kMlxH}, 1.f, rng), x_pool = random_bf16({12, kMlxH}, 1.f, rng);
+    Tensor nw = random_bf16({kMlxH}, 0.3f, rng);
+    if (c.wt == DType::F32) {
+      std::vector<float> f = nw.to_f32_vector();
+      nw = Tensor::empty({kMlxH}, DType::F32);
+      std::memcpy(nw.raw(), f.data(), f.size() * 4);
+    }
+    const Tensor dnw = gpu->upload(nw);
+    const float eps = 1e-6f;
+    auto host = [&](const Tensor& t) {
+      Tensor h = Tensor::empty(t.shape(), DType::F32);
+      gpu->to_host(t, h);
+      return h.to_f32_vector();
+    };
+    // {out, new residual} of row i; `fused` whether the one kernel took it.
+    auto step = [&](int i, bool in_place, DType out_dtype, bool* fused) {
+      Tensor res = gpu->upload(rows_of(res_pool, {i})), x = gpu->upload(rows_of(x_pool, {i}));
+      Tensor res_out = gpu->alloc({1, kMlxH}, DType::BF16), h = gpu->alloc({1, kMlxH}, DType::BF16);
+      Tensor out = in_place ? x : gpu->alloc({1, kMlxH}, out_dtype);
+      *fused = gpu->add_rms_norm_moe(res, x, dnw, eps, c.offset, h, g, out, res_out);
+      return std::make_pair(host(out), host(*fused ? res_out : res));
+    };
+    for (int i = 0; i < 12; ++i) {
+      bool fused = false, two = true;
+      cuda::set_moe_add_norm(false);
+      const auto ref = step(i, false, DType::BF16, &two);
+      const auto ref32 = step(i, false, DType::F32, &two);
+      cuda::set_moe_add_norm(true);
+      ASSERT_FALSE(two);
+      double norm = 0;
+      for (float v : ref.first) norm += double(v) * v;
+      EXPECT_GT(norm, 0.0);
+      for (bool in_place : {true, false}) {
+        const auto got = step(i, in_place, DType::BF16, &fused);
+        ASSERT_TRUE(fused);
+        ASSERT_EQ(0, std::memcmp(got.first.data(), ref.first.data(), kMlxH * 4)) << "row " << i << " out";
+        ASSERT_EQ(0, std::memcmp(got.second.data(), ref.second.data(), kMlxH * 4)) << "row " << i << " residual";
+      }
+      const auto got32 = step(i, false, DType::F32, &fused);
+      ASSERT_TRUE(fused);
+      ASSERT_EQ(0, std::memcmp(got32.first.data(), ref32.first.data(), kMlxH * 4)) << "row " << i << " f32 out";
+    }
+  }
+  // Two rows: not the one kernel; the two ops, in place.
+  MoeWeights g = make_mlx_moe(*gpu, 8, true, 73, 4, 64, 16, 8);
+  std::mt19937 rng(74);
+  Tensor res = gpu->upload(random_bf16({2, kMlxH}, 1.f, rng)), x = gpu->upload(random_bf16({2, kMlxH}, 1.f, rng));
+  Tensor nw = gpu->upload(random_bf16({kMlxH}, 0.3f, rng));
+  Tensor h = gpu->alloc({2, kMlxH}, DType::BF16), out = gpu->alloc({2, kMlxH}, DType::BF16),
+         res_out = gpu->alloc({2, kMlxH}, DType::BF16);
+  EXPECT_FALSE(gpu->add_rms_norm_moe(res, x, nw, 1e-6f, 0.f, h, g, out, res_out));
+}
+
 // The persistent 4-bit grouped gate_up (tiles of 8 tokens) applies silu_mul itself: the same bits as the
 // silu_mul kernel after it, at 5..40 rows (the routed path stops at 4), for each 4-bit group size.
 TEST_F(Moe, GroupedGateUpSiluEqualsTheSiluKernel) {
@@ -610,6 +682,76 @@ TEST_F(Moe, TinyMlxCheckpointFusedEqualsHostRouted) {
       EXPECT_GT(max_abs, 0.0);
       EXPECT_LT(max_err, 0.05 * max_abs);
     }
+  }
+}
+
+// MoE models replay CUDA graphs (their fused MoE never syncs on the host): decode rounds (one row) and
+// verify rounds (3 rows) of the tiny mlx-lm 4-bit and bf16 checkpoints give bitwise the eager forward's
+// logits and sampled tokens, on two pools filled alike, and the graph rounds really replay.
+TEST_F(Moe, TinyCheckpointsReplayGraphsWithEagerBits) {
+  if (const char* v = std::getenv("TF_MOE_FUSED"); v && std::string(v) == "0")
+    GTEST_SKIP() << "TF_MOE_FUSED=0 turns the fused path off";
+  const std::string src = std::string(TF_SOURCE_DIR) + "/tests/data/tiny/qwen3-moe";
+  const std::string bf16_dir = std::filesystem::exists(src) ? src : "tests/data/tiny/qwen3-moe";
+  cuda::set_graph_capture_after(*gpu, 1);
+  for (const std::string& dir : {tiny_mlx_dir(), bf16_dir}) {
+    SCOPED_TRACE(dir);
+    Checkpoint ckpt = Checkpoint::open(dir);
+    auto model = load_model(ckpt, *gpu, 256);
+    const auto& sp = model->spec();
+    ASSERT_TRUE(sp.num_experts > 0);
+    MoeWeights probe = load_moe(ckpt, *gpu, sp, "model.layers.0.mlp.");
+    ASSERT_TRUE(gpu->moe_graph_safe(probe, sp.hidden));
+    KvBlockPool eager(*gpu, sp.layers, sp.kv_heads, sp.head_dim, 16, 8),
+        graphed(*gpu, sp.layers, sp.kv_heads, sp.head_dim, 16, 8);
+    std::vector<int32_t> te, tg;
+    ASSERT_TRUE(eager.reserve(te, 100));
+    ASSERT_TRUE(graphed.reserve(tg, 100));
+    ASSERT_EQ(te, tg);
+    auto meta = [&](int at, const std::vector<int32_t>& toks) {
+      BatchMeta m;
+      m.block_size = 16;
+      m.block_tables = {te};
+      for (size_t i = 0; i < toks.size(); ++i) {
+        const int p = at + int(i);
+        m.tokens.push_back(toks[i]);
+        m.positions.push_back(p);
+        m.row_seq.push_back(0);
+        m.slots.push_back(te[size_t(p / 16)] * 16 + p % 16);
+      }
+      return m;
+    };
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 20; ++i) prompt.push_back((i * 37 + 11) % 200 + 1);
+    std::vector<float> unused;
+    model->forward(meta(0, prompt), eager.layers(), {}, unused);
+    model->forward(meta(0, prompt), graphed.layers(), {}, unused);
+    const Backend::GraphStats before = gpu->graph_stats();
+    int at = 20;
+    int32_t next = 7;
+    for (int round = 0; round < 14; ++round) {
+      std::vector<int32_t> toks = {next};
+      if (round % 4 == 3) toks.insert(toks.end(), {int32_t(round + 3), int32_t(2 * round + 5)});  // verify
+      const BatchMeta m = meta(at, toks);
+      std::vector<int32_t> rows;
+      std::vector<RowSampling> sampling;
+      for (int r = 0; r < m.rows(); ++r)
+        rows.push_back(r), sampling.push_back({r % 2 ? 0.7f : 0.f, 99, int64_t(m.positions[size_t(r)]) + 1});
+      std::vector<float> le, lg;
+      std::vector<int32_t> ke, kg;
+      model->forward(m, eager.layers(), rows, Model::Outputs{&le, &sampling, &ke, nullptr, false});
+      model->forward(m, graphed.layers(), rows, Model::Outputs{&lg, &sampling, &kg, nullptr, true});
+      ASSERT_EQ(ke, kg) << "round " << round;
+      ASSERT_EQ(le.size(), size_t(m.rows()) * size_t(sp.vocab));
+      ASSERT_EQ(0, std::memcmp(le.data(), lg.data(), le.size() * 4)) << "round " << round;
+      at += m.rows();
+      next = kg.back();
+    }
+    const Backend::GraphStats after = gpu->graph_stats();
+    EXPECT_GT(after.captures, before.captures);
+    EXPECT_GT(after.replays, before.replays);
+    eager.release(te);
+    graphed.release(tg);
   }
 }
 

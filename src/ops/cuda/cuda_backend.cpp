@@ -650,6 +650,17 @@ class CudaBackend final : public Backend {
                            stream_);
   }
 
+  bool add_rms_norm_moe(Tensor& res, const Tensor& x, const Tensor& nw, float eps, float offset, Tensor& h,
+                        MoeWeights& w, Tensor& out, Tensor& res_out) override {
+    // One decode row: the one-kernel MoE makes its input from the residual (moe_fused.h).
+    if (cuda::moe_fused_add_norm(*this, stream_, res, x, nw, eps, offset, w, out, res_out)) return true;
+    return Backend::add_rms_norm_moe(res, x, nw, eps, offset, h, w, out, res_out);
+  }
+
+  bool moe_graph_safe(const MoeWeights& w, int64_t hidden) const override {
+    return act_dtype() == DType::BF16 && cuda::moe_fusable(w, hidden);  // (its tables upload once, eagerly)
+  }
+
   void moe(const Tensor& h, MoeWeights& w, Tensor& out) override {
     if (!cuda::moe_fusable(h, w)) return Backend::moe(h, w, out);  // e.g. MLX 4-bit experts
     cuda::moe_fused(*this, stream_, h, w, out);

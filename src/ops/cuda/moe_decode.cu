@@ -34,6 +34,7 @@
 #include "ops/cuda/mbarrier.cuh"
 #include "ops/cuda/moe_kernels.h"
 #include "ops/cuda/moe_route.cuh"  // route_row
+#include "ops/cuda/norm.cuh"       // add_norm_row
 #include "ops/cuda/quant_common.cuh"
 
 namespace tf::cuda {
@@ -203,7 +204,8 @@ template <int KIND>
 __global__ void __launch_bounds__(kThreads, 1)
     moe_decode_kernel(const MoeRouting r, const __nv_bfloat16* x, const MoeExperts gu, const MoeExperts dn,
                       __nv_bfloat16* act, void* out, bool out_f32, int hidden, int inter, unsigned* bar,
-                      int window, int ablate, unsigned long long* stamps, const MoeRouter rt) {
+                      int window, int ablate, unsigned long long* stamps, const MoeRouter rt,
+                      const AddNormArgs nrm) {
   // (benches: globaltimer stamps of thread 0 at the phases' ends, stamps[block * kStamps + i])
   auto stamp = [&](int i) {
     if (stamps && threadIdx.x == 0) stamps[blockIdx.x * kStamps + i] = gtime();
@@ -214,6 +216,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __shared__ float prob[kMoeMaxExperts];  // the polled logits; route_row's scratch (more than 256 experts)
   __shared__ int32_t e_s[kMaxPairs];
   __shared__ float w_s[kMaxPairs];
+  __shared__ float nred[9];  // add_norm_row's sums (nrm.res)
   extern __shared__ uint4 smem[];
   const int P = r.top_k, E = gu.experts, G = int(gridDim.x), b = int(blockIdx.x);
   const int items = P * (inter / 8), slots = (items + G - 1) / G;
@@ -254,7 +257,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   stamp(14);
   pdl_wait();  // the logits (or the router's input) and x
   stamp(0);
-  for (int i = threadIdx.x; i < hidden / 8; i += kThreads) cp_async16(saddr(rows_s + 8 * i), x + 8 * i, true);
+  if (nrm.res) {  // x = add_rms_norm(residual + x), made by every block (block 0 stores the new residual)
+    add_norm_row(nrm, x, hidden, rows_s, b == 0, nred);
+  } else {
+    for (int i = threadIdx.x; i < hidden / 8; i += kThreads) cp_async16(saddr(rows_s + 8 * i), x + 8 * i, true);
+  }
   cp_async_commit();
   if (rt.weight) {
     // This launch's number n + 1: until this block arrives at the grid barrier, the count is n G .. n G + G - 1
@@ -575,9 +582,12 @@ bool moe_decode_ok(const MoeExperts& gu, const MoeExperts& dn, int rows, int top
 
 void moe_decode(const MoeRouting& r, const void* x, const MoeExperts& gate_up, const MoeExperts& down,
                 void* act, void* out, DType out_dtype, int hidden, int inter, unsigned* barrier,
-                cudaStream_t s, const MoeRouter& router) {
+                cudaStream_t s, const MoeRouter& router, const AddNormArgs& norm) {
   const Plan pl = plan_of(gate_up, down, r.rows, r.top_k, hidden, inter, router);
   TF_CHECK(pl.smem > 0 && barrier, "moe_decode: the call does not fit (moe_decode_ok)");
+  TF_CHECK(!norm.res || (router.weight && norm.res_out && norm.w && hidden % 8 == 0 &&
+                         hidden <= 8 * kThreads),
+           "moe_decode: the add + norm needs the router inside and hidden <= 4096");
   TF_CHECK(out_dtype == DType::BF16 || out_dtype == DType::F32, "moe_decode: out must be bf16 or f32");
   if (g_stamps_on && !g_stamps) {
     TF_CUDA_CHECK(cudaMalloc(&g_stamps, size_t(pl.grid) * kStamps * 8));
@@ -586,7 +596,7 @@ void moe_decode(const MoeRouting& r, const void* x, const MoeExperts& gate_up, c
   }
   launch_pdl_if(g_pdl, pl.kernel, pl.grid, kThreads, size_t(pl.smem), s, r,
                 static_cast<const __nv_bfloat16*>(x), gate_up, down, static_cast<__nv_bfloat16*>(act), out,
-                out_dtype == DType::F32, hidden, inter, barrier, g_window, g_ablate, g_stamps, router);
+                out_dtype == DType::F32, hidden, inter, barrier, g_window, g_ablate, g_stamps, router, norm);
   TF_CUDA_LAUNCH_CHECK();
 }
 

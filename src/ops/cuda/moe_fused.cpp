@@ -125,6 +125,7 @@ MoeRouter router_of(const LinearWeight& w, int64_t experts, int64_t hidden) {
 
 std::atomic<bool> g_enabled{true};  // set_moe_fused
 std::atomic<unsigned> g_repeat{0};  // set_moe_repeat
+std::atomic<bool> g_add_norm{env_switch("TF_MOE_ADD_NORM", true)};  // set_moe_add_norm
 
 // TF_MOE_FUSED=0 (read once) sends every MoE layer down the host-routed default path: a diagnosis
 // switch that isolates the fused kernels from the rest of the model.
@@ -135,15 +136,19 @@ bool fused_disabled() {
 
 }  // namespace
 
-bool moe_fusable(const Tensor& h, const MoeWeights& w) {
+bool moe_fusable(const MoeWeights& w, int64_t hidden) {
   if (fused_disabled()) return false;
   const size_t E = w.gate_up.size();
   if (E == 0 || E > size_t(kMoeMaxExperts) || w.down.size() != E || w.top_k <= 0 || w.top_k > kMoeMaxTopK ||
-      size_t(w.top_k) > E || h.dtype() != DType::BF16)
+      size_t(w.top_k) > E)
     return false;
-  const int64_t H = h.dim(-1), I = w.down[0].in_features;
+  const int64_t H = hidden, I = w.down[0].in_features;
   if (H % 32 || I % 32) return false;
   return fusable_projection(w.gate_up, 2 * I, H) && fusable_projection(w.down, H, I);
+}
+
+bool moe_fusable(const Tensor& h, const MoeWeights& w) {
+  return h.dtype() == DType::BF16 && moe_fusable(w, h.dim(-1));
 }
 
 void set_moe_repeat(unsigned mask) {
@@ -228,6 +233,41 @@ void moe_fused(Backend& be, cudaStream_t s, const Tensor& h, MoeWeights& w, Tens
     moe_combine(y.raw(), routed ? nullptr : i32(slot_of_pair), static_cast<const float*>(pair_w.raw()),
                 out.raw(), out.dtype(), R, K, H, s);
   });
+}
+
+bool moe_fused_add_norm(Backend& be, cudaStream_t s, const Tensor& res, const Tensor& x, const Tensor& nw, float eps,
+                        float offset, MoeWeights& w, Tensor& out, Tensor& res_out) {
+  auto on_gpu = [](const Tensor& t) { return t.device() == Device::CUDA && t.is_contiguous(); };
+  if (!g_add_norm.load(std::memory_order_relaxed) || !moe_fusable(x, w) || x.dim(0) != 1 || !on_gpu(x) ||
+      !on_gpu(res) || !on_gpu(res_out) || !on_gpu(out) || res.dtype() != DType::BF16 ||
+      res_out.dtype() != DType::BF16 || res.numel() != x.numel() || res_out.numel() != x.numel() ||
+      res.raw() == res_out.raw() || out.numel() != x.numel() ||
+      (out.dtype() != DType::BF16 && out.dtype() != DType::F32) || nw.numel() != x.dim(-1) ||
+      nw.device() != Device::CUDA ||
+      (nw.dtype() != DType::BF16 && nw.dtype() != DType::F32 && nw.dtype() != DType::F16))
+    return false;
+  const int H = int(x.dim(-1)), E = int(w.gate_up.size()), K = w.top_k, I = int(w.down[0].in_features);
+  if (H % 8 || H > 4096) return false;
+  const void* const* tab = tables(w, s);
+  const MoeExperts gate_up = experts_of(w.gate_up[0], E, tab, tab + 2 * E),
+                   down = experts_of(w.down[0], E, tab + E, tab + 3 * E);
+  const MoeRouter router = router_of(w.router, E, H);
+  if (!router.weight || !moe_decode_ok(gate_up, down, 1, K, H, I, router)) return false;
+  AddNormArgs a;
+  a.res = res.raw();
+  a.res_out = res_out.raw();
+  a.w = nw.raw();
+  a.wt = nw.dtype();
+  a.eps = eps;
+  a.offset = offset;
+  Tensor act = be.alloc({K, I}, DType::BF16);
+  const MoeRouting rt{nullptr, 1, K, w.norm_topk_prob, nullptr, nullptr};
+  moe_decode(rt, x.raw(), gate_up, down, act.raw(), out.raw(), out.dtype(), H, I, barrier_of(w), s, router, a);
+  return true;
+}
+
+void set_moe_add_norm(bool on) {
+  g_add_norm.store(on, std::memory_order_relaxed);
 }
 
 }  // namespace tf::cuda

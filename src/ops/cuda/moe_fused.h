@@ -14,6 +14,8 @@ namespace tf::cuda {
 // with a bias; hidden and expert intermediate divisible by 32, at most 1024 experts, top_k at most 32.
 // Never when the environment sets TF_MOE_FUSED=0 (read once per process) or after set_moe_fused(false).
 bool moe_fusable(const Tensor& h, const MoeWeights& w);
+// The same for bf16 activations of width `hidden` (Backend::moe_graph_safe).
+bool moe_fusable(const MoeWeights& w, int64_t hidden);
 // Tests and benches: false sends every later MoE call of the process down the host-routed path (as
 // TF_MOE_FUSED=0 does), true lets the fused path back in. Not to be flipped while a forward runs.
 void set_moe_fused(bool enabled);
@@ -26,5 +28,12 @@ void set_moe_repeat(unsigned mask);
 int moe_tile_for(int pairs, int experts);
 // out = Backend::moe(h) on the device, no host sync (after the first call per weight set).
 void moe_fused(Backend& be, cudaStream_t s, const Tensor& h, MoeWeights& w, Tensor& out);
+// Backend::add_rms_norm_moe where one kernel takes it (one decode row, moe_decode with the router inside,
+// bf16 residual): out = moe(add_rms_norm(res + x)) with the new residual in res_out, h not written; x and
+// out may be the same tensor. False, launching nothing, elsewhere. set_moe_add_norm(false)
+// (TF_MOE_ADD_NORM=0): always false (A/B).
+bool moe_fused_add_norm(Backend& be, cudaStream_t s, const Tensor& res, const Tensor& x, const Tensor& nw, float eps,
+                        float offset, MoeWeights& w, Tensor& out, Tensor& res_out);
+void set_moe_add_norm(bool on);
 
 }  // namespace tf::cuda

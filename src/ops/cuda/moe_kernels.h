@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "ops/cuda/add_norm.h"
 
 namespace tf::cuda {
 
@@ -123,9 +124,13 @@ struct MoeRouter : MoeLayout {
 // With router.weight set: whether the call fits with the router inside (else false: ask again without it).
 bool moe_decode_ok(const MoeExperts& gate_up, const MoeExperts& down, int rows, int top_k, int hidden,
                    int inter, const MoeRouter& router = MoeRouter{});
+// norm.res set (the router inside): x is the value added to norm.res, and every block makes the MoE's input
+// h = add_rms_norm's output itself (its bits; block 0 stores the new residual to norm.res_out): one
+// add_rms_norm kernel fewer a layer. x and out may be the same tensor (x is read before the grid barrier,
+// out written after it).
 void moe_decode(const MoeRouting& r, const void* x, const MoeExperts& gate_up, const MoeExperts& down,
                 void* act, void* out, DType out_dtype, int hidden, int inter, unsigned* barrier,
-                cudaStream_t s, const MoeRouter& router = MoeRouter{});
+                cudaStream_t s, const MoeRouter& router = MoeRouter{}, const AddNormArgs& norm = AddNormArgs{});
 void set_moe_decode(bool on);
 void set_moe_decode_router(bool on);
 // Benches: with stamps on, every later moe_decode launch has each block's thread 0 write globaltimer (ns) at

@@ -6,6 +6,8 @@
 #include <cuda_fp16.h>
 
 #include "core/dtype.h"
+#include "ops/cuda/add_norm.h"
+#include "ops/cuda/launch.h"  // ld_act16
 
 namespace tf::cuda {
 
@@ -67,4 +69,62 @@ __device__ __forceinline__ float add_residual(const void* res, DType rt, const _
   return round_to(__fadd_rn(ld(res, i, rt), bf(x, i)), rt);
 }
 
+
+// One row of add_rms_norm's output (add_rms_norm_kernel<32>'s bits; bf16 residual, cols a multiple of 8, at
+// most 8 * blockDim.x and 8192) made inside a consumer kernel after its pdl_wait, into bf16 shared memory y,
+// from x [cols] (the value added) and a.res [cols]; with write_res the block also stores the new residual to
+// a.res_out. Every thread of the block calls it (block barriers); the first kNormThreads reduce the row as
+// add_rms_norm does (element i at thread i % 256 in the order of i, the butterfly, the 8 warp sums in
+// order). red: 9 floats of shared memory. One round of loads: a thread takes one 8-element unit (res, x and
+// the norm weights together), the new residual values meet in y, each reducing thread sums its elements
+// there, and the unit is normalised from registers.
+__device__ __forceinline__ void add_norm_row(const AddNormArgs& a, const __nv_bfloat16* x, int cols,
+                                             __nv_bfloat16* y, bool write_res, float* red) {
+  const int tid = threadIdx.x, e0 = tid * 8;
+  const bool mine = e0 < cols;
+  float wv[8];
+  uint4 vv = make_uint4(0, 0, 0, 0);
+  if (mine) {
+    const uint4 rv = ld_act16(static_cast<const __nv_bfloat16*>(a.res) + e0), xv = ld_act16(x + e0);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) wv[e] = __fadd_rn(ld(a.w, e0 + e, a.wt), a.offset);
+    const auto* rb = reinterpret_cast<const __nv_bfloat16*>(&rv);
+    const auto* xb = reinterpret_cast<const __nv_bfloat16*>(&xv);
+    __nv_bfloat16 v[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      v[e] = __float2bfloat16(__fadd_rn(__bfloat162float(rb[e]), __bfloat162float(xb[e])));
+    vv = *reinterpret_cast<const uint4*>(v);
+    *reinterpret_cast<uint4*>(y + e0) = vv;
+    if (write_res) *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(a.res_out) + e0) = vv;
+  }
+  __syncthreads();
+  if (tid < kNormThreads) {
+    float ss = 0.f;
+    for (int i = tid; i < cols; i += kNormThreads) {
+      const float v = __bfloat162float(y[i]);
+      ss = __fmaf_rn(v, v, ss);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if (tid % 32 == 0) red[tid / 32] = ss;
+  }
+  __syncthreads();
+  if (tid == 0) {
+    float s = red[0];
+#pragma unroll
+    for (int w = 1; w < kNormThreads / 32; ++w) s += red[w];
+    red[8] = norm_inv(s, cols, a.eps);
+  }
+  __syncthreads();
+  if (mine) {
+    const float inv = red[8];
+    const auto* vb = reinterpret_cast<const __nv_bfloat16*>(&vv);
+    __nv_bfloat16 o[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) o[e] = __float2bfloat16(norm_out(__bfloat162float(vb[e]), inv, wv[e]));
+    *reinterpret_cast<uint4*>(y + e0) = *reinterpret_cast<const uint4*>(o);
+  }
+  __syncthreads();
+}
 }  // namespace tf::cuda

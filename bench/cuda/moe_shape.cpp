@@ -152,6 +152,7 @@ Model make_model(Backend& be, int64_t kv_blocks, bool mlx) {
 // Ablations at batch 1 (timing only; results wrong where something is skipped): see ablate().
 bool g_skip_attn = false, g_skip_moe = false;
 int g_empty_blocks = 0;  // > 0: one empty dependent kernel of this many blocks after each layer's MoE
+unsigned g_twice = 0;    // the attention half's ops run twice (idempotent): bit 0 qkv, 1 norm+rope+KV, 2 attention, 3 o
 
 // Called with each layer's MoE input (the bench's byte count routes it on the host).
 using MoeHook = std::function<void(int layer, const Tensor& x)>;
@@ -180,10 +181,15 @@ void forward(Backend& be, Model& m, int rows, const std::vector<int32_t>& outs, 
     } else if (be.add_rms_norm_linear(*cur, mlp, L.ln1, 1e-6f, 0.f, x, L.qkv, qkv, *alt)) {
       std::swap(cur, alt);
     }
+    auto twice = [&](int bit, auto&& f) {
+      f();
+      if (g_twice >> bit & 1) f();
+    };
+    if (g_twice & 1) be.linear(x, L.qkv, qkv);  // (x holds the norm where the 4-bit qkv did not fuse it)
     if (!g_skip_attn) {
-      be.attention_inputs_qkv(qkv, q, &L.q_norm, &L.k_norm, 1e-6f, 0.f, rope, L.kv);
-      be.attention(q, L.kv, ap, attn);
-      be.linear(attn, L.o, o);
+      twice(1, [&] { be.attention_inputs_qkv(qkv, q, &L.q_norm, &L.k_norm, 1e-6f, 0.f, rope, L.kv); });
+      twice(2, [&] { be.attention(q, L.kv, ap, attn); });
+      twice(3, [&] { be.linear(attn, L.o, o); });
     }
     if (!hook && !g_skip_moe && !host_moe) {  // the product's MoE half (decoder_layer_forward)
       if (be.add_rms_norm_moe(*cur, o, L.ln2, 1e-6f, 0.f, x, L.moe, mlp, *alt)) std::swap(cur, alt);
@@ -265,6 +271,12 @@ void ablate(Backend& be, Model& m) {
     std::printf(", %s twice %.3f", names[i], time());
   }
   cuda::set_moe_repeat(0);
+  const char* attn_names[] = {"qkv linear", "q/k norm + rope + KV", "attention", "o linear"};
+  for (int i = 0; i < 4; ++i) {
+    g_twice = 1u << i;
+    std::printf(", %s twice %.3f", attn_names[i], time());
+  }
+  g_twice = 0;
   for (int blocks : {1, 132}) {
     g_empty_blocks = blocks;
     std::printf(", +empty step (%d blocks) %.3f", blocks, time());

@@ -231,43 +231,65 @@ __global__ void __launch_bounds__(256)
                            const float* __restrict__ inv_freq, float factor,
                            const int32_t* __restrict__ positions, __nv_bfloat16* kp, __nv_bfloat16* vp,
                            const int32_t* __restrict__ slots) {
-  pdl_enter();  // dependent launch (launch.h): nothing below touches memory before it
+  pdl_launch_dependents();
   constexpr int D = 32 * V;
   const int64_t idx = blockIdx.x * int64_t(8) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (idx >= int64_t(rows) * (hq + hk)) return;  // whole warps
   const int r = int(idx / (hq + hk)), h = int(idx % (hq + hk));
   const bool is_q = h < hq;
+  // Before the wait, what no earlier kernel of the forward writes: the norm weights and rope frequencies
+  // (constants), the row's position and pool slot (the round's metadata, copied in before its first kernel),
+  // and so the rope's sines and cosines. After it, one round of loads (the head's q or k values and, for a K/V
+  // head, its v values), then arithmetic and stores: this kernel was ~4 us a layer of dependent round trips
+  // (30B-A3B 4-bit b=1, run 362: run twice +4.2 us). Same values, same arithmetic.
+  const void* w = is_q ? qw : kw;
+  float wo[V];
+  if (w) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) wo[j] = __fadd_rn(ld(w, lane + 32 * j, wt), offset);
+  }
+  const int h32 = rot / 64;  // half / 32
+  float sn[V], cs[V];
+  {
+    const float pos = float(positions[r]);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      if (j >= h32) break;
+      sincosf(pos * inv_freq[lane + 32 * j], &sn[j], &cs[j]);
+      cs[j] *= factor;
+      sn[j] *= factor;
+    }
+  }
+  const int slot = is_q ? -1 : slots[r];
+  pdl_wait();
   const __nv_bfloat16* x =
       is_q ? qi + int64_t(r) * q_stride + int64_t(h) * D : ki + int64_t(r) * k_stride + int64_t(h - hq) * D;
   __nv_bfloat16* xo = is_q ? qo + (int64_t(r) * hq + h) * D
                       : ko ? ko + (int64_t(r) * hk + (h - hq)) * D
                            : nullptr;
+  const bool kv = !is_q && slot >= 0;  // (a negative slot: a padding row)
+  const __nv_bfloat16* vr = vin + int64_t(r) * v_stride + int64_t(h - hq) * D;
   float v[V];
+  __nv_bfloat16 vv[V];
 #pragma unroll
-  for (int j = 0; j < V; ++j) v[j] = bf(x, lane + 32 * j);
-  const void* w = is_q ? qw : kw;
+  for (int j = 0; j < V; ++j) {
+    v[j] = bf(x, lane + 32 * j);
+    if (kv) vv[j] = vr[lane + 32 * j];
+  }
   if (w) {
     float ss = 0.f;
 #pragma unroll
     for (int j = 0; j < V; ++j) ss = __fmaf_rn(v[j], v[j], ss);
     const float inv = norm_inv(row_sum<32>(ss, nullptr), D, eps);
 #pragma unroll
-    for (int j = 0; j < V; ++j)
-      v[j] = __bfloat162float(
-          __float2bfloat16_rn(norm_out(v[j], inv, __fadd_rn(ld(w, lane + 32 * j, wt), offset))));
+    for (int j = 0; j < V; ++j) v[j] = __bfloat162float(__float2bfloat16_rn(norm_out(v[j], inv, wo[j])));
   }
-  const int h32 = rot / 64;  // half / 32
-  const float pos = float(positions[r]);
 #pragma unroll
   for (int j = 0; j < V; ++j) {
     if (j >= h32) break;
-    float sn, cs;
-    sincosf(pos * inv_freq[lane + 32 * j], &sn, &cs);
-    cs *= factor;
-    sn *= factor;
     float a, b;
-    rope_rotate(v[j], v[j + h32], cs, sn, a, b);
+    rope_rotate(v[j], v[j + h32], cs[j], sn[j], a, b);
     v[j] = __bfloat162float(__float2bfloat16_rn(a));
     v[j + h32] = __bfloat162float(__float2bfloat16_rn(b));
   }
@@ -275,15 +297,12 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
     for (int j = 0; j < V; ++j) xo[lane + 32 * j] = __float2bfloat16_rn(v[j]);
   }
-  if (is_q) return;
-  const int slot = slots[r];
-  if (slot < 0) return;  // padding row
+  if (!kv) return;
   const int64_t dst = (int64_t(slot) * hk + (h - hq)) * D;
-  const __nv_bfloat16* vr = vin + int64_t(r) * v_stride + int64_t(h - hq) * D;
 #pragma unroll
   for (int j = 0; j < V; ++j) {
     kp[dst + lane + 32 * j] = __float2bfloat16_rn(v[j]);
-    vp[dst + lane + 32 * j] = vr[lane + 32 * j];
+    vp[dst + lane + 32 * j] = vv[j];
   }
 }
 

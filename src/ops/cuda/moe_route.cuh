@@ -64,6 +64,14 @@ __device__ __forceinline__ void route_row_smem(const float* logits, int row, int
 __device__ __forceinline__ uint64_t pick_key(float p, int e) {
   return p >= 0.f ? (uint64_t(__float_as_uint(p) & 0x7FFFFFFFu) << 32) | uint32_t(~e) : 0ull;
 }
+// The float max of a warp's values by one redux over orderable bits (NaN as -inf, which fmaxf's tree never
+// returns over a number either): the same value as a tree of fmaxf, signed zeros aside (ties of -0 and +0
+// may give either: the result feeds only v - mx, the same for both).
+__device__ __forceinline__ float warp_max(float v) {
+  const uint32_t u = __float_as_uint(v != v ? -INFINITY : v);
+  const uint32_t k = __reduce_max_sync(0xffffffffu, (u & 0x80000000u) ? ~u : u | 0x80000000u);
+  return __uint_as_float((k & 0x80000000u) ? k & 0x7FFFFFFFu : ~k);
+}
 template <int V>
 __device__ __forceinline__ void route_row_regs(const float* logits, int row, int experts, int top_k,
                                                bool norm, int32_t* out_e, float* out_w, int lane) {
@@ -75,7 +83,7 @@ __device__ __forceinline__ void route_row_regs(const float* logits, int row, int
 #pragma unroll
   for (int i = 0; i < V; ++i)
     if (lane + 32 * i < experts) mx = fmaxf(mx, v[i]);
-  for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  mx = warp_max(mx);
   float sum = 0.f;
 #pragma unroll
   for (int i = 0; i < V; ++i)
@@ -84,21 +92,31 @@ __device__ __forceinline__ void route_row_regs(const float* logits, int row, int
   uint64_t key[V];
 #pragma unroll
   for (int i = 0; i < V; ++i) key[i] = lane + 32 * i < experts ? pick_key(v[i] / sum, lane + 32 * i) : 0ull;
+  // The lane's keys sorted, largest first (a network of compare-exchanges), so that its best is key[0] and
+  // a pick shifts the rest up.
+#pragma unroll
+  for (int a = 0; a < V; ++a)
+#pragma unroll
+    for (int b = V - 1; b > a; --b)
+      if (key[b] > key[b - 1]) {
+        const uint64_t t = key[b];
+        key[b] = key[b - 1], key[b - 1] = t;
+      }
   float mine = 0.f, top = 0.f;
   int mine_id = 0;
   for (int j = 0; j < top_k; ++j) {
-    uint64_t best = key[0];
+    // The warp's largest key by two reduxes: its high word (p's bits), then the largest low word (~e: the
+    // lowest id) among the keys with that high word -- the 64-bit maximum, as the shuffle tree found it.
+    const uint32_t hi = __reduce_max_sync(0xffffffffu, uint32_t(key[0] >> 32));
+    const uint32_t lo = __reduce_max_sync(0xffffffffu, uint32_t(key[0] >> 32) == hi ? uint32_t(key[0]) : 0u);
+    const uint64_t best = (uint64_t(hi) << 32) | lo;
+    const int bi = best ? int(~lo) : 0;
+    const float bv = best ? __uint_as_float(hi) : 0.f;
+    if (best && key[0] == best) {  // taken: the lane's next key moves up
 #pragma unroll
-    for (int i = 1; i < V; ++i) best = key[i] > best ? key[i] : best;
-    for (int off = 16; off > 0; off >>= 1) {
-      const uint64_t o = __shfl_xor_sync(0xffffffffu, best, off);
-      best = o > best ? o : best;
+      for (int i = 0; i + 1 < V; ++i) key[i] = key[i + 1];
+      key[V - 1] = 0ull;
     }
-    const int bi = best ? int(~uint32_t(best)) : 0;
-    const float bv = best ? __uint_as_float(uint32_t(best >> 32)) : 0.f;
-#pragma unroll
-    for (int i = 0; i < V; ++i)
-      if (best && lane + 32 * i == bi) key[i] = 0ull;  // taken
     if (lane == j) mine = bv, mine_id = bi;
     top += bv;
   }

@@ -152,7 +152,8 @@ Model make_model(Backend& be, int64_t kv_blocks, bool mlx) {
 // Ablations at batch 1 (timing only; results wrong where something is skipped): see ablate().
 bool g_skip_attn = false, g_skip_moe = false;
 int g_empty_blocks = 0;  // > 0: one empty dependent kernel of this many blocks after each layer's MoE
-unsigned g_twice = 0;    // the attention half's ops run twice (idempotent): bit 0 qkv, 1 norm+rope+KV, 2 attention, 3 o
+unsigned g_twice =
+    0;  // the attention half's ops run twice (idempotent): bit 0 qkv, 1 norm+rope+KV, 2 attention, 3 o
 
 // Called with each layer's MoE input (the bench's byte count routes it on the host).
 using MoeHook = std::function<void(int layer, const Tensor& x)>;
@@ -185,7 +186,7 @@ void forward(Backend& be, Model& m, int rows, const std::vector<int32_t>& outs, 
       f();
       if (g_twice >> bit & 1) f();
     };
-    if (g_twice & 1) be.linear(x, L.qkv, qkv);  // (x holds the norm where the 4-bit qkv did not fuse it)
+    if (g_twice & 1) be.linear(x, L.qkv, qkv);  // (x holds the norm: the 4-bit qkv does not fuse it)
     if (!g_skip_attn) {
       twice(1, [&] { be.attention_inputs_qkv(qkv, q, &L.q_norm, &L.k_norm, 1e-6f, 0.f, rope, L.kv); });
       twice(2, [&] { be.attention(q, L.kv, ap, attn); });
@@ -299,8 +300,8 @@ void print_decode_stamps(Backend& be, Model& m, const BatchMeta& meta, cudaStrea
   for (int b = 0; b < blocks; ++b)
     if (v[size_t(b) * cuda::kMoeDecodeStamps]) t0 = std::min(t0, v[size_t(b) * cuda::kMoeDecodeStamps]);
   const char* names[cuda::kMoeDecodeStamps] = {
-      "waited",    "gate_up done", "past barrier", "act+tile in smem", "down MMAs",        "stored",
-      "item 0 in", "item 0 out",   "item 2 in",    "item 2 out",       "item 4 in",        "item 4 out",
+      "waited",    "gate_up done", "past barrier", "act+tile in smem", "down MMAs", "stored",
+      "item 0 in", "item 0 out",   "item 2 in",    "item 2 out",       "item 4 in", "item 4 out",
       "routed",    "logits out",   "entered",      "logits in",        "route done"};
   std::printf("one-kernel MoE stamps (us after the first block's wait; min / median / max over blocks):");
   for (int i = 0; i < cuda::kMoeDecodeStamps; ++i) {

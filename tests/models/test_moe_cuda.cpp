@@ -451,7 +451,8 @@ TEST_F(Moe, DecodeKernelRouterInsideEqualsTheRouterLinear) {
     for (int router_bits : {16, 8, 4}) {
       SCOPED_TRACE(std::to_string(experts) + " experts, router bits " + std::to_string(router_bits));
       MoeWeights g = make_mlx_moe(*gpu, 8, true, 61, 4, 64, experts, router_bits);
-      ASSERT_EQ(g.router.format, router_bits == 16 ? LinearWeight::Format::Dense : LinearWeight::Format::MlxAffine);
+      ASSERT_EQ(g.router.format,
+                router_bits == 16 ? LinearWeight::Format::Dense : LinearWeight::Format::MlxAffine);
       std::mt19937 rng(62);
       const Tensor pool = random_bf16({12, kMlxH}, 1.f, rng);
       std::vector<std::vector<float>> linear, chain;
@@ -489,7 +490,8 @@ TEST_F(Moe, DecodeKernelAddNormEqualsTheTwoOps) {
     DType wt;
     float offset;
   };
-  for (const Case c : {Case{16, 8, DType::BF16, 0.f}, Case{64, 4, DType::F32, 0.f}, Case{16, 16, DType::BF16, 1.f}}) {
+  for (const Case c :
+       {Case{16, 8, DType::BF16, 0.f}, Case{64, 4, DType::F32, 0.f}, Case{16, 16, DType::BF16, 1.f}}) {
     SCOPED_TRACE(std::to_string(c.experts) + " experts, router bits " + std::to_string(c.router_bits) +
                  ", offset " + std::to_string(c.offset));
     MoeWeights g = make_mlx_moe(*gpu, 8, true, 71, 4, 64, c.experts, c.router_bits);
@@ -530,17 +532,20 @@ TEST_F(Moe, DecodeKernelAddNormEqualsTheTwoOps) {
         const auto got = step(i, in_place, DType::BF16, &fused);
         ASSERT_TRUE(fused);
         ASSERT_EQ(0, std::memcmp(got.first.data(), ref.first.data(), kMlxH * 4)) << "row " << i << " out";
-        ASSERT_EQ(0, std::memcmp(got.second.data(), ref.second.data(), kMlxH * 4)) << "row " << i << " residual";
+        ASSERT_EQ(0, std::memcmp(got.second.data(), ref.second.data(), kMlxH * 4))
+            << "row " << i << " residual";
       }
       const auto got32 = step(i, false, DType::F32, &fused);
       ASSERT_TRUE(fused);
-      ASSERT_EQ(0, std::memcmp(got32.first.data(), ref32.first.data(), kMlxH * 4)) << "row " << i << " f32 out";
+      ASSERT_EQ(0, std::memcmp(got32.first.data(), ref32.first.data(), kMlxH * 4))
+          << "row " << i << " f32 out";
     }
   }
   // Two rows: not the one kernel; the two ops, in place.
   MoeWeights g = make_mlx_moe(*gpu, 8, true, 73, 4, 64, 16, 8);
   std::mt19937 rng(74);
-  Tensor res = gpu->upload(random_bf16({2, kMlxH}, 1.f, rng)), x = gpu->upload(random_bf16({2, kMlxH}, 1.f, rng));
+  Tensor res = gpu->upload(random_bf16({2, kMlxH}, 1.f, rng)),
+         x = gpu->upload(random_bf16({2, kMlxH}, 1.f, rng));
   Tensor nw = gpu->upload(random_bf16({kMlxH}, 0.3f, rng));
   Tensor h = gpu->alloc({2, kMlxH}, DType::BF16), out = gpu->alloc({2, kMlxH}, DType::BF16),
          res_out = gpu->alloc({2, kMlxH}, DType::BF16);

@@ -7,8 +7,8 @@
 namespace tf::cuda {
 
 struct AddNormArgs {
-  const void* res = nullptr;  // [rows, cols] bf16 residual; null: the kernel's x is its input as given
-  void* res_out = nullptr;    // [rows, cols] bf16: res + x
+  const void* res = nullptr;  // [cols] bf16 residual (one row); null: the kernel's x is its input as given
+  void* res_out = nullptr;    // [cols] bf16: res + x
   const void* w = nullptr;    // [cols] norm weight, `wt`
   DType wt = DType::BF16;
   float eps = 0.f, offset = 0.f;

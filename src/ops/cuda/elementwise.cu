@@ -240,9 +240,9 @@ __global__ void __launch_bounds__(256)
   const bool is_q = h < hq;
   // Before the wait, what no earlier kernel of the forward writes: the norm weights and rope frequencies
   // (constants), the row's position and pool slot (the round's metadata, copied in before its first kernel),
-  // and so the rope's sines and cosines. After it, one round of loads (the head's q or k values and, for a K/V
-  // head, its v values), then arithmetic and stores: this kernel was ~4 us a layer of dependent round trips
-  // (30B-A3B 4-bit b=1, run 362: run twice +4.2 us). Same values, same arithmetic.
+  // and so the rope's sines and cosines. After it, one round of loads (the head's q or k values and, for a
+  // K/V head, its v values), then arithmetic and stores: this kernel was ~4 us a layer of dependent round
+  // trips (30B-A3B 4-bit b=1, run 362: run twice +4.2 us). Same values, same arithmetic.
   const void* w = is_q ? qw : kw;
   float wo[V];
   if (w) {

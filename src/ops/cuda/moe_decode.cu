@@ -40,10 +40,10 @@
 namespace tf::cuda {
 namespace {
 
-const bool g_pdl = pdl_group_enabled("MOE");           // launch.h
-bool g_decode_on = env_switch("TF_MOE_DECODE", true);  // set_moe_decode
+const bool g_pdl = pdl_group_enabled("MOE");                  // launch.h
+bool g_decode_on = env_switch("TF_MOE_DECODE", true);         // set_moe_decode
 bool g_router_on = env_switch("TF_MOE_DECODE_ROUTER", true);  // set_moe_decode_router
-unsigned long long* g_stamps = nullptr;                // set_moe_decode_stamps
+unsigned long long* g_stamps = nullptr;                       // set_moe_decode_stamps
 bool g_stamps_on = false;
 int g_stamp_blocks = 0;
 // Benches (timing only, wrong values): TF_MOE_DECODE_ABLATE=1 no down phase, 2 no barrier wait, 3 no gate_up
@@ -105,7 +105,8 @@ __host__ __device__ inline int router_tile_bytes(const MoeRouter& rt) {
 // Lane t's 8 weights of chunk c of a router row (w: its bytes in shared memory, sc: its scale words) as bf16
 // pairs: load_raw's words of that row (the same offsets) through the same dequant, or the bf16 row as is.
 template <int KIND, int B>  // B = 16: bf16 (KIND unused)
-__device__ __forceinline__ uint4 router_chunk(const char* w, const unsigned* sc, int c, int t, int sh, int qc) {
+__device__ __forceinline__ uint4 router_chunk(const char* w, const unsigned* sc, int c, int t, int sh,
+                                              int qc) {
   if constexpr (B == 16) {
     return *reinterpret_cast<const uint4*>(w + c * 64 + t * 16);
   } else {
@@ -125,8 +126,8 @@ __device__ __forceinline__ uint4 router_chunk(const char* w, const unsigned* sc,
 // dequantisation run ahead of the chain.
 template <int KIND, int B>
 __device__ __forceinline__ void router_slice(float* acc, const char* wa, const char* wb, const unsigned* sa,
-                                             const unsigned* sb, int c_begin, int c_end, int t, int sh, int qc,
-                                             const uint4* xb) {
+                                             const unsigned* sb, int c_begin, int c_end, int t, int sh,
+                                             int qc, const uint4* xb) {
 #pragma unroll
   for (int i = 0; i < kSlice; ++i) {
     const int c = c_begin + i;
@@ -260,12 +261,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (nrm.res) {  // x = add_rms_norm(residual + x), made by every block (block 0 stores the new residual)
     add_norm_row(nrm, x, hidden, rows_s, b == 0, nred);
   } else {
-    for (int i = threadIdx.x; i < hidden / 8; i += kThreads) cp_async16(saddr(rows_s + 8 * i), x + 8 * i, true);
+    for (int i = threadIdx.x; i < hidden / 8; i += kThreads)
+      cp_async16(saddr(rows_s + 8 * i), x + 8 * i, true);
   }
   cp_async_commit();
   if (rt.weight) {
-    // This launch's number n + 1: until this block arrives at the grid barrier, the count is n G .. n G + G - 1
-    // (every earlier launch has drained: the kernels between them each waited for the one before).
+    // This launch's number n + 1: until this block arrives at the grid barrier, the count is in
+    // [n G, n G + G) (every earlier launch has drained: the kernels between them each waited for the one
+    // before).
     uint32_t tag = 0;
     if (warp == 0) {
       const unsigned long long c = __shfl_sync(0xffffffffu, lane == 0 ? ld_relaxed64(count) : 0ull, 0);
@@ -278,7 +281,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int chunks = hidden / 32, c_begin = s * chunks / kWarps, c_end = (s + 1) * chunks / kWarps;
         const char* wa = base + L.items + g * rt.row_bytes;  // rows g and g + 8
         const char* wb = wa + 8 * rt.row_bytes;
-        const unsigned* sa = reinterpret_cast<const unsigned*>(base + L.items + 16 * rt.row_bytes) + g * rt.groups;
+        const unsigned* sa =
+            reinterpret_cast<const unsigned*>(base + L.items + 16 * rt.row_bytes) + g * rt.groups;
         const unsigned* sb = sa + 8 * rt.groups;
         const uint4* xb = reinterpret_cast<const uint4*>(rows_s + (g == 0 ? 0 : hidden)) + t;
         const int sh = rt.chunk_shift, qc = rt.quad_chunks;
@@ -299,7 +303,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           float y = rr[0][lane];
 #pragma unroll
           for (int q = 1; q < kWarps; ++q) y += rr[q][lane];
-          st_relaxed64(tagged + 16 * b + lane, (static_cast<unsigned long long>(tag) << 32) | __float_as_uint(y));
+          st_relaxed64(tagged + 16 * b + lane,
+                       (static_cast<unsigned long long>(tag) << 32) | __float_as_uint(y));
         }
         stamp(13);
       }
@@ -585,9 +590,9 @@ void moe_decode(const MoeRouting& r, const void* x, const MoeExperts& gate_up, c
                 cudaStream_t s, const MoeRouter& router, const AddNormArgs& norm) {
   const Plan pl = plan_of(gate_up, down, r.rows, r.top_k, hidden, inter, router);
   TF_CHECK(pl.smem > 0 && barrier, "moe_decode: the call does not fit (moe_decode_ok)");
-  TF_CHECK(!norm.res || (router.weight && norm.res_out && norm.w && hidden % 8 == 0 &&
-                         hidden <= 8 * kThreads),
-           "moe_decode: the add + norm needs the router inside and hidden <= 4096");
+  TF_CHECK(
+      !norm.res || (router.weight && norm.res_out && norm.w && hidden % 8 == 0 && hidden <= 8 * kThreads),
+      "moe_decode: the add + norm needs the router inside and hidden <= 4096");
   TF_CHECK(out_dtype == DType::BF16 || out_dtype == DType::F32, "moe_decode: out must be bf16 or f32");
   if (g_stamps_on && !g_stamps) {
     TF_CUDA_CHECK(cudaMalloc(&g_stamps, size_t(pl.grid) * kStamps * 8));

@@ -123,8 +123,8 @@ MoeRouter router_of(const LinearWeight& w, int64_t experts, int64_t hidden) {
   return r;
 }
 
-std::atomic<bool> g_enabled{true};  // set_moe_fused
-std::atomic<unsigned> g_repeat{0};  // set_moe_repeat
+std::atomic<bool> g_enabled{true};                                  // set_moe_fused
+std::atomic<unsigned> g_repeat{0};                                  // set_moe_repeat
 std::atomic<bool> g_add_norm{env_switch("TF_MOE_ADD_NORM", true)};  // set_moe_add_norm
 
 // TF_MOE_FUSED=0 (read once) sends every MoE layer down the host-routed default path: a diagnosis
@@ -191,8 +191,12 @@ void moe_fused(Backend& be, cudaStream_t s, const Tensor& h, MoeWeights& w, Tens
   }
   if (one_kernel) {
     Tensor act = be.alloc({P, I}, DType::BF16);
-    const MoeRouting rt{router.weight ? nullptr : static_cast<const float*>(logits.raw()), R, K,
-                        w.norm_topk_prob, nullptr, nullptr};
+    const MoeRouting rt{router.weight ? nullptr : static_cast<const float*>(logits.raw()),
+                        R,
+                        K,
+                        w.norm_topk_prob,
+                        nullptr,
+                        nullptr};
     twice(6, [&] {
       moe_decode(rt, h.raw(), gate_up, down, act.raw(), out.raw(), out.dtype(), H, I, barrier_of(w), s,
                  router);
@@ -235,8 +239,8 @@ void moe_fused(Backend& be, cudaStream_t s, const Tensor& h, MoeWeights& w, Tens
   });
 }
 
-bool moe_fused_add_norm(Backend& be, cudaStream_t s, const Tensor& res, const Tensor& x, const Tensor& nw, float eps,
-                        float offset, MoeWeights& w, Tensor& out, Tensor& res_out) {
+bool moe_fused_add_norm(Backend& be, cudaStream_t s, const Tensor& res, const Tensor& x, const Tensor& nw,
+                        float eps, float offset, MoeWeights& w, Tensor& out, Tensor& res_out) {
   auto on_gpu = [](const Tensor& t) { return t.device() == Device::CUDA && t.is_contiguous(); };
   if (!g_add_norm.load(std::memory_order_relaxed) || !moe_fusable(x, w) || x.dim(0) != 1 || !on_gpu(x) ||
       !on_gpu(res) || !on_gpu(res_out) || !on_gpu(out) || res.dtype() != DType::BF16 ||
@@ -264,7 +268,8 @@ bool moe_fused_add_norm(Backend& be, cudaStream_t s, const Tensor& res, const Te
   const MoeRouting rt{nullptr, 1, K, w.norm_topk_prob, nullptr, nullptr};
   const int runs = g_repeat.load(std::memory_order_relaxed) >> 6 & 1 ? 2 : 1;  // (benches: set_moe_repeat)
   for (int i = 0; i < runs; ++i)
-    moe_decode(rt, x.raw(), gate_up, down, act.raw(), out.raw(), out.dtype(), H, I, barrier_of(w), s, router, a);
+    moe_decode(rt, x.raw(), gate_up, down, act.raw(), out.raw(), out.dtype(), H, I, barrier_of(w), s, router,
+               a);
   return true;
 }
 

@@ -32,8 +32,8 @@ void moe_fused(Backend& be, cudaStream_t s, const Tensor& h, MoeWeights& w, Tens
 // bf16 residual): out = moe(add_rms_norm(res + x)) with the new residual in res_out, h not written; x and
 // out may be the same tensor. False, launching nothing, elsewhere. set_moe_add_norm(false)
 // (TF_MOE_ADD_NORM=0): always false (A/B).
-bool moe_fused_add_norm(Backend& be, cudaStream_t s, const Tensor& res, const Tensor& x, const Tensor& nw, float eps,
-                        float offset, MoeWeights& w, Tensor& out, Tensor& res_out);
+bool moe_fused_add_norm(Backend& be, cudaStream_t s, const Tensor& res, const Tensor& x, const Tensor& nw,
+                        float eps, float offset, MoeWeights& w, Tensor& out, Tensor& res_out);
 void set_moe_add_norm(bool on);
 
 }  // namespace tf::cuda

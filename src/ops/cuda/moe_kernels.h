@@ -130,7 +130,8 @@ bool moe_decode_ok(const MoeExperts& gate_up, const MoeExperts& down, int rows, 
 // out written after it).
 void moe_decode(const MoeRouting& r, const void* x, const MoeExperts& gate_up, const MoeExperts& down,
                 void* act, void* out, DType out_dtype, int hidden, int inter, unsigned* barrier,
-                cudaStream_t s, const MoeRouter& router = MoeRouter{}, const AddNormArgs& norm = AddNormArgs{});
+                cudaStream_t s, const MoeRouter& router = MoeRouter{},
+                const AddNormArgs& norm = AddNormArgs{});
 void set_moe_decode(bool on);
 void set_moe_decode_router(bool on);
 // Benches: with stamps on, every later moe_decode launch has each block's thread 0 write globaltimer (ns) at

@@ -92,8 +92,8 @@ __device__ __forceinline__ void route_row_regs(const float* logits, int row, int
   uint64_t key[V];
 #pragma unroll
   for (int i = 0; i < V; ++i) key[i] = lane + 32 * i < experts ? pick_key(v[i] / sum, lane + 32 * i) : 0ull;
-  // The lane's keys sorted, largest first (a network of compare-exchanges), so that its best is key[0] and
-  // a pick shifts the rest up.
+    // The lane's keys sorted, largest first (a network of compare-exchanges), so that its best is key[0] and
+    // a pick shifts the rest up.
 #pragma unroll
   for (int a = 0; a < V; ++a)
 #pragma unroll

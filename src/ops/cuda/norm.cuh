@@ -69,7 +69,6 @@ __device__ __forceinline__ float add_residual(const void* res, DType rt, const _
   return round_to(__fadd_rn(ld(res, i, rt), bf(x, i)), rt);
 }
 
-
 // One row of add_rms_norm's output (add_rms_norm_kernel<32>'s bits; bf16 residual, cols a multiple of 8, at
 // most 8 * blockDim.x and 8192) made inside a consumer kernel after its pdl_wait, into bf16 shared memory y,
 // from x [cols] (the value added) and a.res [cols]; with write_res the block also stores the new residual to

@@ -658,7 +658,7 @@ class CudaBackend final : public Backend {
   }
 
   bool moe_graph_safe(const MoeWeights& w, int64_t hidden) const override {
-    return act_dtype() == DType::BF16 && cuda::moe_fusable(w, hidden);  // (its tables upload once, eagerly)
+    return cuda::moe_fusable(w, hidden);  // (bf16 activations; its tables upload once, eagerly)
   }
 
   void moe(const Tensor& h, MoeWeights& w, Tensor& out) override {

@@ -134,6 +134,33 @@ bool fused_disabled() {
   return off || !g_enabled.load(std::memory_order_relaxed);
 }
 
+// Calls f, twice where bit i of set_moe_repeat's mask is set (benches).
+template <typename F>
+void repeat(int i, F&& f) {
+  f();
+  if (g_repeat.load(std::memory_order_relaxed) >> i & 1) f();
+}
+
+// A layer's experts as the kernels read them (tables uploaded at the first call), and the router where it
+// runs inside moe_decode (weight null: the router linear runs first).
+struct LayerView {
+  MoeExperts gate_up, down;
+  MoeRouter router;
+  bool one_kernel = false;  // moe_decode takes the call
+};
+LayerView view_of(MoeWeights& w, cudaStream_t s, int rows, int hidden) {
+  const int E = int(w.gate_up.size()), I = int(w.down[0].in_features);
+  const void* const* tab = tables(w, s);
+  LayerView v;
+  v.gate_up = experts_of(w.gate_up[0], E, tab, tab + 2 * E);
+  v.down = experts_of(w.down[0], E, tab + E, tab + 3 * E);
+  v.router = router_of(w.router, E, hidden);
+  if (v.router.weight && !moe_decode_ok(v.gate_up, v.down, rows, w.top_k, hidden, I, v.router))
+    v.router = MoeRouter{};
+  v.one_kernel = v.router.weight || moe_decode_ok(v.gate_up, v.down, rows, w.top_k, hidden, I);
+  return v;
+}
+
 }  // namespace
 
 bool moe_fusable(const MoeWeights& w, int64_t hidden) {
@@ -171,25 +198,17 @@ void moe_fused(Backend& be, cudaStream_t s, const Tensor& h, MoeWeights& w, Tens
   TF_CHECK(out.numel() == int64_t(R) * H && (out.dtype() == DType::BF16 || out.dtype() == DType::F32),
            "moe: out must be bf16 or f32 [rows, hidden], got " + out.describe());
   if (R == 0) return;
-  const void* const* tab = tables(w, s);
-  const unsigned rep = g_repeat.load(std::memory_order_relaxed);
-  auto twice = [&](int i, auto&& f) {
-    f();
-    if (rep >> i & 1) f();
-  };
-  const MoeExperts gate_up = experts_of(w.gate_up[0], E, tab, tab + 2 * E),
-                   down = experts_of(w.down[0], E, tab + E, tab + 3 * E);
   // One decode row of 4-bit experts: the whole MoE in one kernel (moe_decode), the router linear too where
   // it fits; else the router linear first.
-  MoeRouter router = router_of(w.router, E, H);
-  if (router.weight && !moe_decode_ok(gate_up, down, R, K, H, I, router)) router = MoeRouter{};
-  const bool one_kernel = router.weight || moe_decode_ok(gate_up, down, R, K, H, I);
+  const LayerView v = view_of(w, s, R, H);
+  const MoeExperts &gate_up = v.gate_up, &down = v.down;
+  const MoeRouter& router = v.router;
   Tensor logits;  // (not made where the router runs inside moe_decode)
   if (!router.weight) {
     logits = be.alloc({R, E}, DType::F32);
-    twice(0, [&] { be.linear(h, w.router, logits); });
+    repeat(0, [&] { be.linear(h, w.router, logits); });
   }
-  if (one_kernel) {
+  if (v.one_kernel) {
     Tensor act = be.alloc({P, I}, DType::BF16);
     const MoeRouting rt{router.weight ? nullptr : static_cast<const float*>(logits.raw()),
                         R,
@@ -197,7 +216,7 @@ void moe_fused(Backend& be, cudaStream_t s, const Tensor& h, MoeWeights& w, Tens
                         w.norm_topk_prob,
                         nullptr,
                         nullptr};
-    twice(6, [&] {
+    repeat(6, [&] {
       moe_decode(rt, h.raw(), gate_up, down, act.raw(), out.raw(), out.dtype(), H, I, barrier_of(w), s,
                  router);
     });
@@ -219,21 +238,21 @@ void moe_fused(Backend& be, cudaStream_t s, const Tensor& h, MoeWeights& w, Tens
   const MoeRouting rt{static_cast<const float*>(logits.raw()), R, K, w.norm_topk_prob, i32(pair_e),
                       static_cast<float*>(pair_w.raw())};
   if (!routed)
-    twice(1, [&] {
+    repeat(1, [&] {
       moe_route_group(static_cast<const float*>(logits.raw()), R, E, K, w.norm_topk_prob, i32(pair_e),
                       static_cast<float*>(pair_w.raw()), tile, tl, i32(slot_of_pair), i32(slot_row), s);
     });
-  twice(2, [&] {  // routed: silu_mul fused, the output is act
+  repeat(2, [&] {  // routed: silu_mul fused, the output is act
     if (routed) return moe_routed_gemm(rt, true, h.raw(), gate_up, act.raw(), 2 * I, H, s);
     moe_grouped_gemm(h.raw(), i32(slot_row), gate_up, tl, max_tiles, tile, P,
                      silu_fused ? act.raw() : gu.raw(), 2 * I, H, s, silu_fused);
   });
-  if (!silu_fused) twice(3, [&] { silu_mul(gu.raw(), act.raw(), P, I, s); });
-  twice(4, [&] {
+  if (!silu_fused) repeat(3, [&] { silu_mul(gu.raw(), act.raw(), P, I, s); });
+  repeat(4, [&] {
     if (routed) return moe_routed_gemm(rt, false, act.raw(), down, y.raw(), H, I, s);
     moe_grouped_gemm(act.raw(), nullptr, down, tl, max_tiles, tile, P, y.raw(), H, I, s);
   });
-  twice(5, [&] {
+  repeat(5, [&] {
     moe_combine(y.raw(), routed ? nullptr : i32(slot_of_pair), static_cast<const float*>(pair_w.raw()),
                 out.raw(), out.dtype(), R, K, H, s);
   });
@@ -250,13 +269,9 @@ bool moe_fused_add_norm(Backend& be, cudaStream_t s, const Tensor& res, const Te
       nw.device() != Device::CUDA ||
       (nw.dtype() != DType::BF16 && nw.dtype() != DType::F32 && nw.dtype() != DType::F16))
     return false;
-  const int H = int(x.dim(-1)), E = int(w.gate_up.size()), K = w.top_k, I = int(w.down[0].in_features);
-  if (H % 8 || H > 4096) return false;
-  const void* const* tab = tables(w, s);
-  const MoeExperts gate_up = experts_of(w.gate_up[0], E, tab, tab + 2 * E),
-                   down = experts_of(w.down[0], E, tab + E, tab + 3 * E);
-  const MoeRouter router = router_of(w.router, E, H);
-  if (!router.weight || !moe_decode_ok(gate_up, down, 1, K, H, I, router)) return false;
+  const int H = int(x.dim(-1)), K = w.top_k, I = int(w.down[0].in_features);
+  const LayerView v = view_of(w, s, 1, H);  // (moe_decode's hidden <= 2048 fits add_norm_row)
+  if (!v.router.weight) return false;       // the router linear would need the norm's output first
   AddNormArgs a;
   a.res = res.raw();
   a.res_out = res_out.raw();
@@ -266,10 +281,10 @@ bool moe_fused_add_norm(Backend& be, cudaStream_t s, const Tensor& res, const Te
   a.offset = offset;
   Tensor act = be.alloc({K, I}, DType::BF16);
   const MoeRouting rt{nullptr, 1, K, w.norm_topk_prob, nullptr, nullptr};
-  const int runs = g_repeat.load(std::memory_order_relaxed) >> 6 & 1 ? 2 : 1;  // (benches: set_moe_repeat)
-  for (int i = 0; i < runs; ++i)
-    moe_decode(rt, x.raw(), gate_up, down, act.raw(), out.raw(), out.dtype(), H, I, barrier_of(w), s, router,
-               a);
+  repeat(6, [&] {
+    moe_decode(rt, x.raw(), v.gate_up, v.down, act.raw(), out.raw(), out.dtype(), H, I, barrier_of(w), s,
+               v.router, a);
+  });
   return true;
 }
 

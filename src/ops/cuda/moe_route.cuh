@@ -89,11 +89,11 @@ __device__ __forceinline__ void route_row_regs(const float* logits, int row, int
   for (int i = 0; i < V; ++i)
     if (lane + 32 * i < experts) sum += (v[i] = expf(v[i] - mx));
   for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  // The keys; then the lane's sorted, largest first (a network of compare-exchanges), so that its best is
+  // key[0] and a pick shifts the rest up.
   uint64_t key[V];
 #pragma unroll
   for (int i = 0; i < V; ++i) key[i] = lane + 32 * i < experts ? pick_key(v[i] / sum, lane + 32 * i) : 0ull;
-    // The lane's keys sorted, largest first (a network of compare-exchanges), so that its best is key[0] and
-    // a pick shifts the rest up.
 #pragma unroll
   for (int a = 0; a < V; ++a)
 #pragma unroll

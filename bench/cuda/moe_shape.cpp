@@ -23,6 +23,7 @@
 
 #include "bench_common.h"
 #include "ops/backend.h"
+#include "ops/cuda/attention_mma.h"
 #include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
@@ -286,16 +287,53 @@ void ablate(Backend& be, Model& m) {
   std::printf("\n");
 }
 
+// The last layer's attention stamps (attention_stamps: its split blocks) in us after its first block's wait:
+// each point's earliest / median / latest block; then the one-kernel MoE's first entry and wait (`moe`,
+// moe_decode_stamps of the same layer) on the same clock.
+void print_attention_stamps(const std::vector<unsigned long long>& av, int ablocks,
+                            const std::vector<unsigned long long>& mv, int mblocks) {
+  constexpr int n = cuda::kAttnStamps;
+  unsigned long long t0 = ~0ull;
+  for (int b = 0; b < ablocks; ++b)
+    if (av[size_t(b) * n + 1]) t0 = std::min(t0, av[size_t(b) * n + 1]);
+  if (t0 == ~0ull) return;
+  const char* names[n] = {"entered", "waited",       "K in",           "scores",
+                          "V in",    "partials out", "ticket/barrier", "merged"};
+  auto us = [&](unsigned long long at) { return (double(at) - double(t0)) * 1e-3; };
+  std::printf("attention stamps (us after the first block's wait; min / median / max over blocks):");
+  for (int i = 0; i < n; ++i) {
+    std::vector<double> d;
+    for (int b = 0; b < ablocks; ++b)
+      if (const unsigned long long at = av[size_t(b) * n + i]) d.push_back(us(at));
+    if (d.empty()) continue;
+    std::sort(d.begin(), d.end());
+    std::printf(" | %s %.2f / %.2f / %.2f (%zu)", names[i], d.front(), d[d.size() / 2], d.back(), d.size());
+  }
+  unsigned long long entered = ~0ull, waited = ~0ull;  // the MoE's stamps 14 (entered) and 0 (waited)
+  for (int b = 0; b < mblocks; ++b) {
+    const size_t o = size_t(b) * cuda::kMoeDecodeStamps;
+    if (mv[o + 14]) entered = std::min(entered, mv[o + 14]);
+    if (mv[o]) waited = std::min(waited, mv[o]);
+  }
+  if (waited != ~0ull) std::printf(" | MoE entered %.2f, waited %.2f", us(entered), us(waited));
+  std::printf("\n");
+}
+
 // The one-kernel decode MoE's phase stamps (moe_decode_stamps) of the last layer of one eager forward: for
 // each phase end, the earliest, median and latest block, in us after the earliest block's start.
 void print_decode_stamps(Backend& be, Model& m, const BatchMeta& meta, cudaStream_t s) {
   cuda::set_moe_decode_stamps(true);
+  cuda::set_attention_stamps(true);
   be.begin_forward(meta);
   forward(be, m, 1, {0}, false);
   TF_CUDA_CHECK(cudaStreamSynchronize(s));
   int blocks = 0;
   const std::vector<unsigned long long> v = cuda::moe_decode_stamps(&blocks);
   cuda::set_moe_decode_stamps(false);
+  int ablocks = 0;
+  const std::vector<unsigned long long> av = cuda::attention_stamps(&ablocks);
+  cuda::set_attention_stamps(false);
+  print_attention_stamps(av, ablocks, v, blocks);
   unsigned long long t0 = ~0ull;
   for (int b = 0; b < blocks; ++b)
     if (v[size_t(b) * cuda::kMoeDecodeStamps]) t0 = std::min(t0, v[size_t(b) * cuda::kMoeDecodeStamps]);

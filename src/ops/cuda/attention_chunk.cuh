@@ -180,4 +180,118 @@ __device__ __forceinline__ void chunk_pv_pair(const __nv_bfloat16* Vs, int lane,
   }
 }
 
+// The chunk of one warp's 16 pairs spread over W warps (the split kernel's tiles whose pairs all sit in warp
+// 0: decode rows), with every value chunk_scores + chunk_pv give, bit for bit:
+//   spread_scores: warp w computes S n-tiles [w 16/W, (w + 1) 16/W) with chunk_scores' MMA chains (same A
+//                  rows: warp 0's, same B columns, same k order), scales, caps and masks them, and publishes
+//                  its row maxima in red[w][row] (a maximum is exact in any order);
+//   spread_probs:  the rows' chunk maxima from red, P = bf16(exp(S - m_c)) of the warp's n-tiles into Ps
+//                  (16 rows of kC + 8);
+//   spread_sum:    a row's l_c from Ps in chunk_scores' order (per thread j then e, then the quad butterfly);
+//   spread_pv:     warp w's output column pairs [w D/16/W, ...) from all of P (the A fragments ldmatrix reads
+//                  from Ps are pv_a's packs: P values are bf16 already), each element pv_pair_step's chain.
+constexpr int kPsRow = kC + 8;  // Ps row stride (elements)
+template <int D, int W>
+__device__ __forceinline__ void spread_scores(const __nv_bfloat16* Qs, const __nv_bfloat16* Ks, int warp,
+                                              int lane, int c0, const Range* rg, float scale, float softcap,
+                                              float (*s)[4], float* red) {
+  constexpr int RS = D + 8, NJ = 16 / W;
+  static_assert(NJ % 2 == 0, "a warp's n-tiles come in ldmatrix pairs");
+  const int qd = lane % 4, g = lane / 4, mi = lane / 8, li = lane % 8;
+#pragma unroll
+  for (int j = 0; j < NJ; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+  for (int t = 0; t < D / 16; ++t) {
+    uint32_t a[4];
+    ldsm_x4(a, Qs + ((mi % 2) * 8 + li) * RS + t * 16 + (mi / 2) * 8);
+#pragma unroll
+    for (int jj = 0; jj < NJ / 2; ++jj) {
+      uint32_t b[4];
+      ldsm_x4(b, Ks + ((warp * NJ / 2 + jj) * 16 + (mi / 2) * 8 + li) * RS + t * 16 + (mi % 2) * 8);
+      mma(s[2 * jj], a, b[0], b[1]);
+      mma(s[2 * jj + 1], a, b[2], b[3]);
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float mx = -INFINITY;
+    if (rg[h].lo <= rg[h].pos) {
+#pragma unroll
+      for (int j = 0; j < NJ; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int p = c0 + (warp * NJ + j) * 8 + qd * 2 + e;
+          float v = __fmul_rn(s[j][2 * h + e], scale);
+          if (softcap > 0.f) v = __fmul_rn(softcap, tanhf(__fdiv_rn(v, softcap)));
+          v = (p >= rg[h].lo && p <= rg[h].pos) ? v : -INFINITY;
+          s[j][2 * h + e] = v;
+          mx = fmaxf(mx, v);
+        }
+      }
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    if (qd == 0) red[warp * 16 + g + 8 * h] = mx;
+  }
+}
+template <int D, int W>
+__device__ __forceinline__ void spread_probs(const float (*s)[4], const float* red, int warp, int lane,
+                                             const Range* rg, __nv_bfloat16* Ps, float* mc) {
+  constexpr int NJ = 16 / W;
+  const int qd = lane % 4, g = lane / 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = g + 8 * h;
+    float mx = red[row];
+#pragma unroll
+    for (int w = 1; w < W; ++w) mx = fmaxf(mx, red[w * 16 + row]);
+    mc[h] = mx;
+    const float base = mx == -INFINITY ? 0.f : mx;
+    const bool pad = rg[h].lo > rg[h].pos;
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) {
+      const float p0 = pad ? 0.f : __expf(__fsub_rn(s[j][2 * h], base));
+      const float p1 = pad ? 0.f : __expf(__fsub_rn(s[j][2 * h + 1], base));
+      *reinterpret_cast<__nv_bfloat162*>(Ps + row * kPsRow + (warp * NJ + j) * 8 + qd * 2) =
+          __floats2bfloat162_rn(p0, p1);
+    }
+  }
+}
+__device__ __forceinline__ void spread_sum(const __nv_bfloat16* Ps, int lane, const Range* rg, float* lc) {
+  const int qd = lane % 4, g = lane / 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float sum = 0.f;
+    if (rg[h].lo <= rg[h].pos) {
+      const __nv_bfloat16* row = Ps + (g + 8 * h) * kPsRow + qd * 2;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(row + j * 8));
+        sum = __fadd_rn(sum, v.x);
+        sum = __fadd_rn(sum, v.y);
+      }
+    }
+    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
+    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+    lc[h] = sum;
+  }
+}
+template <int D, int W>
+__device__ __forceinline__ void spread_pv(const __nv_bfloat16* Ps, const __nv_bfloat16* Vs, int warp,
+                                          int lane, float (*oc)[4]) {
+  constexpr int JP = D / 16 / W;  // output column pairs a warp
+  static_assert(JP >= 1, "every warp has columns");
+  const int mi = lane / 8, li = lane % 8;
+#pragma unroll
+  for (int j = 0; j < 2 * JP; ++j) oc[j][0] = oc[j][1] = oc[j][2] = oc[j][3] = 0.f;
+#pragma unroll
+  for (int t = 0; t < 8; ++t) {
+    uint32_t a[4];
+    ldsm_x4(a, Ps + ((mi % 2) * 8 + li) * kPsRow + t * 16 + (mi / 2) * 8);
+#pragma unroll
+    for (int jj = 0; jj < JP; ++jj)
+      pv_pair_step<D>(Vs, lane, a, t, warp * JP + jj, oc[2 * jj], oc[2 * jj + 1]);
+  }
+}
+
 }  // namespace tf::cuda::attn

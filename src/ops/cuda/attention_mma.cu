@@ -300,12 +300,13 @@ template <int D>
 __device__ __forceinline__ void fused_combine(const DeviceMeta& meta, int hq, int hk, int window,
                                               int max_chunks, int2 tile, int kvh, int* ticket,
                                               const float* part_acc, const float* part_ml, __nv_bfloat16* out,
-                                              bool wrote, bool wide) {
+                                              bool wrote, bool wide, unsigned long long* stamps) {
   __shared__ int last;
   if (wrote) __threadfence();  // this thread's partials, before the block's ticket
   __syncthreads();
   if (threadIdx.x == 0) last = atomicAdd(ticket, 1) == int(gridDim.y) - 1;
   __syncthreads();
+  if (stamps && threadIdx.x == 0) stamps[6] = gtime();
   if (!last) return;
   __threadfence();  // the other blocks' partials, after their tickets
   if (threadIdx.x == 0) *ticket = 0;
@@ -313,20 +314,50 @@ __device__ __forceinline__ void fused_combine(const DeviceMeta& meta, int hq, in
   for (int p = warp; p < tile.y * group; p += kWarps)
     combine_pair<D>(wide, meta, hq, window, max_chunks, tile.x + p / group, kvh * group + p % group, lane,
                     part_acc, part_ml, out);
+  if (stamps && threadIdx.x == 0) stamps[7] = gtime();
 }
 
+// A split block's chunk-c partial of its pairs into the split partials: output columns [8 j0, 8 (j0 + NJ))
+// from oc, and with `ml` the chunk's max and sum.
+template <int D, int NJ>
+__device__ __forceinline__ void put_partial(const Pairs& pr, int c, int lane, const float (*oc)[4], int j0,
+                                            const float* mc, const float* lc, bool ml, float* part_acc,
+                                            float* part_ml, int hq, int max_chunks) {
+  const int qd = lane % 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const Range& rg = pr.rg[h];
+    if (!(rg.lo <= rg.pos && c >= rg.lo / kC && c <= rg.pos / kC)) continue;
+    const int64_t slot = (int64_t(pr.prow[h]) * hq + pr.phead[h]) * max_chunks + c;
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) {
+      const int d = (j0 + j) * 8 + qd * 2;
+      *reinterpret_cast<float2*>(part_acc + slot * D + d) = make_float2(oc[j][2 * h], oc[j][2 * h + 1]);
+    }
+    if (ml && qd == 0) part_ml[slot * 2] = mc[h], part_ml[slot * 2 + 1] = lc[h];
+  }
+}
+
+// `stamps` (benches): thread 0's globaltimer at kAttnStamps points of a split block, block (y, x) at
+// stamps[(y * gridDim.x + x) * kAttnStamps].
 template <int D>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_mma_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kp,
                          const __nv_bfloat16* __restrict__ vp, DeviceMeta meta, int hq, int hk, float scale,
                          int window, float softcap, const int2* __restrict__ tiles, int max_chunks,
                          int split_cpb, float* __restrict__ part_acc, float* __restrict__ part_ml,
-                         int* __restrict__ tickets, __nv_bfloat16* __restrict__ out, bool wide_combine) {
+                         int* __restrict__ tickets, __nv_bfloat16* __restrict__ out, bool wide_combine,
+                         bool spread_ok, unsigned long long* stamps) {
   constexpr int RS = D + 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* Ks = reinterpret_cast<__nv_bfloat16*>(smem_raw);
   __nv_bfloat16* Vs = Ks + kC * RS;
   __nv_bfloat16* Qs = Vs + kC * RS;
+  if (stamps) stamps += (int64_t(blockIdx.y) * gridDim.x + blockIdx.x) * kAttnStamps;
+  auto stamp = [&](int i) {
+    if (stamps && threadIdx.x == 0) stamps[i] = gtime();
+  };
+  stamp(0);
   const int group = hq / hk;
   const int2 tile = tiles[blockIdx.x / hk];
   const int kvh = blockIdx.x % hk, r_first = tile.x, nrows = tile.y;
@@ -341,8 +372,13 @@ __global__ void __launch_bounds__(kWarps * 32)
   // Metadata and tiles (read above) come by copies that precede every kernel of the forward; q and this
   // step's K/V rows come from the kernels before this one.
   pdl_launch_dependents();
-  const Pairs pr = pairs_of(meta, warp, g, group, r_first, nrows, kvh, window);
-  const bool warp_live = warp * 16 / group < nrows;
+  // spread: a split tile whose pairs all sit in warp 0 has every warp work on its chunks (spread_*), each
+  // warp then holding warp 0's pairs.
+  const bool spread = spread_ok && split && nrows * group <= 16;
+  const Pairs pr = pairs_of(meta, spread ? 0 : warp, g, group, r_first, nrows, kvh, window);
+  const bool warp_live = spread || warp * 16 / group < nrows;
+  __shared__ float red[kWarps * 16];      // spread: the warps' row maxima
+  __nv_bfloat16* Ps = Qs + 16 * (D + 8);  // spread: P, in Q's rows past warp 0's (zeros, never read)
   const int fresh = T.fresh(meta, r_first);
   // K and V chunks arrive by bulk copies (Tile::bulk_rows), each buffer on its mbarrier: one phase a chunk,
   // thread 0's arrive carrying the chunk's bytes.
@@ -360,10 +396,11 @@ __global__ void __launch_bounds__(kWarps * 32)
     T.bulk_rows(Vs, vp, cb, T.ulo, fresh - 1, true, vbar);
   }
   pdl_wait();  // every block waits, also one with nothing to do: the grid never completes before its inputs
+  stamp(1);
   if (cb > ce) {  // uniform: no positions of the tile here (split blocks)
     if (tickets)
       fused_combine<D>(meta, hq, hk, window, max_chunks, tile, kvh, tickets + blockIdx.x, part_acc, part_ml,
-                       out, false, wide_combine);
+                       out, false, wide_combine, stamps);
     return;
   }
   T.stage_q(Qs, q, kPairs, group, r_first, nrows, hq);
@@ -382,9 +419,38 @@ __global__ void __launch_bounds__(kWarps * 32)
     cp_async_wait<0>();      // Q (the first chunk)
     mbar_wait(kbar, phase);  // K(c); V(c) may still be in flight
     __syncthreads();
+    if (c == cb) stamp(2);
+    if (spread) {  // the chunk of warp 0's pairs by all the warps (attention_chunk.cuh: same bits)
+      constexpr int NJ = 16 / kWarps, JP = D / 16 / kWarps;
+      float s4[NJ][4], mc[2], lc[2], oc[2 * JP][4];
+      spread_scores<D, kWarps>(Qs, Ks, warp, lane, c0, pr.rg, scale, softcap, s4, red);
+      __syncthreads();  // every warp is done with K(c); the row maxima are out
+      if (c == cb) stamp(3);
+      if (c < ce) {
+        T.arm(kbar, c + 1, row_bytes);
+        fence_proxy_async();
+        T.bulk_rows(Ks, kp, c + 1, T.ulo, T.uhi, true, kbar);
+      }
+      spread_probs<D, kWarps>(s4, red, warp, lane, pr.rg, Ps, mc);
+      mbar_wait(vbar, phase);  // V(c)
+      __syncthreads();         // P is in Ps
+      if (c == cb) stamp(4);
+      if (warp == 0) spread_sum(Ps, lane, pr.rg, lc);
+      spread_pv<D, kWarps>(Ps, Vs, warp, lane, oc);
+      put_partial<D, 2 * JP>(pr, c, lane, oc, 2 * JP * warp, mc, lc, warp == 0, part_acc, part_ml, hq,
+                             max_chunks);
+      __syncthreads();  // every warp is done with V(c) and Ps
+      if (c < ce) {
+        T.arm(vbar, c + 1, row_bytes);
+        fence_proxy_async();
+        T.bulk_rows(Vs, vp, c + 1, T.ulo, T.uhi, true, vbar);
+      }
+      continue;
+    }
     float s[16][4], mc[2], lc[2];
     if (warp_live) chunk_scores<D>(Qs, Ks, warp, lane, c0, pr.rg, scale, softcap, s, mc, lc);
     __syncthreads();  // every warp is done with K(c)
+    if (c == cb) stamp(3);
     if (c < ce) {
       T.arm(kbar, c + 1, row_bytes);
       fence_proxy_async();  // the warps' reads of K(c) before the copies that overwrite it
@@ -392,25 +458,14 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     mbar_wait(vbar, phase);  // V(c)
     __syncthreads();
+    if (c == cb) stamp(4);
     if (warp_live) {
       float oc[D / 8][4];
       chunk_pv<D>(Vs, lane, s, oc);
-      if (split) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const Range& rg = pr.rg[h];
-          if (!(rg.lo <= rg.pos && c >= rg.lo / kC && c <= rg.pos / kC)) continue;
-          const int64_t slot = (int64_t(pr.prow[h]) * hq + pr.phead[h]) * max_chunks + c;
-#pragma unroll
-          for (int j = 0; j < D / 8; ++j) {
-            const int d = j * 8 + qd * 2;
-            *reinterpret_cast<float2*>(part_acc + slot * D + d) = make_float2(oc[j][2 * h], oc[j][2 * h + 1]);
-          }
-          if (qd == 0) part_ml[slot * 2] = mc[h], part_ml[slot * 2 + 1] = lc[h];
-        }
-      } else {
+      if (split)
+        put_partial<D, D / 8>(pr, c, lane, oc, 0, mc, lc, true, part_acc, part_ml, hq, max_chunks);
+      else
         merge_pairs<D>(pr, c, m, l, mc, lc, oc, o);
-      }
     }
     __syncthreads();  // every warp is done with V(c)
     if (c < ce) {
@@ -419,10 +474,11 @@ __global__ void __launch_bounds__(kWarps * 32)
       T.bulk_rows(Vs, vp, c + 1, T.ulo, T.uhi, true, vbar);
     }
   }
+  stamp(5);
   if (split) {
     if (tickets)
       fused_combine<D>(meta, hq, hk, window, max_chunks, tile, kvh, tickets + blockIdx.x, part_acc, part_ml,
-                       out, warp_live, wide_combine);
+                       out, warp_live, wide_combine, stamps);
     return;
   }
   if (!warp_live) return;
@@ -551,8 +607,19 @@ bool g_loop_wide = env_switch("TF_ATTN_WIDE", true);  // launch.h
 bool g_fused_combine = env_switch("TF_ATTN_FUSED_COMBINE", true);
 bool g_wide_combine = env_switch("TF_ATTN_WIDE_COMBINE", true);
 bool g_wide_tma = env_switch("TF_ATTN_WIDE_TMA", true);
+bool g_spread = env_switch("TF_ATTN_SPREAD", true);
+unsigned long long* g_stamps = nullptr;  // set_attention_stamps
+int g_stamp_blocks = 0;
+constexpr int kMaxStampBlocks = 1024;
 
 int g_split_cpb = 0;  // 0: from the call's size
+
+// The stamp buffer for a split launch of `blocks` blocks (null when off or too many).
+unsigned long long* stamps_for(int blocks) {
+  if (!g_stamps || blocks > kMaxStampBlocks) return nullptr;
+  g_stamp_blocks = blocks;
+  return g_stamps;
+}
 
 template <int D>
 void launch(const AttentionMmaArgs& a, cudaStream_t s) {
@@ -582,7 +649,7 @@ void launch(const AttentionMmaArgs& a, cudaStream_t s) {
   } else if (a.num_loop_tiles > 0) {
     launch_pdl_if(g_pdl_group, attention_mma_kernel<D>, dim3(a.num_loop_tiles * a.hk, 1), kWarps * 32, smem,
                   s, q, k, v, a.meta, a.hq, a.hk, a.scale, a.window, a.softcap, a.loop_tiles, a.max_chunks, 0,
-                  nullptr, nullptr, nullptr, out, g_wide_combine);
+                  nullptr, nullptr, nullptr, out, g_wide_combine, false, nullptr);
     TF_CUDA_LAUNCH_CHECK();
   }
   if (a.num_split_tiles > 0) {
@@ -592,10 +659,11 @@ void launch(const AttentionMmaArgs& a, cudaStream_t s) {
     // 8 / 16 chunks 18.21 / 18.01 ms (the rule before: blocks of chunk_blocks / 1024 chunks, 1 to 8).
     const int64_t chunk_blocks = int64_t(a.num_split_tiles) * a.hk * a.max_chunks;
     const int cpb = g_split_cpb > 0 ? g_split_cpb : int(std::clamp<int64_t>(chunk_blocks / 256, 1, 16));
-    launch_pdl_if(g_pdl_group, attention_mma_kernel<D>,
-                  dim3(a.num_split_tiles * a.hk, (a.max_chunks + cpb - 1) / cpb), kWarps * 32, smem, s, q, k,
-                  v, a.meta, a.hq, a.hk, a.scale, a.window, a.softcap, a.split_tiles, a.max_chunks, cpb,
-                  a.part_acc, a.part_ml, a.tickets, out, g_wide_combine);
+    const int gy = (a.max_chunks + cpb - 1) / cpb;
+    launch_pdl_if(g_pdl_group, attention_mma_kernel<D>, dim3(a.num_split_tiles * a.hk, gy), kWarps * 32, smem,
+                  s, q, k, v, a.meta, a.hq, a.hk, a.scale, a.window, a.softcap, a.split_tiles, a.max_chunks,
+                  cpb, a.part_acc, a.part_ml, a.tickets, out, g_wide_combine, g_spread,
+                  stamps_for(a.num_split_tiles * a.hk * gy));
     TF_CUDA_LAUNCH_CHECK();
     if (a.tickets) return;  // merged by each (tile, KV head)'s last block
     const int pair_blocks = (kPairs / (a.hq / a.hk) * a.hq + 3) / 4;  // rows per tile x heads, 4 a block
@@ -646,6 +714,26 @@ void set_attention_wide_combine(bool on) {
 }
 void set_attention_wide_tma(bool on) {
   g_wide_tma = on;
+}
+void set_attention_spread(bool on) {
+  g_spread = on;
+}
+void set_attention_stamps(bool on) {
+  if (on && !g_stamps) {
+    TF_CUDA_CHECK(cudaMalloc(&g_stamps, size_t(kMaxStampBlocks) * kAttnStamps * 8));
+    TF_CUDA_CHECK(cudaMemset(g_stamps, 0, size_t(kMaxStampBlocks) * kAttnStamps * 8));
+  } else if (!on && g_stamps) {
+    TF_CUDA_CHECK(cudaFree(g_stamps));
+    g_stamps = nullptr;
+  }
+  g_stamp_blocks = 0;
+}
+std::vector<unsigned long long> attention_stamps(int* blocks) {
+  std::vector<unsigned long long> v(size_t(g_stamp_blocks) * kAttnStamps);
+  if (g_stamps && !v.empty())
+    TF_CUDA_CHECK(cudaMemcpy(v.data(), g_stamps, v.size() * 8, cudaMemcpyDeviceToHost));
+  *blocks = g_stamp_blocks;
+  return v;
 }
 
 void widen_loop_tiles(const std::vector<int32_t>& row_seq, int rows_per_tile, std::vector<int32_t>& tiles) {

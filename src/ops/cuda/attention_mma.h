@@ -50,6 +50,16 @@ void set_attention_wide_combine(bool on);
 // the same bytes; TF_ATTN_WIDE_TMA=0 off).
 void set_attention_wide_tma(bool on);
 bool attention_fused_combine();
+// Speed only (same bits, tested): a split tile whose (row, head) pairs fit one warp (decode rows) has all 4
+// warps of its blocks compute each chunk (S n-tiles and output columns split, P through shared memory:
+// attention_chunk.cuh's spread_*). Default on; TF_ATTN_SPREAD=0 off.
+void set_attention_spread(bool on);
+// Benches: globaltimer stamps of every split block of the latest split launch, kAttnStamps a block (entered,
+// waited, K in, scores, V in, partials out, ticket, merged; 0 = not reached), block
+// (y, x) at [(y * grid x + x) * kAttnStamps]. `blocks`: the launch's blocks.
+constexpr int kAttnStamps = 8;
+void set_attention_stamps(bool on);
+std::vector<unsigned long long> attention_stamps(int* blocks);
 // Joins consecutive loop tiles of one sequence in pairs (at most 2 x rows_per_tile rows a tile): the
 // tiles of AttentionMmaArgs::wide_loop.
 void widen_loop_tiles(const std::vector<int32_t>& row_seq, int rows_per_tile, std::vector<int32_t>& tiles);

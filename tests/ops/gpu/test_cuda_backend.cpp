@@ -621,6 +621,11 @@ TEST_F(CudaOps, AttentionRowInvariantAcrossDecodeVerifyPrefill) {
         EXPECT_EQ(run(mixed), alone) << "mixed, split blocks of " << cpb << " chunks, window " << window;
       }
       cuda::set_attention_split_chunks(0);
+      cuda::set_attention_spread(false);  // one warp on each chunk of a one-warp tile (spread: all of them)
+      EXPECT_EQ(run({{0, last}}), alone) << "not spread, window " << window;
+      EXPECT_EQ(run(verify), alone) << "verify, not spread, window " << window;
+      EXPECT_EQ(run(mixed), alone) << "mixed, not spread, window " << window;
+      cuda::set_attention_spread(true);
     }
     cuda::set_attention_tile_schedule(cuda::TileSchedule::Auto);
     cuda::set_attention_loop_wide(true);
@@ -664,6 +669,9 @@ TEST_F(CudaOps, AttentionLongContextSplitEqualsLoop) {
     for (int cpb : {0, 1, 2, 8}) {
       cuda::set_attention_split_chunks(cpb);
       EXPECT_EQ(run(), loop) << "fused combine " << fused << ", chunks a block " << cpb;
+      cuda::set_attention_spread(false);  // one warp on each chunk of the one-warp tiles
+      EXPECT_EQ(run(), loop) << "fused combine " << fused << ", chunks a block " << cpb << ", not spread";
+      cuda::set_attention_spread(true);
     }
     cuda::set_attention_split_chunks(0);
     cuda::set_attention_wide_combine(false);  // 4 chunks a merge step
@@ -742,18 +750,26 @@ TEST_F(CudaOps, AttentionDecodeRowsEqualPrefillRows) {
     cuda::set_attention_loop_wide(true);
     cuda::set_attention_tile_schedule(cuda::TileSchedule::Split);
     const int64_t row = int64_t(hq) * d;
-    for (bool fused : {true, false}) {  // partials merged by the last block, or by the combine kernel
+    // Partials merged by the last block, by the combine kernel, or in a cluster's shared memory (tiles of
+    // more than 16 pairs: the fused combine inside the cluster launch).
+    // Partials merged by the last block or by the combine kernel; tiles whose pairs fit one warp computed by
+    // every warp of a block (spread) or by that warp alone.
+    for (int mode = 0; mode < 4; ++mode) {
+      const bool fused = mode % 2 == 0, spread = mode < 2;
       cuda::set_attention_fused_combine(fused);
+      cuda::set_attention_spread(spread);
       for (int n : {1, 2, 3, 4, 16}) {
-        if (n * (hq / hk) > 16 && n > 1) continue;
+        if (n * (hq / hk) > 16 && n > 2) continue;
         for (int first : {0, 60 - n + 4}) {
           const auto got = run(first, n);
           EXPECT_TRUE(std::equal(got.begin(), got.end(), prefill.begin() + first * row))
-              << n << " rows from " << first << (fused ? ", fused combine" : ", combine kernel");
+              << n << " rows from " << first << (fused ? ", fused combine" : ", combine kernel")
+              << (spread ? ", spread" : "");
         }
       }
     }
     cuda::set_attention_fused_combine(true);
+    cuda::set_attention_spread(true);
     cuda::set_attention_tile_schedule(cuda::TileSchedule::Auto);
   }
 }

@@ -297,8 +297,7 @@ void print_attention_stamps(const std::vector<unsigned long long>& av, int abloc
   for (int b = 0; b < ablocks; ++b)
     if (av[size_t(b) * n + 1]) t0 = std::min(t0, av[size_t(b) * n + 1]);
   if (t0 == ~0ull) return;
-  const char* names[n] = {"entered", "waited",       "K in",           "scores",
-                          "V in",    "partials out", "ticket/barrier", "merged"};
+  const char* names[n] = {"entered", "waited", "K in", "scores", "V in", "partials out", "ticket", "merged"};
   auto us = [&](unsigned long long at) { return (double(at) - double(t0)) * 1e-3; };
   std::printf("attention stamps (us after the first block's wait; min / median / max over blocks):");
   for (int i = 0; i < n; ++i) {

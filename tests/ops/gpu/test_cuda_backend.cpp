@@ -10,6 +10,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <tuple>
 
 #include "core/error.h"
 #include "ops/backend.h"
@@ -724,10 +725,10 @@ TEST_F(CudaOps, AttentionBitsIndependentOfBlockSize) {
 // Decode and short verify rows (split schedule) equal the same rows computed inside a prefill chunk (loop
 // tiles: the wide 8-warp kernel and the 4-warp one), for every GQA group size.
 TEST_F(CudaOps, AttentionDecodeRowsEqualPrefillRows) {
-  const int d = 128, len = 700;
-  for (auto [hq, hk] :
-       {std::pair{8, 8}, std::pair{16, 8}, std::pair{32, 8}, std::pair{16, 2}, std::pair{16, 1}}) {
-    SCOPED_TRACE("hq " + std::to_string(hq) + " hk " + std::to_string(hk));
+  const int len = 700;
+  for (auto [hq, hk, d] : {std::tuple{8, 8, 128}, std::tuple{16, 8, 128}, std::tuple{32, 8, 128},
+                           std::tuple{16, 2, 128}, std::tuple{16, 1, 128}, std::tuple{32, 4, 64}}) {
+    SCOPED_TRACE("hq " + std::to_string(hq) + " hk " + std::to_string(hk) + " d " + std::to_string(d));
     Pools pools = make_pools(*gpu_, *cpu_, {len}, hk, d);
     const AttentionParams ap{hq, hk, d, 1.f / std::sqrt(float(d)), 0, 0.f};
     const Host q = random_host({64, hq, d}, 2.f);  // the rows' queries: row i is position len - 64 + i
@@ -750,8 +751,6 @@ TEST_F(CudaOps, AttentionDecodeRowsEqualPrefillRows) {
     cuda::set_attention_loop_wide(true);
     cuda::set_attention_tile_schedule(cuda::TileSchedule::Split);
     const int64_t row = int64_t(hq) * d;
-    // Partials merged by the last block, by the combine kernel, or in a cluster's shared memory (tiles of
-    // more than 16 pairs: the fused combine inside the cluster launch).
     // Partials merged by the last block or by the combine kernel; tiles whose pairs fit one warp computed by
     // every warp of a block (spread) or by that warp alone.
     for (int mode = 0; mode < 4; ++mode) {

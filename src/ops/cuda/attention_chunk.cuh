@@ -64,6 +64,30 @@ __device__ __forceinline__ float finish_out(float o, float l) {
 struct Range {
   int lo, pos;  // visible positions [lo, pos]; lo > pos: none (padding pair)
 };
+// S values of row h (g or g + 8) in the thread's n-tiles [n0, n0 + NJ) of a chunk starting at position c0
+// (s[j]: n-tile n0 + j): scaled, soft-capped and masked to the row's range (-inf outside) in place; returns
+// their maximum over the quad. A padding row (no positions) keeps its values and gives -inf.
+template <int NJ>
+__device__ __forceinline__ float mask_row_max(float (*s)[4], int h, int n0, int c0, int qd, const Range& rg,
+                                              float scale, float softcap) {
+  float mx = -INFINITY;
+  if (rg.lo <= rg.pos) {
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int p = c0 + (n0 + j) * 8 + qd * 2 + e;
+        float v = __fmul_rn(s[j][2 * h + e], scale);
+        if (softcap > 0.f) v = __fmul_rn(softcap, tanhf(__fdiv_rn(v, softcap)));
+        v = (p >= rg.lo && p <= rg.pos) ? v : -INFINITY;
+        s[j][2 * h + e] = v;
+        mx = fmaxf(mx, v);
+      }
+    }
+  }
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+  return fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+}
 // One chunk of one warp's 16 pairs, first half: S = Q K^T, scale, cap, mask, softmax statistics.
 // `rg[0]`, `rg[1]`: the ranges of the thread's two pair rows (g and g + 8). Leaves P (bf16 values held
 // as floats) in s, and mc, lc per row.
@@ -93,23 +117,7 @@ __device__ __forceinline__ void chunk_scores(const __nv_bfloat16* Qs, const __nv
     // skips the element work; its quad still runs the shuffles with neutral values (full-warp masks). Its
     // mc/lc are never read and its P row only feeds output rows that are never stored.
     const bool pad = rg[h].lo > rg[h].pos;
-    float mx = -INFINITY;
-    if (!pad) {
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int p = c0 + j * 8 + qd * 2 + e;
-          float v = __fmul_rn(s[j][2 * h + e], scale);
-          if (softcap > 0.f) v = __fmul_rn(softcap, tanhf(__fdiv_rn(v, softcap)));
-          v = (p >= rg[h].lo && p <= rg[h].pos) ? v : -INFINITY;
-          s[j][2 * h + e] = v;
-          mx = fmaxf(mx, v);
-        }
-      }
-    }
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float mx = mask_row_max<16>(s, h, 0, c0, qd, rg[h], scale, softcap);
     mc[h] = mx;
     const float base = mx == -INFINITY ? 0.f : mx;  // a pair with no positions here: P = 0, never merged
     float sum = 0.f;
@@ -214,23 +222,7 @@ __device__ __forceinline__ void spread_scores(const __nv_bfloat16* Qs, const __n
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float mx = -INFINITY;
-    if (rg[h].lo <= rg[h].pos) {
-#pragma unroll
-      for (int j = 0; j < NJ; ++j) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int p = c0 + (warp * NJ + j) * 8 + qd * 2 + e;
-          float v = __fmul_rn(s[j][2 * h + e], scale);
-          if (softcap > 0.f) v = __fmul_rn(softcap, tanhf(__fdiv_rn(v, softcap)));
-          v = (p >= rg[h].lo && p <= rg[h].pos) ? v : -INFINITY;
-          s[j][2 * h + e] = v;
-          mx = fmaxf(mx, v);
-        }
-      }
-    }
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float mx = mask_row_max<NJ>(s, h, warp * NJ, c0, qd, rg[h], scale, softcap);
     if (qd == 0) red[warp * 16 + g + 8 * h] = mx;
   }
 }

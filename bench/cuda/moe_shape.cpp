@@ -287,69 +287,60 @@ void ablate(Backend& be, Model& m) {
   std::printf("\n");
 }
 
-// The last layer's attention stamps (attention_stamps: its split blocks) in us after its first block's wait:
-// each point's earliest / median / latest block; then the one-kernel MoE's first entry and wait (`moe`,
-// moe_decode_stamps of the same layer) on the same clock.
-void print_attention_stamps(const std::vector<unsigned long long>& av, int ablocks,
-                            const std::vector<unsigned long long>& mv, int mblocks) {
-  constexpr int n = cuda::kAttnStamps;
-  unsigned long long t0 = ~0ull;
-  for (int b = 0; b < ablocks; ++b)
-    if (av[size_t(b) * n + 1]) t0 = std::min(t0, av[size_t(b) * n + 1]);
-  if (t0 == ~0ull) return;
-  const char* names[n] = {"entered", "waited", "K in", "scores", "V in", "partials out", "ticket", "merged"};
-  auto us = [&](unsigned long long at) { return (double(at) - double(t0)) * 1e-3; };
-  std::printf("attention stamps (us after the first block's wait; min / median / max over blocks):");
-  for (int i = 0; i < n; ++i) {
-    std::vector<double> d;
-    for (int b = 0; b < ablocks; ++b)
-      if (const unsigned long long at = av[size_t(b) * n + i]) d.push_back(us(at));
-    if (d.empty()) continue;
-    std::sort(d.begin(), d.end());
-    std::printf(" | %s %.2f / %.2f / %.2f (%zu)", names[i], d.front(), d[d.size() / 2], d.back(), d.size());
+// Stamps of `blocks` blocks, n a block (block b's stamp i at v[b * n + i]; 0 = not reached).
+struct Stamps {
+  std::vector<unsigned long long> v;
+  int blocks = 0, n = 0;
+  unsigned long long at(int b, int i) const { return v[size_t(b) * n + i]; }
+  // The earliest block's stamp i (~0 when no block reached it).
+  unsigned long long first(int i) const {
+    unsigned long long t = ~0ull;
+    for (int b = 0; b < blocks; ++b)
+      if (at(b, i)) t = std::min(t, at(b, i));
+    return t;
   }
-  unsigned long long entered = ~0ull, waited = ~0ull;  // the MoE's stamps 14 (entered) and 0 (waited)
-  for (int b = 0; b < mblocks; ++b) {
-    const size_t o = size_t(b) * cuda::kMoeDecodeStamps;
-    if (mv[o + 14]) entered = std::min(entered, mv[o + 14]);
-    if (mv[o]) waited = std::min(waited, mv[o]);
+  // For each stamp, the earliest, median and latest block in us after t0.
+  void print(const char* what, const char* const* names, unsigned long long t0) const {
+    std::printf("%s stamps (us after the first block's wait; min / median / max over blocks):", what);
+    for (int i = 0; i < n; ++i) {
+      std::vector<double> d;
+      for (int b = 0; b < blocks; ++b)
+        if (at(b, i)) d.push_back((double(at(b, i)) - double(t0)) * 1e-3);  // (before t0: < 0)
+      if (d.empty()) continue;
+      std::sort(d.begin(), d.end());
+      std::printf(" | %s %.2f / %.2f / %.2f (%zu)", names[i], d.front(), d[d.size() / 2], d.back(), d.size());
+    }
   }
-  if (waited != ~0ull) std::printf(" | MoE entered %.2f, waited %.2f", us(entered), us(waited));
-  std::printf("\n");
-}
+};
 
-// The one-kernel decode MoE's phase stamps (moe_decode_stamps) of the last layer of one eager forward: for
-// each phase end, the earliest, median and latest block, in us after the earliest block's start.
+// The phase stamps of the last layer of one eager forward at b=1: the attention's split blocks
+// (attention_stamps) after their first wait, with the one-kernel MoE's first entry and wait on the same
+// clock; then the one-kernel MoE's (moe_decode_stamps) after its first block's wait.
 void print_decode_stamps(Backend& be, Model& m, const BatchMeta& meta, cudaStream_t s) {
   cuda::set_moe_decode_stamps(true);
   cuda::set_attention_stamps(true);
   be.begin_forward(meta);
   forward(be, m, 1, {0}, false);
   TF_CUDA_CHECK(cudaStreamSynchronize(s));
-  int blocks = 0;
-  const std::vector<unsigned long long> v = cuda::moe_decode_stamps(&blocks);
+  Stamps moe{{}, 0, cuda::kMoeDecodeStamps}, attn{{}, 0, cuda::kAttnStamps};
+  moe.v = cuda::moe_decode_stamps(&moe.blocks);
+  attn.v = cuda::attention_stamps(&attn.blocks);
   cuda::set_moe_decode_stamps(false);
-  int ablocks = 0;
-  const std::vector<unsigned long long> av = cuda::attention_stamps(&ablocks);
   cuda::set_attention_stamps(false);
-  print_attention_stamps(av, ablocks, v, blocks);
-  unsigned long long t0 = ~0ull;
-  for (int b = 0; b < blocks; ++b)
-    if (v[size_t(b) * cuda::kMoeDecodeStamps]) t0 = std::min(t0, v[size_t(b) * cuda::kMoeDecodeStamps]);
+  if (const unsigned long long t0 = attn.first(1); t0 != ~0ull) {  // (1: waited)
+    const char* names[cuda::kAttnStamps] = {"entered", "waited",       "K in",   "scores",
+                                            "V in",    "partials out", "ticket", "merged"};
+    attn.print("attention", names, t0);
+    auto us = [&](unsigned long long at) { return (double(at) - double(t0)) * 1e-3; };
+    if (moe.first(0) != ~0ull)  // the MoE's stamps 14 (entered) and 0 (waited)
+      std::printf(" | MoE entered %.2f, waited %.2f", us(moe.first(14)), us(moe.first(0)));
+    std::printf("\n");
+  }
   const char* names[cuda::kMoeDecodeStamps] = {
       "waited",    "gate_up done", "past barrier", "act+tile in smem", "down MMAs", "stored",
       "item 0 in", "item 0 out",   "item 2 in",    "item 2 out",       "item 4 in", "item 4 out",
       "routed",    "logits out",   "entered",      "logits in",        "route done"};
-  std::printf("one-kernel MoE stamps (us after the first block's wait; min / median / max over blocks):");
-  for (int i = 0; i < cuda::kMoeDecodeStamps; ++i) {
-    std::vector<double> d;
-    for (int b = 0; b < blocks; ++b)
-      if (const unsigned long long at = v[size_t(b) * cuda::kMoeDecodeStamps + i])  // ("entered": < 0)
-        d.push_back((double(at) - double(t0)) * 1e-3);
-    if (d.empty()) continue;
-    std::sort(d.begin(), d.end());
-    std::printf(" | %s %.2f / %.2f / %.2f (%zu)", names[i], d.front(), d[d.size() / 2], d.back(), d.size());
-  }
+  moe.print("one-kernel MoE", names, moe.first(0));
   std::printf("\n");
 }
 

@@ -241,12 +241,14 @@ __device__ __forceinline__ void store_pairs(const Pairs& pr, int hq, int qd, con
 // go out together (one vector load of a lane's values each), then they are merged in order: at 8k context
 // (64 chunks) U = 4 made the merge a chain of 16 L2 round trips on the step's critical path; U = 16 unless
 // set_attention_wide_combine(false) (A/B only; the merge order and so the bits are the same).
-template <int D, int U>
+// L lanes a pair (32, or 16: a warp merges two pairs at once, D / 16 values a lane; the elements' merges are
+// independent, so the lane split does not change a bit).
+template <int D, int U, int L = 32>
 __device__ __forceinline__ void combine_pair_u(const DeviceMeta& meta, int hq, int window, int max_chunks,
                                                int r, int h, int lane, const float* part_acc,
                                                const float* part_ml, __nv_bfloat16* out) {
-  constexpr int DPL = D / 32;
-  static_assert(DPL == 2 || DPL == 4, "a lane's values are one float2 or float4");
+  constexpr int DPL = D / L;
+  static_assert(DPL == 2 || DPL % 4 == 0, "a lane's values are one float2 or float4s");
   const Range rg = row_range(meta, r, window);
   const int64_t idx = int64_t(r) * hq + h;
   float m = -INFINITY, l = 0.f, o[DPL];
@@ -262,9 +264,12 @@ __device__ __forceinline__ void combine_pair_u(const DeviceMeta& meta, int hq, i
       const int64_t slot = idx * max_chunks + c0 + u;
       ml[u] = __ldcg(reinterpret_cast<const float2*>(part_ml + slot * 2));
       const float* src = part_acc + slot * D + lane * DPL;
-      if constexpr (DPL == 4) {
-        const float4 v = __ldcg(reinterpret_cast<const float4*>(src));
-        pa[u][0] = v.x, pa[u][1] = v.y, pa[u][2] = v.z, pa[u][3] = v.w;
+      if constexpr (DPL % 4 == 0) {
+#pragma unroll
+        for (int k = 0; k < DPL / 4; ++k) {
+          const float4 v = __ldcg(reinterpret_cast<const float4*>(src) + k);
+          pa[u][4 * k] = v.x, pa[u][4 * k + 1] = v.y, pa[u][4 * k + 2] = v.z, pa[u][4 * k + 3] = v.w;
+        }
       } else {
         const float2 v = __ldcg(reinterpret_cast<const float2*>(src));
         pa[u][0] = v.x, pa[u][1] = v.y;
@@ -300,7 +305,8 @@ template <int D>
 __device__ __forceinline__ void fused_combine(const DeviceMeta& meta, int hq, int hk, int window,
                                               int max_chunks, int2 tile, int kvh, int* ticket,
                                               const float* part_acc, const float* part_ml, __nv_bfloat16* out,
-                                              bool wrote, bool wide, unsigned long long* stamps) {
+                                              bool wrote, bool wide, bool halves,
+                                              unsigned long long* stamps) {
   __shared__ int last;
   if (wrote) __threadfence();  // this thread's partials, before the block's ticket
   __syncthreads();
@@ -311,9 +317,15 @@ __device__ __forceinline__ void fused_combine(const DeviceMeta& meta, int hq, in
   __threadfence();  // the other blocks' partials, after their tickets
   if (threadIdx.x == 0) *ticket = 0;
   const int group = hq / hk, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int p = warp; p < tile.y * group; p += kWarps)
-    combine_pair<D>(wide, meta, hq, window, max_chunks, tile.x + p / group, kvh * group + p % group, lane,
-                    part_acc, part_ml, out);
+  if (halves) {  // two pairs a warp at once (a decode row's 8 heads: one round of 4 warps, not two)
+    for (int p = 2 * warp + lane / 16; p < tile.y * group; p += 2 * kWarps)
+      combine_pair_u<D, 8, 16>(meta, hq, window, max_chunks, tile.x + p / group, kvh * group + p % group,
+                               lane % 16, part_acc, part_ml, out);
+  } else {
+    for (int p = warp; p < tile.y * group; p += kWarps)
+      combine_pair<D>(wide, meta, hq, window, max_chunks, tile.x + p / group, kvh * group + p % group, lane,
+                      part_acc, part_ml, out);
+  }
   if (stamps && threadIdx.x == 0) stamps[7] = gtime();
 }
 
@@ -347,7 +359,7 @@ __global__ void __launch_bounds__(kWarps * 32)
                          int window, float softcap, const int2* __restrict__ tiles, int max_chunks,
                          int split_cpb, float* __restrict__ part_acc, float* __restrict__ part_ml,
                          int* __restrict__ tickets, __nv_bfloat16* __restrict__ out, bool wide_combine,
-                         bool spread_ok, unsigned long long* stamps) {
+                         bool spread_ok, bool half_combine, unsigned long long* stamps) {
   constexpr int RS = D + 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* Ks = reinterpret_cast<__nv_bfloat16*>(smem_raw);
@@ -400,7 +412,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (cb > ce) {  // uniform: no positions of the tile here (split blocks)
     if (tickets)
       fused_combine<D>(meta, hq, hk, window, max_chunks, tile, kvh, tickets + blockIdx.x, part_acc, part_ml,
-                       out, false, wide_combine, stamps);
+                       out, false, wide_combine, half_combine, stamps);
     return;
   }
   T.stage_q(Qs, q, kPairs, group, r_first, nrows, hq);
@@ -478,7 +490,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (split) {
     if (tickets)
       fused_combine<D>(meta, hq, hk, window, max_chunks, tile, kvh, tickets + blockIdx.x, part_acc, part_ml,
-                       out, warp_live, wide_combine, stamps);
+                       out, warp_live, wide_combine, half_combine, stamps);
     return;
   }
   if (!warp_live) return;
@@ -608,6 +620,7 @@ bool g_fused_combine = env_switch("TF_ATTN_FUSED_COMBINE", true);
 bool g_wide_combine = env_switch("TF_ATTN_WIDE_COMBINE", true);
 bool g_wide_tma = env_switch("TF_ATTN_WIDE_TMA", true);
 bool g_spread = env_switch("TF_ATTN_SPREAD", true);
+bool g_half_combine = env_switch("TF_ATTN_HALF_COMBINE", false);
 unsigned long long* g_stamps = nullptr;  // set_attention_stamps
 int g_stamp_blocks = 0;
 constexpr int kMaxStampBlocks = 1024;
@@ -649,7 +662,7 @@ void launch(const AttentionMmaArgs& a, cudaStream_t s) {
   } else if (a.num_loop_tiles > 0) {
     launch_pdl_if(g_pdl_group, attention_mma_kernel<D>, dim3(a.num_loop_tiles * a.hk, 1), kWarps * 32, smem,
                   s, q, k, v, a.meta, a.hq, a.hk, a.scale, a.window, a.softcap, a.loop_tiles, a.max_chunks, 0,
-                  nullptr, nullptr, nullptr, out, g_wide_combine, false, nullptr);
+                  nullptr, nullptr, nullptr, out, g_wide_combine, false, false, nullptr);
     TF_CUDA_LAUNCH_CHECK();
   }
   if (a.num_split_tiles > 0) {
@@ -662,7 +675,7 @@ void launch(const AttentionMmaArgs& a, cudaStream_t s) {
     const int gy = (a.max_chunks + cpb - 1) / cpb;
     launch_pdl_if(g_pdl_group, attention_mma_kernel<D>, dim3(a.num_split_tiles * a.hk, gy), kWarps * 32, smem,
                   s, q, k, v, a.meta, a.hq, a.hk, a.scale, a.window, a.softcap, a.split_tiles, a.max_chunks,
-                  cpb, a.part_acc, a.part_ml, a.tickets, out, g_wide_combine, g_spread,
+                  cpb, a.part_acc, a.part_ml, a.tickets, out, g_wide_combine, g_spread, g_half_combine,
                   stamps_for(a.num_split_tiles * a.hk * gy));
     TF_CUDA_LAUNCH_CHECK();
     if (a.tickets) return;  // merged by each (tile, KV head)'s last block
@@ -717,6 +730,9 @@ void set_attention_wide_tma(bool on) {
 }
 void set_attention_spread(bool on) {
   g_spread = on;
+}
+void set_attention_half_combine(bool on) {
+  g_half_combine = on;
 }
 void set_attention_stamps(bool on) {
   if (on && !g_stamps) {

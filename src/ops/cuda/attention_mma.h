@@ -54,6 +54,9 @@ bool attention_fused_combine();
 // warps of its blocks compute each chunk (S n-tiles and output columns split, P through shared memory:
 // attention_chunk.cuh's spread_*). Default on; TF_ATTN_SPREAD=0 off.
 void set_attention_spread(bool on);
+// Speed only (same bits, tested): the fused combine merges two pairs a warp at once (16 lanes a pair).
+// Default off until measured; TF_ATTN_HALF_COMBINE=1 on.
+void set_attention_half_combine(bool on);
 // Benches: globaltimer stamps of every split block of the latest split launch, kAttnStamps a block (entered,
 // waited, K in, scores, V in, partials out, ticket, merged; 0 = not reached), block
 // (y, x) at [(y * grid x + x) * kAttnStamps]. `blocks`: the launch's blocks.

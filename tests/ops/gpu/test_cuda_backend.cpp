@@ -753,22 +753,24 @@ TEST_F(CudaOps, AttentionDecodeRowsEqualPrefillRows) {
     const int64_t row = int64_t(hq) * d;
     // Partials merged by the last block or by the combine kernel; tiles whose pairs fit one warp computed by
     // every warp of a block (spread) or by that warp alone.
-    for (int mode = 0; mode < 4; ++mode) {
-      const bool fused = mode % 2 == 0, spread = mode < 2;
+    for (int mode = 0; mode < 6; ++mode) {  // (modes 4, 5: the fused combine's two pairs a warp)
+      const bool fused = mode % 2 == 0 || mode == 5, spread = mode < 2 || mode == 4;
       cuda::set_attention_fused_combine(fused);
       cuda::set_attention_spread(spread);
+      cuda::set_attention_half_combine(mode >= 4);
       for (int n : {1, 2, 3, 4, 16}) {
         if (n * (hq / hk) > 16 && n > 2) continue;
         for (int first : {0, 60 - n + 4}) {
           const auto got = run(first, n);
           EXPECT_TRUE(std::equal(got.begin(), got.end(), prefill.begin() + first * row))
               << n << " rows from " << first << (fused ? ", fused combine" : ", combine kernel")
-              << (spread ? ", spread" : "");
+              << (spread ? ", spread" : "") << (mode >= 4 ? ", two pairs a warp" : "");
         }
       }
     }
     cuda::set_attention_fused_combine(true);
     cuda::set_attention_spread(true);
+    cuda::set_attention_half_combine(false);
     cuda::set_attention_tile_schedule(cuda::TileSchedule::Auto);
   }
 }

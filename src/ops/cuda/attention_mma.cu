@@ -369,6 +369,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   auto stamp = [&](int i) {
     if (stamps && threadIdx.x == 0) stamps[i] = gtime();
   };
+  if (stamps && threadIdx.x == 0)  // a stamp this launch does not reach reads 0, not an older launch's
+    for (int i = 1; i < kAttnStamps; ++i) stamps[i] = 0;
   stamp(0);
   const int group = hq / hk;
   const int2 tile = tiles[blockIdx.x / hk];
@@ -620,7 +622,7 @@ bool g_fused_combine = env_switch("TF_ATTN_FUSED_COMBINE", true);
 bool g_wide_combine = env_switch("TF_ATTN_WIDE_COMBINE", true);
 bool g_wide_tma = env_switch("TF_ATTN_WIDE_TMA", true);
 bool g_spread = env_switch("TF_ATTN_SPREAD", true);
-bool g_half_combine = env_switch("TF_ATTN_HALF_COMBINE", false);
+bool g_half_combine = env_switch("TF_ATTN_HALF_COMBINE", true);
 unsigned long long* g_stamps = nullptr;  // set_attention_stamps
 int g_stamp_blocks = 0;
 constexpr int kMaxStampBlocks = 1024;

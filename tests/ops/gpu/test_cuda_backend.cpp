@@ -770,7 +770,7 @@ TEST_F(CudaOps, AttentionDecodeRowsEqualPrefillRows) {
     }
     cuda::set_attention_fused_combine(true);
     cuda::set_attention_spread(true);
-    cuda::set_attention_half_combine(false);
+    cuda::set_attention_half_combine(true);
     cuda::set_attention_tile_schedule(cuda::TileSchedule::Auto);
   }
 }

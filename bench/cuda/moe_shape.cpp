@@ -300,9 +300,10 @@ struct Stamps {
     return t;
   }
   // For each stamp, the earliest, median and latest block in us after t0.
-  void print(const char* what, const char* const* names, unsigned long long t0) const {
+  // (the first `shown` stamps; all when negative)
+  void print(const char* what, const char* const* names, unsigned long long t0, int shown = -1) const {
     std::printf("%s stamps (us after the first block's wait; min / median / max over blocks):", what);
-    for (int i = 0; i < n; ++i) {
+    for (int i = 0; i < (shown < 0 ? n : shown); ++i) {
       std::vector<double> d;
       for (int b = 0; b < blocks; ++b)
         if (at(b, i)) d.push_back((double(at(b, i)) - double(t0)) * 1e-3);  // (before t0: < 0)
@@ -340,7 +341,27 @@ void print_decode_stamps(Backend& be, Model& m, const BatchMeta& meta, cudaStrea
       "waited",    "gate_up done", "past barrier", "act+tile in smem", "down MMAs", "stored",
       "item 0 in", "item 0 out",   "item 2 in",    "item 2 out",       "item 4 in", "item 4 out",
       "routed",    "logits out",   "entered",      "logits in",        "route done"};
-  moe.print("one-kernel MoE", names, moe.first(0));
+  moe.print("one-kernel MoE", names, moe.first(0), 17);
+  // The SM clock: clock64 cycles over globaltimer ns of thread 0, over the routing (stamps 15 -> 16, cycles
+  // 17 -> 18) and over the kernel after its wait (0 -> 5, cycles 19 -> 20); medians over blocks.
+  std::vector<double> rc, rn, kc, kn;
+  for (int b = 0; b < moe.blocks; ++b) {
+    if (moe.at(b, 16) && moe.at(b, 15) && moe.at(b, 18) && moe.at(b, 17))
+      rc.push_back(double(moe.at(b, 18) - moe.at(b, 17))),
+          rn.push_back(double(moe.at(b, 16) - moe.at(b, 15)));
+    if (moe.at(b, 5) && moe.at(b, 0) && moe.at(b, 20) && moe.at(b, 19))
+      kc.push_back(double(moe.at(b, 20) - moe.at(b, 19))), kn.push_back(double(moe.at(b, 5) - moe.at(b, 0)));
+  }
+  auto median = [](std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  if (!rc.empty() && !kc.empty())
+    std::printf(
+        "\none-kernel MoE clock: routing %.0f cycles in %.0f ns, the kernel after its wait %.0f cycles in "
+        "%.0f ns (%.2f GHz; medians over %zu blocks)",
+        median(rc), median(rn), median(kc), median(kn), median(kc) / median(kn), kc.size());
   std::printf("\n");
 }
 

@@ -55,6 +55,9 @@ const int g_window = [] {
   const int v = w ? std::atoi(w) : 0;
   return v >= 2 && v % 2 == 0 && v <= 16 ? v : 4;
 }();
+// The routing's code run once on zeros before the wait (route_once), warming the instruction cache for the
+// real call after it (TF_MOE_ROUTE_WARM=0: not).
+const bool g_route_warm = env_switch("TF_MOE_ROUTE_WARM", true);
 const int g_ablate = [] {
   const char* a = std::getenv("TF_MOE_DECODE_ABLATE");
   return a ? std::atoi(a) : 0;
@@ -201,15 +204,25 @@ __device__ __forceinline__ void slice_quads(float* acc, const char* wa, const ch
   }
 }
 
+// The routing of the row by warp 0 as one function, not inlined: the warm-up call before the wait and the
+// real call after it run the same instructions (an inlined second call site is a second copy of the code).
+__device__ __noinline__ void route_once(const float* logits, int experts, int top_k, bool norm,
+                                        int32_t* out_e, float* out_w, float* p, int lane) {
+  route_row(logits, 0, experts, top_k, norm, out_e, out_w, p, lane);
+}
+
 template <int KIND>
 __global__ void __launch_bounds__(kThreads, 1)
     moe_decode_kernel(const MoeRouting r, const __nv_bfloat16* x, const MoeExperts gu, const MoeExperts dn,
                       __nv_bfloat16* act, void* out, bool out_f32, int hidden, int inter, unsigned* bar,
                       int window, int ablate, unsigned long long* stamps, const MoeRouter rt,
-                      const AddNormArgs nrm) {
+                      const AddNormArgs nrm, bool warm_route) {
   // (benches: globaltimer stamps of thread 0 at the phases' ends, stamps[block * kStamps + i])
   auto stamp = [&](int i) {
     if (stamps && threadIdx.x == 0) stamps[blockIdx.x * kStamps + i] = gtime();
+  };
+  auto cycles = [&](int i) {  // (stamps 17-20: the SM's clock, for its rate)
+    if (stamps && threadIdx.x == 0) stamps[blockIdx.x * kStamps + i] = clock64();
   };
   __shared__ float red[kTeams][2][kWarps][16];    // the gate_up's slice partials of token 0, a team's two
   __shared__ float red_d[kWarps][kMaxPairs][16];  // the down's, by pair
@@ -255,9 +268,15 @@ __global__ void __launch_bounds__(kThreads, 1)
                       static_cast<const char*>(rt.scales) + n0 * rt.groups * 4, 16 * rt.groups * 4, rbar);
     }
   }
+  if (warm_route && warp == 0) {  // the routing on zeros (picks overwritten by the real call below)
+    for (int e = lane; e < E; e += 32) prob[e] = 0.f;
+    __syncwarp();
+    route_once(prob, E, P, r.norm, e_s, w_s, prob, lane);
+  }
   stamp(14);
   pdl_wait();  // the logits (or the router's input) and x
   stamp(0);
+  cycles(19);
   if (nrm.res) {  // x = add_rms_norm(residual + x), made by every block (block 0 stores the new residual)
     add_norm_row(nrm, x, hidden, rows_s, b == 0, nred);
   } else {
@@ -332,6 +351,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       __syncwarp();
       stamp(15);
+      cycles(17);
     }
   }
   // The routing (warp 0). Its ~2.6-3.8 us from the logits to the picks (stamps 15 -> 16, runs 355-358) are
@@ -340,9 +360,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (ablate == 4) {  // (timing: no routing, experts 0 .. top_k - 1)
     if (threadIdx.x < P) e_s[threadIdx.x] = threadIdx.x, w_s[threadIdx.x] = 1.f / P;
   } else if (warp == 0) {  // (the polled logits in place: route_row_smem reads l[e] before it writes p[e])
-    route_row(rt.weight ? prob : r.logits, 0, E, P, r.norm, e_s, w_s, prob, lane);
+    route_once(rt.weight ? prob : r.logits, E, P, r.norm, e_s, w_s, prob, lane);
   }
   stamp(16);
+  cycles(18);
   // A router tile was read by the generic proxy; the items' bulk copies will overwrite it.
   if (router_block) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   __syncthreads();  // e_s, w_s, the tables, the zero row, the mbarriers
@@ -540,6 +561,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       static_cast<__nv_bfloat16*>(out)[col] = __float2bfloat16(acc);
   }
   stamp(5);
+  cycles(20);
 }
 
 // A call's grid (every block that fits the device at once: one an SM) and dynamic shared memory; smem 0 where
@@ -601,7 +623,8 @@ void moe_decode(const MoeRouting& r, const void* x, const MoeExperts& gate_up, c
   }
   launch_pdl_if(g_pdl, pl.kernel, pl.grid, kThreads, size_t(pl.smem), s, r,
                 static_cast<const __nv_bfloat16*>(x), gate_up, down, static_cast<__nv_bfloat16*>(act), out,
-                out_dtype == DType::F32, hidden, inter, barrier, g_window, g_ablate, g_stamps, router, norm);
+                out_dtype == DType::F32, hidden, inter, barrier, g_window, g_ablate, g_stamps, router, norm,
+                g_route_warm);
   TF_CUDA_LAUNCH_CHECK();
 }
 

@@ -354,9 +354,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       cycles(17);
     }
   }
-  // The routing (warp 0). Its ~2.6-3.8 us from the logits to the picks (stamps 15 -> 16, runs 355-358) are
-  // not understood: a block-wide rank version (route_block) took as long, and so did both with their code
-  // run once before the wait (not instruction fetch).
+  // The routing (warp 0). It took ~5200 cycles (2.6-2.8 us, stamps 15 -> 16 and clock64 17 -> 18, run 380),
+  // ~2300 of them instruction-cache misses: warmed by route_once before the wait, ~2900 (run 381). (Session
+  // 32's warm-up had inlined a second copy of the routing and so warmed nothing.)
   if (ablate == 4) {  // (timing: no routing, experts 0 .. top_k - 1)
     if (threadIdx.x < P) e_s[threadIdx.x] = threadIdx.x, w_s[threadIdx.x] = 1.f / P;
   } else if (warp == 0) {  // (the polled logits in place: route_row_smem reads l[e] before it writes p[e])

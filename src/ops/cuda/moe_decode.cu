@@ -230,7 +230,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __shared__ float prob[kMoeMaxExperts];  // the polled logits; route_row's scratch (more than 256 experts)
   __shared__ int32_t e_s[kMaxPairs];
   __shared__ float w_s[kMaxPairs];
-  __shared__ float nred[9];  // add_norm_row's sums (nrm.res)
+  __shared__ float nred[kThreads / 32];  // add_norm_row's warp sums (nrm.res)
   extern __shared__ uint4 smem[];
   const int P = r.top_k, E = gu.experts, G = int(gridDim.x), b = int(blockIdx.x);
   const int items = P * (inter / 8), slots = (items + G - 1) / G;

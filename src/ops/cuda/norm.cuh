@@ -74,7 +74,8 @@ __device__ __forceinline__ float add_residual(const void* res, DType rt, const _
 // from x [cols] (the value added) and a.res [cols]; with write_res the block also stores the new residual to
 // a.res_out. Every thread of the block calls it (block barriers); the first kNormThreads reduce the row as
 // add_rms_norm does (element i at thread i % 256 in the order of i, the butterfly, the 8 warp sums in
-// order). red: 9 floats of shared memory. One round of loads: a thread takes one 8-element unit (res, x and
+// order: row_sum<kNormThreads>, the threads past it adding zeros). red: blockDim.x / 32 floats of shared
+// memory. One round of loads: a thread takes one 8-element unit (res, x and
 // the norm weights together), the new residual values meet in y, each reducing thread sums its elements
 // there, and the unit is normalised from registers.
 __device__ __forceinline__ void add_norm_row(const AddNormArgs& a, const __nv_bfloat16* x, int cols,
@@ -98,26 +99,14 @@ __device__ __forceinline__ void add_norm_row(const AddNormArgs& a, const __nv_bf
     if (write_res) *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(a.res_out) + e0) = vv;
   }
   __syncthreads();
-  if (tid < kNormThreads) {
-    float ss = 0.f;
+  float ss = 0.f;
+  if (tid < kNormThreads)
     for (int i = tid; i < cols; i += kNormThreads) {
       const float v = __bfloat162float(y[i]);
       ss = __fmaf_rn(v, v, ss);
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    if (tid % 32 == 0) red[tid / 32] = ss;
-  }
-  __syncthreads();
-  if (tid == 0) {
-    float s = red[0];
-#pragma unroll
-    for (int w = 1; w < kNormThreads / 32; ++w) s += red[w];
-    red[8] = norm_inv(s, cols, a.eps);
-  }
-  __syncthreads();
+  const float inv = norm_inv(row_sum<kNormThreads>(ss, red), cols, a.eps);
   if (mine) {
-    const float inv = red[8];
     const auto* vb = reinterpret_cast<const __nv_bfloat16*>(&vv);
     __nv_bfloat16 o[8];
 #pragma unroll

@@ -357,6 +357,31 @@ void print_decode_stamps(Backend& be, Model& m, const BatchMeta& meta, cudaStrea
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
+  std::vector<double> d1, d2;  // warp 0's down rounds of pairs (cycles 21 -> 22 -> 23)
+  for (int b = 0; b < moe.blocks; ++b)
+    if (moe.at(b, 21) && moe.at(b, 22) && moe.at(b, 23))
+      d1.push_back(double(moe.at(b, 22) - moe.at(b, 21))),
+          d2.push_back(double(moe.at(b, 23) - moe.at(b, 22)));
+  std::vector<double> dd;  // warp 0's down arithmetic (cycles 21 -> 23)
+  for (int b = 0; b < moe.blocks; ++b)
+    if (moe.at(b, 21) && moe.at(b, 23)) dd.push_back(double(moe.at(b, 23) - moe.at(b, 21)));
+  if (!dd.empty()) std::printf("\none-kernel MoE down: warp 0's arithmetic %.0f cycles (median)", median(dd));
+  if (!d1.empty())
+    std::printf(
+        "\none-kernel MoE down: warp 0's first round of pairs %.0f cycles, second %.0f (medians over %zu "
+        "blocks)",
+        median(d1), median(d2), d1.size());
+  std::vector<double> i0,
+      i1;  // warp 0's gate_up items 0 and 1: landed -> computed (cycles 24 -> 25, 26 -> 27)
+  for (int b = 0; b < moe.blocks; ++b)
+    if (moe.at(b, 24) && moe.at(b, 25) && moe.at(b, 26) && moe.at(b, 27))
+      i0.push_back(double(moe.at(b, 25) - moe.at(b, 24))),
+          i1.push_back(double(moe.at(b, 27) - moe.at(b, 26)));
+  if (!i0.empty())
+    std::printf(
+        "\none-kernel MoE gate_up: warp 0's first item %.0f cycles, its second %.0f (medians over %zu "
+        "blocks)",
+        median(i0), median(i1), i0.size());
   if (!rc.empty() && !kc.empty())
     std::printf(
         "\none-kernel MoE clock: routing %.0f cycles in %.0f ns, the kernel after its wait %.0f cycles in "

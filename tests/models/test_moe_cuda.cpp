@@ -272,15 +272,15 @@ constexpr int kMlxE = 16;
 // Random MLX experts uploaded to the GPU, kept packed by upload_linear; the router bf16 (router_bits 16) or
 // MLX 8- or 4-bit (group 64, as mlx-lm's 4-bit conversions keep it at 8 bits).
 MoeWeights make_mlx_moe(Backend& be, int top_k, bool norm, uint32_t seed, int bits, int group,
-                        int experts = kMlxE, int router_bits = 16) {
+                        int experts = kMlxE, int router_bits = 16, int64_t inter = kMlxI) {
   std::mt19937 rng(seed);
   MoeWeights w;
   w.top_k = top_k, w.norm_topk_prob = norm;
   w.router = be.upload_linear(router_bits == 16 ? host_linear(experts, kMlxH, 0.5f / 3, rng)
                                                 : host_mlx(experts, kMlxH, router_bits, 64, rng));
   for (int e = 0; e < experts; ++e) {
-    w.gate_up.push_back(be.upload_linear(host_mlx(2 * kMlxI, kMlxH, bits, group, rng)));
-    w.down.push_back(be.upload_linear(host_mlx(kMlxH, kMlxI, bits, group, rng)));
+    w.gate_up.push_back(be.upload_linear(host_mlx(2 * inter, kMlxH, bits, group, rng)));
+    w.down.push_back(be.upload_linear(host_mlx(kMlxH, inter, bits, group, rng)));
   }
   return w;
 }
@@ -439,6 +439,35 @@ TEST_F(Moe, DecodeKernelEqualsTheRoutedChain) {
   cuda::set_moe_decode(true);
   for (int i = 0; i < 20; ++i)
     ASSERT_EQ(0, std::memcmp(run(*gpu, g, rows_of(pool, {i})).data(), chain[i].data(), kMlxH * 4)) << i;
+}
+
+// Other expert widths through moe_decode's down: its units of 2 and 4 chunks a K slice (inter 512 with top_k
+// 8 and 3, inter 1024 with top_k 4: warps idle), and the loop over pairs where a slice is not whole quads
+// (inter 640: 20 chunks over 8 slices). The same bits as the routed chain.
+TEST_F(Moe, DecodeKernelOtherWidthsEqualTheRoutedChain) {
+  if (const char* v = std::getenv("TF_MOE_FUSED"); v && std::string(v) == "0")
+    GTEST_SKIP() << "TF_MOE_FUSED=0 turns the fused path off";
+  const struct {
+    int64_t inter;
+    int top_k;
+  } cases[] = {{512, 8}, {512, 3}, {1024, 4}, {640, 8}, {640, 3}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE("inter " + std::to_string(c.inter) + ", top_k " + std::to_string(c.top_k));
+    MoeWeights g = make_mlx_moe(*gpu, c.top_k, true, 57, 4, 64, kMlxE, 16, c.inter);
+    cuda::MoeExperts up, down;
+    up.bits = down.bits = 4, up.experts = down.experts = kMlxE;
+    up.row_bytes = kMlxH / 2, up.groups = int(kMlxH / 64);
+    down.row_bytes = c.inter / 2, down.groups = int(c.inter / 64);
+    ASSERT_TRUE(cuda::moe_decode_ok(up, down, 1, c.top_k, int(kMlxH), int(c.inter)));
+    std::mt19937 rng(58);
+    for (int i = 0; i < 3; ++i) {
+      const OffOn r = run_off_on(*gpu, g, random_bf16({1, kMlxH}, 1.f, rng), cuda::set_moe_decode);
+      double norm = 0;
+      for (float v : r.on) norm += double(v) * v;
+      EXPECT_GT(norm, 0.0);
+      EXPECT_EQ(0, std::memcmp(r.on.data(), r.off.data(), r.on.size() * 4)) << "row " << i;
+    }
+  }
 }
 
 // The router linear inside moe_decode (every block polls the logit tiles that blocks 0 .. experts / 16 - 1

@@ -58,6 +58,9 @@ const int g_window = [] {
 // The routing's code run once on zeros before the wait (route_once), warming the instruction cache for the
 // real call after it (TF_MOE_ROUTE_WARM=0: not).
 const bool g_route_warm = env_switch("TF_MOE_ROUTE_WARM", true);
+// The down as 16 units (pair, half of the K slices) a warp each where the slices are whole quads (down_unit;
+// TF_MOE_DOWN_UNITS=0: the loop over pairs, warp s the K slice s; A/B, same bits).
+const bool g_down_units = env_switch("TF_MOE_DOWN_UNITS", true);
 const int g_ablate = [] {
   const char* a = std::getenv("TF_MOE_DECODE_ABLATE");
   return a ? std::atoi(a) : 0;
@@ -204,6 +207,37 @@ __device__ __forceinline__ void slice_quads(float* acc, const char* wa, const ch
   }
 }
 
+// One unit of the down: pair p's K slices 4h .. 4h + 3 (each DC chunks: chunks 4h DC .. 4h DC + 4 DC - 1, DC
+// whole quads) by one warp, the four slices' MMA chains side by side. Each slice is the chain of the loop
+// below (the same chunks in order from zero, the same dequantisation and words), stored at red_d[slice][p]:
+// the same bits. The loop gave warp s slice s of four pairs: its DC = 3 chunks straddle quads for half the
+// warps (two 16-byte loads a row for 3 chunks' words), one chain at a time, and ~2600 cycles a round of two
+// pairs at 16 warps an SM (run 386), its shared-memory wavefronts (rows 384 bytes apart, two rows a phase on
+// the same banks) most of it. Here each row's quads are loaded once and every word used.
+template <int KIND, int DC>
+__device__ __forceinline__ void down_unit(float (*red_d)[kMaxPairs][16], const char* wa, const char* wb,
+                                          const unsigned* sa, const unsigned* sb, const uint4* xp, int h,
+                                          int sh, int p, int g, int t) {
+  const int q0 = h * DC;  // the unit's first quad (chunk 4 q0)
+  uint4 qa[DC], qb[DC];
+#pragma unroll
+  for (int j = 0; j < DC; ++j) qa[j] = quad_of(wa, q0 + j, t), qb[j] = quad_of(wb, q0 + j, t);
+  float acc[4][4] = {};
+#pragma unroll
+  for (int i = 0; i < DC; ++i)
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int cl = k * DC + i, c = 4 * q0 + cl;  // slice 4h + k's chunk i
+      const uint32_t va = word_in(qa[cl >> 2], qa[cl >> 2], false, cl & 3);
+      const uint32_t vb = word_in(qb[cl >> 2], qb[cl >> 2], false, cl & 3);
+      const Raw ra{va, 0, sa[c >> sh], 0}, rw{vb, 0, sb[c >> sh], 0};
+      mma_chunk(acc[k], dequant<KIND, 4>(ra), dequant<KIND, 4>(rw), xp[4 * c]);
+    }
+  if (t == 0)
+#pragma unroll
+    for (int k = 0; k < 4; ++k) red_d[4 * h + k][p][g] = acc[k][0], red_d[4 * h + k][p][g + 8] = acc[k][2];
+}
+
 // The routing of the row by warp 0 as one function, not inlined: the warm-up call before the wait and the
 // real call after it run the same instructions (an inlined second call site is a second copy of the code).
 __device__ __noinline__ void route_once(const float* logits, int experts, int top_k, bool norm,
@@ -216,7 +250,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     moe_decode_kernel(const MoeRouting r, const __nv_bfloat16* x, const MoeExperts gu, const MoeExperts dn,
                       __nv_bfloat16* act, void* out, bool out_f32, int hidden, int inter, unsigned* bar,
                       int window, int ablate, unsigned long long* stamps, const MoeRouter rt,
-                      const AddNormArgs nrm, bool warm_route) {
+                      const AddNormArgs nrm, bool warm_route, bool down_units) {
   // (benches: globaltimer stamps of thread 0 at the phases' ends, stamps[block * kStamps + i])
   auto stamp = [&](int i) {
     if (stamps && threadIdx.x == 0) stamps[blockIdx.x * kStamps + i] = gtime();
@@ -433,8 +467,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       // the items, it took 37% of the block's bytes ahead of them (run 347: 2.584 -> 2.461 ms with the
       // window).
       if (it == 1 && has_down && warp == kTeams * kWarps - 1) issue_down();
-      if (k < 6) stamp(6 + k);    // (team 0's items 0, 2, 4 landed: 6, 8, 10)
-      if (ablate == 3) continue;  // (uniform over the team: no barrier skipped by part of it)
+      if (k < 6) stamp(6 + k);          // (team 0's items 0, 2, 4 landed: 6, 8, 10)
+      if (it < 2) cycles(24 + 2 * it);  // (probe: warp 0's first two items landed / computed: 24 - 27)
+      if (ablate == 3) continue;        // (uniform over the team: no barrier skipped by part of it)
       float acc[4] = {0.f, 0.f, 0.f, 0.f};
       if (quads) {  // two whole quads; the scale words by group (one vector load a row: see slice_quads)
         if (sh == 0)
@@ -455,6 +490,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           mma_chunk(acc, dequant<KIND, 4>(ra), dequant<KIND, 4>(rw), xb[4 * i]);
         }
       }
+      if (it < 2) cycles(25 + 2 * it);
       float(*const rb)[16] = red[team][it & 1];
       if (t == 0) rb[s][g] = acc[0], rb[s][g + 8] = acc[2];  // token 0 of put_slice's layout
       nbar_sync(1 + team, kWarps * 32);                      // the team (after mbar_wait's per-lane spin)
@@ -506,41 +542,59 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int d_begin = s * dchunks / kWarps, dcount = (s + 1) * dchunks / kWarps - d_begin;  // <= kDU
   const int sh = dn.chunk_shift, qc = dn.quad_chunks, q0 = d_begin >> 2, half = (P + 1) / 2;
   const int p_end = team == 0 ? half : P;
-  for (int p0 = team * half; p0 < p_end; p0 += kPairStep) {
-#pragma unroll
-    for (int pp = 0; pp < kPairStep; ++pp) {
-      const int p = p0 + pp;
-      if (p >= p_end) break;
-      float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  cycles(21);
+  const int dc = dchunks / kWarps;
+  if (down_units && dchunks % kWarps == 0 && dchunks <= qc && dc >= 2) {  // (dc <= kDU: plan_of)
+    const int p = warp / 2, h = warp % 2;
+    if (p < P) {
       const char* wa = base + L.down_w + (p * 16 + g) * dn_rb;  // rows g and g + 8
-      const char* wb = wa + 8 * dn_rb;
       const unsigned* sa = reinterpret_cast<const unsigned*>(base + L.down_s) + (p * 16 + g) * dn_gs;
-      const unsigned* sb = sa + 8 * dn_gs;
       const uint4* xp = reinterpret_cast<const uint4*>(rows_s + (g == 0 ? p * inter : P * inter)) + t;
-      // The quads holding the slice's chunks (at most 2): lane t's words of chunks 4q .. 4q + 3, one
-      // 16-byte load a row (word_of); chunks past quad_chunks are single words.
-      uint4 qa0{}, qa1{}, qb0{}, qb1{};
-      if (4 * q0 < qc) qa0 = quad_of(wa, q0, t), qb0 = quad_of(wb, q0, t);
-      if (4 * (q0 + 1) < d_begin + dcount && 4 * (q0 + 1) < qc)
-        qa1 = quad_of(wa, q0 + 1, t), qb1 = quad_of(wb, q0 + 1, t);
-#pragma unroll
-      for (int i = 0; i < kDU; ++i) {
-        if (i >= dcount) break;
-        const int c = d_begin + i;
-        uint32_t va, vb;
-        if (c < qc) {
-          const bool hi = (c >> 2) != q0;
-          va = word_in(qa0, qa1, hi, c & 3), vb = word_in(qb0, qb1, hi, c & 3);
-        } else {
-          va = reinterpret_cast<const uint32_t*>(wa)[word_of(c, t, qc)];
-          vb = reinterpret_cast<const uint32_t*>(wb)[word_of(c, t, qc)];
-        }
-        const Raw ra{va, 0, sa[c >> sh], 0}, rw{vb, 0, sb[c >> sh], 0};
-        mma_chunk(acc, dequant<KIND, 4>(ra), dequant<KIND, 4>(rw), xp[4 * c]);
-      }
-      if (t == 0) red_d[s][p][g] = acc[0], red_d[s][p][g + 8] = acc[2];  // token 0 of put_slice's layout
+      if (dc == 2)
+        down_unit<KIND, 2>(red_d, wa, wa + 8 * dn_rb, sa, sa + 8 * dn_gs, xp, h, sh, p, g, t);
+      else if (dc == 3)
+        down_unit<KIND, 3>(red_d, wa, wa + 8 * dn_rb, sa, sa + 8 * dn_gs, xp, h, sh, p, g, t);
+      else
+        down_unit<KIND, kDU>(red_d, wa, wa + 8 * dn_rb, sa, sa + 8 * dn_gs, xp, h, sh, p, g, t);
     }
-  }
+  } else
+    for (int p0 = team * half; p0 < p_end; p0 += kPairStep) {
+      if (p0 != team * half) cycles(22);  // (probe: warp 0's second round of pairs begins)
+#pragma unroll
+      for (int pp = 0; pp < kPairStep; ++pp) {
+        const int p = p0 + pp;
+        if (p >= p_end) break;
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+        const char* wa = base + L.down_w + (p * 16 + g) * dn_rb;  // rows g and g + 8
+        const char* wb = wa + 8 * dn_rb;
+        const unsigned* sa = reinterpret_cast<const unsigned*>(base + L.down_s) + (p * 16 + g) * dn_gs;
+        const unsigned* sb = sa + 8 * dn_gs;
+        const uint4* xp = reinterpret_cast<const uint4*>(rows_s + (g == 0 ? p * inter : P * inter)) + t;
+        // The quads holding the slice's chunks (at most 2): lane t's words of chunks 4q .. 4q + 3, one
+        // 16-byte load a row (word_of); chunks past quad_chunks are single words.
+        uint4 qa0{}, qa1{}, qb0{}, qb1{};
+        if (4 * q0 < qc) qa0 = quad_of(wa, q0, t), qb0 = quad_of(wb, q0, t);
+        if (4 * (q0 + 1) < d_begin + dcount && 4 * (q0 + 1) < qc)
+          qa1 = quad_of(wa, q0 + 1, t), qb1 = quad_of(wb, q0 + 1, t);
+#pragma unroll
+        for (int i = 0; i < kDU; ++i) {
+          if (i >= dcount) break;
+          const int c = d_begin + i;
+          uint32_t va, vb;
+          if (c < qc) {
+            const bool hi = (c >> 2) != q0;
+            va = word_in(qa0, qa1, hi, c & 3), vb = word_in(qb0, qb1, hi, c & 3);
+          } else {
+            va = reinterpret_cast<const uint32_t*>(wa)[word_of(c, t, qc)];
+            vb = reinterpret_cast<const uint32_t*>(wb)[word_of(c, t, qc)];
+          }
+          const Raw ra{va, 0, sa[c >> sh], 0}, rw{vb, 0, sb[c >> sh], 0};
+          mma_chunk(acc, dequant<KIND, 4>(ra), dequant<KIND, 4>(rw), xp[4 * c]);
+        }
+        if (t == 0) red_d[s][p][g] = acc[0], red_d[s][p][g + 8] = acc[2];  // token 0 of put_slice's layout
+      }
+    }
+  cycles(23);
   stamp(4);
   __syncthreads();
   if (threadIdx.x < P * 16) {  // each (pair, feature): the slice sums in warp order, rounded (store_tile)
@@ -624,7 +678,7 @@ void moe_decode(const MoeRouting& r, const void* x, const MoeExperts& gate_up, c
   launch_pdl_if(g_pdl, pl.kernel, pl.grid, kThreads, size_t(pl.smem), s, r,
                 static_cast<const __nv_bfloat16*>(x), gate_up, down, static_cast<__nv_bfloat16*>(act), out,
                 out_dtype == DType::F32, hidden, inter, barrier, g_window, g_ablate, g_stamps, router, norm,
-                g_route_warm);
+                g_route_warm, g_down_units);
   TF_CUDA_LAUNCH_CHECK();
 }
 

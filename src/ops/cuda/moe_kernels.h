@@ -139,9 +139,11 @@ void set_moe_decode_router(bool on);
 // MMAs done, 5 the combine stored, 6 + 2j / 7 + 2j team 0's j-th item landed / stored (j < 3), 12 routed,
 // 13 its router logits published (router blocks), 14 entered (before the wait), 15 the logits polled, 16
 // thread 0 past the routing; 17 - 20 the SM's clock64 (cycles, not ns) with stamps 15, 16, 0 and 5 (the
-// clock rate over the routing and over the kernel): moe_decode_stamps()[block * kMoeDecodeStamps + i] of the
-// last launch (0: not reached).
-constexpr int kMoeDecodeStamps = 21;
+// clock rate over the routing and over the kernel), 21 - 23 clock64 as warp 0 begins its down pairs, its
+// second round of pairs and ends them, 24 - 27 as warp 0's first and second items have landed and been
+// computed: moe_decode_stamps()[block * kMoeDecodeStamps + i] of the last launch
+// (0: not reached).
+constexpr int kMoeDecodeStamps = 28;
 void set_moe_decode_stamps(bool on);
 std::vector<unsigned long long> moe_decode_stamps(int* blocks);
 // slot_of_pair null: pair p's slot is p (moe_routed_gemm's layout).

@@ -472,38 +472,39 @@ TEST_F(Moe, DecodeKernelOtherWidthsEqualTheRoutedChain) {
 
 // The router linear inside moe_decode (every block polls the logit tiles that blocks 0 .. experts / 16 - 1
 // publish): the same bits as the router linear before it and as the routed chain, for bf16, MLX 8-bit and
-// 4-bit routers over 16 and 64 experts (1 and 4 logit tiles), 12 launches back to back on one layer's words.
+// 4-bit routers over 16 and 64 experts (1 and 4 logit tiles) and an 8-bit one over 128, 12 launches back to
+// back on one layer's words.
 TEST_F(Moe, DecodeKernelRouterInsideEqualsTheRouterLinear) {
   if (const char* v = std::getenv("TF_MOE_FUSED"); v && std::string(v) == "0")
     GTEST_SKIP() << "TF_MOE_FUSED=0 turns the fused path off";
-  for (int experts : {16, 64})
-    for (int router_bits : {16, 8, 4}) {
-      SCOPED_TRACE(std::to_string(experts) + " experts, router bits " + std::to_string(router_bits));
-      MoeWeights g = make_mlx_moe(*gpu, 8, true, 61, 4, 64, experts, router_bits);
-      ASSERT_EQ(g.router.format,
-                router_bits == 16 ? LinearWeight::Format::Dense : LinearWeight::Format::MlxAffine);
-      std::mt19937 rng(62);
-      const Tensor pool = random_bf16({12, kMlxH}, 1.f, rng);
-      std::vector<std::vector<float>> linear, chain;
-      cuda::set_moe_decode_router(false);
-      for (int i = 0; i < 12; ++i) linear.push_back(run(*gpu, g, rows_of(pool, {i})));
-      cuda::set_moe_decode(false);
-      for (int i = 0; i < 12; ++i) chain.push_back(run(*gpu, g, rows_of(pool, {i})));
-      cuda::set_moe_decode(true);
-      cuda::set_moe_decode_router(true);
-      for (int i = 0; i < 12; ++i) {
-        const auto inside = run(*gpu, g, rows_of(pool, {i}));
-        double norm = 0;
-        for (float v : inside) norm += double(v) * v;
-        EXPECT_GT(norm, 0.0);
-        ASSERT_EQ(0, std::memcmp(inside.data(), linear[i].data(), kMlxH * 4)) << "row " << i;
-        ASSERT_EQ(0, std::memcmp(inside.data(), chain[i].data(), kMlxH * 4)) << "row " << i;
-      }
-      const auto f32 = run(*gpu, g, rows_of(pool, {3}), DType::F32);
-      cuda::set_moe_decode_router(false);
-      EXPECT_EQ(0, std::memcmp(f32.data(), run(*gpu, g, rows_of(pool, {3}), DType::F32).data(), kMlxH * 4));
-      cuda::set_moe_decode_router(true);
+  // (128 experts: the 30B-A3B's, all of route_rank's keys)
+  const std::pair<int, int> cases[] = {{16, 16}, {16, 8}, {16, 4}, {64, 16}, {64, 8}, {64, 4}, {128, 8}};
+  for (const auto& [experts, router_bits] : cases) {
+    MoeWeights g = make_mlx_moe(*gpu, 8, true, 61, 4, 64, experts, router_bits);
+    ASSERT_EQ(g.router.format,
+              router_bits == 16 ? LinearWeight::Format::Dense : LinearWeight::Format::MlxAffine);
+    std::mt19937 rng(62);
+    const Tensor pool = random_bf16({12, kMlxH}, 1.f, rng);
+    std::vector<std::vector<float>> linear, chain;
+    cuda::set_moe_decode_router(false);
+    for (int i = 0; i < 12; ++i) linear.push_back(run(*gpu, g, rows_of(pool, {i})));
+    cuda::set_moe_decode(false);
+    for (int i = 0; i < 12; ++i) chain.push_back(run(*gpu, g, rows_of(pool, {i})));
+    cuda::set_moe_decode(true);
+    cuda::set_moe_decode_router(true);
+    for (int i = 0; i < 12; ++i) {
+      const auto inside = run(*gpu, g, rows_of(pool, {i}));
+      double norm = 0;
+      for (float v : inside) norm += double(v) * v;
+      EXPECT_GT(norm, 0.0);
+      ASSERT_EQ(0, std::memcmp(inside.data(), linear[i].data(), kMlxH * 4)) << "row " << i;
+      ASSERT_EQ(0, std::memcmp(inside.data(), chain[i].data(), kMlxH * 4)) << "row " << i;
     }
+    const auto f32 = run(*gpu, g, rows_of(pool, {3}), DType::F32);
+    cuda::set_moe_decode_router(false);
+    EXPECT_EQ(0, std::memcmp(f32.data(), run(*gpu, g, rows_of(pool, {3}), DType::F32).data(), kMlxH * 4));
+    cuda::set_moe_decode_router(true);
+  }
 }
 
 // Backend::add_rms_norm_moe at one decode row: moe_decode making its input from the residual (every block

@@ -7,16 +7,18 @@
 // 1. every block routes the row (route_row, warp 0) and copies the row's x into shared memory;
 // 2. it then requests the weight bytes it will read by bulk copies into shared memory, each item on its own
 //    mbarrier: its gate_up items (pair, 8 gate features and their 8 up features; item i to block
-//    i % grid, as moe_routed_gemm's persistent kernel deals them), a window of 4 in flight (item k + 4
+//    i % grid, as moe_routed_gemm's persistent kernel deals them), a window of 2 in flight (item k + 2
 //    requested as item k lands), and, for block d < hidden / 16, its down tile (output features 16d ..
 //    16d + 15 of each of the row's top_k experts) once team 1's second item has landed;
 // 3. the teams take the block's items in turn (warp s of a team: K slice s), each item stored as silu_mul of
 //    the two bf16 sums (store_tile_silu's bits) into act [top_k, inter] in global memory;
 // 4. a grid barrier (a 64-bit arrival count that only grows, so graph replays need no host reset): the
 //    blocks without a down tile arrive and leave;
-// 5. each down block copies act into shared memory; team 0 computes the first half of the pairs, team 1 the
-//    rest (warp s: K slice s), the slice sums in warp order are rounded to bf16 (store_tile's bits), and the
-//    pairs are combined in rank order with one fma each (moe_combine's bits).
+// 5. each down block copies act into shared memory; warp w computes pair w / 2's K slices 4 (w % 2) ..
+//    4 (w % 2) + 3 (down_unit; the loop over pairs where the slices are not whole quads: team 0 the first
+//    half of the pairs, team 1 the rest, warp s the K slice s), the slice sums in slice order are rounded to
+//    bf16 (store_tile's bits), and the pairs are combined in rank order with one fma each (moe_combine's
+//    bits).
 //
 // Every value has the chain's bits: the same dequantisation (quant_common.cuh), the same K slices and MMA
 // chains (a pair is a one-token tile: lane g = 0 carries the token, the other lanes zeros), the same slice
@@ -49,11 +51,12 @@ int g_stamp_blocks = 0;
 // Benches (timing only, wrong values): TF_MOE_DECODE_ABLATE=1 no down phase, 2 no barrier wait, 3 no gate_up
 // arithmetic, 4 no routing (experts 0 .. top_k - 1).
 // Gate_up items in flight a block: even (a team's next item is its own), 2 .. kMaxItems; benches:
-// TF_MOE_DECODE_WINDOW (same values, A/B).
+// TF_MOE_DECODE_WINDOW (same values, A/B). 2 since run 392 (30B-A3B 4-bit b=1, alternating x2: window 2
+// 2.083-2.084 ms, 4 2.094, 6 2.123-2.129), as runs 348 and 353 had already leaned (-0.5-1%).
 const int g_window = [] {
   const char* w = std::getenv("TF_MOE_DECODE_WINDOW");
   const int v = w ? std::atoi(w) : 0;
-  return v >= 2 && v % 2 == 0 && v <= 16 ? v : 4;
+  return v >= 2 && v % 2 == 0 && v <= 16 ? v : 2;
 }();
 // The routing's code run once on zeros before the wait (route_once), warming the instruction cache for the
 // real call after it (TF_MOE_ROUTE_WARM=0: not).

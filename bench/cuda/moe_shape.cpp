@@ -320,12 +320,19 @@ struct Stamps {
 void print_decode_stamps(Backend& be, Model& m, const BatchMeta& meta, cudaStream_t s) {
   cuda::set_moe_decode_stamps(true);
   cuda::set_attention_stamps(true);
+  cuda::set_q4_stamps(true);
   be.begin_forward(meta);
   forward(be, m, 1, {0}, false);
   TF_CUDA_CHECK(cudaStreamSynchronize(s));
   Stamps moe{{}, 0, cuda::kMoeDecodeStamps}, attn{{}, 0, cuda::kAttnStamps};
   moe.v = cuda::moe_decode_stamps(&moe.blocks);
   attn.v = cuda::attention_stamps(&attn.blocks);
+  // The last layer's 4-bit qkv and o linears (one-row launches with x in shared memory: ..., qkv, o, then the
+  // lm_head), when the model's linears are MLX 4-bit.
+  Stamps qkv{{}, 0, cuda::kQ4Stamps}, o{{}, 0, cuda::kQ4Stamps};
+  qkv.v = cuda::q4_stamps(2, &qkv.blocks);
+  o.v = cuda::q4_stamps(1, &o.blocks);
+  cuda::set_q4_stamps(false);
   cuda::set_moe_decode_stamps(false);
   cuda::set_attention_stamps(false);
   if (const unsigned long long t0 = attn.first(1); t0 != ~0ull) {  // (1: waited)
@@ -336,6 +343,15 @@ void print_decode_stamps(Backend& be, Model& m, const BatchMeta& meta, cudaStrea
     if (moe.first(0) != ~0ull)  // the MoE's stamps 14 (entered) and 0 (waited)
       std::printf(" | MoE entered %.2f, waited %.2f", us(moe.first(14)), us(moe.first(0)));
     std::printf("\n");
+    const char* q4_names[cuda::kQ4Stamps] = {"entered", "waited", "x in", "stored"};
+    if (qkv.blocks) {
+      qkv.print("qkv linear (the last layer's)", q4_names, t0);
+      std::printf("\n");
+    }
+    if (o.blocks) {
+      o.print("o linear (the last layer's)", q4_names, t0);
+      std::printf("\n");
+    }
   }
   const char* names[cuda::kMoeDecodeStamps] = {
       "waited",    "gate_up done", "past barrier", "act+tile in smem", "down MMAs", "stored",

@@ -16,12 +16,14 @@
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "core/error.h"
 #include "ops/cpu/quant.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/launch.h"
+#include "ops/cuda/mbarrier.cuh"  // gtime (the stamps instance)
 #include "ops/cuda/quant_common.cuh"
 #include "ops/cuda/quant_linear.h"
 
@@ -46,6 +48,13 @@ int64_t xs_bytes(int m, int64_t k) {
 }
 // q4_decode_kernel's 32-row tiles for 33-127 rows too (see linear_quantized; TF_Q4_MID=0 for A/B).
 const bool g_q4_mid = env_switch("TF_Q4_MID", true);
+// Benches (set_q4_stamps): one-row x-in-shared-memory calls run q4_decode_kernel's stamps instance, which
+// writes thread 0's globaltimer at kQ4Stamps points a block into the ring slot this pointer names (set before
+// each such launch).
+__device__ unsigned long long* g_q4_stamp_slot = nullptr;
+constexpr int kQ4StampSlots = 4, kQ4StampBlocks = 1024;
+unsigned long long* g_q4_stamps = nullptr;  // kQ4StampSlots x kQ4StampBlocks x kQ4Stamps
+int g_q4_stamp_launches = 0, g_q4_stamp_grid[kQ4StampSlots] = {};
 constexpr int kDequantMinM = 128;  // from here on: dequantize to bf16 + the tiled bf16 linear
 constexpr size_t kDequantMaxBytes = size_t(256) << 20;  // ... unless the transient bf16 copy exceeds this
 
@@ -159,11 +168,25 @@ __global__ void __launch_bounds__(kWarps * 32)
 // no longer spills (it had 80 bytes of stack at its 128-register cap) and waits on no x round trips (ncu, run
 // 77: long-scoreboard stalls, DRAM 30% busy). The 4-bit 8B forward at b=1: 3.60 -> 2.43 ms (run 78). Same x
 // values, same arithmetic.
-template <int KIND, int NT, int D, bool XS = false>
+// ST (benches, XS only): thread 0 of each block writes globaltimer at entry (0), past the wait (1), with x in
+// shared memory (2) and past its last store (3) into g_q4_stamp_slot[block * kQ4Stamps + i].
+template <int KIND, int NT, int D, bool XS = false, bool ST = false>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     q4_decode_kernel(const __nv_bfloat16* x, QArgs q, const void* __restrict__ bias, int bias_kind,
                      void* __restrict__ y, bool y_f32, int m, int n, int k, int m_tiles) {
   static_assert(!XS || NT == 1, "x in shared memory: one token tile");
+  static_assert(!ST || XS, "stamps: the x-in-shared-memory instance");
+  unsigned long long* st = nullptr;
+  if constexpr (ST) {
+    st = g_q4_stamp_slot && blockIdx.x < kQ4StampBlocks ? g_q4_stamp_slot + int64_t(blockIdx.x) * kQ4Stamps
+                                                        : nullptr;
+    if (st && threadIdx.x == 0)
+      for (int i = 0; i < kQ4Stamps; ++i) st[i] = i == 0 ? gtime() : 0;
+  }
+  auto stamp = [&](int i) {
+    if constexpr (ST)
+      if (st && threadIdx.x == 0) st[i] = gtime();
+  };
   // The slice sums of a tile, double-buffered by tile parity: tile i + 2 writes the buffer tile i read only
   // after tile i + 1's barrier, which every thread reaches after its reads of tile i, so one barrier a tile.
   __shared__ float red2[2][kWarps][NT * 8][16];
@@ -228,6 +251,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   int pa = row_a(blockIdx.x), pb = row_b(blockIdx.x);
   first_quads(pa, pb);
   pdl_wait();  // weights are constant; x is not
+  stamp(1);
   // XS: lane g's token row (rows past m read row 0: their MMA column is never stored), in 16-byte units.
   const int x_stride = k / 8 + kXsPad;  // 16-byte units a row
   const int x_row = XS && g < m ? g * x_stride : 0;
@@ -247,6 +271,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
         x_smem[i / (k / 8) * x_stride + i % (k / 8)] = ld_act16(x + 8 * int64_t(i));
     }
     __syncthreads();
+    stamp(2);
   }
 
   for (int tile = blockIdx.x, parity = 0; tile < tiles; tile += gridDim.x, parity ^= 1) {
@@ -409,6 +434,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     pa = na, pb = nb;
     if (!chained) first_quads(pa, pb);
   }
+  stamp(3);
 }
 
 // One thread per 8 values: the same loads and dequantization as the linear kernel.
@@ -677,7 +703,8 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
       if constexpr (NT <= 2)
         if (ahead >= 8) kernel = qlinear_kernel<KIND, B, NT, 8>;
       int grid = n_tiles * m_tiles;
-      size_t smem = 0;  // dynamic shared memory: q4_decode_kernel's x (XS)
+      size_t smem = 0;      // dynamic shared memory: q4_decode_kernel's x (XS)
+      int stamp_slot = -1;  // (benches: set_q4_stamps)
       if constexpr (kQ4 && NT <= 4)
         if (q4) {
           // Auto: 16 chunks ahead at M <= 8, 8 at M <= 16 (16 spills there: 128 registers, 2 blocks/SM)
@@ -689,9 +716,18 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
             if (quads == 4 && g_x_smem && xs_bytes(m, k) <= kXsMaxBytes) {
               kernel = q4_decode_kernel<KIND, 1, 4, true>;
               smem = size_t(xs_bytes(m, k));
+              if (g_q4_stamps && m == 1) {  // (benches: the stamps instance, this launch's ring slot)
+                kernel = q4_decode_kernel<KIND, 1, 4, true, true>;
+                const int slot = g_q4_stamp_launches++ % kQ4StampSlots;
+                unsigned long long* p = g_q4_stamps + size_t(slot) * kQ4StampBlocks * kQ4Stamps;
+                TF_CUDA_CHECK(
+                    cudaMemcpyToSymbolAsync(g_q4_stamp_slot, &p, sizeof p, 0, cudaMemcpyHostToDevice, s));
+                stamp_slot = slot;
+              }
             }
           grid = std::min(grid, resident_blocks(reinterpret_cast<const void*>(kernel), kWarps * 32,
                                                 smem ? kXsMaxBytes : 0));
+          if (stamp_slot >= 0) g_q4_stamp_grid[stamp_slot] = std::min(grid, kQ4StampBlocks);
         }
       launch_pdl(kernel, dim3(grid), dim3(kWarps * 32), smem, s, xp, q, bias, bias_kind, y.raw(), y_f32, m,
                  int(n), int(k), m_tiles);
@@ -708,6 +744,30 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
     else
       go(std::integral_constant<int, 8>{});
   });
+}
+
+void set_q4_stamps(bool on) {
+  if (on && !g_q4_stamps) {
+    TF_CUDA_CHECK(cudaMalloc(&g_q4_stamps, size_t(kQ4StampSlots) * kQ4StampBlocks * kQ4Stamps * 8));
+    TF_CUDA_CHECK(cudaMemset(g_q4_stamps, 0, size_t(kQ4StampSlots) * kQ4StampBlocks * kQ4Stamps * 8));
+  } else if (!on && g_q4_stamps) {
+    TF_CUDA_CHECK(cudaDeviceSynchronize());
+    TF_CUDA_CHECK(cudaFree(g_q4_stamps));
+    g_q4_stamps = nullptr;
+  }
+  g_q4_stamp_launches = 0;
+}
+
+std::vector<unsigned long long> q4_stamps(int back, int* blocks) {
+  *blocks = 0;
+  if (!g_q4_stamps || back < 0 || back >= kQ4StampSlots || back >= g_q4_stamp_launches) return {};
+  const int slot = (g_q4_stamp_launches - 1 - back) % kQ4StampSlots;
+  *blocks = g_q4_stamp_grid[slot];
+  std::vector<unsigned long long> v(size_t(*blocks) * kQ4Stamps);
+  TF_CUDA_CHECK(cudaDeviceSynchronize());
+  TF_CUDA_CHECK(cudaMemcpy(v.data(), g_q4_stamps + size_t(slot) * kQ4StampBlocks * kQ4Stamps, v.size() * 8,
+                           cudaMemcpyDeviceToHost));
+  return v;
 }
 
 void set_quant_loads_per_step(int chunks) {

@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "ops/backend.h"
 
@@ -48,6 +49,15 @@ Tensor dequantize_bf16(const LinearWeight& w, cudaStream_t s);
 // default: 4-bit with bf16 scales and groups >= 64, 16 at M <= 8 and 8 at M <= 16; other widths <= 4 bits
 // 8; else 4). For benches; every output bit is the same (tested).
 void set_quant_loads_per_step(int chunks);
+// Benches: with stamps on, every later one-row call that takes q4_decode_kernel with x in shared memory runs
+// its stamps instance (thread 0 of each block: globaltimer ns at entry, past the wait, with x in shared
+// memory, past its last store), each launch into the next of a ring of kQ4StampSlots; q4_stamps(back) returns
+// the stamps of the launch `back` before the latest (0: the latest), block b's stamp i at [b * kQ4Stamps + i]
+// (0: not reached), and its grid in *blocks. Eager launches only (the slot is set by a copy before each
+// launch).
+constexpr int kQ4Stamps = 4;
+void set_q4_stamps(bool on);
+std::vector<unsigned long long> q4_stamps(int back, int* blocks);
 // Fills `bytes` bytes of device memory with pseudo-random bytes ANDed with `mask` (benches: random
 // packed weights; mask 0xBF keeps e4m3 bytes finite).
 void fill_random_bytes(void* p, size_t bytes, uint64_t seed, uint8_t mask, cudaStream_t s);

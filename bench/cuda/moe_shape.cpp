@@ -292,6 +292,13 @@ struct Stamps {
   std::vector<unsigned long long> v;
   int blocks = 0, n = 0;
   unsigned long long at(int b, int i) const { return v[size_t(b) * n + i]; }
+  // Stamp j minus stamp i of each block that reached both.
+  std::vector<double> deltas(int i, int j) const {
+    std::vector<double> d;
+    for (int b = 0; b < blocks; ++b)
+      if (at(b, i) && at(b, j)) d.push_back(double(at(b, j)) - double(at(b, i)));
+    return d;
+  }
   // The earliest block's stamp i (~0 when no block reached it).
   unsigned long long first(int i) const {
     unsigned long long t = ~0ull;
@@ -373,26 +380,16 @@ void print_decode_stamps(Backend& be, Model& m, const BatchMeta& meta, cudaStrea
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
-  std::vector<double> d1, d2;  // warp 0's down rounds of pairs (cycles 21 -> 22 -> 23)
-  for (int b = 0; b < moe.blocks; ++b)
-    if (moe.at(b, 21) && moe.at(b, 22) && moe.at(b, 23))
-      d1.push_back(double(moe.at(b, 22) - moe.at(b, 21))),
-          d2.push_back(double(moe.at(b, 23) - moe.at(b, 22)));
-  std::vector<double> dd;  // warp 0's down arithmetic (cycles 21 -> 23)
-  for (int b = 0; b < moe.blocks; ++b)
-    if (moe.at(b, 21) && moe.at(b, 23)) dd.push_back(double(moe.at(b, 23) - moe.at(b, 21)));
+  // Warp 0's down arithmetic (cycles 21 -> 23), its rounds of pairs in the loop over pairs (21 -> 22 -> 23),
+  // its first two gate_up items, landed -> computed (24 -> 25, 26 -> 27).
+  const auto dd = moe.deltas(21, 23), d1 = moe.deltas(21, 22), d2 = moe.deltas(22, 23);
+  const auto i0 = moe.deltas(24, 25), i1 = moe.deltas(26, 27);
   if (!dd.empty()) std::printf("\none-kernel MoE down: warp 0's arithmetic %.0f cycles (median)", median(dd));
   if (!d1.empty())
     std::printf(
         "\none-kernel MoE down: warp 0's first round of pairs %.0f cycles, second %.0f (medians over %zu "
         "blocks)",
         median(d1), median(d2), d1.size());
-  std::vector<double> i0,
-      i1;  // warp 0's gate_up items 0 and 1: landed -> computed (cycles 24 -> 25, 26 -> 27)
-  for (int b = 0; b < moe.blocks; ++b)
-    if (moe.at(b, 24) && moe.at(b, 25) && moe.at(b, 26) && moe.at(b, 27))
-      i0.push_back(double(moe.at(b, 25) - moe.at(b, 24))),
-          i1.push_back(double(moe.at(b, 27) - moe.at(b, 26)));
   if (!i0.empty())
     std::printf(
         "\none-kernel MoE gate_up: warp 0's first item %.0f cycles, its second %.0f (medians over %zu "

@@ -477,9 +477,10 @@ TEST_F(Moe, DecodeKernelOtherWidthsEqualTheRoutedChain) {
 TEST_F(Moe, DecodeKernelRouterInsideEqualsTheRouterLinear) {
   if (const char* v = std::getenv("TF_MOE_FUSED"); v && std::string(v) == "0")
     GTEST_SKIP() << "TF_MOE_FUSED=0 turns the fused path off";
-  // (128 experts: the 30B-A3B's, all of route_rank's keys)
+  // (128 experts: the 30B-A3B's count, 8 logit tiles)
   const std::pair<int, int> cases[] = {{16, 16}, {16, 8}, {16, 4}, {64, 16}, {64, 8}, {64, 4}, {128, 8}};
   for (const auto& [experts, router_bits] : cases) {
+    SCOPED_TRACE(std::to_string(experts) + " experts, router bits " + std::to_string(router_bits));
     MoeWeights g = make_mlx_moe(*gpu, 8, true, 61, 4, 64, experts, router_bits);
     ASSERT_EQ(g.router.format,
               router_bits == 16 ? LinearWeight::Format::Dense : LinearWeight::Format::MlxAffine);

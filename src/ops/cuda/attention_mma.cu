@@ -32,6 +32,7 @@
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/mbarrier.cuh"
+#include "ops/cuda/stamp_buffer.h"
 
 namespace tf::cuda {
 namespace {
@@ -623,7 +624,7 @@ bool g_wide_combine = env_switch("TF_ATTN_WIDE_COMBINE", true);
 bool g_wide_tma = env_switch("TF_ATTN_WIDE_TMA", true);
 bool g_spread = env_switch("TF_ATTN_SPREAD", true);
 bool g_half_combine = env_switch("TF_ATTN_HALF_COMBINE", true);
-unsigned long long* g_stamps = nullptr;  // set_attention_stamps
+StampBuffer g_stamps;  // set_attention_stamps
 int g_stamp_blocks = 0;
 constexpr int kMaxStampBlocks = 1024;
 
@@ -631,9 +632,9 @@ int g_split_cpb = 0;  // 0: from the call's size
 
 // The stamp buffer for a split launch of `blocks` blocks (null when off or too many).
 unsigned long long* stamps_for(int blocks) {
-  if (!g_stamps || blocks > kMaxStampBlocks) return nullptr;
+  if (!g_stamps.get() || blocks > kMaxStampBlocks) return nullptr;
   g_stamp_blocks = blocks;
-  return g_stamps;
+  return g_stamps.get();
 }
 
 template <int D>
@@ -737,21 +738,12 @@ void set_attention_half_combine(bool on) {
   g_half_combine = on;
 }
 void set_attention_stamps(bool on) {
-  if (on && !g_stamps) {
-    TF_CUDA_CHECK(cudaMalloc(&g_stamps, size_t(kMaxStampBlocks) * kAttnStamps * 8));
-    TF_CUDA_CHECK(cudaMemset(g_stamps, 0, size_t(kMaxStampBlocks) * kAttnStamps * 8));
-  } else if (!on && g_stamps) {
-    TF_CUDA_CHECK(cudaFree(g_stamps));
-    g_stamps = nullptr;
-  }
+  g_stamps.set(on, size_t(kMaxStampBlocks) * kAttnStamps);
   g_stamp_blocks = 0;
 }
 std::vector<unsigned long long> attention_stamps(int* blocks) {
-  std::vector<unsigned long long> v(size_t(g_stamp_blocks) * kAttnStamps);
-  if (g_stamps && !v.empty())
-    TF_CUDA_CHECK(cudaMemcpy(v.data(), g_stamps, v.size() * 8, cudaMemcpyDeviceToHost));
   *blocks = g_stamp_blocks;
-  return v;
+  return g_stamps.read(0, size_t(g_stamp_blocks) * kAttnStamps);
 }
 
 void widen_loop_tiles(const std::vector<int32_t>& row_seq, int rows_per_tile, std::vector<int32_t>& tiles) {

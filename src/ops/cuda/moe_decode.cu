@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "ops/cuda/activation.cuh"  // silu_mul_bf16
@@ -38,6 +39,7 @@
 #include "ops/cuda/moe_route.cuh"  // route_row
 #include "ops/cuda/norm.cuh"       // add_norm_row
 #include "ops/cuda/quant_common.cuh"
+#include "ops/cuda/stamp_buffer.h"
 
 namespace tf::cuda {
 namespace {
@@ -45,7 +47,7 @@ namespace {
 const bool g_pdl = pdl_group_enabled("MOE");                  // launch.h
 bool g_decode_on = env_switch("TF_MOE_DECODE", true);         // set_moe_decode
 bool g_router_on = env_switch("TF_MOE_DECODE_ROUTER", true);  // set_moe_decode_router
-unsigned long long* g_stamps = nullptr;                       // set_moe_decode_stamps
+StampBuffer g_stamps;                                         // set_moe_decode_stamps
 bool g_stamps_on = false;
 int g_stamp_blocks = 0;
 // Benches (timing only, wrong values): TF_MOE_DECODE_ABLATE=1 no down phase, 2 no barrier wait, 3 no gate_up
@@ -168,6 +170,11 @@ __device__ __forceinline__ uint32_t word_in(const uint4& v0, const uint4& v1, bo
   return (k & 2) ? up : lo;
 }
 
+// Word k of v, by selects.
+__device__ __forceinline__ uint32_t word_at(const uint4& v, int k) {
+  return word_in(v, v, false, k);
+}
+
 __device__ __forceinline__ uint4 quad_of(const char* row, int q, int t) {  // lane t's words of chunks 4q..
   return *reinterpret_cast<const uint4*>(row + (q * 4 + t) * 16);
 }
@@ -231,8 +238,7 @@ __device__ __forceinline__ void down_unit(float (*red_d)[kMaxPairs][16], const c
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       const int cl = k * DC + i, c = 4 * q0 + cl;  // slice 4h + k's chunk i
-      const uint32_t va = word_in(qa[cl >> 2], qa[cl >> 2], false, cl & 3);
-      const uint32_t vb = word_in(qb[cl >> 2], qb[cl >> 2], false, cl & 3);
+      const uint32_t va = word_at(qa[cl >> 2], cl & 3), vb = word_at(qb[cl >> 2], cl & 3);
       const Raw ra{va, 0, sa[c >> sh], 0}, rw{vb, 0, sb[c >> sh], 0};
       mma_chunk(acc[k], dequant<KIND, 4>(ra), dequant<KIND, 4>(rw), xp[4 * c]);
     }
@@ -673,15 +679,14 @@ void moe_decode(const MoeRouting& r, const void* x, const MoeExperts& gate_up, c
   TF_CHECK(!norm.res || (router.weight && norm.res_out && norm.w),
            "moe_decode: the add + norm needs the router inside");
   TF_CHECK(out_dtype == DType::BF16 || out_dtype == DType::F32, "moe_decode: out must be bf16 or f32");
-  if (g_stamps_on && !g_stamps) {
-    TF_CUDA_CHECK(cudaMalloc(&g_stamps, size_t(pl.grid) * kStamps * 8));
-    TF_CUDA_CHECK(cudaMemset(g_stamps, 0, size_t(pl.grid) * kStamps * 8));
+  if (g_stamps_on && !g_stamps.get()) {
+    g_stamps.set(true, size_t(pl.grid) * kStamps);
     g_stamp_blocks = pl.grid;
   }
   launch_pdl_if(g_pdl, pl.kernel, pl.grid, kThreads, size_t(pl.smem), s, r,
                 static_cast<const __nv_bfloat16*>(x), gate_up, down, static_cast<__nv_bfloat16*>(act), out,
-                out_dtype == DType::F32, hidden, inter, barrier, g_window, g_ablate, g_stamps, router, norm,
-                g_route_warm, g_down_units);
+                out_dtype == DType::F32, hidden, inter, barrier, g_window, g_ablate, g_stamps.get(), router,
+                norm, g_route_warm, g_down_units);
   TF_CUDA_LAUNCH_CHECK();
 }
 
@@ -695,17 +700,12 @@ void set_moe_decode_router(bool on) {
 
 void set_moe_decode_stamps(bool on) {
   g_stamps_on = on;
-  if (!on && g_stamps) {
-    TF_CUDA_CHECK(cudaFree(g_stamps));
-    g_stamps = nullptr;
-  }
+  if (!on) g_stamps.set(false, 0);
 }
 
 std::vector<unsigned long long> moe_decode_stamps(int* blocks) {
-  std::vector<unsigned long long> v(size_t(g_stamp_blocks) * kStamps);
-  if (g_stamps) TF_CUDA_CHECK(cudaMemcpy(v.data(), g_stamps, v.size() * 8, cudaMemcpyDeviceToHost));
   *blocks = g_stamp_blocks;
-  return v;
+  return g_stamps.read(0, size_t(g_stamp_blocks) * kStamps);
 }
 
 }  // namespace tf::cuda

@@ -26,6 +26,7 @@
 #include "ops/cuda/mbarrier.cuh"  // gtime (the stamps instance)
 #include "ops/cuda/quant_common.cuh"
 #include "ops/cuda/quant_linear.h"
+#include "ops/cuda/stamp_buffer.h"
 
 namespace tf::cuda {
 namespace {
@@ -53,7 +54,7 @@ const bool g_q4_mid = env_switch("TF_Q4_MID", true);
 // each such launch).
 __device__ unsigned long long* g_q4_stamp_slot = nullptr;
 constexpr int kQ4StampSlots = 4, kQ4StampBlocks = 1024;
-unsigned long long* g_q4_stamps = nullptr;  // kQ4StampSlots x kQ4StampBlocks x kQ4Stamps
+StampBuffer g_q4_stamps;  // kQ4StampSlots x kQ4StampBlocks x kQ4Stamps
 int g_q4_stamp_launches = 0, g_q4_stamp_grid[kQ4StampSlots] = {};
 constexpr int kDequantMinM = 128;  // from here on: dequantize to bf16 + the tiled bf16 linear
 constexpr size_t kDequantMaxBytes = size_t(256) << 20;  // ... unless the transient bf16 copy exceeds this
@@ -716,10 +717,10 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
             if (quads == 4 && g_x_smem && xs_bytes(m, k) <= kXsMaxBytes) {
               kernel = q4_decode_kernel<KIND, 1, 4, true>;
               smem = size_t(xs_bytes(m, k));
-              if (g_q4_stamps && m == 1) {  // (benches: the stamps instance, this launch's ring slot)
+              if (g_q4_stamps.get() && m == 1) {  // (benches: the stamps instance, this launch's ring slot)
                 kernel = q4_decode_kernel<KIND, 1, 4, true, true>;
                 const int slot = g_q4_stamp_launches++ % kQ4StampSlots;
-                unsigned long long* p = g_q4_stamps + size_t(slot) * kQ4StampBlocks * kQ4Stamps;
+                unsigned long long* p = g_q4_stamps.get() + size_t(slot) * kQ4StampBlocks * kQ4Stamps;
                 TF_CUDA_CHECK(
                     cudaMemcpyToSymbolAsync(g_q4_stamp_slot, &p, sizeof p, 0, cudaMemcpyHostToDevice, s));
                 stamp_slot = slot;
@@ -747,27 +748,16 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
 }
 
 void set_q4_stamps(bool on) {
-  if (on && !g_q4_stamps) {
-    TF_CUDA_CHECK(cudaMalloc(&g_q4_stamps, size_t(kQ4StampSlots) * kQ4StampBlocks * kQ4Stamps * 8));
-    TF_CUDA_CHECK(cudaMemset(g_q4_stamps, 0, size_t(kQ4StampSlots) * kQ4StampBlocks * kQ4Stamps * 8));
-  } else if (!on && g_q4_stamps) {
-    TF_CUDA_CHECK(cudaDeviceSynchronize());
-    TF_CUDA_CHECK(cudaFree(g_q4_stamps));
-    g_q4_stamps = nullptr;
-  }
+  g_q4_stamps.set(on, size_t(kQ4StampSlots) * kQ4StampBlocks * kQ4Stamps);
   g_q4_stamp_launches = 0;
 }
 
 std::vector<unsigned long long> q4_stamps(int back, int* blocks) {
   *blocks = 0;
-  if (!g_q4_stamps || back < 0 || back >= kQ4StampSlots || back >= g_q4_stamp_launches) return {};
+  if (!g_q4_stamps.get() || back < 0 || back >= kQ4StampSlots || back >= g_q4_stamp_launches) return {};
   const int slot = (g_q4_stamp_launches - 1 - back) % kQ4StampSlots;
   *blocks = g_q4_stamp_grid[slot];
-  std::vector<unsigned long long> v(size_t(*blocks) * kQ4Stamps);
-  TF_CUDA_CHECK(cudaDeviceSynchronize());
-  TF_CUDA_CHECK(cudaMemcpy(v.data(), g_q4_stamps + size_t(slot) * kQ4StampBlocks * kQ4Stamps, v.size() * 8,
-                           cudaMemcpyDeviceToHost));
-  return v;
+  return g_q4_stamps.read(size_t(slot) * kQ4StampBlocks * kQ4Stamps, size_t(*blocks) * kQ4Stamps);
 }
 
 void set_quant_loads_per_step(int chunks) {

@@ -1,6 +1,7 @@
 // GPU: the CUDA quantized linears (MLX 2-8-bit, FP8) against the CPU reference twin and bit-for-bit row
 // invariance, and the quantized tiny Qwen3 conversions end to end on the GPU against the CPU backend.
 // Label "gpu".
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -256,6 +257,53 @@ TEST_F(Gpu, Quant4BitQuadLayoutAtOddSlices) {
     }
   }
   cuda::set_quant_loads_per_step(0);
+}
+
+// One-row 4-bit calls whose tiles outnumber the persistent grid (q4_row2_kernel: one tile a block, two K
+// slices a warp; the 30B-A3B qkv projection at one row) give the bits of the persistent kernel
+// (set_q4_row2(false)), of the bf16 linear on the dequantized weight, and of the same row inside an 8-row
+// call: K = 1024 and 2048, groups of 64 and 128, subnormal and plain scale codes, a bias, a partial last
+// tile.
+TEST_F(Gpu, Quant4BitOneRowTwoSlicesAWarpEqualsPersistent) {
+  int dev = 0, sms = 0;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), cudaSuccess);
+  const int64_t N = 16 * int64_t(5 * sms / 2) - 5;  // 2.5 tiles an SM: more than 2 blocks an SM hold
+  uint32_t seed = 300;
+  for (bool subnormal : {true, false})
+    for (int64_t K : {1024, 2048})
+      for (int group : {64, 128}) {
+        SCOPED_TRACE("K " + std::to_string(K) + ", group " + std::to_string(group) +
+                     (subnormal ? ", subnormal codes" : ", plain codes"));
+        cuda::set_mlx_subnormal_codes(subnormal);
+        LinearWeight w = random_mlx(N, K, 4, group, DType::BF16, ++seed);
+        if (group == 64 && K == 2048) {
+          w.bias = Tensor::empty({N}, DType::BF16);
+          for (int64_t i = 0; i < N; ++i)
+            w.bias.data<uint16_t>()[i] = f32_to_bf16(0.02f * float(i % 5) - 0.04f);
+        }
+        LinearWeight wg = gpu->upload_linear(w);
+        ASSERT_EQ(wg.format, w.format) << "not uploaded packed";
+        ASSERT_EQ(wg.subnormal_codes, subnormal);
+        LinearWeight dense;
+        dense.weight = cuda::dequantize_bf16(wg, cuda::stream_of(*gpu));
+        dense.bias = wg.bias;
+        dense.in_features = K, dense.out_features = N;
+        Tensor xg = gpu->upload(random_x(8, K, seed).first);
+        const Tensor ref = linear_rows(*gpu, xg, dense, 1, N);
+        const Tensor eight = linear_rows(*gpu, xg, wg, 8, N);
+        const Tensor two = linear_rows(*gpu, xg, wg, 1, N);
+        cuda::set_q4_row2(false);
+        const Tensor one = linear_rows(*gpu, xg, wg, 1, N);
+        cuda::set_q4_row2(true);
+        EXPECT_EQ(std::memcmp(two.raw(), one.raw(), two.nbytes()), 0) << "differs from the persistent kernel";
+        EXPECT_EQ(std::memcmp(two.raw(), ref.raw(), two.nbytes()), 0) << "differs from the bf16 linear";
+        EXPECT_EQ(std::memcmp(two.raw(), eight.raw(), two.nbytes()), 0) << "differs from row 0 of 8";
+        double norm = 0;
+        for (int64_t i = 0; i < N; ++i) norm += std::fabs(two.data<float>()[i]);
+        EXPECT_GT(norm, 0.0) << "all zeros";
+      }
+  cuda::set_mlx_subnormal_codes(true);
 }
 
 // MLX 4-bit scales stored times 2^133 (prescale_mlx4, what upload_linear does where every scale allows it)

@@ -47,6 +47,8 @@ constexpr int kXsPad = 4;
 int64_t xs_bytes(int m, int64_t k) {
   return m * (k / 8 + kXsPad) * 16;
 }
+// q4_row2_kernel for one-row calls of more tiles than q4_decode_kernel's grid holds (TF_Q4_ROW2=0: off).
+bool g_q4_row2 = env_switch("TF_Q4_ROW2", true);
 // q4_decode_kernel's 32-row tiles for 33-127 rows too (see linear_quantized; TF_Q4_MID=0 for A/B).
 const bool g_q4_mid = env_switch("TF_Q4_MID", true);
 // Benches (set_q4_stamps): one-row x-in-shared-memory calls run q4_decode_kernel's stamps instance, which
@@ -438,6 +440,84 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   stamp(3);
 }
 
+// One row, one tile a block, two K slices a warp (q4_row2_kernel): q4_decode_kernel<KIND, 1, D, true>'s
+// arithmetic for calls whose tiles need more than one round of its persistent grid (two 8-warp blocks an SM)
+// -- the 30B-A3B qkv projection at one row: 320 tiles for 264 blocks, so 56 blocks computed a second tile
+// after the first (run 394: the qkv's last stores 2.5 us after the median). Here a block of 4 warps computes
+// one tile and warp w the K slices 2w and 2w + 1 (QS whole quads each: K = 128 QS * 8), so 4 blocks an SM
+// (16 warps, as before) hold every tile at once. Each slice is the same chain as in q4_decode_kernel (its
+// chunks in order from zero, the same words, scale words, dequant<> and mma_chunk), the two chains side by
+// side; the slice sums in slice order. All of a warp's weight words are requested before the wait.
+// Run 398 (30B-A3B MLX 4-bit b=1, same call): 2.058 / 2.060 ms against 2.085 / 2.073 on the persistent grid
+// (-0.6..-1.3%; predicted -3.5%: the second round was not most of the qkv's time).
+constexpr int kRow2Warps = 4;
+constexpr int kRow2MaxBytes = 2048 * 2;  // x: K <= 2048
+template <int KIND, int QS>
+__global__ void __launch_bounds__(kRow2Warps * 32, 4)
+    q4_row2_kernel(const __nv_bfloat16* x, QArgs q, const void* __restrict__ bias, int bias_kind,
+                   void* __restrict__ y, bool y_f32, int n, int k) {
+  __shared__ float red[kWarps][16];  // slice s's partials of the tile's 16 features (token 0)
+  extern __shared__ uint4 x_smem[];  // the row's k values
+  pdl_launch_dependents();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int n0 = blockIdx.x * 16;
+  const uint32_t ra = uint32_t(min(n0 + g, n - 1)),
+                 rb = uint32_t(min(n0 + g + 8, n - 1));  // masked at the store
+  const uint32_t words = uint32_t(q.row_bytes / 4), groups = uint32_t(q.groups);
+  const auto* w32 = reinterpret_cast<const uint32_t*>(q.w);
+  const auto* s32 = static_cast<const uint32_t*>(q.scales);
+  const int sh = q.chunk_shift;  // >= 1
+  const bool spair = sh == 1 && (groups & 1) == 0;
+  uint4 wa[2][QS], wb[2][QS];
+  uint32_t sa[2][QS][2], sb[2][QS][2];
+#pragma unroll
+  for (int j = 0; j < 2; ++j)
+#pragma unroll
+    for (int i = 0; i < QS; ++i) {
+      const uint32_t qd = uint32_t(QS * (2 * warp + j) + i), c = 4 * qd, g0 = c >> sh, g1 = (c + 2) >> sh;
+      wa[j][i] = load_stream(w32 + (ra * words + 4 * t + 16 * qd));
+      wb[j][i] = load_stream(w32 + (rb * words + 4 * t + 16 * qd));
+      if (spair) {
+        const uint2 va = __ldg(reinterpret_cast<const uint2*>(s32 + (ra * groups + g0)));
+        const uint2 vb = __ldg(reinterpret_cast<const uint2*>(s32 + (rb * groups + g0)));
+        sa[j][i][0] = va.x, sa[j][i][1] = va.y, sb[j][i][0] = vb.x, sb[j][i][1] = vb.y;
+      } else {
+        sa[j][i][0] = __ldg(s32 + (ra * groups + g0)), sa[j][i][1] = __ldg(s32 + (ra * groups + g1));
+        sb[j][i][0] = __ldg(s32 + (rb * groups + g0)), sb[j][i][1] = __ldg(s32 + (rb * groups + g1));
+      }
+    }
+  pdl_wait();  // weights are constant; x is not
+  for (int i = threadIdx.x; i < k / 8; i += kRow2Warps * 32)
+    cp_async16(static_cast<uint32_t>(__cvta_generic_to_shared(x_smem + i)), x + 8 * int64_t(i), true);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+  float acc[2][4] = {};
+#pragma unroll
+  for (int i = 0; i < QS; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int c = 4 * (QS * (2 * warp + j) + i) + e;
+        const uint32_t va = e == 0 ? wa[j][i].x : e == 1 ? wa[j][i].y : e == 2 ? wa[j][i].z : wa[j][i].w;
+        const uint32_t vb = e == 0 ? wb[j][i].x : e == 1 ? wb[j][i].y : e == 2 ? wb[j][i].z : wb[j][i].w;
+        mma_chunk(acc[j], dequant<KIND, 4>(Raw{va, 0, sa[j][i][e >> 1], 0}),
+                  dequant<KIND, 4>(Raw{vb, 0, sb[j][i][e >> 1], 0}), x_smem[4 * c + t]);
+      }
+  if (t == 0)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) red[2 * warp + j][g] = acc[j][0], red[2 * warp + j][g + 8] = acc[j][2];
+  __syncthreads();
+  if (threadIdx.x < 16 && n0 + int(threadIdx.x) < n) {
+    const int f = threadIdx.x;
+    float s = red[0][f];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) s += red[w][f];
+    store_biased(s, bias, bias_kind, y, y_f32, 0, n0 + f, n);
+  }
+}
+
 // One thread per 8 values: the same loads and dequantization as the linear kernel.
 template <int KIND, int B>
 __global__ void dequant_kernel(QArgs q, __nv_bfloat16* __restrict__ out, int n, int k) {
@@ -473,6 +553,8 @@ void prime_q4_grids() {
                           reinterpret_cast<const void*>(q4_decode_kernel<K, 4, 4>)})
       resident_blocks(k, kWarps * 32);
     resident_blocks(reinterpret_cast<const void*>(q4_decode_kernel<K, 1, 4, true>), kWarps * 32, kXsMaxBytes);
+    resident_blocks(reinterpret_cast<const void*>(q4_row2_kernel<K, 1>), kRow2Warps * 32, kRow2MaxBytes);
+    resident_blocks(reinterpret_cast<const void*>(q4_row2_kernel<K, 2>), kRow2Warps * 32, kRow2MaxBytes);
   };
   prime(std::integral_constant<int, kMlxBf16>{});
   prime(std::integral_constant<int, kMlxBf16Sub>{});
@@ -728,6 +810,21 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
             }
           grid = std::min(grid, resident_blocks(reinterpret_cast<const void*>(kernel), kWarps * 32,
                                                 smem ? kXsMaxBytes : 0));
+          if constexpr (NT == 1) {
+            // One row whose tiles outnumber that grid: one tile a block, two slices a warp (q4_row2_kernel),
+            // where K is 8 slices of 1 or 2 whole quads and every tile fits at once.
+            const int tiles = int((n + 15) / 16), qs = int(k / 1024);
+            if (g_q4_row2 && m == 1 && stamp_slot < 0 && smem && tiles > grid && k % 1024 == 0 &&
+                (qs == 1 || qs == 2)) {
+              auto* k2 = qs == 1 ? q4_row2_kernel<KIND, 1> : q4_row2_kernel<KIND, 2>;
+              if (tiles <=
+                  resident_blocks(reinterpret_cast<const void*>(k2), kRow2Warps * 32, kRow2MaxBytes)) {
+                launch_pdl(k2, dim3(tiles), dim3(kRow2Warps * 32), size_t(k) * 2, s, xp, q, bias, bias_kind,
+                           y.raw(), y_f32, int(n), int(k));
+                return;
+              }
+            }
+          }
           if (stamp_slot >= 0) g_q4_stamp_grid[stamp_slot] = std::min(grid, kQ4StampBlocks);
         }
       launch_pdl(kernel, dim3(grid), dim3(kWarps * 32), smem, s, xp, q, bias, bias_kind, y.raw(), y_f32, m,
@@ -745,6 +842,10 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
     else
       go(std::integral_constant<int, 8>{});
   });
+}
+
+void set_q4_row2(bool on) {
+  g_q4_row2 = on;
 }
 
 void set_q4_stamps(bool on) {

@@ -55,6 +55,10 @@ void set_quant_loads_per_step(int chunks);
 // the stamps of the launch `back` before the latest (0: the latest), block b's stamp i at [b * kQ4Stamps + i]
 // (0: not reached), and its grid in *blocks. Eager launches only (the slot is set by a copy before each
 // launch).
+// Speed only (same bits, tested): one-row MLX 4-bit calls (groups >= 64, K = 1024 or 2048) whose 16-feature
+// tiles outnumber the persistent grid's blocks run one tile a block of 4 warps, two K slices a warp
+// (q4_row2_kernel; the 30B-A3B qkv projection: 320 tiles). TF_Q4_ROW2=0 off.
+void set_q4_row2(bool on);
 constexpr int kQ4Stamps = 4;
 void set_q4_stamps(bool on);
 std::vector<unsigned long long> q4_stamps(int back, int* blocks);

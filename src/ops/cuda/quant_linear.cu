@@ -52,9 +52,10 @@ bool g_q4_row2 = env_switch("TF_Q4_ROW2", true);
 // q4_decode_kernel's 32-row tiles for 33-127 rows too (see linear_quantized; TF_Q4_MID=0 for A/B).
 const bool g_q4_mid = env_switch("TF_Q4_MID", true);
 // Benches (set_q4_stamps): one-row x-in-shared-memory calls run q4_decode_kernel's stamps instance, which
-// writes thread 0's globaltimer at kQ4Stamps points a block into the ring slot this pointer names (set before
-// each such launch).
-__device__ unsigned long long* g_q4_stamp_slot = nullptr;
+// writes thread 0's globaltimer at kQ4Stamps points a block into a ring slot named by its QArgs::biases (which
+// 4-bit weights with bf16 scales do not use). Run 394 had set the slot by a copy to a __device__ pointer before
+// each launch: that copy sat between the attention and the o linear and kept the o linear's blocks from
+// launching early (PDL), so its stamps put the o linear's entry ~3 us after the attention's merge.
 constexpr int kQ4StampSlots = 4, kQ4StampBlocks = 1024;
 StampBuffer g_q4_stamps;  // kQ4StampSlots x kQ4StampBlocks x kQ4Stamps
 int g_q4_stamp_launches = 0, g_q4_stamp_grid[kQ4StampSlots] = {};
@@ -172,7 +173,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 // 77: long-scoreboard stalls, DRAM 30% busy). The 4-bit 8B forward at b=1: 3.60 -> 2.43 ms (run 78). Same x
 // values, same arithmetic.
 // ST (benches, XS only): thread 0 of each block writes globaltimer at entry (0), past the wait (1), with x in
-// shared memory (2) and past its last store (3) into g_q4_stamp_slot[block * kQ4Stamps + i].
+// shared memory (2) and past its last store (3) into q.biases[block * kQ4Stamps + i] (a u64 ring slot).
 template <int KIND, int NT, int D, bool XS = false, bool ST = false>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     q4_decode_kernel(const __nv_bfloat16* x, QArgs q, const void* __restrict__ bias, int bias_kind,
@@ -181,8 +182,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   static_assert(!ST || XS, "stamps: the x-in-shared-memory instance");
   unsigned long long* st = nullptr;
   if constexpr (ST) {
-    st = g_q4_stamp_slot && blockIdx.x < kQ4StampBlocks ? g_q4_stamp_slot + int64_t(blockIdx.x) * kQ4Stamps
-                                                        : nullptr;
+    auto* slot = static_cast<unsigned long long*>(const_cast<void*>(q.biases));
+    st = slot && blockIdx.x < kQ4StampBlocks ? slot + int64_t(blockIdx.x) * kQ4Stamps : nullptr;
     if (st && threadIdx.x == 0)
       for (int i = 0; i < kQ4Stamps; ++i) st[i] = i == 0 ? gtime() : 0;
   }
@@ -788,6 +789,7 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
       int grid = n_tiles * m_tiles;
       size_t smem = 0;      // dynamic shared memory: q4_decode_kernel's x (XS)
       int stamp_slot = -1;  // (benches: set_q4_stamps)
+      QArgs qk = q;         // (benches: the stamps instance's ring slot in qk.biases)
       if constexpr (kQ4 && NT <= 4)
         if (q4) {
           // Auto: 16 chunks ahead at M <= 8, 8 at M <= 16 (16 spills there: 128 registers, 2 blocks/SM)
@@ -802,9 +804,7 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
               if (g_q4_stamps.get() && m == 1) {  // (benches: the stamps instance, this launch's ring slot)
                 kernel = q4_decode_kernel<KIND, 1, 4, true, true>;
                 const int slot = g_q4_stamp_launches++ % kQ4StampSlots;
-                unsigned long long* p = g_q4_stamps.get() + size_t(slot) * kQ4StampBlocks * kQ4Stamps;
-                TF_CUDA_CHECK(
-                    cudaMemcpyToSymbolAsync(g_q4_stamp_slot, &p, sizeof p, 0, cudaMemcpyHostToDevice, s));
+                qk.biases = g_q4_stamps.get() + size_t(slot) * kQ4StampBlocks * kQ4Stamps;
                 stamp_slot = slot;
               }
             }
@@ -827,7 +827,7 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
           }
           if (stamp_slot >= 0) g_q4_stamp_grid[stamp_slot] = std::min(grid, kQ4StampBlocks);
         }
-      launch_pdl(kernel, dim3(grid), dim3(kWarps * 32), smem, s, xp, q, bias, bias_kind, y.raw(), y_f32, m,
+      launch_pdl(kernel, dim3(grid), dim3(kWarps * 32), smem, s, xp, qk, bias, bias_kind, y.raw(), y_f32, m,
                  int(n), int(k), m_tiles);
     };
     // q4_decode_kernel's 32-row tiles up to kDequantMinM rows too (each weight tile's token tiles run

@@ -66,6 +66,12 @@ const bool g_route_warm = env_switch("TF_MOE_ROUTE_WARM", true);
 // The down as 16 units (pair, half of the K slices) a warp each where the slices are whole quads (down_unit;
 // TF_MOE_DOWN_UNITS=0: the loop over pairs, warp s the K slice s; A/B, same bits).
 const bool g_down_units = env_switch("TF_MOE_DOWN_UNITS", true);
+// The prologue's copies (pointer tables, zero row, mbarriers, the router tile's request) by warps 1-15, so
+// that warp 0 starts the routing's warm-up at once instead of after the tables' round trip: most blocks enter
+// only when the o linear's blocks leave, and then the prologue is on the step's critical path (run 399's
+// stamps: the median block past its warm-up 2.6-2.8 us after the first block's wait).
+// TF_MOE_PROLOGUE_SPLIT=0: all warps copy, warp 0 then warms (A/B; the same values).
+const bool g_prologue_split = env_switch("TF_MOE_PROLOGUE_SPLIT", true);
 const int g_ablate = [] {
   const char* a = std::getenv("TF_MOE_DECODE_ABLATE");
   return a ? std::atoi(a) : 0;
@@ -259,7 +265,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     moe_decode_kernel(const MoeRouting r, const __nv_bfloat16* x, const MoeExperts gu, const MoeExperts dn,
                       __nv_bfloat16* act, void* out, bool out_f32, int hidden, int inter, unsigned* bar,
                       int window, int ablate, unsigned long long* stamps, const MoeRouter rt,
-                      const AddNormArgs nrm, bool warm_route, bool down_units) {
+                      const AddNormArgs nrm, bool warm_route, bool down_units, bool split) {
   // (benches: globaltimer stamps of thread 0 at the phases' ends, stamps[block * kStamps + i])
   auto stamp = [&](int i) {
     if (stamps && threadIdx.x == 0) stamps[blockIdx.x * kStamps + i] = gtime();
@@ -292,13 +298,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   const bool router_block = rt.weight && b < E / 16;               // computes logits 16b .. 16b + 15
   const uint32_t rbar = bars + 8 * (slots + 1);                    // its tile's mbarrier
   pdl_launch_dependents();
-  // The pointer tables are constant (written at the layer's first forward): copied before the wait.
-  for (int i = threadIdx.x; i < E; i += kThreads)
-    tab[i] = gu.weights[i], tab[E + i] = gu.scales[i], tab[2 * E + i] = dn.weights[i],
-    tab[3 * E + i] = dn.scales[i];
-  for (int i = threadIdx.x; i < hidden / 8; i += kThreads)
-    reinterpret_cast<uint4*>(rows_s + hidden)[i] = make_uint4(0, 0, 0, 0);
-  if (threadIdx.x == 0) {
+  // The pointer tables are constant (written at the layer's first forward): copied before the wait, by the
+  // threads from `first` on (split: warp 0 goes to the routing's warm-up).
+  const int first = split && warm_route ? 32 : 0;
+  if (int(threadIdx.x) >= first) {
+    for (int i = threadIdx.x - first; i < E; i += kThreads - first)
+      tab[i] = gu.weights[i], tab[E + i] = gu.scales[i], tab[2 * E + i] = dn.weights[i],
+      tab[3 * E + i] = dn.scales[i];
+    for (int i = threadIdx.x - first; i < hidden / 8; i += kThreads - first)
+      reinterpret_cast<uint4*>(rows_s + hidden)[i] = make_uint4(0, 0, 0, 0);
+  }
+  if (int(threadIdx.x) == first) {
     for (int i = 0; i <= slots + 1; ++i) mbar_init(bars + 8 * i, 1);
     mbar_init_fence();
     if (router_block) {  // the router's rows 16b .. 16b + 15 (constant): requested before the wait
@@ -686,7 +696,7 @@ void moe_decode(const MoeRouting& r, const void* x, const MoeExperts& gate_up, c
   launch_pdl_if(g_pdl, pl.kernel, pl.grid, kThreads, size_t(pl.smem), s, r,
                 static_cast<const __nv_bfloat16*>(x), gate_up, down, static_cast<__nv_bfloat16*>(act), out,
                 out_dtype == DType::F32, hidden, inter, barrier, g_window, g_ablate, g_stamps.get(), router,
-                norm, g_route_warm, g_down_units);
+                norm, g_route_warm, g_down_units, g_prologue_split);
   TF_CUDA_LAUNCH_CHECK();
 }
 

@@ -71,7 +71,7 @@ const bool g_down_units = env_switch("TF_MOE_DOWN_UNITS", true);
 // only when the o linear's blocks leave, and then the prologue is on the step's critical path (run 399's
 // stamps: the median block past its warm-up 2.6-2.8 us after the first block's wait).
 // TF_MOE_PROLOGUE_SPLIT=0: all warps copy, warp 0 then warms (A/B; the same values).
-const bool g_prologue_split = env_switch("TF_MOE_PROLOGUE_SPLIT", true);
+bool g_prologue_split = env_switch("TF_MOE_PROLOGUE_SPLIT", true);  // set_moe_prologue_split
 const int g_ablate = [] {
   const char* a = std::getenv("TF_MOE_DECODE_ABLATE");
   return a ? std::atoi(a) : 0;
@@ -706,6 +706,10 @@ void set_moe_decode(bool on) {
 
 void set_moe_decode_router(bool on) {
   g_router_on = on;
+}
+
+void set_moe_prologue_split(bool on) {
+  g_prologue_split = on;
 }
 
 void set_moe_decode_stamps(bool on) {

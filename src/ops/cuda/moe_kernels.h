@@ -134,6 +134,9 @@ void moe_decode(const MoeRouting& r, const void* x, const MoeExperts& gate_up, c
                 const AddNormArgs& norm = AddNormArgs{});
 void set_moe_decode(bool on);
 void set_moe_decode_router(bool on);
+// Timing only (same values): moe_decode's prologue copies by warps 1-15 while warp 0 warms the routing
+// (default), or by every warp first (TF_MOE_PROLOGUE_SPLIT=0).
+void set_moe_prologue_split(bool on);
 // Benches: with stamps on, every later moe_decode launch has each block's thread 0 write globaltimer (ns) at
 // 0 after its wait, 1 gate_up done, 2 past the barrier, 3 act and the down tile in shared memory, 4 the down
 // MMAs done, 5 the combine stored, 6 + 2j / 7 + 2j team 0's j-th item landed / stored (j < 3), 12 routed,

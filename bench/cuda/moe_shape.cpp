@@ -15,8 +15,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -284,6 +286,23 @@ void ablate(Backend& be, Model& m) {
     std::printf(", +empty step (%d blocks) %.3f", blocks, time());
   }
   g_empty_blocks = 0;
+  // (diagnostic, TF_MOE_REHOME=N; docs/cuda-notes.md "Session 37" Next 2) the step has two states per process
+  // ~3% apart: is it where the MoE layers' hand-over words (moe_decode's barrier count and tagged logits)
+  // land? Their tables and words made again N times at new addresses (the old ones kept alive, a spacer
+  // allocation of a growing size in between), the step timed after each; a spread like the processes' says
+  // yes.
+  if (const char* r = std::getenv("TF_MOE_REHOME")) {
+    std::vector<std::shared_ptr<void>> keep;
+    std::vector<void*> spacers;
+    for (int i = 0; i < std::atoi(r); ++i) {
+      void* p = nullptr;
+      TF_CUDA_CHECK(cudaMalloc(&p, size_t(i + 1) * 4096 + 256));
+      spacers.push_back(p);
+      for (Layer& L : m.layers) keep.push_back(std::move(L.moe.prepared)), L.moe.prepared.reset();
+      std::printf(", rehomed %d %.3f", i + 1, time());
+    }
+    for (void* p : spacers) TF_CUDA_CHECK(cudaFree(p));
+  }
   std::printf("\n");
 }
 

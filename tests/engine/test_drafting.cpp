@@ -149,9 +149,9 @@ TEST(ExactDrafting, GuardSwitchingTheMtpHeadStaysExact) {
   o.draft_guard_options.backoff = o.draft_guard_options.max_backoff = 3;
   o.draft_guard_options.probe_every = o.draft_guard_options.max_probe_every = 3;
   // On after every drafted probe that drafts, off after a drafted round, whatever the wall clock says: the
-  // guard compares drafted against serial rates times (par -/+ margin), and with margin -1 a drafted round
-  // more than ~2x the serial rate (the MTP head on "the the the") kept drafting on, so a busy machine's
-  // timings decided whether the guard ever switched (a CI failure in session 37).
+  // guard compares drafted against serial rates times (par -/+ margin), and these rounds take ~0.1 ms, so
+  // with margin -1 one slow round on a busy machine could keep the guard from ever switching (a CI run in
+  // session 37 failed so, while CUDA code compiled on the same two cores; not reproduced since).
   o.draft_guard_options.margin = -100;
   auto e = create_engine(o);
   const auto& tok = e->tokenizer();

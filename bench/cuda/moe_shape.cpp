@@ -298,7 +298,7 @@ void ablate(Backend& be, Model& m) {
       void* p = nullptr;
       TF_CUDA_CHECK(cudaMalloc(&p, size_t(i + 1) * 4096 + 256));
       spacers.push_back(p);
-      for (Layer& L : m.layers) keep.push_back(std::move(L.moe.prepared)), L.moe.prepared.reset();
+      for (Layer& L : m.layers) keep.push_back(std::move(L.moe.prepared));  // (null after the move)
       std::printf(", rehomed %d %.3f", i + 1, time());
     }
     for (void* p : spacers) TF_CUDA_CHECK(cudaFree(p));

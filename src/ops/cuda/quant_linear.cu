@@ -52,10 +52,11 @@ bool g_q4_row2 = env_switch("TF_Q4_ROW2", true);
 // q4_decode_kernel's 32-row tiles for 33-127 rows too (see linear_quantized; TF_Q4_MID=0 for A/B).
 const bool g_q4_mid = env_switch("TF_Q4_MID", true);
 // Benches (set_q4_stamps): one-row x-in-shared-memory calls run q4_decode_kernel's stamps instance, which
-// writes thread 0's globaltimer at kQ4Stamps points a block into a ring slot named by its QArgs::biases (which
-// 4-bit weights with bf16 scales do not use). Run 394 had set the slot by a copy to a __device__ pointer before
-// each launch: that copy sat between the attention and the o linear and kept the o linear's blocks from
-// launching early (PDL), so its stamps put the o linear's entry ~3 us after the attention's merge.
+// writes thread 0's globaltimer at kQ4Stamps points a block into a ring slot named by its QArgs::biases
+// (which 4-bit weights with bf16 scales do not use). Run 394 had set the slot by a copy to a __device__
+// pointer before each launch: that copy sat between the attention and the o linear and kept the o linear's
+// blocks from launching early (PDL), so its stamps put the o linear's entry ~3 us after the attention's
+// merge.
 constexpr int kQ4StampSlots = 4, kQ4StampBlocks = 1024;
 StampBuffer g_q4_stamps;  // kQ4StampSlots x kQ4StampBlocks x kQ4Stamps
 int g_q4_stamp_launches = 0, g_q4_stamp_grid[kQ4StampSlots] = {};
@@ -159,6 +160,43 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+// Word offsets of two rows' lane-t words (rows ra, rb of q) and of their scales (32-bit: the weight has <
+// 2^32 words, checked at launch).
+struct QuadRows {
+  uint32_t wa, wb, sa, sb;
+};
+__device__ __forceinline__ QuadRows quad_rows(const QArgs& q, int ra, int rb, int t) {
+  const uint32_t words = uint32_t(q.row_bytes / 4), groups = uint32_t(q.groups);
+  return QuadRows{uint32_t(ra) * words + 4 * t, uint32_t(rb) * words + 4 * t, uint32_t(ra) * groups,
+                  uint32_t(rb) * groups};
+}
+// Quad qd of rows p (4-bit device layout, word_of): lane t's 4 words of each row in one 16-byte load, and
+// each row's scale words of the quad's chunks 0-1 and 2-3 (groups >= 64: sh >= 1). A quad's two scale words a
+// row: groups of 64 (sh = 1) are words 2qd and 2qd + 1, one 8-byte load when a row's words start 8-byte
+// aligned (spair: an even group count): the same words, half the loads, each of which touches 8 rows' lines
+// (run 350: the 8B linears of a decode step at M = 1 / 8 / 16 -4.7 / -4.1 / -2.2%). (A third case, one load
+// for groups of 128 or more, spilled q4_decode_kernel's 16-row variant.)
+__device__ __forceinline__ void load_quad(const QArgs& q, const QuadRows& p, int qd, int sh, bool spair,
+                                          uint4& wa, uint4& wb, uint32_t (&sa)[2], uint32_t (&sb)[2]) {
+  const auto* w32 = reinterpret_cast<const uint32_t*>(q.w);
+  const auto* s32 = static_cast<const uint32_t*>(q.scales);
+  const uint32_t c = 4 * qd, g0 = c >> sh, g1 = (c + 2) >> sh;
+  wa = load_stream(w32 + (p.wa + 16 * uint32_t(qd)));
+  wb = load_stream(w32 + (p.wb + 16 * uint32_t(qd)));
+  if (spair) {
+    const uint2 va = __ldg(reinterpret_cast<const uint2*>(s32 + (p.sa + g0)));
+    const uint2 vb = __ldg(reinterpret_cast<const uint2*>(s32 + (p.sb + g0)));
+    sa[0] = va.x, sa[1] = va.y, sb[0] = vb.x, sb[1] = vb.y;
+  } else {
+    sa[0] = __ldg(s32 + (p.sa + g0)), sa[1] = __ldg(s32 + (p.sa + g1));
+    sb[0] = __ldg(s32 + (p.sb + g0)), sb[1] = __ldg(s32 + (p.sb + g1));
+  }
+}
+// Chunk e's word (0..3) of a quad's 16 bytes.
+__device__ __forceinline__ uint32_t quad_word(const uint4& v, int e) {
+  return e == 0 ? v.x : e == 1 ? v.y : e == 2 ? v.z : v.w;
+}
+
 // Decode kernel for MLX 4-bit with bf16 scales, groups of 64 or more (M <= 16): qlinear_kernel's
 // arithmetic for every tile (same slices, same chunk order, same dequant<> and MMAs, same slice sum), but
 // a lane loads its 4 words of a quad of chunks with one 16-byte load per row (word_of) and the two
@@ -213,35 +251,12 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 
   uint4 wa[D], wb[D];
   uint32_t sa[D][2], sb[D][2];
-  // Word offsets of two rows' lane-t words and of their scales (32-bit: the weight has < 2^32 words,
-  // checked at launch; formed per tile, the next tile's only when needed).
-  struct Rows {
-    uint32_t wa, wb, sa, sb;
-  };
-  auto rows = [&](int ra, int rb) {
-    const uint32_t words = uint32_t(q.row_bytes / 4), groups = uint32_t(q.groups);
-    return Rows{uint32_t(ra) * words + 4 * t, uint32_t(rb) * words + 4 * t, uint32_t(ra) * groups,
-                uint32_t(rb) * groups};
-  };
-  const auto* w32 = reinterpret_cast<const uint32_t*>(q.w);
-  const auto* s32 = static_cast<const uint32_t*>(q.scales);
-  // A quad's two scale words a row: groups of 64 (sh = 1) are words 2qd and 2qd + 1, one 8-byte load when a
-  // row's words start 8-byte aligned (an even group count): the same words, half the loads, each of which
-  // touches 8 rows' lines (run 350: the 8B linears of a decode step at M = 1 / 8 / 16 -4.7 / -4.1 / -2.2%).
-  // (A third case, one load for groups of 128 or more, spilled the 16-row variant.)
-  const bool spair = sh == 1 && (q.groups & 1) == 0;
+  // The rows' word offsets are formed per tile, the next tile's only when needed.
+  using Rows = QuadRows;
+  auto rows = [&](int ra, int rb) { return quad_rows(q, ra, rb, t); };
+  const bool spair = sh == 1 && (q.groups & 1) == 0;  // (load_quad)
   auto load = [&](int i, const Rows& p, int qd) {
-    const uint32_t c = 4 * qd, g0 = c >> sh, g1 = (c + 2) >> sh;
-    wa[i] = load_stream(w32 + (p.wa + 16 * uint32_t(qd)));
-    wb[i] = load_stream(w32 + (p.wb + 16 * uint32_t(qd)));
-    if (spair) {
-      const uint2 va = __ldg(reinterpret_cast<const uint2*>(s32 + (p.sa + g0)));
-      const uint2 vb = __ldg(reinterpret_cast<const uint2*>(s32 + (p.sb + g0)));
-      sa[i][0] = va.x, sa[i][1] = va.y, sb[i][0] = vb.x, sb[i][1] = vb.y;
-    } else {
-      sa[i][0] = __ldg(s32 + (p.sa + g0)), sa[i][1] = __ldg(s32 + (p.sa + g1));
-      sb[i][0] = __ldg(s32 + (p.sb + g0)), sb[i][1] = __ldg(s32 + (p.sb + g1));
-    }
+    load_quad(q, p, qd, sh, spair, wa[i], wb[i], sa[i], sb[i]);
   };
   auto first_quads = [&](int ra, int rb) {
     const Rows p = rows(ra, rb);
@@ -328,10 +343,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     };
     // Chunk e (0..3) of ring slot i dequantized: rows pa (a) and pb (b).
     auto deq = [&](int i, int e, uint4& a, uint4& b) {
-      const uint32_t va = e == 0 ? wa[i].x : e == 1 ? wa[i].y : e == 2 ? wa[i].z : wa[i].w;
-      const uint32_t vb = e == 0 ? wb[i].x : e == 1 ? wb[i].y : e == 2 ? wb[i].z : wb[i].w;
-      a = dequant<KIND, 4>(Raw{va, 0, sa[i][e >> 1], 0});
-      b = dequant<KIND, 4>(Raw{vb, 0, sb[i][e >> 1], 0});
+      a = dequant<KIND, 4>(Raw{quad_word(wa[i], e), 0, sa[i][e >> 1], 0});
+      b = dequant<KIND, 4>(Raw{quad_word(wb[i], e), 0, sb[i][e >> 1], 0});
     };
     // Slot i, holding quad qd + i, is consumed: it takes the quad D further on, this tile's or the next's.
     const Rows there = chained ? rows(na, nb) : here;
@@ -462,31 +475,16 @@ __global__ void __launch_bounds__(kRow2Warps * 32, 4)
   pdl_launch_dependents();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int n0 = blockIdx.x * 16;
-  const uint32_t ra = uint32_t(min(n0 + g, n - 1)),
-                 rb = uint32_t(min(n0 + g + 8, n - 1));  // masked at the store
-  const uint32_t words = uint32_t(q.row_bytes / 4), groups = uint32_t(q.groups);
-  const auto* w32 = reinterpret_cast<const uint32_t*>(q.w);
-  const auto* s32 = static_cast<const uint32_t*>(q.scales);
-  const int sh = q.chunk_shift;  // >= 1
-  const bool spair = sh == 1 && (groups & 1) == 0;
+  const QuadRows rows = quad_rows(q, min(n0 + g, n - 1), min(n0 + g + 8, n - 1), t);  // masked at the store
+  const int sh = q.chunk_shift;                                                       // >= 1
+  const bool spair = sh == 1 && (q.groups & 1) == 0;
   uint4 wa[2][QS], wb[2][QS];
   uint32_t sa[2][QS][2], sb[2][QS][2];
 #pragma unroll
   for (int j = 0; j < 2; ++j)
 #pragma unroll
-    for (int i = 0; i < QS; ++i) {
-      const uint32_t qd = uint32_t(QS * (2 * warp + j) + i), c = 4 * qd, g0 = c >> sh, g1 = (c + 2) >> sh;
-      wa[j][i] = load_stream(w32 + (ra * words + 4 * t + 16 * qd));
-      wb[j][i] = load_stream(w32 + (rb * words + 4 * t + 16 * qd));
-      if (spair) {
-        const uint2 va = __ldg(reinterpret_cast<const uint2*>(s32 + (ra * groups + g0)));
-        const uint2 vb = __ldg(reinterpret_cast<const uint2*>(s32 + (rb * groups + g0)));
-        sa[j][i][0] = va.x, sa[j][i][1] = va.y, sb[j][i][0] = vb.x, sb[j][i][1] = vb.y;
-      } else {
-        sa[j][i][0] = __ldg(s32 + (ra * groups + g0)), sa[j][i][1] = __ldg(s32 + (ra * groups + g1));
-        sb[j][i][0] = __ldg(s32 + (rb * groups + g0)), sb[j][i][1] = __ldg(s32 + (rb * groups + g1));
-      }
-    }
+    for (int i = 0; i < QS; ++i)
+      load_quad(q, rows, QS * (2 * warp + j) + i, sh, spair, wa[j][i], wb[j][i], sa[j][i], sb[j][i]);
   pdl_wait();  // weights are constant; x is not
   for (int i = threadIdx.x; i < k / 8; i += kRow2Warps * 32)
     cp_async16(static_cast<uint32_t>(__cvta_generic_to_shared(x_smem + i)), x + 8 * int64_t(i), true);
@@ -501,10 +499,8 @@ __global__ void __launch_bounds__(kRow2Warps * 32, 4)
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         const int c = 4 * (QS * (2 * warp + j) + i) + e;
-        const uint32_t va = e == 0 ? wa[j][i].x : e == 1 ? wa[j][i].y : e == 2 ? wa[j][i].z : wa[j][i].w;
-        const uint32_t vb = e == 0 ? wb[j][i].x : e == 1 ? wb[j][i].y : e == 2 ? wb[j][i].z : wb[j][i].w;
-        mma_chunk(acc[j], dequant<KIND, 4>(Raw{va, 0, sa[j][i][e >> 1], 0}),
-                  dequant<KIND, 4>(Raw{vb, 0, sb[j][i][e >> 1], 0}), x_smem[4 * c + t]);
+        mma_chunk(acc[j], dequant<KIND, 4>(Raw{quad_word(wa[j][i], e), 0, sa[j][i][e >> 1], 0}),
+                  dequant<KIND, 4>(Raw{quad_word(wb[j][i], e), 0, sb[j][i][e >> 1], 0}), x_smem[4 * c + t]);
       }
   if (t == 0)
 #pragma unroll
@@ -813,13 +809,13 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
           if constexpr (NT == 1) {
             // One row whose tiles outnumber that grid: one tile a block, two slices a warp (q4_row2_kernel),
             // where K is 8 slices of 1 or 2 whole quads and every tile fits at once.
-            const int tiles = int((n + 15) / 16), qs = int(k / 1024);
-            if (g_q4_row2 && m == 1 && stamp_slot < 0 && smem && tiles > grid && k % 1024 == 0 &&
+            const int qs = int(k / 1024);  // (m = 1: n_tiles is the tile count)
+            if (g_q4_row2 && m == 1 && stamp_slot < 0 && smem && n_tiles > grid && k % 1024 == 0 &&
                 (qs == 1 || qs == 2)) {
               auto* k2 = qs == 1 ? q4_row2_kernel<KIND, 1> : q4_row2_kernel<KIND, 2>;
-              if (tiles <=
+              if (n_tiles <=
                   resident_blocks(reinterpret_cast<const void*>(k2), kRow2Warps * 32, kRow2MaxBytes)) {
-                launch_pdl(k2, dim3(tiles), dim3(kRow2Warps * 32), size_t(k) * 2, s, xp, q, bias, bias_kind,
+                launch_pdl(k2, dim3(n_tiles), dim3(kRow2Warps * 32), size_t(k) * 2, s, xp, q, bias, bias_kind,
                            y.raw(), y_f32, int(n), int(k));
                 return;
               }

@@ -16,6 +16,7 @@
 #include <functional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_common.h"
@@ -194,6 +195,37 @@ struct Result {
   bool full;  // the whole decode forward (else the linears alone)
 };
 
+// MLX 4-bit at 9-16 rows: each kind of linear (36 calls, lm_head one) and the whole step with q4_pair_kernel
+// off, where its tiles fill the grid, and always (set_q4_pair 0 / 1 / 2), in one process.
+void pair_modes(Backend& be, const Weights& w, Buffers& b, int m) {
+  cudaStream_t s = cuda::stream_of(be);
+  const int mode0 = cuda::q4_pair_mode();
+  auto each = [&](LinearWeight Layer::*lw, const Tensor& x, Tensor& y) {
+    return [&, lw] {
+      for (const Layer& L : w.layers) be.linear(x, L.*lw, y);
+    };
+  };
+  const std::pair<const char*, std::function<void()>> ops[] = {
+      {"q 4096x4096", each(&Layer::q, b.xh, b.yq)},
+      {"k 1024x4096", each(&Layer::k, b.xh, b.ykv)},
+      {"gate_up 24576x4096", each(&Layer::gate_up, b.xh, b.ygu)},
+      {"down 4096x12288", each(&Layer::down, b.xi, b.yh)},
+      {"lm_head", [&] { be.linear(b.xh, w.lm_head, b.logits); }},
+      {"step", [&] { step(be, w, b); }}};
+  std::printf("  M=%d mlx4, q4_pair off / where the tiles fill the grid / always (ms):", m);
+  for (const auto& [name, fn] : ops) {
+    std::printf(" %s", name);
+    for (int mode : {0, 1, 2}) {
+      cuda::set_q4_pair(mode);
+      std::printf(" %.4f", time_graph_ms(s, fn));
+    }
+    std::printf(" |");
+  }
+  cuda::set_q4_pair(mode0);
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
 // --linears-m M,M,..: only the linears of one decode step (graph) at these M, bf16 and MLX 4-bit/g64 in
 // the same run (the quantized kernels' mid-M rows: mixed decode + prompt rounds).
 int run_linears_m(Backend& be, const std::vector<int>& ms) {
@@ -206,6 +238,7 @@ int run_linears_m(Backend& be, const std::vector<int>& ms) {
                  t4 = time_graph_ms(s, [&] { step(be, w4, b); });
     std::printf("| %d | %.3f | %.3f | %.2fx | %.0f |\n", m, tb, t4, tb / t4,
                 double(w4.bytes) / (t4 * 1e-3) / 1e9);
+    if (m >= 9 && m <= 16) pair_modes(be, w4, b, m);
   }
   return 0;
 }

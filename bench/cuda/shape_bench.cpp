@@ -29,6 +29,7 @@
 #include "ops/cuda/decode_step.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/linear_wgmma.h"
+#include "ops/cuda/quant_linear.h"
 #include "shape_model.h"
 
 namespace tf::bench {
@@ -848,6 +849,17 @@ void format_rows(Backend& be, const ModelShape& sh, const std::vector<WeightForm
                                     : "eager"});
         std::printf("  %s %s (%s): %.3f ms, %.0f tok/s, %.2f GB read, %.1f%% of roofline\n", fname, what,
                     out->back().timing, t, batch / (t * 1e-3), bytes / 1e9, 100 * out->back().floor_ms / t);
+        if (f == WeightFormat::Mlx4 && batch > 8 && batch <= 16) {  // q4_pair_kernel's modes, same call
+          const int mode0 = cuda::q4_pair_mode();
+          std::printf("  %s %s, q4_pair off / where its tiles fill the grid / always:", fname, what);
+          for (int mode : {0, 1, 2}) {
+            cuda::set_q4_pair(mode);
+            std::printf(" %.3f ms", time_graph_ms(
+                                        s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g));
+          }
+          cuda::set_q4_pair(mode0);
+          std::printf("\n");
+        }
         std::fflush(stdout);
       }
     }

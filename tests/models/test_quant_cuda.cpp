@@ -306,6 +306,68 @@ TEST_F(Gpu, Quant4BitOneRowTwoSlicesAWarpEqualsPersistent) {
   cuda::set_mlx_subnormal_codes(true);
 }
 
+// MLX 4-bit calls of 9-16 rows with two 16-feature groups a warp (q4_pair_kernel) give the bits of
+// q4_decode_kernel (set_q4_pair(0)), of the bf16 linear on the dequantized weight, and of the same rows
+// inside a 24-row call: K with whole quads a slice (4096, 12288: chained tiles), with chunks outside quads
+// (4160: slices of 16-17 chunks; 1536: of 6), groups of 64 and 128, subnormal and plain scale codes, a bias,
+// widths with a partial last group of 16 and a partial last tile, and more tiles than the persistent grid
+// holds.
+TEST_F(Gpu, Quant4BitSixteenRowsTwoGroupsAWarpEqualOneGroup) {
+  int dev = 0, sms = 0;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), cudaSuccess);
+  struct Case {
+    int64_t n, k;
+    int group;
+    bool subnormal, bias;
+  };
+  const int64_t wide = 32 * int64_t(5 * sms) - 5;  // 2.5 tiles a block at two blocks an SM
+  const Case cases[] = {{wide, 4096, 64, true, false},  {4104, 4096, 128, true, true},
+                        {40, 4160, 64, false, true},    {72, 1536, 64, true, false},
+                        {4096, 12288, 64, true, false}, {24, 4096, 64, false, false},
+                        {wide, 4096, 128, false, true}};
+  const int mode0 = cuda::q4_pair_mode();
+  uint32_t seed = 500;
+  for (const Case& c : cases) {
+    SCOPED_TRACE("N " + std::to_string(c.n) + ", K " + std::to_string(c.k) + ", group " +
+                 std::to_string(c.group) + (c.subnormal ? ", subnormal codes" : ", plain codes") +
+                 (c.bias ? ", bias" : ""));
+    cuda::set_mlx_subnormal_codes(c.subnormal);
+    LinearWeight w = random_mlx(c.n, c.k, 4, c.group, DType::BF16, ++seed);
+    if (c.bias) {
+      w.bias = Tensor::empty({c.n}, DType::BF16);
+      for (int64_t i = 0; i < c.n; ++i)
+        w.bias.data<uint16_t>()[i] = f32_to_bf16(0.02f * float(i % 5) - 0.04f);
+    }
+    LinearWeight wg = gpu->upload_linear(w);
+    ASSERT_EQ(wg.format, w.format) << "not uploaded packed";
+    ASSERT_EQ(wg.subnormal_codes, c.subnormal);
+    LinearWeight dense;
+    dense.weight = cuda::dequantize_bf16(wg, cuda::stream_of(*gpu));
+    dense.bias = wg.bias;
+    dense.in_features = c.k, dense.out_features = c.n;
+    Tensor xg = gpu->upload(random_x(24, c.k, seed).first);
+    cuda::set_q4_pair(2);
+    const Tensor big = linear_rows(*gpu, xg, wg, 24, c.n);
+    for (int64_t rows : {9, 12, 16}) {
+      SCOPED_TRACE(std::to_string(rows) + " rows");
+      cuda::set_q4_pair(2);
+      const Tensor pair = linear_rows(*gpu, xg, wg, rows, c.n);
+      cuda::set_q4_pair(0);
+      const Tensor one = linear_rows(*gpu, xg, wg, rows, c.n);
+      const Tensor ref = linear_rows(*gpu, xg, dense, rows, c.n);
+      EXPECT_EQ(std::memcmp(pair.raw(), one.raw(), pair.nbytes()), 0) << "differs from q4_decode_kernel";
+      EXPECT_EQ(std::memcmp(pair.raw(), ref.raw(), pair.nbytes()), 0) << "differs from the bf16 linear";
+      EXPECT_EQ(std::memcmp(pair.raw(), big.raw(), pair.nbytes()), 0) << "differs from those rows of 24";
+      double norm = 0;
+      for (int64_t i = 0; i < rows * c.n; ++i) norm += std::fabs(pair.data<float>()[i]);
+      EXPECT_GT(norm, 0.0) << "all zeros";
+    }
+  }
+  cuda::set_q4_pair(mode0);
+  cuda::set_mlx_subnormal_codes(true);
+}
+
 // MLX 4-bit scales stored times 2^133 (prescale_mlx4, what upload_linear does where every scale allows it)
 // give the same dequantized bf16 weight and the same linear bits at every M as the plain scales, for groups
 // of 32 (qlinear_kernel), 64 and 128 (q4_decode_kernel) and K with a partial quad; with scales at the edges

@@ -26,6 +26,7 @@
 #include "ops/cuda/mbarrier.cuh"  // gtime (the stamps instance)
 #include "ops/cuda/quant_common.cuh"
 #include "ops/cuda/quant_linear.h"
+#include "ops/cuda/quant_pair.h"
 #include "ops/cuda/stamp_buffer.h"
 
 namespace tf::cuda {
@@ -158,43 +159,6 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int w = 1; w < kWarps; ++w) s += red[w][tok][f];
     store_biased(s, bias, bias_kind, y, y_f32, row, col, n);
   }
-}
-
-// Word offsets of two rows' lane-t words (rows ra, rb of q) and of their scales (32-bit: the weight has <
-// 2^32 words, checked at launch).
-struct QuadRows {
-  uint32_t wa, wb, sa, sb;
-};
-__device__ __forceinline__ QuadRows quad_rows(const QArgs& q, int ra, int rb, int t) {
-  const uint32_t words = uint32_t(q.row_bytes / 4), groups = uint32_t(q.groups);
-  return QuadRows{uint32_t(ra) * words + 4 * t, uint32_t(rb) * words + 4 * t, uint32_t(ra) * groups,
-                  uint32_t(rb) * groups};
-}
-// Quad qd of rows p (4-bit device layout, word_of): lane t's 4 words of each row in one 16-byte load, and
-// each row's scale words of the quad's chunks 0-1 and 2-3 (groups >= 64: sh >= 1). A quad's two scale words a
-// row: groups of 64 (sh = 1) are words 2qd and 2qd + 1, one 8-byte load when a row's words start 8-byte
-// aligned (spair: an even group count): the same words, half the loads, each of which touches 8 rows' lines
-// (run 350: the 8B linears of a decode step at M = 1 / 8 / 16 -4.7 / -4.1 / -2.2%). (A third case, one load
-// for groups of 128 or more, spilled q4_decode_kernel's 16-row variant.)
-__device__ __forceinline__ void load_quad(const QArgs& q, const QuadRows& p, int qd, int sh, bool spair,
-                                          uint4& wa, uint4& wb, uint32_t (&sa)[2], uint32_t (&sb)[2]) {
-  const auto* w32 = reinterpret_cast<const uint32_t*>(q.w);
-  const auto* s32 = static_cast<const uint32_t*>(q.scales);
-  const uint32_t c = 4 * qd, g0 = c >> sh, g1 = (c + 2) >> sh;
-  wa = load_stream(w32 + (p.wa + 16 * uint32_t(qd)));
-  wb = load_stream(w32 + (p.wb + 16 * uint32_t(qd)));
-  if (spair) {
-    const uint2 va = __ldg(reinterpret_cast<const uint2*>(s32 + (p.sa + g0)));
-    const uint2 vb = __ldg(reinterpret_cast<const uint2*>(s32 + (p.sb + g0)));
-    sa[0] = va.x, sa[1] = va.y, sb[0] = vb.x, sb[1] = vb.y;
-  } else {
-    sa[0] = __ldg(s32 + (p.sa + g0)), sa[1] = __ldg(s32 + (p.sa + g1));
-    sb[0] = __ldg(s32 + (p.sb + g0)), sb[1] = __ldg(s32 + (p.sb + g1));
-  }
-}
-// Chunk e's word (0..3) of a quad's 16 bytes.
-__device__ __forceinline__ uint32_t quad_word(const uint4& v, int e) {
-  return e == 0 ? v.x : e == 1 ? v.y : e == 2 ? v.z : v.w;
 }
 
 // Decode kernel for MLX 4-bit with bf16 scales, groups of 64 or more (M <= 16): qlinear_kernel's
@@ -555,6 +519,7 @@ void prime_q4_grids() {
   };
   prime(std::integral_constant<int, kMlxBf16>{});
   prime(std::integral_constant<int, kMlxBf16Sub>{});
+  prime_q4_pair_grids();
 }
 
 int kind_of(const LinearWeight& w) {
@@ -783,9 +748,13 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
       if constexpr (NT <= 2)
         if (ahead >= 8) kernel = qlinear_kernel<KIND, B, NT, 8>;
       int grid = n_tiles * m_tiles;
-      size_t smem = 0;      // dynamic shared memory: q4_decode_kernel's x (XS)
-      int stamp_slot = -1;  // (benches: set_q4_stamps)
-      QArgs qk = q;         // (benches: the stamps instance's ring slot in qk.biases)
+      size_t smem = 0;               // dynamic shared memory: q4_decode_kernel's x (XS)
+      int stamp_slot = -1;           // (benches: set_q4_stamps)
+      QArgs qk = q;                  // (benches: the stamps instance's ring slot in qk.biases)
+      if constexpr (kQ4 && NT == 2)  // 9-16 rows: two 16-feature groups a warp (quant_pair.cu)
+        if (q4 &&
+            q4_pair_linear(KIND == kMlxBf16Sub, xp, q, bias, bias_kind, y.raw(), y_f32, m, int(n), int(k), s))
+          return;
       if constexpr (kQ4 && NT <= 4)
         if (q4) {
           // Auto: 16 chunks ahead at M <= 8, 8 at M <= 16 (16 spills there: 128 registers, 2 blocks/SM)

@@ -53,12 +53,16 @@ void set_quant_loads_per_step(int chunks);
 // its stamps instance (thread 0 of each block: globaltimer ns at entry, past the wait, with x in shared
 // memory, past its last store), each launch into the next of a ring of kQ4StampSlots; q4_stamps(back) returns
 // the stamps of the launch `back` before the latest (0: the latest), block b's stamp i at [b * kQ4Stamps + i]
-// (0: not reached), and its grid in *blocks. The slot is a launch parameter: under a CUDA graph, the slots of the
-// capture.
-// Speed only (same bits, tested): one-row MLX 4-bit calls (groups >= 64, K = 1024 or 2048) whose 16-feature
-// tiles outnumber the persistent grid's blocks run one tile a block of 4 warps, two K slices a warp
-// (q4_row2_kernel; the 30B-A3B qkv projection: 320 tiles). TF_Q4_ROW2=0 off.
+// (0: not reached), and its grid in *blocks. The slot is a launch parameter: under a CUDA graph, the slots of
+// the capture. Speed only (same bits, tested): one-row MLX 4-bit calls (groups >= 64, K = 1024 or 2048) whose
+// 16-feature tiles outnumber the persistent grid's blocks run one tile a block of 4 warps, two K slices a
+// warp (q4_row2_kernel; the 30B-A3B qkv projection: 320 tiles). TF_Q4_ROW2=0 off.
 void set_q4_row2(bool on);
+// Speed only (same bits, tested): MLX 4-bit calls (groups >= 64) of 9-16 rows with two 16-feature groups a
+// warp (q4_pair_kernel, quant_pair.cu). Mode 0 off (q4_decode_kernel), 1 only where its 32-feature tiles
+// fill the persistent grid (the default: the 8B gate_up and lm_head), 2 at every width. TF_Q4_PAIR=0/1/2.
+void set_q4_pair(int mode);
+int q4_pair_mode();
 constexpr int kQ4Stamps = 4;
 void set_q4_stamps(bool on);
 std::vector<unsigned long long> q4_stamps(int back, int* blocks);

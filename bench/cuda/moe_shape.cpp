@@ -190,12 +190,19 @@ void forward(Backend& be, Model& m, int rows, const std::vector<int32_t>& outs, 
       if (g_twice >> bit & 1) f();
     };
     if (g_twice & 1) be.linear(x, L.qkv, qkv);  // (x holds the norm: the 4-bit qkv does not fuse it)
+    // The product's MoE half (decoder_layer_forward): the o projection, norm and MoE in one backend call (the
+    // o linear as its own op where the attention is skipped or the o linear runs twice).
+    const bool product_moe = !hook && !g_skip_moe && !host_moe;
+    const bool o_inside = product_moe && !g_skip_attn && !(g_twice >> 3 & 1);
     if (!g_skip_attn) {
       twice(1, [&] { be.attention_inputs_qkv(qkv, q, &L.q_norm, &L.k_norm, 1e-6f, 0.f, rope, L.kv); });
       twice(2, [&] { be.attention(q, L.kv, ap, attn); });
-      twice(3, [&] { be.linear(attn, L.o, o); });
+      if (!o_inside) twice(3, [&] { be.linear(attn, L.o, o); });
     }
-    if (!hook && !g_skip_moe && !host_moe) {  // the product's MoE half (decoder_layer_forward)
+    if (o_inside) {
+      if (be.linear_add_rms_norm_moe(attn, L.o, o, *cur, L.ln2, 1e-6f, 0.f, x, L.moe, mlp, *alt))
+        std::swap(cur, alt);
+    } else if (product_moe) {
       if (be.add_rms_norm_moe(*cur, o, L.ln2, 1e-6f, 0.f, x, L.moe, mlp, *alt)) std::swap(cur, alt);
     } else {
       be.add_rms_norm(*cur, o, L.ln2, 1e-6f, 0.f, x);
@@ -465,6 +472,7 @@ void bench_format(Backend& be, bool mlx, bool quick, double copy_gbs) {
       without(cuda::set_moe_add_norm, "the add + norm before the one-kernel MoE a kernel of its own");
       without(cuda::set_q4_row2, "the qkv linear on the persistent 4-bit grid (two rounds)");
       without(cuda::set_moe_prologue_split, "moe_decode's prologue copies by every warp before the warm-up");
+      without(cuda::set_moe_o_fold, "the o linear before the one-kernel MoE, a kernel of its own");
     }
     if (batch <= cuda::kMoeRoutedMaxRows) {
       cuda::set_moe_decode(false);  // (the routed chain is what is compared)

@@ -132,13 +132,13 @@ void decoder_layer_forward(Backend& be, const ModelSpec& spec, DecoderLayer& L, 
     be.attention_inputs(ws.q, ws.k, ws.v, qn, kn, eps, off, rope, kv);
   }
   be.attention(ws.q, kv, attn, ws.attn);
-  be.linear(ws.attn, L.o, ws.mlp_out);
-  if (L.moe) {
-    if (be.add_rms_norm_moe(ws.residual, ws.mlp_out, L.post_norm, eps, off, ws.h, *L.moe, ws.mlp_out,
-                            ws.residual_alt))
+  if (L.moe) {  // the o projection, the norm and the MoE: a backend may run them as one kernel
+    if (be.linear_add_rms_norm_moe(ws.attn, L.o, ws.mlp_out, ws.residual, L.post_norm, eps, off, ws.h, *L.moe,
+                                   ws.mlp_out, ws.residual_alt))
       std::swap(ws.residual, ws.residual_alt);
     return;
   }
+  be.linear(ws.attn, L.o, ws.mlp_out);
   add_norm_linear(L.post_norm, L.gate_up, ws.gate_up);
   be.silu_mul_linear(ws.gate_up, L.down, ws.act, ws.mlp_out);
 }

@@ -65,6 +65,13 @@ bool Backend::add_rms_norm_linear(Tensor& residual, const Tensor& x, const Tenso
   return false;
 }
 
+bool Backend::linear_add_rms_norm_moe(const Tensor& attn, const LinearWeight& o, Tensor& x, Tensor& residual,
+                                      const Tensor& norm_weight, float eps, float offset, Tensor& h,
+                                      MoeWeights& w, Tensor& out, Tensor& residual_out) {
+  linear(attn, o, x);
+  return add_rms_norm_moe(residual, x, norm_weight, eps, offset, h, w, out, residual_out);
+}
+
 bool Backend::add_rms_norm_moe(Tensor& residual, const Tensor& x, const Tensor& norm_weight, float eps,
                                float offset, Tensor& h, MoeWeights& w, Tensor& out, Tensor&) {
   add_rms_norm(residual, x, norm_weight, eps, offset, h);

@@ -197,6 +197,12 @@ class Backend {
   // add_rms_norm ran in place, then moe). x and out may be the same tensor. Bitwise the two ops either way.
   virtual bool add_rms_norm_moe(Tensor& residual, const Tensor& x, const Tensor& norm_weight, float eps,
                                 float offset, Tensor& h, MoeWeights& w, Tensor& out, Tensor& residual_out);
+  // x = linear(attn, o), then add_rms_norm_moe(residual, x, ...): a MoE layer's attention output projection,
+  // norm and MLP, with add_rms_norm_moe's contract (x is written either way; x and out may be the same
+  // tensor). Bitwise the ops either way.
+  virtual bool linear_add_rms_norm_moe(const Tensor& attn, const LinearWeight& o, Tensor& x, Tensor& residual,
+                                       const Tensor& norm_weight, float eps, float offset, Tensor& h,
+                                       MoeWeights& w, Tensor& out, Tensor& residual_out);
   // tokens[i] = the id maximising double(logits[i][id] / T) + gumbel_noise(seed, position, id) for
   // rows[i] (T = 0: the first maximum of the raw logits), lowest id on exact ties: the token
   // sample_token() gives without penalties, truncation or logprobs. `logits` is F32 [rows, vocab] on

@@ -583,6 +583,92 @@ TEST_F(Moe, DecodeKernelAddNormEqualsTheTwoOps) {
   EXPECT_FALSE(gpu->add_rms_norm_moe(res, x, nw, 1e-6f, 0.f, h, g, out, res_out));
 }
 
+// Backend::linear_add_rms_norm_moe at one decode row with the o projection inside moe_decode (MoeOProj,
+// set_moe_o_fold): the o output, the MoE output (into the o output's own tensor as the layer does, or
+// another; bf16 and f32) and the new residual have the bits of the linear then add_rms_norm_moe. o widths K =
+// 4096 (the 30B-A3B's 32 heads x 128), 2048 and 1024; groups of 64 and 128; subnormal and plain scale codes;
+// 128 experts with a 4-bit router and 16 with an 8-bit one; 12 rows, the fold off and on in turn (its arrival
+// count must stay consistent). Where the fold cannot take the call (groups of 32; the switch off) it says so
+// and the ops run with the same bits.
+TEST_F(Moe, DecodeKernelOFoldEqualsTheOps) {
+  if (const char* v = std::getenv("TF_MOE_FUSED"); v && std::string(v) == "0")
+    GTEST_SKIP() << "TF_MOE_FUSED=0 turns the fused path off";
+  struct Case {
+    int64_t k;
+    int group;
+    bool subnormal;
+    int experts, router_bits;
+    bool fits;
+  };
+  const bool fold0 = cuda::moe_o_fold();
+  uint32_t seed = 80;
+  for (const Case c : {Case{4096, 64, true, 128, 4, true}, Case{4096, 128, false, 16, 8, true},
+                       Case{2048, 64, false, 16, 4, true}, Case{1024, 128, true, 16, 8, true},
+                       Case{4096, 32, true, 16, 4, false}}) {
+    SCOPED_TRACE("o K " + std::to_string(c.k) + ", group " + std::to_string(c.group) +
+                 (c.subnormal ? ", subnormal codes, " : ", plain codes, ") + std::to_string(c.experts) +
+                 " experts");
+    cuda::set_mlx_subnormal_codes(c.subnormal);
+    MoeWeights g = make_mlx_moe(*gpu, 8, true, ++seed, 4, 64, c.experts, c.router_bits);
+    std::mt19937 rng(++seed);
+    const LinearWeight o = gpu->upload_linear(host_mlx(kMlxH, c.k, 4, c.group, rng));
+    ASSERT_EQ(o.format, LinearWeight::Format::MlxAffine) << "not uploaded packed";
+    const Tensor res_pool = random_bf16({12, kMlxH}, 1.f, rng), a_pool = random_bf16({12, c.k}, 1.f, rng);
+    const Tensor nw = gpu->upload(random_bf16({kMlxH}, 0.3f, rng));
+    auto host = [&](const Tensor& t) {
+      Tensor h = Tensor::empty(t.shape(), DType::F32);
+      gpu->to_host(t, h);
+      return h.to_f32_vector();
+    };
+    struct Out {
+      std::vector<float> o, out, res;
+    };
+    // Row i with the fold on or off: {o output, MoE output, new residual}; `taken` whether the fold ran.
+    auto step = [&](int i, bool fold, bool in_place, DType out_dtype, bool* taken) {
+      cuda::set_moe_o_fold(fold);
+      Tensor res = gpu->upload(rows_of(res_pool, {i})), attn = gpu->upload(rows_of(a_pool, {i}));
+      Tensor x = gpu->alloc({1, kMlxH}, DType::BF16), res_out = gpu->alloc({1, kMlxH}, DType::BF16);
+      Tensor out = in_place ? x : gpu->alloc({1, kMlxH}, out_dtype);
+      *taken = cuda::moe_fused_o_add_norm(*gpu, cuda::stream_of(*gpu), attn, o, res, x, nw, 1e-6f, 0.f, g,
+                                          out, res_out);
+      if (!*taken) {
+        Tensor h = gpu->alloc({1, kMlxH}, DType::BF16);
+        EXPECT_TRUE(gpu->linear_add_rms_norm_moe(attn, o, x, res, nw, 1e-6f, 0.f, h, g, out, res_out));
+      }
+      Out r{host(x), host(out), host(res_out)};
+      if (in_place) r.o.clear();  // (x was overwritten by the MoE output)
+      cuda::set_moe_o_fold(fold0);
+      return r;
+    };
+    for (int i = 0; i < 12; ++i) {
+      bool taken = false;
+      const Out ref = step(i, false, false, DType::BF16, &taken);
+      ASSERT_FALSE(taken) << "the fold ran while switched off";
+      Tensor lin = gpu->alloc({1, kMlxH}, DType::BF16);
+      gpu->linear(gpu->upload(rows_of(a_pool, {i})), o, lin);
+      ASSERT_EQ(0, std::memcmp(ref.o.data(), host(lin).data(), kMlxH * 4)) << "row " << i << " o (ops)";
+      double norm = 0;
+      for (float v : ref.out) norm += double(v) * v;
+      EXPECT_GT(norm, 0.0);
+      for (bool in_place : {false, true}) {
+        const Out got = step(i, true, in_place, DType::BF16, &taken);
+        ASSERT_EQ(taken, c.fits);
+        if (!in_place) {
+          ASSERT_EQ(0, std::memcmp(got.o.data(), ref.o.data(), kMlxH * 4)) << "row " << i << " o";
+        }
+        ASSERT_EQ(0, std::memcmp(got.out.data(), ref.out.data(), kMlxH * 4)) << "row " << i << " out";
+        ASSERT_EQ(0, std::memcmp(got.res.data(), ref.res.data(), kMlxH * 4)) << "row " << i << " residual";
+      }
+      if (i % 4 == 0) {
+        const Out ref32 = step(i, false, false, DType::F32, &taken);
+        const Out got32 = step(i, true, false, DType::F32, &taken);
+        ASSERT_EQ(0, std::memcmp(got32.out.data(), ref32.out.data(), kMlxH * 4)) << "row " << i << " f32 out";
+      }
+    }
+  }
+  cuda::set_mlx_subnormal_codes(true);
+}
+
 // The persistent 4-bit grouped gate_up (tiles of 8 tokens) applies silu_mul itself: the same bits as the
 // silu_mul kernel after it, at 5..40 rows (the routed path stops at 4), for each 4-bit group size.
 TEST_F(Moe, GroupedGateUpSiluEqualsTheSiluKernel) {

@@ -658,6 +658,15 @@ class CudaBackend final : public Backend {
     return Backend::add_rms_norm_moe(res, x, nw, eps, offset, h, w, out, res_out);
   }
 
+  bool linear_add_rms_norm_moe(const Tensor& attn, const LinearWeight& o, Tensor& x, Tensor& res,
+                               const Tensor& nw, float eps, float offset, Tensor& h, MoeWeights& w,
+                               Tensor& out, Tensor& res_out) override {
+    // One decode row: the one-kernel MoE computes the o projection too (moe_fused.h).
+    if (cuda::moe_fused_o_add_norm(*this, stream_, attn, o, res, x, nw, eps, offset, w, out, res_out))
+      return true;
+    return Backend::linear_add_rms_norm_moe(attn, o, x, res, nw, eps, offset, h, w, out, res_out);
+  }
+
   bool moe_graph_safe(const MoeWeights& w, int64_t hidden) const override {
     return cuda::moe_fusable(w, hidden);  // (bf16 activations; its tables upload once, eagerly)
   }

@@ -72,6 +72,9 @@ const bool g_down_units = env_switch("TF_MOE_DOWN_UNITS", true);
 // stamps: the median block past its warm-up 2.6-2.8 us after the first block's wait).
 // TF_MOE_PROLOGUE_SPLIT=0: all warps copy, warp 0 then warms (A/B; the same values).
 bool g_prologue_split = env_switch("TF_MOE_PROLOGUE_SPLIT", true);  // set_moe_prologue_split
+// The attention's o projection inside the kernel where the call allows it (MoeOProj; set_moe_o_fold). Run 406
+// (30B-A3B MLX 4-bit b=1, same call, two processes): 2.064 / 2.108 ms -> 1.984 / 2.020 (-3.9 / -4.2%).
+bool g_o_fold = env_switch("TF_MOE_O_FOLD", true);
 const int g_ablate = [] {
   const char* a = std::getenv("TF_MOE_DECODE_ABLATE");
   return a ? std::atoi(a) : 0;
@@ -253,6 +256,50 @@ __device__ __forceinline__ void down_unit(float (*red_d)[kMaxPairs][16], const c
     for (int k = 0; k < 4; ++k) red_d[4 * h + k][p][g] = acc[k][0], red_d[4 * h + k][p][g + 8] = acc[k][2];
 }
 
+// The o projection's tiles inside the kernel (MoeOProj): q4_decode_kernel<KIND, 1, 4, true>'s chain for one
+// row. Warp s of a team holds lane t's words of its K slice's quads (QS <= kOQuads whole quads a slice, all
+// below quad_chunks) for rows g and g + 8 of the team's tile and their scale words (groups >= 64), requested
+// before the kernel's wait; after it each chunk is dequantized and multiplied in order from zero, x (the
+// attention's output) from shared memory (every lane the row itself: only column 0 is kept).
+constexpr int kOQuads = 4;  // K <= 4096
+struct OSlice {
+  uint4 wa[kOQuads], wb[kOQuads];
+  uint32_t sa[kOQuads][2], sb[kOQuads][2];
+};
+__device__ __forceinline__ QArgs o_args(const MoeOProj& op) {
+  QArgs q;
+  q.w = static_cast<const uint8_t*>(op.weight);
+  q.scales = op.scales;
+  q.biases = nullptr;
+  q.row_bytes = op.row_bytes;
+  q.groups = op.groups;
+  q.chunk_shift = op.chunk_shift;
+  q.quad_chunks = op.quad_chunks;
+  return q;
+}
+__device__ __forceinline__ void o_load(OSlice& o, const MoeOProj& op, int tile, int s, int g, int t) {
+  const QArgs q = o_args(op);
+  const int qs = op.k / 1024, qb = s * qs;
+  const QuadRows p = quad_rows(q, tile * 16 + g, tile * 16 + g + 8, t);
+  const bool spair = op.chunk_shift == 1 && (op.groups & 1) == 0;
+#pragma unroll
+  for (int i = 0; i < kOQuads; ++i)
+    if (i < qs) load_quad(q, p, qb + i, op.chunk_shift, spair, o.wa[i], o.wb[i], o.sa[i], o.sb[i]);
+}
+template <int KIND>
+__device__ __forceinline__ void o_chain(float* acc, const OSlice& o, int qs, int qb, const uint4* xs, int t) {
+#pragma unroll
+  for (int i = 0; i < kOQuads; ++i) {
+    if (i >= qs) break;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const uint4 a = dequant<KIND, 4>(Raw{quad_word(o.wa[i], e), 0, o.sa[i][e >> 1], 0});
+      const uint4 w = dequant<KIND, 4>(Raw{quad_word(o.wb[i], e), 0, o.sb[i][e >> 1], 0});
+      mma_chunk(acc, a, w, xs[4 * (4 * (qb + i) + e) + t]);
+    }
+  }
+}
+
 // The routing of the row by warp 0 as one function, not inlined: the warm-up call before the wait and the
 // real call after it run the same instructions (an inlined second call site is a second copy of the code).
 __device__ __noinline__ void route_once(const float* logits, int experts, int top_k, bool norm,
@@ -265,7 +312,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     moe_decode_kernel(const MoeRouting r, const __nv_bfloat16* x, const MoeExperts gu, const MoeExperts dn,
                       __nv_bfloat16* act, void* out, bool out_f32, int hidden, int inter, unsigned* bar,
                       int window, int ablate, unsigned long long* stamps, const MoeRouter rt,
-                      const AddNormArgs nrm, bool warm_route, bool down_units, bool split) {
+                      const AddNormArgs nrm, bool warm_route, bool down_units, bool split,
+                      const MoeOProj op) {
   // (benches: globaltimer stamps of thread 0 at the phases' ends, stamps[block * kStamps + i])
   auto stamp = [&](int i) {
     if (stamps && threadIdx.x == 0) stamps[blockIdx.x * kStamps + i] = gtime();
@@ -326,10 +374,55 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncwarp();
     route_once(prob, E, P, r.norm, e_s, w_s, prob, lane);
   }
+  // The o fold: blocks 0 .. hidden / 32 - 1 take tiles 2b (team 0) and 2b + 1 (team 1); the weights are
+  // constant, so requested before the wait.
+  const bool o_block = op.weight && b < hidden / 32;
+  OSlice os;
+  if (o_block) o_load(os, op, 2 * b + team, s, g, t);
   stamp(14);
   pdl_wait();  // the logits (or the router's input) and x
   stamp(0);
   cycles(19);
+  if (op.weight) {
+    // The o tiles: the attention's output into the down tile's region (free until the down tile is
+    // requested), each team's chain, the slice sums in warp order rounded to bf16 (store_biased's, no bias)
+    // into x; then every block waits until all have arrived on the fold's count.
+    auto* const ocount = tagged + kMoeMaxExperts;
+    if (o_block) {
+      auto* const xo = reinterpret_cast<__nv_bfloat16*>(base + L.down_w);
+      for (int i = threadIdx.x; i < op.k / 8; i += kThreads)
+        cp_async16(saddr(xo + 8 * i), static_cast<const __nv_bfloat16*>(op.attn) + 8 * i, true);
+      cp_async_commit();
+      cp_async_wait<0>();
+      __syncthreads();
+      const int qs = op.k / 1024;
+      float acc[4] = {0.f, 0.f, 0.f, 0.f};
+      o_chain<KIND>(acc, os, qs, s * qs, reinterpret_cast<const uint4*>(xo), t);
+      float(*const rr)[16] = red[team][0];
+      if (t == 0) rr[s][g] = acc[0], rr[s][g + 8] = acc[2];
+      nbar_sync(1 + team, kWarps * 32);
+      if (s == 0 && lane < 16) {
+        float y = rr[0][lane];
+#pragma unroll
+        for (int q = 1; q < kWarps; ++q) y += rr[q][lane];
+        const_cast<__nv_bfloat16*>(x)[(2 * b + team) * 16 + lane] = __float2bfloat16(y);
+        __threadfence();
+      }
+      // The region is rewritten by the down tile's bulk copy (the async proxy) later.
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      __syncthreads();
+    }
+    // One arrival a block (the o blocks' after their stores) on a count that only grows by the grid a
+    // launch, as the grid barrier's: a launch's blocks wait for the next multiple of it. (Its own count: the
+    // fold may be off in some launches of the layer.)
+    if (threadIdx.x == 0) {
+      const unsigned long long old = atomicAdd(ocount, 1ull), target = (old / unsigned(G) + 1) * unsigned(G);
+      const unsigned long long t0 = gtime();
+      for (unsigned n = 1; ld_acquire64(ocount) < target; ++n)
+        if (n % 4096 == 0 && gtime() - t0 > 4000000000ull) __trap();
+    }
+    __syncthreads();
+  }
   if (nrm.res) {  // x = add_rms_norm(residual + x), made by every block (block 0 stores the new residual)
     add_norm_row(nrm, x, hidden, rows_s, b == 0, nred);
   } else {
@@ -673,7 +766,28 @@ Plan plan_of(const MoeExperts& gu, const MoeExperts& dn, int rows, int top_k, in
   return pl;
 }
 
+// The o projection fits the kernel (MoeOProj): MLX 4-bit with the experts' scale codes, groups >= 64, K a
+// multiple of 1024 up to 4096 (8 slices of whole quads), two 16-feature tiles for each of the first hidden /
+// 32 blocks, and the attention's output within the down tile's region.
+bool o_fits(const MoeOProj& o, const MoeExperts& gu, const MoeExperts& dn, int top_k, int hidden, int inter,
+            const MoeRouter& rt, const Plan& pl) {
+  if (!g_o_fold || !o.weight || !o.scales || !o.attn || !rt.weight || pl.smem == 0) return false;
+  if (o.bits != 4 || o.subnormal != gu.subnormal || o.chunk_shift < 1 || o.k <= 0 || o.k % 1024 ||
+      o.k / 1024 > kOQuads || o.quad_chunks != o.k / 128 * 4 || o.row_bytes != o.k / 2 || o.groups <= 0 ||
+      hidden / 32 > pl.grid)
+    return false;
+  const int items = top_k * (inter / 8), slots = (items + pl.grid - 1) / pl.grid;
+  const Layout L =
+      layout_of(gu.experts, top_k, hidden, inter, gu.groups, dn.groups, slots, router_tile_bytes(rt));
+  return int64_t(o.k) * 2 <= L.bars - L.down_w;
+}
+
 }  // namespace
+
+bool moe_decode_o_ok(const MoeExperts& gu, const MoeExperts& dn, int top_k, int hidden, int inter,
+                     const MoeRouter& router, const MoeOProj& o) {
+  return o_fits(o, gu, dn, top_k, hidden, inter, router, plan_of(gu, dn, 1, top_k, hidden, inter, router));
+}
 
 bool moe_decode_ok(const MoeExperts& gu, const MoeExperts& dn, int rows, int top_k, int hidden, int inter,
                    const MoeRouter& router) {
@@ -682,9 +796,11 @@ bool moe_decode_ok(const MoeExperts& gu, const MoeExperts& dn, int rows, int top
 
 void moe_decode(const MoeRouting& r, const void* x, const MoeExperts& gate_up, const MoeExperts& down,
                 void* act, void* out, DType out_dtype, int hidden, int inter, unsigned* barrier,
-                cudaStream_t s, const MoeRouter& router, const AddNormArgs& norm) {
+                cudaStream_t s, const MoeRouter& router, const AddNormArgs& norm, const MoeOProj& o) {
   const Plan pl = plan_of(gate_up, down, r.rows, r.top_k, hidden, inter, router);
   TF_CHECK(pl.smem > 0 && barrier, "moe_decode: the call does not fit (moe_decode_ok)");
+  TF_CHECK(!o.weight || (norm.res && o_fits(o, gate_up, down, r.top_k, hidden, inter, router, pl)),
+           "moe_decode: the o projection does not fit (moe_decode_o_ok), or no add + norm inside");
   // (plan_of's hidden, a multiple of 32 up to 2048, fits add_norm_row: 8 values a thread)
   TF_CHECK(!norm.res || (router.weight && norm.res_out && norm.w),
            "moe_decode: the add + norm needs the router inside");
@@ -696,7 +812,7 @@ void moe_decode(const MoeRouting& r, const void* x, const MoeExperts& gate_up, c
   launch_pdl_if(g_pdl, pl.kernel, pl.grid, kThreads, size_t(pl.smem), s, r,
                 static_cast<const __nv_bfloat16*>(x), gate_up, down, static_cast<__nv_bfloat16*>(act), out,
                 out_dtype == DType::F32, hidden, inter, barrier, g_window, g_ablate, g_stamps.get(), router,
-                norm, g_route_warm, g_down_units, g_prologue_split);
+                norm, g_route_warm, g_down_units, g_prologue_split, o);
   TF_CUDA_LAUNCH_CHECK();
 }
 
@@ -706,6 +822,14 @@ void set_moe_decode(bool on) {
 
 void set_moe_decode_router(bool on) {
   g_router_on = on;
+}
+
+void set_moe_o_fold(bool on) {
+  g_o_fold = on;
+}
+
+bool moe_o_fold() {
+  return g_o_fold;
 }
 
 void set_moe_prologue_split(bool on) {

@@ -258,8 +258,33 @@ void moe_fused(Backend& be, cudaStream_t s, const Tensor& h, MoeWeights& w, Tens
   });
 }
 
+namespace {
+// The o projection as moe_decode reads it (MoeOProj), attn the one row it multiplies; weight null where the
+// weight is not packed MLX 4-bit [hidden, attn width] without a bias.
+MoeOProj o_proj_of(const LinearWeight& o, const Tensor& attn, int64_t hidden) {
+  MoeOProj p;
+  if (!packed_mlx(o) || o.bits != 4 || (o.bias.defined() && o.bias.numel() > 0) || o.out_features != hidden ||
+      attn.device() != Device::CUDA || attn.dtype() != DType::BF16 || !attn.is_contiguous() ||
+      attn.numel() != o.in_features)
+    return p;
+  static_cast<MoeLayout&>(p) = packed_layout(o);
+  p.weight = o.weight.raw();
+  p.scales = o.scales.raw();
+  p.attn = attn.raw();
+  p.k = int(o.in_features);
+  return p;
+}
+}  // namespace
+
 bool moe_fused_add_norm(Backend& be, cudaStream_t s, const Tensor& res, const Tensor& x, const Tensor& nw,
                         float eps, float offset, MoeWeights& w, Tensor& out, Tensor& res_out) {
+  return moe_fused_o_add_norm(be, s, Tensor(), LinearWeight(), res, const_cast<Tensor&>(x), nw, eps, offset,
+                              w, out, res_out);
+}
+
+bool moe_fused_o_add_norm(Backend& be, cudaStream_t s, const Tensor& attn, const LinearWeight& o,
+                          const Tensor& res, Tensor& x, const Tensor& nw, float eps, float offset,
+                          MoeWeights& w, Tensor& out, Tensor& res_out) {
   auto on_gpu = [](const Tensor& t) { return t.device() == Device::CUDA && t.is_contiguous(); };
   if (!g_add_norm.load(std::memory_order_relaxed) || !moe_fusable(x, w) || x.dim(0) != 1 || !on_gpu(x) ||
       !on_gpu(res) || !on_gpu(res_out) || !on_gpu(out) || res.dtype() != DType::BF16 ||
@@ -272,6 +297,13 @@ bool moe_fused_add_norm(Backend& be, cudaStream_t s, const Tensor& res, const Te
   const int H = int(x.dim(-1)), K = w.top_k, I = int(w.down[0].in_features);
   const LayerView v = view_of(w, s, 1, H);  // (moe_decode's hidden <= 2048 fits add_norm_row)
   if (!v.router.weight) return false;       // the router linear would need the norm's output first
+  MoeOProj op;
+  if (attn.defined()) {  // the o projection inside, or nothing (the caller runs the linear first)
+    op = o_proj_of(o, attn, H);
+    if (!op.weight || x.dtype() != DType::BF16 ||
+        !moe_decode_o_ok(v.gate_up, v.down, w.top_k, H, int(w.down[0].in_features), v.router, op))
+      return false;
+  }
   AddNormArgs a;
   a.res = res.raw();
   a.res_out = res_out.raw();
@@ -283,7 +315,7 @@ bool moe_fused_add_norm(Backend& be, cudaStream_t s, const Tensor& res, const Te
   const MoeRouting rt{nullptr, 1, K, w.norm_topk_prob, nullptr, nullptr};
   repeat(6, [&] {
     moe_decode(rt, x.raw(), v.gate_up, v.down, act.raw(), out.raw(), out.dtype(), H, I, barrier_of(w), s,
-               v.router, a);
+               v.router, a, op);
   });
   return true;
 }

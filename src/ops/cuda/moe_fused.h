@@ -35,5 +35,11 @@ void moe_fused(Backend& be, cudaStream_t s, const Tensor& h, MoeWeights& w, Tens
 bool moe_fused_add_norm(Backend& be, cudaStream_t s, const Tensor& res, const Tensor& x, const Tensor& nw,
                         float eps, float offset, MoeWeights& w, Tensor& out, Tensor& res_out);
 void set_moe_add_norm(bool on);
+// Backend::linear_add_rms_norm_moe where one kernel takes it: moe_fused_add_norm's call with the o projection
+// inside too (moe_kernels.h's MoeOProj: x = linear(attn, o) written by the kernel itself, the same bits).
+// False, launching nothing, elsewhere (set_moe_o_fold(false) among them).
+bool moe_fused_o_add_norm(Backend& be, cudaStream_t s, const Tensor& attn, const LinearWeight& o,
+                          const Tensor& res, Tensor& x, const Tensor& nw, float eps, float offset,
+                          MoeWeights& w, Tensor& out, Tensor& res_out);
 
 }  // namespace tf::cuda

@@ -115,7 +115,8 @@ void set_moe_route_smem_only(bool on);
 // as tagged words (f32 bits | the launch's number << 32, after the barrier words) and every block polls
 // them: one dependent kernel a layer fewer. Then r.logits is not read; x is the router's input too.
 // set_moe_decode_router(false) (TF_MOE_DECODE_ROUTER=0): the router linear runs first (A/B).
-constexpr int kMoeDecodeBarrierWords = 2 + 2 * kMoeMaxExperts;
+// After the tagged logits: the o fold's finished-block count (64-bit, MoeOProj).
+constexpr int kMoeDecodeBarrierWords = 4 + 2 * kMoeMaxExperts;
 // The router's weight [experts, hidden]: dense bf16 (bits 16), or MLX affine 4- or 8-bit; no bias.
 struct MoeRouter : MoeLayout {
   const void* weight = nullptr;  // null: logits from MoeRouting::logits
@@ -128,10 +129,31 @@ bool moe_decode_ok(const MoeExperts& gate_up, const MoeExperts& down, int rows, 
 // h = add_rms_norm's output itself (its bits; block 0 stores the new residual to norm.res_out): one
 // add_rms_norm kernel fewer a layer. x and out may be the same tensor (x is read before the grid barrier,
 // out written after it).
+// The attention's o projection inside it too (MoeOProj, with the router and the add + norm inside): x is then
+// the o output [hidden] (bf16), which the kernel writes itself from `attn` [k] (bf16) and the o weight (MLX
+// 4-bit [hidden, k], the experts' scale codes, no bias), with linear_quantized's bits. Blocks 0 .. hidden /
+// 32
+// - 1 each compute two 16-feature tiles (one a team), their weights requested before the kernel's wait; every
+// block waits for all of them (a count after the tagged logits) before its add + norm. moe_decode's blocks
+// can then be resident while the attention runs (an SM cannot hold both an o linear block and a moe_decode
+// block), so their prologue is off the step's critical path, and one kernel boundary a layer goes.
+// set_moe_o_fold(false) (TF_MOE_O_FOLD=0): the o linear runs first (A/B). Run 406 (30B-A3B MLX 4-bit b=1,
+// same call): -3.9 / -4.2%.
+struct MoeOProj : MoeLayout {
+  const void* weight = nullptr;  // null: no o projection inside
+  const void* scales = nullptr;
+  const void* attn = nullptr;  // [k] bf16
+  int k = 0;
+};
+// moe_decode_ok with the o projection inside too (router, norm and the call's layout permitting).
+bool moe_decode_o_ok(const MoeExperts& gate_up, const MoeExperts& down, int top_k, int hidden, int inter,
+                     const MoeRouter& router, const MoeOProj& o);
 void moe_decode(const MoeRouting& r, const void* x, const MoeExperts& gate_up, const MoeExperts& down,
                 void* act, void* out, DType out_dtype, int hidden, int inter, unsigned* barrier,
                 cudaStream_t s, const MoeRouter& router = MoeRouter{},
-                const AddNormArgs& norm = AddNormArgs{});
+                const AddNormArgs& norm = AddNormArgs{}, const MoeOProj& o = MoeOProj{});
+void set_moe_o_fold(bool on);
+bool moe_o_fold();
 void set_moe_decode(bool on);
 void set_moe_decode_router(bool on);
 // Timing only (same values): moe_decode's prologue copies by warps 1-15 while warp 0 warms the routing

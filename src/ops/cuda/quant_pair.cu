@@ -39,7 +39,7 @@ constexpr int kPairFeatures = 32;  // a tile: two 16-feature groups
 constexpr int kRedStride = 36;     // slice-sum rows padded: lanes (g, t) store to banks g + 8t
 int g_q4_pair = [] {               // TF_Q4_PAIR=0 off, 1 where the tiles fill the grid (default), 2 always
   const char* v = std::getenv("TF_Q4_PAIR");
-  return v && *v >= '0' && *v <= '2' && !v[1] ? *v - '0' : 2;
+  return v && *v >= '0' && *v <= '2' && !v[1] ? *v - '0' : 1;
 }();
 
 // Persistent over 32-feature tiles (blockIdx.x, + gridDim.x, ...). A warp holds D quads of both groups'

@@ -363,8 +363,11 @@ void print_decode_stamps(Backend& be, Model& m, const BatchMeta& meta, cudaStrea
   // The last layer's 4-bit qkv and o linears (one-row launches with x in shared memory: ..., qkv, o, then the
   // lm_head), when the model's linears are MLX 4-bit.
   Stamps qkv{{}, 0, cuda::kQ4Stamps}, o{{}, 0, cuda::kQ4Stamps};
-  qkv.v = cuda::q4_stamps(2, &qkv.blocks);
-  o.v = cuda::q4_stamps(1, &o.blocks);
+  // (With the o projection inside the one-kernel MoE there is no o linear: the qkv is the launch before the
+  // lm_head.)
+  const bool o_inside = cuda::moe_o_fold();
+  qkv.v = cuda::q4_stamps(o_inside ? 1 : 2, &qkv.blocks);
+  if (!o_inside) o.v = cuda::q4_stamps(1, &o.blocks);
   cuda::set_q4_stamps(false);
   cuda::set_moe_decode_stamps(false);
   cuda::set_attention_stamps(false);
@@ -391,6 +394,13 @@ void print_decode_stamps(Backend& be, Model& m, const BatchMeta& meta, cudaStrea
       "item 0 in", "item 0 out",   "item 2 in",    "item 2 out",       "item 4 in", "item 4 out",
       "routed",    "logits out",   "entered",      "logits in",        "route done"};
   moe.print("one-kernel MoE", names, moe.first(0), 17);
+  if (moe.first(28) != ~0ull) {  // the o fold's hand-over (stamp 28), on the same clock
+    std::vector<double> d;
+    for (int b = 0; b < moe.blocks; ++b)
+      if (moe.at(b, 28)) d.push_back((double(moe.at(b, 28)) - double(moe.first(0))) * 1e-3);
+    std::sort(d.begin(), d.end());
+    std::printf(" | o handed over %.2f / %.2f / %.2f (%zu)", d.front(), d[d.size() / 2], d.back(), d.size());
+  }
   // The SM clock: clock64 cycles over globaltimer ns of thread 0, over the routing (stamps 15 -> 16, cycles
   // 17 -> 18) and over the kernel after its wait (0 -> 5, cycles 19 -> 20); medians over blocks.
   std::vector<double> rc, rn, kc, kn;

@@ -858,6 +858,18 @@ void format_rows(Backend& be, const ModelShape& sh, const std::vector<WeightForm
                                         s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g));
           }
           cuda::set_q4_pair(mode0);
+          // What the small ops cost the forward at this batch (ablations: wrong results, timing only).
+          std::printf("  %s %s without:", fname, what);
+          for (int mask : {int(kSkipAttention), int(kSkipAttentionInputs), int(kSkipNorms),
+                           kSkipAttention | kSkipAttentionInputs | kSkipNorms}) {
+            set_skip_ops(mask);
+            std::printf(" %s%s%s %.3f ms |", mask & kSkipAttention ? "attention " : "",
+                        mask & kSkipAttentionInputs ? "q/k-norm+rope+kv " : "",
+                        mask & kSkipNorms ? "norms " : "",
+                        time_graph_ms(
+                            s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g));
+          }
+          set_skip_ops(0);
           std::printf("\n");
         }
         std::fflush(stdout);

@@ -4,6 +4,9 @@
 // weights requested one item ahead (docs/cuda-notes.md "Session 31": 30B-A3B 4-bit b=1 2.67 -> 2.47 ms).
 //
 // One block of two 8-warp teams an SM (all resident):
+// 0. with the attention's o projection inside (MoeOProj): blocks 0 .. hidden / 32 - 1 compute its 16-feature
+//    tiles 2b and 2b + 1 (a team each; the weight words in registers before the wait, the attention's output
+//    in the down tile's region), store them as x, and every block waits for them on a count of its own;
 // 1. every block routes the row (route_row, warp 0) and copies the row's x into shared memory;
 // 2. it then requests the weight bytes it will read by bulk copies into shared memory, each item on its own
 //    mbarrier: its gate_up items (pair, 8 gate features and their 8 up features; item i to block
@@ -98,7 +101,9 @@ constexpr int kMaxSmem = 216 << 10;  // dynamic shared memory a block at most
 // unpadded, so that each block of consecutive rows is one bulk copy (a warp's 16-byte loads of rows g and
 // g + 8 then meet 2-way bank conflicts).
 // The router's tile (16 weight rows, then their 16 scale rows: router_bytes) goes where the items go: it is
-// read before any item is requested. The mbarriers: one an item slot, the down tile's, the router tile's.
+// read before any item is requested. The o projection's input (the attention's output, MoeOProj) goes where
+// the down tile goes: it is read before the down tile is requested. The mbarriers: one an item slot, the down
+// tile's, the router tile's.
 struct Layout {
   int tables, items, item_bytes, down_w, down_s, bars, total;
 };
@@ -422,6 +427,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (n % 4096 == 0 && gtime() - t0 > 4000000000ull) __trap();
     }
     __syncthreads();
+    stamp(28);
   }
   if (nrm.res) {  // x = add_rms_norm(residual + x), made by every block (block 0 stores the new residual)
     add_norm_row(nrm, x, hidden, rows_s, b == 0, nred);

@@ -483,6 +483,7 @@ void bench_format(Backend& be, bool mlx, bool quick, double copy_gbs) {
       without(cuda::set_q4_row2, "the qkv linear on the persistent 4-bit grid (two rounds)");
       without(cuda::set_moe_prologue_split, "moe_decode's prologue copies by every warp before the warm-up");
       without(cuda::set_moe_o_fold, "the o linear before the one-kernel MoE, a kernel of its own");
+      without(cuda::set_moe_empty_after, "without the empty 1-block kernel after the one-kernel MoE");
     }
     if (batch <= cuda::kMoeRoutedMaxRows) {
       cuda::set_moe_decode(false);  // (the routed chain is what is compared)

@@ -126,6 +126,10 @@ MoeRouter router_of(const LinearWeight& w, int64_t experts, int64_t hidden) {
 std::atomic<bool> g_enabled{true};                                  // set_moe_fused
 std::atomic<unsigned> g_repeat{0};                                  // set_moe_repeat
 std::atomic<bool> g_add_norm{env_switch("TF_MOE_ADD_NORM", true)};  // set_moe_add_norm
+// An empty 1-block dependent kernel after the one-kernel MoE: run 411 (30B-A3B MLX 4-bit b=1), same call in
+// three processes 1.982 / 1.992 / 2.000 -> 1.967 / 1.957 / 1.962 ms; the product's forward, processes
+// alternating, 2.014 / 1.991 ms off vs 1.958 / 1.964 on. Why is not known (docs/cuda-notes.md "Session 38").
+std::atomic<bool> g_empty_after{env_switch("TF_MOE_EMPTY_AFTER", true)};  // set_moe_empty_after
 
 // TF_MOE_FUSED=0 (read once) sends every MoE layer down the host-routed default path: a diagnosis
 // switch that isolates the fused kernels from the rest of the model.
@@ -317,7 +321,12 @@ bool moe_fused_o_add_norm(Backend& be, cudaStream_t s, const Tensor& attn, const
     moe_decode(rt, x.raw(), v.gate_up, v.down, act.raw(), out.raw(), out.dtype(), H, I, barrier_of(w), s,
                v.router, a, op);
   });
+  if (g_empty_after.load(std::memory_order_relaxed)) empty_step(1, s);
   return true;
+}
+
+void set_moe_empty_after(bool on) {
+  g_empty_after.store(on, std::memory_order_relaxed);
 }
 
 void set_moe_add_norm(bool on) {

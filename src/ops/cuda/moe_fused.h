@@ -35,6 +35,11 @@ void moe_fused(Backend& be, cudaStream_t s, const Tensor& h, MoeWeights& w, Tens
 bool moe_fused_add_norm(Backend& be, cudaStream_t s, const Tensor& res, const Tensor& x, const Tensor& nw,
                         float eps, float offset, MoeWeights& w, Tensor& out, Tensor& res_out);
 void set_moe_add_norm(bool on);
+// Timing only (on by default; TF_MOE_EMPTY_AFTER=0 off): an empty 1-block dependent kernel after the
+// one-kernel MoE of moe_fused_add_norm / moe_fused_o_add_norm. The benches' "+empty step" ablation had
+// measured 0-3% faster steps since session 35; as a product switch (run 411) -0.8..-1.9% in the same call,
+// -1.4..-2.8% in the product's forward. The mechanism is not known (docs/cuda-notes.md "Session 38").
+void set_moe_empty_after(bool on);
 // Backend::linear_add_rms_norm_moe where one kernel takes it: moe_fused_add_norm's call with the o projection
 // inside too (moe_kernels.h's MoeOProj: x = linear(attn, o) written by the kernel itself, the same bits).
 // False, launching nothing, elsewhere (set_moe_o_fold(false) among them).

@@ -554,6 +554,20 @@ double decode_step_row(ShapeRun& r, int ctx) {
 
 // One decode step at (batch, ctx): graph replays of ours with each fusion and launch option toggled, the
 // cuBLAS baseline, and the bandwidth floor; adds the summary row.
+// What each kind of small op costs a forward (ablations: wrong results, timing only): "  WHAT without:" and
+// the time without the attention, without q/k-norm + rope + KV, without the norms, and without all three.
+void print_without(const char* what, const std::function<double()>& timed) {
+  std::printf("  %s without:", what);
+  for (int mask : {int(kSkipAttention), int(kSkipAttentionInputs), int(kSkipNorms),
+                   kSkipAttention | kSkipAttentionInputs | kSkipNorms}) {
+    set_skip_ops(mask);
+    std::printf(" %s%s%s %.3f ms |", mask & kSkipAttention ? "attention " : "",
+                mask & kSkipAttentionInputs ? "q/k-norm+rope+kv " : "", mask & kSkipNorms ? "norms " : "",
+                timed());
+  }
+  set_skip_ops(0);
+}
+
 void decode_row(ShapeRun& r, int batch, int ctx) {
   Backend& be = r.be;
   const ModelShape& sh = r.m.sh;
@@ -625,15 +639,8 @@ void decode_row(ShapeRun& r, int batch, int ctx) {
     be.begin_forward(meta);
     std::fflush(stdout);
   }
-  if (batch == 1) {  // what each kind of small op costs the step (ablations: wrong results, timing only)
-    std::printf("  %s without:", what);
-    for (int mask : {int(kSkipAttention), int(kSkipAttentionInputs), int(kSkipNorms),
-                     kSkipAttention | kSkipAttentionInputs | kSkipNorms}) {
-      set_skip_ops(mask);
-      std::printf(" %s%s%s %.3f ms |", mask & kSkipAttention ? "attention " : "",
-                  mask & kSkipAttentionInputs ? "q/k-norm+rope+kv " : "", mask & kSkipNorms ? "norms " : "",
-                  graphed(r.ours, true, &g0));
-    }
+  if (batch == 1) {
+    print_without(what, [&] { return graphed(r.ours, true, &g0); });
     set_skip_ops(kEmptyStep);
     std::printf(" (with one empty dependent kernel a layer: %.3f ms)", graphed(r.ours, true, &g0));
     set_skip_ops(0);
@@ -858,18 +865,11 @@ void format_rows(Backend& be, const ModelShape& sh, const std::vector<WeightForm
                                         s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g));
           }
           cuda::set_q4_pair(mode0);
-          // What the small ops cost the forward at this batch (ablations: wrong results, timing only).
-          std::printf("  %s %s without:", fname, what);
-          for (int mask : {int(kSkipAttention), int(kSkipAttentionInputs), int(kSkipNorms),
-                           kSkipAttention | kSkipAttentionInputs | kSkipNorms}) {
-            set_skip_ops(mask);
-            std::printf(" %s%s%s %.3f ms |", mask & kSkipAttention ? "attention " : "",
-                        mask & kSkipAttentionInputs ? "q/k-norm+rope+kv " : "",
-                        mask & kSkipNorms ? "norms " : "",
-                        time_graph_ms(
-                            s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g));
-          }
-          set_skip_ops(0);
+          const std::string label = std::string(fname) + " " + what;
+          print_without(label.c_str(), [&] {
+            return time_graph_ms(
+                s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g);
+          });
           std::printf("\n");
         }
         std::fflush(stdout);

@@ -305,6 +305,22 @@ __device__ __forceinline__ void o_chain(float* acc, const OSlice& o, int qs, int
   }
 }
 
+// A team's one-token tile (warp s: K slice s, acc its chain): the slice partials of the 16 features (token 0)
+// into rr, the team's barrier, then the slice sums in warp order (linear.cu's), returned to lanes 0-15 of the
+// team's warp 0 (elsewhere 0).
+__device__ __forceinline__ float team_sum16(const float* acc, float (*rr)[16], int team, int s, int lane) {
+  const int g = lane / 4, t = lane % 4;
+  if (t == 0) rr[s][g] = acc[0], rr[s][g + 8] = acc[2];
+  nbar_sync(1 + team, kWarps * 32);
+  float y = 0.f;
+  if (s == 0 && lane < 16) {
+    y = rr[0][lane];
+#pragma unroll
+    for (int q = 1; q < kWarps; ++q) y += rr[q][lane];
+  }
+  return y;
+}
+
 // The routing of the row by warp 0 as one function, not inlined: the warm-up call before the wait and the
 // real call after it run the same instructions (an inlined second call site is a second copy of the code).
 __device__ __noinline__ void route_once(const float* logits, int experts, int top_k, bool norm,
@@ -403,13 +419,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int qs = op.k / 1024;
       float acc[4] = {0.f, 0.f, 0.f, 0.f};
       o_chain<KIND>(acc, os, qs, s * qs, reinterpret_cast<const uint4*>(xo), t);
-      float(*const rr)[16] = red[team][0];
-      if (t == 0) rr[s][g] = acc[0], rr[s][g + 8] = acc[2];
-      nbar_sync(1 + team, kWarps * 32);
-      if (s == 0 && lane < 16) {
-        float y = rr[0][lane];
-#pragma unroll
-        for (int q = 1; q < kWarps; ++q) y += rr[q][lane];
+      const float y = team_sum16(acc, red[team][0], team, s, lane);
+      if (s == 0 &&
+          lane < 16) {  // (x is this call's output here: the o projection's, store_biased's rounding)
         const_cast<__nv_bfloat16*>(x)[(2 * b + team) * 16 + lane] = __float2bfloat16(y);
         __threadfence();
       }
@@ -467,16 +479,10 @@ __global__ void __launch_bounds__(kThreads, 1)
           router_slice<kMlxBf16Sub, 4>(acc, wa, wb, sa, sb, c_begin, c_end, t, sh, qc, xb);
         else
           router_slice<kMlxBf16, 4>(acc, wa, wb, sa, sb, c_begin, c_end, t, sh, qc, xb);
-        float(*const rr)[16] = red[0][0];  // free until the gate_up
-        if (t == 0) rr[s][g] = acc[0], rr[s][g + 8] = acc[2];
-        nbar_sync(1, kWarps * 32);
-        if (s == 0 && lane < 16) {  // the slice sums in warp order: the f32 logit (store_biased's, no bias)
-          float y = rr[0][lane];
-#pragma unroll
-          for (int q = 1; q < kWarps; ++q) y += rr[q][lane];
+        const float y = team_sum16(acc, red[0][0], 0, s, lane);  // (red: free until the gate_up)
+        if (s == 0 && lane < 16)                                 // the f32 logit (store_biased's, no bias)
           st_relaxed64(tagged + 16 * b + lane,
                        (static_cast<unsigned long long>(tag) << 32) | __float_as_uint(y));
-        }
         stamp(13);
       }
     }
@@ -741,6 +747,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 struct Plan {
   decltype(&moe_decode_kernel<kMlxBf16>) kernel = nullptr;  // the instance of the call's scale codes
   int grid = 0, smem = 0;
+  int down_bytes = 0;  // the down tile's region (the o fold's input goes there first)
 };
 // The router fits the kernel: every logit tile a block, a format router_chunk reads (linear_quantized's
 // formats with load_raw's layout), no more than one group width a chunk.
@@ -766,33 +773,28 @@ Plan plan_of(const MoeExperts& gu, const MoeExperts& dn, int rows, int top_k, in
   pl.grid = resident_blocks(reinterpret_cast<const void*>(pl.kernel), kThreads, kMaxSmem);
   const int items = top_k * (inter / 8), slots = (items + pl.grid - 1) / pl.grid;
   if (slots > kMaxItems || hidden / 16 > pl.grid || !router_fits(rt, gu.experts, hidden, pl.grid)) return pl;
-  const int total =
-      layout_of(gu.experts, top_k, hidden, inter, gu.groups, dn.groups, slots, router_tile_bytes(rt)).total;
-  pl.smem = total <= kMaxSmem ? total : 0;
+  const Layout L =
+      layout_of(gu.experts, top_k, hidden, inter, gu.groups, dn.groups, slots, router_tile_bytes(rt));
+  pl.smem = L.total <= kMaxSmem ? L.total : 0;
+  pl.down_bytes = L.bars - L.down_w;
   return pl;
 }
 
 // The o projection fits the kernel (MoeOProj): MLX 4-bit with the experts' scale codes, groups >= 64, K a
 // multiple of 1024 up to 4096 (8 slices of whole quads), two 16-feature tiles for each of the first hidden /
 // 32 blocks, and the attention's output within the down tile's region.
-bool o_fits(const MoeOProj& o, const MoeExperts& gu, const MoeExperts& dn, int top_k, int hidden, int inter,
-            const MoeRouter& rt, const Plan& pl) {
-  if (!g_o_fold || !o.weight || !o.scales || !o.attn || !rt.weight || pl.smem == 0) return false;
-  if (o.bits != 4 || o.subnormal != gu.subnormal || o.chunk_shift < 1 || o.k <= 0 || o.k % 1024 ||
-      o.k / 1024 > kOQuads || o.quad_chunks != o.k / 128 * 4 || o.row_bytes != o.k / 2 || o.groups <= 0 ||
-      hidden / 32 > pl.grid)
-    return false;
-  const int items = top_k * (inter / 8), slots = (items + pl.grid - 1) / pl.grid;
-  const Layout L =
-      layout_of(gu.experts, top_k, hidden, inter, gu.groups, dn.groups, slots, router_tile_bytes(rt));
-  return int64_t(o.k) * 2 <= L.bars - L.down_w;
+bool o_fits(const MoeOProj& o, const MoeExperts& gu, int hidden, const MoeRouter& rt, const Plan& pl) {
+  return g_o_fold && o.weight && o.scales && o.attn && rt.weight && pl.smem > 0 && o.bits == 4 &&
+         o.subnormal == gu.subnormal && o.chunk_shift >= 1 && o.k > 0 && o.k % 1024 == 0 &&
+         o.k / 1024 <= kOQuads && o.quad_chunks == o.k / 128 * 4 && o.row_bytes == o.k / 2 && o.groups > 0 &&
+         hidden / 32 <= pl.grid && int64_t(o.k) * 2 <= pl.down_bytes;
 }
 
 }  // namespace
 
 bool moe_decode_o_ok(const MoeExperts& gu, const MoeExperts& dn, int top_k, int hidden, int inter,
                      const MoeRouter& router, const MoeOProj& o) {
-  return o_fits(o, gu, dn, top_k, hidden, inter, router, plan_of(gu, dn, 1, top_k, hidden, inter, router));
+  return o_fits(o, gu, hidden, router, plan_of(gu, dn, 1, top_k, hidden, inter, router));
 }
 
 bool moe_decode_ok(const MoeExperts& gu, const MoeExperts& dn, int rows, int top_k, int hidden, int inter,
@@ -805,7 +807,7 @@ void moe_decode(const MoeRouting& r, const void* x, const MoeExperts& gate_up, c
                 cudaStream_t s, const MoeRouter& router, const AddNormArgs& norm, const MoeOProj& o) {
   const Plan pl = plan_of(gate_up, down, r.rows, r.top_k, hidden, inter, router);
   TF_CHECK(pl.smem > 0 && barrier, "moe_decode: the call does not fit (moe_decode_ok)");
-  TF_CHECK(!o.weight || (norm.res && o_fits(o, gate_up, down, r.top_k, hidden, inter, router, pl)),
+  TF_CHECK(!o.weight || (norm.res && o_fits(o, gate_up, hidden, router, pl)),
            "moe_decode: the o projection does not fit (moe_decode_o_ok), or no add + norm inside");
   // (plan_of's hidden, a multiple of 32 up to 2048, fits add_norm_row: 8 values a thread)
   TF_CHECK(!norm.res || (router.weight && norm.res_out && norm.w),

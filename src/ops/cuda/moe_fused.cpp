@@ -278,17 +278,12 @@ MoeOProj o_proj_of(const LinearWeight& o, const Tensor& attn, int64_t hidden) {
   p.k = int(o.in_features);
   return p;
 }
-}  // namespace
 
-bool moe_fused_add_norm(Backend& be, cudaStream_t s, const Tensor& res, const Tensor& x, const Tensor& nw,
-                        float eps, float offset, MoeWeights& w, Tensor& out, Tensor& res_out) {
-  return moe_fused_o_add_norm(be, s, Tensor(), LinearWeight(), res, const_cast<Tensor&>(x), nw, eps, offset,
-                              w, out, res_out);
-}
-
-bool moe_fused_o_add_norm(Backend& be, cudaStream_t s, const Tensor& attn, const LinearWeight& o,
-                          const Tensor& res, Tensor& x, const Tensor& nw, float eps, float offset,
-                          MoeWeights& w, Tensor& out, Tensor& res_out) {
+// moe_fused_add_norm, and with the o projection inside where attn and o are given (x is then the kernel's
+// output as well as the add's input).
+bool fused_add_norm(Backend& be, cudaStream_t s, const Tensor* attn, const LinearWeight* o, const Tensor& res,
+                    const Tensor& x, const Tensor& nw, float eps, float offset, MoeWeights& w, Tensor& out,
+                    Tensor& res_out) {
   auto on_gpu = [](const Tensor& t) { return t.device() == Device::CUDA && t.is_contiguous(); };
   if (!g_add_norm.load(std::memory_order_relaxed) || !moe_fusable(x, w) || x.dim(0) != 1 || !on_gpu(x) ||
       !on_gpu(res) || !on_gpu(res_out) || !on_gpu(out) || res.dtype() != DType::BF16 ||
@@ -302,11 +297,9 @@ bool moe_fused_o_add_norm(Backend& be, cudaStream_t s, const Tensor& attn, const
   const LayerView v = view_of(w, s, 1, H);  // (moe_decode's hidden <= 2048 fits add_norm_row)
   if (!v.router.weight) return false;       // the router linear would need the norm's output first
   MoeOProj op;
-  if (attn.defined()) {  // the o projection inside, or nothing (the caller runs the linear first)
-    op = o_proj_of(o, attn, H);
-    if (!op.weight || x.dtype() != DType::BF16 ||
-        !moe_decode_o_ok(v.gate_up, v.down, w.top_k, H, int(w.down[0].in_features), v.router, op))
-      return false;
+  if (attn) {  // the o projection inside, or nothing (the caller runs the linear first); x is bf16 (fusable)
+    op = o_proj_of(*o, *attn, H);
+    if (!op.weight || !moe_decode_o_ok(v.gate_up, v.down, K, H, I, v.router, op)) return false;
   }
   AddNormArgs a;
   a.res = res.raw();
@@ -323,6 +316,18 @@ bool moe_fused_o_add_norm(Backend& be, cudaStream_t s, const Tensor& attn, const
   });
   if (g_empty_after.load(std::memory_order_relaxed)) empty_step(1, s);
   return true;
+}
+}  // namespace
+
+bool moe_fused_add_norm(Backend& be, cudaStream_t s, const Tensor& res, const Tensor& x, const Tensor& nw,
+                        float eps, float offset, MoeWeights& w, Tensor& out, Tensor& res_out) {
+  return fused_add_norm(be, s, nullptr, nullptr, res, x, nw, eps, offset, w, out, res_out);
+}
+
+bool moe_fused_o_add_norm(Backend& be, cudaStream_t s, const Tensor& attn, const LinearWeight& o,
+                          const Tensor& res, Tensor& x, const Tensor& nw, float eps, float offset,
+                          MoeWeights& w, Tensor& out, Tensor& res_out) {
+  return fused_add_norm(be, s, &attn, &o, res, x, nw, eps, offset, w, out, res_out);
 }
 
 void set_moe_empty_after(bool on) {

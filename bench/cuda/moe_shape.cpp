@@ -394,12 +394,19 @@ void print_decode_stamps(Backend& be, Model& m, const BatchMeta& meta, cudaStrea
       "item 0 in", "item 0 out",   "item 2 in",    "item 2 out",       "item 4 in", "item 4 out",
       "routed",    "logits out",   "entered",      "logits in",        "route done"};
   moe.print("one-kernel MoE", names, moe.first(0), 17);
-  if (moe.first(28) != ~0ull) {  // the o fold's hand-over (stamp 28), on the same clock
+  // The MoE's head (stamps 28-32), on the same clock.
+  const std::pair<int, const char*> head[] = {{31, "o chains done"},
+                                              {28, "o handed over"},
+                                              {29, "add+norm done"},
+                                              {32, "router tile in"},
+                                              {30, "router chain done"}};
+  for (const auto& [i, what] : head) {
+    if (moe.first(i) == ~0ull) continue;
     std::vector<double> d;
     for (int b = 0; b < moe.blocks; ++b)
-      if (moe.at(b, 28)) d.push_back((double(moe.at(b, 28)) - double(moe.first(0))) * 1e-3);
+      if (moe.at(b, i)) d.push_back((double(moe.at(b, i)) - double(moe.first(0))) * 1e-3);
     std::sort(d.begin(), d.end());
-    std::printf(" | o handed over %.2f / %.2f / %.2f (%zu)", d.front(), d[d.size() / 2], d.back(), d.size());
+    std::printf(" | %s %.2f / %.2f / %.2f (%zu)", what, d.front(), d[d.size() / 2], d.back(), d.size());
   }
   // The SM clock: clock64 cycles over globaltimer ns of thread 0, over the routing (stamps 15 -> 16, cycles
   // 17 -> 18) and over the kernel after its wait (0 -> 5, cycles 19 -> 20); medians over blocks.

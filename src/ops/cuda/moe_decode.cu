@@ -419,6 +419,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int qs = op.k / 1024;
       float acc[4] = {0.f, 0.f, 0.f, 0.f};
       o_chain<KIND>(acc, os, qs, s * qs, reinterpret_cast<const uint4*>(xo), t);
+      stamp(31);
       const float y = team_sum16(acc, red[team][0], team, s, lane);
       if (s == 0 &&
           lane < 16) {  // (x is this call's output here: the o projection's, store_biased's rounding)
@@ -443,6 +444,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   if (nrm.res) {  // x = add_rms_norm(residual + x), made by every block (block 0 stores the new residual)
     add_norm_row(nrm, x, hidden, rows_s, b == 0, nred);
+    stamp(29);
   } else {
     for (int i = threadIdx.x; i < hidden / 8; i += kThreads)
       cp_async16(saddr(rows_s + 8 * i), x + 8 * i, true);
@@ -471,6 +473,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int sh = rt.chunk_shift, qc = rt.quad_chunks;
         float acc[4] = {0.f, 0.f, 0.f, 0.f};
         mbar_wait(rbar, 0);
+        stamp(32);
         if (rt.bits == 16)
           router_slice<kMlxBf16, 16>(acc, wa, wb, sa, sb, c_begin, c_end, t, sh, qc, xb);
         else if (rt.bits == 8)
@@ -479,6 +482,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           router_slice<kMlxBf16Sub, 4>(acc, wa, wb, sa, sb, c_begin, c_end, t, sh, qc, xb);
         else
           router_slice<kMlxBf16, 4>(acc, wa, wb, sa, sb, c_begin, c_end, t, sh, qc, xb);
+        stamp(30);
         const float y = team_sum16(acc, red[0][0], 0, s, lane);  // (red: free until the gate_up)
         if (s == 0 && lane < 16)                                 // the f32 logit (store_biased's, no bias)
           st_relaxed64(tagged + 16 * b + lane,

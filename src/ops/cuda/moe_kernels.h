@@ -166,9 +166,10 @@ void set_moe_prologue_split(bool on);
 // thread 0 past the routing; 17 - 20 the SM's clock64 (cycles, not ns) with stamps 15, 16, 0 and 5 (the
 // clock rate over the routing and over the kernel), 21 - 23 clock64 as warp 0 begins its down pairs, its
 // second round of pairs and ends them, 24 - 27 as warp 0's first and second items have landed and been
-// computed, 28 past the o fold's hand-over (every o tile stored): moe_decode_stamps()[block *
-// kMoeDecodeStamps + i] of the last launch (0: not reached).
-constexpr int kMoeDecodeStamps = 29;
+// computed, 28 past the o fold's hand-over (every o tile stored), 29 past the add + norm, 30 the router
+// tile's chain done (before its slice sums), 31 the o tiles' chains done, 32 past the router tile's
+// mbarrier: moe_decode_stamps()[block * kMoeDecodeStamps + i] of the last launch (0: not reached).
+constexpr int kMoeDecodeStamps = 33;
 void set_moe_decode_stamps(bool on);
 std::vector<unsigned long long> moe_decode_stamps(int* blocks);
 // slot_of_pair null: pair p's slot is p (moe_routed_gemm's layout).

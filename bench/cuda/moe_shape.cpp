@@ -427,6 +427,12 @@ void print_decode_stamps(Backend& be, Model& m, const BatchMeta& meta, cudaStrea
   // its first two gate_up items, landed -> computed (24 -> 25, 26 -> 27).
   const auto dd = moe.deltas(21, 23), d1 = moe.deltas(21, 22), d2 = moe.deltas(22, 23);
   const auto i0 = moe.deltas(24, 25), i1 = moe.deltas(26, 27);
+  const auto r0 = moe.deltas(33, 34), r1 = moe.deltas(34, 35), r2 = moe.deltas(35, 36);
+  if (!r0.empty())
+    std::printf(
+        "\none-kernel MoE router tile: warp 0's chunk 0 %.0f cycles, chunks 1-3 %.0f, the rest %.0f "
+        "(medians over %zu blocks)",
+        median(r0), median(r1), median(r2), r0.size());
   if (!dd.empty()) std::printf("\none-kernel MoE down: warp 0's arithmetic %.0f cycles (median)", median(dd));
   if (!d1.empty())
     std::printf(
@@ -491,6 +497,7 @@ void bench_format(Backend& be, bool mlx, bool quick, double copy_gbs) {
       without(cuda::set_moe_prologue_split, "moe_decode's prologue copies by every warp before the warm-up");
       without(cuda::set_moe_o_fold, "the o linear before the one-kernel MoE, a kernel of its own");
       without(cuda::set_moe_empty_after, "without the empty 1-block kernel after the one-kernel MoE");
+      without(cuda::set_moe_router_rows, "the router inside as 16 logits a block (not 8)");
     }
     if (batch <= cuda::kMoeRoutedMaxRows) {
       cuda::set_moe_decode(false);  // (the routed chain is what is compared)

@@ -78,6 +78,14 @@ bool g_prologue_split = env_switch("TF_MOE_PROLOGUE_SPLIT", true);  // set_moe_p
 // The attention's o projection inside the kernel where the call allows it (MoeOProj; set_moe_o_fold). Run 406
 // (30B-A3B MLX 4-bit b=1, same call, two processes): 2.064 / 2.108 ms -> 1.984 / 2.020 (-3.9 / -4.2%).
 bool g_o_fold = env_switch("TF_MOE_O_FOLD", true);
+// Router rows a block (set_moe_router_rows): 8 (default) dequantizes only rows g of the m16 tile, half the
+// instructions of 16 rows a block, over twice the blocks. The router tile's chain is issue-bound on the
+// dequantisation (8-bit: ~5 instructions a value in f32; ~370 cycles a chunk with 8 warps an SM, run 425).
+// TF_MOE_ROUTER_ROWS=16: 16 (A/B; the same values).
+int g_router_rows = [] {
+  const char* v = std::getenv("TF_MOE_ROUTER_ROWS");
+  return v && std::atoi(v) == 16 ? 16 : 8;
+}();
 const int g_ablate = [] {
   const char* a = std::getenv("TF_MOE_DECODE_ABLATE");
   return a ? std::atoi(a) : 0;
@@ -122,9 +130,9 @@ __host__ __device__ inline Layout layout_of(int experts, int pairs, int hidden, 
   return l;
 }
 
-// The router tile's bytes in shared memory: 16 rows of row_bytes, then 16 rows of groups scale words.
-__host__ __device__ inline int router_tile_bytes(const MoeRouter& rt) {
-  return rt.weight ? int(16 * rt.row_bytes + (rt.bits == 16 ? 0 : 16 * rt.groups * 4)) : 0;
+// The router tile's bytes in shared memory: `rows` (8 or 16) rows of row_bytes, then their scale words.
+__host__ __device__ inline int router_tile_bytes(const MoeRouter& rt, int rows) {
+  return rt.weight ? int(rows * rt.row_bytes + (rt.bits == 16 ? 0 : rows * rt.groups * 4)) : 0;
 }
 
 // Lane t's 8 weights of chunk c of a router row (w: its bytes in shared memory, sc: its scale words) as bf16
@@ -149,16 +157,22 @@ __device__ __forceinline__ uint4 router_chunk(const char* w, const unsigned* sc,
 // A router tile's slice: warp s's chunks of rows g and g + 8 in order, one MMA chain (linear.cu's K slice).
 // Unrolled over kSlice (hidden <= 2048: a slice has at most 8 chunks), so that the chunks' loads and
 // dequantisation run ahead of the chain.
+// (ck, benches: clock64 after chunks 0 and 3 into ck[0], ck[1]; null: none.) `half`: rows g only (rows
+// g + 8 zeros, not dequantized: a row's MMA results do not depend on the others).
 template <int KIND, int B>
 __device__ __forceinline__ void router_slice(float* acc, const char* wa, const char* wb, const unsigned* sa,
                                              const unsigned* sb, int c_begin, int c_end, int t, int sh,
-                                             int qc, const uint4* xb) {
+                                             int qc, const uint4* xb, unsigned long long* ck, bool half) {
 #pragma unroll
   for (int i = 0; i < kSlice; ++i) {
     const int c = c_begin + i;
     if (c >= c_end) break;
-    mma_chunk(acc, router_chunk<KIND, B>(wa, sa, c, t, sh, qc), router_chunk<KIND, B>(wb, sb, c, t, sh, qc),
-              xb[4 * c]);
+    mma_chunk(acc, router_chunk<KIND, B>(wa, sa, c, t, sh, qc),
+              half ? make_uint4(0, 0, 0, 0) : router_chunk<KIND, B>(wb, sb, c, t, sh, qc), xb[4 * c]);
+    if (ck && (i == 0 || i == 3)) {  // (the chain's value first: the clock after the chunk's MMAs)
+      asm volatile("" ::"f"(acc[0]), "f"(acc[2]));
+      ck[i == 3] = clock64();
+    }
   }
 }
 
@@ -333,7 +347,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     moe_decode_kernel(const MoeRouting r, const __nv_bfloat16* x, const MoeExperts gu, const MoeExperts dn,
                       __nv_bfloat16* act, void* out, bool out_f32, int hidden, int inter, unsigned* bar,
                       int window, int ablate, unsigned long long* stamps, const MoeRouter rt,
-                      const AddNormArgs nrm, bool warm_route, bool down_units, bool split,
+                      const AddNormArgs nrm, bool warm_route, bool down_units, bool split, int rrows,
                       const MoeOProj op) {
   // (benches: globaltimer stamps of thread 0 at the phases' ends, stamps[block * kStamps + i])
   auto stamp = [&](int i) {
@@ -353,7 +367,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int P = r.top_k, E = gu.experts, G = int(gridDim.x), b = int(blockIdx.x);
   const int items = P * (inter / 8), slots = (items + G - 1) / G;
   const int mine = items > b ? (items - 1 - b) / G + 1 : 0;  // items b, b + G, ...
-  const Layout L = layout_of(E, P, hidden, inter, gu.groups, dn.groups, slots, router_tile_bytes(rt));
+  const Layout L = layout_of(E, P, hidden, inter, gu.groups, dn.groups, slots, router_tile_bytes(rt, rrows));
   char* const base = reinterpret_cast<char*>(smem);
   __nv_bfloat16* const rows_s = reinterpret_cast<__nv_bfloat16*>(base);
   const void** const tab = reinterpret_cast<const void**>(base + L.tables);
@@ -364,7 +378,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const bool has_down = b < dtiles;
   auto* const count = reinterpret_cast<unsigned long long*>(bar);  // the grid barrier's arrivals
   auto* const tagged = count + 1;                                  // the router's tagged logits
-  const bool router_block = rt.weight && b < E / 16;               // computes logits 16b .. 16b + 15
+  const bool router_block = rt.weight && b < E / rrows;            // logits rrows b .. rrows b + rrows - 1
   const uint32_t rbar = bars + 8 * (slots + 1);                    // its tile's mbarrier
   pdl_launch_dependents();
   // The pointer tables are constant (written at the layer's first forward): copied before the wait, by the
@@ -380,14 +394,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (int(threadIdx.x) == first) {
     for (int i = 0; i <= slots + 1; ++i) mbar_init(bars + 8 * i, 1);
     mbar_init_fence();
-    if (router_block) {  // the router's rows 16b .. 16b + 15 (constant): requested before the wait
-      const int64_t n0 = int64_t(b) * 16;
-      mbar_arrive_expect_tx(rbar, router_tile_bytes(rt));
+    if (router_block) {  // the router's rows rrows b .. (constant): requested before the wait
+      const int64_t n0 = int64_t(b) * rrows;
+      mbar_arrive_expect_tx(rbar, router_tile_bytes(rt, rrows));
       bulk_copy_g2s(saddr(base + L.items), static_cast<const char*>(rt.weight) + n0 * rt.row_bytes,
-                    16 * int(rt.row_bytes), rbar);
+                    rrows * int(rt.row_bytes), rbar);
       if (rt.bits != 16)
-        bulk_copy_g2s(saddr(base + L.items + 16 * rt.row_bytes),
-                      static_cast<const char*>(rt.scales) + n0 * rt.groups * 4, 16 * rt.groups * 4, rbar);
+        bulk_copy_g2s(saddr(base + L.items + rrows * rt.row_bytes),
+                      static_cast<const char*>(rt.scales) + n0 * rt.groups * 4, rrows * rt.groups * 4, rbar);
     }
   }
   if (warm_route && warp == 0) {  // the routing on zeros (picks overwritten by the real call below)
@@ -464,28 +478,33 @@ __global__ void __launch_bounds__(kThreads, 1)
       __syncthreads();  // x and the zero row
       if (team == 0) {  // linear.cu's tile: warp s the K slice s, one-token tile (lane g = 0 carries x)
         const int chunks = hidden / 32, c_begin = s * chunks / kWarps, c_end = (s + 1) * chunks / kWarps;
-        const char* wa = base + L.items + g * rt.row_bytes;  // rows g and g + 8
+        const char* wa = base + L.items + g * rt.row_bytes;  // rows g and g + 8 (rrows 8: none)
         const char* wb = wa + 8 * rt.row_bytes;
         const unsigned* sa =
-            reinterpret_cast<const unsigned*>(base + L.items + 16 * rt.row_bytes) + g * rt.groups;
+            reinterpret_cast<const unsigned*>(base + L.items + rrows * rt.row_bytes) + g * rt.groups;
         const unsigned* sb = sa + 8 * rt.groups;
+        const bool half = rrows == 8;
         const uint4* xb = reinterpret_cast<const uint4*>(rows_s + (g == 0 ? 0 : hidden)) + t;
         const int sh = rt.chunk_shift, qc = rt.quad_chunks;
         float acc[4] = {0.f, 0.f, 0.f, 0.f};
         mbar_wait(rbar, 0);
         stamp(32);
+        cycles(33);
+        unsigned long long* const ck = stamps && threadIdx.x == 0 ? stamps + b * kStamps + 34 : nullptr;
         if (rt.bits == 16)
-          router_slice<kMlxBf16, 16>(acc, wa, wb, sa, sb, c_begin, c_end, t, sh, qc, xb);
+          router_slice<kMlxBf16, 16>(acc, wa, wb, sa, sb, c_begin, c_end, t, sh, qc, xb, ck, half);
         else if (rt.bits == 8)
-          router_slice<kMlxBf16, 8>(acc, wa, wb, sa, sb, c_begin, c_end, t, sh, qc, xb);
+          router_slice<kMlxBf16, 8>(acc, wa, wb, sa, sb, c_begin, c_end, t, sh, qc, xb, ck, half);
         else if (rt.subnormal)
-          router_slice<kMlxBf16Sub, 4>(acc, wa, wb, sa, sb, c_begin, c_end, t, sh, qc, xb);
+          router_slice<kMlxBf16Sub, 4>(acc, wa, wb, sa, sb, c_begin, c_end, t, sh, qc, xb, ck, half);
         else
-          router_slice<kMlxBf16, 4>(acc, wa, wb, sa, sb, c_begin, c_end, t, sh, qc, xb);
+          router_slice<kMlxBf16, 4>(acc, wa, wb, sa, sb, c_begin, c_end, t, sh, qc, xb, ck, half);
+        asm volatile("" ::"f"(acc[0]), "f"(acc[2]));
+        cycles(36);
         stamp(30);
         const float y = team_sum16(acc, red[0][0], 0, s, lane);  // (red: free until the gate_up)
-        if (s == 0 && lane < 16)                                 // the f32 logit (store_biased's, no bias)
-          st_relaxed64(tagged + 16 * b + lane,
+        if (s == 0 && lane < rrows)                              // the f32 logit (store_biased's, no bias)
+          st_relaxed64(tagged + rrows * b + lane,
                        (static_cast<unsigned long long>(tag) << 32) | __float_as_uint(y));
         stamp(13);
       }
@@ -757,7 +776,7 @@ struct Plan {
 // formats with load_raw's layout), no more than one group width a chunk.
 bool router_fits(const MoeRouter& rt, int experts, int hidden, int grid) {
   if (!rt.weight) return true;
-  if (!g_router_on || experts % 16 || experts / 16 > grid) return false;
+  if (!g_router_on || experts % g_router_rows || experts / g_router_rows > grid) return false;
   if (rt.bits == 16) return rt.row_bytes == int64_t(hidden) * 2;
   return (rt.bits == 8 || rt.bits == 4) && rt.scales && rt.row_bytes == int64_t(hidden) * rt.bits / 8 &&
          rt.chunk_shift >= 0 && rt.groups > 0 && (rt.bits == 4 || !rt.subnormal) &&
@@ -777,8 +796,8 @@ Plan plan_of(const MoeExperts& gu, const MoeExperts& dn, int rows, int top_k, in
   pl.grid = resident_blocks(reinterpret_cast<const void*>(pl.kernel), kThreads, kMaxSmem);
   const int items = top_k * (inter / 8), slots = (items + pl.grid - 1) / pl.grid;
   if (slots > kMaxItems || hidden / 16 > pl.grid || !router_fits(rt, gu.experts, hidden, pl.grid)) return pl;
-  const Layout L =
-      layout_of(gu.experts, top_k, hidden, inter, gu.groups, dn.groups, slots, router_tile_bytes(rt));
+  const Layout L = layout_of(gu.experts, top_k, hidden, inter, gu.groups, dn.groups, slots,
+                             router_tile_bytes(rt, g_router_rows));
   pl.smem = L.total <= kMaxSmem ? L.total : 0;
   pl.down_bytes = L.bars - L.down_w;
   return pl;
@@ -824,7 +843,7 @@ void moe_decode(const MoeRouting& r, const void* x, const MoeExperts& gate_up, c
   launch_pdl_if(g_pdl, pl.kernel, pl.grid, kThreads, size_t(pl.smem), s, r,
                 static_cast<const __nv_bfloat16*>(x), gate_up, down, static_cast<__nv_bfloat16*>(act), out,
                 out_dtype == DType::F32, hidden, inter, barrier, g_window, g_ablate, g_stamps.get(), router,
-                norm, g_route_warm, g_down_units, g_prologue_split, o);
+                norm, g_route_warm, g_down_units, g_prologue_split, g_router_rows, o);
   TF_CUDA_LAUNCH_CHECK();
 }
 
@@ -842,6 +861,10 @@ void set_moe_o_fold(bool on) {
 
 bool moe_o_fold() {
   return g_o_fold;
+}
+
+void set_moe_router_rows(bool eight) {
+  g_router_rows = eight ? 8 : 16;
 }
 
 void set_moe_prologue_split(bool on) {

@@ -154,6 +154,9 @@ void moe_decode(const MoeRouting& r, const void* x, const MoeExperts& gate_up, c
                 const AddNormArgs& norm = AddNormArgs{}, const MoeOProj& o = MoeOProj{});
 void set_moe_o_fold(bool on);
 bool moe_o_fold();
+// Timing only (same values): the router inside as 8 logits a block (true, default) or 16 (false;
+// TF_MOE_ROUTER_ROWS=16).
+void set_moe_router_rows(bool eight);
 void set_moe_decode(bool on);
 void set_moe_decode_router(bool on);
 // Timing only (same values): moe_decode's prologue copies by warps 1-15 while warp 0 warms the routing
@@ -168,8 +171,9 @@ void set_moe_prologue_split(bool on);
 // second round of pairs and ends them, 24 - 27 as warp 0's first and second items have landed and been
 // computed, 28 past the o fold's hand-over (every o tile stored), 29 past the add + norm, 30 the router
 // tile's chain done (before its slice sums), 31 the o tiles' chains done, 32 past the router tile's
-// mbarrier: moe_decode_stamps()[block * kMoeDecodeStamps + i] of the last launch (0: not reached).
-constexpr int kMoeDecodeStamps = 33;
+// mbarrier, 33 - 36 clock64 as warp 0's router chain begins, after its chunks 0 and 3, at its end:
+// moe_decode_stamps()[block * kMoeDecodeStamps + i] of the last launch (0: not reached).
+constexpr int kMoeDecodeStamps = 37;
 void set_moe_decode_stamps(bool on);
 std::vector<unsigned long long> moe_decode_stamps(int* blocks);
 // slot_of_pair null: pair p's slot is p (moe_routed_gemm's layout).

@@ -349,12 +349,14 @@ __global__ void __launch_bounds__(kThreads, 1)
                       int window, int ablate, unsigned long long* stamps, const MoeRouter rt,
                       const AddNormArgs nrm, bool warm_route, bool down_units, bool split, int rrows,
                       const MoeOProj op) {
-  // (benches: globaltimer stamps of thread 0 at the phases' ends, stamps[block * kStamps + i])
+  // (benches: globaltimer stamps of thread 0 at the phases' ends, stamps[block * kStamps + i]; slot(i): stamp
+  // i's word for thread 0, else null)
+  auto slot = [&](int i) { return stamps && threadIdx.x == 0 ? stamps + blockIdx.x * kStamps + i : nullptr; };
   auto stamp = [&](int i) {
-    if (stamps && threadIdx.x == 0) stamps[blockIdx.x * kStamps + i] = gtime();
+    if (unsigned long long* p = slot(i)) *p = gtime();
   };
   auto cycles = [&](int i) {  // (stamps 17-20: the SM's clock, for its rate)
-    if (stamps && threadIdx.x == 0) stamps[blockIdx.x * kStamps + i] = clock64();
+    if (unsigned long long* p = slot(i)) *p = clock64();
   };
   __shared__ float red[kTeams][2][kWarps][16];    // the gate_up's slice partials of token 0, a team's two
   __shared__ float red_d[kWarps][kMaxPairs][16];  // the down's, by pair
@@ -478,7 +480,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       __syncthreads();  // x and the zero row
       if (team == 0) {  // linear.cu's tile: warp s the K slice s, one-token tile (lane g = 0 carries x)
         const int chunks = hidden / 32, c_begin = s * chunks / kWarps, c_end = (s + 1) * chunks / kWarps;
-        const char* wa = base + L.items + g * rt.row_bytes;  // rows g and g + 8 (rrows 8: none)
+        const char* wa = base + L.items + g * rt.row_bytes;  // rows g and g + 8 (rrows 8: rows g only)
         const char* wb = wa + 8 * rt.row_bytes;
         const unsigned* sa =
             reinterpret_cast<const unsigned*>(base + L.items + rrows * rt.row_bytes) + g * rt.groups;
@@ -490,7 +492,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         mbar_wait(rbar, 0);
         stamp(32);
         cycles(33);
-        unsigned long long* const ck = stamps && threadIdx.x == 0 ? stamps + b * kStamps + 34 : nullptr;
+        unsigned long long* const ck = slot(34);  // (34, 35: after chunks 0 and 3)
         if (rt.bits == 16)
           router_slice<kMlxBf16, 16>(acc, wa, wb, sa, sb, c_begin, c_end, t, sh, qc, xb, ck, half);
         else if (rt.bits == 8)
@@ -499,7 +501,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           router_slice<kMlxBf16Sub, 4>(acc, wa, wb, sa, sb, c_begin, c_end, t, sh, qc, xb, ck, half);
         else
           router_slice<kMlxBf16, 4>(acc, wa, wb, sa, sb, c_begin, c_end, t, sh, qc, xb, ck, half);
-        asm volatile("" ::"f"(acc[0]), "f"(acc[2]));
+        if (stamps) asm volatile("" ::"f"(acc[0]), "f"(acc[2]));  // (the clock after the chain's value)
         cycles(36);
         stamp(30);
         const float y = team_sum16(acc, red[0][0], 0, s, lane);  // (red: free until the gate_up)

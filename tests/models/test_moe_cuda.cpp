@@ -23,6 +23,7 @@
 #include "models/moe.h"
 #include "ops/backend.h"
 #include "ops/cuda/cuda_backend.h"
+#include "ops/cuda/kernels.h"  // hold_sms
 #include "ops/cuda/moe_fused.h"
 #include "ops/cuda/moe_kernels.h"
 #include "ops/cuda/quant_linear.h"
@@ -601,6 +602,12 @@ TEST_F(Moe, DecodeKernelOFoldEqualsTheOps) {
     bool fits;
   };
   const bool fold0 = cuda::moe_o_fold();
+  // Some fold launches run while a kernel on another stream holds 16 SMs for 300 us, so that 16 of
+  // moe_decode's blocks enter long after the others have handed the o outputs over (its blocks each need a
+  // whole SM); with the o blocks alone arriving on the fold's count, such a block must not wait for a later
+  // launch's arrivals (run 423's scheme, which took its target from the count before its wait, hung there).
+  cudaStream_t side = nullptr;
+  ASSERT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
   uint32_t seed = 80;
   for (const Case c : {Case{4096, 64, true, 128, 4, true}, Case{4096, 128, false, 16, 8, true},
                        Case{2048, 64, false, 16, 4, true}, Case{1024, 128, true, 16, 8, true},
@@ -624,11 +631,17 @@ TEST_F(Moe, DecodeKernelOFoldEqualsTheOps) {
       std::vector<float> o, out, res;
     };
     // Row i with the fold on or off: {o output, MoE output, new residual}; `taken` whether the fold ran.
-    auto step = [&](int i, bool fold, bool in_place, DType out_dtype, bool* taken) {
+    // (late: 16 SMs held while the fold runs; the count's arrivals by every block or the o blocks alone.)
+    auto step = [&](int i, bool fold, bool in_place, DType out_dtype, bool* taken, bool late = false) {
       cuda::set_moe_o_fold(fold);
+      cuda::set_moe_o_count_all(i % 2 == 1);
       Tensor res = gpu->upload(rows_of(res_pool, {i})), attn = gpu->upload(rows_of(a_pool, {i}));
       Tensor x = gpu->alloc({1, kMlxH}, DType::BF16), res_out = gpu->alloc({1, kMlxH}, DType::BF16);
       Tensor out = in_place ? x : gpu->alloc({1, kMlxH}, out_dtype);
+      if (late) {
+        EXPECT_EQ(cudaSuccess, cudaStreamSynchronize(cuda::stream_of(*gpu)));
+        cuda::hold_sms(16, 300, side);
+      }
       *taken = cuda::moe_fused_o_add_norm(*gpu, cuda::stream_of(*gpu), attn, o, res, x, nw, 1e-6f, 0.f, g,
                                           out, res_out);
       if (!*taken) {
@@ -638,6 +651,7 @@ TEST_F(Moe, DecodeKernelOFoldEqualsTheOps) {
       Out r{host(x), host(out), host(res_out)};
       if (in_place) r.o.clear();  // (x was overwritten by the MoE output)
       cuda::set_moe_o_fold(fold0);
+      cuda::set_moe_o_count_all(false);
       return r;
     };
     for (int i = 0; i < 12; ++i) {
@@ -651,7 +665,7 @@ TEST_F(Moe, DecodeKernelOFoldEqualsTheOps) {
       for (float v : ref.out) norm += double(v) * v;
       EXPECT_GT(norm, 0.0);
       for (bool in_place : {false, true}) {
-        const Out got = step(i, true, in_place, DType::BF16, &taken);
+        const Out got = step(i, true, in_place, DType::BF16, &taken, !in_place && i < 4);
         ASSERT_EQ(taken, c.fits);
         if (!in_place) {
           ASSERT_EQ(0, std::memcmp(got.o.data(), ref.o.data(), kMlxH * 4)) << "row " << i << " o";
@@ -667,6 +681,8 @@ TEST_F(Moe, DecodeKernelOFoldEqualsTheOps) {
     }
   }
   cuda::set_mlx_subnormal_codes(true);
+  EXPECT_EQ(cudaSuccess, cudaStreamSynchronize(side));
+  cudaStreamDestroy(side);
 }
 
 // The persistent 4-bit grouped gate_up (tiles of 8 tokens) applies silu_mul itself: the same bits as the

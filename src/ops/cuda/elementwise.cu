@@ -566,6 +566,24 @@ void empty_step(int blocks, cudaStream_t s) {
   TF_CUDA_LAUNCH_CHECK();
 }
 
+__global__ void hold_sm_kernel(unsigned long long ns) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  while (t - t0 < ns);
+}
+
+void hold_sms(int blocks, int us, cudaStream_t s) {
+  constexpr int kSmem = 120 << 10;  // (two do not fit an SM)
+  static const bool configured = [] {
+    TF_CUDA_CHECK(cudaFuncSetAttribute(hold_sm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    return true;
+  }();
+  (void)configured;
+  hold_sm_kernel<<<blocks, 32, kSmem, s>>>(static_cast<unsigned long long>(us) * 1000ull);
+  TF_CUDA_LAUNCH_CHECK();
+}
+
 void fill_uniform(void* p, DType t, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t s) {
   if (n == 0) return;
   fill_uniform_kernel<<<4096, 256, 0, s>>>(p, t, n, seed, lo, hi);

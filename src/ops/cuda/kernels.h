@@ -139,5 +139,9 @@ void fill_uniform(void* p, DType dtype, int64_t n, uint64_t seed, float lo, floa
 // Benches only: one dependent launch (launch_pdl) of `blocks` blocks that waits for the previous kernel and
 // exits -- what one more dependent step costs a forward, with nothing to do.
 void empty_step(int blocks, cudaStream_t s);
+// Tests only: `blocks` one-warp blocks, each with 120 KB of shared memory, that spin for `us` microseconds on
+// stream s: they hold that many SMs against a launch on another stream whose blocks each need a whole SM
+// (moe_decode), so that some of its blocks become resident only later.
+void hold_sms(int blocks, int us, cudaStream_t s);
 
 }  // namespace tf::cuda

@@ -78,6 +78,11 @@ bool g_prologue_split = env_switch("TF_MOE_PROLOGUE_SPLIT", true);  // set_moe_p
 // The attention's o projection inside the kernel where the call allows it (MoeOProj; set_moe_o_fold). Run 406
 // (30B-A3B MLX 4-bit b=1, same call, two processes): 2.064 / 2.108 ms -> 1.984 / 2.020 (-3.9 / -4.2%).
 bool g_o_fold = env_switch("TF_MOE_O_FOLD", true);
+// Who arrives on the o fold's count: the o blocks only (default), so that the blocks resident only after the
+// attention (their SMs held by its blocks) do not hold up the hand-over; or every block, each after its wait
+// (TF_MOE_O_COUNT_ALL=1, set_moe_o_count_all; A/B, the same values). Run 432 (30B-A3B MLX 4-bit b=1, same
+// call): 2.023 / 2.024 -> 2.007 / 2.007 ms (-0.8%).
+bool g_o_count_all = env_switch("TF_MOE_O_COUNT_ALL", false);
 // Router rows a block (set_moe_router_rows): 8 (default) dequantizes only rows g of the m16 tile, half the
 // instructions of 16 rows a block, over twice the blocks: the router tile's chain 2.05 -> 1.8 us, the step
 // -0.4..-0.5% (run 427, same call). The rest of the chain is its MMAs' latency (~370 cycles a chunk of two
@@ -348,7 +353,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                       __nv_bfloat16* act, void* out, bool out_f32, int hidden, int inter, unsigned* bar,
                       int window, int ablate, unsigned long long* stamps, const MoeRouter rt,
                       const AddNormArgs nrm, bool warm_route, bool down_units, bool split, int rrows,
-                      const MoeOProj op) {
+                      const MoeOProj op, bool o_all) {
   // (benches: globaltimer stamps of thread 0 at the phases' ends, stamps[block * kStamps + i]; slot(i): stamp
   // i's word for thread 0, else null)
   auto slot = [&](int i) { return stamps && threadIdx.x == 0 ? stamps + blockIdx.x * kStamps + i : nullptr; };
@@ -420,11 +425,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   pdl_wait();  // the logits (or the router's input) and x
   stamp(0);
   cycles(19);
+  // The grid barrier's count, for this launch's number n + 1 (the o fold's target, the router's tag): until
+  // this block arrives at the grid barrier, the count is in [n G, n G + G) -- after the wait, every earlier
+  // launch has drained (the kernels between them each waited for the one before). Requested now, used later.
+  unsigned long long count0 = 0;
+  if (threadIdx.x == 0) count0 = ld_relaxed64(count);
   if (op.weight) {
     // The o tiles: the attention's output into the down tile's region (free until the down tile is
     // requested), each team's chain, the slice sums in warp order rounded to bf16 (store_biased's, no bias)
     // into x; then every block waits until all have arrived on the fold's count.
-    auto* const ocount = tagged + kMoeMaxExperts;
+    auto* const ocount = tagged + kMoeMaxExperts;  // grows by G a launch, as the grid barrier's count
     if (o_block) {
       auto* const xo = reinterpret_cast<__nv_bfloat16*>(base + L.down_w);
       for (int i = threadIdx.x; i < op.k / 8; i += kThreads)
@@ -446,17 +456,24 @@ __global__ void __launch_bounds__(kThreads, 1)
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
       __syncthreads();
     }
-    // One arrival a block (the o blocks' after their stores) on a count that only grows by the grid a
-    // launch, as the grid barrier's: a launch's blocks wait for the next multiple of it. (Its own count: the
-    // fold may be off in some launches of the layer.)
+    // The o blocks arrive after their stores (block 0 also for the G - hidden / 32 others), so the count
+    // grows by G a launch, as the grid barrier's, and every block waits for (n + 1) G. A block that enters
+    // only after the o blocks have arrived then waits for nothing. (o_all: every block arrives, its target
+    // from its own arrival.) Launches without the fold add G (below), so the two counts stay equal.
     if (threadIdx.x == 0) {
-      const unsigned long long old = atomicAdd(ocount, 1ull), target = (old / unsigned(G) + 1) * unsigned(G);
+      unsigned long long target = (count0 / unsigned(G) + 1) * unsigned(G);
+      if (o_all)
+        target = (atomicAdd(ocount, 1ull) / unsigned(G) + 1) * unsigned(G);
+      else if (o_block)
+        atomicAdd(ocount, b > 0 ? 1ull : 1ull + unsigned(G) - unsigned(hidden / 32));
       const unsigned long long t0 = gtime();
       for (unsigned n = 1; ld_acquire64(ocount) < target; ++n)
         if (n % 4096 == 0 && gtime() - t0 > 4000000000ull) __trap();
     }
     __syncthreads();
     stamp(28);
+  } else if (threadIdx.x == 0 && b == 0) {  // (the fold's count keeps step with the grid barrier's)
+    atomicAdd(tagged + kMoeMaxExperts, static_cast<unsigned long long>(G));
   }
   if (nrm.res) {  // x = add_rms_norm(residual + x), made by every block (block 0 stores the new residual)
     add_norm_row(nrm, x, hidden, rows_s, b == 0, nred);
@@ -467,14 +484,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   cp_async_commit();
   if (rt.weight) {
-    // This launch's number n + 1: until this block arrives at the grid barrier, the count is in
-    // [n G, n G + G) (every earlier launch has drained: the kernels between them each waited for the one
-    // before).
-    uint32_t tag = 0;
-    if (warp == 0) {
-      const unsigned long long c = __shfl_sync(0xffffffffu, lane == 0 ? ld_relaxed64(count) : 0ull, 0);
-      tag = uint32_t(c / unsigned(G)) + 1u;
-    }
+    uint32_t tag = 0;  // this launch's number n + 1 (count0)
+    if (warp == 0) tag = uint32_t(__shfl_sync(0xffffffffu, count0, 0) / unsigned(G)) + 1u;
     if (router_block) {  // block-uniform
       cp_async_wait<0>();
       __syncthreads();  // x and the zero row
@@ -845,7 +856,7 @@ void moe_decode(const MoeRouting& r, const void* x, const MoeExperts& gate_up, c
   launch_pdl_if(g_pdl, pl.kernel, pl.grid, kThreads, size_t(pl.smem), s, r,
                 static_cast<const __nv_bfloat16*>(x), gate_up, down, static_cast<__nv_bfloat16*>(act), out,
                 out_dtype == DType::F32, hidden, inter, barrier, g_window, g_ablate, g_stamps.get(), router,
-                norm, g_route_warm, g_down_units, g_prologue_split, g_router_rows, o);
+                norm, g_route_warm, g_down_units, g_prologue_split, g_router_rows, o, g_o_count_all);
   TF_CUDA_LAUNCH_CHECK();
 }
 
@@ -863,6 +874,10 @@ void set_moe_o_fold(bool on) {
 
 bool moe_o_fold() {
   return g_o_fold;
+}
+
+void set_moe_o_count_all(bool on) {
+  g_o_count_all = on;
 }
 
 void set_moe_router_rows(bool eight) {

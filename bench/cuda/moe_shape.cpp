@@ -408,6 +408,27 @@ void print_decode_stamps(Backend& be, Model& m, const BatchMeta& meta, cudaStrea
     std::sort(d.begin(), d.end());
     std::printf(" | %s %.2f / %.2f / %.2f (%zu)", what, d.front(), d[d.size() / 2], d.back(), d.size());
   }
+  // The blocks that finished their gate_up last (they hold up the grid barrier): block, entered, waited and
+  // gate_up done (us on the same clock). items % grid blocks have one item more than the rest (blocks 0 ..
+  // items % grid - 1, or with set_moe_item_rotate those from the router's R blocks on: R .. R + items % grid
+  // - 1).
+  {
+    std::vector<std::pair<unsigned long long, int>> done;
+    for (int b = 0; b < moe.blocks; ++b)
+      if (moe.at(b, 1)) done.push_back({moe.at(b, 1), b});
+    std::sort(done.rbegin(), done.rend());
+    auto us = [&](unsigned long long at) { return at ? (double(at) - double(moe.first(0))) * 1e-3 : 0.0; };
+    std::printf("\none-kernel MoE gate_up done last (block: entered / waited / done):");
+    for (size_t j = 0; j < done.size() && j < 8; ++j) {
+      const int b = done[j].second;
+      std::printf(" %d: %.2f / %.2f / %.2f |", b, us(moe.at(b, 14)), us(moe.at(b, 0)), us(moe.at(b, 1)));
+    }
+    std::vector<double> late;  // the blocks that entered after the first wait
+    for (int b = 0; b < moe.blocks; ++b)
+      if (moe.at(b, 14) > moe.first(0)) late.push_back(b);
+    std::printf(" entered after the first wait: %zu blocks, ids", late.size());
+    for (size_t j = 0; j < late.size() && j < 24; ++j) std::printf(" %.0f", late[j]);
+  }
   // The SM clock: clock64 cycles over globaltimer ns of thread 0, over the routing (stamps 15 -> 16, cycles
   // 17 -> 18) and over the kernel after its wait (0 -> 5, cycles 19 -> 20); medians over blocks.
   std::vector<double> rc, rn, kc, kn;

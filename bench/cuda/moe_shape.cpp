@@ -520,6 +520,7 @@ void bench_format(Backend& be, bool mlx, bool quick, double copy_gbs) {
       without(cuda::set_moe_empty_after, "without the empty 1-block kernel after the one-kernel MoE");
       without(cuda::set_moe_router_rows, "the router inside as 16 logits a block (not 8)");
       without([](bool on) { cuda::set_moe_o_count_all(!on); }, "every block arriving on the o fold's count");
+      without(cuda::set_moe_router_pad, "the router tile's rows unpadded in shared memory");
     }
     if (batch <= cuda::kMoeRoutedMaxRows) {
       cuda::set_moe_decode(false);  // (the routed chain is what is compared)

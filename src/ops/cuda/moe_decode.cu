@@ -83,6 +83,9 @@ bool g_o_fold = env_switch("TF_MOE_O_FOLD", true);
 // (TF_MOE_O_COUNT_ALL=1, set_moe_o_count_all; A/B, the same values). Run 432 (30B-A3B MLX 4-bit b=1, same
 // call): 2.023 / 2.024 -> 2.007 / 2.007 ms (-0.8%).
 bool g_o_count_all = env_switch("TF_MOE_O_COUNT_ALL", false);
+// The router tile's rows padded in shared memory (router_tile_bytes; set_moe_router_pad, TF_MOE_ROUTER_PAD=0:
+// unpadded; A/B, the same values).
+bool g_router_pad = env_switch("TF_MOE_ROUTER_PAD", true);
 // Router rows a block (set_moe_router_rows): 8 (default) dequantizes only rows g of the m16 tile, half the
 // instructions of 16 rows a block, over twice the blocks: the router tile's chain 2.05 -> 1.8 us, the step
 // -0.4..-0.5% (run 427, same call). The rest of the chain is its MMAs' latency (~370 cycles a chunk of two
@@ -135,9 +138,18 @@ __host__ __device__ inline Layout layout_of(int experts, int pairs, int hidden, 
   return l;
 }
 
-// The router tile's bytes in shared memory: `rows` (8 or 16) rows of row_bytes, then their scale words.
-__host__ __device__ inline int router_tile_bytes(const MoeRouter& rt, int rows) {
-  return rt.weight ? int(rows * rt.row_bytes + (rt.bits == 16 ? 0 : rows * rt.groups * 4)) : 0;
+// The router tile in shared memory: `rows` (8 or 16) rows of row_bytes at a stride of row_bytes + pad, then
+// their scale words at a stride of groups * 4 (+ 16 where pad). Unpadded, the rows of a warp's loads all
+// start on one bank (8-bit at hidden 2048: 2048-byte rows, 128-byte scale rows): 8-way conflicts on every
+// load of the chain. pad: 0 or 32 (router_pad_of).
+__host__ __device__ inline int router_wstride(const MoeRouter& rt, int pad) {
+  return int(rt.row_bytes) + pad;
+}
+__host__ __device__ inline int router_sstride(const MoeRouter& rt, int pad) {
+  return rt.bits == 16 ? 0 : rt.groups * 4 + (pad ? 16 : 0);
+}
+__host__ __device__ inline int router_tile_bytes(const MoeRouter& rt, int rows, int pad) {
+  return rt.weight ? rows * (router_wstride(rt, pad) + router_sstride(rt, pad)) : 0;
 }
 
 // Lane t's 8 weights of chunk c of a router row (w: its bytes in shared memory, sc: its scale words) as bf16
@@ -353,7 +365,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                       __nv_bfloat16* act, void* out, bool out_f32, int hidden, int inter, unsigned* bar,
                       int window, int ablate, unsigned long long* stamps, const MoeRouter rt,
                       const AddNormArgs nrm, bool warm_route, bool down_units, bool split, int rrows,
-                      const MoeOProj op, bool o_all) {
+                      const MoeOProj op, bool o_all, int rpad) {
   // (benches: globaltimer stamps of thread 0 at the phases' ends, stamps[block * kStamps + i]; slot(i): stamp
   // i's word for thread 0, else null)
   auto slot = [&](int i) { return stamps && threadIdx.x == 0 ? stamps + blockIdx.x * kStamps + i : nullptr; };
@@ -374,7 +386,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int P = r.top_k, E = gu.experts, G = int(gridDim.x), b = int(blockIdx.x);
   const int items = P * (inter / 8), slots = (items + G - 1) / G;
   const int mine = items > b ? (items - 1 - b) / G + 1 : 0;  // items b, b + G, ...
-  const Layout L = layout_of(E, P, hidden, inter, gu.groups, dn.groups, slots, router_tile_bytes(rt, rrows));
+  const Layout L =
+      layout_of(E, P, hidden, inter, gu.groups, dn.groups, slots, router_tile_bytes(rt, rrows, rpad));
   char* const base = reinterpret_cast<char*>(smem);
   __nv_bfloat16* const rows_s = reinterpret_cast<__nv_bfloat16*>(base);
   const void** const tab = reinterpret_cast<const void**>(base + L.tables);
@@ -403,12 +416,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     mbar_init_fence();
     if (router_block) {  // the router's rows rrows b .. (constant): requested before the wait
       const int64_t n0 = int64_t(b) * rrows;
-      mbar_arrive_expect_tx(rbar, router_tile_bytes(rt, rrows));
-      bulk_copy_g2s(saddr(base + L.items), static_cast<const char*>(rt.weight) + n0 * rt.row_bytes,
-                    rrows * int(rt.row_bytes), rbar);
-      if (rt.bits != 16)
-        bulk_copy_g2s(saddr(base + L.items + rrows * rt.row_bytes),
-                      static_cast<const char*>(rt.scales) + n0 * rt.groups * 4, rrows * rt.groups * 4, rbar);
+      const int rb = int(rt.row_bytes), sb = rt.bits == 16 ? 0 : rt.groups * 4;
+      const int ws = router_wstride(rt, rpad), ss = router_sstride(rt, rpad);
+      mbar_arrive_expect_tx(rbar, rrows * (rb + sb));
+      if (rpad == 0) {  // the rows as they are: one copy for the weights, one for the scales
+        bulk_copy_g2s(saddr(base + L.items), static_cast<const char*>(rt.weight) + n0 * rb, rrows * rb, rbar);
+        if (sb)
+          bulk_copy_g2s(saddr(base + L.items + rrows * ws), static_cast<const char*>(rt.scales) + n0 * sb,
+                        rrows * sb, rbar);
+      } else {
+        for (int r = 0; r < rrows; ++r) {  // a copy a row, at the padded strides
+          bulk_copy_g2s(saddr(base + L.items + r * ws), static_cast<const char*>(rt.weight) + (n0 + r) * rb,
+                        rb, rbar);
+          if (sb)
+            bulk_copy_g2s(saddr(base + L.items + rrows * ws + r * ss),
+                          static_cast<const char*>(rt.scales) + (n0 + r) * sb, sb, rbar);
+        }
+      }
     }
   }
   if (warm_route && warp == 0) {  // the routing on zeros (picks overwritten by the real call below)
@@ -491,11 +515,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       __syncthreads();  // x and the zero row
       if (team == 0) {  // linear.cu's tile: warp s the K slice s, one-token tile (lane g = 0 carries x)
         const int chunks = hidden / 32, c_begin = s * chunks / kWarps, c_end = (s + 1) * chunks / kWarps;
-        const char* wa = base + L.items + g * rt.row_bytes;  // rows g and g + 8 (rrows 8: rows g only)
-        const char* wb = wa + 8 * rt.row_bytes;
-        const unsigned* sa =
-            reinterpret_cast<const unsigned*>(base + L.items + rrows * rt.row_bytes) + g * rt.groups;
-        const unsigned* sb = sa + 8 * rt.groups;
+        const int ws = router_wstride(rt, rpad), ss = router_sstride(rt, rpad);
+        const char* wa = base + L.items + g * ws;  // rows g and g + 8 (rrows 8: rows g only)
+        const char* wb = wa + 8 * ws;
+        const unsigned* sa = reinterpret_cast<const unsigned*>(base + L.items + rrows * ws + g * ss);
+        const unsigned* sb = reinterpret_cast<const unsigned*>(base + L.items + rrows * ws + (g + 8) * ss);
         const bool half = rrows == 8;
         const uint4* xb = reinterpret_cast<const uint4*>(rows_s + (g == 0 ? 0 : hidden)) + t;
         const int sh = rt.chunk_shift, qc = rt.quad_chunks;
@@ -785,6 +809,13 @@ struct Plan {
   int grid = 0, smem = 0;
   int down_bytes = 0;  // the down tile's region (the o fold's input goes there first)
 };
+// The router tile's row padding (router_tile_bytes): 32 where every padded row stays 16-byte aligned for its
+// bulk copy, unless set_moe_router_pad(false).
+int router_pad_of(const MoeRouter& rt) {
+  const bool aligned = rt.row_bytes % 16 == 0 && (rt.bits == 16 || rt.groups * 4 % 16 == 0);
+  return g_router_pad && rt.weight && aligned ? 32 : 0;
+}
+
 // The router fits the kernel: every logit tile a block, a format router_chunk reads (linear_quantized's
 // formats with load_raw's layout), no more than one group width a chunk.
 bool router_fits(const MoeRouter& rt, int experts, int hidden, int grid) {
@@ -810,7 +841,7 @@ Plan plan_of(const MoeExperts& gu, const MoeExperts& dn, int rows, int top_k, in
   const int items = top_k * (inter / 8), slots = (items + pl.grid - 1) / pl.grid;
   if (slots > kMaxItems || hidden / 16 > pl.grid || !router_fits(rt, gu.experts, hidden, pl.grid)) return pl;
   const Layout L = layout_of(gu.experts, top_k, hidden, inter, gu.groups, dn.groups, slots,
-                             router_tile_bytes(rt, g_router_rows));
+                             router_tile_bytes(rt, g_router_rows, router_pad_of(rt)));
   pl.smem = L.total <= kMaxSmem ? L.total : 0;
   pl.down_bytes = L.bars - L.down_w;
   return pl;
@@ -856,7 +887,8 @@ void moe_decode(const MoeRouting& r, const void* x, const MoeExperts& gate_up, c
   launch_pdl_if(g_pdl, pl.kernel, pl.grid, kThreads, size_t(pl.smem), s, r,
                 static_cast<const __nv_bfloat16*>(x), gate_up, down, static_cast<__nv_bfloat16*>(act), out,
                 out_dtype == DType::F32, hidden, inter, barrier, g_window, g_ablate, g_stamps.get(), router,
-                norm, g_route_warm, g_down_units, g_prologue_split, g_router_rows, o, g_o_count_all);
+                norm, g_route_warm, g_down_units, g_prologue_split, g_router_rows, o, g_o_count_all,
+                router_pad_of(router));
   TF_CUDA_LAUNCH_CHECK();
 }
 
@@ -874,6 +906,10 @@ void set_moe_o_fold(bool on) {
 
 bool moe_o_fold() {
   return g_o_fold;
+}
+
+void set_moe_router_pad(bool on) {
+  g_router_pad = on;
 }
 
 void set_moe_o_count_all(bool on) {

@@ -160,6 +160,9 @@ void set_moe_router_rows(bool eight);
 // Timing only (same values): every block arrives on the o fold's count (true), or the o blocks only (false,
 // default; TF_MOE_O_COUNT_ALL=1 for true).
 void set_moe_o_count_all(bool on);
+// Timing only (same values): the router tile's rows padded in shared memory (true, default; no bank
+// conflicts in its chain's loads), or as they are (false; TF_MOE_ROUTER_PAD=0).
+void set_moe_router_pad(bool on);
 void set_moe_decode(bool on);
 void set_moe_decode_router(bool on);
 // Timing only (same values): moe_decode's prologue copies by warps 1-15 while warp 0 warms the routing

@@ -521,6 +521,7 @@ void bench_format(Backend& be, bool mlx, bool quick, double copy_gbs) {
       without(cuda::set_moe_router_rows, "the router inside as 16 logits a block (not 8)");
       without([](bool on) { cuda::set_moe_o_count_all(!on); }, "every block arriving on the o fold's count");
       without(cuda::set_moe_router_pad, "the router tile's rows unpadded in shared memory");
+      without(cuda::set_moe_o_one_tile, "the o tiles two a block (one a team) on half the blocks");
     }
     if (batch <= cuda::kMoeRoutedMaxRows) {
       cuda::set_moe_decode(false);  // (the routed chain is what is compared)

@@ -635,6 +635,7 @@ TEST_F(Moe, DecodeKernelOFoldEqualsTheOps) {
     auto step = [&](int i, bool fold, bool in_place, DType out_dtype, bool* taken, bool late = false) {
       cuda::set_moe_o_fold(fold);
       cuda::set_moe_o_count_all(i % 2 == 1);
+      cuda::set_moe_o_one_tile(i % 3 != 2);  // (o tiles one a block, or two: one a team)
       Tensor res = gpu->upload(rows_of(res_pool, {i})), attn = gpu->upload(rows_of(a_pool, {i}));
       Tensor x = gpu->alloc({1, kMlxH}, DType::BF16), res_out = gpu->alloc({1, kMlxH}, DType::BF16);
       Tensor out = in_place ? x : gpu->alloc({1, kMlxH}, out_dtype);
@@ -652,6 +653,7 @@ TEST_F(Moe, DecodeKernelOFoldEqualsTheOps) {
       if (in_place) r.o.clear();  // (x was overwritten by the MoE output)
       cuda::set_moe_o_fold(fold0);
       cuda::set_moe_o_count_all(false);
+      cuda::set_moe_o_one_tile(true);
       return r;
     };
     for (int i = 0; i < 12; ++i) {

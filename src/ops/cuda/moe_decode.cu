@@ -4,9 +4,9 @@
 // weights requested one item ahead (docs/cuda-notes.md "Session 31": 30B-A3B 4-bit b=1 2.67 -> 2.47 ms).
 //
 // One block of two 8-warp teams an SM (all resident):
-// 0. with the attention's o projection inside (MoeOProj): blocks 0 .. hidden / 32 - 1 compute its 16-feature
-//    tiles 2b and 2b + 1 (a team each; the weight words in registers before the wait, the attention's output
-//    in the down tile's region), store them as x, and every block waits for them on a count of its own;
+// 0. with the attention's o projection inside (MoeOProj): blocks 0 .. hidden / 16 - 1 compute its 16-feature
+//    tile b (team 0; the weight words in registers before the wait, the attention's output in the down tile's
+//    region), store it as x, and every block waits for them on a count of its own;
 // 1. every block routes the row (route_row, warp 0) and copies the row's x into shared memory;
 // 2. it then requests the weight bytes it will read by bulk copies into shared memory, each item on its own
 //    mbarrier: its gate_up items (pair, 8 gate features and their 8 up features; item i to block
@@ -83,6 +83,15 @@ bool g_o_fold = env_switch("TF_MOE_O_FOLD", true);
 // (TF_MOE_O_COUNT_ALL=1, set_moe_o_count_all; A/B, the same values). Run 432 (30B-A3B MLX 4-bit b=1, same
 // call): 2.023 / 2.024 -> 2.007 / 2.007 ms (-0.8%).
 bool g_o_count_all = env_switch("TF_MOE_O_COUNT_ALL", false);
+// o tiles a block (set_moe_o_one_tile): 1 (default: blocks 0 .. hidden / 16 - 1, team 0 each, so that an SM
+// dequantizes one tile's words, not two: tf_mma_probe's 4-bit chunk costs 83 cycles at 8 warps an SM, 151 at
+// 16), or 2 (TF_MOE_O_TILES=2: blocks 0 .. hidden / 32 - 1, a tile a team). The same values. Run 442 (30B-A3B
+// MLX 4-bit b=1, same call x3): 1.984 / 1.987 / 1.999 -> 1.968 / 1.970 / 1.982 ms (-0.8%); the o chains done
+// 1.79 -> 1.28 us after the wait.
+int g_o_tiles = [] {
+  const char* v = std::getenv("TF_MOE_O_TILES");
+  return v && std::atoi(v) == 2 ? 2 : 1;
+}();
 // The router tile's rows padded in shared memory (router_tile_bytes; set_moe_router_pad, TF_MOE_ROUTER_PAD=0:
 // unpadded; A/B, the same values).
 bool g_router_pad = env_switch("TF_MOE_ROUTER_PAD", true);
@@ -365,7 +374,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                       __nv_bfloat16* act, void* out, bool out_f32, int hidden, int inter, unsigned* bar,
                       int window, int ablate, unsigned long long* stamps, const MoeRouter rt,
                       const AddNormArgs nrm, bool warm_route, bool down_units, bool split, int rrows,
-                      const MoeOProj op, bool o_all, int rpad) {
+                      const MoeOProj op, bool o_all, int rpad, int o_tiles) {
   // (benches: globaltimer stamps of thread 0 at the phases' ends, stamps[block * kStamps + i]; slot(i): stamp
   // i's word for thread 0, else null)
   auto slot = [&](int i) { return stamps && threadIdx.x == 0 ? stamps + blockIdx.x * kStamps + i : nullptr; };
@@ -440,11 +449,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncwarp();
     route_once(prob, E, P, r.norm, e_s, w_s, prob, lane);
   }
-  // The o fold: blocks 0 .. hidden / 32 - 1 take tiles 2b (team 0) and 2b + 1 (team 1); the weights are
-  // constant, so requested before the wait.
-  const bool o_block = op.weight && b < hidden / 32;
+  // The o fold: blocks 0 .. o_blocks - 1 take tile b (team 0; o_tiles 1) or tiles 2b (team 0) and 2b + 1
+  // (team 1; o_tiles 2); the weights are constant, so requested before the wait.
+  const int o_blocks = hidden / 16 / o_tiles;
+  const bool o_block = op.weight && b < o_blocks, o_team = o_block && (o_tiles == 2 || team == 0);
+  const int o_tile = o_tiles == 2 ? 2 * b + team : b;
   OSlice os;
-  if (o_block) o_load(os, op, 2 * b + team, s, g, t);
+  if (o_team) o_load(os, op, o_tile, s, g, t);
   stamp(14);
   pdl_wait();  // the logits (or the router's input) and x
   stamp(0);
@@ -466,21 +477,23 @@ __global__ void __launch_bounds__(kThreads, 1)
       cp_async_commit();
       cp_async_wait<0>();
       __syncthreads();
-      const int qs = op.k / 1024;
-      float acc[4] = {0.f, 0.f, 0.f, 0.f};
-      o_chain<KIND>(acc, os, qs, s * qs, reinterpret_cast<const uint4*>(xo), t);
-      stamp(31);
-      const float y = team_sum16(acc, red[team][0], team, s, lane);
-      if (s == 0 &&
-          lane < 16) {  // (x is this call's output here: the o projection's, store_biased's rounding)
-        const_cast<__nv_bfloat16*>(x)[(2 * b + team) * 16 + lane] = __float2bfloat16(y);
-        __threadfence();
+      if (o_team) {
+        const int qs = op.k / 1024;
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+        o_chain<KIND>(acc, os, qs, s * qs, reinterpret_cast<const uint4*>(xo), t);
+        stamp(31);
+        const float y = team_sum16(acc, red[team][0], team, s, lane);
+        if (s == 0 &&
+            lane < 16) {  // (x is this call's output here: the o projection's, store_biased's rounding)
+          const_cast<__nv_bfloat16*>(x)[o_tile * 16 + lane] = __float2bfloat16(y);
+          __threadfence();
+        }
       }
       // The region is rewritten by the down tile's bulk copy (the async proxy) later.
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
       __syncthreads();
     }
-    // The o blocks arrive after their stores (block 0 also for the G - hidden / 32 others), so the count
+    // The o blocks arrive after their stores (block 0 also for the G - o_blocks others), so the count
     // grows by G a launch, as the grid barrier's, and every block waits for (n + 1) G. A block that enters
     // only after the o blocks have arrived then waits for nothing. (o_all: every block arrives, its target
     // from its own arrival.) Launches without the fold add G (below), so the two counts stay equal.
@@ -489,7 +502,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (o_all)
         target = (atomicAdd(ocount, 1ull) / unsigned(G) + 1) * unsigned(G);
       else if (o_block)
-        atomicAdd(ocount, b > 0 ? 1ull : 1ull + unsigned(G) - unsigned(hidden / 32));
+        atomicAdd(ocount, b > 0 ? 1ull : 1ull + unsigned(G) - unsigned(o_blocks));
       const unsigned long long t0 = gtime();
       for (unsigned n = 1; ld_acquire64(ocount) < target; ++n)
         if (n % 4096 == 0 && gtime() - t0 > 4000000000ull) __trap();
@@ -854,7 +867,7 @@ bool o_fits(const MoeOProj& o, const MoeExperts& gu, int hidden, const MoeRouter
   return g_o_fold && o.weight && o.scales && o.attn && rt.weight && pl.smem > 0 && o.bits == 4 &&
          o.subnormal == gu.subnormal && o.chunk_shift >= 1 && o.k > 0 && o.k % 1024 == 0 &&
          o.k / 1024 <= kOQuads && o.quad_chunks == o.k / 128 * 4 && o.row_bytes == o.k / 2 && o.groups > 0 &&
-         hidden / 32 <= pl.grid && int64_t(o.k) * 2 <= pl.down_bytes;
+         hidden / 16 / g_o_tiles <= pl.grid && int64_t(o.k) * 2 <= pl.down_bytes;
 }
 
 }  // namespace
@@ -888,7 +901,7 @@ void moe_decode(const MoeRouting& r, const void* x, const MoeExperts& gate_up, c
                 static_cast<const __nv_bfloat16*>(x), gate_up, down, static_cast<__nv_bfloat16*>(act), out,
                 out_dtype == DType::F32, hidden, inter, barrier, g_window, g_ablate, g_stamps.get(), router,
                 norm, g_route_warm, g_down_units, g_prologue_split, g_router_rows, o, g_o_count_all,
-                router_pad_of(router));
+                router_pad_of(router), g_o_tiles);
   TF_CUDA_LAUNCH_CHECK();
 }
 
@@ -910,6 +923,10 @@ bool moe_o_fold() {
 
 void set_moe_router_pad(bool on) {
   g_router_pad = on;
+}
+
+void set_moe_o_one_tile(bool on) {
+  g_o_tiles = on ? 1 : 2;
 }
 
 void set_moe_o_count_all(bool on) {

@@ -131,14 +131,13 @@ bool moe_decode_ok(const MoeExperts& gate_up, const MoeExperts& down, int rows, 
 // out written after it).
 // The attention's o projection inside it too (MoeOProj, with the router and the add + norm inside): x is then
 // the o output [hidden] (bf16), which the kernel writes itself from `attn` [k] (bf16) and the o weight (MLX
-// 4-bit [hidden, k], the experts' scale codes, no bias), with linear_quantized's bits. Blocks 0 .. hidden /
-// 32
-// - 1 each compute two 16-feature tiles (one a team), their weights requested before the kernel's wait; every
-// block waits for all of them (a count after the tagged logits) before its add + norm. moe_decode's blocks
-// can then be resident while the attention runs (an SM cannot hold both an o linear block and a moe_decode
-// block), so their prologue is off the step's critical path, and one kernel boundary a layer goes.
-// set_moe_o_fold(false) (TF_MOE_O_FOLD=0): the o linear runs first (A/B). Run 406 (30B-A3B MLX 4-bit b=1,
-// same call): -3.9 / -4.2%.
+// 4-bit [hidden, k], the experts' scale codes, no bias), with linear_quantized's bits. Each block b below
+// hidden / 16 computes one 16-feature tile (set_moe_o_one_tile), its weights requested before the kernel's
+// wait; every block waits for all of them (a count after the tagged logits) before its add + norm.
+// moe_decode's blocks can then be resident while the attention runs (an SM cannot hold both an o linear block
+// and a moe_decode block), so their prologue is off the step's critical path, and one kernel boundary a layer
+// goes. set_moe_o_fold(false) (TF_MOE_O_FOLD=0): the o linear runs first (A/B). Run 406 (30B-A3B MLX 4-bit
+// b=1, same call): -3.9 / -4.2%.
 struct MoeOProj : MoeLayout {
   const void* weight = nullptr;  // null: no o projection inside
   const void* scales = nullptr;
@@ -160,6 +159,9 @@ void set_moe_router_rows(bool eight);
 // Timing only (same values): every block arrives on the o fold's count (true), or the o blocks only (false,
 // default; TF_MOE_O_COUNT_ALL=1 for true).
 void set_moe_o_count_all(bool on);
+// Timing only (same values): the o fold's tiles one a block on blocks 0 .. hidden / 16 - 1 (true, default),
+// or two a block, one a team, on blocks 0 .. hidden / 32 - 1 (false; TF_MOE_O_TILES=2).
+void set_moe_o_one_tile(bool on);
 // Timing only (same values): the router tile's rows padded in shared memory (true, default; no bank
 // conflicts in its chain's loads), or as they are (false; TF_MOE_ROUTER_PAD=0).
 void set_moe_router_pad(bool on);

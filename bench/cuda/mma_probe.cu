@@ -12,8 +12,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <vector>
 
+#include "ops/cuda/cuda_check.h"
 #include "ops/cuda/mma.cuh"
 #include "ops/cuda/quant_common.cuh"
 
@@ -66,28 +68,21 @@ __global__ void chain_kernel(int chunks, const unsigned* init, float* out, unsig
   if (lane == 0) cycles[gw] = t1 - t0;
 }
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
-
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   const int chunks = argc > 1 ? std::max(8, std::atoi(argv[1])) / 8 * 8 : 256;
   int sms = 0;
-  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "attribute");
+  TF_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   std::vector<unsigned> h(256);
   for (int i = 0; i < 256; ++i) h[i] = 0x9E3779B9u * unsigned(i + 1);
   unsigned* init = nullptr;
   float* out = nullptr;
   unsigned long long* cyc = nullptr;
-  check(cudaMalloc(&init, 256 * 4), "malloc");
-  check(cudaMalloc(&out, size_t(sms) * 16 * 32 * 4), "malloc");
-  check(cudaMalloc(&cyc, size_t(sms) * 16 * 8), "malloc");
-  check(cudaMemcpy(init, h.data(), 256 * 4, cudaMemcpyHostToDevice), "copy");
+  TF_CUDA_CHECK(cudaMalloc(&init, 256 * 4));
+  TF_CUDA_CHECK(cudaMalloc(&out, size_t(sms) * 16 * 32 * 4));
+  TF_CUDA_CHECK(cudaMalloc(&cyc, size_t(sms) * 16 * 8));
+  TF_CUDA_CHECK(cudaMemcpy(init, h.data(), 256 * 4, cudaMemcpyHostToDevice));
   const char* names[] = {"registers", "registers, two chains", "dequantized from registers",
                          "dequantized, words and x from shared memory"};
   std::printf(
@@ -106,13 +101,16 @@ int main(int argc, char** argv) {
       };
       launch();  // (warm: instruction cache, clocks)
       launch();
-      check(cudaDeviceSynchronize(), "kernel");
+      TF_CUDA_CHECK(cudaDeviceSynchronize());
       std::vector<unsigned long long> c(size_t(sms) * warps);
-      check(cudaMemcpy(c.data(), cyc, c.size() * 8, cudaMemcpyDeviceToHost), "copy");
+      TF_CUDA_CHECK(cudaMemcpy(c.data(), cyc, c.size() * 8, cudaMemcpyDeviceToHost));
       std::sort(c.begin(), c.end());
       std::printf(" %.1f |", double(c[c.size() / 2]) / chunks);
     }
     std::printf("\n");
   }
   return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "error: %s\n", e.what());
+  return 1;
 }

@@ -332,18 +332,19 @@ struct Stamps {
       if (at(b, i)) t = std::min(t, at(b, i));
     return t;
   }
-  // For each stamp, the earliest, median and latest block in us after t0.
-  // (the first `shown` stamps; all when negative)
+  // Stamp i's earliest, median and latest block in us after t0 (nothing where no block reached it).
+  void print_one(int i, const char* name, unsigned long long t0) const {
+    std::vector<double> d;
+    for (int b = 0; b < blocks; ++b)
+      if (at(b, i)) d.push_back((double(at(b, i)) - double(t0)) * 1e-3);  // (before t0: < 0)
+    if (d.empty()) return;
+    std::sort(d.begin(), d.end());
+    std::printf(" | %s %.2f / %.2f / %.2f (%zu)", name, d.front(), d[d.size() / 2], d.back(), d.size());
+  }
+  // print_one of each stamp (the first `shown`; all when negative).
   void print(const char* what, const char* const* names, unsigned long long t0, int shown = -1) const {
     std::printf("%s stamps (us after the first block's wait; min / median / max over blocks):", what);
-    for (int i = 0; i < (shown < 0 ? n : shown); ++i) {
-      std::vector<double> d;
-      for (int b = 0; b < blocks; ++b)
-        if (at(b, i)) d.push_back((double(at(b, i)) - double(t0)) * 1e-3);  // (before t0: < 0)
-      if (d.empty()) continue;
-      std::sort(d.begin(), d.end());
-      std::printf(" | %s %.2f / %.2f / %.2f (%zu)", names[i], d.front(), d[d.size() / 2], d.back(), d.size());
-    }
+    for (int i = 0; i < (shown < 0 ? n : shown); ++i) print_one(i, names[i], t0);
   }
 };
 
@@ -400,18 +401,9 @@ void print_decode_stamps(Backend& be, Model& m, const BatchMeta& meta, cudaStrea
                                               {29, "add+norm done"},
                                               {32, "router tile in"},
                                               {30, "router chain done"}};
-  for (const auto& [i, what] : head) {
-    if (moe.first(i) == ~0ull) continue;
-    std::vector<double> d;
-    for (int b = 0; b < moe.blocks; ++b)
-      if (moe.at(b, i)) d.push_back((double(moe.at(b, i)) - double(moe.first(0))) * 1e-3);
-    std::sort(d.begin(), d.end());
-    std::printf(" | %s %.2f / %.2f / %.2f (%zu)", what, d.front(), d[d.size() / 2], d.back(), d.size());
-  }
+  for (const auto& [i, what] : head) moe.print_one(i, what, moe.first(0));
   // The blocks that finished their gate_up last (they hold up the grid barrier): block, entered, waited and
-  // gate_up done (us on the same clock). items % grid blocks have one item more than the rest (blocks 0 ..
-  // items % grid - 1, or with set_moe_item_rotate those from the router's R blocks on: R .. R + items % grid
-  // - 1).
+  // gate_up done (us on the same clock). Blocks 0 .. items % grid - 1 have one item more than the rest.
   {
     std::vector<std::pair<unsigned long long, int>> done;
     for (int b = 0; b < moe.blocks; ++b)
@@ -423,11 +415,11 @@ void print_decode_stamps(Backend& be, Model& m, const BatchMeta& meta, cudaStrea
       const int b = done[j].second;
       std::printf(" %d: %.2f / %.2f / %.2f |", b, us(moe.at(b, 14)), us(moe.at(b, 0)), us(moe.at(b, 1)));
     }
-    std::vector<double> late;  // the blocks that entered after the first wait
+    std::vector<int> late;  // the blocks that entered after the first wait
     for (int b = 0; b < moe.blocks; ++b)
       if (moe.at(b, 14) > moe.first(0)) late.push_back(b);
     std::printf(" entered after the first wait: %zu blocks, ids", late.size());
-    for (size_t j = 0; j < late.size() && j < 24; ++j) std::printf(" %.0f", late[j]);
+    for (size_t j = 0; j < late.size() && j < 24; ++j) std::printf(" %d", late[j]);
   }
   // The SM clock: clock64 cycles over globaltimer ns of thread 0, over the routing (stamps 15 -> 16, cycles
   // 17 -> 18) and over the kernel after its wait (0 -> 5, cycles 19 -> 20); medians over blocks.

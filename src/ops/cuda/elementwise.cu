@@ -7,6 +7,7 @@
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/launch.h"
+#include "ops/cuda/mbarrier.cuh"  // gtime
 #include "ops/cuda/norm.cuh"
 
 namespace tf::cuda {
@@ -567,10 +568,9 @@ void empty_step(int blocks, cudaStream_t s) {
 }
 
 __global__ void hold_sm_kernel(unsigned long long ns) {
-  unsigned long long t0, t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  while (t - t0 < ns);
+  const unsigned long long t0 = gtime();
+  while (gtime() - t0 < ns) {
+  }
 }
 
 void hold_sms(int blocks, int us, cudaStream_t s) {

@@ -428,7 +428,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int rb = int(rt.row_bytes), sb = rt.bits == 16 ? 0 : rt.groups * 4;
       const int ws = router_wstride(rt, rpad), ss = router_sstride(rt, rpad);
       mbar_arrive_expect_tx(rbar, rrows * (rb + sb));
-      if (rpad == 0) {  // the rows as they are: one copy for the weights, one for the scales
+      if (rpad == 0) {  // the rows as they are (a scale row may be under 16 bytes): one copy for each part
         bulk_copy_g2s(saddr(base + L.items), static_cast<const char*>(rt.weight) + n0 * rb, rrows * rb, rbar);
         if (sb)
           bulk_copy_g2s(saddr(base + L.items + rrows * ws), static_cast<const char*>(rt.scales) + n0 * sb,
@@ -861,8 +861,8 @@ Plan plan_of(const MoeExperts& gu, const MoeExperts& dn, int rows, int top_k, in
 }
 
 // The o projection fits the kernel (MoeOProj): MLX 4-bit with the experts' scale codes, groups >= 64, K a
-// multiple of 1024 up to 4096 (8 slices of whole quads), two 16-feature tiles for each of the first hidden /
-// 32 blocks, and the attention's output within the down tile's region.
+// multiple of 1024 up to 4096 (8 slices of whole quads), its 16-feature tiles on the first hidden / 16 /
+// g_o_tiles blocks, and the attention's output within the down tile's region.
 bool o_fits(const MoeOProj& o, const MoeExperts& gu, int hidden, const MoeRouter& rt, const Plan& pl) {
   return g_o_fold && o.weight && o.scales && o.attn && rt.weight && pl.smem > 0 && o.bits == 4 &&
          o.subnormal == gu.subnormal && o.chunk_shift >= 1 && o.k > 0 && o.k % 1024 == 0 &&

@@ -226,6 +226,40 @@ void pair_modes(Backend& be, const Weights& w, Buffers& b, int m) {
   std::fflush(stdout);
 }
 
+// MLX 4-bit at 1-16 rows: each kind of linear and the step with q4_wg_kernel off and always in each of its
+// configurations (set_q4_wg 0 / 2, set_q4_wg_config 0-1; quant_wg.cu), in one process.
+void wg_modes(Backend& be, const Weights& w, Buffers& b, int m) {
+  cudaStream_t s = cuda::stream_of(be);
+  const int mode0 = cuda::q4_wg_mode();
+  auto each = [&](LinearWeight Layer::*lw, const Tensor& x, Tensor& y) {
+    return [&, lw] {
+      for (const Layer& L : w.layers) be.linear(x, L.*lw, y);
+    };
+  };
+  const std::pair<const char*, std::function<void()>> ops[] = {
+      {"q 4096x4096", each(&Layer::q, b.xh, b.yq)},
+      {"k 1024x4096", each(&Layer::k, b.xh, b.ykv)},
+      {"gate_up 24576x4096", each(&Layer::gate_up, b.xh, b.ygu)},
+      {"down 4096x12288", each(&Layer::down, b.xi, b.yh)},
+      {"lm_head", [&] { be.linear(b.xh, w.lm_head, b.logits); }},
+      {"step", [&] { step(be, w, b); }}};
+  const int cfg0 = cuda::q4_wg_config();
+  std::printf("  M=%d mlx4, q4_wg off / always in configurations 0 1 (ms):", m);
+  for (const auto& [name, fn] : ops) {
+    std::printf(" %s", name);
+    for (int mode : {0, 2, 3}) {
+      cuda::set_q4_wg(mode == 0 ? 0 : 2);
+      if (mode) cuda::set_q4_wg_config(mode - 2);
+      std::printf(" %.4f", time_graph_ms(s, fn));
+    }
+    std::printf(" |");
+  }
+  cuda::set_q4_wg(mode0);
+  cuda::set_q4_wg_config(cfg0);
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
 // --linears-m M,M,..: only the linears of one decode step (graph) at these M, bf16 and MLX 4-bit/g64 in
 // the same run (the quantized kernels' mid-M rows: mixed decode + prompt rounds).
 int run_linears_m(Backend& be, const std::vector<int>& ms) {
@@ -239,6 +273,7 @@ int run_linears_m(Backend& be, const std::vector<int>& ms) {
     std::printf("| %d | %.3f | %.3f | %.2fx | %.0f |\n", m, tb, t4, tb / t4,
                 double(w4.bytes) / (t4 * 1e-3) / 1e9);
     if (m >= 9 && m <= 16) pair_modes(be, w4, b, m);
+    if (m <= 16) wg_modes(be, w4, b, m);
   }
   return 0;
 }

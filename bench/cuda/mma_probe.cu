@@ -3,7 +3,9 @@
 //   0 in registers (the bare accumulator chain),
 //   1 in registers, two chains side by side (each chunk alternates; the same chunks in all),
 //   2 dequantized from 4-bit words in registers each chunk (dequant<kMlxBf16Sub, 4>, the decode kernels'),
-//   3 as 2, the words, scale words and x loaded from shared memory each chunk (the kernels' chunk loop).
+//   3 as 2, the words, scale words and x loaded from shared memory each chunk (the kernels' chunk loop),
+//   4 as 2 at 16 tokens: the same weights into two chains, one a token group of 8 (four HMMAs a chunk),
+//   5 as 4, the two token groups' x loaded from shared memory each chunk (the 16-row kernels' loop).
 // Each warp's clock64 over the chain, divided by its chunks; medians over warps. Timing only (the values are
 // stored so the chains are kept, never checked). Docs: docs/cuda-notes.md, Session 40.
 //   tf_mma_probe [chunks, default 256]
@@ -49,6 +51,24 @@ __global__ void chain_kernel(int chunks, const unsigned* init, float* out, unsig
       mma_chunk(acc, dequant<kMlxBf16Sub, 4>(Raw{va, 0, sc, 0}), dequant<kMlxBf16Sub, 4>(Raw{vb, 0, sc, 0}),
                 x);
     }
+  } else if constexpr (MODE == 4 || MODE == 5) {
+    const int t = lane % 4;
+    const uint4 x2 = make_uint4(x.y, x.x, x.w, x.z);
+#pragma unroll 8
+    for (int c = 0; c < chunks; ++c) {
+      const unsigned va = w0 ^ unsigned(c), vb = w1 + unsigned(c);
+      const uint4 da = dequant<kMlxBf16Sub, 4>(Raw{va, 0, sc, 0}),
+                  db = dequant<kMlxBf16Sub, 4>(Raw{vb, 0, sc, 0});
+      if constexpr (MODE == 4) {
+        mma_chunk(acc, da, db, x);
+        mma_chunk(acc2, da, db, x2);
+      } else {
+        // token rows 48 words apart (the kernels' padded rows: alternate halves of the banks)
+        const int base = (c * 64) % (kSmemWords - 1024), g = lane / 4;
+        mma_chunk(acc, da, db, *reinterpret_cast<const uint4*>(&sw[base + g * 48 + 4 * t]));
+        mma_chunk(acc2, da, db, *reinterpret_cast<const uint4*>(&sw[base + (g + 8) * 48 + 4 * t]));
+      }
+    }
   } else {
     const int g = lane / 4, t = lane % 4;
 #pragma unroll 8
@@ -83,13 +103,17 @@ int main(int argc, char** argv) try {
   TF_CUDA_CHECK(cudaMalloc(&out, size_t(sms) * 16 * 32 * 4));
   TF_CUDA_CHECK(cudaMalloc(&cyc, size_t(sms) * 16 * 8));
   TF_CUDA_CHECK(cudaMemcpy(init, h.data(), 256 * 4, cudaMemcpyHostToDevice));
-  const char* names[] = {"registers", "registers, two chains", "dequantized from registers",
-                         "dequantized, words and x from shared memory"};
+  const char* names[] = {"registers",
+                         "registers, two chains",
+                         "dequantized from registers",
+                         "dequantized, words and x from shared memory",
+                         "16 tokens: dequantized from registers, 4 HMMAs",
+                         "16 tokens, x from shared memory"};
   std::printf(
       "cycles a chunk (two dependent m16n8k16 HMMAs), %d chunks a warp, %d blocks; medians over warps\n",
       chunks, sms);
   std::printf("| operands | 1 warp an SM | 4 warps | 8 warps | 16 warps |\n|---|---|---|---|---|\n");
-  for (int mode = 0; mode < 4; ++mode) {
+  for (int mode = 0; mode < 6; ++mode) {
     std::printf("| %s |", names[mode]);
     for (int warps : {1, 4, 8, 16}) {
       auto launch = [&] {
@@ -98,6 +122,8 @@ int main(int argc, char** argv) try {
         if (mode == 1) chain_kernel<1><<<grid, block>>>(chunks, init, out, cyc);
         if (mode == 2) chain_kernel<2><<<grid, block>>>(chunks, init, out, cyc);
         if (mode == 3) chain_kernel<3><<<grid, block>>>(chunks, init, out, cyc);
+        if (mode == 4) chain_kernel<4><<<grid, block>>>(chunks, init, out, cyc);
+        if (mode == 5) chain_kernel<5><<<grid, block>>>(chunks, init, out, cyc);
       };
       launch();  // (warm: instruction cache, clocks)
       launch();

@@ -15,6 +15,7 @@
 #include "ops/backend.h"
 #include "ops/cpu/quant.h"
 #include "ops/cuda/cuda_backend.h"
+#include "ops/cuda/linear_wgmma.h"  // linear_wgmma_supported
 #include "ops/cuda/quant_linear.h"
 #include "run_logits.h"
 
@@ -365,6 +366,90 @@ TEST_F(Gpu, Quant4BitSixteenRowsTwoGroupsAWarpEqualOneGroup) {
     }
   }
   cuda::set_q4_pair(mode0);
+  cuda::set_mlx_subnormal_codes(true);
+}
+
+// q4_wg_kernel (quant_wg.cu: warpgroup MMAs, x in shared memory, two warpgroups over the K slices of a
+// 64-feature tile) gives the bits of q4_decode_kernel (q4_wg and q4_pair off), of the bf16 linear on the
+// dequantized weight and of the same rows of a 24-row call, at 1-16 rows, K = 2048 and 4096, groups of 64 and
+// 128, both scale codes, widths that are not whole tiles and that leave CTAs several tiles, f32 and bf16
+// outputs, with and without a bias. A zero x row against 16 all-negative weight rows (every product of
+// their chains -0) checks the chains' signed zeros. Runs where wgmma exists (sm_90a), else skips.
+TEST_F(Gpu, Quant4BitWarpgroupKernelEqualsDecodeKernel) {
+  int dev = 0, sms = 0;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), cudaSuccess);
+  if (!cuda::linear_wgmma_supported()) GTEST_SKIP() << "no wgmma on this device";
+  struct Case {
+    int64_t n, k;
+    int group;
+    bool subnormal, bias;
+  };
+  const int64_t wide = 64 * int64_t(2 * sms) + 40;  // two tiles a CTA and a partial third
+  const Case cases[] = {{wide, 4096, 64, true, false},
+                        {4104, 4096, 128, true, true},
+                        {200, 2048, 64, false, true},
+                        {wide, 2048, 128, true, true},
+                        {24, 4096, 64, false, false}};
+  const int wg0 = cuda::q4_wg_mode(), cfg0 = cuda::q4_wg_config(), pair0 = cuda::q4_pair_mode();
+  uint32_t seed = 900;
+  for (const Case& c : cases) {
+    SCOPED_TRACE("N " + std::to_string(c.n) + ", K " + std::to_string(c.k) + ", group " +
+                 std::to_string(c.group) + (c.subnormal ? ", subnormal codes" : ", plain codes") +
+                 (c.bias ? ", bias" : ""));
+    cuda::set_mlx_subnormal_codes(c.subnormal);
+    LinearWeight w = random_mlx(c.n, c.k, 4, c.group, DType::BF16, ++seed);
+    // Features 0-15 all negative (scales and biases negated: scale q + bias < 0 for q >= 0), so that the zero
+    // row's products there are all -0.
+    for (int64_t i = 0; i < 16 * (c.k / c.group); ++i) {
+      w.scales.data<uint16_t>()[i] |= 0x8000u;
+      w.biases.data<uint16_t>()[i] |= 0x8000u;
+    }
+    if (c.bias) {
+      w.bias = Tensor::empty({c.n}, DType::F32);
+      for (int64_t i = 0; i < c.n; ++i) w.bias.data<float>()[i] = 0.03f * float(i % 7) - 0.09f;
+    }
+    LinearWeight wg = gpu->upload_linear(w);
+    ASSERT_EQ(wg.format, w.format) << "not uploaded packed";
+    LinearWeight dense;
+    dense.weight = cuda::dequantize_bf16(wg, cuda::stream_of(*gpu));
+    dense.bias = wg.bias;
+    dense.in_features = c.k, dense.out_features = c.n;
+    Tensor xh = random_x(24, c.k, seed).first;
+    for (int64_t i = 0; i < c.k; ++i) xh.data<uint16_t>()[5 * c.k + i] = 0;  // row 5: zeros
+    Tensor xg = gpu->upload(xh);
+    cuda::set_q4_wg(0);
+    const Tensor big = linear_rows(*gpu, xg, wg, 24, c.n);
+    for (int64_t rows : {1, 3, 6, 8, 9, 12, 16}) {
+      SCOPED_TRACE(std::to_string(rows) + " rows");
+      cuda::set_q4_wg(2);
+      cuda::set_q4_wg_config(int(rows % 2));  // each configuration at some row counts
+      const Tensor fast = linear_rows(*gpu, xg, wg, rows, c.n);
+      Tensor yb = gpu->alloc({rows, c.n}, DType::BF16), fast16 = Tensor::empty({rows, c.n}, DType::BF16);
+      cuda::set_q4_wg_config(int((rows + 1) % 2));
+      gpu->linear(xg.slice_rows(0, rows), wg, yb);
+      gpu->to_host(yb, fast16);
+      cuda::set_q4_wg(0);
+      cuda::set_q4_pair(0);
+      const Tensor one = linear_rows(*gpu, xg, wg, rows, c.n);
+      Tensor one16 = Tensor::empty({rows, c.n}, DType::BF16);
+      gpu->linear(xg.slice_rows(0, rows), wg, yb);
+      gpu->to_host(yb, one16);
+      cuda::set_q4_pair(pair0);
+      const Tensor ref = linear_rows(*gpu, xg, dense, rows, c.n);
+      EXPECT_EQ(std::memcmp(fast.raw(), one.raw(), fast.nbytes()), 0) << "differs from q4_decode_kernel";
+      EXPECT_EQ(std::memcmp(fast16.raw(), one16.raw(), fast16.nbytes()), 0)
+          << "bf16 differs from q4_decode_kernel";
+      EXPECT_EQ(std::memcmp(fast.raw(), ref.raw(), fast.nbytes()), 0) << "differs from the bf16 linear";
+      EXPECT_EQ(std::memcmp(fast.raw(), big.raw(), fast.nbytes()), 0) << "differs from those rows of 24";
+      double norm = 0;
+      for (int64_t i = 0; i < rows * c.n; ++i) norm += std::fabs(fast.data<float>()[i]);
+      EXPECT_GT(norm, 0.0) << "all zeros";
+    }
+  }
+  cuda::set_q4_wg(wg0);
+  cuda::set_q4_wg_config(cfg0);
+  cuda::set_q4_pair(pair0);
   cuda::set_mlx_subnormal_codes(true);
 }
 

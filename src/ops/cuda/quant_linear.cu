@@ -27,6 +27,7 @@
 #include "ops/cuda/quant_common.cuh"
 #include "ops/cuda/quant_linear.h"
 #include "ops/cuda/quant_pair.h"
+#include "ops/cuda/quant_wg.h"
 #include "ops/cuda/stamp_buffer.h"
 
 namespace tf::cuda {
@@ -520,6 +521,7 @@ void prime_q4_grids() {
   prime(std::integral_constant<int, kMlxBf16>{});
   prime(std::integral_constant<int, kMlxBf16Sub>{});
   prime_q4_pair_grids();
+  prime_q4_wg_grids();
 }
 
 int kind_of(const LinearWeight& w) {
@@ -751,6 +753,10 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
       size_t smem = 0;               // dynamic shared memory: q4_decode_kernel's x (XS)
       int stamp_slot = -1;           // (benches: set_q4_stamps)
       QArgs qk = q;                  // (benches: the stamps instance's ring slot in qk.biases)
+      if constexpr (kQ4 && NT <= 2)  // up to 16 rows: warpgroup MMAs (quant_wg.cu) where the mode takes it
+        if (q4 && stamp_slot < 0 && !g_q4_stamps.get() &&
+            q4_wg_linear(KIND == kMlxBf16Sub, xp, q, bias, bias_kind, y.raw(), y_f32, m, int(n), int(k), s))
+          return;
       if constexpr (kQ4 && NT == 2)  // 9-16 rows: two 16-feature groups a warp (quant_pair.cu)
         if (q4 &&
             q4_pair_linear(KIND == kMlxBf16Sub, xp, q, bias, bias_kind, y.raw(), y_f32, m, int(n), int(k), s))

@@ -63,6 +63,16 @@ void set_q4_row2(bool on);
 // fill the persistent grid (the default: the 8B gate_up and lm_head), 2 at every width. TF_Q4_PAIR=0/1/2.
 void set_q4_pair(int mode);
 int q4_pair_mode();
+// Speed only (same bits, tested): MLX 4-bit calls (groups >= 64, K a multiple of 1024 up to 4096) of up to
+// 16 rows on warpgroup MMAs (q4_wg_kernel, quant_wg.cu; sm_90a), before q4_pair_kernel. Mode 0 off (the
+// default: faster alone, not in the op chain; see quant_wg.cu), 1 at 9-16 rows where its 64-feature tiles
+// fill its grid (one CTA an SM), 2 at 1-16 rows and every width. TF_Q4_WG=0/1/2.
+void set_q4_wg(int mode);
+int q4_wg_mode();
+// Its configuration (measurements; same bits): 0 = 4 K slices a warpgroup (two warpgroups), 1 = 2 slices
+// (four warpgroups; the default), each with two quads of weights in flight ahead. TF_Q4_WG_CFG=0/1.
+void set_q4_wg_config(int cfg);
+int q4_wg_config();
 constexpr int kQ4Stamps = 4;
 void set_q4_stamps(bool on);
 std::vector<unsigned long long> q4_stamps(int back, int* blocks);

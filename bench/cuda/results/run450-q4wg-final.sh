@@ -1,0 +1,16 @@
+set -u
+D=$(mktemp -d); xz -dc .devpack/step.tar.xz | tar -xf - -C $D; export LD_LIBRARY_PATH=$D/bin:${LD_LIBRARY_PATH:-}
+date -u > $OUT/all.txt
+for t in test_quant_cuda test_cuda_graphs test_cuda_model; do
+  timeout 200 $D/bin/$t --gtest_brief=1 > $OUT/$t.txt 2>&1; echo "$t rc=$?" >> $OUT/all.txt
+  grep -E "PASSED|FAILED|Failure|differs" $OUT/$t.txt | head -10 >> $OUT/all.txt
+done
+timeout 100 $D/bin/tf_bench_quant --linears-m 1,9,16 > $OUT/linears.txt 2>&1; echo "linears rc=$?" >> $OUT/all.txt; cat $OUT/linears.txt >> $OUT/all.txt
+for v in 1 0 1 0; do TF_Q4_WG=$v timeout 100 $D/bin/tf_bench_cuda --shape qwen3-8b --format bf16,mlx4 --decode --quick > $OUT/8b-wg$v.txt 2>&1; echo "8b wg=$v rc=$? $(grep -E 'decode b=16 ctx=512 \(graph\)' $OUT/8b-wg$v.txt | tr '\n' ' ')" >> $OUT/all.txt; done
+M=/dev/shm/q8b4
+t0=$(date +%s); python3 tools/make_random_checkpoint.py --shape qwen3-8b --out $M --tokenizer $D/tok --mlx-bits 4 2>&1 | tail -1 >> $OUT/all.txt; echo "checkpoint $(( $(date +%s) - t0 )) s" >> $OUT/all.txt
+for v in 1 0; do
+  TF_Q4_WG=$v timeout 200 $D/bin/tensorfold bench $M --backend cuda --workload random --tokens 128 --parallel 16 --prompt-tokens 256 --context 2048 > $OUT/e2e-wg$v.txt 2>&1
+  echo "e2e bench parallel 16 wg=$v rc=$?" >> $OUT/all.txt; grep -E "tok/s|differ|rror|random" $OUT/e2e-wg$v.txt | head -8 >> $OUT/all.txt
+done
+rm -rf $M $D

@@ -1,0 +1,338 @@
+// MLX 4-bit linears at up to 16 token rows on Hopper warpgroup MMAs (q4_wg_kernel): issue 11's batch-16 case.
+//
+// Why. At 9-16 rows the mma.sync kernels (q4_decode_kernel<KIND, 2, D>, q4_pair_kernel) run at ~35-50% of the
+// DRAM bandwidth. ncu (run 444, gate_up 24576 x 4096 at M = 16): 4 warps a scheduler (128 registers), an
+// instruction issued every 3.1 cycles, half the stalls on L1TEX scoreboards (weights and x in flight too
+// few), and tf_mma_probe puts their chunk loop's ceiling at 16 tokens near the stream rate itself (209 cycles
+// a chunk at 16 warps an SM: 39 weights a cycle an SM against the ~36 that 4.3 TB/s asks for): the four
+// HMMAs and two x loads a chunk cost what the dequantisation costs. Here the MMAs are warpgroup MMAs
+// (m64n16k16, one instruction a warpgroup for 64 features x 16 tokens x 16 k), their operand B (x) is read
+// by the tensor cores from shared memory, not through the registers of every warp, and the registers that
+// frees hold the weights of the next quad for four K slices.
+//
+// Layout. One CTA an SM; a tile is 64 features (warp w of a warpgroup: features 16w .. 16w + 15, lane (g, t)
+// rows g and g + 8, as q4_decode_kernel's warp), and each warpgroup computes SL of its 8 K slices (the
+// default, WgCfg<2, 2>: four warpgroups of 2 slices; WgCfg<4, 2>: two of 4), each slice its own chain (SL
+// accumulators a thread). x's rows (all k of them: K <= 4096) sit in shared memory in wgmma's no-swizzle
+// K-major core-matrix layout, permuted as linear_rs.cu permutes it: step h of 32-chunk c holds, at logical k
+// 2t + e and 2t + 8 + e, the values k 32c + 8t + 4h + e and 32c + 8t + 4h + 2 + e -- the k the A fragment's
+// lane t holds (mma_chunk's pairing). Rows past m are zeros (their outputs are never stored). Weights: lane
+// t's 16-byte quad words of rows g and g + 8 and their scale words (load_quad), AH = 2 quads of each of the
+// warpgroup's slices in flight ahead of the quad being computed (into the next tile's quads at a tile's end);
+// the first before griddepcontrol.wait.
+//
+// Bits: q4_decode_kernel's. A slice is a chain of its chunks in order from a zeroed accumulator, each chunk
+// the same two k16 steps (dequant<> of the same words and scale words, the fragments mma_chunk passes); one
+// wgmma k16 step rounds as one mma.sync m16n8k16 step (bench/cuda/wgmma_probe.cu, linear_rs.cu); the slice
+// partials are added in slice order (warpgroups 1.. hand theirs over through shared memory), then the bias
+// and the rounding (store_biased). Tested bit for bit against q4_decode_kernel (test_quant_cuda).
+//
+// ptxas serialises register-A wgmmas whose fragments are written while others are in flight (C7513,
+// linear_rs.cu), so each chunk's wgmmas (SL slices x 2 steps) are one group, waited for before the next
+// chunk's fragments are made; the other warpgroups' dequantisation fills that wait. (Fragments by chunk
+// parity with a wait for the chunk before did not serialise but spilled at 128 and at 255 registers.)
+//
+// Measured (H200, runs 445-449; the linears of an 8B decode step, same call): M = 16 gate_up (24576 x 4096)
+// 0.961 (q4_pair_kernel) -> 0.851 ms, lm_head 0.172 -> 0.133; but q / o (4096 x 4096: 64 tiles for 132 SMs)
+// 0.236 -> 0.347, and at M = 1-8 every shape loses to the mma.sync kernels (gate_up M = 1 0.610 -> 0.787).
+// Ablations at M = 16 (run 448-449): without the x staging gate_up 0.760 (x costs ~2.5 us a call: every CTA
+// reads all 128 KB of x from L2; four 4-byte cp.async a unit cost ~5 us), without the MMAs 0.771, without
+// the dequantisation 0.785: what is left (~0.70 ms, ~2.9 TB/s) is the weight stream itself with ~64 KB in
+// flight an SM, as the one-row kernel's. But in the op chain the gains vanish (run 450, same call: the M = 16
+// linears of a step 2.537 ms with mode 1 against 2.544 without; the 8B forward at b=16 3.478 / 3.492 against
+// 3.471 / 3.489, processes alternating): one CTA an SM holding every register and 176 KB of shared memory
+// cannot be resident beside its neighbours, so the next kernel's early launch (its weights before the wait)
+// and its own no longer overlap the kernel before. Off by default (mode 0); TF_Q4_WG=1 takes 9-16 rows where
+// the 64-feature tiles fill the grid (the 8B gate_up and lm_head), 2 every call of 1-16 rows. The next step
+// would split the K slices over a 2-CTA cluster (x halves: 64 KB a CTA, two CTAs an SM beside others, the
+// 4096-wide calls on 128 CTAs; linear_rs.cu's layout) and stream the weights through a TMA ring.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "core/error.h"
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/launch.h"
+#include "ops/cuda/linear_wgmma.h"  // wgmma helpers, linear_wgmma_supported
+#include "ops/cuda/quant_common.cuh"
+#include "ops/cuda/quant_linear.h"
+#include "ops/cuda/quant_wg.h"
+
+namespace tf::cuda {
+namespace {
+
+constexpr int kTile = 64;    // features a tile
+constexpr int kMaxK = 4096;  // x's 16 rows in shared memory: 32 k bytes
+// A configuration: SL K slices a warpgroup (8 / SL warpgroups a CTA), AH quads of weights in flight ahead of
+// the quad being computed (AH + 1 ring slots in registers).
+template <int SL, int AH>
+struct WgCfg {
+  static constexpr int kGroups = 8 / SL, kThreads = 128 * kGroups, kSlots = AH + 1;
+  static constexpr int kPartFloats = (kGroups - 1) * SL * 8 * 128;  // warpgroups 1.. 's slice partials
+  static constexpr size_t smem(int k) {                             // x, then the partials by tile parity
+    return size_t(k) * 32 + 2 * size_t(kPartFloats) * sizeof(float);
+  }
+};
+int g_q4_wg = [] {  // TF_Q4_WG=0 off, 1 at 9-16 rows where the tiles fill the grid (default), 2 at 1-16 rows
+  const char* v = std::getenv("TF_Q4_WG");
+  return v && *v >= '0' && *v <= '1' && !v[1] ? *v - '0' : 1;
+}();
+int g_q4_wg_cfg = [] {  // TF_Q4_WG_CFG (measurements): 0 = SL 4 AH 2, 1 = SL 2 AH 2 (default)
+  const char* v = std::getenv("TF_Q4_WG_CFG");
+  return v && *v >= '0' && *v <= '1' && !v[1] ? *v - '0' : 1;
+}();
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || !defined(__CUDA_ARCH__)
+// D[64 x 16] += A[64 x 16] (registers: per warp the mma.sync m16n8k16 A fragment) * B[16 x 16] (shared
+// memory, K-major); D as in linear_wgmma.h's wgmma_m64n8, two 8-token halves.
+__device__ __forceinline__ void wgmma_rs_m64n16(float* d, const uint32_t (&a)[4], uint64_t desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
+      : TF_WGMMA_D8(d, 0)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1)
+      : "memory");
+}
+#endif
+
+// Persistent over 64-feature tiles (blockIdx.x, + gridDim.x, ...); a warp walks the sequence of (tile, quad)
+// of its slices, the load head AH quads ahead of the quad computed (into the next tile's quads at a tile's
+// end), ring slot = sequence position % (AH + 1): the body is unrolled over the slots so that they stay in
+// registers.
+// kAblate (timing only, wrong outputs; TF_Q4_WG_ABLATE): 1 no x staging, 2 no dequantisation, 3 no MMAs,
+// 4 no weight loads after the first AH quads.
+template <int KIND, int SL, int AH, int kAblate = 0>
+__global__ void __launch_bounds__(WgCfg<SL, AH>::kThreads, 1)
+    q4_wg_kernel(const __nv_bfloat16* x, QArgs q, const void* __restrict__ bias, int bias_kind,
+                 void* __restrict__ y, bool y_f32, int m, int n, int k) {
+  using C = WgCfg<SL, AH>;
+  constexpr int R = C::kSlots;
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(128) uint8_t smem[];
+  const uint32_t xs = saddr(smem);
+  float* const part = reinterpret_cast<float*>(smem + size_t(k) * 32);
+  pdl_launch_dependents();
+  const int tid = int(threadIdx.x), wg = tid / 128, warp = (tid / 32) % 4, lane = tid % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int tiles = (n + kTile - 1) / kTile, G = int(gridDim.x);
+  const int QS = k / 1024;                            // quads a slice
+  const int sh = q.chunk_shift;                       // >= 1
+  const bool spair = sh == 1 && (q.groups & 1) == 0;  // (load_quad)
+  // Ring slot s: quad qd of rows g, g + 8 of slices SL wg + j (j < SL): quad (SL wg + j) QS + qd of the row.
+  uint4 wa[R][SL], wb[R][SL];
+  uint32_t sa[R][SL][2], sb[R][SL][2];
+  int l_tile = int(blockIdx.x), l_qd = 0;  // the load head
+  auto load_next = [&](int slot) {
+    if (l_tile < tiles) {
+      const int r0 = l_tile * kTile + 16 * warp + g;  // rows clamped; masked at the store
+      const QuadRows p = quad_rows(q, min(r0, n - 1), min(r0 + 8, n - 1), t);
+#pragma unroll
+      for (int j = 0; j < SL; ++j)
+        load_quad(q, p, (SL * wg + j) * QS + l_qd, sh, spair, wa[slot][j], wb[slot][j], sa[slot][j],
+                  sb[slot][j]);
+    }
+    if (++l_qd == QS) l_qd = 0, l_tile += G;
+  };
+#pragma unroll
+  for (int a = 0; a < AH; ++a) load_next(a);  // weights are constant
+  pdl_wait();                                 // x is not
+  if (kAblate != 1) {
+    // x into the permuted layout: unit (c, ng) is chunk c of token rows 8 ng .. 8 ng + 7; lane (r, u) loads
+    // row 8 ng + r's values 32c + 8u .. + 7 (16 bytes: a warp's load is 8 rows' 64 contiguous bytes) and
+    // stores them as four 4-byte pieces (pair p = 2h + kh: step 2c + h, half kh) to byte (2c + h) 512 +
+    // 256 ng + 128 kh + 16 r + 4u: a warp's 32 stores of a piece hit 32 banks. A warp's units kXBatch at a
+    // time, their loads in flight together. (Four 4-byte cp.async a unit, each fetching the unit's sectors
+    // again, cost ~5 us a call at K = 4096: run 448.)
+    constexpr int kXBatch = 8, kWarps = C::kThreads / 32;
+    const int r = lane / 4, u = lane % 4, per_warp = 2 * (k / 32) / kWarps;  // (k % 1024 == 0)
+    const int wid = tid / 32;
+    for (int b0 = 0; b0 < per_warp; b0 += kXBatch) {
+      uint4 v[kXBatch];
+#pragma unroll
+      for (int i = 0; i < kXBatch; ++i) {
+        const int unit = wid + (b0 + i) * kWarps, c = unit / 2, row = 8 * (unit % 2) + r;
+        v[i] = b0 + i < per_warp && row < m ? ld_act16(x + int64_t(row) * k + 32 * c + 8 * u)
+                                            : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int i = 0; i < kXBatch; ++i) {
+        if (b0 + i >= per_warp) break;
+        const int unit = wid + (b0 + i) * kWarps, c = unit / 2, ng = unit % 2;
+        const uint32_t d = xs + 2 * c * 512 + 256 * ng + 16 * r + 4 * u;
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(d), "r"(v[i].x) : "memory");
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(d + 128), "r"(v[i].y) : "memory");
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(d + 512), "r"(v[i].z) : "memory");
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(d + 640), "r"(v[i].w) : "memory");
+      }
+    }
+    fence_proxy_async();  // the generic proxy's stores -> wgmma's reads (async proxy)
+    __syncthreads();
+  }
+  // Step J's B: 512 bytes from xs + 512 J; core matrices 128 bytes apart along K, 256 along the tokens.
+  const uint64_t desc0 = wgmma_desc(xs, 128, 256);
+  float acc[SL * 8];
+#pragma unroll
+  for (int i = 0; i < SL * 8; ++i) acc[i] = 0.f;
+  int tile = int(blockIdx.x), qd = 0, parity = 0;
+  for (;;) {
+#pragma unroll
+    for (int slot = 0; slot < R; ++slot) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        uint32_t a[SL][2][4];  // slice j, step h: mma_chunk's fragments
+#pragma unroll
+        for (int j = 0; j < SL; ++j) {
+          if (kAblate == 2) {  // (timing: no dequantisation)
+            const uint4 ua = Raw{quad_word(wa[slot][j], e), 0, 0, 0}.v0 ? wa[slot][j] : wb[slot][j];
+            a[j][0][0] = ua.x, a[j][0][1] = ua.y, a[j][0][2] = ua.z, a[j][0][3] = ua.w;
+            a[j][1][0] = ua.y, a[j][1][1] = ua.x, a[j][1][2] = ua.w, a[j][1][3] = ua.z;
+            continue;
+          }
+          const uint4 da = dequant<KIND, 4>(Raw{quad_word(wa[slot][j], e), 0, sa[slot][j][e >> 1], 0});
+          const uint4 db = dequant<KIND, 4>(Raw{quad_word(wb[slot][j], e), 0, sb[slot][j][e >> 1], 0});
+          a[j][0][0] = da.x, a[j][0][1] = db.x, a[j][0][2] = da.y, a[j][0][3] = db.y;
+          a[j][1][0] = da.z, a[j][1][1] = db.z, a[j][1][2] = da.w, a[j][1][3] = db.w;
+        }
+        if (kAblate == 3) {  // (timing: no MMAs)
+#pragma unroll
+          for (int j = 0; j < SL; ++j)
+#pragma unroll
+            for (int i = 0; i < 8; ++i) acc[8 * j + i] += __uint_as_float(a[j][i / 4][i % 4] & 0x3f7fffffu);
+        } else {
+          wgmma_fence_operands<SL * 8>(acc);
+          wgmma_fence();
+#pragma unroll
+          for (int j = 0; j < SL; ++j) {
+            const int c = (SL * wg + j) * (4 * QS) + 4 * qd + e;  // the chunk of the row
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+              wgmma_rs_m64n16(acc + 8 * j, a[j][h], desc0 + uint64_t((2 * c + h) * (512 >> 4)));
+          }
+          wgmma_commit();
+        }
+        // The next quad's loads after the first use of this slot's words (a use waits on a scoreboard the
+        // newest loads may share): into the slot the previous quad left, whose wgmmas are done.
+        if (e == 0 && kAblate != 4) load_next((slot + AH) % R);
+        if (kAblate != 3) {
+          wgmma_fence_operands<SL * 8>(acc);
+          wgmma_wait<0>();
+          wgmma_fence_operands<SL * 8>(acc);
+        }
+      }
+      if (++qd < QS) continue;
+        // The tile's slices are done. ptxas issues a chain's first wgmma without its zeroed accumulator
+        // (HGMMA
+        // .. RZ, !UPT: D = A B, not A B + 0), where mma.sync adds the +0. The two differ only while every
+        // step's products sum to -0 (then -0 here, +0 there), so a +0 added to each slice's result gives
+        // mma.sync's bits in every case. Then warpgroups 1.. hand their slices to warpgroup 0, which adds
+        // them after its own in slice order. Element i of a slice: feature 16 warp + g + 8 ((i % 4) / 2),
+        // token 8 (i / 4) + 2t + i % 2.
+#pragma unroll
+      for (int i = 0; i < SL * 8; ++i) acc[i] += 0.f;
+      float* const pb = part + parity * C::kPartFloats;
+      if (wg > 0)
+#pragma unroll
+        for (int i = 0; i < SL * 8; ++i) pb[((wg - 1) * SL * 8 + i) * 128 + tid % 128] = acc[i];
+      __syncthreads();  // (a parity's buffer is rewritten two tiles on, past another of these)
+      if (wg == 0) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          float s = acc[i];
+#pragma unroll
+          for (int j = 1; j < SL; ++j) s += acc[8 * j + i];
+          for (int j = 0; j < (C::kGroups - 1) * SL; ++j) s += pb[(8 * j + i) * 128 + tid];
+          const int f = tile * kTile + 16 * warp + g + 8 * ((i % 4) / 2), tok = 8 * (i / 4) + 2 * t + i % 2;
+          if (tok < m && f < n) store_biased(s, bias, bias_kind, y, y_f32, tok, f, n);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < SL * 8; ++i) acc[i] = 0.f;
+      qd = 0, parity ^= 1, tile += G;
+      if (tile >= tiles) return;
+    }
+  }
+#else
+  __trap();  // built for another architecture: linear_wgmma_supported() keeps callers away
+#endif
+}
+
+using WgKernel = void (*)(const __nv_bfloat16*, QArgs, const void*, int, void*, bool, int, int, int);
+struct WgLaunch {
+  WgKernel kernel;
+  int threads;
+  size_t smem;
+};
+const int g_q4_wg_ablate = [] {
+  const char* v = std::getenv("TF_Q4_WG_ABLATE");
+  return v && *v >= '0' && *v <= '4' && !v[1] ? *v - '0' : 0;
+}();
+template <int SL, int AH, int A = 0>
+WgLaunch wg_launch_of(bool subnormal, int k) {
+  using C = WgCfg<SL, AH>;
+  return {subnormal ? q4_wg_kernel<kMlxBf16Sub, SL, AH, A> : q4_wg_kernel<kMlxBf16, SL, AH, A>, C::kThreads,
+          C::smem(k)};
+}
+WgLaunch wg_launch(bool subnormal, int k, int cfg) {
+  if (cfg == 0) return wg_launch_of<4, 2>(subnormal, k);
+  switch (g_q4_wg_ablate) {  // (timing: the default configuration only)
+    case 1:
+      return wg_launch_of<2, 2, 1>(subnormal, k);
+    case 2:
+      return wg_launch_of<2, 2, 2>(subnormal, k);
+    case 3:
+      return wg_launch_of<2, 2, 3>(subnormal, k);
+    case 4:
+      return wg_launch_of<2, 2, 4>(subnormal, k);
+    default:
+      return wg_launch_of<2, 2>(subnormal, k);
+  }
+}
+
+}  // namespace
+
+bool q4_wg_linear(bool subnormal, const __nv_bfloat16* x, const QArgs& q, const void* bias, int bias_kind,
+                  void* y, bool y_f32, int m, int n, int k, cudaStream_t s) {
+  if (g_q4_wg == 0 || m < (g_q4_wg == 1 ? 9 : 1) || m > 16 || n < 1) return false;
+  if (k % 1024 || k > kMaxK || q.chunk_shift < 1 || q.quad_chunks < k / 32 || !linear_wgmma_supported())
+    return false;
+  const WgLaunch l = wg_launch(subnormal, k, g_q4_wg_cfg);
+  const int tiles = (n + kTile - 1) / kTile;
+  const int grid = resident_blocks(reinterpret_cast<const void*>(l.kernel), l.threads, l.smem);
+  if (grid < 1 || (g_q4_wg == 1 && tiles < grid)) return false;
+  launch_pdl(l.kernel, dim3(std::min(tiles, grid)), dim3(l.threads), l.smem, s, x, q, bias, bias_kind, y,
+             y_f32, m, n, k);
+  return true;
+}
+
+void prime_q4_wg_grids() {
+  if (!linear_wgmma_supported()) return;
+  for (bool subnormal : {false, true})
+    for (int cfg = 0; cfg < 2; ++cfg) {
+      const WgLaunch l = wg_launch(subnormal, kMaxK, cfg);  // (the opt-in: the largest k)
+      resident_blocks(reinterpret_cast<const void*>(l.kernel), l.threads, l.smem);
+    }
+}
+
+void set_q4_wg_config(int cfg) {
+  TF_CHECK(cfg >= 0 && cfg <= 2,
+           "set_q4_wg_config: 0 (4 slices a warpgroup, 1 quad ahead), 1 (4, 2), 2 (2, 2)");
+  g_q4_wg_cfg = cfg;
+}
+
+int q4_wg_config() {
+  return g_q4_wg_cfg;
+}
+
+void set_q4_wg(int mode) {
+  TF_CHECK(mode >= 0 && mode <= 2,
+           "set_q4_wg: 0 (off), 1 (9-16 rows where the tiles fill the grid), 2 (1-16 rows)");
+  g_q4_wg = mode;
+}
+
+int q4_wg_mode() {
+  return g_q4_wg;
+}
+
+}  // namespace tf::cuda

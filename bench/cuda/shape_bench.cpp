@@ -865,6 +865,14 @@ void format_rows(Backend& be, const ModelShape& sh, const std::vector<WeightForm
                                         s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g));
           }
           cuda::set_q4_pair(mode0);
+          const int wg0 = cuda::q4_wg_mode();  // q4_wg_kernel's modes, same call (quant_wg.cu)
+          std::printf("  q4_wg off / where its tiles fill the grid / the lm_head only:");
+          for (int mode : {0, 1, 3}) {
+            cuda::set_q4_wg(mode);
+            std::printf(" %.3f ms", time_graph_ms(
+                                        s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g));
+          }
+          cuda::set_q4_wg(wg0);
           const std::string label = std::string(fname) + " " + what;
           print_without(label.c_str(), [&] {
             return time_graph_ms(

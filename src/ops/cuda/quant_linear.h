@@ -64,9 +64,10 @@ void set_q4_row2(bool on);
 void set_q4_pair(int mode);
 int q4_pair_mode();
 // Speed only (same bits, tested): MLX 4-bit calls (groups >= 64, K a multiple of 1024 up to 4096) of up to
-// 16 rows on warpgroup MMAs (q4_wg_kernel, quant_wg.cu; sm_90a), before q4_pair_kernel. Mode 0 off (the
-// default: faster alone, not in the op chain; see quant_wg.cu), 1 at 9-16 rows where its 64-feature tiles
-// fill its grid (one CTA an SM), 2 at 1-16 rows and every width. TF_Q4_WG=0/1/2.
+// 16 rows on warpgroup MMAs (q4_wg_kernel, quant_wg.cu; sm_90a), before q4_pair_kernel. Mode 0 off, 1 at 9-16
+// rows where its 64-feature tiles fill its grid (one CTA an SM), 2 at 1-16 rows and every width, 3 (the
+// default) as 1 for lm_head widths (>= 65536) only: faster alone at 16 rows, but in the op chain only where
+// no linear follows (see quant_wg.cu). TF_Q4_WG=0/1/2/3.
 void set_q4_wg(int mode);
 int q4_wg_mode();
 // Its configuration (measurements; same bits): 0 = 4 K slices a warpgroup (two warpgroups), 1 = 2 slices

@@ -38,14 +38,16 @@
 // Ablations at M = 16 (run 448-449): without the x staging gate_up 0.760 (x costs ~2.5 us a call: every CTA
 // reads all 128 KB of x from L2; four 4-byte cp.async a unit cost ~5 us), without the MMAs 0.771, without
 // the dequantisation 0.785: what is left (~0.70 ms, ~2.9 TB/s) is the weight stream itself with ~64 KB in
-// flight an SM, as the one-row kernel's. But in the op chain the gains vanish (run 450, same call: the M = 16
-// linears of a step 2.537 ms with mode 1 against 2.544 without; the 8B forward at b=16 3.478 / 3.492 against
-// 3.471 / 3.489, processes alternating): one CTA an SM holding every register and 176 KB of shared memory
-// cannot be resident beside its neighbours, so the next kernel's early launch (its weights before the wait)
-// and its own no longer overlap the kernel before. Off by default (mode 0); TF_Q4_WG=1 takes 9-16 rows where
-// the 64-feature tiles fill the grid (the 8B gate_up and lm_head), 2 every call of 1-16 rows. The next step
-// would split the K slices over a 2-CTA cluster (x halves: 64 KB a CTA, two CTAs an SM beside others, the
-// 4096-wide calls on 128 CTAs; linear_rs.cu's layout) and stream the weights through a TMA ring.
+// flight an SM, as the one-row kernel's. But in the op chain most of the gain goes (run 450, same call: the
+// M = 16 linears of a step 2.537 ms with mode 1 against 2.544 without): one CTA an SM holding every register
+// and 176 KB of shared memory cannot be resident beside its neighbours, so the next kernel's early launch
+// (its weights before the wait) and its own no longer overlap the kernel before. The lm_head, the forward's
+// last linear, keeps its gain: the 8B forward at b=16, same call (run 451, two processes): off 3.480 / 3.476
+// ms, mode 1 (gate_up and lm_head) 3.471 / 3.451, the lm_head only 3.446 / 3.433 (-1.0..-1.2%). So the
+// default (mode 3) takes 9-16-row calls of lm_head widths; TF_Q4_WG=0 off, 1 every width whose tiles fill the
+// grid, 2 every call of 1-16 rows. The next step would split the K slices over a 2-CTA cluster (x halves: 64
+// KB a CTA, two CTAs an SM beside others, the 4096-wide calls on 128 CTAs; linear_rs.cu's layout) and stream
+// the weights through a TMA ring.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -74,10 +76,13 @@ struct WgCfg {
     return size_t(k) * 32 + 2 * size_t(kPartFloats) * sizeof(float);
   }
 };
-int g_q4_wg = [] {  // TF_Q4_WG=0 off, 1 at 9-16 rows where the tiles fill the grid (default), 2 at 1-16 rows
+// TF_Q4_WG=0 off, 1 at 9-16 rows where the tiles fill the grid, 2 at 1-16 rows, 3 (the default) as 1 for
+// widths of kLmHeadMinN or more only (the lm_head: the forward's last linear, no linear after it to overlap).
+int g_q4_wg = [] {
   const char* v = std::getenv("TF_Q4_WG");
-  return v && *v >= '0' && *v <= '1' && !v[1] ? *v - '0' : 1;
+  return v && *v >= '0' && *v <= '3' && !v[1] ? *v - '0' : 3;
 }();
+constexpr int kLmHeadMinN = 65536;
 int g_q4_wg_cfg = [] {  // TF_Q4_WG_CFG (measurements): 0 = SL 4 AH 2, 1 = SL 2 AH 2 (default)
   const char* v = std::getenv("TF_Q4_WG_CFG");
   return v && *v >= '0' && *v <= '1' && !v[1] ? *v - '0' : 1;
@@ -294,13 +299,14 @@ WgLaunch wg_launch(bool subnormal, int k, int cfg) {
 
 bool q4_wg_linear(bool subnormal, const __nv_bfloat16* x, const QArgs& q, const void* bias, int bias_kind,
                   void* y, bool y_f32, int m, int n, int k, cudaStream_t s) {
-  if (g_q4_wg == 0 || m < (g_q4_wg == 1 ? 9 : 1) || m > 16 || n < 1) return false;
+  if (g_q4_wg == 0 || m < (g_q4_wg == 2 ? 1 : 9) || m > 16 || n < 1 || (g_q4_wg == 3 && n < kLmHeadMinN))
+    return false;
   if (k % 1024 || k > kMaxK || q.chunk_shift < 1 || q.quad_chunks < k / 32 || !linear_wgmma_supported())
     return false;
   const WgLaunch l = wg_launch(subnormal, k, g_q4_wg_cfg);
   const int tiles = (n + kTile - 1) / kTile;
   const int grid = resident_blocks(reinterpret_cast<const void*>(l.kernel), l.threads, l.smem);
-  if (grid < 1 || (g_q4_wg == 1 && tiles < grid)) return false;
+  if (grid < 1 || (g_q4_wg != 2 && tiles < grid)) return false;
   launch_pdl(l.kernel, dim3(std::min(tiles, grid)), dim3(l.threads), l.smem, s, x, q, bias, bias_kind, y,
              y_f32, m, n, k);
   return true;
@@ -326,8 +332,9 @@ int q4_wg_config() {
 }
 
 void set_q4_wg(int mode) {
-  TF_CHECK(mode >= 0 && mode <= 2,
-           "set_q4_wg: 0 (off), 1 (9-16 rows where the tiles fill the grid), 2 (1-16 rows)");
+  TF_CHECK(
+      mode >= 0 && mode <= 3,
+      "set_q4_wg: 0 (off), 1 (9-16 rows where the tiles fill the grid), 2 (1-16 rows), 3 (1, the lm_head)");
   g_q4_wg = mode;
 }
 

@@ -195,11 +195,11 @@ struct Result {
   bool full;  // the whole decode forward (else the linears alone)
 };
 
-// MLX 4-bit at 9-16 rows: each kind of linear (36 calls, lm_head one) and the whole step with q4_pair_kernel
-// off, where its tiles fill the grid, and always (set_q4_pair 0 / 1 / 2), in one process.
-void pair_modes(Backend& be, const Weights& w, Buffers& b, int m) {
+// MLX 4-bit at M rows: each kind of linear (36 calls, lm_head one) and the whole step under each of `n`
+// settings (set(0) .. set(n - 1); the caller restores its switches after), in one process.
+void modes_table(Backend& be, const Weights& w, Buffers& b, int m, const char* what, int n,
+                 const std::function<void(int)>& set) {
   cudaStream_t s = cuda::stream_of(be);
-  const int mode0 = cuda::q4_pair_mode();
   auto each = [&](LinearWeight Layer::*lw, const Tensor& x, Tensor& y) {
     return [&, lw] {
       for (const Layer& L : w.layers) be.linear(x, L.*lw, y);
@@ -212,52 +212,36 @@ void pair_modes(Backend& be, const Weights& w, Buffers& b, int m) {
       {"down 4096x12288", each(&Layer::down, b.xi, b.yh)},
       {"lm_head", [&] { be.linear(b.xh, w.lm_head, b.logits); }},
       {"step", [&] { step(be, w, b); }}};
-  std::printf("  M=%d mlx4, q4_pair off / where the tiles fill the grid / always (ms):", m);
+  std::printf("  M=%d mlx4, %s (ms):", m, what);
   for (const auto& [name, fn] : ops) {
     std::printf(" %s", name);
-    for (int mode : {0, 1, 2}) {
-      cuda::set_q4_pair(mode);
+    for (int i = 0; i < n; ++i) {
+      set(i);
       std::printf(" %.4f", time_graph_ms(s, fn));
     }
     std::printf(" |");
   }
-  cuda::set_q4_pair(mode0);
   std::printf("\n");
   std::fflush(stdout);
 }
 
-// MLX 4-bit at 1-16 rows: each kind of linear and the step with q4_wg_kernel off and always in each of its
-// configurations (set_q4_wg 0 / 2, set_q4_wg_config 0-1; quant_wg.cu), in one process.
+// 9-16 rows: q4_pair_kernel off, where its tiles fill the grid, and always (set_q4_pair 0 / 1 / 2).
+void pair_modes(Backend& be, const Weights& w, Buffers& b, int m) {
+  const int mode0 = cuda::q4_pair_mode();
+  modes_table(be, w, b, m, "q4_pair off / where the tiles fill the grid / always", 3, cuda::set_q4_pair);
+  cuda::set_q4_pair(mode0);
+}
+
+// 1-16 rows: q4_wg_kernel off and always in each of its configurations (set_q4_wg 0 / 2, set_q4_wg_config
+// 0-1; quant_wg.cu).
 void wg_modes(Backend& be, const Weights& w, Buffers& b, int m) {
-  cudaStream_t s = cuda::stream_of(be);
-  const int mode0 = cuda::q4_wg_mode();
-  auto each = [&](LinearWeight Layer::*lw, const Tensor& x, Tensor& y) {
-    return [&, lw] {
-      for (const Layer& L : w.layers) be.linear(x, L.*lw, y);
-    };
-  };
-  const std::pair<const char*, std::function<void()>> ops[] = {
-      {"q 4096x4096", each(&Layer::q, b.xh, b.yq)},
-      {"k 1024x4096", each(&Layer::k, b.xh, b.ykv)},
-      {"gate_up 24576x4096", each(&Layer::gate_up, b.xh, b.ygu)},
-      {"down 4096x12288", each(&Layer::down, b.xi, b.yh)},
-      {"lm_head", [&] { be.linear(b.xh, w.lm_head, b.logits); }},
-      {"step", [&] { step(be, w, b); }}};
-  const int cfg0 = cuda::q4_wg_config();
-  std::printf("  M=%d mlx4, q4_wg off / always in configurations 0 1 (ms):", m);
-  for (const auto& [name, fn] : ops) {
-    std::printf(" %s", name);
-    for (int mode : {0, 2, 3}) {
-      cuda::set_q4_wg(mode == 0 ? 0 : 2);
-      if (mode) cuda::set_q4_wg_config(mode - 2);
-      std::printf(" %.4f", time_graph_ms(s, fn));
-    }
-    std::printf(" |");
-  }
+  const int mode0 = cuda::q4_wg_mode(), cfg0 = cuda::q4_wg_config();
+  modes_table(be, w, b, m, "q4_wg off / always in configurations 0 1", 3, [](int i) {
+    cuda::set_q4_wg(i == 0 ? 0 : 2);
+    if (i > 0) cuda::set_q4_wg_config(i - 1);
+  });
   cuda::set_q4_wg(mode0);
   cuda::set_q4_wg_config(cfg0);
-  std::printf("\n");
-  std::fflush(stdout);
 }
 
 // --linears-m M,M,..: only the linears of one decode step (graph) at these M, bf16 and MLX 4-bit/g64 in

@@ -106,6 +106,26 @@ Tensor linear_rows(Backend& gpu, const Tensor& xg, const LinearWeight& w, int64_
   return h;
 }
 
+// An uploaded quantized weight as the bf16 linear on its dequantized weight (same bias).
+LinearWeight dense_of(Backend& gpu, const LinearWeight& wg) {
+  LinearWeight dense;
+  dense.weight = cuda::dequantize_bf16(wg, cuda::stream_of(gpu));
+  dense.bias = wg.bias;
+  dense.in_features = wg.in_features, dense.out_features = wg.out_features;
+  return dense;
+}
+
+// A kernel's rows (`fast`) bit for bit against q4_decode_kernel's (`one`), the bf16 linear on the dequantized
+// weight (`ref`) and the same rows of a 24-row call (`big`), and not all zeros.
+void expect_rows_equal(const Tensor& fast, const Tensor& one, const Tensor& ref, const Tensor& big) {
+  EXPECT_EQ(std::memcmp(fast.raw(), one.raw(), fast.nbytes()), 0) << "differs from q4_decode_kernel";
+  EXPECT_EQ(std::memcmp(fast.raw(), ref.raw(), fast.nbytes()), 0) << "differs from the bf16 linear";
+  EXPECT_EQ(std::memcmp(fast.raw(), big.raw(), fast.nbytes()), 0) << "differs from those rows of 24";
+  double norm = 0;
+  for (int64_t i = 0; i < fast.numel(); ++i) norm += std::fabs(fast.data<float>()[i]);
+  EXPECT_GT(norm, 0.0) << "all zeros";
+}
+
 }  // namespace
 
 namespace {
@@ -343,10 +363,7 @@ TEST_F(Gpu, Quant4BitSixteenRowsTwoGroupsAWarpEqualOneGroup) {
     LinearWeight wg = gpu->upload_linear(w);
     ASSERT_EQ(wg.format, w.format) << "not uploaded packed";
     ASSERT_EQ(wg.subnormal_codes, c.subnormal);
-    LinearWeight dense;
-    dense.weight = cuda::dequantize_bf16(wg, cuda::stream_of(*gpu));
-    dense.bias = wg.bias;
-    dense.in_features = c.k, dense.out_features = c.n;
+    const LinearWeight dense = dense_of(*gpu, wg);
     Tensor xg = gpu->upload(random_x(24, c.k, seed).first);
     cuda::set_q4_pair(2);
     const Tensor big = linear_rows(*gpu, xg, wg, 24, c.n);
@@ -356,13 +373,7 @@ TEST_F(Gpu, Quant4BitSixteenRowsTwoGroupsAWarpEqualOneGroup) {
       const Tensor pair = linear_rows(*gpu, xg, wg, rows, c.n);
       cuda::set_q4_pair(0);
       const Tensor one = linear_rows(*gpu, xg, wg, rows, c.n);
-      const Tensor ref = linear_rows(*gpu, xg, dense, rows, c.n);
-      EXPECT_EQ(std::memcmp(pair.raw(), one.raw(), pair.nbytes()), 0) << "differs from q4_decode_kernel";
-      EXPECT_EQ(std::memcmp(pair.raw(), ref.raw(), pair.nbytes()), 0) << "differs from the bf16 linear";
-      EXPECT_EQ(std::memcmp(pair.raw(), big.raw(), pair.nbytes()), 0) << "differs from those rows of 24";
-      double norm = 0;
-      for (int64_t i = 0; i < rows * c.n; ++i) norm += std::fabs(pair.data<float>()[i]);
-      EXPECT_GT(norm, 0.0) << "all zeros";
+      expect_rows_equal(pair, one, linear_rows(*gpu, xg, dense, rows, c.n), big);
     }
   }
   cuda::set_q4_pair(mode0);
@@ -411,10 +422,7 @@ TEST_F(Gpu, Quant4BitWarpgroupKernelEqualsDecodeKernel) {
     }
     LinearWeight wg = gpu->upload_linear(w);
     ASSERT_EQ(wg.format, w.format) << "not uploaded packed";
-    LinearWeight dense;
-    dense.weight = cuda::dequantize_bf16(wg, cuda::stream_of(*gpu));
-    dense.bias = wg.bias;
-    dense.in_features = c.k, dense.out_features = c.n;
+    const LinearWeight dense = dense_of(*gpu, wg);
     Tensor xh = random_x(24, c.k, seed).first;
     for (int64_t i = 0; i < c.k; ++i) xh.data<uint16_t>()[5 * c.k + i] = 0;  // row 5: zeros
     Tensor xg = gpu->upload(xh);
@@ -436,15 +444,9 @@ TEST_F(Gpu, Quant4BitWarpgroupKernelEqualsDecodeKernel) {
       gpu->linear(xg.slice_rows(0, rows), wg, yb);
       gpu->to_host(yb, one16);
       cuda::set_q4_pair(pair0);
-      const Tensor ref = linear_rows(*gpu, xg, dense, rows, c.n);
-      EXPECT_EQ(std::memcmp(fast.raw(), one.raw(), fast.nbytes()), 0) << "differs from q4_decode_kernel";
+      expect_rows_equal(fast, one, linear_rows(*gpu, xg, dense, rows, c.n), big);
       EXPECT_EQ(std::memcmp(fast16.raw(), one16.raw(), fast16.nbytes()), 0)
           << "bf16 differs from q4_decode_kernel";
-      EXPECT_EQ(std::memcmp(fast.raw(), ref.raw(), fast.nbytes()), 0) << "differs from the bf16 linear";
-      EXPECT_EQ(std::memcmp(fast.raw(), big.raw(), fast.nbytes()), 0) << "differs from those rows of 24";
-      double norm = 0;
-      for (int64_t i = 0; i < rows * c.n; ++i) norm += std::fabs(fast.data<float>()[i]);
-      EXPECT_GT(norm, 0.0) << "all zeros";
     }
   }
   cuda::set_q4_wg(wg0);

@@ -106,6 +106,12 @@ Tensor linear_rows(Backend& gpu, const Tensor& xg, const LinearWeight& w, int64_
   return h;
 }
 
+// A 4-bit case's name for SCOPED_TRACE.
+std::string case_name(int64_t n, int64_t k, int group, bool subnormal, bool bias) {
+  return "N " + std::to_string(n) + ", K " + std::to_string(k) + ", group " + std::to_string(group) +
+         (subnormal ? ", subnormal codes" : ", plain codes") + (bias ? ", bias" : "");
+}
+
 // An uploaded quantized weight as the bf16 linear on its dequantized weight (same bias).
 LinearWeight dense_of(Backend& gpu, const LinearWeight& wg) {
   LinearWeight dense;
@@ -350,9 +356,7 @@ TEST_F(Gpu, Quant4BitSixteenRowsTwoGroupsAWarpEqualOneGroup) {
   const int mode0 = cuda::q4_pair_mode();
   uint32_t seed = 500;
   for (const Case& c : cases) {
-    SCOPED_TRACE("N " + std::to_string(c.n) + ", K " + std::to_string(c.k) + ", group " +
-                 std::to_string(c.group) + (c.subnormal ? ", subnormal codes" : ", plain codes") +
-                 (c.bias ? ", bias" : ""));
+    SCOPED_TRACE(case_name(c.n, c.k, c.group, c.subnormal, c.bias));
     cuda::set_mlx_subnormal_codes(c.subnormal);
     LinearWeight w = random_mlx(c.n, c.k, 4, c.group, DType::BF16, ++seed);
     if (c.bias) {
@@ -380,9 +384,9 @@ TEST_F(Gpu, Quant4BitSixteenRowsTwoGroupsAWarpEqualOneGroup) {
   cuda::set_mlx_subnormal_codes(true);
 }
 
-// q4_wg_kernel (quant_wg.cu: warpgroup MMAs, x in shared memory, two warpgroups over the K slices of a
+// q4_wg_kernel (quant_wg.cu: warpgroup MMAs, x in shared memory, warpgroups over the K slices of a
 // 64-feature tile) gives the bits of q4_decode_kernel (q4_wg and q4_pair off), of the bf16 linear on the
-// dequantized weight and of the same rows of a 24-row call, at 1-16 rows, K = 2048 and 4096, groups of 64 and
+// dequantized weight and of the same rows of a 24-row call, at 1-16 rows, K = 1024-4096, groups of 64 and
 // 128, both scale codes, widths that are not whole tiles and that leave CTAs several tiles, f32 and bf16
 // outputs, with and without a bias. A zero x row against 16 all-negative weight rows (every product of
 // their chains -0) checks the chains' signed zeros. Runs where wgmma exists (sm_90a), else skips.
@@ -397,17 +401,14 @@ TEST_F(Gpu, Quant4BitWarpgroupKernelEqualsDecodeKernel) {
     bool subnormal, bias;
   };
   const int64_t wide = 64 * int64_t(2 * sms) + 40;  // two tiles a CTA and a partial third
-  const Case cases[] = {{wide, 4096, 64, true, false},
-                        {4104, 4096, 128, true, true},
-                        {200, 2048, 64, false, true},
-                        {wide, 2048, 128, true, true},
-                        {24, 4096, 64, false, false}};
+  const Case cases[] = {{wide, 4096, 64, true, false}, {4104, 4096, 128, true, true},
+                        {200, 2048, 64, false, true},  {wide, 2048, 128, true, true},
+                        {24, 4096, 64, false, false},  {136, 1024, 64, true, false},
+                        {wide, 3072, 64, false, true}};
   const int wg0 = cuda::q4_wg_mode(), cfg0 = cuda::q4_wg_config(), pair0 = cuda::q4_pair_mode();
   uint32_t seed = 900;
   for (const Case& c : cases) {
-    SCOPED_TRACE("N " + std::to_string(c.n) + ", K " + std::to_string(c.k) + ", group " +
-                 std::to_string(c.group) + (c.subnormal ? ", subnormal codes" : ", plain codes") +
-                 (c.bias ? ", bias" : ""));
+    SCOPED_TRACE(case_name(c.n, c.k, c.group, c.subnormal, c.bias));
     cuda::set_mlx_subnormal_codes(c.subnormal);
     LinearWeight w = random_mlx(c.n, c.k, 4, c.group, DType::BF16, ++seed);
     // Features 0-15 all negative (scales and biases negated: scale q + bias < 0 for q >= 0), so that the zero

@@ -447,6 +447,11 @@ bool env_switch(const char* name, bool dflt) {
   return dflt;
 }
 
+int env_digit(const char* name, int max, int dflt) {
+  const char* v = std::getenv(name);
+  return v && v[0] >= '0' && v[0] <= char('0' + max) && !v[1] ? v[0] - '0' : dflt;
+}
+
 bool pdl_enabled() {
   static const bool env_on = env_switch("TF_PDL", true);
   return g_pdl && env_on;

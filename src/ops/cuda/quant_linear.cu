@@ -754,7 +754,7 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
       int stamp_slot = -1;           // (benches: set_q4_stamps)
       QArgs qk = q;                  // (benches: the stamps instance's ring slot in qk.biases)
       if constexpr (kQ4 && NT <= 2)  // up to 16 rows: warpgroup MMAs (quant_wg.cu) where the mode takes it
-        if (q4 && stamp_slot < 0 && !g_q4_stamps.get() &&
+        if (q4 && !g_q4_stamps.get() &&
             q4_wg_linear(KIND == kMlxBf16Sub, xp, q, bias, bias_kind, y.raw(), y_f32, m, int(n), int(k), s))
           return;
       if constexpr (kQ4 && NT == 2)  // 9-16 rows: two 16-feature groups a warp (quant_pair.cu)

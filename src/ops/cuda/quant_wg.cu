@@ -78,36 +78,17 @@ struct WgCfg {
 };
 // TF_Q4_WG=0 off, 1 at 9-16 rows where the tiles fill the grid, 2 at 1-16 rows, 3 (the default) as 1 for
 // widths of kLmHeadMinN or more only (the lm_head: the forward's last linear, no linear after it to overlap).
-int g_q4_wg = [] {
-  const char* v = std::getenv("TF_Q4_WG");
-  return v && *v >= '0' && *v <= '3' && !v[1] ? *v - '0' : 3;
-}();
+int g_q4_wg = env_digit("TF_Q4_WG", 3, 3);
 constexpr int kLmHeadMinN = 65536;
-int g_q4_wg_cfg = [] {  // TF_Q4_WG_CFG (measurements): 0 = SL 4 AH 2, 1 = SL 2 AH 2 (default)
-  const char* v = std::getenv("TF_Q4_WG_CFG");
-  return v && *v >= '0' && *v <= '1' && !v[1] ? *v - '0' : 1;
-}();
-
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || !defined(__CUDA_ARCH__)
-// D[64 x 16] += A[64 x 16] (registers: per warp the mma.sync m16n8k16 A fragment) * B[16 x 16] (shared
-// memory, K-major); D as in linear_wgmma.h's wgmma_m64n8, two 8-token halves.
-__device__ __forceinline__ void wgmma_rs_m64n16(float* d, const uint32_t (&a)[4], uint64_t desc_b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
-      : TF_WGMMA_D8(d, 0)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1)
-      : "memory");
-}
-#endif
+// TF_Q4_WG_CFG (measurements): 0 = SL 4 AH 2, 1 = SL 2 AH 2 (default)
+int g_q4_wg_cfg = env_digit("TF_Q4_WG_CFG", 1, 1);
 
 // Persistent over 64-feature tiles (blockIdx.x, + gridDim.x, ...); a warp walks the sequence of (tile, quad)
 // of its slices, the load head AH quads ahead of the quad computed (into the next tile's quads at a tile's
 // end), ring slot = sequence position % (AH + 1): the body is unrolled over the slots so that they stay in
 // registers.
-// kAblate (timing only, wrong outputs; TF_Q4_WG_ABLATE): 1 no x staging, 2 no dequantisation, 3 no MMAs,
-// 4 no weight loads after the first AH quads.
+// kAblate (timing only, wrong outputs; TF_Q4_WG_ABLATE): 1 no x staging, 2 no dequantisation (the raw words
+// as fragments), 3 no MMAs.
 template <int KIND, int SL, int AH, int kAblate = 0>
 __global__ void __launch_bounds__(WgCfg<SL, AH>::kThreads, 1)
     q4_wg_kernel(const __nv_bfloat16* x, QArgs q, const void* __restrict__ bias, int bias_kind,
@@ -189,10 +170,10 @@ __global__ void __launch_bounds__(WgCfg<SL, AH>::kThreads, 1)
         uint32_t a[SL][2][4];  // slice j, step h: mma_chunk's fragments
 #pragma unroll
         for (int j = 0; j < SL; ++j) {
-          if (kAblate == 2) {  // (timing: no dequantisation)
-            const uint4 ua = Raw{quad_word(wa[slot][j], e), 0, 0, 0}.v0 ? wa[slot][j] : wb[slot][j];
-            a[j][0][0] = ua.x, a[j][0][1] = ua.y, a[j][0][2] = ua.z, a[j][0][3] = ua.w;
-            a[j][1][0] = ua.y, a[j][1][1] = ua.x, a[j][1][2] = ua.w, a[j][1][3] = ua.z;
+          if (kAblate == 2) {  // (timing: no dequantisation; the raw words as fragments)
+            const uint4 ua = wa[slot][j], ub = wb[slot][j];
+            a[j][0][0] = ua.x, a[j][0][1] = ub.x, a[j][0][2] = ua.y, a[j][0][3] = ub.y;
+            a[j][1][0] = ua.z, a[j][1][1] = ub.z, a[j][1][2] = ua.w, a[j][1][3] = ub.w;
             continue;
           }
           const uint4 da = dequant<KIND, 4>(Raw{quad_word(wa[slot][j], e), 0, sa[slot][j][e >> 1], 0});
@@ -219,7 +200,7 @@ __global__ void __launch_bounds__(WgCfg<SL, AH>::kThreads, 1)
         }
         // The next quad's loads after the first use of this slot's words (a use waits on a scoreboard the
         // newest loads may share): into the slot the previous quad left, whose wgmmas are done.
-        if (e == 0 && kAblate != 4) load_next((slot + AH) % R);
+        if (e == 0) load_next((slot + AH) % R);
         if (kAblate != 3) {
           wgmma_fence_operands<SL * 8>(acc);
           wgmma_wait<0>();
@@ -269,10 +250,7 @@ struct WgLaunch {
   int threads;
   size_t smem;
 };
-const int g_q4_wg_ablate = [] {
-  const char* v = std::getenv("TF_Q4_WG_ABLATE");
-  return v && *v >= '0' && *v <= '4' && !v[1] ? *v - '0' : 0;
-}();
+const int g_q4_wg_ablate = env_digit("TF_Q4_WG_ABLATE", 3, 0);
 template <int SL, int AH, int A = 0>
 WgLaunch wg_launch_of(bool subnormal, int k) {
   using C = WgCfg<SL, AH>;
@@ -288,8 +266,6 @@ WgLaunch wg_launch(bool subnormal, int k, int cfg) {
       return wg_launch_of<2, 2, 2>(subnormal, k);
     case 3:
       return wg_launch_of<2, 2, 3>(subnormal, k);
-    case 4:
-      return wg_launch_of<2, 2, 4>(subnormal, k);
     default:
       return wg_launch_of<2, 2>(subnormal, k);
   }
@@ -305,7 +281,9 @@ bool q4_wg_linear(bool subnormal, const __nv_bfloat16* x, const QArgs& q, const 
     return false;
   const WgLaunch l = wg_launch(subnormal, k, g_q4_wg_cfg);
   const int tiles = (n + kTile - 1) / kTile;
-  const int grid = resident_blocks(reinterpret_cast<const void*>(l.kernel), l.threads, l.smem);
+  // (resident_blocks caches a kernel's first answer and opts in its shared memory then: always the largest)
+  const int grid = resident_blocks(reinterpret_cast<const void*>(l.kernel), l.threads,
+                                   wg_launch(subnormal, kMaxK, g_q4_wg_cfg).smem);
   if (grid < 1 || (g_q4_wg != 2 && tiles < grid)) return false;
   launch_pdl(l.kernel, dim3(std::min(tiles, grid)), dim3(l.threads), l.smem, s, x, q, bias, bias_kind, y,
              y_f32, m, n, k);

@@ -244,6 +244,18 @@ void wg_modes(Backend& be, const Weights& w, Buffers& b, int m) {
   cuda::set_q4_wg_config(cfg0);
 }
 
+// 1-16 rows: q4_ks_kernel off and always in each of its configurations (set_q4_ks 0 / 2, set_q4_ks_config
+// 0-3; quant_ks.cu).
+void ks_modes(Backend& be, const Weights& w, Buffers& b, int m) {
+  const int mode0 = cuda::q4_ks_mode(), cfg0 = cuda::q4_ks_config();
+  modes_table(be, w, b, m, "q4_ks off / always in configurations 0 1 2 3", 5, [](int i) {
+    cuda::set_q4_ks(i == 0 ? 0 : 2);
+    if (i > 0) cuda::set_q4_ks_config(i - 1);
+  });
+  cuda::set_q4_ks(mode0);
+  cuda::set_q4_ks_config(cfg0);
+}
+
 // --linears-m M,M,..: only the linears of one decode step (graph) at these M, bf16 and MLX 4-bit/g64 in
 // the same run (the quantized kernels' mid-M rows: mixed decode + prompt rounds).
 int run_linears_m(Backend& be, const std::vector<int>& ms) {
@@ -258,6 +270,7 @@ int run_linears_m(Backend& be, const std::vector<int>& ms) {
                 double(w4.bytes) / (t4 * 1e-3) / 1e9);
     if (m >= 9 && m <= 16) pair_modes(be, w4, b, m);
     if (m <= 16) wg_modes(be, w4, b, m);
+    if (m <= 16) ks_modes(be, w4, b, m);
   }
   return 0;
 }

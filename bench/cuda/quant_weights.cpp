@@ -34,6 +34,7 @@ LinearWeight rand_linear_weight(Backend& be, WeightFormat f, int64_t n, int64_t 
     w.scales = be.alloc({n, k / 64}, DType::U32);
     cuda::fill_random_bytes(w.scales.raw(), w.scales.nbytes(), seed + 1, 0x3B, s);
     if (bits == 4) cuda::prescale_mlx4(w, s);
+    if (bits == 4) cuda::reserve_q4_ks_workspace(be);  // (upload_linear would make it)
   }
   return w;
 }

@@ -456,6 +456,78 @@ TEST_F(Gpu, Quant4BitWarpgroupKernelEqualsDecodeKernel) {
   cuda::set_mlx_subnormal_codes(true);
 }
 
+// q4_ks_kernel (K slices split across CTAs, each CTA holding its slice of x, the slice partials added in
+// slice order by a tile's last warpgroup) gives the bits of q4_decode_kernel (q4_ks, q4_wg and q4_pair off),
+// of the bf16 linear on the dequantized weight and of the same rows of a 24-row call, at 1-16 rows, K =
+// 1024-12288, groups of 64 and 128, both scale codes, widths that are not whole tiles and that leave
+// warpgroups several tiles, every configuration, f32 and bf16 outputs, with and without a bias; each call's
+// tickets left at zero for the next (every case runs many calls in a row). Counts its launches, so a fallback
+// cannot pass silently. A zero x row against 16 all-negative weight rows checks the signed zeros. Needs wgmma
+// (sm_90a).
+TEST_F(Gpu, Quant4BitKSliceKernelEqualsDecodeKernel) {
+  if (!cuda::linear_wgmma_supported()) GTEST_SKIP() << "no wgmma on this device";
+  struct Case {
+    int64_t n, k;
+    int group;
+    bool subnormal, bias;
+  };
+  const Case cases[] = {{4096, 12288, 64, true, false}, {200, 4096, 128, true, true},
+                        {10280, 2048, 64, false, true}, {24, 1024, 64, false, false},
+                        {4104, 3072, 64, true, true},   {16384, 1024, 128, true, false}};
+  const int ks0 = cuda::q4_ks_mode(), cfg0 = cuda::q4_ks_config(), wg0 = cuda::q4_wg_mode(),
+            pair0 = cuda::q4_pair_mode();
+  uint32_t seed = 1900;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(case_name(c.n, c.k, c.group, c.subnormal, c.bias));
+    cuda::set_mlx_subnormal_codes(c.subnormal);
+    LinearWeight w = random_mlx(c.n, c.k, 4, c.group, DType::BF16, ++seed);
+    for (int64_t i = 0; i < 16 * (c.k / c.group); ++i) {  // features 0-15 all negative (see above)
+      w.scales.data<uint16_t>()[i] |= 0x8000u;
+      w.biases.data<uint16_t>()[i] |= 0x8000u;
+    }
+    if (c.bias) {
+      w.bias = Tensor::empty({c.n}, DType::F32);
+      for (int64_t i = 0; i < c.n; ++i) w.bias.data<float>()[i] = 0.03f * float(i % 7) - 0.09f;
+    }
+    LinearWeight wg = gpu->upload_linear(w);
+    ASSERT_EQ(wg.format, w.format) << "not uploaded packed";
+    ASSERT_TRUE(cuda::q4_ks_takes(wg));
+    const LinearWeight dense = dense_of(*gpu, wg);
+    Tensor xh = random_x(24, c.k, seed).first;
+    for (int64_t i = 0; i < c.k; ++i) xh.data<uint16_t>()[5 * c.k + i] = 0;  // row 5: zeros
+    Tensor xg = gpu->upload(xh);
+    cuda::set_q4_ks(0);
+    const Tensor big = linear_rows(*gpu, xg, wg, 24, c.n);
+    for (int64_t rows : {1, 2, 5, 8, 9, 13, 16}) {
+      SCOPED_TRACE(std::to_string(rows) + " rows");
+      cuda::set_q4_ks(2);
+      cuda::set_q4_ks_config(int(rows % 4));  // each configuration at some row counts
+      const long launched = cuda::q4_ks_launches();
+      const Tensor fast = linear_rows(*gpu, xg, wg, rows, c.n);
+      Tensor yb = gpu->alloc({rows, c.n}, DType::BF16), fast16 = Tensor::empty({rows, c.n}, DType::BF16);
+      cuda::set_q4_ks_config(int((rows + 1) % 4));
+      gpu->linear(xg.slice_rows(0, rows), wg, yb);
+      gpu->to_host(yb, fast16);
+      EXPECT_EQ(cuda::q4_ks_launches(), launched + 2) << "q4_ks_kernel did not take the calls";
+      cuda::set_q4_ks(0);
+      cuda::set_q4_wg(0);
+      cuda::set_q4_pair(0);
+      const Tensor one = linear_rows(*gpu, xg, wg, rows, c.n);
+      Tensor one16 = Tensor::empty({rows, c.n}, DType::BF16);
+      gpu->linear(xg.slice_rows(0, rows), wg, yb);
+      gpu->to_host(yb, one16);
+      cuda::set_q4_wg(wg0);
+      cuda::set_q4_pair(pair0);
+      expect_rows_equal(fast, one, linear_rows(*gpu, xg, dense, rows, c.n), big);
+      EXPECT_EQ(std::memcmp(fast16.raw(), one16.raw(), fast16.nbytes()), 0)
+          << "bf16 differs from q4_decode_kernel";
+    }
+  }
+  cuda::set_q4_ks(ks0);
+  cuda::set_q4_ks_config(cfg0);
+  cuda::set_mlx_subnormal_codes(true);
+}
+
 // MLX 4-bit scales stored times 2^133 (prescale_mlx4, what upload_linear does where every scale allows it)
 // give the same dequantized bf16 weight and the same linear bits at every M as the plain scales, for groups
 // of 32 (qlinear_kernel), 64 and 128 (q4_decode_kernel) and K with a partial quad; with scales at the edges

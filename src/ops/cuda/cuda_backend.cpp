@@ -283,6 +283,7 @@ class CudaBackend final : public Backend {
     cudaStreamSynchronize(stream_);
     if (tickets_) cudaFree(tickets_);
     if (sample_tickets_) cudaFree(sample_tickets_);
+    cuda::free_q4_ks_workspace(ks_ws_);
     graphs_.clear();
     cudaStreamDestroy(stream_);
   }
@@ -314,7 +315,9 @@ class CudaBackend final : public Backend {
   LinearWeight upload_linear(const LinearWeight& host) override {
     LinearWeight w = host;
     if (host.format != LinearWeight::Format::Dense && upload_quantized_linear(host, w, stream_)) {
-      // MLX affine and FP8: packed as shipped, dequantized in registers (quant_linear.h)
+      // MLX affine and FP8: packed as shipped, dequantized in registers (quant_linear.h); the K-slice
+      // kernel's workspace with the first weight it can take (uploads come outside graph captures)
+      if (!ks_ws_.part && cuda::q4_ks_takes(w)) ks_ws_ = cuda::make_q4_ks_workspace();
     } else if (host.format != LinearWeight::Format::Dense) {
       // Shapes without a kernel (see quant_linear.h): the CPU twin's weights, rounded to bf16.
       w.format = LinearWeight::Format::Dense;
@@ -399,7 +402,7 @@ class CudaBackend final : public Backend {
     TF_CHECK(y.device() == Device::CUDA && y.is_contiguous() &&
                  (y.dtype() == DType::BF16 || y.dtype() == DType::F32),
              "linear: y must be a contiguous bf16 or f32 GPU tensor, got " + y.describe());
-    if (w.format != LinearWeight::Format::Dense) return linear_quantized(x, w, y, stream_);
+    if (w.format != LinearWeight::Format::Dense) return linear_quantized(x, w, y, stream_, &ks_ws_);
     expect(w.weight, DType::BF16, "linear", "weight (use upload_linear)");
     const int64_t n = w.weight.dim(0), k = w.weight.dim(1);
     TF_CHECK(x.dim(-1) == k, "linear: x " + x.describe() + " does not match weight " + w.weight.describe());
@@ -832,6 +835,10 @@ class CudaBackend final : public Backend {
     no_capture("set_graph_capacity");
     graphs_ = LruMap<GraphEntry>(n);
   }
+  void reserve_q4_ks_workspace() {
+    no_capture("reserve_q4_ks_workspace");
+    if (!ks_ws_.part) ks_ws_ = cuda::make_q4_ks_workspace();
+  }
   void set_graph_capture_after(int uses) {
     no_capture("set_graph_capture_after");
     graph_uses_ = GraphUseCounter(uses);
@@ -842,6 +849,7 @@ class CudaBackend final : public Backend {
     read_back_.discard();
     if (sample_tickets_)  // a sampling launch that failed half-way may have left tickets taken
       cudaMemsetAsync(sample_tickets_, 0, size_t(sample_tickets_cap_) * sizeof(int), stream_);
+    cuda::reset_q4_ks_workspace(ks_ws_, stream_);  // (the same for the K-slice linear's)
   }
   // The split schedule's partials at positions below `context`, grown by a quarter as attn_ws_ grows.
   size_t attention_workspace_bytes(int64_t rows, int heads, int head_dim, int context) const override {
@@ -953,6 +961,7 @@ class CudaBackend final : public Backend {
   static constexpr size_t kFusedCombineMax = 64;     // (split tile, KV head) pairs of one attention call
   static constexpr int kFusedCombineMaxChunks = 16;  // the longest row's chunks (2,048 positions)
   int* tickets_ = nullptr;                           // attention_tickets
+  cuda::Q4KsWorkspace ks_ws_;                        // q4_ks_kernel's (upload_linear)
 
   Staging graph_tile_stage_;      // the attention tiles of graphed forwards (a fixed address while it fits)
   std::vector<int32_t> row_seq_;  // host copy of this forward's rows' sequences (attention tiles)
@@ -1007,6 +1016,9 @@ cudaStream_t stream_of(Backend& b) {
 
 void set_graph_capacity(Backend& b, size_t n) {
   as_cuda(b).set_graph_capacity(n);
+}
+void reserve_q4_ks_workspace(Backend& b) {
+  as_cuda(b).reserve_q4_ks_workspace();
 }
 void set_graph_capture_after(Backend& b, int uses) {
   as_cuda(b).set_graph_capture_after(uses);

@@ -34,6 +34,9 @@ void set_graph_capture_after(Backend& b, int uses);
 // Sizes every attention launch for at least `n` chunks of kAttnChunk positions (0 = the call's own count):
 // the same bits, as a captured launch sized for a chunk bucket gives. For tests.
 void set_attention_min_chunks(int n);
+// Makes the backend's q4_ks_kernel workspace (quant_linear.h) now if it has none: for benches whose MLX 4-bit
+// weights are made on the device rather than by upload_linear (which makes it). Not during a graph capture.
+void reserve_q4_ks_workspace(Backend& b);
 // Fills a CUDA tensor (F32 or BF16) with uniform values in [lo, hi) from a counter-based hash of `seed`.
 void fill_uniform(Backend& b, Tensor& t, uint64_t seed, float lo, float hi);
 

@@ -25,6 +25,7 @@
 #include "ops/cuda/launch.h"
 #include "ops/cuda/mbarrier.cuh"  // gtime (the stamps instance)
 #include "ops/cuda/quant_common.cuh"
+#include "ops/cuda/quant_ks.h"
 #include "ops/cuda/quant_linear.h"
 #include "ops/cuda/quant_pair.h"
 #include "ops/cuda/quant_wg.h"
@@ -522,6 +523,7 @@ void prime_q4_grids() {
   prime(std::integral_constant<int, kMlxBf16Sub>{});
   prime_q4_pair_grids();
   prime_q4_wg_grids();
+  prime_q4_ks_grids();
 }
 
 int kind_of(const LinearWeight& w) {
@@ -714,7 +716,8 @@ Tensor dequantize_bf16(const LinearWeight& w, cudaStream_t s) {
   return out;
 }
 
-void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStream_t s) {
+void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStream_t s,
+                      const Q4KsWorkspace* ks) {
   const int64_t n = w.out_features, k = w.in_features;
   TF_CHECK(x.dim(-1) == k && y.numel() == x.numel() / k * n,
            "linear: x " + x.describe() + " / y " + y.describe() + " do not match the quantized weight [" +
@@ -753,6 +756,11 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
       size_t smem = 0;               // dynamic shared memory: q4_decode_kernel's x (XS)
       int stamp_slot = -1;           // (benches: set_q4_stamps)
       QArgs qk = q;                  // (benches: the stamps instance's ring slot in qk.biases)
+      if constexpr (kQ4 && NT <= 2)  // up to 16 rows: split by K slice (quant_ks.cu) where the mode takes it
+        if (q4 && !g_q4_stamps.get() &&
+            q4_ks_linear(KIND == kMlxBf16Sub, xp, q, bias, bias_kind, y.raw(), y_f32, m, int(n), int(k), ks,
+                         s))
+          return;
       if constexpr (kQ4 && NT <= 2)  // up to 16 rows: warpgroup MMAs (quant_wg.cu) where the mode takes it
         if (q4 && !g_q4_stamps.get() &&
             q4_wg_linear(KIND == kMlxBf16Sub, xp, q, bias, bias_kind, y.raw(), y_f32, m, int(n), int(k), s))

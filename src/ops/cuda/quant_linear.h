@@ -41,8 +41,24 @@ void set_mlx_subnormal_codes(bool on);
 // log2(group / 32) of an MLX weight's groups (a 32-value chunk's group is its index >> this); 30 when there
 // is one group per row (any group size); -1 when no kernel takes the group size.
 int chunk_shift(const LinearWeight& w);
-// y[M,N] (bf16 or f32) = x[M,K] (bf16) · Wᵀ + bias for a weight from upload_quantized_linear.
-void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStream_t s);
+// The slice partials and the per-tile tickets of q4_ks_kernel (quant_ks.cu): one per stream (the backend
+// owns it), made outside graph captures; the tickets are zero between calls (each call's last warpgroup of a
+// tile resets its ticket).
+struct Q4KsWorkspace {
+  float* part = nullptr;   // [max_tiles][8 slices][1024] f32
+  int* tickets = nullptr;  // [max_tiles]
+  int max_tiles = 0;
+};
+// Whether q4_ks_kernel can take calls on this uploaded weight (MLX 4-bit with bf16 scales, groups >= 64, K a
+// multiple of 1024 up to 12288, wgmma on the device): the backend then makes its workspace.
+bool q4_ks_takes(const LinearWeight& w);
+Q4KsWorkspace make_q4_ks_workspace();  // 8 MB, tickets zeroed (empty without wgmma); synchronous
+void free_q4_ks_workspace(Q4KsWorkspace& ws);
+void reset_q4_ks_workspace(const Q4KsWorkspace& ws, cudaStream_t s);  // tickets to zero (after a failure)
+// y[M,N] (bf16 or f32) = x[M,K] (bf16) · Wᵀ + bias for a weight from upload_quantized_linear. `ks`: the
+// stream's workspace for q4_ks_kernel (null: that kernel is not used).
+void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStream_t s,
+                      const Q4KsWorkspace* ks = nullptr);
 // The bf16 weight [N, K] the kernels multiply by (for tests and for the large-M path).
 Tensor dequantize_bf16(const LinearWeight& w, cudaStream_t s);
 // K chunks (32 values) whose packed bytes a warp loads ahead per step for M <= 16: 4, 8 or 16, or 0 (the
@@ -70,6 +86,17 @@ int q4_pair_mode();
 // no linear follows (see quant_wg.cu). TF_Q4_WG=0/1/2/3.
 void set_q4_wg(int mode);
 int q4_wg_mode();
+// Speed only (same bits, tested): MLX 4-bit calls (groups >= 64, K a multiple of 1024 up to 12288, widths up
+// to 16384) of 9-16 rows split by K slice across CTAs, each CTA holding one slice of x (q4_ks_kernel,
+// quant_ks.cu; sm_90a), before q4_wg_kernel; needs the backend's workspace. Mode 0 off (the default: not yet
+// measured), 1 at 9-16 rows, 2 at 1-16 rows. TF_Q4_KS=0/1/2. Configurations (TF_Q4_KS_CFG, set_q4_ks_config):
+// 0 one warpgroup a CTA, 1 two, 2 / 3 the same with the fragments by chunk parity. q4_ks_launches() counts
+// its launches (tests).
+void set_q4_ks(int mode);
+int q4_ks_mode();
+void set_q4_ks_config(int cfg);
+int q4_ks_config();
+long q4_ks_launches();
 // Its configuration (measurements; same bits): 0 = 4 K slices a warpgroup (two warpgroups), 1 = 2 slices
 // (four warpgroups; the default), each with two quads of weights in flight ahead. TF_Q4_WG_CFG=0/1.
 void set_q4_wg_config(int cfg);

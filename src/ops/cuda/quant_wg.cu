@@ -59,6 +59,7 @@
 #include "ops/cuda/linear_wgmma.h"  // wgmma helpers, linear_wgmma_supported
 #include "ops/cuda/quant_common.cuh"
 #include "ops/cuda/quant_linear.h"
+#include "ops/cuda/quant_wg.cuh"  // stage_x_perm, wg_fragments
 #include "ops/cuda/quant_wg.h"
 
 namespace tf::cuda {
@@ -124,35 +125,8 @@ __global__ void __launch_bounds__(WgCfg<SL, AH>::kThreads, 1)
 #pragma unroll
   for (int a = 0; a < AH; ++a) load_next(a);  // weights are constant
   pdl_wait();                                 // x is not
-  if (kAblate != 1) {
-    // x into the permuted layout: unit (c, ng) is chunk c of token rows 8 ng .. 8 ng + 7; lane (r, u) loads
-    // row 8 ng + r's values 32c + 8u .. + 7 (16 bytes: a warp's load is 8 rows' 64 contiguous bytes) and
-    // stores them as four 4-byte pieces (pair p = 2h + kh: step 2c + h, half kh) to byte (2c + h) 512 +
-    // 256 ng + 128 kh + 16 r + 4u: a warp's 32 stores of a piece hit 32 banks. A warp's units kXBatch at a
-    // time, their loads in flight together. (Four 4-byte cp.async a unit, each fetching the unit's sectors
-    // again, cost ~5 us a call at K = 4096: run 448.)
-    constexpr int kXBatch = 8, kWarps = C::kThreads / 32;
-    const int r = lane / 4, u = lane % 4, per_warp = 2 * (k / 32) / kWarps;  // (k % 1024 == 0)
-    const int wid = tid / 32;
-    for (int b0 = 0; b0 < per_warp; b0 += kXBatch) {
-      uint4 v[kXBatch];
-#pragma unroll
-      for (int i = 0; i < kXBatch; ++i) {
-        const int unit = wid + (b0 + i) * kWarps, c = unit / 2, row = 8 * (unit % 2) + r;
-        v[i] = b0 + i < per_warp && row < m ? ld_act16(x + int64_t(row) * k + 32 * c + 8 * u)
-                                            : make_uint4(0, 0, 0, 0);
-      }
-#pragma unroll
-      for (int i = 0; i < kXBatch; ++i) {
-        if (b0 + i >= per_warp) break;
-        const int unit = wid + (b0 + i) * kWarps, c = unit / 2, ng = unit % 2;
-        const uint32_t d = xs + 2 * c * 512 + 256 * ng + 16 * r + 4 * u;
-        asm volatile("st.shared.b32 [%0], %1;" ::"r"(d), "r"(v[i].x) : "memory");
-        asm volatile("st.shared.b32 [%0], %1;" ::"r"(d + 128), "r"(v[i].y) : "memory");
-        asm volatile("st.shared.b32 [%0], %1;" ::"r"(d + 512), "r"(v[i].z) : "memory");
-        asm volatile("st.shared.b32 [%0], %1;" ::"r"(d + 640), "r"(v[i].w) : "memory");
-      }
-    }
+  if (kAblate != 1) {                         // x into the permuted layout (stage_x_perm)
+    stage_x_perm<C::kThreads / 32>(xs, x, m, k, 0, k / 32, tid);
     fence_proxy_async();  // the generic proxy's stores -> wgmma's reads (async proxy)
     __syncthreads();
   }
@@ -176,10 +150,7 @@ __global__ void __launch_bounds__(WgCfg<SL, AH>::kThreads, 1)
             a[j][1][0] = ua.z, a[j][1][1] = ub.z, a[j][1][2] = ua.w, a[j][1][3] = ub.w;
             continue;
           }
-          const uint4 da = dequant<KIND, 4>(Raw{quad_word(wa[slot][j], e), 0, sa[slot][j][e >> 1], 0});
-          const uint4 db = dequant<KIND, 4>(Raw{quad_word(wb[slot][j], e), 0, sb[slot][j][e >> 1], 0});
-          a[j][0][0] = da.x, a[j][0][1] = db.x, a[j][0][2] = da.y, a[j][0][3] = db.y;
-          a[j][1][0] = da.z, a[j][1][1] = db.z, a[j][1][2] = da.w, a[j][1][3] = db.w;
+          wg_fragments<KIND>(wa[slot][j], wb[slot][j], sa[slot][j], sb[slot][j], e, a[j]);
         }
         if (kAblate == 3) {  // (timing: no MMAs)
 #pragma unroll

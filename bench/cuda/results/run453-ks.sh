@@ -1,0 +1,27 @@
+# Session 42's prepared first call (written without a device; not yet run): q4_ks_kernel (quant_ks.cu) on the
+# GPU. Build and pack here first:
+#   export PATH=/usr/local/cuda/bin:$PATH; ninja -C build-cuda test_quant_cuda test_cuda_graphs test_cuda_model \
+#     tf_bench_quant tf_bench_cuda tensorfold
+#   BINS="tests/models/test_quant_cuda tests/ops/gpu/test_cuda_graphs tests/ops/gpu/test_cuda_model \
+#     bench/cuda/tf_bench_quant bench/cuda/tf_bench_cuda tensorfold" tools/device_step.sh --pack
+#   run(command="bash bench/cuda/results/run453-ks.sh; cat $OUT/all.txt", carry=[".devpack"])
+# Order: the bits first (stop there on a failure or a hang), then the linears' tables at M = 16 / 9 / 1 (the
+# "q4_ks off / always in configurations 0 1 2 3" lines: per call kind, same call), then the 8B forward at
+# b = 16 with the "q4_ks off / on in configurations 0 1 2 3" same-call line, then the other GPU tests.
+# Predictions (docs/cuda-notes.md "Session 42"): down at M = 16 0.573 -> ~0.40 ms a step, q / o 0.235 ->
+# ~0.20, k 0.177 -> ~0.12; the forward at b=16 3.41 -> ~3.15 ms in the best configuration.
+set -u
+D=$(mktemp -d); xz -dc .devpack/step.tar.xz | tar -xf - -C $D; export LD_LIBRARY_PATH=$D/bin:${LD_LIBRARY_PATH:-}
+date -u > $OUT/all.txt
+timeout 240 $D/bin/test_quant_cuda --gtest_brief=1 --gtest_filter='*KSlice*:*Warpgroup*' > $OUT/ks-test.txt 2>&1
+rc=$?; echo "ks tests rc=$rc" >> $OUT/all.txt; grep -E "PASSED|FAILED|Failure|differs|did not" $OUT/ks-test.txt | head -20 >> $OUT/all.txt
+if [ $rc -ne 0 ]; then rm -rf $D; exit 0; fi
+timeout 200 $D/bin/tf_bench_quant --linears-m 16,9,1 > $OUT/linears.txt 2>&1; echo "linears rc=$?" >> $OUT/all.txt
+grep -E "^\||q4_ks" $OUT/linears.txt | cut -c1-600 >> $OUT/all.txt
+timeout 150 $D/bin/tf_bench_cuda --shape qwen3-8b --format bf16,mlx4 --decode --quick > $OUT/8b.txt 2>&1; echo "8b rc=$?" >> $OUT/all.txt
+grep -E "decode b=16|q4_ks off|q4_wg off" $OUT/8b.txt | cut -c1-400 >> $OUT/all.txt
+for t in test_quant_cuda test_cuda_graphs test_cuda_model; do
+  timeout 200 $D/bin/$t --gtest_brief=1 > $OUT/$t.txt 2>&1; echo "$t rc=$?" >> $OUT/all.txt
+  grep -E "PASSED|FAILED|Failure|differs" $OUT/$t.txt | head -10 >> $OUT/all.txt
+done
+rm -rf $D

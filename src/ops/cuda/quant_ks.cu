@@ -1,0 +1,295 @@
+// MLX 4-bit linears at 9-16 token rows, split by K slice across CTAs (q4_ks_kernel): issue 11's batch-16
+// case.
+//
+// Why (a hypothesis from run 450's numbers, not yet measured). At 16 rows x is 32 bytes a K value, and the
+// kernels that walk a tile's whole K in one block read all of x once a tile: q4_decode_kernel's 16-feature
+// tiles up to 256 times a 4096-wide call (down, K = 12288: up to 256 x 393 KB = 100 MB from L2 for 28 MB of
+// weights, less what L1 keeps between a SM's two blocks; q / o: up to 33 MB for 9.4), q4_pair_kernel's
+// 32-feature tiles up to 768 times at the gate_up (ncu, run 444: 38% L1 hits). x bytes per weight byte for a
+// tile of F features: 57 / F, 3.6 at F = 16. The M = 16 linears of an 8B step stream at 1.7 TB/s where the
+// same weights at M = 1 stream at 2.6 (run 450: down 15.9 against 10.3 us a call, q / o 3.3 against 2.6).
+// q4_wg_kernel (quant_wg.cu) keeps all of x in a CTA's shared memory (once a CTA: K <= 4096, one CTA an SM),
+// which took the gate_up alone 0.961 -> 0.851 ms but blocks its neighbours' residency and cannot hold the
+// down's 384 KB.
+//
+// Layout. The bits fix 8 K slices (a function of K alone) and their sum in slice order; which CTA computes a
+// slice does not matter. So a CTA takes one slice s and holds only that slice of x (K / 8 values of 16 rows:
+// 16 KB at K = 4096, 48 KB at 12288, in stage_x_perm's layout), and its NW warpgroups walk 64-feature tiles
+// of that slice (warpgroup w of CTA b: tiles (b / 8) NW + w, + (gridDim / 8) NW, ...). A warpgroup's tile is
+// q4_wg_kernel's with one slice (SL = 1): warp w features 16w .. 16w + 15, lane (g, t) rows g and g + 8, the
+// slice's quads chunk by chunk as wgmma m64n16k16 steps with the dequantized weights as register operand A,
+// AH quads of weights in flight ahead in registers (the first before griddepcontrol.wait). PIPE 1: the
+// fragments by chunk parity, one chunk's wgmma group in flight while the next chunk is dequantized.
+// The slice's partial (+0: the RZ first step, quant_wg.cu) goes to the workspace, [tile][slice][1024] floats,
+// a thread's 8 as two float4s; then a ticket a tile: the warpgroup that takes the tile's eighth ticket adds
+// the 8 partials in slice order (its own from registers, the others' through L2), adds the bias, rounds and
+// stores, and resets the ticket for the next call. x traffic: 8 slices x (CTAs a slice) x K / 8 x 32 bytes
+// (a 4096-wide down on 256 CTAs: 12 MB, not 100); partials: 32 KB a tile written and read once (L2).
+//
+// Bits: q4_decode_kernel's (each slice the same chain of the same chunks, the slice sums in slice order,
+// then store_biased); tested bit for bit against it (test_quant_cuda).
+//
+// Not yet measured on a GPU (written in session 42, without a device): off by default (TF_Q4_KS=0).
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <atomic>
+
+#include "core/error.h"
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/launch.h"
+#include "ops/cuda/linear_wgmma.h"  // wgmma helpers, linear_wgmma_supported
+#include "ops/cuda/mbarrier.cuh"    // saddr, nbar_sync, fence_proxy_async
+#include "ops/cuda/quant_common.cuh"
+#include "ops/cuda/quant_ks.h"
+#include "ops/cuda/quant_linear.h"
+#include "ops/cuda/quant_wg.cuh"  // stage_x_perm, wg_fragments
+
+namespace tf::cuda {
+namespace {
+
+constexpr int kTile = 64;       // features a tile
+constexpr int kSlices = 8;      // K slices (the bits' own)
+constexpr int kMaxK = 12288;    // a slice of x in shared memory: 4 k bytes (48 KB)
+constexpr int kMaxTiles = 256;  // the workspace: widths up to 16384
+constexpr int kPart = 1024;     // floats of a (tile, slice) partial: 64 features x 16 tokens
+// A configuration: NW warpgroups a CTA (one slice, different tiles), AH quads ahead, PIPE (see above).
+template <int NW, int AH, int PIPE>
+struct KsCfg {
+  static constexpr int kThreads = 128 * NW, kSlots = AH + 1, kMinBlocks = 4 / NW;
+  // x's slice (K / 8 values x 16 rows x 2 bytes), then the warpgroups' ticket flags (no static shared
+  // memory: 48 KB of x at K = 12288 plus any static would need the opt-in that resident_blocks gives only
+  // above 48 KB).
+  static constexpr size_t smem(int k) { return size_t(k) * 4 + 16; }
+};
+// TF_Q4_KS=0 off (the default until measured), 1 at 9-16 rows, 2 at 1-16 rows.
+int g_q4_ks = env_digit("TF_Q4_KS", 2, 0);
+// TF_Q4_KS_CFG: 0 = NW 1, 1 = NW 2, 2 = NW 1 PIPE, 3 = NW 2 PIPE (AH 4 each).
+int g_q4_ks_cfg = env_digit("TF_Q4_KS_CFG", 3, 0);
+std::atomic<long> g_q4_ks_launches{0};
+
+template <int KIND, int NW, int AH, int PIPE>
+__global__ void __launch_bounds__(KsCfg<NW, AH, PIPE>::kThreads, KsCfg<NW, AH, PIPE>::kMinBlocks)
+    q4_ks_kernel(const __nv_bfloat16* x, QArgs q, const void* __restrict__ bias, int bias_kind,
+                 void* __restrict__ y, bool y_f32, int m, int n, int k, float* part, int* tickets) {
+  using C = KsCfg<NW, AH, PIPE>;
+  constexpr int R = C::kSlots;
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(128) uint8_t smem[];
+  const uint32_t xs = saddr(smem);
+  int* const last_of = reinterpret_cast<int*>(smem + size_t(k) * 4);
+  pdl_launch_dependents();
+  const int tid = int(threadIdx.x), wg = tid / 128, wt = tid % 128, warp = wt / 32, lane = tid % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int tiles = (n + kTile - 1) / kTile;
+  const int slice = int(blockIdx.x) % kSlices, step = (int(gridDim.x) / kSlices) * NW;
+  const int first = (int(blockIdx.x) / kSlices) * NW + wg;
+  const int QS = k / 1024;                            // quads a slice
+  const int sh = q.chunk_shift;                       // >= 1
+  const bool spair = sh == 1 && (q.groups & 1) == 0;  // (load_quad)
+  // Ring slot: quad qd of rows g, g + 8 of the slice: quad slice QS + qd of the row.
+  uint4 wa[R], wb[R];
+  uint32_t sa[R][2], sb[R][2];
+  int l_tile = first, l_qd = 0;  // the load head
+  auto load_next = [&](int slot) {
+    if (l_tile < tiles) {
+      const int r0 = l_tile * kTile + 16 * warp + g;  // rows clamped; masked at the store
+      const QuadRows p = quad_rows(q, min(r0, n - 1), min(r0 + 8, n - 1), t);
+      load_quad(q, p, slice * QS + l_qd, sh, spair, wa[slot], wb[slot], sa[slot], sb[slot]);
+    }
+    if (++l_qd == QS) l_qd = 0, l_tile += step;
+  };
+#pragma unroll
+  for (int a = 0; a < AH; ++a) load_next(a);  // weights are constant
+  pdl_wait();                                 // x is not, nor the workspace
+  stage_x_perm<C::kThreads / 32>(xs, x, m, k, slice * 4 * QS, 4 * QS, tid);
+  fence_proxy_async();  // the generic proxy's stores -> wgmma's reads (async proxy)
+  __syncthreads();
+  int tile = first;
+  if (tile >= tiles) return;  // (no block-wide barrier after this point)
+  // Step J's B: 512 bytes from xs + 512 J; core matrices 128 bytes apart along K, 256 along the tokens.
+  const uint64_t desc0 = wgmma_desc(xs, 128, 256);
+  float acc[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) acc[i] = 0.f;
+  uint32_t a[2][2][4];  // [chunk parity (PIPE) or 0][step h]: mma_chunk's fragments
+  int qd = 0;
+  for (;;) {
+#pragma unroll
+    for (int slot = 0; slot < R; ++slot) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int par = PIPE ? e & 1 : 0;  // (R x 4 chunks a pass: even, so the parity is static)
+        wg_fragments<KIND>(wa[slot], wb[slot], sa[slot], sb[slot], e, a[par]);
+        wgmma_fence_operands<8>(acc);
+        wgmma_fence();
+        const int c = 4 * qd + e;  // the chunk of the slice
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          wgmma_rs_m64n16(acc, a[par][h], desc0 + uint64_t((2 * c + h) * (512 >> 4)));
+        wgmma_commit();
+        // The next quad's loads after the first use of this slot's words, into the slot the previous quad
+        // left (its words are dequantized: the wgmmas read the fragments, not the ring).
+        if (e == 0) load_next((slot + AH) % R);
+        wgmma_fence_operands<8>(acc);
+        if (PIPE)
+          wgmma_wait<1>();  // the chunk before: its fragments are rewritten by the next chunk
+        else
+          wgmma_wait<0>();
+        wgmma_fence_operands<8>(acc);
+      }
+      if (++qd < QS) continue;
+      if (PIPE) {
+        wgmma_wait<0>();
+        wgmma_fence_operands<8>(acc);
+      }
+      // The tile's slice is done: +0 for the RZ first step, the partial out, then the ticket.
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[i] += 0.f;
+      float4* const mine = reinterpret_cast<float4*>(part + (size_t(tile) * kSlices + slice) * kPart);
+      mine[wt] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+      mine[128 + wt] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+      __threadfence();  // this thread's partial, before the warpgroup's ticket
+      nbar_sync(1 + wg, 128);
+      if (wt == 0) last_of[wg] = atomicAdd(tickets + tile, 1) == kSlices - 1;
+      nbar_sync(1 + wg, 128);
+      if (last_of[wg]) {
+        __threadfence();  // the other slices' partials, after their tickets
+        if (wt == 0) tickets[tile] = 0;
+          // Element i of a slice: feature 16 warp + g + 8 ((i % 4) / 2), token 8 (i / 4) + 2t + i % 2.
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          float4 v[kSlices];
+#pragma unroll
+          for (int j = 0; j < kSlices; ++j)
+            v[j] = j == slice
+                       ? make_float4(acc[4 * hf], acc[4 * hf + 1], acc[4 * hf + 2], acc[4 * hf + 3])
+                       : __ldcg(reinterpret_cast<const float4*>(part + (size_t(tile) * kSlices + j) * kPart) +
+                                128 * hf + wt);
+          float s[4] = {v[0].x, v[0].y, v[0].z, v[0].w};
+#pragma unroll
+          for (int j = 1; j < kSlices; ++j) s[0] += v[j].x, s[1] += v[j].y, s[2] += v[j].z, s[3] += v[j].w;
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int f = tile * kTile + 16 * warp + g + 8 * (i / 2), tok = 8 * hf + 2 * t + i % 2;
+            if (tok < m && f < n) store_biased(s[i], bias, bias_kind, y, y_f32, tok, f, n);
+          }
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[i] = 0.f;
+      qd = 0, tile += step;
+      if (tile >= tiles) return;
+    }
+  }
+#else
+  __trap();  // built for another architecture: linear_wgmma_supported() keeps callers away
+#endif
+}
+
+using KsKernel = void (*)(const __nv_bfloat16*, QArgs, const void*, int, void*, bool, int, int, int, float*,
+                          int*);
+struct KsLaunch {
+  KsKernel kernel;
+  int threads, nw;
+};
+template <int NW, int AH, int PIPE>
+KsLaunch ks_launch_of(bool subnormal) {
+  return {subnormal ? q4_ks_kernel<kMlxBf16Sub, NW, AH, PIPE> : q4_ks_kernel<kMlxBf16, NW, AH, PIPE>,
+          KsCfg<NW, AH, PIPE>::kThreads, NW};
+}
+KsLaunch ks_launch(bool subnormal, int cfg) {
+  switch (cfg) {
+    case 1:
+      return ks_launch_of<2, 4, 0>(subnormal);
+    case 2:
+      return ks_launch_of<1, 4, 1>(subnormal);
+    case 3:
+      return ks_launch_of<2, 4, 1>(subnormal);
+    default:
+      return ks_launch_of<1, 4, 0>(subnormal);
+  }
+}
+
+}  // namespace
+
+bool q4_ks_takes(const LinearWeight& w) {
+  if (w.format != LinearWeight::Format::MlxAffine || w.bits != 4 || w.group_size < 64) return false;
+  if (w.scales.dtype() != DType::U32) return false;  // bf16 scale and bias words (upload_quantized_linear)
+  const int64_t k = w.in_features;
+  return k % 1024 == 0 && k <= kMaxK && linear_wgmma_supported();
+}
+
+Q4KsWorkspace make_q4_ks_workspace() {
+  Q4KsWorkspace ws;
+  if (!linear_wgmma_supported()) return ws;  // (no kernel to use it)
+  TF_CUDA_CHECK(cudaMalloc(&ws.part, size_t(kMaxTiles) * kSlices * kPart * sizeof(float)));
+  TF_CUDA_CHECK(cudaMalloc(&ws.tickets, size_t(kMaxTiles) * sizeof(int)));
+  TF_CUDA_CHECK(cudaMemset(ws.tickets, 0, size_t(kMaxTiles) * sizeof(int)));
+  ws.max_tiles = kMaxTiles;
+  return ws;
+}
+
+void free_q4_ks_workspace(Q4KsWorkspace& ws) {
+  if (ws.part) cudaFree(ws.part);
+  if (ws.tickets) cudaFree(ws.tickets);
+  ws = Q4KsWorkspace{};
+}
+
+void reset_q4_ks_workspace(const Q4KsWorkspace& ws, cudaStream_t s) {
+  if (ws.tickets) cudaMemsetAsync(ws.tickets, 0, size_t(ws.max_tiles) * sizeof(int), s);
+}
+
+bool q4_ks_linear(bool subnormal, const __nv_bfloat16* x, const QArgs& q, const void* bias, int bias_kind,
+                  void* y, bool y_f32, int m, int n, int k, const Q4KsWorkspace* ws, cudaStream_t s) {
+  if (g_q4_ks == 0 || !ws || !ws->part || m < (g_q4_ks == 2 ? 1 : 9) || m > 16 || n < 1) return false;
+  const int tiles = (n + kTile - 1) / kTile;
+  if (tiles > ws->max_tiles || k % 1024 || k > kMaxK || q.chunk_shift < 1 || q.quad_chunks < k / 32 ||
+      !linear_wgmma_supported())
+    return false;
+  const KsLaunch l = ks_launch(subnormal, g_q4_ks_cfg);
+  // (resident_blocks caches a kernel's first answer and opts in its shared memory then: always the largest)
+  const int resident =
+      resident_blocks(reinterpret_cast<const void*>(l.kernel), l.threads, KsCfg<1, 4, 0>::smem(kMaxK));
+  const int per_slice = std::min((tiles + l.nw - 1) / l.nw, resident / kSlices);
+  if (per_slice < 1) return false;
+  launch_pdl(l.kernel, dim3(per_slice * kSlices), dim3(l.threads), KsCfg<1, 4, 0>::smem(k), s, x, q, bias,
+             bias_kind, y, y_f32, m, n, k, ws->part, ws->tickets);
+  g_q4_ks_launches.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+void prime_q4_ks_grids() {
+  if (!linear_wgmma_supported()) return;
+  for (bool subnormal : {false, true})
+    for (int cfg = 0; cfg < 4; ++cfg) {
+      const KsLaunch l = ks_launch(subnormal, cfg);
+      resident_blocks(reinterpret_cast<const void*>(l.kernel), l.threads, KsCfg<1, 4, 0>::smem(kMaxK));
+    }
+}
+
+void set_q4_ks(int mode) {
+  TF_CHECK(mode >= 0 && mode <= 2, "set_q4_ks: 0 (off), 1 (9-16 rows), 2 (1-16 rows)");
+  g_q4_ks = mode;
+}
+
+int q4_ks_mode() {
+  return g_q4_ks;
+}
+
+void set_q4_ks_config(int cfg) {
+  TF_CHECK(cfg >= 0 && cfg <= 3,
+           "set_q4_ks_config: 0 (one warpgroup a CTA), 1 (two), 2 (one, fragments by "
+           "chunk parity), 3 (two, by parity)");
+  g_q4_ks_cfg = cfg;
+}
+
+int q4_ks_config() {
+  return g_q4_ks_cfg;
+}
+
+long q4_ks_launches() {
+  return g_q4_ks_launches.load(std::memory_order_relaxed);
+}
+
+}  // namespace tf::cuda

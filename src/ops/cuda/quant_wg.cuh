@@ -1,0 +1,62 @@
+#pragma once
+// Device code shared by the warpgroup-MMA 4-bit kernels (q4_wg_kernel in quant_wg.cu, q4_ks_kernel in
+// quant_ks.cu): x's 16 token rows staged into shared memory as wgmma's operand B, and a chunk's weights as
+// operand A's register fragments. Both give q4_decode_kernel's bits (quant_wg.cu says why).
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "ops/cuda/launch.h"  // ld_act16
+#include "ops/cuda/quant_common.cuh"
+
+namespace tf::cuda {
+
+// x's chunks c0 .. c0 + chunks - 1 (32 values of each of the 16 token rows; rows past m zeros) into shared
+// memory at xs in the permuted no-swizzle K-major layout, local chunk c at bytes 1024 c: unit (c, ng) is
+// chunk c of token rows 8 ng .. 8 ng + 7; lane (r, u) loads row 8 ng + r's values 32 (c0 + c) + 8u .. + 7 (16
+// bytes: a warp's load is 8 rows' 64 contiguous bytes) and stores them as four 4-byte pieces (pair p = 2h +
+// kh: step 2c + h, half kh) to byte (2c + h) 512 + 256 ng + 128 kh + 16 r + 4u: a warp's 32 stores of a piece
+// hit 32 banks. Step h of chunk c then holds, at logical k 2t + e and 2t + 8 + e, the values k 32c + 8t + 4h
+// + e and 32c + 8t + 4h + 2 + e: the k the A fragment's lane t holds (mma_chunk's pairing). kWarps warps
+// (thread tid of them) share the 2 chunks units (2 chunks % kWarps == 0), kXBatch at a time a warp, their
+// loads in flight together. (Four 4-byte cp.async a unit, each fetching the unit's sectors again, cost ~5 us
+// a call at K = 4096: run 448.) The caller fences (fence_proxy_async) and synchronises.
+template <int kWarps>
+__device__ __forceinline__ void stage_x_perm(uint32_t xs, const __nv_bfloat16* x, int m, int k, int c0,
+                                             int chunks, int tid) {
+  constexpr int kXBatch = 8;
+  const int lane = tid % 32, r = lane / 4, u = lane % 4, per_warp = 2 * chunks / kWarps;
+  const int wid = tid / 32;
+  for (int b0 = 0; b0 < per_warp; b0 += kXBatch) {
+    uint4 v[kXBatch];
+#pragma unroll
+    for (int i = 0; i < kXBatch; ++i) {
+      const int unit = wid + (b0 + i) * kWarps, c = unit / 2, row = 8 * (unit % 2) + r;
+      v[i] = b0 + i < per_warp && row < m ? ld_act16(x + int64_t(row) * k + 32 * (c0 + c) + 8 * u)
+                                          : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int i = 0; i < kXBatch; ++i) {
+      if (b0 + i >= per_warp) break;
+      const int unit = wid + (b0 + i) * kWarps, c = unit / 2, ng = unit % 2;
+      const uint32_t d = xs + 2 * c * 512 + 256 * ng + 16 * r + 4 * u;
+      asm volatile("st.shared.b32 [%0], %1;" ::"r"(d), "r"(v[i].x) : "memory");
+      asm volatile("st.shared.b32 [%0], %1;" ::"r"(d + 128), "r"(v[i].y) : "memory");
+      asm volatile("st.shared.b32 [%0], %1;" ::"r"(d + 512), "r"(v[i].z) : "memory");
+      asm volatile("st.shared.b32 [%0], %1;" ::"r"(d + 640), "r"(v[i].w) : "memory");
+    }
+  }
+}
+
+// Chunk e of a quad: rows g and g + 8's words (wa, wb: load_quad's) and scale words dequantized into the A
+// fragments of its two k16 steps, a[h] (mma_chunk's).
+template <int KIND>
+__device__ __forceinline__ void wg_fragments(const uint4& wa, const uint4& wb, const uint32_t (&sa)[2],
+                                             const uint32_t (&sb)[2], int e, uint32_t (&a)[2][4]) {
+  const uint4 da = dequant<KIND, 4>(Raw{quad_word(wa, e), 0, sa[e >> 1], 0});
+  const uint4 db = dequant<KIND, 4>(Raw{quad_word(wb, e), 0, sb[e >> 1], 0});
+  a[0][0] = da.x, a[0][1] = db.x, a[0][2] = da.y, a[0][3] = db.y;
+  a[1][0] = da.z, a[1][1] = db.z, a[1][2] = da.w, a[1][3] = db.w;
+}
+
+}  // namespace tf::cuda

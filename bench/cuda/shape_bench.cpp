@@ -874,8 +874,8 @@ void format_rows(Backend& be, const ModelShape& sh, const std::vector<WeightForm
           }
           cuda::set_q4_wg(wg0);
           const int ks0 = cuda::q4_ks_mode(), kc0 = cuda::q4_ks_config();  // q4_ks_kernel (quant_ks.cu)
-          std::printf("  q4_ks off / on in configurations 0 1 2 3:");
-          for (int i = 0; i < 5; ++i) {
+          std::printf("  q4_ks off / on in configurations 0 1 2 3 4:");
+          for (int i = 0; i < 6; ++i) {
             cuda::set_q4_ks(i == 0 ? 0 : 1);
             if (i > 0) cuda::set_q4_ks_config(i - 1);
             std::printf(" %.3f ms", time_graph_ms(

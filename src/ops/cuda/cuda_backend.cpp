@@ -316,8 +316,10 @@ class CudaBackend final : public Backend {
     LinearWeight w = host;
     if (host.format != LinearWeight::Format::Dense && upload_quantized_linear(host, w, stream_)) {
       // MLX affine and FP8: packed as shipped, dequantized in registers (quant_linear.h); the K-slice
-      // kernel's workspace with the first weight it can take (uploads come outside graph captures)
-      if (!ks_ws_.part && cuda::q4_ks_takes(w)) ks_ws_ = cuda::make_q4_ks_workspace();
+      // kernel's workspace, when its mode is on, with the first weight it can take (uploads come outside
+      // graph captures)
+      if (!ks_ws_.part && cuda::q4_ks_mode() != 0 && cuda::q4_ks_takes(w))
+        ks_ws_ = cuda::make_q4_ks_workspace();
     } else if (host.format != LinearWeight::Format::Dense) {
       // Shapes without a kernel (see quant_linear.h): the CPU twin's weights, rounded to bf16.
       w.format = LinearWeight::Format::Dense;

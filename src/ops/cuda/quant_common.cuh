@@ -163,9 +163,12 @@ __device__ __forceinline__ uint4 dequant(const Raw& r) {
     const uint64_t v = uint64_t(r.v0) | (uint64_t(r.v1) << 32);
     constexpr uint32_t mask = (1u << B) - 1u;
     auto val = [&](int i) {  // 2^23 + q, minus 2^23: q as a float without an int conversion
-      const float f =
-          __uint_as_float(0x4B000000u | (uint32_t(v >> (B == 4 ? 4 * nibble_of(i) : i * B)) & mask));
-      return __fmaf_rn(s, __fsub_rn(f, 8388608.f), b);
+      // 8-bit: one PRMT a value puts byte i under the exponent bits (bytes: q, 0x00, 0x00, 0x4B), the same
+      // word as the shift and the two masks (~2 instructions a value fewer, cuobjdump).
+      const uint32_t bits =
+          B == 8 ? __byte_perm(i < 4 ? r.v0 : r.v1, 0x4B000000u, 0x7540u | uint32_t(i % 4))
+                 : 0x4B000000u | (uint32_t(v >> (B == 4 ? 4 * nibble_of(i) : i * B)) & mask);
+      return __fmaf_rn(s, __fsub_rn(__uint_as_float(bits), 8388608.f), b);
     };
 #pragma unroll
     for (int j = 0; j < 4; ++j) o[j] = bits_of(__floats2bfloat162_rn(val(2 * j), val(2 * j + 1)));

@@ -51,7 +51,7 @@ namespace {
 constexpr int kTile = 64;       // features a tile
 constexpr int kSlices = 8;      // K slices (the bits' own)
 constexpr int kMaxK = 12288;    // a slice of x in shared memory: 4 k bytes (48 KB)
-constexpr int kMaxTiles = 256;  // the workspace: widths up to 16384
+constexpr int kMaxTiles = 384;  // the workspace: widths up to 24576 (the 8B gate_up)
 constexpr int kPart = 1024;     // floats of a (tile, slice) partial: 64 features x 16 tokens
 // A configuration: NW warpgroups a CTA (one slice, different tiles), AH quads ahead, PIPE (see above).
 template <int NW, int AH, int PIPE>
@@ -64,8 +64,8 @@ struct KsCfg {
 };
 // TF_Q4_KS=0 off (the default until measured), 1 at 9-16 rows, 2 at 1-16 rows.
 int g_q4_ks = env_digit("TF_Q4_KS", 2, 0);
-// TF_Q4_KS_CFG: 0 = NW 1, 1 = NW 2, 2 = NW 1 PIPE, 3 = NW 2 PIPE (AH 4 each).
-int g_q4_ks_cfg = env_digit("TF_Q4_KS_CFG", 3, 0);
+// TF_Q4_KS_CFG: 0 = NW 1, 1 = NW 2, 2 = NW 1 PIPE, 3 = NW 2 PIPE, 4 = NW 4 (one CTA an SM; AH 4 each).
+int g_q4_ks_cfg = env_digit("TF_Q4_KS_CFG", 4, 0);
 std::atomic<long> g_q4_ks_launches{0};
 
 template <int KIND, int NW, int AH, int PIPE>
@@ -206,6 +206,8 @@ KsLaunch ks_launch(bool subnormal, int cfg) {
       return ks_launch_of<1, 4, 1>(subnormal);
     case 3:
       return ks_launch_of<2, 4, 1>(subnormal);
+    case 4:
+      return ks_launch_of<4, 4, 0>(subnormal);
     default:
       return ks_launch_of<1, 4, 0>(subnormal);
   }
@@ -262,7 +264,7 @@ bool q4_ks_linear(bool subnormal, const __nv_bfloat16* x, const QArgs& q, const 
 void prime_q4_ks_grids() {
   if (!linear_wgmma_supported()) return;
   for (bool subnormal : {false, true})
-    for (int cfg = 0; cfg < 4; ++cfg) {
+    for (int cfg = 0; cfg < 5; ++cfg) {
       const KsLaunch l = ks_launch(subnormal, cfg);
       resident_blocks(reinterpret_cast<const void*>(l.kernel), l.threads, KsCfg<1, 4, 0>::smem(kMaxK));
     }

@@ -50,9 +50,10 @@ struct Q4KsWorkspace {
   int max_tiles = 0;
 };
 // Whether q4_ks_kernel can take calls on this uploaded weight (MLX 4-bit with bf16 scales, groups >= 64, K a
-// multiple of 1024 up to 12288, wgmma on the device): the backend then makes its workspace.
+// multiple of 1024 up to 12288, wgmma on the device): the backend then makes its workspace if the mode
+// (set_q4_ks) is on at that upload.
 bool q4_ks_takes(const LinearWeight& w);
-Q4KsWorkspace make_q4_ks_workspace();  // 8 MB, tickets zeroed (empty without wgmma); synchronous
+Q4KsWorkspace make_q4_ks_workspace();  // 12 MB, tickets zeroed (empty without wgmma); synchronous
 void free_q4_ks_workspace(Q4KsWorkspace& ws);
 void reset_q4_ks_workspace(const Q4KsWorkspace& ws, cudaStream_t s);  // tickets to zero (after a failure)
 // y[M,N] (bf16 or f32) = x[M,K] (bf16) · Wᵀ + bias for a weight from upload_quantized_linear. `ks`: the
@@ -87,11 +88,11 @@ int q4_pair_mode();
 void set_q4_wg(int mode);
 int q4_wg_mode();
 // Speed only (same bits, tested): MLX 4-bit calls (groups >= 64, K a multiple of 1024 up to 12288, widths up
-// to 16384) of 9-16 rows split by K slice across CTAs, each CTA holding one slice of x (q4_ks_kernel,
-// quant_ks.cu; sm_90a), before q4_wg_kernel; needs the backend's workspace. Mode 0 off (the default: not yet
-// measured), 1 at 9-16 rows, 2 at 1-16 rows. TF_Q4_KS=0/1/2. Configurations (TF_Q4_KS_CFG, set_q4_ks_config):
-// 0 one warpgroup a CTA, 1 two, 2 / 3 the same with the fragments by chunk parity. q4_ks_launches() counts
-// its launches (tests).
+// to 24576) of 9-16 rows split by K slice across CTAs, each CTA holding one slice of x (q4_ks_kernel,
+// quant_ks.cu; sm_90a), before q4_wg_kernel. Needs the backend's workspace, made at an upload while the mode
+// is on (or by reserve_q4_ks_workspace). Mode 0 off (the default: not yet measured), 1 at 9-16 rows, 2 at
+// 1-16 rows. TF_Q4_KS=0/1/2. Configurations (TF_Q4_KS_CFG, set_q4_ks_config): 0 one warpgroup a CTA, 1 two,
+// 2 / 3 the same with the fragments by chunk parity, 4 four (one CTA an SM). q4_ks_launches() counts its launches (tests).
 void set_q4_ks(int mode);
 int q4_ks_mode();
 void set_q4_ks_config(int cfg);

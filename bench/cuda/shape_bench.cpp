@@ -874,10 +874,11 @@ void format_rows(Backend& be, const ModelShape& sh, const std::vector<WeightForm
           }
           cuda::set_q4_wg(wg0);
           const int ks0 = cuda::q4_ks_mode(), kc0 = cuda::q4_ks_config();  // q4_ks_kernel (quant_ks.cu)
-          std::printf("  q4_ks off / on in configurations 0 1 2 3 4:");
-          for (int i = 0; i < 6; ++i) {
-            cuda::set_q4_ks(i == 0 ? 0 : 1);
-            if (i > 0) cuda::set_q4_ks_config(i - 1);
+          std::printf(
+              "  q4_ks off / on in configurations 0 1 2 3 4 / the down only, widths <= 8192 only (cfg 1):");
+          for (int i = 0; i < 8; ++i) {
+            cuda::set_q4_ks(i == 0 ? 0 : i < 6 ? 1 : i == 6 ? 3 : 4);
+            if (i > 0) cuda::set_q4_ks_config(i < 6 ? i - 1 : 1);
             std::printf(" %.3f ms", time_graph_ms(
                                         s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g));
           }

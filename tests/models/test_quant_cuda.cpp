@@ -522,6 +522,16 @@ TEST_F(Gpu, Quant4BitKSliceKernelEqualsDecodeKernel) {
       expect_rows_equal(fast, one, linear_rows(*gpu, xg, dense, rows, c.n), big);
       EXPECT_EQ(std::memcmp(fast16.raw(), one16.raw(), fast16.nbytes()), 0)
           << "bf16 differs from q4_decode_kernel";
+      for (int mode : {3, 4}) {  // the narrower modes: the down only, widths <= 8192 only
+        if (rows < 9) break;
+        cuda::set_q4_ks(mode);
+        const long before = cuda::q4_ks_launches();
+        const Tensor sel = linear_rows(*gpu, xg, wg, rows, c.n);
+        const bool takes = mode == 3 ? c.k > 4096 : c.n <= 8192;
+        EXPECT_EQ(cuda::q4_ks_launches(), before + (takes ? 1 : 0)) << "mode " << mode;
+        EXPECT_EQ(std::memcmp(sel.raw(), one.raw(), sel.nbytes()), 0) << "mode " << mode;
+      }
+      cuda::set_q4_ks(2);
     }
   }
   cuda::set_q4_ks(ks0);

@@ -7,7 +7,7 @@
 #   run(command="bash bench/cuda/results/run453-ks.sh; cat $OUT/all.txt", carry=[".devpack"])
 # Order: the bits first (stop there on a failure or a hang), then the linears' tables at M = 16 / 9 / 1 (the
 # "q4_ks off / always in configurations 0 1 2 3 4" lines: per call kind, same call), then the 8B forward at
-# b = 16 with the "q4_ks off / on in configurations 0 1 2 3 4" same-call line, then the other GPU tests.
+# b = 16 with the "q4_ks off / on in configurations 0 1 2 3 4 / the down only ..." same-call line, then the other GPU tests.
 # Predictions (docs/cuda-notes.md "Session 42"): down at M = 16 0.573 -> ~0.40 ms a step, q / o 0.235 ->
 # ~0.20, k 0.177 -> ~0.12; the forward at b=16 3.41 -> ~3.15 ms in the best configuration.
 set -u

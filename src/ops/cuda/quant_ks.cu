@@ -62,8 +62,9 @@ struct KsCfg {
   // above 48 KB).
   static constexpr size_t smem(int k) { return size_t(k) * 4 + 16; }
 };
-// TF_Q4_KS=0 off (the default until measured), 1 at 9-16 rows, 2 at 1-16 rows.
-int g_q4_ks = env_digit("TF_Q4_KS", 2, 0);
+// TF_Q4_KS=0 off (the default until measured), 1 at 9-16 rows, 2 at 1-16 rows, 3 at 9-16 rows for K > 4096
+// only (the down), 4 at 9-16 rows for widths <= 8192 only (all but the gate_up).
+int g_q4_ks = env_digit("TF_Q4_KS", 4, 0);
 // TF_Q4_KS_CFG: 0 = NW 1, 1 = NW 2, 2 = NW 1 PIPE, 3 = NW 2 PIPE, 4 = NW 4 (one CTA an SM; AH 4 each).
 int g_q4_ks_cfg = env_digit("TF_Q4_KS_CFG", 4, 0);
 std::atomic<long> g_q4_ks_launches{0};
@@ -245,6 +246,7 @@ void reset_q4_ks_workspace(const Q4KsWorkspace& ws, cudaStream_t s) {
 bool q4_ks_linear(bool subnormal, const __nv_bfloat16* x, const QArgs& q, const void* bias, int bias_kind,
                   void* y, bool y_f32, int m, int n, int k, const Q4KsWorkspace* ws, cudaStream_t s) {
   if (g_q4_ks == 0 || !ws || !ws->part || m < (g_q4_ks == 2 ? 1 : 9) || m > 16 || n < 1) return false;
+  if ((g_q4_ks == 3 && k <= 4096) || (g_q4_ks == 4 && n > 8192)) return false;
   const int tiles = (n + kTile - 1) / kTile;
   if (tiles > ws->max_tiles || k % 1024 || k > kMaxK || q.chunk_shift < 1 || q.quad_chunks < k / 32 ||
       !linear_wgmma_supported())
@@ -271,7 +273,9 @@ void prime_q4_ks_grids() {
 }
 
 void set_q4_ks(int mode) {
-  TF_CHECK(mode >= 0 && mode <= 2, "set_q4_ks: 0 (off), 1 (9-16 rows), 2 (1-16 rows)");
+  TF_CHECK(mode >= 0 && mode <= 4,
+           "set_q4_ks: 0 (off), 1 (9-16 rows), 2 (1-16 rows), 3 (1, K > 4096 only), 4 (1, "
+           "widths <= 8192 only)");
   g_q4_ks = mode;
 }
 

@@ -8,6 +8,7 @@
 // layer more than the product runs. The product's forward at each format is `tensorfold bench --shape
 // qwen3-8b --format bf16,mlx4,mlx8,fp8` (shape_bench.h); issue 11's forward numbers come from there.
 // --linears-m 16,32,64: the linears alone at those M, bf16 and MLX 4-bit (run_linears_m).
+// --profile-m 16: each 4-bit call kind once at M rows, q4_ks off then on, for ncu (run_profile_m).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -275,6 +276,27 @@ int run_linears_m(Backend& be, const std::vector<int>& ms) {
   return 0;
 }
 
+// --profile-m M: each call kind of the MLX 4-bit linears once, eagerly, at M rows with q4_ks off and then on
+// (TF_Q4_KS_CFG picks its configuration): a short launch sequence for ncu (e.g. its L2 and DRAM bytes a
+// kernel: docs/cuda-notes.md "Session 42").
+int run_profile_m(Backend& be, int m) {
+  Weights w4 = make_weights(be, Fmt::Mlx4);
+  Buffers b = make_buffers(be, m);
+  const Layer& L = w4.layers[0];
+  const int mode0 = cuda::q4_ks_mode();
+  for (int mode : {0, 1}) {
+    cuda::set_q4_ks(mode);
+    be.linear(b.xh, L.q, b.yq);
+    be.linear(b.xh, L.k, b.ykv);
+    be.linear(b.xh, L.gate_up, b.ygu);
+    be.linear(b.xi, L.down, b.yh);
+    be.synchronize();
+  }
+  cuda::set_q4_ks(mode0);
+  std::printf("profiled M=%d: q, k, gate_up, down with q4_ks off, then on\n", m);
+  return 0;
+}
+
 int run(int argc, char** argv) {
   std::string why;
   auto be = make_cuda_backend(0, &why);
@@ -289,6 +311,8 @@ int run(int argc, char** argv) {
       for (std::string m; std::getline(list, m, ',');) ms.push_back(std::stoi(m));
       return run_linears_m(*be, ms);
     }
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::string(argv[i]) == "--profile-m") return run_profile_m(*be, std::stoi(argv[i + 1]));
   cudaStream_t s = cuda::stream_of(*be);
   const double copy = copy_bandwidth_gbs(*be);
   std::printf("%s\ncopy bandwidth (device to device, read + write): %.0f GB/s\n\n", be->name().c_str(), copy);

@@ -20,6 +20,14 @@ timeout 200 $D/bin/tf_bench_quant --linears-m 16,9,1 > $OUT/linears.txt 2>&1; ec
 grep -E "^\||q4_ks" $OUT/linears.txt | cut -c1-600 >> $OUT/all.txt
 timeout 150 $D/bin/tf_bench_cuda --shape qwen3-8b --format bf16,mlx4 --decode --quick > $OUT/8b.txt 2>&1; echo "8b rc=$?" >> $OUT/all.txt
 grep -E "decode b=16|q4_ks off|q4_wg off" $OUT/8b.txt | cut -c1-400 >> $OUT/all.txt
+# The hypothesis itself (docs/cuda-notes.md "Session 42"): L2 -> SM and DRAM bytes of each 16-row 4-bit kernel,
+# q4_ks off then on (down: q4_decode_kernel's x traffic predicted ~3x its 28 MB of weights).
+NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
+if [ -n "$NCU" ]; then
+  timeout 240 $NCU --clock-control none -k regex:q4_ --metrics gpu__time_duration.sum,dram__bytes_read.sum,lts__t_sectors_srcunit_tex_op_read.sum,l1tex__t_sector_hit_rate.pct \
+    --csv $D/bin/tf_bench_quant --profile-m 16 > $OUT/ncu.csv 2>&1; echo "ncu rc=$?" >> $OUT/all.txt
+  grep -E "q4_" $OUT/ncu.csv | awk -F'","' '{print $5" | "$(NF-2)" | "$(NF-1)" | "$NF}' | cut -c1-220 | head -40 >> $OUT/all.txt
+fi
 for t in test_quant_cuda test_cuda_graphs test_cuda_model; do
   timeout 200 $D/bin/$t --gtest_brief=1 > $OUT/$t.txt 2>&1; echo "$t rc=$?" >> $OUT/all.txt
   grep -E "PASSED|FAILED|Failure|differs" $OUT/$t.txt | head -10 >> $OUT/all.txt

@@ -882,6 +882,15 @@ void format_rows(Backend& be, const ModelShape& sh, const std::vector<WeightForm
             std::printf(" %.3f ms", time_graph_ms(
                                         s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g));
           }
+          std::printf("  q4_ks on in configurations 5 6 (the fold in a cluster):");
+          std::fflush(stdout);
+          for (int cfg : {5, 6}) {
+            if (const char* v = std::getenv("TF_BENCH_KS_CLUSTER"); v && v[0] == '0') break;  // (=0: skip)
+            cuda::set_q4_ks(1);
+            cuda::set_q4_ks_config(cfg);
+            std::printf(" %.3f ms", time_graph_ms(
+                                        s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g));
+          }
           cuda::set_q4_ks(ks0);
           cuda::set_q4_ks_config(kc0);
           const std::string label = std::string(fname) + " " + what;

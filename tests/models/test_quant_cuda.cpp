@@ -456,16 +456,17 @@ TEST_F(Gpu, Quant4BitWarpgroupKernelEqualsDecodeKernel) {
   cuda::set_mlx_subnormal_codes(true);
 }
 
-// q4_ks_kernel (K slices split across CTAs, each CTA holding its slice of x, the slice partials added in
-// slice order by a tile's last warpgroup) gives the bits of q4_decode_kernel (q4_ks, q4_wg and q4_pair off),
-// of the bf16 linear on the dequantized weight and of the same rows of a 24-row call, at 1-16 rows, K =
-// 1024-12288, groups of 64 and 128, both scale codes, widths that are not whole tiles and that leave
-// warpgroups several tiles, every configuration, f32 and bf16 outputs, with and without a bias; each call's
-// tickets left at zero for the next (every case runs many calls in a row). Counts its launches, so a fallback
-// cannot pass silently. A zero x row against 16 all-negative weight rows checks the signed zeros. Needs wgmma
-// (sm_90a).
-TEST_F(Gpu, Quant4BitKSliceKernelEqualsDecodeKernel) {
-  if (!cuda::linear_wgmma_supported()) GTEST_SKIP() << "no wgmma on this device";
+// q4_ks_kernel (K slices split across CTAs, each CTA holding its slice of x; the slice partials added in
+// slice order by a tile's last warpgroup, or with the fold in a cluster by slice 0's) in configurations
+// `cfgs` gives the bits of q4_decode_kernel (q4_ks, q4_wg and q4_pair off), of the bf16 linear on the
+// dequantized weight and of the same rows of a 24-row call, at 1-16 rows, K = 1024-12288, groups of 64 and
+// 128, both scale codes, widths that are not whole tiles and that leave warpgroups several tiles, f32 and
+// bf16 outputs, with and without a bias; each call's tickets or barriers left ready for the next (every case
+// runs many calls in a row). Counts its launches, so a fallback cannot pass silently. A zero x row against 16
+// all-negative weight rows checks the signed zeros. The narrower modes (3: the down only, 4: widths <= 8192)
+// take exactly their calls.
+namespace {
+void expect_ks_equals_decode(Backend& gpu, const std::vector<int>& cfgs) {
   struct Case {
     int64_t n, k;
     int group;
@@ -490,53 +491,70 @@ TEST_F(Gpu, Quant4BitKSliceKernelEqualsDecodeKernel) {
       w.bias = Tensor::empty({c.n}, DType::F32);
       for (int64_t i = 0; i < c.n; ++i) w.bias.data<float>()[i] = 0.03f * float(i % 7) - 0.09f;
     }
-    LinearWeight wg = gpu->upload_linear(w);
+    LinearWeight wg = gpu.upload_linear(w);
     ASSERT_EQ(wg.format, w.format) << "not uploaded packed";
     ASSERT_TRUE(cuda::q4_ks_takes(wg));
-    const LinearWeight dense = dense_of(*gpu, wg);
+    const LinearWeight dense = dense_of(gpu, wg);
     Tensor xh = random_x(24, c.k, seed).first;
     for (int64_t i = 0; i < c.k; ++i) xh.data<uint16_t>()[5 * c.k + i] = 0;  // row 5: zeros
-    Tensor xg = gpu->upload(xh);
+    Tensor xg = gpu.upload(xh);
     cuda::set_q4_ks(0);
-    const Tensor big = linear_rows(*gpu, xg, wg, 24, c.n);
+    const Tensor big = linear_rows(gpu, xg, wg, 24, c.n);
     for (int64_t rows : {1, 2, 5, 8, 9, 13, 16}) {
       SCOPED_TRACE(std::to_string(rows) + " rows");
-      cuda::set_q4_ks(2);
-      cuda::set_q4_ks_config(int(rows % 5));  // each configuration at some row counts
-      const long launched = cuda::q4_ks_launches();
-      const Tensor fast = linear_rows(*gpu, xg, wg, rows, c.n);
-      Tensor yb = gpu->alloc({rows, c.n}, DType::BF16), fast16 = Tensor::empty({rows, c.n}, DType::BF16);
-      cuda::set_q4_ks_config(int((rows + 2) % 5));
-      gpu->linear(xg.slice_rows(0, rows), wg, yb);
-      gpu->to_host(yb, fast16);
-      EXPECT_EQ(cuda::q4_ks_launches(), launched + 2) << "q4_ks_kernel did not take the calls";
       cuda::set_q4_ks(0);
       cuda::set_q4_wg(0);
       cuda::set_q4_pair(0);
-      const Tensor one = linear_rows(*gpu, xg, wg, rows, c.n);
+      Tensor yb = gpu.alloc({rows, c.n}, DType::BF16);
+      const Tensor one = linear_rows(gpu, xg, wg, rows, c.n);
       Tensor one16 = Tensor::empty({rows, c.n}, DType::BF16);
-      gpu->linear(xg.slice_rows(0, rows), wg, yb);
-      gpu->to_host(yb, one16);
+      gpu.linear(xg.slice_rows(0, rows), wg, yb);
+      gpu.to_host(yb, one16);
       cuda::set_q4_wg(wg0);
       cuda::set_q4_pair(pair0);
-      expect_rows_equal(fast, one, linear_rows(*gpu, xg, dense, rows, c.n), big);
+      const Tensor ref = linear_rows(gpu, xg, dense, rows, c.n);
+      cuda::set_q4_ks(2);
+      for (int cfg : cfgs) {
+        SCOPED_TRACE("configuration " + std::to_string(cfg));
+        cuda::set_q4_ks_config(cfg);
+        const long launched = cuda::q4_ks_launches();
+        const Tensor fast = linear_rows(gpu, xg, wg, rows, c.n);
+        EXPECT_EQ(cuda::q4_ks_launches(), launched + 1) << "q4_ks_kernel did not take the call";
+        expect_rows_equal(fast, one, ref, big);
+      }
+      cuda::set_q4_ks_config(cfgs[size_t(rows) % cfgs.size()]);
+      Tensor fast16 = Tensor::empty({rows, c.n}, DType::BF16);
+      gpu.linear(xg.slice_rows(0, rows), wg, yb);
+      gpu.to_host(yb, fast16);
       EXPECT_EQ(std::memcmp(fast16.raw(), one16.raw(), fast16.nbytes()), 0)
           << "bf16 differs from q4_decode_kernel";
       for (int mode : {3, 4}) {  // the narrower modes: the down only, widths <= 8192 only
         if (rows < 9) break;
         cuda::set_q4_ks(mode);
         const long before = cuda::q4_ks_launches();
-        const Tensor sel = linear_rows(*gpu, xg, wg, rows, c.n);
+        const Tensor sel = linear_rows(gpu, xg, wg, rows, c.n);
         const bool takes = mode == 3 ? c.k > 4096 : c.n <= 8192;
         EXPECT_EQ(cuda::q4_ks_launches(), before + (takes ? 1 : 0)) << "mode " << mode;
         EXPECT_EQ(std::memcmp(sel.raw(), one.raw(), sel.nbytes()), 0) << "mode " << mode;
       }
-      cuda::set_q4_ks(2);
     }
   }
   cuda::set_q4_ks(ks0);
   cuda::set_q4_ks_config(cfg0);
   cuda::set_mlx_subnormal_codes(true);
+}
+}  // namespace
+
+// Configurations 0-4: the ticket fold through the workspace. Needs wgmma (sm_90a).
+TEST_F(Gpu, Quant4BitKSliceKernelEqualsDecodeKernel) {
+  if (!cuda::linear_wgmma_supported()) GTEST_SKIP() << "no wgmma on this device";
+  expect_ks_equals_decode(*gpu, {0, 1, 2, 3, 4});
+}
+
+// Configurations 5-6: the fold in a cluster of the 8 slices (st.async into slice 0's shared memory).
+TEST_F(Gpu, Quant4BitKSliceClusterFoldEqualsDecodeKernel) {
+  if (!cuda::linear_wgmma_supported()) GTEST_SKIP() << "no wgmma on this device";
+  expect_ks_equals_decode(*gpu, {5, 6});
 }
 
 // MLX 4-bit scales stored times 2^133 (prescale_mlx4, what upload_linear does where every scale allows it)

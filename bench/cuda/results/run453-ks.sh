@@ -5,21 +5,27 @@
 #   BINS="tests/models/test_quant_cuda tests/ops/gpu/test_cuda_graphs tests/ops/gpu/test_cuda_model \
 #     bench/cuda/tf_bench_quant bench/cuda/tf_bench_cuda tensorfold" tools/device_step.sh --pack
 #   run(command="bash bench/cuda/results/run453-ks.sh; cat $OUT/all.txt", carry=[".devpack"])
-# Order: the bits first (stop there on a failure or a hang), then the linears' tables at M = 16 / 9 / 1 (the
-# "q4_ks off / always in configurations 0 1 2 3 4" lines: per call kind, same call), then the 8B forward at
-# b = 16 with the "q4_ks off / on in configurations 0 1 2 3 4 / the down only ..." same-call line, then the other GPU tests.
-# Predictions (docs/cuda-notes.md "Session 42"): down at M = 16 0.573 -> ~0.40 ms a step, q / o 0.235 ->
-# ~0.20, k 0.177 -> ~0.12; the forward at b=16 3.41 -> ~3.15 ms in the best configuration.
+# Order: the bits of the ticket configurations 0-4 first (stop there on a failure or a hang), then the
+# cluster-fold configurations 5-6 (on a failure or a hang the benches skip them: TF_BENCH_KS_CLUSTER=0), then
+# the linears' tables at M = 16 / 9 / 1 ("q4_ks off / always in configurations 0 1 2 3 4" and "... 5 6": per
+# call kind, same call), the 8B forward at b = 16 ("q4_ks off / on in configurations 0 1 2 3 4 / the down
+# only, widths <= 8192 only", then 5 6: same call), ncu's bytes a kernel (the x-traffic hypothesis), the
+# other GPU tests.
+# Predictions (docs/cuda-notes.md "Session 42"): down at M = 16 0.573 -> 0.36-0.45 ms a step, q / o 0.235 ->
+# 0.20-0.26, the cluster fold ~1 us a call under the ticket's; the forward at b=16 3.41 -> ~3.2-3.3 ms.
 set -u
 D=$(mktemp -d); xz -dc .devpack/step.tar.xz | tar -xf - -C $D; export LD_LIBRARY_PATH=$D/bin:${LD_LIBRARY_PATH:-}
 date -u > $OUT/all.txt
-timeout 240 $D/bin/test_quant_cuda --gtest_brief=1 --gtest_filter='*KSlice*:*Warpgroup*' > $OUT/ks-test.txt 2>&1
+timeout 240 $D/bin/test_quant_cuda --gtest_brief=1 --gtest_filter='*KSliceKernel*:*Warpgroup*' > $OUT/ks-test.txt 2>&1
 rc=$?; echo "ks tests rc=$rc" >> $OUT/all.txt; grep -E "PASSED|FAILED|Failure|differs|did not" $OUT/ks-test.txt | head -20 >> $OUT/all.txt
 if [ $rc -ne 0 ]; then rm -rf $D; exit 0; fi
+timeout 120 $D/bin/test_quant_cuda --gtest_brief=1 --gtest_filter='*KSliceCluster*' > $OUT/ks-cluster-test.txt 2>&1
+rc=$?; echo "ks cluster tests rc=$rc" >> $OUT/all.txt; grep -E "PASSED|FAILED|Failure|differs|did not" $OUT/ks-cluster-test.txt | head -20 >> $OUT/all.txt
+[ $rc -ne 0 ] && export TF_BENCH_KS_CLUSTER=0
 timeout 200 $D/bin/tf_bench_quant --linears-m 16,9,1 > $OUT/linears.txt 2>&1; echo "linears rc=$?" >> $OUT/all.txt
 grep -E "^\||q4_ks" $OUT/linears.txt | cut -c1-600 >> $OUT/all.txt
 timeout 150 $D/bin/tf_bench_cuda --shape qwen3-8b --format bf16,mlx4 --decode --quick > $OUT/8b.txt 2>&1; echo "8b rc=$?" >> $OUT/all.txt
-grep -E "decode b=16|q4_ks off|q4_wg off" $OUT/8b.txt | cut -c1-400 >> $OUT/all.txt
+grep -E "decode b=16|q4_ks off|q4_wg off" $OUT/8b.txt | cut -c1-700 >> $OUT/all.txt
 # The hypothesis itself (docs/cuda-notes.md "Session 42"): L2 -> SM and DRAM bytes of each 16-row 4-bit kernel,
 # q4_ks off then on (down: q4_decode_kernel's x traffic predicted ~3x its 28 MB of weights).
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)

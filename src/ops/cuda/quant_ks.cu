@@ -20,11 +20,18 @@
 // slice's quads chunk by chunk as wgmma m64n16k16 steps with the dequantized weights as register operand A,
 // AH quads of weights in flight ahead in registers (the first before griddepcontrol.wait). PIPE 1: the
 // fragments by chunk parity, one chunk's wgmma group in flight while the next chunk is dequantized.
-// The slice's partial (+0: the RZ first step, quant_wg.cu) goes to the workspace, [tile][slice][1024] floats,
-// a thread's 8 as two float4s; then a ticket a tile: the warpgroup that takes the tile's eighth ticket adds
-// the 8 partials in slice order (its own from registers, the others' through L2), adds the bias, rounds and
-// stores, and resets the ticket for the next call. x traffic: 8 slices x (CTAs a slice) x K / 8 x 32 bytes
-// (a 4096-wide down on 256 CTAs: 12 MB, not 100); partials: 32 KB a tile written and read once (L2).
+// The slice's partial (+0: the RZ first step, quant_wg.cu) is then folded one of two ways:
+// - CL 0 (ticket): it goes to the workspace, [tile][slice][1024] floats, a thread's 8 as two float4s; a
+//   ticket a tile elects the warpgroup that takes the tile's eighth ticket, which adds the 8 partials in slice
+//   order (its own from registers, the others' through L2), adds the bias, rounds, stores and resets the
+//   ticket for the next call. Its cost on the last warpgroup's path: a fence, the atomic's round trip and the
+//   partials' (~1.5-2 us predicted).
+// - CL 1 (cluster): the grid's 8 slices of a tile group are one cluster (rank = slice); slices 1-7 send their
+//   partial by st.async into slice 0's shared memory (7 x 4 KB a warpgroup, counted on its full mbarrier),
+//   slice 0 adds them after its own in slice order and stores, then frees the buffer for the next tile (a
+//   remote arrive on each sender's empty mbarrier). No global round trips; a closing cluster barrier keeps
+//   every CTA resident while its peers may still reach it.
+// x traffic: 8 slices x (CTAs a slice) x K / 8 x 32 bytes (a 4096-wide down on 256 CTAs: 12 MB, not 100).
 //
 // Bits: q4_decode_kernel's (each slice the same chain of the same chunks, the slice sums in slice order,
 // then store_biased); tested bit for bit against it (test_quant_cuda).
@@ -53,41 +60,86 @@ constexpr int kSlices = 8;      // K slices (the bits' own)
 constexpr int kMaxK = 12288;    // a slice of x in shared memory: 4 k bytes (48 KB)
 constexpr int kMaxTiles = 384;  // the workspace: widths up to 24576 (the 8B gate_up)
 constexpr int kPart = 1024;     // floats of a (tile, slice) partial: 64 features x 16 tokens
-// A configuration: NW warpgroups a CTA (one slice, different tiles), AH quads ahead, PIPE (see above).
-template <int NW, int AH, int PIPE>
+// A configuration: NW warpgroups a CTA (one slice, different tiles), AH quads ahead, PIPE and CL (see above).
+template <int NW, int AH, int PIPE, int CL>
 struct KsCfg {
   static constexpr int kThreads = 128 * NW, kSlots = AH + 1, kMinBlocks = 4 / NW;
-  // x's slice (K / 8 values x 16 rows x 2 bytes), then the warpgroups' ticket flags (no static shared
-  // memory: 48 KB of x at K = 12288 plus any static would need the opt-in that resident_blocks gives only
-  // above 48 KB).
-  static constexpr size_t smem(int k) { return size_t(k) * 4 + 16; }
 };
+// Dynamic shared memory (no static shared memory: 48 KB of x at K = 12288 plus any static would need the
+// opt-in that resident_blocks gives only above 48 KB): x's slice (K / 8 values x 16 rows x 2 bytes), then
+// with CL the fold buffer (a warpgroup's 7 partials from the other slices: 7 x 4 KB) and the mbarriers (full
+// and empty, a warpgroup each), then the warpgroups' ticket flags.
+constexpr size_t ks_fold_offset(int k) {
+  return size_t(k) * 4;
+}
+constexpr size_t ks_bars_offset(int k, int nw, int cl) {
+  return ks_fold_offset(k) + (cl ? size_t(nw) * (kSlices - 1) * kPart * sizeof(float) : 0);
+}
+constexpr size_t ks_smem(int k, int nw, int cl) {
+  return ks_bars_offset(k, nw, cl) + (cl ? size_t(nw) * 16 : 0) + 16;
+}
 // TF_Q4_KS=0 off (the default until measured), 1 at 9-16 rows, 2 at 1-16 rows, 3 at 9-16 rows for K > 4096
 // only (the down), 4 at 9-16 rows for widths <= 8192 only (all but the gate_up).
 int g_q4_ks = env_digit("TF_Q4_KS", 4, 0);
-// TF_Q4_KS_CFG: 0 = NW 1, 1 = NW 2, 2 = NW 1 PIPE, 3 = NW 2 PIPE, 4 = NW 4 (one CTA an SM; AH 4 each).
-int g_q4_ks_cfg = env_digit("TF_Q4_KS_CFG", 4, 0);
+// TF_Q4_KS_CFG: 0 = NW 1, 1 = NW 2, 2 = NW 1 PIPE, 3 = NW 2 PIPE, 4 = NW 4 (one CTA an SM), 5 = NW 2 CL, 6 =
+// NW 1 CL (AH 4 each).
+constexpr int kKsConfigs = 7;
+int g_q4_ks_cfg = env_digit("TF_Q4_KS_CFG", kKsConfigs - 1, 0);
 std::atomic<long> g_q4_ks_launches{0};
 
-template <int KIND, int NW, int AH, int PIPE>
-__global__ void __launch_bounds__(KsCfg<NW, AH, PIPE>::kThreads, KsCfg<NW, AH, PIPE>::kMinBlocks)
+// st.async of 16 bytes into a cluster peer's shared memory (dst, a shared::cluster address), completing 16
+// bytes of transaction count on the peer's mbarrier bar (its shared::cluster address).
+__device__ __forceinline__ void st_async16(uint32_t dst, float4 v, uint32_t bar) {
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(dst),
+      "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_remote(uint32_t cluster_bar) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_bar) : "memory");
+}
+// Waits for the phase of `parity` of this CTA's mbarrier bar, acquiring at cluster scope (what peers wrote or
+// sent before their arrivals and transactions).
+__device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done)
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+}
+
+template <int KIND, int NW, int AH, int PIPE, int CL>
+__global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL>::kThreads, KsCfg<NW, AH, PIPE, CL>::kMinBlocks)
     q4_ks_kernel(const __nv_bfloat16* x, QArgs q, const void* __restrict__ bias, int bias_kind,
                  void* __restrict__ y, bool y_f32, int m, int n, int k, float* part, int* tickets) {
-  using C = KsCfg<NW, AH, PIPE>;
+  using C = KsCfg<NW, AH, PIPE, CL>;
   constexpr int R = C::kSlots;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t xs = saddr(smem);
-  int* const last_of = reinterpret_cast<int*>(smem + size_t(k) * 4);
+  float* const fold = reinterpret_cast<float*>(smem + ks_fold_offset(k));  // CL: [wg][slice - 1][kPart]
+  const uint32_t bars = xs + uint32_t(ks_bars_offset(k, NW, CL));          // CL: full[NW], empty[NW]
+  int* const last_of = reinterpret_cast<int*>(smem + ks_smem(k, NW, CL) - 16);
   pdl_launch_dependents();
   const int tid = int(threadIdx.x), wg = tid / 128, wt = tid % 128, warp = wt / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
   const int tiles = (n + kTile - 1) / kTile;
+  // CL: a cluster is the 8 CTAs of one group of tiles, rank = slice (1-D clusters of 8, grid a multiple).
   const int slice = int(blockIdx.x) % kSlices, step = (int(gridDim.x) / kSlices) * NW;
   const int first = (int(blockIdx.x) / kSlices) * NW + wg;
   const int QS = k / 1024;                            // quads a slice
   const int sh = q.chunk_shift;                       // >= 1
   const bool spair = sh == 1 && (q.groups & 1) == 0;  // (load_quad)
+  if constexpr (CL) {  // the mbarriers, visible to the cluster before any peer's st.async or arrive
+    if (tid == 0) {
+      for (int w = 0; w < NW; ++w) mbar_init(bars + 8 * w, 1), mbar_init(bars + 8 * (NW + w), 1);
+      mbar_init_fence();
+    }
+    cluster_sync();
+  }
   // Ring slot: quad qd of rows g, g + 8 of the slice: quad slice QS + qd of the row.
   uint4 wa[R], wb[R];
   uint32_t sa[R][2], sb[R][2];
@@ -106,16 +158,17 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE>::kThreads, KsCfg<NW, AH, P
   stage_x_perm<C::kThreads / 32>(xs, x, m, k, slice * 4 * QS, 4 * QS, tid);
   fence_proxy_async();  // the generic proxy's stores -> wgmma's reads (async proxy)
   __syncthreads();
-  int tile = first;
-  if (tile >= tiles) return;  // (no block-wide barrier after this point)
   // Step J's B: 512 bytes from xs + 512 J; core matrices 128 bytes apart along K, 256 along the tokens.
   const uint64_t desc0 = wgmma_desc(xs, 128, 256);
   float acc[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) acc[i] = 0.f;
   uint32_t a[2][2][4];  // [chunk parity (PIPE) or 0][step h]: mma_chunk's fragments
-  int qd = 0;
-  for (;;) {
+  int tile = first, qd = 0, round = 0;
+  // (no block-wide barrier below: a warpgroup without tiles skips the loop; with CL every thread still
+  // reaches the closing cluster barrier)
+  bool more = tile < tiles;
+  while (more) {
 #pragma unroll
     for (int slot = 0; slot < R; ++slot) {
 #pragma unroll
@@ -144,45 +197,96 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE>::kThreads, KsCfg<NW, AH, P
         wgmma_wait<0>();
         wgmma_fence_operands<8>(acc);
       }
-      // The tile's slice is done: +0 for the RZ first step, the partial out, then the ticket.
+      // The tile's slice is done: +0 for the RZ first step, then the fold. Element i of a slice: feature 16
+      // warp + g + 8 ((i % 4) / 2), token 8 (i / 4) + 2t + i % 2.
 #pragma unroll
       for (int i = 0; i < 8; ++i) acc[i] += 0.f;
-      float4* const mine = reinterpret_cast<float4*>(part + (size_t(tile) * kSlices + slice) * kPart);
-      mine[wt] = make_float4(acc[0], acc[1], acc[2], acc[3]);
-      mine[128 + wt] = make_float4(acc[4], acc[5], acc[6], acc[7]);
-      __threadfence();  // this thread's partial, before the warpgroup's ticket
-      nbar_sync(1 + wg, 128);
-      if (wt == 0) last_of[wg] = atomicAdd(tickets + tile, 1) == kSlices - 1;
-      nbar_sync(1 + wg, 128);
-      if (last_of[wg]) {
-        __threadfence();  // the other slices' partials, after their tickets
-        if (wt == 0) tickets[tile] = 0;
-          // Element i of a slice: feature 16 warp + g + 8 ((i % 4) / 2), token 8 (i / 4) + 2t + i % 2.
+      const bool next = tile + step < tiles;
+      if constexpr (CL) {
+        // Slices 1-7 send their partial into slice 0's fold buffer (st.async, counted on its full barrier);
+        // slice 0 adds them after its own in slice order, then frees the buffer (its empty barriers) for
+        // the next tile. The warpgroups of a cluster walk the same tiles, so the rounds match.
+        const uint32_t full = bars + 8 * wg, empty = bars + 8 * (NW + wg);
+        if (slice == 0) {
+          if (wt == 0) mbar_arrive_expect_tx(full, (kSlices - 1) * kPart * sizeof(float));
+          mbar_wait_cluster(full, uint32_t(round & 1));
+          const float4* buf = reinterpret_cast<const float4*>(fold + size_t(wg) * (kSlices - 1) * kPart);
 #pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-          float4 v[kSlices];
+          for (int hf = 0; hf < 2; ++hf) {
+            float s[4] = {acc[4 * hf], acc[4 * hf + 1], acc[4 * hf + 2], acc[4 * hf + 3]};
 #pragma unroll
-          for (int j = 0; j < kSlices; ++j)
-            v[j] = j == slice
-                       ? make_float4(acc[4 * hf], acc[4 * hf + 1], acc[4 * hf + 2], acc[4 * hf + 3])
-                       : __ldcg(reinterpret_cast<const float4*>(part + (size_t(tile) * kSlices + j) * kPart) +
-                                128 * hf + wt);
-          float s[4] = {v[0].x, v[0].y, v[0].z, v[0].w};
+            for (int j = 0; j < kSlices - 1; ++j) {
+              const float4 v = buf[j * (kPart / 4) + 128 * hf + wt];
+              s[0] += v.x, s[1] += v.y, s[2] += v.z, s[3] += v.w;
+            }
 #pragma unroll
-          for (int j = 1; j < kSlices; ++j) s[0] += v[j].x, s[1] += v[j].y, s[2] += v[j].z, s[3] += v[j].w;
+            for (int i = 0; i < 4; ++i) {
+              const int f = tile * kTile + 16 * warp + g + 8 * (i / 2), tok = 8 * hf + 2 * t + i % 2;
+              if (tok < m && f < n) store_biased(s[i], bias, bias_kind, y, y_f32, tok, f, n);
+            }
+          }
+          if (next) {
+            nbar_sync(1 + wg, 128);  // every thread has read the buffer
+            if (wt == 0)
+              for (int r = 1; r < kSlices; ++r) mbar_arrive_remote(peer_addr(empty, uint32_t(r)));
+          }
+        } else {
+          if (round > 0) mbar_wait_cluster(empty, uint32_t((round - 1) & 1));
+          const uint32_t dst =
+              peer_addr(xs + uint32_t(ks_fold_offset(k)) +
+                            uint32_t((wg * (kSlices - 1) + slice - 1) * kPart * sizeof(float)) + 16 * wt,
+                        0);
+          const uint32_t bar = peer_addr(full, 0);
+          st_async16(dst, make_float4(acc[0], acc[1], acc[2], acc[3]), bar);
+          st_async16(dst + kPart * 2, make_float4(acc[4], acc[5], acc[6], acc[7]), bar);
+        }
+      } else {
+        // The partial to the workspace; a ticket a tile elects the last warpgroup, which adds the 8 partials
+        // in slice order (its own from registers, the others' through L2) and resets the ticket.
+        float4* const mine = reinterpret_cast<float4*>(part + (size_t(tile) * kSlices + slice) * kPart);
+        mine[wt] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+        mine[128 + wt] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+        __threadfence();  // this thread's partial, before the warpgroup's ticket
+        nbar_sync(1 + wg, 128);
+        if (wt == 0) last_of[wg] = atomicAdd(tickets + tile, 1) == kSlices - 1;
+        nbar_sync(1 + wg, 128);
+        if (last_of[wg]) {
+          __threadfence();  // the other slices' partials, after their tickets
+          if (wt == 0) tickets[tile] = 0;
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int f = tile * kTile + 16 * warp + g + 8 * (i / 2), tok = 8 * hf + 2 * t + i % 2;
-            if (tok < m && f < n) store_biased(s[i], bias, bias_kind, y, y_f32, tok, f, n);
+          for (int hf = 0; hf < 2; ++hf) {
+            float4 v[kSlices];
+#pragma unroll
+            for (int j = 0; j < kSlices; ++j)
+              v[j] =
+                  j == slice
+                      ? make_float4(acc[4 * hf], acc[4 * hf + 1], acc[4 * hf + 2], acc[4 * hf + 3])
+                      : __ldcg(reinterpret_cast<const float4*>(part + (size_t(tile) * kSlices + j) * kPart) +
+                               128 * hf + wt);
+            float s[4] = {v[0].x, v[0].y, v[0].z, v[0].w};
+#pragma unroll
+            for (int j = 1; j < kSlices; ++j) s[0] += v[j].x, s[1] += v[j].y, s[2] += v[j].z, s[3] += v[j].w;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const int f = tile * kTile + 16 * warp + g + 8 * (i / 2), tok = 8 * hf + 2 * t + i % 2;
+              if (tok < m && f < n) store_biased(s[i], bias, bias_kind, y, y_f32, tok, f, n);
+            }
           }
         }
       }
 #pragma unroll
       for (int i = 0; i < 8; ++i) acc[i] = 0.f;
-      qd = 0, tile += step;
-      if (tile >= tiles) return;
+      qd = 0, tile += step, ++round;
+      if (!next) {
+        if constexpr (!CL)
+          return;  // (a return, not the break: with the break ptxas serialised PIPE's wgmmas)
+        more = false;
+        break;
+      }
     }
   }
+  // CL: no CTA leaves while a peer may still write its fold buffer or arrive on its barriers.
+  if constexpr (CL) cluster_sync();
 #else
   __trap();  // built for another architecture: linear_wgmma_supported() keeps callers away
 #endif
@@ -192,26 +296,34 @@ using KsKernel = void (*)(const __nv_bfloat16*, QArgs, const void*, int, void*, 
                           int*);
 struct KsLaunch {
   KsKernel kernel;
-  int threads, nw;
+  int threads, nw, cl;
 };
-template <int NW, int AH, int PIPE>
+template <int NW, int AH, int PIPE, int CL>
 KsLaunch ks_launch_of(bool subnormal) {
-  return {subnormal ? q4_ks_kernel<kMlxBf16Sub, NW, AH, PIPE> : q4_ks_kernel<kMlxBf16, NW, AH, PIPE>,
-          KsCfg<NW, AH, PIPE>::kThreads, NW};
+  return {subnormal ? q4_ks_kernel<kMlxBf16Sub, NW, AH, PIPE, CL> : q4_ks_kernel<kMlxBf16, NW, AH, PIPE, CL>,
+          KsCfg<NW, AH, PIPE, CL>::kThreads, NW, CL};
 }
 KsLaunch ks_launch(bool subnormal, int cfg) {
   switch (cfg) {
     case 1:
-      return ks_launch_of<2, 4, 0>(subnormal);
+      return ks_launch_of<2, 4, 0, 0>(subnormal);
     case 2:
-      return ks_launch_of<1, 4, 1>(subnormal);
+      return ks_launch_of<1, 4, 1, 0>(subnormal);
     case 3:
-      return ks_launch_of<2, 4, 1>(subnormal);
+      return ks_launch_of<2, 4, 1, 0>(subnormal);
     case 4:
-      return ks_launch_of<4, 4, 0>(subnormal);
+      return ks_launch_of<4, 4, 0, 0>(subnormal);
+    case 5:
+      return ks_launch_of<2, 4, 0, 1>(subnormal);
+    case 6:
+      return ks_launch_of<1, 4, 0, 1>(subnormal);
     default:
-      return ks_launch_of<1, 4, 0>(subnormal);
+      return ks_launch_of<1, 4, 0, 0>(subnormal);
   }
+}
+// resident_blocks caches a kernel's first answer and opts in its shared memory then: always the largest.
+int ks_resident(const KsLaunch& l) {
+  return resident_blocks(reinterpret_cast<const void*>(l.kernel), l.threads, ks_smem(kMaxK, l.nw, l.cl));
 }
 
 }  // namespace
@@ -252,13 +364,28 @@ bool q4_ks_linear(bool subnormal, const __nv_bfloat16* x, const QArgs& q, const 
       !linear_wgmma_supported())
     return false;
   const KsLaunch l = ks_launch(subnormal, g_q4_ks_cfg);
-  // (resident_blocks caches a kernel's first answer and opts in its shared memory then: always the largest)
-  const int resident =
-      resident_blocks(reinterpret_cast<const void*>(l.kernel), l.threads, KsCfg<1, 4, 0>::smem(kMaxK));
-  const int per_slice = std::min((tiles + l.nw - 1) / l.nw, resident / kSlices);
+  const int per_slice = std::min((tiles + l.nw - 1) / l.nw, ks_resident(l) / kSlices);
   if (per_slice < 1) return false;
-  launch_pdl(l.kernel, dim3(per_slice * kSlices), dim3(l.threads), KsCfg<1, 4, 0>::smem(k), s, x, q, bias,
-             bias_kind, y, y_f32, m, n, k, ws->part, ws->tickets);
+  const size_t smem = ks_smem(k, l.nw, l.cl);
+  if (!l.cl) {
+    launch_pdl(l.kernel, dim3(per_slice * kSlices), dim3(l.threads), smem, s, x, q, bias, bias_kind, y, y_f32,
+               m, n, k, ws->part, ws->tickets);
+  } else {  // clusters of the 8 slices (and the dependent launch, as launch_pdl)
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(per_slice * kSlices), cfg.blockDim = dim3(l.threads), cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute attr[2];
+    int na = 0;
+    if (pdl_enabled()) {
+      attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr[na++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    attr[na].id = cudaLaunchAttributeClusterDimension;
+    attr[na].val.clusterDim.x = kSlices, attr[na].val.clusterDim.y = 1, attr[na++].val.clusterDim.z = 1;
+    cfg.attrs = attr, cfg.numAttrs = na;
+    TF_CUDA_CHECK(
+        cudaLaunchKernelEx(&cfg, l.kernel, x, q, bias, bias_kind, y, y_f32, m, n, k, ws->part, ws->tickets));
+  }
   g_q4_ks_launches.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
@@ -266,10 +393,7 @@ bool q4_ks_linear(bool subnormal, const __nv_bfloat16* x, const QArgs& q, const 
 void prime_q4_ks_grids() {
   if (!linear_wgmma_supported()) return;
   for (bool subnormal : {false, true})
-    for (int cfg = 0; cfg < 5; ++cfg) {
-      const KsLaunch l = ks_launch(subnormal, cfg);
-      resident_blocks(reinterpret_cast<const void*>(l.kernel), l.threads, KsCfg<1, 4, 0>::smem(kMaxK));
-    }
+    for (int cfg = 0; cfg < kKsConfigs; ++cfg) ks_resident(ks_launch(subnormal, cfg));
 }
 
 void set_q4_ks(int mode) {

@@ -95,8 +95,10 @@ __device__ __forceinline__ void st_async16(uint32_t dst, float4 v, uint32_t bar)
       "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(bar)
       : "memory");
 }
-__device__ __forceinline__ void mbar_arrive_remote(uint32_t cluster_bar) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_bar) : "memory");
+// A relaxed arrival on a peer's mbarrier (its shared::cluster address): the caller fences first (one
+// fence.acq_rel.cluster for several arrivals; a release arrival compiles to its own MEMBAR.ALL.GPU each).
+__device__ __forceinline__ void mbar_arrive_remote_relaxed(uint32_t cluster_bar) {
+  asm volatile("mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_bar) : "memory");
 }
 // Waits for the phase of `parity` of this CTA's mbarrier bar, acquiring at cluster scope (what peers wrote or
 // sent before their arrivals and transactions).
@@ -227,8 +229,10 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL>::kThreads, KsCfg<NW, A
           }
           if (next) {
             nbar_sync(1 + wg, 128);  // every thread has read the buffer
-            if (wt == 0)
-              for (int r = 1; r < kSlices; ++r) mbar_arrive_remote(peer_addr(empty, uint32_t(r)));
+            if (wt == 0) {
+              asm volatile("fence.acq_rel.cluster;" ::: "memory");
+              for (int r = 1; r < kSlices; ++r) mbar_arrive_remote_relaxed(peer_addr(empty, uint32_t(r)));
+            }
           }
         } else {
           if (round > 0) mbar_wait_cluster(empty, uint32_t((round - 1) & 1));

@@ -22,10 +22,10 @@
 // fragments by chunk parity, one chunk's wgmma group in flight while the next chunk is dequantized.
 // The slice's partial (+0: the RZ first step, quant_wg.cu) is then folded one of two ways:
 // - CL 0 (ticket): it goes to the workspace, [tile][slice][1024] floats, a thread's 8 as two float4s; a
-//   ticket a tile elects the warpgroup that takes the tile's eighth ticket, which adds the 8 partials in slice
-//   order (its own from registers, the others' through L2), adds the bias, rounds, stores and resets the
-//   ticket for the next call. Its cost on the last warpgroup's path: a fence, the atomic's round trip and the
-//   partials' (~1.5-2 us predicted).
+//   ticket a tile elects the warpgroup that takes the tile's eighth ticket, which adds the 8 partials in
+//   slice order (its own from registers, the others' through L2), adds the bias, rounds, stores and resets
+//   the ticket for the next call. Its cost on the last warpgroup's path: a fence, the atomic's round trip and
+//   the partials' (~1.5-2 us predicted).
 // - CL 1 (cluster): the grid's 8 slices of a tile group are one cluster (rank = slice); slices 1-7 send their
 //   partial by st.async into slice 0's shared memory (7 x 4 KB a warpgroup, counted on its full mbarrier),
 //   slice 0 adds them after its own in slice order and stores, then frees the buffer for the next tile (a

@@ -98,9 +98,14 @@ std::pair<Tensor, Tensor> random_x(int64_t m, int64_t k, uint32_t seed) {
   return {b, f};
 }
 
-// linear(the first `rows` rows of xg, w) on the GPU, as f32 on the host ([rows, n]).
-Tensor linear_rows(Backend& gpu, const Tensor& xg, const LinearWeight& w, int64_t rows, int64_t n) {
+// linear(the first `rows` rows of xg, w) on the GPU, as f32 on the host ([rows, n]). `poison`: y filled with
+// 0xFF bytes first (NaNs), so that a kernel that stores nothing cannot pass on what a freed block held.
+Tensor linear_rows(Backend& gpu, const Tensor& xg, const LinearWeight& w, int64_t rows, int64_t n,
+                   bool poison = false) {
   Tensor y = gpu.alloc({rows, n}, DType::F32), h = Tensor::empty({rows, n}, DType::F32);
+  if (poison) {
+    EXPECT_EQ(cudaMemsetAsync(y.raw(), 0xFF, y.nbytes(), cuda::stream_of(gpu)), cudaSuccess);
+  }
   gpu.linear(xg.slice_rows(0, rows), w, y);
   gpu.to_host(y, h);
   return h;
@@ -433,7 +438,7 @@ TEST_F(Gpu, Quant4BitWarpgroupKernelEqualsDecodeKernel) {
       SCOPED_TRACE(std::to_string(rows) + " rows");
       cuda::set_q4_wg(2);
       cuda::set_q4_wg_config(int(rows % 2));  // each configuration at some row counts
-      const Tensor fast = linear_rows(*gpu, xg, wg, rows, c.n);
+      const Tensor fast = linear_rows(*gpu, xg, wg, rows, c.n, true);
       Tensor yb = gpu->alloc({rows, c.n}, DType::BF16), fast16 = Tensor::empty({rows, c.n}, DType::BF16);
       cuda::set_q4_wg_config(int((rows + 1) % 2));
       gpu->linear(xg.slice_rows(0, rows), wg, yb);
@@ -518,12 +523,13 @@ void expect_ks_equals_decode(Backend& gpu, const std::vector<int>& cfgs) {
         SCOPED_TRACE("configuration " + std::to_string(cfg));
         cuda::set_q4_ks_config(cfg);
         const long launched = cuda::q4_ks_launches();
-        const Tensor fast = linear_rows(gpu, xg, wg, rows, c.n);
+        const Tensor fast = linear_rows(gpu, xg, wg, rows, c.n, true);
         EXPECT_EQ(cuda::q4_ks_launches(), launched + 1) << "q4_ks_kernel did not take the call";
         expect_rows_equal(fast, one, ref, big);
       }
       cuda::set_q4_ks_config(cfgs[size_t(rows) % cfgs.size()]);
       Tensor fast16 = Tensor::empty({rows, c.n}, DType::BF16);
+      ASSERT_EQ(cudaMemsetAsync(yb.raw(), 0xFF, yb.nbytes(), cuda::stream_of(gpu)), cudaSuccess);  // (poison)
       gpu.linear(xg.slice_rows(0, rows), wg, yb);
       gpu.to_host(yb, fast16);
       EXPECT_EQ(std::memcmp(fast16.raw(), one16.raw(), fast16.nbytes()), 0)
@@ -532,7 +538,7 @@ void expect_ks_equals_decode(Backend& gpu, const std::vector<int>& cfgs) {
         if (rows < 9) break;
         cuda::set_q4_ks(mode);
         const long before = cuda::q4_ks_launches();
-        const Tensor sel = linear_rows(gpu, xg, wg, rows, c.n);
+        const Tensor sel = linear_rows(gpu, xg, wg, rows, c.n, true);
         const bool takes = mode == 3 ? c.k > 4096 : c.n <= 8192;
         EXPECT_EQ(cuda::q4_ks_launches(), before + (takes ? 1 : 0)) << "mode " << mode;
         EXPECT_EQ(std::memcmp(sel.raw(), one.raw(), sel.nbytes()), 0) << "mode " << mode;

@@ -41,6 +41,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <mutex>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "ops/cuda/cuda_check.h"
@@ -136,6 +138,7 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL>::kThreads, KsCfg<NW, A
   const int sh = q.chunk_shift;                       // >= 1
   const bool spair = sh == 1 && (q.groups & 1) == 0;  // (load_quad)
   if constexpr (CL) {  // the mbarriers, visible to the cluster before any peer's st.async or arrive
+    if (cluster_rank() != uint32_t(slice)) __trap();  // (1-D clusters of 8: rank = blockIdx.x % 8)
     if (tid == 0) {
       for (int w = 0; w < NW; ++w) mbar_init(bars + 8 * w, 1), mbar_init(bars + 8 * (NW + w), 1);
       mbar_init_fence();
@@ -157,7 +160,7 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL>::kThreads, KsCfg<NW, A
 #pragma unroll
   for (int a = 0; a < AH; ++a) load_next(a);  // weights are constant
   pdl_wait();                                 // x is not, nor the workspace
-  stage_x_perm<C::kThreads / 32>(xs, x, m, k, slice * 4 * QS, 4 * QS, tid);
+  stage_x_perm<C::kThreads / 32, true>(xs, x, m, k, slice * 4 * QS, 4 * QS, tid);  // (NW 4, odd QS: ragged)
   fence_proxy_async();  // the generic proxy's stores -> wgmma's reads (async proxy)
   __syncthreads();
   // Step J's B: 512 bytes from xs + 512 J; core matrices 128 bytes apart along K, 256 along the tokens.
@@ -326,8 +329,26 @@ KsLaunch ks_launch(bool subnormal, int cfg) {
   }
 }
 // resident_blocks caches a kernel's first answer and opts in its shared memory then: always the largest.
+// With the cluster fold, at most the clusters of 8 that fit at once (a cluster stays inside one GPC), cached
+// per kernel as resident_blocks caches.
 int ks_resident(const KsLaunch& l) {
-  return resident_blocks(reinterpret_cast<const void*>(l.kernel), l.threads, ks_smem(kMaxK, l.nw, l.cl));
+  const int blocks =
+      resident_blocks(reinterpret_cast<const void*>(l.kernel), l.threads, ks_smem(kMaxK, l.nw, l.cl));
+  if (!l.cl) return blocks;
+  static std::mutex mu;
+  static std::unordered_map<const void*, int> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache.find(reinterpret_cast<const void*>(l.kernel)); it != cache.end()) return it->second;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(kSlices * 64), cfg.blockDim = dim3(l.threads);
+  cfg.dynamicSmemBytes = ks_smem(kMaxK, l.nw, l.cl);
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = kSlices, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr, cfg.numAttrs = 1;
+  int clusters = 0;
+  TF_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, l.kernel, &cfg));
+  return cache[reinterpret_cast<const void*>(l.kernel)] = std::min(blocks, clusters * kSlices);
 }
 
 }  // namespace
@@ -345,6 +366,8 @@ Q4KsWorkspace make_q4_ks_workspace() {
   TF_CUDA_CHECK(cudaMalloc(&ws.part, size_t(kMaxTiles) * kSlices * kPart * sizeof(float)));
   TF_CUDA_CHECK(cudaMalloc(&ws.tickets, size_t(kMaxTiles) * sizeof(int)));
   TF_CUDA_CHECK(cudaMemset(ws.tickets, 0, size_t(kMaxTiles) * sizeof(int)));
+  TF_CUDA_CHECK(
+      cudaDeviceSynchronize());  // (the memset is not ordered with the backend's non-blocking stream)
   ws.max_tiles = kMaxTiles;
   return ws;
 }
@@ -412,9 +435,10 @@ int q4_ks_mode() {
 }
 
 void set_q4_ks_config(int cfg) {
-  TF_CHECK(cfg >= 0 && cfg <= 3,
-           "set_q4_ks_config: 0 (one warpgroup a CTA), 1 (two), 2 (one, fragments by "
-           "chunk parity), 3 (two, by parity)");
+  TF_CHECK(
+      cfg >= 0 && cfg < kKsConfigs,
+      "set_q4_ks_config: 0 (one warpgroup a CTA), 1 (two), 2 (one, fragments by chunk parity), 3 (two, by "
+      "parity), 4 (four), 5 (two, the fold in a cluster), 6 (one, the fold in a cluster)");
   g_q4_ks_cfg = cfg;
 }
 

@@ -93,7 +93,8 @@ int q4_wg_mode();
 // is on (or by reserve_q4_ks_workspace). Mode 0 off (the default: not yet measured), 1 at 9-16 rows, 2 at
 // 1-16 rows, 3 as 1 for K > 4096 only (the down), 4 as 1 for widths <= 8192 only. TF_Q4_KS=0-4.
 // Configurations (TF_Q4_KS_CFG, set_q4_ks_config): 0 one warpgroup a CTA, 1 two, 2 / 3 the same with the
-// fragments by chunk parity, 4 four (one CTA an SM). q4_ks_launches() counts its launches (tests).
+// fragments by chunk parity, 4 four (one CTA an SM), 5 / 6 two / one with the fold in a cluster of the 8
+// slices. q4_ks_launches() counts its launches (tests).
 void set_q4_ks(int mode);
 int q4_ks_mode();
 void set_q4_ks_config(int cfg);

@@ -18,27 +18,29 @@ namespace tf::cuda {
 // kh: step 2c + h, half kh) to byte (2c + h) 512 + 256 ng + 128 kh + 16 r + 4u: a warp's 32 stores of a piece
 // hit 32 banks. Step h of chunk c then holds, at logical k 2t + e and 2t + 8 + e, the values k 32c + 8t + 4h
 // + e and 32c + 8t + 4h + 2 + e: the k the A fragment's lane t holds (mma_chunk's pairing). kWarps warps
-// (thread tid of them) share the 2 chunks units (2 chunks % kWarps == 0), kXBatch at a time a warp, their
-// loads in flight together. (Four 4-byte cp.async a unit, each fetching the unit's sectors again, cost ~5 us
-// a call at K = 4096: run 448.) The caller fences (fence_proxy_async) and synchronises.
-template <int kWarps>
+// (thread tid of them) share the 2 chunks units (2 chunks % kWarps == 0 unless kRagged), kXBatch at a time a
+// warp, their loads in flight together. (Four 4-byte cp.async a unit, each fetching the unit's sectors again,
+// cost ~5 us a call at K = 4096: run 448.) The caller fences (fence_proxy_async) and synchronises.
+template <int kWarps, bool kRagged = false>
 __device__ __forceinline__ void stage_x_perm(uint32_t xs, const __nv_bfloat16* x, int m, int k, int c0,
                                              int chunks, int tid) {
   constexpr int kXBatch = 8;
-  const int lane = tid % 32, r = lane / 4, u = lane % 4, per_warp = 2 * chunks / kWarps;
+  const int units = 2 * chunks, lane = tid % 32, r = lane / 4, u = lane % 4;
+  const int per_warp = kRagged ? (units + kWarps - 1) / kWarps : units / kWarps;
   const int wid = tid / 32;
   for (int b0 = 0; b0 < per_warp; b0 += kXBatch) {
     uint4 v[kXBatch];
 #pragma unroll
     for (int i = 0; i < kXBatch; ++i) {
       const int unit = wid + (b0 + i) * kWarps, c = unit / 2, row = 8 * (unit % 2) + r;
-      v[i] = b0 + i < per_warp && row < m ? ld_act16(x + int64_t(row) * k + 32 * (c0 + c) + 8 * u)
-                                          : make_uint4(0, 0, 0, 0);
+      v[i] = b0 + i < per_warp && (!kRagged || unit < units) && row < m
+                 ? ld_act16(x + int64_t(row) * k + 32 * (c0 + c) + 8 * u)
+                 : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int i = 0; i < kXBatch; ++i) {
-      if (b0 + i >= per_warp) break;
       const int unit = wid + (b0 + i) * kWarps, c = unit / 2, ng = unit % 2;
+      if (b0 + i >= per_warp || (kRagged && unit >= units)) break;
       const uint32_t d = xs + 2 * c * 512 + 256 * ng + 16 * r + 4 * u;
       asm volatile("st.shared.b32 [%0], %1;" ::"r"(d), "r"(v[i].x) : "memory");
       asm volatile("st.shared.b32 [%0], %1;" ::"r"(d + 128), "r"(v[i].y) : "memory");

@@ -1,8 +1,10 @@
 // One prefill attention call (a prompt of N tokens, Qwen3-8B heads), a few launches: a target for `ncu`.
 //   tf_attention_once [N] [launches]
-// Or one decode step's attention (batch 1, CTX tokens of context) on each of 36 layers' KV in turn (72+ MB:
-// cold in L2, as in a forward), timed alone: what the kernel costs outside the forward's chain.
-//   tf_attention_once decode CTX
+// Or one decode step's attention (BATCH sequences, default 1, of CTX tokens of context) on each of 36 layers'
+// KV in turn (72+ MB: cold in L2, as in a forward), timed alone: what the kernel costs outside the forward's
+// chain; then the split blocks' stamps of one more launch (attention_stamps: entered, waited, K in, scores, V
+// in, partials out, ticket, merged; min / median / max over blocks, us after the first block's wait).
+//   tf_attention_once decode CTX [BATCH]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -13,7 +15,9 @@
 #include <vector>
 
 #include "bench_common.h"
+#include "ops/cuda/attention_mma.h"  // attention_stamps
 #include "ops/cuda/cuda_backend.h"
+#include "ops/cuda/cuda_check.h"
 
 namespace {
 
@@ -33,12 +37,12 @@ KvLayer random_pool(Backend& be, const BatchMeta& meta, uint64_t seed) {
   return kv;
 }
 
-int decode(Backend& be, int ctx) {
+int decode(Backend& be, int ctx, int batch) {
   constexpr int kLayers = 36;
-  BatchMeta meta = bench::decode_meta(1, ctx);
+  BatchMeta meta = bench::decode_meta(batch, ctx);
   std::vector<KvLayer> kv;
   for (int l = 0; l < kLayers; ++l) kv.push_back(random_pool(be, meta, 2 + 2 * l));
-  Tensor q = be.alloc({1, kHeads, kDim}, DType::BF16), o = be.alloc({1, kHeads, kDim}, DType::BF16);
+  Tensor q = be.alloc({batch, kHeads, kDim}, DType::BF16), o = be.alloc({batch, kHeads, kDim}, DType::BF16);
   cuda::fill_uniform(be, q, 1, -1.f, 1.f);
   const AttentionParams& ap = kAttn;
   be.begin_forward(meta);
@@ -48,11 +52,25 @@ int decode(Backend& be, int ctx) {
         for (int l = 0; l < kLayers; ++l) be.attention(q, kv[size_t(l)], ap, o);
       },
       2, 10);
-  const double kv_bytes = 2.0 * ctx * kKvHeads * kDim * 2;
+  const double kv_bytes = 2.0 * ctx * kKvHeads * kDim * 2 * batch;
   std::printf(
-      "decode attention b=1 ctx %d: %.2f us a layer (36 layers' KV in turn, eager launches), %.0f GB/s of "
+      "decode attention b=%d ctx %d: %.2f us a layer (36 layers' KV in turn, eager launches), %.0f GB/s of "
       "KV\n",
-      ctx, ms * 1e3 / kLayers, kv_bytes / (ms * 1e-3 / kLayers) / 1e9);
+      batch, ctx, ms * 1e3 / kLayers, kv_bytes / (ms * 1e-3 / kLayers) / 1e9);
+  cuda::set_attention_stamps(true);
+  be.attention(q, kv[0], ap, o);
+  TF_CUDA_CHECK(cudaStreamSynchronize(cuda::stream_of(be)));
+  bench::Stamps st{{}, 0, cuda::kAttnStamps};
+  st.v = cuda::attention_stamps(&st.blocks);
+  cuda::set_attention_stamps(false);
+  if (const unsigned long long t0 = st.first(1); st.blocks && t0 != ~0ull) {  // (1: waited)
+    const char* names[cuda::kAttnStamps] = {"entered", "waited",       "K in",   "scores",
+                                            "V in",    "partials out", "ticket", "merged"};
+    st.print("split attention blocks", names, t0);
+    std::printf("\n");
+  } else {
+    std::printf("no split-attention stamps (the launch took another schedule)\n");
+  }
   return 0;
 }
 
@@ -65,7 +83,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "no CUDA backend: %s\n", why.c_str());
     return 1;
   }
-  if (argc > 2 && std::string(argv[1]) == "decode") return decode(*be, std::atoi(argv[2]));
+  if (argc > 2 && std::string(argv[1]) == "decode")
+    return decode(*be, std::atoi(argv[2]), argc > 3 ? std::max(1, std::atoi(argv[3])) : 1);
   const int n = argc > 1 ? std::atoi(argv[1]) : 4096,
             launches = argc > 2 ? std::max(2, std::atoi(argv[2])) : 3;
   BatchMeta meta = bench::prefill_meta(n);

@@ -313,40 +313,7 @@ void ablate(Backend& be, Model& m) {
   std::printf("\n");
 }
 
-// Stamps of `blocks` blocks, n a block (block b's stamp i at v[b * n + i]; 0 = not reached).
-struct Stamps {
-  std::vector<unsigned long long> v;
-  int blocks = 0, n = 0;
-  unsigned long long at(int b, int i) const { return v[size_t(b) * n + i]; }
-  // Stamp j minus stamp i of each block that reached both.
-  std::vector<double> deltas(int i, int j) const {
-    std::vector<double> d;
-    for (int b = 0; b < blocks; ++b)
-      if (at(b, i) && at(b, j)) d.push_back(double(at(b, j)) - double(at(b, i)));
-    return d;
-  }
-  // The earliest block's stamp i (~0 when no block reached it).
-  unsigned long long first(int i) const {
-    unsigned long long t = ~0ull;
-    for (int b = 0; b < blocks; ++b)
-      if (at(b, i)) t = std::min(t, at(b, i));
-    return t;
-  }
-  // Stamp i's earliest, median and latest block in us after t0 (nothing where no block reached it).
-  void print_one(int i, const char* name, unsigned long long t0) const {
-    std::vector<double> d;
-    for (int b = 0; b < blocks; ++b)
-      if (at(b, i)) d.push_back((double(at(b, i)) - double(t0)) * 1e-3);  // (before t0: < 0)
-    if (d.empty()) return;
-    std::sort(d.begin(), d.end());
-    std::printf(" | %s %.2f / %.2f / %.2f (%zu)", name, d.front(), d[d.size() / 2], d.back(), d.size());
-  }
-  // print_one of each stamp (the first `shown`; all when negative).
-  void print(const char* what, const char* const* names, unsigned long long t0, int shown = -1) const {
-    std::printf("%s stamps (us after the first block's wait; min / median / max over blocks):", what);
-    for (int i = 0; i < (shown < 0 ? n : shown); ++i) print_one(i, names[i], t0);
-  }
-};
+using bench::Stamps;  // (bench_common.h)
 
 // The phase stamps of the last layer of one eager forward at b=1: the attention's split blocks
 // (attention_stamps) after their first wait, with the one-kernel MoE's first entry and wait on the same

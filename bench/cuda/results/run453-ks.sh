@@ -1,10 +1,13 @@
 # Session 42's prepared first call (written without a device; not yet run): q4_ks_kernel (quant_ks.cu) on the
 # GPU. Build and pack here first:
 #   export PATH=/usr/local/cuda/bin:$PATH; ninja -C build-cuda test_quant_cuda test_cuda_graphs test_cuda_model \
-#     tf_bench_quant tf_bench_cuda tensorfold
+#     tf_bench_quant tf_bench_cuda tf_attention_once tensorfold
 #   BINS="tests/models/test_quant_cuda tests/ops/gpu/test_cuda_graphs tests/ops/gpu/test_cuda_model \
-#     bench/cuda/tf_bench_quant bench/cuda/tf_bench_cuda tensorfold" tools/device_step.sh --pack
-#   run(command="bash bench/cuda/results/run453-ks.sh; cat $OUT/all.txt", carry=[".devpack"])
+#     bench/cuda/tf_bench_quant bench/cuda/tf_bench_cuda bench/cuda/tf_attention_once tensorfold" \
+#     tools/device_step.sh --pack
+#   run(command="bash bench/cuda/results/run453-ks.sh a; cat $OUT/all.txt", carry=[".devpack"])  (~5 min)
+#   run(command="bash bench/cuda/results/run453-ks.sh b; cat $OUT/all.txt", carry=[".devpack"])  (~5 min)
+# Part a: the bits, the tables, the forward. Part b: ncu, the attention, the other GPU tests.
 # Order: the bits of the ticket configurations 0-4 first (stop there on a failure or a hang), then the
 # cluster-fold configurations 5-6 (on a failure or a hang the benches skip them: TF_BENCH_KS_CLUSTER=0), then
 # the linears' tables at M = 16 / 9 / 1 ("q4_ks off / always in configurations 0 1 2 3 4" and "... 5 6": per
@@ -16,9 +19,11 @@
 set -u
 D=$(mktemp -d); xz -dc .devpack/step.tar.xz | tar -xf - -C $D; export LD_LIBRARY_PATH=$D/bin:${LD_LIBRARY_PATH:-}
 date -u > $OUT/all.txt
+PART=${1:-a}
+if [ "$PART" = a ]; then
 timeout 240 $D/bin/test_quant_cuda --gtest_brief=1 --gtest_filter='*KSliceKernel*:*Warpgroup*' > $OUT/ks-test.txt 2>&1
 rc=$?; echo "ks tests rc=$rc" >> $OUT/all.txt; grep -E "PASSED|FAILED|Failure|differs|did not" $OUT/ks-test.txt | head -20 >> $OUT/all.txt
-if [ $rc -ne 0 ]; then rm -rf $D; exit 0; fi
+if [ $rc -ne 0 ]; then rm -rf $D; exit 0; fi  # (part b's other tests then say more)
 timeout 120 $D/bin/test_quant_cuda --gtest_brief=1 --gtest_filter='*KSliceCluster*' > $OUT/ks-cluster-test.txt 2>&1
 rc=$?; echo "ks cluster tests rc=$rc" >> $OUT/all.txt; grep -E "PASSED|FAILED|Failure|differs|did not" $OUT/ks-cluster-test.txt | head -20 >> $OUT/all.txt
 [ $rc -ne 0 ] && export TF_BENCH_KS_CLUSTER=0
@@ -26,16 +31,32 @@ timeout 200 $D/bin/tf_bench_quant --linears-m 16,9,1 > $OUT/linears.txt 2>&1; ec
 grep -E "^\||q4_ks" $OUT/linears.txt | cut -c1-600 >> $OUT/all.txt
 timeout 150 $D/bin/tf_bench_cuda --shape qwen3-8b --format bf16,mlx4 --decode --quick > $OUT/8b.txt 2>&1; echo "8b rc=$?" >> $OUT/all.txt
 grep -E "decode b=16|q4_ks off|q4_wg off" $OUT/8b.txt | cut -c1-700 >> $OUT/all.txt
+fi
+if [ "$PART" = b ]; then
 # The hypothesis itself (docs/cuda-notes.md "Session 42"): L2 -> SM and DRAM bytes of each 16-row 4-bit kernel,
 # q4_ks off then on (down: q4_decode_kernel's x traffic predicted ~3x its 28 MB of weights).
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
 if [ -n "$NCU" ]; then
   timeout 240 $NCU --clock-control none -k regex:q4_ --metrics gpu__time_duration.sum,dram__bytes_read.sum,lts__t_sectors_srcunit_tex_op_read.sum,l1tex__t_sector_hit_rate.pct \
-    --csv $D/bin/tf_bench_quant --profile-m 16 > $OUT/ncu.csv 2>&1; echo "ncu rc=$?" >> $OUT/all.txt
+    --csv $D/bin/tf_bench_quant --profile-m 16 > $OUT/ncu.csv 2>&1; rc=$?; echo "ncu rc=$rc" >> $OUT/all.txt
+  [ $rc -ne 0 ] && timeout 240 $NCU --clock-control none -k regex:q4_ --section SpeedOfLight --section MemoryWorkloadAnalysis \
+    --csv $D/bin/tf_bench_quant --profile-m 16 > $OUT/ncu.csv 2>&1 && echo "ncu (sections) rc=$?" >> $OUT/all.txt
   grep -E "q4_" $OUT/ncu.csv | awk -F'","' '{print $5" | "$(NF-2)" | "$(NF-1)" | "$NF}' | cut -c1-220 | head -40 >> $OUT/all.txt
+fi
+# The 16-row decode attention (0.68 ms of the 8B b=16 forward at ~45% of the bandwidth; bf16 pays it too):
+# alone, with its split blocks' stamps, at 1 and 16 sequences, and ncu's view of one b=16 launch.
+for a in "512 1" "512 16" "2048 16"; do
+  timeout 60 $D/bin/tf_attention_once decode $a > $OUT/attn.txt 2>&1; echo "attention $a rc=$?" >> $OUT/all.txt
+  cut -c1-600 $OUT/attn.txt >> $OUT/all.txt
+done
+if [ -n "$NCU" ]; then
+  timeout 120 $NCU --clock-control none -k regex:attention --launch-skip 40 --launch-count 1 --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,launch__grid_size,launch__registers_per_thread,launch__occupancy_limit_shared_mem,launch__occupancy_limit_registers \
+    --csv $D/bin/tf_attention_once decode 512 16 > $OUT/ncu-attn.csv 2>&1; echo "ncu attention rc=$?" >> $OUT/all.txt
+  grep -E "attention" $OUT/ncu-attn.csv | awk -F'","' '{print $5" | "$(NF-2)" | "$NF}' | cut -c1-200 | head -20 >> $OUT/all.txt
 fi
 for t in test_quant_cuda test_cuda_graphs test_cuda_model; do
   timeout 200 $D/bin/$t --gtest_brief=1 > $OUT/$t.txt 2>&1; echo "$t rc=$?" >> $OUT/all.txt
   grep -E "PASSED|FAILED|Failure|differs" $OUT/$t.txt | head -10 >> $OUT/all.txt
 done
+fi
 rm -rf $D

@@ -629,6 +629,11 @@ void decode_row(ShapeRun& r, int batch, int ctx) {
     cuda::set_attention_fused_combine(false);
     std::printf(" combine kernel %.3f ms |", graphed(r.ours, true, &g0));
     cuda::set_attention_fused_combine(true);
+    const int fmax0 = cuda::attention_fused_combine_max();  // the fused combine past its default 64 pairs
+    cuda::set_attention_fused_combine_max(cuda::kFusedCombineCap);
+    std::printf(" fused combine up to %d pairs %.3f ms |", cuda::kFusedCombineCap,
+                graphed(r.ours, true, &g0));
+    cuda::set_attention_fused_combine_max(fmax0);
     cuda::set_attention_wide_combine(false);
     std::printf(" 4 chunks a merge step %.3f ms |", graphed(r.ours, true, &g0));
     cuda::set_attention_wide_combine(true);
@@ -856,6 +861,18 @@ void format_rows(Backend& be, const ModelShape& sh, const std::vector<WeightForm
                                     : "eager"});
         std::printf("  %s %s (%s): %.3f ms, %.0f tok/s, %.2f GB read, %.1f%% of roofline\n", fname, what,
                     out->back().timing, t, batch / (t * 1e-3), bytes / 1e9, 100 * out->back().floor_ms / t);
+        if (batch == 16) {  // the fused combine past its default 64 (split tile, KV head) pairs, same call
+          const int fmax0 = cuda::attention_fused_combine_max();
+          std::printf("  %s %s, attention combine launch / fused (up to %d pairs):", fname, what,
+                      cuda::kFusedCombineCap);
+          for (int fmax : {fmax0, cuda::kFusedCombineCap}) {
+            cuda::set_attention_fused_combine_max(fmax);
+            std::printf(" %.3f ms", time_graph_ms(
+                                        s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g));
+          }
+          cuda::set_attention_fused_combine_max(fmax0);
+          std::printf("\n");
+        }
         if (f == WeightFormat::Mlx4 && batch > 8 && batch <= 16) {  // q4_pair_kernel's modes, same call
           const int mode0 = cuda::q4_pair_mode();
           std::printf("  %s %s, q4_pair off / where its tiles fill the grid / always:", fname, what);

@@ -1,9 +1,10 @@
 # Session 42's prepared first call (written without a device; not yet run): q4_ks_kernel (quant_ks.cu) on the
 # GPU. Build and pack here first:
 #   export PATH=/usr/local/cuda/bin:$PATH; ninja -C build-cuda test_quant_cuda test_cuda_graphs test_cuda_model \
-#     tf_bench_quant tf_bench_cuda tf_attention_once tensorfold
+#     test_cuda_backend tf_bench_quant tf_bench_cuda tf_attention_once tensorfold
 #   BINS="tests/models/test_quant_cuda tests/ops/gpu/test_cuda_graphs tests/ops/gpu/test_cuda_model \
-#     bench/cuda/tf_bench_quant bench/cuda/tf_bench_cuda bench/cuda/tf_attention_once tensorfold" \
+#     tests/ops/gpu/test_cuda_backend bench/cuda/tf_bench_quant bench/cuda/tf_bench_cuda \
+#     bench/cuda/tf_attention_once tensorfold" \
 #     tools/device_step.sh --pack
 #   run(command="bash bench/cuda/results/run453-ks.sh a; cat $OUT/all.txt", carry=[".devpack"])  (~5 min)
 #   run(command="bash bench/cuda/results/run453-ks.sh b; cat $OUT/all.txt", carry=[".devpack"])  (~5 min)
@@ -12,7 +13,8 @@
 # cluster-fold configurations 5-6 (on a failure or a hang the benches skip them: TF_BENCH_KS_CLUSTER=0), then
 # the linears' tables at M = 16 / 9 / 1 ("q4_ks off / always in configurations 0 1 2 3 4" and "... 5 6": per
 # call kind, same call), the 8B forward at b = 16 ("q4_ks off / on in configurations 0 1 2 3 4 / the down
-# only, widths <= 8192 only", then 5 6: same call), ncu's bytes a kernel (the x-traffic hypothesis), the
+# only, widths <= 8192 only", then 5 6; and the attention's combine launch against the fused combine past its
+# default 64 pairs, bf16 and 4-bit: same call), ncu's bytes a kernel (the x-traffic hypothesis), the
 # other GPU tests.
 # Predictions (docs/cuda-notes.md "Session 42"): down at M = 16 0.573 -> 0.36-0.45 ms a step, q / o 0.235 ->
 # 0.20-0.26, the cluster fold ~1 us a call under the ticket's; the forward at b=16 3.41 -> ~3.2-3.3 ms.
@@ -54,7 +56,7 @@ if [ -n "$NCU" ]; then
     --csv $D/bin/tf_attention_once decode 512 16 > $OUT/ncu-attn.csv 2>&1; echo "ncu attention rc=$?" >> $OUT/all.txt
   grep -E "attention" $OUT/ncu-attn.csv | awk -F'","' '{print $5" | "$(NF-2)" | "$NF}' | cut -c1-200 | head -20 >> $OUT/all.txt
 fi
-for t in test_quant_cuda test_cuda_graphs test_cuda_model; do
+for t in test_cuda_backend test_quant_cuda test_cuda_graphs test_cuda_model; do
   timeout 200 $D/bin/$t --gtest_brief=1 > $OUT/$t.txt 2>&1; echo "$t rc=$?" >> $OUT/all.txt
   grep -E "PASSED|FAILED|Failure|differs" $OUT/$t.txt | head -10 >> $OUT/all.txt
 done

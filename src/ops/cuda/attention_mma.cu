@@ -25,8 +25,10 @@
 #include <algorithm>
 #include <cfloat>
 #include <climits>
+#include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "ops/cuda/attention_chunk.cuh"
 #include "ops/cuda/attention_mma.h"
 #include "ops/cuda/cuda_check.h"
@@ -620,6 +622,7 @@ __global__ void __launch_bounds__(128)
 // measurements.
 bool g_loop_wide = env_switch("TF_ATTN_WIDE", true);  // launch.h
 bool g_fused_combine = env_switch("TF_ATTN_FUSED_COMBINE", true);
+int g_fused_combine_max = 64;  // set_attention_fused_combine_max
 bool g_wide_combine = env_switch("TF_ATTN_WIDE_COMBINE", true);
 bool g_wide_tma = env_switch("TF_ATTN_WIDE_TMA", true);
 bool g_spread = env_switch("TF_ATTN_SPREAD", true);
@@ -724,6 +727,14 @@ void set_attention_fused_combine(bool on) {
 }
 bool attention_fused_combine() {
   return g_fused_combine;
+}
+void set_attention_fused_combine_max(int n) {
+  TF_CHECK(n >= 0 && n <= kFusedCombineCap,
+           "set_attention_fused_combine_max: 0 .. " + std::to_string(kFusedCombineCap) + " pairs");
+  g_fused_combine_max = n;
+}
+int attention_fused_combine_max() {
+  return g_fused_combine_max;
 }
 void set_attention_wide_combine(bool on) {
   g_wide_combine = on;

@@ -50,6 +50,12 @@ void set_attention_wide_combine(bool on);
 // the same bytes; TF_ATTN_WIDE_TMA=0 off).
 void set_attention_wide_tma(bool on);
 bool attention_fused_combine();
+// The fused combine only for calls of at most n (split tile, KV head) pairs (the backend's rule; default 64:
+// up to 8 decode rows of 8 KV heads, from run 94, where 16 rows lost 1% with it), n <= kFusedCombineCap (the
+// backend's ticket buffer). Speed only (the merge order, so the bits, are the combine launch's; tested).
+constexpr int kFusedCombineCap = 512;
+void set_attention_fused_combine_max(int n);
+int attention_fused_combine_max();
 // Speed only (same bits, tested): a split tile whose (row, head) pairs fit one warp (decode rows) has all 4
 // warps of its blocks compute each chunk (S n-tiles and output columns split, P through shared memory:
 // attention_chunk.cuh's spread_*). Default on; TF_ATTN_SPREAD=0 off.

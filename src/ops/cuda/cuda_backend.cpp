@@ -599,17 +599,19 @@ class CudaBackend final : public Backend {
 
   // The fused combine's tickets (AttentionMmaArgs::tickets): one zeroed buffer made at the first eager
   // attention, never moved (captured graphs keep its address); null (the combine launch instead, same
-  // bits) for calls of more than kFusedCombineMax (split tile, KV head) pairs, or when the fused combine is
-  // off (set_attention_fused_combine). Run 94 (8B, ctx 512, two A/B pairs): fused b=8 bf16 5.36 -> 5.32 ms,
-  // 4-bit 3.17 -> 3.10 ms, b=1 4-bit 2.44 -> 2.43 ms; but b=16 bf16 6.30 -> 6.36 ms (the last blocks'
-  // merges trail the grid): so only up to 8 sequences of 8 KV heads. And only up to kFusedCombineMaxChunks
-  // chunks: at 8k context (64 chunks, b=1) the combine launch was 2-3% faster (runs 139-140).
+  // bits) for calls of more than attention_fused_combine_max() (split tile, KV head) pairs (64 by default),
+  // or when the fused combine is off (set_attention_fused_combine). Run 94 (8B, ctx 512, two A/B pairs):
+  // fused b=8 bf16 5.36 -> 5.32 ms, 4-bit 3.17 -> 3.10 ms, b=1 4-bit 2.44 -> 2.43 ms; but b=16 bf16 6.30
+  // -> 6.36 ms (the last blocks' merges trail the grid): so only up to 8 sequences of 8 KV heads. And only up
+  // to kFusedCombineMaxChunks chunks: at 8k context (64 chunks, b=1) the combine launch was 2-3% faster (runs
+  // 139-140).
   int* attention_tickets(size_t n, int chunks) {
-    if (!cuda::attention_fused_combine() || n > kFusedCombineMax || chunks > kFusedCombineMaxChunks)
+    if (!cuda::attention_fused_combine() || n > size_t(cuda::attention_fused_combine_max()) ||
+        chunks > kFusedCombineMaxChunks)
       return nullptr;
-    if (!tickets_ && !capture_) {
-      TF_CUDA_CHECK(cudaMalloc(&tickets_, kFusedCombineMax * sizeof(int)));
-      TF_CUDA_CHECK(cudaMemset(tickets_, 0, kFusedCombineMax * sizeof(int)));
+    if (!tickets_ && !capture_) {  // (room for the largest rule: set_attention_fused_combine_max)
+      TF_CUDA_CHECK(cudaMalloc(&tickets_, cuda::kFusedCombineCap * sizeof(int)));
+      TF_CUDA_CHECK(cudaMemset(tickets_, 0, cuda::kFusedCombineCap * sizeof(int)));
     }
     return tickets_;
   }
@@ -960,7 +962,6 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   Staging meta_stage_, gather_stage_, scatter_stage_, sample_stage_, tile_stage_;
   ReadBack read_back_;                               // to_host_queued
-  static constexpr size_t kFusedCombineMax = 64;     // (split tile, KV head) pairs of one attention call
   static constexpr int kFusedCombineMaxChunks = 16;  // the longest row's chunks (2,048 positions)
   int* tickets_ = nullptr;                           // attention_tickets
   cuda::Q4KsWorkspace ks_ws_;                        // q4_ks_kernel's (upload_linear)

@@ -637,6 +637,38 @@ TEST_F(CudaOps, AttentionRowInvariantAcrossDecodeVerifyPrefill) {
 // the same bytes (block sizes of 4 and more: table entries by lane and shuffles; 16 is the engine's; 256
 // spans two chunks a block; 12 and 2 take the per-copy table path), for decode, verify and prefill rows, both
 // schedules.
+// 16 decode rows of 8 KV heads (128 split (tile, KV head) pairs): the fused combine, which by default stops
+// at 64 pairs (set_attention_fused_combine_max), gives the combine launch's bits when its limit is raised,
+// and both the loop schedule's. (A speed knob: run 453 times it at b = 16.)
+TEST_F(CudaOps, AttentionSixteenRowsFusedCombineEqualsCombineLaunch) {
+  const int hq = 32, hk = 8, d = 128, seqs = 16;
+  std::vector<int> lens;
+  std::vector<std::pair<int, int>> rows;
+  for (int i = 0; i < seqs; ++i) lens.push_back(520 + 37 * i), rows.push_back({i, 519 + 37 * i});
+  Pools pools = make_pools(*gpu_, *cpu_, lens, hk, d);
+  const Host q = random_host({seqs, hq, d}, 2.f);
+  const Tensor gq = gpu_->upload(q.bf16);
+  const BatchMeta meta = rows_meta(pools, rows);
+  const AttentionParams ap{hq, hk, d, 1.f / std::sqrt(float(d)), 0, 0.f};
+  auto run = [&] {
+    gpu_->begin_forward(meta);
+    Tensor out = poisoned({seqs, hq, d});
+    gpu_->attention(gq, pools.g, ap, out);
+    return bits(out);
+  };
+  const int max0 = cuda::attention_fused_combine_max();
+  cuda::set_attention_tile_schedule(cuda::TileSchedule::Loop);
+  const auto loop = run();
+  cuda::set_attention_tile_schedule(cuda::TileSchedule::Split);
+  const auto launch = run();  // 128 pairs > 64: the combine launch
+  cuda::set_attention_fused_combine_max(cuda::kFusedCombineCap);
+  const auto fused = run();
+  cuda::set_attention_fused_combine_max(max0);
+  cuda::set_attention_tile_schedule(cuda::TileSchedule::Auto);
+  EXPECT_EQ(launch, loop) << "combine launch";
+  EXPECT_EQ(fused, loop) << "fused combine at 128 pairs";
+}
+
 // Long contexts (33 and 70 chunks): the split schedule's merge of many partials (fused into the last block,
 // or the combine kernel; blocks walking 1, 2 or 8 chunks; 4 or 16 chunks a merge step) and the narrow loop
 // kernel give the wide loop kernel's bits (K/V staged by bulk copies or cp.async), for decode rows of two

@@ -52,7 +52,8 @@ void set_attention_wide_tma(bool on);
 bool attention_fused_combine();
 // The fused combine only for calls of at most n (split tile, KV head) pairs (the backend's rule; default 64:
 // up to 8 decode rows of 8 KV heads, from run 94, where 16 rows lost 1% with it), n <= kFusedCombineCap (the
-// backend's ticket buffer). Speed only (the merge order, so the bits, are the combine launch's; tested).
+// backend's ticket buffer; TF_ATTN_FUSED_MAX sets it at start-up). Speed only (the merge order, so the bits,
+// are the combine launch's; tested).
 constexpr int kFusedCombineCap = 512;
 void set_attention_fused_combine_max(int n);
 int attention_fused_combine_max();

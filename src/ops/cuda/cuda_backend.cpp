@@ -611,7 +611,7 @@ class CudaBackend final : public Backend {
       return nullptr;
     if (!tickets_ && !capture_) {  // (room for the largest rule: set_attention_fused_combine_max)
       TF_CUDA_CHECK(cudaMalloc(&tickets_, cuda::kFusedCombineCap * sizeof(int)));
-      TF_CUDA_CHECK(cudaMemset(tickets_, 0, cuda::kFusedCombineCap * sizeof(int)));
+      TF_CUDA_CHECK(cudaMemsetAsync(tickets_, 0, cuda::kFusedCombineCap * sizeof(int), stream_));
     }
     return tickets_;
   }

@@ -656,13 +656,27 @@ TEST_F(CudaOps, AttentionSixteenRowsFusedCombineEqualsCombineLaunch) {
     gpu_->attention(gq, pools.g, ap, out);
     return bits(out);
   };
+  // Whether the latest split launch merged in its blocks: a block's "ticket" stamp (6) is written only by the
+  // fused combine (a stamp a launch does not reach reads 0).
+  auto fused_ran = [] {
+    int blocks = 0;
+    const std::vector<unsigned long long> st = cuda::attention_stamps(&blocks);
+    for (int b = 0; b < blocks; ++b)
+      if (st[size_t(b) * cuda::kAttnStamps + 6]) return true;
+    return false;
+  };
   const int max0 = cuda::attention_fused_combine_max();
+  cuda::set_attention_fused_combine_max(64);
   cuda::set_attention_tile_schedule(cuda::TileSchedule::Loop);
   const auto loop = run();
   cuda::set_attention_tile_schedule(cuda::TileSchedule::Split);
+  cuda::set_attention_stamps(true);
   const auto launch = run();  // 128 pairs > 64: the combine launch
+  EXPECT_FALSE(fused_ran()) << "64 pairs at most, yet the fused combine ran";
   cuda::set_attention_fused_combine_max(cuda::kFusedCombineCap);
   const auto fused = run();
+  EXPECT_TRUE(fused_ran()) << "the raised limit did not take the fused combine";
+  cuda::set_attention_stamps(false);
   cuda::set_attention_fused_combine_max(max0);
   cuda::set_attention_tile_schedule(cuda::TileSchedule::Auto);
   EXPECT_EQ(launch, loop) << "combine launch";

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <vector>
 
@@ -87,6 +88,11 @@ BatchMeta prefill_meta(int n) {
   }
   m.block_tables.push_back(t);
   return m;
+}
+
+bool ks_cluster_benched() {
+  const char* v = std::getenv("TF_BENCH_KS_CLUSTER");
+  return !(v && v[0] == '0');
 }
 
 double copy_bandwidth_gbs(Backend& be, int warm, int reps) {

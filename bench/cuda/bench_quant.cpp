@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <functional>
 #include <sstream>
 #include <string>
@@ -246,11 +245,6 @@ void wg_modes(Backend& be, const Weights& w, Buffers& b, int m) {
   cuda::set_q4_wg_config(cfg0);
 }
 
-bool bench_ks_cluster_off() {
-  const char* v = std::getenv("TF_BENCH_KS_CLUSTER");
-  return v && v[0] == '0';
-}
-
 // 1-16 rows: q4_ks_kernel off and always in each of its configurations (set_q4_ks 0 / 2, set_q4_ks_config
 // 0-4: the ticket fold; then 5-6, the fold in a cluster, on a line of their own; quant_ks.cu).
 void ks_modes(Backend& be, const Weights& w, Buffers& b, int m) {
@@ -259,7 +253,7 @@ void ks_modes(Backend& be, const Weights& w, Buffers& b, int m) {
     cuda::set_q4_ks(i == 0 ? 0 : 2);
     if (i > 0) cuda::set_q4_ks_config(i - 1);
   });
-  if (!bench_ks_cluster_off())  // (TF_BENCH_KS_CLUSTER=0: skip them, e.g. after their test failed)
+  if (bench::ks_cluster_benched())
     modes_table(be, w, b, m, "q4_ks always in configurations 5 6 (the fold in a cluster)", 2, [](int i) {
       cuda::set_q4_ks(2);
       cuda::set_q4_ks_config(5 + i);

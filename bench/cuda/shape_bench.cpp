@@ -902,7 +902,7 @@ void format_rows(Backend& be, const ModelShape& sh, const std::vector<WeightForm
           std::printf("  q4_ks on in configurations 5 6 (the fold in a cluster):");
           std::fflush(stdout);
           for (int cfg : {5, 6}) {
-            if (const char* v = std::getenv("TF_BENCH_KS_CLUSTER"); v && v[0] == '0') break;  // (=0: skip)
+            if (!ks_cluster_benched()) break;
             cuda::set_q4_ks(1);
             cuda::set_q4_ks_config(cfg);
             std::printf(" %.3f ms", time_graph_ms(

@@ -394,7 +394,7 @@ class Parser {
       return false;
     };
     while (!at_end() && peek() != ']') {
-      uint32_t lo, hi;
+      uint32_t lo = 0, hi = 0;  // (item sets them; initialised for g++ 12's -Wmaybe-uninitialized)
       bool single = item(lo);
       if (peek() == '-' && pos_ + 1 < p_.size() && p_[pos_ + 1] != ']') {
         if (!single) fail("a class escape as a range bound");

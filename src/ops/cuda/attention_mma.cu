@@ -25,7 +25,6 @@
 #include <algorithm>
 #include <cfloat>
 #include <climits>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -624,11 +623,7 @@ __global__ void __launch_bounds__(128)
 bool g_loop_wide = env_switch("TF_ATTN_WIDE", true);  // launch.h
 bool g_fused_combine = env_switch("TF_ATTN_FUSED_COMBINE", true);
 // set_attention_fused_combine_max; TF_ATTN_FUSED_MAX=0..kFusedCombineCap (measurements), else 64.
-int g_fused_combine_max = [] {
-  const char* v = std::getenv("TF_ATTN_FUSED_MAX");
-  const int n = v ? std::atoi(v) : -1;
-  return n >= 0 && n <= kFusedCombineCap ? n : 64;
-}();
+int g_fused_combine_max = env_int("TF_ATTN_FUSED_MAX", 0, kFusedCombineCap, 64);
 bool g_wide_combine = env_switch("TF_ATTN_WIDE_COMBINE", true);
 bool g_wide_tma = env_switch("TF_ATTN_WIDE_TMA", true);
 bool g_spread = env_switch("TF_ATTN_SPREAD", true);

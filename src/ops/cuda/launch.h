@@ -69,7 +69,9 @@ bool pdl_group_enabled(const char* name);
 // A measurement switch from the environment (the TF_* A/B knobs): `name`=0 off, =1 on, unset or anything
 // else `dflt`.
 bool env_switch(const char* name, bool dflt);
-// A mode knob from the environment: `name`=0 .. `max` (one digit), unset or anything else `dflt`.
+// A number knob from the environment: `name`=lo .. hi (a decimal integer), unset or anything else `dflt`.
+int env_int(const char* name, int lo, int hi, int dflt);
+// A mode knob: env_int from 0 to `max`.
 int env_digit(const char* name, int max, int dflt);
 // Blocks of `kernel` (launched with `threads` threads and at most `smem` bytes of dynamic shared memory,
 // opted in here when over 48 KB) resident on the whole device at once: the grid of a persistent kernel.

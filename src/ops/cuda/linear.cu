@@ -447,9 +447,16 @@ bool env_switch(const char* name, bool dflt) {
   return dflt;
 }
 
-int env_digit(const char* name, int max, int dflt) {
+int env_int(const char* name, int lo, int hi, int dflt) {
   const char* v = std::getenv(name);
-  return v && v[0] >= '0' && v[0] <= char('0' + max) && !v[1] ? v[0] - '0' : dflt;
+  if (!v || !*v) return dflt;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  return *end == '\0' && n >= lo && n <= hi ? int(n) : dflt;
+}
+
+int env_digit(const char* name, int max, int dflt) {
+  return env_int(name, 0, max, dflt);
 }
 
 bool pdl_enabled() {

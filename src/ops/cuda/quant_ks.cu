@@ -207,6 +207,13 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL>::kThreads, KsCfg<NW, A
 #pragma unroll
       for (int i = 0; i < 8; ++i) acc[i] += 0.f;
       const bool next = tile + step < tiles;
+      auto store_half = [&](int hf, const float(&s)[4]) {  // the folded sums of elements 4 hf .. 4 hf + 3
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int f = tile * kTile + 16 * warp + g + 8 * (i / 2), tok = 8 * hf + 2 * t + i % 2;
+          if (tok < m && f < n) store_biased(s[i], bias, bias_kind, y, y_f32, tok, f, n);
+        }
+      };
       if constexpr (CL) {
         // Slices 1-7 send their partial into slice 0's fold buffer (st.async, counted on its full barrier);
         // slice 0 adds them after its own in slice order, then frees the buffer (its empty barriers) for
@@ -224,11 +231,7 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL>::kThreads, KsCfg<NW, A
               const float4 v = buf[j * (kPart / 4) + 128 * hf + wt];
               s[0] += v.x, s[1] += v.y, s[2] += v.z, s[3] += v.w;
             }
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              const int f = tile * kTile + 16 * warp + g + 8 * (i / 2), tok = 8 * hf + 2 * t + i % 2;
-              if (tok < m && f < n) store_biased(s[i], bias, bias_kind, y, y_f32, tok, f, n);
-            }
+            store_half(hf, s);
           }
           if (next) {
             nbar_sync(1 + wg, 128);  // every thread has read the buffer
@@ -273,11 +276,7 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL>::kThreads, KsCfg<NW, A
             float s[4] = {v[0].x, v[0].y, v[0].z, v[0].w};
 #pragma unroll
             for (int j = 1; j < kSlices; ++j) s[0] += v[j].x, s[1] += v[j].y, s[2] += v[j].z, s[3] += v[j].w;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              const int f = tile * kTile + 16 * warp + g + 8 * (i / 2), tok = 8 * hf + 2 * t + i % 2;
-              if (tok < m && f < n) store_biased(s[i], bias, bias_kind, y, y_f32, tok, f, n);
-            }
+            store_half(hf, s);
           }
         }
       }

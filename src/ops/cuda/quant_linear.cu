@@ -753,17 +753,16 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
       if constexpr (NT <= 2)
         if (ahead >= 8) kernel = qlinear_kernel<KIND, B, NT, 8>;
       int grid = n_tiles * m_tiles;
-      size_t smem = 0;               // dynamic shared memory: q4_decode_kernel's x (XS)
-      int stamp_slot = -1;           // (benches: set_q4_stamps)
-      QArgs qk = q;                  // (benches: the stamps instance's ring slot in qk.biases)
-      if constexpr (kQ4 && NT <= 2)  // up to 16 rows: split by K slice (quant_ks.cu) where the mode takes it
+      size_t smem = 0;      // dynamic shared memory: q4_decode_kernel's x (XS)
+      int stamp_slot = -1;  // (benches: set_q4_stamps)
+      QArgs qk = q;         // (benches: the stamps instance's ring slot in qk.biases)
+      // Up to 16 rows on warpgroup MMAs where a mode takes the call: split by K slice (quant_ks.cu), else
+      // whole tiles (quant_wg.cu).
+      if constexpr (kQ4 && NT <= 2)
         if (q4 && !g_q4_stamps.get() &&
-            q4_ks_linear(KIND == kMlxBf16Sub, xp, q, bias, bias_kind, y.raw(), y_f32, m, int(n), int(k), ks,
-                         s))
-          return;
-      if constexpr (kQ4 && NT <= 2)  // up to 16 rows: warpgroup MMAs (quant_wg.cu) where the mode takes it
-        if (q4 && !g_q4_stamps.get() &&
-            q4_wg_linear(KIND == kMlxBf16Sub, xp, q, bias, bias_kind, y.raw(), y_f32, m, int(n), int(k), s))
+            (q4_ks_linear(KIND == kMlxBf16Sub, xp, q, bias, bias_kind, y.raw(), y_f32, m, int(n), int(k), ks,
+                          s) ||
+             q4_wg_linear(KIND == kMlxBf16Sub, xp, q, bias, bias_kind, y.raw(), y_f32, m, int(n), int(k), s)))
           return;
       if constexpr (kQ4 && NT == 2)  // 9-16 rows: two 16-feature groups a warp (quant_pair.cu)
         if (q4 &&

@@ -10,6 +10,7 @@
 #include "server/http_reply.h"
 #include "server/metrics.h"
 #include "server/openai_chat.h"
+#include "server/request_log.h"
 #include "server/sse.h"
 #include "server/structured_output.h"
 #include "server/thinking_budget.h"
@@ -242,15 +243,7 @@ MessagesRequest parse_messages_request(const RequestJson& body, const ApiContext
   r.thinking_budget = ctx.options.thinking_budget;  // thinking.budget_tokens overrides it
   RequestJson kwargs = thinking_kwargs(f, ctx, max_tokens, r.thinking_budget);
   if (!count_only) read_sampling(f, r, ctx);
-  if (!ctx.text.has_chat_template()) throw invalid_field("messages", "This model has no chat template.");
-  std::string rendered;
-  try {
-    rendered = ctx.text.render_chat(messages, tools, true, kwargs);
-  } catch (const ApiError&) {
-    throw;
-  } catch (const std::exception& e) {
-    throw invalid_field("messages", std::string("The chat template rejected these messages: ") + e.what());
-  }
+  const std::string rendered = render_chat_checked(ctx.text, messages, tools, true, kwargs, "messages");
   RequestJson choice = chat_tool_choice(f);
   r.parsing = chat_output_parsing(JsonFields(choice), tools, rendered, ctx.text.chat_template_source());
   // Structured outputs (Anthropic's output_format {"type": "json_schema", "schema"}), then a forced call.
@@ -382,6 +375,7 @@ class MessagesStream {
         d.append(parser_.finish());
         ok = emit(d) && close_block() && finish(ev);
         observe_generation(t0, gen_->first_token_at(), ev.usage);
+        record_generation(ev.usage, gen_->first_token_at(), finish_reason_name(ev.finish));
       } else {
         send("error", anthropic_error_json(internal_error(ev.error)));
         return false;
@@ -462,6 +456,9 @@ void handle_messages(const ApiContext& ctx, const httplib::Request& http_req, ht
   auto t0 = Clock::now();
   auto req = std::make_shared<MessagesRequest>(parse_messages_request(parse_body(http_req.body), ctx, false));
   ResponseMeta meta{"msg_" + make_response_id("x").substr(2), unix_now(), req->model, ctx.info().fingerprint};
+  request_record().id = meta.id;
+  request_record().model = meta.model;
+  request_record().stream = req->stream;
   auto gen = std::make_unique<BudgetedGeneration>(ctx, req->request, req->thinking_budget,
                                                   req->parsing.reasoning_starts_open);
   if (!req->stream) {
@@ -479,6 +476,7 @@ void handle_messages(const ApiContext& ctx, const httplib::Request& http_req, ht
       ev = StreamEvent();
     }
     observe_generation(t0, gen->first_token_at(), last.usage);
+    record_generation(last.usage, gen->first_token_at(), finish_reason_name(last.finish));
     send_json(res, 200, anthropic_message_json(*req, meta, text, last.finish, last.matched_stop, last.usage));
     return;
   }
@@ -492,6 +490,7 @@ void handle_messages(const ApiContext& ctx, const httplib::Request& http_req, ht
           return sink.is_writable() && sink.write(s.data(), s.size());
         };
         bool ok = stream->run(write, ctx.shutting_down, t0);
+        if (!ok) request_record().finish = ctx.shutting_down ? "shutdown" : "client_gone";
         if (ok || ctx.shutting_down) {
           sink.done();
           return true;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "server/request_log.h"
 #include "server/sse.h"
 
 namespace tf::server {
@@ -12,6 +13,7 @@ void send_json(httplib::Response& res, int status, const nlohmann::json& body) {
 }
 
 void send_api_error(httplib::Response& res, const ApiError& e, const nlohmann::json& body) {
+  request_record().error = e.message();
   if (e.status() == 429) res.set_header("Retry-After", "1");  // the wait queue is full: retry shortly
   send_json(res, e.status(), body);
 }

@@ -11,7 +11,8 @@
 namespace tf::server {
 
 void send_json(httplib::Response& res, int status, const nlohmann::json& body);
-// An API error with `body` in the route's own API format; 429 also says when to retry.
+// An API error with `body` in the route's own API format; 429 also says when to retry. Its message goes
+// into the request's log record (request_log.h).
 void send_api_error(httplib::Response& res, const ApiError& e, const nlohmann::json& body);
 
 // Constant-time comparison, so response timing does not reveal how much of a key matched.

@@ -31,25 +31,18 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// One request's log record lives in the worker thread that serves it: httplib runs the handler, the
-// stream provider and the logger on that thread, one request at a time.
-thread_local RequestRecord t_record;
-thread_local Clock::time_point t_start;
-thread_local bool t_started = false;
-
-double ms_since(Clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
-
 void send_error(httplib::Response& res, const ApiError& e) {
-  t_record.error = e.message();
-  send_api_error(res, e, e.to_json());
+  send_api_error(res, e, e.to_json());  // (the request log's error too)
 }
 
-void record_usage(const json& usage) {
-  t_record.prompt_tokens = usage.value("prompt_tokens", int64_t(-1));
-  t_record.completion_tokens = usage.value("completion_tokens", int64_t(-1));
-  t_record.cached_tokens = usage["prompt_tokens_details"].value("cached_tokens", int64_t(-1));
+// The OpenAI replies' usage (all choices) and time to first token in the request's log record.
+void record_usage(const json& usage, Clock::time_point first_token) {
+  RequestRecord& rec = request_record();
+  rec.prompt_tokens = usage.value("prompt_tokens", int64_t(-1));
+  rec.completion_tokens = usage.value("completion_tokens", int64_t(-1));
+  rec.cached_tokens = usage["prompt_tokens_details"].value("cached_tokens", int64_t(-1));
+  if (first_token != Clock::time_point{} && rec.start != Clock::time_point{})
+    rec.ttft_ms = std::chrono::duration<double, std::milli>(first_token - rec.start).count();
 }
 
 // A whole (non-streamed) reply: wait for every choice, then one JSON body.
@@ -57,10 +50,8 @@ void respond_whole(const ApiContext& ctx, httplib::Response& res, EventSource& g
                    const std::function<json(const std::vector<ChoiceResult>&)>& to_json) {
   auto results = gen.collect([&] { return ctx.shutting_down.load(); });
   json body = to_json(results);
-  record_usage(body["usage"]);
-  if (gen.first_token_at() != Clock::time_point{})
-    t_record.ttft_ms = ms_since(t_start) - ms_since(gen.first_token_at());
-  t_record.finish = body["choices"].empty() ? "" : body["choices"][0].value("finish_reason", "");
+  record_usage(body["usage"], gen.first_token_at());
+  request_record().finish = body["choices"].empty() ? "" : body["choices"][0].value("finish_reason", "");
   send_json(res, 200, body);
 }
 
@@ -85,11 +76,8 @@ void respond_stream(const ApiContext& ctx, httplib::Response& res, std::shared_p
         };
         bool ok =
             stream_generation(*job->gen, *job->fmt, job->usage, job->n, write, ctx.shutting_down, &usage);
-        record_usage(usage_json(usage, job->n));
-        if (job->gen->first_token_at() != Clock::time_point{}) {
-          t_record.ttft_ms = ms_since(t_start) - ms_since(job->gen->first_token_at());
-        }
-        if (!ok) t_record.finish = ctx.shutting_down ? "shutdown" : "client_gone";
+        record_usage(usage_json(usage, job->n), job->gen->first_token_at());
+        if (!ok) request_record().finish = ctx.shutting_down ? "shutdown" : "client_gone";
         if (ok || ctx.shutting_down) {
           sink.done();  // a stream ended by shutdown still closes properly (error event, [DONE])
           return true;
@@ -102,9 +90,9 @@ void respond_stream(const ApiContext& ctx, httplib::Response& res, std::shared_p
 void handle_chat(const ApiContext& ctx, const httplib::Request& req, httplib::Response& res) {
   auto parsed = std::make_shared<ChatRequest>(parse_chat_request(parse_body(req.body), ctx));
   ResponseMeta meta{make_response_id("chatcmpl"), unix_now(), parsed->model, ctx.info().fingerprint};
-  t_record.id = meta.id;
-  t_record.model = meta.model;
-  t_record.stream = parsed->common.stream;
+  request_record().id = meta.id;
+  request_record().model = meta.model;
+  request_record().stream = parsed->common.stream;
   std::vector<GenerationRequest> submissions = chat_submissions(*parsed);
   StreamUsage usage = stream_usage(parsed->common, submissions);
   std::unique_ptr<EventSource> gen = budgeted_choices(ctx, std::move(submissions), parsed->thinking_budget,
@@ -127,9 +115,9 @@ void handle_chat(const ApiContext& ctx, const httplib::Request& req, httplib::Re
 void handle_completions(const ApiContext& ctx, const httplib::Request& req, httplib::Response& res) {
   auto parsed = std::make_shared<CompletionRequest>(parse_completion_request(parse_body(req.body), ctx));
   ResponseMeta meta{make_response_id("cmpl"), unix_now(), parsed->model, ctx.info().fingerprint};
-  t_record.id = meta.id;
-  t_record.model = meta.model;
-  t_record.stream = parsed->common.stream;
+  request_record().id = meta.id;
+  request_record().model = meta.model;
+  request_record().stream = parsed->common.stream;
   std::vector<GenerationRequest> submissions = completion_submissions(*parsed);
   StreamUsage usage = stream_usage(parsed->common, submissions);
   auto gen = std::make_unique<Generation>(ctx, std::move(submissions));
@@ -168,8 +156,7 @@ HttpServer::HttpServer(Engine& engine, const ModelText& text, ServerOptions opti
   http.set_tcp_nodelay(true);  // SSE chunks go out as they are written
 
   http.set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
-    t_start = Clock::now();
-    t_started = true;
+    begin_request_record();
     return httplib::Server::HandlerResponse::Unhandled;
   });
 
@@ -202,14 +189,11 @@ HttpServer::HttpServer(Engine& engine, const ModelText& text, ServerOptions opti
   });
 
   http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    RequestRecord r = std::move(t_record);
-    t_record = RequestRecord();
+    RequestRecord r = take_request_record();
     r.method = req.method;
     r.path = req.path;
     r.remote = req.remote_addr;
     r.status = res.status;
-    r.duration_ms = t_started ? ms_since(t_start) : 0;
-    t_started = false;
     stats_.requests_total++;
     if (res.status >= 400) stats_.requests_failed++;
     server_metrics().observe_request(r);

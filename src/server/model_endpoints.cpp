@@ -66,8 +66,7 @@ json tokenize_json(const RequestJson& body, const ApiContext& ctx) {
     bool gen = f.boolean("add_generation_prompt").value_or(true);
     RequestJson kwargs = ctx.options.default_template_kwargs;
     if (const RequestJson* extra = f.object("chat_template_kwargs")) kwargs.update(*extra);
-    if (!ctx.text.has_chat_template()) throw invalid_field("messages", "This model has no chat template.");
-    ids = ctx.text.encode(ctx.text.render_chat(norm, nullptr, gen, kwargs), false);
+    ids = ctx.text.encode(render_chat_checked(ctx.text, norm, nullptr, gen, kwargs, "messages"), false);
   } else {
     auto text = f.string("prompt");
     if (!text) text = f.string("content");

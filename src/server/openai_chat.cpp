@@ -114,6 +114,22 @@ static RequestJson normalize_message(const RequestJson& m, const std::string& na
   return out;
 }
 
+std::string render_chat_checked(const ModelText& text, const RequestJson& messages, const RequestJson& tools,
+                                bool add_generation_prompt, const RequestJson& kwargs,
+                                const std::string& param, const std::string& hint) {
+  if (!text.has_chat_template())
+    throw invalid_field(param, "This model has no chat template" + (hint.empty() ? "." : "; " + hint),
+                        "no_chat_template");
+  try {
+    return text.render_chat(messages, tools, add_generation_prompt, kwargs);
+  } catch (const ApiError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw invalid_field(param, std::string("The chat template rejected these messages: ") + e.what(),
+                        "template_error");
+  }
+}
+
 RequestJson normalize_messages(const RequestJson& messages) {
   if (!messages.is_array()) {
     throw invalid_field(
@@ -163,21 +179,9 @@ ChatRequest parse_chat_request(const RequestJson& body, const ApiContext& ctx) {
   if (auto v = f.boolean("add_generation_prompt")) r.add_generation_prompt = *v;
   r.template_kwargs = template_kwargs(f, ctx);
   r.thinking_budget = read_thinking_budget(f, ctx);
-  if (!ctx.text.has_chat_template()) {
-    throw invalid_field("messages",
-                        "This model has no chat template; use POST /v1/completions with a prompt.",
-                        "no_chat_template");
-  }
-  std::string rendered;
-  try {
-    rendered = ctx.text.render_chat(r.messages, r.tools, r.add_generation_prompt, r.template_kwargs);
-  } catch (const ApiError&) {
-    throw;
-  } catch (const std::exception& e) {
-    // Templates raise for conversations they do not accept (e.g. roles out of order).
-    throw invalid_field("messages", std::string("The chat template rejected these messages: ") + e.what(),
-                        "template_error");
-  }
+  const std::string rendered =
+      render_chat_checked(ctx.text, r.messages, r.tools, r.add_generation_prompt, r.template_kwargs,
+                          "messages", "use POST /v1/completions with a prompt.");
   r.parsing = chat_output_parsing(f, r.tools, rendered, ctx.text.chat_template_source());
   set_reply_constraint(r.parsing, r.common.request, "response_format");
   // The template writes the special tokens itself; prefill is a forced tool call's start (chat_output.h).

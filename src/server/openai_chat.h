@@ -37,6 +37,15 @@ int read_thinking_budget(const JsonFields& f, const ApiContext& ctx);
 // tool_calls[].function.arguments parsed from a JSON string into an object.
 RequestJson normalize_messages(const RequestJson& messages);
 
+// Renders a normalised conversation through the model's chat template, for every adapter that takes one
+// (chat completions, responses, Anthropic messages, tokenize). Without a template: 400 `no_chat_template`
+// naming `param` (`hint` appended to the message); a template that raises for the conversation (its
+// raise_exception: roles out of order, a tool message without a call, ...): 400 `template_error` naming
+// `param`. Never a 500: what the template rejects is the request's fault.
+std::string render_chat_checked(const ModelText& text, const RequestJson& messages, const RequestJson& tools,
+                                bool add_generation_prompt, const RequestJson& kwargs,
+                                const std::string& param, const std::string& hint = {});
+
 // Reads and validates a request, renders and tokenizes the prompt; throws ApiError.
 ChatRequest parse_chat_request(const RequestJson& body, const ApiContext& ctx);
 

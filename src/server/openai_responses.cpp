@@ -12,6 +12,7 @@
 #include "server/metrics.h"
 #include "server/openai_chat.h"
 #include "server/openai_common.h"
+#include "server/request_log.h"
 #include "server/sse.h"
 #include "server/structured_output.h"
 #include "server/thinking_budget.h"
@@ -227,16 +228,8 @@ ResponsesRequest parse_request(const RequestJson& body, const ApiContext& ctx) {
     if (auto effort = JsonFields(*reasoning, "reasoning").string("effort"))
       kwargs["reasoning_effort"] = *effort;
   }
-  if (!ctx.text.has_chat_template()) throw invalid_field("input", "This model has no chat template.");
-  std::string rendered;
-  try {
-    rendered = ctx.text.render_chat(messages, tools, true, kwargs);
-  } catch (const ApiError&) {
-    throw;
-  } catch (const std::exception& e) {
-    throw invalid_field("input", std::string("The chat template rejected this conversation: ") + e.what(),
-                        "template_error");
-  }
+  const std::string rendered = render_chat_checked(ctx.text, messages, tools, true, kwargs, "input",
+                                                   "use POST /v1/completions with a prompt.");
   r.parsing = chat_output_parsing(f, tools, rendered,
                                   ctx.text.chat_template_source());  // tool_choice, parallel_tool_calls
   set_reply_constraint(r.parsing, r.request, "text.format");
@@ -494,6 +487,9 @@ void handle_create(const ApiContext& ctx, const httplib::Request& http_req, http
   auto r = std::make_shared<ResponsesRequest>(parse_request(parse_body(http_req.body), ctx));
   std::string id = hex_id("resp");
   int64_t created = unix_now();
+  request_record().id = id;
+  request_record().model = r->model;
+  request_record().stream = r->stream;
   std::shared_ptr<EventSource> gen =
       budgeted_choices(ctx, {r->request}, r->thinking_budget, r->parsing.reasoning_starts_open);
   if (!r->stream) {
@@ -510,6 +506,7 @@ void handle_create(const ApiContext& ctx, const httplib::Request& http_req, http
     json response;
     finish_response(*r, id, created, last, items, response, ignored);
     observe_generation(t0, gen->first_token_at(), last.usage);
+    record_generation(last.usage, gen->first_token_at(), finish_reason_name(last.finish));
     send_json(res, 200, response);
     return;
   }
@@ -546,11 +543,15 @@ void handle_create(const ApiContext& ctx, const httplib::Request& http_req, http
           send({{"type", response["status"] == "completed" ? "response.completed" : "response.incomplete"},
                 {"response", response}});
           observe_generation(t0, gen->first_token_at(), last.usage);
+          record_generation(last.usage, gen->first_token_at(), finish_reason_name(last.finish));
         } catch (const ApiError& e) {
           gen->cancel(false);
+          request_record().error = e.message();
+          request_record().finish = ctx.shutting_down ? "shutdown" : "error";
           send({{"type", "error"}, {"code", e.code()}, {"message", e.message()}, {"param", nullptr}});
         } catch (const std::exception&) {
           gen->cancel(true);
+          request_record().finish = "client_gone";
           return false;  // the client is gone
         }
         sink.done();

@@ -58,6 +58,42 @@ std::string format_request_line(const RequestRecord& r, LogFormat fmt) {
 }
 
 namespace {
+thread_local RequestRecord t_record;
+
+double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+}  // namespace
+
+void begin_request_record() {
+  t_record = RequestRecord();
+  t_record.start = std::chrono::steady_clock::now();
+}
+
+RequestRecord& request_record() {
+  return t_record;
+}
+
+RequestRecord take_request_record() {
+  RequestRecord r = std::move(t_record);
+  t_record = RequestRecord();
+  if (r.start != std::chrono::steady_clock::time_point{})
+    r.duration_ms = ms_between(r.start, std::chrono::steady_clock::now());
+  return r;
+}
+
+void record_generation(const Usage& usage, std::chrono::steady_clock::time_point first_token,
+                       const std::string& finish) {
+  t_record.prompt_tokens = usage.prompt_tokens;
+  t_record.completion_tokens = usage.completion_tokens;
+  t_record.cached_tokens = usage.cached_tokens;
+  if (first_token != std::chrono::steady_clock::time_point{} &&
+      t_record.start != std::chrono::steady_clock::time_point{})
+    t_record.ttft_ms = ms_between(t_record.start, first_token);
+  t_record.finish = finish;
+}
+
+namespace {
 std::mutex g_log_mu;
 bool g_live = false;
 std::string g_live_text;

@@ -1,5 +1,6 @@
 #pragma once
 // The startup report and one log line per request, as text or JSON (--log-format), on stderr.
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -17,8 +18,21 @@ struct RequestRecord {
   int64_t prompt_tokens = -1, completion_tokens = -1, cached_tokens = -1;
   double ttft_ms = -1;
   bool stream = false;
-  std::string error;  // the error message for status >= 400
+  std::string error;                              // the error message for status >= 400
+  std::chrono::steady_clock::time_point start{};  // when the request arrived (none: not started)
 };
+
+// The record of the request this thread is answering. httplib runs a request's pre-routing handler, its
+// handler, its stream provider and its logger on one worker thread, one request at a time: the server
+// starts the record, every API's adapter fills what it knows (send_api_error the error), the logger takes it.
+void begin_request_record();
+RequestRecord& request_record();
+// The record, its duration set, and a fresh one in its place.
+RequestRecord take_request_record();
+// An adapter's generation in the record: usage, time to first token (`first_token`: none when no token came)
+// and finish reason.
+void record_generation(const Usage& usage, std::chrono::steady_clock::time_point first_token,
+                       const std::string& finish);
 
 std::string format_request_line(const RequestRecord& r, LogFormat fmt);
 void write_log_line(const std::string& line);  // whole lines, never interleaved

@@ -32,6 +32,7 @@ std::string FakeText::decode(const std::vector<int32_t>& ids, bool skip_special_
 
 std::string FakeText::render_chat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
                                   bool add_generation_prompt, const nlohmann::ordered_json& kwargs) const {
+  if (!template_raises.empty()) throw std::runtime_error(template_raises);
   std::string out;
   if (tools.is_array()) out += "<|tools|>" + std::to_string(tools.size()) + "\n";
   for (const auto& m : messages) {

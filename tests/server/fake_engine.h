@@ -30,6 +30,8 @@ class FakeText : public server::ModelText {
   std::string render_chat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
                           bool add_generation_prompt, const nlohmann::ordered_json& kwargs) const override;
   bool has_template = true;
+  // When set, render_chat throws std::runtime_error with this text (a template's raise_exception).
+  std::string template_raises;
 };
 
 struct FakeEngineConfig {

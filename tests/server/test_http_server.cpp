@@ -2,7 +2,10 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <string>
 #include <thread>
+#include <tuple>
+#include <vector>
 
 #include "fake_engine.h"
 #include "server/http_server.h"
@@ -90,6 +93,88 @@ TEST_F(ServerHttp, ErrorsUseTheOpenAIShape) {
   expect_good_request_works();
   json health = json::parse(client_->Get("/health")->body);
   EXPECT_GE(health["requests_failed"].get<int>(), 6);
+}
+
+// A chat template that raises for a conversation (its raise_exception) is the request's fault in every
+// adapter that renders one: 400 `template_error` naming the field, in the API's own shape; without a
+// template, 400 `no_chat_template`. The server keeps serving.
+TEST_F(ServerHttp, TemplateRejectionsAre400InEveryAdapter) {
+  const std::string msgs = R"("messages": [{"role": "user", "content": "hi"}])";
+  const std::vector<std::tuple<std::string, std::string, std::string>> routes = {
+      {"/v1/chat/completions", "{" + msgs + ", \"max_tokens\": 3}", "messages"},
+      {"/v1/responses", R"({"input": "hi", "max_output_tokens": 3})", "input"},
+      {"/tokenize", "{" + msgs + "}", "messages"},
+      {"/v1/messages", "{" + msgs + ", \"max_tokens\": 3, \"model\": \"fake-model\"}", ""},
+      {"/v1/messages/count_tokens", "{" + msgs + ", \"model\": \"fake-model\"}", ""}};
+  for (bool has_template : {true, false}) {
+    text_.template_raises = has_template ? "Conversation roles must alternate user/assistant" : "";
+    text_.has_template = has_template;
+    for (const auto& [path, body, param] : routes) {
+      SCOPED_TRACE(path + (has_template ? " (template raises)" : " (no template)"));
+      auto r = post(path, body);
+      ASSERT_TRUE(r);
+      EXPECT_EQ(r->status, 400) << r->body;
+      const json e = error_of(r);
+      if (param.empty()) {  // Anthropic's shape: {"type": "error", "error": {"type", "message"}}
+        EXPECT_EQ(json::parse(r->body)["type"], "error");
+        EXPECT_EQ(e["type"], "invalid_request_error");
+      } else {
+        EXPECT_EQ(e["param"], param);
+        EXPECT_EQ(e["code"], has_template ? "template_error" : "no_chat_template");
+      }
+      const std::string message = e["message"];
+      EXPECT_NE(message.find(has_template ? "roles must alternate" : "no chat template"), std::string::npos)
+          << message;
+    }
+  }
+  text_.template_raises.clear();
+  text_.has_template = true;
+  expect_good_request_works();
+}
+
+// Every API's requests reach the request log with what the adapter knew: the reply's id, the tokens, the
+// finish reason, and for an error its message (the Anthropic and Responses routes included).
+TEST_F(ServerHttp, EveryApiLogsItsRequests) {
+  const std::string msgs = R"("messages": [{"role": "user", "content": "hi"}])";
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+      // path, body, what its log line holds
+      {"/v1/chat/completions", "{" + msgs + R"(, "max_tokens": 3})", " id=chatcmpl-"},
+      {"/v1/responses", R"({"input": "hi", "max_output_tokens": 3})", " id=resp"},
+      {"/v1/responses", R"({"input": "hi", "max_output_tokens": 3, "stream": true})", " id=resp"},
+      {"/v1/messages", "{" + msgs + R"(, "max_tokens": 3, "model": "fake-model"})", " id=msg_"},
+      {"/v1/messages", "{" + msgs + R"(, "max_tokens": 3, "model": "fake-model", "stream": true})",
+       " id=msg_"},
+      {"/v1/responses", R"({"input": "hi", "temperature": "hot"})", "error=\""},
+      {"/v1/messages", "{" + msgs + R"(, "max_tokens": 3, "model": "nope"})", "error=\""}};
+  ::testing::internal::CaptureStderr();
+  int answered = 0;
+  for (const auto& [path, body, want] : cases) {
+    // Each request, then /health, on one connection of its own: the server reads the second request only
+    // after the first one's log line is written, so the lines come in order and all before the capture ends.
+    httplib::Client c("127.0.0.1", server_->port());
+    c.set_bearer_token_auth("sekret");
+    c.set_keep_alive(true);
+    answered += c.Post(path.c_str(), body, "application/json") && c.Get("/health");
+  }
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_EQ(answered, int(cases.size()));
+  std::vector<std::string> lines;
+  for (size_t at = 0, nl; (nl = log.find('\n', at)) != std::string::npos; at = nl + 1)
+    if (log.find(" POST /", at) < nl) lines.push_back(log.substr(at, nl - at));
+  ASSERT_EQ(lines.size(), cases.size()) << log;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto& [path, body, want] = cases[i];
+    SCOPED_TRACE(path + " " + body);
+    EXPECT_NE(lines[i].find(" POST " + path + " "), std::string::npos) << lines[i];
+    EXPECT_NE(lines[i].find(want), std::string::npos) << lines[i];
+    if (want[0] == ' ') {  // a generation: its tokens and how it ended
+      EXPECT_NE(lines[i].find(" 200 "), std::string::npos) << lines[i];
+      EXPECT_NE(lines[i].find(" completion=3"), std::string::npos) << lines[i];
+      EXPECT_NE(lines[i].find(" finish=length"), std::string::npos) << lines[i];
+      EXPECT_EQ(lines[i].find(" stream") != std::string::npos, body.find("stream") != std::string::npos)
+          << lines[i];
+    }
+  }
 }
 
 TEST_F(ServerHttp, StreamsServerSentEvents) {

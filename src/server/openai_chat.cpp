@@ -61,7 +61,10 @@ static RequestJson normalize_tool_calls(const RequestJson& calls, const std::str
     if (!ff.string("name"))
       throw invalid_field(ff.name("name"), "Missing required parameter: '" + ff.name("name") + "'.");
     const RequestJson* args = ff.get("arguments");
-    if (args && args->is_string()) {
+    if (!args)  // (required, as OpenAI's API has it: templates index or dump them)
+      throw invalid_field(ff.name("arguments"),
+                          "Missing required parameter: '" + ff.name("arguments") + "'.");
+    if (args->is_string()) {
       // Templates index arguments as a mapping (transformers passes them that way).
       RequestJson parsed = RequestJson::parse(args->get<std::string>(), nullptr, false);
       if (parsed.is_discarded()) {
@@ -69,7 +72,7 @@ static RequestJson normalize_tool_calls(const RequestJson& calls, const std::str
                             "invalid_value");
       }
       call["function"]["arguments"] = parsed;
-    } else if (args && !args->is_object()) {
+    } else if (!args->is_object()) {
       throw invalid_field(ff.name("arguments"),
                           "Invalid type for '" + ff.name("arguments") +
                               "': expected a JSON string, but got " + json_type_name(*args) + ".",

@@ -35,14 +35,16 @@ std::string FakeText::render_chat(const nlohmann::ordered_json& messages, const 
   if (!template_raises.empty()) throw std::runtime_error(template_raises);
   std::string out;
   if (tools.is_array()) out += "<|tools|>" + std::to_string(tools.size()) + "\n";
+  // (.value and .at, never operator[] on a const json: a missing key there is undefined behaviour; .at
+  // throws, as a real template raises, and the adapter answers 400)
   for (const auto& m : messages) {
-    out += "<|" + m["role"].get<std::string>() + "|>";
-    if (m["content"].is_string()) out += m["content"].get<std::string>();
+    out += "<|" + m.value("role", std::string()) + "|>";
+    if (m.contains("content") && m.at("content").is_string()) out += m.at("content").get<std::string>();
     if (m.contains("tool_calls")) {
-      for (const auto& c : m["tool_calls"]) {
+      for (const auto& c : m.at("tool_calls")) {
         // Dumping shows whether arguments arrived as an object (as templates need) or a string.
-        out += "call " + c["function"]["name"].get<std::string>() + "(" + c["function"]["arguments"].dump() +
-               ")";
+        const auto& fn = c.at("function");
+        out += "call " + fn.at("name").get<std::string>() + "(" + fn.at("arguments").dump() + ")";
       }
     }
     out += "\n";

@@ -204,6 +204,12 @@ TEST_F(ServerRequests, MessagesReachTheTemplateAsTransformersExpects) {
     normalize_messages(messages);
   });
   EXPECT_EQ(bad_args.param(), "messages[2].tool_calls[0].function.arguments");
+  ApiError no_args = error_of([&] {
+    messages[2]["tool_calls"][0]["function"].erase("arguments");
+    normalize_messages(messages);
+  });
+  EXPECT_EQ(no_args.status(), 400);
+  EXPECT_EQ(no_args.param(), "messages[2].tool_calls[0].function.arguments");
 }
 
 TEST_F(ServerRequests, ServerTemplateDefaultsAndRequestOverrides) {

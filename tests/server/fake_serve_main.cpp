@@ -1,5 +1,5 @@
 // `tf_fake_server --port N [--api-key K] [--max-body-bytes B] [--read-timeout S] [--step-us U]
-//  [--context C] [--log-format text|json] [--reply TEXT]`: the real HTTP layer over the fake engine, so
+//  [--context C] [--log-format text|json] [--reply TEXT] [--max-tokens N]`: the real HTTP layer over the fake engine, so
 // the Python end-to-end tests can exercise the protocol without a model (--reply: every reply is TEXT).
 #include <cstdio>
 #include <cstring>
@@ -35,6 +35,8 @@ int main(int argc, char** argv) {
       opt.name = v;
     else if (k == "--reply")
       cfg.reply = v;
+    else if (k == "--max-tokens")
+      opt.default_max_tokens = std::stoi(v);
     else {
       std::fprintf(stderr, "tf_fake_server: unknown option %s\n", k.c_str());
       return 2;

@@ -8,6 +8,7 @@
 #include "server/chat_output.h"
 #include "server/generation.h"
 #include "server/http_reply.h"
+#include "server/json_fields.h"
 #include "server/metrics.h"
 #include "server/openai_chat.h"
 #include "server/request_log.h"
@@ -268,7 +269,7 @@ static json usage_json_anthropic(const Usage& u, int prompt_tokens) {
 }
 
 static json tool_use_block(const ParsedToolCall& c) {
-  json input = json::parse(c.arguments, nullptr, false);
+  json input = parse_json_bounded<json>(c.arguments);  // (the model's text)
   if (!input.is_object()) input = json::object();
   return {{"type", "tool_use"}, {"id", "toolu_" + c.id.substr(5)}, {"name", c.name}, {"input", input}};
 }

@@ -1,5 +1,6 @@
 #include "server/json_fields.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "server/errors.h"
@@ -122,7 +123,31 @@ const RequestJson* JsonFields::array(const std::string& key) const {
   return v;
 }
 
+bool json_too_deep(const std::string& text) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      if (++depth > kMaxJsonNesting) return true;
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  return false;
+}
+
 RequestJson parse_body(const std::string& body) {
+  if (json_too_deep(body))
+    throw malformed_json("objects and arrays nest deeper than " + std::to_string(kMaxJsonNesting) +
+                         " levels");
   RequestJson j = RequestJson::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
     // Re-parse to get the position of the error for the message.

@@ -39,7 +39,20 @@ std::string element_path(const std::string& array_path, size_t i);
 // "a JSON object", "a string", ... for messages like "expected a string, got an array".
 std::string json_type_name(const RequestJson& v);
 
-// Parses a request body; throws a 400 (malformed JSON / not an object).
+// Objects and arrays nested deeper than this in a request body, or in JSON text a request or a reply carries
+// (tool-call arguments, guided_json), are refused: such values recurse once a level when copied or printed,
+// and a 4 MB body of nested objects overflowed a worker thread's stack (session 43's fuzzing). No real
+// request comes near it (chat templates take 256 levels, JSON schemas 128, each with its own error).
+constexpr int kMaxJsonNesting = 512;
+// Whether `text` nests objects and arrays deeper than kMaxJsonNesting (strings skipped; one linear scan).
+bool json_too_deep(const std::string& text);
+// nlohmann's parse without exceptions (discarded on a syntax error), discarded too when json_too_deep.
+template <class Json>
+Json parse_json_bounded(const std::string& text) {
+  return json_too_deep(text) ? Json(Json::value_t::discarded) : Json::parse(text, nullptr, false);
+}
+
+// Parses a request body; throws a 400 (malformed JSON, nested deeper than kMaxJsonNesting, not an object).
 RequestJson parse_body(const std::string& body);
 
 }  // namespace tf::server

@@ -66,9 +66,11 @@ static RequestJson normalize_tool_calls(const RequestJson& calls, const std::str
                           "Missing required parameter: '" + ff.name("arguments") + "'.");
     if (args->is_string()) {
       // Templates index arguments as a mapping (transformers passes them that way).
-      RequestJson parsed = RequestJson::parse(args->get<std::string>(), nullptr, false);
+      RequestJson parsed = parse_json_bounded<RequestJson>(args->get<std::string>());
       if (parsed.is_discarded()) {
-        throw invalid_field(ff.name("arguments"), "'" + ff.name("arguments") + "' is not valid JSON.",
+        throw invalid_field(ff.name("arguments"),
+                            "'" + ff.name("arguments") + "' is not valid JSON (or nests deeper than " +
+                                std::to_string(kMaxJsonNesting) + " levels).",
                             "invalid_value");
       }
       call["function"]["arguments"] = parsed;

@@ -4,6 +4,7 @@
 #include <random>
 #include <utility>
 
+#include "server/json_fields.h"
 #include "server/tool_call_scan.h"
 
 namespace tf::server {
@@ -306,15 +307,15 @@ void OutputParser::stream_calls(const ScanResult& r, ParsedDelta& out) {
 
 void OutputParser::emit_calls(const std::string& json_text, const std::string& raw, ParsedDelta& out) {
   using Json = nlohmann::ordered_json;
-  Json parsed = Json::parse(json_text, nullptr, false);
+  Json parsed = parse_json_bounded<Json>(json_text);  // (the model's text: bounded, see json_fields.h)
   if (parsed.is_discarded() && cfg_.tools == ToolFormat::Llama3Json) {
     // Llama 3 separates several calls with ";".
     Json arr = Json::array();
     size_t start = 0;
     for (size_t pos; (pos = json_text.find("};", start)) != std::string::npos; start = pos + 2) {
-      arr.push_back(Json::parse(json_text.substr(start, pos + 1 - start), nullptr, false));
+      arr.push_back(parse_json_bounded<Json>(json_text.substr(start, pos + 1 - start)));
     }
-    arr.push_back(Json::parse(json_text.substr(start), nullptr, false));
+    arr.push_back(parse_json_bounded<Json>(json_text.substr(start)));
     parsed = arr;
   }
   Json calls = parsed.is_array() ? parsed : Json::array({parsed});

@@ -77,7 +77,7 @@ std::shared_ptr<const JsonSchema> read_json_constraint(const JsonFields& f) {
   const RequestJson* guided = f.get(given);  // guided_json: a schema, or its JSON text
   RequestJson schema = *guided;
   if (guided->is_string()) {
-    schema = RequestJson::parse(guided->get<std::string>(), nullptr, false);
+    schema = parse_json_bounded<RequestJson>(guided->get<std::string>());
     if (schema.is_discarded())
       throw invalid_field(name, "'guided_json' is a string that is not JSON.", "invalid_value");
   }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "server/json_fields.h"
+
 namespace tf::server {
 
 bool is_space(char c) {
@@ -249,7 +251,7 @@ OJson tag_value(const std::string& raw, const OJson* prop, bool qwen) {
     v = strip(v);
   }
   std::string type = schema_type(prop);
-  OJson parsed = OJson::parse(v, nullptr, false);
+  OJson parsed = parse_json_bounded<OJson>(v);
   if (qwen && lower(v) == "null") return nullptr;
   if (type.empty()) return qwen || parsed.is_discarded() ? OJson(v) : parsed;  // no schema for it
   if (type == "string" || type == "str" || type == "text" || type == "varchar" || type == "char" ||

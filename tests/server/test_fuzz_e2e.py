@@ -148,3 +148,33 @@ def test_every_malformed_request_is_answered_in_its_api_format(server):
     # Sanity of the sweep itself: most cases are refused, some still generate.
     assert statuses.get(200, 0) > seen // 20 and statuses.get(400, 0) > seen // 2, statuses
     assert requests.get(server.url + "/health", timeout=10).status_code == 200
+
+
+def test_deeply_nested_bodies_are_refused_not_crashing(server):
+    """400k levels of arrays (800 KB, under the test server's 1 MiB body limit) in each place a request
+    carries free-form JSON: refused with a 400 (or, as JSON text inside a string, by the field's own
+    check), never a crashed worker (copying such a value recursed once a level: session 43)."""
+    model = serverutil.first_model(server)["id"]
+    deep = "[" * 400000 + "]" * 400000
+    msgs = '[{"role":"user","content":"hi"}]'
+    bodies = {
+        "/v1/chat/completions": [
+            '{"model":"%s","messages":%s,"chat_template_kwargs":{"x":%s}}' % (model, msgs, deep),
+            '{"model":"%s","messages":%s,"response_format":{"type":"json_schema","json_schema":'
+            '{"name":"n","schema":{"type":"object","default":%s}}}}' % (model, msgs, deep),
+            '{"model":"%s","messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function",'
+            '"function":{"name":"f","arguments":%s}}]},{"role":"user","content":"x"}]}' % (model, json.dumps(deep)),
+            '{"model":"%s","messages":%s,"guided_json":%s}' % (model, msgs, json.dumps(deep)),
+        ],
+        "/v1/responses": ['{"model":"%s","input":"hi","metadata":%s}' % (model, deep)],
+        "/v1/messages": ['{"model":"%s","max_tokens":2,"messages":%s,"metadata":%s}' % (model, msgs, deep)],
+        "/tokenize": ['{"messages":%s,"chat_template_kwargs":%s}' % (msgs, deep)],
+    }
+    headers = dict(serverutil.auth(server.api_key), **{"x-api-key": server.api_key,
+                                                       "content-type": "application/json"})
+    for route, items in bodies.items():
+        for body in items:
+            r = requests.post(server.url + route, data=body, headers=headers, timeout=120)
+            assert r.status_code == 400, f"{route} {body[:120]}...: {r.status_code} {r.text[:300]}"
+            assert server.proc.poll() is None, server.log_text()[-4000:]
+    assert requests.get(server.url + "/health", timeout=10).status_code == 200

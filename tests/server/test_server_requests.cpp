@@ -210,6 +210,18 @@ TEST_F(ServerRequests, MessagesReachTheTemplateAsTransformersExpects) {
   });
   EXPECT_EQ(no_args.status(), 400);
   EXPECT_EQ(no_args.param(), "messages[2].tool_calls[0].function.arguments");
+  // Arguments as JSON text nested past the limit (json_fields.h): refused, not parsed into a value that
+  // recurses when copied.
+  ApiError deep_args = error_of([&] {
+    messages[2]["tool_calls"][0]["function"]["arguments"] =
+        std::string(100000, '[') + std::string(100000, ']');
+    normalize_messages(messages);
+  });
+  EXPECT_EQ(deep_args.param(), "messages[2].tool_calls[0].function.arguments");
+  EXPECT_NE(deep_args.message().find("deeper than 512"), std::string::npos) << deep_args.message();
+  EXPECT_TRUE(json_too_deep(std::string(513, '{')));
+  EXPECT_FALSE(json_too_deep(std::string(512, '[')));
+  EXPECT_FALSE(json_too_deep("[\"" + std::string(1000, '[') + "\"]"));  // inside a string
 }
 
 TEST_F(ServerRequests, ServerTemplateDefaultsAndRequestOverrides) {
@@ -275,6 +287,21 @@ TEST_F(ServerRequests, MalformedBodies) {
   EXPECT_EQ(error_of([] { parse_body(""); }).status(), 400);
   EXPECT_EQ(error_of([] { parse_body("{\"a\": \"\xff\"}"); }).status(), 400);  // invalid UTF-8
   EXPECT_EQ(parse_body("{\"a\": 1}")["a"], 1);
+  // Nesting: 512 levels of objects and arrays parse, one more is refused before parsing (deep values recurse
+  // when copied or printed: a 4 MB body overflowed a worker's stack); brackets inside strings do not count.
+  auto nested = [](int levels, const std::string& inner) {
+    std::string s;
+    for (int i = 1; i < levels; ++i) s += i % 2 ? "{\"a\": " : "[";
+    s += inner;
+    for (int i = levels - 1; i >= 1; --i) s += i % 2 ? "}" : "]";
+    return s;
+  };
+  EXPECT_TRUE(parse_body(nested(512, "{\"b\": \"[[[[{{{{\\\"[[\"}")).is_object());
+  const ApiError deep = error_of([&] { parse_body(nested(513, "{}")); });
+  EXPECT_EQ(deep.status(), 400);
+  EXPECT_EQ(deep.code(), "invalid_json");
+  EXPECT_NE(deep.message().find("deeper than 512"), std::string::npos) << deep.message();
+  EXPECT_EQ(error_of([&] { parse_body(nested(200000, "{}")); }).code(), "invalid_json");
 }
 
 TEST_F(ServerRequests, TokenizeAndDetokenize) {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <type_traits>
 
 namespace tf::server {
 
@@ -46,10 +47,18 @@ std::string json_type_name(const RequestJson& v);
 constexpr int kMaxJsonNesting = 512;
 // Whether `text` nests objects and arrays deeper than kMaxJsonNesting (strings skipped; one linear scan).
 bool json_too_deep(const std::string& text);
-// nlohmann's parse without exceptions (discarded on a syntax error), discarded too when json_too_deep.
+// JSON text as a RequestJson, in time linear in the text (nlohmann's own ordered_json parse is quadratic in
+// one object's keys); discarded (is_discarded()) on a syntax error, `error_at` then its byte, or when
+// json_too_deep.
+RequestJson parse_request_json(const std::string& text, size_t* error_at = nullptr);
+// The same for any nlohmann JSON type (its own parse where keys are not ordered), without exceptions.
 template <class Json>
 Json parse_json_bounded(const std::string& text) {
-  return json_too_deep(text) ? Json(Json::value_t::discarded) : Json::parse(text, nullptr, false);
+  if constexpr (std::is_same_v<Json, RequestJson>) {
+    return parse_request_json(text);
+  } else {
+    return json_too_deep(text) ? Json(Json::value_t::discarded) : Json::parse(text, nullptr, false);
+  }
 }
 
 // Parses a request body; throws a 400 (malformed JSON, nested deeper than kMaxJsonNesting, not an object).

@@ -247,6 +247,20 @@ ResponsesRequest parse_request(const RequestJson& body, const ApiContext& ctx) {
   if (auto v = f.boolean("stream")) r.stream = *v;
   if (auto v = f.boolean("store")) r.store = *v;
 
+  // metadata as OpenAI's API takes it: at most 16 pairs, keys up to 64 characters, string values up to 512.
+  if (const RequestJson* md = f.object("metadata")) {
+    if (md->size() > 16)
+      throw invalid_field("metadata", "'metadata' holds more than 16 pairs.", "invalid_value");
+    for (const auto& [key, value] : md->items()) {
+      const std::string name = "metadata." + key;
+      if (key.size() > 64)
+        throw invalid_field(name, "A 'metadata' key is longer than 64 characters.", "invalid_value");
+      if (!value.is_string() || value.get_ref<const std::string&>().size() > 512)
+        throw invalid_field(name,
+                            "Invalid value for '" + name + "': expected a string of up to 512 characters.",
+                            "invalid_value");
+    }
+  }
   auto echo = [&](const char* key, json dflt) { r.echo[key] = f.has(key) ? json(*f.get(key)) : dflt; };
   echo("instructions", nullptr);
   echo("tools", json::array());

@@ -178,3 +178,18 @@ def test_deeply_nested_bodies_are_refused_not_crashing(server):
             assert r.status_code == 400, f"{route} {body[:120]}...: {r.status_code} {r.text[:300]}"
             assert server.proc.poll() is None, server.log_text()[-4000:]
     assert requests.get(server.url + "/health", timeout=10).status_code == 200
+
+
+def test_responses_metadata_is_checked_as_openai_does(server):
+    """At most 16 pairs, keys up to 64 characters, string values up to 512; echoed back when valid."""
+    model = serverutil.first_model(server)["id"]
+    url, headers = server.url + "/v1/responses", serverutil.auth(server.api_key)
+    base = {"model": model, "input": "hi", "max_output_tokens": 2, "store": False}
+    for metadata, param in [({str(i): "v" for i in range(17)}, "metadata"), ({"k": 1}, "metadata.k"),
+                            ({"k": "v" * 513}, "metadata.k"), ({"k" * 65: "v"}, "metadata." + "k" * 65),
+                            ([1], "metadata")]:
+        r = requests.post(url, json=dict(base, metadata=metadata), headers=headers, timeout=60)
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text[:300]
+    r = requests.post(url, json=dict(base, metadata={"user": "u1", "run": "7"}), headers=headers, timeout=60)
+    assert r.status_code == 200, r.text[:300]
+    assert r.json()["metadata"] == {"user": "u1", "run": "7"}

@@ -304,6 +304,40 @@ TEST_F(ServerRequests, MalformedBodies) {
   EXPECT_EQ(error_of([&] { parse_body(nested(200000, "{}")); }).code(), "invalid_json");
 }
 
+// parse_request_json (linear in one object's keys, unlike nlohmann's ordered_json parse) gives what
+// nlohmann's parse gives: member order, a repeated key's first place with its last value, numbers of each
+// kind, escapes, empty containers; errors where nlohmann errs.
+TEST_F(ServerRequests, LinearParserEqualsNlohmann) {
+  const std::vector<std::string> docs = {
+      R"({"b": 1, "a": [1, -2, 3.5, 1e300, 18446744073709551615, -9223372036854775808, true, false, null]})",
+      R"({"z": {"y": {}, "x": []}, "z2": "\u00e9\n\"q\" \ud83d\ude00", "": 0})",
+      R"({"k": 1, "j": 2, "k": {"n": 3}, "j": [4], "k": 5})",
+      R"([{"a": 1, "a": 2}, [], [[]], "s", 0.0, -0.0])",
+      R"("just a string")",
+      R"(  {"spaces" :  [ 1 , 2 ] }  )"};
+  for (const auto& d : docs) {
+    SCOPED_TRACE(d);
+    const RequestJson ours = parse_request_json(d), theirs = RequestJson::parse(d);
+    EXPECT_EQ(ours.dump(), theirs.dump());
+    EXPECT_EQ(ours, theirs);
+  }
+  size_t at = 0;
+  for (const std::string bad : {"{\"a\": }", "[1, 2", "{\"a\": \"\xff\"}", "", "{} x"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_TRUE(parse_request_json(bad, &at).is_discarded());
+    EXPECT_TRUE(RequestJson::parse(bad, nullptr, false).is_discarded());
+  }
+  std::string many = "{";
+  for (int i = 0; i < 200000; ++i)
+    many += (i ? ",\"" : "\"") + std::to_string(i % 150000) + "\":" + std::to_string(i);
+  many += "}";
+  const RequestJson big = parse_request_json(many);
+  ASSERT_EQ(big.size(), 150000u);
+  EXPECT_EQ(big.begin().key(), "0");
+  EXPECT_EQ(big["149999"], 149999);
+  EXPECT_EQ(big["7"], 150007);  // a repeated key: its first place, its last value
+}
+
 TEST_F(ServerRequests, TokenizeAndDetokenize) {
   json t = tokenize_json({{"prompt", "hi"}}, ctx);
   EXPECT_EQ(t["tokens"], json({257, 'h', 'i'}));

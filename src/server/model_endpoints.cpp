@@ -64,8 +64,7 @@ json tokenize_json(const RequestJson& body, const ApiContext& ctx) {
   if (const RequestJson* messages = f.get("messages")) {
     RequestJson norm = normalize_messages(*messages);
     bool gen = f.boolean("add_generation_prompt").value_or(true);
-    RequestJson kwargs = ctx.options.default_template_kwargs;
-    if (const RequestJson* extra = f.object("chat_template_kwargs")) kwargs.update(*extra);
+    const RequestJson kwargs = template_kwargs(f, ctx);  // (as chat completions render it)
     ids = ctx.text.encode(render_chat_checked(ctx.text, norm, nullptr, gen, kwargs, "messages"), false);
   } else {
     auto text = f.string("prompt");

@@ -149,10 +149,18 @@ RequestJson normalize_messages(const RequestJson& messages) {
   return out;
 }
 
-static RequestJson template_kwargs(const JsonFields& f, const ApiContext& ctx) {
+RequestJson template_kwargs(const JsonFields& f, const ApiContext& ctx) {
   RequestJson kwargs = ctx.options.default_template_kwargs;
   if (auto effort = f.string("reasoning_effort")) kwargs["reasoning_effort"] = *effort;
-  if (const RequestJson* extra = f.object("chat_template_kwargs")) kwargs.update(*extra);
+  if (const RequestJson* extra = f.object("chat_template_kwargs")) {
+    // (a bound: an ordered_json update searches the keys linearly, 100k keys took 20 s)
+    if (extra->size() > kMaxTemplateKwargs)
+      throw invalid_field(
+          "chat_template_kwargs",
+          "'chat_template_kwargs' holds more than " + std::to_string(kMaxTemplateKwargs) + " variables.",
+          "invalid_value");
+    kwargs.update(*extra);
+  }
   return kwargs;
 }
 

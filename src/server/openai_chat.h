@@ -46,6 +46,12 @@ std::string render_chat_checked(const ModelText& text, const RequestJson& messag
                                 bool add_generation_prompt, const RequestJson& kwargs,
                                 const std::string& param, const std::string& hint = {});
 
+// The chat template's extra variables of a request: the server's defaults (serve's --thinking /
+// --no-thinking), then reasoning_effort, then the request's chat_template_kwargs (at most kMaxTemplateKwargs,
+// else a 400).
+constexpr size_t kMaxTemplateKwargs = 256;
+RequestJson template_kwargs(const JsonFields& f, const ApiContext& ctx);
+
 // Reads and validates a request, renders and tokenizes the prompt; throws ApiError.
 ChatRequest parse_chat_request(const RequestJson& body, const ApiContext& ctx);
 

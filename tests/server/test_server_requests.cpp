@@ -230,6 +230,11 @@ TEST_F(ServerRequests, ServerTemplateDefaultsAndRequestOverrides) {
             true);
   ChatRequest r = parse_chat_request(chat({{"chat_template_kwargs", {{"enable_thinking", true}}}}), ctx);
   EXPECT_EQ(text.decode(r.prompt, false).find("/no_think"), std::string::npos);
+  json many = json::object();
+  for (int i = 0; i <= int(kMaxTemplateKwargs); ++i) many["v" + std::to_string(i)] = i;
+  EXPECT_EQ(chat_error({{"chat_template_kwargs", many}}).param(), "chat_template_kwargs");
+  many.erase("v0");
+  EXPECT_NO_THROW(parse_chat_request(chat({{"chat_template_kwargs", many}}), ctx));
   text.has_template = false;
   EXPECT_EQ(chat_error(json::object()).code(), "no_chat_template");
 }

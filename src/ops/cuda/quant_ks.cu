@@ -36,7 +36,12 @@
 // Bits: q4_decode_kernel's (each slice the same chain of the same chunks, the slice sums in slice order,
 // then store_biased); tested bit for bit against it (test_quant_cuda).
 //
-// Not yet measured on a GPU (written in session 42, without a device): off by default (TF_Q4_KS=0).
+// Measured (run 453, session 43; docs/cuda-notes.md): the x-traffic hypothesis held only in part. ncu at
+// M = 16: q4_decode_kernel's down reads 74 MB from L2 for 29 MB of DRAM (2.6x), q4_ks's 62 MB; but alone the
+// split is slower everywhere except the down (0.564 -> 0.521-0.530 ms a step with two or four warpgroups a
+// CTA; q / o +25%, gate_up +31%), and the cluster fold loses to the ticket. In the 8B b=16 forward, the down
+// only (mode 3, configuration 1) is faster in the same call, three processes: 3.426 / 3.440 / 3.428 ->
+// 3.381 / 3.384 / 3.375 ms (-1.3..-1.6%): the default.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -80,13 +85,13 @@ constexpr size_t ks_bars_offset(int k, int nw, int cl) {
 constexpr size_t ks_smem(int k, int nw, int cl) {
   return ks_bars_offset(k, nw, cl) + (cl ? size_t(nw) * 16 : 0) + 16;
 }
-// TF_Q4_KS=0 off (the default until measured), 1 at 9-16 rows, 2 at 1-16 rows, 3 at 9-16 rows for K > 4096
-// only (the down), 4 at 9-16 rows for widths <= 8192 only (all but the gate_up).
-int g_q4_ks = env_digit("TF_Q4_KS", 4, 0);
+// TF_Q4_KS=0 off, 1 at 9-16 rows, 2 at 1-16 rows, 3 at 9-16 rows for K > 4096 only (the down: the default,
+// run 453), 4 at 9-16 rows for widths <= 8192 only (all but the gate_up).
+int g_q4_ks = env_digit("TF_Q4_KS", 4, 3);
 // TF_Q4_KS_CFG: 0 = NW 1, 1 = NW 2, 2 = NW 1 PIPE, 3 = NW 2 PIPE, 4 = NW 4 (one CTA an SM), 5 = NW 2 CL, 6 =
 // NW 1 CL (AH 4 each).
 constexpr int kKsConfigs = 7;
-int g_q4_ks_cfg = env_digit("TF_Q4_KS_CFG", kKsConfigs - 1, 0);
+int g_q4_ks_cfg = env_digit("TF_Q4_KS_CFG", kKsConfigs - 1, 1);  // (1: the forward's A/B, run 453)
 std::atomic<long> g_q4_ks_launches{0};
 
 // st.async of 16 bytes into a cluster peer's shared memory (dst, a shared::cluster address), completing 16

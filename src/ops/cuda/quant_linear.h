@@ -90,8 +90,9 @@ int q4_wg_mode();
 // Speed only (same bits, tested): MLX 4-bit calls (groups >= 64, K a multiple of 1024 up to 12288, widths up
 // to 24576) of 9-16 rows split by K slice across CTAs, each CTA holding one slice of x (q4_ks_kernel,
 // quant_ks.cu; sm_90a), before q4_wg_kernel. Needs the backend's workspace, made at an upload while the mode
-// is on (or by reserve_q4_ks_workspace). Mode 0 off (the default: not yet measured), 1 at 9-16 rows, 2 at
-// 1-16 rows, 3 as 1 for K > 4096 only (the down), 4 as 1 for widths <= 8192 only. TF_Q4_KS=0-4.
+// is on (or by reserve_q4_ks_workspace). Mode 0 off, 1 at 9-16 rows, 2 at 1-16 rows, 3 as 1 for K > 4096
+// only (the down; the default since run 453: the 8B b=16 forward -1.3..-1.6%), 4 as 1 for widths <= 8192
+// only. TF_Q4_KS=0-4; configuration 1 by default.
 // Configurations (TF_Q4_KS_CFG, set_q4_ks_config): 0 one warpgroup a CTA, 1 two, 2 / 3 the same with the
 // fragments by chunk parity, 4 four (one CTA an SM), 5 / 6 two / one with the fold in a cluster of the 8
 // slices. q4_ks_launches() counts its launches (tests).

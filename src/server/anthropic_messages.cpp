@@ -457,9 +457,7 @@ void handle_messages(const ApiContext& ctx, const httplib::Request& http_req, ht
   auto t0 = Clock::now();
   auto req = std::make_shared<MessagesRequest>(parse_messages_request(parse_body(http_req.body), ctx, false));
   ResponseMeta meta{"msg_" + make_response_id("x").substr(2), unix_now(), req->model, ctx.info().fingerprint};
-  request_record().id = meta.id;
-  request_record().model = meta.model;
-  request_record().stream = req->stream;
+  record_reply(meta.id, meta.model, req->stream);
   auto gen = std::make_unique<BudgetedGeneration>(ctx, req->request, req->thinking_budget,
                                                   req->parsing.reasoning_starts_open);
   if (!req->stream) {

@@ -41,8 +41,7 @@ void record_usage(const json& usage, Clock::time_point first_token) {
   rec.prompt_tokens = usage.value("prompt_tokens", int64_t(-1));
   rec.completion_tokens = usage.value("completion_tokens", int64_t(-1));
   rec.cached_tokens = usage["prompt_tokens_details"].value("cached_tokens", int64_t(-1));
-  if (first_token != Clock::time_point{} && rec.start != Clock::time_point{})
-    rec.ttft_ms = std::chrono::duration<double, std::milli>(first_token - rec.start).count();
+  record_first_token(first_token);
 }
 
 // A whole (non-streamed) reply: wait for every choice, then one JSON body.
@@ -90,9 +89,7 @@ void respond_stream(const ApiContext& ctx, httplib::Response& res, std::shared_p
 void handle_chat(const ApiContext& ctx, const httplib::Request& req, httplib::Response& res) {
   auto parsed = std::make_shared<ChatRequest>(parse_chat_request(parse_body(req.body), ctx));
   ResponseMeta meta{make_response_id("chatcmpl"), unix_now(), parsed->model, ctx.info().fingerprint};
-  request_record().id = meta.id;
-  request_record().model = meta.model;
-  request_record().stream = parsed->common.stream;
+  record_reply(meta.id, meta.model, parsed->common.stream);
   std::vector<GenerationRequest> submissions = chat_submissions(*parsed);
   StreamUsage usage = stream_usage(parsed->common, submissions);
   std::unique_ptr<EventSource> gen = budgeted_choices(ctx, std::move(submissions), parsed->thinking_budget,
@@ -115,9 +112,7 @@ void handle_chat(const ApiContext& ctx, const httplib::Request& req, httplib::Re
 void handle_completions(const ApiContext& ctx, const httplib::Request& req, httplib::Response& res) {
   auto parsed = std::make_shared<CompletionRequest>(parse_completion_request(parse_body(req.body), ctx));
   ResponseMeta meta{make_response_id("cmpl"), unix_now(), parsed->model, ctx.info().fingerprint};
-  request_record().id = meta.id;
-  request_record().model = meta.model;
-  request_record().stream = parsed->common.stream;
+  record_reply(meta.id, meta.model, parsed->common.stream);
   std::vector<GenerationRequest> submissions = completion_submissions(*parsed);
   StreamUsage usage = stream_usage(parsed->common, submissions);
   auto gen = std::make_unique<Generation>(ctx, std::move(submissions));

@@ -216,15 +216,20 @@ class OrderedBuilder {
   std::vector<Frame> frames_;
 };
 
-}  // namespace
-
-RequestJson parse_request_json(const std::string& text, size_t* error_at) {
+// OrderedBuilder's parse of text already checked for depth: discarded on a syntax error, `error_at` its byte.
+RequestJson parse_ordered(const std::string& text, size_t* error_at) {
   OrderedBuilder b;
-  if (json_too_deep(text) || !RequestJson::sax_parse(text, &b)) {
+  if (!RequestJson::sax_parse(text, &b)) {
     if (error_at) *error_at = b.error_at;
     return RequestJson(RequestJson::value_t::discarded);
   }
   return std::move(b.root);
+}
+
+}  // namespace
+
+RequestJson parse_request_json(const std::string& text) {
+  return json_too_deep(text) ? RequestJson(RequestJson::value_t::discarded) : parse_ordered(text, nullptr);
 }
 
 RequestJson parse_body(const std::string& body) {
@@ -232,7 +237,7 @@ RequestJson parse_body(const std::string& body) {
     throw malformed_json("objects and arrays nest deeper than " + std::to_string(kMaxJsonNesting) +
                          " levels");
   size_t error_at = 0;
-  RequestJson j = parse_request_json(body, &error_at);
+  RequestJson j = parse_ordered(body, &error_at);
   if (j.is_discarded()) throw malformed_json("error at byte " + std::to_string(error_at));
   if (!j.is_object()) throw malformed_json("expected a JSON object, got " + json_type_name(j));
   return j;

@@ -48,9 +48,8 @@ constexpr int kMaxJsonNesting = 512;
 // Whether `text` nests objects and arrays deeper than kMaxJsonNesting (strings skipped; one linear scan).
 bool json_too_deep(const std::string& text);
 // JSON text as a RequestJson, in time linear in the text (nlohmann's own ordered_json parse is quadratic in
-// one object's keys); discarded (is_discarded()) on a syntax error, `error_at` then its byte, or when
-// json_too_deep.
-RequestJson parse_request_json(const std::string& text, size_t* error_at = nullptr);
+// one object's keys); discarded (is_discarded()) on a syntax error or when json_too_deep.
+RequestJson parse_request_json(const std::string& text);
 // The same for any nlohmann JSON type (its own parse where keys are not ordered), without exceptions.
 template <class Json>
 Json parse_json_bounded(const std::string& text) {

@@ -501,9 +501,7 @@ void handle_create(const ApiContext& ctx, const httplib::Request& http_req, http
   auto r = std::make_shared<ResponsesRequest>(parse_request(parse_body(http_req.body), ctx));
   std::string id = hex_id("resp");
   int64_t created = unix_now();
-  request_record().id = id;
-  request_record().model = r->model;
-  request_record().stream = r->stream;
+  record_reply(id, r->model, r->stream);
   std::shared_ptr<EventSource> gen =
       budgeted_choices(ctx, {r->request}, r->thinking_budget, r->parsing.reasoning_starts_open);
   if (!r->stream) {

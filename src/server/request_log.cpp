@@ -82,14 +82,24 @@ RequestRecord take_request_record() {
   return r;
 }
 
+void record_reply(const std::string& id, const std::string& model, bool stream) {
+  t_record.id = id;
+  t_record.model = model;
+  t_record.stream = stream;
+}
+
+void record_first_token(std::chrono::steady_clock::time_point first_token) {
+  if (first_token != std::chrono::steady_clock::time_point{} &&
+      t_record.start != std::chrono::steady_clock::time_point{})
+    t_record.ttft_ms = ms_between(t_record.start, first_token);
+}
+
 void record_generation(const Usage& usage, std::chrono::steady_clock::time_point first_token,
                        const std::string& finish) {
   t_record.prompt_tokens = usage.prompt_tokens;
   t_record.completion_tokens = usage.completion_tokens;
   t_record.cached_tokens = usage.cached_tokens;
-  if (first_token != std::chrono::steady_clock::time_point{} &&
-      t_record.start != std::chrono::steady_clock::time_point{})
-    t_record.ttft_ms = ms_between(t_record.start, first_token);
+  record_first_token(first_token);
   t_record.finish = finish;
 }
 

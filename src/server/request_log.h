@@ -29,8 +29,11 @@ void begin_request_record();
 RequestRecord& request_record();
 // The record, its duration set, and a fresh one in its place.
 RequestRecord take_request_record();
-// An adapter's generation in the record: usage, time to first token (`first_token`: none when no token came)
-// and finish reason.
+// The reply's id, model and whether it streams, in the record.
+void record_reply(const std::string& id, const std::string& model, bool stream);
+// The time to first token in the record (`first_token`: none when no token came).
+void record_first_token(std::chrono::steady_clock::time_point first_token);
+// An adapter's generation in the record: usage, time to first token and finish reason.
 void record_generation(const Usage& usage, std::chrono::steady_clock::time_point first_token,
                        const std::string& finish);
 

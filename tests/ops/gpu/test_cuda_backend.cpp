@@ -80,6 +80,15 @@ class CudaOps : public ::testing::Test {
     std::memcpy(v.data(), h.raw(), t.nbytes());
     return v;
   }
+  // The GPU attention of q ([rows, hq, d], on the GPU) over `pool` for the rows of `meta`, into a poisoned
+  // output: its bits.
+  std::vector<uint16_t> attention_bits(const Tensor& q, const KvLayer& pool, const BatchMeta& meta,
+                                       const AttentionParams& ap) {
+    gpu_->begin_forward(meta);
+    Tensor out = poisoned(q.shape());
+    gpu_->attention(q, pool, ap, out);
+    return bits(out);
+  }
   // ‖gpu − cpu‖ / ‖cpu‖, failing on any non-finite GPU value (an unwritten or poisoned element).
   static double rel_err(const std::vector<float>& g, const std::vector<float>& c) {
     EXPECT_EQ(g.size(), c.size());
@@ -571,11 +580,7 @@ TEST_F(CudaOps, AttentionRowInvariantAcrossDecodeVerifyPrefill) {
       for (int i = 0; i < r; ++i)
         if (rows[i] == std::pair<int, int>{0, last}) at = i;
       std::memcpy(q.bf16.data<uint16_t>() + int64_t(at) * hq * d, q_last.bf16.raw(), hq * d * 2);
-      BatchMeta meta = rows_meta(pools, rows);
-      gpu_->begin_forward(meta);
-      Tensor out = poisoned({r, hq, d});
-      gpu_->attention(gpu_->upload(q.bf16), pools.g, ap, out);
-      auto b = bits(out);
+      const auto b = attention_bits(gpu_->upload(q.bf16), pools.g, rows_meta(pools, rows), ap);
       return std::vector<uint16_t>(b.begin() + int64_t(at) * hq * d, b.begin() + int64_t(at + 1) * hq * d);
     };
     const auto alone = run({{0, last}});
@@ -633,10 +638,6 @@ TEST_F(CudaOps, AttentionRowInvariantAcrossDecodeVerifyPrefill) {
   }
 }
 
-// The pool's block size changes where K/V rows live, never a bit of attention's output: the kernel stages
-// the same bytes (block sizes of 4 and more: table entries by lane and shuffles; 16 is the engine's; 256
-// spans two chunks a block; 12 and 2 take the per-copy table path), for decode, verify and prefill rows, both
-// schedules.
 // 16 decode rows of 8 KV heads (128 split (tile, KV head) pairs): the fused combine, which by default stops
 // at 64 pairs (set_attention_fused_combine_max), gives the combine launch's bits when its limit is raised,
 // and both the loop schedule's. (A speed knob: run 453 times it at b = 16.)
@@ -650,12 +651,7 @@ TEST_F(CudaOps, AttentionSixteenRowsFusedCombineEqualsCombineLaunch) {
   const Tensor gq = gpu_->upload(q.bf16);
   const BatchMeta meta = rows_meta(pools, rows);
   const AttentionParams ap{hq, hk, d, 1.f / std::sqrt(float(d)), 0, 0.f};
-  auto run = [&] {
-    gpu_->begin_forward(meta);
-    Tensor out = poisoned({seqs, hq, d});
-    gpu_->attention(gq, pools.g, ap, out);
-    return bits(out);
-  };
+  auto run = [&] { return attention_bits(gq, pools.g, meta, ap); };
   // Whether the latest split launch merged in its blocks: a block's "ticket" stamp (6) is written only by the
   // fused combine (a stamp a launch does not reach reads 0).
   auto fused_ran = [] {
@@ -696,12 +692,7 @@ TEST_F(CudaOps, AttentionLongContextSplitEqualsLoop) {
   const Tensor gq = gpu_->upload(q.bf16);
   const BatchMeta meta = rows_meta(pools, rows);
   const AttentionParams ap{hq, hk, d, 1.f / std::sqrt(float(d)), 0, 0.f};
-  auto run = [&] {
-    gpu_->begin_forward(meta);
-    Tensor out = poisoned({r, hq, d});
-    gpu_->attention(gq, pools.g, ap, out);
-    return bits(out);
-  };
+  auto run = [&] { return attention_bits(gq, pools.g, meta, ap); };
   cuda::set_attention_tile_schedule(cuda::TileSchedule::Loop);
   const auto loop = run();
   cuda::set_attention_wide_tma(false);  // the wide loop kernel's cp.async staging
@@ -737,6 +728,10 @@ TEST_F(CudaOps, AttentionLongContextSplitEqualsLoop) {
   EXPECT_LT(rel_err(get(go), co.to_f32_vector()), kBf16Tol);
 }
 
+// The pool's block size changes where K/V rows live, never a bit of attention's output: the kernel stages
+// the same bytes (block sizes of 4 and more: table entries by lane and shuffles; 16 is the engine's; 256
+// spans two chunks a block; 12 and 2 take the per-copy table path), for decode, verify and prefill rows, both
+// schedules.
 TEST_F(CudaOps, AttentionBitsIndependentOfBlockSize) {
   const int hq = 8, hk = 2, d = 128;
   const std::vector<int> lens = {700, 45};
@@ -755,14 +750,11 @@ TEST_F(CudaOps, AttentionBitsIndependentOfBlockSize) {
     for (int bs : {16, 4, 8, 256, 12, 2}) {
       SCOPED_TRACE("block size " + std::to_string(bs) + ", schedule " + std::to_string(int(sched)));
       Pools pools = make_pools(*gpu_, *cpu_, lens, hk, d, &kv, bs);
-      BatchMeta meta = rows_meta(pools, rows);
-      gpu_->begin_forward(meta);
-      Tensor out = poisoned({r, hq, d});
-      gpu_->attention(gpu_->upload(q.bf16), pools.g, ap, out);
+      const auto b = attention_bits(gpu_->upload(q.bf16), pools.g, rows_meta(pools, rows), ap);
       if (ref.empty())
-        ref = bits(out);
+        ref = b;
       else
-        EXPECT_EQ(bits(out), ref);
+        EXPECT_EQ(b, ref);
     }
   }
   cuda::set_attention_tile_schedule(cuda::TileSchedule::Auto);
@@ -781,14 +773,10 @@ TEST_F(CudaOps, AttentionDecodeRowsEqualPrefillRows) {
     auto run = [&](int first, int n) {             // rows len-64+first .. +n, each with its own query
       std::vector<std::pair<int, int>> rows;
       for (int i = first; i < first + n; ++i) rows.push_back({0, len - 64 + i});
-      BatchMeta meta = rows_meta(pools, rows);
-      gpu_->begin_forward(meta);
       Tensor qq = gpu_->upload(
           Tensor::borrow(const_cast<uint16_t*>(q.bf16.data<uint16_t>()) + int64_t(first) * hq * d, {n, hq, d},
                          DType::BF16, Device::CPU));
-      Tensor out = poisoned({n, hq, d});
-      gpu_->attention(qq, pools.g, ap, out);
-      return bits(out);
+      return attention_bits(qq, pools.g, rows_meta(pools, rows), ap);
     };
     cuda::set_attention_tile_schedule(cuda::TileSchedule::Loop);
     const auto prefill = run(0, 64);

@@ -910,6 +910,19 @@ void format_rows(Backend& be, const ModelShape& sh, const std::vector<WeightForm
           }
           cuda::set_q4_ks(ks0);
           cuda::set_q4_ks_config(kc0);
+          // q4_pair x q4_wg with the q4_ks default, twice interleaved (run 454: q4_wg mode 1 and q4_pair
+          // mode 2 each faster on their own lines once q4_ks took the down)
+          std::printf("  q4_pair/q4_wg modes 1/3 1/1 2/3 2/1, twice:");
+          for (int rep = 0; rep < 2; ++rep)
+            for (int pw : {13, 11, 23, 21}) {
+              cuda::set_q4_pair(pw / 10);
+              cuda::set_q4_wg(pw % 10);
+              std::printf(" %.3f", time_graph_ms(
+                                       s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g));
+            }
+          std::printf(" ms");
+          cuda::set_q4_pair(mode0);
+          cuda::set_q4_wg(wg0);
           const std::string label = std::string(fname) + " " + what;
           print_without(label.c_str(), [&] {
             return time_graph_ms(

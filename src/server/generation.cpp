@@ -297,7 +297,7 @@ StreamUsage stream_usage(const CommonFields& c, const std::vector<GenerationRequ
 
 bool stream_generation(EventSource& gen, StreamFormatter& fmt, const StreamUsage& stream_usage, int n,
                        const std::function<bool(const std::string&)>& write, const std::atomic<bool>& stop,
-                       std::vector<Usage>* usage_out) {
+                       std::vector<Usage>* usage_out, std::string* finish_out) {
   auto send = [&](const json& chunk) { return write(sse_event(chunk)); };
   std::vector<Usage> usage(gen.size());
   std::vector<int64_t> produced(gen.size(), 0);  // tokens each choice has generated so far
@@ -346,7 +346,10 @@ bool stream_generation(EventSource& gen, StreamFormatter& fmt, const StreamUsage
       }
       usage[i] = ev.usage;
       if (stream_usage.continuous) produced[i] = usage[i].completion_tokens;  // the engine's own count
-      ok = ok && send_counted(fmt.finish(i, ev), i);
+      json fin = fmt.finish(i, ev);
+      if (finish_out && i == 0 && fin.contains("choices") && !fin["choices"].empty())  // the log's finish
+        *finish_out = fin["choices"][0].value("finish_reason", "");
+      ok = ok && send_counted(fin, i);
     } else {
       ok = send(internal_error(ev.error).to_json());
     }

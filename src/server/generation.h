@@ -126,6 +126,6 @@ StreamUsage stream_usage(const CommonFields& c, const std::vector<GenerationRequ
 // short (client gone: generation cancelled; or server stopping). `on_first_token` marks time to first token.
 bool stream_generation(EventSource& gen, StreamFormatter& fmt, const StreamUsage& stream_usage, int n,
                        const std::function<bool(const std::string&)>& write, const std::atomic<bool>& stop,
-                       std::vector<Usage>* usage_out = nullptr);
+                       std::vector<Usage>* usage_out = nullptr, std::string* finish_out = nullptr);
 
 }  // namespace tf::server

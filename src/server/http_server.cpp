@@ -70,13 +70,14 @@ void respond_stream(const ApiContext& ctx, httplib::Response& res, std::shared_p
       "text/event-stream",
       [&ctx, job](size_t, httplib::DataSink& sink) {
         std::vector<Usage> usage;
+        std::string finish;  // choice 0's, as a whole reply's log line has it
         auto write = [&sink](const std::string& s) {
           return sink.is_writable() && sink.write(s.data(), s.size());
         };
-        bool ok =
-            stream_generation(*job->gen, *job->fmt, job->usage, job->n, write, ctx.shutting_down, &usage);
+        bool ok = stream_generation(*job->gen, *job->fmt, job->usage, job->n, write, ctx.shutting_down,
+                                    &usage, &finish);
         record_usage(usage_json(usage, job->n), job->gen->first_token_at());
-        if (!ok) request_record().finish = ctx.shutting_down ? "shutdown" : "client_gone";
+        request_record().finish = ok ? finish : ctx.shutting_down ? "shutdown" : "client_gone";
         if (ok || ctx.shutting_down) {
           sink.done();  // a stream ended by shutdown still closes properly (error event, [DONE])
           return true;

@@ -139,6 +139,8 @@ TEST_F(ServerHttp, EveryApiLogsItsRequests) {
   const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
       // path, body, what its log line holds
       {"/v1/chat/completions", "{" + msgs + R"(, "max_tokens": 3})", " id=chatcmpl-"},
+      {"/v1/chat/completions", "{" + msgs + R"(, "max_tokens": 3, "stream": true})", " id=chatcmpl-"},
+      {"/v1/completions", R"({"prompt": "hi", "max_tokens": 3, "stream": true})", " id=cmpl-"},
       {"/v1/responses", R"({"input": "hi", "max_output_tokens": 3})", " id=resp"},
       {"/v1/responses", R"({"input": "hi", "max_output_tokens": 3, "stream": true})", " id=resp"},
       {"/v1/messages", "{" + msgs + R"(, "max_tokens": 3, "model": "fake-model"})", " id=msg_"},

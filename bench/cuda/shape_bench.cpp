@@ -873,6 +873,19 @@ void format_rows(Backend& be, const ModelShape& sh, const std::vector<WeightForm
           cuda::set_attention_fused_combine_max(fmax0);
           std::printf("\n");
         }
+        if (batch > 1) {  // the decode loop kernel (one block a (row, KV head), no combine), same call, twice
+          const int dl0 = cuda::attention_decode_loop();
+          std::printf("  %s %s, attention decode loop off / always, twice:", fname, what);
+          for (int mode : {0, 2, 0, 2}) {
+            cuda::set_attention_decode_loop(mode);
+            be.begin_forward(decode_meta(batch, ctx));  // (the tiles are planned outside the capture)
+            std::printf(" %.3f ms", time_graph_ms(
+                                        s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g));
+          }
+          cuda::set_attention_decode_loop(dl0);
+          be.begin_forward(decode_meta(batch, ctx));
+          std::printf("\n");
+        }
         if (f == WeightFormat::Mlx4 && batch > 8 && batch <= 16) {  // q4_pair_kernel's modes, same call
           const int mode0 = cuda::q4_pair_mode();
           std::printf("  %s %s, q4_pair off / where its tiles fill the grid / always:", fname, what);

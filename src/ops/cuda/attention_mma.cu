@@ -23,6 +23,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cfloat>
 #include <climits>
 #include <string>
@@ -502,6 +503,117 @@ __global__ void __launch_bounds__(kWarps * 32)
   store_pairs<D>(pr, hq, qd, o, l, out);
 }
 
+// Decode loop: the split tiles whose pairs fit one warp (decode rows; verify runs of up to 16 / group rows),
+// one block a (tile, KV head) walking all of the tile's chunks with the spread arithmetic (every warp on warp
+// 0's pairs, each its share of S's n-tiles and of the output columns) and K/V double-buffered (chunk c + 2
+// loads during chunk c + 1), each chunk merged into the warp's output columns in registers in increasing
+// chunk order: the combine's merge_chunk / merge_out / finish_out sequence on the very (mc, lc, oc) values a
+// split block writes as its partial, so the split schedule's bits with no partials and no combine. For calls
+// whose (tile, KV head) blocks about fill the card once (16 decode rows of 8 KV heads on 132 SMs): 148 KB of
+// shared memory, one block an SM. Every warp computes l_c itself (spread_sum), so each holds the same (m, l).
+template <int D>
+__global__ void __launch_bounds__(kWarps * 32, 1)
+    attention_decode_loop_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kp,
+                                 const __nv_bfloat16* __restrict__ vp, DeviceMeta meta, int hq, int hk,
+                                 float scale, int window, float softcap, const int2* __restrict__ tiles,
+                                 __nv_bfloat16* __restrict__ out) {
+  constexpr int RS = D + 8, kStage = kC * RS, NJ = 16 / kWarps, JP = D / 16 / kWarps;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __nv_bfloat16* Ks = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [2][kC][RS]
+  __nv_bfloat16* Vs = Ks + 2 * kStage;                             // [2][kC][RS]
+  __nv_bfloat16* Qs = Vs + 2 * kStage;                             // warp 0's 16 pairs [16][RS]
+  __nv_bfloat16* Ps = Qs + 16 * RS;                                // [16][kPsRow]
+  __shared__ float red[kWarps * 16];
+  __shared__ __align__(8) uint64_t bars[4];  // K of stage 0, 1; V of stage 0, 1
+  const int group = hq / hk;
+  const int2 tile = tiles[blockIdx.x / hk];
+  const int kvh = blockIdx.x % hk, r_first = tile.x, nrows = tile.y;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, qd = lane % 4;
+  const Tile<D, kWarps * 32> T(meta, r_first, nrows, window, hk, kvh);
+  const int cb = T.ulo / kC, ce = T.uhi / kC;
+  pdl_launch_dependents();
+  const Pairs pr = pairs_of(meta, 0, g, group, r_first, nrows, kvh, window);
+  const int fresh = T.fresh(meta, r_first);
+  const uint32_t bar0 = uint32_t(__cvta_generic_to_shared(&bars[0]));
+  auto kbar = [&](int st) { return bar0 + 8 * st; };
+  auto vbar = [&](int st) { return bar0 + 16 + 8 * st; };
+  const uint32_t row_bytes = D * 2;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < 4; ++i) mbar_init(bar0 + 8 * i, 1);
+    mbar_init_fence();
+  }
+  __syncthreads();
+  const int c_pre =
+      min(ce, cb + 1);  // the first two chunks: their rows earlier forwards wrote, before the wait
+  for (int c = cb; c <= c_pre; ++c) {
+    const int st = c - cb;
+    T.arm(kbar(st), c, row_bytes), T.arm(vbar(st), c, row_bytes);
+    T.bulk_rows(Ks + st * kStage, kp, c, T.ulo, fresh - 1, true, kbar(st));
+    T.bulk_rows(Vs + st * kStage, vp, c, T.ulo, fresh - 1, true, vbar(st));
+  }
+  pdl_wait();
+  if (cb > ce) return;  // uniform: a tile without positions
+  T.stage_q(Qs, q, 16, group, r_first, nrows, hq);
+  cp_async_commit();
+  for (int c = cb; c <= c_pre; ++c) {  // the rows this step's kernels wrote
+    const int st = c - cb;
+    T.bulk_rows(Ks + st * kStage, kp, c, fresh, T.uhi, false, kbar(st));
+    T.bulk_rows(Vs + st * kStage, vp, c, fresh, T.uhi, false, vbar(st));
+  }
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, o[2 * JP][4];
+#pragma unroll
+  for (int j = 0; j < 2 * JP; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+  for (int c = cb; c <= ce; ++c) {
+    const int st = (c - cb) & 1;
+    const uint32_t phase = ((c - cb) >> 1) & 1;
+    __nv_bfloat16 *Kc = Ks + st * kStage, *Vc = Vs + st * kStage;
+    cp_async_wait<0>();  // Q (the first chunk)
+    mbar_wait(kbar(st), phase);
+    __syncthreads();
+    float s4[NJ][4], mc[2], lc[2], oc[2 * JP][4];
+    spread_scores<D, kWarps>(Qs, Kc, warp, lane, c * kC, pr.rg, scale, softcap, s4, red);
+    __syncthreads();  // every warp is done with K(c); the row maxima are out
+    if (c + 2 <= ce) {
+      T.arm(kbar(st), c + 2, row_bytes);
+      fence_proxy_async();
+      T.bulk_rows(Kc, kp, c + 2, T.ulo, T.uhi, true, kbar(st));
+    }
+    spread_probs<D, kWarps>(s4, red, warp, lane, pr.rg, Ps, mc);
+    mbar_wait(vbar(st), phase);
+    __syncthreads();  // P is in Ps
+    spread_sum(Ps, lane, pr.rg, lc);
+    spread_pv<D, kWarps>(Ps, Vc, warp, lane, oc);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // merge_pairs on the warp's columns
+      const bool in = pr.rg[h].lo <= pr.rg[h].pos && c >= pr.rg[h].lo / kC && c <= pr.rg[h].pos / kC;
+      if (!in) continue;
+      const MergeFactors f = merge_chunk(m[h], l[h], mc[h], lc[h]);
+#pragma unroll
+      for (int j = 0; j < 2 * JP; ++j) {
+        o[j][2 * h] = merge_out(o[j][2 * h], oc[j][2 * h], f);
+        o[j][2 * h + 1] = merge_out(o[j][2 * h + 1], oc[j][2 * h + 1], f);
+      }
+    }
+    __syncthreads();  // every warp is done with V(c), Ps and red
+    if (c + 2 <= ce) {
+      T.arm(vbar(st), c + 2, row_bytes);
+      fence_proxy_async();
+      T.bulk_rows(Vc, vp, c + 2, T.ulo, T.uhi, true, vbar(st));
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {  // store_pairs on the warp's columns
+    if (pr.rg[h].lo > pr.rg[h].pos) continue;
+    __nv_bfloat16* dst = out + (int64_t(pr.prow[h]) * hq + pr.phead[h]) * D;
+#pragma unroll
+    for (int j = 0; j < 2 * JP; ++j) {
+      const int d = (2 * JP * warp + j) * 8 + qd * 2;
+      *reinterpret_cast<__nv_bfloat162*>(dst + d) =
+          __floats2bfloat162_rn(finish_out(o[j][2 * h], l[h]), finish_out(o[j][2 * h + 1], l[h]));
+    }
+  }
+}
+
 // Loop schedule, wide: 8 warps serve up to 128 (row, head) pairs (two planned loop tiles of one sequence,
 // joined by widen_loop_tiles), and K/V are double-buffered: chunk c + 1 loads during all of chunk c's
 // work, one barrier pair a chunk. Each warp runs the narrow kernel's per-warp code (chunk_scores,
@@ -634,6 +746,25 @@ constexpr int kMaxStampBlocks = 1024;
 
 int g_split_cpb = 0;  // 0: from the call's size
 
+// set_attention_decode_loop
+int g_decode_loop = env_digit("TF_ATTN_DECODE_LOOP", 2, 0);
+std::atomic<long> g_decode_loop_launches{0};
+int sm_count_cached() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    TF_CUDA_CHECK(cudaGetDevice(&dev));
+    TF_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+    return v;
+  }();
+  return n;
+}
+// Whether the split tiles of `a` run as the decode loop kernel (attention_decode_loop_kernel).
+bool decode_loop_takes(const AttentionMmaArgs& a) {
+  if (g_decode_loop == 0 || !a.split_one_warp) return false;
+  const int blocks = a.num_split_tiles * a.hk, sms = sm_count_cached();
+  return g_decode_loop == 2 || (4 * blocks >= 3 * sms && blocks <= sms);
+}
+
 // The stamp buffer for a split launch of `blocks` blocks (null when off or too many).
 unsigned long long* stamps_for(int blocks) {
   if (!g_stamps.get() || blocks > kMaxStampBlocks) return nullptr;
@@ -671,6 +802,21 @@ void launch(const AttentionMmaArgs& a, cudaStream_t s) {
                   s, q, k, v, a.meta, a.hq, a.hk, a.scale, a.window, a.softcap, a.loop_tiles, a.max_chunks, 0,
                   nullptr, nullptr, nullptr, out, g_wide_combine, false, false, nullptr);
     TF_CUDA_LAUNCH_CHECK();
+  }
+  if (a.num_split_tiles > 0 && decode_loop_takes(a)) {
+    const size_t loop_smem = size_t(4 * kC * (D + 8) + 16 * (D + 8) + 16 * kPsRow) * sizeof(__nv_bfloat16);
+    static bool loop_configured = false;  // per D instantiation
+    if (!loop_configured) {
+      TF_CUDA_CHECK(cudaFuncSetAttribute(attention_decode_loop_kernel<D>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(loop_smem)));
+      loop_configured = true;
+    }
+    launch_pdl_if(g_pdl_group, attention_decode_loop_kernel<D>, dim3(a.num_split_tiles * a.hk), kWarps * 32,
+                  loop_smem, s, q, k, v, a.meta, a.hq, a.hk, a.scale, a.window, a.softcap, a.split_tiles,
+                  out);
+    TF_CUDA_LAUNCH_CHECK();
+    g_decode_loop_launches.fetch_add(1, std::memory_order_relaxed);
+    return;
   }
   if (a.num_split_tiles > 0) {
     // Chunks a block walks (speed only: each chunk's partial is the same): about 256 blocks, up to 16
@@ -771,6 +917,16 @@ void widen_loop_tiles(const std::vector<int32_t>& row_seq, int rows_per_tile, st
   tiles = std::move(out);
 }
 
+void set_attention_decode_loop(int mode) {
+  TF_CHECK(mode >= 0 && mode <= 2, "set_attention_decode_loop: 0, 1 or 2");
+  g_decode_loop = mode;
+}
+int attention_decode_loop() {
+  return g_decode_loop;
+}
+long attention_decode_loop_launches() {
+  return g_decode_loop_launches.load(std::memory_order_relaxed);
+}
 void set_attention_split_chunks(int n) {
   g_split_cpb = n;
 }

@@ -64,6 +64,13 @@ void set_attention_spread(bool on);
 // Speed only (same bits, tested): the fused combine merges two pairs a warp at once (16 lanes a pair).
 // Default on (30B-A3B 4-bit b=1 -1.2%, b=8 -0.8%, run 377); TF_ATTN_HALF_COMBINE=0 off.
 void set_attention_half_combine(bool on);
+// Speed only (same bits, tested): split tiles whose pairs fit one warp (decode rows) as one block a (tile,
+// KV head) walking all its chunks, K/V double-buffered, merged in registers (attention_decode_loop_kernel: no
+// partials, no combine). 0 off, 1 where the blocks about fill the card once (3/4 of the SMs to all of them),
+// 2 always (tests). TF_ATTN_DECODE_LOOP sets it at start-up. The launches so far (tests: that it ran).
+void set_attention_decode_loop(int mode);
+int attention_decode_loop();
+long attention_decode_loop_launches();
 // Benches: globaltimer stamps of every split block of the latest split launch, kAttnStamps a block (entered,
 // waited, K in, scores, V in, partials out, ticket, merged; 0 = not reached), block
 // (y, x) at [(y * grid x + x) * kAttnStamps]. `blocks`: the launch's blocks.
@@ -90,8 +97,9 @@ struct AttentionMmaArgs {
   bool wide_loop = false;  // loop tiles of up to 2 x attention_mma_rows_per_tile rows (widen_loop_tiles)
   const int2* split_tiles = nullptr;  // device
   int num_split_tiles = 0;
-  float* part_acc = nullptr;  // split only: [rows * hq * max_chunks, D]
-  float* part_ml = nullptr;   //             [rows * hq * max_chunks, 2]
+  bool split_one_warp = false;  // every split tile's pairs fit one warp (rows x group <= 16)
+  float* part_acc = nullptr;    // split only: [rows * hq * max_chunks, D]
+  float* part_ml = nullptr;     //             [rows * hq * max_chunks, 2]
   // Split only, optional: one zeroed int per (split tile, KV head), left zeroed again by every launch. When
   // given, the last block of a (tile, KV head) to finish merges its pairs' partials (the combine kernel's
   // code and order: same bits) and the combine launch is saved.

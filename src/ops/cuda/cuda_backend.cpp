@@ -581,6 +581,7 @@ class CudaBackend final : public Backend {
       a.window = p.sliding_window, a.softcap = p.softcap, a.max_chunks = chunks;
       a.loop_tiles = tiles_, a.num_loop_tiles = num_loop_tiles_, a.wide_loop = tiles_wide_;
       a.split_tiles = tiles_ + num_loop_tiles_, a.num_split_tiles = num_split_tiles_;
+      a.split_one_warp = split_one_warp_;
       if (num_split_tiles_ > 0) {  // partials only for the split schedule
         a.part_acc = static_cast<float*>(ws.get(partial_bytes(n, p.head_dim), capture_ != nullptr));
         a.part_ml = a.part_acc + n * p.head_dim;
@@ -793,6 +794,7 @@ class CudaBackend final : public Backend {
     std::vector<int64_t> k = key;
     k.insert(k.end(), {-1, bucket, dm_.rows, dm_.block_size, int64_t(mma), mma ? num_loop_tiles_ : -1,
                        mma ? num_split_tiles_ : -1, int64_t(attention_tile_schedule()), int64_t(tiles_wide_),
+                       int64_t(split_one_warp_) + 2 * int64_t(attention_decode_loop()),
                        int64_t(g_fused_norm_linear), int64_t(g_fused_silu_linear), int64_t(pdl_enabled())});
     const void* tiles = mma ? static_cast<const void*>(tiles_) : nullptr;
     if (GraphEntry* e = graphs_.find(k)) {
@@ -904,6 +906,9 @@ class CudaBackend final : public Backend {
     tiles_wide_ = cuda::attention_loop_wide();
     if (tiles_wide_) cuda::widen_loop_tiles(row_seq_, rpt, loop);
     num_loop_tiles_ = int(loop.size() / 2), num_split_tiles_ = int(split.size() / 2);
+    split_one_warp_ = true;  // (the decode loop kernel's condition: set_attention_decode_loop)
+    for (size_t t = 1; t < split.size(); t += 2)
+      split_one_warp_ = split_one_warp_ && split[t] * (hq / hk) <= 16;
     loop.insert(loop.end(), split.begin(), split.end());
     loop.push_back(0), loop.push_back(0);  // never empty
     tiles_ = static_cast<const int2*>(st.put(loop.data(), loop.size() * 4, stream_));
@@ -970,6 +975,7 @@ class CudaBackend final : public Backend {
   std::vector<int32_t> row_seq_;  // host copy of this forward's rows' sequences (attention tiles)
   const int2* tiles_ = nullptr;   // device: loop tiles, then split tiles, as (first row, rows)
   int tiles_rpt_ = 0, num_loop_tiles_ = 0, num_split_tiles_ = 0;
+  bool split_one_warp_ = false;
   bool tiles_wide_ = false;
   cuda::TileSchedule tiles_schedule_ = cuda::TileSchedule::Auto;
   Workspace attn_ws_, sample_out_;

@@ -632,6 +632,20 @@ TEST_F(CudaOps, AttentionRowInvariantAcrossDecodeVerifyPrefill) {
       EXPECT_EQ(run(verify), alone) << "verify, not spread, window " << window;
       EXPECT_EQ(run(mixed), alone) << "mixed, not spread, window " << window;
       cuda::set_attention_spread(true);
+      if (sched ==
+          cuda::TileSchedule::Split) {  // one block a (tile, KV head) over all its chunks, no combine
+        std::vector<std::pair<int, int>> verify4;  // 4 rows of 4 heads: the most pairs one warp holds
+        for (int p = last - 3; p <= last; ++p) verify4.push_back({0, p});
+        cuda::set_attention_decode_loop(2);
+        const long launches = cuda::attention_decode_loop_launches();
+        EXPECT_EQ(run({{0, last}}), alone) << "decode loop, window " << window;
+        EXPECT_EQ(run(verify4), alone) << "verify of 4 rows, decode loop, window " << window;
+        EXPECT_EQ(cuda::attention_decode_loop_launches(), launches + 2)
+            << "the decode loop kernel did not run";
+        EXPECT_EQ(run(verify), alone)
+            << "verify of 5 rows (two warps: split), decode loop on, window " << window;
+        cuda::set_attention_decode_loop(0);
+      }
     }
     cuda::set_attention_tile_schedule(cuda::TileSchedule::Auto);
     cuda::set_attention_loop_wide(true);
@@ -640,7 +654,8 @@ TEST_F(CudaOps, AttentionRowInvariantAcrossDecodeVerifyPrefill) {
 
 // 16 decode rows of 8 KV heads (128 split (tile, KV head) pairs): the fused combine, which by default stops
 // at 64 pairs (set_attention_fused_combine_max), gives the combine launch's bits when its limit is raised,
-// and both the loop schedule's. (A speed knob: run 453 times it at b = 16.)
+// and both the loop schedule's, as does the decode loop kernel (one block a (row, KV head), no partials).
+// (Speed knobs: runs 453 and 455 time them at b = 16.)
 TEST_F(CudaOps, AttentionSixteenRowsFusedCombineEqualsCombineLaunch) {
   const int hq = 32, hk = 8, d = 128, seqs = 16;
   std::vector<int> lens;
@@ -674,9 +689,18 @@ TEST_F(CudaOps, AttentionSixteenRowsFusedCombineEqualsCombineLaunch) {
   EXPECT_TRUE(fused_ran()) << "the raised limit did not take the fused combine";
   cuda::set_attention_stamps(false);
   cuda::set_attention_fused_combine_max(max0);
+  const long launches = cuda::attention_decode_loop_launches();
+  cuda::set_attention_decode_loop(2);
+  const auto decode_loop = run();
+  EXPECT_EQ(cuda::attention_decode_loop_launches(), launches + 1) << "the decode loop kernel did not run";
+  cuda::set_attention_decode_loop(1);  // where 128 blocks fill 3/4 of the SMs to all of them (the H200's 132)
+  const auto decode_loop1 = run();
+  cuda::set_attention_decode_loop(0);
   cuda::set_attention_tile_schedule(cuda::TileSchedule::Auto);
   EXPECT_EQ(launch, loop) << "combine launch";
   EXPECT_EQ(fused, loop) << "fused combine at 128 pairs";
+  EXPECT_EQ(decode_loop, loop) << "decode loop kernel";
+  EXPECT_EQ(decode_loop1, loop) << "decode loop kernel, mode 1";
 }
 
 // Long contexts (33 and 70 chunks): the split schedule's merge of many partials (fused into the last block,
@@ -712,6 +736,11 @@ TEST_F(CudaOps, AttentionLongContextSplitEqualsLoop) {
       cuda::set_attention_spread(true);
     }
     cuda::set_attention_split_chunks(0);
+    cuda::set_attention_decode_loop(2);  // one block a (tile, KV head) over 33 / 70 chunks, no partials
+    const long launches = cuda::attention_decode_loop_launches();
+    EXPECT_EQ(run(), loop) << "decode loop kernel";
+    EXPECT_EQ(cuda::attention_decode_loop_launches(), launches + 1) << "the decode loop kernel did not run";
+    cuda::set_attention_decode_loop(0);
     cuda::set_attention_wide_combine(false);  // 4 chunks a merge step
     EXPECT_EQ(run(), loop) << "fused combine " << fused << ", narrow merge";
     cuda::set_attention_wide_combine(true);

@@ -70,6 +70,9 @@ void set_attention_half_combine(bool on);
 // 2 always (tests). TF_ATTN_DECODE_LOOP sets it at start-up. The launches so far (tests: that it ran).
 void set_attention_decode_loop(int mode);
 int attention_decode_loop();
+// Whether a call of `split_tiles` split tiles over `hk` KV heads runs the decode loop kernel (the launch's
+// choice; graphs key on it).
+bool attention_decode_loop_takes(int split_tiles, int hk, bool split_one_warp);
 long attention_decode_loop_launches();
 // Benches: globaltimer stamps of every split block of the latest split launch, kAttnStamps a block (entered,
 // waited, K in, scores, V in, partials out, ticket, merged; 0 = not reached), block

@@ -43,11 +43,14 @@
 // and 176 KB of shared memory cannot be resident beside its neighbours, so the next kernel's early launch
 // (its weights before the wait) and its own no longer overlap the kernel before. The lm_head, the forward's
 // last linear, keeps its gain: the 8B forward at b=16, same call (run 451, two processes): off 3.480 / 3.476
-// ms, mode 1 (gate_up and lm_head) 3.471 / 3.451, the lm_head only 3.446 / 3.433 (-1.0..-1.2%). So the
-// default (mode 3) takes 9-16-row calls of lm_head widths; TF_Q4_WG=0 off, 1 every width whose tiles fill the
-// grid, 2 every call of 1-16 rows. The next step would split the K slices over a 2-CTA cluster (x halves: 64
-// KB a CTA, two CTAs an SM beside others, the 4096-wide calls on 128 CTAs; linear_rs.cu's layout) and stream
-// the weights through a TMA ring.
+// ms, mode 1 (gate_up and lm_head) 3.471 / 3.451, the lm_head only 3.446 / 3.433 (-1.0..-1.2%). Once
+// q4_ks_kernel took the down (session 43) and with q4_pair_kernel on every other width, mode 1 wins (run 455,
+// same call, two processes, twice each: q4_pair / q4_wg modes 1/3 3.396 / 3.403 / 3.387 / 3.389 ms, 2/1
+// 3.212 / 3.209 / 3.201 / 3.197): the default is mode 1 (9-16-row calls whose tiles fill the grid: the
+// gate_up and the lm_head); TF_Q4_WG=0 off, 2 every call of 1-16 rows, 3 the lm_head widths only (the default
+// before). The next step would split the K slices over a 2-CTA cluster (x halves: 64 KB a CTA, two CTAs an SM
+// beside others, the 4096-wide calls on 128 CTAs; linear_rs.cu's layout) and stream the weights through a TMA
+// ring.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -79,7 +82,7 @@ struct WgCfg {
 };
 // TF_Q4_WG=0 off, 1 at 9-16 rows where the tiles fill the grid, 2 at 1-16 rows, 3 (the default) as 1 for
 // widths of kLmHeadMinN or more only (the lm_head: the forward's last linear, no linear after it to overlap).
-int g_q4_wg = env_digit("TF_Q4_WG", 3, 3);
+int g_q4_wg = env_digit("TF_Q4_WG", 3, 1);
 constexpr int kLmHeadMinN = 65536;
 // TF_Q4_WG_CFG (measurements): 0 = SL 4 AH 2, 1 = SL 2 AH 2 (default)
 int g_q4_wg_cfg = env_digit("TF_Q4_WG_CFG", 1, 1);

@@ -886,6 +886,22 @@ void format_rows(Backend& be, const ModelShape& sh, const std::vector<WeightForm
           be.begin_forward(decode_meta(batch, ctx));
           std::printf("\n");
         }
+        if (f == WeightFormat::Mlx4 && batch > 1 &&
+            batch <= 8) {  // the 16-row kernels at 2-8 rows, same call
+          const int wg0 = cuda::q4_wg_mode(), ks0 = cuda::q4_ks_mode();
+          std::printf("  %s %s, q4_wg/q4_ks modes %d/%d 2/%d %d/2 2/2, twice:", fname, what, wg0, ks0, ks0,
+                      wg0);
+          for (int rep = 0; rep < 2; ++rep)
+            for (int i = 0; i < 4; ++i) {
+              cuda::set_q4_wg(i % 2 ? 2 : wg0);
+              cuda::set_q4_ks(i / 2 ? 2 : ks0);
+              std::printf(" %.3f", time_graph_ms(
+                                       s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g));
+            }
+          std::printf(" ms\n");
+          cuda::set_q4_wg(wg0);
+          cuda::set_q4_ks(ks0);
+        }
         if (f == WeightFormat::Mlx4 && batch > 8 && batch <= 16) {  // q4_pair_kernel's modes, same call
           const int mode0 = cuda::q4_pair_mode();
           std::printf("  %s %s, q4_pair off / where its tiles fill the grid / always:", fname, what);

@@ -797,7 +797,7 @@ void launch(const AttentionMmaArgs& a, cudaStream_t s) {
                   nullptr, nullptr, nullptr, out, g_wide_combine, false, false, nullptr);
     TF_CUDA_LAUNCH_CHECK();
   }
-  if (attention_decode_loop_takes(a.num_split_tiles, a.hk, a.split_one_warp)) {
+  if (attention_decode_loop_takes(a.num_split_tiles, a.hk, a.split_one_warp, a.max_chunks)) {
     const size_t loop_smem = size_t(4 * kC * (D + 8) + 16 * (D + 8) + 16 * kPsRow) * sizeof(__nv_bfloat16);
     static bool loop_configured = false;  // per D instantiation
     if (!loop_configured) {
@@ -911,10 +911,10 @@ void widen_loop_tiles(const std::vector<int32_t>& row_seq, int rows_per_tile, st
   tiles = std::move(out);
 }
 
-bool attention_decode_loop_takes(int split_tiles, int hk, bool split_one_warp) {
+bool attention_decode_loop_takes(int split_tiles, int hk, bool split_one_warp, int chunks) {
   if (g_decode_loop == 0 || split_tiles < 1 || !split_one_warp) return false;
   const int blocks = split_tiles * hk, sms = sm_count_cached();
-  return g_decode_loop == 2 || (4 * blocks >= 3 * sms && blocks <= sms);
+  return g_decode_loop == 2 || (4 * blocks >= 3 * sms && blocks <= sms && chunks <= kDecodeLoopMaxChunks);
 }
 void set_attention_decode_loop(int mode) {
   TF_CHECK(mode >= 0 && mode <= 2, "set_attention_decode_loop: 0, 1 or 2");

@@ -66,13 +66,16 @@ void set_attention_spread(bool on);
 void set_attention_half_combine(bool on);
 // Speed only (same bits, tested): split tiles whose pairs fit one warp (decode rows) as one block a (tile,
 // KV head) walking all its chunks, K/V double-buffered, merged in registers (attention_decode_loop_kernel: no
-// partials, no combine). 0 off, 1 where the blocks about fill the card once (3/4 of the SMs to all of them),
-// 2 always (tests). TF_ATTN_DECODE_LOOP sets it at start-up. The launches so far (tests: that it ran).
+// partials, no combine). 0 off, 1 where the blocks about fill the card once (3/4 of the SMs to all of them)
+// and the longest row has at most kDecodeLoopMaxChunks chunks (run 455: 16 rows at 2048 positions, 16 chunks
+// a block in turn, 48 -> 64 us a layer alone), 2 always (tests). TF_ATTN_DECODE_LOOP sets it at start-up. The
+// launches so far (tests: that it ran).
 void set_attention_decode_loop(int mode);
 int attention_decode_loop();
-// Whether a call of `split_tiles` split tiles over `hk` KV heads runs the decode loop kernel (the launch's
-// choice; graphs key on it).
-bool attention_decode_loop_takes(int split_tiles, int hk, bool split_one_warp);
+// Whether a call of `split_tiles` split tiles over `hk` KV heads, `chunks` chunks in its longest row (the
+// partials' layout: max_chunks), runs the decode loop kernel (the launch's choice; graphs key on it).
+constexpr int kDecodeLoopMaxChunks = 8;  // (a power of two: graphs pass the chunk bucket)
+bool attention_decode_loop_takes(int split_tiles, int hk, bool split_one_warp, int chunks);
 long attention_decode_loop_launches();
 // Benches: globaltimer stamps of every split block of the latest split launch, kAttnStamps a block (entered,
 // waited, K in, scores, V in, partials out, ticket, merged; 0 = not reached), block

@@ -792,12 +792,11 @@ class CudaBackend final : public Backend {
     if (mma) plan_tiles(attn.num_heads, attn.num_kv_heads, bucket, graph_tile_stage_);
     // The backend's part of the key: what sizes or picks launches besides the caller's shapes.
     std::vector<int64_t> k = key;
-    k.insert(
-        k.end(),
-        {-1, bucket, dm_.rows, dm_.block_size, int64_t(mma), mma ? num_loop_tiles_ : -1,
-         mma ? num_split_tiles_ : -1, int64_t(attention_tile_schedule()), int64_t(tiles_wide_),
-         int64_t(mma && attention_decode_loop_takes(num_split_tiles_, attn.num_kv_heads, split_one_warp_)),
-         int64_t(g_fused_norm_linear), int64_t(g_fused_silu_linear), int64_t(pdl_enabled())});
+    k.insert(k.end(), {-1, bucket, dm_.rows, dm_.block_size, int64_t(mma), mma ? num_loop_tiles_ : -1,
+                       mma ? num_split_tiles_ : -1, int64_t(attention_tile_schedule()), int64_t(tiles_wide_),
+                       int64_t(mma && attention_decode_loop_takes(num_split_tiles_, attn.num_kv_heads,
+                                                                  split_one_warp_, bucket)),
+                       int64_t(g_fused_norm_linear), int64_t(g_fused_silu_linear), int64_t(pdl_enabled())});
     const void* tiles = mma ? static_cast<const void*>(tiles_) : nullptr;
     if (GraphEntry* e = graphs_.find(k)) {
       if (e->meta == dm_.tokens && e->tiles == tiles && e->attn_generation == graph_attn_ws_.generation()) {

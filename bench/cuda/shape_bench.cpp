@@ -928,6 +928,13 @@ void format_rows(Backend& be, const ModelShape& sh, const std::vector<WeightForm
             std::printf(" %.3f ms", time_graph_ms(
                                         s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g));
           }
+          std::printf("  q4_ks on the down only in configurations 0 1 2 3 4:");
+          for (int cfg = 0; cfg < 5; ++cfg) {
+            cuda::set_q4_ks(3);
+            cuda::set_q4_ks_config(cfg);
+            std::printf(" %.3f ms", time_graph_ms(
+                                        s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g));
+          }
           std::printf("  q4_ks on in configurations 5 6 (the fold in a cluster):");
           std::fflush(stdout);
           for (int cfg : {5, 6}) {

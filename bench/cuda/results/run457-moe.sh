@@ -2,7 +2,7 @@
 # test_moe_cuda, tf_bench_moe's quick table (b = 1 / 8 / 32: issue 12's status), and the product on a random
 # Qwen3-30B-A3B MLX 4-bit checkpoint at 12 streams with the old defaults (TF_Q4_PAIR=1 TF_Q4_WG=3) against the
 # new ones, and one stream. Build and pack: as run455-wg-pair.sh plus tests/models/test_moe_cuda and
-# bench/cuda/tf_bench_moe in BINS.
+# bench/cuda/tf_bench_moe in BINS. Also the 8B table's new line: q4_ks on the down in each configuration.
 set -u
 D=$(mktemp -d); xz -dc .devpack/step.tar.xz | tar -xf - -C $D; export LD_LIBRARY_PATH=$D/bin:${LD_LIBRARY_PATH:-}
 date -u > $OUT/all.txt
@@ -10,6 +10,9 @@ timeout 100 $D/bin/test_moe_cuda --gtest_brief=1 > $OUT/t.txt 2>&1; echo "test_m
 grep -E "PASSED|FAILED|Failure" $OUT/t.txt | head -8 >> $OUT/all.txt
 timeout 150 $D/bin/tf_bench_moe --quick --format mlx4 > $OUT/moe.txt 2>&1; echo "tf_bench_moe rc=$?" >> $OUT/all.txt
 grep -E "decode b=|roofline" $OUT/moe.txt | cut -c1-220 | head -12 >> $OUT/all.txt
+timeout 150 $D/bin/tf_bench_cuda --shape qwen3-8b --format mlx4 --decode --quick > $OUT/8b.txt 2>&1; echo "8b rc=$?" >> $OUT/all.txt
+grep -o "q4_ks on the down only[^|]*ms " $OUT/8b.txt >> $OUT/all.txt
+grep -E "decode b=16 ctx=512 \(graph\):" $OUT/8b.txt >> $OUT/all.txt
 M=/dev/shm/moe4
 python3 tools/make_random_checkpoint.py --shape qwen3-30b-a3b --out $M --tokenizer $D/tok --mlx-bits 4 2>&1 | tail -1 >> $OUT/all.txt
 for env in "TF_Q4_PAIR=1 TF_Q4_WG=3" "TF_Q4_PAIR=2" "TF_Q4_PAIR=1 TF_Q4_WG=3" "TF_Q4_PAIR=2"; do

@@ -510,7 +510,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 // chunk order: the combine's merge_chunk / merge_out / finish_out sequence on the very (mc, lc, oc) values a
 // split block writes as its partial, so the split schedule's bits with no partials and no combine. For calls
 // whose (tile, KV head) blocks about fill the card once (16 decode rows of 8 KV heads on 132 SMs): 148 KB of
-// shared memory, one block an SM. Every warp computes l_c itself (spread_sum), so each holds the same (m, l).
+// shared memory at D = 128 (one block an SM), 80 KB at 64. Every warp computes l_c itself (spread_sum), so
+// each holds the same (m, l).
 template <int D>
 __global__ void __launch_bounds__(kWarps * 32, 1)
     attention_decode_loop_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kp,
@@ -572,10 +573,11 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     __syncthreads();
     float s4[NJ][4], mc[2], lc[2], oc[2 * JP][4];
     spread_scores<D, kWarps>(Qs, Kc, warp, lane, c * kC, pr.rg, scale, softcap, s4, red);
-    __syncthreads();  // every warp is done with K(c); the row maxima are out
+    fence_proxy_async();  // each thread's reads of K(c) before the bulk copies that overwrite it
+                          // (mbarrier.cuh)
+    __syncthreads();      // every warp is done with K(c); the row maxima are out
     if (c + 2 <= ce) {
       T.arm(kbar(st), c + 2, row_bytes);
-      fence_proxy_async();
       T.bulk_rows(Kc, kp, c + 2, T.ulo, T.uhi, true, kbar(st));
     }
     spread_probs<D, kWarps>(s4, red, warp, lane, pr.rg, Ps, mc);
@@ -594,10 +596,10 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
         o[j][2 * h + 1] = merge_out(o[j][2 * h + 1], oc[j][2 * h + 1], f);
       }
     }
-    __syncthreads();  // every warp is done with V(c), Ps and red
+    fence_proxy_async();  // each thread's reads of V(c), as for K
+    __syncthreads();      // every warp is done with V(c), Ps and red
     if (c + 2 <= ce) {
       T.arm(vbar(st), c + 2, row_bytes);
-      fence_proxy_async();
       T.bulk_rows(Vc, vp, c + 2, T.ulo, T.uhi, true, vbar(st));
     }
   }

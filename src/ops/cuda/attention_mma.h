@@ -74,7 +74,10 @@ void set_attention_decode_loop(int mode);
 int attention_decode_loop();
 // Whether a call of `split_tiles` split tiles over `hk` KV heads, `chunks` chunks in its longest row (the
 // partials' layout: max_chunks), runs the decode loop kernel (the launch's choice; graphs key on it).
-constexpr int kDecodeLoopMaxChunks = 8;  // (a power of two: graphs pass the chunk bucket)
+constexpr int kDecodeLoopMaxChunks = 8;
+static_assert((kDecodeLoopMaxChunks & (kDecodeLoopMaxChunks - 1)) == 0 && kDecodeLoopMaxChunks <= 32,
+              "graphs pass the chunk bucket (attention_chunk_bucket: powers of two to 32): eager and graph "
+              "calls must agree");
 bool attention_decode_loop_takes(int split_tiles, int hk, bool split_one_warp, int chunks);
 long attention_decode_loop_launches();
 // Benches: globaltimer stamps of every split block of the latest split launch, kAttnStamps a block (entered,

@@ -582,6 +582,11 @@ class CudaBackend final : public Backend {
       a.loop_tiles = tiles_, a.num_loop_tiles = num_loop_tiles_, a.wide_loop = tiles_wide_;
       a.split_tiles = tiles_ + num_loop_tiles_, a.num_split_tiles = num_split_tiles_;
       a.split_one_warp = split_one_warp_;
+      // The graph's key holds the decode loop's choice for run_graph's KV heads: a layer of other KV heads
+      // inside the capture could choose otherwise and replay wrongly.
+      TF_CHECK(!capture_ || cuda::attention_decode_loop_takes(num_split_tiles_, p.num_kv_heads,
+                                                              split_one_warp_, chunks) == graph_decode_loop_,
+               "run_graph: the captured forward's attention chooses its kernel otherwise than its key");
       if (num_split_tiles_ > 0) {  // partials only for the split schedule
         a.part_acc = static_cast<float*>(ws.get(partial_bytes(n, p.head_dim), capture_ != nullptr));
         a.part_ml = a.part_acc + n * p.head_dim;
@@ -792,11 +797,12 @@ class CudaBackend final : public Backend {
     if (mma) plan_tiles(attn.num_heads, attn.num_kv_heads, bucket, graph_tile_stage_);
     // The backend's part of the key: what sizes or picks launches besides the caller's shapes.
     std::vector<int64_t> k = key;
+    graph_decode_loop_ =
+        mma && attention_decode_loop_takes(num_split_tiles_, attn.num_kv_heads, split_one_warp_, bucket);
     k.insert(k.end(), {-1, bucket, dm_.rows, dm_.block_size, int64_t(mma), mma ? num_loop_tiles_ : -1,
                        mma ? num_split_tiles_ : -1, int64_t(attention_tile_schedule()), int64_t(tiles_wide_),
-                       int64_t(mma && attention_decode_loop_takes(num_split_tiles_, attn.num_kv_heads,
-                                                                  split_one_warp_, bucket)),
-                       int64_t(g_fused_norm_linear), int64_t(g_fused_silu_linear), int64_t(pdl_enabled())});
+                       int64_t(graph_decode_loop_), int64_t(g_fused_norm_linear),
+                       int64_t(g_fused_silu_linear), int64_t(pdl_enabled())});
     const void* tiles = mma ? static_cast<const void*>(tiles_) : nullptr;
     if (GraphEntry* e = graphs_.find(k)) {
       if (e->meta == dm_.tokens && e->tiles == tiles && e->attn_generation == graph_attn_ws_.generation()) {
@@ -977,6 +983,7 @@ class CudaBackend final : public Backend {
   const int2* tiles_ = nullptr;   // device: loop tiles, then split tiles, as (first row, rows)
   int tiles_rpt_ = 0, num_loop_tiles_ = 0, num_split_tiles_ = 0;
   bool split_one_warp_ = false;
+  bool graph_decode_loop_ = false;  // run_graph's key: whether the decode loop kernel takes its attention
   bool tiles_wide_ = false;
   cuda::TileSchedule tiles_schedule_ = cuda::TileSchedule::Auto;
   Workspace attn_ws_, sample_out_;

@@ -703,6 +703,45 @@ TEST_F(CudaOps, AttentionSixteenRowsFusedCombineEqualsCombineLaunch) {
   EXPECT_EQ(decode_loop1, loop) << "decode loop kernel, mode 1";
 }
 
+// The decode loop kernel gives the split schedule's bits for every row of a call: head dims 128 and 64, GQA
+// groups 4, 8 and 16, softcap, a window, contexts of 1 to 5 chunks (one chunk: no second stage; two: no chunk
+// c + 2), decode rows of four sequences and a verify run of 16 / group rows (one warp of pairs) across a
+// chunk boundary.
+TEST_F(CudaOps, AttentionDecodeLoopEqualsSplit) {
+  struct Shape {
+    int hq, hk, d;
+  };
+  for (const Shape sh : {Shape{32, 8, 128}, Shape{16, 2, 64}, Shape{32, 2, 128}}) {
+    const int group = sh.hq / sh.hk;
+    const std::vector<int> lens = {5, 130, 260, 600, 129};
+    Pools pools = make_pools(*gpu_, *cpu_, lens, sh.hk, sh.d);
+    std::vector<std::pair<int, int>> rows;
+    for (int s = 0; s < 4; ++s) rows.push_back({s, lens[size_t(s)] - 1});
+    for (int p = lens[4] - 16 / group; p < lens[4]; ++p) rows.push_back({4, p});
+    const Host q = random_host({int64_t(rows.size()), sh.hq, sh.d}, 2.f);
+    const Tensor gq = gpu_->upload(q.bf16);
+    const BatchMeta meta = rows_meta(pools, rows);
+    for (float softcap : {0.f, 30.f}) {
+      for (int window : {0, 100}) {
+        SCOPED_TRACE("hq " + std::to_string(sh.hq) + ", hk " + std::to_string(sh.hk) + ", d " +
+                     std::to_string(sh.d) + ", softcap " + std::to_string(softcap) + ", window " +
+                     std::to_string(window));
+        const AttentionParams ap{sh.hq, sh.hk, sh.d, 1.f / std::sqrt(float(sh.d)), window, softcap};
+        cuda::set_attention_tile_schedule(cuda::TileSchedule::Split);
+        const auto split = attention_bits(gq, pools.g, meta, ap);
+        cuda::set_attention_decode_loop(2);
+        const long launches = cuda::attention_decode_loop_launches();
+        const auto loop = attention_bits(gq, pools.g, meta, ap);
+        EXPECT_EQ(cuda::attention_decode_loop_launches(), launches + 1)
+            << "the decode loop kernel did not run";
+        cuda::set_attention_decode_loop(0);
+        cuda::set_attention_tile_schedule(cuda::TileSchedule::Auto);
+        EXPECT_EQ(loop, split);
+      }
+    }
+  }
+}
+
 // Long contexts (33 and 70 chunks): the split schedule's merge of many partials (fused into the last block,
 // or the combine kernel; blocks walking 1, 2 or 8 chunks; 4 or 16 chunks a merge step) and the narrow loop
 // kernel give the wide loop kernel's bits (K/V staged by bulk copies or cp.async), for decode rows of two

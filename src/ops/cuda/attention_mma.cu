@@ -751,15 +751,6 @@ int g_split_cpb = 0;  // 0: from the call's size
 // set_attention_decode_loop
 int g_decode_loop = env_digit("TF_ATTN_DECODE_LOOP", 2, 0);
 std::atomic<long> g_decode_loop_launches{0};
-int sm_count_cached() {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    TF_CUDA_CHECK(cudaGetDevice(&dev));
-    TF_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
-    return v;
-  }();
-  return n;
-}
 
 // The stamp buffer for a split launch of `blocks` blocks (null when off or too many).
 unsigned long long* stamps_for(int blocks) {
@@ -915,7 +906,7 @@ void widen_loop_tiles(const std::vector<int32_t>& row_seq, int rows_per_tile, st
 
 bool attention_decode_loop_takes(int split_tiles, int hk, bool split_one_warp, int chunks) {
   if (g_decode_loop == 0 || split_tiles < 1 || !split_one_warp) return false;
-  const int blocks = split_tiles * hk, sms = sm_count_cached();
+  const int blocks = split_tiles * hk, sms = sm_count();
   return g_decode_loop == 2 || (4 * blocks >= 3 * sms && blocks <= sms && chunks <= kDecodeLoopMaxChunks);
 }
 void set_attention_decode_loop(int mode) {

@@ -78,6 +78,8 @@ int env_digit(const char* name, int max, int dflt);
 // Cached per kernel (one GPU model per process assumed); call it outside graph captures first where the
 // opt-in is needed (cudaFuncSetAttribute).
 int resident_blocks(const void* kernel, int threads, size_t smem = 0);
+// SMs of the current device, read once (the server drives one device; another count only costs speed).
+int sm_count();
 
 // Large-M linear (linear_tiled.cu): the decode kernel's per-element arithmetic in 128x128 CTA tiles.
 // bias_kind: 0 none, 1 f32, 2 bf16.

@@ -440,6 +440,16 @@ int resident_blocks(const void* kernel, int threads, size_t smem) {
   return cache[kernel] = sms * per_sm;
 }
 
+int sm_count() {
+  static const int count = [] {
+    int dev = 0, v = 0;
+    TF_CUDA_CHECK(cudaGetDevice(&dev));
+    TF_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+    return v;
+  }();
+  return count;
+}
+
 bool env_switch(const char* name, bool dflt) {
   const char* v = std::getenv(name);
   if (v && std::strcmp(v, "0") == 0) return false;

@@ -200,17 +200,6 @@ __global__ void __launch_bounds__(kThreads, T::kCtasPerSm)
   asm volatile("cp.async.wait_group 0;");
 }
 
-// SMs of the current device (read once: the server drives one device; another count only costs speed).
-int sm_count() {
-  static const int count = [] {
-    int dev = 0, v = 0;
-    TF_CUDA_CHECK(cudaGetDevice(&dev));
-    TF_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
-    return v;
-  }();
-  return count;
-}
-
 template <class T>
 void launch_mid(const void* x, const void* w, const void* bias, int bias_kind, void* y, bool y_f32, int m,
                 int n, int k, cudaStream_t s) {

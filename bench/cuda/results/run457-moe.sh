@@ -1,4 +1,4 @@
-# Session 44's fourth device call: MoE (issue 12) on the new 9-16-row defaults (q4_pair mode 2, q4_wg mode 1):
+# Session 44's fourth device call (NOT run: no machine lent after run 456; the first call of session 45): MoE (issue 12) on the new 9-16-row defaults (q4_pair mode 2, q4_wg mode 1):
 # test_moe_cuda, tf_bench_moe's quick table (b = 1 / 8 / 32: issue 12's status), and the product on a random
 # Qwen3-30B-A3B MLX 4-bit checkpoint at 12 streams with the old defaults (TF_Q4_PAIR=1 TF_Q4_WG=3) against the
 # new ones, and one stream. First the GPU tests of the decode loop kernel's review mend (a new test,

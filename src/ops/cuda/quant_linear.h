@@ -77,14 +77,15 @@ void set_quant_loads_per_step(int chunks);
 void set_q4_row2(bool on);
 // Speed only (same bits, tested): MLX 4-bit calls (groups >= 64) of 9-16 rows with two 16-feature groups a
 // warp (q4_pair_kernel, quant_pair.cu). Mode 0 off (q4_decode_kernel), 1 only where its 32-feature tiles
-// fill the persistent grid (the default: the 8B gate_up and lm_head), 2 at every width. TF_Q4_PAIR=0/1/2.
+// fill the persistent grid, 2 at every width, 3 (the default since run 455) as 1 and also where K and the
+// width are both >= 4096 (the 8B qkv and o, beside q4_wg on the gate_up and q4_ks on the down). TF_Q4_PAIR=0-3.
 void set_q4_pair(int mode);
 int q4_pair_mode();
 // Speed only (same bits, tested): MLX 4-bit calls (groups >= 64, K a multiple of 1024 up to 4096) of up to
 // 16 rows on warpgroup MMAs (q4_wg_kernel, quant_wg.cu; sm_90a), before q4_pair_kernel. Mode 0 off, 1 at 9-16
-// rows where its 64-feature tiles fill its grid (one CTA an SM), 2 at 1-16 rows and every width, 3 (the
-// default) as 1 for lm_head widths (>= 65536) only: faster alone at 16 rows, but in the op chain only where
-// no linear follows (see quant_wg.cu). TF_Q4_WG=0/1/2/3.
+// rows where its 64-feature tiles fill its grid (one CTA an SM; the default since run 455: the gate_up and
+// the lm_head), 2 at 1-16 rows and every width, 3 as 1 for lm_head widths (>= 65536) only (see quant_wg.cu).
+// TF_Q4_WG=0/1/2/3.
 void set_q4_wg(int mode);
 int q4_wg_mode();
 // Speed only (same bits, tested): MLX 4-bit calls (groups >= 64, K a multiple of 1024 up to 12288, widths up

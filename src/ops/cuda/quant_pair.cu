@@ -37,9 +37,11 @@ namespace {
 constexpr int kWarps = 8;          // K slices (as quant_linear.cu and linear.cu)
 constexpr int kPairFeatures = 32;  // a tile: two 16-feature groups
 constexpr int kRedStride = 36;     // slice-sum rows padded: lanes (g, t) store to banks g + 8t
-// TF_Q4_PAIR=0 off, 1 where the tiles fill the grid, 2 always (default since run 455: with q4_wg on the
-// gate_up and q4_ks on the down it takes the qkv and o of an 8B step, 3.212 against 3.283 ms with mode 1)
-int g_q4_pair = env_digit("TF_Q4_PAIR", 2, 2);
+// TF_Q4_PAIR=0 off, 1 where the tiles fill the grid, 2 always, 3 (default) as 1 and also where K and the width
+// are both >= 4096: with q4_wg on the gate_up and q4_ks on the down it takes the qkv and o of an 8B step (run
+// 455: 3.212 against 3.283 ms with mode 1, same call). Narrower calls (a 30B-A3B's qkv at K = 2048, its o at
+// width 2048) were not measured with it and keep q4_decode_kernel.
+int g_q4_pair = env_digit("TF_Q4_PAIR", 3, 3);
 
 // Persistent over 32-feature tiles (blockIdx.x, + gridDim.x, ...). A warp holds D quads of both groups'
 // rows in flight (lane t's 16 bytes of each of 4 rows, their scale words); when its quads a slice are a
@@ -221,7 +223,7 @@ bool q4_pair_linear(bool subnormal, const __nv_bfloat16* x, const QArgs& q, cons
   const PairKernel kernel = pair_kernel(subnormal);
   const int tiles = (n + kPairFeatures - 1) / kPairFeatures;
   const int grid = resident_blocks(reinterpret_cast<const void*>(kernel), kWarps * 32);
-  if (g_q4_pair == 1 && tiles < grid) return false;
+  if ((g_q4_pair == 1 || (g_q4_pair == 3 && (k < 4096 || n < 4096))) && tiles < grid) return false;
   launch_pdl(kernel, dim3(std::min(tiles, grid)), dim3(kWarps * 32), 0, s, x, q, bias, bias_kind, y, y_f32, m,
              n, k);
   return true;
@@ -233,7 +235,8 @@ void prime_q4_pair_grids() {
 }
 
 void set_q4_pair(int mode) {
-  TF_CHECK(mode >= 0 && mode <= 2, "set_q4_pair: 0 (off), 1 (where the tiles fill the grid) or 2 (always)");
+  TF_CHECK(mode >= 0 && mode <= 3,
+           "set_q4_pair: 0 (off), 1 (where the tiles fill the grid), 2 (always) or 3 (as 1, and K, width >= 4096)");
   g_q4_pair = mode;
 }
 

@@ -843,8 +843,11 @@ void format_rows(Backend& be, const ModelShape& sh, const std::vector<WeightForm
         if (step_only && batch != 1) continue;
         be.begin_forward(decode_meta(batch, ctx));
         bool g = false;
-        double t = time_graph_ms(
-            s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g);
+        auto forward_ms = [&] {  // this batch's forward from a CUDA graph
+          return time_graph_ms(
+              s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g);
+        };
+        double t = forward_ms();
         // One-row rounds run the one-kernel step where the engine takes it (bf16 and MLX 4-bit, below its
         // context limit): the row is what the engine runs.
         const double t_step = batch == 1 ? decode_step_row(step_run, ctx) : -1;
@@ -867,8 +870,7 @@ void format_rows(Backend& be, const ModelShape& sh, const std::vector<WeightForm
                       cuda::kFusedCombineCap);
           for (int fmax : {fmax0, cuda::kFusedCombineCap}) {
             cuda::set_attention_fused_combine_max(fmax);
-            std::printf(" %.3f ms", time_graph_ms(
-                                        s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g));
+            std::printf(" %.3f ms", forward_ms());
           }
           cuda::set_attention_fused_combine_max(fmax0);
           std::printf("\n");
@@ -878,12 +880,9 @@ void format_rows(Backend& be, const ModelShape& sh, const std::vector<WeightForm
           std::printf("  %s %s, attention decode loop off / always, twice:", fname, what);
           for (int mode : {0, 2, 0, 2}) {
             cuda::set_attention_decode_loop(mode);
-            be.begin_forward(decode_meta(batch, ctx));  // (the tiles are planned outside the capture)
-            std::printf(" %.3f ms", time_graph_ms(
-                                        s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g));
+            std::printf(" %.3f ms", forward_ms());
           }
           cuda::set_attention_decode_loop(dl0);
-          be.begin_forward(decode_meta(batch, ctx));
           std::printf("\n");
         }
         if (f == WeightFormat::Mlx4 && batch > 1 &&
@@ -895,8 +894,7 @@ void format_rows(Backend& be, const ModelShape& sh, const std::vector<WeightForm
             for (int i = 0; i < 4; ++i) {
               cuda::set_q4_wg(i % 2 ? 2 : wg0);
               cuda::set_q4_ks(i / 2 ? 2 : ks0);
-              std::printf(" %.3f", time_graph_ms(
-                                       s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g));
+              std::printf(" %.3f", forward_ms());
             }
           std::printf(" ms\n");
           cuda::set_q4_wg(wg0);
@@ -907,16 +905,14 @@ void format_rows(Backend& be, const ModelShape& sh, const std::vector<WeightForm
           std::printf("  %s %s, q4_pair off / where its tiles fill the grid / always:", fname, what);
           for (int mode : {0, 1, 2}) {
             cuda::set_q4_pair(mode);
-            std::printf(" %.3f ms", time_graph_ms(
-                                        s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g));
+            std::printf(" %.3f ms", forward_ms());
           }
           cuda::set_q4_pair(mode0);
           const int wg0 = cuda::q4_wg_mode();  // q4_wg_kernel's modes, same call (quant_wg.cu)
           std::printf("  q4_wg off / where its tiles fill the grid / the lm_head only:");
           for (int mode : {0, 1, 3}) {
             cuda::set_q4_wg(mode);
-            std::printf(" %.3f ms", time_graph_ms(
-                                        s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g));
+            std::printf(" %.3f ms", forward_ms());
           }
           cuda::set_q4_wg(wg0);
           const int ks0 = cuda::q4_ks_mode(), kc0 = cuda::q4_ks_config();  // q4_ks_kernel (quant_ks.cu)
@@ -925,15 +921,13 @@ void format_rows(Backend& be, const ModelShape& sh, const std::vector<WeightForm
           for (int i = 0; i < 8; ++i) {
             cuda::set_q4_ks(i == 0 ? 0 : i < 6 ? 1 : i == 6 ? 3 : 4);
             if (i > 0) cuda::set_q4_ks_config(i < 6 ? i - 1 : 1);
-            std::printf(" %.3f ms", time_graph_ms(
-                                        s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g));
+            std::printf(" %.3f ms", forward_ms());
           }
           std::printf("  q4_ks on the down only in configurations 0 1 2 3 4:");
           for (int cfg = 0; cfg < 5; ++cfg) {
             cuda::set_q4_ks(3);
             cuda::set_q4_ks_config(cfg);
-            std::printf(" %.3f ms", time_graph_ms(
-                                        s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g));
+            std::printf(" %.3f ms", forward_ms());
           }
           std::printf("  q4_ks on in configurations 5 6 (the fold in a cluster):");
           std::fflush(stdout);
@@ -941,8 +935,7 @@ void format_rows(Backend& be, const ModelShape& sh, const std::vector<WeightForm
             if (!ks_cluster_benched()) break;
             cuda::set_q4_ks(1);
             cuda::set_q4_ks_config(cfg);
-            std::printf(" %.3f ms", time_graph_ms(
-                                        s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g));
+            std::printf(" %.3f ms", forward_ms());
           }
           cuda::set_q4_ks(ks0);
           cuda::set_q4_ks_config(kc0);
@@ -953,17 +946,13 @@ void format_rows(Backend& be, const ModelShape& sh, const std::vector<WeightForm
             for (int pw : {13, 11, 23, 21}) {
               cuda::set_q4_pair(pw / 10);
               cuda::set_q4_wg(pw % 10);
-              std::printf(" %.3f", time_graph_ms(
-                                       s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g));
+              std::printf(" %.3f", forward_ms());
             }
           std::printf(" ms");
           cuda::set_q4_pair(mode0);
           cuda::set_q4_wg(wg0);
           const std::string label = std::string(fname) + " " + what;
-          print_without(label.c_str(), [&] {
-            return time_graph_ms(
-                s, [&] { forward(be, m, acts, batch, batch, rope, ours); }, &g);
-          });
+          print_without(label.c_str(), [&] { return forward_ms(); });
           std::printf("\n");
         }
         std::fflush(stdout);

@@ -205,8 +205,9 @@ __device__ __forceinline__ Pairs pairs_of(const DeviceMeta& meta, int warp, int 
   return p;
 }
 
-// o = merge of chunk c's partial (oc, mc, lc) into the running (m, l, o) of each pair that sees chunk c.
-template <int D>
+// o = merge of chunk c's partial (oc, mc, lc) into the running (m, l, o) of each pair that sees chunk c:
+// NJ 8-column groups of output (all D / 8, or a warp's share of a spread chunk).
+template <int D, int NJ = D / 8>
 __device__ __forceinline__ void merge_pairs(const Pairs& pr, int c, float* m, float* l, const float* mc,
                                             const float* lc, const float (*oc)[4], float (*o)[4]) {
 #pragma unroll
@@ -215,24 +216,25 @@ __device__ __forceinline__ void merge_pairs(const Pairs& pr, int c, float* m, fl
     if (!in) continue;
     const MergeFactors f = merge_chunk(m[h], l[h], mc[h], lc[h]);
 #pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
+    for (int j = 0; j < NJ; ++j) {
       o[j][2 * h] = merge_out(o[j][2 * h], oc[j][2 * h], f);
       o[j][2 * h + 1] = merge_out(o[j][2 * h + 1], oc[j][2 * h + 1], f);
     }
   }
 }
 
-// The loop schedule's output: o / l of each real pair, rounded to bf16.
-template <int D>
+// The loop schedule's output: o / l of each real pair, rounded to bf16; o holds the NJ 8-column groups from
+// group j0 on.
+template <int D, int NJ = D / 8>
 __device__ __forceinline__ void store_pairs(const Pairs& pr, int hq, int qd, const float (*o)[4],
-                                            const float* l, __nv_bfloat16* out) {
+                                            const float* l, __nv_bfloat16* out, int j0 = 0) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     if (pr.rg[h].lo > pr.rg[h].pos) continue;
     __nv_bfloat16* dst = out + (int64_t(pr.prow[h]) * hq + pr.phead[h]) * D;
 #pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
-      const int d = j * 8 + qd * 2;
+    for (int j = 0; j < NJ; ++j) {
+      const int d = (j0 + j) * 8 + qd * 2;
       *reinterpret_cast<__nv_bfloat162*>(dst + d) =
           __floats2bfloat162_rn(finish_out(o[j][2 * h], l[h]), finish_out(o[j][2 * h + 1], l[h]));
     }
@@ -585,35 +587,15 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
     __syncthreads();  // P is in Ps
     spread_sum(Ps, lane, pr.rg, lc);
     spread_pv<D, kWarps>(Ps, Vc, warp, lane, oc);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {  // merge_pairs on the warp's columns
-      const bool in = pr.rg[h].lo <= pr.rg[h].pos && c >= pr.rg[h].lo / kC && c <= pr.rg[h].pos / kC;
-      if (!in) continue;
-      const MergeFactors f = merge_chunk(m[h], l[h], mc[h], lc[h]);
-#pragma unroll
-      for (int j = 0; j < 2 * JP; ++j) {
-        o[j][2 * h] = merge_out(o[j][2 * h], oc[j][2 * h], f);
-        o[j][2 * h + 1] = merge_out(o[j][2 * h + 1], oc[j][2 * h + 1], f);
-      }
-    }
-    fence_proxy_async();  // each thread's reads of V(c), as for K
-    __syncthreads();      // every warp is done with V(c), Ps and red
+    merge_pairs<D, 2 * JP>(pr, c, m, l, mc, lc, oc, o);  // the warp's columns
+    fence_proxy_async();                                 // each thread's reads of V(c), as for K
+    __syncthreads();                                     // every warp is done with V(c), Ps and red
     if (c + 2 <= ce) {
       T.arm(vbar(st), c + 2, row_bytes);
       T.bulk_rows(Vc, vp, c + 2, T.ulo, T.uhi, true, vbar(st));
     }
   }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {  // store_pairs on the warp's columns
-    if (pr.rg[h].lo > pr.rg[h].pos) continue;
-    __nv_bfloat16* dst = out + (int64_t(pr.prow[h]) * hq + pr.phead[h]) * D;
-#pragma unroll
-    for (int j = 0; j < 2 * JP; ++j) {
-      const int d = (2 * JP * warp + j) * 8 + qd * 2;
-      *reinterpret_cast<__nv_bfloat162*>(dst + d) =
-          __floats2bfloat162_rn(finish_out(o[j][2 * h], l[h]), finish_out(o[j][2 * h + 1], l[h]));
-    }
-  }
+  store_pairs<D, 2 * JP>(pr, hq, qd, o, l, out, 2 * JP * warp);  // (put_partial's columns of a spread chunk)
 }
 
 // Loop schedule, wide: 8 warps serve up to 128 (row, head) pairs (two planned loop tiles of one sequence,
@@ -790,7 +772,7 @@ void launch(const AttentionMmaArgs& a, cudaStream_t s) {
                   nullptr, nullptr, nullptr, out, g_wide_combine, false, false, nullptr);
     TF_CUDA_LAUNCH_CHECK();
   }
-  if (attention_decode_loop_takes(a.num_split_tiles, a.hk, a.split_one_warp, a.max_chunks)) {
+  if (a.decode_loop) {
     const size_t loop_smem = size_t(4 * kC * (D + 8) + 16 * (D + 8) + 16 * kPsRow) * sizeof(__nv_bfloat16);
     static bool loop_configured = false;  // per D instantiation
     if (!loop_configured) {

@@ -106,9 +106,11 @@ struct AttentionMmaArgs {
   bool wide_loop = false;  // loop tiles of up to 2 x attention_mma_rows_per_tile rows (widen_loop_tiles)
   const int2* split_tiles = nullptr;  // device
   int num_split_tiles = 0;
-  bool split_one_warp = false;  // every split tile's pairs fit one warp (rows x group <= 16)
-  float* part_acc = nullptr;    // split only: [rows * hq * max_chunks, D]
-  float* part_ml = nullptr;     //             [rows * hq * max_chunks, 2]
+  // The split tiles (every one's pairs fitting one warp) run as the decode loop kernel: the caller's
+  // attention_decode_loop_takes.
+  bool decode_loop = false;
+  float* part_acc = nullptr;  // split only: [rows * hq * max_chunks, D]
+  float* part_ml = nullptr;   //             [rows * hq * max_chunks, 2]
   // Split only, optional: one zeroed int per (split tile, KV head), left zeroed again by every launch. When
   // given, the last block of a (tile, KV head) to finish merges its pairs' partials (the combine kernel's
   // code and order: same bits) and the combine launch is saved.

@@ -581,11 +581,11 @@ class CudaBackend final : public Backend {
       a.window = p.sliding_window, a.softcap = p.softcap, a.max_chunks = chunks;
       a.loop_tiles = tiles_, a.num_loop_tiles = num_loop_tiles_, a.wide_loop = tiles_wide_;
       a.split_tiles = tiles_ + num_loop_tiles_, a.num_split_tiles = num_split_tiles_;
-      a.split_one_warp = split_one_warp_;
+      a.decode_loop =
+          cuda::attention_decode_loop_takes(num_split_tiles_, p.num_kv_heads, split_one_warp_, chunks);
       // The graph's key holds the decode loop's choice for run_graph's KV heads: a layer of other KV heads
       // inside the capture could choose otherwise and replay wrongly.
-      TF_CHECK(!capture_ || cuda::attention_decode_loop_takes(num_split_tiles_, p.num_kv_heads,
-                                                              split_one_warp_, chunks) == graph_decode_loop_,
+      TF_CHECK(!capture_ || a.decode_loop == graph_decode_loop_,
                "run_graph: the captured forward's attention chooses its kernel otherwise than its key");
       if (num_split_tiles_ > 0) {  // partials only for the split schedule
         a.part_acc = static_cast<float*>(ws.get(partial_bytes(n, p.head_dim), capture_ != nullptr));

@@ -90,9 +90,18 @@ BatchMeta prefill_meta(int n) {
   return m;
 }
 
-bool ks_cluster_benched() {
-  const char* v = std::getenv("TF_BENCH_KS_CLUSTER");
+namespace {
+bool not_zero(const char* env) {
+  const char* v = std::getenv(env);
   return !(v && v[0] == '0');
+}
+}  // namespace
+
+bool ks_cluster_benched() {
+  return not_zero("TF_BENCH_KS_CLUSTER");
+}
+bool ks_ring_benched() {
+  return not_zero("TF_BENCH_KS_RING");
 }
 
 double copy_bandwidth_gbs(Backend& be, int warm, int reps) {

@@ -923,8 +923,10 @@ void format_rows(Backend& be, const ModelShape& sh, const std::vector<WeightForm
             if (i > 0) cuda::set_q4_ks_config(i < 6 ? i - 1 : 1);
             std::printf(" %.3f ms", forward_ms());
           }
-          std::printf("  q4_ks on the down only in configurations 0 1 2 3 4:");
-          for (int cfg = 0; cfg < 5; ++cfg) {
+          std::printf("  q4_ks on the down only in configurations 0 1 2 3 4 7 8 9:");
+          for (int cfg : {0, 1, 2, 3, 4, 7, 8, 9}) {
+            if (cfg > 6 && !ks_ring_benched()) break;
+            std::fflush(stdout);  // (a hang in a new configuration keeps the numbers before it)
             cuda::set_q4_ks(3);
             cuda::set_q4_ks_config(cfg);
             std::printf(" %.3f ms", forward_ms());

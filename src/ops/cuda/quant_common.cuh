@@ -165,9 +165,9 @@ __device__ __forceinline__ uint4 dequant(const Raw& r) {
     auto val = [&](int i) {  // 2^23 + q, minus 2^23: q as a float without an int conversion
       // 8-bit: one PRMT a value puts byte i under the exponent bits (bytes: q, 0x00, 0x00, 0x4B), the same
       // word as the shift and the two masks (~2 instructions a value fewer, cuobjdump).
-      const uint32_t bits =
-          B == 8 ? __byte_perm(i < 4 ? r.v0 : r.v1, 0x4B000000u, 0x7540u | uint32_t(i % 4))
-                 : 0x4B000000u | (uint32_t(v >> (B == 4 ? 4 * nibble_of(i) : i * B)) & mask);
+      const uint32_t bits = B == 8
+                                ? __byte_perm(i < 4 ? r.v0 : r.v1, 0x4B000000u, 0x7540u | uint32_t(i % 4))
+                                : 0x4B000000u | (uint32_t(v >> (B == 4 ? 4 * nibble_of(i) : i * B)) & mask);
       return __fmaf_rn(s, __fsub_rn(__uint_as_float(bits), 8388608.f), b);
     };
 #pragma unroll
@@ -208,6 +208,20 @@ __device__ __forceinline__ void load_quad(const QArgs& q, const QuadRows& p, int
     sa[0] = __ldg(s32 + (p.sa + g0)), sa[1] = __ldg(s32 + (p.sa + g1));
     sb[0] = __ldg(s32 + (p.sb + g0)), sb[1] = __ldg(s32 + (p.sb + g1));
   }
+}
+// load_quad's words into shared memory by cp.async instead of registers (q4_ks_kernel's ring in shared
+// memory): lane t's 16 bytes of rows a and b to da and db, and word t of its group's four scale words (sa[0],
+// sa[1], sb[0], sb[1]: the same words load_quad reads) to ds, so the four lanes of a group copy its 16 scale
+// bytes once between them (the reader waits for its own copies and then synchronises the warp). One commit
+// group is the caller's.
+__device__ __forceinline__ void cp_quad(const QArgs& q, const QuadRows& p, int qd, int sh, int t, uint32_t da,
+                                        uint32_t db, uint32_t ds) {
+  const auto* w32 = reinterpret_cast<const uint32_t*>(q.w);
+  const auto* s32 = static_cast<const uint32_t*>(q.scales);
+  const uint32_t c = 4 * qd, g = ((t & 1) ? c + 2 : c) >> sh;
+  cp_async16(da, w32 + (p.wa + 16 * uint32_t(qd)), true);
+  cp_async16(db, w32 + (p.wb + 16 * uint32_t(qd)), true);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(ds), "l"(s32 + ((t < 2 ? p.sa : p.sb) + g)));
 }
 // Chunk e's word (0..3) of a quad's 16 bytes.
 __device__ __forceinline__ uint32_t quad_word(const uint4& v, int e) {

@@ -33,6 +33,17 @@
 //   every CTA resident while its peers may still reach it.
 // x traffic: 8 slices x (CTAs a slice) x K / 8 x 32 bytes (a 4096-wide down on 256 CTAs: 12 MB, not 100).
 //
+// RING (configurations 7-9, session 45, not yet run on a GPU): the quads ahead wait in shared memory instead
+// of registers. Session 41's reading: the 16-row kernels stream at ~2.9 TB/s with ~64 KB of weights in flight
+// an SM (AH 4 quads of 4.5 KB a warpgroup, four warpgroups an SM), where the copy bandwidth needs more bytes
+// in flight than registers hold. Each thread copies its own two 16-byte units of a quad by cp.async (and the
+// four lanes of a group its four scale words, one each), one commit group a quad, RING groups in flight;
+// before a quad it waits for its oldest group, synchronises the warp (the scale words came by other lanes),
+// reads the slot into the registers the register ring's slot 0 uses, and after the quad's first chunk refills
+// that slot with the quad RING ahead (after a __syncwarp: every lane has read it). The arithmetic is the
+// register path's (same quad and fold code), so the bits are. Shared memory: x's slice at K = 12288 (48 KB,
+// the grid is sized for it) plus RING x 4.5 KB a warpgroup.
+//
 // Bits: q4_decode_kernel's (each slice the same chain of the same chunks, the slice sums in slice order,
 // then store_biased); tested bit for bit against it (test_quant_cuda).
 //
@@ -67,30 +78,38 @@ constexpr int kSlices = 8;      // K slices (the bits' own)
 constexpr int kMaxK = 12288;    // a slice of x in shared memory: 4 k bytes (48 KB)
 constexpr int kMaxTiles = 384;  // the workspace: widths up to 24576 (the 8B gate_up)
 constexpr int kPart = 1024;     // floats of a (tile, slice) partial: 64 features x 16 tokens
-// A configuration: NW warpgroups a CTA (one slice, different tiles), AH quads ahead, PIPE and CL (see above).
-template <int NW, int AH, int PIPE, int CL>
+// A ring slot in shared memory (RING configurations): a warpgroup's quad, lane-ordered -- rows g's 16 bytes
+// by thread (2 KB), rows g + 8's (2 KB), then each warp's 8 groups' scale words (16 bytes a group: sa[0],
+// sa[1], sb[0], sb[1]).
+constexpr int kSlotBytes = 2 * 2048 + 4 * 128;
+// A configuration: NW warpgroups a CTA (one slice, different tiles), AH quads ahead in registers, PIPE and CL
+// (see above); RING > 0: instead of registers, RING quads ahead in shared memory (cp.async, see the kernel).
+template <int NW, int AH, int PIPE, int CL, int RING = 0>
 struct KsCfg {
+  static_assert(!(CL && RING), "the ring takes the fold buffer's place: ticket fold only");
   static constexpr int kThreads = 128 * NW, kSlots = AH + 1, kMinBlocks = 4 / NW;
 };
 // Dynamic shared memory (no static shared memory: 48 KB of x at K = 12288 plus any static would need the
 // opt-in that resident_blocks gives only above 48 KB): x's slice (K / 8 values x 16 rows x 2 bytes), then
 // with CL the fold buffer (a warpgroup's 7 partials from the other slices: 7 x 4 KB) and the mbarriers (full
-// and empty, a warpgroup each), then the warpgroups' ticket flags.
+// and empty, a warpgroup each), or with RING the warpgroups' ring slots, then the warpgroups' ticket flags.
 constexpr size_t ks_fold_offset(int k) {
   return size_t(k) * 4;
 }
 constexpr size_t ks_bars_offset(int k, int nw, int cl) {
   return ks_fold_offset(k) + (cl ? size_t(nw) * (kSlices - 1) * kPart * sizeof(float) : 0);
 }
-constexpr size_t ks_smem(int k, int nw, int cl) {
-  return ks_bars_offset(k, nw, cl) + (cl ? size_t(nw) * 16 : 0) + 16;
+constexpr size_t ks_smem(int k, int nw, int cl, int ring) {
+  return ks_bars_offset(k, nw, cl) + (cl ? size_t(nw) * 16 : 0) + size_t(nw) * ring * kSlotBytes + 16;
 }
 // TF_Q4_KS=0 off, 1 at 9-16 rows, 2 at 1-16 rows, 3 at 9-16 rows for K > 4096 only (the down: the default,
 // run 453), 4 at 9-16 rows for widths <= 8192 only (all but the gate_up).
 int g_q4_ks = env_digit("TF_Q4_KS", 4, 3);
 // TF_Q4_KS_CFG: 0 = NW 1, 1 = NW 2, 2 = NW 1 PIPE, 3 = NW 2 PIPE, 4 = NW 4 (one CTA an SM), 5 = NW 2 CL, 6 =
-// NW 1 CL (AH 4 each).
-constexpr int kKsConfigs = 7;
+// NW 1 CL (AH 4 each); the ring in shared memory: 7 = NW 4 RING 8 (one CTA an SM, 32 quads in flight an SM
+// against configuration 1's 16), 8 = NW 4 RING 4 (configuration 4's 16 quads in flight, in shared memory), 9
+// = NW 1 RING 12 (two CTAs an SM: 24). (PIPE with the ring serialised its wgmmas: C7513.)
+constexpr int kKsConfigs = 10;
 int g_q4_ks_cfg = env_digit("TF_Q4_KS_CFG", kKsConfigs - 1, 1);  // (1: the forward's A/B, run 453)
 std::atomic<long> g_q4_ks_launches{0};
 
@@ -120,18 +139,19 @@ __device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity)
         : "memory");
 }
 
-template <int KIND, int NW, int AH, int PIPE, int CL>
-__global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL>::kThreads, KsCfg<NW, AH, PIPE, CL>::kMinBlocks)
+template <int KIND, int NW, int AH, int PIPE, int CL, int RING>
+__global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL, RING>::kThreads,
+                                  KsCfg<NW, AH, PIPE, CL, RING>::kMinBlocks)
     q4_ks_kernel(const __nv_bfloat16* x, QArgs q, const void* __restrict__ bias, int bias_kind,
                  void* __restrict__ y, bool y_f32, int m, int n, int k, float* part, int* tickets) {
-  using C = KsCfg<NW, AH, PIPE, CL>;
-  constexpr int R = C::kSlots;
+  using C = KsCfg<NW, AH, PIPE, CL, RING>;
+  constexpr int R = RING ? 1 : C::kSlots;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t xs = saddr(smem);
   float* const fold = reinterpret_cast<float*>(smem + ks_fold_offset(k));  // CL: [wg][slice - 1][kPart]
   const uint32_t bars = xs + uint32_t(ks_bars_offset(k, NW, CL));          // CL: full[NW], empty[NW]
-  int* const last_of = reinterpret_cast<int*>(smem + ks_smem(k, NW, CL) - 16);
+  int* const last_of = reinterpret_cast<int*>(smem + ks_smem(k, NW, CL, RING) - 16);
   pdl_launch_dependents();
   const int tid = int(threadIdx.x), wg = tid / 128, wt = tid % 128, warp = wt / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
@@ -154,17 +174,27 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL>::kThreads, KsCfg<NW, A
   uint4 wa[R], wb[R];
   uint32_t sa[R][2], sb[R][2];
   int l_tile = first, l_qd = 0;  // the load head
+  // RING: warpgroup wg's slots in shared memory after x's slice (kSlotBytes each); a thread's own 16-byte
+  // units of rows g and g + 8, and its group's scale words at 16 g of its warp's 128 bytes.
+  const uint32_t ring = xs + uint32_t(ks_fold_offset(k)) + uint32_t(wg * RING * kSlotBytes);
   auto load_next = [&](int slot) {
     if (l_tile < tiles) {
       const int r0 = l_tile * kTile + 16 * warp + g;  // rows clamped; masked at the store
       const QuadRows p = quad_rows(q, min(r0, n - 1), min(r0 + 8, n - 1), t);
-      load_quad(q, p, slice * QS + l_qd, sh, spair, wa[slot], wb[slot], sa[slot], sb[slot]);
+      if constexpr (RING) {
+        const uint32_t d = ring + uint32_t(slot * kSlotBytes);
+        cp_quad(q, p, slice * QS + l_qd, sh, t, d + 16 * wt, d + 2048 + 16 * wt,
+                d + 4096 + 128 * warp + 16 * g + 4 * t);
+      } else {
+        load_quad(q, p, slice * QS + l_qd, sh, spair, wa[slot], wb[slot], sa[slot], sb[slot]);
+      }
     }
+    if constexpr (RING) cp_async_commit();  // (empty past the last tile: the wait counts stay exact)
     if (++l_qd == QS) l_qd = 0, l_tile += step;
   };
 #pragma unroll
-  for (int a = 0; a < AH; ++a) load_next(a);  // weights are constant
-  pdl_wait();                                 // x is not, nor the workspace
+  for (int a = 0; a < (RING ? RING : AH); ++a) load_next(a);  // weights are constant
+  pdl_wait();                                                 // x is not, nor the workspace
   stage_x_perm<C::kThreads / 32, true>(xs, x, m, k, slice * 4 * QS, 4 * QS, tid);  // (NW 4, odd QS: ragged)
   fence_proxy_async();  // the generic proxy's stores -> wgmma's reads (async proxy)
   __syncthreads();
@@ -175,124 +205,154 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL>::kThreads, KsCfg<NW, A
   for (int i = 0; i < 8; ++i) acc[i] = 0.f;
   uint32_t a[2][2][4];  // [chunk parity (PIPE) or 0][step h]: mma_chunk's fragments
   int tile = first, qd = 0, round = 0;
+  // The 4 chunks of a quad (slot `slot` of the registers), then refill(), the next quad's loads, after the
+  // first use of its words (into the slot the previous quad left (registers) or this one (RING): its words
+  // are dequantized, and the wgmmas read the fragments, not the ring).
+  auto quad = [&](int slot, auto&& refill) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int par = PIPE ? e & 1 : 0;  // (4 chunks a quad: even, so the parity is static)
+      wg_fragments<KIND>(wa[slot], wb[slot], sa[slot], sb[slot], e, a[par]);
+      wgmma_fence_operands<8>(acc);
+      wgmma_fence();
+      const int c = 4 * qd + e;  // the chunk of the slice
+#pragma unroll
+      for (int h = 0; h < 2; ++h) wgmma_rs_m64n16(acc, a[par][h], desc0 + uint64_t((2 * c + h) * (512 >> 4)));
+      wgmma_commit();
+      if (e == 0) refill();
+      wgmma_fence_operands<8>(acc);
+      if (PIPE)
+        wgmma_wait<1>();  // the chunk before: its fragments are rewritten by the next chunk
+      else
+        wgmma_wait<0>();
+      wgmma_fence_operands<8>(acc);
+    }
+  };
+  // The tile's slice is done (all QS quads): its partial folded, stored where this warpgroup folds last.
+  // Returns whether the warpgroup has a further tile.
+  auto finish_tile = [&]() {
+    if (PIPE) {
+      wgmma_wait<0>();
+      wgmma_fence_operands<8>(acc);
+    }
+    // +0 for the RZ first step, then the fold. Element i of a slice: feature 16 warp + g + 8 ((i % 4) / 2),
+    // token 8 (i / 4) + 2t + i % 2.
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] += 0.f;
+    const bool next = tile + step < tiles;
+    auto store_half = [&](int hf, const float(&s)[4]) {  // the folded sums of elements 4 hf .. 4 hf + 3
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int f = tile * kTile + 16 * warp + g + 8 * (i / 2), tok = 8 * hf + 2 * t + i % 2;
+        if (tok < m && f < n) store_biased(s[i], bias, bias_kind, y, y_f32, tok, f, n);
+      }
+    };
+    if constexpr (CL) {
+      // Slices 1-7 send their partial into slice 0's fold buffer (st.async, counted on its full barrier);
+      // slice 0 adds them after its own in slice order, then frees the buffer (its empty barriers) for
+      // the next tile. The warpgroups of a cluster walk the same tiles, so the rounds match.
+      const uint32_t full = bars + 8 * wg, empty = bars + 8 * (NW + wg);
+      if (slice == 0) {
+        if (wt == 0) mbar_arrive_expect_tx(full, (kSlices - 1) * kPart * sizeof(float));
+        mbar_wait_cluster(full, uint32_t(round & 1));
+        const float4* buf = reinterpret_cast<const float4*>(fold + size_t(wg) * (kSlices - 1) * kPart);
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          float s[4] = {acc[4 * hf], acc[4 * hf + 1], acc[4 * hf + 2], acc[4 * hf + 3]};
+#pragma unroll
+          for (int j = 0; j < kSlices - 1; ++j) {
+            const float4 v = buf[j * (kPart / 4) + 128 * hf + wt];
+            s[0] += v.x, s[1] += v.y, s[2] += v.z, s[3] += v.w;
+          }
+          store_half(hf, s);
+        }
+        if (next) {
+          nbar_sync(1 + wg, 128);  // every thread has read the buffer
+          if (wt == 0) {
+            asm volatile("fence.acq_rel.cluster;" ::: "memory");
+            for (int r = 1; r < kSlices; ++r) mbar_arrive_remote_relaxed(peer_addr(empty, uint32_t(r)));
+          }
+        }
+      } else {
+        if (round > 0) mbar_wait_cluster(empty, uint32_t((round - 1) & 1));
+        const uint32_t dst =
+            peer_addr(xs + uint32_t(ks_fold_offset(k)) +
+                          uint32_t((wg * (kSlices - 1) + slice - 1) * kPart * sizeof(float)) + 16 * wt,
+                      0);
+        const uint32_t bar = peer_addr(full, 0);
+        st_async16(dst, make_float4(acc[0], acc[1], acc[2], acc[3]), bar);
+        st_async16(dst + kPart * 2, make_float4(acc[4], acc[5], acc[6], acc[7]), bar);
+      }
+    } else {
+      // The partial to the workspace; a ticket a tile elects the last warpgroup, which adds the 8 partials
+      // in slice order (its own from registers, the others' through L2) and resets the ticket.
+      float4* const mine = reinterpret_cast<float4*>(part + (size_t(tile) * kSlices + slice) * kPart);
+      mine[wt] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+      mine[128 + wt] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+      __threadfence();  // this thread's partial, before the warpgroup's ticket
+      nbar_sync(1 + wg, 128);
+      if (wt == 0) last_of[wg] = atomicAdd(tickets + tile, 1) == kSlices - 1;
+      nbar_sync(1 + wg, 128);
+      if (last_of[wg]) {
+        __threadfence();  // the other slices' partials, after their tickets
+        if (wt == 0) tickets[tile] = 0;
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          float4 v[kSlices];
+#pragma unroll
+          for (int j = 0; j < kSlices; ++j)
+            v[j] = j == slice
+                       ? make_float4(acc[4 * hf], acc[4 * hf + 1], acc[4 * hf + 2], acc[4 * hf + 3])
+                       : __ldcg(reinterpret_cast<const float4*>(part + (size_t(tile) * kSlices + j) * kPart) +
+                                128 * hf + wt);
+          float s[4] = {v[0].x, v[0].y, v[0].z, v[0].w};
+#pragma unroll
+          for (int j = 1; j < kSlices; ++j) s[0] += v[j].x, s[1] += v[j].y, s[2] += v[j].z, s[3] += v[j].w;
+          store_half(hf, s);
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] = 0.f;
+    qd = 0, tile += step, ++round;
+    return next;
+  };
   // (no block-wide barrier below: a warpgroup without tiles skips the loop; with CL every thread still
   // reaches the closing cluster barrier)
   bool more = tile < tiles;
-  while (more) {
-#pragma unroll
-    for (int slot = 0; slot < R; ++slot) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int par = PIPE ? e & 1 : 0;  // (R x 4 chunks a pass: even, so the parity is static)
-        wg_fragments<KIND>(wa[slot], wb[slot], sa[slot], sb[slot], e, a[par]);
-        wgmma_fence_operands<8>(acc);
-        wgmma_fence();
-        const int c = 4 * qd + e;  // the chunk of the slice
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          wgmma_rs_m64n16(acc, a[par][h], desc0 + uint64_t((2 * c + h) * (512 >> 4)));
-        wgmma_commit();
-        // The next quad's loads after the first use of this slot's words, into the slot the previous quad
-        // left (its words are dequantized: the wgmmas read the fragments, not the ring).
-        if (e == 0) load_next((slot + AH) % R);
-        wgmma_fence_operands<8>(acc);
-        if (PIPE)
-          wgmma_wait<1>();  // the chunk before: its fragments are rewritten by the next chunk
-        else
-          wgmma_wait<0>();
-        wgmma_fence_operands<8>(acc);
-      }
+  if constexpr (RING) {
+    // A quad's slot is waited for (this thread's copies of it, the oldest of the RING groups in flight: one
+    // group a quad), the warp synchronised (its group's scale words came by the group's four lanes), read
+    // into registers, then refilled with the quad RING ahead once its first chunk has used those registers
+    // (and the warp has read the slot: __syncwarp before the copies).
+    int rs = 0;
+    while (more) {
+      cp_async_wait<RING - 1>();
+      __syncwarp();
+      const uint32_t d = ring + uint32_t(rs * kSlotBytes);
+      wa[0] = lds128(d + 16 * wt), wb[0] = lds128(d + 2048 + 16 * wt);
+      const uint4 sv = lds128(d + 4096 + 128 * warp + 16 * g);
+      sa[0][0] = sv.x, sa[0][1] = sv.y, sb[0][0] = sv.z, sb[0][1] = sv.w;
+      quad(0, [&] {
+        __syncwarp();
+        load_next(rs);
+      });
+      rs = rs + 1 == RING ? 0 : rs + 1;
       if (++qd < QS) continue;
-      if (PIPE) {
-        wgmma_wait<0>();
-        wgmma_fence_operands<8>(acc);
-      }
-      // The tile's slice is done: +0 for the RZ first step, then the fold. Element i of a slice: feature 16
-      // warp + g + 8 ((i % 4) / 2), token 8 (i / 4) + 2t + i % 2.
+      if (!finish_tile()) return;
+    }
+  } else {
+    while (more) {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) acc[i] += 0.f;
-      const bool next = tile + step < tiles;
-      auto store_half = [&](int hf, const float(&s)[4]) {  // the folded sums of elements 4 hf .. 4 hf + 3
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int f = tile * kTile + 16 * warp + g + 8 * (i / 2), tok = 8 * hf + 2 * t + i % 2;
-          if (tok < m && f < n) store_biased(s[i], bias, bias_kind, y, y_f32, tok, f, n);
+      for (int slot = 0; slot < R; ++slot) {
+        quad(slot, [&] { load_next((slot + AH) % R); });
+        if (++qd < QS) continue;
+        if (!finish_tile()) {
+          if constexpr (!CL)
+            return;  // (a return, not the break: with the break ptxas serialised PIPE's wgmmas)
+          more = false;
+          break;
         }
-      };
-      if constexpr (CL) {
-        // Slices 1-7 send their partial into slice 0's fold buffer (st.async, counted on its full barrier);
-        // slice 0 adds them after its own in slice order, then frees the buffer (its empty barriers) for
-        // the next tile. The warpgroups of a cluster walk the same tiles, so the rounds match.
-        const uint32_t full = bars + 8 * wg, empty = bars + 8 * (NW + wg);
-        if (slice == 0) {
-          if (wt == 0) mbar_arrive_expect_tx(full, (kSlices - 1) * kPart * sizeof(float));
-          mbar_wait_cluster(full, uint32_t(round & 1));
-          const float4* buf = reinterpret_cast<const float4*>(fold + size_t(wg) * (kSlices - 1) * kPart);
-#pragma unroll
-          for (int hf = 0; hf < 2; ++hf) {
-            float s[4] = {acc[4 * hf], acc[4 * hf + 1], acc[4 * hf + 2], acc[4 * hf + 3]};
-#pragma unroll
-            for (int j = 0; j < kSlices - 1; ++j) {
-              const float4 v = buf[j * (kPart / 4) + 128 * hf + wt];
-              s[0] += v.x, s[1] += v.y, s[2] += v.z, s[3] += v.w;
-            }
-            store_half(hf, s);
-          }
-          if (next) {
-            nbar_sync(1 + wg, 128);  // every thread has read the buffer
-            if (wt == 0) {
-              asm volatile("fence.acq_rel.cluster;" ::: "memory");
-              for (int r = 1; r < kSlices; ++r) mbar_arrive_remote_relaxed(peer_addr(empty, uint32_t(r)));
-            }
-          }
-        } else {
-          if (round > 0) mbar_wait_cluster(empty, uint32_t((round - 1) & 1));
-          const uint32_t dst =
-              peer_addr(xs + uint32_t(ks_fold_offset(k)) +
-                            uint32_t((wg * (kSlices - 1) + slice - 1) * kPart * sizeof(float)) + 16 * wt,
-                        0);
-          const uint32_t bar = peer_addr(full, 0);
-          st_async16(dst, make_float4(acc[0], acc[1], acc[2], acc[3]), bar);
-          st_async16(dst + kPart * 2, make_float4(acc[4], acc[5], acc[6], acc[7]), bar);
-        }
-      } else {
-        // The partial to the workspace; a ticket a tile elects the last warpgroup, which adds the 8 partials
-        // in slice order (its own from registers, the others' through L2) and resets the ticket.
-        float4* const mine = reinterpret_cast<float4*>(part + (size_t(tile) * kSlices + slice) * kPart);
-        mine[wt] = make_float4(acc[0], acc[1], acc[2], acc[3]);
-        mine[128 + wt] = make_float4(acc[4], acc[5], acc[6], acc[7]);
-        __threadfence();  // this thread's partial, before the warpgroup's ticket
-        nbar_sync(1 + wg, 128);
-        if (wt == 0) last_of[wg] = atomicAdd(tickets + tile, 1) == kSlices - 1;
-        nbar_sync(1 + wg, 128);
-        if (last_of[wg]) {
-          __threadfence();  // the other slices' partials, after their tickets
-          if (wt == 0) tickets[tile] = 0;
-#pragma unroll
-          for (int hf = 0; hf < 2; ++hf) {
-            float4 v[kSlices];
-#pragma unroll
-            for (int j = 0; j < kSlices; ++j)
-              v[j] =
-                  j == slice
-                      ? make_float4(acc[4 * hf], acc[4 * hf + 1], acc[4 * hf + 2], acc[4 * hf + 3])
-                      : __ldcg(reinterpret_cast<const float4*>(part + (size_t(tile) * kSlices + j) * kPart) +
-                               128 * hf + wt);
-            float s[4] = {v[0].x, v[0].y, v[0].z, v[0].w};
-#pragma unroll
-            for (int j = 1; j < kSlices; ++j) s[0] += v[j].x, s[1] += v[j].y, s[2] += v[j].z, s[3] += v[j].w;
-            store_half(hf, s);
-          }
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < 8; ++i) acc[i] = 0.f;
-      qd = 0, tile += step, ++round;
-      if (!next) {
-        if constexpr (!CL)
-          return;  // (a return, not the break: with the break ptxas serialised PIPE's wgmmas)
-        more = false;
-        break;
       }
     }
   }
@@ -307,12 +367,13 @@ using KsKernel = void (*)(const __nv_bfloat16*, QArgs, const void*, int, void*, 
                           int*);
 struct KsLaunch {
   KsKernel kernel;
-  int threads, nw, cl;
+  int threads, nw, cl, ring;
 };
-template <int NW, int AH, int PIPE, int CL>
+template <int NW, int AH, int PIPE, int CL, int RING = 0>
 KsLaunch ks_launch_of(bool subnormal) {
-  return {subnormal ? q4_ks_kernel<kMlxBf16Sub, NW, AH, PIPE, CL> : q4_ks_kernel<kMlxBf16, NW, AH, PIPE, CL>,
-          KsCfg<NW, AH, PIPE, CL>::kThreads, NW, CL};
+  return {subnormal ? q4_ks_kernel<kMlxBf16Sub, NW, AH, PIPE, CL, RING>
+                    : q4_ks_kernel<kMlxBf16, NW, AH, PIPE, CL, RING>,
+          KsCfg<NW, AH, PIPE, CL, RING>::kThreads, NW, CL, RING};
 }
 KsLaunch ks_launch(bool subnormal, int cfg) {
   switch (cfg) {
@@ -328,6 +389,12 @@ KsLaunch ks_launch(bool subnormal, int cfg) {
       return ks_launch_of<2, 4, 0, 1>(subnormal);
     case 6:
       return ks_launch_of<1, 4, 0, 1>(subnormal);
+    case 7:
+      return ks_launch_of<4, 0, 0, 0, 8>(subnormal);
+    case 8:
+      return ks_launch_of<4, 0, 0, 0, 4>(subnormal);
+    case 9:
+      return ks_launch_of<1, 0, 0, 0, 12>(subnormal);
     default:
       return ks_launch_of<1, 4, 0, 0>(subnormal);
   }
@@ -337,7 +404,7 @@ KsLaunch ks_launch(bool subnormal, int cfg) {
 // per kernel as resident_blocks caches.
 int ks_resident(const KsLaunch& l) {
   const int blocks =
-      resident_blocks(reinterpret_cast<const void*>(l.kernel), l.threads, ks_smem(kMaxK, l.nw, l.cl));
+      resident_blocks(reinterpret_cast<const void*>(l.kernel), l.threads, ks_smem(kMaxK, l.nw, l.cl, l.ring));
   if (!l.cl) return blocks;
   static std::mutex mu;
   static std::unordered_map<const void*, int> cache;
@@ -345,7 +412,7 @@ int ks_resident(const KsLaunch& l) {
   if (auto it = cache.find(reinterpret_cast<const void*>(l.kernel)); it != cache.end()) return it->second;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(kSlices * 64), cfg.blockDim = dim3(l.threads);
-  cfg.dynamicSmemBytes = ks_smem(kMaxK, l.nw, l.cl);
+  cfg.dynamicSmemBytes = ks_smem(kMaxK, l.nw, l.cl, l.ring);
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = kSlices, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
@@ -397,7 +464,7 @@ bool q4_ks_linear(bool subnormal, const __nv_bfloat16* x, const QArgs& q, const 
   const KsLaunch l = ks_launch(subnormal, g_q4_ks_cfg);
   const int per_slice = std::min((tiles + l.nw - 1) / l.nw, ks_resident(l) / kSlices);
   if (per_slice < 1) return false;
-  const size_t smem = ks_smem(k, l.nw, l.cl);
+  const size_t smem = ks_smem(k, l.nw, l.cl, l.ring);
   if (!l.cl) {
     launch_pdl(l.kernel, dim3(per_slice * kSlices), dim3(l.threads), smem, s, x, q, bias, bias_kind, y, y_f32,
                m, n, k, ws->part, ws->tickets);
@@ -442,7 +509,9 @@ void set_q4_ks_config(int cfg) {
   TF_CHECK(
       cfg >= 0 && cfg < kKsConfigs,
       "set_q4_ks_config: 0 (one warpgroup a CTA), 1 (two), 2 (one, fragments by chunk parity), 3 (two, by "
-      "parity), 4 (four), 5 (two, the fold in a cluster), 6 (one, the fold in a cluster)");
+      "parity), 4 (four), 5 (two, the fold in a cluster), 6 (one, the fold in a cluster), 7 (four, a ring of "
+      "8 "
+      "quads in shared memory), 8 (four, a ring of 4), 9 (one, a ring of 12)");
   g_q4_ks_cfg = cfg;
 }
 

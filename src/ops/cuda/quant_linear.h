@@ -78,7 +78,8 @@ void set_q4_row2(bool on);
 // Speed only (same bits, tested): MLX 4-bit calls (groups >= 64) of 9-16 rows with two 16-feature groups a
 // warp (q4_pair_kernel, quant_pair.cu). Mode 0 off (q4_decode_kernel), 1 only where its 32-feature tiles
 // fill the persistent grid, 2 at every width, 3 (the default since run 455) as 1 and also where K and the
-// width are both >= 4096 (the 8B qkv and o, beside q4_wg on the gate_up and q4_ks on the down). TF_Q4_PAIR=0-3.
+// width are both >= 4096 (the 8B qkv and o, beside q4_wg on the gate_up and q4_ks on the down).
+// TF_Q4_PAIR=0-3.
 void set_q4_pair(int mode);
 int q4_pair_mode();
 // Speed only (same bits, tested): MLX 4-bit calls (groups >= 64, K a multiple of 1024 up to 4096) of up to
@@ -96,7 +97,8 @@ int q4_wg_mode();
 // only. TF_Q4_KS=0-4; configuration 1 by default.
 // Configurations (TF_Q4_KS_CFG, set_q4_ks_config): 0 one warpgroup a CTA, 1 two, 2 / 3 the same with the
 // fragments by chunk parity, 4 four (one CTA an SM), 5 / 6 two / one with the fold in a cluster of the 8
-// slices. q4_ks_launches() counts its launches (tests).
+// slices, 7 / 8 / 9 four / four / one with the weights' quads ahead in shared memory (rings of 8 / 4 / 12
+// quads a warpgroup, cp.async) instead of registers. q4_ks_launches() counts its launches (tests).
 void set_q4_ks(int mode);
 int q4_ks_mode();
 void set_q4_ks_config(int cfg);

@@ -931,6 +931,15 @@ void format_rows(Backend& be, const ModelShape& sh, const std::vector<WeightForm
             cuda::set_q4_ks_config(cfg);
             std::printf(" %.3f ms", forward_ms());
           }
+          std::printf("  q4_ks on every linear / widths <= 8192 only in configurations 7 8 9:");
+          for (int mode : {1, 4})
+            for (int cfg : {7, 8, 9}) {
+              if (!ks_ring_benched()) break;
+              std::fflush(stdout);
+              cuda::set_q4_ks(mode);
+              cuda::set_q4_ks_config(cfg);
+              std::printf(" %.3f ms", forward_ms());
+            }
           std::printf("  q4_ks on in configurations 5 6 (the fold in a cluster):");
           std::fflush(stdout);
           for (int cfg : {5, 6}) {

@@ -30,5 +30,5 @@ timeout 150 $D/bin/tf_bench_quant --linears-m 16,9 > $OUT/linears.txt 2>&1; echo
 grep -E "^\||q4_ks" $OUT/linears.txt | cut -c1-600 >> $OUT/all.txt
 timeout 150 $D/bin/tf_bench_cuda --shape qwen3-8b --format mlx4 --decode --quick > $OUT/8b.txt 2>&1; echo "8b rc=$?" >> $OUT/all.txt
 grep -E "decode b=(1|16) ctx=512 \(" $OUT/8b.txt | grep -v ours | cut -c1-200 >> $OUT/all.txt
-grep -o "q4_ks on the down only[^|]*ms " $OUT/8b.txt >> $OUT/all.txt
+grep -o "q4_ks on the down only[^|]*ms " $OUT/8b.txt >> $OUT/all.txt; grep -o "q4_ks on every linear[^|]*ms " $OUT/8b.txt >> $OUT/all.txt
 rm -rf $D

@@ -401,15 +401,26 @@ KsLaunch ks_launch(bool subnormal, int cfg) {
 }
 // resident_blocks caches a kernel's first answer and opts in its shared memory then: always the largest.
 // With the cluster fold, at most the clusters of 8 that fit at once (a cluster stays inside one GPC), cached
-// per kernel as resident_blocks caches.
-int ks_resident(const KsLaunch& l) {
+// per kernel as resident_blocks caches. The ring configurations, whose residency is bound by shared memory
+// rather than registers, are sized for the call's K (x's slice is 16 KB at K = 4096 against 48 KB at 12288:
+// configuration 9 three CTAs an SM instead of two), cached per (kernel, K); the register configurations
+// keep the one answer (their registers bind first).
+int ks_resident(const KsLaunch& l, int k) {
   const int blocks =
       resident_blocks(reinterpret_cast<const void*>(l.kernel), l.threads, ks_smem(kMaxK, l.nw, l.cl, l.ring));
-  if (!l.cl) return blocks;
+  if (!l.cl && !l.ring) return blocks;
   static std::mutex mu;
-  static std::unordered_map<const void*, int> cache;
+  static std::unordered_map<const void*, std::unordered_map<int, int>> cache;
   std::lock_guard<std::mutex> lock(mu);
-  if (auto it = cache.find(reinterpret_cast<const void*>(l.kernel)); it != cache.end()) return it->second;
+  auto& per_k = cache[reinterpret_cast<const void*>(l.kernel)];
+  if (l.ring) {
+    if (auto it = per_k.find(k); it != per_k.end()) return it->second;
+    int per_sm = 0;  // (the opt-in above covers every k <= kMaxK)
+    TF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, l.kernel, l.threads,
+                                                                ks_smem(k, l.nw, 0, l.ring)));
+    return per_k[k] = std::max(blocks, per_sm * sm_count());
+  }
+  if (auto it = per_k.find(kMaxK); it != per_k.end()) return it->second;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(kSlices * 64), cfg.blockDim = dim3(l.threads);
   cfg.dynamicSmemBytes = ks_smem(kMaxK, l.nw, l.cl, l.ring);
@@ -419,7 +430,7 @@ int ks_resident(const KsLaunch& l) {
   cfg.attrs = attr, cfg.numAttrs = 1;
   int clusters = 0;
   TF_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, l.kernel, &cfg));
-  return cache[reinterpret_cast<const void*>(l.kernel)] = std::min(blocks, clusters * kSlices);
+  return per_k[kMaxK] = std::min(blocks, clusters * kSlices);
 }
 
 }  // namespace
@@ -462,7 +473,7 @@ bool q4_ks_linear(bool subnormal, const __nv_bfloat16* x, const QArgs& q, const 
       !linear_wgmma_supported())
     return false;
   const KsLaunch l = ks_launch(subnormal, g_q4_ks_cfg);
-  const int per_slice = std::min((tiles + l.nw - 1) / l.nw, ks_resident(l) / kSlices);
+  const int per_slice = std::min((tiles + l.nw - 1) / l.nw, ks_resident(l, k) / kSlices);
   if (per_slice < 1) return false;
   const size_t smem = ks_smem(k, l.nw, l.cl, l.ring);
   if (!l.cl) {
@@ -491,7 +502,12 @@ bool q4_ks_linear(bool subnormal, const __nv_bfloat16* x, const QArgs& q, const 
 void prime_q4_ks_grids() {
   if (!linear_wgmma_supported()) return;
   for (bool subnormal : {false, true})
-    for (int cfg = 0; cfg < kKsConfigs; ++cfg) ks_resident(ks_launch(subnormal, cfg));
+    for (int cfg = 0; cfg < kKsConfigs; ++cfg) {
+      const KsLaunch l = ks_launch(subnormal, cfg);
+      ks_resident(l, kMaxK);  // (the opt-in first: the largest)
+      // The ring's per-K answers too, so that no occupancy query runs inside a graph capture.
+      for (int k = 1024; l.ring && k < kMaxK; k += 1024) ks_resident(l, k);
+    }
 }
 
 void set_q4_ks(int mode) {

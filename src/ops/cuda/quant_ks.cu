@@ -41,8 +41,8 @@
 // before a quad it waits for its oldest group, synchronises the warp (the scale words came by other lanes),
 // reads the slot into the registers the register ring's slot 0 uses, and after the quad's first chunk refills
 // that slot with the quad RING ahead (after a __syncwarp: every lane has read it). The arithmetic is the
-// register path's (same quad and fold code), so the bits are. Shared memory: x's slice at K = 12288 (48 KB,
-// the grid is sized for it) plus RING x 4.5 KB a warpgroup.
+// register path's (same quad and fold code), so the bits are. Shared memory: x's slice (16 KB at K = 4096, 48
+// KB at 12288; the grid sized for the call's K: ks_resident) plus RING x 4.5 KB a warpgroup.
 //
 // Bits: q4_decode_kernel's (each slice the same chain of the same chunks, the slice sums in slice order,
 // then store_biased); tested bit for bit against it (test_quant_cuda).

@@ -103,6 +103,9 @@ bool ks_cluster_benched() {
 bool ks_ring_benched() {
   return not_zero("TF_BENCH_KS_RING");
 }
+bool decode_teams_benched() {
+  return not_zero("TF_BENCH_DECODE_TEAMS");
+}
 
 double copy_bandwidth_gbs(Backend& be, int warm, int reps) {
   cudaStream_t s = cuda::stream_of(be);

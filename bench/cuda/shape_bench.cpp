@@ -877,8 +877,11 @@ void format_rows(Backend& be, const ModelShape& sh, const std::vector<WeightForm
         }
         if (batch > 1) {  // the decode loop kernel (one block a (row, KV head), no combine), same call, twice
           const int dl0 = cuda::attention_decode_loop();
-          std::printf("  %s %s, attention decode loop off / always, twice:", fname, what);
-          for (int mode : {0, 2, 0, 2}) {
+          std::printf("  %s %s, attention decode loop off / always / always with two teams, twice:", fname,
+                      what);
+          for (int mode : {0, 2, 4, 0, 2, 4}) {
+            if (mode == 4 && !decode_teams_benched()) continue;
+            std::fflush(stdout);  // (a hang in the two-team kernel keeps the numbers before it)
             cuda::set_attention_decode_loop(mode);
             std::printf(" %.3f ms", forward_ms());
           }

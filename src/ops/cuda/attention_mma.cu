@@ -514,24 +514,38 @@ __global__ void __launch_bounds__(kWarps * 32)
 // whose (tile, KV head) blocks about fill the card once (16 decode rows of 8 KV heads on 132 SMs): 148 KB of
 // shared memory at D = 128 (one block an SM), 80 KB at 64. Every warp computes l_c itself (spread_sum), so
 // each holds the same (m, l).
-template <int D>
-__global__ void __launch_bounds__(kWarps * 32, 1)
+// TM = 2 (two teams; session 45, not yet run on a GPU): 8 warps as two teams of 4, team t taking chunks
+// cb + t, cb + t + 2, ... -- K/V stage t is its own, so its barriers are its own (named barrier 1 + t) --
+// each with the one-team kernel's spread arithmetic (the same 4-warp split of S and of the output columns:
+// the same bits), two chunks computed at once. Team 1 hands each chunk's (mc, lc, oc) to team 0 through
+// shared memory (thread i of team 1 to thread i of team 0: the same pairs and columns), and team 0 merges in
+// chunk order (team 1's chunk c - 1 before its own chunk c). Handoffs: named barrier 3 (full: team 1 arrives,
+// team 0 waits) and 4 (empty: team 0 arrives when team 1 has a further chunk, team 1 waits before its
+// second and later handoffs), so the counts match exactly.
+template <int D, int TM>
+__global__ void __launch_bounds__(TM* kWarps * 32, 1)
     attention_decode_loop_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kp,
                                  const __nv_bfloat16* __restrict__ vp, DeviceMeta meta, int hq, int hk,
                                  float scale, int window, float softcap, const int2* __restrict__ tiles,
                                  __nv_bfloat16* __restrict__ out) {
+  static_assert(TM == 1 || TM == 2, "one or two teams");
   constexpr int RS = D + 8, kStage = kC * RS, NJ = 16 / kWarps, JP = D / 16 / kWarps;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* Ks = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [2][kC][RS]
   __nv_bfloat16* Vs = Ks + 2 * kStage;                             // [2][kC][RS]
   __nv_bfloat16* Qs = Vs + 2 * kStage;                             // warp 0's 16 pairs [16][RS]
-  __nv_bfloat16* Ps = Qs + 16 * RS;                                // [16][kPsRow]
-  __shared__ float red[kWarps * 16];
+  __nv_bfloat16* Ps0 = Qs + 16 * RS;                               // [TM][16][kPsRow]
+  float* Hs = reinterpret_cast<float*>(Ps0 + TM * 16 * kPsRow);    // TM 2: [4 + 8 JP][128]: mc, lc, oc
+  __shared__ float red[TM][kWarps * 16];
   __shared__ __align__(8) uint64_t bars[4];  // K of stage 0, 1; V of stage 0, 1
   const int group = hq / hk;
   const int2 tile = tiles[blockIdx.x / hk];
   const int kvh = blockIdx.x % hk, r_first = tile.x, nrows = tile.y;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, qd = lane % 4;
+  const int team = TM == 2 ? int(threadIdx.x) / 128 : 0;
+  const int tt = TM == 2 ? int(threadIdx.x) % 128 : int(threadIdx.x);  // the thread in its team
+  const int warp = tt / 32, lane = tt % 32, g = lane / 4, qd = lane % 4;
+  __nv_bfloat16* const Ps = Ps0 + team * 16 * kPsRow;
+  float* const red_t = red[team];
   const Tile<D, kWarps * 32> T(meta, r_first, nrows, window, hk, kvh);
   const int cb = T.ulo / kC, ce = T.uhi / kC;
   pdl_launch_dependents();
@@ -541,59 +555,103 @@ __global__ void __launch_bounds__(kWarps * 32, 1)
   auto kbar = [&](int st) { return bar0 + 8 * st; };
   auto vbar = [&](int st) { return bar0 + 16 + 8 * st; };
   const uint32_t row_bytes = D * 2;
+  auto arm = [&](uint32_t bar, int c) {  // T.arm by the team's thread 0
+    if (tt == 0) mbar_arrive_expect_tx(bar, uint32_t(T.rows_in(c, T.ulo, T.uhi)) * row_bytes);
+  };
+  auto team_sync = [&] {
+    if constexpr (TM == 1)
+      __syncthreads();
+    else
+      nbar_sync(1 + team, 128);
+  };
   if (threadIdx.x == 0) {
     for (int i = 0; i < 4; ++i) mbar_init(bar0 + 8 * i, 1);
     mbar_init_fence();
   }
   __syncthreads();
-  const int c_pre =
-      min(ce, cb + 1);  // the first two chunks: their rows earlier forwards wrote, before the wait
-  for (int c = cb; c <= c_pre; ++c) {
+  // The first two chunks (one a team): their rows earlier forwards wrote, before the wait; a row a thread.
+  const int c_pre = min(ce, cb + 1);
+  for (int c = cb + team; c <= c_pre; c += TM) {
     const int st = c - cb;
-    T.arm(kbar(st), c, row_bytes), T.arm(vbar(st), c, row_bytes);
-    T.bulk_rows(Ks + st * kStage, kp, c, T.ulo, fresh - 1, true, kbar(st));
-    T.bulk_rows(Vs + st * kStage, vp, c, T.ulo, fresh - 1, true, vbar(st));
+    arm(kbar(st), c), arm(vbar(st), c);
+    T.bulk_row(Ks + st * kStage, kp, c, tt, T.ulo, fresh - 1, true, kbar(st));
+    T.bulk_row(Vs + st * kStage, vp, c, tt, T.ulo, fresh - 1, true, vbar(st));
   }
   pdl_wait();
   if (cb > ce) return;  // uniform: a tile without positions
-  T.stage_q(Qs, q, 16, group, r_first, nrows, hq);
+  if (team == 0) T.stage_q(Qs, q, 16, group, r_first, nrows, hq);
   cp_async_commit();
-  for (int c = cb; c <= c_pre; ++c) {  // the rows this step's kernels wrote
+  for (int c = cb + team; c <= c_pre; c += TM) {  // the rows this step's kernels wrote
     const int st = c - cb;
-    T.bulk_rows(Ks + st * kStage, kp, c, fresh, T.uhi, false, kbar(st));
-    T.bulk_rows(Vs + st * kStage, vp, c, fresh, T.uhi, false, vbar(st));
+    T.bulk_row(Ks + st * kStage, kp, c, tt, fresh, T.uhi, false, kbar(st));
+    T.bulk_row(Vs + st * kStage, vp, c, tt, fresh, T.uhi, false, vbar(st));
+  }
+  if constexpr (TM == 2) {  // Q, copied by team 0, before either team's first chunk
+    cp_async_wait<0>();
+    __syncthreads();
   }
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, o[2 * JP][4];
 #pragma unroll
   for (int j = 0; j < 2 * JP; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
-  for (int c = cb; c <= ce; ++c) {
-    const int st = (c - cb) & 1;
-    const uint32_t phase = ((c - cb) >> 1) & 1;
+  // Team 0's merge of team 1's chunk c (TM 2): its handoff, then the empty barrier when team 1 has a further
+  // chunk (c + 2), then the merge.
+  auto merge_handed = [&](int c) {
+    nbar_sync(3, 256);
+    float hm[2], hl[2], ho[2 * JP][4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) hm[h] = Hs[h * 128 + tt], hl[h] = Hs[(2 + h) * 128 + tt];
+#pragma unroll
+    for (int j = 0; j < 2 * JP; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ho[j][e] = Hs[(4 + 4 * j + e) * 128 + tt];
+    if (c + 2 <= ce) nbar_arrive(4, 256);
+    merge_pairs<D, 2 * JP>(pr, c, m, l, hm, hl, ho, o);
+  };
+  for (int c = cb + team, i = 0; c <= ce; c += TM, ++i) {
+    const int st = TM == 2 ? team : (c - cb) & 1;
+    const uint32_t phase = TM == 2 ? i & 1 : ((c - cb) >> 1) & 1;
     __nv_bfloat16 *Kc = Ks + st * kStage, *Vc = Vs + st * kStage;
-    cp_async_wait<0>();  // Q (the first chunk)
+    if constexpr (TM == 1) cp_async_wait<0>();  // Q (the first chunk)
     mbar_wait(kbar(st), phase);
-    __syncthreads();
+    team_sync();
     float s4[NJ][4], mc[2], lc[2], oc[2 * JP][4];
-    spread_scores<D, kWarps>(Qs, Kc, warp, lane, c * kC, pr.rg, scale, softcap, s4, red);
+    spread_scores<D, kWarps>(Qs, Kc, warp, lane, c * kC, pr.rg, scale, softcap, s4, red_t);
     fence_proxy_async();  // each thread's reads of K(c) before the bulk copies that overwrite it
                           // (mbarrier.cuh)
-    __syncthreads();      // every warp is done with K(c); the row maxima are out
+    team_sync();          // every warp of the team is done with K(c); the row maxima are out
     if (c + 2 <= ce) {
-      T.arm(kbar(st), c + 2, row_bytes);
-      T.bulk_rows(Kc, kp, c + 2, T.ulo, T.uhi, true, kbar(st));
+      arm(kbar(st), c + 2);
+      T.bulk_row(Kc, kp, c + 2, tt, T.ulo, T.uhi, true, kbar(st));
     }
-    spread_probs<D, kWarps>(s4, red, warp, lane, pr.rg, Ps, mc);
+    spread_probs<D, kWarps>(s4, red_t, warp, lane, pr.rg, Ps, mc);
     mbar_wait(vbar(st), phase);
-    __syncthreads();  // P is in Ps
+    team_sync();  // P is in Ps
     spread_sum(Ps, lane, pr.rg, lc);
     spread_pv<D, kWarps>(Ps, Vc, warp, lane, oc);
-    merge_pairs<D, 2 * JP>(pr, c, m, l, mc, lc, oc, o);  // the warp's columns
-    fence_proxy_async();                                 // each thread's reads of V(c), as for K
-    __syncthreads();                                     // every warp is done with V(c), Ps and red
-    if (c + 2 <= ce) {
-      T.arm(vbar(st), c + 2, row_bytes);
-      T.bulk_rows(Vc, vp, c + 2, T.ulo, T.uhi, true, vbar(st));
+    if (team == 0) {
+      if (TM == 2 && c > cb) merge_handed(c - 1);          // chunk order: team 1's c - 1 first
+      merge_pairs<D, 2 * JP>(pr, c, m, l, mc, lc, oc, o);  // the warp's columns
+    } else {                                               // team 1 hands its chunk over
+      if (i > 0) nbar_sync(4, 256);                        // team 0 has read the previous one
+#pragma unroll
+      for (int h = 0; h < 2; ++h) Hs[h * 128 + tt] = mc[h], Hs[(2 + h) * 128 + tt] = lc[h];
+#pragma unroll
+      for (int j = 0; j < 2 * JP; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) Hs[(4 + 4 * j + e) * 128 + tt] = oc[j][e];
+      nbar_arrive(3, 256);
     }
+    fence_proxy_async();  // each thread's reads of V(c), as for K
+    team_sync();          // every warp of the team is done with V(c), Ps and red
+    if (c + 2 <= ce) {
+      arm(vbar(st), c + 2);
+      T.bulk_row(Vc, vp, c + 2, tt, T.ulo, T.uhi, true, vbar(st));
+    }
+  }
+  if (team != 0) return;
+  if constexpr (TM == 2) {  // team 1's last chunk, where it follows team 0's last
+    const int last0 = cb + 2 * ((ce - cb) / 2);
+    if (last0 + 1 <= ce) merge_handed(last0 + 1);
   }
   store_pairs<D, 2 * JP>(pr, hq, qd, o, l, out, 2 * JP * warp);  // (put_partial's columns of a spread chunk)
 }
@@ -731,8 +789,8 @@ constexpr int kMaxStampBlocks = 1024;
 int g_split_cpb = 0;  // 0: from the call's size
 
 // set_attention_decode_loop
-int g_decode_loop = env_digit("TF_ATTN_DECODE_LOOP", 2, 0);
-std::atomic<long> g_decode_loop_launches{0};
+int g_decode_loop = env_digit("TF_ATTN_DECODE_LOOP", 4, 0);
+std::atomic<long> g_decode_loop_launches{0}, g_decode_teams_launches{0};
 
 // The stamp buffer for a split launch of `blocks` blocks (null when off or too many).
 unsigned long long* stamps_for(int blocks) {
@@ -773,18 +831,23 @@ void launch(const AttentionMmaArgs& a, cudaStream_t s) {
     TF_CUDA_LAUNCH_CHECK();
   }
   if (a.decode_loop) {
-    const size_t loop_smem = size_t(4 * kC * (D + 8) + 16 * (D + 8) + 16 * kPsRow) * sizeof(__nv_bfloat16);
-    static bool loop_configured = false;  // per D instantiation
-    if (!loop_configured) {
-      TF_CUDA_CHECK(cudaFuncSetAttribute(attention_decode_loop_kernel<D>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(loop_smem)));
-      loop_configured = true;
+    const int tm = a.decode_loop;  // teams
+    // K/V double-buffered, Q, Ps a team, and with two teams the handoff (4 + D / 8 floats a thread of 128).
+    const size_t loop_smem =
+        size_t(4 * kC * (D + 8) + 16 * (D + 8) + tm * 16 * kPsRow) * sizeof(__nv_bfloat16) +
+        (tm == 2 ? size_t(4 + D / 8) * 128 * sizeof(float) : 0);
+    static bool loop_configured[2] = {false, false};  // per D instantiation, per team count
+    auto* kernel = tm == 2 ? attention_decode_loop_kernel<D, 2> : attention_decode_loop_kernel<D, 1>;
+    if (!loop_configured[tm - 1]) {
+      TF_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(loop_smem)));
+      loop_configured[tm - 1] = true;
     }
-    launch_pdl_if(g_pdl_group, attention_decode_loop_kernel<D>, dim3(a.num_split_tiles * a.hk), kWarps * 32,
-                  loop_smem, s, q, k, v, a.meta, a.hq, a.hk, a.scale, a.window, a.softcap, a.split_tiles,
-                  out);
+    launch_pdl_if(g_pdl_group, kernel, dim3(a.num_split_tiles * a.hk), tm * kWarps * 32, loop_smem, s, q, k,
+                  v, a.meta, a.hq, a.hk, a.scale, a.window, a.softcap, a.split_tiles, out);
     TF_CUDA_LAUNCH_CHECK();
     g_decode_loop_launches.fetch_add(1, std::memory_order_relaxed);
+    if (tm == 2) g_decode_teams_launches.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   if (a.num_split_tiles > 0) {
@@ -886,20 +949,24 @@ void widen_loop_tiles(const std::vector<int32_t>& row_seq, int rows_per_tile, st
   tiles = std::move(out);
 }
 
-bool attention_decode_loop_takes(int split_tiles, int hk, bool split_one_warp, int chunks) {
-  if (g_decode_loop == 0 || split_tiles < 1 || !split_one_warp) return false;
-  const int blocks = split_tiles * hk, sms = sm_count();
-  return g_decode_loop == 2 || (4 * blocks >= 3 * sms && blocks <= sms && chunks <= kDecodeLoopMaxChunks);
+int attention_decode_loop_takes(int split_tiles, int hk, bool split_one_warp, int chunks) {
+  if (g_decode_loop == 0 || split_tiles < 1 || !split_one_warp) return 0;
+  const int blocks = split_tiles * hk, sms = sm_count(), teams = g_decode_loop >= 3 ? 2 : 1;
+  const bool always = g_decode_loop == 2 || g_decode_loop == 4;
+  return always || (4 * blocks >= 3 * sms && blocks <= sms && chunks <= kDecodeLoopMaxChunks) ? teams : 0;
 }
 void set_attention_decode_loop(int mode) {
-  TF_CHECK(mode >= 0 && mode <= 2, "set_attention_decode_loop: 0, 1 or 2");
+  TF_CHECK(
+      mode >= 0 && mode <= 4,
+      "set_attention_decode_loop: 0 (off), 1 (where the blocks fill the card once), 2 (always), 3 / 4 (1 / 2 "
+      "with two teams)");
   g_decode_loop = mode;
 }
 int attention_decode_loop() {
   return g_decode_loop;
 }
-long attention_decode_loop_launches() {
-  return g_decode_loop_launches.load(std::memory_order_relaxed);
+long attention_decode_loop_launches(bool two_teams) {
+  return (two_teams ? g_decode_teams_launches : g_decode_loop_launches).load(std::memory_order_relaxed);
 }
 void set_attention_split_chunks(int n) {
   g_split_cpb = n;

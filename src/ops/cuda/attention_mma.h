@@ -68,18 +68,21 @@ void set_attention_half_combine(bool on);
 // KV head) walking all its chunks, K/V double-buffered, merged in registers (attention_decode_loop_kernel: no
 // partials, no combine). 0 off, 1 where the blocks about fill the card once (3/4 of the SMs to all of them)
 // and the longest row has at most kDecodeLoopMaxChunks chunks (run 455: 16 rows at 2048 positions, 16 chunks
-// a block in turn, 48 -> 64 us a layer alone), 2 always (tests). TF_ATTN_DECODE_LOOP sets it at start-up. The
-// launches so far (tests: that it ran).
+// a block in turn, 48 -> 64 us a layer alone), 2 always (tests), 3 / 4 as 1 / 2 with two teams of 4 warps a
+// block taking alternate chunks (session 45, not yet run on a GPU). TF_ATTN_DECODE_LOOP sets it at start-up.
+// The launches so far (tests: that it ran).
 void set_attention_decode_loop(int mode);
 int attention_decode_loop();
 // Whether a call of `split_tiles` split tiles over `hk` KV heads, `chunks` chunks in its longest row (the
-// partials' layout: max_chunks), runs the decode loop kernel (the launch's choice; graphs key on it).
+// partials' layout: max_chunks), runs the decode loop kernel, and with how many teams: 0 (no), 1 or 2 (the
+// launch's choice; graphs key on it).
 constexpr int kDecodeLoopMaxChunks = 8;
 static_assert((kDecodeLoopMaxChunks & (kDecodeLoopMaxChunks - 1)) == 0 && kDecodeLoopMaxChunks <= 32,
               "graphs pass the chunk bucket (attention_chunk_bucket: powers of two to 32): eager and graph "
               "calls must agree");
-bool attention_decode_loop_takes(int split_tiles, int hk, bool split_one_warp, int chunks);
-long attention_decode_loop_launches();
+int attention_decode_loop_takes(int split_tiles, int hk, bool split_one_warp, int chunks);
+// Its launches so far (two_teams: those with two teams only).
+long attention_decode_loop_launches(bool two_teams = false);
 // Benches: globaltimer stamps of every split block of the latest split launch, kAttnStamps a block (entered,
 // waited, K in, scores, V in, partials out, ticket, merged; 0 = not reached), block
 // (y, x) at [(y * grid x + x) * kAttnStamps]. `blocks`: the launch's blocks.
@@ -106,9 +109,9 @@ struct AttentionMmaArgs {
   bool wide_loop = false;  // loop tiles of up to 2 x attention_mma_rows_per_tile rows (widen_loop_tiles)
   const int2* split_tiles = nullptr;  // device
   int num_split_tiles = 0;
-  // The split tiles (every one's pairs fitting one warp) run as the decode loop kernel: the caller's
-  // attention_decode_loop_takes.
-  bool decode_loop = false;
+  // The split tiles (every one's pairs fitting one warp) run as the decode loop kernel with this many teams
+  // (0: not): the caller's attention_decode_loop_takes.
+  int decode_loop = 0;
   float* part_acc = nullptr;  // split only: [rows * hq * max_chunks, D]
   float* part_ml = nullptr;   //             [rows * hq * max_chunks, 2]
   // Split only, optional: one zeroed int per (split tile, KV head), left zeroed again by every launch. When

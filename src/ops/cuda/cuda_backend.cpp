@@ -798,7 +798,7 @@ class CudaBackend final : public Backend {
     // The backend's part of the key: what sizes or picks launches besides the caller's shapes.
     std::vector<int64_t> k = key;
     graph_decode_loop_ =
-        mma && attention_decode_loop_takes(num_split_tiles_, attn.num_kv_heads, split_one_warp_, bucket);
+        mma ? attention_decode_loop_takes(num_split_tiles_, attn.num_kv_heads, split_one_warp_, bucket) : 0;
     k.insert(k.end(), {-1, bucket, dm_.rows, dm_.block_size, int64_t(mma), mma ? num_loop_tiles_ : -1,
                        mma ? num_split_tiles_ : -1, int64_t(attention_tile_schedule()), int64_t(tiles_wide_),
                        int64_t(graph_decode_loop_), int64_t(g_fused_norm_linear),
@@ -983,7 +983,7 @@ class CudaBackend final : public Backend {
   const int2* tiles_ = nullptr;   // device: loop tiles, then split tiles, as (first row, rows)
   int tiles_rpt_ = 0, num_loop_tiles_ = 0, num_split_tiles_ = 0;
   bool split_one_warp_ = false;
-  bool graph_decode_loop_ = false;  // run_graph's key: whether the decode loop kernel takes its attention
+  int graph_decode_loop_ = 0;  // run_graph's key: the decode loop kernel's teams for its attention (0: not)
   bool tiles_wide_ = false;
   cuda::TileSchedule tiles_schedule_ = cuda::TileSchedule::Auto;
   Workspace attn_ws_, sample_out_;

@@ -180,16 +180,12 @@ __device__ __forceinline__ unsigned long long* layer_row(unsigned long long* sta
 __device__ __forceinline__ unsigned long long* stamp_row(unsigned long long* stamps, int op, int G, int b) {
   return layer_row(stamps, op / 4, G, b);
 }
-// (gtime, saddr and nbar_sync: mbarrier.cuh)
+// (gtime, saddr, nbar_sync and nbar_arrive: mbarrier.cuh)
 __device__ __forceinline__ void bar_consumers() {
   nbar_sync(1, kCWarps * 32);
 }
 __device__ __forceinline__ void abar() {
   nbar_sync(2, kAWarps * 32);
-}
-__device__ __forceinline__ void nbar_arrive(int id, int count) {
-  __syncwarp();
-  asm volatile("barrier.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
 // barrier.red.and over `count` threads: whether p holds in every one of them.
 __device__ __forceinline__ bool nbar_and(int id, int count, bool p) {

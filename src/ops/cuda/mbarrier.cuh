@@ -22,6 +22,12 @@ __device__ __forceinline__ void nbar_sync(int id, int count) {
   __syncwarp();
   asm volatile("barrier.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
+// Arrives on named barrier `id` of `count` threads without waiting (a producer's half of a handoff: what this
+// thread wrote before is visible to the threads that then wait with nbar_sync).
+__device__ __forceinline__ void nbar_arrive(int id, int count) {
+  __syncwarp();
+  asm volatile("barrier.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");

@@ -636,14 +636,17 @@ TEST_F(CudaOps, AttentionRowInvariantAcrossDecodeVerifyPrefill) {
           cuda::TileSchedule::Split) {  // one block a (tile, KV head) over all its chunks, no combine
         std::vector<std::pair<int, int>> verify4;  // 4 rows of 4 heads: the most pairs one warp holds
         for (int p = last - 3; p <= last; ++p) verify4.push_back({0, p});
-        cuda::set_attention_decode_loop(2);
-        const long launches = cuda::attention_decode_loop_launches();
-        EXPECT_EQ(run({{0, last}}), alone) << "decode loop, window " << window;
-        EXPECT_EQ(run(verify4), alone) << "verify of 4 rows, decode loop, window " << window;
-        EXPECT_EQ(cuda::attention_decode_loop_launches(), launches + 2)
-            << "the decode loop kernel did not run";
-        EXPECT_EQ(run(verify), alone)
-            << "verify of 5 rows (two warps: split), decode loop on, window " << window;
+        for (int mode : {2, 4}) {  // one team, two teams
+          SCOPED_TRACE("decode loop mode " + std::to_string(mode));
+          cuda::set_attention_decode_loop(mode);
+          const long launches = cuda::attention_decode_loop_launches(mode == 4);
+          EXPECT_EQ(run({{0, last}}), alone) << "decode loop, window " << window;
+          EXPECT_EQ(run(verify4), alone) << "verify of 4 rows, decode loop, window " << window;
+          EXPECT_EQ(cuda::attention_decode_loop_launches(mode == 4), launches + 2)
+              << "the decode loop kernel did not run";
+          EXPECT_EQ(run(verify), alone)
+              << "verify of 5 rows (two warps: split), decode loop on, window " << window;
+        }
         cuda::set_attention_decode_loop(0);
       }
     }
@@ -695,18 +698,24 @@ TEST_F(CudaOps, AttentionSixteenRowsFusedCombineEqualsCombineLaunch) {
   EXPECT_EQ(cuda::attention_decode_loop_launches(), launches + 1) << "the decode loop kernel did not run";
   cuda::set_attention_decode_loop(1);  // where 128 blocks fill 3/4 of the SMs to all of them (the H200's 132)
   const auto decode_loop1 = run();
+  const long teams = cuda::attention_decode_loop_launches(true);
+  cuda::set_attention_decode_loop(4);  // two teams a block
+  const auto decode_teams = run();
+  EXPECT_EQ(cuda::attention_decode_loop_launches(true), teams + 1) << "the two-team kernel did not run";
   cuda::set_attention_decode_loop(0);
   cuda::set_attention_tile_schedule(cuda::TileSchedule::Auto);
   EXPECT_EQ(launch, loop) << "combine launch";
   EXPECT_EQ(fused, loop) << "fused combine at 128 pairs";
   EXPECT_EQ(decode_loop, loop) << "decode loop kernel";
   EXPECT_EQ(decode_loop1, loop) << "decode loop kernel, mode 1";
+  EXPECT_EQ(decode_teams, loop) << "decode loop kernel, two teams";
 }
 
 // The decode loop kernel gives the split schedule's bits for every row of a call: head dims 128 and 64, GQA
 // groups 4, 8 and 16, softcap, a window, contexts of 1 to 5 chunks (one chunk: no second stage; two: no chunk
 // c + 2), decode rows of four sequences and a verify run of 16 / group rows (one warp of pairs) across a
-// chunk boundary.
+// chunk boundary; with one team a block and with two (alternate chunks, team 1's handed to team 0: zero to
+// two handoffs here, dozens in AttentionLongContextSplitEqualsLoop).
 TEST_F(CudaOps, AttentionDecodeLoopEqualsSplit) {
   struct Shape {
     int hq, hk, d;
@@ -729,14 +738,16 @@ TEST_F(CudaOps, AttentionDecodeLoopEqualsSplit) {
         const AttentionParams ap{sh.hq, sh.hk, sh.d, 1.f / std::sqrt(float(sh.d)), window, softcap};
         cuda::set_attention_tile_schedule(cuda::TileSchedule::Split);
         const auto split = attention_bits(gq, pools.g, meta, ap);
-        cuda::set_attention_decode_loop(2);
-        const long launches = cuda::attention_decode_loop_launches();
-        const auto loop = attention_bits(gq, pools.g, meta, ap);
-        EXPECT_EQ(cuda::attention_decode_loop_launches(), launches + 1)
-            << "the decode loop kernel did not run";
+        for (int mode : {2, 4}) {  // one team, two teams (chunks alternating, handed over in order)
+          cuda::set_attention_decode_loop(mode);
+          const long launches = cuda::attention_decode_loop_launches(mode == 4);
+          const auto loop = attention_bits(gq, pools.g, meta, ap);
+          EXPECT_EQ(cuda::attention_decode_loop_launches(mode == 4), launches + 1)
+              << "the decode loop kernel did not run, mode " << mode;
+          EXPECT_EQ(loop, split) << "mode " << mode;
+        }
         cuda::set_attention_decode_loop(0);
         cuda::set_attention_tile_schedule(cuda::TileSchedule::Auto);
-        EXPECT_EQ(loop, split);
       }
     }
   }
@@ -775,10 +786,13 @@ TEST_F(CudaOps, AttentionLongContextSplitEqualsLoop) {
       cuda::set_attention_spread(true);
     }
     cuda::set_attention_split_chunks(0);
-    cuda::set_attention_decode_loop(2);  // one block a (tile, KV head) over 33 / 70 chunks, no partials
-    const long launches = cuda::attention_decode_loop_launches();
-    EXPECT_EQ(run(), loop) << "decode loop kernel";
-    EXPECT_EQ(cuda::attention_decode_loop_launches(), launches + 1) << "the decode loop kernel did not run";
+    for (int mode : {2, 4}) {  // one block a (tile, KV head) over 33 / 70 chunks, no partials; two teams
+      cuda::set_attention_decode_loop(mode);
+      const long launches = cuda::attention_decode_loop_launches(mode == 4);
+      EXPECT_EQ(run(), loop) << "decode loop kernel, mode " << mode;
+      EXPECT_EQ(cuda::attention_decode_loop_launches(mode == 4), launches + 1)
+          << "the decode loop kernel did not run, mode " << mode;
+    }
     cuda::set_attention_decode_loop(0);
     cuda::set_attention_wide_combine(false);  // 4 chunks a merge step
     EXPECT_EQ(run(), loop) << "fused combine " << fused << ", narrow merge";

@@ -1,7 +1,7 @@
 # Session 45's first device call, prepared without a machine (loans paused all session): part a of two.
 # (1) q4_ks's new ring configurations' test (7-9: the weights' quads ahead in shared memory by cp.async instead
 # of registers; Quant4BitKSliceRingEqualsDecodeKernel; the ring's bench lines are skipped if it fails). (2) The
-# 16- and 9-row linears alone with the ring configurations' line (tf_bench_quant --linears-m 16,9): prediction in
+# 16-, 9- and 1-row linears alone with the ring configurations' line (tf_bench_quant --linears-m 16,9,1): prediction in
 # docs/cuda-notes.md "Session 45". (3) The 8B b=16 forward, same call: q4_ks on the down in configurations 0-4
 # and 7-9, and on every linear / widths <= 8192 in 7-9; the decode loop kernel with one and two teams (session
 # 45's other change) alone (tf_attention_once, 16 rows at 512 / 2048 positions) and in the forward (b = 8 /
@@ -28,7 +28,7 @@ rc=$?; echo "decode loop tests (one and two teams) rc=$rc" >> $OUT/all.txt
 grep -E "PASSED|FAILED|Failure|did not|mode|Expected|Which" $OUT/teams-test.txt | head -12 >> $OUT/all.txt
 [ $rc -ne 0 ] && export TF_BENCH_DECODE_TEAMS=0
 # (the timeouts add up to the call's 600 s; the order puts what matters most first)
-timeout 90 $D/bin/tf_bench_quant --linears-m 16,9 > $OUT/linears.txt 2>&1; echo "linears rc=$?" >> $OUT/all.txt
+timeout 100 $D/bin/tf_bench_quant --linears-m 16,9,1 > $OUT/linears.txt 2>&1; echo "linears rc=$?" >> $OUT/all.txt
 grep -E "^\||q4_ks" $OUT/linears.txt | cut -c1-600 >> $OUT/all.txt
 for dl in 0 2 4 0 2 4; do  # the decode loop kernel alone, one team / two teams (session 45), 16 rows
   [ $dl = 4 ] && [ "${TF_BENCH_DECODE_TEAMS:-1}" = 0 ] && continue

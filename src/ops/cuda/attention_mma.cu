@@ -561,8 +561,10 @@ __global__ void __launch_bounds__(TM* kWarps * 32, 1)
   auto team_sync = [&] {
     if constexpr (TM == 1)
       __syncthreads();
+    else if (team == 0)  // (constant IDs: ptxas reserves all 16 barriers for a computed one)
+      nbar_sync(1, 128);
     else
-      nbar_sync(1 + team, 128);
+      nbar_sync(2, 128);
   };
   if (threadIdx.x == 0) {
     for (int i = 0; i < 4; ++i) mbar_init(bar0 + 8 * i, 1);
@@ -628,6 +630,12 @@ __global__ void __launch_bounds__(TM* kWarps * 32, 1)
     team_sync();  // P is in Ps
     spread_sum(Ps, lane, pr.rg, lc);
     spread_pv<D, kWarps>(Ps, Vc, warp, lane, oc);
+    fence_proxy_async();  // each thread's reads of V(c), as for K
+    team_sync();          // every warp of the team is done with V(c), Ps and red
+    if (c + 2 <= ce) {    // (before the merges: team 0's waits on team 1 do not delay its V)
+      arm(vbar(st), c + 2);
+      T.bulk_row(Vc, vp, c + 2, tt, T.ulo, T.uhi, true, vbar(st));
+    }
     if (team == 0) {
       if (TM == 2 && c > cb) merge_handed(c - 1);          // chunk order: team 1's c - 1 first
       merge_pairs<D, 2 * JP>(pr, c, m, l, mc, lc, oc, o);  // the warp's columns
@@ -640,12 +648,6 @@ __global__ void __launch_bounds__(TM* kWarps * 32, 1)
 #pragma unroll
         for (int e = 0; e < 4; ++e) Hs[(4 + 4 * j + e) * 128 + tt] = oc[j][e];
       nbar_arrive(3, 256);
-    }
-    fence_proxy_async();  // each thread's reads of V(c), as for K
-    team_sync();          // every warp of the team is done with V(c), Ps and red
-    if (c + 2 <= ce) {
-      arm(vbar(st), c + 2);
-      T.bulk_row(Vc, vp, c + 2, tt, T.ulo, T.uhi, true, vbar(st));
     }
   }
   if (team != 0) return;

@@ -108,7 +108,8 @@ int g_q4_ks = env_digit("TF_Q4_KS", 4, 3);
 // TF_Q4_KS_CFG: 0 = NW 1, 1 = NW 2, 2 = NW 1 PIPE, 3 = NW 2 PIPE, 4 = NW 4 (one CTA an SM), 5 = NW 2 CL, 6 =
 // NW 1 CL (AH 4 each); the ring in shared memory: 7 = NW 4 RING 8 (one CTA an SM, 32 quads in flight an SM
 // against configuration 1's 16), 8 = NW 4 RING 4 (configuration 4's 16 quads in flight, in shared memory), 9
-// = NW 1 RING 12 (two CTAs an SM: 24). (PIPE with the ring serialised its wgmmas: C7513.)
+// = NW 1 RING 12 (two CTAs an SM at K = 12288: 24; three at K <= 4096: 36). (PIPE with the ring serialised
+// its wgmmas: C7513.)
 constexpr int kKsConfigs = 10;
 int g_q4_ks_cfg = env_digit("TF_Q4_KS_CFG", kKsConfigs - 1, 1);  // (1: the forward's A/B, run 453)
 std::atomic<long> g_q4_ks_launches{0};

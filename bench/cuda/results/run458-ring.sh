@@ -8,7 +8,7 @@
 # 16 / 32 lines). (4) The tests run 457 was to run (test_cuda_backend with
 # session 44's AttentionDecodeLoopEqualsSplit, test_cuda_graphs, test_moe_cuda, test_cuda_model: q4_pair mode 3
 # is the default since run 456), and test_quant_cuda's others.
-# Part b (the MoE, run 457's plan) is bench/cuda/results/run458b-moe.sh.
+# Part b (the MoE, run 457's plan) is bench/cuda/results/run458b-moe.sh; part c (ncu of both variants) run458c-ncu.sh.
 # Build and pack:
 #   export PATH=/usr/local/cuda/bin:$PATH; ninja -C build-cuda test_quant_cuda test_cuda_backend test_cuda_graphs \
 #     test_moe_cuda test_cuda_model tf_bench_quant tf_bench_cuda tf_bench_moe tf_attention_once tensorfold

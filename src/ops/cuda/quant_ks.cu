@@ -38,9 +38,9 @@
 // an SM (AH 4 quads of 4.5 KB a warpgroup, four warpgroups an SM), where the copy bandwidth needs more bytes
 // in flight than registers hold. Each thread copies its own two 16-byte units of a quad by cp.async (and the
 // four lanes of a group its four scale words, one each), one commit group a quad, RING groups in flight;
-// before a quad it waits for its oldest group, synchronises the warp (the scale words came by other lanes),
-// reads the slot into the registers the register ring's slot 0 uses, and after the quad's first chunk refills
-// that slot with the quad RING ahead (after a __syncwarp: every lane has read it). The arithmetic is the
+// it waits for a quad's group, synchronises the warp (the scale words came by other lanes) and reads the slot
+// into registers one quad ahead (after the current quad's first chunk), and after that first chunk refills the
+// current slot with the quad RING ahead (after a __syncwarp: every lane has read it). The arithmetic is the
 // register path's (same quad and fold code), so the bits are. Shared memory: x's slice (16 KB at K = 4096, 48
 // KB at 12288; the grid sized for the call's K: ks_resident) plus RING x 4.5 KB a warpgroup.
 //
@@ -322,23 +322,33 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL, RING>::kThreads,
   // reaches the closing cluster barrier)
   bool more = tile < tiles;
   if constexpr (RING) {
-    // A quad's slot is waited for (this thread's copies of it, the oldest of the RING groups in flight: one
-    // group a quad), the warp synchronised (its group's scale words came by the group's four lanes), read
-    // into registers, then refilled with the quad RING ahead once its first chunk has used those registers
-    // (and the warp has read the slot: __syncwarp before the copies).
+    // A quad's slot is waited for (this thread's copies of it: one group a quad), the warp synchronised (its
+    // group's scale words came by the group's four lanes) and read into registers one quad ahead: right
+    // after the current quad's first chunk, which also refills the current slot with the quad RING ahead
+    // (after a __syncwarp: every lane has read it). Then, with RING + j + 1 groups committed before quad j +
+    // 1 is read, wait_group RING - 1 means quad j + 1's group has landed; its LDS latency hides under the
+    // current quad's last three chunks. (Past the last tile the read-ahead reads a slot of an empty group,
+    // never used.)
     int rs = 0;
-    while (more) {
+    uint4 nwa, nwb, nsv;  // the next quad's slot
+    auto read_slot = [&](int slot) {
       cp_async_wait<RING - 1>();
       __syncwarp();
-      const uint32_t d = ring + uint32_t(rs * kSlotBytes);
-      wa[0] = lds128(d + 16 * wt), wb[0] = lds128(d + 2048 + 16 * wt);
-      const uint4 sv = lds128(d + 4096 + 128 * warp + 16 * g);
-      sa[0][0] = sv.x, sa[0][1] = sv.y, sb[0][0] = sv.z, sb[0][1] = sv.w;
+      const uint32_t d = ring + uint32_t(slot * kSlotBytes);
+      nwa = lds128(d + 16 * wt), nwb = lds128(d + 2048 + 16 * wt);
+      nsv = lds128(d + 4096 + 128 * warp + 16 * g);
+    };
+    read_slot(0);
+    while (more) {
+      wa[0] = nwa, wb[0] = nwb;
+      sa[0][0] = nsv.x, sa[0][1] = nsv.y, sb[0][0] = nsv.z, sb[0][1] = nsv.w;
+      const int cur = rs;
+      rs = rs + 1 == RING ? 0 : rs + 1;
       quad(0, [&] {
         __syncwarp();
-        load_next(rs);
+        load_next(cur);
+        read_slot(rs);
       });
-      rs = rs + 1 == RING ? 0 : rs + 1;
       if (++qd < QS) continue;
       if (!finish_tile()) return;
     }

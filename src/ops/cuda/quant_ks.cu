@@ -39,10 +39,10 @@
 // in flight than registers hold. Each thread copies its own two 16-byte units of a quad by cp.async (and the
 // four lanes of a group its four scale words, one each), one commit group a quad, RING groups in flight;
 // it waits for a quad's group, synchronises the warp (the scale words came by other lanes) and reads the slot
-// into registers one quad ahead (after the current quad's first chunk), and after that first chunk refills the
-// current slot with the quad RING ahead (after a __syncwarp: every lane has read it). The arithmetic is the
-// register path's (same quad and fold code), so the bits are. Shared memory: x's slice (16 KB at K = 4096, 48
-// KB at 12288; the grid sized for the call's K: ks_resident) plus RING x 4.5 KB a warpgroup.
+// into registers one quad ahead (after the current quad's first chunk), and after that first chunk refills
+// the current slot with the quad RING ahead (after a __syncwarp: every lane has read it). The arithmetic is
+// the register path's (same quad and fold code), so the bits are. Shared memory: x's slice (16 KB at K =
+// 4096, 48 KB at 12288; the grid sized for the call's K: ks_resident) plus RING x 4.5 KB a warpgroup.
 //
 // Bits: q4_decode_kernel's (each slice the same chain of the same chunks, the slice sums in slice order,
 // then store_biased); tested bit for bit against it (test_quant_cuda).
@@ -209,7 +209,7 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL, RING>::kThreads,
   // The 4 chunks of a quad (slot `slot` of the registers), then refill(), the next quad's loads, after the
   // first use of its words (into the slot the previous quad left (registers) or this one (RING): its words
   // are dequantized, and the wgmmas read the fragments, not the ring).
-  auto quad = [&](int slot, auto&& refill) {
+  auto quad = [&](int slot, auto&& refill, auto&& ahead) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int par = PIPE ? e & 1 : 0;  // (4 chunks a quad: even, so the parity is static)
@@ -221,6 +221,7 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL, RING>::kThreads,
       for (int h = 0; h < 2; ++h) wgmma_rs_m64n16(acc, a[par][h], desc0 + uint64_t((2 * c + h) * (512 >> 4)));
       wgmma_commit();
       if (e == 0) refill();
+      if (e == 2) ahead();
       wgmma_fence_operands<8>(acc);
       if (PIPE)
         wgmma_wait<1>();  // the chunk before: its fragments are rewritten by the next chunk
@@ -323,12 +324,12 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL, RING>::kThreads,
   bool more = tile < tiles;
   if constexpr (RING) {
     // A quad's slot is waited for (this thread's copies of it: one group a quad), the warp synchronised (its
-    // group's scale words came by the group's four lanes) and read into registers one quad ahead: right
-    // after the current quad's first chunk, which also refills the current slot with the quad RING ahead
-    // (after a __syncwarp: every lane has read it). Then, with RING + j + 1 groups committed before quad j +
-    // 1 is read, wait_group RING - 1 means quad j + 1's group has landed; its LDS latency hides under the
-    // current quad's last three chunks. (Past the last tile the read-ahead reads a slot of an empty group,
-    // never used.)
+    // group's scale words came by the group's four lanes) and read into registers one quad ahead: after the
+    // current quad's third chunk. Its first chunk refilled the current slot with the quad RING ahead (after
+    // a __syncwarp: every lane has read it), so with RING + j + 1 groups committed when quad j + 1 is read,
+    // wait_group RING - 1 means quad j + 1's group has landed; its LDS latency hides under the last chunk.
+    // (A read after the first chunk cost the copies three chunks of lead: 15 -> 12 at RING 4, the review.)
+    // (Past the last tile the read-ahead reads a slot of an empty group, never used.)
     int rs = 0;
     uint4 nwa, nwb, nsv;  // the next quad's slot
     auto read_slot = [&](int slot) {
@@ -344,11 +345,13 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL, RING>::kThreads,
       sa[0][0] = nsv.x, sa[0][1] = nsv.y, sb[0][0] = nsv.z, sb[0][1] = nsv.w;
       const int cur = rs;
       rs = rs + 1 == RING ? 0 : rs + 1;
-      quad(0, [&] {
-        __syncwarp();
-        load_next(cur);
-        read_slot(rs);
-      });
+      quad(
+          0,
+          [&] {
+            __syncwarp();
+            load_next(cur);
+          },
+          [&] { read_slot(rs); });
       if (++qd < QS) continue;
       if (!finish_tile()) return;
     }
@@ -356,7 +359,8 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL, RING>::kThreads,
     while (more) {
 #pragma unroll
       for (int slot = 0; slot < R; ++slot) {
-        quad(slot, [&] { load_next((slot + AH) % R); });
+        quad(
+            slot, [&] { load_next((slot + AH) % R); }, [] {});
         if (++qd < QS) continue;
         if (!finish_tile()) {
           if constexpr (!CL)

@@ -39,7 +39,7 @@
 // in flight than registers hold. Each thread copies its own two 16-byte units of a quad by cp.async (and the
 // four lanes of a group its four scale words, one each), one commit group a quad, RING groups in flight;
 // it waits for a quad's group, synchronises the warp (the scale words came by other lanes) and reads the slot
-// into registers one quad ahead (after the current quad's first chunk), and after that first chunk refills
+// into registers one quad ahead (after the current quad's third chunk), and after the first chunk refills
 // the current slot with the quad RING ahead (after a __syncwarp: every lane has read it). The arithmetic is
 // the register path's (same quad and fold code), so the bits are. Shared memory: x's slice (16 KB at K =
 // 4096, 48 KB at 12288; the grid sized for the call's K: ks_resident) plus RING x 4.5 KB a warpgroup.

@@ -919,38 +919,26 @@ void format_rows(Backend& be, const ModelShape& sh, const std::vector<WeightForm
           }
           cuda::set_q4_wg(wg0);
           const int ks0 = cuda::q4_ks_mode(), kc0 = cuda::q4_ks_config();  // q4_ks_kernel (quant_ks.cu)
+          auto ks_ms = [&](int mode, int cfg) {  // the forward with q4_ks in this mode and configuration
+            std::fflush(stdout);  // (a hang in a new configuration keeps the numbers before it)
+            cuda::set_q4_ks(mode);
+            cuda::set_q4_ks_config(cfg);
+            std::printf(" %.3f ms", forward_ms());
+          };
           std::printf(
               "  q4_ks off / on in configurations 0 1 2 3 4 / the down only, widths <= 8192 only (cfg 1):");
-          for (int i = 0; i < 8; ++i) {
-            cuda::set_q4_ks(i == 0 ? 0 : i < 6 ? 1 : i == 6 ? 3 : 4);
-            if (i > 0) cuda::set_q4_ks_config(i < 6 ? i - 1 : 1);
-            std::printf(" %.3f ms", forward_ms());
-          }
+          for (int i = 0; i < 8; ++i)
+            ks_ms(i == 0 ? 0 : i < 6 ? 1 : i == 6 ? 3 : 4, i == 0 ? kc0 : i < 6 ? i - 1 : 1);
           std::printf("  q4_ks on the down only in configurations 0 1 2 3 4 7 8 9:");
-          for (int cfg : {0, 1, 2, 3, 4, 7, 8, 9}) {
-            if (cfg > 6 && !ks_ring_benched()) break;
-            std::fflush(stdout);  // (a hang in a new configuration keeps the numbers before it)
-            cuda::set_q4_ks(3);
-            cuda::set_q4_ks_config(cfg);
-            std::printf(" %.3f ms", forward_ms());
-          }
+          for (int cfg : {0, 1, 2, 3, 4, 7, 8, 9})
+            if (cfg < 7 || ks_ring_benched()) ks_ms(3, cfg);
           std::printf("  q4_ks on every linear / widths <= 8192 only in configurations 7 8 9:");
           for (int mode : {1, 4})
-            for (int cfg : {7, 8, 9}) {
-              if (!ks_ring_benched()) break;
-              std::fflush(stdout);
-              cuda::set_q4_ks(mode);
-              cuda::set_q4_ks_config(cfg);
-              std::printf(" %.3f ms", forward_ms());
-            }
+            for (int cfg : {7, 8, 9})
+              if (ks_ring_benched()) ks_ms(mode, cfg);
           std::printf("  q4_ks on in configurations 5 6 (the fold in a cluster):");
-          std::fflush(stdout);
-          for (int cfg : {5, 6}) {
-            if (!ks_cluster_benched()) break;
-            cuda::set_q4_ks(1);
-            cuda::set_q4_ks_config(cfg);
-            std::printf(" %.3f ms", forward_ms());
-          }
+          for (int cfg : {5, 6})
+            if (ks_cluster_benched()) ks_ms(1, cfg);
           cuda::set_q4_ks(ks0);
           cuda::set_q4_ks_config(kc0);
           // q4_pair x q4_wg with the q4_ks default, twice interleaved (run 454: q4_wg mode 1 and q4_pair

@@ -146,9 +146,10 @@ struct Tile {
     const int c0 = c * kC;
     return max(0, min(hi, c0 + kC - 1) - max(lo, c0) + 1);
   }
-  // Thread 0 arms mbarrier `bar` for chunk c: `bytes` for each of its positions inside [ulo, uhi].
-  __device__ __forceinline__ void arm(uint32_t bar, int c, uint32_t bytes) const {
-    if (threadIdx.x == 0) mbar_arrive_expect_tx(bar, uint32_t(rows_in(c, ulo, uhi)) * bytes);
+  // Thread 0 (of the block, or `tid` 0 of a team) arms mbarrier `bar` for chunk c: `bytes` for each of its
+  // positions inside [ulo, uhi].
+  __device__ __forceinline__ void arm(uint32_t bar, int c, uint32_t bytes, int tid = int(threadIdx.x)) const {
+    if (tid == 0) mbar_arrive_expect_tx(bar, uint32_t(rows_in(c, ulo, uhi)) * bytes);
   }
   __device__ __forceinline__ void bulk_rows(__nv_bfloat16* dst, const __nv_bfloat16* pool, int c, int lo,
                                             int hi, bool zeros, uint32_t bar) const {
@@ -555,9 +556,7 @@ __global__ void __launch_bounds__(TM* kWarps * 32, 1)
   auto kbar = [&](int st) { return bar0 + 8 * st; };
   auto vbar = [&](int st) { return bar0 + 16 + 8 * st; };
   const uint32_t row_bytes = D * 2;
-  auto arm = [&](uint32_t bar, int c) {  // T.arm by the team's thread 0
-    if (tt == 0) mbar_arrive_expect_tx(bar, uint32_t(T.rows_in(c, T.ulo, T.uhi)) * row_bytes);
-  };
+  auto arm = [&](uint32_t bar, int c) { T.arm(bar, c, row_bytes, tt); };  // by the team's thread 0
   auto team_sync = [&] {
     if constexpr (TM == 1)
       __syncthreads();
@@ -597,15 +596,17 @@ __global__ void __launch_bounds__(TM* kWarps * 32, 1)
   for (int j = 0; j < 2 * JP; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
   // Team 0's merge of team 1's chunk c (TM 2): its handoff, then the empty barrier when team 1 has a further
   // chunk (c + 2), then the merge.
+  // The handoff's floats of this thread: mc[h] at field h, lc[h] at 2 + h, oc[j][e] at 4 + 4 j + e.
+  auto hand = [&](int field) -> float& { return Hs[field * 128 + tt]; };
   auto merge_handed = [&](int c) {
     nbar_sync(3, 256);
     float hm[2], hl[2], ho[2 * JP][4];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) hm[h] = Hs[h * 128 + tt], hl[h] = Hs[(2 + h) * 128 + tt];
+    for (int h = 0; h < 2; ++h) hm[h] = hand(h), hl[h] = hand(2 + h);
 #pragma unroll
     for (int j = 0; j < 2 * JP; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) ho[j][e] = Hs[(4 + 4 * j + e) * 128 + tt];
+      for (int e = 0; e < 4; ++e) ho[j][e] = hand(4 + 4 * j + e);
     if (c + 2 <= ce) nbar_arrive(4, 256);
     merge_pairs<D, 2 * JP>(pr, c, m, l, hm, hl, ho, o);
   };
@@ -642,11 +643,11 @@ __global__ void __launch_bounds__(TM* kWarps * 32, 1)
     } else {                                               // team 1 hands its chunk over
       if (i > 0) nbar_sync(4, 256);                        // team 0 has read the previous one
 #pragma unroll
-      for (int h = 0; h < 2; ++h) Hs[h * 128 + tt] = mc[h], Hs[(2 + h) * 128 + tt] = lc[h];
+      for (int h = 0; h < 2; ++h) hand(h) = mc[h], hand(2 + h) = lc[h];
 #pragma unroll
       for (int j = 0; j < 2 * JP; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) Hs[(4 + 4 * j + e) * 128 + tt] = oc[j][e];
+        for (int e = 0; e < 4; ++e) hand(4 + 4 * j + e) = oc[j][e];
       nbar_arrive(3, 256);
     }
   }

@@ -87,6 +87,7 @@ constexpr int kSlotBytes = 2 * 2048 + 4 * 128;
 template <int NW, int AH, int PIPE, int CL, int RING = 0>
 struct KsCfg {
   static_assert(!(CL && RING), "the ring takes the fold buffer's place: ticket fold only");
+  static_assert(!(RING && AH), "the ring replaces the quads ahead in registers (its one slot: kSlots = 1)");
   static constexpr int kThreads = 128 * NW, kSlots = AH + 1, kMinBlocks = 4 / NW;
 };
 // Dynamic shared memory (no static shared memory: 48 KB of x at K = 12288 plus any static would need the
@@ -146,7 +147,7 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL, RING>::kThreads,
     q4_ks_kernel(const __nv_bfloat16* x, QArgs q, const void* __restrict__ bias, int bias_kind,
                  void* __restrict__ y, bool y_f32, int m, int n, int k, float* part, int* tickets) {
   using C = KsCfg<NW, AH, PIPE, CL, RING>;
-  constexpr int R = RING ? 1 : C::kSlots;
+  constexpr int R = C::kSlots;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t xs = saddr(smem);

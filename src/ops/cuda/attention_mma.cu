@@ -792,7 +792,7 @@ constexpr int kMaxStampBlocks = 1024;
 int g_split_cpb = 0;  // 0: from the call's size
 
 // set_attention_decode_loop
-int g_decode_loop = env_digit("TF_ATTN_DECODE_LOOP", 4, 0);
+int g_decode_loop = env_digit("TF_ATTN_DECODE_LOOP", 4, 3);  // (3: runs 458-460, session 46)
 std::atomic<long> g_decode_loop_launches{0}, g_decode_teams_launches{0};
 
 // The stamp buffer for a split launch of `blocks` blocks (null when off or too many).
@@ -956,13 +956,19 @@ int attention_decode_loop_takes(int split_tiles, int hk, bool split_one_warp, in
   if (g_decode_loop == 0 || split_tiles < 1 || !split_one_warp) return 0;
   const int blocks = split_tiles * hk, sms = sm_count(), teams = g_decode_loop >= 3 ? 2 : 1;
   const bool always = g_decode_loop == 2 || g_decode_loop == 4;
-  return always || (4 * blocks >= 3 * sms && blocks <= sms && chunks <= kDecodeLoopMaxChunks) ? teams : 0;
+  // One team: where the blocks fill the card about once. Two teams (runs 458-460, alone, split / two teams,
+  // us a layer, 16 rows x 8 KV heads: 512 / 2048 positions 20.5 -> 14.7 / 59.1 -> 48.5 (H100), 8192 172.3 ->
+  // 159.6 (H200); 32 rows 35.9 -> 28.6 / 113 -> 96.5 / 332 -> 322; but 8 rows (64 blocks) at 2048 30.5 ->
+  // 40.7, 4 rows at 512 7.9 -> 10.2): wherever the blocks fill 3/4 of the SMs or more, at any context.
+  const bool fills = 4 * blocks >= 3 * sms;
+  if (teams == 2) return always || fills ? 2 : 0;
+  return always || (fills && blocks <= sms && chunks <= kDecodeLoopMaxChunks) ? 1 : 0;
 }
 void set_attention_decode_loop(int mode) {
   TF_CHECK(
       mode >= 0 && mode <= 4,
-      "set_attention_decode_loop: 0 (off), 1 (where the blocks fill the card once), 2 (always), 3 / 4 (1 / 2 "
-      "with two teams)");
+      "set_attention_decode_loop: 0 (off), 1 (where the blocks fill the card once), 2 (always), 3 (two teams "
+      "where the blocks fill 3/4 of the card or more: the default), 4 (two teams always)");
   g_decode_loop = mode;
 }
 int attention_decode_loop() {

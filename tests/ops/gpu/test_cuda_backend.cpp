@@ -636,6 +636,7 @@ TEST_F(CudaOps, AttentionRowInvariantAcrossDecodeVerifyPrefill) {
           cuda::TileSchedule::Split) {  // one block a (tile, KV head) over all its chunks, no combine
         std::vector<std::pair<int, int>> verify4;  // 4 rows of 4 heads: the most pairs one warp holds
         for (int p = last - 3; p <= last; ++p) verify4.push_back({0, p});
+        const int dl0 = cuda::attention_decode_loop();
         for (int mode : {2, 4}) {  // one team, two teams
           SCOPED_TRACE("decode loop mode " + std::to_string(mode));
           cuda::set_attention_decode_loop(mode);
@@ -647,7 +648,7 @@ TEST_F(CudaOps, AttentionRowInvariantAcrossDecodeVerifyPrefill) {
           EXPECT_EQ(run(verify), alone)
               << "verify of 5 rows (two warps: split), decode loop on, window " << window;
         }
-        cuda::set_attention_decode_loop(0);
+        cuda::set_attention_decode_loop(dl0);
       }
     }
     cuda::set_attention_tile_schedule(cuda::TileSchedule::Auto);
@@ -679,7 +680,8 @@ TEST_F(CudaOps, AttentionSixteenRowsFusedCombineEqualsCombineLaunch) {
       if (st[size_t(b) * cuda::kAttnStamps + 6]) return true;
     return false;
   };
-  const int max0 = cuda::attention_fused_combine_max();
+  const int max0 = cuda::attention_fused_combine_max(), dl0 = cuda::attention_decode_loop();
+  cuda::set_attention_decode_loop(0);  // the split schedule (the default rule takes 128 blocks: below)
   cuda::set_attention_fused_combine_max(64);
   cuda::set_attention_tile_schedule(cuda::TileSchedule::Loop);
   const auto loop = run();
@@ -702,12 +704,19 @@ TEST_F(CudaOps, AttentionSixteenRowsFusedCombineEqualsCombineLaunch) {
   cuda::set_attention_decode_loop(4);  // two teams a block
   const auto decode_teams = run();
   EXPECT_EQ(cuda::attention_decode_loop_launches(true), teams + 1) << "the two-team kernel did not run";
-  cuda::set_attention_decode_loop(0);
+  cuda::set_attention_decode_loop(3);  // the default rule: two teams where the blocks fill 3/4 of the SMs
+  const long teams3 = cuda::attention_decode_loop_launches(true);
+  const auto decode_rule = run();
+  EXPECT_EQ(cuda::attention_decode_loop_launches(true) - teams3,
+            cuda::attention_decode_loop_takes(seqs, hk, true, 1) == 2 ? 1 : 0)
+      << "the launch and the rule disagree";
+  cuda::set_attention_decode_loop(dl0);
   cuda::set_attention_tile_schedule(cuda::TileSchedule::Auto);
   EXPECT_EQ(launch, loop) << "combine launch";
   EXPECT_EQ(fused, loop) << "fused combine at 128 pairs";
   EXPECT_EQ(decode_loop, loop) << "decode loop kernel";
   EXPECT_EQ(decode_loop1, loop) << "decode loop kernel, mode 1";
+  EXPECT_EQ(decode_rule, loop) << "decode loop kernel, mode 3 (the default rule)";
   EXPECT_EQ(decode_teams, loop) << "decode loop kernel, two teams";
 }
 
@@ -737,6 +746,8 @@ TEST_F(CudaOps, AttentionDecodeLoopEqualsSplit) {
                      std::to_string(window));
         const AttentionParams ap{sh.hq, sh.hk, sh.d, 1.f / std::sqrt(float(sh.d)), window, softcap};
         cuda::set_attention_tile_schedule(cuda::TileSchedule::Split);
+        const int dl0 = cuda::attention_decode_loop();
+        cuda::set_attention_decode_loop(0);  // the split schedule itself, whatever the default rule takes
         const auto split = attention_bits(gq, pools.g, meta, ap);
         for (int mode : {2, 4}) {  // one team, two teams (chunks alternating, handed over in order)
           cuda::set_attention_decode_loop(mode);
@@ -746,7 +757,7 @@ TEST_F(CudaOps, AttentionDecodeLoopEqualsSplit) {
               << "the decode loop kernel did not run, mode " << mode;
           EXPECT_EQ(loop, split) << "mode " << mode;
         }
-        cuda::set_attention_decode_loop(0);
+        cuda::set_attention_decode_loop(dl0);
         cuda::set_attention_tile_schedule(cuda::TileSchedule::Auto);
       }
     }
@@ -786,6 +797,7 @@ TEST_F(CudaOps, AttentionLongContextSplitEqualsLoop) {
       cuda::set_attention_spread(true);
     }
     cuda::set_attention_split_chunks(0);
+    const int dl0 = cuda::attention_decode_loop();
     for (int mode : {2, 4}) {  // one block a (tile, KV head) over 33 / 70 chunks, no partials; two teams
       cuda::set_attention_decode_loop(mode);
       const long launches = cuda::attention_decode_loop_launches(mode == 4);
@@ -793,7 +805,7 @@ TEST_F(CudaOps, AttentionLongContextSplitEqualsLoop) {
       EXPECT_EQ(cuda::attention_decode_loop_launches(mode == 4), launches + 1)
           << "the decode loop kernel did not run, mode " << mode;
     }
-    cuda::set_attention_decode_loop(0);
+    cuda::set_attention_decode_loop(dl0);
     cuda::set_attention_wide_combine(false);  // 4 chunks a merge step
     EXPECT_EQ(run(), loop) << "fused combine " << fused << ", narrow merge";
     cuda::set_attention_wide_combine(true);

@@ -17,4 +17,15 @@ for par in 16 32; do
     echo "e2e parallel $par decode loop $dl rc=$?" >> $OUT/all.txt; grep -E "\| random|forward" $OUT/e2e.txt | head -3 >> $OUT/all.txt
   done
 done
-rm -rf $M $D
+rm -rf $M
+# Then, if the call's time allows, ncu's stall reasons of q4_ks at M = 16 in configurations 1 (registers, the
+# down's default) and 8 (the same depth in shared memory): where the consumer waits (run 458 a: the ring lost).
+NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
+MET='gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_dispatch_stall_per_issue_active.ratio,smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum'
+for cfg in 1 8; do
+  [ -z "$NCU" ] && break
+  TF_Q4_KS_CFG=$cfg timeout 60 $NCU --clock-control none --print-kernel-base function -k regex:q4_ks --metrics $MET \
+    --csv $D/bin/tf_bench_quant --profile-m 16 > $OUT/ncu-ks$cfg.csv 2>&1; echo "ncu q4_ks cfg $cfg rc=$?" >> $OUT/all.txt
+  grep '^"' $OUT/ncu-ks$cfg.csv | awk -F'","' 'NF>=15 && $5 ~ /q4_ks/ {print $(NF-2)" = "$NF}' | cut -c1-160 | head -64 >> $OUT/all.txt
+done
+rm -rf $D

@@ -787,6 +787,8 @@ TEST_F(CudaOps, AttentionLongContextSplitEqualsLoop) {
   EXPECT_EQ(run(), loop) << "narrow loop kernel";
   cuda::set_attention_loop_wide(true);
   cuda::set_attention_tile_schedule(cuda::TileSchedule::Split);
+  const int dl0 = cuda::attention_decode_loop();
+  cuda::set_attention_decode_loop(0);  // the split schedule's variants, whatever the default rule takes
   for (int fused : {1, 0}) {
     cuda::set_attention_fused_combine(fused == 1);
     for (int cpb : {0, 1, 2, 8}) {
@@ -797,7 +799,6 @@ TEST_F(CudaOps, AttentionLongContextSplitEqualsLoop) {
       cuda::set_attention_spread(true);
     }
     cuda::set_attention_split_chunks(0);
-    const int dl0 = cuda::attention_decode_loop();
     for (int mode : {2, 4}) {  // one block a (tile, KV head) over 33 / 70 chunks, no partials; two teams
       cuda::set_attention_decode_loop(mode);
       const long launches = cuda::attention_decode_loop_launches(mode == 4);
@@ -805,13 +806,14 @@ TEST_F(CudaOps, AttentionLongContextSplitEqualsLoop) {
       EXPECT_EQ(cuda::attention_decode_loop_launches(mode == 4), launches + 1)
           << "the decode loop kernel did not run, mode " << mode;
     }
-    cuda::set_attention_decode_loop(dl0);
+    cuda::set_attention_decode_loop(0);
     cuda::set_attention_wide_combine(false);  // 4 chunks a merge step
     EXPECT_EQ(run(), loop) << "fused combine " << fused << ", narrow merge";
     cuda::set_attention_wide_combine(true);
   }
   cuda::set_attention_split_chunks(0);
   cuda::set_attention_fused_combine(true);
+  cuda::set_attention_decode_loop(dl0);
   cuda::set_attention_tile_schedule(cuda::TileSchedule::Auto);
   Tensor co = Tensor::empty({r, hq, d}, DType::F32);
   cpu_->begin_forward(meta);

@@ -33,16 +33,19 @@
 //   every CTA resident while its peers may still reach it.
 // x traffic: 8 slices x (CTAs a slice) x K / 8 x 32 bytes (a 4096-wide down on 256 CTAs: 12 MB, not 100).
 //
-// RING (configurations 7-9, session 45, not yet run on a GPU): the quads ahead wait in shared memory instead
-// of registers. Session 41's reading: the 16-row kernels stream at ~2.9 TB/s with ~64 KB of weights in flight
-// an SM (AH 4 quads of 4.5 KB a warpgroup, four warpgroups an SM), where the copy bandwidth needs more bytes
-// in flight than registers hold. Each thread copies its own two 16-byte units of a quad by cp.async (and the
-// four lanes of a group its four scale words, one each), one commit group a quad, RING groups in flight;
-// it waits for a quad's group, synchronises the warp (the scale words came by other lanes) and reads the slot
-// into registers one quad ahead (after the current quad's third chunk), and after the first chunk refills
-// the current slot with the quad RING ahead (after a __syncwarp: every lane has read it). The arithmetic is
-// the register path's (same quad and fold code), so the bits are. Shared memory: x's slice (16 KB at K =
-// 4096, 48 KB at 12288; the grid sized for the call's K: ks_resident) plus RING x 4.5 KB a warpgroup.
+// RING (configurations 7-9, session 45; off: run 458 on an H100 found the down alone 0.590 -> 0.644 ms with
+// twice the bytes in flight (7), 0.586 -> 0.576 with the same depth in shared memory (8), and every ring
+// configuration slower in the forward -- the 16-row linears are not bound by the bytes in flight; the H200,
+// where the hypothesis came from, is untested): the quads ahead wait in shared memory instead of registers.
+// Session 41's reading: the 16-row kernels stream at ~2.9 TB/s with ~64 KB of weights in flight an SM (AH 4
+// quads of 4.5 KB a warpgroup, four warpgroups an SM), where the copy bandwidth needs more bytes in flight
+// than registers hold. Each thread copies its own two 16-byte units of a quad by cp.async (and the four lanes
+// of a group its four scale words, one each), one commit group a quad, RING groups in flight; it waits for a
+// quad's group, synchronises the warp (the scale words came by other lanes) and reads the slot into registers
+// one quad ahead (after the current quad's third chunk), and after the first chunk refills the current slot
+// with the quad RING ahead (after a __syncwarp: every lane has read it). The arithmetic is the register
+// path's (same quad and fold code), so the bits are. Shared memory: x's slice (16 KB at K = 4096, 48 KB at
+// 12288; the grid sized for the call's K: ks_resident) plus RING x 4.5 KB a warpgroup.
 //
 // Bits: q4_decode_kernel's (each slice the same chain of the same chunks, the slice sums in slice order,
 // then store_biased); tested bit for bit against it (test_quant_cuda).

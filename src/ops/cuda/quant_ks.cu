@@ -86,12 +86,14 @@ constexpr int kPart = 1024;     // floats of a (tile, slice) partial: 64 feature
 // sa[1], sb[0], sb[1]).
 constexpr int kSlotBytes = 2 * 2048 + 4 * 128;
 // A configuration: NW warpgroups a CTA (one slice, different tiles), AH quads ahead in registers, PIPE and CL
-// (see above); RING > 0: instead of registers, RING quads ahead in shared memory (cp.async, see the kernel).
-template <int NW, int AH, int PIPE, int CL, int RING = 0>
+// (see above); RING > 0: instead of registers, RING quads ahead in shared memory (cp.async, see the kernel);
+// MB > 0: at least MB CTAs an SM in the launch bounds (the registers a thread: 65536 / (MB x 128 NW)), else
+// 4 / NW.
+template <int NW, int AH, int PIPE, int CL, int RING = 0, int MB = 0>
 struct KsCfg {
   static_assert(!(CL && RING), "the ring takes the fold buffer's place: ticket fold only");
   static_assert(!(RING && AH), "the ring replaces the quads ahead in registers (its one slot: kSlots = 1)");
-  static constexpr int kThreads = 128 * NW, kSlots = AH + 1, kMinBlocks = 4 / NW;
+  static constexpr int kThreads = 128 * NW, kSlots = AH + 1, kMinBlocks = MB ? MB : 4 / NW;
 };
 // Dynamic shared memory (no static shared memory: 48 KB of x at K = 12288 plus any static would need the
 // opt-in that resident_blocks gives only above 48 KB): x's slice (K / 8 values x 16 rows x 2 bytes), then
@@ -113,8 +115,11 @@ int g_q4_ks = env_digit("TF_Q4_KS", 4, 3);
 // NW 1 CL (AH 4 each); the ring in shared memory: 7 = NW 4 RING 8 (one CTA an SM, 32 quads in flight an SM
 // against configuration 1's 16), 8 = NW 4 RING 4 (configuration 4's 16 quads in flight, in shared memory), 9
 // = NW 1 RING 12 (two CTAs an SM at K = 12288: 24; three at K <= 4096: 36). (PIPE with the ring serialised
-// its wgmmas: C7513.)
-constexpr int kKsConfigs = 10;
+// its wgmmas: C7513.) Session 46 (run 461's ncu: latency-bound at 16 warps an SM, the registers' residency):
+// the ring held to 64 registers (MB: min CTAs an SM in the launch bounds; ptxas spills 16-20 bytes) for twice
+// the warps: 10 = NW 4 RING 2 MB 2 (32 warps an SM at every K: 2 x 84 KB at 12288), 11 = NW 2 RING 4 MB 4 (32
+// warps an SM at K <= 4096, 16 at 12288, where x's 48 KB slice binds). Not yet run on a GPU.
+constexpr int kKsConfigs = 12;
 int g_q4_ks_cfg = env_digit("TF_Q4_KS_CFG", kKsConfigs - 1, 1);  // (1: the forward's A/B, run 453)
 std::atomic<long> g_q4_ks_launches{0};
 
@@ -144,12 +149,12 @@ __device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity)
         : "memory");
 }
 
-template <int KIND, int NW, int AH, int PIPE, int CL, int RING>
-__global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL, RING>::kThreads,
-                                  KsCfg<NW, AH, PIPE, CL, RING>::kMinBlocks)
+template <int KIND, int NW, int AH, int PIPE, int CL, int RING, int MB>
+__global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL, RING, MB>::kThreads,
+                                  KsCfg<NW, AH, PIPE, CL, RING, MB>::kMinBlocks)
     q4_ks_kernel(const __nv_bfloat16* x, QArgs q, const void* __restrict__ bias, int bias_kind,
                  void* __restrict__ y, bool y_f32, int m, int n, int k, float* part, int* tickets) {
-  using C = KsCfg<NW, AH, PIPE, CL, RING>;
+  using C = KsCfg<NW, AH, PIPE, CL, RING, MB>;
   constexpr int R = C::kSlots;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(128) uint8_t smem[];
@@ -388,11 +393,11 @@ struct KsLaunch {
   KsKernel kernel;
   int threads, nw, cl, ring;
 };
-template <int NW, int AH, int PIPE, int CL, int RING = 0>
+template <int NW, int AH, int PIPE, int CL, int RING = 0, int MB = 0>
 KsLaunch ks_launch_of(bool subnormal) {
-  return {subnormal ? q4_ks_kernel<kMlxBf16Sub, NW, AH, PIPE, CL, RING>
-                    : q4_ks_kernel<kMlxBf16, NW, AH, PIPE, CL, RING>,
-          KsCfg<NW, AH, PIPE, CL, RING>::kThreads, NW, CL, RING};
+  return {subnormal ? q4_ks_kernel<kMlxBf16Sub, NW, AH, PIPE, CL, RING, MB>
+                    : q4_ks_kernel<kMlxBf16, NW, AH, PIPE, CL, RING, MB>,
+          KsCfg<NW, AH, PIPE, CL, RING, MB>::kThreads, NW, CL, RING};
 }
 KsLaunch ks_launch(bool subnormal, int cfg) {
   switch (cfg) {
@@ -414,6 +419,10 @@ KsLaunch ks_launch(bool subnormal, int cfg) {
       return ks_launch_of<4, 0, 0, 0, 4>(subnormal);
     case 9:
       return ks_launch_of<1, 0, 0, 0, 12>(subnormal);
+    case 10:
+      return ks_launch_of<4, 0, 0, 0, 2, 2>(subnormal);
+    case 11:
+      return ks_launch_of<2, 0, 0, 0, 4, 4>(subnormal);
     default:
       return ks_launch_of<1, 4, 0, 0>(subnormal);
   }
@@ -546,7 +555,8 @@ void set_q4_ks_config(int cfg) {
       "set_q4_ks_config: 0 (one warpgroup a CTA), 1 (two), 2 (one, fragments by chunk parity), 3 (two, by "
       "parity), 4 (four), 5 (two, the fold in a cluster), 6 (one, the fold in a cluster), 7 (four, a ring of "
       "8 "
-      "quads in shared memory), 8 (four, a ring of 4), 9 (one, a ring of 12)");
+      "quads in shared memory), 8 (four, a ring of 4), 9 (one, a ring of 12), 10 (four, a ring of 2, 64 "
+      "registers), 11 (two, a ring of 4, 64 registers)");
   g_q4_ks_cfg = cfg;
 }
 

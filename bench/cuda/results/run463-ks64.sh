@@ -8,9 +8,11 @@
 # Prediction: if residency binds, configuration 10 (32 warps an SM, the same 72 KB in flight as configuration
 # 1) takes the down alone below configuration 1's 0.590 ms (H100) / 0.521 (H200), toward 0.45-0.50; if the
 # spills or the shallower ring a warpgroup (2 quads) cost more, it loses like 7 and 9 did.
-# Build and pack:
-#   export PATH=/usr/local/cuda/bin:$PATH; ninja -C build-cuda test_quant_cuda tf_bench_quant tf_bench_cuda
-#   BINS="tests/models/test_quant_cuda bench/cuda/tf_bench_quant bench/cuda/tf_bench_cuda" tools/device_step.sh --pack
+# Build and pack (one pack for runs 463 and 464; session 46 packed it at HEAD):
+#   export PATH=/usr/local/cuda/bin:$PATH; ninja -C build-cuda test_quant_cuda tf_bench_quant tf_bench_cuda \
+#     tf_attention_once tensorfold
+#   BINS="tests/models/test_quant_cuda bench/cuda/tf_bench_quant bench/cuda/tf_bench_cuda \
+#     bench/cuda/tf_attention_once tensorfold" tools/device_step.sh --pack
 #   run(command="bash bench/cuda/results/run463-ks64.sh; cut -c1-900 $OUT/all.txt", carry=[".devpack"])
 set -u
 D=$(mktemp -d); xz -dc .devpack/step.tar.xz | tar -xf - -C $D; export LD_LIBRARY_PATH=$D/bin:${LD_LIBRARY_PATH:-}

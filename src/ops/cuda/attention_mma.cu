@@ -515,14 +515,14 @@ __global__ void __launch_bounds__(kWarps * 32)
 // whose (tile, KV head) blocks about fill the card once (16 decode rows of 8 KV heads on 132 SMs): 148 KB of
 // shared memory at D = 128 (one block an SM), 80 KB at 64. Every warp computes l_c itself (spread_sum), so
 // each holds the same (m, l).
-// TM = 2 (two teams; session 45, not yet run on a GPU): 8 warps as two teams of 4, team t taking chunks
-// cb + t, cb + t + 2, ... -- K/V stage t is its own, so its barriers are its own (named barrier 1 + t) --
-// each with the one-team kernel's spread arithmetic (the same 4-warp split of S and of the output columns:
-// the same bits), two chunks computed at once. Team 1 hands each chunk's (mc, lc, oc) to team 0 through
-// shared memory (thread i of team 1 to thread i of team 0: the same pairs and columns), and team 0 merges in
-// chunk order (team 1's chunk c - 1 before its own chunk c). Handoffs: named barrier 3 (full: team 1 arrives,
-// team 0 waits) and 4 (empty: team 0 arrives when team 1 has a further chunk, team 1 waits before its
-// second and later handoffs), so the counts match exactly.
+// TM = 2 (two teams; session 45, the default where the blocks fill the card since session 46): 8 warps as two
+// teams of 4, team t taking chunks cb + t, cb + t + 2, ... -- K/V stage t is its own, so its barriers are its
+// own (named barrier 1 + t) -- each with the one-team kernel's spread arithmetic (the same 4-warp split of S
+// and of the output columns: the same bits), two chunks computed at once. Team 1 hands each chunk's (mc, lc,
+// oc) to team 0 through shared memory (thread i of team 1 to thread i of team 0: the same pairs and columns),
+// and team 0 merges in chunk order (team 1's chunk c - 1 before its own chunk c). Handoffs: named barrier 3
+// (full: team 1 arrives, team 0 waits) and 4 (empty: team 0 arrives when team 1 has a further chunk, team 1
+// waits before its second and later handoffs), so the counts match exactly.
 template <int D, int TM>
 __global__ void __launch_bounds__(TM* kWarps * 32, 1)
     attention_decode_loop_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ kp,

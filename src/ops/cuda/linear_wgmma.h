@@ -163,6 +163,13 @@ __device__ __forceinline__ uint64_t wgmma_desc(uint32_t smem_addr, uint32_t lbo,
          (uint64_t((sbo & 0x3FFFF) >> 4) << 32);  // bits 49-51 base offset 0, bits 62-63 swizzle 0
 }
 
+// desc with its start address `units` 16-byte units further on, added to the low word only: the start address
+// field (bits 0-13) holds any shared-memory address, so the sum never carries out of it, and a 32-bit add is
+// all the uniform datapath needs (a 64-bit sum of a signed offset costs a sign extension and a carry a use).
+__device__ __forceinline__ uint64_t wgmma_desc_plus(uint64_t desc, uint32_t units) {
+  return (desc & 0xFFFFFFFF00000000ull) | uint32_t(uint32_t(desc) + units);
+}
+
 // Orders this thread's earlier register writes (accumulators) before the next wgmma reads them.
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");

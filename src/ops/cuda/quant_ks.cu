@@ -149,7 +149,10 @@ __device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity)
         : "memory");
 }
 
-template <int KIND, int NW, int AH, int PIPE, int CL, int RING, int MB>
+// SP: the quads' scale words known at compile time to come by pairs (load_quad's spair: groups of 64, an even
+// group count a row; the launch picks the instance), so that neither load path's predicated-off instructions
+// issue (configuration 1, the default, only). Same words, same bits.
+template <int KIND, int NW, int AH, int PIPE, int CL, int RING, int MB, bool SP>
 __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL, RING, MB>::kThreads,
                                   KsCfg<NW, AH, PIPE, CL, RING, MB>::kMinBlocks)
     q4_ks_kernel(const __nv_bfloat16* x, QArgs q, const void* __restrict__ bias, int bias_kind,
@@ -169,9 +172,9 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL, RING, MB>::kThreads,
   // CL: a cluster is the 8 CTAs of one group of tiles, rank = slice (1-D clusters of 8, grid a multiple).
   const int slice = int(blockIdx.x) % kSlices, step = (int(gridDim.x) / kSlices) * NW;
   const int first = (int(blockIdx.x) / kSlices) * NW + wg;
-  const int QS = k / 1024;                            // quads a slice
-  const int sh = q.chunk_shift;                       // >= 1
-  const bool spair = sh == 1 && (q.groups & 1) == 0;  // (load_quad)
+  const int QS = k / 1024;                                    // quads a slice
+  const int sh = q.chunk_shift;                               // >= 1
+  const bool spair = SP || (sh == 1 && (q.groups & 1) == 0);  // (load_quad)
   if constexpr (CL) {  // the mbarriers, visible to the cluster before any peer's st.async or arrive
     if (cluster_rank() != uint32_t(slice)) __trap();  // (1-D clusters of 8: rank = blockIdx.x % 8)
     if (tid == 0) {
@@ -227,7 +230,8 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL, RING, MB>::kThreads,
       wgmma_fence();
       const int c = 4 * qd + e;  // the chunk of the slice
 #pragma unroll
-      for (int h = 0; h < 2; ++h) wgmma_rs_m64n16(acc, a[par][h], desc0 + uint64_t((2 * c + h) * (512 >> 4)));
+      for (int h = 0; h < 2; ++h)
+        wgmma_rs_m64n16(acc, a[par][h], wgmma_desc_plus(desc0, uint32_t((2 * c + h) * (512 >> 4))));
       wgmma_commit();
       if (e == 0) refill();
       if (e == 2) ahead();
@@ -393,16 +397,17 @@ struct KsLaunch {
   KsKernel kernel;
   int threads, nw, cl, ring;
 };
-template <int NW, int AH, int PIPE, int CL, int RING = 0, int MB = 0>
+template <int NW, int AH, int PIPE, int CL, int RING = 0, int MB = 0, bool SP = false>
 KsLaunch ks_launch_of(bool subnormal) {
-  return {subnormal ? q4_ks_kernel<kMlxBf16Sub, NW, AH, PIPE, CL, RING, MB>
-                    : q4_ks_kernel<kMlxBf16, NW, AH, PIPE, CL, RING, MB>,
+  return {subnormal ? q4_ks_kernel<kMlxBf16Sub, NW, AH, PIPE, CL, RING, MB, SP>
+                    : q4_ks_kernel<kMlxBf16, NW, AH, PIPE, CL, RING, MB, SP>,
           KsCfg<NW, AH, PIPE, CL, RING, MB>::kThreads, NW, CL, RING};
 }
-KsLaunch ks_launch(bool subnormal, int cfg) {
+// spair: the call's scale words come by pairs (sh == 1, an even group count; configuration 1's SP instance).
+KsLaunch ks_launch(bool subnormal, int cfg, bool spair) {
   switch (cfg) {
     case 1:
-      return ks_launch_of<2, 4, 0, 0>(subnormal);
+      return spair ? ks_launch_of<2, 4, 0, 0, 0, 0, true>(subnormal) : ks_launch_of<2, 4, 0, 0>(subnormal);
     case 2:
       return ks_launch_of<1, 4, 1, 0>(subnormal);
     case 3:
@@ -500,7 +505,7 @@ bool q4_ks_linear(bool subnormal, const __nv_bfloat16* x, const QArgs& q, const 
   if (tiles > ws->max_tiles || k % 1024 || k > kMaxK || q.chunk_shift < 1 || q.quad_chunks < k / 32 ||
       !linear_wgmma_supported())
     return false;
-  const KsLaunch l = ks_launch(subnormal, g_q4_ks_cfg);
+  const KsLaunch l = ks_launch(subnormal, g_q4_ks_cfg, q.chunk_shift == 1 && (q.groups & 1) == 0);
   const int per_slice = std::min((tiles + l.nw - 1) / l.nw, ks_resident(l, k) / kSlices);
   if (per_slice < 1) return false;
   const size_t smem = ks_smem(k, l.nw, l.cl, l.ring);
@@ -530,12 +535,13 @@ bool q4_ks_linear(bool subnormal, const __nv_bfloat16* x, const QArgs& q, const 
 void prime_q4_ks_grids() {
   if (!linear_wgmma_supported()) return;
   for (bool subnormal : {false, true})
-    for (int cfg = 0; cfg < kKsConfigs; ++cfg) {
-      const KsLaunch l = ks_launch(subnormal, cfg);
-      ks_resident(l, kMaxK);  // (the opt-in first: the largest)
-      // The ring's per-K answers too, so that no occupancy query runs inside a graph capture.
-      for (int k = 1024; l.ring && k < kMaxK; k += 1024) ks_resident(l, k);
-    }
+    for (int cfg = 0; cfg < kKsConfigs; ++cfg)
+      for (bool spair : {false, true}) {
+        const KsLaunch l = ks_launch(subnormal, cfg, spair);
+        ks_resident(l, kMaxK);  // (the opt-in first: the largest)
+        // The ring's per-K answers too, so that no occupancy query runs inside a graph capture.
+        for (int k = 1024; l.ring && k < kMaxK; k += 1024) ks_resident(l, k);
+      }
 }
 
 void set_q4_ks(int mode) {

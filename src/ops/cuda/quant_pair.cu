@@ -37,18 +37,20 @@ namespace {
 constexpr int kWarps = 8;          // K slices (as quant_linear.cu and linear.cu)
 constexpr int kPairFeatures = 32;  // a tile: two 16-feature groups
 constexpr int kRedStride = 36;     // slice-sum rows padded: lanes (g, t) store to banks g + 8t
-// TF_Q4_PAIR=0 off, 1 where the tiles fill the grid, 2 always, 3 (default) as 1 and also where K and the width
-// are both >= 4096: with q4_wg on the gate_up and q4_ks on the down it takes the qkv and o of an 8B step (run
-// 455: 3.212 against 3.283 ms with mode 1, same call). Narrower calls (a 30B-A3B's qkv at K = 2048, its o at
-// width 2048) were not measured with it and keep q4_decode_kernel.
+// TF_Q4_PAIR=0 off, 1 where the tiles fill the grid, 2 always, 3 (default) as 1 and also where K and the
+// width are both >= 4096: with q4_wg on the gate_up and q4_ks on the down it takes the qkv and o of an 8B
+// step (run 455: 3.212 against 3.283 ms with mode 1, same call). Narrower calls (a 30B-A3B's qkv at K = 2048,
+// its o at width 2048) were not measured with it and keep q4_decode_kernel.
 int g_q4_pair = env_digit("TF_Q4_PAIR", 3, 3);
 
 // Persistent over 32-feature tiles (blockIdx.x, + gridDim.x, ...). A warp holds D quads of both groups'
 // rows in flight (lane t's 16 bytes of each of 4 rows, their scale words); when its quads a slice are a
 // multiple of D it requests the next tile's first D quads while computing this tile's last D. x (rows
 // past m read row 0: their MMA column is never stored) through L1, a chunk's two token rows next to its
-// MMAs.
-template <int KIND, int D>
+// MMAs. SP: the quads' scale words by pairs (load_quad's spair: groups of 64, an even group count a row),
+// fixed at compile time so that neither load path's instructions issue where the other is taken (the launch
+// picks the instance; same words, same bits).
+template <int KIND, int D, bool SP>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     q4_pair_kernel(const __nv_bfloat16* x, QArgs q, const void* __restrict__ bias, int bias_kind,
                    void* __restrict__ y, bool y_f32, int m, int n, int k) {
@@ -68,7 +70,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     head_end = tail_begin = c_end;
   }
   const bool chain = (qe - qb) % D == 0;
-  const bool spair = sh == 1 && (q.groups & 1) == 0;
+  constexpr bool spair = SP;  // (the launch: sh == 1 && even q.groups)
 
   uint4 wa[D][2], wb[D][2];  // [slot][group]: rows g, g + 8 of the group
   uint32_t sa[D][2][2], sb[D][2][2];
@@ -97,12 +99,11 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   Rows2 here = rows(tile);
   first_quads(here);
   pdl_wait();  // weights are constant; x is not
-  const __nv_bfloat16* xr[2];
-#pragma unroll
-  for (int j = 0; j < 2; ++j) xr[j] = x + int64_t(8 * j + g < m ? 8 * j + g : 0) * k + 8 * t;
+  // Token row 8j + g's x from chunk c on (formed where used: two pointers held across the kernel spilled).
+  auto x_at = [&](int j, int c) { return x + int64_t(8 * j + g < m ? 8 * j + g : 0) * k + 8 * t + 32 * c; };
   auto load_x = [&](int c, uint4(&xv)[2]) {
 #pragma unroll
-    for (int j = 0; j < 2; ++j) xv[j] = ld_act16(xr[j] + c * 32);
+    for (int j = 0; j < 2; ++j) xv[j] = ld_act16(x_at(j, c));
   };
 
   for (int parity = 0; tile < tiles; tile += gridDim.x, parity ^= 1) {
@@ -151,14 +152,18 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     int qd = qb;
     // Whole rings. Unlike q4_decode_kernel, the next chunk is not dequantized (nor its x requested) before
     // this chunk's MMAs: four chains a warp fill the MMA latency, and the look-ahead's registers spill
-    // (128 a thread for two blocks an SM).
-    for (; qd + D <= qe; qd += D) {
+    // (128 a thread for two blocks an SM). x of a ring's chunks from one pointer a token row, advanced a ring
+    // at a time (the chunks' offsets immediates: formed chunk by chunk as 64-bit sums they cost ~10
+    // instructions a chunk, SASS).
+    const __nv_bfloat16* xq[2] = {x_at(0, 4 * qd), x_at(1, 4 * qd)};
+    for (; qd + D <= qe; qd += D, xq[0] += 128 * D, xq[1] += 128 * D) {
 #pragma unroll
       for (int i = 0; i < D; ++i)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           uint4 a[2], b[2], xv[2];
-          load_x(4 * (qd + i) + e, xv);
+#pragma unroll
+          for (int j = 0; j < 2; ++j) xv[j] = ld_act16(xq[j] + (4 * i + e) * 32);
           deq(i, e, a, b);
           if (e == 3) reload(i, qd);  // the slot's last chunk is dequantized
           mmas(a, b, xv);
@@ -211,8 +216,10 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 constexpr int kPairD = 2;  // quads in flight a warp (4 rows each)
 
 using PairKernel = void (*)(const __nv_bfloat16*, QArgs, const void*, int, void*, bool, int, int, int);
-PairKernel pair_kernel(bool subnormal) {
-  return subnormal ? q4_pair_kernel<kMlxBf16Sub, kPairD> : q4_pair_kernel<kMlxBf16, kPairD>;
+PairKernel pair_kernel(bool subnormal, bool spair) {
+  if (spair)
+    return subnormal ? q4_pair_kernel<kMlxBf16Sub, kPairD, true> : q4_pair_kernel<kMlxBf16, kPairD, true>;
+  return subnormal ? q4_pair_kernel<kMlxBf16Sub, kPairD, false> : q4_pair_kernel<kMlxBf16, kPairD, false>;
 }
 
 }  // namespace
@@ -220,7 +227,7 @@ PairKernel pair_kernel(bool subnormal) {
 bool q4_pair_linear(bool subnormal, const __nv_bfloat16* x, const QArgs& q, const void* bias, int bias_kind,
                     void* y, bool y_f32, int m, int n, int k, cudaStream_t s) {
   if (g_q4_pair == 0 || m < 9 || m > 16) return false;
-  const PairKernel kernel = pair_kernel(subnormal);
+  const PairKernel kernel = pair_kernel(subnormal, q.chunk_shift == 1 && (q.groups & 1) == 0);
   const int tiles = (n + kPairFeatures - 1) / kPairFeatures;
   const int grid = resident_blocks(reinterpret_cast<const void*>(kernel), kWarps * 32);
   if ((g_q4_pair == 1 || (g_q4_pair == 3 && (k < 4096 || n < 4096))) && tiles < grid) return false;
@@ -231,12 +238,14 @@ bool q4_pair_linear(bool subnormal, const __nv_bfloat16* x, const QArgs& q, cons
 
 void prime_q4_pair_grids() {
   for (bool subnormal : {false, true})
-    resident_blocks(reinterpret_cast<const void*>(pair_kernel(subnormal)), kWarps * 32);
+    for (bool spair : {false, true})
+      resident_blocks(reinterpret_cast<const void*>(pair_kernel(subnormal, spair)), kWarps * 32);
 }
 
 void set_q4_pair(int mode) {
   TF_CHECK(mode >= 0 && mode <= 3,
-           "set_q4_pair: 0 (off), 1 (where the tiles fill the grid), 2 (always) or 3 (as 1, and K, width >= 4096)");
+           "set_q4_pair: 0 (off), 1 (where the tiles fill the grid), 2 (always) or 3 (as 1, and K, width >= "
+           "4096)");
   g_q4_pair = mode;
 }
 

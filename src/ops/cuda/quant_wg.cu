@@ -104,7 +104,11 @@ __global__ void __launch_bounds__(WgCfg<SL, AH>::kThreads, 1)
   const uint32_t xs = saddr(smem);
   float* const part = reinterpret_cast<float*>(smem + size_t(k) * 32);
   pdl_launch_dependents();
-  const int tid = int(threadIdx.x), wg = tid / 128, warp = (tid / 32) % 4, lane = tid % 32;
+  // wg through a shuffle from lane 0: the compiler then knows it is warp-uniform and forms the wgmma
+  // descriptors and the slices' quad offsets in the uniform datapath (SASS: without it, each descriptor is
+  // formed per thread in 64 bits and moved over by R2UR, ~100 instructions a quad of two slices).
+  const int tid = int(threadIdx.x), wg = __shfl_sync(0xffffffffu, tid / 128, 0), warp = (tid / 32) % 4,
+            lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
   const int tiles = (n + kTile - 1) / kTile, G = int(gridDim.x);
   const int QS = k / 1024;                            // quads a slice
@@ -168,7 +172,8 @@ __global__ void __launch_bounds__(WgCfg<SL, AH>::kThreads, 1)
             const int c = (SL * wg + j) * (4 * QS) + 4 * qd + e;  // the chunk of the row
 #pragma unroll
             for (int h = 0; h < 2; ++h)
-              wgmma_rs_m64n16(acc + 8 * j, a[j][h], desc0 + uint64_t((2 * c + h) * (512 >> 4)));
+              wgmma_rs_m64n16(acc + 8 * j, a[j][h],
+                              wgmma_desc_plus(desc0, uint32_t((2 * c + h) * (512 >> 4))));
           }
           wgmma_commit();
         }

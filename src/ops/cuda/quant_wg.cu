@@ -93,7 +93,10 @@ int g_q4_wg_cfg = env_digit("TF_Q4_WG_CFG", 1, 1);
 // registers.
 // kAblate (timing only, wrong outputs; TF_Q4_WG_ABLATE): 1 no x staging, 2 no dequantisation (the raw words
 // as fragments), 3 no MMAs.
-template <int KIND, int SL, int AH, int kAblate = 0>
+// SP: the quads' scale words known at compile time to come by pairs (load_quad's spair: groups of 64, an even
+// group count a row; the launch picks the instance), so that neither load path's predicated-off instructions
+// issue (the default configuration only). Same words, same bits.
+template <int KIND, int SL, int AH, int kAblate = 0, bool SP = false>
 __global__ void __launch_bounds__(WgCfg<SL, AH>::kThreads, 1)
     q4_wg_kernel(const __nv_bfloat16* x, QArgs q, const void* __restrict__ bias, int bias_kind,
                  void* __restrict__ y, bool y_f32, int m, int n, int k) {
@@ -111,9 +114,9 @@ __global__ void __launch_bounds__(WgCfg<SL, AH>::kThreads, 1)
             lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
   const int tiles = (n + kTile - 1) / kTile, G = int(gridDim.x);
-  const int QS = k / 1024;                            // quads a slice
-  const int sh = q.chunk_shift;                       // >= 1
-  const bool spair = sh == 1 && (q.groups & 1) == 0;  // (load_quad)
+  const int QS = k / 1024;                                    // quads a slice
+  const int sh = q.chunk_shift;                               // >= 1
+  const bool spair = SP || (sh == 1 && (q.groups & 1) == 0);  // (load_quad)
   // Ring slot s: quad qd of rows g, g + 8 of slices SL wg + j (j < SL): quad (SL wg + j) QS + qd of the row.
   uint4 wa[R][SL], wb[R][SL];
   uint32_t sa[R][SL][2], sb[R][SL][2];
@@ -230,13 +233,14 @@ struct WgLaunch {
   size_t smem;
 };
 const int g_q4_wg_ablate = env_digit("TF_Q4_WG_ABLATE", 3, 0);
-template <int SL, int AH, int A = 0>
+template <int SL, int AH, int A = 0, bool SP = false>
 WgLaunch wg_launch_of(bool subnormal, int k) {
   using C = WgCfg<SL, AH>;
-  return {subnormal ? q4_wg_kernel<kMlxBf16Sub, SL, AH, A> : q4_wg_kernel<kMlxBf16, SL, AH, A>, C::kThreads,
-          C::smem(k)};
+  return {subnormal ? q4_wg_kernel<kMlxBf16Sub, SL, AH, A, SP> : q4_wg_kernel<kMlxBf16, SL, AH, A, SP>,
+          C::kThreads, C::smem(k)};
 }
-WgLaunch wg_launch(bool subnormal, int k, int cfg) {
+// spair: the call's scale words come by pairs (sh == 1, an even group count; the default's SP instance).
+WgLaunch wg_launch(bool subnormal, int k, int cfg, bool spair) {
   if (cfg == 0) return wg_launch_of<4, 2>(subnormal, k);
   switch (g_q4_wg_ablate) {  // (timing: the default configuration only)
     case 1:
@@ -246,7 +250,7 @@ WgLaunch wg_launch(bool subnormal, int k, int cfg) {
     case 3:
       return wg_launch_of<2, 2, 3>(subnormal, k);
     default:
-      return wg_launch_of<2, 2>(subnormal, k);
+      return spair ? wg_launch_of<2, 2, 0, true>(subnormal, k) : wg_launch_of<2, 2>(subnormal, k);
   }
 }
 
@@ -258,11 +262,12 @@ bool q4_wg_linear(bool subnormal, const __nv_bfloat16* x, const QArgs& q, const 
     return false;
   if (k % 1024 || k > kMaxK || q.chunk_shift < 1 || q.quad_chunks < k / 32 || !linear_wgmma_supported())
     return false;
-  const WgLaunch l = wg_launch(subnormal, k, g_q4_wg_cfg);
+  const bool spair = q.chunk_shift == 1 && (q.groups & 1) == 0;
+  const WgLaunch l = wg_launch(subnormal, k, g_q4_wg_cfg, spair);
   const int tiles = (n + kTile - 1) / kTile;
   // (resident_blocks caches a kernel's first answer and opts in its shared memory then: always the largest)
   const int grid = resident_blocks(reinterpret_cast<const void*>(l.kernel), l.threads,
-                                   wg_launch(subnormal, kMaxK, g_q4_wg_cfg).smem);
+                                   wg_launch(subnormal, kMaxK, g_q4_wg_cfg, spair).smem);
   if (grid < 1 || (g_q4_wg != 2 && tiles < grid)) return false;
   launch_pdl(l.kernel, dim3(std::min(tiles, grid)), dim3(l.threads), l.smem, s, x, q, bias, bias_kind, y,
              y_f32, m, n, k);
@@ -272,10 +277,11 @@ bool q4_wg_linear(bool subnormal, const __nv_bfloat16* x, const QArgs& q, const 
 void prime_q4_wg_grids() {
   if (!linear_wgmma_supported()) return;
   for (bool subnormal : {false, true})
-    for (int cfg = 0; cfg < 2; ++cfg) {
-      const WgLaunch l = wg_launch(subnormal, kMaxK, cfg);  // (the opt-in: the largest k)
-      resident_blocks(reinterpret_cast<const void*>(l.kernel), l.threads, l.smem);
-    }
+    for (int cfg = 0; cfg < 2; ++cfg)
+      for (bool spair : {false, true}) {
+        const WgLaunch l = wg_launch(subnormal, kMaxK, cfg, spair);  // (the opt-in: the largest k)
+        resident_blocks(reinterpret_cast<const void*>(l.kernel), l.threads, l.smem);
+      }
 }
 
 void set_q4_wg_config(int cfg) {

@@ -69,9 +69,10 @@ void set_attention_half_combine(bool on);
 // partials, no combine). 0 off, 1 where the blocks about fill the card once (3/4 of the SMs to all of them)
 // and the longest row has at most kDecodeLoopMaxChunks chunks (run 455: 16 rows at 2048 positions, 16 chunks
 // a block in turn, 48 -> 64 us a layer alone), 2 always (tests); with two teams of 4 warps a block taking
-// alternate chunks (session 45): 3 wherever the blocks fill 3/4 of the SMs or more (no upper bound, any
-// context: 16 and 32 rows of 8 KV heads at 512-8192 positions gain), 4 always (tests). Default 3 (runs
-// 458-460: the 8B forward at b = 16 -3.6% (H200) / -6% (H100) in 4-bit, -2% / -2.6% in bf16).
+// alternate chunks (session 45): 3 wherever the blocks fill 2/3 of the SMs or more (no upper bound, any
+// context: 12, 16 and 32 rows of 8 KV heads at 512-8192 positions gain), or 45% of them at up to 4 chunks (8
+// rows: session 47, run 464), 4 always (tests). Default 3 (runs 458-460: the 8B forward at b = 16 -3.6%
+// (H200) / -6% (H100) in 4-bit, -2% / -2.6% in bf16).
 // TF_ATTN_DECODE_LOOP sets it at start-up. The launches so far (tests: that it ran).
 void set_attention_decode_loop(int mode);
 int attention_decode_loop();

@@ -704,7 +704,7 @@ TEST_F(CudaOps, AttentionSixteenRowsFusedCombineEqualsCombineLaunch) {
   cuda::set_attention_decode_loop(4);  // two teams a block
   const auto decode_teams = run();
   EXPECT_EQ(cuda::attention_decode_loop_launches(true), teams + 1) << "the two-team kernel did not run";
-  cuda::set_attention_decode_loop(3);  // the default rule: two teams where the blocks fill 3/4 of the SMs
+  cuda::set_attention_decode_loop(3);  // the default rule (attention_decode_loop_takes)
   const long teams3 = cuda::attention_decode_loop_launches(true);
   const auto decode_rule = run();
   EXPECT_EQ(cuda::attention_decode_loop_launches(true) - teams3,

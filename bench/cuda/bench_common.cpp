@@ -100,9 +100,6 @@ bool not_zero(const char* env) {
 bool ks_cluster_benched() {
   return not_zero("TF_BENCH_KS_CLUSTER");
 }
-bool ks_ring_benched() {
-  return not_zero("TF_BENCH_KS_RING");
-}
 bool decode_teams_benched() {
   return not_zero("TF_BENCH_DECODE_TEAMS");
 }

@@ -38,11 +38,10 @@ BatchMeta decode_meta(int batch, int ctx);
 // One prompt of n tokens in one forward.
 BatchMeta prefill_meta(int n);
 
-// Whether the benches time q4_ks_kernel's cluster-fold configurations (5-6), its rings in shared memory (7-9)
-// and the attention's two-team decode loop: TF_BENCH_KS_CLUSTER=0 / TF_BENCH_KS_RING=0 /
-// TF_BENCH_DECODE_TEAMS=0 skip them (the device scripts, after their tests failed or hung).
+// Whether the benches time q4_ks_kernel's cluster-fold configurations (5-6) and the attention's two-team
+// decode loop: TF_BENCH_KS_CLUSTER=0 / TF_BENCH_DECODE_TEAMS=0 skip them (the device scripts, after their
+// tests failed or hung).
 bool ks_cluster_benched();
-bool ks_ring_benched();
 bool decode_teams_benched();
 
 // Stamps of `blocks` blocks, n a block (block b's stamp i at v[b * n + i]; 0 = not reached).

@@ -557,13 +557,6 @@ TEST_F(Gpu, Quant4BitKSliceKernelEqualsDecodeKernel) {
   expect_ks_equals_decode(*gpu, {0, 1, 2, 3, 4});
 }
 
-// Configurations 7-11: the weights' quads ahead in a ring in shared memory (cp.async) instead of registers
-// (10-11: held to 64 registers for more warps an SM).
-TEST_F(Gpu, Quant4BitKSliceRingEqualsDecodeKernel) {
-  if (!cuda::linear_wgmma_supported()) GTEST_SKIP() << "no wgmma on this device";
-  expect_ks_equals_decode(*gpu, {7, 8, 9, 10, 11});
-}
-
 // Configurations 5-6: the fold in a cluster of the 8 slices (st.async into slice 0's shared memory).
 TEST_F(Gpu, Quant4BitKSliceClusterFoldEqualsDecodeKernel) {
   if (!cuda::linear_wgmma_supported()) GTEST_SKIP() << "no wgmma on this device";

@@ -209,20 +209,6 @@ __device__ __forceinline__ void load_quad(const QArgs& q, const QuadRows& p, int
     sb[0] = __ldg(s32 + (p.sb + g0)), sb[1] = __ldg(s32 + (p.sb + g1));
   }
 }
-// load_quad's words into shared memory by cp.async instead of registers (q4_ks_kernel's ring in shared
-// memory): lane t's 16 bytes of rows a and b to da and db, and word t of its group's four scale words (sa[0],
-// sa[1], sb[0], sb[1]: the same words load_quad reads) to ds, so the four lanes of a group copy its 16 scale
-// bytes once between them (the reader waits for its own copies and then synchronises the warp). One commit
-// group is the caller's.
-__device__ __forceinline__ void cp_quad(const QArgs& q, const QuadRows& p, int qd, int sh, int t, uint32_t da,
-                                        uint32_t db, uint32_t ds) {
-  const auto* w32 = reinterpret_cast<const uint32_t*>(q.w);
-  const auto* s32 = static_cast<const uint32_t*>(q.scales);
-  const uint32_t c = 4 * qd, g = ((t & 1) ? c + 2 : c) >> sh;
-  cp_async16(da, w32 + (p.wa + 16 * uint32_t(qd)), true);
-  cp_async16(db, w32 + (p.wb + 16 * uint32_t(qd)), true);
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(ds), "l"(s32 + ((t < 2 ? p.sa : p.sb) + g)));
-}
 // Chunk e's word (0..3) of a quad's 16 bytes.
 __device__ __forceinline__ uint32_t quad_word(const uint4& v, int e) {
   return e == 0 ? v.x : e == 1 ? v.y : e == 2 ? v.z : v.w;

@@ -33,19 +33,10 @@
 //   every CTA resident while its peers may still reach it.
 // x traffic: 8 slices x (CTAs a slice) x K / 8 x 32 bytes (a 4096-wide down on 256 CTAs: 12 MB, not 100).
 //
-// RING (configurations 7-9, session 45; off: run 458 on an H100 found the down alone 0.590 -> 0.644 ms with
-// twice the bytes in flight (7), 0.586 -> 0.576 with the same depth in shared memory (8), and every ring
-// configuration slower in the forward -- the 16-row linears are not bound by the bytes in flight; the H200,
-// where the hypothesis came from, is untested): the quads ahead wait in shared memory instead of registers.
-// Session 41's reading: the 16-row kernels stream at ~2.9 TB/s with ~64 KB of weights in flight an SM (AH 4
-// quads of 4.5 KB a warpgroup, four warpgroups an SM), where the copy bandwidth needs more bytes in flight
-// than registers hold. Each thread copies its own two 16-byte units of a quad by cp.async (and the four lanes
-// of a group its four scale words, one each), one commit group a quad, RING groups in flight; it waits for a
-// quad's group, synchronises the warp (the scale words came by other lanes) and reads the slot into registers
-// one quad ahead (after the current quad's third chunk), and after the first chunk refills the current slot
-// with the quad RING ahead (after a __syncwarp: every lane has read it). The arithmetic is the register
-// path's (same quad and fold code), so the bits are. Shared memory: x's slice (16 KB at K = 4096, 48 KB at
-// 12288; the grid sized for the call's K: ks_resident) plus RING x 4.5 KB a warpgroup.
+// Tried and removed (session 47): the quads ahead in a ring in shared memory (cp.async) instead of
+// registers, with twice the bytes in flight, the same depth, or held to 64 registers for twice the warps an
+// SM -- slower than the register ring on the H100 and the H200 in every form (runs 458, 463;
+// docs/cuda-notes.md "Session 45"-"Session 47"): the 16-row linears are not bound by the bytes in flight.
 //
 // Bits: q4_decode_kernel's (each slice the same chain of the same chunks, the slice sums in slice order,
 // then store_biased); tested bit for bit against it (test_quant_cuda).
@@ -81,45 +72,31 @@ constexpr int kSlices = 8;      // K slices (the bits' own)
 constexpr int kMaxK = 12288;    // a slice of x in shared memory: 4 k bytes (48 KB)
 constexpr int kMaxTiles = 384;  // the workspace: widths up to 24576 (the 8B gate_up)
 constexpr int kPart = 1024;     // floats of a (tile, slice) partial: 64 features x 16 tokens
-// A ring slot in shared memory (RING configurations): a warpgroup's quad, lane-ordered -- rows g's 16 bytes
-// by thread (2 KB), rows g + 8's (2 KB), then each warp's 8 groups' scale words (16 bytes a group: sa[0],
-// sa[1], sb[0], sb[1]).
-constexpr int kSlotBytes = 2 * 2048 + 4 * 128;
 // A configuration: NW warpgroups a CTA (one slice, different tiles), AH quads ahead in registers, PIPE and CL
-// (see above); RING > 0: instead of registers, RING quads ahead in shared memory (cp.async, see the kernel);
-// MB > 0: at least MB CTAs an SM in the launch bounds (the registers a thread: 65536 / (MB x 128 NW)), else
-// 4 / NW.
-template <int NW, int AH, int PIPE, int CL, int RING = 0, int MB = 0>
+// (see above).
+template <int NW, int AH, int PIPE, int CL>
 struct KsCfg {
-  static_assert(!(CL && RING), "the ring takes the fold buffer's place: ticket fold only");
-  static_assert(!(RING && AH), "the ring replaces the quads ahead in registers (its one slot: kSlots = 1)");
-  static constexpr int kThreads = 128 * NW, kSlots = AH + 1, kMinBlocks = MB ? MB : 4 / NW;
+  static constexpr int kThreads = 128 * NW, kSlots = AH + 1, kMinBlocks = 4 / NW;
 };
 // Dynamic shared memory (no static shared memory: 48 KB of x at K = 12288 plus any static would need the
 // opt-in that resident_blocks gives only above 48 KB): x's slice (K / 8 values x 16 rows x 2 bytes), then
 // with CL the fold buffer (a warpgroup's 7 partials from the other slices: 7 x 4 KB) and the mbarriers (full
-// and empty, a warpgroup each), or with RING the warpgroups' ring slots, then the warpgroups' ticket flags.
+// and empty, a warpgroup each), then the warpgroups' ticket flags.
 constexpr size_t ks_fold_offset(int k) {
   return size_t(k) * 4;
 }
 constexpr size_t ks_bars_offset(int k, int nw, int cl) {
   return ks_fold_offset(k) + (cl ? size_t(nw) * (kSlices - 1) * kPart * sizeof(float) : 0);
 }
-constexpr size_t ks_smem(int k, int nw, int cl, int ring) {
-  return ks_bars_offset(k, nw, cl) + (cl ? size_t(nw) * 16 : 0) + size_t(nw) * ring * kSlotBytes + 16;
+constexpr size_t ks_smem(int k, int nw, int cl) {
+  return ks_bars_offset(k, nw, cl) + (cl ? size_t(nw) * 16 : 0) + 16;
 }
 // TF_Q4_KS=0 off, 1 at 9-16 rows, 2 at 1-16 rows, 3 at 9-16 rows for K > 4096 only (the down: the default,
 // run 453), 4 at 9-16 rows for widths <= 8192 only (all but the gate_up).
 int g_q4_ks = env_digit("TF_Q4_KS", 4, 3);
 // TF_Q4_KS_CFG: 0 = NW 1, 1 = NW 2, 2 = NW 1 PIPE, 3 = NW 2 PIPE, 4 = NW 4 (one CTA an SM), 5 = NW 2 CL, 6 =
-// NW 1 CL (AH 4 each); the ring in shared memory: 7 = NW 4 RING 8 (one CTA an SM, 32 quads in flight an SM
-// against configuration 1's 16), 8 = NW 4 RING 4 (configuration 4's 16 quads in flight, in shared memory), 9
-// = NW 1 RING 12 (two CTAs an SM at K = 12288: 24; three at K <= 4096: 36). (PIPE with the ring serialised
-// its wgmmas: C7513.) Session 46 (run 461's ncu: latency-bound at 16 warps an SM, the registers' residency):
-// the ring held to 64 registers (MB: min CTAs an SM in the launch bounds; ptxas spills 16-20 bytes) for twice
-// the warps: 10 = NW 4 RING 2 MB 2 (32 warps an SM at every K: 2 x 84 KB at 12288), 11 = NW 2 RING 4 MB 4 (32
-// warps an SM at K <= 4096, 16 at 12288, where x's 48 KB slice binds). Not yet run on a GPU.
-constexpr int kKsConfigs = 12;
+// NW 1 CL (AH 4 each).
+constexpr int kKsConfigs = 7;
 int g_q4_ks_cfg = env_digit("TF_Q4_KS_CFG", kKsConfigs - 1, 1);  // (1: the forward's A/B, run 453)
 std::atomic<long> g_q4_ks_launches{0};
 
@@ -152,19 +129,18 @@ __device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity)
 // SP: the quads' scale words known at compile time to come by pairs (load_quad's spair: groups of 64, an even
 // group count a row; the launch picks the instance), so that neither load path's predicated-off instructions
 // issue (configuration 1, the default, only). Same words, same bits.
-template <int KIND, int NW, int AH, int PIPE, int CL, int RING, int MB, bool SP>
-__global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL, RING, MB>::kThreads,
-                                  KsCfg<NW, AH, PIPE, CL, RING, MB>::kMinBlocks)
+template <int KIND, int NW, int AH, int PIPE, int CL, bool SP>
+__global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL>::kThreads, KsCfg<NW, AH, PIPE, CL>::kMinBlocks)
     q4_ks_kernel(const __nv_bfloat16* x, QArgs q, const void* __restrict__ bias, int bias_kind,
                  void* __restrict__ y, bool y_f32, int m, int n, int k, float* part, int* tickets) {
-  using C = KsCfg<NW, AH, PIPE, CL, RING, MB>;
+  using C = KsCfg<NW, AH, PIPE, CL>;
   constexpr int R = C::kSlots;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t xs = saddr(smem);
   float* const fold = reinterpret_cast<float*>(smem + ks_fold_offset(k));  // CL: [wg][slice - 1][kPart]
   const uint32_t bars = xs + uint32_t(ks_bars_offset(k, NW, CL));          // CL: full[NW], empty[NW]
-  int* const last_of = reinterpret_cast<int*>(smem + ks_smem(k, NW, CL, RING) - 16);
+  int* const last_of = reinterpret_cast<int*>(smem + ks_smem(k, NW, CL) - 16);
   pdl_launch_dependents();
   const int tid = int(threadIdx.x), wg = tid / 128, wt = tid % 128, warp = wt / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
@@ -187,27 +163,17 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL, RING, MB>::kThreads,
   uint4 wa[R], wb[R];
   uint32_t sa[R][2], sb[R][2];
   int l_tile = first, l_qd = 0;  // the load head
-  // RING: warpgroup wg's slots in shared memory after x's slice (kSlotBytes each); a thread's own 16-byte
-  // units of rows g and g + 8, and its group's scale words at 16 g of its warp's 128 bytes.
-  const uint32_t ring = xs + uint32_t(ks_fold_offset(k)) + uint32_t(wg * RING * kSlotBytes);
   auto load_next = [&](int slot) {
     if (l_tile < tiles) {
       const int r0 = l_tile * kTile + 16 * warp + g;  // rows clamped; masked at the store
       const QuadRows p = quad_rows(q, min(r0, n - 1), min(r0 + 8, n - 1), t);
-      if constexpr (RING) {
-        const uint32_t d = ring + uint32_t(slot * kSlotBytes);
-        cp_quad(q, p, slice * QS + l_qd, sh, t, d + 16 * wt, d + 2048 + 16 * wt,
-                d + 4096 + 128 * warp + 16 * g + 4 * t);
-      } else {
-        load_quad(q, p, slice * QS + l_qd, sh, spair, wa[slot], wb[slot], sa[slot], sb[slot]);
-      }
+      load_quad(q, p, slice * QS + l_qd, sh, spair, wa[slot], wb[slot], sa[slot], sb[slot]);
     }
-    if constexpr (RING) cp_async_commit();  // (empty past the last tile: the wait counts stay exact)
     if (++l_qd == QS) l_qd = 0, l_tile += step;
   };
 #pragma unroll
-  for (int a = 0; a < (RING ? RING : AH); ++a) load_next(a);  // weights are constant
-  pdl_wait();                                                 // x is not, nor the workspace
+  for (int a = 0; a < AH; ++a) load_next(a);  // weights are constant
+  pdl_wait();                                 // x is not, nor the workspace
   stage_x_perm<C::kThreads / 32, true>(xs, x, m, k, slice * 4 * QS, 4 * QS, tid);  // (NW 4, odd QS: ragged)
   fence_proxy_async();  // the generic proxy's stores -> wgmma's reads (async proxy)
   __syncthreads();
@@ -219,9 +185,8 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL, RING, MB>::kThreads,
   uint32_t a[2][2][4];  // [chunk parity (PIPE) or 0][step h]: mma_chunk's fragments
   int tile = first, qd = 0, round = 0;
   // The 4 chunks of a quad (slot `slot` of the registers), then refill(), the next quad's loads, after the
-  // first use of its words (into the slot the previous quad left (registers) or this one (RING): its words
-  // are dequantized, and the wgmmas read the fragments, not the ring).
-  auto quad = [&](int slot, auto&& refill, auto&& ahead) {
+  // first use of its words (into the slot the previous quad left).
+  auto quad = [&](int slot, auto&& refill) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int par = PIPE ? e & 1 : 0;  // (4 chunks a quad: even, so the parity is static)
@@ -234,7 +199,6 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL, RING, MB>::kThreads,
         wgmma_rs_m64n16(acc, a[par][h], wgmma_desc_plus(desc0, uint32_t((2 * c + h) * (512 >> 4))));
       wgmma_commit();
       if (e == 0) refill();
-      if (e == 2) ahead();
       wgmma_fence_operands<8>(acc);
       if (PIPE)
         wgmma_wait<1>();  // the chunk before: its fragments are rewritten by the next chunk
@@ -335,52 +299,16 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL, RING, MB>::kThreads,
   // (no block-wide barrier below: a warpgroup without tiles skips the loop; with CL every thread still
   // reaches the closing cluster barrier)
   bool more = tile < tiles;
-  if constexpr (RING) {
-    // A quad's slot is waited for (this thread's copies of it: one group a quad), the warp synchronised (its
-    // group's scale words came by the group's four lanes) and read into registers one quad ahead: after the
-    // current quad's third chunk. Its first chunk refilled the current slot with the quad RING ahead (after
-    // a __syncwarp: every lane has read it), so with RING + j + 1 groups committed when quad j + 1 is read,
-    // wait_group RING - 1 means quad j + 1's group has landed; its LDS latency hides under the last chunk.
-    // (A read after the first chunk cost the copies three chunks of lead: 15 -> 12 at RING 4, the review.)
-    // (Past the last tile the read-ahead reads a slot of an empty group, never used.)
-    int rs = 0;
-    uint4 nwa, nwb, nsv;  // the next quad's slot
-    auto read_slot = [&](int slot) {
-      cp_async_wait<RING - 1>();
-      __syncwarp();
-      const uint32_t d = ring + uint32_t(slot * kSlotBytes);
-      nwa = lds128(d + 16 * wt), nwb = lds128(d + 2048 + 16 * wt);
-      nsv = lds128(d + 4096 + 128 * warp + 16 * g);
-    };
-    read_slot(0);
-    while (more) {
-      wa[0] = nwa, wb[0] = nwb;
-      sa[0][0] = nsv.x, sa[0][1] = nsv.y, sb[0][0] = nsv.z, sb[0][1] = nsv.w;
-      const int cur = rs;
-      rs = rs + 1 == RING ? 0 : rs + 1;
-      quad(
-          0,
-          [&] {
-            __syncwarp();
-            load_next(cur);
-          },
-          [&] { read_slot(rs); });
-      if (++qd < QS) continue;
-      if (!finish_tile()) return;
-    }
-  } else {
-    while (more) {
+  while (more) {
 #pragma unroll
-      for (int slot = 0; slot < R; ++slot) {
-        quad(
-            slot, [&] { load_next((slot + AH) % R); }, [] {});
-        if (++qd < QS) continue;
-        if (!finish_tile()) {
-          if constexpr (!CL)
-            return;  // (a return, not the break: with the break ptxas serialised PIPE's wgmmas)
-          more = false;
-          break;
-        }
+    for (int slot = 0; slot < R; ++slot) {
+      quad(slot, [&] { load_next((slot + AH) % R); });
+      if (++qd < QS) continue;
+      if (!finish_tile()) {
+        if constexpr (!CL)
+          return;  // (a return, not the break: with the break ptxas serialised PIPE's wgmmas)
+        more = false;
+        break;
       }
     }
   }
@@ -395,19 +323,19 @@ using KsKernel = void (*)(const __nv_bfloat16*, QArgs, const void*, int, void*, 
                           int*);
 struct KsLaunch {
   KsKernel kernel;
-  int threads, nw, cl, ring;
+  int threads, nw, cl;
 };
-template <int NW, int AH, int PIPE, int CL, int RING = 0, int MB = 0, bool SP = false>
+template <int NW, int AH, int PIPE, int CL, bool SP = false>
 KsLaunch ks_launch_of(bool subnormal) {
-  return {subnormal ? q4_ks_kernel<kMlxBf16Sub, NW, AH, PIPE, CL, RING, MB, SP>
-                    : q4_ks_kernel<kMlxBf16, NW, AH, PIPE, CL, RING, MB, SP>,
-          KsCfg<NW, AH, PIPE, CL, RING, MB>::kThreads, NW, CL, RING};
+  return {subnormal ? q4_ks_kernel<kMlxBf16Sub, NW, AH, PIPE, CL, SP>
+                    : q4_ks_kernel<kMlxBf16, NW, AH, PIPE, CL, SP>,
+          KsCfg<NW, AH, PIPE, CL>::kThreads, NW, CL};
 }
 // spair: the call's scale words come by pairs (sh == 1, an even group count; configuration 1's SP instance).
 KsLaunch ks_launch(bool subnormal, int cfg, bool spair) {
   switch (cfg) {
     case 1:
-      return spair ? ks_launch_of<2, 4, 0, 0, 0, 0, true>(subnormal) : ks_launch_of<2, 4, 0, 0>(subnormal);
+      return spair ? ks_launch_of<2, 4, 0, 0, true>(subnormal) : ks_launch_of<2, 4, 0, 0>(subnormal);
     case 2:
       return ks_launch_of<1, 4, 1, 0>(subnormal);
     case 3:
@@ -418,52 +346,31 @@ KsLaunch ks_launch(bool subnormal, int cfg, bool spair) {
       return ks_launch_of<2, 4, 0, 1>(subnormal);
     case 6:
       return ks_launch_of<1, 4, 0, 1>(subnormal);
-    case 7:
-      return ks_launch_of<4, 0, 0, 0, 8>(subnormal);
-    case 8:
-      return ks_launch_of<4, 0, 0, 0, 4>(subnormal);
-    case 9:
-      return ks_launch_of<1, 0, 0, 0, 12>(subnormal);
-    case 10:
-      return ks_launch_of<4, 0, 0, 0, 2, 2>(subnormal);
-    case 11:
-      return ks_launch_of<2, 0, 0, 0, 4, 4>(subnormal);
     default:
       return ks_launch_of<1, 4, 0, 0>(subnormal);
   }
 }
 // resident_blocks caches a kernel's first answer and opts in its shared memory then: always the largest.
 // With the cluster fold, at most the clusters of 8 that fit at once (a cluster stays inside one GPC), cached
-// per kernel as resident_blocks caches. The ring configurations, whose residency is bound by shared memory
-// rather than registers, are sized for the call's K (x's slice is 16 KB at K = 4096 against 48 KB at 12288:
-// configuration 9 three CTAs an SM instead of two), cached per (kernel, K); the register configurations
-// keep the one answer (their registers bind first).
-int ks_resident(const KsLaunch& l, int k) {
+// per kernel as resident_blocks caches.
+int ks_resident(const KsLaunch& l) {
   const int blocks =
-      resident_blocks(reinterpret_cast<const void*>(l.kernel), l.threads, ks_smem(kMaxK, l.nw, l.cl, l.ring));
-  if (!l.cl && !l.ring) return blocks;
+      resident_blocks(reinterpret_cast<const void*>(l.kernel), l.threads, ks_smem(kMaxK, l.nw, l.cl));
+  if (!l.cl) return blocks;
   static std::mutex mu;
-  static std::unordered_map<const void*, std::unordered_map<int, int>> cache;
+  static std::unordered_map<const void*, int> cache;
   std::lock_guard<std::mutex> lock(mu);
-  auto& per_k = cache[reinterpret_cast<const void*>(l.kernel)];
-  if (l.ring) {
-    if (auto it = per_k.find(k); it != per_k.end()) return it->second;
-    int per_sm = 0;  // (the opt-in above covers every k <= kMaxK)
-    TF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, l.kernel, l.threads,
-                                                                ks_smem(k, l.nw, 0, l.ring)));
-    return per_k[k] = std::max(blocks, per_sm * sm_count());
-  }
-  if (auto it = per_k.find(kMaxK); it != per_k.end()) return it->second;
+  if (auto it = cache.find(reinterpret_cast<const void*>(l.kernel)); it != cache.end()) return it->second;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(kSlices * 64), cfg.blockDim = dim3(l.threads);
-  cfg.dynamicSmemBytes = ks_smem(kMaxK, l.nw, l.cl, l.ring);
+  cfg.dynamicSmemBytes = ks_smem(kMaxK, l.nw, l.cl);
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = kSlices, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr, cfg.numAttrs = 1;
   int clusters = 0;
   TF_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, l.kernel, &cfg));
-  return per_k[kMaxK] = std::min(blocks, clusters * kSlices);
+  return cache[reinterpret_cast<const void*>(l.kernel)] = std::min(blocks, clusters * kSlices);
 }
 
 }  // namespace
@@ -506,9 +413,9 @@ bool q4_ks_linear(bool subnormal, const __nv_bfloat16* x, const QArgs& q, const 
       !linear_wgmma_supported())
     return false;
   const KsLaunch l = ks_launch(subnormal, g_q4_ks_cfg, q.chunk_shift == 1 && (q.groups & 1) == 0);
-  const int per_slice = std::min((tiles + l.nw - 1) / l.nw, ks_resident(l, k) / kSlices);
+  const int per_slice = std::min((tiles + l.nw - 1) / l.nw, ks_resident(l) / kSlices);
   if (per_slice < 1) return false;
-  const size_t smem = ks_smem(k, l.nw, l.cl, l.ring);
+  const size_t smem = ks_smem(k, l.nw, l.cl);
   if (!l.cl) {
     launch_pdl(l.kernel, dim3(per_slice * kSlices), dim3(l.threads), smem, s, x, q, bias, bias_kind, y, y_f32,
                m, n, k, ws->part, ws->tickets);
@@ -536,12 +443,7 @@ void prime_q4_ks_grids() {
   if (!linear_wgmma_supported()) return;
   for (bool subnormal : {false, true})
     for (int cfg = 0; cfg < kKsConfigs; ++cfg)
-      for (bool spair : {false, true}) {
-        const KsLaunch l = ks_launch(subnormal, cfg, spair);
-        ks_resident(l, kMaxK);  // (the opt-in first: the largest)
-        // The ring's per-K answers too, so that no occupancy query runs inside a graph capture.
-        for (int k = 1024; l.ring && k < kMaxK; k += 1024) ks_resident(l, k);
-      }
+      for (bool spair : {false, true}) ks_resident(ks_launch(subnormal, cfg, spair));
 }
 
 void set_q4_ks(int mode) {
@@ -559,10 +461,7 @@ void set_q4_ks_config(int cfg) {
   TF_CHECK(
       cfg >= 0 && cfg < kKsConfigs,
       "set_q4_ks_config: 0 (one warpgroup a CTA), 1 (two), 2 (one, fragments by chunk parity), 3 (two, by "
-      "parity), 4 (four), 5 (two, the fold in a cluster), 6 (one, the fold in a cluster), 7 (four, a ring of "
-      "8 "
-      "quads in shared memory), 8 (four, a ring of 4), 9 (one, a ring of 12), 10 (four, a ring of 2, 64 "
-      "registers), 11 (two, a ring of 4, 64 registers)");
+      "parity), 4 (four), 5 (two, the fold in a cluster) or 6 (one, the fold in a cluster)");
   g_q4_ks_cfg = cfg;
 }
 

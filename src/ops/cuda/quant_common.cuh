@@ -26,6 +26,11 @@ struct QArgs {
   int chunk_shift;  // group of chunk c (32 values) = c >> chunk_shift (groups are 32 * 2^shift wide)
   int quad_chunks;  // 4-bit: chunks below this (a multiple of 4) are stored in quads (word_of)
 };
+// load_quad's spair: a quad's two scale words a row by one 8-byte load (groups of 64, and an even group count
+// a row, so every row's words start 8-byte aligned). The 16-row kernels' SP instances are picked by it.
+__host__ __device__ inline bool quad_scale_pairs(const QArgs& q) {
+  return q.chunk_shift == 1 && (q.groups & 1) == 0;
+}
 
 // The packed bits of 8 consecutive values of one row (little-endian bit stream: value i at bit B*i, but
 // for 4-bit see nibble_of) and the raw bits of their group's scale and bias (kMlxBf16: both in s).

@@ -148,9 +148,9 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL>::kThreads, KsCfg<NW, A
   // CL: a cluster is the 8 CTAs of one group of tiles, rank = slice (1-D clusters of 8, grid a multiple).
   const int slice = int(blockIdx.x) % kSlices, step = (int(gridDim.x) / kSlices) * NW;
   const int first = (int(blockIdx.x) / kSlices) * NW + wg;
-  const int QS = k / 1024;                                    // quads a slice
-  const int sh = q.chunk_shift;                               // >= 1
-  const bool spair = SP || (sh == 1 && (q.groups & 1) == 0);  // (load_quad)
+  const int QS = k / 1024;       // quads a slice
+  const int sh = q.chunk_shift;  // >= 1
+  const bool spair = SP || quad_scale_pairs(q);
   if constexpr (CL) {  // the mbarriers, visible to the cluster before any peer's st.async or arrive
     if (cluster_rank() != uint32_t(slice)) __trap();  // (1-D clusters of 8: rank = blockIdx.x % 8)
     if (tid == 0) {
@@ -412,7 +412,7 @@ bool q4_ks_linear(bool subnormal, const __nv_bfloat16* x, const QArgs& q, const 
   if (tiles > ws->max_tiles || k % 1024 || k > kMaxK || q.chunk_shift < 1 || q.quad_chunks < k / 32 ||
       !linear_wgmma_supported())
     return false;
-  const KsLaunch l = ks_launch(subnormal, g_q4_ks_cfg, q.chunk_shift == 1 && (q.groups & 1) == 0);
+  const KsLaunch l = ks_launch(subnormal, g_q4_ks_cfg, quad_scale_pairs(q));
   const int per_slice = std::min((tiles + l.nw - 1) / l.nw, ks_resident(l) / kSlices);
   if (per_slice < 1) return false;
   const size_t smem = ks_smem(k, l.nw, l.cl);

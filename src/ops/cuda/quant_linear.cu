@@ -220,7 +220,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   // The rows' word offsets are formed per tile, the next tile's only when needed.
   using Rows = QuadRows;
   auto rows = [&](int ra, int rb) { return quad_rows(q, ra, rb, t); };
-  const bool spair = sh == 1 && (q.groups & 1) == 0;  // (load_quad)
+  const bool spair = quad_scale_pairs(q);
   auto load = [&](int i, const Rows& p, int qd) {
     load_quad(q, p, qd, sh, spair, wa[i], wb[i], sa[i], sb[i]);
   };
@@ -443,7 +443,7 @@ __global__ void __launch_bounds__(kRow2Warps * 32, 4)
   const int n0 = blockIdx.x * 16;
   const QuadRows rows = quad_rows(q, min(n0 + g, n - 1), min(n0 + g + 8, n - 1), t);  // masked at the store
   const int sh = q.chunk_shift;                                                       // >= 1
-  const bool spair = sh == 1 && (q.groups & 1) == 0;
+  const bool spair = quad_scale_pairs(q);
   uint4 wa[2][QS], wb[2][QS];
   uint32_t sa[2][QS][2], sb[2][QS][2];
 #pragma unroll

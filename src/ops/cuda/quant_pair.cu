@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     head_end = tail_begin = c_end;
   }
   const bool chain = (qe - qb) % D == 0;
-  constexpr bool spair = SP;  // (the launch: sh == 1 && even q.groups)
+  constexpr bool spair = SP;  // (the launch: quad_scale_pairs)
 
   uint4 wa[D][2], wb[D][2];  // [slot][group]: rows g, g + 8 of the group
   uint32_t sa[D][2][2], sb[D][2][2];
@@ -227,7 +227,7 @@ PairKernel pair_kernel(bool subnormal, bool spair) {
 bool q4_pair_linear(bool subnormal, const __nv_bfloat16* x, const QArgs& q, const void* bias, int bias_kind,
                     void* y, bool y_f32, int m, int n, int k, cudaStream_t s) {
   if (g_q4_pair == 0 || m < 9 || m > 16) return false;
-  const PairKernel kernel = pair_kernel(subnormal, q.chunk_shift == 1 && (q.groups & 1) == 0);
+  const PairKernel kernel = pair_kernel(subnormal, quad_scale_pairs(q));
   const int tiles = (n + kPairFeatures - 1) / kPairFeatures;
   const int grid = resident_blocks(reinterpret_cast<const void*>(kernel), kWarps * 32);
   if ((g_q4_pair == 1 || (g_q4_pair == 3 && (k < 4096 || n < 4096))) && tiles < grid) return false;

@@ -109,14 +109,14 @@ __global__ void __launch_bounds__(WgCfg<SL, AH>::kThreads, 1)
   pdl_launch_dependents();
   // wg through a shuffle from lane 0: the compiler then knows it is warp-uniform and forms the wgmma
   // descriptors and the slices' quad offsets in the uniform datapath (SASS: without it, each descriptor is
-  // formed per thread in 64 bits and moved over by R2UR, ~100 instructions a quad of two slices).
+  // formed per thread in 64 bits and moved over by R2UR, ~80 instructions a quad of two slices).
   const int tid = int(threadIdx.x), wg = __shfl_sync(0xffffffffu, tid / 128, 0), warp = (tid / 32) % 4,
             lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
   const int tiles = (n + kTile - 1) / kTile, G = int(gridDim.x);
-  const int QS = k / 1024;                                    // quads a slice
-  const int sh = q.chunk_shift;                               // >= 1
-  const bool spair = SP || (sh == 1 && (q.groups & 1) == 0);  // (load_quad)
+  const int QS = k / 1024;       // quads a slice
+  const int sh = q.chunk_shift;  // >= 1
+  const bool spair = SP || quad_scale_pairs(q);
   // Ring slot s: quad qd of rows g, g + 8 of slices SL wg + j (j < SL): quad (SL wg + j) QS + qd of the row.
   uint4 wa[R][SL], wb[R][SL];
   uint32_t sa[R][SL][2], sb[R][SL][2];
@@ -262,7 +262,7 @@ bool q4_wg_linear(bool subnormal, const __nv_bfloat16* x, const QArgs& q, const 
     return false;
   if (k % 1024 || k > kMaxK || q.chunk_shift < 1 || q.quad_chunks < k / 32 || !linear_wgmma_supported())
     return false;
-  const bool spair = q.chunk_shift == 1 && (q.groups & 1) == 0;
+  const bool spair = quad_scale_pairs(q);
   const WgLaunch l = wg_launch(subnormal, k, g_q4_wg_cfg, spair);
   const int tiles = (n + kTile - 1) / kTile;
   // (resident_blocks caches a kernel's first answer and opts in its shared memory then: always the largest)

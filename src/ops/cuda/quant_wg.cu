@@ -285,8 +285,9 @@ void prime_q4_wg_grids() {
 }
 
 void set_q4_wg_config(int cfg) {
-  TF_CHECK(cfg >= 0 && cfg <= 2,
-           "set_q4_wg_config: 0 (4 slices a warpgroup, 1 quad ahead), 1 (4, 2), 2 (2, 2)");
+  TF_CHECK(cfg >= 0 && cfg <= 1,
+           "set_q4_wg_config: 0 (4 slices a warpgroup, two warpgroups) or 1 (2 slices, four warpgroups); two "
+           "quads ahead each");
   g_q4_wg_cfg = cfg;
 }
 

@@ -1,3 +1,4 @@
+# NOT RUN (session 47): superseded by run 464 (run directly) and run 467 (test_cuda_backend on the new default).
 # Session 47: run 462's test_cuda_backend (its long-context split variants under mode 0; never run) in the same
 # call as run 464 (the two-team decode loop at 8 / 12 rows). test_cuda_backend travels in .devpack2 (stripped,
 # built at HEAD b594475; the libraries come from .devpack):

@@ -17,4 +17,6 @@ grep -E "^\| 16|q4_ks" $OUT/lin.txt | cut -c1-400 >> $OUT/all.txt
 timeout 150 $D/bin/tf_bench_cuda --shape qwen3-8b --format mlx4 --decode --quick > $OUT/8b.txt 2>&1; echo "8b rc=$?" >> $OUT/all.txt
 grep -E "^\| Qwen3-8B \| decode" $OUT/8b.txt >> $OUT/all.txt
 grep -oE "q4_ks on the down only[^:]*:( [0-9.]+ ms)*" $OUT/8b.txt >> $OUT/all.txt
+# (and whether q4_pair's mode 3 -- qkv and o on q4_pair -- still wins the forward after the lean kernels)
+grep -oE "q4_pair off / where its tiles fill the grid / always:( [0-9.]+ ms)*" $OUT/8b.txt >> $OUT/all.txt
 rm -rf $D

@@ -956,22 +956,21 @@ int attention_decode_loop_takes(int split_tiles, int hk, bool split_one_warp, in
   if (g_decode_loop == 0 || split_tiles < 1 || !split_one_warp) return 0;
   const int blocks = split_tiles * hk, sms = sm_count(), teams = g_decode_loop >= 3 ? 2 : 1;
   const bool always = g_decode_loop == 2 || g_decode_loop == 4;
-  // One team: where the blocks fill the card about once. Two teams (runs 458-460, alone, split / two teams,
-  // us a layer, 16 rows x 8 KV heads: 512 / 2048 positions 20.5 -> 14.7 / 59.1 -> 48.5 (H100), 8192 172.3 ->
-  // 159.6 (H200); 32 rows 35.9 -> 28.6 / 113 -> 96.5 / 332 -> 322; but 8 rows (64 blocks) at 2048 30.5 ->
-  // 40.7, 4 rows at 512 7.9 -> 10.2): wherever the blocks fill 3/4 of the SMs or more, at any context.
-  const bool fills = 4 * blocks >= 3 * sms;
   if (teams == 2) {
-    // Run 464 (H200, alone, split / two teams, us a layer): 12 rows (96 blocks, 73% of the SMs) gain at every
-    // context measured (512 18.3 -> 12.1, 1024 27.7 -> 22.0, 2048 45.0 -> 41.4): from 2/3 of the SMs, any
-    // context. 8 rows (64 blocks, 48%) tie at 4 chunks (512 positions 10.5 / 10.5) and lose from 6 (768 15.3
-    // -> 15.5, 2048 26.5 -> 40.4); in the product (8 streams, 256-384 positions) two teams took a round's
-    // forward 2.633 / 2.666 -> 2.572 / 2.589 ms, at 1536-1664 positions 3.407 / 3.343 -> 3.551 / 3.678: from
-    // 45% of the SMs, up to 4 chunks (the graphs' chunk bucket).
-    const bool most = 3 * blocks >= 2 * sms, half = 20 * blocks >= 9 * sms && chunks <= 4;
+    // Two teams (alone, split / two teams, us a layer). Runs 458-460, 16 rows x 8 KV heads: 512 / 2048
+    // positions 20.5 -> 14.7 / 59.1 -> 48.5 (H100), 8192 172.3 -> 159.6 (H200); 32 rows 35.9 -> 28.6 / 113 ->
+    // 96.5 / 332 -> 322; 4 rows at 512 7.9 -> 10.2. Run 464 (H200): 12 rows (96 blocks, 73% of the SMs) gain
+    // at every context measured (512 18.3 -> 12.1, 2048 45.0 -> 41.4): from 2/3 of the SMs, any context. 8
+    // rows (64 blocks, 48%) tie at 4 chunks (512 positions 10.5 / 10.5) and lose from 6 (2048 26.5 -> 40.4);
+    // in the product (8 streams) two teams took a round's forward 2.633 / 2.666 -> 2.572 / 2.589 ms at
+    // 256-384 positions, 3.407 / 3.343 -> 3.551 / 3.678 at 1536-1664: from 45% of the SMs, up to
+    // kDecodeTeamsHalfMaxChunks chunks.
+    const bool most = 3 * blocks >= 2 * sms,
+               half = 20 * blocks >= 9 * sms && chunks <= kDecodeTeamsHalfMaxChunks;
     return always || most || half ? 2 : 0;
   }
-  return always || (fills && blocks <= sms && chunks <= kDecodeLoopMaxChunks) ? 1 : 0;
+  // One team: where the blocks fill the card about once.
+  return always || (4 * blocks >= 3 * sms && blocks <= sms && chunks <= kDecodeLoopMaxChunks) ? 1 : 0;
 }
 void set_attention_decode_loop(int mode) {
   TF_CHECK(

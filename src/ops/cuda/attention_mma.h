@@ -79,8 +79,9 @@ int attention_decode_loop();
 // Whether a call of `split_tiles` split tiles over `hk` KV heads, `chunks` chunks in its longest row (the
 // partials' layout: max_chunks), runs the decode loop kernel, and with how many teams: 0 (no), 1 or 2 (the
 // launch's choice; graphs key on it).
-constexpr int kDecodeLoopMaxChunks = 8;
-static_assert((kDecodeLoopMaxChunks & (kDecodeLoopMaxChunks - 1)) == 0 && kDecodeLoopMaxChunks <= 32,
+constexpr int kDecodeLoopMaxChunks = 8, kDecodeTeamsHalfMaxChunks = 4;  // (mode 1's, mode 3's below 2/3)
+static_assert((kDecodeLoopMaxChunks & (kDecodeLoopMaxChunks - 1)) == 0 && kDecodeLoopMaxChunks <= 32 &&
+                  (kDecodeTeamsHalfMaxChunks & (kDecodeTeamsHalfMaxChunks - 1)) == 0,
               "graphs pass the chunk bucket (attention_chunk_bucket: powers of two to 32): eager and graph "
               "calls must agree");
 int attention_decode_loop_takes(int split_tiles, int hk, bool split_one_warp, int chunks);

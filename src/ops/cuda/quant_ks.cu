@@ -35,7 +35,7 @@
 //
 // Tried and removed (session 47): the quads ahead in a ring in shared memory (cp.async) instead of
 // registers, with twice the bytes in flight, the same depth, or held to 64 registers for twice the warps an
-// SM -- slower than the register ring on the H100 and the H200 in every form (runs 458, 463;
+// SM -- slower than the quads ahead in registers on the H100 and the H200 in every form (runs 458, 463;
 // docs/cuda-notes.md "Session 45"-"Session 47"): the 16-row linears are not bound by the bytes in flight.
 //
 // Bits: q4_decode_kernel's (each slice the same chain of the same chunks, the slice sums in slice order,
@@ -134,7 +134,7 @@ __device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity)
 
 // SP: the quads' scale words known at compile time to come by pairs (load_quad's spair: groups of 64, an even
 // group count a row; the launch picks the instance), so that neither load path's predicated-off instructions
-// issue (configuration 1, the default, only). Same words, same bits.
+// issue (configurations 1, the default, and 7 only). Same words, same bits.
 template <int KIND, int NW, int AH, int PIPE, int CL, bool SP, int SL>
 __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL, SL>::kThreads,
                                   KsCfg<NW, AH, PIPE, CL, SL>::kMinBlocks)
@@ -370,7 +370,7 @@ KsLaunch ks_launch_of(bool subnormal) {
                     : q4_ks_kernel<kMlxBf16, NW, AH, PIPE, CL, SP, SL>,
           KsCfg<NW, AH, PIPE, CL, SL>::kThreads, NW, CL, SL};
 }
-// spair: the call's scale words come by pairs (sh == 1, an even group count; configuration 1's SP instance).
+// spair: the call's scale words come by pairs (quad_scale_pairs; configurations 1 and 7's SP instances).
 KsLaunch ks_launch(bool subnormal, int cfg, bool spair) {
   switch (cfg) {
     case 1:

@@ -25,7 +25,7 @@ if [[ "${1:-}" == "--pack" ]]; then
   # The device lacks these two; the tokenizer makes the random checkpoint loadable (e2e).
   cp -L /lib/x86_64-linux-gnu/libutf8proc.so.2 /lib/x86_64-linux-gnu/libcpp-httplib.so.0.11 "$tmp/bin/"
   cp ../shared/text-fixtures/qwen3/tokenizer* "$tmp/tok/"
-  tar -cf - -C "$tmp" . | xz -T2 --lzma2=preset=6,dict=256MiB >"$PACK"
+  tar -cf - -C "$tmp" . | xz -T1 --lzma2=preset=6,dict=${TF_PACK_DICT:-256MiB} >"$PACK"
   rm -rf "$tmp"
   ls -la "$PACK"
   exit 0

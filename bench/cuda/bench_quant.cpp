@@ -246,12 +246,12 @@ void wg_modes(Backend& be, const Weights& w, Buffers& b, int m) {
 }
 
 // 1-16 rows: q4_ks_kernel off and always in each of its configurations (set_q4_ks 0 / 2, set_q4_ks_config
-// 0-4 and 7: the ticket fold; then 5-6, the fold in a cluster, on a line of its own; quant_ks.cu).
+// 0-4: the ticket fold; then 5-6, the fold in a cluster, on a line of its own; quant_ks.cu).
 void ks_modes(Backend& be, const Weights& w, Buffers& b, int m) {
   const int mode0 = cuda::q4_ks_mode(), cfg0 = cuda::q4_ks_config();
-  modes_table(be, w, b, m, "q4_ks off / always in configurations 0 1 2 3 4 7", 7, [](int i) {
+  modes_table(be, w, b, m, "q4_ks off / always in configurations 0 1 2 3 4", 6, [](int i) {
     cuda::set_q4_ks(i == 0 ? 0 : 2);
-    if (i > 0) cuda::set_q4_ks_config(i < 6 ? i - 1 : 7);
+    if (i > 0) cuda::set_q4_ks_config(i - 1);
   });
   if (bench::ks_cluster_benched())
     modes_table(be, w, b, m, "q4_ks always in configurations 5 6 (the fold in a cluster)", 2, [](int i) {

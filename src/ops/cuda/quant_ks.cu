@@ -37,6 +37,11 @@
 // registers, with twice the bytes in flight, the same depth, or held to 64 registers for twice the warps an
 // SM -- slower than the quads ahead in registers on the H100 and the H200 in every form (runs 458, 463;
 // docs/cuda-notes.md "Session 45"-"Session 47"): the 16-row linears are not bound by the bytes in flight.
+// Two K slices a CTA, each warpgroup computing both of a tile (q4_wg_kernel's SL = 2; session 47's
+// configuration 7: 139 instructions a thread for 64 weights against 150) lost on the H200 (run 468: the down
+// 0.515 -> 0.792 ms, the forward 2.92 -> 3.16): half the CTAs a tile group, so the down's 64 tiles filled
+// half the card; with one warpgroup a CTA instead, each CTA would stage 96 KB of x for 110 KB of weights
+// (configuration 0's ratio, which loses to 1 by the same margin).
 //
 // Bits: q4_decode_kernel's (each slice the same chain of the same chunks, the slice sums in slice order,
 // then store_biased); tested bit for bit against it (test_quant_cuda).
@@ -72,37 +77,31 @@ constexpr int kSlices = 8;      // K slices (the bits' own)
 constexpr int kMaxK = 12288;    // a slice of x in shared memory: 4 k bytes (48 KB)
 constexpr int kMaxTiles = 384;  // the workspace: widths up to 24576 (the 8B gate_up)
 constexpr int kPart = 1024;     // floats of a (tile, slice) partial: 64 features x 16 tokens
-// A configuration: NW warpgroups a CTA (its slices, different tiles), AH quads ahead in registers, PIPE and
-// CL (see above), SL slices a CTA (each warpgroup computes all SL of a tile side by side, as q4_wg_kernel's
-// slices: one fence, commit and wait a chunk for SL x 2 wgmmas; the partials stay per slice, so the fold and
-// the bits are the same).
-template <int NW, int AH, int PIPE, int CL, int SL = 1>
+// A configuration: NW warpgroups a CTA (one slice, different tiles), AH quads ahead in registers, PIPE and CL
+// (see above).
+template <int NW, int AH, int PIPE, int CL>
 struct KsCfg {
-  static_assert(SL == 1 || SL == 2, "one or two slices a CTA");
-  static_assert(SL == 1 || (!CL && !PIPE), "two slices a CTA: the ticket fold, no chunk-parity fragments");
   static constexpr int kThreads = 128 * NW, kSlots = AH + 1, kMinBlocks = 4 / NW;
 };
 // Dynamic shared memory (no static shared memory: 48 KB of x at K = 12288 plus any static would need the
-// opt-in that resident_blocks gives only above 48 KB): x's SL slices (K / 8 values x 16 rows x 2 bytes each),
-// then with CL the fold buffer (a warpgroup's 7 partials from the other slices: 7 x 4 KB) and the mbarriers
-// (full and empty, a warpgroup each), then the warpgroups' ticket flags.
-constexpr size_t ks_fold_offset(int k, int sl = 1) {
-  return size_t(k) * 4 * sl;
+// opt-in that resident_blocks gives only above 48 KB): x's slice (K / 8 values x 16 rows x 2 bytes), then
+// with CL the fold buffer (a warpgroup's 7 partials from the other slices: 7 x 4 KB) and the mbarriers (full
+// and empty, a warpgroup each), then the warpgroups' ticket flags.
+constexpr size_t ks_fold_offset(int k) {
+  return size_t(k) * 4;
 }
 constexpr size_t ks_bars_offset(int k, int nw, int cl) {
   return ks_fold_offset(k) + (cl ? size_t(nw) * (kSlices - 1) * kPart * sizeof(float) : 0);
 }
-constexpr size_t ks_smem(int k, int nw, int cl, int sl = 1) {
-  return (cl ? ks_bars_offset(k, nw, cl) + size_t(nw) * 16 : ks_fold_offset(k, sl)) + 16;
+constexpr size_t ks_smem(int k, int nw, int cl) {
+  return ks_bars_offset(k, nw, cl) + (cl ? size_t(nw) * 16 : 0) + 16;
 }
 // TF_Q4_KS=0 off, 1 at 9-16 rows, 2 at 1-16 rows, 3 at 9-16 rows for K > 4096 only (the down: the default,
 // run 453), 4 at 9-16 rows for widths <= 8192 only (all but the gate_up).
 int g_q4_ks = env_digit("TF_Q4_KS", 4, 3);
 // TF_Q4_KS_CFG: 0 = NW 1, 1 = NW 2, 2 = NW 1 PIPE, 3 = NW 2 PIPE, 4 = NW 4 (one CTA an SM), 5 = NW 2 CL, 6 =
-// NW 1 CL (AH 4 each), 7 = NW 2 SL 2 AH 2 (session 47, not yet run on a GPU: q4_wg_kernel's two slices a
-// warpgroup -- SASS: 139 instructions a thread for 64 weights against configuration 1's 150, and one fence,
-// commit and wait a chunk for four wgmmas instead of two; x's two slices 96 KB at K = 12288, two CTAs an SM).
-constexpr int kKsConfigs = 8;
+// NW 1 CL (AH 4 each).
+constexpr int kKsConfigs = 7;
 int g_q4_ks_cfg = env_digit("TF_Q4_KS_CFG", kKsConfigs - 1, 1);  // (1: the forward's A/B, run 453)
 std::atomic<long> g_q4_ks_launches{0};
 
@@ -134,28 +133,26 @@ __device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity)
 
 // SP: the quads' scale words known at compile time to come by pairs (load_quad's spair: groups of 64, an even
 // group count a row; the launch picks the instance), so that neither load path's predicated-off instructions
-// issue (configurations 1, the default, and 7 only). Same words, same bits.
-template <int KIND, int NW, int AH, int PIPE, int CL, bool SP, int SL>
-__global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL, SL>::kThreads,
-                                  KsCfg<NW, AH, PIPE, CL, SL>::kMinBlocks)
+// issue (configuration 1, the default, only). Same words, same bits.
+template <int KIND, int NW, int AH, int PIPE, int CL, bool SP>
+__global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL>::kThreads, KsCfg<NW, AH, PIPE, CL>::kMinBlocks)
     q4_ks_kernel(const __nv_bfloat16* x, QArgs q, const void* __restrict__ bias, int bias_kind,
                  void* __restrict__ y, bool y_f32, int m, int n, int k, float* part, int* tickets) {
-  using C = KsCfg<NW, AH, PIPE, CL, SL>;
-  constexpr int R = C::kSlots, kGroups = kSlices / SL;  // slice groups: a CTA's SL slices
+  using C = KsCfg<NW, AH, PIPE, CL>;
+  constexpr int R = C::kSlots;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t xs = saddr(smem);
   float* const fold = reinterpret_cast<float*>(smem + ks_fold_offset(k));  // CL: [wg][slice - 1][kPart]
   const uint32_t bars = xs + uint32_t(ks_bars_offset(k, NW, CL));          // CL: full[NW], empty[NW]
-  int* const last_of = reinterpret_cast<int*>(smem + ks_smem(k, NW, CL, SL) - 16);
+  int* const last_of = reinterpret_cast<int*>(smem + ks_smem(k, NW, CL) - 16);
   pdl_launch_dependents();
   const int tid = int(threadIdx.x), wg = tid / 128, wt = tid % 128, warp = wt / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
   const int tiles = (n + kTile - 1) / kTile;
   // CL: a cluster is the 8 CTAs of one group of tiles, rank = slice (1-D clusters of 8, grid a multiple).
-  // The CTA's slices: SL slice + j, j < SL.
-  const int slice = int(blockIdx.x) % kGroups, step = (int(gridDim.x) / kGroups) * NW;
-  const int first = (int(blockIdx.x) / kGroups) * NW + wg;
+  const int slice = int(blockIdx.x) % kSlices, step = (int(gridDim.x) / kSlices) * NW;
+  const int first = (int(blockIdx.x) / kSlices) * NW + wg;
   const int QS = k / 1024;       // quads a slice
   const int sh = q.chunk_shift;  // >= 1
   const bool spair = SP || quad_scale_pairs(q);
@@ -167,33 +164,30 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL, SL>::kThreads,
     }
     cluster_sync();
   }
-  // Ring slot: quad qd of rows g, g + 8 of slice SL slice + j: quad (SL slice + j) QS + qd of the row.
-  uint4 wa[R][SL], wb[R][SL];
-  uint32_t sa[R][SL][2], sb[R][SL][2];
+  // Ring slot: quad qd of rows g, g + 8 of the slice: quad slice QS + qd of the row.
+  uint4 wa[R], wb[R];
+  uint32_t sa[R][2], sb[R][2];
   int l_tile = first, l_qd = 0;  // the load head
   auto load_next = [&](int slot) {
     if (l_tile < tiles) {
       const int r0 = l_tile * kTile + 16 * warp + g;  // rows clamped; masked at the store
       const QuadRows p = quad_rows(q, min(r0, n - 1), min(r0 + 8, n - 1), t);
-#pragma unroll
-      for (int j = 0; j < SL; ++j)
-        load_quad(q, p, (SL * slice + j) * QS + l_qd, sh, spair, wa[slot][j], wb[slot][j], sa[slot][j],
-                  sb[slot][j]);
+      load_quad(q, p, slice * QS + l_qd, sh, spair, wa[slot], wb[slot], sa[slot], sb[slot]);
     }
     if (++l_qd == QS) l_qd = 0, l_tile += step;
   };
 #pragma unroll
   for (int a = 0; a < AH; ++a) load_next(a);  // weights are constant
   pdl_wait();                                 // x is not, nor the workspace
-  stage_x_perm<C::kThreads / 32, true>(xs, x, m, k, SL * slice * 4 * QS, SL * 4 * QS, tid);  // (ragged: NW 4)
+  stage_x_perm<C::kThreads / 32, true>(xs, x, m, k, slice * 4 * QS, 4 * QS, tid);  // (NW 4, odd QS: ragged)
   fence_proxy_async();  // the generic proxy's stores -> wgmma's reads (async proxy)
   __syncthreads();
   // Step J's B: 512 bytes from xs + 512 J; core matrices 128 bytes apart along K, 256 along the tokens.
   const uint64_t desc0 = wgmma_desc(xs, 128, 256);
-  float acc[SL * 8];
+  float acc[8];
 #pragma unroll
-  for (int i = 0; i < SL * 8; ++i) acc[i] = 0.f;
-  uint32_t a[2][SL][2][4];  // [chunk parity (PIPE) or 0][slice j][step h]: mma_chunk's fragments
+  for (int i = 0; i < 8; ++i) acc[i] = 0.f;
+  uint32_t a[2][2][4];  // [chunk parity (PIPE) or 0][step h]: mma_chunk's fragments
   int tile = first, qd = 0, round = 0;
   // The 4 chunks of a quad (slot `slot` of the registers), then refill(), the next quad's loads, after the
   // first use of its words (into the slot the previous quad left).
@@ -201,27 +195,21 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL, SL>::kThreads,
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int par = PIPE ? e & 1 : 0;  // (4 chunks a quad: even, so the parity is static)
-#pragma unroll
-      for (int j = 0; j < SL; ++j)
-        wg_fragments<KIND>(wa[slot][j], wb[slot][j], sa[slot][j], sb[slot][j], e, a[par][j]);
-      wgmma_fence_operands<SL * 8>(acc);
+      wg_fragments<KIND>(wa[slot], wb[slot], sa[slot], sb[slot], e, a[par]);
+      wgmma_fence_operands<8>(acc);
       wgmma_fence();
+      const int c = 4 * qd + e;  // the chunk of the slice
 #pragma unroll
-      for (int j = 0; j < SL; ++j) {
-        const int c = j * 4 * QS + 4 * qd + e;  // the chunk of the CTA's slices
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          wgmma_rs_m64n16(acc + 8 * j, a[par][j][h],
-                          wgmma_desc_plus(desc0, uint32_t((2 * c + h) * (512 >> 4))));
-      }
+      for (int h = 0; h < 2; ++h)
+        wgmma_rs_m64n16(acc, a[par][h], wgmma_desc_plus(desc0, uint32_t((2 * c + h) * (512 >> 4))));
       wgmma_commit();
       if (e == 0) refill();
-      wgmma_fence_operands<SL * 8>(acc);
+      wgmma_fence_operands<8>(acc);
       if (PIPE)
         wgmma_wait<1>();  // the chunk before: its fragments are rewritten by the next chunk
       else
         wgmma_wait<0>();
-      wgmma_fence_operands<SL * 8>(acc);
+      wgmma_fence_operands<8>(acc);
     }
   };
   // The tile's slice is done (all QS quads): its partial folded, stored where this warpgroup folds last.
@@ -234,7 +222,7 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL, SL>::kThreads,
     // +0 for the RZ first step, then the fold. Element i of a slice: feature 16 warp + g + 8 ((i % 4) / 2),
     // token 8 (i / 4) + 2t + i % 2.
 #pragma unroll
-    for (int i = 0; i < SL * 8; ++i) acc[i] += 0.f;
+    for (int i = 0; i < 8; ++i) acc[i] += 0.f;
     const bool next = tile + step < tiles;
     auto store_half = [&](int hf, const float(&s)[4]) {  // the folded sums of elements 4 hf .. 4 hf + 3
 #pragma unroll
@@ -280,24 +268,14 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL, SL>::kThreads,
         st_async16(dst + kPart * 2, make_float4(acc[4], acc[5], acc[6], acc[7]), bar);
       }
     } else {
-      // The partials to the workspace; a ticket a tile elects the last warpgroup, which adds the 8 partials
+      // The partial to the workspace; a ticket a tile elects the last warpgroup, which adds the 8 partials
       // in slice order (its own from registers, the others' through L2) and resets the ticket.
-      if constexpr (SL == 1) {
-        float4* const mine = reinterpret_cast<float4*>(part + (size_t(tile) * kSlices + slice) * kPart);
-        mine[wt] = make_float4(acc[0], acc[1], acc[2], acc[3]);
-        mine[128 + wt] = make_float4(acc[4], acc[5], acc[6], acc[7]);
-      } else {
-#pragma unroll
-        for (int j = 0; j < SL; ++j) {
-          float4* const mine =
-              reinterpret_cast<float4*>(part + (size_t(tile) * kSlices + SL * slice + j) * kPart);
-          mine[wt] = make_float4(acc[8 * j], acc[8 * j + 1], acc[8 * j + 2], acc[8 * j + 3]);
-          mine[128 + wt] = make_float4(acc[8 * j + 4], acc[8 * j + 5], acc[8 * j + 6], acc[8 * j + 7]);
-        }
-      }
-      __threadfence();  // this thread's partials, before the warpgroup's ticket
+      float4* const mine = reinterpret_cast<float4*>(part + (size_t(tile) * kSlices + slice) * kPart);
+      mine[wt] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+      mine[128 + wt] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+      __threadfence();  // this thread's partial, before the warpgroup's ticket
       nbar_sync(1 + wg, 128);
-      if (wt == 0) last_of[wg] = atomicAdd(tickets + tile, SL) == kSlices - SL;
+      if (wt == 0) last_of[wg] = atomicAdd(tickets + tile, 1) == kSlices - 1;
       nbar_sync(1 + wg, 128);
       if (last_of[wg]) {
         __threadfence();  // the other slices' partials, after their tickets
@@ -306,23 +284,11 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL, SL>::kThreads,
         for (int hf = 0; hf < 2; ++hf) {
           float4 v[kSlices];
 #pragma unroll
-          for (int j = 0; j < kSlices; ++j) {
-            if constexpr (SL == 1) {
-              v[j] =
-                  j == slice
-                      ? make_float4(acc[4 * hf], acc[4 * hf + 1], acc[4 * hf + 2], acc[4 * hf + 3])
-                      : __ldcg(reinterpret_cast<const float4*>(part + (size_t(tile) * kSlices + j) * kPart) +
-                               128 * hf + wt);
-            } else {  // (the CTA's slices 2 slice, 2 slice + 1: registers indexed at compile time)
-              const int i0 = 4 * hf, i1 = 8 + 4 * hf;
-              v[j] =
-                  j == 2 * slice ? make_float4(acc[i0], acc[i0 + 1], acc[i0 + 2], acc[i0 + 3])
-                  : j == 2 * slice + 1
-                      ? make_float4(acc[i1], acc[i1 + 1], acc[i1 + 2], acc[i1 + 3])
-                      : __ldcg(reinterpret_cast<const float4*>(part + (size_t(tile) * kSlices + j) * kPart) +
-                               128 * hf + wt);
-            }
-          }
+          for (int j = 0; j < kSlices; ++j)
+            v[j] = j == slice
+                       ? make_float4(acc[4 * hf], acc[4 * hf + 1], acc[4 * hf + 2], acc[4 * hf + 3])
+                       : __ldcg(reinterpret_cast<const float4*>(part + (size_t(tile) * kSlices + j) * kPart) +
+                                128 * hf + wt);
           float s[4] = {v[0].x, v[0].y, v[0].z, v[0].w};
 #pragma unroll
           for (int j = 1; j < kSlices; ++j) s[0] += v[j].x, s[1] += v[j].y, s[2] += v[j].z, s[3] += v[j].w;
@@ -331,7 +297,7 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL, SL>::kThreads,
       }
     }
 #pragma unroll
-    for (int i = 0; i < SL * 8; ++i) acc[i] = 0.f;
+    for (int i = 0; i < 8; ++i) acc[i] = 0.f;
     qd = 0, tile += step, ++round;
     return next;
   };
@@ -362,15 +328,15 @@ using KsKernel = void (*)(const __nv_bfloat16*, QArgs, const void*, int, void*, 
                           int*);
 struct KsLaunch {
   KsKernel kernel;
-  int threads, nw, cl, sl;
+  int threads, nw, cl;
 };
-template <int NW, int AH, int PIPE, int CL, bool SP = false, int SL = 1>
+template <int NW, int AH, int PIPE, int CL, bool SP = false>
 KsLaunch ks_launch_of(bool subnormal) {
-  return {subnormal ? q4_ks_kernel<kMlxBf16Sub, NW, AH, PIPE, CL, SP, SL>
-                    : q4_ks_kernel<kMlxBf16, NW, AH, PIPE, CL, SP, SL>,
-          KsCfg<NW, AH, PIPE, CL, SL>::kThreads, NW, CL, SL};
+  return {subnormal ? q4_ks_kernel<kMlxBf16Sub, NW, AH, PIPE, CL, SP>
+                    : q4_ks_kernel<kMlxBf16, NW, AH, PIPE, CL, SP>,
+          KsCfg<NW, AH, PIPE, CL>::kThreads, NW, CL};
 }
-// spair: the call's scale words come by pairs (quad_scale_pairs; configurations 1 and 7's SP instances).
+// spair: the call's scale words come by pairs (quad_scale_pairs; configuration 1's SP instance).
 KsLaunch ks_launch(bool subnormal, int cfg, bool spair) {
   switch (cfg) {
     case 1:
@@ -385,9 +351,6 @@ KsLaunch ks_launch(bool subnormal, int cfg, bool spair) {
       return ks_launch_of<2, 4, 0, 1>(subnormal);
     case 6:
       return ks_launch_of<1, 4, 0, 1>(subnormal);
-    case 7:
-      return spair ? ks_launch_of<2, 2, 0, 0, true, 2>(subnormal)
-                   : ks_launch_of<2, 2, 0, 0, false, 2>(subnormal);
     default:
       return ks_launch_of<1, 4, 0, 0>(subnormal);
   }
@@ -397,7 +360,7 @@ KsLaunch ks_launch(bool subnormal, int cfg, bool spair) {
 // per kernel as resident_blocks caches.
 int ks_resident(const KsLaunch& l) {
   const int blocks =
-      resident_blocks(reinterpret_cast<const void*>(l.kernel), l.threads, ks_smem(kMaxK, l.nw, l.cl, l.sl));
+      resident_blocks(reinterpret_cast<const void*>(l.kernel), l.threads, ks_smem(kMaxK, l.nw, l.cl));
   if (!l.cl) return blocks;
   static std::mutex mu;
   static std::unordered_map<const void*, int> cache;
@@ -455,12 +418,11 @@ bool q4_ks_linear(bool subnormal, const __nv_bfloat16* x, const QArgs& q, const 
       !linear_wgmma_supported())
     return false;
   const KsLaunch l = ks_launch(subnormal, g_q4_ks_cfg, quad_scale_pairs(q));
-  const int groups = kSlices / l.sl;  // the CTAs of a tile group: one a slice group
-  const int per_slice = std::min((tiles + l.nw - 1) / l.nw, ks_resident(l) / groups);
+  const int per_slice = std::min((tiles + l.nw - 1) / l.nw, ks_resident(l) / kSlices);
   if (per_slice < 1) return false;
-  const size_t smem = ks_smem(k, l.nw, l.cl, l.sl);
+  const size_t smem = ks_smem(k, l.nw, l.cl);
   if (!l.cl) {
-    launch_pdl(l.kernel, dim3(per_slice * groups), dim3(l.threads), smem, s, x, q, bias, bias_kind, y, y_f32,
+    launch_pdl(l.kernel, dim3(per_slice * kSlices), dim3(l.threads), smem, s, x, q, bias, bias_kind, y, y_f32,
                m, n, k, ws->part, ws->tickets);
   } else {  // clusters of the 8 slices (and the dependent launch, as launch_pdl)
     cudaLaunchConfig_t cfg{};
@@ -504,8 +466,7 @@ void set_q4_ks_config(int cfg) {
   TF_CHECK(
       cfg >= 0 && cfg < kKsConfigs,
       "set_q4_ks_config: 0 (one warpgroup a CTA), 1 (two), 2 (one, fragments by chunk parity), 3 (two, by "
-      "parity), 4 (four), 5 (two, the fold in a cluster), 6 (one, the fold in a cluster) or 7 (two, two "
-      "slices a CTA)");
+      "parity), 4 (four), 5 (two, the fold in a cluster) or 6 (one, the fold in a cluster)");
   g_q4_ks_cfg = cfg;
 }
 

@@ -97,8 +97,7 @@ int q4_wg_mode();
 // only. TF_Q4_KS=0-4; configuration 1 by default.
 // Configurations (TF_Q4_KS_CFG, set_q4_ks_config): 0 one warpgroup a CTA, 1 two, 2 / 3 the same with the
 // fragments by chunk parity, 4 four (one CTA an SM), 5 / 6 two / one with the fold in a cluster of the 8
-// slices, 7 two with two slices a CTA (each warpgroup computes both of a tile). q4_ks_launches() counts its
-// launches (tests).
+// slices. q4_ks_launches() counts its launches (tests).
 void set_q4_ks(int mode);
 int q4_ks_mode();
 void set_q4_ks_config(int cfg);

@@ -555,15 +555,17 @@ double decode_step_row(ShapeRun& r, int ctx) {
 // One decode step at (batch, ctx): graph replays of ours with each fusion and launch option toggled, the
 // cuBLAS baseline, and the bandwidth floor; adds the summary row.
 // What each kind of small op costs a forward (ablations: wrong results, timing only): "  WHAT without:" and
-// the time without the attention, without q/k-norm + rope + KV, without the norms, and without all three.
+// the time without the attention, without q/k-norm + rope + KV, without the norms, without the silu_mul
+// (the down on the activation buffer as it is; where silu_mul_linear runs two ops, one launch fewer), and
+// without the first three.
 void print_without(const char* what, const std::function<double()>& timed) {
   std::printf("  %s without:", what);
-  for (int mask : {int(kSkipAttention), int(kSkipAttentionInputs), int(kSkipNorms),
+  for (int mask : {int(kSkipAttention), int(kSkipAttentionInputs), int(kSkipNorms), int(kSkipSilu),
                    kSkipAttention | kSkipAttentionInputs | kSkipNorms}) {
     set_skip_ops(mask);
-    std::printf(" %s%s%s %.3f ms |", mask & kSkipAttention ? "attention " : "",
+    std::printf(" %s%s%s%s %.3f ms |", mask & kSkipAttention ? "attention " : "",
                 mask & kSkipAttentionInputs ? "q/k-norm+rope+kv " : "", mask & kSkipNorms ? "norms " : "",
-                timed());
+                mask & kSkipSilu ? "silu_mul " : "", timed());
   }
   set_skip_ops(0);
 }

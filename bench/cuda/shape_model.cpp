@@ -193,7 +193,9 @@ void forward(Backend& be, ShapeModel& m, Acts& A, int rows, int out_rows, const 
     if (g_skip & kEmptyStep) cuda::empty_step(1, cuda::stream_of(be));
     lin(attn, L.o, o);
     norm_linear(o, L.ln2, L.gate_up, gu);
-    if (g_fusions && ours) {
+    if (g_skip & kSkipSilu) {  // (timing: the down on act as it is, no silu_mul)
+      lin(act, L.down, mlp);
+    } else if (g_fusions && ours) {
       be.silu_mul_linear(gu, L.down, act, mlp);
     } else {
       be.silu_mul(gu, act);

@@ -61,7 +61,7 @@ void set_fused_inputs(bool on);
 // Timing ablations (wrong results): forwards leave out the attention, the fused q/k-norm + RoPE + KV write,
 // or the residual-add norms before qkv and gate_up (the linears read their input as is); 0 = none.
 // kEmptyStep: not a skip, one empty dependent kernel (cuda::empty_step) after each layer's attention.
-enum SkipOps { kSkipAttention = 1, kSkipAttentionInputs = 2, kSkipNorms = 4, kEmptyStep = 8 };
+enum SkipOps { kSkipAttention = 1, kSkipAttentionInputs = 2, kSkipNorms = 4, kEmptyStep = 8, kSkipSilu = 16 };
 void set_skip_ops(int mask);
 // v9's fusions that are off by default in the backend (norm and silu inside the linears, loop-only
 // attention at short context), forced on for a comparison column, or back to the defaults.

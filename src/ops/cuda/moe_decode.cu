@@ -326,7 +326,7 @@ __device__ __forceinline__ void o_load(OSlice& o, const MoeOProj& op, int tile, 
   const QArgs q = o_args(op);
   const int qs = op.k / 1024, qb = s * qs;
   const QuadRows p = quad_rows(q, tile * 16 + g, tile * 16 + g + 8, t);
-  const bool spair = op.chunk_shift == 1 && (op.groups & 1) == 0;
+  const bool spair = quad_scale_pairs(q);
 #pragma unroll
   for (int i = 0; i < kOQuads; ++i)
     if (i < qs) load_quad(q, p, qb + i, op.chunk_shift, spair, o.wa[i], o.wb[i], o.sa[i], o.sb[i]);

@@ -239,7 +239,7 @@ WgLaunch wg_launch_of(bool subnormal, int k) {
   return {subnormal ? q4_wg_kernel<kMlxBf16Sub, SL, AH, A, SP> : q4_wg_kernel<kMlxBf16, SL, AH, A, SP>,
           C::kThreads, C::smem(k)};
 }
-// spair: the call's scale words come by pairs (sh == 1, an even group count; the default's SP instance).
+// spair: the call's scale words come by pairs (quad_scale_pairs; the default configuration's SP instance).
 WgLaunch wg_launch(bool subnormal, int k, int cfg, bool spair) {
   if (cfg == 0) return wg_launch_of<4, 2>(subnormal, k);
   switch (g_q4_wg_ablate) {  // (timing: the default configuration only)

@@ -172,21 +172,24 @@ std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStrea
   };
   int fmt = -1;
   if (const std::string w = unsupported(m, &fmt); !w.empty()) return refuse(w);
+  int dev = 0;
+  TF_CUDA_CHECK(cudaGetDevice(&dev));
+  cudaDeviceProp prop{};
+  TF_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
   if (fmt == kWMlx4) {
     // Same bits as the 4-bit op chain; faster than it on an H200 since session 27 (Qwen3-8B b=1 ctx
     // 512: 2.06-2.11 against 2.18-2.19 ms, runs 314-315; `tensorfold generate` 461 vs 435 tok/s): taken
     // unless turned off.
     if (!mlx4()) return refuse("MLX 4-bit linears (turned off: TF_DECODE_STEP_MLX4=0)");
-    const char* e = std::getenv("TF_STEP_Q4_SW");  // 2/4/8: slices a 4-bit stage (A/B; 4 measured best)
-    const int sw = e && *e ? std::atoi(e) : 4;
+    // TF_STEP_Q4_SW=2/4/8: K slices a 4-bit stage (same bits). Each card's default is its last same-call
+    // A/B: 2 on parts with less than 100 GiB (the H100: 1.986-2.004 ms against 4's 2.027-2.039, runs 473
+    // and 475, with the two consumer teams), 4 above (the H200: run 334, before the teams).
+    const char* e = std::getenv("TF_STEP_Q4_SW");
+    const int sw = e && *e ? std::atoi(e) : prop.totalGlobalMem < (size_t(100) << 30) ? 2 : 4;
     fmt = sw == 2 ? kWMlx4 : sw == 8 ? kWMlx4Sw8 : kWMlx4Sw4;
   }
   const int SW = sw_of(fmt), SK = fmt == kWBf16 ? kStageK : kQStageK;
   const size_t smem = smem_of(fmt);
-  int dev = 0;
-  TF_CUDA_CHECK(cudaGetDevice(&dev));
-  cudaDeviceProp prop{};
-  TF_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
   if (prop.major < 9) return refuse("needs sm_90 (bulk copies)");
   if (prop.multiProcessorCount < 2 * kHk) return refuse("fewer than 16 SMs (8 merge the attention)");
   if (prop.sharedMemPerBlockOptin < smem) return refuse("not enough shared memory a block");

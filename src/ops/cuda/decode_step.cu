@@ -181,9 +181,9 @@ std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStrea
     // 512: 2.06-2.11 against 2.18-2.19 ms, runs 314-315; `tensorfold generate` 461 vs 435 tok/s): taken
     // unless turned off.
     if (!mlx4()) return refuse("MLX 4-bit linears (turned off: TF_DECODE_STEP_MLX4=0)");
-    // TF_STEP_Q4_SW=2/4/8: K slices a 4-bit stage (same bits). Each card's default is its last same-call
-    // A/B: 2 on parts with less than 100 GiB (the H100: 1.986-2.004 ms against 4's 2.027-2.039, runs 473
-    // and 475, with the two consumer teams), 4 above (the H200: run 334, before the teams).
+    // TF_STEP_Q4_SW=2/4/8: K slices a 4-bit stage (same bits). Each card's default is its same-call A/Bs:
+    // 2 on parts with less than 100 GiB (the H100: 1.986-2.004 ms against 4's 2.027-2.039, runs 473 and
+    // 475), 4 above (the H200: 1.699-1.714 against 2's 1.780, 8 a tie, run 480).
     const char* e = std::getenv("TF_STEP_Q4_SW");
     const int sw = e && *e ? std::atoi(e) : prop.totalGlobalMem < (size_t(100) << 30) ? 2 : 4;
     fmt = sw == 2 ? kWMlx4 : sw == 8 ? kWMlx4Sw8 : kWMlx4Sw4;

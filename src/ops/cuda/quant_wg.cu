@@ -80,8 +80,9 @@ struct WgCfg {
     return size_t(k) * 32 + 2 * size_t(kPartFloats) * sizeof(float);
   }
 };
-// TF_Q4_WG=0 off, 1 at 9-16 rows where the tiles fill the grid, 2 at 1-16 rows, 3 (the default) as 1 for
-// widths of kLmHeadMinN or more only (the lm_head: the forward's last linear, no linear after it to overlap).
+// TF_Q4_WG=0 off, 1 (the default since run 455: the 8B gate_up and lm_head at 16 rows) at 9-16 rows where the
+// tiles fill the grid, 2 at 1-16 rows, 3 as 1 for widths of kLmHeadMinN or more only (the lm_head: the
+// forward's last linear, no linear after it to overlap; run 480, H200: the same forward time as 1).
 int g_q4_wg = env_digit("TF_Q4_WG", 3, 1);
 constexpr int kLmHeadMinN = 65536;
 // TF_Q4_WG_CFG (measurements): 0 = SL 4 AH 2, 1 = SL 2 AH 2 (default)

@@ -457,6 +457,7 @@ void bench_format(Backend& be, bool mlx, bool quick, double copy_gbs) {
     std::printf("| decode b=%d ctx %d%s | %.3f | %.0f | %.2f | %.3f | %.1f%% | %.1f |\n", batch, ctx,
                 captured ? "" : " (eager)", ms, batch * 1e3 / ms, bytes / 1e9, floor_ms, 100 * floor_ms / ms,
                 experts);
+    const bool bisect = std::getenv("TF_MOE_BENCH_BISECT") != nullptr;
     // A same-bits A/B: the step again with `set` off.
     auto without = [&](void (*set)(bool), const char* what) {
       set(false);
@@ -464,6 +465,12 @@ void bench_format(Backend& be, bool mlx, bool quick, double copy_gbs) {
           s, [&] { forward(be, m, batch, outs, false); }, &captured);
       set(true);
       std::printf("| decode b=%d ctx %d, %s | %.3f | %.0f | | | | |\n", batch, ctx, what, t, batch * 1e3 / t);
+      if (bisect) {  // (TF_MOE_BENCH_BISECT: the default timed again after each row, to find the row whose
+                     // state makes the later default faster; runs 483-484)
+        const double d = time_graph_ms(
+            s, [&] { forward(be, m, batch, outs, false); }, &captured);
+        std::printf("| decode b=%d ctx %d, the default after that row | %.3f | | | | | |\n", batch, ctx, d);
+      }
     };
     without(cuda::set_moe_route_group, "routing and grouping as two launches");
     if (batch > cuda::kMoeRoutedMaxRows)  // the silu_mul kernel after the grouped gate_up

@@ -443,32 +443,33 @@ void bench_format(Backend& be, bool mlx, bool quick, double copy_gbs) {
   std::printf("|---|---|---|---|---|---|---|\n");
   std::vector<int> batches = quick ? std::vector<int>{1, 8} : std::vector<int>{1, 8, 32};
   double b1 = 0;
+  const bool bisect = std::getenv("TF_MOE_BENCH_BISECT") != nullptr;  // (see `without`)
   for (int batch : batches) {
     const BatchMeta meta = decode_meta(batch, ctx);
     const auto [bytes, experts] = step_bytes(be, m, meta, ctx);
     std::vector<int32_t> outs(static_cast<size_t>(batch));
     for (int i = 0; i < batch; ++i) outs[i] = i;
     bool captured = false;
+    auto step_ms = [&] {  // this batch's step from a CUDA graph
+      return time_graph_ms(
+          s, [&] { forward(be, m, batch, outs, false); }, &captured);
+    };
     be.begin_forward(meta);  // outside the graph: it stages the metadata through pinned memory
-    const double ms = time_graph_ms(
-        s, [&] { forward(be, m, batch, outs, false); }, &captured);
+    const double ms = step_ms();
     const double floor_ms = bytes / (copy_gbs * 1e9) * 1e3;
     if (batch == 1) b1 = ms;
     std::printf("| decode b=%d ctx %d%s | %.3f | %.0f | %.2f | %.3f | %.1f%% | %.1f |\n", batch, ctx,
                 captured ? "" : " (eager)", ms, batch * 1e3 / ms, bytes / 1e9, floor_ms, 100 * floor_ms / ms,
                 experts);
-    const bool bisect = std::getenv("TF_MOE_BENCH_BISECT") != nullptr;
     // A same-bits A/B: the step again with `set` off.
     auto without = [&](void (*set)(bool), const char* what) {
       set(false);
-      const double t = time_graph_ms(
-          s, [&] { forward(be, m, batch, outs, false); }, &captured);
+      const double t = step_ms();
       set(true);
       std::printf("| decode b=%d ctx %d, %s | %.3f | %.0f | | | | |\n", batch, ctx, what, t, batch * 1e3 / t);
       if (bisect) {  // (TF_MOE_BENCH_BISECT: the default timed again after each row, to find the row whose
                      // state makes the later default faster; runs 483-484)
-        const double d = time_graph_ms(
-            s, [&] { forward(be, m, batch, outs, false); }, &captured);
+        const double d = step_ms();
         std::printf("| decode b=%d ctx %d, the default after that row | %.3f | | | | | |\n", batch, ctx, d);
       }
     };
@@ -493,16 +494,14 @@ void bench_format(Backend& be, bool mlx, bool quick, double copy_gbs) {
       // 2.109 -> 2.079 / 2.071). Not the first timing's warm-up: state the rows between leave (the routed
       // chain's buffers, graph pools, clocks?) -- unexplained; same-bits rows compare with this one as much
       // as with the headline.
-      const double again = time_graph_ms(
-          s, [&] { forward(be, m, batch, outs, false); }, &captured);
+      const double again = step_ms();
       std::printf("| decode b=%d ctx %d, the first row's setting again | %.3f | %.0f | | %.3f | %.1f%% | |\n",
                   batch, ctx, again, batch * 1e3 / again, floor_ms, 100 * floor_ms / again);
     }
     if (batch <= cuda::kMoeRoutedMaxRows) {
       cuda::set_moe_decode(false);  // (the routed chain is what is compared)
       cuda::set_moe_routed(false);  // the routing + grouping kernel at decode too (A/B, same bits)
-      const double ms3 = time_graph_ms(
-          s, [&] { forward(be, m, batch, outs, false); }, &captured);
+      const double ms3 = step_ms();
       cuda::set_moe_routed(true);
       cuda::set_moe_decode(true);
       std::printf("| decode b=%d ctx %d, without routing inside the gate_up GEMM | %.3f | %.0f | | | | |\n",

@@ -1,6 +1,7 @@
 #include "bench_common.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -53,6 +54,34 @@ double time_graph_ms(cudaStream_t s, const std::function<void()>& fn, bool* capt
   cudaGraphExecDestroy(ge);
   cudaGraphDestroy(g);
   return ms;
+}
+
+void warm_graph_for(cudaStream_t s, const std::function<void()>& fn, double seconds) {
+  fn();
+  TF_CUDA_CHECK(cudaStreamSynchronize(s));
+  cudaGraph_t g = nullptr;
+  cudaGraphExec_t ge = nullptr;
+  bool ok = false;
+  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+    try {
+      fn();
+    } catch (const std::exception&) {
+    }
+    ok = cudaStreamEndCapture(s, &g) == cudaSuccess && g && cudaGraphInstantiate(&ge, g, 0) == cudaSuccess;
+  }
+  cudaGetLastError();
+  const auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < seconds) {
+    for (int i = 0; i < 16; ++i) {
+      if (ok)
+        TF_CUDA_CHECK(cudaGraphLaunch(ge, s));
+      else
+        fn();
+    }
+    TF_CUDA_CHECK(cudaStreamSynchronize(s));
+  }
+  if (ge) cudaGraphExecDestroy(ge);
+  if (g) cudaGraphDestroy(g);
 }
 
 BatchMeta verify_meta(int batch, int k, int ctx) {

@@ -21,6 +21,12 @@ double time_ms(cudaStream_t s, const std::function<void()>& fn, int warm = 2, in
 // timing when the capture fails. `captured` (optional) tells which.
 double time_graph_ms(cudaStream_t s, const std::function<void()>& fn, bool* captured = nullptr);
 
+// fn() captured into a CUDA graph and replayed, untimed, for `seconds` of wall time (eagerly where the
+// capture fails): the GPU's steady state before a timing. On an H100 a latency-bound step ran ~2-3% faster
+// after ~3-10 s of work than in its first second, across processes too, with the SM and memory clocks fixed
+// (runs 485-486).
+void warm_graph_for(cudaStream_t s, const std::function<void()>& fn, double seconds);
+
 // Device-to-device copy bandwidth (GB/s, read + write) of 2 GiB of bf16, timed by time_ms(warm, reps): the
 // decode roofline's denominator.
 double copy_bandwidth_gbs(Backend& be, int warm = 2, int reps = 7);

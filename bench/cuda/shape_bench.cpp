@@ -544,6 +544,17 @@ double decode_step_row(ShapeRun& r, int ctx) {
                   time_graph_ms(
                       r.s, [&] { be.decode_step(r.step.get(), logits); }, &g2));
     }
+    // The ring's depth: the probe with 2/3 and 1/3 of its slots, with and without tile arithmetic.
+    const int n = st->ring_slots();
+    for (int slots : {n, n * 2 / 3, n / 3})
+      for (int what : {0, 1}) {
+        st->set_ring(slots);
+        st->set_ablate(what);
+        std::printf(" ring %d %s %.3f ms |", slots, what ? "no-tile-math" : "none",
+                    time_graph_ms(
+                        r.s, [&] { be.decode_step(r.step.get(), logits); }, &g2));
+      }
+    st->set_ring(0);
     st->set_ablate(0);
     st->set_probe(false, false, r.s);
     std::printf("\n");

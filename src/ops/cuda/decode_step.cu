@@ -107,6 +107,13 @@ size_t smem_of(int fmt) {
          : fmt == kWMlx4Sw4 ? kSmemBytes<kWMlx4Sw4>
                             : kSmemBytes<kWMlx4Sw8>;
 }
+int ring_of(int fmt) {
+  using namespace step;
+  return fmt == kWBf16      ? kRing<kWBf16>
+         : fmt == kWMlx4    ? kRing<kWMlx4>
+         : fmt == kWMlx4Sw4 ? kRing<kWMlx4Sw4>
+                            : kRing<kWMlx4Sw8>;
+}
 
 // Device memory of bytes `fill` (zeros), ordered on `stream` (the backend's stream does not wait for the
 // legacy default stream: a plain cudaMemset could land after the kernels that fill the buffer on `stream`).
@@ -139,6 +146,7 @@ struct DecodeStep::State {
   int grid = 0, layers = 0;
   int format = step::kWBf16;  // the linears' (WFormat)
   int ablate = 0;             // Params::ablate (the probe instance only)
+  int ring = 0;               // Params::ring (the probe instance only)
   int early_bias = 0;         // Params::early_bias
   bool probe = false;
   unsigned long long* stamps = nullptr;  // set_probe: made on first use
@@ -363,6 +371,12 @@ void DecodeStep::set_early_bias(int bias) {
 void DecodeStep::set_ablate(int what) {
   s_->ablate = what;
 }
+void DecodeStep::set_ring(int slots) {
+  s_->ring = slots;
+}
+int DecodeStep::ring_slots() const {
+  return ring_of(s_->format);
+}
 int DecodeStep::grid() const {
   return s_->grid;
 }
@@ -430,6 +444,7 @@ void DecodeStep::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
   p.tables = dm.tables, p.inv_freq = s.inv_freq, p.rope_factor = s.rope_factor, p.scale = s.scale;
   p.qk_eps = s.eps, p.logits = logits;
   p.ablate = s.probe ? s.ablate : 0;
+  p.ring = s.probe ? s.ring : 0;
   p.early_bias = s.early_bias;
   p.stamps = s.stamping ? s.stamps : nullptr;
   p.tile_log = s.stamping && std::getenv("TF_STEP_TILE_LOG") != nullptr;  // (perturbs the other stamps)

@@ -6,9 +6,9 @@
 // attention with attention_mma's. Activations travel as tagged 32-bit words (bf16 bits | the launch's tag
 // << 16): a reader polls a word until it carries the launch's tag, so no counter, fence or grid barrier
 // sits between the ops (the attention's partials to merge: f32 words, a NaN pattern where not yet written,
-// written back by the merge once folded). Every value has the bits of the op chain (embedding, rms_norm, linear_bf16,
-// qkv_norm_rope_kv, attention_mma, add_rms_norm, silu_mul, the lm_head): a row's tokens are the same
-// whichever path its round takes.
+// written back by the merge once folded). Every value has the bits of the op chain (embedding, rms_norm,
+// linear_bf16, qkv_norm_rope_kv, attention_mma, add_rms_norm, silu_mul, the lm_head): a row's tokens are the
+// same whichever path its round takes.
 //
 // Shapes: the Qwen3-8B layout only for now (hidden 4096, 32 q / 8 KV heads of 128, q/k norms, a fused qkv
 // and gate_up, intermediate a multiple of 4096 up to 12288, bf16 weights without bias, NeoX rope over the
@@ -109,6 +109,10 @@ class DecodeStep {
   // The probe instance's timing ablations (decode_step_kernel.cuh's Params::ablate; 0: none). Benches only:
   // the logits' bits are wrong under them.
   void set_ablate(int what);
+  // The probe instance's ring depth (benches only, same bits): `slots` of the ring's ring_slots() in use (0:
+  // all; ignored unless fewer and a multiple of the slots' owners).
+  void set_ring(int slots);
+  int ring_slots() const;
   // Benches (A/B): shifts the number of early chunks the merging CTAs take (decode_step_kernel.cuh's e) by
   // `bias` (0: the kernel's rule). Same bits: only which CTA computes a chunk's partial changes.
   void set_early_bias(int bias);

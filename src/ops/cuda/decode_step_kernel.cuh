@@ -121,6 +121,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   constexpr int kSlots = kRing<W>, kSlot = kSlotBytes<W>;
   constexpr int SW = sw_of(W), kOwn = kCWarps / SW;     // slices a stage, ring slot owners
   constexpr int SK = W == kWBf16 ? kStageK : kQStageK;  // k-values of a slice's piece
+  // The ring's slots in use: all of them, or in the probe instance fewer (Params::ring; benches: how much
+  // the ring's depth is worth). A multiple of kOwn (slot j % n is then owner j % kOwn's).
+  const int nslots = kProbe && prm.ring > 0 && prm.ring < kSlots && prm.ring % kOwn == 0 ? prm.ring : kSlots;
   // The launch's epoch (its tag: the low 16 bits), from the device word step_prologue incremented: a launch
   // replayed from a CUDA graph has fixed arguments.
   const unsigned epoch = *prm.epoch_word;
@@ -211,9 +214,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         // Stage s of a tile belongs to owner s % kOwners and the ring's slots are a multiple of kOwners:
         // slot j % kSlots is only ever used by owner j % kOwners, so each warp pair waits on every phase of
         // its own slots in order (bulk copies complete out of order; a parity wait cannot tell phases apart).
-        const int slot = j % kSlots;
+        const int slot = j % nslots;
         const long long pw = kProbe ? clock64() : 0;
-        if (j >= kSlots) wait_bar(saddr(empty + slot), ((j / kSlots) & 1) ^ 1, kEmptyStage, j);
+        if (j >= nslots) wait_bar(saddr(empty + slot), ((j / nslots) & 1) ^ 1, kEmptyStage, j);
         if (kProbe) p_empty += clock64() - pw;
         if (lane == 0) {
           if constexpr (kTeams < W >> 1) meta[slot] = j;  // (read by the 4-bit teams only)
@@ -314,7 +317,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     float acc[kSPW][4] = {};
     const uint32_t xbase = saddr(xs) + 16 * t;
     for (int part = 0; part < spw; ++part) {  // this warp's K slices, in order
-      const int jj = j + part * kOwn + owner, slot = jj % kSlots;
+      const int jj = j + part * kOwn + owner, slot = jj % nslots;
       const uint32_t cw = kProbe ? clk() : 0;
       if (kProbe && logging) gcount(op, 2);  // (the arithmetic of the previous part)
       if constexpr (kNT > 1) {
@@ -329,7 +332,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
             __trap();
           }
       }
-      wait_bar(saddr(full + slot), (jj / kSlots) & 1, kFullStage, jj);
+      wait_bar(saddr(full + slot), (jj / nslots) & 1, kFullStage, jj);
       if (kProbe) c_full += clk() - cw;
       if (kProbe && logging) {
         gcount(op, 1);

@@ -277,6 +277,15 @@ int run_linears_m(Backend& be, const std::vector<int>& ms) {
     if (m >= 9 && m <= 16) pair_modes(be, w4, b, m);
     if (m <= 16) wg_modes(be, w4, b, m);
     if (m <= 16) ks_modes(be, w4, b, m);
+    if (m > 16 && m <= 32) {  // q4_ks's 32-token instance off / every width / K > 4096 only
+      const int m0 = cuda::q4_ks32_mode();
+      modes_table(be, w4, b, m, "q4_ks at 17-32 rows off / on / K > 4096 only", 3, cuda::set_q4_ks32);
+      cuda::set_q4_ks32(m0);
+      const int s0 = cuda::q4_split32_mode();
+      modes_table(be, w4, b, m, "as 16 + the rest rows off / widths > 8192 / every width", 3,
+                  cuda::set_q4_split32);
+      cuda::set_q4_split32(s0);
+    }
   }
   return 0;
 }

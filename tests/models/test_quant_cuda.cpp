@@ -563,6 +563,85 @@ TEST_F(Gpu, Quant4BitKSliceClusterFoldEqualsDecodeKernel) {
   expect_ks_equals_decode(*gpu, {5, 6});
 }
 
+// 17-32 rows: q4_ks_kernel's 32-token instance (m64n32k16 steps, set_q4_ks32) against q4_decode_kernel's
+// 32-row tiles (the mode off), the bf16 linear on the dequantized weight and the same rows of a 40-row call,
+// bit for bit, f32 and bf16 outputs; it must take every call (launches counted); its K > 4096 mode exactly
+// those calls; and the call split in two (16 rows and the rest, set_q4_split32). Needs wgmma (sm_90a).
+TEST_F(Gpu, Quant4BitKSlice32RowsEqualsDecodeKernel) {
+  if (!cuda::linear_wgmma_supported()) GTEST_SKIP() << "no wgmma on this device";
+  struct Case {
+    int64_t n, k;
+    int group;
+    bool subnormal, bias;
+  };
+  const Case cases[] = {{4096, 12288, 64, true, false},
+                        {200, 4096, 128, true, true},
+                        {10280, 2048, 64, false, true},
+                        {24, 1024, 64, false, false},
+                        {24576, 1024, 128, true, false}};
+  const int ks0 = cuda::q4_ks_mode(), ks320 = cuda::q4_ks32_mode(), split0 = cuda::q4_split32_mode();
+  uint32_t seed = 2900;
+  cuda::set_q4_split32(0);  // (the rows in one call unless said)
+  cuda::set_q4_ks(3);  // (before the uploads: the backend makes the workspace at an upload with the mode on)
+  for (const Case& c : cases) {
+    SCOPED_TRACE(case_name(c.n, c.k, c.group, c.subnormal, c.bias));
+    cuda::set_mlx_subnormal_codes(c.subnormal);
+    LinearWeight w = random_mlx(c.n, c.k, 4, c.group, DType::BF16, ++seed);
+    for (int64_t i = 0; i < 16 * (c.k / c.group); ++i) {  // features 0-15 all negative (signed zeros)
+      w.scales.data<uint16_t>()[i] |= 0x8000u;
+      w.biases.data<uint16_t>()[i] |= 0x8000u;
+    }
+    if (c.bias) {
+      w.bias = Tensor::empty({c.n}, DType::F32);
+      for (int64_t i = 0; i < c.n; ++i) w.bias.data<float>()[i] = 0.03f * float(i % 7) - 0.09f;
+    }
+    LinearWeight wg = gpu->upload_linear(w);
+    ASSERT_TRUE(cuda::q4_ks_takes(wg));
+    const LinearWeight dense = dense_of(*gpu, wg);
+    Tensor xh = random_x(40, c.k, seed).first;
+    for (int64_t i = 0; i < c.k; ++i) xh.data<uint16_t>()[19 * c.k + i] = 0;  // row 19: zeros
+    Tensor xg = gpu->upload(xh);
+    cuda::set_q4_ks32(0);
+    const Tensor big = linear_rows(*gpu, xg, wg, 40, c.n);
+    for (int64_t rows : {17, 20, 25, 32}) {
+      SCOPED_TRACE(std::to_string(rows) + " rows");
+      cuda::set_q4_ks32(0);
+      const Tensor one = linear_rows(*gpu, xg, wg, rows, c.n);
+      Tensor yb = gpu->alloc({rows, c.n}, DType::BF16);
+      Tensor one16 = Tensor::empty({rows, c.n}, DType::BF16),
+             fast16 = Tensor::empty({rows, c.n}, DType::BF16);
+      gpu->linear(xg.slice_rows(0, rows), wg, yb);
+      gpu->to_host(yb, one16);
+      const Tensor ref = linear_rows(*gpu, xg, dense, rows, c.n);
+      cuda::set_q4_ks32(1);
+      const long launched = cuda::q4_ks_launches();
+      const Tensor fast = linear_rows(*gpu, xg, wg, rows, c.n, true);
+      ASSERT_EQ(cudaMemsetAsync(yb.raw(), 0xFF, yb.nbytes(), cuda::stream_of(*gpu)),
+                cudaSuccess);  // (poison)
+      gpu->linear(xg.slice_rows(0, rows), wg, yb);
+      gpu->to_host(yb, fast16);
+      EXPECT_EQ(cuda::q4_ks_launches(), launched + 2) << "q4_ks_kernel did not take the calls";
+      expect_rows_equal(fast, one, ref, big);
+      EXPECT_EQ(std::memcmp(fast16.raw(), one16.raw(), fast16.nbytes()), 0) << "bf16 differs";
+      cuda::set_q4_ks32(2);  // the down only (K > 4096)
+      const long before = cuda::q4_ks_launches();
+      const Tensor sel = linear_rows(*gpu, xg, wg, rows, c.n, true);
+      EXPECT_EQ(cuda::q4_ks_launches(), before + (c.k > 4096 ? 1 : 0)) << "mode 2";
+      EXPECT_EQ(std::memcmp(sel.raw(), one.raw(), sel.nbytes()), 0) << "mode 2";
+      for (int split : {1, 2}) {  // as two calls, 16 rows and the rest (set_q4_split32)
+        cuda::set_q4_split32(split);
+        const Tensor two = linear_rows(*gpu, xg, wg, rows, c.n, true);
+        EXPECT_EQ(std::memcmp(two.raw(), one.raw(), two.nbytes()), 0) << "split mode " << split;
+      }
+      cuda::set_q4_split32(0);
+    }
+  }
+  cuda::set_q4_split32(split0);
+  cuda::set_q4_ks(ks0);
+  cuda::set_q4_ks32(ks320);
+  cuda::set_mlx_subnormal_codes(true);
+}
+
 // MLX 4-bit scales stored times 2^133 (prescale_mlx4, what upload_linear does where every scale allows it)
 // give the same dequantized bf16 weight and the same linear bits at every M as the plain scales, for groups
 // of 32 (qlinear_kernel), 64 and 128 (q4_decode_kernel) and K with a partial quad; with scales at the edges

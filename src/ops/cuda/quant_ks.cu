@@ -76,7 +76,7 @@ constexpr int kTile = 64;       // features a tile
 constexpr int kSlices = 8;      // K slices (the bits' own)
 constexpr int kMaxK = 12288;    // a slice of x in shared memory: 4 k bytes (48 KB)
 constexpr int kMaxTiles = 384;  // the workspace: widths up to 24576 (the 8B gate_up)
-constexpr int kPart = 1024;     // floats of a (tile, slice) partial: 64 features x 16 tokens
+constexpr int kPartMax = 2048;  // floats of a (tile, slice) partial: 64 features x 16 or 32 tokens (NT)
 // A configuration: NW warpgroups a CTA (one slice, different tiles), AH quads ahead in registers, PIPE and CL
 // (see above).
 template <int NW, int AH, int PIPE, int CL>
@@ -87,18 +87,25 @@ struct KsCfg {
 // opt-in that resident_blocks gives only above 48 KB): x's slice (K / 8 values x 16 rows x 2 bytes), then
 // with CL the fold buffer (a warpgroup's 7 partials from the other slices: 7 x 4 KB) and the mbarriers (full
 // and empty, a warpgroup each), then the warpgroups' ticket flags.
-constexpr size_t ks_fold_offset(int k) {
-  return size_t(k) * 4;
+// NT: the token rows (16; 32 for 17-32 rows, configuration 1 only: x's slice 32 KB at K = 4096, 96 KB at
+// 12288).
+constexpr size_t ks_fold_offset(int k, int nt = 16) {
+  return size_t(k) * nt / 4;
 }
 constexpr size_t ks_bars_offset(int k, int nw, int cl) {
-  return ks_fold_offset(k) + (cl ? size_t(nw) * (kSlices - 1) * kPart * sizeof(float) : 0);
+  return ks_fold_offset(k) + (cl ? size_t(nw) * (kSlices - 1) * 1024 * sizeof(float) : 0);
 }
-constexpr size_t ks_smem(int k, int nw, int cl) {
-  return ks_bars_offset(k, nw, cl) + (cl ? size_t(nw) * 16 : 0) + 16;
+constexpr size_t ks_smem(int k, int nw, int cl, int nt = 16) {
+  return nt == 32 ? ks_fold_offset(k, nt) + 16 : ks_bars_offset(k, nw, cl) + (cl ? size_t(nw) * 16 : 0) + 16;
 }
 // TF_Q4_KS=0 off, 1 at 9-16 rows, 2 at 1-16 rows, 3 at 9-16 rows for K > 4096 only (the down: the default,
 // run 453), 4 at 9-16 rows for widths <= 8192 only (all but the gate_up).
 int g_q4_ks = env_digit("TF_Q4_KS", 4, 3);
+// TF_Q4_KS32=0 off, 1 at 17-32 rows, every width, 2 at 17-32 rows for K > 4096 only (the down; the default):
+// the NT = 32 instance (set_q4_ks32). Run 491 (H100, 8B MLX 4-bit, 36 calls at M = 32, off / on): q 0.382 /
+// 0.433 ms, k 0.308 / 0.317, gate_up 2.034 / 2.190, down 0.956 / 0.726; the b=32 forward off / 1 / 2: 5.889
+// / 6.261 / 5.765 ms and 5.893 / 6.262 / 5.757.
+int g_q4_ks32 = env_digit("TF_Q4_KS32", 2, 2);
 // TF_Q4_KS_CFG: 0 = NW 1, 1 = NW 2, 2 = NW 1 PIPE, 3 = NW 2 PIPE, 4 = NW 4 (one CTA an SM), 5 = NW 2 CL, 6 =
 // NW 1 CL (AH 4 each).
 constexpr int kKsConfigs = 7;
@@ -134,18 +141,22 @@ __device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity)
 // SP: the quads' scale words known at compile time to come by pairs (load_quad's spair: groups of 64, an even
 // group count a row; the launch picks the instance), so that neither load path's predicated-off instructions
 // issue (configuration 1, the default, only). Same words, same bits.
-template <int KIND, int NW, int AH, int PIPE, int CL, bool SP>
+// NT: token rows, 16 (m64n16k16 steps) or 32 (m64n32k16, 17-32 rows; the ticket fold only): each
+// element's chain is the same k16 steps in the same order, so the same bits (tested).
+template <int KIND, int NW, int AH, int PIPE, int CL, bool SP, int NT = 16>
 __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL>::kThreads, KsCfg<NW, AH, PIPE, CL>::kMinBlocks)
     q4_ks_kernel(const __nv_bfloat16* x, QArgs q, const void* __restrict__ bias, int bias_kind,
                  void* __restrict__ y, bool y_f32, int m, int n, int k, float* part, int* tickets) {
   using C = KsCfg<NW, AH, PIPE, CL>;
   constexpr int R = C::kSlots;
+  static_assert(NT == 16 || (NT == 32 && CL == 0), "32 token rows: the ticket fold only");
+  constexpr int kAcc = NT / 2, kPart = 64 * NT, kHalves = NT / 8;  // a thread's floats; a partial's; float4s
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t xs = saddr(smem);
   float* const fold = reinterpret_cast<float*>(smem + ks_fold_offset(k));  // CL: [wg][slice - 1][kPart]
   const uint32_t bars = xs + uint32_t(ks_bars_offset(k, NW, CL));          // CL: full[NW], empty[NW]
-  int* const last_of = reinterpret_cast<int*>(smem + ks_smem(k, NW, CL) - 16);
+  int* const last_of = reinterpret_cast<int*>(smem + ks_smem(k, NW, CL, NT) - 16);
   pdl_launch_dependents();
   const int tid = int(threadIdx.x), wg = tid / 128, wt = tid % 128, warp = wt / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
@@ -179,14 +190,14 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL>::kThreads, KsCfg<NW, A
 #pragma unroll
   for (int a = 0; a < AH; ++a) load_next(a);  // weights are constant
   pdl_wait();                                 // x is not, nor the workspace
-  stage_x_perm<C::kThreads / 32, true>(xs, x, m, k, slice * 4 * QS, 4 * QS, tid);  // (NW 4, odd QS: ragged)
+  stage_x_perm<C::kThreads / 32, true, NT>(xs, x, m, k, slice * 4 * QS, 4 * QS, tid);  // (NW 4, odd QS)
   fence_proxy_async();  // the generic proxy's stores -> wgmma's reads (async proxy)
   __syncthreads();
-  // Step J's B: 512 bytes from xs + 512 J; core matrices 128 bytes apart along K, 256 along the tokens.
+  // Step J's B: NT x 32 bytes from xs + NT 32 J; core matrices 128 bytes apart along K, 256 along the tokens.
   const uint64_t desc0 = wgmma_desc(xs, 128, 256);
-  float acc[8];
+  float acc[kAcc];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) acc[i] = 0.f;
+  for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
   uint32_t a[2][2][4];  // [chunk parity (PIPE) or 0][step h]: mma_chunk's fragments
   int tile = first, qd = 0, round = 0;
   // The 4 chunks of a quad (slot `slot` of the registers), then refill(), the next quad's loads, after the
@@ -196,20 +207,25 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL>::kThreads, KsCfg<NW, A
     for (int e = 0; e < 4; ++e) {
       const int par = PIPE ? e & 1 : 0;  // (4 chunks a quad: even, so the parity is static)
       wg_fragments<KIND>(wa[slot], wb[slot], sa[slot], sb[slot], e, a[par]);
-      wgmma_fence_operands<8>(acc);
+      wgmma_fence_operands<kAcc>(acc);
       wgmma_fence();
       const int c = 4 * qd + e;  // the chunk of the slice
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
-        wgmma_rs_m64n16(acc, a[par][h], wgmma_desc_plus(desc0, uint32_t((2 * c + h) * (512 >> 4))));
+      for (int h = 0; h < 2; ++h) {
+        const uint64_t db = wgmma_desc_plus(desc0, uint32_t((2 * c + h) * (NT * 32 >> 4)));
+        if constexpr (NT == 16)
+          wgmma_rs_m64n16(acc, a[par][h], db);
+        else
+          wgmma_rs_m64n32(acc, a[par][h], db);
+      }
       wgmma_commit();
       if (e == 0) refill();
-      wgmma_fence_operands<8>(acc);
+      wgmma_fence_operands<kAcc>(acc);
       if (PIPE)
         wgmma_wait<1>();  // the chunk before: its fragments are rewritten by the next chunk
       else
         wgmma_wait<0>();
-      wgmma_fence_operands<8>(acc);
+      wgmma_fence_operands<kAcc>(acc);
     }
   };
   // The tile's slice is done (all QS quads): its partial folded, stored where this warpgroup folds last.
@@ -217,12 +233,12 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL>::kThreads, KsCfg<NW, A
   auto finish_tile = [&]() {
     if (PIPE) {
       wgmma_wait<0>();
-      wgmma_fence_operands<8>(acc);
+      wgmma_fence_operands<kAcc>(acc);
     }
     // +0 for the RZ first step, then the fold. Element i of a slice: feature 16 warp + g + 8 ((i % 4) / 2),
     // token 8 (i / 4) + 2t + i % 2.
 #pragma unroll
-    for (int i = 0; i < 8; ++i) acc[i] += 0.f;
+    for (int i = 0; i < kAcc; ++i) acc[i] += 0.f;
     const bool next = tile + step < tiles;
     auto store_half = [&](int hf, const float(&s)[4]) {  // the folded sums of elements 4 hf .. 4 hf + 3
 #pragma unroll
@@ -271,8 +287,9 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL>::kThreads, KsCfg<NW, A
       // The partial to the workspace; a ticket a tile elects the last warpgroup, which adds the 8 partials
       // in slice order (its own from registers, the others' through L2) and resets the ticket.
       float4* const mine = reinterpret_cast<float4*>(part + (size_t(tile) * kSlices + slice) * kPart);
-      mine[wt] = make_float4(acc[0], acc[1], acc[2], acc[3]);
-      mine[128 + wt] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+#pragma unroll
+      for (int hf = 0; hf < kHalves; ++hf)
+        mine[128 * hf + wt] = make_float4(acc[4 * hf], acc[4 * hf + 1], acc[4 * hf + 2], acc[4 * hf + 3]);
       __threadfence();  // this thread's partial, before the warpgroup's ticket
       nbar_sync(1 + wg, 128);
       if (wt == 0) last_of[wg] = atomicAdd(tickets + tile, 1) == kSlices - 1;
@@ -281,7 +298,7 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL>::kThreads, KsCfg<NW, A
         __threadfence();  // the other slices' partials, after their tickets
         if (wt == 0) tickets[tile] = 0;
 #pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
+        for (int hf = 0; hf < kHalves; ++hf) {
           float4 v[kSlices];
 #pragma unroll
           for (int j = 0; j < kSlices; ++j)
@@ -297,7 +314,7 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL>::kThreads, KsCfg<NW, A
       }
     }
 #pragma unroll
-    for (int i = 0; i < 8; ++i) acc[i] = 0.f;
+    for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
     qd = 0, tile += step, ++round;
     return next;
   };
@@ -328,16 +345,20 @@ using KsKernel = void (*)(const __nv_bfloat16*, QArgs, const void*, int, void*, 
                           int*);
 struct KsLaunch {
   KsKernel kernel;
-  int threads, nw, cl;
+  int threads, nw, cl, nt;
 };
-template <int NW, int AH, int PIPE, int CL, bool SP = false>
+template <int NW, int AH, int PIPE, int CL, bool SP = false, int NT = 16>
 KsLaunch ks_launch_of(bool subnormal) {
-  return {subnormal ? q4_ks_kernel<kMlxBf16Sub, NW, AH, PIPE, CL, SP>
-                    : q4_ks_kernel<kMlxBf16, NW, AH, PIPE, CL, SP>,
-          KsCfg<NW, AH, PIPE, CL>::kThreads, NW, CL};
+  return {subnormal ? q4_ks_kernel<kMlxBf16Sub, NW, AH, PIPE, CL, SP, NT>
+                    : q4_ks_kernel<kMlxBf16, NW, AH, PIPE, CL, SP, NT>,
+          KsCfg<NW, AH, PIPE, CL>::kThreads, NW, CL, NT};
 }
-// spair: the call's scale words come by pairs (quad_scale_pairs; configuration 1's SP instance).
-KsLaunch ks_launch(bool subnormal, int cfg, bool spair) {
+// spair: the call's scale words come by pairs (quad_scale_pairs; configuration 1's SP instance). 32 token
+// rows (nt): configuration 1 whatever cfg says.
+KsLaunch ks_launch(bool subnormal, int cfg, bool spair, int nt = 16) {
+  if (nt == 32)
+    return spair ? ks_launch_of<2, 4, 0, 0, true, 32>(subnormal)
+                 : ks_launch_of<2, 4, 0, 0, false, 32>(subnormal);
   switch (cfg) {
     case 1:
       return spair ? ks_launch_of<2, 4, 0, 0, true>(subnormal) : ks_launch_of<2, 4, 0, 0>(subnormal);
@@ -360,7 +381,7 @@ KsLaunch ks_launch(bool subnormal, int cfg, bool spair) {
 // per kernel as resident_blocks caches.
 int ks_resident(const KsLaunch& l) {
   const int blocks =
-      resident_blocks(reinterpret_cast<const void*>(l.kernel), l.threads, ks_smem(kMaxK, l.nw, l.cl));
+      resident_blocks(reinterpret_cast<const void*>(l.kernel), l.threads, ks_smem(kMaxK, l.nw, l.cl, l.nt));
   if (!l.cl) return blocks;
   static std::mutex mu;
   static std::unordered_map<const void*, int> cache;
@@ -390,7 +411,7 @@ bool q4_ks_takes(const LinearWeight& w) {
 Q4KsWorkspace make_q4_ks_workspace() {
   Q4KsWorkspace ws;
   if (!linear_wgmma_supported()) return ws;  // (no kernel to use it)
-  TF_CUDA_CHECK(cudaMalloc(&ws.part, size_t(kMaxTiles) * kSlices * kPart * sizeof(float)));
+  TF_CUDA_CHECK(cudaMalloc(&ws.part, size_t(kMaxTiles) * kSlices * kPartMax * sizeof(float)));
   TF_CUDA_CHECK(cudaMalloc(&ws.tickets, size_t(kMaxTiles) * sizeof(int)));
   TF_CUDA_CHECK(cudaMemset(ws.tickets, 0, size_t(kMaxTiles) * sizeof(int)));
   TF_CUDA_CHECK(
@@ -411,16 +432,21 @@ void reset_q4_ks_workspace(const Q4KsWorkspace& ws, cudaStream_t s) {
 
 bool q4_ks_linear(bool subnormal, const __nv_bfloat16* x, const QArgs& q, const void* bias, int bias_kind,
                   void* y, bool y_f32, int m, int n, int k, const Q4KsWorkspace* ws, cudaStream_t s) {
-  if (g_q4_ks == 0 || !ws || !ws->part || m < (g_q4_ks == 2 ? 1 : 9) || m > 16 || n < 1) return false;
-  if ((g_q4_ks == 3 && k <= 4096) || (g_q4_ks == 4 && n > 8192)) return false;
+  const int nt = m > 16 ? 32 : 16;
+  if (!ws || !ws->part || n < 1 || m > 32) return false;
+  if (nt == 32 && (g_q4_ks32 == 0 || (g_q4_ks32 == 2 && k <= 4096))) return false;
+  if (nt == 16) {
+    if (g_q4_ks == 0 || m < (g_q4_ks == 2 ? 1 : 9)) return false;
+    if ((g_q4_ks == 3 && k <= 4096) || (g_q4_ks == 4 && n > 8192)) return false;
+  }
   const int tiles = (n + kTile - 1) / kTile;
   if (tiles > ws->max_tiles || k % 1024 || k > kMaxK || q.chunk_shift < 1 || q.quad_chunks < k / 32 ||
       !linear_wgmma_supported())
     return false;
-  const KsLaunch l = ks_launch(subnormal, g_q4_ks_cfg, quad_scale_pairs(q));
+  const KsLaunch l = ks_launch(subnormal, g_q4_ks_cfg, quad_scale_pairs(q), nt);
   const int per_slice = std::min((tiles + l.nw - 1) / l.nw, ks_resident(l) / kSlices);
   if (per_slice < 1) return false;
-  const size_t smem = ks_smem(k, l.nw, l.cl);
+  const size_t smem = ks_smem(k, l.nw, l.cl, l.nt);
   if (!l.cl) {
     launch_pdl(l.kernel, dim3(per_slice * kSlices), dim3(l.threads), smem, s, x, q, bias, bias_kind, y, y_f32,
                m, n, k, ws->part, ws->tickets);
@@ -447,8 +473,10 @@ bool q4_ks_linear(bool subnormal, const __nv_bfloat16* x, const QArgs& q, const 
 void prime_q4_ks_grids() {
   if (!linear_wgmma_supported()) return;
   for (bool subnormal : {false, true})
-    for (int cfg = 0; cfg < kKsConfigs; ++cfg)
-      for (bool spair : {false, true}) ks_resident(ks_launch(subnormal, cfg, spair));
+    for (bool spair : {false, true}) {
+      for (int cfg = 0; cfg < kKsConfigs; ++cfg) ks_resident(ks_launch(subnormal, cfg, spair));
+      ks_resident(ks_launch(subnormal, 1, spair, 32));
+    }
 }
 
 void set_q4_ks(int mode) {
@@ -460,6 +488,15 @@ void set_q4_ks(int mode) {
 
 int q4_ks_mode() {
   return g_q4_ks;
+}
+
+void set_q4_ks32(int mode) {
+  TF_CHECK(mode >= 0 && mode <= 2, "set_q4_ks32: 0 (off), 1 (17-32 rows) or 2 (17-32 rows, K > 4096 only)");
+  g_q4_ks32 = mode;
+}
+
+int q4_ks32_mode() {
+  return g_q4_ks32;
 }
 
 void set_q4_ks_config(int cfg) {

@@ -36,6 +36,11 @@ namespace {
 
 constexpr int kWarps = 8;  // K slices: must equal linear.cu's (same arithmetic)
 int g_loads_per_step = 0;  // K chunks a warp loads per step for M <= 16; 0: by width (auto)
+// TF_Q4_SPLIT32: 17-32-row MLX 4-bit calls as 16 + the rest rows, 0 off, 1 widths > 8192 (the gate_up; the
+// default), 2 every width (set_q4_split32). Run 492 (H100, 8B, 36 calls at M = 32, off / 1 / 2):
+// gate_up 2.045 / 1.750 / 1.752 ms, q 0.383 / 0.384 / 0.528, down 0.753 / 0.752 / 1.148; the b=32
+// forward 5.816 / 5.546 / 5.992 and 5.896 / 5.541 / 5.976 ms.
+int g_q4_split32 = env_digit("TF_Q4_SPLIT32", 2, 1);
 // q4_decode_kernel's x in shared memory: the call's rows up to this many bytes (opted in once; with the 8 KB
 // of static shared memory (the double-buffered slice sums) two blocks still fit an SM; the occupancy is
 // computed for this size).
@@ -728,6 +733,17 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
   const int bias_kind = !has_bias ? 0 : w.bias.dtype() == DType::F32 ? 1 : 2;
   const bool y_f32 = y.dtype() == DType::F32;
   if (m == 0) return;
+  // 17-32 rows of a wide MLX 4-bit weight as two calls of 16 and m - 16 rows (set_q4_split32): each on the
+  // 16-row kernels' own rules. Row-invariant kernels: the same bits.
+  if (m > 16 && m <= 32 && g_q4_split32 && (g_q4_split32 == 2 || n > 8192) && x.is_contiguous() &&
+      y.is_contiguous() && w.format == LinearWeight::Format::MlxAffine && w.bits == 4) {
+    const Tensor x2 = x.view({m, k});
+    Tensor y2 = y.view({m, n});
+    Tensor y0 = y2.slice_rows(0, 16), y1 = y2.slice_rows(16, m);
+    linear_quantized(x2.slice_rows(0, 16), w, y0, s, ks);
+    linear_quantized(x2.slice_rows(16, m), w, y1, s, ks);
+    return;
+  }
   if (m >= kDequantMinM && size_t(n) * size_t(k) * 2 <= kDequantMaxBytes) {
     // Prefill: the tiled bf16 kernel on the dequantized weight (same bits as the fused kernel). The copy
     // goes back to the block cache at once; later users of that memory are ordered after us on the stream.
@@ -763,6 +779,11 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
             (q4_ks_linear(KIND == kMlxBf16Sub, xp, q, bias, bias_kind, y.raw(), y_f32, m, int(n), int(k), ks,
                           s) ||
              q4_wg_linear(KIND == kMlxBf16Sub, xp, q, bias, bias_kind, y.raw(), y_f32, m, int(n), int(k), s)))
+          return;
+      if constexpr (kQ4 && NT == 4)  // 17-32 rows: split by K slice, 32 token rows a wgmma
+        if (q4 && m <= 32 &&
+            q4_ks_linear(KIND == kMlxBf16Sub, xp, q, bias, bias_kind, y.raw(), y_f32, m, int(n), int(k), ks,
+                         s))
           return;
       if constexpr (kQ4 && NT == 2)  // 9-16 rows: two 16-feature groups a warp (quant_pair.cu)
         if (q4 &&
@@ -824,6 +845,15 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
 
 void set_q4_row2(bool on) {
   g_q4_row2 = on;
+}
+
+void set_q4_split32(int mode) {
+  TF_CHECK(mode >= 0 && mode <= 2, "set_q4_split32: 0 (off), 1 (widths > 8192) or 2 (every width)");
+  g_q4_split32 = mode;
+}
+
+int q4_split32_mode() {
+  return g_q4_split32;
 }
 
 void set_q4_stamps(bool on) {

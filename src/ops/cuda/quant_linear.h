@@ -45,7 +45,7 @@ int chunk_shift(const LinearWeight& w);
 // owns it), made outside graph captures; the tickets are zero between calls (each call's last warpgroup of a
 // tile resets its ticket).
 struct Q4KsWorkspace {
-  float* part = nullptr;   // [max_tiles][8 slices][1024] f32
+  float* part = nullptr;   // [max_tiles][8 slices][2048] f32 (a 16-row call uses 1024 of each)
   int* tickets = nullptr;  // [max_tiles]
   int max_tiles = 0;
 };
@@ -53,7 +53,7 @@ struct Q4KsWorkspace {
 // multiple of 1024 up to 12288, wgmma on the device): the backend then makes its workspace if the mode
 // (set_q4_ks) is on at that upload.
 bool q4_ks_takes(const LinearWeight& w);
-Q4KsWorkspace make_q4_ks_workspace();  // 12 MB, tickets zeroed (empty without wgmma); synchronous
+Q4KsWorkspace make_q4_ks_workspace();  // 24 MB, tickets zeroed (empty without wgmma); synchronous
 void free_q4_ks_workspace(Q4KsWorkspace& ws);
 void reset_q4_ks_workspace(const Q4KsWorkspace& ws, cudaStream_t s);  // tickets to zero (after a failure)
 // y[M,N] (bf16 or f32) = x[M,K] (bf16) · Wᵀ + bias for a weight from upload_quantized_linear. `ks`: the
@@ -100,6 +100,17 @@ int q4_wg_mode();
 // slices. q4_ks_launches() counts its launches (tests).
 void set_q4_ks(int mode);
 int q4_ks_mode();
+// 17-32 rows (q4_decode_kernel's 32-row tiles otherwise): q4_ks_kernel with 32 token rows a wgmma
+// (m64n32k16), configuration 1, whatever set_q4_ks says. Mode 0 off, 1 every width, 2 K > 4096 only (the
+// down; the default: run 491, the 8B b=32 forward -2.1%, where every width loses +6%) (TF_Q4_KS32; same
+// bits).
+void set_q4_ks32(int mode);
+int q4_ks32_mode();
+// 17-32-row MLX 4-bit calls as two, of 16 and the rest of the rows, each on its own kernels (the 16-row
+// kernels for the first): 0 off, 1 widths > 8192 (the gate_up; the default: run 492, the 8B b=32 forward
+// -4.6..-6%), 2 every width (TF_Q4_SPLIT32; same bits).
+void set_q4_split32(int mode);
+int q4_split32_mode();
 void set_q4_ks_config(int cfg);
 int q4_ks_config();
 long q4_ks_launches();

@@ -21,31 +21,34 @@ namespace tf::cuda {
 // (thread tid of them) share the 2 chunks units (2 chunks % kWarps == 0 unless kRagged), kXBatch at a time a
 // warp, their loads in flight together. (Four 4-byte cp.async a unit, each fetching the unit's sectors again,
 // cost ~5 us a call at K = 4096: run 448.) The caller fences (fence_proxy_async) and synchronises.
-template <int kWarps, bool kRagged = false>
+// NT = 32 (q4_ks_kernel's 17-32 rows): 32 token rows, units (c, ng) for ng 0-3, a k16 step's 32 rows in 1024
+// bytes (core matrices still 128 bytes apart along K and 256 along the tokens: the same descriptor).
+template <int kWarps, bool kRagged = false, int NT = 16>
 __device__ __forceinline__ void stage_x_perm(uint32_t xs, const __nv_bfloat16* x, int m, int k, int c0,
                                              int chunks, int tid) {
-  constexpr int kXBatch = 8;
-  const int units = 2 * chunks, lane = tid % 32, r = lane / 4, u = lane % 4;
+  static_assert(NT == 16 || NT == 32, "16 or 32 token rows");
+  constexpr int kXBatch = 8, kNG = NT / 8, kStep = NT * 32;  // row groups; bytes a k16 step
+  const int units = kNG * chunks, lane = tid % 32, r = lane / 4, u = lane % 4;
   const int per_warp = kRagged ? (units + kWarps - 1) / kWarps : units / kWarps;
   const int wid = tid / 32;
   for (int b0 = 0; b0 < per_warp; b0 += kXBatch) {
     uint4 v[kXBatch];
 #pragma unroll
     for (int i = 0; i < kXBatch; ++i) {
-      const int unit = wid + (b0 + i) * kWarps, c = unit / 2, row = 8 * (unit % 2) + r;
+      const int unit = wid + (b0 + i) * kWarps, c = unit / kNG, row = 8 * (unit % kNG) + r;
       v[i] = b0 + i < per_warp && (!kRagged || unit < units) && row < m
                  ? ld_act16(x + int64_t(row) * k + 32 * (c0 + c) + 8 * u)
                  : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int i = 0; i < kXBatch; ++i) {
-      const int unit = wid + (b0 + i) * kWarps, c = unit / 2, ng = unit % 2;
+      const int unit = wid + (b0 + i) * kWarps, c = unit / kNG, ng = unit % kNG;
       if (b0 + i >= per_warp || (kRagged && unit >= units)) break;
-      const uint32_t d = xs + 2 * c * 512 + 256 * ng + 16 * r + 4 * u;
+      const uint32_t d = xs + 2 * c * kStep + 256 * ng + 16 * r + 4 * u;
       asm volatile("st.shared.b32 [%0], %1;" ::"r"(d), "r"(v[i].x) : "memory");
       asm volatile("st.shared.b32 [%0], %1;" ::"r"(d + 128), "r"(v[i].y) : "memory");
-      asm volatile("st.shared.b32 [%0], %1;" ::"r"(d + 512), "r"(v[i].z) : "memory");
-      asm volatile("st.shared.b32 [%0], %1;" ::"r"(d + 640), "r"(v[i].w) : "memory");
+      asm volatile("st.shared.b32 [%0], %1;" ::"r"(d + kStep), "r"(v[i].z) : "memory");
+      asm volatile("st.shared.b32 [%0], %1;" ::"r"(d + kStep + 128), "r"(v[i].w) : "memory");
     }
   }
 }

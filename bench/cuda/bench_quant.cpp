@@ -277,6 +277,12 @@ int run_linears_m(Backend& be, const std::vector<int>& ms) {
     if (m >= 9 && m <= 16) pair_modes(be, w4, b, m);
     if (m <= 16) wg_modes(be, w4, b, m);
     if (m <= 16) ks_modes(be, w4, b, m);
+    if (m > 32 && m <= 64) {  // 33-64 rows: in pieces (set_q4_split32 1: not split, 3, 4)
+      const int s0 = cuda::q4_split32_mode();
+      modes_table(be, w4, b, m, "in pieces off / widths > 8192 by 16 rows / and K > 4096 by 32", 3,
+                  [](int i) { cuda::set_q4_split32(i == 0 ? 1 : 2 + i); });
+      cuda::set_q4_split32(s0);
+    }
     if (m > 16 && m <= 32) {  // q4_ks's 32-token instance off / every width / K > 4096 only
       const int m0 = cuda::q4_ks32_mode();
       modes_table(be, w4, b, m, "q4_ks at 17-32 rows off / on / K > 4096 only", 3, cuda::set_q4_ks32);

@@ -635,6 +635,12 @@ TEST_F(Gpu, Quant4BitKSlice32RowsEqualsDecodeKernel) {
       }
       cuda::set_q4_split32(0);
     }
+    for (int split : {3, 4}) {  // 40 rows in pieces (16 off the front of widths > 8192, 32 of K > 4096)
+      cuda::set_q4_split32(split);
+      const Tensor pieces = linear_rows(*gpu, xg, wg, 40, c.n, true);
+      EXPECT_EQ(std::memcmp(pieces.raw(), big.raw(), big.nbytes()), 0) << "40 rows, split mode " << split;
+    }
+    cuda::set_q4_split32(0);
   }
   cuda::set_q4_split32(split0);
   cuda::set_q4_ks(ks0);

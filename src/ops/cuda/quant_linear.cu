@@ -36,11 +36,14 @@ namespace {
 
 constexpr int kWarps = 8;  // K slices: must equal linear.cu's (same arithmetic)
 int g_loads_per_step = 0;  // K chunks a warp loads per step for M <= 16; 0: by width (auto)
-// TF_Q4_SPLIT32: 17-32-row MLX 4-bit calls as 16 + the rest rows, 0 off, 1 widths > 8192 (the gate_up; the
-// default), 2 every width (set_q4_split32). Run 492 (H100, 8B, 36 calls at M = 32, off / 1 / 2):
-// gate_up 2.045 / 1.750 / 1.752 ms, q 0.383 / 0.384 / 0.528, down 0.753 / 0.752 / 1.148; the b=32
-// forward 5.816 / 5.546 / 5.992 and 5.896 / 5.541 / 5.976 ms.
-int g_q4_split32 = env_digit("TF_Q4_SPLIT32", 2, 1);
+// TF_Q4_SPLIT32: MLX 4-bit calls of 17-64 rows in pieces, the first piece off the front, the rest by the same
+// rules: 0 off; 1 17-32 rows of widths > 8192 (the gate_up, the lm_head) as 16 + the rest; 2 as 1 for every
+// width; 3 as 1, and 33-64 rows of widths > 8192 by 16 rows; 4 (the default) as 3, and 33-64 rows of K > 4096
+// (the down) by 32 rows, each on q4_ks's 32-token instance (set_q4_split32). Run 492 (H100, 8B, 36 calls at M
+// = 32, off / 1 / 2): gate_up 2.045 / 1.750 / 1.752 ms, q 0.383 / 0.384 / 0.528, down 0.753 / 0.752 / 1.148;
+// the b=32 forward 5.816 / 5.546 / 5.992 and 5.896 / 5.541 / 5.976 ms. Run 494 (H100, the 8B linears at M =
+// 64 / 48, 1 / 3 / 4): 9.104 / 8.613 / 8.004 and 8.394 / 7.094 / 6.674 ms (bf16: 8.164, 8.169).
+int g_q4_split32 = env_digit("TF_Q4_SPLIT32", 4, 4);
 // q4_decode_kernel's x in shared memory: the call's rows up to this many bytes (opted in once; with the 8 KB
 // of static shared memory (the double-buffered slice sums) two blocks still fit an SM; the occupancy is
 // computed for this size).
@@ -733,16 +736,24 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
   const int bias_kind = !has_bias ? 0 : w.bias.dtype() == DType::F32 ? 1 : 2;
   const bool y_f32 = y.dtype() == DType::F32;
   if (m == 0) return;
-  // 17-32 rows of a wide MLX 4-bit weight as two calls of 16 and m - 16 rows (set_q4_split32): each on the
-  // 16-row kernels' own rules. Row-invariant kernels: the same bits.
-  if (m > 16 && m <= 32 && g_q4_split32 && (g_q4_split32 == 2 || n > 8192) && x.is_contiguous() &&
-      y.is_contiguous() && w.format == LinearWeight::Format::MlxAffine && w.bits == 4) {
-    const Tensor x2 = x.view({m, k});
-    Tensor y2 = y.view({m, n});
-    Tensor y0 = y2.slice_rows(0, 16), y1 = y2.slice_rows(16, m);
-    linear_quantized(x2.slice_rows(0, 16), w, y0, s, ks);
-    linear_quantized(x2.slice_rows(16, m), w, y1, s, ks);
-    return;
+  // 17-64 rows of an MLX 4-bit weight in pieces (set_q4_split32): 16 rows off the front of a wide weight (the
+  // 16-row kernels), 32 off the front of the down (q4_ks's 32-token instance) past 32 rows, the rest by the
+  // same rules. Row-invariant kernels: the same bits.
+  if (m > 16 && m <= 64 && g_q4_split32 && x.is_contiguous() && y.is_contiguous() &&
+      w.format == LinearWeight::Format::MlxAffine && w.bits == 4) {
+    const int g = g_q4_split32;
+    const int piece = m <= 32              ? (g == 2 || n > 8192 ? 16 : 0)
+                      : g >= 3 && n > 8192 ? 16
+                      : g == 4 && k > 4096 ? 32
+                                           : 0;
+    if (piece) {
+      const Tensor x2 = x.view({m, k});
+      Tensor y2 = y.view({m, n});
+      Tensor y0 = y2.slice_rows(0, piece), y1 = y2.slice_rows(piece, m);
+      linear_quantized(x2.slice_rows(0, piece), w, y0, s, ks);
+      linear_quantized(x2.slice_rows(piece, m), w, y1, s, ks);
+      return;
+    }
   }
   if (m >= kDequantMinM && size_t(n) * size_t(k) * 2 <= kDequantMaxBytes) {
     // Prefill: the tiled bf16 kernel on the dequantized weight (same bits as the fused kernel). The copy
@@ -848,7 +859,10 @@ void set_q4_row2(bool on) {
 }
 
 void set_q4_split32(int mode) {
-  TF_CHECK(mode >= 0 && mode <= 2, "set_q4_split32: 0 (off), 1 (widths > 8192) or 2 (every width)");
+  TF_CHECK(
+      mode >= 0 && mode <= 4,
+      "set_q4_split32: 0 (off), 1 (widths > 8192), 2 (every width), 3 (1, and 33-64 rows in 16-row pieces) "
+      "or 4 (3, and K > 4096 at 33-64 rows in 32-row pieces)");
   g_q4_split32 = mode;
 }
 

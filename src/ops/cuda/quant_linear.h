@@ -106,9 +106,10 @@ int q4_ks_mode();
 // bits).
 void set_q4_ks32(int mode);
 int q4_ks32_mode();
-// 17-32-row MLX 4-bit calls as two, of 16 and the rest of the rows, each on its own kernels (the 16-row
-// kernels for the first): 0 off, 1 widths > 8192 (the gate_up; the default: run 492, the 8B b=32 forward
-// -4.6..-6%), 2 every width (TF_Q4_SPLIT32; same bits).
+// 17-64-row MLX 4-bit calls in pieces, each on its own kernels: 0 off; 1 17-32 rows of widths > 8192 as 16 +
+// the rest (run 492: the 8B b=32 forward -4.6..-6%); 2 as 1 for every width; 3 as 1, and 33-64 rows of
+// widths > 8192 by 16 rows; 4 (the default) as 3, and 33-64 rows of K > 4096 by 32 rows (run 494: the 8B
+// linears at 64 / 48 rows -12% / -20%). TF_Q4_SPLIT32; same bits.
 void set_q4_split32(int mode);
 int q4_split32_mode();
 void set_q4_ks_config(int cfg);

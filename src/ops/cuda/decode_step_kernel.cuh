@@ -212,7 +212,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       const int stages = k / SK / SW;
       for (int s = 0; s < stages; ++s, ++j) {
         // Stage s of a tile belongs to owner s % kOwners and the ring's slots are a multiple of kOwners:
-        // slot j % kSlots is only ever used by owner j % kOwners, so each warp pair waits on every phase of
+        // slot j % nslots is only ever used by owner j % kOwners, so each warp pair waits on every phase of
         // its own slots in order (bulk copies complete out of order; a parity wait cannot tell phases apart).
         const int slot = j % nslots;
         const long long pw = kProbe ? clock64() : 0;

@@ -739,8 +739,11 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
   // 17-64 rows of an MLX 4-bit weight in pieces (set_q4_split32): 16 rows off the front of a wide weight (the
   // 16-row kernels), 32 off the front of the down (q4_ks's 32-token instance) past 32 rows, the rest by the
   // same rules. Row-invariant kernels: the same bits.
+  // (Groups of 64 or more with bf16 scales only: the 16-row and 32-token kernels' weights; smaller groups run
+  // on qlinear_kernel, which a split would only make read the weight twice.)
   if (m > 16 && m <= 64 && g_q4_split32 && x.is_contiguous() && y.is_contiguous() &&
-      w.format == LinearWeight::Format::MlxAffine && w.bits == 4) {
+      w.format == LinearWeight::Format::MlxAffine && w.bits == 4 && w.group_size >= 64 &&
+      w.scales.dtype() == DType::U32) {
     const int g = g_q4_split32;
     const int piece = m <= 32              ? (g == 2 || n > 8192 ? 16 : 0)
                       : g >= 3 && n > 8192 ? 16

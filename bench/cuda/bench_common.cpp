@@ -33,55 +33,54 @@ double time_ms(cudaStream_t s, const std::function<void()>& fn, int warm, int re
   return t[t.size() / 2];
 }
 
-double time_graph_ms(cudaStream_t s, const std::function<void()>& fn, bool* captured) {
-  fn();  // warm: workspaces grow outside the capture
-  TF_CUDA_CHECK(cudaStreamSynchronize(s));
+namespace {
+// fn() run once (workspaces grow outside the capture), then captured into a CUDA graph and instantiated;
+// *ge null when the capture fails (the caller runs fn eagerly). Destroyed with the object.
+struct CapturedGraph {
   cudaGraph_t g = nullptr;
   cudaGraphExec_t ge = nullptr;
-  bool ok = false;
-  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
-    try {
-      fn();
-    } catch (const std::exception&) {
+  CapturedGraph(cudaStream_t s, const std::function<void()>& fn) {
+    fn();
+    TF_CUDA_CHECK(cudaStreamSynchronize(s));
+    if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
+      try {
+        fn();
+      } catch (const std::exception&) {
+      }
+      if (cudaStreamEndCapture(s, &g) != cudaSuccess || !g || cudaGraphInstantiate(&ge, g, 0) != cudaSuccess)
+        ge = nullptr;
     }
-    ok = cudaStreamEndCapture(s, &g) == cudaSuccess && g && cudaGraphInstantiate(&ge, g, 0) == cudaSuccess;
+    cudaGetLastError();
   }
-  cudaGetLastError();
-  if (captured) *captured = ok;
-  if (!ok) return time_ms(s, fn);
-  const double ms = time_ms(
-      s, [&] { TF_CUDA_CHECK(cudaGraphLaunch(ge, s)); }, 3, 11);
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
-  return ms;
+  ~CapturedGraph() {
+    if (ge) cudaGraphExecDestroy(ge);
+    if (g) cudaGraphDestroy(g);
+  }
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+};
+}  // namespace
+
+double time_graph_ms(cudaStream_t s, const std::function<void()>& fn, bool* captured) {
+  const CapturedGraph cg(s, fn);
+  if (captured) *captured = cg.ge != nullptr;
+  if (!cg.ge) return time_ms(s, fn);
+  return time_ms(
+      s, [&] { TF_CUDA_CHECK(cudaGraphLaunch(cg.ge, s)); }, 3, 11);
 }
 
 void warm_graph_for(cudaStream_t s, const std::function<void()>& fn, double seconds) {
-  fn();
-  TF_CUDA_CHECK(cudaStreamSynchronize(s));
-  cudaGraph_t g = nullptr;
-  cudaGraphExec_t ge = nullptr;
-  bool ok = false;
-  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess) {
-    try {
-      fn();
-    } catch (const std::exception&) {
-    }
-    ok = cudaStreamEndCapture(s, &g) == cudaSuccess && g && cudaGraphInstantiate(&ge, g, 0) == cudaSuccess;
-  }
-  cudaGetLastError();
+  const CapturedGraph cg(s, fn);
   const auto t0 = std::chrono::steady_clock::now();
   while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < seconds) {
     for (int i = 0; i < 16; ++i) {
-      if (ok)
-        TF_CUDA_CHECK(cudaGraphLaunch(ge, s));
+      if (cg.ge)
+        TF_CUDA_CHECK(cudaGraphLaunch(cg.ge, s));
       else
         fn();
     }
     TF_CUDA_CHECK(cudaStreamSynchronize(s));
   }
-  if (ge) cudaGraphExecDestroy(ge);
-  if (g) cudaGraphDestroy(g);
 }
 
 BatchMeta verify_meta(int batch, int k, int ctx) {

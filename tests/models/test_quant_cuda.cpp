@@ -471,12 +471,29 @@ TEST_F(Gpu, Quant4BitWarpgroupKernelEqualsDecodeKernel) {
 // all-negative weight rows checks the signed zeros. The narrower modes (3: the down only, 4: widths <= 8192)
 // take exactly their calls.
 namespace {
+// A q4_ks case: an MLX 4-bit [n, k] weight, its groups and scale codes, with or without a bias.
+struct KsCase {
+  int64_t n, k;
+  int group;
+  bool subnormal, bias;
+};
+// The case's random weight (seed), features 0-15 all negative (the signed zeros), the bias when asked.
+LinearWeight ks_case_weight(const KsCase& c, uint32_t seed) {
+  cuda::set_mlx_subnormal_codes(c.subnormal);
+  LinearWeight w = random_mlx(c.n, c.k, 4, c.group, DType::BF16, seed);
+  for (int64_t i = 0; i < 16 * (c.k / c.group); ++i) {
+    w.scales.data<uint16_t>()[i] |= 0x8000u;
+    w.biases.data<uint16_t>()[i] |= 0x8000u;
+  }
+  if (c.bias) {
+    w.bias = Tensor::empty({c.n}, DType::F32);
+    for (int64_t i = 0; i < c.n; ++i) w.bias.data<float>()[i] = 0.03f * float(i % 7) - 0.09f;
+  }
+  return w;
+}
+
 void expect_ks_equals_decode(Backend& gpu, const std::vector<int>& cfgs) {
-  struct Case {
-    int64_t n, k;
-    int group;
-    bool subnormal, bias;
-  };
+  using Case = KsCase;
   const Case cases[] = {{4096, 12288, 64, true, false}, {200, 4096, 128, true, true},
                         {10280, 2048, 64, false, true}, {24, 1024, 64, false, false},
                         {4104, 3072, 64, true, true},   {24576, 1024, 128, true, false}};
@@ -486,16 +503,7 @@ void expect_ks_equals_decode(Backend& gpu, const std::vector<int>& cfgs) {
   cuda::set_q4_ks(2);  // (before the uploads: the backend makes the workspace at an upload with the mode on)
   for (const Case& c : cases) {
     SCOPED_TRACE(case_name(c.n, c.k, c.group, c.subnormal, c.bias));
-    cuda::set_mlx_subnormal_codes(c.subnormal);
-    LinearWeight w = random_mlx(c.n, c.k, 4, c.group, DType::BF16, ++seed);
-    for (int64_t i = 0; i < 16 * (c.k / c.group); ++i) {  // features 0-15 all negative (see above)
-      w.scales.data<uint16_t>()[i] |= 0x8000u;
-      w.biases.data<uint16_t>()[i] |= 0x8000u;
-    }
-    if (c.bias) {
-      w.bias = Tensor::empty({c.n}, DType::F32);
-      for (int64_t i = 0; i < c.n; ++i) w.bias.data<float>()[i] = 0.03f * float(i % 7) - 0.09f;
-    }
+    const LinearWeight w = ks_case_weight(c, ++seed);
     LinearWeight wg = gpu.upload_linear(w);
     ASSERT_EQ(wg.format, w.format) << "not uploaded packed";
     ASSERT_TRUE(cuda::q4_ks_takes(wg));
@@ -569,33 +577,18 @@ TEST_F(Gpu, Quant4BitKSliceClusterFoldEqualsDecodeKernel) {
 // those calls; and the call split in two (16 rows and the rest, set_q4_split32). Needs wgmma (sm_90a).
 TEST_F(Gpu, Quant4BitKSlice32RowsEqualsDecodeKernel) {
   if (!cuda::linear_wgmma_supported()) GTEST_SKIP() << "no wgmma on this device";
-  struct Case {
-    int64_t n, k;
-    int group;
-    bool subnormal, bias;
-  };
-  const Case cases[] = {{4096, 12288, 64, true, false},
-                        {200, 4096, 128, true, true},
-                        {10280, 2048, 64, false, true},
-                        {24, 1024, 64, false, false},
-                        {24576, 1024, 128, true, false}};
+  const KsCase cases[] = {{4096, 12288, 64, true, false},
+                          {200, 4096, 128, true, true},
+                          {10280, 2048, 64, false, true},
+                          {24, 1024, 64, false, false},
+                          {24576, 1024, 128, true, false}};
   const int ks0 = cuda::q4_ks_mode(), ks320 = cuda::q4_ks32_mode(), split0 = cuda::q4_split32_mode();
   uint32_t seed = 2900;
   cuda::set_q4_split32(0);  // (the rows in one call unless said)
   cuda::set_q4_ks(3);  // (before the uploads: the backend makes the workspace at an upload with the mode on)
-  for (const Case& c : cases) {
+  for (const KsCase& c : cases) {
     SCOPED_TRACE(case_name(c.n, c.k, c.group, c.subnormal, c.bias));
-    cuda::set_mlx_subnormal_codes(c.subnormal);
-    LinearWeight w = random_mlx(c.n, c.k, 4, c.group, DType::BF16, ++seed);
-    for (int64_t i = 0; i < 16 * (c.k / c.group); ++i) {  // features 0-15 all negative (signed zeros)
-      w.scales.data<uint16_t>()[i] |= 0x8000u;
-      w.biases.data<uint16_t>()[i] |= 0x8000u;
-    }
-    if (c.bias) {
-      w.bias = Tensor::empty({c.n}, DType::F32);
-      for (int64_t i = 0; i < c.n; ++i) w.bias.data<float>()[i] = 0.03f * float(i % 7) - 0.09f;
-    }
-    LinearWeight wg = gpu->upload_linear(w);
+    LinearWeight wg = gpu->upload_linear(ks_case_weight(c, ++seed));
     ASSERT_TRUE(cuda::q4_ks_takes(wg));
     const LinearWeight dense = dense_of(*gpu, wg);
     Tensor xh = random_x(40, c.k, seed).first;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <type_traits>
 
 #include "core/error.h"
 #include "ops/cuda/cuda_check.h"
@@ -100,19 +101,20 @@ static_assert(step::kSmemBytes<step::kWBf16> <= kSm90Smem && step::kSmemBytes<st
                   step::kSmemBytes<step::kWMlx4Sw4> <= kSm90Smem &&
                   step::kSmemBytes<step::kWMlx4Sw8> <= kSm90Smem,
               "the step's shared memory must fit one CTA");
-size_t smem_of(int fmt) {
+// f(std::integral_constant<int, W>{}) for the format W = fmt (WFormat).
+template <typename F>
+auto by_format(int fmt, F&& f) {
   using namespace step;
-  return fmt == kWBf16      ? kSmemBytes<kWBf16>
-         : fmt == kWMlx4    ? kSmemBytes<kWMlx4>
-         : fmt == kWMlx4Sw4 ? kSmemBytes<kWMlx4Sw4>
-                            : kSmemBytes<kWMlx4Sw8>;
+  return fmt == kWBf16      ? f(std::integral_constant<int, kWBf16>{})
+         : fmt == kWMlx4    ? f(std::integral_constant<int, kWMlx4>{})
+         : fmt == kWMlx4Sw4 ? f(std::integral_constant<int, kWMlx4Sw4>{})
+                            : f(std::integral_constant<int, kWMlx4Sw8>{});
+}
+size_t smem_of(int fmt) {
+  return by_format(fmt, [](auto w) { return step::kSmemBytes<decltype(w)::value>; });
 }
 int ring_of(int fmt) {
-  using namespace step;
-  return fmt == kWBf16      ? kRing<kWBf16>
-         : fmt == kWMlx4    ? kRing<kWMlx4>
-         : fmt == kWMlx4Sw4 ? kRing<kWMlx4Sw4>
-                            : kRing<kWMlx4Sw8>;
+  return by_format(fmt, [](auto w) { return step::kRing<decltype(w)::value>; });
 }
 
 // Device memory of bytes `fill` (zeros), ordered on `stream` (the backend's stream does not wait for the

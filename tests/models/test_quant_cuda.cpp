@@ -389,6 +389,33 @@ TEST_F(Gpu, Quant4BitSixteenRowsTwoGroupsAWarpEqualOneGroup) {
   cuda::set_mlx_subnormal_codes(true);
 }
 
+namespace {
+// A case of the 16-row 4-bit kernels' tests: an MLX 4-bit [n, k] weight, its groups and scale codes, with or
+// without a bias.
+struct KsCase {
+  int64_t n, k;
+  int group;
+  bool subnormal, bias;
+};
+// The case's random weight (seed; the scale codes set as the case says), features 0-15 all negative (scales
+// and biases negated: scale q + bias < 0 for q >= 0, so that a zero x row's products there are all -0), the
+// bias when asked.
+LinearWeight ks_case_weight(const KsCase& c, uint32_t seed) {
+  cuda::set_mlx_subnormal_codes(c.subnormal);
+  LinearWeight w = random_mlx(c.n, c.k, 4, c.group, DType::BF16, seed);
+  for (int64_t i = 0; i < 16 * (c.k / c.group); ++i) {
+    w.scales.data<uint16_t>()[i] |= 0x8000u;
+    w.biases.data<uint16_t>()[i] |= 0x8000u;
+  }
+  if (c.bias) {
+    w.bias = Tensor::empty({c.n}, DType::F32);
+    for (int64_t i = 0; i < c.n; ++i) w.bias.data<float>()[i] = 0.03f * float(i % 7) - 0.09f;
+  }
+  return w;
+}
+
+}  // namespace
+
 // q4_wg_kernel (quant_wg.cu: warpgroup MMAs, x in shared memory, warpgroups over the K slices of a
 // 64-feature tile) gives the bits of q4_decode_kernel (q4_wg and q4_pair off), of the bf16 linear on the
 // dequantized weight and of the same rows of a 24-row call, at 1-16 rows, K = 1024-4096, groups of 64 and
@@ -400,32 +427,16 @@ TEST_F(Gpu, Quant4BitWarpgroupKernelEqualsDecodeKernel) {
   ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), cudaSuccess);
   if (!cuda::linear_wgmma_supported()) GTEST_SKIP() << "no wgmma on this device";
-  struct Case {
-    int64_t n, k;
-    int group;
-    bool subnormal, bias;
-  };
   const int64_t wide = 64 * int64_t(2 * sms) + 40;  // two tiles a CTA and a partial third
-  const Case cases[] = {{wide, 4096, 64, true, false}, {4104, 4096, 128, true, true},
-                        {200, 2048, 64, false, true},  {wide, 2048, 128, true, true},
-                        {24, 4096, 64, false, false},  {136, 1024, 64, true, false},
-                        {wide, 3072, 64, false, true}};
+  const KsCase cases[] = {{wide, 4096, 64, true, false}, {4104, 4096, 128, true, true},
+                          {200, 2048, 64, false, true},  {wide, 2048, 128, true, true},
+                          {24, 4096, 64, false, false},  {136, 1024, 64, true, false},
+                          {wide, 3072, 64, false, true}};
   const int wg0 = cuda::q4_wg_mode(), cfg0 = cuda::q4_wg_config(), pair0 = cuda::q4_pair_mode();
   uint32_t seed = 900;
-  for (const Case& c : cases) {
+  for (const KsCase& c : cases) {
     SCOPED_TRACE(case_name(c.n, c.k, c.group, c.subnormal, c.bias));
-    cuda::set_mlx_subnormal_codes(c.subnormal);
-    LinearWeight w = random_mlx(c.n, c.k, 4, c.group, DType::BF16, ++seed);
-    // Features 0-15 all negative (scales and biases negated: scale q + bias < 0 for q >= 0), so that the zero
-    // row's products there are all -0.
-    for (int64_t i = 0; i < 16 * (c.k / c.group); ++i) {
-      w.scales.data<uint16_t>()[i] |= 0x8000u;
-      w.biases.data<uint16_t>()[i] |= 0x8000u;
-    }
-    if (c.bias) {
-      w.bias = Tensor::empty({c.n}, DType::F32);
-      for (int64_t i = 0; i < c.n; ++i) w.bias.data<float>()[i] = 0.03f * float(i % 7) - 0.09f;
-    }
+    const LinearWeight w = ks_case_weight(c, ++seed);
     LinearWeight wg = gpu->upload_linear(w);
     ASSERT_EQ(wg.format, w.format) << "not uploaded packed";
     const LinearWeight dense = dense_of(*gpu, wg);
@@ -471,37 +482,15 @@ TEST_F(Gpu, Quant4BitWarpgroupKernelEqualsDecodeKernel) {
 // all-negative weight rows checks the signed zeros. The narrower modes (3: the down only, 4: widths <= 8192)
 // take exactly their calls.
 namespace {
-// A q4_ks case: an MLX 4-bit [n, k] weight, its groups and scale codes, with or without a bias.
-struct KsCase {
-  int64_t n, k;
-  int group;
-  bool subnormal, bias;
-};
-// The case's random weight (seed), features 0-15 all negative (the signed zeros), the bias when asked.
-LinearWeight ks_case_weight(const KsCase& c, uint32_t seed) {
-  cuda::set_mlx_subnormal_codes(c.subnormal);
-  LinearWeight w = random_mlx(c.n, c.k, 4, c.group, DType::BF16, seed);
-  for (int64_t i = 0; i < 16 * (c.k / c.group); ++i) {
-    w.scales.data<uint16_t>()[i] |= 0x8000u;
-    w.biases.data<uint16_t>()[i] |= 0x8000u;
-  }
-  if (c.bias) {
-    w.bias = Tensor::empty({c.n}, DType::F32);
-    for (int64_t i = 0; i < c.n; ++i) w.bias.data<float>()[i] = 0.03f * float(i % 7) - 0.09f;
-  }
-  return w;
-}
-
 void expect_ks_equals_decode(Backend& gpu, const std::vector<int>& cfgs) {
-  using Case = KsCase;
-  const Case cases[] = {{4096, 12288, 64, true, false}, {200, 4096, 128, true, true},
-                        {10280, 2048, 64, false, true}, {24, 1024, 64, false, false},
-                        {4104, 3072, 64, true, true},   {24576, 1024, 128, true, false}};
+  const KsCase cases[] = {{4096, 12288, 64, true, false}, {200, 4096, 128, true, true},
+                          {10280, 2048, 64, false, true}, {24, 1024, 64, false, false},
+                          {4104, 3072, 64, true, true},   {24576, 1024, 128, true, false}};
   const int ks0 = cuda::q4_ks_mode(), cfg0 = cuda::q4_ks_config(), wg0 = cuda::q4_wg_mode(),
             pair0 = cuda::q4_pair_mode();
   uint32_t seed = 1900;
   cuda::set_q4_ks(2);  // (before the uploads: the backend makes the workspace at an upload with the mode on)
-  for (const Case& c : cases) {
+  for (const KsCase& c : cases) {
     SCOPED_TRACE(case_name(c.n, c.k, c.group, c.subnormal, c.bias));
     const LinearWeight w = ks_case_weight(c, ++seed);
     LinearWeight wg = gpu.upload_linear(w);

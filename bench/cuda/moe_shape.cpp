@@ -445,22 +445,18 @@ void bench_format(Backend& be, bool mlx, bool quick, double copy_gbs) {
   double b1 = 0;
   const bool bisect = std::getenv("TF_MOE_BENCH_BISECT") != nullptr;  // (see `without`)
   // Seconds of untimed steps before the first row (TF_MOE_BENCH_WARM_S, default 5; 0: none).
-  const double warm_s =
-      std::getenv("TF_MOE_BENCH_WARM_S") ? std::atof(std::getenv("TF_MOE_BENCH_WARM_S")) : 5.0;
+  const char* warm_env = std::getenv("TF_MOE_BENCH_WARM_S");
+  const double warm_s = warm_env ? std::atof(warm_env) : 5.0;
   for (int batch : batches) {
     const BatchMeta meta = decode_meta(batch, ctx);
     const auto [bytes, experts] = step_bytes(be, m, meta, ctx);
     std::vector<int32_t> outs(static_cast<size_t>(batch));
     for (int i = 0; i < batch; ++i) outs[i] = i;
     bool captured = false;
-    auto step_ms = [&] {  // this batch's step from a CUDA graph
-      return time_graph_ms(
-          s, [&] { forward(be, m, batch, outs, false); }, &captured);
-    };
-    be.begin_forward(meta);                 // outside the graph: it stages the metadata through pinned memory
-    if (batch == batches[0] && warm_s > 0)  // the GPU's steady state first (warm_graph_for)
-      bench::warm_graph_for(
-          s, [&] { forward(be, m, batch, outs, false); }, warm_s);
+    auto step = [&] { forward(be, m, batch, outs, false); };
+    auto step_ms = [&] { return time_graph_ms(s, step, &captured); };  // this batch's step from a CUDA graph
+    be.begin_forward(meta);  // outside the graph: it stages the metadata through pinned memory
+    if (batch == batches[0] && warm_s > 0) bench::warm_graph_for(s, step, warm_s);  // the steady state first
     const double ms = step_ms();
     const double floor_ms = bytes / (copy_gbs * 1e9) * 1e3;
     if (batch == 1) b1 = ms;

@@ -902,23 +902,20 @@ void format_rows(Backend& be, const ModelShape& sh, const std::vector<WeightForm
           std::printf("\n");
         }
         if (f == WeightFormat::Mlx4 && batch > 16 && batch <= 32) {  // q4_ks's 32-row instance, same call
-          const int m0 = cuda::q4_ks32_mode();
-          std::printf("  %s %s, q4_ks at 17-32 rows off / on / K > 4096 only, twice:", fname, what);
-          for (int rep = 0; rep < 6; ++rep) {
-            cuda::set_q4_ks32(rep % 3);
-            std::printf(" %.3f ms", forward_ms());
-          }
-          cuda::set_q4_ks32(m0);
-          std::printf("\n");
-          const int s0 = cuda::q4_split32_mode();
-          std::printf("  %s %s, as 16 + the rest rows off / widths > 8192 / every width, twice:", fname,
-                      what);
-          for (int rep = 0; rep < 6; ++rep) {
-            cuda::set_q4_split32(rep % 3);
-            std::printf(" %.3f ms", forward_ms());
-          }
-          cuda::set_q4_split32(s0);
-          std::printf("\n");
+          // A mode knob's settings 0, 1, 2, twice interleaved, then the caller's setting back.
+          auto modes_twice = [&](const char* label, int (*get)(), void (*set)(int)) {
+            const int m0 = get();
+            std::printf("  %s %s, %s, twice:", fname, what, label);
+            for (int rep = 0; rep < 6; ++rep) {
+              set(rep % 3);
+              std::printf(" %.3f ms", forward_ms());
+            }
+            set(m0);
+            std::printf("\n");
+          };
+          modes_twice("q4_ks at 17-32 rows off / on / K > 4096 only", cuda::q4_ks32_mode, cuda::set_q4_ks32);
+          modes_twice("as 16 + the rest rows off / widths > 8192 / every width", cuda::q4_split32_mode,
+                      cuda::set_q4_split32);
         }
         if (f == WeightFormat::Mlx4 && batch > 1 &&
             batch <= 8) {  // the 16-row kernels at 2-8 rows, same call

@@ -92,11 +92,11 @@ struct KsCfg {
 constexpr size_t ks_fold_offset(int k, int nt = 16) {
   return size_t(k) * nt / 4;
 }
-constexpr size_t ks_bars_offset(int k, int nw, int cl) {
-  return ks_fold_offset(k) + (cl ? size_t(nw) * (kSlices - 1) * 1024 * sizeof(float) : 0);
+constexpr size_t ks_bars_offset(int k, int nw, int cl, int nt = 16) {  // (CL: 16 token rows only)
+  return ks_fold_offset(k, nt) + (cl ? size_t(nw) * (kSlices - 1) * kTile * 16 * sizeof(float) : 0);
 }
 constexpr size_t ks_smem(int k, int nw, int cl, int nt = 16) {
-  return nt == 32 ? ks_fold_offset(k, nt) + 16 : ks_bars_offset(k, nw, cl) + (cl ? size_t(nw) * 16 : 0) + 16;
+  return ks_bars_offset(k, nw, cl, nt) + (cl ? size_t(nw) * 16 : 0) + 16;
 }
 // TF_Q4_KS=0 off, 1 at 9-16 rows, 2 at 1-16 rows, 3 at 9-16 rows for K > 4096 only (the down: the default,
 // run 453), 4 at 9-16 rows for widths <= 8192 only (all but the gate_up).
@@ -154,8 +154,8 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL>::kThreads, KsCfg<NW, A
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t xs = saddr(smem);
-  float* const fold = reinterpret_cast<float*>(smem + ks_fold_offset(k));  // CL: [wg][slice - 1][kPart]
-  const uint32_t bars = xs + uint32_t(ks_bars_offset(k, NW, CL));          // CL: full[NW], empty[NW]
+  float* const fold = reinterpret_cast<float*>(smem + ks_fold_offset(k, NT));  // CL: [wg][slice - 1][kPart]
+  const uint32_t bars = xs + uint32_t(ks_bars_offset(k, NW, CL, NT));          // CL: full[NW], empty[NW]
   int* const last_of = reinterpret_cast<int*>(smem + ks_smem(k, NW, CL, NT) - 16);
   pdl_launch_dependents();
   const int tid = int(threadIdx.x), wg = tid / 128, wt = tid % 128, warp = wt / 32, lane = tid % 32;
@@ -276,7 +276,7 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL>::kThreads, KsCfg<NW, A
       } else {
         if (round > 0) mbar_wait_cluster(empty, uint32_t((round - 1) & 1));
         const uint32_t dst =
-            peer_addr(xs + uint32_t(ks_fold_offset(k)) +
+            peer_addr(xs + uint32_t(ks_fold_offset(k, NT)) +
                           uint32_t((wg * (kSlices - 1) + slice - 1) * kPart * sizeof(float)) + 16 * wt,
                       0);
         const uint32_t bar = peer_addr(full, 0);
@@ -389,7 +389,7 @@ int ks_resident(const KsLaunch& l) {
   if (auto it = cache.find(reinterpret_cast<const void*>(l.kernel)); it != cache.end()) return it->second;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(kSlices * 64), cfg.blockDim = dim3(l.threads);
-  cfg.dynamicSmemBytes = ks_smem(kMaxK, l.nw, l.cl);
+  cfg.dynamicSmemBytes = ks_smem(kMaxK, l.nw, l.cl, l.nt);
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = kSlices, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <sstream>
 #include <string>
@@ -245,6 +246,18 @@ void wg_modes(Backend& be, const Weights& w, Buffers& b, int m) {
   cuda::set_q4_wg_config(cfg0);
 }
 
+// 17-64 rows: q4_wg's cluster instances off, mode 1 in configurations 0-3, mode 2 in configuration 0
+// (set_q4_wgc, set_q4_wgc_config).
+void wgc_modes(Backend& be, const Weights& w, Buffers& b, int m) {
+  const int mode0 = cuda::q4_wgc_mode(), cfg0 = cuda::q4_wgc_config();
+  modes_table(be, w, b, m, "q4_wg clusters off / mode 1 cfg 0 1 2 3 / mode 2 cfg 0", 6, [](int i) {
+    cuda::set_q4_wgc(i == 0 ? 0 : i <= 4 ? 1 : 2);
+    cuda::set_q4_wgc_config(i >= 1 && i <= 4 ? i - 1 : 0);
+  });
+  cuda::set_q4_wgc(mode0);
+  cuda::set_q4_wgc_config(cfg0);
+}
+
 // 1-16 rows: q4_ks_kernel off and always in each of its configurations (set_q4_ks 0 / 2, set_q4_ks_config
 // 0-4: the ticket fold; then 5-6, the fold in a cluster, on a line of its own; quant_ks.cu).
 void ks_modes(Backend& be, const Weights& w, Buffers& b, int m) {
@@ -274,6 +287,10 @@ int run_linears_m(Backend& be, const std::vector<int>& ms) {
                  t4 = time_graph_ms(s, [&] { step(be, w4, b); });
     std::printf("| %d | %.3f | %.3f | %.2fx | %.0f |\n", m, tb, t4, tb / t4,
                 double(w4.bytes) / (t4 * 1e-3) / 1e9);
+    if (m > 16 && m <= 64) wgc_modes(be, w4, b, m);
+    if (std::getenv("TF_BENCH_QUANT_ONLY_WGC")) continue;  // (the cluster instances' table only)
+    const int wgc0 = cuda::q4_wgc_mode();
+    cuda::set_q4_wgc(0);  // (the tables below: the kernels before the cluster instances)
     if (m >= 9 && m <= 16) pair_modes(be, w4, b, m);
     if (m <= 16) wg_modes(be, w4, b, m);
     if (m <= 16) ks_modes(be, w4, b, m);
@@ -292,6 +309,7 @@ int run_linears_m(Backend& be, const std::vector<int>& ms) {
                   cuda::set_q4_split32);
       cuda::set_q4_split32(s0);
     }
+    cuda::set_q4_wgc(wgc0);
   }
   return 0;
 }

@@ -901,21 +901,28 @@ void format_rows(Backend& be, const ModelShape& sh, const std::vector<WeightForm
           cuda::set_attention_decode_loop(dl0);
           std::printf("\n");
         }
-        if (f == WeightFormat::Mlx4 && batch > 16 && batch <= 32) {  // q4_ks's 32-row instance, same call
-          // A mode knob's settings 0, 1, 2, twice interleaved, then the caller's setting back.
-          auto modes_twice = [&](const char* label, int (*get)(), void (*set)(int)) {
-            const int m0 = get();
-            std::printf("  %s %s, %s, twice:", fname, what, label);
-            for (int rep = 0; rep < 6; ++rep) {
-              set(rep % 3);
-              std::printf(" %.3f ms", forward_ms());
-            }
-            set(m0);
-            std::printf("\n");
-          };
-          modes_twice("q4_ks at 17-32 rows off / on / K > 4096 only", cuda::q4_ks32_mode, cuda::set_q4_ks32);
+        // A mode knob's settings 0 .. n - 1, twice interleaved, then the caller's setting back.
+        auto modes_twice = [&](const char* label, int (*get)(), void (*set)(int), int n) {
+          const int m0 = get();
+          std::printf("  %s %s, %s, twice:", fname, what, label);
+          for (int rep = 0; rep < 2 * n; ++rep) {
+            set(rep % n);
+            std::printf(" %.3f ms", forward_ms());
+          }
+          set(m0);
+          std::printf("\n");
+          std::fflush(stdout);
+        };
+        if (f == WeightFormat::Mlx4 && batch > 16 && batch <= 64)  // q4_wg's cluster instances, same call
+          modes_twice("q4_wg clusters off / on (set_q4_wgc 0 / 1)", cuda::q4_wgc_mode, cuda::set_q4_wgc, 2);
+        if (f == WeightFormat::Mlx4 && batch > 16 && batch <= 32 && !std::getenv("TF_BENCH_ONLY_WGC")) {
+          const int wgc0 = cuda::q4_wgc_mode();
+          cuda::set_q4_wgc(0);  // (the kernels before the cluster instances)
+          modes_twice("q4_ks at 17-32 rows off / on / K > 4096 only", cuda::q4_ks32_mode, cuda::set_q4_ks32,
+                      3);
           modes_twice("as 16 + the rest rows off / widths > 8192 / every width", cuda::q4_split32_mode,
-                      cuda::set_q4_split32);
+                      cuda::set_q4_split32, 3);
+          cuda::set_q4_wgc(wgc0);
         }
         if (f == WeightFormat::Mlx4 && batch > 1 &&
             batch <= 8) {  // the 16-row kernels at 2-8 rows, same call

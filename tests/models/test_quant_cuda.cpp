@@ -630,6 +630,86 @@ TEST_F(Gpu, Quant4BitKSlice32RowsEqualsDecodeKernel) {
   cuda::set_mlx_subnormal_codes(true);
 }
 
+// q4_wg_kernel's cluster instances (a tile's 8 K slices over two CTAs, rank 0's sum pushed into rank 1, which
+// adds its own: set_q4_wgc) at 17-32 rows (32 token rows a wgmma), in every configuration, give the bits
+// of q4_decode_kernel (every other 4-bit kernel off), of the bf16 linear on the dequantized weight and of the
+// same rows of a 40-row call, f32 and bf16 outputs, with and without a bias, K = 1024-4096, groups of 64 and
+// 128, both scale codes, widths that leave clusters several tiles and a partial one; they take every call
+// (launches counted); and 40 rows in pieces of 32 (the pieces rule with the clusters on, both modes) give the
+// 40-row call's bits. Zero x rows (5 and 19) against 16 all-negative weight rows check the chains' signed
+// zeros.
+// Needs wgmma (sm_90a).
+TEST_F(Gpu, Quant4BitWarpgroupClusterEqualsDecodeKernel) {
+  int dev = 0, sms = 0;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), cudaSuccess);
+  if (!cuda::linear_wgmma_supported()) GTEST_SKIP() << "no wgmma on this device";
+  const int64_t wide = 64 * int64_t(3 * sms / 2) + 40;  // clusters of several tiles, the last one partial
+  const KsCase cases[] = {{wide, 4096, 64, true, false},
+                          {4104, 4096, 128, true, true},
+                          {200, 2048, 64, false, true},
+                          {24, 1024, 64, false, false},
+                          {wide, 3072, 64, false, true}};
+  const int wg0 = cuda::q4_wg_mode(), pair0 = cuda::q4_pair_mode(), ks0 = cuda::q4_ks_mode(),
+            ks320 = cuda::q4_ks32_mode(), split0 = cuda::q4_split32_mode(), wgc0 = cuda::q4_wgc_mode(),
+            wgcc0 = cuda::q4_wgc_config();
+  auto all_off = [] {
+    cuda::set_q4_wg(0), cuda::set_q4_pair(0), cuda::set_q4_ks(0), cuda::set_q4_ks32(0);
+    cuda::set_q4_split32(0), cuda::set_q4_wgc(0);
+  };
+  uint32_t seed = 3900;
+  for (const KsCase& c : cases) {
+    SCOPED_TRACE(case_name(c.n, c.k, c.group, c.subnormal, c.bias));
+    all_off();
+    LinearWeight wg = gpu->upload_linear(ks_case_weight(c, ++seed));
+    ASSERT_EQ(wg.format, LinearWeight::Format::MlxAffine) << "not uploaded packed";
+    const LinearWeight dense = dense_of(*gpu, wg);
+    Tensor xh = random_x(40, c.k, seed).first;
+    for (int64_t r : {5, 19})
+      for (int64_t i = 0; i < c.k; ++i) xh.data<uint16_t>()[r * c.k + i] = 0;
+    Tensor xg = gpu->upload(xh);
+    const Tensor big = linear_rows(*gpu, xg, wg, 40, c.n);
+    for (int64_t rows : {17, 20, 25, 32}) {
+      SCOPED_TRACE(std::to_string(rows) + " rows");
+      all_off();
+      const Tensor one = linear_rows(*gpu, xg, wg, rows, c.n);
+      Tensor yb = gpu->alloc({rows, c.n}, DType::BF16);
+      Tensor one16 = Tensor::empty({rows, c.n}, DType::BF16),
+             fast16 = Tensor::empty({rows, c.n}, DType::BF16);
+      gpu->linear(xg.slice_rows(0, rows), wg, yb);
+      gpu->to_host(yb, one16);
+      const Tensor ref = linear_rows(*gpu, xg, dense, rows, c.n);
+      cuda::set_q4_wgc(1);
+      for (int cfg : {0, 1, 2, 3}) {
+        SCOPED_TRACE("configuration " + std::to_string(cfg));
+        cuda::set_q4_wgc_config(cfg);
+        const long launched = cuda::q4_wgc_launches();
+        const Tensor fast = linear_rows(*gpu, xg, wg, rows, c.n, true);
+        ASSERT_EQ(cudaMemsetAsync(yb.raw(), 0xFF, yb.nbytes(), cuda::stream_of(*gpu)),
+                  cudaSuccess);  // (poison)
+        gpu->linear(xg.slice_rows(0, rows), wg, yb);
+        gpu->to_host(yb, fast16);
+        EXPECT_EQ(cuda::q4_wgc_launches(), launched + 2) << "the cluster instances did not take the calls";
+        expect_rows_equal(fast, one, ref, big);
+        EXPECT_EQ(std::memcmp(fast16.raw(), one16.raw(), fast16.nbytes()), 0) << "bf16 differs";
+      }
+    }
+    for (int mode : {1, 2}) {  // 40 rows: 32 off the front on a cluster instance (mode 1: wide weights)
+      all_off();
+      cuda::set_q4_wgc(mode), cuda::set_q4_split32(4);
+      const long launched = cuda::q4_wgc_launches();
+      const Tensor pieces = linear_rows(*gpu, xg, wg, 40, c.n, true);
+      if (mode == 2) {
+        EXPECT_EQ(cuda::q4_wgc_launches(), launched + 1) << "40 rows: no piece of 32 on a cluster";
+      }
+      EXPECT_EQ(std::memcmp(pieces.raw(), big.raw(), big.nbytes()), 0) << "40 rows in pieces, mode " << mode;
+    }
+  }
+  cuda::set_q4_wg(wg0), cuda::set_q4_pair(pair0), cuda::set_q4_ks(ks0), cuda::set_q4_ks32(ks320);
+  cuda::set_q4_split32(split0), cuda::set_q4_wgc(wgc0), cuda::set_q4_wgc_config(wgcc0);
+  cuda::set_mlx_subnormal_codes(true);
+}
+
 // MLX 4-bit scales stored times 2^133 (prescale_mlx4, what upload_linear does where every scale allows it)
 // give the same dequantized bf16 weight and the same linear bits at every M as the plain scales, for groups
 // of 32 (qlinear_kernel), 64 and 128 (q4_decode_kernel) and K with a partial quad; with scales at the edges

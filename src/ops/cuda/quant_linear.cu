@@ -745,7 +745,13 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
       w.format == LinearWeight::Format::MlxAffine && w.bits == 4 && w.group_size >= 64 &&
       w.scales.dtype() == DType::U32) {
     const int g = g_q4_split32;
-    const int piece = m <= 32              ? (g == 2 || n > 8192 ? 16 : 0)
+    // (q4_wg's cluster instances take 17-32 rows in one launch: then no piece up to 32 rows, and pieces of 32
+    // past where they say so.)
+    const bool wgc = q4_wg_takes_rows(m, int(n), int(k));
+    const int piece = m <= 32              ? (wgc                  ? 0
+                                              : g == 2 || n > 8192 ? 16
+                                                                   : 0)
+                      : g >= 3 && wgc      ? 32
                       : g >= 3 && n > 8192 ? 16
                       : g == 4 && k > 4096 ? 32
                                            : 0;
@@ -794,10 +800,11 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
                           s) ||
              q4_wg_linear(KIND == kMlxBf16Sub, xp, q, bias, bias_kind, y.raw(), y_f32, m, int(n), int(k), s)))
           return;
-      if constexpr (kQ4 && NT == 4)  // 17-32 rows: split by K slice, 32 token rows a wgmma
+      if constexpr (kQ4 && NT == 4)  // 17-32 rows: split by K slice, else q4_wg's clusters; 32 rows a wgmma
         if (q4 && m <= 32 &&
-            q4_ks_linear(KIND == kMlxBf16Sub, xp, q, bias, bias_kind, y.raw(), y_f32, m, int(n), int(k), ks,
-                         s))
+            (q4_ks_linear(KIND == kMlxBf16Sub, xp, q, bias, bias_kind, y.raw(), y_f32, m, int(n), int(k), ks,
+                          s) ||
+             q4_wg_linear(KIND == kMlxBf16Sub, xp, q, bias, bias_kind, y.raw(), y_f32, m, int(n), int(k), s)))
           return;
       if constexpr (kQ4 && NT == 2)  // 9-16 rows: two 16-feature groups a warp (quant_pair.cu)
         if (q4 &&

@@ -54,7 +54,11 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
+#include <mutex>
+#include <string>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "ops/cuda/cuda_check.h"
@@ -69,15 +73,23 @@ namespace tf::cuda {
 namespace {
 
 constexpr int kTile = 64;    // features a tile
-constexpr int kMaxK = 4096;  // x's 16 rows in shared memory: 32 k bytes
-// A configuration: SL K slices a warpgroup (8 / SL warpgroups a CTA), AH quads of weights in flight ahead of
-// the quad being computed (AH + 1 ring slots in registers).
-template <int SL, int AH>
+constexpr int kMaxK = 4096;  // x's 16 rows in shared memory: 32 k bytes (a cluster's CTA: NT k / CS bytes)
+// A configuration: SL K slices a warpgroup, AH quads of weights in flight ahead of the quad being computed
+// (AH + 1 ring slots in registers), NT token rows (16 or 32: m64nNTk16 steps), the 8 K slices over a cluster
+// of CS CTAs (1 or 2; 8 / SL / CS warpgroups a CTA).
+template <int SL, int AH, int NT = 16, int CS = 1>
 struct WgCfg {
-  static constexpr int kGroups = 8 / SL, kThreads = 128 * kGroups, kSlots = AH + 1;
-  static constexpr int kPartFloats = (kGroups - 1) * SL * 8 * 128;  // warpgroups 1.. 's slice partials
-  static constexpr size_t smem(int k) {                             // x, then the partials by tile parity
-    return size_t(k) * 32 + 2 * size_t(kPartFloats) * sizeof(float);
+  static_assert((NT == 16 || NT == 32) && (CS == 1 || CS == 2) && 8 % (SL * CS) == 0, "configuration");
+  static constexpr int kGroups = 8 / SL / CS, kThreads = 128 * kGroups, kSlots = AH + 1;
+  static constexpr int kAcc = NT / 2;  // a slice's accumulators a thread
+  // A tile's partials in shared memory: warpgroups 1.. 's slices, then (CS = 2, rank 1's) the sum of rank 0's
+  // slices, pushed by rank 0.
+  static constexpr int kPeerOff = (kGroups - 1) * SL * kAcc * 128;
+  static constexpr int kPartFloats = kPeerOff + (CS == 2 ? kAcc * 128 : 0);
+  // Two CTAs an SM where they fit (256 threads of <= 128 registers): the 16-row cluster instances.
+  static constexpr int kMinBlocks = CS == 2 && NT == 16 && kThreads == 256 ? 2 : 1;
+  static constexpr size_t smem(int k) {  // x's k / CS values of NT rows, then the partials by tile parity
+    return size_t(k / CS) * NT * 2 + 2 * size_t(kPartFloats) * sizeof(float);
   }
 };
 // TF_Q4_WG=0 off, 1 (the default since run 455: the 8B gate_up and lm_head at 16 rows) at 9-16 rows where the
@@ -87,6 +99,24 @@ int g_q4_wg = env_digit("TF_Q4_WG", 3, 1);
 constexpr int kLmHeadMinN = 65536;
 // TF_Q4_WG_CFG (measurements): 0 = SL 4 AH 2, 1 = SL 2 AH 2 (default)
 int g_q4_wg_cfg = env_digit("TF_Q4_WG_CFG", 1, 1);
+// TF_Q4_WGC: the cluster instances (a tile's K slices over two CTAs, x's half of K each; 32 token rows, K <=
+// 4096): 0 off; 1 (the default) every call of 17-32 rows, and 32-row pieces of 33-64-row calls (the caller's
+// pieces rule, q4_wg_takes_rows) of widths whose tiles as pairs fill 3/4 of the SMs; 2 as 1 with pieces of
+// every width. Run 497 (H200): 16 token rows on clusters lost (the 4096-wide q / o at 16 rows 0.260 ->
+// 0.269 ms, b=16 forward +1.2%), as did two slices a warpgroup (two warpgroups a CTA, +1..5%); removed.
+// TF_Q4_WGC_CFG: the weight quads in flight ahead a warp (AH): 0 two, 1 three, 2 four; 3 two, with two chunks
+// a wgmma group (EG).
+int g_q4_wgc = env_digit("TF_Q4_WGC", 2, 1);
+int g_q4_wgc_cfg = env_digit("TF_Q4_WGC_CFG", 3, 0);
+
+// barrier.cluster in two halves (PTX ISA "barrier.cluster"): each thread alternates them; a wait returns once
+// every thread of the cluster has arrived as often. Release / acquire order the shared::cluster stores.
+__device__ __forceinline__ void cluster_arrive() {
+  asm volatile("barrier.cluster.arrive.release;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
+}
 
 // Persistent over 64-feature tiles (blockIdx.x, + gridDim.x, ...); a warp walks the sequence of (tile, quad)
 // of its slices, the load head AH quads ahead of the quad computed (into the next tile's quads at a tile's
@@ -96,17 +126,26 @@ int g_q4_wg_cfg = env_digit("TF_Q4_WG_CFG", 1, 1);
 // as fragments), 3 no MMAs.
 // SP: the quads' scale words known at compile time to come by pairs (load_quad's spair: groups of 64, an even
 // group count a row; the launch picks the instance), so that neither load path's predicated-off instructions
-// issue (the default configuration only). Same words, same bits.
-template <int KIND, int SL, int AH, int kAblate = 0, bool SP = false>
-__global__ void __launch_bounds__(WgCfg<SL, AH>::kThreads, 1)
+// issue. Same words, same bits.
+// NT = 32 (17-32 token rows) and CS = 2 (a cluster of two CTAs a tile: rank r takes slices 4r .. 4r + 3 and
+// holds x's k values of those slices only, so that 32 rows of K = 4096 fit, and the 4096-wide weights' 64
+// tiles fill 128 SMs). Rank 0 adds its four slice partials in slice order (as one CTA does) and pushes that
+// sum into rank 1's shared memory (st.shared::cluster); rank 1 adds its own four to it in slice order --
+// the same left fold of the eight slices -- and stores. The push of tile i goes to buffer i % 2; cluster
+// barrier phase i + 1 (rank 0 arrives after pushing tile i, rank 1 after reading tile i - 1's) orders both:
+// rank 1 reads tile i after waiting for it, and rank 0 pushes tile i + 1 after waiting for it.
+// EG: chunks a wgmma group (1 or 2: a slice's chunks e, e + 1 dequantized before one group of 4 wgmmas, one
+// wait a pair; the same chain of k16 steps in the same order).
+template <int KIND, int SL, int AH, int kAblate = 0, bool SP = false, int NT = 16, int CS = 1, int EG = 1>
+__global__ void __launch_bounds__(WgCfg<SL, AH, NT, CS>::kThreads, WgCfg<SL, AH, NT, CS>::kMinBlocks)
     q4_wg_kernel(const __nv_bfloat16* x, QArgs q, const void* __restrict__ bias, int bias_kind,
                  void* __restrict__ y, bool y_f32, int m, int n, int k) {
-  using C = WgCfg<SL, AH>;
-  constexpr int R = C::kSlots;
+  using C = WgCfg<SL, AH, NT, CS>;
+  constexpr int R = C::kSlots, kA = C::kAcc;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t xs = saddr(smem);
-  float* const part = reinterpret_cast<float*>(smem + size_t(k) * 32);
+  float* const part = reinterpret_cast<float*>(smem + size_t(k / CS) * NT * 2);
   pdl_launch_dependents();
   // wg through a shuffle from lane 0: the compiler then knows it is warp-uniform and forms the wgmma
   // descriptors and the slices' quad offsets in the uniform datapath (SASS: without it, each descriptor is
@@ -114,21 +153,24 @@ __global__ void __launch_bounds__(WgCfg<SL, AH>::kThreads, 1)
   const int tid = int(threadIdx.x), wg = __shfl_sync(0xffffffffu, tid / 128, 0), warp = (tid / 32) % 4,
             lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
-  const int tiles = (n + kTile - 1) / kTile, G = int(gridDim.x);
-  const int QS = k / 1024;       // quads a slice
-  const int sh = q.chunk_shift;  // >= 1
+  const int rank = CS > 1 ? int(cluster_rank()) : 0;
+  const int tiles = (n + kTile - 1) / kTile, G = int(gridDim.x) / CS;
+  const int QS = k / 1024;         // quads a slice
+  const int s0 = rank * (8 / CS);  // the CTA's first slice
+  const int sh = q.chunk_shift;    // >= 1
   const bool spair = SP || quad_scale_pairs(q);
-  // Ring slot s: quad qd of rows g, g + 8 of slices SL wg + j (j < SL): quad (SL wg + j) QS + qd of the row.
+  if constexpr (CS > 1) cluster_arrive();  // phase 0: both CTAs run (waited for before the first push)
+  // Ring slot s: quad qd of rows g, g + 8 of slices s0 + SL wg + j (j < SL).
   uint4 wa[R][SL], wb[R][SL];
   uint32_t sa[R][SL][2], sb[R][SL][2];
-  int l_tile = int(blockIdx.x), l_qd = 0;  // the load head
+  int l_tile = int(blockIdx.x) / CS, l_qd = 0;  // the load head
   auto load_next = [&](int slot) {
     if (l_tile < tiles) {
       const int r0 = l_tile * kTile + 16 * warp + g;  // rows clamped; masked at the store
       const QuadRows p = quad_rows(q, min(r0, n - 1), min(r0 + 8, n - 1), t);
 #pragma unroll
       for (int j = 0; j < SL; ++j)
-        load_quad(q, p, (SL * wg + j) * QS + l_qd, sh, spair, wa[slot][j], wb[slot][j], sa[slot][j],
+        load_quad(q, p, (s0 + SL * wg + j) * QS + l_qd, sh, spair, wa[slot][j], wb[slot][j], sa[slot][j],
                   sb[slot][j]);
     }
     if (++l_qd == QS) l_qd = 0, l_tile += G;
@@ -136,58 +178,72 @@ __global__ void __launch_bounds__(WgCfg<SL, AH>::kThreads, 1)
 #pragma unroll
   for (int a = 0; a < AH; ++a) load_next(a);  // weights are constant
   pdl_wait();                                 // x is not
-  if (kAblate != 1) {                         // x into the permuted layout (stage_x_perm)
-    stage_x_perm<C::kThreads / 32>(xs, x, m, k, 0, k / 32, tid);
+  if (kAblate != 1) {                         // x's chunks of the CTA's slices into the permuted layout
+    stage_x_perm<C::kThreads / 32, false, NT>(xs, x, m, k, rank * (k / 32 / CS), k / 32 / CS, tid);
     fence_proxy_async();  // the generic proxy's stores -> wgmma's reads (async proxy)
     __syncthreads();
   }
-  // Step J's B: 512 bytes from xs + 512 J; core matrices 128 bytes apart along K, 256 along the tokens.
+  if constexpr (CS > 1)
+    if (rank == 1) cluster_wait();  // (phase 0; rank 0 waits for it before its first push)
+  // Step J's B: NT * 32 bytes from xs + NT * 32 J; core matrices 128 bytes apart along K, 256 along the
+  // tokens.
   const uint64_t desc0 = wgmma_desc(xs, 128, 256);
-  float acc[SL * 8];
+  float acc[SL * kA];
 #pragma unroll
-  for (int i = 0; i < SL * 8; ++i) acc[i] = 0.f;
-  int tile = int(blockIdx.x), qd = 0, parity = 0;
+  for (int i = 0; i < SL * kA; ++i) acc[i] = 0.f;
+  int tile = int(blockIdx.x) / CS, qd = 0, parity = 0;
   for (;;) {
 #pragma unroll
     for (int slot = 0; slot < R; ++slot) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        uint32_t a[SL][2][4];  // slice j, step h: mma_chunk's fragments
+      for (int e0 = 0; e0 < 4; e0 += EG) {
+        uint32_t a[SL][EG][2][4];  // slice j, chunk e0 + u, step h: mma_chunk's fragments
 #pragma unroll
-        for (int j = 0; j < SL; ++j) {
-          if (kAblate == 2) {  // (timing: no dequantisation; the raw words as fragments)
-            const uint4 ua = wa[slot][j], ub = wb[slot][j];
-            a[j][0][0] = ua.x, a[j][0][1] = ub.x, a[j][0][2] = ua.y, a[j][0][3] = ub.y;
-            a[j][1][0] = ua.z, a[j][1][1] = ub.z, a[j][1][2] = ua.w, a[j][1][3] = ub.w;
-            continue;
+        for (int j = 0; j < SL; ++j)
+#pragma unroll
+          for (int u = 0; u < EG; ++u) {
+            if (kAblate == 2) {  // (timing: no dequantisation; the raw words as fragments)
+              const uint4 ua = wa[slot][j], ub = wb[slot][j];
+              a[j][u][0][0] = ua.x, a[j][u][0][1] = ub.x, a[j][u][0][2] = ua.y, a[j][u][0][3] = ub.y;
+              a[j][u][1][0] = ua.z, a[j][u][1][1] = ub.z, a[j][u][1][2] = ua.w, a[j][u][1][3] = ub.w;
+              continue;
+            }
+            wg_fragments<KIND>(wa[slot][j], wb[slot][j], sa[slot][j], sb[slot][j], e0 + u, a[j][u]);
           }
-          wg_fragments<KIND>(wa[slot][j], wb[slot][j], sa[slot][j], sb[slot][j], e, a[j]);
-        }
         if (kAblate == 3) {  // (timing: no MMAs)
 #pragma unroll
           for (int j = 0; j < SL; ++j)
 #pragma unroll
-            for (int i = 0; i < 8; ++i) acc[8 * j + i] += __uint_as_float(a[j][i / 4][i % 4] & 0x3f7fffffu);
+            for (int u = 0; u < EG; ++u)
+#pragma unroll
+              for (int i = 0; i < 8; ++i)
+                acc[kA * j + i] += __uint_as_float(a[j][u][i / 4][i % 4] & 0x3f7fffffu);
         } else {
-          wgmma_fence_operands<SL * 8>(acc);
+          wgmma_fence_operands<SL * kA>(acc);
           wgmma_fence();
 #pragma unroll
-          for (int j = 0; j < SL; ++j) {
-            const int c = (SL * wg + j) * (4 * QS) + 4 * qd + e;  // the chunk of the row
+          for (int j = 0; j < SL; ++j)
 #pragma unroll
-            for (int h = 0; h < 2; ++h)
-              wgmma_rs_m64n16(acc + 8 * j, a[j][h],
-                              wgmma_desc_plus(desc0, uint32_t((2 * c + h) * (512 >> 4))));
-          }
+            for (int u = 0; u < EG; ++u) {
+              const int c = (SL * wg + j) * (4 * QS) + 4 * qd + e0 + u;  // the chunk among the CTA's
+#pragma unroll
+              for (int h = 0; h < 2; ++h) {
+                const uint64_t d = wgmma_desc_plus(desc0, uint32_t((2 * c + h) * (NT * 32 >> 4)));
+                if constexpr (NT == 16)
+                  wgmma_rs_m64n16(acc + kA * j, a[j][u][h], d);
+                else
+                  wgmma_rs_m64n32(acc + kA * j, a[j][u][h], d);
+              }
+            }
           wgmma_commit();
         }
         // The next quad's loads after the first use of this slot's words (a use waits on a scoreboard the
         // newest loads may share): into the slot the previous quad left, whose wgmmas are done.
-        if (e == 0) load_next((slot + AH) % R);
+        if (e0 == 0) load_next((slot + AH) % R);
         if (kAblate != 3) {
-          wgmma_fence_operands<SL * 8>(acc);
+          wgmma_fence_operands<SL * kA>(acc);
           wgmma_wait<0>();
-          wgmma_fence_operands<SL * 8>(acc);
+          wgmma_fence_operands<SL * kA>(acc);
         }
       }
       if (++qd < QS) continue;
@@ -199,27 +255,71 @@ __global__ void __launch_bounds__(WgCfg<SL, AH>::kThreads, 1)
         // them after its own in slice order. Element i of a slice: feature 16 warp + g + 8 ((i % 4) / 2),
         // token 8 (i / 4) + 2t + i % 2.
 #pragma unroll
-      for (int i = 0; i < SL * 8; ++i) acc[i] += 0.f;
+      for (int i = 0; i < SL * kA; ++i) acc[i] += 0.f;
       float* const pb = part + parity * C::kPartFloats;
       if (wg > 0)
 #pragma unroll
-        for (int i = 0; i < SL * 8; ++i) pb[((wg - 1) * SL * 8 + i) * 128 + tid % 128] = acc[i];
-      __syncthreads();  // (a parity's buffer is rewritten two tiles on, past another of these)
+        for (int i = 0; i < SL * kA; ++i) pb[((wg - 1) * SL * kA + i) * 128 + tid % 128] = acc[i];
+      if constexpr (CS == 1) {
+        __syncthreads();  // (a parity's buffer is rewritten two tiles on, past another of these)
+      } else if (rank == 0) {
+        __syncthreads();
+        cluster_wait();  // rank 1 has read the tile two back from this buffer (phase 0: it runs)
+      } else {
+        cluster_arrive();  // (after reading the tile before)
+        cluster_wait();    // rank 0's push of this tile, and this CTA's partials
+      }
       if (wg == 0) {
+        float4* const peer = reinterpret_cast<float4*>(pb + C::kPeerOff);  // (CS = 2) [i / 4][thread]
+        const uint32_t peer_dst = CS > 1 ? peer_addr(saddr(peer), 1) : 0;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          float s = acc[i];
+        for (int i0 = 0; i0 < kA; i0 += 4) {
+          float v[4];
 #pragma unroll
-          for (int j = 1; j < SL; ++j) s += acc[8 * j + i];
-          for (int j = 0; j < (C::kGroups - 1) * SL; ++j) s += pb[(8 * j + i) * 128 + tid];
-          const int f = tile * kTile + 16 * warp + g + 8 * ((i % 4) / 2), tok = 8 * (i / 4) + 2 * t + i % 2;
-          if (tok < m && f < n) store_biased(s, bias, bias_kind, y, y_f32, tok, f, n);
+          for (int ii = 0; ii < 4; ++ii) {
+            const int i = i0 + ii;
+            float s = 0.f;
+            if (CS == 1 || rank == 0) {
+              s = acc[i];
+            } else {  // rank 1: rank 0's sum first
+              const float4 p = peer[(i0 / 4) * 128 + tid];
+              s = ii == 0 ? p.x : ii == 1 ? p.y : ii == 2 ? p.z : p.w;
+              s += acc[i];
+            }
+#pragma unroll
+            for (int j = 1; j < SL; ++j) s += acc[kA * j + i];
+            for (int j = 0; j < (C::kGroups - 1) * SL; ++j) s += pb[(kA * j + i) * 128 + tid];
+            v[ii] = s;
+          }
+          if (CS > 1 && rank == 0) {  // push into rank 1's buffer
+            asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(
+                             peer_dst + uint32_t(((i0 / 4) * 128 + tid) * 16)),
+                         "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3])
+                         : "memory");
+          } else {
+#pragma unroll
+            for (int ii = 0; ii < 4; ++ii) {
+              const int i = i0 + ii;
+              const int f = tile * kTile + 16 * warp + g + 8 * ((i % 4) / 2),
+                        tok = 8 * (i / 4) + 2 * t + i % 2;
+              if (tok < m && f < n) store_biased(v[ii], bias, bias_kind, y, y_f32, tok, f, n);
+            }
+          }
         }
       }
+      if constexpr (CS > 1)
+        if (rank == 0) cluster_arrive();  // this tile's push
 #pragma unroll
-      for (int i = 0; i < SL * 8; ++i) acc[i] = 0.f;
+      for (int i = 0; i < SL * kA; ++i) acc[i] = 0.f;
       qd = 0, parity ^= 1, tile += G;
-      if (tile >= tiles) return;
+      if (tile >= tiles) {
+        if constexpr (CS > 1) {  // the last phase: neither CTA leaves while the other may touch its memory
+          if (rank == 0) cluster_wait();
+          cluster_arrive();
+          cluster_wait();
+        }
+        return;
+      }
     }
   }
 #else
@@ -255,23 +355,105 @@ WgLaunch wg_launch(bool subnormal, int k, int cfg, bool spair) {
   }
 }
 
+// The cluster instances (CS = 2): cfg 0 one slice a warpgroup (four warpgroups a CTA), 1 two (two
+// warpgroups); NT 16 or 32 token rows.
+template <int AH, int A = 0, bool SP = false, int EG = 1>
+WgLaunch wgc_launch_of(bool subnormal, int k) {
+  using C = WgCfg<1, AH, 32, 2>;
+  return {subnormal ? q4_wg_kernel<kMlxBf16Sub, 1, AH, A, SP, 32, 2, EG>
+                    : q4_wg_kernel<kMlxBf16, 1, AH, A, SP, 32, 2, EG>,
+          C::kThreads, C::smem(k)};
+}
+WgLaunch wgc_launch(bool subnormal, int k, int cfg, bool spair) {
+  if (cfg == 1) return spair ? wgc_launch_of<3, 0, true>(subnormal, k) : wgc_launch_of<3>(subnormal, k);
+  if (cfg == 2) return spair ? wgc_launch_of<4, 0, true>(subnormal, k) : wgc_launch_of<4>(subnormal, k);
+  if (cfg == 3)
+    return spair ? wgc_launch_of<2, 0, true, 2>(subnormal, k) : wgc_launch_of<2, 0, false, 2>(subnormal, k);
+  switch (g_q4_wg_ablate) {  // (timing: configuration 0 only)
+    case 1:
+      return wgc_launch_of<2, 1>(subnormal, k);
+    case 2:
+      return wgc_launch_of<2, 2>(subnormal, k);
+    case 3:
+      return wgc_launch_of<2, 3>(subnormal, k);
+    default:
+      return spair ? wgc_launch_of<2, 0, true>(subnormal, k) : wgc_launch_of<2>(subnormal, k);
+  }
+}
+// Clusters of two CTAs of `l` (shared memory opted in for K = kMaxK) resident at once on the device (cached
+// a kernel; cudaOccupancyMaxActiveClusters: two CTAs of a cluster share a GPC).
+int resident_clusters(const WgLaunch& l, size_t smem_max) {
+  static std::mutex mu;
+  static std::unordered_map<const void*, int> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  const void* key = reinterpret_cast<const void*>(l.kernel);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  TF_CUDA_CHECK(cudaFuncSetAttribute(l.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_max)));
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(2 * sm_count()), cfg.blockDim = dim3(l.threads), cfg.dynamicSmemBytes = smem_max;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 2, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr, cfg.numAttrs = 1;
+  int clusters = 0;
+  TF_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, l.kernel, &cfg));
+  TF_CHECK(clusters > 0, "q4_wg: a cluster of two CTAs of " + std::to_string(l.threads) + " threads and " +
+                             std::to_string(smem_max) + " bytes of shared memory does not fit");
+  return cache[key] = clusters;
+}
+
+// Whether the cluster instances take a call of m rows, n features, K = k (the mode, set_q4_wgc).
+// Past 32 rows: whether 32-row pieces of the call should go to them.
+bool wgc_takes(int m, int n, int k) {
+  const int g = g_q4_wgc;
+  if (g == 0 || m < 17 || m > 64 || k % 1024 || k > kMaxK) return false;
+  // (Run 497, H200, 64 rows: the 1024-wide k as two 32-row pieces on 32 CTAs 0.557 ms against 0.339 whole.)
+  return m <= 32 || g == 2 || int64_t((n + kTile - 1) / kTile) * 2 >= int64_t(sm_count()) * 3 / 4;
+}
+std::atomic<long> g_wgc_launches{0};
+
 }  // namespace
+
+bool q4_wg_takes_rows(int m, int n, int k) {
+  return linear_wgmma_supported() && wgc_takes(m, n, k);
+}
 
 bool q4_wg_linear(bool subnormal, const __nv_bfloat16* x, const QArgs& q, const void* bias, int bias_kind,
                   void* y, bool y_f32, int m, int n, int k, cudaStream_t s) {
-  if (g_q4_wg == 0 || m < (g_q4_wg == 2 ? 1 : 9) || m > 16 || n < 1 || (g_q4_wg == 3 && n < kLmHeadMinN))
-    return false;
-  if (k % 1024 || k > kMaxK || q.chunk_shift < 1 || q.quad_chunks < k / 32 || !linear_wgmma_supported())
+  if (n < 1 || k % 1024 || k > kMaxK || q.chunk_shift < 1 || q.quad_chunks < k / 32 ||
+      !linear_wgmma_supported())
     return false;
   const bool spair = quad_scale_pairs(q);
-  const WgLaunch l = wg_launch(subnormal, k, g_q4_wg_cfg, spair);
   const int tiles = (n + kTile - 1) / kTile;
-  // (resident_blocks caches a kernel's first answer and opts in its shared memory then: always the largest)
-  const int grid = resident_blocks(reinterpret_cast<const void*>(l.kernel), l.threads,
-                                   wg_launch(subnormal, kMaxK, g_q4_wg_cfg, spair).smem);
-  if (grid < 1 || (g_q4_wg != 2 && tiles < grid)) return false;
-  launch_pdl(l.kernel, dim3(std::min(tiles, grid)), dim3(l.threads), l.smem, s, x, q, bias, bias_kind, y,
-             y_f32, m, n, k);
+  if (m <= 16 && g_q4_wg != 0 && m >= (g_q4_wg == 2 ? 1 : 9) && (g_q4_wg != 3 || n >= kLmHeadMinN)) {
+    const WgLaunch l = wg_launch(subnormal, k, g_q4_wg_cfg, spair);
+    // (resident_blocks caches a kernel's first answer and opts in its shared memory then: always the largest)
+    const int grid = resident_blocks(reinterpret_cast<const void*>(l.kernel), l.threads,
+                                     wg_launch(subnormal, kMaxK, g_q4_wg_cfg, spair).smem);
+    if (grid >= 1 && (g_q4_wg == 2 || tiles >= grid)) {
+      launch_pdl(l.kernel, dim3(std::min(tiles, grid)), dim3(l.threads), l.smem, s, x, q, bias, bias_kind, y,
+                 y_f32, m, n, k);
+      return true;
+    }
+  }
+  if (m > 32 || !wgc_takes(m, n, k)) return false;
+  // A cluster of two CTAs a tile (K's slices halved), persistent over the tiles.
+  const WgLaunch l = wgc_launch(subnormal, k, g_q4_wgc_cfg, spair);
+  const int clusters = resident_clusters(l, wgc_launch(subnormal, kMaxK, g_q4_wgc_cfg, spair).smem);
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(2 * std::min(tiles, clusters)), cfg.blockDim = dim3(l.threads);
+  cfg.dynamicSmemBytes = l.smem, cfg.stream = s;
+  cudaLaunchAttribute attr[2];
+  int na = 0;
+  attr[na].id = cudaLaunchAttributeClusterDimension;
+  attr[na].val.clusterDim.x = 2, attr[na].val.clusterDim.y = 1, attr[na++].val.clusterDim.z = 1;
+  if (pdl_enabled()) {
+    attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[na++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  cfg.attrs = attr, cfg.numAttrs = na;
+  TF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, l.kernel, x, q, bias, bias_kind, y, y_f32, m, n, k));
+  ++g_wgc_launches;
   return true;
 }
 
@@ -282,6 +464,12 @@ void prime_q4_wg_grids() {
       for (bool spair : {false, true}) {
         const WgLaunch l = wg_launch(subnormal, kMaxK, cfg, spair);  // (the opt-in: the largest k)
         resident_blocks(reinterpret_cast<const void*>(l.kernel), l.threads, l.smem);
+      }
+  for (bool subnormal : {false, true})
+    for (int cfg = 0; cfg < 4; ++cfg)
+      for (bool spair : {false, true}) {
+        const WgLaunch c = wgc_launch(subnormal, kMaxK, cfg, spair);
+        resident_clusters(c, c.smem);
       }
 }
 
@@ -305,6 +493,34 @@ void set_q4_wg(int mode) {
 
 int q4_wg_mode() {
   return g_q4_wg;
+}
+
+void set_q4_wgc(int mode) {
+  TF_CHECK(
+      mode >= 0 && mode <= 2,
+      "set_q4_wgc: 0 (off), 1 (17-32 rows, and 32-row pieces of 33-64 rows of widths whose tiles as pairs "
+      "fill 3/4 of the SMs) or 2 (1, with pieces of every width)");
+  g_q4_wgc = mode;
+}
+
+long q4_wgc_launches() {
+  return g_wgc_launches.load();
+}
+
+int q4_wgc_mode() {
+  return g_q4_wgc;
+}
+
+void set_q4_wgc_config(int cfg) {
+  TF_CHECK(
+      cfg >= 0 && cfg <= 3,
+      "set_q4_wgc_config: 0, 1 or 2 (two, three or four weight quads ahead), 3 (0 with two chunks a wgmma "
+      "group)");
+  g_q4_wgc_cfg = cfg;
+}
+
+int q4_wgc_config() {
+  return g_q4_wgc_cfg;
 }
 
 }  // namespace tf::cuda

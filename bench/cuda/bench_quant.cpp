@@ -246,16 +246,12 @@ void wg_modes(Backend& be, const Weights& w, Buffers& b, int m) {
   cuda::set_q4_wg_config(cfg0);
 }
 
-// 17-64 rows: q4_wg's cluster instances off, mode 1 in configurations 0-3, mode 2 in configuration 0
-// (set_q4_wgc, set_q4_wgc_config).
+// 17-64 rows: q4_wg's cluster instance off and in modes 1 and 2 (set_q4_wgc: 33-64 rows in 32-row pieces of
+// the wide weights or of every weight).
 void wgc_modes(Backend& be, const Weights& w, Buffers& b, int m) {
-  const int mode0 = cuda::q4_wgc_mode(), cfg0 = cuda::q4_wgc_config();
-  modes_table(be, w, b, m, "q4_wg clusters off / mode 1 cfg 0 1 2 3 / mode 2 cfg 0", 6, [](int i) {
-    cuda::set_q4_wgc(i == 0 ? 0 : i <= 4 ? 1 : 2);
-    cuda::set_q4_wgc_config(i >= 1 && i <= 4 ? i - 1 : 0);
-  });
+  const int mode0 = cuda::q4_wgc_mode();
+  modes_table(be, w, b, m, "q4_wg clusters off / mode 1 / mode 2", 3, cuda::set_q4_wgc);
   cuda::set_q4_wgc(mode0);
-  cuda::set_q4_wgc_config(cfg0);
 }
 
 // 1-16 rows: q4_ks_kernel off and always in each of its configurations (set_q4_ks 0 / 2, set_q4_ks_config

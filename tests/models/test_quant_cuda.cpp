@@ -631,7 +631,7 @@ TEST_F(Gpu, Quant4BitKSlice32RowsEqualsDecodeKernel) {
 }
 
 // q4_wg_kernel's cluster instances (a tile's 8 K slices over two CTAs, rank 0's sum pushed into rank 1, which
-// adds its own: set_q4_wgc) at 17-32 rows (32 token rows a wgmma), in every configuration, give the bits
+// adds its own: set_q4_wgc) at 17-32 rows (32 token rows a wgmma) give the bits
 // of q4_decode_kernel (every other 4-bit kernel off), of the bf16 linear on the dequantized weight and of the
 // same rows of a 40-row call, f32 and bf16 outputs, with and without a bias, K = 1024-4096, groups of 64 and
 // 128, both scale codes, widths that leave clusters several tiles and a partial one; they take every call
@@ -651,8 +651,7 @@ TEST_F(Gpu, Quant4BitWarpgroupClusterEqualsDecodeKernel) {
                           {24, 1024, 64, false, false},
                           {wide, 3072, 64, false, true}};
   const int wg0 = cuda::q4_wg_mode(), pair0 = cuda::q4_pair_mode(), ks0 = cuda::q4_ks_mode(),
-            ks320 = cuda::q4_ks32_mode(), split0 = cuda::q4_split32_mode(), wgc0 = cuda::q4_wgc_mode(),
-            wgcc0 = cuda::q4_wgc_config();
+            ks320 = cuda::q4_ks32_mode(), split0 = cuda::q4_split32_mode(), wgc0 = cuda::q4_wgc_mode();
   auto all_off = [] {
     cuda::set_q4_wg(0), cuda::set_q4_pair(0), cuda::set_q4_ks(0), cuda::set_q4_ks32(0);
     cuda::set_q4_split32(0), cuda::set_q4_wgc(0);
@@ -680,19 +679,15 @@ TEST_F(Gpu, Quant4BitWarpgroupClusterEqualsDecodeKernel) {
       gpu->to_host(yb, one16);
       const Tensor ref = linear_rows(*gpu, xg, dense, rows, c.n);
       cuda::set_q4_wgc(1);
-      for (int cfg : {0, 1, 2, 3}) {
-        SCOPED_TRACE("configuration " + std::to_string(cfg));
-        cuda::set_q4_wgc_config(cfg);
-        const long launched = cuda::q4_wgc_launches();
-        const Tensor fast = linear_rows(*gpu, xg, wg, rows, c.n, true);
-        ASSERT_EQ(cudaMemsetAsync(yb.raw(), 0xFF, yb.nbytes(), cuda::stream_of(*gpu)),
-                  cudaSuccess);  // (poison)
-        gpu->linear(xg.slice_rows(0, rows), wg, yb);
-        gpu->to_host(yb, fast16);
-        EXPECT_EQ(cuda::q4_wgc_launches(), launched + 2) << "the cluster instances did not take the calls";
-        expect_rows_equal(fast, one, ref, big);
-        EXPECT_EQ(std::memcmp(fast16.raw(), one16.raw(), fast16.nbytes()), 0) << "bf16 differs";
-      }
+      const long launched = cuda::q4_wgc_launches();
+      const Tensor fast = linear_rows(*gpu, xg, wg, rows, c.n, true);
+      ASSERT_EQ(cudaMemsetAsync(yb.raw(), 0xFF, yb.nbytes(), cuda::stream_of(*gpu)),
+                cudaSuccess);  // (poison)
+      gpu->linear(xg.slice_rows(0, rows), wg, yb);
+      gpu->to_host(yb, fast16);
+      EXPECT_EQ(cuda::q4_wgc_launches(), launched + 2) << "the cluster instance did not take the calls";
+      expect_rows_equal(fast, one, ref, big);
+      EXPECT_EQ(std::memcmp(fast16.raw(), one16.raw(), fast16.nbytes()), 0) << "bf16 differs";
     }
     for (int mode : {1, 2}) {  // 40 rows: 32 off the front on a cluster instance (mode 1: wide weights)
       all_off();
@@ -706,7 +701,7 @@ TEST_F(Gpu, Quant4BitWarpgroupClusterEqualsDecodeKernel) {
     }
   }
   cuda::set_q4_wg(wg0), cuda::set_q4_pair(pair0), cuda::set_q4_ks(ks0), cuda::set_q4_ks32(ks320);
-  cuda::set_q4_split32(split0), cuda::set_q4_wgc(wgc0), cuda::set_q4_wgc_config(wgcc0);
+  cuda::set_q4_split32(split0), cuda::set_q4_wgc(wgc0);
   cuda::set_mlx_subnormal_codes(true);
 }
 

@@ -745,7 +745,7 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
       w.format == LinearWeight::Format::MlxAffine && w.bits == 4 && w.group_size >= 64 &&
       w.scales.dtype() == DType::U32) {
     const int g = g_q4_split32;
-    // (q4_wg's cluster instances take 17-32 rows in one launch: then no piece up to 32 rows, and pieces of 32
+    // (q4_wg's cluster instance takes 17-32 rows in one launch: then no piece up to 32 rows, and pieces of 32
     // past where they say so.)
     const bool wgc = q4_wg_takes_rows(m, int(n), int(k));
     const int piece = m <= 32              ? (wgc                  ? 0

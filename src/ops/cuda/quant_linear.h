@@ -119,16 +119,13 @@ long q4_ks_launches();
 // (four warpgroups; the default), each with two quads of weights in flight ahead. TF_Q4_WG_CFG=0/1.
 void set_q4_wg_config(int cfg);
 int q4_wg_config();
-// Speed only (same bits, tested): q4_wg_kernel's cluster instances -- a 64-feature tile's 8 K slices over
-// two CTAs (x's half of K each: 32 token rows of K <= 4096), rank 0's partial sum pushed into rank 1, which
-// adds its own and stores (quant_wg.cu). Mode 0 off, 1 (the default) 17-32 rows (no pieces then) and 32-row
-// pieces of 33-64-row calls whose widths' tiles as pairs fill 3/4 of the SMs, 2 as 1 with pieces of every
-// width. TF_Q4_WGC=0-2. Configuration (TF_Q4_WGC_CFG): 0 / 1 / 2 two / three / four weight quads in flight
-// ahead a warp. q4_wgc_launches() counts the cluster launches (tests).
+// Speed only (same bits, tested): q4_wg_kernel's cluster instance -- a 64-feature tile's 8 K slices over two
+// CTAs (x's half of K each: 32 token rows of K <= 4096), rank 0's partial sum pushed into rank 1, which adds
+// its own and stores (quant_wg.cu). Mode 0 off, 1 (the default) 17-32 rows (no pieces then) and 32-row pieces
+// of 33-64-row calls whose widths' tiles as pairs fill 3/4 of the SMs, 2 as 1 with pieces of every width.
+// TF_Q4_WGC=0-2. q4_wgc_launches() counts its launches (tests).
 void set_q4_wgc(int mode);
 int q4_wgc_mode();
-void set_q4_wgc_config(int cfg);
-int q4_wgc_config();
 long q4_wgc_launches();
 constexpr int kQ4Stamps = 4;
 void set_q4_stamps(bool on);

@@ -1,4 +1,5 @@
-// MLX 4-bit linears at up to 16 token rows on Hopper warpgroup MMAs (q4_wg_kernel): issue 11's batch-16 case.
+// MLX 4-bit linears at up to 16 token rows on Hopper warpgroup MMAs (q4_wg_kernel): issue 11's batch-16 case;
+// and 17-32 rows on clusters of two CTAs (below).
 //
 // Why. At 9-16 rows the mma.sync kernels (q4_decode_kernel<KIND, 2, D>, q4_pair_kernel) run at ~35-50% of the
 // DRAM bandwidth. ncu (run 444, gate_up 24576 x 4096 at M = 16): 4 warps a scheduler (128 registers), an
@@ -51,6 +52,15 @@
 // before). The next step would split the K slices over a 2-CTA cluster (x halves: 64 KB a CTA, two CTAs an SM
 // beside others, the 4096-wide calls on 128 CTAs; linear_rs.cu's layout) and stream the weights through a TMA
 // ring.
+//
+// 17-32 rows (session 51). Past 16 rows the wide calls ran as 16-row pieces, dequantizing every weight twice
+// (four times at 64 rows), because 32 rows of x (256 KB at K = 4096) do not fit one CTA. The cluster instance
+// (NT = 32, CS = 2: see the kernel) splits a tile's 8 K slices over two CTAs, each holding x's half, one
+// slice a warpgroup on m64n32k16 steps. Run 497 (H200, 36 calls at M = 32): gate_up 1.493 (pieces) -> 1.187
+// ms, lm_head 0.244 -> 0.195, q 0.367 -> 0.339, k 0.304 -> 0.285; the 8B b=32 forward 4.987 -> 4.343 ms
+// (-12.9%); at 64 rows in 32-row pieces the linears 7.102 -> 6.239 ms (the 1024-wide k stays whole: 0.339 ->
+// 0.557 in pieces). The same split at 16 rows lost (q / o 0.260 -> 0.269 ms, the b=16 forward +1.2%), as did
+// two slices a warpgroup (+1..5%).
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -86,8 +96,6 @@ struct WgCfg {
   // slices, pushed by rank 0.
   static constexpr int kPeerOff = (kGroups - 1) * SL * kAcc * 128;
   static constexpr int kPartFloats = kPeerOff + (CS == 2 ? kAcc * 128 : 0);
-  // Two CTAs an SM where they fit (256 threads of <= 128 registers): the 16-row cluster instances.
-  static constexpr int kMinBlocks = CS == 2 && NT == 16 && kThreads == 256 ? 2 : 1;
   static constexpr size_t smem(int k) {  // x's k / CS values of NT rows, then the partials by tile parity
     return size_t(k / CS) * NT * 2 + 2 * size_t(kPartFloats) * sizeof(float);
   }
@@ -99,15 +107,12 @@ int g_q4_wg = env_digit("TF_Q4_WG", 3, 1);
 constexpr int kLmHeadMinN = 65536;
 // TF_Q4_WG_CFG (measurements): 0 = SL 4 AH 2, 1 = SL 2 AH 2 (default)
 int g_q4_wg_cfg = env_digit("TF_Q4_WG_CFG", 1, 1);
-// TF_Q4_WGC: the cluster instances (a tile's K slices over two CTAs, x's half of K each; 32 token rows, K <=
+// TF_Q4_WGC: the cluster instance (a tile's K slices over two CTAs, x's half of K each; 32 token rows, K <=
 // 4096): 0 off; 1 (the default) every call of 17-32 rows, and 32-row pieces of 33-64-row calls (the caller's
 // pieces rule, q4_wg_takes_rows) of widths whose tiles as pairs fill 3/4 of the SMs; 2 as 1 with pieces of
 // every width. Run 497 (H200): 16 token rows on clusters lost (the 4096-wide q / o at 16 rows 0.260 ->
 // 0.269 ms, b=16 forward +1.2%), as did two slices a warpgroup (two warpgroups a CTA, +1..5%); removed.
-// TF_Q4_WGC_CFG: the weight quads in flight ahead a warp (AH): 0 two, 1 three, 2 four; 3 two, with two chunks
-// a wgmma group (EG).
 int g_q4_wgc = env_digit("TF_Q4_WGC", 2, 1);
-int g_q4_wgc_cfg = env_digit("TF_Q4_WGC_CFG", 3, 0);
 
 // barrier.cluster in two halves (PTX ISA "barrier.cluster"): each thread alternates them; a wait returns once
 // every thread of the cluster has arrived as often. Release / acquire order the shared::cluster stores.
@@ -134,10 +139,8 @@ __device__ __forceinline__ void cluster_wait() {
 // the same left fold of the eight slices -- and stores. The push of tile i goes to buffer i % 2; cluster
 // barrier phase i + 1 (rank 0 arrives after pushing tile i, rank 1 after reading tile i - 1's) orders both:
 // rank 1 reads tile i after waiting for it, and rank 0 pushes tile i + 1 after waiting for it.
-// EG: chunks a wgmma group (1 or 2: a slice's chunks e, e + 1 dequantized before one group of 4 wgmmas, one
-// wait a pair; the same chain of k16 steps in the same order).
-template <int KIND, int SL, int AH, int kAblate = 0, bool SP = false, int NT = 16, int CS = 1, int EG = 1>
-__global__ void __launch_bounds__(WgCfg<SL, AH, NT, CS>::kThreads, WgCfg<SL, AH, NT, CS>::kMinBlocks)
+template <int KIND, int SL, int AH, int kAblate = 0, bool SP = false, int NT = 16, int CS = 1>
+__global__ void __launch_bounds__(WgCfg<SL, AH, NT, CS>::kThreads, 1)
     q4_wg_kernel(const __nv_bfloat16* x, QArgs q, const void* __restrict__ bias, int bias_kind,
                  void* __restrict__ y, bool y_f32, int m, int n, int k) {
   using C = WgCfg<SL, AH, NT, CS>;
@@ -196,50 +199,43 @@ __global__ void __launch_bounds__(WgCfg<SL, AH, NT, CS>::kThreads, WgCfg<SL, AH,
 #pragma unroll
     for (int slot = 0; slot < R; ++slot) {
 #pragma unroll
-      for (int e0 = 0; e0 < 4; e0 += EG) {
-        uint32_t a[SL][EG][2][4];  // slice j, chunk e0 + u, step h: mma_chunk's fragments
+      for (int e = 0; e < 4; ++e) {
+        uint32_t a[SL][2][4];  // slice j, step h: mma_chunk's fragments
 #pragma unroll
-        for (int j = 0; j < SL; ++j)
-#pragma unroll
-          for (int u = 0; u < EG; ++u) {
-            if (kAblate == 2) {  // (timing: no dequantisation; the raw words as fragments)
-              const uint4 ua = wa[slot][j], ub = wb[slot][j];
-              a[j][u][0][0] = ua.x, a[j][u][0][1] = ub.x, a[j][u][0][2] = ua.y, a[j][u][0][3] = ub.y;
-              a[j][u][1][0] = ua.z, a[j][u][1][1] = ub.z, a[j][u][1][2] = ua.w, a[j][u][1][3] = ub.w;
-              continue;
-            }
-            wg_fragments<KIND>(wa[slot][j], wb[slot][j], sa[slot][j], sb[slot][j], e0 + u, a[j][u]);
+        for (int j = 0; j < SL; ++j) {
+          if (kAblate == 2) {  // (timing: no dequantisation; the raw words as fragments)
+            const uint4 ua = wa[slot][j], ub = wb[slot][j];
+            a[j][0][0] = ua.x, a[j][0][1] = ub.x, a[j][0][2] = ua.y, a[j][0][3] = ub.y;
+            a[j][1][0] = ua.z, a[j][1][1] = ub.z, a[j][1][2] = ua.w, a[j][1][3] = ub.w;
+            continue;
           }
+          wg_fragments<KIND>(wa[slot][j], wb[slot][j], sa[slot][j], sb[slot][j], e, a[j]);
+        }
         if (kAblate == 3) {  // (timing: no MMAs)
 #pragma unroll
           for (int j = 0; j < SL; ++j)
 #pragma unroll
-            for (int u = 0; u < EG; ++u)
-#pragma unroll
-              for (int i = 0; i < 8; ++i)
-                acc[kA * j + i] += __uint_as_float(a[j][u][i / 4][i % 4] & 0x3f7fffffu);
+            for (int i = 0; i < 8; ++i) acc[kA * j + i] += __uint_as_float(a[j][i / 4][i % 4] & 0x3f7fffffu);
         } else {
           wgmma_fence_operands<SL * kA>(acc);
           wgmma_fence();
 #pragma unroll
-          for (int j = 0; j < SL; ++j)
+          for (int j = 0; j < SL; ++j) {
+            const int c = (SL * wg + j) * (4 * QS) + 4 * qd + e;  // the chunk among the CTA's
 #pragma unroll
-            for (int u = 0; u < EG; ++u) {
-              const int c = (SL * wg + j) * (4 * QS) + 4 * qd + e0 + u;  // the chunk among the CTA's
-#pragma unroll
-              for (int h = 0; h < 2; ++h) {
-                const uint64_t d = wgmma_desc_plus(desc0, uint32_t((2 * c + h) * (NT * 32 >> 4)));
-                if constexpr (NT == 16)
-                  wgmma_rs_m64n16(acc + kA * j, a[j][u][h], d);
-                else
-                  wgmma_rs_m64n32(acc + kA * j, a[j][u][h], d);
-              }
+            for (int h = 0; h < 2; ++h) {
+              const uint64_t d = wgmma_desc_plus(desc0, uint32_t((2 * c + h) * (NT * 32 >> 4)));
+              if constexpr (NT == 16)
+                wgmma_rs_m64n16(acc + kA * j, a[j][h], d);
+              else
+                wgmma_rs_m64n32(acc + kA * j, a[j][h], d);
             }
+          }
           wgmma_commit();
         }
         // The next quad's loads after the first use of this slot's words (a use waits on a scoreboard the
         // newest loads may share): into the slot the previous quad left, whose wgmmas are done.
-        if (e0 == 0) load_next((slot + AH) % R);
+        if (e == 0) load_next((slot + AH) % R);
         if (kAblate != 3) {
           wgmma_fence_operands<SL * kA>(acc);
           wgmma_wait<0>();
@@ -355,30 +351,14 @@ WgLaunch wg_launch(bool subnormal, int k, int cfg, bool spair) {
   }
 }
 
-// The cluster instances (CS = 2): cfg 0 one slice a warpgroup (four warpgroups a CTA), 1 two (two
-// warpgroups); NT 16 or 32 token rows.
-template <int AH, int A = 0, bool SP = false, int EG = 1>
-WgLaunch wgc_launch_of(bool subnormal, int k) {
-  using C = WgCfg<1, AH, 32, 2>;
-  return {subnormal ? q4_wg_kernel<kMlxBf16Sub, 1, AH, A, SP, 32, 2, EG>
-                    : q4_wg_kernel<kMlxBf16, 1, AH, A, SP, 32, 2, EG>,
-          C::kThreads, C::smem(k)};
-}
-WgLaunch wgc_launch(bool subnormal, int k, int cfg, bool spair) {
-  if (cfg == 1) return spair ? wgc_launch_of<3, 0, true>(subnormal, k) : wgc_launch_of<3>(subnormal, k);
-  if (cfg == 2) return spair ? wgc_launch_of<4, 0, true>(subnormal, k) : wgc_launch_of<4>(subnormal, k);
-  if (cfg == 3)
-    return spair ? wgc_launch_of<2, 0, true, 2>(subnormal, k) : wgc_launch_of<2, 0, false, 2>(subnormal, k);
-  switch (g_q4_wg_ablate) {  // (timing: configuration 0 only)
-    case 1:
-      return wgc_launch_of<2, 1>(subnormal, k);
-    case 2:
-      return wgc_launch_of<2, 2>(subnormal, k);
-    case 3:
-      return wgc_launch_of<2, 3>(subnormal, k);
-    default:
-      return spair ? wgc_launch_of<2, 0, true>(subnormal, k) : wgc_launch_of<2>(subnormal, k);
-  }
+// The cluster instance: one slice a warpgroup (four warpgroups a CTA), two quads ahead, 32 token rows.
+WgLaunch wgc_launch(bool subnormal, int k, bool spair) {
+  using C = WgCfg<1, 2, 32, 2>;
+  WgKernel kernel = spair ? (subnormal ? q4_wg_kernel<kMlxBf16Sub, 1, 2, 0, true, 32, 2>
+                                       : q4_wg_kernel<kMlxBf16, 1, 2, 0, true, 32, 2>)
+                          : (subnormal ? q4_wg_kernel<kMlxBf16Sub, 1, 2, 0, false, 32, 2>
+                                       : q4_wg_kernel<kMlxBf16, 1, 2, 0, false, 32, 2>);
+  return {kernel, C::kThreads, C::smem(k)};
 }
 // Clusters of two CTAs of `l` (shared memory opted in for K = kMaxK) resident at once on the device (cached
 // a kernel; cudaOccupancyMaxActiveClusters: two CTAs of a cluster share a GPC).
@@ -402,7 +382,7 @@ int resident_clusters(const WgLaunch& l, size_t smem_max) {
   return cache[key] = clusters;
 }
 
-// Whether the cluster instances take a call of m rows, n features, K = k (the mode, set_q4_wgc).
+// Whether the cluster instance takes a call of m rows, n features, K = k (the mode, set_q4_wgc).
 // Past 32 rows: whether 32-row pieces of the call should go to them.
 bool wgc_takes(int m, int n, int k) {
   const int g = g_q4_wgc;
@@ -438,8 +418,8 @@ bool q4_wg_linear(bool subnormal, const __nv_bfloat16* x, const QArgs& q, const 
   }
   if (m > 32 || !wgc_takes(m, n, k)) return false;
   // A cluster of two CTAs a tile (K's slices halved), persistent over the tiles.
-  const WgLaunch l = wgc_launch(subnormal, k, g_q4_wgc_cfg, spair);
-  const int clusters = resident_clusters(l, wgc_launch(subnormal, kMaxK, g_q4_wgc_cfg, spair).smem);
+  const WgLaunch l = wgc_launch(subnormal, k, spair);
+  const int clusters = resident_clusters(l, wgc_launch(subnormal, kMaxK, spair).smem);
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(2 * std::min(tiles, clusters)), cfg.blockDim = dim3(l.threads);
   cfg.dynamicSmemBytes = l.smem, cfg.stream = s;
@@ -466,11 +446,10 @@ void prime_q4_wg_grids() {
         resident_blocks(reinterpret_cast<const void*>(l.kernel), l.threads, l.smem);
       }
   for (bool subnormal : {false, true})
-    for (int cfg = 0; cfg < 4; ++cfg)
-      for (bool spair : {false, true}) {
-        const WgLaunch c = wgc_launch(subnormal, kMaxK, cfg, spair);
-        resident_clusters(c, c.smem);
-      }
+    for (bool spair : {false, true}) {
+      const WgLaunch c = wgc_launch(subnormal, kMaxK, spair);
+      resident_clusters(c, c.smem);
+    }
 }
 
 void set_q4_wg_config(int cfg) {
@@ -509,18 +488,6 @@ long q4_wgc_launches() {
 
 int q4_wgc_mode() {
   return g_q4_wgc;
-}
-
-void set_q4_wgc_config(int cfg) {
-  TF_CHECK(
-      cfg >= 0 && cfg <= 3,
-      "set_q4_wgc_config: 0, 1 or 2 (two, three or four weight quads ahead), 3 (0 with two chunks a wgmma "
-      "group)");
-  g_q4_wgc_cfg = cfg;
-}
-
-int q4_wgc_config() {
-  return g_q4_wgc_cfg;
 }
 
 }  // namespace tf::cuda

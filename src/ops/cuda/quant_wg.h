@@ -13,7 +13,7 @@ namespace tf::cuda {
 // (nothing launched) otherwise. `subnormal`: the weight's scales are stored times 2^133 (kMlxBf16Sub).
 bool q4_wg_linear(bool subnormal, const __nv_bfloat16* x, const QArgs& q, const void* bias, int bias_kind,
                   void* y, bool y_f32, int m, int n, int k, cudaStream_t s);
-// Whether the cluster instances (set_q4_wgc) take a call of m rows (17-32), n features, K = k in one launch,
+// Whether the cluster instance (set_q4_wgc) takes a call of m rows (17-32), n features, K = k in one launch,
 // or (33-64 rows) want its 32-row pieces: the caller's pieces rule.
 bool q4_wg_takes_rows(int m, int n, int k);
 // Fills resident_blocks' cache (and the shared-memory opt-in) for the kernels (outside graph captures).

@@ -4,6 +4,9 @@
 # staging, 2 no dequantisation, 3 no MMAs: wrong outputs), the b=32 / b=64 forward off / on, and the tests.
 # Predicted: more quads ahead -3..-8% on the gate_up at 32 rows if the weight stream is short of bytes in flight
 # (~36 KB an SM at two quads); the ablations say which of x / dequantisation / MMAs binds.
+# Prepared in session 51 and not run (no device was lent after run 497). The variants are not in the tree:
+#   git apply bench/cuda/results/run498-wgc-variants.patch   (TF_Q4_WGC_CFG 0-3, the cluster ablations, the test
+#   over every configuration, the bench table's columns), build, pack, run, then `git apply -R` it.
 #   BINS="tests/models/test_quant_cuda tests/ops/gpu/test_cuda_model tests/ops/gpu/test_cuda_graphs
 #     bench/cuda/tf_bench_quant bench/cuda/tf_bench_cuda" TF_PACK_DICT=1GiB tools/device_step.sh --pack
 #   run(command="bash bench/cuda/results/run498-wgc-ah.sh; cat $OUT/all.txt", carry=[".devpack"])

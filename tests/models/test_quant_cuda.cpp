@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <random>
 
 #include "checkpoint/checkpoint.h"
@@ -414,6 +415,31 @@ LinearWeight ks_case_weight(const KsCase& c, uint32_t seed) {
   return w;
 }
 
+// The first `rows` rows of xg through wg with the kernels as `off` sets them (the reference: returned, f32),
+// then as `on` sets them: f32 and bf16 outputs bit for bit the same, the f32 ones also the bf16 linear on the
+// dequantized weight's (`dense`) and the same rows of `big`, and `launches` (the kernel's counter) two more.
+Tensor expect_fast_rows(Backend& gpu, const Tensor& xg, const LinearWeight& wg, const LinearWeight& dense,
+                        const Tensor& big, int64_t rows, int64_t n, const std::function<void()>& off,
+                        const std::function<void()>& on, long (*launches)(), const char* who) {
+  off();
+  const Tensor one = linear_rows(gpu, xg, wg, rows, n);
+  Tensor yb = gpu.alloc({rows, n}, DType::BF16);
+  Tensor one16 = Tensor::empty({rows, n}, DType::BF16), fast16 = Tensor::empty({rows, n}, DType::BF16);
+  gpu.linear(xg.slice_rows(0, rows), wg, yb);
+  gpu.to_host(yb, one16);
+  const Tensor ref = linear_rows(gpu, xg, dense, rows, n);
+  on();
+  const long launched = launches();
+  const Tensor fast = linear_rows(gpu, xg, wg, rows, n, true);
+  EXPECT_EQ(cudaMemsetAsync(yb.raw(), 0xFF, yb.nbytes(), cuda::stream_of(gpu)), cudaSuccess);  // (poison)
+  gpu.linear(xg.slice_rows(0, rows), wg, yb);
+  gpu.to_host(yb, fast16);
+  EXPECT_EQ(launches(), launched + 2) << who << " did not take the calls";
+  expect_rows_equal(fast, one, ref, big);
+  EXPECT_EQ(std::memcmp(fast16.raw(), one16.raw(), fast16.nbytes()), 0) << "bf16 differs";
+  return one;
+}
+
 }  // namespace
 
 // q4_wg_kernel (quant_wg.cu: warpgroup MMAs, x in shared memory, warpgroups over the K slices of a
@@ -571,8 +597,10 @@ TEST_F(Gpu, Quant4BitKSlice32RowsEqualsDecodeKernel) {
                           {10280, 2048, 64, false, true},
                           {24, 1024, 64, false, false},
                           {24576, 1024, 128, true, false}};
-  const int ks0 = cuda::q4_ks_mode(), ks320 = cuda::q4_ks32_mode(), split0 = cuda::q4_split32_mode();
+  const int ks0 = cuda::q4_ks_mode(), ks320 = cuda::q4_ks32_mode(), split0 = cuda::q4_split32_mode(),
+            wgc0 = cuda::q4_wgc_mode();
   uint32_t seed = 2900;
+  cuda::set_q4_wgc(0);      // (q4_wg's clusters would take the 17-32-row calls of K <= 4096 and the pieces)
   cuda::set_q4_split32(0);  // (the rows in one call unless said)
   cuda::set_q4_ks(3);  // (before the uploads: the backend makes the workspace at an upload with the mode on)
   for (const KsCase& c : cases) {
@@ -587,24 +615,9 @@ TEST_F(Gpu, Quant4BitKSlice32RowsEqualsDecodeKernel) {
     const Tensor big = linear_rows(*gpu, xg, wg, 40, c.n);
     for (int64_t rows : {17, 20, 25, 32}) {
       SCOPED_TRACE(std::to_string(rows) + " rows");
-      cuda::set_q4_ks32(0);
-      const Tensor one = linear_rows(*gpu, xg, wg, rows, c.n);
-      Tensor yb = gpu->alloc({rows, c.n}, DType::BF16);
-      Tensor one16 = Tensor::empty({rows, c.n}, DType::BF16),
-             fast16 = Tensor::empty({rows, c.n}, DType::BF16);
-      gpu->linear(xg.slice_rows(0, rows), wg, yb);
-      gpu->to_host(yb, one16);
-      const Tensor ref = linear_rows(*gpu, xg, dense, rows, c.n);
-      cuda::set_q4_ks32(1);
-      const long launched = cuda::q4_ks_launches();
-      const Tensor fast = linear_rows(*gpu, xg, wg, rows, c.n, true);
-      ASSERT_EQ(cudaMemsetAsync(yb.raw(), 0xFF, yb.nbytes(), cuda::stream_of(*gpu)),
-                cudaSuccess);  // (poison)
-      gpu->linear(xg.slice_rows(0, rows), wg, yb);
-      gpu->to_host(yb, fast16);
-      EXPECT_EQ(cuda::q4_ks_launches(), launched + 2) << "q4_ks_kernel did not take the calls";
-      expect_rows_equal(fast, one, ref, big);
-      EXPECT_EQ(std::memcmp(fast16.raw(), one16.raw(), fast16.nbytes()), 0) << "bf16 differs";
+      const Tensor one = expect_fast_rows(
+          *gpu, xg, wg, dense, big, rows, c.n, [] { cuda::set_q4_ks32(0); }, [] { cuda::set_q4_ks32(1); },
+          cuda::q4_ks_launches, "q4_ks_kernel");
       cuda::set_q4_ks32(2);  // the down only (K > 4096)
       const long before = cuda::q4_ks_launches();
       const Tensor sel = linear_rows(*gpu, xg, wg, rows, c.n, true);
@@ -627,6 +640,7 @@ TEST_F(Gpu, Quant4BitKSlice32RowsEqualsDecodeKernel) {
   cuda::set_q4_split32(split0);
   cuda::set_q4_ks(ks0);
   cuda::set_q4_ks32(ks320);
+  cuda::set_q4_wgc(wgc0);
   cuda::set_mlx_subnormal_codes(true);
 }
 
@@ -670,24 +684,9 @@ TEST_F(Gpu, Quant4BitWarpgroupClusterEqualsDecodeKernel) {
     const Tensor big = linear_rows(*gpu, xg, wg, 40, c.n);
     for (int64_t rows : {17, 20, 25, 32}) {
       SCOPED_TRACE(std::to_string(rows) + " rows");
-      all_off();
-      const Tensor one = linear_rows(*gpu, xg, wg, rows, c.n);
-      Tensor yb = gpu->alloc({rows, c.n}, DType::BF16);
-      Tensor one16 = Tensor::empty({rows, c.n}, DType::BF16),
-             fast16 = Tensor::empty({rows, c.n}, DType::BF16);
-      gpu->linear(xg.slice_rows(0, rows), wg, yb);
-      gpu->to_host(yb, one16);
-      const Tensor ref = linear_rows(*gpu, xg, dense, rows, c.n);
-      cuda::set_q4_wgc(1);
-      const long launched = cuda::q4_wgc_launches();
-      const Tensor fast = linear_rows(*gpu, xg, wg, rows, c.n, true);
-      ASSERT_EQ(cudaMemsetAsync(yb.raw(), 0xFF, yb.nbytes(), cuda::stream_of(*gpu)),
-                cudaSuccess);  // (poison)
-      gpu->linear(xg.slice_rows(0, rows), wg, yb);
-      gpu->to_host(yb, fast16);
-      EXPECT_EQ(cuda::q4_wgc_launches(), launched + 2) << "the cluster instance did not take the calls";
-      expect_rows_equal(fast, one, ref, big);
-      EXPECT_EQ(std::memcmp(fast16.raw(), one16.raw(), fast16.nbytes()), 0) << "bf16 differs";
+      expect_fast_rows(
+          *gpu, xg, wg, dense, big, rows, c.n, all_off, [] { cuda::set_q4_wgc(1); }, cuda::q4_wgc_launches,
+          "the cluster instance");
     }
     for (int mode : {1, 2}) {  // 40 rows: 32 off the front on a cluster instance (mode 1: wide weights)
       all_off();

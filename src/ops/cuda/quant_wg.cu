@@ -67,7 +67,6 @@
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
-#include <string>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -361,14 +360,19 @@ WgLaunch wgc_launch(bool subnormal, int k, bool spair) {
   return {kernel, C::kThreads, C::smem(k)};
 }
 // Clusters of two CTAs of `l` (shared memory opted in for K = kMaxK) resident at once on the device (cached
-// a kernel; cudaOccupancyMaxActiveClusters: two CTAs of a cluster share a GPC).
+// a kernel; cudaOccupancyMaxActiveClusters: two CTAs of a cluster share a GPC). 0 where the device cannot run
+// them (the calls then go to the other kernels).
 int resident_clusters(const WgLaunch& l, size_t smem_max) {
   static std::mutex mu;
   static std::unordered_map<const void*, int> cache;
   std::lock_guard<std::mutex> lock(mu);
   const void* key = reinterpret_cast<const void*>(l.kernel);
   if (auto it = cache.find(key); it != cache.end()) return it->second;
-  TF_CUDA_CHECK(cudaFuncSetAttribute(l.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_max)));
+  if (cudaFuncSetAttribute(l.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_max)) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();  // (not sticky)
+    return cache[key] = 0;
+  }
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(2 * sm_count()), cfg.blockDim = dim3(l.threads), cfg.dynamicSmemBytes = smem_max;
   cudaLaunchAttribute attr[1];
@@ -376,9 +380,10 @@ int resident_clusters(const WgLaunch& l, size_t smem_max) {
   attr[0].val.clusterDim.x = 2, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr, cfg.numAttrs = 1;
   int clusters = 0;
-  TF_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, l.kernel, &cfg));
-  TF_CHECK(clusters > 0, "q4_wg: a cluster of two CTAs of " + std::to_string(l.threads) + " threads and " +
-                             std::to_string(smem_max) + " bytes of shared memory does not fit");
+  if (cudaOccupancyMaxActiveClusters(&clusters, l.kernel, &cfg) != cudaSuccess) {
+    (void)cudaGetLastError();
+    clusters = 0;
+  }
   return cache[key] = clusters;
 }
 
@@ -395,7 +400,9 @@ std::atomic<long> g_wgc_launches{0};
 }  // namespace
 
 bool q4_wg_takes_rows(int m, int n, int k) {
-  return linear_wgmma_supported() && wgc_takes(m, n, k);
+  if (!linear_wgmma_supported() || !wgc_takes(m, n, k)) return false;
+  const WgLaunch l = wgc_launch(false, kMaxK, false);  // (every instance fits as this one does)
+  return resident_clusters(l, l.smem) > 0;
 }
 
 bool q4_wg_linear(bool subnormal, const __nv_bfloat16* x, const QArgs& q, const void* bias, int bias_kind,
@@ -420,6 +427,7 @@ bool q4_wg_linear(bool subnormal, const __nv_bfloat16* x, const QArgs& q, const 
   // A cluster of two CTAs a tile (K's slices halved), persistent over the tiles.
   const WgLaunch l = wgc_launch(subnormal, k, spair);
   const int clusters = resident_clusters(l, wgc_launch(subnormal, kMaxK, spair).smem);
+  if (clusters < 1) return false;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(2 * std::min(tiles, clusters)), cfg.blockDim = dim3(l.threads);
   cfg.dynamicSmemBytes = l.smem, cfg.stream = s;

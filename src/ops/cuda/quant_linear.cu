@@ -748,13 +748,11 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
     // (q4_wg's cluster instance takes 17-32 rows in one launch: then no piece up to 32 rows, and pieces of 32
     // past where they say so.)
     const bool wgc = q4_wg_takes_rows(m, int(n), int(k));
-    const int piece = m <= 32              ? (wgc                  ? 0
-                                              : g == 2 || n > 8192 ? 16
-                                                                   : 0)
-                      : g >= 3 && wgc      ? 32
-                      : g >= 3 && n > 8192 ? 16
-                      : g == 4 && k > 4096 ? 32
-                                           : 0;
+    int piece = 0;
+    if (m <= 32)
+      piece = !wgc && (g == 2 || n > 8192) ? 16 : 0;
+    else if (g >= 3)
+      piece = wgc ? 32 : n > 8192 ? 16 : g == 4 && k > 4096 ? 32 : 0;
     if (piece) {
       const Tensor x2 = x.view({m, k});
       Tensor y2 = y.view({m, n});

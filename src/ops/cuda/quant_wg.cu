@@ -359,22 +359,23 @@ WgLaunch wgc_launch(bool subnormal, int k, bool spair) {
                                        : q4_wg_kernel<kMlxBf16, 1, 2, 0, false, 32, 2>);
   return {kernel, C::kThreads, C::smem(k)};
 }
+constexpr size_t kWgcSmemMax = WgCfg<1, 2, 32, 2>::smem(kMaxK);  // (every instance's opt-in)
 // Clusters of two CTAs of `l` (shared memory opted in for K = kMaxK) resident at once on the device (cached
 // a kernel; cudaOccupancyMaxActiveClusters: two CTAs of a cluster share a GPC). 0 where the device cannot run
 // them (the calls then go to the other kernels).
-int resident_clusters(const WgLaunch& l, size_t smem_max) {
+int resident_clusters(const WgLaunch& l) {
   static std::mutex mu;
   static std::unordered_map<const void*, int> cache;
   std::lock_guard<std::mutex> lock(mu);
   const void* key = reinterpret_cast<const void*>(l.kernel);
   if (auto it = cache.find(key); it != cache.end()) return it->second;
-  if (cudaFuncSetAttribute(l.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_max)) !=
+  if (cudaFuncSetAttribute(l.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kWgcSmemMax)) !=
       cudaSuccess) {
     (void)cudaGetLastError();  // (not sticky)
     return cache[key] = 0;
   }
   cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(2 * sm_count()), cfg.blockDim = dim3(l.threads), cfg.dynamicSmemBytes = smem_max;
+  cfg.gridDim = dim3(2 * sm_count()), cfg.blockDim = dim3(l.threads), cfg.dynamicSmemBytes = kWgcSmemMax;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = 2, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
@@ -400,9 +401,9 @@ std::atomic<long> g_wgc_launches{0};
 }  // namespace
 
 bool q4_wg_takes_rows(int m, int n, int k) {
-  if (!linear_wgmma_supported() || !wgc_takes(m, n, k)) return false;
-  const WgLaunch l = wgc_launch(false, kMaxK, false);  // (every instance fits as this one does)
-  return resident_clusters(l, l.smem) > 0;
+  // (Asked once: every instance fits as this one does.)
+  static const bool fits = linear_wgmma_supported() && resident_clusters(wgc_launch(false, kMaxK, false)) > 0;
+  return fits && wgc_takes(m, n, k);
 }
 
 bool q4_wg_linear(bool subnormal, const __nv_bfloat16* x, const QArgs& q, const void* bias, int bias_kind,
@@ -426,7 +427,7 @@ bool q4_wg_linear(bool subnormal, const __nv_bfloat16* x, const QArgs& q, const 
   if (m > 32 || !wgc_takes(m, n, k)) return false;
   // A cluster of two CTAs a tile (K's slices halved), persistent over the tiles.
   const WgLaunch l = wgc_launch(subnormal, k, spair);
-  const int clusters = resident_clusters(l, wgc_launch(subnormal, kMaxK, spair).smem);
+  const int clusters = resident_clusters(l);
   if (clusters < 1) return false;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(2 * std::min(tiles, clusters)), cfg.blockDim = dim3(l.threads);
@@ -455,8 +456,7 @@ void prime_q4_wg_grids() {
       }
   for (bool subnormal : {false, true})
     for (bool spair : {false, true}) {
-      const WgLaunch c = wgc_launch(subnormal, kMaxK, spair);
-      resident_clusters(c, c.smem);
+      resident_clusters(wgc_launch(subnormal, kMaxK, spair));
     }
 }
 

@@ -2,12 +2,11 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <regex>
 #include <set>
-#include <sstream>
 
 #include "core/error.h"
+#include "core/file_io.h"
 
 namespace tf {
 namespace {
@@ -92,14 +91,6 @@ void check_index_entries(const std::string& label, const json& weight_map, const
                   kSafetensorsIndexFile + " places there");
 }
 
-std::optional<std::string> read_local_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return std::nullopt;
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 CheckpointSource local_source(const std::string& given) {
   std::string dir = strip_trailing_slashes(given);
   std::error_code ec;
@@ -110,7 +101,7 @@ CheckpointSource local_source(const std::string& given) {
     if (e.is_regular_file(ec)) src.files.push_back(e.path().filename().string());  // follows symlinks
   if (ec) throw Error(dir + ": cannot list: " + ec.message());
   std::sort(src.files.begin(), src.files.end());
-  src.read_text = [dir](const std::string& rel) { return read_local_text(join(dir, rel)); };
+  src.read_text = [dir](const std::string& rel) { return try_read_file(join(dir, rel)); };
   src.read_header = [dir](const std::string& rel) { return read_safetensors_header(join(dir, rel)); };
   return src;
 }

@@ -427,15 +427,7 @@ void add_bench_command(CLI::App& app) {
   c->add_option("--draft-guard", a->draft_guard,
                 "on | off: switch drafting off while it makes rounds slower in wall time")
       ->check(CLI::IsMember({"on", "off"}));
-  c->add_option(
-       "--cuda-graphs", a->cuda_graphs,
-       "on | off: replay decode and verify forwards from captured CUDA graphs (same output, fewer launches)")
-      ->check(CLI::IsMember({"on", "off"}));
-  c->add_option(
-       "--pad-drafts", a->pad_drafts,
-       "auto | on | off: pad proposals to 1, 2, 4, 8.. tokens so verify rounds replay as CUDA graphs "
-       "(same output; auto = when graphs replay and a decode round takes < 1 ms; default off)")
-      ->check(CLI::IsMember({"auto", "on", "off"}));
+  add_graph_options(*c, a->cuda_graphs, a->pad_drafts);
   c->add_option("--tokens", a->tokens, "Tokens generated per stream")->check(CLI::Range(2, 1 << 20));
   c->add_option("--parallel", a->parallel, "Concurrent streams")->check(CLI::PositiveNumber);
   c->add_option("--repeat", a->repeat,

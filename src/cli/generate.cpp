@@ -134,15 +134,7 @@ void add_generate_command(CLI::App& app) {
   c->add_flag("--no-thinking", a->no_thinking, "Pass enable_thinking=false to the chat template");
   c->add_option("--backend", a->backend, "auto | cuda | cpu")->check(CLI::IsMember({"auto", "cuda", "cpu"}));
   c->add_option("--context", a->context, "Context capacity in tokens (default: the model's, at most 32768)");
-  c->add_option(
-       "--cuda-graphs", a->cuda_graphs,
-       "on | off: replay decode and verify forwards from captured CUDA graphs (same output, fewer launches)")
-      ->check(CLI::IsMember({"on", "off"}));
-  c->add_option(
-       "--pad-drafts", a->pad_drafts,
-       "auto | on | off: pad proposals to 1, 2, 4, 8.. tokens so verify rounds replay as CUDA graphs "
-       "(same output; auto = when graphs replay and a decode round takes < 1 ms; default off)")
-      ->check(CLI::IsMember({"auto", "on", "off"}));
+  add_graph_options(*c, a->cuda_graphs, a->pad_drafts);
   c->add_flag("-q,--quiet", a->quiet, "Print only the generated text");
   c->callback([a] { run_generate(*a); });
 }

@@ -180,16 +180,7 @@ void add_serve_command(CLI::App& app) {
                   "Switch drafting off while it makes rounds slower in wall time (docs/drafting.md)")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
-  cmd->add_option("--cuda-graphs", a->cuda_graphs,
-                  "Replay decode and verify forwards from captured CUDA graphs (same output, fewer launches)")
-      ->check(CLI::IsMember({"on", "off"}))
-      ->capture_default_str();
-  cmd->add_option(
-         "--pad-drafts", a->pad_drafts,
-         "auto | on | off: pad proposals to 1, 2, 4, 8.. tokens so verify rounds replay as CUDA graphs "
-         "(same output; auto = when graphs replay and a decode round takes < 1 ms; docs/drafting.md)")
-      ->check(CLI::IsMember({"auto", "on", "off"}))
-      ->capture_default_str();
+  add_graph_options(*cmd, a->cuda_graphs, a->pad_drafts);
   cmd->add_option("--prompt-cache-gib", a->prompt_cache_gib,
                   "Memory for retained conversation prefixes (0 disables)")
       ->check(CLI::Range(0.0, 1024.0))

@@ -1,22 +1,13 @@
 #include "text/chat_template.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "text/jinja/template.h"
 
 namespace tf {
 namespace {
-
-std::string read_file(const std::filesystem::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  if (!f) throw Error("cannot read " + p.string());
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 std::shared_ptr<const jinja::Template> compile(const std::string& source, const std::string& what) {
   try {

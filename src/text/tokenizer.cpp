@@ -3,11 +3,10 @@
 #include <zlib.h>
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "text/tok_added.h"
 #include "text/tok_decoder.h"
 #include "text/tok_model.h"
@@ -49,14 +48,6 @@ struct TokenizerImpl {
 };
 
 namespace {
-
-std::string read_file(const std::filesystem::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  if (!f) throw Error("cannot read " + p.string());
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 std::string read_gzip(const std::filesystem::path& p) {
   gzFile f = gzopen(p.c_str(), "rb");
@@ -184,14 +175,14 @@ Tokenizer Tokenizer::load(const std::string& dir) {
   fs::path d(dir);
   std::string json;
   if (fs::exists(d / "tokenizer.json")) {
-    json = tok::read_file(d / "tokenizer.json");
+    json = tf::read_file(d / "tokenizer.json");
   } else if (fs::exists(d / "tokenizer.json.gz")) {
     json = tok::read_gzip(d / "tokenizer.json.gz");
   } else {
     throw Error("no tokenizer.json in " + dir + " (only Hugging Face tokenizer.json files are supported)");
   }
   std::string config;
-  if (fs::exists(d / "tokenizer_config.json")) config = tok::read_file(d / "tokenizer_config.json");
+  if (fs::exists(d / "tokenizer_config.json")) config = tf::read_file(d / "tokenizer_config.json");
   return from_json(json, config);
 }
 

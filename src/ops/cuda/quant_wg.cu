@@ -60,7 +60,14 @@
 // ms, lm_head 0.244 -> 0.195, q 0.367 -> 0.339, k 0.304 -> 0.285; the 8B b=32 forward 4.987 -> 4.343 ms
 // (-12.9%); at 64 rows in 32-row pieces the linears 7.102 -> 6.239 ms (the 1024-wide k stays whole: 0.339 ->
 // 0.557 in pieces). The same split at 16 rows lost (q / o 0.260 -> 0.269 ms, the b=16 forward +1.2%), as did
-// two slices a warpgroup (+1..5%).
+// two slices a warpgroup (+1..5%). Session 52 (H100, runs 498-503): four quads ahead instead of two (-2% at
+// b=32, wgc_launch); its ablations at 32 rows (36 calls, ms): without the x staging q 0.368 -> 0.263, k 0.286
+// -> 0.198, gate_up 1.230 -> 1.149; without the dequantisation gate_up 1.233, q 0.356; without the MMAs
+// gate_up 1.133, q 0.335 -- x's staging, more than the arithmetic, is the narrow calls' cost. Clusters of
+// four CTAs (x's quarter, the fold a chain rank to rank on mbarriers; bits equal) lost everywhere (the down
+// 0.729 -> 1.286 ms, q 0.373
+// -> 0.664; run 501, patch bench/cuda/results/run501-wgc4-chain.patch). In the product, 8 streams verifying
+// 3 drafts each (32-row rounds): 6325 -> 7688 tok/s with the clusters (run 503).
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -350,16 +357,21 @@ WgLaunch wg_launch(bool subnormal, int k, int cfg, bool spair) {
   }
 }
 
-// The cluster instance: one slice a warpgroup (four warpgroups a CTA), two quads ahead, 32 token rows.
+// The cluster instance: one slice a warpgroup (four warpgroups a CTA), four quads ahead (kWgcAhead), 32
+// token rows. Run 498 (H100, same call, 36 calls at M = 32): two / three / four quads ahead, gate_up 1.230 /
+// 1.196 / 1.169 ms, lm_head 0.208 / 0.197 / 0.191, the linears 3.596 / 3.547 / 3.472; run 502 (H100, same
+// machine, processes alternating): the 8B MLX 4-bit b=32 forward 4.647 / 4.657 ms with two, 4.553 / 4.575
+// with four (-2%). Four: 128 registers, no spills.
+constexpr int kWgcAhead = 4;
 WgLaunch wgc_launch(bool subnormal, int k, bool spair) {
-  using C = WgCfg<1, 2, 32, 2>;
-  WgKernel kernel = spair ? (subnormal ? q4_wg_kernel<kMlxBf16Sub, 1, 2, 0, true, 32, 2>
-                                       : q4_wg_kernel<kMlxBf16, 1, 2, 0, true, 32, 2>)
-                          : (subnormal ? q4_wg_kernel<kMlxBf16Sub, 1, 2, 0, false, 32, 2>
-                                       : q4_wg_kernel<kMlxBf16, 1, 2, 0, false, 32, 2>);
+  using C = WgCfg<1, kWgcAhead, 32, 2>;
+  WgKernel kernel = spair ? (subnormal ? q4_wg_kernel<kMlxBf16Sub, 1, kWgcAhead, 0, true, 32, 2>
+                                       : q4_wg_kernel<kMlxBf16, 1, kWgcAhead, 0, true, 32, 2>)
+                          : (subnormal ? q4_wg_kernel<kMlxBf16Sub, 1, kWgcAhead, 0, false, 32, 2>
+                                       : q4_wg_kernel<kMlxBf16, 1, kWgcAhead, 0, false, 32, 2>);
   return {kernel, C::kThreads, C::smem(k)};
 }
-constexpr size_t kWgcSmemMax = WgCfg<1, 2, 32, 2>::smem(kMaxK);  // (every instance's opt-in)
+constexpr size_t kWgcSmemMax = WgCfg<1, kWgcAhead, 32, 2>::smem(kMaxK);  // (every instance's opt-in)
 // Clusters of two CTAs of `l` (shared memory opted in for K = kMaxK) resident at once on the device (cached
 // a kernel; cudaOccupancyMaxActiveClusters: two CTAs of a cluster share a GPC). 0 where the device cannot run
 // them (the calls then go to the other kernels).

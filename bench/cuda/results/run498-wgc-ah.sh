@@ -1,5 +1,5 @@
-# Session 51, run 498: q4_wg's cluster instances at 17-64 rows only (run 497: 16-row clusters and two slices a
 # Ran in session 52 (H100, logs run498/): four quads ahead (cfg 2) won and landed (kWgcAhead); see docs/cuda-notes.md "Session 52".
+# Session 51, run 498: q4_wg's cluster instances at 17-64 rows only (run 497: 16-row clusters and two slices a
 # warpgroup lost, removed), their weight quads ahead (TF_Q4_WGC_CFG 0 / 1 / 2: 2 / 3 / 4; 3: 2 with two chunks a wgmma group), the 33-64-row pieces
 # rule (mode 1: wide weights; 2: every width), ablations of configuration 0 at 32 rows (TF_Q4_WG_ABLATE 1 no x
 # staging, 2 no dequantisation, 3 no MMAs: wrong outputs), the b=32 / b=64 forward off / on, and the tests.

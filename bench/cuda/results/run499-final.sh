@@ -1,5 +1,5 @@
-# Session 51, run 499 (prepared, not run: no device was lent after run 497): every GPU test on the final tree
 # Ran in session 52 (H100, logs run499/): every test passed; see docs/cuda-notes.md "Session 52".
+# Session 51, run 499 (prepared, not run: no device was lent after run 497): every GPU test on the final tree
 # (q4_wg's cluster instance for 17-32 rows and 32-row pieces of wide weights at 33-64 rows, as landed; its test
 # Quant4BitWarpgroupClusterEqualsDecodeKernel in its landed form), then issue 12's and issue 11's tables (run
 # 470's script: the 8B table's b=32 line now A/Bs the clusters off / on, twice).

@@ -1,5 +1,5 @@
-# Session 51, run 500 (prepared, not run: no device was lent after run 497): the product's drafted rounds at 8
 # Ran in session 52 (H100, logs run500/): random weights drafted nothing; run 503 (run503/summary.txt) measured the verify rounds with --drafter replay instead.
+# Session 51, run 500 (prepared, not run: no device was lent after run 497): the product's drafted rounds at 8
 # and 16 streams of a random MLX 4-bit/g64 Qwen3-8B checkpoint (session 50's Next 1b): `tensorfold bench
 # --workload repetitive --drafter auto` (context copies; the bench checks that drafted and serial outputs are
 # identical token for token), with q4_wg's cluster instance off and on (TF_Q4_WGC=0 / 1: verify rounds of

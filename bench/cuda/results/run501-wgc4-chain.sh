@@ -1,5 +1,5 @@
-# Session 51, run 501 (prepared, not run: no device was lent after run 497): q4_wg on clusters of FOUR CTAs at
 # Ran in session 52 (H100, logs run501/): bits equal, lost everywhere (the down 0.729 -> 1.286 ms); not landed.
+# Session 51, run 501 (prepared, not run: no device was lent after run 497): q4_wg on clusters of FOUR CTAs at
 # 17-32 rows (x's quarter of K a CTA: K up to 12288 at 32 rows, so the down too; the fold a chain, rank r adding
 # its two slices to rank r - 1's running sum and pushing it on, point to point on mbarriers with remote arrives;
 # TF_Q4_WGC4 0 off / 1 K > 4096 / 2 every K, the 32-token q4_ks off with it). Written blind, compile-checked

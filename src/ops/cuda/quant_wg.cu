@@ -64,10 +64,9 @@
 // b=32, wgc_launch); its ablations at 32 rows (36 calls, ms): without the x staging q 0.368 -> 0.263, k 0.286
 // -> 0.198, gate_up 1.230 -> 1.149; without the dequantisation gate_up 1.233, q 0.356; without the MMAs
 // gate_up 1.133, q 0.335 -- x's staging, more than the arithmetic, is the narrow calls' cost. Clusters of
-// four CTAs (x's quarter, the fold a chain rank to rank on mbarriers; bits equal) lost everywhere (the down
-// 0.729 -> 1.286 ms, q 0.373
-// -> 0.664; run 501, patch bench/cuda/results/run501-wgc4-chain.patch). In the product, 8 streams verifying
-// 3 drafts each (32-row rounds): 6325 -> 7688 tok/s with the clusters (run 503).
+// four CTAs (x's quarter, the fold a chain rank to rank on mbarriers; bits equal) lost everywhere: the down
+// 0.729 -> 1.286 ms, q 0.373 -> 0.664 (run 501; bench/cuda/results/run501-wgc4-chain.patch). In the
+// product, 8 streams verifying 3 drafts each (32-row rounds): 6325 -> 7688 tok/s with the clusters (run 503).
 #include <cuda_bf16.h>
 
 #include <algorithm>

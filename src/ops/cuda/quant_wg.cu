@@ -72,8 +72,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <mutex>
-#include <unordered_map>
 
 #include "core/error.h"
 #include "ops/cuda/cuda_check.h"
@@ -371,32 +369,36 @@ WgLaunch wgc_launch(bool subnormal, int k, bool spair) {
   return {kernel, C::kThreads, C::smem(k)};
 }
 constexpr size_t kWgcSmemMax = WgCfg<1, kWgcAhead, 32, 2>::smem(kMaxK);  // (every instance's opt-in)
-// Clusters of two CTAs of `l` (shared memory opted in for K = kMaxK) resident at once on the device (cached
-// a kernel; cudaOccupancyMaxActiveClusters: two CTAs of a cluster share a GPC). 0 where the device cannot run
-// them (the calls then go to the other kernels).
-int resident_clusters(const WgLaunch& l) {
-  static std::mutex mu;
-  static std::unordered_map<const void*, int> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  const void* key = reinterpret_cast<const void*>(l.kernel);
-  if (auto it = cache.find(key); it != cache.end()) return it->second;
-  if (cudaFuncSetAttribute(l.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kWgcSmemMax)) !=
-      cudaSuccess) {
-    (void)cudaGetLastError();  // (not sticky)
-    return cache[key] = 0;
-  }
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(2 * sm_count()), cfg.blockDim = dim3(l.threads), cfg.dynamicSmemBytes = kWgcSmemMax;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 2, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr, cfg.numAttrs = 1;
-  int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, l.kernel, &cfg) != cudaSuccess) {
-    (void)cudaGetLastError();
-    clusters = 0;
-  }
-  return cache[key] = clusters;
+// How many clusters of two CTAs of the cluster instance the device holds at once, its four kernels (scale
+// codes x scale pairs) opted in to kWgcSmemMax of shared memory first (cudaOccupancyMaxActiveClusters: a
+// cluster's CTAs share a GPC; the four have the same threads, shared memory and registers, the least count
+// kept). Asked once (the backend's priming, outside graph captures); 0 where the device cannot run them (the
+// calls then go to the other kernels).
+int resident_clusters() {
+  static const int clusters = [] {
+    int least = -1;
+    for (bool subnormal : {false, true})
+      for (bool spair : {false, true}) {
+        const WgLaunch l = wgc_launch(subnormal, kMaxK, spair);
+        cudaLaunchConfig_t cfg{};
+        cfg.gridDim = dim3(2 * sm_count()), cfg.blockDim = dim3(l.threads),
+        cfg.dynamicSmemBytes = kWgcSmemMax;
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = 2, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+        cfg.attrs = attr, cfg.numAttrs = 1;
+        int c = 0;
+        if (cudaFuncSetAttribute(l.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kWgcSmemMax)) !=
+                cudaSuccess ||
+            cudaOccupancyMaxActiveClusters(&c, l.kernel, &cfg) != cudaSuccess) {
+          (void)cudaGetLastError();  // (not sticky)
+          return 0;
+        }
+        least = least < 0 ? c : std::min(least, c);
+      }
+    return least;
+  }();
+  return clusters;
 }
 
 // Whether the cluster instance takes a call of m rows, n features, K = k (the mode, set_q4_wgc).
@@ -412,9 +414,7 @@ std::atomic<long> g_wgc_launches{0};
 }  // namespace
 
 bool q4_wg_takes_rows(int m, int n, int k) {
-  // (Asked once: every instance fits as this one does.)
-  static const bool fits = linear_wgmma_supported() && resident_clusters(wgc_launch(false, kMaxK, false)) > 0;
-  return fits && wgc_takes(m, n, k);
+  return linear_wgmma_supported() && resident_clusters() > 0 && wgc_takes(m, n, k);
 }
 
 bool q4_wg_linear(bool subnormal, const __nv_bfloat16* x, const QArgs& q, const void* bias, int bias_kind,
@@ -438,7 +438,7 @@ bool q4_wg_linear(bool subnormal, const __nv_bfloat16* x, const QArgs& q, const 
   if (m > 32 || !wgc_takes(m, n, k)) return false;
   // A cluster of two CTAs a tile (K's slices halved), persistent over the tiles.
   const WgLaunch l = wgc_launch(subnormal, k, spair);
-  const int clusters = resident_clusters(l);
+  const int clusters = resident_clusters();
   if (clusters < 1) return false;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(2 * std::min(tiles, clusters)), cfg.blockDim = dim3(l.threads);
@@ -465,10 +465,7 @@ void prime_q4_wg_grids() {
         const WgLaunch l = wg_launch(subnormal, kMaxK, cfg, spair);  // (the opt-in: the largest k)
         resident_blocks(reinterpret_cast<const void*>(l.kernel), l.threads, l.smem);
       }
-  for (bool subnormal : {false, true})
-    for (bool spair : {false, true}) {
-      resident_clusters(wgc_launch(subnormal, kMaxK, spair));
-    }
+  resident_clusters();
 }
 
 void set_q4_wg_config(int cfg) {

@@ -143,7 +143,9 @@ __device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity)
 // issue (configuration 1, the default, only). Same words, same bits.
 // NT: token rows, 16 (m64n16k16 steps) or 32 (m64n32k16, 17-32 rows; the ticket fold only): each
 // element's chain is the same k16 steps in the same order, so the same bits (tested).
-template <int KIND, int NW, int AH, int PIPE, int CL, bool SP, int NT = 16>
+// XCP: x's slice staged by stage_x_own (each warp its chunks by cp.async, permuted in place) instead of
+// stage_x_perm (loads through registers). Same shared-memory bytes.
+template <int KIND, int NW, int AH, int PIPE, int CL, bool SP, int NT = 16, bool XCP = false>
 __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL>::kThreads, KsCfg<NW, AH, PIPE, CL>::kMinBlocks)
     q4_ks_kernel(const __nv_bfloat16* x, QArgs q, const void* __restrict__ bias, int bias_kind,
                  void* __restrict__ y, bool y_f32, int m, int n, int k, float* part, int* tickets) {
@@ -190,7 +192,10 @@ __global__ void __launch_bounds__(KsCfg<NW, AH, PIPE, CL>::kThreads, KsCfg<NW, A
 #pragma unroll
   for (int a = 0; a < AH; ++a) load_next(a);  // weights are constant
   pdl_wait();                                 // x is not, nor the workspace
-  stage_x_perm<C::kThreads / 32, true, NT>(xs, x, m, k, slice * 4 * QS, 4 * QS, tid);  // (NW 4, odd QS)
+  if constexpr (XCP)
+    stage_x_own<NT>(xs, x, m, k, slice * 4 * QS, tid / 32, C::kThreads / 32, 4 * QS, lane);
+  else
+    stage_x_perm<C::kThreads / 32, true, NT>(xs, x, m, k, slice * 4 * QS, 4 * QS, tid);  // (NW 4, odd QS)
   fence_proxy_async();  // the generic proxy's stores -> wgmma's reads (async proxy)
   __syncthreads();
   // Step J's B: NT x 32 bytes from xs + NT 32 J; core matrices 128 bytes apart along K, 256 along the tokens.
@@ -347,18 +352,27 @@ struct KsLaunch {
   KsKernel kernel;
   int threads, nw, cl, nt;
 };
-template <int NW, int AH, int PIPE, int CL, bool SP = false, int NT = 16>
+template <int NW, int AH, int PIPE, int CL, bool SP = false, int NT = 16, bool XCP = false>
 KsLaunch ks_launch_of(bool subnormal) {
-  return {subnormal ? q4_ks_kernel<kMlxBf16Sub, NW, AH, PIPE, CL, SP, NT>
-                    : q4_ks_kernel<kMlxBf16, NW, AH, PIPE, CL, SP, NT>,
+  return {subnormal ? q4_ks_kernel<kMlxBf16Sub, NW, AH, PIPE, CL, SP, NT, XCP>
+                    : q4_ks_kernel<kMlxBf16, NW, AH, PIPE, CL, SP, NT, XCP>,
           KsCfg<NW, AH, PIPE, CL>::kThreads, NW, CL, NT};
 }
+// TF_Q4_KS_XCP: 1 x's slice by stage_x_own in configuration 1 and the 32-token instance, 0 (default until
+// run 505 has measured it) by stage_x_perm. Read once a process.
+const bool g_q4_ks_xcp = env_digit("TF_Q4_KS_XCP", 1, 0) == 1;
 // spair: the call's scale words come by pairs (quad_scale_pairs; configuration 1's SP instance). 32 token
 // rows (nt): configuration 1 whatever cfg says.
 KsLaunch ks_launch(bool subnormal, int cfg, bool spair, int nt = 16) {
+  if (nt == 32 && g_q4_ks_xcp)
+    return spair ? ks_launch_of<2, 4, 0, 0, true, 32, true>(subnormal)
+                 : ks_launch_of<2, 4, 0, 0, false, 32, true>(subnormal);
   if (nt == 32)
     return spair ? ks_launch_of<2, 4, 0, 0, true, 32>(subnormal)
                  : ks_launch_of<2, 4, 0, 0, false, 32>(subnormal);
+  if (cfg == 1 && g_q4_ks_xcp)
+    return spair ? ks_launch_of<2, 4, 0, 0, true, 16, true>(subnormal)
+                 : ks_launch_of<2, 4, 0, 0, false, 16, true>(subnormal);
   switch (cfg) {
     case 1:
       return spair ? ks_launch_of<2, 4, 0, 0, true>(subnormal) : ks_launch_of<2, 4, 0, 0>(subnormal);

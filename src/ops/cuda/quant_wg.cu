@@ -77,6 +77,7 @@
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/linear_wgmma.h"  // wgmma helpers, linear_wgmma_supported
+#include "ops/cuda/mbarrier.cuh"    // nbar_sync, fence_proxy_async
 #include "ops/cuda/quant_common.cuh"
 #include "ops/cuda/quant_linear.h"
 #include "ops/cuda/quant_wg.cuh"  // stage_x_perm, wg_fragments
@@ -142,7 +143,11 @@ __device__ __forceinline__ void cluster_wait() {
 // the same left fold of the eight slices -- and stores. The push of tile i goes to buffer i % 2; cluster
 // barrier phase i + 1 (rank 0 arrives after pushing tile i, rank 1 after reading tile i - 1's) orders both:
 // rank 1 reads tile i after waiting for it, and rank 0 pushes tile i + 1 after waiting for it.
-template <int KIND, int SL, int AH, int kAblate = 0, bool SP = false, int NT = 16, int CS = 1>
+// XCP: x staged by stage_x_own (each warp its warpgroup's chunks by cp.async, permuted in place; a named
+// barrier a warpgroup) instead of stage_x_perm (every thread's loads through registers, then the CTA's
+// barrier). Same shared-memory bytes.
+template <int KIND, int SL, int AH, int kAblate = 0, bool SP = false, int NT = 16, int CS = 1,
+          bool XCP = false>
 __global__ void __launch_bounds__(WgCfg<SL, AH, NT, CS>::kThreads, 1)
     q4_wg_kernel(const __nv_bfloat16* x, QArgs q, const void* __restrict__ bias, int bias_kind,
                  void* __restrict__ y, bool y_f32, int m, int n, int k) {
@@ -184,7 +189,12 @@ __global__ void __launch_bounds__(WgCfg<SL, AH, NT, CS>::kThreads, 1)
 #pragma unroll
   for (int a = 0; a < AH; ++a) load_next(a);  // weights are constant
   pdl_wait();                                 // x is not
-  if (kAblate != 1) {                         // x's chunks of the CTA's slices into the permuted layout
+  if (kAblate != 1 && XCP) {                  // this warpgroup's slices' chunks, then its barrier (ids 1..4)
+    const int cps = k / 256;                  // chunks a slice
+    stage_x_own<NT>(xs, x, m, k, rank * (k / 32 / CS), SL * wg * cps + warp, 4, SL * (wg + 1) * cps, lane);
+    fence_proxy_async();  // the generic proxy's stores -> wgmma's reads (async proxy)
+    nbar_sync(1 + wg, 128);
+  } else if (kAblate != 1) {  // x's chunks of the CTA's slices into the permuted layout
     stage_x_perm<C::kThreads / 32, false, NT>(xs, x, m, k, rank * (k / 32 / CS), k / 32 / CS, tid);
     fence_proxy_async();  // the generic proxy's stores -> wgmma's reads (async proxy)
     __syncthreads();
@@ -333,10 +343,14 @@ struct WgLaunch {
   size_t smem;
 };
 const int g_q4_wg_ablate = env_digit("TF_Q4_WG_ABLATE", 3, 0);
-template <int SL, int AH, int A = 0, bool SP = false>
+// TF_Q4_WG_XCP: 1 x by stage_x_own in the default 16-row configuration and the cluster instance, 0 (default
+// until run 505 has measured it) by stage_x_perm. Read once a process (the launches prime one instance).
+const bool g_q4_wg_xcp = env_digit("TF_Q4_WG_XCP", 1, 0) == 1;
+template <int SL, int AH, int A = 0, bool SP = false, bool XCP = false>
 WgLaunch wg_launch_of(bool subnormal, int k) {
   using C = WgCfg<SL, AH>;
-  return {subnormal ? q4_wg_kernel<kMlxBf16Sub, SL, AH, A, SP> : q4_wg_kernel<kMlxBf16, SL, AH, A, SP>,
+  return {subnormal ? q4_wg_kernel<kMlxBf16Sub, SL, AH, A, SP, 16, 1, XCP>
+                    : q4_wg_kernel<kMlxBf16, SL, AH, A, SP, 16, 1, XCP>,
           C::kThreads, C::smem(k)};
 }
 // spair: the call's scale words come by pairs (quad_scale_pairs; the default configuration's SP instance).
@@ -350,6 +364,9 @@ WgLaunch wg_launch(bool subnormal, int k, int cfg, bool spair) {
     case 3:
       return wg_launch_of<2, 2, 3>(subnormal, k);
     default:
+      if (g_q4_wg_xcp)
+        return spair ? wg_launch_of<2, 2, 0, true, true>(subnormal, k)
+                     : wg_launch_of<2, 2, 0, false, true>(subnormal, k);
       return spair ? wg_launch_of<2, 2, 0, true>(subnormal, k) : wg_launch_of<2, 2>(subnormal, k);
   }
 }
@@ -366,6 +383,11 @@ WgLaunch wgc_launch(bool subnormal, int k, bool spair) {
                                        : q4_wg_kernel<kMlxBf16, 1, kWgcAhead, 0, true, 32, 2>)
                           : (subnormal ? q4_wg_kernel<kMlxBf16Sub, 1, kWgcAhead, 0, false, 32, 2>
                                        : q4_wg_kernel<kMlxBf16, 1, kWgcAhead, 0, false, 32, 2>);
+  if (g_q4_wg_xcp)
+    kernel = spair ? (subnormal ? q4_wg_kernel<kMlxBf16Sub, 1, kWgcAhead, 0, true, 32, 2, true>
+                                : q4_wg_kernel<kMlxBf16, 1, kWgcAhead, 0, true, 32, 2, true>)
+                   : (subnormal ? q4_wg_kernel<kMlxBf16Sub, 1, kWgcAhead, 0, false, 32, 2, true>
+                                : q4_wg_kernel<kMlxBf16, 1, kWgcAhead, 0, false, 32, 2, true>);
   return {kernel, C::kThreads, C::smem(k)};
 }
 constexpr size_t kWgcSmemMax = WgCfg<1, kWgcAhead, 32, 2>::smem(kMaxK);  // (every instance's opt-in)

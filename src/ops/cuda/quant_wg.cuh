@@ -53,6 +53,50 @@ __device__ __forceinline__ void stage_x_perm(uint32_t xs, const __nv_bfloat16* x
   }
 }
 
+// The same layout made by one warp for its own chunks, without a pass through registers between the global
+// loads and the shared stores: local chunks c = c_first, c_first + c_step, ... < c_end (global chunk c0 + c)
+// go in natural order -- row r's 64 bytes at xs + NT 64 c + 64 r -- by 16-byte cp.async (rows past m
+// zero-filled), all in flight at once; after the warp's own copies land, each chunk's block is permuted in
+// place: its NT x 64 bytes are exactly stage_x_perm's steps 2c and 2c + 1, so a lane loads its rows' 16-byte
+// units (row 8 ng + r, unit u), the warp synchronises, and the lane stores them as stage_x_perm's four 4-byte
+// pieces. The caller fences (fence_proxy_async) and synchronises the warps that read the chunks.
+template <int NT>
+__device__ __forceinline__ void stage_x_own(uint32_t xs, const __nv_bfloat16* x, int m, int k, int c0,
+                                            int c_first, int c_step, int c_end, int lane) {
+  static_assert(NT == 16 || NT == 32, "16 or 32 token rows");
+  constexpr int kNG = NT / 8, kBlock = NT * 64, kStep = NT * 32;
+  const int r = lane / 4, u = lane % 4;
+  for (int c = c_first; c < c_end; c += c_step)
+#pragma unroll
+    for (int ng = 0; ng < kNG; ++ng) {
+      const int row = 8 * ng + r;
+      cp_async16(xs + c * kBlock + 64 * row + 16 * u,
+                 x + int64_t(row < m ? row : 0) * k + 32 * (c0 + c) + 8 * u, row < m);
+    }
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncwarp();  // the other lanes' copies, before any lane overwrites them
+  for (int c = c_first; c < c_end; c += c_step) {
+    const uint32_t b = xs + c * kBlock;
+    uint4 v[kNG];
+#pragma unroll
+    for (int ng = 0; ng < kNG; ++ng)
+      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(v[ng].x), "=r"(v[ng].y), "=r"(v[ng].z), "=r"(v[ng].w)
+                   : "r"(b + 64 * (8 * ng + r) + 16 * u)
+                   : "memory");
+    __syncwarp();
+#pragma unroll
+    for (int ng = 0; ng < kNG; ++ng) {
+      const uint32_t d = b + 256 * ng + 16 * r + 4 * u;
+      asm volatile("st.shared.b32 [%0], %1;" ::"r"(d), "r"(v[ng].x) : "memory");
+      asm volatile("st.shared.b32 [%0], %1;" ::"r"(d + 128), "r"(v[ng].y) : "memory");
+      asm volatile("st.shared.b32 [%0], %1;" ::"r"(d + kStep), "r"(v[ng].z) : "memory");
+      asm volatile("st.shared.b32 [%0], %1;" ::"r"(d + kStep + 128), "r"(v[ng].w) : "memory");
+    }
+  }
+}
+
 // Chunk e of a quad: rows g and g + 8's words (wa, wb: load_quad's) and scale words dequantized into the A
 // fragments of its two k16 steps, a[h] (mma_chunk's).
 template <int KIND>

@@ -361,21 +361,22 @@ KsLaunch ks_launch_of(bool subnormal) {
 // TF_Q4_KS_XCP: 1 x's slice by stage_x_own in configuration 1 and the 32-token instance, 0 (default until
 // run 505 has measured it) by stage_x_perm. Read once a process.
 const bool g_q4_ks_xcp = env_digit("TF_Q4_KS_XCP", 1, 0) == 1;
+// Configuration 1 at NT token rows (its SP instance where spair), x by the switch's staging.
+template <int NT>
+KsLaunch ks_cfg1_launch(bool subnormal, bool spair) {
+  if (g_q4_ks_xcp)
+    return spair ? ks_launch_of<2, 4, 0, 0, true, NT, true>(subnormal)
+                 : ks_launch_of<2, 4, 0, 0, false, NT, true>(subnormal);
+  return spair ? ks_launch_of<2, 4, 0, 0, true, NT>(subnormal)
+               : ks_launch_of<2, 4, 0, 0, false, NT>(subnormal);
+}
 // spair: the call's scale words come by pairs (quad_scale_pairs; configuration 1's SP instance). 32 token
 // rows (nt): configuration 1 whatever cfg says.
 KsLaunch ks_launch(bool subnormal, int cfg, bool spair, int nt = 16) {
-  if (nt == 32 && g_q4_ks_xcp)
-    return spair ? ks_launch_of<2, 4, 0, 0, true, 32, true>(subnormal)
-                 : ks_launch_of<2, 4, 0, 0, false, 32, true>(subnormal);
-  if (nt == 32)
-    return spair ? ks_launch_of<2, 4, 0, 0, true, 32>(subnormal)
-                 : ks_launch_of<2, 4, 0, 0, false, 32>(subnormal);
-  if (cfg == 1 && g_q4_ks_xcp)
-    return spair ? ks_launch_of<2, 4, 0, 0, true, 16, true>(subnormal)
-                 : ks_launch_of<2, 4, 0, 0, false, 16, true>(subnormal);
+  if (nt == 32) return ks_cfg1_launch<32>(subnormal, spair);
   switch (cfg) {
     case 1:
-      return spair ? ks_launch_of<2, 4, 0, 0, true>(subnormal) : ks_launch_of<2, 4, 0, 0>(subnormal);
+      return ks_cfg1_launch<16>(subnormal, spair);
     case 2:
       return ks_launch_of<1, 4, 1, 0>(subnormal);
     case 3:

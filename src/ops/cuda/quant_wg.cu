@@ -189,14 +189,16 @@ __global__ void __launch_bounds__(WgCfg<SL, AH, NT, CS>::kThreads, 1)
 #pragma unroll
   for (int a = 0; a < AH; ++a) load_next(a);  // weights are constant
   pdl_wait();                                 // x is not
-  if (kAblate != 1 && XCP) {                  // this warpgroup's slices' chunks, then its barrier (ids 1..4)
-    const int cps = k / 256;                  // chunks a slice
+  if constexpr (kAblate == 1) {
+    // (timing: no x staging)
+  } else if constexpr (XCP) {  // this warpgroup's slices' chunks, then its barrier (ids 1..4)
+    const int cps = k / 256;   // chunks a slice
     stage_x_own<NT>(xs, x, m, k, rank * (k / 32 / CS), SL * wg * cps + warp, 4, SL * (wg + 1) * cps, lane);
     fence_proxy_async();  // the generic proxy's stores -> wgmma's reads (async proxy)
     nbar_sync(1 + wg, 128);
-  } else if (kAblate != 1) {  // x's chunks of the CTA's slices into the permuted layout
+  } else {  // x's chunks of the CTA's slices into the permuted layout
     stage_x_perm<C::kThreads / 32, false, NT>(xs, x, m, k, rank * (k / 32 / CS), k / 32 / CS, tid);
-    fence_proxy_async();  // the generic proxy's stores -> wgmma's reads (async proxy)
+    fence_proxy_async();
     __syncthreads();
   }
   if constexpr (CS > 1)
@@ -353,6 +355,11 @@ WgLaunch wg_launch_of(bool subnormal, int k) {
                     : q4_wg_kernel<kMlxBf16, SL, AH, A, SP, 16, 1, XCP>,
           C::kThreads, C::smem(k)};
 }
+template <bool XCP>
+WgLaunch wg_default_launch(bool subnormal, int k, bool spair) {
+  return spair ? wg_launch_of<2, 2, 0, true, XCP>(subnormal, k)
+               : wg_launch_of<2, 2, 0, false, XCP>(subnormal, k);
+}
 // spair: the call's scale words come by pairs (quad_scale_pairs; the default configuration's SP instance).
 WgLaunch wg_launch(bool subnormal, int k, int cfg, bool spair) {
   if (cfg == 0) return wg_launch_of<4, 2>(subnormal, k);
@@ -364,10 +371,8 @@ WgLaunch wg_launch(bool subnormal, int k, int cfg, bool spair) {
     case 3:
       return wg_launch_of<2, 2, 3>(subnormal, k);
     default:
-      if (g_q4_wg_xcp)
-        return spair ? wg_launch_of<2, 2, 0, true, true>(subnormal, k)
-                     : wg_launch_of<2, 2, 0, false, true>(subnormal, k);
-      return spair ? wg_launch_of<2, 2, 0, true>(subnormal, k) : wg_launch_of<2, 2>(subnormal, k);
+      return g_q4_wg_xcp ? wg_default_launch<true>(subnormal, k, spair)
+                         : wg_default_launch<false>(subnormal, k, spair);
   }
 }
 
@@ -377,17 +382,16 @@ WgLaunch wg_launch(bool subnormal, int k, int cfg, bool spair) {
 // machine, processes alternating): the 8B MLX 4-bit b=32 forward 4.647 / 4.657 ms with two, 4.553 / 4.575
 // with four (-2%). Four: 128 registers, no spills.
 constexpr int kWgcAhead = 4;
+template <bool SP, bool XCP>
+WgKernel wgc_kernel(bool subnormal) {
+  return subnormal ? q4_wg_kernel<kMlxBf16Sub, 1, kWgcAhead, 0, SP, 32, 2, XCP>
+                   : q4_wg_kernel<kMlxBf16, 1, kWgcAhead, 0, SP, 32, 2, XCP>;
+}
 WgLaunch wgc_launch(bool subnormal, int k, bool spair) {
   using C = WgCfg<1, kWgcAhead, 32, 2>;
-  WgKernel kernel = spair ? (subnormal ? q4_wg_kernel<kMlxBf16Sub, 1, kWgcAhead, 0, true, 32, 2>
-                                       : q4_wg_kernel<kMlxBf16, 1, kWgcAhead, 0, true, 32, 2>)
-                          : (subnormal ? q4_wg_kernel<kMlxBf16Sub, 1, kWgcAhead, 0, false, 32, 2>
-                                       : q4_wg_kernel<kMlxBf16, 1, kWgcAhead, 0, false, 32, 2>);
-  if (g_q4_wg_xcp)
-    kernel = spair ? (subnormal ? q4_wg_kernel<kMlxBf16Sub, 1, kWgcAhead, 0, true, 32, 2, true>
-                                : q4_wg_kernel<kMlxBf16, 1, kWgcAhead, 0, true, 32, 2, true>)
-                   : (subnormal ? q4_wg_kernel<kMlxBf16Sub, 1, kWgcAhead, 0, false, 32, 2, true>
-                                : q4_wg_kernel<kMlxBf16, 1, kWgcAhead, 0, false, 32, 2, true>);
+  const WgKernel kernel =
+      g_q4_wg_xcp ? (spair ? wgc_kernel<true, true>(subnormal) : wgc_kernel<false, true>(subnormal))
+                  : (spair ? wgc_kernel<true, false>(subnormal) : wgc_kernel<false, false>(subnormal));
   return {kernel, C::kThreads, C::smem(k)};
 }
 constexpr size_t kWgcSmemMax = WgCfg<1, kWgcAhead, 32, 2>::smem(kMaxK);  // (every instance's opt-in)

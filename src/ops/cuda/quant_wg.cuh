@@ -23,6 +23,15 @@ namespace tf::cuda {
 // cost ~5 us a call at K = 4096: run 448.) The caller fences (fence_proxy_async) and synchronises.
 // NT = 32 (q4_ks_kernel's 17-32 rows): 32 token rows, units (c, ng) for ng 0-3, a k16 step's 32 rows in 1024
 // bytes (core matrices still 128 bytes apart along K and 256 along the tokens: the same descriptor).
+// One lane's 16-byte unit of x (k values 8u .. 8u + 7 of a row) stored as the layout's four 4-byte pieces:
+// at d and d + 128 (step 2c), d + step and d + step + 128 (step 2c + 1).
+__device__ __forceinline__ void st_perm_unit(uint32_t d, const uint4& v, int step) {
+  asm volatile("st.shared.b32 [%0], %1;" ::"r"(d), "r"(v.x) : "memory");
+  asm volatile("st.shared.b32 [%0], %1;" ::"r"(d + 128), "r"(v.y) : "memory");
+  asm volatile("st.shared.b32 [%0], %1;" ::"r"(d + step), "r"(v.z) : "memory");
+  asm volatile("st.shared.b32 [%0], %1;" ::"r"(d + step + 128), "r"(v.w) : "memory");
+}
+
 template <int kWarps, bool kRagged = false, int NT = 16>
 __device__ __forceinline__ void stage_x_perm(uint32_t xs, const __nv_bfloat16* x, int m, int k, int c0,
                                              int chunks, int tid) {
@@ -44,11 +53,7 @@ __device__ __forceinline__ void stage_x_perm(uint32_t xs, const __nv_bfloat16* x
     for (int i = 0; i < kXBatch; ++i) {
       const int unit = wid + (b0 + i) * kWarps, c = unit / kNG, ng = unit % kNG;
       if (b0 + i >= per_warp || (kRagged && unit >= units)) break;
-      const uint32_t d = xs + 2 * c * kStep + 256 * ng + 16 * r + 4 * u;
-      asm volatile("st.shared.b32 [%0], %1;" ::"r"(d), "r"(v[i].x) : "memory");
-      asm volatile("st.shared.b32 [%0], %1;" ::"r"(d + 128), "r"(v[i].y) : "memory");
-      asm volatile("st.shared.b32 [%0], %1;" ::"r"(d + kStep), "r"(v[i].z) : "memory");
-      asm volatile("st.shared.b32 [%0], %1;" ::"r"(d + kStep + 128), "r"(v[i].w) : "memory");
+      st_perm_unit(xs + 2 * c * kStep + 256 * ng + 16 * r + 4 * u, v[i], kStep);
     }
   }
 }
@@ -80,20 +85,10 @@ __device__ __forceinline__ void stage_x_own(uint32_t xs, const __nv_bfloat16* x,
     const uint32_t b = xs + c * kBlock;
     uint4 v[kNG];
 #pragma unroll
-    for (int ng = 0; ng < kNG; ++ng)
-      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                   : "=r"(v[ng].x), "=r"(v[ng].y), "=r"(v[ng].z), "=r"(v[ng].w)
-                   : "r"(b + 64 * (8 * ng + r) + 16 * u)
-                   : "memory");
+    for (int ng = 0; ng < kNG; ++ng) v[ng] = lds128(b + 64 * (8 * ng + r) + 16 * u);
     __syncwarp();
 #pragma unroll
-    for (int ng = 0; ng < kNG; ++ng) {
-      const uint32_t d = b + 256 * ng + 16 * r + 4 * u;
-      asm volatile("st.shared.b32 [%0], %1;" ::"r"(d), "r"(v[ng].x) : "memory");
-      asm volatile("st.shared.b32 [%0], %1;" ::"r"(d + 128), "r"(v[ng].y) : "memory");
-      asm volatile("st.shared.b32 [%0], %1;" ::"r"(d + kStep), "r"(v[ng].z) : "memory");
-      asm volatile("st.shared.b32 [%0], %1;" ::"r"(d + kStep + 128), "r"(v[ng].w) : "memory");
-    }
+    for (int ng = 0; ng < kNG; ++ng) st_perm_unit(b + 256 * ng + 16 * r + 4 * u, v[ng], kStep);
   }
 }
 

@@ -339,6 +339,68 @@ TEST_F(Gpu, Quant4BitOneRowTwoSlicesAWarpEqualsPersistent) {
   cuda::set_mlx_subnormal_codes(true);
 }
 
+// MLX 4-bit prefill calls (128 rows and more) on the wgmma linear that dequantizes the weight in the CTA
+// (linear_wgmma_mlx4) give the bits of the bf16 linear on the dequantized copy (set_q4_prefill(false)) and,
+// row for row, of the decode kernels' 16-row calls: both tile widths (128 and 64 tokens: wide and narrow
+// grids), partial weight and token tiles, groups of 64 and 128, subnormal and plain scale codes, bf16 and f32
+// bias and output.
+TEST_F(Gpu, Quant4BitPrefillWgmmaEqualsDequantizedCopy) {
+  if (!cuda::linear_wgmma_supported()) GTEST_SKIP() << "no wgmma on this device";
+  struct Case {
+    int64_t n, k;
+    int group;
+    bool subnormal;
+    DType bias, y;  // bias U8: none
+  };
+  const Case cases[] = {{4096, 2048, 64, true, DType::BF16, DType::F32},
+                        {1000, 4096, 128, false, DType::F32, DType::BF16},
+                        {301, 1152, 64, false, DType::U8, DType::F32},
+                        {2048, 768, 128, true, DType::U8, DType::BF16},
+                        {12288, 1024, 64, true, DType::U8, DType::F32}};
+  const bool prefill0 = cuda::q4_prefill();
+  cuda::set_q4_prefill(true);
+  uint32_t seed = 900;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(case_name(c.n, c.k, c.group, c.subnormal, c.bias != DType::U8));
+    cuda::set_mlx_subnormal_codes(c.subnormal);
+    LinearWeight w = random_mlx(c.n, c.k, 4, c.group, DType::BF16, ++seed);
+    if (c.bias != DType::U8) {
+      std::vector<float> b(size_t(c.n));
+      for (int64_t i = 0; i < c.n; ++i) b[size_t(i)] = 0.02f * float(i % 9) - 0.07f;
+      w.bias = host_tensor(b, {c.n}, c.bias);
+    }
+    LinearWeight wg = gpu->upload_linear(w);
+    ASSERT_EQ(wg.format, w.format) << "not uploaded packed";
+    ASSERT_EQ(wg.subnormal_codes, c.subnormal);
+    const int64_t M = 517;
+    Tensor xg = gpu->upload(random_x(M, c.k, ++seed).first);
+    auto run = [&](int64_t rows) {
+      Tensor y = gpu->alloc({rows, c.n}, c.y), h = Tensor::empty({rows, c.n}, DType::F32);
+      gpu->linear(xg.slice_rows(0, rows), wg, y);
+      gpu->to_host(y, h);
+      return h;
+    };
+    for (int64_t rows : {int64_t(128), int64_t(200), M}) {
+      SCOPED_TRACE(rows);
+      const uint64_t before = cuda::linear_wgmma_mlx4_launches();
+      const Tensor got = run(rows);
+      EXPECT_EQ(cuda::linear_wgmma_mlx4_launches(), before + 1) << "the in-CTA dequantization did not run";
+      cuda::set_q4_prefill(false);
+      const Tensor ref = run(rows), head = run(16);
+      cuda::set_q4_prefill(true);
+      EXPECT_EQ(cuda::linear_wgmma_mlx4_launches(), before + 1);
+      EXPECT_EQ(std::memcmp(got.raw(), ref.raw(), got.nbytes()), 0) << "differs from the dequantized copy's";
+      EXPECT_EQ(std::memcmp(got.raw(), head.raw(), head.nbytes()), 0)
+          << "rows 0-15 differ from a 16-row call";
+      double norm = 0;
+      for (int64_t i = 0; i < got.numel(); ++i) norm += std::fabs(got.data<float>()[i]);
+      EXPECT_GT(norm, 0.0) << "all zeros";
+    }
+  }
+  cuda::set_q4_prefill(prefill0);
+  cuda::set_mlx_subnormal_codes(true);
+}
+
 // MLX 4-bit calls of 9-16 rows with two 16-feature groups a warp (q4_pair_kernel) give the bits of
 // q4_decode_kernel (set_q4_pair(0)), of the bf16 linear on the dequantized weight, and of the same rows
 // inside a 24-row call: K with whole quads a slice (4096, 12288: chained tiles), with chunks outside quads

@@ -35,6 +35,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdlib>
 #include <map>
@@ -48,6 +49,7 @@
 #include "ops/cuda/launch.h"
 #include "ops/cuda/linear_wgmma.h"
 #include "ops/cuda/mma.cuh"
+#include "ops/cuda/quant_common.cuh"  // dequant, kMlxBf16, kMlxBf16Sub
 
 namespace tf::cuda {
 namespace {
@@ -81,7 +83,9 @@ bool g_rows128 = [] {
 }();
 
 // WP: the TmaXW producer (x and W permuted per call, both by tensor map): no raw slots, their room goes to
-// deeper stages.
+// deeper stages. WP = kWpQ4 / kWpQ4Sub: W is an MLX 4-bit weight (plain / subnormal scale codes) that the
+// producer dequantizes into the stages (produce_q4), x permuted per call and loaded by tensor map.
+constexpr int kWpQ4 = 3, kWpQ4Sub = 4;
 template <int WGS, int BN, int CL = 1, int SP = 1, int WP = 0>
 struct Cfg {
   static constexpr int kBM = 64 * WGS;              // weight rows a CTA
@@ -106,9 +110,15 @@ struct Cfg {
   // permutation pass writes either layout); the 8-byte path writes the no-swizzle core-matrix layout.
   // 1 KB is kept to align the stages to 1024 bytes.
   static constexpr int kFree = kSmemLimit - 2048 - 1024 - kTotBytes - kPartBytes;  // 2 KB: static
+  // WP >= kWpQ4: quad slots (produce_q4) of the packed words of 4 chunks (kBM rows x 64 bytes) and each
+  // producer thread's own copy of its rows' scale words (kBM rows x 4 threads x 8 bytes); kQuadSlots quads
+  // in flight.
+  static constexpr bool kQ4 = WP >= kWpQ4;
+  static constexpr int kQuadSlots = kQ4 ? 3 : 0, kQuadBytes = kBM * 64 + kBM * 4 * 8;
   // 8-byte path: as deep as shared memory allows (one CTA an SM). Raw path: 6 wgmma stages (4 for the
   // split tiles, whose partials take the room; the permute is a shared-memory hop), the rest raw slots.
-  static constexpr int kStages = kRaw ? (WP        ? std::min(16, kFree / kStage)
+  static constexpr int kStages = kRaw ? (kQ4       ? std::min(12, (kFree - kQuadSlots * kQuadBytes) / kStage)
+                                         : WP      ? std::min(16, kFree / kStage)
                                          : SP == 2 ? 4
                                                    : 6)
                                       : std::min(24, kFree / kStage);
@@ -118,10 +128,14 @@ struct Cfg {
   // stay free for the producer.
   static constexpr int kPending = kRaw ? (WP == 2 ? 2 : WP ? 3 : kStages / 2) : (kStages >= 8 ? 3 : 1);
   static constexpr int kRawSlots = kRaw && !WP ? std::min(16, (kFree - kStages * kStage) / kStage) : 0;
-  static constexpr int kRawOff = kStages * kStage, kTotOff = kRawOff + kRawSlots * kStage;
+  static constexpr int kRawOff = kStages * kStage,
+                       kTotOff = kRawOff + kRawSlots * kStage + kQuadSlots * kQuadBytes;
   static constexpr int kPartOff = kTotOff + kTotBytes;
   static constexpr int kSmem = kPartOff + kPartBytes + 1024;
   static_assert(kStages >= 3 && (!kRaw || WP || kRawSlots >= 3), "pipeline too shallow");
+  // produce_q4 fills the 4 stages of a quad before it arrives on any: the consumers must be able to release
+  // the oldest of them from the chunks before the quad.
+  static_assert(!kQ4 || (kRaw && CL == 1 && SP == 1 && kStages >= 4 + kPending), "quads need 4 free stages");
   static_assert(kPending >= 1 && kPending <= kStages * kCh - 2, "the producer needs free stages");
   static_assert(CL == 1 || (CL == 2 && BN % 32 == 0), "x halves must be whole row-group pairs");
   static_assert(SP == 1 || (SP == 2 && CL == 1 && !kTotSmem), "slice split: x not shared, tot in registers");
@@ -433,6 +447,94 @@ __device__ __forceinline__ void produce_raw(const __nv_bfloat16* __restrict__ x,
   }
 }
 
+// The MLX 4-bit producer (WP = kWpQ4 / kWpQ4Sub): W's stage rows are made from the packed weight in the
+// CTA -- each 16-byte unit of a row's chunk (k 8t..8t+7) is dequant<>() of the word quant_common.cuh's
+// device layout keeps for it (the values dequantize_bf16 writes), stored where produce_raw's permuters put
+// that unit -- so W's bytes come from memory once, at 4 bits, with no bf16 copy of the weight. x is permuted
+// per call and each chunk loaded by one tensor-map load (thread 0, as the TmaX path's loader).
+// Thread pt owns unit t = pt % 4 of rows r0 + 32j (r0 from permute_row: conflict-free stage stores). Every
+// chunk is in quads (k % 128 == 0): a quad's 4 words of a row unit are 16 contiguous bytes, copied with
+// cp.async kQuadSlots quads ahead into a quad slot with the row's scale words (the thread's own copy: it
+// reads only what it copied, so cp.async.wait_group is all the ordering needed). The producer works a quad
+// at a time: it waits for the quad's 4 stages, dequantizes each row's 4 units into them, then arrives on
+// their `full` barriers (128 arrivals + thread 0's expect_tx for x).
+template <int WGS, int BN, int WP>
+__device__ __forceinline__ void produce_q4(const uint8_t* __restrict__ qw, const uint32_t* __restrict__ qs,
+                                           int qshift, int n, int k, int m0, int n0, uint32_t sbase,
+                                           uint32_t full, uint32_t empty, const CUtensorMap* tmx) {
+  using C = Cfg<WGS, BN, 1, 1, WP>;
+  constexpr int KIND = WP == kWpQ4Sub ? kMlxBf16Sub : kMlxBf16, kRowsJ = C::kBM / 32, kQA = C::kQuadSlots;
+  const int pt = threadIdx.x % 128, t = pt % 4, r0 = 8 * (pt / 32) + permute_row(pt % 32);
+  const int sw = (r0 >> 1) & 3;  // as in produce_raw
+  const uint32_t off0 = r0 * 64 + ((t / 2) ^ sw) * 16 + (t % 2) * 8;
+  const uint32_t off1 = r0 * 64 + ((2 + t / 2) ^ sw) * 16 + (t % 2) * 8;
+  const int64_t row_bytes = k / 2;
+  const int groups = k >> (5 + qshift), quads = k / 128, gq = 4 >> qshift;  // scale words a quad: 2 or 1
+  const uint32_t qbase = sbase + C::kRawOff;
+  auto words_at = [&](uint32_t slot, int j) { return slot + (r0 + 32 * j) * 64 + t * 16; };
+  auto scales_at = [&](uint32_t slot, int j) { return slot + C::kBM * 64 + ((r0 + 32 * j) * 4 + t) * 8; };
+  auto issue = [&](int q) {  // quad q's words and scale words of this thread's rows (clamped: masked outputs)
+    const uint32_t slot = qbase + (q % kQA) * C::kQuadBytes;
+#pragma unroll
+    for (int j = 0; j < kRowsJ; ++j) {
+      const int row = min(n0 + r0 + 32 * j, n - 1);
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(words_at(slot, j)),
+                   "l"(qw + int64_t(row) * row_bytes + q * 64 + t * 16)
+                   : "memory");
+      const uint32_t* sp = qs + int64_t(row) * groups + q * gq;
+      if (gq == 2)
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(scales_at(slot, j)), "l"(sp)
+                     : "memory");
+      else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(scales_at(slot, j)), "l"(sp)
+                     : "memory");
+    }
+  };
+  auto commit = [] { asm volatile("cp.async.commit_group;" ::: "memory"); };
+  // The first quads (constant weights) before griddepcontrol.wait; kQA groups either way, so that group q is
+  // quad q below.
+  for (int q = 0; q < kQA; ++q) {
+    if (q < quads) issue(q);
+    commit();
+  }
+  pdl_wait();
+  for (int q = 0; q < quads; ++q) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(kQA - 1) : "memory");  // quad q's bytes have landed
+    uint32_t st[4];
+#pragma unroll
+    for (int cc = 0; cc < 4; ++cc) {
+      const int c = 4 * q + cc, s = c % C::kStages;
+      if (c >= C::kStages) mbar_wait(empty + 8 * s, ((c / C::kStages) & 1) ^ 1);
+      st[cc] = sbase + s * C::kStage;
+      if (pt == 0) {
+        mbar_arrive_expect_tx(full + 8 * s, BN * 64);
+        tma_load_2d(st[cc] + 2 * C::kWStep, tmx, c * 32, m0, full + 8 * s);
+      }
+    }
+    const uint32_t slot = qbase + (q % kQA) * C::kQuadBytes;
+#pragma unroll
+    for (int j = 0; j < kRowsJ; ++j) {
+      const uint4 wv = lds128(words_at(slot, j));
+      uint32_t s_lo, s_hi;  // the scale words of chunks 0-1 and 2-3 (one group of 128: the same word)
+      asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(s_lo), "=r"(s_hi) : "r"(scales_at(slot, j)));
+      if (gq == 1) s_hi = s_lo;
+      const uint32_t wd[4] = {wv.x, wv.y, wv.z, wv.w};
+#pragma unroll
+      for (int cc = 0; cc < 4; ++cc) {
+        const uint4 v = dequant<KIND, 4>(Raw{wd[cc], 0, cc < 2 ? s_lo : s_hi, 0});
+        const uint32_t d = st[cc] + j * 32 * 64;
+        asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(d + off0), "r"(v.x), "r"(v.y) : "memory");
+        asm volatile("st.shared.v2.b32 [%0], {%1, %2};" ::"r"(d + off1), "r"(v.z), "r"(v.w) : "memory");
+      }
+    }
+    fence_proxy_async();
+#pragma unroll
+    for (int cc = 0; cc < 4; ++cc) mbar_arrive(full + 8 * ((4 * q + cc) % C::kStages));
+    if (q + kQA < quads) issue(q + kQA);  // into the slot just read (this thread's own bytes)
+    commit();
+  }
+}
+
 // part_peer (SP = 2, rank 0): the shared::cluster address of rank 1's slice partials 4..7, added in
 // slice order after this CTA's fold of slices 0..3 (linear.cu's `s += red[q]` sequence).
 template <int WGS, int BN, int SP>
@@ -548,7 +650,8 @@ __global__ void __launch_bounds__(Cfg<WGS, BN, CL, SP>::kThreads, 1)
     linear_wgmma_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
                         const void* __restrict__ bias, int bias_kind, void* __restrict__ y, bool y_f32, int m,
                         int n, int k, int m_tiles, const __grid_constant__ CUtensorMap tmw,
-                        const __grid_constant__ CUtensorMap tmx, int xp) {
+                        const __grid_constant__ CUtensorMap tmx, int xp, const uint32_t* __restrict__ qs,
+                        int qshift) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using C = Cfg<WGS, BN, CL, SP, WP>;
   static_assert(!TMA || C::kRaw, "TMA feeds the raw-staging producer");
@@ -570,7 +673,8 @@ __global__ void __launch_bounds__(Cfg<WGS, BN, CL, SP>::kThreads, 1)
     for (int s = 0; s < C::kStages; ++s) {
       // producer threads' arrives (+ the expect_tx for the peer's bytes; TMA: the 64 permuters)
       // xp 1: + x's expect_tx arrive; xp 2: only the loading thread's expect_tx arrive
-      mbar_init(full + 8 * s, TMA ? (xp == 2 ? 1 : 64 + (xp ? 1 : 0)) : 128 + (CL == 2));
+      // WP >= kWpQ4: the 128 producer threads' arrives + thread 0's expect_tx arrive for x
+      mbar_init(full + 8 * s, C::kQ4 ? 129 : TMA ? (xp == 2 ? 1 : 64 + (xp ? 1 : 0)) : 128 + (CL == 2));
       mbar_init(empty + 8 * s, 4 * WGS * CL);  // lane 0 of every consumer warp (of both CTAs)
       if constexpr (CL == 2) mbar_init(half + 8 * s, 128);
     }
@@ -595,7 +699,10 @@ __global__ void __launch_bounds__(Cfg<WGS, BN, CL, SP>::kThreads, 1)
   const int c_hi = SP == 2 ? (4 * int(rank) + 4) * chunks / kSlices : chunks;
   if (threadIdx.x / 128 == WGS) {
     if constexpr (WGS == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 56;");
-    if constexpr (C::kRaw)
+    if constexpr (C::kQ4)
+      produce_q4<WGS, BN, WP>(reinterpret_cast<const uint8_t*>(w), qs, qshift, n, k, m0, n0, sbase, full,
+                              empty, &tmx);
+    else if constexpr (C::kRaw)
       produce_raw<WGS, BN, SP, TMA, SWZ, WP>(x, w, m, n, k, m0, n0, sbase, full, empty, c_lo, c_hi - c_lo,
                                              half, &tmw, &tmx, xp);
     else
@@ -721,7 +828,8 @@ const void* permuted_rows(const void* x, int m, int k, cudaStream_t s, int which
 
 template <int WGS, int BN, int CL, int SP, bool TMA, bool SWZ, int WP = 0>
 void launch_with(const void* x, const void* w, const void* bias, int bias_kind, void* y, bool y_f32, int m,
-                 int n, int k, cudaStream_t s, const CUtensorMap& tmw, const CUtensorMap& tmx, int xp = 0) {
+                 int n, int k, cudaStream_t s, const CUtensorMap& tmw, const CUtensorMap& tmx, int xp = 0,
+                 const uint32_t* qs = nullptr, int qshift = 0) {
   using C = Cfg<WGS, BN, CL, SP, WP>;
   static const bool configured = [] {
     TF_CUDA_CHECK(cudaFuncSetAttribute(linear_wgmma_kernel<WGS, BN, CL, SP, TMA, SWZ, WP>,
@@ -734,7 +842,7 @@ void launch_with(const void* x, const void* w, const void* bias, int bias_kind, 
   const auto* wb = static_cast<const __nv_bfloat16*>(w);
   if constexpr (CL == 1 && SP == 1) {
     launch_pdl(linear_wgmma_kernel<WGS, BN, 1, 1, TMA, SWZ, WP>, dim3(m_tiles * n_tiles), dim3(C::kThreads),
-               C::kSmem, s, xb, wb, bias, bias_kind, y, y_f32, m, n, k, m_tiles, tmw, tmx, xp);
+               C::kSmem, s, xb, wb, bias, bias_kind, y, y_f32, m, n, k, m_tiles, tmw, tmx, xp, qs, qshift);
   } else {  // clusters: two weight tiles (CL; an odd last one computes clamped rows, all masked) or one
             // tile twice (SP)
     cudaLaunchConfig_t cfg{};
@@ -746,7 +854,7 @@ void launch_with(const void* x, const void* w, const void* bias, int bias_kind, 
     attr[0].val.clusterDim.x = 2, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
     cfg.attrs = attr, cfg.numAttrs = 1;
     TF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, linear_wgmma_kernel<WGS, BN, CL, SP, TMA, SWZ, WP>, xb, wb, bias,
-                                     bias_kind, y, y_f32, m, n, k, m_tiles, tmw, tmx, xp));
+                                     bias_kind, y, y_f32, m, n, k, m_tiles, tmw, tmx, xp, qs, qshift));
   }
 }
 
@@ -1016,6 +1124,51 @@ bool linear_wgmma_silu_bf16(const void* gate_up, const void* w, const void* bias
                                          : 2,
               y, y_dtype == DType::F32, m, n, k, s, true);
   return true;
+}
+
+namespace {
+
+// One MLX 4-bit call on the 128-row tile of BN tokens (WP: plain or subnormal codes); false, launching
+// nothing but perhaps x's permutation, where x's permuted copy or its tensor map cannot be made.
+std::atomic<uint64_t> g_mlx4_launches{0};
+
+template <int BN, int WP>
+bool launch_mlx4(const void* x, const void* words, const uint32_t* scales, int chunk_shift, const void* bias,
+                 int bias_kind, void* y, bool y_f32, int m, int n, int k, cudaStream_t s) {
+  CUtensorMap tmw{}, tmx{};
+  const void* xp = permuted_rows(x, m, k, s, 0);  // null: capture, or x unaligned
+  if (!xp || !make_map(&tmx, xp, m, k, BN, CU_TENSOR_MAP_SWIZZLE_64B)) return false;
+  launch_with<2, BN, 1, 1, true, true, WP>(x, words, bias, bias_kind, y, y_f32, m, n, k, s, tmw, tmx, 1,
+                                           scales, chunk_shift);
+  g_mlx4_launches.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+}  // namespace
+
+uint64_t linear_wgmma_mlx4_launches() {
+  return g_mlx4_launches.load(std::memory_order_relaxed);
+}
+
+bool linear_wgmma_mlx4(const void* x, const void* words, const void* scales, int chunk_shift, bool subnormal,
+                       const void* bias, DType bias_dtype, void* y, DType y_dtype, int m, int n, int k,
+                       cudaStream_t s) {
+  if (m <= 0 || n <= 0 || k % 128 != 0 || (chunk_shift != 1 && chunk_shift != 2) ||
+      !linear_wgmma_supported() || !encode_tiled() || !can_permute(x, s) ||
+      reinterpret_cast<uintptr_t>(words) % 16 != 0 || reinterpret_cast<uintptr_t>(scales) % 8 != 0)
+    return false;
+  const int bias_kind = !bias ? 0 : bias_dtype == DType::F32 ? 1 : 2;
+  const bool f32 = y_dtype == DType::F32;
+  const auto* sc = static_cast<const uint32_t*>(scales);
+  // 128 x 128 or 128 x 64 by linear_wgmma_auto_tile's estimate (waves x a tile's MMA time at its efficiency).
+  const long n_tiles = (n + 127) / 128, t128 = (m + 127) / 128 * n_tiles, t64 = (m + 63) / 64 * n_tiles;
+  const bool wide = double((t128 + 131) / 132) * 128 / 0.82 <= double((t64 + 131) / 132) * 64 / 0.58;
+  if (wide)
+    return subnormal
+               ? launch_mlx4<128, kWpQ4Sub>(x, words, sc, chunk_shift, bias, bias_kind, y, f32, m, n, k, s)
+               : launch_mlx4<128, kWpQ4>(x, words, sc, chunk_shift, bias, bias_kind, y, f32, m, n, k, s);
+  return subnormal ? launch_mlx4<64, kWpQ4Sub>(x, words, sc, chunk_shift, bias, bias_kind, y, f32, m, n, k, s)
+                   : launch_mlx4<64, kWpQ4>(x, words, sc, chunk_shift, bias, bias_kind, y, f32, m, n, k, s);
 }
 
 }  // namespace tf::cuda

@@ -23,7 +23,8 @@
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/launch.h"
-#include "ops/cuda/mbarrier.cuh"  // gtime (the stamps instance)
+#include "ops/cuda/linear_wgmma.h"  // linear_wgmma_mlx4
+#include "ops/cuda/mbarrier.cuh"    // gtime (the stamps instance)
 #include "ops/cuda/quant_common.cuh"
 #include "ops/cuda/quant_ks.h"
 #include "ops/cuda/quant_linear.h"
@@ -44,6 +45,9 @@ int g_loads_per_step = 0;  // K chunks a warp loads per step for M <= 16; 0: by 
 // the b=32 forward 5.816 / 5.546 / 5.992 and 5.896 / 5.541 / 5.976 ms. Run 494 (H100, the 8B linears at M =
 // 64 / 48, 1 / 3 / 4): 9.104 / 8.613 / 8.004 and 8.394 / 7.094 / 6.674 ms (bf16: 8.164, 8.169).
 int g_q4_split32 = env_digit("TF_Q4_SPLIT32", 4, 4);
+// MLX 4-bit prefill (kDequantMinM rows on) on linear_wgmma_mlx4 (on) or the bf16 linear on a dequantized copy
+// (off); TF_Q4_PREFILL; same bits. Off until it has run on a GPU (session 54).
+bool g_q4_prefill = env_switch("TF_Q4_PREFILL", false);
 // q4_decode_kernel's x in shared memory: the call's rows up to this many bytes (opted in once; with the 8 KB
 // of static shared memory (the double-buffered slice sums) two blocks still fit an SM; the occupancy is
 // computed for this size).
@@ -762,6 +766,17 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
       return;
     }
   }
+  // Prefill of an MLX 4-bit weight (bf16 scales, groups of 64 or 128, k % 128 == 0): the wgmma linear with
+  // the weight dequantized in the CTA (linear_wgmma_mlx4: the bits of the path below, without its bf16 copy
+  // of the weight). Where it does not apply, the path below.
+  if (m >= kDequantMinM && g_q4_prefill && w.format == LinearWeight::Format::MlxAffine && w.bits == 4 &&
+      w.scales.dtype() == DType::U32 && x.is_contiguous() && y.is_contiguous()) {
+    const int kind = kind_of(w);
+    if ((kind == kMlxBf16 || kind == kMlxBf16Sub) &&
+        linear_wgmma_mlx4(x.raw(), w.weight.raw(), w.scales.raw(), chunk_shift(w), kind == kMlxBf16Sub, bias,
+                          has_bias ? w.bias.dtype() : DType::F32, y.raw(), y.dtype(), m, int(n), int(k), s))
+      return;
+  }
   if (m >= kDequantMinM && size_t(n) * size_t(k) * 2 <= kDequantMaxBytes) {
     // Prefill: the tiled bf16 kernel on the dequantized weight (same bits as the fused kernel). The copy
     // goes back to the block cache at once; later users of that memory are ordered after us on the stream.
@@ -864,6 +879,14 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
 
 void set_q4_row2(bool on) {
   g_q4_row2 = on;
+}
+
+void set_q4_prefill(bool on) {
+  g_q4_prefill = on;
+}
+
+bool q4_prefill() {
+  return g_q4_prefill;
 }
 
 void set_q4_split32(int mode) {

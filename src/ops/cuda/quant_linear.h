@@ -111,6 +111,11 @@ int q4_ks32_mode();
 // widths > 8192 by 16 rows; 4 (the default) as 3, and 33-64 rows of K > 4096 by 32 rows (run 494: the 8B
 // linears at 64 / 48 rows -12% / -20%). TF_Q4_SPLIT32; same bits.
 void set_q4_split32(int mode);
+// MLX 4-bit calls of kDequantMinM (128) rows or more on the wgmma linear that dequantizes the weight in the
+// CTA (on; TF_Q4_PREFILL) or on the bf16 linear on a dequantized copy of the weight (off, the default until
+// the kernel has run on a GPU). Same bits.
+void set_q4_prefill(bool on);
+bool q4_prefill();
 int q4_split32_mode();
 void set_q4_ks_config(int cfg);
 int q4_ks_config();

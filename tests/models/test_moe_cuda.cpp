@@ -736,6 +736,48 @@ TEST_F(Moe, MlxSubnormalCodesEqualPlainScales) {
   }
 }
 
+// Prefill-sized groups of 4-bit experts on the wgmma GEMMs (moe_grouped_wgmma: the weights dequantized in
+// the CTA, the down's x the gate_up's silu_mul made as it is permuted) give the bits of the grouped kernels
+// (set_moe_wgmma(false)): tiles of 64 slots (97 and 150 tokens over 16 experts, top-8) and 128 (300), groups
+// of 64 and 128, subnormal and plain scale codes; a token's bits inside 128 copies of it (every slot of one
+// expert's tiles the same row) equal its bits alone.
+TEST_F(Moe, GroupedWgmmaEqualsTheGroupedKernels) {
+  if (const char* v = std::getenv("TF_MOE_FUSED"); v && std::string(v) == "0")
+    GTEST_SKIP() << "TF_MOE_FUSED=0 turns the fused path off";
+  const bool on0 = cuda::moe_wgmma();
+  for (int group : {64, 128})
+    for (bool subnormal : {true, false}) {
+      SCOPED_TRACE("group " + std::to_string(group) + (subnormal ? ", subnormal codes" : ", plain codes"));
+      cuda::set_mlx_subnormal_codes(subnormal);
+      MoeWeights g = make_mlx_moe(*gpu, 8, true, 51 + group, 4, group);
+      ASSERT_EQ(g.gate_up[0].subnormal_codes, subnormal);
+      std::mt19937 rng(52);
+      for (int n : {97, 150, 300}) {
+        const Tensor x = random_bf16({n, kMlxH}, 1.f, rng);
+        const uint64_t before = cuda::moe_grouped_wgmma_launches();
+        const OffOn r = run_off_on(*gpu, g, x, cuda::set_moe_wgmma);
+        EXPECT_EQ(cuda::moe_grouped_wgmma_launches(), before + 2)
+            << n << " tokens: the wgmma GEMMs did not run";
+        EXPECT_TRUE(g.prepared) << "the fused path did not run";
+        double norm = 0;
+        for (float v : r.on) norm += double(v) * v;
+        EXPECT_GT(norm, 0.0);
+        EXPECT_EQ(0, std::memcmp(r.on.data(), r.off.data(), r.on.size() * 4)) << n << " tokens";
+      }
+      const Tensor pool = random_bf16({1, kMlxH}, 1.f, rng);
+      cuda::set_moe_wgmma(false);
+      const auto alone = run(*gpu, g, pool);
+      cuda::set_moe_wgmma(true);
+      const uint64_t before = cuda::moe_grouped_wgmma_launches();
+      const auto copies = run(*gpu, g, rows_of(pool, std::vector<int>(128, 0)));
+      EXPECT_EQ(cuda::moe_grouped_wgmma_launches(), before + 2) << "128 copies: the wgmma GEMMs did not run";
+      for (int i = 0; i < 128; i += 9)
+        ASSERT_EQ(0, std::memcmp(copies.data() + i * kMlxH, alone.data(), kMlxH * 4)) << "copy " << i;
+    }
+  cuda::set_mlx_subnormal_codes(true);
+  cuda::set_moe_wgmma(on0);
+}
+
 // Widths without a grouped kernel (here 6-bit) are refused by moe_fusable and run the host-routed path.
 TEST_F(Moe, OtherMlxWidthsTakeTheHostRoutedPath) {
   MoeWeights g = make_mlx_moe(*gpu, 2, true, 15, 6, 64);

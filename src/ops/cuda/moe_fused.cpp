@@ -226,7 +226,10 @@ void moe_fused(Backend& be, cudaStream_t s, const Tensor& h, MoeWeights& w, Tens
     });
     return;
   }
-  const int tile = moe_tile_for(P, E), max_tiles = moe_max_tiles(P, E, tile);
+  // Prefill-sized groups of 4-bit experts: the wgmma GEMMs (tiles of 128 or 64 slots), the down's x the
+  // gate_up's silu_mul as its permuted copy is made (no silu_mul kernel, no act tensor).
+  const int wg_tile = moe_grouped_wgmma_tile(gate_up, down, P, H, I, h.raw(), s);
+  const int tile = wg_tile ? wg_tile : moe_tile_for(P, E), max_tiles = moe_max_tiles(P, E, tile);
   Tensor pair_e = be.alloc({P}, DType::I32), pair_w = be.alloc({P}, DType::F32);
   Tensor slot_of_pair = be.alloc({P}, DType::I32), slot_row = be.alloc({P}, DType::I32);
   Tensor tiles = be.alloc({max_tiles + 1, 4}, DType::I32);
@@ -234,9 +237,9 @@ void moe_fused(Backend& be, cudaStream_t s, const Tensor& h, MoeWeights& w, Tens
   // grouping kernel, no silu_mul kernel, no gu tensor.
   const bool routed = moe_routed_ok(gate_up, down, R, K, H, I);
   // The grouped gate_up applies silu_mul itself where its persistent kernel serves (4-bit, tiles of 8).
-  const bool silu_fused = routed || moe_grouped_fuses_silu(gate_up, max_tiles, tile, P, H);
+  const bool silu_fused = routed || (!wg_tile && moe_grouped_fuses_silu(gate_up, max_tiles, tile, P, H));
   Tensor gu = silu_fused ? Tensor() : be.alloc({P, 2 * I}, DType::BF16);
-  Tensor act = be.alloc({P, I}, DType::BF16), y = be.alloc({P, H}, DType::BF16);
+  Tensor act = wg_tile ? Tensor() : be.alloc({P, I}, DType::BF16), y = be.alloc({P, H}, DType::BF16);
   auto i32 = [](Tensor& t) { return static_cast<int32_t*>(t.raw()); };
   auto* tl = static_cast<int4*>(tiles.raw());
   const MoeRouting rt{static_cast<const float*>(logits.raw()), R, K, w.norm_topk_prob, i32(pair_e),
@@ -246,16 +249,26 @@ void moe_fused(Backend& be, cudaStream_t s, const Tensor& h, MoeWeights& w, Tens
       moe_route_group(static_cast<const float*>(logits.raw()), R, E, K, w.norm_topk_prob, i32(pair_e),
                       static_cast<float*>(pair_w.raw()), tile, tl, i32(slot_of_pair), i32(slot_row), s);
     });
-  repeat(2, [&] {  // routed: silu_mul fused, the output is act
-    if (routed) return moe_routed_gemm(rt, true, h.raw(), gate_up, act.raw(), 2 * I, H, s);
-    moe_grouped_gemm(h.raw(), i32(slot_row), gate_up, tl, max_tiles, tile, P,
-                     silu_fused ? act.raw() : gu.raw(), 2 * I, H, s, silu_fused);
-  });
-  if (!silu_fused) repeat(3, [&] { silu_mul(gu.raw(), act.raw(), P, I, s); });
-  repeat(4, [&] {
-    if (routed) return moe_routed_gemm(rt, false, act.raw(), down, y.raw(), H, I, s);
-    moe_grouped_gemm(act.raw(), nullptr, down, tl, max_tiles, tile, P, y.raw(), H, I, s);
-  });
+  if (wg_tile) {
+    repeat(2, [&] {
+      moe_grouped_wgmma(h.raw(), i32(slot_row), false, gate_up, tl, max_tiles, tile, P, gu.raw(), 2 * I, H,
+                        s);
+    });
+    repeat(4, [&] {
+      moe_grouped_wgmma(gu.raw(), nullptr, true, down, tl, max_tiles, tile, P, y.raw(), H, I, s);
+    });
+  } else {
+    repeat(2, [&] {  // routed: silu_mul fused, the output is act
+      if (routed) return moe_routed_gemm(rt, true, h.raw(), gate_up, act.raw(), 2 * I, H, s);
+      moe_grouped_gemm(h.raw(), i32(slot_row), gate_up, tl, max_tiles, tile, P,
+                       silu_fused ? act.raw() : gu.raw(), 2 * I, H, s, silu_fused);
+    });
+    if (!silu_fused) repeat(3, [&] { silu_mul(gu.raw(), act.raw(), P, I, s); });
+    repeat(4, [&] {
+      if (routed) return moe_routed_gemm(rt, false, act.raw(), down, y.raw(), H, I, s);
+      moe_grouped_gemm(act.raw(), nullptr, down, tl, max_tiles, tile, P, y.raw(), H, I, s);
+    });
+  }
   repeat(5, [&] {
     moe_combine(y.raw(), routed ? nullptr : i32(slot_of_pair), static_cast<const float*>(pair_w.raw()),
                 out.raw(), out.dtype(), R, K, H, s);

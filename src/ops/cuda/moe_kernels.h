@@ -75,6 +75,22 @@ void moe_grouped_gemm(const void* x, const int32_t* x_rows, const MoeExperts& w,
                       int max_tiles, int tile, int slots, void* y, int n, int k, cudaStream_t s,
                       bool silu = false);
 bool moe_grouped_fuses_silu(const MoeExperts& w, int max_tiles, int tile, int slots, int k);
+// Prefill-sized groups of MLX 4-bit experts (moe_wgmma.cu) on the wgmma linear's pipeline, the weights
+// dequantized in the CTA: the grouping tile (128 or 64 slots) for a call of `pairs` pairs whose average
+// active expert has at least 96 (48) of them, with x (the gate_up's input, 16-byte aligned) on stream s (not
+// capturing: x's permuted copy needs a buffer); 0 where the call stays on moe_grouped_gemm (shapes, no wgmma,
+// set_moe_wgmma(false), TF_MOE_WGMMA, off by default until the kernel has run on a GPU).
+int moe_grouped_wgmma_tile(const MoeExperts& gate_up, const MoeExperts& down, int pairs, int hidden,
+                           int inter, const void* x, cudaStream_t s);
+// moe_grouped_gemm's product for such a call: y [slots, n] (bf16) from x's rows x_rows[slot] (or the slot
+// itself where null; silu: x is the gate_up [slots, 2k] and the input its silu_mul, the silu_mul kernel's
+// bits), tiles grouped with `tile` (moe_grouped_wgmma_tile's). The same bits as moe_grouped_gemm.
+void moe_grouped_wgmma(const void* x, const int32_t* x_rows, bool silu, const MoeExperts& w,
+                       const int4* tiles, int max_tiles, int tile, int slots, void* y, int n, int k,
+                       cudaStream_t s);
+void set_moe_wgmma(bool on);
+bool moe_wgmma();
+uint64_t moe_grouped_wgmma_launches();  // launches so far (tests: that the path ran)
 // Tests and benches: false (or TF_MOE_GROUPED_SILU=0) keeps the silu_mul kernel after the grouped gate_up.
 void set_moe_grouped_silu(bool on);
 // Decode calls of up to kMoeRoutedMaxRows rows with MLX 4-bit experts (moe_routed_ok): no routing or

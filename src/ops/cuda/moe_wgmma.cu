@@ -1,0 +1,142 @@
+// The grouped MLX 4-bit experts' GEMM on Hopper warpgroup MMAs, for groups of prefill size
+// (moe_kernels.h: moe_grouped_wgmma): the wgmma linear's pipeline (wgmma_pipeline.cuh) with the 128-row
+// tiles, the producer dequantizing the tile's expert's weight into the stages (produce_q4) and x's rows
+// gathered in slot order and permuted once per call, then loaded by tensor map. A CTA takes one grouping
+// tile (expert e, slots [first, first + count)) and one 128-row tile of e's output features; rows of the
+// neighbouring tile that share its x box compute into masked outputs only. Each element's arithmetic is
+// the wgmma linear's (8 fixed K slices of in-order k16 chains, summed in slice order), the bits of
+// linear_quantized on the slot's row alone, as moe_grouped_gemm's kernels.
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include <atomic>
+
+#include "core/error.h"
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/launch.h"
+#include "ops/cuda/linear_wgmma.h"  // linear_wgmma_supported, make_linear_tensor_map
+#include "ops/cuda/moe_kernels.h"
+#include "ops/cuda/wgmma_pipeline.cuh"
+
+namespace tf::cuda {
+namespace {
+
+using namespace wgp;
+
+// TF_MOE_WGMMA (set_moe_wgmma): off until the kernel has run on a GPU (session 54).
+bool g_on = env_switch("TF_MOE_WGMMA", false);
+std::atomic<uint64_t> g_launches{0};
+
+// Grid: max_tiles x (n / 128) CTAs, grouping tiles fastest (the CTAs of one expert's weight tile together:
+// L2 reuse of its weights); CTAs past the call's tile count leave at once.
+template <int BN, int WP>
+__global__ void __launch_bounds__(Cfg<2, BN>::kThreads, 1)
+    moe_wgmma_kernel(const void* const* __restrict__ words, const void* const* __restrict__ scales,
+                     int qshift, const int4* __restrict__ tiles, int max_tiles, __nv_bfloat16* __restrict__ y,
+                     int n, int k, const __grid_constant__ CUtensorMap tmx) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using C = Cfg<2, BN, 1, 1, WP>;
+  pdl_wait();  // the tiles (and x) come from the kernels before
+  const int ti = int(blockIdx.x) % max_tiles, nt = int(blockIdx.x) / max_tiles;
+  if (ti >= tiles[0].x) return;   // the whole CTA, before any barrier
+  const int4 tl = tiles[1 + ti];  // {expert, first slot, slots, 0}
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  __shared__ __align__(8) uint64_t bars[2 * C::kStages];  // full[s], empty[s]
+  const uint32_t pad = (1024 - (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023)) & 1023;
+  const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw + pad));
+  const uint32_t full = static_cast<uint32_t>(__cvta_generic_to_shared(bars)), empty = full + 8 * C::kStages;
+  if (threadIdx.x == 0)
+    for (int s = 0; s < C::kStages; ++s) {
+      mbar_init(full + 8 * s, 129);     // the 128 producer threads + thread 0's expect_tx for x
+      mbar_init(empty + 8 * s, 4 * 2);  // lane 0 of every consumer warp
+    }
+  __syncthreads();
+  pdl_launch_dependents();
+  const int m0 = tl.y, m_end = tl.y + tl.z, n0 = nt * C::kBM;
+  if (threadIdx.x / 128 == 2) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 56;");
+    produce_q4<2, BN, WP>(static_cast<const uint8_t*>(words[tl.x]),
+                          static_cast<const uint32_t*>(scales[tl.x]), qshift, n, k, m0, n0, sbase, full,
+                          empty, &tmx);
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 224;");
+    consume<2, BN, 1, 1, true, WP>(nullptr, 0, y, false, m_end, n, k, m0, n0, sbase, nullptr, nullptr, full,
+                                   empty, 0);
+  }
+#else
+  __trap();  // built for another architecture: moe_grouped_wgmma_tile keeps callers away
+#endif
+}
+
+template <int BN, int WP>
+void launch(const MoeExperts& w, const int4* tiles, int max_tiles, void* y, int n, int k,
+            const CUtensorMap& tmx, cudaStream_t s) {
+  using C = Cfg<2, BN, 1, 1, WP>;
+  static const bool configured = [] {
+    TF_CUDA_CHECK(cudaFuncSetAttribute(moe_wgmma_kernel<BN, WP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       C::kSmem));
+    return true;
+  }();
+  (void)configured;
+  const int n_tiles = (n + C::kBM - 1) / C::kBM;
+  launch_pdl(moe_wgmma_kernel<BN, WP>, dim3(unsigned(max_tiles * n_tiles)), dim3(C::kThreads), C::kSmem, s,
+             w.weights, w.scales, w.chunk_shift, tiles, max_tiles, static_cast<__nv_bfloat16*>(y), n, k, tmx);
+  TF_CUDA_LAUNCH_CHECK();
+}
+
+// The experts this kernel reads: MLX 4-bit in the device layout with bf16 scale words, groups of 64 or 128,
+// every chunk in quads.
+// n: the projection's output features (an expert's packed bytes below 2^32: produce_q4's 32-bit offsets).
+bool takes(const MoeExperts& w, int n, int k) {
+  return w.bits == 4 && (w.chunk_shift == 1 || w.chunk_shift == 2) && k % 128 == 0 &&
+         w.quad_chunks == k / 32 && w.row_bytes == k / 2 && int64_t(n) * (k / 2) < (int64_t(1) << 32);
+}
+
+}  // namespace
+
+int moe_grouped_wgmma_tile(const MoeExperts& gate_up, const MoeExperts& down, int pairs, int hidden,
+                           int inter, const void* x, cudaStream_t s) {
+  if (!g_on || pairs <= 0 || !takes(gate_up, 2 * inter, hidden) || !takes(down, hidden, inter) ||
+      !linear_wgmma_supported())
+    return 0;
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;  // (x's permuted copy needs an allocation)
+  if (cudaStreamIsCapturing(s, &st) != cudaSuccess || st != cudaStreamCaptureStatusNone ||
+      reinterpret_cast<uintptr_t>(x) % 16 != 0)
+    return 0;
+  const int experts = gate_up.experts, active = pairs < experts ? pairs : experts;
+  const int avg = (pairs + active - 1) / active;
+  return avg >= 96 ? 128 : avg >= 48 ? 64 : 0;
+}
+
+void moe_grouped_wgmma(const void* x, const int32_t* x_rows, bool silu, const MoeExperts& w,
+                       const int4* tiles, int max_tiles, int tile, int slots, void* y, int n, int k,
+                       cudaStream_t s) {
+  TF_CHECK(takes(w, n, k) && (tile == 64 || tile == 128) && !(silu && x_rows),
+           "moe_grouped_wgmma: not a call moe_grouped_wgmma_tile admits");
+  if (max_tiles == 0) return;
+  const void* xp = wgp::wgmma_permuted_x(x, x_rows, slots, k, silu, s);
+  CUtensorMap tmx{};
+  TF_CHECK(xp && make_linear_tensor_map(&tmx, xp, slots, k, tile, true),
+           "moe_grouped_wgmma: x's permuted copy or its tensor map could not be made");
+  if (tile == 128)
+    w.subnormal ? launch<128, kWpQ4Sub>(w, tiles, max_tiles, y, n, k, tmx, s)
+                : launch<128, kWpQ4>(w, tiles, max_tiles, y, n, k, tmx, s);
+  else
+    w.subnormal ? launch<64, kWpQ4Sub>(w, tiles, max_tiles, y, n, k, tmx, s)
+                : launch<64, kWpQ4>(w, tiles, max_tiles, y, n, k, tmx, s);
+  g_launches.fetch_add(1, std::memory_order_relaxed);
+}
+
+void set_moe_wgmma(bool on) {
+  g_on = on;
+}
+
+bool moe_wgmma() {
+  return g_on;
+}
+
+uint64_t moe_grouped_wgmma_launches() {
+  return g_launches.load(std::memory_order_relaxed);
+}
+
+}  // namespace tf::cuda

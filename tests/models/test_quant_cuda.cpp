@@ -343,7 +343,8 @@ TEST_F(Gpu, Quant4BitOneRowTwoSlicesAWarpEqualsPersistent) {
 // (linear_wgmma_mlx4) give the bits of the bf16 linear on the dequantized copy (set_q4_prefill(false)) and,
 // row for row, of the decode kernels' 16-row calls: both tile widths (128 and 64 tokens: wide and narrow
 // grids), partial weight and token tiles, groups of 64 and 128, subnormal and plain scale codes, bf16 and f32
-// bias and output.
+// bias and output; and silu_mul_linear's 4-bit prefill (the activation made as x is permuted) against
+// silu_mul then the linear on the dequantized copy.
 TEST_F(Gpu, Quant4BitPrefillWgmmaEqualsDequantizedCopy) {
   if (!cuda::linear_wgmma_supported()) GTEST_SKIP() << "no wgmma on this device";
   struct Case {
@@ -396,6 +397,25 @@ TEST_F(Gpu, Quant4BitPrefillWgmmaEqualsDequantizedCopy) {
       for (int64_t i = 0; i < got.numel(); ++i) norm += std::fabs(got.data<float>()[i]);
       EXPECT_GT(norm, 0.0) << "all zeros";
     }
+    // The MLP's down as the layer calls it (silu_mul_linear): the activation made as x is permuted.
+    const int64_t rows = 200;
+    Tensor gu = gpu->upload(random_x(rows, 2 * c.k, ++seed).first);
+    auto down = [&] {
+      Tensor act = gpu->alloc({rows, c.k}, DType::BF16), y = gpu->alloc({rows, c.n}, c.y);
+      Tensor h = Tensor::empty({rows, c.n}, DType::F32);
+      gpu->silu_mul_linear(gu, wg, act, y);
+      gpu->to_host(y, h);
+      return h;
+    };
+    const uint64_t before = cuda::linear_wgmma_mlx4_launches();
+    const Tensor got = down();
+    EXPECT_EQ(cuda::linear_wgmma_mlx4_launches(), before + 1)
+        << "silu: the in-CTA dequantization did not run";
+    cuda::set_q4_prefill(false);
+    const Tensor ref = down();
+    cuda::set_q4_prefill(true);
+    EXPECT_EQ(std::memcmp(got.raw(), ref.raw(), got.nbytes()), 0)
+        << "silu: differs from silu_mul + the linear";
   }
   cuda::set_q4_prefill(prefill0);
   cuda::set_mlx_subnormal_codes(true);

@@ -583,9 +583,9 @@ std::atomic<uint64_t> g_mlx4_launches{0};
 
 template <int BN, int WP>
 bool launch_mlx4(const void* x, const void* words, const uint32_t* scales, int chunk_shift, const void* bias,
-                 int bias_kind, void* y, bool y_f32, int m, int n, int k, cudaStream_t s) {
+                 int bias_kind, void* y, bool y_f32, int m, int n, int k, bool silu, cudaStream_t s) {
   CUtensorMap tmw{}, tmx{};
-  const void* xp = permuted_rows(x, m, k, s, 0);  // null: capture, or x unaligned
+  const void* xp = permuted_rows(x, m, k, s, 0, silu);  // null: capture, or x unaligned
   if (!xp || !make_map(&tmx, xp, m, k, BN, CU_TENSOR_MAP_SWIZZLE_64B)) return false;
   launch_with<2, BN, 1, 1, true, true, WP>(x, words, bias, bias_kind, y, y_f32, m, n, k, s, tmw, tmx, 1,
                                            scales, chunk_shift);
@@ -606,7 +606,7 @@ uint64_t linear_wgmma_mlx4_launches() {
 
 bool linear_wgmma_mlx4(const void* x, const void* words, const void* scales, int chunk_shift, bool subnormal,
                        const void* bias, DType bias_dtype, void* y, DType y_dtype, int m, int n, int k,
-                       cudaStream_t s) {
+                       cudaStream_t s, bool silu) {
   if (m <= 0 || n <= 0 || k % 128 != 0 || (chunk_shift != 1 && chunk_shift != 2) ||
       int64_t(n) * (k / 2) >= (int64_t(1) << 32) ||  // produce_q4's 32-bit offsets
       !linear_wgmma_supported() || !encode_tiled() || !can_permute(x, s) ||
@@ -619,11 +619,13 @@ bool linear_wgmma_mlx4(const void* x, const void* words, const void* scales, int
   const long n_tiles = (n + 127) / 128, t128 = (m + 127) / 128 * n_tiles, t64 = (m + 63) / 64 * n_tiles;
   const bool wide = double((t128 + 131) / 132) * 128 / 0.82 <= double((t64 + 131) / 132) * 64 / 0.58;
   if (wide)
-    return subnormal
-               ? launch_mlx4<128, kWpQ4Sub>(x, words, sc, chunk_shift, bias, bias_kind, y, f32, m, n, k, s)
-               : launch_mlx4<128, kWpQ4>(x, words, sc, chunk_shift, bias, bias_kind, y, f32, m, n, k, s);
-  return subnormal ? launch_mlx4<64, kWpQ4Sub>(x, words, sc, chunk_shift, bias, bias_kind, y, f32, m, n, k, s)
-                   : launch_mlx4<64, kWpQ4>(x, words, sc, chunk_shift, bias, bias_kind, y, f32, m, n, k, s);
+    return subnormal ? launch_mlx4<128, kWpQ4Sub>(x, words, sc, chunk_shift, bias, bias_kind, y, f32, m, n, k,
+                                                  silu, s)
+                     : launch_mlx4<128, kWpQ4>(x, words, sc, chunk_shift, bias, bias_kind, y, f32, m, n, k,
+                                               silu, s);
+  return subnormal
+             ? launch_mlx4<64, kWpQ4Sub>(x, words, sc, chunk_shift, bias, bias_kind, y, f32, m, n, k, silu, s)
+             : launch_mlx4<64, kWpQ4>(x, words, sc, chunk_shift, bias, bias_kind, y, f32, m, n, k, silu, s);
 }
 
 }  // namespace tf::cuda

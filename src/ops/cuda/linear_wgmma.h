@@ -34,9 +34,10 @@ bool linear_wgmma_silu_bf16(const void* gate_up, const void* w, const void* bias
 // `subnormal`: kMlxBf16Sub's prescaled codes): the 128-row tiles with the producer dequantizing W into the
 // stages (produce_q4) -- the bits of linear_wgmma_bf16 on dequantize_bf16's copy, without making that copy.
 // False, launching nothing, where it does not apply (shape, alignment, no wgmma, a capturing stream).
+// silu: x is a gate_up [m, 2k] and the input its silu_mul (silu_mul's bits, made as x is permuted).
 bool linear_wgmma_mlx4(const void* x, const void* words, const void* scales, int chunk_shift, bool subnormal,
                        const void* bias, DType bias_dtype, void* y, DType y_dtype, int m, int n, int k,
-                       cudaStream_t s);
+                       cudaStream_t s, bool silu = false);
 uint64_t linear_wgmma_mlx4_launches();  // launches so far (tests: that the path ran)
 // True when the current device is sm_90 and this build has the sm_90a kernels (else callers must use
 // the mma.sync kernels).

@@ -881,6 +881,21 @@ void set_q4_row2(bool on) {
   g_q4_row2 = on;
 }
 
+bool linear_quantized_silu(const Tensor& gu, const LinearWeight& w, Tensor& y, cudaStream_t s) {
+  const int64_t n = w.out_features, k = w.in_features;
+  const int64_t m = gu.dim(-1) == 2 * k ? gu.numel() / (2 * k) : 0;
+  if (m < kDequantMinM || !g_q4_prefill || w.format != LinearWeight::Format::MlxAffine || w.bits != 4 ||
+      w.scales.dtype() != DType::U32 || gu.dtype() != DType::BF16 || !gu.is_contiguous() ||
+      !y.is_contiguous() || y.numel() != m * n || (y.dtype() != DType::BF16 && y.dtype() != DType::F32))
+    return false;
+  const int kind = kind_of(w);
+  const bool has_bias = w.bias.defined() && w.bias.numel() > 0;
+  return (kind == kMlxBf16 || kind == kMlxBf16Sub) &&
+         linear_wgmma_mlx4(gu.raw(), w.weight.raw(), w.scales.raw(), chunk_shift(w), kind == kMlxBf16Sub,
+                           has_bias ? w.bias.raw() : nullptr, has_bias ? w.bias.dtype() : DType::F32, y.raw(),
+                           y.dtype(), int(m), int(n), int(k), s, true);
+}
+
 void set_q4_prefill(bool on) {
   g_q4_prefill = on;
 }

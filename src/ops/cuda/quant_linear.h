@@ -115,6 +115,10 @@ void set_q4_split32(int mode);
 // CTA (on; TF_Q4_PREFILL) or on the bf16 linear on a dequantized copy of the weight (off, the default until
 // the kernel has run on a GPU). Same bits.
 void set_q4_prefill(bool on);
+// y = silu_mul(gu) · Wᵀ + bias for gu [m, 2k] (gate first) where the 4-bit prefill path above takes the
+// call (the activation made as x is permuted: silu_mul's bits, no act tensor); false, launching nothing,
+// otherwise.
+bool linear_quantized_silu(const Tensor& gu, const LinearWeight& w, Tensor& y, cudaStream_t s);
 bool q4_prefill();
 int q4_split32_mode();
 void set_q4_ks_config(int cfg);

@@ -817,7 +817,18 @@ struct FormatRow {
   const char* timing;  // "graph", "eager" (a decode step whose capture failed), "" for a prefill
 };
 
-constexpr int kFormatPrefills[] = {512, 4096};  // prompt lengths of the format rows (--quick: the first)
+// Prompt lengths of the format rows (--quick: the first): 512 and 4096, or TF_BENCH_PREFILL_LENS=a,b,.. (in
+// increasing order).
+std::vector<int> format_prefills() {
+  std::vector<int> v;
+  if (const char* e = std::getenv("TF_BENCH_PREFILL_LENS")) {
+    std::stringstream ss(e);
+    for (std::string item; std::getline(ss, item, ',');)
+      if (std::atoi(item.c_str()) > 0) v.push_back(std::atoi(item.c_str()));
+  }
+  if (v.empty()) v = {512, 4096};
+  return v;
+}
 
 // The forward at bf16 (the ratios' reference) and at each quantized format, one model at a time, timed
 // alike: decode steps from CUDA graphs, prefills eager; the backend's default schedule (the product's
@@ -827,7 +838,8 @@ void format_rows(Backend& be, const ModelShape& sh, const std::vector<WeightForm
                  const Ceilings& c, bool quick, std::vector<FormatRow>* out) {
   cudaStream_t s = cuda::stream_of(be);
   const int max_ctx = quick ? 512 : 8192;
-  const int max_prefill = quick ? kFormatPrefills[0] : kFormatPrefills[std::size(kFormatPrefills) - 1];
+  const std::vector<int> prefills = format_prefills();
+  const int max_prefill = quick ? prefills.front() : prefills.back();
   Acts acts = make_acts(be, sh, std::max(max_prefill, 32), 32);
   const LinearFn ours = backend_linear(be);
   const RopeParams rope = qwen_rope(sh.head_dim);
@@ -991,7 +1003,7 @@ void format_rows(Backend& be, const ModelShape& sh, const std::vector<WeightForm
         std::fflush(stdout);
       }
     }
-    for (int n : kFormatPrefills) {
+    for (int n : prefills) {
       if (n > max_prefill || step_only) continue;
       be.begin_forward(prefill_meta(n));
       const double t = time_ms(

@@ -341,10 +341,10 @@ TEST_F(Gpu, Quant4BitOneRowTwoSlicesAWarpEqualsPersistent) {
 
 // MLX 4-bit prefill calls (128 rows and more) on the wgmma linear that dequantizes the weight in the CTA
 // (linear_wgmma_mlx4) give the bits of the bf16 linear on the dequantized copy (set_q4_prefill(false)) and,
-// row for row, of the decode kernels' 16-row calls: both tile widths (128 and 64 tokens: wide and narrow
-// grids), partial weight and token tiles, groups of 64 and 128, subnormal and plain scale codes, bf16 and f32
-// bias and output; and silu_mul_linear's 4-bit prefill (the activation made as x is permuted) against
-// silu_mul then the linear on the dequantized copy.
+// row for row, of the decode kernels' 16-row calls: every token tile (192, 128, 64), partial weight and token
+// tiles, groups of 64 and 128, subnormal and plain scale codes, bf16 and f32 bias and output; and
+// silu_mul_linear's 4-bit prefill (the activation made as x is permuted) against silu_mul then the linear on
+// the dequantized copy.
 TEST_F(Gpu, Quant4BitPrefillWgmmaEqualsDequantizedCopy) {
   if (!cuda::linear_wgmma_supported()) GTEST_SKIP() << "no wgmma on this device";
   struct Case {
@@ -393,6 +393,12 @@ TEST_F(Gpu, Quant4BitPrefillWgmmaEqualsDequantizedCopy) {
       EXPECT_EQ(std::memcmp(got.raw(), ref.raw(), got.nbytes()), 0) << "differs from the dequantized copy's";
       EXPECT_EQ(std::memcmp(got.raw(), head.raw(), head.nbytes()), 0)
           << "rows 0-15 differ from a 16-row call";
+      for (int bn : {64, 128, 192}) {  // every token tile (the call's own is the grid estimate's)
+        cuda::set_linear_wgmma_mlx4_tokens(bn);
+        const Tensor tile = run(rows);
+        cuda::set_linear_wgmma_mlx4_tokens(0);
+        EXPECT_EQ(std::memcmp(got.raw(), tile.raw(), got.nbytes()), 0) << "token tile " << bn;
+      }
       double norm = 0;
       for (int64_t i = 0; i < got.numel(); ++i) norm += std::fabs(got.data<float>()[i]);
       EXPECT_GT(norm, 0.0) << "all zeros";

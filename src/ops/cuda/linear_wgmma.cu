@@ -42,6 +42,7 @@
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <type_traits>
 
 #include "core/error.h"
 #include "ops/cuda/activation.cuh"
@@ -580,6 +581,10 @@ namespace {
 // One MLX 4-bit call on the 128-row tile of BN tokens (WP: plain or subnormal codes); false, launching
 // nothing but perhaps x's permutation, where x's permuted copy or its tensor map cannot be made.
 std::atomic<uint64_t> g_mlx4_launches{0};
+int g_mlx4_bn = [] {  // set_linear_wgmma_mlx4_tokens
+  const char* v = std::getenv("TF_Q4_PREFILL_BN");
+  return v ? std::atoi(v) : 0;
+}();
 
 template <int BN, int WP>
 bool launch_mlx4(const void* x, const void* words, const uint32_t* scales, int chunk_shift, const void* bias,
@@ -600,6 +605,10 @@ const void* wgp::wgmma_permuted_x(const void* x, const int32_t* rows, int m, int
   return permuted_rows(x, m, k, s, 0, silu, rows);
 }
 
+void set_linear_wgmma_mlx4_tokens(int bn) {
+  g_mlx4_bn = bn;
+}
+
 uint64_t linear_wgmma_mlx4_launches() {
   return g_mlx4_launches.load(std::memory_order_relaxed);
 }
@@ -615,17 +624,27 @@ bool linear_wgmma_mlx4(const void* x, const void* words, const void* scales, int
   const int bias_kind = !bias ? 0 : bias_dtype == DType::F32 ? 1 : 2;
   const bool f32 = y_dtype == DType::F32;
   const auto* sc = static_cast<const uint32_t*>(scales);
-  // 128 x 128 or 128 x 64 by linear_wgmma_auto_tile's estimate (waves x a tile's MMA time at its efficiency).
-  const long n_tiles = (n + 127) / 128, t128 = (m + 127) / 128 * n_tiles, t64 = (m + 63) / 64 * n_tiles;
-  const bool wide = double((t128 + 131) / 132) * 128 / 0.82 <= double((t64 + 131) / 132) * 64 / 0.58;
-  if (wide)
-    return subnormal ? launch_mlx4<128, kWpQ4Sub>(x, words, sc, chunk_shift, bias, bias_kind, y, f32, m, n, k,
-                                                  silu, s)
-                     : launch_mlx4<128, kWpQ4>(x, words, sc, chunk_shift, bias, bias_kind, y, f32, m, n, k,
-                                               silu, s);
-  return subnormal
-             ? launch_mlx4<64, kWpQ4Sub>(x, words, sc, chunk_shift, bias, bias_kind, y, f32, m, n, k, silu, s)
-             : launch_mlx4<64, kWpQ4>(x, words, sc, chunk_shift, bias, bias_kind, y, f32, m, n, k, silu, s);
+  // 128 x 192, 128 x 128 or 128 x 64 by linear_wgmma_auto_tile's estimate (waves x a tile's MMA time at its
+  // efficiency), or set_linear_wgmma_mlx4_tokens's.
+  const int forced = g_mlx4_bn;
+  const long n_tiles = (n + 127) / 128;
+  auto cost = [&](int bn, double eff) {
+    return double(((m + bn - 1) / bn * n_tiles + 131) / 132) * bn / eff;
+  };
+  const int bn = forced == 64 || forced == 128 || forced == 192                ? forced
+                 : cost(192, 1.0) <= std::min(cost(128, 0.82), cost(64, 0.58)) ? 192
+                 : cost(128, 0.82) <= cost(64, 0.58)                           ? 128
+                                                                               : 64;
+  auto go = [&](auto bn_c) {
+    constexpr int BN = decltype(bn_c)::value;
+    return subnormal
+               ? launch_mlx4<BN, kWpQ4Sub>(x, words, sc, chunk_shift, bias, bias_kind, y, f32, m, n, k, silu,
+                                           s)
+               : launch_mlx4<BN, kWpQ4>(x, words, sc, chunk_shift, bias, bias_kind, y, f32, m, n, k, silu, s);
+  };
+  if (bn == 192) return go(std::integral_constant<int, 192>{});
+  if (bn == 128) return go(std::integral_constant<int, 128>{});
+  return go(std::integral_constant<int, 64>{});
 }
 
 }  // namespace tf::cuda

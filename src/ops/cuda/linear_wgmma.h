@@ -39,6 +39,9 @@ bool linear_wgmma_mlx4(const void* x, const void* words, const void* scales, int
                        const void* bias, DType bias_dtype, void* y, DType y_dtype, int m, int n, int k,
                        cudaStream_t s, bool silu = false);
 uint64_t linear_wgmma_mlx4_launches();  // launches so far (tests: that the path ran)
+// The token tile of linear_wgmma_mlx4: 64, 128 or 192 (tests, benches; TF_Q4_PREFILL_BN), 0: by the grid
+// estimate (default). Same bits.
+void set_linear_wgmma_mlx4_tokens(int bn);
 // True when the current device is sm_90 and this build has the sm_90a kernels (else callers must use
 // the mma.sync kernels).
 bool linear_wgmma_supported();

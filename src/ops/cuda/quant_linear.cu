@@ -48,6 +48,12 @@ int g_q4_split32 = env_digit("TF_Q4_SPLIT32", 4, 4);
 // MLX 4-bit prefill (kDequantMinM rows on) on linear_wgmma_mlx4 (on) or the bf16 linear on a dequantized copy
 // (off); TF_Q4_PREFILL; same bits. Off until it has run on a GPU (session 54).
 bool g_q4_prefill = env_switch("TF_Q4_PREFILL", false);
+// ... up to this many rows (TF_Q4_PREFILL_MAX_M; 0: no limit): past it the dequantized copy's cost is spread
+// over enough rows that the bf16 linear's faster tiles win (run 506, 8B prefill 4096: 208 vs 167 ms).
+int g_q4_prefill_max_m = [] {
+  const char* v = std::getenv("TF_Q4_PREFILL_MAX_M");
+  return v ? std::atoi(v) : 2048;
+}();
 // q4_decode_kernel's x in shared memory: the call's rows up to this many bytes (opted in once; with the 8 KB
 // of static shared memory (the double-buffered slice sums) two blocks still fit an SM; the occupancy is
 // computed for this size).
@@ -77,6 +83,9 @@ StampBuffer g_q4_stamps;  // kQ4StampSlots x kQ4StampBlocks x kQ4Stamps
 int g_q4_stamp_launches = 0, g_q4_stamp_grid[kQ4StampSlots] = {};
 constexpr int kDequantMinM = 128;  // from here on: dequantize to bf16 + the tiled bf16 linear
 constexpr size_t kDequantMaxBytes = size_t(256) << 20;  // ... unless the transient bf16 copy exceeds this
+bool q4_prefill_takes(int64_t m) {
+  return g_q4_prefill && m >= kDequantMinM && (g_q4_prefill_max_m <= 0 || m <= g_q4_prefill_max_m);
+}
 
 // linear.cu's linear_kernel (PREFETCH variant) with packed weight loads. The next step's packed bytes
 // are loaded before this step's dequantization and MMAs; neither changes the arithmetic.
@@ -769,7 +778,7 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
   // Prefill of an MLX 4-bit weight (bf16 scales, groups of 64 or 128, k % 128 == 0): the wgmma linear with
   // the weight dequantized in the CTA (linear_wgmma_mlx4: the bits of the path below, without its bf16 copy
   // of the weight). Where it does not apply, the path below.
-  if (m >= kDequantMinM && g_q4_prefill && w.format == LinearWeight::Format::MlxAffine && w.bits == 4 &&
+  if (q4_prefill_takes(m) && w.format == LinearWeight::Format::MlxAffine && w.bits == 4 &&
       w.scales.dtype() == DType::U32 && x.is_contiguous() && y.is_contiguous()) {
     const int kind = kind_of(w);
     if ((kind == kMlxBf16 || kind == kMlxBf16Sub) &&
@@ -884,7 +893,7 @@ void set_q4_row2(bool on) {
 bool linear_quantized_silu(const Tensor& gu, const LinearWeight& w, Tensor& y, cudaStream_t s) {
   const int64_t n = w.out_features, k = w.in_features;
   const int64_t m = gu.dim(-1) == 2 * k ? gu.numel() / (2 * k) : 0;
-  if (m < kDequantMinM || !g_q4_prefill || w.format != LinearWeight::Format::MlxAffine || w.bits != 4 ||
+  if (!q4_prefill_takes(m) || w.format != LinearWeight::Format::MlxAffine || w.bits != 4 ||
       w.scales.dtype() != DType::U32 || gu.dtype() != DType::BF16 || !gu.is_contiguous() ||
       !y.is_contiguous() || y.numel() != m * n || (y.dtype() != DType::BF16 && y.dtype() != DType::F32))
     return false;

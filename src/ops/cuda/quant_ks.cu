@@ -358,9 +358,10 @@ KsLaunch ks_launch_of(bool subnormal) {
                     : q4_ks_kernel<kMlxBf16, NW, AH, PIPE, CL, SP, NT, XCP>,
           KsCfg<NW, AH, PIPE, CL>::kThreads, NW, CL, NT};
 }
-// TF_Q4_KS_XCP: 1 x's slice by stage_x_own in configuration 1 and the 32-token instance, 0 (default until
-// run 505 has measured it) by stage_x_perm. Read once a process.
-const bool g_q4_ks_xcp = env_digit("TF_Q4_KS_XCP", 1, 0) == 1;
+// TF_Q4_KS_XCP: 1 (default since run 507) x's slice by stage_x_own in configuration 1 and the 32-token
+// instance, 0 by stage_x_perm. Read once a process. Runs 506-507 (H100, 8B MLX 4-bit forward, alternating
+// processes): b=32 4.536 -> 4.490 ms (-1.0%), b=16 3.215 -> 3.206; the 32-row down -2%.
+const bool g_q4_ks_xcp = env_digit("TF_Q4_KS_XCP", 1, 1) == 1;
 // Configuration 1 at NT token rows (its SP instance where spair), x by the switch's staging.
 template <int NT>
 KsLaunch ks_cfg1_launch(bool subnormal, bool spair) {

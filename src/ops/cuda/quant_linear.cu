@@ -46,13 +46,14 @@ int g_loads_per_step = 0;  // K chunks a warp loads per step for M <= 16; 0: by 
 // 64 / 48, 1 / 3 / 4): 9.104 / 8.613 / 8.004 and 8.394 / 7.094 / 6.674 ms (bf16: 8.164, 8.169).
 int g_q4_split32 = env_digit("TF_Q4_SPLIT32", 4, 4);
 // MLX 4-bit prefill (kDequantMinM rows on) on linear_wgmma_mlx4 (on) or the bf16 linear on a dequantized copy
-// (off); TF_Q4_PREFILL; same bits. Off until it has run on a GPU (session 54).
-bool g_q4_prefill = env_switch("TF_Q4_PREFILL", false);
-// ... up to this many rows (TF_Q4_PREFILL_MAX_M; 0: no limit): past it the dequantized copy's cost is spread
-// over enough rows that the bf16 linear's faster tiles win (run 506, 8B prefill 4096: 208 vs 167 ms).
+// (off); TF_Q4_PREFILL; same bits. Run 507 (H100, 8B MLX 4-bit prefill, the copy -> this): 1024 tokens 47.9
+// -> 44.3 ms, 2048 80.9 -> 76.8, 4096 168.7 -> 168.9 (run 506: 512 30.1 -> 26.2).
+bool g_q4_prefill = env_switch("TF_Q4_PREFILL", true);
+// ... up to this many rows (TF_Q4_PREFILL_MAX_M; 0: no limit): at 4096 the two tie (the bf16 linear takes its
+// TmaXW 128-byte-row tiles there and the copy's cost is spread over the rows); past it, unmeasured.
 int g_q4_prefill_max_m = [] {
   const char* v = std::getenv("TF_Q4_PREFILL_MAX_M");
-  return v ? std::atoi(v) : 2048;
+  return v ? std::atoi(v) : 4096;
 }();
 // q4_decode_kernel's x in shared memory: the call's rows up to this many bytes (opted in once; with the 8 KB
 // of static shared memory (the double-buffered slice sums) two blocks still fit an SM; the occupancy is

@@ -112,8 +112,8 @@ int q4_ks32_mode();
 // linears at 64 / 48 rows -12% / -20%). TF_Q4_SPLIT32; same bits.
 void set_q4_split32(int mode);
 // MLX 4-bit calls of kDequantMinM (128) rows or more on the wgmma linear that dequantizes the weight in the
-// CTA (on; TF_Q4_PREFILL) or on the bf16 linear on a dequantized copy of the weight (off, the default until
-// the kernel has run on a GPU). Same bits.
+// CTA (on, the default, up to TF_Q4_PREFILL_MAX_M = 4096 rows; TF_Q4_PREFILL) or on the bf16 linear on a
+// dequantized copy of the weight (off). Same bits.
 void set_q4_prefill(bool on);
 // y = silu_mul(gu) · Wᵀ + bias for gu [m, 2k] (gate first) where the 4-bit prefill path above takes the
 // call (the activation made as x is permuted: silu_mul's bits, no act tensor); false, launching nothing,

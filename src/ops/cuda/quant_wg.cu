@@ -345,8 +345,9 @@ struct WgLaunch {
   size_t smem;
 };
 const int g_q4_wg_ablate = env_digit("TF_Q4_WG_ABLATE", 3, 0);
-// TF_Q4_WG_XCP: 1 x by stage_x_own in the default 16-row configuration and the cluster instance, 0 (default
-// until run 505 has measured it) by stage_x_perm. Read once a process (the launches prime one instance).
+// TF_Q4_WG_XCP: 1 x by stage_x_own in the default 16-row configuration and the cluster instance, 0 (default)
+// by stage_x_perm. Read once a process (the launches prime one instance). Runs 506-507 (H100, 8B MLX 4-bit
+// forward, q4_ks's on in both): on b=32 +1.7%, b=16 -0.4% -- left off.
 const bool g_q4_wg_xcp = env_digit("TF_Q4_WG_XCP", 1, 0) == 1;
 template <int SL, int AH, int A = 0, bool SP = false, bool XCP = false>
 WgLaunch wg_launch_of(bool subnormal, int k) {

@@ -31,6 +31,10 @@
 // Tiles (WgmmaTile): 64/128 weight rows x 64/128/192/256 tokens; 2-CTA cluster variants that share the
 // x tile between two weight tiles (CL = 2, produce()) or split one tile's slices 4 + 4 (SP = 2,
 // consume()). Every tile gives every element the same arithmetic; Auto picks by the grid size.
+//
+// The pipeline's device code (Cfg, the producers, consume) is in wgmma_pipeline.cuh, shared with
+// moe_wgmma.cu; this file holds the kernel, the tensor maps, the per-call permutations and the dispatch. MLX
+// 4-bit weights (linear_wgmma_mlx4) take the 128-row tiles with produce_q4 (W dequantized into the stages).
 #include <cuda.h>  // CUtensorMap (the encoder comes through cudaGetDriverEntryPointByVersion)
 #include <cuda_bf16.h>
 

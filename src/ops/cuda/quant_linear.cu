@@ -8,7 +8,8 @@
 // from: the packed bytes of those 8 values (B bytes for B-bit MLX, 8 for FP8, read once each) and their
 // group's scale and bias. A 32-wide chunk never straddles a group (group % 32 == 0). So for any M the
 // output bits equal linear_bf16() on the dequantized weight (dequantize_bf16), which is what calls of
-// kDequantMinM rows or more do (the tiled tensor-core kernel, tested bit-equal to the decode kernel).
+// kDequantMinM rows or more do (the tiled tensor-core kernel, tested bit-equal to the decode kernel) -- for
+// MLX 4-bit up to TF_Q4_PREFILL_MAX_M rows without the copy: linear_wgmma_mlx4 dequantizes in the CTA.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -84,9 +85,6 @@ StampBuffer g_q4_stamps;  // kQ4StampSlots x kQ4StampBlocks x kQ4Stamps
 int g_q4_stamp_launches = 0, g_q4_stamp_grid[kQ4StampSlots] = {};
 constexpr int kDequantMinM = 128;  // from here on: dequantize to bf16 + the tiled bf16 linear
 constexpr size_t kDequantMaxBytes = size_t(256) << 20;  // ... unless the transient bf16 copy exceeds this
-bool q4_prefill_takes(int64_t m) {
-  return g_q4_prefill && m >= kDequantMinM && (g_q4_prefill_max_m <= 0 || m <= g_q4_prefill_max_m);
-}
 
 // linear.cu's linear_kernel (PREFETCH variant) with packed weight loads. The next step's packed bytes
 // are loaded before this step's dequantization and MMAs; neither changes the arithmetic.
@@ -671,6 +669,27 @@ int chunk_shift(const LinearWeight& w) {
   return -1;
 }
 
+namespace {
+
+// The MLX 4-bit prefill path (linear_wgmma_mlx4) for a call of m rows of x (silu: x is the gate_up [m, 2k]
+// and the input its silu_mul) where it takes it: 4-bit, bf16 scale words, within the row limits; false,
+// launching nothing, otherwise.
+bool mlx4_prefill(const void* x, const LinearWeight& w, Tensor& y, int64_t m, bool silu, cudaStream_t s) {
+  if (!g_q4_prefill || m < kDequantMinM || (g_q4_prefill_max_m > 0 && m > g_q4_prefill_max_m) ||
+      w.format != LinearWeight::Format::MlxAffine || w.bits != 4 || w.scales.dtype() != DType::U32 ||
+      !y.is_contiguous() || y.numel() != m * w.out_features ||
+      (y.dtype() != DType::BF16 && y.dtype() != DType::F32))
+    return false;
+  const int kind = kind_of(w);
+  const bool has_bias = w.bias.defined() && w.bias.numel() > 0;
+  return (kind == kMlxBf16 || kind == kMlxBf16Sub) &&
+         linear_wgmma_mlx4(x, w.weight.raw(), w.scales.raw(), chunk_shift(w), kind == kMlxBf16Sub,
+                           has_bias ? w.bias.raw() : nullptr, has_bias ? w.bias.dtype() : DType::F32, y.raw(),
+                           y.dtype(), int(m), int(w.out_features), int(w.in_features), s, silu);
+}
+
+}  // namespace
+
 // TF_MLX_SUBNORMAL=0 (read once; set_mlx_subnormal_codes): uploads keep the plain scales (A/B, tests).
 static bool g_subnormal_codes = env_switch("TF_MLX_SUBNORMAL", true);
 
@@ -779,14 +798,7 @@ void linear_quantized(const Tensor& x, const LinearWeight& w, Tensor& y, cudaStr
   // Prefill of an MLX 4-bit weight (bf16 scales, groups of 64 or 128, k % 128 == 0): the wgmma linear with
   // the weight dequantized in the CTA (linear_wgmma_mlx4: the bits of the path below, without its bf16 copy
   // of the weight). Where it does not apply, the path below.
-  if (q4_prefill_takes(m) && w.format == LinearWeight::Format::MlxAffine && w.bits == 4 &&
-      w.scales.dtype() == DType::U32 && x.is_contiguous() && y.is_contiguous()) {
-    const int kind = kind_of(w);
-    if ((kind == kMlxBf16 || kind == kMlxBf16Sub) &&
-        linear_wgmma_mlx4(x.raw(), w.weight.raw(), w.scales.raw(), chunk_shift(w), kind == kMlxBf16Sub, bias,
-                          has_bias ? w.bias.dtype() : DType::F32, y.raw(), y.dtype(), m, int(n), int(k), s))
-      return;
-  }
+  if (x.is_contiguous() && mlx4_prefill(x.raw(), w, y, m, false, s)) return;
   if (m >= kDequantMinM && size_t(n) * size_t(k) * 2 <= kDequantMaxBytes) {
     // Prefill: the tiled bf16 kernel on the dequantized weight (same bits as the fused kernel). The copy
     // goes back to the block cache at once; later users of that memory are ordered after us on the stream.
@@ -892,18 +904,8 @@ void set_q4_row2(bool on) {
 }
 
 bool linear_quantized_silu(const Tensor& gu, const LinearWeight& w, Tensor& y, cudaStream_t s) {
-  const int64_t n = w.out_features, k = w.in_features;
-  const int64_t m = gu.dim(-1) == 2 * k ? gu.numel() / (2 * k) : 0;
-  if (!q4_prefill_takes(m) || w.format != LinearWeight::Format::MlxAffine || w.bits != 4 ||
-      w.scales.dtype() != DType::U32 || gu.dtype() != DType::BF16 || !gu.is_contiguous() ||
-      !y.is_contiguous() || y.numel() != m * n || (y.dtype() != DType::BF16 && y.dtype() != DType::F32))
-    return false;
-  const int kind = kind_of(w);
-  const bool has_bias = w.bias.defined() && w.bias.numel() > 0;
-  return (kind == kMlxBf16 || kind == kMlxBf16Sub) &&
-         linear_wgmma_mlx4(gu.raw(), w.weight.raw(), w.scales.raw(), chunk_shift(w), kind == kMlxBf16Sub,
-                           has_bias ? w.bias.raw() : nullptr, has_bias ? w.bias.dtype() : DType::F32, y.raw(),
-                           y.dtype(), int(m), int(n), int(k), s, true);
+  const int64_t k = w.in_features, m = gu.dim(-1) == 2 * k ? gu.numel() / (2 * k) : 0;
+  return gu.dtype() == DType::BF16 && gu.is_contiguous() && mlx4_prefill(gu.raw(), w, y, m, true, s);
 }
 
 void set_q4_prefill(bool on) {

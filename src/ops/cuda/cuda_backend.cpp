@@ -503,8 +503,8 @@ class CudaBackend final : public Backend {
                                int(w.weight.dim(0)), int(k), stream_))
       return;
     // MLX 4-bit prefill: the wgmma linear's x permute computes the activation too.
-    if (w.format == LinearWeight::Format::MlxAffine && m >= 0 && gu.device() == Device::CUDA &&
-        y.device() == Device::CUDA && cuda::linear_quantized_silu(gu, w, y, stream_))
+    if (gu.device() == Device::CUDA && y.device() == Device::CUDA &&
+        cuda::linear_quantized_silu(gu, w, y, stream_))
       return;
     Backend::silu_mul_linear(gu, w, act, y);  // M > 16, quantized weights: the two ops
   }

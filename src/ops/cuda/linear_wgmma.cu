@@ -582,14 +582,14 @@ bool linear_wgmma_silu_bf16(const void* gate_up, const void* w, const void* bias
 
 namespace {
 
-// One MLX 4-bit call on the 128-row tile of BN tokens (WP: plain or subnormal codes); false, launching
-// nothing but perhaps x's permutation, where x's permuted copy or its tensor map cannot be made.
 std::atomic<uint64_t> g_mlx4_launches{0};
 int g_mlx4_bn = [] {  // set_linear_wgmma_mlx4_tokens
   const char* v = std::getenv("TF_Q4_PREFILL_BN");
   return v ? std::atoi(v) : 0;
 }();
 
+// One MLX 4-bit call on the 128-row tile of BN tokens (WP: plain or subnormal codes); false, launching
+// nothing but perhaps x's permutation, where x's permuted copy or its tensor map cannot be made.
 template <int BN, int WP>
 bool launch_mlx4(const void* x, const void* words, const uint32_t* scales, int chunk_shift, const void* bias,
                  int bias_kind, void* y, bool y_f32, int m, int n, int k, bool silu, cudaStream_t s) {
@@ -607,6 +607,10 @@ bool launch_mlx4(const void* x, const void* words, const uint32_t* scales, int c
 const void* wgp::wgmma_permuted_x(const void* x, const int32_t* rows, int m, int k, bool silu,
                                   cudaStream_t s) {
   return permuted_rows(x, m, k, s, 0, silu, rows);
+}
+
+bool wgp::wgmma_can_permute(const void* x, cudaStream_t s) {
+  return can_permute(x, s);
 }
 
 void set_linear_wgmma_mlx4_tokens(int bn) {

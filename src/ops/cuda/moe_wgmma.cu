@@ -9,6 +9,7 @@
 #include <cuda.h>
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <atomic>
 
 #include "core/error.h"
@@ -96,16 +97,14 @@ bool takes(const MoeExperts& w, int n, int k) {
 
 int moe_grouped_wgmma_tile(const MoeExperts& gate_up, const MoeExperts& down, int pairs, int hidden,
                            int inter, const void* x, cudaStream_t s) {
-  if (!g_on || pairs <= 0 || !takes(gate_up, 2 * inter, hidden) || !takes(down, hidden, inter) ||
-      !linear_wgmma_supported())
+  if (!g_on || pairs <= 0 || gate_up.experts <= 0) return 0;
+  const int active = std::min(pairs, gate_up.experts), avg = (pairs + active - 1) / active;
+  const int tile = avg >= 96 ? 128 : avg >= 48 ? 64 : 0;
+  // (the stream query last: decode-sized calls leave at the tile)
+  if (!tile || !takes(gate_up, 2 * inter, hidden) || !takes(down, hidden, inter) ||
+      !linear_wgmma_supported() || !wgp::wgmma_can_permute(x, s))
     return 0;
-  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;  // (x's permuted copy needs an allocation)
-  if (cudaStreamIsCapturing(s, &st) != cudaSuccess || st != cudaStreamCaptureStatusNone ||
-      reinterpret_cast<uintptr_t>(x) % 16 != 0)
-    return 0;
-  const int experts = gate_up.experts, active = pairs < experts ? pairs : experts;
-  const int avg = (pairs + active - 1) / active;
-  return avg >= 96 ? 128 : avg >= 48 ? 64 : 0;
+  return tile;
 }
 
 void moe_grouped_wgmma(const void* x, const int32_t* x_rows, bool silu, const MoeExperts& w,

@@ -77,7 +77,6 @@
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/linear_wgmma.h"  // wgmma helpers, linear_wgmma_supported
-#include "ops/cuda/mbarrier.cuh"    // nbar_sync, fence_proxy_async
 #include "ops/cuda/quant_common.cuh"
 #include "ops/cuda/quant_linear.h"
 #include "ops/cuda/quant_wg.cuh"  // stage_x_perm, wg_fragments
@@ -143,11 +142,7 @@ __device__ __forceinline__ void cluster_wait() {
 // the same left fold of the eight slices -- and stores. The push of tile i goes to buffer i % 2; cluster
 // barrier phase i + 1 (rank 0 arrives after pushing tile i, rank 1 after reading tile i - 1's) orders both:
 // rank 1 reads tile i after waiting for it, and rank 0 pushes tile i + 1 after waiting for it.
-// XCP: x staged by stage_x_own (each warp its warpgroup's chunks by cp.async, permuted in place; a named
-// barrier a warpgroup) instead of stage_x_perm (every thread's loads through registers, then the CTA's
-// barrier). Same shared-memory bytes.
-template <int KIND, int SL, int AH, int kAblate = 0, bool SP = false, int NT = 16, int CS = 1,
-          bool XCP = false>
+template <int KIND, int SL, int AH, int kAblate = 0, bool SP = false, int NT = 16, int CS = 1>
 __global__ void __launch_bounds__(WgCfg<SL, AH, NT, CS>::kThreads, 1)
     q4_wg_kernel(const __nv_bfloat16* x, QArgs q, const void* __restrict__ bias, int bias_kind,
                  void* __restrict__ y, bool y_f32, int m, int n, int k) {
@@ -189,16 +184,9 @@ __global__ void __launch_bounds__(WgCfg<SL, AH, NT, CS>::kThreads, 1)
 #pragma unroll
   for (int a = 0; a < AH; ++a) load_next(a);  // weights are constant
   pdl_wait();                                 // x is not
-  if constexpr (kAblate == 1) {
-    // (timing: no x staging)
-  } else if constexpr (XCP) {  // this warpgroup's slices' chunks, then its barrier (ids 1..4)
-    const int cps = k / 256;   // chunks a slice
-    stage_x_own<NT>(xs, x, m, k, rank * (k / 32 / CS), SL * wg * cps + warp, 4, SL * (wg + 1) * cps, lane);
-    fence_proxy_async();  // the generic proxy's stores -> wgmma's reads (async proxy)
-    nbar_sync(1 + wg, 128);
-  } else {  // x's chunks of the CTA's slices into the permuted layout
+  if (kAblate != 1) {                         // x's chunks of the CTA's slices into the permuted layout
     stage_x_perm<C::kThreads / 32, false, NT>(xs, x, m, k, rank * (k / 32 / CS), k / 32 / CS, tid);
-    fence_proxy_async();
+    fence_proxy_async();  // the generic proxy's stores -> wgmma's reads (async proxy)
     __syncthreads();
   }
   if constexpr (CS > 1)
@@ -345,21 +333,13 @@ struct WgLaunch {
   size_t smem;
 };
 const int g_q4_wg_ablate = env_digit("TF_Q4_WG_ABLATE", 3, 0);
-// TF_Q4_WG_XCP: 1 x by stage_x_own in the default 16-row configuration and the cluster instance, 0 (default)
-// by stage_x_perm. Read once a process (the launches prime one instance). Runs 506-507 (H100, 8B MLX 4-bit
-// forward, q4_ks's on in both): on b=32 +1.7%, b=16 -0.4% -- left off.
-const bool g_q4_wg_xcp = env_digit("TF_Q4_WG_XCP", 1, 0) == 1;
-template <int SL, int AH, int A = 0, bool SP = false, bool XCP = false>
+// (x by stage_x_own, as q4_ks stages it, lost here: runs 506-507, 8B MLX 4-bit forward b=32 +1.7%, b=16
+// -0.4%; removed in session 54, docs/cuda-notes.md.)
+template <int SL, int AH, int A = 0, bool SP = false>
 WgLaunch wg_launch_of(bool subnormal, int k) {
   using C = WgCfg<SL, AH>;
-  return {subnormal ? q4_wg_kernel<kMlxBf16Sub, SL, AH, A, SP, 16, 1, XCP>
-                    : q4_wg_kernel<kMlxBf16, SL, AH, A, SP, 16, 1, XCP>,
+  return {subnormal ? q4_wg_kernel<kMlxBf16Sub, SL, AH, A, SP> : q4_wg_kernel<kMlxBf16, SL, AH, A, SP>,
           C::kThreads, C::smem(k)};
-}
-template <bool XCP>
-WgLaunch wg_default_launch(bool subnormal, int k, bool spair) {
-  return spair ? wg_launch_of<2, 2, 0, true, XCP>(subnormal, k)
-               : wg_launch_of<2, 2, 0, false, XCP>(subnormal, k);
 }
 // spair: the call's scale words come by pairs (quad_scale_pairs; the default configuration's SP instance).
 WgLaunch wg_launch(bool subnormal, int k, int cfg, bool spair) {
@@ -372,8 +352,7 @@ WgLaunch wg_launch(bool subnormal, int k, int cfg, bool spair) {
     case 3:
       return wg_launch_of<2, 2, 3>(subnormal, k);
     default:
-      return g_q4_wg_xcp ? wg_default_launch<true>(subnormal, k, spair)
-                         : wg_default_launch<false>(subnormal, k, spair);
+      return spair ? wg_launch_of<2, 2, 0, true>(subnormal, k) : wg_launch_of<2, 2>(subnormal, k);
   }
 }
 
@@ -383,16 +362,14 @@ WgLaunch wg_launch(bool subnormal, int k, int cfg, bool spair) {
 // machine, processes alternating): the 8B MLX 4-bit b=32 forward 4.647 / 4.657 ms with two, 4.553 / 4.575
 // with four (-2%). Four: 128 registers, no spills.
 constexpr int kWgcAhead = 4;
-template <bool SP, bool XCP>
+template <bool SP>
 WgKernel wgc_kernel(bool subnormal) {
-  return subnormal ? q4_wg_kernel<kMlxBf16Sub, 1, kWgcAhead, 0, SP, 32, 2, XCP>
-                   : q4_wg_kernel<kMlxBf16, 1, kWgcAhead, 0, SP, 32, 2, XCP>;
+  return subnormal ? q4_wg_kernel<kMlxBf16Sub, 1, kWgcAhead, 0, SP, 32, 2>
+                   : q4_wg_kernel<kMlxBf16, 1, kWgcAhead, 0, SP, 32, 2>;
 }
 WgLaunch wgc_launch(bool subnormal, int k, bool spair) {
   using C = WgCfg<1, kWgcAhead, 32, 2>;
-  const WgKernel kernel =
-      g_q4_wg_xcp ? (spair ? wgc_kernel<true, true>(subnormal) : wgc_kernel<false, true>(subnormal))
-                  : (spair ? wgc_kernel<true, false>(subnormal) : wgc_kernel<false, false>(subnormal));
+  const WgKernel kernel = spair ? wgc_kernel<true>(subnormal) : wgc_kernel<false>(subnormal);
   return {kernel, C::kThreads, C::smem(k)};
 }
 constexpr size_t kWgcSmemMax = WgCfg<1, kWgcAhead, 32, 2>::smem(kMaxK);  // (every instance's opt-in)

@@ -22,6 +22,8 @@ namespace tf::cuda::wgp {
 // given) the input row of output row r, or silu: x a gate_up [m, 2k] whose silu_mul is permuted. Null while
 // the stream captures a graph or x is not 16-byte aligned.
 const void* wgmma_permuted_x(const void* x, const int32_t* rows, int m, int k, bool silu, cudaStream_t s);
+// Whether wgmma_permuted_x can copy x on s (not capturing, x 16-byte aligned).
+bool wgmma_can_permute(const void* x, cudaStream_t s);
 
 constexpr int kSlices = 8;              // linear.cu's kWarps: part of the arithmetic
 constexpr int kSmemLimit = 227 * 1024;  // sm_90 dynamic shared memory per CTA

@@ -313,6 +313,36 @@ void ablate(Backend& be, Model& m) {
   std::printf("\n");
 }
 
+// Where a prefill's time goes (ms, eager; timing only): without the attention half or the MoE, and each op
+// twice (the MoE's through set_moe_repeat, the attention half's through g_twice).
+void ablate_prefill(Backend& be, Model& m, int prefill) {
+  cudaStream_t s = cuda::stream_of(be);
+  const BatchMeta meta = prefill_meta(prefill);
+  auto time = [&] {
+    return time_ms(
+        s, [&] { be.begin_forward(meta), forward(be, m, prefill, {prefill - 1}, false); }, 1, 2);
+  };
+  std::printf("prefill %d ablations (ms, eager, timing only): base %.1f", prefill, time());
+  g_skip_attn = true;
+  std::printf(", no attention half %.1f", time());
+  g_skip_attn = false, g_skip_moe = true;
+  std::printf(", no MoE %.1f", time());
+  g_skip_moe = false;
+  const char* names[] = {"router", "route+group", "gate_up", "silu", "down", "combine"};
+  for (int i = 0; i < 6; ++i) {
+    cuda::set_moe_repeat(1u << i);
+    std::printf(", %s twice %.1f", names[i], time());
+  }
+  cuda::set_moe_repeat(0);
+  const char* attn_names[] = {"qkv linear", "q/k norm + rope + KV", "attention", "o linear"};
+  for (int i = 0; i < 4; ++i) {
+    g_twice = 1u << i;
+    std::printf(", %s twice %.1f", attn_names[i], time());
+  }
+  g_twice = 0;
+  std::printf("\n");
+}
+
 using bench::Stamps;  // (bench_common.h)
 
 // The phase stamps of the last layer of one eager forward at b=1: the attention's split blocks
@@ -526,6 +556,16 @@ void bench_format(Backend& be, bool mlx, bool quick, double copy_gbs) {
                           2.0 * kKvHeads * kHeadDim * kHidden + double(kExperts) * kHidden);
     std::printf("| prefill %d (eager) | %.1f | %.0f | | | linear FLOPs %.1f TFLOP/s | |\n", prefill, ms,
                 prefill * 1e3 / ms, flops / (ms * 1e-3) / 1e12);
+    // The same call with the experts on the grouped mma.sync kernels (TF_MOE_WGMMA=0), then back.
+    const bool wg = cuda::moe_wgmma();
+    cuda::set_moe_wgmma(false);
+    const double ms2 = time_ms(
+        s, [&] { be.begin_forward(meta), forward(be, m, prefill, {prefill - 1}, false); }, 1, 3);
+    cuda::set_moe_wgmma(wg);
+    std::printf(
+        "| prefill %d (eager), experts on mma.sync | %.1f | %.0f | | | linear FLOPs %.1f TFLOP/s | |\n",
+        prefill, ms2, prefill * 1e3 / ms2, flops / (ms2 * 1e-3) / 1e12);
+    ablate_prefill(be, m, prefill);
   }
 }
 

@@ -62,14 +62,15 @@ LinearWeight host_linear(int64_t out, int64_t in, float s, std::mt19937& rng) {
 }
 
 // The same random experts uploaded to `be`.
-MoeWeights make_moe(Backend& be, int top_k, bool norm, uint32_t seed, int experts = kE) {
+MoeWeights make_moe(Backend& be, int top_k, bool norm, uint32_t seed, int experts = kE, int64_t h = kH,
+                    int64_t inter = kI) {
   std::mt19937 rng(seed);
   MoeWeights w;
   w.top_k = top_k, w.norm_topk_prob = norm;
-  w.router = be.upload_linear(host_linear(experts, kH, 0.5f, rng));
+  w.router = be.upload_linear(host_linear(experts, h, 0.5f, rng));
   for (int e = 0; e < experts; ++e) {
-    w.gate_up.push_back(be.upload_linear(host_linear(2 * kI, kH, 0.06f, rng)));
-    w.down.push_back(be.upload_linear(host_linear(kH, kI, 0.09f, rng)));
+    w.gate_up.push_back(be.upload_linear(host_linear(2 * inter, h, 0.06f, rng)));
+    w.down.push_back(be.upload_linear(host_linear(h, inter, 0.09f, rng)));
   }
   return w;
 }
@@ -775,6 +776,50 @@ TEST_F(Moe, GroupedWgmmaEqualsTheGroupedKernels) {
         ASSERT_EQ(0, std::memcmp(copies.data() + i * kMlxH, alone.data(), kMlxH * 4)) << "copy " << i;
     }
   cuda::set_mlx_subnormal_codes(true);
+  cuda::set_moe_wgmma(on0);
+}
+
+// bf16 experts on the same pipeline (W's raw rows by the experts' tensor maps, permuted in the CTA): the bits
+// of the grouped mma.sync kernels at tiles of 64 and 128 slots, at the small test shape (K of 4 and 8 chunks:
+// empty K slices) and at the 30B-A3B expert shape; and 256 copies of one row (256 pairs on each of 8
+// experts; the grouping tile follows 2048 pairs over all E experts: 64 at E = 32, 128 at E = 16) each equal
+// to that row alone.
+TEST_F(Moe, GroupedWgmmaBf16EqualsTheGroupedKernels) {
+  if (const char* v = std::getenv("TF_MOE_FUSED"); v && std::string(v) == "0")
+    GTEST_SKIP() << "TF_MOE_FUSED=0 turns the fused path off";
+  const bool on0 = cuda::moe_wgmma(), bf0 = cuda::moe_wgmma_bf16();
+  cuda::set_moe_wgmma_bf16(true);
+  struct Shape {
+    int64_t h, inter;
+    int experts;
+  };
+  for (const Shape sh : {Shape{kH, kI, kE}, Shape{kMlxH, kMlxI, kMlxE}}) {
+    SCOPED_TRACE("hidden " + std::to_string(sh.h) + ", inter " + std::to_string(sh.inter));
+    MoeWeights g = make_moe(*gpu, 8, true, 61, sh.experts, sh.h, sh.inter);
+    std::mt19937 rng(62);
+    // pairs an active expert >= 8n / E: 56 (tiles of 64) and > 104 (tiles of 128)
+    for (int n : {7 * sh.experts, 13 * sh.experts + 5}) {
+      const Tensor x = random_bf16({n, sh.h}, 1.f, rng);
+      const uint64_t before = cuda::moe_grouped_wgmma_launches();
+      const OffOn r = run_off_on(*gpu, g, x, cuda::set_moe_wgmma);
+      EXPECT_EQ(cuda::moe_grouped_wgmma_launches(), before + 2)
+          << n << " tokens: the wgmma GEMMs did not run";
+      double norm = 0;
+      for (float v : r.on) norm += double(v) * v;
+      EXPECT_GT(norm, 0.0);
+      EXPECT_EQ(0, std::memcmp(r.on.data(), r.off.data(), r.on.size() * 4)) << n << " tokens";
+    }
+    const Tensor pool = random_bf16({1, sh.h}, 1.f, rng);
+    cuda::set_moe_wgmma(false);
+    const auto alone = run(*gpu, g, pool);
+    cuda::set_moe_wgmma(true);
+    const uint64_t before = cuda::moe_grouped_wgmma_launches();
+    const auto copies = run(*gpu, g, rows_of(pool, std::vector<int>(256, 0)));
+    EXPECT_EQ(cuda::moe_grouped_wgmma_launches(), before + 2) << "256 copies: the wgmma GEMMs did not run";
+    for (int i = 0; i < 256; i += 9)
+      ASSERT_EQ(0, std::memcmp(copies.data() + i * sh.h, alone.data(), sh.h * 4)) << "copy " << i;
+  }
+  cuda::set_moe_wgmma_bf16(bf0);
   cuda::set_moe_wgmma(on0);
 }
 

@@ -21,11 +21,15 @@ namespace {
 
 // Device tables of the experts' weight and scale pointers: [gate_up 0..E-1, down 0..E-1] each, then the
 // layer's barrier words of moe_decode (kMoeDecodeBarrierWords, zeroed, 8-byte aligned).
+// bf16 experts: their tensor maps too (moe_wgmma_maps; gate_up's, down's), null where not made.
 struct Prepared {
   void* table = nullptr;
   unsigned* barrier = nullptr;
+  void* maps[2] = {nullptr, nullptr};
   ~Prepared() {
     if (table) cudaFree(table);
+    for (void* m : maps)
+      if (m) cudaFree(m);
   }
 };
 
@@ -74,6 +78,13 @@ const void* const* tables(MoeWeights& w, cudaStream_t s) {
     p->barrier = reinterpret_cast<unsigned*>(static_cast<char*>(p->table) + bytes);
     TF_CUDA_CHECK(cudaMemsetAsync(p->barrier, 0, kMoeDecodeBarrierWords * sizeof(unsigned), s));
     TF_CUDA_CHECK(cudaStreamSynchronize(s));  // once per layer, at the first forward
+    for (int j = 0; j < 2; ++j) {
+      const std::vector<LinearWeight>& ws = j ? w.down : w.gate_up;
+      if (!dense_bf16(ws[0])) continue;
+      std::vector<const void*> wp;
+      for (const auto& e : ws) wp.push_back(e.weight.raw());
+      p->maps[j] = moe_wgmma_maps(wp, int(ws[0].out_features), int(ws[0].in_features), s);
+    }
     w.prepared = p;
   }
   return static_cast<const void* const*>(static_cast<Prepared*>(w.prepared.get())->table);
@@ -97,10 +108,11 @@ MoeLayout packed_layout(const LinearWeight& w) {
 
 // The grouped GEMM's view of one projection (all experts alike, checked by moe_fusable).
 MoeExperts experts_of(const LinearWeight& w0, int experts, const void* const* weights,
-                      const void* const* scales) {
+                      const void* const* scales, const void* maps) {
   MoeExperts x;
   x.experts = experts;
   x.weights = weights;
+  x.maps = maps;
   if (w0.format == LinearWeight::Format::Dense) return x;
   x.scales = scales;
   static_cast<MoeLayout&>(x) = packed_layout(w0);
@@ -156,8 +168,9 @@ LayerView view_of(MoeWeights& w, cudaStream_t s, int rows, int hidden) {
   const int E = int(w.gate_up.size()), I = int(w.down[0].in_features);
   const void* const* tab = tables(w, s);
   LayerView v;
-  v.gate_up = experts_of(w.gate_up[0], E, tab, tab + 2 * E);
-  v.down = experts_of(w.down[0], E, tab + E, tab + 3 * E);
+  const auto* prep = static_cast<const Prepared*>(w.prepared.get());
+  v.gate_up = experts_of(w.gate_up[0], E, tab, tab + 2 * E, prep->maps[0]);
+  v.down = experts_of(w.down[0], E, tab + E, tab + 3 * E, prep->maps[1]);
   v.router = router_of(w.router, E, hidden);
   if (v.router.weight && !moe_decode_ok(v.gate_up, v.down, rows, w.top_k, hidden, I, v.router))
     v.router = MoeRouter{};

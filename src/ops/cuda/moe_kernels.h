@@ -59,6 +59,9 @@ struct MoeExperts : MoeLayout {
   int experts = 0;  // entries of weights (and scales)
   const void* const* weights = nullptr;
   const void* const* scales = nullptr;
+  // bf16: a device table of [experts] CUtensorMaps of the weights (rows of 32 values x 128, no swizzle:
+  // moe_grouped_wgmma's W loads), or null (the wgmma path then leaves the call to moe_grouped_gemm).
+  const void* maps = nullptr;
 };
 
 // y[slot, N] (bf16) = x[row(slot), K] (bf16) · W_e[N, K]ᵀ for every slot of every tile, e the tile's
@@ -76,7 +79,8 @@ void moe_grouped_gemm(const void* x, const int32_t* x_rows, const MoeExperts& w,
                       bool silu = false);
 bool moe_grouped_fuses_silu(const MoeExperts& w, int max_tiles, int tile, int slots, int k);
 // Prefill-sized groups of MLX 4-bit experts (moe_wgmma.cu) on the wgmma linear's pipeline, the weights
-// dequantized in the CTA: the grouping tile (128 or 64 slots) for a call of `pairs` pairs whose average
+// dequantized in the CTA, or of bf16 experts with their tensor maps (MoeExperts::maps;
+// set_moe_wgmma_bf16): the grouping tile (128 or 64 slots) for a call of `pairs` pairs whose average
 // active expert has at least 96 (48) of them, with x (the gate_up's input, 16-byte aligned) on stream s (not
 // capturing: x's permuted copy needs a buffer); 0 where the call stays on moe_grouped_gemm (shapes, no wgmma,
 // set_moe_wgmma(false), TF_MOE_WGMMA=0).
@@ -88,7 +92,13 @@ int moe_grouped_wgmma_tile(const MoeExperts& gate_up, const MoeExperts& down, in
 void moe_grouped_wgmma(const void* x, const int32_t* x_rows, bool silu, const MoeExperts& w,
                        const int4* tiles, int max_tiles, int tile, int slots, void* y, int n, int k,
                        cudaStream_t s);
+// bf16 experts' tensor maps for moe_grouped_wgmma (MoeExperts::maps): a device table (cudaMalloc'd; the
+// caller frees it) of one map a weight [n, k] (`weights`: the experts' device pointers), copied on s and
+// synchronized (once a layer, at its first forward); null where a map cannot be encoded.
+void* moe_wgmma_maps(const std::vector<const void*>& weights, int n, int k, cudaStream_t s);
 void set_moe_wgmma(bool on);
+void set_moe_wgmma_bf16(bool on);  // bf16 experts on it as well (TF_MOE_WGMMA_BF16)
+bool moe_wgmma_bf16();
 bool moe_wgmma();
 uint64_t moe_grouped_wgmma_launches();  // launches so far (tests: that the path ran)
 // Tests and benches: false (or TF_MOE_GROUPED_SILU=0) keeps the silu_mul kernel after the grouped gate_up.

@@ -1,7 +1,9 @@
-// The grouped MLX 4-bit experts' GEMM on Hopper warpgroup MMAs, for groups of prefill size
-// (moe_kernels.h: moe_grouped_wgmma): the wgmma linear's pipeline (wgmma_pipeline.cuh) with the 128-row
-// tiles, the producer dequantizing the tile's expert's weight into the stages (produce_q4) and x's rows
-// gathered in slot order and permuted once per call, then loaded by tensor map. A CTA takes one grouping
+// The grouped experts' GEMM on Hopper warpgroup MMAs, for groups of prefill size (moe_kernels.h:
+// moe_grouped_wgmma): the wgmma linear's pipeline (wgmma_pipeline.cuh) with the 128-row tiles and x's rows
+// gathered in slot order and permuted once per call, then loaded by tensor map. MLX 4-bit experts: the
+// producer dequantizes the tile's expert's weight into the stages (produce_q4). bf16 experts: the producer
+// loads the expert's raw rows by its tensor map (a device table made once a layer, MoeExperts::maps) and
+// permutes them into the stages, as the TmaX linear does (produce_raw, xp = 1). A CTA takes one grouping
 // tile (expert e, slots [first, first + count)) and one 128-row tile of e's output features; rows of the
 // neighbouring tile that share its x box compute into masked outputs only. Each element's arithmetic is
 // the wgmma linear's (8 fixed K slices of in-order k16 chains, summed in slice order), the bits of
@@ -11,6 +13,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <vector>
 
 #include "core/error.h"
 #include "ops/cuda/cuda_check.h"
@@ -26,6 +29,9 @@ using namespace wgp;
 
 // TF_MOE_WGMMA (set_moe_wgmma): on (run 506, H100, 30B-A3B MLX 4-bit prefill 4096: 413.5 -> 138.7 ms).
 bool g_on = env_switch("TF_MOE_WGMMA", true);
+// bf16 experts too (set_moe_wgmma_bf16; TF_MOE_WGMMA_BF16): on (run 511, H100, 30B-A3B bf16 prefill 4096,
+// same call: 437.3 -> 144.5 ms).
+bool g_bf16 = env_switch("TF_MOE_WGMMA_BF16", true);
 std::atomic<uint64_t> g_launches{0};
 
 // Grid: max_tiles x (n / 128) CTAs, grouping tiles fastest (the CTAs of one expert's weight tile together:
@@ -69,6 +75,77 @@ __global__ void __launch_bounds__(Cfg<2, BN>::kThreads, 1)
 #endif
 }
 
+// The bf16 experts: produce_raw's TMA path (x by its own tensor-map load, W's raw rows by the expert's map
+// from the device table, permuted by producer warps 2-3), consume with the swizzled stages -- the TmaX
+// linear's kernel with the map chosen by the grouping tile.
+template <int BN>
+__global__ void __launch_bounds__(Cfg<2, BN>::kThreads, 1)
+    moe_wgmma_bf16_kernel(const CUtensorMap* __restrict__ maps, const int4* __restrict__ tiles, int max_tiles,
+                          __nv_bfloat16* __restrict__ y, int n, int k,
+                          const __grid_constant__ CUtensorMap tmx) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using C = Cfg<2, BN>;
+  static_assert(C::kRaw && C::kRawSlots >= 2, "the TMA producer needs raw slots");
+  pdl_wait();  // the tiles (and x) come from the kernels before
+  const int ti = int(blockIdx.x) % max_tiles, nt = int(blockIdx.x) / max_tiles;
+  if (ti >= tiles[0].x) return;   // the whole CTA, before any barrier
+  const int4 tl = tiles[1 + ti];  // {expert, first slot, slots, 0}
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  // full[s], empty[s], raw[slot], raw_free[slot]
+  __shared__ __align__(8) uint64_t bars[2 * C::kStages + 2 * C::kRawSlots];
+  const uint32_t pad = (1024 - (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023)) & 1023;
+  const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw + pad));
+  const uint32_t full = static_cast<uint32_t>(__cvta_generic_to_shared(bars)), empty = full + 8 * C::kStages;
+  const uint32_t raw = empty + 8 * C::kStages;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < C::kStages; ++s) {
+      mbar_init(full + 8 * s, 64 + 1);  // the 64 permuters + x's expect_tx arrive
+      mbar_init(empty + 8 * s, 4 * 2);  // lane 0 of every consumer warp
+    }
+    for (int r = 0; r < C::kRawSlots; ++r) {
+      mbar_init(raw + 8 * r, 1);                    // the W loader's arrive.expect_tx
+      mbar_init(raw + 8 * (C::kRawSlots + r), 64);  // the permuters' release
+    }
+  }
+  __syncthreads();
+  pdl_launch_dependents();
+  const int m0 = tl.y, m_end = tl.y + tl.z, n0 = nt * C::kBM;
+  if (threadIdx.x / 128 == 2) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 56;");
+    const CUtensorMap* tmw = maps + tl.x;
+    // The map was written by a host copy: the W loader (producer thread 0) orders its tensor-map reads after
+    // it (PTX ISA, fence.proxy.tensormap).
+    if (threadIdx.x == 256)
+      asm volatile("fence.proxy.tensormap::generic.acquire.sys [%0], 128;" ::"l"(tmw) : "memory");
+    produce_raw<2, BN, 1, true, true>(nullptr, nullptr, m_end, n, k, m0, n0, sbase, full, empty, 0, k / 32,
+                                      raw, tmw, &tmx, 1);
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 224;");
+    consume<2, BN, 1, 1, true>(nullptr, 0, y, false, m_end, n, k, m0, n0, sbase, nullptr, nullptr, full,
+                               empty, 0);
+  }
+#else
+  __trap();  // built for another architecture: moe_grouped_wgmma_tile keeps callers away
+#endif
+}
+
+template <int BN>
+void launch_bf16(const MoeExperts& w, const int4* tiles, int max_tiles, void* y, int n, int k,
+                 const CUtensorMap& tmx, cudaStream_t s) {
+  using C = Cfg<2, BN>;
+  static const bool configured = [] {
+    TF_CUDA_CHECK(cudaFuncSetAttribute(moe_wgmma_bf16_kernel<BN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       C::kSmem));
+    return true;
+  }();
+  (void)configured;
+  const int n_tiles = (n + C::kBM - 1) / C::kBM;
+  launch_pdl(moe_wgmma_bf16_kernel<BN>, dim3(unsigned(max_tiles * n_tiles)), dim3(C::kThreads), C::kSmem, s,
+             static_cast<const CUtensorMap*>(w.maps), tiles, max_tiles, static_cast<__nv_bfloat16*>(y), n, k,
+             tmx);
+  TF_CUDA_LAUNCH_CHECK();
+}
+
 template <int BN, int WP>
 void launch(const MoeExperts& w, const int4* tiles, int max_tiles, void* y, int n, int k,
             const CUtensorMap& tmx, cudaStream_t s) {
@@ -85,10 +162,11 @@ void launch(const MoeExperts& w, const int4* tiles, int max_tiles, void* y, int 
   TF_CUDA_LAUNCH_CHECK();
 }
 
-// The experts this kernel reads: MLX 4-bit in the device layout with bf16 scale words, groups of 64 or 128,
-// every chunk in quads.
+// The experts these kernels read: bf16 with their tensor maps (whole chunks), or MLX 4-bit in the device
+// layout with bf16 scale words, groups of 64 or 128, every chunk in quads.
 // n: the projection's output features (an expert's packed bytes below 2^32: produce_q4's 32-bit offsets).
 bool takes(const MoeExperts& w, int n, int k) {
+  if (w.bits == 16) return g_bf16 && w.maps && k % 32 == 0 && n > 0;
   return w.bits == 4 && (w.chunk_shift == 1 || w.chunk_shift == 2) && k % 128 == 0 &&
          w.quad_chunks == k / 32 && w.row_bytes == k / 2 && int64_t(n) * (k / 2) < (int64_t(1) << 32);
 }
@@ -117,7 +195,10 @@ void moe_grouped_wgmma(const void* x, const int32_t* x_rows, bool silu, const Mo
   CUtensorMap tmx{};
   TF_CHECK(xp && make_linear_tensor_map(&tmx, xp, slots, k, tile, true),
            "moe_grouped_wgmma: x's permuted copy or its tensor map could not be made");
-  if (tile == 128)
+  if (w.bits == 16)
+    tile == 128 ? launch_bf16<128>(w, tiles, max_tiles, y, n, k, tmx, s)
+                : launch_bf16<64>(w, tiles, max_tiles, y, n, k, tmx, s);
+  else if (tile == 128)
     w.subnormal ? launch<128, kWpQ4Sub>(w, tiles, max_tiles, y, n, k, tmx, s)
                 : launch<128, kWpQ4>(w, tiles, max_tiles, y, n, k, tmx, s);
   else
@@ -126,8 +207,28 @@ void moe_grouped_wgmma(const void* x, const int32_t* x_rows, bool silu, const Mo
   g_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
+void* moe_wgmma_maps(const std::vector<const void*>& weights, int n, int k, cudaStream_t s) {
+  std::vector<CUtensorMap> maps(weights.size());
+  for (size_t e = 0; e < weights.size(); ++e)
+    if (!make_linear_tensor_map(&maps[e], weights[e], n, k, Cfg<2, 64>::kBM, false)) return nullptr;
+  void* d = nullptr;
+  TF_CUDA_CHECK(cudaMalloc(&d, maps.size() * sizeof(CUtensorMap)));
+  TF_CUDA_CHECK(
+      cudaMemcpyAsync(d, maps.data(), maps.size() * sizeof(CUtensorMap), cudaMemcpyHostToDevice, s));
+  TF_CUDA_CHECK(cudaStreamSynchronize(s));
+  return d;
+}
+
 void set_moe_wgmma(bool on) {
   g_on = on;
+}
+
+void set_moe_wgmma_bf16(bool on) {
+  g_bf16 = on;
+}
+
+bool moe_wgmma_bf16() {
+  return g_bf16;
 }
 
 bool moe_wgmma() {

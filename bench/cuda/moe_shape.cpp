@@ -565,6 +565,16 @@ void bench_format(Backend& be, bool mlx, bool quick, double copy_gbs) {
     std::printf(
         "| prefill %d (eager), experts on mma.sync | %.1f | %.0f | | | linear FLOPs %.1f TFLOP/s | |\n",
         prefill, ms2, prefill * 1e3 / ms2, flops / (ms2 * 1e-3) / 1e12);
+    // The same call with the attention's prefill tiles on the other kernel (attention_wgmma.cu or the wide
+    // loop kernel: TF_ATTN_WGMMA), then back.
+    const bool aw = cuda::attention_wgmma();
+    cuda::set_attention_wgmma(!aw);
+    const double ms3 = time_ms(
+        s, [&] { be.begin_forward(meta), forward(be, m, prefill, {prefill - 1}, false); }, 1, 3);
+    cuda::set_attention_wgmma(aw);
+    std::printf("| prefill %d (eager), attention %s | %.1f | %.0f | | | linear FLOPs %.1f TFLOP/s | |\n",
+                prefill, aw ? "on the wide loop kernel" : "on wgmma", ms3, prefill * 1e3 / ms3,
+                flops / (ms3 * 1e-3) / 1e12);
     ablate_prefill(be, m, prefill);
   }
 }

@@ -64,6 +64,11 @@ __device__ __forceinline__ float finish_out(float o, float l) {
 struct Range {
   int lo, pos;  // visible positions [lo, pos]; lo > pos: none (padding pair)
 };
+// Row r's visible positions: the whole causal prefix, or the last `window` of it.
+__device__ __forceinline__ Range row_range(const DeviceMeta& meta, int r, int window) {
+  const int pos = meta.positions[r];
+  return {window > 0 ? max(0, pos - window + 1) : 0, pos};
+}
 // S values of row h (g or g + 8) in the thread's n-tiles [n0, n0 + NJ) of a chunk starting at position c0
 // (s[j]: n-tile n0 + j): scaled, soft-capped and masked to the row's range (-inf outside) in place; returns
 // their maximum over the quad. A padding row (no positions) keeps its values and gives -inf.
@@ -88,29 +93,10 @@ __device__ __forceinline__ float mask_row_max(float (*s)[4], int h, int n0, int 
   mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
   return fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
 }
-// One chunk of one warp's 16 pairs, first half: S = Q K^T, scale, cap, mask, softmax statistics.
-// `rg[0]`, `rg[1]`: the ranges of the thread's two pair rows (g and g + 8). Leaves P (bf16 values held
-// as floats) in s, and mc, lc per row.
-template <int D>
-__device__ __forceinline__ void chunk_scores(const __nv_bfloat16* Qs, const __nv_bfloat16* Ks, int warp,
-                                             int lane, int c0, const Range* rg, float scale, float softcap,
-                                             float (*s)[4], float* mc, float* lc) {
-  constexpr int RS = D + 8;
-  const int qd = lane % 4, mi = lane / 8, li = lane % 8;
-#pragma unroll
-  for (int j = 0; j < 16; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
-#pragma unroll
-  for (int t = 0; t < D / 16; ++t) {
-    uint32_t a[4];
-    ldsm_x4(a, Qs + (warp * 16 + (mi % 2) * 8 + li) * RS + t * 16 + (mi / 2) * 8);
-#pragma unroll
-    for (int jj = 0; jj < 8; ++jj) {
-      uint32_t b[4];
-      ldsm_x4(b, Ks + (jj * 16 + (mi / 2) * 8 + li) * RS + t * 16 + (mi % 2) * 8);
-      mma(s[2 * jj], a, b[0], b[1]);
-      mma(s[2 * jj + 1], a, b[2], b[3]);
-    }
-  }
+// chunk_scores after its MMAs (S in s, the m16n8 accumulator layout of 16 n-tiles, as a warp of a wgmma
+// m64n128 accumulator holds them too): scale, cap, mask, then the softmax statistics; P in s.
+__device__ __forceinline__ void chunk_softmax(float (*s)[4], int qd, int c0, const Range* rg, float scale,
+                                              float softcap, float* mc, float* lc) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     // A padding pair (no positions: the rows past a short tile, e.g. rows 8-15 of a decode row's 4 heads)
@@ -136,6 +122,32 @@ __device__ __forceinline__ void chunk_scores(const __nv_bfloat16* Qs, const __nv
     sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
     lc[h] = sum;
   }
+}
+
+// One chunk of one warp's 16 pairs, first half: S = Q K^T, scale, cap, mask, softmax statistics.
+// `rg[0]`, `rg[1]`: the ranges of the thread's two pair rows (g and g + 8). Leaves P (bf16 values held
+// as floats) in s, and mc, lc per row.
+template <int D>
+__device__ __forceinline__ void chunk_scores(const __nv_bfloat16* Qs, const __nv_bfloat16* Ks, int warp,
+                                             int lane, int c0, const Range* rg, float scale, float softcap,
+                                             float (*s)[4], float* mc, float* lc) {
+  constexpr int RS = D + 8;
+  const int qd = lane % 4, mi = lane / 8, li = lane % 8;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+  for (int t = 0; t < D / 16; ++t) {
+    uint32_t a[4];
+    ldsm_x4(a, Qs + (warp * 16 + (mi % 2) * 8 + li) * RS + t * 16 + (mi / 2) * 8);
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj) {
+      uint32_t b[4];
+      ldsm_x4(b, Ks + (jj * 16 + (mi / 2) * 8 + li) * RS + t * 16 + (mi % 2) * 8);
+      mma(s[2 * jj], a, b[0], b[1]);
+      mma(s[2 * jj + 1], a, b[2], b[3]);
+    }
+  }
+  chunk_softmax(s, qd, c0, rg, scale, softcap, mc, lc);
 }
 
 // Second half: O_c = P V. The S accumulator layout of n-tiles 2t, 2t+1 is the A fragment of k-step t.
@@ -283,6 +295,59 @@ __device__ __forceinline__ void spread_pv(const __nv_bfloat16* Ps, const __nv_bf
 #pragma unroll
     for (int jj = 0; jj < JP; ++jj)
       pv_pair_step<D>(Vs, lane, a, t, warp * JP + jj, oc[2 * jj], oc[2 * jj + 1]);
+  }
+}
+
+// This thread's two pairs of warp `warp`: warp-local rows g and g + 8 (row, query head, visible range).
+struct Pairs {
+  Range rg[2];
+  int prow[2], phead[2];
+};
+__device__ __forceinline__ Pairs pairs_of(const DeviceMeta& meta, int warp, int g, int group, int r_first,
+                                          int nrows, int kvh, int window) {
+  Pairs p;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int i = warp * 16 + g + 8 * h, rr = i / group;
+    p.prow[h] = r_first + rr, p.phead[h] = kvh * group + i % group;
+    p.rg[h] = rr < nrows ? row_range(meta, p.prow[h], window) : Range{1, 0};
+  }
+  return p;
+}
+
+// o = merge of chunk c's partial (oc, mc, lc) into the running (m, l, o) of each pair that sees chunk c:
+// NJ 8-column groups of output (all D / 8, or a warp's share of a spread chunk).
+template <int D, int NJ = D / 8>
+__device__ __forceinline__ void merge_pairs(const Pairs& pr, int c, float* m, float* l, const float* mc,
+                                            const float* lc, const float (*oc)[4], float (*o)[4]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const bool in = pr.rg[h].lo <= pr.rg[h].pos && c >= pr.rg[h].lo / kC && c <= pr.rg[h].pos / kC;
+    if (!in) continue;
+    const MergeFactors f = merge_chunk(m[h], l[h], mc[h], lc[h]);
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) {
+      o[j][2 * h] = merge_out(o[j][2 * h], oc[j][2 * h], f);
+      o[j][2 * h + 1] = merge_out(o[j][2 * h + 1], oc[j][2 * h + 1], f);
+    }
+  }
+}
+
+// The loop schedule's output: o / l of each real pair, rounded to bf16; o holds the NJ 8-column groups from
+// group j0 on.
+template <int D, int NJ = D / 8>
+__device__ __forceinline__ void store_pairs(const Pairs& pr, int hq, int qd, const float (*o)[4],
+                                            const float* l, __nv_bfloat16* out, int j0 = 0) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (pr.rg[h].lo > pr.rg[h].pos) continue;
+    __nv_bfloat16* dst = out + (int64_t(pr.prow[h]) * hq + pr.phead[h]) * D;
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) {
+      const int d = (j0 + j) * 8 + qd * 2;
+      *reinterpret_cast<__nv_bfloat162*>(dst + d) =
+          __floats2bfloat162_rn(finish_out(o[j][2 * h], l[h]), finish_out(o[j][2 * h + 1], l[h]));
+    }
   }
 }
 

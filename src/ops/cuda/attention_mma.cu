@@ -47,11 +47,6 @@ const bool g_pdl_group = pdl_group_enabled("ATTENTION");  // launch.h
 constexpr int kWarps = 4;
 constexpr int kPairs = 16 * kWarps;  // (row, head) pairs a block serves
 
-__device__ __forceinline__ Range row_range(const DeviceMeta& meta, int r, int window) {
-  const int pos = meta.positions[r];
-  return {window > 0 ? max(0, pos - window + 1) : 0, pos};
-}
-
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
   const uint32_t a = uint32_t(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(a), "l"(gmem), "r"(valid ? 16 : 0));
@@ -188,59 +183,6 @@ struct Tile {
     }
   }
 };
-
-// This thread's two pairs of warp `warp`: warp-local rows g and g + 8 (row, query head, visible range).
-struct Pairs {
-  Range rg[2];
-  int prow[2], phead[2];
-};
-__device__ __forceinline__ Pairs pairs_of(const DeviceMeta& meta, int warp, int g, int group, int r_first,
-                                          int nrows, int kvh, int window) {
-  Pairs p;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int i = warp * 16 + g + 8 * h, rr = i / group;
-    p.prow[h] = r_first + rr, p.phead[h] = kvh * group + i % group;
-    p.rg[h] = rr < nrows ? row_range(meta, p.prow[h], window) : Range{1, 0};
-  }
-  return p;
-}
-
-// o = merge of chunk c's partial (oc, mc, lc) into the running (m, l, o) of each pair that sees chunk c:
-// NJ 8-column groups of output (all D / 8, or a warp's share of a spread chunk).
-template <int D, int NJ = D / 8>
-__device__ __forceinline__ void merge_pairs(const Pairs& pr, int c, float* m, float* l, const float* mc,
-                                            const float* lc, const float (*oc)[4], float (*o)[4]) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const bool in = pr.rg[h].lo <= pr.rg[h].pos && c >= pr.rg[h].lo / kC && c <= pr.rg[h].pos / kC;
-    if (!in) continue;
-    const MergeFactors f = merge_chunk(m[h], l[h], mc[h], lc[h]);
-#pragma unroll
-    for (int j = 0; j < NJ; ++j) {
-      o[j][2 * h] = merge_out(o[j][2 * h], oc[j][2 * h], f);
-      o[j][2 * h + 1] = merge_out(o[j][2 * h + 1], oc[j][2 * h + 1], f);
-    }
-  }
-}
-
-// The loop schedule's output: o / l of each real pair, rounded to bf16; o holds the NJ 8-column groups from
-// group j0 on.
-template <int D, int NJ = D / 8>
-__device__ __forceinline__ void store_pairs(const Pairs& pr, int hq, int qd, const float (*o)[4],
-                                            const float* l, __nv_bfloat16* out, int j0 = 0) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    if (pr.rg[h].lo > pr.rg[h].pos) continue;
-    __nv_bfloat16* dst = out + (int64_t(pr.prow[h]) * hq + pr.phead[h]) * D;
-#pragma unroll
-    for (int j = 0; j < NJ; ++j) {
-      const int d = (j0 + j) * 8 + qd * 2;
-      *reinterpret_cast<__nv_bfloat162*>(dst + d) =
-          __floats2bfloat162_rn(finish_out(o[j][2 * h], l[h]), finish_out(o[j][2 * h + 1], l[h]));
-    }
-  }
-}
 
 // The merge of one (row, head) pair's chunk partials, in increasing chunk order, by one warp (D / 32
 // values a lane): the combine kernel's work, shared with the split kernel's fused combine (same bits).
@@ -815,7 +757,9 @@ void launch(const AttentionMmaArgs& a, cudaStream_t s) {
   auto* k = static_cast<const __nv_bfloat16*>(a.k_pool);
   auto* v = static_cast<const __nv_bfloat16*>(a.v_pool);
   auto* out = static_cast<__nv_bfloat16*>(a.out);
-  if (a.num_loop_tiles > 0 && a.wide_loop) {
+  if (a.num_loop_tiles > 0 && a.wide_loop && attention_wgmma_loop(a, s)) {
+    // (the wide tiles on warpgroup MMAs: attention_wgmma.cu)
+  } else if (a.num_loop_tiles > 0 && a.wide_loop) {
     const size_t wide_smem = size_t(4 * kC + kWidePairs) * (D + 8) * sizeof(__nv_bfloat16);
     static bool wide_configured = false;  // per D instantiation
     if (!wide_configured) {

@@ -122,7 +122,16 @@ struct AttentionMmaArgs {
   // given, the last block of a (tile, KV head) to finish merges its pairs' partials (the combine kernel's
   // code and order: same bits) and the combine launch is saved.
   int* tickets = nullptr;
+  int64_t pool_slots = 0;  // slots of k_pool / v_pool ([slots, hk, D]): attention_wgmma_loop's tensor maps
 };
 void attention_mma(const AttentionMmaArgs& args, cudaStream_t s);
+// The wide loop tiles of a head_dim 128 call on Hopper warpgroup MMAs (attention_wgmma.cu): the same bits as
+// the wide loop kernel. False (nothing launched) where it does not take the call: off, not sm_90a, another
+// head_dim, no wide loop tiles, blocks of other than 16 positions, or tensor maps that cannot be made.
+bool attention_wgmma_loop(const AttentionMmaArgs& args, cudaStream_t s);
+// Speed only (same bits, tested): TF_ATTN_WGMMA; the launches so far (tests: that it ran).
+void set_attention_wgmma(bool on);
+bool attention_wgmma();
+uint64_t attention_wgmma_launches();
 
 }  // namespace tf::cuda

@@ -584,6 +584,7 @@ class CudaBackend final : public Backend {
       a.hq = p.num_heads, a.hk = p.num_kv_heads, a.head_dim = p.head_dim, a.scale = p.scale;
       a.window = p.sliding_window, a.softcap = p.softcap, a.max_chunks = chunks;
       a.loop_tiles = tiles_, a.num_loop_tiles = num_loop_tiles_, a.wide_loop = tiles_wide_;
+      a.pool_slots = layer.k.dim(0) * layer.k.dim(1);
       a.split_tiles = tiles_ + num_loop_tiles_, a.num_split_tiles = num_split_tiles_;
       a.decode_loop =
           cuda::attention_decode_loop_takes(num_split_tiles_, p.num_kv_heads, split_one_warp_, chunks);

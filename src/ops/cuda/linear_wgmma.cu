@@ -414,15 +414,16 @@ bool make_linear_tensor_map(CUtensorMap* map, const void* base, int rows, int k,
 }
 
 bool make_kv_tensor_map(CUtensorMap* map, const void* pool, int64_t slots, int heads, int head_dim,
-                        int box_cols, int box_rows) {
+                        int box_cols, int box_rows, bool swizzle_128b) {
   const EncodeTiled fn = encode_tiled();
   if (!fn || reinterpret_cast<uintptr_t>(pool) % 16 != 0) return false;
   const cuuint64_t dims[3] = {cuuint64_t(head_dim), cuuint64_t(heads), cuuint64_t(slots)};
   const cuuint64_t strides[2] = {cuuint64_t(head_dim) * 2, cuuint64_t(heads) * head_dim * 2};
   const cuuint32_t box[3] = {cuuint32_t(box_cols), 1, cuuint32_t(box_rows)}, elem[3] = {1, 1, 1};
   return fn(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(pool), dims, strides, box, elem,
-            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+            CU_TENSOR_MAP_INTERLEAVE_NONE,
+            swizzle_128b ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 // Auto: the tile with the least estimated time on an H200 (132 SMs): waves x the slower of a tile's MMA

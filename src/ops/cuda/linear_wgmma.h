@@ -141,9 +141,10 @@ bool make_linear_tensor_map(CUtensorMap* map, const void* base, int rows, int k,
                             bool swizzle_64b);
 // A paged K or V pool [slots, heads, head_dim] (bf16) as a 3D tensor map whose box is one head's rows of a
 // run of slots: {box_cols elements of a row (those past head_dim zero-filled: a padded shared-memory row),
-// 1 head, box_rows slots}. False when it cannot be encoded.
+// 1 head, box_rows slots}; swizzle_128b: written into shared memory in the 128-byte swizzle (box_cols * 2 <=
+// 128). False when it cannot be encoded.
 bool make_kv_tensor_map(CUtensorMap* map, const void* pool, int64_t slots, int heads, int head_dim,
-                        int box_cols, int box_rows);
+                        int box_cols, int box_rows, bool swizzle_128b = false);
 
 #ifdef __CUDACC__
 // ---- device helpers shared with the probe (inline PTX per the PTX ISA, "warpgroup-level MMA") ----

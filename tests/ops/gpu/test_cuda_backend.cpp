@@ -18,6 +18,7 @@
 #include "ops/cuda/block_cache.h"
 #include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/linear_wgmma.h"  // linear_wgmma_supported
 
 namespace tf {
 namespace {
@@ -654,6 +655,45 @@ TEST_F(CudaOps, AttentionRowInvariantAcrossDecodeVerifyPrefill) {
     cuda::set_attention_tile_schedule(cuda::TileSchedule::Auto);
     cuda::set_attention_loop_wide(true);
   }
+}
+
+// Prefill tiles on warpgroup MMAs (attention_wgmma.cu) against the wide loop kernel, bit for bit: GQA groups
+// of 4, 8 and 1, with and without a window and a soft cap; one call of a whole 600-position prompt (its last
+// page half past the sequence: NaN slots in the pool) and a 61-row chunk of a second sequence ending at 700.
+TEST_F(CudaOps, AttentionWgmmaEqualsTheWideLoop) {
+  if (!cuda::linear_wgmma_supported()) GTEST_SKIP() << "needs an sm_90 GPU and the sm_90a kernels";
+  const int d = 128;
+  const bool on0 = cuda::attention_wgmma();
+  cuda::set_attention_tile_schedule(cuda::TileSchedule::Loop);
+  for (auto [hq, hk] : {std::pair{32, 8}, std::pair{32, 4}, std::pair{8, 8}}) {
+    Pools pools = make_pools(*gpu_, *cpu_, {600, 700}, hk, d);
+    std::vector<std::pair<int, int>> rows;
+    for (int p = 0; p < 600; ++p) rows.push_back({0, p});
+    for (int p = 700 - 61; p < 700; ++p) rows.push_back({1, p});
+    const BatchMeta meta = rows_meta(pools, rows);
+    const Host q = random_host({int64_t(rows.size()), hq, d}, 2.f);
+    const Tensor gq = gpu_->upload(q.bf16);
+    for (int window : {0, 300})
+      for (float softcap : {0.f, 30.f}) {
+        SCOPED_TRACE("hq " + std::to_string(hq) + ", hk " + std::to_string(hk) + ", window " +
+                     std::to_string(window) + ", softcap " + std::to_string(softcap));
+        const AttentionParams ap{hq, hk, d, 1.f / std::sqrt(float(d)), window, softcap};
+        cuda::set_attention_wgmma(false);
+        const auto wide = attention_bits(gq, pools.g, meta, ap);
+        cuda::set_attention_wgmma(true);
+        const uint64_t before = cuda::attention_wgmma_launches();
+        const auto wg = attention_bits(gq, pools.g, meta, ap);
+        EXPECT_EQ(cuda::attention_wgmma_launches(), before + 1) << "the wgmma kernel did not run";
+        ASSERT_EQ(wg.size(), wide.size());
+        size_t diff = 0, first = 0;
+        for (size_t i = 0; i < wg.size(); ++i)
+          if (wg[i] != wide[i] && diff++ == 0) first = i;
+        EXPECT_EQ(diff, 0u) << "first at element " << first << " (row " << first / (size_t(hq) * d)
+                            << ", head " << first / d % hq << ", dim " << first % d << ")";
+      }
+  }
+  cuda::set_attention_tile_schedule(cuda::TileSchedule::Auto);
+  cuda::set_attention_wgmma(on0);
 }
 
 // 16 decode rows of 8 KV heads (128 split (tile, KV head) pairs): the fused combine, which by default stops

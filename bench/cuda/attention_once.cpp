@@ -96,26 +96,32 @@ int main(int argc, char** argv) {
   const double flop = 2.0 * double(n) * n * kHeads * kDim;  // causal: QK and PV over half the square
   // The wide loop kernel, then the same tiles on warpgroup MMAs (attention_wgmma.cu), and whether the two
   // outputs are the same bits.
-  std::vector<uint16_t> outs[2];
-  const bool wg0 = cuda::attention_wgmma();
-  for (int w = 0; w < 2; ++w) {
-    cuda::set_attention_wgmma(w == 1);
+  // w = 2: the warpgroups' MMAs in turns (set_attention_wgmma_pp).
+  std::vector<uint16_t> outs[3];
+  const bool wg0 = cuda::attention_wgmma(), pp0 = cuda::attention_wgmma_pp();
+  for (int w = 0; w < 3; ++w) {
+    cuda::set_attention_wgmma(w >= 1);
+    cuda::set_attention_wgmma_pp(w == 2);
     const uint64_t l0 = cuda::attention_wgmma_launches();
     const double ms = bench::time_ms(
         cuda::stream_of(*be), [&] { be->attention(q, kv, ap, o); }, 1, launches - 1);
     std::printf("prefill attention N=%d%s: %.3f ms, %.1f TFLOP/s\n", n,
-                w == 0                                  ? ""
-                : cuda::attention_wgmma_launches() > l0 ? " (wgmma)"
-                                                        : " (wgmma not taken)",
+                w == 0                                   ? ""
+                : cuda::attention_wgmma_launches() == l0 ? " (wgmma not taken)"
+                : w == 1                                 ? " (wgmma)"
+                                                         : " (wgmma, turns)",
                 ms, flop / (ms * 1e-3) / 1e12);
     Tensor h = Tensor::empty(o.shape(), DType::BF16);
     be->to_host(o, h);
     outs[w].assign(h.data<uint16_t>(), h.data<uint16_t>() + h.numel());
   }
   cuda::set_attention_wgmma(wg0);
-  size_t diff = 0;
-  for (size_t i = 0; i < outs[0].size(); ++i) diff += outs[0][i] != outs[1][i];
-  std::printf("prefill attention N=%d: %zu of %zu output values differ (wide loop vs wgmma)\n", n, diff,
-              outs[0].size());
+  cuda::set_attention_wgmma_pp(pp0);
+  for (int w = 1; w < 3; ++w) {
+    size_t diff = 0;
+    for (size_t i = 0; i < outs[0].size(); ++i) diff += outs[0][i] != outs[w][i];
+    std::printf("prefill attention N=%d: %zu of %zu output values differ (wide loop vs wgmma%s)\n", n, diff,
+                outs[0].size(), w == 2 ? ", turns" : "");
+  }
   return 0;
 }

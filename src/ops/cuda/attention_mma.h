@@ -132,6 +132,9 @@ bool attention_wgmma_loop(const AttentionMmaArgs& args, cudaStream_t s);
 // Speed only (same bits, tested): TF_ATTN_WGMMA; the launches so far (tests: that it ran).
 void set_attention_wgmma(bool on);
 bool attention_wgmma();
+// The two warpgroups' MMAs in turns (TF_ATTN_WGMMA_PP; speed only, same bits).
+void set_attention_wgmma_pp(bool on);
+bool attention_wgmma_pp();
 uint64_t attention_wgmma_launches();
 
 }  // namespace tf::cuda

@@ -663,7 +663,7 @@ TEST_F(CudaOps, AttentionRowInvariantAcrossDecodeVerifyPrefill) {
 TEST_F(CudaOps, AttentionWgmmaEqualsTheWideLoop) {
   if (!cuda::linear_wgmma_supported()) GTEST_SKIP() << "needs an sm_90 GPU and the sm_90a kernels";
   const int d = 128;
-  const bool on0 = cuda::attention_wgmma();
+  const bool on0 = cuda::attention_wgmma(), pp0 = cuda::attention_wgmma_pp();
   cuda::set_attention_tile_schedule(cuda::TileSchedule::Loop);
   for (auto [hq, hk] : {std::pair{32, 8}, std::pair{32, 4}, std::pair{8, 8}}) {
     Pools pools = make_pools(*gpu_, *cpu_, {600, 700}, hk, d);
@@ -681,19 +681,25 @@ TEST_F(CudaOps, AttentionWgmmaEqualsTheWideLoop) {
         cuda::set_attention_wgmma(false);
         const auto wide = attention_bits(gq, pools.g, meta, ap);
         cuda::set_attention_wgmma(true);
-        const uint64_t before = cuda::attention_wgmma_launches();
-        const auto wg = attention_bits(gq, pools.g, meta, ap);
-        EXPECT_EQ(cuda::attention_wgmma_launches(), before + 1) << "the wgmma kernel did not run";
-        ASSERT_EQ(wg.size(), wide.size());
-        size_t diff = 0, first = 0;
-        for (size_t i = 0; i < wg.size(); ++i)
-          if (wg[i] != wide[i] && diff++ == 0) first = i;
-        EXPECT_EQ(diff, 0u) << "first at element " << first << " (row " << first / (size_t(hq) * d)
-                            << ", head " << first / d % hq << ", dim " << first % d << ")";
+        for (bool pp : {false, true}) {  // the warpgroups' MMAs as they come, in turns
+          cuda::set_attention_wgmma_pp(pp);
+          const uint64_t before = cuda::attention_wgmma_launches();
+          const auto wg = attention_bits(gq, pools.g, meta, ap);
+          EXPECT_EQ(cuda::attention_wgmma_launches(), before + 1)
+              << "the wgmma kernel did not run, pp " << pp;
+          ASSERT_EQ(wg.size(), wide.size());
+          size_t diff = 0, first = 0;
+          for (size_t i = 0; i < wg.size(); ++i)
+            if (wg[i] != wide[i] && diff++ == 0) first = i;
+          EXPECT_EQ(diff, 0u) << "pp " << pp << ": first at element " << first << " (row "
+                              << first / (size_t(hq) * d) << ", head " << first / d % hq << ", dim "
+                              << first % d << ")";
+        }
       }
   }
   cuda::set_attention_tile_schedule(cuda::TileSchedule::Auto);
   cuda::set_attention_wgmma(on0);
+  cuda::set_attention_wgmma_pp(pp0);
 }
 
 // 16 decode rows of 8 KV heads (128 split (tile, KV head) pairs): the fused combine, which by default stops

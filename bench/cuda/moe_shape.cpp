@@ -565,6 +565,16 @@ void bench_format(Backend& be, bool mlx, bool quick, double copy_gbs) {
     std::printf(
         "| prefill %d (eager), experts on mma.sync | %.1f | %.0f | | | linear FLOPs %.1f TFLOP/s | |\n",
         prefill, ms2, prefill * 1e3 / ms2, flops / (ms2 * 1e-3) / 1e12);
+    if (!mlx) {  // the bf16 experts' wgmma CTAs one a tile instead of persistent, same call
+      cuda::set_moe_wgmma_persistent(false);
+      const double ms4 = time_ms(
+          s, [&] { be.begin_forward(meta), forward(be, m, prefill, {prefill - 1}, false); }, 1, 3);
+      cuda::set_moe_wgmma_persistent(true);
+      std::printf(
+          "| prefill %d (eager), bf16 experts' CTAs one a tile | %.1f | %.0f | | | linear FLOPs %.1f TFLOP/s "
+          "| |\n",
+          prefill, ms4, prefill * 1e3 / ms4, flops / (ms4 * 1e-3) / 1e12);
+    }
     // The same call with the attention's prefill tiles on the other kernel (attention_wgmma.cu or the wide
     // loop kernel: TF_ATTN_WGMMA), then back.
     const bool aw = cuda::attention_wgmma();

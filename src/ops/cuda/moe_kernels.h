@@ -99,6 +99,8 @@ void* moe_wgmma_maps(const std::vector<const void*>& weights, int n, int k, cuda
 void set_moe_wgmma(bool on);
 void set_moe_wgmma_bf16(bool on);  // bf16 experts on it as well (TF_MOE_WGMMA_BF16)
 bool moe_wgmma_bf16();
+// The bf16 experts' wgmma kernel in persistent CTAs (default) or one a tile (TF_MOE_WGMMA_PERSIST=0); A/B.
+void set_moe_wgmma_persistent(bool on);
 bool moe_wgmma();
 uint64_t moe_grouped_wgmma_launches();  // launches so far (tests: that the path ran)
 // Tests and benches: false (or TF_MOE_GROUPED_SILU=0) keeps the silu_mul kernel after the grouped gate_up.

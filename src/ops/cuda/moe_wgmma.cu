@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <vector>
 
 #include "core/error.h"
@@ -32,6 +33,11 @@ bool g_on = env_switch("TF_MOE_WGMMA", true);
 // bf16 experts too (set_moe_wgmma_bf16; TF_MOE_WGMMA_BF16): on (run 511, H100, 30B-A3B bf16 prefill 4096,
 // same call: 437.3 -> 144.5 ms).
 bool g_bf16 = env_switch("TF_MOE_WGMMA_BF16", true);
+// The bf16 kernel's CTAs persistent (one an SM, tiles in turn) or one a tile (TF_MOE_WGMMA_PERSIST=0;
+// set_moe_wgmma_persistent; A/B, the same bits). Run 515 (H100, 30B-A3B bf16 prefill 4096, same call): 128.0
+// -> 125.9 ms (predicted -12%: the CTAs' prologues and epilogues are not what keeps these GEMMs near 200
+// TFLOP/s).
+bool g_persist = env_switch("TF_MOE_WGMMA_PERSIST", true);
 std::atomic<uint64_t> g_launches{0};
 
 // Grid: max_tiles x (n / 128) CTAs, grouping tiles fastest (the CTAs of one expert's weight tile together:
@@ -75,54 +81,103 @@ __global__ void __launch_bounds__(Cfg<2, BN>::kThreads, 1)
 #endif
 }
 
-// The bf16 experts: produce_raw's TMA path (x by its own tensor-map load, W's raw rows by the expert's map
-// from the device table, permuted by producer warps 2-3), consume with the swizzled stages -- the TmaX
-// linear's kernel with the map chosen by the grouping tile.
+// The bf16 experts: the TmaX linear's roles (produce_raw's TMA branch, xp = 1: x by its own tensor-map load,
+// W's raw rows by the expert's map from the device table, permuted into the stages by producer warps 2-3;
+// consume with the swizzled stages), in persistent CTAs: CTA b takes items b, b + grid, ... (item i: grouping
+// tile i % tiles, 128 output features (i / tiles)), every role walking the same items with one running chunk
+// count g (ring slots, stages and phases go on from tile to tile), so that a tile's loads start under the
+// previous tile's last MMAs and stores instead of after a CTA's exit and the next one's prologue.
 template <int BN>
 __global__ void __launch_bounds__(Cfg<2, BN>::kThreads, 1)
-    moe_wgmma_bf16_kernel(const CUtensorMap* __restrict__ maps, const int4* __restrict__ tiles, int max_tiles,
+    moe_wgmma_bf16_kernel(const CUtensorMap* __restrict__ maps, const int4* __restrict__ tiles, int n_tiles,
                           __nv_bfloat16* __restrict__ y, int n, int k,
                           const __grid_constant__ CUtensorMap tmx) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using C = Cfg<2, BN>;
-  static_assert(C::kRaw && C::kRawSlots >= 2, "the TMA producer needs raw slots");
+  constexpr int kSlots = C::kRawSlots, kPW = C::kBM / 16;
+  static_assert(C::kRaw && kSlots >= 2 && C::kCh == 1, "the TMA producer's raw slots, a chunk a stage");
   pdl_wait();  // the tiles (and x) come from the kernels before
-  const int ti = int(blockIdx.x) % max_tiles, nt = int(blockIdx.x) / max_tiles;
-  if (ti >= tiles[0].x) return;   // the whole CTA, before any barrier
-  const int4 tl = tiles[1 + ti];  // {expert, first slot, slots, 0}
+  const int ntiles = tiles[0].x, items = ntiles * n_tiles, chunks = k / 32;
+  if (int(blockIdx.x) >= items) return;  // the whole CTA, before any barrier
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   // full[s], empty[s], raw[slot], raw_free[slot]
-  __shared__ __align__(8) uint64_t bars[2 * C::kStages + 2 * C::kRawSlots];
+  __shared__ __align__(8) uint64_t bars[2 * C::kStages + 2 * kSlots];
   const uint32_t pad = (1024 - (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023)) & 1023;
   const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw + pad));
   const uint32_t full = static_cast<uint32_t>(__cvta_generic_to_shared(bars)), empty = full + 8 * C::kStages;
-  const uint32_t raw = empty + 8 * C::kStages;
+  const uint32_t raw = empty + 8 * C::kStages, rawfree = raw + 8 * kSlots, slots = sbase + C::kRawOff;
   if (threadIdx.x == 0) {
     for (int s = 0; s < C::kStages; ++s) {
       mbar_init(full + 8 * s, 64 + 1);  // the 64 permuters + x's expect_tx arrive
       mbar_init(empty + 8 * s, 4 * 2);  // lane 0 of every consumer warp
     }
-    for (int r = 0; r < C::kRawSlots; ++r) {
-      mbar_init(raw + 8 * r, 1);                    // the W loader's arrive.expect_tx
-      mbar_init(raw + 8 * (C::kRawSlots + r), 64);  // the permuters' release
+    for (int r = 0; r < kSlots; ++r) {
+      mbar_init(raw + 8 * r, 1);       // the W loader's arrive.expect_tx
+      mbar_init(rawfree + 8 * r, 64);  // the permuters' release
     }
   }
   __syncthreads();
   pdl_launch_dependents();
-  const int m0 = tl.y, m_end = tl.y + tl.z, n0 = nt * C::kBM;
+  struct Item {
+    int e, m0, m_end, n0;
+  };
+  auto item_of = [&](int it) {
+    const int4 tl = tiles[1 + it % ntiles];  // {expert, first slot, slots, 0}
+    return Item{tl.x, tl.y, tl.y + tl.z, it / ntiles * C::kBM};
+  };
+  const int pt = int(threadIdx.x) % 128;
   if (threadIdx.x / 128 == 2) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 56;");
-    const CUtensorMap* tmw = maps + tl.x;
-    // The map was written by a host copy: the W loader (producer thread 0) orders its tensor-map reads after
-    // it (PTX ISA, fence.proxy.tensormap).
-    if (threadIdx.x == 256)
-      asm volatile("fence.proxy.tensormap::generic.acquire.sys [%0], 128;" ::"l"(tmw) : "memory");
-    produce_raw<2, BN, 1, true, true>(nullptr, nullptr, m_end, n, k, m0, n0, sbase, full, empty, 0, k / 32,
-                                      raw, tmw, &tmx, 1);
+    int g = 0;
+    if (pt == 0) {  // W's raw rows of each chunk into a raw slot
+      for (int it = blockIdx.x; it < items; it += gridDim.x) {
+        const Item im = item_of(it);
+        const CUtensorMap* tmw = maps + im.e;
+        // (the map was written by a host copy: order this thread's tensor-map reads after it; PTX ISA,
+        // fence.proxy.tensormap)
+        asm volatile("fence.proxy.tensormap::generic.acquire.sys [%0], 128;" ::"l"(tmw) : "memory");
+        for (int c = 0; c < chunks; ++c, ++g) {
+          const int slot = g % kSlots;
+          if (g >= kSlots) mbar_wait(rawfree + 8 * slot, ((g / kSlots) & 1) ^ 1);
+          mbar_arrive_expect_tx(raw + 8 * slot, C::kBM * 64);
+          tma_load_2d(slots + slot * C::kStage, tmw, c * 32, im.n0, raw + 8 * slot);
+        }
+      }
+    } else if (pt == 32) {  // x's rows of each chunk straight into the stage (x is permuted)
+      for (int it = blockIdx.x; it < items; it += gridDim.x) {
+        const Item im = item_of(it);
+        for (int c = 0; c < chunks; ++c, ++g) {
+          const int s = g % C::kStages;
+          if (g >= C::kStages) mbar_wait(empty + 8 * s, ((g / C::kStages) & 1) ^ 1);
+          mbar_arrive_expect_tx(full + 8 * s, BN * 64);
+          tma_load_2d(sbase + s * C::kStage + 2 * C::kWStep, &tmx, c * 32, im.m0, full + 8 * s);
+        }
+      }
+    } else if (pt >= 64) {  // the permuters (produce_raw's: units of rows q0 + 16j, unit t)
+      const int p = pt - 64, q0 = 8 * (p / 32) + permute_row(p % 32), t = pt % 4, sw = (q0 >> 1) & 3;
+      const uint32_t off0 = q0 * 64 + ((t / 2) ^ sw) * 16 + (t % 2) * 8;
+      const uint32_t off1 = q0 * 64 + ((2 + t / 2) ^ sw) * 16 + (t % 2) * 8;
+      for (int it = blockIdx.x; it < items; it += gridDim.x)
+        for (int c = 0; c < chunks; ++c, ++g) {
+          const int slot = g % kSlots, s = g % C::kStages;
+          mbar_wait(raw + 8 * slot, (g / kSlots) & 1);
+          if (g >= C::kStages) mbar_wait(empty + 8 * s, ((g / C::kStages) & 1) ^ 1);
+          const uint32_t st = sbase + s * C::kStage, rs = slots + slot * C::kStage + q0 * 64 + t * 16;
+          permute_units<kPW>([&](int j) { return rs + j * 16 * 64; },
+                             [&](int j, int h) { return st + j * 16 * 64 + (h ? off1 : off0); });
+          fence_proxy_async();
+          mbar_arrive(full + 8 * s);
+          mbar_arrive(rawfree + 8 * slot);
+        }
+    }
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 224;");
-    consume<2, BN, 1, 1, true>(nullptr, 0, y, false, m_end, n, k, m0, n0, sbase, nullptr, nullptr, full,
-                               empty, 0);
+    int g = 0;
+    for (int it = blockIdx.x; it < items; it += gridDim.x, g += chunks) {
+      const Item im = item_of(it);
+      consume<2, BN, 1, 1, true, 0, true>(nullptr, 0, y, false, im.m_end, n, k, im.m0, im.n0, sbase, nullptr,
+                                          nullptr, full, empty, 0, g);
+    }
   }
 #else
   __trap();  // built for another architecture: moe_grouped_wgmma_tile keeps callers away
@@ -139,9 +194,11 @@ void launch_bf16(const MoeExperts& w, const int4* tiles, int max_tiles, void* y,
     return true;
   }();
   (void)configured;
-  const int n_tiles = (n + C::kBM - 1) / C::kBM;
-  launch_pdl(moe_wgmma_bf16_kernel<BN>, dim3(unsigned(max_tiles * n_tiles)), dim3(C::kThreads), C::kSmem, s,
-             static_cast<const CUtensorMap*>(w.maps), tiles, max_tiles, static_cast<__nv_bfloat16*>(y), n, k,
+  const int n_tiles =
+      (n + C::kBM - 1) / C::kBM;  // persistent: one CTA an SM at most (the tile count's bound)
+  const int grid = int(std::min<int64_t>(int64_t(max_tiles) * n_tiles, g_persist ? sm_count() : INT32_MAX));
+  launch_pdl(moe_wgmma_bf16_kernel<BN>, dim3(unsigned(grid)), dim3(C::kThreads), C::kSmem, s,
+             static_cast<const CUtensorMap*>(w.maps), tiles, n_tiles, static_cast<__nv_bfloat16*>(y), n, k,
              tmx);
   TF_CUDA_LAUNCH_CHECK();
 }
@@ -229,6 +286,10 @@ void set_moe_wgmma_bf16(bool on) {
 
 bool moe_wgmma_bf16() {
   return g_bf16;
+}
+
+void set_moe_wgmma_persistent(bool on) {
+  g_persist = on;
 }
 
 bool moe_wgmma() {

@@ -514,12 +514,16 @@ __device__ __forceinline__ void store_out(const float* tot, const float* tot_sme
 
 // SP = 2: rank r runs slices [4r, 4r + 4); rank 0 folds its four in `tot`, rank 1 stores each partial in
 // its shared memory (part, [slice][i][thread]) for rank 0 to add after the cluster barrier.
-template <int WGS, int BN, int CL, int SP, bool SWZ, int WP = 0>
+// Persistent CTAs (moe_wgmma.cu) run one tile after another through the same stages: g0 counts the chunks
+// of the CTA's earlier tiles (the ring position and phase go on from there), and kTail releases the stages
+// of the tile's last kPending chunks once its MMAs are done (a single tile leaves them).
+template <int WGS, int BN, int CL, int SP, bool SWZ, int WP = 0, bool kTail = false>
 __device__ __forceinline__ void consume(const void* __restrict__ bias, int bias_kind, void* __restrict__ y,
                                         bool y_f32, int m, int n, int k, int m0, int n0, uint32_t sbase,
                                         float* tot_smem, float* part, uint32_t full, uint32_t empty,
-                                        uint32_t rank) {
+                                        uint32_t rank, int g0 = 0) {
   using C = Cfg<WGS, BN, CL, SP, WP>;
+  static_assert(!kTail || (CL == 1 && C::kCh == 1), "tails: one chunk a stage, no cluster");
   const int wg = threadIdx.x / 128, lane = threadIdx.x % 32, chunks = k / 32;
   const int si_lo = SP == 2 ? 4 * int(rank) : 0, si_hi = SP == 2 ? si_lo + 4 : kSlices;
   const int c_lo = si_lo * chunks / kSlices;
@@ -531,7 +535,7 @@ __device__ __forceinline__ void consume(const void* __restrict__ bias, int bias_
 #pragma unroll
     for (int i = 0; i < C::kAcc; ++i) acc[i] = 0.f;
     for (const int c_end = (si + 1) * chunks / kSlices; c < c_end; ++c) {
-      const int q = (c - c_lo) / C::kCh, s = q % C::kStages;  // the chunk's stage (kCh chunks each)
+      const int q = g0 + (c - c_lo) / C::kCh, s = q % C::kStages;  // the chunk's stage (kCh chunks each)
       if ((c - c_lo) % C::kCh == 0) mbar_wait(full + 8 * s, (q / C::kStages) & 1);
       // The 8-byte path's cp.async bytes (generic proxy) -> wgmma's async-proxy reads. The raw path's
       // writers fence before they arrive.
@@ -561,7 +565,7 @@ __device__ __forceinline__ void consume(const void* __restrict__ bias, int bias_
       // a stage left half-used at the range's end is never refilled).
       const int d = c - C::kPending - c_lo;
       if (d >= 0 && d % C::kCh == C::kCh - 1 && lane == 0) {
-        const uint32_t bar = empty + 8 * ((d / C::kCh) % C::kStages);
+        const uint32_t bar = empty + 8 * ((g0 + d / C::kCh) % C::kStages);
         mbar_arrive(bar);
         if constexpr (CL == 2) mbar_arrive_remote(peer_addr(bar, rank ^ 1));
       }
@@ -582,6 +586,12 @@ __device__ __forceinline__ void consume(const void* __restrict__ bias, int bias_
         tot[i] = si == 0 ? acc[i] : tot[i] + acc[i];
       }
     }
+  }
+  if constexpr (kTail) {  // the chunks whose stages the loop above did not give back (all MMAs are done)
+    const int count = chunks - c_lo;
+    if (lane == 0)
+      for (int d = max(0, count - C::kPending); d < count; ++d)
+        mbar_arrive(empty + 8 * ((g0 + d) % C::kStages));
   }
   if constexpr (SP == 2) {
     cluster_sync();  // rank 1's partials are in its shared memory

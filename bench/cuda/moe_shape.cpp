@@ -575,6 +575,17 @@ void bench_format(Backend& be, bool mlx, bool quick, double copy_gbs) {
           "| |\n",
           prefill, ms4, prefill * 1e3 / ms4, flops / (ms4 * 1e-3) / 1e12);
     }
+    for (int tile :
+         {64, 128}) {  // the experts' grouping tile forced (the rule's is 128 at 256 pairs an expert)
+      cuda::set_moe_wgmma_tile(tile);
+      const double ms5 = time_ms(
+          s, [&] { be.begin_forward(meta), forward(be, m, prefill, {prefill - 1}, false); }, 1, 3);
+      cuda::set_moe_wgmma_tile(0);
+      std::printf(
+          "| prefill %d (eager), experts' grouping tiles of %d | %.1f | %.0f | | | linear FLOPs %.1f TFLOP/s "
+          "| |\n",
+          prefill, tile, ms5, prefill * 1e3 / ms5, flops / (ms5 * 1e-3) / 1e12);
+    }
     // The same call with the attention's prefill tiles on the other kernel (attention_wgmma.cu or the wide
     // loop kernel: TF_ATTN_WGMMA), then back.
     const bool aw = cuda::attention_wgmma();

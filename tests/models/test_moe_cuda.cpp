@@ -737,6 +737,32 @@ TEST_F(Moe, MlxSubnormalCodesEqualPlainScales) {
   }
 }
 
+// The wgmma path (moe_grouped_wgmma) against the grouped kernels on x: both GEMMs ran on it, the output is
+// not all zeros, and the bits are equal.
+void expect_wgmma_bits(Backend& gpu, MoeWeights& g, const Tensor& x) {
+  const int64_t n = x.dim(0);
+  const uint64_t before = cuda::moe_grouped_wgmma_launches();
+  const OffOn r = run_off_on(gpu, g, x, cuda::set_moe_wgmma);
+  EXPECT_EQ(cuda::moe_grouped_wgmma_launches(), before + 2) << n << " tokens: the wgmma GEMMs did not run";
+  double norm = 0;
+  for (float v : r.on) norm += double(v) * v;
+  EXPECT_GT(norm, 0.0);
+  EXPECT_EQ(0, std::memcmp(r.on.data(), r.off.data(), r.on.size() * 4)) << n << " tokens";
+}
+// `copies` copies of the one row `pool` on the wgmma path each give the row's bits alone (the grouped path).
+void expect_copies_bits(Backend& gpu, MoeWeights& g, const Tensor& pool, int copies) {
+  const int64_t h = pool.dim(1);
+  cuda::set_moe_wgmma(false);
+  const auto alone = run(gpu, g, pool);
+  cuda::set_moe_wgmma(true);
+  const uint64_t before = cuda::moe_grouped_wgmma_launches();
+  const auto out = run(gpu, g, rows_of(pool, std::vector<int>(size_t(copies), 0)));
+  EXPECT_EQ(cuda::moe_grouped_wgmma_launches(), before + 2)
+      << copies << " copies: the wgmma GEMMs did not run";
+  for (int i = 0; i < copies; i += 9)
+    ASSERT_EQ(0, std::memcmp(out.data() + i * h, alone.data(), size_t(h) * 4)) << "copy " << i;
+}
+
 // Prefill-sized groups of 4-bit experts on the wgmma GEMMs (moe_grouped_wgmma: the weights dequantized in
 // the CTA, the down's x the gate_up's silu_mul made as it is permuted) give the bits of the grouped kernels
 // (set_moe_wgmma(false)): tiles of 64 slots (97 and 150 tokens over 16 experts, top-8) and 128 (300), groups
@@ -753,27 +779,9 @@ TEST_F(Moe, GroupedWgmmaEqualsTheGroupedKernels) {
       MoeWeights g = make_mlx_moe(*gpu, 8, true, 51 + group, 4, group);
       ASSERT_EQ(g.gate_up[0].subnormal_codes, subnormal);
       std::mt19937 rng(52);
-      for (int n : {97, 150, 300}) {
-        const Tensor x = random_bf16({n, kMlxH}, 1.f, rng);
-        const uint64_t before = cuda::moe_grouped_wgmma_launches();
-        const OffOn r = run_off_on(*gpu, g, x, cuda::set_moe_wgmma);
-        EXPECT_EQ(cuda::moe_grouped_wgmma_launches(), before + 2)
-            << n << " tokens: the wgmma GEMMs did not run";
-        EXPECT_TRUE(g.prepared) << "the fused path did not run";
-        double norm = 0;
-        for (float v : r.on) norm += double(v) * v;
-        EXPECT_GT(norm, 0.0);
-        EXPECT_EQ(0, std::memcmp(r.on.data(), r.off.data(), r.on.size() * 4)) << n << " tokens";
-      }
-      const Tensor pool = random_bf16({1, kMlxH}, 1.f, rng);
-      cuda::set_moe_wgmma(false);
-      const auto alone = run(*gpu, g, pool);
-      cuda::set_moe_wgmma(true);
-      const uint64_t before = cuda::moe_grouped_wgmma_launches();
-      const auto copies = run(*gpu, g, rows_of(pool, std::vector<int>(128, 0)));
-      EXPECT_EQ(cuda::moe_grouped_wgmma_launches(), before + 2) << "128 copies: the wgmma GEMMs did not run";
-      for (int i = 0; i < 128; i += 9)
-        ASSERT_EQ(0, std::memcmp(copies.data() + i * kMlxH, alone.data(), kMlxH * 4)) << "copy " << i;
+      for (int n : {97, 150, 300}) expect_wgmma_bits(*gpu, g, random_bf16({n, kMlxH}, 1.f, rng));
+      EXPECT_TRUE(g.prepared) << "the fused path did not run";
+      expect_copies_bits(*gpu, g, random_bf16({1, kMlxH}, 1.f, rng), 128);
     }
   cuda::set_mlx_subnormal_codes(true);
   cuda::set_moe_wgmma(on0);
@@ -798,26 +806,9 @@ TEST_F(Moe, GroupedWgmmaBf16EqualsTheGroupedKernels) {
     MoeWeights g = make_moe(*gpu, 8, true, 61, sh.experts, sh.h, sh.inter);
     std::mt19937 rng(62);
     // pairs an active expert >= 8n / E: 56 (tiles of 64) and > 104 (tiles of 128)
-    for (int n : {7 * sh.experts, 13 * sh.experts + 5}) {
-      const Tensor x = random_bf16({n, sh.h}, 1.f, rng);
-      const uint64_t before = cuda::moe_grouped_wgmma_launches();
-      const OffOn r = run_off_on(*gpu, g, x, cuda::set_moe_wgmma);
-      EXPECT_EQ(cuda::moe_grouped_wgmma_launches(), before + 2)
-          << n << " tokens: the wgmma GEMMs did not run";
-      double norm = 0;
-      for (float v : r.on) norm += double(v) * v;
-      EXPECT_GT(norm, 0.0);
-      EXPECT_EQ(0, std::memcmp(r.on.data(), r.off.data(), r.on.size() * 4)) << n << " tokens";
-    }
-    const Tensor pool = random_bf16({1, sh.h}, 1.f, rng);
-    cuda::set_moe_wgmma(false);
-    const auto alone = run(*gpu, g, pool);
-    cuda::set_moe_wgmma(true);
-    const uint64_t before = cuda::moe_grouped_wgmma_launches();
-    const auto copies = run(*gpu, g, rows_of(pool, std::vector<int>(256, 0)));
-    EXPECT_EQ(cuda::moe_grouped_wgmma_launches(), before + 2) << "256 copies: the wgmma GEMMs did not run";
-    for (int i = 0; i < 256; i += 9)
-      ASSERT_EQ(0, std::memcmp(copies.data() + i * sh.h, alone.data(), sh.h * 4)) << "copy " << i;
+    for (int n : {7 * sh.experts, 13 * sh.experts + 5})
+      expect_wgmma_bits(*gpu, g, random_bf16({n, sh.h}, 1.f, rng));
+    expect_copies_bits(*gpu, g, random_bf16({1, sh.h}, 1.f, rng), 256);
   }
   cuda::set_moe_wgmma_bf16(bf0);
   cuda::set_moe_wgmma(on0);

@@ -101,6 +101,8 @@ void set_moe_wgmma_bf16(bool on);  // bf16 experts on it as well (TF_MOE_WGMMA_B
 bool moe_wgmma_bf16();
 // The bf16 experts' wgmma kernel in persistent CTAs (default) or one a tile (TF_MOE_WGMMA_PERSIST=0); A/B.
 void set_moe_wgmma_persistent(bool on);
+// The grouping tile of the wgmma path: 64 or 128 always, or 0 (default) by the call's average (A/B).
+void set_moe_wgmma_tile(int tile);
 bool moe_wgmma();
 uint64_t moe_grouped_wgmma_launches();  // launches so far (tests: that the path ran)
 // Tests and benches: false (or TF_MOE_GROUPED_SILU=0) keeps the silu_mul kernel after the grouped gate_up.

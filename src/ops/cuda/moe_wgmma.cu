@@ -3,8 +3,9 @@
 // gathered in slot order and permuted once per call, then loaded by tensor map. MLX 4-bit experts: the
 // producer dequantizes the tile's expert's weight into the stages (produce_q4). bf16 experts: the producer
 // loads the expert's raw rows by its tensor map (a device table made once a layer, MoeExperts::maps) and
-// permutes them into the stages, as the TmaX linear does (produce_raw, xp = 1). A CTA takes one grouping
-// tile (expert e, slots [first, first + count)) and one 128-row tile of e's output features; rows of the
+// permutes them into the stages, as the TmaX linear does (produce_raw, xp = 1). A work item is one grouping
+// tile (expert e, slots [first, first + count)) and one 128-row tile of e's output features (a CTA of the
+// 4-bit kernel takes one; the bf16 kernel's persistent CTAs take them in turn); rows of the
 // neighbouring tile that share its x box compute into masked outputs only. Each element's arithmetic is
 // the wgmma linear's (8 fixed K slices of in-order k16 chains, summed in slice order), the bits of
 // linear_quantized on the slot's row alone, as moe_grouped_gemm's kernels.
@@ -13,7 +14,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <climits>
 #include <vector>
 
 #include "core/error.h"
@@ -38,6 +38,14 @@ bool g_bf16 = env_switch("TF_MOE_WGMMA_BF16", true);
 // -> 125.9 ms (predicted -12%: the CTAs' prologues and epilogues are not what keeps these GEMMs near 200
 // TFLOP/s).
 bool g_persist = env_switch("TF_MOE_WGMMA_PERSIST", true);
+// The grouping tile for calls the path takes: 0 by the average pairs an active expert (>= 96: 128, else 64),
+// or 64 / 128 always (set_moe_wgmma_tile; A/B, the same bits). Run 516 (H100, 30B-A3B prefill 4096, ~256
+// pairs an expert, same call): tiles of 64 / 128 bf16 144.2 / 125.7 ms, MLX 4-bit 142.4 / 115.8 -- the rule's
+// 128 (the third, mostly empty tile of about half the experts costs less than halving every tile).
+int g_tile = [] {
+  const int t = env_int("TF_MOE_WGMMA_TILE", 0, 128, 0);
+  return t == 64 || t == 128 ? t : 0;
+}();
 std::atomic<uint64_t> g_launches{0};
 
 // Grid: max_tiles x (n / 128) CTAs, grouping tiles fastest (the CTAs of one expert's weight tile together:
@@ -194,9 +202,10 @@ void launch_bf16(const MoeExperts& w, const int4* tiles, int max_tiles, void* y,
     return true;
   }();
   (void)configured;
-  const int n_tiles =
-      (n + C::kBM - 1) / C::kBM;  // persistent: one CTA an SM at most (the tile count's bound)
-  const int grid = int(std::min<int64_t>(int64_t(max_tiles) * n_tiles, g_persist ? sm_count() : INT32_MAX));
+  // Persistent: at most one CTA an SM (the tile count's bound), or one a tile (the bound itself).
+  const int n_tiles = (n + C::kBM - 1) / C::kBM;
+  const int64_t bound = int64_t(max_tiles) * n_tiles;
+  const int grid = int(g_persist ? std::min<int64_t>(bound, sm_count()) : bound);
   launch_pdl(moe_wgmma_bf16_kernel<BN>, dim3(unsigned(grid)), dim3(C::kThreads), C::kSmem, s,
              static_cast<const CUtensorMap*>(w.maps), tiles, n_tiles, static_cast<__nv_bfloat16*>(y), n, k,
              tmx);
@@ -234,7 +243,7 @@ int moe_grouped_wgmma_tile(const MoeExperts& gate_up, const MoeExperts& down, in
                            int inter, const void* x, cudaStream_t s) {
   if (!g_on || pairs <= 0 || gate_up.experts <= 0) return 0;
   const int active = std::min(pairs, gate_up.experts), avg = (pairs + active - 1) / active;
-  const int tile = avg >= 96 ? 128 : avg >= 48 ? 64 : 0;
+  const int tile = avg < 48 ? 0 : g_tile ? g_tile : avg >= 96 ? 128 : 64;
   // (the stream query last: decode-sized calls leave at the tile)
   if (!tile || !takes(gate_up, 2 * inter, hidden) || !takes(down, hidden, inter) ||
       !linear_wgmma_supported() || !wgp::wgmma_can_permute(x, s))
@@ -290,6 +299,10 @@ bool moe_wgmma_bf16() {
 
 void set_moe_wgmma_persistent(bool on) {
   g_persist = on;
+}
+
+void set_moe_wgmma_tile(int tile) {
+  g_tile = tile == 64 || tile == 128 ? tile : 0;
 }
 
 bool moe_wgmma() {

@@ -83,7 +83,7 @@ bool moe_grouped_fuses_silu(const MoeExperts& w, int max_tiles, int tile, int sl
 // set_moe_wgmma_bf16): the grouping tile (128 or 64 slots) for a call of `pairs` pairs whose average
 // active expert has at least 96 (48) of them, with x (the gate_up's input, 16-byte aligned) on stream s (not
 // capturing: x's permuted copy needs a buffer); 0 where the call stays on moe_grouped_gemm (shapes, no wgmma,
-// set_moe_wgmma(false), TF_MOE_WGMMA=0).
+// set_moe_wgmma(false), TF_MOE_WGMMA=0). set_moe_wgmma_tile forces the tile (A/B).
 int moe_grouped_wgmma_tile(const MoeExperts& gate_up, const MoeExperts& down, int pairs, int hidden,
                            int inter, const void* x, cudaStream_t s);
 // moe_grouped_gemm's product for such a call: y [slots, n] (bf16) from x's rows x_rows[slot] (or the slot

@@ -260,6 +260,30 @@ void bench_format(Backend& be, bool mlx, bool quick, double copy_gbs);
 // (q/k norm + rope + KV, attention, o projection) or without the MoE, with one of the MoE's kernels run
 // twice (each is idempotent: the second run is one more dependent step of that kind, its weights warm in
 // L2), and with an empty dependent kernel after each MoE.
+// The ablations both tables share (timing only): without the attention half, without the MoE, then each of
+// the first `moe_ops` MoE ops (set_moe_repeat's bits) and each of the attention half's ops (g_twice) run
+// twice. `time` times one forward; `fmt` prints a row's name and time.
+template <class Time>
+void ablate_ops(Time&& time, int moe_ops, const char* fmt) {
+  g_skip_attn = true;
+  std::printf(fmt, "no attention half", time());
+  g_skip_attn = false, g_skip_moe = true;
+  std::printf(fmt, "no MoE", time());
+  g_skip_moe = false;
+  const char* names[] = {"router", "route+group", "gate_up", "silu", "down", "combine", "one-kernel MoE"};
+  for (int i = 0; i < moe_ops && i < 7; ++i) {
+    cuda::set_moe_repeat(1u << i);
+    std::printf(fmt, (std::string(names[i]) + " twice").c_str(), time());
+  }
+  cuda::set_moe_repeat(0);
+  const char* attn_names[] = {"qkv linear", "q/k norm + rope + KV", "attention", "o linear"};
+  for (int i = 0; i < 4; ++i) {
+    g_twice = 1u << i;
+    std::printf(fmt, (std::string(attn_names[i]) + " twice").c_str(), time());
+  }
+  g_twice = 0;
+}
+
 void ablate(Backend& be, Model& m) {
   cudaStream_t s = cuda::stream_of(be);
   const BatchMeta meta = decode_meta(1, 512);
@@ -270,24 +294,8 @@ void ablate(Backend& be, Model& m) {
         s, [&] { forward(be, m, 1, {0}, false); }, &captured);
   };
   std::printf("b=1 ablations (ms/step, timing only): base %.3f", time());
-  g_skip_attn = true;
-  std::printf(", no attention half %.3f", time());
-  g_skip_attn = false, g_skip_moe = true;
-  std::printf(", no MoE %.3f", time());
-  g_skip_moe = false;
   // (at b=1 the one-kernel MoE replaces kernels 1-5: their rows then time nothing extra)
-  const char* names[] = {"router", "route+group", "gate_up", "silu", "down", "combine", "one-kernel MoE"};
-  for (int i = 0; i < 7; ++i) {
-    cuda::set_moe_repeat(1u << i);
-    std::printf(", %s twice %.3f", names[i], time());
-  }
-  cuda::set_moe_repeat(0);
-  const char* attn_names[] = {"qkv linear", "q/k norm + rope + KV", "attention", "o linear"};
-  for (int i = 0; i < 4; ++i) {
-    g_twice = 1u << i;
-    std::printf(", %s twice %.3f", attn_names[i], time());
-  }
-  g_twice = 0;
+  ablate_ops(time, 7, ", %s %.3f");
   for (int blocks : {1, 132}) {
     g_empty_blocks = blocks;
     std::printf(", +empty step (%d blocks) %.3f", blocks, time());
@@ -323,23 +331,7 @@ void ablate_prefill(Backend& be, Model& m, int prefill) {
         s, [&] { be.begin_forward(meta), forward(be, m, prefill, {prefill - 1}, false); }, 1, 2);
   };
   std::printf("prefill %d ablations (ms, eager, timing only): base %.1f", prefill, time());
-  g_skip_attn = true;
-  std::printf(", no attention half %.1f", time());
-  g_skip_attn = false, g_skip_moe = true;
-  std::printf(", no MoE %.1f", time());
-  g_skip_moe = false;
-  const char* names[] = {"router", "route+group", "gate_up", "silu", "down", "combine"};
-  for (int i = 0; i < 6; ++i) {
-    cuda::set_moe_repeat(1u << i);
-    std::printf(", %s twice %.1f", names[i], time());
-  }
-  cuda::set_moe_repeat(0);
-  const char* attn_names[] = {"qkv linear", "q/k norm + rope + KV", "attention", "o linear"};
-  for (int i = 0; i < 4; ++i) {
-    g_twice = 1u << i;
-    std::printf(", %s twice %.1f", attn_names[i], time());
-  }
-  g_twice = 0;
+  ablate_ops(time, 6, ", %s %.1f");  // (6: the MoE ops of the grouped path)
   std::printf("\n");
 }
 
@@ -549,53 +541,39 @@ void bench_format(Backend& be, bool mlx, bool quick, double copy_gbs) {
   }
   if (!quick) {
     const BatchMeta meta = prefill_meta(prefill);
-    const double ms = time_ms(
-        s, [&] { be.begin_forward(meta), forward(be, m, prefill, {prefill - 1}, false); }, 1, 3);
     const double flops = 2.0 * prefill * kLayers *
                          (kTopK * 3.0 * kInter * kHidden + 2.0 * kHeads * kHeadDim * kHidden +
                           2.0 * kKvHeads * kHeadDim * kHidden + double(kExperts) * kHidden);
-    std::printf("| prefill %d (eager) | %.1f | %.0f | | | linear FLOPs %.1f TFLOP/s | |\n", prefill, ms,
-                prefill * 1e3 / ms, flops / (ms * 1e-3) / 1e12);
-    // The same call with the experts on the grouped mma.sync kernels (TF_MOE_WGMMA=0), then back.
+    // One row: the prefill timed with the settings as they are, `what` naming what differs from the defaults.
+    auto row = [&](const std::string& what) {
+      const double ms = time_ms(
+          s, [&] { be.begin_forward(meta), forward(be, m, prefill, {prefill - 1}, false); }, 1, 3);
+      std::printf("| prefill %d (eager)%s | %.1f | %.0f | | | linear FLOPs %.1f TFLOP/s | |\n", prefill,
+                  what.c_str(), ms, prefill * 1e3 / ms, flops / (ms * 1e-3) / 1e12);
+    };
+    row("");
+    // The same call with one switch changed, then back: the experts on the grouped mma.sync kernels
+    // (TF_MOE_WGMMA=0), the bf16 experts' wgmma CTAs one a tile instead of persistent, the experts' grouping
+    // tile forced (the rule's is 128 at 256 pairs an expert), the attention's prefill tiles on the other
+    // kernel (attention_wgmma.cu or the wide loop kernel: TF_ATTN_WGMMA).
     const bool wg = cuda::moe_wgmma();
     cuda::set_moe_wgmma(false);
-    const double ms2 = time_ms(
-        s, [&] { be.begin_forward(meta), forward(be, m, prefill, {prefill - 1}, false); }, 1, 3);
+    row(", experts on mma.sync");
     cuda::set_moe_wgmma(wg);
-    std::printf(
-        "| prefill %d (eager), experts on mma.sync | %.1f | %.0f | | | linear FLOPs %.1f TFLOP/s | |\n",
-        prefill, ms2, prefill * 1e3 / ms2, flops / (ms2 * 1e-3) / 1e12);
-    if (!mlx) {  // the bf16 experts' wgmma CTAs one a tile instead of persistent, same call
+    if (!mlx) {
       cuda::set_moe_wgmma_persistent(false);
-      const double ms4 = time_ms(
-          s, [&] { be.begin_forward(meta), forward(be, m, prefill, {prefill - 1}, false); }, 1, 3);
+      row(", bf16 experts' CTAs one a tile");
       cuda::set_moe_wgmma_persistent(true);
-      std::printf(
-          "| prefill %d (eager), bf16 experts' CTAs one a tile | %.1f | %.0f | | | linear FLOPs %.1f TFLOP/s "
-          "| |\n",
-          prefill, ms4, prefill * 1e3 / ms4, flops / (ms4 * 1e-3) / 1e12);
     }
-    for (int tile :
-         {64, 128}) {  // the experts' grouping tile forced (the rule's is 128 at 256 pairs an expert)
+    for (int tile : {64, 128}) {
       cuda::set_moe_wgmma_tile(tile);
-      const double ms5 = time_ms(
-          s, [&] { be.begin_forward(meta), forward(be, m, prefill, {prefill - 1}, false); }, 1, 3);
+      row(", experts' grouping tiles of " + std::to_string(tile));
       cuda::set_moe_wgmma_tile(0);
-      std::printf(
-          "| prefill %d (eager), experts' grouping tiles of %d | %.1f | %.0f | | | linear FLOPs %.1f TFLOP/s "
-          "| |\n",
-          prefill, tile, ms5, prefill * 1e3 / ms5, flops / (ms5 * 1e-3) / 1e12);
     }
-    // The same call with the attention's prefill tiles on the other kernel (attention_wgmma.cu or the wide
-    // loop kernel: TF_ATTN_WGMMA), then back.
     const bool aw = cuda::attention_wgmma();
     cuda::set_attention_wgmma(!aw);
-    const double ms3 = time_ms(
-        s, [&] { be.begin_forward(meta), forward(be, m, prefill, {prefill - 1}, false); }, 1, 3);
+    row(aw ? ", attention on the wide loop kernel" : ", attention on wgmma");
     cuda::set_attention_wgmma(aw);
-    std::printf("| prefill %d (eager), attention %s | %.1f | %.0f | | | linear FLOPs %.1f TFLOP/s | |\n",
-                prefill, aw ? "on the wide loop kernel" : "on wgmma", ms3, prefill * 1e3 / ms3,
-                flops / (ms3 * 1e-3) / 1e12);
     ablate_prefill(be, m, prefill);
   }
 }

@@ -55,19 +55,6 @@ bool g_pp = env_switch("TF_ATTN_WGMMA_PP", true);
 const bool g_pdl_group = pdl_group_enabled("ATTENTION");  // launch.h
 std::atomic<uint64_t> g_launches{0};
 
-// D[64 x 64] += A (registers) x B, B MN-major in shared memory (imm-trans-b = 1): the P V step.
-__device__ __forceinline__ void wgmma_rs_m64n64_tb(float* d, const uint32_t (&a)[4], uint64_t desc_b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-      "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-      : TF_WGMMA_D32(d, 0)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1)
-      : "memory");
-}
-
 // PP: the two warpgroups take turns issuing their MMAs (named barriers 1 and 2: S of warpgroup 0, S of 1, P V
 // of 0, P V of 1, ...), so that one's softmax runs under the other's MMAs; else each issues when ready.
 template <bool PP>
@@ -81,8 +68,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   __shared__ __align__(8)
       uint64_t bars[4];  // full[b]: buffer b's chunk landed; empty[b]: read by all 8 warps
-  const uint32_t pad = (1024 - (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023)) & 1023;
-  unsigned char* const sm = smem_raw + pad;
+  unsigned char* const sm = smem_raw + smem_pad1k(smem_raw);
   const uint32_t sq = static_cast<uint32_t>(__cvta_generic_to_shared(sm));  // Q, then the two buffers
   const uint32_t full = static_cast<uint32_t>(__cvta_generic_to_shared(&bars[0])), empty = full + 16;
   const int group = hq / hk;
@@ -210,7 +196,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int hv = 0; hv < 2; ++hv)
 #pragma unroll
-      for (int t = 0; t < 8; ++t) wgmma_rs_m64n64_tb(oc[hv], pa[t], desc_sw128(vb + hv * kHalf + t * 2048));
+      for (int t = 0; t < 8; ++t) wgmma_rs_m64n64<1>(oc[hv], pa[t], desc_sw128(vb + hv * kHalf + t * 2048));
     wgmma_commit();
     // (warpgroup 1's last turn would be warpgroup 0's S of chunk ce + 1: none; so every barrier's arrivals
     // and waits match: warpgroup 0 waits 2N times on barrier 1, warpgroup 1 arrives 1 + N + N - 1 times)

@@ -274,7 +274,7 @@ __global__ void __launch_bounds__(RsCfg<WG, BN, SP>::kThreads, RsCfg<WG, BN, SP>
   using C = RsCfg<WG, BN, SP>;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t bars[2 * C::kStages];  // full[s], empty[s]
-  const uint32_t pad = (1024 - (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023)) & 1023;
+  const uint32_t pad = smem_pad1k(smem_raw);
   const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + pad;
   const uint32_t full = static_cast<uint32_t>(__cvta_generic_to_shared(bars)), empty = full + 8 * C::kStages;
   const uint32_t rank = SP > 1 ? cluster_rank() : 0;

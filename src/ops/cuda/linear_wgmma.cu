@@ -103,8 +103,7 @@ __global__ void __launch_bounds__(Cfg<WGS, BN, CL, SP>::kThreads, 1)
   // full[s], empty[s], then half[s] (CL = 2) or raw[slot] (TMA)
   __shared__ __align__(8) uint64_t bars[2 * C::kStages + kAux];
   // Stages 1024-byte aligned (swizzle atoms, TMA boxes) whatever the static shared memory before them.
-  const uint32_t pad = (1024 - (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023)) & 1023;
-  unsigned char* smem = smem_raw + pad;
+  unsigned char* smem = smem_raw + smem_pad1k(smem_raw);
   const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const uint32_t full = static_cast<uint32_t>(__cvta_generic_to_shared(bars));
   const uint32_t empty = full + 8 * C::kStages, half = empty + 8 * C::kStages;

@@ -310,15 +310,18 @@ __device__ __forceinline__ void wgmma_rs_m64n32(float* d, const uint32_t (&a)[4]
       : "memory");
 }
 
+// TB = 1: B MN-major in shared memory (imm-trans-b; attention_wgmma.cu's P V, V as stored).
+template <int TB = 0>
 __device__ __forceinline__ void wgmma_rs_m64n64(float* d, const uint32_t (&a)[4], uint64_t desc_b) {
+  static_assert(TB == 0 || TB == 1, "imm-trans-b is 0 or 1");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
       "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-      "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+      "}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
       : TF_WGMMA_D32(d, 0)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1), "n"(TB)
       : "memory");
 }
 
@@ -339,8 +342,14 @@ __device__ __forceinline__ void wgmma_rs_m64n128(float* d, const uint32_t (&a)[4
 template <int BN>
 __device__ __forceinline__ void wgmma_rs(float* d, const uint32_t (&a)[4], uint64_t desc_b) {
   if constexpr (BN == 32) wgmma_rs_m64n32(d, a, desc_b);
-  if constexpr (BN == 64) wgmma_rs_m64n64(d, a, desc_b);
+  if constexpr (BN == 64) wgmma_rs_m64n64<>(d, a, desc_b);
   if constexpr (BN == 128) wgmma_rs_m64n128(d, a, desc_b);
+}
+
+// Bytes from a dynamic shared-memory base to its next 1024-byte boundary (swizzle atoms and TMA boxes
+// need it whatever the static shared memory before).
+__device__ __forceinline__ uint32_t smem_pad1k(const void* base) {
+  return (1024 - (static_cast<uint32_t>(__cvta_generic_to_shared(base)) & 1023)) & 1023;
 }
 
 // ---- clusters (mapa, barrier.cluster) and the 64-byte swizzle descriptor, shared by linear_wgmma.cu and

@@ -66,8 +66,7 @@ __global__ void __launch_bounds__(Cfg<2, BN>::kThreads, 1)
   const int4 tl = tiles[1 + ti];  // {expert, first slot, slots, 0}
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t bars[2 * C::kStages];  // full[s], empty[s]
-  const uint32_t pad = (1024 - (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023)) & 1023;
-  const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw + pad));
+  const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw + smem_pad1k(smem_raw)));
   const uint32_t full = static_cast<uint32_t>(__cvta_generic_to_shared(bars)), empty = full + 8 * C::kStages;
   if (threadIdx.x == 0)
     for (int s = 0; s < C::kStages; ++s) {
@@ -114,8 +113,7 @@ __global__ void __launch_bounds__(Cfg<2, BN>::kThreads, 1)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   // full[s], empty[s], raw[slot], raw_free[slot]
   __shared__ __align__(8) uint64_t bars[2 * C::kStages + 2 * kSlots];
-  const uint32_t pad = (1024 - (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023)) & 1023;
-  const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw + pad));
+  const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw + smem_pad1k(smem_raw)));
   const uint32_t full = static_cast<uint32_t>(__cvta_generic_to_shared(bars)), empty = full + 8 * C::kStages;
   const uint32_t raw = empty + 8 * C::kStages, rawfree = raw + 8 * kSlots, slots = sbase + C::kRawOff;
   if (threadIdx.x == 0) {
@@ -166,9 +164,8 @@ __global__ void __launch_bounds__(Cfg<2, BN>::kThreads, 1)
         }
       }
     } else if (pt >= 64) {  // the permuters (produce_raw's: units of rows q0 + 16j, unit t)
-      const int p = pt - 64, q0 = 8 * (p / 32) + permute_row(p % 32), t = pt % 4, sw = (q0 >> 1) & 3;
-      const uint32_t off0 = q0 * 64 + ((t / 2) ^ sw) * 16 + (t % 2) * 8;
-      const uint32_t off1 = q0 * 64 + ((2 + t / 2) ^ sw) * 16 + (t % 2) * 8;
+      const int p = pt - 64, q0 = 8 * (p / 32) + permute_row(p % 32), t = pt % 4;
+      const uint32_t off0 = swz64_piece(q0, t, 0), off1 = swz64_piece(q0, t, 1);
       for (int it = blockIdx.x; it < items; it += gridDim.x)
         for (int c = 0; c < chunks; ++c, ++g) {
           const int slot = g % kSlots, s = g % C::kStages;

@@ -238,6 +238,14 @@ __device__ __forceinline__ int permute_row(int lane) {
   return kRowOf[lane / 8] + (lane % 8) / 4;
 }
 
+// Where bytes 8h..8h+7 of a row's 16-byte raw unit t (k 8t..8t+3 of step h) go in the 64-byte-swizzled stage:
+// row r's 64 bytes at r * 64, step h's piece t at logical unit 2h + t / 2 (+ 8 for an odd t), the unit XORed
+// with the row's swizzle (r >> 1) & 3. Rows r + 16j (and + 32j) share r's swizzle, so a thread's offsets
+// for its row r serve all its rows. (produce_raw, produce_q4, moe_wgmma.cu's bf16 producer.)
+__device__ __forceinline__ uint32_t swz64_piece(int r, int t, int h) {
+  return r * 64 + ((2 * h + t / 2) ^ ((r >> 1) & 3)) * 16 + (t % 2) * 8;
+}
+
 // The raw-staging producer (Cfg::kRaw). Thread pt owns the 16-byte units (row r0 + 32j, r0 from permute_row,
 // unit t = pt%4) of every chunk: a warp's cp.async.cg covers 8 whole rows x 64 bytes (coalesced, 16 bytes a
 // lane), each thread waits for its own copies (cp.async.wait_group, kRawSlots - 1 chunks ahead) and moves its
@@ -318,9 +326,7 @@ __device__ __forceinline__ void produce_raw(const __nv_bfloat16* __restrict__ x,
     if (pt < 64) return;
     const int p = pt - 64, q0 = 8 * (p / 32) + permute_row(p % 32);  // rows q0 + 16j, unit t
     constexpr int kRows = C::kBM + BN, kPUnits = kRows / 16, kPW = C::kBM / 16;
-    const int sw = (q0 >> 1) & 3;  // (q0 + 16j) >> 1 & 3 = q0 >> 1 & 3
-    const uint32_t off0 = q0 * 64 + (((t / 2)) ^ sw) * 16 + (t % 2) * 8;
-    const uint32_t off1 = q0 * 64 + ((2 + t / 2) ^ sw) * 16 + (t % 2) * 8;
+    const uint32_t off0 = swz64_piece(q0, t, 0), off1 = swz64_piece(q0, t, 1);
     for (int c = 0; c < count; ++c) {
       const uint32_t slot = c % kSlots;
       mbar_wait(rawbar + 8 * slot, (c / kSlots) & 1);
@@ -344,9 +350,7 @@ __device__ __forceinline__ void produce_raw(const __nv_bfloat16* __restrict__ x,
   }
   const int r0 = 8 * (pt / 32) + permute_row(pt % 32);  // rows r0 + 32j, unit t
   const uint32_t raw = sbase + C::kRawOff + r0 * 64 + t * 16;
-  const int sw = (r0 >> 1) & 3;  // as in the TMA branch
-  const uint32_t off0 = r0 * 64 + (((t / 2)) ^ sw) * 16 + (t % 2) * 8;
-  const uint32_t off1 = r0 * 64 + ((2 + t / 2) ^ sw) * 16 + (t % 2) * 8;
+  const uint32_t off0 = swz64_piece(r0, t, 0), off1 = swz64_piece(r0, t, 1);
   // No swizzle: produce()'s core-matrix layout (row group rg at rg * 256, K half t/2 at + 128, step h's
   // block at + h * step bytes).
   const uint32_t perm = (r0 / 8) * kRowGroupBytes + (t / 2) * kKHalfBytes + (r0 % 8) * 16 + (t % 2) * 8;
@@ -413,9 +417,7 @@ __device__ __forceinline__ void produce_q4(const uint8_t* __restrict__ qw, const
   using C = Cfg<WGS, BN, 1, 1, WP>;
   constexpr int KIND = WP == kWpQ4Sub ? kMlxBf16Sub : kMlxBf16, kRowsJ = C::kBM / 32, kQA = C::kQuadSlots;
   const int pt = threadIdx.x % 128, t = pt % 4, r0 = 8 * (pt / 32) + permute_row(pt % 32);
-  const int sw = (r0 >> 1) & 3;  // as in produce_raw
-  const uint32_t off0 = r0 * 64 + ((t / 2) ^ sw) * 16 + (t % 2) * 8;
-  const uint32_t off1 = r0 * 64 + ((2 + t / 2) ^ sw) * 16 + (t % 2) * 8;
+  const uint32_t off0 = swz64_piece(r0, t, 0), off1 = swz64_piece(r0, t, 1);
   const uint32_t row_bytes = k / 2;  // (byte and scale-word offsets below 2^32: checked at launch)
   const int groups = k >> (5 + qshift), quads = k / 128, gq = 4 >> qshift;  // scale words a quad: 2 or 1
   const uint32_t qbase = sbase + C::kRawOff;

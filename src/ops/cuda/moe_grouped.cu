@@ -336,13 +336,23 @@ inline int routed_tables_bytes(int pairs, int rows, int experts) {
   return (pairs + 1) * 16 + 2 * experts * 8 + 3 * pairs * 4 + rows * experts * 4;
 }
 
+// The routing of one row by one warp as one function, not inlined (kRoute): the warm-up call before the wait
+// and the real calls after it run the same instructions (moe_decode.cu's route_once).
+__device__ __noinline__ void route_one(const float* logits, int row, int experts, int top_k, bool norm,
+                                       int32_t* out_e, float* out_w, float* p, int lane) {
+  route_row(logits, row, experts, top_k, norm, out_e, out_w, p, lane);
+}
+
 // SILU (always with kRoute; with kByTiles for the gate_up of moe_grouped_gemm's `silu` calls): the output is
 // silu_mul of the gate_up (store_tile_silu), act [slots, n / 2].
+// warm (kRoute): warp 0 runs the routing once on zeros before the wait (its picks overwritten after it), so
+// that the real routing finds its code in the instruction cache (moe_decode's route_once: 5200 -> 2900
+// cycles in run 381).
 template <class Rows, int U, int MODE = kByTiles, bool SILU = MODE == kRoute>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     grouped_persistent_kernel(const __nv_bfloat16* x, const int32_t* x_rows, const MoeExperts w,
                               const int4* tiles, int max_tiles, int slots, __nv_bfloat16* y, int n, int k,
-                              MoeRouting r) {
+                              MoeRouting r, bool warm) {
   static_assert(U % 4 == 0, "fragments are reloaded in groups of 4 chunks");
   static_assert(SILU || MODE != kRoute, "the routed gate_up applies silu_mul");
   using Frag = typename Rows::Frag;
@@ -358,6 +368,16 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
   // wait, off the chain that starts with the routing.
   for (int i = threadIdx.x; i < w.experts; i += blockDim.x)
     wp_s[i] = w.weights[i], sp_s[i] = w.scales ? w.scales[i] : nullptr;
+  if constexpr (MODE == kRoute) {
+    if (warm && threadIdx.x < 32) {
+      int32_t* const e0 = rows_s + slots;
+      float* const w0 = reinterpret_cast<float*>(e0 + slots);
+      float* const p0 = w0 + slots;
+      for (int e = threadIdx.x; e < w.experts; e += 32) p0[e] = 0.f;
+      __syncwarp();
+      route_one(p0, 0, w.experts, r.top_k, r.norm, e0, w0, p0, threadIdx.x);
+    }
+  }
   pdl_wait();  // the tiles (kByTiles), the logits (kRoute) or the pairs' experts (kByPairs)
   if constexpr (MODE == kByTiles) {
     for (int i = threadIdx.x; i <= max_tiles; i += blockDim.x) tiles_s[i] = tiles[i];
@@ -370,7 +390,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     if constexpr (MODE == kRoute) {
       for (int row = warp; row < r.rows; row += kWarps)
-        route_row(r.logits, row, w.experts, r.top_k, r.norm, e_s, w_s, prob + row * w.experts, lane);
+        route_one(r.logits, row, w.experts, r.top_k, r.norm, e_s, w_s, prob + row * w.experts, lane);
     } else {
       for (int i = threadIdx.x; i < slots; i += blockDim.x) e_s[i] = r.pair_e[i];
     }
@@ -518,6 +538,9 @@ __global__ void combine_kernel(const __nv_bfloat16* y, const int32_t* slot_of_pa
 
 // TF_MOE_PERSISTENT=0: the non-persistent grid at tiles of 8 tokens too (A/B).
 const bool g_moe_persistent = env_switch("TF_MOE_PERSISTENT", true);  // launch.h
+// The routed gate_up's routing code warmed before its wait (grouped_persistent_kernel's `warm`;
+// set_moe_routed_warm, TF_MOE_ROUTED_WARM=0: not; A/B, the same values).
+bool g_routed_warm = env_switch("TF_MOE_ROUTED_WARM", true);
 // TF_MOE_GROUPED_SILU=0 (set_moe_grouped_silu): the persistent grouped gate_up stores gate_up, and the
 // silu_mul kernel runs (A/B; the same bits).
 bool g_grouped_silu = env_switch("TF_MOE_GROUPED_SILU", true);
@@ -536,7 +559,8 @@ void launch_persistent(const void* x, const int32_t* x_rows, const MoeExperts& w
   const int grid = std::min(n_tiles * max_tiles, resident_blocks(reinterpret_cast<const void*>(kernel),
                                                                  kWarps * 32, kPersistentMaxSmem));
   launch_pdl_if(g_pdl_group, kernel, grid, kWarps * 32, size_t(smem), s, static_cast<const __nv_bfloat16*>(x),
-                x_rows, w, tiles, max_tiles, slots, static_cast<__nv_bfloat16*>(y), n, k, r);
+                x_rows, w, tiles, max_tiles, slots, static_cast<__nv_bfloat16*>(y), n, k, r,
+                MODE == kRoute && g_routed_warm);
   TF_CUDA_LAUNCH_CHECK();
 }
 
@@ -722,6 +746,10 @@ void moe_routed_gemm(const MoeRouting& r, bool route, const void* x, const MoeEx
 
 void set_moe_routed(bool on) {
   g_moe_routed = on;
+}
+
+void set_moe_routed_warm(bool on) {
+  g_routed_warm = on;
 }
 
 void set_moe_route_smem_only(bool on) {

@@ -129,6 +129,9 @@ bool moe_routed_ok(const MoeExperts& gate_up, const MoeExperts& down, int rows, 
 void moe_routed_gemm(const MoeRouting& r, bool route, const void* x, const MoeExperts& w, void* y, int n,
                      int k, cudaStream_t s);
 void set_moe_routed(bool on);
+// Timing only (same values): the routed gate_up's routing code run once on zeros before its wait, warming the
+// instruction cache (true, default), or not (false; TF_MOE_ROUTED_WARM=0).
+void set_moe_routed_warm(bool on);
 // Tests: true routes every row with the shared-memory scratch (else up to 256 experts use registers; the same
 // picks and weights). Synchronous; not while a forward runs.
 void set_moe_route_smem_only(bool on);

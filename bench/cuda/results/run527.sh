@@ -1,4 +1,4 @@
-# Session 56, run 527 (run 525 again, needs_h200: none measured on an H200 since run 497): the landed tree's tables for
+# Session 56, run 527 -- NOT RUN (no H200 came; two refusals) -- (run 525 again, needs_h200: none measured on an H200 since run 497): the landed tree's tables for
 # issues 11 and 12 -- the 8B bf16 and MLX 4-bit decode (b=1/8/16/32), the 30B-A3B MoE b=1/8/32 both formats --
 # and the 4-bit step's ring ablation on this card (TF_STEP_ABLATE=1: the probe with all, 2/3 and 1/3 of its
 # ring, with and without tile arithmetic; session 53 Next 2: whether lending the attention region to the ring

@@ -64,6 +64,10 @@ __device__ __forceinline__ float finish_out(float o, float l) {
 struct Range {
   int lo, pos;  // visible positions [lo, pos]; lo > pos: none (padding pair)
 };
+// Whether a pair with visible positions `rg` sees any of chunk c (a padding pair sees none).
+__device__ __forceinline__ bool sees_chunk(const Range& rg, int c) {
+  return rg.lo <= rg.pos && c >= rg.lo / kC && c <= rg.pos / kC;
+}
 // Row r's visible positions: the whole causal prefix, or the last `window` of it.
 __device__ __forceinline__ Range row_range(const DeviceMeta& meta, int r, int window) {
   const int pos = meta.positions[r];
@@ -322,8 +326,7 @@ __device__ __forceinline__ void merge_pairs(const Pairs& pr, int c, float* m, fl
                                             const float* lc, const float (*oc)[4], float (*o)[4]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const bool in = pr.rg[h].lo <= pr.rg[h].pos && c >= pr.rg[h].lo / kC && c <= pr.rg[h].pos / kC;
-    if (!in) continue;
+    if (!sees_chunk(pr.rg[h], c)) continue;
     const MergeFactors f = merge_chunk(m[h], l[h], mc[h], lc[h]);
 #pragma unroll
     for (int j = 0; j < NJ; ++j) {

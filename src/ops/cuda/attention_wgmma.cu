@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     MergeFactors f[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      in[h] = pr.rg[h].lo <= pr.rg[h].pos && c >= pr.rg[h].lo / kC && c <= pr.rg[h].pos / kC;
+      in[h] = sees_chunk(pr.rg[h], c);
       f[h] = in[h] ? merge_chunk(m[h], l[h], mc[h], lc[h]) : MergeFactors{1.f, 0.f};
     }
     uint32_t pa[8][4];
@@ -235,12 +235,13 @@ bool attention_wgmma_loop(const AttentionMmaArgs& a, cudaStream_t s) {
     if (!make_kv_tensor_map(&tm[i], i % 2 ? a.v_pool : a.k_pool, a.pool_slots, a.hk, kD, 64, i < 2 ? 16 : 1,
                             true))
       return false;
+  static const bool configured = [] {  // once a process, both instances (thread-safe static)
+    for (auto* k : {attention_wgmma_kernel<true>, attention_wgmma_kernel<false>})
+      TF_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    return true;
+  }();
+  (void)configured;
   auto* kernel = g_pp ? attention_wgmma_kernel<true> : attention_wgmma_kernel<false>;
-  static bool configured[2] = {false, false};
-  if (!configured[g_pp]) {
-    TF_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-    configured[g_pp] = true;
-  }
   launch_pdl_if(g_pdl_group, kernel, dim3(a.num_loop_tiles * a.hk), kThreads, kSmem, s,
                 static_cast<const __nv_bfloat16*>(a.q), a.meta, a.hq, a.hk, a.scale, a.window, a.softcap,
                 a.loop_tiles, static_cast<__nv_bfloat16*>(a.out), tm[0], tm[1], tm[2], tm[3]);

@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(Cfg<2, BN>::kThreads, 1)
                           const __grid_constant__ CUtensorMap tmx) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using C = Cfg<2, BN>;
-  constexpr int kSlots = C::kRawSlots, kPW = C::kBM / 16;
+  constexpr int kSlots = C::kRawSlots;
   static_assert(C::kRaw && kSlots >= 2 && C::kCh == 1, "the TMA producer's raw slots, a chunk a stage");
   pdl_wait();  // the tiles (and x) come from the kernels before
   const int ntiles = tiles[0].x, items = ntiles * n_tiles, chunks = k / 32;
@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(Cfg<2, BN>::kThreads, 1)
   __shared__ __align__(8) uint64_t bars[2 * C::kStages + 2 * kSlots];
   const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw + smem_pad1k(smem_raw)));
   const uint32_t full = static_cast<uint32_t>(__cvta_generic_to_shared(bars)), empty = full + 8 * C::kStages;
-  const uint32_t raw = empty + 8 * C::kStages, rawfree = raw + 8 * kSlots, slots = sbase + C::kRawOff;
+  const uint32_t raw = empty + 8 * C::kStages, rawfree = raw + 8 * kSlots;
   if (threadIdx.x == 0) {
     for (int s = 0; s < C::kStages; ++s) {
       mbar_init(full + 8 * s, 64 + 1);  // the 64 permuters + x's expect_tx arrive
@@ -135,49 +135,18 @@ __global__ void __launch_bounds__(Cfg<2, BN>::kThreads, 1)
     const int4 tl = tiles[1 + it / n_tiles];  // {expert, first slot, slots, 0}
     return Item{tl.x, tl.y, tl.y + tl.z, it % n_tiles * C::kBM};
   };
-  const int pt = int(threadIdx.x) % 128;
-  if (threadIdx.x / 128 == 2) {
+  if (threadIdx.x / 128 == 2) {  // produce_raw's TMA roles, an item after another on one running chunk count
     asm volatile("setmaxnreg.dec.sync.aligned.u32 56;");
     int g = 0;
-    if (pt == 0) {  // W's raw rows of each chunk into a raw slot
-      for (int it = blockIdx.x; it < items; it += gridDim.x) {
-        const Item im = item_of(it);
-        const CUtensorMap* tmw = maps + im.e;
-        // (the map was written by a host copy: order this thread's tensor-map reads after it; PTX ISA,
-        // fence.proxy.tensormap)
+    for (int it = blockIdx.x; it < items; it += gridDim.x, g += chunks) {
+      const Item im = item_of(it);
+      const CUtensorMap* tmw = maps + im.e;
+      // (the map was written by a host copy: the W loader orders its tensor-map reads after it; PTX ISA,
+      // fence.proxy.tensormap)
+      if (threadIdx.x == 256)
         asm volatile("fence.proxy.tensormap::generic.acquire.sys [%0], 128;" ::"l"(tmw) : "memory");
-        for (int c = 0; c < chunks; ++c, ++g) {
-          const int slot = g % kSlots;
-          if (g >= kSlots) mbar_wait(rawfree + 8 * slot, ((g / kSlots) & 1) ^ 1);
-          mbar_arrive_expect_tx(raw + 8 * slot, C::kBM * 64);
-          tma_load_2d(slots + slot * C::kStage, tmw, c * 32, im.n0, raw + 8 * slot);
-        }
-      }
-    } else if (pt == 32) {  // x's rows of each chunk straight into the stage (x is permuted)
-      for (int it = blockIdx.x; it < items; it += gridDim.x) {
-        const Item im = item_of(it);
-        for (int c = 0; c < chunks; ++c, ++g) {
-          const int s = g % C::kStages;
-          if (g >= C::kStages) mbar_wait(empty + 8 * s, ((g / C::kStages) & 1) ^ 1);
-          mbar_arrive_expect_tx(full + 8 * s, BN * 64);
-          tma_load_2d(sbase + s * C::kStage + 2 * C::kWStep, &tmx, c * 32, im.m0, full + 8 * s);
-        }
-      }
-    } else if (pt >= 64) {  // the permuters (produce_raw's: units of rows q0 + 16j, unit t)
-      const int p = pt - 64, q0 = 8 * (p / 32) + permute_row(p % 32), t = pt % 4;
-      const uint32_t off0 = swz64_piece(q0, t, 0), off1 = swz64_piece(q0, t, 1);
-      for (int it = blockIdx.x; it < items; it += gridDim.x)
-        for (int c = 0; c < chunks; ++c, ++g) {
-          const int slot = g % kSlots, s = g % C::kStages;
-          mbar_wait(raw + 8 * slot, (g / kSlots) & 1);
-          if (g >= C::kStages) mbar_wait(empty + 8 * s, ((g / C::kStages) & 1) ^ 1);
-          const uint32_t st = sbase + s * C::kStage, rs = slots + slot * C::kStage + q0 * 64 + t * 16;
-          permute_units<kPW>([&](int j) { return rs + j * 16 * 64; },
-                             [&](int j, int h) { return st + j * 16 * 64 + (h ? off1 : off0); });
-          fence_proxy_async();
-          mbar_arrive(full + 8 * s);
-          mbar_arrive(rawfree + 8 * slot);
-        }
+      produce_raw<2, BN, 1, true, true>(nullptr, nullptr, im.m_end, n, k, im.m0, im.n0, sbase, full, empty, 0,
+                                        chunks, raw, tmw, &tmx, 1, g);
     }
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 224;");

@@ -258,12 +258,14 @@ __device__ __forceinline__ uint32_t swz64_piece(int r, int t, int h) {
 // rows past N/M zero-filled) issued by producer thread 0 into the same raw slot layout, completing on the
 // slot's `raw` mbarrier; every producer thread waits on it, permutes as above, and the producer threads
 // meet at a named barrier before thread 0 refills the slot.
+// g0 (the TMA path with x pre-permuted, xp = 1; consume's g0): the chunks of the CTA's earlier tiles, so that
+// a persistent CTA's ring slots, stages and phases go on from tile to tile (moe_wgmma.cu's bf16 kernel).
 template <int WGS, int BN, int SP, bool TMA, bool SWZ, int WP = 0>
 __device__ __forceinline__ void produce_raw(const __nv_bfloat16* __restrict__ x,
                                             const __nv_bfloat16* __restrict__ w, int m, int n, int k, int m0,
                                             int n0, uint32_t sbase, uint32_t full, uint32_t empty, int c_lo,
                                             int count, uint32_t rawbar, const CUtensorMap* tmw,
-                                            const CUtensorMap* tmx, int xp) {
+                                            const CUtensorMap* tmx, int xp, int g0 = 0) {
   using C = Cfg<WGS, BN, 1, SP, WP>;
   constexpr int kUnits = (C::kBM + BN) / 32, kWUnits = C::kBM / 32, kAhead = C::kRawSlots - 1;
   constexpr int kSlots = C::kRawSlots > 0 ? C::kRawSlots : 1;  // WP has none (its path returns first)
@@ -299,8 +301,9 @@ __device__ __forceinline__ void produce_raw(const __nv_bfloat16* __restrict__ x,
     if (pt == 0) {
       pdl_wait();
       for (int c = 0; c < count; ++c) {
-        const uint32_t slot = c % kSlots;
-        if (c >= kSlots) mbar_wait(rawfree + 8 * slot, ((c / kSlots) & 1) ^ 1);
+        const int g = g0 + c;
+        const uint32_t slot = g % kSlots;
+        if (g >= kSlots) mbar_wait(rawfree + 8 * slot, ((g / kSlots) & 1) ^ 1);
         mbar_arrive_expect_tx(rawbar + 8 * slot, xp ? C::kBM * 64 : C::kStage);
         const CUtensorMap* maps[2] = {tmw, tmx};
         const int rows[2] = {n0, m0};
@@ -316,8 +319,8 @@ __device__ __forceinline__ void produce_raw(const __nv_bfloat16* __restrict__ x,
       // the 64-byte swizzle writes them into the stage as the permuters would. The stage must be free first.
       pdl_wait();
       for (int c = 0; c < count; ++c) {
-        const int s = c % C::kStages;
-        if (c >= C::kStages) mbar_wait(empty + 8 * s, ((c / C::kStages) & 1) ^ 1);
+        const int g = g0 + c, s = g % C::kStages;
+        if (g >= C::kStages) mbar_wait(empty + 8 * s, ((g / C::kStages) & 1) ^ 1);
         mbar_arrive_expect_tx(full + 8 * s, BN * 64);
         tma_load_2d(sbase + s * C::kStage + 2 * C::kWStep, tmx, (c_lo + c) * 32, m0, full + 8 * s);
       }
@@ -328,10 +331,11 @@ __device__ __forceinline__ void produce_raw(const __nv_bfloat16* __restrict__ x,
     constexpr int kRows = C::kBM + BN, kPUnits = kRows / 16, kPW = C::kBM / 16;
     const uint32_t off0 = swz64_piece(q0, t, 0), off1 = swz64_piece(q0, t, 1);
     for (int c = 0; c < count; ++c) {
-      const uint32_t slot = c % kSlots;
-      mbar_wait(rawbar + 8 * slot, (c / kSlots) & 1);
-      const int s = c % C::kStages;
-      if (c >= C::kStages) mbar_wait(empty + 8 * s, ((c / C::kStages) & 1) ^ 1);
+      const int g = g0 + c;
+      const uint32_t slot = g % kSlots;
+      mbar_wait(rawbar + 8 * slot, (g / kSlots) & 1);
+      const int s = g % C::kStages;
+      if (g >= C::kStages) mbar_wait(empty + 8 * s, ((g / C::kStages) & 1) ^ 1);
       const uint32_t st = sbase + s * C::kStage;
       const uint32_t rs = slots + slot * C::kStage + q0 * 64 + t * 16;
       const auto src = [&](int j) { return rs + j * 16 * 64; };

@@ -116,6 +116,17 @@ size_t smem_of(int fmt) {
 int ring_of(int fmt) {
   return by_format(fmt, [](auto w) { return step::kRing<decltype(w)::value>; });
 }
+// Params::inflight's default by format and card: the ring stages the producer keeps requested and not yet
+// landed, at most. With every free slot requested (~120 KB an SM) each of the hops' dependent accesses queues
+// behind the stream. Runs 532-533 (H100, Qwen3-8B b=1): bf16 at 2 / 3 stages (32 / 48 KB an SM) 5.21 -> 5.09
+// / 5.10 ms at ctx 512 in one process, 5.30 -> 5.22 / 5.19 in another (ctx 2048 5.40 -> 5.28 at 3, 8192 5.80
+// -> 5.72 at 3, no gain at 2); MLX 4-bit (SW 2) at 3 (~28 KB) 1.975 -> 1.950 (-1.3%), 2 +2%; 1 stage +15% /
+// +28%. Parts of 100 GiB or more (the H200: more bandwidth, so more bytes in flight needed; SW 4 stages) keep
+// every slot until measured there.
+int inflight_of(int fmt, size_t global_mem) {
+  if (global_mem >= (size_t(100) << 30)) return 0;
+  return fmt == step::kWBf16 || fmt == step::kWMlx4 ? 3 : 0;
+}
 
 // Device memory of bytes `fill` (zeros), ordered on `stream` (the backend's stream does not wait for the
 // legacy default stream: a plain cudaMemset could land after the kernels that fill the buffer on `stream`).
@@ -149,6 +160,8 @@ struct DecodeStep::State {
   int format = step::kWBf16;  // the linears' (WFormat)
   int ablate = 0;             // Params::ablate (the probe instance only)
   int ring = 0;               // Params::ring (the probe instance only)
+  int inflight = -1;          // Params::inflight (-1: inflight_default)
+  int inflight_default = 0;   // inflight_of the format and card
   int early_bias = 0;         // Params::early_bias
   bool probe = false;
   unsigned long long* stamps = nullptr;  // set_probe: made on first use
@@ -239,6 +252,7 @@ std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStrea
     s.grid = std::clamp(std::atoi(g), 2 * kHk, prop.multiProcessorCount);
   s.layers = int(m.layers.size());
   s.format = fmt;
+  s.inflight_default = inflight_of(fmt, prop.totalGlobalMem);
   s.epoch = dalloc<unsigned>(own, 1, stream);
   s.emb_row = dalloc<__nv_bfloat16>(own, H, stream);
   s.emb_words = dalloc<uint32_t>(own, H, stream);
@@ -376,6 +390,9 @@ void DecodeStep::set_ablate(int what) {
 void DecodeStep::set_ring(int slots) {
   s_->ring = slots;
 }
+void DecodeStep::set_inflight(int stages) {
+  s_->inflight = stages;
+}
 int DecodeStep::ring_slots() const {
   return ring_of(s_->format);
 }
@@ -448,6 +465,7 @@ void DecodeStep::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
   p.ablate = s.probe ? s.ablate : 0;
   p.ring = s.probe ? s.ring : 0;
   p.early_bias = s.early_bias;
+  p.inflight = s.inflight < 0 ? s.inflight_default : s.inflight;
   p.stamps = s.stamping ? s.stamps : nullptr;
   p.tile_log = s.stamping && std::getenv("TF_STEP_TILE_LOG") != nullptr;  // (perturbs the other stamps)
   // Cooperative: every CTA polls words the others write, so all of them must be resident at once; the

@@ -113,6 +113,10 @@ class DecodeStep {
   // all; ignored unless fewer and a multiple of the slots' owners).
   void set_ring(int slots);
   int ring_slots() const;
+  // Benches (A/B, same bits): the producer keeps at most `stages` ring stages requested and not yet landed,
+  // so that the hops' global accesses queue behind fewer weight bytes (0: every free slot; -1: the format's
+  // default, decode_step.cu's inflight_of).
+  void set_inflight(int stages);
   // Benches (A/B): shifts the number of early chunks the merging CTAs take (decode_step_kernel.cuh's e) by
   // `bias` (0: the kernel's rule). Same bits: only which CTA computes a chunk's partial changes.
   void set_early_bias(int bias);

@@ -217,6 +217,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         const int slot = j % nslots;
         const long long pw = kProbe ? clock64() : 0;
         if (j >= nslots) wait_bar(saddr(empty + slot), ((j / nslots) & 1) ^ 1, kEmptyStage, j);
+        // At most prm.inflight stages requested and not landed: stage j waits for stage j - inflight to land
+        // (its slot's full barrier cannot have been re-armed: that is stage j - inflight + nslots > j).
+        if (prm.inflight > 0 && prm.inflight < nslots && j >= prm.inflight) {
+          const int jl = j - prm.inflight;
+          wait_bar(saddr(full + jl % nslots), (jl / nslots) & 1, kFullStage, jl);
+        }
         if (kProbe) p_empty += clock64() - pw;
         if (lane == 0) {
           if constexpr (kTeams < W >> 1) meta[slot] = j;  // (read by the 4-bit teams only)

@@ -165,6 +165,7 @@ struct Params {
   int ablate;             // the probe instance only (timing ablations, wrong bits): 1 no tile arithmetic,
                           // 2 MMAs on the raw 4-bit words (no dequantisation), 3 no consumer proxy fence
   int ring;               // the probe instance only: the ring's slots in use (0: all; DecodeStep::set_ring)
+  int inflight;  // ring stages requested and not yet landed a CTA, at most (0: every free slot)
   // Benches (DecodeStep::set_probe; the probe instance only): timestamps [layer][CTA][kStampSlots] of the
   // attention's steps and the consumers' (DecodeStep::StampSlot), null: none.
   unsigned long long* stamps;

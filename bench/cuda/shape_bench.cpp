@@ -515,60 +515,49 @@ double decode_step_row(ShapeRun& r, int ctx) {
       "floor %.3f ms | logits bits %s\n",
       ctx, g1 && g2 ? " (graph)" : " (eager)", t_step, 100 * floor_ms / t_step, t_chain,
       100 * floor_ms / t_chain, floor_ms, a == b ? "equal" : "DIFFER");
+  auto* st = static_cast<cuda::DecodeStep*>(r.step.get());
   if (std::getenv("TF_STEP_STAMPS")) {
     print_step_stamps(r, ctx, logits);
     if (const char* cap = std::getenv("TF_STEP_STAMPS_INFLIGHT")) {  // and with that many stages in flight
-      auto* st = static_cast<cuda::DecodeStep*>(r.step.get());
       st->set_inflight(std::atoi(cap));
       std::printf("  (stages in flight at most %d)\n", std::atoi(cap));
       print_step_stamps(r, ctx, logits);
       st->set_inflight(-1);
     }
   }
-  if (std::getenv("TF_STEP_EARLY_AB")) {  // the merging CTAs' early chunks shifted by -2..2, twice
-    auto* st = static_cast<cuda::DecodeStep*>(r.step.get());
-    std::printf("  step early-chunk bias (ms, logits bits vs the chain):");
+  // A/Bs of a step setting: `set(v)` for each value twice, printing the step's time and whether its logits
+  // still equal the chain's.
+  auto step_ab = [&](const char* what, const std::vector<int>& values, auto set) {
+    std::printf("  %s (ms, logits bits vs the chain):", what);
     for (int rep = 0; rep < 2; ++rep)
-      for (int bias : {-2, -1, 0, 1, 2}) {
-        st->set_early_bias(bias);
+      for (int v : values) {
+        set(v);
         be.decode_step(r.step.get(), logits);
         std::vector<uint8_t> c(a.size());
         be.read_raw(logits, 0, c.size(), c.data());
-        std::printf(" %+d %.3f%s |", bias,
+        std::printf(" %d %.3f%s |", v,
                     time_graph_ms(
                         r.s, [&] { be.decode_step(r.step.get(), logits); }, &g2),
                     c == a ? "" : " DIFFER");
       }
-    st->set_early_bias(0);
     std::printf("\n");
+  };
+  if (std::getenv("TF_STEP_EARLY_AB")) {  // the merging CTAs' early chunks shifted by -2..2
+    step_ab("step early-chunk bias", {-2, -1, 0, 1, 2}, [&](int v) { st->set_early_bias(v); });
+    st->set_early_bias(0);
   }
-  if (const char* caps = std::getenv("TF_STEP_INFLIGHT")) {  // "0,2,4": the stages in flight, each twice
-    auto* st = static_cast<cuda::DecodeStep*>(r.step.get());
+  if (const char* caps = std::getenv("TF_STEP_INFLIGHT")) {  // "0,2,4": the stages in flight
     std::vector<int> list{-1};
     for (const char* p = caps; *p;) {
       list.push_back(std::atoi(p));
       while (*p && *p != ',') ++p;
       if (*p == ',') ++p;
     }
-    std::printf(
-        "  step stages in flight at most (ms, logits bits vs the chain; -1: the default, 0: every free "
-        "slot):");
-    for (int rep = 0; rep < 2; ++rep)
-      for (int cap : list) {
-        st->set_inflight(cap);
-        be.decode_step(r.step.get(), logits);
-        std::vector<uint8_t> c(a.size());
-        be.read_raw(logits, 0, c.size(), c.data());
-        std::printf(" %d %.3f%s |", cap,
-                    time_graph_ms(
-                        r.s, [&] { be.decode_step(r.step.get(), logits); }, &g2),
-                    c == a ? "" : " DIFFER");
-      }
+    step_ab("step stages in flight at most (-1: the default, 0: every free slot)", list,
+            [&](int v) { st->set_inflight(v); });
     st->set_inflight(-1);
-    std::printf("\n");
   }
   if (std::getenv("TF_STEP_ABLATE")) {  // the probe instance: plain, no tile arithmetic, no dequantisation
-    auto* st = static_cast<cuda::DecodeStep*>(r.step.get());
     std::printf("  step ablations (probe instance):");
     for (int what : {0, 1, 2, 3}) {
       st->set_probe(true, false, r.s);

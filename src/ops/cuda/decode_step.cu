@@ -118,14 +118,15 @@ int ring_of(int fmt) {
 }
 // Params::inflight's default by format and card: the ring stages the producer keeps requested and not yet
 // landed, at most. With every free slot requested (~120 KB an SM) each of the hops' dependent accesses queues
-// behind the stream. Runs 532-533 (H100, Qwen3-8B b=1): bf16 at 2 / 3 stages (32 / 48 KB an SM) 5.21 -> 5.09
-// / 5.10 ms at ctx 512 in one process, 5.30 -> 5.22 / 5.19 in another (ctx 2048 5.40 -> 5.28 at 3, 8192 5.80
-// -> 5.72 at 3, no gain at 2); MLX 4-bit (SW 2) at 3 (~28 KB) 1.975 -> 1.950 (-1.3%), 2 +2%; 1 stage +15% /
-// +28%. Parts of 100 GiB or more (the H200: more bandwidth, so more bytes in flight needed; SW 4 stages) keep
-// every slot until measured there.
+// behind the stream. Runs 532-534 (H100, Qwen3-8B b=1; ms): bf16 at 2 / 3 stages (32 / 48 KB an SM) 5.21 ->
+// 5.09 / 5.10 at ctx 512 in one process, 5.29 -> 5.22 / 5.19 in another; at 3, ctx 2048 5.40 -> 5.28 and 8192
+// 5.80 -> 5.72. MLX 4-bit: SW 2 (~9.2 KB stages) at 3 1.975 -> 1.950, SW 4 (~18 KB) at 2 2.02 -> 1.917, SW 8
+// (~36 KB) at 1 2.04 -> 1.93. So ~28-48 KB an SM keep the stream at full rate and more only queues (1 stage
+// of SW 2 or bf16: +15-28%). Parts of 100 GiB or more (the H200: more bandwidth, so more bytes needed in
+// flight) keep every slot until measured there.
 int inflight_of(int fmt, size_t global_mem) {
   if (global_mem >= (size_t(100) << 30)) return 0;
-  return fmt == step::kWBf16 || fmt == step::kWMlx4 ? 3 : 0;
+  return fmt == step::kWBf16 || fmt == step::kWMlx4 ? 3 : fmt == step::kWMlx4Sw4 ? 2 : 1;
 }
 
 // Device memory of bytes `fill` (zeros), ordered on `stream` (the backend's stream does not wait for the
@@ -205,10 +206,11 @@ std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStrea
     // unless turned off.
     if (!mlx4()) return refuse("MLX 4-bit linears (turned off: TF_DECODE_STEP_MLX4=0)");
     // TF_STEP_Q4_SW=2/4/8: K slices a 4-bit stage (same bits). Each card's default is its same-call A/Bs:
-    // 2 on parts with less than 100 GiB (the H100: 1.986-2.004 ms against 4's 2.027-2.039, runs 473 and
-    // 475), 4 above (the H200: 1.699-1.714 against 2's 1.780, 8 a tie, run 480).
+    // 4 on both. The H200: 1.699-1.714 ms against 2's 1.780, 8 a tie (run 480, every free slot in flight).
+    // The H100: with every free slot in flight 2 was faster (1.986-2.004 against 2.027-2.039, runs 473 and
+    // 475); with inflight_of's caps 4 is (1.916-1.927 at 2 stages against 2's 1.944-1.961 at 3, run 534).
     const char* e = std::getenv("TF_STEP_Q4_SW");
-    const int sw = e && *e ? std::atoi(e) : prop.totalGlobalMem < (size_t(100) << 30) ? 2 : 4;
+    const int sw = e && *e ? std::atoi(e) : 4;
     fmt = sw == 2 ? kWMlx4 : sw == 8 ? kWMlx4Sw8 : kWMlx4Sw4;
   }
   const int SW = sw_of(fmt), SK = fmt == kWBf16 ? kStageK : kQStageK;

@@ -274,7 +274,7 @@ TEST_F(CudaDecodeStep, Mlx4LinearsGiveTheChainsBits) {
   const int64_t plain = run(700, 24, &dir);
   cuda::set_mlx_subnormal_codes(true);
   EXPECT_GT(plain, 12);
-  for (const char* sw : {"2", "4", "8"}) {  // every stage shape (TF_STEP_Q4_SW; the default is 2 or 4)
+  for (const char* sw : {"2", "4", "8"}) {  // every stage shape (TF_STEP_Q4_SW; the default is 4)
     ASSERT_EQ(setenv("TF_STEP_Q4_SW", sw, 1), 0);
     EXPECT_GT(run(1000, 16, &dir), 8) << "stages of " << sw << " slices";
   }

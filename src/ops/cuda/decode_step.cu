@@ -254,7 +254,11 @@ std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStrea
     s.grid = std::clamp(std::atoi(g), 2 * kHk, prop.multiProcessorCount);
   s.layers = int(m.layers.size());
   s.format = fmt;
-  s.inflight_default = inflight_of(fmt, prop.totalGlobalMem);
+  // TF_STEP_INFLIGHT_STAGES=n: the stages in flight instead of inflight_of's (0: every free slot; same bits;
+  // the GPU tests run the capped and uncapped producer on every card).
+  const char* inflight_env = std::getenv("TF_STEP_INFLIGHT_STAGES");
+  s.inflight_default = inflight_env && *inflight_env ? std::max(0, std::atoi(inflight_env))
+                                                     : inflight_of(fmt, prop.totalGlobalMem);
   s.epoch = dalloc<unsigned>(own, 1, stream);
   s.emb_row = dalloc<__nv_bfloat16>(own, H, stream);
   s.emb_words = dalloc<uint32_t>(own, H, stream);

@@ -216,6 +216,11 @@ TEST_F(CudaDecodeStep, FirstChunksAndBoundaries) {
   const int64_t steps = run(2, 40);
   EXPECT_GT(steps, 20);
   EXPECT_GT(run(120, 40), 20);
+  for (const char* n : {"0", "1"}) {  // every free slot / one stage in flight (TF_STEP_INFLIGHT_STAGES)
+    ASSERT_EQ(setenv("TF_STEP_INFLIGHT_STAGES", n, 1), 0);
+    EXPECT_GT(run(120, 16), 8) << n << " stages in flight";
+  }
+  unsetenv("TF_STEP_INFLIGHT_STAGES");
 }
 
 TEST_F(CudaDecodeStep, FewerCtasTakeSeveralAttentionUnitsALayer) {
@@ -279,6 +284,13 @@ TEST_F(CudaDecodeStep, Mlx4LinearsGiveTheChainsBits) {
     EXPECT_GT(run(1000, 16, &dir), 8) << "stages of " << sw << " slices";
   }
   unsetenv("TF_STEP_Q4_SW");
+  // The producer with every free slot requested and with one stage in flight (the card's default is one of
+  // them or between): only when copies are issued changes, not the bits.
+  for (const char* n : {"0", "1"}) {
+    ASSERT_EQ(setenv("TF_STEP_INFLIGHT_STAGES", n, 1), 0);
+    EXPECT_GT(run(1000, 16, &dir), 8) << n << " stages in flight";
+  }
+  unsetenv("TF_STEP_INFLIGHT_STAGES");
   cuda::DecodeStep::set_mlx4(was);
 }
 

@@ -59,6 +59,17 @@ struct Ceilings {
   double copy_gbs = 0, gemm_tflops = 0;
 };
 
+// The comma-separated integers of environment variable `env` ("512,2048"; unset: none).
+std::vector<int> env_ints(const char* env) {
+  std::vector<int> v;
+  if (const char* e = std::getenv(env)) {
+    std::stringstream ss(e);
+    for (std::string item; std::getline(ss, item, ',');)
+      if (!item.empty()) v.push_back(std::atoi(item.c_str()));
+  }
+  return v;
+}
+
 Ceilings measure_ceilings(Backend& be, cublasHandle_t h) {
   cudaStream_t s = cuda::stream_of(be);
   Ceilings c;
@@ -518,9 +529,9 @@ double decode_step_row(ShapeRun& r, int ctx) {
   auto* st = static_cast<cuda::DecodeStep*>(r.step.get());
   if (std::getenv("TF_STEP_STAMPS")) {
     print_step_stamps(r, ctx, logits);
-    if (const char* cap = std::getenv("TF_STEP_STAMPS_INFLIGHT")) {  // and with that many stages in flight
-      st->set_inflight(std::atoi(cap));
-      std::printf("  (stages in flight at most %d)\n", std::atoi(cap));
+    for (int cap : env_ints("TF_STEP_STAMPS_INFLIGHT")) {  // and with that many stages in flight
+      st->set_inflight(cap);
+      std::printf("  (stages in flight at most %d)\n", cap);
       print_step_stamps(r, ctx, logits);
       st->set_inflight(-1);
     }
@@ -546,13 +557,8 @@ double decode_step_row(ShapeRun& r, int ctx) {
     step_ab("step early-chunk bias", {-2, -1, 0, 1, 2}, [&](int v) { st->set_early_bias(v); });
     st->set_early_bias(0);
   }
-  if (const char* caps = std::getenv("TF_STEP_INFLIGHT")) {  // "0,2,4": the stages in flight
-    std::vector<int> list{-1};
-    for (const char* p = caps; *p;) {
-      list.push_back(std::atoi(p));
-      while (*p && *p != ',') ++p;
-      if (*p == ',') ++p;
-    }
+  if (std::vector<int> list = env_ints("TF_STEP_INFLIGHT"); !list.empty()) {  // "0,2,4": stages in flight
+    list.insert(list.begin(), -1);
     step_ab("step stages in flight at most (-1: the default, 0: every free slot)", list,
             [&](int v) { st->set_inflight(v); });
     st->set_inflight(-1);
@@ -789,9 +795,9 @@ void run_shape(Backend& be, cublasHandle_t h, const ModelShape& sh, const Ceilin
   std::printf("\n== %s: %.2f GB of linear weights, KV %.0f KB/token ==\n", sh.name, m.linear_bytes / 1e9,
               kv_bytes_per_token / 1e3);
   // TF_BENCH_STEP_CTX=512,1024,... (A/Bs of the one-kernel step): only the step's rows at those contexts.
-  const char* step_ctx = prefill_only ? nullptr : std::getenv("TF_BENCH_STEP_CTX");
-  if (step_ctx && !*step_ctx) step_ctx = nullptr;
-  if (!prefill_only && !step_ctx) linear_table(be, h, sh, m.layers[0], m.lm_head, decode_only ? 8 : 4096);
+  const std::vector<int> step_ctx = prefill_only ? std::vector<int>{} : env_ints("TF_BENCH_STEP_CTX");
+  if (!prefill_only && step_ctx.empty())
+    linear_table(be, h, sh, m.layers[0], m.lm_head, decode_only ? 8 : 4096);
   // Activations for the longest prompt (Qwen3-8B at 32k: ~5 GB).
   Acts acts = make_acts(be, sh, max_prefill, 32);
   ShapeRun r{be,
@@ -805,14 +811,9 @@ void run_shape(Backend& be, cublasHandle_t h, const ModelShape& sh, const Ceilin
              out,
              nullptr,
              false};
-  if (step_ctx) {
-    for (const char* p = step_ctx; *p;) {
-      char* end = nullptr;
-      const long ctx = std::strtol(p, &end, 10);
-      if (end == p) break;
-      if (ctx > 0 && ctx + kBlock <= kv_tokens) decode_step_row(r, int(ctx));  // one row: the whole pool
-      p = *end ? end + 1 : end;
-    }
+  if (!step_ctx.empty()) {
+    for (int ctx : step_ctx)
+      if (ctx > 0 && ctx + kBlock <= kv_tokens) decode_step_row(r, ctx);  // one row: the whole pool
     return;
   }
   if (!prefill_only) {
@@ -844,11 +845,8 @@ struct FormatRow {
 // increasing order).
 std::vector<int> format_prefills() {
   std::vector<int> v;
-  if (const char* e = std::getenv("TF_BENCH_PREFILL_LENS")) {
-    std::stringstream ss(e);
-    for (std::string item; std::getline(ss, item, ',');)
-      if (std::atoi(item.c_str()) > 0) v.push_back(std::atoi(item.c_str()));
-  }
+  for (int n : env_ints("TF_BENCH_PREFILL_LENS"))
+    if (n > 0) v.push_back(n);
   if (v.empty()) v = {512, 4096};
   return v;
 }

@@ -63,8 +63,8 @@ const int g_window = [] {
   const int v = w ? std::atoi(w) : 0;
   return v >= 2 && v % 2 == 0 && v <= 16 ? v : 2;
 }();
-// The routing's code run once on zeros before the wait (route_once), warming the instruction cache for the
-// real call after it (TF_MOE_ROUTE_WARM=0: not).
+// The routing's code run once on zeros before the wait (route_row_noinline), warming the instruction cache
+// for the real call after it (TF_MOE_ROUTE_WARM=0: not).
 const bool g_route_warm = env_switch("TF_MOE_ROUTE_WARM", true);
 // The down as 16 units (pair, half of the K slices) a warp each where the slices are whole quads (down_unit;
 // TF_MOE_DOWN_UNITS=0: the loop over pairs, warp s the K slice s; A/B, same bits).
@@ -361,13 +361,6 @@ __device__ __forceinline__ float team_sum16(const float* acc, float (*rr)[16], i
   return y;
 }
 
-// The routing of the row by warp 0 as one function, not inlined: the warm-up call before the wait and the
-// real call after it run the same instructions (an inlined second call site is a second copy of the code).
-__device__ __noinline__ void route_once(const float* logits, int experts, int top_k, bool norm,
-                                        int32_t* out_e, float* out_w, float* p, int lane) {
-  route_row(logits, 0, experts, top_k, norm, out_e, out_w, p, lane);
-}
-
 template <int KIND>
 __global__ void __launch_bounds__(kThreads, 1)
     moe_decode_kernel(const MoeRouting r, const __nv_bfloat16* x, const MoeExperts gu, const MoeExperts dn,
@@ -447,7 +440,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (warm_route && warp == 0) {  // the routing on zeros (picks overwritten by the real call below)
     for (int e = lane; e < E; e += 32) prob[e] = 0.f;
     __syncwarp();
-    route_once(prob, E, P, r.norm, e_s, w_s, prob, lane);
+    route_row_noinline(prob, 0, E, P, r.norm, e_s, w_s, prob, lane);
   }
   // The o fold: blocks 0 .. o_blocks - 1 take tile b (team 0; o_tiles 1) or tiles 2b (team 0) and 2b + 1
   // (team 1; o_tiles 2); the weights are constant, so requested before the wait.
@@ -586,12 +579,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
   // The routing (warp 0). It took ~5200 cycles (2.6-2.8 us, stamps 15 -> 16 and clock64 17 -> 18, run 380),
-  // ~2300 of them instruction-cache misses: warmed by route_once before the wait, ~2900 (run 381). (Session
-  // 32's warm-up had inlined a second copy of the routing and so warmed nothing.)
+  // ~2300 of them instruction-cache misses: warmed by route_row_noinline before the wait, ~2900 (run 381).
+  // (Session 32's warm-up had inlined a second copy of the routing and so warmed nothing.)
   if (ablate == 4) {  // (timing: no routing, experts 0 .. top_k - 1)
     if (threadIdx.x < P) e_s[threadIdx.x] = threadIdx.x, w_s[threadIdx.x] = 1.f / P;
   } else if (warp == 0) {  // (the polled logits in place: route_row_smem reads l[e] before it writes p[e])
-    route_once(rt.weight ? prob : r.logits, E, P, r.norm, e_s, w_s, prob, lane);
+    route_row_noinline(rt.weight ? prob : r.logits, 0, E, P, r.norm, e_s, w_s, prob, lane);
   }
   stamp(16);
   cycles(18);

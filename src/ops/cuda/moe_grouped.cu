@@ -336,18 +336,11 @@ inline int routed_tables_bytes(int pairs, int rows, int experts) {
   return (pairs + 1) * 16 + 2 * experts * 8 + 3 * pairs * 4 + rows * experts * 4;
 }
 
-// The routing of one row by one warp as one function, not inlined (kRoute): the warm-up call before the wait
-// and the real calls after it run the same instructions (moe_decode.cu's route_once).
-__device__ __noinline__ void route_one(const float* logits, int row, int experts, int top_k, bool norm,
-                                       int32_t* out_e, float* out_w, float* p, int lane) {
-  route_row(logits, row, experts, top_k, norm, out_e, out_w, p, lane);
-}
-
 // SILU (always with kRoute; with kByTiles for the gate_up of moe_grouped_gemm's `silu` calls): the output is
 // silu_mul of the gate_up (store_tile_silu), act [slots, n / 2].
 // warm (kRoute): warp 0 runs the routing once on zeros before the wait (its picks overwritten after it), so
-// that the real routing finds its code in the instruction cache (moe_decode's route_once: 5200 -> 2900
-// cycles in run 381).
+// that the real routing finds its code in the instruction cache (route_row_noinline; moe_decode's: 5200 ->
+// 2900 cycles in run 381).
 template <class Rows, int U, int MODE = kByTiles, bool SILU = MODE == kRoute>
 __global__ void __launch_bounds__(kWarps * 32, 2)
     grouped_persistent_kernel(const __nv_bfloat16* x, const int32_t* x_rows, const MoeExperts w,
@@ -375,7 +368,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
       float* const p0 = w0 + slots;
       for (int e = threadIdx.x; e < w.experts; e += 32) p0[e] = 0.f;
       __syncwarp();
-      route_one(p0, 0, w.experts, r.top_k, r.norm, e0, w0, p0, threadIdx.x);
+      route_row_noinline(p0, 0, w.experts, r.top_k, r.norm, e0, w0, p0, threadIdx.x);
     }
   }
   pdl_wait();  // the tiles (kByTiles), the logits (kRoute) or the pairs' experts (kByPairs)
@@ -390,7 +383,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     if constexpr (MODE == kRoute) {
       for (int row = warp; row < r.rows; row += kWarps)
-        route_one(r.logits, row, w.experts, r.top_k, r.norm, e_s, w_s, prob + row * w.experts, lane);
+        route_row_noinline(r.logits, row, w.experts, r.top_k, r.norm, e_s, w_s, prob + row * w.experts, lane);
     } else {
       for (int i = threadIdx.x; i < slots; i += blockDim.x) e_s[i] = r.pair_e[i];
     }

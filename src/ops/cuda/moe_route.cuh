@@ -137,6 +137,16 @@ __device__ __forceinline__ void route_row(const float* logits, int row, int expe
   route_row_smem(logits, row, experts, top_k, norm, out_e, out_w, p, lane);
 }
 
+// route_row as one function, not inlined: a kernel that warms the routing's code before its wait (a call on
+// zeros) and routes after it calls this both times, so both run the same instructions (an inlined second
+// call site is a second copy of the code). moe_decode's warm-up since run 381, the routed gate_up's (run
+// 526).
+static __device__ __noinline__ void route_row_noinline(const float* logits, int row, int experts, int top_k,
+                                                       bool norm, int32_t* out_e, float* out_w, float* p,
+                                                       int lane) {
+  route_row(logits, row, experts, top_k, norm, out_e, out_w, p, lane);
+}
+
 // Inclusive sums of v over the block's threads in thread order (blockDim.x a multiple of 32, <= 1024);
 // `warp_sums`: 32 ints of shared memory. Integers: any order gives the same sums.
 __device__ __forceinline__ int2 block_inclusive_scan(int2 v, int2* warp_sums) {

@@ -563,6 +563,17 @@ double decode_step_row(ShapeRun& r, int ctx) {
             [&](int v) { st->set_inflight(v); });
     st->set_inflight(-1);
   }
+  // "6,7" or "602,703": the 4-bit ring's slots in use (n * 100 + m: n slots, m stages in flight at most).
+  if (std::vector<int> list = env_ints("TF_STEP_RING"); !list.empty()) {
+    list.insert(list.begin(), 0);
+    std::printf("  (the ring: %d slots fit)\n", st->ring_slots());
+    step_ab("step ring slots (0: all that fit; n * 100 + m: n slots, m stages in flight)", list, [&](int v) {
+      st->set_ring(v >= 100 ? v / 100 : v);
+      st->set_inflight(v >= 100 ? v % 100 : -1);
+    });
+    st->set_ring(0);
+    st->set_inflight(-1);
+  }
   if (std::getenv("TF_STEP_ABLATE")) {  // the probe instance: plain, no tile arithmetic, no dequantisation
     std::printf("  step ablations (probe instance):");
     for (int what : {0, 1, 2, 3}) {

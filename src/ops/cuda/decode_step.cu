@@ -113,9 +113,6 @@ auto by_format(int fmt, F&& f) {
 size_t smem_of(int fmt) {
   return by_format(fmt, [](auto w) { return step::kSmemBytes<decltype(w)::value>; });
 }
-int ring_of(int fmt) {
-  return by_format(fmt, [](auto w) { return step::kRing<decltype(w)::value>; });
-}
 // Params::inflight's default by format and card: the ring stages the producer keeps requested and not yet
 // landed, at most. With every free slot requested (~120 KB an SM) each of the hops' dependent accesses queues
 // behind the stream. Runs 532-534 (H100, Qwen3-8B b=1; ms): bf16 at 2 / 3 stages (32 / 48 KB an SM) 5.21 ->
@@ -160,7 +157,9 @@ struct DecodeStep::State {
   int grid = 0, layers = 0;
   int format = step::kWBf16;  // the linears' (WFormat)
   int ablate = 0;             // Params::ablate (the probe instance only)
-  int ring = 0;               // Params::ring (the probe instance only)
+  int ring = 0;               // set_ring: bf16's Params::ring (the probe only); 4-bit, nslots at most
+  int nslots = 0;             // 4-bit: the ring's slots (as many of slot_bytes as kRingBytes holds)
+  int slot_bytes = 0;         // 4-bit: a slot's bytes, the largest stage of the model's ops
   int inflight = -1;          // Params::inflight (-1: inflight_default)
   int inflight_default = 0;   // inflight_of the format and card
   int early_bias = 0;         // Params::early_bias
@@ -259,6 +258,8 @@ std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStrea
   const char* inflight_env = std::getenv("TF_STEP_INFLIGHT_STAGES");
   s.inflight_default = inflight_env && *inflight_env ? std::max(0, std::atoi(inflight_env))
                                                      : inflight_of(fmt, prop.totalGlobalMem);
+  // TF_STEP_RING_SLOTS=n (tests): the 4-bit ring's slots in use, fewer than fit (set_ring's; same bits).
+  if (const char* r = std::getenv("TF_STEP_RING_SLOTS"); r && *r) s.ring = std::max(0, std::atoi(r));
   s.epoch = dalloc<unsigned>(own, 1, stream);
   s.emb_row = dalloc<__nv_bfloat16>(own, H, stream);
   s.emb_words = dalloc<uint32_t>(own, H, stream);
@@ -336,6 +337,15 @@ std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStrea
   lm.n = int(V), lm.k = int(H), lm.xkind = kXAddNorm, lm.y_f32 = 1;
   lm.x = add_in, lm.res = res, lm.res_out = dalloc<uint32_t>(own, H, stream), lm.nw = bf(m.final_norm);
   add(lm);
+  if (fmt != kWBf16) {  // the 4-bit ring: slots of the largest stage, as many as fit (kRingBytes)
+    for (const Op& o : s.ops) s.slot_bytes = std::max(s.slot_bytes, (o.sbytes + 127) / 128 * 128);
+    s.nslots = std::min(by_format(fmt, [](auto w) { return kRing<decltype(w)::value>; }),
+                        by_format(fmt, [](auto w) { return kRingBytes<decltype(w)::value>; }) / s.slot_bytes);
+    if (s.nslots < 2) return refuse("its 4-bit stages do not fit two ring slots");
+    int64_t stages = 0;  // a bound on a CTA's stage count j (Params::slot_magic's division takes j < 2^28)
+    for (const Op& o : s.ops) stages += int64_t(o.tiles) * (o.k / SK / SW);
+    if (stages >= (int64_t(1) << 28)) return refuse("more than 2^28 weight stages");
+  }
   s.d_ops = dalloc<Op>(own, s.ops.size(), stream);
   s.maps.resize(2 * m.layers.size());
   s.d_maps = dalloc<CUtensorMap>(own, s.maps.size(), stream);
@@ -400,7 +410,7 @@ void DecodeStep::set_inflight(int stages) {
   s_->inflight = stages;
 }
 int DecodeStep::ring_slots() const {
-  return ring_of(s_->format);
+  return s_->format == step::kWBf16 ? step::kRing<step::kWBf16> : s_->nslots;
 }
 int DecodeStep::grid() const {
   return s_->grid;
@@ -470,6 +480,10 @@ void DecodeStep::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
   p.qk_eps = s.eps, p.logits = logits;
   p.ablate = s.probe ? s.ablate : 0;
   p.ring = s.probe ? s.ring : 0;
+  p.nslots = s.ring >= 2 && s.ring < s.nslots ? s.ring : s.nslots;  // (4-bit; set_ring: fewer)
+  p.slot_bytes = s.slot_bytes;
+  if (p.nslots > 0)
+    p.slot_magic = uint32_t(((uint64_t(1) << 32) + uint64_t(p.nslots) - 1) / uint64_t(p.nslots));
   p.early_bias = s.early_bias;
   p.inflight = s.inflight < 0 ? s.inflight_default : s.inflight;
   p.stamps = s.stamping ? s.stamps : nullptr;

@@ -109,8 +109,9 @@ class DecodeStep {
   // The probe instance's timing ablations (decode_step_kernel.cuh's Params::ablate; 0: none). Benches only:
   // the logits' bits are wrong under them.
   void set_ablate(int what);
-  // The probe instance's ring depth (benches only, same bits): `slots` of the ring's ring_slots() in use (0:
-  // all; ignored unless fewer and a multiple of the slots' owners).
+  // The ring's depth (benches only, same bits): `slots` of the ring's ring_slots() in use (0: all). bf16: the
+  // probe instance only, ignored unless fewer and a multiple of the slots' owners; MLX 4-bit: both
+  // instances, 2 or more (ring_slots: as many of the model's largest stage as 126 KB hold).
   void set_ring(int slots);
   int ring_slots() const;
   // Benches (A/B, same bits): the producer keeps at most `stages` ring stages requested and not yet landed,

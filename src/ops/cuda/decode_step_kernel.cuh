@@ -51,7 +51,7 @@ __host__ __device__ inline int packed_stage(int s, int k, int owners, int sk) {
 // Shared memory: the ring, x, the attention region, the slice sums, the norm partials, the slots' mbarriers
 // and their stage counters.
 template <int W>
-constexpr size_t kSmemBytes = size_t(kRing<W>) * kSlotBytes<W> + kMaxK * 2 + kAttnRegion +
+constexpr size_t kSmemBytes = size_t(kRingBytes<W>) + kMaxK * 2 + kAttnRegion +
                               (kRed<W> * kSlices * 16 + 8) * 4 + 2 * kRing<W> * 8 + kRing<W> * 4;
 
 // The 4-bit consumer's variants: plain or subnormal codes (quant_common.cuh's kMlxBf16 / kMlxBf16Sub) x
@@ -118,12 +118,22 @@ __device__ __forceinline__ void q4_pair(float (&acc0)[4], float (&acc1)[4], uint
 // timestamps of the attention's steps; the product's has none of them in its code.
 template <int W, bool kProbe>
 __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
-  constexpr int kSlots = kRing<W>, kSlot = kSlotBytes<W>;
+  constexpr int kSlots = kRing<W>;
   constexpr int SW = sw_of(W), kOwn = kCWarps / SW;     // slices a stage, ring slot owners
   constexpr int SK = W == kWBf16 ? kStageK : kQStageK;  // k-values of a slice's piece
-  // The ring's slots in use: all of them, or in the probe instance fewer (Params::ring; benches: how much
-  // the ring's depth is worth). A multiple of kOwn (slot j % n is then owner j % kOwn's).
-  const int nslots = kProbe && prm.ring > 0 && prm.ring < kSlots && prm.ring % kOwn == 0 ? prm.ring : kSlots;
+  // A slot's bytes: bf16's stage; 4-bit, the model's largest stage (the host's ring_of).
+  const int kSlot = W == kWBf16 ? kSlotBytes<W> : prm.slot_bytes;
+  // The ring's slots in use. bf16: all of them, or in the probe instance fewer (Params::ring; benches: how
+  // much the ring's depth is worth), a multiple of kOwn (slot j % n is then owner j % kOwn's). 4-bit: as
+  // many stages as fit, or fewer (DecodeStep::set_ring), any count (the teams check the slot's stage
+  // counter).
+  const int nslots = W != kWBf16                                                           ? prm.nslots
+                     : kProbe && prm.ring > 0 && prm.ring < kSlots && prm.ring % kOwn == 0 ? prm.ring
+                                                                                           : kSlots;
+  // Stage j's trips around the ring, j / nslots (its slot j - wrap * nslots, its phase parity wrap & 1): for
+  // the 4-bit ring, whose slot count is a launch parameter, one multiply-high by Params::slot_magic (a
+  // division's ~20 dependent instructions in the producer's loop cost SW 2's small stages 14%, run 537).
+  auto wrap = [&](int j) { return W == kWBf16 ? j / nslots : int(__umulhi(uint32_t(j), prm.slot_magic)); };
   // The launch's epoch (its tag: the low 16 bits), from the device word step_prologue incremented: a launch
   // replayed from a CUDA graph has fixed arguments.
   const unsigned epoch = *prm.epoch_word;
@@ -133,10 +143,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   float* const logits = prm.logits;
   extern __shared__ __align__(128) unsigned char smem[];
   unsigned char* ring = smem;
-  __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem + kSlots * kSlot);
+  __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem + kRingBytes<W>);
   __nv_bfloat16* attn_smem = xs + kMaxK;
-  float* red = reinterpret_cast<float*>(smem + kSlots * kSlot + kMaxK * 2 + kAttnRegion);  // [kRed][8][16]
-  float* nred = red + kRed<W> * kSlices * 16;                                              // [8]
+  float* red = reinterpret_cast<float*>(smem + kRingBytes<W> + kMaxK * 2 + kAttnRegion);  // [kRed][8][16]
+  float* nred = red + kRed<W> * kSlices * 16;                                             // [8]
   uint64_t* full = reinterpret_cast<uint64_t*>(nred + 8);
   uint64_t* empty = full + kSlots;
   int* meta = reinterpret_cast<int*>(empty + kSlots);  // [kSlots]: the stage (producer's count) in the slot
@@ -211,17 +221,19 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       const int k = ops[op].k, sbytes = ops[op].sbytes;
       const int stages = k / SK / SW;
       for (int s = 0; s < stages; ++s, ++j) {
-        // Stage s of a tile belongs to owner s % kOwners and the ring's slots are a multiple of kOwners:
-        // slot j % nslots is only ever used by owner j % kOwners, so each warp pair waits on every phase of
-        // its own slots in order (bulk copies complete out of order; a parity wait cannot tell phases apart).
-        const int slot = j % nslots;
+        // Stage s of a tile belongs to owner s % kOwners. bf16: the ring's slots are a multiple of kOwners,
+        // so slot j % nslots is only ever used by owner j % kOwners, and each warp pair waits on every phase
+        // of its own slots in order (bulk copies complete out of order; a parity wait cannot tell phases
+        // apart). 4-bit: a slot serves any owner; its readers first wait for the stage counter (meta).
+        const int wj = wrap(j), slot = j - wj * nslots;
         const long long pw = kProbe ? clock64() : 0;
-        if (j >= nslots) wait_bar(saddr(empty + slot), ((j / nslots) & 1) ^ 1, kEmptyStage, j);
+        if (j >= nslots) wait_bar(saddr(empty + slot), (wj & 1) ^ 1, kEmptyStage, j);
         // At most prm.inflight stages requested and not landed: stage j waits for stage j - inflight to land
         // (its slot's full barrier cannot have been re-armed: that is stage j - inflight + nslots > j).
         if (prm.inflight > 0 && prm.inflight < nslots && j >= prm.inflight) {
           const int jl = j - prm.inflight;
-          wait_bar(saddr(full + jl % nslots), (jl / nslots) & 1, kFullStage, jl);
+          const int wl = wrap(jl);
+          wait_bar(saddr(full + (jl - wl * nslots)), wl & 1, kFullStage, jl);
         }
         if (kProbe) p_empty += clock64() - pw;
         if (lane == 0) {
@@ -323,7 +335,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     float acc[kSPW][4] = {};
     const uint32_t xbase = saddr(xs) + 16 * t;
     for (int part = 0; part < spw; ++part) {  // this warp's K slices, in order
-      const int jj = j + part * kOwn + owner, slot = jj % nslots;
+      const int jj = j + part * kOwn + owner, wjj = wrap(jj), slot = jj - wjj * nslots;
       const uint32_t cw = kProbe ? clk() : 0;
       if (kProbe && logging) gcount(op, 2);  // (the arithmetic of the previous part)
       if constexpr (kNT > 1) {
@@ -338,7 +350,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
             __trap();
           }
       }
-      wait_bar(saddr(full + slot), (jj / nslots) & 1, kFullStage, jj);
+      wait_bar(saddr(full + slot), wjj & 1, kFullStage, jj);
       if (kProbe) c_full += clk() - cw;
       if (kProbe && logging) {
         gcount(op, 1);

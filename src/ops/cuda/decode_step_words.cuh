@@ -55,10 +55,17 @@ constexpr int sw_of(int w) {  // slices a stage
 }
 template <int W>
 constexpr int kSlotBytes = W == kWBf16 ? kStageBytes : q_slot_bytes(sw_of(W));
-template <int W>  // ring slots: the bf16 ring's 4, or 4-bit slots in 120 KB, a multiple of the owners
-constexpr int kRing = W == kWBf16 ? kStages
-                                  : 120 * 1024 / kSlotBytes<W> / (kCWarps / sw_of(W)) * (kCWarps / sw_of(W));
-static_assert(kRing<kWMlx4> == 12 && kRing<kWMlx4Sw4> == 6 && kRing<kWMlx4Sw8> == 3, "4-bit rings");
+// The ring's bytes: bf16, kStages slots of kStageBytes; MLX 4-bit, 126 KB (what the shared memory has
+// beside x, the attention region and the barriers) in slots of the model's stage (Params::slot_bytes, the
+// largest of its ops' stages), as many as fit: 7 of SW 4's 18 KB stages at groups of 64 (6 when every slot
+// took a group-of-32 stage), 14 of SW 2's, 3 of SW 8's. The 4-bit teams check each slot's stage counter
+// before its parity wait, so their slot count need not be a multiple of the owners.
+template <int W>
+constexpr int kRingBytes = W == kWBf16 ? kStages* kStageBytes : 126 * 1024;
+template <int W>  // ring slots at most (the barriers'): bf16's kStages; 4-bit, the smallest stages' (groups
+                  // of 128)
+constexpr int kRing = W == kWBf16 ? kStages : kRingBytes<W> / q_stage_bytes(sw_of(W), 128);
+static_assert(kRing<kWMlx4> == 14 && kRing<kWMlx4Sw4> == 7 && kRing<kWMlx4Sw8> == 3, "4-bit rings");
 constexpr int kMaxK = 12288;   // the longest x (the down projection's)
 constexpr int kHidden = 4096;  // the add + norm x (make_x: 16 elements a thread)
 // Consumer teams (decode_step_kernel.cuh): bf16, one team of all 8 warps, a K slice a warp, every tile; MLX
@@ -164,8 +171,10 @@ struct Params {
   int early_bias;         // added to the merging CTAs' early chunks e (DecodeStep::set_early_bias)
   int ablate;             // the probe instance only (timing ablations, wrong bits): 1 no tile arithmetic,
                           // 2 MMAs on the raw 4-bit words (no dequantisation), 3 no consumer proxy fence
-  int ring;               // the probe instance only: the ring's slots in use (0: all; DecodeStep::set_ring)
-  int inflight;  // ring stages requested and not yet landed a CTA, at most (0: every free slot)
+  int ring;  // bf16, the probe instance only: the ring's slots in use (0: all; DecodeStep::set_ring)
+  int nslots, slot_bytes;  // MLX 4-bit: the ring's slots in use and their stride (DecodeStep::make)
+  uint32_t slot_magic;     // MLX 4-bit: ceil(2^32 / nslots): j / nslots = umulhi(j, magic) for j < 2^28
+  int inflight;            // ring stages requested and not yet landed a CTA, at most (0: every free slot)
   // Benches (DecodeStep::set_probe; the probe instance only): timestamps [layer][CTA][kStampSlots] of the
   // attention's steps and the consumers' (DecodeStep::StampSlot), null: none.
   unsigned long long* stamps;

@@ -291,6 +291,16 @@ TEST_F(CudaDecodeStep, Mlx4LinearsGiveTheChainsBits) {
     EXPECT_GT(run(1000, 16, &dir), 8) << n << " stages in flight";
   }
   unsetenv("TF_STEP_INFLIGHT_STAGES");
+  // Ring depths that are not a multiple of the slots' owners (2 at SW 4, 4 at SW 2): a slot then serves
+  // stages of several owners in turn (TF_STEP_RING_SLOTS; the default is every slot that fits).
+  for (const char* sw_ring : {"4:5", "4:3", "2:7", "2:10"}) {
+    const std::string v(sw_ring);
+    ASSERT_EQ(setenv("TF_STEP_Q4_SW", v.substr(0, 1).c_str(), 1), 0);
+    ASSERT_EQ(setenv("TF_STEP_RING_SLOTS", v.substr(2).c_str(), 1), 0);
+    EXPECT_GT(run(1000, 16, &dir), 8) << "SW:slots " << v;
+  }
+  unsetenv("TF_STEP_Q4_SW");
+  unsetenv("TF_STEP_RING_SLOTS");
   cuda::DecodeStep::set_mlx4(was);
 }
 

@@ -1,0 +1,30 @@
+# Session 58, run 538: run537.sh again after the mend -- the 4-bit ring's slot and phase by one multiply-high
+# (Params::slot_magic) instead of a runtime division (run 537: SW 2 2.23-2.26 ms against run 534's 1.956, SW 4
+# at 6 slots 1.943-1.948 against 1.916-1.928: the division in the producer's loop). Same A/Bs and tables.
+#   BINS="tests/ops/gpu/test_cuda_decode_step tests/ops/gpu/test_cuda_graphs bench/cuda/tf_bench_cuda"
+#     rm -f .devpack/step.tar.xz; TF_PACK_DICT=1GiB tools/device_step.sh --pack; mv .devpack/step.tar.xz .devpack/p538.tar.xz
+set -u
+D=$(mktemp -d); xz -dc .devpack/step.tar.xz | tar -xf - -C $D; export LD_LIBRARY_PATH=$D/bin:${LD_LIBRARY_PATH:-}
+T0=$(date +%s)
+el() { echo "t=$(( $(date +%s) - T0 ))"; }
+date -u > $OUT/all.txt; nvidia-smi --query-gpu=name --format=csv,noheader >> $OUT/all.txt
+timeout 200 $D/bin/test_cuda_decode_step > $OUT/test_step.txt 2>&1
+echo "test_cuda_decode_step rc=$? $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' $OUT/test_step.txt | tr '\n' ' ') $(el)" >> $OUT/all.txt
+grep -E "FAILED  \]|Failure" $OUT/test_step.txt | head -20 >> $OUT/all.txt
+timeout 100 $D/bin/test_cuda_graphs --gtest_brief=1 > $OUT/test_graphs.txt 2>&1
+echo "test_cuda_graphs rc=$? $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' $OUT/test_graphs.txt | tr '\n' ' ') $(el)" >> $OUT/all.txt
+TF_BENCH_STEP_ONLY=2 TF_STEP_RING=6,7,602,703,603 TF_STEP_INFLIGHT=0,2,3,4 TF_STEP_ABLATE=1 timeout 150 $D/bin/tf_bench_cuda --shape qwen3-8b --format mlx4 --decode --quick > $OUT/8b-sw4-ring.txt 2>&1
+echo "8b sw4 ring rc=$? $(el)" >> $OUT/all.txt
+grep -E "^decode step b=1|ring|stages in flight|ablations" $OUT/8b-sw4-ring.txt | cut -c1-900 >> $OUT/all.txt
+TF_STEP_Q4_SW=2 TF_BENCH_STEP_ONLY=2 TF_STEP_RING=12,14,1203,1403,1404,1402 timeout 120 $D/bin/tf_bench_cuda --shape qwen3-8b --format mlx4 --decode --quick > $OUT/8b-sw2-ring.txt 2>&1
+echo "8b sw2 ring rc=$? $(el)" >> $OUT/all.txt
+grep -E "^decode step b=1|ring|stages in flight" $OUT/8b-sw2-ring.txt | cut -c1-900 >> $OUT/all.txt
+if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then  # the H200's caps: bf16 too (every slot there)
+  TF_BENCH_STEP_ONLY=1 TF_STEP_INFLIGHT=0,2,3,4,6 timeout 120 $D/bin/tf_bench_cuda --shape qwen3-8b --format mlx4 --decode --quick > $OUT/8b-h200-caps.txt 2>&1
+  echo "8b h200 caps rc=$? $(el)" >> $OUT/all.txt
+  grep -E "^decode step b=1|stages in flight" $OUT/8b-h200-caps.txt | cut -c1-900 >> $OUT/all.txt
+fi
+timeout 150 $D/bin/tf_bench_cuda --shape qwen3-8b --format mlx4 --decode --quick > $OUT/8b-table.txt 2>&1
+echo "8b table rc=$? $(el)" >> $OUT/all.txt
+grep -E "^decode step b=1|^\| Qwen3-8B \| decode|^target" $OUT/8b-table.txt | cut -c1-300 >> $OUT/all.txt
+rm -rf $D

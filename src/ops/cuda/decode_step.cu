@@ -207,7 +207,8 @@ std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStrea
     // TF_STEP_Q4_SW=2/4/8: K slices a 4-bit stage (same bits). Each card's default is its same-call A/Bs:
     // 4 on both. The H200: 1.699-1.714 ms against 2's 1.780, 8 a tie (run 480, every free slot in flight).
     // The H100: with every free slot in flight 2 was faster (1.986-2.004 against 2.027-2.039, runs 473 and
-    // 475); with inflight_of's caps 4 is (1.916-1.927 at 2 stages against 2's 1.944-1.961 at 3, run 534).
+    // 475); with inflight_of's caps 4 is (1.916-1.927 at 2 stages against 2's 1.944-1.961 at 3, run 534), and
+    // with the rings in slots of the model's stage too (7 slots 1.892-1.894, SW 2's 14 1.913-1.916, run 538).
     const char* e = std::getenv("TF_STEP_Q4_SW");
     const int sw = e && *e ? std::atoi(e) : 4;
     fmt = sw == 2 ? kWMlx4 : sw == 8 ? kWMlx4Sw8 : kWMlx4Sw4;

@@ -121,8 +121,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   constexpr int kSlots = kRing<W>;
   constexpr int SW = sw_of(W), kOwn = kCWarps / SW;     // slices a stage, ring slot owners
   constexpr int SK = W == kWBf16 ? kStageK : kQStageK;  // k-values of a slice's piece
-  // A slot's bytes: bf16's stage; 4-bit, the model's largest stage (the host's ring_of).
-  const int kSlot = W == kWBf16 ? kSlotBytes<W> : prm.slot_bytes;
+  // A slot's bytes: bf16's stage; 4-bit, the model's largest stage (DecodeStep::make).
+  const int slot_b = W == kWBf16 ? kSlotBytes<W> : prm.slot_bytes;
   // The ring's slots in use. bf16: all of them, or in the probe instance fewer (Params::ring; benches: how
   // much the ring's depth is worth), a multiple of kOwn (slot j % n is then owner j % kOwn's). 4-bit: as
   // many stages as fit, or fewer (DecodeStep::set_ring), any count (the teams check the slot's stage
@@ -239,7 +239,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         if (lane == 0) {
           if constexpr (kTeams < W >> 1) meta[slot] = j;  // (read by the 4-bit teams only)
           mbar_arrive_expect_tx(saddr(full + slot), uint32_t(sbytes));
-          bulk_copy_g2s(saddr(ring + slot * kSlot),
+          bulk_copy_g2s(saddr(ring + slot * slot_b),
                         w + (int64_t(tile) * stages + packed_stage(s, k, kOwn, SK)) * sbytes,
                         uint32_t(sbytes), saddr(full + slot));
         }
@@ -360,7 +360,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       if (kProbe && prm.ablate == 1) {
         // (timing: the stage waited for and released, nothing computed)
       } else if constexpr (W == kWBf16) {
-        const uint32_t base = saddr(ring + slot * kSlot) + half * (kStageK * 2) + 16 * t;
+        const uint32_t base = saddr(ring + slot * slot_b) + half * (kStageK * 2) + 16 * t;
         const uint32_t swz = (g & 1) * 64;  // pack_kernel: odd rows hold chunk c at chunk c ^ 1's place
 #pragma unroll 4
         for (int c = 0; c < kStageK / 32; ++c) {
@@ -371,9 +371,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         }
       } else {  // pack_q4_kernel's stage: this warp's pieces are the half-th and the next of each row
         static_assert(kSPW == 2, "a 4-bit warp's two slices");
-        const uint32_t cb = saddr(ring + slot * kSlot) + half * (kQStageK / 2) + 16 * t;
+        const uint32_t cb = saddr(ring + slot * slot_b) + half * (kQStageK / 2) + 16 * t;
         const int ng = kQStageK >> (5 + o.qsel % 3);  // groups a piece
-        const uint32_t sb = saddr(ring + slot * kSlot) + q_code_bytes(SW) + half * ng * 64;
+        const uint32_t sb = saddr(ring + slot * slot_b) + q_code_bytes(SW) + half * ng * 64;
         const uint32_t xb1 = xb + spw * SK * 2;
         if (kProbe && prm.ablate == 2)
           q4_pair<SW, kMlxBf16Sub, 1, true>(acc[0], acc[1], cb, sb, ng * 64, xb, xb1, g);

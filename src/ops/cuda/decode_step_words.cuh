@@ -61,9 +61,9 @@ constexpr int kSlotBytes = W == kWBf16 ? kStageBytes : q_slot_bytes(sw_of(W));
 // took a group-of-32 stage), 14 of SW 2's, 3 of SW 8's. The 4-bit teams check each slot's stage counter
 // before its parity wait, so their slot count need not be a multiple of the owners.
 template <int W>
-constexpr int kRingBytes = W == kWBf16 ? kStages* kStageBytes : 126 * 1024;
-template <int W>  // ring slots at most (the barriers'): bf16's kStages; 4-bit, the smallest stages' (groups
-                  // of 128)
+constexpr int kRingBytes = W == kWBf16 ? (kStages* kStageBytes) : 126 * 1024;
+// Ring slots at most (the barriers'): bf16's kStages; 4-bit, as many of the smallest stage (groups of 128).
+template <int W>
 constexpr int kRing = W == kWBf16 ? kStages : kRingBytes<W> / q_stage_bytes(sw_of(W), 128);
 static_assert(kRing<kWMlx4> == 14 && kRing<kWMlx4Sw4> == 7 && kRing<kWMlx4Sw8> == 3, "4-bit rings");
 constexpr int kMaxK = 12288;   // the longest x (the down projection's)

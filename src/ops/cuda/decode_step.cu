@@ -160,6 +160,8 @@ struct DecodeStep::State {
   int ring = 0;               // set_ring: bf16's Params::ring (the probe only); 4-bit, nslots at most
   int nslots = 0;             // 4-bit: the ring's slots (as many of slot_bytes as kRingBytes holds)
   int slot_bytes = 0;         // 4-bit: a slot's bytes, the largest stage of the model's ops
+  int nslots_lent = 0;        // 4-bit: the slots where a CTA lends the ring its attention staging region
+  bool lend = true;           // whether CTAs without attention work lend it (TF_STEP_LEND=0: none)
   int inflight = -1;          // Params::inflight (-1: inflight_default)
   int inflight_default = 0;   // inflight_of the format and card
   int early_bias = 0;         // Params::early_bias
@@ -261,6 +263,7 @@ std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStrea
                                                      : inflight_of(fmt, prop.totalGlobalMem);
   // TF_STEP_RING_SLOTS=n (tests): the 4-bit ring's slots in use, fewer than fit (set_ring's; same bits).
   if (const char* r = std::getenv("TF_STEP_RING_SLOTS"); r && *r) s.ring = std::max(0, std::atoi(r));
+  s.lend = env_switch("TF_STEP_LEND", true);  // launch.h
   s.epoch = dalloc<unsigned>(own, 1, stream);
   s.emb_row = dalloc<__nv_bfloat16>(own, H, stream);
   s.emb_words = dalloc<uint32_t>(own, H, stream);
@@ -340,8 +343,10 @@ std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStrea
   add(lm);
   if (fmt != kWBf16) {  // the 4-bit ring: slots of the largest stage, as many as fit (kRingBytes)
     for (const Op& o : s.ops) s.slot_bytes = std::max(s.slot_bytes, (o.sbytes + 127) / 128 * 128);
-    s.nslots = std::min(by_format(fmt, [](auto w) { return kRing<decltype(w)::value>; }),
-                        by_format(fmt, [](auto w) { return kRingBytes<decltype(w)::value>; }) / s.slot_bytes);
+    const int most = by_format(fmt, [](auto w) { return kRing<decltype(w)::value>; });
+    const int bytes = by_format(fmt, [](auto w) { return kRingBytes<decltype(w)::value>; });
+    s.nslots = std::min(most, bytes / s.slot_bytes);
+    s.nslots_lent = std::min(most, (bytes + kAttnBytes) / s.slot_bytes);
     if (s.nslots < 2) return refuse("its 4-bit stages do not fit two ring slots");
     int64_t stages = 0;  // a bound on a CTA's stage count j (Params::slot_magic's division takes j < 2^28)
     for (const Op& o : s.ops) stages += int64_t(o.tiles) * (o.k / SK / SW);
@@ -483,8 +488,11 @@ void DecodeStep::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
   p.ring = s.probe ? s.ring : 0;
   p.nslots = s.ring >= 2 && s.ring < s.nslots ? s.ring : s.nslots;  // (4-bit; set_ring: fewer)
   p.slot_bytes = s.slot_bytes;
-  if (p.nslots > 0)
-    p.slot_magic = uint32_t(((uint64_t(1) << 32) + uint64_t(p.nslots) - 1) / uint64_t(p.nslots));
+  // Lent slots only with the ring as it fits (set_ring: a fixed depth everywhere).
+  p.nslots_lent = s.lend && s.ring == 0 ? s.nslots_lent : 0;
+  auto magic = [](int n) { return uint32_t(((uint64_t(1) << 32) + uint64_t(n) - 1) / uint64_t(n)); };
+  if (p.nslots > 0) p.slot_magic = magic(p.nslots);
+  if (p.nslots_lent > 0) p.slot_magic_lent = magic(p.nslots_lent);
   p.early_bias = s.early_bias;
   p.inflight = s.inflight < 0 ? s.inflight_default : s.inflight;
   p.stamps = s.stamping ? s.stamps : nullptr;

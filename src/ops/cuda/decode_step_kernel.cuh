@@ -48,10 +48,10 @@ __host__ __device__ inline int packed_stage(int s, int k, int owners, int sk) {
   return (s % owners) * parts + s / owners;
 }
 
-// Shared memory: the ring, x, the attention region, the slice sums, the norm partials, the slots' mbarriers
+// Shared memory: x, the ring, the attention region, the slice sums, the norm partials, the slots' mbarriers
 // and their stage counters.
 template <int W>
-constexpr size_t kSmemBytes = size_t(kRingBytes<W>) + kMaxK * 2 + kAttnRegion +
+constexpr size_t kSmemBytes = kMaxK * 2 + size_t(kRingBytes<W>) + kAttnRegion +
                               (kRed<W> * kSlices * 16 + 8) * 4 + 2 * kRing<W> * 8 + kRing<W> * 4;
 
 // The 4-bit consumer's variants: plain or subnormal codes (quant_common.cuh's kMlxBf16 / kMlxBf16Sub) x
@@ -123,17 +123,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   constexpr int SK = W == kWBf16 ? kStageK : kQStageK;  // k-values of a slice's piece
   // A slot's bytes: bf16's stage; 4-bit, the model's largest stage (DecodeStep::make).
   const int slot_b = W == kWBf16 ? kSlotBytes<W> : prm.slot_bytes;
-  // The ring's slots in use. bf16: all of them, or in the probe instance fewer (Params::ring; benches: how
-  // much the ring's depth is worth), a multiple of kOwn (slot j % n is then owner j % kOwn's). 4-bit: as
-  // many stages as fit, or fewer (DecodeStep::set_ring), any count (the teams check the slot's stage
-  // counter).
-  const int nslots = W != kWBf16                                                           ? prm.nslots
-                     : kProbe && prm.ring > 0 && prm.ring < kSlots && prm.ring % kOwn == 0 ? prm.ring
-                                                                                           : kSlots;
-  // Stage j's trips around the ring, j / nslots (its slot j - wrap * nslots, its phase parity wrap & 1): for
-  // the 4-bit ring, whose slot count is a launch parameter, one multiply-high by Params::slot_magic (a
-  // division's ~20 dependent instructions in the producer's loop cost SW 2's small stages 14%, run 537).
-  auto wrap = [&](int j) { return W == kWBf16 ? j / nslots : int(__umulhi(uint32_t(j), prm.slot_magic)); };
   // The launch's epoch (its tag: the low 16 bits), from the device word step_prologue incremented: a launch
   // replayed from a CUDA graph has fixed arguments.
   const unsigned epoch = *prm.epoch_word;
@@ -142,11 +131,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   const int nops = prm.nops;
   float* const logits = prm.logits;
   extern __shared__ __align__(128) unsigned char smem[];
-  unsigned char* ring = smem;
-  __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem + kRingBytes<W>);
-  __nv_bfloat16* attn_smem = xs + kMaxK;
-  float* red = reinterpret_cast<float*>(smem + kRingBytes<W> + kMaxK * 2 + kAttnRegion);  // [kRed][8][16]
-  float* nred = red + kRed<W> * kSlices * 16;                                             // [8]
+  __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem);
+  unsigned char* ring = smem + kMaxK * 2;  // then the attention region: a 4-bit ring may run on into it
+  __nv_bfloat16* attn_smem = reinterpret_cast<__nv_bfloat16*>(ring + kRingBytes<W>);
+  float* red = reinterpret_cast<float*>(ring + kRingBytes<W> + kAttnRegion);  // [kRed][8][16]
+  float* nred = red + kRed<W> * kSlices * 16;                                 // [8]
   uint64_t* full = reinterpret_cast<uint64_t*>(nred + 8);
   uint64_t* empty = full + kSlots;
   int* meta = reinterpret_cast<int*>(empty + kSlots);  // [kSlots]: the stage (producer's count) in the slot
@@ -159,6 +148,22 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   __syncthreads();
   const int G = gridDim.x, b = blockIdx.x;
   unsigned long long* const stamps = kProbe ? prm.stamps : nullptr;
+  // The ring's slots in use. bf16: all of them, or in the probe instance fewer (Params::ring; benches: how
+  // much the ring's depth is worth), a multiple of kOwn (slot j % n is then owner j % kOwn's). 4-bit: as
+  // many stages as fit, or fewer (DecodeStep::set_ring), any count (the teams check the slot's stage
+  // counter); and more where the CTA lends the ring the attention's staging region (Ks, Vs, Qs, right after
+  // the ring): a CTA with no attention unit and no merge in this launch (b >= kHk past the other chunks'
+  // units; ~92 of 132 CTAs at 512 positions), when Params::nslots_lent is set.
+  const bool lend = W != kWBf16 && prm.nslots_lent > prm.nslots && b >= kHk &&
+                    b - kHk >= UnitList(prm.positions[0], G, b, prm.early_bias).others;
+  const int nslots = W != kWBf16 ? (lend ? prm.nslots_lent : prm.nslots)
+                     : kProbe && prm.ring > 0 && prm.ring < kSlots && prm.ring % kOwn == 0 ? prm.ring
+                                                                                           : kSlots;
+  // Stage j's trips around the ring, j / nslots (its slot j - wrap * nslots, its phase parity wrap & 1): for
+  // the 4-bit ring, whose slot count is a launch parameter, one multiply-high by ceil(2^32 / nslots) (a
+  // division's ~20 dependent instructions in the producer's loop cost SW 2's small stages 14%, run 537).
+  const uint32_t magic = lend ? prm.slot_magic_lent : prm.slot_magic;
+  auto wrap = [&](int j) { return W == kWBf16 ? j / nslots : int(__umulhi(uint32_t(j), magic)); };
 
   if (warp > kProducer) {  // attention warps: the (KV head, chunk) units of every layer dealt to this CTA
     Row row;

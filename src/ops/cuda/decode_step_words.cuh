@@ -62,10 +62,6 @@ constexpr int kSlotBytes = W == kWBf16 ? kStageBytes : q_slot_bytes(sw_of(W));
 // before its parity wait, so their slot count need not be a multiple of the owners.
 template <int W>
 constexpr int kRingBytes = W == kWBf16 ? (kStages* kStageBytes) : 126 * 1024;
-// Ring slots at most (the barriers'): bf16's kStages; 4-bit, as many of the smallest stage (groups of 128).
-template <int W>
-constexpr int kRing = W == kWBf16 ? kStages : kRingBytes<W> / q_stage_bytes(sw_of(W), 128);
-static_assert(kRing<kWMlx4> == 14 && kRing<kWMlx4Sw4> == 7 && kRing<kWMlx4Sw8> == 3, "4-bit rings");
 constexpr int kMaxK = 12288;   // the longest x (the down projection's)
 constexpr int kHidden = 4096;  // the add + norm x (make_x: 16 elements a thread)
 // Consumer teams (decode_step_kernel.cuh): bf16, one team of all 8 warps, a K slice a warp, every tile; MLX
@@ -78,7 +74,12 @@ constexpr int kRed = 2 * kTeams<W>;
 // The attention shape: q heads, KV heads, head dim; K/V/Q staging rows padded as attention_mma's.
 constexpr int kHq = 32, kHk = 8, kGroup = kHq / kHk, kD = 128, kRS = kD + 8;
 constexpr int kAttnBytes = (2 * attn::kC + 16) * kRS * 2;  // Ks, Vs [128][kRS], Qs [16][kRS]
-constexpr int kBlock = 16;                                 // positions a KV pool block holds
+// Ring slots at most (the barriers'): bf16's kStages; 4-bit, as many of the smallest stage (groups of 128)
+// as the ring and the attention's staging region hold (a CTA without attention work lends it the ring).
+template <int W>
+constexpr int kRing = W == kWBf16 ? kStages : (kRingBytes<W> + kAttnBytes) / q_stage_bytes(sw_of(W), 128);
+static_assert(kRing<kWMlx4> == 23 && kRing<kWMlx4Sw4> == 11 && kRing<kWMlx4Sw8> == 5, "4-bit rings");
+constexpr int kBlock = 16;  // positions a KV pool block holds
 // The positions the step takes (DecodeStep::bind): DecodeStep::kMaxPositions, or n in a bench build of
 // decode_step.cu with -DTF_STEP_LIMIT=n (tools/step_variant.sh), to time the step past its limit.
 #ifdef TF_STEP_LIMIT
@@ -174,7 +175,9 @@ struct Params {
   int ring;  // bf16, the probe instance only: the ring's slots in use (0: all; DecodeStep::set_ring)
   int nslots, slot_bytes;  // MLX 4-bit: the ring's slots in use and their stride (DecodeStep::make)
   uint32_t slot_magic;     // MLX 4-bit: ceil(2^32 / nslots): j / nslots = umulhi(j, magic) for j < 2^28
-  int inflight;            // ring stages requested and not yet landed a CTA, at most (0: every free slot)
+  int nslots_lent;         // MLX 4-bit: the slots with the attention's staging region lent (0: none lent)
+  uint32_t slot_magic_lent;
+  int inflight;  // ring stages requested and not yet landed a CTA, at most (0: every free slot)
   // Benches (DecodeStep::set_probe; the probe instance only): timestamps [layer][CTA][kStampSlots] of the
   // attention's steps and the consumers' (DecodeStep::StampSlot), null: none.
   unsigned long long* stamps;

@@ -111,7 +111,9 @@ class DecodeStep {
   void set_ablate(int what);
   // The ring's depth (benches only, same bits): `slots` of the ring's ring_slots() in use (0: all). bf16: the
   // probe instance only, ignored unless fewer and a multiple of the slots' owners; MLX 4-bit: both
-  // instances, 2 or more (ring_slots: as many of the model's largest stage as 126 KB hold).
+  // instances, 2 or more (ring_slots: as many of the model's largest stage as 126 KB hold; with 0, CTAs
+  // without attention work in a launch also lend the ring their attention staging region, TF_STEP_LEND=0:
+  // not; any other value sets the depth of every CTA's ring).
   void set_ring(int slots);
   int ring_slots() const;
   // Benches (A/B, same bits): the producer keeps at most `stages` ring stages requested and not yet landed,

@@ -211,8 +211,7 @@ std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStrea
     // The H100: with every free slot in flight 2 was faster (1.986-2.004 against 2.027-2.039, runs 473 and
     // 475); with inflight_of's caps 4 is (1.916-1.927 at 2 stages against 2's 1.944-1.961 at 3, run 534), and
     // with the rings in slots of the model's stage too (7 slots 1.892-1.894, SW 2's 14 1.913-1.916, run 538).
-    const char* e = std::getenv("TF_STEP_Q4_SW");
-    const int sw = e && *e ? std::atoi(e) : 4;
+    const int sw = env_int("TF_STEP_Q4_SW", 2, 8, 4);  // launch.h
     fmt = sw == 2 ? kWMlx4 : sw == 8 ? kWMlx4Sw8 : kWMlx4Sw4;
   }
   const int SW = sw_of(fmt), SK = fmt == kWBf16 ? kStageK : kQStageK;
@@ -258,11 +257,9 @@ std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStrea
   s.format = fmt;
   // TF_STEP_INFLIGHT_STAGES=n: the stages in flight instead of inflight_of's (0: every free slot; same bits;
   // the GPU tests run the capped and uncapped producer on every card).
-  const char* inflight_env = std::getenv("TF_STEP_INFLIGHT_STAGES");
-  s.inflight_default = inflight_env && *inflight_env ? std::max(0, std::atoi(inflight_env))
-                                                     : inflight_of(fmt, prop.totalGlobalMem);
+  s.inflight_default = env_int("TF_STEP_INFLIGHT_STAGES", 0, 1 << 20, inflight_of(fmt, prop.totalGlobalMem));
   // TF_STEP_RING_SLOTS=n (tests): the 4-bit ring's slots in use, fewer than fit (set_ring's; same bits).
-  if (const char* r = std::getenv("TF_STEP_RING_SLOTS"); r && *r) s.ring = std::max(0, std::atoi(r));
+  s.ring = env_int("TF_STEP_RING_SLOTS", 0, 1 << 20, 0);
   s.lend = env_switch("TF_STEP_LEND", true);  // launch.h
   s.epoch = dalloc<unsigned>(own, 1, stream);
   s.emb_row = dalloc<__nv_bfloat16>(own, H, stream);

@@ -42,6 +42,10 @@ __global__ void prefetch_kernel(L2Range r) {
   tf::cuda::l2_prefetch_chunks(r, blockIdx.x + int64_t(gridDim.x) * threadIdx.x, int64_t(gridDim.x) * 32);
 }
 
+__global__ void line_prefetch_kernel(L2Range r) {
+  tf::cuda::l2_prefetch_lines(r, blockIdx.x * int64_t(blockDim.x) + threadIdx.x, int64_t(gridDim.x) * blockDim.x);
+}
+
 __global__ void spin_kernel(unsigned long long ns) {
   unsigned long long t0, t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
@@ -93,8 +97,14 @@ int main() {
   auto none = [] {};
   auto read_a = [&] { read(a, kA); };
   auto spin = [&] { spin_kernel<<<1, 32>>>(100000); };
+  // blocks > 0: bulk prefetches by `blocks` one-warp blocks; 0: line prefetches by 4 blocks of 256 an SM.
   auto pf = [&](int blocks, bool last) {
-    return [&, blocks, last] { prefetch_kernel<<<blocks, 32>>>(L2Range{a, kA, last}); };
+    return [&, blocks, last] {
+      if (blocks > 0)
+        prefetch_kernel<<<blocks, 32>>>(L2Range{a, kA, last, false});
+      else
+        line_prefetch_kernel<<<grid, 256>>>(L2Range{a, kA, last, true});
+    };
   };
   for (int persist : {0, 1}) {
     if (persist) {
@@ -106,25 +116,24 @@ int main() {
         "| case (read of A, 16 MB, after an L2 flush) | median us | min | max |\n|---|---|---|---|\n");
     run("cold", none, read_a);
     run("A read once before (loads)", read_a, read_a);
-    for (int blocks : {8, 132}) {
+    for (int blocks : {8, 132, 0}) {
       for (bool last : {false, true}) {
-        char n1[160], n2[160], n3[160], n4[160];
-        std::snprintf(n1, sizeof n1, "prefetched (%d blocks%s), 100 us idle", blocks,
-                      last ? ", evict_last" : "");
-        std::snprintf(n2, sizeof n2, "prefetch (%d blocks%s) + read, timed together", blocks,
-                      last ? ", evict_last" : "");
-        std::snprintf(n3, sizeof n3, "prefetched (%d blocks%s), idle, then 64 MB of other loads", blocks,
-                      last ? ", evict_last" : "");
-        std::snprintf(n4, sizeof n4, "prefetched (%d blocks%s), idle, then 64 MB of evict_first loads",
-                      blocks, last ? ", evict_last" : "");
+        char what[64], n0[160], n1[160], n2[160], n3[160], n4[160];
+        if (blocks > 0)
+          std::snprintf(what, sizeof what, "bulk, %d blocks%s", blocks, last ? ", evict_last" : "");
+        else
+          std::snprintf(what, sizeof what, "lines, %d x 256 threads%s", grid, last ? ", evict_last" : "");
+        std::snprintf(n0, sizeof n0, "the prefetch kernel alone (%s)", what);
+        std::snprintf(n1, sizeof n1, "prefetched (%s), 100 us idle", what);
+        std::snprintf(n2, sizeof n2, "prefetch (%s) + read, timed together", what);
+        std::snprintf(n3, sizeof n3, "prefetched (%s), idle, then 64 MB of other loads", what);
+        std::snprintf(n4, sizeof n4, "prefetched (%s), idle, then 64 MB of evict_first loads", what);
         auto p = pf(blocks, last);
-        run(
-            n1, [&] { p(), spin(); }, read_a);
+        run(n0, none, p);
+        run(n1, [&] { p(), spin(); }, read_a);
         run(n2, none, [&] { p(), read_a(); });
-        run(
-            n3, [&] { p(), spin(), read(b, kB); }, read_a);
-        run(
-            n4, [&] { p(), spin(), read(b, kB, 1); }, read_a);
+        run(n3, [&] { p(), spin(), read(b, kB); }, read_a);
+        run(n4, [&] { p(), spin(), read(b, kB, 1); }, read_a);
       }
     }
     run(

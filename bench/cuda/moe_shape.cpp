@@ -200,10 +200,11 @@ void forward(Backend& be, Model& m, int rows, const std::vector<int32_t>& outs, 
     const bool product_moe = !hook && !g_skip_moe && !host_moe;
     const bool o_inside = product_moe && !g_skip_attn && !(g_twice >> 3 & 1);
     if (!g_skip_attn) {
-      if (g_l2_o) {
-        const cuda::L2Range w{L.o.weight.raw(), int64_t(L.o.weight.nbytes()), g_l2_o == 2};
+      if (g_l2_o) {  // 1 / 2: bulk, 3 / 4: line prefetches; 2 and 4 with evict_last
+        const bool last = g_l2_o == 2 || g_l2_o == 4, lines = g_l2_o >= 3;
+        const cuda::L2Range w{L.o.weight.raw(), int64_t(L.o.weight.nbytes()), last, lines};
         cuda::L2Range sc;
-        if (L.o.scales.defined()) sc = {L.o.scales.raw(), int64_t(L.o.scales.nbytes()), g_l2_o == 2};
+        if (L.o.scales.defined()) sc = {L.o.scales.raw(), int64_t(L.o.scales.nbytes()), last, lines};
         cuda::set_l2_after_norm_rope(w, sc);
       }
       twice(1, [&] { be.attention_inputs_qkv(qkv, q, &L.q_norm, &L.k_norm, 1e-6f, 0.f, rope, L.kv); });
@@ -540,12 +541,14 @@ void bench_format(Backend& be, bool mlx, bool quick, double copy_gbs) {
       std::printf("| decode b=%d ctx %d, the first row's setting again | %.3f | %.0f | | %.3f | %.1f%% | |\n",
                   batch, ctx, again, batch * 1e3 / again, floor_ms, 100 * floor_ms / again);
     }
-    // TF_BENCH_L2=c,c,... (b=1): the step with L2 prefetches, code c = o + 2 * down + 8 * next (o: g_l2_o,
-    // 0-2; down, next: cuda::set_moe_l2's 0-2), each row then the default again (same bits).
+    // TF_BENCH_L2=c,c,... (b=1): the step with L2 prefetches, code c = 2 * down + 8 * next + the o bits (1,
+    // 32, 64, 128: g_l2_o 1-4; down 0-3, next 0-2: cuda::set_moe_l2's), each row then the default again (same
+    // bits).
     if (const char* l2 = std::getenv("TF_BENCH_L2"); l2 && *l2 && batch == 1) {
       for (const char* c = l2; *c;) {
         const int code = std::atoi(c);
-        g_l2_o = code & 1 ? 1 : code >> 5 & 1 ? 2 : 0;
+        const int o = code & 1 ? 1 : code >> 5 & 1 ? 2 : code >> 6 & 1 ? 3 : code >> 7 & 1 ? 4 : 0;
+        g_l2_o = o;
         cuda::set_moe_l2(code >> 1 & 3, code >> 3 & 3);
         const double t = step_ms();
         g_l2_o = 0;
@@ -554,11 +557,7 @@ void bench_format(Backend& be, bool mlx, bool quick, double copy_gbs) {
         std::printf(
             "| decode b=1 ctx %d, L2 prefetch o %d down %d next %d (code %d); the default after | %.3f | "
             "%.0f | | | %.1f%% | %.3f |\n",
-            ctx,
-            code & 1        ? 1
-            : code >> 5 & 1 ? 2
-                            : 0,
-            code >> 1 & 3, code >> 3 & 3, code, t, 1e3 / t, 100 * floor_ms / t, d);
+            ctx, o, code >> 1 & 3, code >> 3 & 3, code, t, 1e3 / t, 100 * floor_ms / t, d);
         while (*c && *c != ',') ++c;
         if (*c == ',') ++c;
       }

@@ -25,6 +25,7 @@
 #include <cuda_bf16.h>
 
 #include <atomic>
+#include <unordered_map>
 
 #include "ops/cuda/attention_chunk.cuh"
 #include "ops/cuda/attention_mma.h"
@@ -229,12 +230,29 @@ bool attention_wgmma_loop(const AttentionMmaArgs& a, cudaStream_t s) {
   if (!g_on || a.head_dim != kD || a.num_loop_tiles <= 0 || !a.wide_loop || a.meta.block_size != 16 ||
       a.pool_slots <= 0 || a.pool_slots >= (int64_t(1) << 31) || !linear_wgmma_supported())
     return false;
-  // K and V: boxes of a page (16 positions) and of one position, 64 dims, in the 128-byte swizzle
-  CUtensorMap tm[4]{};
-  for (int i = 0; i < 4; ++i)
-    if (!make_kv_tensor_map(&tm[i], i % 2 ? a.v_pool : a.k_pool, a.pool_slots, a.hk, kD, 64, i < 2 ? 16 : 1,
-                            true))
-      return false;
+  // K and V: boxes of a page (16 positions) and of one position, 64 dims, in the 128-byte swizzle. Encoded
+  // once a pool (a layer's: a prefill calls this once a layer and chunk) and kept by this thread, keyed by
+  // everything a map encodes (the pools' addresses, slots, KV heads): a pool freed and another made at the
+  // same address with the same shape has the same maps.
+  struct Maps {
+    const void* v;
+    int64_t slots;
+    int hk;
+    CUtensorMap tm[4];
+  };
+  thread_local std::unordered_map<const void*, Maps> cache;
+  auto it = cache.find(a.k_pool);
+  if (it == cache.end() || it->second.v != a.v_pool || it->second.slots != a.pool_slots ||
+      it->second.hk != a.hk) {
+    Maps m{a.v_pool, a.pool_slots, a.hk, {}};
+    for (int i = 0; i < 4; ++i)
+      if (!make_kv_tensor_map(&m.tm[i], i % 2 ? a.v_pool : a.k_pool, a.pool_slots, a.hk, kD, 64,
+                              i < 2 ? 16 : 1, true))
+        return false;
+    if (cache.size() >= 4096) cache.clear();  // (bounded: pools come and go with models)
+    it = cache.insert_or_assign(a.k_pool, m).first;
+  }
+  const CUtensorMap* tm = it->second.tm;
   static const bool configured = [] {  // once a process, both instances (thread-safe static)
     for (auto* k : {attention_wgmma_kernel<true>, attention_wgmma_kernel<false>})
       TF_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));

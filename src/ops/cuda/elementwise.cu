@@ -281,8 +281,13 @@ __global__ void __launch_bounds__(256)
   }
   if (pa.p) {  // set_l2_after_norm_rope's ranges, after this warp's loads: chunk idx * 32 + lane, ...
     const int64_t lanes = int64_t(rows) * (hq + hk) * 32;
-    l2_prefetch_chunks(pa, idx * 32 + lane, lanes);
-    l2_prefetch_chunks(pb, idx * 32 + lane, lanes);
+    if (pa.lines) {
+      l2_prefetch_lines(pa, idx * 32 + lane, lanes);
+      l2_prefetch_lines(pb, idx * 32 + lane, lanes);
+    } else {
+      l2_prefetch_chunks(pa, idx * 32 + lane, lanes);
+      l2_prefetch_chunks(pb, idx * 32 + lane, lanes);
+    }
   }
   if (w) {
     float ss = 0.f;

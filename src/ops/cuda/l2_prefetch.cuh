@@ -42,4 +42,21 @@ __device__ __forceinline__ void l2_prefetch_chunks(const L2Range& r, int64_t fir
   }
 }
 
+// Lines l = first, first + stride, ... (128 bytes each) of range r by prefetch.global.L2 (one per thread
+// and line: no completion the thread or its CTA waits for, unlike a bulk prefetch).
+__device__ __forceinline__ void l2_prefetch_lines(const L2Range& r, int64_t first, int64_t stride) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (!r.p || r.bytes <= 0) return;
+  const char* base = static_cast<const char*>(r.p);
+  for (int64_t l = first; l * 128 < r.bytes; l += stride) {
+    if (r.evict_last)
+      asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(base + l * 128) : "memory");
+    else
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(base + l * 128) : "memory");
+  }
+#else
+  (void)r, (void)first, (void)stride;
+#endif
+}
+
 }  // namespace tf::cuda

@@ -12,6 +12,7 @@ struct L2Range {
   const void* p = nullptr;
   int64_t bytes = 0;
   bool evict_last = false;  // the lines brought in with an evict_last policy
+  bool lines = false;       // per-thread prefetch.global.L2 of 128-byte lines (l2_prefetch_lines), not bulk
 };
 
 // The next qkv_norm_rope_kv / qk_norm_rope_kv launch on this thread issues these ranges (the weights of the

@@ -136,7 +136,7 @@ MoeRouter router_of(const LinearWeight& w, int64_t experts, int64_t hidden) {
 }
 
 std::atomic<bool> g_enabled{true};                               // set_moe_fused
-std::atomic<int> g_l2_down{env_int("TF_MOE_L2_DOWN", 0, 2, 0)};  // set_moe_l2
+std::atomic<int> g_l2_down{env_int("TF_MOE_L2_DOWN", 0, 3, 0)};  // set_moe_l2
 std::atomic<int> g_l2_next{env_int("TF_MOE_L2_NEXT", 0, 2, 0)};
 std::atomic<unsigned> g_repeat{0};                                  // set_moe_repeat
 std::atomic<bool> g_add_norm{env_switch("TF_MOE_ADD_NORM", true)};  // set_moe_add_norm

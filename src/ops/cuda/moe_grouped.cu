@@ -438,7 +438,16 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
         L2Range one;
         one.p = i < cw ? r.down_w[e] : r.down_s[e];
         one.bytes = i < cw ? r.down_wbytes : r.down_sbytes;
-        l2_prefetch_chunks(one, i < cw ? i : i - cw, one.bytes);  // (one chunk)
+        if (r.down_when == 3) {  // the chunk's 256 lines by this lane, one prefetch.global.L2 each
+          const int64_t l0 = (i < cw ? i : i - cw) * (kL2Chunk / 128);
+          for (int64_t l = l0; l < l0 + kL2Chunk / 128; ++l) {
+            L2Range line = one;
+            line.lines = true;
+            l2_prefetch_lines(line, l, int64_t(1) << 40);  // (one line)
+          }
+        } else {
+          l2_prefetch_chunks(one, i < cw ? i : i - cw, one.bytes);  // (one chunk)
+        }
       }
     }
   };
@@ -469,7 +478,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     int4 tln = tl;
     int n0n = n0;
     const Rows wn = next < items ? rows_of(next, tln, n0n) : wr;
-    if (MODE == kRoute && r.down_when == 2 && next >= items && warp == kWarps - 1) prefetch_down();
+    if (MODE == kRoute && r.down_when >= 2 && next >= items && warp == kWarps - 1) prefetch_down();
     if (next < items) {
       stage_x((it + 1) & 1, tln);  // buffer (it + 1) & 1 was last read by item it - 1's MMAs, all issued
       cp_async_wait<1>();          // this item's copies (this lane's own slots: no barrier)

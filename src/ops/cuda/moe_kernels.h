@@ -144,7 +144,8 @@ void set_moe_routed(bool on);
 // instruction cache (true, default), or not (false; TF_MOE_ROUTED_WARM=0).
 void set_moe_routed_warm(bool on);
 // Timing only (same values): the routed gate_up's L2 prefetches (MoeRouting::next, down_when). down_when 0:
-// none, 1: the routed experts' down weights once routed, 2: as each block starts its last item; next 0: none,
+// none, 1: the routed experts' down weights once routed, 2: as each block starts its last item, 3: the same
+// by per-thread line prefetches (prefetch.global.L2) instead of bulk ones; next 0: none,
 // 1: MoeWeights::next_linear's weights during the routing, 2: the same with an evict_last policy.
 // TF_MOE_L2_DOWN, TF_MOE_L2_NEXT.
 void set_moe_l2(int down_when, int next);

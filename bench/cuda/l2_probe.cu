@@ -1,7 +1,9 @@
-// Does a bulk L2 prefetch (l2_prefetch.cuh) leave its bytes in L2 for a later kernel, and do they survive a
-// stream of other bytes in between? (docs/cuda-notes.md "Session 59": L2 prefetches lost in runs 69, 138,
-// 193, 266, 395 and 429 without this being measured alone.) Each case: L2 flushed by a 256 MB read, then
-// what the case does, then one read of the 16 MB range A timed by events (median of 15).
+// Does an L2 prefetch (cp.async.bulk.prefetch.L2, or prefetch.global.L2 a line a thread) leave its bytes in
+// L2 for a later kernel, do they survive a stream of other bytes in between, and how long is the kernel that
+// issues them held? (docs/cuda-notes.md "Session 59", runs 540-541: L2 prefetches had lost in runs 69, 138,
+// 193, 266, 395 and 429 without this being measured alone; they lost again in the MoE chain, and the code is
+// in bench/cuda/results/run540-541-lost-l2-prefetch.patch.) Each case: L2 flushed by a 256 MB read, then what
+// the case does, then what it times between two events (median, min, max of 15).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -10,11 +12,45 @@
 #include <vector>
 
 #include "ops/cuda/cuda_check.h"
-#include "ops/cuda/l2_prefetch.cuh"
 
 namespace {
 
-using tf::cuda::L2Range;
+constexpr int64_t kChunk = 32 << 10;  // bytes a bulk prefetch instruction
+
+// [p, p + bytes): p 16-byte aligned.
+struct L2Range {
+  const void* p = nullptr;
+  int64_t bytes = 0;
+  bool evict_last = false;  // the lines brought in with an evict_last policy
+  bool lines = false;       // per-thread prefetch.global.L2 of 128-byte lines, not bulk
+};
+
+// Chunks c = first, first + stride, ... of r, one cp.async.bulk.prefetch.L2 each.
+__device__ void prefetch_chunks(const L2Range& r, int64_t first, int64_t stride) {
+  uint64_t pol = 0;
+  if (r.evict_last) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+  for (int64_t c = first; c * kChunk < r.bytes; c += stride) {
+    const int64_t off = c * kChunk;
+    const uint32_t n = uint32_t((r.bytes - off < kChunk ? r.bytes - off : kChunk) & ~int64_t(15));
+    const char* a = static_cast<const char*>(r.p) + off;
+    if (r.evict_last)
+      asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(a), "r"(n), "l"(pol)
+                   : "memory");
+    else
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(n) : "memory");
+  }
+}
+
+// Lines l = first, first + stride, ... (128 bytes each) of r, one prefetch.global.L2 each.
+__device__ void prefetch_lines(const L2Range& r, int64_t first, int64_t stride) {
+  const char* base = static_cast<const char*>(r.p);
+  for (int64_t l = first; l * 128 < r.bytes; l += stride) {
+    if (r.evict_last)
+      asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(base + l * 128) : "memory");
+    else
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(base + l * 128) : "memory");
+  }
+}
 
 // Reads n 16-byte words; policy 1: ld with an L2 evict_first hint.
 __global__ void read_kernel(const uint4* p, int64_t n, int policy, unsigned* sink) {
@@ -39,11 +75,11 @@ __global__ void read_kernel(const uint4* p, int64_t n, int policy, unsigned* sin
 }
 
 __global__ void prefetch_kernel(L2Range r) {
-  tf::cuda::l2_prefetch_chunks(r, blockIdx.x + int64_t(gridDim.x) * threadIdx.x, int64_t(gridDim.x) * 32);
+  prefetch_chunks(r, blockIdx.x + int64_t(gridDim.x) * threadIdx.x, int64_t(gridDim.x) * 32);
 }
 
 __global__ void line_prefetch_kernel(L2Range r) {
-  tf::cuda::l2_prefetch_lines(r, blockIdx.x * int64_t(blockDim.x) + threadIdx.x, int64_t(gridDim.x) * blockDim.x);
+  prefetch_lines(r, blockIdx.x * int64_t(blockDim.x) + threadIdx.x, int64_t(gridDim.x) * blockDim.x);
 }
 
 __global__ void spin_kernel(unsigned long long ns) {
@@ -130,10 +166,13 @@ int main() {
         std::snprintf(n4, sizeof n4, "prefetched (%s), idle, then 64 MB of evict_first loads", what);
         auto p = pf(blocks, last);
         run(n0, none, p);
-        run(n1, [&] { p(), spin(); }, read_a);
+        run(
+            n1, [&] { p(), spin(); }, read_a);
         run(n2, none, [&] { p(), read_a(); });
-        run(n3, [&] { p(), spin(), read(b, kB); }, read_a);
-        run(n4, [&] { p(), spin(), read(b, kB, 1); }, read_a);
+        run(
+            n3, [&] { p(), spin(), read(b, kB); }, read_a);
+        run(
+            n4, [&] { p(), spin(), read(b, kB, 1); }, read_a);
       }
     }
     run(

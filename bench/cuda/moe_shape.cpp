@@ -144,8 +144,6 @@ Model make_model(Backend& be, int64_t kv_blocks, bool mlx) {
     cuda::fill_uniform(be, L.kv.v, seed++, -1, 1);
     m.layers.push_back(std::move(L));
   }
-  // The MoE's hint for its L2 prefetch (cuda::set_moe_l2's `next`): the next layer's qkv.
-  for (int l = 0; l + 1 < kLayers; ++l) m.layers[l].moe.next_linear = &m.layers[l + 1].qkv;
   m.embed = be.alloc({kVocab, kHidden}, DType::BF16);
   cuda::fill_uniform(be, m.embed, seed++, -1, 1);
   m.final_norm = rand_norm(be, kHidden, seed++);
@@ -157,9 +155,6 @@ Model make_model(Backend& be, int64_t kv_blocks, bool mlx) {
 // Ablations at batch 1 (timing only; results wrong where something is skipped): see ablate().
 bool g_skip_attn = false, g_skip_moe = false;
 int g_empty_blocks = 0;  // > 0: one empty dependent kernel of this many blocks after each layer's MoE
-// 1: the o projection's weights (and scales) prefetched into L2 by the q/k norm + rope kernel once the qkv
-// projection is done (cuda::set_l2_after_norm_rope), so that they stream during the attention.
-int g_l2_o = 0;
 unsigned g_twice =
     0;  // the attention half's ops run twice (idempotent): bit 0 qkv, 1 norm+rope+KV, 2 attention, 3 o
 
@@ -200,13 +195,6 @@ void forward(Backend& be, Model& m, int rows, const std::vector<int32_t>& outs, 
     const bool product_moe = !hook && !g_skip_moe && !host_moe;
     const bool o_inside = product_moe && !g_skip_attn && !(g_twice >> 3 & 1);
     if (!g_skip_attn) {
-      if (g_l2_o) {  // 1 / 2: bulk, 3 / 4: line prefetches; 2 and 4 with evict_last
-        const bool last = g_l2_o == 2 || g_l2_o == 4, lines = g_l2_o >= 3;
-        const cuda::L2Range w{L.o.weight.raw(), int64_t(L.o.weight.nbytes()), last, lines};
-        cuda::L2Range sc;
-        if (L.o.scales.defined()) sc = {L.o.scales.raw(), int64_t(L.o.scales.nbytes()), last, lines};
-        cuda::set_l2_after_norm_rope(w, sc);
-      }
       twice(1, [&] { be.attention_inputs_qkv(qkv, q, &L.q_norm, &L.k_norm, 1e-6f, 0.f, rope, L.kv); });
       twice(2, [&] { be.attention(q, L.kv, ap, attn); });
       if (!o_inside) twice(3, [&] { be.linear(attn, L.o, o); });
@@ -476,14 +464,6 @@ void bench_format(Backend& be, bool mlx, bool quick, double copy_gbs) {
               fmt);
   std::printf("|---|---|---|---|---|---|---|\n");
   std::vector<int> batches = quick ? std::vector<int>{1, 8} : std::vector<int>{1, 8, 32};
-  // TF_BENCH_L2_PERSIST_MB=n: L2 set aside for persisting (evict_last) lines (the L2 prefetch rows' policy
-  // 2).
-  if (const char* pm = std::getenv("TF_BENCH_L2_PERSIST_MB"); pm && *pm) {
-    TF_CUDA_CHECK(cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, size_t(std::atoi(pm)) << 20));
-    size_t got = 0;
-    TF_CUDA_CHECK(cudaDeviceGetLimit(&got, cudaLimitPersistingL2CacheSize));
-    std::printf("persisting L2: %zu MiB\n", got >> 20);
-  }
   double b1 = 0;
   const bool bisect = std::getenv("TF_MOE_BENCH_BISECT") != nullptr;  // (see `without`)
   // Seconds of untimed steps before the first row (TF_MOE_BENCH_WARM_S, default 5; 0: none).
@@ -540,27 +520,6 @@ void bench_format(Backend& be, bool mlx, bool quick, double copy_gbs) {
       const double again = step_ms();
       std::printf("| decode b=%d ctx %d, the first row's setting again | %.3f | %.0f | | %.3f | %.1f%% | |\n",
                   batch, ctx, again, batch * 1e3 / again, floor_ms, 100 * floor_ms / again);
-    }
-    // TF_BENCH_L2=c,c,... (b=1): the step with L2 prefetches, code c = 2 * down + 8 * next + the o bits (1,
-    // 32, 64, 128: g_l2_o 1-4; down 0-3, next 0-2: cuda::set_moe_l2's), each row then the default again (same
-    // bits).
-    if (const char* l2 = std::getenv("TF_BENCH_L2"); l2 && *l2 && batch == 1) {
-      for (const char* c = l2; *c;) {
-        const int code = std::atoi(c);
-        const int o = code & 1 ? 1 : code >> 5 & 1 ? 2 : code >> 6 & 1 ? 3 : code >> 7 & 1 ? 4 : 0;
-        g_l2_o = o;
-        cuda::set_moe_l2(code >> 1 & 3, code >> 3 & 3);
-        const double t = step_ms();
-        g_l2_o = 0;
-        cuda::set_moe_l2(0, 0);
-        const double d = step_ms();
-        std::printf(
-            "| decode b=1 ctx %d, L2 prefetch o %d down %d next %d (code %d); the default after | %.3f | "
-            "%.0f | | | %.1f%% | %.3f |\n",
-            ctx, o, code >> 1 & 3, code >> 3 & 3, code, t, 1e3 / t, 100 * floor_ms / t, d);
-        while (*c && *c != ',') ++c;
-        if (*c == ',') ++c;
-      }
     }
     if (batch == 1 && !mlx)  // bf16 experts: the routed chain's gate_up
       without(cuda::set_moe_routed_warm, "the routed gate_up's routing not warmed before its wait");

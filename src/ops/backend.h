@@ -79,9 +79,6 @@ struct MoeWeights {
   int top_k = 0;
   bool norm_topk_prob = false;     // renormalise the k chosen probabilities to sum 1
   std::shared_ptr<void> prepared;  // backend-private state made on first use (device pointer tables)
-  // The next layer's first linear (its qkv), or null: a backend may stream its weights into a cache while
-  // this MoE's routing is latency-bound (a hint; no value depends on it).
-  const LinearWeight* next_linear = nullptr;
 };
 
 // A dense decoder's weights as Backend::prepare_decode_step reads them (pointers into the model, which

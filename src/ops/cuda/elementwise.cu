@@ -6,7 +6,6 @@
 #include "ops/cuda/activation.cuh"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernels.h"
-#include "ops/cuda/l2_prefetch.cuh"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/mbarrier.cuh"  // gtime
 #include "ops/cuda/norm.cuh"
@@ -232,7 +231,7 @@ __global__ void __launch_bounds__(256)
                            DType wt, float eps, float offset, int rows, int hq, int hk, int rot,
                            const float* __restrict__ inv_freq, float factor,
                            const int32_t* __restrict__ positions, __nv_bfloat16* kp, __nv_bfloat16* vp,
-                           const int32_t* __restrict__ slots, L2Range pa, L2Range pb) {
+                           const int32_t* __restrict__ slots) {
   pdl_launch_dependents();
   constexpr int D = 32 * V;
   const int64_t idx = blockIdx.x * int64_t(8) + threadIdx.x / 32;
@@ -278,16 +277,6 @@ __global__ void __launch_bounds__(256)
   for (int j = 0; j < V; ++j) {
     v[j] = bf(x, lane + 32 * j);
     if (kv) vv[j] = vr[lane + 32 * j];
-  }
-  if (pa.p) {  // set_l2_after_norm_rope's ranges, after this warp's loads: chunk idx * 32 + lane, ...
-    const int64_t lanes = int64_t(rows) * (hq + hk) * 32;
-    if (pa.lines) {
-      l2_prefetch_lines(pa, idx * 32 + lane, lanes);
-      l2_prefetch_lines(pb, idx * 32 + lane, lanes);
-    } else {
-      l2_prefetch_chunks(pa, idx * 32 + lane, lanes);
-      l2_prefetch_chunks(pb, idx * 32 + lane, lanes);
-    }
   }
   if (w) {
     float ss = 0.f;
@@ -467,16 +456,6 @@ void rope(void* q, void* k, int rows, int hq, int hk, int d, int rot, const floa
 
 namespace {
 
-thread_local L2Range g_l2_after[2];  // set_l2_after_norm_rope
-
-}  // namespace
-
-void set_l2_after_norm_rope(const L2Range& a, const L2Range& b) {
-  g_l2_after[0] = a, g_l2_after[1] = b;
-}
-
-namespace {
-
 bool qk_norm_rope_kv_strided(const void* qi, int64_t q_stride, void* qo, const void* ki, int64_t k_stride,
                              void* ko, const void* v, int64_t v_stride, const void* q_w, const void* k_w,
                              DType wt, float eps, float offset, int rows, int hq, int hk, int d, int rot,
@@ -493,12 +472,10 @@ bool qk_norm_rope_kv_strided(const void* qi, int64_t q_stride, void* qo, const v
   auto* kpp = static_cast<__nv_bfloat16*>(kp);
   auto* vpp = static_cast<__nv_bfloat16*>(vp);
   const unsigned blocks = unsigned((warps + 7) / 8);
-  const L2Range pa = g_l2_after[0], pb = g_l2_after[1];  // (consumed by this launch)
-  g_l2_after[0] = g_l2_after[1] = L2Range{};
   auto go = [&](auto kernel) {
     launch_pdl_if(g_pdl_group, kernel, blocks, 256, 0, s, qip, q_stride, qop, kip, k_stride, kop, vv,
                   v_stride, q_w, k_w, wt, eps, offset, rows, hq, hk, rot, inv_freq, factor, positions, kpp,
-                  vpp, slots, pa, pb);
+                  vpp, slots);
   };
   if (d == 64)
     go(qk_norm_rope_kv_kernel<2>);

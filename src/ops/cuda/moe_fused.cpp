@@ -135,9 +135,7 @@ MoeRouter router_of(const LinearWeight& w, int64_t experts, int64_t hidden) {
   return r;
 }
 
-std::atomic<bool> g_enabled{true};                               // set_moe_fused
-std::atomic<int> g_l2_down{env_int("TF_MOE_L2_DOWN", 0, 3, 0)};  // set_moe_l2
-std::atomic<int> g_l2_next{env_int("TF_MOE_L2_NEXT", 0, 2, 0)};
+std::atomic<bool> g_enabled{true};                                  // set_moe_fused
 std::atomic<unsigned> g_repeat{0};                                  // set_moe_repeat
 std::atomic<bool> g_add_norm{env_switch("TF_MOE_ADD_NORM", true)};  // set_moe_add_norm
 // An empty 1-block dependent kernel after the one-kernel MoE: run 411 (30B-A3B MLX 4-bit b=1), same call in
@@ -197,11 +195,6 @@ bool moe_fusable(const Tensor& h, const MoeWeights& w) {
   return h.dtype() == DType::BF16 && moe_fusable(w, h.dim(-1));
 }
 
-void set_moe_l2(int down_when, int next) {
-  g_l2_down.store(down_when, std::memory_order_relaxed);
-  g_l2_next.store(next, std::memory_order_relaxed);
-}
-
 void set_moe_repeat(unsigned mask) {
   g_repeat.store(mask, std::memory_order_relaxed);
 }
@@ -234,9 +227,12 @@ void moe_fused(Backend& be, cudaStream_t s, const Tensor& h, MoeWeights& w, Tens
   }
   if (v.one_kernel) {
     Tensor act = be.alloc({P, I}, DType::BF16);
-    MoeRouting rt;
-    rt.logits = router.weight ? nullptr : static_cast<const float*>(logits.raw());
-    rt.rows = R, rt.top_k = K, rt.norm = w.norm_topk_prob;
+    const MoeRouting rt{router.weight ? nullptr : static_cast<const float*>(logits.raw()),
+                        R,
+                        K,
+                        w.norm_topk_prob,
+                        nullptr,
+                        nullptr};
     repeat(6, [&] {
       moe_decode(rt, h.raw(), gate_up, down, act.raw(), out.raw(), out.dtype(), H, I, barrier_of(w), s,
                  router);
@@ -259,20 +255,8 @@ void moe_fused(Backend& be, cudaStream_t s, const Tensor& h, MoeWeights& w, Tens
   Tensor act = wg_tile ? Tensor() : be.alloc({P, I}, DType::BF16), y = be.alloc({P, H}, DType::BF16);
   auto i32 = [](Tensor& t) { return static_cast<int32_t*>(t.raw()); };
   auto* tl = static_cast<int4*>(tiles.raw());
-  MoeRouting rt;
-  rt.logits = static_cast<const float*>(logits.raw());
-  rt.rows = R, rt.top_k = K, rt.norm = w.norm_topk_prob;
-  rt.pair_e = i32(pair_e), rt.pair_w = static_cast<float*>(pair_w.raw());
-  if (routed) {  // set_moe_l2's prefetches (the routed gate_up issues them)
-    if (const int when = g_l2_down.load(std::memory_order_relaxed)) {
-      rt.down_w = down.weights, rt.down_s = down.scales, rt.down_when = when;
-      rt.down_wbytes = down.bits == 16 ? int64_t(H) * I * 2 : int64_t(H) * down.row_bytes;
-      rt.down_sbytes = down.bits == 16 ? 0 : int64_t(H) * down.groups * 4;
-    }
-    const int next = g_l2_next.load(std::memory_order_relaxed);
-    if (next && w.next_linear && w.next_linear->weight.device() == Device::CUDA)
-      rt.next = L2Range{w.next_linear->weight.raw(), int64_t(w.next_linear->weight.nbytes()), next == 2};
-  }
+  const MoeRouting rt{static_cast<const float*>(logits.raw()), R, K, w.norm_topk_prob, i32(pair_e),
+                      static_cast<float*>(pair_w.raw())};
   if (!routed)
     repeat(1, [&] {
       moe_route_group(static_cast<const float*>(logits.raw()), R, E, K, w.norm_topk_prob, i32(pair_e),
@@ -351,8 +335,7 @@ bool fused_add_norm(Backend& be, cudaStream_t s, const Tensor* attn, const Linea
   a.eps = eps;
   a.offset = offset;
   Tensor act = be.alloc({K, I}, DType::BF16);
-  MoeRouting rt;
-  rt.rows = 1, rt.top_k = K, rt.norm = w.norm_topk_prob;
+  const MoeRouting rt{nullptr, 1, K, w.norm_topk_prob, nullptr, nullptr};
   repeat(6, [&] {
     moe_decode(rt, x.raw(), v.gate_up, v.down, act.raw(), out.raw(), out.dtype(), H, I, barrier_of(w), s,
                v.router, a, op);

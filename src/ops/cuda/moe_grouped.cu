@@ -16,7 +16,6 @@
 
 #include "ops/cuda/activation.cuh"  // silu_mul_bf16
 #include "ops/cuda/cuda_check.h"
-#include "ops/cuda/l2_prefetch.cuh"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/moe_kernels.h"
 #include "ops/cuda/moe_route.cuh"  // route_row, group_pairs
@@ -373,11 +372,6 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     }
   }
   pdl_wait();  // the tiles (kByTiles), the logits (kRoute) or the pairs' experts (kByPairs)
-  if constexpr (MODE == kRoute) {  // MoeRouting::next by the last warp (the routing: warps 0 .. rows - 1)
-    if (r.next.p && threadIdx.x / 32 == kWarps - 1)
-      l2_prefetch_chunks(r.next, blockIdx.x + int64_t(gridDim.x) * (threadIdx.x % 32),
-                         32 * int64_t(gridDim.x));
-  }
   if constexpr (MODE == kByTiles) {
     for (int i = threadIdx.x; i <= max_tiles; i += blockDim.x) tiles_s[i] = tiles[i];
     if (x_rows)
@@ -425,33 +419,6 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     }
     return Rows(ws, tl.x, min(n0 + g, n - 1), min(n0 + g + 8, n - 1), k, t);  // clamped; masked at the store
   };
-  // MoeRouting's down prefetch (the last warp): chunk c of the routed pairs' down weights and scales (pair
-  // c / per, in rank order) by block c % gridDim.x.
-  auto prefetch_down = [&] {
-    if constexpr (MODE == kRoute) {
-      const int64_t cw = (r.down_wbytes + kL2Chunk - 1) / kL2Chunk,
-                    cs = (r.down_sbytes + kL2Chunk - 1) / kL2Chunk;
-      const int64_t per = cw + cs, total = per * slots;
-      for (int64_t c = blockIdx.x + int64_t(gridDim.x) * lane; c < total; c += 32 * int64_t(gridDim.x)) {
-        const int e = rows_s[slots + int(c / per)];
-        const int64_t i = c % per;
-        L2Range one;
-        one.p = i < cw ? r.down_w[e] : r.down_s[e];
-        one.bytes = i < cw ? r.down_wbytes : r.down_sbytes;
-        if (r.down_when == 3) {  // the chunk's 256 lines by this lane, one prefetch.global.L2 each
-          const int64_t l0 = (i < cw ? i : i - cw) * (kL2Chunk / 128);
-          for (int64_t l = l0; l < l0 + kL2Chunk / 128; ++l) {
-            L2Range line = one;
-            line.lines = true;
-            l2_prefetch_lines(line, l, int64_t(1) << 40);  // (one line)
-          }
-        } else {
-          l2_prefetch_chunks(one, i < cw ? i : i - cw, one.bytes);  // (one chunk)
-        }
-      }
-    }
-  };
-  if (MODE == kRoute && r.down_when == 1 && warp == kWarps - 1) prefetch_down();
   int item = blockIdx.x;
   if (item >= items) return;
   int4 tl;
@@ -478,7 +445,6 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     int4 tln = tl;
     int n0n = n0;
     const Rows wn = next < items ? rows_of(next, tln, n0n) : wr;
-    if (MODE == kRoute && r.down_when >= 2 && next >= items && warp == kWarps - 1) prefetch_down();
     if (next < items) {
       stage_x((it + 1) & 1, tln);  // buffer (it + 1) & 1 was last read by item it - 1's MMAs, all issued
       cp_async_wait<1>();          // this item's copies (this lane's own slots: no barrier)

@@ -15,7 +15,6 @@
 
 #include "core/dtype.h"
 #include "ops/cuda/add_norm.h"
-#include "ops/cuda/l2_prefetch.h"
 
 namespace tf::cuda {
 
@@ -121,16 +120,6 @@ struct MoeRouting {
   bool norm = false;
   int32_t* pair_e = nullptr;  // route: written; down: read
   float* pair_w = nullptr;    // route: written
-  // route, timing only (the same values): L2 prefetches the gate_up's blocks issue. `next`: a constant range
-  // (the next layer's qkv weights), once the wait has passed, during the routing; the routed experts' down
-  // weights (down_w / down_s: the down projection's weight and scale tables; down_wbytes / down_sbytes an
-  // expert's) once routed (down_when 1) or as each block starts its last item (2), so that they stream
-  // during the gate_up's tail and the down's start.
-  L2Range next;
-  const void* const* down_w = nullptr;
-  const void* const* down_s = nullptr;
-  int64_t down_wbytes = 0, down_sbytes = 0;
-  int down_when = 0;
 };
 bool moe_routed_ok(const MoeExperts& gate_up, const MoeExperts& down, int rows, int top_k, int hidden,
                    int inter);
@@ -143,12 +132,6 @@ void set_moe_routed(bool on);
 // Timing only (same values): the routed gate_up's routing code run once on zeros before its wait, warming the
 // instruction cache (true, default), or not (false; TF_MOE_ROUTED_WARM=0).
 void set_moe_routed_warm(bool on);
-// Timing only (same values): the routed gate_up's L2 prefetches (MoeRouting::next, down_when). down_when 0:
-// none, 1: the routed experts' down weights once routed, 2: as each block starts its last item, 3: the same
-// by per-thread line prefetches (prefetch.global.L2) instead of bulk ones; next 0: none,
-// 1: MoeWeights::next_linear's weights during the routing, 2: the same with an evict_last policy.
-// TF_MOE_L2_DOWN, TF_MOE_L2_NEXT.
-void set_moe_l2(int down_when, int next);
 // Tests: true routes every row with the shared-memory scratch (else up to 256 experts use registers; the same
 // picks and weights). Synchronous; not while a forward runs.
 void set_moe_route_smem_only(bool on);

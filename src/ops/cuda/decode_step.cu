@@ -113,6 +113,9 @@ auto by_format(int fmt, F&& f) {
 size_t smem_of(int fmt) {
   return by_format(fmt, [](auto w) { return step::kSmemBytes<decltype(w)::value>; });
 }
+int ring_of(int fmt) {  // the ring's slots at most (its barriers)
+  return by_format(fmt, [](auto w) { return step::kRing<decltype(w)::value>; });
+}
 // Params::inflight's default by format and card: the ring stages the producer keeps requested and not yet
 // landed, at most. With every free slot requested (~120 KB an SM) each of the hops' dependent accesses queues
 // behind the stream. Runs 532-534 (H100, Qwen3-8B b=1; ms): bf16 at 2 / 3 stages (32 / 48 KB an SM) 5.21 ->
@@ -338,15 +341,17 @@ std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStrea
   lm.n = int(V), lm.k = int(H), lm.xkind = kXAddNorm, lm.y_f32 = 1;
   lm.x = add_in, lm.res = res, lm.res_out = dalloc<uint32_t>(own, H, stream), lm.nw = bf(m.final_norm);
   add(lm);
-  if (fmt != kWBf16) {  // the 4-bit ring: slots of the largest stage, as many as fit (kRingBytes)
-    for (const Op& o : s.ops) s.slot_bytes = std::max(s.slot_bytes, (o.sbytes + 127) / 128 * 128);
-    const int most = by_format(fmt, [](auto w) { return kRing<decltype(w)::value>; });
+  if (fmt != kWBf16) {   // the 4-bit ring: slots of the largest stage, as many as fit (kRingBytes)
+    int64_t stages = 0;  // a bound on a CTA's stage count j (Params::slot_magic's division takes j < 2^28)
+    for (const Op& o : s.ops) {
+      s.slot_bytes = std::max(s.slot_bytes, (o.sbytes + 127) / 128 * 128);
+      stages += int64_t(o.tiles) * (o.k / SK / SW);
+    }
+    const int most = ring_of(fmt);
     const int bytes = by_format(fmt, [](auto w) { return kRingBytes<decltype(w)::value>; });
     s.nslots = std::min(most, bytes / s.slot_bytes);
     s.nslots_lent = std::min(most, (bytes + kAttnBytes) / s.slot_bytes);
     if (s.nslots < 2) return refuse("its 4-bit stages do not fit two ring slots");
-    int64_t stages = 0;  // a bound on a CTA's stage count j (Params::slot_magic's division takes j < 2^28)
-    for (const Op& o : s.ops) stages += int64_t(o.tiles) * (o.k / SK / SW);
     if (stages >= (int64_t(1) << 28)) return refuse("more than 2^28 weight stages");
   }
   s.d_ops = dalloc<Op>(own, s.ops.size(), stream);
@@ -413,7 +418,7 @@ void DecodeStep::set_inflight(int stages) {
   s_->inflight = stages;
 }
 int DecodeStep::ring_slots() const {
-  return s_->format == step::kWBf16 ? step::kRing<step::kWBf16> : s_->nslots;
+  return s_->format == step::kWBf16 ? ring_of(step::kWBf16) : s_->nslots;
 }
 int DecodeStep::grid() const {
   return s_->grid;

@@ -7,7 +7,10 @@
 // codes, finite random scales). Measures the device copy bandwidth in the same run, then per format decode
 // at batch 1/8/32 (context 512; tokens/s and the fraction of the roofline on the bytes the step actually
 // reads: the active experts' weights (packed bytes plus scales and biases), router, attention weights, KV,
-// embedding rows and lm_head), the host-routed per-expert path at batch 1 for comparison, and prefill 4k.
+// embedding rows and lm_head); after the batch-1 row the one-kernel decode step (ops/cuda/decode_step.h) made
+// from the same model, its logits checked bit for bit against the chain's and timed as the chain's row is
+// (or one line saying why it was not made, e.g. MLX 4-bit; TF_MOE_BENCH_STEP=0 skips it); the host-routed
+// per-expert path at batch 1 for comparison, and prefill 4k.
 #include "moe_shape.h"
 
 #include <cuda_runtime.h>
@@ -161,17 +164,28 @@ unsigned g_twice =
 // Called with each layer's MoE input (the bench's byte count routes it on the host).
 using MoeHook = std::function<void(int layer, const Tensor& x)>;
 
-// One forward; logits of the last row of each sequence (`outs` rows). `host_moe`: Backend::moe's default.
-void forward(Backend& be, Model& m, int rows, const std::vector<int32_t>& outs, bool host_moe,
-             const MoeHook& hook = nullptr) {
+// The attention and rope parameters and the norms' eps the forward runs (and the one-kernel step is given).
+constexpr float kNormEps = 1e-6f;
+AttentionParams attention_params() {
+  return AttentionParams{kHeads, kKvHeads, kHeadDim, 1.f / std::sqrt(float(kHeadDim)), 0, 0.f};
+}
+RopeParams rope_params() {
+  RopeParams rope;
+  rope.head_dim = rope.rotary_dim = kHeadDim;
+  for (int i = 0; i < kHeadDim / 2; ++i) rope.inv_freq.push_back(std::pow(1e6f, -2.f * i / kHeadDim));
+  return rope;
+}
+
+// One forward; returns the logits (F32 [outs, vocab]) of the last row of each sequence (`outs` rows).
+// `host_moe`: Backend::moe's default.
+Tensor forward(Backend& be, Model& m, int rows, const std::vector<int32_t>& outs, bool host_moe,
+               const MoeHook& hook = nullptr) {
   const int64_t qd = int64_t(kHeads) * kHeadDim, kd = int64_t(kKvHeads) * kHeadDim;
   auto a = [&](int64_t r, int64_t c) { return be.alloc({r, c}, DType::BF16); };
   Tensor res = a(rows, kHidden), res2 = a(rows, kHidden), x = a(rows, kHidden), q = a(rows, qd),
          qkv = a(rows, qd + 2 * kd), attn = a(rows, qd), o = a(rows, kHidden), mlp = a(rows, kHidden);
-  AttentionParams ap{kHeads, kKvHeads, kHeadDim, 1.f / std::sqrt(float(kHeadDim)), 0, 0.f};
-  RopeParams rope;
-  rope.head_dim = rope.rotary_dim = kHeadDim;
-  for (int i = 0; i < kHeadDim / 2; ++i) rope.inv_freq.push_back(std::pow(1e6f, -2.f * i / kHeadDim));
+  const AttentionParams ap = attention_params();
+  const RopeParams rope = rope_params();
   // The product's attention half (decoder_layer_forward): the add + norm fused into the qkv projection where
   // the backend can (then the new residual is in the other buffer), q/k norm + rope + KV write in one op.
   Tensor* cur = &res;
@@ -180,9 +194,9 @@ void forward(Backend& be, Model& m, int rows, const std::vector<int32_t>& outs, 
   for (int l = 0; l < kLayers; ++l) {
     Layer& L = m.layers[l];
     if (l == 0) {
-      be.rms_norm(*cur, L.ln1, 1e-6f, 0.f, x);
+      be.rms_norm(*cur, L.ln1, kNormEps, 0.f, x);
       be.linear(x, L.qkv, qkv);
-    } else if (be.add_rms_norm_linear(*cur, mlp, L.ln1, 1e-6f, 0.f, x, L.qkv, qkv, *alt)) {
+    } else if (be.add_rms_norm_linear(*cur, mlp, L.ln1, kNormEps, 0.f, x, L.qkv, qkv, *alt)) {
       std::swap(cur, alt);
     }
     auto twice = [&](int bit, auto&& f) {
@@ -195,17 +209,17 @@ void forward(Backend& be, Model& m, int rows, const std::vector<int32_t>& outs, 
     const bool product_moe = !hook && !g_skip_moe && !host_moe;
     const bool o_inside = product_moe && !g_skip_attn && !(g_twice >> 3 & 1);
     if (!g_skip_attn) {
-      twice(1, [&] { be.attention_inputs_qkv(qkv, q, &L.q_norm, &L.k_norm, 1e-6f, 0.f, rope, L.kv); });
+      twice(1, [&] { be.attention_inputs_qkv(qkv, q, &L.q_norm, &L.k_norm, kNormEps, 0.f, rope, L.kv); });
       twice(2, [&] { be.attention(q, L.kv, ap, attn); });
       if (!o_inside) twice(3, [&] { be.linear(attn, L.o, o); });
     }
     if (o_inside) {
-      if (be.linear_add_rms_norm_moe(attn, L.o, o, *cur, L.ln2, 1e-6f, 0.f, x, L.moe, mlp, *alt))
+      if (be.linear_add_rms_norm_moe(attn, L.o, o, *cur, L.ln2, kNormEps, 0.f, x, L.moe, mlp, *alt))
         std::swap(cur, alt);
     } else if (product_moe) {
-      if (be.add_rms_norm_moe(*cur, o, L.ln2, 1e-6f, 0.f, x, L.moe, mlp, *alt)) std::swap(cur, alt);
+      if (be.add_rms_norm_moe(*cur, o, L.ln2, kNormEps, 0.f, x, L.moe, mlp, *alt)) std::swap(cur, alt);
     } else {
-      be.add_rms_norm(*cur, o, L.ln2, 1e-6f, 0.f, x);
+      be.add_rms_norm(*cur, o, L.ln2, kNormEps, 0.f, x);
       if (hook) hook(l, x);
       if (g_skip_moe) continue;
       if (host_moe)
@@ -215,12 +229,16 @@ void forward(Backend& be, Model& m, int rows, const std::vector<int32_t>& outs, 
     }
     if (g_empty_blocks > 0) cuda::empty_step(g_empty_blocks, cuda::stream_of(be));
   }
-  be.add_rms_norm(*cur, mlp, m.final_norm, 1e-6f, 0.f, x);
+  be.add_rms_norm(*cur, mlp, m.final_norm, kNormEps, 0.f, x);
   Tensor logits = be.alloc({int64_t(outs.size()), kVocab}, DType::F32);
-  if (int(outs.size()) == rows) return be.linear(x, m.lm_head, logits);  // decode: no host staging (graphs)
+  if (int(outs.size()) == rows) {  // decode: no host staging (graphs)
+    be.linear(x, m.lm_head, logits);
+    return logits;
+  }
   Tensor last = a(int64_t(outs.size()), kHidden);
   be.gather_rows(x, outs, last);
   be.linear(last, m.lm_head, logits);
+  return logits;
 }
 
 // Bytes a decode step reads: per layer the distinct experts the batch routes to (host routing of the
@@ -252,6 +270,78 @@ std::pair<double, double> step_bytes(Backend& be, Model& m, const BatchMeta& met
     mean += active[l] / double(kLayers);
   }
   return {bytes, mean};
+}
+
+// The one-kernel decode step (ops/cuda/decode_step.h, the MoE shape's implementation) at b=1, after the
+// chain's b=1 row (TF_MOE_BENCH_STEP=0: skipped). Prepared from the bench's model through the backend
+// (DecodeStep::make; where it refuses, e.g. MLX 4-bit linears for now, one line says why), bound to the
+// model's pools for `meta` (the b=1 row's), its logits compared bit for bit with one chain forward's from the
+// same state (both write the row's K/V with the same bits), then timed from a CUDA graph as the chain's rows
+// are. `bytes` and `experts` are the chain row's (the same reads), `chain_ms` its time. The step, with its
+// packed copy of the attention weights (~1 GB), is destroyed on return.
+void decode_step_row(Backend& be, Model& m, const BatchMeta& meta, int ctx, double copy_gbs, double bytes,
+                     double experts, double chain_ms) {
+  cudaStream_t s = cuda::stream_of(be);
+  DecodeStepModel dm;
+  dm.embed = &m.embed;
+  for (const Layer& L : m.layers) {
+    DecodeStepLayer sl;
+    sl.input_norm = &L.ln1, sl.post_norm = &L.ln2, sl.q_norm = &L.q_norm, sl.k_norm = &L.k_norm;
+    sl.qkv = &L.qkv, sl.o = &L.o, sl.moe = &L.moe;  // (gate_up and down null: a sparse MLP)
+    dm.layers.push_back(sl);
+  }
+  dm.final_norm = &m.final_norm;
+  dm.lm_head = &m.lm_head;
+  dm.rope = rope_params();
+  dm.attn = attention_params();
+  dm.norm_eps = kNormEps, dm.norm_offset = 0.f;
+  std::string why;
+  const std::shared_ptr<void> step = be.prepare_decode_step(dm, &why);
+  if (!step) {
+    const std::string prefix = "one-kernel decode step: ";  // (how the reasons begin)
+    if (why.compare(0, prefix.size(), prefix) == 0) why.erase(0, prefix.size());
+    std::printf("one-kernel step: %s\n", why.c_str());
+    return;
+  }
+  std::vector<KvLayer> kv;
+  for (const Layer& L : m.layers) kv.push_back(L.kv);
+  be.begin_forward(meta);
+  if (!be.bind_decode_step(step.get(), kv)) {
+    std::printf("one-kernel step: made, but it does not take the b=1 ctx %d step (bind)\n", ctx);
+    return;
+  }
+  // Correctness: the chain's forward, then the step, from the same state (f32 [vocab] each).
+  const Tensor chain = forward(be, m, 1, {0}, false);
+  Tensor logits = be.alloc({1, kVocab}, DType::F32);
+  be.decode_step(step.get(), logits);
+  std::vector<uint32_t> a(static_cast<size_t>(kVocab)), b(a.size());
+  be.read_raw(chain, 0, a.size() * 4, a.data());
+  be.read_raw(logits, 0, b.size() * 4, b.data());
+  int differ = 0;
+  double largest = 0;  // the largest |step - chain| over the differing logits (NaN: not counted)
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i] != b[i]) {
+      ++differ;
+      float x, y;
+      std::memcpy(&x, &a[i], 4), std::memcpy(&y, &b[i], 4);
+      if (std::isfinite(x) && std::isfinite(y)) largest = std::max(largest, std::fabs(double(y) - double(x)));
+    }
+  if (differ == 0)
+    std::printf("step logits == chain: yes\n");
+  else
+    std::printf("step logits == chain: NO (%d differ of %d, largest |difference| %g)\n", differ, kVocab,
+                largest);
+  // Timing: the step alone from a CUDA graph, as the chain's rows.
+  bool captured = false;
+  const double ms = time_graph_ms(
+      s, [&] { be.decode_step(step.get(), logits); }, &captured);
+  const double floor_ms = bytes / (copy_gbs * 1e9) * 1e3;
+  std::printf(
+      "| decode b=1 ctx %d%s, one-kernel step (chain / step %.2fx) | %.3f | %.0f | %.2f | %.3f | %.1f%% | "
+      "%.1f |\n",
+      ctx, captured ? "" : " (eager)", chain_ms / ms, ms, 1e3 / ms, bytes / 1e9, floor_ms,
+      100 * floor_ms / ms, experts);
+  std::fflush(stdout);
 }
 
 void bench_format(Backend& be, bool mlx, bool quick, double copy_gbs);
@@ -469,6 +559,9 @@ void bench_format(Backend& be, bool mlx, bool quick, double copy_gbs) {
   // Seconds of untimed steps before the first row (TF_MOE_BENCH_WARM_S, default 5; 0: none).
   const char* warm_env = std::getenv("TF_MOE_BENCH_WARM_S");
   const double warm_s = warm_env ? std::atof(warm_env) : 5.0;
+  // The one-kernel step after the b=1 row (decode_step_row); TF_MOE_BENCH_STEP=0: not.
+  const char* step_env = std::getenv("TF_MOE_BENCH_STEP");
+  const bool step_row = !(step_env && step_env[0] == '0');
   for (int batch : batches) {
     const BatchMeta meta = decode_meta(batch, ctx);
     const auto [bytes, experts] = step_bytes(be, m, meta, ctx);
@@ -485,6 +578,10 @@ void bench_format(Backend& be, bool mlx, bool quick, double copy_gbs) {
     std::printf("| decode b=%d ctx %d%s | %.3f | %.0f | %.2f | %.3f | %.1f%% | %.1f |\n", batch, ctx,
                 captured ? "" : " (eager)", ms, batch * 1e3 / ms, bytes / 1e9, floor_ms, 100 * floor_ms / ms,
                 experts);
+    if (batch == 1 && step_row) {  // the one-kernel step (made and destroyed in there); the b=1 meta again
+      decode_step_row(be, m, meta, ctx, copy_gbs, bytes, experts, ms);
+      be.begin_forward(meta);
+    }
     // A same-bits A/B: the step again with `set` off.
     auto without = [&](void (*set)(bool), const char* what) {
       set(false);

@@ -72,10 +72,10 @@ class DenseDecoder final : public Model {
     rope_ = make_rope(spec.rope, context);
     attn_ = attention_params(spec);
     if (spec.mtp_layers > 0 && ckpt.has("mtp.fc.weight")) load_mtp(ckpt);
-    bool sparse = false;  // MoE layers: graphed where the backend's MoE never syncs on the host; no step
+    // MoE layers: graphed where the backend's MoE never syncs on the host.
     for (const DecoderLayer& L : layers_)
-      if (L.moe) sparse = true, graphs_ok_ &= be.moe_graph_safe(*L.moe, H);
-    if (graphs_ok_ && !sparse) prepare_step();
+      if (L.moe) graphs_ok_ &= be.moe_graph_safe(*L.moe, H);
+    if (graphs_ok_) prepare_step();
   }
   ~DenseDecoder() override { be_.clear_graphs(); }  // graphs point at this model's weights
 
@@ -170,7 +170,8 @@ class DenseDecoder final : public Model {
     for (const DecoderLayer& L : layers_) {
       if (L.qkv.out_features == 0) return;  // separate q, k, v: no fused projection for the kernel
       m.layers.push_back({&L.input_norm, &L.post_norm, spec_.qk_norm ? &L.q_norm : nullptr,
-                          spec_.qk_norm ? &L.k_norm : nullptr, &L.qkv, &L.o, &L.gate_up, &L.down});
+                          spec_.qk_norm ? &L.k_norm : nullptr, &L.qkv, &L.o, L.moe ? nullptr : &L.gate_up,
+                          L.moe ? nullptr : &L.down, L.moe.get()});
     }
     m.final_norm = &final_norm_;
     m.lm_head = &lm_head_;

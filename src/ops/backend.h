@@ -81,11 +81,13 @@ struct MoeWeights {
   std::shared_ptr<void> prepared;  // backend-private state made on first use (device pointer tables)
 };
 
-// A dense decoder's weights as Backend::prepare_decode_step reads them (pointers into the model, which
-// outlives what the backend prepares): per layer the norms and the fused q/k/v and gate/up projections.
+// A decoder's weights as Backend::prepare_decode_step reads them (pointers into the model, which outlives
+// what the backend prepares): per layer the norms, the fused q/k/v projection and the MLP -- the fused
+// gate/up and down projections, or a sparse MLP's experts.
 struct DecodeStepLayer {
   const Tensor *input_norm = nullptr, *post_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
   const LinearWeight *qkv = nullptr, *o = nullptr, *gate_up = nullptr, *down = nullptr;
+  const MoeWeights* moe = nullptr;  // a sparse MLP (its router and experts; gate_up and down then null)
 };
 struct DecodeStepModel {
   const Tensor* embed = nullptr;

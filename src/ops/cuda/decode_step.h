@@ -10,9 +10,13 @@
 // linear_bf16, qkv_norm_rope_kv, attention_mma, add_rms_norm, silu_mul, the lm_head): a row's tokens are the
 // same whichever path its round takes.
 //
-// Shapes: the Qwen3-8B layout only for now (hidden 4096, 32 q / 8 KV heads of 128, q/k norms, a fused qkv
-// and gate_up, intermediate a multiple of 4096 up to 12288, bf16 weights without bias, NeoX rope over the
-// whole head, norms without offset, no window or softcap, KV blocks of 16 positions).
+// Shapes: the Qwen3-8B layout (hidden 4096, 32 q / 8 KV heads of 128, q/k norms, a fused qkv and gate_up,
+// intermediate a multiple of 4096 up to 12288, bf16 or MLX 4-bit weights without bias, NeoX rope over the
+// whole head, norms without offset, no window or softcap, KV blocks of 16 positions); and the Qwen3-30B-A3B
+// layout (hidden 2048, 32 q / 4 KV heads of 128, every layer's MLP sparse: a bf16 router of up to 128
+// experts, top-k up to 8, bf16 SwiGLU experts read where they are; decode_step_moe.cu). The two shapes are
+// the same kernel source compiled twice with different constants (decode_step_words.cuh's TF_STEP_MOE), each
+// an implementation of this interface.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -39,31 +43,35 @@ class DecodeStep {
   // Checks the shape (null and `why` when it is not the one the kernel handles) and packs the linears'
   // weights into the kernel's stage layout: a second copy of them in device memory.
   static std::unique_ptr<DecodeStep> make(const DecodeStepModel& m, cudaStream_t stream, std::string* why);
+  // Whether make() takes models with sparse (MoE) layers (the 30B-A3B shape): on unless TF_DECODE_STEP_MOE=0.
+  static void set_moe(bool on);
+  static bool moe();
   // Whether make() takes models with MLX 4-bit linears: the same bits as their op chain, 3-6% faster than it
   // on an H200 (docs/cuda-notes.md "Session 27"); on unless TF_DECODE_STEP_MLX4=0 (tests, benches: here).
   static void set_mlx4(bool on);
   static bool mlx4();
-  ~DecodeStep();
+  virtual ~DecodeStep() = default;
   DecodeStep(const DecodeStep&) = delete;
   DecodeStep& operator=(const DecodeStep&) = delete;
 
   // Whether the step can run a forward of `rows` rows at positions up to `max_pos` with blocks of
   // `block_size` positions (one row, below kMaxPositions, 16) on the pools `kv`; then points the kernel's op
   // table and its tensor maps of the pools at `kv` (stream-ordered; outside any graph capture).
-  bool bind(int rows, int max_pos, int block_size, const std::vector<KvLayer>& kv, cudaStream_t stream);
+  virtual bool bind(int rows, int max_pos, int block_size, const std::vector<KvLayer>& kv,
+                    cudaStream_t stream) = 0;
   // The step of the bound row: its K/V rows written to the pool, its logits to `logits` (f32 [vocab]).
   // Kernels only: may be captured into a CUDA graph (the launch tag comes from a device word).
-  void run(const DeviceMeta& dm, float* logits, cudaStream_t stream);
+  virtual void run(const DeviceMeta& dm, float* logits, cudaStream_t stream) = 0;
   // Bytes of the packed weights.
-  size_t packed_bytes() const;
+  virtual size_t packed_bytes() const = 0;
 
   // Debugging (benches): after a run with debug on, each op's x as the kernel made it and its outputs, as
   // bf16 bits. Ops per layer: qkv, o, gate_up, down; then the lm_head. y: the op's output words (gate_up:
   // silu_mul of its gate and up features, [n / 2]; the lm_head: none); res: an add + norm op's new residual.
-  void set_debug(bool on, cudaStream_t stream);
-  std::vector<uint16_t> debug_x(int op) const;
-  std::vector<uint16_t> debug_y(int op) const;
-  std::vector<uint16_t> debug_res(int op) const;
+  virtual void set_debug(bool on, cudaStream_t stream) = 0;
+  virtual std::vector<uint16_t> debug_x(int op) const = 0;
+  virtual std::vector<uint16_t> debug_y(int op) const = 0;
+  virtual std::vector<uint16_t> debug_res(int op) const = 0;
   // Benches: `on` runs the kernel's probe instance (its own code: the product's has none of this), with
   // `stamps` per-layer timestamps (globaltimer ns) of each CTA's attention units and the o op's inputs:
   // stamps()[(layer * grid + cta) * kStampSlots + slot], 0 where none was taken. Slots: attention unit u
@@ -105,31 +113,29 @@ class DecodeStep {
     kStampGuCycles = 113,
     kStampSlots = 119
   };
-  void set_probe(bool on, bool stamps, cudaStream_t stream);
+  virtual void set_probe(bool on, bool stamps, cudaStream_t stream) = 0;
   // The probe instance's timing ablations (decode_step_kernel.cuh's Params::ablate; 0: none). Benches only:
   // the logits' bits are wrong under them.
-  void set_ablate(int what);
+  virtual void set_ablate(int what) = 0;
   // The ring's depth (benches only, same bits): `slots` of the ring's ring_slots() in use (0: all). bf16: the
   // probe instance only, ignored unless fewer and a multiple of the slots' owners; MLX 4-bit: both
   // instances, 2 or more (ring_slots: as many of the model's largest stage as 126 KB hold; with 0, CTAs
   // without attention work in a launch also lend the ring their attention staging region, TF_STEP_LEND=0:
   // not; any other value sets the depth of every CTA's ring).
-  void set_ring(int slots);
-  int ring_slots() const;
+  virtual void set_ring(int slots) = 0;
+  virtual int ring_slots() const = 0;
   // Benches (A/B, same bits): the producer keeps at most `stages` ring stages requested and not yet landed,
   // so that the hops' global accesses queue behind fewer weight bytes (0: every free slot; -1: the format's
   // default, decode_step.cu's inflight_of).
-  void set_inflight(int stages);
+  virtual void set_inflight(int stages) = 0;
   // Benches (A/B): shifts the number of early chunks the merging CTAs take (decode_step_kernel.cuh's e) by
   // `bias` (0: the kernel's rule). Same bits: only which CTA computes a chunk's partial changes.
-  void set_early_bias(int bias);
-  std::vector<unsigned long long> stamps() const;
-  int grid() const;
+  virtual void set_early_bias(int bias) = 0;
+  virtual std::vector<unsigned long long> stamps() const = 0;
+  virtual int grid() const = 0;
 
- private:
-  struct State;
-  explicit DecodeStep(std::unique_ptr<State> s);
-  std::unique_ptr<State> s_;
+ protected:
+  DecodeStep() = default;
 };
 
 }  // namespace tf::cuda

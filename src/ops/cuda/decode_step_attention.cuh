@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "ops/cuda/attention_chunk.cuh"
 #include "ops/cuda/decode_step_words.cuh"
@@ -12,7 +13,7 @@
 #include "ops/cuda/mbarrier.cuh"
 #include "ops/cuda/mma.cuh"
 
-namespace tf::cuda::step {
+namespace tf::cuda::TF_STEP_NS {
 
 // Position p's slot in the paged K/V pool (attention_mma.cu's Tile::slot_of for blocks of kBlock).
 __device__ __forceinline__ int kv_slot(const int32_t* table, int p) {
@@ -180,6 +181,11 @@ __device__ __forceinline__ void stage_kv(const Op& o, const Row& row, int h, int
   }
 }
 
+// Tasks an attention warp takes in a unit: the group's q heads and the new row's k (norm + rope each), split
+// over the attention warps (the new row's v words go with the k task): 2 a warp for groups of 4, 3 for 8.
+constexpr int kTasks = (kGroup + 1 + kAWarps - 1) / kAWarps;
+constexpr int kUnitWords = 4 * (kTasks + 1);  // a thread's words of a unit: its tasks' and v's
+#if !TF_STEP_MOE
 // The q/k/v words of KV head h's unit that attention warp aw polls (element lane + 32 j; kv: the unit holds
 // the row): task 0 / 1 (q heads 2 aw, 2 aw + 1 of the group; warp 2: the new row's k), then v (warp 2). As
 // scalars: an array indexed at run time would live in local memory.
@@ -196,6 +202,33 @@ struct UnitWords {
   __device__ bool live(int t) const { return t == 0 ? l0 : t == 1 ? l1 : l2; }
   __device__ const uint32_t* src(int q) const { return (q < 4 ? s0 : q < 8 ? s1 : s2) + 32 * (q % 4); }
 };
+// A warp's task i: q head kTasks aw + i of the group, or (kGroup) the new row's k.
+__device__ __forceinline__ int task_of(int aw, int i) {
+  return aw < 2 ? 2 * aw + i : kGroup;
+}
+#else
+// Groups of 8 (the MoE shape): warp aw's tasks 0-2 are q heads 3 aw .. 3 aw + 2 of the group, warp 2's
+// task 2 the new row's k (in the unit holding the row), then v (warp 2).
+struct UnitWords {
+  const uint32_t *s0, *s1, *s2, *s3;
+  bool l2, l3;  // whether the thread polls task 2's, v's words (tasks 0 and 1: always)
+  __device__ UnitWords(const Op& o, int h, bool kv, int aw, int lane)
+      : s0(o.qkv + (h * kGroup + 3 * aw) * kD + lane),
+        s1(o.qkv + (h * kGroup + 3 * aw + 1) * kD + lane),
+        s2(aw < 2 ? o.qkv + (h * kGroup + 3 * aw + 2) * kD + lane : o.qkv + kHq * kD + h * kD + lane),
+        s3(o.qkv + (kHq + kHk) * kD + h * kD + lane),
+        l2(aw < 2 || kv),
+        l3(aw == 2 && kv) {}
+  __device__ bool live(int t) const { return t < 2 ? true : t == 2 ? l2 : l3; }
+  __device__ const uint32_t* src(int q) const {
+    return (q < 4 ? s0 : q < 8 ? s1 : q < 12 ? s2 : s3) + 32 * (q % 4);
+  }
+};
+__device__ __forceinline__ int task_of(int aw, int i) {
+  return kTasks * aw + i;
+}
+#endif
+static_assert(kTasks * kAWarps >= kGroup + 1, "the q heads and the k task over the attention warps");
 
 // One attention unit by the CTA's attention warps (their own shared memory: the consumers go on with the
 // ring meanwhile): KV head h, chunk c of the row. Tasks: warps 0 and 1 q heads 2 aw and 2 aw + 1 of the
@@ -209,7 +242,7 @@ struct UnitWords {
 __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int h, int c, bool staged, int nh,
                                                int nc, __nv_bfloat16* Ks, uint32_t tag, uint32_t par,
                                                uint32_t& mpar, unsigned long long* st, int ui,
-                                               uint32_t (&pre)[12]) {
+                                               uint32_t (&pre)[kUnitWords]) {
   const int at = threadIdx.x - (kProducer + 1) * 32, aw = at / 32, lane = at % 32;
   auto stamp = [&](int slot) {
     if (st && at == 0) st[slot] = gtime();
@@ -227,8 +260,8 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
   abar();               // the unit before is done with the region (its MMAs, its merge)
   stamp(us);
   if (!staged) stage_kv<2>(o, row, h, c, Ks, Vs, kbar, vbar, block_of(row, c, at));
-  const int nblk = nc >= 0 ? block_of(row, nc, at) : 0;  // the next unit's, used after this unit's scores
-  for (int i = at; i < 12 * (kRS / 8); i += kT)          // Q rows 4-15: padding pairs, zeros
+  const int nblk = nc >= 0 ? block_of(row, nc, at) : 0;     // the next unit's, used after this unit's scores
+  for (int i = at; i < (16 - kGroup) * (kRS / 8); i += kT)  // Q rows kGroup-15: padding pairs, zeros
     *reinterpret_cast<uint4*>(Qs + (kGroup + i / (kRS / 8)) * kRS + (i % (kRS / 8)) * 8) =
         make_uint4(0, 0, 0, 0);
   for (int i = at; i < kD && ui == 0; i += kT)  // the layer's (later units find them there)
@@ -238,10 +271,7 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
     const int64_t dst = (int64_t(row.slot) * kHk + h) * kD;
     P->kdst = o.kp + dst, P->vdst = o.vp + dst;
   }
-  static_assert(kAWarps == 3 && kGroup == 4, "the task split below");
-  constexpr int kTasks = 2;
-  constexpr int kW = 4 * (kTasks + 1);  // + v's words (the k/v task)
-  static_assert(kW == sizeof(pre) / sizeof(pre[0]), "the next unit's words");
+  constexpr int kW = kUnitWords;
   const UnitWords uw(o, h, kv_here, aw, lane);
   auto src = [&](int q) { return uw.src(q); };
   abar();  // the params are in
@@ -253,7 +283,7 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
   __syncwarp();
 #pragma unroll
   for (int i = 0; i < kTasks; ++i) {
-    const int task = aw < 2 ? 2 * aw + i : kGroup;
+    const int task = task_of(aw, i);
     if (!uw.live(i)) continue;
     float v[4];
 #pragma unroll
@@ -385,16 +415,27 @@ __device__ __forceinline__ void attention_unit(const Op& o, const Row& row, int 
   }
   if (own > 0) {
     stamp(SS::kStampAout);
-  } else if (at < kGroup * (kD / 8)) {  // the row's chunk alone: item = 8 dims of one of the group's heads
-    const int gi = at / (kD / 8), d0 = (at % (kD / 8)) * 8;
-    float m = -INFINITY, l = 0.f, ov[8];
-    const attn::MergeFactors f = attn::merge_chunk(m, l, pown[gi * kRec + kD], pown[gi * kRec + kD + 1]);
+  } else {  // the row's chunk alone: item = 8 dims of one of the group's heads, kT items a pass
+#if TF_STEP_MOE
+    for (int it = at; it < kGroup * (kD / 8); it += kT) {
+#else
+    if (const int it = at; it < kGroup * (kD / 8)) {
+#endif
+      const int gi = it / (kD / 8), d0 = (it % (kD / 8)) * 8;
+      float m = -INFINITY, l = 0.f, ov[8];
+      const attn::MergeFactors f = attn::merge_chunk(m, l, pown[gi * kRec + kD], pown[gi * kRec + kD + 1]);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) ov[i] = attn::merge_out(0.f, pown[gi * kRec + d0 + i], f);
-    uint32_t* dst = P->aout + (h * kGroup + gi) * kD + d0;
+      for (int i = 0; i < 8; ++i) ov[i] = attn::merge_out(0.f, pown[gi * kRec + d0 + i], f);
+      uint32_t* dst = P->aout + (h * kGroup + gi) * kD + d0;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) dst[i] = word_of(attn::finish_out(ov[i], l), tag);
+      for (int i = 0; i < 8; ++i) dst[i] = word_of(attn::finish_out(ov[i], l), tag);
+#if !TF_STEP_MOE
+      stamp(SS::kStampAout);
+#endif
+    }
+#if TF_STEP_MOE
     stamp(SS::kStampAout);
+#endif
   }
 }
 
@@ -445,11 +486,13 @@ __device__ __forceinline__ void unit_scores_pv(const Op& o, int pos, int h, int 
 __device__ __forceinline__ void merge_fold_help(const Op& o, int h, int own, const __nv_bfloat16* attn_smem,
                                                 uint32_t tag) {
   const int ct = threadIdx.x;
-  static_assert(kCWarps * 32 == kGroup * kD / 2, "a consumer thread folds two dims");
-  const int gi = ct / (kD / 2), d0 = (ct % (kD / 2)) * 2;
+  constexpr int kDT = kGroup * kD / (kCWarps * 32);  // dims a consumer thread folds: 2, or 4 (groups of 8)
+  static_assert(kDT == 2 || kDT == 4, "a consumer thread folds two or four dims");
+  using Dims = std::conditional_t<kDT == 2, uint2, uint4>;
+  const int gi = ct / (kD / kDT), d0 = (ct % (kD / kDT)) * kDT;
   const float* pown = reinterpret_cast<const float*>(attn_smem);
   const uint32_t* mb0 = reinterpret_cast<const uint32_t*>(attn_smem) + kPownWords;
-  float m = -INFINITY, l = 0.f, ov[2] = {0.f, 0.f};
+  float m = -INFINITY, l = 0.f, ov[kDT] = {};
   for (int cb = 0, r = 0; cb < own; cb += kMergeChunks, ++r) {
     const int nb = min(kMergeChunks, own - cb);
     const uint32_t* mb = mb0 + (r & 1) * kRoundWords;  // round r's buffer (attention_unit)
@@ -465,15 +508,16 @@ __device__ __forceinline__ void merge_fold_help(const Op& o, int h, int own, con
       const uint32_t* rec = mb + (gi * nb + q) * kRecW;
       const attn::MergeFactors f =
           attn::merge_chunk(m, l, __uint_as_float(rec[kD]), __uint_as_float(rec[kD + 1]));
-      const uint2 v = *reinterpret_cast<const uint2*>(rec + d0);
-      ov[0] = attn::merge_out(ov[0], __uint_as_float(v.x), f);
-      ov[1] = attn::merge_out(ov[1], __uint_as_float(v.y), f);
+      const Dims v = *reinterpret_cast<const Dims*>(rec + d0);
+      const uint32_t* vw = reinterpret_cast<const uint32_t*>(&v);
+#pragma unroll
+      for (int i = 0; i < kDT; ++i) ov[i] = attn::merge_out(ov[i], __uint_as_float(vw[i]), f);
     }
     if (cb + kMergeChunks >= own) {  // the own partial, then the output words
       const attn::MergeFactors f = attn::merge_chunk(m, l, pown[gi * kRec + kD], pown[gi * kRec + kD + 1]);
       uint32_t* dst = o.aout + (h * kGroup + gi) * kD + d0;
 #pragma unroll
-      for (int i = 0; i < 2; ++i)
+      for (int i = 0; i < kDT; ++i)
         dst[i] = word_of(attn::finish_out(attn::merge_out(ov[i], pown[gi * kRec + d0 + i], f), l), tag);
     }
     fence_proxy_async();  // these reads of mb before the next round's bulk copies
@@ -518,4 +562,4 @@ struct UnitList {
   }
 };
 
-}  // namespace tf::cuda::step
+}  // namespace tf::cuda::TF_STEP_NS

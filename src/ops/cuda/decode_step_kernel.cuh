@@ -38,8 +38,11 @@
 #include "ops/cuda/mbarrier.cuh"
 #include "ops/cuda/mma.cuh"
 #include "ops/cuda/quant_common.cuh"  // MLX 4-bit dequantisation (the 4-bit linears' instructions)
+#if TF_STEP_MOE
+#include "ops/cuda/moe_route.cuh"  // route_vals: the MoE chain's routing arithmetic
+#endif
 
-namespace tf::cuda::step {
+namespace tf::cuda::TF_STEP_NS {
 
 // Position s of a tile's stages (in the order the producer sends them) -> the packed stage: owner s %
 // owners, its part s / owners (parts: the pieces of a slice, k / 8 / sk; sk: kStageK or kQStageK).
@@ -113,6 +116,87 @@ __device__ __forceinline__ void q4_pair(float (&acc0)[4], float (&acc1)[4], uint
     }
   }
 }
+
+#if TF_STEP_MOE
+// The MoE ops' device code (Op::moe). The router op's logit words of a layer (64-bit: tag << 32 | f32 bits),
+// polled by a whole warp (lane L: experts L + 32 i), then routed with the chain's routing arithmetic
+// (moe_route.cuh's route_vals, as route_row_regs<4>: up to 128 experts): lane r < top_k gets rank r's
+// expert and weight.
+__device__ __forceinline__ unsigned long long ldv64(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ void poll_route(const Op& o, uint32_t tag, int lane, int& pick_e, float& pick_w) {
+  unsigned long long w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    w[i] = lane + 32 * i < o.experts ? ldv64(o.rlog + lane + 32 * i) : (uint64_t(tag) << 32);
+  for (long long n = 0;; ++n) {
+    bool ready = true;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      if (uint32_t(w[i] >> 32) != tag) ready = false, w[i] = ldv64(o.rlog + lane + 32 * i);
+    if (__all_sync(0xffffffffu, ready)) break;
+    if (n == (1ll << 26))
+      hang_word(reinterpret_cast<const uint32_t*>(o.rlog), uint32_t(w[0] >> 32) << 16, tag);
+  }
+  float v[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) v[i] = lane + 32 * i < o.experts ? __uint_as_float(uint32_t(w[i])) : 0.f;
+  route_vals<4>(v, o.experts, o.top_k, o.norm_topk != 0, lane, pick_e, pick_w);
+}
+// The producer's routing of a layer (gu: its gate_up op, followed by its down op): lane r < top_k gets rank
+// r's gate_up and down weights. The experts' tables are loaded before the poll (constants; a dependent
+// global load after it would be a round trip under the weight stream).
+__device__ void route_producer(const Op& gu, const Op& dn, uint32_t tag, int lane, const __nv_bfloat16*& xg,
+                               const __nv_bfloat16*& xd) {
+  const __nv_bfloat16 *tg[4], *td[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int e = lane + 32 * i;
+    tg[i] = e < gu.experts ? gu.ex[e] : nullptr, td[i] = e < gu.experts ? dn.ex[e] : nullptr;
+  }
+  int pe = 0;
+  float pw = 0.f;
+  poll_route(gu, tag, lane, pe, pw);
+  xg = xd = nullptr;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {  // rank `lane`'s expert pe: table entry i = pe >> 5 of lane pe & 31
+    const auto a = reinterpret_cast<const __nv_bfloat16*>(
+        __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(tg[i]), pe & 31));
+    const auto d = reinterpret_cast<const __nv_bfloat16*>(
+        __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(td[i]), pe & 31));
+    if ((pe >> 5) == i) xg = a, xd = d;
+  }
+}
+// An expert op's stage s of tile `tile` into the slot at dst (lanes 0-15: a row's bulk copy each, onto the
+// slot's full barrier, armed by lane 0 before). gate_up: stage s = owner s's two K slices (512 k-values) of
+// the tile's 16 rows (8 gate rows, then their up rows) of rank r's expert, rows kExRowBytes apart. down:
+// stage s = (rank s / kOwners, owner s % kOwners): rows n0 .. n0 + 15 of that rank's expert, the owner's
+// two slices (inter / 4 k-values), rows inter / 2 + 64 bytes apart.
+__device__ __forceinline__ void expert_stage(const Op& o, int tile, int s, uint32_t dst, uint32_t bar,
+                                             int lane, const __nv_bfloat16* xg, const __nv_bfloat16* xd) {
+  const int I = o.inter;
+  if (o.moe == kMoeGateUp) {
+    const int r = tile / (I / 8), f = tile % (I / 8);
+    const auto base = reinterpret_cast<const __nv_bfloat16*>(
+        __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(xg), r));
+    if (lane < 16) {
+      const int row = lane < 8 ? 8 * f + lane : I + 8 * f + lane - 8;
+      bulk_copy_g2s(dst + lane * kExRowBytes, base + int64_t(row) * kHidden + s * (kSW * kStageK),
+                    kSW * kStageK * 2, bar);
+    }
+  } else {
+    const int r = s / kOwners, ow = s % kOwners;
+    const auto base = reinterpret_cast<const __nv_bfloat16*>(
+        __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(xd), r));
+    if (lane < 16)
+      bulk_copy_g2s(dst + lane * (I / 2 + 64), base + int64_t(tile * 16 + lane) * I + ow * (I / 4), I / 2,
+                    bar);
+  }
+}
+#endif
 
 // W: the linears' weight format (WFormat). kProbe: the benches' instance (DecodeStep::set_probe):
 // timestamps of the attention's steps; the product's has none of them in its code.
@@ -188,7 +272,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       mbar_init_fence();
     }                            // published by the unit's first barrier
     uint32_t par = 0, mpar = 0;  // the staging mbarriers' phase (one a unit), the merge buffers' (bits 0, 1)
-    uint32_t pre[12] = {};       // the next unit's q / k / v words (attention_unit)
+    uint32_t pre[kUnitWords] = {};  // the next unit's q / k / v words (attention_unit)
     for (int op = 0; op < nops; ++op) {
       if (ops[op].xkind != kXAttnMerge) continue;
       unsigned long long* st = stamp_row(stamps, op, G, b);
@@ -210,6 +294,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     int j = 0, op = 0;
     long long p_empty = 0, p_t0 = clock64();  // the probe's counters
     int p_layer = 0;
+#if TF_STEP_MOE
+    int routed = -1;                                   // the gate_up op whose layer's routing the lanes hold
+    const __nv_bfloat16 *xg = nullptr, *xd = nullptr;  // lane r < top_k: rank r's gate_up / down weights
+#endif
     for (int i = b;; i += G) {
       op = op_of_tile(ops, nops, op, i);
       if (op == nops) break;
@@ -225,7 +313,16 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       const int tile = i - ops[op].tile_begin;
       const unsigned char* w = ops[op].wp;
       const int k = ops[op].k, sbytes = ops[op].sbytes;
+#if TF_STEP_MOE
+      const int mk = ops[op].moe;
+      if (mk >= kMoeGateUp) {  // the layer's routing: its experts' weights (the producer waits here)
+        const int gu = mk == kMoeGateUp ? op : op - 1;
+        if (routed != gu) route_producer(ops[gu], ops[gu + 1], tag, lane, xg, xd), routed = gu;
+      }
+      const int stages = mk == kMoeDown ? ops[op].top_k * kOwners : k / SK / SW;
+#else
       const int stages = k / SK / SW;
+#endif
       for (int s = 0; s < stages; ++s, ++j) {
         // Stage s of a tile belongs to owner s % kOwners. bf16: the ring's slots are a multiple of kOwners,
         // so slot j % nslots is only ever used by owner j % kOwners, and each warp pair waits on every phase
@@ -242,6 +339,15 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
           wait_bar(saddr(full + (jl - wl * nslots)), wl & 1, kFullStage, jl);
         }
         if (kProbe) p_empty += clock64() - pw;
+#if TF_STEP_MOE
+        if (mk >= kMoeGateUp) {
+          if (lane == 0) mbar_arrive_expect_tx(saddr(full + slot), uint32_t(sbytes));
+          __syncwarp();
+          expert_stage(ops[op], tile, s, saddr(ring + slot * slot_b), saddr(full + slot), lane, xg, xd);
+          __syncwarp();
+          continue;
+        }
+#endif
         if (lane == 0) {
           if constexpr (kTeams < W >> 1) meta[slot] = j;  // (read by the 4-bit teams only)
           mbar_arrive_expect_tx(saddr(full + slot), uint32_t(sbytes));
@@ -288,6 +394,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     g_t = now;
   };
   int op = 0;
+#if TF_STEP_MOE
+  float pick_w = 0.f;  // warp 0, lane r < top_k: rank r's weight in the layer's combine (down's x making)
+#endif
   for (int i = b, n = 0;; i += G, ++n) {
     op = op_of_tile(ops, nops, op, i);
     const bool mine = n % kNT == team;
@@ -326,6 +435,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
           unit_scores_pv(o, c_pos, h, c, attn_smem, prm.scale, c_par);
         if (b < kHk && c_units.C > 1) merge_fold_help(o, b, c_units.C - 1, attn_smem, tag);
       }
+#if TF_STEP_MOE
+      if (o.moe == kMoeDown && warp == 0) {  // the combine's weights: the chain's routing of the logits
+        int pick_e = 0;
+        poll_route(o, tag, lane, pick_e, pick_w);
+      }
+#endif
       make_x(o, xs, nred, tile == 0, tag);
       if (kProbe) c_x += clk() - cx;
       if (kProbe && logging) g_t = clk();  // (x made: not counted)
@@ -333,6 +448,50 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       if (stamps && threadIdx.x == 0 && o.xkind == kXAttnMerge)
         stamp_row(stamps, op, G, b)[SS::kStampXMade] = gtime();
     }
+#if TF_STEP_MOE
+    if (o.moe == kMoeDown) {
+      // Every rank's 16 rows: per rank, each warp its K slice (inter / 8: chunks through mma_chunk in
+      // order, the routed down GEMM's), the slice sums in slice order rounded to bf16 (its y), then warp 0
+      // folds them in rank order from 0 (moe combine's fmas) into the output words. red is double-buffered
+      // by rank as by tile.
+      const int I = o.inter, sl = I / kSlices, rs = I / 2 + 64;  // a slice's k-values; a stage row's bytes
+      float sum = 0.f;
+      for (int r = 0; r < o.top_k; ++r) {
+        const int jj = j + r * kOwn + owner, wjj = wrap(jj), slot = jj - wjj * nslots;
+        wait_bar(saddr(full + slot), wjj & 1, kFullStage, jj);
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+        const uint32_t base = saddr(ring + slot * slot_b) + half * (sl * 2) + 16 * t;
+        const uint32_t xb = saddr(xs) + 16 * t + (r * I + slice0 * sl) * 2;
+        for (int c = 0; c < sl / 32; ++c) {
+          const uint4 a = lds128(base + g * rs + c * 64);
+          const uint4 bb = lds128(base + (g + 8) * rs + c * 64);
+          mma_chunk(acc, a, bb, lds128(xb + c * 64));
+        }
+        fence_proxy_async();  // this warp's reads of the slot before the next bulk copy into it
+        __syncwarp();
+        if (lane == 0) mbar_arrive(saddr(empty + slot));
+        float* rr = red + (tcount & 1) * kSlices * 16;
+        if (t == 0) rr[slice0 * 16 + g] = acc[0], rr[slice0 * 16 + g + 8] = acc[2];
+        bar_consumers();
+        if (warp == 0) {
+          const float wr = __shfl_sync(0xffffffffu, pick_w, r);
+          if (lane < 16) {
+            float y = rr[lane];
+#pragma unroll
+            for (int e = 1; e < kSlices; ++e) y += rr[e * 16 + lane];
+            sum = __fmaf_rn(wr, __bfloat162float(__float2bfloat16(y)), sum);
+          }
+        }
+        ++tcount;
+      }
+      if (warp == 0 && lane < 16) static_cast<uint32_t*>(o.y)[n0 + lane] = word_of(sum, tag);
+      j += o.top_k * kOwn;
+      continue;
+    }
+    const bool expert_rows = o.moe == kMoeGateUp;  // rows kExRowBytes apart, not swizzled
+#else
+    constexpr bool expert_rows = false;
+#endif
     const int stages = k / SK / SW, spw = k / kSlices / SK;  // spw: parts of a slice
     if (!mine) {                                             // the other team's tile
       j += stages;
@@ -367,11 +526,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         // (timing: the stage waited for and released, nothing computed)
       } else if constexpr (W == kWBf16) {
         const uint32_t base = saddr(ring + slot * slot_b) + half * (kStageK * 2) + 16 * t;
-        const uint32_t swz = (g & 1) * 64;  // pack_kernel: odd rows hold chunk c at chunk c ^ 1's place
+        // pack_kernel: odd rows hold chunk c at chunk c ^ 1's place (an expert's rows: padded instead)
+        const uint32_t swz = expert_rows ? 0 : (g & 1) * 64;
+        const int rb = expert_rows ? kExRowBytes : kRowBytes;
 #pragma unroll 4
         for (int c = 0; c < kStageK / 32; ++c) {
-          const uint4 a = lds128(base + g * kRowBytes + ((c * 64) ^ swz));
-          const uint4 bb = lds128(base + (g + 8) * kRowBytes + ((c * 64) ^ swz));
+          const uint4 a = lds128(base + g * rb + ((c * 64) ^ swz));
+          const uint4 bb = lds128(base + (g + 8) * rb + ((c * 64) ^ swz));
           const uint4 xv = lds128(xb + c * 64);  // every lane: q4_pair's broadcast
           mma_chunk(acc[0], a, bb, xv);
         }
@@ -442,6 +603,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         const float ub = __shfl_down_sync(0xffffffffu, gb, 8);
         if (lane < 8)
           static_cast<uint32_t*>(o.y)[n0 / 2 + lane] = word_of(__bfloat162float(silu_mul_bf16(gb, ub)), tag);
+#if TF_STEP_MOE
+      } else if (o.moe == kMoeRouter) {  // f32 logit words
+        if (lane < 16)
+          static_cast<unsigned long long*>(o.y)[n0 + lane] = (uint64_t(tag) << 32) | __float_as_uint(sum);
+#endif
       } else if (lane < 16) {
         if (o.y_f32)
           logits[n0 + lane] = sum;
@@ -532,4 +698,4 @@ __global__ void pack_q4_kernel(const uint32_t* w, const uint32_t* sc, unsigned c
   }
 }
 
-}  // namespace tf::cuda::step
+}  // namespace tf::cuda::TF_STEP_NS

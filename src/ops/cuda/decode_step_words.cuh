@@ -14,7 +14,18 @@
 #include "ops/cuda/mbarrier.cuh"
 #include "ops/cuda/norm.cuh"
 
-namespace tf::cuda::step {
+// The shape the kernel is compiled for: TF_STEP_MOE 0 (decode_step.cu: the dense Qwen3-8B layout, namespace
+// step) or 1 (decode_step_moe.cu: the Qwen3-30B-A3B layout with sparse MLPs, namespace step_moe).
+#ifndef TF_STEP_MOE
+#define TF_STEP_MOE 0
+#endif
+#if TF_STEP_MOE
+#define TF_STEP_NS step_moe
+#else
+#define TF_STEP_NS step
+#endif
+
+namespace tf::cuda::TF_STEP_NS {
 
 constexpr int kSlices = 8;  // linear.cu's K slices (its warps): the arithmetic
 constexpr int kCWarps = 8;  // consumer warps (bf16: a K slice each; MLX 4-bit: two teams, two slices each)
@@ -53,17 +64,27 @@ enum WFormat : int { kWBf16 = 0, kWMlx4 = 1, kWMlx4Sw4 = 2, kWMlx4Sw8 = 3 };
 constexpr int sw_of(int w) {  // slices a stage
   return w == kWBf16 || w == kWMlx4 ? kSW : w == kWMlx4Sw4 ? 4 : 8;
 }
+// The MoE shape's experts are read where they are (not packed): a stage of an expert's tile is 16 row
+// copies into rows padded by 64 bytes (rows g and g + 1 in different banks, as the packed layout's chunk swap
+// gives): kExRowBytes a row, at most (the gate_up's 1 KB of each row's two K slices; the down's are shorter).
+constexpr int kExRowBytes = kRowBytes + 64;
+constexpr int kBf16SlotBytes = TF_STEP_MOE ? 16 * kExRowBytes : kStageBytes;
 template <int W>
-constexpr int kSlotBytes = W == kWBf16 ? kStageBytes : q_slot_bytes(sw_of(W));
+constexpr int kSlotBytes = W == kWBf16 ? kBf16SlotBytes : q_slot_bytes(sw_of(W));
 // The ring's bytes: bf16, kStages slots of kStageBytes; MLX 4-bit, 126 KB (what the shared memory has
 // beside x, the attention region and the barriers) in slots of the model's stage (Params::slot_bytes, the
 // largest of its ops' stages), as many as fit: 7 of SW 4's 18 KB stages at groups of 64 (6 when every slot
 // took a group-of-32 stage), 14 of SW 2's, 3 of SW 8's. The 4-bit teams check each slot's stage counter
 // before its parity wait, so their slot count need not be a multiple of the owners.
 template <int W>
-constexpr int kRingBytes = W == kWBf16 ? (kStages* kStageBytes) : 126 * 1024;
+constexpr int kRingBytes = W == kWBf16 ? (kStages* kBf16SlotBytes) : 126 * 1024;
+#if TF_STEP_MOE
+constexpr int kMaxK = 6144;    // the longest x (the down's: top_k x the experts' intermediate, at most)
+constexpr int kHidden = 2048;  // the add + norm x (make_x: 8 elements a thread)
+#else
 constexpr int kMaxK = 12288;   // the longest x (the down projection's)
 constexpr int kHidden = 4096;  // the add + norm x (make_x: 16 elements a thread)
+#endif
 // Consumer teams (decode_step_kernel.cuh): bf16, one team of all 8 warps, a K slice a warp, every tile; MLX
 // 4-bit, two teams of 4 warps taking the CTA's tiles in turn, two K slices a warp (two independent MMA
 // chains: a 4-bit tile's arithmetic is its warps' MMA chain latency, ~2100 cycles for 16 chunks, run 332).
@@ -72,7 +93,7 @@ constexpr int kTeams = W == kWBf16 ? 1 : 2;
 template <int W>  // slice-sum buffers: double-buffered a team (one team barrier a tile)
 constexpr int kRed = 2 * kTeams<W>;
 // The attention shape: q heads, KV heads, head dim; K/V/Q staging rows padded as attention_mma's.
-constexpr int kHq = 32, kHk = 8, kGroup = kHq / kHk, kD = 128, kRS = kD + 8;
+constexpr int kHq = 32, kHk = TF_STEP_MOE ? 4 : 8, kGroup = kHq / kHk, kD = 128, kRS = kD + 8;
 constexpr int kAttnBytes = (2 * attn::kC + 16) * kRS * 2;  // Ks, Vs [128][kRS], Qs [16][kRS]
 // Ring slots at most (the barriers'): bf16's kStages; 4-bit, as many of the smallest stage (groups of 128)
 // as the ring and the attention's staging region hold (a CTA without attention work lends it the ring).
@@ -101,7 +122,8 @@ constexpr uint32_t kUnwritten = 0xffffffffu;
 #ifdef TF_STEP_MERGE_CHUNKS  // A/Bs (tools/step_variant.sh)
 constexpr int kMergeChunks = TF_STEP_MERGE_CHUNKS;
 #else
-constexpr int kMergeChunks = 16;  // other chunks' partials a merge round brings in
+// Other chunks' partials a merge round brings in (groups of 8: two rounds of 8 fill the staging region).
+constexpr int kMergeChunks = TF_STEP_MOE ? 8 : 16;
 #endif
 static_assert(kMergeChunks * kGroup <= kAWarps * 32, "a round's records' last words: a thread each");
 constexpr int kPownWords = (kGroup * kRec + 3) / 4 * 4;  // the own partial's words before a round's records
@@ -145,7 +167,21 @@ struct Op {
   const uint32_t* qkv;
   uint32_t* aout;
   __nv_bfloat16* dbg;  // debugging (DecodeStep::set_debug): the op's x as made, by the CTA of tile 0
+#if TF_STEP_MOE
+  // A sparse MLP's ops (MoeKind), each layer's router, gate_up and down in that order. The router: a packed
+  // [experts, hidden] linear of the add + norm x whose outputs are f32 logit words (tag << 32 | f32 bits:
+  // bf16 words cannot carry them). gate_up: top_k x inter / 8 tiles, tile t = r (inter / 8) + f the gate rows
+  // 8f .. 8f + 7 and up rows inter + 8f .. of rank r's expert (silu_out: act words [top_k][inter]); k =
+  // hidden. down: hidden / 16 tiles over every rank (stage (r, owner): rows n0 .. n0 + 15 of rank r's expert,
+  // the owner's two K slices), combined in rank order (moe combine's fmas) into the output words; k = top_k
+  // x inter (its x: the act words). Experts are read where they are (ex: the layer's experts' weights).
+  int moe;
+  const unsigned long long* rlog;  // gate_up, down: the router op's logit words
+  const __nv_bfloat16* const* ex;  // gate_up: [experts] of [2 inter, hidden]; down: of [hidden, inter]
+  int experts, top_k, inter, norm_topk;
+#endif
 };
+enum MoeKind : int { kMoeNone = 0, kMoeRouter = 1, kMoeGateUp = 2, kMoeDown = 3 };
 
 // The op of tile i (the CTA's tiles i = b, b + G, ..., op after op), from `op`, the op of the tile before:
 // the producer's and every consumer warp's walk of the same sequence (nops: past the last op).
@@ -421,4 +457,4 @@ __device__ void make_x(const Op& o, __nv_bfloat16* xs, float* nred, bool writer,
     for (int i = tid; i < k; i += kT) o.dbg[i] = xs[i];
 }
 
-}  // namespace tf::cuda::step
+}  // namespace tf::cuda::TF_STEP_NS

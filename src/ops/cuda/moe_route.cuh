@@ -72,13 +72,12 @@ __device__ __forceinline__ float warp_max(float v) {
   const uint32_t k = __reduce_max_sync(0xffffffffu, (u & 0x80000000u) ? ~u : u | 0x80000000u);
   return __uint_as_float((k & 0x80000000u) ? k & 0x7FFFFFFFu : ~k);
 }
+// The routing of a row whose logits the warp holds (v[i]: expert lane + 32 i's, 0 past `experts`): lane
+// j < top_k gets pick j's expert and (renormalised when `norm`) weight. route_row_regs's arithmetic; also
+// the one-kernel decode step's (decode_step_moe.cu), whose logits come as polled words.
 template <int V>
-__device__ __forceinline__ void route_row_regs(const float* logits, int row, int experts, int top_k,
-                                               bool norm, int32_t* out_e, float* out_w, int lane) {
-  const float* l = logits + size_t(row) * experts;
-  float v[V];
-#pragma unroll
-  for (int i = 0; i < V; ++i) v[i] = lane + 32 * i < experts ? l[lane + 32 * i] : 0.f;
+__device__ __forceinline__ void route_vals(float (&v)[V], int experts, int top_k, bool norm, int lane,
+                                           int& pick_e, float& pick_w) {
   float mx = -INFINITY;
 #pragma unroll
   for (int i = 0; i < V; ++i)
@@ -120,10 +119,19 @@ __device__ __forceinline__ void route_row_regs(const float* logits, int row, int
     if (lane == j) mine = bv, mine_id = bi;
     top += bv;
   }
-  if (lane < top_k) {
-    out_e[size_t(row) * top_k + lane] = mine_id;
-    out_w[size_t(row) * top_k + lane] = norm ? mine / top : mine;
-  }
+  pick_e = mine_id, pick_w = norm ? mine / top : mine;
+}
+template <int V>
+__device__ __forceinline__ void route_row_regs(const float* logits, int row, int experts, int top_k,
+                                               bool norm, int32_t* out_e, float* out_w, int lane) {
+  const float* l = logits + size_t(row) * experts;
+  float v[V];
+#pragma unroll
+  for (int i = 0; i < V; ++i) v[i] = lane + 32 * i < experts ? l[lane + 32 * i] : 0.f;
+  int e = 0;
+  float w = 0.f;
+  route_vals<V>(v, experts, top_k, norm, lane, e, w);
+  if (lane < top_k) out_e[size_t(row) * top_k + lane] = e, out_w[size_t(row) * top_k + lane] = w;
 }
 
 // The routing of one row by one warp: registers for up to 256 experts, else the shared-memory scratch `p`

@@ -1,12 +1,13 @@
 #pragma once
-// Helpers of the GPU tests that load a model: a random-weight Qwen3 checkpoint in Hugging Face layout
-// (config.json + model.safetensors) in a temporary directory -- uniform weights from a counter hash (fast at
-// real layer shapes), linears scaled for unit-variance outputs, norms around 1 -- a zeroed KV pool, and a
-// tensor's device bytes.
+// Helpers of the GPU tests that load a model: a random-weight Qwen3 or Qwen3-MoE checkpoint in Hugging Face
+// layout (config.json + model.safetensors) in a temporary directory -- uniform weights from a counter hash
+// (fast at real layer shapes), linears (routers and experts too) scaled for unit-variance outputs, norms
+// around 1 -- a zeroed KV pool, and a tensor's device bytes.
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -16,6 +17,7 @@
 
 #include "checkpoint/safetensors_writer.h"
 #include "core/dtype.h"
+#include "core/error.h"
 #include "core/tensor.h"
 #include "ops/backend.h"
 
@@ -24,6 +26,11 @@ namespace tf::test {
 struct Qwen3Shape {
   int hidden = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 128, inter = 0, vocab = 0;
   double rope_theta = 1e6;
+  // Qwen3-MoE (experts > 0): every layer's MLP sparse -- a router of `experts` choosing `top_k`, SwiGLU
+  // experts of `moe_inter` (`inter` is then only config.json's intermediate_size, which no layer uses).
+  int experts = 0, top_k = 0, moe_inter = 0;
+  bool norm_topk_prob = true;
+  bool tie_embeddings = true;  // bf16 checkpoints: false writes an lm_head (MLX 4-bit ones always do)
 };
 
 inline uint64_t counter_hash(int64_t i, uint64_t seed) {
@@ -65,22 +72,32 @@ struct Mlx4Layout {
 };
 
 // Writes the checkpoint (q/k norms, no bias) to <temp>/<name>_<pid>; returns the directory. bf16 linears and
-// tied embeddings, or (mlx4) MLX 4-bit linears and an MLX 4-bit lm_head (the embeddings bf16), as mlx-lm's
-// conversions of untied models.
+// tied embeddings (or an lm_head: !s.tie_embeddings), or (mlx4) MLX 4-bit linears and an MLX 4-bit lm_head
+// (the embeddings bf16), as mlx-lm's conversions of untied models. With s.experts > 0 a qwen3_moe
+// checkpoint as transformers writes Qwen3MoeForCausalLM (bf16 only): every layer sparse (decoder_sparse_step
+// 1, no mlp_only_layers), the router mlp.gate.weight [experts, hidden] and each expert's
+// mlp.experts.<e>.{gate,up,down}_proj.weight.
 inline std::string write_random_qwen3(const std::string& name, const Qwen3Shape& s,
                                       const Mlx4Layout* mlx4 = nullptr) {
   namespace fs = std::filesystem;
+  const bool moe = s.experts > 0, tied = !mlx4 && s.tie_embeddings;
+  if (moe && mlx4) throw Error("write_random_qwen3: MLX 4-bit MoE checkpoints are not written");
   const fs::path dir = fs::temp_directory_path() / (name + "_" + std::to_string(getpid()));
   fs::create_directories(dir);
   std::ostringstream config;
   config
-      << R"({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": )" << s.hidden
-      << R"(, "num_hidden_layers": )" << s.layers << R"(, "num_attention_heads": )" << s.heads
+      << (moe ? R"({"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": )"
+              : R"({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": )")
+      << s.hidden << R"(, "num_hidden_layers": )" << s.layers << R"(, "num_attention_heads": )" << s.heads
       << R"(, "num_key_value_heads": )" << s.kv_heads << R"(, "head_dim": )" << s.head_dim
       << R"(, "intermediate_size": )" << s.inter << R"(, "vocab_size": )" << s.vocab
       << R"(, "max_position_embeddings": 8192, "rms_norm_eps": 1e-06, "rope_theta": )" << s.rope_theta
-      << R"(, "tie_word_embeddings": )" << (mlx4 ? "false" : "true")
+      << R"(, "tie_word_embeddings": )" << (tied ? "true" : "false")
       << R"(, "attention_bias": false, "hidden_act": "silu", "eos_token_id": 2, "use_sliding_window": false)";
+  if (moe)
+    config << R"(, "num_experts": )" << s.experts << R"(, "num_experts_per_tok": )" << s.top_k
+           << R"(, "moe_intermediate_size": )" << s.moe_inter << R"(, "norm_topk_prob": )"
+           << (s.norm_topk_prob ? "true" : "false") << R"(, "decoder_sparse_step": 1, "mlp_only_layers": [])";
   auto group_of = [&](const std::string& module) {
     for (const auto& [m, g] : mlx4->overrides)
       if (m == module) return g;
@@ -106,8 +123,19 @@ inline std::string write_random_qwen3(const std::string& name, const Qwen3Shape&
       t.emplace_back(module + ".weight", random_bf16({n, k}, seed++, 0.f, a));
   };
   auto norm = [&](int64_t n) { return random_bf16({n}, seed++, 1.f, 0.2f); };
+  // A MoE checkpoint (GBs of experts) goes out a layer a shard as transformers shards them, with
+  // model.safetensors.index.json: one layer's tensors in memory at a time.
+  std::string weight_map;
+  auto flush_shard = [&](int l) {
+    char file[64];
+    std::snprintf(file, sizeof file, "model-%05d-of-%05d.safetensors", l + 1, s.layers);
+    for (const auto& [n, w] : t)
+      weight_map += (weight_map.empty() ? "\"" : ", \"") + n + "\": \"" + file + "\"";
+    write_safetensors((dir / file).string(), t);
+    t.clear();
+  };
   t.emplace_back("model.embed_tokens.weight", random_bf16({s.vocab, H}, seed++, 0.f, 1.f));
-  if (mlx4) linear("lm_head", s.vocab, H);
+  if (!tied) linear("lm_head", s.vocab, H);
   t.emplace_back("model.norm.weight", norm(H));
   for (int l = 0; l < s.layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
@@ -119,11 +147,26 @@ inline std::string write_random_qwen3(const std::string& name, const Qwen3Shape&
     linear(p + "self_attn.o_proj", H, Q);
     t.emplace_back(p + "self_attn.q_norm.weight", norm(D));
     t.emplace_back(p + "self_attn.k_norm.weight", norm(D));
+    if (moe) {
+      linear(p + "mlp.gate", s.experts, H);  // the router: unit-variance logits, a softmax far from one-hot
+      for (int e = 0; e < s.experts; ++e) {
+        const std::string ep = p + "mlp.experts." + std::to_string(e) + ".";
+        linear(ep + "gate_proj", s.moe_inter, H);
+        linear(ep + "up_proj", s.moe_inter, H);
+        linear(ep + "down_proj", H, s.moe_inter);
+      }
+      flush_shard(l);
+      continue;
+    }
     linear(p + "mlp.gate_proj", I, H);
     linear(p + "mlp.up_proj", I, H);
     linear(p + "mlp.down_proj", H, I);
   }
-  write_safetensors((dir / "model.safetensors").string(), t);
+  if (moe)
+    std::ofstream(dir / "model.safetensors.index.json")
+        << R"({"metadata": {}, "weight_map": {)" << weight_map << "}}";
+  else
+    write_safetensors((dir / "model.safetensors").string(), t);
   return dir.string();
 }
 

@@ -10,22 +10,16 @@
 // plain scale codes, stages of 2, 4 and 8 K slices): the step's 4-bit stages give the 4-bit chain's bits.
 #include <gtest/gtest.h>
 #include <stdlib.h>  // setenv
-#include <unistd.h>
 
-#include <algorithm>
-#include <cmath>
-#include <cstring>
 #include <filesystem>
-#include <numeric>
-#include <random>
+#include <string>
 
-#include "checkpoint/checkpoint.h"
-#include "models/model.h"
 #include "ops/backend.h"
 #include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/decode_step.h"
 #include "ops/cuda/quant_linear.h"  // set_mlx_subnormal_codes
 #include "random_qwen3.h"
+#include "step_ab.h"
 
 namespace tf {
 namespace {
@@ -34,36 +28,8 @@ namespace fs = std::filesystem;
 
 constexpr int kHidden = 4096, kHeads = 32, kKvHeads = 8, kHeadDim = 128, kInter = 12288, kLayers = 2;
 constexpr int kVocab = 1024, kContext = cuda::DecodeStep::kMaxPositions + 64, kBlock = 16;
-constexpr int kBlocks = kContext / kBlock;
-
-using test::device_bytes;
-
-std::vector<KvLayer> make_pool(Backend& be) {
-  return test::zeroed_pool(be, kLayers, kBlocks, kBlock, kKvHeads, kHeadDim);
-}
-
-// The sequence's block table: every block of the pool in a fixed shuffled order (a paged pool).
-std::vector<int32_t> shuffled_table() {
-  std::vector<int32_t> t(kBlocks);
-  std::iota(t.begin(), t.end(), 0);
-  std::mt19937 rng(99);
-  std::shuffle(t.begin(), t.end(), rng);
-  return t;
-}
-
-BatchMeta make_meta(int start, const std::vector<int32_t>& tokens, const std::vector<int32_t>& table) {
-  BatchMeta m;
-  m.block_size = kBlock;
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    const int pos = start + int(i);
-    m.tokens.push_back(tokens[i]);
-    m.positions.push_back(pos);
-    m.row_seq.push_back(0);
-    m.slots.push_back(table[pos / kBlock] * kBlock + pos % kBlock);
-  }
-  m.block_tables.push_back(table);
-  return m;
-}
+// What the A/B (step_ab.h) needs of the shape: both checkpoints' (bf16 and MLX 4-bit).
+constexpr test::StepAbShape kShape{kLayers, kKvHeads, kHeadDim, kVocab, kContext, kBlock};
 
 class CudaDecodeStep : public ::testing::Test {
  protected:
@@ -98,102 +64,18 @@ class CudaDecodeStep : public ::testing::Test {
   void SetUp() override {
     if (!gpu_) GTEST_SKIP() << "no CUDA backend: " << *why_;
   }
-  // How many one-kernel steps loading the checkpoint at dir prepared (the model is unloaded again).
-  static int64_t steps_prepared_loading(const std::string& dir) {
-    Checkpoint ckpt = Checkpoint::open(dir);
-    const int64_t before = cuda::decode_steps_prepared();
-    auto model = load_model(ckpt, *gpu_, kContext);
-    return cuda::decode_steps_prepared() - before;
+  // How many one-kernel steps loading the checkpoint at dir prepared (the model is unloaded again); `why`:
+  // the model's log lines about the step.
+  static int64_t steps_prepared_loading(const std::string& dir, std::string* why = nullptr) {
+    return test::steps_prepared_loading(*gpu_, dir, kContext, why);
   }
 
-  // Prefills `start` tokens (rows of 512) into both pools, then runs `rounds` rounds from there on both: the
-  // step on for pool A, off for pool B. Round i: a verify round of 3 rows when i % 7 == 5, a round that
-  // wants hidden states when i % 7 == 3, else a decode round; graphs on all but every fourth round. Returns
-  // the rounds in which pool A's forward took the step.
+  // The A/B (step_ab.h): prefills `start` tokens into two pools, then runs `rounds` rounds from there on
+  // both, the step on for pool A, off for pool B (decode, verify and hidden-state rounds, graphed and eager);
+  // every round's logits, tokens and hidden states and the pools' bytes must be equal. Returns the rounds in
+  // which pool A's forward took the step.
   int64_t run(int start, int rounds, const std::string* dir = nullptr) {
-    Checkpoint ckpt = Checkpoint::open(dir ? *dir : *dir_);
-    auto model = load_model(ckpt, *gpu_, kContext);
-    std::vector<KvLayer> pool_a = make_pool(*gpu_), pool_b = make_pool(*gpu_);
-    const std::vector<int32_t> table = shuffled_table();
-    std::mt19937 rng(start);
-    std::uniform_int_distribution<int32_t> tok(3, kVocab - 1);
-    std::vector<int32_t> history;
-    for (int p = 0; p < start; ++p) history.push_back(tok(rng));
-    for (int at = 0; at < start - 1;) {  // the last prompt token is the first decode row
-      const int n = std::min(512, start - 1 - at);
-      const BatchMeta m = make_meta(at, {history.begin() + at, history.begin() + at + n}, table);
-      std::vector<float> logits;
-      model->forward(m, pool_a, {}, logits);
-      model->forward(m, pool_b, {}, logits);
-      at += n;
-    }
-    int len = start - 1;
-    const int64_t steps_before = cuda::decode_step_rounds();
-    for (int i = 0; i < rounds; ++i) {
-      std::vector<int32_t> rows = {history[size_t(len)]};
-      if (i % 7 == 5)
-        for (int d = 0; d < 2; ++d) rows.push_back(tok(rng));
-      const BatchMeta m = make_meta(len, rows, table);
-      const int R = m.rows();
-      std::vector<int32_t> logit_rows(static_cast<size_t>(R));
-      std::iota(logit_rows.begin(), logit_rows.end(), 0);
-      std::vector<RowSampling> sampling;
-      for (int r = 0; r < R; ++r) sampling.push_back({i % 2 ? 0.7f : 0.f, 5, int64_t(m.positions[r]) + 1});
-      const bool graph = i % 4 != 3, hidden = i % 7 == 3;
-      std::vector<float> logits_a, logits_b;
-      std::vector<int32_t> tokens_a, tokens_b;
-      Tensor hidden_a, hidden_b;
-      cuda::set_decode_step(true);
-      model->forward(m, pool_a, logit_rows,
-                     Model::Outputs{&logits_a, &sampling, &tokens_a, hidden ? &hidden_a : nullptr, graph});
-      cuda::set_decode_step(false);
-      model->forward(m, pool_b, logit_rows,
-                     Model::Outputs{&logits_b, &sampling, &tokens_b, hidden ? &hidden_b : nullptr, graph});
-      cuda::set_decode_step(true);
-      const std::string where = "round " + std::to_string(i) + " at position " + std::to_string(len);
-      EXPECT_EQ(tokens_a, tokens_b) << where;
-      EXPECT_EQ(logits_a.size(), size_t(R) * kVocab) << where;
-      EXPECT_EQ(logits_a.size(), logits_b.size()) << where;
-      if (logits_a.size() != logits_b.size()) return -1;
-      if (std::memcmp(logits_a.data(), logits_b.data(), logits_a.size() * 4) != 0) {
-        // Where they part: the logits' differences and each layer's new K/V row.
-        int n_diff = 0;
-        float max_diff = 0.f;
-        for (size_t j = 0; j < logits_a.size(); ++j)
-          if (logits_a[j] != logits_b[j])
-            ++n_diff, max_diff = std::max(max_diff, std::fabs(logits_a[j] - logits_b[j]));
-        std::string rows_kv;
-        const size_t row = size_t(m.slots[0]) * kKvHeads * kHeadDim * 2,
-                     bytes = size_t(kKvHeads) * kHeadDim * 2;
-        for (int l = 0; l < kLayers; ++l)
-          for (int kvi = 0; kvi < 2; ++kvi) {
-            std::vector<uint8_t> ra(bytes), rb(bytes);
-            gpu_->read_raw(kvi ? pool_a[l].v : pool_a[l].k, row, bytes, ra.data());
-            gpu_->read_raw(kvi ? pool_b[l].v : pool_b[l].k, row, bytes, rb.data());
-            rows_kv +=
-                " layer " + std::to_string(l) + (kvi ? " v " : " k ") + (ra == rb ? "equal" : "DIFFER");
-          }
-        ADD_FAILURE() << where << ": " << n_diff << " of " << logits_a.size() << " logits differ, by up to "
-                      << max_diff << "; new K/V rows:" << rows_kv;
-      }
-      float mx = 0.f;
-      for (float v : logits_a) mx = std::max(mx, std::fabs(v));
-      EXPECT_TRUE(std::isfinite(mx) && mx > 0.f) << where;  // real values, not zeros
-      if (hidden) {
-        EXPECT_EQ(std::memcmp(hidden_a.raw(), hidden_b.raw(), hidden_a.nbytes()), 0) << where;
-      }
-      // Accept every row: the next round starts after them, with the token sampled on the last row.
-      history.resize(size_t(len) + 1);
-      history.insert(history.end(), rows.begin() + 1, rows.end());
-      len += R;
-      history.push_back(tokens_a.back());
-      if (::testing::Test::HasFailure() && i >= 4) return -1;  // a few rounds, graphed and eager
-    }
-    for (int l = 0; l < kLayers; ++l) {
-      EXPECT_TRUE(device_bytes(*gpu_, pool_a[l].k) == device_bytes(*gpu_, pool_b[l].k)) << "layer " << l;
-      EXPECT_TRUE(device_bytes(*gpu_, pool_a[l].v) == device_bytes(*gpu_, pool_b[l].v)) << "layer " << l;
-    }
-    return cuda::decode_step_rounds() - steps_before;
+    return test::run_step_ab(*gpu_, kShape, dir ? *dir : *dir_, start, rounds);
   }
 
   static Backend* gpu_;
@@ -207,8 +89,8 @@ std::string* CudaDecodeStep::dir_ = nullptr;
 std::string* CudaDecodeStep::dir4_ = nullptr;
 
 TEST_F(CudaDecodeStep, PreparedForTheShape) {
-  EXPECT_EQ(steps_prepared_loading(*dir_), 1)
-      << "the model did not prepare a step (TENSORFOLD_LOG=debug says why)";
+  std::string why;
+  EXPECT_EQ(steps_prepared_loading(*dir_, &why), 1) << "the model did not prepare a step: " << why;
 }
 
 TEST_F(CudaDecodeStep, FirstChunksAndBoundaries) {
@@ -271,8 +153,8 @@ TEST_F(CudaDecodeStep, Mlx4LinearsGiveTheChainsBits) {
   const std::string& dir = mlx4_dir();
   const bool was = cuda::DecodeStep::mlx4();
   cuda::DecodeStep::set_mlx4(true);  // the default unless TF_DECODE_STEP_MLX4=0
-  ASSERT_EQ(steps_prepared_loading(dir), 1)
-      << "the 4-bit model did not prepare a step (TENSORFOLD_LOG=debug says why)";
+  std::string why;
+  ASSERT_EQ(steps_prepared_loading(dir, &why), 1) << "the 4-bit model did not prepare a step: " << why;
   EXPECT_GT(run(2, 40, &dir), 20);
   EXPECT_GT(run(120, 24, &dir), 12);
   cuda::set_mlx_subnormal_codes(false);

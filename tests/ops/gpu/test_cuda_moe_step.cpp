@@ -1,0 +1,161 @@
+// The one-kernel decode step of the Qwen3-30B-A3B shape (ops/cuda/decode_step.h, decode_step_moe.cu: every
+// layer's MLP sparse, a softmax router choosing 8 of 128 SwiGLU experts) against the op chain, bit for bit,
+// on a random checkpoint of that layer shape (2 layers, a small vocabulary, an untied lm_head): two pools run
+// the same stream -- prefill, then decode rounds (one row: the step where it is on), verify rounds of several
+// rows and rounds that want hidden states (both: the chain) -- one with the step on, one with it off; every
+// round's logits and sampled tokens and, at the end, every byte of both pools must be equal (step_ab.h, as
+// test_cuda_decode_step.cpp). Positions cross the attention's 128-position chunks and the merge's rounds of
+// 8 chunks (4 KV heads), with graphs and eagerly, with the producer's stages in flight capped and not, and
+// on 40 CTAs (TF_STEP_GRID), where CTAs take several attention units a layer and the merging CTAs an early
+// chunk, as on parts with fewer SMs. A one-layer checkpoint without the top-k renormalisation
+// (norm_topk_prob false) and with tied embeddings; and the step turned off (TF_DECODE_STEP_MOE=0).
+#include <gtest/gtest.h>
+#include <stdlib.h>  // setenv
+
+#include <filesystem>
+#include <string>
+
+#include "ops/backend.h"
+#include "ops/cuda/cuda_backend.h"
+#include "ops/cuda/decode_step.h"
+#include "random_qwen3.h"
+#include "step_ab.h"
+
+namespace tf {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Qwen3-30B-A3B's layer shape (its config's intermediate_size 6144 too, which no sparse layer uses).
+constexpr int kHidden = 2048, kHeads = 32, kKvHeads = 4, kHeadDim = 128, kInter = 6144, kLayers = 2;
+constexpr int kExperts = 128, kTopK = 8, kMoeInter = 768;
+// Positions up to ~3500 (three merge rounds); the pool's blocks of 16 positions.
+constexpr int kVocab = 1024, kContext = 4096, kBlock = 16;
+constexpr test::StepAbShape kShape{kLayers, kKvHeads, kHeadDim, kVocab, kContext, kBlock};
+constexpr test::StepAbShape kShape1{1, kKvHeads, kHeadDim, kVocab, kContext, kBlock};  // the one-layer one
+
+test::Qwen3Shape moe_shape(int layers, bool norm_topk_prob, bool tie_embeddings) {
+  test::Qwen3Shape s;
+  s.hidden = kHidden, s.layers = layers, s.heads = kHeads, s.kv_heads = kKvHeads, s.head_dim = kHeadDim;
+  s.inter = kInter, s.vocab = kVocab;
+  s.experts = kExperts, s.top_k = kTopK, s.moe_inter = kMoeInter;
+  s.norm_topk_prob = norm_topk_prob;
+  s.tie_embeddings = tie_embeddings;
+  return s;
+}
+
+class CudaMoeStep : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    std::string why;
+    gpu_ = make_cuda_backend(0, &why).release();
+    why_ = new std::string(why);
+    if (gpu_) cuda::set_graph_capture_after(*gpu_, 1);
+    // The 30B-A3B layer shape, 2 layers (1.2 GB of experts each), norm_topk_prob true, an lm_head.
+    if (gpu_)
+      dir_ = new std::string(test::write_random_qwen3("tf_moe_step", moe_shape(kLayers, true, false)));
+  }
+  static void TearDownTestSuite() {
+    cuda::set_decode_step(true);
+    cuda::DecodeStep::set_moe(true);
+    if (dir_) fs::remove_all(*dir_);
+    if (dir1_) fs::remove_all(*dir1_);
+  }
+  // One layer, norm_topk_prob false (the top-k weights are the softmax's own), tied embeddings.
+  static const std::string& one_layer_dir() {
+    if (!dir1_)
+      dir1_ = new std::string(test::write_random_qwen3("tf_moe_step_1l", moe_shape(1, false, true)));
+    return *dir1_;
+  }
+  void SetUp() override {
+    if (!gpu_) GTEST_SKIP() << "no CUDA backend: " << *why_;
+  }
+  // How many one-kernel steps loading the checkpoint at dir prepared (the model is unloaded again); `why`:
+  // the model's log lines about the step.
+  static int64_t steps_prepared_loading(const std::string& dir, std::string* why = nullptr) {
+    return test::steps_prepared_loading(*gpu_, dir, kContext, why);
+  }
+  // The A/B (step_ab.h) on the 2-layer checkpoint (or the one-layer one): prefills `start` tokens, then
+  // `rounds` rounds, the step on for one pool and off for the other; every round's logits, tokens and hidden
+  // states and the pools' bytes equal. Returns the rounds in which the step's pool took the step.
+  int64_t run(int start, int rounds) { return test::run_step_ab(*gpu_, kShape, *dir_, start, rounds); }
+  int64_t run_one_layer(int start, int rounds) {
+    return test::run_step_ab(*gpu_, kShape1, one_layer_dir(), start, rounds);
+  }
+
+  static Backend* gpu_;
+  static std::string* why_;
+  static std::string* dir_;
+  static std::string* dir1_;
+};
+Backend* CudaMoeStep::gpu_ = nullptr;
+std::string* CudaMoeStep::why_ = nullptr;
+std::string* CudaMoeStep::dir_ = nullptr;
+std::string* CudaMoeStep::dir1_ = nullptr;
+
+TEST_F(CudaMoeStep, PreparedForTheShape) {
+  std::string why;
+  EXPECT_EQ(steps_prepared_loading(*dir_, &why), 1) << "the MoE model did not prepare a step: " << why;
+}
+
+TEST_F(CudaMoeStep, FirstChunksAndBoundaries) {
+  // Positions 1..50 (one chunk), then across 127 / 128 / 129 and 255 / 256 (a second, a third chunk: merges
+  // of one and two other chunks).
+  EXPECT_GT(run(2, 40), 20);
+  EXPECT_GT(run(120, 24), 12);
+  EXPECT_GT(run(250, 24), 12);
+  for (const char* n : {"0", "1"}) {  // every free slot / one stage in flight (TF_STEP_INFLIGHT_STAGES)
+    ASSERT_EQ(setenv("TF_STEP_INFLIGHT_STAGES", n, 1), 0);
+    EXPECT_GT(run(120, 16), 8) << n << " stages in flight";
+  }
+  unsetenv("TF_STEP_INFLIGHT_STAGES");
+}
+
+TEST_F(CudaMoeStep, MergesSeveralRoundsAtLongContexts) {
+  // The merge folds the other chunks' partials in rounds of 8 (the MoE shape's kMergeChunks: two rounds'
+  // records of 8 heads fill the staging region): from position 1152 (9 chunks before the row's) a second
+  // round of one chunk; from 3200 (25) a fourth, the rounds alternating between two buffers.
+  EXPECT_GT(run(1140, 16), 8);
+  EXPECT_GT(run(3185, 24), 12);
+}
+
+TEST_F(CudaMoeStep, FewerCtasTakeSeveralAttentionUnitsALayer) {
+  // 40 CTAs (TF_STEP_GRID, read when the model prepares its step), as a part with fewer SMs: 36 CTAs take
+  // the 4 KV heads' other chunks. From 1280 (10 chunks before the row's: 40 other units) some CTAs run two
+  // a layer, the second staged during the first; from 3456 (27: 4 x 27 >= 3 x 36) each merging CTA first
+  // takes an early chunk of its head, the other CTAs about three units, and the merge takes four rounds.
+  ASSERT_EQ(setenv("TF_STEP_GRID", "40", 1), 0);
+  const int64_t a = run(1270, 24), b = run(3440, 24);
+  unsetenv("TF_STEP_GRID");
+  EXPECT_GT(a, 12);
+  EXPECT_GT(b, 12);
+}
+
+TEST_F(CudaMoeStep, WithoutTopkRenormalisation) {
+  // norm_topk_prob false: the experts' outputs weighted by the softmax's probabilities as they are. One
+  // layer, tied embeddings (the lm_head is the embedding).
+  std::string why;
+  ASSERT_EQ(steps_prepared_loading(one_layer_dir(), &why), 1)
+      << "the one-layer MoE model did not prepare a step: " << why;
+  EXPECT_GT(run_one_layer(2, 24), 12);
+  EXPECT_GT(run_one_layer(250, 16), 8);
+}
+
+TEST_F(CudaMoeStep, TurnedOffPreparesNoStep) {
+  // TF_DECODE_STEP_MOE=0 (DecodeStep::set_moe(false)) before the model loads: no step prepared for a model
+  // with sparse layers, and why says so; its rounds all run the chain (the same stream, no step taken).
+  // TF_DECODE_STEP=0 (set_decode_step(false)): none either.
+  const bool was = cuda::DecodeStep::moe();
+  cuda::DecodeStep::set_moe(false);
+  std::string why;
+  EXPECT_EQ(steps_prepared_loading(one_layer_dir(), &why), 0);
+  EXPECT_NE(why.find("TF_DECODE_STEP_MOE"), std::string::npos) << why;
+  EXPECT_EQ(run_one_layer(2, 8), 0);
+  cuda::DecodeStep::set_moe(was);
+  cuda::set_decode_step(false);
+  EXPECT_EQ(steps_prepared_loading(one_layer_dir()), 0);
+  cuda::set_decode_step(true);
+}
+
+}  // namespace
+}  // namespace tf

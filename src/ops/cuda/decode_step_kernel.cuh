@@ -320,6 +320,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         if (routed != gu) route_producer(ops[gu], ops[gu + 1], tag, lane, xg, xd), routed = gu;
       }
       const int stages = mk == kMoeDown ? ops[op].top_k * kOwners : k / SK / SW;
+      // The in-flight cap in bytes: as many of the op's stages as prm.inflight 16 KB stages (the down's are
+      // 16 rows x inter / 2 bytes).
+      const int inflight = prm.inflight > 0 ? (prm.inflight * kStageBytes + sbytes - 1) / sbytes : 0;
 #else
       const int stages = k / SK / SW;
 #endif
@@ -331,10 +334,16 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         const int wj = wrap(j), slot = j - wj * nslots;
         const long long pw = kProbe ? clock64() : 0;
         if (j >= nslots) wait_bar(saddr(empty + slot), (wj & 1) ^ 1, kEmptyStage, j);
-        // At most prm.inflight stages requested and not landed: stage j waits for stage j - inflight to land
-        // (its slot's full barrier cannot have been re-armed: that is stage j - inflight + nslots > j).
+          // At most prm.inflight stages requested and not landed: stage j waits for stage j - inflight to
+          // land (its slot's full barrier cannot have been re-armed: that is stage j - inflight + nslots >
+          // j).
+#if TF_STEP_MOE
+        if (inflight > 0 && inflight < nslots && j >= inflight) {
+          const int jl = j - inflight;
+#else
         if (prm.inflight > 0 && prm.inflight < nslots && j >= prm.inflight) {
           const int jl = j - prm.inflight;
+#endif
           const int wl = wrap(jl);
           wait_bar(saddr(full + (jl - wl * nslots)), wl & 1, kFullStage, jl);
         }
@@ -424,6 +433,18 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       }
       c_full = c_x = c_bar = c_fence = 0, c_layer = op / 4;
     }
+#if TF_STEP_MOE
+    // The attention of a layer whose o op holds no tile of this CTA (128 tiles for more CTAs) all the same:
+    // the attention warps stage the CTA's units of every layer and wait for the consumers to compute them.
+    for (int a = x_op + 1; a < op; ++a)
+      if (ops[a].xkind == kXAttnMerge) {
+        int h = 0, c = 0;
+        for (int u = 0; c_units.at(u, h, c); ++u, c_par ^= 1)
+          unit_scores_pv(ops[a], c_pos, h, c, attn_smem, prm.scale, c_par);
+        if (b < kHk && c_units.C > 1) merge_fold_help(ops[a], b, c_units.C - 1, attn_smem, tag);
+        x_op = a;
+      }
+#endif
     if (op >= nops) break;
     const Op& o = ops[op];
     const int tile = i - o.tile_begin, n0 = tile * 16, k = o.k;

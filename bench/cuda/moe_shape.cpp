@@ -31,6 +31,7 @@
 #include "ops/cuda/attention_mma.h"
 #include "ops/cuda/cuda_backend.h"
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/decode_step.h"
 #include "ops/cuda/kernels.h"
 #include "ops/cuda/moe_fused.h"
 #include "ops/cuda/moe_kernels.h"
@@ -341,6 +342,31 @@ void decode_step_row(Backend& be, Model& m, const BatchMeta& meta, int ctx, doub
       "%.1f |\n",
       ctx, captured ? "" : " (eager)", chain_ms / ms, ms, 1e3 / ms, bytes / 1e9, floor_ms,
       100 * floor_ms / ms, experts);
+  // A/Bs in this process (TF_MOE_BENCH_STEP_AB, comma-separated): "a<n>" the timing ablation n
+  // (DecodeStep::set_ablate: wrong bits; decode_step_host.cuh's TF_STEP_MOE_ABLATE), "i<n>" n stages in
+  // flight (set_inflight; 0 every free slot), each timed then undone; the step as it was timed last.
+  if (const char* ab = std::getenv("TF_MOE_BENCH_STEP_AB"); ab && *ab) {
+    auto* st = static_cast<cuda::DecodeStep*>(step.get());
+    std::string list = std::string(ab) + ",";
+    for (size_t at = 0, end; (end = list.find(',', at)) != std::string::npos; at = end + 1) {
+      const std::string tok = list.substr(at, end - at);
+      if (tok.size() < 2 || (tok[0] != 'a' && tok[0] != 'i')) continue;
+      const int v = std::atoi(tok.c_str() + 1);
+      if (tok[0] == 'a')
+        st->set_ablate(v);
+      else
+        st->set_inflight(v);
+      const double t = time_graph_ms(
+          s, [&] { be.decode_step(step.get(), logits); }, &captured);
+      st->set_ablate(0), st->set_inflight(-1);
+      std::printf("| one-kernel step, %s %d | %.3f | %.0f | | | %.1f%% | |\n",
+                  tok[0] == 'a' ? "timing ablation (wrong bits)" : "stages in flight", v, t, 1e3 / t,
+                  100 * floor_ms / t);
+    }
+    const double t = time_graph_ms(
+        s, [&] { be.decode_step(step.get(), logits); }, &captured);
+    std::printf("| one-kernel step, again | %.3f | %.0f | | | %.1f%% | |\n", t, 1e3 / t, 100 * floor_ms / t);
+  }
   std::fflush(stdout);
 }
 

@@ -413,6 +413,19 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
     TF_CUDA_CHECK(
         cudaMemcpyAsync(dtab, tab.data(), tab.size() * sizeof(tab[0]), cudaMemcpyHostToDevice, stream));
     auto* logit_words = dalloc<unsigned long long>(own, size_t(E), stream);
+    // The experts as tensor maps (a stage by two boxes: 16 row copies a stage cost the step 0.97 ms of 3.82,
+    // run 544); where one cannot be encoded, or TF_STEP_MOE_TMA=0, the layer's stages go by row copies.
+    std::vector<CUtensorMap> maps(2 * size_t(E));
+    bool tma = env_switch("TF_STEP_MOE_TMA", true);
+    for (int e = 0; e < E && tma; ++e)
+      tma = make_rows8_tensor_map(&maps[size_t(e)], mw.gate_up[size_t(e)].weight.raw(), 2 * I, H, 8) &&
+            make_rows8_tensor_map(&maps[size_t(E + e)], mw.down[size_t(e)].weight.raw(), H, I, I / 256);
+    CUtensorMap* dmaps = nullptr;
+    if (tma) {
+      dmaps = dalloc<CUtensorMap>(own, maps.size(), stream);
+      TF_CUDA_CHECK(cudaMemcpyAsync(dmaps, maps.data(), maps.size() * sizeof(CUtensorMap),
+                                    cudaMemcpyHostToDevice, stream));
+    }
     Op rt{};
     pack(rt, mw.router, false);
     rt.n = E, rt.k = int(H), rt.xkind = kXAddNorm, rt.moe = kMoeRouter;
@@ -420,7 +433,7 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
     add(rt);
     Op gu{};
     gu.moe = kMoeGateUp, gu.rlog = logit_words, gu.ex = dtab, gu.experts = E, gu.top_k = mw.top_k,
-    gu.inter = I, gu.norm_topk = mw.norm_topk_prob;
+    gu.inter = I, gu.norm_topk = mw.norm_topk_prob, gu.exmap = dmaps;
     gu.sbytes = 16 * kSW * kStageK * 2;  // a stage: 16 rows of two K slices
     gu.n = 2 * mw.top_k * I, gu.k = int(H), gu.xkind = kXAddNorm, gu.silu_out = 1;
     // (the same add + norm as the router's: its residual to a scratch buffer)
@@ -428,7 +441,7 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
     gu.y = tgu;
     add(gu);
     Op d = gu;
-    d.ex = dtab + E, d.silu_out = 0, d.moe = kMoeDown;
+    d.ex = dtab + E, d.exmap = dmaps ? dmaps + E : nullptr, d.silu_out = 0, d.moe = kMoeDown;
     d.sbytes = 16 * (I / 2);  // a stage: 16 rows of two K slices (inter / 4 k-values)
     d.n = int(H), d.k = mw.top_k * I, d.xkind = kXCopy, d.x = tgu, d.res = nullptr, d.res_out = nullptr,
     d.nw = nullptr, d.y = td;
@@ -592,7 +605,14 @@ void Impl::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
   p.positions = dm.positions, p.slots = dm.slots, p.row_seq = dm.row_seq, p.table_offsets = dm.table_offsets;
   p.tables = dm.tables, p.inv_freq = s.inv_freq, p.rope_factor = s.rope_factor, p.scale = s.scale;
   p.qk_eps = s.eps, p.logits = logits;
+#if TF_STEP_MOE
+  // The MoE shape's timing ablations (benches; wrong bits): TF_STEP_MOE_ABLATE=1 no tile arithmetic, 2 an
+  // expert stage as one contiguous copy (not 16 row copies), 3 no routing wait in the producer (experts 0 ..
+  // top_k - 1); set_ablate's value where set.
+  p.ablate = s.ablate ? s.ablate : env_int("TF_STEP_MOE_ABLATE", 0, 3, 0);
+#else
   p.ablate = s.probe ? s.ablate : 0;
+#endif
   p.ring = s.probe ? s.ring : 0;
   p.nslots = s.ring >= 2 && s.ring < s.nslots ? s.ring : s.nslots;  // (4-bit; set_ring: fewer)
   p.slot_bytes = s.slot_bytes;

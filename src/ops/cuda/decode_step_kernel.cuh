@@ -39,7 +39,8 @@
 #include "ops/cuda/mma.cuh"
 #include "ops/cuda/quant_common.cuh"  // MLX 4-bit dequantisation (the 4-bit linears' instructions)
 #if TF_STEP_MOE
-#include "ops/cuda/moe_route.cuh"  // route_vals: the MoE chain's routing arithmetic
+#include "ops/cuda/linear_wgmma.h"  // tma_load_4d
+#include "ops/cuda/moe_route.cuh"   // route_vals: the MoE chain's routing arithmetic
 #endif
 
 namespace tf::cuda::TF_STEP_NS {
@@ -150,16 +151,22 @@ __device__ void poll_route(const Op& o, uint32_t tag, int lane, int& pick_e, flo
 // r's gate_up and down weights. The experts' tables are loaded before the poll (constants; a dependent
 // global load after it would be a round trip under the weight stream).
 __device__ void route_producer(const Op& gu, const Op& dn, uint32_t tag, int lane, const __nv_bfloat16*& xg,
-                               const __nv_bfloat16*& xd) {
+                               const __nv_bfloat16*& xd, int& xe, int ablate) {
   const __nv_bfloat16 *tg[4], *td[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int e = lane + 32 * i;
     tg[i] = e < gu.experts ? gu.ex[e] : nullptr, td[i] = e < gu.experts ? dn.ex[e] : nullptr;
   }
-  int pe = 0;
+  int pe = lane < gu.top_k ? lane : 0;
   float pw = 0.f;
-  poll_route(gu, tag, lane, pe, pw);
+  if (ablate != 3)
+    poll_route(gu, tag, lane, pe, pw);  // (ablation 3, timing: experts 0 .. top_k - 1, no wait)
+  xe = pe;
+  if (gu.exmap && lane < gu.top_k) {  // the picks' tensor maps, fetched ahead of their first copies
+    asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(gu.exmap + pe)) : "memory");
+    asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(dn.exmap + pe)) : "memory");
+  }
   xg = xd = nullptr;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {  // rank `lane`'s expert pe: table entry i = pe >> 5 of lane pe & 31
@@ -176,12 +183,34 @@ __device__ void route_producer(const Op& gu, const Op& dn, uint32_t tag, int lan
 // stage s = (rank s / kOwners, owner s % kOwners): rows n0 .. n0 + 15 of that rank's expert, the owner's
 // two slices (inter / 4 k-values), rows inter / 2 + 64 bytes apart.
 __device__ __forceinline__ void expert_stage(const Op& o, int tile, int s, uint32_t dst, uint32_t bar,
-                                             int lane, const __nv_bfloat16* xg, const __nv_bfloat16* xd) {
+                                             int lane, const __nv_bfloat16* xg, const __nv_bfloat16* xd,
+                                             int xe, int ablate) {
   const int I = o.inter;
+  if (o.exmap) {  // two tensor-map boxes of 8 rows (rows 0-7 of the stage, then 8-15), by lane 0
+    const bool gu = o.moe == kMoeGateUp;
+    const int r = gu ? tile / (I / 8) : s / kOwners, e = __shfl_sync(0xffffffffu, xe, r);
+    if (lane == 0) {
+      const CUtensorMap* m = o.exmap + e;
+      if (gu) {  // gate rows 8f .. 8f + 7, then up rows inter + 8f ..; owner s's 512 columns: blocks 8s ..
+        const int f = tile % (I / 8);
+        tma_load_4d(dst, m, 0, 4 * f, 0, 8 * s, bar);
+        tma_load_4d(dst + 8192, m, 0, (I + 8 * f) / 2, 0, 8 * s, bar);
+      } else {  // rows n0 .. n0 + 7, then n0 + 8 ..; owner s % kOwners's inter / 4 columns
+        const int nb = I / 256, ow = s % kOwners;
+        tma_load_4d(dst, m, 0, tile * 8, 0, nb * ow, bar);
+        tma_load_4d(dst + nb * 1024, m, 0, tile * 8 + 4, 0, nb * ow, bar);
+      }
+    }
+    return;
+  }
   if (o.moe == kMoeGateUp) {
     const int r = tile / (I / 8), f = tile % (I / 8);
     const auto base = reinterpret_cast<const __nv_bfloat16*>(
         __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(xg), r));
+    if (ablate == 2) {  // (timing: the stage's bytes as one contiguous copy from the expert, wrong values)
+      if (lane == 0) bulk_copy_g2s(dst, base + (f * kOwners + s) * (o.sbytes / 2), o.sbytes, bar);
+      return;
+    }
     if (lane < 16) {
       const int row = lane < 8 ? 8 * f + lane : I + 8 * f + lane - 8;
       bulk_copy_g2s(dst + lane * kExRowBytes, base + int64_t(row) * kHidden + s * (kSW * kStageK),
@@ -191,6 +220,10 @@ __device__ __forceinline__ void expert_stage(const Op& o, int tile, int s, uint3
     const int r = s / kOwners, ow = s % kOwners;
     const auto base = reinterpret_cast<const __nv_bfloat16*>(
         __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(xd), r));
+    if (ablate == 2) {
+      if (lane == 0) bulk_copy_g2s(dst, base + (tile * kOwners + ow) * (o.sbytes / 2), o.sbytes, bar);
+      return;
+    }
     if (lane < 16)
       bulk_copy_g2s(dst + lane * (I / 2 + 64), base + int64_t(tile * 16 + lane) * I + ow * (I / 4), I / 2,
                     bar);
@@ -224,6 +257,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   uint64_t* empty = full + kSlots;
   int* meta = reinterpret_cast<int*>(empty + kSlots);  // [kSlots]: the stage (producer's count) in the slot
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#if TF_STEP_MOE
+  if (threadIdx.x == 0 && (saddr(ring) & 1023) != 0) {  // the experts' swizzled boxes need 1 KB-aligned slots
+    printf("decode_step: the ring at shared address %u is not 1024-byte aligned\n", saddr(ring));
+    __trap();
+  }
+#endif
   if (threadIdx.x == 0) {
     for (int i = 0; i < kSlots; ++i)
       mbar_init(saddr(full + i), 1), mbar_init(saddr(empty + i), SW / kTeams<W>), meta[i] = -1;
@@ -297,6 +336,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
 #if TF_STEP_MOE
     int routed = -1;                                   // the gate_up op whose layer's routing the lanes hold
     const __nv_bfloat16 *xg = nullptr, *xd = nullptr;  // lane r < top_k: rank r's gate_up / down weights
+    int xe = 0;                                        // and its expert
 #endif
     for (int i = b;; i += G) {
       op = op_of_tile(ops, nops, op, i);
@@ -317,7 +357,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       const int mk = ops[op].moe;
       if (mk >= kMoeGateUp) {  // the layer's routing: its experts' weights (the producer waits here)
         const int gu = mk == kMoeGateUp ? op : op - 1;
-        if (routed != gu) route_producer(ops[gu], ops[gu + 1], tag, lane, xg, xd), routed = gu;
+        if (routed != gu)
+          route_producer(ops[gu], ops[gu + 1], tag, lane, xg, xd, xe, prm.ablate), routed = gu;
       }
       const int stages = mk == kMoeDown ? ops[op].top_k * kOwners : k / SK / SW;
       // The in-flight cap in bytes: as many of the op's stages as prm.inflight 16 KB stages (the down's are
@@ -352,7 +393,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         if (mk >= kMoeGateUp) {
           if (lane == 0) mbar_arrive_expect_tx(saddr(full + slot), uint32_t(sbytes));
           __syncwarp();
-          expert_stage(ops[op], tile, s, saddr(ring + slot * slot_b), saddr(full + slot), lane, xg, xd);
+          expert_stage(ops[op], tile, s, saddr(ring + slot * slot_b), saddr(full + slot), lane, xg, xd, xe,
+                       prm.ablate);
           __syncwarp();
           continue;
         }
@@ -481,12 +523,22 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         const int jj = j + r * kOwn + owner, wjj = wrap(jj), slot = jj - wjj * nslots;
         wait_bar(saddr(full + slot), wjj & 1, kFullStage, jj);
         float acc[4] = {0.f, 0.f, 0.f, 0.f};
-        const uint32_t base = saddr(ring + slot * slot_b) + half * (sl * 2) + 16 * t;
         const uint32_t xb = saddr(xs) + 16 * t + (r * I + slice0 * sl) * 2;
-        for (int c = 0; c < sl / 32; ++c) {
-          const uint4 a = lds128(base + g * rs + c * 64);
-          const uint4 bb = lds128(base + (g + 8) * rs + c * 64);
-          mma_chunk(acc, a, bb, lds128(xb + c * 64));
+        if (o.exmap) {  // two boxes of 8 rows x I / 256 blocks (make_rows8_tensor_map's swizzled lines)
+          const uint32_t base = saddr(ring + slot * slot_b);
+          const int pg = (g & 1) * 4 + g / 2, nb = I / 256;
+          for (int c = 0; c < (prm.ablate == 1 ? 0 : sl / 32); ++c) {
+            const int col = half * sl + 32 * c, u = (col & 63) / 8 + t;
+            const uint32_t at = base + ((col >> 6) * 8 + pg) * 128 + ((u ^ pg) << 4);
+            mma_chunk(acc, lds128(at), lds128(at + nb * 1024), lds128(xb + c * 64));
+          }
+        } else {
+          const uint32_t base = saddr(ring + slot * slot_b) + half * (sl * 2) + 16 * t;
+          for (int c = 0; c < (prm.ablate == 1 ? 0 : sl / 32); ++c) {
+            const uint4 a = lds128(base + g * rs + c * 64);
+            const uint4 bb = lds128(base + (g + 8) * rs + c * 64);
+            mma_chunk(acc, a, bb, lds128(xb + c * 64));
+          }
         }
         fence_proxy_async();  // this warp's reads of the slot before the next bulk copy into it
         __syncwarp();
@@ -543,9 +595,24 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         if (part == 0) tlog(op, 1);
       }
       const uint32_t xb = xbase + (slice0 * spw + part) * SK * 2;  // slice s + 1's: spw * SK * 2 on
-      if (kProbe && prm.ablate == 1) {
+      if ((kProbe || TF_STEP_MOE) && prm.ablate == 1) {
         // (timing: the stage waited for and released, nothing computed)
-      } else if constexpr (W == kWBf16) {
+      }
+#if TF_STEP_MOE
+      else if (expert_rows && o.exmap) {
+        // two boxes of 8 rows x 8 blocks of 64 columns (make_rows8_tensor_map): row g of a box on line
+        // pg = (g & 1) * 4 + g / 2 of each block, its 16-byte units swizzled by pg; this warp's slice: blocks
+        // 4 half .. 4 half + 3, chunk c the half c & 1 of block 4 half + c / 2
+        const uint32_t base = saddr(ring + slot * slot_b);
+        const int pg = (g & 1) * 4 + g / 2;
+#pragma unroll 4
+        for (int c = 0; c < kStageK / 32; ++c) {
+          const uint32_t at = base + ((4 * half + c / 2) * 8 + pg) * 128 + ((((c & 1) * 4 + t) ^ pg) << 4);
+          mma_chunk(acc[0], lds128(at), lds128(at + 8192), lds128(xb + c * 64));
+        }
+      }
+#endif
+      else if constexpr (W == kWBf16) {
         const uint32_t base = saddr(ring + slot * slot_b) + half * (kStageK * 2) + 16 * t;
         // pack_kernel: odd rows hold chunk c at chunk c ^ 1's place (an expert's rows: padded instead)
         const uint32_t swz = expert_rows ? 0 : (g & 1) * 64;

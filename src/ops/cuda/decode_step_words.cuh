@@ -178,6 +178,9 @@ struct Op {
   int moe;
   const unsigned long long* rlog;  // gate_up, down: the router op's logit words
   const __nv_bfloat16* const* ex;  // gate_up: [experts] of [2 inter, hidden]; down: of [hidden, inter]
+  // The experts' weights as tensor maps (make_rows8_tensor_map: a box of 8 rows x 512 (gate_up) or inter / 4
+  // (down) columns in the 128-byte swizzle): a stage by two copies, not 16; null: by row copies.
+  const CUtensorMap* exmap;
   int experts, top_k, inter, norm_topk;
 #endif
 };

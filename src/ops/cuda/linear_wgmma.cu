@@ -425,6 +425,20 @@ bool make_kv_tensor_map(CUtensorMap* map, const void* pool, int64_t slots, int h
             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+bool make_rows8_tensor_map(CUtensorMap* map, const void* base, int64_t rows, int64_t k, int box_blocks) {
+  const EncodeTiled fn = encode_tiled();
+  if (!fn || reinterpret_cast<uintptr_t>(base) % 16 != 0 || rows % 2 != 0 || k % 64 != 0 || box_blocks < 1 ||
+      box_blocks > 256)
+    return false;
+  // dims: 64 columns of a block, row pairs (2 rows apart), the row's parity (1 row apart), blocks (128 bytes)
+  const cuuint64_t dims[4] = {64, cuuint64_t(rows / 2), 2, cuuint64_t(k / 64)};
+  const cuuint64_t strides[3] = {cuuint64_t(k) * 4, cuuint64_t(k) * 2, 128};
+  const cuuint32_t box[4] = {64, 4, 2, cuuint32_t(box_blocks)}, elem[4] = {1, 1, 1, 1};
+  return fn(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(base), dims, strides, box, elem,
+            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 // Auto: the tile with the least estimated time on an H200 (132 SMs): waves x the slower of a tile's MMA
 // time (989 TFLOP/s / 132 SMs, times an efficiency: the shared-memory traffic a chunk costs against its
 // MMA time, and for 128x256 the `tot` round trips through shared memory) and its load time (the tile's

@@ -145,6 +145,12 @@ bool make_linear_tensor_map(CUtensorMap* map, const void* base, int rows, int k,
 // 128). False when it cannot be encoded.
 bool make_kv_tensor_map(CUtensorMap* map, const void* pool, int64_t slots, int heads, int head_dim,
                         int box_cols, int box_rows, bool swizzle_128b = false);
+// A [rows, k] bf16 row-major matrix (rows even, k a multiple of 64) as a 4D tensor map whose box is 8 rows
+// (from an even row) x box_blocks blocks of 64 columns, written into shared memory in the 128-byte swizzle as
+// [block][row parity][row pair][64]: row g of the box on the block's 128-byte line (g & 1) * 4 + g / 2, so
+// that rows g and g + 1 -- one quarter-warp's 16-byte loads of an MMA fragment -- fall in different bank
+// halves. Coordinates {0, row / 2, 0, block}. False when it cannot be encoded.
+bool make_rows8_tensor_map(CUtensorMap* map, const void* base, int64_t rows, int64_t k, int box_blocks);
 
 #ifdef __CUDACC__
 // ---- device helpers shared with the probe (inline PTX per the PTX ISA, "warpgroup-level MMA") ----
@@ -166,6 +172,16 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map
       "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
       "[%5];" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(z), "r"(bar)
+      : "memory");
+}
+
+// One 4D tensor-map load (box at coordinates x, y, z, w) into shared memory at dst, completing on mbarrier bar.
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, int x, int y, int z, int w,
+                                            uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, "
+      "%5}], [%6];" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(z), "r"(w), "r"(bar)
       : "memory");
 }
 

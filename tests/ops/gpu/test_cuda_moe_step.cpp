@@ -7,8 +7,9 @@
 // test_cuda_decode_step.cpp). Positions cross the attention's 128-position chunks and the merge's rounds of
 // 8 chunks (4 KV heads), with graphs and eagerly, with the producer's stages in flight capped and not, and
 // on 40 CTAs (TF_STEP_GRID), where CTAs take several attention units a layer and the merging CTAs an early
-// chunk, as on parts with fewer SMs. A one-layer checkpoint without the top-k renormalisation
-// (norm_topk_prob false) and with tied embeddings; and the step turned off (TF_DECODE_STEP_MOE=0).
+// chunk, as on parts with fewer SMs, and with the experts' stages by row copies (TF_STEP_MOE_TMA=0). A
+// one-layer checkpoint without the top-k renormalisation (norm_topk_prob false) and with tied embeddings; and
+// the step turned off (TF_DECODE_STEP_MOE=0).
 #include <gtest/gtest.h>
 #include <stdlib.h>  // setenv
 
@@ -109,6 +110,15 @@ TEST_F(CudaMoeStep, FirstChunksAndBoundaries) {
     EXPECT_GT(run(120, 16), 8) << n << " stages in flight";
   }
   unsetenv("TF_STEP_INFLIGHT_STAGES");
+}
+
+TEST_F(CudaMoeStep, ExpertStagesByRowCopies) {
+  // TF_STEP_MOE_TMA=0 (read when the model prepares its step): the experts' stages by 16 row copies into
+  // padded rows instead of two tensor-map boxes in the 128-byte swizzle; the same bits.
+  ASSERT_EQ(setenv("TF_STEP_MOE_TMA", "0", 1), 0);
+  const int64_t n = run(120, 16);
+  unsetenv("TF_STEP_MOE_TMA");
+  EXPECT_GT(n, 8);
 }
 
 TEST_F(CudaMoeStep, MergesSeveralRoundsAtLongContexts) {

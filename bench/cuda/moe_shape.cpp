@@ -297,7 +297,10 @@ void decode_step_row(Backend& be, Model& m, const BatchMeta& meta, int ctx, doub
   dm.attn = attention_params();
   dm.norm_eps = kNormEps, dm.norm_offset = 0.f;
   std::string why;
+  const bool moe_was = cuda::DecodeStep::moe();  // (the MoE step is off by default: decode_step.cu)
+  cuda::DecodeStep::set_moe(true);
   const std::shared_ptr<void> step = be.prepare_decode_step(dm, &why);
+  cuda::DecodeStep::set_moe(moe_was);
   if (!step) {
     const std::string prefix = "one-kernel decode step: ";  // (how the reasons begin)
     if (why.compare(0, prefix.size(), prefix) == 0) why.erase(0, prefix.size());

@@ -16,7 +16,10 @@ void DecodeStep::set_mlx4(bool on) {
 bool DecodeStep::mlx4() {
   return g_mlx4;
 }
-static bool g_moe = env_switch("TF_DECODE_STEP_MOE", true);
+// Off by default: the MoE step gives the chain's bits but was slower than the chain on the H100 with its
+// experts' stages by row copies (3.76-3.82 ms against 3.38-3.44, runs 543-544); the tensor-map stages
+// (TF_STEP_MOE_TMA=1) are not yet measured (docs/cuda-notes.md "Session 60").
+static bool g_moe = env_switch("TF_DECODE_STEP_MOE", false);
 void DecodeStep::set_moe(bool on) {
   g_moe = on;
 }

@@ -413,10 +413,11 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
     TF_CUDA_CHECK(
         cudaMemcpyAsync(dtab, tab.data(), tab.size() * sizeof(tab[0]), cudaMemcpyHostToDevice, stream));
     auto* logit_words = dalloc<unsigned long long>(own, size_t(E), stream);
-    // The experts as tensor maps (a stage by two boxes: 16 row copies a stage cost the step 0.97 ms of 3.82,
-    // run 544); where one cannot be encoded, or TF_STEP_MOE_TMA=0, the layer's stages go by row copies.
+    // The experts as tensor maps with TF_STEP_MOE_TMA=1 (a stage by two boxes: 16 row copies a stage cost the
+    // step 0.97 ms of 3.82, run 544; not yet run on a GPU, so off by default); else, or where a map cannot be
+    // encoded, the layer's stages go by row copies.
     std::vector<CUtensorMap> maps(2 * size_t(E));
-    bool tma = env_switch("TF_STEP_MOE_TMA", true);
+    bool tma = env_switch("TF_STEP_MOE_TMA", false);
     for (int e = 0; e < E && tma; ++e)
       tma = make_rows8_tensor_map(&maps[size_t(e)], mw.gate_up[size_t(e)].weight.raw(), 2 * I, H, 8) &&
             make_rows8_tensor_map(&maps[size_t(E + e)], mw.down[size_t(e)].weight.raw(), H, I, I / 256);

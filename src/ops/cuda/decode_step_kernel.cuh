@@ -375,9 +375,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         const int wj = wrap(j), slot = j - wj * nslots;
         const long long pw = kProbe ? clock64() : 0;
         if (j >= nslots) wait_bar(saddr(empty + slot), (wj & 1) ^ 1, kEmptyStage, j);
-          // At most prm.inflight stages requested and not landed: stage j waits for stage j - inflight to
-          // land (its slot's full barrier cannot have been re-armed: that is stage j - inflight + nslots >
-          // j).
 #if TF_STEP_MOE
         if (inflight > 0 && inflight < nslots && j >= inflight) {
           const int jl = j - inflight;
@@ -385,6 +382,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         if (prm.inflight > 0 && prm.inflight < nslots && j >= prm.inflight) {
           const int jl = j - prm.inflight;
 #endif
+          // At most `inflight` stages requested and not landed: stage j waits for stage j - inflight to land
+          // (its slot's full barrier cannot have been re-armed: that is stage j - inflight + nslots > j).
           const int wl = wrap(jl);
           wait_bar(saddr(full + (jl - wl * nslots)), wl & 1, kFullStage, jl);
         }

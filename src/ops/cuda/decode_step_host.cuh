@@ -46,21 +46,28 @@ int format_of(const LinearWeight* w, int64_t n, int64_t k) {
   return is_dense_bf16(w, n, k) ? kWBf16 : is_mlx4(w, n, k) ? kWMlx4 : -1;
 }
 
-// Why the kernel cannot run the model ("" when it can); *fmt: the linears' format (WFormat).
-std::string unsupported(const DecodeStepModel& m, int* fmt) {
+// Why the kernel's shape does not fit the model's attention, rope, norms and hidden size ("" when they do).
+std::string unsupported_shape(const DecodeStepModel& m) {
   const AttentionParams& a = m.attn;
   if (a.num_heads != kHq || a.num_kv_heads != kHk || a.head_dim != kD)
     return "attention shape " + std::to_string(a.num_heads) + "/" + std::to_string(a.num_kv_heads) + "x" +
-           std::to_string(a.head_dim) + " (the kernel takes 32 q and 8 KV heads of 128)";
+           std::to_string(a.head_dim) + " (the kernel takes " + std::to_string(kHq) + " q and " +
+           std::to_string(kHk) + " KV heads of " + std::to_string(kD) + ")";
   if (a.sliding_window != 0 || a.softcap != 0.f) return "a sliding window or softcap";
   if (m.rope.rotary_dim != kD || m.rope.interleaved || int(m.rope.inv_freq.size()) != kD / 2)
     return "partial or interleaved rope";
   if (m.norm_offset != 0.f) return "norms with an offset";
   if (!m.embed || !m.embed->defined() || m.embed->device() != Device::CUDA || m.embed->dim(-1) != kHidden)
     return "hidden size " + std::to_string(m.embed && m.embed->defined() ? m.embed->dim(-1) : 0) +
-           " (the kernel takes 4096)";
+           " (the kernel takes " + std::to_string(kHidden) + ")";
   if (m.layers.empty()) return "no layers";
   if (!is_bf16_cuda(m.final_norm, {kHidden})) return "the final norm is not bf16";
+  return "";
+}
+
+// Why the kernel cannot run the model ("" when it can); *fmt: the linears' format (WFormat).
+std::string unsupported(const DecodeStepModel& m, int* fmt) {
+  if (std::string w = unsupported_shape(m); !w.empty()) return w;
   const LinearWeight* lm = m.lm_head;
   *fmt = lm ? format_of(lm, lm->out_features, kHidden) : -1;
   if (*fmt < 0 || lm->out_features % 16 != 0)
@@ -85,19 +92,7 @@ std::string unsupported(const DecodeStepModel& m, int* fmt) {
 // Why the MoE shape's kernel cannot run the model ("" when it can): the 30B-A3B layout with every layer
 // sparse, dense bf16 weights (the router and every expert too) without bias.
 std::string unsupported_moe(const DecodeStepModel& m) {
-  const AttentionParams& a = m.attn;
-  if (a.num_heads != kHq || a.num_kv_heads != kHk || a.head_dim != kD)
-    return "attention shape " + std::to_string(a.num_heads) + "/" + std::to_string(a.num_kv_heads) + "x" +
-           std::to_string(a.head_dim) + " (the MoE kernel takes 32 q and 4 KV heads of 128)";
-  if (a.sliding_window != 0 || a.softcap != 0.f) return "a sliding window or softcap";
-  if (m.rope.rotary_dim != kD || m.rope.interleaved || int(m.rope.inv_freq.size()) != kD / 2)
-    return "partial or interleaved rope";
-  if (m.norm_offset != 0.f) return "norms with an offset";
-  if (!m.embed || !m.embed->defined() || m.embed->device() != Device::CUDA || m.embed->dim(-1) != kHidden)
-    return "hidden size " + std::to_string(m.embed && m.embed->defined() ? m.embed->dim(-1) : 0) +
-           " (the MoE kernel takes 2048)";
-  if (m.layers.empty()) return "no layers";
-  if (!is_bf16_cuda(m.final_norm, {kHidden})) return "the final norm is not bf16";
+  if (std::string w = unsupported_shape(m); !w.empty()) return w;
   const LinearWeight* lm = m.lm_head;
   if (!lm || !is_dense_bf16(lm, lm->out_features, kHidden) || lm->out_features % 16 != 0)
     return "the lm_head is not a dense bf16 [vocab % 16 == 0, 2048] weight";

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/decode_step.h"
 #include "ops/cuda/decode_step_kernel.cuh"
@@ -417,6 +418,10 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
       tma = make_rows8_tensor_map(&maps[size_t(e)], mw.gate_up[size_t(e)].weight.raw(), 2 * I, H, 8) &&
             make_rows8_tensor_map(&maps[size_t(E + e)], mw.down[size_t(e)].weight.raw(), H, I, I / 256);
     CUtensorMap* dmaps = nullptr;
+    if (!tma && env_switch("TF_STEP_MOE_TMA", false))
+      log_message(LogLevel::Warn,
+                  "one-kernel decode step: an expert's weight cannot be a tensor map; layer " +
+                      std::to_string(s.attn_ops.size() - 1) + "'s experts go by row copies");
     if (tma) {
       dmaps = dalloc<CUtensorMap>(own, maps.size(), stream);
       TF_CUDA_CHECK(cudaMemcpyAsync(dmaps, maps.data(), maps.size() * sizeof(CUtensorMap),

@@ -419,7 +419,7 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
             make_rows8_tensor_map(&maps[size_t(E + e)], mw.down[size_t(e)].weight.raw(), H, I, I / 256);
     CUtensorMap* dmaps = nullptr;
     if (!tma && env_switch("TF_STEP_MOE_TMA", false))
-      log_message(LogLevel::Warn,
+      log_message(LogLevel::Warning,
                   "one-kernel decode step: an expert's weight cannot be a tensor map; layer " +
                       std::to_string(s.attn_ops.size() - 1) + "'s experts go by row copies");
     if (tma) {

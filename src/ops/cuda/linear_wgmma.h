@@ -175,7 +175,8 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
-// One 4D tensor-map load (box at coordinates x, y, z, w) into shared memory at dst, completing on mbarrier bar.
+// One 4D tensor-map load (box at coordinates x, y, z, w) into shared memory at dst, completing on mbarrier
+// bar.
 __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, int x, int y, int z, int w,
                                             uint32_t bar) {
   asm volatile(

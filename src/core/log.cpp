@@ -24,6 +24,10 @@ void set_log_level(LogLevel level) {
   g_level = level;
 }
 
+LogLevel log_level() {
+  return g_level;
+}
+
 void log_message(LogLevel level, const std::string& msg) {
   if (level < g_level) return;
   static const char* names[] = {"debug", "info", "warning", "error"};

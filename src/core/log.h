@@ -15,5 +15,6 @@ inline void log_warning(const std::string& m) {
 }
 // Messages below this level are dropped (default Info; TENSORFOLD_LOG=debug|info|warning|error).
 void set_log_level(LogLevel level);
+LogLevel log_level();
 
 }  // namespace tf

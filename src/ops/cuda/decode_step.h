@@ -67,8 +67,9 @@ class DecodeStep {
   virtual size_t packed_bytes() const = 0;
 
   // Debugging (benches): after a run with debug on, each op's x as the kernel made it and its outputs, as
-  // bf16 bits. Ops per layer: qkv, o, gate_up, down; then the lm_head. y: the op's output words (gate_up:
-  // silu_mul of its gate and up features, [n / 2]; the lm_head: none); res: an add + norm op's new residual.
+  // bf16 bits. Ops per layer: qkv, o, gate_up, down (MoE: qkv, o, router, gate_up, down); then the lm_head.
+  // y: the op's output words (gate_up: silu_mul of its gate and up features, [n / 2]; the lm_head and an MoE
+  // router: none); res: an add + norm op's new residual.
   virtual void set_debug(bool on, cudaStream_t stream) = 0;
   virtual std::vector<uint16_t> debug_x(int op) const = 0;
   virtual std::vector<uint16_t> debug_y(int op) const = 0;

@@ -371,6 +371,12 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
   };
   const uint32_t* res = s.emb_words;  // layer 0: the embedding row, rms_norm'd (no add)
   const uint32_t* add_in = nullptr;
+#if TF_STEP_MOE
+  // The experts as tensor maps with TF_STEP_MOE_TMA=1 (a stage by two boxes: 16 row copies a stage cost the
+  // step 0.97 ms of 3.82, run 544; not yet run on a GPU, so off by default); else, or where a map cannot be
+  // encoded, the layer's stages go by row copies.
+  const bool want_tma = env_switch("TF_STEP_MOE_TMA", false);
+#endif
   for (const DecodeStepLayer& L : m.layers) {
     uint32_t* th1 = dalloc<uint32_t>(own, H, stream);
     uint32_t* tqkv = dalloc<uint32_t>(own, QKV, stream);
@@ -409,19 +415,15 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
     TF_CUDA_CHECK(
         cudaMemcpyAsync(dtab, tab.data(), tab.size() * sizeof(tab[0]), cudaMemcpyHostToDevice, stream));
     auto* logit_words = dalloc<unsigned long long>(own, size_t(E), stream);
-    // The experts as tensor maps with TF_STEP_MOE_TMA=1 (a stage by two boxes: 16 row copies a stage cost the
-    // step 0.97 ms of 3.82, run 544; not yet run on a GPU, so off by default); else, or where a map cannot be
-    // encoded, the layer's stages go by row copies.
     std::vector<CUtensorMap> maps(2 * size_t(E));
-    bool tma = env_switch("TF_STEP_MOE_TMA", false);
+    bool tma = want_tma;
     for (int e = 0; e < E && tma; ++e)
       tma = make_rows8_tensor_map(&maps[size_t(e)], mw.gate_up[size_t(e)].weight.raw(), 2 * I, H, 8) &&
             make_rows8_tensor_map(&maps[size_t(E + e)], mw.down[size_t(e)].weight.raw(), H, I, I / 256);
     CUtensorMap* dmaps = nullptr;
-    if (!tma && env_switch("TF_STEP_MOE_TMA", false))
-      log_message(LogLevel::Warning,
-                  "one-kernel decode step: an expert's weight cannot be a tensor map; layer " +
-                      std::to_string(s.attn_ops.size() - 1) + "'s experts go by row copies");
+    if (!tma && want_tma)
+      log_warning("one-kernel decode step: an expert's weight cannot be a tensor map; layer " +
+                  std::to_string(s.attn_ops.size() - 1) + "'s experts go by row copies");
     if (tma) {
       dmaps = dalloc<CUtensorMap>(own, maps.size(), stream);
       TF_CUDA_CHECK(cudaMemcpyAsync(dmaps, maps.data(), maps.size() * sizeof(CUtensorMap),
@@ -556,6 +558,9 @@ std::vector<uint16_t> Impl::debug_x(int op) const {
 std::vector<uint16_t> Impl::debug_y(int op) const {
   const Op& o = s_->ops.at(size_t(op));
   if (o.y_f32) return {};
+#if TF_STEP_MOE
+  if (o.moe == kMoeRouter) return {};  // (f32 logit words)
+#endif
   return words_bf16(o.y, o.silu_out ? o.n / 2 : o.n);
 }
 std::vector<uint16_t> Impl::debug_res(int op) const {

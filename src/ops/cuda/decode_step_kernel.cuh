@@ -148,26 +148,32 @@ __device__ void poll_route(const Op& o, uint32_t tag, int lane, int& pick_e, flo
   route_vals<4>(v, o.experts, o.top_k, o.norm_topk != 0, lane, pick_e, pick_w);
 }
 // The producer's routing of a layer (gu: its gate_up op, followed by its down op): lane r < top_k gets rank
-// r's gate_up and down weights. The experts' tables are loaded before the poll (constants; a dependent
-// global load after it would be a round trip under the weight stream).
+// r's expert and (row copies: no tensor maps) its gate_up and down weights, from the experts' tables loaded
+// before the poll (constants; a dependent global load after it would be a round trip under the weight
+// stream).
 __device__ void route_producer(const Op& gu, const Op& dn, uint32_t tag, int lane, const __nv_bfloat16*& xg,
                                const __nv_bfloat16*& xd, int& xe, int ablate) {
+  const bool rows = gu.exmap == nullptr;
   const __nv_bfloat16 *tg[4], *td[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int e = lane + 32 * i;
-    tg[i] = e < gu.experts ? gu.ex[e] : nullptr, td[i] = e < gu.experts ? dn.ex[e] : nullptr;
+    const bool load = rows && e < gu.experts;
+    tg[i] = load ? gu.ex[e] : nullptr, td[i] = load ? dn.ex[e] : nullptr;
   }
   int pe = lane < gu.top_k ? lane : 0;
   float pw = 0.f;
   if (ablate != 3)
     poll_route(gu, tag, lane, pe, pw);  // (ablation 3, timing: experts 0 .. top_k - 1, no wait)
   xe = pe;
-  if (gu.exmap && lane < gu.top_k) {  // the picks' tensor maps, fetched ahead of their first copies
-    asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(gu.exmap + pe)) : "memory");
-    asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(dn.exmap + pe)) : "memory");
-  }
   xg = xd = nullptr;
+  if (!rows) {
+    if (lane < gu.top_k) {  // the picks' tensor maps, fetched ahead of their first copies
+      asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(gu.exmap + pe)) : "memory");
+      asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(dn.exmap + pe)) : "memory");
+    }
+    return;
+  }
 #pragma unroll
   for (int i = 0; i < 4; ++i) {  // rank `lane`'s expert pe: table entry i = pe >> 5 of lane pe & 31
     const auto a = reinterpret_cast<const __nv_bfloat16*>(
@@ -478,7 +484,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     // The attention of a layer whose o op holds no tile of this CTA (128 tiles for more CTAs) all the same:
     // the attention warps stage the CTA's units of every layer and wait for the consumers to compute them.
     for (int a = x_op + 1; a < op; ++a)
-      if (ops[a].xkind == kXAttnMerge) {
+      if (ops[a].xkind == kXAttnMerge) {  // as the x-making's below (one lambda for both moved the dense
+                                          // kernel's registers: its SASS is kept as it was)
         int h = 0, c = 0;
         for (int u = 0; c_units.at(u, h, c); ++u, c_par ^= 1)
           unit_scores_pv(ops[a], c_pos, h, c, attn_smem, prm.scale, c_par);

@@ -7,7 +7,6 @@
 // byte of both pools must be equal. Parameterised by the model's shape as the pools see it.
 #include <gtest/gtest.h>
 #include <stdio.h>   // fputs
-#include <stdlib.h>  // getenv
 
 #include <algorithm>
 #include <cmath>
@@ -76,18 +75,14 @@ inline int64_t steps_prepared_loading(Backend& be, const std::string& dir, int c
   struct Capture {
     std::string err;
     bool read = false;
+    const LogLevel was = log_level();
     Capture() {
       set_log_level(LogLevel::Debug);
       ::testing::internal::CaptureStderr();
     }
     ~Capture() {
       if (!read) err = ::testing::internal::GetCapturedStderr();
-      const char* e = getenv("TENSORFOLD_LOG");  // back to log.cpp's initial level
-      const std::string level = e ? e : "";
-      set_log_level(level == "debug"     ? LogLevel::Debug
-                    : level == "warning" ? LogLevel::Warning
-                    : level == "error"   ? LogLevel::Error
-                                         : LogLevel::Info);
+      set_log_level(was);
       fputs(err.c_str(), stderr);
     }
   };

@@ -6,7 +6,7 @@
 // graphed and eagerly -- and every round's logits, sampled tokens and hidden states and, at the end, every
 // byte of both pools must be equal. Parameterised by the model's shape as the pools see it.
 #include <gtest/gtest.h>
-#include <stdio.h>   // fputs
+#include <stdio.h>  // fputs
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-# Session 60, run 545 (NOT RUN: the session's device time ran out; for the next session): the MoE step's
+# Session 61, run 545 (H100; scripted in session 60, run in 61): the MoE step's
 # expert stages by tensor maps (TF_STEP_MOE_TMA=1) (two boxes of 8 rows in the 128-byte
 # swizzle, rows g and g + 1 in different bank halves) instead of 16 row copies (run 544: a contiguous copy
 # instead of the 16 made the step 3.82 -> 2.85 ms). test_cuda_moe_step (both paths, bits against the chain);

@@ -16,10 +16,10 @@ void DecodeStep::set_mlx4(bool on) {
 bool DecodeStep::mlx4() {
   return g_mlx4;
 }
-// Off by default: the MoE step gives the chain's bits but was slower than the chain on the H100 with its
-// experts' stages by row copies (3.76-3.82 ms against 3.38-3.44, runs 543-544); the tensor-map stages
-// (TF_STEP_MOE_TMA=1) are not yet measured (docs/cuda-notes.md "Session 60").
-static bool g_moe = env_switch("TF_DECODE_STEP_MOE", false);
+// On by default: the MoE step gives the chain's bits and, its experts' stages by tensor maps, is faster than
+// the chain (30B-A3B bf16 b=1 ctx 512 on an H100: 2.98-3.00 ms against 3.44, run 545; by row copies it was
+// slower, 3.76-3.88). TF_DECODE_STEP_MOE=0 turns it off.
+static bool g_moe = env_switch("TF_DECODE_STEP_MOE", true);
 void DecodeStep::set_moe(bool on) {
   g_moe = on;
 }

@@ -43,7 +43,7 @@ class DecodeStep {
   // Checks the shape (null and `why` when it is not the one the kernel handles) and packs the linears'
   // weights into the kernel's stage layout: a second copy of them in device memory.
   static std::unique_ptr<DecodeStep> make(const DecodeStepModel& m, cudaStream_t stream, std::string* why);
-  // Whether make() takes models with sparse (MoE) layers (the 30B-A3B shape): off unless TF_DECODE_STEP_MOE=1
+  // Whether make() takes models with sparse (MoE) layers (the 30B-A3B shape): on unless TF_DECODE_STEP_MOE=0
   // (decode_step.cu says why).
   static void set_moe(bool on);
   static bool moe();

@@ -372,10 +372,10 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
   const uint32_t* res = s.emb_words;  // layer 0: the embedding row, rms_norm'd (no add)
   const uint32_t* add_in = nullptr;
 #if TF_STEP_MOE
-  // The experts as tensor maps with TF_STEP_MOE_TMA=1 (a stage by two boxes: 16 row copies a stage cost the
-  // step 0.97 ms of 3.82, run 544; not yet run on a GPU, so off by default); else, or where a map cannot be
-  // encoded, the layer's stages go by row copies.
-  const bool want_tma = env_switch("TF_STEP_MOE_TMA", false);
+  // The experts as tensor maps (a stage by two boxes: the step 3.88 -> 3.00 ms, run 545 on an H100; 16 row
+  // copies a stage were its bottleneck, run 544); with TF_STEP_MOE_TMA=0, or where a map cannot be encoded,
+  // the layer's stages go by row copies (the same bits).
+  const bool want_tma = env_switch("TF_STEP_MOE_TMA", true);
 #endif
   for (const DecodeStepLayer& L : m.layers) {
     uint32_t* th1 = dalloc<uint32_t>(own, H, stream);
@@ -614,8 +614,9 @@ void Impl::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
 #if TF_STEP_MOE
   // The MoE shape's timing ablations (benches; wrong bits): TF_STEP_MOE_ABLATE=1 no tile arithmetic, 2 an
   // expert stage as one contiguous copy (not 16 row copies), 3 no routing wait in the producer (experts 0 ..
-  // top_k - 1); set_ablate's value where set.
-  p.ablate = s.ablate ? s.ablate : env_int("TF_STEP_MOE_ABLATE", 0, 3, 0);
+  // top_k - 1); and a variant with the same bits: 4 the combine's weights routed at the down's x (session
+  // 60's place); set_ablate's value where set.
+  p.ablate = s.ablate ? s.ablate : env_int("TF_STEP_MOE_ABLATE", 0, 4, 0);
 #else
   p.ablate = s.probe ? s.ablate : 0;
 #endif

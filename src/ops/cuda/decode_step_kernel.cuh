@@ -451,7 +451,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   };
   int op = 0;
 #if TF_STEP_MOE
-  float pick_w = 0.f;  // warp 0, lane r < top_k: rank r's weight in the layer's combine (down's x making)
+  float pick_w = 0.f;  // warp 0, lane r < top_k: rank r's weight in the layer's combine
+  int routed = -1;     // warp 0: the gate_up op whose layer's routing pick_w holds
 #endif
   for (int i = b, n = 0;; i += G, ++n) {
     op = op_of_tile(ops, nops, op, i);
@@ -505,12 +506,25 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         if (b < kHk && c_units.C > 1) merge_fold_help(o, b, c_units.C - 1, attn_smem, tag);
       }
 #if TF_STEP_MOE
-      if (o.moe == kMoeDown && warp == 0) {  // the combine's weights: the chain's routing of the logits
+      // The combine's weights (the chain's routing of the logits), where warp 0 has not routed the layer at
+      // its gate_up's x (below): a CTA without a gate_up tile, or ablation 4 (timing; the same bits).
+      if (o.moe == kMoeDown && warp == 0 && routed != op - 1) {
         int pick_e = 0;
         poll_route(o, tag, lane, pick_e, pick_w);
+        routed = op - 1;
       }
 #endif
       make_x(o, xs, nred, tile == 0, tag);
+#if TF_STEP_MOE
+      // At the gate_up's x, warp 0 routes the layer for the down's combine: its first stage lands only
+      // after the producer's routing anyway, while at the down's x the routing held every consumer warp
+      // (make_x's barrier).
+      if (o.moe == kMoeGateUp && warp == 0 && prm.ablate != 4) {
+        int pick_e = 0;
+        poll_route(o, tag, lane, pick_e, pick_w);
+        routed = op;
+      }
+#endif
       if (kProbe) c_x += clk() - cx;
       if (kProbe && logging) g_t = clk();  // (x made: not counted)
       x_op = op;

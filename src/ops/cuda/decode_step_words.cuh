@@ -211,6 +211,7 @@ struct Params {
   int early_bias;         // added to the merging CTAs' early chunks e (DecodeStep::set_early_bias)
   int ablate;             // the probe instance only (timing ablations, wrong bits): 1 no tile arithmetic,
                           // 2 MMAs on the raw 4-bit words (no dequantisation), 3 no consumer proxy fence
+                          // (the MoE shape's: decode_step_host.cuh's TF_STEP_MOE_ABLATE)
   int ring;  // bf16, the probe instance only: the ring's slots in use (0: all; DecodeStep::set_ring)
   int nslots, slot_bytes;  // MLX 4-bit: the ring's slots in use and their stride (DecodeStep::make)
   uint32_t slot_magic;     // MLX 4-bit: ceil(2^32 / nslots): j / nslots = umulhi(j, magic) for j < 2^28

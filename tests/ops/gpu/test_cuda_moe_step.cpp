@@ -7,10 +7,10 @@
 // test_cuda_decode_step.cpp). Positions cross the attention's 128-position chunks and the merge's rounds of
 // 8 chunks (4 KV heads), with graphs and eagerly, with the producer's stages in flight capped and not, and
 // on 40 CTAs (TF_STEP_GRID), where CTAs take several attention units a layer and the merging CTAs an early
-// chunk, as on parts with fewer SMs, and with the experts' stages by tensor maps (TF_STEP_MOE_TMA=1). The
-// MoE step is off by default (DecodeStep::moe): the suite turns it on. A
-// one-layer checkpoint without the top-k renormalisation (norm_topk_prob false) and with tied embeddings; and
-// the step turned off (TF_DECODE_STEP_MOE=0).
+// chunk, as on parts with fewer SMs, and with the experts' stages by row copies (TF_STEP_MOE_TMA=0; tensor
+// maps otherwise). The suite turns the MoE step on (DecodeStep::moe: on by default, off with
+// TF_DECODE_STEP_MOE=0 in the environment). A one-layer checkpoint without the top-k renormalisation
+// (norm_topk_prob false) and with tied embeddings; and the step turned off (TF_DECODE_STEP_MOE=0).
 #include <gtest/gtest.h>
 #include <stdlib.h>  // setenv
 
@@ -54,7 +54,7 @@ class CudaMoeStep : public ::testing::Test {
     why_ = new std::string(why);
     if (gpu_) cuda::set_graph_capture_after(*gpu_, 1);
     moe_was_ = cuda::DecodeStep::moe();
-    cuda::DecodeStep::set_moe(true);  // (off by default)
+    cuda::DecodeStep::set_moe(true);  // (whatever TF_DECODE_STEP_MOE says)
     // The 30B-A3B layer shape, 2 layers (1.2 GB of experts each), norm_topk_prob true, an lm_head.
     if (gpu_)
       dir_ = new std::string(test::write_random_qwen3("tf_moe_step", moe_shape(kLayers, true, false)));
@@ -117,10 +117,10 @@ TEST_F(CudaMoeStep, FirstChunksAndBoundaries) {
   unsetenv("TF_STEP_INFLIGHT_STAGES");
 }
 
-TEST_F(CudaMoeStep, ExpertStagesByTensorMaps) {
-  // TF_STEP_MOE_TMA=1 (read when the model prepares its step): the experts' stages by two tensor-map boxes in
-  // the 128-byte swizzle instead of 16 row copies into padded rows; the same bits.
-  ASSERT_EQ(setenv("TF_STEP_MOE_TMA", "1", 1), 0);
+TEST_F(CudaMoeStep, ExpertStagesByRowCopies) {
+  // TF_STEP_MOE_TMA=0 (read when the model prepares its step): the experts' stages by 16 row copies into
+  // padded rows instead of two tensor-map boxes in the 128-byte swizzle; the same bits.
+  ASSERT_EQ(setenv("TF_STEP_MOE_TMA", "0", 1), 0);
   const int64_t n = run(120, 16);
   unsetenv("TF_STEP_MOE_TMA");
   EXPECT_GT(n, 8);

@@ -1,0 +1,22 @@
+# Session 61, run 546: the combine's routing moved (warp 0 routes the layer at the gate_up's x, not at the
+# down's, where it held every consumer warp at make_x's barrier), with the tensor-map stages and the MoE step
+# on by default. test_cuda_moe_step (7 cases: bits against the chain); tf_bench_moe bf16's step row, a4 (the
+# old place, same bits) in the same process, a1 / a3 ablations; twice.
+# Prediction (H100): -0.02..-0.05 ms (route_vals ~0.5-1 us a layer off the critical path, 48 layers):
+# 2.98-3.00 -> ~2.94-2.97 ms; a4 back at ~2.99.
+#   BINS="tests/ops/gpu/test_cuda_moe_step bench/cuda/tf_bench_moe"
+#     rm -f .devpack/step.tar.xz; TF_PACK_DICT=1GiB tools/device_step.sh --pack; mv .devpack/step.tar.xz .devpack/p546.tar.xz
+set -u
+D=$(mktemp -d); xz -dc .devpack/step.tar.xz | tar -xf - -C $D; export LD_LIBRARY_PATH=$D/bin:${LD_LIBRARY_PATH:-}
+T0=$(date +%s)
+el() { echo "t=$(( $(date +%s) - T0 ))"; }
+date -u > $OUT/all.txt; nvidia-smi --query-gpu=name --format=csv,noheader >> $OUT/all.txt
+timeout 150 $D/bin/test_cuda_moe_step --gtest_brief=1 > $OUT/test_moe_step.txt 2>&1
+echo "test_moe_step rc=$? $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' $OUT/test_moe_step.txt | tr '\n' ' ') $(el)" >> $OUT/all.txt
+grep -E "FAILED  \]|Failure|differ|HANG|aligned|tensor map" $OUT/test_moe_step.txt | head -20 >> $OUT/all.txt
+for i in 1 2; do
+  TF_MOE_BENCH_STEP_AB=a4,a1,a3 TF_MOE_BENCH_WARM_S=2 timeout 100 $D/bin/tf_bench_moe --format bf16 --quick > $OUT/moe-bf16-$i.txt 2>&1
+  echo "moe bf16 ($i) rc=$? $(el)" >> $OUT/all.txt
+  grep -E "^\| decode b=1 ctx 512 \||one-kernel|step logits|HANG|rror|aligned|tensor map" $OUT/moe-bf16-$i.txt >> $OUT/all.txt
+done
+rm -rf $D

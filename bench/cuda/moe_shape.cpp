@@ -365,7 +365,7 @@ void decode_step_row(Backend& be, Model& m, const BatchMeta& meta, int ctx, doub
       st->set_ablate(0), st->set_inflight(-1);
       std::printf("| one-kernel step, %s %d | %.3f | %.0f | | | %.1f%% | |\n",
                   tok[0] == 'i' ? "stages in flight"
-                  : v == 4      ? "variant (same bits): the combine's routing at the down's x,"
+                  : v == 4      ? "variant (same bits): the combine's routing at the gate_up's x,"
                                 : "timing ablation (wrong bits)",
                   v, t, 1e3 / t, 100 * floor_ms / t);
     }

@@ -1,9 +1,11 @@
-# Session 61, run 546: the combine's routing moved (warp 0 routes the layer at the gate_up's x, not at the
-# down's, where it held every consumer warp at make_x's barrier), with the tensor-map stages and the MoE step
-# on by default. test_cuda_moe_step (7 cases: bits against the chain); tf_bench_moe bf16's step row, a4 (the
-# old place, same bits) in the same process, a1 / a3 ablations; twice.
+# Session 61, run 546 (NOT RUN: the session's device time ran out; for the next session): the combine's
+# routing moved (variant 4: warp 0 routes the layer at the gate_up's x, not at the down's, where it holds
+# every consumer warp at make_x's barrier), with the tensor-map stages and the MoE step on by default.
+# test_cuda_moe_step (8 cases: bits against the chain, variant 4 among them); tf_bench_moe bf16's step row,
+# a4 (the variant, same bits) in the same process, a1 / a3 ablations; twice. If a4 wins: make it the default
+# (decode_step_kernel.cuh: `prm.ablate == 4` -> `!= 4` with the old place as the variant).
 # Prediction (H100): -0.02..-0.05 ms (route_vals ~0.5-1 us a layer off the critical path, 48 layers):
-# 2.98-3.00 -> ~2.94-2.97 ms; a4 back at ~2.99.
+# 2.98-3.00 -> ~2.94-2.97 ms with a4.
 #   BINS="tests/ops/gpu/test_cuda_moe_step bench/cuda/tf_bench_moe"
 #     rm -f .devpack/step.tar.xz; TF_PACK_DICT=1GiB tools/device_step.sh --pack; mv .devpack/step.tar.xz .devpack/p546.tar.xz
 set -u

@@ -507,7 +507,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       }
 #if TF_STEP_MOE
       // The combine's weights (the chain's routing of the logits), where warp 0 has not routed the layer at
-      // its gate_up's x (below): a CTA without a gate_up tile, or ablation 4 (timing; the same bits).
+      // its gate_up's x (below: variant 4 only, so far; a CTA without a gate_up tile never does).
       if (o.moe == kMoeDown && warp == 0 && routed != op - 1) {
         int pick_e = 0;
         poll_route(o, tag, lane, pick_e, pick_w);
@@ -516,10 +516,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
 #endif
       make_x(o, xs, nred, tile == 0, tag);
 #if TF_STEP_MOE
-      // At the gate_up's x, warp 0 routes the layer for the down's combine: its first stage lands only
-      // after the producer's routing anyway, while at the down's x the routing held every consumer warp
-      // (make_x's barrier).
-      if (o.moe == kMoeGateUp && warp == 0 && prm.ablate != 4) {
+      // Variant 4 (TF_STEP_MOE_ABLATE=4, set_ablate(4); the same bits; not yet run on a GPU, so not the
+      // default): at the gate_up's x, warp 0 routes the layer for the down's combine -- its first stage lands
+      // only after the producer's routing anyway, while at the down's x the routing holds every consumer
+      // warp (make_x's barrier).
+      if (o.moe == kMoeGateUp && warp == 0 && prm.ablate == 4) {
         int pick_e = 0;
         poll_route(o, tag, lane, pick_e, pick_w);
         routed = op;

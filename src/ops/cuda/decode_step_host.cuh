@@ -614,9 +614,10 @@ void Impl::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
 #if TF_STEP_MOE
   // The MoE shape's timing ablations (benches; wrong bits): TF_STEP_MOE_ABLATE=1 no tile arithmetic, 2 an
   // expert stage as one contiguous copy (not 16 row copies), 3 no routing wait in the producer (experts 0 ..
-  // top_k - 1); and a variant with the same bits: 4 the combine's weights routed at the gate_up's x (not at
-  // the down's; docs/cuda-notes.md "Session 61"); set_ablate's value where set.
-  p.ablate = s.ablate ? s.ablate : env_int("TF_STEP_MOE_ABLATE", 0, 4, 0);
+  // top_k - 1); and variants with the same bits: 4 the combine's weights routed at the gate_up's x (not at
+  // the down's), 5 every expert's tensor maps prefetched while the producer waits for the routing (not only
+  // the picks' after it; docs/cuda-notes.md "Session 61"); set_ablate's value where set.
+  p.ablate = s.ablate ? s.ablate : env_int("TF_STEP_MOE_ABLATE", 0, 5, 0);
 #else
   p.ablate = s.probe ? s.ablate : 0;
 #endif

@@ -163,6 +163,15 @@ __device__ void route_producer(const Op& gu, const Op& dn, uint32_t tag, int lan
   }
   int pe = lane < gu.top_k ? lane : 0;
   float pw = 0.f;
+  if (!rows && ablate == 5)  // variant 5 (timing, same bits): every expert's maps fetched during the wait
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      if (lane + 32 * i < gu.experts) {
+        asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(gu.exmap + lane + 32 * i))
+                     : "memory");
+        asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(dn.exmap + lane + 32 * i))
+                     : "memory");
+      }
   if (ablate != 3)
     poll_route(gu, tag, lane, pe, pw);  // (ablation 3, timing: experts 0 .. top_k - 1, no wait)
   xe = pe;

@@ -8,7 +8,7 @@
 // 8 chunks (4 KV heads), with graphs and eagerly, with the producer's stages in flight capped and not, and
 // on 40 CTAs (TF_STEP_GRID), where CTAs take several attention units a layer and the merging CTAs an early
 // chunk, as on parts with fewer SMs, and with the experts' stages by row copies (TF_STEP_MOE_TMA=0; tensor
-// maps otherwise), and with the combine's routing at the gate_up's x (TF_STEP_MOE_ABLATE=4). The suite turns
+// maps otherwise), and two same-bits variants (TF_STEP_MOE_ABLATE=4, 5). The suite turns
 // the MoE step on (DecodeStep::moe: on by default, off with TF_DECODE_STEP_MOE=0 in the environment). A
 // one-layer checkpoint without the top-k renormalisation (norm_topk_prob false) and with tied embeddings; and
 // the step turned off (TF_DECODE_STEP_MOE=0).
@@ -127,13 +127,15 @@ TEST_F(CudaMoeStep, ExpertStagesByRowCopies) {
   EXPECT_GT(n, 8);
 }
 
-TEST_F(CudaMoeStep, CombineRoutedAtTheGateUpsX) {
-  // TF_STEP_MOE_ABLATE=4 (read at each launch; a variant with the same bits, not yet the default): consumer
-  // warp 0 routes each layer for the combine right after the gate_up's x, not at the down's.
-  ASSERT_EQ(setenv("TF_STEP_MOE_ABLATE", "4", 1), 0);
-  const int64_t n = run(120, 16);
+TEST_F(CudaMoeStep, SameBitsVariants) {
+  // TF_STEP_MOE_ABLATE=4 / 5 (read at each launch; variants with the same bits, not yet the default): 4,
+  // consumer warp 0 routes each layer for the combine right after the gate_up's x, not at the down's; 5, the
+  // producer prefetches every expert's tensor maps while it waits for the routing.
+  for (const char* v : {"4", "5"}) {
+    ASSERT_EQ(setenv("TF_STEP_MOE_ABLATE", v, 1), 0);
+    EXPECT_GT(run(120, 16), 8) << "variant " << v;
+  }
   unsetenv("TF_STEP_MOE_ABLATE");
-  EXPECT_GT(n, 8);
 }
 
 TEST_F(CudaMoeStep, MergesSeveralRoundsAtLongContexts) {

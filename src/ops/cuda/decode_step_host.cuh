@@ -612,11 +612,12 @@ void Impl::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
   p.tables = dm.tables, p.inv_freq = s.inv_freq, p.rope_factor = s.rope_factor, p.scale = s.scale;
   p.qk_eps = s.eps, p.logits = logits;
 #if TF_STEP_MOE
-  // The MoE shape's timing ablations (benches; wrong bits): TF_STEP_MOE_ABLATE=1 no tile arithmetic, 2 an
-  // expert stage as one contiguous copy (not 16 row copies), 3 no routing wait in the producer (experts 0 ..
-  // top_k - 1); and variants with the same bits: 4 the combine's weights routed at the gate_up's x (not at
-  // the down's), 5 every expert's tensor maps prefetched while the producer waits for the routing (not only
-  // the picks' after it; docs/cuda-notes.md "Session 61"); set_ablate's value where set.
+  // The MoE shape's timing ablations (benches; wrong bits): TF_STEP_MOE_ABLATE=1 no tile arithmetic, 3 no
+  // routing wait in the producer (experts 0 .. top_k - 1) (2, run 544's expert stage as one contiguous copy,
+  // is retired: the tensor maps answered it); and variants with the same bits: 4 the combine's weights routed
+  // at the gate_up's x (not at the down's), 5 every expert's tensor maps prefetched while the producer waits
+  // for the routing (not only the picks' after it; docs/cuda-notes.md "Session 61"); set_ablate's value where
+  // set.
   p.ablate = s.ablate ? s.ablate : env_int("TF_STEP_MOE_ABLATE", 0, 5, 0);
 #else
   p.ablate = s.probe ? s.ablate : 0;

@@ -199,7 +199,7 @@ __device__ void route_producer(const Op& gu, const Op& dn, uint32_t tag, int lan
 // two slices (inter / 4 k-values), rows inter / 2 + 64 bytes apart.
 __device__ __forceinline__ void expert_stage(const Op& o, int tile, int s, uint32_t dst, uint32_t bar,
                                              int lane, const __nv_bfloat16* xg, const __nv_bfloat16* xd,
-                                             int xe, int ablate) {
+                                             int xe) {
   const int I = o.inter;
   if (o.exmap) {  // two tensor-map boxes of 8 rows (rows 0-7 of the stage, then 8-15), by lane 0
     const bool gu = o.moe == kMoeGateUp;
@@ -222,10 +222,6 @@ __device__ __forceinline__ void expert_stage(const Op& o, int tile, int s, uint3
     const int r = tile / (I / 8), f = tile % (I / 8);
     const auto base = reinterpret_cast<const __nv_bfloat16*>(
         __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(xg), r));
-    if (ablate == 2) {  // (timing: the stage's bytes as one contiguous copy from the expert, wrong values)
-      if (lane == 0) bulk_copy_g2s(dst, base + (f * kOwners + s) * (o.sbytes / 2), o.sbytes, bar);
-      return;
-    }
     if (lane < 16) {
       const int row = lane < 8 ? 8 * f + lane : I + 8 * f + lane - 8;
       bulk_copy_g2s(dst + lane * kExRowBytes, base + int64_t(row) * kHidden + s * (kSW * kStageK),
@@ -235,10 +231,6 @@ __device__ __forceinline__ void expert_stage(const Op& o, int tile, int s, uint3
     const int r = s / kOwners, ow = s % kOwners;
     const auto base = reinterpret_cast<const __nv_bfloat16*>(
         __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(xd), r));
-    if (ablate == 2) {
-      if (lane == 0) bulk_copy_g2s(dst, base + (tile * kOwners + ow) * (o.sbytes / 2), o.sbytes, bar);
-      return;
-    }
     if (lane < 16)
       bulk_copy_g2s(dst + lane * (I / 2 + 64), base + int64_t(tile * 16 + lane) * I + ow * (I / 4), I / 2,
                     bar);
@@ -407,8 +399,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         if (mk >= kMoeGateUp) {
           if (lane == 0) mbar_arrive_expect_tx(saddr(full + slot), uint32_t(sbytes));
           __syncwarp();
-          expert_stage(ops[op], tile, s, saddr(ring + slot * slot_b), saddr(full + slot), lane, xg, xd, xe,
-                       prm.ablate);
+          expert_stage(ops[op], tile, s, saddr(ring + slot * slot_b), saddr(full + slot), lane, xg, xd, xe);
           __syncwarp();
           continue;
         }
@@ -555,12 +546,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         float acc[4] = {0.f, 0.f, 0.f, 0.f};
         const uint32_t xb = saddr(xs) + 16 * t + (r * I + slice0 * sl) * 2;
         if (o.exmap) {  // two boxes of 8 rows x I / 256 blocks (make_rows8_tensor_map's swizzled lines)
-          const uint32_t base = saddr(ring + slot * slot_b);
-          const int pg = (g & 1) * 4 + g / 2, nb = I / 256;
+          const uint32_t base = saddr(ring + slot * slot_b), box = I / 256 * 1024;
           for (int c = 0; c < (prm.ablate == 1 ? 0 : sl / 32); ++c) {
-            const int col = half * sl + 32 * c, u = (col & 63) / 8 + t;
-            const uint32_t at = base + ((col >> 6) * 8 + pg) * 128 + ((u ^ pg) << 4);
-            mma_chunk(acc, lds128(at), lds128(at + nb * 1024), lds128(xb + c * 64));
+            const uint32_t at = rows8_addr(base, g, half * sl + 32 * c + 8 * t);
+            mma_chunk(acc, lds128(at), lds128(at + box), lds128(xb + c * 64));
           }
         } else {
           const uint32_t base = saddr(ring + slot * slot_b) + half * (sl * 2) + 16 * t;
@@ -630,14 +619,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       }
 #if TF_STEP_MOE
       else if (expert_rows && o.exmap) {
-        // two boxes of 8 rows x 8 blocks of 64 columns (make_rows8_tensor_map): row g of a box on line
-        // pg = (g & 1) * 4 + g / 2 of each block, its 16-byte units swizzled by pg; this warp's slice: blocks
-        // 4 half .. 4 half + 3, chunk c the half c & 1 of block 4 half + c / 2
+        // two boxes of 8 rows x 8 blocks of 64 columns (make_rows8_tensor_map, rows8_addr): this warp's
+        // slice is columns kStageK * half .. of the stage's 512
         const uint32_t base = saddr(ring + slot * slot_b);
-        const int pg = (g & 1) * 4 + g / 2;
 #pragma unroll 4
         for (int c = 0; c < kStageK / 32; ++c) {
-          const uint32_t at = base + ((4 * half + c / 2) * 8 + pg) * 128 + ((((c & 1) * 4 + t) ^ pg) << 4);
+          const uint32_t at = rows8_addr(base, g, kStageK * half + 32 * c + 8 * t);
           mma_chunk(acc[0], lds128(at), lds128(at + 8192), lds128(xb + c * 64));
         }
       }

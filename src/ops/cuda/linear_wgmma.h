@@ -186,6 +186,14 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
+// The 16 bytes of row g (0-7) of a make_rows8_tensor_map box landed at shared address `base` (1 KB-aligned)
+// that hold its columns col .. col + 7 (col % 8 == 0): block col / 64's line (g & 1) * 4 + g / 2, the 16-byte
+// unit swizzled by that line.
+__device__ __forceinline__ uint32_t rows8_addr(uint32_t base, int g, int col) {
+  const int pg = (g & 1) * 4 + g / 2;
+  return base + ((col >> 6) * 8 + pg) * 128 + ((((col & 63) >> 3) ^ pg) << 4);
+}
+
 // Shared-memory matrix descriptor, no swizzle ("interleave"): the operand is a grid of 8x8 core
 // matrices (8 rows of 16 contiguous bytes = 8 bf16 along K, 128 bytes in all). lbo: bytes between core
 // matrices adjacent in K; sbo: bytes between core matrices adjacent in M/N. Address fields drop 4 bits.

@@ -163,15 +163,6 @@ __device__ void route_producer(const Op& gu, const Op& dn, uint32_t tag, int lan
   }
   int pe = lane < gu.top_k ? lane : 0;
   float pw = 0.f;
-  if (!rows && ablate == 5)  // variant 5 (timing, same bits): every expert's maps fetched during the wait
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      if (lane + 32 * i < gu.experts) {
-        asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(gu.exmap + lane + 32 * i))
-                     : "memory");
-        asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(dn.exmap + lane + 32 * i))
-                     : "memory");
-      }
   if (ablate != 3)
     poll_route(gu, tag, lane, pe, pw);  // (ablation 3, timing: experts 0 .. top_k - 1, no wait)
   xe = pe;
@@ -507,7 +498,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       }
 #if TF_STEP_MOE
       // The combine's weights (the chain's routing of the logits), where warp 0 has not routed the layer at
-      // its gate_up's x (below: variant 4 only, so far; a CTA without a gate_up tile never does).
+      // its gate_up's x (below; variant 4, or a CTA without a gate_up tile).
       if (o.moe == kMoeDown && warp == 0 && routed != op - 1) {
         int pick_e = 0;
         poll_route(o, tag, lane, pick_e, pick_w);
@@ -516,11 +507,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
 #endif
       make_x(o, xs, nred, tile == 0, tag);
 #if TF_STEP_MOE
-      // Variant 4 (TF_STEP_MOE_ABLATE=4, set_ablate(4); the same bits; not yet run on a GPU, so not the
-      // default): at the gate_up's x, warp 0 routes the layer for the down's combine -- its first stage lands
-      // only after the producer's routing anyway, while at the down's x the routing holds every consumer
-      // warp (make_x's barrier).
-      if (o.moe == kMoeGateUp && warp == 0 && prm.ablate == 4) {
+      // At the gate_up's x, warp 0 routes the layer for the down's combine: the gate_up's first stage lands
+      // only after the producer's routing anyway, while at the down's x the routing held every consumer warp
+      // (make_x's barrier). Run 546 (H100, 30B-A3B b=1): 3.038 -> 2.952 ms. Variant 4
+      // (TF_STEP_MOE_ABLATE=4, set_ablate(4); same bits): the routing at the down's x, as before.
+      if (o.moe == kMoeGateUp && warp == 0 && prm.ablate != 4) {
         int pick_e = 0;
         poll_route(o, tag, lane, pick_e, pick_w);
         routed = op;

@@ -346,7 +346,7 @@ void decode_step_row(Backend& be, Model& m, const BatchMeta& meta, int ctx, doub
       ctx, captured ? "" : " (eager)", chain_ms / ms, ms, 1e3 / ms, bytes / 1e9, floor_ms,
       100 * floor_ms / ms, experts);
   // A/Bs in this process (TF_MOE_BENCH_STEP_AB, comma-separated): "a<n>" the timing ablation n
-  // (DecodeStep::set_ablate: wrong bits but for a4, a5; decode_step_host.cuh's TF_STEP_MOE_ABLATE), "i<n>" n
+  // (DecodeStep::set_ablate: wrong bits but for a4; decode_step_host.cuh's TF_STEP_MOE_ABLATE), "i<n>" n
   // stages in flight (set_inflight; 0 every free slot), each timed then undone; the step as it was timed
   // last.
   if (const char* ab = std::getenv("TF_MOE_BENCH_STEP_AB"); ab && *ab) {
@@ -366,7 +366,6 @@ void decode_step_row(Backend& be, Model& m, const BatchMeta& meta, int ctx, doub
       std::printf("| one-kernel step, %s %d | %.3f | %.0f | | | %.1f%% | |\n",
                   tok[0] == 'i' ? "stages in flight"
                   : v == 4      ? "variant (same bits): the combine's routing at the down's x,"
-                  : v == 5      ? "variant (same bits): no side buffer,"
                                 : "timing ablation (wrong bits)",
                   v, t, 1e3 / t, 100 * floor_ms / t);
     }

@@ -615,13 +615,10 @@ void Impl::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
   // The MoE shape's timing ablations (benches; wrong bits): TF_STEP_MOE_ABLATE=1 no tile arithmetic, 3 no
   // routing wait in the producer (experts 0 .. top_k - 1) (2, run 544's expert stage as one contiguous copy,
   // is retired: the tensor maps answered it); and a variant with the same bits: 4 the combine's weights
-  // routed at the down's x (before run 546: the default routes them at the gate_up's), 5 no side buffer
-  // (below). (Run 546's 5, every expert's tensor maps prefetched during the producer's routing wait, is
-  // retired: 3.46 ms against 2.95.) set_ablate's value where set.
-  p.ablate = s.ablate ? s.ablate : env_int("TF_STEP_MOE_ABLATE", 0, 5, 0);
-  // The side buffer (decode_step_kernel.cuh's side_tile; the same bits): bf16 only (a 4-bit ring lends the
-  // region instead); variant 5, or TF_STEP_MOE_SIDE=0: none.
-  p.side = s.format == kWBf16 && p.ablate != 5 && env_switch("TF_STEP_MOE_SIDE", true);
+  // routed at the down's x (before run 546: the default routes them at the gate_up's). (5, every expert's
+  // tensor maps prefetched during the producer's routing wait, is retired: run 546, 3.46 ms against 2.95.)
+  // set_ablate's value where set.
+  p.ablate = s.ablate ? s.ablate : env_int("TF_STEP_MOE_ABLATE", 0, 4, 0);
 #else
   p.ablate = s.probe ? s.ablate : 0;
 #endif

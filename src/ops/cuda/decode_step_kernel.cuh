@@ -56,8 +56,7 @@ __host__ __device__ inline int packed_stage(int s, int k, int owners, int sk) {
 // and their stage counters.
 template <int W>
 constexpr size_t kSmemBytes = kMaxK * 2 + size_t(kRingBytes<W>) + kAttnRegion +
-                              (kRed<W> * kSlices * 16 + 8) * 4 + 2 * kRing<W> * 8 + kRing<W> * 4 +
-                              (TF_STEP_MOE ? (kOwners + 1) * 8 : 0);  // (the side buffer's mbarriers)
+                              (kRed<W> * kSlices * 16 + 8) * 4 + 2 * kRing<W> * 8 + kRing<W> * 4;
 
 // The 4-bit consumer's variants: plain or subnormal codes (quant_common.cuh's kMlxBf16 / kMlxBf16Sub) x
 // groups of 32, 64, 128 (gshift 0-2: a chunk's group is its index >> gshift).
@@ -228,30 +227,6 @@ __device__ __forceinline__ void expert_stage(const Op& o, int tile, int s, uint3
                     bar);
   }
 }
-
-// The side buffer. While a CTA's producer waits for a layer's routing the ring drains (every stage after
-// it is an expert's), so a CTA with no attention work (its staging region idle all launch) loads meanwhile
-// the first tile of the op after the layer's down -- the next layer's qkv, or the lm_head -- into that region
-// (its kOwners stages, a packed bf16 tile of K = hidden: kOwners x 16 KB), on mbarriers of its own; the
-// consumers take that tile from there, and the ring never holds it (neither side counts it in j).
-static_assert(kHidden / (kSW * kStageK) == kOwners && kHidden / kSlices / kStageK == 1,
-              "a side tile: one stage an owner, one piece a warp");
-static_assert(kOwners * kStageBytes <= kAttnBytes, "a side tile fits the attention's staging region");
-// CTA b's first tile (the global index) of op o, or past the op's last where it has none.
-__device__ __forceinline__ int first_tile(const Op& o, int b, int G) {
-  return o.tile_begin + ((b - o.tile_begin) % G + G) % G;
-}
-__device__ __forceinline__ bool has_tile(const Op& o, int b, int G) {
-  return first_tile(o, b, G) < o.tile_begin + o.tiles;
-}
-// Op x's side tile on CTA b (-1: none): its first tile, where op x follows a layer's down and the CTA's
-// producer routes that layer (it holds a gate_up or a down tile of it: where it loads the side tile).
-__device__ __forceinline__ int side_tile(const Op* ops, int nops, int x, int b, int G) {
-  if (x < 2 || x >= nops || ops[x - 1].moe != kMoeDown) return -1;
-  if (!has_tile(ops[x - 2], b, G) && !has_tile(ops[x - 1], b, G)) return -1;
-  const int i = first_tile(ops[x], b, G);
-  return i < ops[x].tile_begin + ops[x].tiles ? i : -1;
-}
 #endif
 
 // W: the linears' weight format (WFormat). kProbe: the benches' instance (DecodeStep::set_probe):
@@ -281,8 +256,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   int* meta = reinterpret_cast<int*>(empty + kSlots);  // [kSlots]: the stage (producer's count) in the slot
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #if TF_STEP_MOE
-  // The side buffer's mbarriers: a stage's full [kOwners], then the tile's empty (every consumer warp).
-  uint64_t* side_bar = reinterpret_cast<uint64_t*>(meta + kSlots);
   if (threadIdx.x == 0 && (saddr(ring) & 1023) != 0) {  // the experts' swizzled boxes need 1 KB-aligned slots
     printf("decode_step: the ring at shared address %u is not 1024-byte aligned\n", saddr(ring));
     __trap();
@@ -291,10 +264,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   if (threadIdx.x == 0) {
     for (int i = 0; i < kSlots; ++i)
       mbar_init(saddr(full + i), 1), mbar_init(saddr(empty + i), SW / kTeams<W>), meta[i] = -1;
-#if TF_STEP_MOE
-    for (int i = 0; i < kOwners; ++i) mbar_init(saddr(side_bar + i), 1);
-    mbar_init(saddr(side_bar + kOwners), kCWarps);
-#endif
     mbar_init_fence();
   }
   __syncthreads();
@@ -317,12 +286,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   // division's ~20 dependent instructions in the producer's loop cost SW 2's small stages 14%, run 537).
   const uint32_t magic = lend ? prm.slot_magic_lent : prm.slot_magic;
   auto wrap = [&](int j) { return W == kWBf16 ? j / nslots : int(__umulhi(uint32_t(j), magic)); };
-#if TF_STEP_MOE
-  // The side buffer (side_tile) where the CTA has no attention unit and no merge in this launch (as the
-  // 4-bit ring's lending).
-  const bool side = W == kWBf16 && prm.side && b >= kHk &&
-                    b - kHk >= UnitList(prm.positions[0], G, b, prm.early_bias).others;
-#endif
 
   if (warp > kProducer) {  // attention warps: the (KV head, chunk) units of every layer dealt to this CTA
     Row row;
@@ -372,7 +335,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     int routed = -1;                                   // the gate_up op whose layer's routing the lanes hold
     const __nv_bfloat16 *xg = nullptr, *xd = nullptr;  // lane r < top_k: rank r's gate_up / down weights
     int xe = 0;                                        // and its expert
-    int side_i = -1, su = 0;  // the side tile in the buffer (its global index); side tiles loaded so far
 #endif
     for (int i = b;; i += G) {
       op = op_of_tile(ops, nops, op, i);
@@ -386,9 +348,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         }
         p_empty = 0, p_layer = op / 4;
       }
-#if TF_STEP_MOE
-      if (i == side_i) continue;  // (in the side buffer)
-#endif
       const int tile = i - ops[op].tile_begin;
       const unsigned char* w = ops[op].wp;
       const int k = ops[op].k, sbytes = ops[op].sbytes;
@@ -396,24 +355,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       const int mk = ops[op].moe;
       if (mk >= kMoeGateUp) {  // the layer's routing: its experts' weights (the producer waits here)
         const int gu = mk == kMoeGateUp ? op : op - 1;
-        if (routed != gu) {
-          const int si = side ? side_tile(ops, nops, gu + 2, b, G) : -1;
-          if (si >= 0) {  // the side tile, before the routing's wait (its region free once read: empty)
-            const Op& ox = ops[gu + 2];
-            const int st = ox.k / SK / SW, stile = si - ox.tile_begin;
-            if (su > 0) wait_bar(saddr(side_bar + kOwners), (su - 1) & 1, kEmptyStage, -1);
-            if (lane == 0)
-              for (int s = 0; s < st; ++s) {
-                mbar_arrive_expect_tx(saddr(side_bar + s), uint32_t(ox.sbytes));
-                bulk_copy_g2s(saddr(attn_smem) + s * ox.sbytes,
-                              ox.wp + (int64_t(stile) * st + packed_stage(s, ox.k, kOwn, SK)) * ox.sbytes,
-                              uint32_t(ox.sbytes), saddr(side_bar + s));
-              }
-            __syncwarp();
-            side_i = si, ++su;
-          }
+        if (routed != gu)
           route_producer(ops[gu], ops[gu + 1], tag, lane, xg, xd, xe, prm.ablate), routed = gu;
-        }
       }
       const int stages = mk == kMoeDown ? ops[op].top_k * kOwners : k / SK / SW;
       // The in-flight cap in bytes: as many of the op's stages as prm.inflight 16 KB stages (the down's are
@@ -499,9 +442,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   };
   int op = 0;
 #if TF_STEP_MOE
-  float pick_w = 0.f;           // warp 0, lane r < top_k: rank r's weight in the layer's combine
-  int routed = -1;              // warp 0: the gate_up op whose layer's routing pick_w holds
-  int c_side_i = -1, c_su = 0;  // the current op's side tile (side_tile; -1: none), side tiles taken so far
+  float pick_w = 0.f;  // warp 0, lane r < top_k: rank r's weight in the layer's combine
+  int routed = -1;     // warp 0: the gate_up op whose layer's routing pick_w holds
 #endif
   for (int i = b, n = 0;; i += G, ++n) {
     op = op_of_tile(ops, nops, op, i);
@@ -565,7 +507,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
 #endif
       make_x(o, xs, nred, tile == 0, tag);
 #if TF_STEP_MOE
-      c_side_i = side ? side_tile(ops, nops, op, b, G) : -1;
       // At the gate_up's x, warp 0 routes the layer for the down's combine: the gate_up's first stage lands
       // only after the producer's routing anyway, while at the down's x the routing held every consumer warp
       // (make_x's barrier). Run 546 (H100, 30B-A3B b=1): 3.038 -> 2.952 ms. Variant 4
@@ -643,14 +584,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     const uint32_t xbase = saddr(xs) + 16 * t;
     for (int part = 0; part < spw; ++part) {  // this warp's K slices, in order
       const int jj = j + part * kOwn + owner, wjj = wrap(jj), slot = jj - wjj * nslots;
-#if TF_STEP_MOE
-      // (the dense kernel's code as it was: its SASS is kept identical)
-      uint32_t sa = saddr(ring + slot * slot_b), fb = saddr(full + slot), eb = saddr(empty + slot);
-      uint32_t ph = wjj & 1;
-      if (i == c_side_i)  // the side tile: owner's stage in the attention's staging region
-        sa = saddr(attn_smem) + owner * o.sbytes, fb = saddr(side_bar + owner),
-        eb = saddr(side_bar + kOwners), ph = c_su & 1;
-#endif
       const uint32_t cw = kProbe ? clk() : 0;
       if (kProbe && logging) gcount(op, 2);  // (the arithmetic of the previous part)
       if constexpr (kNT > 1) {
@@ -665,11 +598,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
             __trap();
           }
       }
-#if TF_STEP_MOE
-      wait_bar(fb, ph, kFullStage, jj);
-#else
       wait_bar(saddr(full + slot), wjj & 1, kFullStage, jj);
-#endif
       if (kProbe) c_full += clk() - cw;
       if (kProbe && logging) {
         gcount(op, 1);
@@ -683,7 +612,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       else if (expert_rows && o.exmap) {
         // two boxes of 8 rows x 8 blocks of 64 columns (make_rows8_tensor_map, rows8_addr): this warp's
         // slice is columns kStageK * half .. of the stage's 512
-        const uint32_t base = sa;
+        const uint32_t base = saddr(ring + slot * slot_b);
 #pragma unroll 4
         for (int c = 0; c < kStageK / 32; ++c) {
           const uint32_t at = rows8_addr(base, g, kStageK * half + 32 * c + 8 * t);
@@ -692,11 +621,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       }
 #endif
       else if constexpr (W == kWBf16) {
-#if TF_STEP_MOE
-        const uint32_t base = sa + half * (kStageK * 2) + 16 * t;
-#else
         const uint32_t base = saddr(ring + slot * slot_b) + half * (kStageK * 2) + 16 * t;
-#endif
         // pack_kernel: odd rows hold chunk c at chunk c ^ 1's place (an expert's rows: padded instead)
         const uint32_t swz = expert_rows ? 0 : (g & 1) * 64;
         const int rb = expert_rows ? kExRowBytes : kRowBytes;
@@ -742,18 +667,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         fence_proxy_async();  // this warp's reads of the slot before the next bulk copy into it
       __syncwarp();
       if (kProbe) c_fence += clk() - cf;
-#if TF_STEP_MOE
-      if (lane == 0) mbar_arrive(eb);
-#else
       if (lane == 0) mbar_arrive(saddr(empty + slot));
-#endif
     }
-#if TF_STEP_MOE
-    if (i == c_side_i)
-      ++c_su;
-    else
-#endif
-      j += stages;
+    j += stages;
     if (kProbe && logging) gcount(op, 2), tlog(op, 2);
     // The slice sums: the team's first warp adds them in slice order and stores the tile (words with the
     // launch's tag). red is double-buffered a team: a warp writes red[p] for the team's tile i + 2 only after

@@ -222,12 +222,6 @@ struct Params {
   // attention's steps and the consumers' (DecodeStep::StampSlot), null: none.
   unsigned long long* stamps;
   int tile_log;  // with stamps: warp 0's tile log (TF_STEP_TILE_LOG; its clock reads slow the step ~25%)
-#if TF_STEP_MOE
-  // The side buffer (decode_step_kernel.cuh's side_tile): a CTA with no attention work loads the first tile
-  // of the op after a layer's down into the attention's staging region while its producer waits for the
-  // layer's routing (0: not).
-  int side;
-#endif
 };
 using SS = DecodeStep::StampSlot;
 static_assert(SS::kStampOLast == SS::kStampQkvDone + 2, "qkv's (op % 4 == 0) and o's (1) slots");

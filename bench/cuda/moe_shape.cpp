@@ -39,6 +39,11 @@
 #include "ops/moe.h"
 
 namespace tf {
+namespace bench {
+// The one-kernel step's timeline of layer 10 (shape_bench.cpp; TF_STEP_STAMPS=1).
+void print_step_stamps(Backend& be, const std::shared_ptr<void>& step, cudaStream_t s, int ctx,
+                       Tensor& logits);
+}  // namespace bench
 namespace {
 
 constexpr int kLayers = 48, kHidden = 2048, kExperts = 128, kTopK = 8, kInter = 768, kHeads = 32,
@@ -346,7 +351,7 @@ void decode_step_row(Backend& be, Model& m, const BatchMeta& meta, int ctx, doub
       ctx, captured ? "" : " (eager)", chain_ms / ms, ms, 1e3 / ms, bytes / 1e9, floor_ms,
       100 * floor_ms / ms, experts);
   // A/Bs in this process (TF_MOE_BENCH_STEP_AB, comma-separated): "a<n>" the timing ablation n
-  // (DecodeStep::set_ablate: wrong bits but for a4; decode_step_host.cuh's TF_STEP_MOE_ABLATE), "i<n>" n
+  // (DecodeStep::set_ablate: wrong bits but for a4-a6; decode_step_host.cuh's TF_STEP_MOE_ABLATE), "i<n>" n
   // stages in flight (set_inflight; 0 every free slot), each timed then undone; the step as it was timed
   // last.
   if (const char* ab = std::getenv("TF_MOE_BENCH_STEP_AB"); ab && *ab) {
@@ -366,6 +371,8 @@ void decode_step_row(Backend& be, Model& m, const BatchMeta& meta, int ctx, doub
       std::printf("| one-kernel step, %s %d | %.3f | %.0f | | | %.1f%% | |\n",
                   tok[0] == 'i' ? "stages in flight"
                   : v == 4      ? "variant (same bits): the combine's routing at the down's x,"
+                  : v == 5      ? "variant (same bits): two ranks a down stage,"
+                  : v == 6      ? "variant (same bits): the combine's one barrier a tile,"
                                 : "timing ablation (wrong bits)",
                   v, t, 1e3 / t, 100 * floor_ms / t);
     }
@@ -373,6 +380,8 @@ void decode_step_row(Backend& be, Model& m, const BatchMeta& meta, int ctx, doub
         s, [&] { be.decode_step(step.get(), logits); }, &captured);
     std::printf("| one-kernel step, again | %.3f | %.0f | | | %.1f%% | |\n", t, 1e3 / t, 100 * floor_ms / t);
   }
+  if (std::getenv("TF_STEP_STAMPS"))
+    bench::print_step_stamps(be, step, s, ctx, logits);  // (layer 10's timeline)
   std::fflush(stdout);
 }
 

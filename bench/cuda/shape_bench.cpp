@@ -356,16 +356,19 @@ void check_step_ops(ShapeRun& r, const BatchMeta& meta) {
   st->set_debug(false, r.s);
 }
 
+}  // namespace
+
 // TF_STEP_STAMPS=1: one step with timestamps; per event of layer 10's attention, the median and the latest
 // CTA in us after the qkv op's last tile (decode_step_kernel.cuh's slots). With TF_STEP_TILE_LOG=1 also warp
 // 0's log of its o and gate_up tiles.
-void print_step_stamps(ShapeRun& r, int ctx, Tensor& logits) {
-  auto* st = static_cast<cuda::DecodeStep*>(r.step.get());
-  st->set_probe(true, true, r.s);
-  r.be.decode_step(r.step.get(), logits);
-  r.be.synchronize();
+void print_step_stamps(Backend& be, const std::shared_ptr<void>& step, cudaStream_t s, int ctx,
+                       Tensor& logits) {
+  auto* st = static_cast<cuda::DecodeStep*>(step.get());
+  st->set_probe(true, true, s);
+  be.decode_step(step.get(), logits);
+  be.synchronize();
   const std::vector<unsigned long long> v = st->stamps();
-  st->set_probe(false, false, r.s);
+  st->set_probe(false, false, s);
   using DS = cuda::DecodeStep;
   const int G = st->grid(), L = 10;
   auto at = [&](int cta, int slot) { return v[(size_t(L) * G + cta) * DS::kStampSlots + slot]; };
@@ -472,6 +475,8 @@ void print_step_stamps(ShapeRun& r, int ctx, Tensor& logits) {
   std::printf("%s\n", line.c_str());
 }
 
+namespace {
+
 // The one-kernel decode step (ops/cuda/decode_step.h) at b=1 against the op chain at the same context: both
 // times (graphs), the floor, and whether the step's logits equal the chain's bit for bit (both write the
 // row's K/V with the same bits, so running one after the other changes nothing). Returns the step's time, or
@@ -528,11 +533,11 @@ double decode_step_row(ShapeRun& r, int ctx) {
       100 * floor_ms / t_chain, floor_ms, a == b ? "equal" : "DIFFER");
   auto* st = static_cast<cuda::DecodeStep*>(r.step.get());
   if (std::getenv("TF_STEP_STAMPS")) {
-    print_step_stamps(r, ctx, logits);
+    print_step_stamps(r.be, r.step, r.s, ctx, logits);
     for (int cap : env_ints("TF_STEP_STAMPS_INFLIGHT")) {  // and with that many stages in flight
       st->set_inflight(cap);
       std::printf("  (stages in flight at most %d)\n", cap);
-      print_step_stamps(r, ctx, logits);
+      print_step_stamps(r.be, r.step, r.s, ctx, logits);
       st->set_inflight(-1);
     }
   }

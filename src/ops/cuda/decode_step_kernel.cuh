@@ -56,7 +56,8 @@ __host__ __device__ inline int packed_stage(int s, int k, int owners, int sk) {
 // and their stage counters.
 template <int W>
 constexpr size_t kSmemBytes = kMaxK * 2 + size_t(kRingBytes<W>) + kAttnRegion +
-                              (kRed<W> * kSlices * 16 + 8) * 4 + 2 * kRing<W> * 8 + kRing<W> * 4;
+                              (kRed<W> * kSlices * 16 + 8) * 4 + 2 * kRing<W> * 8 + kRing<W> * 4 +
+                              (TF_STEP_MOE ? kDredRanks * kSlices * 16 * 4 : 0);  // (the down's dred)
 
 // The 4-bit consumer's variants: plain or subnormal codes (quant_common.cuh's kMlxBf16 / kMlxBf16Sub) x
 // groups of 32, 64, 128 (gshift 0-2: a chunk's group is its index >> gshift).
@@ -183,28 +184,40 @@ __device__ void route_producer(const Op& gu, const Op& dn, uint32_t tag, int lan
     if ((pe >> 5) == i) xg = a, xd = d;
   }
 }
+// The down's ranks a stage: one; variant 5 (same bits; built in session 62, not yet run on a GPU, so not the
+// default): Op::dranks (two where they fit a slot: the ring then holds twice the down's bytes across the wait
+// for its x).
+__device__ __forceinline__ int down_ranks(const Op& o, int ablate) {
+  return ablate == 5 ? o.dranks : 1;
+}
 // An expert op's stage s of tile `tile` into the slot at dst (lanes 0-15: a row's bulk copy each, onto the
 // slot's full barrier, armed by lane 0 before). gate_up: stage s = owner s's two K slices (512 k-values) of
-// the tile's 16 rows (8 gate rows, then their up rows) of rank r's expert, rows kExRowBytes apart. down:
-// stage s = (rank s / kOwners, owner s % kOwners): rows n0 .. n0 + 15 of that rank's expert, the owner's
-// two slices (inter / 4 k-values), rows inter / 2 + 64 bytes apart.
-__device__ __forceinline__ void expert_stage(const Op& o, int tile, int s, uint32_t dst, uint32_t bar,
+// the tile's 16 rows (8 gate rows, then their up rows) of rank r's expert, rows kExRowBytes apart. down
+// (dr ranks a stage): stage s = (ranks dr (s / kOwners) ..., owner s % kOwners): for each rank, one after
+// the other, rows n0 .. n0 + 15 of its expert, the owner's two slices (inter / 4 k-values), rows inter / 2 +
+// 64 bytes apart (tensor maps: 8 inter bytes a rank, unpadded).
+__device__ __forceinline__ void expert_stage(const Op& o, int tile, int s, int dr, uint32_t dst, uint32_t bar,
                                              int lane, const __nv_bfloat16* xg, const __nv_bfloat16* xd,
                                              int xe) {
   const int I = o.inter;
-  if (o.exmap) {  // two tensor-map boxes of 8 rows (rows 0-7 of the stage, then 8-15), by lane 0
-    const bool gu = o.moe == kMoeGateUp;
-    const int r = gu ? tile / (I / 8) : s / kOwners, e = __shfl_sync(0xffffffffu, xe, r);
+  const bool gu = o.moe == kMoeGateUp;
+  const int r = gu ? tile / (I / 8) : s / kOwners * dr, r1 = gu || dr == 1 ? r : r + 1;
+  if (o.exmap) {  // two tensor-map boxes of 8 rows (rows 0-7 of the stage, then 8-15) a rank, by lane 0
+    const int e = __shfl_sync(0xffffffffu, xe, r), e1 = __shfl_sync(0xffffffffu, xe, r1);
     if (lane == 0) {
-      const CUtensorMap* m = o.exmap + e;
       if (gu) {  // gate rows 8f .. 8f + 7, then up rows inter + 8f ..; owner s's 512 columns: blocks 8s ..
+        const CUtensorMap* m = o.exmap + e;
         const int f = tile % (I / 8);
         tma_load_4d(dst, m, 0, 4 * f, 0, 8 * s, bar);
         tma_load_4d(dst + 8192, m, 0, (I + 8 * f) / 2, 0, 8 * s, bar);
       } else {  // rows n0 .. n0 + 7, then n0 + 8 ..; owner s % kOwners's inter / 4 columns
         const int nb = I / 256, ow = s % kOwners;
-        tma_load_4d(dst, m, 0, tile * 8, 0, nb * ow, bar);
-        tma_load_4d(dst + nb * 1024, m, 0, tile * 8 + 4, 0, nb * ow, bar);
+        for (int q = 0; q < dr; ++q) {
+          const CUtensorMap* m = o.exmap + (q ? e1 : e);
+          const uint32_t d = dst + q * 8 * I;
+          tma_load_4d(d, m, 0, tile * 8, 0, nb * ow, bar);
+          tma_load_4d(d + nb * 1024, m, 0, tile * 8 + 4, 0, nb * ow, bar);
+        }
       }
     }
     return;
@@ -219,11 +232,14 @@ __device__ __forceinline__ void expert_stage(const Op& o, int tile, int s, uint3
                     kSW * kStageK * 2, bar);
     }
   } else {
-    const int r = s / kOwners, ow = s % kOwners;
+    const int ow = s % kOwners;
     const auto base = reinterpret_cast<const __nv_bfloat16*>(
         __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(xd), r));
-    if (lane < 16)
-      bulk_copy_g2s(dst + lane * (I / 2 + 64), base + int64_t(tile * 16 + lane) * I + ow * (I / 4), I / 2,
+    const auto base1 = reinterpret_cast<const __nv_bfloat16*>(
+        __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(xd), r1));
+    if (lane < 16 * dr)  // lane 16 q + row: rank q's row
+      bulk_copy_g2s(dst + lane * (I / 2 + 64),
+                    (lane < 16 ? base : base1) + int64_t(tile * 16 + lane % 16) * I + ow * (I / 4), I / 2,
                     bar);
   }
 }
@@ -256,6 +272,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   int* meta = reinterpret_cast<int*>(empty + kSlots);  // [kSlots]: the stage (producer's count) in the slot
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #if TF_STEP_MOE
+  float* dred = reinterpret_cast<float*>(meta + kSlots);  // [kDredRanks][8][16]: the down's slice sums
   if (threadIdx.x == 0 && (saddr(ring) & 1023) != 0) {  // the experts' swizzled boxes need 1 KB-aligned slots
     printf("decode_step: the ring at shared address %u is not 1024-byte aligned\n", saddr(ring));
     __trap();
@@ -339,14 +356,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     for (int i = b;; i += G) {
       op = op_of_tile(ops, nops, op, i);
       if (op == nops) break;
-      if (kProbe && stamps && op / 4 != p_layer) {
-        if (lane == 0 && p_layer * 4 + 4 < nops) {
+      if (kProbe && stamps && op / kOpsPerLayer != p_layer) {
+        if (lane == 0 && p_layer * kOpsPerLayer + kOpsPerLayer < nops) {
           unsigned long long* row = layer_row(stamps, p_layer, G, b);
           const long long now = clock64();
           row[SS::kStampWaitEmpty] = p_empty, row[SS::kStampProdCycles] = now - p_t0;
           p_t0 = now;
         }
-        p_empty = 0, p_layer = op / 4;
+        p_empty = 0, p_layer = op / kOpsPerLayer;
       }
       const int tile = i - ops[op].tile_begin;
       const unsigned char* w = ops[op].wp;
@@ -358,10 +375,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         if (routed != gu)
           route_producer(ops[gu], ops[gu + 1], tag, lane, xg, xd, xe, prm.ablate), routed = gu;
       }
-      const int stages = mk == kMoeDown ? ops[op].top_k * kOwners : k / SK / SW;
-      // The in-flight cap in bytes: as many of the op's stages as prm.inflight 16 KB stages (the down's are
-      // 16 rows x inter / 2 bytes).
-      const int inflight = prm.inflight > 0 ? (prm.inflight * kStageBytes + sbytes - 1) / sbytes : 0;
+      // The down: dr ranks a stage (down_ranks), each 16 rows x inter / 2 bytes.
+      const int dr = mk == kMoeDown ? down_ranks(ops[op], prm.ablate) : 1;
+      const int stages = mk == kMoeDown ? ops[op].top_k / dr * kOwners : k / SK / SW;
+      const int msb = mk == kMoeDown ? dr * 8 * ops[op].inter : sbytes;  // a stage's bytes
+      // The in-flight cap in bytes: as many of the op's stages as prm.inflight 16 KB stages.
+      const int inflight = prm.inflight > 0 ? (prm.inflight * kStageBytes + msb - 1) / msb : 0;
 #else
       const int stages = k / SK / SW;
 #endif
@@ -388,9 +407,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         if (kProbe) p_empty += clock64() - pw;
 #if TF_STEP_MOE
         if (mk >= kMoeGateUp) {
-          if (lane == 0) mbar_arrive_expect_tx(saddr(full + slot), uint32_t(sbytes));
+          if (lane == 0) mbar_arrive_expect_tx(saddr(full + slot), uint32_t(msb));
           __syncwarp();
-          expert_stage(ops[op], tile, s, saddr(ring + slot * slot_b), saddr(full + slot), lane, xg, xd, xe);
+          expert_stage(ops[op], tile, s, dr, saddr(ring + slot * slot_b), saddr(full + slot), lane, xg, xd,
+                       xe);
           __syncwarp();
           continue;
         }
@@ -427,17 +447,27 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   int log_ti = 0, log_op = -1;  // the tile's index among warp 0's tiles of its op; that op
   uint32_t g_cyc[6] = {0, 0, 0, 0, 0, 0}, g_t = 0;
   auto tlog = [&](int op, int ev) {
+#if TF_STEP_MOE  // (the o op's and the gate_up's logs)
+    if (kProbe && logging && (op % kOpsPerLayer == 1 || op % kOpsPerLayer == kOpGateUp) &&
+        op / kOpsPerLayer * kOpsPerLayer + kOpsPerLayer < nops && log_ti < SS::kStampLogTiles)
+      stamp_row(
+          stamps, op, G,
+          b)[SS::kStampTileLog +
+             ((op % kOpsPerLayer == 1 ? 0 : 1) * SS::kStampLogTiles + log_ti) * SS::kStampTileEvents + ev] =
+          gtime();
+#else
     if (kProbe && logging && (op % 4 == 1 || op % 4 == 2) && op / 4 * 4 + 4 < nops &&
         log_ti < SS::kStampLogTiles)
       stamp_row(
           stamps, op, G,
           b)[SS::kStampTileLog + ((op % 4 - 1) * SS::kStampLogTiles + log_ti) * SS::kStampTileEvents + ev] =
           gtime();
+#endif
   };
   auto gcount = [&](int op, int slot) {  // cycles since the last call into g_cyc[slot] (gate_up only)
     if (!(kProbe && logging)) return;
     const uint32_t now = clk();
-    if (op % 4 == 2) g_cyc[slot] += now - g_t;
+    if (op % kOpsPerLayer == kOpGateUp) g_cyc[slot] += now - g_t;
     g_t = now;
   };
   int op = 0;
@@ -450,7 +480,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     const bool mine = n % kNT == team;
     if (kProbe && logging && mine) {
       if (op != log_op) {  // a new op: store the gate_up cycles of the op before it
-        if (log_op >= 0 && log_op % 4 == 2 && log_op / 4 * 4 + 4 < nops) {
+        if (log_op >= 0 && log_op % kOpsPerLayer == kOpGateUp &&
+            log_op / kOpsPerLayer * kOpsPerLayer + kOpsPerLayer < nops) {
           unsigned long long* row = stamp_row(stamps, log_op, G, b);
           for (int e = 0; e < 6; ++e) row[SS::kStampGuCycles + e] = g_cyc[e];
         }
@@ -458,11 +489,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         for (int e = 0; e < 6; ++e) g_cyc[e] = 0;
       }
       g_t = clk();
-      if (op % 4 == 2) ++g_cyc[5];
+      if (op % kOpsPerLayer == kOpGateUp) ++g_cyc[5];
       tlog(op, 0);
     }
-    if (counting && op / 4 != c_layer) {
-      if (c_layer * 4 + 4 < nops) {
+    if (counting && op / kOpsPerLayer != c_layer) {
+      if (c_layer * kOpsPerLayer + kOpsPerLayer < nops) {
         unsigned long long* row = layer_row(stamps, c_layer, G, b);
         const uint32_t now = clk();
         row[SS::kStampWaitFull] = c_full, row[SS::kStampWaitX] = c_x, row[SS::kStampWaitBar] = c_bar;
@@ -470,7 +501,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         row[SS::kStampLayerCycles] = now - c_t0;
         c_t0 = now;
       }
-      c_full = c_x = c_bar = c_fence = 0, c_layer = op / 4;
+      c_full = c_x = c_bar = c_fence = 0, c_layer = op / kOpsPerLayer;
     }
 #if TF_STEP_MOE
     // The attention of a layer whose o op holds no tile of this CTA (128 tiles for more CTAs) all the same:
@@ -527,32 +558,45 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     if (o.moe == kMoeDown) {
       // Every rank's 16 rows: per rank, each warp its K slice (inter / 8: chunks through mma_chunk in
       // order, the routed down GEMM's), the slice sums in slice order rounded to bf16 (its y), then warp 0
-      // folds them in rank order from 0 (moe combine's fmas) into the output words. red is double-buffered
-      // by rank as by tile.
+      // folds them in rank order from 0 (moe combine's fmas) into the output words: a barrier a rank, red
+      // double-buffered by rank as by tile, warp 0 folding each rank after it. Variant 6 (same bits; built in
+      // session 62, not yet run on a GPU, so not the default), up to kDredRanks ranks: the slice sums of
+      // every rank in dred, one barrier a tile, then warp 0's folds.
       const int I = o.inter, sl = I / kSlices, rs = I / 2 + 64;  // a slice's k-values; a stage row's bytes
+      const int dr = down_ranks(o, prm.ablate);                  // ranks a stage
+      const bool one_bar = prm.ablate == 6 && o.top_k <= kDredRanks;
+      if (one_bar && i - G >= o.tile_begin) bar_consumers();  // (warp 0 has read the tile before's dred)
       float sum = 0.f;
       for (int r = 0; r < o.top_k; ++r) {
-        const int jj = j + r * kOwn + owner, wjj = wrap(jj), slot = jj - wjj * nslots;
-        wait_bar(saddr(full + slot), wjj & 1, kFullStage, jj);
+        const int jj = j + r / dr * kOwn + owner, wjj = wrap(jj), slot = jj - wjj * nslots, q = r % dr;
+        if (q == 0) wait_bar(saddr(full + slot), wjj & 1, kFullStage, jj);
         float acc[4] = {0.f, 0.f, 0.f, 0.f};
         const uint32_t xb = saddr(xs) + 16 * t + (r * I + slice0 * sl) * 2;
         if (o.exmap) {  // two boxes of 8 rows x I / 256 blocks (make_rows8_tensor_map's swizzled lines)
-          const uint32_t base = saddr(ring + slot * slot_b), box = I / 256 * 1024;
+          const uint32_t base = saddr(ring + slot * slot_b) + q * 8 * I, box = I / 256 * 1024;
           for (int c = 0; c < (prm.ablate == 1 ? 0 : sl / 32); ++c) {
             const uint32_t at = rows8_addr(base, g, half * sl + 32 * c + 8 * t);
             mma_chunk(acc, lds128(at), lds128(at + box), lds128(xb + c * 64));
           }
         } else {
-          const uint32_t base = saddr(ring + slot * slot_b) + half * (sl * 2) + 16 * t;
+          const uint32_t base = saddr(ring + slot * slot_b) + q * 16 * rs + half * (sl * 2) + 16 * t;
           for (int c = 0; c < (prm.ablate == 1 ? 0 : sl / 32); ++c) {
             const uint4 a = lds128(base + g * rs + c * 64);
             const uint4 bb = lds128(base + (g + 8) * rs + c * 64);
             mma_chunk(acc, a, bb, lds128(xb + c * 64));
           }
         }
-        fence_proxy_async();  // this warp's reads of the slot before the next bulk copy into it
-        __syncwarp();
-        if (lane == 0) mbar_arrive(saddr(empty + slot));
+        if (q == dr - 1) {      // the stage's last rank
+          fence_proxy_async();  // this warp's reads of the slot before the next bulk copy into it
+          __syncwarp();
+          if (lane == 0) mbar_arrive(saddr(empty + slot));
+        }
+        if (one_bar) {
+          float* rr = dred + r * kSlices * 16;
+          if (t == 0) rr[slice0 * 16 + g] = acc[0], rr[slice0 * 16 + g + 8] = acc[2];
+          ++tcount;
+          continue;
+        }
         float* rr = red + (tcount & 1) * kSlices * 16;
         if (t == 0) rr[slice0 * 16 + g] = acc[0], rr[slice0 * 16 + g + 8] = acc[2];
         bar_consumers();
@@ -567,8 +611,24 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         }
         ++tcount;
       }
+      if (one_bar) {
+        bar_consumers();
+        if (warp == 0)
+          for (int r = 0; r < o.top_k; ++r) {
+            const float wr = __shfl_sync(0xffffffffu, pick_w, r);
+            const float* rr = dred + r * kSlices * 16;
+            if (lane < 16) {
+              float y = rr[lane];
+#pragma unroll
+              for (int e = 1; e < kSlices; ++e) y += rr[e * 16 + lane];
+              sum = __fmaf_rn(wr, __bfloat162float(__float2bfloat16(y)), sum);
+            }
+          }
+      }
       if (warp == 0 && lane < 16) static_cast<uint32_t*>(o.y)[n0 + lane] = word_of(sum, tag);
-      j += o.top_k * kOwn;
+      if (stamps && threadIdx.x == 0 && op / kOpsPerLayer * kOpsPerLayer + kOpsPerLayer < nops)
+        stamp_row(stamps, op, G, b)[SS::kStampDownLast] = gtime();
+      j += o.top_k / dr * kOwn;
       continue;
     }
     const bool expert_rows = o.moe == kMoeGateUp;  // rows kExRowBytes apart, not swizzled
@@ -710,9 +770,15 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         else
           static_cast<uint32_t*>(o.y)[n0 + lane] = word_of(sum, tag);
       }
-      if (stamps && lane == 0 && op / 4 * 4 + 4 < nops) {  // a layer's op: this CTA's last tile (so far)
+      if (stamps && lane == 0 && op / kOpsPerLayer * kOpsPerLayer + kOpsPerLayer < nops) {
+        // a layer's op: this CTA's last tile (so far)
+#if TF_STEP_MOE  // (the router's tiles: none; the down's: its own path)
+        constexpr int kSlot[kOpsPerLayer] = {SS::kStampQkvDone, SS::kStampOLast, -1, SS::kStampGuLast, -1};
+        if (kSlot[op % kOpsPerLayer] >= 0) stamp_row(stamps, op, G, b)[kSlot[op % kOpsPerLayer]] = gtime();
+#else
         constexpr int kSlot[4] = {SS::kStampQkvDone, SS::kStampOLast, SS::kStampGuLast, SS::kStampDownLast};
         stamp_row(stamps, op, G, b)[kSlot[op % 4]] = gtime();
+#endif
       }
       __syncwarp();
       if (kProbe && logging) gcount(op, 4), tlog(op, 4), ++log_ti;

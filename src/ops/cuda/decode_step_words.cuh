@@ -81,9 +81,11 @@ constexpr int kRingBytes = W == kWBf16 ? (kStages* kBf16SlotBytes) : 126 * 1024;
 #if TF_STEP_MOE
 constexpr int kMaxK = 6144;    // the longest x (the down's: top_k x the experts' intermediate, at most)
 constexpr int kHidden = 2048;  // the add + norm x (make_x: 8 elements a thread)
+constexpr int kDredRanks = 8;  // the down's slice sums of this many ranks at once (one barrier a tile)
 #else
 constexpr int kMaxK = 12288;   // the longest x (the down projection's)
 constexpr int kHidden = 4096;  // the add + norm x (make_x: 16 elements a thread)
+constexpr int kDredRanks = 0;
 #endif
 // Consumer teams (decode_step_kernel.cuh): bf16, one team of all 8 warps, a K slice a warp, every tile; MLX
 // 4-bit, two teams of 4 warps taking the CTA's tiles in turn, two K slices a warp (two independent MMA
@@ -182,6 +184,8 @@ struct Op {
   // (down) columns in the 128-byte swizzle): a stage by two copies, not 16; null: by row copies.
   const CUtensorMap* exmap;
   int experts, top_k, inter, norm_topk;
+  int dranks;  // down: ranks a stage (1 or 2; 2: rank 2 q and 2 q + 1 of an owner's slices, one after the
+               // other)
 #endif
 };
 enum MoeKind : int { kMoeNone = 0, kMoeRouter = 1, kMoeGateUp = 2, kMoeDown = 3 };
@@ -224,15 +228,18 @@ struct Params {
   int tile_log;  // with stamps: warp 0's tile log (TF_STEP_TILE_LOG; its clock reads slow the step ~25%)
 };
 using SS = DecodeStep::StampSlot;
+// A layer's ops (qkv, o, [router,] gate_up, down) and the gate_up's index among them (the probe's stamps).
+constexpr int kOpsPerLayer = TF_STEP_MOE ? 5 : 4;
+constexpr int kOpGateUp = TF_STEP_MOE ? 3 : 2;
 static_assert(SS::kStampOLast == SS::kStampQkvDone + 2, "qkv's (op % 4 == 0) and o's (1) slots");
 constexpr int kStampSlots = DecodeStep::kStampSlots;
-// The probe's timestamps of layer `layer` on CTA b, or null; stamp_row: of op `op`'s layer (4 ops a layer).
+// The probe's timestamps of layer `layer` on CTA b, or null; stamp_row: of op `op`'s layer.
 __device__ __forceinline__ unsigned long long* layer_row(unsigned long long* stamps, int layer, int G,
                                                          int b) {
   return stamps ? stamps + (int64_t(layer) * G + b) * kStampSlots : nullptr;
 }
 __device__ __forceinline__ unsigned long long* stamp_row(unsigned long long* stamps, int op, int G, int b) {
-  return layer_row(stamps, op / 4, G, b);
+  return layer_row(stamps, op / kOpsPerLayer, G, b);
 }
 // (gtime, saddr, nbar_sync and nbar_arrive: mbarrier.cuh)
 __device__ __forceinline__ void bar_consumers() {

@@ -128,9 +128,11 @@ TEST_F(CudaMoeStep, ExpertStagesByRowCopies) {
 }
 
 TEST_F(CudaMoeStep, SameBitsVariants) {
-  // TF_STEP_MOE_ABLATE=4 (read at each launch; a variant with the same bits): consumer warp 0 routes each
-  // layer for the combine at the down's x, not right after the gate_up's (the default since run 546).
-  for (const char* v : {"4"}) {
+  // TF_STEP_MOE_ABLATE=4 / 5 (read at each launch; variants with the same bits): 4, consumer warp 0 routes
+  // each layer for the combine at the down's x, not right after the gate_up's (the default since run 546);
+  // 5, two ranks a down stage, not one; 6, the combine's one barrier a tile (every rank's slice sums, then
+  // warp 0's folds), not one a rank.
+  for (const char* v : {"4", "5", "6"}) {
     ASSERT_EQ(setenv("TF_STEP_MOE_ABLATE", v, 1), 0);
     EXPECT_GT(run(120, 16), 8) << "variant " << v;
   }

@@ -3,15 +3,19 @@
 #   a5 -- two ranks a down stage (Op::dranks: 12 KB, not 6 KB, in 17 KB slots, so the ring holds 96 KB of the
 #         down's 192 KB tile across the wait for its x, not 48);
 #   a6 -- the combine's one barrier a tile (every rank's slice sums in dred, then warp 0's folds; the default
-#         is a barrier and a fold a rank).
-# test_cuda_moe_step (8 cases; SameBitsVariants runs a4, a5, a6 against the chain); tf_bench_moe bf16 with
-# a5, a6 (the A/Bs), a4, a1, a3, twice, the second with the probe's timeline of layer 10 (TF_STEP_STAMPS,
+#         is a barrier and a fold a rank);
+#   a7 -- the down's x by rank: each warp polls its own slice of rank r's act words right before rank r's
+#         arithmetic, instead of make_x of all 6144 words first (the low ranks' gate_up tiles come first in
+#         every CTA, so the down's first ranks overlap the last gate_up tiles).
+# test_cuda_moe_step (8 cases; SameBitsVariants runs a4-a7 against the chain); tf_bench_moe bf16 with
+# a5, a6, a7 (the A/Bs), a4, a1, a3, twice, the second with the probe's timeline of layer 10 (TF_STEP_STAMPS,
 # after the timing; first use of the MoE stamps: kOpsPerLayer 5); with FULL=1 also a third process with the
 # tile log (TF_STEP_TILE_LOG) and the product: random 8-layer 30B-A3B, `tensorfold generate` step off / on at
 # T 0 and 0.7 (texts must be identical).
 # Prediction (H100): a5 -0.02..-0.07 ms against 2.955 (48 KB more of each CTA's down prefetched, where the
 # gate_up -> down hop lasts long enough to load it: ~2 us a layer at most); a6 -0.01..-0.03 (7 barriers and
-# warp 0's interleaved folds, ~0.5 us a layer, off the down's critical path). A winner becomes the default:
+# warp 0's interleaved folds, ~0.5 us a layer, off the down's critical path); a7 -0.02..-0.08 (the
+# gate_up -> down hop, ~1-2 us a layer, overlapped). A winner becomes the default:
 # down_ranks / one_bar's conditions in decode_step_kernel.cuh inverted (then a5 + a6 together: one ablate
 # value at a time, so make one the default first).
 #   BINS="tests/ops/gpu/test_cuda_moe_step bench/cuda/tf_bench_moe tensorfold"
@@ -27,7 +31,7 @@ echo "test_moe_step rc=$rc $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' $OUT/test
 grep -E "FAILED  \]|Failure|differ|HANG|aligned|tensor map" $OUT/test.txt | head -20 >> $OUT/all.txt
 for i in 1 2; do
   ST=""; [[ $i == 2 ]] && ST=1
-  TF_STEP_STAMPS=$ST TF_MOE_BENCH_STEP_AB=a5,a6,a4,a1,a3 TF_MOE_BENCH_WARM_S=2 timeout 100 $D/bin/tf_bench_moe --format bf16 --quick > $OUT/moe-$i.txt 2>&1
+  TF_STEP_STAMPS=$ST TF_MOE_BENCH_STEP_AB=a5,a6,a7,a4,a1,a3 TF_MOE_BENCH_WARM_S=2 timeout 100 $D/bin/tf_bench_moe --format bf16 --quick > $OUT/moe-$i.txt 2>&1
   echo "moe bf16 ($i) rc=$? $(el)" >> $OUT/all.txt
   grep -E "^\| decode b=1 ctx 512 \||one-kernel|step logits|HANG|rror|aligned|tensor map" $OUT/moe-$i.txt >> $OUT/all.txt
 done

@@ -620,10 +620,11 @@ void Impl::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
   // is retired: the tensor maps answered it); and a variant with the same bits: 4 the combine's weights
   // routed at the down's x (before run 546: the default routes them at the gate_up's); 5 two ranks a down
   // stage where they fit (Op::dranks), 6 the combine's one barrier a tile (not one a rank) -- both built in
-  // session 62, not yet run on a GPU. (Run 546's 5,
+  // session 62, not yet run on a GPU; 7 the down's x by rank, each warp polling its slice (built in session
+  // 62, not yet run). (Run 546's 5,
   // every expert's tensor maps prefetched during the producer's routing wait, is retired: 3.46 ms against
   // 2.95.) set_ablate's value where set.
-  p.ablate = s.ablate ? s.ablate : env_int("TF_STEP_MOE_ABLATE", 0, 6, 0);
+  p.ablate = s.ablate ? s.ablate : env_int("TF_STEP_MOE_ABLATE", 0, 7, 0);
 #else
   p.ablate = s.probe ? s.ablate : 0;
 #endif

@@ -536,7 +536,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         routed = op - 1;
       }
 #endif
-      make_x(o, xs, nred, tile == 0, tag);
+#if TF_STEP_MOE
+      // (variant 7: the down's x by rank, each warp its own slice, in the rank loop below)
+      if (!(o.moe == kMoeDown && prm.ablate == 7))
+#endif
+        make_x(o, xs, nred, tile == 0, tag);
 #if TF_STEP_MOE
       // At the gate_up's x, warp 0 routes the layer for the down's combine: the gate_up's first stage lands
       // only after the producer's routing anyway, while at the down's x the routing held every consumer warp
@@ -569,6 +573,24 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       float sum = 0.f;
       for (int r = 0; r < o.top_k; ++r) {
         const int jj = j + r / dr * kOwn + owner, wjj = wrap(jj), slot = jj - wjj * nslots, q = r % dr;
+        if (prm.ablate == 7) {
+          // Variant 7 (same bits; built in session 62, not yet run on a GPU, so not the default): rank r's x,
+          // this warp's slice of it (sl words: its gate_up tiles, early in every CTA's gate_up for the low
+          // ranks) polled by the warp itself into its own part of xs -- no make_x of the whole 6144 words, so
+          // the low ranks' arithmetic overlaps the last gate_up tiles. No barrier: every warp is past the
+          // previous op's MMAs (their tile's slice-sum barrier), and no other warp reads this part.
+          uint32_t w[kDownXWords];
+          const uint32_t* px = static_cast<const uint32_t*>(o.x) + r * I + slice0 * sl + lane;
+#pragma unroll
+          for (int m = 0; m < kDownXWords; ++m) w[m] = 32 * m < sl ? ldv(px + 32 * m) : (tag << 16);
+          poll_words(
+              w, [&](int m) { return px + 32 * m; }, tag);
+          auto* xh = reinterpret_cast<uint16_t*>(xs) + r * I + slice0 * sl + lane;
+#pragma unroll
+          for (int m = 0; m < kDownXWords; ++m)
+            if (32 * m < sl) xh[32 * m] = uint16_t(w[m] & 0xffffu);
+          __syncwarp();
+        }
         if (q == 0) wait_bar(saddr(full + slot), wjj & 1, kFullStage, jj);
         float acc[4] = {0.f, 0.f, 0.f, 0.f};
         const uint32_t xb = saddr(xs) + 16 * t + (r * I + slice0 * sl) * 2;

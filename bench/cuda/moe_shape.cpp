@@ -37,13 +37,9 @@
 #include "ops/cuda/moe_kernels.h"
 #include "ops/cuda/quant_linear.h"
 #include "ops/moe.h"
+#include "shape_model.h"  // print_step_stamps
 
 namespace tf {
-namespace bench {
-// The one-kernel step's timeline of layer 10 (shape_bench.cpp; TF_STEP_STAMPS=1).
-void print_step_stamps(Backend& be, const std::shared_ptr<void>& step, cudaStream_t s, int ctx,
-                       Tensor& logits);
-}  // namespace bench
 namespace {
 
 constexpr int kLayers = 48, kHidden = 2048, kExperts = 128, kTopK = 8, kInter = 768, kHeads = 32,

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "ops/backend.h"
@@ -73,5 +74,10 @@ void forward(Backend& be, ShapeModel& m, Acts& A, int rows, int out_rows, const 
              const LinearFn& lin, bool ours = true);
 
 RopeParams qwen_rope(int head_dim);
+
+// TF_STEP_STAMPS=1 (shape_bench.cpp): one step of a prepared one-kernel decode step with the probe's
+// timestamps, and layer 10's timeline printed (the dense and the MoE benches).
+void print_step_stamps(Backend& be, const std::shared_ptr<void>& step, cudaStream_t s, int ctx,
+                       Tensor& logits);
 
 }  // namespace tf::bench

@@ -448,7 +448,7 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
     // A stage: 16 rows of two K slices (inter / 4 k-values) of one rank; dranks: of two where they fit a
     // slot (variant 5: the kernel's down_ranks).
     d.dranks = mw.top_k % 2 == 0 && 32 * (I / 2 + 64) <= kBf16SlotBytes ? 2 : 1;
-    d.sbytes = 16 * (I / 2);  // (the kernel's: down_ranks x this)
+    d.sbytes = 16 * (I / 2);  // (a stage: the kernel's down_ranks x this)
     d.n = int(H), d.k = mw.top_k * I, d.xkind = kXCopy, d.x = tgu, d.res = nullptr, d.res_out = nullptr,
     d.nw = nullptr, d.y = td;
     add(d);
@@ -619,11 +619,10 @@ void Impl::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
   // routing wait in the producer (experts 0 .. top_k - 1) (2, run 544's expert stage as one contiguous copy,
   // is retired: the tensor maps answered it); and a variant with the same bits: 4 the combine's weights
   // routed at the down's x (before run 546: the default routes them at the gate_up's); 5 two ranks a down
-  // stage where they fit (Op::dranks), 6 the combine's one barrier a tile (not one a rank) -- both built in
-  // session 62, not yet run on a GPU; 7 the down's x by rank, each warp polling its slice (built in session
-  // 62, not yet run). (Run 546's 5,
-  // every expert's tensor maps prefetched during the producer's routing wait, is retired: 3.46 ms against
-  // 2.95.) set_ablate's value where set.
+  // stage where they fit (Op::dranks), 6 the combine's one barrier a tile (not one a rank), 7 the down's x by
+  // rank, each warp polling its slice -- 5-7 built in session 62, not yet run on a GPU. (Run 546's 5, every
+  // expert's tensor maps prefetched during the producer's routing wait, is retired: 3.46 ms against 2.95.)
+  // set_ablate's value where set.
   p.ablate = s.ablate ? s.ablate : env_int("TF_STEP_MOE_ABLATE", 0, 7, 0);
 #else
   p.ablate = s.probe ? s.ablate : 0;

@@ -214,7 +214,7 @@ __device__ __forceinline__ void expert_stage(const Op& o, int tile, int s, int d
         const int nb = I / 256, ow = s % kOwners;
         for (int q = 0; q < dr; ++q) {
           const CUtensorMap* m = o.exmap + (q ? e1 : e);
-          const uint32_t d = dst + q * 8 * I;
+          const uint32_t d = dst + q * o.sbytes;  // (a rank's boxes: sbytes)
           tma_load_4d(d, m, 0, tile * 8, 0, nb * ow, bar);
           tma_load_4d(d + nb * 1024, m, 0, tile * 8 + 4, 0, nb * ow, bar);
         }
@@ -378,7 +378,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       // The down: dr ranks a stage (down_ranks), each 16 rows x inter / 2 bytes.
       const int dr = mk == kMoeDown ? down_ranks(ops[op], prm.ablate) : 1;
       const int stages = mk == kMoeDown ? ops[op].top_k / dr * kOwners : k / SK / SW;
-      const int msb = mk == kMoeDown ? dr * 8 * ops[op].inter : sbytes;  // a stage's bytes
+      const int msb = dr * sbytes;  // a stage's bytes (the down's: dr ranks' sbytes)
       // The in-flight cap in bytes: as many of the op's stages as prm.inflight 16 KB stages.
       const int inflight = prm.inflight > 0 ? (prm.inflight * kStageBytes + msb - 1) / msb : 0;
 #else
@@ -447,7 +447,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   int log_ti = 0, log_op = -1;  // the tile's index among warp 0's tiles of its op; that op
   uint32_t g_cyc[6] = {0, 0, 0, 0, 0, 0}, g_t = 0;
   auto tlog = [&](int op, int ev) {
-#if TF_STEP_MOE  // (the o op's and the gate_up's logs)
+#if TF_STEP_MOE  // (the o op's and the gate_up's logs; the dense kernel's own expression below is kept as it
+                 // was: one form for both changed its SASS)
     if (kProbe && logging && (op % kOpsPerLayer == 1 || op % kOpsPerLayer == kOpGateUp) &&
         op / kOpsPerLayer * kOpsPerLayer + kOpsPerLayer < nops && log_ti < SS::kStampLogTiles)
       stamp_row(
@@ -580,7 +581,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
           // the low ranks' arithmetic overlaps the last gate_up tiles. No barrier: every warp is past the
           // previous op's MMAs (their tile's slice-sum barrier), and no other warp reads this part.
           uint32_t w[kDownXWords];
-          const uint32_t* px = static_cast<const uint32_t*>(o.x) + r * I + slice0 * sl + lane;
+          const uint32_t* px = o.x + r * I + slice0 * sl + lane;
 #pragma unroll
           for (int m = 0; m < kDownXWords; ++m) w[m] = 32 * m < sl ? ldv(px + 32 * m) : (tag << 16);
           poll_words(
@@ -595,7 +596,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         float acc[4] = {0.f, 0.f, 0.f, 0.f};
         const uint32_t xb = saddr(xs) + 16 * t + (r * I + slice0 * sl) * 2;
         if (o.exmap) {  // two boxes of 8 rows x I / 256 blocks (make_rows8_tensor_map's swizzled lines)
-          const uint32_t base = saddr(ring + slot * slot_b) + q * 8 * I, box = I / 256 * 1024;
+          const uint32_t base = saddr(ring + slot * slot_b) + q * o.sbytes, box = I / 256 * 1024;
           for (int c = 0; c < (prm.ablate == 1 ? 0 : sl / 32); ++c) {
             const uint32_t at = rows8_addr(base, g, half * sl + 32 * c + 8 * t);
             mma_chunk(acc, lds128(at), lds128(at + box), lds128(xb + c * 64));

@@ -276,11 +276,11 @@ std::pair<double, double> step_bytes(Backend& be, Model& m, const BatchMeta& met
 
 // The one-kernel decode step (ops/cuda/decode_step.h, the MoE shape's implementation) at b=1, after the
 // chain's b=1 row (TF_MOE_BENCH_STEP=0: skipped). Prepared from the bench's model through the backend
-// (DecodeStep::make; where it refuses, e.g. MLX 4-bit linears for now, one line says why), bound to the
-// model's pools for `meta` (the b=1 row's), its logits compared bit for bit with one chain forward's from the
-// same state (both write the row's K/V with the same bits), then timed from a CUDA graph as the chain's rows
-// are. `bytes` and `experts` are the chain row's (the same reads), `chain_ms` its time. The step, with its
-// packed copy of the attention weights (~1 GB), is destroyed on return.
+// (DecodeStep::make; where it refuses, one line says why; its MLX 4-bit instance is turned on here), bound to
+// the model's pools for `meta` (the b=1 row's), its logits compared bit for bit with one chain forward's from
+// the same state (both write the row's K/V with the same bits), then timed from a CUDA graph as the chain's
+// rows are. `bytes` and `experts` are the chain row's (the same reads), `chain_ms` its time. The step, with
+// its packed copy of the attention weights (~1 GB), is destroyed on return.
 void decode_step_row(Backend& be, Model& m, const BatchMeta& meta, int ctx, double copy_gbs, double bytes,
                      double experts, double chain_ms) {
   cudaStream_t s = cuda::stream_of(be);
@@ -298,10 +298,13 @@ void decode_step_row(Backend& be, Model& m, const BatchMeta& meta, int ctx, doub
   dm.attn = attention_params();
   dm.norm_eps = kNormEps, dm.norm_offset = 0.f;
   std::string why;
-  const bool moe_was = cuda::DecodeStep::moe();  // (the MoE step is off by default: decode_step.cu)
+  // (the MoE step whatever TF_DECODE_STEP_MOE says; its MLX 4-bit instance, off by default, too)
+  const bool moe_was = cuda::DecodeStep::moe(), mlx4_was = cuda::DecodeStep::moe_mlx4();
   cuda::DecodeStep::set_moe(true);
+  cuda::DecodeStep::set_moe_mlx4(true);
   const std::shared_ptr<void> step = be.prepare_decode_step(dm, &why);
   cuda::DecodeStep::set_moe(moe_was);
+  cuda::DecodeStep::set_moe_mlx4(mlx4_was);
   if (!step) {
     const std::string prefix = "one-kernel decode step: ";  // (how the reasons begin)
     if (why.compare(0, prefix.size(), prefix) == 0) why.erase(0, prefix.size());

@@ -27,6 +27,16 @@ bool DecodeStep::moe() {
   return g_moe;
 }
 
+// Off by default: the MoE step's MLX 4-bit instance (session 63) gives the chain's bits by construction but
+// has not yet run on a GPU. TF_DECODE_STEP_MOE_MLX4=1 turns it on.
+static bool g_moe_mlx4 = env_switch("TF_DECODE_STEP_MOE_MLX4", false);
+void DecodeStep::set_moe_mlx4(bool on) {
+  g_moe_mlx4 = on;
+}
+bool DecodeStep::moe_mlx4() {
+  return g_moe_mlx4;
+}
+
 std::unique_ptr<DecodeStep> DecodeStep::make(const DecodeStepModel& m, cudaStream_t stream,
                                              std::string* why) {
   for (const DecodeStepLayer& L : m.layers)

@@ -14,7 +14,8 @@
 // intermediate a multiple of 4096 up to 12288, bf16 or MLX 4-bit weights without bias, NeoX rope over the
 // whole head, norms without offset, no window or softcap, KV blocks of 16 positions); and the Qwen3-30B-A3B
 // layout (hidden 2048, 32 q / 4 KV heads of 128, every layer's MLP sparse: a bf16 router of up to 128
-// experts, top-k up to 8, bf16 SwiGLU experts read where they are; decode_step_moe.cu). The two shapes are
+// experts, top-k up to 8, bf16 SwiGLU experts read where they are; or all MLX 4-bit, the router any MLX
+// width or bf16; decode_step_moe.cu). The two shapes are
 // the same kernel source compiled twice with different constants (decode_step_words.cuh's TF_STEP_MOE), each
 // an implementation of this interface.
 #include <cuda_runtime.h>
@@ -51,6 +52,11 @@ class DecodeStep {
   // on an H200 (docs/cuda-notes.md "Session 27"); on unless TF_DECODE_STEP_MLX4=0 (tests, benches: here).
   static void set_mlx4(bool on);
   static bool mlx4();
+  // Whether make() takes MoE models whose linears and experts are MLX 4-bit (the 30B-A3B shape's 4-bit
+  // instance, its router dequantized to bf16): off unless TF_DECODE_STEP_MOE_MLX4=1 until measured on a GPU
+  // (decode_step.cu).
+  static void set_moe_mlx4(bool on);
+  static bool moe_mlx4();
   virtual ~DecodeStep() = default;
   DecodeStep(const DecodeStep&) = delete;
   DecodeStep& operator=(const DecodeStep&) = delete;

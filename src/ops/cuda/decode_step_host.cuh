@@ -90,19 +90,38 @@ std::string unsupported(const DecodeStepModel& m, int* fmt) {
 }
 
 #if TF_STEP_MOE
+// An MLX 4-bit expert projection the 4-bit instance streams by tensor maps: [n, k] (is_mlx4), k a multiple of
+// 128 (whole quads), its scale words' rows a multiple of 16 bytes (the maps' strides).
+bool is_mlx4_expert(const LinearWeight& w, int64_t n, int64_t k) {
+  return is_mlx4(&w, n, k) && k % 128 == 0 && (k / w.group_size * 4) % 16 == 0;
+}
+// A router the 4-bit instance takes (dequantized to bf16 at make: linear_quantized's bits are linear_bf16's
+// on the dequantized weight): dense bf16, or MLX 2-8-bit with bf16 scales (one U32 scale | bias a group),
+// without bias.
+bool router_to_bf16(const LinearWeight& w, int64_t n, int64_t k) {
+  if (is_dense_bf16(&w, n, k)) return true;
+  return w.format == LinearWeight::Format::MlxAffine && w.in_features == k && w.out_features == n &&
+         w.weight.defined() && w.weight.device() == Device::CUDA && w.scales.defined() &&
+         w.scales.dtype() == DType::U32 && !(w.bias.defined() && w.bias.numel() > 0) &&
+         !(w.biases.defined() && w.biases.numel() > 0) && chunk_shift(w) >= 0;
+}
 // Why the MoE shape's kernel cannot run the model ("" when it can): the 30B-A3B layout with every layer
-// sparse, dense bf16 weights (the router and every expert too) without bias.
-std::string unsupported_moe(const DecodeStepModel& m) {
+// sparse, without bias; *fmt: kWBf16 (every weight dense bf16) or kWMlx4 (the attention linears, the lm_head
+// and every expert MLX 4-bit with bf16 scales, the router bf16 or MLX of any width: dequantized).
+std::string unsupported_moe(const DecodeStepModel& m, int* fmt) {
   if (std::string w = unsupported_shape(m); !w.empty()) return w;
   const LinearWeight* lm = m.lm_head;
-  if (!lm || !is_dense_bf16(lm, lm->out_features, kHidden) || lm->out_features % 16 != 0)
-    return "the lm_head is not a dense bf16 [vocab % 16 == 0, 2048] weight";
+  *fmt = lm ? format_of(lm, lm->out_features, kHidden) : -1;
+  if (*fmt < 0 || lm->out_features % 16 != 0)
+    return "the lm_head is not a dense bf16 or MLX 4-bit [vocab % 16 == 0, 2048] weight";
+  const bool q4 = *fmt == kWMlx4;
   for (const DecodeStepLayer& L : m.layers) {
     if (!is_bf16_cuda(L.input_norm, {kHidden}) || !is_bf16_cuda(L.post_norm, {kHidden}))
       return "layer norms that are not bf16";
     if (!is_bf16_cuda(L.q_norm, {kD}) || !is_bf16_cuda(L.k_norm, {kD})) return "no bf16 q/k norms";
-    if (!is_dense_bf16(L.qkv, (kHq + 2 * kHk) * kD, kHidden) || !is_dense_bf16(L.o, kHidden, kHq * kD))
-      return "attention linears that are not dense bf16 without bias (a fused qkv)";
+    if (format_of(L.qkv, (kHq + 2 * kHk) * kD, kHidden) != *fmt || format_of(L.o, kHidden, kHq * kD) != *fmt)
+      return "attention linears that are not in the lm_head's format (dense bf16 or MLX 4-bit) without bias "
+             "(a fused qkv)";
     if (!L.moe) return "dense MLP layers among the sparse ones (mlp_only_layers, decoder_sparse_step)";
     const MoeWeights& w = *L.moe;
     const int64_t E = int64_t(w.gate_up.size());
@@ -113,12 +132,24 @@ std::string unsupported_moe(const DecodeStepModel& m) {
     if (I % 256 != 0 || I > 2048 || w.top_k * I > kMaxK || (w.top_k * I) % (8 * kCWarps * 32) != 0)
       return "expert intermediate size " + std::to_string(I) + " with top_k " + std::to_string(w.top_k) +
              " (multiples of 256 up to 2048, top_k x it a multiple of 2048 up to 6144)";
-    if (!is_dense_bf16(&w.router, E, kHidden)) return "a router that is not dense bf16";
-    for (int64_t e = 0; e < E; ++e)
-      if (!is_dense_bf16(&w.gate_up[size_t(e)], 2 * I, kHidden) ||
-          !is_dense_bf16(&w.down[size_t(e)], kHidden, I))
-        return "experts that are not all dense bf16 without bias (MLX 4-bit experts: not yet)";
+    if (q4 && w.top_k % 2 != 0) return "an odd top_k with MLX 4-bit experts (two teams take the ranks)";
+    if (q4 ? !router_to_bf16(w.router, E, kHidden) : !is_dense_bf16(&w.router, E, kHidden))
+      return q4 ? "a router that is neither dense bf16 nor MLX with bf16 scales"
+                : "a router that is not dense bf16";
+    const LinearWeight &g0 = w.gate_up[0], &d0 = w.down[0];
+    for (int64_t e = 0; e < E; ++e) {
+      const LinearWeight &g = w.gate_up[size_t(e)], &d = w.down[size_t(e)];
+      if (!q4 && (!is_dense_bf16(&g, 2 * I, kHidden) || !is_dense_bf16(&d, kHidden, I)))
+        return "experts that are not all dense bf16 without bias (or all MLX 4-bit, with MLX 4-bit attention "
+               "linears)";
+      if (q4 && (!is_mlx4_expert(g, 2 * I, kHidden) || !is_mlx4_expert(d, kHidden, I) ||
+                 g.group_size != g0.group_size || d.group_size != d0.group_size ||
+                 g.subnormal_codes != g0.subnormal_codes || d.subnormal_codes != d0.subnormal_codes))
+        return "MLX 4-bit experts of mixed group sizes, or whose scale rows are not a multiple of 16 bytes";
+    }
   }
+  if (q4 && !DecodeStep::moe_mlx4())
+    return "MLX 4-bit experts (turned off: TF_DECODE_STEP_MOE_MLX4=1 turns on)";
   return "";
 }
 #endif
@@ -128,8 +159,8 @@ std::string unsupported_moe(const DecodeStepModel& m) {
 using KernelFn = void (*)(Params);
 KernelFn kernel_of(int fmt, bool probe) {
 #if TF_STEP_MOE
-  (void)fmt, (void)probe;
-  return decode_step_kernel<kWBf16, false>;
+  (void)probe;
+  return fmt == kWBf16 ? decode_step_kernel<kWBf16, false> : decode_step_kernel<kWMlx4, false>;
 #else
   switch (fmt) {
     case kWBf16:
@@ -258,8 +289,7 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
   };
   int fmt = -1;
 #if TF_STEP_MOE
-  fmt = kWBf16;
-  if (const std::string w = unsupported_moe(m); !w.empty()) return refuse(w);
+  if (const std::string w = unsupported_moe(m, &fmt); !w.empty()) return refuse(w);
 #else
   if (const std::string w = unsupported(m, &fmt); !w.empty()) return refuse(w);
 #endif
@@ -267,7 +297,7 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
   TF_CUDA_CHECK(cudaGetDevice(&dev));
   cudaDeviceProp prop{};
   TF_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-  if (fmt == kWMlx4) {
+  if (fmt == kWMlx4 && !TF_STEP_MOE) {
     // Same bits as the 4-bit op chain; faster than it on an H200 since session 27 (Qwen3-8B b=1 ctx
     // 512: 2.06-2.11 against 2.18-2.19 ms, runs 314-315; `tensorfold generate` 461 vs 435 tok/s): taken
     // unless turned off.
@@ -301,7 +331,9 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
   size_t packed = packed_of(*m.lm_head);
   for (const DecodeStepLayer& L : m.layers)
     packed += packed_of(*L.qkv) + packed_of(*L.o) +
-              (L.moe ? packed_of(L.moe->router) : packed_of(*L.gate_up) + packed_of(*L.down));
+              (!L.moe          ? packed_of(*L.gate_up) + packed_of(*L.down)
+               : fmt == kWBf16 ? packed_of(L.moe->router)
+                               : size_t(L.moe->router.out_features) * size_t(H) * 2);  // (bf16 pieces)
   size_t free = 0, total = 0;
   TF_CUDA_CHECK(cudaMemGetInfo(&free, &total));
   if (packed > free / 2)
@@ -360,6 +392,27 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
     TF_CUDA_LAUNCH_CHECK();
     o.wp = wp;
   };
+#if TF_STEP_MOE
+  // The 4-bit instance's router: dequantized to bf16 (dequantize_bf16: the values linear_quantized
+  // multiplies) and packed in pieces of kRouterPieceK (pack_bf16_pieces_kernel: a stage the size of a 4-bit
+  // one).
+  std::vector<Tensor> dequantized;  // (alive until the packing is done: the stream is synchronized below)
+  auto pack_bf16_pieces = [&](Op& o, const LinearWeight& w) {
+    const int n = int(w.out_features), k = int(w.in_features);
+    const void* src = w.weight.raw();
+    if (!is_dense_bf16(&w, n, k)) {
+      dequantized.push_back(dequantize_bf16(w, stream));
+      src = dequantized.back().raw();
+    }
+    o.sk = kRouterPieceK;
+    o.sbytes = 16 * kSW * kRouterPieceK * 2;
+    unsigned char* wp = dalloc<unsigned char>(own, size_t(n) * size_t(k) * 2, stream);
+    pack_bf16_pieces_kernel<<<(n / 16) * (k / kRouterPieceK / kSW), 256, 0, stream>>>(
+        static_cast<const __nv_bfloat16*>(src), reinterpret_cast<__nv_bfloat16*>(wp), k, kRouterPieceK);
+    TF_CUDA_LAUNCH_CHECK();
+    o.wp = wp;
+  };
+#endif
   auto bf = [](const Tensor* t) { return static_cast<const __nv_bfloat16*>(t->raw()); };
   int tiles = 0;
   auto add = [&](Op o) {
@@ -415,12 +468,32 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
     TF_CUDA_CHECK(
         cudaMemcpyAsync(dtab, tab.data(), tab.size() * sizeof(tab[0]), cudaMemcpyHostToDevice, stream));
     auto* logit_words = dalloc<unsigned long long>(own, size_t(E), stream);
-    std::vector<CUtensorMap> maps(2 * size_t(E));
-    bool tma = want_tma;
-    for (int e = 0; e < E && tma; ++e)
+    std::vector<CUtensorMap> maps(2 * size_t(E)), smaps;
+    const bool q4 = fmt != kWBf16;
+    bool tma = want_tma || q4;   // (the 4-bit experts: by tensor maps only)
+    int dquads = 0, dwords = 0;  // the 4-bit down's stage: quads a box, scale words a row
+    const int gsg = q4 ? chunk_shift(mw.gate_up[0]) : 0, gsd = q4 ? chunk_shift(mw.down[0]) : 0;
+    if (q4) {
+      for (int ow = 0; ow < kOwners; ++ow) {  // the owner's chunks c0 .. c1 (two K slices of inter / 256)
+        const int c0 = ow * (I / 128), c1 = c0 + I / 128 - 1;
+        dquads = std::max(dquads, (c1 >> 2) - (c0 >> 2) + 1);
+        dwords = std::max(dwords, (c1 >> gsd) - (c0 >> gsd) + 1);
+      }
+      dwords = (dwords + 3) / 4 * 4;  // (a box row: a multiple of 16 bytes)
+      smaps.resize(2 * size_t(E));
+      for (int e = 0; e < E && tma; ++e) {
+        const LinearWeight &g = mw.gate_up[size_t(e)], &dw = mw.down[size_t(e)];
+        tma = make_quads_tensor_map(&maps[size_t(e)], g.weight.raw(), 2 * I, H, 4) &&
+              make_quads_tensor_map(&maps[size_t(E + e)], dw.weight.raw(), H, I, dquads) &&
+              make_words_tensor_map(&smaps[size_t(e)], g.scales.raw(), 2 * I, g.scales.dim(1), 16 >> gsg) &&
+              make_words_tensor_map(&smaps[size_t(E + e)], dw.scales.raw(), H, dw.scales.dim(1), dwords);
+      }
+      if (!tma) return refuse("an MLX 4-bit expert's codes or scale words cannot be a tensor map");
+    }
+    for (int e = 0; e < E && tma && !q4; ++e)
       tma = make_rows8_tensor_map(&maps[size_t(e)], mw.gate_up[size_t(e)].weight.raw(), 2 * I, H, 8) &&
             make_rows8_tensor_map(&maps[size_t(E + e)], mw.down[size_t(e)].weight.raw(), H, I, I / 256);
-    CUtensorMap* dmaps = nullptr;
+    CUtensorMap *dmaps = nullptr, *dsmaps = nullptr;
     if (!tma && want_tma)
       log_warning("one-kernel decode step: an expert's weight cannot be a tensor map; layer " +
                   std::to_string(s.attn_ops.size() - 1) + "'s experts go by row copies");
@@ -429,15 +502,25 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
       TF_CUDA_CHECK(cudaMemcpyAsync(dmaps, maps.data(), maps.size() * sizeof(CUtensorMap),
                                     cudaMemcpyHostToDevice, stream));
     }
+    if (q4) {
+      dsmaps = dalloc<CUtensorMap>(own, smaps.size(), stream);
+      TF_CUDA_CHECK(cudaMemcpyAsync(dsmaps, smaps.data(), smaps.size() * sizeof(CUtensorMap),
+                                    cudaMemcpyHostToDevice, stream));
+    }
     Op rt{};
-    pack(rt, mw.router, false);
+    if (q4)
+      pack_bf16_pieces(rt, mw.router);
+    else
+      pack(rt, mw.router, false);
     rt.n = E, rt.k = int(H), rt.xkind = kXAddNorm, rt.moe = kMoeRouter;
     rt.x = to, rt.res = th1, rt.res_out = th2, rt.nw = bf(L.post_norm), rt.y = logit_words;
     add(rt);
     Op gu{};
     gu.moe = kMoeGateUp, gu.rlog = logit_words, gu.ex = dtab, gu.experts = E, gu.top_k = mw.top_k,
-    gu.inter = I, gu.norm_topk = mw.norm_topk_prob, gu.exmap = dmaps;
-    gu.sbytes = 16 * kSW * kStageK * 2;  // a stage: 16 rows of two K slices
+    gu.inter = I, gu.norm_topk = mw.norm_topk_prob, gu.exmap = dmaps, gu.exsc = dsmaps;
+    // a stage: 16 rows of two K slices (4-bit: their codes, 4 KB, then their scale words)
+    gu.sbytes = q4 ? 4096 + 2 * 8 * (16 >> gsg) * 4 : 16 * kSW * kStageK * 2;
+    if (q4) gu.qsel = q4_sel(mw.gate_up[0].subnormal_codes, gsg);
     gu.n = 2 * mw.top_k * I, gu.k = int(H), gu.xkind = kXAddNorm, gu.silu_out = 1;
     // (the same add + norm as the router's: its residual to a scratch buffer)
     gu.x = to, gu.res = th1, gu.res_out = dalloc<uint32_t>(own, H, stream), gu.nw = bf(L.post_norm),
@@ -449,6 +532,10 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
     // slot (variant 5: the kernel's down_ranks).
     d.dranks = mw.top_k % 2 == 0 && 32 * (I / 2 + 64) <= kBf16SlotBytes ? 2 : 1;
     d.sbytes = 16 * (I / 2);  // (a stage: the kernel's down_ranks x this)
+    if (q4) {                 // (4-bit: one rank a stage, two boxes of dquads quads, then the scale words)
+      d.exsc = dsmaps + E, d.qsel = q4_sel(mw.down[0].subnormal_codes, gsd), d.dranks = 1;
+      d.dquads = dquads, d.dwords = dwords, d.sbytes = 2 * dquads * 512 + 2 * 8 * dwords * 4;
+    }
     d.n = int(H), d.k = mw.top_k * I, d.xkind = kXCopy, d.x = tgu, d.res = nullptr, d.res_out = nullptr,
     d.nw = nullptr, d.y = td;
     add(d);

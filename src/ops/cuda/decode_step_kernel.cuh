@@ -31,6 +31,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "ops/cuda/activation.cuh"
 #include "ops/cuda/decode_step_attention.cuh"
@@ -172,6 +173,10 @@ __device__ void route_producer(const Op& gu, const Op& dn, uint32_t tag, int lan
     if (lane < gu.top_k) {  // the picks' tensor maps, fetched ahead of their first copies
       asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(gu.exmap + pe)) : "memory");
       asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(dn.exmap + pe)) : "memory");
+      if (gu.exsc) {  // (4-bit experts: their scale words' maps too)
+        asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(gu.exsc + pe)) : "memory");
+        asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(dn.exsc + pe)) : "memory");
+      }
     }
     return;
   }
@@ -242,6 +247,136 @@ __device__ __forceinline__ void expert_stage(const Op& o, int tile, int s, int d
                     (lane < 16 ? base : base1) + int64_t(tile * 16 + lane % 16) * I + ow * (I / 4), I / 2,
                     bar);
   }
+}
+
+// A 4-bit team warp's wait for its stage jj's slot to be at that stage (the producer writes the slot's stage
+// counter before its copy; the consumer loop's check, for the MoE's down).
+__device__ __forceinline__ void wait_stage_meta(const int* meta, int jj) {
+  const volatile int* m = meta;
+  for (long long n = 0; *m != jj; ++n)
+    if (n == (1ll << 26)) {
+      printf("decode_step HANG block %d warp %d: stage %d's slot holds %d\n", blockIdx.x, threadIdx.x / 32,
+             jj, *m);
+      __trap();
+    }
+}
+// The MLX 4-bit instance's expert stages (Op::exmap: codes, Op::exsc: scale words; decode_step_words.cuh's Op
+// says how a stage lands), four tensor-map boxes by lane 0 onto the slot's barrier: rows 0-7's codes, rows
+// 8-15's, then their scale words. gate_up: tile r (inter / 8) + f, owner s: gate rows 8f .., up rows inter +
+// 8f .., quads 4s .. 4s + 3, scale words (16 >> gshift) s ..; down: rank s / kOwners, owner ow = s %
+// kOwners, rows 16 tile .., the owner's first chunk c0 = ow inter / 128: quads from c0 / 4, words from its
+// group.
+__device__ __forceinline__ void expert_stage_q4(const Op& o, int tile, int s, uint32_t dst, uint32_t bar,
+                                                int lane, int xe) {
+  const int I = o.inter, gsh = o.qsel % 3;
+  const bool gu = o.moe == kMoeGateUp;
+  const int r = gu ? tile / (I / 8) : s / kOwners;
+  const int e = __shfl_sync(0xffffffffu, xe, r);
+  if (lane != 0) return;
+  const CUtensorMap *cm = o.exmap + e, *sm = o.exsc + e;
+  if (gu) {
+    const int f = tile % (I / 8), nw = 16 >> gsh;  // scale words a row of the stage
+    tma_load_3d(dst, cm, 0, 8 * f, 4 * s, bar);
+    tma_load_3d(dst + 2048, cm, 0, I + 8 * f, 4 * s, bar);
+    tma_load_2d(dst + 4096, sm, nw * s, 8 * f, bar);
+    tma_load_2d(dst + 4096 + 32 * nw, sm, nw * s, I + 8 * f, bar);
+  } else {
+    const int c0 = s % kOwners * (I / 128), cb = 512 * o.dquads;  // the owner's first chunk; a box's codes
+    tma_load_3d(dst, cm, 0, 16 * tile, c0 >> 2, bar);
+    tma_load_3d(dst + cb, cm, 0, 16 * tile + 8, c0 >> 2, bar);
+    tma_load_2d(dst + 2 * cb, sm, c0 >> gsh, 16 * tile, bar);
+    tma_load_2d(dst + 2 * cb + 32 * o.dwords, sm, c0 >> gsh, 16 * tile + 8, bar);
+  }
+}
+// A 4-bit consumer warp's two pieces of a gate_up expert stage (expert_stage_q4's boxes at st): piece p (K
+// slice 2 owner + p) is quads 2p, 2p + 1 of rows g (the gate box) and g + 8 (the up box, 2048 bytes on),
+// lane t's 16 bytes of each at quad * 512 + row * 64 + 16 t; its scale words (8 >> GS a piece) from p (8 >>
+// GS) in rows [16][16 >> GS] 4096 bytes on. The arithmetic of q4_pair: its bits.
+template <int KIND, int GS>
+__device__ __forceinline__ void q4_pair_ex(float (&acc0)[4], float (&acc1)[4], uint32_t st, uint32_t xb0,
+                                           uint32_t xb1, int g, int t) {
+  constexpr int kNw = 16 >> GS, kNg = kNw / 2;  // scale words a row; a piece's
+  const uint32_t cb = st + g * 64 + 16 * t, sb = st + 4096 + g * kNw * 4;
+#pragma unroll
+  for (int q = 0; q < kQStageK / 128; ++q) {
+    uint32_t wv[2][2][4];  // [piece][row g, g + 8][chunk]
+#pragma unroll
+    for (int p = 0; p < 2; ++p)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const uint4 w = lds128(cb + (2 * p + q) * 512 + r * 2048);
+        wv[p][r][0] = w.x, wv[p][r][1] = w.y, wv[p][r][2] = w.z, wv[p][r][3] = w.w;
+      }
+    uint32_t sc[2][2] = {};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int c = 4 * q + i;
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {
+        if (i == 0 || (c >> GS) != ((c - 1) >> GS)) {  // a new group: its scale words (rows g, g + 8)
+          sc[p][0] = lds32(sb + (p * kNg + (c >> GS)) * 4);
+          sc[p][1] = lds32(sb + 32 * kNw + (p * kNg + (c >> GS)) * 4);
+        }
+        const uint4 a = dequant<KIND, 4>(Raw{wv[p][0][i], 0, sc[p][0], 0});
+        const uint4 bb = dequant<KIND, 4>(Raw{wv[p][1][i], 0, sc[p][1], 0});
+        mma_chunk(p ? acc1 : acc0, a, bb, lds128((p ? xb1 : xb0) + c * 64));
+      }
+    }
+  }
+}
+// A 4-bit consumer warp's K slices 2 ow, 2 ow + 1 of one rank of a down expert stage (expert_stage_q4's boxes
+// at st: nq quads of rows g, then of rows g + 8, then the scale words [16][nw]): C = inter / 256 chunks a
+// slice from chunk c0 = 2 ow C, chunk c's word at ((c >> 2) - (c0 >> 2)) 512 + g 64 + 16 t + 4 (c & 3), its
+// scale word at its group less c0's; xb: the rank's x (+ 16 t). The chunks of each slice in order from its
+// first: linear_quantized's chains (moe_decode's down, whose slices straddle quads too).
+template <int KIND, int GS>
+__device__ __forceinline__ void q4_down_ex(float (&acc0)[4], float (&acc1)[4], uint32_t st, int nq, int nw,
+                                           int C, int c0, uint32_t xb, int g, int t) {
+  const uint32_t cb = st + g * 64 + 16 * t - (c0 >> 2) * 512,
+                 sb = st + 2 * 512 * nq + g * nw * 4 - (c0 >> GS) * 4;
+  for (int i = 0; i < C; ++i)
+#pragma unroll
+    for (int p = 0; p < 2; ++p) {
+      const int c = c0 + p * C + i;
+      const uint32_t wa = lds32(cb + (c >> 2) * 512 + (c & 3) * 4);
+      const uint32_t wb = lds32(cb + 512 * nq + (c >> 2) * 512 + (c & 3) * 4);
+      const uint32_t sa = lds32(sb + (c >> GS) * 4), sb8 = lds32(sb + 32 * nw + (c >> GS) * 4);
+      const uint4 a = dequant<KIND, 4>(Raw{wa, 0, sa, 0}), bb = dequant<KIND, 4>(Raw{wb, 0, sb8, 0});
+      mma_chunk(p ? acc1 : acc0, a, bb, lds128(xb + c * 64));
+    }
+}
+// f(std::integral_constant<int, KIND>, std::integral_constant<int, GS>) for a 4-bit op's q4_sel.
+template <typename F>
+__device__ __forceinline__ void by_qsel(int qsel, F&& f) {
+  using std::integral_constant;
+  switch (qsel) {  // uniform: one op's tiles
+    case q4_sel(false, 0):
+      return f(integral_constant<int, kMlxBf16>{}, integral_constant<int, 0>{});
+    case q4_sel(false, 1):
+      return f(integral_constant<int, kMlxBf16>{}, integral_constant<int, 1>{});
+    case q4_sel(false, 2):
+      return f(integral_constant<int, kMlxBf16>{}, integral_constant<int, 2>{});
+    case q4_sel(true, 0):
+      return f(integral_constant<int, kMlxBf16Sub>{}, integral_constant<int, 0>{});
+    case q4_sel(true, 1):
+      return f(integral_constant<int, kMlxBf16Sub>{}, integral_constant<int, 1>{});
+    default:
+      return f(integral_constant<int, kMlxBf16Sub>{}, integral_constant<int, 2>{});
+  }
+}
+// A 4-bit consumer warp's two pieces of a bf16 op's stage in the 4-bit instance (pack_bf16_pieces_kernel:
+// the router dequantized to bf16, pieces of sk k-values): rows [16][2 pieces][sk], odd rows' 64-byte chunks
+// c and c ^ 1 traded in each piece; slice 2 owner + p's chunks of this part in order. linear_bf16's bits.
+__device__ __forceinline__ void bf16_pair(float (&acc0)[4], float (&acc1)[4], uint32_t st, int sk,
+                                          uint32_t xb0, uint32_t xb1, int g, int t) {
+  const int rb = 4 * sk;  // a row's two pieces
+  const uint32_t swz = (g & 1) * 64, base = st + g * rb + 16 * t;
+  for (int c = 0; c < sk / 32; ++c)
+#pragma unroll
+    for (int p = 0; p < 2; ++p) {
+      const uint32_t at = base + p * 2 * sk + ((c * 64) ^ swz);
+      mma_chunk(p ? acc1 : acc0, lds128(at), lds128(at + 8 * rb), lds128((p ? xb1 : xb0) + c * 64));
+    }
 }
 #endif
 
@@ -375,9 +510,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         if (routed != gu)
           route_producer(ops[gu], ops[gu + 1], tag, lane, xg, xd, xe, prm.ablate), routed = gu;
       }
-      // The down: dr ranks a stage (down_ranks), each 16 rows x inter / 2 bytes.
-      const int dr = mk == kMoeDown ? down_ranks(ops[op], prm.ablate) : 1;
-      const int stages = mk == kMoeDown ? ops[op].top_k / dr * kOwners : k / SK / SW;
+      // The down: dr ranks a stage (down_ranks; the 4-bit instance: one), each 16 rows x inter / 2 bytes.
+      const int dr = mk == kMoeDown && W == kWBf16 ? down_ranks(ops[op], prm.ablate) : 1;
+      const int sk = W != kWBf16 && ops[op].sk ? ops[op].sk : SK;  // k-values a piece (Op::sk)
+      const int stages = mk == kMoeDown ? ops[op].top_k / dr * kOwners : k / sk / SW;
       const int msb = dr * sbytes;  // a stage's bytes (the down's: dr ranks' sbytes)
       // The in-flight cap in bytes: as many of the op's stages as prm.inflight 16 KB stages.
       const int inflight = prm.inflight > 0 ? (prm.inflight * kStageBytes + msb - 1) / msb : 0;
@@ -407,10 +543,16 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         if (kProbe) p_empty += clock64() - pw;
 #if TF_STEP_MOE
         if (mk >= kMoeGateUp) {
-          if (lane == 0) mbar_arrive_expect_tx(saddr(full + slot), uint32_t(msb));
+          if (lane == 0) {
+            if constexpr (kTeams < W >> 1) meta[slot] = j;  // (read by the 4-bit teams only)
+            mbar_arrive_expect_tx(saddr(full + slot), uint32_t(msb));
+          }
           __syncwarp();
-          expert_stage(ops[op], tile, s, dr, saddr(ring + slot * slot_b), saddr(full + slot), lane, xg, xd,
-                       xe);
+          if constexpr (W == kWBf16)
+            expert_stage(ops[op], tile, s, dr, saddr(ring + slot * slot_b), saddr(full + slot), lane, xg, xd,
+                         xe);
+          else
+            expert_stage_q4(ops[op], tile, s, saddr(ring + slot * slot_b), saddr(full + slot), lane, xe);
           __syncwarp();
           continue;
         }
@@ -418,9 +560,15 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         if (lane == 0) {
           if constexpr (kTeams < W >> 1) meta[slot] = j;  // (read by the 4-bit teams only)
           mbar_arrive_expect_tx(saddr(full + slot), uint32_t(sbytes));
+#if TF_STEP_MOE
+          bulk_copy_g2s(saddr(ring + slot * slot_b),
+                        w + (int64_t(tile) * stages + packed_stage(s, k, kOwn, sk)) * sbytes,
+                        uint32_t(sbytes), saddr(full + slot));
+#else
           bulk_copy_g2s(saddr(ring + slot * slot_b),
                         w + (int64_t(tile) * stages + packed_stage(s, k, kOwn, SK)) * sbytes,
                         uint32_t(sbytes), saddr(full + slot));
+#endif
         }
         __syncwarp();
       }
@@ -539,7 +687,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
 #endif
 #if TF_STEP_MOE
       // (variant 7: the down's x by rank, each warp its own slice, in the rank loop below)
-      if (!(o.moe == kMoeDown && prm.ablate == 7))
+      if (!(W == kWBf16 && o.moe == kMoeDown && prm.ablate == 7))
 #endif
         make_x(o, xs, nred, tile == 0, tag);
 #if TF_STEP_MOE
@@ -560,6 +708,46 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         stamp_row(stamps, op, G, b)[SS::kStampXMade] = gtime();
     }
 #if TF_STEP_MOE
+    if (W != kWBf16 && o.moe == kMoeDown) {
+      // The MLX 4-bit instance's down: team tm takes ranks tm, tm + kNT, ..., each warp its two K slices of
+      // the rank (its owner's stage, expert_stage_q4), the slice sums into dred; then one barrier and warp 0
+      // folds the ranks in order from 0 (variant 6's combine: moe combine's fmas on the bf16 sums).
+      const int I = o.inter, C = I / 256;          // chunks a slice
+      if (i - G >= o.tile_begin) bar_consumers();  // (warp 0 has read the tile before's dred)
+      for (int r = team; r < o.top_k; r += kNT) {
+        const int jj = j + r * kOwn + owner, wjj = wrap(jj), slot = jj - wjj * nslots;
+        wait_stage_meta(meta + slot, jj);
+        wait_bar(saddr(full + slot), wjj & 1, kFullStage, jj);
+        float a0[4] = {0.f, 0.f, 0.f, 0.f}, a1[4] = {0.f, 0.f, 0.f, 0.f};
+        if (prm.ablate != 1)
+          by_qsel(o.qsel, [&](auto kd, auto gs) {
+            q4_down_ex<decltype(kd)::value, decltype(gs)::value>(a0, a1, saddr(ring + slot * slot_b),
+                                                                 o.dquads, o.dwords, C, slice0 * C,
+                                                                 saddr(xs) + 16 * t + r * I * 2, g, t);
+          });
+        fence_proxy_async();  // this warp's reads of the slot before the next bulk copy into it
+        __syncwarp();
+        if (lane == 0) mbar_arrive(saddr(empty + slot));
+        float* rr = dred + r * kSlices * 16 + slice0 * 16;
+        if (t == 0) rr[g] = a0[0], rr[g + 8] = a0[2], rr[16 + g] = a1[0], rr[24 + g] = a1[2];
+      }
+      bar_consumers();
+      float sum = 0.f;
+      if (warp == 0)
+        for (int r = 0; r < o.top_k; ++r) {
+          const float wr = __shfl_sync(0xffffffffu, pick_w, r);
+          const float* rr = dred + r * kSlices * 16;
+          if (lane < 16) {
+            float y = rr[lane];
+#pragma unroll
+            for (int e = 1; e < kSlices; ++e) y += rr[e * 16 + lane];
+            sum = __fmaf_rn(wr, __bfloat162float(__float2bfloat16(y)), sum);
+          }
+        }
+      if (warp == 0 && lane < 16) static_cast<uint32_t*>(o.y)[n0 + lane] = word_of(sum, tag);
+      j += o.top_k * kOwn;
+      continue;
+    }
     if (o.moe == kMoeDown) {
       // Every rank's 16 rows: per rank, each warp its K slice (inter / 8: chunks through mma_chunk in
       // order, the routed down GEMM's), the slice sums in slice order rounded to bf16 (its y), then warp 0
@@ -658,7 +846,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
 #else
     constexpr bool expert_rows = false;
 #endif
-    const int stages = k / SK / SW, spw = k / kSlices / SK;  // spw: parts of a slice
+#if TF_STEP_MOE
+    const int sk = W != kWBf16 && o.sk ? o.sk : SK;  // k-values a piece (Op::sk)
+#else
+    constexpr int sk = SK;
+#endif
+    const int stages = k / sk / SW, spw = k / kSlices / sk;  // spw: parts of a slice
     if (!mine) {                                             // the other team's tile
       j += stages;
       continue;
@@ -687,20 +880,30 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         gcount(op, 1);
         if (part == 0) tlog(op, 1);
       }
-      const uint32_t xb = xbase + (slice0 * spw + part) * SK * 2;  // slice s + 1's: spw * SK * 2 on
+      const uint32_t xb = xbase + (slice0 * spw + part) * sk * 2;  // slice s + 1's: spw * sk * 2 on
       if ((kProbe || TF_STEP_MOE) && prm.ablate == 1) {
         // (timing: the stage waited for and released, nothing computed)
       }
 #if TF_STEP_MOE
       else if (expert_rows && o.exmap) {
-        // two boxes of 8 rows x 8 blocks of 64 columns (make_rows8_tensor_map, rows8_addr): this warp's
-        // slice is columns kStageK * half .. of the stage's 512
         const uint32_t base = saddr(ring + slot * slot_b);
+        if constexpr (W == kWBf16) {
+          // two boxes of 8 rows x 8 blocks of 64 columns (make_rows8_tensor_map, rows8_addr): this warp's
+          // slice is columns kStageK * half .. of the stage's 512
 #pragma unroll 4
-        for (int c = 0; c < kStageK / 32; ++c) {
-          const uint32_t at = rows8_addr(base, g, kStageK * half + 32 * c + 8 * t);
-          mma_chunk(acc[0], lds128(at), lds128(at + 8192), lds128(xb + c * 64));
+          for (int c = 0; c < kStageK / 32; ++c) {
+            const uint32_t at = rows8_addr(base, g, kStageK * half + 32 * c + 8 * t);
+            mma_chunk(acc[0], lds128(at), lds128(at + 8192), lds128(xb + c * 64));
+          }
+        } else {  // MLX 4-bit experts: expert_stage_q4's boxes, this warp's two pieces
+          by_qsel(o.qsel, [&](auto kd, auto gs) {
+            q4_pair_ex<decltype(kd)::value, decltype(gs)::value>(acc[0], acc[1], base, xb, xb + spw * sk * 2,
+                                                                 g, t);
+          });
         }
+      } else if (W != kWBf16 && o.sk) {  // a bf16 op in the 4-bit instance (the router): two pieces
+        if constexpr (W != kWBf16)
+          bf16_pair(acc[0], acc[1], saddr(ring + slot * slot_b), sk, xb, xb + spw * sk * 2, g, t);
       }
 #endif
       else if constexpr (W == kWBf16) {
@@ -848,6 +1051,29 @@ __global__ void pack_kernel(const __nv_bfloat16* w, __nv_bfloat16* wp, int n, in
         v;
   }
 }
+
+#if TF_STEP_MOE
+// The 4-bit instance's router (dequantized to bf16): pieces of this many k-values, so that a stage (16 rows x
+// two pieces, 4 KB) fits a slot of the 4-bit stages'.
+constexpr int kRouterPieceK = 64;
+// W [n, k] bf16 row-major -> stages of pieces of sk k-values (the 4-bit instance's bf16 ops, Op::sk): tile
+// t's stage ps = owner * parts + part (packed_stage; parts = k / 8 / sk) holds, for its 16 rows, the pieces
+// of K slices 2 owner, 2 owner + 1 (part `part` of each) side by side, [16][2][sk]; in odd rows the 64-byte
+// chunks c and c ^ 1 of each piece trade places (bf16_pair's loads, as pack_kernel's).
+__global__ void pack_bf16_pieces_kernel(const __nv_bfloat16* w, __nv_bfloat16* wp, int k, int sk) {
+  const int stages = k / sk / kSW, parts = k / kSlices / sk;
+  const int64_t stage = blockIdx.x;
+  const int tile = int(stage / stages), ps = int(stage % stages);
+  const int owner = ps / parts, part = ps % parts, units = sk / 8;  // 16-byte units of a piece
+  for (int u = threadIdx.x; u < 16 * kSW * units; u += blockDim.x) {
+    const int r = u / (kSW * units), sub = u % (kSW * units) / units, cu = u % units;
+    const int src_unit = (r & 1) ? (cu ^ 4) : cu;  // chunk c ^ 1 = unit ^ 4
+    const uint4 v = *reinterpret_cast<const uint4*>(w + int64_t(tile * 16 + r) * k +
+                                                    ((owner * kSW + sub) * parts + part) * sk + src_unit * 8);
+    *reinterpret_cast<uint4*>(wp + stage * (16 * kSW * sk) + (r * kSW + sub) * sk + cu * 8) = v;
+  }
+}
+#endif
 
 // MLX 4-bit W (quant_linear.h's device layout: w [n][k / 8] words, a row's quads of 4 chunks lane-major; sc
 // [n][k >> (5 + gshift)] scale | bias words) -> stages as pack_kernel's (tile t's stage ps: the 16 rows'

@@ -34,9 +34,10 @@ constexpr int kThreads = (kCWarps + 1 + kAWarps) * 32;
 constexpr int kProducer = kCWarps;
 // k-values of a slice's piece in a stage. bf16: 256 (16 KB stages, two ring slots a warp pair: one is in
 // flight while the pair computes on the other; 2% faster than 32 KB stages and one slot a pair, run 271).
-// MLX 4-bit: 512 (256 was 12% slower, run 271).
+// MLX 4-bit: 512 (256 was 12% slower, run 271); the MoE shape's 256 (its hidden 2048 makes a K slice 256
+// k-values: a piece of 512 would straddle two slices).
 constexpr int kStageK = 256;
-constexpr int kQStageK = 512;
+constexpr int kQStageK = TF_STEP_MOE ? 256 : 512;
 constexpr int kSW = 2;                        // a stage row = pieces of kSW consecutive slices
 constexpr int kOwners = kCWarps / kSW;        // warp pairs owning ring slots
 constexpr int kRowBytes = kSW * kStageK * 2;  // packed rows are not padded; odd rows are swizzled
@@ -103,7 +104,8 @@ constexpr int kAttnBytes = (2 * attn::kC + 16) * kRS * 2;  // Ks, Vs [128][kRS],
 // as the ring and the attention's staging region hold (a CTA without attention work lends it the ring).
 template <int W>
 constexpr int kRing = W == kWBf16 ? kStages : (kRingBytes<W> + kAttnBytes) / q_stage_bytes(sw_of(W), 128);
-static_assert(kRing<kWMlx4> == 23 && kRing<kWMlx4Sw4> == 11 && kRing<kWMlx4Sw8> == 5, "4-bit rings");
+static_assert(TF_STEP_MOE || (kRing<kWMlx4> == 23 && kRing<kWMlx4Sw4> == 11 && kRing<kWMlx4Sw8> == 5),
+              "4-bit rings");
 constexpr int kBlock = 16;  // positions a KV pool block holds
 // The positions the step takes (DecodeStep::bind): DecodeStep::kMaxPositions, or n in a bench build of
 // decode_step.cu with -DTF_STEP_LIMIT=n (tools/step_variant.sh), to time the step past its limit.
@@ -188,6 +190,17 @@ struct Op {
   int experts, top_k, inter, norm_topk;
   int dranks;  // down: ranks a stage (1 or 2; 2: rank 2 q and 2 q + 1 of an owner's slices, one after the
                // other)
+  // MLX 4-bit experts (the 4-bit instance; qsel: their q4_sel): exmap holds each expert's codes as a 3D map
+  // (make_quads_tensor_map: a box of 16 words x 8 rows x quads lands [quad][row][64 bytes]) and exsc its
+  // scale words as a 2D map (a box of words x 8 rows lands [row][words]). A gate_up stage (owner s): its 16
+  // rows' quads 4s .. 4s + 3 (two boxes: gate rows, up rows), then their scale words 16 s >> gshift ..
+  // (512 / group a row). A down stage (rank, owner ow): rows n0 .. n0 + 15's dquads quads from the owner's
+  // first chunk's (ow inter / 128 >> 2), then their dwords scale words from its first chunk's group.
+  const CUtensorMap* exsc;
+  int dquads, dwords;
+  // Where the op's pieces are not the instance's (kQStageK 4-bit codes): sk bf16 k-values a piece (the MLX
+  // 4-bit instance's router, dequantized to bf16: pack_bf16_pieces_kernel); 0: the instance's.
+  int sk;
 #endif
 };
 enum MoeKind : int { kMoeNone = 0, kMoeRouter = 1, kMoeGateUp = 2, kMoeDown = 3 };

@@ -439,6 +439,32 @@ bool make_rows8_tensor_map(CUtensorMap* map, const void* base, int64_t rows, int
             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+bool make_quads_tensor_map(CUtensorMap* map, const void* base, int64_t rows, int64_t k, int box_quads) {
+  const EncodeTiled fn = encode_tiled();
+  if (!fn || reinterpret_cast<uintptr_t>(base) % 16 != 0 || rows < 8 || k % 128 != 0 || box_quads < 1 ||
+      box_quads > 256)
+    return false;
+  const cuuint64_t dims[3] = {16, cuuint64_t(rows), cuuint64_t(k / 128)};
+  const cuuint64_t strides[2] = {cuuint64_t(k / 2), 64};  // a row's bytes, a quad's
+  const cuuint32_t box[3] = {16, 8, cuuint32_t(box_quads)}, elem[3] = {1, 1, 1};
+  return fn(map, CU_TENSOR_MAP_DATA_TYPE_UINT32, 3, const_cast<void*>(base), dims, strides, box, elem,
+            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+bool make_words_tensor_map(CUtensorMap* map, const void* base, int64_t rows, int64_t words, int box_words) {
+  const EncodeTiled fn = encode_tiled();
+  if (!fn || reinterpret_cast<uintptr_t>(base) % 16 != 0 || rows < 8 || (words * 4) % 16 != 0 ||
+      box_words < 4 || box_words > 256 || box_words % 4 != 0)
+    return false;
+  const cuuint64_t dims[2] = {cuuint64_t(words), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(words) * 4};
+  const cuuint32_t box[2] = {cuuint32_t(box_words), 8}, elem[2] = {1, 1};
+  return fn(map, CU_TENSOR_MAP_DATA_TYPE_UINT32, 2, const_cast<void*>(base), dims, strides, box, elem,
+            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 // Auto: the tile with the least estimated time on an H200 (132 SMs): waves x the slower of a tile's MMA
 // time (989 TFLOP/s / 132 SMs, times an efficiency: the shared-memory traffic a chunk costs against its
 // MMA time, and for 128x256 the `tot` round trips through shared memory) and its load time (the tile's

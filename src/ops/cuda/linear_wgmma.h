@@ -151,6 +151,16 @@ bool make_kv_tensor_map(CUtensorMap* map, const void* pool, int64_t slots, int h
 // that rows g and g + 1 -- one quarter-warp's 16-byte loads of an MMA fragment -- fall in different bank
 // halves. Coordinates {0, row / 2, 0, block}. False when it cannot be encoded.
 bool make_rows8_tensor_map(CUtensorMap* map, const void* base, int64_t rows, int64_t k, int box_blocks);
+// An MLX 4-bit weight's codes [rows, k / 8] (U32, the device layout: quads of 128 k-values, 64 bytes, lane
+// t's 16 bytes at 16 t) as a 3D tensor map {16 words of a quad, rows, quads} whose box is 8 rows x box_quads
+// quads, landing as [quad][row][64 bytes] (no swizzle: rows g and g + 1 of a quarter-warp's 16-byte loads are
+// 64 bytes apart, in different banks); quads past the row's zero-filled. Coordinates {0, row, quad}. False
+// when it cannot be encoded (k % 128 != 0 among others).
+bool make_quads_tensor_map(CUtensorMap* map, const void* base, int64_t rows, int64_t k, int box_quads);
+// A [rows, words] U32 matrix (MLX scale | bias words) as a 2D tensor map whose box is box_words x 8 rows,
+// landing as [row][box_words]; words past the row's zero-filled. Coordinates {word, row}. False when it
+// cannot be encoded (a row's bytes not a multiple of 16, box_words % 4 != 0 among others).
+bool make_words_tensor_map(CUtensorMap* map, const void* base, int64_t rows, int64_t words, int box_words);
 
 #ifdef __CUDACC__
 // ---- device helpers shared with the probe (inline PTX per the PTX ISA, "warpgroup-level MMA") ----

@@ -53,15 +53,19 @@ inline Tensor random_bf16(std::vector<int64_t> shape, uint64_t seed, float mean,
 // An MLX affine 4-bit weight [n, k] as mlx-lm writes it (`weight` U32 [n, k / 8], value j of a word at bits
 // 4j; bf16 `scales` and `biases` [n, k / group]), like a uniform weight in about [-a, a]: random codes, a
 // group's scale in [0.5, 1] x a / 7.5 and its bias about -7.5 x scale.
+// `bits` (4 or 8) and `stack` > 0: mlx-lm's stacked experts (switch_mlp), [stack, n, ...] each.
 inline void add_random_mlx4(NamedTensors& t, const std::string& base, int64_t n, int64_t k, int group,
-                            uint64_t seed, float a) {
-  Tensor w = Tensor::empty({n, k / 8}, DType::U32);
+                            uint64_t seed, float a, int bits = 4, int64_t stack = 0) {
+  auto shape = [&](int64_t last) {
+    return stack > 0 ? std::vector<int64_t>{stack, n, last} : std::vector<int64_t>{n, last};
+  };
+  Tensor w = Tensor::empty(shape(k * bits / 32), DType::U32);
   uint32_t* p = w.data<uint32_t>();
   for (int64_t i = 0; i < w.numel(); ++i) p[i] = uint32_t(counter_hash(i, seed) >> 16);
-  const float s = 0.75f * a / 7.5f;
+  const float mid = float((1 << bits) - 1) / 2.f, s = 0.75f * a / mid;
   t.emplace_back(base + ".weight", std::move(w));
-  t.emplace_back(base + ".scales", random_bf16({n, k / group}, seed + 1, s, s / 3));
-  t.emplace_back(base + ".biases", random_bf16({n, k / group}, seed + 2, -7.5f * s, s));
+  t.emplace_back(base + ".scales", random_bf16(shape(k / group), seed + 1, s, s / 3));
+  t.emplace_back(base + ".biases", random_bf16(shape(k / group), seed + 2, -mid * s, s));
 }
 
 // MLX 4-bit linears (write_random_qwen3): the group size, and other groups of some linears (config.json's
@@ -74,14 +78,15 @@ struct Mlx4Layout {
 // Writes the checkpoint (q/k norms, no bias) to <temp>/<name>_<pid>; returns the directory. bf16 linears and
 // tied embeddings (or an lm_head: !s.tie_embeddings), or (mlx4) MLX 4-bit linears and an MLX 4-bit lm_head
 // (the embeddings bf16), as mlx-lm's conversions of untied models. With s.experts > 0 a qwen3_moe
-// checkpoint as transformers writes Qwen3MoeForCausalLM (bf16 only): every layer sparse (decoder_sparse_step
-// 1, no mlp_only_layers), the router mlp.gate.weight [experts, hidden] and each expert's
-// mlp.experts.<e>.{gate,up,down}_proj.weight.
+// checkpoint as transformers writes Qwen3MoeForCausalLM: every layer sparse (decoder_sparse_step 1, no
+// mlp_only_layers), the router mlp.gate.weight [experts, hidden] and each expert's
+// mlp.experts.<e>.{gate,up,down}_proj.weight; or (mlx4) as mlx-lm converts it: the router at 8 bits (groups
+// of 64, config.json's per-module entry) and the experts stacked, mlp.switch_mlp.{gate,up,down}_proj
+// [experts, ...] at 4 bits.
 inline std::string write_random_qwen3(const std::string& name, const Qwen3Shape& s,
                                       const Mlx4Layout* mlx4 = nullptr) {
   namespace fs = std::filesystem;
   const bool moe = s.experts > 0, tied = !mlx4 && s.tie_embeddings;
-  if (moe && mlx4) throw Error("write_random_qwen3: MLX 4-bit MoE checkpoints are not written");
   const fs::path dir = fs::temp_directory_path() / (name + "_" + std::to_string(getpid()));
   fs::create_directories(dir);
   std::ostringstream config;
@@ -107,6 +112,8 @@ inline std::string write_random_qwen3(const std::string& name, const Qwen3Shape&
     config << R"(, "quantization": {"group_size": )" << mlx4->group << R"(, "bits": 4)";
     for (const auto& [m, g] : mlx4->overrides)
       config << R"(, ")" << m << R"(": {"group_size": )" << g << R"(, "bits": 4})";
+    for (int l = 0; moe && l < s.layers; ++l)  // mlx-lm's predicate: the router at 8 bits
+      config << R"(, "model.layers.)" << l << R"(.mlp.gate": {"group_size": 64, "bits": 8})";
     config << "}";
   }
   config << "}";
@@ -147,6 +154,19 @@ inline std::string write_random_qwen3(const std::string& name, const Qwen3Shape&
     linear(p + "self_attn.o_proj", H, Q);
     t.emplace_back(p + "self_attn.q_norm.weight", norm(D));
     t.emplace_back(p + "self_attn.k_norm.weight", norm(D));
+    if (moe && mlx4) {  // the router (8-bit) and the stacked experts
+      add_random_mlx4(t, p + "mlp.gate", s.experts, H, 64, seed, std::sqrt(3.f / float(H)), 8), seed += 3;
+      const int64_t E = s.experts, MI = s.moe_inter;
+      for (const char* proj : {"gate_proj", "up_proj"})
+        add_random_mlx4(t, p + "mlp.switch_mlp." + proj, MI, H, group_of(p + "mlp.switch_mlp." + proj), seed,
+                        std::sqrt(3.f / float(H)), 4, E),
+            seed += 3;
+      add_random_mlx4(t, p + "mlp.switch_mlp.down_proj", H, MI, group_of(p + "mlp.switch_mlp.down_proj"),
+                      seed, std::sqrt(3.f / float(MI)), 4, E),
+          seed += 3;
+      flush_shard(l);
+      continue;
+    }
     if (moe) {
       linear(p + "mlp.gate", s.experts, H);  // the router: unit-variance logits, a softmax far from one-hot
       for (int e = 0; e < s.experts; ++e) {

@@ -11,7 +11,8 @@
 // maps otherwise), and four same-bits variants (TF_STEP_MOE_ABLATE=4-7). The suite turns
 // the MoE step on (DecodeStep::moe: on by default, off with TF_DECODE_STEP_MOE=0 in the environment). A
 // one-layer checkpoint without the top-k renormalisation (norm_topk_prob false) and with tied embeddings; and
-// the step turned off (TF_DECODE_STEP_MOE=0).
+// the step turned off (TF_DECODE_STEP_MOE=0). And an MLX 4-bit checkpoint as mlx-lm converts the model (the
+// 4-bit instance, off by default: DecodeStep::set_moe_mlx4).
 #include <gtest/gtest.h>
 #include <stdlib.h>  // setenv
 
@@ -65,12 +66,26 @@ class CudaMoeStep : public ::testing::Test {
     cuda::DecodeStep::set_moe(moe_was_);
     if (dir_) fs::remove_all(*dir_);
     if (dir1_) fs::remove_all(*dir1_);
+    if (dir4_) fs::remove_all(*dir4_);
   }
   // One layer, norm_topk_prob false (the top-k weights are the softmax's own), tied embeddings.
   static const std::string& one_layer_dir() {
     if (!dir1_)
       dir1_ = new std::string(test::write_random_qwen3("tf_moe_step_1l", moe_shape(1, false, true)));
     return *dir1_;
+  }
+  // MLX 4-bit as mlx-lm converts the model (write_random_qwen3: the router at 8 bits, the experts stacked),
+  // groups of 64 but layer 1's experts: gate_up in groups of 128, the down in groups of 32.
+  static const std::string& mlx4_dir() {
+    if (!dir4_) {
+      const test::Mlx4Layout layout{64,
+                                    {{"model.layers.1.mlp.switch_mlp.gate_proj", 128},
+                                     {"model.layers.1.mlp.switch_mlp.up_proj", 128},
+                                     {"model.layers.1.mlp.switch_mlp.down_proj", 32}}};
+      dir4_ = new std::string(
+          test::write_random_qwen3("tf_moe_step_mlx4", moe_shape(kLayers, true, false), &layout));
+    }
+    return *dir4_;
   }
   void SetUp() override {
     if (!gpu_) GTEST_SKIP() << "no CUDA backend: " << *why_;
@@ -93,12 +108,14 @@ class CudaMoeStep : public ::testing::Test {
   static std::string* why_;
   static std::string* dir_;
   static std::string* dir1_;
+  static std::string* dir4_;
 };
 Backend* CudaMoeStep::gpu_ = nullptr;
 bool CudaMoeStep::moe_was_ = false;
 std::string* CudaMoeStep::why_ = nullptr;
 std::string* CudaMoeStep::dir_ = nullptr;
 std::string* CudaMoeStep::dir1_ = nullptr;
+std::string* CudaMoeStep::dir4_ = nullptr;
 
 TEST_F(CudaMoeStep, PreparedForTheShape) {
   std::string why;
@@ -168,6 +185,29 @@ TEST_F(CudaMoeStep, WithoutTopkRenormalisation) {
       << "the one-layer MoE model did not prepare a step: " << why;
   EXPECT_GT(run_one_layer(2, 24), 12);
   EXPECT_GT(run_one_layer(250, 16), 8);
+}
+
+TEST_F(CudaMoeStep, Mlx4GivesTheChainsBits) {
+  // The MLX 4-bit instance (DecodeStep::set_moe_mlx4; off by default until measured): the attention linears,
+  // the lm_head and the experts MLX 4-bit (groups of 32, 64, 128: each expert projection's own), the 8-bit
+  // router dequantized to bf16 at make. Its rounds against the chain's, bitwise, as the bf16 cases: the first
+  // chunks, a merge, and 40 CTAs.
+  const bool was = cuda::DecodeStep::moe_mlx4();
+  cuda::DecodeStep::set_moe_mlx4(true);
+  std::string why;
+  EXPECT_EQ(steps_prepared_loading(mlx4_dir(), &why), 1)
+      << "the MLX 4-bit MoE model did not prepare a step: " << why;
+  EXPECT_GT(test::run_step_ab(*gpu_, kShape, mlx4_dir(), 2, 40), 20);
+  EXPECT_GT(test::run_step_ab(*gpu_, kShape, mlx4_dir(), 120, 24), 12);
+  EXPECT_GT(test::run_step_ab(*gpu_, kShape, mlx4_dir(), 1140, 16), 8);
+  ASSERT_EQ(setenv("TF_STEP_GRID", "40", 1), 0);
+  const int64_t few = test::run_step_ab(*gpu_, kShape, mlx4_dir(), 1270, 16);
+  unsetenv("TF_STEP_GRID");
+  EXPECT_GT(few, 8);
+  cuda::DecodeStep::set_moe_mlx4(false);  // off: no step, and why says how to turn it on
+  EXPECT_EQ(steps_prepared_loading(mlx4_dir(), &why), 0);
+  EXPECT_NE(why.find("TF_DECODE_STEP_MOE_MLX4"), std::string::npos) << why;
+  cuda::DecodeStep::set_moe_mlx4(was);
 }
 
 TEST_F(CudaMoeStep, TurnedOffPreparesNoStep) {

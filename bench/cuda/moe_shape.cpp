@@ -370,7 +370,7 @@ void decode_step_row(Backend& be, Model& m, const BatchMeta& meta, int ctx, doub
       std::printf("| one-kernel step, %s %d | %.3f | %.0f | | | %.1f%% | |\n",
                   tok[0] == 'i' ? "stages in flight"
                   : v == 4      ? "variant (same bits): the combine's routing at the down's x,"
-                  : v == 5      ? "variant (same bits): two ranks a down stage,"
+                  : v == 5      ? "variant (same bits): one rank a down stage,"
                   : v == 6      ? "variant (same bits): the combine's one barrier a tile,"
                   : v == 7      ? "variant (same bits): the down's x by rank, a warp its slice,"
                                 : "timing ablation (wrong bits)",

@@ -477,7 +477,7 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
       for (int ow = 0; ow < kOwners; ++ow) {  // the owner's chunks c0 .. c1 (two K slices of inter / 256)
         const int c0 = ow * (I / 128), c1 = c0 + I / 128 - 1;
         dquads = std::max(dquads, (c1 >> 2) - (c0 >> 2) + 1);
-        dwords = std::max(dwords, (c1 >> gsd) - (c0 >> gsd) + 1);
+        dwords = std::max(dwords, (c1 >> gsd) - ((c0 >> gsd) & ~3) + 1);  // (from a 16-byte-aligned word)
       }
       dwords = (dwords + 3) / 4 * 4;  // (a box row: a multiple of 16 bytes)
       smaps.resize(2 * size_t(E));
@@ -528,8 +528,8 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
     add(gu);
     Op d = gu;
     d.ex = dtab + E, d.exmap = dmaps ? dmaps + E : nullptr, d.silu_out = 0, d.moe = kMoeDown;
-    // A stage: 16 rows of two K slices (inter / 4 k-values) of one rank; dranks: of two where they fit a
-    // slot (variant 5: the kernel's down_ranks).
+    // A stage: 16 rows of two K slices (inter / 4 k-values) of one rank, or (dranks) of two where they fit a
+    // slot (the kernel's down_ranks; variant 5: one).
     d.dranks = mw.top_k % 2 == 0 && 32 * (I / 2 + 64) <= kBf16SlotBytes ? 2 : 1;
     d.sbytes = 16 * (I / 2);  // (a stage: the kernel's down_ranks x this)
     if (q4) {                 // (4-bit: one rank a stage, two boxes of dquads quads, then the scale words)
@@ -705,10 +705,12 @@ void Impl::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
   // The MoE shape's timing ablations (benches; wrong bits): TF_STEP_MOE_ABLATE=1 no tile arithmetic, 3 no
   // routing wait in the producer (experts 0 .. top_k - 1) (2, run 544's expert stage as one contiguous copy,
   // is retired: the tensor maps answered it); and a variant with the same bits: 4 the combine's weights
-  // routed at the down's x (before run 546: the default routes them at the gate_up's); 5 two ranks a down
-  // stage where they fit (Op::dranks), 6 the combine's one barrier a tile (not one a rank), 7 the down's x by
-  // rank, each warp polling its slice -- 5-7 built in session 62, not yet run on a GPU. (Run 546's 5, every
-  // expert's tensor maps prefetched during the producer's routing wait, is retired: 3.46 ms against 2.95.)
+  // routed at the down's x (before run 546: the default routes them at the gate_up's); 5 one rank a down
+  // stage (before run 549: the default takes two where they fit, Op::dranks), 6 the combine's one barrier a
+  // tile (not one a rank), 7 the down's x by rank, each warp polling its slice (run 549, H100: 3.166 ms as
+  // the default was then, 6 3.212, 7 3.170, two ranks a stage 2.966-2.971). (Run 546's 5, every expert's
+  // tensor maps prefetched during the producer's routing wait, is retired: 3.46 ms against 2.95.) The MLX
+  // 4-bit instance takes none of 4-7.
   // set_ablate's value where set.
   p.ablate = s.ablate ? s.ablate : env_int("TF_STEP_MOE_ABLATE", 0, 7, 0);
 #else

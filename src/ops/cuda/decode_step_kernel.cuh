@@ -189,11 +189,11 @@ __device__ void route_producer(const Op& gu, const Op& dn, uint32_t tag, int lan
     if ((pe >> 5) == i) xg = a, xd = d;
   }
 }
-// The down's ranks a stage: one; variant 5 (same bits; built in session 62, not yet run on a GPU, so not the
-// default): Op::dranks (two where they fit a slot: the ring then holds twice the down's bytes across the wait
-// for its x).
+// The down's ranks a stage: Op::dranks (two where they fit a slot: the ring then holds twice the down's bytes
+// across the wait for its x; run 549, H100, 30B-A3B bf16 b=1: 3.166 -> 2.966-2.971 ms in one process);
+// variant 5 (same bits): one, as before run 549.
 __device__ __forceinline__ int down_ranks(const Op& o, int ablate) {
-  return ablate == 5 ? o.dranks : 1;
+  return ablate == 5 ? 1 : o.dranks;
 }
 // An expert op's stage s of tile `tile` into the slot at dst (lanes 0-15: a row's bulk copy each, onto the
 // slot's full barrier, armed by lane 0 before). gate_up: stage s = owner s's two K slices (512 k-values) of
@@ -265,7 +265,7 @@ __device__ __forceinline__ void wait_stage_meta(const int* meta, int jj) {
 // 8-15's, then their scale words. gate_up: tile r (inter / 8) + f, owner s: gate rows 8f .., up rows inter +
 // 8f .., quads 4s .. 4s + 3, scale words (16 >> gshift) s ..; down: rank s / kOwners, owner ow = s %
 // kOwners, rows 16 tile .., the owner's first chunk c0 = ow inter / 128: quads from c0 / 4, words from its
-// group.
+// group's rounded down to a multiple of 4.
 __device__ __forceinline__ void expert_stage_q4(const Op& o, int tile, int s, uint32_t dst, uint32_t bar,
                                                 int lane, int xe) {
   const int I = o.inter, gsh = o.qsel % 3;
@@ -284,8 +284,9 @@ __device__ __forceinline__ void expert_stage_q4(const Op& o, int tile, int s, ui
     const int c0 = s % kOwners * (I / 128), cb = 512 * o.dquads;  // the owner's first chunk; a box's codes
     tma_load_3d(dst, cm, 0, 16 * tile, c0 >> 2, bar);
     tma_load_3d(dst + cb, cm, 0, 16 * tile + 8, c0 >> 2, bar);
-    tma_load_2d(dst + 2 * cb, sm, c0 >> gsh, 16 * tile, bar);
-    tma_load_2d(dst + 2 * cb + 32 * o.dwords, sm, c0 >> gsh, 16 * tile + 8, bar);
+    // (a box's first word 16-byte aligned: run 549's boxes from word 3 of a row raised illegal instructions)
+    tma_load_2d(dst + 2 * cb, sm, (c0 >> gsh) & ~3, 16 * tile, bar);
+    tma_load_2d(dst + 2 * cb + 32 * o.dwords, sm, (c0 >> gsh) & ~3, 16 * tile + 8, bar);
   }
 }
 // A 4-bit consumer warp's two pieces of a gate_up expert stage (expert_stage_q4's boxes at st): piece p (K
@@ -327,13 +328,14 @@ __device__ __forceinline__ void q4_pair_ex(float (&acc0)[4], float (&acc1)[4], u
 // A 4-bit consumer warp's K slices 2 ow, 2 ow + 1 of one rank of a down expert stage (expert_stage_q4's boxes
 // at st: nq quads of rows g, then of rows g + 8, then the scale words [16][nw]): C = inter / 256 chunks a
 // slice from chunk c0 = 2 ow C, chunk c's word at ((c >> 2) - (c0 >> 2)) 512 + g 64 + 16 t + 4 (c & 3), its
-// scale word at its group less c0's; xb: the rank's x (+ 16 t). The chunks of each slice in order from its
-// first: linear_quantized's chains (moe_decode's down, whose slices straddle quads too).
+// scale word at its group less c0's rounded down to a multiple of 4; xb: the rank's x (+ 16 t). The chunks of
+// each slice in order from its first: linear_quantized's chains (moe_decode's down, whose slices straddle
+// quads too).
 template <int KIND, int GS>
 __device__ __forceinline__ void q4_down_ex(float (&acc0)[4], float (&acc1)[4], uint32_t st, int nq, int nw,
                                            int C, int c0, uint32_t xb, int g, int t) {
   const uint32_t cb = st + g * 64 + 16 * t - (c0 >> 2) * 512,
-                 sb = st + 2 * 512 * nq + g * nw * 4 - (c0 >> GS) * 4;
+                 sb = st + 2 * 512 * nq + g * nw * 4 - ((c0 >> GS) & ~3) * 4;
   for (int i = 0; i < C; ++i)
 #pragma unroll
     for (int p = 0; p < 2; ++p) {

@@ -147,9 +147,9 @@ TEST_F(CudaMoeStep, ExpertStagesByRowCopies) {
 TEST_F(CudaMoeStep, SameBitsVariants) {
   // TF_STEP_MOE_ABLATE=4-7 (read at each launch; variants with the same bits): 4, consumer warp 0 routes
   // each layer for the combine at the down's x, not right after the gate_up's (the default since run 546);
-  // 5, two ranks a down stage, not one; 6, the combine's one barrier a tile (every rank's slice sums, then
-  // warp 0's folds), not one a rank; 7, the down's x by rank, each warp polling its own slice, not made
-  // whole first.
+  // 5, one rank a down stage, not two (the default since run 549); 6, the combine's one barrier a tile (every
+  // rank's slice sums, then warp 0's folds), not one a rank; 7, the down's x by rank, each warp polling its
+  // own slice, not made whole first.
   for (const char* v : {"4", "5", "6", "7"}) {
     ASSERT_EQ(setenv("TF_STEP_MOE_ABLATE", v, 1), 0);
     EXPECT_GT(run(120, 16), 8) << "variant " << v;

@@ -570,6 +570,9 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
     if (s.nslots < 2) return refuse("its 4-bit stages do not fit two ring slots");
     if (stages >= (int64_t(1) << 28)) return refuse("more than 2^28 weight stages");
   }
+#if TF_STEP_MOE
+  if (fmt == kWBf16) s.nslots = kStages, s.nslots_lent = kStagesLent;  // (the lent ring: variant 8)
+#endif
   s.d_ops = dalloc<Op>(own, s.ops.size(), stream);
   s.maps.resize(2 * m.layers.size());
   s.d_maps = dalloc<CUtensorMap>(own, s.maps.size(), stream);
@@ -633,7 +636,7 @@ void Impl::set_inflight(int stages) {
   s_->inflight = stages;
 }
 int Impl::ring_slots() const {
-  return s_->format == kWBf16 ? ring_of(kWBf16) : s_->nslots;
+  return s_->format == kWBf16 ? kStages : s_->nslots;
 }
 int Impl::grid() const {
   return s_->grid;
@@ -709,10 +712,12 @@ void Impl::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
   // stage (before run 549: the default takes two where they fit, Op::dranks), 6 the combine's one barrier a
   // tile (not one a rank), 7 the down's x by rank, each warp polling its slice (run 549, H100: 3.166 ms as
   // the default was then, 6 3.212, 7 3.170, two ranks a stage 2.966-2.971). (Run 546's 5, every expert's
-  // tensor maps prefetched during the producer's routing wait, is retired: 3.46 ms against 2.95.) The MLX
-  // 4-bit instance takes none of 4-7.
+  // tensor maps prefetched during the producer's routing wait, is retired: 3.46 ms against 2.95.) 8 (built
+  // in session 63, not yet run on a GPU): a CTA without attention work lends the ring its attention staging
+  // region, 12 slots instead of 8, as the 4-bit rings do. The MLX 4-bit instance takes none of 4-7 (it always
+  // lends).
   // set_ablate's value where set.
-  p.ablate = s.ablate ? s.ablate : env_int("TF_STEP_MOE_ABLATE", 0, 7, 0);
+  p.ablate = s.ablate ? s.ablate : env_int("TF_STEP_MOE_ABLATE", 0, 8, 0);
 #else
   p.ablate = s.probe ? s.ablate : 0;
 #endif

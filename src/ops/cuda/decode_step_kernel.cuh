@@ -430,6 +430,16 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   // the ring): a CTA with no attention unit and no merge in this launch (b >= kHk past the other chunks'
   // units; ~92 of 132 CTAs at 512 positions), when Params::nslots_lent is set. Run 539 (H100, Qwen3-8B b=1
   // ctx 512): SW 4 1.829-1.840 ms lent (11 slots there) against 1.873-1.886 with 7 everywhere.
+#if TF_STEP_MOE
+  // The MoE shape's bf16 ring lends too in variant 8 (same bits; built in session 63, not yet run on a GPU,
+  // so not the default): kStagesLent slots (a multiple of kOwn, as the bf16 slots' owners need) where the CTA
+  // has no attention work; kStages otherwise.
+  const bool lend = (W != kWBf16 || prm.ablate == 8) && prm.nslots_lent > prm.nslots && b >= kHk &&
+                    b - kHk >= UnitList(prm.positions[0], G, b, prm.early_bias).others;
+  const int nslots = lend ? prm.nslots_lent : W != kWBf16 ? prm.nslots : kStages;
+  const uint32_t magic = lend ? prm.slot_magic_lent : prm.slot_magic;
+  auto wrap = [&](int j) { return W == kWBf16 && !lend ? j / kStages : int(__umulhi(uint32_t(j), magic)); };
+#else
   const bool lend = W != kWBf16 && prm.nslots_lent > prm.nslots && b >= kHk &&
                     b - kHk >= UnitList(prm.positions[0], G, b, prm.early_bias).others;
   const int nslots = W != kWBf16 ? (lend ? prm.nslots_lent : prm.nslots)
@@ -440,6 +450,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   // division's ~20 dependent instructions in the producer's loop cost SW 2's small stages 14%, run 537).
   const uint32_t magic = lend ? prm.slot_magic_lent : prm.slot_magic;
   auto wrap = [&](int j) { return W == kWBf16 ? j / nslots : int(__umulhi(uint32_t(j), magic)); };
+#endif
 
   if (warp > kProducer) {  // attention warps: the (KV head, chunk) units of every layer dealt to this CTA
     Row row;

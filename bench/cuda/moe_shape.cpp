@@ -350,9 +350,9 @@ void decode_step_row(Backend& be, Model& m, const BatchMeta& meta, int ctx, doub
       ctx, captured ? "" : " (eager)", chain_ms / ms, ms, 1e3 / ms, bytes / 1e9, floor_ms,
       100 * floor_ms / ms, experts);
   // A/Bs in this process (TF_MOE_BENCH_STEP_AB, comma-separated): "a<n>" the timing ablation n
-  // (DecodeStep::set_ablate: wrong bits but for a4-a8; decode_step_host.cuh's TF_STEP_MOE_ABLATE), "i<n>" n
-  // stages in flight (set_inflight; 0 every free slot), each timed then undone; the step as it was timed
-  // last.
+  // (DecodeStep::set_ablate: wrong bits but for a4, a5, a8; decode_step_host.cuh's TF_STEP_MOE_ABLATE),
+  // "i<n>" n stages in flight (set_inflight; 0 every free slot), each timed then undone; the step as it was
+  // timed last.
   if (const char* ab = std::getenv("TF_MOE_BENCH_STEP_AB"); ab && *ab) {
     auto* st = static_cast<cuda::DecodeStep*>(step.get());
     std::string list = std::string(ab) + ",";
@@ -371,8 +371,6 @@ void decode_step_row(Backend& be, Model& m, const BatchMeta& meta, int ctx, doub
                   tok[0] == 'i' ? "stages in flight"
                   : v == 4      ? "variant (same bits): the combine's routing at the down's x,"
                   : v == 5      ? "variant (same bits): one rank a down stage,"
-                  : v == 6      ? "variant (same bits): the combine's one barrier a tile,"
-                  : v == 7      ? "variant (same bits): the down's x by rank, a warp its slice,"
                   : v == 8      ? "variant (same bits): the attention region lent to the ring,"
                                 : "timing ablation (wrong bits)",
                   v, t, 1e3 / t, 100 * floor_ms / t);

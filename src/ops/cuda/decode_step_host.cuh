@@ -709,14 +709,12 @@ void Impl::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
   // routing wait in the producer (experts 0 .. top_k - 1) (2, run 544's expert stage as one contiguous copy,
   // is retired: the tensor maps answered it); and a variant with the same bits: 4 the combine's weights
   // routed at the down's x (before run 546: the default routes them at the gate_up's); 5 one rank a down
-  // stage (before run 549: the default takes two where they fit, Op::dranks), 6 the combine's one barrier a
-  // tile (not one a rank), 7 the down's x by rank, each warp polling its slice (run 549, H100: 3.166 ms as
-  // the default was then, 6 3.212, 7 3.170, two ranks a stage 2.966-2.971). (Run 546's 5, every expert's
-  // tensor maps prefetched during the producer's routing wait, is retired: 3.46 ms against 2.95.) 8 (built
-  // in session 63, not yet run on a GPU): a CTA without attention work lends the ring its attention staging
-  // region, 12 slots instead of 8, as the 4-bit rings do. The MLX 4-bit instance takes none of 4-7 (it always
-  // lends).
-  // set_ablate's value where set.
+  // stage (before run 549: the default takes two where they fit, Op::dranks; run 549, H100: 3.166 ms with
+  // one, 2.966-2.971 with two); 8 (built in session 63, not yet run on a GPU): a CTA without attention work
+  // lends the ring its attention staging region, 12 slots instead of 8, as the 4-bit rings do. Retired: run
+  // 546's 5 (every expert's tensor maps prefetched during the routing wait: 3.46 ms against 2.95), run 549's
+  // 6 (the combine's one barrier a tile: 3.212) and 7 (the down's x by rank: 3.170). The MLX 4-bit instance
+  // takes none of 4, 5, 8 (it always lends). set_ablate's value where set.
   p.ablate = s.ablate ? s.ablate : env_int("TF_STEP_MOE_ABLATE", 0, 8, 0);
 #else
   p.ablate = s.probe ? s.ablate : 0;

@@ -409,7 +409,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   int* meta = reinterpret_cast<int*>(empty + kSlots);  // [kSlots]: the stage (producer's count) in the slot
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #if TF_STEP_MOE
-  float* dred = reinterpret_cast<float*>(meta + kSlots);  // [kDredRanks][8][16]: the down's slice sums
+  float* dred = reinterpret_cast<float*>(meta + kSlots);  // [kDredRanks][8][16]: the 4-bit down's slice sums
   if (threadIdx.x == 0 && (saddr(ring) & 1023) != 0) {  // the experts' swizzled boxes need 1 KB-aligned slots
     printf("decode_step: the ring at shared address %u is not 1024-byte aligned\n", saddr(ring));
     __trap();
@@ -698,11 +698,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         routed = op - 1;
       }
 #endif
-#if TF_STEP_MOE
-      // (variant 7: the down's x by rank, each warp its own slice, in the rank loop below)
-      if (!(W == kWBf16 && o.moe == kMoeDown && prm.ablate == 7))
-#endif
-        make_x(o, xs, nred, tile == 0, tag);
+      make_x(o, xs, nred, tile == 0, tag);
 #if TF_STEP_MOE
       // At the gate_up's x, warp 0 routes the layer for the down's combine: the gate_up's first stage lands
       // only after the producer's routing anyway, while at the down's x the routing held every consumer warp
@@ -724,7 +720,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     if (W != kWBf16 && o.moe == kMoeDown) {
       // The MLX 4-bit instance's down: team tm takes ranks tm, tm + kNT, ..., each warp its two K slices of
       // the rank (its owner's stage, expert_stage_q4), the slice sums into dred; then one barrier and warp 0
-      // folds the ranks in order from 0 (variant 6's combine: moe combine's fmas on the bf16 sums).
+      // folds the ranks in order from 0 (moe combine's fmas on each rank's slice sums rounded to bf16).
       const int I = o.inter, C = I / 256;          // chunks a slice
       if (i - G >= o.tile_begin) bar_consumers();  // (warp 0 has read the tile before's dred)
       for (int r = team; r < o.top_k; r += kNT) {
@@ -765,34 +761,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       // Every rank's 16 rows: per rank, each warp its K slice (inter / 8: chunks through mma_chunk in
       // order, the routed down GEMM's), the slice sums in slice order rounded to bf16 (its y), then warp 0
       // folds them in rank order from 0 (moe combine's fmas) into the output words: a barrier a rank, red
-      // double-buffered by rank as by tile, warp 0 folding each rank after it. Variant 6 (same bits; built in
-      // session 62, not yet run on a GPU, so not the default), up to kDredRanks ranks: the slice sums of
-      // every rank in dred, one barrier a tile, then warp 0's folds.
+      // double-buffered by rank as by tile, warp 0 folding each rank after it. (Session 62's variants 6, one
+      // barrier a tile with every rank's slice sums in dred, and 7, the down's x polled by rank a warp its
+      // slice, lost in run 549 and are retired: 3.212 and 3.170 ms against 3.166.)
       const int I = o.inter, sl = I / kSlices, rs = I / 2 + 64;  // a slice's k-values; a stage row's bytes
       const int dr = down_ranks(o, prm.ablate);                  // ranks a stage
-      const bool one_bar = prm.ablate == 6 && o.top_k <= kDredRanks;
-      if (one_bar && i - G >= o.tile_begin) bar_consumers();  // (warp 0 has read the tile before's dred)
       float sum = 0.f;
       for (int r = 0; r < o.top_k; ++r) {
         const int jj = j + r / dr * kOwn + owner, wjj = wrap(jj), slot = jj - wjj * nslots, q = r % dr;
-        if (prm.ablate == 7) {
-          // Variant 7 (same bits; built in session 62, not yet run on a GPU, so not the default): rank r's x,
-          // this warp's slice of it (sl words: its gate_up tiles, early in every CTA's gate_up for the low
-          // ranks) polled by the warp itself into its own part of xs -- no make_x of the whole 6144 words, so
-          // the low ranks' arithmetic overlaps the last gate_up tiles. No barrier: every warp is past the
-          // previous op's MMAs (their tile's slice-sum barrier), and no other warp reads this part.
-          uint32_t w[kDownXWords];
-          const uint32_t* px = o.x + r * I + slice0 * sl + lane;
-#pragma unroll
-          for (int m = 0; m < kDownXWords; ++m) w[m] = 32 * m < sl ? ldv(px + 32 * m) : (tag << 16);
-          poll_words(
-              w, [&](int m) { return px + 32 * m; }, tag);
-          auto* xh = reinterpret_cast<uint16_t*>(xs) + r * I + slice0 * sl + lane;
-#pragma unroll
-          for (int m = 0; m < kDownXWords; ++m)
-            if (32 * m < sl) xh[32 * m] = uint16_t(w[m] & 0xffffu);
-          __syncwarp();
-        }
         if (q == 0) wait_bar(saddr(full + slot), wjj & 1, kFullStage, jj);
         float acc[4] = {0.f, 0.f, 0.f, 0.f};
         const uint32_t xb = saddr(xs) + 16 * t + (r * I + slice0 * sl) * 2;
@@ -815,12 +791,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
           __syncwarp();
           if (lane == 0) mbar_arrive(saddr(empty + slot));
         }
-        if (one_bar) {
-          float* rr = dred + r * kSlices * 16;
-          if (t == 0) rr[slice0 * 16 + g] = acc[0], rr[slice0 * 16 + g + 8] = acc[2];
-          ++tcount;
-          continue;
-        }
         float* rr = red + (tcount & 1) * kSlices * 16;
         if (t == 0) rr[slice0 * 16 + g] = acc[0], rr[slice0 * 16 + g + 8] = acc[2];
         bar_consumers();
@@ -834,20 +804,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
           }
         }
         ++tcount;
-      }
-      if (one_bar) {
-        bar_consumers();
-        if (warp == 0)
-          for (int r = 0; r < o.top_k; ++r) {
-            const float wr = __shfl_sync(0xffffffffu, pick_w, r);
-            const float* rr = dred + r * kSlices * 16;
-            if (lane < 16) {
-              float y = rr[lane];
-#pragma unroll
-              for (int e = 1; e < kSlices; ++e) y += rr[e * 16 + lane];
-              sum = __fmaf_rn(wr, __bfloat162float(__float2bfloat16(y)), sum);
-            }
-          }
       }
       if (warp == 0 && lane < 16) static_cast<uint32_t*>(o.y)[n0 + lane] = word_of(sum, tag);
       if (stamps && threadIdx.x == 0 && op / kOpsPerLayer * kOpsPerLayer + kOpsPerLayer < nops)

@@ -82,9 +82,7 @@ constexpr int kRingBytes = W == kWBf16 ? (kStages* kBf16SlotBytes) : 126 * 1024;
 #if TF_STEP_MOE
 constexpr int kMaxK = 6144;    // the longest x (the down's: top_k x the experts' intermediate, at most)
 constexpr int kHidden = 2048;  // the add + norm x (make_x: 8 elements a thread)
-constexpr int kDredRanks = 8;  // the down's slice sums of this many ranks at once (one barrier a tile)
-// The down's x words a lane of a warp's slice a rank (variant 7): inter / 256, inter <= 2048.
-constexpr int kDownXWords = 8;
+constexpr int kDredRanks = 8;  // the MLX 4-bit down's slice sums of this many ranks (one barrier a tile)
 #else
 constexpr int kMaxK = 12288;   // the longest x (the down projection's)
 constexpr int kHidden = 4096;  // the add + norm x (make_x: 16 elements a thread)

@@ -142,6 +142,9 @@ std::string unsupported_moe(const DecodeStepModel& m, int* fmt) {
       if (!q4 && (!is_dense_bf16(&g, 2 * I, kHidden) || !is_dense_bf16(&d, kHidden, I)))
         return "experts that are not all dense bf16 without bias (or all MLX 4-bit, with MLX 4-bit attention "
                "linears)";
+      if (q4 && (!is_mlx4(&g, 2 * I, kHidden) || !is_mlx4(&d, kHidden, I)))
+        return "experts that are not all MLX 4-bit (bf16 scales, groups of 32-128) without bias, with MLX "
+               "4-bit attention linears";
       if (q4 && (!is_mlx4_expert(g, 2 * I, kHidden) || !is_mlx4_expert(d, kHidden, I) ||
                  g.group_size != g0.group_size || d.group_size != d0.group_size ||
                  g.subnormal_codes != g0.subnormal_codes || d.subnormal_codes != d0.subnormal_codes))

@@ -50,12 +50,12 @@ inline Tensor random_bf16(std::vector<int64_t> shape, uint64_t seed, float mean,
   return t;
 }
 
-// An MLX affine 4-bit weight [n, k] as mlx-lm writes it (`weight` U32 [n, k / 8], value j of a word at bits
-// 4j; bf16 `scales` and `biases` [n, k / group]), like a uniform weight in about [-a, a]: random codes, a
-// group's scale in [0.5, 1] x a / 7.5 and its bias about -7.5 x scale.
-// `bits` (4 or 8) and `stack` > 0: mlx-lm's stacked experts (switch_mlp), [stack, n, ...] each.
-inline void add_random_mlx4(NamedTensors& t, const std::string& base, int64_t n, int64_t k, int group,
-                            uint64_t seed, float a, int bits = 4, int64_t stack = 0) {
+// An MLX affine `bits`-bit (4 or 8) weight [n, k] as mlx-lm writes it (`weight` U32 [n, k bits / 32], value
+// j of a word at bits `bits` j; bf16 `scales` and `biases` [n, k / group]), like a uniform weight in about
+// [-a, a]: random codes, a group's scale in [0.5, 1] x a / m and its bias about -m x scale (m = (2^bits - 1)
+// / 2). `stack` > 0: mlx-lm's stacked experts (switch_mlp), [stack, n, ...] each.
+inline void add_random_mlx(NamedTensors& t, const std::string& base, int64_t n, int64_t k, int group,
+                           uint64_t seed, float a, int bits = 4, int64_t stack = 0) {
   auto shape = [&](int64_t last) {
     return stack > 0 ? std::vector<int64_t>{stack, n, last} : std::vector<int64_t>{n, last};
   };
@@ -125,7 +125,7 @@ inline std::string write_random_qwen3(const std::string& name, const Qwen3Shape&
   auto linear = [&](const std::string& module, int64_t n, int64_t k) {
     const float a = std::sqrt(3.f / float(k));
     if (mlx4)
-      add_random_mlx4(t, module, n, k, group_of(module), seed, a), seed += 3;
+      add_random_mlx(t, module, n, k, group_of(module), seed, a), seed += 3;
     else
       t.emplace_back(module + ".weight", random_bf16({n, k}, seed++, 0.f, a));
   };
@@ -155,14 +155,14 @@ inline std::string write_random_qwen3(const std::string& name, const Qwen3Shape&
     t.emplace_back(p + "self_attn.q_norm.weight", norm(D));
     t.emplace_back(p + "self_attn.k_norm.weight", norm(D));
     if (moe && mlx4) {  // the router (8-bit) and the stacked experts
-      add_random_mlx4(t, p + "mlp.gate", s.experts, H, 64, seed, std::sqrt(3.f / float(H)), 8), seed += 3;
+      add_random_mlx(t, p + "mlp.gate", s.experts, H, 64, seed, std::sqrt(3.f / float(H)), 8), seed += 3;
       const int64_t E = s.experts, MI = s.moe_inter;
       for (const char* proj : {"gate_proj", "up_proj"})
-        add_random_mlx4(t, p + "mlp.switch_mlp." + proj, MI, H, group_of(p + "mlp.switch_mlp." + proj), seed,
-                        std::sqrt(3.f / float(H)), 4, E),
+        add_random_mlx(t, p + "mlp.switch_mlp." + proj, MI, H, group_of(p + "mlp.switch_mlp." + proj), seed,
+                       std::sqrt(3.f / float(H)), 4, E),
             seed += 3;
-      add_random_mlx4(t, p + "mlp.switch_mlp.down_proj", H, MI, group_of(p + "mlp.switch_mlp.down_proj"),
-                      seed, std::sqrt(3.f / float(MI)), 4, E),
+      add_random_mlx(t, p + "mlp.switch_mlp.down_proj", H, MI, group_of(p + "mlp.switch_mlp.down_proj"), seed,
+                     std::sqrt(3.f / float(MI)), 4, E),
           seed += 3;
       flush_shard(l);
       continue;

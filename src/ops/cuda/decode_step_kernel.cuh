@@ -85,11 +85,11 @@ __device__ __forceinline__ uint32_t lds32(uint32_t addr) {
 // slices' x (+ 16 t). Every lane loads x (a broadcast: the lanes of one t read one address), so that every
 // MMA column is x: column 0, the one stored, is the same sum as with zeros in columns 1-7 (each output
 // element is its own dot product), without two instructions a chunk zeroing the other lanes' operand.
-template <int SW, int KIND, int GS, bool kRaw = false>
-__device__ __forceinline__ void q4_pair(float (&acc0)[4], float (&acc1)[4], uint32_t cb, uint32_t sb, int ngb,
-                                        uint32_t xb0, uint32_t xb1, int g) {
-  constexpr int kQRowBytes = q_row_bytes(SW);
-  const uint32_t swz = (g & 1) * 64;
+// The pair's arithmetic on any stage layout: code_at(p, r, q) is the shared address of lane t's 16 bytes of
+// quad q of piece p's row g + 8 r, scale_at(p, r, group) that of the row's scale word of the piece's group.
+template <int KIND, int GS, bool kRaw, typename CodeAt, typename ScaleAt>
+__device__ __forceinline__ void q4_pair_at(float (&acc0)[4], float (&acc1)[4], CodeAt code_at,
+                                           ScaleAt scale_at, uint32_t xb0, uint32_t xb1) {
 #pragma unroll
   for (int q = 0; q < kQStageK / 128; ++q) {
     uint32_t wv[2][2][4];  // [piece][row g, g + 8][chunk]
@@ -97,7 +97,7 @@ __device__ __forceinline__ void q4_pair(float (&acc0)[4], float (&acc1)[4], uint
     for (int p = 0; p < 2; ++p)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const uint4 w = lds128(cb + p * (kQStageK / 2) + (g + 8 * r) * kQRowBytes + ((q * 64) ^ swz));
+        const uint4 w = lds128(code_at(p, r, q));
         wv[p][r][0] = w.x, wv[p][r][1] = w.y, wv[p][r][2] = w.z, wv[p][r][3] = w.w;
       }
     uint32_t sc[2][2] = {};
@@ -107,8 +107,8 @@ __device__ __forceinline__ void q4_pair(float (&acc0)[4], float (&acc1)[4], uint
 #pragma unroll
       for (int p = 0; p < 2; ++p) {
         if (i == 0 || (c >> GS) != ((c - 1) >> GS)) {  // a new group: its scale words (rows g, g + 8)
-          sc[p][0] = lds32(sb + p * ngb + (c >> GS) * 64 + g * 4);
-          sc[p][1] = lds32(sb + p * ngb + (c >> GS) * 64 + 32 + g * 4);
+          sc[p][0] = lds32(scale_at(p, 0, c >> GS));
+          sc[p][1] = lds32(scale_at(p, 1, c >> GS));
         }
         const uint32_t w0 = wv[p][0][i], w1 = wv[p][1][i], s0 = sc[p][0], s1 = sc[p][1];
         const uint4 a = kRaw ? make_uint4(w0, s0, w0 ^ s0, s0) : dequant<KIND, 4>(Raw{w0, 0, s0, 0});
@@ -118,6 +118,18 @@ __device__ __forceinline__ void q4_pair(float (&acc0)[4], float (&acc1)[4], uint
       }
     }
   }
+}
+template <int SW, int KIND, int GS, bool kRaw = false>
+__device__ __forceinline__ void q4_pair(float (&acc0)[4], float (&acc1)[4], uint32_t cb, uint32_t sb, int ngb,
+                                        uint32_t xb0, uint32_t xb1, int g) {
+  constexpr int kQRowBytes = q_row_bytes(SW);
+  const uint32_t swz = (g & 1) * 64;
+  q4_pair_at<KIND, GS, kRaw>(
+      acc0, acc1,
+      [&](int p, int r, int q) {
+        return cb + p * (kQStageK / 2) + (g + 8 * r) * kQRowBytes + ((q * 64) ^ swz);
+      },
+      [&](int p, int r, int grp) { return sb + p * ngb + grp * 64 + 32 * r + g * 4; }, xb0, xb1);
 }
 
 #if TF_STEP_MOE
@@ -298,32 +310,9 @@ __device__ __forceinline__ void q4_pair_ex(float (&acc0)[4], float (&acc1)[4], u
                                            uint32_t xb1, int g, int t) {
   constexpr int kNw = 16 >> GS, kNg = kNw / 2;  // scale words a row; a piece's
   const uint32_t cb = st + g * 64 + 16 * t, sb = st + 4096 + g * kNw * 4;
-#pragma unroll
-  for (int q = 0; q < kQStageK / 128; ++q) {
-    uint32_t wv[2][2][4];  // [piece][row g, g + 8][chunk]
-#pragma unroll
-    for (int p = 0; p < 2; ++p)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const uint4 w = lds128(cb + (2 * p + q) * 512 + r * 2048);
-        wv[p][r][0] = w.x, wv[p][r][1] = w.y, wv[p][r][2] = w.z, wv[p][r][3] = w.w;
-      }
-    uint32_t sc[2][2] = {};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int c = 4 * q + i;
-#pragma unroll
-      for (int p = 0; p < 2; ++p) {
-        if (i == 0 || (c >> GS) != ((c - 1) >> GS)) {  // a new group: its scale words (rows g, g + 8)
-          sc[p][0] = lds32(sb + (p * kNg + (c >> GS)) * 4);
-          sc[p][1] = lds32(sb + 32 * kNw + (p * kNg + (c >> GS)) * 4);
-        }
-        const uint4 a = dequant<KIND, 4>(Raw{wv[p][0][i], 0, sc[p][0], 0});
-        const uint4 bb = dequant<KIND, 4>(Raw{wv[p][1][i], 0, sc[p][1], 0});
-        mma_chunk(p ? acc1 : acc0, a, bb, lds128((p ? xb1 : xb0) + c * 64));
-      }
-    }
-  }
+  q4_pair_at<KIND, GS, false>(
+      acc0, acc1, [&](int p, int r, int q) { return cb + (2 * p + q) * 512 + r * 2048; },
+      [&](int p, int r, int grp) { return sb + 32 * kNw * r + (p * kNg + grp) * 4; }, xb0, xb1);
 }
 // A 4-bit consumer warp's K slices 2 ow, 2 ow + 1 of one rank of a down expert stage (expert_stage_q4's boxes
 // at st: nq quads of rows g, then of rows g + 8, then the scale words [16][nw]): C = inter / 256 chunks a

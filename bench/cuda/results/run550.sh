@@ -12,8 +12,10 @@
 # ms against the default (~112 of 132 CTAs hold 144 KB of their down tile across the gate_up -> down hop,
 # not 96; the ~20 attention CTAs keep 8 slots and may then set the down's pace); a5 +0.2 (run 549).
 # If the mlx4 step is right (test passes, "step logits == chain: yes") and faster than its chain, turn it on
-# by default (decode_step.cu's g_moe_mlx4) and add the product check (FULL=1 below: a random 8-layer
-# checkpoint needs an MLX writer in tools/make_random_checkpoint.py -- not yet there).
+# by default (decode_step.cu's g_moe_mlx4). FULL=1 adds the product check (~90 s more): a random 8-layer
+# 30B-A3B MLX 4-bit checkpoint (tools/make_random_checkpoint.py --mlx-bits 4: stacked experts, its router
+# bf16), `tensorfold generate` with the 4-bit instance off / on (TF_DECODE_STEP_MOE_MLX4=0 / 1) at T 0 and
+# 0.7: the texts must be identical.
 set -u
 D=$(mktemp -d); xz -dc .devpack/step.tar.xz | tar -xf - -C $D; export LD_LIBRARY_PATH=$D/bin:${LD_LIBRARY_PATH:-}
 T0=$(date +%s)
@@ -32,4 +34,18 @@ grep -E "^\| decode b=1 ctx 512 \||one-kernel|step logits|HANG|rror" $OUT/moe-1.
 timeout 100 $D/bin/test_cuda_moe_step --gtest_brief=1 --gtest_filter='*SameBitsVariants*' > $OUT/test.txt 2>&1
 echo "test_moe_step variants rc=$? $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' $OUT/test.txt | tr '\n' ' ') $(el)" >> $OUT/all.txt
 grep -E "FAILED  \]|Failure|differ|HANG|variant" $OUT/test.txt | head -10 >> $OUT/all.txt
-rm -rf $D
+[[ -n ${FULL:-} ]] || { rm -rf $D; exit 0; }
+M=/dev/shm/moe8q; s0=$(date +%s)
+python3 tools/make_random_checkpoint.py --shape qwen3-30b-a3b --layers 8 --mlx-bits 4 --out $M --tokenizer $D/tok 2>&1 | tail -1 >> $OUT/all.txt
+echo "checkpoint rc=$? in $(( $(date +%s) - s0 )) s $(el)" >> $OUT/all.txt
+P="Write a short story about a lighthouse keeper who finds a message in a bottle."
+for temp in 0 0.7; do
+  for v in 0 1; do
+    TF_DECODE_STEP_MOE_MLX4=$v timeout 100 $D/bin/tensorfold generate $M --backend cuda -p "$P" -n 200 \
+      --ignore-eos --temperature $temp --seed 7 --context 4096 > $D/text-$temp-$v.txt 2> $D/gen.txt
+    echo "generate T=$temp mlx4 step=$v rc=$? $(grep -E 'tok/s' $D/gen.txt | tail -1) $(el)" >> $OUT/all.txt
+    grep -E "rror|tensor map|HANG|one-kernel" $D/gen.txt | head -5 >> $OUT/all.txt
+  done
+  cmp -s $D/text-$temp-0.txt $D/text-$temp-1.txt && echo "T=$temp: texts identical" >> $OUT/all.txt || echo "T=$temp: TEXTS DIFFER" >> $OUT/all.txt
+done
+rm -rf $M $D

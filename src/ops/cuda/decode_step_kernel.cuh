@@ -132,6 +132,37 @@ __device__ __forceinline__ void q4_pair(float (&acc0)[4], float (&acc1)[4], uint
       [&](int p, int r, int grp) { return sb + p * ngb + grp * 64 + 32 * r + g * 4; }, xb0, xb1);
 }
 
+// f(std::integral_constant<int, KIND>, std::integral_constant<int, GS>) for a 4-bit op's q4_sel.
+template <typename F>
+__device__ __forceinline__ void by_qsel(int qsel, F&& f) {
+  using std::integral_constant;
+  switch (qsel) {  // uniform: one op's tiles
+    case q4_sel(false, 0):
+      return f(integral_constant<int, kMlxBf16>{}, integral_constant<int, 0>{});
+    case q4_sel(false, 1):
+      return f(integral_constant<int, kMlxBf16>{}, integral_constant<int, 1>{});
+    case q4_sel(false, 2):
+      return f(integral_constant<int, kMlxBf16>{}, integral_constant<int, 2>{});
+    case q4_sel(true, 0):
+      return f(integral_constant<int, kMlxBf16Sub>{}, integral_constant<int, 0>{});
+    case q4_sel(true, 1):
+      return f(integral_constant<int, kMlxBf16Sub>{}, integral_constant<int, 1>{});
+    default:
+      return f(integral_constant<int, kMlxBf16Sub>{}, integral_constant<int, 2>{});
+  }
+}
+// A 4-bit team warp's wait for its stage jj's slot to be at that stage: a slot's stages go to either team, so
+// a warp may reach its stage while the slot still waits for the other team's stage before it, and the parity
+// it waits for would be that of two phases back (already complete); the slot's stage counter, written by the
+// producer before its copy, tells when the slot is at this stage's phase.
+__device__ __forceinline__ void wait_stage_meta(const int* meta, int jj, int warp) {
+  const volatile int* m = meta;
+  for (long long n = 0; *m != jj; ++n)
+    if (n == (1ll << 26)) {
+      printf("decode_step HANG block %d warp %d: stage %d's slot holds %d\n", blockIdx.x, warp, jj, *m);
+      __trap();
+    }
+}
 #if TF_STEP_MOE
 // The MoE ops' device code (Op::moe). The router op's logit words of a layer (64-bit: tag << 32 | f32 bits),
 // polled by a whole warp (lane L: experts L + 32 i), then routed with the chain's routing arithmetic
@@ -261,17 +292,6 @@ __device__ __forceinline__ void expert_stage(const Op& o, int tile, int s, int d
   }
 }
 
-// A 4-bit team warp's wait for its stage jj's slot to be at that stage (the producer writes the slot's stage
-// counter before its copy; the consumer loop's check, for the MoE's down).
-__device__ __forceinline__ void wait_stage_meta(const int* meta, int jj) {
-  const volatile int* m = meta;
-  for (long long n = 0; *m != jj; ++n)
-    if (n == (1ll << 26)) {
-      printf("decode_step HANG block %d warp %d: stage %d's slot holds %d\n", blockIdx.x, threadIdx.x / 32,
-             jj, *m);
-      __trap();
-    }
-}
 // The MLX 4-bit instance's expert stages (Op::exmap: codes, Op::exsc: scale words; decode_step_words.cuh's Op
 // says how a stage lands), four tensor-map boxes by lane 0 onto the slot's barrier: rows 0-7's codes, rows
 // 8-15's, then their scale words. gate_up: tile r (inter / 8) + f, owner s: gate rows 8f .., up rows inter +
@@ -335,25 +355,6 @@ __device__ __forceinline__ void q4_down_ex(float (&acc0)[4], float (&acc1)[4], u
       const uint4 a = dequant<KIND, 4>(Raw{wa, 0, sa, 0}), bb = dequant<KIND, 4>(Raw{wb, 0, sb8, 0});
       mma_chunk(p ? acc1 : acc0, a, bb, lds128(xb + c * 64));
     }
-}
-// f(std::integral_constant<int, KIND>, std::integral_constant<int, GS>) for a 4-bit op's q4_sel.
-template <typename F>
-__device__ __forceinline__ void by_qsel(int qsel, F&& f) {
-  using std::integral_constant;
-  switch (qsel) {  // uniform: one op's tiles
-    case q4_sel(false, 0):
-      return f(integral_constant<int, kMlxBf16>{}, integral_constant<int, 0>{});
-    case q4_sel(false, 1):
-      return f(integral_constant<int, kMlxBf16>{}, integral_constant<int, 1>{});
-    case q4_sel(false, 2):
-      return f(integral_constant<int, kMlxBf16>{}, integral_constant<int, 2>{});
-    case q4_sel(true, 0):
-      return f(integral_constant<int, kMlxBf16Sub>{}, integral_constant<int, 0>{});
-    case q4_sel(true, 1):
-      return f(integral_constant<int, kMlxBf16Sub>{}, integral_constant<int, 1>{});
-    default:
-      return f(integral_constant<int, kMlxBf16Sub>{}, integral_constant<int, 2>{});
-  }
 }
 // A 4-bit consumer warp's two pieces of a bf16 op's stage in the 4-bit instance (pack_bf16_pieces_kernel:
 // the router dequantized to bf16, pieces of sk k-values): rows [16][2 pieces][sk], odd rows' 64-byte chunks
@@ -714,7 +715,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       if (i - G >= o.tile_begin) bar_consumers();  // (warp 0 has read the tile before's dred)
       for (int r = team; r < o.top_k; r += kNT) {
         const int jj = j + r * kOwn + owner, wjj = wrap(jj), slot = jj - wjj * nslots;
-        wait_stage_meta(meta + slot, jj);
+        wait_stage_meta(meta + slot, jj, warp);
         wait_bar(saddr(full + slot), wjj & 1, kFullStage, jj);
         float a0[4] = {0.f, 0.f, 0.f, 0.f}, a1[4] = {0.f, 0.f, 0.f, 0.f};
         if (prm.ablate != 1)
@@ -821,10 +822,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       const uint32_t cw = kProbe ? clk() : 0;
       if (kProbe && logging) gcount(op, 2);  // (the arithmetic of the previous part)
       if constexpr (kNT > 1) {
-        // A slot's stages go to either team, so a warp may reach its stage while the slot still waits for
-        // the other team's stage before it, and the parity it waits for would be that of two phases back
-        // (already complete): the slot's stage counter, written by the producer before its copy, tells
-        // when the slot is at this stage's phase.
+        // (wait_stage_meta's loop, written out: the call changed the dense kernel's SASS)
         const volatile int* m = meta + slot;
         for (long long n = 0; *m != jj; ++n)
           if (n == (1ll << 26)) {
@@ -885,26 +883,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         if (kProbe && prm.ablate == 2)
           q4_pair<SW, kMlxBf16Sub, 1, true>(acc[0], acc[1], cb, sb, ng * 64, xb, xb1, g);
         else
-          switch (o.qsel) {  // uniform: one op's tiles
-            case q4_sel(false, 0):
-              q4_pair<SW, kMlxBf16, 0>(acc[0], acc[1], cb, sb, ng * 64, xb, xb1, g);
-              break;
-            case q4_sel(false, 1):
-              q4_pair<SW, kMlxBf16, 1>(acc[0], acc[1], cb, sb, ng * 64, xb, xb1, g);
-              break;
-            case q4_sel(false, 2):
-              q4_pair<SW, kMlxBf16, 2>(acc[0], acc[1], cb, sb, ng * 64, xb, xb1, g);
-              break;
-            case q4_sel(true, 0):
-              q4_pair<SW, kMlxBf16Sub, 0>(acc[0], acc[1], cb, sb, ng * 64, xb, xb1, g);
-              break;
-            case q4_sel(true, 1):
-              q4_pair<SW, kMlxBf16Sub, 1>(acc[0], acc[1], cb, sb, ng * 64, xb, xb1, g);
-              break;
-            default:
-              q4_pair<SW, kMlxBf16Sub, 2>(acc[0], acc[1], cb, sb, ng * 64, xb, xb1, g);
-              break;
-          }
+          by_qsel(o.qsel, [&](auto kd, auto gs) {
+            q4_pair<SW, decltype(kd)::value, decltype(gs)::value>(acc[0], acc[1], cb, sb, ng * 64, xb, xb1,
+                                                                  g);
+          });
       }
       const uint32_t cf = kProbe ? clk() : 0;
       if (!kProbe || prm.ablate != 3)

@@ -4,7 +4,7 @@
 # 4), and bf16 variant 8 (session 63: CTAs without attention work lend the ring their attention staging
 # region, 12 slots of 17 KB instead of 8, as the 4-bit rings do) against the default (two ranks a down stage
 # since run 549) and variant 5 (one rank, the old default).
-#   BINS="tests/ops/gpu/test_cuda_moe_step bench/cuda/tf_bench_moe tensorfold"  (packed from 21c2550)
+#   BINS="tests/ops/gpu/test_cuda_moe_step bench/cuda/tf_bench_moe tensorfold"  (packed from 598f104)
 #     rm -f .devpack/step.tar.xz; TF_PACK_DICT=1GiB tools/device_step.sh --pack; mv .devpack/step.tar.xz .devpack/p550.tar.xz
 # Run: ln -sfn p550.tar.xz .devpack/step.tar.xz; bash bench/cuda/results/run550.sh; cat $OUT/all.txt
 # (~150 s of device time; the tests write their random checkpoints on the device.)

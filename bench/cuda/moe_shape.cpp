@@ -371,7 +371,7 @@ void decode_step_row(Backend& be, Model& m, const BatchMeta& meta, int ctx, doub
                   tok[0] == 'i' ? "stages in flight"
                   : v == 4      ? "variant (same bits): the combine's routing at the down's x,"
                   : v == 5      ? "variant (same bits): one rank a down stage,"
-                  : v == 8      ? "variant (same bits): the attention region lent to the ring,"
+                  : v == 8      ? "variant (same bits): the ring's 8 slots everywhere (none lent),"
                                 : "timing ablation (wrong bits)",
                   v, t, 1e3 / t, 100 * floor_ms / t);
     }

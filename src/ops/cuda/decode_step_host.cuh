@@ -574,7 +574,7 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
     if (stages >= (int64_t(1) << 28)) return refuse("more than 2^28 weight stages");
   }
 #if TF_STEP_MOE
-  if (fmt == kWBf16) s.nslots = kStages, s.nslots_lent = kStagesLent;  // (the lent ring: variant 8)
+  if (fmt == kWBf16) s.nslots = kStages, s.nslots_lent = kStagesLent;  // (the lent ring; not variant 8)
 #endif
   s.d_ops = dalloc<Op>(own, s.ops.size(), stream);
   s.maps.resize(2 * m.layers.size());
@@ -713,8 +713,9 @@ void Impl::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
   // is retired: the tensor maps answered it); and a variant with the same bits: 4 the combine's weights
   // routed at the down's x (before run 546: the default routes them at the gate_up's); 5 one rank a down
   // stage (before run 549: the default takes two where they fit, Op::dranks; run 549, H100: 3.166 ms with
-  // one, 2.966-2.971 with two); 8 (built in session 63, not yet run on a GPU): a CTA without attention work
-  // lends the ring its attention staging region, 12 slots instead of 8, as the 4-bit rings do. Retired: run
+  // one, 2.966-2.971 with two); 8 the bf16 ring's 8 slots everywhere (before run 550: the default lends a
+  // CTA without attention work its attention staging region, 12 slots; run 550, H100: 3.015 / 3.019 ms with
+  // 8, 2.991 / 2.992 with 12; TF_STEP_LEND=0 lends nowhere, in every instance). Retired: run
   // 546's 5 (every expert's tensor maps prefetched during the routing wait: 3.46 ms against 2.95), run 549's
   // 6 (the combine's one barrier a tile: 3.212) and 7 (the down's x by rank: 3.170). The MLX 4-bit instance
   // takes none of 4, 5, 8 (it always lends). set_ablate's value where set.

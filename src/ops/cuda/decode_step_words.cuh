@@ -100,8 +100,8 @@ constexpr int kHq = 32, kHk = TF_STEP_MOE ? 4 : 8, kGroup = kHq / kHk, kD = 128,
 constexpr int kAttnBytes = (2 * attn::kC + 16) * kRS * 2;  // Ks, Vs [128][kRS], Qs [16][kRS]
 // Ring slots at most (the barriers'): bf16's kStages; 4-bit, as many of the smallest stage (groups of 128)
 // as the ring and the attention's staging region hold (a CTA without attention work lends it the ring).
-// The MoE shape's bf16 ring: kStages slots, or (variant 8, a CTA without attention work) as many more as its
-// attention staging region holds (12 in all).
+// The MoE shape's bf16 ring: kStages slots, or (a CTA without attention work; not in variant 8) as many more
+// as its attention staging region holds (12 in all).
 constexpr int kStagesLent = kStages + kAttnBytes / kBf16SlotBytes;
 template <int W>
 constexpr int kRing = W == kWBf16 ? (TF_STEP_MOE ? kStagesLent : kStages)

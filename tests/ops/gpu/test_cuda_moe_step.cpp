@@ -147,8 +147,8 @@ TEST_F(CudaMoeStep, ExpertStagesByRowCopies) {
 TEST_F(CudaMoeStep, SameBitsVariants) {
   // TF_STEP_MOE_ABLATE=4, 5, 8 (read at each launch; variants with the same bits): 4, consumer warp 0 routes
   // each layer for the combine at the down's x, not right after the gate_up's (the default since run 546);
-  // 5, one rank a down stage, not two (the default since run 549); 8, CTAs without attention work lend the
-  // ring their attention staging region (12 slots, not 8).
+  // 5, one rank a down stage, not two (the default since run 549); 8, the ring's 8 slots everywhere (the
+  // default since run 550: CTAs without attention work lend it their attention staging region, 12 slots).
   for (const char* v : {"4", "5", "8"}) {
     ASSERT_EQ(setenv("TF_STEP_MOE_ABLATE", v, 1), 0);
     EXPECT_GT(run(120, 16), 8) << "variant " << v;

@@ -157,13 +157,13 @@ std::string unsupported_moe(const DecodeStepModel& m, int* fmt) {
 }
 #endif
 
-// The kernel instance of a weight format (WFormat), the product's or the probe's. The MoE shape: bf16, the
-// product's instance only.
+// The kernel instance of a weight format (WFormat), the product's or the probe's. The MoE shape: bf16 and
+// MLX 4-bit (kWMlx4), each with its probe (session 64: the layer timeline of bench/cuda's print_step_stamps).
 using KernelFn = void (*)(Params);
 KernelFn kernel_of(int fmt, bool probe) {
 #if TF_STEP_MOE
-  (void)probe;
-  return fmt == kWBf16 ? decode_step_kernel<kWBf16, false> : decode_step_kernel<kWMlx4, false>;
+  if (fmt == kWBf16) return probe ? decode_step_kernel<kWBf16, true> : decode_step_kernel<kWBf16, false>;
+  return probe ? decode_step_kernel<kWMlx4, true> : decode_step_kernel<kWMlx4, false>;
 #else
   switch (fmt) {
     case kWBf16:

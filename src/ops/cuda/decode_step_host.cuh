@@ -203,8 +203,11 @@ int ring_of(int fmt) {  // the ring's slots at most (its barriers)
 // (~36 KB) at 1 2.04 -> 1.93. So ~28-48 KB an SM keep the stream at full rate and more only queues (1 stage
 // of SW 2 or bf16: +15-28%). Parts of 100 GiB or more (the H200: more bandwidth, so more bytes needed in
 // flight) keep every slot until measured there.
+// The MoE shape keeps every free slot requested on every card: run 553 (H100, 30B-A3B bf16 b=1, the lent
+// ring, one process; ms): 3 stages 2.917-2.925, 2 2.932, 4 2.959, 6 2.967, 8 2.961, 10 2.942, every free slot
+// 2.888-2.892 (69.9% of the roofline); MLX 4-bit (run 550) 3.68 at 3, 3.45 with every free slot.
 int inflight_of(int fmt, size_t global_mem) {
-  if (global_mem >= (size_t(100) << 30)) return 0;
+  if (TF_STEP_MOE || global_mem >= (size_t(100) << 30)) return 0;
   return fmt == kWBf16 || fmt == kWMlx4 ? 3 : fmt == kWMlx4Sw4 ? 2 : 1;
 }
 
@@ -717,9 +720,10 @@ void Impl::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
   // CTA without attention work its attention staging region, 12 slots; run 550, H100: 3.015 / 3.019 ms with
   // 8, 2.991 / 2.992 with 12; TF_STEP_LEND=0 lends nowhere, in every instance). Retired: run
   // 546's 5 (every expert's tensor maps prefetched during the routing wait: 3.46 ms against 2.95), run 549's
-  // 6 (the combine's one barrier a tile: 3.212) and 7 (the down's x by rank: 3.170). The MLX 4-bit instance
+  // 6 (the combine's one barrier a tile: 3.212) and 7 (the down's x by rank: 3.170). 9 (session 64, not yet
+  // run): the bf16 experts' tensor-map stage sources derived once a tile (BfTileSrc). The MLX 4-bit instance
   // takes none of 4, 5, 8 (it always lends). set_ablate's value where set.
-  p.ablate = s.ablate ? s.ablate : env_int("TF_STEP_MOE_ABLATE", 0, 8, 0);
+  p.ablate = s.ablate ? s.ablate : env_int("TF_STEP_MOE_ABLATE", 0, 9, 0);
 #else
   p.ablate = s.probe ? s.ablate : 0;
 #endif

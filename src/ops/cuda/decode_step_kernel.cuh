@@ -292,34 +292,99 @@ __device__ __forceinline__ void expert_stage(const Op& o, int tile, int s, int d
   }
 }
 
+// The bf16 experts' tensor-map stages (expert_stage's first branch) from what a tile's stages share, read
+// and derived once a tile (BfTileSrc, as the 4-bit instance's Q4TileSrc: -0.23 ms in run 554). Variant 9
+// (TF_STEP_MOE_ABLATE=9; same bits; built in session 64, not yet run on a GPU, so not the default); the
+// default derives them a stage (expert_stage).
+struct BfTileSrc {
+  const CUtensorMap* m;  // gate_up: the tile's expert's map; down: the layer's table (Op::exmap)
+  int gu, y0, y1;        // gate_up: 4 f, (inter + 8 f) / 2; down: 8 tile, 8 tile + 4 (row pairs)
+  int nb, sbytes;        // down: inter / 256 blocks an owner; a rank's bytes
+};
+__device__ __forceinline__ BfTileSrc bf_tile_src(const Op& o, int tile, int xe) {
+  BfTileSrc q;
+  const int I = o.inter;
+  q.gu = o.moe == kMoeGateUp, q.nb = I / 256, q.sbytes = o.sbytes;
+  if (q.gu) {
+    const int r = tile / (I / 8), f = tile - r * (I / 8);
+    q.m = o.exmap + __shfl_sync(0xffffffffu, xe, r), q.y0 = 4 * f, q.y1 = (I + 8 * f) / 2;
+  } else {
+    q.m = o.exmap, q.y0 = tile * 8, q.y1 = tile * 8 + 4;
+  }
+  return q;
+}
+__device__ __forceinline__ void expert_stage_tm(const BfTileSrc& q, int s, int dr, uint32_t dst, uint32_t bar,
+                                                int lane, int xe) {
+  if (q.gu) {
+    if (lane == 0) {
+      tma_load_4d(dst, q.m, 0, q.y0, 0, 8 * s, bar);
+      tma_load_4d(dst + 8192, q.m, 0, q.y1, 0, 8 * s, bar);
+    }
+    return;
+  }
+  const int r = s / kOwners * dr, r1 = dr == 1 ? r : r + 1, ow = s % kOwners;
+  const int e = __shfl_sync(0xffffffffu, xe, r), e1 = __shfl_sync(0xffffffffu, xe, r1);
+  if (lane == 0)
+    for (int qq = 0; qq < dr; ++qq) {
+      const CUtensorMap* m = q.m + (qq ? e1 : e);
+      const uint32_t d = dst + qq * q.sbytes;
+      tma_load_4d(d, m, 0, q.y0, 0, q.nb * ow, bar);
+      tma_load_4d(d + q.nb * 1024, m, 0, q.y1, 0, q.nb * ow, bar);
+    }
+}
 // The MLX 4-bit instance's expert stages (Op::exmap: codes, Op::exsc: scale words; decode_step_words.cuh's Op
 // says how a stage lands), four tensor-map boxes by lane 0 onto the slot's barrier: rows 0-7's codes, rows
 // 8-15's, then their scale words. gate_up: tile r (inter / 8) + f, owner s: gate rows 8f .., up rows inter +
 // 8f .., quads 4s .. 4s + 3, scale words (16 >> gshift) s ..; down: rank s / kOwners, owner ow = s %
 // kOwners, rows 16 tile .., the owner's first chunk c0 = ow inter / 128: quads from c0 / 4, words from its
 // group's rounded down to a multiple of 4.
-__device__ __forceinline__ void expert_stage_q4(const Op& o, int tile, int s, uint32_t dst, uint32_t bar,
-                                                int lane, int xe) {
-  const int I = o.inter, gsh = o.qsel % 3;
-  const bool gu = o.moe == kMoeGateUp;
-  const int r = gu ? tile / (I / 8) : s / kOwners;
-  const int e = __shfl_sync(0xffffffffu, xe, r);
-  if (lane != 0) return;
-  const CUtensorMap *cm = o.exmap + e, *sm = o.exsc + e;
-  if (gu) {
-    const int f = tile % (I / 8), nw = 16 >> gsh;  // scale words a row of the stage
-    tma_load_3d(dst, cm, 0, 8 * f, 4 * s, bar);
-    tma_load_3d(dst + 2048, cm, 0, I + 8 * f, 4 * s, bar);
-    tma_load_2d(dst + 4096, sm, nw * s, 8 * f, bar);
-    tma_load_2d(dst + 4096 + 32 * nw, sm, nw * s, I + 8 * f, bar);
+// What a tile's stages share is read and derived once a tile (Q4TileSrc), not once a stage: run 551's ncu put
+// ~30% of the producer's time in ~130 instructions a stage (the Op's fields loaded again, two integer
+// divisions, the expert's shuffle) while a third of the consumers' samples waited for stages not yet
+// requested (the meta wait).
+struct Q4TileSrc {
+  const CUtensorMap *cm,
+      *sm;          // gate_up: the tile's expert's maps; down: the layer's tables (Op::exmap, exsc)
+  int gu;           // a gate_up tile (else a down tile)
+  int y0, y1;       // gate_up: its gate rows' first (8 f), up rows' (inter + 8 f); down: 16 tile, + 8
+  int nw;           // gate_up: scale words a row of a stage (16 >> gshift); down: Op::dwords
+  int cq, gsh, cb;  // down: chunks an owner (inter / 128), gshift, a box's code bytes (512 dquads)
+};
+__device__ __forceinline__ Q4TileSrc q4_tile_src(const Op& o, int tile, int xe) {
+  Q4TileSrc q;
+  const int I = o.inter;
+  q.gsh = o.qsel % 3, q.gu = o.moe == kMoeGateUp;
+  if (q.gu) {
+    const int r = tile / (I / 8), f = tile - r * (I / 8);
+    const int e = __shfl_sync(0xffffffffu, xe, r);
+    q.cm = o.exmap + e, q.sm = o.exsc + e, q.y0 = 8 * f, q.y1 = I + 8 * f, q.nw = 16 >> q.gsh;
+    q.cq = q.cb = 0;
   } else {
-    const int c0 = s % kOwners * (I / 128), cb = 512 * o.dquads;  // the owner's first chunk; a box's codes
-    tma_load_3d(dst, cm, 0, 16 * tile, c0 >> 2, bar);
-    tma_load_3d(dst + cb, cm, 0, 16 * tile + 8, c0 >> 2, bar);
-    // (a box's first word 16-byte aligned: run 549's boxes from word 3 of a row raised illegal instructions)
-    tma_load_2d(dst + 2 * cb, sm, (c0 >> gsh) & ~3, 16 * tile, bar);
-    tma_load_2d(dst + 2 * cb + 32 * o.dwords, sm, (c0 >> gsh) & ~3, 16 * tile + 8, bar);
+    q.cm = o.exmap, q.sm = o.exsc, q.y0 = 16 * tile, q.y1 = 16 * tile + 8, q.nw = o.dwords;
+    q.cq = I / 128, q.cb = 512 * o.dquads;
   }
+  return q;
+}
+// Stage s of the tile (every lane: the down's expert by shuffle; lane 0 issues the boxes).
+__device__ __forceinline__ void expert_stage_q4(const Q4TileSrc& q, int s, uint32_t dst, uint32_t bar,
+                                                int lane, int xe) {
+  if (q.gu) {
+    if (lane != 0) return;
+    tma_load_3d(dst, q.cm, 0, q.y0, 4 * s, bar);
+    tma_load_3d(dst + 2048, q.cm, 0, q.y1, 4 * s, bar);
+    tma_load_2d(dst + 4096, q.sm, q.nw * s, q.y0, bar);
+    tma_load_2d(dst + 4096 + 32 * q.nw, q.sm, q.nw * s, q.y1, bar);
+    return;
+  }
+  const int e = __shfl_sync(0xffffffffu, xe, s / kOwners);
+  if (lane != 0) return;
+  const CUtensorMap *cm = q.cm + e, *sm = q.sm + e;
+  const int c0 = s % kOwners * q.cq;  // the owner's first chunk
+  tma_load_3d(dst, cm, 0, q.y0, c0 >> 2, bar);
+  tma_load_3d(dst + q.cb, cm, 0, q.y1, c0 >> 2, bar);
+  // (a box's first word 16-byte aligned: run 549's boxes from word 3 of a row raised illegal instructions)
+  tma_load_2d(dst + 2 * q.cb, sm, (c0 >> q.gsh) & ~3, q.y0, bar);
+  tma_load_2d(dst + 2 * q.cb + 32 * q.nw, sm, (c0 >> q.gsh) & ~3, q.y1, bar);
 }
 // A 4-bit consumer warp's two pieces of a gate_up expert stage (expert_stage_q4's boxes at st): piece p (K
 // slice 2 owner + p) is quads 2p, 2p + 1 of rows g (the gate box) and g + 8 (the up box, 2048 bytes on),
@@ -520,6 +585,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       const int msb = dr * sbytes;  // a stage's bytes (the down's: dr ranks' sbytes)
       // The in-flight cap in bytes: as many of the op's stages as prm.inflight 16 KB stages.
       const int inflight = prm.inflight > 0 ? (prm.inflight * kStageBytes + msb - 1) / msb : 0;
+      Q4TileSrc qt{};  // (the 4-bit instance's expert tiles)
+      BfTileSrc qb{};  // (bf16 experts by tensor maps, variant 9)
+      const bool tm = W == kWBf16 && mk >= kMoeGateUp && ops[op].exmap && prm.ablate == 9;
+      if constexpr (W != kWBf16) {
+        if (mk >= kMoeGateUp) qt = q4_tile_src(ops[op], tile, xe);
+      } else if (tm) {
+        qb = bf_tile_src(ops[op], tile, xe);
+      }
 #else
       const int stages = k / SK / SW;
 #endif
@@ -551,11 +624,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
             mbar_arrive_expect_tx(saddr(full + slot), uint32_t(msb));
           }
           __syncwarp();
-          if constexpr (W == kWBf16)
-            expert_stage(ops[op], tile, s, dr, saddr(ring + slot * slot_b), saddr(full + slot), lane, xg, xd,
-                         xe);
-          else
-            expert_stage_q4(ops[op], tile, s, saddr(ring + slot * slot_b), saddr(full + slot), lane, xe);
+          if constexpr (W == kWBf16) {
+            if (tm)
+              expert_stage_tm(qb, s, dr, saddr(ring + slot * slot_b), saddr(full + slot), lane, xe);
+            else
+              expert_stage(ops[op], tile, s, dr, saddr(ring + slot * slot_b), saddr(full + slot), lane, xg,
+                           xd, xe);
+          } else
+            expert_stage_q4(qt, s, saddr(ring + slot * slot_b), saddr(full + slot), lane, xe);
           __syncwarp();
           continue;
         }

@@ -1,4 +1,4 @@
-# Session 64, run 552: run 551's ncu reports (carried in .devpack/*.ncu-rep.xz) as ncu's SASS source pages (csv);
+# Session 64, run 552 (NEVER RAN: no machine came; its work went into run 553): run 551's ncu reports (carried in .devpack/*.ncu-rep.xz) as ncu's SASS source pages (csv);
 # mapped to source lines here by tools/ncu_step_lines.py with nvdisasm's line table of p551's tf_bench_moe
 # (decode_step_moe.sm_90a.cubin). Run: bash bench/cuda/results/run552.sh
 for f in mlx4 bf16; do

@@ -293,9 +293,9 @@ __device__ __forceinline__ void expert_stage(const Op& o, int tile, int s, int d
 }
 
 // The bf16 experts' tensor-map stages (expert_stage's first branch) from what a tile's stages share, read
-// and derived once a tile (BfTileSrc, as the 4-bit instance's Q4TileSrc: -0.23 ms in run 554). Variant 9
-// (TF_STEP_MOE_ABLATE=9; same bits; built in session 64, not yet run on a GPU, so not the default); the
-// default derives them a stage (expert_stage).
+// and derived once a tile (BfTileSrc, as the 4-bit instance's Q4TileSrc: 3.68 -> 3.05 ms at 3 stages in
+// flight, runs 550 / 554). Variant 9 (TF_STEP_MOE_ABLATE=9; same bits; built in session 64, not yet run on a
+// GPU, so not the default); the default derives them a stage (expert_stage).
 struct BfTileSrc {
   const CUtensorMap* m;  // gate_up: the tile's expert's map; down: the layer's table (Op::exmap)
   int gu, y0, y1;        // gate_up: 4 f, (inter + 8 f) / 2; down: 8 tile, 8 tile + 4 (row pairs)
@@ -341,7 +341,8 @@ __device__ __forceinline__ void expert_stage_tm(const BfTileSrc& q, int s, int d
 // What a tile's stages share is read and derived once a tile (Q4TileSrc), not once a stage: run 551's ncu put
 // ~30% of the producer's time in ~130 instructions a stage (the Op's fields loaded again, two integer
 // divisions, the expert's shuffle) while a third of the consumers' samples waited for stages not yet
-// requested (the meta wait).
+// requested (the meta wait); now ~60. Run 554 (H100, 30B-A3B MLX 4-bit b=1): 3.68 -> 3.05 ms at 3 stages in
+// flight, 3.45 -> 2.82 with every free slot (runs 550 / 554, two processes), the chain's bits.
 struct Q4TileSrc {
   const CUtensorMap *cm,
       *sm;          // gate_up: the tile's expert's maps; down: the layer's tables (Op::exmap, exsc)

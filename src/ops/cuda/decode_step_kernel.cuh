@@ -821,6 +821,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
           }
         }
       if (warp == 0 && lane < 16) static_cast<uint32_t*>(o.y)[n0 + lane] = word_of(sum, tag);
+      if (stamps && threadIdx.x == 0 && op / kOpsPerLayer * kOpsPerLayer + kOpsPerLayer < nops)
+        stamp_row(stamps, op, G, b)[SS::kStampDownLast] = gtime();  // (the probe's timeline)
       j += o.top_k * kOwn;
       continue;
     }

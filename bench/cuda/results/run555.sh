@@ -13,8 +13,9 @@ D=$(mktemp -d); xz -dc .devpack/step.tar.xz | tar -xf - -C $D; export LD_LIBRARY
 date -u > $OUT/all.txt; nvidia-smi --query-gpu=name --format=csv,noheader >> $OUT/all.txt
 TF_MOE_BENCH_STEP_AB=a9,a9 TF_MOE_BENCH_WARM_S=2 timeout 80 $D/bin/tf_bench_moe --format bf16 --quick > $OUT/moe-bf16.txt 2>&1
 echo "bf16 rc=$?" >> $OUT/all.txt; grep -E "^\| decode b=1 ctx 512 \||one-kernel|step logits|rror|HANG" $OUT/moe-bf16.txt >> $OUT/all.txt
-TF_MOE_BENCH_WARM_S=1 timeout 60 $D/bin/tf_bench_moe --format mlx4 --quick > $OUT/moe4.txt 2>&1
+TF_STEP_STAMPS=1 TF_MOE_BENCH_WARM_S=1 timeout 60 $D/bin/tf_bench_moe --format mlx4 --quick > $OUT/moe4.txt 2>&1
 echo "mlx4 rc=$?" >> $OUT/all.txt; grep -E "^\| decode b=1 ctx 512 \||one-kernel|step logits|rror|HANG" $OUT/moe4.txt >> $OUT/all.txt
+sed -n '/^stamps ctx/,/^| decode b=1 ctx 512, the/p' $OUT/moe4.txt | head -12 >> $OUT/all.txt  # (layer 10, down stamped now)
 timeout 240 $D/bin/test_cuda_moe_step --gtest_brief=1 > $OUT/test.txt 2>&1
 echo "test_cuda_moe_step rc=$? $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' $OUT/test.txt | tr '\n' ' ')" >> $OUT/all.txt
 grep -E "FAILED  \]|Failure|differ|HANG" $OUT/test.txt | head -10 >> $OUT/all.txt

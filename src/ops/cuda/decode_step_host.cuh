@@ -483,7 +483,7 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
       for (int ow = 0; ow < kOwners; ++ow) {  // the owner's chunks c0 .. c1 (two K slices of inter / 256)
         const int c0 = ow * (I / 128), c1 = c0 + I / 128 - 1;
         dquads = std::max(dquads, (c1 >> 2) - (c0 >> 2) + 1);
-        dwords = std::max(dwords, (c1 >> gsd) - ((c0 >> gsd) & ~3) + 1);  // (from a 16-byte-aligned word)
+        dwords = std::max(dwords, (c1 >> gsd) - q4_down_word0(c0, gsd) + 1);
       }
       dwords = (dwords + 3) / 4 * 4;  // (a box row: a multiple of 16 bytes)
       smaps.resize(2 * size_t(E));
@@ -722,7 +722,7 @@ void Impl::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
   // 546's 5 (every expert's tensor maps prefetched during the routing wait: 3.46 ms against 2.95), run 549's
   // 6 (the combine's one barrier a tile: 3.212) and 7 (the down's x by rank: 3.170). 9 (session 64, not yet
   // run): the bf16 experts' tensor-map stage sources derived once a tile (BfTileSrc). The MLX 4-bit instance
-  // takes none of 4, 5, 8 (it always lends). set_ablate's value where set.
+  // takes none of 4, 5, 8, 9 (it always lends). set_ablate's value where set.
   p.ablate = s.ablate ? s.ablate : env_int("TF_STEP_MOE_ABLATE", 0, 9, 0);
 #else
   p.ablate = s.probe ? s.ablate : 0;

@@ -344,12 +344,12 @@ __device__ __forceinline__ void expert_stage_tm(const BfTileSrc& q, int s, int d
 // requested (the meta wait); now ~60. Run 554 (H100, 30B-A3B MLX 4-bit b=1): 3.68 -> 3.05 ms at 3 stages in
 // flight, 3.45 -> 2.82 with every free slot (runs 550 / 554, two processes), the chain's bits.
 struct Q4TileSrc {
-  const CUtensorMap *cm,
-      *sm;          // gate_up: the tile's expert's maps; down: the layer's tables (Op::exmap, exsc)
-  int gu;           // a gate_up tile (else a down tile)
-  int y0, y1;       // gate_up: its gate rows' first (8 f), up rows' (inter + 8 f); down: 16 tile, + 8
-  int nw;           // gate_up: scale words a row of a stage (16 >> gshift); down: Op::dwords
-  int cq, gsh, cb;  // down: chunks an owner (inter / 128), gshift, a box's code bytes (512 dquads)
+  const CUtensorMap* cm;  // gate_up: the tile's expert's code map; down: the layer's table (Op::exmap)
+  const CUtensorMap* sm;  // and its scale words' (Op::exsc)
+  int gu;                 // a gate_up tile (else a down tile)
+  int y0, y1;             // gate_up: its gate rows' first (8 f), up rows' (inter + 8 f); down: 16 tile, + 8
+  int nw;                 // gate_up: scale words a row of a stage (16 >> gshift); down: Op::dwords
+  int cq, gsh, cb;        // down: chunks an owner (inter / 128), gshift, a box's code bytes (512 dquads)
 };
 __device__ __forceinline__ Q4TileSrc q4_tile_src(const Op& o, int tile, int xe) {
   Q4TileSrc q;
@@ -383,9 +383,8 @@ __device__ __forceinline__ void expert_stage_q4(const Q4TileSrc& q, int s, uint3
   const int c0 = s % kOwners * q.cq;  // the owner's first chunk
   tma_load_3d(dst, cm, 0, q.y0, c0 >> 2, bar);
   tma_load_3d(dst + q.cb, cm, 0, q.y1, c0 >> 2, bar);
-  // (a box's first word 16-byte aligned: run 549's boxes from word 3 of a row raised illegal instructions)
-  tma_load_2d(dst + 2 * q.cb, sm, (c0 >> q.gsh) & ~3, q.y0, bar);
-  tma_load_2d(dst + 2 * q.cb + 32 * q.nw, sm, (c0 >> q.gsh) & ~3, q.y1, bar);
+  tma_load_2d(dst + 2 * q.cb, sm, q4_down_word0(c0, q.gsh), q.y0, bar);
+  tma_load_2d(dst + 2 * q.cb + 32 * q.nw, sm, q4_down_word0(c0, q.gsh), q.y1, bar);
 }
 // A 4-bit consumer warp's two pieces of a gate_up expert stage (expert_stage_q4's boxes at st): piece p (K
 // slice 2 owner + p) is quads 2p, 2p + 1 of rows g (the gate box) and g + 8 (the up box, 2048 bytes on),
@@ -403,14 +402,14 @@ __device__ __forceinline__ void q4_pair_ex(float (&acc0)[4], float (&acc1)[4], u
 // A 4-bit consumer warp's K slices 2 ow, 2 ow + 1 of one rank of a down expert stage (expert_stage_q4's boxes
 // at st: nq quads of rows g, then of rows g + 8, then the scale words [16][nw]): C = inter / 256 chunks a
 // slice from chunk c0 = 2 ow C, chunk c's word at ((c >> 2) - (c0 >> 2)) 512 + g 64 + 16 t + 4 (c & 3), its
-// scale word at its group less c0's rounded down to a multiple of 4; xb: the rank's x (+ 16 t). The chunks of
+// scale word at its group less q4_down_word0's; xb: the rank's x (+ 16 t). The chunks of
 // each slice in order from its first: linear_quantized's chains (moe_decode's down, whose slices straddle
 // quads too).
 template <int KIND, int GS>
 __device__ __forceinline__ void q4_down_ex(float (&acc0)[4], float (&acc1)[4], uint32_t st, int nq, int nw,
                                            int C, int c0, uint32_t xb, int g, int t) {
   const uint32_t cb = st + g * 64 + 16 * t - (c0 >> 2) * 512,
-                 sb = st + 2 * 512 * nq + g * nw * 4 - ((c0 >> GS) & ~3) * 4;
+                 sb = st + 2 * 512 * nq + g * nw * 4 - q4_down_word0(c0, GS) * 4;
   for (int i = 0; i < C; ++i)
 #pragma unroll
     for (int p = 0; p < 2; ++p) {

@@ -83,6 +83,13 @@ constexpr int kRingBytes = W == kWBf16 ? (kStages* kBf16SlotBytes) : 126 * 1024;
 constexpr int kMaxK = 6144;    // the longest x (the down's: top_k x the experts' intermediate, at most)
 constexpr int kHidden = 2048;  // the add + norm x (make_x: 8 elements a thread)
 constexpr int kDredRanks = 8;  // the MLX 4-bit down's slice sums of this many ranks (one barrier a tile)
+// The MLX 4-bit down's stage from chunk c0 (groups of 32 << gshift): its scale-word box starts at c0's
+// group's word rounded down to a multiple of 4 (a tiled box's first element 16-byte aligned; run 549's
+// boxes from word 3 raised illegal instructions). make_step sizes the box (Op::dwords) from it, the
+// producer loads from it, the consumer indexes from it.
+__host__ __device__ constexpr int q4_down_word0(int c0, int gshift) {
+  return (c0 >> gshift) & ~3;
+}
 #else
 constexpr int kMaxK = 12288;   // the longest x (the down projection's)
 constexpr int kHidden = 4096;  // the add + norm x (make_x: 16 elements a thread)

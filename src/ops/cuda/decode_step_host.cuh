@@ -720,10 +720,12 @@ void Impl::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
   // CTA without attention work its attention staging region, 12 slots; run 550, H100: 3.015 / 3.019 ms with
   // 8, 2.991 / 2.992 with 12; TF_STEP_LEND=0 lends nowhere, in every instance). Retired: run
   // 546's 5 (every expert's tensor maps prefetched during the routing wait: 3.46 ms against 2.95), run 549's
-  // 6 (the combine's one barrier a tile: 3.212) and 7 (the down's x by rank: 3.170). 9 (session 64, not yet
-  // run): the bf16 experts' tensor-map stage sources derived once a tile (BfTileSrc). The MLX 4-bit instance
-  // takes none of 4, 5, 8, 9 (it always lends). set_ablate's value where set.
-  p.ablate = s.ablate ? s.ablate : env_int("TF_STEP_MOE_ABLATE", 0, 9, 0);
+  // 6 (the combine's one barrier a tile: 3.212) and 7 (the down's x by rank: 3.170), run 555's 9 (the
+  // bf16 experts' tensor-map stage sources derived once a tile, BfTileSrc, is now the default: 2.921-2.927
+  // ms against 2.953-2.954). The MLX 4-bit instance takes none of 4, 5, 8 (it always lends); its own
+  // same-bits variants: 10 its producer's stages one at a time (before session 65: the default issues four
+  // at a time, lane l stage s + l), 11 eight at a time. set_ablate's value where set.
+  p.ablate = s.ablate ? s.ablate : env_int("TF_STEP_MOE_ABLATE", 0, 11, 0);
 #else
   p.ablate = s.probe ? s.ablate : 0;
 #endif

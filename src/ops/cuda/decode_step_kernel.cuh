@@ -238,8 +238,9 @@ __device__ void route_producer(const Op& gu, const Op& dn, uint32_t tag, int lan
 __device__ __forceinline__ int down_ranks(const Op& o, int ablate) {
   return ablate == 5 ? 1 : o.dranks;
 }
-// An expert op's stage s of tile `tile` into the slot at dst (lanes 0-15: a row's bulk copy each, onto the
-// slot's full barrier, armed by lane 0 before). gate_up: stage s = owner s's two K slices (512 k-values) of
+// An expert op's stage s of tile `tile` by row copies (Op::exmap null: TF_STEP_MOE_TMA=0; tensor maps:
+// expert_stage_tm) into the slot at dst (lanes 0-15: a row's bulk copy each, onto the slot's full barrier,
+// armed by lane 0 before). gate_up: stage s = owner s's two K slices (512 k-values) of
 // the tile's 16 rows (8 gate rows, then their up rows) of rank r's expert, rows kExRowBytes apart. down
 // (dr ranks a stage): stage s = (ranks dr (s / kOwners) ..., owner s % kOwners): for each rank, one after
 // the other, rows n0 .. n0 + 15 of its expert, the owner's two slices (inter / 4 k-values), rows inter / 2 +
@@ -248,28 +249,7 @@ __device__ __forceinline__ void expert_stage(const Op& o, int tile, int s, int d
                                              int lane, const __nv_bfloat16* xg, const __nv_bfloat16* xd,
                                              int xe) {
   const int I = o.inter;
-  const bool gu = o.moe == kMoeGateUp;
-  const int r = gu ? tile / (I / 8) : s / kOwners * dr, r1 = gu || dr == 1 ? r : r + 1;
-  if (o.exmap) {  // two tensor-map boxes of 8 rows (rows 0-7 of the stage, then 8-15) a rank, by lane 0
-    const int e = __shfl_sync(0xffffffffu, xe, r), e1 = __shfl_sync(0xffffffffu, xe, r1);
-    if (lane == 0) {
-      if (gu) {  // gate rows 8f .. 8f + 7, then up rows inter + 8f ..; owner s's 512 columns: blocks 8s ..
-        const CUtensorMap* m = o.exmap + e;
-        const int f = tile % (I / 8);
-        tma_load_4d(dst, m, 0, 4 * f, 0, 8 * s, bar);
-        tma_load_4d(dst + 8192, m, 0, (I + 8 * f) / 2, 0, 8 * s, bar);
-      } else {  // rows n0 .. n0 + 7, then n0 + 8 ..; owner s % kOwners's inter / 4 columns
-        const int nb = I / 256, ow = s % kOwners;
-        for (int q = 0; q < dr; ++q) {
-          const CUtensorMap* m = o.exmap + (q ? e1 : e);
-          const uint32_t d = dst + q * o.sbytes;  // (a rank's boxes: sbytes)
-          tma_load_4d(d, m, 0, tile * 8, 0, nb * ow, bar);
-          tma_load_4d(d + nb * 1024, m, 0, tile * 8 + 4, 0, nb * ow, bar);
-        }
-      }
-    }
-    return;
-  }
+  const int r = o.moe == kMoeGateUp ? tile / (I / 8) : s / kOwners * dr, r1 = dr == 1 ? r : r + 1;
   if (o.moe == kMoeGateUp) {
     const int r = tile / (I / 8), f = tile % (I / 8);
     const auto base = reinterpret_cast<const __nv_bfloat16*>(
@@ -292,10 +272,10 @@ __device__ __forceinline__ void expert_stage(const Op& o, int tile, int s, int d
   }
 }
 
-// The bf16 experts' tensor-map stages (expert_stage's first branch) from what a tile's stages share, read
-// and derived once a tile (BfTileSrc, as the 4-bit instance's Q4TileSrc: 3.68 -> 3.05 ms at 3 stages in
-// flight, runs 550 / 554). Variant 9 (TF_STEP_MOE_ABLATE=9; same bits; built in session 64, not yet run on a
-// GPU, so not the default); the default derives them a stage (expert_stage).
+// The bf16 experts' tensor-map stages (Op::exmap: make_rows8_tensor_map's 4D view, a box of 8 rows in the
+// 128-byte swizzle; two boxes a rank, by lane 0) from what a tile's stages share, read and derived once a
+// tile (BfTileSrc, as the 4-bit instance's Q4TileSrc). Run 555 (H100, 30B-A3B bf16 b=1, one process): 2.953
+// / 2.954 ms deriving them a stage, 2.927 / 2.921 once a tile; the same bits.
 struct BfTileSrc {
   const CUtensorMap* m;  // gate_up: the tile's expert's map; down: the layer's table (Op::exmap)
   int gu, y0, y1;        // gate_up: 4 f, (inter + 8 f) / 2; down: 8 tile, 8 tile + 4 (row pairs)
@@ -366,19 +346,20 @@ __device__ __forceinline__ Q4TileSrc q4_tile_src(const Op& o, int tile, int xe) 
   }
   return q;
 }
-// Stage s of the tile (every lane: the down's expert by shuffle; lane 0 issues the boxes).
+// Stage s of the tile (every lane: the down's expert by shuffle; the lanes with `issue` issue their stage's
+// boxes).
 __device__ __forceinline__ void expert_stage_q4(const Q4TileSrc& q, int s, uint32_t dst, uint32_t bar,
-                                                int lane, int xe) {
+                                                bool issue, int xe) {
   if (q.gu) {
-    if (lane != 0) return;
+    if (!issue) return;
     tma_load_3d(dst, q.cm, 0, q.y0, 4 * s, bar);
     tma_load_3d(dst + 2048, q.cm, 0, q.y1, 4 * s, bar);
     tma_load_2d(dst + 4096, q.sm, q.nw * s, q.y0, bar);
     tma_load_2d(dst + 4096 + 32 * q.nw, q.sm, q.nw * s, q.y1, bar);
     return;
   }
-  const int e = __shfl_sync(0xffffffffu, xe, s / kOwners);
-  if (lane != 0) return;
+  const int e = __shfl_sync(0xffffffffu, xe, s / kOwners);  // (every lane: its own s)
+  if (!issue) return;
   const CUtensorMap *cm = q.cm + e, *sm = q.sm + e;
   const int c0 = s % kOwners * q.cq;  // the owner's first chunk
   tma_load_3d(dst, cm, 0, q.y0, c0 >> 2, bar);
@@ -586,8 +567,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       // The in-flight cap in bytes: as many of the op's stages as prm.inflight 16 KB stages.
       const int inflight = prm.inflight > 0 ? (prm.inflight * kStageBytes + msb - 1) / msb : 0;
       Q4TileSrc qt{};  // (the 4-bit instance's expert tiles)
-      BfTileSrc qb{};  // (bf16 experts by tensor maps, variant 9)
-      const bool tm = W == kWBf16 && mk >= kMoeGateUp && ops[op].exmap && prm.ablate == 9;
+      BfTileSrc qb{};  // (bf16 experts by tensor maps)
+      const bool tm = W == kWBf16 && mk >= kMoeGateUp && ops[op].exmap;
       if constexpr (W != kWBf16) {
         if (mk >= kMoeGateUp) qt = q4_tile_src(ops[op], tile, xe);
       } else if (tm) {
@@ -595,6 +576,39 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       }
 #else
       const int stages = k / SK / SW;
+#endif
+#if TF_STEP_MOE
+      if (W != kWBf16 && inflight == 0 && prm.ablate != 10) {
+        // The 4-bit instance's stages issue_lanes at a time, lane l stage s + l: each lane waits for its
+        // slot, arms its barrier and issues its copies. One lane's wait, arming and copies take ~600 cycles a
+        // stage whatever its bytes (runs 558-559, bench/cuda/tma_probe.cu: ~320 cycles waiting on a barrier
+        // whose phase is done, ~230 issuing one bulk copy, ~50-80 a further box), which capped one producer
+        // lane's 4.5 KB stages at ~1.6-1.9 TB/s and the down's 2.5 KB ones at ~0.8; four lanes a warp
+        // instruction reached ~3.0 TB/s and ~1.6. Variant 10 (same bits): one stage at a time, as before; 11:
+        // 8 lanes.
+        const int lanes = prm.ablate == 11 ? 8 : 4, j0 = j;
+        for (int s = 0; s < stages; s += lanes) {
+          const int ss = s + lane, jj = j0 + ss;
+          const bool act = lane < lanes && ss < stages;
+          const int wj = wrap(jj), slot = jj - wj * nslots;
+          const long long pw = kProbe ? clock64() : 0;
+          if (act && jj >= nslots) wait_bar_lane(saddr(empty + slot), (wj & 1) ^ 1, kEmptyStage, jj);
+          if (kProbe) p_empty += clock64() - pw;
+          if (act) {
+            meta[slot] = jj;
+            mbar_arrive_expect_tx(saddr(full + slot), uint32_t(msb));
+          }
+          if (mk >= kMoeGateUp)
+            expert_stage_q4(qt, ss, saddr(ring + slot * slot_b), saddr(full + slot), act, xe);
+          else if (act)
+            bulk_copy_g2s(saddr(ring + slot * slot_b),
+                          w + (int64_t(tile) * stages + packed_stage(ss, k, kOwn, sk)) * sbytes,
+                          uint32_t(sbytes), saddr(full + slot));
+          __syncwarp();
+        }
+        j = j0 + stages;
+        continue;
+      }
 #endif
       for (int s = 0; s < stages; ++s, ++j) {
         // Stage s of a tile belongs to owner s % kOwners. bf16: the ring's slots are a multiple of kOwners,
@@ -631,7 +645,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
               expert_stage(ops[op], tile, s, dr, saddr(ring + slot * slot_b), saddr(full + slot), lane, xg,
                            xd, xe);
           } else
-            expert_stage_q4(qt, s, saddr(ring + slot * slot_b), saddr(full + slot), lane, xe);
+            expert_stage_q4(qt, s, saddr(ring + slot * slot_b), saddr(full + slot), lane == 0, xe);
           __syncwarp();
           continue;
         }

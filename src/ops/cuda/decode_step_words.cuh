@@ -320,6 +320,17 @@ __device__ void wait_bar(uint32_t bar, uint32_t parity, BarWait what, int j) {
     }
   __syncwarp();
 }
+#if TF_STEP_MOE
+// wait_bar for one lane of a warp whose lanes wait for different barriers (no __syncwarp: the caller's).
+__device__ void wait_bar_lane(uint32_t bar, uint32_t parity, BarWait what, int j) {
+  for (long long n = 0; !mbar_try_wait(bar, parity); ++n)
+    if (n == (1ll << 24)) {
+      printf("decode_step HANG block %d lane %d: stage wait %d, stage %d parity %u\n", blockIdx.x,
+             threadIdx.x % 32, int(what), j, parity);
+      __trap();
+    }
+}
+#endif
 __device__ __forceinline__ uint32_t ldv(const uint32_t* p) {
   uint32_t v;
   asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");

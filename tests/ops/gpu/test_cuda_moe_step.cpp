@@ -8,7 +8,7 @@
 // 8 chunks (4 KV heads), with graphs and eagerly, with the producer's stages in flight capped and not, and
 // on 40 CTAs (TF_STEP_GRID), where CTAs take several attention units a layer and the merging CTAs an early
 // chunk, as on parts with fewer SMs, and with the experts' stages by row copies (TF_STEP_MOE_TMA=0; tensor
-// maps otherwise), and four same-bits variants (TF_STEP_MOE_ABLATE=4, 5, 8, 9). The suite turns
+// maps otherwise), and three same-bits variants (TF_STEP_MOE_ABLATE=4, 5, 8). The suite turns
 // the MoE step on (DecodeStep::moe: on by default, off with TF_DECODE_STEP_MOE=0 in the environment). A
 // one-layer checkpoint without the top-k renormalisation (norm_topk_prob false) and with tied embeddings; and
 // the step turned off (TF_DECODE_STEP_MOE=0). And an MLX 4-bit checkpoint as mlx-lm converts the model (the
@@ -145,12 +145,12 @@ TEST_F(CudaMoeStep, ExpertStagesByRowCopies) {
 }
 
 TEST_F(CudaMoeStep, SameBitsVariants) {
-  // TF_STEP_MOE_ABLATE=4, 5, 8, 9 (read at each launch; variants with the same bits): 4, consumer warp 0
+  // TF_STEP_MOE_ABLATE=4, 5, 8 (read at each launch; variants with the same bits): 4, consumer warp 0
   // routes each layer for the combine at the down's x, not right after the gate_up's (the default since run
   // 546); 5, one rank a down stage, not two (the default since run 549); 8, the ring's 8 slots everywhere
   // (the default since run 550: CTAs without attention work lend it their attention staging region, 12
-  // slots); 9, the experts' tensor-map stage sources derived once a tile (BfTileSrc), not once a stage.
-  for (const char* v : {"4", "5", "8", "9"}) {
+  // slots).
+  for (const char* v : {"4", "5", "8"}) {
     ASSERT_EQ(setenv("TF_STEP_MOE_ABLATE", v, 1), 0);
     EXPECT_GT(run(120, 16), 8) << "variant " << v;
   }
@@ -204,6 +204,13 @@ TEST_F(CudaMoeStep, Mlx4GivesTheChainsBits) {
   const int64_t few = test::run_step_ab(*gpu_, kShape, mlx4_dir(), 1270, 16);
   unsetenv("TF_STEP_GRID");
   EXPECT_GT(few, 8);
+  // Its producer's same-bits variants (TF_STEP_MOE_ABLATE): 10, one stage at a time (the default issues four
+  // at a time, a lane each); 11, eight at a time.
+  for (const char* v : {"10", "11"}) {
+    ASSERT_EQ(setenv("TF_STEP_MOE_ABLATE", v, 1), 0);
+    EXPECT_GT(test::run_step_ab(*gpu_, kShape, mlx4_dir(), 120, 16), 8) << "variant " << v;
+  }
+  unsetenv("TF_STEP_MOE_ABLATE");
   cuda::DecodeStep::set_moe_mlx4(false);  // off: no step, and why says how to turn it on
   EXPECT_EQ(steps_prepared_loading(mlx4_dir(), &why), 0);
   EXPECT_NE(why.find("TF_DECODE_STEP_MOE_MLX4"), std::string::npos) << why;

@@ -479,9 +479,13 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
     bool tma = want_tma || q4;   // (the 4-bit experts: by tensor maps only)
     int dquads = 0, dwords = 0;  // the 4-bit down's stage: quads a box, scale words a row
     const int gsg = q4 ? chunk_shift(mw.gate_up[0]) : 0, gsd = q4 ? chunk_shift(mw.down[0]) : 0;
+    // The 4-bit down's stages a rank (Op::dsplit): halves by default, read by the rank's warp (run 561:
+    // 16 stages a tile of 3.5 KB instead of 32 of 2.5 KB, and a 4.5 KB slot holding 3.5 KB instead of 2.5);
+    // TF_STEP_MOE_Q4_DOWN_STAGES=4: owners' (two K slices, read by the owner's warp of the rank's team).
+    const int dsplit = env_int("TF_STEP_MOE_Q4_DOWN_STAGES", 2, 4, 2) == 4 ? 4 : 2;
     if (q4) {
-      for (int ow = 0; ow < kOwners; ++ow) {  // the owner's chunks c0 .. c1 (two K slices of inter / 256)
-        const int c0 = ow * (I / 128), c1 = c0 + I / 128 - 1;
+      for (int p = 0; p < dsplit; ++p) {  // the part's chunks c0 .. c1 (inter / 32 a rank)
+        const int c0 = p * (I / 32 / dsplit), c1 = c0 + I / 32 / dsplit - 1;
         dquads = std::max(dquads, (c1 >> 2) - (c0 >> 2) + 1);
         dwords = std::max(dwords, (c1 >> gsd) - q4_down_word0(c0, gsd) + 1);
       }
@@ -538,8 +542,8 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
     // slot (the kernel's down_ranks; variant 5: one).
     d.dranks = mw.top_k % 2 == 0 && 32 * (I / 2 + 64) <= kBf16SlotBytes ? 2 : 1;
     d.sbytes = 16 * (I / 2);  // (a stage: the kernel's down_ranks x this)
-    if (q4) {                 // (4-bit: one rank a stage, two boxes of dquads quads, then the scale words)
-      d.exsc = dsmaps + E, d.qsel = q4_sel(mw.down[0].subnormal_codes, gsd), d.dranks = 1;
+    if (q4) {  // (4-bit: a part of one rank a stage, two boxes of dquads quads, then the scale words)
+      d.exsc = dsmaps + E, d.qsel = q4_sel(mw.down[0].subnormal_codes, gsd), d.dranks = 1, d.dsplit = dsplit;
       d.dquads = dquads, d.dwords = dwords, d.sbytes = 2 * dquads * 512 + 2 * 8 * dwords * 4;
     }
     d.n = int(H), d.k = mw.top_k * I, d.xkind = kXCopy, d.x = tgu, d.res = nullptr, d.res_out = nullptr,

@@ -329,7 +329,8 @@ struct Q4TileSrc {
   int gu;                 // a gate_up tile (else a down tile)
   int y0, y1;             // gate_up: its gate rows' first (8 f), up rows' (inter + 8 f); down: 16 tile, + 8
   int nw;                 // gate_up: scale words a row of a stage (16 >> gshift); down: Op::dwords
-  int cq, gsh, cb;        // down: chunks an owner (inter / 128), gshift, a box's code bytes (512 dquads)
+  int cq, gsh, cb;  // down: chunks a part (inter / 32 / dsplit), gshift, a box's code bytes (512 dquads)
+  int ds;           // down: stages a rank (Op::dsplit)
 };
 __device__ __forceinline__ Q4TileSrc q4_tile_src(const Op& o, int tile, int xe) {
   Q4TileSrc q;
@@ -339,10 +340,10 @@ __device__ __forceinline__ Q4TileSrc q4_tile_src(const Op& o, int tile, int xe) 
     const int r = tile / (I / 8), f = tile - r * (I / 8);
     const int e = __shfl_sync(0xffffffffu, xe, r);
     q.cm = o.exmap + e, q.sm = o.exsc + e, q.y0 = 8 * f, q.y1 = I + 8 * f, q.nw = 16 >> q.gsh;
-    q.cq = q.cb = 0;
+    q.cq = q.cb = q.ds = 0;
   } else {
     q.cm = o.exmap, q.sm = o.exsc, q.y0 = 16 * tile, q.y1 = 16 * tile + 8, q.nw = o.dwords;
-    q.cq = I / 128, q.cb = 512 * o.dquads;
+    q.cq = I / 32 / o.dsplit, q.cb = 512 * o.dquads, q.ds = o.dsplit;
   }
   return q;
 }
@@ -358,10 +359,10 @@ __device__ __forceinline__ void expert_stage_q4(const Q4TileSrc& q, int s, uint3
     tma_load_2d(dst + 4096 + 32 * q.nw, q.sm, q.nw * s, q.y1, bar);
     return;
   }
-  const int e = __shfl_sync(0xffffffffu, xe, s / kOwners);  // (every lane: its own s)
+  const int r = s / q.ds, e = __shfl_sync(0xffffffffu, xe, r);  // (every lane: its own s)
   if (!issue) return;
   const CUtensorMap *cm = q.cm + e, *sm = q.sm + e;
-  const int c0 = s % kOwners * q.cq;  // the owner's first chunk
+  const int c0 = (s - r * q.ds) * q.cq;  // the part's first chunk
   tma_load_3d(dst, cm, 0, q.y0, c0 >> 2, bar);
   tma_load_3d(dst + q.cb, cm, 0, q.y1, c0 >> 2, bar);
   tma_load_2d(dst + 2 * q.cb, sm, q4_down_word0(c0, q.gsh), q.y0, bar);
@@ -380,17 +381,17 @@ __device__ __forceinline__ void q4_pair_ex(float (&acc0)[4], float (&acc1)[4], u
       acc0, acc1, [&](int p, int r, int q) { return cb + (2 * p + q) * 512 + r * 2048; },
       [&](int p, int r, int grp) { return sb + 32 * kNw * r + (p * kNg + grp) * 4; }, xb0, xb1);
 }
-// A 4-bit consumer warp's K slices 2 ow, 2 ow + 1 of one rank of a down expert stage (expert_stage_q4's boxes
-// at st: nq quads of rows g, then of rows g + 8, then the scale words [16][nw]): C = inter / 256 chunks a
-// slice from chunk c0 = 2 ow C, chunk c's word at ((c >> 2) - (c0 >> 2)) 512 + g 64 + 16 t + 4 (c & 3), its
-// scale word at its group less q4_down_word0's; xb: the rank's x (+ 16 t). The chunks of
-// each slice in order from its first: linear_quantized's chains (moe_decode's down, whose slices straddle
-// quads too).
+// A 4-bit consumer warp's K slices c0 / C, c0 / C + 1 of one rank of a down expert stage (expert_stage_q4's
+// boxes at st, from the stage's first chunk cs: nq quads of rows g, then of rows g + 8, then the scale words
+// [16][nw]): C = inter / 256 chunks a slice from chunk c0, chunk c's word at ((c >> 2) - (cs >> 2)) 512 + g
+// 64 + 16 t + 4 (c & 3), its scale word at its group less q4_down_word0(cs)'s; xb: the rank's x (+ 16 t). The
+// chunks of each slice in order from its first: linear_quantized's chains (moe_decode's down, whose slices
+// straddle quads too).
 template <int KIND, int GS>
 __device__ __forceinline__ void q4_down_ex(float (&acc0)[4], float (&acc1)[4], uint32_t st, int nq, int nw,
-                                           int C, int c0, uint32_t xb, int g, int t) {
-  const uint32_t cb = st + g * 64 + 16 * t - (c0 >> 2) * 512,
-                 sb = st + 2 * 512 * nq + g * nw * 4 - q4_down_word0(c0, GS) * 4;
+                                           int C, int cs, int c0, uint32_t xb, int g, int t) {
+  const uint32_t cb = st + g * 64 + 16 * t - (cs >> 2) * 512,
+                 sb = st + 2 * 512 * nq + g * nw * 4 - q4_down_word0(cs, GS) * 4;
   for (int i = 0; i < C; ++i)
 #pragma unroll
     for (int p = 0; p < 2; ++p) {
@@ -562,7 +563,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       // The down: dr ranks a stage (down_ranks; the 4-bit instance: one), each 16 rows x inter / 2 bytes.
       const int dr = mk == kMoeDown && W == kWBf16 ? down_ranks(ops[op], prm.ablate) : 1;
       const int sk = W != kWBf16 && ops[op].sk ? ops[op].sk : SK;  // k-values a piece (Op::sk)
-      const int stages = mk == kMoeDown ? ops[op].top_k / dr * kOwners : k / sk / SW;
+      const int stages =
+          mk == kMoeDown ? ops[op].top_k / dr * (W == kWBf16 ? kOwners : ops[op].dsplit) : k / sk / SW;
       const int msb = dr * sbytes;  // a stage's bytes (the down's: dr ranks' sbytes)
       // The in-flight cap in bytes: as many of the op's stages as prm.inflight 16 KB stages.
       const int inflight = prm.inflight > 0 ? (prm.inflight * kStageBytes + msb - 1) / msb : 0;
@@ -801,25 +803,33 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       // The MLX 4-bit instance's down: team tm takes ranks tm, tm + kNT, ..., each warp its two K slices of
       // the rank (its owner's stage, expert_stage_q4), the slice sums into dred; then one barrier and warp 0
       // folds the ranks in order from 0 (moe combine's fmas on each rank's slice sums rounded to bf16).
-      const int I = o.inter, C = I / 256;          // chunks a slice
+      // Stages of halves (Op::dsplit 2, the default): warp w takes ranks w, w + kCWarps, ..., both halves,
+      // four slice pairs of a rank (the same chains: each slice's chunks in order). Of owners (dsplit 4):
+      // team tm ranks tm, tm + kNT, ..., each warp its owner's two slices.
+      const int I = o.inter, C = I / 256, ds = o.dsplit, spp = kSlices / ds / 2;  // slice pairs a stage
       if (i - G >= o.tile_begin) bar_consumers();  // (warp 0 has read the tile before's dred)
-      for (int r = team; r < o.top_k; r += kNT) {
-        const int jj = j + r * kOwn + owner, wjj = wrap(jj), slot = jj - wjj * nslots;
-        wait_stage_meta(meta + slot, jj, warp);
-        wait_bar(saddr(full + slot), wjj & 1, kFullStage, jj);
-        float a0[4] = {0.f, 0.f, 0.f, 0.f}, a1[4] = {0.f, 0.f, 0.f, 0.f};
-        if (prm.ablate != 1)
-          by_qsel(o.qsel, [&](auto kd, auto gs) {
-            q4_down_ex<decltype(kd)::value, decltype(gs)::value>(a0, a1, saddr(ring + slot * slot_b),
-                                                                 o.dquads, o.dwords, C, slice0 * C,
-                                                                 saddr(xs) + 16 * t + r * I * 2, g, t);
-          });
-        fence_proxy_async();  // this warp's reads of the slot before the next bulk copy into it
-        __syncwarp();
-        if (lane == 0) mbar_arrive(saddr(empty + slot));
-        float* rr = dred + r * kSlices * 16 + slice0 * 16;
-        if (t == 0) rr[g] = a0[0], rr[g + 8] = a0[2], rr[16 + g] = a1[0], rr[24 + g] = a1[2];
-      }
+      const bool halves = ds == 2;
+      for (int r = halves ? warp : team; r < o.top_k; r += halves ? kCWarps : kNT)
+        for (int p = halves ? 0 : owner; p < (halves ? ds : owner + 1); ++p) {
+          const int jj = j + r * ds + p, wjj = wrap(jj), slot = jj - wjj * nslots;
+          wait_stage_meta(meta + slot, jj, warp);
+          wait_bar(saddr(full + slot), wjj & 1, kFullStage, jj);
+          for (int m = 0; m < spp; ++m) {
+            const int sl = 2 * (p * spp + m);  // the pair's first slice
+            float a0[4] = {0.f, 0.f, 0.f, 0.f}, a1[4] = {0.f, 0.f, 0.f, 0.f};
+            if (prm.ablate != 1)
+              by_qsel(o.qsel, [&](auto kd, auto gs) {
+                q4_down_ex<decltype(kd)::value, decltype(gs)::value>(
+                    a0, a1, saddr(ring + slot * slot_b), o.dquads, o.dwords, C, p * spp * 2 * C, sl * C,
+                    saddr(xs) + 16 * t + r * I * 2, g, t);
+              });
+            float* rr = dred + r * kSlices * 16 + sl * 16;
+            if (t == 0) rr[g] = a0[0], rr[g + 8] = a0[2], rr[16 + g] = a1[0], rr[24 + g] = a1[2];
+          }
+          fence_proxy_async();  // this warp's reads of the slot before the next bulk copy into it
+          __syncwarp();
+          if (lane == 0) mbar_arrive(saddr(empty + slot));
+        }
       bar_consumers();
       float sum = 0.f;
       if (warp == 0)
@@ -836,7 +846,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       if (warp == 0 && lane < 16) static_cast<uint32_t*>(o.y)[n0 + lane] = word_of(sum, tag);
       if (stamps && threadIdx.x == 0 && op / kOpsPerLayer * kOpsPerLayer + kOpsPerLayer < nops)
         stamp_row(stamps, op, G, b)[SS::kStampDownLast] = gtime();  // (the probe's timeline)
-      j += o.top_k * kOwn;
+      j += o.top_k * o.dsplit;
       continue;
     }
     if (o.moe == kMoeDown) {

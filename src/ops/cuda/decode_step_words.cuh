@@ -203,10 +203,12 @@ struct Op {
   // (make_quads_tensor_map: a box of 16 words x 8 rows x quads lands [quad][row][64 bytes]) and exsc its
   // scale words as a 2D map (a box of words x 8 rows lands [row][words]). A gate_up stage (owner s): its 16
   // rows' quads 4s .. 4s + 3 (two boxes: gate rows, up rows), then their scale words 16 s >> gshift ..
-  // (512 / group a row). A down stage (rank, owner ow): rows n0 .. n0 + 15's dquads quads from the owner's
-  // first chunk's (ow inter / 128 >> 2), then their dwords scale words from its first chunk's group.
+  // (512 / group a row). A down stage (rank, part p of the rank's dsplit): rows n0 .. n0 + 15's dquads quads
+  // from the part's first chunk's (p inter / 32 / dsplit >> 2), then their dwords scale words from its first
+  // chunk's group. dsplit 2 (halves, read by the rank's warp) or 4 (owners, read by the owner's warp of the
+  // rank's team; TF_STEP_MOE_Q4_DOWN_STAGES=4 at make: before session 65).
   const CUtensorMap* exsc;
-  int dquads, dwords;
+  int dquads, dwords, dsplit;
   // Where the op's pieces are not the instance's (kQStageK 4-bit codes): sk bf16 k-values a piece (the MLX
   // 4-bit instance's router, dequantized to bf16: pack_bf16_pieces_kernel); 0: the instance's.
   int sk;

@@ -211,6 +211,11 @@ TEST_F(CudaMoeStep, Mlx4GivesTheChainsBits) {
     EXPECT_GT(test::run_step_ab(*gpu_, kShape, mlx4_dir(), 120, 16), 8) << "variant " << v;
   }
   unsetenv("TF_STEP_MOE_ABLATE");
+  // The down's stages by owners (TF_STEP_MOE_Q4_DOWN_STAGES=4, read at make; the default: halves of a rank).
+  ASSERT_EQ(setenv("TF_STEP_MOE_Q4_DOWN_STAGES", "4", 1), 0);
+  const int64_t owners = test::run_step_ab(*gpu_, kShape, mlx4_dir(), 120, 16);
+  unsetenv("TF_STEP_MOE_Q4_DOWN_STAGES");
+  EXPECT_GT(owners, 8);
   cuda::DecodeStep::set_moe_mlx4(false);  // off: no step, and why says how to turn it on
   EXPECT_EQ(steps_prepared_loading(mlx4_dir(), &why), 0);
   EXPECT_NE(why.find("TF_DECODE_STEP_MOE_MLX4"), std::string::npos) << why;

@@ -405,8 +405,10 @@ void print_step_stamps(Backend& be, const std::shared_ptr<void>& step, cudaStrea
   }
   line += "\n  merge:" + m + stat(DS::kStampAout, "aout");
   line += "\n  o:" + stat(DS::kStampXMade, "x-made") + stat(DS::kStampOLast, "last-tile");
-  line += "\n  last tiles:" + stat(DS::kStampOLast, "o") + stat(DS::kStampGuLast, "gate_up") +
-          stat(DS::kStampDownLast, "down");
+  line += "\n  last tiles:" + stat(DS::kStampOLast, "o") + stat(DS::kStampRouterLast, "router") +
+          stat(DS::kStampRouteIn, "route-in") + stat(DS::kStampPolled, "polled") +
+          stat(DS::kStampPicked, "picked") + stat(DS::kStampRouted, "routed") +
+          stat(DS::kStampGuLast, "gate_up") + stat(DS::kStampDownLast, "down");
   {  // the layer's period: the latest CTA's last qkv tile of layer L + 1 after layer L's
     unsigned long long t1 = 0;
     for (int b = 0; b < G; ++b)

@@ -119,7 +119,14 @@ class DecodeStep {
     // warp 0's SM cycles over all of the layer's gate_up tiles: the tile's start, waiting for stages, the
     // arithmetic, the barrier, the slice sum and store; then the tile count
     kStampGuCycles = 113,
-    kStampSlots = 119
+    // the MoE shape: the router's tile stored (the CTAs with one); the producer at its routing, its poll of
+    // the logits done, its picks made, its routing done (the picks' tensor maps prefetched)
+    kStampRouterLast = 119,
+    kStampRouteIn = 120,
+    kStampPolled = 121,
+    kStampPicked = 122,
+    kStampRouted = 123,
+    kStampSlots = 124
   };
   virtual void set_probe(bool on, bool stamps, cudaStream_t stream) = 0;
   // The probe instance's timing ablations (decode_step_kernel.cuh's Params::ablate; 0: none). Benches only:

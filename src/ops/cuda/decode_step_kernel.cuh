@@ -173,7 +173,30 @@ __device__ __forceinline__ unsigned long long ldv64(const unsigned long long* p)
   asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
   return v;
 }
-__device__ void poll_route(const Op& o, uint32_t tag, int lane, int& pick_e, float& pick_w) {
+// The routing arithmetic (route_vals<4>) as one function, not inlined: the producer and consumer warp 0 run
+// the same instructions, and poll_route's warm-up call on zeros, made while the logits are not there yet,
+// brings them into the instruction cache. Run 563 (H100, 30B-A3B b=1, one process): bf16 2.863-2.865 ms
+// against 2.880-2.882 without the warm-up, MLX 4-bit 2.323 / 2.332 against 2.350 / 2.355. Variant 12 (same
+// bits): no warm-up call. Where the routing gap goes (runs 564-566, layer 10's stamps; bf16 / 4-bit): the
+// router's last tile ~3.3 / ~5.4 us after the o projection's, the producers' poll done ~0.5 us after it,
+// their picks (route4) ~1.3 / ~1.5 us later, their picks' tensor maps prefetched ~0.8 / ~1.5 us after that
+// (without the prefetch, variant 14 of run 566, the step took as long: it is off the critical path), the
+// first gate_up stage landed ~2 us after. Lost: the logits stored 8 times, each CTA polling copy b % 8
+// (run 564: no change), and the warm-up repeated every poll round (run 566: +0.07 ms).
+struct Pick {
+  int e;
+  float w;
+};
+__device__ __noinline__ Pick route4(float v0, float v1, float v2, float v3, int experts, int top_k, int norm,
+                                    int lane) {
+  float v[4] = {v0, v1, v2, v3};
+  Pick p{0, 0.f};
+  route_vals<4>(v, experts, top_k, norm != 0, lane, p.e, p.w);
+  return p;
+}
+// st: the probe's stamp row (null: none), where the poll ends.
+__device__ void poll_route(const Op& o, uint32_t tag, int lane, int& pick_e, float& pick_w, bool warm,
+                           unsigned long long* st = nullptr) {
   unsigned long long w[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i)
@@ -184,20 +207,27 @@ __device__ void poll_route(const Op& o, uint32_t tag, int lane, int& pick_e, flo
     for (int i = 0; i < 4; ++i)
       if (uint32_t(w[i] >> 32) != tag) ready = false, w[i] = ldv64(o.rlog + lane + 32 * i);
     if (__all_sync(0xffffffffu, ready)) break;
+    if (warm) {  // (once, while waiting anyway)
+      const Pick z = route4(0.f, 0.f, 0.f, 0.f, o.experts, o.top_k, o.norm_topk, lane);
+      asm volatile("" ::"r"(z.e), "f"(z.w));
+      warm = false;
+    }
     if (n == (1ll << 26))
       hang_word(reinterpret_cast<const uint32_t*>(o.rlog), uint32_t(w[0] >> 32) << 16, tag);
   }
+  if (st && lane == 0) st[SS::kStampPolled] = gtime();
   float v[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) v[i] = lane + 32 * i < o.experts ? __uint_as_float(uint32_t(w[i])) : 0.f;
-  route_vals<4>(v, o.experts, o.top_k, o.norm_topk != 0, lane, pick_e, pick_w);
+  const Pick p = route4(v[0], v[1], v[2], v[3], o.experts, o.top_k, o.norm_topk, lane);
+  pick_e = p.e, pick_w = p.w;
 }
 // The producer's routing of a layer (gu: its gate_up op, followed by its down op): lane r < top_k gets rank
 // r's expert and (row copies: no tensor maps) its gate_up and down weights, from the experts' tables loaded
 // before the poll (constants; a dependent global load after it would be a round trip under the weight
 // stream).
 __device__ void route_producer(const Op& gu, const Op& dn, uint32_t tag, int lane, const __nv_bfloat16*& xg,
-                               const __nv_bfloat16*& xd, int& xe, int ablate) {
+                               const __nv_bfloat16*& xd, int& xe, int ablate, unsigned long long* st) {
   const bool rows = gu.exmap == nullptr;
   const __nv_bfloat16 *tg[4], *td[4];
 #pragma unroll
@@ -209,7 +239,8 @@ __device__ void route_producer(const Op& gu, const Op& dn, uint32_t tag, int lan
   int pe = lane < gu.top_k ? lane : 0;
   float pw = 0.f;
   if (ablate != 3)
-    poll_route(gu, tag, lane, pe, pw);  // (ablation 3, timing: experts 0 .. top_k - 1, no wait)
+    poll_route(gu, tag, lane, pe, pw, ablate != 12, st);  // (ablation 3, timing: experts 0 .. top_k - 1)
+  if (st && lane == 0) st[SS::kStampPicked] = gtime();
   xe = pe;
   xg = xd = nullptr;
   if (!rows) {
@@ -557,8 +588,15 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       const int mk = ops[op].moe;
       if (mk >= kMoeGateUp) {  // the layer's routing: its experts' weights (the producer waits here)
         const int gu = mk == kMoeGateUp ? op : op - 1;
-        if (routed != gu)
-          route_producer(ops[gu], ops[gu + 1], tag, lane, xg, xd, xe, prm.ablate), routed = gu;
+        if (routed != gu) {
+          const bool st =
+              kProbe && stamps && lane == 0 && gu / kOpsPerLayer * kOpsPerLayer + kOpsPerLayer < nops;
+          if (st) stamp_row(stamps, gu, G, b)[SS::kStampRouteIn] = gtime();  // (the probe's timeline)
+          route_producer(ops[gu], ops[gu + 1], tag, lane, xg, xd, xe, prm.ablate,
+                         st ? stamp_row(stamps, gu, G, b) : nullptr),
+              routed = gu;
+          if (st) stamp_row(stamps, gu, G, b)[SS::kStampRouted] = gtime();
+        }
       }
       // The down: dr ranks a stage (down_ranks; the 4-bit instance: one), each 16 rows x inter / 2 bytes.
       const int dr = mk == kMoeDown && W == kWBf16 ? down_ranks(ops[op], prm.ablate) : 1;
@@ -776,7 +814,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       // its gate_up's x (below; variant 4, or a CTA without a gate_up tile).
       if (o.moe == kMoeDown && warp == 0 && routed != op - 1) {
         int pick_e = 0;
-        poll_route(o, tag, lane, pick_e, pick_w);
+        poll_route(o, tag, lane, pick_e, pick_w, prm.ablate != 12);
         routed = op - 1;
       }
 #endif
@@ -788,7 +826,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       // (TF_STEP_MOE_ABLATE=4, set_ablate(4); same bits): the routing at the down's x, as before.
       if (o.moe == kMoeGateUp && warp == 0 && prm.ablate != 4) {
         int pick_e = 0;
-        poll_route(o, tag, lane, pick_e, pick_w);
+        poll_route(o, tag, lane, pick_e, pick_w, prm.ablate != 12);
         routed = op;
       }
 #endif
@@ -1040,8 +1078,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       }
       if (stamps && lane == 0 && op / kOpsPerLayer * kOpsPerLayer + kOpsPerLayer < nops) {
         // a layer's op: this CTA's last tile (so far)
-#if TF_STEP_MOE  // (the router's tiles: none; the down's: its own path)
-        constexpr int kSlot[kOpsPerLayer] = {SS::kStampQkvDone, SS::kStampOLast, -1, SS::kStampGuLast, -1};
+#if TF_STEP_MOE  // (the down's: its own path)
+        constexpr int kSlot[kOpsPerLayer] = {SS::kStampQkvDone, SS::kStampOLast, SS::kStampRouterLast,
+                                             SS::kStampGuLast, -1};
         if (kSlot[op % kOpsPerLayer] >= 0) stamp_row(stamps, op, G, b)[kSlot[op % kOpsPerLayer]] = gtime();
 #else
         constexpr int kSlot[4] = {SS::kStampQkvDone, SS::kStampOLast, SS::kStampGuLast, SS::kStampDownLast};

@@ -8,7 +8,7 @@
 // 8 chunks (4 KV heads), with graphs and eagerly, with the producer's stages in flight capped and not, and
 // on 40 CTAs (TF_STEP_GRID), where CTAs take several attention units a layer and the merging CTAs an early
 // chunk, as on parts with fewer SMs, and with the experts' stages by row copies (TF_STEP_MOE_TMA=0; tensor
-// maps otherwise), and three same-bits variants (TF_STEP_MOE_ABLATE=4, 5, 8). The suite turns
+// maps otherwise), and four same-bits variants (TF_STEP_MOE_ABLATE=4, 5, 8, 12). The suite turns
 // the MoE step on (DecodeStep::moe: on by default, off with TF_DECODE_STEP_MOE=0 in the environment). A
 // one-layer checkpoint without the top-k renormalisation (norm_topk_prob false) and with tied embeddings; and
 // the step turned off (TF_DECODE_STEP_MOE=0). And an MLX 4-bit checkpoint as mlx-lm converts the model (the
@@ -145,12 +145,12 @@ TEST_F(CudaMoeStep, ExpertStagesByRowCopies) {
 }
 
 TEST_F(CudaMoeStep, SameBitsVariants) {
-  // TF_STEP_MOE_ABLATE=4, 5, 8 (read at each launch; variants with the same bits): 4, consumer warp 0
+  // TF_STEP_MOE_ABLATE=4, 5, 8, 12 (read at each launch; variants with the same bits): 4, consumer warp 0
   // routes each layer for the combine at the down's x, not right after the gate_up's (the default since run
   // 546); 5, one rank a down stage, not two (the default since run 549); 8, the ring's 8 slots everywhere
   // (the default since run 550: CTAs without attention work lend it their attention staging region, 12
-  // slots).
-  for (const char* v : {"4", "5", "8"}) {
+  // slots); 12, no warm-up call of the routing before its logits are there.
+  for (const char* v : {"4", "5", "8", "12"}) {
     ASSERT_EQ(setenv("TF_STEP_MOE_ABLATE", v, 1), 0);
     EXPECT_GT(run(120, 16), 8) << "variant " << v;
   }
@@ -205,8 +205,8 @@ TEST_F(CudaMoeStep, Mlx4GivesTheChainsBits) {
   unsetenv("TF_STEP_GRID");
   EXPECT_GT(few, 8);
   // Its producer's same-bits variants (TF_STEP_MOE_ABLATE): 10, one stage at a time (the default issues four
-  // at a time, a lane each); 11, eight at a time.
-  for (const char* v : {"10", "11"}) {
+  // at a time, a lane each); 11, eight at a time; 12, no warm-up call of the routing.
+  for (const char* v : {"10", "11", "12"}) {
     ASSERT_EQ(setenv("TF_STEP_MOE_ABLATE", v, 1), 0);
     EXPECT_GT(test::run_step_ab(*gpu_, kShape, mlx4_dir(), 120, 16), 8) << "variant " << v;
   }

@@ -619,7 +619,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
 #endif
 #if TF_STEP_MOE
       if (W != kWBf16 && inflight == 0 && prm.ablate != 10) {
-        // The 4-bit instance's stages issue_lanes at a time, lane l stage s + l: each lane waits for its
+        // The 4-bit instance's stages `lanes` at a time, lane l stage s + l: each lane waits for its
         // slot, arms its barrier and issues its copies. One lane's wait, arming and copies take ~600 cycles a
         // stage whatever its bytes (runs 558-559, bench/cuda/tma_probe.cu: ~320 cycles waiting on a barrier
         // whose phase is done, ~230 issuing one bulk copy, ~50-80 a further box), which capped one producer

@@ -621,8 +621,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       if (W != kWBf16 && inflight == 0 && prm.ablate != 10) {
         // The 4-bit instance's stages `lanes` at a time, lane l stage s + l: each lane waits for its
         // slot, arms its barrier and issues its copies. One lane's wait, arming and copies take ~600 cycles a
-        // stage whatever its bytes (runs 558-559, bench/cuda/tma_probe.cu: ~320 cycles waiting on a barrier
-        // whose phase is done, ~230 issuing one bulk copy, ~50-80 a further box), which capped one producer
+        // stage whatever its bytes (runs 558-559, bench/cuda/tma_probe.cu: ~320 cycles from the loop's top
+        // past the wait on a slot whose phase is done -- the try_wait and the probe's index divisions --,
+        // ~230 issuing one bulk copy, ~50-80 a further box), which capped one producer
         // lane's 4.5 KB stages at ~1.6-1.9 TB/s and the down's 2.5 KB ones at ~0.8; four lanes a warp
         // instruction reached ~3.0 TB/s and ~1.6. Variant 10 (same bits): one stage at a time, as before; 11:
         // 8 lanes.

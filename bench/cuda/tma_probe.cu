@@ -135,11 +135,13 @@ __global__ void __launch_bounds__(128)
     if (lane >= lanes) return;
     for (int j = id, jj = 0; j < n; j += S, ++jj) {
       const int slot = s0 + jj % ns, wj = jj / ns;
+      const uint32_t dst = saddr(ring + slot * slot_bytes), bar = saddr(&full[slot]);
+      const int tile = blockIdx.x + gridDim.x * (j / spt), s = j % spt, r0 = 16 * tile;
+      // (mode 5: the index arithmetic done before the first clock read, so that "slot wait" is the wait)
+      if (mode == 5) asm volatile("" ::"r"(dst), "r"(bar), "r"(tile), "r"(s), "r"(slot), "r"(wj));
       const unsigned long long t0 = mode == 5 ? clock64() : 0;
       if (jj >= ns)
         wait(saddr(mode == 2 ? &full[slot] : &empty[slot]), mode == 2 ? (wj - 1) & 1 : (wj & 1) ^ 1);
-      const uint32_t dst = saddr(ring + slot * slot_bytes), bar = saddr(&full[slot]);
-      const int tile = blockIdx.x + gridDim.x * (j / spt), s = j % spt, r0 = 16 * tile;
       const unsigned long long t1 = mode == 5 ? clock64() : 0;
       mbar_arrive_expect_tx(bar, uint32_t(bytes));
       const unsigned long long t2 = mode == 5 ? clock64() : 0;
@@ -213,6 +215,39 @@ __global__ void __launch_bounds__(128)
     mbar_arrive(saddr(&empty[slot]));
   }
   if (acc == 0x12345678u) *sink = acc;  // (keeps the reads)
+}
+
+// One thread: SM cycles of a wait on an mbarrier phase that has completed (try_wait, test_wait), of an
+// arrive, and of the clock reads themselves; n of each, back to back (out: cycles per operation).
+__global__ void barrier_cost_kernel(int n, unsigned long long* out) {
+  __shared__ __align__(8) unsigned long long bar[2];
+  if (threadIdx.x != 0) return;
+  const uint32_t b0 = saddr(&bar[0]), b1 = saddr(&bar[1]);
+  mbar_init(b0, 1), mbar_init(b1, (1 << 20) - 1);
+  mbar_init_fence();
+  mbar_arrive(b0);  // phase 0 of b0 completes
+  uint32_t acc = 0;
+  unsigned long long t = clock64();
+  for (int i = 0; i < n; ++i) acc += mbar_try_wait(b0, 0);
+  out[0] = clock64() - t;
+  t = clock64();
+  for (int i = 0; i < n; ++i) {
+    uint32_t done;
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], 0;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(b0)
+        : "memory");
+    acc += done;
+  }
+  out[1] = clock64() - t;
+  t = clock64();
+  for (int i = 0; i < n; ++i) mbar_arrive(b1);  // (count 2^20 - 1: no phase completes)
+  out[2] = clock64() - t;
+  t = clock64();
+  for (int i = 0; i < n; ++i) acc += uint32_t(clock64());
+  out[3] = clock64() - t;
+  out[4] = acc;
 }
 
 // Every thread reads 16-byte vectors of the codes: the plain load's bandwidth for comparison.
@@ -326,6 +361,17 @@ int main(int argc, char** argv) {
   const float rd =
       time_it([&] { read_kernel<<<4 * sms, 512>>>(reinterpret_cast<const uint4*>(codes), vecs, sink); });
   std::printf("| plain 16-byte loads, every thread | %.3f ms | %.0f GB/s |\n", rd, vecs * 16 / rd / 1e6);
+  {
+    unsigned long long* bc = nullptr;
+    TF_CUDA_CHECK(cudaMallocManaged(&bc, 5 * sizeof(unsigned long long)));
+    const int n = 1000;
+    barrier_cost_kernel<<<1, 32>>>(n, bc);
+    TF_CUDA_CHECK(cudaDeviceSynchronize());
+    std::printf(
+        "| one thread, cycles an operation: try_wait on a completed phase %.1f, test_wait %.1f, arrive %.1f, "
+        "clock64 %.1f |\n",
+        double(bc[0]) / n, double(bc[1]) / n, double(bc[2]) / n, double(bc[3]) / n);
+  }
   const int tiles_per_cta = int(kRows / 16 / sms);
   for (int c = 0; c < kCases; ++c) {
     const int sb = (stage_bytes(c) + 1023) / 1024 * 1024;

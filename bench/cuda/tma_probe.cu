@@ -118,14 +118,8 @@ __global__ void __launch_bounds__(128)
   const bool spin = mode == 1;
   auto wait = [&](uint32_t bar, uint32_t parity) {
     if (spin) {
-      uint32_t done = 0;
-      while (!done)
-        asm volatile(
-            "{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, "
-            "p;\n}\n"
-            : "=r"(done)
-            : "r"(bar), "r"(parity)
-            : "memory");
+      while (!mbar_test_wait(bar, parity)) {
+      }
     } else {
       mbar_wait(bar, parity);
     }
@@ -231,15 +225,7 @@ __global__ void barrier_cost_kernel(int n, unsigned long long* out) {
   for (int i = 0; i < n; ++i) acc += mbar_try_wait(b0, 0);
   out[0] = clock64() - t;
   t = clock64();
-  for (int i = 0; i < n; ++i) {
-    uint32_t done;
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], 0;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(b0)
-        : "memory");
-    acc += done;
-  }
+  for (int i = 0; i < n; ++i) acc += mbar_test_wait(b0, 0);
   out[1] = clock64() - t;
   t = clock64();
   for (int i = 0; i < n; ++i) mbar_arrive(b1);  // (count 2^20 - 1: no phase completes)

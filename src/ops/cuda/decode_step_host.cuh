@@ -435,6 +435,10 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
   // copies a stage were its bottleneck, run 544); with TF_STEP_MOE_TMA=0, or where a map cannot be encoded,
   // the layer's stages go by row copies (the same bits).
   const bool want_tma = env_switch("TF_STEP_MOE_TMA", true);
+  // The 4-bit down's stages a rank (Op::dsplit): halves by default, read by the rank's warp (run 561: 16
+  // stages a tile of 3.5 KB instead of 32 of 2.5 KB, and a 4.5 KB slot holding 3.5 KB instead of 2.5);
+  // TF_STEP_MOE_Q4_DOWN_STAGES=4: owners' (two K slices, read by the owner's warp of the rank's team).
+  const int dsplit = env_int("TF_STEP_MOE_Q4_DOWN_STAGES", 2, 4, 2) == 4 ? 4 : 2;
 #endif
   for (const DecodeStepLayer& L : m.layers) {
     uint32_t* th1 = dalloc<uint32_t>(own, H, stream);
@@ -479,10 +483,6 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
     bool tma = want_tma || q4;   // (the 4-bit experts: by tensor maps only)
     int dquads = 0, dwords = 0;  // the 4-bit down's stage: quads a box, scale words a row
     const int gsg = q4 ? chunk_shift(mw.gate_up[0]) : 0, gsd = q4 ? chunk_shift(mw.down[0]) : 0;
-    // The 4-bit down's stages a rank (Op::dsplit): halves by default, read by the rank's warp (run 561:
-    // 16 stages a tile of 3.5 KB instead of 32 of 2.5 KB, and a 4.5 KB slot holding 3.5 KB instead of 2.5);
-    // TF_STEP_MOE_Q4_DOWN_STAGES=4: owners' (two K slices, read by the owner's warp of the rank's team).
-    const int dsplit = env_int("TF_STEP_MOE_Q4_DOWN_STAGES", 2, 4, 2) == 4 ? 4 : 2;
     if (q4) {
       for (int p = 0; p < dsplit; ++p) {  // the part's chunks c0 .. c1 (inter / 32 a rank)
         const int c0 = p * (I / 32 / dsplit), c1 = c0 + I / 32 / dsplit - 1;

@@ -588,14 +588,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       const int mk = ops[op].moe;
       if (mk >= kMoeGateUp) {  // the layer's routing: its experts' weights (the producer waits here)
         const int gu = mk == kMoeGateUp ? op : op - 1;
-        if (routed != gu) {
-          const bool st =
-              kProbe && stamps && lane == 0 && gu / kOpsPerLayer * kOpsPerLayer + kOpsPerLayer < nops;
-          if (st) stamp_row(stamps, gu, G, b)[SS::kStampRouteIn] = gtime();  // (the probe's timeline)
-          route_producer(ops[gu], ops[gu + 1], tag, lane, xg, xd, xe, prm.ablate,
-                         st ? stamp_row(stamps, gu, G, b) : nullptr),
-              routed = gu;
-          if (st) stamp_row(stamps, gu, G, b)[SS::kStampRouted] = gtime();
+        if (routed != gu) {  // (st: the probe's timeline, lane 0's stamp row of the layer)
+          unsigned long long* st =
+              kProbe && stamps && lane == 0 && gu / kOpsPerLayer * kOpsPerLayer + kOpsPerLayer < nops
+                  ? stamp_row(stamps, gu, G, b)
+                  : nullptr;
+          if (st) st[SS::kStampRouteIn] = gtime();
+          route_producer(ops[gu], ops[gu + 1], tag, lane, xg, xd, xe, prm.ablate, st), routed = gu;
+          if (st) st[SS::kStampRouted] = gtime();
         }
       }
       // The down: dr ranks a stage (down_ranks; the 4-bit instance: one), each 16 rows x inter / 2 bytes.
@@ -839,17 +839,18 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     }
 #if TF_STEP_MOE
     if (W != kWBf16 && o.moe == kMoeDown) {
-      // The MLX 4-bit instance's down: team tm takes ranks tm, tm + kNT, ..., each warp its two K slices of
-      // the rank (its owner's stage, expert_stage_q4), the slice sums into dred; then one barrier and warp 0
-      // folds the ranks in order from 0 (moe combine's fmas on each rank's slice sums rounded to bf16).
-      // Stages of halves (Op::dsplit 2, the default): warp w takes ranks w, w + kCWarps, ..., both halves,
-      // four slice pairs of a rank (the same chains: each slice's chunks in order). Of owners (dsplit 4):
-      // team tm ranks tm, tm + kNT, ..., each warp its owner's two slices.
+      // The MLX 4-bit instance's down: each warp its ranks' parts (their stages, expert_stage_q4), each
+      // part's slice pairs (each slice's chunks in order: the same chains), the slice sums into dred; then
+      // one barrier and warp 0 folds the ranks in order from 0 (moe combine's fmas on each rank's slice sums
+      // rounded to bf16). Stages of halves (Op::dsplit 2, the default): warp w takes ranks w, w + kCWarps,
+      // ..., both halves. Of owners (dsplit 4): team tm ranks tm, tm + kNT, ..., each warp its owner's part.
       const int I = o.inter, C = I / 256, ds = o.dsplit, spp = kSlices / ds / 2;  // slice pairs a stage
       if (i - G >= o.tile_begin) bar_consumers();  // (warp 0 has read the tile before's dred)
       const bool halves = ds == 2;
-      for (int r = halves ? warp : team; r < o.top_k; r += halves ? kCWarps : kNT)
-        for (int p = halves ? 0 : owner; p < (halves ? ds : owner + 1); ++p) {
+      const int r0 = halves ? warp : team, rstep = halves ? kCWarps : kNT;  // this warp's ranks
+      const int p0 = halves ? 0 : owner, p1 = halves ? ds : owner + 1;      // and parts of a rank
+      for (int r = r0; r < o.top_k; r += rstep)
+        for (int p = p0; p < p1; ++p) {
           const int jj = j + r * ds + p, wjj = wrap(jj), slot = jj - wjj * nslots;
           wait_stage_meta(meta + slot, jj, warp);
           wait_bar(saddr(full + slot), wjj & 1, kFullStage, jj);

@@ -211,6 +211,10 @@ TEST_F(CudaMoeStep, Mlx4GivesTheChainsBits) {
     ASSERT_EQ(setenv("TF_STEP_MOE_ABLATE", v, 1), 0);
     EXPECT_GT(test::run_step_ab(*gpu_, kShape, mlx4_dir(), 120, 16), 8) << "variant " << v;
   }
+  // 14 on 40 CTAs: three or four o tiles a CTA, each on both teams in turn (the slice sums' buffer reused).
+  ASSERT_EQ(setenv("TF_STEP_GRID", "40", 1), 0);
+  EXPECT_GT(test::run_step_ab(*gpu_, kShape, mlx4_dir(), 1270, 16), 8) << "variant 14, 40 CTAs";
+  unsetenv("TF_STEP_GRID");
   unsetenv("TF_STEP_MOE_ABLATE");
   // The down's stages by owners (TF_STEP_MOE_Q4_DOWN_STAGES=4, read at make; the default: halves of a rank).
   ASSERT_EQ(setenv("TF_STEP_MOE_Q4_DOWN_STAGES", "4", 1), 0);

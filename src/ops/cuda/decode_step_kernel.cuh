@@ -1010,22 +1010,23 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         static_assert(SW == 2 && kOwn == 4, "the warp pairs: a stage's two slices");
         if (i - G >= o.tile_begin) bar_consumers();  // (warp 0 has read the tile before's sums)
         float acc[4] = {0.f, 0.f, 0.f, 0.f};
-        const int pc = warp % 2,
-                  ng = kQStageK >> (5 + o.qsel % 3);  // this warp's piece; 4-bit: groups a piece
+        const int pc = warp % 2;  // this warp's piece of its stages
         for (int part = 0; part < spw; ++part) {
           const int jj = j + part * kOwn + warp / 2, wjj = wrap(jj), slot = jj - wjj * nslots;
           wait_stage_meta(meta + slot, jj, warp);
           wait_bar(saddr(full + slot), wjj & 1, kFullStage, jj);
           const uint32_t st = saddr(ring + slot * slot_b),
                          xb = saddr(xs) + 16 * t + (warp * spw + part) * sk * 2;
-          if (prm.ablate == 1) {
-          } else if (o.moe == kMoeRouter) {
-            bf16_one(acc, st, sk, pc, xb, g, t);
-          } else {
-            by_qsel(o.qsel, [&](auto kd, auto gs) {
-              q4_one<SW, decltype(kd)::value, decltype(gs)::value>(
-                  acc, st + pc * (kQStageK / 2) + 16 * t, st + q_code_bytes(SW) + pc * ng * 64, xb, g);
-            });
+          if (prm.ablate != 1) {  // (1: timing, nothing computed)
+            if (o.sk) {           // bf16 pieces (the router), as bf16_pair's dispatch below
+              bf16_one(acc, st, sk, pc, xb, g, t);
+            } else {  // 4-bit pieces (q4_pair's addressing; ng: groups a piece)
+              const int ng = kQStageK >> (5 + o.qsel % 3);
+              by_qsel(o.qsel, [&](auto kd, auto gs) {
+                q4_one<SW, decltype(kd)::value, decltype(gs)::value>(
+                    acc, st + pc * (kQStageK / 2) + 16 * t, st + q_code_bytes(SW) + pc * ng * 64, xb, g);
+              });
+            }
           }
           fence_proxy_async();  // this warp's reads of the slot before the next bulk copy into it
           nbar_sync(kBarPair + warp / 2, 64);

@@ -299,7 +299,7 @@ constexpr int kBarUnitIn = 6, kBarScored = 7, kBarUnitOut = 8;
 // A 4-bit consumer team's slice-sum barrier (kBarTeam + team; the bf16 team of all 8 warps: bar_consumers).
 constexpr int kBarTeam = 9;
 #if TF_STEP_MOE
-// The MLX 4-bit MoE router's warp pairs (variant 13): kBarPair + s for warps 2s, 2s + 1 (11-14 of 16).
+// The MLX 4-bit MoE step's warp pairs (variants 13 / 14): kBarPair + s for warps 2s, 2s + 1 (11-14 of 16).
 constexpr int kBarPair = 11;
 #endif
 // Whether the 16-byte units first, first + kHelpThreads, ... of a merge round (units of four record words)

@@ -163,6 +163,15 @@ __device__ __forceinline__ void q4_one(float (&acc)[4], uint32_t cb, uint32_t sb
 }
 #endif
 
+// Output feature `lane` of a tile (lane < 16) from its K slices' sums r[slice][16], added in slice order (the
+// op chain's fold of its K-split partials).
+__device__ __forceinline__ float slice_sum(const float* r, int lane) {
+  float sum = r[lane];
+#pragma unroll
+  for (int e = 1; e < kSlices; ++e) sum += r[e * 16 + lane];
+  return sum;
+}
+
 // f(std::integral_constant<int, KIND>, std::integral_constant<int, GS>) for a 4-bit op's q4_sel.
 template <typename F>
 __device__ __forceinline__ void by_qsel(int qsel, F&& f) {
@@ -918,9 +927,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
           const float wr = __shfl_sync(0xffffffffu, pick_w, r);
           const float* rr = dred + r * kSlices * 16;
           if (lane < 16) {
-            float y = rr[lane];
-#pragma unroll
-            for (int e = 1; e < kSlices; ++e) y += rr[e * 16 + lane];
+            const float y = slice_sum(rr, lane);
             sum = __fmaf_rn(wr, __bfloat162float(__float2bfloat16(y)), sum);
           }
         }
@@ -970,9 +977,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         if (warp == 0) {
           const float wr = __shfl_sync(0xffffffffu, pick_w, r);
           if (lane < 16) {
-            float y = rr[lane];
-#pragma unroll
-            for (int e = 1; e < kSlices; ++e) y += rr[e * 16 + lane];
+            const float y = slice_sum(rr, lane);
             sum = __fmaf_rn(wr, __bfloat162float(__float2bfloat16(y)), sum);
           }
         }
@@ -1035,9 +1040,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         if (t == 0) dred[warp * 16 + g] = acc[0], dred[warp * 16 + g + 8] = acc[2];
         bar_consumers();
         if (warp == 0 && lane < 16) {
-          float sum = dred[lane];
-#pragma unroll
-          for (int e = 1; e < kSlices; ++e) sum += dred[e * 16 + lane];
+          const float sum = slice_sum(dred, lane);
           if (o.moe == kMoeRouter)
             static_cast<unsigned long long*>(o.y)[n0 + lane] = (uint64_t(tag) << 32) | __float_as_uint(sum);
           else
@@ -1154,11 +1157,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     if (kProbe && logging) gcount(op, 3), tlog(op, 3);
     if (q == 0) {
       float sum = 0.f;
-      if (lane < 16) {
-        sum = r[lane];
-#pragma unroll
-        for (int e = 1; e < kSlices; ++e) sum += r[e * 16 + lane];
-      }
+      if (lane < 16) sum = slice_sum(r, lane);
       if (o.silu_out) {  // lanes 0-7 gate features n0/2 + l, lanes 8-15 their up values: the bits of
                          // gate_up stored as bf16, then silu_mul (activation.cuh)
         const float gb = __bfloat162float(__float2bfloat16(sum));

@@ -350,7 +350,7 @@ void decode_step_row(Backend& be, Model& m, const BatchMeta& meta, int ctx, doub
       ctx, captured ? "" : " (eager)", chain_ms / ms, ms, 1e3 / ms, bytes / 1e9, floor_ms,
       100 * floor_ms / ms, experts);
   // A/Bs in this process (TF_MOE_BENCH_STEP_AB, comma-separated): "a<n>" the timing ablation n
-  // (DecodeStep::set_ablate: wrong bits but for a4, a5, a8, a10, a11, a12, a13, a14; decode_step_host.cuh's
+  // (DecodeStep::set_ablate: wrong bits but for a4, a5, a8, a10, a11, a12; decode_step_host.cuh's
   // TF_STEP_MOE_ABLATE), "i<n>" n stages in flight (set_inflight; 0 every free slot), each timed then undone;
   // the step as it was timed last.
   if (const char* ab = std::getenv("TF_MOE_BENCH_STEP_AB"); ab && *ab) {
@@ -375,8 +375,6 @@ void decode_step_row(Backend& be, Model& m, const BatchMeta& meta, int ctx, doub
                   : v == 10     ? "variant (same bits): the 4-bit producer's stages one at a time,"
                   : v == 11     ? "variant (same bits): the 4-bit producer's stages eight at a time,"
                   : v == 12     ? "variant (same bits): no warm-up of the routing's code,"
-                  : v == 13     ? "variant (same bits): the 4-bit router's tiles on both teams,"
-                  : v == 14     ? "variant (same bits): the 4-bit router's and o's tiles on both teams,"
                                 : "timing ablation (wrong bits)",
                   v, t, 1e3 / t, 100 * floor_ms / t);
     }

@@ -728,10 +728,11 @@ void Impl::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
   // bf16 experts' tensor-map stage sources derived once a tile, BfTileSrc, is now the default: 2.921-2.927
   // ms against 2.953-2.954). The MLX 4-bit instance takes none of 4, 5, 8 (it always lends); its own
   // same-bits variants: 10 its producer's stages one at a time (before session 65: the default issues four
-  // at a time, lane l stage s + l), 11 eight at a time, 13 the router's tiles on both teams (warp w its slice
-  // w; the default: one team, a warp two slices), 14 the router's and o's. Both instances: 12, no warm-up
-  // call of the routing before its logits are there (poll_route). set_ablate's value where set.
-  p.ablate = s.ablate ? s.ablate : env_int("TF_STEP_MOE_ABLATE", 0, 14, 0);
+  // at a time, lane l stage s + l), 11 eight at a time. Both instances: 12, no warm-up call of the routing
+  // before its logits are there (poll_route). Retired: run 571's 13 and 14 (the 4-bit router's tiles, and the
+  // router's and o's, on both teams, warp w its K slice w: 2.349 and 2.375 ms against 2.335). set_ablate's
+  // value where set.
+  p.ablate = s.ablate ? s.ablate : env_int("TF_STEP_MOE_ABLATE", 0, 12, 0);
 #else
   p.ablate = s.probe ? s.ablate : 0;
 #endif

@@ -132,37 +132,6 @@ __device__ __forceinline__ void q4_pair(float (&acc0)[4], float (&acc1)[4], uint
       [&](int p, int r, int grp) { return sb + p * ngb + grp * 64 + 32 * r + g * 4; }, xb0, xb1);
 }
 
-#if TF_STEP_MOE
-// q4_pair's one piece (its piece p: cb, sb at that piece's codes and scale words): the same chunks, loads,
-// dequantisation and MMAs in the same order, one chain (the MoE step's variant 14: a warp a slice).
-template <int SW, int KIND, int GS>
-__device__ __forceinline__ void q4_one(float (&acc)[4], uint32_t cb, uint32_t sb, uint32_t xb, int g) {
-  constexpr int kQRowBytes = q_row_bytes(SW);
-  const uint32_t swz = (g & 1) * 64;
-#pragma unroll
-  for (int q = 0; q < kQStageK / 128; ++q) {
-    uint32_t wv[2][4];  // [row g, g + 8][chunk]
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const uint4 w = lds128(cb + (g + 8 * r) * kQRowBytes + ((q * 64) ^ swz));
-      wv[r][0] = w.x, wv[r][1] = w.y, wv[r][2] = w.z, wv[r][3] = w.w;
-    }
-    uint32_t sc[2] = {};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int c = 4 * q + i;
-      if (i == 0 || (c >> GS) != ((c - 1) >> GS)) {
-        sc[0] = lds32(sb + (c >> GS) * 64 + g * 4);
-        sc[1] = lds32(sb + (c >> GS) * 64 + 32 + g * 4);
-      }
-      const uint4 a = dequant<KIND, 4>(Raw{wv[0][i], 0, sc[0], 0});
-      const uint4 bb = dequant<KIND, 4>(Raw{wv[1][i], 0, sc[1], 0});
-      mma_chunk(acc, a, bb, lds128(xb + c * 64));
-    }
-  }
-}
-#endif
-
 // Output feature `lane` of a tile (lane < 16) from its K slices' sums r[slice][16], added in slice order (the
 // op chain's fold of its K-split partials).
 __device__ __forceinline__ float slice_sum(const float* r, int lane) {
@@ -487,16 +456,6 @@ __device__ __forceinline__ void bf16_pair(float (&acc0)[4], float (&acc1)[4], ui
       const uint32_t at = base + p * 2 * sk + ((c * 64) ^ swz);
       mma_chunk(p ? acc1 : acc0, lds128(at), lds128(at + 8 * rb), lds128((p ? xb1 : xb0) + c * 64));
     }
-}
-// bf16_pair's piece p alone (one chain: the same chunks, loads and MMAs in the same order; the same bits).
-__device__ __forceinline__ void bf16_one(float (&acc)[4], uint32_t st, int sk, int p, uint32_t xb, int g,
-                                         int t) {
-  const int rb = 4 * sk;
-  const uint32_t swz = (g & 1) * 64, base = st + g * rb + 16 * t + p * 2 * sk;
-  for (int c = 0; c < sk / 32; ++c) {
-    const uint32_t at = base + ((c * 64) ^ swz);
-    mma_chunk(acc, lds128(at), lds128(at + 8 * rb), lds128(xb + c * 64));
-  }
 }
 #endif
 
@@ -999,62 +958,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     constexpr int sk = SK;
 #endif
     const int stages = k / sk / SW, spw = k / kSlices / sk;  // spw: parts of a slice
-#if TF_STEP_MOE
-    if constexpr (W == kWMlx4) {
-      // Variants 13 and 14 (same bits): a tile of the MLX 4-bit instance on both teams, warp w its K slice w
-      // alone -- one chain, the same chunks in the same order as the team warp's two interleaved ones
-      // (bf16_one, q4_one: bf16_pair's and q4_pair's piece w % 2) -- instead of one team's 4 warps two
-      // slices each; 13 the router's tiles (bf16 pieces), 14 the router's and o's (a CTA's one tile of each:
-      // the other team idles there). Run 565's stamps: the router's last tile 5.4 us after o's against the
-      // bf16 instance's 3.3, whose 8 warps take a slice each. Warps 2s and 2s + 1 read stage owner s's two
-      // pieces; a pair barrier, then one arrival frees the slot (its count: SW / kTeams = 1). The slice
-      // sums go through dred (the down's: warp 0 read it last, before a make_x barrier since), then warp 0
-      // adds them in slice order as for a team's tile.
-      if ((prm.ablate == 13 || prm.ablate == 14) &&
-          (o.moe == kMoeRouter || (prm.ablate == 14 && o.xkind == kXAttnMerge))) {
-        static_assert(SW == 2 && kOwn == 4, "the warp pairs: a stage's two slices");
-        if (i - G >= o.tile_begin) bar_consumers();  // (warp 0 has read the tile before's sums)
-        float acc[4] = {0.f, 0.f, 0.f, 0.f};
-        const int pc = warp % 2;  // this warp's piece of its stages
-        for (int part = 0; part < spw; ++part) {
-          const int jj = j + part * kOwn + warp / 2, wjj = wrap(jj), slot = jj - wjj * nslots;
-          wait_stage_meta(meta + slot, jj, warp);
-          wait_bar(saddr(full + slot), wjj & 1, kFullStage, jj);
-          const uint32_t st = saddr(ring + slot * slot_b),
-                         xb = saddr(xs) + 16 * t + (warp * spw + part) * sk * 2;
-          if (prm.ablate != 1) {  // (1: timing, nothing computed)
-            if (o.sk) {           // bf16 pieces (the router), as bf16_pair's dispatch below
-              bf16_one(acc, st, sk, pc, xb, g, t);
-            } else {  // 4-bit pieces (q4_pair's addressing; ng: groups a piece)
-              const int ng = kQStageK >> (5 + o.qsel % 3);
-              by_qsel(o.qsel, [&](auto kd, auto gs) {
-                q4_one<SW, decltype(kd)::value, decltype(gs)::value>(
-                    acc, st + pc * (kQStageK / 2) + 16 * t, st + q_code_bytes(SW) + pc * ng * 64, xb, g);
-              });
-            }
-          }
-          fence_proxy_async();  // this warp's reads of the slot before the next bulk copy into it
-          nbar_sync(kBarPair + warp / 2, 64);
-          if (pc == 0 && lane == 0) mbar_arrive(saddr(empty + slot));
-        }
-        if (t == 0) dred[warp * 16 + g] = acc[0], dred[warp * 16 + g + 8] = acc[2];
-        bar_consumers();
-        if (warp == 0 && lane < 16) {
-          const float sum = slice_sum(dred, lane);
-          if (o.moe == kMoeRouter)
-            static_cast<unsigned long long*>(o.y)[n0 + lane] = (uint64_t(tag) << 32) | __float_as_uint(sum);
-          else
-            static_cast<uint32_t*>(o.y)[n0 + lane] = word_of(sum, tag);
-          if (stamps && lane == 0 && op / kOpsPerLayer * kOpsPerLayer + kOpsPerLayer < nops)
-            stamp_row(stamps, op, G, b)[o.moe == kMoeRouter ? SS::kStampRouterLast : SS::kStampOLast] =
-                gtime();
-        }
-        j += stages;
-        continue;
-      }
-    }
-#endif
-    if (!mine) {  // the other team's tile
+    if (!mine) {                                             // the other team's tile
       j += stages;
       continue;
     }

@@ -298,10 +298,6 @@ constexpr int kBarLanded = 3, kBarChecked = 4, kBarRoundFolded = 5;
 constexpr int kBarUnitIn = 6, kBarScored = 7, kBarUnitOut = 8;
 // A 4-bit consumer team's slice-sum barrier (kBarTeam + team; the bf16 team of all 8 warps: bar_consumers).
 constexpr int kBarTeam = 9;
-#if TF_STEP_MOE
-// The MLX 4-bit MoE step's warp pairs (variants 13 / 14): kBarPair + s for warps 2s, 2s + 1 (11-14 of 16).
-constexpr int kBarPair = 11;
-#endif
 // Whether the 16-byte units first, first + kHelpThreads, ... of a merge round (units of four record words)
 // are all written (none kUnwritten); no branch a unit.
 __device__ __forceinline__ bool round_units_ok(const uint32_t* mb, int units, int first) {

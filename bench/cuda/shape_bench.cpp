@@ -581,6 +581,12 @@ double decode_step_row(ShapeRun& r, int ctx) {
     st->set_ring(0);
     st->set_inflight(-1);
   }
+  // "0,2,4": each CTA's first n gate_up tiles of a layer prefetched into L2 during the attention (set_l2pf).
+  if (std::vector<int> list = env_ints("TF_STEP_L2PF"); !list.empty()) {
+    step_ab("step with the gate_up's first n tiles a CTA prefetched into L2 during the attention", list,
+            [&](int v) { st->set_l2pf(v); });
+    st->set_l2pf(-1);
+  }
   if (std::getenv("TF_STEP_ABLATE")) {  // the probe instance: plain, no tile arithmetic, no dequantisation
     std::printf("  step ablations (probe instance):");
     for (int what : {0, 1, 2, 3}) {

@@ -143,6 +143,10 @@ class DecodeStep {
   // so that the hops' global accesses queue behind fewer weight bytes (0: every free slot; -1: the format's
   // default, decode_step.cu's inflight_of).
   virtual void set_inflight(int stages) = 0;
+  // Benches (A/B, same bits): each CTA bulk-prefetches its first `tiles` gate_up tiles of a layer into L2 once
+  // the layer's qkv is done (the dense shape; 0: none; -1: the default, decode_step_host.cuh's l2pf_of or
+  // TF_STEP_L2PF_TILES at make).
+  virtual void set_l2pf(int tiles) = 0;
   // Benches (A/B): shifts the number of early chunks the merging CTAs take (decode_step_kernel.cuh's e) by
   // `bias` (0: the kernel's rule). Same bits: only which CTA computes a chunk's partial changes.
   virtual void set_early_bias(int bias) = 0;

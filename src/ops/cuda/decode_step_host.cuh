@@ -210,6 +210,15 @@ int inflight_of(int fmt, size_t global_mem) {
   if (TF_STEP_MOE || global_mem >= (size_t(100) << 30)) return 0;
   return fmt == kWBf16 || fmt == kWMlx4 ? 3 : fmt == kWMlx4Sw4 ? 2 : 1;
 }
+// Params::l2pf's default by format and card: each CTA's first gate_up tiles of a layer bulk-prefetched into
+// L2 once the layer's qkv is done, while the stream idles behind the attention's chain. Run 573-574 (H100,
+// Qwen3-8B MLX 4-bit b=1 ctx 512, one process each; ms): 0 tiles 1.839 / 1.832, 1.833 / 1.836; 2 1.806 / 1.812;
+// 3 1.813; 4 1.792 / 1.796, 1.797 / 1.801; 5 1.798 / 1.800; 6 1.803 / 1.809; 12 1.872 / 1.868. bf16 loses at
+// every count (5.105 -> 5.218 at 2, 5.46 at 4: its stream has no idle time to fill). Parts of 100 GiB or
+// more (the H200) keep none until measured there.
+int l2pf_of(int fmt, size_t global_mem) {
+  return TF_STEP_MOE || fmt == kWBf16 || global_mem >= (size_t(100) << 30) ? 0 : 4;
+}
 
 // Device memory of bytes `fill` (zeros), ordered on `stream` (the backend's stream does not wait for the
 // legacy default stream: a plain cudaMemset could land after the kernels that fill the buffer on `stream`).
@@ -249,6 +258,8 @@ struct State {
   bool lend = true;          // whether CTAs without attention work lend it (TF_STEP_LEND=0: none)
   int inflight = -1;         // Params::inflight (-1: inflight_default)
   int inflight_default = 0;  // inflight_of the format and card
+  int l2pf = -1;             // Params::l2pf (-1: l2pf_default)
+  int l2pf_default = 0;      // TF_STEP_L2PF_TILES at make
   int early_bias = 0;        // Params::early_bias
   bool probe = false;
   unsigned long long* stamps = nullptr;  // set_probe: made on first use
@@ -276,6 +287,7 @@ class Impl final : public DecodeStep {
   void set_ring(int slots) override;
   int ring_slots() const override;
   void set_inflight(int stages) override;
+  void set_l2pf(int tiles) override;
   void set_early_bias(int bias) override;
   std::vector<unsigned long long> stamps() const override;
   int grid() const override;
@@ -367,6 +379,9 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
   // TF_STEP_INFLIGHT_STAGES=n: the stages in flight instead of inflight_of's (0: every free slot; same bits;
   // the GPU tests run the capped and uncapped producer on every card).
   s.inflight_default = env_int("TF_STEP_INFLIGHT_STAGES", 0, 1 << 20, inflight_of(fmt, prop.totalGlobalMem));
+  // TF_STEP_L2PF_TILES=n: each CTA's first n gate_up tiles of a layer prefetched into L2 during the attention
+  // instead of l2pf_of's (the dense shape; same bits; the GPU test runs 4 on 132 and 40 CTAs).
+  s.l2pf_default = env_int("TF_STEP_L2PF_TILES", 0, 64, l2pf_of(fmt, prop.totalGlobalMem));
   // TF_STEP_RING_SLOTS=n (tests): the 4-bit ring's slots in use, fewer than fit (set_ring's; same bits).
   s.ring = env_int("TF_STEP_RING_SLOTS", 0, 1 << 20, 0);
   s.lend = env_switch("TF_STEP_LEND", true);  // launch.h
@@ -642,6 +657,9 @@ void Impl::set_ablate(int what) {
 void Impl::set_ring(int slots) {
   s_->ring = slots;
 }
+void Impl::set_l2pf(int tiles) {
+  s_->l2pf = tiles;
+}
 void Impl::set_inflight(int stages) {
   s_->inflight = stages;
 }
@@ -746,6 +764,7 @@ void Impl::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
   if (p.nslots_lent > 0) p.slot_magic_lent = magic(p.nslots_lent);
   p.early_bias = s.early_bias;
   p.inflight = s.inflight < 0 ? s.inflight_default : s.inflight;
+  p.l2pf = s.l2pf < 0 ? s.l2pf_default : s.l2pf;
   p.stamps = s.stamping ? s.stamps : nullptr;
   p.tile_log = s.stamping && std::getenv("TF_STEP_TILE_LOG") != nullptr;  // (perturbs the other stamps)
   // Cooperative: every CTA polls words the others write, so all of them must be resident at once; the

@@ -252,6 +252,8 @@ struct Params {
   // attention's steps and the consumers' (DecodeStep::StampSlot), null: none.
   unsigned long long* stamps;
   int tile_log;  // with stamps: warp 0's tile log (TF_STEP_TILE_LOG; its clock reads slow the step ~25%)
+  int l2pf;      // the dense shape: a CTA's first gate_up tiles of a layer bulk-prefetched into L2 once the
+                 // layer's qkv is done (0: none; DecodeStep::set_l2pf)
 };
 using SS = DecodeStep::StampSlot;
 // A layer's ops (qkv, o, [router,] gate_up, down) and the gate_up's index among them (the probe's stamps).

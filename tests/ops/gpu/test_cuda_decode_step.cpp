@@ -183,6 +183,17 @@ TEST_F(CudaDecodeStep, Mlx4LinearsGiveTheChainsBits) {
   }
   unsetenv("TF_STEP_Q4_SW");
   unsetenv("TF_STEP_RING_SLOTS");
+  // Each CTA's first gate_up tiles prefetched into L2 during the attention (TF_STEP_L2PF_TILES, read at
+  // make; the H100's default is 4, the H200's none): where the weights come from changes, not the bits; 0 and
+  // 4 tiles, 4 also on 40 CTAs (many tiles a CTA, the CTAs without attention units polling the layer's qkv).
+  ASSERT_EQ(setenv("TF_STEP_L2PF_TILES", "0", 1), 0);
+  EXPECT_GT(run(1000, 16, &dir), 8) << "no L2 prefetch";
+  ASSERT_EQ(setenv("TF_STEP_L2PF_TILES", "4", 1), 0);
+  EXPECT_GT(run(1000, 16, &dir), 8) << "L2 prefetch of 4 tiles";
+  ASSERT_EQ(setenv("TF_STEP_GRID", "40", 1), 0);
+  EXPECT_GT(run(300, 16, &dir), 8) << "L2 prefetch of 4 tiles, 40 CTAs";
+  unsetenv("TF_STEP_GRID");
+  unsetenv("TF_STEP_L2PF_TILES");
   cuda::DecodeStep::set_mlx4(was);
 }
 

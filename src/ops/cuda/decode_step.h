@@ -147,6 +147,9 @@ class DecodeStep {
   // the layer's qkv is done (the dense shape; 0: none; -1: the default, decode_step_host.cuh's l2pf_of or
   // TF_STEP_L2PF_TILES at make).
   virtual void set_l2pf(int tiles) = 0;
+  // Benches (A/B, same bits): the stages-in-flight cap for the gate_up's tiles past those prefetched (0:
+  // set_inflight's; -1: the default, decode_step_host.cuh's inflight_gu_of or TF_STEP_INFLIGHT_GU at make).
+  virtual void set_inflight_gu(int stages) = 0;
   // Benches (A/B): shifts the number of early chunks the merging CTAs take (decode_step_kernel.cuh's e) by
   // `bias` (0: the kernel's rule). Same bits: only which CTA computes a chunk's partial changes.
   virtual void set_early_bias(int bias) = 0;

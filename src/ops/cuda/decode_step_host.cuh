@@ -219,6 +219,14 @@ int inflight_of(int fmt, size_t global_mem) {
 int l2pf_of(int fmt, size_t global_mem) {
   return TF_STEP_MOE || fmt == kWBf16 || global_mem >= (size_t(100) << 30) ? 0 : 4;
 }
+// Params::inflight_gu's default: the in-flight cap for the gate_up's tiles past those prefetched into L2 --
+// requested while the gate_up runs, where no hop waits on the bytes before the down's x. Run 577 (H100,
+// Qwen3-8B MLX 4-bit SW 4 b=1 ctx 512, one process, the prefetch at 4 tiles; ms): the step's 2 stages 1.816 /
+// 1.812, 3 1.816 / 1.810, 4 1.790 / 1.794, 6 1.789 / 1.796 (bf16 at any cap: within 0.2%). SW 4 (the default
+// stage shape on parts under 100 GiB) only: the others' caps were not measured with it.
+int inflight_gu_of(int fmt, size_t global_mem) {
+  return TF_STEP_MOE || fmt != kWMlx4Sw4 || global_mem >= (size_t(100) << 30) ? 0 : 4;
+}
 
 // Device memory of bytes `fill` (zeros), ordered on `stream` (the backend's stream does not wait for the
 // legacy default stream: a plain cudaMemset could land after the kernels that fill the buffer on `stream`).
@@ -260,6 +268,8 @@ struct State {
   int inflight_default = 0;  // inflight_of the format and card
   int l2pf = -1;             // Params::l2pf (-1: l2pf_default)
   int l2pf_default = 0;      // TF_STEP_L2PF_TILES at make
+  int inflight_gu = -1;        // Params::inflight_gu (-1: inflight_gu_default; set_inflight_gu)
+  int inflight_gu_default = 0;  // inflight_gu_of the format and card, or TF_STEP_INFLIGHT_GU at make
   int early_bias = 0;        // Params::early_bias
   bool probe = false;
   unsigned long long* stamps = nullptr;  // set_probe: made on first use
@@ -288,6 +298,7 @@ class Impl final : public DecodeStep {
   int ring_slots() const override;
   void set_inflight(int stages) override;
   void set_l2pf(int tiles) override;
+  void set_inflight_gu(int stages) override;
   void set_early_bias(int bias) override;
   std::vector<unsigned long long> stamps() const override;
   int grid() const override;
@@ -382,6 +393,9 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
   // TF_STEP_L2PF_TILES=n: each CTA's first n gate_up tiles of a layer prefetched into L2 during the attention
   // instead of l2pf_of's (the dense shape; same bits; the GPU test runs 4 on 132 and 40 CTAs).
   s.l2pf_default = env_int("TF_STEP_L2PF_TILES", 0, 64, l2pf_of(fmt, prop.totalGlobalMem));
+  // TF_STEP_INFLIGHT_GU=n: the in-flight cap for the gate_up's tiles past the prefetched ones instead of
+  // inflight_gu_of's (same bits; the GPU test runs 3).
+  s.inflight_gu_default = env_int("TF_STEP_INFLIGHT_GU", 0, 64, inflight_gu_of(fmt, prop.totalGlobalMem));
   // TF_STEP_RING_SLOTS=n (tests): the 4-bit ring's slots in use, fewer than fit (set_ring's; same bits).
   s.ring = env_int("TF_STEP_RING_SLOTS", 0, 1 << 20, 0);
   s.lend = env_switch("TF_STEP_LEND", true);  // launch.h
@@ -660,6 +674,9 @@ void Impl::set_ring(int slots) {
 void Impl::set_l2pf(int tiles) {
   s_->l2pf = tiles;
 }
+void Impl::set_inflight_gu(int stages) {
+  s_->inflight_gu = stages;
+}
 void Impl::set_inflight(int stages) {
   s_->inflight = stages;
 }
@@ -765,6 +782,7 @@ void Impl::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
   p.early_bias = s.early_bias;
   p.inflight = s.inflight < 0 ? s.inflight_default : s.inflight;
   p.l2pf = s.l2pf < 0 ? s.l2pf_default : s.l2pf;
+  p.inflight_gu = s.inflight_gu < 0 ? s.inflight_gu_default : s.inflight_gu;
   p.stamps = s.stamping ? s.stamps : nullptr;
   p.tile_log = s.stamping && std::getenv("TF_STEP_TILE_LOG") != nullptr;  // (perturbs the other stamps)
   // Cooperative: every CTA polls words the others write, so all of them must be resident at once; the

@@ -254,6 +254,8 @@ struct Params {
   int tile_log;  // with stamps: warp 0's tile log (TF_STEP_TILE_LOG; its clock reads slow the step ~25%)
   int l2pf;      // the dense shape: a CTA's first gate_up tiles of a layer bulk-prefetched into L2 once the
                  // layer's qkv is done (0: none; DecodeStep::set_l2pf)
+  int inflight_gu;  // the dense shape, with inflight > 0: the cap for the gate_up's tiles past the l2pf
+                    // prefetched ones (0: inflight; DecodeStep::set_inflight_gu)
 };
 using SS = DecodeStep::StampSlot;
 // A layer's ops (qkv, o, [router,] gate_up, down) and the gate_up's index among them (the probe's stamps).

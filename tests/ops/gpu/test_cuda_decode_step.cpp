@@ -194,6 +194,10 @@ TEST_F(CudaDecodeStep, Mlx4LinearsGiveTheChainsBits) {
   EXPECT_GT(run(300, 16, &dir), 8) << "L2 prefetch of 4 tiles, 40 CTAs";
   unsetenv("TF_STEP_GRID");
   unsetenv("TF_STEP_L2PF_TILES");
+  // The gate_up's other tiles with 3 stages in flight (TF_STEP_INFLIGHT_GU; the others keep the card's cap).
+  ASSERT_EQ(setenv("TF_STEP_INFLIGHT_GU", "3", 1), 0);
+  EXPECT_GT(run(1000, 16, &dir), 8) << "the gate_up's other tiles at 3 stages in flight";
+  unsetenv("TF_STEP_INFLIGHT_GU");
   cuda::DecodeStep::set_mlx4(was);
 }
 

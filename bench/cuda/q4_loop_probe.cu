@@ -29,10 +29,10 @@ namespace {
 using namespace tf::cuda;
 using namespace tf::cuda::step;
 
-constexpr int kPSW = 2, kPGS = 1;                      // the H100 Qwen3-8B step's stages; groups of 64
-constexpr int kStage = q_stage_bytes(kPSW, 64);       // 9 KB: 16 rows x 1024 k-values, their scale words
+constexpr int kPSW = 2, kPGS = 1;                    // the H100 Qwen3-8B step's stages; groups of 64
+constexpr int kStage = q_stage_bytes(kPSW, 64);      // 9 KB: 16 rows x 1024 k-values, their scale words
 constexpr int kXBytes = 2 * (kQStageK / 2) * 2 * 2;  // a warp's two slices' x (bf16), 2 KB
-constexpr int kWeights = 16 * kPSW * kQStageK;        // a q4_pair call: 16 rows x SW pieces
+constexpr int kWeights = 16 * kPSW * kQStageK;       // a q4_pair call: 16 rows x SW pieces
 
 template <bool kRaw>
 __global__ void __launch_bounds__(512, 1)
@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(512, 1)
     w[i] = i % stage_words < code_words ? 0x9E3779B9u * unsigned(i + 1) : 0x3C003C00u + unsigned(i % 7);
   unsigned* xw = w + ncw * stage_words;
   for (int i = threadIdx.x; i < ncw * kXBytes / 4; i += blockDim.x) xw[i] = 0x3F803F80u;  // x = 1
-  int* count = reinterpret_cast<int*>(xw + ncw * kXBytes / 4);                          // warps done
+  int* count = reinterpret_cast<int*>(xw + ncw * kXBytes / 4);                            // warps done
   if (threadIdx.x == 0) *count = 0;
   __syncthreads();
   if (warp >= ncw) {  // a spinner, until every computing warp is done
@@ -81,19 +81,23 @@ int main(int argc, char** argv) try {
   TF_CUDA_CHECK(cudaMalloc(&out, size_t(sms) * 32 * 32 * 4));
   TF_CUDA_CHECK(cudaMalloc(&cyc, size_t(sms) * 32 * 8));
   const int smem_max = 16 * (kStage + kXBytes) + 16;
-  TF_CUDA_CHECK(cudaFuncSetAttribute(loop_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max));
-  TF_CUDA_CHECK(cudaFuncSetAttribute(loop_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max));
-  std::printf("q4_pair (SW %d, groups of 64: %d weights a call), %d calls a warp, %d blocks; median warp\n", kPSW,
-              kWeights, reps, sms);
-  std::printf("| computing warps | spinning warps | spin sleep ns | dequant | cycles a call | weights a cycle an SM |\n");
+  TF_CUDA_CHECK(
+      cudaFuncSetAttribute(loop_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max));
+  TF_CUDA_CHECK(
+      cudaFuncSetAttribute(loop_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max));
+  std::printf("q4_pair (SW %d, groups of 64: %d weights a call), %d calls a warp, %d blocks; median warp\n",
+              kPSW, kWeights, reps, sms);
+  std::printf(
+      "| computing warps | spinning warps | spin sleep ns | dequant | cycles a call | weights a cycle an SM "
+      "|\n");
   std::printf("|---|---|---|---|---|---|\n");
   struct Case {
     int ncw, nspin, ns;
     bool raw;
   };
-  const Case cases[] = {{1, 0, 0, false},  {2, 0, 0, false},   {4, 0, 0, false},   {8, 0, 0, false},
-                        {12, 0, 0, false}, {16, 0, 0, false},  {4, 4, 0, false},   {4, 4, 100, false},
-                        {8, 4, 0, false},  {8, 4, 100, false}, {8, 1, 0, false},   {8, 8, 0, false},
+  const Case cases[] = {{1, 0, 0, false},  {2, 0, 0, false},   {4, 0, 0, false}, {8, 0, 0, false},
+                        {12, 0, 0, false}, {16, 0, 0, false},  {4, 4, 0, false}, {4, 4, 100, false},
+                        {8, 4, 0, false},  {8, 4, 100, false}, {8, 1, 0, false}, {8, 8, 0, false},
                         {4, 0, 0, true},   {8, 0, 0, true},    {16, 0, 0, true}};
   for (const Case& c : cases) {
     const int smem = c.ncw * (kStage + kXBytes) + 16;

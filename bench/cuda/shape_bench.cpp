@@ -591,8 +591,9 @@ double decode_step_row(ShapeRun& r, int ctx) {
   // step's own cap, -1 the default: decode_step_host.cuh's inflight_gu_of).
   if (std::vector<int> list = env_ints("TF_STEP_INFLIGHT_GU_AB"); !list.empty()) {
     list.insert(list.begin(), -1);
-    step_ab("step with the gate_up's other tiles capped at n stages in flight (0: the step's cap; -1 default)",
-            list, [&](int v) { st->set_inflight_gu(v); });
+    step_ab(
+        "step with the gate_up's other tiles capped at n stages in flight (0: the step's cap; -1 default)",
+        list, [&](int v) { st->set_inflight_gu(v); });
     st->set_inflight_gu(-1);
   }
   if (std::getenv("TF_STEP_ABLATE")) {  // the probe instance: plain, no tile arithmetic, no dequantisation

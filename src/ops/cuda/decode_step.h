@@ -143,9 +143,9 @@ class DecodeStep {
   // so that the hops' global accesses queue behind fewer weight bytes (0: every free slot; -1: the format's
   // default, decode_step.cu's inflight_of).
   virtual void set_inflight(int stages) = 0;
-  // Benches (A/B, same bits): each CTA bulk-prefetches its first `tiles` gate_up tiles of a layer into L2 once
-  // the layer's qkv is done (the dense shape; 0: none; -1: the default, decode_step_host.cuh's l2pf_of or
-  // TF_STEP_L2PF_TILES at make).
+  // Benches (A/B, same bits): each CTA bulk-prefetches its first `tiles` gate_up tiles of a layer into L2
+  // once the layer's qkv is done (the dense shape; 0: none; -1: the default, decode_step_host.cuh's l2pf_of
+  // or TF_STEP_L2PF_TILES at make).
   virtual void set_l2pf(int tiles) = 0;
   // Benches (A/B, same bits): the stages-in-flight cap for the gate_up's tiles past those prefetched (0:
   // set_inflight's; -1: the default, decode_step_host.cuh's inflight_gu_of or TF_STEP_INFLIGHT_GU at make).

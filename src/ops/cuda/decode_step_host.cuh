@@ -212,10 +212,10 @@ int inflight_of(int fmt, size_t global_mem) {
 }
 // Params::l2pf's default by format and card: each CTA's first gate_up tiles of a layer bulk-prefetched into
 // L2 once the layer's qkv is done, while the stream idles behind the attention's chain. Run 573-574 (H100,
-// Qwen3-8B MLX 4-bit b=1 ctx 512, one process each; ms): 0 tiles 1.839 / 1.832, 1.833 / 1.836; 2 1.806 / 1.812;
-// 3 1.813; 4 1.792 / 1.796, 1.797 / 1.801; 5 1.798 / 1.800; 6 1.803 / 1.809; 12 1.872 / 1.868. bf16 loses at
-// every count (5.105 -> 5.218 at 2, 5.46 at 4: its stream has no idle time to fill). Parts of 100 GiB or
-// more (the H200) keep none until measured there.
+// Qwen3-8B MLX 4-bit b=1 ctx 512, one process each; ms): 0 tiles 1.839 / 1.832, 1.833 / 1.836; 2 1.806
+// / 1.812; 3 1.813; 4 1.792 / 1.796, 1.797 / 1.801; 5 1.798 / 1.800; 6 1.803 / 1.809; 12 1.872 / 1.868. bf16
+// loses at every count (5.105 -> 5.218 at 2, 5.46 at 4: its stream has no idle time to fill). Parts of 100
+// GiB or more (the H200) keep none until measured there.
 int l2pf_of(int fmt, size_t global_mem) {
   return TF_STEP_MOE || fmt == kWBf16 || global_mem >= (size_t(100) << 30) ? 0 : 4;
 }
@@ -257,20 +257,20 @@ struct State {
   DType embed_dtype = DType::BF16;
   float embed_scale = 1.f, rope_factor = 1.f, scale = 1.f, eps = 0.f;
   int grid = 0, layers = 0;
-  int format = kWBf16;       // the linears' (WFormat)
-  int ablate = 0;            // Params::ablate (the probe instance only)
-  int ring = 0;              // set_ring: bf16's Params::ring (the probe only); 4-bit, nslots at most
-  int nslots = 0;            // 4-bit: the ring's slots (as many of slot_bytes as kRingBytes holds)
-  int slot_bytes = 0;        // 4-bit: a slot's bytes, the largest stage of the model's ops
-  int nslots_lent = 0;       // 4-bit: the slots where a CTA lends the ring its attention staging region
-  bool lend = true;          // whether CTAs without attention work lend it (TF_STEP_LEND=0: none)
-  int inflight = -1;         // Params::inflight (-1: inflight_default)
-  int inflight_default = 0;  // inflight_of the format and card
-  int l2pf = -1;             // Params::l2pf (-1: l2pf_default)
-  int l2pf_default = 0;      // TF_STEP_L2PF_TILES at make
-  int inflight_gu = -1;        // Params::inflight_gu (-1: inflight_gu_default; set_inflight_gu)
+  int format = kWBf16;          // the linears' (WFormat)
+  int ablate = 0;               // Params::ablate (the probe instance only)
+  int ring = 0;                 // set_ring: bf16's Params::ring (the probe only); 4-bit, nslots at most
+  int nslots = 0;               // 4-bit: the ring's slots (as many of slot_bytes as kRingBytes holds)
+  int slot_bytes = 0;           // 4-bit: a slot's bytes, the largest stage of the model's ops
+  int nslots_lent = 0;          // 4-bit: the slots where a CTA lends the ring its attention staging region
+  bool lend = true;             // whether CTAs without attention work lend it (TF_STEP_LEND=0: none)
+  int inflight = -1;            // Params::inflight (-1: inflight_default)
+  int inflight_default = 0;     // inflight_of the format and card
+  int l2pf = -1;                // Params::l2pf (-1: l2pf_default)
+  int l2pf_default = 0;         // TF_STEP_L2PF_TILES at make
+  int inflight_gu = -1;         // Params::inflight_gu (-1: inflight_gu_default; set_inflight_gu)
   int inflight_gu_default = 0;  // inflight_gu_of the format and card, or TF_STEP_INFLIGHT_GU at make
-  int early_bias = 0;        // Params::early_bias
+  int early_bias = 0;           // Params::early_bias
   bool probe = false;
   unsigned long long* stamps = nullptr;  // set_probe: made on first use
   bool stamping = false;

@@ -578,7 +578,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
           while ((ldv(last) >> 16) != tag && ++n < (1ll << 22)) __nanosleep(128);
           const Op& u = ops[op + 1];
           const int64_t tb = int64_t(u.k / SK / SW) * u.sbytes;  // a tile's stages, contiguous
-          int i = u.tile_begin + ((b - u.tile_begin) % G + G) % G;
+          int i = u.tile_begin + first_tile_of(b, u.tile_begin, G);
           for (int m = 0; m < prm.l2pf && i < u.tile_begin + u.tiles; ++m, i += G)
             asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(u.wp + (i - u.tile_begin) * tb),
                          "r"(uint32_t(tb))
@@ -653,7 +653,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       // (run 577, H100 MLX 4-bit: 4 stages there 1.812 -> 1.792 ms; decode_step_host.cuh's inflight_gu_of).
       int cap = prm.inflight;
       if (cap > 0 && prm.inflight_gu > 0 && op % kOpsPerLayer == kOpGateUp &&
-          (tile - ((b - ops[op].tile_begin) % G + G) % G) / G >= prm.l2pf)
+          (tile - first_tile_of(b, ops[op].tile_begin, G)) / G >= prm.l2pf)
         cap = prm.inflight_gu;
 #endif
 #if TF_STEP_MOE

@@ -222,6 +222,11 @@ __device__ __forceinline__ int op_of_tile(const Op* ops, int nops, int op, int i
   while (op < nops && i >= ops[op].tile_begin + ops[op].tiles) ++op;
   return op;
 }
+// CTA b's first tile of an op whose tiles start at launch index tile_begin, as an index among the op's tiles
+// (tile i of the launch is CTA i % G's): its m-th is that plus m G.
+__device__ __forceinline__ int first_tile_of(int b, int tile_begin, int G) {
+  return ((b - tile_begin) % G + G) % G;
+}
 
 // The launch's constants besides the op table.
 struct Params {

@@ -649,12 +649,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
 #else
       const int stages = k / SK / SW;
       // The in-flight cap for this tile: Params::inflight_gu for the gate_up's tiles past the l2pf this CTA
-      // prefetched (requested while the gate_up runs: no hop waits on them until the down's x), else inflight
-      // (run 577, H100 MLX 4-bit: 4 stages there 1.812 -> 1.792 ms; decode_step_host.cuh's inflight_gu_of).
-      int cap = prm.inflight;
-      if (cap > 0 && prm.inflight_gu > 0 && op % kOpsPerLayer == kOpGateUp &&
-          (tile - first_tile_of(b, ops[op].tile_begin, G)) / G >= prm.l2pf)
-        cap = prm.inflight_gu;
+      // prefetched (requested while the gate_up runs: no hop waits on them until the down's x), else
+      // Params::inflight (run 577, H100 MLX 4-bit: 4 stages there 1.812 -> 1.792 ms; decode_step_host.cuh's
+      // inflight_gu_of). The CTA's tiles of an op are first_tile_of + m G, first_tile_of < G: tile / G is m.
+      int inflight = prm.inflight;
+      if (inflight > 0 && prm.inflight_gu > 0 && op % kOpsPerLayer == kOpGateUp && tile / G >= prm.l2pf)
+        inflight = prm.inflight_gu;
 #endif
 #if TF_STEP_MOE
       if (W != kWBf16 && inflight == 0 && prm.ablate != 10) {
@@ -698,13 +698,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         const int wj = wrap(j), slot = j - wj * nslots;
         const long long pw = kProbe ? clock64() : 0;
         if (j >= nslots) wait_bar(saddr(empty + slot), (wj & 1) ^ 1, kEmptyStage, j);
-#if TF_STEP_MOE
         if (inflight > 0 && inflight < nslots && j >= inflight) {
           const int jl = j - inflight;
-#else
-        if (cap > 0 && cap < nslots && j >= cap) {
-          const int jl = j - cap;
-#endif
           // At most `inflight` stages requested and not landed: stage j waits for stage j - inflight to land
           // (its slot's full barrier cannot have been re-armed: that is stage j - inflight + nslots > j).
           const int wl = wrap(jl);

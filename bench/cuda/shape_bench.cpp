@@ -587,6 +587,24 @@ double decode_step_row(ShapeRun& r, int ctx) {
             [&](int v) { st->set_l2pf(v); });
     st->set_l2pf(-1);
   }
+  // "40,941": the prefetch's plan S * 100 + T * 10 + C -- T tiles past the first S of each CTA (S 9: those
+  // its ring holds), C 1: the gate_up's cap from the tiles past the skipped ones (set_l2pf, set_l2pf_skip).
+  if (std::vector<int> list = env_ints("TF_STEP_L2PF_PLAN"); !list.empty()) {
+    step_ab("step with the prefetch's plan S*100+T*10+C (T tiles past the first S, 9: held; C 1: cap past S)",
+            list, [&](int v) {
+              st->set_l2pf(v / 10 % 10);
+              st->set_l2pf_skip(v / 100 == 9 ? -1 : v / 100, v % 10);
+            });
+    st->set_l2pf(-1);
+    st->set_l2pf_skip(-2, -1);
+  }
+  // "41,40": the down's tiles from each CTA's F-th at N stages in flight (N * 10 + F; 0: the step's cap).
+  if (std::vector<int> list = env_ints("TF_STEP_INFLIGHT_DN_AB"); !list.empty()) {
+    list.insert(list.begin(), 0);
+    step_ab("step with the down's tiles from the F-th at N stages in flight (N*10+F; 0: the step's cap)",
+            list, [&](int v) { st->set_inflight_dn(v / 10, v % 10); });
+    st->set_inflight_dn(0, 1);
+  }
   // "0,3,4": the in-flight cap for the gate_up's tiles past the prefetched ones (set_inflight_gu; 0 the
   // step's own cap, -1 the default: decode_step_host.cuh's inflight_gu_of).
   if (std::vector<int> list = env_ints("TF_STEP_INFLIGHT_GU_AB"); !list.empty()) {

@@ -578,7 +578,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
           while ((ldv(last) >> 16) != tag && ++n < (1ll << 22)) __nanosleep(128);
           const Op& u = ops[op + 1];
           const int64_t tb = int64_t(u.k / SK / SW) * u.sbytes;  // a tile's stages, contiguous
-          int i = u.tile_begin + first_tile_of(b, u.tile_begin, G);
+          int i = u.tile_begin + first_tile_of(b, u.tile_begin, G) +
+                  l2pf_skip_of(ops, op + 1, b, G, nslots, prm.l2pf_skip, SK * SW) * G;
           for (int m = 0; m < prm.l2pf && i < u.tile_begin + u.tiles; ++m, i += G)
             asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(u.wp + (i - u.tile_begin) * tb),
                          "r"(uint32_t(tb))
@@ -653,8 +654,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       // Params::inflight (run 577, H100 MLX 4-bit: 4 stages there 1.812 -> 1.792 ms; decode_step_host.cuh's
       // inflight_gu_of). The CTA's tiles of an op are first_tile_of + m G, first_tile_of < G: tile / G is m.
       int inflight = prm.inflight;
-      if (inflight > 0 && prm.inflight_gu > 0 && op % kOpsPerLayer == kOpGateUp && tile / G >= prm.l2pf)
+      if (inflight > 0 && prm.inflight_gu > 0 && op % kOpsPerLayer == kOpGateUp &&
+          tile / G >=
+              l2pf_skip_of(ops, op, b, G, nslots, prm.l2pf_skip, SK * SW) + (prm.gu_cap_skip ? 0 : prm.l2pf))
         inflight = prm.inflight_gu;
+      if (inflight > 0 && prm.inflight_dn > 0 && op % kOpsPerLayer == kOpGateUp + 1 &&
+          tile / G >= prm.dn_from)
+        inflight = prm.inflight_dn;
 #endif
 #if TF_STEP_MOE
       if (W != kWBf16 && inflight == 0 && prm.ablate != 10) {

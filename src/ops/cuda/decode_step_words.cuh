@@ -228,6 +228,20 @@ __device__ __forceinline__ int first_tile_of(int b, int tile_begin, int G) {
   return ((b - tile_begin) % G + G) % G;
 }
 
+// How many of CTA b's gate_up tiles of op gu (its m-th tiles, m below this) the L2 prefetch skips: `skip`,
+// or with skip -1 those its ring holds during the layer's attention -- the ring's nslots stages, less this
+// CTA's tiles of o (op gu - 1), whole gate_up tiles (stage_k: k-values a stage). The prefetch of the first
+// tiles (skip 0) partly repeats what the ring already holds (4-bit SW 4 at 512 positions: 11 slots where the
+// CTA lends the attention's region, 7 elsewhere, o's 2 tiles of 2 stages: 3 or 1 tiles of the gate_up).
+__device__ __forceinline__ int l2pf_skip_of(const Op* ops, int gu, int b, int G, int nslots, int skip,
+                                            int stage_k) {
+  if (skip >= 0) return skip;
+  const Op &o = ops[gu - 1], &g = ops[gu];
+  const int fo = first_tile_of(b, o.tile_begin, G);
+  const int held = nslots - (fo < o.tiles ? (o.tiles - fo + G - 1) / G : 0) * (o.k / stage_k);
+  return held > 0 ? held / (g.k / stage_k) : 0;
+}
+
 // The launch's constants besides the op table.
 struct Params {
   const Op* ops;
@@ -261,6 +275,13 @@ struct Params {
                  // layer's qkv is done (0: none; DecodeStep::set_l2pf)
   int inflight_gu;  // the dense shape, with inflight > 0: the cap for the gate_up's tiles past the l2pf
                     // prefetched ones (0: inflight; DecodeStep::set_inflight_gu)
+  int l2pf_skip;  // the dense shape: the prefetch skips this CTA's first l2pf_skip gate_up tiles of the layer
+                  // (-1: those its ring holds during the attention, l2pf_skip_of; DecodeStep::set_l2pf_skip)
+  int gu_cap_skip;  // 1: Params::inflight_gu from the gate_up's tiles past the skipped ones (the prefetched
+                    // included); 0: past the prefetched ones
+  int inflight_dn;  // the dense shape, with inflight > 0: the cap for the down's tiles from this CTA's
+                    // dn_from-th (0: inflight; DecodeStep::set_inflight_dn)
+  int dn_from;
 };
 using SS = DecodeStep::StampSlot;
 // A layer's ops (qkv, o, [router,] gate_up, down) and the gate_up's index among them (the probe's stamps).

@@ -198,6 +198,20 @@ TEST_F(CudaDecodeStep, Mlx4LinearsGiveTheChainsBits) {
   ASSERT_EQ(setenv("TF_STEP_INFLIGHT_GU", "3", 1), 0);
   EXPECT_GT(run(1000, 16, &dir), 8) << "the gate_up's other tiles at 3 stages in flight";
   unsetenv("TF_STEP_INFLIGHT_GU");
+  // The prefetch past the tiles each CTA's ring holds (TF_STEP_L2PF_SKIP=-1), the gate_up's cap from there
+  // (TF_STEP_GU_CAP_SKIP=1), under a 2-stage cap elsewhere (the gate_up's cap needs one; the H200 has none by
+  // default), the down's tiles past each CTA's first at 4 (TF_STEP_INFLIGHT_DN); and a fixed skip of 2 on 40
+  // CTAs (more tiles a CTA than the ring holds).
+  const char* const plan[][2] = {{"TF_STEP_L2PF_TILES", "4"},      {"TF_STEP_L2PF_SKIP", "-1"},
+                                 {"TF_STEP_GU_CAP_SKIP", "1"},     {"TF_STEP_INFLIGHT_GU", "4"},
+                                 {"TF_STEP_INFLIGHT_STAGES", "2"}, {"TF_STEP_INFLIGHT_DN", "4"}};
+  for (const auto& kv : plan) ASSERT_EQ(setenv(kv[0], kv[1], 1), 0);
+  EXPECT_GT(run(1000, 16, &dir), 8) << "the prefetch past the ring's tiles, the gate_up's cap from there";
+  ASSERT_EQ(setenv("TF_STEP_L2PF_SKIP", "2", 1), 0);
+  ASSERT_EQ(setenv("TF_STEP_GRID", "40", 1), 0);
+  EXPECT_GT(run(300, 16, &dir), 8) << "the prefetch past 2 tiles, 40 CTAs";
+  unsetenv("TF_STEP_GRID");
+  for (const auto& kv : plan) unsetenv(kv[0]);
   cuda::DecodeStep::set_mlx4(was);
 }
 

@@ -195,6 +195,11 @@ size_t smem_of(int fmt) {
 int ring_of(int fmt) {  // the ring's slots at most (its barriers)
   return by_format(fmt, [](auto w) { return kRing<decltype(w)::value>; });
 }
+// Whether the card is one the dense step's in-flight caps and L2 prefetch were measured on: the H100s (parts
+// under 100 GiB). The H200 (141 GB, ~1.4x the bandwidth) keeps every free slot and no prefetch until measured.
+bool caps_measured_on(size_t global_mem) {
+  return global_mem < (size_t(100) << 30);
+}
 // Params::inflight's default by format and card: the ring stages the producer keeps requested and not yet
 // landed, at most. With every free slot requested (~120 KB an SM) each of the hops' dependent accesses queues
 // behind the stream. Runs 532-534 (H100, Qwen3-8B b=1; ms): bf16 at 2 / 3 stages (32 / 48 KB an SM) 5.21 ->
@@ -207,7 +212,7 @@ int ring_of(int fmt) {  // the ring's slots at most (its barriers)
 // ring, one process; ms): 3 stages 2.917-2.925, 2 2.932, 4 2.959, 6 2.967, 8 2.961, 10 2.942, every free slot
 // 2.888-2.892 (69.9% of the roofline); MLX 4-bit (run 550) 3.68 at 3, 3.45 with every free slot.
 int inflight_of(int fmt, size_t global_mem) {
-  if (TF_STEP_MOE || global_mem >= (size_t(100) << 30)) return 0;
+  if (TF_STEP_MOE || !caps_measured_on(global_mem)) return 0;
   return fmt == kWBf16 || fmt == kWMlx4 ? 3 : fmt == kWMlx4Sw4 ? 2 : 1;
 }
 // Params::l2pf's default by format and card: each CTA's first gate_up tiles of a layer bulk-prefetched into
@@ -217,7 +222,7 @@ int inflight_of(int fmt, size_t global_mem) {
 // loses at every count (5.105 -> 5.218 at 2, 5.46 at 4: its stream has no idle time to fill). Parts of 100
 // GiB or more (the H200) keep none until measured there.
 int l2pf_of(int fmt, size_t global_mem) {
-  return TF_STEP_MOE || fmt == kWBf16 || global_mem >= (size_t(100) << 30) ? 0 : 4;
+  return TF_STEP_MOE || fmt == kWBf16 || !caps_measured_on(global_mem) ? 0 : 4;
 }
 // Params::inflight_gu's default: the in-flight cap for the gate_up's tiles past those prefetched into L2 --
 // requested while the gate_up runs, where no hop waits on the bytes before the down's x. Run 577 (H100,
@@ -225,7 +230,7 @@ int l2pf_of(int fmt, size_t global_mem) {
 // 1.812, 3 1.816 / 1.810, 4 1.790 / 1.794, 6 1.789 / 1.796 (bf16 at any cap: within 0.2%). SW 4 (the default
 // stage shape on parts under 100 GiB) only: the others' caps were not measured with it.
 int inflight_gu_of(int fmt, size_t global_mem) {
-  return TF_STEP_MOE || fmt != kWMlx4Sw4 || global_mem >= (size_t(100) << 30) ? 0 : 4;
+  return TF_STEP_MOE || fmt != kWMlx4Sw4 || !caps_measured_on(global_mem) ? 0 : 4;
 }
 
 // Device memory of bytes `fill` (zeros), ordered on `stream` (the backend's stream does not wait for the

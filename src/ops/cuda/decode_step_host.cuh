@@ -196,7 +196,8 @@ int ring_of(int fmt) {  // the ring's slots at most (its barriers)
   return by_format(fmt, [](auto w) { return kRing<decltype(w)::value>; });
 }
 // Whether the card is one the dense step's in-flight caps and L2 prefetch were measured on: the H100s (parts
-// under 100 GiB). The H200 (141 GB, ~1.4x the bandwidth) keeps every free slot and no prefetch until measured.
+// under 100 GiB). The H200 (141 GB, ~1.4x the bandwidth) keeps every free slot and no prefetch until
+// measured.
 bool caps_measured_on(size_t global_mem) {
   return global_mem < (size_t(100) << 30);
 }

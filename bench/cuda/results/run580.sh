@@ -13,5 +13,5 @@ timeout 250 $D/bin/test_cuda_decode_step --gtest_brief=1 > $OUT/step-test.txt 2>
 echo "test_cuda_decode_step rc=$? $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' $OUT/step-test.txt | tr '\n' ' ')"
 grep -E "FAILED  \]|Failure|differ|HANG" $OUT/step-test.txt | head -6
 # The probe's layer timeline with the prefetch past the ring's tiles and the gate_up's cap from there.
-TF_STEP_L2PF_SKIP=-1 TF_STEP_GU_CAP_SKIP=1 TF_STEP_STAMPS=1 TF_BENCH_STEP_ONLY=1 timeout 200 $D/bin/tf_bench_cuda --shape qwen3-8b --format mlx4 --decode --quick > $OUT/stamps.txt 2>&1
+TF_STEP_L2PF_SKIP=-1 TF_STEP_GU_CAP_SKIP=1 TF_STEP_STAMPS=1 TF_BENCH_STEP_ONLY=2 timeout 200 $D/bin/tf_bench_cuda --shape qwen3-8b --format mlx4 --decode --quick > $OUT/stamps.txt 2>&1
 echo "stamps rc=$?"; grep -E "one kernel|o: x-made|last tiles|qkv done|waits" $OUT/stamps.txt

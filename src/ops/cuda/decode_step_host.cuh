@@ -280,9 +280,9 @@ struct State {
   int l2pf_skip_default = 0;    // TF_STEP_L2PF_SKIP at make
   int gu_cap_skip = -1;         // Params::gu_cap_skip (-1: gu_cap_skip_default)
   int gu_cap_skip_default = 0;  // TF_STEP_GU_CAP_SKIP at make
-  int inflight_dn = 0,
-      dn_from = 0;     // Params::inflight_dn, dn_from (set_inflight_dn; TF_STEP_INFLIGHT_DN at make)
-  int early_bias = 0;  // Params::early_bias
+  int inflight_dn = 0;          // Params::inflight_dn (set_inflight_dn; TF_STEP_INFLIGHT_DN at make)
+  int dn_from = 1;              // Params::dn_from
+  int early_bias = 0;           // Params::early_bias
   bool probe = false;
   unsigned long long* stamps = nullptr;  // set_probe: made on first use
   bool stamping = false;
@@ -416,7 +416,7 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
   s.gu_cap_skip_default = env_int("TF_STEP_GU_CAP_SKIP", 0, 1, 0);
   // TF_STEP_INFLIGHT_DN=n: the down's tiles past each CTA's first at n stages in flight (same bits; the
   // test).
-  s.inflight_dn = env_int("TF_STEP_INFLIGHT_DN", 0, 64, 0), s.dn_from = 1;
+  s.inflight_dn = env_int("TF_STEP_INFLIGHT_DN", 0, 64, 0);
   // TF_STEP_RING_SLOTS=n (tests): the 4-bit ring's slots in use, fewer than fit (set_ring's; same bits).
   s.ring = env_int("TF_STEP_RING_SLOTS", 0, 1 << 20, 0);
   s.lend = env_switch("TF_STEP_LEND", true);  // launch.h

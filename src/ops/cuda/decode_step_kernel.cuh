@@ -653,6 +653,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       // prefetched (requested while the gate_up runs: no hop waits on them until the down's x), else
       // Params::inflight (run 577, H100 MLX 4-bit: 4 stages there 1.812 -> 1.792 ms; decode_step_host.cuh's
       // inflight_gu_of). The CTA's tiles of an op are first_tile_of + m G, first_tile_of < G: tile / G is m.
+      // Benches (same bits, session 68): the prefetch past the tiles the ring holds (Params::l2pf_skip), the
+      // gate_up's cap from there (gu_cap_skip), the down's later tiles at their own cap (inflight_dn).
       int inflight = prm.inflight;
       if (inflight > 0 && prm.inflight_gu > 0 && op % kOpsPerLayer == kOpGateUp &&
           tile / G >=

@@ -605,6 +605,14 @@ double decode_step_row(ShapeRun& r, int ctx) {
             list, [&](int v) { st->set_inflight_dn(v / 10, v % 10); });
     st->set_inflight_dn(0, 1);
   }
+  // "30,32": the next layer's first Q qkv tiles and O o tiles a CTA prefetched into L2 once a layer's gate_up
+  // is done (Q * 10 + O; set_l2pf_next).
+  if (std::vector<int> list = env_ints("TF_STEP_L2PF_NEXT_AB"); !list.empty()) {
+    list.insert(list.begin(), 0);
+    step_ab("step with the next layer's qkv and o tiles prefetched once the gate_up is done (Q*10+O)", list,
+            [&](int v) { st->set_l2pf_next(v / 10, v % 10); });
+    st->set_l2pf_next(-1, 0);
+  }
   // "0,3,4": the in-flight cap for the gate_up's tiles past the prefetched ones (set_inflight_gu; 0 the
   // step's own cap, -1 the default: decode_step_host.cuh's inflight_gu_of).
   if (std::vector<int> list = env_ints("TF_STEP_INFLIGHT_GU_AB"); !list.empty()) {

@@ -15,3 +15,7 @@ grep -E "FAILED  \]|Failure|differ|HANG" $OUT/step-test.txt | head -6
 # The probe's layer timeline with the prefetch past the ring's tiles and the gate_up's cap from there.
 TF_STEP_L2PF_SKIP=-1 TF_STEP_GU_CAP_SKIP=1 TF_STEP_STAMPS=1 TF_BENCH_STEP_ONLY=2 timeout 200 $D/bin/tf_bench_cuda --shape qwen3-8b --format mlx4 --decode --quick > $OUT/stamps.txt 2>&1
 echo "stamps rc=$?"; grep -E "one kernel|o: x-made|last tiles|qkv done|waits" $OUT/stamps.txt
+# Session 69: warp 0's tile log on the current kernels (default plan): a gate_up tile's cycles by part -- the
+# stage wait, the arithmetic, the team barrier, the sum + store (run 338's was the last dense one).
+TF_STEP_TILE_LOG=1 TF_STEP_STAMPS=1 TF_BENCH_STEP_ONLY=2 timeout 200 $D/bin/tf_bench_cuda --shape qwen3-8b --format mlx4 --decode --quick > $OUT/tilelog.txt 2>&1
+echo "tilelog rc=$?"; grep -E "one kernel|x-made|last tiles|waits|tile [0-9]|cycles a tile" $OUT/tilelog.txt

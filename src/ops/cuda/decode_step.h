@@ -158,6 +158,10 @@ class DecodeStep {
   // Benches (A/B, same bits): the down's tiles from each CTA's from_tile-th at `stages` in flight (0: the
   // step's cap).
   virtual void set_inflight_dn(int stages, int from_tile) = 0;
+  // Benches (A/B, same bits): each CTA bulk-prefetches its first qkv_tiles tiles of the next layer's qkv and
+  // o_tiles (0-9) of its o into L2 once a layer's gate_up is done (the dense shape; 0: none; qkv_tiles -1:
+  // the default, TF_STEP_L2PF_NEXT=Q*10+O at make or none).
+  virtual void set_l2pf_next(int qkv_tiles, int o_tiles) = 0;
   // Benches (A/B): shifts the number of early chunks the merging CTAs take (decode_step_kernel.cuh's e) by
   // `bias` (0: the kernel's rule). Same bits: only which CTA computes a chunk's partial changes.
   virtual void set_early_bias(int bias) = 0;

@@ -282,6 +282,8 @@ struct State {
   int gu_cap_skip_default = 0;  // TF_STEP_GU_CAP_SKIP at make
   int inflight_dn = 0;          // Params::inflight_dn (set_inflight_dn; TF_STEP_INFLIGHT_DN at make)
   int dn_from = 1;              // Params::dn_from
+  int l2pf_next = -1;           // Params::l2pf_qkv * 10 + l2pf_o (-1: l2pf_next_default; set_l2pf_next)
+  int l2pf_next_default = 0;    // TF_STEP_L2PF_NEXT at make
   int early_bias = 0;           // Params::early_bias
   bool probe = false;
   unsigned long long* stamps = nullptr;  // set_probe: made on first use
@@ -313,6 +315,7 @@ class Impl final : public DecodeStep {
   void set_inflight_gu(int stages) override;
   void set_l2pf_skip(int skip, int cap_past_skip) override;
   void set_inflight_dn(int stages, int from_tile) override;
+  void set_l2pf_next(int qkv_tiles, int o_tiles) override;
   void set_early_bias(int bias) override;
   std::vector<unsigned long long> stamps() const override;
   int grid() const override;
@@ -417,6 +420,9 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
   // TF_STEP_INFLIGHT_DN=n: the down's tiles past each CTA's first at n stages in flight (same bits; the
   // test).
   s.inflight_dn = env_int("TF_STEP_INFLIGHT_DN", 0, 64, 0);
+  // TF_STEP_L2PF_NEXT=Q*10+O: each CTA's first Q tiles of the next layer's qkv and O of its o prefetched
+  // into L2 once a layer's gate_up is done (same bits; the test).
+  s.l2pf_next_default = env_int("TF_STEP_L2PF_NEXT", 0, 99, 0);
   // TF_STEP_RING_SLOTS=n (tests): the 4-bit ring's slots in use, fewer than fit (set_ring's; same bits).
   s.ring = env_int("TF_STEP_RING_SLOTS", 0, 1 << 20, 0);
   s.lend = env_switch("TF_STEP_LEND", true);  // launch.h
@@ -701,6 +707,9 @@ void Impl::set_l2pf_skip(int skip, int cap_past_skip) {
 void Impl::set_inflight_dn(int stages, int from_tile) {
   s_->inflight_dn = stages, s_->dn_from = from_tile;
 }
+void Impl::set_l2pf_next(int qkv_tiles, int o_tiles) {
+  s_->l2pf_next = qkv_tiles < 0 ? -1 : qkv_tiles * 10 + std::clamp(o_tiles, 0, 9);
+}
 void Impl::set_inflight_gu(int stages) {
   s_->inflight_gu = stages;
 }
@@ -813,6 +822,8 @@ void Impl::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
   p.l2pf_skip = s.l2pf_skip < -1 ? s.l2pf_skip_default : s.l2pf_skip;
   p.gu_cap_skip = s.gu_cap_skip < 0 ? s.gu_cap_skip_default : s.gu_cap_skip;
   p.inflight_dn = s.inflight_dn, p.dn_from = s.dn_from;
+  const int next = s.l2pf_next < 0 ? s.l2pf_next_default : s.l2pf_next;
+  p.l2pf_qkv = next / 10, p.l2pf_o = next % 10;
   p.stamps = s.stamping ? s.stamps : nullptr;
   p.tile_log = s.stamping && std::getenv("TF_STEP_TILE_LOG") != nullptr;  // (perturbs the other stamps)
   // Cooperative: every CTA polls words the others write, so all of them must be resident at once; the

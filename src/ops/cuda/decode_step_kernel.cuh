@@ -565,25 +565,29 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         h = nh, c = nc, have = next, staged = next;
       }
 #if !TF_STEP_MOE
-      if (prm.l2pf > 0 && warp == kProducer + 1 && op + 1 < nops) {
+      if ((prm.l2pf > 0 || prm.l2pf_qkv > 0 || prm.l2pf_o > 0) && warp == kProducer + 1 && op + 1 < nops) {
         // This CTA's first l2pf tiles of the layer's gate_up bulk-prefetched into L2 by lane 0 once the
         // layer's qkv has stored its last word: bytes the producer can ring in only after the attention and
         // o, while the weight stream idles behind the attention's chain (~12 us a layer at 512 positions,
         // run 556's timeline). No one waits for it (its issue may be held while the bytes move); the next
         // layer's units are ~45 us away. Same bits: only where the weights come from changes. Runs 573-574
         // (H100, Qwen3-8B MLX 4-bit b=1 ctx 512): 4 tiles 1.833 -> 1.797 ms; decode_step_host.cuh's l2pf_of.
+        // Then (Params::l2pf_qkv / l2pf_o; session 69, benches) the next layer's qkv and o tiles once the
+        // layer's gate_up has stored its last word: the stream idles again through the down's x hop and the
+        // down (its stages ringed during the hop), and the qkv's stages can be ringed only as the down's free
+        // their slots. The next layer's units wait for this warp meanwhile (their K/V is needed ~20 us
+        // later).
         if (lane == 0) {
-          const uint32_t* last = ops[op].qkv + (ops[op - 1].n - 1);
-          long long n = 0;  // (bounded: a prefetch is never worth a hang)
-          while ((ldv(last) >> 16) != tag && ++n < (1ll << 22)) __nanosleep(128);
-          const Op& u = ops[op + 1];
-          const int64_t tb = int64_t(u.k / SK / SW) * u.sbytes;  // a tile's stages, contiguous
-          int i = u.tile_begin + first_tile_of(b, u.tile_begin, G) +
-                  l2pf_skip_of(ops, op + 1, b, G, nslots, prm.l2pf_skip, SK * SW) * G;
-          for (int m = 0; m < prm.l2pf && i < u.tile_begin + u.tiles; ++m, i += G)
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(u.wp + (i - u.tile_begin) * tb),
-                         "r"(uint32_t(tb))
-                         : "memory");
+          wait_tag_bounded(ops[op].qkv + (ops[op - 1].n - 1), tag);
+          l2_prefetch_tiles(ops[op + 1], b, G,
+                            l2pf_skip_of(ops, op + 1, b, G, nslots, prm.l2pf_skip, SK * SW), prm.l2pf,
+                            SK * SW);
+          if ((prm.l2pf_qkv > 0 || prm.l2pf_o > 0) && op + 4 < nops) {  // (not past the last layer)
+            const Op& gu = ops[op + 1];
+            wait_tag_bounded(static_cast<const uint32_t*>(gu.y) + (gu.n / 2 - 1), tag);  // (silu_out words)
+            l2_prefetch_tiles(ops[op + 3], b, G, 0, prm.l2pf_qkv, SK * SW);
+            l2_prefetch_tiles(ops[op + 4], b, G, 0, prm.l2pf_o, SK * SW);
+          }
         }
         __syncwarp();
       }

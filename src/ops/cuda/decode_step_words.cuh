@@ -242,6 +242,16 @@ __device__ __forceinline__ int l2pf_skip_of(const Op* ops, int gu, int b, int G,
   return held > 0 ? held / (g.k / stage_k) : 0;
 }
 
+// Bulk-prefetches into L2 CTA b's m-th tiles of op u for m in [m0, m0 + n) (the CTA's tiles of an op are
+// first_tile_of + m G; a tile's stages are contiguous in the packed weights: one instruction a tile of u.k /
+// stage_k stages). One lane's; no one waits for it (its issue may be held while the bytes move).
+__device__ __forceinline__ void l2_prefetch_tiles(const Op& u, int b, int G, int m0, int n, int stage_k) {
+  const int64_t tb = int64_t(u.k / stage_k) * u.sbytes;
+  for (int m = 0, t = first_tile_of(b, u.tile_begin, G) + m0 * G; m < n && t < u.tiles; ++m, t += G)
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(u.wp + t * tb), "r"(uint32_t(tb))
+                 : "memory");
+}
+
 // The launch's constants besides the op table.
 struct Params {
   const Op* ops;
@@ -282,6 +292,9 @@ struct Params {
   int inflight_dn;  // the dense shape, with inflight > 0: the cap for the down's tiles from this CTA's
                     // dn_from-th (0: inflight; DecodeStep::set_inflight_dn)
   int dn_from;
+  int l2pf_qkv, l2pf_o;  // the dense shape: this CTA's first l2pf_qkv tiles of the next layer's qkv and
+                         // l2pf_o of its o bulk-prefetched into L2 once the layer's gate_up is done (0: none;
+                         // DecodeStep::set_l2pf_next)
 };
 using SS = DecodeStep::StampSlot;
 // A layer's ops (qkv, o, [router,] gate_up, down) and the gate_up's index among them (the probe's stamps).
@@ -367,6 +380,12 @@ __device__ __forceinline__ uint32_t ldv(const uint32_t* p) {
   uint32_t v;
   asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
+}
+// Waits (sleeping between loads) until the word at p carries `tag`, for at most ~2^22 rounds: for the L2
+// prefetches, which are never worth a hang (spin_on traps instead).
+__device__ __forceinline__ void wait_tag_bounded(const uint32_t* p, uint32_t tag) {
+  long long n = 0;
+  while ((ldv(p) >> 16) != tag && ++n < (1ll << 22)) __nanosleep(128);
 }
 __device__ __noinline__ void hang_word(const uint32_t* p, uint32_t w, uint32_t tag) {
   printf("decode_step HANG block %d thread %d: word %p tag %u, want %u\n", blockIdx.x, threadIdx.x, p,

@@ -212,6 +212,14 @@ TEST_F(CudaDecodeStep, Mlx4LinearsGiveTheChainsBits) {
   EXPECT_GT(run(300, 16, &dir), 8) << "the prefetch past 2 tiles, 40 CTAs";
   unsetenv("TF_STEP_GRID");
   for (const auto& kv : plan) unsetenv(kv[0]);
+  // The next layer's first 3 qkv tiles and 2 o tiles a CTA prefetched into L2 once a layer's gate_up is done
+  // (TF_STEP_L2PF_NEXT=32), on 132 and on 40 CTAs (the next layer's units wait for the prefetching warp).
+  ASSERT_EQ(setenv("TF_STEP_L2PF_NEXT", "32", 1), 0);
+  EXPECT_GT(run(1000, 16, &dir), 8) << "the next layer's qkv and o prefetched";
+  ASSERT_EQ(setenv("TF_STEP_GRID", "40", 1), 0);
+  EXPECT_GT(run(300, 16, &dir), 8) << "the next layer's qkv and o prefetched, 40 CTAs";
+  unsetenv("TF_STEP_GRID");
+  unsetenv("TF_STEP_L2PF_NEXT");
   cuda::DecodeStep::set_mlx4(was);
 }
 

@@ -613,6 +613,20 @@ double decode_step_row(ShapeRun& r, int ctx) {
             [&](int v) { st->set_l2pf_next(v / 10, v % 10); });
     st->set_l2pf_next(-1, 0);
   }
+  // "400,1400,1430": E * 1000 + T * 100 + Q * 10 + O -- the weight stream under an L2 evict-first policy (E
+  // 1), the gate_up's first T tiles prefetched during the attention, the next layer's first Q qkv and O o
+  // tiles once the gate_up is done (set_stream_ef, set_l2pf, set_l2pf_next).
+  if (std::vector<int> list = env_ints("TF_STEP_EF_PLAN"); !list.empty()) {
+    step_ab("step with E*1000+T*100+Q*10+O (E 1: the stream evict-first; T gate_up tiles; Q qkv, O o next)",
+            list, [&](int v) {
+              st->set_stream_ef(v / 1000);
+              st->set_l2pf(v / 100 % 10);
+              st->set_l2pf_next(v / 10 % 10, v % 10);
+            });
+    st->set_stream_ef(-1);
+    st->set_l2pf(-1);
+    st->set_l2pf_next(-1, 0);
+  }
   // "0,3,4": the in-flight cap for the gate_up's tiles past the prefetched ones (set_inflight_gu; 0 the
   // step's own cap, -1 the default: decode_step_host.cuh's inflight_gu_of).
   if (std::vector<int> list = env_ints("TF_STEP_INFLIGHT_GU_AB"); !list.empty()) {

@@ -162,6 +162,9 @@ class DecodeStep {
   // o_tiles (0-9) of its o into L2 once a layer's gate_up is done (the dense shape; 0: none; qkv_tiles -1:
   // the default, TF_STEP_L2PF_NEXT=Q*10+O at make or none).
   virtual void set_l2pf_next(int qkv_tiles, int o_tiles) = 0;
+  // Benches (A/B, same bits): 1, the dense step's weight stream under an L2 evict-first policy (0: normal;
+  // -1: the default, TF_STEP_STREAM_EF at make or 0).
+  virtual void set_stream_ef(int on) = 0;
   // Benches (A/B): shifts the number of early chunks the merging CTAs take (decode_step_kernel.cuh's e) by
   // `bias` (0: the kernel's rule). Same bits: only which CTA computes a chunk's partial changes.
   virtual void set_early_bias(int bias) = 0;

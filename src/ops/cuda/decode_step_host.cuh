@@ -284,6 +284,8 @@ struct State {
   int dn_from = 1;              // Params::dn_from
   int l2pf_next = -1;           // Params::l2pf_qkv * 10 + l2pf_o (-1: l2pf_next_default; set_l2pf_next)
   int l2pf_next_default = 0;    // TF_STEP_L2PF_NEXT at make
+  int stream_ef = -1;           // Params::stream_ef (-1: stream_ef_default; set_stream_ef)
+  int stream_ef_default = 0;    // TF_STEP_STREAM_EF at make
   int early_bias = 0;           // Params::early_bias
   bool probe = false;
   unsigned long long* stamps = nullptr;  // set_probe: made on first use
@@ -316,6 +318,7 @@ class Impl final : public DecodeStep {
   void set_l2pf_skip(int skip, int cap_past_skip) override;
   void set_inflight_dn(int stages, int from_tile) override;
   void set_l2pf_next(int qkv_tiles, int o_tiles) override;
+  void set_stream_ef(int on) override;
   void set_early_bias(int bias) override;
   std::vector<unsigned long long> stamps() const override;
   int grid() const override;
@@ -423,6 +426,9 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
   // TF_STEP_L2PF_NEXT=Q*10+O: each CTA's first Q tiles of the next layer's qkv and O of its o prefetched
   // into L2 once a layer's gate_up is done (same bits; the test).
   s.l2pf_next_default = env_int("TF_STEP_L2PF_NEXT", 0, 99, 0);
+  // TF_STEP_STREAM_EF=1: the weight stream's bulk copies under an L2 evict-first policy (same bits; the
+  // test).
+  s.stream_ef_default = env_int("TF_STEP_STREAM_EF", 0, 1, 0);
   // TF_STEP_RING_SLOTS=n (tests): the 4-bit ring's slots in use, fewer than fit (set_ring's; same bits).
   s.ring = env_int("TF_STEP_RING_SLOTS", 0, 1 << 20, 0);
   s.lend = env_switch("TF_STEP_LEND", true);  // launch.h
@@ -707,6 +713,9 @@ void Impl::set_l2pf_skip(int skip, int cap_past_skip) {
 void Impl::set_inflight_dn(int stages, int from_tile) {
   s_->inflight_dn = stages, s_->dn_from = from_tile;
 }
+void Impl::set_stream_ef(int on) {
+  s_->stream_ef = on;
+}
 void Impl::set_l2pf_next(int qkv_tiles, int o_tiles) {
   s_->l2pf_next = qkv_tiles < 0 ? -1 : qkv_tiles * 10 + std::clamp(o_tiles, 0, 9);
 }
@@ -824,6 +833,7 @@ void Impl::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
   p.inflight_dn = s.inflight_dn, p.dn_from = s.dn_from;
   const int next = s.l2pf_next < 0 ? s.l2pf_next_default : s.l2pf_next;
   p.l2pf_qkv = next / 10, p.l2pf_o = next % 10;
+  p.stream_ef = s.stream_ef < 0 ? s.stream_ef_default : s.stream_ef;
   p.stamps = s.stamping ? s.stamps : nullptr;
   p.tile_log = s.stamping && std::getenv("TF_STEP_TILE_LOG") != nullptr;  // (perturbs the other stamps)
   // Cooperative: every CTA polls words the others write, so all of them must be resident at once; the

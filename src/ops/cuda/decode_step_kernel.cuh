@@ -600,6 +600,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     // Each slot's stage counter is written before its copy (the 4-bit teams' check).
     int j = 0, op = 0;
     long long p_empty = 0, p_t0 = clock64();  // the probe's counters
+#if !TF_STEP_MOE
+    const uint64_t ef = prm.stream_ef ? l2_evict_first() : 0;  // (Params::stream_ef)
+#endif
     int p_layer = 0;
 #if TF_STEP_MOE
     int routed = -1;                                   // the gate_up op whose layer's routing the lanes hold
@@ -745,9 +748,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
                         w + (int64_t(tile) * stages + packed_stage(s, k, kOwn, sk)) * sbytes,
                         uint32_t(sbytes), saddr(full + slot));
 #else
-          bulk_copy_g2s(saddr(ring + slot * slot_b),
-                        w + (int64_t(tile) * stages + packed_stage(s, k, kOwn, SK)) * sbytes,
-                        uint32_t(sbytes), saddr(full + slot));
+          const unsigned char* src = w + (int64_t(tile) * stages + packed_stage(s, k, kOwn, SK)) * sbytes;
+          if (prm.stream_ef)
+            bulk_copy_g2s_hint(saddr(ring + slot * slot_b), src, uint32_t(sbytes), saddr(full + slot), ef);
+          else
+            bulk_copy_g2s(saddr(ring + slot * slot_b), src, uint32_t(sbytes), saddr(full + slot));
 #endif
         }
         __syncwarp();

@@ -295,6 +295,9 @@ struct Params {
   int l2pf_qkv, l2pf_o;  // the dense shape: this CTA's first l2pf_qkv tiles of the next layer's qkv and
                          // l2pf_o of its o bulk-prefetched into L2 once the layer's gate_up is done (0: none;
                          // DecodeStep::set_l2pf_next)
+  int stream_ef;  // the dense shape: 1, the ring's bulk copies under an L2 evict-first policy, so that the
+                  // weight stream does not evict what the L2 prefetches brought in
+                  // (DecodeStep::set_stream_ef)
 };
 using SS = DecodeStep::StampSlot;
 // A layer's ops (qkv, o, [router,] gate_up, down) and the gate_up's index among them (the probe's stamps).

@@ -219,6 +219,10 @@ TEST_F(CudaDecodeStep, Mlx4LinearsGiveTheChainsBits) {
   ASSERT_EQ(setenv("TF_STEP_GRID", "40", 1), 0);
   EXPECT_GT(run(300, 16, &dir), 8) << "the next layer's qkv and o prefetched, 40 CTAs";
   unsetenv("TF_STEP_GRID");
+  // The same with the weight stream under an L2 evict-first policy (TF_STEP_STREAM_EF=1).
+  ASSERT_EQ(setenv("TF_STEP_STREAM_EF", "1", 1), 0);
+  EXPECT_GT(run(1000, 16, &dir), 8) << "the stream evict-first, the next layer's qkv and o prefetched";
+  unsetenv("TF_STEP_STREAM_EF");
   unsetenv("TF_STEP_L2PF_NEXT");
   cuda::DecodeStep::set_mlx4(was);
 }

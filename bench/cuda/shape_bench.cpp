@@ -627,6 +627,13 @@ double decode_step_row(ShapeRun& r, int ctx) {
     st->set_l2pf(-1);
     st->set_l2pf_next(-1, 0);
   }
+  // "1": the 4-bit teams' turning storer (set_rot_store), against 0.
+  if (std::vector<int> list = env_ints("TF_STEP_ROT_AB"); !list.empty()) {
+    list.insert(list.begin(), 0);
+    step_ab("step with the slice sums to a turning storer warp (1) or at the team barrier (0)", list,
+            [&](int v) { st->set_rot_store(v); });
+    st->set_rot_store(-1);
+  }
   // "0,3,4": the in-flight cap for the gate_up's tiles past the prefetched ones (set_inflight_gu; 0 the
   // step's own cap, -1 the default: decode_step_host.cuh's inflight_gu_of).
   if (std::vector<int> list = env_ints("TF_STEP_INFLIGHT_GU_AB"); !list.empty()) {

@@ -165,6 +165,10 @@ class DecodeStep {
   // Benches (A/B, same bits): 1, the dense step's weight stream under an L2 evict-first policy (0: normal;
   // -1: the default, TF_STEP_STREAM_EF at make or 0).
   virtual void set_stream_ef(int on) = 0;
+  // Benches (A/B, same bits): 1, the dense 4-bit teams hand each tile's slice sums to a storer warp that
+  // turns with the tiles, over mbarriers, instead of all waiting at the team barrier for warp 0 (0: that; -1:
+  // the default, TF_STEP_ROT_STORE at make or 0).
+  virtual void set_rot_store(int on) = 0;
   // Benches (A/B): shifts the number of early chunks the merging CTAs take (decode_step_kernel.cuh's e) by
   // `bias` (0: the kernel's rule). Same bits: only which CTA computes a chunk's partial changes.
   virtual void set_early_bias(int bias) = 0;

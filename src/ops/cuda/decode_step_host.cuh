@@ -285,6 +285,8 @@ struct State {
   int l2pf_next = -1;           // Params::l2pf_qkv * 10 + l2pf_o (-1: l2pf_next_default; set_l2pf_next)
   int l2pf_next_default = 0;    // TF_STEP_L2PF_NEXT at make
   int stream_ef = -1;           // Params::stream_ef (-1: stream_ef_default; set_stream_ef)
+  int rot_store = -1;           // Params::rot_store (-1: rot_store_default; set_rot_store)
+  int rot_store_default = 0;    // TF_STEP_ROT_STORE at make
   int stream_ef_default = 0;    // TF_STEP_STREAM_EF at make
   int early_bias = 0;           // Params::early_bias
   bool probe = false;
@@ -319,6 +321,7 @@ class Impl final : public DecodeStep {
   void set_inflight_dn(int stages, int from_tile) override;
   void set_l2pf_next(int qkv_tiles, int o_tiles) override;
   void set_stream_ef(int on) override;
+  void set_rot_store(int on) override;
   void set_early_bias(int bias) override;
   std::vector<unsigned long long> stamps() const override;
   int grid() const override;
@@ -429,6 +432,9 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
   // TF_STEP_STREAM_EF=1: the weight stream's bulk copies under an L2 evict-first policy (same bits; the
   // test).
   s.stream_ef_default = env_int("TF_STEP_STREAM_EF", 0, 1, 0);
+  // TF_STEP_ROT_STORE=1: the 4-bit teams' slice sums to a turning storer warp over mbarriers (same bits; the
+  // test).
+  s.rot_store_default = env_int("TF_STEP_ROT_STORE", 0, 1, 0);
   // TF_STEP_RING_SLOTS=n (tests): the 4-bit ring's slots in use, fewer than fit (set_ring's; same bits).
   s.ring = env_int("TF_STEP_RING_SLOTS", 0, 1 << 20, 0);
   s.lend = env_switch("TF_STEP_LEND", true);  // launch.h
@@ -716,6 +722,9 @@ void Impl::set_inflight_dn(int stages, int from_tile) {
 void Impl::set_stream_ef(int on) {
   s_->stream_ef = on;
 }
+void Impl::set_rot_store(int on) {
+  s_->rot_store = on;
+}
 void Impl::set_l2pf_next(int qkv_tiles, int o_tiles) {
   s_->l2pf_next = qkv_tiles < 0 ? -1 : qkv_tiles * 10 + std::clamp(o_tiles, 0, 9);
 }
@@ -834,6 +843,7 @@ void Impl::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
   const int next = s.l2pf_next < 0 ? s.l2pf_next_default : s.l2pf_next;
   p.l2pf_qkv = next / 10, p.l2pf_o = next % 10;
   p.stream_ef = s.stream_ef < 0 ? s.stream_ef_default : s.stream_ef;
+  p.rot_store = s.rot_store < 0 ? s.rot_store_default : s.rot_store;
   p.stamps = s.stamping ? s.stamps : nullptr;
   p.tile_log = s.stamping && std::getenv("TF_STEP_TILE_LOG") != nullptr;  // (perturbs the other stamps)
   // Cooperative: every CTA polls words the others write, so all of them must be resident at once; the

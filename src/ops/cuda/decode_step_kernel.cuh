@@ -57,7 +57,8 @@ __host__ __device__ inline int packed_stage(int s, int k, int owners, int sk) {
 // and their stage counters.
 template <int W>
 constexpr size_t kSmemBytes = kMaxK * 2 + size_t(kRingBytes<W>) + kAttnRegion +
-                              (kRed<W> * kSlices * 16 + 8) * 4 + 2 * kRing<W> * 8 + kRing<W> * 4 +
+                              (kRed<W> * kSlices * 16 + 8) * 4 +
+                              2 * kRing<W> * 8 + kRBars * 8 + kRing<W> * 4 +
                               (TF_STEP_MOE ? kDredRanks * kSlices * 16 * 4 : 0);  // (the down's dred)
 
 // The 4-bit consumer's variants: plain or subnormal codes (quant_common.cuh's kMlxBf16 / kMlxBf16Sub) x
@@ -483,7 +484,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   float* nred = red + kRed<W> * kSlices * 16;                                 // [8]
   uint64_t* full = reinterpret_cast<uint64_t*>(nred + 8);
   uint64_t* empty = full + kSlots;
-  int* meta = reinterpret_cast<int*>(empty + kSlots);  // [kSlots]: the stage (producer's count) in the slot
+  uint64_t* rbar = empty + kSlots;  // [team][full 0, 1, empty 0, 1]: Params::rot_store's (the dense kernel)
+  int* meta = reinterpret_cast<int*>(rbar + kRBars);  // [kSlots]: the stage (producer's count) in the slot
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #if TF_STEP_MOE
   float* dred = reinterpret_cast<float*>(meta + kSlots);  // [kDredRanks][8][16]: the 4-bit down's slice sums
@@ -495,6 +497,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   if (threadIdx.x == 0) {
     for (int i = 0; i < kSlots; ++i)
       mbar_init(saddr(full + i), 1), mbar_init(saddr(empty + i), SW / kTeams<W>), meta[i] = -1;
+    for (int i = 0; i < kRBars; ++i) mbar_init(saddr(rbar + i), i % 4 < 2 ? kCWarps / kTeams<W> : 1);
     mbar_init_fence();
   }
   __syncthreads();
@@ -1090,20 +1093,38 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     // launch's tag). red is double-buffered a team: a warp writes red[p] for the team's tile i + 2 only after
     // the team's barrier of tile i + 1, which the first warp reaches after reading tile i's.
     float* r = red + (team * 2 + (tcount & 1)) * kSlices * 16;
+    // Params::rot_store (the dense 4-bit teams; session 69, benches): the team's tile n is summed and stored
+    // by its warp n % 4, over mbarriers (full: the 4 warps' slice sums written; empty: the storer has read
+    // them), so the other warps go on to their next tile at once instead of waiting at the team barrier while
+    // warp 0 sums and stores every tile (run 583's tile log: ~950 cycles a gate_up tile with the probe's
+    // stamps, ~400 at the barrier). A buffer's use u waits for the storer's read of use u - 1. Same bits.
+    const bool rot = kNT > 1 && !TF_STEP_MOE && prm.rot_store;
+    const int ru = tcount >> 1;  // this buffer's use
+    const uint32_t rfull = saddr(rbar + team * 4 + (tcount & 1)), rempty = rfull + 16;
+    const uint32_t cb = kProbe ? clk() : 0;
+    if (rot && ru > 0) wait_bar(rempty, (ru - 1) & 1, kSliceSums, tcount);
     if (t == 0)
 #pragma unroll
       for (int e = 0; e < kSPW; ++e)
         r[(slice0 + e) * 16 + g] = acc[e][0], r[(slice0 + e) * 16 + g + 8] = acc[e][2];
-    const uint32_t cb = kProbe ? clk() : 0;
-    if constexpr (kNT == 1)
+    if constexpr (kNT == 1) {
       bar_consumers();
-    else
+    } else if (rot) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(rfull);
+      if (q == tcount % kTW) wait_bar(rfull, ru & 1, kSliceSums, tcount);
+    } else {
       nbar_sync(kBarTeam + team, kTW * 32);
+    }
     if (kProbe) c_bar += clk() - cb;
     if (kProbe && logging) gcount(op, 3), tlog(op, 3);
-    if (q == 0) {
+    if (rot ? q == tcount % kTW : q == 0) {
       float sum = 0.f;
       if (lane < 16) sum = slice_sum(r, lane);
+      if (rot) {  // the buffer read: free for the team's tile n + 2
+        __syncwarp();
+        if (lane == 0) mbar_arrive(rempty);
+      }
       if (o.silu_out) {  // lanes 0-7 gate features n0/2 + l, lanes 8-15 their up values: the bits of
                          // gate_up stored as bf16, then silu_mul (activation.cuh)
         const float gb = __bfloat162float(__float2bfloat16(sum));
@@ -1134,6 +1155,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       }
       __syncwarp();
       if (kProbe && logging) gcount(op, 4), tlog(op, 4), ++log_ti;
+    } else if (kProbe && logging) {  // (rot_store: warp 0 not this tile's storer)
+      gcount(op, 4), tlog(op, 4), ++log_ti;
     }
     ++tcount;
   }

@@ -102,6 +102,8 @@ template <int W>
 constexpr int kTeams = W == kWBf16 ? 1 : 2;
 template <int W>  // slice-sum buffers: double-buffered a team (one team barrier a tile)
 constexpr int kRed = 2 * kTeams<W>;
+// The dense kernel's slice-sum mbarriers (Params::rot_store): full and empty of each team's two buffers.
+constexpr int kRBars = TF_STEP_MOE ? 0 : 8;
 // The attention shape: q heads, KV heads, head dim; K/V/Q staging rows padded as attention_mma's.
 constexpr int kHq = 32, kHk = TF_STEP_MOE ? 4 : 8, kGroup = kHq / kHk, kD = 128, kRS = kD + 8;
 constexpr int kAttnBytes = (2 * attn::kC + 16) * kRS * 2;  // Ks, Vs [128][kRS], Qs [16][kRS]
@@ -295,6 +297,8 @@ struct Params {
   int l2pf_qkv, l2pf_o;  // the dense shape: this CTA's first l2pf_qkv tiles of the next layer's qkv and
                          // l2pf_o of its o bulk-prefetched into L2 once the layer's gate_up is done (0: none;
                          // DecodeStep::set_l2pf_next)
+  int rot_store;  // the dense 4-bit teams: 1, the slice sums handed to a storer warp that turns with the
+                  // team's tiles over mbarriers instead of the team barrier (DecodeStep::set_rot_store)
   int stream_ef;  // the dense shape: 1, the ring's bulk copies under an L2 evict-first policy, so that the
                   // weight stream does not evict what the L2 prefetches brought in
                   // (DecodeStep::set_stream_ef)
@@ -357,11 +361,12 @@ __device__ __forceinline__ bool round_units_ok(const uint32_t* mb, int units, in
 }
 // Waits with a watchdog (seconds): a hang prints who waited for what and traps instead of spinning forever.
 // What a wait_bar waits for (its hang message).
-enum BarWait : int { kEmptyStage, kFullStage, kKChunk, kVChunk, kMergeRound };
+enum BarWait : int { kEmptyStage, kFullStage, kKChunk, kVChunk, kMergeRound, kSliceSums };
 __device__ void wait_bar(uint32_t bar, uint32_t parity, BarWait what, int j) {
   for (long long n = 0; !mbar_try_wait(bar, parity); ++n)
     if (n == (1ll << 24)) {
-      static const char* const kWhat[] = {"empty stage", "full stage", "K chunk", "V chunk", "merge round"};
+      static const char* const kWhat[] = {"empty stage", "full stage",  "K chunk",
+                                          "V chunk",     "merge round", "slice sums"};
       printf("decode_step HANG block %d warp %d: %s %d parity %u\n", blockIdx.x, threadIdx.x / 32,
              kWhat[what], j, parity);
       __trap();

@@ -224,6 +224,18 @@ TEST_F(CudaDecodeStep, Mlx4LinearsGiveTheChainsBits) {
   EXPECT_GT(run(1000, 16, &dir), 8) << "the stream evict-first, the next layer's qkv and o prefetched";
   unsetenv("TF_STEP_STREAM_EF");
   unsetenv("TF_STEP_L2PF_NEXT");
+  // The teams' slice sums to a storer warp that turns with the tiles (TF_STEP_ROT_STORE=1), every stage
+  // shape, and on 40 CTAs (many tiles a team: each buffer's mbarriers through many phases).
+  ASSERT_EQ(setenv("TF_STEP_ROT_STORE", "1", 1), 0);
+  for (const char* sw : {"2", "4", "8"}) {
+    ASSERT_EQ(setenv("TF_STEP_Q4_SW", sw, 1), 0);
+    EXPECT_GT(run(1000, 16, &dir), 8) << "the turning storer, stages of " << sw << " slices";
+  }
+  unsetenv("TF_STEP_Q4_SW");
+  ASSERT_EQ(setenv("TF_STEP_GRID", "40", 1), 0);
+  EXPECT_GT(run(300, 16, &dir), 8) << "the turning storer, 40 CTAs";
+  unsetenv("TF_STEP_GRID");
+  unsetenv("TF_STEP_ROT_STORE");
   cuda::DecodeStep::set_mlx4(was);
 }
 

@@ -587,53 +587,6 @@ double decode_step_row(ShapeRun& r, int ctx) {
             [&](int v) { st->set_l2pf(v); });
     st->set_l2pf(-1);
   }
-  // "40,941": the prefetch's plan S * 100 + T * 10 + C -- T tiles past the first S of each CTA (S 9: those
-  // its ring holds), C 1: the gate_up's cap from the tiles past the skipped ones (set_l2pf, set_l2pf_skip).
-  if (std::vector<int> list = env_ints("TF_STEP_L2PF_PLAN"); !list.empty()) {
-    step_ab("step with the prefetch's plan S*100+T*10+C (T tiles past the first S, 9: held; C 1: cap past S)",
-            list, [&](int v) {
-              st->set_l2pf(v / 10 % 10);
-              st->set_l2pf_skip(v / 100 == 9 ? -1 : v / 100, v % 10);
-            });
-    st->set_l2pf(-1);
-    st->set_l2pf_skip(-2, -1);
-  }
-  // "41,40": the down's tiles from each CTA's F-th at N stages in flight (N * 10 + F; 0: the step's cap).
-  if (std::vector<int> list = env_ints("TF_STEP_INFLIGHT_DN_AB"); !list.empty()) {
-    list.insert(list.begin(), 0);
-    step_ab("step with the down's tiles from the F-th at N stages in flight (N*10+F; 0: the step's cap)",
-            list, [&](int v) { st->set_inflight_dn(v / 10, v % 10); });
-    st->set_inflight_dn(0, 1);
-  }
-  // "30,32": the next layer's first Q qkv tiles and O o tiles a CTA prefetched into L2 once a layer's gate_up
-  // is done (Q * 10 + O; set_l2pf_next).
-  if (std::vector<int> list = env_ints("TF_STEP_L2PF_NEXT_AB"); !list.empty()) {
-    list.insert(list.begin(), 0);
-    step_ab("step with the next layer's qkv and o tiles prefetched once the gate_up is done (Q*10+O)", list,
-            [&](int v) { st->set_l2pf_next(v / 10, v % 10); });
-    st->set_l2pf_next(-1, 0);
-  }
-  // "400,1400,1430": E * 1000 + T * 100 + Q * 10 + O -- the weight stream under an L2 evict-first policy (E
-  // 1), the gate_up's first T tiles prefetched during the attention, the next layer's first Q qkv and O o
-  // tiles once the gate_up is done (set_stream_ef, set_l2pf, set_l2pf_next).
-  if (std::vector<int> list = env_ints("TF_STEP_EF_PLAN"); !list.empty()) {
-    step_ab("step with E*1000+T*100+Q*10+O (E 1: the stream evict-first; T gate_up tiles; Q qkv, O o next)",
-            list, [&](int v) {
-              st->set_stream_ef(v / 1000);
-              st->set_l2pf(v / 100 % 10);
-              st->set_l2pf_next(v / 10 % 10, v % 10);
-            });
-    st->set_stream_ef(-1);
-    st->set_l2pf(-1);
-    st->set_l2pf_next(-1, 0);
-  }
-  // "1": the 4-bit teams' turning storer (set_rot_store), against 0.
-  if (std::vector<int> list = env_ints("TF_STEP_ROT_AB"); !list.empty()) {
-    list.insert(list.begin(), 0);
-    step_ab("step with the slice sums to a turning storer warp (1) or at the team barrier (0)", list,
-            [&](int v) { st->set_rot_store(v); });
-    st->set_rot_store(-1);
-  }
   // "0,3,4": the in-flight cap for the gate_up's tiles past the prefetched ones (set_inflight_gu; 0 the
   // step's own cap, -1 the default: decode_step_host.cuh's inflight_gu_of).
   if (std::vector<int> list = env_ints("TF_STEP_INFLIGHT_GU_AB"); !list.empty()) {

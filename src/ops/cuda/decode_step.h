@@ -150,25 +150,6 @@ class DecodeStep {
   // Benches (A/B, same bits): the stages-in-flight cap for the gate_up's tiles past those prefetched (0:
   // set_inflight's; -1: the default, decode_step_host.cuh's inflight_gu_of or TF_STEP_INFLIGHT_GU at make).
   virtual void set_inflight_gu(int stages) = 0;
-  // Benches (A/B, same bits): the L2 prefetch skips each CTA's first `skip` gate_up tiles (-1: those its ring
-  // holds during the attention; -2: the default, TF_STEP_L2PF_SKIP at make or 0), and with cap_past_skip 1
-  // the gate_up's cap (set_inflight_gu) starts past the skipped tiles instead of past the prefetched ones
-  // (-1: the default, TF_STEP_GU_CAP_SKIP at make or 0).
-  virtual void set_l2pf_skip(int skip, int cap_past_skip) = 0;
-  // Benches (A/B, same bits): the down's tiles from each CTA's from_tile-th at `stages` in flight (0: the
-  // step's cap).
-  virtual void set_inflight_dn(int stages, int from_tile) = 0;
-  // Benches (A/B, same bits): each CTA bulk-prefetches its first qkv_tiles tiles of the next layer's qkv and
-  // o_tiles (0-9) of its o into L2 once a layer's gate_up is done (the dense shape; 0: none; qkv_tiles -1:
-  // the default, TF_STEP_L2PF_NEXT=Q*10+O at make or none).
-  virtual void set_l2pf_next(int qkv_tiles, int o_tiles) = 0;
-  // Benches (A/B, same bits): 1, the dense step's weight stream under an L2 evict-first policy (0: normal;
-  // -1: the default, TF_STEP_STREAM_EF at make or 0).
-  virtual void set_stream_ef(int on) = 0;
-  // Benches (A/B, same bits): 1, the dense 4-bit teams hand each tile's slice sums to a storer warp that
-  // turns with the tiles, over mbarriers, instead of all waiting at the team barrier for warp 0 (0: that; -1:
-  // the default, TF_STEP_ROT_STORE at make or 0).
-  virtual void set_rot_store(int on) = 0;
   // Benches (A/B): shifts the number of early chunks the merging CTAs take (decode_step_kernel.cuh's e) by
   // `bias` (0: the kernel's rule). Same bits: only which CTA computes a chunk's partial changes.
   virtual void set_early_bias(int bias) = 0;

@@ -276,18 +276,6 @@ struct State {
   int l2pf_default = 0;         // TF_STEP_L2PF_TILES at make
   int inflight_gu = -1;         // Params::inflight_gu (-1: inflight_gu_default; set_inflight_gu)
   int inflight_gu_default = 0;  // inflight_gu_of the format and card, or TF_STEP_INFLIGHT_GU at make
-  int l2pf_skip = -2;           // Params::l2pf_skip (-2: l2pf_skip_default; set_l2pf_skip)
-  int l2pf_skip_default = 0;    // TF_STEP_L2PF_SKIP at make
-  int gu_cap_skip = -1;         // Params::gu_cap_skip (-1: gu_cap_skip_default)
-  int gu_cap_skip_default = 0;  // TF_STEP_GU_CAP_SKIP at make
-  int inflight_dn = 0;          // Params::inflight_dn (set_inflight_dn; TF_STEP_INFLIGHT_DN at make)
-  int dn_from = 1;              // Params::dn_from
-  int l2pf_next = -1;           // Params::l2pf_qkv * 10 + l2pf_o (-1: l2pf_next_default; set_l2pf_next)
-  int l2pf_next_default = 0;    // TF_STEP_L2PF_NEXT at make
-  int stream_ef = -1;           // Params::stream_ef (-1: stream_ef_default; set_stream_ef)
-  int rot_store = -1;           // Params::rot_store (-1: rot_store_default; set_rot_store)
-  int rot_store_default = 0;    // TF_STEP_ROT_STORE at make
-  int stream_ef_default = 0;    // TF_STEP_STREAM_EF at make
   int early_bias = 0;           // Params::early_bias
   bool probe = false;
   unsigned long long* stamps = nullptr;  // set_probe: made on first use
@@ -317,11 +305,6 @@ class Impl final : public DecodeStep {
   void set_inflight(int stages) override;
   void set_l2pf(int tiles) override;
   void set_inflight_gu(int stages) override;
-  void set_l2pf_skip(int skip, int cap_past_skip) override;
-  void set_inflight_dn(int stages, int from_tile) override;
-  void set_l2pf_next(int qkv_tiles, int o_tiles) override;
-  void set_stream_ef(int on) override;
-  void set_rot_store(int on) override;
   void set_early_bias(int bias) override;
   std::vector<unsigned long long> stamps() const override;
   int grid() const override;
@@ -419,22 +402,6 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
   // TF_STEP_INFLIGHT_GU=n: the in-flight cap for the gate_up's tiles past the prefetched ones instead of
   // inflight_gu_of's (same bits; the GPU test runs 3).
   s.inflight_gu_default = env_int("TF_STEP_INFLIGHT_GU", 0, 64, inflight_gu_of(fmt, prop.totalGlobalMem));
-  // TF_STEP_L2PF_SKIP=n: the prefetch skips each CTA's first n gate_up tiles (-1: those its ring holds);
-  // TF_STEP_GU_CAP_SKIP=1: the gate_up's cap from the tiles past those skipped (same bits; the GPU test).
-  s.l2pf_skip_default = env_int("TF_STEP_L2PF_SKIP", -1, 64, 0);
-  s.gu_cap_skip_default = env_int("TF_STEP_GU_CAP_SKIP", 0, 1, 0);
-  // TF_STEP_INFLIGHT_DN=n: the down's tiles past each CTA's first at n stages in flight (same bits; the
-  // test).
-  s.inflight_dn = env_int("TF_STEP_INFLIGHT_DN", 0, 64, 0);
-  // TF_STEP_L2PF_NEXT=Q*10+O: each CTA's first Q tiles of the next layer's qkv and O of its o prefetched
-  // into L2 once a layer's gate_up is done (same bits; the test).
-  s.l2pf_next_default = env_int("TF_STEP_L2PF_NEXT", 0, 99, 0);
-  // TF_STEP_STREAM_EF=1: the weight stream's bulk copies under an L2 evict-first policy (same bits; the
-  // test).
-  s.stream_ef_default = env_int("TF_STEP_STREAM_EF", 0, 1, 0);
-  // TF_STEP_ROT_STORE=1: the 4-bit teams' slice sums to a turning storer warp over mbarriers (same bits; the
-  // test).
-  s.rot_store_default = env_int("TF_STEP_ROT_STORE", 0, 1, 0);
   // TF_STEP_RING_SLOTS=n (tests): the 4-bit ring's slots in use, fewer than fit (set_ring's; same bits).
   s.ring = env_int("TF_STEP_RING_SLOTS", 0, 1 << 20, 0);
   s.lend = env_switch("TF_STEP_LEND", true);  // launch.h
@@ -713,21 +680,6 @@ void Impl::set_ring(int slots) {
 void Impl::set_l2pf(int tiles) {
   s_->l2pf = tiles;
 }
-void Impl::set_l2pf_skip(int skip, int cap_past_skip) {
-  s_->l2pf_skip = skip, s_->gu_cap_skip = cap_past_skip;
-}
-void Impl::set_inflight_dn(int stages, int from_tile) {
-  s_->inflight_dn = stages, s_->dn_from = from_tile;
-}
-void Impl::set_stream_ef(int on) {
-  s_->stream_ef = on;
-}
-void Impl::set_rot_store(int on) {
-  s_->rot_store = on;
-}
-void Impl::set_l2pf_next(int qkv_tiles, int o_tiles) {
-  s_->l2pf_next = qkv_tiles < 0 ? -1 : qkv_tiles * 10 + std::clamp(o_tiles, 0, 9);
-}
 void Impl::set_inflight_gu(int stages) {
   s_->inflight_gu = stages;
 }
@@ -837,13 +789,6 @@ void Impl::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
   p.inflight = s.inflight < 0 ? s.inflight_default : s.inflight;
   p.l2pf = s.l2pf < 0 ? s.l2pf_default : s.l2pf;
   p.inflight_gu = s.inflight_gu < 0 ? s.inflight_gu_default : s.inflight_gu;
-  p.l2pf_skip = s.l2pf_skip < -1 ? s.l2pf_skip_default : s.l2pf_skip;
-  p.gu_cap_skip = s.gu_cap_skip < 0 ? s.gu_cap_skip_default : s.gu_cap_skip;
-  p.inflight_dn = s.inflight_dn, p.dn_from = s.dn_from;
-  const int next = s.l2pf_next < 0 ? s.l2pf_next_default : s.l2pf_next;
-  p.l2pf_qkv = next / 10, p.l2pf_o = next % 10;
-  p.stream_ef = s.stream_ef < 0 ? s.stream_ef_default : s.stream_ef;
-  p.rot_store = s.rot_store < 0 ? s.rot_store_default : s.rot_store;
   p.stamps = s.stamping ? s.stamps : nullptr;
   p.tile_log = s.stamping && std::getenv("TF_STEP_TILE_LOG") != nullptr;  // (perturbs the other stamps)
   // Cooperative: every CTA polls words the others write, so all of them must be resident at once; the

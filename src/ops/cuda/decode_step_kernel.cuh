@@ -57,8 +57,7 @@ __host__ __device__ inline int packed_stage(int s, int k, int owners, int sk) {
 // and their stage counters.
 template <int W>
 constexpr size_t kSmemBytes = kMaxK * 2 + size_t(kRingBytes<W>) + kAttnRegion +
-                              (kRed<W> * kSlices * 16 + 8) * 4 +
-                              2 * kRing<W> * 8 + kRBars * 8 + kRing<W> * 4 +
+                              (kRed<W> * kSlices * 16 + 8) * 4 + 2 * kRing<W> * 8 + kRing<W> * 4 +
                               (TF_STEP_MOE ? kDredRanks * kSlices * 16 * 4 : 0);  // (the down's dred)
 
 // The 4-bit consumer's variants: plain or subnormal codes (quant_common.cuh's kMlxBf16 / kMlxBf16Sub) x
@@ -484,8 +483,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   float* nred = red + kRed<W> * kSlices * 16;                                 // [8]
   uint64_t* full = reinterpret_cast<uint64_t*>(nred + 8);
   uint64_t* empty = full + kSlots;
-  uint64_t* rbar = empty + kSlots;  // [team][full 0, 1, empty 0, 1]: Params::rot_store's (the dense kernel)
-  int* meta = reinterpret_cast<int*>(rbar + kRBars);  // [kSlots]: the stage (producer's count) in the slot
+  int* meta = reinterpret_cast<int*>(empty + kSlots);  // [kSlots]: the stage (producer's count) in the slot
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #if TF_STEP_MOE
   float* dred = reinterpret_cast<float*>(meta + kSlots);  // [kDredRanks][8][16]: the 4-bit down's slice sums
@@ -497,7 +495,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   if (threadIdx.x == 0) {
     for (int i = 0; i < kSlots; ++i)
       mbar_init(saddr(full + i), 1), mbar_init(saddr(empty + i), SW / kTeams<W>), meta[i] = -1;
-    for (int i = 0; i < kRBars; ++i) mbar_init(saddr(rbar + i), i % 4 < 2 ? kCWarps / kTeams<W> : 1);
     mbar_init_fence();
   }
   __syncthreads();
@@ -568,29 +565,24 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         h = nh, c = nc, have = next, staged = next;
       }
 #if !TF_STEP_MOE
-      if ((prm.l2pf > 0 || prm.l2pf_qkv > 0 || prm.l2pf_o > 0) && warp == kProducer + 1 && op + 1 < nops) {
+      if (prm.l2pf > 0 && warp == kProducer + 1 && op + 1 < nops) {
         // This CTA's first l2pf tiles of the layer's gate_up bulk-prefetched into L2 by lane 0 once the
         // layer's qkv has stored its last word: bytes the producer can ring in only after the attention and
         // o, while the weight stream idles behind the attention's chain (~12 us a layer at 512 positions,
         // run 556's timeline). No one waits for it (its issue may be held while the bytes move); the next
         // layer's units are ~45 us away. Same bits: only where the weights come from changes. Runs 573-574
         // (H100, Qwen3-8B MLX 4-bit b=1 ctx 512): 4 tiles 1.833 -> 1.797 ms; decode_step_host.cuh's l2pf_of.
-        // Then (Params::l2pf_qkv / l2pf_o; session 69, benches) the next layer's qkv and o tiles once the
-        // layer's gate_up has stored its last word: the stream idles again through the down's x hop and the
-        // down (its stages ringed during the hop), and the qkv's stages can be ringed only as the down's free
-        // their slots. The next layer's units wait for this warp meanwhile (their K/V is needed ~20 us
-        // later).
         if (lane == 0) {
-          wait_tag_bounded(ops[op].qkv + (ops[op - 1].n - 1), tag);
-          l2_prefetch_tiles(ops[op + 1], b, G,
-                            l2pf_skip_of(ops, op + 1, b, G, nslots, prm.l2pf_skip, SK * SW), prm.l2pf,
-                            SK * SW);
-          if ((prm.l2pf_qkv > 0 || prm.l2pf_o > 0) && op + 4 < nops) {  // (not past the last layer)
-            const Op& gu = ops[op + 1];
-            wait_tag_bounded(static_cast<const uint32_t*>(gu.y) + (gu.n / 2 - 1), tag);  // (silu_out words)
-            l2_prefetch_tiles(ops[op + 3], b, G, 0, prm.l2pf_qkv, SK * SW);
-            l2_prefetch_tiles(ops[op + 4], b, G, 0, prm.l2pf_o, SK * SW);
-          }
+          const uint32_t* last = ops[op].qkv + (ops[op - 1].n - 1);
+          long long n = 0;  // (bounded: a prefetch is never worth a hang)
+          while ((ldv(last) >> 16) != tag && ++n < (1ll << 22)) __nanosleep(128);
+          const Op& u = ops[op + 1];
+          const int64_t tb = int64_t(u.k / SK / SW) * u.sbytes;  // a tile's stages, contiguous
+          int i = u.tile_begin + first_tile_of(b, u.tile_begin, G);
+          for (int m = 0; m < prm.l2pf && i < u.tile_begin + u.tiles; ++m, i += G)
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(u.wp + (i - u.tile_begin) * tb),
+                         "r"(uint32_t(tb))
+                         : "memory");
         }
         __syncwarp();
       }
@@ -603,9 +595,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     // Each slot's stage counter is written before its copy (the 4-bit teams' check).
     int j = 0, op = 0;
     long long p_empty = 0, p_t0 = clock64();  // the probe's counters
-#if !TF_STEP_MOE
-    const uint64_t ef = prm.stream_ef ? l2_evict_first() : 0;  // (Params::stream_ef)
-#endif
     int p_layer = 0;
 #if TF_STEP_MOE
     int routed = -1;                                   // the gate_up op whose layer's routing the lanes hold
@@ -663,16 +652,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       // prefetched (requested while the gate_up runs: no hop waits on them until the down's x), else
       // Params::inflight (run 577, H100 MLX 4-bit: 4 stages there 1.812 -> 1.792 ms; decode_step_host.cuh's
       // inflight_gu_of). The CTA's tiles of an op are first_tile_of + m G, first_tile_of < G: tile / G is m.
-      // Benches (same bits, session 68): the prefetch past the tiles the ring holds (Params::l2pf_skip), the
-      // gate_up's cap from there (gu_cap_skip), the down's later tiles at their own cap (inflight_dn).
       int inflight = prm.inflight;
-      if (inflight > 0 && prm.inflight_gu > 0 && op % kOpsPerLayer == kOpGateUp &&
-          tile / G >=
-              l2pf_skip_of(ops, op, b, G, nslots, prm.l2pf_skip, SK * SW) + (prm.gu_cap_skip ? 0 : prm.l2pf))
+      if (inflight > 0 && prm.inflight_gu > 0 && op % kOpsPerLayer == kOpGateUp && tile / G >= prm.l2pf)
         inflight = prm.inflight_gu;
-      if (inflight > 0 && prm.inflight_dn > 0 && op % kOpsPerLayer == kOpGateUp + 1 &&
-          tile / G >= prm.dn_from)
-        inflight = prm.inflight_dn;
 #endif
 #if TF_STEP_MOE
       if (W != kWBf16 && inflight == 0 && prm.ablate != 10) {
@@ -751,11 +733,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
                         w + (int64_t(tile) * stages + packed_stage(s, k, kOwn, sk)) * sbytes,
                         uint32_t(sbytes), saddr(full + slot));
 #else
-          const unsigned char* src = w + (int64_t(tile) * stages + packed_stage(s, k, kOwn, SK)) * sbytes;
-          if (prm.stream_ef)
-            bulk_copy_g2s_hint(saddr(ring + slot * slot_b), src, uint32_t(sbytes), saddr(full + slot), ef);
-          else
-            bulk_copy_g2s(saddr(ring + slot * slot_b), src, uint32_t(sbytes), saddr(full + slot));
+          bulk_copy_g2s(saddr(ring + slot * slot_b),
+                        w + (int64_t(tile) * stages + packed_stage(s, k, kOwn, SK)) * sbytes,
+                        uint32_t(sbytes), saddr(full + slot));
 #endif
         }
         __syncwarp();
@@ -1093,38 +1073,20 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     // launch's tag). red is double-buffered a team: a warp writes red[p] for the team's tile i + 2 only after
     // the team's barrier of tile i + 1, which the first warp reaches after reading tile i's.
     float* r = red + (team * 2 + (tcount & 1)) * kSlices * 16;
-    // Params::rot_store (the dense 4-bit teams; session 69, benches): the team's tile n is summed and stored
-    // by its warp n % 4, over mbarriers (full: the 4 warps' slice sums written; empty: the storer has read
-    // them), so the other warps go on to their next tile at once instead of waiting at the team barrier while
-    // warp 0 sums and stores every tile (run 583's tile log: ~950 cycles a gate_up tile with the probe's
-    // stamps, ~400 at the barrier). A buffer's use u waits for the storer's read of use u - 1. Same bits.
-    const bool rot = kNT > 1 && !TF_STEP_MOE && prm.rot_store;
-    const int ru = tcount >> 1;  // this buffer's use
-    const uint32_t rfull = saddr(rbar + team * 4 + (tcount & 1)), rempty = rfull + 16;
-    const uint32_t cb = kProbe ? clk() : 0;
-    if (rot && ru > 0) wait_bar(rempty, (ru - 1) & 1, kSliceSums, tcount);
     if (t == 0)
 #pragma unroll
       for (int e = 0; e < kSPW; ++e)
         r[(slice0 + e) * 16 + g] = acc[e][0], r[(slice0 + e) * 16 + g + 8] = acc[e][2];
-    if constexpr (kNT == 1) {
+    const uint32_t cb = kProbe ? clk() : 0;
+    if constexpr (kNT == 1)
       bar_consumers();
-    } else if (rot) {
-      __syncwarp();
-      if (lane == 0) mbar_arrive(rfull);
-      if (q == tcount % kTW) wait_bar(rfull, ru & 1, kSliceSums, tcount);
-    } else {
+    else
       nbar_sync(kBarTeam + team, kTW * 32);
-    }
     if (kProbe) c_bar += clk() - cb;
     if (kProbe && logging) gcount(op, 3), tlog(op, 3);
-    if (rot ? q == tcount % kTW : q == 0) {
+    if (q == 0) {
       float sum = 0.f;
       if (lane < 16) sum = slice_sum(r, lane);
-      if (rot) {  // the buffer read: free for the team's tile n + 2
-        __syncwarp();
-        if (lane == 0) mbar_arrive(rempty);
-      }
       if (o.silu_out) {  // lanes 0-7 gate features n0/2 + l, lanes 8-15 their up values: the bits of
                          // gate_up stored as bf16, then silu_mul (activation.cuh)
         const float gb = __bfloat162float(__float2bfloat16(sum));
@@ -1155,8 +1117,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       }
       __syncwarp();
       if (kProbe && logging) gcount(op, 4), tlog(op, 4), ++log_ti;
-    } else if (kProbe && logging) {  // (rot_store: warp 0 not this tile's storer)
-      gcount(op, 4), tlog(op, 4), ++log_ti;
     }
     ++tcount;
   }

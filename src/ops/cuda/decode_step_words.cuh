@@ -102,8 +102,6 @@ template <int W>
 constexpr int kTeams = W == kWBf16 ? 1 : 2;
 template <int W>  // slice-sum buffers: double-buffered a team (one team barrier a tile)
 constexpr int kRed = 2 * kTeams<W>;
-// The dense kernel's slice-sum mbarriers (Params::rot_store): full and empty of each team's two buffers.
-constexpr int kRBars = TF_STEP_MOE ? 0 : 8;
 // The attention shape: q heads, KV heads, head dim; K/V/Q staging rows padded as attention_mma's.
 constexpr int kHq = 32, kHk = TF_STEP_MOE ? 4 : 8, kGroup = kHq / kHk, kD = 128, kRS = kD + 8;
 constexpr int kAttnBytes = (2 * attn::kC + 16) * kRS * 2;  // Ks, Vs [128][kRS], Qs [16][kRS]
@@ -230,30 +228,6 @@ __device__ __forceinline__ int first_tile_of(int b, int tile_begin, int G) {
   return ((b - tile_begin) % G + G) % G;
 }
 
-// How many of CTA b's gate_up tiles of op gu (its m-th tiles, m below this) the L2 prefetch skips: `skip`,
-// or with skip -1 those its ring holds during the layer's attention -- the ring's nslots stages, less this
-// CTA's tiles of o (op gu - 1), whole gate_up tiles (stage_k: k-values a stage). The prefetch of the first
-// tiles (skip 0) partly repeats what the ring already holds (4-bit SW 4 at 512 positions: 11 slots where the
-// CTA lends the attention's region, 7 elsewhere, o's 2 tiles of 2 stages: 3 or 1 tiles of the gate_up).
-__device__ __forceinline__ int l2pf_skip_of(const Op* ops, int gu, int b, int G, int nslots, int skip,
-                                            int stage_k) {
-  if (skip >= 0) return skip;
-  const Op &o = ops[gu - 1], &g = ops[gu];
-  const int fo = first_tile_of(b, o.tile_begin, G);
-  const int held = nslots - (fo < o.tiles ? (o.tiles - fo + G - 1) / G : 0) * (o.k / stage_k);
-  return held > 0 ? held / (g.k / stage_k) : 0;
-}
-
-// Bulk-prefetches into L2 CTA b's m-th tiles of op u for m in [m0, m0 + n) (the CTA's tiles of an op are
-// first_tile_of + m G; a tile's stages are contiguous in the packed weights: one instruction a tile of u.k /
-// stage_k stages). One lane's; no one waits for it (its issue may be held while the bytes move).
-__device__ __forceinline__ void l2_prefetch_tiles(const Op& u, int b, int G, int m0, int n, int stage_k) {
-  const int64_t tb = int64_t(u.k / stage_k) * u.sbytes;
-  for (int m = 0, t = first_tile_of(b, u.tile_begin, G) + m0 * G; m < n && t < u.tiles; ++m, t += G)
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(u.wp + t * tb), "r"(uint32_t(tb))
-                 : "memory");
-}
-
 // The launch's constants besides the op table.
 struct Params {
   const Op* ops;
@@ -287,21 +261,6 @@ struct Params {
                  // layer's qkv is done (0: none; DecodeStep::set_l2pf)
   int inflight_gu;  // the dense shape, with inflight > 0: the cap for the gate_up's tiles past the l2pf
                     // prefetched ones (0: inflight; DecodeStep::set_inflight_gu)
-  int l2pf_skip;  // the dense shape: the prefetch skips this CTA's first l2pf_skip gate_up tiles of the layer
-                  // (-1: those its ring holds during the attention, l2pf_skip_of; DecodeStep::set_l2pf_skip)
-  int gu_cap_skip;  // 1: Params::inflight_gu from the gate_up's tiles past the skipped ones (the prefetched
-                    // included); 0: past the prefetched ones
-  int inflight_dn;  // the dense shape, with inflight > 0: the cap for the down's tiles from this CTA's
-                    // dn_from-th (0: inflight; DecodeStep::set_inflight_dn)
-  int dn_from;
-  int l2pf_qkv, l2pf_o;  // the dense shape: this CTA's first l2pf_qkv tiles of the next layer's qkv and
-                         // l2pf_o of its o bulk-prefetched into L2 once the layer's gate_up is done (0: none;
-                         // DecodeStep::set_l2pf_next)
-  int rot_store;  // the dense 4-bit teams: 1, the slice sums handed to a storer warp that turns with the
-                  // team's tiles over mbarriers instead of the team barrier (DecodeStep::set_rot_store)
-  int stream_ef;  // the dense shape: 1, the ring's bulk copies under an L2 evict-first policy, so that the
-                  // weight stream does not evict what the L2 prefetches brought in
-                  // (DecodeStep::set_stream_ef)
 };
 using SS = DecodeStep::StampSlot;
 // A layer's ops (qkv, o, [router,] gate_up, down) and the gate_up's index among them (the probe's stamps).
@@ -361,12 +320,11 @@ __device__ __forceinline__ bool round_units_ok(const uint32_t* mb, int units, in
 }
 // Waits with a watchdog (seconds): a hang prints who waited for what and traps instead of spinning forever.
 // What a wait_bar waits for (its hang message).
-enum BarWait : int { kEmptyStage, kFullStage, kKChunk, kVChunk, kMergeRound, kSliceSums };
+enum BarWait : int { kEmptyStage, kFullStage, kKChunk, kVChunk, kMergeRound };
 __device__ void wait_bar(uint32_t bar, uint32_t parity, BarWait what, int j) {
   for (long long n = 0; !mbar_try_wait(bar, parity); ++n)
     if (n == (1ll << 24)) {
-      static const char* const kWhat[] = {"empty stage", "full stage",  "K chunk",
-                                          "V chunk",     "merge round", "slice sums"};
+      static const char* const kWhat[] = {"empty stage", "full stage", "K chunk", "V chunk", "merge round"};
       printf("decode_step HANG block %d warp %d: %s %d parity %u\n", blockIdx.x, threadIdx.x / 32,
              kWhat[what], j, parity);
       __trap();
@@ -388,12 +346,6 @@ __device__ __forceinline__ uint32_t ldv(const uint32_t* p) {
   uint32_t v;
   asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
-}
-// Waits (sleeping between loads) until the word at p carries `tag`, for at most ~2^22 rounds: for the L2
-// prefetches, which are never worth a hang (spin_on traps instead).
-__device__ __forceinline__ void wait_tag_bounded(const uint32_t* p, uint32_t tag) {
-  long long n = 0;
-  while ((ldv(p) >> 16) != tag && ++n < (1ll << 22)) __nanosleep(128);
 }
 __device__ __noinline__ void hang_word(const uint32_t* p, uint32_t w, uint32_t tag) {
   printf("decode_step HANG block %d thread %d: word %p tag %u, want %u\n", blockIdx.x, threadIdx.x, p,

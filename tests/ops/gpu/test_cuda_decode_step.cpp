@@ -198,44 +198,6 @@ TEST_F(CudaDecodeStep, Mlx4LinearsGiveTheChainsBits) {
   ASSERT_EQ(setenv("TF_STEP_INFLIGHT_GU", "3", 1), 0);
   EXPECT_GT(run(1000, 16, &dir), 8) << "the gate_up's other tiles at 3 stages in flight";
   unsetenv("TF_STEP_INFLIGHT_GU");
-  // The prefetch past the tiles each CTA's ring holds (TF_STEP_L2PF_SKIP=-1), the gate_up's cap from there
-  // (TF_STEP_GU_CAP_SKIP=1), under a 2-stage cap elsewhere (the gate_up's cap needs one; the H200 has none by
-  // default), the down's tiles past each CTA's first at 4 (TF_STEP_INFLIGHT_DN); and a fixed skip of 2 on 40
-  // CTAs (more tiles a CTA than the ring holds).
-  const char* const plan[][2] = {{"TF_STEP_L2PF_TILES", "4"},      {"TF_STEP_L2PF_SKIP", "-1"},
-                                 {"TF_STEP_GU_CAP_SKIP", "1"},     {"TF_STEP_INFLIGHT_GU", "4"},
-                                 {"TF_STEP_INFLIGHT_STAGES", "2"}, {"TF_STEP_INFLIGHT_DN", "4"}};
-  for (const auto& kv : plan) ASSERT_EQ(setenv(kv[0], kv[1], 1), 0);
-  EXPECT_GT(run(1000, 16, &dir), 8) << "the prefetch past the ring's tiles, the gate_up's cap from there";
-  ASSERT_EQ(setenv("TF_STEP_L2PF_SKIP", "2", 1), 0);
-  ASSERT_EQ(setenv("TF_STEP_GRID", "40", 1), 0);
-  EXPECT_GT(run(300, 16, &dir), 8) << "the prefetch past 2 tiles, 40 CTAs";
-  unsetenv("TF_STEP_GRID");
-  for (const auto& kv : plan) unsetenv(kv[0]);
-  // The next layer's first 3 qkv tiles and 2 o tiles a CTA prefetched into L2 once a layer's gate_up is done
-  // (TF_STEP_L2PF_NEXT=32), on 132 and on 40 CTAs (the next layer's units wait for the prefetching warp).
-  ASSERT_EQ(setenv("TF_STEP_L2PF_NEXT", "32", 1), 0);
-  EXPECT_GT(run(1000, 16, &dir), 8) << "the next layer's qkv and o prefetched";
-  ASSERT_EQ(setenv("TF_STEP_GRID", "40", 1), 0);
-  EXPECT_GT(run(300, 16, &dir), 8) << "the next layer's qkv and o prefetched, 40 CTAs";
-  unsetenv("TF_STEP_GRID");
-  // The same with the weight stream under an L2 evict-first policy (TF_STEP_STREAM_EF=1).
-  ASSERT_EQ(setenv("TF_STEP_STREAM_EF", "1", 1), 0);
-  EXPECT_GT(run(1000, 16, &dir), 8) << "the stream evict-first, the next layer's qkv and o prefetched";
-  unsetenv("TF_STEP_STREAM_EF");
-  unsetenv("TF_STEP_L2PF_NEXT");
-  // The teams' slice sums to a storer warp that turns with the tiles (TF_STEP_ROT_STORE=1), every stage
-  // shape, and on 40 CTAs (many tiles a team: each buffer's mbarriers through many phases).
-  ASSERT_EQ(setenv("TF_STEP_ROT_STORE", "1", 1), 0);
-  for (const char* sw : {"2", "4", "8"}) {
-    ASSERT_EQ(setenv("TF_STEP_Q4_SW", sw, 1), 0);
-    EXPECT_GT(run(1000, 16, &dir), 8) << "the turning storer, stages of " << sw << " slices";
-  }
-  unsetenv("TF_STEP_Q4_SW");
-  ASSERT_EQ(setenv("TF_STEP_GRID", "40", 1), 0);
-  EXPECT_GT(run(300, 16, &dir), 8) << "the turning storer, 40 CTAs";
-  unsetenv("TF_STEP_GRID");
-  unsetenv("TF_STEP_ROT_STORE");
   cuda::DecodeStep::set_mlx4(was);
 }
 

@@ -6,6 +6,10 @@ D=$(mktemp -d); xz -dc .devpack/p586.tar.xz | tar -xf - -C $D; export LD_LIBRARY
 nvidia-smi --query-gpu=name --format=csv,noheader
 TF_BENCH_STEP_ONLY=1 timeout 200 $D/bin/tf_bench_cuda --shape qwen3-8b --format mlx4 --decode --quick > $OUT/8b.txt 2>&1
 echo rc=$?; grep -E "one kernel|Qwen3-8B \||target" $OUT/8b.txt
+if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then  # (its defaults: no cap, no prefetch)
+  TF_BENCH_STEP_ONLY=2 TF_STEP_L2PF=0,2,4 TF_STEP_INFLIGHT=0,2,3 timeout 150 $D/bin/tf_bench_cuda --shape qwen3-8b --format mlx4 --decode --quick > $OUT/h200.txt 2>&1
+  echo "h200 rc=$?"; grep -E "one kernel|L2|in flight" $OUT/h200.txt
+fi
 for t in test_cuda_decode_step test_cuda_moe_step; do
   timeout 250 $D/bin/$t --gtest_brief=1 > $OUT/$t.txt 2>&1
   echo "$t rc=$? $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' $OUT/$t.txt | tr '\n' ' ')"

@@ -488,8 +488,7 @@ double decode_step_row(ShapeRun& r, int ctx) {
   Backend& be = r.be;
   const ModelShape& sh = r.m.sh;
   if (r.m.format != WeightFormat::Bf16 && r.m.format != WeightFormat::Mlx4) return -1;
-  if (!r.step_tried) {
-    r.step_tried = true;
+  auto step_model = [&] {
     DecodeStepModel dm;
     dm.embed = &r.m.embed;
     for (const ShapeLayer& L : r.m.layers)
@@ -500,8 +499,12 @@ double decode_step_row(ShapeRun& r, int ctx) {
     dm.attn =
         AttentionParams{sh.heads, sh.kv_heads, sh.head_dim, 1.f / std::sqrt(float(sh.head_dim)), 0, 0.f};
     dm.norm_eps = 1e-6f;
+    return dm;
+  };
+  if (!r.step_tried) {
+    r.step_tried = true;
     std::string why;
-    r.step = be.prepare_decode_step(dm, &why);
+    r.step = be.prepare_decode_step(step_model(), &why);
     if (!r.step) std::printf("  %s: %s\n", sh.name, why.c_str());
   }
   if (!r.step) return -1;
@@ -595,6 +598,35 @@ double decode_step_row(ShapeRun& r, int ctx) {
         "step with the gate_up's other tiles capped at n stages in flight (0: the step's cap; -1 default)",
         list, [&](int v) { st->set_inflight_gu(v); });
     st->set_inflight_gu(-1);
+  }
+  // "0,1,2": the 4-bit down's x in parts -- a second step made with TF_STEP_DPERM=1 (its gate_up's tiles dealt
+  // by the down's parts), with n late parts (set_dlate) -- in turn with this step (D: the default).
+  if (std::vector<int> list = env_ints("TF_STEP_DX_AB"); !list.empty()) {
+    setenv("TF_STEP_DPERM", "1", 1);
+    std::string why;
+    std::shared_ptr<void> dx = be.prepare_decode_step(step_model(), &why);
+    unsetenv("TF_STEP_DPERM");
+    if (!dx || !be.bind_decode_step(dx.get(), kv)) {
+      std::printf("  step with the down's x in parts: not prepared (%s)\n", why.c_str());
+    } else {
+      auto* dst = static_cast<cuda::DecodeStep*>(dx.get());
+      std::printf("  step with the down's x in parts, n late parts (ms, logits bits vs the chain; D the default):");
+      for (int rep = 0; rep < 2; ++rep) {
+        std::printf(" D %.3f |", time_graph_ms(
+                                      r.s, [&] { be.decode_step(r.step.get(), logits); }, &g2));
+        for (int v : list) {
+          dst->set_dlate(v);
+          be.decode_step(dx.get(), logits);
+          std::vector<uint8_t> c(a.size());
+          be.read_raw(logits, 0, c.size(), c.data());
+          std::printf(" %d %.3f%s |", v,
+                      time_graph_ms(
+                          r.s, [&] { be.decode_step(dx.get(), logits); }, &g2),
+                      c == a ? "" : " DIFFER");
+        }
+      }
+      std::printf("\n");
+    }
   }
   if (std::getenv("TF_STEP_ABLATE")) {  // the probe instance: plain, no tile arithmetic, no dequantisation
     std::printf("  step ablations (probe instance):");

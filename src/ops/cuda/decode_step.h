@@ -150,6 +150,9 @@ class DecodeStep {
   // Benches (A/B, same bits): the stages-in-flight cap for the gate_up's tiles past those prefetched (0:
   // set_inflight's; -1: the default, decode_step_host.cuh's inflight_gu_of or TF_STEP_INFLIGHT_GU at make).
   virtual void set_inflight_gu(int stages) = 0;
+  // A step made with TF_STEP_DPERM=1 (the dense MLX 4-bit down's x in parts): how many of the down's last
+  // parts are made as its tiles reach them (0: all at its x; -1: the default, TF_STEP_DLATE at make or 1).
+  virtual void set_dlate(int parts) = 0;
   // Benches (A/B): shifts the number of early chunks the merging CTAs take (decode_step_kernel.cuh's e) by
   // `bias` (0: the kernel's rule). Same bits: only which CTA computes a chunk's partial changes.
   virtual void set_early_bias(int bias) = 0;

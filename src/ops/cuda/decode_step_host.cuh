@@ -277,6 +277,10 @@ struct State {
   int inflight_gu = -1;         // Params::inflight_gu (-1: inflight_gu_default; set_inflight_gu)
   int inflight_gu_default = 0;  // inflight_gu_of the format and card, or TF_STEP_INFLIGHT_GU at make
   int early_bias = 0;           // Params::early_bias
+  int dparts = 0;               // the dense 4-bit gate_up's and down's Op::dparts (TF_STEP_DPERM at make)
+  int dstages = 0;              // a down tile's stages (Params::dlate needs that many ring slots)
+  int dlate = -1;               // Params::dlate (-1: dlate_default; set_dlate)
+  int dlate_default = 0;        // TF_STEP_DLATE at make (1 where dparts is set)
   bool probe = false;
   unsigned long long* stamps = nullptr;  // set_probe: made on first use
   bool stamping = false;
@@ -305,6 +309,7 @@ class Impl final : public DecodeStep {
   void set_inflight(int stages) override;
   void set_l2pf(int tiles) override;
   void set_inflight_gu(int stages) override;
+  void set_dlate(int parts) override;
   void set_early_bias(int bias) override;
   std::vector<unsigned long long> stamps() const override;
   int grid() const override;
@@ -405,6 +410,16 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
   // TF_STEP_RING_SLOTS=n (tests): the 4-bit ring's slots in use, fewer than fit (set_ring's; same bits).
   s.ring = env_int("TF_STEP_RING_SLOTS", 0, 1 << 20, 0);
   s.lend = env_switch("TF_STEP_LEND", true);  // launch.h
+#if !TF_STEP_MOE
+  // TF_STEP_DPERM=1: the 4-bit down's x made in parts (Op::dparts: the gate_up's tiles dealt by the down's
+  // parts, gu_block; same bits: each feature's arithmetic is its own, wherever its tile is), its last
+  // TF_STEP_DLATE (1) parts made as the down's tiles reach them (Params::dlate; 0: all at its x).
+  if (fmt != kWBf16 && I % (kSlices * kQStageK) == 0 && env_switch("TF_STEP_DPERM", false)) {
+    s.dparts = int(I) / kSlices / kQStageK;
+    s.dstages = int(I) / kQStageK / SW;
+    s.dlate_default = env_int("TF_STEP_DLATE", 0, s.dparts, 1);
+  }
+#endif
   s.epoch = dalloc<unsigned>(own, 1, stream);
   s.emb_row = dalloc<__nv_bfloat16>(own, H, stream);
   s.emb_words = dalloc<uint32_t>(own, H, stream);
@@ -413,7 +428,7 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
       cudaMemcpyAsync(s.inv_freq, m.rope.inv_freq.data(), kD / 2 * 4, cudaMemcpyHostToDevice, stream));
 
   // Packs w into its stages; the op's weights, stage bytes and 4-bit variant.
-  auto pack = [&](Op& o, const LinearWeight& w, bool gate_up) {
+  auto pack = [&](Op& o, const LinearWeight& w, bool gate_up, int dparts = 0) {
     const int n = int(w.out_features), k = int(w.in_features);
     const int stages = (n / 16) * (k / SK / SW);
     o.sbytes = stage_bytes(w);
@@ -428,7 +443,7 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
       auto* pk = SW == 2 ? pack_q4_kernel<2> : SW == 4 ? pack_q4_kernel<4> : pack_q4_kernel<8>;
       pk<<<stages, 256, 0, stream>>>(static_cast<const uint32_t*>(w.weight.raw()),
                                      static_cast<const uint32_t*>(w.scales.raw()), wp, k, gate_up ? n / 2 : 0,
-                                     gshift, o.sbytes);
+                                     gshift, o.sbytes, dparts);
     }
     TF_CUDA_LAUNCH_CHECK();
     o.wp = wp;
@@ -586,13 +601,13 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
     add(d);
 #else
     Op gu{};
-    pack(gu, *L.gate_up, true);
-    gu.n = int(2 * I), gu.k = int(H), gu.xkind = kXAddNorm;
+    pack(gu, *L.gate_up, true, s.dparts);
+    gu.n = int(2 * I), gu.k = int(H), gu.xkind = kXAddNorm, gu.dparts = s.dparts;
     gu.x = to, gu.res = th1, gu.res_out = th2, gu.nw = bf(L.post_norm), gu.y = tgu, gu.silu_out = 1;
     add(gu);
     Op d{};
     pack(d, *L.down, false);
-    d.n = int(H), d.k = int(I), d.xkind = kXCopy, d.x = tgu, d.y = td;
+    d.n = int(H), d.k = int(I), d.xkind = kXCopy, d.x = tgu, d.y = td, d.dparts = s.dparts;
     add(d);
 #endif
     res = th2, add_in = td;
@@ -682,6 +697,9 @@ void Impl::set_l2pf(int tiles) {
 }
 void Impl::set_inflight_gu(int stages) {
   s_->inflight_gu = stages;
+}
+void Impl::set_dlate(int parts) {
+  s_->dlate = parts;
 }
 void Impl::set_inflight(int stages) {
   s_->inflight = stages;
@@ -789,6 +807,10 @@ void Impl::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
   p.inflight = s.inflight < 0 ? s.inflight_default : s.inflight;
   p.l2pf = s.l2pf < 0 ? s.l2pf_default : s.l2pf;
   p.inflight_gu = s.inflight_gu < 0 ? s.inflight_gu_default : s.inflight_gu;
+  // The down's late parts: a team waits at a part's making for the other team's tile to reach it, holding its
+  // own tile's later stages, so every slot must take a tile's stages (nslots >= dstages) or the other team's
+  // could not come in (the ring's depth is set_ring's or the card's; lent CTAs have more).
+  p.dlate = s.dparts > 0 && p.nslots >= s.dstages ? (s.dlate < 0 ? s.dlate_default : s.dlate) : 0;
   p.stamps = s.stamping ? s.stamps : nullptr;
   p.tile_log = s.stamping && std::getenv("TF_STEP_TILE_LOG") != nullptr;  // (perturbs the other stamps)
   // Cooperative: every CTA polls words the others write, so all of them must be resident at once; the

@@ -755,6 +755,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   const UnitList c_units(c_pos, G, b, prm.early_bias);
   uint32_t c_par = 0;                // the V staging mbarrier's phase (one a unit, as the attention warps')
   int j = 0, x_op = -1, tcount = 0;  // tcount: the team's tiles so far
+#if !TF_STEP_MOE
+  // A down made in parts (Op::dparts, Params::dlate): its op, its next part to make, whether this CTA holds
+  // its tile 0 (make_x_parts' debugging copy). Every consumer warp makes each part once, in order: at the
+  // part's first stage of its team's first tile of the op, or (a team with fewer of the op's tiles) on
+  // leaving the op.
+  int dx_op = -1, dx_next = 0;
+  bool dx_writer = false;
+#endif
   uint32_t c_full = 0, c_x = 0, c_bar = 0, c_fence = 0, c_t0 = clk();  // the probe's counters (warp 1)
   int c_layer = 0;
   const bool counting = kProbe && stamps && threadIdx.x == 32;  // warp 1 (warp 0 also stores tiles)
@@ -833,6 +841,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         x_op = a;
       }
 #endif
+#if !TF_STEP_MOE
+    if (dx_op >= 0 && op != dx_op) {  // the down's parts this team's tiles did not reach
+      for (; dx_next < ops[dx_op].dparts; ++dx_next)
+        make_x_parts(ops[dx_op], xs, dx_next, dx_next + 1, false, dx_writer, tag);
+      dx_op = -1;
+    }
+#endif
     if (op >= nops) break;
     const Op& o = ops[op];
     const int tile = i - o.tile_begin, n0 = tile * 16, k = o.k;
@@ -853,7 +868,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         routed = op - 1;
       }
 #endif
-      make_x(o, xs, nred, tile == 0, tag);
+#if !TF_STEP_MOE
+      if (W != kWBf16 && o.dparts > 0 && prm.dlate > 0) {  // the down in parts: the first ones now
+        dx_op = op, dx_next = max(0, o.dparts - prm.dlate), dx_writer = tile == 0;
+        make_x_parts(o, xs, 0, dx_next, true, dx_writer, tag);
+      } else
+#endif
+        make_x(o, xs, nred, tile == 0, tag);
 #if TF_STEP_MOE
       // At the gate_up's x, warp 0 routes the layer for the down's combine: the gate_up's first stage lands
       // only after the producer's routing anyway, while at the down's x the routing held every consumer warp
@@ -990,6 +1011,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     float acc[kSPW][4] = {};
     const uint32_t xbase = saddr(xs) + 16 * t;
     for (int part = 0; part < spw; ++part) {  // this warp's K slices, in order
+#if !TF_STEP_MOE
+      for (; dx_op == op && dx_next <= part; ++dx_next)  // (a down in parts: its x's part `part`)
+        make_x_parts(o, xs, dx_next, dx_next + 1, false, dx_writer, tag);
+#endif
       const int jj = j + part * kOwn + owner, wjj = wrap(jj), slot = jj - wjj * nslots;
       const uint32_t cw = kProbe ? clk() : 0;
       if (kProbe && logging) gcount(op, 2);  // (the arithmetic of the previous part)
@@ -1087,12 +1112,13 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     if (q == 0) {
       float sum = 0.f;
       if (lane < 16) sum = slice_sum(r, lane);
-      if (o.silu_out) {  // lanes 0-7 gate features n0/2 + l, lanes 8-15 their up values: the bits of
+      if (o.silu_out) {  // lanes 0-7 gate features 8 gu_block + l, lanes 8-15 their up values: the bits of
                          // gate_up stored as bf16, then silu_mul (activation.cuh)
         const float gb = __bfloat162float(__float2bfloat16(sum));
         const float ub = __shfl_down_sync(0xffffffffu, gb, 8);
         if (lane < 8)
-          static_cast<uint32_t*>(o.y)[n0 / 2 + lane] = word_of(__bfloat162float(silu_mul_bf16(gb, ub)), tag);
+          static_cast<uint32_t*>(o.y)[8 * gu_block(tile, o.n / 16, o.dparts) + lane] =
+              word_of(__bfloat162float(silu_mul_bf16(gb, ub)), tag);
 #if TF_STEP_MOE
       } else if (o.moe == kMoeRouter) {  // f32 logit words
         if (lane < 16)
@@ -1188,15 +1214,17 @@ __global__ void pack_bf16_pieces_kernel(const __nv_bfloat16* w, __nv_bfloat16* w
 // [n][k >> (5 + gshift)] scale | bias words) -> stages as pack_kernel's (tile t's stage ps: the 16 rows'
 // pieces of kSW consecutive slices), each kQCodeBytes of codes -- row r, piece sub: its 4 quads (64 bytes
 // each) at r * kQRowBytes + sub * kQRowBytes / kSW, quads q and q ^ 1 traded in odd rows -- then the
-// pieces' scale words [sub][group][16 rows]; a stage is `sbytes` long. Rows: packed_row, as pack_kernel's.
+// pieces' scale words [sub][group][16 rows]; a stage is `sbytes` long. Rows: packed_row, as pack_kernel's, of
+// a gate_up's block gu_block(t) (dparts: the gate_up's Op::dparts).
 template <int SW>
 __global__ void pack_q4_kernel(const uint32_t* w, const uint32_t* sc, unsigned char* wp, int k, int inter,
-                               int gshift, int sbytes) {
+                               int gshift, int sbytes, int dparts) {
   constexpr int kQRowBytes = q_row_bytes(SW);
   const int stages = k / kQStageK / SW, parts = k / kSlices / kQStageK;
   const int64_t stage = blockIdx.x;
   const int tile = int(stage / stages), ps = int(stage % stages);
   const int owner = ps / parts, part = ps % parts;
+  const int blk = inter > 0 ? gu_block(tile, inter / 8, dparts) : tile;  // (a gate_up's: Op::dparts)
   const int ng = kQStageK >> (5 + gshift), row_groups = k >> (5 + gshift);
   unsigned char* dst = wp + stage * sbytes;
   constexpr int kQuads = kQStageK / 128;
@@ -1204,7 +1232,7 @@ __global__ void pack_q4_kernel(const uint32_t* w, const uint32_t* sc, unsigned c
     const int r = u / (SW * kQuads * 4), sub = u / (kQuads * 4) % SW, q = u / 4 % kQuads, lt = u % 4;
     const int slice = owner * SW + sub;
     const int64_t quad = int64_t(slice * parts + part) * kQuads + q;  // the row's quad (128 k-values)
-    const uint4 v = *reinterpret_cast<const uint4*>(w + int64_t(packed_row(tile, r, inter)) * (k / 8) +
+    const uint4 v = *reinterpret_cast<const uint4*>(w + int64_t(packed_row(blk, r, inter)) * (k / 8) +
                                                     quad * 16 + lt * 4);
     *reinterpret_cast<uint4*>(dst + r * kQRowBytes + sub * (kQRowBytes / SW) + ((q ^ (r & 1)) * 64) +
                               lt * 16) = v;
@@ -1214,7 +1242,7 @@ __global__ void pack_q4_kernel(const uint32_t* w, const uint32_t* sc, unsigned c
     const int r = u % 16, gi = u / 16 % ng, sub = u / 16 / ng;
     const int slice = owner * SW + sub;
     const int group = ((slice * parts + part) * kQStageK >> (5 + gshift)) + gi;
-    sdst[(sub * ng + gi) * 16 + r] = sc[int64_t(packed_row(tile, r, inter)) * row_groups + group];
+    sdst[(sub * ng + gi) * 16 + r] = sc[int64_t(packed_row(blk, r, inter)) * row_groups + group];
   }
 }
 

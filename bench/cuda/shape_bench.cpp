@@ -599,8 +599,8 @@ double decode_step_row(ShapeRun& r, int ctx) {
         list, [&](int v) { st->set_inflight_gu(v); });
     st->set_inflight_gu(-1);
   }
-  // "0,1,2": the 4-bit down's x in parts -- a second step made with TF_STEP_DPERM=1 (its gate_up's tiles dealt
-  // by the down's parts), with n late parts (set_dlate) -- in turn with this step (D: the default).
+  // "0,1,2": the 4-bit down's x in parts -- a second step made with TF_STEP_DPERM=1 (its gate_up's tiles
+  // dealt by the down's parts), with n late parts (set_dlate) -- in turn with this step (D: the default).
   if (std::vector<int> list = env_ints("TF_STEP_DX_AB"); !list.empty()) {
     setenv("TF_STEP_DPERM", "1", 1);
     std::string why;
@@ -610,10 +610,11 @@ double decode_step_row(ShapeRun& r, int ctx) {
       std::printf("  step with the down's x in parts: not prepared (%s)\n", why.c_str());
     } else {
       auto* dst = static_cast<cuda::DecodeStep*>(dx.get());
-      std::printf("  step with the down's x in parts, n late parts (ms, logits bits vs the chain; D the default):");
+      std::printf(
+          "  step with the down's x in parts, n late parts (ms, logits bits vs the chain; D the default):");
       for (int rep = 0; rep < 2; ++rep) {
         std::printf(" D %.3f |", time_graph_ms(
-                                      r.s, [&] { be.decode_step(r.step.get(), logits); }, &g2));
+                                     r.s, [&] { be.decode_step(r.step.get(), logits); }, &g2));
         for (int v : list) {
           dst->set_dlate(v);
           be.decode_step(dx.get(), logits);

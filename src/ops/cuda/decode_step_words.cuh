@@ -169,13 +169,13 @@ struct Op {
   void* y;                  // words (y_f32: none, the logits go to Params::logits)
   int res_const;            // the residual was written before the launch (layer 0: its tag is not checked)
   int silu_out;             // gate_up: a tile is 8 gate and their 8 up features; it stores silu_mul of them
+  int tile_begin;           // global index of the op's first tile (tiles are dealt round-robin to CTAs)
+  int tiles;                // 16-feature tiles
+  float eps;                // kXAddNorm
   // The dense MLX 4-bit step's down made in parts (TF_STEP_DPERM at make; 0: not): on the gate_up, its tiles
   // dealt by the down's parts (gu_block: tile t's 8 features are block gu_block(t) of the intermediate), on
   // the down, its parts a slice (k / kSlices / kQStageK) -- Params::dlate of them made as they are reached.
   int dparts;
-  int tile_begin;           // global index of the op's first tile (tiles are dealt round-robin to CTAs)
-  int tiles;                // 16-feature tiles
-  float eps;                // kXAddNorm
   // kXAttnMerge: one layer's K/V pool [slots][kHk][kD], q/k norm weights, the partials of (q head, chunk)
   // [kHq][kMaxChunks][kRecW] (32-bit words, kUnwritten where not written), the qkv words the attention
   // reads and its output words.
@@ -275,8 +275,8 @@ struct Params {
                  // layer's qkv is done (0: none; DecodeStep::set_l2pf)
   int inflight_gu;  // the dense shape, with inflight > 0: the cap for the gate_up's tiles past the l2pf
                     // prefetched ones (0: inflight; DecodeStep::set_inflight_gu)
-  int dlate;  // a down with Op::dparts: its last dlate parts' x made as its tiles reach them (0: all at its x;
-              // DecodeStep::set_dlate)
+  int dlate;  // a down with Op::dparts: its last dlate parts' x made as its tiles reach them (0: all at its
+              // x; DecodeStep::set_dlate)
 };
 using SS = DecodeStep::StampSlot;
 // A layer's ops (qkv, o, [router,] gate_up, down) and the gate_up's index among them (the probe's stamps).
@@ -441,11 +441,11 @@ __device__ __forceinline__ void ldv4(uint32_t* w, const uint32_t* p) {
                : "memory");
 }
 // A copy op's x (make_x): ng <= NG groups of 8 consecutive words, group q at at(q) (poll_groups: at base +
-// kCWarps * 32 * 8 * q), loaded as 16-byte vectors and polled eagerly (every half-group holding a missing word reloaded each pass)
-// until every word carries `tag`. A warp's load of its lanes' groups (32 bytes apart) touches 32 sectors
-// whether it moves one word a lane or four: loaded word by word (until session 29) the copy ops' x cost 4x
-// the requests, and the polls' traffic slowed everything else (run 329: 16-byte loads 512 -3.7%, 8192
-// -3.3%, MLX 4-bit 512 -13%; eager 4-bit -1% against a spinning lane a warp, bf16 the same).
+// kCWarps * 32 * 8 * q), loaded as 16-byte vectors and polled eagerly (every half-group holding a missing
+// word reloaded each pass) until every word carries `tag`. A warp's load of its lanes' groups (32 bytes
+// apart) touches 32 sectors whether it moves one word a lane or four: loaded word by word (until session 29)
+// the copy ops' x cost 4x the requests, and the polls' traffic slowed everything else (run 329: 16-byte loads
+// 512 -3.7%, 8192 -3.3%, MLX 4-bit 512 -13%; eager 4-bit -1% against a spinning lane a warp, bf16 the same).
 template <int NG, typename At>
 __device__ __forceinline__ void poll_at(uint32_t (&w)[NG][8], At at, int ng, uint32_t tag) {
 #pragma unroll
@@ -470,7 +470,8 @@ template <int NG>
 __device__ __forceinline__ void poll_groups(uint32_t (&w)[NG][8], const uint32_t* base, int ng,
                                             uint32_t tag) {
   constexpr int kGS = kCWarps * 32 * 8;  // words between a thread's groups
-  poll_at<NG>(w, [&](int q) { return base + kGS * q; }, ng, tag);
+  poll_at<NG>(
+      w, [&](int q) { return base + kGS * q; }, ng, tag);
 }
 
 // The op's x into shared memory (consumer warps), polling each word.
@@ -554,7 +555,9 @@ __device__ void make_x_parts(const Op& o, __nv_bfloat16* xs, int p0, int p1, boo
     return f / kQStageK * ls + (p0 + q / kGP) * kQStageK + f % kQStageK;
   };
   uint32_t w[kGMax][8];
-  if (ng > 0) poll_at<kGMax>(w, [&](int q) { return o.x + at(q); }, ng, tag);
+  if (ng > 0)
+    poll_at<kGMax>(
+        w, [&](int q) { return o.x + at(q); }, ng, tag);
   if (free) bar_consumers();
 #pragma unroll
   for (int q = 0; q < kGMax; ++q) {

@@ -160,8 +160,9 @@ std::string unsupported_moe(const DecodeStepModel& m, int* fmt) {
 // The kernel instance of a weight format (WFormat), the product's or the probe's. The MoE shape: bf16 and
 // MLX 4-bit (kWMlx4), each with its probe (session 64: the layer timeline of bench/cuda's print_step_stamps).
 using KernelFn = void (*)(Params);
-KernelFn kernel_of(int fmt, bool probe) {
+KernelFn kernel_of(int fmt, bool probe, bool dx = false) {
 #if TF_STEP_MOE
+  (void)dx;
   if (fmt == kWBf16) return probe ? decode_step_kernel<kWBf16, true> : decode_step_kernel<kWBf16, false>;
   return probe ? decode_step_kernel<kWMlx4, true> : decode_step_kernel<kWMlx4, false>;
 #else
@@ -170,7 +171,8 @@ KernelFn kernel_of(int fmt, bool probe) {
       return probe ? decode_step_kernel<kWBf16, true> : decode_step_kernel<kWBf16, false>;
     case kWMlx4:
       return probe ? decode_step_kernel<kWMlx4, true> : decode_step_kernel<kWMlx4, false>;
-    case kWMlx4Sw4:
+    case kWMlx4Sw4:  // (dx: the down's x in parts, Op::dparts; no probe instance of it)
+      if (dx) return decode_step_kernel<kWMlx4Sw4, false, true>;
       return probe ? decode_step_kernel<kWMlx4Sw4, true> : decode_step_kernel<kWMlx4Sw4, false>;
     default:
       return probe ? decode_step_kernel<kWMlx4Sw8, true> : decode_step_kernel<kWMlx4Sw8, false>;
@@ -411,10 +413,11 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
   s.ring = env_int("TF_STEP_RING_SLOTS", 0, 1 << 20, 0);
   s.lend = env_switch("TF_STEP_LEND", true);  // launch.h
 #if !TF_STEP_MOE
-  // TF_STEP_DPERM=1: the 4-bit down's x made in parts (Op::dparts: the gate_up's tiles dealt by the down's
-  // parts, gu_block; same bits: each feature's arithmetic is its own, wherever its tile is), its last
-  // TF_STEP_DLATE (1) parts made as the down's tiles reach them (Params::dlate; 0: all at its x).
-  if (fmt != kWBf16 && I % (kSlices * kQStageK) == 0 && env_switch("TF_STEP_DPERM", false)) {
+  // TF_STEP_DPERM=1 (MLX 4-bit SW 4, the kDx kernel instance): the 4-bit down's x made in parts (Op::dparts:
+  // the gate_up's tiles dealt by the down's parts, gu_block; same bits: each feature's arithmetic is its own,
+  // wherever its tile is), its last TF_STEP_DLATE (1) parts made as the down's tiles reach them
+  // (Params::dlate; 0: all at its x).
+  if (fmt == kWMlx4Sw4 && I % (kSlices * kQStageK) == 0 && env_switch("TF_STEP_DPERM", false)) {
     s.dparts = int(I) / kSlices / kQStageK;
     s.dstages = int(I) / kQStageK / SW;
     s.dlate_default = env_int("TF_STEP_DLATE", 0, s.dparts, 1);
@@ -640,11 +643,11 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
     Op& o = s.ops[size_t(s.attn_ops[l])];
     o.kmap = s.d_maps + 2 * l, o.vmap = s.d_maps + 2 * l + 1;
   }
-  for (auto* fn : {kernel_of(fmt, false), kernel_of(fmt, true)})
+  for (auto* fn : {kernel_of(fmt, false), kernel_of(fmt, true), kernel_of(fmt, false, s.dparts > 0)})
     TF_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   int per_sm = 0;
-  TF_CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_of(fmt, false), kThreads, smem));
+  TF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_of(fmt, false, s.dparts > 0),
+                                                              kThreads, smem));
   if (per_sm != 1) return refuse("the kernel does not fit one CTA an SM");
   TF_CUDA_CHECK(cudaStreamSynchronize(stream));  // the packing
   return std::make_unique<Impl>(std::move(st));
@@ -825,7 +828,9 @@ void Impl::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
   attr[0].val.cooperative = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  TF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel_of(s.format, s.probe), p));
+  // (a step with dparts: its gate_up stores by gu_block, which only the kDx instance does; the probe's
+  // stamps are not taken there)
+  TF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel_of(s.format, s.probe && s.dparts == 0, s.dparts > 0), p));
 }
 
 }  // namespace tf::cuda::TF_STEP_NS

@@ -461,7 +461,9 @@ __device__ __forceinline__ void bf16_pair(float (&acc0)[4], float (&acc1)[4], ui
 
 // W: the linears' weight format (WFormat). kProbe: the benches' instance (DecodeStep::set_probe):
 // timestamps of the attention's steps; the product's has none of them in its code.
-template <int W, bool kProbe>
+// kDx: the instance for a step whose 4-bit down's x is made in parts (Op::dparts; TF_STEP_DPERM at make),
+// MLX 4-bit SW 4 only, not the probe: the other instances' code is as it was measured.
+template <int W, bool kProbe, bool kDx = false>
 __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   constexpr int kSlots = kRing<W>;
   constexpr int SW = sw_of(W), kOwn = kCWarps / SW;     // slices a stage, ring slot owners
@@ -842,7 +844,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       }
 #endif
 #if !TF_STEP_MOE
-    if (dx_op >= 0 && op != dx_op) {  // the down's parts this team's tiles did not reach
+    if (kDx && dx_op >= 0 && op != dx_op) {  // the down's parts this team's tiles did not reach
       for (; dx_next < ops[dx_op].dparts; ++dx_next)
         make_x_parts(ops[dx_op], xs, dx_next, dx_next + 1, false, dx_writer, tag);
       dx_op = -1;
@@ -869,7 +871,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       }
 #endif
 #if !TF_STEP_MOE
-      if (W != kWBf16 && o.dparts > 0 && prm.dlate > 0) {  // the down in parts: the first ones now
+      if (kDx && o.dparts > 0 && prm.dlate > 0) {  // the down in parts: the first ones now
         dx_op = op, dx_next = max(0, o.dparts - prm.dlate), dx_writer = tile == 0;
         make_x_parts(o, xs, 0, dx_next, true, dx_writer, tag);
       } else
@@ -1012,7 +1014,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     const uint32_t xbase = saddr(xs) + 16 * t;
     for (int part = 0; part < spw; ++part) {  // this warp's K slices, in order
 #if !TF_STEP_MOE
-      for (; dx_op == op && dx_next <= part; ++dx_next)  // (a down in parts: its x's part `part`)
+      for (; kDx && dx_op == op && dx_next <= part; ++dx_next)  // (a down in parts: its part `part`)
         make_x_parts(o, xs, dx_next, dx_next + 1, false, dx_writer, tag);
 #endif
       const int jj = j + part * kOwn + owner, wjj = wrap(jj), slot = jj - wjj * nslots;
@@ -1117,7 +1119,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         const float gb = __bfloat162float(__float2bfloat16(sum));
         const float ub = __shfl_down_sync(0xffffffffu, gb, 8);
         if (lane < 8)
-          static_cast<uint32_t*>(o.y)[8 * gu_block(tile, o.n / 16, o.dparts) + lane] =
+          static_cast<uint32_t*>(o.y)[8 * (kDx ? gu_block(tile, o.n / 16, o.dparts) : tile) + lane] =
               word_of(__bfloat162float(silu_mul_bf16(gb, ub)), tag);
 #if TF_STEP_MOE
       } else if (o.moe == kMoeRouter) {  // f32 logit words

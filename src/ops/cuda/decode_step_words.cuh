@@ -474,6 +474,19 @@ __device__ __forceinline__ void poll_groups(uint32_t (&w)[NG][8], const uint32_t
       w, [&](int q) { return base + kGS * q; }, ng, tag);
 }
 
+// Polled groups (poll_at) into xs as bf16: group q's 8 values at element at(q).
+template <int NG, typename At>
+__device__ __forceinline__ void store_groups(__nv_bfloat16* xs, const uint32_t (&w)[NG][8], int ng, At at) {
+#pragma unroll
+  for (int q = 0; q < NG; ++q) {
+    if (q >= ng) break;
+    uint32_t r[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) r[e] = (w[q][2 * e] & 0xffffu) | (w[q][2 * e + 1] << 16);
+    *reinterpret_cast<uint4*>(xs + at(q)) = make_uint4(r[0], r[1], r[2], r[3]);
+  }
+}
+
 // The op's x into shared memory (consumer warps), polling each word.
 __device__ void make_x(const Op& o, __nv_bfloat16* xs, float* nred, bool writer, uint32_t tag) {
   const int tid = threadIdx.x;
@@ -487,14 +500,7 @@ __device__ void make_x(const Op& o, __nv_bfloat16* xs, float* nred, bool writer,
     // group, each group waited a round trip of its own (runs 313-314: 8192 -0.5%, 512 -0.8%, 4-bit -4.5%).
     poll_groups<kGMax>(w, o.x + tid * 8, ng, tag);
     bar_consumers();  // xs is free: every warp is past the previous op's MMAs
-#pragma unroll
-    for (int q = 0; q < kGMax; ++q) {
-      if (q >= ng) break;
-      uint32_t r[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) r[e] = (w[q][2 * e] & 0xffffu) | (w[q][2 * e + 1] << 16);
-      *reinterpret_cast<uint4*>(xs + (tid + kT * q) * 8) = make_uint4(r[0], r[1], r[2], r[3]);
-    }
+    store_groups<kGMax>(xs, w, ng, [&](int q) { return (tid + kT * q) * 8; });
   } else {  // add + RMSNorm, k = kHidden: kV elements a thread at i = tid + kT j
     constexpr int kV = kHidden / kT;
     float nwv[kV], v[kV];
@@ -559,14 +565,7 @@ __device__ void make_x_parts(const Op& o, __nv_bfloat16* xs, int p0, int p1, boo
     poll_at<kGMax>(
         w, [&](int q) { return o.x + at(q); }, ng, tag);
   if (free) bar_consumers();
-#pragma unroll
-  for (int q = 0; q < kGMax; ++q) {
-    if (q >= ng) break;
-    uint32_t r[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) r[e] = (w[q][2 * e] & 0xffffu) | (w[q][2 * e + 1] << 16);
-    *reinterpret_cast<uint4*>(xs + at(q)) = make_uint4(r[0], r[1], r[2], r[3]);
-  }
+  store_groups<kGMax>(xs, w, ng, at);
   bar_consumers();
   if (writer && o.dbg && p1 == o.dparts)  // (make_x's debugging copy, once the x is whole)
     for (int i = tid; i < o.k; i += kT) o.dbg[i] = xs[i];

@@ -600,7 +600,8 @@ double decode_step_row(ShapeRun& r, int ctx) {
     st->set_inflight_gu(-1);
   }
   // "0,1,2": the 4-bit down's x in parts -- a second step made with TF_STEP_DPERM=1 (its gate_up's tiles
-  // dealt by the down's parts), with n late parts (set_dlate) -- in turn with this step (D: the default).
+  // dealt by the down's parts), with n late parts (set_dlate) -- in turn with this step (D: the default). MLX
+  // 4-bit at SW 4 only: elsewhere make ignores TF_STEP_DPERM and the second step is the default's.
   if (std::vector<int> list = env_ints("TF_STEP_DX_AB"); !list.empty()) {
     setenv("TF_STEP_DPERM", "1", 1);
     std::string why;

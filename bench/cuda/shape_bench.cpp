@@ -599,9 +599,10 @@ double decode_step_row(ShapeRun& r, int ctx) {
         list, [&](int v) { st->set_inflight_gu(v); });
     st->set_inflight_gu(-1);
   }
-  // "0,1,2": the 4-bit down's x in parts -- a second step made with TF_STEP_DPERM=1 (its gate_up's tiles
-  // dealt by the down's parts), with n late parts (set_dlate) -- in turn with this step (D: the default). MLX
-  // 4-bit at SW 4 only: elsewhere make ignores TF_STEP_DPERM and the second step is the default's.
+  // "0,1,11": the 4-bit down's x in parts -- a second step made with TF_STEP_DPERM=1 (its gate_up's tiles
+  // dealt by the down's parts), with plan pair * 10 + late parts (set_dx) -- in turn with this step (D: the
+  // default). MLX 4-bit at SW 4 only: elsewhere make ignores TF_STEP_DPERM and the second step is the
+  // default's.
   if (std::vector<int> list = env_ints("TF_STEP_DX_AB"); !list.empty()) {
     setenv("TF_STEP_DPERM", "1", 1);
     std::string why;
@@ -617,7 +618,7 @@ double decode_step_row(ShapeRun& r, int ctx) {
         std::printf(" D %.3f |", time_graph_ms(
                                      r.s, [&] { be.decode_step(r.step.get(), logits); }, &g2));
         for (int v : list) {
-          dst->set_dlate(v);
+          dst->set_dx(v);
           be.decode_step(dx.get(), logits);
           std::vector<uint8_t> c(a.size());
           be.read_raw(logits, 0, c.size(), c.data());

@@ -281,8 +281,9 @@ struct State {
   int early_bias = 0;           // Params::early_bias
   int dparts = 0;               // the dense 4-bit gate_up's and down's Op::dparts (TF_STEP_DPERM at make)
   int dstages = 0;              // a down tile's stages (Params::dlate needs that many ring slots)
-  int dlate = -1;               // Params::dlate (-1: dlate_default; set_dlate)
-  int dlate_default = 0;        // TF_STEP_DLATE at make (1 where dparts is set)
+  int dx = -1;                  // set_dx's plan, pair * 10 + late (-1: the defaults below)
+  int dlate_default = 0;        // Params::dlate's: TF_STEP_DLATE at make (1 where dparts is set)
+  int dpair_default = 0;        // Params::dpair's: TF_STEP_DPAIR at make
   bool probe = false;
   unsigned long long* stamps = nullptr;  // set_probe: made on first use
   bool stamping = false;
@@ -311,7 +312,7 @@ class Impl final : public DecodeStep {
   void set_inflight(int stages) override;
   void set_l2pf(int tiles) override;
   void set_inflight_gu(int stages) override;
-  void set_dlate(int parts) override;
+  void set_dx(int plan) override;
   void set_early_bias(int bias) override;
   std::vector<unsigned long long> stamps() const override;
   int grid() const override;
@@ -416,11 +417,13 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
   // TF_STEP_DPERM=1 (MLX 4-bit SW 4, the kDx kernel instance): the 4-bit down's x made in parts (Op::dparts:
   // the gate_up's tiles dealt by the down's parts, gu_block; same bits: each feature's arithmetic is its own,
   // wherever its tile is), its last TF_STEP_DLATE (1) parts made as the down's tiles reach them
-  // (Params::dlate; 0: all at its x).
+  // (Params::dlate; 0: all at its x); TF_STEP_DPAIR=1: the two teams' down tiles' stages interleaved by part
+  // (Params::dpair).
   if (fmt == kWMlx4Sw4 && I % (kSlices * kQStageK) == 0 && env_switch("TF_STEP_DPERM", false)) {
     s.dparts = int(I) / kSlices / kQStageK;
     s.dstages = int(I) / kQStageK / SW;
     s.dlate_default = env_int("TF_STEP_DLATE", 0, s.dparts, 1);
+    s.dpair_default = env_int("TF_STEP_DPAIR", 0, 1, 0);
   }
 #endif
   s.epoch = dalloc<unsigned>(own, 1, stream);
@@ -701,8 +704,8 @@ void Impl::set_l2pf(int tiles) {
 void Impl::set_inflight_gu(int stages) {
   s_->inflight_gu = stages;
 }
-void Impl::set_dlate(int parts) {
-  s_->dlate = parts;
+void Impl::set_dx(int plan) {
+  s_->dx = plan;
 }
 void Impl::set_inflight(int stages) {
   s_->inflight = stages;
@@ -813,7 +816,8 @@ void Impl::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
   // The down's late parts: a team waits at a part's making for the other team's tile to reach it, holding its
   // own tile's later stages, so every slot must take a tile's stages (nslots >= dstages) or the other team's
   // could not come in (the ring's depth is set_ring's or the card's; lent CTAs have more).
-  p.dlate = s.dparts > 0 && p.nslots >= s.dstages ? (s.dlate < 0 ? s.dlate_default : s.dlate) : 0;
+  p.dlate = s.dparts > 0 && p.nslots >= s.dstages ? (s.dx < 0 ? s.dlate_default : s.dx % 10) : 0;
+  p.dpair = s.dparts > 0 ? (s.dx < 0 ? s.dpair_default : s.dx / 10 % 10) : 0;
   p.stamps = s.stamping ? s.stamps : nullptr;
   p.tile_log = s.stamping && std::getenv("TF_STEP_TILE_LOG") != nullptr;  // (perturbs the other stamps)
   // Cooperative: every CTA polls words the others write, so all of them must be resident at once; the

@@ -692,7 +692,21 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         continue;
       }
 #endif
-      for (int s = 0; s < stages; ++s, ++j) {
+#if !TF_STEP_MOE
+      // kDx with Params::dpair: a down's tiles two at a time (the two teams' tiles m, m + 1 of this CTA, m
+      // even), their stages interleaved by part -- tile m's part 0, tile m + 1's, tile m's part 1, ... -- so
+      // that a ring of few slots holds both teams' first parts (a tile's stages in turn held 7 slots' worth
+      // of tile m, and tile m + 1's team streamed its parts late). Tile m + 1 issues nothing of its own.
+      int nst = stages;  // stages issued at this tile (2 stages: a pair's)
+      if (kDx && prm.dpair && ops[op].dparts > 0) {
+        const int m = tile / G, nt = (ops[op].tiles - 1 - tile % G) / G + 1;  // (the CTA's tiles of the op)
+        if (m % 2 == 1) continue;
+        if (m + 1 < nt) nst = 2 * stages;
+      }
+#else
+      const int nst = stages;
+#endif
+      for (int s = 0; s < nst; ++s, ++j) {
         // Stage s of a tile belongs to owner s % kOwners. bf16: the ring's slots are a multiple of kOwners,
         // so slot j % nslots is only ever used by owner j % kOwners, and each warp pair waits on every phase
         // of its own slots in order (bulk copies complete out of order; a parity wait cannot tell phases
@@ -735,9 +749,16 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
                         w + (int64_t(tile) * stages + packed_stage(s, k, kOwn, sk)) * sbytes,
                         uint32_t(sbytes), saddr(full + slot));
 #else
-          bulk_copy_g2s(saddr(ring + slot * slot_b),
-                        w + (int64_t(tile) * stages + packed_stage(s, k, kOwn, SK)) * sbytes,
-                        uint32_t(sbytes), saddr(full + slot));
+          if (kDx && nst != stages)  // a pair's stage s: tile m + s / kOwn % 2's, at its part s / (2 kOwn)
+            bulk_copy_g2s(saddr(ring + slot * slot_b),
+                          w + (int64_t(tile + s / kOwn % 2 * G) * stages +
+                               packed_stage(s / (2 * kOwn) * kOwn + s % kOwn, k, kOwn, SK)) *
+                                  sbytes,
+                          uint32_t(sbytes), saddr(full + slot));
+          else
+            bulk_copy_g2s(saddr(ring + slot * slot_b),
+                          w + (int64_t(tile) * stages + packed_stage(s, k, kOwn, SK)) * sbytes,
+                          uint32_t(sbytes), saddr(full + slot));
 #endif
         }
         __syncwarp();
@@ -1010,6 +1031,17 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       j += stages;
       continue;
     }
+#if !TF_STEP_MOE
+    // The tile's first stage and the stages between its parts: a pair's (kDx, Params::dpair; the producer's
+    // order) from the pair's first, j - X stages, X = m % 2, then tile X's owners of each part.
+    int jt = j, jstep = kOwn;
+    if (kDx && prm.dpair && o.dparts > 0) {
+      const int m = tile / G, nt = (o.tiles - 1 - tile % G) / G + 1;
+      if (m % 2 == 1 || m + 1 < nt) jt = j - m % 2 * (stages - kOwn), jstep = 2 * kOwn;
+    }
+#else
+    const int jt = j, jstep = kOwn;
+#endif
     float acc[kSPW][4] = {};
     const uint32_t xbase = saddr(xs) + 16 * t;
     for (int part = 0; part < spw; ++part) {  // this warp's K slices, in order
@@ -1017,7 +1049,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       for (; kDx && dx_op == op && dx_next <= part; ++dx_next)  // (a down in parts: its part `part`)
         make_x_parts(o, xs, dx_next, dx_next + 1, false, dx_writer, tag);
 #endif
-      const int jj = j + part * kOwn + owner, wjj = wrap(jj), slot = jj - wjj * nslots;
+      const int jj = kDx ? jt + part * jstep + owner : j + part * kOwn + owner, wjj = wrap(jj),
+                slot = jj - wjj * nslots;
       const uint32_t cw = kProbe ? clk() : 0;
       if (kProbe && logging) gcount(op, 2);  // (the arithmetic of the previous part)
       if constexpr (kNT > 1) {

@@ -276,7 +276,8 @@ struct Params {
   int inflight_gu;  // the dense shape, with inflight > 0: the cap for the gate_up's tiles past the l2pf
                     // prefetched ones (0: inflight; DecodeStep::set_inflight_gu)
   int dlate;  // a down with Op::dparts: its last dlate parts' x made as its tiles reach them (0: all at its
-              // x; DecodeStep::set_dlate)
+              // x; DecodeStep::set_dx)
+  int dpair;  // a down with Op::dparts: the two teams' tiles' stages interleaved by part (DecodeStep::set_dx)
 };
 using SS = DecodeStep::StampSlot;
 // A layer's ops (qkv, o, [router,] gate_up, down) and the gate_up's index among them (the probe's stamps).

@@ -216,6 +216,22 @@ TEST_F(CudaDecodeStep, Mlx4LinearsGiveTheChainsBits) {
   ASSERT_EQ(setenv("TF_STEP_GRID", "40", 1), 0);
   EXPECT_GT(run(300, 16, &dir), 8) << "the down's x in parts, 40 CTAs";
   unsetenv("TF_STEP_GRID");
+  // And the two teams' down tiles' stages interleaved by part (TF_STEP_DPAIR): 1 late part, none, 3; 5 ring
+  // slots; 40 CTAs (pairs, then a tile alone).
+  ASSERT_EQ(setenv("TF_STEP_DPAIR", "1", 1), 0);
+  EXPECT_GT(run(1000, 16, &dir), 8) << "the down's x in parts, paired";
+  for (const char* late : {"0", "3"}) {
+    ASSERT_EQ(setenv("TF_STEP_DLATE", late, 1), 0);
+    EXPECT_GT(run(1000, 16, &dir), 8) << "the down's x in parts, paired, " << late << " late";
+  }
+  unsetenv("TF_STEP_DLATE");
+  ASSERT_EQ(setenv("TF_STEP_RING_SLOTS", "5", 1), 0);
+  EXPECT_GT(run(1000, 16, &dir), 8) << "the down's x in parts, paired, 5 ring slots";
+  unsetenv("TF_STEP_RING_SLOTS");
+  ASSERT_EQ(setenv("TF_STEP_GRID", "40", 1), 0);
+  EXPECT_GT(run(300, 16, &dir), 8) << "the down's x in parts, paired, 40 CTAs";
+  unsetenv("TF_STEP_GRID");
+  unsetenv("TF_STEP_DPAIR");
   unsetenv("TF_STEP_DPERM");
   cuda::DecodeStep::set_mlx4(was);
 }

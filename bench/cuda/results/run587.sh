@@ -11,7 +11,7 @@ for p in 586 587; do
     LD_LIBRARY_PATH=$D/bin:${LD_LIBRARY_PATH:-} TF_BENCH_STEP_ONLY=2 timeout 150 $D/bin/tf_bench_cuda --shape qwen3-8b --format mlx4 --decode --quick > $OUT/old.txt 2>&1
     echo "old rc=$?"; grep -E "one kernel" $OUT/old.txt
   else
-    LD_LIBRARY_PATH=$D/bin:${LD_LIBRARY_PATH:-} timeout 120 $D/bin/test_cuda_decode_step --gtest_brief=1 --gtest_filter='*Mlx4Linears*' > $OUT/t4.txt 2>&1
+    LD_LIBRARY_PATH=$D/bin:${LD_LIBRARY_PATH:-} timeout 240 $D/bin/test_cuda_decode_step --gtest_brief=1 --gtest_filter='*Mlx4Linears*' > $OUT/t4.txt 2>&1
     echo "t4 rc=$? $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' $OUT/t4.txt | tr '\n' ' ')"
     grep -E "Failure|differ|HANG|parts" $OUT/t4.txt | head -8
     LD_LIBRARY_PATH=$D/bin:${LD_LIBRARY_PATH:-} TF_BENCH_STEP_ONLY=2 TF_STEP_DX_AB=0,1,2,3,10,11 timeout 200 $D/bin/tf_bench_cuda --shape qwen3-8b --format mlx4 --decode --quick > $OUT/new.txt 2>&1

@@ -697,7 +697,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       // even), their stages interleaved by part -- tile m's part 0, tile m + 1's, tile m's part 1, ... -- so
       // that a ring of few slots holds both teams' first parts (a tile's stages in turn held 7 slots' worth
       // of tile m, and tile m + 1's team streamed its parts late). Tile m + 1 issues nothing of its own.
-      int nst = stages;  // stages issued at this tile (2 stages: a pair's)
+      int nst = stages;  // stages issued at this tile (twice as many: a pair's)
       if (kDx && prm.dpair && ops[op].dparts > 0) {
         const int m = tile / G, nt = (ops[op].tiles - 1 - tile % G) / G + 1;  // (the CTA's tiles of the op)
         if (m % 2 == 1) continue;

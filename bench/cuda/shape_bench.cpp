@@ -548,20 +548,25 @@ double decode_step_row(ShapeRun& r, int ctx) {
   }
   // A/Bs of a step setting: `set(v)` for each value twice, printing the step's time and whether its logits
   // still equal the chain's.
-  auto step_ab = [&](const char* what, const std::vector<int>& values, auto set) {
+  // step_ab_on: step_ab with `step_of(v)` the step run for value v.
+  auto step_ab_on = [&](const char* what, const std::vector<int>& values, auto set, auto step_of) {
     std::printf("  %s (ms, logits bits vs the chain):", what);
     for (int rep = 0; rep < 2; ++rep)
       for (int v : values) {
         set(v);
-        be.decode_step(r.step.get(), logits);
+        void* step = step_of(v);
+        be.decode_step(step, logits);
         std::vector<uint8_t> c(a.size());
         be.read_raw(logits, 0, c.size(), c.data());
         std::printf(" %d %.3f%s |", v,
                     time_graph_ms(
-                        r.s, [&] { be.decode_step(r.step.get(), logits); }, &g2),
+                        r.s, [&] { be.decode_step(step, logits); }, &g2),
                     c == a ? "" : " DIFFER");
       }
     std::printf("\n");
+  };
+  auto step_ab = [&](const char* what, const std::vector<int>& values, auto set) {
+    step_ab_on(what, values, set, [&](int) { return r.step.get(); });
   };
   if (std::getenv("TF_STEP_EARLY_AB")) {  // the merging CTAs' early chunks shifted by -2..2
     step_ab("step early-chunk bias", {-2, -1, 0, 1, 2}, [&](int v) { st->set_early_bias(v); });
@@ -600,7 +605,7 @@ double decode_step_row(ShapeRun& r, int ctx) {
     st->set_inflight_gu(-1);
   }
   // "0,1,11": the 4-bit down's x in parts -- a second step made with TF_STEP_DPERM=1 (its gate_up's tiles
-  // dealt by the down's parts), with plan pair * 10 + late parts (set_dx) -- in turn with this step (D: the
+  // dealt by the down's parts), with plan pair * 10 + late parts (set_dx) -- in turn with this step (-1: the
   // default). MLX 4-bit at SW 4 only: elsewhere make ignores TF_STEP_DPERM and the second step is the
   // default's.
   if (std::vector<int> list = env_ints("TF_STEP_DX_AB"); !list.empty()) {
@@ -612,23 +617,13 @@ double decode_step_row(ShapeRun& r, int ctx) {
       std::printf("  step with the down's x in parts: not prepared (%s)\n", why.c_str());
     } else {
       auto* dst = static_cast<cuda::DecodeStep*>(dx.get());
-      std::printf(
-          "  step with the down's x in parts, n late parts (ms, logits bits vs the chain; D the default):");
-      for (int rep = 0; rep < 2; ++rep) {
-        std::printf(" D %.3f |", time_graph_ms(
-                                     r.s, [&] { be.decode_step(r.step.get(), logits); }, &g2));
-        for (int v : list) {
-          dst->set_dx(v);
-          be.decode_step(dx.get(), logits);
-          std::vector<uint8_t> c(a.size());
-          be.read_raw(logits, 0, c.size(), c.data());
-          std::printf(" %d %.3f%s |", v,
-                      time_graph_ms(
-                          r.s, [&] { be.decode_step(dx.get(), logits); }, &g2),
-                      c == a ? "" : " DIFFER");
-        }
-      }
-      std::printf("\n");
+      list.insert(list.begin(), -1);
+      step_ab_on(
+          "step with the down's x in parts, plan pair*10+late (-1: the default step)", list,
+          [&](int v) {
+            if (v >= 0) dst->set_dx(v);
+          },
+          [&](int v) { return v < 0 ? r.step.get() : dx.get(); });
     }
   }
   if (std::getenv("TF_STEP_ABLATE")) {  // the probe instance: plain, no tile arithmetic, no dequantisation

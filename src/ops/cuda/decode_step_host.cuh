@@ -280,10 +280,8 @@ struct State {
   int inflight_gu_default = 0;  // inflight_gu_of the format and card, or TF_STEP_INFLIGHT_GU at make
   int early_bias = 0;           // Params::early_bias
   int dparts = 0;               // the dense 4-bit gate_up's and down's Op::dparts (TF_STEP_DPERM at make)
-  int dstages = 0;              // a down tile's stages (Params::dlate needs that many ring slots)
-  int dx = -1;                  // set_dx's plan, pair * 10 + late (-1: the defaults below)
-  int dlate_default = 0;        // Params::dlate's: TF_STEP_DLATE at make (1 where dparts is set)
-  int dpair_default = 0;        // Params::dpair's: TF_STEP_DPAIR at make
+  int dx = -1;                  // set_dx's plan, pair * 10 + late (-1: dx_default)
+  int dx_default = 0;           // TF_STEP_DPAIR * 10 + TF_STEP_DLATE at make
   bool probe = false;
   unsigned long long* stamps = nullptr;  // set_probe: made on first use
   bool stamping = false;
@@ -421,9 +419,7 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
   // (Params::dpair).
   if (fmt == kWMlx4Sw4 && I % (kSlices * kQStageK) == 0 && env_switch("TF_STEP_DPERM", false)) {
     s.dparts = int(I) / kSlices / kQStageK;
-    s.dstages = int(I) / kQStageK / SW;
-    s.dlate_default = env_int("TF_STEP_DLATE", 0, s.dparts, 1);
-    s.dpair_default = env_int("TF_STEP_DPAIR", 0, 1, 0);
+    s.dx_default = env_int("TF_STEP_DPAIR", 0, 1, 0) * 10 + env_int("TF_STEP_DLATE", 0, s.dparts, 1);
   }
 #endif
   s.epoch = dalloc<unsigned>(own, 1, stream);
@@ -815,9 +811,11 @@ void Impl::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
   p.inflight_gu = s.inflight_gu < 0 ? s.inflight_gu_default : s.inflight_gu;
   // The down's late parts: a team waits at a part's making for the other team's tile to reach it, holding its
   // own tile's later stages, so every slot must take a tile's stages (nslots >= dstages) or the other team's
-  // could not come in (the ring's depth is set_ring's or the card's; lent CTAs have more).
-  p.dlate = s.dparts > 0 && p.nslots >= s.dstages ? (s.dx < 0 ? s.dlate_default : s.dx % 10) : 0;
-  p.dpair = s.dparts > 0 ? (s.dx < 0 ? s.dpair_default : s.dx / 10 % 10) : 0;
+  // could not come in (the ring's depth is set_ring's or the card's; lent CTAs have more). A down tile's
+  // stages: dparts a slice x kSlices / SW.
+  const int dx = s.dparts == 0 ? 0 : s.dx < 0 ? s.dx_default : s.dx;
+  p.dlate = p.nslots >= s.dparts * kSlices / sw_of(s.format) ? dx % 10 : 0;
+  p.dpair = dx / 10 % 10;
   p.stamps = s.stamping ? s.stamps : nullptr;
   p.tile_log = s.stamping && std::getenv("TF_STEP_TILE_LOG") != nullptr;  // (perturbs the other stamps)
   // Cooperative: every CTA polls words the others write, so all of them must be resident at once; the

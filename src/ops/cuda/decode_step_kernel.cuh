@@ -461,6 +461,14 @@ __device__ __forceinline__ void bf16_pair(float (&acc0)[4], float (&acc1)[4], ui
 
 // W: the linears' weight format (WFormat). kProbe: the benches' instance (DecodeStep::set_probe):
 // timestamps of the attention's steps; the product's has none of them in its code.
+// A down tile's place in its pair (Params::dpair): tile `tile` of an op of `tiles`, this CTA's m-th (tile /
+// G: its tiles are first_tile_of + m G) -- tiles m and m + 1 (m even) pair up, the two teams' -- 0 or 1, or
+// -1 where it is the CTA's last tile and alone.
+__device__ __forceinline__ int pair_place(int tile, int tiles, int G) {
+  const int m = tile / G, nt = (tiles - 1 - tile % G) / G + 1;  // (nt: the CTA's tiles of the op)
+  return m % 2 == 1 ? 1 : m + 1 < nt ? 0 : -1;
+}
+
 // kDx: the instance for a step whose 4-bit down's x is made in parts (Op::dparts; TF_STEP_DPERM at make),
 // MLX 4-bit SW 4 only, not the probe: the other instances' code is as it was measured.
 template <int W, bool kProbe, bool kDx = false>
@@ -699,9 +707,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       // of tile m, and tile m + 1's team streamed its parts late). Tile m + 1 issues nothing of its own.
       int nst = stages;  // stages issued at this tile (twice as many: a pair's)
       if (kDx && prm.dpair && ops[op].dparts > 0) {
-        const int m = tile / G, nt = (ops[op].tiles - 1 - tile % G) / G + 1;  // (the CTA's tiles of the op)
-        if (m % 2 == 1) continue;
-        if (m + 1 < nt) nst = 2 * stages;
+        const int x = pair_place(tile, ops[op].tiles, G);
+        if (x == 1) continue;
+        if (x == 0) nst = 2 * stages;
       }
 #else
       const int nst = stages;
@@ -1033,12 +1041,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     }
 #if !TF_STEP_MOE
     // The tile's first stage and the stages between its parts: a pair's (kDx, Params::dpair; the producer's
-    // order) from the pair's first, j - X stages, X = m % 2, then tile X's owners of each part.
+    // order) from the pair's first, then tile X's owners of each part (X: pair_place).
     int jt = j, jstep = kOwn;
-    if (kDx && prm.dpair && o.dparts > 0) {
-      const int m = tile / G, nt = (o.tiles - 1 - tile % G) / G + 1;
-      if (m % 2 == 1 || m + 1 < nt) jt = j - m % 2 * (stages - kOwn), jstep = 2 * kOwn;
-    }
+    if (kDx && prm.dpair && o.dparts > 0)
+      if (const int x = pair_place(tile, o.tiles, G); x >= 0) jt = j - x * (stages - kOwn), jstep = 2 * kOwn;
 #else
     const int jt = j, jstep = kOwn;
 #endif

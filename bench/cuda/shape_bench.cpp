@@ -617,13 +617,17 @@ double decode_step_row(ShapeRun& r, int ctx) {
       std::printf("  step with the down's x in parts: not prepared (%s)\n", why.c_str());
     } else {
       auto* dst = static_cast<cuda::DecodeStep*>(dx.get());
-      list.insert(list.begin(), -1);
+      list.insert(list.begin(), {-1, -2});
       step_ab_on(
-          "step with the down's x in parts, plan pair*10+late (-1: the default step)", list,
+          "step with the down's x in parts, plan pair*10+late (-1: the default step; -2: it on the kDx "
+          "instance)",
+          list,
           [&](int v) {
             if (v >= 0) dst->set_dx(v);
+            st->set_dx(v == -2 ? 100 : -1);
           },
           [&](int v) { return v < 0 ? r.step.get() : dx.get(); });
+      st->set_dx(-1);
     }
   }
   if (std::getenv("TF_STEP_ABLATE")) {  // the probe instance: plain, no tile arithmetic, no dequantisation

@@ -152,7 +152,8 @@ class DecodeStep {
   virtual void set_inflight_gu(int stages) = 0;
   // A step made with TF_STEP_DPERM=1 (the dense MLX 4-bit down's x in parts): plan = pair * 10 + late, late
   // the down's last parts made as its tiles reach them (0: all at its x), pair 1 the two teams' down tiles'
-  // stages interleaved by part; -1: the defaults, TF_STEP_DLATE (1) and TF_STEP_DPAIR (0) at make.
+  // stages interleaved by part; -1: the defaults, TF_STEP_DLATE (1) and TF_STEP_DPAIR (0) at make. 100 on a
+  // MLX 4-bit SW 4 step made without it: that instance's code on the default layout (an ablation; same bits).
   virtual void set_dx(int plan) = 0;
   // Benches (A/B): shifts the number of early chunks the merging CTAs take (decode_step_kernel.cuh's e) by
   // `bias` (0: the kernel's rule). Same bits: only which CTA computes a chunk's partial changes.

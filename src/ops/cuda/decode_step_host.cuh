@@ -642,7 +642,7 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
     Op& o = s.ops[size_t(s.attn_ops[l])];
     o.kmap = s.d_maps + 2 * l, o.vmap = s.d_maps + 2 * l + 1;
   }
-  for (auto* fn : {kernel_of(fmt, false), kernel_of(fmt, true), kernel_of(fmt, false, s.dparts > 0)})
+  for (auto* fn : {kernel_of(fmt, false), kernel_of(fmt, true), kernel_of(fmt, false, true)})  // (kDx: set_dx(100) too)
     TF_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   int per_sm = 0;
   TF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_of(fmt, false, s.dparts > 0),
@@ -831,8 +831,9 @@ void Impl::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   // (a step with dparts: its gate_up stores by gu_block, which only the kDx instance does; the probe's
-  // stamps are not taken there)
-  TF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel_of(s.format, s.probe && s.dparts == 0, s.dparts > 0), p));
+  // stamps are not taken there); set_dx(100) on a step without parts: that instance alone (the ablation)
+  const bool kdx = s.dparts > 0 || (s.format == kWMlx4Sw4 && s.dx == 100);
+  TF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel_of(s.format, s.probe && !kdx, kdx), p));
 }
 
 }  // namespace tf::cuda::TF_STEP_NS

@@ -706,7 +706,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       // that a ring of few slots holds both teams' first parts (a tile's stages in turn held 7 slots' worth
       // of tile m, and tile m + 1's team streamed its parts late). Tile m + 1 issues nothing of its own.
       int nst = stages;  // stages issued at this tile (twice as many: a pair's)
-      if (kDx && prm.dpair && ops[op].dparts > 0) {
+      if (kDx && prm.dpair && down_in_parts(ops[op])) {
         const int x = pair_place(tile, ops[op].tiles, G);
         if (x == 1) continue;
         if (x == 0) nst = 2 * stages;
@@ -900,7 +900,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       }
 #endif
 #if !TF_STEP_MOE
-      if (kDx && o.dparts > 0 && prm.dlate > 0) {  // the down in parts: the first ones now
+      if (kDx && down_in_parts(o) && prm.dlate > 0) {  // the down in parts: the first ones now
         dx_op = op, dx_next = max(0, o.dparts - prm.dlate), dx_writer = tile == 0;
         make_x_parts(o, xs, 0, dx_next, true, dx_writer, tag);
       } else
@@ -1043,7 +1043,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     // The tile's first stage and the stages between its parts: a pair's (kDx, Params::dpair; the producer's
     // order) from the pair's first, then tile X's owners of each part (X: pair_place).
     int jt = j, jstep = kOwn;
-    if (kDx && prm.dpair && o.dparts > 0)
+    if (kDx && prm.dpair && down_in_parts(o))
       if (const int x = pair_place(tile, o.tiles, G); x >= 0) jt = j - x * (stages - kOwn), jstep = 2 * kOwn;
 #else
     const int jt = j, jstep = kOwn;

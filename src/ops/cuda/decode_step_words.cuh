@@ -175,7 +175,7 @@ struct Op {
   // The dense MLX 4-bit step's down made in parts (TF_STEP_DPERM at make; 0: not): on the gate_up, its tiles
   // dealt by the down's parts (gu_block: tile t's 8 features are block gu_block(t) of the intermediate), on
   // the down, its parts a slice (k / kSlices / kQStageK) -- Params::dlate of them made as they are reached.
-  int dparts;
+  int dparts;  // (down_in_parts: the down's, not its gate_up's)
   // kXAttnMerge: one layer's K/V pool [slots][kHk][kD], q/k norm weights, the partials of (q head, chunk)
   // [kHq][kMaxChunks][kRecW] (32-bit words, kUnwritten where not written), the qkv words the attention
   // reads and its output words.
@@ -240,6 +240,12 @@ __host__ __device__ inline int gu_block(int t, int nblk, int parts) {
   const int tp = nblk / parts, pb = tp / kSlices;  // tiles a part, blocks a slice's piece
   const int p = t / tp, r = t % tp;
   return r / pb * (parts * pb) + p * pb + r % pb;
+}
+
+// A down made in parts (Op::dparts on the down: its x a copy of the gate_up's words), not the gate_up that
+// deals its tiles by them. (Session 71: run 587 hung with the gate_up's x made by make_x_parts too.)
+__device__ __forceinline__ bool down_in_parts(const Op& o) {
+  return o.dparts > 0 && o.xkind == kXCopy;
 }
 
 // The launch's constants besides the op table.

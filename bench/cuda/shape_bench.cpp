@@ -488,7 +488,8 @@ double decode_step_row(ShapeRun& r, int ctx) {
   Backend& be = r.be;
   const ModelShape& sh = r.m.sh;
   if (r.m.format != WeightFormat::Bf16 && r.m.format != WeightFormat::Mlx4) return -1;
-  auto step_model = [&] {
+  if (!r.step_tried) {
+    r.step_tried = true;
     DecodeStepModel dm;
     dm.embed = &r.m.embed;
     for (const ShapeLayer& L : r.m.layers)
@@ -499,12 +500,8 @@ double decode_step_row(ShapeRun& r, int ctx) {
     dm.attn =
         AttentionParams{sh.heads, sh.kv_heads, sh.head_dim, 1.f / std::sqrt(float(sh.head_dim)), 0, 0.f};
     dm.norm_eps = 1e-6f;
-    return dm;
-  };
-  if (!r.step_tried) {
-    r.step_tried = true;
     std::string why;
-    r.step = be.prepare_decode_step(step_model(), &why);
+    r.step = be.prepare_decode_step(dm, &why);
     if (!r.step) std::printf("  %s: %s\n", sh.name, why.c_str());
   }
   if (!r.step) return -1;
@@ -548,25 +545,20 @@ double decode_step_row(ShapeRun& r, int ctx) {
   }
   // A/Bs of a step setting: `set(v)` for each value twice, printing the step's time and whether its logits
   // still equal the chain's.
-  // step_ab_on: step_ab with `step_of(v)` the step run for value v.
-  auto step_ab_on = [&](const char* what, const std::vector<int>& values, auto set, auto step_of) {
+  auto step_ab = [&](const char* what, const std::vector<int>& values, auto set) {
     std::printf("  %s (ms, logits bits vs the chain):", what);
     for (int rep = 0; rep < 2; ++rep)
       for (int v : values) {
         set(v);
-        void* step = step_of(v);
-        be.decode_step(step, logits);
+        be.decode_step(r.step.get(), logits);
         std::vector<uint8_t> c(a.size());
         be.read_raw(logits, 0, c.size(), c.data());
         std::printf(" %d %.3f%s |", v,
                     time_graph_ms(
-                        r.s, [&] { be.decode_step(step, logits); }, &g2),
+                        r.s, [&] { be.decode_step(r.step.get(), logits); }, &g2),
                     c == a ? "" : " DIFFER");
       }
     std::printf("\n");
-  };
-  auto step_ab = [&](const char* what, const std::vector<int>& values, auto set) {
-    step_ab_on(what, values, set, [&](int) { return r.step.get(); });
   };
   if (std::getenv("TF_STEP_EARLY_AB")) {  // the merging CTAs' early chunks shifted by -2..2
     step_ab("step early-chunk bias", {-2, -1, 0, 1, 2}, [&](int v) { st->set_early_bias(v); });
@@ -603,32 +595,6 @@ double decode_step_row(ShapeRun& r, int ctx) {
         "step with the gate_up's other tiles capped at n stages in flight (0: the step's cap; -1 default)",
         list, [&](int v) { st->set_inflight_gu(v); });
     st->set_inflight_gu(-1);
-  }
-  // "0,1,11": the 4-bit down's x in parts -- a second step made with TF_STEP_DPERM=1 (its gate_up's tiles
-  // dealt by the down's parts), with plan pair * 10 + late parts (set_dx) -- in turn with this step (-1: the
-  // default). MLX 4-bit at SW 4 only: elsewhere make ignores TF_STEP_DPERM and the second step is the
-  // default's.
-  if (std::vector<int> list = env_ints("TF_STEP_DX_AB"); !list.empty()) {
-    setenv("TF_STEP_DPERM", "1", 1);
-    std::string why;
-    std::shared_ptr<void> dx = be.prepare_decode_step(step_model(), &why);
-    unsetenv("TF_STEP_DPERM");
-    if (!dx || !be.bind_decode_step(dx.get(), kv)) {
-      std::printf("  step with the down's x in parts: not prepared (%s)\n", why.c_str());
-    } else {
-      auto* dst = static_cast<cuda::DecodeStep*>(dx.get());
-      list.insert(list.begin(), {-1, -2});
-      step_ab_on(
-          "step with the down's x in parts, plan pair*10+late (-1: the default step; -2: it on the kDx "
-          "instance)",
-          list,
-          [&](int v) {
-            if (v >= 0) dst->set_dx(v);
-            st->set_dx(v == -2 ? 100 : -1);
-          },
-          [&](int v) { return v < 0 ? r.step.get() : dx.get(); });
-      st->set_dx(-1);
-    }
   }
   if (std::getenv("TF_STEP_ABLATE")) {  // the probe instance: plain, no tile arithmetic, no dequantisation
     std::printf("  step ablations (probe instance):");

@@ -150,11 +150,6 @@ class DecodeStep {
   // Benches (A/B, same bits): the stages-in-flight cap for the gate_up's tiles past those prefetched (0:
   // set_inflight's; -1: the default, decode_step_host.cuh's inflight_gu_of or TF_STEP_INFLIGHT_GU at make).
   virtual void set_inflight_gu(int stages) = 0;
-  // A step made with TF_STEP_DPERM=1 (the dense MLX 4-bit down's x in parts): plan = pair * 10 + late, late
-  // the down's last parts made as its tiles reach them (0: all at its x), pair 1 the two teams' down tiles'
-  // stages interleaved by part; -1: the defaults, TF_STEP_DLATE (1) and TF_STEP_DPAIR (0) at make. 100 on a
-  // MLX 4-bit SW 4 step made without it: that instance's code on the default layout (an ablation; same bits).
-  virtual void set_dx(int plan) = 0;
   // Benches (A/B): shifts the number of early chunks the merging CTAs take (decode_step_kernel.cuh's e) by
   // `bias` (0: the kernel's rule). Same bits: only which CTA computes a chunk's partial changes.
   virtual void set_early_bias(int bias) = 0;

@@ -160,9 +160,8 @@ std::string unsupported_moe(const DecodeStepModel& m, int* fmt) {
 // The kernel instance of a weight format (WFormat), the product's or the probe's. The MoE shape: bf16 and
 // MLX 4-bit (kWMlx4), each with its probe (session 64: the layer timeline of bench/cuda's print_step_stamps).
 using KernelFn = void (*)(Params);
-KernelFn kernel_of(int fmt, bool probe, bool dx = false) {
+KernelFn kernel_of(int fmt, bool probe) {
 #if TF_STEP_MOE
-  (void)dx;
   if (fmt == kWBf16) return probe ? decode_step_kernel<kWBf16, true> : decode_step_kernel<kWBf16, false>;
   return probe ? decode_step_kernel<kWMlx4, true> : decode_step_kernel<kWMlx4, false>;
 #else
@@ -171,8 +170,7 @@ KernelFn kernel_of(int fmt, bool probe, bool dx = false) {
       return probe ? decode_step_kernel<kWBf16, true> : decode_step_kernel<kWBf16, false>;
     case kWMlx4:
       return probe ? decode_step_kernel<kWMlx4, true> : decode_step_kernel<kWMlx4, false>;
-    case kWMlx4Sw4:  // (dx: the down's x in parts, Op::dparts; no probe instance of it)
-      if (dx) return decode_step_kernel<kWMlx4Sw4, false, true>;
+    case kWMlx4Sw4:
       return probe ? decode_step_kernel<kWMlx4Sw4, true> : decode_step_kernel<kWMlx4Sw4, false>;
     default:
       return probe ? decode_step_kernel<kWMlx4Sw8, true> : decode_step_kernel<kWMlx4Sw8, false>;
@@ -279,9 +277,6 @@ struct State {
   int inflight_gu = -1;         // Params::inflight_gu (-1: inflight_gu_default; set_inflight_gu)
   int inflight_gu_default = 0;  // inflight_gu_of the format and card, or TF_STEP_INFLIGHT_GU at make
   int early_bias = 0;           // Params::early_bias
-  int dparts = 0;               // the dense 4-bit gate_up's and down's Op::dparts (TF_STEP_DPERM at make)
-  int dx = -1;                  // set_dx's plan, pair * 10 + late (-1: dx_default)
-  int dx_default = 0;           // TF_STEP_DPAIR * 10 + TF_STEP_DLATE at make
   bool probe = false;
   unsigned long long* stamps = nullptr;  // set_probe: made on first use
   bool stamping = false;
@@ -310,7 +305,6 @@ class Impl final : public DecodeStep {
   void set_inflight(int stages) override;
   void set_l2pf(int tiles) override;
   void set_inflight_gu(int stages) override;
-  void set_dx(int plan) override;
   void set_early_bias(int bias) override;
   std::vector<unsigned long long> stamps() const override;
   int grid() const override;
@@ -411,17 +405,6 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
   // TF_STEP_RING_SLOTS=n (tests): the 4-bit ring's slots in use, fewer than fit (set_ring's; same bits).
   s.ring = env_int("TF_STEP_RING_SLOTS", 0, 1 << 20, 0);
   s.lend = env_switch("TF_STEP_LEND", true);  // launch.h
-#if !TF_STEP_MOE
-  // TF_STEP_DPERM=1 (MLX 4-bit SW 4, the kDx kernel instance): the 4-bit down's x made in parts (Op::dparts:
-  // the gate_up's tiles dealt by the down's parts, gu_block; same bits: each feature's arithmetic is its own,
-  // wherever its tile is), its last TF_STEP_DLATE (1) parts made as the down's tiles reach them
-  // (Params::dlate; 0: all at its x); TF_STEP_DPAIR=1: the two teams' down tiles' stages interleaved by part
-  // (Params::dpair).
-  if (fmt == kWMlx4Sw4 && I % (kSlices * kQStageK) == 0 && env_switch("TF_STEP_DPERM", false)) {
-    s.dparts = int(I) / kSlices / kQStageK;
-    s.dx_default = env_int("TF_STEP_DPAIR", 0, 1, 0) * 10 + env_int("TF_STEP_DLATE", 0, s.dparts, 1);
-  }
-#endif
   s.epoch = dalloc<unsigned>(own, 1, stream);
   s.emb_row = dalloc<__nv_bfloat16>(own, H, stream);
   s.emb_words = dalloc<uint32_t>(own, H, stream);
@@ -430,7 +413,7 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
       cudaMemcpyAsync(s.inv_freq, m.rope.inv_freq.data(), kD / 2 * 4, cudaMemcpyHostToDevice, stream));
 
   // Packs w into its stages; the op's weights, stage bytes and 4-bit variant.
-  auto pack = [&](Op& o, const LinearWeight& w, bool gate_up, int dparts = 0) {
+  auto pack = [&](Op& o, const LinearWeight& w, bool gate_up) {
     const int n = int(w.out_features), k = int(w.in_features);
     const int stages = (n / 16) * (k / SK / SW);
     o.sbytes = stage_bytes(w);
@@ -445,7 +428,7 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
       auto* pk = SW == 2 ? pack_q4_kernel<2> : SW == 4 ? pack_q4_kernel<4> : pack_q4_kernel<8>;
       pk<<<stages, 256, 0, stream>>>(static_cast<const uint32_t*>(w.weight.raw()),
                                      static_cast<const uint32_t*>(w.scales.raw()), wp, k, gate_up ? n / 2 : 0,
-                                     gshift, o.sbytes, dparts);
+                                     gshift, o.sbytes);
     }
     TF_CUDA_LAUNCH_CHECK();
     o.wp = wp;
@@ -603,13 +586,13 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
     add(d);
 #else
     Op gu{};
-    pack(gu, *L.gate_up, true, s.dparts);
-    gu.n = int(2 * I), gu.k = int(H), gu.xkind = kXAddNorm, gu.dparts = s.dparts;
+    pack(gu, *L.gate_up, true);
+    gu.n = int(2 * I), gu.k = int(H), gu.xkind = kXAddNorm;
     gu.x = to, gu.res = th1, gu.res_out = th2, gu.nw = bf(L.post_norm), gu.y = tgu, gu.silu_out = 1;
     add(gu);
     Op d{};
     pack(d, *L.down, false);
-    d.n = int(H), d.k = int(I), d.xkind = kXCopy, d.x = tgu, d.y = td, d.dparts = s.dparts;
+    d.n = int(H), d.k = int(I), d.xkind = kXCopy, d.x = tgu, d.y = td;
     add(d);
 #endif
     res = th2, add_in = td;
@@ -642,11 +625,11 @@ std::unique_ptr<DecodeStep> make_step(const DecodeStepModel& m, cudaStream_t str
     Op& o = s.ops[size_t(s.attn_ops[l])];
     o.kmap = s.d_maps + 2 * l, o.vmap = s.d_maps + 2 * l + 1;
   }
-  for (auto* fn : {kernel_of(fmt, false), kernel_of(fmt, true), kernel_of(fmt, false, true)})  // (kDx: set_dx(100) too)
+  for (auto* fn : {kernel_of(fmt, false), kernel_of(fmt, true)})
     TF_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   int per_sm = 0;
-  TF_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_of(fmt, false, s.dparts > 0),
-                                                              kThreads, smem));
+  TF_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_of(fmt, false), kThreads, smem));
   if (per_sm != 1) return refuse("the kernel does not fit one CTA an SM");
   TF_CUDA_CHECK(cudaStreamSynchronize(stream));  // the packing
   return std::make_unique<Impl>(std::move(st));
@@ -699,9 +682,6 @@ void Impl::set_l2pf(int tiles) {
 }
 void Impl::set_inflight_gu(int stages) {
   s_->inflight_gu = stages;
-}
-void Impl::set_dx(int plan) {
-  s_->dx = plan;
 }
 void Impl::set_inflight(int stages) {
   s_->inflight = stages;
@@ -809,13 +789,6 @@ void Impl::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
   p.inflight = s.inflight < 0 ? s.inflight_default : s.inflight;
   p.l2pf = s.l2pf < 0 ? s.l2pf_default : s.l2pf;
   p.inflight_gu = s.inflight_gu < 0 ? s.inflight_gu_default : s.inflight_gu;
-  // The down's late parts: a team waits at a part's making for the other team's tile to reach it, holding its
-  // own tile's later stages, so every slot must take a tile's stages (nslots >= dstages) or the other team's
-  // could not come in (the ring's depth is set_ring's or the card's; lent CTAs have more). A down tile's
-  // stages: dparts a slice x kSlices / SW.
-  const int dx = s.dparts == 0 ? 0 : s.dx < 0 ? s.dx_default : s.dx;
-  p.dlate = p.nslots >= s.dparts * kSlices / sw_of(s.format) ? dx % 10 : 0;
-  p.dpair = dx / 10 % 10;
   p.stamps = s.stamping ? s.stamps : nullptr;
   p.tile_log = s.stamping && std::getenv("TF_STEP_TILE_LOG") != nullptr;  // (perturbs the other stamps)
   // Cooperative: every CTA polls words the others write, so all of them must be resident at once; the
@@ -830,10 +803,7 @@ void Impl::run(const DeviceMeta& dm, float* logits, cudaStream_t stream) {
   attr[0].val.cooperative = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  // (a step with dparts: its gate_up stores by gu_block, which only the kDx instance does; the probe's
-  // stamps are not taken there); set_dx(100) on a step without parts: that instance alone (the ablation)
-  const bool kdx = s.dparts > 0 || (s.format == kWMlx4Sw4 && s.dx == 100);
-  TF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel_of(s.format, s.probe && !kdx, kdx), p));
+  TF_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel_of(s.format, s.probe), p));
 }
 
 }  // namespace tf::cuda::TF_STEP_NS

@@ -145,6 +145,12 @@ __device__ __forceinline__ float slice_sum(const float* r, int lane) {
 template <typename F>
 __device__ __forceinline__ void by_qsel(int qsel, F&& f) {
   using std::integral_constant;
+#ifdef TF_STEP_ONLY_GS  // (experiment: one group size's variants only)
+  if (qsel == q4_sel(false, TF_STEP_ONLY_GS))
+    return f(integral_constant<int, kMlxBf16>{}, integral_constant<int, TF_STEP_ONLY_GS>{});
+  if (qsel != q4_sel(true, TF_STEP_ONLY_GS)) __trap();
+  return f(integral_constant<int, kMlxBf16Sub>{}, integral_constant<int, TF_STEP_ONLY_GS>{});
+#endif
   switch (qsel) {  // uniform: one op's tiles
     case q4_sel(false, 0):
       return f(integral_constant<int, kMlxBf16>{}, integral_constant<int, 0>{});
@@ -461,17 +467,7 @@ __device__ __forceinline__ void bf16_pair(float (&acc0)[4], float (&acc1)[4], ui
 
 // W: the linears' weight format (WFormat). kProbe: the benches' instance (DecodeStep::set_probe):
 // timestamps of the attention's steps; the product's has none of them in its code.
-// A down tile's place in its pair (Params::dpair): tile `tile` of an op of `tiles`, this CTA's m-th (tile /
-// G: its tiles are first_tile_of + m G) -- tiles m and m + 1 (m even) pair up, the two teams' -- 0 or 1, or
-// -1 where it is the CTA's last tile and alone.
-__device__ __forceinline__ int pair_place(int tile, int tiles, int G) {
-  const int m = tile / G, nt = (tiles - 1 - tile % G) / G + 1;  // (nt: the CTA's tiles of the op)
-  return m % 2 == 1 ? 1 : m + 1 < nt ? 0 : -1;
-}
-
-// kDx: the instance for a step whose 4-bit down's x is made in parts (Op::dparts; TF_STEP_DPERM at make),
-// MLX 4-bit SW 4 only, not the probe: the other instances' code is as it was measured.
-template <int W, bool kProbe, bool kDx = false>
+template <int W, bool kProbe>
 __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   constexpr int kSlots = kRing<W>;
   constexpr int SW = sw_of(W), kOwn = kCWarps / SW;     // slices a stage, ring slot owners
@@ -700,21 +696,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         continue;
       }
 #endif
-#if !TF_STEP_MOE
-      // kDx with Params::dpair: a down's tiles two at a time (the two teams' tiles m, m + 1 of this CTA, m
-      // even), their stages interleaved by part -- tile m's part 0, tile m + 1's, tile m's part 1, ... -- so
-      // that a ring of few slots holds both teams' first parts (a tile's stages in turn held 7 slots' worth
-      // of tile m, and tile m + 1's team streamed its parts late). Tile m + 1 issues nothing of its own.
-      int nst = stages;  // stages issued at this tile (twice as many: a pair's)
-      if (kDx && prm.dpair && down_in_parts(ops[op])) {
-        const int x = pair_place(tile, ops[op].tiles, G);
-        if (x == 1) continue;
-        if (x == 0) nst = 2 * stages;
-      }
-#else
-      const int nst = stages;
-#endif
-      for (int s = 0; s < nst; ++s, ++j) {
+      for (int s = 0; s < stages; ++s, ++j) {
         // Stage s of a tile belongs to owner s % kOwners. bf16: the ring's slots are a multiple of kOwners,
         // so slot j % nslots is only ever used by owner j % kOwners, and each warp pair waits on every phase
         // of its own slots in order (bulk copies complete out of order; a parity wait cannot tell phases
@@ -757,16 +739,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
                         w + (int64_t(tile) * stages + packed_stage(s, k, kOwn, sk)) * sbytes,
                         uint32_t(sbytes), saddr(full + slot));
 #else
-          if (kDx && nst != stages)  // a pair's stage s: tile m + s / kOwn % 2's, at its part s / (2 kOwn)
-            bulk_copy_g2s(saddr(ring + slot * slot_b),
-                          w + (int64_t(tile + s / kOwn % 2 * G) * stages +
-                               packed_stage(s / (2 * kOwn) * kOwn + s % kOwn, k, kOwn, SK)) *
-                                  sbytes,
-                          uint32_t(sbytes), saddr(full + slot));
-          else
-            bulk_copy_g2s(saddr(ring + slot * slot_b),
-                          w + (int64_t(tile) * stages + packed_stage(s, k, kOwn, SK)) * sbytes,
-                          uint32_t(sbytes), saddr(full + slot));
+          bulk_copy_g2s(saddr(ring + slot * slot_b),
+                        w + (int64_t(tile) * stages + packed_stage(s, k, kOwn, SK)) * sbytes,
+                        uint32_t(sbytes), saddr(full + slot));
 #endif
         }
         __syncwarp();
@@ -786,14 +761,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
   const UnitList c_units(c_pos, G, b, prm.early_bias);
   uint32_t c_par = 0;                // the V staging mbarrier's phase (one a unit, as the attention warps')
   int j = 0, x_op = -1, tcount = 0;  // tcount: the team's tiles so far
-#if !TF_STEP_MOE
-  // A down made in parts (Op::dparts, Params::dlate): its op, its next part to make, whether this CTA holds
-  // its tile 0 (make_x_parts' debugging copy). Every consumer warp makes each part once, in order: at the
-  // part's first stage of its team's first tile of the op, or (a team with fewer of the op's tiles) on
-  // leaving the op.
-  int dx_op = -1, dx_next = 0;
-  bool dx_writer = false;
-#endif
   uint32_t c_full = 0, c_x = 0, c_bar = 0, c_fence = 0, c_t0 = clk();  // the probe's counters (warp 1)
   int c_layer = 0;
   const bool counting = kProbe && stamps && threadIdx.x == 32;  // warp 1 (warp 0 also stores tiles)
@@ -872,13 +839,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         x_op = a;
       }
 #endif
-#if !TF_STEP_MOE
-    if (kDx && dx_op >= 0 && op != dx_op) {  // the down's parts this team's tiles did not reach
-      for (; dx_next < ops[dx_op].dparts; ++dx_next)
-        make_x_parts(ops[dx_op], xs, dx_next, dx_next + 1, false, dx_writer, tag);
-      dx_op = -1;
-    }
-#endif
     if (op >= nops) break;
     const Op& o = ops[op];
     const int tile = i - o.tile_begin, n0 = tile * 16, k = o.k;
@@ -899,13 +859,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
         routed = op - 1;
       }
 #endif
-#if !TF_STEP_MOE
-      if (kDx && down_in_parts(o) && prm.dlate > 0) {  // the down in parts: the first ones now
-        dx_op = op, dx_next = max(0, o.dparts - prm.dlate), dx_writer = tile == 0;
-        make_x_parts(o, xs, 0, dx_next, true, dx_writer, tag);
-      } else
-#endif
-        make_x(o, xs, nred, tile == 0, tag);
+      make_x(o, xs, nred, tile == 0, tag);
 #if TF_STEP_MOE
       // At the gate_up's x, warp 0 routes the layer for the down's combine: the gate_up's first stage lands
       // only after the producer's routing anyway, while at the down's x the routing held every consumer warp
@@ -1039,24 +993,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
       j += stages;
       continue;
     }
-#if !TF_STEP_MOE
-    // The tile's first stage and the stages between its parts: a pair's (kDx, Params::dpair; the producer's
-    // order) from the pair's first, then tile X's owners of each part (X: pair_place).
-    int jt = j, jstep = kOwn;
-    if (kDx && prm.dpair && down_in_parts(o))
-      if (const int x = pair_place(tile, o.tiles, G); x >= 0) jt = j - x * (stages - kOwn), jstep = 2 * kOwn;
-#else
-    const int jt = j, jstep = kOwn;
-#endif
     float acc[kSPW][4] = {};
     const uint32_t xbase = saddr(xs) + 16 * t;
     for (int part = 0; part < spw; ++part) {  // this warp's K slices, in order
-#if !TF_STEP_MOE
-      for (; kDx && dx_op == op && dx_next <= part; ++dx_next)  // (a down in parts: its part `part`)
-        make_x_parts(o, xs, dx_next, dx_next + 1, false, dx_writer, tag);
-#endif
-      const int jj = kDx ? jt + part * jstep + owner : j + part * kOwn + owner, wjj = wrap(jj),
-                slot = jj - wjj * nslots;
+      const int jj = j + part * kOwn + owner, wjj = wrap(jj), slot = jj - wjj * nslots;
       const uint32_t cw = kProbe ? clk() : 0;
       if (kProbe && logging) gcount(op, 2);  // (the arithmetic of the previous part)
       if constexpr (kNT > 1) {
@@ -1153,13 +1093,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(Params prm) {
     if (q == 0) {
       float sum = 0.f;
       if (lane < 16) sum = slice_sum(r, lane);
-      if (o.silu_out) {  // lanes 0-7 gate features 8 gu_block + l, lanes 8-15 their up values: the bits of
+      if (o.silu_out) {  // lanes 0-7 gate features n0/2 + l, lanes 8-15 their up values: the bits of
                          // gate_up stored as bf16, then silu_mul (activation.cuh)
         const float gb = __bfloat162float(__float2bfloat16(sum));
         const float ub = __shfl_down_sync(0xffffffffu, gb, 8);
         if (lane < 8)
-          static_cast<uint32_t*>(o.y)[8 * (kDx ? gu_block(tile, o.n / 16, o.dparts) : tile) + lane] =
-              word_of(__bfloat162float(silu_mul_bf16(gb, ub)), tag);
+          static_cast<uint32_t*>(o.y)[n0 / 2 + lane] = word_of(__bfloat162float(silu_mul_bf16(gb, ub)), tag);
 #if TF_STEP_MOE
       } else if (o.moe == kMoeRouter) {  // f32 logit words
         if (lane < 16)
@@ -1255,17 +1194,15 @@ __global__ void pack_bf16_pieces_kernel(const __nv_bfloat16* w, __nv_bfloat16* w
 // [n][k >> (5 + gshift)] scale | bias words) -> stages as pack_kernel's (tile t's stage ps: the 16 rows'
 // pieces of kSW consecutive slices), each kQCodeBytes of codes -- row r, piece sub: its 4 quads (64 bytes
 // each) at r * kQRowBytes + sub * kQRowBytes / kSW, quads q and q ^ 1 traded in odd rows -- then the
-// pieces' scale words [sub][group][16 rows]; a stage is `sbytes` long. Rows: packed_row, as pack_kernel's, of
-// a gate_up's block gu_block(t) (dparts: the gate_up's Op::dparts).
+// pieces' scale words [sub][group][16 rows]; a stage is `sbytes` long. Rows: packed_row, as pack_kernel's.
 template <int SW>
 __global__ void pack_q4_kernel(const uint32_t* w, const uint32_t* sc, unsigned char* wp, int k, int inter,
-                               int gshift, int sbytes, int dparts) {
+                               int gshift, int sbytes) {
   constexpr int kQRowBytes = q_row_bytes(SW);
   const int stages = k / kQStageK / SW, parts = k / kSlices / kQStageK;
   const int64_t stage = blockIdx.x;
   const int tile = int(stage / stages), ps = int(stage % stages);
   const int owner = ps / parts, part = ps % parts;
-  const int blk = inter > 0 ? gu_block(tile, inter / 8, dparts) : tile;  // (a gate_up's: Op::dparts)
   const int ng = kQStageK >> (5 + gshift), row_groups = k >> (5 + gshift);
   unsigned char* dst = wp + stage * sbytes;
   constexpr int kQuads = kQStageK / 128;
@@ -1273,7 +1210,7 @@ __global__ void pack_q4_kernel(const uint32_t* w, const uint32_t* sc, unsigned c
     const int r = u / (SW * kQuads * 4), sub = u / (kQuads * 4) % SW, q = u / 4 % kQuads, lt = u % 4;
     const int slice = owner * SW + sub;
     const int64_t quad = int64_t(slice * parts + part) * kQuads + q;  // the row's quad (128 k-values)
-    const uint4 v = *reinterpret_cast<const uint4*>(w + int64_t(packed_row(blk, r, inter)) * (k / 8) +
+    const uint4 v = *reinterpret_cast<const uint4*>(w + int64_t(packed_row(tile, r, inter)) * (k / 8) +
                                                     quad * 16 + lt * 4);
     *reinterpret_cast<uint4*>(dst + r * kQRowBytes + sub * (kQRowBytes / SW) + ((q ^ (r & 1)) * 64) +
                               lt * 16) = v;
@@ -1283,7 +1220,7 @@ __global__ void pack_q4_kernel(const uint32_t* w, const uint32_t* sc, unsigned c
     const int r = u % 16, gi = u / 16 % ng, sub = u / 16 / ng;
     const int slice = owner * SW + sub;
     const int group = ((slice * parts + part) * kQStageK >> (5 + gshift)) + gi;
-    sdst[(sub * ng + gi) * 16 + r] = sc[int64_t(packed_row(blk, r, inter)) * row_groups + group];
+    sdst[(sub * ng + gi) * 16 + r] = sc[int64_t(packed_row(tile, r, inter)) * row_groups + group];
   }
 }
 

@@ -172,10 +172,6 @@ struct Op {
   int tile_begin;           // global index of the op's first tile (tiles are dealt round-robin to CTAs)
   int tiles;                // 16-feature tiles
   float eps;                // kXAddNorm
-  // The dense MLX 4-bit step's down made in parts (TF_STEP_DPERM at make; 0: not): on the gate_up, its tiles
-  // dealt by the down's parts (gu_block: tile t's 8 features are block gu_block(t) of the intermediate), on
-  // the down, its parts a slice (k / kSlices / kQStageK) -- Params::dlate of them made as they are reached.
-  int dparts;  // (down_in_parts: the down's, not its gate_up's)
   // kXAttnMerge: one layer's K/V pool [slots][kHk][kD], q/k norm weights, the partials of (q head, chunk)
   // [kHq][kMaxChunks][kRecW] (32-bit words, kUnwritten where not written), the qkv words the attention
   // reads and its output words.
@@ -231,22 +227,6 @@ __device__ __forceinline__ int op_of_tile(const Op* ops, int nops, int op, int i
 __device__ __forceinline__ int first_tile_of(int b, int tile_begin, int G) {
   return ((b - tile_begin) % G + G) % G;
 }
-// The block of 8 intermediate features (gate rows 8 blk .., their up rows) of gate_up tile t, of nblk, where
-// the tiles are dealt by the down's `parts` pieces a K slice (Op::dparts; 0: block t): the tiles of part p
-// (the p-th third of them at 3 parts) are every slice's p-th piece in slice order, so that the CTAs store
-// the pieces the down reads first in their first tiles (tile t of an op lands about when t / G does).
-__host__ __device__ inline int gu_block(int t, int nblk, int parts) {
-  if (parts == 0) return t;
-  const int tp = nblk / parts, pb = tp / kSlices;  // tiles a part, blocks a slice's piece
-  const int p = t / tp, r = t % tp;
-  return r / pb * (parts * pb) + p * pb + r % pb;
-}
-
-// A down made in parts (Op::dparts on the down: its x a copy of the gate_up's words), not the gate_up that
-// deals its tiles by them. (Session 71: run 587 hung with the gate_up's x made by make_x_parts too.)
-__device__ __forceinline__ bool down_in_parts(const Op& o) {
-  return o.dparts > 0 && o.xkind == kXCopy;
-}
 
 // The launch's constants besides the op table.
 struct Params {
@@ -281,9 +261,6 @@ struct Params {
                  // layer's qkv is done (0: none; DecodeStep::set_l2pf)
   int inflight_gu;  // the dense shape, with inflight > 0: the cap for the gate_up's tiles past the l2pf
                     // prefetched ones (0: inflight; DecodeStep::set_inflight_gu)
-  int dlate;  // a down with Op::dparts: its last dlate parts' x made as its tiles reach them (0: all at its
-              // x; DecodeStep::set_dx)
-  int dpair;  // a down with Op::dparts: the two teams' tiles' stages interleaved by part (DecodeStep::set_dx)
 };
 using SS = DecodeStep::StampSlot;
 // A layer's ops (qkv, o, [router,] gate_up, down) and the gate_up's index among them (the probe's stamps).
@@ -447,17 +424,19 @@ __device__ __forceinline__ void ldv4(uint32_t* w, const uint32_t* p) {
                : "l"(p)
                : "memory");
 }
-// A copy op's x (make_x): ng <= NG groups of 8 consecutive words, group q at at(q) (poll_groups: at base +
-// kCWarps * 32 * 8 * q), loaded as 16-byte vectors and polled eagerly (every half-group holding a missing
-// word reloaded each pass) until every word carries `tag`. A warp's load of its lanes' groups (32 bytes
-// apart) touches 32 sectors whether it moves one word a lane or four: loaded word by word (until session 29)
-// the copy ops' x cost 4x the requests, and the polls' traffic slowed everything else (run 329: 16-byte loads
-// 512 -3.7%, 8192 -3.3%, MLX 4-bit 512 -13%; eager 4-bit -1% against a spinning lane a warp, bf16 the same).
-template <int NG, typename At>
-__device__ __forceinline__ void poll_at(uint32_t (&w)[NG][8], At at, int ng, uint32_t tag) {
+// A copy op's x (make_x): ng <= NG groups of 8 consecutive words, group q at base + kCWarps * 32 * 8 * q,
+// loaded as 16-byte vectors and polled eagerly (every half-group holding a missing word reloaded each pass)
+// until every word carries `tag`. A warp's load of its lanes' groups (32 bytes apart) touches 32 sectors
+// whether it moves one word a lane or four: loaded word by word (until session 29) the copy ops' x cost 4x
+// the requests, and the polls' traffic slowed everything else (run 329: 16-byte loads 512 -3.7%, 8192
+// -3.3%, MLX 4-bit 512 -13%; eager 4-bit -1% against a spinning lane a warp, bf16 the same).
+template <int NG>
+__device__ __forceinline__ void poll_groups(uint32_t (&w)[NG][8], const uint32_t* base, int ng,
+                                            uint32_t tag) {
+  constexpr int kGS = kCWarps * 32 * 8;  // words between a thread's groups
 #pragma unroll
   for (int q = 0; q < NG; ++q)
-    if (q < ng) ldv4(&w[q][0], at(q)), ldv4(&w[q][4], at(q) + 4);
+    if (q < ng) ldv4(&w[q][0], base + kGS * q), ldv4(&w[q][4], base + kGS * q + 4);
   for (long long n = 0;; ++n) {
     bool ready = true;
 #pragma unroll
@@ -467,30 +446,10 @@ __device__ __forceinline__ void poll_at(uint32_t (&w)[NG][8], At at, int ng, uin
         bool miss = false;
 #pragma unroll
         for (int j = 0; j < 4; ++j) miss |= q < ng && (w[q][4 * hf + j] >> 16) != tag;
-        if (miss) ready = false, ldv4(&w[q][4 * hf], at(q) + 4 * hf);
+        if (miss) ready = false, ldv4(&w[q][4 * hf], base + kGS * q + 4 * hf);
       }
     if (ready) return;
-    if (n == (1ll << 26)) hang_word(at(0), w[0][0], tag);
-  }
-}
-template <int NG>
-__device__ __forceinline__ void poll_groups(uint32_t (&w)[NG][8], const uint32_t* base, int ng,
-                                            uint32_t tag) {
-  constexpr int kGS = kCWarps * 32 * 8;  // words between a thread's groups
-  poll_at<NG>(
-      w, [&](int q) { return base + kGS * q; }, ng, tag);
-}
-
-// Polled groups (poll_at) into xs as bf16: group q's 8 values at element at(q).
-template <int NG, typename At>
-__device__ __forceinline__ void store_groups(__nv_bfloat16* xs, const uint32_t (&w)[NG][8], int ng, At at) {
-#pragma unroll
-  for (int q = 0; q < NG; ++q) {
-    if (q >= ng) break;
-    uint32_t r[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) r[e] = (w[q][2 * e] & 0xffffu) | (w[q][2 * e + 1] << 16);
-    *reinterpret_cast<uint4*>(xs + at(q)) = make_uint4(r[0], r[1], r[2], r[3]);
+    if (n == (1ll << 26)) hang_word(base, w[0][0], tag);
   }
 }
 
@@ -507,7 +466,14 @@ __device__ void make_x(const Op& o, __nv_bfloat16* xs, float* nred, bool writer,
     // group, each group waited a round trip of its own (runs 313-314: 8192 -0.5%, 512 -0.8%, 4-bit -4.5%).
     poll_groups<kGMax>(w, o.x + tid * 8, ng, tag);
     bar_consumers();  // xs is free: every warp is past the previous op's MMAs
-    store_groups<kGMax>(xs, w, ng, [&](int q) { return (tid + kT * q) * 8; });
+#pragma unroll
+    for (int q = 0; q < kGMax; ++q) {
+      if (q >= ng) break;
+      uint32_t r[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) r[e] = (w[q][2 * e] & 0xffffu) | (w[q][2 * e + 1] << 16);
+      *reinterpret_cast<uint4*>(xs + (tid + kT * q) * 8) = make_uint4(r[0], r[1], r[2], r[3]);
+    }
   } else {  // add + RMSNorm, k = kHidden: kV elements a thread at i = tid + kT j
     constexpr int kV = kHidden / kT;
     float nwv[kV], v[kV];
@@ -547,36 +513,5 @@ __device__ void make_x(const Op& o, __nv_bfloat16* xs, float* nred, bool writer,
   if (writer && o.dbg)
     for (int i = tid; i < k; i += kT) o.dbg[i] = xs[i];
 }
-
-#if !TF_STEP_MOE
-// A down's x with Op::dparts (the dense 4-bit step), parts p0 .. p1 - 1: part p is every K slice's p-th piece
-// of kQStageK k-values (what its tiles' part-p stages multiply), 2 groups of 8 words a thread a part, polled
-// as make_x's; free: first wait until xs is free (the op's first call: the gate_up's warps may still read
-// it). The parts made at the down's x are those its gate_up stores in its first tiles (gu_block); the last
-// Params::dlate ones as the tiles reach them, so a CTA done with its gate_up multiplies the first parts while
-// the other CTAs' last gate_up tiles land. The same values in the same places as make_x's. writer: the CTA
-// of the op's tile 0 (the debugging copy).
-__device__ void make_x_parts(const Op& o, __nv_bfloat16* xs, int p0, int p1, bool free, bool writer,
-                             uint32_t tag) {
-  const int tid = threadIdx.x;
-  constexpr int kT = kCWarps * 32;
-  constexpr int kGP = kSlices * kQStageK / 8 / kT;  // groups a thread a part
-  constexpr int kGMax = kMaxK / 8 / kT;
-  const int ls = o.k / kSlices, ng = (p1 - p0) * kGP;
-  auto at = [&](int q) {  // group q's first word (its k-value)
-    const int f = (tid + kT * (q % kGP)) * 8;
-    return f / kQStageK * ls + (p0 + q / kGP) * kQStageK + f % kQStageK;
-  };
-  uint32_t w[kGMax][8];
-  if (ng > 0)
-    poll_at<kGMax>(
-        w, [&](int q) { return o.x + at(q); }, ng, tag);
-  if (free) bar_consumers();
-  store_groups<kGMax>(xs, w, ng, at);
-  bar_consumers();
-  if (writer && o.dbg && p1 == o.dparts)  // (make_x's debugging copy, once the x is whole)
-    for (int i = tid; i < o.k; i += kT) o.dbg[i] = xs[i];
-}
-#endif
 
 }  // namespace tf::cuda::TF_STEP_NS

@@ -198,30 +198,6 @@ TEST_F(CudaDecodeStep, Mlx4LinearsGiveTheChainsBits) {
   ASSERT_EQ(setenv("TF_STEP_INFLIGHT_GU", "3", 1), 0);
   EXPECT_GT(run(1000, 16, &dir), 8) << "the gate_up's other tiles at 3 stages in flight";
   unsetenv("TF_STEP_INFLIGHT_GU");
-  // The down's x in parts (TF_STEP_DPERM at make; SW 4): the gate_up's tiles dealt by the down's parts (each
-  // feature's arithmetic is its own wherever its tile is), the down's last 1 (the default), 0, 2 or 3 parts
-  // made as its tiles reach them (TF_STEP_DLATE; 3: none at its x); a ring of 5 slots, fewer than a down
-  // tile's 6 stages (late parts off: made at the x, the gate_up still dealt by parts); 40 CTAs (several down
-  // tiles a team, some CTAs' teams without one). Each without and with the two teams' down tiles' stages
-  // interleaved by part (TF_STEP_DPAIR; 40 CTAs: pairs, then a tile alone).
-  ASSERT_EQ(setenv("TF_STEP_DPERM", "1", 1), 0);
-  for (const char* pair : {"0", "1"}) {
-    ASSERT_EQ(setenv("TF_STEP_DPAIR", pair, 1), 0);
-    const std::string what = std::string("the down's x in parts, pairs ") + pair;
-    for (const char* late : {"1", "0", "2", "3"}) {
-      ASSERT_EQ(setenv("TF_STEP_DLATE", late, 1), 0);
-      EXPECT_GT(run(1000, 16, &dir), 8) << what << ", " << late << " late";
-    }
-    unsetenv("TF_STEP_DLATE");
-    ASSERT_EQ(setenv("TF_STEP_RING_SLOTS", "5", 1), 0);
-    EXPECT_GT(run(1000, 16, &dir), 8) << what << ", 5 ring slots";
-    unsetenv("TF_STEP_RING_SLOTS");
-    ASSERT_EQ(setenv("TF_STEP_GRID", "40", 1), 0);
-    EXPECT_GT(run(300, 16, &dir), 8) << what << ", 40 CTAs";
-    unsetenv("TF_STEP_GRID");
-  }
-  unsetenv("TF_STEP_DPAIR");
-  unsetenv("TF_STEP_DPERM");
   cuda::DecodeStep::set_mlx4(was);
 }
 

@@ -4,7 +4,7 @@
 nvidia-smi --query-gpu=name --format=csv,noheader
 D=$(mktemp -d); xz -dc .devpack/p589.tar.xz | tar -xf - -C $D
 export LD_LIBRARY_PATH=$D/bin:${LD_LIBRARY_PATH:-}
-for r in 1 2 3; do
+for r in ${ROUNDS:-1 2 3}; do
   for b in tf_bench_cuda tf_bench_cuda_gs1; do
     TF_BENCH_STEP_ONLY=2 timeout 120 $D/bin/$b --shape qwen3-8b --format mlx4 --decode --quick > $OUT/$b.$r.txt 2>&1
     echo "$b round $r rc=$? $(grep -E 'one kernel' $OUT/$b.$r.txt | cut -c1-160)"

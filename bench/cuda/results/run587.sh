@@ -1,3 +1,4 @@
+# (Session 70's tree, 1be1b1f: TF_STEP_DX_AB and set_dx were retired in 140c613.)
 # Session 70, run 587: the dense 4-bit down's x in parts (TF_STEP_DPERM at make, set_dx; bench
 # TF_STEP_DX_AB) -- its bits (test_cuda_decode_step's 4-bit case) and its time against the default step in
 # the same process (plans pair * 10 + late parts: 0-3, 10, 11); run 586's pack (the tree before, run 578's

@@ -1,3 +1,4 @@
+# (4c4d156's tree: TF_STEP_DX_AB and set_dx were retired in 140c613.)
 # Session 71, run 588: the mended parts (down_in_parts) -- test_cuda_decode_step whole (the 4-bit case runs the
 # parts at dlate 1/0/2/3, 5 slots, 40 CTAs, without and with pairs), then the bench's "in parts" A/B: -1 the
 # default step, -2 it on the kDx instance (set_dx(100)), plans 0-3, 10, 11 on the TF_STEP_DPERM step.

@@ -34,6 +34,11 @@ struct GenerationRequest {
   std::vector<std::string> stop;  // stop strings, matched across token boundaries
   std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS ids
   bool ignore_eos = false;
+  // vLLM's min_tokens: before this many tokens are generated, the model's EOS ids (unless ignore_eos) and
+  // stop_token_ids are never sampled (as if masked: the other ids keep their keyed draws, so drafted and
+  // serial streams agree) and stop strings do not end the stream (one counts from the token that makes the
+  // min_tokens-th on). Structured outputs win where they leave nothing else (a complete document ends).
+  int min_tokens = 0;
   int logprobs = -1;  // -1: none; N >= 0: chosen token's logprob plus top-N alternatives
   // -1: none; N >= 0: each prompt token's logprob under the model (from the second token on) plus top-N
   // alternatives, delivered with the first Tokens event. Every prompt row is computed (no prompt-cache

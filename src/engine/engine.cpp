@@ -342,6 +342,11 @@ class EngineImpl final : public Engine {
       throw InvalidRequest("min_p must be in [0, 1]", "min_p");
     if (req.sampling.repetition_penalty <= 0)
       throw InvalidRequest("repetition_penalty must be > 0", "repetition_penalty");
+    if (req.min_tokens < 0) throw InvalidRequest("min_tokens must be >= 0", "min_tokens");
+    for (int32_t id : req.stop_token_ids)
+      if (id < 0 || id >= spec_.vocab)
+        throw InvalidRequest("stop_token_ids names token " + std::to_string(id) + ", outside the vocabulary",
+                             "stop_token_ids");
     for (const auto& [id, bias] : req.sampling.logit_bias)
       if (id < 0 || id >= spec_.vocab)
         throw InvalidRequest("logit_bias names token " + std::to_string(id) + ", outside the vocabulary",
@@ -370,9 +375,26 @@ class EngineImpl final : public Engine {
   }
 
   // Whether the stream's tokens are sampled on the host from its logits rows (logprobs, penalties,
-  // truncation, logit_bias, structured outputs), not on the device.
+  // truncation, logit_bias, structured outputs, min_tokens' bans), not on the device. Decided at a round's
+  // start (logit_rows_of, verify): a round whose first row is below min_tokens is sampled on the host whole.
   bool host_sampled(const Sequence& s) const {
-    return !device_sampleable(s.req.sampling, spec_.vocab, s.req.logprobs) || s.json;
+    return !device_sampleable(s.req.sampling, spec_.vocab, s.req.logprobs) || s.json || s.below_min_tokens();
+  }
+
+  // The ids a row may sample (nonzero = allowed; empty: all): structured outputs' mask, and below
+  // min_tokens the EOS ids (unless ignore_eos) and stop_token_ids banned -- unless that leaves nothing the
+  // structured output allows (its document is complete: it ends).
+  void row_mask(Sequence& s, std::vector<uint8_t>& mask) {
+    mask.clear();
+    if (s.json) json_filter().allowed(*s.json, mask);
+    if (!s.below_min_tokens()) return;
+    const std::vector<uint8_t> json_mask = s.json ? mask : std::vector<uint8_t>{};
+    if (mask.empty()) mask.assign(size_t(spec_.vocab), 1);
+    if (!s.req.ignore_eos)
+      for (int32_t id : eos_)
+        if (id >= 0 && id < spec_.vocab) mask[size_t(id)] = 0;
+    for (int32_t id : s.req.stop_token_ids) mask[size_t(id)] = 0;
+    if (s.json && std::none_of(mask.begin(), mask.end(), [](uint8_t v) { return v != 0; })) mask = json_mask;
   }
 
   // The vocabulary's byte trie for structured outputs, built on the engine thread at the first constrained
@@ -848,7 +870,7 @@ class EngineImpl final : public Engine {
   bool verify(Sequence& s, const float* logits, const int32_t* device, int rows,
               const std::vector<int32_t>& drafts, int proposed) {
     const bool on_device = !host_sampled(s);
-    std::vector<uint8_t> mask;    // structured outputs: the ids that keep the reply valid
+    std::vector<uint8_t> mask;    // the ids a row may sample (row_mask; empty: all)
     const int base = s.computed;  // position of the part's first row
     StreamEvent ev;
     ev.kind = StreamEvent::Kind::Tokens;
@@ -866,12 +888,12 @@ class EngineImpl final : public Engine {
     for (int i = 0; i < nrows; ++i) {
       const int64_t position = int64_t(s.tokens.size());
       SampleResult r;
-      if (s.json) json_filter().allowed(*s.json, mask);
+      if (!on_device) row_mask(s, mask);
       if (on_device)
         r.token = device[i];
       else
         r = sample_token(logits + size_t(i) * spec_.vocab, spec_.vocab, s.req.sampling, s.seed, position,
-                         s.penalties, s.req.logprobs, s.json ? mask.data() : nullptr);
+                         s.penalties, s.req.logprobs, mask.empty() ? nullptr : mask.data());
       if (s.json)
         TF_CHECK(json_filter().advance(*s.json, r.token), "structured output: a masked token was sampled");
       const bool hit = i < int(drafts.size()) && r.token == drafts[i];

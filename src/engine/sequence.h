@@ -57,6 +57,8 @@ struct Sequence {
   std::vector<GeneratedToken> prompt_lp;  // prompt logprobs so far (positions 1..), until they are sent
   bool prompt_lp_sent = false;
   int generated() const { return int(tokens.size()) - prompt_len; }
+  // The next token comes before min_tokens are generated: EOS / stop ids are banned (req.min_tokens).
+  bool below_min_tokens() const { return generated() < req.min_tokens; }
   // The request asks for prompt logprobs and they have not been sent yet.
   bool prompt_logprobs_pending() const { return req.prompt_logprobs >= 0 && !prompt_lp_sent; }
 

@@ -9,12 +9,13 @@ StopMatcher::StopMatcher(std::vector<std::string> stops) {
     if (!s.empty()) stops_.push_back(std::move(s));
 }
 
-std::string StopMatcher::push(const std::string& text, std::string* matched) {
+std::string StopMatcher::push(const std::string& text, std::string* matched, bool armed) {
   if (stopped_) return {};
   pending_ += text;
   size_t best = std::string::npos;
   const std::string* which = nullptr;
   for (const auto& s : stops_) {
+    if (!armed) break;
     size_t at = pending_.find(s);
     if (at != std::string::npos && (best == std::string::npos || at < best)) {
       best = at;

@@ -120,6 +120,13 @@ CommonFields read_common_fields(const JsonFields& f, const ApiContext& ctx) {
   if (auto v = f.integer("max_completion_tokens", 1, INT_MAX)) {
     c.max_tokens = *v, c.max_tokens_param = f.name("max_completion_tokens");
   }
+  if (auto v = f.integer("min_tokens", 0, INT_MAX)) {
+    r.min_tokens = int(*v);
+    if (c.max_tokens && *v > *c.max_tokens)
+      throw invalid_field(f.name("min_tokens"), "'" + f.name("min_tokens") + "' (" + std::to_string(*v) +
+                                                    ") must not exceed '" + c.max_tokens_param + "' (" +
+                                                    std::to_string(*c.max_tokens) + ").");
+  }
   if (auto v = f.integer("n", 1, ctx.options.max_n)) c.n = int(*v);
   if (auto v = f.boolean("stream")) c.stream = *v;
   if (const RequestJson* so = f.object("stream_options")) {

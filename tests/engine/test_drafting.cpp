@@ -3,6 +3,7 @@
 // token. Drafts are forced (adaptive length off) so that verification really runs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "engine/draft_policy.h"
@@ -233,6 +234,101 @@ TEST(ExactDrafting, StopsAndLimitsLandOnTheSameToken) {
   EXPECT_EQ(a.tokens, b.tokens);
   EXPECT_EQ(a.text, b.text);
   EXPECT_EQ(b.finish, FinishReason::Stop);
+}
+
+// min_tokens (vLLM's): below it the stop ids are banned -- the same token as a logit_bias of -100 on them,
+// the other ids keeping their keyed draws -- and stop strings do not end the stream; drafted streams give
+// the serial stream's tokens, greedy and sampled.
+TEST(ExactDrafting, MinTokensBansStopsAndStaysExact) {
+  auto e = make("qwen3", "none", true, 6);
+  const auto& tok = e->tokenizer();
+  int drafted = 0;
+  for (float temperature : {0.f, 0.9f}) {
+    GenerationRequest r;
+    r.prompt = tok.encode("the the the the the the the the", false);
+    r.sampling.temperature = temperature;
+    r.sampling.seed = 11;
+    r.max_tokens = 30;
+    r.ignore_eos = true;
+    GenerationRequest serial = r;
+    serial.draft = false;
+    const Out full = run(*e, serial);
+    ASSERT_EQ(full.tokens.size(), 30u);
+    const int32_t stop_id = full.tokens[1];
+    // Without min_tokens the stop id ends the stream at once.
+    r.stop_token_ids = serial.stop_token_ids = {stop_id};
+    EXPECT_LE(run(*e, serial).tokens.size(), 2u);
+    // With it: at least min_tokens tokens, none of them the stop id, drafted == serial.
+    const int min_tokens = 8;
+    r.min_tokens = serial.min_tokens = min_tokens;
+    const Out a = run(*e, serial), b = run(*e, r);
+    EXPECT_EQ(a.tokens, b.tokens) << temperature;
+    EXPECT_EQ(a.text, b.text);
+    drafted += b.usage.drafted_tokens;
+    ASSERT_GT(a.tokens.size(), size_t(min_tokens));
+    for (int i = 0; i < min_tokens; ++i) EXPECT_NE(a.tokens[size_t(i)], stop_id) << i;
+    const auto at = std::find(a.tokens.begin() + min_tokens, a.tokens.end(), stop_id);
+    EXPECT_EQ(a.finish, at == a.tokens.end() ? FinishReason::Length : FinishReason::Stop);
+    if (at != a.tokens.end()) EXPECT_EQ(at + 1, a.tokens.end());
+    // The banned rows sample what a -100 logit bias on the stop id samples.
+    GenerationRequest biased = serial;
+    biased.min_tokens = 0;
+    biased.stop_token_ids.clear();
+    biased.sampling.logit_bias = {{stop_id, -100.f}};
+    biased.max_tokens = min_tokens;
+    const Out ref = run(*e, biased);
+    EXPECT_EQ(ref.tokens, std::vector<int32_t>(a.tokens.begin(), a.tokens.begin() + min_tokens));
+  }
+  // A stop string that the reply completes early counts only from the min_tokens-th token on.
+  GenerationRequest r;
+  r.prompt = tok.encode("the the the the the the the the", false);
+  r.sampling.temperature = 0;
+  r.max_tokens = 30;
+  r.ignore_eos = true;
+  GenerationRequest serial = r;
+  serial.draft = false;
+  const Out full = run(*e, serial);
+  const std::string stop = tok.decode({full.tokens[0]}, true);
+  ASSERT_FALSE(stop.empty());
+  r.stop = serial.stop = {stop};
+  EXPECT_LE(run(*e, serial).tokens.size(), 1u);
+  r.min_tokens = serial.min_tokens = 5;
+  const Out a = run(*e, serial), b = run(*e, r);
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(a.text, b.text);
+  drafted += b.usage.drafted_tokens;
+  EXPECT_GT(drafted, 0) << "the drafts must really be verified";
+  EXPECT_GE(a.tokens.size(), 5u);
+  EXPECT_EQ(std::vector<int32_t>(a.tokens.begin(), a.tokens.begin() + 5),
+            std::vector<int32_t>(full.tokens.begin(), full.tokens.begin() + 5));
+}
+
+// Below min_tokens the model's EOS is banned even where a logit bias all but forces it; then it ends the
+// stream (the token after the min_tokens-th).
+TEST(ExactDrafting, MinTokensHoldsOffEos) {
+  auto e = make("qwen3", "none", true, 6);
+  const auto& tok = e->tokenizer();
+  const auto eos = tok.eos_id();
+  ASSERT_TRUE(eos.has_value());
+  GenerationRequest r;
+  r.prompt = tok.encode("the the the the the the the the", false);
+  r.sampling.temperature = 0;
+  r.sampling.logit_bias = {{*eos, 100.f}};
+  r.max_tokens = 20;
+  GenerationRequest serial = r;
+  serial.draft = false;
+  EXPECT_EQ(run(*e, serial).tokens, std::vector<int32_t>{*eos});
+  r.min_tokens = serial.min_tokens = 6;
+  const Out a = run(*e, serial), b = run(*e, r);
+  EXPECT_EQ(a.tokens, b.tokens);
+  ASSERT_EQ(a.tokens.size(), 7u);
+  for (int i = 0; i < 6; ++i) EXPECT_NE(a.tokens[size_t(i)], *eos);
+  EXPECT_EQ(a.tokens.back(), *eos);
+  EXPECT_EQ(a.finish, FinishReason::Stop);
+  // ignore_eos: EOS is neither banned nor a stop.
+  serial.ignore_eos = true;
+  serial.max_tokens = 3;
+  EXPECT_EQ(run(*e, serial).tokens, std::vector<int32_t>(3, *eos));
 }
 
 }  // namespace

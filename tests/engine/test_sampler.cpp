@@ -179,6 +179,18 @@ TEST(StopMatcher, ReleasesTextThatCannotStopAnyMore) {
   EXPECT_TRUE(matched.empty());
 }
 
+TEST(StopMatcher, UnarmedPushesMatchNothingButHoldBackBeginnings) {
+  StopMatcher m({"abc"});
+  std::string matched;
+  EXPECT_EQ(m.push("xabcxa", &matched, false), "xabcx");  // a whole stop string before min_tokens: text
+  EXPECT_TRUE(matched.empty());
+  EXPECT_FALSE(m.stopped());
+  EXPECT_EQ(m.push("b", &matched, false), "");  // "ab" could still start one
+  EXPECT_EQ(m.push("c tail", &matched), "");    // armed: completed
+  EXPECT_EQ(matched, "abc");
+  EXPECT_TRUE(m.stopped());
+}
+
 TEST(StopMatcher, EarliestMatchWins) {
   StopMatcher m({"world", "lo w"});
   std::string matched;

@@ -273,4 +273,22 @@ TEST_F(StructuredEngine, GuidedChoicesAreExactWithDraftsOnOrOff) {
   EXPECT_GE(seen.size(), 2u) << "temperature 1 over six seeds should pick more than one choice";
 }
 
+// min_tokens beside a structured output: its bans never leave the document without a way on, and where the
+// complete document allows only EOS, EOS it is (the document wins): the same reply as without min_tokens.
+TEST_F(StructuredEngine, MinTokensYieldsToACompleteDocument) {
+  auto with = make(2, true), without = make(2, false);
+  const Tokenizer& tok = with->tokenizer();
+  const auto schema = JsonSchema::text_choice({"positive", "negative", "neutral"});
+  for (uint64_t seed = 1; seed <= 3; ++seed) {
+    GenerationRequest r = constrained(tok, "# sentiment of the review:", 1.0f, seed, schema);
+    const StreamOutput plain = collect(*without->submit(r));
+    r.min_tokens = 40;
+    StreamOutput a = collect(*with->submit(r)), b = collect(*without->submit(r));
+    EXPECT_EQ(a.tokens, b.tokens) << seed;
+    EXPECT_EQ(b.tokens, plain.tokens) << seed;
+    EXPECT_EQ(b.finish, FinishReason::Stop);
+    EXPECT_LT(b.tokens.size(), 40u);
+  }
+}
+
 }  // namespace

@@ -146,8 +146,10 @@ void FakeHandle::run() {
       break;
     }
     engine_.steps++;
-    int32_t tok =
-        eos_soon && pos == 12 && !req_.ignore_eos ? FakeText::kEos : FakeEngine::token_at(seed, pos);
+    const bool armed = pos + 1 >= req_.min_tokens;  // min_tokens: no EOS before, stop strings from then on
+    int32_t tok = eos_soon && pos == 12 && !req_.ignore_eos && pos >= req_.min_tokens
+                      ? FakeText::kEos
+                      : FakeEngine::token_at(seed, pos);
     if (!cfg_.reply.empty()) {
       size_t at = reply_start + size_t(pos);
       tok = at < cfg_.reply.size() ? int32_t(uint8_t(cfg_.reply[at])) : FakeText::kEos;
@@ -163,7 +165,7 @@ void FakeHandle::run() {
       break;
     }
     pending_ += char(tok);
-    for (const auto& s : req_.stop) {
+    for (const auto& s : armed ? req_.stop : std::vector<std::string>{}) {
       if (auto at = pending_.find(s); at != std::string::npos) {
         pending_.resize(at);
         matched = s;

@@ -215,6 +215,25 @@ def test_stop_sequences(client, model_info):
     assert streamed_replies(chunks) == [reply(r.choices[0].message)]
 
 
+def test_min_tokens_holds_off_stops(server, client, model_info):
+    # A stop string met early ends the reply only from the min_tokens-th token on; the first tokens are the
+    # free reply's (stops never change sampling), and min_tokens > max_tokens is a 400 naming the field.
+    kw = dict(model=model_info["id"], prompt="Once upon a time", max_tokens=40, temperature=0,
+              extra_body={"ignore_eos": True}, logprobs=0)
+    free = client.completions.create(**kw).choices[0]
+    stop = plain_window(free.text)
+    cut = client.completions.create(stop=stop, **kw)
+    assert cut.choices[0].finish_reason == "stop"
+    n = cut.usage.completion_tokens + 3
+    assert n <= 40
+    held = client.completions.create(stop=stop, **{**kw, "extra_body": {"ignore_eos": True, "min_tokens": n}})
+    assert held.usage.completion_tokens >= n
+    assert held.choices[0].logprobs.tokens[:n] == free.logprobs.tokens[:n]
+    body = {"model": model_info["id"], "prompt": "Hi", "max_tokens": 4, "min_tokens": 5}
+    assert_error(post(server, "/v1/completions", body), 400, param="min_tokens")
+    assert_good_request(client, model_info)
+
+
 def test_logprobs(client, model_info):
     r = client.chat.completions.create(model=model_info["id"], messages=CHAT, max_tokens=6, temperature=0,
                                        logprobs=True, top_logprobs=3, extra_body={"ignore_eos": True})

@@ -74,6 +74,9 @@ TEST_F(ServerRequests, WrongTypesName400TheField) {
       {R"({"presence_penalty": 2.5})", "presence_penalty"},
       {R"({"chat_template_kwargs": "x"})", "chat_template_kwargs"},
       {R"({"draft": "no"})", "draft"},
+      {R"({"min_tokens": -1})", "min_tokens"},
+      {R"({"min_tokens": "3"})", "min_tokens"},
+      {R"({"max_tokens": 5, "min_tokens": 6})", "min_tokens"},
       {R"({"user": 7})", "user"},
       {R"({"model": 7})", "model"},
       {R"({"messages": "hi"})", "messages"},
@@ -144,6 +147,7 @@ TEST_F(ServerRequests, SamplingFieldsReachTheRequest) {
                                            {"frequency_penalty", -0.5},
                                            {"repetition_penalty", 1.1},
                                            {"ignore_eos", true},
+                                           {"min_tokens", 4},
                                            {"draft", false},
                                            {"max_tokens", 10},
                                            {"max_completion_tokens", 12},
@@ -161,6 +165,7 @@ TEST_F(ServerRequests, SamplingFieldsReachTheRequest) {
   EXPECT_FLOAT_EQ(g.sampling.repetition_penalty, 1.1f);
   EXPECT_EQ(g.stop, std::vector<std::string>{"END"});
   EXPECT_TRUE(g.ignore_eos);
+  EXPECT_EQ(g.min_tokens, 4);
   EXPECT_FALSE(g.draft);
   EXPECT_EQ(g.logprobs, 3);
   EXPECT_EQ(r.max_tokens, 12);  // max_completion_tokens wins

@@ -13,3 +13,14 @@ for r in ${ROUNDS:-1 2 3}; do
     echo "$b round $r rc=$? $(grep -E 'one kernel' $OUT/$b.$r.txt | cut -c1-160)"
   done
 done
+# Session 72 addition: the same call then takes the 8B table (bf16 and MLX 4-bit, b=1 and b=16) from the product
+# binary, and on an H200 its L2 prefetch / in-flight caps (off there by default; unmeasured since run 497).
+if [ -z "${SKIP_TABLE:-}" ]; then
+  TF_BENCH_STEP_ONLY=1 timeout 200 $D/bin/tf_bench_cuda --shape qwen3-8b --format mlx4 --decode --quick > $OUT/8b.txt 2>&1
+  echo "table rc=$?"; grep -E "one kernel|Qwen3-8B \||target" $OUT/8b.txt
+  if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+    TF_BENCH_STEP_ONLY=2 TF_STEP_L2PF=0,2,4 TF_STEP_INFLIGHT=0,2,3 timeout 150 $D/bin/tf_bench_cuda --shape qwen3-8b --format mlx4 --decode --quick > $OUT/h200.txt 2>&1
+    echo "h200 rc=$?"; grep -E "one kernel|L2|in flight" $OUT/h200.txt
+  fi
+fi
+rm -rf $D

@@ -209,14 +209,20 @@ TEST(DraftToken, AgreesWithTheTargetsKeyedSampling) {
   }
 }
 
+// A request on a prompt of one repeated word (context copies propose from it), run to max_tokens.
+GenerationRequest repeated_word(const Tokenizer& tok, float temperature, int max_tokens) {
+  GenerationRequest r;
+  r.prompt = tok.encode("the the the the the the the the", false);
+  r.sampling.temperature = temperature;
+  r.max_tokens = max_tokens;
+  r.ignore_eos = true;
+  return r;
+}
+
 TEST(ExactDrafting, StopsAndLimitsLandOnTheSameToken) {
   auto e = make("qwen3", "none", true, 6);
   const auto& tok = e->tokenizer();
-  GenerationRequest r;
-  r.prompt = tok.encode("the the the the the the the the", false);
-  r.sampling.temperature = 0;
-  r.max_tokens = 30;
-  r.ignore_eos = true;
+  GenerationRequest r = repeated_word(tok, 0, 30);
   GenerationRequest serial = r;
   serial.draft = false;
   Out full = run(*e, serial);
@@ -244,12 +250,8 @@ TEST(ExactDrafting, MinTokensBansStopsAndStaysExact) {
   const auto& tok = e->tokenizer();
   int drafted = 0;
   for (float temperature : {0.f, 0.9f}) {
-    GenerationRequest r;
-    r.prompt = tok.encode("the the the the the the the the", false);
-    r.sampling.temperature = temperature;
+    GenerationRequest r = repeated_word(tok, temperature, 30);
     r.sampling.seed = 11;
-    r.max_tokens = 30;
-    r.ignore_eos = true;
     GenerationRequest serial = r;
     serial.draft = false;
     const Out full = run(*e, serial);
@@ -280,11 +282,7 @@ TEST(ExactDrafting, MinTokensBansStopsAndStaysExact) {
     EXPECT_EQ(ref.tokens, std::vector<int32_t>(a.tokens.begin(), a.tokens.begin() + min_tokens));
   }
   // A stop string that the reply completes early counts only from the min_tokens-th token on.
-  GenerationRequest r;
-  r.prompt = tok.encode("the the the the the the the the", false);
-  r.sampling.temperature = 0;
-  r.max_tokens = 30;
-  r.ignore_eos = true;
+  GenerationRequest r = repeated_word(tok, 0, 30);
   GenerationRequest serial = r;
   serial.draft = false;
   const Out full = run(*e, serial);
@@ -310,11 +308,9 @@ TEST(ExactDrafting, MinTokensHoldsOffEos) {
   const auto& tok = e->tokenizer();
   const auto eos = tok.eos_id();
   ASSERT_TRUE(eos.has_value());
-  GenerationRequest r;
-  r.prompt = tok.encode("the the the the the the the the", false);
-  r.sampling.temperature = 0;
+  GenerationRequest r = repeated_word(tok, 0, 20);
+  r.ignore_eos = false;
   r.sampling.logit_bias = {{*eos, 100.f}};
-  r.max_tokens = 20;
   GenerationRequest serial = r;
   serial.draft = false;
   EXPECT_EQ(run(*e, serial).tokens, std::vector<int32_t>{*eos});

@@ -19,7 +19,7 @@ namespace {
 struct GenerateArgs {
   std::string model, prompt, chat, system, backend = "auto", cuda_graphs = "on", pad_drafts = "off";
   std::string json_schema;  // a file, or "object" for any JSON object
-  int max_tokens = 256, context = 0;
+  int max_tokens = 256, min_tokens = 0, context = 0;
   std::optional<float> temperature, top_p, min_p;
   std::optional<int> top_k;
   std::optional<uint64_t> seed;
@@ -60,6 +60,7 @@ void run_generate(const GenerateArgs& a) {
   req.max_tokens = a.max_tokens;
   req.stop = a.stop;
   req.ignore_eos = a.ignore_eos;
+  req.min_tokens = a.min_tokens;
   if (a.json_schema == "object") {
     req.json_schema = JsonSchema::any_object();
   } else if (!a.json_schema.empty()) {
@@ -127,6 +128,9 @@ void add_generate_command(CLI::App& app) {
   c->add_option("--seed", a->seed, "Sampling seed (default: derived from the prompt)");
   c->add_option("--stop", a->stop, "Stop string (repeatable)");
   c->add_flag("--ignore-eos", a->ignore_eos, "Keep generating past end-of-sequence tokens");
+  c->add_option("--min-tokens", a->min_tokens,
+                "No end-of-sequence token and no stop string before this many tokens (vLLM's min_tokens)")
+      ->check(CLI::NonNegativeNumber);
   c->add_option(
       "--json-schema", a->json_schema,
       "Structured output: a JSON Schema file the reply must satisfy, or 'object' for any JSON object "

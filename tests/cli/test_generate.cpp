@@ -38,6 +38,31 @@ TEST(CliGenerate, JsonSchemaConstrainsTheReply) {
   }
 }
 
+// --min-tokens: a stop string met early ends the reply only from the min_tokens-th token on (the reply is
+// still a prefix of the free one: stops never change sampling).
+TEST(CliGenerate, MinTokensHoldsOffAStopString) {
+  const std::string cmd = "generate --backend cpu -q -n 40 --temperature 0 --prompt 'Once upon a time' ";
+  ProcessResult free = run_tensorfold(cmd + "--ignore-eos", false);
+  ASSERT_EQ(free.code, 0) << free.output;
+  std::string stop;
+  for (size_t i = 1; i + 3 <= free.output.size() && stop.empty(); ++i) {
+    const std::string w = free.output.substr(i, 3);
+    bool plain = w.find_first_not_of(" ") != std::string::npos;
+    for (char ch : w) plain = plain && ch >= 0x20 && ch < 0x7f && ch != '\'' && ch != '\\';
+    if (plain) stop = w;
+  }
+  ASSERT_FALSE(stop.empty()) << free.output;
+  ProcessResult cut = run_tensorfold(cmd + "--ignore-eos --stop '" + stop + "'", false);
+  ProcessResult held = run_tensorfold(cmd + "--ignore-eos --min-tokens 30 --stop '" + stop + "'", false);
+  ASSERT_EQ(cut.code, 0) << cut.output;
+  ASSERT_EQ(held.code, 0) << held.output;
+  for (ProcessResult* r : {&free, &cut, &held})  // (the command ends its reply with a newline)
+    if (!r->output.empty() && r->output.back() == '\n') r->output.pop_back();
+  EXPECT_EQ(free.output.rfind(cut.output, 0), 0u) << cut.output;
+  EXPECT_EQ(free.output.rfind(held.output, 0), 0u) << held.output;
+  EXPECT_GT(held.output.size(), cut.output.size()) << stop;
+}
+
 TEST(CliGenerate, UnsupportedSchemaIsRefusedWithTheKeyword) {
   const std::string schema = write_temp("tf_generate_bad.json", R"({"type": "integer", "minimum": 3})");
   ProcessResult r = run_tensorfold("generate --backend cpu -q -n 4 --chat hi --json-schema " + schema);

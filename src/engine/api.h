@@ -39,6 +39,9 @@ struct GenerationRequest {
   // serial streams agree) and stop strings do not end the stream (one counts from the token that makes the
   // min_tokens-th on). Structured outputs win where they leave nothing else (a complete document ends).
   int min_tokens = 0;
+  // vLLM's allowed_token_ids: non-empty, only these ids are sampled (a mask, like min_tokens' bans). The
+  // masks narrow in order -- a structured output's, this, min_tokens' -- each only where it leaves an id.
+  std::vector<int32_t> allowed_token_ids;
   int logprobs = -1;  // -1: none; N >= 0: chosen token's logprob plus top-N alternatives
   // -1: none; N >= 0: each prompt token's logprob under the model (from the second token on) plus top-N
   // alternatives, delivered with the first Tokens event. Every prompt row is computed (no prompt-cache

@@ -343,10 +343,12 @@ class EngineImpl final : public Engine {
     if (req.sampling.repetition_penalty <= 0)
       throw InvalidRequest("repetition_penalty must be > 0", "repetition_penalty");
     if (req.min_tokens < 0) throw InvalidRequest("min_tokens must be >= 0", "min_tokens");
-    for (int32_t id : req.stop_token_ids)
-      if (id < 0 || id >= spec_.vocab)
-        throw InvalidRequest("stop_token_ids names token " + std::to_string(id) + ", outside the vocabulary",
-                             "stop_token_ids");
+    for (const auto& [ids, name] : {std::pair{&req.stop_token_ids, "stop_token_ids"},
+                                    std::pair{&req.allowed_token_ids, "allowed_token_ids"}})
+      for (int32_t id : *ids)
+        if (id < 0 || id >= spec_.vocab)
+          throw InvalidRequest(
+              std::string(name) + " names token " + std::to_string(id) + ", outside the vocabulary", name);
     for (const auto& [id, bias] : req.sampling.logit_bias)
       if (id < 0 || id >= spec_.vocab)
         throw InvalidRequest("logit_bias names token " + std::to_string(id) + ", outside the vocabulary",
@@ -375,26 +377,43 @@ class EngineImpl final : public Engine {
   }
 
   // Whether the stream's tokens are sampled on the host from its logits rows (logprobs, penalties,
-  // truncation, logit_bias, structured outputs, min_tokens' bans), not on the device. Decided at a round's
-  // start (logit_rows_of, verify): a round whose first row is below min_tokens is sampled on the host whole.
+  // truncation, logit_bias, structured outputs, allowed_token_ids, min_tokens' bans), not on the device.
+  // Decided at a round's start (logit_rows_of, verify): a round whose first row is below min_tokens is
+  // sampled on the host whole.
   bool host_sampled(const Sequence& s) const {
-    return !device_sampleable(s.req.sampling, spec_.vocab, s.req.logprobs) || s.json || s.below_min_tokens();
+    return !device_sampleable(s.req.sampling, spec_.vocab, s.req.logprobs) || s.json ||
+           !s.req.allowed_token_ids.empty() || s.below_min_tokens();
   }
 
-  // The ids a row may sample (nonzero = allowed; empty: all): structured outputs' mask, and below
-  // min_tokens the EOS ids (unless ignore_eos) and stop_token_ids banned -- unless that leaves nothing the
-  // structured output allows (its document is complete: it ends).
+  // The ids a row may sample (nonzero = allowed; empty: all). The masks narrow in order, each only where it
+  // leaves some id: a structured output's (a complete document allows EOS alone: it ends), the request's
+  // allowed_token_ids, then below min_tokens the EOS ids (unless ignore_eos) and stop_token_ids banned.
   void row_mask(Sequence& s, std::vector<uint8_t>& mask) {
     mask.clear();
     if (s.json) json_filter().allowed(*s.json, mask);
-    if (!s.below_min_tokens()) return;
-    const std::vector<uint8_t> json_mask = s.json ? mask : std::vector<uint8_t>{};
-    if (mask.empty()) mask.assign(size_t(spec_.vocab), 1);
-    if (!s.req.ignore_eos)
-      for (int32_t id : eos_)
-        if (id >= 0 && id < spec_.vocab) mask[size_t(id)] = 0;
-    for (int32_t id : s.req.stop_token_ids) mask[size_t(id)] = 0;
-    if (s.json && std::none_of(mask.begin(), mask.end(), [](uint8_t v) { return v != 0; })) mask = json_mask;
+    const std::vector<int32_t>& only = s.req.allowed_token_ids;
+    const bool ban = s.below_min_tokens();
+    if (only.empty() && !ban) return;
+    const size_t V = size_t(spec_.vocab);
+    std::vector<uint8_t> next;
+    auto narrow = [&](auto&& apply) {
+      next = mask.empty() ? std::vector<uint8_t>(V, 1) : mask;
+      apply(next);
+      if (std::any_of(next.begin(), next.end(), [](uint8_t v) { return v != 0; })) mask.swap(next);
+    };
+    if (!only.empty())
+      narrow([&](std::vector<uint8_t>& m) {
+        std::vector<uint8_t> keep(V, 0);
+        for (int32_t id : only) keep[size_t(id)] = m[size_t(id)];
+        m.swap(keep);
+      });
+    if (ban)
+      narrow([&](std::vector<uint8_t>& m) {
+        if (!s.req.ignore_eos)
+          for (int32_t id : eos_)
+            if (id >= 0 && id < spec_.vocab) m[size_t(id)] = 0;
+        for (int32_t id : s.req.stop_token_ids) m[size_t(id)] = 0;
+      });
   }
 
   // The vocabulary's byte trie for structured outputs, built on the engine thread at the first constrained

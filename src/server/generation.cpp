@@ -62,6 +62,20 @@ static void read_sampling(const JsonFields& f, SamplingParams& s) {
   if (auto v = f.integer("seed", INT64_MIN, INT64_MAX)) s.seed = uint64_t(*v);
 }
 
+// An array of token ids (stop_token_ids, allowed_token_ids: vLLM), each in [0, vocab).
+static std::vector<int32_t> read_token_ids(const JsonFields& f, const std::string& key, int vocab) {
+  std::vector<int32_t> out;
+  const RequestJson* ids = f.array(key);
+  if (!ids) return out;
+  for (size_t i = 0; i < ids->size(); ++i) {
+    const std::string name = f.name(key) + "[" + std::to_string(i) + "]";
+    if (!(*ids)[i].is_number_integer() || (*ids)[i].get<int64_t>() < 0 || (*ids)[i].get<int64_t>() >= vocab)
+      throw invalid_field(name, "'" + name + "' must be a token id in [0, " + std::to_string(vocab) + ").");
+    out.push_back(int32_t((*ids)[i].get<int64_t>()));
+  }
+  return out;
+}
+
 // logit_bias: {"<token id>": bias in [-100, 100], ...} (OpenAI), applied by the sampler to the raw logits.
 static void read_logit_bias(const JsonFields& f, int vocab, SamplingParams& s) {
   const RequestJson* lb = f.object("logit_bias");
@@ -104,17 +118,11 @@ CommonFields read_common_fields(const JsonFields& f, const ApiContext& ctx) {
   read_logit_bias(f, ctx.text.vocab_size(), r.sampling);
   read_stop(f, r);
   r.json_schema = read_json_constraint(f);
-  if (const RequestJson* ids = f.array("stop_token_ids")) {
-    for (size_t i = 0; i < ids->size(); ++i) {
-      std::string name = f.name("stop_token_ids") + "[" + std::to_string(i) + "]";
-      if (!(*ids)[i].is_number_integer() || (*ids)[i].get<int64_t>() < 0 ||
-          (*ids)[i].get<int64_t>() >= ctx.text.vocab_size()) {
-        throw invalid_field(
-            name, "'" + name + "' must be a token id in [0, " + std::to_string(ctx.text.vocab_size()) + ").");
-      }
-      r.stop_token_ids.push_back(int32_t((*ids)[i].get<int64_t>()));
-    }
-  }
+  r.stop_token_ids = read_token_ids(f, "stop_token_ids", ctx.text.vocab_size());
+  r.allowed_token_ids = read_token_ids(f, "allowed_token_ids", ctx.text.vocab_size());
+  if (const RequestJson* ids = f.array("allowed_token_ids"); ids && ids->empty())
+    throw invalid_field(f.name("allowed_token_ids"),
+                        "'" + f.name("allowed_token_ids") + "' must not be empty.");
   if (auto v = f.integer("max_tokens", 1, INT_MAX))
     c.max_tokens = *v, c.max_tokens_param = f.name("max_tokens");
   if (auto v = f.integer("max_completion_tokens", 1, INT_MAX)) {

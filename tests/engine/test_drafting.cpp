@@ -301,6 +301,38 @@ TEST(ExactDrafting, MinTokensBansStopsAndStaysExact) {
             std::vector<int32_t>(full.tokens.begin(), full.tokens.begin() + 5));
 }
 
+// allowed_token_ids (vLLM's): every token from the list, the same tokens as a -100 logit bias on every other
+// id, drafted == serial.
+TEST(ExactDrafting, AllowedTokenIdsAreAMaskAndStayExact) {
+  auto e = make("qwen3", "none", true, 6);
+  const auto& tok = e->tokenizer();
+  const int V = tok.vocab_size();
+  int drafted = 0;
+  for (float temperature : {0.f, 0.9f}) {
+    GenerationRequest r = repeated_word(tok, temperature, 24);
+    r.sampling.seed = 5;
+    GenerationRequest serial = r;
+    serial.draft = false;
+    const Out full = run(*e, serial);
+    ASSERT_EQ(full.tokens.size(), 24u);
+    // The reply's first token, two others of it and two ids it never wrote: the mask changes the reply.
+    std::vector<int32_t> only = {full.tokens[0], full.tokens[5], full.tokens[11], 7, V - 1};
+    r.allowed_token_ids = serial.allowed_token_ids = only;
+    const Out a = run(*e, serial), b = run(*e, r);
+    EXPECT_EQ(a.tokens, b.tokens) << temperature;
+    EXPECT_NE(a.tokens, full.tokens) << "the mask should change the reply";
+    drafted += b.usage.drafted_tokens;
+    for (int32_t t : a.tokens) EXPECT_NE(std::find(only.begin(), only.end(), t), only.end()) << t;
+    GenerationRequest biased = serial;
+    biased.allowed_token_ids.clear();
+    for (int32_t id = 0; id < V; ++id)
+      if (std::find(only.begin(), only.end(), id) == only.end())
+        biased.sampling.logit_bias.push_back({id, -100.f});
+    EXPECT_EQ(run(*e, biased).tokens, a.tokens) << temperature;
+  }
+  EXPECT_GT(drafted, 0) << "the drafts must really be verified";
+}
+
 // Below min_tokens the model's EOS is banned even where a logit bias all but forces it; then it ends the
 // stream (the token after the min_tokens-th).
 TEST(ExactDrafting, MinTokensHoldsOffEos) {

@@ -75,6 +75,9 @@ TEST_F(ServerRequests, WrongTypesName400TheField) {
       {R"({"chat_template_kwargs": "x"})", "chat_template_kwargs"},
       {R"({"draft": "no"})", "draft"},
       {R"({"min_tokens": -1})", "min_tokens"},
+      {R"({"allowed_token_ids": []})", "allowed_token_ids"},
+      {R"({"allowed_token_ids": [1, -1]})", "allowed_token_ids[1]"},
+      {R"({"stop_token_ids": ["a"]})", "stop_token_ids[0]"},
       {R"({"min_tokens": "3"})", "min_tokens"},
       {R"({"max_tokens": 5, "min_tokens": 6})", "min_tokens"},
       {R"({"user": 7})", "user"},
@@ -148,6 +151,7 @@ TEST_F(ServerRequests, SamplingFieldsReachTheRequest) {
                                            {"repetition_penalty", 1.1},
                                            {"ignore_eos", true},
                                            {"min_tokens", 4},
+                                           {"allowed_token_ids", {5, 3}},
                                            {"draft", false},
                                            {"max_tokens", 10},
                                            {"max_completion_tokens", 12},
@@ -166,6 +170,7 @@ TEST_F(ServerRequests, SamplingFieldsReachTheRequest) {
   EXPECT_EQ(g.stop, std::vector<std::string>{"END"});
   EXPECT_TRUE(g.ignore_eos);
   EXPECT_EQ(g.min_tokens, 4);
+  EXPECT_EQ(g.allowed_token_ids, (std::vector<int32_t>{5, 3}));
   EXPECT_FALSE(g.draft);
   EXPECT_EQ(g.logprobs, 3);
   EXPECT_EQ(r.max_tokens, 12);  // max_completion_tokens wins

@@ -135,6 +135,12 @@ CommonFields read_common_fields(const JsonFields& f, const ApiContext& ctx) {
                                                     ") must not exceed '" + c.max_tokens_param + "' (" +
                                                     std::to_string(*c.max_tokens) + ").");
   }
+  if (auto v = f.integer("truncate_prompt_tokens", -1, INT_MAX)) {
+    if (*v == 0)
+      throw invalid_field(f.name("truncate_prompt_tokens"), "'" + f.name("truncate_prompt_tokens") +
+                                                                "' must be -1 (the context) or at least 1.");
+    c.truncate_prompt_tokens = int(*v);
+  }
   if (auto v = f.integer("n", 1, ctx.options.max_n)) c.n = int(*v);
   if (auto v = f.boolean("stream")) c.stream = *v;
   if (const RequestJson* so = f.object("stream_options")) {
@@ -148,6 +154,17 @@ CommonFields read_common_fields(const JsonFields& f, const ApiContext& ctx) {
   if (auto v = f.boolean("include_stop_str_in_output")) r.include_stop_str_in_output = *v;
   (void)f.string("user");  // accepted for compatibility; type-checked, otherwise unused
   return c;
+}
+
+bool truncate_prompt(const CommonFields& c, std::vector<int32_t>& prompt, const ApiContext& ctx) {
+  // -1: as much as fits beside the reply (the requested max_tokens, else one token).
+  const int context = ctx.info().context;
+  const int keep = c.truncate_prompt_tokens != -1 ? c.truncate_prompt_tokens
+                   : context > 0                  ? context - int(c.max_tokens.value_or(1))
+                                                  : 0;
+  if (keep <= 0 || int(prompt.size()) <= keep) return false;
+  prompt.erase(prompt.begin(), prompt.end() - keep);
+  return true;
 }
 
 int resolve_max_tokens(const CommonFields& c, int prompt_tokens, const ApiContext& ctx) {

@@ -21,6 +21,7 @@ struct CommonFields {
   GenerationRequest request;          // sampling, stop, ignore_eos, draft; prompt/max_tokens filled later
   std::optional<int64_t> max_tokens;  // as requested (max_completion_tokens wins over max_tokens)
   std::string max_tokens_param;       // the field it came from, for errors
+  int truncate_prompt_tokens = 0;     // (vLLM) > 0: the prompt's last this many tokens; -1: what fits
   int n = 1;
   bool stream = false;
   bool include_usage = false;
@@ -34,6 +35,8 @@ CommonFields read_common_fields(const JsonFields& f, const ApiContext& ctx);
 // The reply limit for a prompt: the requested one (400 context_length_exceeded when prompt + it does not
 // fit), else min(server default, what is left of the context).
 int resolve_max_tokens(const CommonFields& c, int prompt_tokens, const ApiContext& ctx);
+// truncate_prompt_tokens: keeps the prompt's last tokens (left truncation, as vLLM). True when it cut.
+bool truncate_prompt(const CommonFields& c, std::vector<int32_t>& prompt, const ApiContext& ctx);
 
 // Seeds for n choices of one prompt: seed + i; without a seed and n > 1, a seed derived from the prompt
 // (so choices differ but the request stays reproducible).

@@ -199,6 +199,7 @@ ChatRequest parse_chat_request(const RequestJson& body, const ApiContext& ctx) {
   set_reply_constraint(r.parsing, r.common.request, "response_format");
   // The template writes the special tokens itself; prefill is a forced tool call's start (chat_output.h).
   r.prompt = ctx.text.encode(rendered + r.parsing.prefill, false);
+  truncate_prompt(r.common, r.prompt, ctx);
   r.max_tokens = resolve_max_tokens(r.common, int(r.prompt.size()), ctx);
   return r;
 }

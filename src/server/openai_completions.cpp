@@ -91,6 +91,9 @@ CompletionRequest parse_completion_request(const RequestJson& body, const ApiCon
   const RequestJson* prompt = f.get("prompt");
   if (!prompt) throw invalid_field("prompt", "Missing required parameter: 'prompt'.");
   read_prompts(*prompt, r, ctx);
+  for (size_t i = 0; i < r.prompts.size(); ++i)  // (echo shows what the model read)
+    if (truncate_prompt(r.common, r.prompts[i], ctx))
+      r.prompt_texts[i] = ctx.text.decode(r.prompts[i], false);
   if (r.prompts.size() * size_t(r.common.n) > size_t(ctx.options.max_n) * 4) {
     throw invalid_field("prompt", "Too many prompts x n in one request (at most " +
                                       std::to_string(ctx.options.max_n * 4) + " choices).");

@@ -75,6 +75,8 @@ TEST_F(ServerRequests, WrongTypesName400TheField) {
       {R"({"chat_template_kwargs": "x"})", "chat_template_kwargs"},
       {R"({"draft": "no"})", "draft"},
       {R"({"min_tokens": -1})", "min_tokens"},
+      {R"({"truncate_prompt_tokens": 0})", "truncate_prompt_tokens"},
+      {R"({"truncate_prompt_tokens": "5"})", "truncate_prompt_tokens"},
       {R"({"allowed_token_ids": []})", "allowed_token_ids"},
       {R"({"allowed_token_ids": [1, -1]})", "allowed_token_ids[1]"},
       {R"({"stop_token_ids": ["a"]})", "stop_token_ids[0]"},
@@ -279,6 +281,26 @@ TEST_F(ServerRequests, CompletionPromptShapes) {
   EXPECT_EQ(completion_submissions(parse("a", {{"logprobs", 2}, {"echo", true}}))[0].prompt_logprobs, 2);
   EXPECT_EQ(completion_submissions(parse("a", {{"logprobs", 2}}))[0].prompt_logprobs, -1);
   EXPECT_EQ(error_of([&] { parse_completion_request({{"model", "fake-model"}}, ctx); }).param(), "prompt");
+}
+
+// truncate_prompt_tokens (vLLM): the prompt's last k tokens (the rendered chat's, each completion prompt's,
+// whose echo text follows); -1 keeps what fits beside the reply (context 256 here).
+TEST_F(ServerRequests, TruncatePromptTokensKeepsTheLastTokens) {
+  const ChatRequest whole = parse_chat_request(chat(), ctx);
+  ASSERT_GT(whole.prompt.size(), 6u);
+  const ChatRequest cut = parse_chat_request(chat({{"truncate_prompt_tokens", 6}}), ctx);
+  EXPECT_EQ(cut.prompt, std::vector<int32_t>(whole.prompt.end() - 6, whole.prompt.end()));
+  EXPECT_EQ(parse_chat_request(chat({{"truncate_prompt_tokens", 1000}}), ctx).prompt, whole.prompt);
+  const json long_chat = {{"messages", {{{"role", "user"}, {"content", std::string(300, 'x')}}}},
+                          {"max_tokens", 40},
+                          {"truncate_prompt_tokens", -1}};
+  const ChatRequest fit = parse_chat_request(chat(long_chat), ctx);
+  EXPECT_EQ(fit.prompt.size(), 256u - 40u);
+  EXPECT_EQ(fit.max_tokens, 40);
+  const CompletionRequest c = parse_completion_request(
+      {{"model", "fake-model"}, {"prompt", {"abcdef", "xy"}}, {"truncate_prompt_tokens", 3}}, ctx);
+  EXPECT_EQ(c.prompts, (std::vector<std::vector<int32_t>>{{'d', 'e', 'f'}, {257, 'x', 'y'}}));
+  EXPECT_EQ(c.prompt_texts, (std::vector<std::string>{"def", "xy"}));
 }
 
 TEST_F(ServerRequests, ErrorObjectShape) {

@@ -40,8 +40,13 @@ struct GenerationRequest {
   // min_tokens-th on). Structured outputs win where they leave nothing else (a complete document ends).
   int min_tokens = 0;
   // vLLM's allowed_token_ids: non-empty, only these ids are sampled (a mask, like min_tokens' bans). The
-  // masks narrow in order -- a structured output's, this, min_tokens' -- each only where it leaves an id.
+  // masks narrow in order -- a structured output's, this, bad words', min_tokens' -- each only where it
+  // leaves an id.
   std::vector<int32_t> allowed_token_ids;
+  // vLLM's bad_words, as token sequences (the server tokenizes each word with and without a leading space):
+  // a sequence's last token is masked where the reply so far ends with the rest of it (a one-token
+  // sequence always), after allowed_token_ids and before min_tokens' bans, only where it leaves an id.
+  std::vector<std::vector<int32_t>> bad_words_ids;
   int logprobs = -1;  // -1: none; N >= 0: chosen token's logprob plus top-N alternatives
   // -1: none; N >= 0: each prompt token's logprob under the model (from the second token on) plus top-N
   // alternatives, delivered with the first Tokens event. Every prompt row is computed (no prompt-cache

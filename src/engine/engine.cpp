@@ -349,6 +349,13 @@ class EngineImpl final : public Engine {
         if (id < 0 || id >= spec_.vocab)
           throw InvalidRequest(
               std::string(name) + " names token " + std::to_string(id) + ", outside the vocabulary", name);
+    for (const auto& w : req.bad_words_ids) {
+      if (w.empty()) throw InvalidRequest("bad_words holds an empty token sequence", "bad_words");
+      for (int32_t id : w)
+        if (id < 0 || id >= spec_.vocab)
+          throw InvalidRequest("bad_words names token " + std::to_string(id) + ", outside the vocabulary",
+                               "bad_words");
+    }
     for (const auto& [id, bias] : req.sampling.logit_bias)
       if (id < 0 || id >= spec_.vocab)
         throw InvalidRequest("logit_bias names token " + std::to_string(id) + ", outside the vocabulary",
@@ -377,23 +384,32 @@ class EngineImpl final : public Engine {
   }
 
   // Whether the stream's tokens are sampled on the host from its logits rows (logprobs, penalties,
-  // truncation, logit_bias, structured outputs, allowed_token_ids, min_tokens' bans), not on the device.
+  // truncation, logit_bias, structured outputs, allowed_token_ids, bad_words, min_tokens' bans), not on the
+  // device.
   // Decided at a round's start (logit_rows_of, verify): a round whose first row is below min_tokens is
   // sampled on the host whole.
   bool host_sampled(const Sequence& s) const {
     return !device_sampleable(s.req.sampling, spec_.vocab, s.req.logprobs) || s.json ||
-           !s.req.allowed_token_ids.empty() || s.below_min_tokens();
+           !s.req.allowed_token_ids.empty() || !s.req.bad_words_ids.empty() || s.below_min_tokens();
   }
 
   // The ids a row may sample (nonzero = allowed; empty: all). The masks narrow in order, each only where it
   // leaves some id: a structured output's (a complete document allows EOS alone: it ends), the request's
-  // allowed_token_ids, then below min_tokens the EOS ids (unless ignore_eos) and stop_token_ids banned.
+  // allowed_token_ids, its bad words (a sequence's last token where the reply ends with the rest of it),
+  // then below min_tokens the EOS ids (unless ignore_eos) and stop_token_ids banned.
   void row_mask(Sequence& s, std::vector<uint8_t>& mask) {
     mask.clear();
     if (s.json) json_filter().allowed(*s.json, mask);
     const std::vector<int32_t>& only = s.req.allowed_token_ids;
     const bool ban = s.below_min_tokens();
-    if (only.empty() && !ban) return;
+    std::vector<int32_t> bad;  // the bad words' last tokens that the reply so far would complete
+    const auto reply = s.tokens.begin() + s.prompt_len;
+    for (const auto& w : s.req.bad_words_ids) {
+      const size_t k = w.size() - 1;
+      if (size_t(s.tokens.end() - reply) >= k && std::equal(w.begin(), w.end() - 1, s.tokens.end() - long(k)))
+        bad.push_back(w.back());
+    }
+    if (only.empty() && bad.empty() && !ban) return;
     const size_t V = size_t(spec_.vocab);
     std::vector<uint8_t> next;
     auto narrow = [&](auto&& apply) {
@@ -406,6 +422,10 @@ class EngineImpl final : public Engine {
         std::vector<uint8_t> keep(V, 0);
         for (int32_t id : only) keep[size_t(id)] = m[size_t(id)];
         m.swap(keep);
+      });
+    if (!bad.empty())
+      narrow([&](std::vector<uint8_t>& m) {
+        for (int32_t id : bad) m[size_t(id)] = 0;
       });
     if (ban)
       narrow([&](std::vector<uint8_t>& m) {

@@ -76,6 +76,29 @@ static std::vector<int32_t> read_token_ids(const JsonFields& f, const std::strin
   return out;
 }
 
+// bad_words (vLLM): each word as token sequences -- as written (leading spaces dropped) and after a space,
+// where that tokenizes differently -- whose last token the engine masks where the reply ends with the rest.
+static void read_bad_words(const JsonFields& f, const ApiContext& ctx, GenerationRequest& r) {
+  const RequestJson* words = f.array("bad_words");
+  if (!words) return;
+  if (words->size() > 256)
+    throw invalid_field(f.name("bad_words"), "'bad_words' holds more than 256 words.", "invalid_value");
+  for (size_t i = 0; i < words->size(); ++i) {
+    const std::string name = f.name("bad_words") + "[" + std::to_string(i) + "]";
+    const RequestJson& w = (*words)[i];
+    const size_t start = w.is_string() ? w.get<std::string>().find_first_not_of(' ') : 0;
+    if (!w.is_string() || start == std::string::npos)
+      throw invalid_field(name, "'" + name + "' must be a non-blank string.");
+    const std::string word = w.get<std::string>().substr(start);
+    for (const std::string& text : {word, " " + word}) {
+      std::vector<int32_t> ids = ctx.text.encode(text, false);
+      if (!ids.empty() &&
+          std::find(r.bad_words_ids.begin(), r.bad_words_ids.end(), ids) == r.bad_words_ids.end())
+        r.bad_words_ids.push_back(std::move(ids));
+    }
+  }
+}
+
 // logit_bias: {"<token id>": bias in [-100, 100], ...} (OpenAI), applied by the sampler to the raw logits.
 static void read_logit_bias(const JsonFields& f, int vocab, SamplingParams& s) {
   const RequestJson* lb = f.object("logit_bias");
@@ -120,6 +143,7 @@ CommonFields read_common_fields(const JsonFields& f, const ApiContext& ctx) {
   r.json_schema = read_json_constraint(f);
   r.stop_token_ids = read_token_ids(f, "stop_token_ids", ctx.text.vocab_size());
   r.allowed_token_ids = read_token_ids(f, "allowed_token_ids", ctx.text.vocab_size());
+  read_bad_words(f, ctx, r);
   if (const RequestJson* ids = f.array("allowed_token_ids"); ids && ids->empty())
     throw invalid_field(f.name("allowed_token_ids"),
                         "'" + f.name("allowed_token_ids") + "' must not be empty.");

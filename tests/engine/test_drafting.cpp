@@ -333,6 +333,46 @@ TEST(ExactDrafting, AllowedTokenIdsAreAMaskAndStayExact) {
   EXPECT_GT(drafted, 0) << "the drafts must really be verified";
 }
 
+// bad_words (vLLM's, as token sequences): a one-token word never comes (the same tokens as a -100 logit bias
+// on it), a two-token word's second token is masked right after its first; drafted == serial throughout.
+TEST(ExactDrafting, BadWordsAreMaskedAndStayExact) {
+  auto e = make("qwen3", "none", true, 6);
+  const auto& tok = e->tokenizer();
+  int drafted = 0;
+  for (float temperature : {0.f, 0.9f}) {
+    GenerationRequest r = repeated_word(tok, temperature, 24);
+    r.sampling.seed = 9;
+    GenerationRequest serial = r;
+    serial.draft = false;
+    const Out full = run(*e, serial);
+    ASSERT_EQ(full.tokens.size(), 24u);
+    // One token.
+    const int32_t one = full.tokens[2];
+    r.bad_words_ids = serial.bad_words_ids = {{one}};
+    Out a = run(*e, serial), b = run(*e, r);
+    EXPECT_EQ(a.tokens, b.tokens) << temperature;
+    drafted += b.usage.drafted_tokens;
+    EXPECT_EQ(std::count(a.tokens.begin(), a.tokens.end(), one), 0);
+    GenerationRequest biased = serial;
+    biased.bad_words_ids.clear();
+    biased.sampling.logit_bias = {{one, -100.f}};
+    EXPECT_EQ(run(*e, biased).tokens, a.tokens) << temperature;
+    // Two tokens: the reply is the free one up to the pair's first place, where its second token is masked.
+    const int32_t x = full.tokens[3], y = full.tokens[4];
+    size_t at = 1;
+    while (!(full.tokens[at - 1] == x && full.tokens[at] == y)) ++at;
+    r.bad_words_ids = serial.bad_words_ids = {{x, y}};
+    a = run(*e, serial), b = run(*e, r);
+    EXPECT_EQ(a.tokens, b.tokens) << temperature;
+    drafted += b.usage.drafted_tokens;
+    ASSERT_EQ(a.tokens.size(), 24u);
+    EXPECT_EQ(std::vector<int32_t>(a.tokens.begin(), a.tokens.begin() + long(at)),
+              std::vector<int32_t>(full.tokens.begin(), full.tokens.begin() + long(at)));
+    for (size_t i = 1; i < a.tokens.size(); ++i) EXPECT_FALSE(a.tokens[i - 1] == x && a.tokens[i] == y) << i;
+  }
+  EXPECT_GT(drafted, 0) << "the drafts must really be verified";
+}
+
 // Below min_tokens the model's EOS is banned even where a logit bias all but forces it; then it ends the
 // stream (the token after the min_tokens-th).
 TEST(ExactDrafting, MinTokensHoldsOffEos) {

@@ -76,6 +76,8 @@ TEST_F(ServerRequests, WrongTypesName400TheField) {
       {R"({"draft": "no"})", "draft"},
       {R"({"min_tokens": -1})", "min_tokens"},
       {R"({"truncate_prompt_tokens": 0})", "truncate_prompt_tokens"},
+      {R"({"bad_words": [" "]})", "bad_words[0]"},
+      {R"({"bad_words": ["a", 5]})", "bad_words[1]"},
       {R"({"truncate_prompt_tokens": "5"})", "truncate_prompt_tokens"},
       {R"({"allowed_token_ids": []})", "allowed_token_ids"},
       {R"({"allowed_token_ids": [1, -1]})", "allowed_token_ids[1]"},
@@ -154,6 +156,7 @@ TEST_F(ServerRequests, SamplingFieldsReachTheRequest) {
                                            {"ignore_eos", true},
                                            {"min_tokens", 4},
                                            {"allowed_token_ids", {5, 3}},
+                                           {"bad_words", {"ab", " ab"}},
                                            {"draft", false},
                                            {"max_tokens", 10},
                                            {"max_completion_tokens", 12},
@@ -173,6 +176,8 @@ TEST_F(ServerRequests, SamplingFieldsReachTheRequest) {
   EXPECT_TRUE(g.ignore_eos);
   EXPECT_EQ(g.min_tokens, 4);
   EXPECT_EQ(g.allowed_token_ids, (std::vector<int32_t>{5, 3}));
+  // Each word as written and after a space, once each (" ab" is "ab" again).
+  EXPECT_EQ(g.bad_words_ids, (std::vector<std::vector<int32_t>>{{'a', 'b'}, {' ', 'a', 'b'}}));
   EXPECT_FALSE(g.draft);
   EXPECT_EQ(g.logprobs, 3);
   EXPECT_EQ(r.max_tokens, 12);  // max_completion_tokens wins

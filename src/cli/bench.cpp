@@ -285,7 +285,8 @@ void run_replay(EngineOptions opt, const BenchArgs& a) {
 // The MoE shape (qwen3-30b-a3b) runs bf16 and mlx4: asked for alone with another format it is refused, and
 // "all" gives it the formats it has.
 void run_shape(const BenchArgs& a) {
-  const bool moe = a.shape == bench::kMoeShapeId, all = a.shape == "all";
+  const bool moe = a.shape == bench::kMoeShapeId;
+  [[maybe_unused]] const bool all = a.shape == "all";  // (read where the shape bench is built)
   if (moe)
     for (const std::string& f : a.formats)
       if (f != "bf16" && f != "mlx4")

@@ -219,6 +219,22 @@ GenerationRequest repeated_word(const Tokenizer& tok, float temperature, int max
   return r;
 }
 
+// The repeated-word request at `temperature` with `seed`, drafted and serial (draft: false), and the serial
+// stream's free reply.
+struct FreeStreams {
+  GenerationRequest drafted, serial;
+  Out free;
+};
+FreeStreams free_streams(Engine& e, float temperature, uint64_t seed, int max_tokens) {
+  FreeStreams f;
+  f.drafted = repeated_word(e.tokenizer(), temperature, max_tokens);
+  f.drafted.sampling.seed = seed;
+  f.serial = f.drafted;
+  f.serial.draft = false;
+  f.free = run(e, f.serial);
+  return f;
+}
+
 TEST(ExactDrafting, StopsAndLimitsLandOnTheSameToken) {
   auto e = make("qwen3", "none", true, 6);
   const auto& tok = e->tokenizer();
@@ -250,11 +266,7 @@ TEST(ExactDrafting, MinTokensBansStopsAndStaysExact) {
   const auto& tok = e->tokenizer();
   int drafted = 0;
   for (float temperature : {0.f, 0.9f}) {
-    GenerationRequest r = repeated_word(tok, temperature, 30);
-    r.sampling.seed = 11;
-    GenerationRequest serial = r;
-    serial.draft = false;
-    const Out full = run(*e, serial);
+    auto [r, serial, full] = free_streams(*e, temperature, 11, 30);
     ASSERT_EQ(full.tokens.size(), 30u);
     const int32_t stop_id = full.tokens[1];
     // Without min_tokens the stop id ends the stream at once.
@@ -271,7 +283,9 @@ TEST(ExactDrafting, MinTokensBansStopsAndStaysExact) {
     for (int i = 0; i < min_tokens; ++i) EXPECT_NE(a.tokens[size_t(i)], stop_id) << i;
     const auto at = std::find(a.tokens.begin() + min_tokens, a.tokens.end(), stop_id);
     EXPECT_EQ(a.finish, at == a.tokens.end() ? FinishReason::Length : FinishReason::Stop);
-    if (at != a.tokens.end()) EXPECT_EQ(at + 1, a.tokens.end());
+    if (at != a.tokens.end()) {
+      EXPECT_EQ(at + 1, a.tokens.end());
+    }
     // The banned rows sample what a -100 logit bias on the stop id samples.
     GenerationRequest biased = serial;
     biased.min_tokens = 0;
@@ -309,11 +323,7 @@ TEST(ExactDrafting, AllowedTokenIdsAreAMaskAndStayExact) {
   const int V = tok.vocab_size();
   int drafted = 0;
   for (float temperature : {0.f, 0.9f}) {
-    GenerationRequest r = repeated_word(tok, temperature, 24);
-    r.sampling.seed = 5;
-    GenerationRequest serial = r;
-    serial.draft = false;
-    const Out full = run(*e, serial);
+    auto [r, serial, full] = free_streams(*e, temperature, 5, 24);
     ASSERT_EQ(full.tokens.size(), 24u);
     // The reply's first token, two others of it and two ids it never wrote: the mask changes the reply.
     std::vector<int32_t> only = {full.tokens[0], full.tokens[5], full.tokens[11], 7, V - 1};
@@ -337,14 +347,9 @@ TEST(ExactDrafting, AllowedTokenIdsAreAMaskAndStayExact) {
 // on it), a two-token word's second token is masked right after its first; drafted == serial throughout.
 TEST(ExactDrafting, BadWordsAreMaskedAndStayExact) {
   auto e = make("qwen3", "none", true, 6);
-  const auto& tok = e->tokenizer();
   int drafted = 0;
   for (float temperature : {0.f, 0.9f}) {
-    GenerationRequest r = repeated_word(tok, temperature, 24);
-    r.sampling.seed = 9;
-    GenerationRequest serial = r;
-    serial.draft = false;
-    const Out full = run(*e, serial);
+    auto [r, serial, full] = free_streams(*e, temperature, 9, 24);
     ASSERT_EQ(full.tokens.size(), 24u);
     // One token.
     const int32_t one = full.tokens[2];

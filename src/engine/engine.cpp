@@ -343,18 +343,17 @@ class EngineImpl final : public Engine {
     if (req.sampling.repetition_penalty <= 0)
       throw InvalidRequest("repetition_penalty must be > 0", "repetition_penalty");
     if (req.min_tokens < 0) throw InvalidRequest("min_tokens must be >= 0", "min_tokens");
-    for (const auto& [ids, name] : {std::pair{&req.stop_token_ids, "stop_token_ids"},
-                                    std::pair{&req.allowed_token_ids, "allowed_token_ids"}})
-      for (int32_t id : *ids)
+    auto in_vocab = [&](const std::vector<int32_t>& ids, const char* name) {
+      for (int32_t id : ids)
         if (id < 0 || id >= spec_.vocab)
           throw InvalidRequest(
               std::string(name) + " names token " + std::to_string(id) + ", outside the vocabulary", name);
+    };
+    in_vocab(req.stop_token_ids, "stop_token_ids");
+    in_vocab(req.allowed_token_ids, "allowed_token_ids");
     for (const auto& w : req.bad_words_ids) {
       if (w.empty()) throw InvalidRequest("bad_words holds an empty token sequence", "bad_words");
-      for (int32_t id : w)
-        if (id < 0 || id >= spec_.vocab)
-          throw InvalidRequest("bad_words names token " + std::to_string(id) + ", outside the vocabulary",
-                               "bad_words");
+      in_vocab(w, "bad_words");
     }
     for (const auto& [id, bias] : req.sampling.logit_bias)
       if (id < 0 || id >= spec_.vocab)
@@ -385,9 +384,8 @@ class EngineImpl final : public Engine {
 
   // Whether the stream's tokens are sampled on the host from its logits rows (logprobs, penalties,
   // truncation, logit_bias, structured outputs, allowed_token_ids, bad_words, min_tokens' bans), not on the
-  // device.
-  // Decided at a round's start (logit_rows_of, verify): a round whose first row is below min_tokens is
-  // sampled on the host whole.
+  // device. Decided at a round's start (logit_rows_of, verify): a round whose first row is below min_tokens
+  // is sampled on the host whole.
   bool host_sampled(const Sequence& s) const {
     return !device_sampleable(s.req.sampling, spec_.vocab, s.req.logprobs) || s.json ||
            !s.req.allowed_token_ids.empty() || !s.req.bad_words_ids.empty() || s.below_min_tokens();
@@ -400,8 +398,6 @@ class EngineImpl final : public Engine {
   void row_mask(Sequence& s, std::vector<uint8_t>& mask) {
     mask.clear();
     if (s.json) json_filter().allowed(*s.json, mask);
-    const std::vector<int32_t>& only = s.req.allowed_token_ids;
-    const bool ban = s.below_min_tokens();
     std::vector<int32_t> bad;  // the bad words' last tokens that the reply so far would complete
     const auto reply = s.tokens.begin() + s.prompt_len;
     for (const auto& w : s.req.bad_words_ids) {
@@ -409,31 +405,33 @@ class EngineImpl final : public Engine {
       if (size_t(s.tokens.end() - reply) >= k && std::equal(w.begin(), w.end() - 1, s.tokens.end() - long(k)))
         bad.push_back(w.back());
     }
-    if (only.empty() && bad.empty() && !ban) return;
-    const size_t V = size_t(spec_.vocab);
-    std::vector<uint8_t> next;
-    auto narrow = [&](auto&& apply) {
-      next = mask.empty() ? std::vector<uint8_t>(V, 1) : mask;
-      apply(next);
-      if (std::any_of(next.begin(), next.end(), [](uint8_t v) { return v != 0; })) mask.swap(next);
+    std::vector<int32_t> ban;  // min_tokens' stop ids
+    if (s.below_min_tokens()) {
+      if (!s.req.ignore_eos)
+        for (int32_t id : eos_)
+          if (id >= 0 && id < spec_.vocab) ban.push_back(id);
+      ban.insert(ban.end(), s.req.stop_token_ids.begin(), s.req.stop_token_ids.end());
+    }
+    const std::vector<int32_t>& only = s.req.allowed_token_ids;
+    if (only.empty() && bad.empty() && ban.empty()) return;
+    if (mask.empty()) mask.assign(size_t(spec_.vocab), 1);
+    auto any = [](const std::vector<uint8_t>& m) {
+      return std::any_of(m.begin(), m.end(), [](uint8_t v) { return v != 0; });
     };
-    if (!only.empty())
-      narrow([&](std::vector<uint8_t>& m) {
-        std::vector<uint8_t> keep(V, 0);
-        for (int32_t id : only) keep[size_t(id)] = m[size_t(id)];
-        m.swap(keep);
-      });
-    if (!bad.empty())
-      narrow([&](std::vector<uint8_t>& m) {
-        for (int32_t id : bad) m[size_t(id)] = 0;
-      });
-    if (ban)
-      narrow([&](std::vector<uint8_t>& m) {
-        if (!s.req.ignore_eos)
-          for (int32_t id : eos_)
-            if (id >= 0 && id < spec_.vocab) m[size_t(id)] = 0;
-        for (int32_t id : s.req.stop_token_ids) m[size_t(id)] = 0;
-      });
+    if (!only.empty()) {
+      std::vector<uint8_t> keep(mask.size(), 0);
+      for (int32_t id : only) keep[size_t(id)] = mask[size_t(id)];
+      if (any(keep)) mask.swap(keep);
+    }
+    auto remove = [&](const std::vector<int32_t>& ids) {  // undone where it would leave no id
+      if (ids.empty()) return;
+      std::vector<uint8_t> was(ids.size());
+      for (size_t i = 0; i < ids.size(); ++i) was[i] = mask[size_t(ids[i])], mask[size_t(ids[i])] = 0;
+      if (!any(mask))
+        for (size_t i = ids.size(); i-- > 0;) mask[size_t(ids[i])] = was[i];
+    };
+    remove(bad);
+    remove(ban);
   }
 
   // The vocabulary's byte trie for structured outputs, built on the engine thread at the first constrained

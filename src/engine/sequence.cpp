@@ -54,7 +54,7 @@ GeneratedToken Sequence::append(const SampleResult& r, const std::vector<int32_t
     *reason = FinishReason::Stop;
     return g;
   }
-  g.text = stop.push(detok.push(r.token), matched, generated() >= req.min_tokens);
+  g.text = stop.push(detok.push(r.token), matched, !below_min_tokens());  // (this token counted)
   if (!matched->empty()) {
     *reason = FinishReason::Stop;
     if (req.include_stop_str_in_output) g.text += *matched;

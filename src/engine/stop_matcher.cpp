@@ -15,8 +15,7 @@ std::string StopMatcher::push(const std::string& text, std::string* matched, boo
   size_t best = std::string::npos;
   const std::string* which = nullptr;
   for (const auto& s : stops_) {
-    if (!armed) break;
-    size_t at = pending_.find(s);
+    size_t at = armed ? pending_.find(s) : std::string::npos;
     if (at != std::string::npos && (best == std::string::npos || at < best)) {
       best = at;
       which = &s;

@@ -62,11 +62,13 @@ static void read_sampling(const JsonFields& f, SamplingParams& s) {
   if (auto v = f.integer("seed", INT64_MIN, INT64_MAX)) s.seed = uint64_t(*v);
 }
 
-// An array of token ids (stop_token_ids, allowed_token_ids: vLLM), each in [0, vocab).
-static std::vector<int32_t> read_token_ids(const JsonFields& f, const std::string& key, int vocab) {
+// An array of token ids (stop_token_ids, allowed_token_ids: vLLM), each in [0, vocab); `required`: not empty.
+static std::vector<int32_t> read_token_ids(const JsonFields& f, const std::string& key, int vocab,
+                                           bool required = false) {
   std::vector<int32_t> out;
   const RequestJson* ids = f.array(key);
   if (!ids) return out;
+  if (required && ids->empty()) throw invalid_field(f.name(key), "'" + f.name(key) + "' must not be empty.");
   for (size_t i = 0; i < ids->size(); ++i) {
     const std::string name = f.name(key) + "[" + std::to_string(i) + "]";
     if (!(*ids)[i].is_number_integer() || (*ids)[i].get<int64_t>() < 0 || (*ids)[i].get<int64_t>() >= vocab)
@@ -142,11 +144,8 @@ CommonFields read_common_fields(const JsonFields& f, const ApiContext& ctx) {
   read_stop(f, r);
   r.json_schema = read_json_constraint(f);
   r.stop_token_ids = read_token_ids(f, "stop_token_ids", ctx.text.vocab_size());
-  r.allowed_token_ids = read_token_ids(f, "allowed_token_ids", ctx.text.vocab_size());
+  r.allowed_token_ids = read_token_ids(f, "allowed_token_ids", ctx.text.vocab_size(), true);
   read_bad_words(f, ctx, r);
-  if (const RequestJson* ids = f.array("allowed_token_ids"); ids && ids->empty())
-    throw invalid_field(f.name("allowed_token_ids"),
-                        "'" + f.name("allowed_token_ids") + "' must not be empty.");
   if (auto v = f.integer("max_tokens", 1, INT_MAX))
     c.max_tokens = *v, c.max_tokens_param = f.name("max_tokens");
   if (auto v = f.integer("max_completion_tokens", 1, INT_MAX)) {

@@ -296,10 +296,7 @@ TEST(ExactDrafting, MinTokensBansStopsAndStaysExact) {
     EXPECT_EQ(ref.tokens, std::vector<int32_t>(a.tokens.begin(), a.tokens.begin() + min_tokens));
   }
   // A stop string that the reply completes early counts only from the min_tokens-th token on.
-  GenerationRequest r = repeated_word(tok, 0, 30);
-  GenerationRequest serial = r;
-  serial.draft = false;
-  const Out full = run(*e, serial);
+  auto [r, serial, full] = free_streams(*e, 0.f, 0, 30);
   const std::string stop = tok.decode({full.tokens[0]}, true);
   ASSERT_FALSE(stop.empty());
   r.stop = serial.stop = {stop};

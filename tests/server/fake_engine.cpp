@@ -165,8 +165,8 @@ void FakeHandle::run() {
       break;
     }
     pending_ += char(tok);
-    for (const auto& s : armed ? req_.stop : std::vector<std::string>{}) {
-      if (auto at = pending_.find(s); at != std::string::npos) {
+    for (const auto& s : req_.stop) {
+      if (auto at = armed ? pending_.find(s) : std::string::npos; at != std::string::npos) {
         pending_.resize(at);
         matched = s;
         finish = FinishReason::Stop;
